@@ -1,0 +1,16 @@
+/* accel_data.h — (module under construction; see its issue). Depends only on accel.h. */
+#ifndef ACCEL_DATA_H_INCLUDED
+#define ACCEL_DATA_H_INCLUDED
+#include "accel.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_DATA_H_INCLUDED */
+
+#if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__DATA_IMPL_DONE)
+#define ACCEL__DATA_IMPL_DONE
+#endif

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what accel's build, tests and demo need (idempotent: does nothing when everything is there).
+#   scripts/install-deps.sh          build + tests: meson, ninja, pkg-config, Open MPI, MPICH, stb, clang runtimes
+#   scripts/install-deps.sh --bench  also the benchmark peers (python3-torch)
+# CUDA, cuBLAS and NCCL come with the CUDA toolkit under /usr/local/cuda (not from apt).
+set -euo pipefail
+want_bench=0
+[ "${1:-}" = "--bench" ] && want_bench=1
+
+pkgs=(meson ninja-build pkg-config libopenmpi-dev openmpi-bin mpich libmpich-dev libstb-dev clang libclang-rt-14-dev
+      python3 file)
+[ $want_bench = 1 ] && pkgs+=(python3-torch)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" != 0 ] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Open MPI stays the default `mpi` when both are installed; the MPICH build names its pkg-config/mpiexec itself.
+export PATH="/usr/local/cuda/bin:$PATH"
+command -v nvcc >/dev/null || echo "install-deps: note: nvcc not found; CUDA parts will be skipped"
+echo "install-deps: ok"

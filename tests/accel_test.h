@@ -1,0 +1,60 @@
+/* Minimal test harness: checks that always run (never assert(), which NDEBUG removes), a count per file, and the
+   plain closing line "N passed, N failed". Include in exactly one TU per test executable. */
+#ifndef ACCEL_TEST_H
+#define ACCEL_TEST_H
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int at_passed, at_failed;
+static const char *at_context = "";
+
+#define AT_CHECK(cond) at_check_((cond) ? 1 : 0, __FILE__, __LINE__, #cond, NULL)
+#define AT_CHECK_MSG(cond, msg) at_check_((cond) ? 1 : 0, __FILE__, __LINE__, #cond, (msg))
+#define AT_EQ_INT(a, b)                                                                                             \
+    do {                                                                                                            \
+        long long at_a_ = (long long)(a), at_b_ = (long long)(b);                                                   \
+        if (at_a_ == at_b_) at_passed++;                                                                            \
+        else { at_failed++; fprintf(stderr, "%s:%d: %s%s%s == %s failed: %lld != %lld\n", __FILE__, __LINE__,       \
+                                    at_context, *at_context ? ": " : "", #a, #b, at_a_, at_b_); }                   \
+    } while (0)
+#define AT_EQ_STR(a, b)                                                                                             \
+    do {                                                                                                            \
+        const char *at_a_ = (a), *at_b_ = (b);                                                                      \
+        if (at_a_ && at_b_ && !strcmp(at_a_, at_b_)) at_passed++;                                                   \
+        else { at_failed++; fprintf(stderr, "%s:%d: %s%s%s == %s failed: \"%s\" != \"%s\"\n", __FILE__, __LINE__,   \
+                                    at_context, *at_context ? ": " : "", #a, #b, at_a_ ? at_a_ : "(null)",          \
+                                    at_b_ ? at_b_ : "(null)"); }                                                    \
+    } while (0)
+#define AT_NEAR(a, b, tol)                                                                                          \
+    do {                                                                                                            \
+        double at_a_ = (double)(a), at_b_ = (double)(b);                                                            \
+        if (fabs(at_a_ - at_b_) <= (tol)) at_passed++;                                                              \
+        else { at_failed++; fprintf(stderr, "%s:%d: %s%s|%s - %s| <= %g failed: %.17g vs %.17g\n", __FILE__,        \
+                                    __LINE__, at_context, *at_context ? ": " : "", #a, #b, (double)(tol), at_a_,    \
+                                    at_b_); }                                                                       \
+    } while (0)
+/* substring check for error messages */
+#define AT_CONTAINS(hay, needle)                                                                                    \
+    do {                                                                                                            \
+        const char *at_h_ = (hay), *at_n_ = (needle);                                                               \
+        if (at_h_ && at_n_ && strstr(at_h_, at_n_)) at_passed++;                                                    \
+        else { at_failed++; fprintf(stderr, "%s:%d: %s%s\"%s\" does not contain \"%s\"\n", __FILE__, __LINE__,      \
+                                    at_context, *at_context ? ": " : "", at_h_ ? at_h_ : "(null)", at_n_); }        \
+    } while (0)
+
+static void at_check_(int ok, const char *file, int line, const char *expr, const char *msg) {
+    if (ok) { at_passed++; return; }
+    at_failed++;
+    fprintf(stderr, "%s:%d: %s%sCHECK failed: %s%s%s\n", file, line, at_context, *at_context ? ": " : "", expr,
+            msg ? " — " : "", msg ? msg : "");
+}
+
+/* Prints the closing line and returns the exit code. prefix names the test (one word). */
+static int at_finish(const char *prefix) {
+    printf("%s: %d passed, %d failed\n", prefix, at_passed, at_failed);
+    fflush(stdout);
+    return at_failed ? 1 : (at_passed ? 0 : 1); /* a test that checked nothing is a failure */
+}
+#endif

@@ -1,0 +1,15 @@
+/* ACCEL_STATIC single-TU embedding: everything static, nothing exported. */
+#define ACCEL_STATIC
+#define ACCEL_IMPLEMENTATION
+#include "accel.h"
+#include "accel_collectives.h"
+#include "accel_data.h"
+#include "accel_amp.h"
+#include "accel_ckpt.h"
+#include "accel_trackers.h"
+#include <stdio.h>
+int main(void) {
+    int ok = accel_dtype_size(ACCEL_F16) == 2 && accel_dtype_from_name("F8_E5M2") == ACCEL_F8_E5M2;
+    printf("static: %d passed, %d failed\n", ok, !ok);
+    return ok ? 0 : 1;
+}

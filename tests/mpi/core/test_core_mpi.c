@@ -1,0 +1,150 @@
+/* accel.h under mpirun: ranks, local ranks, helpers, barrier, triggers, RNG sync, and the init agreement check.
+   usage: test_core_mpi [basic|mismatch|env_error] */
+#include "accel.h"
+#include "accel_test.h"
+#include <stdlib.h>
+#include <unistd.h>
+
+static int env_int(const char *a, const char *b) {
+    const char *s = getenv(a);
+    if (!s) s = getenv(b);
+    return s ? atoi(s) : -1;
+}
+
+static void basic(void) {
+    accel acc;
+    accel_desc d;
+    int fired = -1, i, expect_size;
+    int64_t v[3];
+    double f;
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    expect_size = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE");
+    AT_EQ_INT(acc.num_processes, expect_size);
+    AT_EQ_INT(acc.process_index, env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK"));
+    AT_EQ_INT(acc.local_process_index, acc.process_index); /* one node */
+    AT_EQ_INT(acc.local_num_processes, acc.num_processes);
+    AT_EQ_INT(acc.is_main_process, acc.process_index == 0);
+    AT_EQ_INT(acc.is_local_main_process, acc.process_index == 0);
+    AT_EQ_INT(acc.distributed_type, acc.num_processes > 1 ? ACCEL_DISTRIBUTED_MULTI_CPU : ACCEL_DISTRIBUTED_NO);
+    AT_EQ_INT(accel_on_main_process(&acc), acc.num_processes == 1 || acc.process_index == 0);
+    AT_EQ_INT(accel_on_last_process(&acc), acc.num_processes == 1 || acc.process_index == acc.num_processes - 1);
+    AT_EQ_INT(accel_on_process(&acc, 1), acc.num_processes == 1 || acc.process_index == 1);
+
+    /* small all-reduce: every rank can compute the expected values itself */
+    v[0] = acc.process_index + 1; v[1] = -acc.process_index; v[2] = acc.process_index * 7 % 5;
+    AT_EQ_INT(accel_host_allreduce_i64(&acc, v, 1, ACCEL_HOST_SUM), ACCEL_OK);
+    AT_EQ_INT(v[0], (int64_t)acc.num_processes * (acc.num_processes + 1) / 2);
+    AT_EQ_INT(accel_host_allreduce_i64(&acc, v + 1, 1, ACCEL_HOST_MIN), ACCEL_OK);
+    AT_EQ_INT(v[1], -(acc.num_processes - 1));
+    {
+        int64_t mx = 0;
+        for (i = 0; i < acc.num_processes; ++i) if (i * 7 % 5 > mx) mx = i * 7 % 5;
+        AT_EQ_INT(accel_host_allreduce_i64(&acc, v + 2, 1, ACCEL_HOST_MAX), ACCEL_OK);
+        AT_EQ_INT(v[2], mx);
+    }
+    f = 0.5 * acc.process_index;
+    AT_EQ_INT(accel_host_allreduce_f64(&acc, &f, 1, ACCEL_HOST_SUM), ACCEL_OK);
+    AT_NEAR(f, 0.25 * acc.num_processes * (acc.num_processes - 1), 1e-12);
+
+    /* main_process_first: the main rank's side effect is visible to the others after begin */
+    {
+        char path[256];
+        FILE *fp;
+        snprintf(path, sizeof path, "/tmp/accel_mpf_%d", (int)getppid());
+        AT_EQ_INT(accel_main_process_first_begin(&acc), ACCEL_OK);
+        if (acc.is_main_process) {
+            fp = fopen(path, "w");
+            if (fp) { fputs("main", fp); fclose(fp); }
+        } else {
+            fp = fopen(path, "r");
+            AT_CHECK_MSG(fp != NULL, "main process wrote first");
+            if (fp) fclose(fp);
+        }
+        AT_EQ_INT(accel_main_process_first_end(&acc), ACCEL_OK);
+        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+        if (acc.is_main_process) remove(path);
+    }
+
+    /* triggers: nobody set → no; the last rank sets → everybody sees it, and it resets */
+    AT_EQ_INT(accel_check_trigger(&acc, &fired), ACCEL_OK);
+    AT_EQ_INT(fired, 0);
+    if (acc.process_index == acc.num_processes - 1) accel_set_trigger(&acc);
+    AT_EQ_INT(accel_check_trigger(&acc, &fired), ACCEL_OK);
+    AT_EQ_INT(fired, 1);
+    AT_EQ_INT(acc.trigger, 0);
+    AT_EQ_INT(accel_check_trigger(&acc, &fired), ACCEL_OK);
+    AT_EQ_INT(fired, 0);
+
+    /* set_seed(device_specific) differs per rank; synchronize gives everyone rank 0's state */
+    accel_set_seed(&acc, 1000, 1);
+    AT_EQ_INT(acc.rng.seed, 1000 + (uint64_t)acc.process_index);
+    {
+        uint32_t draws[4], all[4 * 16];
+        accel_rng_next4(&acc, draws);
+        AT_EQ_INT(accel_synchronize_rng_state(&acc), ACCEL_OK);
+        AT_EQ_INT(acc.rng.seed, 1000);
+        AT_EQ_INT(acc.rng.offset, 1);
+        accel_rng_next4(&acc, draws);
+        AT_EQ_INT(accel_host_allgather(&acc, draws, all, sizeof draws), ACCEL_OK);
+        for (i = 1; i < acc.num_processes && i < 16; ++i) AT_CHECK(memcmp(all, all + 4 * i, sizeof draws) == 0);
+    }
+    /* broadcast of bytes from the last rank */
+    {
+        char msg[32];
+        snprintf(msg, sizeof msg, "from %d", acc.process_index);
+        AT_EQ_INT(accel_host_broadcast(&acc, msg, sizeof msg, acc.num_processes - 1), ACCEL_OK);
+        {
+            char want[32];
+            snprintf(want, sizeof want, "from %d", acc.num_processes - 1);
+            AT_EQ_STR(msg, want);
+        }
+    }
+    accel_shutdown(&acc);
+}
+
+/* One rank asks for a different accumulation: every rank fails with a message naming the field and the ranks. */
+static void mismatch(void) {
+    accel acc;
+    accel_desc d;
+    int rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK");
+    double t0 = accel__now();
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    d.gradient_accumulation_steps = rank == 1 ? 3 : 2;
+    d.log_level = 1; /* keep expected errors quiet */
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_ERR_MISMATCH);
+    AT_CONTAINS(accel_last_error(&acc), "gradient_accumulation_steps");
+    AT_CONTAINS(accel_last_error(&acc), "rank 1=3");
+    AT_CONTAINS(accel_last_error(&acc), "rank 0=2");
+    AT_CHECK(accel__now() - t0 < 10.0);
+    accel_shutdown(&acc);
+}
+
+/* One rank has a malformed env: it fails with its message, the others fail naming it — nobody hangs. */
+static void env_error(void) {
+    accel acc;
+    accel_desc d;
+    int rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK");
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    d.log_level = 1;
+    if (rank == 1) setenv("ACCELERATE_MIXED_PRECISION", "fp13", 1);
+    if (rank == 1) {
+        AT_EQ_INT(accel_init(&acc, &d), ACCEL_ERR_ENVIRONMENT);
+        AT_CONTAINS(accel_last_error(&acc), "fp13");
+    } else {
+        AT_EQ_INT(accel_init(&acc, &d), ACCEL_ERR_REMOTE);
+        AT_CONTAINS(accel_last_error(&acc), "rank 1 failed");
+    }
+    accel_shutdown(&acc);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "basic";
+    if (!strcmp(mode, "mismatch")) mismatch();
+    else if (!strcmp(mode, "env_error")) env_error();
+    else basic();
+    return at_finish("core_mpi");
+}

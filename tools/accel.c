@@ -1,0 +1,34 @@
+/* accel — command-line companion: `accel env`, `accel shards …`, `accel ckpt …`, `accel size …`. */
+#include "accel.h"
+#include "accel_cli.h"
+#include <stdio.h>
+#include <string.h>
+
+typedef struct { const char *name; int (*fn)(int, char **); const char *help; } accel_cli_cmd;
+
+static const accel_cli_cmd cmds[] = {
+    {"env", accel_cli_env, "report version, toolchain, CUDA/NCCL/MPI, launcher and the resolved configuration"},
+    {"shards", accel_cli_shards, "print which dataset indices each process sees (JSON)"},
+    {"ckpt", accel_cli_ckpt, "inspect, verify or plan checkpoints: ls FILE|DIR, verify DIR, plan --max-shard-size SIZE name:bytes..."},
+    {"size", accel_cli_size, "parse a size string (\"10GB\", \"5MiB\") and print the byte count"},
+};
+
+static void usage(FILE *f) {
+    size_t i;
+    fprintf(f, "usage: accel <command> [options]\n\ncommands:\n");
+    for (i = 0; i < sizeof cmds / sizeof cmds[0]; ++i) fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].help);
+}
+
+int main(int argc, char **argv) {
+    size_t i;
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) { printf("accel %s\n", accel_version_string()); return 0; }
+    for (i = 0; i < sizeof cmds / sizeof cmds[0]; ++i)
+        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "accel: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

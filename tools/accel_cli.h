@@ -1,0 +1,9 @@
+/* Subcommands of the `accel` CLI. Each lives in its own file (tools/cli_<name>.c) and returns the exit code:
+   0 success, 1 failure, 2 usage error. */
+#ifndef ACCEL_CLI_H
+#define ACCEL_CLI_H
+int accel_cli_env(int argc, char **argv);
+int accel_cli_shards(int argc, char **argv); /* cli_shards.c (accel_data.h) */
+int accel_cli_ckpt(int argc, char **argv);   /* cli_ckpt.c (accel_ckpt.h): ls | verify | plan */
+int accel_cli_size(int argc, char **argv);   /* cli_ckpt.c: size string → bytes */
+#endif
