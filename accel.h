@@ -366,6 +366,7 @@ typedef struct accel {
     int optimizer_step_was_skipped;
     int64_t optimizer_steps;               /* optimizer steps taken (not skipped) */
     int64_t scheduler_steps;               /* scheduler steps the rule asked for */
+    int64_t scheduler_adjusted_steps;      /* non-sync calls counted by adjust_scheduler (torch's _step_count) */
 
     accel_rng_state rng;                   /* host-side RNG stream; set by accel_set_seed */
     int trigger;                           /* local flag for set_trigger/check_trigger */
@@ -431,6 +432,36 @@ ACCEL_API int accel_on_last_process(const accel *acc);
    set, resets every rank's flag and stores 1 in *fired. */
 ACCEL_API void accel_set_trigger(accel *acc);
 ACCEL_API accel_result accel_check_trigger(accel *acc, int *fired);
+
+/* ------------------------------------------------------------------- gradient accumulation (GradientState) */
+/* Call at the start of every micro-batch (Accelerate's `with accelerator.accumulate(model):` entry, _do_sync):
+     sync_with_dataloader && end_of_dataloader → step = 0, sync_gradients = 1
+     otherwise                                 → step += 1, sync_gradients = (step % gradient_accumulation_steps == 0)
+   So the counter restarts at every epoch end and a short final window still syncs on the last batch; with
+   sync_with_dataloader off the counter runs across epochs. acc->end_of_dataloader is kept by accel_data.h (or set
+   with accel_set_dataloader_state) and must be current *before* this call for the last batch (the data module
+   looks one batch ahead, like DataLoaderShard). */
+ACCEL_API void accel_accumulate_begin(accel *acc);
+/* End of the micro-batch. Nothing to undo today (Accelerate's exit restores no_sync); kept so loops written now stay
+   correct when it gains work. optimizer_step_was_skipped is refreshed only on sync steps, as in Accelerate. */
+ACCEL_API void accel_accumulate_end(accel *acc);
+/* Should gradients be all-reduced on this micro-batch? sync_gradients || (use_distributed && sync_each_batch).
+   Otherwise the reducer skips (DDP no_sync). */
+ACCEL_API int accel_should_reduce(const accel *acc);
+/* The divisor accelerator.backward applies to the loss: always the full gradient_accumulation_steps, also in a
+   short final window (as Accelerate). */
+ACCEL_API float accel_loss_divisor(const accel *acc);
+/* Record the outcome of the optimizer step on a sync step (skipped = the loss scaler found inf/NaN). On non-sync
+   steps it does nothing, as AcceleratedOptimizer.step does nothing there. */
+ACCEL_API void accel_optimizer_step_done(accel *acc, int skipped);
+/* How many LR-scheduler steps to take now (AcceleratedScheduler.step): step_scheduler_with_optimizer off → 1;
+   not a sync step → 0 (with adjust_scheduler the scheduler's internal counter moves: acc->scheduler_adjusted_steps);
+   optimizer step skipped → 0; split_batches → 1; else num_processes. total_steps > 0 caps the scheduler's total
+   like OneCycleLR (torch's _step_count, which adjust_scheduler bumps too, stays <= total_steps). Adds the result to acc->scheduler_steps. */
+ACCEL_API int accel_scheduler_steps(accel *acc, int64_t total_steps);
+/* For loaders other than accel_data.h: the innermost dataloader's state (GradientState.end_of_dataloader,
+   remainder). remainder = -1 when unknown. */
+ACCEL_API void accel_set_dataloader_state(accel *acc, int end_of_dataloader, int remainder);
 
 /* -------------------------------------------------------------------------------------------- RNG state */
 /* Accelerate's set_seed: with device_specific the seed becomes seed + process_index. */
@@ -1373,6 +1404,59 @@ ACCEL__DEF accel_result accel_check_trigger(accel *acc, int *fired) {
     return ACCEL_OK;
 }
 
+
+/* ---------------------------------------------------------------------------------- gradient accumulation */
+ACCEL__DEF void accel_accumulate_begin(accel *acc) {
+    int n;
+    if (!acc) return;
+    n = acc->gradient_accumulation_steps > 0 ? acc->gradient_accumulation_steps : 1;
+    if (acc->desc.sync_with_dataloader != ACCEL_OFF && acc->end_of_dataloader) {
+        acc->step = 0;
+        acc->sync_gradients = 1;
+    } else {
+        acc->step += 1;
+        acc->sync_gradients = (acc->step % n) == 0;
+    }
+}
+ACCEL__DEF void accel_accumulate_end(accel *acc) { (void)acc; }
+ACCEL__DEF int accel_should_reduce(const accel *acc) {
+    return acc && (acc->sync_gradients || (acc->use_distributed && acc->desc.sync_each_batch));
+}
+ACCEL__DEF float accel_loss_divisor(const accel *acc) {
+    return (acc && acc->gradient_accumulation_steps > 0) ? (float)acc->gradient_accumulation_steps : 1.0f;
+}
+ACCEL__DEF void accel_optimizer_step_done(accel *acc, int skipped) {
+    if (!acc || !acc->sync_gradients) return;
+    acc->optimizer_step_was_skipped = skipped ? 1 : 0;
+    if (!skipped) acc->optimizer_steps++;
+}
+ACCEL__DEF int accel_scheduler_steps(accel *acc, int64_t total_steps) {
+    int n, i, taken = 0;
+    if (!acc) return 0;
+    if (acc->desc.step_scheduler_with_optimizer == ACCEL_OFF) {
+        n = 1;
+    } else if (!acc->sync_gradients) {
+        if (acc->desc.adjust_scheduler != ACCEL_OFF) acc->scheduler_adjusted_steps++;
+        return 0;
+    } else if (acc->optimizer_step_was_skipped) {
+        return 0;
+    } else {
+        n = acc->desc.split_batches ? 1 : acc->num_processes;
+    }
+    for (i = 0; i < n; ++i) {
+        /* torch's _step_count is 1 + every step() + every adjust_scheduler bump; Accelerate steps while it is
+           <= total_steps */
+        if (total_steps > 0 && acc->scheduler_steps + acc->scheduler_adjusted_steps >= total_steps) break;
+        acc->scheduler_steps++;
+        taken++;
+    }
+    return taken;
+}
+ACCEL__DEF void accel_set_dataloader_state(accel *acc, int end_of_dataloader, int remainder) {
+    if (!acc) return;
+    acc->end_of_dataloader = end_of_dataloader ? 1 : 0;
+    acc->remainder = remainder;
+}
 /* ---------------------------------------------------------------------------------------------------- RNG */
 ACCEL__DEF void accel_set_seed(accel *acc, uint64_t seed, int device_specific) {
     if (!acc) return;

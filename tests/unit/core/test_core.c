@@ -382,6 +382,89 @@ static void test_accelerator_single(void) {
     AT_CONTAINS(accel_last_error(NULL), "NULL");
 }
 
+
+/* SEMANTICS.md §4: _do_sync at the entry of every accumulate() */
+static void test_accumulation(void) {
+    accel acc;
+    accel_desc d;
+    int i, syncs[16];
+    memset(&d, 0, sizeof d);
+    d.no_mpi = 1;
+    d.gradient_accumulation_steps = 3;
+    clear_env();
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    AT_NEAR(accel_loss_divisor(&acc), 3.0, 0);
+    /* 7 batches, 3 steps, sync_with_dataloader: windows 3,3,1 — the last batch syncs (end_of_dataloader is set
+       when the last batch is yielded) and the counter restarts for the next epoch */
+    {
+        static const int want[14] = {0, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 1, 1};
+        int e, b, k = 0;
+        for (e = 0; e < 2; ++e)
+            for (b = 0; b < 7; ++b) {
+                accel_set_dataloader_state(&acc, b == 6, -1);
+                accel_accumulate_begin(&acc);
+                syncs[k] = acc.sync_gradients;
+                AT_EQ_INT(acc.sync_gradients, want[k]);
+                AT_EQ_INT(accel_should_reduce(&acc), want[k]);
+                accel_accumulate_end(&acc);
+                ++k;
+            }
+        AT_EQ_INT(acc.step, 0);
+        accel_set_dataloader_state(&acc, 0, -1);
+    }
+    accel_shutdown(&acc);
+    /* without sync_with_dataloader the counter runs across epochs: 7+7 batches sync at 3,6,9,12 */
+    d.sync_with_dataloader = ACCEL_OFF;
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    for (i = 0; i < 14; ++i) {
+        accel_set_dataloader_state(&acc, i % 7 == 6, -1);
+        accel_accumulate_begin(&acc);
+        AT_EQ_INT(acc.sync_gradients, (i + 1) % 3 == 0);
+    }
+    accel_shutdown(&acc);
+    (void)syncs;
+
+    /* scheduler rule: P steps per optimizer step unless split_batches; none when not syncing or skipped */
+    memset(&d, 0, sizeof d);
+    d.no_mpi = 1;
+    d.num_processes = 1; /* explicit layout, but pretend P=4 for the rule below */
+    d.gradient_accumulation_steps = 2;
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    acc.num_processes = 4; /* the rule reads num_processes; a single-process test can't launch 4 */
+    accel_accumulate_begin(&acc); /* step 1: no sync */
+    AT_EQ_INT(acc.sync_gradients, 0);
+    accel_optimizer_step_done(&acc, 0); /* ignored: not a sync step */
+    AT_EQ_INT(acc.optimizer_steps, 0);
+    AT_EQ_INT(accel_scheduler_steps(&acc, 0), 0);
+    AT_EQ_INT(acc.scheduler_adjusted_steps, 1); /* adjust_scheduler (default on, honoured: policy 3) */
+    accel_accumulate_begin(&acc); /* step 2: sync */
+    AT_EQ_INT(acc.sync_gradients, 1);
+    accel_optimizer_step_done(&acc, 0);
+    AT_EQ_INT(acc.optimizer_steps, 1);
+    AT_EQ_INT(accel_scheduler_steps(&acc, 0), 4);
+    accel_accumulate_begin(&acc);
+    accel_accumulate_begin(&acc);
+    accel_optimizer_step_done(&acc, 1); /* the scaler skipped */
+    AT_EQ_INT(acc.optimizer_step_was_skipped, 1);
+    AT_EQ_INT(accel_scheduler_steps(&acc, 0), 0);
+    AT_EQ_INT(acc.scheduler_steps, 4);
+    accel_accumulate_begin(&acc);
+    accel_accumulate_begin(&acc);
+    accel_optimizer_step_done(&acc, 0);
+    AT_EQ_INT(acc.optimizer_step_was_skipped, 0);
+    /* OneCycle-style cap: torch's _step_count = 1 + 4 steps + 1 adjusted bump = 6; stepping continues while it is
+       <= total_steps = 8, so 3 of the 4 steps happen */
+    AT_EQ_INT(accel_scheduler_steps(&acc, 8), 3);
+    AT_EQ_INT(accel_scheduler_steps(&acc, 8), 0);
+    acc.desc.split_batches = 1;
+    AT_EQ_INT(accel_scheduler_steps(&acc, 0), 1);
+    acc.desc.step_scheduler_with_optimizer = ACCEL_OFF;
+    accel_accumulate_begin(&acc); /* not syncing, but stepping per call */
+    AT_EQ_INT(accel_scheduler_steps(&acc, 0), 1);
+    acc.num_processes = 1;
+    accel_shutdown(&acc);
+}
+
 static void test_version(void) {
     char buf[32];
     snprintf(buf, sizeof buf, "%d.%d.%d", ACCEL_VERSION_MAJOR, ACCEL_VERSION_MINOR, ACCEL_VERSION_PATCH);
@@ -398,5 +481,6 @@ int main(void) {
     test_results_and_dtypes();
     test_philox();
     test_accelerator_single();
+    test_accumulation();
     return at_finish("core");
 }
