@@ -1277,6 +1277,19 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
         }
     }
 #endif
+#ifdef ACCEL_WITH_MPI
+    if (r == ACCEL_OK && !acc->mpi_active && acc->num_processes > 1 && !(desc && desc->no_mpi) &&
+        launcher != ACCEL_LAUNCHER_TORCHRUN && launcher != ACCEL_LAUNCHER_EXPLICIT) {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (finalized) {
+            snprintf(err, sizeof err, "launched by %s with %d processes but MPI was already finalized (an earlier "
+                     "accel_shutdown finalizes the MPI it initialized: initialize MPI yourself to create several "
+                     "Accelerators in one process)", accel_launcher_name(launcher), acc->num_processes);
+            r = ACCEL_ERR_STATE;
+        }
+    }
+#endif
     if (r != ACCEL_OK) ACCEL__FAIL(acc, r, "%s", err);
 
     if (r == ACCEL_OK) {
