@@ -1255,7 +1255,9 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
             MPI_Comm_set_errhandler(acc->impl->comm, MPI_ERRORS_RETURN);
             MPI_Comm_rank(acc->impl->comm, &rank);
             MPI_Comm_size(acc->impl->comm, &size);
-            if (r == ACCEL_OK && size > 1 && (size != d.num_processes || rank != d.process_index)) {
+            if (r == ACCEL_OK && (size != d.num_processes || rank != d.process_index)) {
+                /* a singleton MPI under a multi-process launcher (srun without PMI support) would make every
+                   process rank 0 of 1: refuse instead */
                 if (launcher == ACCEL_LAUNCHER_NONE) {
                     /* MPI was initialized by the user with no launcher variables: MPI is the truth */
                     d.num_processes = size; d.process_index = rank; d.local_process_index = rank;
