@@ -1,10 +1,200 @@
-/* accel_trackers.h — (module under construction; see its issue). Depends only on accel.h. */
+/* accel_trackers.h — experiment tracking from C: TensorBoard event files and JSONL metrics, written by the main
+   process (Accelerate's log_with / init_trackers / log / end_training).
+
+   WHAT IT WRITES (under <logging_dir>/<project_name>/, on the main process only)
+     events.out.tfevents.<unix seconds>.<hostname>   TensorBoard: TFRecord framing with masked CRC32C; Event protos
+                                                     encoded by hand: file_version "brain.Event:2" first, then one
+                                                     Event per log() call whose Summary holds every value as a
+                                                     scalar (simple_value, float32). Open it with `tensorboard
+                                                     --logdir <logging_dir>`.
+     metrics.jsonl                                   one JSON object per log() call, one line each:
+                                                     {"step": 3, "time": 1763771234.123456, "loss": 0.25, ...}
+                                                     "time" = Unix seconds (wall clock); "step" = null for NO_STEP.
+     config.json                                     init_trackers' hyperparameters as one JSON object (written to a
+                                                     temp name, then renamed). TensorBoard also gets them as a text
+                                                     summary with tag "hparams" (a markdown table, Text tab).
+
+   USAGE
+       accel_track trk;
+       accel_track_desc td = {0};
+       td.log_with = ACCEL_TRACK_ALL;                        // or 0: ACCEL_LOG_WITH, else no tracker (Accelerate)
+       if (accel_track_init(&trk, &acc, &td) != ACCEL_OK) die(accel_last_error(&acc));
+       accel_track_param cfg[3];
+       cfg[0] = accel_track_param_number("lr", 3e-4);
+       cfg[1] = accel_track_param_int("batch_size", 64);
+       cfg[2] = accel_track_param_string("model", "gpt2-124M");
+       if (accel_track_init_trackers(&trk, "gpt2", cfg, 3) != ACCEL_OK) die(...);  // every rank calls it
+       for (step = 0; step < steps; ++step) {
+           ...train...
+           accel_track_value v[2];
+           v[0] = accel_track_scalar("train/loss", loss);
+           v[1] = accel_track_scalar("lr", lr);
+           accel_track_log(&trk, v, 2, step);              // an error is returned, never fatal
+       }
+       accel_track_end_training(&trk);                       // flush + close
+       accel_print(&acc, "logs in %s\n", trk.run_dir);       // run_dir is set on the main process
+
+   OPTIONS (accel_track_desc, zero = default)
+     log_with     ACCEL_TRACK_TENSORBOARD | ACCEL_TRACK_JSONL, ACCEL_TRACK_ALL, ACCEL_TRACK_NONE.
+                  0 → the ACCEL_LOG_WITH environment variable → no tracker (Accelerate's log_with=None).
+                  ACCEL_LOG_WITH: "tensorboard", "jsonl", "all", "none" or a comma list ("tensorboard,jsonl"), any
+                  case; anything else is ACCEL_ERR_ENVIRONMENT naming the variable (no silent default).
+     logging_dir  base directory; NULL → acc->desc.logging_dir (the core: desc.logging_dir → project_dir → ".").
+     flush_secs   the TensorBoard file is fully buffered and flushed on the first log() at least flush_secs after
+                  the previous flush, by accel_track_flush and by end_training. 0 → 120 (torch's SummaryWriter);
+                  negative → after every log(). metrics.jsonl is always line-flushed: each log() line goes out in
+                  one write() before log() returns, so a crash loses at most the line being written.
+
+   PROCESSES
+     Only the main process (acc->is_main_process) creates directories and files; log() elsewhere validates its
+     arguments and returns ACCEL_OK. accel_track_init_trackers must be called by EVERY process (as in Accelerate,
+     where it is called everywhere and runs on the main process): when MPI is the process group it broadcasts the
+     main process's result, so every rank gets the same answer — a failing main process makes the other ranks
+     return ACCEL_ERR_REMOTE with the main's message instead of training on without logs or hanging later.
+     log(), flush and end_training are local (no communication).
+
+   ERRORS (never fatal; the training loop keeps going)
+     - init_trackers: an unwritable or uncreatable directory → ACCEL_ERR_IO naming the path and errno text;
+       nothing is left open, no partial event file is left behind, the tracker stays un-initialized (retry allowed).
+     - log(): a write error (disk full, quota, EFBIG) → ACCEL_ERR_IO naming the file; that writer is then disabled
+       (its file stays readable up to the last complete record or line) and later log() calls return ACCEL_ERR_IO
+       without logging again; the other writer keeps working. Since the TensorBoard file is buffered, its write
+       errors surface at the next flush.
+     - log() before init_trackers or after end_training → ACCEL_ERR_STATE; bad values (NULL/empty/non-UTF-8 name,
+       a name used twice in one call, the reserved names "step" and "time") → ACCEL_ERR_INVALID_ARGUMENT and
+       nothing is written to any tracker.
+     - end_training reports the first flush/close error; calling it again (or before init_trackers) is a no-op.
+
+   VALUES
+     TensorBoard stores scalars as float32 (simple_value); metrics.jsonl keeps the double (shortest text that reads
+     back to the same double; integers get ".0" so Python reads floats). NaN and ±inf are written as the tokens
+     NaN, Infinity, -Infinity — what Python's json.dumps writes and json.loads reads by default (not strict JSON:
+     jq and browsers reject them). Names are JSON-escaped (", \, control characters).
+
+   THREADS
+     An accel_track is used by one thread at a time (the one that uses its accel).
+
+   DIFFERENCES FROM ACCELERATE
+     - Trackers: tensorboard and jsonl (accel's own; Accelerate has no JSONL tracker). wandb, mlflow, comet, aim,
+       clearml, dvclive are not available; naming one is an error.
+     - Hyperparameters: config.json plus a "hparams" text summary, instead of SummaryWriter.add_hparams (HParams
+       plugin protos in a separate timestamped run) and hparams.yml.
+     - log() takes scalars only (Accelerate also accepts strings and dicts: use one name per scalar, e.g.
+       "eval/acc"). All values of one call go into one Event (torch writes one Event per scalar); readers see the
+       same (tag, step, value) triples.
+     - init_trackers broadcasts the main process's result (see PROCESSES); Accelerate's runs on the main only.
+     - metrics.jsonl is appended to (a resumed run continues it); a new event file is created per init_trackers.
+*/
 #ifndef ACCEL_TRACKERS_H_INCLUDED
 #define ACCEL_TRACKERS_H_INCLUDED
 #include "accel.h"
+#include <stdint.h>
+
+#define ACCEL_TRACK_TENSORBOARD 0x1
+#define ACCEL_TRACK_JSONL 0x2
+#define ACCEL_TRACK_ALL (ACCEL_TRACK_TENSORBOARD | ACCEL_TRACK_JSONL)
+#define ACCEL_TRACK_NONE 0x100          /* explicitly no tracker (0 means "default") */
+#define ACCEL_TRACK_NO_STEP INT64_MIN   /* log() without a step: TensorBoard step 0 (as torch), JSONL "step": null */
+#define ACCEL_TRACK_PATH_CAPACITY 1024
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct accel_track_desc {
+    int log_with;            /* ACCEL_TRACK_* flags; 0 → ACCEL_LOG_WITH → none */
+    const char *logging_dir; /* NULL → acc->desc.logging_dir */
+    double flush_secs;       /* TensorBoard flush interval; 0 → 120 s; < 0 → every log() */
+} accel_track_desc;
+
+/* One scalar of a log() call. */
+typedef struct accel_track_value {
+    const char *name;
+    double value;
+} accel_track_value;
+
+typedef enum accel_track_param_type {
+    ACCEL_TRACK_PARAM_NUMBER = 0, /* number (double) */
+    ACCEL_TRACK_PARAM_INT,        /* integer (int64, exact) */
+    ACCEL_TRACK_PARAM_STRING,     /* string (UTF-8) */
+    ACCEL_TRACK_PARAM_BOOL        /* integer != 0 */
+} accel_track_param_type;
+
+/* One hyperparameter of init_trackers' config (name → number/int/string/bool). */
+typedef struct accel_track_param {
+    const char *name;
+    accel_track_param_type type;
+    double number;
+    int64_t integer;
+    const char *string;
+} accel_track_param;
+
+enum { ACCEL_TRACK_STATE_UNSET = 0, ACCEL_TRACK_STATE_READY, ACCEL_TRACK_STATE_ACTIVE, ACCEL_TRACK_STATE_ENDED };
+
+struct accel__track_impl; /* open files and buffers; private */
+
+/* The tracker set. Fields are readable; change them only through functions. */
+typedef struct accel_track {
+    accel *acc;
+    int log_with;      /* resolved ACCEL_TRACK_TENSORBOARD/JSONL bits (0 = none) */
+    int is_writer;     /* this process writes (the main process) */
+    int state;         /* ACCEL_TRACK_STATE_* */
+    double flush_secs; /* resolved */
+    int64_t logged;    /* log() calls accepted since init_trackers */
+    char logging_dir[ACCEL_TRACK_PATH_CAPACITY]; /* resolved base directory */
+    char run_dir[ACCEL_TRACK_PATH_CAPACITY];     /* <logging_dir>/<project_name> ("" until init_trackers / off main) */
+    char event_file[ACCEL_TRACK_PATH_CAPACITY];  /* "" unless TensorBoard writes here */
+    char jsonl_file[ACCEL_TRACK_PATH_CAPACITY];  /* "" unless JSONL writes here */
+    char config_file[ACCEL_TRACK_PATH_CAPACITY]; /* "" unless a config was written */
+    struct accel__track_impl *impl;
+} accel_track;
+
+/* Resolves desc (+ ACCEL_LOG_WITH) into t; no I/O. acc must outlive t. */
+ACCEL_API accel_result accel_track_init(accel_track *t, accel *acc, const accel_track_desc *desc);
+/* Creates <logging_dir>/<project_name>/ and the files, records config (may be NULL when count is 0). Every process
+   calls it; see PROCESSES. project_name is joined to logging_dir as a path. */
+ACCEL_API accel_result accel_track_init_trackers(accel_track *t, const char *project_name,
+                                                 const accel_track_param *config, int count);
+/* Logs count scalars at step (ACCEL_TRACK_NO_STEP: none). count 0 is a no-op. */
+ACCEL_API accel_result accel_track_log(accel_track *t, const accel_track_value *values, int count, int64_t step);
+/* Pushes buffered TensorBoard records to the file now. */
+ACCEL_API accel_result accel_track_flush(accel_track *t);
+/* Flushes and closes every file; later log() calls fail with ACCEL_ERR_STATE. Idempotent. */
+ACCEL_API accel_result accel_track_end_training(accel_track *t);
+
+/* "tensorboard", "jsonl", "all", "none" or a comma list, any case → ACCEL_TRACK_* flags; -1 if not understood. */
+ACCEL_API int accel_track_parse_log_with(const char *s);
+/* CRC32C (Castagnoli, reflected polynomial 0x82F63B78) and TFRecord's masked form
+   ((crc >> 15 | crc << 17) + 0xA282EAD8). */
+ACCEL_API uint32_t accel_track_crc32c(const void *data, size_t size);
+ACCEL_API uint32_t accel_track_masked_crc32c(const void *data, size_t size);
+
+static ACCEL_INLINE accel_track_value accel_track_scalar(const char *name, double value) {
+    accel_track_value v;
+    v.name = name;
+    v.value = value;
+    return v;
+}
+static ACCEL_INLINE accel_track_param accel_track_param_number(const char *name, double value) {
+    accel_track_param p;
+    p.name = name; p.type = ACCEL_TRACK_PARAM_NUMBER; p.number = value; p.integer = 0; p.string = 0;
+    return p;
+}
+static ACCEL_INLINE accel_track_param accel_track_param_int(const char *name, int64_t value) {
+    accel_track_param p;
+    p.name = name; p.type = ACCEL_TRACK_PARAM_INT; p.number = 0; p.integer = value; p.string = 0;
+    return p;
+}
+static ACCEL_INLINE accel_track_param accel_track_param_string(const char *name, const char *value) {
+    accel_track_param p;
+    p.name = name; p.type = ACCEL_TRACK_PARAM_STRING; p.number = 0; p.integer = 0; p.string = value;
+    return p;
+}
+static ACCEL_INLINE accel_track_param accel_track_param_bool(const char *name, int value) {
+    accel_track_param p;
+    p.name = name; p.type = ACCEL_TRACK_PARAM_BOOL; p.number = 0; p.integer = value != 0; p.string = 0;
+    return p;
+}
 
 #ifdef __cplusplus
 }
@@ -13,4 +203,835 @@ extern "C" {
 
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__TRACKERS_IMPL_DONE)
 #define ACCEL__TRACKERS_IMPL_DONE
-#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------------------------------ CRC32C */
+static const uint32_t accel__crc32c_table[256] = {
+    0x00000000u, 0xF26B8303u, 0xE13B70F7u, 0x1350F3F4u, 0xC79A971Fu, 0x35F1141Cu, 0x26A1E7E8u, 0xD4CA64EBu,
+    0x8AD958CFu, 0x78B2DBCCu, 0x6BE22838u, 0x9989AB3Bu, 0x4D43CFD0u, 0xBF284CD3u, 0xAC78BF27u, 0x5E133C24u,
+    0x105EC76Fu, 0xE235446Cu, 0xF165B798u, 0x030E349Bu, 0xD7C45070u, 0x25AFD373u, 0x36FF2087u, 0xC494A384u,
+    0x9A879FA0u, 0x68EC1CA3u, 0x7BBCEF57u, 0x89D76C54u, 0x5D1D08BFu, 0xAF768BBCu, 0xBC267848u, 0x4E4DFB4Bu,
+    0x20BD8EDEu, 0xD2D60DDDu, 0xC186FE29u, 0x33ED7D2Au, 0xE72719C1u, 0x154C9AC2u, 0x061C6936u, 0xF477EA35u,
+    0xAA64D611u, 0x580F5512u, 0x4B5FA6E6u, 0xB93425E5u, 0x6DFE410Eu, 0x9F95C20Du, 0x8CC531F9u, 0x7EAEB2FAu,
+    0x30E349B1u, 0xC288CAB2u, 0xD1D83946u, 0x23B3BA45u, 0xF779DEAEu, 0x05125DADu, 0x1642AE59u, 0xE4292D5Au,
+    0xBA3A117Eu, 0x4851927Du, 0x5B016189u, 0xA96AE28Au, 0x7DA08661u, 0x8FCB0562u, 0x9C9BF696u, 0x6EF07595u,
+    0x417B1DBCu, 0xB3109EBFu, 0xA0406D4Bu, 0x522BEE48u, 0x86E18AA3u, 0x748A09A0u, 0x67DAFA54u, 0x95B17957u,
+    0xCBA24573u, 0x39C9C670u, 0x2A993584u, 0xD8F2B687u, 0x0C38D26Cu, 0xFE53516Fu, 0xED03A29Bu, 0x1F682198u,
+    0x5125DAD3u, 0xA34E59D0u, 0xB01EAA24u, 0x42752927u, 0x96BF4DCCu, 0x64D4CECFu, 0x77843D3Bu, 0x85EFBE38u,
+    0xDBFC821Cu, 0x2997011Fu, 0x3AC7F2EBu, 0xC8AC71E8u, 0x1C661503u, 0xEE0D9600u, 0xFD5D65F4u, 0x0F36E6F7u,
+    0x61C69362u, 0x93AD1061u, 0x80FDE395u, 0x72966096u, 0xA65C047Du, 0x5437877Eu, 0x4767748Au, 0xB50CF789u,
+    0xEB1FCBADu, 0x197448AEu, 0x0A24BB5Au, 0xF84F3859u, 0x2C855CB2u, 0xDEEEDFB1u, 0xCDBE2C45u, 0x3FD5AF46u,
+    0x7198540Du, 0x83F3D70Eu, 0x90A324FAu, 0x62C8A7F9u, 0xB602C312u, 0x44694011u, 0x5739B3E5u, 0xA55230E6u,
+    0xFB410CC2u, 0x092A8FC1u, 0x1A7A7C35u, 0xE811FF36u, 0x3CDB9BDDu, 0xCEB018DEu, 0xDDE0EB2Au, 0x2F8B6829u,
+    0x82F63B78u, 0x709DB87Bu, 0x63CD4B8Fu, 0x91A6C88Cu, 0x456CAC67u, 0xB7072F64u, 0xA457DC90u, 0x563C5F93u,
+    0x082F63B7u, 0xFA44E0B4u, 0xE9141340u, 0x1B7F9043u, 0xCFB5F4A8u, 0x3DDE77ABu, 0x2E8E845Fu, 0xDCE5075Cu,
+    0x92A8FC17u, 0x60C37F14u, 0x73938CE0u, 0x81F80FE3u, 0x55326B08u, 0xA759E80Bu, 0xB4091BFFu, 0x466298FCu,
+    0x1871A4D8u, 0xEA1A27DBu, 0xF94AD42Fu, 0x0B21572Cu, 0xDFEB33C7u, 0x2D80B0C4u, 0x3ED04330u, 0xCCBBC033u,
+    0xA24BB5A6u, 0x502036A5u, 0x4370C551u, 0xB11B4652u, 0x65D122B9u, 0x97BAA1BAu, 0x84EA524Eu, 0x7681D14Du,
+    0x2892ED69u, 0xDAF96E6Au, 0xC9A99D9Eu, 0x3BC21E9Du, 0xEF087A76u, 0x1D63F975u, 0x0E330A81u, 0xFC588982u,
+    0xB21572C9u, 0x407EF1CAu, 0x532E023Eu, 0xA145813Du, 0x758FE5D6u, 0x87E466D5u, 0x94B49521u, 0x66DF1622u,
+    0x38CC2A06u, 0xCAA7A905u, 0xD9F75AF1u, 0x2B9CD9F2u, 0xFF56BD19u, 0x0D3D3E1Au, 0x1E6DCDEEu, 0xEC064EEDu,
+    0xC38D26C4u, 0x31E6A5C7u, 0x22B65633u, 0xD0DDD530u, 0x0417B1DBu, 0xF67C32D8u, 0xE52CC12Cu, 0x1747422Fu,
+    0x49547E0Bu, 0xBB3FFD08u, 0xA86F0EFCu, 0x5A048DFFu, 0x8ECEE914u, 0x7CA56A17u, 0x6FF599E3u, 0x9D9E1AE0u,
+    0xD3D3E1ABu, 0x21B862A8u, 0x32E8915Cu, 0xC083125Fu, 0x144976B4u, 0xE622F5B7u, 0xF5720643u, 0x07198540u,
+    0x590AB964u, 0xAB613A67u, 0xB831C993u, 0x4A5A4A90u, 0x9E902E7Bu, 0x6CFBAD78u, 0x7FAB5E8Cu, 0x8DC0DD8Fu,
+    0xE330A81Au, 0x115B2B19u, 0x020BD8EDu, 0xF0605BEEu, 0x24AA3F05u, 0xD6C1BC06u, 0xC5914FF2u, 0x37FACCF1u,
+    0x69E9F0D5u, 0x9B8273D6u, 0x88D28022u, 0x7AB90321u, 0xAE7367CAu, 0x5C18E4C9u, 0x4F48173Du, 0xBD23943Eu,
+    0xF36E6F75u, 0x0105EC76u, 0x12551F82u, 0xE03E9C81u, 0x34F4F86Au, 0xC69F7B69u, 0xD5CF889Du, 0x27A40B9Eu,
+    0x79B737BAu, 0x8BDCB4B9u, 0x988C474Du, 0x6AE7C44Eu, 0xBE2DA0A5u, 0x4C4623A6u, 0x5F16D052u, 0xAD7D5351u,
+};
+
+ACCEL__DEF uint32_t accel_track_crc32c(const void *data, size_t size) {
+    const unsigned char *p = (const unsigned char *)data;
+    uint32_t crc = 0xFFFFFFFFu;
+    size_t i;
+    for (i = 0; i < size; ++i) crc = accel__crc32c_table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+    return crc ^ 0xFFFFFFFFu;
+}
+
+ACCEL__DEF uint32_t accel_track_masked_crc32c(const void *data, size_t size) {
+    uint32_t crc = accel_track_crc32c(data, size);
+    return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+/* -------------------------------------------------------------------------------------------- private state */
+struct accel__track_impl {
+    FILE *tb;                /* event file (fully buffered) */
+    FILE *jl;                /* metrics.jsonl (one fflush per line) */
+    int tb_failed, jl_failed;
+    double last_flush;       /* accel__now() of the last TensorBoard flush */
+    unsigned char *buf;      /* scratch: one encoded record or one JSON line */
+    size_t cap;
+};
+
+static int accel__track_ieq(const char *a, const char *b, size_t n) {
+    size_t i;
+    if (strlen(b) != n) return 0;
+    for (i = 0; i < n; ++i) {
+        char c = a[i];
+        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+        if (c != b[i]) return 0;
+    }
+    return 1;
+}
+
+ACCEL__DEF int accel_track_parse_log_with(const char *s) {
+    int flags = 0, any = 0;
+    if (!s) return -1;
+    while (*s) {
+        const char *b, *e;
+        while (*s == ' ' || *s == '\t' || *s == ',') ++s;
+        if (!*s) break;
+        b = s;
+        while (*s && *s != ',') ++s;
+        e = s;
+        while (e > b && (e[-1] == ' ' || e[-1] == '\t')) --e;
+        any = 1;
+        if (accel__track_ieq(b, "tensorboard", (size_t)(e - b))) flags |= ACCEL_TRACK_TENSORBOARD;
+        else if (accel__track_ieq(b, "jsonl", (size_t)(e - b))) flags |= ACCEL_TRACK_JSONL;
+        else if (accel__track_ieq(b, "all", (size_t)(e - b))) flags |= ACCEL_TRACK_ALL;
+        else if (accel__track_ieq(b, "none", (size_t)(e - b))) flags |= ACCEL_TRACK_NONE;
+        else return -1;
+    }
+    if (!any) return -1;
+    if ((flags & ACCEL_TRACK_NONE) && (flags & ACCEL_TRACK_ALL)) return -1; /* "none,jsonl" is a contradiction */
+    return flags;
+}
+
+ACCEL__DEF accel_result accel_track_init(accel_track *t, accel *acc, const accel_track_desc *desc) {
+    accel_track_desc d;
+    const char *dir;
+    int flags;
+    if (!t) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_init: t is NULL");
+    if (!acc) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_init: acc is NULL");
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    flags = d.log_with;
+    if (flags == 0) {
+        const char *env = getenv("ACCEL_LOG_WITH");
+        if (env && *env) {
+            flags = accel_track_parse_log_with(env);
+            if (flags < 0)
+                return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                                   "ACCEL_LOG_WITH=\"%.200s\" is not a tracker list (accel has tensorboard, jsonl; or "
+                                   "all, none; comma-separated)", env);
+        } else {
+            flags = ACCEL_TRACK_NONE;
+        }
+    } else if ((flags & ~(ACCEL_TRACK_ALL | ACCEL_TRACK_NONE)) != 0 ||
+               ((flags & ACCEL_TRACK_NONE) && (flags & ACCEL_TRACK_ALL))) {
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_track_desc.log_with = 0x%x is not a combination of ACCEL_TRACK_TENSORBOARD, "
+                           "ACCEL_TRACK_JSONL, or ACCEL_TRACK_NONE", (unsigned)flags);
+    }
+    if (d.flush_secs != d.flush_secs || d.flush_secs > 1e9)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_desc.flush_secs = %g is not a number of seconds",
+                           d.flush_secs);
+    dir = d.logging_dir ? d.logging_dir : acc->desc.logging_dir;
+    if (!dir || !*dir) dir = ".";
+    if (strlen(dir) + 1 > ACCEL_TRACK_PATH_CAPACITY - 128)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "logging_dir is longer than %d bytes",
+                           ACCEL_TRACK_PATH_CAPACITY - 128);
+    memset(t, 0, sizeof *t);
+    t->acc = acc;
+    t->log_with = flags & ACCEL_TRACK_ALL;
+    t->is_writer = acc->is_main_process ? 1 : 0;
+    t->flush_secs = d.flush_secs == 0 ? 120.0 : d.flush_secs;
+    snprintf(t->logging_dir, sizeof t->logging_dir, "%s", dir);
+    t->state = ACCEL_TRACK_STATE_READY;
+    return ACCEL_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ validation */
+/* 1 when s is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
+static int accel__track_utf8_ok(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned c = *p;
+        if (c < 0x80) { ++p; continue; }
+        if (c >= 0xC2 && c <= 0xDF) {
+            if ((p[1] & 0xC0) != 0x80) return 0;
+            p += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if ((p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+            if (c == 0xE0 && p[1] < 0xA0) return 0;
+            if (c == 0xED && p[1] > 0x9F) return 0;
+            p += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if ((p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+            if (c == 0xF0 && p[1] < 0x90) return 0;
+            if (c == 0xF4 && p[1] > 0x8F) return 0;
+            p += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static accel_result accel__track_check_name(accel *acc, const char *what, int i, const char *name, int reserve) {
+    if (!name || !*name) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d]: the name is NULL or empty", what, i);
+    if (!accel__track_utf8_ok(name))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d]: the name is not valid UTF-8", what, i);
+    if (reserve && (!strcmp(name, "step") || !strcmp(name, "time")))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "%s[%d]: \"%s\" is reserved (it is a key of every metrics.jsonl line)", what, i, name);
+    return ACCEL_OK;
+}
+
+/* Names must be distinct within one call: a JSON object with a duplicate key is ambiguous. */
+static accel_result accel__track_check_dups(accel *acc, const char *what, const char *const *names, size_t stride,
+                                            int count) {
+    int i, j;
+    for (i = 1; i < count; ++i) {
+        const char *a = *(const char *const *)((const char *)names + stride * (size_t)i);
+        for (j = 0; j < i; ++j) {
+            const char *b = *(const char *const *)((const char *)names + stride * (size_t)j);
+            if (!strcmp(a, b))
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d] and %s[%d] have the same name \"%.200s\"",
+                                   what, j, what, i, a);
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------- buffers */
+static int accel__track_reserve(accel_track *t, size_t need) {
+    struct accel__track_impl *im = t->impl;
+    unsigned char *nb;
+    size_t cap;
+    if (need <= im->cap) return 1;
+    cap = im->cap ? im->cap : 4096;
+    while (cap < need) cap *= 2;
+    nb = (unsigned char *)accel_host_alloc(t->acc, cap);
+    if (!nb) return 0;
+    accel_host_free(t->acc, im->buf);
+    im->buf = nb;
+    im->cap = cap;
+    return 1;
+}
+
+static double accel__track_wall_time(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return (double)time(NULL);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ----------------------------------------------------------------------------------- protobuf encoding */
+static size_t accel__pb_varint_len(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) { v >>= 7; ++n; }
+    return n;
+}
+static unsigned char *accel__pb_varint(unsigned char *p, uint64_t v) {
+    while (v >= 0x80) { *p++ = (unsigned char)(v | 0x80); v >>= 7; }
+    *p++ = (unsigned char)v;
+    return p;
+}
+static unsigned char *accel__pb_le32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+    return p + 4;
+}
+static unsigned char *accel__pb_le64(unsigned char *p, uint64_t v) {
+    p = accel__pb_le32(p, (uint32_t)v);
+    return accel__pb_le32(p, (uint32_t)(v >> 32));
+}
+/* key + length + bytes */
+static unsigned char *accel__pb_bytes(unsigned char *p, unsigned key, const void *data, size_t n) {
+    *p++ = (unsigned char)key;
+    p = accel__pb_varint(p, (uint64_t)n);
+    if (n) memcpy(p, data, n);
+    return p + n;
+}
+static size_t accel__pb_field_len(size_t n) { return 1 + accel__pb_varint_len((uint64_t)n) + n; }
+
+/* Event header fields: wall_time (1, fixed64) and step (2, varint; omitted for 0 / NO_STEP as proto3 does). */
+static size_t accel__tb_head_len(int64_t step) {
+    return 9 + ((step != 0 && step != ACCEL_TRACK_NO_STEP) ? 1 + accel__pb_varint_len((uint64_t)step) : 0);
+}
+static unsigned char *accel__tb_head(unsigned char *p, double wall, int64_t step) {
+    uint64_t bits;
+    memcpy(&bits, &wall, sizeof bits);
+    *p++ = 0x09;
+    p = accel__pb_le64(p, bits);
+    if (step != 0 && step != ACCEL_TRACK_NO_STEP) {
+        *p++ = 0x10;
+        p = accel__pb_varint(p, (uint64_t)step);
+    }
+    return p;
+}
+
+/* Frames the payload at buf + 12 (payload_len bytes) as a TFRecord in place; returns the record length. */
+static size_t accel__tb_frame(unsigned char *buf, size_t payload_len) {
+    accel__pb_le64(buf, (uint64_t)payload_len);
+    accel__pb_le32(buf + 8, accel_track_masked_crc32c(buf, 8));
+    accel__pb_le32(buf + 12 + payload_len, accel_track_masked_crc32c(buf + 12, payload_len));
+    return payload_len + 16;
+}
+
+/* Event{wall_time, step, summary{value{tag, simple_value}...}} into t->impl->buf; returns record length, 0 on OOM. */
+static size_t accel__tb_encode_scalars(accel_track *t, const accel_track_value *v, int count, int64_t step,
+                                       double wall) {
+    size_t summary = 0, event, i;
+    unsigned char *p;
+    for (i = 0; i < (size_t)count; ++i) {
+        size_t n = strlen(v[i].name);
+        summary += accel__pb_field_len(accel__pb_field_len(n) + 5);
+    }
+    event = accel__tb_head_len(step) + accel__pb_field_len(summary);
+    if (!accel__track_reserve(t, event + 16)) return 0;
+    p = t->impl->buf + 12;
+    p = accel__tb_head(p, wall, step);
+    *p++ = 0x2A; /* summary, field 5 */
+    p = accel__pb_varint(p, (uint64_t)summary);
+    for (i = 0; i < (size_t)count; ++i) {
+        size_t n = strlen(v[i].name);
+        float f = (float)v[i].value;
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        *p++ = 0x0A; /* Summary.value, field 1 */
+        p = accel__pb_varint(p, (uint64_t)(accel__pb_field_len(n) + 5));
+        p = accel__pb_bytes(p, 0x0A, v[i].name, n); /* Value.tag, field 1 */
+        *p++ = 0x15;                               /* Value.simple_value, field 2, fixed32 */
+        p = accel__pb_le32(p, bits);
+    }
+    return accel__tb_frame(t->impl->buf, event);
+}
+
+/* Event{wall_time, file_version = "brain.Event:2"}: the first record of every event file. */
+static size_t accel__tb_encode_version(accel_track *t, double wall) {
+    static const char ver[] = "brain.Event:2";
+    size_t event = accel__tb_head_len(0) + accel__pb_field_len(sizeof ver - 1);
+    unsigned char *p;
+    if (!accel__track_reserve(t, event + 16)) return 0;
+    p = accel__tb_head(t->impl->buf + 12, wall, 0);
+    accel__pb_bytes(p, 0x1A, ver, sizeof ver - 1); /* file_version, field 3 */
+    return accel__tb_frame(t->impl->buf, event);
+}
+
+/* A text summary (what tf.summary.text / SummaryWriter.add_text write): Value{tag, tensor = TensorProto{dtype
+   DT_STRING (7), tensor_shape {} (a scalar), string_val [text]}, metadata = {plugin_data {plugin_name "text"}}}. */
+static size_t accel__tb_encode_text(accel_track *t, const char *tag, const char *text, size_t text_len, double wall) {
+    size_t tag_len = strlen(tag);
+    size_t plugin = accel__pb_field_len(4);              /* PluginData{plugin_name "text"} */
+    size_t meta = accel__pb_field_len(plugin);           /* SummaryMetadata{plugin_data} */
+    size_t tensor = 2 + 2 + accel__pb_field_len(text_len); /* dtype, empty shape, string_val */
+    size_t value = accel__pb_field_len(tag_len) + accel__pb_field_len(tensor) + accel__pb_field_len(meta);
+    size_t summary = accel__pb_field_len(value);
+    size_t event = accel__tb_head_len(0) + accel__pb_field_len(summary);
+    unsigned char *p;
+    if (!accel__track_reserve(t, event + 16)) return 0;
+    p = accel__tb_head(t->impl->buf + 12, wall, 0);
+    *p++ = 0x2A; p = accel__pb_varint(p, (uint64_t)summary); /* Event.summary (5) */
+    *p++ = 0x0A; p = accel__pb_varint(p, (uint64_t)value);   /* Summary.value (1) */
+    p = accel__pb_bytes(p, 0x0A, tag, tag_len);               /* Value.tag (1) */
+    *p++ = 0x42; p = accel__pb_varint(p, (uint64_t)tensor);  /* Value.tensor (8) */
+    *p++ = 0x08; *p++ = 7;                                    /* TensorProto.dtype (1) = DT_STRING */
+    *p++ = 0x12; *p++ = 0;                                    /* TensorProto.tensor_shape (2) = {} */
+    p = accel__pb_bytes(p, 0x42, text, text_len);             /* TensorProto.string_val (8) */
+    *p++ = 0x4A; p = accel__pb_varint(p, (uint64_t)meta);    /* Value.metadata (9) */
+    *p++ = 0x0A; p = accel__pb_varint(p, (uint64_t)plugin);  /* SummaryMetadata.plugin_data (1) */
+    accel__pb_bytes(p, 0x0A, "text", 4);                      /* PluginData.plugin_name (1) */
+    return accel__tb_frame(t->impl->buf, event);
+}
+
+/* ------------------------------------------------------------------------------------------------- JSON */
+/* Shortest of %.15g/%.16g/%.17g that reads back to v; ".0" appended to integral values so Python reads a float;
+   NaN/Infinity/-Infinity as Python's json module writes them. out must hold 40 bytes. Returns the length. */
+static size_t accel__track_fmt_double(char *out, double v) {
+    int prec;
+    size_t n = 0, i;
+    int integral = 1;
+    if (v != v) { memcpy(out, "NaN", 4); return 3; }
+    if (v > DBL_MAX) { memcpy(out, "Infinity", 9); return 8; }
+    if (v < -DBL_MAX) { memcpy(out, "-Infinity", 10); return 9; }
+    for (prec = 15; prec <= 17; ++prec) {
+        n = (size_t)snprintf(out, 40, "%.*g", prec, v);
+        if (prec == 17 || strtod(out, NULL) == v) break;
+    }
+    for (i = 0; i < n; ++i) {
+        char c = out[i];
+        if ((c >= '0' && c <= '9') || c == '-' || c == '+') continue;
+        if (c == 'e' || c == 'E') { integral = 0; continue; }
+        out[i] = '.'; /* the locale's decimal separator → '.' */
+        integral = 0;
+    }
+    if (integral) { out[n++] = '.'; out[n++] = '0'; out[n] = 0; }
+    return n;
+}
+
+/* Writes s as a JSON string (with quotes); needs 6 * strlen(s) + 2 bytes. */
+static char *accel__track_json_str(char *p, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    *p++ = '"';
+    for (; *s; ++s) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { *p++ = '\\'; *p++ = (char)c; }
+        else if (c >= 0x20) *p++ = (char)c;
+        else {
+            *p++ = '\\';
+            switch (c) {
+            case '\b': *p++ = 'b'; break;
+            case '\f': *p++ = 'f'; break;
+            case '\n': *p++ = 'n'; break;
+            case '\r': *p++ = 'r'; break;
+            case '\t': *p++ = 't'; break;
+            default: *p++ = 'u'; *p++ = '0'; *p++ = '0'; *p++ = hex[c >> 4]; *p++ = hex[c & 15]; break;
+            }
+        }
+    }
+    *p++ = '"';
+    return p;
+}
+
+/* Markdown table cell: '|' escaped, line breaks become spaces; needs 2 * strlen(s) bytes. */
+static char *accel__track_md_cell(char *p, const char *s) {
+    for (; *s; ++s) {
+        if (*s == '|') { *p++ = '\\'; *p++ = '|'; }
+        else if (*s == '\n' || *s == '\r') *p++ = ' ';
+        else *p++ = *s;
+    }
+    return p;
+}
+
+/* The config value as JSON text (strings quoted and escaped) or as plain text (for the markdown table). */
+static char *accel__track_param_text(char *p, const accel_track_param *c, int json) {
+    switch (c->type) {
+    case ACCEL_TRACK_PARAM_NUMBER: return p + accel__track_fmt_double(p, c->number);
+    case ACCEL_TRACK_PARAM_INT: return p + sprintf(p, "%lld", (long long)c->integer);
+    case ACCEL_TRACK_PARAM_BOOL: memcpy(p, c->integer ? "true" : "false", c->integer ? 4 : 5); return p + (c->integer ? 4 : 5);
+    case ACCEL_TRACK_PARAM_STRING: return json ? accel__track_json_str(p, c->string) : accel__track_md_cell(p, c->string);
+    }
+    return p;
+}
+
+static size_t accel__track_param_bound(const accel_track_param *c) {
+    return 6 * strlen(c->name) + (c->type == ACCEL_TRACK_PARAM_STRING ? 6 * strlen(c->string) : 0) + 96;
+}
+
+/* ------------------------------------------------------------------------------------------------ files */
+/* mkdir -p; on failure err names the failing path. */
+static int accel__track_mkdirs(const char *path, char *err, size_t cap) {
+    char tmp[ACCEL_TRACK_PATH_CAPACITY];
+    struct stat st;
+    size_t i, n = strlen(path);
+    if (n >= sizeof tmp) { snprintf(err, cap, "path too long"); return -1; }
+    memcpy(tmp, path, n + 1);
+    for (i = 1; i <= n; ++i) {
+        if (tmp[i] != '/' && tmp[i] != 0) continue;
+        if (tmp[i - 1] == '/') continue;
+        tmp[i] = 0;
+        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) {
+            int e = errno;
+            snprintf(err, cap, "cannot create logging directory \"%.400s\": mkdir \"%.400s\": %s", path, tmp, strerror(e));
+            return -1;
+        }
+        if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            int e = errno;
+            snprintf(err, cap, "cannot create logging directory \"%.400s\": \"%.400s\" %s", path, tmp,
+                     stat(tmp, &st) != 0 ? strerror(e) : "exists and is not a directory");
+            return -1;
+        }
+        if (i < n) tmp[i] = '/';
+    }
+    if (access(path, W_OK | X_OK) != 0) {
+        int e = errno;
+        snprintf(err, cap, "logging directory \"%.400s\" is not writable: %s", path, strerror(e));
+        return -1;
+    }
+    return 0;
+}
+
+/* dst = dir + "/" + name; run_dir is at most ACCEL_TRACK_PATH_CAPACITY - 128 bytes, so short names always fit. */
+static void accel__track_path(char *dst, const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    if (a + b + 2 > ACCEL_TRACK_PATH_CAPACITY) b = ACCEL_TRACK_PATH_CAPACITY - 2 - a;
+    memcpy(dst, dir, a);
+    dst[a] = '/';
+    memcpy(dst + a + 1, name, b);
+    dst[a + 1 + b] = 0;
+}
+
+static void accel__track_close_files(accel_track *t, int remove_event_file) {
+    struct accel__track_impl *im = t->impl;
+    if (!im) return;
+    if (im->tb) fclose(im->tb);
+    if (im->jl) fclose(im->jl);
+    if (remove_event_file && t->event_file[0]) unlink(t->event_file);
+    accel_host_free(t->acc, im->buf);
+    accel_host_free(t->acc, im);
+    t->impl = NULL;
+}
+
+static accel_result accel__track_io_fail(accel_track *t, int *failed, const char *what, const char *path, int e) {
+    if (failed) *failed = 1;
+    return ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "%s: writing \"%.400s\" failed: %s", what, path,
+                       e ? strerror(e) : "short write");
+}
+
+/* Later calls on a writer that already failed: the result without another log line. */
+static accel_result accel__track_disabled(accel_track *t, const char *what, const char *path) {
+    snprintf(t->acc->last_error, ACCEL_ERROR_CAPACITY,
+             "%s writer for \"%.400s\" is disabled after an earlier I/O error (reported then) (%s)", what, path,
+             accel_result_string(ACCEL_ERR_IO));
+    t->acc->last_result = ACCEL_ERR_IO;
+    return ACCEL_ERR_IO;
+}
+
+static accel_result accel__track_write_config(accel_track *t, const accel_track_param *cfg, int count) {
+    char tmp[ACCEL_TRACK_PATH_CAPACITY + 32], *text, *p;
+    size_t bound = 8;
+    FILE *f;
+    int i, e = 0;
+    for (i = 0; i < count; ++i) bound += accel__track_param_bound(&cfg[i]);
+    text = (char *)accel_host_alloc(t->acc, bound);
+    if (!text) return ACCEL_ERR_OUT_OF_MEMORY;
+    p = text;
+    *p++ = '{';
+    for (i = 0; i < count; ++i) {
+        if (i) *p++ = ',';
+        *p++ = '\n'; *p++ = ' '; *p++ = ' ';
+        p = accel__track_json_str(p, cfg[i].name);
+        *p++ = ':'; *p++ = ' ';
+        p = accel__track_param_text(p, &cfg[i], 1);
+    }
+    *p++ = '\n'; *p++ = '}'; *p++ = '\n';
+    accel__track_path(t->config_file, t->run_dir, "config.json");
+    {
+        char name[64];
+        snprintf(name, sizeof name, "config.json.tmp.%ld", (long)getpid());
+        accel__track_path(tmp, t->run_dir, name);
+    }
+    f = fopen(tmp, "wb");
+    if (!f) e = errno ? errno : EIO;
+    else {
+        if (fwrite(text, 1, (size_t)(p - text), f) != (size_t)(p - text)) e = errno ? errno : EIO;
+        if (fflush(f) != 0 && !e) e = errno ? errno : EIO;
+        if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+        if (!e && rename(tmp, t->config_file) != 0) e = errno ? errno : EIO;
+        if (e) unlink(tmp);
+    }
+    accel_host_free(t->acc, text);
+    if (e) {
+        accel_result r = accel__track_io_fail(t, NULL, "config.json", t->config_file, e);
+        t->config_file[0] = 0;
+        return r;
+    }
+    return ACCEL_OK;
+}
+
+/* The hparams markdown table as a TensorBoard text summary. */
+static accel_result accel__track_write_hparams(accel_track *t, const accel_track_param *cfg, int count, double wall) {
+    char *text, *p;
+    size_t bound = 64, len;
+    int i;
+    for (i = 0; i < count; ++i) bound += accel__track_param_bound(&cfg[i]);
+    text = (char *)accel_host_alloc(t->acc, bound);
+    if (!text) return ACCEL_ERR_OUT_OF_MEMORY;
+    p = text;
+    memcpy(p, "| name | value |\n|---|---|\n", 27);
+    p += 27;
+    for (i = 0; i < count; ++i) {
+        *p++ = '|'; *p++ = ' ';
+        p = accel__track_md_cell(p, cfg[i].name);
+        *p++ = ' '; *p++ = '|'; *p++ = ' ';
+        p = accel__track_param_text(p, &cfg[i], 0);
+        *p++ = ' '; *p++ = '|'; *p++ = '\n';
+    }
+    len = accel__tb_encode_text(t, "hparams", text, (size_t)(p - text), wall);
+    accel_host_free(t->acc, text);
+    if (!len) return ACCEL_ERR_OUT_OF_MEMORY;
+    if (fwrite(t->impl->buf, 1, len, t->impl->tb) != len)
+        return accel__track_io_fail(t, NULL, "tensorboard", t->event_file, errno);
+    return ACCEL_OK;
+}
+
+static accel_result accel__track_open_event_file(accel_track *t) {
+    char host[256];
+    long long secs = (long long)time(NULL);
+    int fd = -1, i, e = 0;
+    size_t k;
+    if (gethostname(host, sizeof host) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    for (k = 0; host[k]; ++k)
+        if (host[k] == '/') host[k] = '_';
+    host[64] = 0; /* keeps the name within the 128 bytes reserved after run_dir */
+    for (i = 0; i < 100 && fd < 0; ++i) {
+        char name[128];
+        if (i == 0) snprintf(name, sizeof name, "events.out.tfevents.%lld.%.64s", secs, host);
+        else snprintf(name, sizeof name, "events.out.tfevents.%lld.%.64s.%d", secs, host, i);
+        accel__track_path(t->event_file, t->run_dir, name);
+        fd = open(t->event_file, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        e = errno;
+        ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "tensorboard: cannot create \"%.400s\": %s", t->event_file, strerror(e));
+        t->event_file[0] = 0;
+        return ACCEL_ERR_IO;
+    }
+    t->impl->tb = fdopen(fd, "wb");
+    if (!t->impl->tb) {
+        e = errno;
+        close(fd);
+        unlink(t->event_file);
+        ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "tensorboard: fdopen(\"%.400s\"): %s", t->event_file, strerror(e));
+        t->event_file[0] = 0;
+        return ACCEL_ERR_IO;
+    }
+    setvbuf(t->impl->tb, NULL, _IOFBF, 1 << 16);
+    return ACCEL_OK;
+}
+
+/* The main process's part of init_trackers. On failure nothing stays open and no event file is left. */
+static accel_result accel__track_open(accel_track *t, const char *project, const accel_track_param *cfg, int count) {
+    char err[ACCEL_ERROR_CAPACITY];
+    accel_result r;
+    double wall = accel__track_wall_time();
+    size_t len;
+    if (strlen(t->logging_dir) + strlen(project) + 2 > ACCEL_TRACK_PATH_CAPACITY - 128)
+        return ACCEL__FAIL(t->acc, ACCEL_ERR_INVALID_ARGUMENT, "init_trackers: \"%.200s/%.200s\" is too long a path",
+                           t->logging_dir, project);
+    {
+        size_t a = strlen(t->logging_dir), b = strlen(project); /* fits: checked above */
+        memcpy(t->run_dir, t->logging_dir, a);
+        t->run_dir[a] = '/';
+        memcpy(t->run_dir + a + 1, project, b + 1);
+    }
+    if (accel__track_mkdirs(t->run_dir, err, sizeof err) != 0) {
+        t->run_dir[0] = 0;
+        return ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "init_trackers: %s", err);
+    }
+    t->impl = (struct accel__track_impl *)accel_host_alloc(t->acc, sizeof(struct accel__track_impl));
+    if (!t->impl) { t->run_dir[0] = 0; return ACCEL_ERR_OUT_OF_MEMORY; }
+    memset(t->impl, 0, sizeof *t->impl);
+    r = ACCEL_OK;
+    if (count > 0) r = accel__track_write_config(t, cfg, count);
+    if (r == ACCEL_OK && (t->log_with & ACCEL_TRACK_TENSORBOARD)) {
+        r = accel__track_open_event_file(t);
+        if (r == ACCEL_OK) {
+            len = accel__tb_encode_version(t, wall);
+            if (!len) r = ACCEL_ERR_OUT_OF_MEMORY;
+            else if (fwrite(t->impl->buf, 1, len, t->impl->tb) != len)
+                r = accel__track_io_fail(t, NULL, "tensorboard", t->event_file, errno);
+        }
+        if (r == ACCEL_OK && count > 0) r = accel__track_write_hparams(t, cfg, count, wall);
+        if (r == ACCEL_OK && fflush(t->impl->tb) != 0) r = accel__track_io_fail(t, NULL, "tensorboard", t->event_file, errno);
+    }
+    if (r == ACCEL_OK && (t->log_with & ACCEL_TRACK_JSONL)) {
+        accel__track_path(t->jsonl_file, t->run_dir, "metrics.jsonl");
+        t->impl->jl = fopen(t->jsonl_file, "ab");
+        if (!t->impl->jl) {
+            int e = errno;
+            r = ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "jsonl: cannot open \"%.400s\": %s", t->jsonl_file, strerror(e));
+            t->jsonl_file[0] = 0;
+        }
+    }
+    if (r != ACCEL_OK) {
+        accel__track_close_files(t, 1);
+        t->run_dir[0] = t->event_file[0] = t->jsonl_file[0] = 0;
+        return r;
+    }
+    t->impl->last_flush = accel__now();
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_track_init_trackers(accel_track *t, const char *project_name,
+                                                  const accel_track_param *config, int count) {
+    accel *acc;
+    accel_result local = ACCEL_OK, r;
+    int i;
+    struct { int32_t status; char msg[ACCEL_ERROR_CAPACITY - 64]; } shared;
+    if (!t || !t->acc || t->state == ACCEL_TRACK_STATE_UNSET)
+        return ACCEL__FAIL(t ? t->acc : NULL, ACCEL_ERR_STATE, "init_trackers: call accel_track_init first");
+    acc = t->acc;
+    if (t->state == ACCEL_TRACK_STATE_ACTIVE)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "init_trackers was already called (call end_training before a new run)");
+    /* validate locally first; every rank still takes part in the broadcast below */
+    if (!project_name || !*project_name || !accel__track_utf8_ok(project_name))
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "init_trackers: project_name is NULL, empty or not UTF-8");
+    else if (count < 0 || (count > 0 && !config))
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "init_trackers: config is NULL with count %d", count);
+    for (i = 0; local == ACCEL_OK && i < count; ++i) {
+        local = accel__track_check_name(acc, "config", i, config[i].name, 0);
+        if (local != ACCEL_OK) break;
+        if ((int)config[i].type < 0 || (int)config[i].type > ACCEL_TRACK_PARAM_BOOL)
+            local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "config[%d] \"%.200s\": unknown type %d", i,
+                                config[i].name, (int)config[i].type);
+        else if (config[i].type == ACCEL_TRACK_PARAM_STRING &&
+                 (!config[i].string || !accel__track_utf8_ok(config[i].string)))
+            local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "config[%d] \"%.200s\": the string is NULL or not UTF-8",
+                                i, config[i].name);
+    }
+    if (local == ACCEL_OK && count > 1)
+        local = accel__track_check_dups(acc, "config", &config[0].name, sizeof config[0], count);
+    if (local == ACCEL_OK && t->is_writer && t->log_with) local = accel__track_open(t, project_name, config, count);
+
+    r = local;
+    if (acc->mpi_active && acc->num_processes > 1) {
+        accel_result br;
+        memset(&shared, 0, sizeof shared);
+        shared.status = (int32_t)local;
+        if (t->is_writer && local != ACCEL_OK) snprintf(shared.msg, sizeof shared.msg, "%.900s", acc->last_error);
+        br = accel_host_broadcast(acc, &shared, sizeof shared, 0);
+        if (br != ACCEL_OK) {
+            if (t->is_writer && local == ACCEL_OK) {
+                accel__track_close_files(t, 1);
+                t->run_dir[0] = t->event_file[0] = t->jsonl_file[0] = t->config_file[0] = 0;
+            }
+            return br;
+        }
+        shared.msg[sizeof shared.msg - 1] = 0;
+        if (!t->is_writer && local == ACCEL_OK && shared.status != ACCEL_OK)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "init_trackers failed on the main process: %s", shared.msg);
+    }
+    if (r != ACCEL_OK) return r;
+    t->state = ACCEL_TRACK_STATE_ACTIVE;
+    t->logged = 0;
+    return ACCEL_OK;
+}
+
+/* ----------------------------------------------------------------------------------------------- logging */
+static accel_result accel__track_state_error(accel_track *t, const char *what) {
+    if (t->state == ACCEL_TRACK_STATE_ENDED)
+        return ACCEL__FAIL(t->acc, ACCEL_ERR_STATE, "%s after end_training: the trackers are closed", what);
+    return ACCEL__FAIL(t->acc, ACCEL_ERR_STATE, "%s before init_trackers", what);
+}
+
+static accel_result accel__track_tb_flush(accel_track *t) {
+    struct accel__track_impl *im = t->impl;
+    if (fflush(im->tb) != 0) return accel__track_io_fail(t, &im->tb_failed, "tensorboard", t->event_file, errno);
+    im->last_flush = accel__now();
+    return ACCEL_OK;
+}
+
+static accel_result accel__track_log_tb(accel_track *t, const accel_track_value *v, int count, int64_t step,
+                                        double wall) {
+    struct accel__track_impl *im = t->impl;
+    size_t len;
+    if (im->tb_failed) return accel__track_disabled(t, "tensorboard", t->event_file);
+    len = accel__tb_encode_scalars(t, v, count, step, wall);
+    if (!len) return ACCEL_ERR_OUT_OF_MEMORY;
+    errno = 0;
+    if (fwrite(im->buf, 1, len, im->tb) != len)
+        return accel__track_io_fail(t, &im->tb_failed, "tensorboard", t->event_file, errno);
+    if (t->flush_secs < 0 || accel__now() - im->last_flush >= t->flush_secs) return accel__track_tb_flush(t);
+    return ACCEL_OK;
+}
+
+static accel_result accel__track_log_jsonl(accel_track *t, const accel_track_value *v, int count, int64_t step,
+                                           double wall) {
+    struct accel__track_impl *im = t->impl;
+    size_t bound = 128, len;
+    char *p, *line;
+    int i;
+    if (im->jl_failed) return accel__track_disabled(t, "jsonl", t->jsonl_file);
+    for (i = 0; i < count; ++i) bound += 6 * strlen(v[i].name) + 48;
+    if (!accel__track_reserve(t, bound)) return ACCEL_ERR_OUT_OF_MEMORY;
+    line = p = (char *)im->buf;
+    if (step == ACCEL_TRACK_NO_STEP) { memcpy(p, "{\"step\": null", 13); p += 13; }
+    else p += sprintf(p, "{\"step\": %lld", (long long)step);
+    memcpy(p, ", \"time\": ", 10);
+    p += 10;
+    p += sprintf(p, "%.6f", wall);
+    for (i = 0; i < count; ++i) {
+        *p++ = ','; *p++ = ' ';
+        p = accel__track_json_str(p, v[i].name);
+        *p++ = ':'; *p++ = ' ';
+        p += accel__track_fmt_double(p, v[i].value);
+    }
+    *p++ = '}'; *p++ = '\n';
+    len = (size_t)(p - line);
+    errno = 0;
+    if (fwrite(line, 1, len, im->jl) != len || fflush(im->jl) != 0)
+        return accel__track_io_fail(t, &im->jl_failed, "jsonl", t->jsonl_file, errno);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_track_log(accel_track *t, const accel_track_value *values, int count, int64_t step) {
+    accel_result r = ACCEL_OK, r2;
+    double wall;
+    int i;
+    if (!t || !t->acc) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_log: tracker not initialized");
+    if (t->state != ACCEL_TRACK_STATE_ACTIVE) return accel__track_state_error(t, "log()");
+    if (count < 0 || (count > 0 && !values))
+        return ACCEL__FAIL(t->acc, ACCEL_ERR_INVALID_ARGUMENT, "log(): values is NULL with count %d", count);
+    for (i = 0; i < count; ++i) {
+        r = accel__track_check_name(t->acc, "values", i, values[i].name, 1);
+        if (r != ACCEL_OK) return r;
+    }
+    if (count > 1) {
+        r = accel__track_check_dups(t->acc, "values", &values[0].name, sizeof values[0], count);
+        if (r != ACCEL_OK) return r;
+    }
+    if (count == 0) return ACCEL_OK;
+    t->logged++;
+    if (!t->is_writer || !t->impl) return ACCEL_OK;
+    wall = accel__track_wall_time();
+    if (t->impl->tb) r = accel__track_log_tb(t, values, count, step, wall);
+    if (t->impl->jl) {
+        r2 = accel__track_log_jsonl(t, values, count, step, wall);
+        if (r == ACCEL_OK) r = r2;
+    }
+    return r;
+}
+
+ACCEL__DEF accel_result accel_track_flush(accel_track *t) {
+    if (!t || !t->acc) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_flush: tracker not initialized");
+    if (t->state != ACCEL_TRACK_STATE_ACTIVE) return accel__track_state_error(t, "flush()");
+    if (!t->impl || !t->impl->tb) return ACCEL_OK;
+    if (t->impl->tb_failed) return accel__track_disabled(t, "tensorboard", t->event_file);
+    return accel__track_tb_flush(t);
+}
+
+/* fflush + fsync + fclose; the first error as errno (0 = fine). */
+static int accel__track_finish_file(FILE *f) {
+    int e = 0;
+    errno = 0;
+    if (fflush(f) != 0) e = errno ? errno : EIO;
+    if (!e && fsync(fileno(f)) != 0 && errno != EINVAL && errno != EROFS) e = errno;
+    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    return e;
+}
+
+ACCEL__DEF accel_result accel_track_end_training(accel_track *t) {
+    struct accel__track_impl *im;
+    accel_result r = ACCEL_OK;
+    int e;
+    if (!t || !t->acc) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_end_training: tracker not initialized");
+    if (t->state != ACCEL_TRACK_STATE_ACTIVE) return ACCEL_OK;
+    im = t->impl;
+    if (im) {
+        if (im->tb) {
+            if (im->tb_failed) fclose(im->tb);
+            else if ((e = accel__track_finish_file(im->tb)) != 0) r = accel__track_io_fail(t, NULL, "tensorboard", t->event_file, e);
+            im->tb = NULL;
+        }
+        if (im->jl) {
+            if (im->jl_failed) fclose(im->jl);
+            else if ((e = accel__track_finish_file(im->jl)) != 0) {
+                accel_result r2 = accel__track_io_fail(t, NULL, "jsonl", t->jsonl_file, e);
+                if (r == ACCEL_OK) r = r2;
+            }
+            im->jl = NULL;
+        }
+        accel__track_close_files(t, 0);
+    }
+    t->state = ACCEL_TRACK_STATE_ENDED;
+    return r;
+}
+
+#endif /* ACCEL_IMPLEMENTATION */
+
+/* accel is released under the MIT licence. Copyright (c) 2026 the accel authors. */
