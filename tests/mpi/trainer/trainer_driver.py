@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Multi-run checks of examples/train_digits.c (suite trainer): the modules composed in a real trainer.
+
+usage: trainer_driver.py CHECK TRAIN_DIGITS_EXE
+  CHECK: equivalence | resume | skip | accuracy
+Runs the trainer through tests/mpi/mpirun.sh (ACCEL_SOURCE_ROOT), reads its --loss-file / --dump-weights outputs and
+compares them. The data (data/digits.csv) is fetched with scripts/fetch-digits.sh when missing; if that is not
+possible the test is skipped (exit 77) with the reason.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.environ.get("ACCEL_SOURCE_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+MPIRUN = os.path.join(ROOT, "tests", "mpi", "mpirun.sh")
+DATA = os.path.join(ROOT, "data", "digits.csv")
+failures = 0
+checks = 0
+
+
+def check(ok, what):
+    global failures, checks
+    checks += 1
+    if not ok:
+        failures += 1
+        print("FAIL: " + what, flush=True)
+    else:
+        print("ok: " + what, flush=True)
+
+
+def ensure_data():
+    if os.path.exists(DATA):
+        return
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "fetch-digits.sh")], capture_output=True, text=True)
+    if r.returncode != 0 or not os.path.exists(DATA):
+        print("SKIP: data/digits.csv is missing and scripts/fetch-digits.sh failed:\n" + r.stdout + r.stderr)
+        sys.exit(77)
+
+
+def run(exe, np_, args, expect_ok=True, timeout=100):
+    cmd = ["bash", MPIRUN, str(np_), exe, "--data", DATA, "--print-every", "0"] + [str(a) for a in args]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        print("command timed out: %s\n%s%s" % (" ".join(cmd), e.stdout or "", e.stderr or ""))
+        sys.exit(1)
+    if expect_ok and r.returncode != 0:
+        print("command failed (%d): %s\n%s%s" % (r.returncode, " ".join(cmd), r.stdout, r.stderr))
+        sys.exit(1)
+    return r
+
+
+def losses(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            step, loss, lr, scale, skipped, sched = line.split()
+            rows.append((int(step), float(loss), float(lr), float(scale), int(skipped), int(sched)))
+    return rows
+
+
+def weights(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    return struct.unpack("<%df" % (len(b) // 4), b), b
+
+
+def max_rel(a, b):
+    return max(abs(x - y) / max(abs(x), abs(y), 1e-3) for x, y in zip(a, b))
+
+
+def equivalence(exe, tmp):
+    # Global batch 4B = 60 with B = 15: the 1500 training samples are exactly 25 optimizer steps per epoch in every
+    # configuration, so 60 steps cross two epoch boundaries (reshuffles) and every step sees the same 60 samples:
+    # positions [60s, 60s+60) of the epoch's permutation (which depends on seed and epoch only). P processes with
+    # batch b take the permutation's consecutive b-sized batches round-robin; accumulation takes A of a process's
+    # batches. See the top of examples/train_digits.c.
+    B, steps = 15, 60
+    configs = [("1x4B", 1, 4 * B, 1), ("2x2B", 2, 2 * B, 1), ("4xB", 4, B, 1), ("1xB_accum4", 1, B, 4)]
+    res = {}
+    for name, np_, b, a in configs:
+        lf, wf = os.path.join(tmp, name + ".loss"), os.path.join(tmp, name + ".w")
+        run(exe, np_, ["--steps", steps, "--batch", b, "--accum", a, "--seed", 7, "--loss-file", lf,
+                       "--dump-weights", wf, "--lr", 0.05, "--clip", 1.0])
+        res[name] = (losses(lf), weights(wf)[0])
+    ref_l, ref_w = res["1x4B"]
+    check(len(ref_l) == steps, "reference has %d loss rows" % steps)
+    for name in res:
+        if name == "1x4B":
+            continue
+        l, w = res[name]
+        d = max_rel([r[1] for r in ref_l], [r[1] for r in l]) if len(l) == len(ref_l) else float("inf")
+        lr_same = len(l) == len(ref_l) and all(abs(x[2] - y[2]) <= 1e-7 * max(1, abs(x[2])) for x, y in zip(ref_l, l))
+        dw = max(abs(x - y) for x, y in zip(ref_w, w))
+        check(d < 1e-5, "%s loss trajectory matches 1x4B over %d steps (max rel diff %.2e)" % (name, steps, d))
+        check(lr_same, "%s LR per optimizer step matches 1x4B (scheduler steps P per step, length steps*P)" % name)
+        check(dw < 1e-5, "%s final weights match 1x4B (max abs diff %.2e)" % (name, dw))
+    # negative control: a different global batch (2 x B = 30) must NOT match — the comparison can fail
+    lf = os.path.join(tmp, "ctrl.loss")
+    run(exe, 2, ["--steps", steps, "--batch", B, "--accum", 1, "--seed", 7, "--loss-file", lf, "--lr", 0.05])
+    d = max_rel([r[1] for r in ref_l], [r[1] for r in losses(lf)])
+    check(d > 1e-2, "control (2 x B, global batch 2B) differs from 1x4B (max rel diff %.2e)" % d)
+
+
+def resume(exe, tmp):
+    # fp16 (scaler state), momentum, accumulation, shuffling; 23 optimizer steps per epoch, so the save at step 50
+    # is mid-epoch 3.
+    common = ["--steps", 100, "--batch", 16, "--accum", 2, "--precision", "fp16", "--seed", 3]
+    straight = os.path.join(tmp, "straight.w")
+    run(exe, 2, common + ["--dump-weights", straight, "--loss-file", os.path.join(tmp, "straight.loss")])
+    ck = os.path.join(tmp, "ck")
+    r = run(exe, 2, common + ["--checkpoint-dir", ck, "--checkpoint-every", 50, "--kill-at", 50,
+                              "--dump-weights", os.path.join(tmp, "never.w")], expect_ok=False)
+    check(r.returncode != 0, "the first half was killed (exit %d) after its step-50 checkpoint" % r.returncode)
+    check(not os.path.exists(os.path.join(tmp, "never.w")), "the killed run wrote no final weights")
+    resumed = os.path.join(tmp, "resumed.w")
+    run(exe, 2, common + ["--checkpoint-dir", ck, "--resume", "--dump-weights", resumed,
+                          "--loss-file", os.path.join(tmp, "resumed.loss")])
+    ws, bs = weights(straight)
+    wr, br = weights(resumed)
+    check(bs == br, "100 straight vs 50 + kill + resume 50 on 2 processes: bit-identical weights (%d floats)" % len(ws))
+    ls, lr_ = losses(os.path.join(tmp, "straight.loss")), losses(os.path.join(tmp, "resumed.loss"))
+    check(len(lr_) == 50 and lr_[0][0] == 51 and lr_[-1][0] == 100, "the resumed run did steps 51..100")
+    check(all(a == b for a, b in zip(ls[50:], lr_)), "resumed loss/lr/scale rows equal the straight run's 51..100")
+    # another world size: P=1 with batch 32 (same global batch 64), from the same P=2 checkpoint
+    other = os.path.join(tmp, "resumed_p1.w")
+    run(exe, 1, ["--steps", 100, "--batch", 32, "--accum", 2, "--precision", "fp16", "--seed", 3,
+                 "--checkpoint-dir", ck, "--resume", "--dump-weights", other])
+    wo, _ = weights(other)
+    d = max(abs(x - y) for x, y in zip(ws, wo))
+    check(d < 2e-3, "resume on 1 process (batch 32) from the 2-process checkpoint matches (max abs diff %.2e)" % d)
+    # negative control for that tolerance: 99 instead of 100 steps differs by much more
+    ctrl = os.path.join(tmp, "ctrl99.w")
+    run(exe, 2, ["--steps", 99] + common[2:] + ["--dump-weights", ctrl])
+    dc = max(abs(x - y) for x, y in zip(ws, weights(ctrl)[0]))
+    check(dc > 10 * max(d, 1e-6), "control: 99 vs 100 steps differs far more (%.2e)" % dc)
+
+
+def skip(exe, tmp):
+    lf = os.path.join(tmp, "skip.loss")
+    r = run(exe, 2, ["--steps", 300, "--batch", 16, "--precision", "fp16", "--init-scale", 2 ** 24,
+                     "--loss-file", lf, "--seed", 5])
+    rows = losses(lf)
+    nskip = 0
+    while nskip < len(rows) and rows[nskip][4] == 1:
+        nskip += 1
+    check(nskip >= 2, "fp16 at init scale 2^24: the first %d steps are skipped" % nskip)
+    check(all(rows[i][3] == 2.0 ** (24 - i) for i in range(nskip + 1)),
+          "the scale halves on every skipped step (2^24 -> 2^%d)" % (24 - nskip))
+    check(all(rows[i][5] == 0 for i in range(nskip)), "the scheduler does not advance on skipped steps")
+    check(all(rows[i][2] == rows[0][2] for i in range(nskip + 1)), "the LR stays at its initial value until a step is taken")
+    taken = [x for x in rows if x[4] == 0]
+    check(all(taken[i][5] == 2 * (i + 1) for i in range(len(taken))),
+          "every taken step advances the scheduler by num_processes = 2 (%d taken)" % len(taken))
+    check(sum(x[4] for x in rows[nskip:]) <= 2, "after backing off, (almost) no more overflows")
+    first = sum(x[1] for x in rows[nskip:nskip + 10]) / 10
+    last = sum(x[1] for x in rows[-10:]) / 10
+    check(last < 0.5 * first, "training converges after the skips (loss %.3f -> %.3f)" % (first, last))
+    acc = [l for l in r.stdout.splitlines() if l.startswith("test accuracy: ")]
+    check(len(acc) == 1 and float(acc[0][15:-1]) >= 90.0, "fp16 test accuracy >= 90%%: %s" % (acc[0] if acc else "none"))
+
+
+def accuracy(exe, tmp):
+    for prec in ("no", "bf16"):
+        logdir = os.path.join(tmp, "runs_" + prec)
+        r = run(exe, 2, ["--precision", prec, "--log-dir", logdir])
+        lines = r.stdout.strip().splitlines()
+        last = lines[-1] if lines else ""
+        ok = last.startswith("test accuracy: ") and last.endswith("%") and len(last.split(".")[-1]) == 3
+        check(ok, "%s: the last line reads 'test accuracy: NN.NN%%' (%r)" % (prec, last))
+        check(ok and float(last[15:-1]) >= 95.0, "%s: 2-process test accuracy >= 95%% (%s)" % (prec, last))
+        try:
+            recs = [json.loads(l) for l in open(os.path.join(logdir, "train_digits", "metrics.jsonl"))]
+        except OSError:
+            recs = []
+        check(any("eval/accuracy" in x for x in recs) and any("train/loss" in x for x in recs),
+              "%s: metrics.jsonl has train/loss and eval/accuracy (%d records)" % (prec, len(recs)))
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume", "skip", "accuracy"):
+        print(__doc__)
+        return 2
+    ensure_data()
+    with tempfile.TemporaryDirectory(prefix="trainer-") as tmp:
+        globals()[sys.argv[1]](os.path.abspath(sys.argv[2]), tmp)
+    print("trainer-%s: %d passed, %d failed" % (sys.argv[1], checks - failures, failures))
+    return 1 if failures or not checks else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
