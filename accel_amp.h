@@ -1,16 +1,1168 @@
-/* accel_amp.h — (module under construction; see its issue). Depends only on accel.h. */
+/* accel_amp.h — mixed precision for accel: precision policy, fp32 <-> fp16/bf16 conversion (round-to-nearest-even and
+   stochastic rounding), torch's dynamic loss scaler (GradScaler), fused unscale + non-finite check, gradient clipping
+   (clip_grad_norm_, clip_grad_value_) and master-weight copies. CPU and CUDA, same per-element math.
+
+   USAGE (fp16 training step; the same code runs on the CPU and, with the implementation TU built by nvcc, on CUDA)
+       accel_amp_scaler sc;
+       accel_amp_scaler_desc sd = {0};                   // zero = Accelerate's defaults (65536, 2, 0.5, 2000)
+       if (accel_amp_scaler_init(&acc, &sc, &sd) != ACCEL_OK) return 1;   // disabled unless acc.mixed_precision=fp16
+       accel_tensor grads[2] = {...};                    // fp32 (or fp16/bf16) gradient buffers on acc's device
+       for (step = 0; step < steps; ++step) {
+           float loss_mult = accel_amp_loss_scale(&sc) / acc.gradient_accumulation_steps;
+           forward_backward(loss_mult);                  // your kernels: d(loss * loss_mult)
+           int found_inf;
+           accel_amp_unscale_and_check(&acc, &sc, grads, 2, &found_inf);   // grads *= 1/scale; any rank inf → all
+           double norm;
+           accel_amp_clip_grad_norm(&acc, grads, 2, 1.0, 2.0, 0, &norm);
+           if (!found_inf) { adamw_step(master, grads);   // fp32 master weights
+                             accel_amp_master_to_model(&acc, master, model16, ACCEL_BF16, n, NULL); }
+           accel_amp_update(&acc, &sc);                  // backoff / growth; sets acc.optimizer_step_was_skipped
+       }
+       uint8_t st[ACCEL_AMP_SCALER_STATE_BYTES]; size_t w;      // checkpoint: fixed little-endian bytes
+       accel_amp_scaler_state_save(&acc, &sc, st, sizeof st, &w);
+       accel_amp_scaler_destroy(&acc, &sc);
+
+   PRECISION POLICY (accel_amp_get_policy, from acc->mixed_precision)
+       "no"   fp32 everywhere, no scaling       "bf16" bf16 compute, no scaling (as Accelerate: no scaler)
+       "fp16" fp16 compute, dynamic scaling     "fp8"  ACCEL_ERR_UNSUPPORTED (reserved)
+
+   CONVERSIONS (static ACCEL_HD helpers, usable in your own kernels)
+       fp32 -> fp16 / bf16: IEEE round-to-nearest-even, overflow to Inf, fp16 subnormals, bit-exact with cuda_fp16.h's
+       __float2half_rn and cuda_bf16.h's __float2bfloat16 (host and device), including NaN: every NaN becomes the
+       canonical quiet NaN 0x7FFF (CUDA's choice: the sign and payload are dropped; PyTorch's CPU kernels give
+       sign|0x7E00 for fp16 and 0x7FC0 for bf16 instead). fp16/bf16 -> fp32 is exact (NaN stays NaN; bf16 keeps its
+       payload, fp16 NaNs are quieted with sign and payload kept).
+       Stochastic rounding fp32 -> bf16: add 16 random bits below the bf16 mantissa and truncate, so E[round(x)] = x.
+       The bits of element i are accel_rng_draw4(seed, step, (index_offset + i) / 4)[(index_offset + i) % 4] from
+       the core's Philox: deterministic for (seed, step, index) and identical on CPU and GPU.
+
+   LOSS SCALER (torch.amp.GradScaler semantics, SEMANTICS.md §10)
+       scale is float32, growth_tracker int32; unscale multiplies by inv = (float)(1.0 / (double)scale) and records
+       non-finite inputs; update(): found_inf → scale = (float)(scale * backoff), tracker = 0 (no floor: the scale
+       can reach 0); else ++tracker, and at growth_interval scale = (float)(scale * growth) only if that is finite,
+       tracker = 0 either way. found_inf is OR-ed over all ranks (a collective: every rank calls unscale_and_check)
+       unless desc.local_found_inf. Unscaling twice in one step is ACCEL_ERR_STATE (torch raises too); update()
+       without unscale in the step is ACCEL_ERR_STATE (torch asserts "No inf checks were recorded").
+       desc.static_scale: the scale never changes (found_inf still skips the step).
+
+   CLIPPING
+       accel_amp_clip_grad_norm: torch.nn.utils.clip_grad_norm_. total = ||(||g_i||_p)_i||_p over F32/F16/BF16
+       buffers, coef = max_norm / (total + 1e-6) clamped to 1, every gradient multiplied by coef (also when coef = 1,
+       as torch). total NaN → grads become NaN, total Inf → coef 0, exactly as torch; ACCEL_AMP_CLIP_ERROR_IF_NONFINITE
+       turns a non-finite total into ACCEL_ERR_STATE before anything is changed. ACCEL_AMP_CLIP_SHARDED: each rank
+       holds a different shard of the gradients: the p-th power sums (or maxima) are all-reduced across ranks.
+       accel_amp_clip_grad_value: clamp(g, -v, v) (NaN stays NaN, as torch.clamp).
+
+   OPTIONS / MACROS
+       ACCEL_AMP_CUDA_BLOCK    threads per block of the kernels (default 256)
+       ACCEL_AMP_CHUNK         elements per multi-tensor chunk (default 65536; a multiple of 8)
+
+   THREADS AND STREAMS
+       Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream; a list of
+       buffers is one kernel launch (a device-side descriptor array, allocated with cudaMallocAsync on the stream).
+       unscale_and_check synchronizes once to read found_inf (one 4-byte copy); clip_grad_norm reads back the
+       per-block partial norms (≤ 8 KiB). Conversions and clip_grad_value do not synchronize. A scaler is used by one
+       thread at a time.
+
+   DIFFERENCES FROM ACCELERATE / PYTORCH (deliberate)
+     - Accelerate creates a GradScaler only for fp16 on a non-CPU device; accel also scales in fp16 mode on the CPU
+       (the CPU trainer trains in fp16 with dynamic scaling). accel_amp_policy.accelerate_would_scale says what
+       Accelerate would do. desc.enabled = ACCEL_ON / ACCEL_OFF overrides the policy.
+     - Norms are accumulated in float64 (torch: in the gradient's dtype / float32), so the returned norm is more
+       accurate; the clip coefficient is then rounded to float32 as torch's is.
+     - The scale lives on the host (torch keeps it on the device); the values and the rule are the same.
+     - A static-scale mode (DeepSpeed's static loss scale) exists; GradScaler has none.
+     - fp32 -> fp16/bf16 NaN gives 0x7FFF (CUDA's canonical NaN) on the CPU too, so CPU and GPU agree bit for bit.
+*/
 #ifndef ACCEL_AMP_H_INCLUDED
 #define ACCEL_AMP_H_INCLUDED
 #include "accel.h"
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ------------------------------------------------------------------------------------------------ policy */
+typedef struct accel_amp_policy {
+    accel_precision precision;   /* resolved: ACCEL_PRECISION_NO, _FP16 or _BF16 */
+    accel_dtype compute_dtype;   /* ACCEL_F32, ACCEL_F16 or ACCEL_BF16 */
+    int loss_scaling;            /* 1 for fp16 (accel scales on every device) */
+    int accelerate_would_scale;  /* 1 for fp16 on a CUDA device only (Accelerate's rule) */
+} accel_amp_policy;
+
+/* fp8 → ACCEL_ERR_UNSUPPORTED. */
+ACCEL_API accel_result accel_amp_get_policy(accel *acc, accel_amp_policy *out);
+
+/* ------------------------------------------------------------------------------ element-wise helpers (HD) */
+static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_f32_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+static ACCEL_INLINE ACCEL_HD float accel_amp_bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+/* 1 when f is Inf or NaN (branch-free so loops vectorize). */
+static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_nonfinite(float f) {
+    return (uint32_t)((accel_amp_f32_bits(f) & 0x7f800000u) == 0x7f800000u);
+}
+
+/* fp32 → bf16, round to nearest even; NaN → 0x7FFF (as __float2bfloat16). Overflow rounds to ±Inf. */
+static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_bf16(float f) {
+    uint32_t u = accel_amp_f32_bits(f);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? 0x7fffu : r);
+}
+static ACCEL_INLINE ACCEL_HD float accel_amp_bf16_to_f32(uint16_t h) { return accel_amp_bits_f32((uint32_t)h << 16); }
+
+/* fp32 → bf16 with stochastic rounding: rnd's low 16 bits are added below the kept mantissa, then truncated.
+   NaN → 0x7FFF, ±Inf stays, finite values beyond the largest bf16 may round to ±Inf with their probability. */
+static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_bf16_sr(float f, uint32_t rnd) {
+    uint32_t u = accel_amp_f32_bits(f);
+    uint32_t a = u & 0x7fffffffu;
+    uint32_t r = (a == 0x7f800000u) ? (u >> 16) : ((u + (rnd & 0xffffu)) >> 16);
+    return (uint16_t)(a > 0x7f800000u ? 0x7fffu : r);
+}
+
+/* The random bits stochastic rounding uses for element `index` (see the top comment). */
+static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_sr_bits(uint64_t seed, uint64_t step, uint64_t index) {
+    uint32_t out[4];
+    accel_rng_draw4(seed, step, index >> 2, out);
+    return out[index & 3u];
+}
+
+/* fp32 → fp16, round to nearest even, bit-exact with __float2half_rn: overflow (|x| ≥ 65520) → ±Inf, subnormal
+   results rounded correctly, NaN → 0x7FFF. */
+static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_f16(float f) {
+    uint32_t x = accel_amp_f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t u = x & 0x7fffffffu;
+    uint32_t res, rem;
+    if (u >= 0x7f800000u) return (uint16_t)(u == 0x7f800000u ? (sign | 0x7c00u) : 0x7fffu);
+    if (u > 0x477fefffu) return (uint16_t)(sign | 0x7c00u); /* ≥ 65520 rounds up past 65504 */
+    if (u >= 0x38800000u) {                                 /* normal fp16 result */
+        rem = u << 19;
+        res = sign | ((u - 0x38000000u) >> 13);
+    } else if (u <= 0x33000000u) {                          /* ≤ 2^-25: rounds to ±0 (2^-25 is a tie → even 0) */
+        return (uint16_t)sign;
+    } else {                                                /* subnormal fp16 result */
+        uint32_t shift = 0x7eu - (u >> 23);
+        uint32_t mant = (u & 0x7fffffu) | 0x800000u;
+        rem = mant << (32u - shift);
+        res = sign | (mant >> shift);
+    }
+    if (rem > 0x80000000u || (rem == 0x80000000u && (res & 1u))) ++res;
+    return (uint16_t)res;
+}
+
+/* fp16 → fp32, exact. A NaN keeps its sign and payload and is quieted (as x86 F16C). */
+static ACCEL_INLINE ACCEL_HD float accel_amp_f16_to_f32(uint16_t h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
+    uint32_t m = (uint32_t)h & 0x3ffu;
+    if (e == 0x1fu) return accel_amp_bits_f32(sign | 0x7f800000u | (m ? (0x400000u | (m << 13)) : 0u));
+    if (e == 0u) {
+        float v = (float)m * 5.9604644775390625e-08f; /* m · 2^-24, exact */
+        return accel_amp_bits_f32(accel_amp_f32_bits(v) | sign);
+    }
+    return accel_amp_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* torch's unscale of one element: inv == 1 leaves the value untouched. */
+static ACCEL_INLINE ACCEL_HD float accel_amp_unscale1(float v, float inv) { return inv == 1.0f ? v : v * inv; }
+
+/* torch.clamp(v, lo, hi): NaN propagates. */
+static ACCEL_INLINE ACCEL_HD float accel_amp_clamp1(float v, float lo, float hi) {
+    return v != v ? v : (v < lo ? lo : (v > hi ? hi : v));
+}
+
+/* torch's _amp_update_scale_ kernel (AmpGradScalerKernels.cpp), in place. */
+static ACCEL_INLINE ACCEL_HD void accel_amp_update_scale_rule(float *scale, int32_t *tracker, int found_inf,
+                                                              double growth, double backoff, int32_t interval) {
+    if (found_inf) {
+        *scale = (float)((double)*scale * backoff);
+        *tracker = 0;
+    } else {
+        int32_t s = *tracker + 1;
+        if (s == interval) {
+            float ns = (float)((double)*scale * growth);
+            uint32_t b = accel_amp_f32_bits(ns);
+            if ((b & 0x7f800000u) != 0x7f800000u) *scale = ns;
+            *tracker = 0;
+        } else {
+            *tracker = s;
+        }
+    }
+}
+
+/* --------------------------------------------------------------------------------------- buffer conversions */
+/* Stochastic-rounding parameters: element i of a call uses index index_offset + i. */
+typedef struct accel_amp_sr {
+    uint64_t seed;
+    uint64_t step;
+    uint64_t index_offset;
+} accel_amp_sr;
+
+/* dst[i] = convert(src[i]) for F32/F16/BF16 in any combination (same dtype = copy). sr != NULL selects stochastic
+   rounding (only F32 → BF16). src and dst must not overlap unless they are the same buffer of equal dtype size. */
+ACCEL_API accel_result accel_amp_convert(accel *acc, const void *src, accel_dtype src_dtype, void *dst,
+                                         accel_dtype dst_dtype, size_t n, const accel_amp_sr *sr);
+/* Accelerate's convert_to_fp32 for a list: out[k] (n_k floats) = in[k] (F16/BF16/F32) widened. One launch on CUDA. */
+ACCEL_API accel_result accel_amp_convert_to_fp32(accel *acc, const accel_tensor *in, float *const *out, int count);
+/* Master weights: fp32 master → F16/BF16 (or F32) model weights, RNE or stochastic (sr != NULL, BF16 only). */
+ACCEL_API accel_result accel_amp_master_to_model(accel *acc, const float *master, void *model, accel_dtype model_dtype,
+                                                 size_t n, const accel_amp_sr *sr);
+/* Model weights (F16/BF16/F32) → fp32 master (exact). */
+ACCEL_API accel_result accel_amp_model_to_master(accel *acc, const void *model, accel_dtype model_dtype, float *master,
+                                                 size_t n);
+
+/* -------------------------------------------------------------------------------------------- loss scaler */
+typedef struct accel_amp_scaler_desc {
+    float init_scale;      /* 0 → 65536 */
+    double growth_factor;  /* 0 → 2.0 (must be > 1) */
+    double backoff_factor; /* 0 → 0.5 (must be in (0, 1)) */
+    int growth_interval;   /* 0 → 2000 */
+    int static_scale;      /* nonzero: the scale never changes */
+    int enabled;           /* 0 → by policy (fp16 on), ACCEL_ON, ACCEL_OFF */
+    int local_found_inf;   /* nonzero: do not OR found_inf across ranks (gradients are already identical) */
+} accel_amp_scaler_desc;
+
+typedef struct accel_amp_scaler {
+    int enabled;
+    int dynamic;               /* 0 in static mode */
+    float scale;               /* float32, as torch */
+    double growth_factor;
+    double backoff_factor;
+    int32_t growth_interval;
+    int32_t growth_tracker;    /* int32, as torch */
+    int local_found_inf;
+    int unscaled;              /* unscale_and_check was called in this step */
+    int found_inf;             /* from the last unscale (all ranks) */
+    int step_was_skipped;      /* from the last update */
+    int64_t steps;             /* updates so far */
+    int64_t skipped_steps;     /* of which skipped */
+} accel_amp_scaler;
+
+ACCEL_API accel_result accel_amp_scaler_init(accel *acc, accel_amp_scaler *s, const accel_amp_scaler_desc *desc);
+ACCEL_API void accel_amp_scaler_destroy(accel *acc, accel_amp_scaler *s);
+/* What to multiply the loss by: the scale, or 1 when the scaler is disabled. */
+ACCEL_API float accel_amp_loss_scale(const accel_amp_scaler *s);
+/* In place grads *= (float)(1.0/(double)scale) for every buffer (F32/F16/BF16), one fused pass; *found_inf (may be
+   NULL) = any input Inf/NaN on any rank. Disabled scaler: no-op, found_inf 0 (torch: unscale_ is a no-op). */
+ACCEL_API accel_result accel_amp_unscale_and_check(accel *acc, accel_amp_scaler *s, const accel_tensor *grads,
+                                                   int count, int *found_inf);
+/* End of the optimizer step: apply the scale rule; step_was_skipped = found_inf; also sets
+   acc->optimizer_step_was_skipped and counts acc->optimizer_steps when the step was taken. */
+ACCEL_API accel_result accel_amp_update(accel *acc, accel_amp_scaler *s);
+ACCEL_API int accel_amp_step_was_skipped(const accel_amp_scaler *s);
+
+/* Checkpoint bytes, little-endian: "AMPS" u32 version=1, f32 scale, f64 growth_factor, f64 backoff_factor,
+   i32 growth_interval, i32 growth_tracker (torch's state_dict keys). */
+#define ACCEL_AMP_SCALER_STATE_BYTES 36
+ACCEL_API accel_result accel_amp_scaler_state_save(accel *acc, const accel_amp_scaler *s, uint8_t *buf, size_t cap,
+                                                   size_t *written);
+/* Validates everything before changing s; the scaler's enabled/static/local settings are kept. */
+ACCEL_API accel_result accel_amp_scaler_state_load(accel *acc, accel_amp_scaler *s, const uint8_t *buf, size_t len);
+
+/* --------------------------------------------------------------------------------------------- clipping */
+#define ACCEL_AMP_CLIP_ERROR_IF_NONFINITE 1 /* non-finite total norm → ACCEL_ERR_STATE, gradients untouched */
+#define ACCEL_AMP_CLIP_SHARDED 2            /* gradients are sharded across ranks: reduce the norm (a collective) */
+
+/* norm_type: any p > 0, or HUGE_VAL / INFINITY for the max norm. *total_norm (may be NULL) receives the norm. */
+ACCEL_API accel_result accel_amp_clip_grad_norm(accel *acc, const accel_tensor *grads, int count, double max_norm,
+                                                double norm_type, int flags, double *total_norm);
+/* The total norm alone (nothing is modified). */
+ACCEL_API accel_result accel_amp_grad_norm(accel *acc, const accel_tensor *grads, int count, double norm_type,
+                                           int flags, double *total_norm);
+ACCEL_API accel_result accel_amp_clip_grad_value(accel *acc, const accel_tensor *grads, int count, double clip_value);
 
 #ifdef __cplusplus
 }
 #endif
 #endif /* ACCEL_AMP_H_INCLUDED */
 
+/* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__AMP_IMPL_DONE)
 #define ACCEL__AMP_IMPL_DONE
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef ACCEL_AMP_CUDA_BLOCK
+#define ACCEL_AMP_CUDA_BLOCK 256
 #endif
+#ifndef ACCEL_AMP_CHUNK
+#define ACCEL_AMP_CHUNK 65536
+#endif
+#define ACCEL__AMP_MAX_BLOCKS 1024
+
+ACCEL__DEF accel_result accel_amp_get_policy(accel *acc, accel_amp_policy *out) {
+    if (!acc || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_get_policy: NULL argument");
+    memset(out, 0, sizeof *out);
+    switch (acc->mixed_precision) {
+    case ACCEL_PRECISION_DEFAULT:
+    case ACCEL_PRECISION_NO: out->precision = ACCEL_PRECISION_NO; out->compute_dtype = ACCEL_F32; break;
+    case ACCEL_PRECISION_FP16:
+        out->precision = ACCEL_PRECISION_FP16; out->compute_dtype = ACCEL_F16; out->loss_scaling = 1;
+        out->accelerate_would_scale = acc->device >= 0;
+        break;
+    case ACCEL_PRECISION_BF16: out->precision = ACCEL_PRECISION_BF16; out->compute_dtype = ACCEL_BF16; break;
+    case ACCEL_PRECISION_FP8:
+        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "mixed_precision=fp8 is reserved and not implemented yet (use bf16 or fp16)");
+    default:
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mixed_precision=%d is not an accel_precision", (int)acc->mixed_precision);
+    }
+    return ACCEL_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ CPU loops */
+static int accel__amp_is16or32(accel_dtype t) { return t == ACCEL_F32 || t == ACCEL_F16 || t == ACCEL_BF16; }
+
+static uint32_t accel__amp_cpu_unscale_f32(float *ACCEL_RESTRICT g, size_t n, float inv) {
+    uint32_t bad = 0;
+    size_t i;
+    if (inv == 1.0f) {
+        for (i = 0; i < n; ++i) bad |= accel_amp_nonfinite(g[i]);
+    } else {
+        for (i = 0; i < n; ++i) {
+            float v = g[i];
+            bad |= accel_amp_nonfinite(v);
+            g[i] = v * inv;
+        }
+    }
+    return bad;
+}
+static uint32_t accel__amp_cpu_unscale_16(uint16_t *ACCEL_RESTRICT g, size_t n, float inv, int bf16) {
+    uint32_t bad = 0;
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        float v = bf16 ? accel_amp_bf16_to_f32(g[i]) : accel_amp_f16_to_f32(g[i]);
+        bad |= accel_amp_nonfinite(v);
+        v = accel_amp_unscale1(v, inv);
+        g[i] = bf16 ? accel_amp_f32_to_bf16(v) : accel_amp_f32_to_f16(v);
+    }
+    return bad;
+}
+
+static void accel__amp_cpu_f32_to_bf16(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n) {
+    size_t i;
+    for (i = 0; i < n; ++i) d[i] = accel_amp_f32_to_bf16(s[i]);
+}
+static void accel__amp_cpu_f32_to_f16(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n) {
+    size_t i;
+    for (i = 0; i < n; ++i) d[i] = accel_amp_f32_to_f16(s[i]);
+}
+static void accel__amp_cpu_bf16_to_f32(const uint16_t *ACCEL_RESTRICT s, float *ACCEL_RESTRICT d, size_t n) {
+    size_t i;
+    for (i = 0; i < n; ++i) d[i] = accel_amp_bf16_to_f32(s[i]);
+}
+static void accel__amp_cpu_f16_to_f32(const uint16_t *ACCEL_RESTRICT s, float *ACCEL_RESTRICT d, size_t n) {
+    size_t i;
+    for (i = 0; i < n; ++i) d[i] = accel_amp_f16_to_f32(s[i]);
+}
+static void accel__amp_cpu_f32_to_bf16_sr(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n,
+                                          const accel_amp_sr *sr) {
+    size_t i = 0;
+    uint64_t idx = sr->index_offset;
+    uint32_t r[4];
+    /* leading elements up to a multiple of 4 in index space, then one Philox block per 4 elements */
+    while (i < n && (idx & 3u)) { d[i] = accel_amp_f32_to_bf16_sr(s[i], accel_amp_sr_bits(sr->seed, sr->step, idx)); ++i; ++idx; }
+    for (; i + 4 <= n; i += 4, idx += 4) {
+        accel_rng_draw4(sr->seed, sr->step, idx >> 2, r);
+        d[i] = accel_amp_f32_to_bf16_sr(s[i], r[0]);
+        d[i + 1] = accel_amp_f32_to_bf16_sr(s[i + 1], r[1]);
+        d[i + 2] = accel_amp_f32_to_bf16_sr(s[i + 2], r[2]);
+        d[i + 3] = accel_amp_f32_to_bf16_sr(s[i + 3], r[3]);
+    }
+    for (; i < n; ++i, ++idx) d[i] = accel_amp_f32_to_bf16_sr(s[i], accel_amp_sr_bits(sr->seed, sr->step, idx));
+}
+
+static float accel__amp_load(const void *p, accel_dtype t, size_t i) {
+    if (t == ACCEL_F32) return ((const float *)p)[i];
+    if (t == ACCEL_BF16) return accel_amp_bf16_to_f32(((const uint16_t *)p)[i]);
+    return accel_amp_f16_to_f32(((const uint16_t *)p)[i]);
+}
+static void accel__amp_store(void *p, accel_dtype t, size_t i, float v) {
+    if (t == ACCEL_F32) ((float *)p)[i] = v;
+    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_amp_f32_to_bf16(v);
+    else ((uint16_t *)p)[i] = accel_amp_f32_to_f16(v);
+}
+
+static void accel__amp_cpu_convert(const void *src, accel_dtype st, void *dst, accel_dtype dt, size_t n,
+                                   const accel_amp_sr *sr) {
+    size_t i;
+    if (st == dt) { if (src != dst) memmove(dst, src, n * accel_dtype_size(st)); return; }
+    if (st == ACCEL_F32 && dt == ACCEL_BF16) {
+        if (sr) accel__amp_cpu_f32_to_bf16_sr((const float *)src, (uint16_t *)dst, n, sr);
+        else accel__amp_cpu_f32_to_bf16((const float *)src, (uint16_t *)dst, n);
+        return;
+    }
+    if (st == ACCEL_F32 && dt == ACCEL_F16) { accel__amp_cpu_f32_to_f16((const float *)src, (uint16_t *)dst, n); return; }
+    if (st == ACCEL_BF16 && dt == ACCEL_F32) { accel__amp_cpu_bf16_to_f32((const uint16_t *)src, (float *)dst, n); return; }
+    if (st == ACCEL_F16 && dt == ACCEL_F32) { accel__amp_cpu_f16_to_f32((const uint16_t *)src, (float *)dst, n); return; }
+    for (i = 0; i < n; ++i) accel__amp_store(dst, dt, i, accel__amp_load(src, st, i)); /* f16 <-> bf16 */
+}
+
+/* Norm accumulation: sum of |x|^p (p finite) or max |x| (p = inf; NaN wins). */
+static ACCEL_INLINE ACCEL_HD double accel__amp_pow_term(float v, double p) {
+    double a = v < 0 ? -(double)v : (double)v;
+    if (v != v) return (double)v;
+    if (p == 2.0) return a * a;
+    if (p == 1.0) return a;
+    return pow(a, p);
+}
+static ACCEL_INLINE ACCEL_HD double accel__amp_max_nan(double m, double a) { return (a != a || a > m) ? a : m; }
+
+static void accel__amp_cpu_norm(const void *p, accel_dtype t, size_t n, double norm_type, int is_inf, double *acc_out) {
+    size_t i;
+    double s = 0.0;
+    if (is_inf) {
+        for (i = 0; i < n; ++i) {
+            float v = accel__amp_load(p, t, i);
+            s = accel__amp_max_nan(s, v < 0 ? -(double)v : (double)v);
+        }
+        *acc_out = accel__amp_max_nan(*acc_out, s);
+        return;
+    }
+    if (t == ACCEL_F32 && norm_type == 2.0) {
+        const float *f = (const float *)p;
+        for (i = 0; i < n; ++i) s += (double)f[i] * (double)f[i];
+    } else {
+        for (i = 0; i < n; ++i) s += accel__amp_pow_term(accel__amp_load(p, t, i), norm_type);
+    }
+    *acc_out += s;
+}
+
+static void accel__amp_cpu_scale(void *p, accel_dtype t, size_t n, float coef) {
+    size_t i;
+    if (t == ACCEL_F32) {
+        float *f = (float *)p;
+        for (i = 0; i < n; ++i) f[i] *= coef;
+        return;
+    }
+    for (i = 0; i < n; ++i) accel__amp_store(p, t, i, accel__amp_load(p, t, i) * coef);
+}
+static void accel__amp_cpu_clamp(void *p, accel_dtype t, size_t n, float lo, float hi) {
+    size_t i;
+    for (i = 0; i < n; ++i) accel__amp_store(p, t, i, accel_amp_clamp1(accel__amp_load(p, t, i), lo, hi));
+}
+
+/* ------------------------------------------------------------------------------------------ CUDA kernels */
+enum { ACCEL__AMP_K_UNSCALE = 0, ACCEL__AMP_K_CONVERT, ACCEL__AMP_K_NORM, ACCEL__AMP_K_SCALE, ACCEL__AMP_K_CLAMP };
+
+typedef struct accel__amp_mt {
+    void *a;                 /* the buffer (source for convert) */
+    void *b;                 /* destination for convert */
+    long long n;             /* elements */
+    long long chunk_begin;   /* first global chunk of this buffer */
+    int ta, tb;              /* accel_dtype of a and b */
+    long long pad;
+} accel__amp_mt;
+
+typedef struct accel__amp_kparams {
+    float f0, f1;            /* inv_scale | coef | clamp lo, hi */
+    double p;                /* norm type */
+    int is_inf;
+    int use_sr;
+    unsigned long long seed, step, index_offset;
+} accel__amp_kparams;
+
+#ifdef __CUDACC__
+static __device__ int accel__amp_find(const accel__amp_mt *d, int nt, long long c) {
+    int lo = 0, hi = nt - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (d[mid].chunk_begin <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+static __device__ float accel__amp_dload(const void *p, int t, long long i) {
+    if (t == ACCEL_F32) return ((const float *)p)[i];
+    if (t == ACCEL_BF16) return accel_amp_bf16_to_f32(((const uint16_t *)p)[i]);
+    return accel_amp_f16_to_f32(((const uint16_t *)p)[i]);
+}
+static __device__ void accel__amp_dstore(void *p, int t, long long i, float v) {
+    if (t == ACCEL_F32) ((float *)p)[i] = v;
+    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_amp_f32_to_bf16(v);
+    else ((uint16_t *)p)[i] = accel_amp_f32_to_f16(v);
+}
+
+/* One kernel for every multi-tensor operation: block b walks chunks b, b+grid, ...; in each chunk the threads
+   stride over the elements (16-byte vectors for aligned fp32). */
+static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int nt, long long nchunks,
+                                         accel__amp_kparams kp, int *found, double *partials) {
+    __shared__ double red[ACCEL_AMP_CUDA_BLOCK];
+    unsigned bad = 0;
+    double acc = 0.0;
+    long long c;
+    for (c = blockIdx.x; c < nchunks; c += gridDim.x) {
+        int t = accel__amp_find(d, nt, c);
+        long long start = (c - d[t].chunk_begin) * (long long)ACCEL_AMP_CHUNK;
+        long long len = d[t].n - start;
+        long long i;
+        int ta = d[t].ta;
+        if (len > ACCEL_AMP_CHUNK) len = ACCEL_AMP_CHUNK;
+        if (kind == ACCEL__AMP_K_UNSCALE) {
+            if (ta == ACCEL_F32) {
+                float *p = (float *)d[t].a + start;
+                long long nv = (((size_t)p & 15u) == 0) ? len / 4 : 0;
+                float4 *p4 = (float4 *)p;
+                for (i = threadIdx.x; i < nv; i += blockDim.x) {
+                    float4 v = p4[i];
+                    bad |= accel_amp_nonfinite(v.x) | accel_amp_nonfinite(v.y) | accel_amp_nonfinite(v.z) |
+                           accel_amp_nonfinite(v.w);
+                    v.x = accel_amp_unscale1(v.x, kp.f0); v.y = accel_amp_unscale1(v.y, kp.f0);
+                    v.z = accel_amp_unscale1(v.z, kp.f0); v.w = accel_amp_unscale1(v.w, kp.f0);
+                    p4[i] = v;
+                }
+                for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) {
+                    float v = p[i];
+                    bad |= accel_amp_nonfinite(v);
+                    p[i] = accel_amp_unscale1(v, kp.f0);
+                }
+            } else {
+                for (i = threadIdx.x; i < len; i += blockDim.x) {
+                    float v = accel__amp_dload(d[t].a, ta, start + i);
+                    bad |= accel_amp_nonfinite(v);
+                    accel__amp_dstore(d[t].a, ta, start + i, accel_amp_unscale1(v, kp.f0));
+                }
+            }
+        } else if (kind == ACCEL__AMP_K_CONVERT) {
+            int tb = d[t].tb;
+            if (ta == ACCEL_F32 && tb == ACCEL_BF16 && !kp.use_sr && (((size_t)((float *)d[t].a + start) & 15u) == 0) &&
+                (((size_t)((uint16_t *)d[t].b + start) & 7u) == 0)) {
+                const float4 *s4 = (const float4 *)((const float *)d[t].a + start);
+                uint2 *d2 = (uint2 *)((uint16_t *)d[t].b + start);
+                long long nv = len / 4;
+                for (i = threadIdx.x; i < nv; i += blockDim.x) {
+                    float4 v = s4[i];
+                    uint2 o;
+                    o.x = (unsigned)accel_amp_f32_to_bf16(v.x) | ((unsigned)accel_amp_f32_to_bf16(v.y) << 16);
+                    o.y = (unsigned)accel_amp_f32_to_bf16(v.z) | ((unsigned)accel_amp_f32_to_bf16(v.w) << 16);
+                    d2[i] = o;
+                }
+                for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x)
+                    ((uint16_t *)d[t].b)[start + i] = accel_amp_f32_to_bf16(((const float *)d[t].a)[start + i]);
+            } else if (kp.use_sr) { /* F32 → BF16 stochastic */
+                for (i = threadIdx.x; i < len; i += blockDim.x) {
+                    unsigned long long idx = kp.index_offset + (unsigned long long)(start + i);
+                    ((uint16_t *)d[t].b)[start + i] = accel_amp_f32_to_bf16_sr(
+                        ((const float *)d[t].a)[start + i], accel_amp_sr_bits(kp.seed, kp.step, idx));
+                }
+            } else {
+                for (i = threadIdx.x; i < len; i += blockDim.x)
+                    accel__amp_dstore(d[t].b, tb, start + i, accel__amp_dload(d[t].a, ta, start + i));
+            }
+        } else if (kind == ACCEL__AMP_K_NORM) {
+            for (i = threadIdx.x; i < len; i += blockDim.x) {
+                float v = accel__amp_dload(d[t].a, ta, start + i);
+                if (kp.is_inf) acc = accel__amp_max_nan(acc, v < 0 ? -(double)v : (double)v);
+                else acc += accel__amp_pow_term(v, kp.p);
+            }
+        } else if (kind == ACCEL__AMP_K_SCALE) {
+            if (ta == ACCEL_F32) {
+                float *p = (float *)d[t].a + start;
+                long long nv = (((size_t)p & 15u) == 0) ? len / 4 : 0;
+                float4 *p4 = (float4 *)p;
+                for (i = threadIdx.x; i < nv; i += blockDim.x) {
+                    float4 v = p4[i];
+                    v.x *= kp.f0; v.y *= kp.f0; v.z *= kp.f0; v.w *= kp.f0;
+                    p4[i] = v;
+                }
+                for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) p[i] *= kp.f0;
+            } else {
+                for (i = threadIdx.x; i < len; i += blockDim.x)
+                    accel__amp_dstore(d[t].a, ta, start + i, accel__amp_dload(d[t].a, ta, start + i) * kp.f0);
+            }
+        } else { /* clamp */
+            for (i = threadIdx.x; i < len; i += blockDim.x)
+                accel__amp_dstore(d[t].a, ta, start + i,
+                                  accel_amp_clamp1(accel__amp_dload(d[t].a, ta, start + i), kp.f0, kp.f1));
+        }
+    }
+    if (kind == ACCEL__AMP_K_UNSCALE && bad) *found = 1;
+    if (kind == ACCEL__AMP_K_NORM) {
+        unsigned s;
+        red[threadIdx.x] = acc;
+        __syncthreads();
+        for (s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s) {
+                double o = red[threadIdx.x + s];
+                red[threadIdx.x] = kp.is_inf ? accel__amp_max_nan(red[threadIdx.x], o) : red[threadIdx.x] + o;
+            }
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) partials[blockIdx.x] = red[0];
+    }
+}
+
+#define ACCEL__AMP_CU(acc, call)                                                                                      \
+    do {                                                                                                               \
+        cudaError_t accel__e = (call);                                                                                 \
+        if (accel__e != cudaSuccess) {                                                                                 \
+            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "%s failed: %s", #call, cudaGetErrorString(accel__e));              \
+            goto done;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
+
+/* Copies the descriptors to the device, runs one launch over every buffer, and reads back found_inf / partials
+   (only when asked). The scratch lives in stream-ordered memory. */
+static accel_result accel__amp_launch(accel *acc, int kind, accel__amp_mt *h, int nt, long long nchunks,
+                                      const accel__amp_kparams *kp, int *found_out, double *partials_out,
+                                      int *nblocks_out) {
+    accel_result r = ACCEL_OK;
+    cudaStream_t st = (cudaStream_t)acc->stream;
+    unsigned char *scratch = NULL;
+    size_t dbytes = sizeof(accel__amp_mt) * (size_t)nt;
+    size_t off_found = (dbytes + 15u) & ~(size_t)15u;
+    size_t off_part = off_found + 16u;
+    size_t total = off_part + sizeof(double) * ACCEL__AMP_MAX_BLOCKS;
+    int blocks = (int)(nchunks < ACCEL__AMP_MAX_BLOCKS ? nchunks : ACCEL__AMP_MAX_BLOCKS);
+    int dev_found = 0;
+    if (nblocks_out) *nblocks_out = blocks;
+    if (nchunks <= 0) {
+        if (found_out) *found_out = 0;
+        return ACCEL_OK;
+    }
+    ACCEL__AMP_CU(acc, cudaMallocAsync((void **)&scratch, total, st));
+    ACCEL__AMP_CU(acc, cudaMemcpyAsync(scratch, h, dbytes, cudaMemcpyHostToDevice, st));
+    ACCEL__AMP_CU(acc, cudaMemsetAsync(scratch + off_found, 0, 4, st));
+    accel__amp_kernel<<<blocks, ACCEL_AMP_CUDA_BLOCK, 0, st>>>(kind, (const accel__amp_mt *)scratch, nt, nchunks, *kp,
+                                                              (int *)(scratch + off_found), (double *)(scratch + off_part));
+    ACCEL__AMP_CU(acc, cudaGetLastError());
+    if (found_out) {
+        ACCEL__AMP_CU(acc, cudaMemcpyAsync(&dev_found, scratch + off_found, 4, cudaMemcpyDeviceToHost, st));
+    }
+    if (partials_out) {
+        ACCEL__AMP_CU(acc, cudaMemcpyAsync(partials_out, scratch + off_part, sizeof(double) * (size_t)blocks,
+                                           cudaMemcpyDeviceToHost, st));
+    }
+    if (found_out || partials_out) ACCEL__AMP_CU(acc, cudaStreamSynchronize(st));
+    if (found_out) *found_out = dev_found != 0;
+done:
+    if (scratch) {
+        cudaError_t e = cudaFreeAsync(scratch, st);
+        if (e != cudaSuccess && r == ACCEL_OK)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaFreeAsync failed: %s", cudaGetErrorString(e));
+    }
+    return r;
+}
+#endif /* __CUDACC__ */
+
+#ifndef __CUDACC__
+static accel_result accel__amp_no_cuda(accel *acc, const char *what) {
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                       "%s on CUDA device %d needs the kernels: compile the ACCEL_IMPLEMENTATION TU with nvcc", what,
+                       acc->device);
+}
+
+#endif
+
+#ifdef __CUDACC__
+/* Builds the descriptor table of a list (empty buffers left out). */
+static accel_result accel__amp_table(accel *acc, const accel_tensor *ts, int count, accel__amp_mt **out, int *nt,
+                                     long long *nchunks, const char *what) {
+    int i, k = 0;
+    long long c = 0;
+    accel__amp_mt *h;
+    *out = NULL; *nt = 0; *nchunks = 0;
+    h = (accel__amp_mt *)accel_host_alloc(acc, sizeof(accel__amp_mt) * (size_t)(count > 0 ? count : 1));
+    if (!h) return ACCEL_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < count; ++i) {
+        int64_t n = accel_tensor_numel(&ts[i]);
+        if (n == 0) continue;
+        memset(&h[k], 0, sizeof h[k]);
+        h[k].a = ts[i].ptr; h[k].b = NULL; h[k].n = (long long)n; h[k].chunk_begin = c;
+        h[k].ta = (int)ts[i].dtype; h[k].tb = 0;
+        c += (n + ACCEL_AMP_CHUNK - 1) / ACCEL_AMP_CHUNK;
+        ++k;
+    }
+    (void)what;
+    *out = h; *nt = k; *nchunks = c;
+    return ACCEL_OK;
+}
+#endif
+
+/* Validates a gradient list: F32/F16/BF16, valid shapes, non-NULL data. */
+static accel_result accel__amp_check_list(accel *acc, const accel_tensor *ts, int count, const char *what) {
+    int i;
+    if (count < 0 || (count > 0 && !ts))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: bad buffer list (count %d)", what, count);
+    for (i = 0; i < count; ++i) {
+        int64_t n = accel_tensor_numel(&ts[i]);
+        const char *nm = ts[i].name ? ts[i].name : "(unnamed)";
+        if (n < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has an invalid shape", what, i, nm);
+        if (!accel__amp_is16or32(ts[i].dtype))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has dtype %s (need F32, F16 or BF16)",
+                               what, i, nm, accel_dtype_name(ts[i].dtype) ? accel_dtype_name(ts[i].dtype) : "invalid");
+        if (n > 0 && !ts[i].ptr)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has NULL data", what, i, nm);
+    }
+    return ACCEL_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ conversions */
+static accel_result accel__amp_convert_list(accel *acc, const void *const *src, const accel_dtype *st, void *const *dst,
+                                            const accel_dtype *dt, const size_t *n, int count, const accel_amp_sr *sr) {
+    int i;
+    if (acc->device < 0) {
+        for (i = 0; i < count; ++i) accel__amp_cpu_convert(src[i], st[i], dst[i], dt[i], n[i], sr);
+        return ACCEL_OK;
+    }
+#ifdef __CUDACC__
+    {
+        accel__amp_mt *h = (accel__amp_mt *)accel_host_alloc(acc, sizeof(accel__amp_mt) * (size_t)(count > 0 ? count : 1));
+        accel__amp_kparams kp;
+        accel_result r;
+        long long c = 0;
+        int k = 0;
+        if (!h) return ACCEL_ERR_OUT_OF_MEMORY;
+        memset(&kp, 0, sizeof kp);
+        if (sr) { kp.use_sr = 1; kp.seed = sr->seed; kp.step = sr->step; kp.index_offset = sr->index_offset; }
+        for (i = 0; i < count; ++i) {
+            if (n[i] == 0) continue;
+            if (st[i] == dt[i]) { /* a copy: the copy engine does it */
+                cudaError_t e = src[i] == dst[i] ? cudaSuccess
+                                                 : cudaMemcpyAsync(dst[i], src[i], n[i] * accel_dtype_size(st[i]),
+                                                                   cudaMemcpyDeviceToDevice, (cudaStream_t)acc->stream);
+                if (e != cudaSuccess) {
+                    accel_host_free(acc, h);
+                    return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMemcpyAsync failed: %s", cudaGetErrorString(e));
+                }
+                continue;
+            }
+            memset(&h[k], 0, sizeof h[k]);
+            h[k].a = (void *)src[i]; h[k].b = dst[i]; h[k].n = (long long)n[i]; h[k].chunk_begin = c;
+            h[k].ta = (int)st[i]; h[k].tb = (int)dt[i];
+            c += ((long long)n[i] + ACCEL_AMP_CHUNK - 1) / ACCEL_AMP_CHUNK;
+            ++k;
+        }
+        r = accel__amp_launch(acc, ACCEL__AMP_K_CONVERT, h, k, c, &kp, NULL, NULL, NULL);
+        accel_host_free(acc, h);
+        return r;
+    }
+#else
+    (void)src; (void)st; (void)dst; (void)dt; (void)n; (void)count; (void)sr;
+    return accel__amp_no_cuda(acc, "conversion");
+#endif
+}
+
+ACCEL__DEF accel_result accel_amp_convert(accel *acc, const void *src, accel_dtype src_dtype, void *dst,
+                                          accel_dtype dst_dtype, size_t n, const accel_amp_sr *sr) {
+    const void *s1[1];
+    void *d1[1];
+    if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: acc is NULL");
+    if (!accel__amp_is16or32(src_dtype) || !accel__amp_is16or32(dst_dtype))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: %s -> %s is not supported (F32, F16, BF16)",
+                           accel_dtype_name(src_dtype) ? accel_dtype_name(src_dtype) : "invalid",
+                           accel_dtype_name(dst_dtype) ? accel_dtype_name(dst_dtype) : "invalid");
+    if (sr && !(src_dtype == ACCEL_F32 && dst_dtype == ACCEL_BF16))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: stochastic rounding is only F32 -> BF16 (got %s -> %s)",
+                           accel_dtype_name(src_dtype), accel_dtype_name(dst_dtype));
+    if (n == 0) return ACCEL_OK;
+    if (!src || !dst) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: NULL buffer");
+    if (n > (size_t)INT64_MAX / 4) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: n=%zu is too large", n);
+    if (src == dst && accel_dtype_size(src_dtype) != accel_dtype_size(dst_dtype))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: in-place conversion between sizes %zu and %zu",
+                           accel_dtype_size(src_dtype), accel_dtype_size(dst_dtype));
+    s1[0] = src; d1[0] = dst;
+    return accel__amp_convert_list(acc, s1, &src_dtype, d1, &dst_dtype, &n, 1, sr);
+}
+
+ACCEL__DEF accel_result accel_amp_convert_to_fp32(accel *acc, const accel_tensor *in, float *const *out, int count) {
+    const void **src;
+    void **dst;
+    accel_dtype *st, *dt;
+    size_t *n;
+    accel_result r;
+    int i;
+    if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: acc is NULL");
+    r = accel__amp_check_list(acc, in, count, "accel_amp_convert_to_fp32");
+    if (r != ACCEL_OK) return r;
+    if (count > 0 && !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: out is NULL");
+    for (i = 0; i < count; ++i)
+        if (accel_tensor_numel(&in[i]) > 0 && !out[i])
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: out[%d] is NULL", i);
+    if (count == 0) return ACCEL_OK;
+    src = (const void **)accel_host_alloc(acc, sizeof(void *) * 2 * (size_t)count);
+    st = (accel_dtype *)accel_host_alloc(acc, sizeof(accel_dtype) * 2 * (size_t)count);
+    n = (size_t *)accel_host_alloc(acc, sizeof(size_t) * (size_t)count);
+    if (!src || !st || !n) {
+        accel_host_free(acc, (void *)src); accel_host_free(acc, st); accel_host_free(acc, n);
+        return ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    dst = (void **)(src + count);
+    dt = st + count;
+    for (i = 0; i < count; ++i) {
+        src[i] = in[i].ptr; st[i] = in[i].dtype; dst[i] = out[i]; dt[i] = ACCEL_F32;
+        n[i] = (size_t)accel_tensor_numel(&in[i]);
+    }
+    r = accel__amp_convert_list(acc, src, st, dst, dt, n, count, NULL);
+    accel_host_free(acc, (void *)src); accel_host_free(acc, st); accel_host_free(acc, n);
+    return r;
+}
+
+ACCEL__DEF accel_result accel_amp_master_to_model(accel *acc, const float *master, void *model, accel_dtype model_dtype,
+                                                  size_t n, const accel_amp_sr *sr) {
+    return accel_amp_convert(acc, master, ACCEL_F32, model, model_dtype, n, sr);
+}
+ACCEL__DEF accel_result accel_amp_model_to_master(accel *acc, const void *model, accel_dtype model_dtype, float *master,
+                                                  size_t n) {
+    return accel_amp_convert(acc, model, model_dtype, master, ACCEL_F32, n, NULL);
+}
+
+/* ------------------------------------------------------------------------------------------ loss scaler */
+ACCEL__DEF accel_result accel_amp_scaler_init(accel *acc, accel_amp_scaler *s, const accel_amp_scaler_desc *desc) {
+    accel_amp_scaler_desc d;
+    accel_amp_policy pol;
+    accel_result r;
+    if (!acc || !s) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_init: NULL argument");
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    r = accel_amp_get_policy(acc, &pol);
+    if (r != ACCEL_OK) return r;
+    if (d.init_scale == 0.0f) d.init_scale = 65536.0f;
+    if (d.growth_factor == 0.0) d.growth_factor = 2.0;
+    if (d.backoff_factor == 0.0) d.backoff_factor = 0.5;
+    if (d.growth_interval == 0) d.growth_interval = 2000;
+    if (!(d.init_scale > 0.0f) || accel_amp_nonfinite(d.init_scale))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: init_scale=%g must be finite and > 0", (double)d.init_scale);
+    if (!(d.growth_factor > 1.0) || d.growth_factor != d.growth_factor || d.growth_factor > 1e30)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_factor=%g must be > 1 (as torch)", d.growth_factor);
+    if (!(d.backoff_factor > 0.0 && d.backoff_factor < 1.0))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: backoff_factor=%g must be in (0, 1)", d.backoff_factor);
+    if (d.growth_interval < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_interval=%d must be > 0", d.growth_interval);
+    if (d.enabled != 0 && d.enabled != ACCEL_ON && d.enabled != ACCEL_OFF)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: enabled=%d must be 0, ACCEL_ON or ACCEL_OFF", d.enabled);
+    memset(s, 0, sizeof *s);
+    s->enabled = d.enabled == ACCEL_ON ? 1 : d.enabled == ACCEL_OFF ? 0 : pol.loss_scaling;
+    s->dynamic = d.static_scale ? 0 : 1;
+    s->scale = d.init_scale;
+    s->growth_factor = d.growth_factor;
+    s->backoff_factor = d.backoff_factor;
+    s->growth_interval = d.growth_interval;
+    s->growth_tracker = 0;
+    s->local_found_inf = d.local_found_inf ? 1 : 0;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF void accel_amp_scaler_destroy(accel *acc, accel_amp_scaler *s) {
+    (void)acc;
+    if (s) memset(s, 0, sizeof *s);
+}
+
+ACCEL__DEF float accel_amp_loss_scale(const accel_amp_scaler *s) { return (s && s->enabled) ? s->scale : 1.0f; }
+ACCEL__DEF int accel_amp_step_was_skipped(const accel_amp_scaler *s) { return s ? s->step_was_skipped : 0; }
+
+ACCEL__DEF accel_result accel_amp_unscale_and_check(accel *acc, accel_amp_scaler *s, const accel_tensor *grads,
+                                                    int count, int *found_inf) {
+    accel_result r;
+    uint32_t bad = 0;
+    float inv;
+    int i;
+    if (!acc || !s) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_unscale_and_check: NULL argument");
+    if (found_inf) *found_inf = 0;
+    if (!s->enabled) return ACCEL_OK;
+    if (s->unscaled)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE,
+                           "accel_amp_unscale_and_check was already called since the last update (torch: \"unscale_() has "
+                           "already been called on this optimizer since the last update()\")");
+    r = accel__amp_check_list(acc, grads, count, "accel_amp_unscale_and_check");
+    if (!s->local_found_inf && acc->num_processes > 1) {
+        /* agree that every rank's list is valid before any rank changes its gradients */
+        int64_t e = r != ACCEL_OK ? 1 : 0;
+        accel_result r2 = accel_host_allreduce_i64(acc, &e, 1, ACCEL_HOST_MAX);
+        if (r != ACCEL_OK) return r;
+        if (r2 != ACCEL_OK) return r2;
+        if (e) return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "accel_amp_unscale_and_check: another rank passed an invalid gradient list; see its log (nothing was changed)");
+    }
+    inv = (float)(1.0 / (double)s->scale);
+    if (r != ACCEL_OK) {
+        /* nothing to do locally */
+    } else if (acc->device < 0) {
+        for (i = 0; i < count; ++i) {
+            size_t n = (size_t)accel_tensor_numel(&grads[i]);
+            if (grads[i].dtype == ACCEL_F32) bad |= accel__amp_cpu_unscale_f32((float *)grads[i].ptr, n, inv);
+            else bad |= accel__amp_cpu_unscale_16((uint16_t *)grads[i].ptr, n, inv, grads[i].dtype == ACCEL_BF16);
+        }
+    } else {
+#ifdef __CUDACC__
+        accel__amp_mt *h;
+        int nt, f = 0;
+        long long nc;
+        accel__amp_kparams kp;
+        r = accel__amp_table(acc, grads, count, &h, &nt, &nc, "unscale");
+        if (r == ACCEL_OK) {
+            memset(&kp, 0, sizeof kp);
+            kp.f0 = inv;
+            r = accel__amp_launch(acc, ACCEL__AMP_K_UNSCALE, h, nt, nc, &kp, &f, NULL, NULL);
+            accel_host_free(acc, h);
+        }
+        bad = (uint32_t)f;
+#else
+        r = accel__amp_no_cuda(acc, "accel_amp_unscale_and_check");
+#endif
+    }
+    if (!s->local_found_inf && acc->num_processes > 1) {
+        /* a local (CUDA) failure still joins the collective (value 2) so no rank waits forever */
+        int64_t v = r != ACCEL_OK ? 2 : bad ? 1 : 0;
+        accel_result r2 = accel_host_allreduce_i64(acc, &v, 1, ACCEL_HOST_MAX);
+        if (r != ACCEL_OK) return r;
+        if (r2 != ACCEL_OK) return r2;
+        if (v >= 2) return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "accel_amp_unscale_and_check failed on another rank; see its log (this rank's gradients were unscaled)");
+        bad = v ? 1u : 0u;
+    }
+    if (r != ACCEL_OK) return r;
+    s->unscaled = 1;
+    s->found_inf = bad ? 1 : 0;
+    if (found_inf) *found_inf = s->found_inf;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_amp_update(accel *acc, accel_amp_scaler *s) {
+    if (!acc || !s) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_update: NULL argument");
+    if (s->enabled) {
+        if (!s->unscaled)
+            return ACCEL__FAIL(acc, ACCEL_ERR_STATE,
+                               "accel_amp_update: no accel_amp_unscale_and_check in this step (torch: \"No inf checks were "
+                               "recorded prior to update.\")");
+        if (s->dynamic)
+            accel_amp_update_scale_rule(&s->scale, &s->growth_tracker, s->found_inf, s->growth_factor, s->backoff_factor,
+                                        s->growth_interval);
+        s->step_was_skipped = s->found_inf;
+    } else {
+        s->step_was_skipped = 0;
+    }
+    s->unscaled = 0;
+    s->found_inf = 0;
+    s->steps++;
+    if (s->step_was_skipped) s->skipped_steps++;
+    acc->optimizer_step_was_skipped = s->step_was_skipped;
+    if (!s->step_was_skipped) acc->optimizer_steps++;
+    return ACCEL_OK;
+}
+
+static void accel__amp_put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+static uint32_t accel__amp_get32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static void accel__amp_put64(uint8_t *p, double d) {
+    uint64_t v;
+    memcpy(&v, &d, sizeof v);
+    accel__amp_put32(p, (uint32_t)v);
+    accel__amp_put32(p + 4, (uint32_t)(v >> 32));
+}
+static double accel__amp_get64(const uint8_t *p) {
+    uint64_t v = (uint64_t)accel__amp_get32(p) | ((uint64_t)accel__amp_get32(p + 4) << 32);
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+
+ACCEL__DEF accel_result accel_amp_scaler_state_save(accel *acc, const accel_amp_scaler *s, uint8_t *buf, size_t cap,
+                                                    size_t *written) {
+    if (!s || !buf) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_save: NULL argument");
+    if (cap < ACCEL_AMP_SCALER_STATE_BYTES)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_save: need %d bytes, have %zu",
+                           ACCEL_AMP_SCALER_STATE_BYTES, cap);
+    memcpy(buf, "AMPS", 4);
+    accel__amp_put32(buf + 4, 1u);
+    accel__amp_put32(buf + 8, accel_amp_f32_bits(s->scale));
+    accel__amp_put64(buf + 12, s->growth_factor);
+    accel__amp_put64(buf + 20, s->backoff_factor);
+    accel__amp_put32(buf + 28, (uint32_t)s->growth_interval);
+    accel__amp_put32(buf + 32, (uint32_t)s->growth_tracker);
+    if (written) *written = ACCEL_AMP_SCALER_STATE_BYTES;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_amp_scaler_state_load(accel *acc, accel_amp_scaler *s, const uint8_t *buf, size_t len) {
+    float scale;
+    double g, b;
+    int32_t interval, tracker;
+    uint32_t ver;
+    if (!s || !buf) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_load: NULL argument");
+    if (len != ACCEL_AMP_SCALER_STATE_BYTES)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: %zu bytes, expected %d", len, ACCEL_AMP_SCALER_STATE_BYTES);
+    if (memcmp(buf, "AMPS", 4) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: bad magic (not \"AMPS\")");
+    ver = accel__amp_get32(buf + 4);
+    if (ver != 1u) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: version %u is not supported (1)", (unsigned)ver);
+    scale = accel_amp_bits_f32(accel__amp_get32(buf + 8));
+    g = accel__amp_get64(buf + 12);
+    b = accel__amp_get64(buf + 20);
+    interval = (int32_t)accel__amp_get32(buf + 28);
+    tracker = (int32_t)accel__amp_get32(buf + 32);
+    if (!(scale >= 0.0f) || accel_amp_nonfinite(scale))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: scale %g is not finite and >= 0", (double)scale);
+    if (!(g > 1.0) || g > 1e30) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_factor %g is not > 1", g);
+    if (!(b > 0.0 && b < 1.0)) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: backoff_factor %g is not in (0, 1)", b);
+    if (interval <= 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_interval %d is not > 0", (int)interval);
+    if (tracker < 0 || tracker >= interval)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_tracker %d is not in [0, %d)", (int)tracker, (int)interval);
+    s->scale = scale;
+    s->growth_factor = g;
+    s->backoff_factor = b;
+    s->growth_interval = interval;
+    s->growth_tracker = tracker;
+    s->unscaled = 0;
+    s->found_inf = 0;
+    return ACCEL_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ clipping */
+static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int count, double norm_type, int flags,
+                                    double *total) {
+    int is_inf = norm_type > 1e308;
+    double sum = 0.0;
+    int i;
+    accel_result r;
+    if (!(norm_type > 0.0))
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "clip_grad_norm: norm_type=%g must be > 0 (or HUGE_VAL for inf)", norm_type);
+    else r = accel__amp_check_list(acc, grads, count, "clip_grad_norm");
+    if (r != ACCEL_OK) {
+        /* still joins the collective below */
+    } else if (acc->device < 0) {
+        for (i = 0; i < count; ++i)
+            accel__amp_cpu_norm(grads[i].ptr, grads[i].dtype, (size_t)accel_tensor_numel(&grads[i]), norm_type, is_inf, &sum);
+    } else {
+#ifdef __CUDACC__
+        accel__amp_mt *h;
+        int nt, nb = 0;
+        long long nc = 0;
+        accel__amp_kparams kp;
+        double part[ACCEL__AMP_MAX_BLOCKS];
+        r = accel__amp_table(acc, grads, count, &h, &nt, &nc, "norm");
+        if (r == ACCEL_OK) {
+            memset(&kp, 0, sizeof kp);
+            kp.p = norm_type;
+            kp.is_inf = is_inf;
+            r = accel__amp_launch(acc, ACCEL__AMP_K_NORM, h, nt, nc, &kp, NULL, part, &nb);
+            accel_host_free(acc, h);
+        }
+        for (i = 0; r == ACCEL_OK && i < nb && nc > 0; ++i) sum = is_inf ? accel__amp_max_nan(sum, part[i]) : sum + part[i];
+#else
+        r = accel__amp_no_cuda(acc, "clip_grad_norm");
+#endif
+    }
+    if ((flags & ACCEL_AMP_CLIP_SHARDED) && acc->num_processes > 1) {
+        /* NaN must win (MPI_MAX/SUM with NaN are unspecified): carry a NaN flag, and an error flag so a rank that
+           failed locally still joins the collective */
+        double v[3];
+        accel_result r2;
+        v[0] = (r != ACCEL_OK || sum != sum) ? 0.0 : sum;
+        v[1] = (r == ACCEL_OK && sum != sum) ? 1.0 : 0.0;
+        v[2] = r != ACCEL_OK ? 1.0 : 0.0;
+        r2 = accel_host_allreduce_f64(acc, v, 3, is_inf ? ACCEL_HOST_MAX : ACCEL_HOST_SUM);
+        if (r != ACCEL_OK) return r;
+        if (r2 != ACCEL_OK) return r2;
+        if (v[2] != 0.0) return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "clip_grad_norm failed on another rank; see its log");
+        sum = v[1] != 0.0 ? (double)NAN : v[0];
+    }
+    if (r != ACCEL_OK) return r;
+    if (is_inf || sum != sum) *total = sum;
+    else if (norm_type == 2.0) *total = sqrt(sum);
+    else if (norm_type == 1.0) *total = sum;
+    else *total = pow(sum, 1.0 / norm_type);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_amp_grad_norm(accel *acc, const accel_tensor *grads, int count, double norm_type, int flags,
+                                            double *total_norm) {
+    double t = 0.0;
+    accel_result r;
+    if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_grad_norm: acc is NULL");
+    r = accel__amp_norm(acc, grads, count, norm_type, flags, &t);
+    if (r == ACCEL_OK && total_norm) *total_norm = t;
+    return r;
+}
+
+static accel_result accel__amp_apply(accel *acc, const accel_tensor *grads, int count, int kind, float f0, float f1) {
+    int i;
+    if (acc->device < 0) {
+        for (i = 0; i < count; ++i) {
+            size_t n = (size_t)accel_tensor_numel(&grads[i]);
+            if (kind == ACCEL__AMP_K_SCALE) accel__amp_cpu_scale(grads[i].ptr, grads[i].dtype, n, f0);
+            else accel__amp_cpu_clamp(grads[i].ptr, grads[i].dtype, n, f0, f1);
+        }
+        return ACCEL_OK;
+    }
+#ifdef __CUDACC__
+    {
+        accel__amp_mt *h;
+        int nt;
+        long long nc;
+        accel__amp_kparams kp;
+        accel_result r = accel__amp_table(acc, grads, count, &h, &nt, &nc, "clip");
+        if (r != ACCEL_OK) return r;
+        memset(&kp, 0, sizeof kp);
+        kp.f0 = f0;
+        kp.f1 = f1;
+        r = accel__amp_launch(acc, kind, h, nt, nc, &kp, NULL, NULL, NULL);
+        accel_host_free(acc, h);
+        return r;
+    }
+#else
+    (void)kind; (void)f0; (void)f1;
+    return accel__amp_no_cuda(acc, "gradient clipping");
+#endif
+}
+
+ACCEL__DEF accel_result accel_amp_clip_grad_norm(accel *acc, const accel_tensor *grads, int count, double max_norm,
+                                                 double norm_type, int flags, double *total_norm) {
+    double total = 0.0;
+    float coef;
+    accel_result r;
+    if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_norm: acc is NULL");
+    if (max_norm != max_norm)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_norm: max_norm is NaN");
+    r = accel__amp_norm(acc, grads, count, norm_type, flags, &total);
+    if (r != ACCEL_OK) return r;
+    if (total_norm) *total_norm = total;
+    if ((flags & ACCEL_AMP_CLIP_ERROR_IF_NONFINITE) && (total != total || total > 1.7976931348623157e308))
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE,
+                           "clip_grad_norm: the total norm of order %g is non-finite (%g), so it cannot be clipped "
+                           "(torch: error_if_nonfinite=True); gradients left unchanged", norm_type, total);
+    if (count == 0) return ACCEL_OK;
+    /* torch: clip_coef = max_norm / (total_norm + 1e-6) in the norm's dtype (float32), clamped to 1 */
+    {
+        float tf = (float)total;
+        float c = (float)max_norm / (tf + 1e-6f);
+        coef = c != c ? c : (c > 1.0f ? 1.0f : c);
+    }
+    return accel__amp_apply(acc, grads, count, ACCEL__AMP_K_SCALE, coef, 0.0f);
+}
+
+ACCEL__DEF accel_result accel_amp_clip_grad_value(accel *acc, const accel_tensor *grads, int count, double clip_value) {
+    accel_result r;
+    float v;
+    if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_value: acc is NULL");
+    if (clip_value != clip_value || clip_value < 0.0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_value: clip_value=%g must be >= 0", clip_value);
+    r = accel__amp_check_list(acc, grads, count, "clip_grad_value");
+    if (r != ACCEL_OK) return r;
+    v = (float)clip_value;
+    return accel__amp_apply(acc, grads, count, ACCEL__AMP_K_CLAMP, -v, v);
+}
+
+#endif /* ACCEL_IMPLEMENTATION */
+
+/* accel is released under the MIT licence. Copyright (c) 2026 the accel authors. */
