@@ -1,16 +1,1072 @@
-/* accel_data.h — (module under construction; see its issue). Depends only on accel.h. */
+/* accel_data.h — which samples each process sees, with Hugging Face Accelerate's exact sharding semantics, plus
+   llm.c token-shard files and batch staging to the device. Depends only on accel.h.
+
+   WHAT IT DOES
+     accel never loads your samples: it hands each process the dataset *indices* of its batches (your code reads
+     the samples), computed lazily in O(1) memory — batch k of process p is a closed form, so a 10^9-sample dataset
+     costs nothing and resuming mid-epoch is O(1).
+       - accel_data_sampler: sequential or seeded-random order over N samples. The permutation depends only on
+         (seed, epoch): identical on every rank and every world size.
+       - accel_data_shard: Accelerate's BatchSamplerShard (map-style datasets) or IterableDatasetShard + the
+         per-process DataLoader (iterable datasets), for process p of P: split_batches, even_batches (final batches
+         completed by looping back to the start of the epoch), drop_last. set_epoch, skip_first_batches, state
+         save/load, and the GradientState bookkeeping (acc->end_of_dataloader, acc->remainder) that accumulation
+         (sync_with_dataloader) and gather_for_metrics (accel_data_real_rows) use.
+       - accel_data_token_file: llm.c token shards (GPT-2 uint16 / Llama-3 uint32), mmap'd, validated first.
+       - accel_data_seq_loader: each rank gets disjoint (B, T+1) token windows of each global batch.
+       - accel_data_stager: pinned host buffer + cudaMemcpyAsync on acc->stream, double-buffered.
+
+   USAGE
+       accel_data_shard sh;
+       accel_data_shard_desc d = {0};                // zero = default: P/p from acc, even_batches on
+       d.dataset_len = n; d.batch_size = 32; d.shuffle = 1; d.seed = 42;
+       if (accel_data_shard_init(&acc, &sh, &d) != ACCEL_OK) die(accel_last_error(&acc));
+       int64_t *idx = malloc(sizeof *idx * accel_data_shard_batch_size(&sh)), count;
+       for (int epoch = 0; epoch < epochs; ++epoch) {  // each full pass advances the epoch (reshuffles)
+           while (accel_data_shard_next(&sh, idx, &count) == ACCEL_OK && count > 0) {
+               load_samples(idx, count);                // acc.end_of_dataloader is 1 on the last batch
+               accel_accumulate_begin(&acc); ... ; accel_accumulate_end(&acc);
+               // after an all-gather of per-sample metric rows (rank order), keep the real ones:
+               keep = accel_data_gather_real_rows(&acc, gathered_rows);
+           }
+       }
+       uint8_t st[ACCEL_DATA_SHARD_STATE_BYTES]; size_t w;   // checkpoint: bytes in, bytes out
+       accel_data_shard_state_save(&sh, st, sizeof st, &w);  ...  accel_data_shard_state_load(&sh, st, w);
+
+   SHARDING — the closed form (checked against a literal transcription of Accelerate's generators, all flags)
+     Let s(i) be the sampler's i-th index, b the per-process batch size (B//P with split_batches, else B),
+     G = P*b the global batch (B with split, else B*P) and D = min(N, G). Process p's batch k holds the positions
+     q = k*G + p*b + j (j < b) of the epoch's stream; position q is s(q) if q < N, else the padding s((q-N) mod D)
+     (Accelerate's "initial_data" — the first P batches, or the first batch with split_batches, doubled until long
+     enough — read with a cursor that never resets). Number of batches of process p:
+       drop_last: floor(N/G);  even_batches: ceil(N/G) (every batch full);
+       neither: the k with k*G + p*b < N (the last one may be short: min(b, N - k*G - p*b) indices).
+     This covers BatchSamplerShard with and without split_batches, and P = 1 (N=5,B=2,P=1 gives [0,1],[2,3],[4,0]).
+     Iterable (IterableDatasetShard, then DataLoader(batch_size=b, drop_last)): the same as even_batches=1 with the
+     given drop_last — an iterable shard always loops back, whatever even_batches says. When there is no batch at
+     all (N=0, or drop_last with N < G) every process gets nothing.
+     Errors (Accelerate's ValueError text): split_batches with B % P != 0 (BatchSamplerShard also rejects B=1, P>1).
+
+   RANDOM SAMPLER — the algorithm (any implementation can reproduce it)
+     n <= 1: identity. Else k = ceil(log2 n) bits, split into lo = floor(k/2) bits and hi = k - lo bits. Round keys
+     key[r] = w[0] | w[1] << 32 with w = accel_rng_draw4(seed, epoch, r) (Philox4x32-10; stream = epoch, index = r),
+     r = 0..5. One pass over x < 2^k: for r = 0, 2, 4: lo ^= mix(hi + key[r]) & lo_mask; hi ^= mix(lo + key[r+1]) &
+     hi_mask (an unbalanced Feistel network; each half-round is a bijection), mix = the splitmix64 finalizer, all
+     arithmetic mod 2^64. Index i of the epoch's permutation: x = i; repeat x = pass(x) until x < n (cycle walking;
+     the domain is < 2n, so < 2 passes on average). O(1) time and memory per index, on CPU or GPU (ACCEL_HD).
+
+   GRADIENTSTATE BOOKKEEPING (SEMANTICS.md §3)
+     The first accel_data_shard_next of an epoch is Accelerate's begin(): acc->end_of_dataloader = 0 and
+     acc->remainder = N % G (the number of real samples in the last global batch, 0 = full), or -1 with drop_last.
+     The call that returns the last batch sets acc->end_of_dataloader = 1 (Accelerate iterates one ahead); the call
+     after it returns count 0, restores the values acc had before begin (a stack of nested loaders), and advances
+     the epoch. accel_data_shard_end abandons an epoch early the same way.
+
+   FILES
+     Token shard (llm.c): 256 x int32 little-endian header, then tokens. GPT-2: magic 20240520, version 1, uint16;
+     Llama-3: magic 20240801, version 7, uint32; header[2] = ntok >= 0; the size must be exactly 1024 + ntok*width.
+     The header is validated before any other byte is trusted (ACCEL_ERR_FORMAT naming the problem); 64-bit
+     offsets (files >= 4 GiB work). Sequence loader: window w of a file is tokens [w*T, w*T + T] (T+1 tokens;
+     consecutive windows overlap by one token, like llm.c's B*T+1 reads); the windows of all files are numbered in
+     file order; a global batch is P*B windows and rank r takes rows r*B .. r*B+B-1 of it; an epoch has
+     floor(W / (P*B)) global batches (the tail is dropped, as llm.c does). shuffle permutes the W windows with the
+     sampler above for (seed, epoch). Without shuffle the layout is llm.c's (rank r reads at r*B*T in its chunk).
+
+   THREADS AND STREAMS
+     Objects are used by one thread at a time; distinct objects are independent. The stager enqueues copies on
+     acc->stream and waits (cudaEventSynchronize) only before refilling a host buffer whose copy is in flight.
+
+   DIFFERENCES FROM ACCELERATE (deliberate; SEMANTICS.md "Policy")
+     1. accel_data_shard_len is the number of batches the process really gets. Accelerate's __len__ says L with
+        split_batches && !even_batches && !drop_last (processes past the short tail get L-1), and
+        IterableDatasetShard.__len__ is wrong under split_batches.
+     2. An iterable shard with split_batches, batch_size 1 and P > 1 (Accelerate silently yields nothing anywhere) is
+        refused with ACCEL_ERR_INVALID_ARGUMENT.
+     4. skip_first_batches keeps the remainder (Accelerate loses it, so gather_for_metrics keeps padding duplicates
+        in a resumed epoch).
+     - The random permutation is not torch.randperm's (same contract: a function of (seed, epoch) only, identical on
+       every rank). remainder for an iterable shard is N % G (Accelerate takes len() of the shard, which is the
+       per-process length, or gets -1 when the dataset has no len). skip_first_batches applies to the current epoch
+       only (Accelerate's SkipBatchSampler skips on every pass of the returned loader, which is used for one
+       resumed epoch). The sequence loader's windows never span two files; llm.c's loader moves to the next file
+       when a chunk does not fit.
+*/
 #ifndef ACCEL_DATA_H_INCLUDED
 #define ACCEL_DATA_H_INCLUDED
 #include "accel.h"
+#include <stddef.h>
+#include <stdint.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ------------------------------------------------------------------------------------------------ sampler */
+#define ACCEL_DATA_FEISTEL_ROUNDS 6
+
+typedef struct accel_data_sampler {
+    int64_t n;        /* dataset length */
+    int shuffle;      /* 0 = sequential */
+    uint64_t seed;
+    int64_t epoch;
+    int lo_bits;
+    uint64_t lo_mask, hi_mask;
+    uint64_t keys[ACCEL_DATA_FEISTEL_ROUNDS];
+} accel_data_sampler;
+
+/* 0 <= n <= 2^62; shuffle 0 = sequential. Epoch starts at 0. */
+ACCEL_API accel_result accel_data_sampler_init(accel *acc, accel_data_sampler *s, int64_t n, int shuffle, uint64_t seed);
+ACCEL_API void accel_data_sampler_set_epoch(accel_data_sampler *s, int64_t epoch);
+
+static ACCEL_INLINE ACCEL_HD uint64_t accel_data__mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* One Feistel pass over [0, 2^k). */
+static ACCEL_INLINE ACCEL_HD uint64_t accel_data__feistel(const accel_data_sampler *s, uint64_t x) {
+    uint64_t lo = x & s->lo_mask, hi = x >> s->lo_bits;
+    int r;
+    for (r = 0; r < ACCEL_DATA_FEISTEL_ROUNDS; r += 2) {
+        lo ^= accel_data__mix64(hi + s->keys[r]) & s->lo_mask;
+        hi ^= accel_data__mix64(lo + s->keys[r + 1]) & s->hi_mask;
+    }
+    return (hi << s->lo_bits) | lo;
+}
+
+/* Index i (0 <= i < n) of the epoch's order. */
+static ACCEL_INLINE ACCEL_HD int64_t accel_data_sampler_index(const accel_data_sampler *s, int64_t i) {
+    uint64_t x = (uint64_t)i;
+    if (!s->shuffle || s->n <= 1) return i;
+    do { x = accel_data__feistel(s, x); } while (x >= (uint64_t)s->n);
+    return (int64_t)x;
+}
+
+/* ------------------------------------------------------------------------------------------------- shards */
+typedef struct accel_data_shard_desc {
+    int64_t dataset_len;  /* N >= 0 (an iterable: the number of items it yields) */
+    int64_t batch_size;   /* B >= 1: the DataLoader's batch_size (the global batch with split_batches) */
+    int num_processes;    /* 0 → acc->num_processes and acc->process_index (1 and 0 without acc) */
+    int process_index;    /* used when num_processes > 0 */
+    int split_batches;    /* 0 → acc->desc.split_batches (off without acc); ACCEL_ON / ACCEL_OFF */
+    int even_batches;     /* 0 → ACCEL_ON (Accelerate's default); ACCEL_ON / ACCEL_OFF */
+    int drop_last;        /* nonzero: the DataLoader's drop_last */
+    int iterable;         /* nonzero: IterableDatasetShard + per-process DataLoader semantics */
+    int shuffle;          /* nonzero: seeded random sampler (accel_data_sampler) */
+    uint64_t seed;        /* the sampler's seed (use the same on every rank) */
+} accel_data_shard_desc;
+
+typedef struct accel_data_shard {
+    accel_data_shard_desc desc; /* resolved: num_processes/split/even are explicit */
+    accel_data_sampler sampler;
+    accel *acc;                 /* bookkeeping target (may be NULL) */
+    int64_t n, b, g, pad_mod;   /* N, per-process batch, global batch, min(N, G) */
+    int num_processes, process_index;
+    int64_t num_batches;        /* this process's batches per epoch (the real count) */
+    int64_t epoch;
+    int64_t position;           /* batches consumed (or skipped) in this epoch */
+    int begun;                  /* begin() done for this epoch */
+    int saved_end_of_dataloader, saved_remainder;
+} accel_data_shard;
+
+ACCEL_API accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, const accel_data_shard_desc *desc);
+ACCEL_API int64_t accel_data_shard_len(const accel_data_shard *s);        /* batches this process really gets */
+ACCEL_API int64_t accel_data_shard_batch_size(const accel_data_shard *s); /* b: the most indices in one batch */
+ACCEL_API int64_t accel_data_shard_batch_len(const accel_data_shard *s, int64_t k); /* 0 when k is out of range */
+/* N % G, or -1 with drop_last (Accelerate's remainder: real samples in the last global batch, 0 = full). */
+ACCEL_API int accel_data_shard_remainder(const accel_data_shard *s);
+/* Batch k of this epoch (random access, no bookkeeping): out gets *count <= b indices. */
+ACCEL_API accel_result accel_data_shard_get_batch(const accel_data_shard *s, int64_t k, int64_t *out, int64_t *count);
+/* The iterator: next batch into out (*count > 0), or *count = 0 at the end of the epoch (which then ends the
+   dataloader and advances the epoch). Updates acc->end_of_dataloader / acc->remainder (see the top). */
+ACCEL_API accel_result accel_data_shard_next(accel_data_shard *s, int64_t *out, int64_t *count);
+/* Abandon the current epoch (like leaving the loop early): restores acc's fields; the epoch is not advanced. */
+ACCEL_API void accel_data_shard_end(accel_data_shard *s);
+/* Start epoch `epoch` from its first batch (reseeds the permutation; ends an epoch in progress). */
+ACCEL_API accel_result accel_data_shard_set_epoch(accel_data_shard *s, int64_t epoch);
+/* Resume: the next accel_data_shard_next of this epoch returns batch n (per-process count); O(1). Only before the
+   epoch's first next(). The remainder is kept (policy 4). */
+ACCEL_API accel_result accel_data_shard_skip_first_batches(accel_data_shard *s, int64_t n);
+
+/* Checkpoint bytes (little-endian, fixed layout): "ACDS", u32 version 1, i64 N, i64 B, i32 P, i32 p, u32 flags
+   (1 split, 2 even, 4 drop_last, 8 iterable, 16 shuffle), u32 0, u64 seed, i64 epoch, i64 position. */
+#define ACCEL_DATA_SHARD_STATE_BYTES 64
+ACCEL_API accel_result accel_data_shard_state_save(const accel_data_shard *s, uint8_t *buf, size_t cap, size_t *written);
+/* The configuration (N, B, P, flags) must match the shard's (ACCEL_ERR_MISMATCH naming the field); seed, epoch and
+   position are restored. Nothing changes on error. */
+ACCEL_API accel_result accel_data_shard_state_load(accel_data_shard *s, const uint8_t *buf, size_t len);
+
+/* gather_for_metrics: of `gathered_rows` rows all-gathered in rank order, how many are real samples. */
+ACCEL_API int64_t accel_data_real_rows(int end_of_dataloader, int remainder, int64_t gathered_rows);
+ACCEL_API int64_t accel_data_gather_real_rows(const accel *acc, int64_t gathered_rows); /* uses acc's fields */
+
+/* ------------------------------------------------------------------------------------------- token files */
+#define ACCEL_DATA_TOKEN_HEADER_BYTES 1024
+#define ACCEL_DATA_GPT2_MAGIC 20240520
+#define ACCEL_DATA_GPT2_VERSION 1
+#define ACCEL_DATA_LLAMA3_MAGIC 20240801
+#define ACCEL_DATA_LLAMA3_VERSION 7
+
+typedef struct accel_data_token_info {
+    int32_t magic, version;
+    int token_bytes;     /* 2 (uint16) or 4 (uint32) */
+    int64_t num_tokens;
+} accel_data_token_info;
+
+/* Validates an llm.c header (the first header_len bytes of a file of file_size bytes). Untrusted bytes welcome. */
+ACCEL_API accel_result accel_data_token_header_parse(accel *acc, const void *header, size_t header_len,
+                                                     uint64_t file_size, accel_data_token_info *out);
+
+typedef struct accel_data_token_file {
+    accel_data_token_info info;
+    const uint8_t *tokens; /* num_tokens * token_bytes little-endian bytes (inside the mapping) */
+    void *map;
+    uint64_t map_bytes;
+} accel_data_token_file;
+
+ACCEL_API accel_result accel_data_token_file_open(accel *acc, accel_data_token_file *f, const char *path);
+ACCEL_API void accel_data_token_file_close(accel_data_token_file *f);
+/* tokens [first, first+count) as int32; ACCEL_ERR_INVALID_ARGUMENT when out of range. */
+ACCEL_API accel_result accel_data_token_file_read(accel *acc, const accel_data_token_file *f, int64_t first,
+                                                  int64_t count, int32_t *dst);
+
+typedef struct accel_data_seq_desc {
+    const char *const *files; /* token shard paths, in order */
+    int num_files;
+    int batch_size;           /* B rows per process */
+    int seq_len;              /* T: each row has T+1 tokens (inputs = row[0..T), targets = row[1..T]) */
+    int num_processes;        /* 0 → from acc (1 / 0 without acc) */
+    int process_index;
+    int shuffle;              /* nonzero: permute the windows per (seed, epoch) */
+    uint64_t seed;
+} accel_data_seq_desc;
+
+typedef struct accel_data_seq_loader {
+    accel *acc;
+    accel_data_token_file *files;
+    int64_t *first_window;    /* num_files + 1 prefix sums of windows per file */
+    int num_files;
+    int batch_size, seq_len, num_processes, process_index;
+    accel_data_sampler sampler; /* over the windows */
+    int64_t num_windows, num_batches, epoch, position;
+    int begun, saved_end_of_dataloader, saved_remainder;
+} accel_data_seq_loader;
+
+ACCEL_API accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *ld, const accel_data_seq_desc *desc);
+ACCEL_API void accel_data_seq_free(accel_data_seq_loader *ld);
+ACCEL_API int64_t accel_data_seq_len(const accel_data_seq_loader *ld); /* global batches per epoch */
+/* This rank's rows of global batch k: B*(T+1) int32 tokens, row-major. */
+ACCEL_API accel_result accel_data_seq_get_batch(const accel_data_seq_loader *ld, int64_t k, int32_t *dst);
+/* Iterator like accel_data_shard_next: *got = 1 with a batch, 0 at the end of the epoch (epoch advances);
+   same end_of_dataloader bookkeeping (remainder -1: the tail is dropped). */
+ACCEL_API accel_result accel_data_seq_next(accel_data_seq_loader *ld, int32_t *dst, int *got);
+ACCEL_API accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int64_t epoch);
+ACCEL_API accel_result accel_data_seq_skip_first_batches(accel_data_seq_loader *ld, int64_t n);
+/* "ACSQ", u32 version 1, i64 total tokens, i32 files, i32 B, i32 T, i32 P, i32 p, u32 flags (16 shuffle), u64 seed,
+   i64 epoch, i64 position. */
+#define ACCEL_DATA_SEQ_STATE_BYTES 64
+ACCEL_API accel_result accel_data_seq_state_save(const accel_data_seq_loader *ld, uint8_t *buf, size_t cap, size_t *written);
+ACCEL_API accel_result accel_data_seq_state_load(accel_data_seq_loader *ld, const uint8_t *buf, size_t len);
+
+/* ------------------------------------------------------------------------------------------------ staging */
+typedef struct accel_data_stager {
+    accel *acc;
+    size_t bytes;
+    void *host[2];   /* pinned on CUDA */
+    void *dev[2];    /* == host[] on the CPU */
+    void *event[2];  /* cudaEvent_t of the copy out of host[i] */
+    int in_flight[2];
+    int slot;
+    int on_device;
+} accel_data_stager;
+
+ACCEL_API accel_result accel_data_stager_init(accel *acc, accel_data_stager *st, size_t bytes);
+ACCEL_API void accel_data_stager_free(accel_data_stager *st);
+/* The host buffer to fill next (waits until the copy that last used it has finished). */
+ACCEL_API accel_result accel_data_stager_host(accel_data_stager *st, void **host);
+/* Enqueue the copy of that buffer to the device on acc->stream; *device gets the device copy (CPU: the host
+   buffer itself, no copy). Kernels that read it must run on acc->stream (or wait for it). */
+ACCEL_API accel_result accel_data_stager_submit(accel_data_stager *st, void **device);
 
 #ifdef __cplusplus
 }
 #endif
 #endif /* ACCEL_DATA_H_INCLUDED */
 
+/* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__DATA_IMPL_DONE)
 #define ACCEL__DATA_IMPL_DONE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#if !defined(_WIN32)
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 #endif
+#if defined(__CUDACC__) && !defined(ACCEL_WITH_CUDA)
+#define ACCEL_WITH_CUDA 1
+#endif
+#ifdef ACCEL_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* ------------------------------------------------------------------------------------------------ sampler */
+static void accel__data_sampler_key(accel_data_sampler *s) {
+    int r;
+    for (r = 0; r < ACCEL_DATA_FEISTEL_ROUNDS; ++r) {
+        uint32_t w[4];
+        accel_rng_draw4(s->seed, (uint64_t)s->epoch, (uint64_t)r, w);
+        s->keys[r] = (uint64_t)w[0] | ((uint64_t)w[1] << 32);
+    }
+}
+
+ACCEL__DEF accel_result accel_data_sampler_init(accel *acc, accel_data_sampler *s, int64_t n, int shuffle, uint64_t seed) {
+    int bits = 0;
+    if (!s) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_sampler_init: sampler is NULL");
+    if (n < 0 || n > ((int64_t)1 << 62))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "sampler: dataset length %lld out of range [0, 2^62]", (long long)n);
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    s->shuffle = shuffle ? 1 : 0;
+    s->seed = seed;
+    while (bits < 63 && ((uint64_t)1 << bits) < (uint64_t)n) ++bits;
+    s->lo_bits = bits / 2;
+    s->lo_mask = ((uint64_t)1 << s->lo_bits) - 1;
+    s->hi_mask = ((uint64_t)1 << (bits - s->lo_bits)) - 1;
+    accel__data_sampler_key(s);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF void accel_data_sampler_set_epoch(accel_data_sampler *s, int64_t epoch) {
+    if (!s) return;
+    s->epoch = epoch;
+    accel__data_sampler_key(s);
+}
+
+/* -------------------------------------------------------------------------------------- little-endian bytes */
+static void accel__data_put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+static void accel__data_put64(uint8_t *p, uint64_t v) {
+    accel__data_put32(p, (uint32_t)v);
+    accel__data_put32(p + 4, (uint32_t)(v >> 32));
+}
+static uint32_t accel__data_get32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static uint64_t accel__data_get64(const uint8_t *p) {
+    return (uint64_t)accel__data_get32(p) | ((uint64_t)accel__data_get32(p + 4) << 32);
+}
+
+/* ------------------------------------------------------------------------ dataloader bookkeeping (§3) */
+static void accel__data_begin(accel *acc, int remainder, int *saved_eod, int *saved_rem) {
+    if (!acc) return;
+    *saved_eod = acc->end_of_dataloader;
+    *saved_rem = acc->remainder;
+    acc->end_of_dataloader = 0;
+    acc->remainder = remainder;
+}
+static void accel__data_end(accel *acc, int saved_eod, int saved_rem) {
+    if (!acc) return;
+    acc->end_of_dataloader = saved_eod;
+    acc->remainder = saved_rem;
+}
+
+ACCEL__DEF int64_t accel_data_real_rows(int end_of_dataloader, int remainder, int64_t gathered_rows) {
+    if (!end_of_dataloader || remainder <= 0) return gathered_rows; /* -1: unknown, 0: last batch was full */
+    return (int64_t)remainder < gathered_rows ? (int64_t)remainder : gathered_rows;
+}
+ACCEL__DEF int64_t accel_data_gather_real_rows(const accel *acc, int64_t gathered_rows) {
+    if (!acc) return gathered_rows;
+    return accel_data_real_rows(acc->end_of_dataloader, acc->remainder, gathered_rows);
+}
+
+/* ------------------------------------------------------------------------------------------------- shards */
+#define ACCEL__DATA_MAX_BATCH ((int64_t)1 << 40)
+
+ACCEL__DEF accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, const accel_data_shard_desc *desc) {
+    accel_data_shard t;
+    accel_result r;
+    int P, p, split, even;
+    int64_t N, B, b, G;
+    if (!s || !desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_init: shard or desc is NULL");
+    N = desc->dataset_len;
+    B = desc->batch_size;
+    if (desc->num_processes > 0) { P = desc->num_processes; p = desc->process_index; }
+    else if (desc->num_processes == 0) { P = acc ? acc->num_processes : 1; p = acc ? acc->process_index : 0; }
+    else return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: num_processes (%d) must be >= 1 (or 0 for acc's)", desc->num_processes);
+    if (P < 1 || p < 0 || p >= P)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: process_index %d is not in [0, num_processes=%d)", p, P);
+    if (desc->split_batches == 0) split = acc ? (acc->desc.split_batches ? 1 : 0) : 0;
+    else split = desc->split_batches == ACCEL_ON ? 1 : desc->split_batches == ACCEL_OFF ? 0 : -1;
+    if (desc->even_batches == 0) even = 1;
+    else even = desc->even_batches == ACCEL_ON ? 1 : desc->even_batches == ACCEL_OFF ? 0 : -1;
+    if (split < 0 || even < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: split_batches/even_batches must be 0, ACCEL_ON or ACCEL_OFF");
+    if (N < 0 || N > ((int64_t)1 << 62))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: dataset_len %lld out of range [0, 2^62]", (long long)N);
+    if (B < 1 || B > ACCEL__DATA_MAX_BATCH)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: batch_size %lld must be in [1, 2^40]", (long long)B);
+    if (!split && B * (int64_t)P > ((int64_t)1 << 61))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: batch_size * num_processes overflows");
+    if (split && desc->iterable) {
+        if (B > 1 && B % P != 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "To use `IterableDatasetShard` in `split_batches` mode, the batch size (%lld) needs to be a "
+                               "round multiple of the number of processes (%d).", (long long)B, P);
+        if (B == 1 && P > 1)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "IterableDatasetShard in `split_batches` mode with batch size 1 and %d processes would give "
+                               "every process batches of 1 // %d = 0 samples (Accelerate silently yields nothing); use "
+                               "split_batches=False or a batch size that is a multiple of the number of processes", P, P);
+    } else if (split && B % P != 0) {
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "To use `BatchSamplerShard` in `split_batches` mode, the batch size (%lld) needs to be a round "
+                           "multiple of the number of processes (%d).", (long long)B, P);
+    }
+    memset(&t, 0, sizeof t);
+    t.desc = *desc;
+    t.desc.num_processes = P;
+    t.desc.process_index = p;
+    t.desc.split_batches = split ? ACCEL_ON : ACCEL_OFF;
+    t.desc.even_batches = even ? ACCEL_ON : ACCEL_OFF;
+    t.desc.drop_last = desc->drop_last ? 1 : 0;
+    t.desc.iterable = desc->iterable ? 1 : 0;
+    t.desc.shuffle = desc->shuffle ? 1 : 0;
+    r = accel_data_sampler_init(acc, &t.sampler, N, t.desc.shuffle, desc->seed);
+    if (r != ACCEL_OK) return r;
+    b = split ? B / P : B;
+    G = b * P;
+    t.acc = acc;
+    t.n = N; t.b = b; t.g = G;
+    t.pad_mod = N < G ? N : G;
+    t.num_processes = P; t.process_index = p;
+    if (t.desc.drop_last) t.num_batches = N / G;
+    else if (even || t.desc.iterable) t.num_batches = (N + G - 1) / G;
+    else t.num_batches = N > (int64_t)p * b ? (N - (int64_t)p * b + G - 1) / G : 0;
+    t.saved_remainder = -1;
+    *s = t;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF int64_t accel_data_shard_len(const accel_data_shard *s) { return s ? s->num_batches : 0; }
+ACCEL__DEF int64_t accel_data_shard_batch_size(const accel_data_shard *s) { return s ? s->b : 0; }
+
+ACCEL__DEF int accel_data_shard_remainder(const accel_data_shard *s) {
+    if (!s || s->desc.drop_last) return -1;
+    return (int)(s->n % s->g);
+}
+
+ACCEL__DEF int64_t accel_data_shard_batch_len(const accel_data_shard *s, int64_t k) {
+    int64_t start;
+    if (!s || k < 0 || k >= s->num_batches) return 0;
+    if (s->desc.drop_last || s->desc.iterable || s->desc.even_batches == ACCEL_ON) return s->b;
+    start = k * s->g + (int64_t)s->process_index * s->b;
+    return s->n - start < s->b ? s->n - start : s->b;
+}
+
+ACCEL__DEF accel_result accel_data_shard_get_batch(const accel_data_shard *s, int64_t k, int64_t *out, int64_t *count) {
+    int64_t start, len, end, real_end, q, j = 0;
+    if (!s || !out || !count)
+        return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_get_batch: NULL argument");
+    if (k < 0 || k >= s->num_batches) {
+        *count = 0;
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: batch %lld out of range [0, %lld)", (long long)k,
+                           (long long)s->num_batches);
+    }
+    len = accel_data_shard_batch_len(s, k);
+    start = k * s->g + (int64_t)s->process_index * s->b;
+    end = start + len;
+    real_end = end < s->n ? end : s->n;
+    if (!s->sampler.shuffle) {
+        for (q = start; q < real_end; ++q) out[j++] = q;
+        for (q = start > s->n ? start : s->n; q < end; ++q) out[j++] = (q - s->n) % s->pad_mod;
+    } else {
+        for (q = start; q < real_end; ++q) out[j++] = accel_data_sampler_index(&s->sampler, q);
+        for (q = start > s->n ? start : s->n; q < end; ++q)
+            out[j++] = accel_data_sampler_index(&s->sampler, (q - s->n) % s->pad_mod);
+    }
+    *count = j;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF void accel_data_shard_end(accel_data_shard *s) {
+    if (!s || !s->begun) return;
+    accel__data_end(s->acc, s->saved_end_of_dataloader, s->saved_remainder);
+    s->begun = 0;
+    s->position = 0;
+}
+
+ACCEL__DEF accel_result accel_data_shard_next(accel_data_shard *s, int64_t *out, int64_t *count) {
+    accel_result r;
+    if (!s || !out || !count)
+        return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_next: NULL argument");
+    if (!s->begun) {
+        accel__data_begin(s->acc, accel_data_shard_remainder(s), &s->saved_end_of_dataloader, &s->saved_remainder);
+        s->begun = 1;
+    }
+    if (s->position >= s->num_batches) { /* the loop is over: end(), iteration += 1 */
+        accel_data_shard_end(s);
+        s->epoch += 1;
+        accel_data_sampler_set_epoch(&s->sampler, s->epoch);
+        *count = 0;
+        return ACCEL_OK;
+    }
+    r = accel_data_shard_get_batch(s, s->position, out, count);
+    if (r != ACCEL_OK) return r;
+    s->position += 1;
+    if (s->position == s->num_batches && s->acc) s->acc->end_of_dataloader = 1;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_shard_set_epoch(accel_data_shard *s, int64_t epoch) {
+    if (!s) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_set_epoch: shard is NULL");
+    if (epoch < 0) return ACCEL__FAIL(s->acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: epoch %lld < 0", (long long)epoch);
+    accel_data_shard_end(s);
+    s->epoch = epoch;
+    s->position = 0;
+    accel_data_sampler_set_epoch(&s->sampler, epoch);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_shard_skip_first_batches(accel_data_shard *s, int64_t n) {
+    if (!s) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_skip_first_batches: shard is NULL");
+    if (n < 0) return ACCEL__FAIL(s->acc, ACCEL_ERR_INVALID_ARGUMENT, "skip_first_batches: n = %lld < 0", (long long)n);
+    if (s->begun)
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_STATE, "skip_first_batches: the epoch is already being iterated "
+                           "(call it before the epoch's first accel_data_shard_next, or after set_epoch)");
+    s->position = n;
+    return ACCEL_OK;
+}
+
+static uint32_t accel__data_shard_flags(const accel_data_shard_desc *d) {
+    return (d->split_batches == ACCEL_ON ? 1u : 0u) | (d->even_batches == ACCEL_ON ? 2u : 0u) | (d->drop_last ? 4u : 0u) |
+           (d->iterable ? 8u : 0u) | (d->shuffle ? 16u : 0u);
+}
+
+ACCEL__DEF accel_result accel_data_shard_state_save(const accel_data_shard *s, uint8_t *buf, size_t cap, size_t *written) {
+    if (written) *written = 0;
+    if (!s || !buf) return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "shard state_save: NULL argument");
+    if (cap < ACCEL_DATA_SHARD_STATE_BYTES)
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_INVALID_ARGUMENT, "shard state_save: buffer of %zu bytes, need %d", cap,
+                           ACCEL_DATA_SHARD_STATE_BYTES);
+    memcpy(buf, "ACDS", 4);
+    accel__data_put32(buf + 4, 1);
+    accel__data_put64(buf + 8, (uint64_t)s->n);
+    accel__data_put64(buf + 16, (uint64_t)s->desc.batch_size);
+    accel__data_put32(buf + 24, (uint32_t)s->num_processes);
+    accel__data_put32(buf + 28, (uint32_t)s->process_index);
+    accel__data_put32(buf + 32, accel__data_shard_flags(&s->desc));
+    accel__data_put32(buf + 36, 0);
+    accel__data_put64(buf + 40, s->sampler.seed);
+    accel__data_put64(buf + 48, (uint64_t)s->epoch);
+    accel__data_put64(buf + 56, (uint64_t)s->position);
+    if (written) *written = ACCEL_DATA_SHARD_STATE_BYTES;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_shard_state_load(accel_data_shard *s, const uint8_t *buf, size_t len) {
+    int64_t n, B, epoch, position;
+    int32_t P;
+    uint32_t flags, mine;
+    if (!s || !buf) return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "shard state_load: NULL argument");
+    if (len != ACCEL_DATA_SHARD_STATE_BYTES || memcmp(buf, "ACDS", 4) != 0)
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: not a sampler state (%zu bytes, want %d starting \"ACDS\")",
+                           len, ACCEL_DATA_SHARD_STATE_BYTES);
+    if (accel__data_get32(buf + 4) != 1)
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: unsupported version %u (this build reads 1)",
+                           (unsigned)accel__data_get32(buf + 4));
+    n = (int64_t)accel__data_get64(buf + 8);
+    B = (int64_t)accel__data_get64(buf + 16);
+    P = (int32_t)accel__data_get32(buf + 24);
+    flags = accel__data_get32(buf + 32);
+    epoch = (int64_t)accel__data_get64(buf + 48);
+    position = (int64_t)accel__data_get64(buf + 56);
+    mine = accel__data_shard_flags(&s->desc);
+    if (epoch < 0 || position < 0 || accel__data_get32(buf + 36) != 0 || (flags & ~31u))
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: corrupt (epoch %lld, position %lld, flags 0x%x)",
+                           (long long)epoch, (long long)position, (unsigned)flags);
+    if (n != s->n)
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved for dataset_len %lld, this shard has %lld",
+                           (long long)n, (long long)s->n);
+    if (B != s->desc.batch_size)
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved for batch_size %lld, this shard has %lld",
+                           (long long)B, (long long)s->desc.batch_size);
+    if (P != s->num_processes)
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved with num_processes %d, this run has %d "
+                           "(batch positions are per process)", (int)P, s->num_processes);
+    if (flags != mine)
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved with flags 0x%x (1 split_batches, 2 even_batches, "
+                           "4 drop_last, 8 iterable, 16 shuffle), this shard has 0x%x", (unsigned)flags, (unsigned)mine);
+    accel_data_shard_end(s);
+    s->sampler.seed = accel__data_get64(buf + 40);
+    s->desc.seed = s->sampler.seed;
+    s->epoch = epoch;
+    accel_data_sampler_set_epoch(&s->sampler, epoch);
+    s->position = position;
+    return ACCEL_OK;
+}
+
+/* ------------------------------------------------------------------------------------------- token files */
+/* The header check with the message in msg (shared by the public parser and open, which adds the path). */
+static accel_result accel__data_token_check(const uint8_t *h, size_t header_len, uint64_t file_size,
+                                            accel_data_token_info *out, char *msg, size_t cap) {
+    int32_t magic, version, ntok;
+    int width;
+    uint64_t want;
+    if (header_len < ACCEL_DATA_TOKEN_HEADER_BYTES || file_size < ACCEL_DATA_TOKEN_HEADER_BYTES) {
+        snprintf(msg, cap, "%llu bytes is too small for the 1024-byte llm.c header (truncated file?)",
+                 (unsigned long long)(file_size < header_len ? file_size : header_len));
+        return ACCEL_ERR_FORMAT;
+    }
+    magic = (int32_t)accel__data_get32(h);
+    version = (int32_t)accel__data_get32(h + 4);
+    ntok = (int32_t)accel__data_get32(h + 8);
+    if (magic == ACCEL_DATA_GPT2_MAGIC) {
+        width = 2;
+        if (version != ACCEL_DATA_GPT2_VERSION) {
+            snprintf(msg, cap, "GPT-2 magic %d with version %d (expected %d)", (int)magic, (int)version,
+                     ACCEL_DATA_GPT2_VERSION);
+            return ACCEL_ERR_FORMAT;
+        }
+    } else if (magic == ACCEL_DATA_LLAMA3_MAGIC) {
+        width = 4;
+        if (version != ACCEL_DATA_LLAMA3_VERSION) {
+            snprintf(msg, cap, "Llama-3 magic %d with version %d (expected %d)", (int)magic, (int)version,
+                     ACCEL_DATA_LLAMA3_VERSION);
+            return ACCEL_ERR_FORMAT;
+        }
+    } else {
+        snprintf(msg, cap, "bad magic %d (expected %d for GPT-2 uint16 or %d for Llama-3 uint32 tokens)", (int)magic,
+                 ACCEL_DATA_GPT2_MAGIC, ACCEL_DATA_LLAMA3_MAGIC);
+        return ACCEL_ERR_FORMAT;
+    }
+    if (ntok < 0) {
+        snprintf(msg, cap, "negative token count %d in header[2]", (int)ntok);
+        return ACCEL_ERR_FORMAT;
+    }
+    want = (uint64_t)ACCEL_DATA_TOKEN_HEADER_BYTES + (uint64_t)ntok * (uint64_t)width;
+    if (file_size != want) {
+        snprintf(msg, cap, "header says %d tokens of %d bytes (a file of %llu bytes) but the file has %llu bytes (%s)",
+                 (int)ntok, width, (unsigned long long)want, (unsigned long long)file_size,
+                 file_size < want ? "truncated" : "trailing bytes");
+        return ACCEL_ERR_FORMAT;
+    }
+    out->magic = magic;
+    out->version = version;
+    out->token_bytes = width;
+    out->num_tokens = ntok;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_token_header_parse(accel *acc, const void *header, size_t header_len,
+                                                     uint64_t file_size, accel_data_token_info *out) {
+    char msg[512];
+    accel_data_token_info info;
+    accel_result r;
+    if (!header || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "token header: NULL argument");
+    r = accel__data_token_check((const uint8_t *)header, header_len, file_size, &info, msg, sizeof msg);
+    if (r != ACCEL_OK) return ACCEL__FAIL(acc, r, "token shard: %s", msg);
+    *out = info;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_token_file_open(accel *acc, accel_data_token_file *f, const char *path) {
+#if defined(_WIN32)
+    (void)f; (void)path;
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "token shards need POSIX mmap");
+#else
+    uint8_t hdr[ACCEL_DATA_TOKEN_HEADER_BYTES];
+    struct stat sb;
+    accel_data_token_info info;
+    accel_result r;
+    size_t got = 0;
+    void *map;
+    int fd;
+    if (!f || !path) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_open: NULL argument");
+    memset(f, 0, sizeof *f);
+    fd = open(path, O_RDONLY);
+    if (fd < 0) return ACCEL__FAIL(acc, errno == ENOENT ? ACCEL_ERR_NOT_FOUND : ACCEL_ERR_IO, "token shard %s: open: %s",
+                                   path, strerror(errno));
+    if (fstat(fd, &sb) != 0) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "token shard %s: fstat: %s", path, strerror(errno));
+        close(fd);
+        return r;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "token shard %s: not a regular file", path);
+    }
+    while (got < sizeof hdr) {
+        ssize_t k = pread(fd, hdr + got, sizeof hdr - got, (off_t)got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "token shard %s: read: %s", path, strerror(errno));
+            close(fd);
+            return r;
+        }
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    {
+        char msg[512];
+        r = accel__data_token_check(hdr, got, (uint64_t)sb.st_size, &info, msg, sizeof msg);
+        if (r != ACCEL_OK) {
+            close(fd);
+            return ACCEL__FAIL(acc, r, "token shard %s: %s", path, msg);
+        }
+    }
+    if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
+        close(fd);
+        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "token shard %s: %llu bytes do not fit the address space", path,
+                           (unsigned long long)sb.st_size);
+    }
+    map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "token shard %s: mmap of %llu bytes: %s", path, (unsigned long long)sb.st_size,
+                        strerror(errno));
+        close(fd);
+        return r;
+    }
+    close(fd); /* the mapping keeps the file */
+#ifdef MADV_SEQUENTIAL
+    (void)madvise(map, (size_t)sb.st_size, MADV_SEQUENTIAL);
+#endif
+    f->info = info;
+    f->map = map;
+    f->map_bytes = (uint64_t)sb.st_size;
+    f->tokens = (const uint8_t *)map + ACCEL_DATA_TOKEN_HEADER_BYTES;
+    return ACCEL_OK;
+#endif
+}
+
+ACCEL__DEF void accel_data_token_file_close(accel_data_token_file *f) {
+    if (!f) return;
+#if !defined(_WIN32)
+    if (f->map) munmap(f->map, (size_t)f->map_bytes);
+#endif
+    memset(f, 0, sizeof *f);
+}
+
+static void accel__data_tokens_to_i32(const accel_data_token_file *f, int64_t first, int64_t count, int32_t *dst) {
+    int64_t i;
+    if (f->info.token_bytes == 2) {
+        const uint8_t *p = f->tokens + first * 2;
+        for (i = 0; i < count; ++i) dst[i] = (int32_t)((uint32_t)p[2 * i] | ((uint32_t)p[2 * i + 1] << 8));
+    } else {
+        const uint8_t *p = f->tokens + first * 4;
+        for (i = 0; i < count; ++i) dst[i] = (int32_t)accel__data_get32(p + 4 * i);
+    }
+}
+
+ACCEL__DEF accel_result accel_data_token_file_read(accel *acc, const accel_data_token_file *f, int64_t first,
+                                                  int64_t count, int32_t *dst) {
+    if (!f || !f->map || (!dst && count > 0))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_read: file not open or NULL buffer");
+    if (first < 0 || count < 0 || first > f->info.num_tokens || count > f->info.num_tokens - first)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_read: tokens [%lld, %lld) outside [0, %lld)",
+                           (long long)first, (long long)(first + count), (long long)f->info.num_tokens);
+    accel__data_tokens_to_i32(f, first, count, dst);
+    return ACCEL_OK;
+}
+
+/* --------------------------------------------------------------------------------------- sequence loader */
+ACCEL__DEF void accel_data_seq_free(accel_data_seq_loader *ld) {
+    int i;
+    if (!ld) return;
+    if (ld->begun) accel__data_end(ld->acc, ld->saved_end_of_dataloader, ld->saved_remainder);
+    if (ld->files) {
+        for (i = 0; i < ld->num_files; ++i) accel_data_token_file_close(&ld->files[i]);
+        accel_host_free(ld->acc, ld->files);
+    }
+    if (ld->first_window) accel_host_free(ld->acc, ld->first_window);
+    memset(ld, 0, sizeof *ld);
+}
+
+ACCEL__DEF accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *ld, const accel_data_seq_desc *desc) {
+    accel_data_seq_loader t;
+    accel_result r;
+    int i, P, p;
+    int64_t per_batch;
+    if (!ld || !desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_seq_init: NULL argument");
+    if (desc->num_files < 1 || !desc->files)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: no token files given");
+    if (desc->batch_size < 1 || desc->seq_len < 1)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: batch_size (%d) and seq_len (%d) must be >= 1",
+                           desc->batch_size, desc->seq_len);
+    if (desc->num_processes > 0) { P = desc->num_processes; p = desc->process_index; }
+    else if (desc->num_processes == 0) { P = acc ? acc->num_processes : 1; p = acc ? acc->process_index : 0; }
+    else return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: num_processes %d < 0", desc->num_processes);
+    if (p < 0 || p >= P)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: process_index %d not in [0, %d)", p, P);
+    memset(&t, 0, sizeof t);
+    t.acc = acc;
+    t.batch_size = desc->batch_size; t.seq_len = desc->seq_len;
+    t.num_processes = P; t.process_index = p;
+    t.files = (accel_data_token_file *)accel_host_alloc(acc, sizeof(accel_data_token_file) * (size_t)desc->num_files);
+    t.first_window = (int64_t *)accel_host_alloc(acc, sizeof(int64_t) * ((size_t)desc->num_files + 1));
+    if (!t.files || !t.first_window) {
+        if (t.files) accel_host_free(acc, t.files);
+        if (t.first_window) accel_host_free(acc, t.first_window);
+        return ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    memset(t.files, 0, sizeof(accel_data_token_file) * (size_t)desc->num_files);
+    t.first_window[0] = 0;
+    for (i = 0; i < desc->num_files; ++i) {
+        int64_t ntok, w;
+        r = accel_data_token_file_open(acc, &t.files[i], desc->files[i]);
+        if (r != ACCEL_OK) {
+            t.num_files = i;
+            accel_data_seq_free(&t);
+            return r;
+        }
+        t.num_files = i + 1;
+        ntok = t.files[i].info.num_tokens;
+        w = ntok > 0 ? (ntok - 1) / desc->seq_len : 0;
+        t.first_window[i + 1] = t.first_window[i] + w;
+    }
+    t.num_windows = t.first_window[t.num_files];
+    per_batch = (int64_t)P * desc->batch_size;
+    t.num_batches = t.num_windows / per_batch;
+    r = accel_data_sampler_init(acc, &t.sampler, t.num_windows, desc->shuffle, desc->seed);
+    if (r != ACCEL_OK) { accel_data_seq_free(&t); return r; }
+    if (t.num_batches == 0)
+        accel__log(acc, ACCEL_LOG_WARN, "seq loader: %lld windows of %d+1 tokens are fewer than one global batch (%lld "
+                   "rows): the epoch is empty", (long long)t.num_windows, desc->seq_len, (long long)per_batch);
+    t.saved_remainder = -1;
+    *ld = t;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF int64_t accel_data_seq_len(const accel_data_seq_loader *ld) { return ld ? ld->num_batches : 0; }
+
+ACCEL__DEF accel_result accel_data_seq_get_batch(const accel_data_seq_loader *ld, int64_t k, int32_t *dst) {
+    int64_t row, base;
+    int T;
+    if (!ld || !dst) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq get_batch: NULL argument");
+    if (k < 0 || k >= ld->num_batches)
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: batch %lld out of range [0, %lld)",
+                           (long long)k, (long long)ld->num_batches);
+    T = ld->seq_len;
+    base = (k * ld->num_processes + ld->process_index) * (int64_t)ld->batch_size;
+    for (row = 0; row < ld->batch_size; ++row) {
+        int64_t w = accel_data_sampler_index(&ld->sampler, base + row);
+        int lo = 0, hi = ld->num_files - 1;
+        while (lo < hi) { /* the last file whose first window <= w */
+            int mid = (lo + hi + 1) / 2;
+            if (ld->first_window[mid] <= w) lo = mid; else hi = mid - 1;
+        }
+        accel__data_tokens_to_i32(&ld->files[lo], (w - ld->first_window[lo]) * T, (int64_t)T + 1,
+                                  dst + row * ((int64_t)T + 1));
+    }
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_seq_next(accel_data_seq_loader *ld, int32_t *dst, int *got) {
+    accel_result r;
+    if (!ld || !dst || !got) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq next: NULL argument");
+    *got = 0;
+    if (!ld->begun) {
+        accel__data_begin(ld->acc, -1, &ld->saved_end_of_dataloader, &ld->saved_remainder);
+        ld->begun = 1;
+    }
+    if (ld->position >= ld->num_batches) {
+        accel__data_end(ld->acc, ld->saved_end_of_dataloader, ld->saved_remainder);
+        ld->begun = 0;
+        ld->position = 0;
+        ld->epoch += 1;
+        accel_data_sampler_set_epoch(&ld->sampler, ld->epoch);
+        return ACCEL_OK;
+    }
+    r = accel_data_seq_get_batch(ld, ld->position, dst);
+    if (r != ACCEL_OK) return r;
+    ld->position += 1;
+    *got = 1;
+    if (ld->position == ld->num_batches && ld->acc) ld->acc->end_of_dataloader = 1;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int64_t epoch) {
+    if (!ld) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq set_epoch: NULL loader");
+    if (epoch < 0) return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: epoch %lld < 0", (long long)epoch);
+    if (ld->begun) { accel__data_end(ld->acc, ld->saved_end_of_dataloader, ld->saved_remainder); ld->begun = 0; }
+    ld->epoch = epoch;
+    ld->position = 0;
+    accel_data_sampler_set_epoch(&ld->sampler, epoch);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_seq_skip_first_batches(accel_data_seq_loader *ld, int64_t n) {
+    if (!ld) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq skip_first_batches: NULL loader");
+    if (n < 0) return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq skip_first_batches: n = %lld < 0", (long long)n);
+    if (ld->begun) return ACCEL__FAIL(ld->acc, ACCEL_ERR_STATE, "seq skip_first_batches: the epoch is already being iterated");
+    ld->position = n;
+    return ACCEL_OK;
+}
+
+static int64_t accel__data_seq_total_tokens(const accel_data_seq_loader *ld) {
+    int64_t s = 0;
+    int i;
+    for (i = 0; i < ld->num_files; ++i) s += ld->files[i].info.num_tokens;
+    return s;
+}
+
+ACCEL__DEF accel_result accel_data_seq_state_save(const accel_data_seq_loader *ld, uint8_t *buf, size_t cap, size_t *written) {
+    if (written) *written = 0;
+    if (!ld || !buf) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq state_save: NULL argument");
+    if (cap < ACCEL_DATA_SEQ_STATE_BYTES)
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq state_save: buffer of %zu bytes, need %d", cap,
+                           ACCEL_DATA_SEQ_STATE_BYTES);
+    memcpy(buf, "ACSQ", 4);
+    accel__data_put32(buf + 4, 1);
+    accel__data_put64(buf + 8, (uint64_t)accel__data_seq_total_tokens(ld));
+    accel__data_put32(buf + 16, (uint32_t)ld->num_files);
+    accel__data_put32(buf + 20, (uint32_t)ld->batch_size);
+    accel__data_put32(buf + 24, (uint32_t)ld->seq_len);
+    accel__data_put32(buf + 28, (uint32_t)ld->num_processes);
+    accel__data_put32(buf + 32, (uint32_t)ld->process_index);
+    accel__data_put32(buf + 36, ld->sampler.shuffle ? 16u : 0u);
+    accel__data_put64(buf + 40, ld->sampler.seed);
+    accel__data_put64(buf + 48, (uint64_t)ld->epoch);
+    accel__data_put64(buf + 56, (uint64_t)ld->position);
+    if (written) *written = ACCEL_DATA_SEQ_STATE_BYTES;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_seq_state_load(accel_data_seq_loader *ld, const uint8_t *buf, size_t len) {
+    int64_t epoch, position;
+    if (!ld || !buf) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq state_load: NULL argument");
+    if (len != ACCEL_DATA_SEQ_STATE_BYTES || memcmp(buf, "ACSQ", 4) != 0 || accel__data_get32(buf + 4) != 1)
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: not a version-1 sequence loader state (%zu bytes)", len);
+    epoch = (int64_t)accel__data_get64(buf + 48);
+    position = (int64_t)accel__data_get64(buf + 56);
+    if (epoch < 0 || position < 0 || (accel__data_get32(buf + 36) & ~16u))
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: corrupt (epoch %lld, position %lld)", (long long)epoch,
+                           (long long)position);
+    if ((int64_t)accel__data_get64(buf + 8) != accel__data_seq_total_tokens(ld) ||
+        (int)accel__data_get32(buf + 16) != ld->num_files)
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: saved for %d files / %lld tokens, this loader has %d / %lld",
+                           (int)accel__data_get32(buf + 16), (long long)accel__data_get64(buf + 8), ld->num_files,
+                           (long long)accel__data_seq_total_tokens(ld));
+    if ((int)accel__data_get32(buf + 20) != ld->batch_size || (int)accel__data_get32(buf + 24) != ld->seq_len ||
+        (int)accel__data_get32(buf + 28) != ld->num_processes)
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: saved for B=%d T=%d P=%d, this loader has B=%d T=%d P=%d",
+                           (int)accel__data_get32(buf + 20), (int)accel__data_get32(buf + 24),
+                           (int)accel__data_get32(buf + 28), ld->batch_size, ld->seq_len, ld->num_processes);
+    if (((accel__data_get32(buf + 36) & 16u) != 0) != (ld->sampler.shuffle != 0))
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: shuffle setting differs");
+    if (ld->begun) { accel__data_end(ld->acc, ld->saved_end_of_dataloader, ld->saved_remainder); ld->begun = 0; }
+    ld->sampler.seed = accel__data_get64(buf + 40);
+    ld->epoch = epoch;
+    accel_data_sampler_set_epoch(&ld->sampler, epoch);
+    ld->position = position;
+    return ACCEL_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------ staging */
+ACCEL__DEF void accel_data_stager_free(accel_data_stager *st) {
+    int i;
+    if (!st) return;
+    for (i = 0; i < 2; ++i) {
+        if (st->on_device) {
+#ifdef ACCEL_WITH_CUDA
+            if (st->event[i]) {
+                (void)cudaEventSynchronize((cudaEvent_t)st->event[i]);
+                (void)cudaEventDestroy((cudaEvent_t)st->event[i]);
+            }
+            if (st->host[i]) (void)cudaFreeHost(st->host[i]);
+            if (st->dev[i]) accel_device_free(st->acc, st->dev[i]);
+#endif
+        } else if (st->host[i]) {
+            accel_host_free(st->acc, st->host[i]);
+        }
+    }
+    memset(st, 0, sizeof *st);
+}
+
+ACCEL__DEF accel_result accel_data_stager_init(accel *acc, accel_data_stager *st, size_t bytes) {
+    int i;
+    if (!st || bytes == 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "stager_init: NULL stager or 0 bytes");
+    memset(st, 0, sizeof *st);
+    st->acc = acc;
+    st->bytes = bytes;
+    if (!acc || acc->device < 0) {
+        for (i = 0; i < 2; ++i) {
+            st->host[i] = accel_host_alloc(acc, bytes);
+            if (!st->host[i]) { accel_data_stager_free(st); return ACCEL_ERR_OUT_OF_MEMORY; }
+            st->dev[i] = st->host[i];
+        }
+        return ACCEL_OK;
+    }
+#ifdef ACCEL_WITH_CUDA
+    st->on_device = 1;
+    for (i = 0; i < 2; ++i) {
+        cudaEvent_t ev;
+        cudaError_t e = cudaHostAlloc(&st->host[i], bytes, cudaHostAllocDefault);
+        if (e != cudaSuccess) {
+            st->host[i] = NULL;
+            accel_data_stager_free(st);
+            return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "stager: cudaHostAlloc(%zu) failed: %s", bytes, cudaGetErrorString(e));
+        }
+        st->dev[i] = accel_device_alloc(acc, bytes);
+        if (!st->dev[i]) { accel_data_stager_free(st); return ACCEL_ERR_OUT_OF_MEMORY; }
+        e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            accel_data_stager_free(st);
+            return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "stager: cudaEventCreate failed: %s", cudaGetErrorString(e));
+        }
+        st->event[i] = (void *)ev;
+    }
+    return ACCEL_OK;
+#else
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "stager: the Accelerator uses CUDA device %d but this implementation was "
+                       "compiled without CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc", acc->device);
+#endif
+}
+
+ACCEL__DEF accel_result accel_data_stager_host(accel_data_stager *st, void **host) {
+    if (!st || !host || !st->host[0])
+        return ACCEL__FAIL(st ? st->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "stager_host: not initialized");
+#ifdef ACCEL_WITH_CUDA
+    if (st->on_device && st->in_flight[st->slot]) {
+        cudaError_t e = cudaEventSynchronize((cudaEvent_t)st->event[st->slot]);
+        if (e != cudaSuccess)
+            return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaEventSynchronize failed: %s", cudaGetErrorString(e));
+        st->in_flight[st->slot] = 0;
+    }
+#endif
+    *host = st->host[st->slot];
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_stager_submit(accel_data_stager *st, void **device) {
+    int s;
+    if (!st || !device || !st->host[0])
+        return ACCEL__FAIL(st ? st->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "stager_submit: not initialized");
+    s = st->slot;
+#ifdef ACCEL_WITH_CUDA
+    if (st->on_device) {
+        cudaStream_t stream = st->acc->stream;
+        cudaError_t e = cudaMemcpyAsync(st->dev[s], st->host[s], st->bytes, cudaMemcpyHostToDevice, stream);
+        if (e != cudaSuccess)
+            return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaMemcpyAsync of %zu bytes failed: %s", st->bytes,
+                               cudaGetErrorString(e));
+        e = cudaEventRecord((cudaEvent_t)st->event[s], stream);
+        if (e != cudaSuccess)
+            return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaEventRecord failed: %s", cudaGetErrorString(e));
+        st->in_flight[s] = 1;
+    }
+#endif
+    *device = st->dev[s];
+    st->slot ^= 1;
+    return ACCEL_OK;
+}
+
+#endif /* ACCEL_IMPLEMENTATION && !ACCEL__DATA_IMPL_DONE */
+
+/* MIT License. Copyright (c) 2026 the accel authors. See README.md. */
