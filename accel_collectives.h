@@ -1,16 +1,2495 @@
-/* accel_collectives.h — (module under construction; see its issue). Depends only on accel.h. */
+/* accel_collectives.h — collectives for accel: one API over NONE / MPI / NCCL, Accelerate's gather/reduce/pad/object
+   helpers, asynchronous handles, a DDP-style bucketed gradient reducer, NCCL bootstrap, timeouts and debug checks.
+
+   Depends only on accel.h. One translation unit defines ACCEL_IMPLEMENTATION before including it (compile that TU
+   with nvcc to get device buffers, CUDA-aware MPI and NCCL; with a C compiler only host buffers work).
+
+   USAGE
+       accel_coll *coll;
+       accel_coll_desc cd = {0};                           // zero = defaults: backend, timeout, debug from acc
+       if (accel_coll_create(&acc, &cd, &coll) != ACCEL_OK) fail(accel_last_error(&acc));
+       accel_coll_all_reduce(coll, loss, loss, 1, ACCEL_F32, ACCEL_COLL_AVG);          // in place: send == recv
+       accel_coll_all_gather(coll, preds, all_preds, n, ACCEL_I64);                    // Accelerate's gather
+       // DDP-style gradient sync (register once, then per step)
+       accel_coll_reducer *red;
+       accel_coll_reducer_create(coll, NULL, &red);                                    // 1 MiB first, 25 MiB buckets
+       for (i = 0; i < nparams; ++i) accel_coll_reducer_add(red, grad[i], numel[i], ACCEL_F32, name[i], NULL);
+       ... backward: as soon as grad i is final:  accel_coll_grad_ready(red, i);      // launches full buckets
+       accel_coll_reducer_wait(red);         // all buckets reduced, unpacked, averaged (no-op if !acc.sync_gradients)
+       accel_coll_reducer_destroy(red);
+       accel_coll_destroy(coll);
+
+   BACKENDS (accel_coll_desc.backend, 0 = auto: NCCL when acc.device >= 0 and the TU was built by nvcc with
+   ACCEL_WITH_NCCL; else MPI when the group has > 1 process; else NONE)
+     NONE  one process: every op gives the correct local result (copies; AVG divides by 1).
+     MPI   host buffers. Device buffers (acc.device >= 0, nvcc TU) go straight to MPI when it is CUDA-aware
+           (MPIX_Query_cuda_support / MPIX_GPU_query_support, or ACCEL_CUDA_AWARE_MPI=0|1), otherwise through pinned
+           host staging. F16/BF16 reductions use user-defined MPI ops that compute in float and round to nearest even.
+     NCCL  device buffers, enqueued on acc.stream (async variants on a private comm stream). Non-blocking communicator
+           (config.blocking = 0); errors and deadlines poll ncclCommGetAsyncError and end in ncclCommAbort.
+           Bootstrap (ACCEL_NCCL_INIT=mpi|tcp|file, default mpi when MPI is up, else tcp when MASTER_ADDR is set,
+           else file when ACCEL_NCCL_INIT_FILE is set): rank 0's ncclUniqueId is broadcast over MPI, or over TCP at
+           MASTER_ADDR:MASTER_PORT, or through the file ACCEL_NCCL_INIT_FILE on a shared filesystem.
+   Buffers are in acc's memory (device when acc.device >= 0) unless desc.host_buffers. Object and shape helpers use
+   host memory for objects and acc's memory for tensors.
+
+   OPTIONS (accel_coll_desc, zero = default)
+     mpi_comm      const MPI_Comm * to use (e.g. from MPI_Comm_split, for a process mesh); NULL = acc's group. dup'ed.
+     timeout_ms    deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s). A peer that
+                   never arrives gives ACCEL_ERR_TIMEOUT instead of a hang; the context is then unusable (every
+                   later call fails fast) — destroy it and stop, as torch's watchdog does.
+     watchdog      ACCEL_ON (default): blocking MPI ops run as MPI_I* + polling with the deadline; ACCEL_OFF: plain
+                   blocking MPI calls (no deadline, the MPI library's own algorithms).
+     debug         0 → acc.debug (ACCELERATE_DEBUG_MODE). Before each collective every rank's (op, dtype, count,
+                   root) are all-gathered; a difference fails on every rank with ACCEL_ERR_MISMATCH listing them.
+     cuda_aware_mpi, host_buffers: see BACKENDS.
+
+   THREADS AND STREAMS
+     A context is used by one thread at a time. MPI ops complete on the host before returning (device buffers: acc's
+     stream is synchronized first). NCCL ops are enqueued on acc.stream and return; accel_coll_synchronize waits with
+     the deadline. An async request must be finished with accel_coll_wait, or accel_coll_test until it reports done.
+
+   DIFFERENCES FROM ACCELERATE
+     - reduce "mean" on an integer dtype is an error at every process count (Accelerate raises only when distributed).
+     - reduce accepts "sum", "mean", "max", "none" (= sum, as Accelerate) and also "min"/"prod"; anything else is an
+       error (Accelerate sums for any other string).
+     - pad_across_processes fails with ACCEL_ERR_MISMATCH when ranks differ in rank count or in a non-padded dim
+       (torch fails inside all_gather with a less clear message or hangs).
+     - Element counts of one MPI call are limited to INT_MAX.
+*/
 #ifndef ACCEL_COLLECTIVES_H_INCLUDED
 #define ACCEL_COLLECTIVES_H_INCLUDED
 #include "accel.h"
+#include <stddef.h>
+#include <stdint.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef enum accel_coll_backend {
+    ACCEL_COLL_BACKEND_AUTO = 0,
+    ACCEL_COLL_BACKEND_NONE,
+    ACCEL_COLL_BACKEND_MPI,
+    ACCEL_COLL_BACKEND_NCCL
+} accel_coll_backend;
+ACCEL_API const char *accel_coll_backend_name(accel_coll_backend b); /* "auto" "none" "mpi" "nccl" */
+
+typedef enum accel_coll_op {
+    ACCEL_COLL_SUM = 0,
+    ACCEL_COLL_AVG,  /* sum / group size; floating dtypes only (Accelerate's "mean") */
+    ACCEL_COLL_MAX,
+    ACCEL_COLL_MIN,
+    ACCEL_COLL_PROD,
+    ACCEL_COLL_OP_COUNT
+} accel_coll_op;
+#define ACCEL_COLL_MEAN ACCEL_COLL_AVG
+ACCEL_API const char *accel_coll_op_name(accel_coll_op op); /* "sum" "avg" "max" "min" "prod" */
+
+typedef struct accel_coll_desc {
+    accel_coll_backend backend;
+    void *mpi_comm;      /* const MPI_Comm *; NULL → acc's process group */
+    int host_buffers;    /* nonzero: buffers are host memory even on a GPU run */
+    int timeout_ms;      /* 0 → acc->desc.collective_timeout_ms */
+    int watchdog;        /* 0 / ACCEL_ON / ACCEL_OFF */
+    int debug;           /* 0 → acc->debug; ACCEL_ON / ACCEL_OFF */
+    int cuda_aware_mpi;  /* 0 → detect; ACCEL_ON / ACCEL_OFF */
+} accel_coll_desc;
+
+typedef struct accel_coll accel_coll;                 /* a communicator context; opaque */
+typedef struct accel_coll_request accel_coll_request; /* an operation in flight; opaque */
+
+/* Collective over the group: every rank of the group calls it. */
+ACCEL_API accel_result accel_coll_create(accel *acc, const accel_coll_desc *desc, accel_coll **out);
+ACCEL_API void accel_coll_destroy(accel_coll *c); /* NULL is fine */
+ACCEL_API int accel_coll_rank(const accel_coll *c);
+ACCEL_API int accel_coll_size(const accel_coll *c);
+ACCEL_API accel_coll_backend accel_coll_get_backend(const accel_coll *c);
+ACCEL_API int accel_coll_uses_device_buffers(const accel_coll *c);
+ACCEL_API accel *accel_coll_accel(const accel_coll *c);
+
+/* ---------------------------------------------------------------------------------------------- typed ops */
+/* Reductions support F64 F32 F16 BF16 I64 I32 U8 (AVG floating only); data movement supports every dtype.
+   count = elements per rank. In place: all_reduce/reduce with send == recv; all_gather/gather with
+   send == recv + rank*count. recv of reduce/gather is used on the root only (may be NULL elsewhere). */
+ACCEL_API accel_result accel_coll_all_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                             accel_coll_op op);
+ACCEL_API accel_result accel_coll_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                         accel_coll_op op, int root);
+ACCEL_API accel_result accel_coll_broadcast(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root);
+/* recv holds size*count elements, rank order (Accelerate's gather: concatenation on dim 0). */
+ACCEL_API accel_result accel_coll_all_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt);
+/* send holds size*recv_count elements; rank r receives the reduction of block r. send and recv must not overlap. */
+ACCEL_API accel_result accel_coll_reduce_scatter(accel_coll *c, const void *send, void *recv, size_t recv_count,
+                                                 accel_dtype dt, accel_coll_op op);
+ACCEL_API accel_result accel_coll_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                         int root);
+ACCEL_API accel_result accel_coll_barrier(accel_coll *c);
+/* NCCL: wait (with the deadline) for everything enqueued on acc.stream; MPI/NONE: nothing to do. */
+ACCEL_API accel_result accel_coll_synchronize(accel_coll *c);
+
+/* ---------------------------------------------------------------------------------------------- async ops */
+/* Same arguments; *req receives a handle that accel_coll_wait or accel_coll_test finishes and frees. Buffers must
+   stay untouched until then. */
+ACCEL_API accel_result accel_coll_all_reduce_async(accel_coll *c, const void *send, void *recv, size_t count,
+                                                   accel_dtype dt, accel_coll_op op, accel_coll_request **req);
+ACCEL_API accel_result accel_coll_reduce_async(accel_coll *c, const void *send, void *recv, size_t count,
+                                               accel_dtype dt, accel_coll_op op, int root, accel_coll_request **req);
+ACCEL_API accel_result accel_coll_broadcast_async(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root,
+                                                  accel_coll_request **req);
+ACCEL_API accel_result accel_coll_all_gather_async(accel_coll *c, const void *send, void *recv, size_t count,
+                                                   accel_dtype dt, accel_coll_request **req);
+ACCEL_API accel_result accel_coll_reduce_scatter_async(accel_coll *c, const void *send, void *recv, size_t recv_count,
+                                                       accel_dtype dt, accel_coll_op op, accel_coll_request **req);
+/* Blocks until done or the deadline; frees req either way. NCCL: afterwards acc.stream is ordered after the op. */
+ACCEL_API accel_result accel_coll_wait(accel_coll_request *req);
+/* *done = 1 when finished (req is then freed and the result returned); 0: still running (ACCEL_OK). */
+ACCEL_API accel_result accel_coll_test(accel_coll_request *req, int *done);
+
+/* ------------------------------------------------------------------------------------ Accelerate helpers */
+/* Accelerator.reduce(tensor, reduction): "sum" (NULL, Accelerate's default), "mean", "max", "none" (sums), also
+   "min" and "prod". In place on buf. */
+ACCEL_API accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_t count, accel_dtype dt,
+                                                const char *reduction);
+
+/* pad_across_processes(t, dim, pad_index, pad_first): out receives in's shape with `dim` padded to the maximum over
+   ranks, filled with pad_value; with pad_first the data goes at the end. out->ptr is allocated (free it with
+   accel_coll_free) and out->name = in->name. A dim outside [-ndim, ndim) gives an unchanged copy. */
+ACCEL_API accel_result accel_coll_pad_across_processes(accel_coll *c, const accel_tensor *in, int dim, double pad_value,
+                                                       int pad_first, accel_tensor *out);
+/* All-gather of tensors whose dim 0 differs per rank (other dims equal), concatenated in rank order. out->ptr is
+   allocated (accel_coll_free). A 0-d tensor counts as shape [1] (as Accelerate's gather). */
+ACCEL_API accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor *in, accel_tensor *out);
+/* gather_for_metrics: gather_rows, then at the end of the dataloader (acc.end_of_dataloader) with
+   acc.remainder > 0 keep only the first `remainder` rows (the padding duplicates are dropped). */
+ACCEL_API accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel_tensor *in, accel_tensor *out);
+/* Frees memory returned by the helpers above (device or host, as allocated). */
+ACCEL_API void accel_coll_free(accel_coll *c, void *ptr);
+
+/* Byte blobs ("objects": serialized by the caller). Object i is data[offsets[i] .. offsets[i+1]). */
+typedef struct accel_coll_blobs {
+    int count;
+    size_t *offsets; /* count + 1 entries */
+    unsigned char *data;
+} accel_coll_blobs;
+/* Replaces b's content with copies of items (count may be 0). */
+ACCEL_API accel_result accel_coll_blobs_set(accel_coll *c, accel_coll_blobs *b, int count, const void *const *items,
+                                            const size_t *sizes);
+ACCEL_API void accel_coll_blobs_free(accel_coll *c, accel_coll_blobs *b);
+/* gather_object: every rank contributes `bytes` bytes (sizes may differ); out (overwritten, zero it first) gets one
+   object per rank in rank order. Concatenating them is Accelerate's one-level flatten. */
+ACCEL_API accel_result accel_coll_gather_object(accel_coll *c, const void *data, size_t bytes, accel_coll_blobs *out);
+/* broadcast_object_list: the root's list replaces every other rank's list (in place, as Accelerate). Non-root lists
+   must be zeroed or hold blobs from accel_coll_blobs_set. */
+ACCEL_API accel_result accel_coll_broadcast_object_list(accel_coll *c, accel_coll_blobs *list, int from_process);
+
+/* split_between_processes on [0, n): process p gets [start, end); with apply_padding the slice is extended to
+   q + (r > 0) items by repeating item n - 1 (pad_count times), as Accelerate pads lists/tensors. num_processes == 1
+   gives [0, n) unchanged. n == 0 with apply_padding is an error (Accelerate: IndexError). */
+typedef struct accel_coll_range {
+    int64_t start, end;
+    int64_t pad_count; /* extra copies of item pad_index appended after [start, end) */
+    int64_t pad_index;
+} accel_coll_range;
+ACCEL_API accel_result accel_coll_split_between_processes(int64_t n, int num_processes, int process_index,
+                                                          int apply_padding, accel_coll_range *out);
+
+/* -------------------------------------------------------------------------------------- gradient reducer */
+typedef struct accel_coll_reducer_desc {
+    double bucket_cap_mb;   /* 0 → 25 (DDP); MiB */
+    double first_bucket_mb; /* 0 → 1 (DDP); MiB */
+    int average;            /* 0 / ACCEL_ON: divide by the group size (DDP); ACCEL_OFF: sum */
+    int flat;               /* 0: one all-reduce in place when the grads are one contiguous buffer of one dtype;
+                               ACCEL_OFF: always bucket; ACCEL_ON: require contiguity (error otherwise) */
+} accel_coll_reducer_desc;
+typedef struct accel_coll_reducer accel_coll_reducer;
+
+ACCEL_API accel_result accel_coll_reducer_create(accel_coll *c, const accel_coll_reducer_desc *desc,
+                                                 accel_coll_reducer **out);
+ACCEL_API void accel_coll_reducer_destroy(accel_coll_reducer *r);
+/* Register a gradient (floating dtype) before the first step; *index (may be NULL) receives its index. */
+ACCEL_API accel_result accel_coll_reducer_add(accel_coll_reducer *r, void *ptr, size_t count, accel_dtype dt,
+                                              const char *name, int *index);
+/* Builds the buckets and checks that every rank registered the same list (collective). Called by the first
+   grad_ready/wait when not called explicitly. */
+ACCEL_API accel_result accel_coll_reducer_finalize(accel_coll_reducer *r);
+/* Grad i holds its final local value; a bucket whose grads are all ready is launched (in bucket order). */
+ACCEL_API accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index);
+/* Launches what is left, waits for every bucket and unpacks. No-op when acc.sync_gradients is 0. */
+ACCEL_API accel_result accel_coll_reducer_wait(accel_coll_reducer *r);
+ACCEL_API int accel_coll_reducer_num_buckets(const accel_coll_reducer *r); /* -1 before finalize */
+/* Bucket b's registration indices (in bucket order) → idx (capacity cap); returns the count (or -1). */
+ACCEL_API int accel_coll_reducer_bucket(const accel_coll_reducer *r, int b, int *idx, int cap);
+ACCEL_API int accel_coll_reducer_is_flat(const accel_coll_reducer *r);
+
+/* ----------------------------------------------------------------------------- bootstrap byte exchanges */
+/* Rank 0's `bytes` bytes reach every rank of `size`. TCP: rank 0 listens at addr:port and serves size-1 peers,
+   the others connect (retrying) and receive. File: rank 0 writes path atomically (temp + rename); the others poll
+   for it. Both end with ACCEL_ERR_TIMEOUT after timeout_ms. acc may be NULL (the process-wide error is set).
+   The file must be unique to the job (a stale file from an earlier job would be read). */
+ACCEL_API accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, int port, int rank, int size, void *data,
+                                                size_t bytes, int timeout_ms);
+ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, int rank, void *data, size_t bytes,
+                                                 int timeout_ms);
 
 #ifdef __cplusplus
 }
 #endif
 #endif /* ACCEL_COLLECTIVES_H_INCLUDED */
 
+/* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__COLLECTIVES_IMPL_DONE)
 #define ACCEL__COLLECTIVES_IMPL_DONE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+#include <errno.h>
+#include <sched.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <time.h>
+#include <sys/types.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+
+#if defined(__CUDACC__) && !defined(ACCEL_WITH_CUDA)
+#define ACCEL_WITH_CUDA 1
 #endif
+#ifdef __CUDACC__
+#include <cuda_runtime_api.h>
+#define ACCEL__COLL_DEVICE 1
+#endif
+#if defined(ACCEL_WITH_NCCL) && defined(__CUDACC__)
+#include <nccl.h>
+#define ACCEL__COLL_NCCL 1
+#endif
+#ifdef ACCEL_WITH_MPI
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+#if defined(ACCEL__COLL_DEVICE) && defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif
+#endif
+
+/* ------------------------------------------------------------------------ element-wise math (CPU + GPU) */
+static ACCEL_INLINE ACCEL_HD float accel__coll_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static ACCEL_INLINE ACCEL_HD uint32_t accel__coll_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static ACCEL_INLINE ACCEL_HD float accel__coll_bf16_to_f32(uint16_t h) { return accel__coll_bits_f32((uint32_t)h << 16); }
+/* round to nearest even; NaN stays NaN (quiet) */
+static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_f32_to_bf16(float f) {
+    uint32_t u = accel__coll_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static ACCEL_INLINE ACCEL_HD float accel__coll_f16_to_f32(uint16_t h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16, exp = ((uint32_t)h >> 10) & 0x1fu, mant = (uint32_t)h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (mant == 0) bits = sign;
+        else {
+            uint32_t e = 113;
+            while (!(mant & 0x400u)) { mant <<= 1; --e; }
+            bits = sign | (e << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) bits = sign | 0x7f800000u | (mant << 13);
+    else bits = sign | ((exp + 112u) << 23) | (mant << 13);
+    return accel__coll_bits_f32(bits);
+}
+static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_f32_to_f16(float f) {
+    uint32_t u = accel__coll_f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu, r, rem;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (a < 0x38800000u) {                                  /* half subnormal or zero */
+        uint32_t e = a >> 23, m, shift, half;
+        if (e < 102) return (uint16_t)sign;
+        m = (a & 0x7fffffu) | 0x800000u;
+        shift = 126 - e;
+        r = m >> shift;
+        rem = m & ((1u << shift) - 1u);
+        half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u))) ++r;
+        return (uint16_t)(sign | r);
+    }
+    r = (a >> 13) - (112u << 10);
+    rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
+    return (uint16_t)(sign | r);
+}
+static ACCEL_INLINE ACCEL_HD float accel__coll_combine_f32(float a, float b, int op) {
+    switch (op) {
+    case ACCEL_COLL_MAX: return a > b ? a : b;
+    case ACCEL_COLL_MIN: return a < b ? a : b;
+    case ACCEL_COLL_PROD: return a * b;
+    default: return a + b;
+    }
+}
+/* inout[i] = in[i] op inout[i] for 16-bit floats (bf16 nonzero: bfloat16, else IEEE half) */
+static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_combine16(uint16_t a, uint16_t b, int op, int bf16) {
+    float x = bf16 ? accel__coll_bf16_to_f32(a) : accel__coll_f16_to_f32(a);
+    float y = bf16 ? accel__coll_bf16_to_f32(b) : accel__coll_f16_to_f32(b);
+    float z = accel__coll_combine_f32(x, y, op);
+    return bf16 ? accel__coll_f32_to_bf16(z) : accel__coll_f32_to_f16(z);
+}
+/* element i of a buffer divided by n (AVG): dtype-generic, computed in the dtype's float width */
+static ACCEL_INLINE ACCEL_HD void accel__coll_div_elem(void *buf, size_t i, int dt, double n) {
+    switch (dt) {
+    case ACCEL_F64: ((double *)buf)[i] /= n; break;
+    case ACCEL_F32: ((float *)buf)[i] = (float)(((float *)buf)[i] / (float)n); break;
+    case ACCEL_F16: ((uint16_t *)buf)[i] = accel__coll_f32_to_f16(accel__coll_f16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
+    case ACCEL_BF16: ((uint16_t *)buf)[i] = accel__coll_f32_to_bf16(accel__coll_bf16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
+    default: break;
+    }
+}
+/* the pad value as the dtype's bytes (little-endian host) */
+static ACCEL_INLINE ACCEL_HD void accel__coll_value_bytes(double v, int dt, unsigned char out[8]) {
+    int k;
+    for (k = 0; k < 8; ++k) out[k] = 0;
+    switch (dt) {
+    case ACCEL_F64: memcpy(out, &v, 8); break;
+    case ACCEL_F32: { float f = (float)v; memcpy(out, &f, 4); } break;
+    case ACCEL_F16: { uint16_t h = accel__coll_f32_to_f16((float)v); memcpy(out, &h, 2); } break;
+    case ACCEL_BF16: { uint16_t h = accel__coll_f32_to_bf16((float)v); memcpy(out, &h, 2); } break;
+    case ACCEL_I64: case ACCEL_U64: { int64_t x = (int64_t)v; memcpy(out, &x, 8); } break;
+    case ACCEL_I32: case ACCEL_U32: { int32_t x = (int32_t)(int64_t)v; memcpy(out, &x, 4); } break;
+    case ACCEL_I16: case ACCEL_U16: { int16_t x = (int16_t)(int64_t)v; memcpy(out, &x, 2); } break;
+    default: out[0] = (unsigned char)(int64_t)v; break;
+    }
+}
+
+#ifdef ACCEL__COLL_DEVICE
+static __global__ void accel__coll_div_kernel(void *buf, size_t n, int dt, double d) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) accel__coll_div_elem(buf, i, dt, d);
+}
+static __global__ void accel__coll_fill_kernel(unsigned char *dst, size_t n, size_t es, uint64_t pattern) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) {
+        size_t k;
+        for (k = 0; k < es; ++k) dst[i * es + k] = (unsigned char)(pattern >> (8 * k));
+    }
+}
+#endif
+
+/* ------------------------------------------------------------------------------------------ structures */
+enum { ACCEL__K_ALLREDUCE = 1, ACCEL__K_REDUCE, ACCEL__K_BCAST, ACCEL__K_ALLGATHER, ACCEL__K_REDUCE_SCATTER,
+       ACCEL__K_GATHER, ACCEL__K_BARRIER, ACCEL__K_ALLGATHERV };
+static const char *accel__coll_kind_name(int k) {
+    static const char *n[] = {"?", "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "gather",
+                              "barrier", "all_gather_v"};
+    return (k >= 0 && k <= ACCEL__K_ALLGATHERV) ? n[k] : "?";
+}
+
+struct accel_coll {
+    accel *acc;
+    accel_coll_backend backend;
+    int rank, size;
+    int device_mem;       /* user buffers are device memory */
+    int debug, watchdog, cuda_aware;
+    double timeout_s;
+    accel_result broken;  /* nonzero after a timeout/fatal error: every later call fails fast */
+    accel_coll_request *orphans;
+#ifdef ACCEL_WITH_MPI
+    MPI_Comm comm;
+    int comm_valid;
+    MPI_Op op16[2][4];    /* [bf16][sum,prod,max,min] user ops */
+    int ops_valid;
+#endif
+#ifdef ACCEL__COLL_NCCL
+    ncclComm_t nccl;
+    int nccl_valid;
+    cudaStream_t comm_stream;
+    void *scratch;        /* 8 device bytes for the barrier */
+#endif
+};
+
+struct accel_coll_request {
+    accel_coll *c;
+    int kind;
+    accel_dtype dt;
+    accel_coll_op op;
+    size_t count;
+    int root;
+    double deadline;
+    /* post-processing once the transfer is complete */
+    void *avg_buf;          /* divide avg_count elements here by size (host memory, or device with avg_dev) */
+    size_t avg_count;
+    int avg_dev;
+    void *stage;            /* staging buffer: pinned host (stage_kind 1) or device (2) */
+    int stage_kind;
+    void *copy_dst;         /* copy copy_bytes from copy_src (stage) to copy_dst (user) at the end */
+    const void *copy_src;
+    size_t copy_bytes;
+    int copy_dir;           /* 1 host→device, 2 device→host */
+    int *ivec;              /* counts/displacements of v-collectives */
+#ifdef ACCEL_WITH_MPI
+    MPI_Request mreq;
+    int has_mreq;
+#endif
+#ifdef ACCEL__COLL_NCCL
+    cudaEvent_t ev;
+    int has_ev;
+    int on_comm_stream;
+#endif
+    accel_coll_request *next;
+};
+
+static accel_result accel__coll_null(void) {
+    return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll: context is NULL");
+}
+
+ACCEL__DEF const char *accel_coll_backend_name(accel_coll_backend b) {
+    switch (b) {
+    case ACCEL_COLL_BACKEND_NONE: return "none";
+    case ACCEL_COLL_BACKEND_MPI: return "mpi";
+    case ACCEL_COLL_BACKEND_NCCL: return "nccl";
+    default: return "auto";
+    }
+}
+ACCEL__DEF const char *accel_coll_op_name(accel_coll_op op) {
+    static const char *n[] = {"sum", "avg", "max", "min", "prod"};
+    return ((int)op >= 0 && (int)op < ACCEL_COLL_OP_COUNT) ? n[op] : "?";
+}
+ACCEL__DEF int accel_coll_rank(const accel_coll *c) { return c ? c->rank : -1; }
+ACCEL__DEF int accel_coll_size(const accel_coll *c) { return c ? c->size : 0; }
+ACCEL__DEF accel_coll_backend accel_coll_get_backend(const accel_coll *c) { return c ? c->backend : ACCEL_COLL_BACKEND_AUTO; }
+ACCEL__DEF int accel_coll_uses_device_buffers(const accel_coll *c) { return c ? c->device_mem : 0; }
+ACCEL__DEF accel *accel_coll_accel(const accel_coll *c) { return c ? c->acc : NULL; }
+
+static int accel__coll_reducible(accel_dtype dt) {
+    return dt == ACCEL_F64 || dt == ACCEL_F32 || dt == ACCEL_F16 || dt == ACCEL_BF16 || dt == ACCEL_I64 ||
+           dt == ACCEL_I32 || dt == ACCEL_U8;
+}
+
+/* ------------------------------------------------------------------------------------------- MPI bits */
+#ifdef ACCEL_WITH_MPI
+static accel_result accel__coll_mpi_fail(accel_coll *c, int rc, const char *what, int line) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    msg[0] = 0;
+    MPI_Error_string(rc, msg, &len);
+    return accel__fail(c->acc, ACCEL_ERR_MPI, __FILE__, line, "%s failed: %s", what, msg);
+}
+
+#define ACCEL__COLL_USER_OP(NAME, OP, BF)                                                                              \
+    static void NAME(void *in, void *inout, int *len, MPI_Datatype *dtp) {                                             \
+        const uint16_t *a = (const uint16_t *)in;                                                                      \
+        uint16_t *b = (uint16_t *)inout;                                                                               \
+        int i;                                                                                                         \
+        (void)dtp;                                                                                                     \
+        for (i = 0; i < *len; ++i) b[i] = accel__coll_combine16(a[i], b[i], OP, BF);                                   \
+    }
+ACCEL__COLL_USER_OP(accel__coll_op_f16_sum, ACCEL_COLL_SUM, 0)
+ACCEL__COLL_USER_OP(accel__coll_op_f16_prod, ACCEL_COLL_PROD, 0)
+ACCEL__COLL_USER_OP(accel__coll_op_f16_max, ACCEL_COLL_MAX, 0)
+ACCEL__COLL_USER_OP(accel__coll_op_f16_min, ACCEL_COLL_MIN, 0)
+ACCEL__COLL_USER_OP(accel__coll_op_bf16_sum, ACCEL_COLL_SUM, 1)
+ACCEL__COLL_USER_OP(accel__coll_op_bf16_prod, ACCEL_COLL_PROD, 1)
+ACCEL__COLL_USER_OP(accel__coll_op_bf16_max, ACCEL_COLL_MAX, 1)
+ACCEL__COLL_USER_OP(accel__coll_op_bf16_min, ACCEL_COLL_MIN, 1)
+
+static MPI_Datatype accel__coll_mpi_type(accel_dtype dt) {
+    switch (dt) {
+    case ACCEL_F64: return MPI_DOUBLE;
+    case ACCEL_F32: return MPI_FLOAT;
+    case ACCEL_F16: case ACCEL_BF16: case ACCEL_U16: return MPI_UINT16_T;
+    case ACCEL_I64: return MPI_INT64_T;
+    case ACCEL_I32: return MPI_INT32_T;
+    case ACCEL_I16: return MPI_INT16_T;
+    case ACCEL_I8: return MPI_INT8_T;
+    case ACCEL_U64: return MPI_UINT64_T;
+    case ACCEL_U32: return MPI_UINT32_T;
+    default: return MPI_UINT8_T;
+    }
+}
+static MPI_Op accel__coll_mpi_op(accel_coll *c, accel_dtype dt, accel_coll_op op) {
+    int k = op == ACCEL_COLL_PROD ? 1 : op == ACCEL_COLL_MAX ? 2 : op == ACCEL_COLL_MIN ? 3 : 0;
+    if (dt == ACCEL_F16 || dt == ACCEL_BF16) return c->op16[dt == ACCEL_BF16][k];
+    switch (op) {
+    case ACCEL_COLL_MAX: return MPI_MAX;
+    case ACCEL_COLL_MIN: return MPI_MIN;
+    case ACCEL_COLL_PROD: return MPI_PROD;
+    default: return MPI_SUM;
+    }
+}
+#endif
+
+/* ------------------------------------------------------------------------------------------- NCCL bits */
+#ifdef ACCEL__COLL_NCCL
+static accel_result accel__coll_nccl_fail(accel_coll *c, ncclResult_t rc, const char *what, int line) {
+    const char *last = c->nccl_valid ? ncclGetLastError(c->nccl) : NULL;
+    return accel__fail(c->acc, ACCEL_ERR_NCCL, __FILE__, line, "%s failed: %s%s%s", what, ncclGetErrorString(rc),
+                       last && *last ? ": " : "", last ? last : "");
+}
+static ncclDataType_t accel__coll_nccl_type(accel_dtype dt) {
+    switch (dt) {
+    case ACCEL_F64: return ncclFloat64;
+    case ACCEL_F32: return ncclFloat32;
+    case ACCEL_F16: return ncclFloat16;
+    case ACCEL_BF16: return ncclBfloat16;
+    case ACCEL_I64: return ncclInt64;
+    case ACCEL_I32: return ncclInt32;
+    case ACCEL_U64: return ncclUint64;
+    case ACCEL_U32: return ncclUint32;
+    case ACCEL_I8: return ncclInt8;
+    default: return ncclUint8;
+    }
+}
+static ncclRedOp_t accel__coll_nccl_op(accel_coll_op op) {
+    switch (op) {
+    case ACCEL_COLL_AVG: return ncclAvg;
+    case ACCEL_COLL_MAX: return ncclMax;
+    case ACCEL_COLL_MIN: return ncclMin;
+    case ACCEL_COLL_PROD: return ncclProd;
+    default: return ncclSum;
+    }
+}
+/* A non-blocking communicator may answer ncclInProgress: poll until the call is really enqueued (or fails or the
+   deadline passes, which aborts the communicator). */
+static accel_result accel__coll_nccl_settle(accel_coll *c, ncclResult_t rc, const char *what, int line) {
+    double deadline = accel__now() + c->timeout_s;
+    while (rc == ncclInProgress) {
+        ncclResult_t st = ncclSuccess;
+        ncclResult_t q = ncclCommGetAsyncError(c->nccl, &st);
+        if (q != ncclSuccess) { rc = q; break; }
+        rc = st;
+        if (rc != ncclInProgress) break;
+        if (accel__now() > deadline) {
+            ncclCommAbort(c->nccl);
+            c->nccl_valid = 0;
+            c->broken = ACCEL_ERR_TIMEOUT;
+            return accel__fail(c->acc, ACCEL_ERR_TIMEOUT, __FILE__, line, "%s did not complete within %.1f s; NCCL communicator aborted",
+                               what, c->timeout_s);
+        }
+        sched_yield();
+    }
+    if (rc != ncclSuccess) {
+        accel_result r = accel__coll_nccl_fail(c, rc, what, line);
+        if (c->nccl_valid) { ncclCommAbort(c->nccl); c->nccl_valid = 0; }
+        c->broken = ACCEL_ERR_NCCL;
+        return r;
+    }
+    return ACCEL_OK;
+}
+#define ACCEL__COLL_NCCL_CALL(c, call)                                                                                \
+    do {                                                                                                               \
+        accel_result accel__nr = accel__coll_nccl_settle((c), (call), #call, __LINE__);                                \
+        if (accel__nr != ACCEL_OK) return accel__nr;                                                                   \
+    } while (0)
+#endif
+
+#ifdef ACCEL__COLL_DEVICE
+#define ACCEL__COLL_CUDA(c, call)                                                                                     \
+    do {                                                                                                               \
+        cudaError_t accel__ce = (call);                                                                                \
+        if (accel__ce != cudaSuccess)                                                                                  \
+            return accel__fail((c)->acc, ACCEL_ERR_CUDA, __FILE__, __LINE__, "%s failed: %s", #call,                   \
+                               cudaGetErrorString(accel__ce));                                                         \
+    } while (0)
+static cudaStream_t accel__coll_stream(accel_coll *c) { return (cudaStream_t)c->acc->stream; }
+#endif
+
+/* ---------------------------------------------------------------------------------------- create / destroy */
+static accel_result accel__coll_nccl_init(accel_coll *c);
+
+ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *desc, accel_coll **out) {
+    accel_coll_desc d;
+    accel_coll *c;
+    accel_result r = ACCEL_OK;
+    void *mcomm;
+    if (!acc || !out) return accel__fail(acc, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_create: NULL argument");
+    *out = NULL;
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    if ((int)d.backend < 0 || (int)d.backend > (int)ACCEL_COLL_BACKEND_NCCL)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.backend=%d is not an accel_coll_backend", (int)d.backend);
+    if (d.timeout_ms < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.timeout_ms=%d must be >= 0", d.timeout_ms);
+    c = (accel_coll *)accel_host_alloc(acc, sizeof *c);
+    if (!c) return ACCEL_ERR_OUT_OF_MEMORY;
+    memset(c, 0, sizeof *c);
+    c->acc = acc;
+    c->debug = d.debug == ACCEL_ON ? 1 : d.debug == ACCEL_OFF ? 0 : acc->debug;
+    c->watchdog = d.watchdog != ACCEL_OFF;
+    c->timeout_s = 1e-3 * (double)(d.timeout_ms ? d.timeout_ms : (acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms : 1800000));
+    c->device_mem = acc->device >= 0 && !d.host_buffers;
+    c->rank = acc->process_index;
+    c->size = acc->num_processes;
+    mcomm = d.mpi_comm ? d.mpi_comm : accel__mpi_comm(acc);
+#ifdef ACCEL_WITH_MPI
+    if (mcomm) {
+        int inited = 0;
+        MPI_Initialized(&inited);
+        if (!inited) { mcomm = NULL; }
+    }
+    if (mcomm && (d.mpi_comm || acc->mpi_active)) {
+        MPI_Comm_rank(*(MPI_Comm *)mcomm, &c->rank);
+        MPI_Comm_size(*(MPI_Comm *)mcomm, &c->size);
+    } else if (!d.mpi_comm) {
+        mcomm = NULL;
+    }
+#else
+    if (d.mpi_comm) {
+        accel_host_free(acc, c);
+        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_coll_desc.mpi_comm given but the implementation was built without ACCEL_WITH_MPI");
+    }
+    mcomm = NULL;
+#endif
+    /* backend choice */
+    c->backend = d.backend;
+    if (c->backend == ACCEL_COLL_BACKEND_AUTO) {
+#ifdef ACCEL__COLL_NCCL
+        if (c->device_mem && c->size > 1) c->backend = ACCEL_COLL_BACKEND_NCCL;
+        else
+#endif
+        if (c->size <= 1) c->backend = ACCEL_COLL_BACKEND_NONE;
+        else if (mcomm) c->backend = ACCEL_COLL_BACKEND_MPI;
+        else r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                             "collectives across %d processes need MPI (mpirun/srun and ACCEL_WITH_MPI) or NCCL (an nvcc-built "
+                             "implementation TU with ACCEL_WITH_NCCL and a GPU)", c->size);
+    } else if (c->backend == ACCEL_COLL_BACKEND_NONE && c->size > 1) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend none cannot serve a group of %d processes", c->size);
+    } else if (c->backend == ACCEL_COLL_BACKEND_MPI && !mcomm) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend mpi requested but MPI is not the process group (build with ACCEL_WITH_MPI and launch with mpirun/srun)");
+    } else if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
+#ifndef ACCEL__COLL_NCCL
+        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend nccl needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
+#else
+        if (!c->device_mem) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend nccl needs a CUDA device (acc.device >= 0) and device buffers");
+#endif
+    }
+#ifndef ACCEL__COLL_DEVICE
+    if (r == ACCEL_OK && c->device_mem)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc "
+                        "(or set accel_coll_desc.host_buffers)");
+#endif
+    if (r != ACCEL_OK) { accel_host_free(acc, c); return r; }
+
+#ifdef ACCEL_WITH_MPI
+    if (mcomm && c->backend != ACCEL_COLL_BACKEND_NONE) {
+        int mrc = MPI_Comm_dup(*(MPI_Comm *)mcomm, &c->comm);
+        if (mrc != MPI_SUCCESS) { r = accel__coll_mpi_fail(c, mrc, "MPI_Comm_dup", __LINE__); accel_host_free(acc, c); return r; }
+        c->comm_valid = 1;
+        MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+        {
+            MPI_User_function *fns[2][4];
+            int i, j;
+            fns[0][0] = accel__coll_op_f16_sum; fns[0][1] = accel__coll_op_f16_prod;
+            fns[0][2] = accel__coll_op_f16_max; fns[0][3] = accel__coll_op_f16_min;
+            fns[1][0] = accel__coll_op_bf16_sum; fns[1][1] = accel__coll_op_bf16_prod;
+            fns[1][2] = accel__coll_op_bf16_max; fns[1][3] = accel__coll_op_bf16_min;
+            for (i = 0; i < 2; ++i)
+                for (j = 0; j < 4; ++j) MPI_Op_create(fns[i][j], 1, &c->op16[i][j]);
+            c->ops_valid = 1;
+        }
+        /* CUDA-aware MPI: environment override, else the library's own answer */
+        if (c->device_mem) {
+            const char *e = getenv("ACCEL_CUDA_AWARE_MPI");
+            int b = e && *e ? accel_parse_bool(e) : -1;
+            if (d.cuda_aware_mpi == ACCEL_ON) c->cuda_aware = 1;
+            else if (d.cuda_aware_mpi == ACCEL_OFF) c->cuda_aware = 0;
+            else if (b >= 0) c->cuda_aware = b;
+            else {
+#if defined(ACCEL__COLL_DEVICE) && defined(MPIX_CUDA_AWARE_SUPPORT)
+                c->cuda_aware = MPIX_Query_cuda_support() ? 1 : 0;
+#elif defined(ACCEL__COLL_DEVICE) && defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 40000000 && defined(MPIX_GPU_SUPPORT_CUDA)
+                {
+                    int ok = 0;
+                    if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &ok) == MPI_SUCCESS) c->cuda_aware = ok ? 1 : 0;
+                }
+#else
+                c->cuda_aware = 0;
+#endif
+            }
+            accel__log(acc, ACCEL_LOG_INFO, "MPI device buffers: %s", c->cuda_aware ? "CUDA-aware MPI" : "staged through pinned host memory");
+        }
+    }
+#endif
+    if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
+        r = accel__coll_nccl_init(c);
+        if (r != ACCEL_OK) { accel_coll_destroy(c); return r; }
+    }
+    accel__log(acc, ACCEL_LOG_DEBUG, "accel_coll: backend %s, rank %d of %d, %s buffers, timeout %.1f s",
+               accel_coll_backend_name(c->backend), c->rank, c->size, c->device_mem ? "device" : "host", c->timeout_s);
+    *out = c;
+    return ACCEL_OK;
+}
+
+static void accel__coll_release(accel_coll_request *q);
+
+ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
+    accel *acc;
+    accel_coll_request *q, *nx;
+    int pending = 0;
+    if (!c) return;
+    acc = c->acc;
+    /* requests abandoned after a deadline: give them a moment, then leak them (MPI forbids freeing an unfinished
+       collective request) */
+    {
+        double until = accel__now() + 0.2;
+        (void)until;
+        for (q = c->orphans; q; q = nx) {
+            nx = q->next;
+#ifdef ACCEL_WITH_MPI
+            if (q->has_mreq) {
+                int done = 0;
+                while (!done && accel__now() < until)
+                    if (MPI_Test(&q->mreq, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+                if (done) { q->has_mreq = 0; accel__coll_release(q); continue; }
+                ++pending;
+                continue;
+            }
+#endif
+            accel__coll_release(q);
+        }
+    }
+    if (pending) accel__log(acc, ACCEL_LOG_WARN, "accel_coll_destroy: %d timed-out operation(s) never completed; their buffers are leaked", pending);
+#ifdef ACCEL__COLL_NCCL
+    if (c->nccl_valid) {
+        if (c->broken) ncclCommAbort(c->nccl);
+        else {
+            ncclResult_t rc = ncclCommFinalize(c->nccl);
+            double deadline = accel__now() + c->timeout_s;
+            while (rc == ncclInProgress && accel__now() < deadline) {
+                ncclResult_t st = ncclSuccess;
+                if (ncclCommGetAsyncError(c->nccl, &st) != ncclSuccess) break;
+                rc = st;
+            }
+            if (rc == ncclSuccess) ncclCommDestroy(c->nccl);
+            else ncclCommAbort(c->nccl);
+        }
+        c->nccl_valid = 0;
+    }
+    if (c->comm_stream) cudaStreamDestroy(c->comm_stream);
+    if (c->scratch) cudaFree(c->scratch);
+#endif
+#ifdef ACCEL_WITH_MPI
+    {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) {
+            if (c->ops_valid) {
+                int i, j;
+                for (i = 0; i < 2; ++i)
+                    for (j = 0; j < 4; ++j) MPI_Op_free(&c->op16[i][j]);
+            }
+            if (c->comm_valid && !pending) MPI_Comm_free(&c->comm);
+        }
+    }
+#endif
+    accel_host_free(acc, c);
+}
+
+/* ------------------------------------------------------------------------------------------ data movement */
+/* copy between memories: dir 0 host→host, 1 host→device, 2 device→host, 3 device→device (on acc.stream; host
+   directions synchronize the stream) */
+static accel_result accel__coll_copy(accel_coll *c, void *dst, const void *src, size_t bytes, int dir) {
+    if (bytes == 0 || dst == src) return ACCEL_OK;
+    if (dir == 0) { memmove(dst, src, bytes); return ACCEL_OK; }
+#ifdef ACCEL__COLL_DEVICE
+    {
+        cudaMemcpyKind k = dir == 1 ? cudaMemcpyHostToDevice : dir == 2 ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+        ACCEL__COLL_CUDA(c, cudaMemcpyAsync(dst, src, bytes, k, accel__coll_stream(c)));
+        if (dir != 3) ACCEL__COLL_CUDA(c, cudaStreamSynchronize(accel__coll_stream(c)));
+        return ACCEL_OK;
+    }
+#else
+    return accel__fail(c->acc, ACCEL_ERR_UNSUPPORTED, __FILE__, __LINE__, "device copies need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+#endif
+}
+/* copy within the user's memory kind */
+static accel_result accel__coll_copy_same(accel_coll *c, void *dst, const void *src, size_t bytes, int mem_dev) {
+    return accel__coll_copy(c, dst, src, bytes, mem_dev ? 3 : 0);
+}
+
+static void accel__coll_divide_host(void *buf, size_t n, accel_dtype dt, double by) {
+    size_t i;
+    if (dt == ACCEL_F32) {
+        float *f = (float *)buf, inv = (float)by;
+        for (i = 0; i < n; ++i) f[i] = f[i] / inv;
+        return;
+    }
+    for (i = 0; i < n; ++i) accel__coll_div_elem(buf, i, (int)dt, by);
+}
+
+static void accel__coll_release(accel_coll_request *q) {
+    accel_coll *c = q->c;
+    if (q->stage) {
+#ifdef ACCEL__COLL_DEVICE
+        if (q->stage_kind == 1) cudaFreeHost(q->stage);
+        else if (q->stage_kind == 2) cudaFree(q->stage);
+        else
+#endif
+            accel_host_free(c->acc, q->stage);
+    }
+#ifdef ACCEL__COLL_NCCL
+    if (q->has_ev) cudaEventDestroy(q->ev);
+#endif
+    accel_host_free(c->acc, q->ivec);
+    accel_host_free(c->acc, q);
+}
+
+static void accel__coll_orphan(accel_coll_request *q) {
+    q->next = q->c->orphans;
+    q->c->orphans = q;
+}
+
+static accel_result accel__coll_check_broken(accel_coll *c) {
+    if (!c) return accel__coll_null();
+    if (c->broken)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_STATE, "this collective context failed earlier (%s) and cannot be used; "
+                           "destroy it", accel_result_string(c->broken));
+    return ACCEL_OK;
+}
+
+/* After the transfer completed: average, copy out of staging, free. */
+static accel_result accel__coll_complete(accel_coll_request *q) {
+    accel_coll *c = q->c;
+    accel_result r = ACCEL_OK;
+    if (q->avg_buf && q->avg_count) {
+        if (!q->avg_dev) accel__coll_divide_host(q->avg_buf, q->avg_count, q->dt, (double)c->size);
+#ifdef ACCEL__COLL_DEVICE
+        else {
+            size_t blocks = (q->avg_count + 255) / 256;
+            if (blocks > 4096) blocks = 4096;
+            accel__coll_div_kernel<<<(unsigned)blocks, 256, 0, accel__coll_stream(c)>>>(q->avg_buf, q->avg_count, (int)q->dt, (double)c->size);
+            if (cudaGetLastError() != cudaSuccess) r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "average kernel launch failed");
+        }
+#endif
+    }
+    if (r == ACCEL_OK && q->copy_bytes) r = accel__coll_copy(c, q->copy_dst, q->copy_src, q->copy_bytes, q->copy_dir);
+    accel__coll_release(q);
+    return r;
+}
+
+/* One step of progress. Returns ACCEL_OK with *done, or an error (the request is then released or orphaned). */
+static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
+    accel_coll *c = q->c;
+    *done = 0;
+    if (c->broken) { /* another operation of this context failed: don't wait for this one's deadline too */
+        accel__coll_orphan(q);
+        return ACCEL__FAIL(c->acc, c->broken, "%s abandoned: this collective context failed earlier (%s)",
+                           accel__coll_kind_name(q->kind), accel_result_string(c->broken));
+    }
+#ifdef ACCEL_WITH_MPI
+    if (q->has_mreq) {
+        int flag = 0, mrc = MPI_Test(&q->mreq, &flag, MPI_STATUS_IGNORE);
+        if (mrc != MPI_SUCCESS) {
+            accel_result r = accel__coll_mpi_fail(c, mrc, "MPI_Test", __LINE__);
+            c->broken = ACCEL_ERR_MPI;
+            accel__coll_orphan(q);
+            return r;
+        }
+        if (!flag) goto not_yet;
+        q->has_mreq = 0;
+    }
+#endif
+#ifdef ACCEL__COLL_NCCL
+    if (q->has_ev) {
+        cudaError_t e = cudaEventQuery(q->ev);
+        if (e == cudaErrorNotReady) {
+            ncclResult_t st = ncclSuccess;
+            if (c->nccl_valid && ncclCommGetAsyncError(c->nccl, &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress) {
+                accel_result r = accel__coll_nccl_fail(c, st, "NCCL asynchronous error", __LINE__);
+                ncclCommAbort(c->nccl);
+                c->nccl_valid = 0;
+                c->broken = ACCEL_ERR_NCCL;
+                accel__coll_orphan(q);
+                return r;
+            }
+            goto not_yet;
+        }
+        if (e != cudaSuccess) {
+            accel_result r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "%s: %s", accel__coll_kind_name(q->kind), cudaGetErrorString(e));
+            c->broken = ACCEL_ERR_CUDA;
+            accel__coll_orphan(q);
+            return r;
+        }
+        if (q->on_comm_stream) {
+            cudaError_t e2 = cudaStreamWaitEvent(accel__coll_stream(c), q->ev, 0);
+            if (e2 != cudaSuccess) {
+                accel__coll_release(q);
+                return ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaStreamWaitEvent: %s", cudaGetErrorString(e2));
+            }
+        }
+    }
+#endif
+    *done = 1;
+    return accel__coll_complete(q);
+#if defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL)
+not_yet:
+    if (accel__now() > q->deadline) {
+        accel_result r = ACCEL__FAIL(c->acc, ACCEL_ERR_TIMEOUT,
+                                     "%s (%s, %zu elements) did not complete within %.1f s on rank %d of %d: a peer is "
+                                     "dead, stuck, or not calling the same collective; this context is now unusable",
+                                     accel__coll_kind_name(q->kind), accel_dtype_name(q->dt) ? accel_dtype_name(q->dt) : "-",
+                                     q->count, c->timeout_s, c->rank, c->size);
+        c->broken = ACCEL_ERR_TIMEOUT;
+#ifdef ACCEL__COLL_NCCL
+        if (c->nccl_valid) { ncclCommAbort(c->nccl); c->nccl_valid = 0; }
+#endif
+        accel__coll_orphan(q);
+        return r;
+    }
+    return ACCEL_OK;
+#endif
+}
+
+ACCEL__DEF accel_result accel_coll_test(accel_coll_request *q, int *done) {
+    if (!q || !done) return accel__fail(q ? q->c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_test: NULL argument");
+    return accel__coll_progress(q, done);
+}
+
+ACCEL__DEF accel_result accel_coll_wait(accel_coll_request *q) {
+    int done = 0, spins = 0;
+    accel_result r;
+    if (!q) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_wait: request is NULL");
+    for (;;) {
+        r = accel__coll_progress(q, &done);
+        if (r != ACCEL_OK || done) return r;
+        if (++spins > 256) sched_yield(); /* oversubscribed ranks: let the peer run */
+    }
+}
+
+/* ------------------------------------------------------------------------------------------- posting */
+typedef struct accel__coll_args {
+    int kind;
+    const void *send;
+    void *recv;
+    size_t count;           /* elements per rank (allgatherv: unused) */
+    accel_dtype dt;
+    accel_coll_op op;
+    int root;
+    int dev;                /* buffers are device memory */
+    const size_t *vcounts;  /* allgatherv: bytes per rank */
+    int async;              /* NCCL: use the comm stream */
+} accel__coll_args;
+
+#ifdef ACCEL__COLL_DEVICE
+static size_t accel__coll_recv_elems(const accel_coll *c, const accel__coll_args *a) {
+    switch (a->kind) {
+    case ACCEL__K_ALLGATHER: return a->count * (size_t)c->size;
+    case ACCEL__K_GATHER: return c->rank == a->root ? a->count * (size_t)c->size : 0;
+    case ACCEL__K_BARRIER: return 0;
+    case ACCEL__K_REDUCE: return c->rank == a->root ? a->count : 0;
+    default: return a->count;
+    }
+}
+#endif
+
+/* NONE backend: the local result. */
+static accel_result accel__coll_post_none(accel_coll *c, const accel__coll_args *a) {
+    size_t es = accel_dtype_size(a->dt), bytes = a->count * es;
+    switch (a->kind) {
+    case ACCEL__K_ALLREDUCE: case ACCEL__K_REDUCE: case ACCEL__K_ALLGATHER: case ACCEL__K_GATHER: case ACCEL__K_REDUCE_SCATTER:
+        return accel__coll_copy_same(c, a->recv, a->send, bytes, a->dev);
+    case ACCEL__K_ALLGATHERV:
+        return accel__coll_copy_same(c, a->recv, a->send, a->vcounts[0], a->dev);
+    default: return ACCEL_OK; /* AVG over one process divides by 1: nothing to do */
+    }
+}
+
+#ifdef ACCEL_WITH_MPI
+static int accel__coll_is_reduction_result(const accel_coll *c, const accel__coll_args *a) {
+    return a->op == ACCEL_COLL_AVG && (a->kind == ACCEL__K_ALLREDUCE || (a->kind == ACCEL__K_REDUCE && c->rank == a->root) ||
+                                       a->kind == ACCEL__K_REDUCE_SCATTER);
+}
+
+/* MPI backend. Device buffers without CUDA-aware MPI (or with F16/BF16 user ops, which run on the host) are staged
+   through one pinned host buffer laid out like the in-place form of the call. */
+static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, accel_coll_request *q) {
+    size_t es = accel_dtype_size(a->dt);
+    int P = c->size, me = c->rank, n = (int)a->count, mrc = MPI_SUCCESS, i;
+    MPI_Datatype t = accel__coll_mpi_type(a->dt);
+    MPI_Op op = MPI_SUM;
+    const void *send = a->send;
+    void *recv = a->recv;
+    void *bcast_buf = (void *)a->send;
+    int stage = 0;
+    if (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_REDUCE_SCATTER)
+        op = accel__coll_mpi_op(c, a->dt, a->op);
+    if (a->dev) {
+#ifdef ACCEL__COLL_DEVICE
+        stage = !c->cuda_aware || a->dt == ACCEL_F16 || a->dt == ACCEL_BF16;
+        ACCEL__COLL_CUDA(c, cudaStreamSynchronize(accel__coll_stream(c))); /* inputs produced by earlier kernels */
+#else
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+#endif
+    }
+    if (a->kind == ACCEL__K_ALLGATHERV) {
+        size_t total = 0;
+        q->ivec = (int *)accel_host_alloc(c->acc, sizeof(int) * 2 * (size_t)P);
+        if (!q->ivec) return ACCEL_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < P; ++i) {
+            if (a->vcounts[i] > (size_t)INT_MAX || total > (size_t)INT_MAX - a->vcounts[i])
+                return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "all_gather_v: %zu bytes in total is too large for MPI", total + a->vcounts[i]);
+            q->ivec[i] = (int)a->vcounts[i];
+            q->ivec[P + i] = (int)total;
+            total += a->vcounts[i];
+        }
+        q->count = total;
+    }
+    if (stage) {
+#ifdef ACCEL__COLL_DEVICE
+        /* stage layout: the in-place form of each call */
+        size_t sbytes, in_off = 0, in_bytes = 0, out_off = 0, out_bytes = 0;
+        int has_in = 1;
+        switch (a->kind) {
+        case ACCEL__K_ALLREDUCE: case ACCEL__K_REDUCE: case ACCEL__K_BCAST:
+            sbytes = a->count * es; in_bytes = sbytes; out_bytes = accel__coll_recv_elems(c, a) * es;
+            if (a->kind == ACCEL__K_BCAST) { has_in = me == a->root; out_bytes = me == a->root ? 0 : sbytes; }
+            break;
+        case ACCEL__K_ALLGATHER:
+            sbytes = a->count * es * (size_t)P; in_off = (size_t)me * a->count * es; in_bytes = a->count * es; out_bytes = sbytes;
+            break;
+        case ACCEL__K_GATHER:
+            sbytes = a->count * es * (me == a->root ? (size_t)P : 1u); in_off = me == a->root ? (size_t)me * a->count * es : 0;
+            in_bytes = a->count * es; out_bytes = me == a->root ? sbytes : 0;
+            break;
+        case ACCEL__K_REDUCE_SCATTER:
+            sbytes = a->count * es * (size_t)(P + 1); in_bytes = a->count * es * (size_t)P; out_off = in_bytes; out_bytes = a->count * es;
+            break;
+        case ACCEL__K_ALLGATHERV:
+            sbytes = q->count; in_off = (size_t)q->ivec[P + me]; in_bytes = a->vcounts[me]; out_bytes = sbytes;
+            break;
+        default: sbytes = 0; has_in = 0; break;
+        }
+        if (sbytes) {
+            ACCEL__COLL_CUDA(c, cudaMallocHost(&q->stage, sbytes));
+            q->stage_kind = 1;
+            if (has_in && in_bytes) {
+                accel_result r = accel__coll_copy(c, (unsigned char *)q->stage + in_off, a->send, in_bytes, 2);
+                if (r != ACCEL_OK) return r;
+            }
+            if (out_bytes) {
+                q->copy_dst = a->kind == ACCEL__K_BCAST ? (void *)a->send : a->recv;
+                q->copy_src = (unsigned char *)q->stage + out_off;
+                q->copy_bytes = out_bytes;
+                q->copy_dir = 1;
+            }
+        }
+        bcast_buf = q->stage;
+        send = q->stage;
+        recv = q->stage;
+        if (a->kind == ACCEL__K_REDUCE_SCATTER) recv = (unsigned char *)q->stage + out_off;
+        else if (a->kind == ACCEL__K_ALLGATHER || a->kind == ACCEL__K_ALLGATHERV || (a->kind == ACCEL__K_GATHER && me == a->root))
+            send = MPI_IN_PLACE;
+        else if (a->kind == ACCEL__K_ALLREDUCE || (a->kind == ACCEL__K_REDUCE && me == a->root)) send = MPI_IN_PLACE;
+        if (accel__coll_is_reduction_result(c, a)) { q->avg_buf = recv; q->avg_count = a->count; q->avg_dev = 0; }
+#endif
+    } else {
+        /* user buffers directly (host, or device with CUDA-aware MPI) */
+        if (a->kind == ACCEL__K_ALLREDUCE && send == recv) send = MPI_IN_PLACE;
+        if (a->kind == ACCEL__K_REDUCE && me == a->root && send == recv) send = MPI_IN_PLACE;
+        if ((a->kind == ACCEL__K_ALLGATHER || (a->kind == ACCEL__K_GATHER && me == a->root)) &&
+            send == (const void *)((const unsigned char *)recv + (size_t)me * a->count * es))
+            send = MPI_IN_PLACE;
+        if (a->kind == ACCEL__K_ALLGATHERV && send == (const void *)((const unsigned char *)recv + q->ivec[P + me]))
+            send = MPI_IN_PLACE;
+        if (accel__coll_is_reduction_result(c, a)) { q->avg_buf = recv; q->avg_count = a->count; q->avg_dev = a->dev; }
+    }
+    if (!c->watchdog && !a->async) {
+        switch (a->kind) {
+        case ACCEL__K_ALLREDUCE: mrc = MPI_Allreduce(send, recv, n, t, op, c->comm); break;
+        case ACCEL__K_REDUCE: mrc = MPI_Reduce(send, recv, n, t, op, a->root, c->comm); break;
+        case ACCEL__K_BCAST: mrc = MPI_Bcast(bcast_buf, n, t, a->root, c->comm); break;
+        case ACCEL__K_ALLGATHER: mrc = MPI_Allgather(send, n, t, recv, n, t, c->comm); break;
+        case ACCEL__K_GATHER: mrc = MPI_Gather(send, n, t, recv, n, t, a->root, c->comm); break;
+        case ACCEL__K_REDUCE_SCATTER: mrc = MPI_Reduce_scatter_block(send, recv, n, t, op, c->comm); break;
+        case ACCEL__K_BARRIER: mrc = MPI_Barrier(c->comm); break;
+        case ACCEL__K_ALLGATHERV:
+            mrc = MPI_Allgatherv(send, q->ivec[me], MPI_BYTE, recv, q->ivec, q->ivec + P, MPI_BYTE, c->comm);
+            break;
+        default: break;
+        }
+        if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, accel__coll_kind_name(a->kind), __LINE__);
+        return ACCEL_OK;
+    }
+    switch (a->kind) {
+    case ACCEL__K_ALLREDUCE: mrc = MPI_Iallreduce(send, recv, n, t, op, c->comm, &q->mreq); break;
+    case ACCEL__K_REDUCE: mrc = MPI_Ireduce(send, recv, n, t, op, a->root, c->comm, &q->mreq); break;
+    case ACCEL__K_BCAST: mrc = MPI_Ibcast(bcast_buf, n, t, a->root, c->comm, &q->mreq); break;
+    case ACCEL__K_ALLGATHER: mrc = MPI_Iallgather(send, n, t, recv, n, t, c->comm, &q->mreq); break;
+    case ACCEL__K_GATHER: mrc = MPI_Igather(send, n, t, recv, n, t, a->root, c->comm, &q->mreq); break;
+    case ACCEL__K_REDUCE_SCATTER: mrc = MPI_Ireduce_scatter_block(send, recv, n, t, op, c->comm, &q->mreq); break;
+    case ACCEL__K_BARRIER: mrc = MPI_Ibarrier(c->comm, &q->mreq); break;
+    case ACCEL__K_ALLGATHERV:
+        mrc = MPI_Iallgatherv(send, q->ivec[me], MPI_BYTE, recv, q->ivec, q->ivec + P, MPI_BYTE, c->comm, &q->mreq);
+        break;
+    default: break;
+    }
+    if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, accel__coll_kind_name(a->kind), __LINE__);
+    q->has_mreq = 1;
+    return ACCEL_OK;
+}
+#endif
+
+#ifdef ACCEL__COLL_NCCL
+static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, accel_coll_request *q) {
+    size_t es = accel_dtype_size(a->dt);
+    cudaStream_t user = accel__coll_stream(c), s = user;
+    ncclDataType_t t = accel__coll_nccl_type(a->dt);
+    ncclRedOp_t op = accel__coll_nccl_op(a->op);
+    const void *send = a->send;
+    void *recv = a->recv;
+    int P = c->size, me = c->rank, i;
+    size_t total = 0, sbytes = 0, in_off = 0, in_bytes = 0, out_off = 0, out_bytes = 0;
+    if (!a->dev) {
+        /* host buffers (objects, shapes, debug checks): stage through device memory, in-place layout */
+        switch (a->kind) {
+        case ACCEL__K_ALLREDUCE: case ACCEL__K_REDUCE: case ACCEL__K_BCAST:
+            sbytes = a->count * es; in_bytes = sbytes; out_bytes = accel__coll_recv_elems(c, a) * es;
+            if (a->kind == ACCEL__K_BCAST) { in_bytes = me == a->root ? sbytes : 0; out_bytes = me == a->root ? 0 : sbytes; }
+            break;
+        case ACCEL__K_ALLGATHER: case ACCEL__K_GATHER:
+            sbytes = a->count * es * (size_t)P; in_off = (size_t)me * a->count * es; in_bytes = a->count * es;
+            out_bytes = accel__coll_recv_elems(c, a) * es;
+            break;
+        case ACCEL__K_REDUCE_SCATTER:
+            sbytes = a->count * es * (size_t)(P + 1); in_bytes = a->count * es * (size_t)P; out_off = in_bytes; out_bytes = a->count * es;
+            break;
+        case ACCEL__K_ALLGATHERV:
+            for (i = 0; i < P; ++i) { if (i == me) in_off = total; total += a->vcounts[i]; }
+            sbytes = total; in_bytes = a->vcounts[me]; out_bytes = total;
+            break;
+        default: break;
+        }
+        if (sbytes) {
+            ACCEL__COLL_CUDA(c, cudaMalloc(&q->stage, sbytes));
+            q->stage_kind = 2;
+            if (in_bytes) ACCEL__COLL_CUDA(c, cudaMemcpy((unsigned char *)q->stage + in_off, a->send, in_bytes, cudaMemcpyHostToDevice));
+            if (out_bytes) {
+                q->copy_dst = a->kind == ACCEL__K_BCAST ? (void *)a->send : a->recv;
+                q->copy_src = (unsigned char *)q->stage + out_off;
+                q->copy_bytes = out_bytes;
+                q->copy_dir = 2;
+            }
+        }
+        send = (unsigned char *)q->stage + in_off;
+        recv = a->kind == ACCEL__K_REDUCE_SCATTER ? (void *)((unsigned char *)q->stage + out_off) : q->stage;
+        if (a->kind == ACCEL__K_REDUCE_SCATTER || a->kind == ACCEL__K_BCAST) send = q->stage;
+    }
+    if (a->async) {
+        if (!c->comm_stream) ACCEL__COLL_CUDA(c, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
+        ACCEL__COLL_CUDA(c, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
+        q->has_ev = 1;
+        ACCEL__COLL_CUDA(c, cudaEventRecord(q->ev, user));
+        ACCEL__COLL_CUDA(c, cudaStreamWaitEvent(c->comm_stream, q->ev, 0));
+        s = c->comm_stream;
+        q->on_comm_stream = 1;
+    }
+    switch (a->kind) {
+    case ACCEL__K_ALLREDUCE: ACCEL__COLL_NCCL_CALL(c, ncclAllReduce(send, recv, a->count, t, op, c->nccl, s)); break;
+    case ACCEL__K_REDUCE: ACCEL__COLL_NCCL_CALL(c, ncclReduce(send, recv, a->count, t, op, a->root, c->nccl, s)); break;
+    case ACCEL__K_BCAST: ACCEL__COLL_NCCL_CALL(c, ncclBroadcast(send, (void *)send, a->count, t, a->root, c->nccl, s)); break;
+    case ACCEL__K_ALLGATHER: ACCEL__COLL_NCCL_CALL(c, ncclAllGather(send, recv, a->count, t, c->nccl, s)); break;
+    case ACCEL__K_REDUCE_SCATTER: ACCEL__COLL_NCCL_CALL(c, ncclReduceScatter(send, recv, a->count, t, op, c->nccl, s)); break;
+    case ACCEL__K_GATHER:
+        ACCEL__COLL_NCCL_CALL(c, ncclGroupStart());
+        if (me == a->root) {
+            for (i = 0; i < P; ++i) {
+                void *dst = (unsigned char *)recv + (size_t)i * a->count * es;
+                if (i == me) {
+                    if (dst != send) ACCEL__COLL_CUDA(c, cudaMemcpyAsync(dst, send, a->count * es, cudaMemcpyDeviceToDevice, s));
+                } else ACCEL__COLL_NCCL_CALL(c, ncclRecv(dst, a->count, t, i, c->nccl, s));
+            }
+        } else ACCEL__COLL_NCCL_CALL(c, ncclSend(send, a->count, t, a->root, c->nccl, s));
+        ACCEL__COLL_NCCL_CALL(c, ncclGroupEnd());
+        break;
+    case ACCEL__K_ALLGATHERV: {
+        size_t off = 0;
+        ACCEL__COLL_NCCL_CALL(c, ncclGroupStart());
+        for (i = 0; i < P; ++i) {
+            void *dst = (unsigned char *)recv + off;
+            if (a->vcounts[i])
+                ACCEL__COLL_NCCL_CALL(c, ncclBroadcast(i == me ? send : dst, dst, a->vcounts[i], ncclUint8, i, c->nccl, s));
+            off += a->vcounts[i];
+        }
+        ACCEL__COLL_NCCL_CALL(c, ncclGroupEnd());
+    } break;
+    case ACCEL__K_BARRIER:
+        ACCEL__COLL_NCCL_CALL(c, ncclAllReduce(c->scratch, c->scratch, 1, ncclInt32, ncclSum, c->nccl, s));
+        break;
+    default: break;
+    }
+    if (!q->has_ev && (q->stage || a->kind == ACCEL__K_BARRIER)) {
+        /* host results or a barrier: the host must wait for the stream */
+        ACCEL__COLL_CUDA(c, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
+        q->has_ev = 1;
+    }
+    if (q->has_ev) ACCEL__COLL_CUDA(c, cudaEventRecord(q->ev, s));
+    return ACCEL_OK;
+}
+#endif
+
+/* Validates nothing (callers did); posts the operation; *out receives the request. */
+static accel_result accel__coll_post(accel_coll *c, accel__coll_args *a, accel_coll_request **out) {
+    accel_coll_request *q;
+    accel_result r = ACCEL_OK;
+    *out = NULL;
+    q = (accel_coll_request *)accel_host_alloc(c->acc, sizeof *q);
+    if (!q) return ACCEL_ERR_OUT_OF_MEMORY;
+    memset(q, 0, sizeof *q);
+    q->c = c;
+    q->kind = a->kind;
+    q->dt = a->dt;
+    q->op = a->op;
+    q->count = a->count;
+    q->root = a->root;
+    q->deadline = accel__now() + c->timeout_s;
+    switch (c->backend) {
+    case ACCEL_COLL_BACKEND_MPI:
+#ifdef ACCEL_WITH_MPI
+        r = accel__coll_post_mpi(c, a, q);
+#endif
+        break;
+    case ACCEL_COLL_BACKEND_NCCL:
+#ifdef ACCEL__COLL_NCCL
+        r = accel__coll_post_nccl(c, a, q);
+#endif
+        break;
+    default: r = accel__coll_post_none(c, a); break;
+    }
+    if (r != ACCEL_OK) {
+#ifdef ACCEL_WITH_MPI
+        if (q->has_mreq) { accel__coll_orphan(q); return r; }
+#endif
+        accel__coll_release(q);
+        return r;
+    }
+    *out = q;
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- debug mode */
+typedef struct accel__coll_sig { int64_t magic, kind, dtype, op, count, root; } accel__coll_sig;
+
+static accel_result accel__coll_run(accel_coll *c, accel__coll_args *a);
+
+static accel_result accel__coll_debug_check(accel_coll *c, const accel__coll_args *a) {
+    accel__coll_sig mine, *all;
+    accel__coll_args g;
+    accel_result r;
+    int i, differ = 0;
+    if (!c->debug || c->size <= 1) return ACCEL_OK;
+    memset(&mine, 0, sizeof mine);
+    mine.magic = 0x6163636f6c6cLL;
+    mine.kind = a->kind;
+    mine.dtype = a->kind == ACCEL__K_BARRIER ? 0 : (int64_t)a->dt;
+    mine.op = (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_REDUCE_SCATTER) ? (int64_t)a->op : -1;
+    mine.count = a->kind == ACCEL__K_BARRIER || a->kind == ACCEL__K_ALLGATHERV ? -1 : (int64_t)a->count;
+    mine.root = (a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_BCAST || a->kind == ACCEL__K_GATHER) ? a->root : -1;
+    all = (accel__coll_sig *)accel_host_alloc(c->acc, sizeof(accel__coll_sig) * (size_t)c->size);
+    if (!all) return ACCEL_ERR_OUT_OF_MEMORY;
+    memset(&g, 0, sizeof g);
+    g.kind = ACCEL__K_ALLGATHER;
+    g.send = &mine;
+    g.recv = all;
+    g.count = sizeof mine;
+    g.dt = ACCEL_U8;
+    g.dev = 0;
+    r = accel__coll_run(c, &g);
+    if (r != ACCEL_OK) { accel_host_free(c->acc, all); return r; }
+    for (i = 1; i < c->size; ++i)
+        if (memcmp(&all[i], &all[0], sizeof mine) != 0) differ = 1;
+    if (differ) {
+        char msg[ACCEL_ERROR_CAPACITY];
+        size_t off = (size_t)snprintf(msg, sizeof msg, "debug mode: ranks called different collectives:");
+        for (i = 0; i < c->size && off < sizeof msg - 8; ++i) {
+            const accel__coll_sig *s = &all[i];
+            const char *dn = accel_dtype_name((accel_dtype)s->dtype);
+            off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d: %s(dtype=%s, op=%s, count=%lld, root=%lld)%s", i,
+                                    s->magic == mine.magic ? accel__coll_kind_name((int)s->kind) : "<not a collective check>",
+                                    dn ? dn : "-", s->op >= 0 ? accel_coll_op_name((accel_coll_op)s->op) : "-",
+                                    (long long)s->count, (long long)s->root, i + 1 < c->size ? ";" : "");
+        }
+        accel_host_free(c->acc, all);
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s", msg);
+    }
+    accel_host_free(c->acc, all);
+    return ACCEL_OK;
+}
+
+/* post + wait */
+static accel_result accel__coll_run(accel_coll *c, accel__coll_args *a) {
+    accel_coll_request *q = NULL;
+    accel_result r = accel__coll_post(c, a, &q);
+    if (r != ACCEL_OK || !q) return r;
+#ifdef ACCEL__COLL_NCCL
+    /* device results of a blocking NCCL op stay on acc.stream: no host wait (accel_coll_synchronize) */
+    if (c->backend == ACCEL_COLL_BACKEND_NCCL && !q->has_ev) return accel__coll_complete(q);
+#endif
+    return accel_coll_wait(q);
+}
+
+/* ---------------------------------------------------------------------------------------- validation */
+static accel_result accel__coll_validate(accel_coll *c, accel__coll_args *a, const char *what) {
+    accel_result r = accel__coll_check_broken(c);
+    size_t es;
+    if (r != ACCEL_OK) return r;
+    a->dev = c->device_mem;
+    if (a->kind == ACCEL__K_BARRIER) return ACCEL_OK;
+    es = accel_dtype_size(a->dt);
+    if (es == 0) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: dtype %d is not an accel_dtype", what, (int)a->dt);
+    if ((int)a->op < 0 || (int)a->op >= ACCEL_COLL_OP_COUNT)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: op %d is not an accel_coll_op", what, (int)a->op);
+    if (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_REDUCE_SCATTER) {
+        if (!accel__coll_reducible(a->dt))
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "%s: reductions support F64 F32 F16 BF16 I64 I32 U8, not %s", what,
+                               accel_dtype_name(a->dt));
+        if (a->op == ACCEL_COLL_AVG && !accel_dtype_is_float(a->dt))
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: mean/avg of an integer dtype (%s) is not defined "
+                               "(Accelerate raises too); use sum", what, accel_dtype_name(a->dt));
+    }
+    if (a->root < 0 || a->root >= c->size)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: root %d is not a rank of this group of %d", what, a->root, c->size);
+    if (a->count > (size_t)INT_MAX || ((a->kind == ACCEL__K_ALLGATHER || a->kind == ACCEL__K_GATHER || a->kind == ACCEL__K_REDUCE_SCATTER) &&
+                                       a->count > (size_t)INT_MAX / (size_t)c->size))
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %zu elements is more than one call can move (INT_MAX)", what, a->count);
+    if (a->count > 0) {
+        int need_recv = a->kind != ACCEL__K_BCAST &&
+                        !((a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_GATHER) && c->rank != a->root);
+        if (!a->send || (need_recv && !a->recv))
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL buffer for %zu elements", what, a->count);
+        if (a->kind == ACCEL__K_REDUCE_SCATTER) {
+            const unsigned char *s0 = (const unsigned char *)a->send, *r0 = (const unsigned char *)a->recv;
+            size_t sb = a->count * es * (size_t)c->size, rb = a->count * es;
+            if (r0 < s0 + sb && s0 < r0 + rb)
+                return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: send and recv overlap (not supported)", what);
+        }
+    }
+    return ACCEL_OK;
+}
+
+static accel_result accel__coll_do(accel_coll *c, accel__coll_args *a, const char *what, accel_coll_request **req) {
+    accel_result r = accel__coll_validate(c, a, what);
+    if (req) *req = NULL;
+    if (r != ACCEL_OK) return r;
+    r = accel__coll_debug_check(c, a);
+    if (r != ACCEL_OK) return r;
+    if (!req) {
+        if (a->count == 0 && a->kind != ACCEL__K_BARRIER && a->kind != ACCEL__K_ALLGATHERV) return ACCEL_OK;
+        return accel__coll_run(c, a);
+    }
+    a->async = 1; /* always a nonblocking MPI call / the comm stream */
+    return accel__coll_post(c, a, req);
+}
+
+static void accel__coll_args_init(accel__coll_args *a, int kind, const void *send, void *recv, size_t count, accel_dtype dt,
+                                  accel_coll_op op, int root) {
+    memset(a, 0, sizeof *a);
+    a->kind = kind; a->send = send; a->recv = recv; a->count = count; a->dt = dt; a->op = op; a->root = root;
+}
+
+ACCEL__DEF accel_result accel_coll_all_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt, accel_coll_op op) {
+    accel__coll_args a;
+    accel__coll_args_init(&a, ACCEL__K_ALLREDUCE, send, recv, count, dt, op, 0);
+    return accel__coll_do(c, &a, "all_reduce", NULL);
+}
+ACCEL__DEF accel_result accel_coll_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt, accel_coll_op op, int root) {
+    accel__coll_args a;
+    accel__coll_args_init(&a, ACCEL__K_REDUCE, send, recv, count, dt, op, root);
+    return accel__coll_do(c, &a, "reduce", NULL);
+}
+ACCEL__DEF accel_result accel_coll_broadcast(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root) {
+    accel__coll_args a;
+    accel__coll_args_init(&a, ACCEL__K_BCAST, buf, buf, count, dt, ACCEL_COLL_SUM, root);
+    return accel__coll_do(c, &a, "broadcast", NULL);
+}
+ACCEL__DEF accel_result accel_coll_all_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt) {
+    accel__coll_args a;
+    accel__coll_args_init(&a, ACCEL__K_ALLGATHER, send, recv, count, dt, ACCEL_COLL_SUM, 0);
+    return accel__coll_do(c, &a, "all_gather", NULL);
+}
+ACCEL__DEF accel_result accel_coll_reduce_scatter(accel_coll *c, const void *send, void *recv, size_t recv_count, accel_dtype dt, accel_coll_op op) {
+    accel__coll_args a;
+    accel__coll_args_init(&a, ACCEL__K_REDUCE_SCATTER, send, recv, recv_count, dt, op, 0);
+    return accel__coll_do(c, &a, "reduce_scatter", NULL);
+}
+ACCEL__DEF accel_result accel_coll_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt, int root) {
+    accel__coll_args a;
+    accel__coll_args_init(&a, ACCEL__K_GATHER, send, recv, count, dt, ACCEL_COLL_SUM, root);
+    return accel__coll_do(c, &a, "gather", NULL);
+}
+ACCEL__DEF accel_result accel_coll_barrier(accel_coll *c) {
+    accel__coll_args a;
+    accel__coll_args_init(&a, ACCEL__K_BARRIER, NULL, NULL, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
+    if (c && c->size <= 1) return accel__coll_check_broken(c);
+    return accel__coll_do(c, &a, "barrier", NULL);
+}
+ACCEL__DEF accel_result accel_coll_synchronize(accel_coll *c) {
+    accel_result r = accel__coll_check_broken(c);
+    if (r != ACCEL_OK) return r;
+#ifdef ACCEL__COLL_NCCL
+    if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
+        accel_coll_request *q = (accel_coll_request *)accel_host_alloc(c->acc, sizeof *q);
+        if (!q) return ACCEL_ERR_OUT_OF_MEMORY;
+        memset(q, 0, sizeof *q);
+        q->c = c;
+        q->kind = ACCEL__K_BARRIER;
+        q->deadline = accel__now() + c->timeout_s;
+        if (cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming) != cudaSuccess) {
+            accel__coll_release(q);
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaEventCreate failed");
+        }
+        q->has_ev = 1;
+        if (cudaEventRecord(q->ev, accel__coll_stream(c)) != cudaSuccess) {
+            accel__coll_release(q);
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaEventRecord failed");
+        }
+        return accel_coll_wait(q);
+    }
+#endif
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_all_reduce_async(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                                    accel_coll_op op, accel_coll_request **req) {
+    accel__coll_args a;
+    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "all_reduce_async: req is NULL");
+    accel__coll_args_init(&a, ACCEL__K_ALLREDUCE, send, recv, count, dt, op, 0);
+    return accel__coll_do(c, &a, "all_reduce_async", req);
+}
+ACCEL__DEF accel_result accel_coll_reduce_async(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                                accel_coll_op op, int root, accel_coll_request **req) {
+    accel__coll_args a;
+    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "reduce_async: req is NULL");
+    accel__coll_args_init(&a, ACCEL__K_REDUCE, send, recv, count, dt, op, root);
+    return accel__coll_do(c, &a, "reduce_async", req);
+}
+ACCEL__DEF accel_result accel_coll_broadcast_async(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root,
+                                                   accel_coll_request **req) {
+    accel__coll_args a;
+    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "broadcast_async: req is NULL");
+    accel__coll_args_init(&a, ACCEL__K_BCAST, buf, buf, count, dt, ACCEL_COLL_SUM, root);
+    return accel__coll_do(c, &a, "broadcast_async", req);
+}
+ACCEL__DEF accel_result accel_coll_all_gather_async(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                                    accel_coll_request **req) {
+    accel__coll_args a;
+    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "all_gather_async: req is NULL");
+    accel__coll_args_init(&a, ACCEL__K_ALLGATHER, send, recv, count, dt, ACCEL_COLL_SUM, 0);
+    return accel__coll_do(c, &a, "all_gather_async", req);
+}
+ACCEL__DEF accel_result accel_coll_reduce_scatter_async(accel_coll *c, const void *send, void *recv, size_t recv_count,
+                                                        accel_dtype dt, accel_coll_op op, accel_coll_request **req) {
+    accel__coll_args a;
+    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "reduce_scatter_async: req is NULL");
+    accel__coll_args_init(&a, ACCEL__K_REDUCE_SCATTER, send, recv, recv_count, dt, op, 0);
+    return accel__coll_do(c, &a, "reduce_scatter_async", req);
+}
+
+/* ------------------------------------------------------------------------------------ Accelerate helpers */
+ACCEL__DEF accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_t count, accel_dtype dt, const char *reduction) {
+    accel_coll_op op;
+    if (!c) return accel__coll_null();
+    if (!reduction || !strcmp(reduction, "sum") || !strcmp(reduction, "none")) op = ACCEL_COLL_SUM;
+    else if (!strcmp(reduction, "mean")) op = ACCEL_COLL_AVG;
+    else if (!strcmp(reduction, "max")) op = ACCEL_COLL_MAX;
+    else if (!strcmp(reduction, "min")) op = ACCEL_COLL_MIN;
+    else if (!strcmp(reduction, "prod")) op = ACCEL_COLL_PROD;
+    else return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reduce: reduction \"%s\" is not one of sum, mean, max, none, min, prod", reduction);
+    return accel_coll_all_reduce(c, buf, buf, count, dt, op);
+}
+
+/* host-memory collectives for shapes and objects (no debug check: their sizes are fixed by construction) */
+static accel_result accel__coll_host_op(accel_coll *c, int kind, const void *send, void *recv, size_t count, int root,
+                                        const size_t *vcounts) {
+    accel__coll_args a;
+    accel_result r = accel__coll_check_broken(c);
+    if (r != ACCEL_OK) return r;
+    accel__coll_args_init(&a, kind, send, recv, count, ACCEL_U8, ACCEL_COLL_SUM, root);
+    a.vcounts = vcounts;
+    a.dev = 0;
+    if (count > (size_t)INT_MAX) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%zu bytes is too large for one collective", count);
+    if (kind != ACCEL__K_ALLGATHERV && count == 0) return ACCEL_OK;
+    return accel__coll_run(c, &a);
+}
+
+static void *accel__coll_alloc_mem(accel_coll *c, size_t bytes) {
+    return c->device_mem ? accel_device_alloc(c->acc, bytes ? bytes : 1) : accel_host_alloc(c->acc, bytes ? bytes : 1);
+}
+ACCEL__DEF void accel_coll_free(accel_coll *c, void *ptr) {
+    if (!c || !ptr) return;
+    if (c->device_mem) accel_device_free(c->acc, ptr);
+    else accel_host_free(c->acc, ptr);
+}
+
+static accel_result accel__coll_check_tensor(accel_coll *c, const accel_tensor *t, const char *what, int64_t *nbytes) {
+    int64_t nb;
+    if (!t) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", what);
+    nb = accel_tensor_nbytes(t);
+    if (nb < 0) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has an invalid dtype/shape", what, t->name ? t->name : "");
+    if (nb > 0 && !t->ptr) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has no data pointer", what, t->name ? t->name : "");
+    *nbytes = nb;
+    return ACCEL_OK;
+}
+
+/* every rank's {ndim, dtype, shape[8]} */
+static accel_result accel__coll_gather_shapes(accel_coll *c, const accel_tensor *t, int ndim, const int64_t *shape,
+                                              int64_t **out) {
+    int64_t mine[2 + ACCEL_MAX_DIMS];
+    int64_t *all;
+    accel_result r;
+    int k;
+    memset(mine, 0, sizeof mine);
+    mine[0] = ndim;
+    mine[1] = (int64_t)t->dtype;
+    for (k = 0; k < ndim; ++k) mine[2 + k] = shape[k];
+    all = (int64_t *)accel_host_alloc(c->acc, sizeof mine * (size_t)c->size);
+    if (!all) return ACCEL_ERR_OUT_OF_MEMORY;
+    r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, all, sizeof mine, 0, NULL);
+    if (r != ACCEL_OK) { accel_host_free(c->acc, all); return r; }
+    *out = all;
+    return ACCEL_OK;
+}
+
+static accel_result accel__coll_shape_mismatch(accel_coll *c, const char *what, const int64_t *all, int skip_dim) {
+    char msg[ACCEL_ERROR_CAPACITY];
+    size_t off = (size_t)snprintf(msg, sizeof msg, "%s: ranks disagree on dtype/rank/shape (dim %d may differ):", what, skip_dim);
+    int i, k;
+    for (i = 0; i < c->size && off < sizeof msg - 16; ++i) {
+        const int64_t *s = all + (size_t)i * (2 + ACCEL_MAX_DIMS);
+        const char *dn = accel_dtype_name((accel_dtype)s[1]);
+        off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d: %s[", i, dn ? dn : "?");
+        for (k = 0; k < (int)s[0] && k < ACCEL_MAX_DIMS && off < sizeof msg - 16; ++k)
+            off += (size_t)snprintf(msg + off, sizeof msg - off, "%s%lld", k ? "," : "", (long long)s[2 + k]);
+        off += (size_t)snprintf(msg + off, sizeof msg - off, "]");
+    }
+    return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s", msg);
+}
+
+static accel_result accel__coll_fill(accel_coll *c, void *dst, size_t n, accel_dtype dt, double value) {
+    unsigned char pat[8];
+    size_t es = accel_dtype_size(dt), i;
+    accel__coll_value_bytes(value, (int)dt, pat);
+    if (n == 0) return ACCEL_OK;
+    if (!c->device_mem) {
+        for (i = 0; i < n; ++i) memcpy((unsigned char *)dst + i * es, pat, es);
+        return ACCEL_OK;
+    }
+#ifdef ACCEL__COLL_DEVICE
+    {
+        uint64_t p = 0;
+        size_t blocks = (n + 255) / 256;
+        for (i = 0; i < 8; ++i) p |= (uint64_t)pat[i] << (8 * i);
+        if (blocks > 4096) blocks = 4096;
+        accel__coll_fill_kernel<<<(unsigned)blocks, 256, 0, accel__coll_stream(c)>>>((unsigned char *)dst, n, es, p);
+        ACCEL__COLL_CUDA(c, cudaGetLastError());
+        return ACCEL_OK;
+    }
+#else
+    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device fill needs the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+#endif
+}
+
+ACCEL__DEF accel_result accel_coll_pad_across_processes(accel_coll *c, const accel_tensor *in, int dim, double pad_value,
+                                                        int pad_first, accel_tensor *out) {
+    int64_t nb, *all = NULL, maxd, old, outer = 1, inner;
+    int nd, i, k;
+    size_t es, obytes;
+    void *buf;
+    accel_result r;
+    if (!c) return accel__coll_null();
+    r = accel__coll_check_broken(c);
+    if (r != ACCEL_OK) return r;
+    if (!out) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "pad_across_processes: out is NULL");
+    r = accel__coll_check_tensor(c, in, "pad_across_processes", &nb);
+    if (r != ACCEL_OK) return r;
+    nd = in->ndim;
+    es = accel_dtype_size(in->dtype);
+    if (dim >= nd || dim < -nd) {
+        /* Accelerate returns the tensor unchanged, before any communication */
+        buf = accel__coll_alloc_mem(c, (size_t)nb);
+        if (!buf) return ACCEL_ERR_OUT_OF_MEMORY;
+        r = accel__coll_copy_same(c, buf, in->ptr, (size_t)nb, c->device_mem);
+        if (r != ACCEL_OK) { accel_coll_free(c, buf); return r; }
+        *out = *in;
+        out->ptr = buf;
+        return ACCEL_OK;
+    }
+    if (dim < 0) dim += nd;
+    r = accel__coll_gather_shapes(c, in, nd, in->shape, &all);
+    if (r != ACCEL_OK) return r;
+    maxd = 0;
+    for (i = 0; i < c->size; ++i) {
+        const int64_t *s = all + (size_t)i * (2 + ACCEL_MAX_DIMS);
+        int bad = s[0] != nd || s[1] != (int64_t)in->dtype;
+        for (k = 0; !bad && k < nd; ++k)
+            if (k != dim && s[2 + k] != in->shape[k]) bad = 1;
+        if (bad) {
+            r = accel__coll_shape_mismatch(c, "pad_across_processes", all, dim);
+            accel_host_free(c->acc, all);
+            return r;
+        }
+        if (s[2 + dim] > maxd) maxd = s[2 + dim];
+    }
+    accel_host_free(c->acc, all);
+    old = in->shape[dim];
+    inner = (int64_t)es;
+    for (k = 0; k < nd; ++k) {
+        if (k < dim) outer *= in->shape[k];
+        else if (k > dim) inner *= in->shape[k];
+    }
+    obytes = (size_t)(outer * maxd * inner);
+    buf = accel__coll_alloc_mem(c, obytes);
+    if (!buf) return ACCEL_ERR_OUT_OF_MEMORY;
+    if (maxd == old) {
+        r = accel__coll_copy_same(c, buf, in->ptr, (size_t)nb, c->device_mem);
+    } else {
+        size_t off = (size_t)(pad_first ? (maxd - old) * inner : 0), blk = (size_t)(old * inner);
+        r = accel__coll_fill(c, buf, obytes / es, in->dtype, pad_value);
+        if (r == ACCEL_OK && blk) {
+            if (!c->device_mem) {
+                int64_t o;
+                for (o = 0; o < outer; ++o)
+                    memcpy((unsigned char *)buf + (size_t)(o * maxd * inner) + off, (const unsigned char *)in->ptr + (size_t)o * blk, blk);
+            }
+#ifdef ACCEL__COLL_DEVICE
+            else {
+                cudaError_t e = cudaMemcpy2DAsync((unsigned char *)buf + off, (size_t)(maxd * inner), in->ptr, blk, blk, (size_t)outer,
+                                                  cudaMemcpyDeviceToDevice, accel__coll_stream(c));
+                if (e != cudaSuccess) r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaMemcpy2DAsync: %s", cudaGetErrorString(e));
+            }
+#endif
+        }
+    }
+    if (r != ACCEL_OK) { accel_coll_free(c, buf); return r; }
+    *out = *in;
+    out->ptr = buf;
+    out->shape[dim] = maxd;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor *in, accel_tensor *out) {
+    int64_t nb, *all = NULL, shape[ACCEL_MAX_DIMS], rowbytes, total_rows = 0;
+    size_t *vcounts, total = 0;
+    int nd, i, k;
+    void *buf;
+    accel_result r;
+    accel__coll_args a;
+    if (!c) return accel__coll_null();
+    r = accel__coll_check_broken(c);
+    if (r != ACCEL_OK) return r;
+    if (!out) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: out is NULL");
+    r = accel__coll_check_tensor(c, in, "gather", &nb);
+    if (r != ACCEL_OK) return r;
+    nd = in->ndim ? in->ndim : 1;
+    for (k = 0; k < ACCEL_MAX_DIMS; ++k) shape[k] = k < in->ndim ? in->shape[k] : (k == 0 ? 1 : 0);
+    r = accel__coll_gather_shapes(c, in, nd, shape, &all);
+    if (r != ACCEL_OK) return r;
+    rowbytes = (int64_t)accel_dtype_size(in->dtype);
+    for (k = 1; k < nd; ++k) rowbytes *= shape[k];
+    vcounts = (size_t *)accel_host_alloc(c->acc, sizeof(size_t) * (size_t)c->size);
+    if (!vcounts) { accel_host_free(c->acc, all); return ACCEL_ERR_OUT_OF_MEMORY; }
+    for (i = 0; i < c->size; ++i) {
+        const int64_t *s = all + (size_t)i * (2 + ACCEL_MAX_DIMS);
+        int bad = s[0] != nd || s[1] != (int64_t)in->dtype;
+        for (k = 1; !bad && k < nd; ++k)
+            if (s[2 + k] != shape[k]) bad = 1;
+        if (bad) {
+            r = accel__coll_shape_mismatch(c, "gather", all, 0);
+            accel_host_free(c->acc, all);
+            accel_host_free(c->acc, vcounts);
+            return r;
+        }
+        vcounts[i] = (size_t)(s[2] * rowbytes);
+        total += vcounts[i];
+        total_rows += s[2];
+    }
+    accel_host_free(c->acc, all);
+    buf = accel__coll_alloc_mem(c, total);
+    if (!buf) { accel_host_free(c->acc, vcounts); return ACCEL_ERR_OUT_OF_MEMORY; }
+    accel__coll_args_init(&a, ACCEL__K_ALLGATHERV, in->ptr, buf, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
+    a.vcounts = vcounts;
+    a.dev = c->device_mem;
+    r = total > (size_t)INT_MAX ? ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: %zu bytes in total is too large", total)
+                                : accel__coll_run(c, &a);
+    accel_host_free(c->acc, vcounts);
+    if (r != ACCEL_OK) { accel_coll_free(c, buf); return r; }
+    *out = *in;
+    out->ndim = nd;
+    for (k = 0; k < ACCEL_MAX_DIMS; ++k) out->shape[k] = shape[k];
+    out->shape[0] = total_rows;
+    out->ptr = buf;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel_tensor *in, accel_tensor *out) {
+    accel_result r = accel_coll_gather_rows(c, in, out);
+    if (r != ACCEL_OK) return r;
+    if (c->acc->end_of_dataloader && c->acc->remainder > 0 && c->acc->remainder < out->shape[0])
+        out->shape[0] = c->acc->remainder;
+    return ACCEL_OK;
+}
+
+/* --------------------------------------------------------------------------------------------- objects */
+ACCEL__DEF void accel_coll_blobs_free(accel_coll *c, accel_coll_blobs *b) {
+    accel *acc = c ? c->acc : NULL;
+    if (!b) return;
+    accel_host_free(acc, b->offsets);
+    accel_host_free(acc, b->data);
+    b->offsets = NULL;
+    b->data = NULL;
+    b->count = 0;
+}
+
+static accel_result accel__coll_blobs_alloc(accel_coll *c, int count, size_t total, size_t **offsets, unsigned char **data) {
+    *offsets = (size_t *)accel_host_alloc(c->acc, sizeof(size_t) * ((size_t)count + 1));
+    *data = (unsigned char *)accel_host_alloc(c->acc, total ? total : 1);
+    if (!*offsets || !*data) {
+        accel_host_free(c->acc, *offsets);
+        accel_host_free(c->acc, *data);
+        return ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_blobs_set(accel_coll *c, accel_coll_blobs *b, int count, const void *const *items, const size_t *sizes) {
+    size_t total = 0, *off;
+    unsigned char *data;
+    int i;
+    accel_result r;
+    if (!c) return accel__coll_null();
+    if (!b || count < 0 || (count > 0 && (!items || !sizes)))
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "blobs_set: NULL argument or negative count");
+    for (i = 0; i < count; ++i) {
+        if (sizes[i] && !items[i]) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "blobs_set: item %d is NULL", i);
+        total += sizes[i];
+    }
+    r = accel__coll_blobs_alloc(c, count, total, &off, &data);
+    if (r != ACCEL_OK) return r;
+    off[0] = 0;
+    for (i = 0; i < count; ++i) {
+        if (sizes[i]) memcpy(data + off[i], items[i], sizes[i]);
+        off[i + 1] = off[i] + sizes[i];
+    }
+    accel_coll_blobs_free(c, b);
+    b->count = count;
+    b->offsets = off;
+    b->data = data;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_gather_object(accel_coll *c, const void *data, size_t bytes, accel_coll_blobs *out) {
+    int64_t mine, *sizes;
+    size_t *vc, total = 0, *off = NULL;
+    unsigned char *buf = NULL;
+    accel_result r;
+    int i;
+    if (!c) return accel__coll_null();
+    r = accel__coll_check_broken(c);
+    if (r != ACCEL_OK) return r;
+    if (!out || (bytes && !data)) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: NULL argument");
+    mine = (int64_t)bytes;
+    sizes = (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
+    vc = (size_t *)accel_host_alloc(c->acc, sizeof(size_t) * (size_t)c->size);
+    if (!sizes || !vc) { accel_host_free(c->acc, sizes); accel_host_free(c->acc, vc); return ACCEL_ERR_OUT_OF_MEMORY; }
+    r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, &mine, sizes, sizeof mine, 0, NULL);
+    for (i = 0; r == ACCEL_OK && i < c->size; ++i) { vc[i] = (size_t)sizes[i]; total += vc[i]; }
+    if (r == ACCEL_OK && total > (size_t)INT_MAX)
+        r = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: %zu bytes in total is too large", total);
+    if (r == ACCEL_OK) r = accel__coll_blobs_alloc(c, c->size, total, &off, &buf);
+    if (r == ACCEL_OK) {
+        accel__coll_args a;
+        accel__coll_args_init(&a, ACCEL__K_ALLGATHERV, data, buf, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
+        a.vcounts = vc;
+        a.dev = 0;
+        r = accel__coll_run(c, &a);
+        if (r == ACCEL_OK) {
+            off[0] = 0;
+            for (i = 0; i < c->size; ++i) off[i + 1] = off[i] + vc[i];
+            accel_coll_blobs_free(c, out);
+            out->count = c->size;
+            out->offsets = off;
+            out->data = buf;
+        } else {
+            accel_host_free(c->acc, off);
+            accel_host_free(c->acc, buf);
+        }
+    }
+    accel_host_free(c->acc, sizes);
+    accel_host_free(c->acc, vc);
+    return r;
+}
+
+ACCEL__DEF accel_result accel_coll_broadcast_object_list(accel_coll *c, accel_coll_blobs *list, int from) {
+    int64_t head[2]; /* count (or -1 invalid list, -2 too large), total bytes */
+    int64_t *sizes = NULL;
+    size_t *off = NULL;
+    unsigned char *data = NULL;
+    accel_result r;
+    int i, me;
+    if (!c) return accel__coll_null();
+    r = accel__coll_check_broken(c);
+    if (r != ACCEL_OK) return r;
+    if (!list) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: list is NULL");
+    if (from < 0 || from >= c->size)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: from_process %d is not a rank of %d", from, c->size);
+    me = c->rank;
+    head[0] = -1;
+    head[1] = 0;
+    if (me == from) {
+        if (list->count >= 0 && (list->count == 0 || list->offsets)) {
+            head[0] = list->count;
+            head[1] = list->count ? (int64_t)list->offsets[list->count] : 0;
+            if (head[1] > INT_MAX || list->count > INT_MAX / 8) head[0] = -2;
+        }
+    }
+    r = accel__coll_host_op(c, ACCEL__K_BCAST, head, head, sizeof head, from, NULL);
+    if (r != ACCEL_OK) return r;
+    if (head[0] < 0)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: the list on rank %d is %s", from,
+                           head[0] == -1 ? "invalid (negative count or no offsets)" : "too large (> INT_MAX bytes)");
+    if (c->size <= 1) return ACCEL_OK;
+    sizes = (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * ((size_t)head[0] + 1));
+    if (!sizes) return ACCEL_ERR_OUT_OF_MEMORY; /* rare: peers then wait for the deadline */
+    if (me == from)
+        for (i = 0; i < (int)head[0]; ++i) sizes[i] = (int64_t)(list->offsets[i + 1] - list->offsets[i]);
+    r = accel__coll_host_op(c, ACCEL__K_BCAST, sizes, sizes, sizeof(int64_t) * (size_t)head[0], from, NULL);
+    if (r == ACCEL_OK && me != from) {
+        r = accel__coll_blobs_alloc(c, (int)head[0], (size_t)head[1], &off, &data);
+        if (r == ACCEL_OK) {
+            off[0] = 0;
+            for (i = 0; i < (int)head[0]; ++i) off[i + 1] = off[i] + (size_t)sizes[i];
+        }
+    }
+    if (r == ACCEL_OK)
+        r = accel__coll_host_op(c, ACCEL__K_BCAST, me == from ? list->data : data, me == from ? list->data : data,
+                                (size_t)head[1], from, NULL);
+    accel_host_free(c->acc, sizes);
+    if (me != from) {
+        if (r == ACCEL_OK) {
+            accel_coll_blobs_free(c, list);
+            list->count = (int)head[0];
+            list->offsets = off;
+            list->data = data;
+        } else {
+            accel_host_free(c->acc, off);
+            accel_host_free(c->acc, data);
+        }
+    }
+    return r;
+}
+
+ACCEL__DEF accel_result accel_coll_split_between_processes(int64_t n, int P, int p, int apply_padding, accel_coll_range *out) {
+    int64_t q, rem;
+    if (!out || n < 0 || P < 1 || p < 0 || p >= P)
+        return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "split_between_processes: bad arguments (n=%lld, num_processes=%d, process_index=%d)", (long long)n, P, p);
+    memset(out, 0, sizeof *out);
+    if (P == 1) { out->end = n; out->pad_index = n - 1; return ACCEL_OK; }
+    if (apply_padding && n == 0)
+        return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "split_between_processes: apply_padding on an empty input (Accelerate: IndexError)");
+    q = n / P;
+    rem = n % P;
+    out->start = (int64_t)p * q + (p < rem ? p : rem);
+    out->end = out->start + q + (p < rem ? 1 : 0);
+    out->pad_index = n - 1;
+    if (apply_padding) out->pad_count = q + (rem > 0 ? 1 : 0) - (out->end - out->start);
+    return ACCEL_OK;
+}
+
+/* ------------------------------------------------------------------------------------ gradient reducer */
+typedef struct accel__coll_grad {
+    void *ptr;
+    size_t count;
+    accel_dtype dt;
+    char name[64];
+    int bucket;
+    size_t offset; /* elements into the bucket's flat buffer */
+    int ready;
+} accel__coll_grad;
+
+typedef struct accel__coll_bucket {
+    accel_dtype dt;
+    int first, n;  /* its grads are order[first .. first+n) */
+    size_t count;
+    void *flat;    /* staging buffer, or the grad/contiguous buffer itself when inplace */
+    int inplace;
+    int pending;   /* grads not ready yet */
+    int launched;
+    accel_coll_request *req;
+} accel__coll_bucket;
+
+struct accel_coll_reducer {
+    accel_coll *c;
+    accel_coll_reducer_desc d;
+    accel__coll_grad *grads;
+    int ngrads, cap;
+    int *order;
+    accel__coll_bucket *buckets;
+    int nb;
+    int finalized;
+    int next_launch;
+    int flat;
+};
+
+ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_coll_reducer_desc *desc, accel_coll_reducer **out) {
+    accel_coll_reducer *r;
+    accel_coll_reducer_desc d;
+    if (!c) return accel__coll_null();
+    if (!out) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_create: out is NULL");
+    *out = NULL;
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    if (!(d.bucket_cap_mb >= 0) || !(d.first_bucket_mb >= 0))
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: bucket sizes must be >= 0 (0 = default)");
+    if (d.bucket_cap_mb == 0) d.bucket_cap_mb = 25.0;
+    if (d.first_bucket_mb == 0) d.first_bucket_mb = 1.0;
+    r = (accel_coll_reducer *)accel_host_alloc(c->acc, sizeof *r);
+    if (!r) return ACCEL_ERR_OUT_OF_MEMORY;
+    memset(r, 0, sizeof *r);
+    r->c = c;
+    r->d = d;
+    *out = r;
+    return ACCEL_OK;
+}
+
+static void accel__coll_reducer_drop_buckets(accel_coll_reducer *r) {
+    int b;
+    for (b = 0; b < r->nb; ++b) {
+        if (r->buckets[b].req) { accel__coll_orphan(r->buckets[b].req); r->buckets[b].req = NULL; }
+        if (!r->buckets[b].inplace) accel_coll_free(r->c, r->buckets[b].flat);
+    }
+    accel_host_free(r->c->acc, r->buckets);
+    accel_host_free(r->c->acc, r->order);
+    r->buckets = NULL;
+    r->order = NULL;
+    r->nb = 0;
+}
+
+ACCEL__DEF void accel_coll_reducer_destroy(accel_coll_reducer *r) {
+    if (!r) return;
+    accel__coll_reducer_drop_buckets(r);
+    accel_host_free(r->c->acc, r->grads);
+    accel_host_free(r->c->acc, r);
+}
+
+ACCEL__DEF accel_result accel_coll_reducer_add(accel_coll_reducer *r, void *ptr, size_t count, accel_dtype dt, const char *name, int *index) {
+    accel *acc;
+    if (!r) return accel__coll_null();
+    acc = r->c->acc;
+    if (r->finalized) return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "reducer_add('%s'): the buckets are already built", name ? name : "");
+    if (!accel_dtype_is_float(dt) || !accel__coll_reducible(dt))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add('%s'): gradients must be F64/F32/F16/BF16, not %s",
+                           name ? name : "", accel_dtype_name(dt) ? accel_dtype_name(dt) : "invalid");
+    if (count > 0 && !ptr) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add('%s'): NULL pointer", name ? name : "");
+    if (count > (size_t)INT_MAX) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add('%s'): more than INT_MAX elements", name ? name : "");
+    if (r->ngrads == r->cap) {
+        int nc = r->cap ? 2 * r->cap : 64;
+        accel__coll_grad *g = (accel__coll_grad *)accel_host_alloc(acc, sizeof *g * (size_t)nc);
+        if (!g) return ACCEL_ERR_OUT_OF_MEMORY;
+        if (r->ngrads) memcpy(g, r->grads, sizeof *g * (size_t)r->ngrads);
+        accel_host_free(acc, r->grads);
+        r->grads = g;
+        r->cap = nc;
+    }
+    memset(&r->grads[r->ngrads], 0, sizeof r->grads[0]);
+    r->grads[r->ngrads].ptr = ptr;
+    r->grads[r->ngrads].count = count;
+    r->grads[r->ngrads].dt = dt;
+    snprintf(r->grads[r->ngrads].name, sizeof r->grads[0].name, "%s", name ? name : "");
+    if (index) *index = r->ngrads;
+    r->ngrads++;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
+    accel_coll *c;
+    accel *acc;
+    int i, b, flat_ok = 1, nb = 0, *counts = NULL, *fill = NULL;
+    int open[ACCEL_DTYPE_COUNT], used_first[ACCEL_DTYPE_COUNT];
+    size_t bytes[ACCEL_DTYPE_COUNT];
+    size_t total = 0;
+    uint64_t h = 1469598103934665603ull;
+    int64_t mine[4], *all;
+    accel_result res;
+    if (!r) return accel__coll_null();
+    c = r->c;
+    acc = c->acc;
+    if (r->finalized) return ACCEL_OK;
+    res = accel__coll_check_broken(c);
+    if (res != ACCEL_OK) return res;
+    for (i = 0; i < r->ngrads; ++i) {
+        const accel__coll_grad *g = &r->grads[i];
+        total += g->count;
+        h = (h ^ (uint64_t)g->count) * 1099511628211ull;
+        h = (h ^ (uint64_t)g->dt) * 1099511628211ull;
+        if (g->dt != r->grads[0].dt) flat_ok = 0;
+        if (i > 0 && (const unsigned char *)r->grads[i - 1].ptr + r->grads[i - 1].count * accel_dtype_size(r->grads[i - 1].dt) !=
+                         (const unsigned char *)g->ptr)
+            flat_ok = 0;
+    }
+    if (r->ngrads == 0 || total > (size_t)INT_MAX || r->d.flat == ACCEL_OFF) flat_ok = 0;
+    if (r->d.flat == ACCEL_ON && !flat_ok)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat mode requested but the %d gradients are not one "
+                           "contiguous buffer of one dtype (in registration order)", r->ngrads);
+    /* every rank must build the same buckets; flat only when every rank can */
+    mine[0] = r->ngrads;
+    mine[1] = (int64_t)total;
+    mine[2] = (int64_t)(h >> 1);
+    mine[3] = flat_ok;
+    all = (int64_t *)accel_host_alloc(acc, sizeof mine * (size_t)c->size);
+    if (!all) return ACCEL_ERR_OUT_OF_MEMORY;
+    res = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, all, sizeof mine, 0, NULL);
+    if (res != ACCEL_OK) { accel_host_free(acc, all); return res; }
+    for (i = 0; i < c->size; ++i) {
+        if (all[4 * i] != mine[0] || all[4 * i + 1] != mine[1] || all[4 * i + 2] != mine[2]) {
+            char msg[ACCEL_ERROR_CAPACITY];
+            size_t off = (size_t)snprintf(msg, sizeof msg, "reducer: ranks registered different gradients:");
+            int k;
+            for (k = 0; k < c->size && off < sizeof msg - 8; ++k)
+                off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d: %lld tensors, %lld elements, layout hash %llx;", k,
+                                        (long long)all[4 * k], (long long)all[4 * k + 1], (unsigned long long)all[4 * k + 2]);
+            accel_host_free(acc, all);
+            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s", msg);
+        }
+        if (!all[4 * i + 3]) flat_ok = 0;
+    }
+    accel_host_free(acc, all);
+    r->flat = flat_ok;
+    if (r->ngrads == 0) { r->finalized = 1; return ACCEL_OK; }
+
+    r->order = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)r->ngrads);
+    r->buckets = (accel__coll_bucket *)accel_host_alloc(acc, sizeof(accel__coll_bucket) * (size_t)r->ngrads);
+    counts = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)r->ngrads);
+    fill = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)r->ngrads);
+    if (!r->order || !r->buckets || !counts || !fill) {
+        accel_host_free(acc, counts); accel_host_free(acc, fill);
+        accel__coll_reducer_drop_buckets(r);
+        return ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    memset(r->buckets, 0, sizeof(accel__coll_bucket) * (size_t)r->ngrads);
+    if (flat_ok) {
+        nb = 1;
+        r->buckets[0].dt = r->grads[0].dt;
+        r->buckets[0].first = 0;
+        r->buckets[0].n = r->ngrads;
+        r->buckets[0].count = total;
+        r->buckets[0].flat = r->grads[0].ptr;
+        r->buckets[0].inplace = 1;
+        for (i = 0; i < r->ngrads; ++i) {
+            r->order[i] = i;
+            r->grads[i].bucket = 0;
+        }
+    } else {
+        /* DDP's assignment: reverse registration order, one open bucket per dtype, closed once it reaches its cap
+           (the first bucket of each dtype is capped at first_bucket_mb) */
+        for (i = 0; i < ACCEL_DTYPE_COUNT; ++i) { open[i] = -1; used_first[i] = 0; bytes[i] = 0; }
+        for (i = r->ngrads - 1; i >= 0; --i) {
+            accel__coll_grad *g = &r->grads[i];
+            int dt = (int)g->dt;
+            double cap = (used_first[dt] ? r->d.bucket_cap_mb : r->d.first_bucket_mb) * 1048576.0;
+            if (open[dt] < 0) {
+                open[dt] = nb++;
+                r->buckets[open[dt]].dt = g->dt;
+                bytes[dt] = 0;
+                counts[open[dt]] = 0;
+            }
+            b = open[dt];
+            g->bucket = b;
+            g->offset = r->buckets[b].count;
+            r->buckets[b].count += g->count;
+            counts[b]++;
+            bytes[dt] += g->count * accel_dtype_size(g->dt);
+            if ((double)bytes[dt] >= cap || r->buckets[b].count > (size_t)INT_MAX / 2) {
+                open[dt] = -1;
+                used_first[dt] = 1;
+            }
+        }
+        for (b = 0, i = 0; b < nb; ++b) { r->buckets[b].first = i; r->buckets[b].n = counts[b]; fill[b] = 0; i += counts[b]; }
+        for (i = r->ngrads - 1; i >= 0; --i) {
+            b = r->grads[i].bucket;
+            r->order[r->buckets[b].first + fill[b]++] = i;
+        }
+        for (b = 0; b < nb; ++b) {
+            accel__coll_bucket *k = &r->buckets[b];
+            if (k->n == 1) { k->inplace = 1; k->flat = r->grads[r->order[k->first]].ptr; continue; }
+            k->flat = accel__coll_alloc_mem(c, k->count * accel_dtype_size(k->dt));
+            if (!k->flat) {
+                r->nb = b;
+                accel_host_free(acc, counts); accel_host_free(acc, fill);
+                accel__coll_reducer_drop_buckets(r);
+                return ACCEL_ERR_OUT_OF_MEMORY;
+            }
+        }
+    }
+    accel_host_free(acc, counts);
+    accel_host_free(acc, fill);
+    r->nb = nb;
+    for (b = 0; b < nb; ++b) r->buckets[b].pending = r->buckets[b].n;
+    r->next_launch = 0;
+    r->finalized = 1;
+    accel__log(acc, ACCEL_LOG_DEBUG, "reducer: %d gradients in %d bucket(s)%s", r->ngrads, nb, flat_ok ? " (flat)" : "");
+    return ACCEL_OK;
+}
+
+ACCEL__DEF int accel_coll_reducer_num_buckets(const accel_coll_reducer *r) { return r && r->finalized ? r->nb : -1; }
+ACCEL__DEF int accel_coll_reducer_is_flat(const accel_coll_reducer *r) { return r && r->finalized ? r->flat : 0; }
+ACCEL__DEF int accel_coll_reducer_bucket(const accel_coll_reducer *r, int b, int *idx, int cap) {
+    int i;
+    if (!r || !r->finalized || b < 0 || b >= r->nb) return -1;
+    for (i = 0; i < r->buckets[b].n && i < cap; ++i)
+        if (idx) idx[i] = r->order[r->buckets[b].first + i];
+    return r->buckets[b].n;
+}
+
+static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
+    accel__coll_bucket *k = &r->buckets[b];
+    size_t es = accel_dtype_size(k->dt);
+    accel_result res;
+    int i;
+    if (!k->inplace) {
+        for (i = 0; i < k->n; ++i) {
+            const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
+            res = accel__coll_copy_same(r->c, (unsigned char *)k->flat + g->offset * es, g->ptr, g->count * es, r->c->device_mem);
+            if (res != ACCEL_OK) return res;
+        }
+    }
+    k->launched = 1;
+    return accel_coll_all_reduce_async(r->c, k->flat, k->flat, k->count, k->dt,
+                                       r->d.average == ACCEL_OFF ? ACCEL_COLL_SUM : ACCEL_COLL_AVG, &k->req);
+}
+
+static accel_result accel__coll_launch_ready(accel_coll_reducer *r) {
+    while (r->next_launch < r->nb && r->buckets[r->next_launch].pending == 0) {
+        accel_result res = accel__coll_bucket_launch(r, r->next_launch);
+        r->next_launch++;
+        if (res != ACCEL_OK) return res;
+    }
+    return ACCEL_OK;
+}
+
+static void accel__coll_reducer_reset(accel_coll_reducer *r) {
+    int b, i;
+    for (i = 0; i < r->ngrads; ++i) r->grads[i].ready = 0;
+    for (b = 0; b < r->nb; ++b) {
+        r->buckets[b].pending = r->buckets[b].n;
+        r->buckets[b].launched = 0;
+    }
+    r->next_launch = 0;
+}
+
+ACCEL__DEF accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index) {
+    accel_result res;
+    accel__coll_grad *g;
+    if (!r) return accel__coll_null();
+    if (index < 0 || index >= r->ngrads)
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "grad_ready: index %d is not a registered gradient (0..%d)", index, r->ngrads - 1);
+    if (!r->c->acc->sync_gradients) return ACCEL_OK; /* accumulation step / no_sync: nothing to reduce */
+    res = accel_coll_reducer_finalize(r);
+    if (res != ACCEL_OK) return res;
+    g = &r->grads[index];
+    if (g->ready)
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_STATE, "grad_ready: gradient %d ('%s') was already marked ready in this step", index, g->name);
+    g->ready = 1;
+    r->buckets[g->bucket].pending--;
+    return accel__coll_launch_ready(r);
+}
+
+ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
+    accel_result res, first = ACCEL_OK;
+    int b, i;
+    if (!r) return accel__coll_null();
+    if (!r->c->acc->sync_gradients) {
+        if (r->finalized) accel__coll_reducer_reset(r);
+        return ACCEL_OK;
+    }
+    res = accel_coll_reducer_finalize(r);
+    if (res != ACCEL_OK) return res;
+    /* grads never marked ready are taken as ready now (a trainer may call only wait: no overlap) */
+    for (b = 0; b < r->nb; ++b) r->buckets[b].pending = 0;
+    res = accel__coll_launch_ready(r);
+    if (res != ACCEL_OK) first = res;
+    for (b = 0; b < r->nb; ++b) {
+        accel__coll_bucket *k = &r->buckets[b];
+        if (!k->req) continue;
+        res = accel_coll_wait(k->req);
+        k->req = NULL;
+        if (res != ACCEL_OK) { if (first == ACCEL_OK) first = res; continue; }
+        if (first != ACCEL_OK || k->inplace) continue;
+        for (i = 0; i < k->n; ++i) {
+            const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
+            size_t es = accel_dtype_size(g->dt);
+            res = accel__coll_copy_same(r->c, g->ptr, (unsigned char *)k->flat + g->offset * es, g->count * es, r->c->device_mem);
+            if (res != ACCEL_OK && first == ACCEL_OK) first = res;
+        }
+    }
+    accel__coll_reducer_reset(r);
+    return first;
+}
+
+/* ---------------------------------------------------------------------------------- bootstrap: TCP / file */
+static int accel__coll_ms_left(double deadline) {
+    double left = (deadline - accel__now()) * 1000.0;
+    return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left;
+}
+static void accel__coll_sleep_ms(int ms) {
+    struct timespec ts;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
+}
+/* 0 ok, -1 error, -2 deadline */
+static int accel__coll_io(int fd, void *buf, size_t n, int sending, double deadline) {
+    unsigned char *p = (unsigned char *)buf;
+    while (n > 0) {
+        struct pollfd pfd;
+        ssize_t k;
+        int left = accel__coll_ms_left(deadline), pr;
+        if (left == 0) return -2;
+        pfd.fd = fd;
+        pfd.events = sending ? POLLOUT : POLLIN;
+        pfd.revents = 0;
+        pr = poll(&pfd, 1, left);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr < 0) return -1;
+        if (pr == 0) return -2;
+        k = sending ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int accel__coll_resolve(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len) {
+    struct addrinfo hints, *res = NULL;
+    char ps[16];
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(ps, sizeof ps, "%d", port);
+    if (getaddrinfo(addr, ps, &hints, &res) != 0 || !res) return -1;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = (socklen_t)res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+#define ACCEL__COLL_TCP_MAGIC 0x41434331u /* "ACC1" */
+
+ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, int port, int rank, int size, void *data,
+                                                 size_t bytes, int timeout_ms) {
+    struct sockaddr_storage ss;
+    socklen_t sl = 0;
+    double deadline;
+    int fd = -1, one = 1;
+    if (!addr || !*addr || port < 1 || port > 65535 || size < 1 || rank < 0 || rank >= size || (bytes && !data) || timeout_ms < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "tcp bootstrap: bad arguments (addr=%s port=%d rank=%d size=%d)",
+                           addr ? addr : "(null)", port, rank, size);
+    if (size == 1) return ACCEL_OK;
+    deadline = accel__now() + 1e-3 * (double)timeout_ms;
+    if (accel__coll_resolve(addr, port, &ss, &sl) != 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "tcp bootstrap: cannot resolve MASTER_ADDR \"%s\"", addr);
+    if (rank == 0) {
+        int served = 0;
+        fd = socket(ss.ss_family, SOCK_STREAM, 0);
+        if (fd < 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: socket: %s", strerror(errno));
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, size) != 0) {
+            int e = errno;
+            close(fd);
+            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: rank 0 cannot listen on %s:%d: %s", addr, port, strerror(e));
+        }
+        while (served < size - 1) {
+            struct pollfd pfd;
+            int left = accel__coll_ms_left(deadline), pr, cfd, rc;
+            uint32_t hello[2];
+            uint64_t n64 = (uint64_t)bytes;
+            if (left == 0) break;
+            pfd.fd = fd; pfd.events = POLLIN; pfd.revents = 0;
+            pr = poll(&pfd, 1, left);
+            if (pr < 0 && errno == EINTR) continue;
+            if (pr <= 0) break;
+            cfd = accept(fd, NULL, NULL);
+            if (cfd < 0) continue;
+            rc = accel__coll_io(cfd, hello, sizeof hello, 0, deadline);
+            if (rc == 0 && hello[0] == ACCEL__COLL_TCP_MAGIC) {
+                rc = accel__coll_io(cfd, &n64, sizeof n64, 1, deadline);
+                if (rc == 0 && bytes) rc = accel__coll_io(cfd, data, bytes, 1, deadline);
+                if (rc == 0) served++;
+            }
+            close(cfd); /* a stray connection (not ours) is ignored */
+        }
+        close(fd);
+        if (served < size - 1)
+            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank 0 listening on %s:%d served %d of %d peers within %d ms",
+                               addr, port, served, size - 1, timeout_ms);
+        return ACCEL_OK;
+    }
+    for (;;) {
+        int rc, err = 0, flags, left;
+        socklen_t el = sizeof err;
+        struct pollfd pfd;
+        uint32_t hello[2];
+        uint64_t n64 = 0;
+        left = accel__coll_ms_left(deadline);
+        if (left == 0) break;
+        fd = socket(ss.ss_family, SOCK_STREAM, 0);
+        if (fd < 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: socket: %s", strerror(errno));
+        flags = fcntl(fd, F_GETFL, 0);
+        fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+        rc = connect(fd, (struct sockaddr *)&ss, sl);
+        if (rc != 0 && errno == EINPROGRESS) {
+            pfd.fd = fd; pfd.events = POLLOUT; pfd.revents = 0;
+            rc = poll(&pfd, 1, left < 1000 ? left : 1000) == 1 ? 0 : -1;
+            if (rc == 0 && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0)) rc = -1;
+        }
+        if (rc != 0) {
+            close(fd);
+            fd = -1;
+            accel__coll_sleep_ms(left < 50 ? left : 50);
+            continue;
+        }
+        hello[0] = ACCEL__COLL_TCP_MAGIC;
+        hello[1] = (uint32_t)rank;
+        rc = accel__coll_io(fd, hello, sizeof hello, 1, deadline);
+        if (rc == 0) rc = accel__coll_io(fd, &n64, sizeof n64, 0, deadline);
+        if (rc == 0 && n64 != (uint64_t)bytes) {
+            close(fd);
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "tcp bootstrap: rank 0 sends %llu bytes, rank %d expects %zu",
+                               (unsigned long long)n64, rank, bytes);
+        }
+        if (rc == 0 && bytes) rc = accel__coll_io(fd, data, bytes, 0, deadline);
+        close(fd);
+        if (rc == 0) return ACCEL_OK;
+        if (rc == -2) break;
+        accel__coll_sleep_ms(20); /* connection dropped: rank 0 may have restarted; retry until the deadline */
+    }
+    return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank %d could not get %zu bytes from rank 0 at %s:%d within %d ms",
+                       rank, bytes, addr, port, timeout_ms);
+}
+
+#define ACCEL__COLL_FILE_MAGIC "ACCELNB1"
+
+ACCEL__DEF accel_result accel_coll_file_broadcast(accel *acc, const char *path, int rank, void *data, size_t bytes, int timeout_ms) {
+    double deadline;
+    if (!path || !*path || rank < 0 || (bytes && !data) || timeout_ms < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "file bootstrap: bad arguments (path=%s rank=%d)", path ? path : "(null)", rank);
+    deadline = accel__now() + 1e-3 * (double)timeout_ms;
+    if (rank == 0) {
+        char tmp[4096];
+        FILE *f;
+        uint64_t n64 = (uint64_t)bytes;
+        int ok;
+        if (strlen(path) > sizeof tmp - 32) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "file bootstrap: path too long");
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        f = fopen(tmp, "wb");
+        if (!f) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "file bootstrap: cannot create %s: %s", tmp, strerror(errno));
+        ok = fwrite(ACCEL__COLL_FILE_MAGIC, 1, 8, f) == 8 && fwrite(&n64, sizeof n64, 1, f) == 1 &&
+             (bytes == 0 || fwrite(data, 1, bytes, f) == bytes) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+        if (fclose(f) != 0) ok = 0;
+        if (!ok || rename(tmp, path) != 0) {
+            int e = errno;
+            remove(tmp);
+            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "file bootstrap: cannot write %s: %s", path, strerror(e));
+        }
+        return ACCEL_OK;
+    }
+    for (;;) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            char magic[8];
+            uint64_t n64 = 0;
+            int ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, ACCEL__COLL_FILE_MAGIC, 8) && fread(&n64, sizeof n64, 1, f) == 1;
+            if (ok && n64 != (uint64_t)bytes) {
+                fclose(f);
+                return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s holds %llu bytes, rank %d expects %zu", path,
+                                   (unsigned long long)n64, rank, bytes);
+            }
+            ok = ok && (bytes == 0 || fread(data, 1, bytes, f) == bytes);
+            fclose(f);
+            if (ok) return ACCEL_OK;
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s is not an accel bootstrap file", path);
+        }
+        if (accel__coll_ms_left(deadline) == 0) break;
+        accel__coll_sleep_ms(20);
+    }
+    return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "file bootstrap: %s did not appear within %d ms (rank 0 not started, or not a shared filesystem?)",
+                       path, timeout_ms);
+}
+
+/* ------------------------------------------------------------------------------------------- NCCL init */
+static accel_result accel__coll_nccl_init(accel_coll *c) {
+#ifdef ACCEL__COLL_NCCL
+    accel *acc = c->acc;
+    ncclUniqueId id;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    ncclResult_t rc;
+    accel_result r = ACCEL_OK;
+    const char *how = getenv("ACCEL_NCCL_INIT");
+    const char *file = getenv("ACCEL_NCCL_INIT_FILE");
+    int tmo = (int)(c->timeout_s * 1000.0 > 2e9 ? 2e9 : c->timeout_s * 1000.0);
+    memset(&id, 0, sizeof id);
+#ifdef ACCEL_WITH_MPI
+    if (!how || !*how) how = c->comm_valid ? "mpi" : acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
+#else
+    if (!how || !*how) how = acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
+#endif
+    if (c->rank == 0) {
+        rc = ncclGetUniqueId(&id);
+        if (rc != ncclSuccess) return accel__coll_nccl_fail(c, rc, "ncclGetUniqueId", __LINE__);
+    }
+    if (!strcmp(how, "mpi")) {
+#ifdef ACCEL_WITH_MPI
+        if (!c->comm_valid) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=mpi but MPI is not the process group");
+        {
+            MPI_Request q;
+            int done = 0, mrc = MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm, &q);
+            double deadline = accel__now() + c->timeout_s;
+            if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, "MPI_Ibcast(ncclUniqueId)", __LINE__);
+            while (!done) {
+                mrc = MPI_Test(&q, &done, MPI_STATUS_IGNORE);
+                if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, "MPI_Test(ncclUniqueId)", __LINE__);
+                if (!done && accel__now() > deadline) {
+                    c->broken = ACCEL_ERR_TIMEOUT;
+                    return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "NCCL bootstrap: the unique id broadcast did not complete within %.1f s", c->timeout_s);
+                }
+            }
+        }
+#else
+        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "ACCEL_NCCL_INIT=mpi but the implementation was built without MPI");
+#endif
+    } else if (!strcmp(how, "tcp")) {
+        if (!acc->master_addr[0]) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=tcp needs MASTER_ADDR (and MASTER_PORT)");
+        r = accel_coll_tcp_broadcast(acc, acc->master_addr, acc->master_port, c->rank, c->size, &id, sizeof id, tmo);
+    } else if (!strcmp(how, "file")) {
+        if (!file || !*file) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=file needs ACCEL_NCCL_INIT_FILE=<path on a shared filesystem>");
+        r = accel_coll_file_broadcast(acc, file, c->rank, &id, sizeof id, tmo);
+    } else {
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "NCCL bootstrap: ACCEL_NCCL_INIT=\"%s\" is not mpi|tcp|file (and no default applies: "
+                           "no MPI, MASTER_ADDR or ACCEL_NCCL_INIT_FILE)", how);
+    }
+    if (r != ACCEL_OK) return r;
+    cfg.blocking = 0;
+    rc = ncclCommInitRankConfig(&c->nccl, c->size, id, c->rank, &cfg);
+    if (rc != ncclSuccess && rc != ncclInProgress) return accel__coll_nccl_fail(c, rc, "ncclCommInitRankConfig", __LINE__);
+    c->nccl_valid = 1;
+    r = accel__coll_nccl_settle(c, rc, "ncclCommInitRankConfig", __LINE__);
+    if (r != ACCEL_OK) return r;
+    ACCEL__COLL_CUDA(c, cudaMalloc(&c->scratch, 8));
+    ACCEL__COLL_CUDA(c, cudaMemset(c->scratch, 0, 8));
+    return ACCEL_OK;
+#else
+    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "NCCL needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
+#endif
+}
+
+#endif /* ACCEL_IMPLEMENTATION */
+
+/* accel_collectives.h is released under the MIT licence. Copyright (c) 2026 the accel authors. */

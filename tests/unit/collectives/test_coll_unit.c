@@ -1,0 +1,254 @@
+/* accel_collectives.h on one process: the 16-bit conversions (exhaustive / against double arithmetic), the NONE
+   backend, split_between_processes (SEMANTICS.md §7), pad/gather/objects on one rank, the reducer's bookkeeping and
+   argument errors. The implementation is compiled into this TU (ACCEL_STATIC) so the private ACCEL_HD helpers are
+   visible. */
+#define ACCEL_IMPLEMENTATION
+#define ACCEL_STATIC
+#include "accel.h"
+#include "accel_collectives.h"
+#include "accel_test.h"
+#include <math.h>
+
+static double ref_f16(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+    return s ? -v : v;
+}
+/* nearest representable value, ties to the even code, by scanning neighbours in double (independent of bit tricks) */
+static int nearest_even_ok(double x, uint16_t got, int bf) {
+    double g = bf ? (double)accel__coll_bf16_to_f32(got) : ref_f16(got);
+    double maxv = bf ? 3.3895313892515355e38 : 65504.0;
+    uint16_t lo, hi;
+    double dl, dh;
+    if (isnan(x)) return isnan(g);
+    if (fabs(x) > maxv) {
+        /* beyond the largest finite: inf only at or above the midpoint to the next binade step */
+        double step = bf ? ldexp(1, 127 - 7) : 32.0, mid = maxv + step / 2;
+        if (fabs(x) >= mid) return isinf(g) && (g > 0) == (x > 0);
+        return g == (x > 0 ? maxv : -maxv);
+    }
+    if (isinf(g)) return 0;
+    if (g == x) return 1;
+    /* neighbours of got */
+    lo = (uint16_t)(got - 1);
+    hi = (uint16_t)(got + 1);
+    dl = bf ? (double)accel__coll_bf16_to_f32(lo) : ref_f16(lo);
+    dh = bf ? (double)accel__coll_bf16_to_f32(hi) : ref_f16(hi);
+    if (fabs(g - x) > fabs(dl - x) && !isnan(dl) && (got & 0x7fff) != 0) return 0;
+    if (fabs(g - x) > fabs(dh - x) && !isnan(dh) && !isinf(dh)) return 0;
+    if ((fabs(g - x) == fabs(dl - x) && (got & 0x7fff) != 0) || (fabs(g - x) == fabs(dh - x) && !isinf(dh)))
+        return (got & 1) == 0; /* tie: even code */
+    return 1;
+}
+
+static void conversions(void) {
+    uint32_t k;
+    int bad = 0;
+    /* f16 → f32 exhaustive; f32 → f16 round-trips every finite half */
+    for (k = 0; k < 65536; ++k) {
+        double r = ref_f16((uint16_t)k);
+        float f = accel__coll_f16_to_f32((uint16_t)k);
+        if (isnan(r) ? !isnan(f) : (double)f != r) bad++;
+        if (!isnan(r) && accel__coll_f32_to_f16(f) != (uint16_t)k) bad++;
+        if (!isnan(accel__coll_bf16_to_f32((uint16_t)k)) && accel__coll_f32_to_bf16(accel__coll_bf16_to_f32((uint16_t)k)) != (uint16_t)k) bad++;
+    }
+    AT_EQ_INT(bad, 0);
+    /* f32 → f16 / bf16 rounding over a spread of floats including ties, subnormals and overflow */
+    {
+        uint32_t x = 12345u;
+        int i;
+        for (i = 0; i < 400000; ++i) {
+            uint32_t u;
+            float f;
+            x = x * 1664525u + 1013904223u;
+            u = x;
+            if (i % 4 == 1) u = (x & 0x80000000u) | (0x33000000u + (x % 0x14000000u)); /* around the half range */
+            if (i % 4 == 2) u = (u & 0xffffe000u) | 0x1000u;                           /* exact f16 ties */
+            if (i % 4 == 3) u = (u & 0xffff0000u) | 0x8000u;                           /* exact bf16 ties */
+            memcpy(&f, &u, 4);
+            if (!nearest_even_ok((double)f, accel__coll_f32_to_f16(f), 0)) bad++;
+            if (!nearest_even_ok((double)f, accel__coll_f32_to_bf16(f), 1)) bad++;
+        }
+    }
+    AT_EQ_INT(bad, 0);
+    AT_EQ_INT(accel__coll_f32_to_f16(65520.0f), 0x7c00);   /* the midpoint above 65504 rounds to inf */
+    AT_EQ_INT(accel__coll_f32_to_f16(65519.0f), 0x7bff);
+    AT_EQ_INT(accel__coll_f32_to_f16(ldexpf(1, -25)), 0);   /* half of the smallest subnormal: ties to 0 */
+    AT_EQ_INT(accel__coll_f32_to_f16(ldexpf(1.5f, -25)), 1);
+    AT_EQ_INT(accel__coll_f32_to_bf16(1.00390625f), 0x3f80); /* 1 + 2^-8: tie → even (1.0) */
+    AT_EQ_INT(accel__coll_f32_to_bf16(1.01171875f), 0x3f82); /* 1 + 3*2^-8: tie → even (up) */
+    AT_CHECK(isnan(accel__coll_bf16_to_f32(accel__coll_f32_to_bf16(NAN))));
+    /* the combine op used by the MPI user ops: float math, one rounding */
+    AT_EQ_INT(accel__coll_combine16(0x3f80, 0x3b80, ACCEL_COLL_SUM, 1), 0x3f80); /* 1 + 2^-8 → 1 (tie to even) */
+    AT_EQ_INT(accel__coll_combine16(0x3c00, 0x3c00, ACCEL_COLL_SUM, 0), 0x4000); /* 1 + 1 = 2 in fp16 */
+    AT_EQ_INT(accel__coll_combine16(0x4000, 0x4200, ACCEL_COLL_PROD, 0), 0x4600); /* 2 * 3 = 6 */
+    AT_EQ_INT(accel__coll_combine16(0xc000, 0x4200, ACCEL_COLL_MAX, 0), 0x4200);
+    AT_EQ_INT(accel__coll_combine16(0xc000, 0x4200, ACCEL_COLL_MIN, 1), 0xc000);
+}
+
+static void split(void) {
+    accel_coll_range r;
+    int p;
+    /* Accelerate: q, r = divmod(10, 3) → [0,4) [4,7) [7,10) */
+    static const int64_t starts[3] = {0, 4, 7}, ends[3] = {4, 7, 10};
+    for (p = 0; p < 3; ++p) {
+        AT_EQ_INT(accel_coll_split_between_processes(10, 3, p, 1, &r), ACCEL_OK);
+        AT_EQ_INT(r.start, starts[p]);
+        AT_EQ_INT(r.end, ends[p]);
+        AT_EQ_INT(r.pad_count, p == 0 ? 0 : 1); /* padded to q + 1 = 4 with the last item */
+        AT_EQ_INT(r.pad_index, 9);
+    }
+    /* fewer items than processes: 2 over 4 → [0,1) [1,2) [] [] ; padding gives everyone one item */
+    for (p = 0; p < 4; ++p) {
+        AT_EQ_INT(accel_coll_split_between_processes(2, 4, p, 1, &r), ACCEL_OK);
+        AT_EQ_INT(r.end - r.start, p < 2 ? 1 : 0);
+        AT_EQ_INT(r.pad_count, p < 2 ? 0 : 1);
+    }
+    /* even split: no padding */
+    AT_EQ_INT(accel_coll_split_between_processes(8, 4, 3, 1, &r), ACCEL_OK);
+    AT_EQ_INT(r.start, 6); AT_EQ_INT(r.end, 8); AT_EQ_INT(r.pad_count, 0);
+    /* one process: unchanged */
+    AT_EQ_INT(accel_coll_split_between_processes(5, 1, 0, 1, &r), ACCEL_OK);
+    AT_EQ_INT(r.start, 0); AT_EQ_INT(r.end, 5); AT_EQ_INT(r.pad_count, 0);
+    /* errors: empty with padding (IndexError), bad rank */
+    AT_EQ_INT(accel_coll_split_between_processes(0, 2, 0, 1, &r), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_coll_split_between_processes(0, 2, 1, 0, &r), ACCEL_OK);
+    AT_EQ_INT(r.end - r.start, 0);
+    AT_EQ_INT(accel_coll_split_between_processes(5, 2, 2, 0, &r), ACCEL_ERR_INVALID_ARGUMENT);
+}
+
+static void none_backend(void) {
+    accel acc;
+    accel_desc d;
+    accel_coll *c;
+    accel_coll_desc cd;
+    float x[5] = {1, 2, 3, 4, 5}, y[5];
+    int32_t iv[3] = {1, 2, 3};
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    d.no_mpi = 1;
+    d.log_level = 1;
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    AT_EQ_INT(accel_coll_create(&acc, NULL, &c), ACCEL_OK);
+    AT_EQ_INT(accel_coll_get_backend(c), ACCEL_COLL_BACKEND_NONE);
+    AT_EQ_INT(accel_coll_size(c), 1);
+    AT_EQ_INT(accel_coll_all_reduce(c, x, y, 5, ACCEL_F32, ACCEL_COLL_AVG), ACCEL_OK);
+    AT_CHECK(memcmp(x, y, sizeof x) == 0);
+    AT_EQ_INT(accel_coll_all_gather(c, x, y, 5, ACCEL_F32), ACCEL_OK);
+    AT_EQ_INT(accel_coll_broadcast(c, x, 5, ACCEL_F32, 0), ACCEL_OK);
+    AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
+    /* argument errors change nothing */
+    memset(y, 0, sizeof y);
+    AT_EQ_INT(accel_coll_all_reduce(c, iv, iv, 3, ACCEL_I32, ACCEL_COLL_AVG), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(&acc), "integer");
+    AT_EQ_INT(iv[0], 1);
+    AT_EQ_INT(accel_coll_all_reduce(c, x, y, 5, ACCEL_BOOL, ACCEL_COLL_SUM), ACCEL_ERR_UNSUPPORTED);
+    AT_EQ_INT(accel_coll_all_reduce(c, x, y, 5, (accel_dtype)99, ACCEL_COLL_SUM), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_coll_all_reduce(c, x, y, 5, ACCEL_F32, (accel_coll_op)9), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_coll_all_reduce(c, NULL, y, 5, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_coll_broadcast(c, x, 5, ACCEL_F32, 1), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(&acc), "root 1");
+    AT_EQ_INT(accel_coll_reduce_scatter(c, x, x + 1, 2, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CHECK(y[0] == 0);
+    /* async on one process completes at once */
+    {
+        accel_coll_request *q;
+        int done = 0;
+        AT_EQ_INT(accel_coll_all_reduce_async(c, x, y, 5, ACCEL_F32, ACCEL_COLL_SUM, &q), ACCEL_OK);
+        AT_EQ_INT(accel_coll_test(q, &done), ACCEL_OK);
+        AT_EQ_INT(done, 1);
+        AT_CHECK(memcmp(x, y, sizeof x) == 0);
+    }
+    /* pad (nothing to pad on one rank) and gather_for_metrics with a remainder */
+    {
+        int64_t rows[6] = {0, 1, 2, 3, 4, 5};
+        accel_tensor t, out;
+        memset(&t, 0, sizeof t);
+        t.ptr = rows; t.dtype = ACCEL_I64; t.ndim = 2; t.shape[0] = 3; t.shape[1] = 2;
+        AT_EQ_INT(accel_coll_pad_across_processes(c, &t, 0, 0, 0, &out), ACCEL_OK);
+        AT_EQ_INT(out.shape[0], 3);
+        AT_CHECK(memcmp(out.ptr, rows, sizeof rows) == 0);
+        accel_coll_free(c, out.ptr);
+        acc.end_of_dataloader = 1;
+        acc.remainder = 1;
+        AT_EQ_INT(accel_coll_gather_for_metrics(c, &t, &out), ACCEL_OK);
+        AT_EQ_INT(out.shape[0], 1);
+        accel_coll_free(c, out.ptr);
+        acc.end_of_dataloader = 0;
+        t.ndim = 9;
+        AT_EQ_INT(accel_coll_gather_rows(c, &t, &out), ACCEL_ERR_INVALID_ARGUMENT);
+    }
+    /* objects */
+    {
+        accel_coll_blobs b, l;
+        memset(&b, 0, sizeof b);
+        memset(&l, 0, sizeof l);
+        AT_EQ_INT(accel_coll_gather_object(c, "abc", 3, &b), ACCEL_OK);
+        AT_EQ_INT(b.count, 1);
+        AT_EQ_INT(b.offsets[1], 3);
+        AT_CHECK(memcmp(b.data, "abc", 3) == 0);
+        accel_coll_blobs_free(c, &b);
+        AT_EQ_INT(accel_coll_broadcast_object_list(c, &l, 0), ACCEL_OK); /* an empty list is a list */
+        AT_EQ_INT(l.count, 0);
+        AT_EQ_INT(accel_coll_broadcast_object_list(c, &l, 1), ACCEL_ERR_INVALID_ARGUMENT);
+    }
+    /* reducer on one process: average over one rank leaves the grads as they are; errors */
+    {
+        accel_coll_reducer *r;
+        float g1[300], g2[7];
+        int i, idx[4];
+        for (i = 0; i < 300; ++i) g1[i] = (float)i;
+        for (i = 0; i < 7; ++i) g2[i] = (float)-i;
+        AT_EQ_INT(accel_coll_reducer_create(c, NULL, &r), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_num_buckets(r), -1);
+        AT_EQ_INT(accel_coll_reducer_add(r, g1, 300, ACCEL_F32, "w", NULL), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_add(r, g2, 7, ACCEL_F32, "b", NULL), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_add(r, iv, 3, ACCEL_I32, "i", NULL), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_coll_grad_ready(r, 2), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_coll_grad_ready(r, 1), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_add(r, g2, 7, ACCEL_F32, "late", NULL), ACCEL_ERR_STATE);
+        AT_EQ_INT(accel_coll_reducer_num_buckets(r), 1);
+        AT_EQ_INT(accel_coll_reducer_bucket(r, 0, idx, 4), 2);
+        AT_EQ_INT(idx[0], 1); /* reverse registration order */
+        AT_EQ_INT(idx[1], 0);
+        AT_EQ_INT(accel_coll_reducer_wait(r), ACCEL_OK);
+        AT_EQ_INT((int)g1[299], 299);
+        AT_EQ_INT((int)g2[6], -6);
+        accel_coll_reducer_destroy(r);
+        /* flat requested but not contiguous */
+        {
+            accel_coll_reducer_desc rd;
+            memset(&rd, 0, sizeof rd);
+            rd.flat = ACCEL_ON;
+            AT_EQ_INT(accel_coll_reducer_create(c, &rd, &r), ACCEL_OK);
+            AT_EQ_INT(accel_coll_reducer_add(r, g1, 300, ACCEL_F32, "w", NULL), ACCEL_OK);
+            AT_EQ_INT(accel_coll_reducer_add(r, g2, 7, ACCEL_F32, "b", NULL), ACCEL_OK);
+            AT_EQ_INT(accel_coll_reducer_finalize(r), ACCEL_ERR_INVALID_ARGUMENT);
+            accel_coll_reducer_destroy(r);
+            rd.flat = 0;
+            rd.bucket_cap_mb = -1;
+            AT_EQ_INT(accel_coll_reducer_create(c, &rd, &r), ACCEL_ERR_INVALID_ARGUMENT);
+        }
+    }
+    accel_coll_destroy(c);
+    /* bad desc values; backend mpi without MPI */
+    memset(&cd, 0, sizeof cd);
+    cd.timeout_ms = -5;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_INVALID_ARGUMENT);
+    cd.timeout_ms = 0;
+    cd.backend = ACCEL_COLL_BACKEND_MPI;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_UNSUPPORTED);
+    cd.backend = ACCEL_COLL_BACKEND_NCCL;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_UNSUPPORTED);
+    AT_CONTAINS(accel_last_error(&acc), "nvcc");
+    AT_EQ_STR(accel_coll_backend_name(ACCEL_COLL_BACKEND_NCCL), "nccl");
+    AT_EQ_STR(accel_coll_op_name(ACCEL_COLL_MEAN), "avg");
+    accel_shutdown(&acc);
+}
+
+int main(void) {
+    conversions();
+    split();
+    none_backend();
+    return at_finish("collectives_unit");
+}
