@@ -1,4 +1,79 @@
-/* accel_ckpt.h — (module under construction; see its issue). Depends only on accel.h. */
+/* accel_ckpt.h — checkpoints for accel: safetensors files, sharded save_model, save_state/load_state with
+   crash-safe writes, automatic naming and rotation. Depends only on accel.h (and stb_ds.h in the implementation).
+
+   USAGE
+       accel_ckpt *ck;
+       accel_ckpt_desc cd = {0};
+       cd.automatic_checkpoint_naming = 1;                // project_dir/checkpoints/checkpoint_<iteration>
+       cd.total_limit = 3;                                // keep the 3 newest complete checkpoints
+       accel_ckpt_create(&acc, &cd, &ck);
+       accel_ckpt_register_model(ck, params, n_params);   // accel_tensor[]: name, ptr (host or device), dtype, shape
+       accel_ckpt_register_optimizer(ck, adam_m_v, n_mv);
+       accel_ckpt_register(ck, "sampler", my_sampler_save, my_sampler_load, &sampler);  // any state as bytes
+       if (accel_ckpt_load_state(ck, NULL) == ACCEL_OK) ...;  // resume from the newest complete checkpoint, if any
+       for (...) { ...train...; if (step % 1000 == 0) accel_ckpt_save_state(ck, NULL, NULL, 0); }  // collective
+       accel_ckpt_save_model(&acc, "out", params, n_params, "10GB");  // model.safetensors or shards + index
+       accel_ckpt_destroy(ck);
+
+       accel_ckpt_file *f;                                  // read any safetensors file (mmap; all checks first)
+       accel_ckpt_open(NULL, "model.safetensors", &f);
+       accel_ckpt_file_load(f, &params[0]);                 // dtype/shape checked; host or device destination
+       accel_ckpt_close(f);
+
+   FILES OF A CHECKPOINT DIRECTORY (Accelerate's names, safetensors/JSON/bytes instead of pickles)
+     model.safetensors, model_1.safetensors, …   registered models (metadata {"format":"pt"})        main process
+     optimizer.safetensors, optimizer_1…          registered optimizer tensors (Accelerate: optimizer.bin)   main
+     <name>.bin                                   bytes of accel_ckpt_register(ck, "<name>", …): e.g. scheduler.bin
+                                                  (Accelerate: scheduler.bin), scaler.bin (scaler.pt), sampler.bin
+     custom_checkpoint_<i>.bin                    accel_ckpt_register(ck, NULL, …) objects, i in registration order
+                                                  (Accelerate: custom_checkpoint_<i>.pkl)                       main
+     random_states_<rank>.json                    every process: {"num_processes","process_index","rng_offset",
+                                                  "rng_seed","step"} (Accelerate: random_states_<rank>.pkl)
+     accelerator_state.json                       iteration, num_processes, optimizer_steps, scheduler_steps  main
+     checkpoint_complete.json                     completion marker written last: {"files": {name: {"bytes": n,
+                                                  "xxh64": "<16 hex>"}}, "format": "accel-checkpoint", "version": 1}
+     "main" = the main process, or each local main process with save_on_each_node.
+
+   CRASH SAFETY
+     A checkpoint is written into the hidden sibling `.<name>.tmp`, every file fsync'd, the marker written, the
+     directory fsync'd and renamed into place (then the parent fsync'd). A visible checkpoint directory is therefore
+     always complete; load verifies the marker, sizes and XXH64 checksums of every file before applying anything.
+     Rotation renames a victim to a hidden name before deleting it. Stale hidden directories are removed by the next
+     automatic save. accel_ckpt_latest() returns the newest complete checkpoint. Single files (save_model,
+     save_safetensors) are written to a temporary name, fsync'd and renamed.
+
+   OPTIONS
+     ACCEL_NO_STB_DS_IMPLEMENTATION   define in the ACCEL_IMPLEMENTATION TU when that program compiles stb_ds's
+                                      implementation (STB_DS_IMPLEMENTATION) itself; otherwise this header emits it
+                                      once (guard ACCEL__STB_DS_IMPL_DONE, skipped when stb_ds.h was already
+                                      included), with STBDS_REALLOC/FREE routed to the accel host allocator.
+     Sizes ("10GB", "5MiB", "1000") go through accel_ckpt_parse_size (SEMANTICS.md policy 6).
+
+   THREADS AND STREAMS
+     One thread at a time per accel / accel_ckpt / accel_ckpt_file. Device buffers (detected with
+     cudaPointerGetAttributes in CUDA builds) are staged through two pinned buffers on acc->stream (NULL acc: the
+     default stream); the call returns when the data is on disk / in the destination.
+     save_state, load_state and save_model are collectives: every process calls them. Everything else is local.
+
+   DIFFERENCES FROM ACCELERATE (deliberate)
+     - load_state restores the iteration (policy 5): the next automatic save goes to checkpoint_<saved + 1>.
+     - total_limit rotation happens after the new checkpoint is complete and only counts complete checkpoints, so a
+       crash never leaves fewer than the newest complete one (Accelerate deletes first).
+     - One size parser (policy 6); sharding is huggingface_hub's greedy algorithm (policy 7). Tensors that share
+       storage are not detected (accel_tensor has no storage identity): every entry is saved.
+     - save_model also removes a stale model.safetensors.index.json (single-file save) or a stale
+       model.safetensors (sharded save) so a loader never mixes generations.
+     - Global state (scaler, sampler, scheduler, custom objects) is written once by the main process (Accelerate
+       writes scaler.pt on every process).
+     - Resuming on a different number of processes: rank i loads random_states_<i>.json when it exists. Otherwise its
+       RNG state is re-derived: if every saved state is identical, that state; if saved seeds are seed0 + rank (the
+       pattern of accel_set_seed(..., device_specific=1)), seed0 + i with rank 0's offset; else
+       splitmix64(seed[i mod saved] ^ i) with that rank's offset. `step` comes from the same file or rank 0's.
+     - JSON is read strictly: duplicate keys, invalid UTF-8, lone surrogates and trailing garbage are errors.
+     - safetensors tensors are ordered by dtype size (descending) then name, as the reference writer does; the data
+       section starts 8-byte aligned so every tensor is aligned to its element size (padding between tensors would
+       be a hole that the reference reader rejects).
+*/
 #ifndef ACCEL_CKPT_H_INCLUDED
 #define ACCEL_CKPT_H_INCLUDED
 #include "accel.h"
@@ -6,11 +81,2616 @@
 extern "C" {
 #endif
 
+/* ---------------------------------------------------------------------------------------------------- sizes */
+/* SEMANTICS.md policy 6: a plain unsigned integer (bytes), or a decimal number, optional spaces and a unit
+   KB/MB/GB/TB (10^3..10^12) or KiB/MiB/GiB/TiB (2^10..2^40), case-insensitive, truncated toward zero.
+   acc may be NULL (the message then goes to accel_last_error(NULL)). */
+ACCEL_API accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_t *out);
+
+/* ---------------------------------------------------------------------------------------------- safetensors */
+/* Writes `path` atomically (temporary name, fsync, rename, directory fsync). metadata: nmeta (key, value) pairs
+   stored as __metadata__ (NULL/0 for none). Tensors may live on the host or (CUDA builds) the device. */
+ACCEL_API accel_result accel_ckpt_save_safetensors(accel *acc, const char *path, const accel_tensor *tensors, int n,
+                                                   const char *const *metadata, int nmeta);
+
+typedef struct accel_ckpt_file accel_ckpt_file;
+typedef struct accel_ckpt_entry {
+    const char *name;
+    accel_dtype dtype;
+    int ndim;
+    int64_t shape[ACCEL_MAX_DIMS];
+    uint64_t begin, end;      /* data_offsets, relative to the data section */
+    const void *data;         /* zero-copy view (mmap) of the bytes */
+} accel_ckpt_entry;
+
+/* Opens and fully validates a file (every check of the reference reader, in its order, before any byte is
+   trusted). Errors: ACCEL_ERR_IO, ACCEL_ERR_NOT_FOUND, ACCEL_ERR_FORMAT (the message names the problem),
+   ACCEL_ERR_UNSUPPORTED (a valid dtype or rank accel does not handle). *out is NULL on failure. */
+ACCEL_API accel_result accel_ckpt_open(accel *acc, const char *path, accel_ckpt_file **out);
+/* Same checks on bytes in memory (not copied: they must outlive the file object). */
+ACCEL_API accel_result accel_ckpt_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out);
+ACCEL_API void accel_ckpt_close(accel_ckpt_file *f);
+ACCEL_API int accel_ckpt_file_count(const accel_ckpt_file *f);                 /* tensors (entries sorted by offset) */
+ACCEL_API const accel_ckpt_entry *accel_ckpt_file_entry(const accel_ckpt_file *f, int i);
+ACCEL_API int accel_ckpt_file_find(const accel_ckpt_file *f, const char *name); /* index or -1 */
+ACCEL_API int accel_ckpt_file_metadata_count(const accel_ckpt_file *f);
+ACCEL_API accel_result accel_ckpt_file_metadata(const accel_ckpt_file *f, int i, const char **key, const char **value);
+ACCEL_API const char *accel_ckpt_file_metadata_get(const accel_ckpt_file *f, const char *key); /* NULL if absent */
+/* Copies the tensor named dst->name into dst->ptr (host or device) after checking dtype and shape; a mismatch is
+   ACCEL_ERR_INVALID_ARGUMENT naming the tensor, expected vs found. */
+ACCEL_API accel_result accel_ckpt_file_load(accel_ckpt_file *f, const accel_tensor *dst);
+/* All or nothing: every destination is checked before the first byte is copied. */
+ACCEL_API accel_result accel_ckpt_file_load_all(accel_ckpt_file *f, const accel_tensor *dst, int n);
+
+/* ------------------------------------------------------------------------------------------ sharded models */
+/* The huggingface_hub plan (SEMANTICS.md section 6): shard_of[i] = shard of tensor i (0-based), shard_bytes[s],
+   *n_shards. shard_of must hold n ints, shard_bytes n uint64 (n_shards <= n). Shards are numbered in the order
+   they are appended, so an oversize tensor can precede earlier small ones. */
+ACCEL_API accel_result accel_ckpt_plan_shards(accel *acc, const uint64_t *sizes, int n, uint64_t max_shard_size,
+                                              int *shard_of, uint64_t *shard_bytes, int *n_shards);
+/* "model.safetensors" (n_shards == 1) or "model-00001-of-00003.safetensors" (shard is 0-based). */
+ACCEL_API void accel_ckpt_shard_name(int shard, int n_shards, char *out, size_t cap);
+/* Accelerate's save_model: a single model.safetensors when it fits, else shards + model.safetensors.index.json
+   (json.dumps(indent=2, sort_keys=True) layout). max_shard_size NULL → "10GB". Stale shards of the prefix are
+   removed. An empty list writes nothing. Collective: the main process writes (each local main process with
+   save_on_each_node), every process returns the same verdict. */
+ACCEL_API accel_result accel_ckpt_save_model(accel *acc, const char *dir, const accel_tensor *tensors, int n,
+                                             const char *max_shard_size);
+ACCEL_API accel_result accel_ckpt_save_model_bytes(accel *acc, const char *dir, const accel_tensor *tensors, int n,
+                                                   uint64_t max_shard_size, int save_on_each_node);
+/* Loads dir/model.safetensors.index.json (sharded) or dir/model.safetensors; every tensor must be present with
+   the same dtype/shape and the files must hold no other tensors; all checked before anything is copied. Local. */
+ACCEL_API accel_result accel_ckpt_load_model(accel *acc, const char *dir, const accel_tensor *tensors, int n);
+
+/* ---------------------------------------------------------------------------------------- save/load state */
+typedef struct accel_ckpt_desc {
+    const char *project_dir;          /* NULL → acc->desc.project_dir */
+    int automatic_checkpoint_naming;  /* nonzero: save_state(NULL) → project_dir/checkpoints/checkpoint_<iteration> */
+    int total_limit;                  /* 0 = keep all (automatic naming only) */
+    int iteration;                    /* first iteration number (ProjectConfiguration.iteration) */
+    int save_on_each_node;            /* nonzero: each node's local main process writes the global files */
+} accel_ckpt_desc;
+
+/* State of anything as bytes. save: when cap is smaller than the state (buf may be NULL), set *written to the
+   size needed and return ACCEL_OK without writing; otherwise write it and set *written. load: restore from n
+   bytes; a bad buffer → an error, state unchanged. */
+typedef accel_result (*accel_ckpt_save_fn)(void *user, void *buf, size_t cap, size_t *written);
+typedef accel_result (*accel_ckpt_load_fn)(void *user, const void *buf, size_t n);
+
+typedef struct accel_ckpt accel_ckpt;
+ACCEL_API accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc, accel_ckpt **out);
+ACCEL_API void accel_ckpt_destroy(accel_ckpt *ck);
+/* Descriptors (and names) are copied; the data stays the caller's and must be valid at save/load time. */
+ACCEL_API accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_tensor *tensors, int n);
+ACCEL_API accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel_tensor *tensors, int n);
+/* name: file stem ([A-Za-z0-9_.-], e.g. "scheduler", "scaler", "sampler") → <name>.bin; NULL → the next
+   custom_checkpoint_<i>.bin (Accelerate's register_for_checkpointing). */
+ACCEL_API accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_ckpt_save_fn save,
+                                           accel_ckpt_load_fn load, void *user);
+/* Collective. output_dir NULL → automatic naming (an existing target is an error). out_dir (may be NULL)
+   receives the final directory. iteration += 1 after a successful save (as Accelerate). */
+ACCEL_API accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap);
+/* Collective. input_dir NULL → the newest complete checkpoint under project_dir/checkpoints. Verifies everything
+   (marker, sizes, checksums, tensor names/dtypes/shapes, object files) on every process before applying. */
+ACCEL_API accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_dir);
+ACCEL_API int accel_ckpt_iteration(const accel_ckpt *ck);
+/* Newest complete checkpoint_<N> under checkpoints_dir (marker present, every listed file present with its size).
+   ACCEL_ERR_NOT_FOUND when none. Local. */
+ACCEL_API accel_result accel_ckpt_latest(accel *acc, const char *checkpoints_dir, char *out, size_t cap);
+/* Full check of a checkpoint directory: marker, sizes, XXH64 of every file. Local. */
+ACCEL_API accel_result accel_ckpt_verify(accel *acc, const char *dir);
+
+/* XXH64 (the checksum of the marker), exposed for tools and tests. */
+ACCEL_API uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed);
+
 #ifdef __cplusplus
 }
 #endif
 #endif /* ACCEL_CKPT_H_INCLUDED */
 
+/* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__CKPT_IMPL_DONE)
 #define ACCEL__CKPT_IMPL_DONE
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <dirent.h>
+#include <sys/types.h>
+#include <sys/stat.h>
+#include <sys/mman.h>
+
+#if !defined(ACCEL_NO_STB_DS_IMPLEMENTATION) && !defined(ACCEL__STB_DS_IMPL_DONE) && !defined(INCLUDE_STB_DS_H)
+#define ACCEL__STB_DS_IMPL_DONE
+#ifndef STBDS_REALLOC
+#define STBDS_REALLOC(ctx, p, s) accel__stbds_realloc((ctx), (p), (s))
+#define STBDS_FREE(ctx, p) accel__stbds_free((ctx), (p))
 #endif
+#define STB_DS_IMPLEMENTATION
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#endif
+#ifdef __NVCC__
+#pragma nv_diag_suppress 550
+#endif
+#include "stb_ds.h"
+#ifdef __NVCC__
+#pragma nv_diag_default 550
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#else
+#include "stb_ds.h"
+#endif
+
+/* --------------------------------------------------------------------------------------------- size parser */
+static int accel__ckpt_isspace(int c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static int accel__ckpt_lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+
+ACCEL__DEF accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_t *out) {
+    static const char *units[] = {"kb", "mb", "gb", "tb", "kib", "mib", "gib", "tib"};
+    static const uint64_t mult[] = {1000ull, 1000000ull, 1000000000ull, 1000000000000ull,
+                                    1ull << 10, 1ull << 20, 1ull << 30, 1ull << 40};
+    const char *b, *e, *p, *ip, *fp = NULL, *ue;
+    size_t ni = 0, nf = 0, nu, k;
+    uint64_t unit = 0, ival = 0, fval = 0;
+    int u;
+    if (!s || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "parse_size: NULL argument");
+    b = s;
+    e = s + strlen(s);
+    while (b < e && accel__ckpt_isspace((unsigned char)*b)) ++b;
+    while (e > b && accel__ckpt_isspace((unsigned char)e[-1])) --e;
+    p = b;
+    ip = p;
+    while (p < e && *p >= '0' && *p <= '9') ++p, ++ni;
+    if (p < e && *p == '.') {
+        fp = ++p;
+        while (p < e && *p >= '0' && *p <= '9') ++p, ++nf;
+    }
+    if (ni == 0 && nf == 0) goto bad;
+    for (k = 0; k < ni; ++k) {
+        unsigned d = (unsigned)(ip[k] - '0');
+        if (ival > (UINT64_MAX - d) / 10) goto big;
+        ival = ival * 10 + d;
+    }
+    if (p == e) {
+        if (fp) goto bad; /* a decimal needs a unit */
+        *out = ival;
+        return ACCEL_OK;
+    }
+    while (p < e && *p == ' ') ++p;
+    nu = (size_t)(e - p);
+    ue = p;
+    for (u = 0; u < 8; ++u) {
+        if (strlen(units[u]) != nu) continue;
+        for (k = 0; k < nu; ++k)
+            if (accel__ckpt_lower((unsigned char)ue[k]) != units[u][k]) break;
+        if (k == nu) { unit = mult[u]; break; }
+    }
+    if (!unit) goto bad;
+    if (ival != 0 && ival > UINT64_MAX / unit) goto big;
+    /* exact floor(unit * 0.f1f2...fk): multiply the decimal digit string by unit, drop the last k digits */
+    if (nf > 0) {
+        unsigned char *dig;
+        size_t len, i;
+        uint64_t carry = 0;
+        if (nf > 4096) goto bad;
+        len = nf + 24;
+        dig = (unsigned char *)calloc(len, 1);
+        if (!dig) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "parse_size: out of memory");
+        for (i = 0; i < nf; ++i) dig[i] = (unsigned char)(fp[nf - 1 - i] - '0'); /* little-endian base 10 */
+        for (i = 0; i < len; ++i) {
+            uint64_t v = (uint64_t)dig[i] * unit + carry;
+            dig[i] = (unsigned char)(v % 10);
+            carry = v / 10;
+        }
+        for (i = len; i > nf; --i) fval = fval * 10 + dig[i - 1];
+        free(dig);
+    }
+    if (ival * unit > UINT64_MAX - fval) goto big;
+    *out = ival * unit + fval;
+    return ACCEL_OK;
+bad:
+    return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                       "invalid size \"%.200s\": expected an unsigned integer (bytes) or a number with a unit "
+                       "KB/MB/GB/TB or KiB/MiB/GiB/TiB (e.g. \"10GB\", \"5MiB\", \"1.5GB\")",
+                       s);
+big:
+    return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "size \"%.200s\" does not fit in 64 bits", s);
+}
+
+/* ------------------------------------------------------------------------------------------------ XXH64 */
+#define ACCEL__XP1 11400714785074694791ull
+#define ACCEL__XP2 14029467366897019727ull
+#define ACCEL__XP3 1609587929392839161ull
+#define ACCEL__XP4 9650029242287828579ull
+#define ACCEL__XP5 2870177450012600261ull
+
+typedef struct accel__xxh64 {
+    uint64_t v[4], total;
+    unsigned char buf[32];
+    size_t nbuf;
+    uint64_t seed;
+} accel__xxh64;
+
+static ACCEL_INLINE uint64_t accel__rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static ACCEL_INLINE uint64_t accel__rd64(const unsigned char *p) {
+    return (uint64_t)p[0] | ((uint64_t)p[1] << 8) | ((uint64_t)p[2] << 16) | ((uint64_t)p[3] << 24) |
+           ((uint64_t)p[4] << 32) | ((uint64_t)p[5] << 40) | ((uint64_t)p[6] << 48) | ((uint64_t)p[7] << 56);
+}
+static ACCEL_INLINE uint32_t accel__rd32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static ACCEL_INLINE uint64_t accel__xround(uint64_t acc, uint64_t in) {
+    acc += in * ACCEL__XP2;
+    acc = accel__rotl64(acc, 31);
+    return acc * ACCEL__XP1;
+}
+static ACCEL_INLINE uint64_t accel__xmerge(uint64_t acc, uint64_t val) {
+    acc ^= accel__xround(0, val);
+    return acc * ACCEL__XP1 + ACCEL__XP4;
+}
+static void accel__xxh64_init(accel__xxh64 *h, uint64_t seed) {
+    memset(h, 0, sizeof *h);
+    h->seed = seed;
+    h->v[0] = seed + ACCEL__XP1 + ACCEL__XP2;
+    h->v[1] = seed + ACCEL__XP2;
+    h->v[2] = seed;
+    h->v[3] = seed - ACCEL__XP1;
+}
+static void accel__xxh64_update(accel__xxh64 *h, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data, *end = p + n;
+    h->total += n;
+    if (h->nbuf + n < 32) {
+        if (n) memcpy(h->buf + h->nbuf, p, n);
+        h->nbuf += n;
+        return;
+    }
+    if (h->nbuf) {
+        size_t take = 32 - h->nbuf;
+        memcpy(h->buf + h->nbuf, p, take);
+        p += take;
+        h->v[0] = accel__xround(h->v[0], accel__rd64(h->buf));
+        h->v[1] = accel__xround(h->v[1], accel__rd64(h->buf + 8));
+        h->v[2] = accel__xround(h->v[2], accel__rd64(h->buf + 16));
+        h->v[3] = accel__xround(h->v[3], accel__rd64(h->buf + 24));
+        h->nbuf = 0;
+    }
+    {
+        uint64_t v0 = h->v[0], v1 = h->v[1], v2 = h->v[2], v3 = h->v[3];
+        while ((size_t)(end - p) >= 32) {
+            v0 = accel__xround(v0, accel__rd64(p));
+            v1 = accel__xround(v1, accel__rd64(p + 8));
+            v2 = accel__xround(v2, accel__rd64(p + 16));
+            v3 = accel__xround(v3, accel__rd64(p + 24));
+            p += 32;
+        }
+        h->v[0] = v0; h->v[1] = v1; h->v[2] = v2; h->v[3] = v3;
+    }
+    if (p < end) {
+        memcpy(h->buf, p, (size_t)(end - p));
+        h->nbuf = (size_t)(end - p);
+    }
+}
+static uint64_t accel__xxh64_final(const accel__xxh64 *h) {
+    uint64_t r;
+    const unsigned char *p = h->buf, *end = h->buf + h->nbuf;
+    if (h->total >= 32) {
+        r = accel__rotl64(h->v[0], 1) + accel__rotl64(h->v[1], 7) + accel__rotl64(h->v[2], 12) + accel__rotl64(h->v[3], 18);
+        r = accel__xmerge(r, h->v[0]);
+        r = accel__xmerge(r, h->v[1]);
+        r = accel__xmerge(r, h->v[2]);
+        r = accel__xmerge(r, h->v[3]);
+    } else {
+        r = h->seed + ACCEL__XP5;
+    }
+    r += h->total;
+    while (end - p >= 8) {
+        r ^= accel__xround(0, accel__rd64(p));
+        r = accel__rotl64(r, 27) * ACCEL__XP1 + ACCEL__XP4;
+        p += 8;
+    }
+    if (end - p >= 4) {
+        r ^= (uint64_t)accel__rd32(p) * ACCEL__XP1;
+        r = accel__rotl64(r, 23) * ACCEL__XP2 + ACCEL__XP3;
+        p += 4;
+    }
+    while (p < end) {
+        r ^= (uint64_t)(*p) * ACCEL__XP5;
+        r = accel__rotl64(r, 11) * ACCEL__XP1;
+        ++p;
+    }
+    r ^= r >> 33;
+    r *= ACCEL__XP2;
+    r ^= r >> 29;
+    r *= ACCEL__XP3;
+    r ^= r >> 32;
+    return r;
+}
+ACCEL__DEF uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed) {
+    accel__xxh64 h;
+    accel__xxh64_init(&h, seed);
+    accel__xxh64_update(&h, data, n);
+    return accel__xxh64_final(&h);
+}
+
+/* ------------------------------------------------------------------------------------ string builder */
+typedef struct accel__sb { char *p; size_t n, cap; int oom; } accel__sb;
+
+static int accel__sb_reserve(accel__sb *b, size_t extra) {
+    size_t need, nc;
+    char *np;
+    if (b->oom) return -1;
+    need = b->n + extra + 1;
+    if (need <= b->cap) return 0;
+    nc = b->cap ? b->cap * 2 : 256;
+    while (nc < need) nc *= 2;
+    np = (char *)realloc(b->p, nc);
+    if (!np) { b->oom = 1; return -1; }
+    b->p = np;
+    b->cap = nc;
+    return 0;
+}
+static void accel__sb_add(accel__sb *b, const char *s, size_t n) {
+    if (accel__sb_reserve(b, n)) return;
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void accel__sb_puts(accel__sb *b, const char *s) { accel__sb_add(b, s, strlen(s)); }
+static void accel__sb_u64(accel__sb *b, uint64_t v) {
+    char t[32];
+    snprintf(t, sizeof t, "%llu", (unsigned long long)v);
+    accel__sb_puts(b, t);
+}
+/* snprintf through a va_list: path lengths are checked where it matters; truncation is not a warning here. */
+static int accel__fmt(char *out, size_t cap, const char *fmt, ...) ACCEL__PRINTF(3, 4);
+static int accel__fmt(char *out, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+    return n;
+}
+static void accel__sb_free(accel__sb *b) { free(b->p); b->p = NULL; b->n = b->cap = 0; }
+
+/* Decodes one UTF-8 sequence; returns its length (0 if invalid: overlong, surrogate, > U+10FFFF, truncated). */
+static size_t accel__utf8_decode(const unsigned char *s, const unsigned char *end, uint32_t *cp) {
+    unsigned c = s[0];
+    if (c < 0x80) { *cp = c; return 1; }
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (end - s < 2 || (s[1] & 0xC0) != 0x80) return 0;
+        *cp = ((c & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+        return 2;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        unsigned lo = 0x80, hi = 0xBF;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+        if (end - s < 3 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80) return 0;
+        *cp = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        unsigned lo = 0x80, hi = 0xBF;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+        if (end - s < 4 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
+        *cp = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
+        return 4;
+    }
+    return 0;
+}
+/* 1 when valid; *bad = offset of the first invalid byte otherwise. */
+static int accel__utf8_valid(const unsigned char *s, size_t n, size_t *bad) {
+    size_t i = 0;
+    uint32_t cp;
+    while (i < n) {
+        size_t l;
+        if (s[i] < 0x80) { ++i; continue; }
+        l = accel__utf8_decode(s + i, s + n, &cp);
+        if (!l) { if (bad) *bad = i; return 0; }
+        i += l;
+    }
+    return 1;
+}
+
+/* A JSON string exactly as Python's json.dumps (ensure_ascii=True) writes it. s must be valid UTF-8. */
+static void accel__sb_json_str(accel__sb *b, const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str, *end = s + n;
+    static const char hex[] = "0123456789abcdef";
+    accel__sb_add(b, "\"", 1);
+    while (s < end) {
+        uint32_t cp;
+        size_t l = accel__utf8_decode(s, end, &cp);
+        char t[16];
+        if (!l) { cp = 0xFFFD; l = 1; }
+        s += l;
+        switch (cp) {
+        case '"': accel__sb_add(b, "\\\"", 2); continue;
+        case '\\': accel__sb_add(b, "\\\\", 2); continue;
+        case '\n': accel__sb_add(b, "\\n", 2); continue;
+        case '\r': accel__sb_add(b, "\\r", 2); continue;
+        case '\t': accel__sb_add(b, "\\t", 2); continue;
+        case '\b': accel__sb_add(b, "\\b", 2); continue;
+        case '\f': accel__sb_add(b, "\\f", 2); continue;
+        default: break;
+        }
+        if (cp >= 0x20 && cp < 0x7F) { t[0] = (char)cp; accel__sb_add(b, t, 1); continue; }
+        if (cp >= 0x10000) {
+            uint32_t v = cp - 0x10000, hi = 0xD800 + (v >> 10), lo = 0xDC00 + (v & 0x3FF);
+            t[0] = '\\'; t[1] = 'u'; t[2] = hex[(hi >> 12) & 15]; t[3] = hex[(hi >> 8) & 15]; t[4] = hex[(hi >> 4) & 15]; t[5] = hex[hi & 15];
+            t[6] = '\\'; t[7] = 'u'; t[8] = hex[(lo >> 12) & 15]; t[9] = hex[(lo >> 8) & 15]; t[10] = hex[(lo >> 4) & 15]; t[11] = hex[lo & 15];
+            accel__sb_add(b, t, 12);
+        } else {
+            t[0] = '\\'; t[1] = 'u'; t[2] = hex[(cp >> 12) & 15]; t[3] = hex[(cp >> 8) & 15]; t[4] = hex[(cp >> 4) & 15]; t[5] = hex[cp & 15];
+            accel__sb_add(b, t, 6);
+        }
+    }
+    accel__sb_add(b, "\"", 1);
+}
+
+/* ---------------------------------------------------------------------------------------- JSON reader */
+enum { ACCEL__J_NULL = 1, ACCEL__J_FALSE, ACCEL__J_TRUE, ACCEL__J_NUM, ACCEL__J_STR, ACCEL__J_ARR, ACCEL__J_OBJ };
+#define ACCEL__JSON_MAX_DEPTH 64
+
+typedef struct accel__jnode {
+    int type;
+    int first, last, next, count; /* children (arrays, objects), next sibling */
+    size_t key, keylen;           /* member key (offset into the arena) */
+    size_t str, len;              /* decoded string, or number text */
+} accel__jnode;
+
+typedef struct accel__json {
+    accel__jnode *nodes; /* stb_ds array */
+    char *arena;         /* stb_ds array of NUL-terminated strings */
+    const unsigned char *beg, *p, *end;
+    int depth;
+    char err[256];
+} accel__json;
+
+static void accel__json_free(accel__json *j) {
+    stbds_arrfree(j->nodes);
+    stbds_arrfree(j->arena);
+    j->nodes = NULL;
+    j->arena = NULL;
+}
+static int accel__json_error(accel__json *j, const char *what) {
+    if (!j->err[0]) snprintf(j->err, sizeof j->err, "%s at byte %lu", what, (unsigned long)(j->p - j->beg));
+    return -1;
+}
+static void accel__json_ws(accel__json *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) ++j->p;
+}
+static int accel__json_new(accel__json *j, int type) {
+    accel__jnode nd;
+    memset(&nd, 0, sizeof nd);
+    nd.type = type;
+    nd.first = nd.last = nd.next = -1;
+    stbds_arrput(j->nodes, nd);
+    return (int)stbds_arrlen(j->nodes) - 1;
+}
+static void accel__json_put_cp(accel__json *j, uint32_t cp) {
+    if (cp < 0x80) stbds_arrput(j->arena, (char)cp);
+    else if (cp < 0x800) {
+        stbds_arrput(j->arena, (char)(0xC0 | (cp >> 6)));
+        stbds_arrput(j->arena, (char)(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+        stbds_arrput(j->arena, (char)(0xE0 | (cp >> 12)));
+        stbds_arrput(j->arena, (char)(0x80 | ((cp >> 6) & 0x3F)));
+        stbds_arrput(j->arena, (char)(0x80 | (cp & 0x3F)));
+    } else {
+        stbds_arrput(j->arena, (char)(0xF0 | (cp >> 18)));
+        stbds_arrput(j->arena, (char)(0x80 | ((cp >> 12) & 0x3F)));
+        stbds_arrput(j->arena, (char)(0x80 | ((cp >> 6) & 0x3F)));
+        stbds_arrput(j->arena, (char)(0x80 | (cp & 0x3F)));
+    }
+}
+static int accel__json_hex4(accel__json *j, uint32_t *out) {
+    uint32_t v = 0;
+    int i;
+    if (j->end - j->p < 4) return accel__json_error(j, "truncated \\u escape");
+    for (i = 0; i < 4; ++i) {
+        unsigned c = j->p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= c - '0';
+        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+        else return accel__json_error(j, "bad hex digit in \\u escape");
+    }
+    j->p += 4;
+    *out = v;
+    return 0;
+}
+/* Parses a string at j->p (the opening quote); appends the decoded bytes + NUL to the arena. */
+static int accel__json_string(accel__json *j, size_t *off, size_t *len) {
+    size_t start = (size_t)stbds_arrlen(j->arena);
+    ++j->p;
+    for (;;) {
+        unsigned c;
+        if (j->p >= j->end) return accel__json_error(j, "unterminated string");
+        c = *j->p;
+        if (c == '"') { ++j->p; break; }
+        if (c < 0x20) return accel__json_error(j, "control character in string");
+        if (c == '\\') {
+            uint32_t cp;
+            ++j->p;
+            if (j->p >= j->end) return accel__json_error(j, "unterminated escape");
+            c = *j->p++;
+            switch (c) {
+            case '"': stbds_arrput(j->arena, '"'); break;
+            case '\\': stbds_arrput(j->arena, '\\'); break;
+            case '/': stbds_arrput(j->arena, '/'); break;
+            case 'b': stbds_arrput(j->arena, '\b'); break;
+            case 'f': stbds_arrput(j->arena, '\f'); break;
+            case 'n': stbds_arrput(j->arena, '\n'); break;
+            case 'r': stbds_arrput(j->arena, '\r'); break;
+            case 't': stbds_arrput(j->arena, '\t'); break;
+            case 'u':
+                if (accel__json_hex4(j, &cp)) return -1;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return accel__json_error(j, "lone low surrogate in \\u escape");
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    uint32_t lo;
+                    if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u')
+                        return accel__json_error(j, "high surrogate not followed by a low surrogate");
+                    j->p += 2;
+                    if (accel__json_hex4(j, &lo)) return -1;
+                    if (lo < 0xDC00 || lo > 0xDFFF) return accel__json_error(j, "high surrogate not followed by a low surrogate");
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                accel__json_put_cp(j, cp);
+                break;
+            default: --j->p; return accel__json_error(j, "invalid escape");
+            }
+            continue;
+        }
+        if (c >= 0x80) {
+            uint32_t cp;
+            size_t l = accel__utf8_decode(j->p, j->end, &cp), k;
+            if (!l) return accel__json_error(j, "invalid UTF-8 in string");
+            for (k = 0; k < l; ++k) stbds_arrput(j->arena, (char)j->p[k]);
+            j->p += l;
+            continue;
+        }
+        stbds_arrput(j->arena, (char)c);
+        ++j->p;
+    }
+    *off = start;
+    *len = (size_t)stbds_arrlen(j->arena) - start;
+    stbds_arrput(j->arena, 0);
+    return 0;
+}
+static int accel__json_value(accel__json *j);
+
+typedef struct accel__jkey { const char *s; size_t n; } accel__jkey;
+static int accel__jkey_cmp(const void *a, const void *b) {
+    const accel__jkey *x = (const accel__jkey *)a, *y = (const accel__jkey *)b;
+    size_t m = x->n < y->n ? x->n : y->n;
+    int c = memcmp(x->s, y->s, m);
+    if (c) return c;
+    return x->n < y->n ? -1 : x->n > y->n;
+}
+static void accel__json_link(accel__json *j, int parent, int child) {
+    if (j->nodes[parent].last < 0) j->nodes[parent].first = child;
+    else j->nodes[j->nodes[parent].last].next = child;
+    j->nodes[parent].last = child;
+    j->nodes[parent].count++;
+}
+static int accel__json_object(accel__json *j) {
+    int obj = accel__json_new(j, ACCEL__J_OBJ);
+    ++j->p;
+    accel__json_ws(j);
+    if (j->p < j->end && *j->p == '}') { ++j->p; return obj; }
+    for (;;) {
+        size_t ko, kl;
+        int v;
+        accel__json_ws(j);
+        if (j->p >= j->end || *j->p != '"') return accel__json_error(j, "expected a string key");
+        if (accel__json_string(j, &ko, &kl)) return -1;
+        accel__json_ws(j);
+        if (j->p >= j->end || *j->p != ':') return accel__json_error(j, "expected ':'");
+        ++j->p;
+        v = accel__json_value(j);
+        if (v < 0) return -1;
+        j->nodes[v].key = ko;
+        j->nodes[v].keylen = kl;
+        accel__json_link(j, obj, v);
+        accel__json_ws(j);
+        if (j->p < j->end && *j->p == ',') { ++j->p; continue; }
+        if (j->p < j->end && *j->p == '}') { ++j->p; break; }
+        return accel__json_error(j, "expected ',' or '}'");
+    }
+    if (j->nodes[obj].count > 1) { /* duplicate keys are an error (safetensors forbids them) */
+        int n = j->nodes[obj].count, i = 0, c;
+        accel__jkey *keys = (accel__jkey *)malloc(sizeof(accel__jkey) * (size_t)n);
+        if (!keys) return accel__json_error(j, "out of memory");
+        for (c = j->nodes[obj].first; c >= 0; c = j->nodes[c].next, ++i) {
+            keys[i].s = j->arena + j->nodes[c].key;
+            keys[i].n = j->nodes[c].keylen;
+        }
+        qsort(keys, (size_t)n, sizeof *keys, accel__jkey_cmp);
+        for (i = 1; i < n; ++i) {
+            if (!accel__jkey_cmp(&keys[i - 1], &keys[i])) {
+                char m[200];
+                snprintf(m, sizeof m, "duplicate key \"%.120s\"", keys[i].s);
+                free(keys);
+                return accel__json_error(j, m);
+            }
+        }
+        free(keys);
+    }
+    return obj;
+}
+static int accel__json_array(accel__json *j) {
+    int arr = accel__json_new(j, ACCEL__J_ARR);
+    ++j->p;
+    accel__json_ws(j);
+    if (j->p < j->end && *j->p == ']') { ++j->p; return arr; }
+    for (;;) {
+        int v = accel__json_value(j);
+        if (v < 0) return -1;
+        accel__json_link(j, arr, v);
+        accel__json_ws(j);
+        if (j->p < j->end && *j->p == ',') { ++j->p; continue; }
+        if (j->p < j->end && *j->p == ']') { ++j->p; break; }
+        return accel__json_error(j, "expected ',' or ']'");
+    }
+    return arr;
+}
+static int accel__json_number(accel__json *j) {
+    const unsigned char *s = j->p;
+    int nd;
+    size_t off, k;
+    if (j->p < j->end && *j->p == '-') ++j->p;
+    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__json_error(j, "invalid number");
+    if (*j->p == '0') ++j->p;
+    else while (j->p < j->end && *j->p >= '0' && *j->p <= '9') ++j->p;
+    if (j->p < j->end && *j->p == '.') {
+        ++j->p;
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__json_error(j, "invalid number");
+        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') ++j->p;
+    }
+    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+        ++j->p;
+        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) ++j->p;
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__json_error(j, "invalid number");
+        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') ++j->p;
+    }
+    nd = accel__json_new(j, ACCEL__J_NUM);
+    off = (size_t)stbds_arrlen(j->arena);
+    for (k = 0; k < (size_t)(j->p - s); ++k) stbds_arrput(j->arena, (char)s[k]);
+    stbds_arrput(j->arena, 0);
+    j->nodes[nd].str = off;
+    j->nodes[nd].len = (size_t)(j->p - s);
+    return nd;
+}
+static int accel__json_lit(accel__json *j, const char *lit, int type) {
+    size_t n = strlen(lit);
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n)) return accel__json_error(j, "invalid literal");
+    j->p += n;
+    return accel__json_new(j, type);
+}
+static int accel__json_value(accel__json *j) {
+    int r;
+    accel__json_ws(j);
+    if (j->p >= j->end) return accel__json_error(j, "unexpected end of input");
+    switch (*j->p) {
+    case '{':
+    case '[':
+        if (++j->depth > ACCEL__JSON_MAX_DEPTH) return accel__json_error(j, "nesting deeper than 64");
+        r = *j->p == '{' ? accel__json_object(j) : accel__json_array(j);
+        --j->depth;
+        return r;
+    case '"': {
+        size_t o, l;
+        int nd;
+        if (accel__json_string(j, &o, &l)) return -1;
+        nd = accel__json_new(j, ACCEL__J_STR);
+        j->nodes[nd].str = o;
+        j->nodes[nd].len = l;
+        return nd;
+    }
+    case 't': return accel__json_lit(j, "true", ACCEL__J_TRUE);
+    case 'f': return accel__json_lit(j, "false", ACCEL__J_FALSE);
+    case 'n': return accel__json_lit(j, "null", ACCEL__J_NULL);
+    default:
+        if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return accel__json_number(j);
+        return accel__json_error(j, "unexpected character");
+    }
+}
+/* Parses a whole document: one value, whitespace around it, nothing else. Returns the root or -1 (j->err). The
+   caller frees j (also on failure). */
+static int accel__json_parse(accel__json *j, const void *data, size_t n) {
+    int root;
+    memset(j, 0, sizeof *j);
+    j->beg = j->p = (const unsigned char *)data;
+    j->end = j->beg + n;
+    root = accel__json_value(j);
+    if (root < 0) return -1;
+    accel__json_ws(j);
+    if (j->p != j->end) return accel__json_error(j, "trailing data after the JSON value");
+    return root;
+}
+static const char *accel__jstr(const accel__json *j, int nd) { return j->arena + j->nodes[nd].str; }
+static const char *accel__jkeyp(const accel__json *j, int nd) { return j->arena + j->nodes[nd].key; }
+static int accel__jget(const accel__json *j, int obj, const char *key) {
+    int c;
+    size_t kl = strlen(key);
+    if (obj < 0 || j->nodes[obj].type != ACCEL__J_OBJ) return -1;
+    for (c = j->nodes[obj].first; c >= 0; c = j->nodes[c].next)
+        if (j->nodes[c].keylen == kl && !memcmp(j->arena + j->nodes[c].key, key, kl)) return c;
+    return -1;
+}
+/* A JSON integer 0..UINT64_MAX written without sign, fraction or exponent. */
+static int accel__ju64(const accel__json *j, int nd, uint64_t *out) {
+    const char *s;
+    uint64_t v = 0;
+    if (nd < 0 || j->nodes[nd].type != ACCEL__J_NUM) return -1;
+    s = accel__jstr(j, nd);
+    if (!*s || *s == '-') return -1;
+    for (; *s; ++s) {
+        unsigned d;
+        if (*s < '0' || *s > '9') return -1;
+        d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10) return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ file helpers */
+static accel_result accel__io_fail(accel *acc, const char *what, const char *path) {
+    int e = errno;
+    return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s %.400s: %s", what, path, strerror(e));
+}
+static int accel__write_all(int fd, const void *buf, size_t n) {
+    const char *p = (const char *)buf;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+static int accel__pread_all(int fd, void *buf, size_t n, uint64_t off) {
+    char *p = (char *)buf;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t r = pread(fd, p, chunk, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) { errno = EIO; return -1; }
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+static int accel__fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY), rc;
+    if (fd < 0) return -1;
+    rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+static void accel__dirname(const char *path, char *out, size_t cap) {
+    const char *s = strrchr(path, '/');
+    if (!s) accel__fmt(out, cap, ".");
+    else if (s == path) accel__fmt(out, cap, "/");
+    else accel__fmt(out, cap, "%.*s", (int)(s - path), path);
+}
+static const char *accel__basename(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+static int accel__is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+static int accel__is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+static int accel__mkdir_p(const char *path) {
+    char buf[4096];
+    size_t i, n = strlen(path);
+    if (n == 0 || n >= sizeof buf) { errno = ENAMETOOLONG; return -1; }
+    memcpy(buf, path, n + 1);
+    for (i = 1; i <= n; ++i) {
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+            buf[i] = c;
+        }
+    }
+    return accel__is_dir(path) ? 0 : -1;
+}
+static int accel__rmtree(const char *path) {
+    struct stat st;
+    DIR *d;
+    struct dirent *e;
+    int rc = 0;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path);
+    d = opendir(path);
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) {
+        char sub[4096];
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if ((size_t)accel__fmt(sub, sizeof sub, "%s/%s", path, e->d_name) >= sizeof sub) { rc = -1; continue; }
+        if (accel__rmtree(sub) != 0) rc = -1;
+    }
+    closedir(d);
+    if (rmdir(path) != 0) rc = -1;
+    return rc;
+}
+/* Reads a whole (small) file. */
+static accel_result accel__read_file(accel *acc, const char *path, char **out, size_t *n, size_t limit) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    char *buf;
+    if (fd < 0) return errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path)
+                                       : accel__io_fail(acc, "cannot open", path);
+    if (fstat(fd, &st) != 0) { close(fd); return accel__io_fail(acc, "cannot stat", path); }
+    if ((uint64_t)st.st_size > (uint64_t)limit) {
+        close(fd);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is %llu bytes, more than the %llu allowed", path,
+                           (unsigned long long)st.st_size, (unsigned long long)limit);
+    }
+    buf = (char *)malloc((size_t)st.st_size + 1);
+    if (!buf) { close(fd); return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "reading %.400s", path); }
+    if (accel__pread_all(fd, buf, (size_t)st.st_size, 0) != 0) {
+        free(buf);
+        close(fd);
+        return accel__io_fail(acc, "cannot read", path);
+    }
+    close(fd);
+    buf[st.st_size] = 0;
+    *out = buf;
+    *n = (size_t)st.st_size;
+    return ACCEL_OK;
+}
+/* Writes bytes to path, fsync'd. atomic: through path.tmp + rename + directory fsync. */
+static accel_result accel__write_file(accel *acc, const char *path, const void *data, size_t n, int atomic,
+                                      uint64_t *hash) {
+    char tmp[4200], dir[4096];
+    const char *target = path;
+    int fd;
+    if (atomic) {
+        accel__fmt(tmp, sizeof tmp, "%s.tmp", path);
+        target = tmp;
+    }
+    fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return accel__io_fail(acc, "cannot create", target);
+    if (accel__write_all(fd, data, n) != 0 || fsync(fd) != 0) {
+        accel_result r = accel__io_fail(acc, "cannot write", target);
+        close(fd);
+        if (atomic) unlink(tmp);
+        return r;
+    }
+    if (close(fd) != 0) return accel__io_fail(acc, "cannot close", target);
+    if (atomic) {
+        if (rename(tmp, path) != 0) {
+            accel_result r = accel__io_fail(acc, "cannot rename into", path);
+            unlink(tmp);
+            return r;
+        }
+        accel__dirname(path, dir, sizeof dir);
+        if (accel__fsync_dir(dir) != 0) return accel__io_fail(acc, "cannot fsync directory", dir);
+    }
+    if (hash) *hash = accel_ckpt_xxh64(data, n, 0);
+    return ACCEL_OK;
+}
+
+/* ------------------------------------------------------------------------------------- device staging */
+static int accel__is_device_ptr(const void *p) {
+#ifdef ACCEL_WITH_CUDA
+    struct cudaPointerAttributes a;
+    cudaError_t e;
+    if (!p) return 0;
+    e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    return a.type == cudaMemoryTypeDevice;
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
+#define ACCEL__STAGE_BYTES ((size_t)8 << 20)
+#define ACCEL__IO_CHUNK ((size_t)1 << 20)
+
+typedef struct accel__stage {
+    void *buf[2]; /* pinned host buffers */
+    void *ev[2];  /* cudaEvent_t */
+    int ready;
+} accel__stage;
+
+static void accel__stage_free(accel__stage *s) {
+#ifdef ACCEL_WITH_CUDA
+    int i;
+    for (i = 0; i < 2; ++i) {
+        if (s->buf[i]) cudaFreeHost(s->buf[i]);
+        if (s->ev[i]) cudaEventDestroy((cudaEvent_t)s->ev[i]);
+    }
+#endif
+    memset(s, 0, sizeof *s);
+}
+#ifdef ACCEL_WITH_CUDA
+static accel_result accel__stage_init(accel *acc, accel__stage *s) {
+    int i;
+    cudaError_t e;
+    if (s->ready) return ACCEL_OK;
+    for (i = 0; i < 2; ++i) {
+        cudaEvent_t ev;
+        e = cudaMallocHost(&s->buf[i], ACCEL__STAGE_BYTES);
+        if (e != cudaSuccess) {
+            s->buf[i] = NULL;
+            accel__stage_free(s);
+            return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMallocHost(%zu): %s", ACCEL__STAGE_BYTES, cudaGetErrorString(e));
+        }
+        e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            accel__stage_free(s);
+            return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaEventCreate: %s", cudaGetErrorString(e));
+        }
+        s->ev[i] = (void *)ev;
+    }
+    s->ready = 1;
+    return ACCEL_OK;
+}
+#endif
+
+/* Device → file, double-buffered: the copy of chunk i+1 overlaps the hash + write of chunk i. */
+static accel_result accel__write_from_device(accel *acc, accel__stage *s, int fd, const char *path, const void *src,
+                                             uint64_t n, accel__xxh64 *h) {
+#ifdef ACCEL_WITH_CUDA
+    cudaStream_t st = acc ? (cudaStream_t)acc->stream : (cudaStream_t)0;
+    uint64_t off = 0, nchunks = (n + ACCEL__STAGE_BYTES - 1) / ACCEL__STAGE_BYTES, i;
+    cudaError_t e;
+    accel_result r = accel__stage_init(acc, s);
+    if (r != ACCEL_OK) return r;
+    if (n == 0) return ACCEL_OK;
+    e = cudaMemcpyAsync(s->buf[0], src, (size_t)(n < ACCEL__STAGE_BYTES ? n : ACCEL__STAGE_BYTES), cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[0], st);
+    if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
+    for (i = 0; i < nchunks; ++i) {
+        size_t len = (size_t)((n - off) < ACCEL__STAGE_BYTES ? (n - off) : ACCEL__STAGE_BYTES);
+        int b = (int)(i & 1);
+        if (i + 1 < nchunks) {
+            uint64_t noff = off + len;
+            size_t nlen = (size_t)((n - noff) < ACCEL__STAGE_BYTES ? (n - noff) : ACCEL__STAGE_BYTES);
+            e = cudaMemcpyAsync(s->buf[b ^ 1], (const char *)src + noff, nlen, cudaMemcpyDeviceToHost, st);
+            if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[b ^ 1], st);
+            if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
+        }
+        e = cudaEventSynchronize((cudaEvent_t)s->ev[b]);
+        if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
+        if (h) accel__xxh64_update(h, s->buf[b], len);
+        if (accel__write_all(fd, s->buf[b], len) != 0) {
+            (void)cudaStreamSynchronize(st);
+            return accel__io_fail(acc, "cannot write", path);
+        }
+        off += len;
+    }
+    return ACCEL_OK;
+#else
+    (void)s; (void)fd; (void)src; (void)n; (void)h;
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "writing %.300s from a device buffer needs CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc", path);
+#endif
+}
+
+/* File (or memory) → device, double-buffered: the read of chunk i+1 overlaps the copy of chunk i. */
+static accel_result accel__read_to_device(accel *acc, accel__stage *s, int fd, const unsigned char *mem, uint64_t off0,
+                                          void *dst, uint64_t n, const char *what) {
+#ifdef ACCEL_WITH_CUDA
+    cudaStream_t st = acc ? (cudaStream_t)acc->stream : (cudaStream_t)0;
+    uint64_t off = 0;
+    int i = 0, used[2] = {0, 0};
+    cudaError_t e;
+    accel_result r = accel__stage_init(acc, s);
+    if (r != ACCEL_OK) return r;
+    while (off < n) {
+        size_t len = (size_t)((n - off) < ACCEL__STAGE_BYTES ? (n - off) : ACCEL__STAGE_BYTES);
+        int b = i & 1;
+        if (used[b]) {
+            e = cudaEventSynchronize((cudaEvent_t)s->ev[b]);
+            if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
+        }
+        if (fd >= 0) {
+            if (accel__pread_all(fd, s->buf[b], len, off0 + off) != 0) {
+                (void)cudaStreamSynchronize(st);
+                return accel__io_fail(acc, "cannot read", what);
+            }
+        } else {
+            memcpy(s->buf[b], mem + off0 + off, len);
+        }
+        e = cudaMemcpyAsync((char *)dst + off, s->buf[b], len, cudaMemcpyHostToDevice, st);
+        if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[b], st);
+        if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
+        used[b] = 1;
+        off += len;
+        ++i;
+    }
+    e = cudaStreamSynchronize(st);
+    if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
+    return ACCEL_OK;
+#else
+    (void)s; (void)fd; (void)mem; (void)off0; (void)dst; (void)n;
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "loading %.300s into a device buffer needs CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc", what);
+#endif
+}
+
+/* ---------------------------------------------------------------------------------- safetensors writer */
+static void accel__shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
+    size_t o = 0;
+    int i;
+    o += (size_t)accel__fmt(out + o, cap - o, "[");
+    for (i = 0; i < ndim && o < cap; ++i) o += (size_t)accel__fmt(out + o, cap - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < cap) accel__fmt(out + o, cap - o, "]");
+}
+
+typedef struct accel__st_item { const accel_tensor *t; uint64_t nbytes; size_t esize; } accel__st_item;
+static int accel__st_item_cmp(const void *a, const void *b) {
+    const accel__st_item *x = (const accel__st_item *)a, *y = (const accel__st_item *)b;
+    if (x->esize != y->esize) return x->esize > y->esize ? -1 : 1;
+    return strcmp(x->t->name, y->t->name);
+}
+
+struct accel__name_index { char *key; int value; };
+
+static accel_result accel__check_tensors(accel *acc, const accel_tensor *t, int n, const char *what) {
+    int i;
+    accel_result r = ACCEL_OK;
+    struct accel__name_index *seen = NULL;
+    if (n < 0 || (n > 0 && !t)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: bad tensor list (n=%d)", what, n);
+    for (i = 0; i < n && r == ACCEL_OK; ++i) {
+        int64_t nb;
+        size_t bad = 0;
+        if (!t[i].name) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has no name", what, i); break; }
+        if (!t[i].name[0] || !strcmp(t[i].name, "__metadata__")) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has the reserved or empty name \"%s\"", what, i, t[i].name);
+            break;
+        }
+        if (!accel__utf8_valid((const unsigned char *)t[i].name, strlen(t[i].name), &bad)) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d's name is not valid UTF-8 (byte %lu)", what, i, (unsigned long)bad);
+            break;
+        }
+        if (!accel_dtype_name(t[i].dtype)) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has an invalid dtype %d", what, t[i].name, (int)t[i].dtype);
+            break;
+        }
+        nb = accel_tensor_nbytes(&t[i]);
+        if (nb < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has an invalid shape (ndim %d)", what, t[i].name, t[i].ndim); break; }
+        if (nb > 0 && !t[i].ptr) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has no data pointer", what, t[i].name); break; }
+        if (stbds_shgeti(seen, (char *)t[i].name) >= 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: duplicate tensor name '%.200s'", what, t[i].name); break; }
+        stbds_shput(seen, (char *)t[i].name, i);
+    }
+    stbds_shfree(seen);
+    return r;
+}
+
+/* Writes a complete safetensors file to fd; *out_bytes / *out_hash describe what was written. */
+static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, const accel_tensor *t, int n,
+                                       const char *const *meta, int nmeta, uint64_t *out_bytes, uint64_t *out_hash) {
+    accel__st_item *items = NULL;
+    accel__sb hb;
+    accel__xxh64 h;
+    accel__stage stage;
+    uint64_t off = 0, hlen;
+    unsigned char len8[8];
+    accel_result r = ACCEL_OK;
+    int i, first = 1;
+    memset(&hb, 0, sizeof hb);
+    memset(&stage, 0, sizeof stage);
+    if (n > 0) {
+        items = (accel__st_item *)malloc(sizeof(accel__st_item) * (size_t)n);
+        if (!items) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing %.300s", path);
+    }
+    for (i = 0; i < n; ++i) {
+        items[i].t = &t[i];
+        items[i].nbytes = (uint64_t)accel_tensor_nbytes(&t[i]);
+        items[i].esize = accel_dtype_size(t[i].dtype);
+    }
+    if (n > 1) qsort(items, (size_t)n, sizeof *items, accel__st_item_cmp);
+    accel__sb_puts(&hb, "{");
+    if (nmeta > 0) {
+        accel__sb_puts(&hb, "\"__metadata__\":{");
+        for (i = 0; i < nmeta; ++i) {
+            if (i) accel__sb_puts(&hb, ",");
+            accel__sb_json_str(&hb, meta[2 * i], strlen(meta[2 * i]));
+            accel__sb_puts(&hb, ":");
+            accel__sb_json_str(&hb, meta[2 * i + 1], strlen(meta[2 * i + 1]));
+        }
+        accel__sb_puts(&hb, "}");
+        first = 0;
+    }
+    for (i = 0; i < n; ++i) {
+        const accel_tensor *x = items[i].t;
+        int d;
+        if (!first) accel__sb_puts(&hb, ",");
+        first = 0;
+        accel__sb_json_str(&hb, x->name, strlen(x->name));
+        accel__sb_puts(&hb, ":{\"dtype\":\"");
+        accel__sb_puts(&hb, accel_dtype_name(x->dtype));
+        accel__sb_puts(&hb, "\",\"shape\":[");
+        for (d = 0; d < x->ndim; ++d) {
+            if (d) accel__sb_puts(&hb, ",");
+            accel__sb_u64(&hb, (uint64_t)x->shape[d]);
+        }
+        accel__sb_puts(&hb, "],\"data_offsets\":[");
+        accel__sb_u64(&hb, off);
+        accel__sb_puts(&hb, ",");
+        off += items[i].nbytes;
+        accel__sb_u64(&hb, off);
+        accel__sb_puts(&hb, "]}");
+    }
+    accel__sb_puts(&hb, "}");
+    while (hb.n % 8) accel__sb_puts(&hb, " "); /* the data section starts 8-byte aligned */
+    if (hb.oom) { free(items); accel__sb_free(&hb); return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "header of %.300s", path); }
+    hlen = hb.n;
+    for (i = 0; i < 8; ++i) len8[i] = (unsigned char)(hlen >> (8 * i));
+    accel__xxh64_init(&h, 0);
+    accel__xxh64_update(&h, len8, 8);
+    accel__xxh64_update(&h, hb.p, hb.n);
+    if (accel__write_all(fd, len8, 8) != 0 || accel__write_all(fd, hb.p, hb.n) != 0) r = accel__io_fail(acc, "cannot write", path);
+    accel__sb_free(&hb);
+    for (i = 0; i < n && r == ACCEL_OK; ++i) {
+        const unsigned char *src = (const unsigned char *)items[i].t->ptr;
+        uint64_t nb = items[i].nbytes, done = 0;
+        if (nb == 0) continue;
+        if (accel__is_device_ptr(src)) {
+            r = accel__write_from_device(acc, &stage, fd, path, src, nb, &h);
+            continue;
+        }
+        while (done < nb) { /* hash a cache-sized chunk, then write it while it is still hot */
+            size_t len = (size_t)((nb - done) < ACCEL__IO_CHUNK ? (nb - done) : ACCEL__IO_CHUNK);
+            accel__xxh64_update(&h, src + done, len);
+            if (accel__write_all(fd, src + done, len) != 0) { r = accel__io_fail(acc, "cannot write", path); break; }
+            done += len;
+        }
+    }
+    accel__stage_free(&stage);
+    free(items);
+    if (r != ACCEL_OK) return r;
+    if (out_bytes) *out_bytes = 8 + hlen + off;
+    if (out_hash) *out_hash = accel__xxh64_final(&h);
+    return ACCEL_OK;
+}
+
+static accel_result accel__check_meta(accel *acc, const char *const *meta, int nmeta) {
+    int i, k;
+    if (nmeta < 0 || (nmeta > 0 && !meta)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "metadata: bad list (n=%d)", nmeta);
+    for (i = 0; i < 2 * nmeta; ++i)
+        if (!meta[i] || !accel__utf8_valid((const unsigned char *)meta[i], strlen(meta[i]), NULL))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "metadata entry %d is NULL or not valid UTF-8", i / 2);
+    for (i = 0; i < nmeta; ++i)
+        for (k = 0; k < i; ++k)
+            if (!strcmp(meta[2 * i], meta[2 * k])) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "duplicate metadata key '%.200s'", meta[2 * i]);
+    return ACCEL_OK;
+}
+
+/* Writes path (atomic: via path.tmp, fsync, rename, directory fsync; else directly, fsync'd). */
+static accel_result accel__st_save(accel *acc, const char *path, const accel_tensor *t, int n, const char *const *meta,
+                                   int nmeta, int atomic, uint64_t *out_bytes, uint64_t *out_hash) {
+    char tmp[4200], dir[4096];
+    const char *target = path;
+    int fd;
+    accel_result r = accel__check_tensors(acc, t, n, path);
+    if (r == ACCEL_OK) r = accel__check_meta(acc, meta, nmeta);
+    if (r != ACCEL_OK) return r;
+    if (atomic) {
+        if ((size_t)accel__fmt(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "path too long");
+        target = tmp;
+    }
+    fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return accel__io_fail(acc, "cannot create", target);
+    r = accel__st_write_fd(acc, fd, target, t, n, meta, nmeta, out_bytes, out_hash);
+    if (r == ACCEL_OK && fsync(fd) != 0) r = accel__io_fail(acc, "cannot fsync", target);
+    if (close(fd) != 0 && r == ACCEL_OK) r = accel__io_fail(acc, "cannot close", target);
+    if (r != ACCEL_OK) {
+        if (atomic) unlink(tmp);
+        return r;
+    }
+    if (atomic) {
+        if (rename(tmp, path) != 0) {
+            r = accel__io_fail(acc, "cannot rename into", path);
+            unlink(tmp);
+            return r;
+        }
+        accel__dirname(path, dir, sizeof dir);
+        if (accel__fsync_dir(dir) != 0) return accel__io_fail(acc, "cannot fsync directory", dir);
+    }
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_ckpt_save_safetensors(accel *acc, const char *path, const accel_tensor *tensors, int n,
+                                                    const char *const *metadata, int nmeta) {
+    if (!path) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_safetensors: path is NULL");
+    return accel__st_save(acc, path, tensors, n, metadata, nmeta, 1, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------------------- safetensors reader */
+struct accel_ckpt_file {
+    accel *acc;
+    int fd;
+    const unsigned char *map;
+    size_t size;
+    int mapped;
+    uint64_t data_start;
+    accel_ckpt_entry *entries; /* stb_ds array, sorted by offset */
+    char **meta;               /* stb_ds array: key, value, key, value … (malloc'd strings) */
+    char *names;               /* the JSON arena (entry names point into it) */
+    struct accel__name_index *index;
+    char path[512];
+};
+
+static int accel__entry_cmp(const void *a, const void *b) {
+    const accel_ckpt_entry *x = (const accel_ckpt_entry *)a, *y = (const accel_ckpt_entry *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+ACCEL__DEF void accel_ckpt_close(accel_ckpt_file *f) {
+    int i;
+    if (!f) return;
+    for (i = 0; i < (int)stbds_arrlen(f->meta); ++i) free(f->meta[i]);
+    stbds_arrfree(f->meta);
+    stbds_arrfree(f->entries);
+    stbds_arrfree(f->names);
+    stbds_shfree(f->index);
+    if (f->mapped && f->map) munmap((void *)f->map, f->size);
+    if (f->fd >= 0) close(f->fd);
+    free(f);
+}
+
+/* Every check of the reference reader, in its order. */
+static accel_result accel__st_parse(accel_ckpt_file *f) {
+    accel *acc = f->acc;
+    const char *path = f->path;
+    uint64_t n = 0, data_len, cursor = 0;
+    size_t bad = 0;
+    accel__json j;
+    int root, c, i, cnt;
+    accel_result r = ACCEL_OK;
+    if (f->size < 8)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: truncated: %lu bytes, shorter than the 8-byte header length", path, (unsigned long)f->size);
+    for (i = 0; i < 8; ++i) n |= (uint64_t)f->map[i] << (8 * i);
+    if (n > 100000000u)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu exceeds the 100000000-byte limit", path, (unsigned long long)n);
+    if (n > (uint64_t)f->size - 8)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu is larger than the file (%lu bytes)", path, (unsigned long long)n, (unsigned long)f->size);
+    if (!accel__utf8_valid(f->map + 8, (size_t)n, &bad))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not valid UTF-8 (byte %lu)", path, (unsigned long)bad);
+    root = accel__json_parse(&j, f->map + 8, (size_t)n);
+    if (root < 0) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not valid JSON: %s", path, j.err);
+        accel__json_free(&j);
+        return r;
+    }
+    if (j.nodes[root].type != ACCEL__J_OBJ) {
+        accel__json_free(&j);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not a JSON object", path);
+    }
+    f->data_start = 8 + n;
+    data_len = (uint64_t)f->size - 8 - n;
+    for (c = j.nodes[root].first; c >= 0 && r == ACCEL_OK; c = j.nodes[c].next) {
+        const char *key = accel__jkeyp(&j, c);
+        accel_ckpt_entry e;
+        int dt, sh, off, m, d;
+        if (j.nodes[c].keylen == 12 && !strcmp(key, "__metadata__")) {
+            if (j.nodes[c].type != ACCEL__J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ is not an object", path); break; }
+            for (m = j.nodes[c].first; m >= 0; m = j.nodes[m].next) {
+                char *k2, *v2;
+                if (j.nodes[m].type != ACCEL__J_STR) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ value of '%.200s' is not a string", path, accel__jkeyp(&j, m));
+                    break;
+                }
+                k2 = (char *)malloc(j.nodes[m].keylen + 1);
+                v2 = (char *)malloc(j.nodes[m].len + 1);
+                if (!k2 || !v2) { free(k2); free(v2); r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "metadata"); break; }
+                memcpy(k2, accel__jkeyp(&j, m), j.nodes[m].keylen + 1);
+                memcpy(v2, accel__jstr(&j, m), j.nodes[m].len + 1);
+                stbds_arrput(f->meta, k2);
+                stbds_arrput(f->meta, v2);
+            }
+            continue;
+        }
+        memset(&e, 0, sizeof e);
+        if (strlen(key) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains a NUL character", path); break; }
+        if (j.nodes[c].type != ACCEL__J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: entry '%.200s' is not an object", path, key); break; }
+        dt = accel__jget(&j, c, "dtype");
+        sh = accel__jget(&j, c, "shape");
+        off = accel__jget(&j, c, "data_offsets");
+        if (j.nodes[c].count != 3 || dt < 0 || sh < 0 || off < 0) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s' must have exactly dtype, shape and data_offsets", path, key);
+            break;
+        }
+        if (j.nodes[dt].type != ACCEL__J_STR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': dtype is not a string", path, key); break; }
+        e.dtype = accel_dtype_from_name(accel__jstr(&j, dt));
+        if (e.dtype == ACCEL_DTYPE_INVALID) {
+            static const char *other[] = {"C64", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4", "F6_E2M3", "F6_E3M2", NULL};
+            int k, known = 0;
+            for (k = 0; other[k]; ++k)
+                if (!strcmp(other[k], accel__jstr(&j, dt))) known = 1;
+            r = ACCEL__FAIL(acc, known ? ACCEL_ERR_UNSUPPORTED : ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': %s dtype \"%.40s\"", path, key,
+                            known ? "accel does not support the" : "bad", accel__jstr(&j, dt));
+            break;
+        }
+        if (j.nodes[sh].type != ACCEL__J_ARR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape is not an array", path, key); break; }
+        if (j.nodes[sh].count > ACCEL_MAX_DIMS) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "%.300s: tensor '%.200s' has %d dimensions (accel supports %d)", path, key, j.nodes[sh].count, ACCEL_MAX_DIMS);
+            break;
+        }
+        e.ndim = j.nodes[sh].count;
+        for (d = 0, m = j.nodes[sh].first; m >= 0; m = j.nodes[m].next, ++d) {
+            uint64_t v;
+            if (accel__ju64(&j, m, &v) || v > (uint64_t)INT64_MAX) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape entries must be non-negative integers", path, key);
+                break;
+            }
+            e.shape[d] = (int64_t)v;
+        }
+        if (r != ACCEL_OK) break;
+        if (j.nodes[off].type != ACCEL__J_ARR || j.nodes[off].count != 2 || accel__ju64(&j, j.nodes[off].first, &e.begin) ||
+            accel__ju64(&j, j.nodes[j.nodes[off].first].next, &e.end)) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': data_offsets must be two non-negative integers", path, key);
+            break;
+        }
+        e.name = (const char *)(uintptr_t)j.nodes[c].key; /* an arena offset until the arena is final */
+        stbds_arrput(f->entries, e);
+    }
+    if (r != ACCEL_OK) { accel__json_free(&j); return r; }
+    f->names = j.arena; /* the arena is final: offsets become pointers */
+    j.arena = NULL;
+    accel__json_free(&j);
+    cnt = (int)stbds_arrlen(f->entries);
+    for (i = 0; i < cnt; ++i) f->entries[i].name = f->names + (size_t)(uintptr_t)f->entries[i].name;
+    if (cnt > 1) qsort(f->entries, (size_t)cnt, sizeof *f->entries, accel__entry_cmp);
+    for (i = 0; i < cnt; ++i) {
+        accel_ckpt_entry *e = &f->entries[i];
+        accel_tensor t;
+        int64_t nb;
+        if (e->begin != cursor || e->end < e->begin) {
+            if (e->begin == cursor)
+                return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': data_offsets [%llu, %llu] end before they begin", path,
+                                   e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                               "%.300s: tensor '%.200s': data_offsets [%llu, %llu] %s (expected to begin at %llu): offsets must tile the data section",
+                               path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                               e->begin < cursor ? "overlap the previous tensor" : "leave a hole", (unsigned long long)cursor);
+        }
+        memset(&t, 0, sizeof t);
+        t.dtype = e->dtype;
+        t.ndim = e->ndim;
+        memcpy(t.shape, e->shape, sizeof t.shape);
+        nb = accel_tensor_nbytes(&t);
+        if (nb < 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape product overflows", path, e->name);
+        if ((uint64_t)nb != e->end - e->begin) {
+            char s[200];
+            accel__shape_str(s, sizeof s, e->ndim, e->shape);
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': %s %s needs %lld bytes but data_offsets span %llu", path,
+                               e->name, accel_dtype_name(e->dtype), s, (long long)nb, (unsigned long long)(e->end - e->begin));
+        }
+        cursor = e->end;
+    }
+    if (cursor != data_len)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: the data section is %llu bytes but the tensors cover %llu (%s)", path,
+                           (unsigned long long)data_len, (unsigned long long)cursor,
+                           cursor > data_len ? "offsets point past the end of the file: truncated?" : "trailing bytes");
+    for (i = 0; i < cnt; ++i) {
+        f->entries[i].data = f->map + f->data_start + f->entries[i].begin;
+        stbds_shput(f->index, (char *)f->entries[i].name, i);
+    }
+    return ACCEL_OK;
+}
+
+static accel_result accel__st_new(accel *acc, const char *path, accel_ckpt_file **out) {
+    accel_ckpt_file *f = (accel_ckpt_file *)calloc(1, sizeof *f);
+    if (!f) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "open %.300s", path);
+    f->acc = acc;
+    f->fd = -1;
+    accel__fmt(f->path, sizeof f->path, "%s", path);
+    *out = f;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_ckpt_open(accel *acc, const char *path, accel_ckpt_file **out) {
+    accel_ckpt_file *f = NULL;
+    struct stat st;
+    accel_result r;
+    if (!path || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_open: NULL argument");
+    *out = NULL;
+    r = accel__st_new(acc, path, &f);
+    if (r != ACCEL_OK) return r;
+    f->fd = open(path, O_RDONLY);
+    if (f->fd < 0) {
+        r = errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path) : accel__io_fail(acc, "cannot open", path);
+        accel_ckpt_close(f);
+        return r;
+    }
+    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "%.400s is not a regular file", path);
+        accel_ckpt_close(f);
+        return r;
+    }
+    f->size = (size_t)st.st_size;
+    if (f->size > 0) {
+        void *m = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->fd, 0);
+        if (m == MAP_FAILED) {
+            r = accel__io_fail(acc, "cannot mmap", path);
+            accel_ckpt_close(f);
+            return r;
+        }
+        f->map = (const unsigned char *)m;
+        f->mapped = 1;
+    } else {
+        f->map = (const unsigned char *)"";
+    }
+    r = accel__st_parse(f);
+    if (r != ACCEL_OK) { accel_ckpt_close(f); return r; }
+    *out = f;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_ckpt_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out) {
+    accel_ckpt_file *f = NULL;
+    accel_result r;
+    if ((!bytes && size) || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_open_memory: NULL argument");
+    *out = NULL;
+    r = accel__st_new(acc, "<memory>", &f);
+    if (r != ACCEL_OK) return r;
+    f->map = bytes ? (const unsigned char *)bytes : (const unsigned char *)"";
+    f->size = size;
+    r = accel__st_parse(f);
+    if (r != ACCEL_OK) { accel_ckpt_close(f); return r; }
+    *out = f;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF int accel_ckpt_file_count(const accel_ckpt_file *f) { return f ? (int)stbds_arrlen(f->entries) : 0; }
+ACCEL__DEF const accel_ckpt_entry *accel_ckpt_file_entry(const accel_ckpt_file *f, int i) {
+    if (!f || i < 0 || i >= (int)stbds_arrlen(f->entries)) return NULL;
+    return &f->entries[i];
+}
+ACCEL__DEF int accel_ckpt_file_find(const accel_ckpt_file *f, const char *name) {
+    struct accel__name_index *ix;
+    ptrdiff_t k;
+    if (!f || !name || !f->index) return -1;
+    ix = f->index; /* stb_ds writes a temporary through the map pointer */
+    k = stbds_shgeti(ix, (char *)name);
+    return k < 0 ? -1 : ix[k].value;
+}
+ACCEL__DEF int accel_ckpt_file_metadata_count(const accel_ckpt_file *f) { return f ? (int)stbds_arrlen(f->meta) / 2 : 0; }
+ACCEL__DEF accel_result accel_ckpt_file_metadata(const accel_ckpt_file *f, int i, const char **key, const char **value) {
+    if (!f || i < 0 || i >= accel_ckpt_file_metadata_count(f))
+        return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "metadata index %d out of range", i);
+    if (key) *key = f->meta[2 * i];
+    if (value) *value = f->meta[2 * i + 1];
+    return ACCEL_OK;
+}
+ACCEL__DEF const char *accel_ckpt_file_metadata_get(const accel_ckpt_file *f, const char *key) {
+    int i;
+    if (!f || !key) return NULL;
+    for (i = 0; i < accel_ckpt_file_metadata_count(f); ++i)
+        if (!strcmp(f->meta[2 * i], key)) return f->meta[2 * i + 1];
+    return NULL;
+}
+
+/* dtype/shape check of one destination against the file. */
+static accel_result accel__st_check_dst(accel_ckpt_file *f, const accel_tensor *dst, int *idx) {
+    const accel_ckpt_entry *e;
+    int k, same;
+    if (!dst || !dst->name) return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "load: destination tensor or its name is NULL");
+    k = accel_ckpt_file_find(f, dst->name);
+    if (k < 0) return ACCEL__FAIL(f->acc, ACCEL_ERR_NOT_FOUND, "tensor '%.200s' is not in %.300s", dst->name, f->path);
+    e = &f->entries[k];
+    same = e->dtype == dst->dtype && e->ndim == dst->ndim && dst->ndim >= 0 && dst->ndim <= ACCEL_MAX_DIMS;
+    if (same && e->ndim > 0) same = !memcmp(e->shape, dst->shape, sizeof(int64_t) * (size_t)e->ndim);
+    if (!same) {
+        char se[200], sf[200];
+        const char *dn = accel_dtype_name(dst->dtype);
+        accel__shape_str(se, sizeof se, dst->ndim < 0 || dst->ndim > ACCEL_MAX_DIMS ? 0 : dst->ndim, dst->shape);
+        accel__shape_str(sf, sizeof sf, e->ndim, e->shape);
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "tensor '%.200s': expected %s %s, found %s %s in %.300s", dst->name,
+                           dn ? dn : "?", se, accel_dtype_name(e->dtype), sf, f->path);
+    }
+    if (e->end > e->begin && !dst->ptr) return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "tensor '%.200s': destination pointer is NULL", dst->name);
+    *idx = k;
+    return ACCEL_OK;
+}
+static accel_result accel__st_copy(accel_ckpt_file *f, int k, void *dst, accel__stage *stage) {
+    const accel_ckpt_entry *e = &f->entries[k];
+    uint64_t nb = e->end - e->begin;
+    if (nb == 0) return ACCEL_OK;
+    if (accel__is_device_ptr(dst)) return accel__read_to_device(f->acc, stage, f->fd, f->map, f->data_start + e->begin, dst, nb, e->name);
+    if (f->fd >= 0) {
+        if (accel__pread_all(f->fd, dst, (size_t)nb, f->data_start + e->begin) != 0) return accel__io_fail(f->acc, "cannot read", f->path);
+    } else {
+        memcpy(dst, e->data, (size_t)nb);
+    }
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_ckpt_file_load(accel_ckpt_file *f, const accel_tensor *dst) { return accel_ckpt_file_load_all(f, dst, 1); }
+ACCEL__DEF accel_result accel_ckpt_file_load_all(accel_ckpt_file *f, const accel_tensor *dst, int n) {
+    int i, *idx;
+    accel__stage stage;
+    accel_result r = ACCEL_OK;
+    if (!f || n < 0 || (n > 0 && !dst)) return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "load: bad arguments");
+    if (n == 0) return ACCEL_OK;
+    idx = (int *)malloc(sizeof(int) * (size_t)n);
+    if (!idx) return ACCEL__FAIL(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "load");
+    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_check_dst(f, &dst[i], &idx[i]);
+    memset(&stage, 0, sizeof stage);
+    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_copy(f, idx[i], dst[i].ptr, &stage);
+    accel__stage_free(&stage);
+    free(idx);
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------ sharding */
+ACCEL__DEF accel_result accel_ckpt_plan_shards(accel *acc, const uint64_t *sizes, int n, uint64_t max, int *shard_of,
+                                               uint64_t *shard_bytes, int *n_shards) {
+    int i, j, ns = 0, cur_first = -1;
+    uint64_t cur_size = 0;
+    if (n < 0 || (n > 0 && (!sizes || !shard_of || !shard_bytes)) || !n_shards)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "plan_shards: bad arguments");
+    /* huggingface_hub split_state_dict_into_shards_factory: an oversize tensor is appended to the shard list at
+       once, as its own shard, without closing the current one; otherwise a tensor that does not fit closes the
+       current shard. Shard numbers are positions in that list. Members of the open shard are marked -2. */
+    for (i = 0; i < n; ++i) {
+        if (sizes[i] > max) {
+            shard_of[i] = ns;
+            shard_bytes[ns++] = sizes[i];
+            continue;
+        }
+        if (cur_first >= 0 && cur_size + sizes[i] > max) {
+            for (j = cur_first; j < i; ++j)
+                if (shard_of[j] == -2) shard_of[j] = ns;
+            shard_bytes[ns++] = cur_size;
+            cur_first = -1;
+            cur_size = 0;
+        }
+        if (cur_first < 0) cur_first = i;
+        shard_of[i] = -2;
+        cur_size += sizes[i];
+    }
+    if (cur_first >= 0) {
+        for (j = cur_first; j < n; ++j)
+            if (shard_of[j] == -2) shard_of[j] = ns;
+        shard_bytes[ns++] = cur_size;
+    }
+    *n_shards = ns;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF void accel_ckpt_shard_name(int shard, int n_shards, char *out, size_t cap) {
+    if (!out || cap == 0) return;
+    if (n_shards <= 1) accel__fmt(out, cap, "model.safetensors");
+    else accel__fmt(out, cap, "model-%05d-of-%05d.safetensors", shard + 1, n_shards);
+}
+
+static int accel__is_shard_name(const char *s) { /* model-NNNNN-of-NNNNN.safetensors */
+    int i;
+    if (strlen(s) != strlen("model-00001-of-00001.safetensors") || strncmp(s, "model-", 6)) return 0;
+    for (i = 6; i < 11; ++i)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    if (strncmp(s + 11, "-of-", 4)) return 0;
+    for (i = 15; i < 20; ++i)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return !strcmp(s + 20, ".safetensors");
+}
+
+typedef struct accel__name_file { const char *name; int shard; } accel__name_file;
+static int accel__name_file_cmp(const void *a, const void *b) {
+    return strcmp(((const accel__name_file *)a)->name, ((const accel__name_file *)b)->name);
+}
+/* The index exactly as json.dumps(obj, indent=2, sort_keys=True) + "\n". */
+static void accel__index_json(accel__sb *b, const accel_tensor *t, int n, const int *shard_of, int ns, uint64_t total) {
+    accel__name_file *nf = (accel__name_file *)malloc(sizeof(accel__name_file) * (size_t)(n ? n : 1));
+    int i;
+    char fname[64];
+    if (!nf) { b->oom = 1; return; }
+    for (i = 0; i < n; ++i) { nf[i].name = t[i].name; nf[i].shard = shard_of[i]; }
+    qsort(nf, (size_t)n, sizeof *nf, accel__name_file_cmp);
+    accel__sb_puts(b, "{\n  \"metadata\": {\n    \"total_size\": ");
+    accel__sb_u64(b, total);
+    accel__sb_puts(b, "\n  },\n  \"weight_map\": {");
+    for (i = 0; i < n; ++i) {
+        accel__sb_puts(b, i ? ",\n    " : "\n    ");
+        accel__sb_json_str(b, nf[i].name, strlen(nf[i].name));
+        accel__sb_puts(b, ": ");
+        accel_ckpt_shard_name(nf[i].shard, ns, fname, sizeof fname);
+        accel__sb_json_str(b, fname, strlen(fname));
+    }
+    accel__sb_puts(b, n ? "\n  }\n}\n" : "}\n}\n");
+    free(nf);
+}
+
+/* Collective verdict: every rank returns an error when any rank failed. */
+static accel_result accel__agree(accel *acc, accel_result local, const char *what) {
+    int64_t v = local != ACCEL_OK ? 1 : 0;
+    accel_result r;
+    if (!acc || acc->num_processes <= 1) return local;
+    r = accel_host_allreduce_i64(acc, &v, 1, ACCEL_HOST_MAX);
+    if (r != ACCEL_OK) return r;
+    if (local != ACCEL_OK) return local;
+    if (v) return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s failed on another process (see its log)", what);
+    return ACCEL_OK;
+}
+
+static accel_result accel__save_model_local(accel *acc, const char *dir, const accel_tensor *t, int n, uint64_t max) {
+    int *shard_of = NULL, ns = 0, s, i;
+    uint64_t *sizes = NULL, *shard_bytes = NULL, total = 0;
+    accel_tensor *sub = NULL;
+    const char *meta[2] = {"format", "pt"};
+    char path[4200], fname[64];
+    accel_result r = accel__check_tensors(acc, t, n, "save_model");
+    DIR *d;
+    struct dirent *de;
+    if (r != ACCEL_OK) return r;
+    if (n == 0) return ACCEL_OK; /* Accelerate writes nothing for an empty state dict */
+    if (accel__mkdir_p(dir) != 0) return accel__io_fail(acc, "cannot create directory", dir);
+    sizes = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)n);
+    shard_bytes = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)n);
+    shard_of = (int *)malloc(sizeof(int) * (size_t)n);
+    sub = (accel_tensor *)malloc(sizeof(accel_tensor) * (size_t)n);
+    if (!sizes || !shard_bytes || !shard_of || !sub) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_model"); goto done; }
+    for (i = 0; i < n; ++i) { sizes[i] = (uint64_t)accel_tensor_nbytes(&t[i]); total += sizes[i]; }
+    r = accel_ckpt_plan_shards(acc, sizes, n, max, shard_of, shard_bytes, &ns);
+    for (s = 0; s < ns && r == ACCEL_OK; ++s) {
+        int m = 0;
+        for (i = 0; i < n; ++i)
+            if (shard_of[i] == s) sub[m++] = t[i];
+        accel_ckpt_shard_name(s, ns, fname, sizeof fname);
+        accel__fmt(path, sizeof path, "%s/%s", dir, fname);
+        r = accel__st_save(acc, path, sub, m, meta, 1, 1, NULL, NULL);
+    }
+    if (r != ACCEL_OK) goto done;
+    accel__fmt(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (ns > 1) {
+        accel__sb b;
+        memset(&b, 0, sizeof b);
+        accel__index_json(&b, t, n, shard_of, ns, total);
+        if (b.oom) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "index json");
+        else r = accel__write_file(acc, path, b.p, b.n, 1, NULL);
+        accel__sb_free(&b);
+        if (r != ACCEL_OK) goto done;
+        accel__fmt(path, sizeof path, "%s/model.safetensors", dir);
+    }
+    /* the other layout's file is stale: the index for a single file, model.safetensors for shards */
+    if (unlink(path) != 0 && errno != ENOENT) { r = accel__io_fail(acc, "cannot remove stale", path); goto done; }
+    /* stale shards of the prefix that are not part of this save */
+    d = opendir(dir);
+    if (!d) { r = accel__io_fail(acc, "cannot list", dir); goto done; }
+    while ((de = readdir(d)) != NULL) {
+        int keep = 0;
+        if (!accel__is_shard_name(de->d_name)) continue;
+        if (ns > 1)
+            for (s = 0; s < ns && !keep; ++s) {
+                accel_ckpt_shard_name(s, ns, fname, sizeof fname);
+                keep = !strcmp(fname, de->d_name);
+            }
+        if (keep) continue;
+        accel__fmt(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (accel__is_file(path) && unlink(path) != 0) { r = accel__io_fail(acc, "cannot remove stale shard", path); break; }
+    }
+    closedir(d);
+    if (r == ACCEL_OK && accel__fsync_dir(dir) != 0) r = accel__io_fail(acc, "cannot fsync directory", dir);
+done:
+    free(sizes);
+    free(shard_bytes);
+    free(shard_of);
+    free(sub);
+    return r;
+}
+
+ACCEL__DEF accel_result accel_ckpt_save_model_bytes(accel *acc, const char *dir, const accel_tensor *tensors, int n,
+                                                    uint64_t max_shard_size, int save_on_each_node) {
+    accel_result r = ACCEL_OK;
+    int writer = !acc || acc->num_processes <= 1 || (save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
+    if (!dir) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_model: dir is NULL");
+    else if (writer) r = accel__save_model_local(acc, dir, tensors, n, max_shard_size);
+    return accel__agree(acc, r, "save_model");
+}
+ACCEL__DEF accel_result accel_ckpt_save_model(accel *acc, const char *dir, const accel_tensor *tensors, int n,
+                                              const char *max_shard_size) {
+    uint64_t max = 0;
+    accel_result r = accel_ckpt_parse_size(acc, max_shard_size ? max_shard_size : "10GB", &max);
+    if (r != ACCEL_OK) return accel__agree(acc, r, "save_model");
+    return accel_ckpt_save_model_bytes(acc, dir, tensors, n, max, 0);
+}
+
+/* model.safetensors.index.json → weight_map as parallel stb_ds arrays of malloc'd strings. */
+typedef struct accel__index { char **names; char **files; } accel__index;
+static void accel__index_free(accel__index *x) {
+    int i;
+    for (i = 0; i < (int)stbds_arrlen(x->names); ++i) { free(x->names[i]); free(x->files[i]); }
+    stbds_arrfree(x->names);
+    stbds_arrfree(x->files);
+    x->names = x->files = NULL;
+}
+static char *accel__strndup(const char *s, size_t n) {
+    char *p = (char *)malloc(n + 1);
+    if (p) { memcpy(p, s, n); p[n] = 0; }
+    return p;
+}
+static int accel__safe_file_name(const char *s) {
+    return *s && strcmp(s, ".") && strcmp(s, "..") && !strchr(s, '/') && strlen(s) <= 255;
+}
+static accel_result accel__index_parse(accel *acc, const char *what, const void *data, size_t n, accel__index *out) {
+    accel__json j;
+    int root, wm, md, c;
+    size_t bad = 0;
+    accel_result r = ACCEL_OK;
+    memset(out, 0, sizeof *out);
+    if (!accel__utf8_valid((const unsigned char *)data, n, &bad))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s is not valid UTF-8 (byte %lu)", what, (unsigned long)bad);
+    root = accel__json_parse(&j, data, n);
+    if (root < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s is not valid JSON: %s", what, j.err); accel__json_free(&j); return r; }
+    wm = accel__jget(&j, root, "weight_map");
+    md = accel__jget(&j, root, "metadata");
+    if (j.nodes[root].type != ACCEL__J_OBJ || wm < 0 || j.nodes[wm].type != ACCEL__J_OBJ || (md >= 0 && j.nodes[md].type != ACCEL__J_OBJ)) {
+        accel__json_free(&j);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: expected an object with a \"weight_map\" object (and an optional \"metadata\" object)", what);
+    }
+    for (c = j.nodes[wm].first; c >= 0; c = j.nodes[c].next) {
+        char *a, *b;
+        if (j.nodes[c].type != ACCEL__J_STR || strlen(accel__jstr(&j, c)) != j.nodes[c].len || !accel__safe_file_name(accel__jstr(&j, c))) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: weight_map entry '%.200s' is not a plain file name", what, accel__jkeyp(&j, c));
+            break;
+        }
+        if (strlen(accel__jkeyp(&j, c)) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains NUL", what); break; }
+        a = accel__strndup(accel__jkeyp(&j, c), j.nodes[c].keylen);
+        b = accel__strndup(accel__jstr(&j, c), j.nodes[c].len);
+        if (!a || !b) { free(a); free(b); r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "index"); break; }
+        stbds_arrput(out->names, a);
+        stbds_arrput(out->files, b);
+    }
+    accel__json_free(&j);
+    if (r != ACCEL_OK) accel__index_free(out);
+    return r;
+}
+
+ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const accel_tensor *t, int n) {
+    char path[4200];
+    accel__index ix;
+    accel_ckpt_file **files = NULL;
+    char **fnames = NULL;
+    int *file_of = NULL, *idx = NULL, nf = 0, i, k, sharded, total = 0;
+    char *data = NULL;
+    size_t dn = 0;
+    accel_result r;
+    accel__stage stage;
+    if (!dir) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_model: dir is NULL");
+    r = accel__check_tensors(acc, t, n, "load_model");
+    if (r != ACCEL_OK) return r;
+    memset(&ix, 0, sizeof ix);
+    memset(&stage, 0, sizeof stage);
+    accel__fmt(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    sharded = accel__is_file(path);
+    if (sharded) {
+        r = accel__read_file(acc, path, &data, &dn, (size_t)100000000);
+        if (r == ACCEL_OK) r = accel__index_parse(acc, path, data, dn, &ix);
+        free(data);
+        if (r != ACCEL_OK) return r;
+        for (i = 0; i < (int)stbds_arrlen(ix.files); ++i) {
+            for (k = 0; k < nf; ++k)
+                if (!strcmp(fnames[k], ix.files[i])) break;
+            if (k == nf) { stbds_arrput(fnames, ix.files[i]); ++nf; }
+        }
+    } else {
+        stbds_arrput(fnames, (char *)"model.safetensors");
+        nf = 1;
+    }
+    files = (accel_ckpt_file **)calloc((size_t)(nf ? nf : 1), sizeof *files);
+    file_of = (int *)malloc(sizeof(int) * (size_t)(n ? n : 1));
+    idx = (int *)malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!files || !file_of || !idx) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model"); goto done; }
+    for (k = 0; k < nf && r == ACCEL_OK; ++k) {
+        accel__fmt(path, sizeof path, "%s/%s", dir, fnames[k]);
+        r = accel_ckpt_open(acc, path, &files[k]);
+        if (r == ACCEL_OK) total += accel_ckpt_file_count(files[k]);
+    }
+    /* every requested tensor found with the right dtype/shape; nothing else in the files */
+    for (i = 0; i < n && r == ACCEL_OK; ++i) {
+        file_of[i] = 0;
+        if (sharded) {
+            int w, nw = (int)stbds_arrlen(ix.names);
+            for (w = 0; w < nw; ++w)
+                if (!strcmp(ix.names[w], t[i].name)) break;
+            if (w == nw) { r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "tensor '%.200s' is not in the weight_map of %.300s", t[i].name, dir); break; }
+            for (k = 0; k < nf; ++k)
+                if (!strcmp(fnames[k], ix.files[w])) file_of[i] = k;
+        }
+        r = accel__st_check_dst(files[file_of[i]], &t[i], &idx[i]);
+    }
+    if (r == ACCEL_OK && total != n)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s holds %d tensors but %d were requested (unexpected tensors in the checkpoint)", dir, total, n);
+    if (r == ACCEL_OK && sharded && (int)stbds_arrlen(ix.names) != n)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: the weight_map lists %d tensors but the shards hold %d", dir, (int)stbds_arrlen(ix.names), n);
+    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_copy(files[file_of[i]], idx[i], t[i].ptr, &stage);
+done:
+    accel__stage_free(&stage);
+    if (files)
+        for (k = 0; k < nf; ++k) accel_ckpt_close(files[k]);
+    free(files);
+    free(file_of);
+    free(idx);
+    stbds_arrfree(fnames);
+    accel__index_free(&ix);
+    return r;
+}
+
+/* ----------------------------------------------------------------------------------- save/load state */
+typedef struct accel__ckpt_group { accel_tensor *t; int n; } accel__ckpt_group;
+typedef struct accel__ckpt_obj { char *name; accel_ckpt_save_fn save; accel_ckpt_load_fn load; void *user; } accel__ckpt_obj;
+
+struct accel_ckpt {
+    accel *acc;
+    accel_ckpt_desc d;
+    char project_dir[2048];
+    accel__ckpt_group *models, *optims; /* stb_ds arrays */
+    accel__ckpt_obj *objs;
+    int n_custom;
+    int iteration;
+};
+
+#define ACCEL__MARKER "checkpoint_complete.json"
+
+static void accel__group_free(accel__ckpt_group *g) {
+    int i;
+    for (i = 0; i < g->n; ++i) free((void *)g->t[i].name);
+    free(g->t);
+}
+ACCEL__DEF void accel_ckpt_destroy(accel_ckpt *ck) {
+    int i;
+    if (!ck) return;
+    for (i = 0; i < (int)stbds_arrlen(ck->models); ++i) accel__group_free(&ck->models[i]);
+    for (i = 0; i < (int)stbds_arrlen(ck->optims); ++i) accel__group_free(&ck->optims[i]);
+    for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i) free(ck->objs[i].name);
+    stbds_arrfree(ck->models);
+    stbds_arrfree(ck->optims);
+    stbds_arrfree(ck->objs);
+    free(ck);
+}
+ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc, accel_ckpt **out) {
+    accel_ckpt *ck;
+    const char *pd;
+    if (!acc || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_create: NULL argument");
+    *out = NULL;
+    if (desc && (desc->total_limit < 0 || desc->iteration < 0))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_desc: total_limit=%d and iteration=%d must be >= 0", desc->total_limit, desc->iteration);
+    pd = desc && desc->project_dir ? desc->project_dir : (acc->desc.project_dir ? acc->desc.project_dir : ".");
+    if (strlen(pd) >= 2000) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "project_dir is too long");
+    ck = (accel_ckpt *)calloc(1, sizeof *ck);
+    if (!ck) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_ckpt_create");
+    ck->acc = acc;
+    if (desc) ck->d = *desc;
+    accel__fmt(ck->project_dir, sizeof ck->project_dir, "%s", pd);
+    ck->d.project_dir = ck->project_dir;
+    ck->iteration = ck->d.iteration;
+    *out = ck;
+    return ACCEL_OK;
+}
+ACCEL__DEF int accel_ckpt_iteration(const accel_ckpt *ck) { return ck ? ck->iteration : -1; }
+
+static accel_result accel__register_group(accel_ckpt *ck, accel__ckpt_group **arr, const accel_tensor *t, int n, const char *what) {
+    accel__ckpt_group g;
+    int i;
+    accel_result r;
+    if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: ck is NULL", what);
+    r = accel__check_tensors(ck->acc, t, n, what);
+    if (r != ACCEL_OK) return r;
+    g.n = n;
+    g.t = (accel_tensor *)calloc((size_t)(n ? n : 1), sizeof(accel_tensor));
+    if (!g.t) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    for (i = 0; i < n; ++i) {
+        g.t[i] = t[i];
+        g.t[i].name = accel__strndup(t[i].name, strlen(t[i].name));
+        if (!g.t[i].name) { g.n = i; accel__group_free(&g); return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what); }
+    }
+    stbds_arrput(*arr, g);
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_tensor *t, int n) {
+    return accel__register_group(ck, ck ? &ck->models : NULL, t, n, "register_model");
+}
+ACCEL__DEF accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel_tensor *t, int n) {
+    return accel__register_group(ck, ck ? &ck->optims : NULL, t, n, "register_optimizer");
+}
+ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_ckpt_save_fn save,
+                                            accel_ckpt_load_fn load, void *user) {
+    accel__ckpt_obj o;
+    char buf[96];
+    int i;
+    if (!ck || !save || !load) return ACCEL__FAIL(ck ? ck->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "register: NULL ck, save or load");
+    if (name) {
+        static const char *reserved[] = {"model", "optimizer", "random_states", "accelerator_state", "checkpoint_complete", "custom_checkpoint", NULL};
+        size_t k, len = strlen(name);
+        if (len == 0 || len > 64) return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: a name must have 1..64 characters");
+        for (k = 0; k < len; ++k) {
+            char c = name[k];
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
+                return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: name \"%.64s\" may only use [A-Za-z0-9_.-]", name);
+        }
+        if (name[0] == '.') return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: name \"%.64s\" may not start with '.'", name);
+        for (k = 0; reserved[k]; ++k)
+            if (!strncmp(name, reserved[k], strlen(reserved[k])))
+                return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: name \"%.64s\" is reserved", name);
+        accel__fmt(buf, sizeof buf, "%s.bin", name);
+    } else {
+        accel__fmt(buf, sizeof buf, "custom_checkpoint_%d.bin", ck->n_custom);
+    }
+    for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i)
+        if (!strcmp(ck->objs[i].name, buf)) return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: \"%s\" is already registered", buf);
+    o.name = accel__strndup(buf, strlen(buf));
+    if (!o.name) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register");
+    o.save = save;
+    o.load = load;
+    o.user = user;
+    stbds_arrput(ck->objs, o);
+    if (!name) ck->n_custom++;
+    return ACCEL_OK;
+}
+
+typedef struct accel__written { char name[96]; uint64_t bytes, hash; } accel__written;
+
+static void accel__group_file(char *out, size_t cap, const char *stem, int i) {
+    if (i == 0) accel__fmt(out, cap, "%s.safetensors", stem);
+    else accel__fmt(out, cap, "%s_%d.safetensors", stem, i);
+}
+
+/* Hashes a file by reading it (files written by other processes). */
+static accel_result accel__hash_file(accel *acc, const char *path, uint64_t *bytes, uint64_t *hash) {
+    int fd = open(path, O_RDONLY);
+    accel__xxh64 h;
+    char *buf;
+    uint64_t total = 0;
+    if (fd < 0) return errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path) : accel__io_fail(acc, "cannot open", path);
+    buf = (char *)malloc(ACCEL__IO_CHUNK);
+    if (!buf) { close(fd); return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "hash"); }
+    accel__xxh64_init(&h, 0);
+    for (;;) {
+        ssize_t r = read(fd, buf, ACCEL__IO_CHUNK);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            free(buf);
+            close(fd);
+            return accel__io_fail(acc, "cannot read", path);
+        }
+        if (r == 0) break;
+        accel__xxh64_update(&h, buf, (size_t)r);
+        total += (uint64_t)r;
+    }
+    free(buf);
+    close(fd);
+    *bytes = total;
+    *hash = accel__xxh64_final(&h);
+    return ACCEL_OK;
+}
+
+static int accel__ckpt_number(const char *name, long *num) { /* "checkpoint_<digits>" */
+    const char *p;
+    long v = 0;
+    if (strncmp(name, "checkpoint_", 11)) return 0;
+    p = name + 11;
+    if (!*p) return 0;
+    for (; *p; ++p) {
+        if (*p < '0' || *p > '9' || v > (LONG_MAX - 9) / 10) return 0;
+        v = v * 10 + (*p - '0');
+    }
+    *num = v;
+    return 1;
+}
+
+/* The completion marker: file list with sizes and checksums. */
+typedef struct accel__marker { accel__written *files; } accel__marker;
+static accel_result accel__marker_read(accel *acc, const char *dir, accel__marker *m) {
+    char path[4200], *data = NULL;
+    size_t n = 0;
+    accel__json j;
+    int root, fl, c;
+    accel_result r;
+    memset(m, 0, sizeof *m);
+    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, dir);
+    r = accel__read_file(acc, path, &data, &n, (size_t)16 << 20);
+    if (r == ACCEL_ERR_NOT_FOUND) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not a complete checkpoint: no " ACCEL__MARKER, dir);
+    if (r != ACCEL_OK) return r;
+    if (!accel__utf8_valid((const unsigned char *)data, n, NULL)) { free(data); return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid UTF-8", path); }
+    root = accel__json_parse(&j, data, n);
+    free(data);
+    if (root < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid JSON: %s", path, j.err); accel__json_free(&j); return r; }
+    fl = accel__jget(&j, root, "files");
+    if (fl < 0 || j.nodes[fl].type != ACCEL__J_OBJ) { accel__json_free(&j); return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s has no \"files\" object", path); }
+    for (c = j.nodes[fl].first; c >= 0; c = j.nodes[c].next) {
+        accel__written w;
+        int b = accel__jget(&j, c, "bytes"), h = accel__jget(&j, c, "xxh64"), k, okhex = 1;
+        const char *hs;
+        memset(&w, 0, sizeof w);
+        if (j.nodes[c].keylen >= sizeof w.name || strlen(accel__jkeyp(&j, c)) != j.nodes[c].keylen || !accel__safe_file_name(accel__jkeyp(&j, c)) ||
+            b < 0 || h < 0 || accel__ju64(&j, b, &w.bytes) || j.nodes[h].type != ACCEL__J_STR || j.nodes[h].len != 16)
+            okhex = 0;
+        if (okhex) {
+            hs = accel__jstr(&j, h);
+            for (k = 0; k < 16; ++k) {
+                char ch = hs[k];
+                unsigned v = (ch >= '0' && ch <= '9') ? (unsigned)(ch - '0') : (ch >= 'a' && ch <= 'f') ? (unsigned)(ch - 'a' + 10) : 99u;
+                if (v > 15) { okhex = 0; break; }
+                w.hash = (w.hash << 4) | v;
+            }
+        }
+        if (!okhex) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: malformed entry for '%.100s'", path, accel__jkeyp(&j, c));
+            accel__json_free(&j);
+            stbds_arrfree(m->files);
+            return r;
+        }
+        memcpy(w.name, accel__jkeyp(&j, c), j.nodes[c].keylen + 1);
+        stbds_arrput(m->files, w);
+    }
+    accel__json_free(&j);
+    return ACCEL_OK;
+}
+static const accel__written *accel__marker_find(const accel__marker *m, const char *name) {
+    int i;
+    for (i = 0; i < (int)stbds_arrlen(m->files); ++i)
+        if (!strcmp(m->files[i].name, name)) return &m->files[i];
+    return NULL;
+}
+/* Marker present, every listed file with its size; full: also every checksum. */
+static accel_result accel__check_complete(accel *acc, const char *dir, int full, accel__marker *keep) {
+    accel__marker m;
+    int i;
+    accel_result r = accel__marker_read(acc, dir, &m);
+    if (r != ACCEL_OK) return r;
+    for (i = 0; i < (int)stbds_arrlen(m.files) && r == ACCEL_OK; ++i) {
+        char path[4200];
+        struct stat st;
+        accel__fmt(path, sizeof path, "%s/%s", dir, m.files[i].name);
+        if (stat(path, &st) != 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "incomplete checkpoint %.400s: %s is missing", dir, m.files[i].name); break; }
+        if ((uint64_t)st.st_size != m.files[i].bytes) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: %s is %llu bytes, the marker says %llu", dir, m.files[i].name,
+                            (unsigned long long)st.st_size, (unsigned long long)m.files[i].bytes);
+            break;
+        }
+        if (full) {
+            uint64_t b = 0, h = 0;
+            r = accel__hash_file(acc, path, &b, &h);
+            if (r == ACCEL_OK && (h != m.files[i].hash || b != m.files[i].bytes))
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: checksum of %s is %016llx, the marker says %016llx", dir,
+                                m.files[i].name, (unsigned long long)h, (unsigned long long)m.files[i].hash);
+        }
+    }
+    if (r == ACCEL_OK && keep) *keep = m;
+    else stbds_arrfree(m.files);
+    return r;
+}
+ACCEL__DEF accel_result accel_ckpt_verify(accel *acc, const char *dir) {
+    if (!dir) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "verify: dir is NULL");
+    if (!accel__is_dir(dir)) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s is not a directory", dir);
+    return accel__check_complete(acc, dir, 1, NULL);
+}
+
+/* Complete checkpoints under dir, sorted ascending by number. */
+typedef struct accel__ckpt_ent { long num; char name[64]; } accel__ckpt_ent;
+static int accel__ckpt_ent_cmp(const void *a, const void *b) {
+    long x = ((const accel__ckpt_ent *)a)->num, y = ((const accel__ckpt_ent *)b)->num;
+    return x < y ? -1 : x > y;
+}
+static void accel__quiet_log(void *user, accel_log_level level, const char *msg) { (void)user; (void)level; (void)msg; }
+/* A completeness probe whose (expected) failures are neither logged nor left behind as the last error. */
+static int accel__is_complete_quiet(const char *dir) {
+    accel_log_fn fn = accel__g_log_fn;
+    void *user = accel__g_log_user;
+    char saved[ACCEL_ERROR_CAPACITY];
+    int ok;
+    memcpy(saved, accel__g_last_error, sizeof saved);
+    accel__g_log_fn = accel__quiet_log;
+    accel__g_log_user = NULL;
+    ok = accel__check_complete(NULL, dir, 0, NULL) == ACCEL_OK;
+    accel__g_log_fn = fn;
+    accel__g_log_user = user;
+    memcpy(accel__g_last_error, saved, sizeof saved);
+    return ok;
+}
+static accel__ckpt_ent *accel__list_ckpts(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    accel__ckpt_ent *list = NULL;
+    if (!d) return NULL;
+    while ((de = readdir(d)) != NULL) {
+        accel__ckpt_ent e;
+        char path[4200];
+        if (!accel__ckpt_number(de->d_name, &e.num) || strlen(de->d_name) >= sizeof e.name) continue;
+        accel__fmt(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (!accel__is_dir(path) || !accel__is_complete_quiet(path)) continue;
+        accel__fmt(e.name, sizeof e.name, "%s", de->d_name);
+        stbds_arrput(list, e);
+    }
+    closedir(d);
+    if (list) qsort(list, (size_t)stbds_arrlen(list), sizeof *list, accel__ckpt_ent_cmp);
+    return list;
+}
+ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out, size_t cap) {
+    accel__ckpt_ent *list;
+    int n;
+    if (!dir || !out || cap == 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: NULL argument");
+    out[0] = 0;
+    list = accel__list_ckpts(dir);
+    n = (int)stbds_arrlen(list);
+    if (n == 0) { stbds_arrfree(list); return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint in %.400s", dir); }
+    if ((size_t)accel__fmt(out, cap, "%s/%s", dir, list[n - 1].name) >= cap) {
+        stbds_arrfree(list);
+        out[0] = 0;
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: output buffer too small");
+    }
+    stbds_arrfree(list);
+    return ACCEL_OK;
+}
+
+static uint64_t accel__splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static void accel__json_kv_u64(accel__sb *b, const char *k, uint64_t v, int last) {
+    accel__sb_json_str(b, k, strlen(k));
+    accel__sb_puts(b, ": ");
+    accel__sb_u64(b, v);
+    if (!last) accel__sb_puts(b, ", ");
+}
+
+/* Writes one object's bytes (the two-call protocol of accel_ckpt_save_fn). */
+static accel_result accel__save_obj(accel_ckpt *ck, const accel__ckpt_obj *o, const char *dir, accel__written *w) {
+    size_t need = 0, got = 0;
+    void *buf;
+    char path[4200];
+    accel_result r = o->save(o->user, NULL, 0, &need);
+    if (r != ACCEL_OK) return ACCEL__FAIL(ck->acc, r, "save callback of %s failed", o->name);
+    buf = malloc(need ? need : 1);
+    if (!buf) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "state of %s (%zu bytes)", o->name, need);
+    r = o->save(o->user, buf, need, &got);
+    if (r != ACCEL_OK || got > need) {
+        free(buf);
+        return ACCEL__FAIL(ck->acc, r != ACCEL_OK ? r : ACCEL_ERR_STATE, "save callback of %s failed (wrote %zu of %zu bytes)", o->name, got, need);
+    }
+    accel__fmt(path, sizeof path, "%s/%s", dir, o->name);
+    r = accel__write_file(ck->acc, path, buf, got, 0, &w->hash);
+    free(buf);
+    accel__fmt(w->name, sizeof w->name, "%s", o->name);
+    w->bytes = got;
+    return r;
+}
+
+/* The owner's part of sealing a checkpoint: hash the files it did not write, write the marker, fsync. */
+static accel_result accel__write_marker(accel *acc, const char *tmp, accel__written **written) {
+    DIR *d = opendir(tmp);
+    struct dirent *de;
+    char path[4200];
+    accel_result r = ACCEL_OK;
+    accel__sb b;
+    accel__name_file *order;
+    int nw, i;
+    if (!d) return accel__io_fail(acc, "cannot list", tmp);
+    while (r == ACCEL_OK && (de = readdir(d)) != NULL) {
+        accel__written w;
+        int k, mine = 0;
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, ACCEL__MARKER)) continue;
+        for (k = 0; k < (int)stbds_arrlen(*written); ++k)
+            if (!strcmp((*written)[k].name, de->d_name)) mine = 1;
+        if (mine || strlen(de->d_name) >= sizeof w.name) continue;
+        accel__fmt(w.name, sizeof w.name, "%s", de->d_name);
+        accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
+        r = accel__hash_file(acc, path, &w.bytes, &w.hash);
+        if (r == ACCEL_OK) stbds_arrput(*written, w);
+    }
+    closedir(d);
+    if (r != ACCEL_OK) return r;
+    nw = (int)stbds_arrlen(*written);
+    order = (accel__name_file *)malloc(sizeof(accel__name_file) * (size_t)(nw ? nw : 1));
+    if (!order) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "marker");
+    for (i = 0; i < nw; ++i) { order[i].name = (*written)[i].name; order[i].shard = i; }
+    qsort(order, (size_t)nw, sizeof *order, accel__name_file_cmp);
+    memset(&b, 0, sizeof b);
+    accel__sb_puts(&b, "{\"files\": {");
+    for (i = 0; i < nw; ++i) {
+        char hx[24];
+        const accel__written *w = &(*written)[order[i].shard];
+        if (i) accel__sb_puts(&b, ", ");
+        accel__sb_json_str(&b, w->name, strlen(w->name));
+        accel__sb_puts(&b, ": {\"bytes\": ");
+        accel__sb_u64(&b, w->bytes);
+        accel__fmt(hx, sizeof hx, "%016llx", (unsigned long long)w->hash);
+        accel__sb_puts(&b, ", \"xxh64\": \"");
+        accel__sb_puts(&b, hx);
+        accel__sb_puts(&b, "\"}");
+    }
+    accel__sb_puts(&b, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
+    free(order);
+    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, tmp);
+    r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "marker") : accel__write_file(acc, path, b.p, b.n, 0, NULL);
+    accel__sb_free(&b);
+    if (r == ACCEL_OK && accel__fsync_dir(tmp) != 0) r = accel__io_fail(acc, "cannot fsync directory", tmp);
+    return r;
+}
+
+/* Removes hidden leftovers (.checkpoint_N.tmp/.del/.old) of interrupted saves under parent. */
+static void accel__clean_hidden(const char *parent) {
+    DIR *d = opendir(parent);
+    struct dirent *de;
+    char path[4200];
+    while (d && (de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name);
+        long num;
+        char inner[256];
+        if (de->d_name[0] != '.' || l < 6 || l >= sizeof inner) continue;
+        if (strcmp(de->d_name + l - 4, ".tmp") && strcmp(de->d_name + l - 4, ".del") && strcmp(de->d_name + l - 4, ".old")) continue;
+        memcpy(inner, de->d_name + 1, l - 5);
+        inner[l - 5] = 0;
+        if (!accel__ckpt_number(inner, &num)) continue;
+        accel__fmt(path, sizeof path, "%s/%s", parent, de->d_name);
+        accel__rmtree(path);
+    }
+    if (d) closedir(d);
+}
+
+ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap) {
+    accel *acc;
+    char target[2300], parent[2300], tmp[2400], old[2400], path[4200];
+    const char *base;
+    accel__written *written = NULL;
+    accel_result r = ACCEL_OK;
+    int owner, i, automatic;
+    if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "save_state: ck is NULL");
+    acc = ck->acc;
+    automatic = !output_dir;
+    owner = acc->num_processes <= 1 || (ck->d.save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
+    target[0] = parent[0] = tmp[0] = old[0] = 0;
+    if (automatic && !ck->d.automatic_checkpoint_naming) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir is NULL and automatic_checkpoint_naming is off");
+    } else if (automatic) {
+        accel__fmt(parent, sizeof parent, "%s/checkpoints", ck->project_dir);
+        accel__fmt(target, sizeof target, "%s/checkpoint_%d", parent, ck->iteration);
+    } else {
+        size_t l = strlen(output_dir);
+        while (l > 1 && output_dir[l - 1] == '/') --l;
+        if (l == 0 || l >= 2000) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: bad output_dir");
+        else {
+            accel__fmt(target, sizeof target, "%.*s", (int)l, output_dir);
+            accel__dirname(target, parent, sizeof parent);
+        }
+    }
+    if (r == ACCEL_OK) {
+        base = accel__basename(target);
+        if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir must name a directory");
+        accel__fmt(tmp, sizeof tmp, "%s/.%s.tmp", parent, base);
+        accel__fmt(old, sizeof old, "%s/.%s.old", parent, base);
+    }
+    /* 1. the owner prepares the temporary sibling directory */
+    if (r == ACCEL_OK && owner) {
+        if (automatic && accel__is_dir(target))
+            r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "checkpoint directory %.400s already exists (iteration %d); set the iteration or load_state first",
+                            target, ck->iteration);
+        else if (accel__mkdir_p(parent) != 0) r = accel__io_fail(acc, "cannot create directory", parent);
+        else if (accel__rmtree(tmp) != 0) r = accel__io_fail(acc, "cannot remove stale", tmp);
+        else if (mkdir(tmp, 0777) != 0) r = accel__io_fail(acc, "cannot create directory", tmp);
+    }
+    r = accel__agree(acc, r, "save_state (prepare)");
+    if (r != ACCEL_OK) return r;
+    if (!accel__is_dir(tmp))
+        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "checkpoint directory %.400s is not visible on this process (save_state needs a shared filesystem, or save_on_each_node)", tmp);
+
+    /* 2. the files: global ones by the owner, random_states_<rank> by everyone */
+    if (r == ACCEL_OK && owner) {
+        const char *meta[2] = {"format", "pt"};
+        for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i) {
+            accel__written w;
+            accel__group_file(w.name, sizeof w.name, "model", i);
+            accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
+            r = accel__st_save(acc, path, ck->models[i].t, ck->models[i].n, meta, 1, 0, &w.bytes, &w.hash);
+            if (r == ACCEL_OK) stbds_arrput(written, w);
+        }
+        for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i) {
+            accel__written w;
+            accel__group_file(w.name, sizeof w.name, "optimizer", i);
+            accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
+            r = accel__st_save(acc, path, ck->optims[i].t, ck->optims[i].n, NULL, 0, 0, &w.bytes, &w.hash);
+            if (r == ACCEL_OK) stbds_arrput(written, w);
+        }
+        for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
+            accel__written w;
+            r = accel__save_obj(ck, &ck->objs[i], tmp, &w);
+            if (r == ACCEL_OK) stbds_arrput(written, w);
+        }
+        if (r == ACCEL_OK) {
+            accel__sb b;
+            accel__written w;
+            memset(&b, 0, sizeof b);
+            accel__sb_puts(&b, "{\"format\": \"accel\", ");
+            accel__json_kv_u64(&b, "iteration", (uint64_t)ck->iteration, 0);
+            accel__json_kv_u64(&b, "num_processes", (uint64_t)acc->num_processes, 0);
+            accel__json_kv_u64(&b, "optimizer_steps", (uint64_t)(acc->optimizer_steps < 0 ? 0 : acc->optimizer_steps), 0);
+            accel__json_kv_u64(&b, "scheduler_steps", (uint64_t)(acc->scheduler_steps < 0 ? 0 : acc->scheduler_steps), 0);
+            accel__json_kv_u64(&b, "version", 1, 1);
+            accel__sb_puts(&b, "}\n");
+            accel__fmt(w.name, sizeof w.name, "accelerator_state.json");
+            accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
+            r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accelerator_state") : accel__write_file(acc, path, b.p, b.n, 0, &w.hash);
+            w.bytes = b.n;
+            accel__sb_free(&b);
+            if (r == ACCEL_OK) stbds_arrput(written, w);
+        }
+    }
+    if (r == ACCEL_OK) {
+        accel__sb b;
+        accel__written w;
+        memset(&b, 0, sizeof b);
+        accel__sb_puts(&b, "{");
+        accel__json_kv_u64(&b, "num_processes", (uint64_t)acc->num_processes, 0);
+        accel__json_kv_u64(&b, "process_index", (uint64_t)acc->process_index, 0);
+        accel__json_kv_u64(&b, "rng_offset", acc->rng.offset, 0);
+        accel__json_kv_u64(&b, "rng_seed", acc->rng.seed, 0);
+        accel__json_kv_u64(&b, "step", (uint64_t)(acc->step < 0 ? 0 : acc->step), 1);
+        accel__sb_puts(&b, "}\n");
+        accel__fmt(w.name, sizeof w.name, "random_states_%d.json", acc->process_index);
+        accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
+        r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "random_states") : accel__write_file(acc, path, b.p, b.n, 0, &w.hash);
+        w.bytes = b.n;
+        accel__sb_free(&b);
+        if (r == ACCEL_OK) stbds_arrput(written, w);
+    }
+    r = accel__agree(acc, r, "save_state (write)");
+    /* 3. the owner seals and publishes: marker, fsync, rename into place, rotation */
+    if (r == ACCEL_OK && owner) {
+        r = accel__write_marker(acc, tmp, &written);
+        if (r == ACCEL_OK) {
+            int had_old = 0;
+            if (accel__is_dir(target)) { /* an explicit directory that exists: swap it out */
+                if (accel__rmtree(old) != 0 || rename(target, old) != 0) r = accel__io_fail(acc, "cannot move the previous checkpoint aside:", target);
+                had_old = 1;
+            }
+            if (r == ACCEL_OK && rename(tmp, target) != 0) r = accel__io_fail(acc, "cannot rename the checkpoint into", target);
+            if (r == ACCEL_OK && accel__fsync_dir(parent) != 0) r = accel__io_fail(acc, "cannot fsync directory", parent);
+            if (r == ACCEL_OK && had_old) accel__rmtree(old);
+        }
+        if (r == ACCEL_OK && automatic && ck->d.total_limit > 0) {
+            accel__ckpt_ent *list = accel__list_ckpts(parent);
+            int n = (int)stbds_arrlen(list), k;
+            for (k = 0; k + ck->d.total_limit < n; ++k) {
+                char victim[4200], hidden[4200];
+                accel__fmt(victim, sizeof victim, "%s/%s", parent, list[k].name);
+                if (!strcmp(victim, target)) continue; /* never the one just written */
+                accel__fmt(hidden, sizeof hidden, "%s/.%s.del", parent, list[k].name);
+                accel__rmtree(hidden);
+                if (rename(victim, hidden) == 0) accel__rmtree(hidden); /* hidden first: never half-deleted in view */
+            }
+            stbds_arrfree(list);
+            accel__fsync_dir(parent);
+        }
+        if (r == ACCEL_OK && automatic) accel__clean_hidden(parent);
+    }
+    stbds_arrfree(written);
+    r = accel__agree(acc, r, "save_state (commit)");
+    if (r != ACCEL_OK) return r;
+    if (out_dir && cap) accel__fmt(out_dir, cap, "%s", target);
+    ck->iteration += 1;
+    return ACCEL_OK;
+}
+
+/* random_states_<i>.json → (seed, offset, step). */
+static accel_result accel__read_rng(accel *acc, const char *dir, int rank, uint64_t *seed, uint64_t *offset, uint64_t *step) {
+    char path[4200], *data = NULL;
+    size_t n = 0;
+    accel__json j;
+    int root;
+    accel_result r;
+    accel__fmt(path, sizeof path, "%s/random_states_%d.json", dir, rank);
+    r = accel__read_file(acc, path, &data, &n, 1 << 20);
+    if (r != ACCEL_OK) return r;
+    root = accel__json_parse(&j, data, n);
+    free(data);
+    if (root < 0 || accel__ju64(&j, accel__jget(&j, root, "rng_seed"), seed) || accel__ju64(&j, accel__jget(&j, root, "rng_offset"), offset) ||
+        accel__ju64(&j, accel__jget(&j, root, "step"), step)) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: expected rng_seed, rng_offset and step integers%s%s", path, root < 0 ? ": " : "",
+                        root < 0 ? j.err : "");
+        accel__json_free(&j);
+        return r;
+    }
+    accel__json_free(&j);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_dir) {
+    accel *acc;
+    char dir[2300], path[4200];
+    accel_result r = ACCEL_OK;
+    accel_ckpt_file **mf = NULL, **of = NULL;
+    int nm, no, nobj, i, k, n_custom_files = 0;
+    uint64_t iteration = 0, saved_np = 0, opt_steps = 0, sch_steps = 0, seed = 0, offset = 0, step = 0;
+    char **blobs = NULL;
+    size_t *blob_n = NULL;
+    accel__marker marker;
+    if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "load_state: ck is NULL");
+    acc = ck->acc;
+    memset(&marker, 0, sizeof marker);
+    nm = (int)stbds_arrlen(ck->models);
+    no = (int)stbds_arrlen(ck->optims);
+    nobj = (int)stbds_arrlen(ck->objs);
+    dir[0] = 0;
+    if (input_dir) {
+        if (strlen(input_dir) >= 2000) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state: input_dir is too long");
+        else accel__fmt(dir, sizeof dir, "%s", input_dir);
+    } else {
+        char cdir[2200];
+        accel__fmt(cdir, sizeof cdir, "%s/checkpoints", ck->project_dir);
+        r = accel_ckpt_latest(acc, cdir, dir, sizeof dir);
+    }
+    /* 1. verify: marker, sizes, checksums */
+    if (r == ACCEL_OK) r = accel__check_complete(acc, dir, 1, &marker);
+    /* 2. parse and check everything before applying anything */
+    if (r == ACCEL_OK) {
+        mf = (accel_ckpt_file **)calloc((size_t)nm + 1, sizeof *mf);
+        of = (accel_ckpt_file **)calloc((size_t)no + 1, sizeof *of);
+        blobs = (char **)calloc((size_t)nobj + 1, sizeof *blobs);
+        blob_n = (size_t *)calloc((size_t)nobj + 1, sizeof *blob_n);
+        if (!mf || !of || !blobs || !blob_n) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
+    }
+    for (i = 0; i < nm && r == ACCEL_OK; ++i) {
+        char fname[96];
+        accel__group_file(fname, sizeof fname, "model", i);
+        accel__fmt(path, sizeof path, "%s/%s", dir, fname);
+        r = accel_ckpt_open(acc, path, &mf[i]);
+        if (r == ACCEL_OK && accel_ckpt_file_count(mf[i]) != ck->models[i].n)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but model %d registers %d", path, accel_ckpt_file_count(mf[i]), i,
+                            ck->models[i].n);
+        for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k) {
+            int ix;
+            r = accel__st_check_dst(mf[i], &ck->models[i].t[k], &ix);
+        }
+    }
+    for (i = 0; i < no && r == ACCEL_OK; ++i) {
+        char fname[96];
+        accel__group_file(fname, sizeof fname, "optimizer", i);
+        accel__fmt(path, sizeof path, "%s/%s", dir, fname);
+        r = accel_ckpt_open(acc, path, &of[i]);
+        if (r == ACCEL_OK && accel_ckpt_file_count(of[i]) != ck->optims[i].n)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but optimizer %d registers %d", path, accel_ckpt_file_count(of[i]), i,
+                            ck->optims[i].n);
+        for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k) {
+            int ix;
+            r = accel__st_check_dst(of[i], &ck->optims[i].t[k], &ix);
+        }
+    }
+    if (r == ACCEL_OK) {
+        for (i = 0; i < (int)stbds_arrlen(marker.files); ++i) {
+            const char *fn = marker.files[i].name;
+            size_t l = strlen(fn);
+            if (!strncmp(fn, "custom_checkpoint_", 18) && l > 22 && !strcmp(fn + l - 4, ".bin")) ++n_custom_files;
+        }
+        if (n_custom_files != ck->n_custom)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has %d custom_checkpoint files but %d custom objects are registered", dir,
+                            n_custom_files, ck->n_custom);
+    }
+    for (i = 0; i < nobj && r == ACCEL_OK; ++i) {
+        accel__fmt(path, sizeof path, "%s/%s", dir, ck->objs[i].name);
+        if (!accel__marker_find(&marker, ck->objs[i].name)) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s has no %s (a registered object)", dir, ck->objs[i].name);
+            break;
+        }
+        r = accel__read_file(acc, path, &blobs[i], &blob_n[i], (size_t)1 << 40);
+    }
+    if (r == ACCEL_OK) {
+        char *data = NULL;
+        size_t n = 0;
+        accel__json j;
+        int root;
+        accel__fmt(path, sizeof path, "%s/accelerator_state.json", dir);
+        r = accel__read_file(acc, path, &data, &n, 1 << 20);
+        if (r == ACCEL_OK) {
+            root = accel__json_parse(&j, data, n);
+            if (root < 0 || accel__ju64(&j, accel__jget(&j, root, "iteration"), &iteration) ||
+                accel__ju64(&j, accel__jget(&j, root, "num_processes"), &saved_np) ||
+                accel__ju64(&j, accel__jget(&j, root, "optimizer_steps"), &opt_steps) ||
+                accel__ju64(&j, accel__jget(&j, root, "scheduler_steps"), &sch_steps) || saved_np < 1 || saved_np > 1000000 ||
+                iteration > (uint64_t)INT_MAX - 1 || opt_steps > (uint64_t)INT64_MAX || sch_steps > (uint64_t)INT64_MAX)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is malformed", path);
+            accel__json_free(&j);
+            free(data);
+        }
+    }
+    /* RNG: this rank's own file, else re-derived (see the header) */
+    if (r == ACCEL_OK) {
+        if ((uint64_t)acc->process_index < saved_np) {
+            r = accel__read_rng(acc, dir, acc->process_index, &seed, &offset, &step);
+        } else {
+            uint64_t s0 = 0, o0 = 0, st0 = 0, s = 0, o = 0, st = 0;
+            int same = 1, pattern = 1;
+            r = accel__read_rng(acc, dir, 0, &s0, &o0, &st0);
+            for (k = 1; k < (int)saved_np && r == ACCEL_OK; ++k) {
+                r = accel__read_rng(acc, dir, k, &s, &o, &st);
+                if (s != s0 || o != o0) same = 0;
+                if (s != s0 + (uint64_t)k || o != o0) pattern = 0;
+            }
+            if (r == ACCEL_OK) {
+                step = st0;
+                if (same) {
+                    seed = s0;
+                    offset = o0;
+                } else if (pattern) {
+                    seed = s0 + (uint64_t)acc->process_index;
+                    offset = o0;
+                } else {
+                    int src = (int)((uint64_t)acc->process_index % saved_np);
+                    r = accel__read_rng(acc, dir, src, &s, &o, &st);
+                    seed = accel__splitmix64(s ^ (uint64_t)acc->process_index);
+                    offset = o;
+                }
+                accel__log(acc, ACCEL_LOG_INFO, "load_state: %s has no random_states_%d.json (saved on %d processes): RNG state re-derived", dir,
+                           acc->process_index, (int)saved_np);
+            }
+        }
+    }
+    r = accel__agree(acc, r, "load_state (verify)");
+    /* 3. apply */
+    if (r == ACCEL_OK) {
+        accel__stage stage;
+        memset(&stage, 0, sizeof stage);
+        for (i = 0; i < nm && r == ACCEL_OK; ++i)
+            for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k)
+                r = accel__st_copy(mf[i], accel_ckpt_file_find(mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
+        for (i = 0; i < no && r == ACCEL_OK; ++i)
+            for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k)
+                r = accel__st_copy(of[i], accel_ckpt_file_find(of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
+        accel__stage_free(&stage);
+        for (i = 0; i < nobj && r == ACCEL_OK; ++i) {
+            r = ck->objs[i].load(ck->objs[i].user, blobs[i], blob_n[i]);
+            if (r != ACCEL_OK) r = ACCEL__FAIL(acc, r, "the load callback of %s rejected its %zu bytes", ck->objs[i].name, blob_n[i]);
+        }
+        if (r == ACCEL_OK) {
+            acc->rng.seed = seed;
+            acc->rng.offset = offset;
+            acc->step = (int)(step > (uint64_t)INT_MAX ? INT_MAX : step);
+            acc->optimizer_steps = (int64_t)opt_steps;
+            acc->scheduler_steps = (int64_t)sch_steps;
+            ck->iteration = (int)iteration + 1; /* policy 5: the next save does not collide */
+        }
+    }
+    for (i = 0; mf && i < nm; ++i) accel_ckpt_close(mf[i]);
+    for (i = 0; of && i < no; ++i) accel_ckpt_close(of[i]);
+    for (i = 0; blobs && i < nobj; ++i) free(blobs[i]);
+    free(mf);
+    free(of);
+    free(blobs);
+    free(blob_n);
+    stbds_arrfree(marker.files);
+    return accel__agree(acc, r, "load_state (apply)");
+}
+
+#endif /* ACCEL_IMPLEMENTATION && !ACCEL__CKPT_IMPL_DONE */
+
+/* accel is released under the MIT licence. Copyright (c) 2026 the accel authors. */

@@ -1,14 +1,248 @@
-/* `accel ckpt` and `accel size` — owned by the accel_ckpt.h issue. */
+/* `accel ckpt ls|verify|plan` and `accel size` (accel_ckpt.h).
+     accel ckpt ls FILE|DIR        tensors (name, dtype, shape, bytes, offsets) and metadata of a safetensors file;
+                                   for a directory: its index, its completion marker and every .safetensors in it
+     accel ckpt verify DIR         completeness (marker, sizes) and XXH64 checksums of a checkpoint directory
+     accel ckpt plan --max-shard-size SIZE name:bytes …
+                                   the save_model sharding plan as one JSON object, writing nothing
+     accel size STRING             the byte count of a size string (SEMANTICS.md policy 6)
+   Exit codes: 0 ok, 1 failure (bad file, failed check), 2 usage error (including an invalid size). */
 #include "accel_ckpt.h"
 #include "accel_cli.h"
+#include <dirent.h>
 #include <stdio.h>
-int accel_cli_ckpt(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "accel ckpt: not built yet (accel_ckpt.h issue)\n");
-    return 1;
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void quiet_log(void *user, accel_log_level level, const char *msg) { (void)user; (void)level; (void)msg; }
+
+/* JSON string (ASCII-only output, Python json.dumps escaping). */
+static void put_json_str(FILE *f, const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    fputc('"', f);
+    while (*p) {
+        unsigned c = *p, cp = c;
+        int extra = 0;
+        if (c >= 0xF0) { cp = c & 0x07; extra = 3; }
+        else if (c >= 0xE0) { cp = c & 0x0F; extra = 2; }
+        else if (c >= 0xC0) { cp = c & 0x1F; extra = 1; }
+        ++p;
+        while (extra-- > 0 && (*p & 0xC0) == 0x80) cp = (cp << 6) | (*p++ & 0x3F);
+        if (cp == '"') fputs("\\\"", f);
+        else if (cp == '\\') fputs("\\\\", f);
+        else if (cp == '\n') fputs("\\n", f);
+        else if (cp == '\r') fputs("\\r", f);
+        else if (cp == '\t') fputs("\\t", f);
+        else if (cp == '\b') fputs("\\b", f);
+        else if (cp == '\f') fputs("\\f", f);
+        else if (cp >= 0x20 && cp < 0x7F) fputc((int)cp, f);
+        else if (cp >= 0x10000) {
+            unsigned v = cp - 0x10000;
+            fprintf(f, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+        } else fprintf(f, "\\u%04x", cp);
+    }
+    fputc('"', f);
 }
+
+static void print_shape(const accel_ckpt_entry *e) {
+    int d;
+    printf("[");
+    for (d = 0; d < e->ndim; ++d) printf("%s%lld", d ? ", " : "", (long long)e->shape[d]);
+    printf("]");
+}
+
+static int ls_file(const char *path) {
+    accel_ckpt_file *f = NULL;
+    int i;
+    unsigned long long total = 0;
+    if (accel_ckpt_open(NULL, path, &f) != ACCEL_OK) {
+        fprintf(stderr, "accel ckpt ls: %s\n", accel_last_error(NULL));
+        return 1;
+    }
+    printf("%s: %d tensors\n", path, accel_ckpt_file_count(f));
+    for (i = 0; i < accel_ckpt_file_metadata_count(f); ++i) {
+        const char *k, *v;
+        accel_ckpt_file_metadata(f, i, &k, &v);
+        printf("  metadata %s = %s\n", k, v);
+    }
+    for (i = 0; i < accel_ckpt_file_count(f); ++i) {
+        const accel_ckpt_entry *e = accel_ckpt_file_entry(f, i);
+        printf("  %-40s %-8s ", e->name, accel_dtype_name(e->dtype));
+        print_shape(e);
+        printf(" %llu bytes [%llu, %llu)\n", (unsigned long long)(e->end - e->begin), (unsigned long long)e->begin,
+               (unsigned long long)e->end);
+        total += e->end - e->begin;
+    }
+    printf("  total %llu bytes\n", total);
+    accel_ckpt_close(f);
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+static int ls_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char **names = NULL, path[4096];
+    int n = 0, cap = 0, i, rc = 0;
+    struct stat st;
+    if (!d) { perror(dir); return 1; }
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.') continue;
+        if (n == cap) {
+            char **nn;
+            cap = cap ? cap * 2 : 16;
+            nn = (char **)realloc(names, sizeof(char *) * (size_t)cap);
+            if (!nn) { closedir(d); return 1; }
+            names = nn;
+        }
+        names[n++] = strdup(de->d_name);
+    }
+    closedir(d);
+    if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
+    snprintf(path, sizeof path, "%s/checkpoint_complete.json", dir);
+    if (stat(path, &st) == 0) {
+        accel_set_default_logger(quiet_log, NULL);
+        printf("%s: checkpoint, %s\n", dir, accel_ckpt_verify(NULL, dir) == ACCEL_OK ? "complete, checksums OK" : accel_last_error(NULL));
+        accel_set_default_logger(NULL, NULL);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (stat(path, &st) == 0) printf("%s: sharded model (model.safetensors.index.json)\n", dir);
+    for (i = 0; i < n; ++i) {
+        size_t l = strlen(names[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (l > 12 && !strcmp(names[i] + l - 12, ".safetensors")) {
+            if (ls_file(path) != 0) rc = 1;
+        } else if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            printf("%s: %lld bytes\n", path, (long long)st.st_size);
+        }
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+static int cmd_ls(int argc, char **argv) {
+    struct stat st;
+    if (argc != 2) { fprintf(stderr, "usage: accel ckpt ls FILE|DIR\n"); return 2; }
+    if (stat(argv[1], &st) != 0) { perror(argv[1]); return 1; }
+    return S_ISDIR(st.st_mode) ? ls_dir(argv[1]) : ls_file(argv[1]);
+}
+
+static int cmd_verify(int argc, char **argv) {
+    if (argc != 2) { fprintf(stderr, "usage: accel ckpt verify DIR\n"); return 2; }
+    accel_set_default_logger(quiet_log, NULL);
+    if (accel_ckpt_verify(NULL, argv[1]) != ACCEL_OK) {
+        fprintf(stderr, "accel ckpt verify: %s\n", accel_last_error(NULL));
+        return 1;
+    }
+    printf("%s: complete, every checksum matches\n", argv[1]);
+    return 0;
+}
+
+typedef struct { const char *name; int shard; } name_shard;
+static int cmp_name_shard(const void *a, const void *b) {
+    return strcmp(((const name_shard *)a)->name, ((const name_shard *)b)->name);
+}
+
+static int cmd_plan(int argc, char **argv) {
+    const char *size_str = NULL;
+    char **names;
+    uint64_t *sizes, *shard_bytes, max = 0, total = 0;
+    int *shard_of, n = 0, ns = 0, i, s, first;
+    char fname[64];
+    name_shard *sorted;
+    accel_set_default_logger(quiet_log, NULL);
+    names = (char **)calloc((size_t)argc + 1, sizeof *names);
+    sizes = (uint64_t *)calloc((size_t)argc + 1, sizeof *sizes);
+    shard_bytes = (uint64_t *)calloc((size_t)argc + 1, sizeof *shard_bytes);
+    shard_of = (int *)calloc((size_t)argc + 1, sizeof *shard_of);
+    sorted = (name_shard *)calloc((size_t)argc + 1, sizeof *sorted);
+    if (!names || !sizes || !shard_bytes || !shard_of || !sorted) return 1;
+    for (i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--max-shard-size") && i + 1 < argc) { size_str = argv[++i]; continue; }
+        if (!strncmp(argv[i], "--max-shard-size=", 17)) { size_str = argv[i] + 17; continue; }
+        {
+            char *colon = strrchr(argv[i], ':');
+            if (!colon || colon == argv[i]) {
+                fprintf(stderr, "accel ckpt plan: expected name:bytes, got \"%s\"\n", argv[i]);
+                return 2;
+            }
+            *colon = 0;
+            if (accel_ckpt_parse_size(NULL, colon + 1, &sizes[n]) != ACCEL_OK) {
+                fprintf(stderr, "accel ckpt plan: tensor %s: %s\n", argv[i], accel_last_error(NULL));
+                return 2;
+            }
+            for (s = 0; s < n; ++s)
+                if (!strcmp(names[s], argv[i])) { fprintf(stderr, "accel ckpt plan: duplicate tensor name \"%s\"\n", argv[i]); return 2; }
+            names[n++] = argv[i];
+        }
+    }
+    if (!size_str) { fprintf(stderr, "usage: accel ckpt plan --max-shard-size SIZE name:bytes ...\n"); return 2; }
+    if (accel_ckpt_parse_size(NULL, size_str, &max) != ACCEL_OK) {
+        fprintf(stderr, "accel ckpt plan: --max-shard-size: %s\n", accel_last_error(NULL));
+        return 2;
+    }
+    if (accel_ckpt_plan_shards(NULL, sizes, n, max, shard_of, shard_bytes, &ns) != ACCEL_OK) {
+        fprintf(stderr, "accel ckpt plan: %s\n", accel_last_error(NULL));
+        return 1;
+    }
+    for (i = 0; i < n; ++i) total += sizes[i];
+    printf("{\"shards\": [");
+    for (s = 0; s < ns; ++s) {
+        accel_ckpt_shard_name(s, ns, fname, sizeof fname);
+        printf("%s{\"file\": \"%s\", \"tensors\": [", s ? ", " : "", fname);
+        for (i = 0, first = 1; i < n; ++i) {
+            if (shard_of[i] != s) continue;
+            if (!first) printf(", ");
+            put_json_str(stdout, names[i]);
+            first = 0;
+        }
+        printf("], \"bytes\": %llu}", (unsigned long long)shard_bytes[s]);
+    }
+    printf("], \"is_sharded\": %s, \"index\": ", ns > 1 ? "true" : "false");
+    if (ns > 1) {
+        for (i = 0; i < n; ++i) { sorted[i].name = names[i]; sorted[i].shard = shard_of[i]; }
+        qsort(sorted, (size_t)n, sizeof *sorted, cmp_name_shard);
+        printf("{\"metadata\": {\"total_size\": %llu}, \"weight_map\": {", (unsigned long long)total);
+        for (i = 0; i < n; ++i) {
+            if (i) printf(", ");
+            put_json_str(stdout, sorted[i].name);
+            accel_ckpt_shard_name(sorted[i].shard, ns, fname, sizeof fname);
+            printf(": \"%s\"", fname);
+        }
+        printf("}}");
+    } else {
+        printf("null");
+    }
+    printf("}\n");
+    free(names); free(sizes); free(shard_bytes); free(shard_of); free(sorted);
+    return 0;
+}
+
+int accel_cli_ckpt(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fprintf(argc < 2 ? stderr : stdout,
+                "usage: accel ckpt ls FILE|DIR\n"
+                "       accel ckpt verify DIR\n"
+                "       accel ckpt plan --max-shard-size SIZE name:bytes ...\n");
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "ls")) return cmd_ls(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "verify")) return cmd_verify(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "plan")) return cmd_plan(argc - 1, argv + 1);
+    fprintf(stderr, "accel ckpt: unknown subcommand '%s' (ls, verify, plan)\n", argv[1]);
+    return 2;
+}
+
 int accel_cli_size(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "accel size: not built yet (accel_ckpt.h issue)\n");
-    return 1;
+    uint64_t v = 0;
+    if (argc != 2) { fprintf(stderr, "usage: accel size STRING   (e.g. accel size 10GB)\n"); return 2; }
+    accel_set_default_logger(quiet_log, NULL);
+    if (accel_ckpt_parse_size(NULL, argv[1], &v) != ACCEL_OK) {
+        fprintf(stderr, "accel size: %s\n", accel_last_error(NULL));
+        return 2;
+    }
+    printf("%llu\n", (unsigned long long)v);
+    return 0;
 }
