@@ -1,0 +1,677 @@
+/* accel_collectives.h under mpirun (np 1..4): every op x dtype x size against a reference each rank computes
+   itself from every rank's deterministic inputs; 16-bit float sums against fp64; async handles; Accelerate helpers
+   (pad_across_processes, gather_for_metrics, objects); the reducer against per-tensor all-reduces; debug-mode
+   mismatches; sub-communicators.
+   usage: test_coll_mpi [basic|fault] */
+#include "accel.h"
+#include "accel_collectives.h"
+#include "accel_test.h"
+#include <math.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <mpi.h>
+
+static accel acc;
+static int P, R;
+
+/* ---- test-local 16-bit codecs (written independently of the library's) */
+static double dec16(uint16_t h, int bf) {
+    if (bf) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    } else {
+        int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+        double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+        return s ? -v : v;
+    }
+}
+/* the code of an exactly representable 16-bit value */
+static uint16_t code16(double r, int bf) {
+    uint16_t s = (uint16_t)(r < 0 ? 0x8000 : 0);
+    double a = fabs(r);
+    int e;
+    if (bf) {
+        float f = (float)r;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        return (uint16_t)(u >> 16);
+    }
+    if (a == 0) return s;
+    if (a < ldexp(1, -14)) return (uint16_t)(s | (uint16_t)ldexp(a, 24)); /* subnormal */
+    (void)frexp(a, &e);                                                       /* a = m 2^e, m in [0.5, 1) */
+    return (uint16_t)(s | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)((int)ldexp(ldexp(a, 1 - e) - 1, 10) & 1023));
+}
+/* round a double to the nearest 16-bit value, ties to even, by arithmetic on doubles (rint) */
+static uint16_t enc16(double x, int bf) {
+    int mant_bits = bf ? 7 : 10, e;
+    double r;
+    if (x == 0) return 0;
+    e = (int)floor(log2(fabs(x)));
+    if (!bf && e < -14) e = -14;
+    r = ldexp(rint(ldexp(x, mant_bits - e)), e - mant_bits);
+    return code16(r, bf);
+}
+
+static double get(const void *buf, size_t i, accel_dtype dt) {
+    switch (dt) {
+    case ACCEL_F64: return ((const double *)buf)[i];
+    case ACCEL_F32: return ((const float *)buf)[i];
+    case ACCEL_F16: return dec16(((const uint16_t *)buf)[i], 0);
+    case ACCEL_BF16: return dec16(((const uint16_t *)buf)[i], 1);
+    case ACCEL_I64: return (double)((const int64_t *)buf)[i];
+    case ACCEL_I32: return ((const int32_t *)buf)[i];
+    case ACCEL_U8: return ((const uint8_t *)buf)[i];
+    default: return NAN;
+    }
+}
+/* values used here are exactly representable in every dtype */
+static void put(void *buf, size_t i, accel_dtype dt, double v) {
+    switch (dt) {
+    case ACCEL_F64: ((double *)buf)[i] = v; break;
+    case ACCEL_F32: ((float *)buf)[i] = (float)v; break;
+    case ACCEL_F16: ((uint16_t *)buf)[i] = code16(v, 0); break;
+    case ACCEL_BF16: ((uint16_t *)buf)[i] = code16(v, 1); break;
+    case ACCEL_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case ACCEL_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case ACCEL_U8: ((uint8_t *)buf)[i] = (uint8_t)(int)v; break;
+    default: break;
+    }
+}
+
+/* rank r's element i: small integers; products use {1,2} (or {-1,1,2} for signed) so nothing overflows */
+static double val(int r, size_t i, accel_dtype dt, accel_coll_op op) {
+    int uns = dt == ACCEL_U8;
+    if (op == ACCEL_COLL_PROD) {
+        int k = (int)((i * 5 + (size_t)r * 3) % (uns ? 2 : 3));
+        return k == 0 ? 1 : k == 1 ? 2 : -1;
+    }
+    if (uns) return (double)((i * 7 + (size_t)r * 13) % 11);
+    return (double)((int)((i * 7 + (size_t)r * 13) % 11) - 5);
+}
+
+static double expect_reduce(size_t i, accel_dtype dt, accel_coll_op op) {
+    double a = val(0, i, dt, op);
+    int r;
+    for (r = 1; r < P; ++r) {
+        double v = val(r, i, dt, op);
+        if (op == ACCEL_COLL_MAX) a = v > a ? v : a;
+        else if (op == ACCEL_COLL_MIN) a = v < a ? v : a;
+        else if (op == ACCEL_COLL_PROD) a *= v;
+        else a += v;
+    }
+    if (op == ACCEL_COLL_AVG) a /= P;
+    return a;
+}
+/* exact except AVG, whose division rounds */
+static double tol_for(double ref, accel_dtype dt, accel_coll_op op) {
+    if (op != ACCEL_COLL_AVG) return 0;
+    switch (dt) {
+    case ACCEL_F16: return fabs(ref) / 1024 + 1e-7;
+    case ACCEL_BF16: return fabs(ref) / 128 + 1e-7;
+    case ACCEL_F32: return fabs(ref) * 1e-6 + 1e-12;
+    default: return fabs(ref) * 1e-14;
+    }
+}
+
+static int mismatches;
+static void check_elem(double got, double want, double tol, const char *what, accel_dtype dt, size_t n, size_t i) {
+    if (fabs(got - want) <= tol) return;
+    if (mismatches++ < 5)
+        fprintf(stderr, "[rank %d] %s %s n=%zu: element %zu is %.17g, want %.17g\n", R, what, accel_dtype_name(dt), n, i, got, want);
+}
+
+static void typed_ops(accel_coll *c, accel_dtype dt, size_t n) {
+    size_t es = accel_dtype_size(dt), i;
+    unsigned char *a = (unsigned char *)calloc((size_t)P * n + 1, es), *b = (unsigned char *)calloc((size_t)P * n + 1, es);
+    int op, root = P - 1, r;
+    char ctx[96];
+    snprintf(ctx, sizeof ctx, "%s n=%zu", accel_dtype_name(dt), n);
+    at_context = ctx;
+    mismatches = 0;
+    for (op = 0; op < ACCEL_COLL_OP_COUNT; ++op) {
+        int inplace;
+        if (op == ACCEL_COLL_AVG && !accel_dtype_is_float(dt)) {
+            AT_EQ_INT(accel_coll_all_reduce(c, a, b, n, dt, (accel_coll_op)op), ACCEL_ERR_INVALID_ARGUMENT);
+            continue;
+        }
+        for (inplace = 0; inplace < 2; ++inplace) {
+            for (i = 0; i < n; ++i) put(a, i, dt, val(R, i, dt, (accel_coll_op)op));
+            AT_EQ_INT(accel_coll_all_reduce(c, a, inplace ? a : b, n, dt, (accel_coll_op)op), ACCEL_OK);
+            for (i = 0; i < n; ++i) {
+                double w = expect_reduce(i, dt, (accel_coll_op)op);
+                check_elem(get(inplace ? a : b, i, dt), w, tol_for(w, dt, (accel_coll_op)op), accel_coll_op_name((accel_coll_op)op), dt, n, i);
+            }
+        }
+        /* reduce to a root */
+        for (i = 0; i < n; ++i) put(a, i, dt, val(R, i, dt, (accel_coll_op)op));
+        memset(b, 0x5a, n * es);
+        AT_EQ_INT(accel_coll_reduce(c, a, R == root ? b : NULL, n, dt, (accel_coll_op)op, root), ACCEL_OK);
+        if (R == root)
+            for (i = 0; i < n; ++i) {
+                double w = expect_reduce(i, dt, (accel_coll_op)op);
+                check_elem(get(b, i, dt), w, tol_for(w, dt, (accel_coll_op)op), "reduce", dt, n, i);
+            }
+        /* reduce_scatter: block r of everybody's send, reduced, lands on rank r */
+        for (i = 0; i < (size_t)P * n; ++i) put(a, i, dt, val(R, i, dt, (accel_coll_op)op));
+        {
+            unsigned char *rs = (unsigned char *)malloc(n * es + 1);
+            AT_EQ_INT(accel_coll_reduce_scatter(c, a, rs, n, dt, (accel_coll_op)op), ACCEL_OK);
+            for (i = 0; i < n; ++i) {
+                double w = expect_reduce((size_t)R * n + i, dt, (accel_coll_op)op);
+                check_elem(get(rs, i, dt), w, tol_for(w, dt, (accel_coll_op)op), "reduce_scatter", dt, n, i);
+            }
+            free(rs);
+        }
+    }
+    /* broadcast from the middle rank */
+    for (i = 0; i < n; ++i) put(a, i, dt, val(R, i, dt, ACCEL_COLL_SUM));
+    AT_EQ_INT(accel_coll_broadcast(c, a, n, dt, P / 2), ACCEL_OK);
+    for (i = 0; i < n; ++i) check_elem(get(a, i, dt), val(P / 2, i, dt, ACCEL_COLL_SUM), 0, "broadcast", dt, n, i);
+    /* all_gather, out of place and in place */
+    for (i = 0; i < n; ++i) put(a, i, dt, val(R, i, dt, ACCEL_COLL_SUM));
+    AT_EQ_INT(accel_coll_all_gather(c, a, b, n, dt), ACCEL_OK);
+    for (r = 0; r < P; ++r)
+        for (i = 0; i < n; ++i) check_elem(get(b, (size_t)r * n + i, dt), val(r, i, dt, ACCEL_COLL_SUM), 0, "all_gather", dt, n, i);
+    memset(b, 0, (size_t)P * n * es);
+    for (i = 0; i < n; ++i) put(b, (size_t)R * n + i, dt, val(R, i, dt, ACCEL_COLL_SUM));
+    AT_EQ_INT(accel_coll_all_gather(c, b + (size_t)R * n * es, b, n, dt), ACCEL_OK);
+    for (r = 0; r < P; ++r)
+        for (i = 0; i < n; ++i) check_elem(get(b, (size_t)r * n + i, dt), val(r, i, dt, ACCEL_COLL_SUM), 0, "all_gather in place", dt, n, i);
+    /* gather to rank 0 */
+    memset(b, 0, (size_t)P * n * es);
+    AT_EQ_INT(accel_coll_gather(c, a, R == 0 ? b : NULL, n, dt, 0), ACCEL_OK);
+    if (R == 0)
+        for (r = 0; r < P; ++r)
+            for (i = 0; i < n; ++i) check_elem(get(b, (size_t)r * n + i, dt), val(r, i, dt, ACCEL_COLL_SUM), 0, "gather", dt, n, i);
+    AT_EQ_INT(mismatches, 0);
+    at_context = "";
+    free(a);
+    free(b);
+}
+
+/* bf16/fp16 sums of non-integer values: exactly RNE(a + b) for 2 ranks; within P-1 float-add roundings otherwise */
+static double hval(size_t i, int r) { return sin(0.37 * (double)i + 1.3 * r) * (1.0 + (double)(i % 7)); }
+static void half_sums(accel_coll *c) {
+    int bf;
+    size_t n = 4099, i;
+    for (bf = 0; bf < 2; ++bf) {
+        uint16_t *x = (uint16_t *)malloc(n * 2);
+        int bad = 0, r;
+        for (i = 0; i < n; ++i) x[i] = enc16(hval(i, R), bf);
+        AT_EQ_INT(accel_coll_all_reduce(c, x, x, n, bf ? ACCEL_BF16 : ACCEL_F16, ACCEL_COLL_SUM), ACCEL_OK);
+        for (i = 0; i < n; ++i) {
+            double ref = 0, mag = 0, got = dec16(x[i], bf), eps = bf ? 1.0 / 256 : 1.0 / 2048;
+            for (r = 0; r < P; ++r) {
+                double v = dec16(enc16(hval(i, r), bf), bf);
+                ref += v;
+                mag += fabs(v);
+            }
+            if (P == 2) {
+                if (x[i] != enc16(ref, bf) && !(ref == 0 && (x[i] & 0x7fff) == 0)) bad++;
+            } else if (fabs(got - ref) > (P - 1) * eps * mag + 1e-12) bad++;
+        }
+        AT_EQ_INT(bad, 0);
+        free(x);
+    }
+}
+
+static void async_ops(accel_coll *c) {
+    size_t n = 100003, i;
+    float *a = (float *)malloc(n * 4), *b = (float *)malloc(n * 4 * (size_t)P);
+    int32_t *g = (int32_t *)malloc(n * 4 * (size_t)P);
+    accel_coll_request *q1 = NULL, *q2 = NULL;
+    int done = 0, polls = 0, bad = 0, r;
+    for (i = 0; i < n; ++i) { a[i] = (float)(R + 1) * 0.5f; g[(size_t)R * n + i] = (int32_t)(R * 1000 + (int)(i % 1000)); }
+    AT_EQ_INT(accel_coll_all_reduce_async(c, a, a, n, ACCEL_F32, ACCEL_COLL_AVG, &q1), ACCEL_OK);
+    AT_EQ_INT(accel_coll_all_gather_async(c, g + (size_t)R * n, g, n, ACCEL_I32, &q2), ACCEL_OK);
+    while (!done && polls < 100000000) {
+        if (accel_coll_test(q1, &done) != ACCEL_OK) break;
+        ++polls;
+        if (!done) sched_yield();
+    }
+    AT_EQ_INT(done, 1);
+    AT_EQ_INT(accel_coll_wait(q2), ACCEL_OK);
+    for (i = 0; i < n; ++i)
+        if (a[i] != (float)(0.5 * (P + 1) / 2.0)) bad++;
+    for (r = 0; r < P; ++r)
+        for (i = 0; i < n; ++i)
+            if (g[(size_t)r * n + i] != (int32_t)(r * 1000 + (int)(i % 1000))) bad++;
+    /* reduce_scatter / broadcast / reduce async */
+    for (i = 0; i < n * (size_t)P; ++i) b[i] = (float)(i % 17) + (float)R;
+    AT_EQ_INT(accel_coll_reduce_scatter_async(c, b, a, n, ACCEL_F32, ACCEL_COLL_SUM, &q1), ACCEL_OK);
+    AT_EQ_INT(accel_coll_wait(q1), ACCEL_OK);
+    for (i = 0; i < n; ++i)
+        if (a[i] != (float)(P * (int)(((size_t)R * n + i) % 17) + P * (P - 1) / 2)) bad++;
+    a[0] = (float)R;
+    AT_EQ_INT(accel_coll_broadcast_async(c, a, 1, ACCEL_F32, P - 1, &q1), ACCEL_OK);
+    AT_EQ_INT(accel_coll_wait(q1), ACCEL_OK);
+    AT_EQ_INT((int)a[0], P - 1);
+    a[0] = (float)R;
+    AT_EQ_INT(accel_coll_reduce_async(c, a, b, 1, ACCEL_F32, ACCEL_COLL_MAX, 0, &q1), ACCEL_OK);
+    AT_EQ_INT(accel_coll_wait(q1), ACCEL_OK);
+    if (R == 0) AT_EQ_INT((int)b[0], P - 1);
+    /* zero elements still gives a handle */
+    AT_EQ_INT(accel_coll_all_reduce_async(c, a, a, 0, ACCEL_F32, ACCEL_COLL_SUM, &q1), ACCEL_OK);
+    AT_EQ_INT(accel_coll_wait(q1), ACCEL_OK);
+    AT_EQ_INT(bad, 0);
+    free(a); free(b); free(g);
+}
+
+static void accelerate_reduce(accel_coll *c) {
+    int32_t v[3];
+    double d = R + 1;
+    v[0] = R + 1; v[1] = R; v[2] = -R;
+    AT_EQ_INT(accel_coll_reduce_tensor(c, v, 3, ACCEL_I32, NULL), ACCEL_OK); /* default "sum" */
+    AT_EQ_INT(v[0], P * (P + 1) / 2);
+    AT_EQ_INT(accel_coll_reduce_tensor(c, v, 3, ACCEL_I32, "none"), ACCEL_OK); /* "none" sums too */
+    AT_EQ_INT(v[0], P * P * (P + 1) / 2);
+    AT_EQ_INT(accel_coll_reduce_tensor(c, v, 3, ACCEL_I32, "mean"), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(&acc), "integer");
+    AT_EQ_INT(accel_coll_reduce_tensor(c, v, 3, ACCEL_I32, "average"), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_coll_reduce_tensor(c, &d, 1, ACCEL_F64, "mean"), ACCEL_OK);
+    AT_NEAR(d, (P + 1) / 2.0, 1e-12);
+    d = R;
+    AT_EQ_INT(accel_coll_reduce_tensor(c, &d, 1, ACCEL_F64, "max"), ACCEL_OK);
+    AT_NEAR(d, P - 1, 0);
+}
+
+/* SEMANTICS.md §7 pad_across_processes: rank r holds [r+1, 3] (or [2, r+1] for dim 1) */
+static void pad_tests(accel_coll *c) {
+    float in[64], *o;
+    accel_tensor t, out;
+    int i, j, first;
+    for (first = 0; first < 2; ++first) {
+        memset(&t, 0, sizeof t);
+        t.name = "x"; t.ptr = in; t.dtype = ACCEL_F32; t.ndim = 2; t.shape[0] = R + 1; t.shape[1] = 3;
+        for (i = 0; i < (R + 1) * 3; ++i) in[i] = (float)(100 * R + i);
+        AT_EQ_INT(accel_coll_pad_across_processes(c, &t, first ? -2 : 0, -1.0, first, &out), ACCEL_OK);
+        AT_EQ_INT(out.ndim, 2); AT_EQ_INT(out.shape[0], P); AT_EQ_INT(out.shape[1], 3);
+        o = (float *)out.ptr;
+        for (i = 0; i < P; ++i)
+            for (j = 0; j < 3; ++j) {
+                int pad_rows = P - (R + 1), data_row = first ? i - pad_rows : i;
+                float want = (data_row >= 0 && data_row < R + 1) ? (float)(100 * R + data_row * 3 + j) : -1.0f;
+                AT_NEAR(o[i * 3 + j], want, 0);
+            }
+        accel_coll_free(c, out.ptr);
+    }
+    /* dim 1: [2, r+1] → [2, P], padding at the end of each row */
+    t.shape[0] = 2; t.shape[1] = R + 1;
+    for (i = 0; i < 2 * (R + 1); ++i) in[i] = (float)(i + 1);
+    AT_EQ_INT(accel_coll_pad_across_processes(c, &t, 1, 0.0, 0, &out), ACCEL_OK);
+    AT_EQ_INT(out.shape[0], 2); AT_EQ_INT(out.shape[1], P);
+    o = (float *)out.ptr;
+    for (i = 0; i < 2; ++i)
+        for (j = 0; j < P; ++j) AT_NEAR(o[i * P + j], j <= R ? (float)(i * (R + 1) + j + 1) : 0.0f, 0);
+    accel_coll_free(c, out.ptr);
+    /* out-of-range dim: unchanged (no communication) */
+    AT_EQ_INT(accel_coll_pad_across_processes(c, &t, 2, 9.0, 0, &out), ACCEL_OK);
+    AT_EQ_INT(out.shape[1], R + 1);
+    AT_CHECK(memcmp(out.ptr, in, sizeof(float) * 2 * (size_t)(R + 1)) == 0);
+    accel_coll_free(c, out.ptr);
+    /* a non-padded dim that differs: every rank fails (P > 1) */
+    if (P > 1) {
+        AT_EQ_INT(accel_coll_pad_across_processes(c, &t, 0, 0.0, 0, &out), ACCEL_ERR_MISMATCH);
+        AT_CONTAINS(accel_last_error(&acc), "rank 1: F32[2,2]");
+    }
+    /* int64 rows padded with pad_index 7 */
+    {
+        int64_t li[8], *lo;
+        accel_tensor lt;
+        memset(&lt, 0, sizeof lt);
+        lt.ptr = li; lt.dtype = ACCEL_I64; lt.ndim = 1; lt.shape[0] = R;
+        for (i = 0; i < R; ++i) li[i] = R;
+        AT_EQ_INT(accel_coll_pad_across_processes(c, &lt, 0, 7.0, 0, &out), ACCEL_OK);
+        AT_EQ_INT(out.shape[0], P - 1);
+        lo = (int64_t *)out.ptr;
+        for (i = 0; i < P - 1; ++i) AT_EQ_INT(lo[i], i < R ? R : 7);
+        accel_coll_free(c, out.ptr);
+    }
+}
+
+static void gather_metrics(accel_coll *c) {
+    int64_t x[16], *o;
+    accel_tensor t, out;
+    int i, r, k, total = P * (P + 1) / 2;
+    memset(&t, 0, sizeof t);
+    t.ptr = x; t.dtype = ACCEL_I64; t.ndim = 2; t.shape[0] = R + 1; t.shape[1] = 2;
+    for (i = 0; i < (R + 1) * 2; ++i) x[i] = 100 * R + i;
+    AT_EQ_INT(accel_coll_gather_rows(c, &t, &out), ACCEL_OK);
+    AT_EQ_INT(out.shape[0], total); AT_EQ_INT(out.shape[1], 2);
+    o = (int64_t *)out.ptr;
+    for (r = 0, k = 0; r < P; ++r)
+        for (i = 0; i < (r + 1) * 2; ++i, ++k) AT_EQ_INT(o[k], 100 * r + i);
+    accel_coll_free(c, out.ptr);
+    /* gather_for_metrics drops the padding of the last batch: remainder real samples are kept (SEMANTICS §3) */
+    acc.end_of_dataloader = 1;
+    acc.remainder = 2;
+    AT_EQ_INT(accel_coll_gather_for_metrics(c, &t, &out), ACCEL_OK);
+    AT_EQ_INT(out.shape[0], total > 2 ? 2 : total);
+    accel_coll_free(c, out.ptr);
+    acc.remainder = 0; /* a full last batch: everything */
+    AT_EQ_INT(accel_coll_gather_for_metrics(c, &t, &out), ACCEL_OK);
+    AT_EQ_INT(out.shape[0], total);
+    accel_coll_free(c, out.ptr);
+    acc.end_of_dataloader = 0;
+    acc.remainder = 2; /* not at the end: unchanged */
+    AT_EQ_INT(accel_coll_gather_for_metrics(c, &t, &out), ACCEL_OK);
+    AT_EQ_INT(out.shape[0], total);
+    accel_coll_free(c, out.ptr);
+    acc.remainder = -1;
+    /* 0-d tensor becomes [1] */
+    {
+        double s = R * 1.5;
+        double *so;
+        accel_tensor st;
+        memset(&st, 0, sizeof st);
+        st.ptr = &s; st.dtype = ACCEL_F64; st.ndim = 0;
+        AT_EQ_INT(accel_coll_gather_rows(c, &st, &out), ACCEL_OK);
+        AT_EQ_INT(out.ndim, 1); AT_EQ_INT(out.shape[0], P);
+        so = (double *)out.ptr;
+        for (r = 0; r < P; ++r) AT_NEAR(so[r], r * 1.5, 0);
+        accel_coll_free(c, out.ptr);
+    }
+}
+
+static void objects(accel_coll *c) {
+    unsigned char mine[64];
+    accel_coll_blobs all, list;
+    size_t n = (size_t)(R * 5 + (R == 1 ? 0 : 1)), i;
+    int r, from = 1 % P;
+    memset(&all, 0, sizeof all);
+    memset(&list, 0, sizeof list);
+    for (i = 0; i < n; ++i) mine[i] = (unsigned char)('a' + R);
+    AT_EQ_INT(accel_coll_gather_object(c, mine, n, &all), ACCEL_OK);
+    AT_EQ_INT(all.count, P);
+    for (r = 0; r < P; ++r) {
+        size_t want = (size_t)(r * 5 + (r == 1 ? 0 : 1)), bad = 0;
+        AT_EQ_INT(all.offsets[r + 1] - all.offsets[r], want);
+        for (i = all.offsets[r]; i < all.offsets[r + 1]; ++i) bad += all.data[i] != (unsigned char)('a' + r);
+        AT_EQ_INT(bad, 0);
+    }
+    accel_coll_blobs_free(c, &all);
+    /* broadcast_object_list: the source's list (sizes 0, 5, 17) replaces everybody's */
+    if (R == from) {
+        const void *items[3];
+        size_t sizes[3] = {0, 5, 17};
+        items[0] = ""; items[1] = "hello"; items[2] = "seventeen bytes!!";
+        AT_EQ_INT(accel_coll_blobs_set(c, &list, 3, items, sizes), ACCEL_OK);
+    } else {
+        const void *items[1];
+        size_t sizes[1] = {4};
+        items[0] = "junk";
+        AT_EQ_INT(accel_coll_blobs_set(c, &list, 1, items, sizes), ACCEL_OK);
+    }
+    AT_EQ_INT(accel_coll_broadcast_object_list(c, &list, from), ACCEL_OK);
+    AT_EQ_INT(list.count, 3);
+    AT_EQ_INT(list.offsets[1], 0);
+    AT_EQ_INT(list.offsets[2], 5);
+    AT_EQ_INT(list.offsets[3], 22);
+    AT_CHECK(memcmp(list.data, "helloseventeen bytes!!", 22) == 0);
+    accel_coll_blobs_free(c, &list);
+}
+
+/* gradients: tensor t element i on rank r = (t + 1) * 0.25 * (r + 1) + (i % 5) * 0.5 (sums exact in fp32) */
+static float gval(int t, size_t i, int r) { return (float)((t + 1) * 0.25 * (r + 1) + (double)(i % 5) * 0.5); }
+
+static void reducer_tests(accel_coll *c) {
+    enum { NT = 40 };
+    static const int mult[4] = {1, 3, 7, 9}; /* coprime with NT: a permutation per rank */
+    size_t sizes[NT];
+    float *g[NT], *ref[NT];
+    accel_coll_reducer *red;
+    accel_coll_reducer_desc rd;
+    int t, k, b, nb, idx[NT], bad = 0;
+    size_t i;
+    for (t = 0; t < NT; ++t) {
+        sizes[t] = t % 9 == 3 ? (size_t)400000 + (size_t)t : (size_t)(t * 1531 % 9000 + 1); /* a few > 1 MiB */
+        g[t] = (float *)malloc(sizes[t] * 4);
+        ref[t] = (float *)malloc(sizes[t] * 4);
+        for (i = 0; i < sizes[t]; ++i) ref[t][i] = g[t][i] = gval(t, i, R);
+        /* the reference: one plain all-reduce (avg) per tensor */
+        AT_EQ_INT(accel_coll_all_reduce(c, ref[t], ref[t], sizes[t], ACCEL_F32, ACCEL_COLL_AVG), ACCEL_OK);
+    }
+    memset(&rd, 0, sizeof rd);
+    rd.bucket_cap_mb = 2.0; /* several buckets at this scale */
+    AT_EQ_INT(accel_coll_reducer_create(c, &rd, &red), ACCEL_OK);
+    for (t = 0; t < NT; ++t) {
+        char name[32];
+        snprintf(name, sizeof name, "p%d", t);
+        AT_EQ_INT(accel_coll_reducer_add(red, g[t], sizes[t], ACCEL_F32, name, &k), ACCEL_OK);
+        AT_EQ_INT(k, t);
+    }
+    AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_OK);
+    AT_EQ_INT(accel_coll_reducer_is_flat(red), 0);
+    nb = accel_coll_reducer_num_buckets(red);
+    AT_CHECK(nb > 2);
+    /* bucket layout (DDP): reverse registration order; a bucket closes at the first tensor that reaches its cap */
+    {
+        int expect_next = NT - 1;
+        for (b = 0; b < nb; ++b) {
+            int n = accel_coll_reducer_bucket(red, b, idx, NT);
+            double cap = (b == 0 ? 1.0 : 2.0) * 1048576.0, bytes = 0;
+            for (k = 0; k < n; ++k) {
+                AT_EQ_INT(idx[k], expect_next);
+                expect_next--;
+                if (k < n - 1) AT_CHECK(bytes + 4.0 * (double)sizes[idx[k]] < cap);
+                bytes += 4.0 * (double)sizes[idx[k]];
+            }
+            if (b < nb - 1) AT_CHECK(bytes >= cap);
+        }
+        AT_EQ_INT(expect_next, -1);
+    }
+    /* two steps; grads become ready in a rank-dependent order */
+    for (k = 0; k < 2; ++k) {
+        for (t = 0; t < NT; ++t)
+            for (i = 0; i < sizes[t]; ++i) g[t][i] = gval(t, i, R);
+        for (t = 0; t < NT; ++t) AT_EQ_INT(accel_coll_grad_ready(red, (t * mult[R % 4] + R) % NT), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+        for (t = 0; t < NT; ++t)
+            if (memcmp(g[t], ref[t], sizes[t] * 4) != 0) bad++;
+        AT_EQ_INT(bad, 0);
+    }
+    /* marking twice is an error */
+    AT_EQ_INT(accel_coll_grad_ready(red, 0), ACCEL_OK);
+    AT_EQ_INT(accel_coll_grad_ready(red, 0), ACCEL_ERR_STATE);
+    AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+    /* no_sync: nothing moves */
+    for (t = 0; t < NT; ++t)
+        for (i = 0; i < sizes[t]; ++i) g[t][i] = gval(t, i, R);
+    acc.sync_gradients = 0;
+    for (t = 0; t < NT; ++t) AT_EQ_INT(accel_coll_grad_ready(red, t), ACCEL_OK);
+    AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+    acc.sync_gradients = 1;
+    for (t = 0, bad = 0; t < NT; ++t)
+        for (i = 0; i < sizes[t]; ++i) bad += g[t][i] != gval(t, i, R);
+    AT_EQ_INT(bad, 0);
+    /* wait without grad_ready: everything reduced */
+    AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+    for (t = 0, bad = 0; t < NT; ++t) bad += memcmp(g[t], ref[t], sizes[t] * 4) != 0;
+    AT_EQ_INT(bad, 0);
+    accel_coll_reducer_destroy(red);
+
+    /* flat mode: the same tensors carved out of one contiguous buffer → one in-place all-reduce */
+    {
+        size_t total = 0, off = 0;
+        float *flat;
+        for (t = 0; t < NT; ++t) total += sizes[t];
+        flat = (float *)malloc(total * 4);
+        AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
+        for (t = 0; t < NT; ++t) {
+            for (i = 0; i < sizes[t]; ++i) flat[off + i] = gval(t, i, R);
+            AT_EQ_INT(accel_coll_reducer_add(red, flat + off, sizes[t], ACCEL_F32, "f", NULL), ACCEL_OK);
+            off += sizes[t];
+        }
+        for (t = NT - 1; t >= 0; --t) AT_EQ_INT(accel_coll_grad_ready(red, t), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_is_flat(red), 1);
+        AT_EQ_INT(accel_coll_reducer_num_buckets(red), 1);
+        AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+        for (t = 0, off = 0, bad = 0; t < NT; ++t) { bad += memcmp(flat + off, ref[t], sizes[t] * 4) != 0; off += sizes[t]; }
+        AT_EQ_INT(bad, 0);
+        accel_coll_reducer_destroy(red);
+        free(flat);
+    }
+    /* ranks that registered different lists: every rank fails at finalize */
+    if (P > 1) {
+        AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_add(red, g[0], sizes[0] - (R == 1), ACCEL_F32, "a", NULL), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_ERR_MISMATCH);
+        AT_CONTAINS(accel_last_error(&acc), "rank 1:");
+        accel_coll_reducer_destroy(red);
+    }
+    for (t = 0; t < NT; ++t) { free(g[t]); free(ref[t]); }
+}
+
+static void debug_mode(void) {
+    accel_coll *c;
+    accel_coll_desc cd;
+    float x[8];
+    double t0;
+    memset(&cd, 0, sizeof cd);
+    cd.debug = ACCEL_ON;
+    cd.timeout_ms = 20000;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+    memset(x, 0, sizeof x);
+    AT_EQ_INT(accel_coll_all_reduce(c, x, x, 8, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK);
+    if (P > 1) {
+        t0 = accel__now();
+        AT_EQ_INT(accel_coll_all_reduce(c, x, x, R == 0 ? 5 : 6, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_ERR_MISMATCH);
+        AT_CONTAINS(accel_last_error(&acc), "rank 0: all_reduce(dtype=F32, op=sum, count=5");
+        AT_CONTAINS(accel_last_error(&acc), "rank 1: all_reduce(dtype=F32, op=sum, count=6");
+        /* different dtype / different collective */
+        AT_EQ_INT(accel_coll_all_reduce(c, x, x, 2, R == 1 ? ACCEL_I32 : ACCEL_F32, ACCEL_COLL_MAX), ACCEL_ERR_MISMATCH);
+        AT_CONTAINS(accel_last_error(&acc), "rank 1: all_reduce(dtype=I32");
+        if (R == 0) AT_EQ_INT(accel_coll_broadcast(c, x, 4, ACCEL_F32, 0), ACCEL_ERR_MISMATCH);
+        else AT_EQ_INT(accel_coll_all_gather(c, x, x, 0, ACCEL_F32), ACCEL_ERR_MISMATCH);
+        AT_CONTAINS(accel_last_error(&acc), "rank 0: broadcast(");
+        AT_CONTAINS(accel_last_error(&acc), "rank 1: all_gather(");
+        AT_CHECK(accel__now() - t0 < 10.0);
+        /* the context is still usable afterwards */
+        x[0] = 1;
+        AT_EQ_INT(accel_coll_all_reduce(c, x, x, 1, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK);
+        AT_NEAR(x[0], P, 0);
+    }
+    accel_coll_destroy(c);
+}
+
+/* a sub-communicator (even / odd ranks): the same API over a group handle */
+static void sub_group(void) {
+    MPI_Comm sub;
+    accel_coll *c;
+    accel_coll_desc cd;
+    int64_t v;
+    MPI_Comm_split(MPI_COMM_WORLD, R % 2, R, &sub);
+    memset(&cd, 0, sizeof cd);
+    cd.mpi_comm = &sub;
+    cd.backend = ACCEL_COLL_BACKEND_MPI;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+    AT_EQ_INT(accel_coll_size(c), R % 2 ? P / 2 : (P + 1) / 2);
+    AT_EQ_INT(accel_coll_rank(c), R / 2);
+    v = R;
+    AT_EQ_INT(accel_coll_all_reduce(c, &v, &v, 1, ACCEL_I64, ACCEL_COLL_SUM), ACCEL_OK);
+    {
+        int64_t want = 0;
+        int r;
+        for (r = R % 2; r < P; r += 2) want += r;
+        AT_EQ_INT(v, want);
+    }
+    accel_coll_destroy(c);
+    MPI_Comm_free(&sub);
+}
+
+static void quiet_log(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
+
+static void basic(void) {
+    accel_coll *c;
+    accel_coll_desc cd;
+    static const accel_dtype dts[] = {ACCEL_F64, ACCEL_F32, ACCEL_F16, ACCEL_BF16, ACCEL_I64, ACCEL_I32, ACCEL_U8};
+    int k, w;
+    AT_EQ_INT(accel_coll_create(&acc, NULL, &c), ACCEL_OK);
+    AT_EQ_INT(accel_coll_size(c), P);
+    AT_EQ_INT(accel_coll_rank(c), R);
+    AT_EQ_INT(accel_coll_get_backend(c), P > 1 ? ACCEL_COLL_BACKEND_MPI : ACCEL_COLL_BACKEND_NONE);
+    for (k = 0; k < 7; ++k) {
+        size_t sizes[5];
+        int s;
+        sizes[0] = 0; sizes[1] = 1; sizes[2] = 7; sizes[3] = 1031;
+        sizes[4] = (size_t)1048576 / accel_dtype_size(dts[k]) + 1; /* 1 MiB + 1 element */
+        for (s = 0; s < 5; ++s) typed_ops(c, dts[k], sizes[s]);
+    }
+    half_sums(c);
+    async_ops(c);
+    accelerate_reduce(c);
+    pad_tests(c);
+    gather_metrics(c);
+    objects(c);
+    reducer_tests(c);
+    AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
+    accel_coll_destroy(c);
+    /* the plain blocking MPI path (no watchdog) */
+    memset(&cd, 0, sizeof cd);
+    cd.watchdog = ACCEL_OFF;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+    for (w = 0; w < 2; ++w) typed_ops(c, w ? ACCEL_BF16 : ACCEL_F32, 1031);
+    objects(c);
+    gather_metrics(c);
+    AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
+    accel_coll_destroy(c);
+    debug_mode();
+    sub_group();
+}
+
+/* The last rank stalls (sleeps) in the middle of training: the others must get ACCEL_ERR_TIMEOUT within the deadline
+   instead of hanging. Afterwards the sleeper catches up so the job ends cleanly. */
+static void fault(void) {
+    accel_coll *c;
+    accel_coll_desc cd;
+    float x[1024];
+    double t0, dt;
+    int i;
+    memset(&cd, 0, sizeof cd);
+    cd.timeout_ms = 1000;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+    for (i = 0; i < 1024; ++i) x[i] = 1;
+    AT_EQ_INT(accel_coll_all_reduce(c, x, x, 1024, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK); /* healthy first */
+    if (R == P - 1) {
+        sleep(3);
+        AT_EQ_INT(accel_coll_all_reduce(c, x, x, 1024, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK); /* late: matches the others' posted op */
+    } else {
+        t0 = accel__now();
+        AT_EQ_INT(accel_coll_all_reduce(c, x, x, 1024, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_ERR_TIMEOUT);
+        dt = accel__now() - t0;
+        AT_CHECK_MSG(dt >= 0.9 && dt < 2.5, "timed out close to the 1 s deadline");
+        AT_CONTAINS(accel_last_error(&acc), "did not complete within 1.0 s");
+        /* the context refuses further work instead of hanging again */
+        t0 = accel__now();
+        AT_EQ_INT(accel_coll_all_reduce(c, x, x, 1024, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_ERR_STATE);
+        AT_EQ_INT(accel_coll_barrier(c), ACCEL_ERR_STATE);
+        AT_CHECK(accel__now() - t0 < 0.5);
+    }
+    AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK); /* the core's own communicator still works */
+    accel_coll_destroy(c);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "basic";
+    accel_desc d;
+    int rc;
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    d.log_fn = quiet_log; /* expected errors are checked through accel_last_error */
+    if (accel_init(&acc, &d) != ACCEL_OK) {
+        fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
+        return 1;
+    }
+    P = acc.num_processes;
+    R = acc.process_index;
+    if (!strcmp(mode, "fault")) fault();
+    else basic();
+    rc = at_finish("collectives_mpi");
+    accel_shutdown(&acc);
+    return rc;
+}
