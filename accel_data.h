@@ -59,8 +59,10 @@
      The first accel_data_shard_next of an epoch is Accelerate's begin(): acc->end_of_dataloader = 0 and
      acc->remainder = N % G (the number of real samples in the last global batch, 0 = full), or -1 with drop_last.
      The call that returns the last batch sets acc->end_of_dataloader = 1 (Accelerate iterates one ahead); the call
-     after it returns count 0, restores the values acc had before begin (a stack of nested loaders), and advances
-     the epoch. accel_data_shard_end abandons an epoch early the same way.
+     after it returns count 0 (end(): the loader leaves GradientState's list of active loaders) and advances the
+     epoch. As in Accelerate, acc's two fields follow the innermost active loader of that acc (an eval loop inside a
+     training epoch), and are 0 / -1 when none is active. accel_data_shard_end abandons an epoch early (call it
+     before discarding a shard in the middle of an epoch; the list of active loaders is process-wide).
 
    FILES
      Token shard (llm.c): 256 x int32 little-endian header, then tokens. GPT-2: magic 20240520, version 1, uint16;
@@ -143,6 +145,14 @@ static ACCEL_INLINE ACCEL_HD int64_t accel_data_sampler_index(const accel_data_s
 }
 
 /* ------------------------------------------------------------------------------------------------- shards */
+/* A loader's entry in Accelerate's GradientState.dataloader_references (private; embedded in the loaders). */
+typedef struct accel_data_loader_book {
+    accel *acc;
+    uint64_t serial;          /* identifies the registration */
+    int active;               /* between begin() and end() */
+    int end_of_dataloader, remainder;
+} accel_data_loader_book;
+
 typedef struct accel_data_shard_desc {
     int64_t dataset_len;  /* N >= 0 (an iterable: the number of items it yields) */
     int64_t batch_size;   /* B >= 1: the DataLoader's batch_size (the global batch with split_batches) */
@@ -165,8 +175,7 @@ typedef struct accel_data_shard {
     int64_t num_batches;        /* this process's batches per epoch (the real count) */
     int64_t epoch;
     int64_t position;           /* batches consumed (or skipped) in this epoch */
-    int begun;                  /* begin() done for this epoch */
-    int saved_end_of_dataloader, saved_remainder;
+    accel_data_loader_book book;
 } accel_data_shard;
 
 ACCEL_API accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, const accel_data_shard_desc *desc);
@@ -249,7 +258,7 @@ typedef struct accel_data_seq_loader {
     int batch_size, seq_len, num_processes, process_index;
     accel_data_sampler sampler; /* over the windows */
     int64_t num_windows, num_batches, epoch, position;
-    int begun, saved_end_of_dataloader, saved_remainder;
+    accel_data_loader_book book;
 } accel_data_seq_loader;
 
 ACCEL_API accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *ld, const accel_data_seq_desc *desc);
@@ -364,17 +373,66 @@ static uint64_t accel__data_get64(const uint8_t *p) {
 }
 
 /* ------------------------------------------------------------------------ dataloader bookkeeping (§3) */
-static void accel__data_begin(accel *acc, int remainder, int *saved_eod, int *saved_rem) {
+/* GradientState.dataloader_references: the loaders between begin() and end(), innermost last. acc's
+   end_of_dataloader / remainder mirror the last active loader of that acc (False / -1 when none). An entry whose
+   loader was re-initialized (serial changed) is dropped. Process-wide: loaders of one acc are used from one thread. */
+#define ACCEL__DATA_MAX_ACTIVE 64
+static struct { accel_data_loader_book *book; uint64_t serial; } accel__data_active[ACCEL__DATA_MAX_ACTIVE];
+static int accel__data_nactive = 0;
+static uint64_t accel__data_next_serial = 0;
+
+static void accel__data_sync(accel *acc) {
+    int i, j = 0;
     if (!acc) return;
-    *saved_eod = acc->end_of_dataloader;
-    *saved_rem = acc->remainder;
+    for (i = 0; i < accel__data_nactive; ++i) { /* drop stale entries */
+        accel_data_loader_book *b = accel__data_active[i].book;
+        if (b->active && b->serial == accel__data_active[i].serial) accel__data_active[j++] = accel__data_active[i];
+    }
+    accel__data_nactive = j;
     acc->end_of_dataloader = 0;
-    acc->remainder = remainder;
+    acc->remainder = -1;
+    for (i = accel__data_nactive - 1; i >= 0; --i) {
+        accel_data_loader_book *b = accel__data_active[i].book;
+        if (b->acc == acc) {
+            acc->end_of_dataloader = b->end_of_dataloader;
+            acc->remainder = b->remainder;
+            break;
+        }
+    }
 }
-static void accel__data_end(accel *acc, int saved_eod, int saved_rem) {
-    if (!acc) return;
-    acc->end_of_dataloader = saved_eod;
-    acc->remainder = saved_rem;
+
+static void accel__data_end(accel_data_loader_book *b) {
+    int i, j = 0;
+    if (!b->active) return;
+    b->active = 0;
+    for (i = 0; i < accel__data_nactive; ++i)
+        if (accel__data_active[i].book != b) accel__data_active[j++] = accel__data_active[i];
+    accel__data_nactive = j;
+    accel__data_sync(b->acc);
+}
+
+static accel_result accel__data_begin(accel_data_loader_book *b, accel *acc, int remainder) {
+    accel__data_end(b);
+    b->acc = acc;
+    b->end_of_dataloader = 0;
+    b->remainder = remainder;
+    if (!acc) return ACCEL_OK;
+    accel__data_sync(acc);
+    if (accel__data_nactive >= ACCEL__DATA_MAX_ACTIVE)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "more than %d dataloaders are being iterated at once (call "
+                           "accel_data_shard_end on abandoned ones)", ACCEL__DATA_MAX_ACTIVE);
+    b->active = 1;
+    b->serial = ++accel__data_next_serial;
+    accel__data_active[accel__data_nactive].book = b;
+    accel__data_active[accel__data_nactive].serial = b->serial;
+    accel__data_nactive++;
+    accel__data_sync(acc);
+    return ACCEL_OK;
+}
+
+static void accel__data_mark_end(accel_data_loader_book *b) {
+    b->end_of_dataloader = 1;
+    if (b->active) accel__data_sync(b->acc);
 }
 
 ACCEL__DEF int64_t accel_data_real_rows(int end_of_dataloader, int remainder, int64_t gathered_rows) {
@@ -449,7 +507,7 @@ ACCEL__DEF accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, c
     if (t.desc.drop_last) t.num_batches = N / G;
     else if (even || t.desc.iterable) t.num_batches = (N + G - 1) / G;
     else t.num_batches = N > (int64_t)p * b ? (N - (int64_t)p * b + G - 1) / G : 0;
-    t.saved_remainder = -1;
+    t.book.remainder = -1;
     *s = t;
     return ACCEL_OK;
 }
@@ -496,9 +554,8 @@ ACCEL__DEF accel_result accel_data_shard_get_batch(const accel_data_shard *s, in
 }
 
 ACCEL__DEF void accel_data_shard_end(accel_data_shard *s) {
-    if (!s || !s->begun) return;
-    accel__data_end(s->acc, s->saved_end_of_dataloader, s->saved_remainder);
-    s->begun = 0;
+    if (!s || !s->book.active) return;
+    accel__data_end(&s->book);
     s->position = 0;
 }
 
@@ -506,12 +563,13 @@ ACCEL__DEF accel_result accel_data_shard_next(accel_data_shard *s, int64_t *out,
     accel_result r;
     if (!s || !out || !count)
         return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_next: NULL argument");
-    if (!s->begun) {
-        accel__data_begin(s->acc, accel_data_shard_remainder(s), &s->saved_end_of_dataloader, &s->saved_remainder);
-        s->begun = 1;
+    if (!s->book.active) {
+        r = accel__data_begin(&s->book, s->acc, accel_data_shard_remainder(s));
+        if (r != ACCEL_OK) return r;
     }
     if (s->position >= s->num_batches) { /* the loop is over: end(), iteration += 1 */
-        accel_data_shard_end(s);
+        accel__data_end(&s->book);
+        s->position = 0;
         s->epoch += 1;
         accel_data_sampler_set_epoch(&s->sampler, s->epoch);
         *count = 0;
@@ -520,7 +578,7 @@ ACCEL__DEF accel_result accel_data_shard_next(accel_data_shard *s, int64_t *out,
     r = accel_data_shard_get_batch(s, s->position, out, count);
     if (r != ACCEL_OK) return r;
     s->position += 1;
-    if (s->position == s->num_batches && s->acc) s->acc->end_of_dataloader = 1;
+    if (s->position == s->num_batches) accel__data_mark_end(&s->book);
     return ACCEL_OK;
 }
 
@@ -537,7 +595,7 @@ ACCEL__DEF accel_result accel_data_shard_set_epoch(accel_data_shard *s, int64_t 
 ACCEL__DEF accel_result accel_data_shard_skip_first_batches(accel_data_shard *s, int64_t n) {
     if (!s) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_skip_first_batches: shard is NULL");
     if (n < 0) return ACCEL__FAIL(s->acc, ACCEL_ERR_INVALID_ARGUMENT, "skip_first_batches: n = %lld < 0", (long long)n);
-    if (s->begun)
+    if (s->book.active)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_STATE, "skip_first_batches: the epoch is already being iterated "
                            "(call it before the epoch's first accel_data_shard_next, or after set_epoch)");
     s->position = n;
@@ -779,7 +837,7 @@ ACCEL__DEF accel_result accel_data_token_file_read(accel *acc, const accel_data_
 ACCEL__DEF void accel_data_seq_free(accel_data_seq_loader *ld) {
     int i;
     if (!ld) return;
-    if (ld->begun) accel__data_end(ld->acc, ld->saved_end_of_dataloader, ld->saved_remainder);
+    accel__data_end(&ld->book);
     if (ld->files) {
         for (i = 0; i < ld->num_files; ++i) accel_data_token_file_close(&ld->files[i]);
         accel_host_free(ld->acc, ld->files);
@@ -838,7 +896,7 @@ ACCEL__DEF accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *l
     if (t.num_batches == 0)
         accel__log(acc, ACCEL_LOG_WARN, "seq loader: %lld windows of %d+1 tokens are fewer than one global batch (%lld "
                    "rows): the epoch is empty", (long long)t.num_windows, desc->seq_len, (long long)per_batch);
-    t.saved_remainder = -1;
+    t.book.remainder = -1;
     *ld = t;
     return ACCEL_OK;
 }
@@ -871,13 +929,12 @@ ACCEL__DEF accel_result accel_data_seq_next(accel_data_seq_loader *ld, int32_t *
     accel_result r;
     if (!ld || !dst || !got) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq next: NULL argument");
     *got = 0;
-    if (!ld->begun) {
-        accel__data_begin(ld->acc, -1, &ld->saved_end_of_dataloader, &ld->saved_remainder);
-        ld->begun = 1;
+    if (!ld->book.active) {
+        r = accel__data_begin(&ld->book, ld->acc, -1);
+        if (r != ACCEL_OK) return r;
     }
     if (ld->position >= ld->num_batches) {
-        accel__data_end(ld->acc, ld->saved_end_of_dataloader, ld->saved_remainder);
-        ld->begun = 0;
+        accel__data_end(&ld->book);
         ld->position = 0;
         ld->epoch += 1;
         accel_data_sampler_set_epoch(&ld->sampler, ld->epoch);
@@ -887,14 +944,14 @@ ACCEL__DEF accel_result accel_data_seq_next(accel_data_seq_loader *ld, int32_t *
     if (r != ACCEL_OK) return r;
     ld->position += 1;
     *got = 1;
-    if (ld->position == ld->num_batches && ld->acc) ld->acc->end_of_dataloader = 1;
+    if (ld->position == ld->num_batches) accel__data_mark_end(&ld->book);
     return ACCEL_OK;
 }
 
 ACCEL__DEF accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int64_t epoch) {
     if (!ld) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq set_epoch: NULL loader");
     if (epoch < 0) return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: epoch %lld < 0", (long long)epoch);
-    if (ld->begun) { accel__data_end(ld->acc, ld->saved_end_of_dataloader, ld->saved_remainder); ld->begun = 0; }
+    accel__data_end(&ld->book);
     ld->epoch = epoch;
     ld->position = 0;
     accel_data_sampler_set_epoch(&ld->sampler, epoch);
@@ -904,7 +961,7 @@ ACCEL__DEF accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int6
 ACCEL__DEF accel_result accel_data_seq_skip_first_batches(accel_data_seq_loader *ld, int64_t n) {
     if (!ld) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq skip_first_batches: NULL loader");
     if (n < 0) return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq skip_first_batches: n = %lld < 0", (long long)n);
-    if (ld->begun) return ACCEL__FAIL(ld->acc, ACCEL_ERR_STATE, "seq skip_first_batches: the epoch is already being iterated");
+    if (ld->book.active) return ACCEL__FAIL(ld->acc, ACCEL_ERR_STATE, "seq skip_first_batches: the epoch is already being iterated");
     ld->position = n;
     return ACCEL_OK;
 }
@@ -960,7 +1017,7 @@ ACCEL__DEF accel_result accel_data_seq_state_load(accel_data_seq_loader *ld, con
                            (int)accel__data_get32(buf + 28), ld->batch_size, ld->seq_len, ld->num_processes);
     if (((accel__data_get32(buf + 36) & 16u) != 0) != (ld->sampler.shuffle != 0))
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: shuffle setting differs");
-    if (ld->begun) { accel__data_end(ld->acc, ld->saved_end_of_dataloader, ld->saved_remainder); ld->begun = 0; }
+    accel__data_end(&ld->book);
     ld->sampler.seed = accel__data_get64(buf + 40);
     ld->epoch = epoch;
     accel_data_sampler_set_epoch(&ld->sampler, epoch);
