@@ -265,14 +265,39 @@ ACCEL__DEF uint32_t accel_track_masked_crc32c(const void *data, size_t size) {
     return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
 }
 
+/* Slice-by-8 (8 bytes per step) for the writer's hot path; the tables live in each writer (no shared mutable
+   state) and are derived from the byte table above. */
+static void accel__crc32c_tables(uint32_t tab[8][256]) {
+    int i, k;
+    for (i = 0; i < 256; ++i) tab[0][i] = accel__crc32c_table[i];
+    for (k = 1; k < 8; ++k)
+        for (i = 0; i < 256; ++i) tab[k][i] = (tab[k - 1][i] >> 8) ^ tab[0][tab[k - 1][i] & 0xFFu];
+}
+
+static uint32_t accel__crc32c_masked8(const uint32_t tab[8][256], const unsigned char *p, size_t n) {
+    uint32_t crc = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        crc = tab[7][lo & 0xFFu] ^ tab[6][(lo >> 8) & 0xFFu] ^ tab[5][(lo >> 16) & 0xFFu] ^ tab[4][lo >> 24] ^
+              tab[3][hi & 0xFFu] ^ tab[2][(hi >> 8) & 0xFFu] ^ tab[1][(hi >> 16) & 0xFFu] ^ tab[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = tab[0][(crc ^ *p++) & 0xFFu] ^ (crc >> 8);
+    crc ^= 0xFFFFFFFFu;
+    return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
 /* -------------------------------------------------------------------------------------------- private state */
 struct accel__track_impl {
     FILE *tb;                /* event file (fully buffered) */
     FILE *jl;                /* metrics.jsonl (one fflush per line) */
     int tb_failed, jl_failed;
-    double last_flush;       /* accel__now() of the last TensorBoard flush */
+    double last_flush;       /* wall time of the last TensorBoard flush */
     unsigned char *buf;      /* scratch: one encoded record or one JSON line */
     size_t cap;
+    uint32_t crc[8][256];    /* slice-by-8 CRC32C tables */
 };
 
 static int accel__track_ieq(const char *a, const char *b, size_t n) {
@@ -384,7 +409,7 @@ static accel_result accel__track_check_name(accel *acc, const char *what, int i,
     if (!name || !*name) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d]: the name is NULL or empty", what, i);
     if (!accel__track_utf8_ok(name))
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d]: the name is not valid UTF-8", what, i);
-    if (reserve && (!strcmp(name, "step") || !strcmp(name, "time")))
+    if (reserve && (name[0] == 's' || name[0] == 't') && (!strcmp(name, "step") || !strcmp(name, "time")))
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
                            "%s[%d]: \"%s\" is reserved (it is a key of every metrics.jsonl line)", what, i, name);
     return ACCEL_OK;
@@ -422,10 +447,16 @@ static int accel__track_reserve(accel_track *t, size_t need) {
     return 1;
 }
 
+static void accel__track_wall_clock(struct timespec *ts) {
+    if (clock_gettime(CLOCK_REALTIME, ts) != 0) { ts->tv_sec = time(NULL); ts->tv_nsec = 0; }
+}
+static double accel__track_seconds(const struct timespec *ts) {
+    return (double)ts->tv_sec + 1e-9 * (double)ts->tv_nsec;
+}
 static double accel__track_wall_time(void) {
     struct timespec ts;
-    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return (double)time(NULL);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    accel__track_wall_clock(&ts);
+    return accel__track_seconds(&ts);
 }
 
 /* ----------------------------------------------------------------------------------- protobuf encoding */
@@ -473,10 +504,12 @@ static unsigned char *accel__tb_head(unsigned char *p, double wall, int64_t step
 }
 
 /* Frames the payload at buf + 12 (payload_len bytes) as a TFRecord in place; returns the record length. */
-static size_t accel__tb_frame(unsigned char *buf, size_t payload_len) {
+static size_t accel__tb_frame(accel_track *t, size_t payload_len) {
+    unsigned char *buf = t->impl->buf;
     accel__pb_le64(buf, (uint64_t)payload_len);
-    accel__pb_le32(buf + 8, accel_track_masked_crc32c(buf, 8));
-    accel__pb_le32(buf + 12 + payload_len, accel_track_masked_crc32c(buf + 12, payload_len));
+    accel__pb_le32(buf + 8, accel__crc32c_masked8((const uint32_t(*)[256])t->impl->crc, buf, 8));
+    accel__pb_le32(buf + 12 + payload_len,
+                   accel__crc32c_masked8((const uint32_t(*)[256])t->impl->crc, buf + 12, payload_len));
     return payload_len + 16;
 }
 
@@ -506,7 +539,7 @@ static size_t accel__tb_encode_scalars(accel_track *t, const accel_track_value *
         *p++ = 0x15;                               /* Value.simple_value, field 2, fixed32 */
         p = accel__pb_le32(p, bits);
     }
-    return accel__tb_frame(t->impl->buf, event);
+    return accel__tb_frame(t, event);
 }
 
 /* Event{wall_time, file_version = "brain.Event:2"}: the first record of every event file. */
@@ -517,7 +550,7 @@ static size_t accel__tb_encode_version(accel_track *t, double wall) {
     if (!accel__track_reserve(t, event + 16)) return 0;
     p = accel__tb_head(t->impl->buf + 12, wall, 0);
     accel__pb_bytes(p, 0x1A, ver, sizeof ver - 1); /* file_version, field 3 */
-    return accel__tb_frame(t->impl->buf, event);
+    return accel__tb_frame(t, event);
 }
 
 /* A text summary (what tf.summary.text / SummaryWriter.add_text write): Value{tag, tensor = TensorProto{dtype
@@ -543,32 +576,88 @@ static size_t accel__tb_encode_text(accel_track *t, const char *tag, const char 
     *p++ = 0x4A; p = accel__pb_varint(p, (uint64_t)meta);    /* Value.metadata (9) */
     *p++ = 0x0A; p = accel__pb_varint(p, (uint64_t)plugin);  /* SummaryMetadata.plugin_data (1) */
     accel__pb_bytes(p, 0x0A, "text", 4);                      /* PluginData.plugin_name (1) */
-    return accel__tb_frame(t->impl->buf, event);
+    return accel__tb_frame(t, event);
 }
 
 /* ------------------------------------------------------------------------------------------------- JSON */
-/* Shortest of %.15g/%.16g/%.17g that reads back to v; ".0" appended to integral values so Python reads a float;
-   NaN/Infinity/-Infinity as Python's json module writes them. out must hold 40 bytes. Returns the length. */
+/* Decimal integer; returns the end. */
+static char *accel__track_i64(char *p, long long v) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    if (v < 0) *p++ = '-';
+    do { tmp[n++] = (char)('0' + (int)(u % 10)); u /= 10; } while (u);
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
+/* digits (no dot, no trailing zeros) × 10^(exp10 - ndigits + 1) as JSON text in Python's repr style: positional
+   for -4 <= exp10 < 16 (integral values get ".0"), else d.ddde±XX. Returns the end. */
+static char *accel__track_layout(char *p, int neg, const char *dig, int nd, int e10) {
+    int i;
+    if (neg) *p++ = '-';
+    if (e10 < -4 || e10 >= 16) {
+        *p++ = dig[0];
+        if (nd > 1) { *p++ = '.'; for (i = 1; i < nd; ++i) *p++ = dig[i]; }
+        *p++ = 'e';
+        *p++ = e10 < 0 ? '-' : '+';
+        if (e10 < 0) e10 = -e10;
+        if (e10 < 10) *p++ = '0';
+        return accel__track_i64(p, e10);
+    }
+    if (e10 < 0) {
+        *p++ = '0'; *p++ = '.';
+        for (i = -1; i > e10; --i) *p++ = '0';
+        for (i = 0; i < nd; ++i) *p++ = dig[i];
+        return p;
+    }
+    for (i = 0; i <= e10; ++i) *p++ = i < nd ? dig[i] : '0';
+    *p++ = '.';
+    if (nd <= e10 + 1) *p++ = '0';
+    for (i = e10 + 1; i < nd; ++i) *p++ = dig[i];
+    return p;
+}
+
+/* Shortest decimal (15, 16 or 17 significant digits) that reads back to v, from one "%.16e" rendering rounded in
+   decimal and checked with strtod. NaN/Infinity/-Infinity as Python's json module writes them. out must hold
+   40 bytes. Returns the length. */
 static size_t accel__track_fmt_double(char *out, double v) {
-    int prec;
-    size_t n = 0, i;
-    int integral = 1;
+    char sci[48], dig[20], cand[20];
+    int nd = 0, e10 = 0, neg, prec;
+    const char *q;
+    char *end;
     if (v != v) { memcpy(out, "NaN", 4); return 3; }
     if (v > DBL_MAX) { memcpy(out, "Infinity", 9); return 8; }
     if (v < -DBL_MAX) { memcpy(out, "-Infinity", 10); return 9; }
-    for (prec = 15; prec <= 17; ++prec) {
-        n = (size_t)snprintf(out, 40, "%.*g", prec, v);
-        if (prec == 17 || strtod(out, NULL) == v) break;
+    if (v == 0) { end = accel__track_layout(out, 1.0 / v < 0, "0", 1, 0); *end = 0; return (size_t)(end - out); }
+    snprintf(sci, sizeof sci, "%.16e", v);
+    neg = sci[0] == '-';
+    for (q = sci + neg; *q && *q != 'e' && *q != 'E'; ++q) /* digits, skipping the locale's decimal point */
+        if (*q >= '0' && *q <= '9' && nd < 17) dig[nd++] = *q;
+    if (*q) e10 = atoi(q + 1);
+    for (prec = 15; prec < 17; ++prec) {
+        int up, pass;
+        /* the nearest prec-digit decimal first, then the other neighbour: rounding the 17-digit rendering again
+           can pick the wrong one (double rounding) */
+        for (pass = 0; pass < 2; ++pass) {
+            int n = prec, e = e10, i;
+            up = (dig[prec] >= '5') != (pass == 1);
+            memcpy(cand, dig, (size_t)prec);
+            if (up) {
+                for (i = prec - 1; i >= 0 && cand[i] == '9'; --i) cand[i] = '0';
+                if (i >= 0) cand[i]++;
+                else { cand[0] = '1'; e++; }
+            }
+            while (n > 1 && cand[n - 1] == '0') --n;
+            end = accel__track_layout(out, neg, cand, n, e);
+            *end = 0;
+            if (strtod(out, NULL) == v) return (size_t)(end - out);
+        }
     }
-    for (i = 0; i < n; ++i) {
-        char c = out[i];
-        if ((c >= '0' && c <= '9') || c == '-' || c == '+') continue;
-        if (c == 'e' || c == 'E') { integral = 0; continue; }
-        out[i] = '.'; /* the locale's decimal separator → '.' */
-        integral = 0;
-    }
-    if (integral) { out[n++] = '.'; out[n++] = '0'; out[n] = 0; }
-    return n;
+    while (nd > 1 && dig[nd - 1] == '0') --nd;
+    end = accel__track_layout(out, neg, dig, nd, e10);
+    *end = 0;
+    return (size_t)(end - out);
 }
 
 /* Writes s as a JSON string (with quotes); needs 6 * strlen(s) + 2 bytes. */
@@ -609,7 +698,7 @@ static char *accel__track_md_cell(char *p, const char *s) {
 static char *accel__track_param_text(char *p, const accel_track_param *c, int json) {
     switch (c->type) {
     case ACCEL_TRACK_PARAM_NUMBER: return p + accel__track_fmt_double(p, c->number);
-    case ACCEL_TRACK_PARAM_INT: return p + sprintf(p, "%lld", (long long)c->integer);
+    case ACCEL_TRACK_PARAM_INT: return accel__track_i64(p, (long long)c->integer);
     case ACCEL_TRACK_PARAM_BOOL: memcpy(p, c->integer ? "true" : "false", c->integer ? 4 : 5); return p + (c->integer ? 4 : 5);
     case ACCEL_TRACK_PARAM_STRING: return json ? accel__track_json_str(p, c->string) : accel__track_md_cell(p, c->string);
     }
@@ -816,6 +905,7 @@ static accel_result accel__track_open(accel_track *t, const char *project, const
     t->impl = (struct accel__track_impl *)accel_host_alloc(t->acc, sizeof(struct accel__track_impl));
     if (!t->impl) { t->run_dir[0] = 0; return ACCEL_ERR_OUT_OF_MEMORY; }
     memset(t->impl, 0, sizeof *t->impl);
+    accel__crc32c_tables(t->impl->crc);
     r = ACCEL_OK;
     if (count > 0) r = accel__track_write_config(t, cfg, count);
     if (r == ACCEL_OK && (t->log_with & ACCEL_TRACK_TENSORBOARD)) {
@@ -843,7 +933,7 @@ static accel_result accel__track_open(accel_track *t, const char *project, const
         t->run_dir[0] = t->event_file[0] = t->jsonl_file[0] = 0;
         return r;
     }
-    t->impl->last_flush = accel__now();
+    t->impl->last_flush = wall;
     return ACCEL_OK;
 }
 
@@ -912,7 +1002,7 @@ static accel_result accel__track_state_error(accel_track *t, const char *what) {
 static accel_result accel__track_tb_flush(accel_track *t) {
     struct accel__track_impl *im = t->impl;
     if (fflush(im->tb) != 0) return accel__track_io_fail(t, &im->tb_failed, "tensorboard", t->event_file, errno);
-    im->last_flush = accel__now();
+    im->last_flush = accel__track_wall_time();
     return ACCEL_OK;
 }
 
@@ -926,12 +1016,14 @@ static accel_result accel__track_log_tb(accel_track *t, const accel_track_value 
     errno = 0;
     if (fwrite(im->buf, 1, len, im->tb) != len)
         return accel__track_io_fail(t, &im->tb_failed, "tensorboard", t->event_file, errno);
-    if (t->flush_secs < 0 || accel__now() - im->last_flush >= t->flush_secs) return accel__track_tb_flush(t);
+    /* wall clock (already read for the record): a clock stepped backwards flushes early, never late */
+    if (t->flush_secs < 0 || wall - im->last_flush >= t->flush_secs || wall < im->last_flush)
+        return accel__track_tb_flush(t);
     return ACCEL_OK;
 }
 
 static accel_result accel__track_log_jsonl(accel_track *t, const accel_track_value *v, int count, int64_t step,
-                                           double wall) {
+                                           const struct timespec *ts) {
     struct accel__track_impl *im = t->impl;
     size_t bound = 128, len;
     char *p, *line;
@@ -941,10 +1033,14 @@ static accel_result accel__track_log_jsonl(accel_track *t, const accel_track_val
     if (!accel__track_reserve(t, bound)) return ACCEL_ERR_OUT_OF_MEMORY;
     line = p = (char *)im->buf;
     if (step == ACCEL_TRACK_NO_STEP) { memcpy(p, "{\"step\": null", 13); p += 13; }
-    else p += sprintf(p, "{\"step\": %lld", (long long)step);
+    else { memcpy(p, "{\"step\": ", 9); p = accel__track_i64(p + 9, (long long)step); }
     memcpy(p, ", \"time\": ", 10);
-    p += 10;
-    p += sprintf(p, "%.6f", wall);
+    p = accel__track_i64(p + 10, (long long)ts->tv_sec);
+    {
+        long us = (long)(ts->tv_nsec / 1000), div = 100000;
+        *p++ = '.';
+        for (; div; div /= 10) *p++ = (char)('0' + (int)(us / div % 10));
+    }
     for (i = 0; i < count; ++i) {
         *p++ = ','; *p++ = ' ';
         p = accel__track_json_str(p, v[i].name);
@@ -961,6 +1057,7 @@ static accel_result accel__track_log_jsonl(accel_track *t, const accel_track_val
 
 ACCEL__DEF accel_result accel_track_log(accel_track *t, const accel_track_value *values, int count, int64_t step) {
     accel_result r = ACCEL_OK, r2;
+    struct timespec ts;
     double wall;
     int i;
     if (!t || !t->acc) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_log: tracker not initialized");
@@ -978,10 +1075,11 @@ ACCEL__DEF accel_result accel_track_log(accel_track *t, const accel_track_value 
     if (count == 0) return ACCEL_OK;
     t->logged++;
     if (!t->is_writer || !t->impl) return ACCEL_OK;
-    wall = accel__track_wall_time();
+    accel__track_wall_clock(&ts);
+    wall = accel__track_seconds(&ts);
     if (t->impl->tb) r = accel__track_log_tb(t, values, count, step, wall);
     if (t->impl->jl) {
-        r2 = accel__track_log_jsonl(t, values, count, step, wall);
+        r2 = accel__track_log_jsonl(t, values, count, step, &ts);
         if (r == ACCEL_OK) r = r2;
     }
     return r;

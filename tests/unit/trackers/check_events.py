@@ -201,6 +201,26 @@ def main():
               "%s-only run writes %s + config.json: %s" % (mode, want, files))
         t2.cleanup()
     tmp.cleanup()
+
+    # ---------------------------------------------------------------- the number formatter, 40000 doubles
+    t3, p3, _, _ = X.run_writer(sys.argv[1], "fmt")
+    lines = open(p3["jsonl_file"], encoding="utf-8").read().splitlines()
+    check(len(lines) == X.FMT_CALLS, "fmt lines")
+    bad_value = not_shortest = 0
+    for i, line in enumerate(lines):
+        obj = json.loads(line)
+        toks = dict(re.findall(r'"(v\d)": ([^,}]+)', line))
+        for k in range(10):
+            want = X.fmt_value(i, k)
+            if not X.same(obj.get("v%d" % k), want):
+                bad_value += 1
+                if bad_value < 5:
+                    print("value mismatch", i, k, toks.get("v%d" % k), repr(want))
+            elif len(toks.get("v%d" % k, "")) > len(repr(want)) and float(repr(want)) == want:
+                not_shortest += 1
+    check(bad_value == 0, "every double reads back exactly (%d mismatches)" % bad_value)
+    check(not_shortest == 0, "shortest round-trip form (no longer than repr): %d longer" % not_shortest)
+    t3.cleanup()
     print("trackers-events: %d passed, %d failed" % (passes, failures))
     return 1 if failures or not passes else 0
 

@@ -29,6 +29,32 @@ CONFIG = [("lr", 3e-4), ("batch_size", 64), ("big", (1 << 62) + 1), ("model", 'g
           ("use_amp", True), ("ctl\x01\t", math.inf), ("nan", math.nan)]
 
 
+FMT_CALLS = 4000
+M64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def fmt_value(i, k):
+    """Value k of call i of write_run's fmt mode."""
+    import struct
+    r = splitmix64(i * 10 + k)
+    if k < 6:
+        if (r >> 52) & 0x7FF == 0x7FF:
+            r ^= 1 << 62
+        return struct.unpack("<d", struct.pack("<Q", r))[0]
+    if k < 8:
+        return float(r % 2000001 - 1000000) / 1000.0
+    if k == 8:
+        return f32((r >> 11) * (1.0 / 9007199254740992.0))
+    return float(r >> 11) * (1.0 if k & 1 else -1.0)
+
+
 def f32(x):
     """float64 -> float32 -> float64, as a C (float) cast rounds (to nearest; overflow -> inf)."""
     return ctypes.c_float(x).value

@@ -1,6 +1,8 @@
 /* Writes a deterministic run with accel_trackers.h for the Python readers (check_events.py, check_tensorboard.py),
    which recompute every expected value themselves.
-   usage: write_run LOGGING_DIR [tensorboard|jsonl|all] */
+   usage: write_run LOGGING_DIR [tensorboard|jsonl|all]
+          write_run LOGGING_DIR fmt     JSONL only: FMT_CALLS calls of 10 doubles from splitmix64 bit patterns and
+                                        short decimals (the number formatter against Python's float parsing) */
 #include "accel.h"
 #include "accel_trackers.h"
 #include <stdio.h>
@@ -11,6 +13,50 @@
 static int fail(accel *acc, const char *what) {
     fprintf(stderr, "write_run: %s: %s\n", what, accel_last_error(acc));
     return 1;
+}
+
+#define FMT_CALLS 4000
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* value k of call i; expected_run.py computes the same */
+static double fmt_value(int i, int k) {
+    uint64_t r = splitmix64((uint64_t)i * 10u + (uint64_t)k);
+    double d;
+    if (k < 6) { /* any finite double, all exponents */
+        if (((r >> 52) & 0x7FF) == 0x7FF) r ^= (uint64_t)1 << 62;
+        memcpy(&d, &r, sizeof d);
+        return d;
+    }
+    if (k < 8) return (double)(int64_t)(r % 2000001u - 1000000) / 1000.0; /* short decimals */
+    if (k == 8) return (double)(float)((double)(r >> 11) * (1.0 / 9007199254740992.0)); /* float32 values */
+    return (double)(int64_t)(r >> 11) * (k & 1 ? 1.0 : -1.0);                         /* large integers */
+}
+
+static int write_fmt(accel *acc, const char *dir) {
+    accel_track trk;
+    accel_track_desc td;
+    accel_track_value v[10];
+    static const char *vn[10] = {"v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9"};
+    int i, k;
+    memset(&td, 0, sizeof td);
+    td.log_with = ACCEL_TRACK_JSONL;
+    td.logging_dir = dir;
+    if (accel_track_init(&trk, acc, &td) != ACCEL_OK) return fail(acc, "accel_track_init");
+    if (accel_track_init_trackers(&trk, "fmt", NULL, 0) != ACCEL_OK) return fail(acc, "init_trackers");
+    for (i = 0; i < FMT_CALLS; ++i) {
+        for (k = 0; k < 10; ++k) v[k] = accel_track_scalar(vn[k], fmt_value(i, k));
+        if (accel_track_log(&trk, v, 10, i) != ACCEL_OK) return fail(acc, "log");
+    }
+    if (accel_track_end_training(&trk) != ACCEL_OK) return fail(acc, "end_training");
+    printf("run_dir=%s\njsonl_file=%s\n", trk.run_dir, trk.jsonl_file);
+    accel_shutdown(acc);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -27,6 +73,7 @@ int main(int argc, char **argv) {
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
     if (accel_init(&acc, &d) != ACCEL_OK) return fail(&acc, "accel_init");
+    if (argc > 2 && !strcmp(argv[2], "fmt")) return write_fmt(&acc, argv[1]);
     memset(&td, 0, sizeof td);
     td.log_with = argc > 2 ? accel_track_parse_log_with(argv[2]) : ACCEL_TRACK_ALL;
     td.logging_dir = argv[1];
