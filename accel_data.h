@@ -584,7 +584,8 @@ ACCEL__DEF accel_result accel_data_shard_next(accel_data_shard *s, int64_t *out,
 
 ACCEL__DEF accel_result accel_data_shard_set_epoch(accel_data_shard *s, int64_t epoch) {
     if (!s) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_set_epoch: shard is NULL");
-    if (epoch < 0) return ACCEL__FAIL(s->acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: epoch %lld < 0", (long long)epoch);
+    if (epoch < 0 || epoch > ((int64_t)1 << 62))
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: epoch %lld not in [0, 2^62]", (long long)epoch);
     accel_data_shard_end(s);
     s->epoch = epoch;
     s->position = 0;
@@ -646,7 +647,7 @@ ACCEL__DEF accel_result accel_data_shard_state_load(accel_data_shard *s, const u
     epoch = (int64_t)accel__data_get64(buf + 48);
     position = (int64_t)accel__data_get64(buf + 56);
     mine = accel__data_shard_flags(&s->desc);
-    if (epoch < 0 || position < 0 || accel__data_get32(buf + 36) != 0 || (flags & ~31u))
+    if (epoch < 0 || epoch > ((int64_t)1 << 62) || position < 0 || accel__data_get32(buf + 36) != 0 || (flags & ~31u))
         return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: corrupt (epoch %lld, position %lld, flags 0x%x)",
                            (long long)epoch, (long long)position, (unsigned)flags);
     if (n != s->n)
@@ -950,7 +951,8 @@ ACCEL__DEF accel_result accel_data_seq_next(accel_data_seq_loader *ld, int32_t *
 
 ACCEL__DEF accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int64_t epoch) {
     if (!ld) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq set_epoch: NULL loader");
-    if (epoch < 0) return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: epoch %lld < 0", (long long)epoch);
+    if (epoch < 0 || epoch > ((int64_t)1 << 62))
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: epoch %lld not in [0, 2^62]", (long long)epoch);
     accel__data_end(&ld->book);
     ld->epoch = epoch;
     ld->position = 0;
@@ -1002,7 +1004,7 @@ ACCEL__DEF accel_result accel_data_seq_state_load(accel_data_seq_loader *ld, con
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: not a version-1 sequence loader state (%zu bytes)", len);
     epoch = (int64_t)accel__data_get64(buf + 48);
     position = (int64_t)accel__data_get64(buf + 56);
-    if (epoch < 0 || position < 0 || (accel__data_get32(buf + 36) & ~16u))
+    if (epoch < 0 || epoch > ((int64_t)1 << 62) || position < 0 || (accel__data_get32(buf + 36) & ~16u))
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: corrupt (epoch %lld, position %lld)", (long long)epoch,
                            (long long)position);
     if ((int64_t)accel__data_get64(buf + 8) != accel__data_seq_total_tokens(ld) ||
