@@ -623,7 +623,7 @@ static char *accel__track_layout(char *p, int neg, const char *dig, int nd, int 
    40 bytes. Returns the length. */
 static size_t accel__track_fmt_double(char *out, double v) {
     char sci[48], dig[20], cand[20];
-    int nd = 0, e10 = 0, neg, prec;
+    int nd = 0, e10 = 0, neg, prec, last2;
     const char *q;
     char *end;
     if (v != v) { memcpy(out, "NaN", 4); return 3; }
@@ -635,7 +635,12 @@ static size_t accel__track_fmt_double(char *out, double v) {
     for (q = sci + neg; *q && *q != 'e' && *q != 'E'; ++q) /* digits, skipping the locale's decimal point */
         if (*q >= '0' && *q <= '9' && nd < 17) dig[nd++] = *q;
     if (*q) e10 = atoi(q + 1);
-    for (prec = 15; prec < 17; ++prec) {
+    /* A normal v is within half an ulp (< 12 units of the 17th digit) of any 15-digit decimal that reads back to
+       it, and every decimal of <= 15 digits reads back through its 15-digit rounding (DBL_DIG): so 15 digits are
+       tried only when the last two are near 00. Subnormals have fewer bits: every length is tried. */
+    last2 = (dig[15] - '0') * 10 + (dig[16] - '0');
+    prec = (v < DBL_MIN && v > -DBL_MIN) ? 1 : (last2 <= 12 || last2 >= 88) ? 15 : 16;
+    for (; prec < 17; ++prec) {
         int up, pass;
         /* the nearest prec-digit decimal first, then the other neighbour: rounding the 17-digit rendering again
            can pick the wrong one (double rounding) */

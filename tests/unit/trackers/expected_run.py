@@ -47,6 +47,8 @@ def fmt_value(i, k):
     if k < 6:
         if (r >> 52) & 0x7FF == 0x7FF:
             r ^= 1 << 62
+        if k == 5 and i % 4 == 0:
+            r &= ~(0x7FF << 52)
         return struct.unpack("<d", struct.pack("<Q", r))[0]
     if k < 8:
         return float(r % 2000001 - 1000000) / 1000.0

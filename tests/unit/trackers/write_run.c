@@ -28,8 +28,9 @@ static uint64_t splitmix64(uint64_t x) {
 static double fmt_value(int i, int k) {
     uint64_t r = splitmix64((uint64_t)i * 10u + (uint64_t)k);
     double d;
-    if (k < 6) { /* any finite double, all exponents */
+    if (k < 6) { /* any finite double, all exponents; k == 5 every 4th call: a subnormal */
         if (((r >> 52) & 0x7FF) == 0x7FF) r ^= (uint64_t)1 << 62;
+        if (k == 5 && i % 4 == 0) r &= ~((uint64_t)0x7FF << 52);
         memcpy(&d, &r, sizeof d);
         return d;
     }
