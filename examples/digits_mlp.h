@@ -238,11 +238,4 @@ static float lr_at(float lr, int64_t t, int64_t total, float warmup) {
     return (float)(lr * (0.1 + 0.9 * 0.5 * (1.0 + cos(3.14159265358979323846 * f))));
 }
 
-/* L2 norm of a vector in double. */
-static double vec_norm(const float *g, size_t n) {
-    double s = 0.0;
-    size_t i;
-    for (i = 0; i < n; ++i) s += (double)g[i] * g[i];
-    return sqrt(s);
-}
 #endif

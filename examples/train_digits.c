@@ -40,7 +40,7 @@ typedef struct opts {
     const char *data, *precision, *ckpt_dir, *resume, *dump_weights, *loss_file, *log_dir;
     int steps, epochs, batch, accum, hidden, shuffle, ckpt_every, kill_at, print_every, eval_batch;
     float lr, momentum, weight_decay, clip, warmup, init_scale;
-    int growth_interval;
+    int growth_interval, bucket_kb;
     uint64_t seed;
 } opts;
 
@@ -67,7 +67,8 @@ static void usage(void) {
             "  --dump-weights FILE    final fp32 master weights (raw little-endian float32)\n"
             "  --loss-file FILE       one line per step: step loss lr scale skipped scheduler_steps\n"
             "  --log-dir DIR          TensorBoard + JSONL logs (accel_trackers)\n"
-            "  --print-every N        progress line every N steps (default 50)\n");
+            "  --print-every N        progress line every N steps (default 50)\n"
+            "  --bucket-kb N          all-reduce gradients in N-KiB buckets (default: one flat all-reduce)\n");
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
@@ -105,6 +106,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (TD_ARG("--log-dir")) o->log_dir = v;
         else if (TD_ARG("--print-every")) o->print_every = atoi(v);
         else if (TD_ARG("--eval-batch")) o->eval_batch = atoi(v);
+        else if (TD_ARG("--bucket-kb")) o->bucket_kb = atoi(v);
         else if (!strcmp(a, "--resume")) o->resume = "latest";
         else if (!strcmp(a, "--no-shuffle")) o->shuffle = 0;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 2; }
@@ -230,49 +232,50 @@ static accel_result log_scalars(accel *acc, const opts *o, int64_t step, double 
 }
 
 /* ------------------------------------------------------------------------------------------ gradients */
-/* TEMPORARY until accel_collectives.h lands: average over processes through the core's f64 all-reduce. */
-static accel_result reduce_gradients(accel *acc, accel_tensor *grads, int count) {
-    int k;
-    int64_t i;
+/* DDP's reducer: the four gradients are registered once; after backward each is marked ready in the order backward
+   finishes them (fc2 first) and full buckets are all-reduced (averaged) right away. By default the reducer sees
+   one contiguous fp32 buffer and does a single in-place all-reduce; --bucket-kb N forces N-KiB buckets. */
+static accel_result reduce_gradients(accel_coll_reducer *red) {
     accel_result r;
-    if (acc->num_processes == 1) return ACCEL_OK;
-    for (k = 0; k < count; ++k) {
-        float *g = (float *)grads[k].ptr;
-        int64_t n = grads[k].shape[0];
-        double *tmp = (double *)malloc((size_t)n * sizeof(double));
-        for (i = 0; i < n; ++i) tmp[i] = g[i];
-        r = accel_host_allreduce_f64(acc, tmp, (int)n, ACCEL_HOST_SUM);
-        for (i = 0; i < n; ++i) g[i] = (float)(tmp[i] / acc->num_processes);
-        free(tmp);
-        if (r != ACCEL_OK) return r;
-    }
-    return ACCEL_OK;
+    int k;
+    for (k = 3; k >= 0; --k)
+        if ((r = accel_coll_grad_ready(red, k)) != ACCEL_OK) return r;
+    return accel_coll_reducer_wait(red);
 }
 
 /* --------------------------------------------------------------------------------------------- evaluation */
 /* Accelerate's eval loop: every process predicts its (padded, even_batches) shard of the test set; the
-   (prediction, label) rows are all-gathered and gather_for_metrics keeps the real rows of the last batch. */
-static accel_result evaluate(accel *acc, accel_data_shard *test, const mlp_shape *shape, const float *model,
-                             const digits_data *data, mlp_work *work, mlp_round_fn rnd, int64_t *idx, double *pct) {
-    int64_t b = accel_data_shard_batch_size(test), count, keep, i, correct = 0, total = 0;
-    int P = acc->num_processes;
+   (prediction, label) rows go through gather_for_metrics, which drops the padding duplicates of the last batch. */
+static accel_result evaluate(accel *acc, accel_coll *coll, accel_data_shard *test, const mlp_shape *shape,
+                             const float *model, const digits_data *data, mlp_work *work, mlp_round_fn rnd,
+                             int64_t *idx, double *pct) {
+    int64_t b = accel_data_shard_batch_size(test), count, i, j, correct = 0, total = 0;
     int32_t *mine = (int32_t *)accel_host_alloc(acc, (size_t)b * 2 * sizeof(int32_t));
-    int32_t *all = (int32_t *)accel_host_alloc(acc, (size_t)b * 2 * P * sizeof(int32_t));
     int *preds = (int *)accel_host_alloc(acc, (size_t)b * sizeof(int));
     accel_result r = ACCEL_OK;
-    if (!mine || !all || !preds) { r = ACCEL_ERR_OUT_OF_MEMORY; goto done; }
+    if (!mine || !preds) { r = ACCEL_ERR_OUT_OF_MEMORY; goto done; }
     for (;;) {
+        accel_tensor in, out;
         if ((r = accel_data_shard_next(test, idx, &count)) != ACCEL_OK || count == 0) break;
         for (i = 0; i < count; ++i) idx[i] += DIGITS_TRAIN;
         mlp_correct(shape, model, data->x, data->y, idx, (int)count, work, rnd, preds);
-        for (i = 0; i < b; ++i) { /* even_batches: count == b on every rank */
-            mine[2 * i] = i < count ? preds[i] : -1;
-            mine[2 * i + 1] = i < count ? data->y[idx[i]] : -2;
+        for (i = 0; i < count; ++i) {
+            mine[2 * i] = preds[i];
+            mine[2 * i + 1] = data->y[idx[i]];
         }
-        if ((r = accel_host_allgather(acc, mine, all, (size_t)b * 2 * sizeof(int32_t))) != ACCEL_OK) break;
-        keep = accel_data_gather_real_rows(acc, b * P);
-        for (i = 0; i < keep; ++i) correct += all[2 * i] == all[2 * i + 1];
-        total += keep;
+        memset(&in, 0, sizeof in);
+        memset(&out, 0, sizeof out);
+        in.name = "eval/pred_label";
+        in.ptr = mine;
+        in.dtype = ACCEL_I32;
+        in.ndim = 2;
+        in.shape[0] = count;
+        in.shape[1] = 2;
+        if ((r = accel_coll_gather_for_metrics(coll, &in, &out)) != ACCEL_OK) break;
+        for (j = 0; j < out.shape[0]; ++j)
+            correct += ((const int32_t *)out.ptr)[2 * j] == ((const int32_t *)out.ptr)[2 * j + 1];
+        total += out.shape[0];
+        accel_coll_free(coll, out.ptr);
     }
     *pct = total ? 100.0 * (double)correct / (double)total : 0.0;
     if (r == ACCEL_OK && total != DIGITS_ROWS - DIGITS_TRAIN)
@@ -280,61 +283,72 @@ static accel_result evaluate(accel *acc, accel_data_shard *test, const mlp_shape
                         DIGITS_ROWS - DIGITS_TRAIN);
 done:
     accel_host_free(acc, mine);
-    accel_host_free(acc, all);
     accel_host_free(acc, preds);
     return r;
 }
 
 /* ------------------------------------------------------------------------------------------- checkpoints */
-/* TEMPORARY until accel_ckpt.h lands: the main process writes one file per checkpoint. */
-static accel_result save_checkpoint(accel *acc, const opts *o, progress *pg, accel_data_shard *train,
-                                    accel_amp_scaler *scaler, const float *master, const float *mom, size_t n,
-                                    int64_t sched_total) {
-    char path[1024];
-    uint8_t sc[ACCEL_AMP_SCALER_STATE_BYTES], sh[ACCEL_DATA_SHARD_STATE_BYTES];
-    size_t w1 = 0, w2 = 0;
+/* save_state writes the model (fp32 master weights) and the optimizer (momentum) as safetensors, plus the blobs
+   registered here: "scaler" (accel_amp's state bytes) and "trainer" (progress + the sampler's state bytes). */
+typedef struct trainer_blob {
+    progress pg;
+    uint8_t shard[ACCEL_DATA_SHARD_STATE_BYTES];
+} trainer_blob;
+typedef struct ckpt_ctx {
+    accel *acc;
+    progress *pg;
+    accel_data_shard *train;
+    accel_amp_scaler *scaler;
+    trainer_blob loaded;
+    int have_loaded;
+} ckpt_ctx;
+
+static accel_result save_scaler(void *user, void *buf, size_t cap, size_t *written) {
+    ckpt_ctx *c = (ckpt_ctx *)user;
+    if (cap < ACCEL_AMP_SCALER_STATE_BYTES) { *written = ACCEL_AMP_SCALER_STATE_BYTES; return ACCEL_OK; }
+    return accel_amp_scaler_state_save(c->acc, c->scaler, (uint8_t *)buf, cap, written);
+}
+static accel_result load_scaler(void *user, const void *buf, size_t n) {
+    ckpt_ctx *c = (ckpt_ctx *)user;
+    return accel_amp_scaler_state_load(c->acc, c->scaler, (const uint8_t *)buf, n);
+}
+static accel_result save_trainer(void *user, void *buf, size_t cap, size_t *written) {
+    ckpt_ctx *c = (ckpt_ctx *)user;
+    trainer_blob t;
+    size_t w = 0;
     accel_result r;
-    pg->scheduler_total = sched_total;
-    pg->num_processes = acc->num_processes;
-    pg->optimizer_steps = acc->optimizer_steps;
-    if ((r = accel_amp_scaler_state_save(acc, scaler, sc, sizeof sc, &w1)) != ACCEL_OK) return r;
-    if ((r = accel_data_shard_state_save(train, sh, sizeof sh, &w2)) != ACCEL_OK) return r;
-    if (acc->is_main_process) {
-        FILE *f;
-        snprintf(path, sizeof path, "mkdir -p '%s'", o->ckpt_dir);
-        if (system(path) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "mkdir %s", o->ckpt_dir);
-        snprintf(path, sizeof path, "%s/state.bin", o->ckpt_dir);
-        f = fopen(path, "wb");
-        if (!f) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "cannot write %s", path);
-        fwrite(pg, sizeof *pg, 1, f);
-        fwrite(sc, 1, sizeof sc, f);
-        fwrite(sh, 1, sizeof sh, f);
-        fwrite(master, sizeof(float), n, f);
-        fwrite(mom, sizeof(float), n, f);
-        fclose(f);
-    }
-    return accel_wait_for_everyone(acc);
+    if (cap < sizeof t) { *written = sizeof t; return ACCEL_OK; }
+    memset(&t, 0, sizeof t);
+    t.pg = *c->pg;
+    t.pg.epoch = c->train->epoch;
+    if ((r = accel_data_shard_state_save(c->train, t.shard, sizeof t.shard, &w)) != ACCEL_OK) return r;
+    memcpy(buf, &t, sizeof t);
+    *written = sizeof t;
+    return ACCEL_OK;
+}
+/* Only kept here; applied after load_state succeeded (resume_position), so a failed load changes nothing. */
+static accel_result load_trainer(void *user, const void *buf, size_t n) {
+    ckpt_ctx *c = (ckpt_ctx *)user;
+    if (n != sizeof c->loaded)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_FORMAT, "trainer.bin: %zu bytes, expected %zu", n, sizeof c->loaded);
+    memcpy(&c->loaded, buf, n);
+    c->have_loaded = 1;
+    return ACCEL_OK;
 }
 
-static accel_result load_checkpoint(accel *acc, const opts *o, progress *pg, accel_data_shard *train,
-                                    accel_amp_scaler *scaler, float *master, float *mom, size_t n,
-                                    int64_t sched_total) {
-    char path[1024];
-    uint8_t sc[ACCEL_AMP_SCALER_STATE_BYTES], sh[ACCEL_DATA_SHARD_STATE_BYTES];
-    FILE *f;
+static accel_result setup_checkpoints(accel *acc, const opts *o, ckpt_ctx *cc, accel_ckpt **ck,
+                                      const accel_tensor *params, const accel_tensor *moms) {
+    accel_ckpt_desc cd;
     accel_result r;
-    snprintf(path, sizeof path, "%s/state.bin", o->ckpt_dir);
-    f = fopen(path, "rb");
-    if (!f) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "cannot read %s", path);
-    if (fread(pg, sizeof *pg, 1, f) != 1 || fread(sc, 1, sizeof sc, f) != sizeof sc ||
-        fread(sh, 1, sizeof sh, f) != sizeof sh || fread(master, sizeof(float), n, f) != n ||
-        fread(mom, sizeof(float), n, f) != n) {
-        fclose(f);
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "short %s", path);
-    }
-    fclose(f);
-    if ((r = accel_amp_scaler_state_load(acc, scaler, sc, sizeof sc)) != ACCEL_OK) return r;
-    return resume_position(acc, pg, train, sh, sched_total);
+    memset(&cd, 0, sizeof cd);
+    cd.project_dir = o->ckpt_dir;
+    cd.automatic_checkpoint_naming = 1; /* <dir>/checkpoints/checkpoint_<i> */
+    cd.total_limit = 2;
+    if ((r = accel_ckpt_create(acc, &cd, ck)) != ACCEL_OK) return r;
+    if ((r = accel_ckpt_register_model(*ck, params, 4)) != ACCEL_OK) return r;
+    if ((r = accel_ckpt_register_optimizer(*ck, moms, 4)) != ACCEL_OK) return r;
+    if ((r = accel_ckpt_register(*ck, "scaler", save_scaler, load_scaler, cc)) != ACCEL_OK) return r;
+    return accel_ckpt_register(*ck, "trainer", save_trainer, load_trainer, cc);
 }
 
 int main(int argc, char **argv) {
@@ -348,8 +362,12 @@ int main(int argc, char **argv) {
     accel_data_shard_desc sd;
     accel_amp_scaler scaler;
     accel_amp_scaler_desc scd;
-    accel_tensor grads[4];
+    accel_tensor grads[4], params[4], moms[4];
     progress pg;
+    accel_coll *coll = NULL;
+    accel_coll_reducer *red = NULL;
+    accel_ckpt *ck = NULL;
+    ckpt_ctx cc;
     mlp_round_fn rnd = NULL;
     accel_dtype model_dtype = ACCEL_F32;
     float *master = NULL, *model = NULL, *grad = NULL, *mom = NULL;
@@ -367,6 +385,7 @@ int main(int argc, char **argv) {
                            : !strcmp(o.precision, "bf16") ? ACCEL_PRECISION_BF16
                                                           : ACCEL_PRECISION_NO;
     desc.cpu = 1;
+    desc.collective_timeout_ms = 120000; /* a lost peer ends the run in 2 minutes instead of Accelerate's 30 */
     if (accel_init(&acc, &desc) != ACCEL_OK) {
         fprintf(stderr, "train_digits: accel_init: %s\n", accel_last_error(&acc));
         accel_shutdown(&acc);
@@ -420,8 +439,10 @@ int main(int argc, char **argv) {
     } else {
         model = master;
     }
-    {
+    {   /* one accel_tensor per parameter, for the reducer, the scaler/clipping and the checkpoints */
         static const char *names[4] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
+        static const char *mnames[4] = {"fc1.weight.momentum_buffer", "fc1.bias.momentum_buffer",
+                                        "fc2.weight.momentum_buffer", "fc2.bias.momentum_buffer"};
         size_t offs[5];
         int k;
         offs[0] = shape.off_w1; offs[1] = shape.off_b1; offs[2] = shape.off_w2; offs[3] = shape.off_b2;
@@ -431,12 +452,37 @@ int main(int argc, char **argv) {
             grads[k].name = names[k];
             grads[k].ptr = grad + offs[k];
             grads[k].dtype = ACCEL_F32;
-            grads[k].ndim = 1;
-            grads[k].shape[0] = (int64_t)(offs[k + 1] - offs[k]);
+            grads[k].ndim = k % 2 ? 1 : 2;
+            grads[k].shape[0] = k % 2 ? (int64_t)(offs[k + 1] - offs[k]) : (k == 0 ? o.hidden : DIGITS_CLASSES);
+            grads[k].shape[1] = k == 0 ? DIGITS_FEATURES : o.hidden;
+            params[k] = grads[k];
+            params[k].ptr = master + offs[k];
+            moms[k] = grads[k];
+            moms[k].name = mnames[k];
+            moms[k].ptr = mom + offs[k];
         }
     }
 
-    /* 3. loss scaler (enabled by the fp16 policy) */
+    /* 3. collectives: the process group's communicator and the gradient reducer */
+    {
+        accel_coll_desc cdesc;
+        accel_coll_reducer_desc rd;
+        int k;
+        memset(&cdesc, 0, sizeof cdesc);
+        CHECK(accel_coll_create(&acc, &cdesc, &coll));
+        memset(&rd, 0, sizeof rd);
+        if (o.bucket_kb > 0) {
+            rd.flat = ACCEL_OFF;
+            rd.bucket_cap_mb = rd.first_bucket_mb = o.bucket_kb / 1024.0;
+        }
+        CHECK(accel_coll_reducer_create(coll, &rd, &red));
+        for (k = 0; k < 4; ++k)
+            CHECK(accel_coll_reducer_add(red, grads[k].ptr, (size_t)accel_tensor_numel(&grads[k]), ACCEL_F32,
+                                         grads[k].name, NULL));
+        CHECK(accel_coll_reducer_finalize(red));
+    }
+
+    /* 4. loss scaler (enabled by the fp16 policy) */
     memset(&scd, 0, sizeof scd);
     scd.init_scale = o.init_scale;
     scd.growth_interval = o.growth_interval;
@@ -446,8 +492,24 @@ int main(int argc, char **argv) {
 
     memset(&pg, 0, sizeof pg);
     pg.num_processes = acc.num_processes;
-    /* 4. resume */
-    if (o.resume) CHECK(load_checkpoint(&acc, &o, &pg, &train, &scaler, master, mom, shape.count, sched_total));
+    /* 5. checkpoints: save_state / load_state */
+    memset(&cc, 0, sizeof cc);
+    cc.acc = &acc;
+    cc.pg = &pg;
+    cc.train = &train;
+    cc.scaler = &scaler;
+    if (o.ckpt_dir) CHECK(setup_checkpoints(&acc, &o, &cc, &ck, params, moms));
+    if (o.resume) {
+        CHECK(accel_ckpt_load_state(ck, NULL)); /* the newest complete checkpoint under <dir>/checkpoints */
+        if (!cc.have_loaded) {
+            fprintf(stderr, "train_digits: the checkpoint has no trainer.bin\n");
+            goto fail;
+        }
+        pg = cc.loaded.pg;
+        CHECK(resume_position(&acc, &pg, &train, cc.loaded.shard, sched_total));
+        accel_print(&acc, "resumed at step %lld (epoch %lld, %lld samples into it)\n", (long long)pg.step,
+                    (long long)pg.epoch, (long long)pg.samples_in_epoch);
+    }
     if (model_dtype != ACCEL_F32) {
         CHECK(accel_amp_master_to_model(&acc, master, model16, model_dtype, shape.count, NULL));
         CHECK(accel_amp_convert(&acc, model16, model_dtype, model, ACCEL_F32, shape.count, NULL));
@@ -461,7 +523,7 @@ int main(int argc, char **argv) {
                 acc.num_processes, o.batch, o.accum, (long long)global_batch, accel_precision_name(acc.mixed_precision),
                 (long long)total_steps);
 
-    /* 5. the loop */
+    /* 6. the loop */
     t_start = t_last = now_s();
     while (!stop && pg.step < total_steps) {
         CHECK(accel_data_shard_next(&train, idx, &count));
@@ -475,7 +537,7 @@ int main(int argc, char **argv) {
                                            accel_amp_loss_scale(&scaler) / accel_loss_divisor(&acc), &work, rnd) /
                       (double)count / accel_loss_divisor(&acc);
         pg.samples_in_epoch += (int64_t)acc.num_processes * count;
-        if (accel_should_reduce(&acc)) CHECK(reduce_gradients(&acc, grads, 4));
+        if (accel_should_reduce(&acc)) CHECK(reduce_gradients(red));
         if (acc.sync_gradients) {
             int found_inf = 0, nsched;
             double norm = 0.0, lossv = loss_local;
@@ -497,8 +559,8 @@ int main(int argc, char **argv) {
             pg.scheduler_steps += nsched;
             if (!found_inf) pg.optimizer_steps++;
             memset(grad, 0, shape.count * sizeof(float)); /* zero_grad */
-            CHECK(accel_host_allreduce_f64(&acc, &lossv, 1, ACCEL_HOST_SUM));
-            last_loss = lossv / acc.num_processes;
+            CHECK(accel_coll_all_reduce(coll, &lossv, &lossv, 1, ACCEL_F64, ACCEL_COLL_AVG));
+            last_loss = lossv;
             loss_local = 0.0;
             pg.step++;
             samples_done += (double)global_batch;
@@ -511,11 +573,12 @@ int main(int argc, char **argv) {
                 accel_print(&acc, "step %5lld/%lld | loss %.4f | lr %.4g | %s%.0f samples/s | ETA %.1fs\n",
                             (long long)pg.step, (long long)total_steps, last_loss, lr, "", rate, eta);
                 (void)t_last;
-                CHECK(log_scalars(&acc, &o, pg.step, last_loss, lr, scale, norm));
             }
+            CHECK(log_scalars(&acc, &o, pg.step, last_loss, lr, scaler.enabled ? scale : -1.0f, norm));
             if (o.ckpt_dir && ((o.ckpt_every && pg.step % o.ckpt_every == 0) || pg.step == total_steps)) {
-                pg.epoch = train.epoch;
-                CHECK(save_checkpoint(&acc, &o, &pg, &train, &scaler, master, mom, shape.count, sched_total));
+                pg.scheduler_total = sched_total;
+                pg.num_processes = acc.num_processes;
+                CHECK(accel_ckpt_save_state(ck, NULL, NULL, 0));
             }
             if (o.kill_at && pg.step == o.kill_at) {
                 if (loss_f) fclose(loss_f);
@@ -543,10 +606,10 @@ int main(int argc, char **argv) {
         fclose(f);
     }
 
-    /* 6. evaluation: each rank predicts its shard of the test set; gather_for_metrics drops the padding */
+    /* 7. evaluation: each rank predicts its shard of the test set; gather_for_metrics drops the padding */
     {
         double acc_pct = 0.0;
-        CHECK(evaluate(&acc, &test, &shape, model, &data, &work, rnd, idx, &acc_pct));
+        CHECK(evaluate(&acc, coll, &test, &shape, model, &data, &work, rnd, idx, &acc_pct));
         CHECK(log_scalars(&acc, &o, pg.step, -1.0, -1.0f, -1.0f, acc_pct));
         accel_print(&acc, "test accuracy: %.2f%%\n", acc_pct);
     }
@@ -555,6 +618,9 @@ int main(int argc, char **argv) {
 fail:
     if (loss_f) fclose(loss_f);
     if (have_scaler) accel_amp_scaler_destroy(&acc, &scaler);
+    accel_ckpt_destroy(ck);
+    accel_coll_reducer_destroy(red);
+    accel_coll_destroy(coll);
     if (have_work) mlp_work_free(&work);
     if (model && model != master) accel_host_free(&acc, model);
     accel_host_free(&acc, model16);
@@ -563,6 +629,12 @@ fail:
     accel_host_free(&acc, mom);
     accel_host_free(&acc, idx);
     if (have_data) digits_free(&data);
+    if (rc && inited && acc.num_processes > 1) {
+        /* the other ranks may be waiting in a collective: leave without MPI_Finalize so the launcher ends the job */
+        fflush(stdout);
+        fflush(stderr);
+        exit(rc);
+    }
     if (inited) accel_shutdown(&acc);
     return rc;
 }

@@ -15,6 +15,14 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* L2 norm of a vector in double. */
+static double vec_norm(const float *g, size_t n) {
+    double s = 0.0;
+    size_t i;
+    for (i = 0; i < n; ++i) s += (double)g[i] * g[i];
+    return sqrt(s);
+}
+
 /* Fisher-Yates permutation of [0, n) from (seed, epoch): the same on every rank. */
 static void shuffle(int64_t *perm, int n, uint64_t seed, int epoch, int do_shuffle) {
     uint64_t st = seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(epoch + 1));

@@ -79,12 +79,13 @@ def equivalence(exe, tmp):
     # batch b take the permutation's consecutive b-sized batches round-robin; accumulation takes A of a process's
     # batches. See the top of examples/train_digits.c.
     B, steps = 15, 60
-    configs = [("1x4B", 1, 4 * B, 1), ("2x2B", 2, 2 * B, 1), ("4xB", 4, B, 1), ("1xB_accum4", 1, B, 4)]
+    configs = [("1x4B", 1, 4 * B, 1, []), ("2x2B", 2, 2 * B, 1, ["--bucket-kb", 4]), ("4xB", 4, B, 1, []),
+               ("1xB_accum4", 1, B, 4, [])]
     res = {}
-    for name, np_, b, a in configs:
+    for name, np_, b, a, extra in configs:
         lf, wf = os.path.join(tmp, name + ".loss"), os.path.join(tmp, name + ".w")
         run(exe, np_, ["--steps", steps, "--batch", b, "--accum", a, "--seed", 7, "--loss-file", lf,
-                       "--dump-weights", wf, "--lr", 0.05, "--clip", 1.0])
+                       "--dump-weights", wf, "--lr", 0.05, "--clip", 1.0] + extra)
         res[name] = (losses(lf), weights(wf)[0])
     ref_l, ref_w = res["1x4B"]
     check(len(ref_l) == steps, "reference has %d loss rows" % steps)

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Per-step overhead of accel in examples/train_digits vs examples/train_digits_raw (same math, hand-written MPI,
+no accel), both on 2 MPI ranks, fp32, measured in the same run: the two trainers alternate, REPS runs each, and the
+median of each trainer's own "train samples/s" (training loop only, startup and evaluation excluded) is compared.
+Prints one JSON line per configuration (DESIGN.md → Testing); ratio = accel ÷ raw, goal 0.98 (≤ 2 % slower).
+
+usage: bench_trainer.py TRAIN_DIGITS TRAIN_DIGITS_RAW [REPS]
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.environ.get("ACCEL_SOURCE_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MPIRUN = os.path.join(ROOT, "tests", "mpi", "mpirun.sh")
+DATA = os.path.join(ROOT, "data", "digits.csv")
+
+
+def rate(exe, np_, args):
+    cmd = ["bash", MPIRUN, str(np_), exe, "--data", DATA] + [str(a) for a in args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise SystemExit("bench: %s failed:\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+    for line in r.stdout.splitlines():
+        if line.startswith("train samples/s: "):
+            return float(line.split(": ")[1])
+    raise SystemExit("bench: no 'train samples/s' line from %s" % exe)
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    accel_exe, raw_exe = sys.argv[1], sys.argv[2]
+    reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    if not os.path.exists(DATA):
+        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "fetch-digits.sh")], capture_output=True, text=True)
+        if r.returncode != 0:
+            print("bench: SKIP: no data/digits.csv and fetch-digits.sh failed:\n" + r.stdout + r.stderr)
+            return 77
+    np_ = 2
+    for hidden, batch, accum, steps in ((64, 16, 1, 3000), (256, 32, 2, 800)):
+        common = ["--steps", steps, "--batch", batch, "--accum", accum, "--hidden", hidden, "--seed", 1]
+        a, r_ = [], []
+        for _ in range(reps):  # alternate so both see the same machine load
+            a.append(rate(accel_exe, np_, common + ["--print-every", 0]))
+            r_.append(rate(raw_exe, np_, common))
+        ma, mr = statistics.median(a), statistics.median(r_)
+        print(json.dumps({"bench": "train_digits_step", "params": {"processes": np_, "hidden": hidden, "batch": batch,
+                                                                   "accum": accum, "steps": steps, "reps": reps,
+                                                                   "precision": "no"},
+                          "unit": "samples/s", "accel": round(ma, 1), "reference": round(mr, 1),
+                          "reference_name": "train_digits_raw (hand-written MPI, no accel)",
+                          "ratio": round(ma / mr, 4), "goal": 0.98}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
