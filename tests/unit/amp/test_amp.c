@@ -195,6 +195,43 @@ static void test_buffers(void) {
     AT_EQ_INT(h[0], 0xabab);
     AT_EQ_INT(accel_amp_convert(&g_acc, NULL, ACCEL_F32, NULL, ACCEL_F16, 0, NULL), ACCEL_OK);
     free(f); free(back); free(h); free(h2);
+
+    /* large buffers take the streaming-store path (x86-64): misaligned destinations, every element checked */
+    {
+        size_t N = ((size_t)1 << 20) + 1001;
+        float *src = (float *)malloc(N * 4), *wide = (float *)malloc((N + 1) * 4);
+        uint16_t *dst = (uint16_t *)malloc((N + 8) * 2);
+        accel_amp_sr sr;
+        uint32_t r4[4];
+        int off;
+        for (i = 0; i < N; ++i) src[i] = bits_f(rnd32() ^ (rnd32() << 16));
+        for (off = 0; off < 3; ++off) {
+            bad = 0;
+            AT_EQ_INT(accel_amp_convert(&g_acc, src, ACCEL_F32, dst + off, ACCEL_BF16, N, NULL), ACCEL_OK);
+            for (i = 0; i < N; ++i) bad += dst[off + i] != ref_f32_to_bf16(src[i]);
+            AT_EQ_INT(accel_amp_convert(&g_acc, src, ACCEL_F32, dst + off, ACCEL_F16, N, NULL), ACCEL_OK);
+            for (i = 0; i < N; ++i) bad += dst[off + i] != ref_f32_to_f16(src[i]);
+            AT_EQ_INT(accel_amp_convert(&g_acc, dst + off, ACCEL_F16, wide + (off & 1), ACCEL_F32, N, NULL), ACCEL_OK);
+            for (i = 0; i < N; ++i) {
+                double rv = ref_decode(dst[off + i], 10, 15);
+                bad += isnan(rv) ? !isnan(wide[(off & 1) + i]) : (double)wide[(off & 1) + i] != rv;
+            }
+            sr.seed = 5; sr.step = 6; sr.index_offset = (uint64_t)off * 7;
+            AT_EQ_INT(accel_amp_convert(&g_acc, src, ACCEL_F32, dst + off, ACCEL_BF16, N, &sr), ACCEL_OK);
+            for (i = 0; i < N; ++i) {
+                uint64_t idx = sr.index_offset + i;
+                uint32_t u = f_bits(src[i]);
+                uint16_t want;
+                accel_rng_draw4(5, 6, idx / 4, r4);
+                if ((u & 0x7fffffffu) > 0x7f800000u) want = 0x7fff;
+                else if ((u & 0x7fffffffu) == 0x7f800000u) want = (uint16_t)(u >> 16);
+                else want = (uint16_t)((u + (r4[idx % 4] & 0xffffu)) >> 16);
+                bad += dst[off + i] != want;
+            }
+            AT_EQ_INT(bad, 0);
+        }
+        free(src); free(wide); free(dst);
+    }
 }
 
 /* ----------------------------------------------------------------------------------- stochastic rounding */
