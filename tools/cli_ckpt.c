@@ -78,6 +78,13 @@ static int ls_file(const char *path) {
     return 0;
 }
 
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = (char *)malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 static int ls_dir(const char *dir) {
@@ -96,7 +103,8 @@ static int ls_dir(const char *dir) {
             if (!nn) { closedir(d); return 1; }
             names = nn;
         }
-        names[n++] = strdup(de->d_name);
+        names[n] = dup_str(de->d_name);
+        if (names[n]) ++n;
     }
     closedir(d);
     if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);

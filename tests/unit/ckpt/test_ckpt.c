@@ -644,7 +644,7 @@ static void test_state(void) {
         }
         /* corruption: flip one byte of the model → checksum error; truncation → size error; no marker → incomplete */
         {
-            char mp[900];
+            char mp[1600];
             size_t n = 0;
             unsigned char *b;
             snprintf(mp, sizeof mp, "%s/model.safetensors", latest);
@@ -670,7 +670,7 @@ static void test_state(void) {
         }
         /* latest skips an incomplete newer directory */
         {
-            char cp[900];
+            char cp[1600];
             snprintf(cp, sizeof cp, "%s/checkpoints/checkpoint_9", p);
             mkdir(cp, 0777);
             snprintf(cp, sizeof cp, "%s/checkpoints", p);

@@ -1,0 +1,100 @@
+/* Fixture for the Python interop checks (check_interop.py):
+     ckpt_fixture write DIR   writes DIR/all.safetensors (every dtype, 0-rank, empty, Unicode/escaped names, metadata),
+                              DIR/model (sharded save_model) and DIR/state (save_state)
+     ckpt_fixture read FILE   loads every tensor of FILE through accel and prints, per tensor:
+                              hex(name) dtype dims… nbytes xxh64(bytes) — then "meta hex(key) hex(value)" lines */
+#include "accel_ckpt.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void hex(const char *s) {
+    for (; *s; ++s) printf("%02x", (unsigned char)*s);
+}
+static void pattern(unsigned char *b, size_t n, unsigned k) {
+    size_t i;
+    for (i = 0; i < n; ++i) b[i] = (unsigned char)((i * 131u + k * 17u + (i >> 8)) & 255u);
+}
+
+static int do_write(const char *dir) {
+    accel_tensor t[32];
+    static char names[32][64];
+    void *bufs[32];
+    int n = 0, d, i;
+    char path[1024];
+    const char *meta[4] = {"format", "pt", "note", "caf\xc3\xa9 \"q\" \\ \n \xf0\x9f\x98\x80"};
+    accel acc;
+    accel_desc ad;
+    accel_ckpt *ck = NULL;
+    memset(t, 0, sizeof t);
+    for (d = 1; d < ACCEL_DTYPE_COUNT; ++d) {
+        size_t es = accel_dtype_size((accel_dtype)d), nb = es * 2 * (size_t)(3 + d);
+        snprintf(names[n], sizeof names[n], "t_%s", accel_dtype_name((accel_dtype)d));
+        t[n].name = names[n]; t[n].dtype = (accel_dtype)d; t[n].ndim = 2; t[n].shape[0] = 2; t[n].shape[1] = 3 + d;
+        bufs[n] = malloc(nb); pattern((unsigned char *)bufs[n], nb, (unsigned)n); t[n].ptr = bufs[n]; ++n;
+    }
+    snprintf(names[n], sizeof names[n], "scalar");
+    t[n].name = names[n]; t[n].dtype = ACCEL_F32; t[n].ndim = 0; bufs[n] = malloc(4); pattern((unsigned char *)bufs[n], 4, (unsigned)n); t[n].ptr = bufs[n]; ++n;
+    snprintf(names[n], sizeof names[n], "empty");
+    t[n].name = names[n]; t[n].dtype = ACCEL_BF16; t[n].ndim = 2; t[n].shape[0] = 0; t[n].shape[1] = 5; bufs[n] = NULL; ++n;
+    snprintf(names[n], sizeof names[n], "\xce\xb1\xce\xb2/\"x\"\\y\t\x01\xf0\x9f\x98\x80");
+    t[n].name = names[n]; t[n].dtype = ACCEL_U8; t[n].ndim = 1; t[n].shape[0] = 3; bufs[n] = malloc(3); pattern((unsigned char *)bufs[n], 3, (unsigned)n); t[n].ptr = bufs[n]; ++n;
+    snprintf(path, sizeof path, "%s/all.safetensors", dir);
+    if (accel_ckpt_save_safetensors(NULL, path, t, n, meta, 2) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+    snprintf(path, sizeof path, "%s/model", dir);
+    if (accel_ckpt_save_model(NULL, path, t, n, "150") != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+    memset(&ad, 0, sizeof ad);
+    ad.no_mpi = 1;
+    if (accel_init(&acc, &ad) != ACCEL_OK) return 1;
+    accel_set_seed(&acc, 0xFFFFFFFFFFFFFFF0ull, 0);
+    acc.rng.offset = 12345;
+    if (accel_ckpt_create(&acc, NULL, &ck) != ACCEL_OK || accel_ckpt_register_model(ck, t, 5) != ACCEL_OK ||
+        accel_ckpt_register_optimizer(ck, t + 5, 4) != ACCEL_OK) return 1;
+    snprintf(path, sizeof path, "%s/state", dir);
+    if (accel_ckpt_save_state(ck, path, NULL, 0) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
+    accel_ckpt_destroy(ck);
+    accel_shutdown(&acc);
+    for (i = 0; i < n; ++i) free(bufs[i]);
+    printf("%d tensors\n", n);
+    return 0;
+}
+
+static int do_read(const char *file) {
+    accel_ckpt_file *f = NULL;
+    int i, k;
+    if (accel_ckpt_open(NULL, file, &f) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+    for (i = 0; i < accel_ckpt_file_count(f); ++i) {
+        const accel_ckpt_entry *e = accel_ckpt_file_entry(f, i);
+        accel_tensor t;
+        uint64_t nb = e->end - e->begin;
+        void *buf = malloc(nb ? nb : 1);
+        memset(&t, 0, sizeof t);
+        t.name = e->name; t.dtype = e->dtype; t.ndim = e->ndim;
+        memcpy(t.shape, e->shape, sizeof t.shape);
+        t.ptr = buf;
+        if (accel_ckpt_file_load(f, &t) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+        hex(e->name);
+        printf(" %s %d", accel_dtype_name(e->dtype), e->ndim);
+        for (k = 0; k < e->ndim; ++k) printf(" %lld", (long long)e->shape[k]);
+        printf(" %llu %016llx\n", (unsigned long long)nb, (unsigned long long)accel_ckpt_xxh64(buf, (size_t)nb, 0));
+        free(buf);
+    }
+    for (i = 0; i < accel_ckpt_file_metadata_count(f); ++i) {
+        const char *key, *val;
+        accel_ckpt_file_metadata(f, i, &key, &val);
+        printf("meta ");
+        hex(key);
+        printf(" ");
+        hex(val);
+        printf("\n");
+    }
+    accel_ckpt_close(f);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "write")) return do_write(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "read")) return do_read(argv[2]);
+    fprintf(stderr, "usage: ckpt_fixture write DIR | read FILE\n");
+    return 2;
+}
