@@ -642,9 +642,11 @@ static size_t accel__track_fmt_double(char *out, double v) {
     prec = (v < DBL_MIN && v > -DBL_MIN) ? 1 : (last2 <= 12 || last2 >= 88) ? 15 : 16;
     for (; prec < 17; ++prec) {
         int up, pass;
-        /* the nearest prec-digit decimal first, then the other neighbour: rounding the 17-digit rendering again
-           can pick the wrong one (double rounding) */
-        for (pass = 0; pass < 2; ++pass) {
+        /* The nearest prec-digit decimal; the other neighbour only when the 17-digit rendering sits exactly on the
+           half (…5000): rounding it again may then pick the wrong side (double rounding). */
+        int half = dig[prec] == '5', j;
+        for (j = prec + 1; j < 17; ++j) half &= dig[j] == '0';
+        for (pass = 0; pass < 1 + half; ++pass) {
             int n = prec, e = e10, i;
             up = (dig[prec] >= '5') != (pass == 1);
             memcpy(cand, dig, (size_t)prec);
