@@ -50,9 +50,9 @@
    RANDOM SAMPLER — the algorithm (any implementation can reproduce it)
      n <= 1: identity. Else k = ceil(log2 n) bits, split into lo = floor(k/2) bits and hi = k - lo bits. Round keys
      key[r] = w[0] | w[1] << 32 with w = accel_rng_draw4(seed, epoch, r) (Philox4x32-10; stream = epoch, index = r),
-     r = 0..5. One pass over x < 2^k: for r = 0, 2, 4: lo ^= mix(hi + key[r]) & lo_mask; hi ^= mix(lo + key[r+1]) &
-     hi_mask (an unbalanced Feistel network; each half-round is a bijection), mix = the splitmix64 finalizer, all
-     arithmetic mod 2^64. Index i of the epoch's permutation: x = i; repeat x = pass(x) until x < n (cycle walking;
+     r = 0..5. One pass over x < 2^k: for r = 0, 2, 4: lo ^= F(hi, key[r]) & lo_mask; hi ^= F(lo, key[r+1]) &
+     hi_mask (an unbalanced Feistel network; each half-round is a bijection), F(v, key) = h ^ (h >> 29) with
+     h = (v ^ key) * 0x9E3779B97F4A7C15, all arithmetic mod 2^64. Index i of the epoch's permutation: x = i; repeat x = pass(x) until x < n (cycle walking;
      the domain is < 2n, so < 2 passes on average). O(1) time and memory per index, on CPU or GPU (ACCEL_HD).
 
    GRADIENTSTATE BOOKKEEPING (SEMANTICS.md §3)
@@ -119,10 +119,10 @@ typedef struct accel_data_sampler {
 ACCEL_API accel_result accel_data_sampler_init(accel *acc, accel_data_sampler *s, int64_t n, int shuffle, uint64_t seed);
 ACCEL_API void accel_data_sampler_set_epoch(accel_data_sampler *s, int64_t epoch);
 
-static ACCEL_INLINE ACCEL_HD uint64_t accel_data__mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+/* The round function: one multiply (the high half folded down). */
+static ACCEL_INLINE ACCEL_HD uint64_t accel_data__round(uint64_t v, uint64_t key) {
+    uint64_t h = (v ^ key) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
 }
 
 /* One Feistel pass over [0, 2^k). */
@@ -130,8 +130,8 @@ static ACCEL_INLINE ACCEL_HD uint64_t accel_data__feistel(const accel_data_sampl
     uint64_t lo = x & s->lo_mask, hi = x >> s->lo_bits;
     int r;
     for (r = 0; r < ACCEL_DATA_FEISTEL_ROUNDS; r += 2) {
-        lo ^= accel_data__mix64(hi + s->keys[r]) & s->lo_mask;
-        hi ^= accel_data__mix64(lo + s->keys[r + 1]) & s->hi_mask;
+        lo ^= accel_data__round(hi, s->keys[r]) & s->lo_mask;
+        hi ^= accel_data__round(lo, s->keys[r + 1]) & s->hi_mask;
     }
     return (hi << s->lo_bits) | lo;
 }
@@ -143,6 +143,10 @@ static ACCEL_INLINE ACCEL_HD int64_t accel_data_sampler_index(const accel_data_s
     do { x = accel_data__feistel(s, x); } while (x >= (uint64_t)s->n);
     return (int64_t)x;
 }
+
+/* Indices first .. first+count-1 of the order into out (8 independent lanes at a time: the round function is
+   latency-bound, so interleaving gives the CPU's multipliers parallel work). */
+ACCEL_API void accel_data_sampler_fill(const accel_data_sampler *s, int64_t first, int64_t count, int64_t *out);
 
 /* ------------------------------------------------------------------------------------------------- shards */
 /* A loader's entry in Accelerate's GradientState.dataloader_references (private; embedded in the loaders). */
@@ -357,6 +361,37 @@ ACCEL__DEF void accel_data_sampler_set_epoch(accel_data_sampler *s, int64_t epoc
     accel__data_sampler_key(s);
 }
 
+#define ACCEL__DATA_LANES 8
+ACCEL__DEF void accel_data_sampler_fill(const accel_data_sampler *s, int64_t first, int64_t count, int64_t *out) {
+    int64_t i = 0;
+    uint64_t keys[ACCEL_DATA_FEISTEL_ROUNDS], lo_mask = s->lo_mask, hi_mask = s->hi_mask, n = (uint64_t)s->n;
+    int lo_bits = s->lo_bits, r;
+    if (!s->shuffle || s->n <= 1) {
+        for (i = 0; i < count; ++i) out[i] = first + i;
+        return;
+    }
+    for (r = 0; r < ACCEL_DATA_FEISTEL_ROUNDS; ++r) keys[r] = s->keys[r];
+    for (; i + ACCEL__DATA_LANES <= count; i += ACCEL__DATA_LANES) {
+        uint64_t lo[ACCEL__DATA_LANES], hi[ACCEL__DATA_LANES];
+        int l;
+        for (l = 0; l < ACCEL__DATA_LANES; ++l) {
+            uint64_t x = (uint64_t)(first + i + l);
+            lo[l] = x & lo_mask;
+            hi[l] = x >> lo_bits;
+        }
+        for (r = 0; r < ACCEL_DATA_FEISTEL_ROUNDS; r += 2) {
+            for (l = 0; l < ACCEL__DATA_LANES; ++l) lo[l] ^= accel_data__round(hi[l], keys[r]) & lo_mask;
+            for (l = 0; l < ACCEL__DATA_LANES; ++l) hi[l] ^= accel_data__round(lo[l], keys[r + 1]) & hi_mask;
+        }
+        for (l = 0; l < ACCEL__DATA_LANES; ++l) {
+            uint64_t x = (hi[l] << lo_bits) | lo[l];
+            while (x >= n) x = accel_data__feistel(s, x); /* cycle-walk the lanes that left [0, n) */
+            out[i + l] = (int64_t)x;
+        }
+    }
+    for (; i < count; ++i) out[i] = accel_data_sampler_index(s, first + i);
+}
+
 /* -------------------------------------------------------------------------------------- little-endian bytes */
 static void accel__data_put32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
@@ -545,7 +580,10 @@ ACCEL__DEF accel_result accel_data_shard_get_batch(const accel_data_shard *s, in
         for (q = start; q < real_end; ++q) out[j++] = q;
         for (q = start > s->n ? start : s->n; q < end; ++q) out[j++] = (q - s->n) % s->pad_mod;
     } else {
-        for (q = start; q < real_end; ++q) out[j++] = accel_data_sampler_index(&s->sampler, q);
+        if (real_end > start) {
+            accel_data_sampler_fill(&s->sampler, start, real_end - start, out);
+            j = real_end - start;
+        }
         for (q = start > s->n ? start : s->n; q < end; ++q)
             out[j++] = accel_data_sampler_index(&s->sampler, (q - s->n) % s->pad_mod);
     }
@@ -812,8 +850,38 @@ ACCEL__DEF void accel_data_token_file_close(accel_data_token_file *f) {
     memset(f, 0, sizeof *f);
 }
 
+static int accel__data_little_endian(void) {
+    const uint16_t one = 1;
+    unsigned char c;
+    memcpy(&c, &one, 1);
+    return c == 1;
+}
+
 static void accel__data_tokens_to_i32(const accel_data_token_file *f, int64_t first, int64_t count, int32_t *dst) {
     int64_t i;
+    if (accel__data_little_endian()) { /* memcpy loads, no aliasing: the compiler vectorizes the widening */
+        if (f->info.token_bytes == 2) {
+            const uint8_t *ACCEL_RESTRICT p = f->tokens + first * 2;
+            int32_t *ACCEL_RESTRICT d = dst;
+            for (i = 0; i + 8 <= count; i += 8) { /* two 8-byte loads per 8 tokens (straight-line: SLP-vectorized) */
+                uint64_t a, b;
+                memcpy(&a, p + 2 * i, 8);
+                memcpy(&b, p + 2 * i + 8, 8);
+                d[i] = (int32_t)(a & 0xFFFFu); d[i + 1] = (int32_t)((a >> 16) & 0xFFFFu);
+                d[i + 2] = (int32_t)((a >> 32) & 0xFFFFu); d[i + 3] = (int32_t)(a >> 48);
+                d[i + 4] = (int32_t)(b & 0xFFFFu); d[i + 5] = (int32_t)((b >> 16) & 0xFFFFu);
+                d[i + 6] = (int32_t)((b >> 32) & 0xFFFFu); d[i + 7] = (int32_t)(b >> 48);
+            }
+            for (; i < count; ++i) {
+                uint16_t v;
+                memcpy(&v, p + 2 * i, 2);
+                d[i] = (int32_t)v;
+            }
+        } else {
+            memcpy(dst, f->tokens + first * 4, (size_t)count * 4);
+        }
+        return;
+    }
     if (f->info.token_bytes == 2) {
         const uint8_t *p = f->tokens + first * 2;
         for (i = 0; i < count; ++i) dst[i] = (int32_t)((uint32_t)p[2 * i] | ((uint32_t)p[2 * i + 1] << 8));
