@@ -420,8 +420,9 @@ static void accel__amp_store(void *p, accel_dtype t, size_t i, float v) {
     else ((uint16_t *)p)[i] = accel_amp_f32_to_f16(v);
 }
 
-static void accel__amp_cpu_convert_plain(const void *src, accel_dtype st, void *dst, accel_dtype dt, size_t n,
-                                         const accel_amp_sr *sr) {
+/* (Non-temporal stores for large destinations were tried and measured slower here: see bench/amp.) */
+static void accel__amp_cpu_convert(const void *src, accel_dtype st, void *dst, accel_dtype dt, size_t n,
+                                   const accel_amp_sr *sr) {
     size_t i;
     if (st == dt) { if (src != dst) memmove(dst, src, n * accel_dtype_size(st)); return; }
     if (st == ACCEL_F32 && dt == ACCEL_BF16) {
@@ -435,42 +436,6 @@ static void accel__amp_cpu_convert_plain(const void *src, accel_dtype st, void *
     for (i = 0; i < n; ++i) accel__amp_store(dst, dt, i, accel__amp_load(src, st, i)); /* f16 <-> bf16 */
 }
 
-/* Large conversions write the destination with non-temporal (streaming) stores: a block is converted into a small
-   cache-resident buffer by the vectorized loops above, then streamed out, so the destination's cache lines are not
-   read first (the write-allocate that costs a plain store loop a third of its bandwidth; memcpy avoids it too).
-   x86-64 only (SSE2 is baseline there); define ACCEL_AMP_NO_STREAMING to turn it off. */
-#if (defined(__x86_64__) || defined(_M_X64)) && !defined(ACCEL_AMP_NO_STREAMING)
-#include <emmintrin.h>
-#define ACCEL__AMP_STREAM_MIN ((size_t)1 << 20) /* elements: below this the destination likely stays in cache */
-#define ACCEL__AMP_STREAM_BLK 1024              /* elements per block: 4 KiB of fp32 at most */
-static void accel__amp_cpu_convert(const void *src, accel_dtype st, void *dst, accel_dtype dt, size_t n,
-                                   const accel_amp_sr *sr) {
-    union { __m128i v[ACCEL__AMP_STREAM_BLK * 4 / 16]; float f[ACCEL__AMP_STREAM_BLK]; uint16_t h[ACCEL__AMP_STREAM_BLK]; } tmp;
-    void *tmp_out = dt == ACCEL_F32 ? (void *)tmp.f : (void *)tmp.h;
-    size_t es = accel_dtype_size(st), ed = accel_dtype_size(dt), i = 0, k, nv;
-    accel_amp_sr s2;
-    if (st == dt || n < ACCEL__AMP_STREAM_MIN) { accel__amp_cpu_convert_plain(src, st, dst, dt, n, sr); return; }
-    if (sr) s2 = *sr;
-    /* head: plain stores until dst is 16-byte aligned (dst is at least element aligned) */
-    while (i < n && (((size_t)((const char *)dst + i * ed)) & 15u)) ++i;
-    accel__amp_cpu_convert_plain(src, st, dst, dt, i, sr);
-    nv = ACCEL__AMP_STREAM_BLK * ed / 16;
-    for (; i + ACCEL__AMP_STREAM_BLK <= n; i += ACCEL__AMP_STREAM_BLK) {
-        __m128i *out = (__m128i *)(void *)((char *)dst + i * ed);
-        if (sr) s2.index_offset = sr->index_offset + i;
-        accel__amp_cpu_convert_plain((const char *)src + i * es, st, tmp_out, dt, ACCEL__AMP_STREAM_BLK, sr ? &s2 : NULL);
-        for (k = 0; k < nv; ++k) _mm_stream_si128(out + k, _mm_load_si128(tmp.v + k));
-    }
-    _mm_sfence();
-    if (sr) s2.index_offset = sr->index_offset + i;
-    accel__amp_cpu_convert_plain((const char *)src + i * es, st, (char *)dst + i * ed, dt, n - i, sr ? &s2 : NULL);
-}
-#else
-static void accel__amp_cpu_convert(const void *src, accel_dtype st, void *dst, accel_dtype dt, size_t n,
-                                   const accel_amp_sr *sr) {
-    accel__amp_cpu_convert_plain(src, st, dst, dt, n, sr);
-}
-#endif
 
 /* Norm accumulation: sum of |x|^p (p finite) or max |x| (p = inf; NaN wins). */
 static ACCEL_INLINE ACCEL_HD double accel__amp_pow_term(float v, double p) {

@@ -196,7 +196,7 @@ static void test_buffers(void) {
     AT_EQ_INT(accel_amp_convert(&g_acc, NULL, ACCEL_F32, NULL, ACCEL_F16, 0, NULL), ACCEL_OK);
     free(f); free(back); free(h); free(h2);
 
-    /* large buffers take the streaming-store path (x86-64): misaligned destinations, every element checked */
+    /* large buffers (past the caches), misaligned destinations, every element checked */
     {
         size_t N = ((size_t)1 << 20) + 1001;
         float *src = (float *)malloc(N * 4), *wide = (float *)malloc((N + 1) * 4);
