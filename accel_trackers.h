@@ -66,10 +66,12 @@
      - end_training reports the first flush/close error; calling it again (or before init_trackers) is a no-op.
 
    VALUES
-     TensorBoard stores scalars as float32 (simple_value); metrics.jsonl keeps the double (shortest text that reads
-     back to the same double; integers get ".0" so Python reads floats). NaN and ±inf are written as the tokens
-     NaN, Infinity, -Infinity — what Python's json.dumps writes and json.loads reads by default (not strict JSON:
-     jq and browsers reject them). Names are JSON-escaped (", \, control characters).
+     TensorBoard stores scalars as float32 (simple_value); metrics.jsonl keeps the double: the shortest decimal that
+     reads back to the same double, laid out like Python's repr (positional for 1e-4 <= |v| < 1e16, integral
+     values with ".0" so Python reads floats, else 1.5e-07). NaN and ±inf are written as the tokens NaN, Infinity,
+     -Infinity — what Python's json.dumps writes and json.loads reads by default (not strict JSON: jq and
+     browsers reject them). Names are JSON-escaped (", \, control characters as \n, \t, \u00XX); other UTF-8 is
+     written as is.
 
    THREADS
      An accel_track is used by one thread at a time (the one that uses its accel).
