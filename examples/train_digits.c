@@ -40,7 +40,7 @@ typedef struct opts {
     const char *data, *precision, *ckpt_dir, *resume, *dump_weights, *loss_file, *log_dir;
     int steps, epochs, batch, accum, hidden, shuffle, ckpt_every, kill_at, print_every, eval_batch;
     float lr, momentum, weight_decay, clip, warmup, init_scale;
-    int growth_interval, bucket_kb;
+    int growth_interval, bucket_kb, no_watchdog;
     uint64_t seed;
 } opts;
 
@@ -68,7 +68,8 @@ static void usage(void) {
             "  --loss-file FILE       one line per step: step loss lr scale skipped scheduler_steps\n"
             "  --log-dir DIR          TensorBoard + JSONL logs (accel_trackers)\n"
             "  --print-every N        progress line every N steps (default 50)\n"
-            "  --bucket-kb N          all-reduce gradients in N-KiB buckets (default: one flat all-reduce)\n");
+            "  --bucket-kb N          all-reduce gradients in N-KiB buckets (default: one flat all-reduce)\n"
+            "  --no-watchdog          plain blocking MPI calls (no collective deadline)\n");
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
@@ -109,6 +110,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (TD_ARG("--bucket-kb")) o->bucket_kb = atoi(v);
         else if (!strcmp(a, "--resume")) o->resume = "latest";
         else if (!strcmp(a, "--no-shuffle")) o->shuffle = 0;
+        else if (!strcmp(a, "--no-watchdog")) o->no_watchdog = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 2; }
         else { fprintf(stderr, "train_digits: unknown or incomplete option %s\n", a); usage(); return 2; }
 #undef TD_ARG
@@ -469,6 +471,7 @@ int main(int argc, char **argv) {
         accel_coll_reducer_desc rd;
         int k;
         memset(&cdesc, 0, sizeof cdesc);
+        if (o.no_watchdog) cdesc.watchdog = ACCEL_OFF;
         CHECK(accel_coll_create(&acc, &cdesc, &coll));
         memset(&rd, 0, sizeof rd);
         if (o.bucket_kb > 0) {
