@@ -73,6 +73,11 @@
      - The scale lives on the host (torch keeps it on the device); the values and the rule are the same.
      - A static-scale mode (DeepSpeed's static loss scale) exists; GradScaler has none.
      - fp32 -> fp16/bf16 NaN gives 0x7FFF (CUDA's canonical NaN) on the CPU too, so CPU and GPU agree bit for bit.
+     - unscale_and_check accepts F16/BF16 gradients (torch's unscale_ refuses fp16 gradients); they are widened,
+       checked, multiplied and rounded back (RNE).
+     - With several ranks, unscale_and_check first agrees that every rank's buffer list is valid (one small
+       all-reduce) so a bad call on one rank fails everywhere with nothing changed, then ORs found_inf (a second).
+     - clip_grad_value refuses a negative clip value (torch.clamp would silently set everything to -|v|).
 */
 #ifndef ACCEL_AMP_H_INCLUDED
 #define ACCEL_AMP_H_INCLUDED
