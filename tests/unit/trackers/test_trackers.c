@@ -146,6 +146,7 @@ static void test_env_and_desc(void) {
     AT_EQ_STR(t.logging_dir, "/somewhere/else");
     AT_EQ_INT(accel_track_init(NULL, &acc, &td), ACCEL_ERR_INVALID_ARGUMENT);
     AT_EQ_INT(accel_track_init(&t, NULL, &td), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(NULL), "acc is NULL");
     accel_shutdown(&acc);
 }
 
@@ -363,6 +364,7 @@ int main(void) {
     const char *base = getenv("TMPDIR");
     snprintf(tmpdir, sizeof tmpdir, "%s/accel-trk-XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    accel_set_default_logger(capture, NULL); /* errors without an accel (acc NULL) are expected here too */
     test_crc32c();
     test_parse();
     test_env_and_desc();
