@@ -573,8 +573,11 @@ int main(int argc, char **argv) {
             if (o.print_every && (pg.step % o.print_every == 0 || pg.step == total_steps)) {
                 double t = now_s(), rate = samples_done / (t - t_start + 1e-12);
                 double eta = (double)(total_steps - pg.step) * global_batch / (rate > 0 ? rate : 1);
+                char sc[48] = "";
+                if (scaler.enabled)
+                    snprintf(sc, sizeof sc, "scale %g%s | ", (double)accel_amp_loss_scale(&scaler), found_inf ? " (skipped)" : "");
                 accel_print(&acc, "step %5lld/%lld | loss %.4f | lr %.4g | %s%.0f samples/s | ETA %.1fs\n",
-                            (long long)pg.step, (long long)total_steps, last_loss, lr, "", rate, eta);
+                            (long long)pg.step, (long long)total_steps, last_loss, lr, sc, rate, eta);
                 (void)t_last;
             }
             CHECK(log_scalars(&acc, &o, pg.step, last_loss, lr, scaler.enabled ? scale : -1.0f, norm));
