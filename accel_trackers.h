@@ -151,7 +151,8 @@ typedef struct accel_track {
     struct accel__track_impl *impl;
 } accel_track;
 
-/* Resolves desc (+ ACCEL_LOG_WITH) into t; no I/O. acc must outlive t. */
+/* Resolves desc (+ ACCEL_LOG_WITH) into t; no I/O. acc must outlive t. t is overwritten (end_training a tracker
+   in use before initializing it again); on failure t is left as it was. */
 ACCEL_API accel_result accel_track_init(accel_track *t, accel *acc, const accel_track_desc *desc);
 /* Creates <logging_dir>/<project_name>/ and the files, records config (may be NULL when count is 0). Every process
    calls it; see PROCESSES. project_name is joined to logging_dir as a path. */
