@@ -2445,7 +2445,9 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
         rc = ncclGetUniqueId(&id);
         if (rc != ncclSuccess) return accel__coll_nccl_fail(c, rc, "ncclGetUniqueId", __LINE__);
     }
-    if (!strcmp(how, "mpi")) {
+    if (c->size == 1) {
+        /* nothing to exchange */
+    } else if (!strcmp(how, "mpi")) {
 #ifdef ACCEL_WITH_MPI
         if (!c->comm_valid) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=mpi but MPI is not the process group");
         {
