@@ -1,14 +1,18 @@
-"""Prints meson's test results per suite and the closing 'N passed, N failed' line."""
-import json, sys, collections
-per = collections.defaultdict(lambda: collections.Counter())
+"""Prints meson's test results per suite and the closing 'N passed, N failed' line.
+meson's testlog.json names a test 'project:suiteA+suiteB / name'."""
+import collections
+import json
+import sys
+
+per = collections.defaultdict(collections.Counter)
 tot = collections.Counter()
 for line in open(sys.argv[1]):
     t = json.loads(line)
     res = t["result"]
     kind = "passed" if res == "OK" else "skipped" if res == "SKIP" else "failed"
     tot[kind] += 1
-    for s in t.get("suite", []):
-        s = s.split(":")[-1]
+    suites = t["name"].split(" / ")[0].split(":", 1)[-1].split("+")
+    for s in suites:
         per[s][kind] += 1
 for s in sorted(per):
     c = per[s]
