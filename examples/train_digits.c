@@ -156,7 +156,7 @@ static void round_bf16(float *v, size_t n) {
 static double now_s(void) { return accel__now(); }
 
 /* ------------------------------------------------------------------------------------------------ trainer state */
-/* What a checkpoint holds besides the model (see save/load below). Fixed little-endian-on-little-endian layout. */
+/* What a checkpoint holds besides the model and the optimizer (trainer.bin; host byte order, as a struct). */
 typedef struct progress {
     int64_t step;               /* sync steps done (skipped ones included) */
     int64_t epoch;              /* current epoch */
@@ -164,7 +164,7 @@ typedef struct progress {
     int64_t scheduler_steps;    /* the scheduler's position */
     int64_t scheduler_total;    /* its length when saved (steps × P): rescaled on a different P */
     int64_t optimizer_steps;    /* steps taken (not skipped) */
-    int32_t momentum_started, num_processes;
+    int32_t momentum_started, num_processes, batch, pad;
 } progress;
 
 /* Where to continue after load_state. Same world size: the shard's own state (exact). Another world size: the
@@ -172,8 +172,10 @@ typedef struct progress {
    The scheduler position is rescaled to the new length (it counts num_processes steps per optimizer step). */
 static accel_result resume_position(accel *acc, progress *pg, accel_data_shard *train, const uint8_t *shard_state,
                                     int64_t sched_total) {
-    accel_result r = accel_data_shard_state_load(train, shard_state, ACCEL_DATA_SHARD_STATE_BYTES);
-    if (r == ACCEL_ERR_MISMATCH) {
+    accel_result r = ACCEL_OK;
+    if (pg->num_processes == acc->num_processes && pg->batch == accel_data_shard_batch_size(train)) {
+        r = accel_data_shard_state_load(train, shard_state, ACCEL_DATA_SHARD_STATE_BYTES);
+    } else {
         int64_t per = (int64_t)acc->num_processes * accel_data_shard_batch_size(train);
         if (pg->samples_in_epoch % per)
             return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "resume: %lld samples into the epoch is not a whole number "
@@ -556,8 +558,8 @@ int main(int argc, char **argv) {
                     CHECK(accel_amp_convert(&acc, model16, model_dtype, model, ACCEL_F32, shape.count, NULL));
                 }
             }
-            if (scaler.enabled) CHECK(accel_amp_update(&acc, &scaler)); /* also records the skip in acc */
-            else accel_optimizer_step_done(&acc, 0);
+            if (scaler.enabled) CHECK(accel_amp_update(&acc, &scaler)); /* backoff / growth */
+            accel_optimizer_step_done(&acc, found_inf); /* optimizer_step_was_skipped, optimizer_steps */
             nsched = accel_scheduler_steps(&acc, 0);
             pg.scheduler_steps += nsched;
             if (!found_inf) pg.optimizer_steps++;
@@ -584,6 +586,7 @@ int main(int argc, char **argv) {
             if (o.ckpt_dir && ((o.ckpt_every && pg.step % o.ckpt_every == 0) || pg.step == total_steps)) {
                 pg.scheduler_total = sched_total;
                 pg.num_processes = acc.num_processes;
+                pg.batch = o.batch;
                 CHECK(accel_ckpt_save_state(ck, NULL, NULL, 0));
             }
             if (o.kill_at && pg.step == o.kill_at) {

@@ -100,8 +100,9 @@ int main(int argc, char **argv) {
             MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
             last_loss = l / world;
             norm = vec_norm(grad, s.count);
-            if (clip > 0 && norm > clip) {
-                float c = (float)(clip / (norm + 1e-6));
+            if (clip > 0) { /* torch's clip_grad_norm_: always multiplies by the clamped coefficient */
+                double coef = clip / (norm + 1e-6);
+                float c = (float)(coef < 1.0 ? coef : 1.0);
                 for (i = 0; i < (int)s.count; ++i) grad[i] *= c;
             }
             sgd_momentum_step(params, grad, mbuf, s.count, cur_lr, momentum, 0.0f, &started);
