@@ -8,7 +8,7 @@
        if (accel_amp_scaler_init(&acc, &sc, &sd) != ACCEL_OK) return 1;   // disabled unless acc.mixed_precision=fp16
        accel_tensor grads[2] = {...};                    // fp32 (or fp16/bf16) gradient buffers on acc's device
        for (step = 0; step < steps; ++step) {
-           float loss_mult = accel_amp_loss_scale(&sc) / acc.gradient_accumulation_steps;
+           float loss_mult = accel_amp_loss_scale(&sc) / accel_loss_divisor(&acc);
            forward_backward(loss_mult);                  // your kernels: d(loss * loss_mult)
            int found_inf;
            accel_amp_unscale_and_check(&acc, &sc, grads, 2, &found_inf);   // grads *= 1/scale; any rank inf → all
@@ -17,6 +17,7 @@
            if (!found_inf) { adamw_step(master, grads);   // fp32 master weights
                              accel_amp_master_to_model(&acc, master, model16, ACCEL_BF16, n, NULL); }
            accel_amp_update(&acc, &sc);                  // backoff / growth; sets acc.optimizer_step_was_skipped
+           accel_optimizer_step_done(&acc, accel_amp_step_was_skipped(&sc));   // the core's step counters
        }
        uint8_t st[ACCEL_AMP_SCALER_STATE_BYTES]; size_t w;      // checkpoint: fixed little-endian bytes
        accel_amp_scaler_state_save(&acc, &sc, st, sizeof st, &w);
@@ -270,7 +271,8 @@ ACCEL_API float accel_amp_loss_scale(const accel_amp_scaler *s);
 ACCEL_API accel_result accel_amp_unscale_and_check(accel *acc, accel_amp_scaler *s, const accel_tensor *grads,
                                                    int count, int *found_inf);
 /* End of the optimizer step: apply the scale rule; step_was_skipped = found_inf; also sets
-   acc->optimizer_step_was_skipped and counts acc->optimizer_steps when the step was taken. */
+   acc->optimizer_step_was_skipped. The step counters stay with the core: call
+   accel_optimizer_step_done(acc, accel_amp_step_was_skipped(s)) as usual. */
 ACCEL_API accel_result accel_amp_update(accel *acc, accel_amp_scaler *s);
 ACCEL_API int accel_amp_step_was_skipped(const accel_amp_scaler *s);
 
@@ -982,7 +984,6 @@ ACCEL__DEF accel_result accel_amp_update(accel *acc, accel_amp_scaler *s) {
     s->steps++;
     if (s->step_was_skipped) s->skipped_steps++;
     acc->optimizer_step_was_skipped = s->step_was_skipped;
-    if (!s->step_was_skipped) acc->optimizer_steps++;
     return ACCEL_OK;
 }
 
