@@ -327,6 +327,9 @@ ACCEL_API accel_result accel_data_stager_submit(accel_data_stager *st, void **de
 #ifdef ACCEL_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
+#if defined(__SSE2__) && !defined(__CUDACC__)
+#include <emmintrin.h>
+#endif
 
 /* ------------------------------------------------------------------------------------------------ sampler */
 static void accel__data_sampler_key(accel_data_sampler *s) {
@@ -858,12 +861,22 @@ static int accel__data_little_endian(void) {
 }
 
 static void accel__data_tokens_to_i32(const accel_data_token_file *f, int64_t first, int64_t count, int32_t *dst) {
-    int64_t i;
+    int64_t i = 0;
     if (accel__data_little_endian()) { /* memcpy loads, no aliasing: the compiler vectorizes the widening */
         if (f->info.token_bytes == 2) {
             const uint8_t *ACCEL_RESTRICT p = f->tokens + first * 2;
             int32_t *ACCEL_RESTRICT d = dst;
-            for (i = 0; i + 8 <= count; i += 8) { /* two 8-byte loads per 8 tokens (straight-line: SLP-vectorized) */
+#if defined(__SSE2__) && !defined(__CUDACC__)
+            {   /* x86-64 baseline: zero-extend 8 tokens per 16-byte load */
+                const __m128i zero = _mm_setzero_si128();
+                for (; i + 8 <= count; i += 8) {
+                    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 2 * i));
+                    _mm_storeu_si128((__m128i *)(void *)(d + i), _mm_unpacklo_epi16(v, zero));
+                    _mm_storeu_si128((__m128i *)(void *)(d + i + 4), _mm_unpackhi_epi16(v, zero));
+                }
+            }
+#endif
+            for (; i + 8 <= count; i += 8) { /* two 8-byte loads per 8 tokens */
                 uint64_t a, b;
                 memcpy(&a, p + 2 * i, 8);
                 memcpy(&b, p + 2 * i + 8, 8);

@@ -228,13 +228,11 @@ int main(void) {
         }
         snprintf(params, sizeof params, "\"small_n\": 1000, \"big_n\": 1000000000, \"shuffle\": true, "
                  "\"shard_struct_bytes\": %zu", sizeof(accel_data_shard));
-        line("shard_memory_independent_of_n", params, "KiB peak RSS (ratio = small/big)",
-             (double)big, (double)small, "same process at N=1e3", 0.95);
-        /* ratio printed as accel/reference = big/small; restate the higher-is-better ratio */
-        printf("{\"bench\": \"shard_memory_ratio\", \"params\": {\"small_n\": 1000, \"big_n\": 1000000000}, \"unit\": "
-               "\"RSS(N=1e3)/RSS(N=1e9)\", \"accel\": %.3f, \"reference\": 1, \"reference_name\": \"N-independent memory\", "
-               "\"ratio\": %.3f, \"goal\": 0.95}\n", big > 0 ? (double)small / (double)big : 0.0,
-               big > 0 ? (double)small / (double)big : 0.0);
+        /* higher is better: RSS at N=1e3 over RSS at N=1e9 (1.0 = memory independent of N) */
+        printf("{\"bench\": \"shard_memory_independent_of_n\", \"params\": {%s}, \"unit\": \"KiB peak RSS\", "
+               "\"accel\": %ld, \"reference\": %ld, \"reference_name\": \"the same child at N=1e3 (ratio = reference/accel)\", "
+               "\"ratio\": %.3f, \"goal\": 0.95}\n", params, big, small, big > 0 ? (double)small / (double)big : 0.0);
+        fflush(stdout);
     }
     {
         const char *t = getenv("TMPDIR");

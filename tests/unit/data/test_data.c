@@ -534,12 +534,32 @@ static void test_token_files(void) {
     AT_EQ_INT(out[0], (990 * 7) % 50257);
     AT_EQ_INT(out[9], (999 * 7) % 50257);
     AT_EQ_INT(accel_data_token_file_read(&acc, &tf, 995, 10, out), ACCEL_ERR_INVALID_ARGUMENT);
+    {   /* every token, through the vectorized widening at odd offsets and lengths */
+        static int32_t all[1000];
+        int64_t first, i;
+        int okv = 1;
+        for (first = 0; first < 9; ++first) {
+            AT_EQ_INT(accel_data_token_file_read(&acc, &tf, first, 1000 - first - (first & 3), all), ACCEL_OK);
+            for (i = 0; i < 1000 - first - (first & 3); ++i)
+                if (all[i] != (int32_t)(((first + i) * 7) % 50257)) okv = 0;
+        }
+        AT_CHECK_MSG(okv, "uint16 tokens widen exactly");
+    }
     accel_data_token_file_close(&tf);
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, p2), ACCEL_OK);
     AT_EQ_INT(tf.info.token_bytes, 4);
     AT_EQ_INT(tf.info.num_tokens, 500);
     AT_EQ_INT(accel_data_token_file_read(&acc, &tf, 499, 1, out), ACCEL_OK);
     AT_EQ_INT(out[0], (int32_t)((499u * 131u) % 128256u));
+    {
+        static int32_t all[500];
+        int64_t i;
+        int okv = 1;
+        AT_EQ_INT(accel_data_token_file_read(&acc, &tf, 3, 497, all), ACCEL_OK);
+        for (i = 0; i < 497; ++i)
+            if (all[i] != (int32_t)((uint32_t)((3 + i) * 131) % 128256u)) okv = 0;
+        AT_CHECK_MSG(okv, "uint32 tokens read exactly");
+    }
     accel_data_token_file_close(&tf);
     /* bad files */
     write_shard(pbad, 20240520, 1, 1000, 2, 999, 1);
