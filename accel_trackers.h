@@ -382,37 +382,43 @@ ACCEL__DEF accel_result accel_track_init(accel_track *t, accel *acc, const accel
 }
 
 /* ------------------------------------------------------------------------------------------ validation */
-/* 1 when s is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
-static int accel__track_utf8_ok(const char *s) {
+/* strlen(s) when s is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF), else -1. */
+static long accel__track_utf8_len(const char *s) {
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
         unsigned c = *p;
         if (c < 0x80) { ++p; continue; }
         if (c >= 0xC2 && c <= 0xDF) {
-            if ((p[1] & 0xC0) != 0x80) return 0;
+            if ((p[1] & 0xC0) != 0x80) return -1;
             p += 2;
         } else if (c >= 0xE0 && c <= 0xEF) {
-            if ((p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
-            if (c == 0xE0 && p[1] < 0xA0) return 0;
-            if (c == 0xED && p[1] > 0x9F) return 0;
+            if ((p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return -1;
+            if (c == 0xE0 && p[1] < 0xA0) return -1;
+            if (c == 0xED && p[1] > 0x9F) return -1;
             p += 3;
         } else if (c >= 0xF0 && c <= 0xF4) {
-            if ((p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
-            if (c == 0xF0 && p[1] < 0x90) return 0;
-            if (c == 0xF4 && p[1] > 0x8F) return 0;
+            if ((p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return -1;
+            if (c == 0xF0 && p[1] < 0x90) return -1;
+            if (c == 0xF4 && p[1] > 0x8F) return -1;
             p += 4;
         } else {
-            return 0;
+            return -1;
         }
     }
-    return 1;
+    return (long)(p - (const unsigned char *)s);
 }
 
-static accel_result accel__track_check_name(accel *acc, const char *what, int i, const char *name, int reserve) {
+static int accel__track_utf8_ok(const char *s) { return accel__track_utf8_len(s) >= 0; }
+
+/* *len (may be NULL) receives strlen(name) when the name is acceptable. */
+static accel_result accel__track_check_name(accel *acc, const char *what, int i, const char *name, int reserve,
+                                            size_t *len) {
+    long n;
     if (!name || !*name) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d]: the name is NULL or empty", what, i);
-    if (!accel__track_utf8_ok(name))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d]: the name is not valid UTF-8", what, i);
-    if (reserve && (name[0] == 's' || name[0] == 't') && (!strcmp(name, "step") || !strcmp(name, "time")))
+    n = accel__track_utf8_len(name);
+    if (n < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d]: the name is not valid UTF-8", what, i);
+    if (len) *len = (size_t)n;
+    if (reserve && n == 4 && (!memcmp(name, "step", 4) || !memcmp(name, "time", 4)))
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
                            "%s[%d]: \"%s\" is reserved (it is a key of every metrics.jsonl line)", what, i, name);
     return ACCEL_OK;
@@ -964,7 +970,7 @@ ACCEL__DEF accel_result accel_track_init_trackers(accel_track *t, const char *pr
     else if (count < 0 || (count > 0 && !config))
         local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "init_trackers: config is NULL with count %d", count);
     for (i = 0; local == ACCEL_OK && i < count; ++i) {
-        local = accel__track_check_name(acc, "config", i, config[i].name, 0);
+        local = accel__track_check_name(acc, "config", i, config[i].name, 0, NULL);
         if (local != ACCEL_OK) break;
         if ((int)config[i].type < 0 || (int)config[i].type > ACCEL_TRACK_PARAM_BOOL)
             local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "config[%d] \"%.200s\": unknown type %d", i,
@@ -1068,6 +1074,7 @@ static accel_result accel__track_log_jsonl(accel_track *t, const accel_track_val
 ACCEL__DEF accel_result accel_track_log(accel_track *t, const accel_track_value *values, int count, int64_t step) {
     accel_result r = ACCEL_OK, r2;
     struct timespec ts;
+    size_t lens[32];
     double wall;
     int i;
     if (!t || !t->acc) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_log: tracker not initialized");
@@ -1075,12 +1082,19 @@ ACCEL__DEF accel_result accel_track_log(accel_track *t, const accel_track_value 
     if (count < 0 || (count > 0 && !values))
         return ACCEL__FAIL(t->acc, ACCEL_ERR_INVALID_ARGUMENT, "log(): values is NULL with count %d", count);
     for (i = 0; i < count; ++i) {
-        r = accel__track_check_name(t->acc, "values", i, values[i].name, 1);
+        r = accel__track_check_name(t->acc, "values", i, values[i].name, 1, i < 32 ? &lens[i] : NULL);
         if (r != ACCEL_OK) return r;
     }
-    if (count > 1) {
+    if (count > 32) {
         r = accel__track_check_dups(t->acc, "values", &values[0].name, sizeof values[0], count);
         if (r != ACCEL_OK) return r;
+    } else { /* the usual few names: lengths first */
+        int j;
+        for (i = 1; i < count; ++i)
+            for (j = 0; j < i; ++j)
+                if (lens[i] == lens[j] && !memcmp(values[i].name, values[j].name, lens[i]))
+                    return ACCEL__FAIL(t->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                       "values[%d] and values[%d] have the same name \"%.200s\"", j, i, values[i].name);
     }
     if (count == 0) return ACCEL_OK;
     t->logged++;

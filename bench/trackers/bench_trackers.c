@@ -1,10 +1,10 @@
 /* log() throughput of the TensorBoard and JSONL writers against writing the very same bytes with the same call
    pattern and durability, measured in the same run (DESIGN.md → Testing). One JSON line per measurement.
      tensorboard: accel_track_log (encode Event + 2 masked CRC32C + timestamp + buffered fwrite) vs fwrite() of each
-                  record of the produced file through the same 64 KiB stdio buffer, fsync+fclose at the end (what
-                  end_training does).
+                  record of the produced file through the same 64 KiB stdio buffer; both timed up to the final fflush
+                  (the fsync+fclose after it is not timed on either side).
      jsonl:       accel_track_log (format + escape + fwrite + fflush: one write(2) per line) vs fwrite()+fflush() of
-                  each line of the produced file, fsync+fclose at the end.
+                  each line of the produced file.
      peer:        when the `tensorboard` Python package is importable, its EventFileWriter (the writer under
                   torch.utils.tensorboard.SummaryWriter) writing the same scalars; skipped otherwise.
    Goals (a cost model, not a measurement): tensorboard 0.25 — log() validates the names, reads the clock, encodes
@@ -64,7 +64,8 @@ static unsigned char *slurp(const char *path, size_t *n) {
     return b;
 }
 
-/* One accel run: seconds for `calls` log() calls + end_training. Leaves the file path in out_path. */
+/* One accel run: seconds for `calls` log() calls + a flush (every byte handed to the kernel); end_training (which
+   also fsyncs) is not timed. Leaves the file path in out_path. */
 static double run_accel(accel *acc, const char *dir, int flags, int calls, char *out_path) {
     accel_track t;
     accel_track_desc td;
@@ -87,8 +88,9 @@ static double run_accel(accel *acc, const char *dir, int flags, int calls, char 
         v[3].value = 1.0 + (i % 17) * 0.0625;
         if (accel_track_log(&t, v, NVALS, i) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(acc)); exit(1); }
     }
-    if (accel_track_end_training(&t) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(acc)); exit(1); }
+    if (accel_track_flush(&t) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(acc)); exit(1); }
     t1 = now();
+    if (accel_track_end_training(&t) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(acc)); exit(1); }
     strcpy(out_path, flags == ACCEL_TRACK_JSONL ? t.jsonl_file : t.event_file);
     return t1 - t0;
 }
@@ -117,9 +119,9 @@ static double run_raw(const unsigned char *bytes, size_t n, const char *path, in
         pos += len;
     }
     fflush(f);
+    t1 = now();
     fsync(fileno(f));
     fclose(f);
-    t1 = now();
     return t1 - t0;
 }
 

@@ -210,6 +210,18 @@ static void test_lifecycle(void) {
     AT_EQ_INT(accel_track_log(&t, v, 3, 3), ACCEL_ERR_INVALID_ARGUMENT);
     v[2] = accel_track_scalar(NULL, 1.0);
     AT_EQ_INT(accel_track_log(&t, v, 3, 3), ACCEL_ERR_INVALID_ARGUMENT);
+    { /* more names than the fast duplicate check handles */
+        static char nm[40][8];
+        accel_track_value many[40];
+        int k;
+        for (k = 0; k < 40; ++k) { snprintf(nm[k], sizeof nm[k], "n%d", k); many[k] = accel_track_scalar(nm[k], k); }
+        many[39].name = "n7";
+        AT_EQ_INT(accel_track_log(&t, many, 40, 3), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CONTAINS(accel_last_error(&acc), "values[7] and values[39]");
+        many[5].name = "n7";
+        AT_EQ_INT(accel_track_log(&t, many, 8, 3), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CONTAINS(accel_last_error(&acc), "values[5] and values[7]");
+    }
     AT_EQ_INT(accel_track_log(&t, NULL, 1, 3), ACCEL_ERR_INVALID_ARGUMENT);
     AT_EQ_INT(accel_track_log(&t, v, -1, 3), ACCEL_ERR_INVALID_ARGUMENT);
     AT_EQ_INT(file_size(t.event_file), ev_size);
