@@ -211,7 +211,7 @@ static void test_lifecycle(void) {
     v[2] = accel_track_scalar(NULL, 1.0);
     AT_EQ_INT(accel_track_log(&t, v, 3, 3), ACCEL_ERR_INVALID_ARGUMENT);
     { /* more names than the fast duplicate check handles */
-        static char nm[40][8];
+        static char nm[40][16];
         accel_track_value many[40];
         int k;
         for (k = 0; k < 40; ++k) { snprintf(nm[k], sizeof nm[k], "n%d", k); many[k] = accel_track_scalar(nm[k], k); }
@@ -245,6 +245,35 @@ static void test_lifecycle(void) {
     AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK);
     AT_EQ_INT(count_entries(path), 4);
     AT_EQ_INT(count_lines(t.jsonl_file), 2);
+    accel_shutdown(&acc);
+}
+
+/* flush_secs: records stay in the buffer until the interval has passed, then the next log() pushes them out. */
+static void test_flush_interval(void) {
+    accel acc;
+    accel_track t;
+    accel_track_desc td;
+    accel_track_value v = accel_track_scalar("loss", 1.0);
+    long header, after1, after2;
+    double t0;
+    init_acc(&acc, tmpdir);
+    memset(&td, 0, sizeof td);
+    td.log_with = ACCEL_TRACK_TENSORBOARD;
+    td.flush_secs = 0.5;
+    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init_trackers(&t, "flush", NULL, 0), ACCEL_OK);
+    t0 = accel__now();
+    header = file_size(t.event_file); /* init_trackers flushes the file_version record */
+    AT_CHECK(header > 16);
+    AT_EQ_INT(accel_track_log(&t, &v, 1, 1), ACCEL_OK);
+    after1 = file_size(t.event_file);
+    if (accel__now() - t0 < 0.4) AT_EQ_INT(after1, header); /* still buffered (unless this machine stalled) */
+    usleep(600000);
+    AT_EQ_INT(accel_track_log(&t, &v, 1, 2), ACCEL_OK);
+    after2 = file_size(t.event_file);
+    AT_CHECK(after2 > after1 && after2 > header);
+    AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK);
+    AT_EQ_INT(file_size(t.event_file), after2); /* both records were out already */
     accel_shutdown(&acc);
 }
 
@@ -381,6 +410,7 @@ int main(void) {
     test_parse();
     test_env_and_desc();
     test_lifecycle();
+    test_flush_interval();
     test_no_tracker();
     test_unwritable();
     test_disk_full();
