@@ -2147,11 +2147,42 @@ ACCEL__DEF int accel_coll_reducer_bucket(const accel_coll_reducer *r, int b, int
     return r->buckets[b].n;
 }
 
+/* Waits for bucket b's all-reduce and unpacks it into the gradients. */
+static accel_result accel__coll_bucket_finish(accel_coll_reducer *r, int b) {
+    accel__coll_bucket *k = &r->buckets[b];
+    accel_result res;
+    int i;
+    if (!k->req) return ACCEL_OK;
+    res = accel_coll_wait(k->req);
+    k->req = NULL;
+    if (res != ACCEL_OK || k->inplace) return res;
+    for (i = 0; i < k->n; ++i) {
+        const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
+        size_t es = accel_dtype_size(g->dt);
+        res = accel__coll_copy_same(r->c, g->ptr, (unsigned char *)k->flat + g->offset * es, g->count * es, r->c->device_mem);
+        if (res != ACCEL_OK) return res;
+    }
+    return ACCEL_OK;
+}
+
+/* MPI on the host has no separate engine: many large nonblocking collectives in flight at once progress worse than
+   a couple (measured with the GPT-2 list), so at most this many buckets are outstanding; NCCL queues on a stream. */
+#define ACCEL__COLL_MPI_INFLIGHT 2
+
 static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
     accel__coll_bucket *k = &r->buckets[b];
     size_t es = accel_dtype_size(k->dt);
     accel_result res;
     int i;
+    if (r->c->backend == ACCEL_COLL_BACKEND_MPI) {
+        int outstanding = 0, oldest = -1;
+        for (i = 0; i < b; ++i)
+            if (r->buckets[i].req) { if (oldest < 0) oldest = i; ++outstanding; }
+        if (outstanding >= ACCEL__COLL_MPI_INFLIGHT) {
+            res = accel__coll_bucket_finish(r, oldest);
+            if (res != ACCEL_OK) return res;
+        }
+    }
     if (!k->inplace) {
         for (i = 0; i < k->n; ++i) {
             const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
@@ -2202,7 +2233,7 @@ ACCEL__DEF accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index) 
 
 ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
     accel_result res, first = ACCEL_OK;
-    int b, i;
+    int b;
     if (!r) return accel__coll_null();
     if (!r->c->acc->sync_gradients) {
         if (r->finalized) accel__coll_reducer_reset(r);
@@ -2215,18 +2246,8 @@ ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
     res = accel__coll_launch_ready(r);
     if (res != ACCEL_OK) first = res;
     for (b = 0; b < r->nb; ++b) {
-        accel__coll_bucket *k = &r->buckets[b];
-        if (!k->req) continue;
-        res = accel_coll_wait(k->req);
-        k->req = NULL;
-        if (res != ACCEL_OK) { if (first == ACCEL_OK) first = res; continue; }
-        if (first != ACCEL_OK || k->inplace) continue;
-        for (i = 0; i < k->n; ++i) {
-            const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
-            size_t es = accel_dtype_size(g->dt);
-            res = accel__coll_copy_same(r->c, g->ptr, (unsigned char *)k->flat + g->offset * es, g->count * es, r->c->device_mem);
-            if (res != ACCEL_OK && first == ACCEL_OK) first = res;
-        }
+        res = accel__coll_bucket_finish(r, b);
+        if (res != ACCEL_OK && first == ACCEL_OK) first = res;
     }
     accel__coll_reducer_reset(r);
     return first;

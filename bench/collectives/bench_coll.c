@@ -1,0 +1,283 @@
+#define _DEFAULT_SOURCE 1
+/* Collectives benchmark (run under mpirun): JSON lines, one per measurement, every ratio from numbers of this run.
+   1. all_reduce (F32, sum) through accel vs raw MPI_Allreduce on the same buffers, 1 KiB .. ACCEL_BENCH_MAX_BYTES
+      (default 256 MiB): busbw (nccl-tests: algbw * 2(n-1)/n) and algbw; accel with its watchdog (MPI_Iallreduce +
+      polling, the default) and without (plain MPI_Allreduce inside accel).
+   2. gradient sync of GPT-2 small's 148 fp32 tensors (124,439,808 parameters): the bucketed reducer (and the flat
+      single all-reduce) vs one accel all-reduce per tensor.
+   3. with 2 ranks and /usr/bin/python3 + torch: torch.distributed (gloo, torch's own spawn on 2 processes) all_reduce
+      on the same sizes and DDP on the GPT-2 list, run from rank 0 while the other rank sleeps. */
+#include "accel.h"
+#include "accel_collectives.h"
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static accel acc;
+static int P, R;
+
+static double max_time(double t) {
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return t;
+}
+
+/* kind 0: accel (watchdog), 1: raw MPI_Allreduce, 2: accel without watchdog */
+static double block(int kind, accel_coll *cw, accel_coll *cn, float *a, float *b, size_t n, int it) {
+    double t0;
+    int i;
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = accel__now();
+    for (i = 0; i < it; ++i) {
+        if (kind == 1) MPI_Allreduce(a, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else if (accel_coll_all_reduce(kind == 0 ? cw : cn, a, b, n, ACCEL_F32, ACCEL_COLL_SUM) != ACCEL_OK) {
+            fprintf(stderr, "%s\n", accel_last_error(&acc));
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+    return max_time((accel__now() - t0) / it);
+}
+
+static void line(const char *bench, const char *params, double accel_v, double ref_v, const char *ref_name, double goal,
+                 const char *extra) {
+    char g[32];
+    if (R != 0) return;
+    if (goal > 0) snprintf(g, sizeof g, "%.2f", goal);
+    else snprintf(g, sizeof g, "null");
+    printf("{\"bench\": \"%s\", \"params\": {%s}, \"unit\": \"GB/s\", \"accel\": %.4f, \"reference\": %.4f, "
+           "\"reference_name\": \"%s\", \"ratio\": %.4f, \"goal\": %s%s}\n",
+           bench, params, accel_v, ref_v, ref_name, accel_v / ref_v, g, extra ? extra : "");
+    fflush(stdout);
+}
+
+static void sweep(size_t max_bytes) {
+    accel_coll *cw, *cn;
+    accel_coll_desc cd;
+    size_t S;
+    memset(&cd, 0, sizeof cd);
+    accel_coll_create(&acc, &cd, &cw);
+    cd.watchdog = ACCEL_OFF;
+    accel_coll_create(&acc, &cd, &cn);
+    for (S = 1024; S <= max_bytes; S *= 4) {
+        size_t n = S / 4, i;
+        float *a = (float *)malloc(S), *b = (float *)malloc(S);
+        double best[3] = {1e30, 1e30, 1e30}, bus = 2.0 * (P - 1) / P;
+        int it = (int)(((size_t)256 << 20) / S / 4), reps = S >= ((size_t)16 << 20) ? 3 : 5, rep, k;
+        char params[160], extra[200];
+        if (it > 400) it = 400;
+        if (it < 2) it = 2;
+        for (i = 0; i < n; ++i) a[i] = (float)(i % 13);
+        block(0, cw, cn, a, b, n, 1); /* warm up (page faults, connections) */
+        block(1, cw, cn, a, b, n, 1);
+        for (rep = 0; rep < reps; ++rep)
+            for (k = 0; k < 3; ++k) {
+                int kind = (k + rep) % 3; /* rotate the order so drift hits everyone */
+                double t = block(kind, cw, cn, a, b, n, it);
+                if (t < best[kind]) best[kind] = t;
+            }
+        snprintf(params, sizeof params, "\"bytes\": %zu, \"ranks\": %d, \"dtype\": \"F32\", \"op\": \"sum\", \"watchdog\": true", S, P);
+        snprintf(extra, sizeof extra, ", \"algbw_accel\": %.4f, \"algbw_reference\": %.4f, \"seconds_accel\": %.3e, \"seconds_reference\": %.3e",
+                 S / best[0] / 1e9, S / best[1] / 1e9, best[0], best[1]);
+        line("all_reduce", params, bus * S / best[0] / 1e9, bus * S / best[1] / 1e9, "MPI_Allreduce", S >= 65536 ? 0.98 : 0, extra);
+        snprintf(params, sizeof params, "\"bytes\": %zu, \"ranks\": %d, \"dtype\": \"F32\", \"op\": \"sum\", \"watchdog\": false", S, P);
+        snprintf(extra, sizeof extra, ", \"algbw_accel\": %.4f, \"algbw_reference\": %.4f", S / best[2] / 1e9, S / best[1] / 1e9);
+        line("all_reduce", params, bus * S / best[2] / 1e9, bus * S / best[1] / 1e9, "MPI_Allreduce", S >= 65536 ? 0.98 : 0, extra);
+        free(a);
+        free(b);
+    }
+    accel_coll_destroy(cw);
+    accel_coll_destroy(cn);
+}
+
+/* GPT-2 small (124M): wte, wpe, 12 x (ln_1 w b, attn.c_attn w b, attn.c_proj w b, ln_2 w b, mlp.c_fc w b,
+   mlp.c_proj w b), ln_f w b = 2 + 12*12 + 2 = 148 tensors */
+static int gpt2_sizes(size_t *sz) {
+    int n = 0, l;
+    const size_t C = 768;
+    sz[n++] = 50257 * C;
+    sz[n++] = 1024 * C;
+    for (l = 0; l < 12; ++l) {
+        sz[n++] = C; sz[n++] = C;
+        sz[n++] = C * 3 * C; sz[n++] = 3 * C;
+        sz[n++] = C * C; sz[n++] = C;
+        sz[n++] = C; sz[n++] = C;
+        sz[n++] = C * 4 * C; sz[n++] = 4 * C;
+        sz[n++] = 4 * C * C; sz[n++] = C;
+    }
+    sz[n++] = C; sz[n++] = C;
+    return n;
+}
+
+static void gpt2(void) {
+    size_t sz[160], total = 0, off;
+    int nt = gpt2_sizes(sz), t, rep, reps = 3;
+    float *g[160], *flat;
+    accel_coll *c;
+    accel_coll_reducer *red, *redf;
+    accel_coll_reducer_desc rd;
+    double best_b = 1e30, best_t = 1e30, best_f = 1e30, t0, bytes;
+    char params[200], extra[160];
+    accel_coll_create(&acc, NULL, &c);
+    for (t = 0; t < nt; ++t) {
+        size_t i;
+        total += sz[t];
+        g[t] = (float *)malloc(sz[t] * 4);
+        for (i = 0; i < sz[t]; ++i) g[t][i] = 1.0f;
+    }
+    bytes = (double)total * 4;
+    memset(&rd, 0, sizeof rd);
+    rd.flat = ACCEL_OFF;
+    accel_coll_reducer_create(c, &rd, &red);
+    for (t = 0; t < nt; ++t) accel_coll_reducer_add(red, g[t], sz[t], ACCEL_F32, "p", NULL);
+    accel_coll_reducer_finalize(red);
+    /* warm-up both paths once */
+    accel_coll_reducer_wait(red);
+    for (t = 0; t < nt; ++t) accel_coll_all_reduce(c, g[t], g[t], sz[t], ACCEL_F32, ACCEL_COLL_AVG);
+    for (rep = 0; rep < reps; ++rep) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = accel__now();
+        for (t = nt - 1; t >= 0; --t) accel_coll_grad_ready(red, t); /* backward order */
+        if (accel_coll_reducer_wait(red) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); MPI_Abort(MPI_COMM_WORLD, 1); }
+        t0 = max_time(accel__now() - t0);
+        if (t0 < best_b) best_b = t0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = accel__now();
+        for (t = nt - 1; t >= 0; --t) accel_coll_all_reduce(c, g[t], g[t], sz[t], ACCEL_F32, ACCEL_COLL_AVG);
+        t0 = max_time(accel__now() - t0);
+        if (t0 < best_t) best_t = t0;
+    }
+    if (R == 0) fprintf(stderr, "gpt2: %d tensors, %zu params, %d buckets\n", nt, total, accel_coll_reducer_num_buckets(red));
+    accel_coll_reducer_destroy(red);
+    for (t = 0; t < nt; ++t) free(g[t]);
+    /* flat: the same tensors as views of one buffer (llm.c layout) */
+    flat = (float *)malloc(total * 4);
+    {
+        size_t i;
+        for (i = 0; i < total; ++i) flat[i] = 1.0f;
+    }
+    accel_coll_reducer_create(c, NULL, &redf);
+    for (t = 0, off = 0; t < nt; ++t) { accel_coll_reducer_add(redf, flat + off, sz[t], ACCEL_F32, "p", NULL); off += sz[t]; }
+    accel_coll_reducer_wait(redf);
+    for (rep = 0; rep < reps; ++rep) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = accel__now();
+        for (t = nt - 1; t >= 0; --t) accel_coll_grad_ready(redf, t);
+        accel_coll_reducer_wait(redf);
+        t0 = max_time(accel__now() - t0);
+        if (t0 < best_f) best_f = t0;
+    }
+    accel_coll_reducer_destroy(redf);
+    free(flat);
+    snprintf(params, sizeof params, "\"model\": \"gpt2-124M\", \"tensors\": %d, \"bytes\": %.0f, \"ranks\": %d, \"bucket_cap_mb\": 25", nt, bytes, P);
+    snprintf(extra, sizeof extra, ", \"seconds_accel\": %.4f, \"seconds_reference\": %.4f", best_b, best_t);
+    line("grad_sync_bucketed", params, bytes / best_b / 1e9, bytes / best_t / 1e9, "accel all_reduce per tensor", 1.5, extra);
+    snprintf(params, sizeof params, "\"model\": \"gpt2-124M\", \"tensors\": %d, \"bytes\": %.0f, \"ranks\": %d, \"flat\": true", nt, bytes, P);
+    snprintf(extra, sizeof extra, ", \"seconds_accel\": %.4f, \"seconds_reference\": %.4f", best_f, best_t);
+    line("grad_sync_flat", params, bytes / best_f / 1e9, bytes / best_t / 1e9, "accel all_reduce per tensor", 1.5, extra);
+    accel_coll_destroy(c);
+    /* hand the numbers to the torch comparison */
+    if (R == 0) {
+        FILE *f = fopen("/tmp/accel_bench_coll_gpt2.txt", "w");
+        if (f) { fprintf(f, "%.6f %.6f\n", best_b, bytes); fclose(f); }
+    }
+}
+
+/* the other ranks sleep (not spin) while rank 0 runs the torch peer */
+static void torch_peer(const char *script, size_t max_bytes, const double *accel_busbw, int nsizes) {
+    char cmd[1024], buf[512];
+    FILE *p;
+    int port = 29000 + (int)(getpid() % 2000);
+    if (R == 0) {
+        if (access("/usr/bin/python3", X_OK) != 0) {
+            fprintf(stderr, "torch peer: /usr/bin/python3 missing: skipped\n");
+        } else {
+            snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %zu %d 2>&1", script, max_bytes, port);
+            p = popen(cmd, "r");
+            while (p && fgets(buf, sizeof buf, p)) {
+                unsigned long long bytes = 0;
+                double sec = 0, ddp = 0, nosync = 0;
+                if (sscanf(buf, "allreduce %llu %lf", &bytes, &sec) == 2) {
+                    int k = 0;
+                    size_t S;
+                    char params[160];
+                    for (S = 1024; S < bytes; S *= 4) ++k;
+                    if (k < nsizes && sec > 0) {
+                        double tb = 2.0 * (P - 1) / P * (double)bytes / sec / 1e9;
+                        snprintf(params, sizeof params, "\"bytes\": %llu, \"ranks\": %d, \"dtype\": \"F32\", \"op\": \"sum\"", bytes, P);
+                        line("all_reduce_vs_torch", params, accel_busbw[k], tb, "torch.distributed gloo all_reduce", 0, NULL);
+                    }
+                } else if (sscanf(buf, "ddp %llu %lf %lf", &bytes, &ddp, &nosync) == 3) {
+                    FILE *f = fopen("/tmp/accel_bench_coll_gpt2.txt", "r");
+                    double mine = 0, b2 = 0, torch_t = ddp - nosync;
+                    if (f) { if (fscanf(f, "%lf %lf", &mine, &b2) != 2) mine = 0; fclose(f); }
+                    if (mine > 0 && torch_t > 0) {
+                        char params[160], extra[200];
+                        snprintf(params, sizeof params, "\"model\": \"gpt2-124M\", \"tensors\": 148, \"bytes\": %.0f, \"ranks\": %d", b2, P);
+                        snprintf(extra, sizeof extra, ", \"seconds_accel\": %.4f, \"seconds_reference\": %.4f, \"torch_backward_with_sync\": %.4f, \"torch_backward_no_sync\": %.4f",
+                                 mine, torch_t, ddp, nosync);
+                        line("grad_sync_vs_torch_ddp", params, b2 / mine / 1e9, b2 / torch_t / 1e9, "torch DDP gloo (backward with sync - no_sync)", 0, extra);
+                    }
+                } else {
+                    fprintf(stderr, "torch peer: %s", buf);
+                }
+            }
+            if (p) pclose(p);
+        }
+    }
+    {
+        MPI_Request q;
+        int done = 0;
+        MPI_Ibarrier(MPI_COMM_WORLD, &q);
+        while (!done) {
+            MPI_Test(&q, &done, MPI_STATUS_IGNORE);
+            if (!done) usleep(20000);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    accel_desc d;
+    const char *s = getenv("ACCEL_BENCH_MAX_BYTES");
+    size_t max_bytes = s ? (size_t)strtoull(s, NULL, 10) : ((size_t)256 << 20);
+    const char *script = argc > 1 ? argv[1] : NULL;
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
+    P = acc.num_processes;
+    R = acc.process_index;
+    if (P < 2) { if (R == 0) fprintf(stderr, "bench_coll needs >= 2 ranks\n"); accel_shutdown(&acc); return 0; }
+    {
+        /* the sweep keeps accel's watchdog busbw per size for the torch line */
+        static double busbw[32];
+        int nsizes = 0;
+        accel_coll *cw;
+        size_t S;
+        sweep(max_bytes);
+        gpt2();
+        if (script && P == 2) {
+            /* accel numbers for the torch comparison, measured again now (same run, right before the peer) */
+            accel_coll_create(&acc, NULL, &cw);
+            for (S = 1024; S <= max_bytes && nsizes < 32; S *= 4, ++nsizes) {
+                size_t n = S / 4;
+                float *a = (float *)calloc(n, 4), *b = (float *)calloc(n, 4);
+                int it = (int)(((size_t)256 << 20) / S / 4), rep;
+                double best = 1e30;
+                if (it > 400) it = 400;
+                if (it < 2) it = 2;
+                block(0, cw, cw, a, b, n, 1);
+                for (rep = 0; rep < 3; ++rep) {
+                    double t = block(0, cw, cw, a, b, n, it);
+                    if (t < best) best = t;
+                }
+                busbw[nsizes] = 2.0 * (P - 1) / P * (double)S / best / 1e9;
+                free(a);
+                free(b);
+            }
+            accel_coll_destroy(cw);
+            torch_peer(script, max_bytes, busbw, nsizes);
+        }
+    }
+    accel_shutdown(&acc);
+    return 0;
+}
