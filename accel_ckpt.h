@@ -204,6 +204,7 @@ ACCEL_API uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed);
 #include <sys/types.h>
 #include <sys/stat.h>
 #include <sys/mman.h>
+#include <pthread.h>
 
 #if !defined(ACCEL_NO_STB_DS_IMPLEMENTATION) && !defined(ACCEL__STB_DS_IMPL_DONE) && !defined(INCLUDE_STB_DS_H)
 #define ACCEL__STB_DS_IMPL_DONE
@@ -1190,7 +1191,16 @@ static accel_result accel__check_tensors(accel *acc, const accel_tensor *t, int 
     return r;
 }
 
-/* Writes a complete safetensors file to fd; *out_bytes / *out_hash describe what was written. */
+typedef struct accel__hash_job { const accel__st_item *items; int n; accel__xxh64 *h; } accel__hash_job;
+static void *accel__hash_items(void *arg) {
+    accel__hash_job *j = (accel__hash_job *)arg;
+    int i;
+    for (i = 0; i < j->n; ++i)
+        if (j->items[i].nbytes) accel__xxh64_update(j->h, j->items[i].t->ptr, (size_t)j->items[i].nbytes);
+    return NULL;
+}
+
+/* Writes a complete safetensors file to fd; *out_bytes / *out_hash (when not NULL: computed) describe it. */
 static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, const accel_tensor *t, int n,
                                        const char *const *meta, int nmeta, uint64_t *out_bytes, uint64_t *out_hash) {
     accel__st_item *items = NULL;
@@ -1200,9 +1210,12 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
     uint64_t off = 0, hlen;
     unsigned char len8[8];
     accel_result r = ACCEL_OK;
-    int i, first = 1;
+    int i, first = 1, any_device = 0, threaded = 0;
+    pthread_t hasher;
+    accel__hash_job hj;
     memset(&hb, 0, sizeof hb);
     memset(&stage, 0, sizeof stage);
+    memset(&hj, 0, sizeof hj);
     if (n > 0) {
         items = (accel__st_item *)malloc(sizeof(accel__st_item) * (size_t)n);
         if (!items) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing %.300s", path);
@@ -1255,12 +1268,26 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
     accel__xxh64_update(&h, hb.p, hb.n);
     if (accel__write_all(fd, len8, 8) != 0 || accel__write_all(fd, hb.p, hb.n) != 0) r = accel__io_fail(acc, "cannot write", path);
     accel__sb_free(&hb);
+    /* The checksum of host data is computed by a second thread while this one writes (hashing runs at about memcpy
+       speed: done inline it would cost as much as the write itself). Device data is hashed from the staging buffer. */
+    for (i = 0; i < n; ++i)
+        if (items[i].nbytes && accel__is_device_ptr(items[i].t->ptr)) any_device = 1;
+    if (out_hash && !any_device && off >= ACCEL__IO_CHUNK) {
+        hj.items = items;
+        hj.n = n;
+        hj.h = &h;
+        if (pthread_create(&hasher, NULL, accel__hash_items, &hj) == 0) threaded = 1;
+    }
     for (i = 0; i < n && r == ACCEL_OK; ++i) {
         const unsigned char *src = (const unsigned char *)items[i].t->ptr;
         uint64_t nb = items[i].nbytes, done = 0;
         if (nb == 0) continue;
-        if (accel__is_device_ptr(src)) {
-            r = accel__write_from_device(acc, &stage, fd, path, src, nb, &h);
+        if (any_device && accel__is_device_ptr(src)) {
+            r = accel__write_from_device(acc, &stage, fd, path, src, nb, out_hash ? &h : NULL);
+            continue;
+        }
+        if (!out_hash || threaded) {
+            if (accel__write_all(fd, src, (size_t)nb) != 0) r = accel__io_fail(acc, "cannot write", path);
             continue;
         }
         while (done < nb) { /* hash a cache-sized chunk, then write it while it is still hot */
@@ -1270,6 +1297,7 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
             done += len;
         }
     }
+    if (threaded) pthread_join(hasher, NULL);
     accel__stage_free(&stage);
     free(items);
     if (r != ACCEL_OK) return r;
@@ -2062,16 +2090,31 @@ static void accel__group_file(char *out, size_t cap, const char *stem, int i) {
     else accel__fmt(out, cap, "%s_%d.safetensors", stem, i);
 }
 
-/* Hashes a file by reading it (files written by other processes). */
+/* Hashes a whole file: through a read-only mapping (no copy out of the page cache), read() as a fallback. */
 static accel_result accel__hash_file(accel *acc, const char *path, uint64_t *bytes, uint64_t *hash) {
     int fd = open(path, O_RDONLY);
     accel__xxh64 h;
     char *buf;
     uint64_t total = 0;
+    struct stat st;
     if (fd < 0) return errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path) : accel__io_fail(acc, "cannot open", path);
+    accel__xxh64_init(&h, 0);
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED) {
+#ifdef MADV_SEQUENTIAL
+            madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);
+#endif
+            accel__xxh64_update(&h, m, (size_t)st.st_size);
+            munmap(m, (size_t)st.st_size);
+            close(fd);
+            *bytes = (uint64_t)st.st_size;
+            *hash = accel__xxh64_final(&h);
+            return ACCEL_OK;
+        }
+    }
     buf = (char *)malloc(ACCEL__IO_CHUNK);
     if (!buf) { close(fd); return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "hash"); }
-    accel__xxh64_init(&h, 0);
     for (;;) {
         ssize_t r = read(fd, buf, ACCEL__IO_CHUNK);
         if (r < 0) {
