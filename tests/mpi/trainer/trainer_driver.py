@@ -142,8 +142,9 @@ def resume(exe, tmp):
 
 def skip(exe, tmp):
     lf = os.path.join(tmp, "skip.loss")
+    ck = os.path.join(tmp, "ck")
     r = run(exe, 2, ["--steps", 300, "--batch", 16, "--precision", "fp16", "--init-scale", 2 ** 24,
-                     "--loss-file", lf, "--seed", 5])
+                     "--loss-file", lf, "--seed", 5, "--checkpoint-dir", ck])
     rows = losses(lf)
     nskip = 0
     while nskip < len(rows) and rows[nskip][4] == 1:
@@ -157,6 +158,12 @@ def skip(exe, tmp):
     check(all(taken[i][5] == 2 * (i + 1) for i in range(len(taken))),
           "every taken step advances the scheduler by num_processes = 2 (%d taken)" % len(taken))
     check(sum(x[4] for x in rows[nskip:]) <= 2, "after backing off, (almost) no more overflows")
+    try:
+        st = json.load(open(os.path.join(ck, "checkpoints", "checkpoint_0", "accelerator_state.json")))
+    except (OSError, ValueError) as e:
+        st = {"error": str(e)}
+    check(st.get("optimizer_steps") == len(taken) and st.get("scheduler_steps") == 2 * len(taken),
+          "the final checkpoint counts %d optimizer steps and %d scheduler steps: %s" % (len(taken), 2 * len(taken), st))
     first = sum(x[1] for x in rows[nskip:nskip + 10]) / 10
     last = sum(x[1] for x in rows[-10:]) / 10
     check(last < 0.5 * first, "training converges after the skips (loss %.3f -> %.3f)" % (first, last))
