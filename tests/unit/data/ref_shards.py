@@ -16,10 +16,10 @@ class ConfigError(Exception):
     pass
 
 
-def batch_sampler(n, batch_size, drop_last):
-    """torch.utils.data.BatchSampler over SequentialSampler(range(n))."""
+def batch_sampler(n, batch_size, drop_last, order=None):
+    """torch.utils.data.BatchSampler over a sampler yielding `order` (default SequentialSampler(range(n)))."""
     batch = []
-    for idx in range(n):
+    for idx in (range(n) if order is None else order):
         batch.append(idx)
         if len(batch) == batch_size:
             yield batch
@@ -29,8 +29,9 @@ def batch_sampler(n, batch_size, drop_last):
 
 
 class BatchSamplerShard:
-    def __init__(self, n, batch_size, drop_last, num_processes, process_index, split_batches, even_batches):
+    def __init__(self, n, batch_size, drop_last, num_processes, process_index, split_batches, even_batches, order=None):
         self.n = n
+        self.order = order
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.num_processes = num_processes
@@ -43,7 +44,7 @@ class BatchSamplerShard:
                 f"needs to be a round multiple of the number of processes ({num_processes}).")
 
     def batch_sampler(self):
-        return batch_sampler(self.n, self.batch_size, self.drop_last)
+        return batch_sampler(self.n, self.batch_size, self.drop_last, self.order)
 
     def __iter__(self):
         return self._iter_with_split() if self.split_batches else self._iter_with_no_split()
@@ -104,7 +105,8 @@ class BatchSamplerShard:
 
 
 class IterableDatasetShard:
-    def __init__(self, n, batch_size, drop_last, num_processes, process_index, split_batches):
+    def __init__(self, n, batch_size, drop_last, num_processes, process_index, split_batches, order=None):
+        self.order = order
         if split_batches and batch_size > 1 and batch_size % num_processes != 0:
             raise ConfigError(
                 f"To use `IterableDatasetShard` in `split_batches` mode, the batch size ({batch_size}) "
@@ -122,7 +124,7 @@ class IterableDatasetShard:
         process_slice = range(self.process_index * process_batch_size, (self.process_index + 1) * process_batch_size)
         first_batch = None
         current_batch = []
-        for element in range(self.n):
+        for element in (range(self.n) if self.order is None else self.order):
             current_batch.append(element)
             if len(current_batch) == real_batch_size:
                 for i in process_slice:
@@ -151,7 +153,7 @@ def dataloader_batches(iterable, batch_size, drop_last):
         yield batch
 
 
-def reference(n, b, p_count, split, even, drop, iterable):
+def reference(n, b, p_count, split, even, drop, iterable, order=None):
     """(shards, lengths), or ConfigError. Lengths are the number of batches really yielded (accel's policy 1)."""
     shards = []
     for p in range(p_count):
@@ -159,11 +161,11 @@ def reference(n, b, p_count, split, even, drop, iterable):
             if split and b == 1 and p_count > 1:
                 # policy 2: Accelerate's per-process DataLoader gets batch_size 1 // P = 0; accel refuses
                 raise ConfigError("split_batches with batch size 1")
-            shard = IterableDatasetShard(n, b, drop, p_count, p, split)
+            shard = IterableDatasetShard(n, b, drop, p_count, p, split, order)
             per = b // p_count if split else b
             shards.append(list(dataloader_batches(iter(shard), per, drop)))
         else:
-            shard = BatchSamplerShard(n, b, drop, p_count, p, split, even)
+            shard = BatchSamplerShard(n, b, drop, p_count, p, split, even, order)
             shards.append([list(x) for x in shard])
     return shards, [len(s) for s in shards]
 

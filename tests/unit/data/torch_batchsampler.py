@@ -13,7 +13,7 @@ except Exception as e:  # noqa: BLE001 — any import failure means "no torch he
 
 exe = sys.argv[1]
 passed = failed = 0
-for n in list(range(0, 30)) + [63, 64, 65, 100]:
+for n in list(range(0, 20)) + [63, 64, 65, 100]:
     for b in range(1, 9):
         for drop in (False, True):
             want = [list(x) for x in BatchSampler(SequentialSampler(range(n)), b, drop)]
