@@ -28,8 +28,9 @@
        "fp16" fp16 compute, dynamic scaling     "fp8"  ACCEL_ERR_UNSUPPORTED (reserved)
 
    CONVERSIONS (static ACCEL_HD helpers, usable in your own kernels)
-       fp32 -> fp16 / bf16: IEEE round-to-nearest-even, overflow to Inf, fp16 subnormals, bit-exact with cuda_fp16.h's
-       __float2half_rn and cuda_bf16.h's __float2bfloat16 (host and device), including NaN: every NaN becomes the
+       fp32 -> fp16 / bf16: IEEE round-to-nearest-even, overflow to Inf, fp16 subnormals, bit-exact with the host
+       versions of cuda_fp16.h's __float2half_rn and cuda_bf16.h's __float2bfloat16 for all 2^32 inputs (checked by
+       tests/unit/amp/test_amp_cuda_host.cu --all-fp32), including NaN: every NaN becomes the
        canonical quiet NaN 0x7FFF (CUDA's choice: the sign and payload are dropped; PyTorch's CPU kernels give
        sign|0x7E00 for fp16 and 0x7FC0 for bf16 instead). fp16/bf16 -> fp32 is exact (NaN stays NaN; bf16 keeps its
        payload, fp16 NaNs are quieted with sign and payload kept).
@@ -48,15 +49,15 @@
 
    CLIPPING
        accel_amp_clip_grad_norm: torch.nn.utils.clip_grad_norm_. total = ||(||g_i||_p)_i||_p over F32/F16/BF16
-       buffers, coef = max_norm / (total + 1e-6) clamped to 1, every gradient multiplied by coef (also when coef = 1,
-       as torch). total NaN → grads become NaN, total Inf → coef 0, exactly as torch; ACCEL_AMP_CLIP_ERROR_IF_NONFINITE
+       buffers, coef = max_norm / (total + 1e-6) clamped to 1 — in float32 and, like torch's Tensor.__rtruediv__, as
+       reciprocal(total + 1e-6f) * max_norm — every gradient multiplied by coef (also when coef = 1, as torch). total NaN → grads become NaN, total Inf → coef 0, exactly as torch; ACCEL_AMP_CLIP_ERROR_IF_NONFINITE
        turns a non-finite total into ACCEL_ERR_STATE before anything is changed. ACCEL_AMP_CLIP_SHARDED: each rank
        holds a different shard of the gradients: the p-th power sums (or maxima) are all-reduced across ranks.
        accel_amp_clip_grad_value: clamp(g, -v, v) (NaN stays NaN, as torch.clamp).
 
    OPTIONS / MACROS
-       ACCEL_AMP_CUDA_BLOCK    threads per block of the kernels (default 256)
-       ACCEL_AMP_CHUNK         elements per multi-tensor chunk (default 65536; a multiple of 8)
+       ACCEL_AMP_CUDA_BLOCK    threads per block of the kernels (default 256; a power of two)
+       ACCEL_AMP_CHUNK         elements per multi-tensor chunk (default 65536; a multiple of 8, keeps vector alignment)
 
    THREADS AND STREAMS
        Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream; a list of
