@@ -318,6 +318,12 @@ ACCEL_API accel_result accel_amp_clip_grad_value(accel *acc, const accel_tensor 
 #define ACCEL_AMP_CHUNK 65536
 #endif
 #define ACCEL__AMP_MAX_BLOCKS 1024
+#if (ACCEL_AMP_CHUNK % 8) != 0 || ACCEL_AMP_CHUNK <= 0
+#error "ACCEL_AMP_CHUNK must be a positive multiple of 8"
+#endif
+#if (ACCEL_AMP_CUDA_BLOCK & (ACCEL_AMP_CUDA_BLOCK - 1)) != 0 || ACCEL_AMP_CUDA_BLOCK < 32 || ACCEL_AMP_CUDA_BLOCK > 1024
+#error "ACCEL_AMP_CUDA_BLOCK must be a power of two in [32, 1024]"
+#endif
 
 ACCEL__DEF accel_result accel_amp_get_policy(accel *acc, accel_amp_policy *out) {
     if (!acc || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_get_policy: NULL argument");
