@@ -49,8 +49,16 @@
                                       included), with STBDS_REALLOC/FREE routed to the accel host allocator.
      Sizes ("10GB", "5MiB", "1000") go through accel_ckpt_parse_size (SEMANTICS.md policy 6).
 
+   ERRORS
+     Every reader checks everything before it copies a byte (all-or-nothing). load_state verifies the whole
+     checkpoint (marker, sizes, checksums, every tensor's name/dtype/shape, object files, counts) on every process and
+     agrees on the verdict before applying anything; only a registered load callback that fails after the tensors
+     were copied can leave a partial state (its error is returned). An explicit save_state directory that exists is
+     replaced (atomically swapped) only when it is empty or an accel checkpoint.
+
    THREADS AND STREAMS
-     One thread at a time per accel / accel_ckpt / accel_ckpt_file. Device buffers (detected with
+     One thread at a time per accel / accel_ckpt / accel_ckpt_file. save_state hashes host data in a helper pthread
+     while the calling thread writes (link with -pthread where libc needs it). Device buffers (detected with
      cudaPointerGetAttributes in CUDA builds) are staged through two pinned buffers on acc->stream (NULL acc: the
      default stream); the call returns when the data is on disk / in the destination.
      save_state, load_state and save_model are collectives: every process calls them. Everything else is local.
@@ -2381,6 +2389,26 @@ static accel_result accel__write_marker(accel *acc, const char *tmp, accel__writ
     return r;
 }
 
+/* An existing explicit output directory is replaced only when it is empty or a checkpoint (it is swapped out). */
+static int accel__replaceable(const char *dir) {
+    char path[4200];
+    DIR *d;
+    struct dirent *de;
+    int empty = 1;
+    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, dir);
+    if (accel__is_file(path)) return 1;
+    d = opendir(dir);
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = 0;
+    closedir(d);
+    return empty;
+}
+static int accel__exists_not_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
+}
+
 /* Removes hidden leftovers (.checkpoint_N.tmp/.del/.old) of interrupted saves under parent. */
 static void accel__clean_hidden(const char *parent) {
     DIR *d = opendir(parent);
@@ -2439,6 +2467,10 @@ ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output
         if (automatic && accel__is_dir(target))
             r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "checkpoint directory %.400s already exists (iteration %d); set the iteration or load_state first",
                             target, ck->iteration);
+        else if (!automatic && accel__is_dir(target) && !accel__replaceable(target))
+            r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is neither empty nor an accel checkpoint (no " ACCEL__MARKER "): refusing to replace it", target);
+        else if (!automatic && accel__exists_not_dir(target))
+            r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is not a directory", target);
         else if (accel__mkdir_p(parent) != 0) r = accel__io_fail(acc, "cannot create directory", parent);
         else if (accel__rmtree(tmp) != 0) r = accel__io_fail(acc, "cannot remove stale", tmp);
         else if (mkdir(tmp, 0777) != 0) r = accel__io_fail(acc, "cannot create directory", tmp);

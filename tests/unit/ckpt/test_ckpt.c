@@ -624,6 +624,17 @@ static void test_state(void) {
         w2[1] = 0;
         AT_EQ_INT(accel_ckpt_load_state(ck2, latest), ACCEL_OK);
         AT_CHECK(w2[1] == 55.0f);
+        /* an explicit directory that exists but is not a checkpoint is never replaced */
+        {
+            char other[1300], keep[1400];
+            snprintf(other, sizeof other, "%s/not_a_checkpoint", g_root);
+            mkdir(other, 0777);
+            snprintf(keep, sizeof keep, "%s/precious.txt", other);
+            write_bytes(keep, "data", 4);
+            AT_EQ_INT(accel_ckpt_save_state(ck2, other, NULL, 0), ACCEL_ERR_STATE);
+            AT_CONTAINS(accel_last_error(&acc), "refusing to replace");
+            AT_EQ_INT(file_size(keep), 4);
+        }
         /* dtype mismatch between registration and checkpoint: error names the tensor, nothing applied */
         {
             accel_ckpt *ck3 = NULL;
