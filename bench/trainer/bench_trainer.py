@@ -4,7 +4,9 @@ no accel), both on 2 MPI ranks, fp32, measured in the same run: the two trainers
 median of each trainer's own "train samples/s" (training loop only, startup and evaluation excluded) is compared.
 Prints one JSON line per configuration (DESIGN.md → Testing); ratio = accel ÷ raw, goal 0.98 (≤ 2 % slower).
 
-usage: bench_trainer.py TRAIN_DIGITS TRAIN_DIGITS_RAW [REPS]
+First, bench_step (both steps alternating inside one process per rank, 1 and 2 ranks): the robust figure.
+
+usage: bench_trainer.py BENCH_STEP [TRAIN_DIGITS TRAIN_DIGITS_RAW [REPS]]
 """
 import json
 import os
@@ -34,19 +36,27 @@ def rate(exe, np_, args):
 
 
 def main():
-    if len(sys.argv) < 3:
+    if len(sys.argv) < 2:
         print(__doc__)
         return 2
-    accel_exe, raw_exe = sys.argv[1], sys.argv[2]
-    reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     if not os.path.exists(DATA):
         r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "fetch-digits.sh")], capture_output=True, text=True)
         if r.returncode != 0:
             print("bench: SKIP: no data/digits.csv and fetch-digits.sh failed:\n" + r.stdout + r.stderr)
             return 77
+    for np_ in (2, 1):
+        cmd = ["bash", MPIRUN, str(np_), sys.argv[1], DATA, "1500"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
+        if r.returncode != 0:
+            raise SystemExit("bench: %s failed:\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+        print(r.stdout.strip(), flush=True)
+    if len(sys.argv) < 4:
+        return 0
+    accel_exe, raw_exe = sys.argv[2], sys.argv[3]
+    reps = int(sys.argv[4]) if len(sys.argv) > 4 else 3
     # accel's collectives default to a watchdog (non-blocking MPI + polling against a deadline); the raw trainer
     # calls blocking MPI_Allreduce. Both accel variants are measured: "watchdog off" is the like-for-like one.
-    # 2 ranks (the goal), and 1 rank: no communication, so only accel's own per-step work differs (least noise).
+    # 2 ranks (the goal), and 1 rank: no communication, so only accel's own per-step work differs.
     for np_, hidden, batch, accum, steps in ((2, 64, 16, 1, 1500), (2, 256, 32, 2, 300), (1, 64, 32, 1, 1500)):
         common = ["--steps", steps, "--batch", batch, "--accum", accum, "--hidden", hidden, "--seed", 1]
         a, aw, r_ = [], [], []
@@ -57,7 +67,7 @@ def main():
         mr = statistics.median(r_)
         for name, vals in (("blocking MPI (watchdog off)", a), ("watchdog on (default)", aw)):
             ma = statistics.median(vals)
-            print(json.dumps({"bench": "train_digits_step",
+            print(json.dumps({"bench": "train_digits_end_to_end",
                               "params": {"processes": np_, "hidden": hidden, "batch": batch, "accum": accum,
                                          "steps": steps, "reps": reps, "precision": "no", "accel_collectives": name},
                               "unit": "samples/s", "accel": round(ma, 1), "reference": round(mr, 1),
