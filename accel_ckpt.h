@@ -20,6 +20,17 @@
        accel_ckpt_file_load(f, &params[0]);                 // dtype/shape checked; host or device destination
        accel_ckpt_close(f);
 
+   STATE OF OTHER MODULES (no module includes another: a three-line adapter per object, in user code)
+       static accel_result scaler_save(void *u, void *buf, size_t cap, size_t *n) {
+           if (cap < ACCEL_AMP_SCALER_STATE_BYTES) { *n = ACCEL_AMP_SCALER_STATE_BYTES; return ACCEL_OK; }
+           return accel_amp_scaler_state_save(NULL, (const accel_amp_scaler *)u, (uint8_t *)buf, cap, n);
+       }
+       static accel_result scaler_load(void *u, const void *buf, size_t n) {
+           return accel_amp_scaler_state_load(NULL, (accel_amp_scaler *)u, (const uint8_t *)buf, n);
+       }
+       accel_ckpt_register(ck, "scaler", scaler_save, scaler_load, &scaler);   // likewise "sampler" with
+                                                                             // accel_data_shard_state_save/_load
+
    FILES OF A CHECKPOINT DIRECTORY (Accelerate's names, safetensors/JSON/bytes instead of pickles)
      model.safetensors, model_1.safetensors, …   registered models (metadata {"format":"pt"})        main process
      optimizer.safetensors, optimizer_1…          registered optimizer tensors (Accelerate: optimizer.bin)   main
