@@ -457,7 +457,8 @@ ACCEL_API void accel_optimizer_step_done(accel *acc, int skipped);
 /* How many LR-scheduler steps to take now (AcceleratedScheduler.step): step_scheduler_with_optimizer off → 1;
    not a sync step → 0 (with adjust_scheduler the scheduler's internal counter moves: acc->scheduler_adjusted_steps);
    optimizer step skipped → 0; split_batches → 1; else num_processes. total_steps > 0 caps the scheduler's total
-   like OneCycleLR (torch's _step_count, which adjust_scheduler bumps too, stays <= total_steps). Adds the result to acc->scheduler_steps. */
+   like OneCycleLR (torch's _step_count, which adjust_scheduler bumps too, stays <= total_steps); as in Accelerate the
+   cap is not applied when step_scheduler_with_optimizer is off. Adds the result to acc->scheduler_steps. */
 ACCEL_API int accel_scheduler_steps(accel *acc, int64_t total_steps);
 /* For loaders other than accel_data.h: the innermost dataloader's state (GradientState.end_of_dataloader,
    remainder). remainder = -1 when unknown. */
@@ -1449,7 +1450,8 @@ ACCEL__DEF int accel_scheduler_steps(accel *acc, int64_t total_steps) {
     int n, i, taken = 0;
     if (!acc) return 0;
     if (acc->desc.step_scheduler_with_optimizer == ACCEL_OFF) {
-        n = 1;
+        acc->scheduler_steps++; /* Accelerate steps unconditionally here: no total_steps guard */
+        return 1;
     } else if (!acc->sync_gradients) {
         if (acc->desc.adjust_scheduler != ACCEL_OFF) acc->scheduler_adjusted_steps++;
         return 0;

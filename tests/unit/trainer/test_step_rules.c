@@ -6,7 +6,7 @@
      leftover micro-batches carry into the next epoch.
    - the loss divisor is always A, also in the short final window;
    - scheduler steps per micro-batch call: 0 unless syncing; 0 when the optimizer step was skipped; else 1 with
-     split_batches and P without; step_scheduler_with_optimizer off → 1 per call; a total_steps cap counts
+     split_batches and P without; step_scheduler_with_optimizer off → 1 per call (uncapped); a total_steps cap counts
      adjust_scheduler bumps (one per non-sync call) like torch's _step_count. */
 #include "accel.h"
 #include "accel_test.h"
@@ -103,7 +103,7 @@ static void check_scheduler(int P, int A, int split, int adjust, int with_opt, i
         else if (!sync) { want = 0; if (adjust) bumps++; }
         else if (skipped) want = 0;
         else want = split ? 1 : P;
-        if (total > 0) { /* accel also caps when stepping per call (torch's OneCycleLR would raise there) */
+        if (total > 0 && with_opt) { /* Accelerate applies the OneCycle guard only when stepping with the optimizer */
             int capped = 0;
             for (i = 0; i < want; ++i)
                 if (1 + sched + capped + bumps <= total) capped++;
