@@ -157,7 +157,7 @@ static int cmd_plan(int argc, char **argv) {
     const char *size_str = NULL;
     char **names;
     uint64_t *sizes, *shard_bytes, max = 0, total = 0;
-    int *shard_of, n = 0, ns = 0, i, s, first;
+    int *shard_of, n = 0, ns = 0, i, s, first, rc = 2;
     char fname[64];
     name_shard *sorted;
     accel_set_default_logger(quiet_log, NULL);
@@ -166,7 +166,7 @@ static int cmd_plan(int argc, char **argv) {
     shard_bytes = (uint64_t *)calloc((size_t)argc + 1, sizeof *shard_bytes);
     shard_of = (int *)calloc((size_t)argc + 1, sizeof *shard_of);
     sorted = (name_shard *)calloc((size_t)argc + 1, sizeof *sorted);
-    if (!names || !sizes || !shard_bytes || !shard_of || !sorted) return 1;
+    if (!names || !sizes || !shard_bytes || !shard_of || !sorted) { rc = 1; goto out; }
     for (i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--max-shard-size") && i + 1 < argc) { size_str = argv[++i]; continue; }
         if (!strncmp(argv[i], "--max-shard-size=", 17)) { size_str = argv[i] + 17; continue; }
@@ -174,26 +174,27 @@ static int cmd_plan(int argc, char **argv) {
             char *colon = strrchr(argv[i], ':');
             if (!colon || colon == argv[i]) {
                 fprintf(stderr, "accel ckpt plan: expected name:bytes, got \"%s\"\n", argv[i]);
-                return 2;
+                goto out;
             }
             *colon = 0;
             if (accel_ckpt_parse_size(NULL, colon + 1, &sizes[n]) != ACCEL_OK) {
                 fprintf(stderr, "accel ckpt plan: tensor %s: %s\n", argv[i], accel_last_error(NULL));
-                return 2;
+                goto out;
             }
             for (s = 0; s < n; ++s)
-                if (!strcmp(names[s], argv[i])) { fprintf(stderr, "accel ckpt plan: duplicate tensor name \"%s\"\n", argv[i]); return 2; }
+                if (!strcmp(names[s], argv[i])) { fprintf(stderr, "accel ckpt plan: duplicate tensor name \"%s\"\n", argv[i]); goto out; }
             names[n++] = argv[i];
         }
     }
-    if (!size_str) { fprintf(stderr, "usage: accel ckpt plan --max-shard-size SIZE name:bytes ...\n"); return 2; }
+    if (!size_str) { fprintf(stderr, "usage: accel ckpt plan --max-shard-size SIZE name:bytes ...\n"); goto out; }
     if (accel_ckpt_parse_size(NULL, size_str, &max) != ACCEL_OK) {
         fprintf(stderr, "accel ckpt plan: --max-shard-size: %s\n", accel_last_error(NULL));
-        return 2;
+        goto out;
     }
     if (accel_ckpt_plan_shards(NULL, sizes, n, max, shard_of, shard_bytes, &ns) != ACCEL_OK) {
         fprintf(stderr, "accel ckpt plan: %s\n", accel_last_error(NULL));
-        return 1;
+        rc = 1;
+        goto out;
     }
     for (i = 0; i < n; ++i) total += sizes[i];
     printf("{\"shards\": [");
@@ -224,8 +225,10 @@ static int cmd_plan(int argc, char **argv) {
         printf("null");
     }
     printf("}\n");
+    rc = 0;
+out:
     free(names); free(sizes); free(shard_bytes); free(shard_of); free(sorted);
-    return 0;
+    return rc;
 }
 
 int accel_cli_ckpt(int argc, char **argv) {
