@@ -50,8 +50,9 @@
    CLIPPING
        accel_amp_clip_grad_norm: torch.nn.utils.clip_grad_norm_. total = ||(||g_i||_p)_i||_p over F32/F16/BF16
        buffers, coef = max_norm / (total + 1e-6) clamped to 1 — in float32 and, like torch's Tensor.__rtruediv__, as
-       reciprocal(total + 1e-6f) * max_norm — every gradient multiplied by coef (also when coef = 1, as torch). total NaN → grads become NaN, total Inf → coef 0, exactly as torch; ACCEL_AMP_CLIP_ERROR_IF_NONFINITE
-       turns a non-finite total into ACCEL_ERR_STATE before anything is changed. ACCEL_AMP_CLIP_SHARDED: each rank
+       reciprocal(total + 1e-6f) * max_norm — every gradient multiplied by coef (also when coef = 1, as torch).
+       total NaN → grads become NaN, total Inf → coef 0, exactly as torch; ACCEL_AMP_CLIP_ERROR_IF_NONFINITE turns a
+       non-finite total into ACCEL_ERR_STATE before anything is changed. ACCEL_AMP_CLIP_SHARDED: each rank
        holds a different shard of the gradients: the p-th power sums (or maxima) are all-reduced across ranks.
        accel_amp_clip_grad_value: clamp(g, -v, v) (NaN stays NaN, as torch.clamp).
 
@@ -1180,7 +1181,7 @@ ACCEL__DEF accel_result accel_amp_clip_grad_norm(accel *acc, const accel_tensor 
     /* torch: clip_coef = max_norm / (total_norm + 1e-6) in the norm's dtype (float32), clamped to 1 */
     {
         float tf = (float)total;
-        float c = (float)max_norm / (tf + 1e-6f);
+        float c = (1.0f / (tf + 1e-6f)) * (float)max_norm; /* torch: max_norm / t is t.reciprocal() * max_norm */
         coef = c != c ? c : (c > 1.0f ? 1.0f : c);
     }
     return accel__amp_apply(acc, grads, count, ACCEL__AMP_K_SCALE, coef, 0.0f);
