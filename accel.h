@@ -805,7 +805,8 @@ ACCEL__DEF int accel_parse_bool(const char *s) {
     if (!s) return -1;
     n = strlen(s);
     if (n == 0 || n >= sizeof low) return -1;
-    for (i = 0; i <= n; ++i) low[i] = (char)tolower((unsigned char)s[i]);
+    for (i = 0; i < n; ++i) low[i] = (char)tolower((unsigned char)s[i]);
+    low[n] = 0;
     for (i = 0; i < 6; ++i) {
         if (!strcmp(low, yes[i])) return 1;
         if (!strcmp(low, no[i])) return 0;
