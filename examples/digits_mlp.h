@@ -10,6 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Each program uses part of this header. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DIGITS_FN static __attribute__((unused))
+#else
+#define DIGITS_FN static
+#endif
+
 #define DIGITS_FEATURES 64
 #define DIGITS_CLASSES 10
 #define DIGITS_ROWS 1797
@@ -22,8 +29,8 @@ typedef struct digits_data {
 } digits_data;
 
 /* Reads "f0,...,f63,label" rows (features 0..16). Returns 0 on success; prints why on failure. */
-static void digits_split(digits_data *d);
-static int digits_load(const char *path, digits_data *d) {
+DIGITS_FN void digits_split(digits_data *d);
+DIGITS_FN int digits_load(const char *path, digits_data *d) {
     FILE *f = fopen(path, "r");
     int cap = DIGITS_ROWS, r, c;
     memset(d, 0, sizeof *d);
@@ -61,7 +68,7 @@ static int digits_load(const char *path, digits_data *d) {
    training seed; the file is ordered by writer, so its tail is not a fair test set), then the first n_train
    permuted rows train and the rest test. */
 #define DIGITS_TRAIN 1500
-static void digits_split(digits_data *d) {
+DIGITS_FN void digits_split(digits_data *d) {
     uint64_t st = 0xD161u;
     int i, c;
     for (i = d->n - 1; i > 0; --i) {
@@ -79,7 +86,7 @@ static void digits_split(digits_data *d) {
         }
     }
 }
-static void digits_free(digits_data *d) { free(d->x); free(d->y); memset(d, 0, sizeof *d); }
+DIGITS_FN void digits_free(digits_data *d) { free(d->x); free(d->y); memset(d, 0, sizeof *d); }
 
 /* ---------------------------------------------------------------------------------------------------- model */
 /* All parameters live in one flat fp32 array (so one tensor list describes them for the reducer and checkpoints):
@@ -89,7 +96,7 @@ typedef struct mlp_shape {
     size_t off_w1, off_b1, off_w2, off_b2, count;
 } mlp_shape;
 
-static mlp_shape mlp_make_shape(int hidden) {
+DIGITS_FN mlp_shape mlp_make_shape(int hidden) {
     mlp_shape s;
     s.hidden = hidden;
     s.off_w1 = 0;
@@ -102,13 +109,13 @@ static mlp_shape mlp_make_shape(int hidden) {
 
 /* Deterministic init from a 64-bit seed (splitmix64 → uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)), torch's Linear
    default bound); identical on every rank. */
-static uint64_t mlp__splitmix(uint64_t *s) {
+DIGITS_FN uint64_t mlp__splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static void mlp_init(const mlp_shape *s, float *p, uint64_t seed) {
+DIGITS_FN void mlp_init(const mlp_shape *s, float *p, uint64_t seed) {
     uint64_t st = seed * 0x2545F4914F6CDD1Dull + 1;
     size_t i;
     float b1 = 1.0f / sqrtf((float)DIGITS_FEATURES), b2 = 1.0f / sqrtf((float)s->hidden);
@@ -125,16 +132,16 @@ typedef void (*mlp_round_fn)(float *v, size_t n);
 typedef struct mlp_work {
     float *hpre, *h, *dh, logits[DIGITS_CLASSES], dlog[DIGITS_CLASSES];
 } mlp_work;
-static int mlp_work_init(mlp_work *w, int hidden) {
+DIGITS_FN int mlp_work_init(mlp_work *w, int hidden) {
     w->hpre = (float *)calloc((size_t)hidden * 3, sizeof(float));
     w->h = w->hpre + hidden;
     w->dh = w->h + hidden;
     return w->hpre ? 0 : 1;
 }
-static void mlp_work_free(mlp_work *w) { free(w->hpre); }
+DIGITS_FN void mlp_work_free(mlp_work *w) { free(w->hpre); }
 
 /* Forward of one sample; returns -log p[y] (computed in fp32 from the rounded logits) and writes the argmax. */
-static float mlp_forward1(const mlp_shape *s, const float *p, const float *x, int y, mlp_work *w, mlp_round_fn rnd,
+DIGITS_FN float mlp_forward1(const mlp_shape *s, const float *p, const float *x, int y, mlp_work *w, mlp_round_fn rnd,
                           int *pred) {
     const int H = s->hidden;
     const float *W1 = p + s->off_w1, *B1 = p + s->off_b1, *W2 = p + s->off_w2, *B2 = p + s->off_b2;
@@ -168,7 +175,7 @@ static float mlp_forward1(const mlp_shape *s, const float *p, const float *x, in
    scale / accumulation divisor) and returns the sum of the per-sample losses (unscaled). With a rounding
    function the backward activations and the updated gradient buffer are rounded through the precision too, so
    an fp16 overflow really produces inf. */
-static double mlp_forward_backward(const mlp_shape *s, const float *p, float *grad, const float *X, const int *Y,
+DIGITS_FN double mlp_forward_backward(const mlp_shape *s, const float *p, float *grad, const float *X, const int *Y,
                                    const int64_t *idx, int n, float mult, mlp_work *w, mlp_round_fn rnd) {
     const int H = s->hidden;
     const float *W2 = p + s->off_w2;
@@ -203,7 +210,7 @@ static double mlp_forward_backward(const mlp_shape *s, const float *p, float *gr
 }
 
 /* Number of correct predictions over rows idx[0..n). */
-static int mlp_correct(const mlp_shape *s, const float *p, const float *X, const int *Y, const int64_t *idx, int n,
+DIGITS_FN int mlp_correct(const mlp_shape *s, const float *p, const float *X, const int *Y, const int64_t *idx, int n,
                        mlp_work *w, mlp_round_fn rnd, int *preds) {
     int i, ok = 0, pr;
     for (i = 0; i < n; ++i) {
@@ -217,7 +224,7 @@ static int mlp_correct(const mlp_shape *s, const float *p, const float *X, const
 /* ---------------------------------------------------------------------------------------- optimizer, schedule */
 /* torch.optim.SGD(momentum, dampening=0, nesterov=False, weight_decay): buf = m·buf + g; p -= lr·buf. The first
    step initializes buf = g (torch), tracked by *started. */
-static void sgd_momentum_step(float *p, const float *g, float *buf, size_t n, float lr, float momentum, float wd,
+DIGITS_FN void sgd_momentum_step(float *p, const float *g, float *buf, size_t n, float lr, float momentum, float wd,
                               int *started) {
     size_t i;
     for (i = 0; i < n; ++i) {
@@ -230,7 +237,7 @@ static void sgd_momentum_step(float *p, const float *g, float *buf, size_t n, fl
 
 /* Linear warmup from 10 % over the first `warmup` fraction, then cosine decay to 10 % of lr, as a function of the scheduler's
    position t out of total (both in scheduler steps). */
-static float lr_at(float lr, int64_t t, int64_t total, float warmup) {
+DIGITS_FN float lr_at(float lr, int64_t t, int64_t total, float warmup) {
     double f = total > 0 ? (double)t / (double)total : 0.0;
     if (f > 1.0) f = 1.0;
     if (warmup > 0 && f < warmup) return (float)(lr * (0.1 + 0.9 * f / warmup)); /* only t/total: P-independent */
