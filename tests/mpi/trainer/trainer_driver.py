@@ -85,8 +85,10 @@ def equivalence(exe, tmp):
     res = {}
     for name, np_, b, a, extra in configs:
         lf, wf = os.path.join(tmp, name + ".loss"), os.path.join(tmp, name + ".w")
-        run(exe, np_, ["--steps", steps, "--batch", b, "--accum", a, "--seed", 7, "--loss-file", lf,
-                       "--dump-weights", wf, "--lr", 0.05, "--clip", 1.0] + extra)
+        r = run(exe, np_, ["--steps", steps, "--batch", b, "--accum", a, "--seed", 7, "--loss-file", lf,
+                           "--dump-weights", wf, "--lr", 0.05, "--clip", 1.0] + extra)
+        check("%d process(es), batch %d x accum %d = global batch %d" % (np_, b, a, 4 * B) in r.stdout,
+              "%s ran as %d process(es) x batch %d x accum %d" % (name, np_, b, a))
         res[name] = (losses(lf), weights(wf)[0])
     ref_l, ref_w = res["1x4B"]
     check(len(ref_l) == steps, "reference has %d loss rows" % steps)
