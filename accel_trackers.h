@@ -946,7 +946,8 @@ static accel_result accel__track_open(accel_track *t, const char *project, const
     }
     if (r != ACCEL_OK) {
         accel__track_close_files(t, 1);
-        t->run_dir[0] = t->event_file[0] = t->jsonl_file[0] = 0;
+        if (t->config_file[0]) unlink(t->config_file);
+        t->run_dir[0] = t->event_file[0] = t->jsonl_file[0] = t->config_file[0] = 0;
         return r;
     }
     t->impl->last_flush = wall;
@@ -994,6 +995,7 @@ ACCEL__DEF accel_result accel_track_init_trackers(accel_track *t, const char *pr
         if (br != ACCEL_OK) {
             if (t->is_writer && local == ACCEL_OK) {
                 accel__track_close_files(t, 1);
+                if (t->config_file[0]) unlink(t->config_file);
                 t->run_dir[0] = t->event_file[0] = t->jsonl_file[0] = t->config_file[0] = 0;
             }
             return br;
