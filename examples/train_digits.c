@@ -378,7 +378,7 @@ int main(int argc, char **argv) {
     uint16_t *model16 = NULL;
     int64_t *idx = NULL, count, total_steps, sched_total, global_batch;
     FILE *loss_f = NULL;
-    double t_start, t_last, loss_local = 0.0, last_loss = 0.0, samples_done = 0.0;
+    double t_start, loss_local = 0.0, last_loss = 0.0, samples_done = 0.0;
     int rc = 1, inited = 0, have_data = 0, have_work = 0, have_scaler = 0, stop = 0;
     int pr = parse_opts(argc, argv, &o);
     if (pr) return pr;
@@ -529,7 +529,7 @@ int main(int argc, char **argv) {
                 (long long)total_steps);
 
     /* 6. the loop */
-    t_start = t_last = now_s();
+    t_start = now_s();
     while (!stop && pg.step < total_steps) {
         CHECK(accel_data_shard_next(&train, idx, &count));
         if (count == 0) { /* end of epoch: the shard advanced its epoch */
@@ -580,7 +580,6 @@ int main(int argc, char **argv) {
                     snprintf(sc, sizeof sc, "scale %g%s | ", (double)accel_amp_loss_scale(&scaler), found_inf ? " (skipped)" : "");
                 accel_print(&acc, "step %5lld/%lld | loss %.4f | lr %.4g | %s%.0f samples/s | ETA %.1fs\n",
                             (long long)pg.step, (long long)total_steps, last_loss, lr, sc, rate, eta);
-                (void)t_last;
             }
             CHECK(log_scalars(&acc, &o, pg.step, last_loss, lr, scaler.enabled ? scale : -1.0f, norm));
             if (o.ckpt_dir && ((o.ckpt_every && pg.step % o.ckpt_every == 0) || pg.step == total_steps)) {

@@ -509,7 +509,7 @@ int main(int argc, char **argv) {
                 CUDA_OK(cudaMemsetAsync(grad, 0, nparam * sizeof(float), st));
                 accel_optimizer_step_done(&acc, 0);
                 (void)accel_scheduler_steps(&acc, 0);
-                ACC_OK(accel_host_allreduce_f64(&acc, &lossv, 1, ACCEL_HOST_SUM));
+                ACC_OK(accel_host_allreduce_f64(&acc, &lossv, 1, ACCEL_HOST_SUM)); /* a host scalar: core MPI */
                 lossv /= acc.num_processes;
                 loss_acc = 0.0;
                 cu.st.step++;
