@@ -714,7 +714,7 @@ static accel_result accel__amp_no_cuda(accel *acc, const char *what) {
 #ifdef __CUDACC__
 /* Builds the descriptor table of a list (empty buffers left out). */
 static accel_result accel__amp_table(accel *acc, const accel_tensor *ts, int count, accel__amp_mt **out, int *nt,
-                                     long long *nchunks, const char *what) {
+                                     long long *nchunks) {
     int i, k = 0;
     long long c = 0;
     accel__amp_mt *h;
@@ -730,7 +730,6 @@ static accel_result accel__amp_table(accel *acc, const accel_tensor *ts, int cou
         c += (n + ACCEL_AMP_CHUNK - 1) / ACCEL_AMP_CHUNK;
         ++k;
     }
-    (void)what;
     *out = h; *nt = k; *nchunks = c;
     return ACCEL_OK;
 }
@@ -945,7 +944,7 @@ ACCEL__DEF accel_result accel_amp_unscale_and_check(accel *acc, accel_amp_scaler
         int nt, f = 0;
         long long nc;
         accel__amp_kparams kp;
-        r = accel__amp_table(acc, grads, count, &h, &nt, &nc, "unscale");
+        r = accel__amp_table(acc, grads, count, &h, &nt, &nc);
         if (r == ACCEL_OK) {
             memset(&kp, 0, sizeof kp);
             kp.f0 = inv;
@@ -1086,7 +1085,7 @@ static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int c
         long long nc = 0;
         accel__amp_kparams kp;
         double part[ACCEL__AMP_MAX_BLOCKS];
-        r = accel__amp_table(acc, grads, count, &h, &nt, &nc, "norm");
+        r = accel__amp_table(acc, grads, count, &h, &nt, &nc);
         if (r == ACCEL_OK) {
             memset(&kp, 0, sizeof kp);
             kp.p = norm_type;
@@ -1147,7 +1146,7 @@ static accel_result accel__amp_apply(accel *acc, const accel_tensor *grads, int 
         int nt;
         long long nc;
         accel__amp_kparams kp;
-        accel_result r = accel__amp_table(acc, grads, count, &h, &nt, &nc, "clip");
+        accel_result r = accel__amp_table(acc, grads, count, &h, &nt, &nc);
         if (r != ACCEL_OK) return r;
         memset(&kp, 0, sizeof kp);
         kp.f0 = f0;
