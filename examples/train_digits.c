@@ -379,7 +379,7 @@ int main(int argc, char **argv) {
     int64_t *idx = NULL, count, total_steps, sched_total, global_batch;
     FILE *loss_f = NULL;
     double t_start, loss_local = 0.0, last_loss = 0.0, samples_done = 0.0;
-    int rc = 1, inited = 0, have_data = 0, have_work = 0, have_scaler = 0, stop = 0;
+    int rc = 1, inited = 0, have_data = 0, have_work = 0, have_scaler = 0;
     int pr = parse_opts(argc, argv, &o);
     if (pr) return pr;
 
@@ -530,7 +530,7 @@ int main(int argc, char **argv) {
 
     /* 6. the loop */
     t_start = now_s();
-    while (!stop && pg.step < total_steps) {
+    while (pg.step < total_steps) {
         CHECK(accel_data_shard_next(&train, idx, &count));
         if (count == 0) { /* end of epoch: the shard advanced its epoch */
             pg.epoch++;
@@ -595,6 +595,9 @@ int main(int argc, char **argv) {
                 accel_wait_for_everyone(&acc);
                 raise(SIGKILL); /* a crash right after the checkpoint: nothing else is written */
             }
+        } else {
+            /* Accelerate's loop calls lr_scheduler.step() on every batch: 0 steps here (adjust_scheduler counts) */
+            pg.scheduler_steps += accel_scheduler_steps(&acc, 0);
         }
         accel_accumulate_end(&acc);
     }
