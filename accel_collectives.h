@@ -976,7 +976,7 @@ typedef struct accel__coll_args {
     int async;              /* NCCL: use the comm stream */
 } accel__coll_args;
 
-#ifdef ACCEL__COLL_DEVICE
+#if defined(ACCEL__COLL_DEVICE) && (defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL))
 static size_t accel__coll_recv_elems(const accel_coll *c, const accel__coll_args *a) {
     switch (a->kind) {
     case ACCEL__K_ALLGATHER: return a->count * (size_t)c->size;
