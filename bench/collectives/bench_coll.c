@@ -192,7 +192,7 @@ static void torch_peer(const char *script, size_t max_bytes, const double *accel
         if (access("/usr/bin/python3", X_OK) != 0) {
             fprintf(stderr, "torch peer: /usr/bin/python3 missing: skipped\n");
         } else {
-            snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %zu %d 2>&1", script, max_bytes, port);
+            snprintf(cmd, sizeof cmd, "timeout 1000 /usr/bin/python3 %s %zu %d 2>&1", script, max_bytes, port);
             p = popen(cmd, "r");
             while (p && fgets(buf, sizeof buf, p)) {
                 unsigned long long bytes = 0;
