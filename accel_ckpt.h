@@ -2109,14 +2109,15 @@ static void accel__group_file(char *out, size_t cap, const char *stem, int i) {
     else accel__fmt(out, cap, "%s_%d.safetensors", stem, i);
 }
 
-/* Hashes a whole file: through a read-only mapping (no copy out of the page cache), read() as a fallback. */
-static accel_result accel__hash_file(accel *acc, const char *path, uint64_t *bytes, uint64_t *hash) {
-    int fd = open(path, O_RDONLY);
+/* Hashes a whole file through a read-only mapping (no copy out of the page cache), read() as a fallback. Returns 0
+   or an errno; thread-safe (no error reporting here). */
+static int accel__hash_file_raw(const char *path, uint64_t *bytes, uint64_t *hash) {
+    int fd = open(path, O_RDONLY), e;
     accel__xxh64 h;
     char *buf;
     uint64_t total = 0;
     struct stat st;
-    if (fd < 0) return errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path) : accel__io_fail(acc, "cannot open", path);
+    if (fd < 0) return errno ? errno : EIO;
     accel__xxh64_init(&h, 0);
     if (fstat(fd, &st) == 0 && st.st_size > 0) {
         void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
@@ -2129,18 +2130,19 @@ static accel_result accel__hash_file(accel *acc, const char *path, uint64_t *byt
             close(fd);
             *bytes = (uint64_t)st.st_size;
             *hash = accel__xxh64_final(&h);
-            return ACCEL_OK;
+            return 0;
         }
     }
     buf = (char *)malloc(ACCEL__IO_CHUNK);
-    if (!buf) { close(fd); return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "hash"); }
+    if (!buf) { close(fd); return ENOMEM; }
     for (;;) {
         ssize_t r = read(fd, buf, ACCEL__IO_CHUNK);
         if (r < 0) {
             if (errno == EINTR) continue;
+            e = errno;
             free(buf);
             close(fd);
-            return accel__io_fail(acc, "cannot read", path);
+            return e ? e : EIO;
         }
         if (r == 0) break;
         accel__xxh64_update(&h, buf, (size_t)r);
@@ -2150,7 +2152,15 @@ static accel_result accel__hash_file(accel *acc, const char *path, uint64_t *byt
     close(fd);
     *bytes = total;
     *hash = accel__xxh64_final(&h);
-    return ACCEL_OK;
+    return 0;
+}
+static accel_result accel__hash_file(accel *acc, const char *path, uint64_t *bytes, uint64_t *hash) {
+    int e = accel__hash_file_raw(path, bytes, hash);
+    if (e == 0) return ACCEL_OK;
+    errno = e;
+    if (e == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path);
+    if (e == ENOMEM) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "hashing %.400s", path);
+    return accel__io_fail(acc, "cannot read", path);
 }
 
 static int accel__ckpt_number(const char *name, long *num) { /* "checkpoint_<digits>" */
@@ -2222,12 +2232,37 @@ static const accel__written *accel__marker_find(const accel__marker *m, const ch
     return NULL;
 }
 /* Marker present, every listed file with its size; full: also every checksum. */
+/* Parallel checksum verification: the calling thread and one helper take files in turn. */
+typedef struct accel__verify_job {
+    const char *dir;
+    const accel__written *files;
+    int n, next;
+    uint64_t *bytes, *hash;
+    int *err;
+    pthread_mutex_t lock;
+} accel__verify_job;
+static void *accel__verify_worker(void *arg) {
+    accel__verify_job *j = (accel__verify_job *)arg;
+    for (;;) {
+        int i;
+        char path[4200];
+        pthread_mutex_lock(&j->lock);
+        i = j->next++;
+        pthread_mutex_unlock(&j->lock);
+        if (i >= j->n) break;
+        accel__fmt(path, sizeof path, "%s/%s", j->dir, j->files[i].name);
+        j->err[i] = accel__hash_file_raw(path, &j->bytes[i], &j->hash[i]);
+    }
+    return NULL;
+}
+/* Marker present, every listed file with its size; full: also every checksum. */
 static accel_result accel__check_complete(accel *acc, const char *dir, int full, accel__marker *keep) {
     accel__marker m;
-    int i;
+    int i, nf;
     accel_result r = accel__marker_read(acc, dir, &m);
     if (r != ACCEL_OK) return r;
-    for (i = 0; i < (int)stbds_arrlen(m.files) && r == ACCEL_OK; ++i) {
+    nf = (int)stbds_arrlen(m.files);
+    for (i = 0; i < nf && r == ACCEL_OK; ++i) {
         char path[4200];
         struct stat st;
         accel__fmt(path, sizeof path, "%s/%s", dir, m.files[i].name);
@@ -2237,13 +2272,40 @@ static accel_result accel__check_complete(accel *acc, const char *dir, int full,
                             (unsigned long long)st.st_size, (unsigned long long)m.files[i].bytes);
             break;
         }
-        if (full) {
-            uint64_t b = 0, h = 0;
-            r = accel__hash_file(acc, path, &b, &h);
-            if (r == ACCEL_OK && (h != m.files[i].hash || b != m.files[i].bytes))
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: checksum of %s is %016llx, the marker says %016llx", dir,
-                                m.files[i].name, (unsigned long long)h, (unsigned long long)m.files[i].hash);
+    }
+    if (r == ACCEL_OK && full && nf > 0) {
+        accel__verify_job j;
+        pthread_t helper;
+        int threaded = 0;
+        memset(&j, 0, sizeof j);
+        j.dir = dir;
+        j.files = m.files;
+        j.n = nf;
+        j.bytes = (uint64_t *)calloc((size_t)nf, sizeof(uint64_t));
+        j.hash = (uint64_t *)calloc((size_t)nf, sizeof(uint64_t));
+        j.err = (int *)calloc((size_t)nf, sizeof(int));
+        if (!j.bytes || !j.hash || !j.err) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "verify");
+        else if (pthread_mutex_init(&j.lock, NULL) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "verify: mutex");
+        else {
+            if (nf > 1 && pthread_create(&helper, NULL, accel__verify_worker, &j) == 0) threaded = 1;
+            accel__verify_worker(&j);
+            if (threaded) pthread_join(helper, NULL);
+            pthread_mutex_destroy(&j.lock);
+            for (i = 0; i < nf && r == ACCEL_OK; ++i) {
+                char path[4200];
+                accel__fmt(path, sizeof path, "%s/%s", dir, m.files[i].name);
+                if (j.err[i]) {
+                    errno = j.err[i];
+                    r = accel__io_fail(acc, "cannot verify", path);
+                } else if (j.hash[i] != m.files[i].hash || j.bytes[i] != m.files[i].bytes) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: checksum of %s is %016llx, the marker says %016llx", dir,
+                                    m.files[i].name, (unsigned long long)j.hash[i], (unsigned long long)m.files[i].hash);
+                }
+            }
         }
+        free(j.bytes);
+        free(j.hash);
+        free(j.err);
     }
     if (r == ACCEL_OK && keep) *keep = m;
     else stbds_arrfree(m.files);
