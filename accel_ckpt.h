@@ -69,7 +69,8 @@
 
    THREADS AND STREAMS
      One thread at a time per accel / accel_ckpt / accel_ckpt_file. save_state hashes host data in a helper pthread
-     while the calling thread writes (link with -pthread where libc needs it). Device buffers (detected with
+     while the calling thread writes, and verification hashes two files at a time (link with -pthread where libc
+     needs it). Device buffers (detected with
      cudaPointerGetAttributes in CUDA builds) are staged through two pinned buffers on acc->stream (NULL acc: the
      default stream); the call returns when the data is on disk / in the destination.
      save_state, load_state and save_model are collectives: every process calls them. Everything else is local.
