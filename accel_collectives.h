@@ -1911,6 +1911,8 @@ typedef struct accel__coll_grad {
     int bucket;
     size_t offset; /* elements into the bucket's flat buffer */
     int ready;
+    int direct;    /* reduced in place by its own request instead of being packed (large host tensors on MPI) */
+    accel_coll_request *req;
 } accel__coll_grad;
 
 typedef struct accel__coll_bucket {
@@ -1921,8 +1923,15 @@ typedef struct accel__coll_bucket {
     int inplace;
     int pending;   /* grads not ready yet */
     int launched;
+    int inflight;  /* launched and not finished */
     accel_coll_request *req;
 } accel__coll_bucket;
+
+/* Host gradients at least this large are all-reduced in place on their own (still in bucket order) instead of being
+   copied into the bucket's staging buffer and back: on the CPU the two copies cost more than the extra message
+   (GPT-2 list: 0.5x of per-tensor all-reduces with packing). Device gradients are always packed (D2D copies are
+   cheap; fewer NCCL launches matter). */
+#define ACCEL__COLL_DIRECT_BYTES ((size_t)1 << 20)
 
 struct accel_coll_reducer {
     accel_coll *c;
@@ -1959,7 +1968,9 @@ ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_col
 }
 
 static void accel__coll_reducer_drop_buckets(accel_coll_reducer *r) {
-    int b;
+    int b, i;
+    for (i = 0; i < r->ngrads; ++i)
+        if (r->grads[i].req) { accel__coll_orphan(r->grads[i].req); r->grads[i].req = NULL; }
     for (b = 0; b < r->nb; ++b) {
         if (r->buckets[b].req) { accel__coll_orphan(r->buckets[b].req); r->buckets[b].req = NULL; }
         if (!r->buckets[b].inplace) accel_coll_free(r->c, r->buckets[b].flat);
@@ -2010,7 +2021,7 @@ ACCEL__DEF accel_result accel_coll_reducer_add(accel_coll_reducer *r, void *ptr,
 ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
     accel_coll *c;
     accel *acc;
-    int i, b, flat_ok = 1, nb = 0, *counts = NULL, *fill = NULL;
+    int i, b, flat_ok = 1, nb = 0, *counts = NULL, *fill = NULL, direct_ok;
     int open[ACCEL_DTYPE_COUNT], used_first[ACCEL_DTYPE_COUNT];
     size_t bytes[ACCEL_DTYPE_COUNT];
     size_t total = 0;
@@ -2023,6 +2034,7 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
     if (r->finalized) return ACCEL_OK;
     res = accel__coll_check_broken(c);
     if (res != ACCEL_OK) return res;
+    direct_ok = !c->device_mem && c->backend == ACCEL_COLL_BACKEND_MPI;
     for (i = 0; i < r->ngrads; ++i) {
         const accel__coll_grad *g = &r->grads[i];
         total += g->count;
@@ -2101,8 +2113,9 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
             }
             b = open[dt];
             g->bucket = b;
-            g->offset = r->buckets[b].count;
-            r->buckets[b].count += g->count;
+            g->direct = direct_ok && g->count * accel_dtype_size(g->dt) >= ACCEL__COLL_DIRECT_BYTES;
+            g->offset = g->direct ? 0 : r->buckets[b].count;
+            if (!g->direct) r->buckets[b].count += g->count;
             counts[b]++;
             bytes[dt] += g->count * accel_dtype_size(g->dt);
             if ((double)bytes[dt] >= cap || r->buckets[b].count > (size_t)INT_MAX / 2) {
@@ -2117,7 +2130,16 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
         }
         for (b = 0; b < nb; ++b) {
             accel__coll_bucket *k = &r->buckets[b];
-            if (k->n == 1) { k->inplace = 1; k->flat = r->grads[r->order[k->first]].ptr; continue; }
+            if (k->n == 1) {
+                accel__coll_grad *g = &r->grads[r->order[k->first]];
+                k->inplace = 1;
+                k->flat = g->ptr;
+                k->count = g->count;
+                g->direct = 0;
+                g->offset = 0;
+                continue;
+            }
+            if (k->count == 0) { k->flat = NULL; continue; } /* every grad of the bucket is reduced directly */
             k->flat = accel__coll_alloc_mem(c, k->count * accel_dtype_size(k->dt));
             if (!k->flat) {
                 r->nb = b;
@@ -2147,22 +2169,29 @@ ACCEL__DEF int accel_coll_reducer_bucket(const accel_coll_reducer *r, int b, int
     return r->buckets[b].n;
 }
 
-/* Waits for bucket b's all-reduce and unpacks it into the gradients. */
+/* Waits for bucket b's all-reduces and unpacks the packed gradients. */
 static accel_result accel__coll_bucket_finish(accel_coll_reducer *r, int b) {
     accel__coll_bucket *k = &r->buckets[b];
-    accel_result res;
+    accel_result res = ACCEL_OK, first = ACCEL_OK;
     int i;
-    if (!k->req) return ACCEL_OK;
-    res = accel_coll_wait(k->req);
-    k->req = NULL;
-    if (res != ACCEL_OK || k->inplace) return res;
-    for (i = 0; i < k->n; ++i) {
-        const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
-        size_t es = accel_dtype_size(g->dt);
-        res = accel__coll_copy_same(r->c, g->ptr, (unsigned char *)k->flat + g->offset * es, g->count * es, r->c->device_mem);
-        if (res != ACCEL_OK) return res;
+    if (!k->inflight) return ACCEL_OK;
+    k->inflight = 0;
+    if (k->req) {
+        first = accel_coll_wait(k->req);
+        k->req = NULL;
     }
-    return ACCEL_OK;
+    for (i = 0; i < k->n; ++i) {
+        accel__coll_grad *g = &r->grads[r->order[k->first + i]];
+        size_t es = accel_dtype_size(g->dt);
+        if (g->req) {
+            res = accel_coll_wait(g->req);
+            g->req = NULL;
+        } else if (first == ACCEL_OK && !k->inplace && !g->direct) {
+            res = accel__coll_copy_same(r->c, g->ptr, (unsigned char *)k->flat + g->offset * es, g->count * es, r->c->device_mem);
+        }
+        if (res != ACCEL_OK && first == ACCEL_OK) first = res;
+    }
+    return first;
 }
 
 /* MPI on the host has no separate engine: many large nonblocking collectives in flight at once progress worse than
@@ -2172,27 +2201,29 @@ static accel_result accel__coll_bucket_finish(accel_coll_reducer *r, int b) {
 static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
     accel__coll_bucket *k = &r->buckets[b];
     size_t es = accel_dtype_size(k->dt);
+    accel_coll_op op = r->d.average == ACCEL_OFF ? ACCEL_COLL_SUM : ACCEL_COLL_AVG;
     accel_result res;
     int i;
     if (r->c->backend == ACCEL_COLL_BACKEND_MPI) {
         int outstanding = 0, oldest = -1;
         for (i = 0; i < b; ++i)
-            if (r->buckets[i].req) { if (oldest < 0) oldest = i; ++outstanding; }
+            if (r->buckets[i].inflight) { if (oldest < 0) oldest = i; ++outstanding; }
         if (outstanding >= ACCEL__COLL_MPI_INFLIGHT) {
             res = accel__coll_bucket_finish(r, oldest);
             if (res != ACCEL_OK) return res;
         }
     }
-    if (!k->inplace) {
-        for (i = 0; i < k->n; ++i) {
-            const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
-            res = accel__coll_copy_same(r->c, (unsigned char *)k->flat + g->offset * es, g->ptr, g->count * es, r->c->device_mem);
-            if (res != ACCEL_OK) return res;
-        }
-    }
     k->launched = 1;
-    return accel_coll_all_reduce_async(r->c, k->flat, k->flat, k->count, k->dt,
-                                       r->d.average == ACCEL_OFF ? ACCEL_COLL_SUM : ACCEL_COLL_AVG, &k->req);
+    k->inflight = 1;
+    for (i = 0; i < k->n; ++i) {
+        accel__coll_grad *g = &r->grads[r->order[k->first + i]];
+        if (k->inplace) break;
+        if (g->direct) res = accel_coll_all_reduce_async(r->c, g->ptr, g->ptr, g->count, g->dt, op, &g->req);
+        else res = accel__coll_copy_same(r->c, (unsigned char *)k->flat + g->offset * es, g->ptr, g->count * es, r->c->device_mem);
+        if (res != ACCEL_OK) return res;
+    }
+    if (k->inplace || k->count > 0) return accel_coll_all_reduce_async(r->c, k->flat, k->flat, k->count, k->dt, op, &k->req);
+    return ACCEL_OK;
 }
 
 static accel_result accel__coll_launch_ready(accel_coll_reducer *r) {
@@ -2210,6 +2241,7 @@ static void accel__coll_reducer_reset(accel_coll_reducer *r) {
     for (b = 0; b < r->nb; ++b) {
         r->buckets[b].pending = r->buckets[b].n;
         r->buckets[b].launched = 0;
+        r->buckets[b].inflight = 0;
     }
     r->next_launch = 0;
 }
