@@ -44,6 +44,13 @@
                    root) are all-gathered; a difference fails on every rank with ACCEL_ERR_MISMATCH listing them.
      cuda_aware_mpi, host_buffers: see BACKENDS.
 
+   GRADIENT REDUCER
+     DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at 1 MiB and the
+     others at bucket_cap_mb (a bucket closes at the first gradient that reaches the cap); buckets launch strictly in
+     bucket order on every rank. Device gradients are packed into flat staging buffers (D2D copies). On MPI with host
+     memory, gradients >= 1 MiB are all-reduced in place (in bucket order) instead of being copied in and out, and at
+     most 2 buckets are in flight (measured faster on CPUs). One contiguous buffer of one dtype → one all-reduce.
+
    THREADS AND STREAMS
      A context is used by one thread at a time. MPI ops complete on the host before returning (device buffers: acc's
      stream is synchronized first). NCCL ops are enqueued on acc.stream and return; accel_coll_synchronize waits with
