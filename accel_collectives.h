@@ -15,7 +15,8 @@
        accel_coll_reducer_create(coll, NULL, &red);                                    // 1 MiB first, 25 MiB buckets
        for (i = 0; i < nparams; ++i) accel_coll_reducer_add(red, grad[i], numel[i], ACCEL_F32, name[i], NULL);
        ... backward: as soon as grad i is final:  accel_coll_grad_ready(red, i);      // launches full buckets
-       accel_coll_reducer_wait(red);         // all buckets reduced, unpacked, averaged (no-op if !acc.sync_gradients)
+       accel_coll_reducer_wait(red);         // all buckets reduced, unpacked, averaged (no-op unless accel_should_reduce(&acc):
+                                             //  a sync step, or sync_each_batch with several processes)
        accel_coll_reducer_destroy(red);
        accel_coll_destroy(coll);
 
@@ -221,7 +222,8 @@ ACCEL_API accel_result accel_coll_reducer_add(accel_coll_reducer *r, void *ptr, 
 ACCEL_API accel_result accel_coll_reducer_finalize(accel_coll_reducer *r);
 /* Grad i holds its final local value; a bucket whose grads are all ready is launched (in bucket order). */
 ACCEL_API accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index);
-/* Launches what is left, waits for every bucket and unpacks. No-op when acc.sync_gradients is 0. */
+/* Launches what is left, waits for every bucket and unpacks. No-op unless accel_should_reduce(acc): a sync step, or
+   desc.sync_each_batch with several processes (Accelerate skips DDP's no_sync then). */
 ACCEL_API accel_result accel_coll_reducer_wait(accel_coll_reducer *r);
 ACCEL_API int accel_coll_reducer_num_buckets(const accel_coll_reducer *r); /* -1 before finalize */
 /* Bucket b's registration indices (in bucket order) → idx (capacity cap); returns the count (or -1). */
@@ -2259,7 +2261,7 @@ ACCEL__DEF accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index) 
     if (!r) return accel__coll_null();
     if (index < 0 || index >= r->ngrads)
         return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "grad_ready: index %d is not a registered gradient (0..%d)", index, r->ngrads - 1);
-    if (!r->c->acc->sync_gradients) return ACCEL_OK; /* accumulation step / no_sync: nothing to reduce */
+    if (!accel_should_reduce(r->c->acc)) return ACCEL_OK; /* accumulation step / no_sync: nothing to reduce */
     res = accel_coll_reducer_finalize(r);
     if (res != ACCEL_OK) return res;
     g = &r->grads[index];
@@ -2274,7 +2276,7 @@ ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
     accel_result res, first = ACCEL_OK;
     int b;
     if (!r) return accel__coll_null();
-    if (!r->c->acc->sync_gradients) {
+    if (!accel_should_reduce(r->c->acc)) {
         if (r->finalized) accel__coll_reducer_reset(r);
         return ACCEL_OK;
     }

@@ -499,6 +499,19 @@ static void reducer_tests(accel_coll *c) {
     for (t = 0, bad = 0; t < NT; ++t)
         for (i = 0; i < sizes[t]; ++i) bad += g[t][i] != gval(t, i, R);
     AT_EQ_INT(bad, 0);
+    /* sync_each_batch: with several processes Accelerate skips no_sync, so a non-sync micro-batch is reduced too */
+    acc.desc.sync_each_batch = 1;
+    acc.sync_gradients = 0;
+    AT_EQ_INT(accel_should_reduce(&acc), acc.use_distributed);
+    for (t = 0; t < NT; ++t) AT_EQ_INT(accel_coll_grad_ready(red, t), ACCEL_OK);
+    AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+    for (t = 0, bad = 0; t < NT; ++t)
+        bad += acc.use_distributed ? memcmp(g[t], ref[t], sizes[t] * 4) != 0 : 0;
+    AT_EQ_INT(bad, 0);
+    acc.desc.sync_each_batch = 0;
+    acc.sync_gradients = 1;
+    for (t = 0; t < NT; ++t)
+        for (i = 0; i < sizes[t]; ++i) g[t][i] = gval(t, i, R);
     /* wait without grad_ready: everything reduced */
     AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
     for (t = 0, bad = 0; t < NT; ++t) bad += memcmp(g[t], ref[t], sizes[t] * 4) != 0;
