@@ -1071,34 +1071,30 @@ ACCEL__DEF accel_result accel_wait_for_everyone(accel *acc) {
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_host_allreduce_i64(accel *acc, int64_t *values, int count, accel_host_op op) {
+/* is_f64 picks the element type: the two public entry points differ only in it */
+static accel_result accel__host_allreduce(accel *acc, void *values, int count, accel_host_op op, int is_f64) {
     accel_result r = accel__need_group(acc);
     if (r != ACCEL_OK) return r;
-    if (count < 0 || (count > 0 && !values)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "allreduce_i64: bad buffer");
+    if (count < 0 || (count > 0 && !values))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "host all-reduce: bad buffer (count %d)", count);
     if (acc->num_processes <= 1 || count == 0) return ACCEL_OK;
 #ifdef ACCEL_WITH_MPI
-    ACCEL__MPI_CHECK(acc, MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_INT64_T,
+    ACCEL__MPI_CHECK(acc, MPI_Allreduce(MPI_IN_PLACE, values, count, is_f64 ? MPI_DOUBLE : MPI_INT64_T,
                                         op == ACCEL_HOST_SUM ? MPI_SUM : op == ACCEL_HOST_MAX ? MPI_MAX : MPI_MIN,
                                         acc->impl->comm));
 #else
     (void)op;
+    (void)is_f64;
 #endif
     return ACCEL_OK;
 }
 
+ACCEL__DEF accel_result accel_host_allreduce_i64(accel *acc, int64_t *values, int count, accel_host_op op) {
+    return accel__host_allreduce(acc, values, count, op, 0);
+}
+
 ACCEL__DEF accel_result accel_host_allreduce_f64(accel *acc, double *values, int count, accel_host_op op) {
-    accel_result r = accel__need_group(acc);
-    if (r != ACCEL_OK) return r;
-    if (count < 0 || (count > 0 && !values)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "allreduce_f64: bad buffer");
-    if (acc->num_processes <= 1 || count == 0) return ACCEL_OK;
-#ifdef ACCEL_WITH_MPI
-    ACCEL__MPI_CHECK(acc, MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE,
-                                        op == ACCEL_HOST_SUM ? MPI_SUM : op == ACCEL_HOST_MAX ? MPI_MAX : MPI_MIN,
-                                        acc->impl->comm));
-#else
-    (void)op;
-#endif
-    return ACCEL_OK;
+    return accel__host_allreduce(acc, values, count, op, 1);
 }
 
 ACCEL__DEF accel_result accel_host_broadcast(accel *acc, void *data, size_t bytes, int root) {
