@@ -6,27 +6,12 @@
 #include "accel.h"
 #include "accel_trackers.h"
 #include "accel_test.h"
+#include "accel_test_fs.h"
 #include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void rm_rf(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char sub[4096];
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            rm_rf(sub);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
 
 static int count_lines(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -150,7 +135,7 @@ int main(int argc, char **argv) {
     failed = at_failed;
     AT_EQ_INT(accel_host_allreduce_i64(&acc, &failed, 1, ACCEL_HOST_SUM), ACCEL_OK);
     AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
-    if (rank == 0) rm_rf(base);
+    if (rank == 0) at_rm_rf(base);
     accel_shutdown(&acc);
     if (failed && !at_failed) { fprintf(stderr, "rank %d: another rank failed\n", rank); return 1; }
     {

@@ -5,6 +5,7 @@
 #include "accel.h"
 #include "accel_trackers.h"
 #include "accel_test.h"
+#include "accel_test_fs.h"
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -21,22 +22,6 @@ static void capture(void *user, accel_log_level level, const char *msg) {
     if (level == ACCEL_LOG_ERROR) { snprintf(last_msg, sizeof last_msg, "%s", msg); nlogged++; }
 }
 
-static void rm_rf(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char sub[4096];
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            rm_rf(sub);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
 
 static long file_size(const char *path) {
     struct stat st;
@@ -414,6 +399,6 @@ int main(void) {
     test_no_tracker();
     test_unwritable();
     test_disk_full();
-    rm_rf(tmpdir);
+    at_rm_rf(tmpdir);
     return at_finish("trackers-unit");
 }
