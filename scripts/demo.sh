@@ -4,6 +4,7 @@
 # accumulation, bucketed all-reduce, fp16 loss scaling, clipping, gather_for_metrics, checkpoints, TensorBoard/JSONL
 # logs under runs/). The last line reads "test accuracy: NN.NN%".
 set -euo pipefail
+here=$PWD   # runs/ (logs, checkpoints) goes where the demo is run from
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -17,6 +18,8 @@ bash tests/mpi/mpirun.sh 2 "$build/tools/accel" env
 echo "== hello (mpirun -np 2)"
 bash tests/mpi/mpirun.sh 2 "$build/examples/hello"
 echo "== train_digits: MLP on the UCI digits, 2 ranks, fp16 with loss scaling, accumulation 2 (mpirun -np 2)"
-rm -rf runs/demo-checkpoints
+rm -rf "$here/runs/demo-checkpoints"
 bash tests/mpi/mpirun.sh 2 "$build/examples/train_digits" --data data/digits.csv --precision fp16 --batch 8 --accum 2 \
-  --steps 500 --print-every 50 --checkpoint-dir runs/demo-checkpoints --checkpoint-every 250 --log-dir runs
+  --steps 500 --print-every 50 --checkpoint-dir "$here/runs/demo-checkpoints" --checkpoint-every 250 --log-dir "$here/runs"
+echo "== logs: $here/runs/train_digits (TensorBoard events + metrics.jsonl; tensorboard --logdir $here/runs)"
+echo "== checkpoints: $here/runs/demo-checkpoints/checkpoints"
