@@ -2674,6 +2674,29 @@ static accel_result accel__read_rng(accel *acc, const char *dir, int rank, uint6
     return ACCEL_OK;
 }
 
+/* Opens <dir>/<kind>[_i].safetensors for each registered group and checks every registered tensor against the file
+   (count, dtype, shape) before anything is applied. */
+static accel_result accel__ckpt_open_groups(accel *acc, const char *dir, const char *kind, const accel__ckpt_group *groups,
+                                            int n, accel_ckpt_file **files) {
+    accel_result r = ACCEL_OK;
+    int i, k;
+    char path[2500]; /* dir (< 2300) + "/" + file name (< 96) */
+    for (i = 0; i < n && r == ACCEL_OK; ++i) {
+        char fname[96];
+        accel__group_file(fname, sizeof fname, kind, i);
+        accel__fmt(path, sizeof path, "%s/%s", dir, fname);
+        r = accel_ckpt_open(acc, path, &files[i]);
+        if (r == ACCEL_OK && accel_ckpt_file_count(files[i]) != groups[i].n)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but %s %d registers %d", path,
+                            accel_ckpt_file_count(files[i]), kind, i, groups[i].n);
+        for (k = 0; k < groups[i].n && r == ACCEL_OK; ++k) {
+            int ix;
+            r = accel__st_check_dst(files[i], &groups[i].t[k], &ix);
+        }
+    }
+    return r;
+}
+
 ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_dir) {
     accel *acc;
     char dir[2300], path[4200];
@@ -2709,32 +2732,8 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
         blob_n = (size_t *)calloc((size_t)nobj + 1, sizeof *blob_n);
         if (!mf || !of || !blobs || !blob_n) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
     }
-    for (i = 0; i < nm && r == ACCEL_OK; ++i) {
-        char fname[96];
-        accel__group_file(fname, sizeof fname, "model", i);
-        accel__fmt(path, sizeof path, "%s/%s", dir, fname);
-        r = accel_ckpt_open(acc, path, &mf[i]);
-        if (r == ACCEL_OK && accel_ckpt_file_count(mf[i]) != ck->models[i].n)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but model %d registers %d", path, accel_ckpt_file_count(mf[i]), i,
-                            ck->models[i].n);
-        for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k) {
-            int ix;
-            r = accel__st_check_dst(mf[i], &ck->models[i].t[k], &ix);
-        }
-    }
-    for (i = 0; i < no && r == ACCEL_OK; ++i) {
-        char fname[96];
-        accel__group_file(fname, sizeof fname, "optimizer", i);
-        accel__fmt(path, sizeof path, "%s/%s", dir, fname);
-        r = accel_ckpt_open(acc, path, &of[i]);
-        if (r == ACCEL_OK && accel_ckpt_file_count(of[i]) != ck->optims[i].n)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but optimizer %d registers %d", path, accel_ckpt_file_count(of[i]), i,
-                            ck->optims[i].n);
-        for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k) {
-            int ix;
-            r = accel__st_check_dst(of[i], &ck->optims[i].t[k], &ix);
-        }
-    }
+    if (r == ACCEL_OK) r = accel__ckpt_open_groups(acc, dir, "model", ck->models, nm, mf);
+    if (r == ACCEL_OK) r = accel__ckpt_open_groups(acc, dir, "optimizer", ck->optims, no, of);
     if (r == ACCEL_OK) {
         for (i = 0; i < (int)stbds_arrlen(marker.files); ++i) {
             const char *fn = marker.files[i].name;
