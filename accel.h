@@ -22,13 +22,42 @@
          accel_wait_for_everyone(&acc);
          accel_shutdown(&acc);
 
-   THE TRAINING STEP — Accelerate's "quick adaptation" in C (the five changes)
-     1. accel_init(&acc, &desc)              ~ accelerator = Accelerator()
-     2. shard the data: accel_data sampler   ~ accelerator.prepare(dataloader)
-     3. register gradients with the reducer  ~ accelerator.prepare(model, optimizer)
-     4. loss *= accel_amp_loss_scale / accum ~ accelerator.backward(loss)
-     5. optimizer step only when acc.sync_gradients and the scaler did not skip; accel_accumulate_begin/_end
-        around each micro-batch              ~ with accelerator.accumulate(model): ...
+   THE TRAINING STEP — Accelerate's "quick adaptation" in C (the five changes; examples/train_digits.c is this loop
+   in full, with the same math as examples/train_digits_raw.c which has none of them)
+     1. accel_init(&acc, &desc)                         ~ accelerator = Accelerator(...)
+     2. shard the data (accel_data.h)                   ~ accelerator.prepare(dataloader)
+     3. register gradients with the reducer (accel_collectives.h) and create the loss scaler (accel_amp.h)
+                                                        ~ accelerator.prepare(model, optimizer)
+     4. multiply the loss by scale / accumulation steps ~ accelerator.backward(loss)
+     5. accel_accumulate_begin/_end around each micro-batch; step only on sync steps that were not skipped
+                                                        ~ with accelerator.accumulate(model): ...
+
+         accel_data_shard sh;  accel_data_shard_desc dd = {0};   dd.dataset_len = N; dd.batch_size = B; dd.shuffle = 1;
+         accel_data_shard_init(&acc, &sh, &dd);                   // sets acc.end_of_dataloader on the last batch
+         accel_coll *coll;     accel_coll_create(&acc, NULL, &coll);
+         accel_coll_reducer *red;  accel_coll_reducer_create(coll, NULL, &red);
+         for (i = 0; i < ngrads; ++i) accel_coll_reducer_add(red, grad[i].ptr, numel[i], ACCEL_F32, grad[i].name, NULL);
+         accel_amp_scaler sc;  accel_amp_scaler_init(&acc, &sc, NULL);   // scales only in fp16
+         for (epoch = 0; epoch < epochs; ++epoch) {
+             accel_data_shard_set_epoch(&sh, epoch);
+             while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) {
+                 accel_accumulate_begin(&acc);                    // acc.sync_gradients
+                 forward_backward(idx, n, accel_amp_loss_scale(&sc) / accel_loss_divisor(&acc));
+                 if (accel_should_reduce(&acc)) accel_coll_reducer_wait(red);   // or grad_ready per bucket
+                 if (acc.sync_gradients) {
+                     int found_inf = 0;
+                     double norm;
+                     accel_amp_unscale_and_check(&acc, &sc, grad, ngrads, &found_inf);
+                     if (!found_inf) { accel_amp_clip_grad_norm(&acc, grad, ngrads, 1.0, 2.0, 0, &norm);
+                                       optimizer_step(); }
+                     accel_amp_update(&acc, &sc);
+                     accel_optimizer_step_done(&acc, found_inf);
+                     lr_position += accel_scheduler_steps(&acc, 0);  // P per taken step, 0 when skipped
+                     zero_grad();
+                 }
+                 accel_accumulate_end(&acc);
+             }
+         }
 
    COMPILE-TIME OPTIONS
      ACCEL_IMPLEMENTATION   emit definitions in this TU (stb style; the header may be included again afterwards)
