@@ -3,11 +3,12 @@
 #define ACCEL_TEST_FS_H
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 /* rm -rf without a shell: the tests' scratch dirs may hold names a shell would mangle */
-static void at_rm_rf(const char *path) {
+static inline void at_rm_rf(const char *path) {
     DIR *d = opendir(path);
     if (d) {
         struct dirent *e;
@@ -22,5 +23,21 @@ static void at_rm_rf(const char *path) {
     } else {
         unlink(path);
     }
+}
+
+/* The whole file in a malloc'd buffer (+1 spare byte), NULL when it can't be read completely. */
+static inline unsigned char *at_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *b;
+    long sz;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    b = sz >= 0 ? (unsigned char *)malloc((size_t)sz + 1) : NULL;
+    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); b = NULL; }
+    fclose(f);
+    *n = b ? (size_t)sz : 0;
+    return b;
 }
 #endif

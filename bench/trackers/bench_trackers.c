@@ -15,6 +15,7 @@
    usage: bench_trackers [calls] */
 #include "accel.h"
 #include "accel_trackers.h"
+#include "accel_test_fs.h" /* tests/: the same scratch-dir helpers as the tests */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,37 +33,6 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void rm_rf(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char sub[4096];
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            rm_rf(sub);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *b;
-    long sz;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b = (unsigned char *)malloc((size_t)sz + 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); b = NULL; }
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
 
 /* One accel run: seconds for `calls` log() calls + a flush (every byte handed to the kernel); end_training (which
    also fsyncs) is not timed. Leaves the file path in out_path. */
@@ -185,7 +155,7 @@ int main(int argc, char **argv) {
         size_t n = 0;
         double ta, tr;
         ta = run_accel(&acc, dir, ACCEL_TRACK_TENSORBOARD, calls, path);
-        bytes = slurp(path, &n);
+        bytes = at_read_file(path, &n);
         if (!bytes) { perror(path); return 1; }
         snprintf(raw_path, sizeof raw_path, "%s.raw", path);
         tr = run_raw(bytes, n, raw_path, 0);
@@ -195,7 +165,7 @@ int main(int argc, char **argv) {
         if (tr < best_tb_raw) best_tb_raw = tr;
 
         ta = run_accel(&acc, dir, ACCEL_TRACK_JSONL, jcalls, path);
-        bytes = slurp(path, &n);
+        bytes = at_read_file(path, &n);
         if (!bytes) { perror(path); return 1; }
         snprintf(raw_path, sizeof raw_path, "%s.raw", path);
         tr = run_raw(bytes, n, raw_path, 1);
@@ -216,7 +186,7 @@ int main(int argc, char **argv) {
     } else {
         fprintf(stderr, "bench_trackers: tensorboard Python package not importable; peer line skipped\n");
     }
-    rm_rf(dir);
+    at_rm_rf(dir);
     accel_shutdown(&acc);
     return 0;
 }

@@ -4,6 +4,7 @@
    corruption detection. */
 #include "accel_ckpt.h"
 #include "accel_test.h"
+#include "accel_test_fs.h"
 #include <dirent.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,20 +28,6 @@ static void write_bytes(const char *path, const void *b, size_t n) {
     if (!f) { perror(path); return; }
     fwrite(b, 1, n, f);
     fclose(f);
-}
-static unsigned char *read_bytes(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *b;
-    long sz;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b = (unsigned char *)malloc((size_t)sz + 1);
-    if (fread(b, 1, (size_t)sz, f) != (size_t)sz) sz = 0;
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
 }
 
 /* ------------------------------------------------------------------------------------------- sizes */
@@ -183,7 +170,7 @@ static void test_roundtrip_all_dtypes(void) {
     /* the written header: N % 8 == 0, padded with spaces, data section = sum of sizes */
     {
         size_t sz = 0, k;
-        unsigned char *b = read_bytes(path, &sz);
+        unsigned char *b = at_read_file(path, &sz);
         uint64_t hn = 0;
         for (k = 0; k < 8; ++k) hn |= (uint64_t)b[k] << (8 * k);
         AT_EQ_INT(hn % 8, 0);
@@ -447,7 +434,7 @@ static void test_save_model(void) {
     snprintf(p, sizeof p, "%s/model-00003-of-00003.safetensors", dir); AT_CHECK(exists(p));
     snprintf(p, sizeof p, "%s/model.safetensors", dir); AT_CHECK(!exists(p));
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-    idx = read_bytes(p, &n);
+    idx = at_read_file(p, &n);
     AT_CHECK(idx != NULL);
     if (idx) {
         /* json.dumps(obj, indent=2, sort_keys=True) + "\n", written out by hand */
@@ -659,7 +646,7 @@ static void test_state(void) {
             size_t n = 0;
             unsigned char *b;
             snprintf(mp, sizeof mp, "%s/model.safetensors", latest);
-            b = read_bytes(mp, &n);
+            b = at_read_file(mp, &n);
             b[n - 1] ^= 0x40;
             write_bytes(mp, b, n);
             w2[0] = -1;
