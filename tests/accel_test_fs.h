@@ -15,7 +15,7 @@ static inline void at_rm_rf(const char *path) {
         char sub[4096];
         while ((e = readdir(d)) != NULL) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+            if ((size_t)snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= sizeof sub) continue; /* too deep */
             at_rm_rf(sub);
         }
         closedir(d);
