@@ -7,11 +7,13 @@
    USAGE
      In exactly one translation unit (a .cu file when you want GPU kernels):
          #define ACCEL_IMPLEMENTATION
-         #include "accel.h"            // and the module headers you use
-     Everywhere else just #include "accel.h". Link MPI (when ACCEL_WITH_MPI), cudart/NCCL (when used).
+         #include "accel.h"            // first: its POSIX feature macros must precede every system header
+         #include "accel_data.h"       // ...and the module headers you use
+     Everywhere else just #include the headers. The implementation needs stb_ds.h on the include path (Debian:
+     libstb-dev, `pkg-config --cflags stb` = -I/usr/include/stb); link MPI when ACCEL_WITH_MPI, cudart/NCCL when used.
 
          accel acc;
-         accel_desc d = {0};                            // zero = default everywhere
+         accel_desc d = {0};                            // zero = default everywhere (C++: accel_desc d = {};)
          d.mixed_precision = ACCEL_PRECISION_BF16;
          d.gradient_accumulation_steps = 4;
          if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
@@ -26,49 +28,81 @@
    in full, with the same math as examples/train_digits_raw.c which has none of them)
      1. accel_init(&acc, &desc)                         ~ accelerator = Accelerator(...)
      2. shard the data (accel_data.h)                   ~ accelerator.prepare(dataloader)
-     3. register gradients with the reducer (accel_collectives.h) and create the loss scaler (accel_amp.h)
-                                                        ~ accelerator.prepare(model, optimizer)
+     3. register gradients with the reducer (accel_collectives.h), create the loss scaler (accel_amp.h) and register
+        everything that must survive a restart with the checkpointer (accel_ckpt.h)
+                                                        ~ accelerator.prepare(model, optimizer, scheduler)
      4. multiply the loss by scale / accumulation steps ~ accelerator.backward(loss)
-     5. accel_accumulate_begin/_end around each micro-batch; step only on sync steps that were not skipped
-                                                        ~ with accelerator.accumulate(model): ...
+     5. accel_accumulate_begin/_end around each micro-batch; step only on sync steps that were not skipped; ask the
+        scheduler bookkeeping on EVERY micro-batch     ~ with accelerator.accumulate(model): ... scheduler.step()
+
+     The loop resumes where a checkpoint left it: the epoch and the position inside it belong to the shard, the
+     step counters and the RNG to the Accelerator, and load_state restores both. Never count epochs yourself.
 
          accel_data_shard sh;  accel_data_shard_desc dd = {0};   dd.dataset_len = N; dd.batch_size = B; dd.shuffle = 1;
-         accel_data_shard_init(&acc, &sh, &dd);                   // sets acc.end_of_dataloader on the last batch
+         accel_data_shard_init(&acc, &sh, &dd);                   // collective: ranks must agree on the config
          accel_coll *coll;     accel_coll_create(&acc, NULL, &coll);
          accel_coll_reducer *red;  accel_coll_reducer_create(coll, NULL, &red);
-         for (i = 0; i < ngrads; ++i) accel_coll_reducer_add(red, grad[i].ptr, numel[i], ACCEL_F32, grad[i].name, NULL);
+         accel_coll_reducer_add(red, grads, ngrads);              // accel_tensor[]
          accel_amp_scaler sc;  accel_amp_scaler_init(&acc, &sc, NULL);   // scales only in fp16
-         for (epoch = 0; epoch < epochs; ++epoch) {
-             accel_data_shard_set_epoch(&sh, epoch);
-             while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) {
+         accel_ckpt *ck;       accel_ckpt_create(&acc, &cd, &ck);        // cd.automatic_checkpoint_naming = 1
+         accel_ckpt_register_model(ck, params, nparams);
+         accel_ckpt_register(ck, "sampler", accel_data_shard_state_save, accel_data_shard_state_load, &sh);
+         accel_ckpt_register(ck, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc);
+         accel_result lr = accel_ckpt_load_state(ck, NULL);      // ACCEL_ERR_NOT_FOUND: no checkpoint yet, start fresh
+         if (lr != ACCEL_OK && lr != ACCEL_ERR_NOT_FOUND) die(accel_last_error(&acc));
+         while (accel_data_shard_epoch(&sh) < epochs) {
+             int64_t n;
+             while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) {   // n == 0: epoch over, next epoch
                  accel_accumulate_begin(&acc);                    // acc.sync_gradients
                  forward_backward(idx, n, accel_amp_loss_scale(&sc) / accel_loss_divisor(&acc));
                  if (accel_should_reduce(&acc)) accel_coll_reducer_wait(red);   // or grad_ready per bucket
                  if (acc.sync_gradients) {
                      int found_inf = 0;
-                     double norm;
-                     accel_amp_unscale_and_check(&acc, &sc, grad, ngrads, &found_inf);
-                     if (!found_inf) { accel_amp_clip_grad_norm(&acc, grad, ngrads, 1.0, 2.0, 0, &norm);
-                                       optimizer_step(); }
-                     accel_amp_update(&acc, &sc);
+                     accel_amp_unscale_and_check(&sc, grads, ngrads, &found_inf);
+                     if (!found_inf) { accel_amp_clip_grad_norm(&acc, grads, ngrads, 1.0, 2.0, 0, NULL);
+                                       optimizer_step(lr_at(acc.scheduler_steps)); }
+                     accel_amp_update(&sc);
                      accel_optimizer_step_done(&acc, found_inf);
-                     lr_position += accel_scheduler_steps(&acc, 0);  // P per taken step, 0 when skipped
                      zero_grad();
                  }
+                 accel_scheduler_steps(&acc, 0);                  // every micro-batch: P per taken step, 0 otherwise
                  accel_accumulate_end(&acc);
+                 if (acc.sync_gradients && acc.optimizer_steps % 100 == 0) accel_ckpt_save_state(ck, NULL, NULL, 0);
              }
          }
 
+   COLLECTIVE CALLS — every process must make these calls, in the same order (a missing one is caught by the
+   deadline, collective_timeout_ms, default 30 min, then ACCEL_ERR_TIMEOUT):
+     core          accel_init, accel_wait_for_everyone, accel_host_* , accel_check_trigger,
+                   accel_main_process_first_begin/_end, accel_local_main_process_first_begin/_end,
+                   accel_synchronize_rng_state
+     collectives   accel_coll_create, every accel_coll_* data operation, accel_coll_reducer_finalize (or the
+                   first grad_ready/wait), accel_coll_reducer_wait on a step that reduces
+     data          accel_data_shard_init, accel_data_seq_init (their configuration agreement check)
+     amp           accel_amp_unscale_and_check (found_inf is OR-ed), accel_amp_clip_grad_norm/_grad_norm with
+                   ACCEL_AMP_CLIP_SHARDED
+     ckpt          accel_ckpt_save_state, accel_ckpt_load_state, accel_ckpt_save_model
+     trackers      accel_track_init_trackers
+   Everything else is local.
+
    COMPILE-TIME OPTIONS
      ACCEL_IMPLEMENTATION   emit definitions in this TU (stb style; the header may be included again afterwards)
-     ACCEL_STATIC           make every definition static (single-TU embedding)
+     ACCEL_STATIC           make every definition static (single-TU embedding; stb_ds's functions too)
      ACCEL_WITH_MPI         the implementation TU may call MPI (meson defines it when MPI is found)
      ACCEL_WITH_CUDA        the implementation TU may call the CUDA runtime even when compiled by a C compiler
                             (nvcc, i.e. __CUDACC__, implies it); kernels need nvcc
      ACCEL_WITH_NCCL        NCCL is available (used by accel_collectives.h)
+     ACCEL_NO_STB_DS_IMPLEMENTATION  your program compiles stb_ds's implementation itself (then accel's containers
+                            use your STBDS_REALLOC/FREE); otherwise accel emits it once, routed to the allocator hooks
      ACCEL_ASSERT(x)        programmer-bug checks (default: assert); never used for runtime errors
+     ACCEL_CHECK(acc, call) for programs that want to die loudly: prints accel_last_error and exit(1)s on failure
+                            (define it yourself first to change that)
      ACCEL_API              decoration of every public declaration
      None of these changes the layout of a public struct.
+   Symbols: the implementation exports accel_* names only, plus stb_ds's stbds_* functions when it emits stb_ds
+   (stbds_arrgrowf, stbds_arrfreef, stbds_hmget_key, stbds_hmget_key_ts, stbds_hmput_default, stbds_hmput_key,
+   stbds_hmdel_key, stbds_hmfree_func, stbds_shmode_func, stbds_hash_bytes, stbds_hash_string, stbds_rand_seed,
+   stbds_stralloc, stbds_strreset). With ACCEL_STATIC nothing at all is exported.
 
    ENVIRONMENT (read by accel_init; first match wins for the launcher)
      explicit desc (desc.num_processes > 0)
@@ -86,24 +120,46 @@
      ACCELERATE_USE_CPU, ACCELERATE_DEBUG_MODE        flags, parsed like Accelerate's str_to_bool:
                                                       y/yes/t/true/on/1 and n/no/f/false/off/0, any case;
                                                       anything else is an error (not a silent default)
-     ACCEL_LOG_LEVEL (error|warn|info|debug|0..3)     default logger's level (default warn)
+     ACCEL_LOG_LEVEL (error|warn|info|debug|0..3)     the log level when desc.log_level is ACCEL_LOG_DEFAULT
+                                                      (default warn)
 
-   DIFFERENCES FROM ACCELERATE (deliberate, see SEMANTICS.md "Policy")
+   THE HOST PROCESS GROUP
+     The core owns the one host process group every module uses (barrier, broadcast, all-gather, small all-reduce,
+     agreement checks): MPI when accel was launched under MPI (or MPI was initialized by the program), or a
+     collectives context that installs itself (accel_collectives.h, e.g. NCCL under torchrun). Every host
+     collective: (1) has a deadline (desc.collective_timeout_ms, default 1800000 = Accelerate's 30 min): a peer that
+     never arrives gives ACCEL_ERR_TIMEOUT, after which the group refuses further calls (shut down); (2) first
+     all-gathers a small header (what the call is, its size, root and this rank's status), so ranks calling
+     different collectives or sizes get ACCEL_ERR_MISMATCH listing each rank's call, and a rank whose arguments were
+     bad makes every rank fail (ACCEL_ERR_REMOTE with that rank's message) instead of a hang.
+
+   DIFFERENCES FROM ACCELERATE (deliberate, see docs/semantics.md "Policies")
      - Multi-process CPU runs are MULTI_CPU whenever P > 1 and no GPU is used; Accelerate additionally requires
        cpu=True and otherwise silently runs P independent single-process jobs.
      - Conflicting launcher environments are an error instead of "first wins".
-     - A torchrun-style environment with P > 1 but no MPI has no host process group in the core: host collectives
-       (barrier, triggers, the init agreement check) return ACCEL_ERR_UNSUPPORTED. Launch with mpirun/srun, or let
-       accel_collectives.h bootstrap NCCL over TCP/file.
+     - A torchrun-style environment with P > 1 but no MPI has no host process group until a collectives context
+       installs one: host collectives (barrier, triggers, the init agreement check) return ACCEL_ERR_UNSUPPORTED.
+     - adjust_scheduler is honoured (policy 3); Accelerate drops the setting.
 
    THREADS AND STREAMS
      An accel is used by one thread at a time. Device work is enqueued on acc.stream (user-settable; NULL = the
      legacy default stream). Host collectives synchronize nothing on the device.
 
-   ERRORS
-     Every fallible call returns accel_result. accel_last_error(acc) holds the detailed message (what failed,
-     file:line of the failing MPI/CUDA/NCCL call, rank); the log callback receives it too. Library code never
-     exits. A call that fails changes nothing it was asked to change.
+   ERRORS AND LOGGING
+     Every fallible call returns accel_result; accel_last_error(acc) holds the detailed message (what failed,
+     file:line of the failing MPI/CUDA/NCCL call, rank). Errors are returned, not printed: print the message once
+     yourself (or use ACCEL_CHECK). The log callback sees every failure at ACCEL_LOG_DEBUG (ACCEL_LOG_LEVEL=debug
+     shows them as they happen), expected outcomes (no checkpoint to resume from) at INFO, and problems that cannot
+     be returned (cleanup failures, fallbacks) at WARN. Library code never exits. A call that fails changes nothing it
+     was asked to change.
+
+   MEMORY
+     Every host allocation of accel and its modules goes through desc.host_allocator (default malloc/free), every
+     device allocation through desc.device_allocator (default cudaMalloc/cudaFree) and every pinned host buffer
+     (staging for device copies) through desc.pinned_allocator (default cudaHostAlloc/cudaFreeHost). stb_ds has no
+     per-call context, so accel's stb_ds containers use the host allocator of the most recently initialized
+     Accelerator that set one (process-wide: set it before starting threads); every block remembers the allocator
+     that made it, so it is always freed by the same one.
 */
 #ifndef ACCEL_H_INCLUDED
 #define ACCEL_H_INCLUDED
@@ -119,9 +175,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h> /* exit() in ACCEL_CHECK, which expands in user code */
+#include <string.h> /* memcpy in the bit-cast helpers below */
 
 #define ACCEL_VERSION_MAJOR 0
-#define ACCEL_VERSION_MINOR 1
+#define ACCEL_VERSION_MINOR 2
 #define ACCEL_VERSION_PATCH 0
 #define ACCEL_VERSION_NUMBER (ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH)
 
@@ -177,6 +235,7 @@ extern "C" {
 #endif
 
 struct CUstream_st; /* cudaStream_t without CUDA headers */
+typedef struct accel accel;
 
 /* ---------------------------------------------------------------------------------------------------- results */
 typedef enum accel_result {
@@ -202,14 +261,15 @@ ACCEL_API const char *accel_result_string(accel_result r);
 
 /* -------------------------------------------------------------------------------------------------- version */
 ACCEL_API int accel_version(void);             /* ACCEL_VERSION_NUMBER of the implementation */
-ACCEL_API const char *accel_version_string(void); /* "0.1.0" */
+ACCEL_API const char *accel_version_string(void); /* "0.2.0" */
 
-/* ---------------------------------------------------------------------------------------------------- logging */
+/* ------------------------------------------------------------------------------------------- errors, logging */
 typedef enum accel_log_level {
-    ACCEL_LOG_ERROR = 0,
-    ACCEL_LOG_WARN = 1,
-    ACCEL_LOG_INFO = 2,
-    ACCEL_LOG_DEBUG = 3
+    ACCEL_LOG_DEFAULT = 0, /* desc: ACCEL_LOG_LEVEL, else warn */
+    ACCEL_LOG_ERROR,
+    ACCEL_LOG_WARN,
+    ACCEL_LOG_INFO,
+    ACCEL_LOG_DEBUG
 } accel_log_level;
 
 typedef void (*accel_log_fn)(void *user_data, accel_log_level level, const char *message);
@@ -217,9 +277,31 @@ typedef void (*accel_log_fn)(void *user_data, accel_log_level level, const char 
 /* The process-wide logger used when no Accelerator is at hand (and by accel_init before the desc's logger is known).
    fn NULL restores the default (stderr, level from ACCEL_LOG_LEVEL). */
 ACCEL_API void accel_set_default_logger(accel_log_fn fn, void *user_data);
+/* Through acc's logger (acc NULL: the process-wide one), if level is within acc's log level. */
+ACCEL_API void accel_log(const accel *acc, accel_log_level level, const char *fmt, ...) ACCEL__PRINTF(3, 4);
+/* Records a failure as accel does for its own (acc's last error, or the process-wide one when acc is NULL; logged at
+   debug level) and returns r — for user callbacks (e.g. a checkpoint load function) whose message should reach
+   the caller intact. */
+ACCEL_API accel_result accel_set_error(accel *acc, accel_result r, const char *fmt, ...) ACCEL__PRINTF(3, 4);
+ACCEL_API const char *accel_last_error(const accel *acc); /* acc NULL → the process-wide last error */
+/* Prints "file:line: call failed: <last error>" to stderr (what ACCEL_CHECK does before exiting). */
+ACCEL_API void accel_check_failed(const accel *acc, const char *call, const char *file, int line, accel_result r);
+#ifndef ACCEL_CHECK
+#define ACCEL_CHECK(acc, call)                                                                                        \
+    do {                                                                                                               \
+        accel_result accel_check_r_ = (call);                                                                          \
+        if (accel_check_r_ != ACCEL_OK) {                                                                              \
+            accel_check_failed((acc), #call, __FILE__, __LINE__, accel_check_r_);                                      \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+#endif
+
+/* Monotonic seconds (CLOCK_MONOTONIC). */
+ACCEL_API double accel_now(void);
 
 /* --------------------------------------------------------------------------------------------------- allocators */
-/* Both functions set, or neither (defaults: malloc/free for host, cudaMalloc/cudaFree for device). */
+/* Both functions set, or neither. */
 typedef struct accel_allocator {
     void *(*alloc)(size_t size, void *user_data);
     void (*free)(void *ptr, void *user_data);
@@ -252,6 +334,71 @@ typedef struct accel_tensor {
 
 ACCEL_API int64_t accel_tensor_numel(const accel_tensor *t);  /* product of shape; 1 for ndim 0; -1 if invalid */
 ACCEL_API int64_t accel_tensor_nbytes(const accel_tensor *t); /* -1 if invalid or overflowing */
+
+/* ------------------------------------------------------------------------------- 16-bit floats (CPU and GPU) */
+/* One codec for every module and for your kernels. fp32 → fp16/bf16 round to nearest even, bit-exact with the host
+   and device versions of cuda_fp16.h's __float2half_rn and cuda_bf16.h's __float2bfloat16 for all 2^32 inputs,
+   NaN included: every NaN becomes CUDA's canonical quiet NaN 0x7FFF (PyTorch's CPU kernels give sign|0x7E00 for
+   fp16 and 0x7FC0 for bf16 instead). fp16/bf16 → fp32 is exact (bf16 keeps a NaN's payload; fp16 NaNs are quieted
+   with sign and payload kept, as x86 F16C). */
+static ACCEL_INLINE ACCEL_HD uint32_t accel_f32_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+static ACCEL_INLINE ACCEL_HD float accel_bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+/* fp32 → bf16; overflow rounds to ±Inf. */
+static ACCEL_INLINE ACCEL_HD uint16_t accel_f32_to_bf16(float f) {
+    uint32_t u = accel_f32_bits(f);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? 0x7fffu : r);
+}
+static ACCEL_INLINE ACCEL_HD float accel_bf16_to_f32(uint16_t h) { return accel_bits_f32((uint32_t)h << 16); }
+/* fp32 → fp16: |x| >= 65520 → ±Inf, subnormal results rounded correctly. */
+static ACCEL_INLINE ACCEL_HD uint16_t accel_f32_to_f16(float f) {
+    uint32_t x = accel_f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t u = x & 0x7fffffffu;
+    uint32_t res, rem;
+    if (u >= 0x7f800000u) return (uint16_t)(u == 0x7f800000u ? (sign | 0x7c00u) : 0x7fffu);
+    if (u > 0x477fefffu) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds up past 65504 */
+    if (u >= 0x38800000u) {                                 /* normal fp16 result */
+        rem = u << 19;
+        res = sign | ((u - 0x38000000u) >> 13);
+    } else if (u <= 0x33000000u) {                          /* <= 2^-25: rounds to ±0 (2^-25 is a tie → even 0) */
+        return (uint16_t)sign;
+    } else {                                                /* subnormal fp16 result */
+        uint32_t shift = 0x7eu - (u >> 23);
+        uint32_t mant = (u & 0x7fffffu) | 0x800000u;
+        rem = mant << (32u - shift);
+        res = sign | (mant >> shift);
+    }
+    if (rem > 0x80000000u || (rem == 0x80000000u && (res & 1u))) ++res;
+    return (uint16_t)res;
+}
+static ACCEL_INLINE ACCEL_HD float accel_f16_to_f32(uint16_t h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
+    uint32_t m = (uint32_t)h & 0x3ffu;
+    if (e == 0x1fu) return accel_bits_f32(sign | 0x7f800000u | (m ? (0x400000u | (m << 13)) : 0u));
+    if (e == 0u) {
+        float v = (float)m * 5.9604644775390625e-08f; /* m · 2^-24, exact */
+        return accel_bits_f32(accel_f32_bits(v) | sign);
+    }
+    return accel_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
 
 /* -------------------------------------------------------------------------------------------------------- RNG */
 /* Philox4x32-10 (Salmon et al., SC'11 "Parallel random numbers: as easy as 1, 2, 3"), counter-based: the same
@@ -322,9 +469,9 @@ typedef enum accel_launcher {
 } accel_launcher;
 ACCEL_API const char *accel_launcher_name(accel_launcher l);
 
-/* Tri-state for flags whose default is not "off": 0 = default, ACCEL_ON, ACCEL_OFF. */
-#define ACCEL_ON 1
-#define ACCEL_OFF (-1)
+/* For desc fields whose default is not simply "off" but "inherit" (from the Accelerator, a policy, detection):
+   0 = default, ACCEL_ON, ACCEL_OFF. Fields whose default is "on" are named for turning it off (no_...). */
+typedef enum accel_toggle { ACCEL_OFF = -1, ACCEL_DEFAULT = 0, ACCEL_ON = 1 } accel_toggle;
 
 typedef struct accel_desc {
     /* explicit process layout (num_processes > 0 selects it; otherwise the launcher environment decides) */
@@ -339,22 +486,23 @@ typedef struct accel_desc {
     int debug;                         /* nonzero: check collective arguments across ranks (ACCELERATE_DEBUG_MODE) */
     int no_mpi;                        /* nonzero: do not initialize MPI even when launched by mpirun */
 
-    /* gradient accumulation plugin (Accelerate's GradientAccumulationPlugin) */
-    int sync_with_dataloader;          /* ACCEL_ON (default) / ACCEL_OFF */
-    int adjust_scheduler;              /* ACCEL_ON (default) / ACCEL_OFF; honoured (Accelerate drops it: policy 3) */
+    /* gradient accumulation plugin (Accelerate's GradientAccumulationPlugin; all default on, as Accelerate) */
+    int no_sync_with_dataloader;       /* nonzero: the step counter runs across epochs (no sync at a loader's end) */
+    int no_adjust_scheduler;           /* nonzero: non-sync steps do not count toward the scheduler's total (policy 3) */
     int sync_each_batch;               /* nonzero: reduce on every micro-batch */
-    int step_scheduler_with_optimizer; /* ACCEL_ON (default) / ACCEL_OFF */
+    int no_step_scheduler_with_optimizer; /* nonzero: the scheduler steps once per call, not with the optimizer */
     int split_batches;                 /* nonzero: the loader batch size is the global batch size */
 
-    int collective_timeout_ms;         /* 0 → 1800000 (Accelerate's 30 min); used by collectives and the watchdog */
+    int collective_timeout_ms;         /* 0 → 1800000 (Accelerate's 30 min); deadline of every collective */
     struct CUstream_st *stream;        /* device work goes here; NULL = default stream */
 
-    accel_log_fn log_fn;               /* NULL → default logger */
+    accel_log_fn log_fn;               /* NULL → the default logger (stderr) */
     void *log_user_data;
-    int log_level;                     /* 0 → ACCEL_LOG_LEVEL env → warn; else accel_log_level + 1 */
+    accel_log_level log_level;         /* messages above it are dropped; ACCEL_LOG_DEFAULT → ACCEL_LOG_LEVEL → warn */
 
     accel_allocator host_allocator;    /* zero → malloc/free */
     accel_allocator device_allocator;  /* zero → cudaMalloc/cudaFree */
+    accel_allocator pinned_allocator;  /* zero → cudaHostAlloc/cudaFreeHost (page-locked staging buffers) */
 
     /* project / tracking (used by accel_ckpt.h and the trackers) */
     const char *project_dir;           /* NULL → "." */
@@ -364,10 +512,10 @@ typedef struct accel_desc {
 #define ACCEL_ERROR_CAPACITY 1024
 #define ACCEL_ADDR_CAPACITY 256
 
-struct accel__impl; /* backend handles (MPI communicator, CUDA state); private */
+struct accel__impl; /* backend handles, the process group, the dataloader stack; private */
 
 /* The Accelerator. Fields are readable; change them only through functions. */
-typedef struct accel {
+struct accel {
     int process_index;
     int local_process_index;
     int num_processes;
@@ -383,15 +531,15 @@ typedef struct accel {
     accel_launcher launcher;
     char master_addr[ACCEL_ADDR_CAPACITY]; /* from MASTER_ADDR ("" if unset) */
     int master_port;                       /* MASTER_PORT, default 29500 */
-    int mpi_active;                        /* MPI is the host process group */
+    int mpi_active;                        /* MPI carries the host process group */
     struct CUstream_st *stream;
     accel_desc desc;                       /* the resolved configuration (all defaults filled in) */
 
     /* gradient accumulation state (Accelerate's GradientState) */
     int sync_gradients;                    /* starts 1 */
     int step;                              /* micro-step counter inside the accumulation window */
-    int end_of_dataloader;
-    int remainder;                         /* -1 unless a dataloader with a known remainder is active */
+    int end_of_dataloader;                 /* of the innermost active dataloader (0 when none) */
+    int remainder;                         /* of the innermost active dataloader (-1 when none or unknown) */
     int optimizer_step_was_skipped;
     int64_t optimizer_steps;               /* optimizer steps taken (not skipped) */
     int64_t scheduler_steps;               /* scheduler steps the rule asked for */
@@ -403,18 +551,16 @@ typedef struct accel {
     accel_result last_result;
     char last_error[ACCEL_ERROR_CAPACITY];
     struct accel__impl *impl;
-} accel;
+};
 
 /* --------------------------------------------------------------------------------------------- lifecycle */
 /* Resolves the configuration, joins the process group (initializing MPI when launched under MPI and not yet
    initialized), selects the device and checks on every rank that all ranks agree on world size, precision,
-   accumulation steps and library version. On failure every rank returns an error (no rank hangs) and acc holds
-   the message; accel_shutdown is still safe to call. */
+   accumulation steps, split_batches and library version. On failure every rank returns an error (no rank hangs)
+   and acc holds the message; accel_shutdown is still safe to call. */
 ACCEL_API accel_result accel_init(accel *acc, const accel_desc *desc);
 /* Frees everything and finalizes MPI only if accel_init initialized it. Safe on a failed or zeroed accel. */
 ACCEL_API void accel_shutdown(accel *acc);
-
-ACCEL_API const char *accel_last_error(const accel *acc); /* acc NULL → the process-wide last error */
 
 /* Resolve desc + environment without joining anything (what accel_init would do first). out_launcher may be NULL.
    Used by `accel env` and by tests of the detection table. err receives a message on failure. */
@@ -425,16 +571,24 @@ ACCEL_API accel_result accel_resolve_config(const accel_desc *desc, accel_desc *
 ACCEL_API int accel_parse_bool(const char *s);
 
 /* ------------------------------------------------------------------------------------- allocation helpers */
-ACCEL_API void *accel_host_alloc(accel *acc, size_t size);    /* NULL acc → malloc; sets the error on failure */
+/* Through acc's allocators; on failure NULL and acc's error says what could not be allocated. acc NULL → the
+   defaults. The device pair falls back to the host pair on a CPU run; the pinned pair to the host pair without
+   CUDA. */
+ACCEL_API void *accel_host_alloc(accel *acc, size_t size);
 ACCEL_API void accel_host_free(accel *acc, void *ptr);
-ACCEL_API void *accel_device_alloc(accel *acc, size_t size);  /* CPU device → host allocator */
+ACCEL_API void *accel_device_alloc(accel *acc, size_t size);
 ACCEL_API void accel_device_free(accel *acc, void *ptr);
+ACCEL_API void *accel_pinned_alloc(accel *acc, size_t size);
+ACCEL_API void accel_pinned_free(accel *acc, void *ptr);
 
 /* --------------------------------------------------------------------------------- host process group */
 typedef enum accel_host_op { ACCEL_HOST_SUM = 0, ACCEL_HOST_MAX, ACCEL_HOST_MIN } accel_host_op;
 
+/* "mpi", a collectives backend that installed itself ("nccl", ...), or "none" (one process, or no group). */
+ACCEL_API const char *accel_host_group_name(const accel *acc);
 ACCEL_API accel_result accel_wait_for_everyone(accel *acc);  /* barrier; no-op for one process */
-/* In-place all-reduce of a few int64 values (flags, counters). */
+/* In-place all-reduce of a few values (flags, counters, norms), reduced in rank order on every rank (so the
+   result is bit-identical everywhere). */
 ACCEL_API accel_result accel_host_allreduce_i64(accel *acc, int64_t *values, int count, accel_host_op op);
 ACCEL_API accel_result accel_host_allreduce_f64(accel *acc, double *values, int count, accel_host_op op);
 /* Broadcast bytes from root to all. */
@@ -467,9 +621,9 @@ ACCEL_API accel_result accel_check_trigger(accel *acc, int *fired);
      sync_with_dataloader && end_of_dataloader → step = 0, sync_gradients = 1
      otherwise                                 → step += 1, sync_gradients = (step % gradient_accumulation_steps == 0)
    So the counter restarts at every epoch end and a short final window still syncs on the last batch; with
-   sync_with_dataloader off the counter runs across epochs. acc->end_of_dataloader is kept by accel_data.h (or set
-   with accel_set_dataloader_state) and must be current *before* this call for the last batch (the data module
-   looks one batch ahead, like DataLoaderShard). */
+   no_sync_with_dataloader the counter runs across epochs. acc->end_of_dataloader is that of the innermost active
+   dataloader (below) and must be current *before* this call for the last batch (loaders look one batch ahead, like
+   DataLoaderShard). */
 ACCEL_API void accel_accumulate_begin(accel *acc);
 /* End of the micro-batch. Nothing to undo today (Accelerate's exit restores no_sync); kept so loops written now stay
    correct when it gains work. optimizer_step_was_skipped is refreshed only on sync steps, as in Accelerate. */
@@ -483,15 +637,24 @@ ACCEL_API float accel_loss_divisor(const accel *acc);
 /* Record the outcome of the optimizer step on a sync step (skipped = the loss scaler found inf/NaN). On non-sync
    steps it does nothing, as AcceleratedOptimizer.step does nothing there. */
 ACCEL_API void accel_optimizer_step_done(accel *acc, int skipped);
-/* How many LR-scheduler steps to take now (AcceleratedScheduler.step): step_scheduler_with_optimizer off → 1;
-   not a sync step → 0 (with adjust_scheduler the scheduler's internal counter moves: acc->scheduler_adjusted_steps);
-   optimizer step skipped → 0; split_batches → 1; else num_processes. total_steps > 0 caps the scheduler's total
-   like OneCycleLR (torch's _step_count, which adjust_scheduler bumps too, stays <= total_steps); as in Accelerate the
-   cap is not applied when step_scheduler_with_optimizer is off. Adds the result to acc->scheduler_steps. */
+/* AcceleratedScheduler.step — call it on EVERY micro-batch, as Accelerate's loop calls scheduler.step() every
+   batch. Returns how many scheduler steps to take now and adds them to acc->scheduler_steps:
+   no_step_scheduler_with_optimizer → 1; not a sync step → 0 (unless no_adjust_scheduler, the scheduler's internal
+   counter moves: acc->scheduler_adjusted_steps); optimizer step skipped → 0; split_batches → 1; else num_processes.
+   total_steps > 0 caps the scheduler's total like OneCycleLR (torch's _step_count, which adjust_scheduler bumps too,
+   stays <= total_steps); as in Accelerate the cap is not applied with no_step_scheduler_with_optimizer. A schedule
+   that is a function of acc->scheduler_steps resumes correctly (load_state restores it). */
 ACCEL_API int accel_scheduler_steps(accel *acc, int64_t total_steps);
-/* For loaders other than accel_data.h: the innermost dataloader's state (GradientState.end_of_dataloader,
-   remainder). remainder = -1 when unknown. */
-ACCEL_API void accel_set_dataloader_state(accel *acc, int end_of_dataloader, int remainder);
+
+/* GradientState.dataloader_references: the dataloaders being iterated, innermost last, kept in acc. `loader`
+   identifies one (any stable address, e.g. the loader object); acc->end_of_dataloader and acc->remainder mirror the
+   innermost (0 / -1 when none). accel_data.h calls these; other loaders call them the same way:
+     begin(remainder) when the first batch of an epoch is taken (remainder = real samples in the last global batch,
+     0 = full, -1 unknown), last_batch() when the last batch is handed out (one batch ahead), end() after the epoch
+     or when abandoning it. A loader begun twice is moved to the top. At most 64 at once. */
+ACCEL_API accel_result accel_dataloader_begin(accel *acc, const void *loader, int remainder);
+ACCEL_API void accel_dataloader_last_batch(accel *acc, const void *loader);
+ACCEL_API void accel_dataloader_end(accel *acc, const void *loader);
 
 /* -------------------------------------------------------------------------------------------- RNG state */
 /* Accelerate's set_seed: with device_specific the seed becomes seed + process_index. */
@@ -503,20 +666,34 @@ ACCEL_API accel_result accel_synchronize_rng_state(accel *acc);
 /* Next 4 draws of the host stream (advances offset). */
 ACCEL_API void accel_rng_next4(accel *acc, uint32_t out[4]);
 
-/* ------------------------------------------------------------ internals shared with the module headers */
-/* Set acc's error (or the process-wide one when acc is NULL), log it, return r. file/line name the failing call. */
-ACCEL_API accel_result accel__fail(accel *acc, accel_result r, const char *file, int line, const char *fmt, ...)
-    ACCEL__PRINTF(5, 6);
-ACCEL_API void accel__log(const accel *acc, accel_log_level level, const char *fmt, ...) ACCEL__PRINTF(3, 4);
-/* Backend handle for module implementations: a pointer to the MPI_Comm the process group uses, or NULL. */
-ACCEL_API void *accel__mpi_comm(accel *acc);
-/* stb_ds hooks that use the process-wide host allocator (define STBDS_REALLOC/STBDS_FREE with these). */
-ACCEL_API void *accel__stbds_realloc(void *context, void *ptr, size_t size);
-ACCEL_API void accel__stbds_free(void *context, void *ptr);
-/* Monotonic seconds. */
-ACCEL_API double accel__now(void);
+/* ------------------------------------------------------------------------------------------- saved state */
+/* The one state contract of every module (a scaler, a sampler, an optimizer), so each registers with the
+   checkpointer directly: accel_ckpt_register(ck, "scaler", accel_amp_scaler_state_save,
+   accel_amp_scaler_state_load, &scaler).
+     save: buf NULL or cap smaller than the state → *size = bytes needed, ACCEL_OK, nothing written; else the state
+           is written to buf and *size = bytes written.
+     load: validates all n bytes first; a bad buffer returns an error (the object's acc holds the root cause) and
+           leaves the object unchanged. */
+typedef accel_result (*accel_state_save_fn)(void *obj, void *buf, size_t cap, size_t *size);
+typedef accel_result (*accel_state_load_fn)(void *obj, const void *buf, size_t size);
 
-#define ACCEL__FAIL(acc, r, ...) accel__fail((acc), (r), __FILE__, __LINE__, __VA_ARGS__)
+/* The Accelerator's own training state — every counter above (step, sync_gradients, optimizer_step_was_skipped,
+   optimizer_steps, scheduler_steps, scheduler_adjusted_steps) and this rank's RNG — as 80 little-endian bytes:
+   "ACST", u32 version 1, i32 num_processes, i32 process_index, i32 step, i32 sync_gradients,
+   i32 optimizer_step_was_skipped, i32 gradient_accumulation_steps, i64 optimizer_steps, i64 scheduler_steps,
+   i64 scheduler_adjusted_steps, u64 rng seed, u64 rng offset, 8 zero bytes. accel_ckpt.h saves it on every rank
+   (random_states_<rank>.bin). */
+#define ACCEL_STATE_BYTES 80
+ACCEL_API accel_result accel_state_save(accel *acc, void *buf, size_t cap, size_t *size);
+/* Restores everything from a state saved by the same rank of a run with the same number of processes. */
+ACCEL_API accel_result accel_state_load(accel *acc, const void *buf, size_t size);
+/* Resume on any number of processes: states[i] (sizes[i] bytes) is what rank i of the saving run (count ranks)
+   saved. The counters come from rank 0's state; this rank's RNG from states[rank] when rank < count, else
+   re-derived: every saved RNG state identical → that state; seeds seed0 + i (accel_set_seed(..., 1)) →
+   seed0 + rank with rank 0's offset; otherwise splitmix64(seed[rank mod count] ^ rank) with that rank's offset.
+   All states are validated before anything changes. */
+ACCEL_API accel_result accel_state_load_resharded(accel *acc, const void *const *states, const size_t *sizes,
+                                                  int count);
 
 #ifdef __cplusplus
 }
@@ -526,7 +703,21 @@ ACCEL_API double accel__now(void);
 /* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__CORE_IMPL_DONE)
 #define ACCEL__CORE_IMPL_DONE
+/* CONTENTS — the core is also the private services layer of every module (they follow it in the same TU, so what
+   is `static` here is shared without being exported):
+     1. platform, private macros (ACCEL__DEF, ACCEL__PRIVATE, ACCEL__FAIL, ACCEL__CUDA_CHECK, ACCEL__MPI_CHECK)
+     2. errors and logging
+     3. allocation (the only calls to malloc/free/cudaMalloc/cudaHostAlloc) and stb_ds
+     4. shared helpers: byte order, UTF-8, string builder + JSON strings, files (mkdir -p, atomic writes, rmtree),
+        deadlines
+     5. dtypes, names, environment, accel_resolve_config
+     6. the host process group: transports (MPI), the header protocol, host collectives, agreement checks
+     7. accel_init / accel_shutdown
+     8. process helpers, triggers
+     9. gradient accumulation, scheduler bookkeeping, the dataloader stack
+    10. RNG and the saved training state */
 
+/* ------------------------------------------------------------------------------------ 1. platform, macros */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -535,6 +726,14 @@ ACCEL_API double accel__now(void);
 #include <errno.h>
 #include <limits.h>
 #include <time.h>
+#if !defined(_WIN32)
+#include <sched.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <dirent.h>
+#include <sys/types.h>
+#include <sys/stat.h>
+#endif
 
 #if defined(__CUDACC__) && !defined(ACCEL_WITH_CUDA)
 #define ACCEL_WITH_CUDA 1
@@ -553,33 +752,58 @@ ACCEL_API double accel__now(void);
 #include <mpi.h>
 #endif
 
-#ifdef ACCEL_STATIC
 #if defined(__GNUC__) || defined(__clang__)
-#define ACCEL__DEF static __attribute__((unused)) /* an embedder uses only part of the API */
+#define ACCEL__UNUSED __attribute__((unused))
 #else
-#define ACCEL__DEF static
+#define ACCEL__UNUSED
 #endif
+#ifdef ACCEL_STATIC
+#define ACCEL__DEF static ACCEL__UNUSED /* an embedder uses only part of the API */
 #else
 #define ACCEL__DEF
 #endif
+/* Private helpers of the services layer: a TU that includes only some modules uses only some of them. */
+#define ACCEL__PRIVATE static ACCEL__UNUSED
+
+#define ACCEL__FAIL(acc, r, ...) accel__fail((acc), (r), __FILE__, __LINE__, __VA_ARGS__)
+
+#define ACCEL__MAX_LOADERS 64
+
+typedef struct accel__loader_entry {
+    const void *key;
+    int end_of_dataloader, remainder;
+} accel__loader_entry;
+
+/* A host process-group transport: moves bytes between all ranks of the group within a deadline. Each call returns
+   ACCEL_OK or an error already recorded on acc (ACCEL_ERR_TIMEOUT when the deadline passed). The group is marked
+   broken after any failure: messages may be left in flight, so nothing else may use it. */
+typedef struct accel__transport {
+    const char *name;
+    accel_result (*allgather)(void *ctx, accel *acc, const void *in, void *out, size_t bytes, double deadline);
+    accel_result (*allgatherv)(void *ctx, accel *acc, const void *in, void *out, const size_t *counts, double deadline);
+    accel_result (*bcast)(void *ctx, accel *acc, void *buf, size_t bytes, int root, double deadline);
+} accel__transport;
 
 struct accel__impl {
 #ifdef ACCEL_WITH_MPI
     MPI_Comm comm;
     int comm_valid;
     int we_initialized_mpi;
-#else
-    int unused;
 #endif
+    const accel__transport *tp; /* the host process group (NULL: none yet, or one process) */
+    void *tp_ctx;
+    accel_result broken;        /* nonzero after a transport failure */
+    char broken_why[200];
+    accel__loader_entry loaders[ACCEL__MAX_LOADERS]; /* GradientState.dataloader_references, innermost last */
+    int nloaders;
 };
 
-/* ------------------------------------------------------------------------------- process-wide state */
+/* ------------------------------------------------------------------------------------- 2. errors, logging */
 static accel_log_fn accel__g_log_fn = NULL;
 static void *accel__g_log_user = NULL;
 static char accel__g_last_error[ACCEL_ERROR_CAPACITY];
-static accel_allocator accel__g_host_alloc = {NULL, NULL, NULL};
 
-static int accel__env_log_level(void) {
+static accel_log_level accel__env_log_level(void) {
     const char *s = getenv("ACCEL_LOG_LEVEL");
     if (!s || !*s) return ACCEL_LOG_WARN;
     if (!strcmp(s, "error") || !strcmp(s, "ERROR") || !strcmp(s, "0")) return ACCEL_LOG_ERROR;
@@ -591,10 +815,9 @@ static int accel__env_log_level(void) {
 }
 
 static void accel__default_log(void *user, accel_log_level level, const char *msg) {
-    static const char *names[] = {"error", "warn", "info", "debug"};
+    static const char *names[] = {"log", "error", "warn", "info", "debug"};
     (void)user;
-    if ((int)level > accel__env_log_level()) return;
-    fprintf(stderr, "accel %s: %s\n", names[(int)level & 3], msg);
+    fprintf(stderr, "accel %s: %s\n", names[((int)level >= 0 && (int)level <= 4) ? (int)level : 0], msg);
 }
 
 ACCEL__DEF void accel_set_default_logger(accel_log_fn fn, void *user_data) {
@@ -606,44 +829,99 @@ static void accel__vlog(const accel *acc, accel_log_level level, const char *fmt
     char buf[ACCEL_ERROR_CAPACITY + 64];
     accel_log_fn fn = accel__g_log_fn;
     void *user = accel__g_log_user;
+    accel_log_level limit = acc && acc->desc.log_level != ACCEL_LOG_DEFAULT ? acc->desc.log_level : accel__env_log_level();
+    if ((int)level > (int)limit) return;
     if (acc && acc->desc.log_fn) {
         fn = acc->desc.log_fn;
         user = acc->desc.log_user_data;
-        if (acc->desc.log_level > 0 && (int)level > acc->desc.log_level - 1) return;
     }
     vsnprintf(buf, sizeof buf, fmt, ap);
     if (fn) fn(user, level, buf);
     else accel__default_log(NULL, level, buf);
 }
 
-ACCEL__DEF void accel__log(const accel *acc, accel_log_level level, const char *fmt, ...) {
+ACCEL__DEF void accel_log(const accel *acc, accel_log_level level, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     accel__vlog(acc, level, fmt, ap);
     va_end(ap);
 }
 
-ACCEL__DEF accel_result accel__fail(accel *acc, accel_result r, const char *file, int line, const char *fmt, ...) {
-    char msg[ACCEL_ERROR_CAPACITY];
+/* Records "[rank r] message (ACCEL_ERR_X: file:line)" (file NULL: without the location) and logs it at debug level:
+   errors are returned, the caller decides whether to print them. */
+static accel_result accel__vfail(accel *acc, accel_result r, const char *file, int line, const char *fmt, va_list ap) {
+    char msg[ACCEL_ERROR_CAPACITY], where[200];
     char *dst = acc ? acc->last_error : accel__g_last_error;
     const char *base = file ? strrchr(file, '/') : NULL;
-    va_list ap;
     base = base ? base + 1 : file;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    if (base) snprintf(where, sizeof where, " (%.80s: %.100s:%d)", accel_result_string(r), base, line);
+    else snprintf(where, sizeof where, " (%.80s)", accel_result_string(r));
     if (acc && acc->num_processes > 1)
-        snprintf(dst, ACCEL_ERROR_CAPACITY, "[rank %d] %.760s (%.80s: %.100s:%d)", acc->process_index, msg,
-                 accel_result_string(r), base ? base : "?", line);
+        snprintf(dst, ACCEL_ERROR_CAPACITY, "[rank %d] %.760s%s", acc->process_index, msg, where);
     else
-        snprintf(dst, ACCEL_ERROR_CAPACITY, "%.760s (%.80s: %.100s:%d)", msg, accel_result_string(r), base ? base : "?", line);
+        snprintf(dst, ACCEL_ERROR_CAPACITY, "%.760s%s", msg, where);
     if (acc) acc->last_result = r;
-    accel__log(acc, ACCEL_LOG_ERROR, "%s", dst);
+    accel_log(acc, ACCEL_LOG_DEBUG, "%s", dst);
+    return r;
+}
+
+ACCEL__PRIVATE accel_result accel__fail(accel *acc, accel_result r, const char *file, int line, const char *fmt, ...)
+    ACCEL__PRINTF(5, 6);
+ACCEL__PRIVATE accel_result accel__fail(accel *acc, accel_result r, const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    accel_result out;
+    va_start(ap, fmt);
+    out = accel__vfail(acc, r, file, line, fmt, ap);
+    va_end(ap);
+    return out;
+}
+
+ACCEL__DEF accel_result accel_set_error(accel *acc, accel_result r, const char *fmt, ...) {
+    va_list ap;
+    accel_result out;
+    va_start(ap, fmt);
+    out = accel__vfail(acc, r, NULL, 0, fmt, ap);
+    va_end(ap);
+    return out;
+}
+
+/* Puts context in front of the error a callee recorded, so the root cause stays in accel_last_error:
+   "[rank 1] load_state: sampler.bin: shard state: saved with num_processes 2, this run has 1 (...)". */
+ACCEL__PRIVATE accel_result accel__fail_wrap(accel *acc, accel_result r, const char *fmt, ...) ACCEL__PRINTF(3, 4);
+ACCEL__PRIVATE accel_result accel__fail_wrap(accel *acc, accel_result r, const char *fmt, ...) {
+    char ctx[400], old[ACCEL_ERROR_CAPACITY];
+    char *dst = acc ? acc->last_error : accel__g_last_error;
+    const char *rest = old;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    memcpy(old, dst, ACCEL_ERROR_CAPACITY);
+    old[ACCEL_ERROR_CAPACITY - 1] = 0;
+    if (!old[0]) return accel__fail(acc, r, NULL, 0, "%s", ctx);
+    if (!strncmp(rest, "[rank ", 6)) {
+        const char *e = strstr(rest, "] ");
+        if (e) rest = e + 2;
+    }
+    if (acc && acc->num_processes > 1)
+        snprintf(dst, ACCEL_ERROR_CAPACITY, "[rank %d] %.380s: %.600s", acc->process_index, ctx, rest);
+    else
+        snprintf(dst, ACCEL_ERROR_CAPACITY, "%.380s: %.600s", ctx, rest);
+    if (acc) acc->last_result = r;
+    accel_log(acc, ACCEL_LOG_DEBUG, "%s", dst);
     return r;
 }
 
 ACCEL__DEF const char *accel_last_error(const accel *acc) {
     return acc ? acc->last_error : accel__g_last_error;
+}
+
+ACCEL__DEF void accel_check_failed(const accel *acc, const char *call, const char *file, int line, accel_result r) {
+    const char *msg = accel_last_error(acc);
+    fprintf(stderr, "%s:%d: %s failed: %s\n", file ? file : "?", line, call ? call : "?",
+            msg && *msg ? msg : accel_result_string(r));
+    fflush(stderr);
 }
 
 ACCEL__DEF const char *accel_result_string(accel_result r) {
@@ -675,7 +953,7 @@ ACCEL__DEF const char *accel_version_string(void) {
     return ACCEL__STR(ACCEL_VERSION_MAJOR) "." ACCEL__STR(ACCEL_VERSION_MINOR) "." ACCEL__STR(ACCEL_VERSION_PATCH);
 }
 
-ACCEL__DEF double accel__now(void) {
+ACCEL__DEF double accel_now(void) {
     struct timespec ts;
 #if defined(CLOCK_MONOTONIC)
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -685,7 +963,569 @@ ACCEL__DEF double accel__now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ------------------------------------------------------------------------------------------------ dtypes */
+#ifdef ACCEL_WITH_CUDA
+#define ACCEL__CUDA_CHECK(acc, call)                                                                                  \
+    do {                                                                                                               \
+        cudaError_t accel__ce = (call);                                                                                \
+        if (accel__ce != cudaSuccess)                                                                                  \
+            return accel__fail((acc), ACCEL_ERR_CUDA, __FILE__, __LINE__, "%s failed: %s", #call,                      \
+                               cudaGetErrorString(accel__ce));                                                         \
+    } while (0)
+#endif
+#ifdef ACCEL_WITH_MPI
+ACCEL__PRIVATE accel_result accel__mpi_fail(accel *acc, int rc, const char *what, const char *file, int line) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    msg[0] = 0;
+    MPI_Error_string(rc, msg, &len);
+    return accel__fail(acc, ACCEL_ERR_MPI, file, line, "%s failed: %s", what, msg);
+}
+#define ACCEL__MPI_CHECK(acc, call)                                                                                   \
+    do {                                                                                                               \
+        int accel__rc = (call);                                                                                        \
+        if (accel__rc != MPI_SUCCESS) return accel__mpi_fail((acc), accel__rc, #call, __FILE__, __LINE__);             \
+    } while (0)
+#endif
+
+/* ------------------------------------------------------------------------------------------- 3. allocation */
+/* The only places accel calls malloc/free (tests/lint checks it): every other allocation goes through the hooks. */
+static void *accel__raw_alloc(const accel_allocator *a, size_t size) {
+    if (a && a->alloc) return a->alloc(size, a->user_data);
+    return malloc(size);
+}
+static void accel__raw_free(const accel_allocator *a, void *p) {
+    if (!p) return;
+    if (a && a->free) a->free(p, a->user_data);
+    else free(p);
+}
+
+ACCEL__DEF void *accel_host_alloc(accel *acc, size_t size) {
+    void *p = accel__raw_alloc(acc ? &acc->desc.host_allocator : NULL, size ? size : 1);
+    if (!p) ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "host allocation of %zu bytes failed", size);
+    return p;
+}
+ACCEL__DEF void accel_host_free(accel *acc, void *ptr) { accel__raw_free(acc ? &acc->desc.host_allocator : NULL, ptr); }
+
+ACCEL__DEF void *accel_device_alloc(accel *acc, size_t size) {
+    void *p = NULL;
+    if (!acc || acc->device < 0) return accel_host_alloc(acc, size);
+    if (acc->desc.device_allocator.alloc) {
+        p = acc->desc.device_allocator.alloc(size ? size : 1, acc->desc.device_allocator.user_data);
+        if (!p) ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "device allocation of %zu bytes failed (user allocator)", size);
+        return p;
+    }
+#ifdef ACCEL_WITH_CUDA
+    {
+        cudaError_t e = cudaMalloc(&p, size ? size : 1);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "cudaMalloc(%zu) failed: %s", size, cudaGetErrorString(e));
+            return NULL;
+        }
+    }
+    return p;
+#else
+    ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "device allocation needs CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc");
+    return NULL;
+#endif
+}
+ACCEL__DEF void accel_device_free(accel *acc, void *ptr) {
+    if (!ptr) return;
+    if (!acc || acc->device < 0) { accel_host_free(acc, ptr); return; }
+    if (acc->desc.device_allocator.free) { acc->desc.device_allocator.free(ptr, acc->desc.device_allocator.user_data); return; }
+#ifdef ACCEL_WITH_CUDA
+    (void)cudaFree(ptr);
+#endif
+}
+
+/* Page-locked memory is what makes host<->device copies asynchronous; without CUDA (or on a CPU run) the host pair
+   serves. A NULL acc in a CUDA build means "a device may be in use" (ckpt reads without an Accelerator). */
+static int accel__pinned_uses_cuda(const accel *acc) {
+#ifdef ACCEL_WITH_CUDA
+    return !acc || acc->device >= 0;
+#else
+    (void)acc;
+    return 0;
+#endif
+}
+ACCEL__DEF void *accel_pinned_alloc(accel *acc, size_t size) {
+    void *p = NULL;
+    if (acc && acc->desc.pinned_allocator.alloc) {
+        p = acc->desc.pinned_allocator.alloc(size ? size : 1, acc->desc.pinned_allocator.user_data);
+        if (!p) ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "pinned allocation of %zu bytes failed (user allocator)", size);
+        return p;
+    }
+    if (!accel__pinned_uses_cuda(acc)) return accel_host_alloc(acc, size);
+#ifdef ACCEL_WITH_CUDA
+    {
+        cudaError_t e = cudaHostAlloc(&p, size ? size : 1, cudaHostAllocDefault);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "cudaHostAlloc(%zu) failed: %s", size, cudaGetErrorString(e));
+            return NULL;
+        }
+    }
+#endif
+    return p;
+}
+ACCEL__DEF void accel_pinned_free(accel *acc, void *ptr) {
+    if (!ptr) return;
+    if (acc && acc->desc.pinned_allocator.free) { acc->desc.pinned_allocator.free(ptr, acc->desc.pinned_allocator.user_data); return; }
+    if (!accel__pinned_uses_cuda(acc)) { accel_host_free(acc, ptr); return; }
+#ifdef ACCEL_WITH_CUDA
+    (void)cudaFreeHost(ptr);
+#endif
+}
+
+/* stb_ds reallocs without the old size and without a context: every block carries its size and the allocator that
+   made it (so a block is freed by its own allocator even if the process-wide one changed since). */
+static accel_allocator accel__g_stbds_alloc = {NULL, NULL, NULL};
+static const accel *accel__g_stbds_owner = NULL;
+typedef struct accel__stbds_hdr { size_t size; accel_allocator a; } accel__stbds_hdr;
+#define ACCEL__STBDS_HDR ((sizeof(accel__stbds_hdr) + 15u) & ~(size_t)15u)
+
+ACCEL__PRIVATE void *accel__stbds_realloc(void *context, void *ptr, size_t size) {
+    unsigned char *old = ptr ? (unsigned char *)ptr - ACCEL__STBDS_HDR : NULL;
+    unsigned char *nw;
+    accel__stbds_hdr oh, nh;
+    (void)context;
+    if (old) memcpy(&oh, old, sizeof oh);
+    if (size == 0) {
+        if (old) accel__raw_free(&oh.a, old);
+        return NULL;
+    }
+    nh.size = size;
+    nh.a = accel__g_stbds_alloc;
+    nw = (unsigned char *)accel__raw_alloc(&nh.a, size + ACCEL__STBDS_HDR);
+    if (!nw) return NULL;
+    memcpy(nw, &nh, sizeof nh);
+    if (old) {
+        memcpy(nw + ACCEL__STBDS_HDR, old + ACCEL__STBDS_HDR, oh.size < size ? oh.size : size);
+        accel__raw_free(&oh.a, old);
+    }
+    return nw + ACCEL__STBDS_HDR;
+}
+ACCEL__PRIVATE void accel__stbds_free(void *context, void *ptr) {
+    accel__stbds_hdr h;
+    (void)context;
+    if (!ptr) return;
+    memcpy(&h, (unsigned char *)ptr - ACCEL__STBDS_HDR, sizeof h);
+    accel__raw_free(&h.a, (unsigned char *)ptr - ACCEL__STBDS_HDR);
+}
+
+#if !defined(ACCEL_NO_STB_DS_IMPLEMENTATION) && !defined(INCLUDE_STB_DS_H)
+#ifdef ACCEL_STATIC
+/* stb_ds has no static option. A first declaration with `static` gives the later (extern) declarations and the
+   definitions internal linkage (C99 6.2.2p4, C++ [dcl.stc]), so an ACCEL_STATIC program exports nothing. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+struct stbds_string_arena;
+static ACCEL__UNUSED void stbds_rand_seed(size_t seed);
+static ACCEL__UNUSED size_t stbds_hash_bytes(void *p, size_t len, size_t seed);
+static ACCEL__UNUSED size_t stbds_hash_string(char *str, size_t seed);
+static ACCEL__UNUSED char *stbds_stralloc(struct stbds_string_arena *a, char *str);
+static ACCEL__UNUSED void stbds_strreset(struct stbds_string_arena *a);
+static ACCEL__UNUSED void *stbds_arrgrowf(void *a, size_t elemsize, size_t addlen, size_t min_cap);
+static ACCEL__UNUSED void stbds_arrfreef(void *a);
+static ACCEL__UNUSED void stbds_hmfree_func(void *p, size_t elemsize);
+static ACCEL__UNUSED void *stbds_hmget_key(void *a, size_t elemsize, void *key, size_t keysize, int mode);
+static ACCEL__UNUSED void *stbds_hmget_key_ts(void *a, size_t elemsize, void *key, size_t keysize, ptrdiff_t *temp, int mode);
+static ACCEL__UNUSED void *stbds_hmput_default(void *a, size_t elemsize);
+static ACCEL__UNUSED void *stbds_hmput_key(void *a, size_t elemsize, void *key, size_t keysize, int mode);
+static ACCEL__UNUSED void *stbds_hmdel_key(void *a, size_t elemsize, void *key, size_t keysize, size_t keyoffset, int mode);
+static ACCEL__UNUSED void *stbds_shmode_func(size_t elemsize, int mode);
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_STATIC */
+#define STBDS_REALLOC(ctx, p, s) accel__stbds_realloc((ctx), (p), (s))
+#define STBDS_FREE(ctx, p) accel__stbds_free((ctx), (p))
+#define STB_DS_IMPLEMENTATION
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#endif
+#ifdef __NVCC__
+#pragma nv_diag_suppress 550
+#endif
+#include "stb_ds.h"
+#undef STB_DS_IMPLEMENTATION /* stb_ds.h emits its implementation on every inclusion that defines this */
+#ifdef __NVCC__
+#pragma nv_diag_default 550
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#else
+#include "stb_ds.h"
+#endif
+
+/* ------------------------------------------------------------------------------------- 4. shared helpers */
+/* byte order: every file and state format of accel is little-endian, whatever the host */
+static ACCEL_INLINE void accel__put_u16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
+static ACCEL_INLINE void accel__put_u32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+}
+static ACCEL_INLINE void accel__put_u64(unsigned char *p, uint64_t v) {
+    accel__put_u32(p, (uint32_t)v);
+    accel__put_u32(p + 4, (uint32_t)(v >> 32));
+}
+static ACCEL_INLINE uint16_t accel__get_u16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static ACCEL_INLINE uint32_t accel__get_u32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static ACCEL_INLINE uint64_t accel__get_u64(const unsigned char *p) {
+    return (uint64_t)accel__get_u32(p) | ((uint64_t)accel__get_u32(p + 4) << 32);
+}
+
+/* FNV-1a: small fingerprints for agreement checks (not for files). */
+static ACCEL_INLINE uint64_t accel__fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    size_t i;
+    for (i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+#define ACCEL__FNV_INIT 1469598103934665603ull
+
+/* Decodes one UTF-8 sequence; returns its length (0 if invalid: overlong, surrogate, > U+10FFFF, truncated). */
+ACCEL__PRIVATE size_t accel__utf8_decode(const unsigned char *s, const unsigned char *end, uint32_t *cp) {
+    unsigned c = s[0];
+    if (c < 0x80) { *cp = c; return 1; }
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (end - s < 2 || (s[1] & 0xC0) != 0x80) return 0;
+        *cp = ((c & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+        return 2;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        unsigned lo = 0x80, hi = 0xBF;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+        if (end - s < 3 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80) return 0;
+        *cp = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        unsigned lo = 0x80, hi = 0xBF;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+        if (end - s < 4 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
+        *cp = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
+        return 4;
+    }
+    return 0;
+}
+/* 1 when s[0..n) is valid UTF-8; otherwise 0 and *bad (may be NULL) = offset of the first invalid byte. */
+ACCEL__PRIVATE int accel__utf8_valid(const unsigned char *s, size_t n, size_t *bad) {
+    size_t i = 0;
+    uint32_t cp;
+    while (i < n) {
+        size_t l;
+        if (s[i] < 0x80) { ++i; continue; }
+        l = accel__utf8_decode(s + i, s + n, &cp);
+        if (!l) { if (bad) *bad = i; return 0; }
+        i += l;
+    }
+    return 1;
+}
+
+/* A growable string through acc's allocator. After an allocation failure `oom` is set and further appends do
+   nothing; the caller checks oom once at the end. */
+typedef struct accel__sb { accel *acc; char *p; size_t n, cap; int oom; } accel__sb;
+
+ACCEL__PRIVATE void accel__sb_init(accel__sb *b, accel *acc) {
+    memset(b, 0, sizeof *b);
+    b->acc = acc;
+}
+ACCEL__PRIVATE int accel__sb_reserve(accel__sb *b, size_t extra) {
+    size_t need, nc;
+    char *np;
+    if (b->oom) return -1;
+    need = b->n + extra + 1;
+    if (need <= b->cap) return 0;
+    nc = b->cap ? b->cap * 2 : 256;
+    while (nc < need) nc *= 2;
+    np = (char *)accel_host_alloc(b->acc, nc);
+    if (!np) { b->oom = 1; return -1; }
+    if (b->n) memcpy(np, b->p, b->n);
+    np[b->n] = 0;
+    accel_host_free(b->acc, b->p);
+    b->p = np;
+    b->cap = nc;
+    return 0;
+}
+ACCEL__PRIVATE void accel__sb_add(accel__sb *b, const char *s, size_t n) {
+    if (accel__sb_reserve(b, n)) return;
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+ACCEL__PRIVATE void accel__sb_puts(accel__sb *b, const char *s) { accel__sb_add(b, s, strlen(s)); }
+ACCEL__PRIVATE void accel__sb_printf(accel__sb *b, const char *fmt, ...) ACCEL__PRINTF(2, 3);
+ACCEL__PRIVATE void accel__sb_printf(accel__sb *b, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || accel__sb_reserve(b, (size_t)n)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
+}
+ACCEL__PRIVATE void accel__sb_free(accel__sb *b) {
+    accel_host_free(b->acc, b->p);
+    b->p = NULL;
+    b->n = b->cap = 0;
+}
+/* A JSON string (with quotes) as Python's json.dumps writes it: ascii_only = ensure_ascii=True (non-ASCII as \uXXXX,
+   astral characters as surrogate pairs, invalid UTF-8 as U+FFFD), else ensure_ascii=False (UTF-8 as is). Both
+   escape " \ and control characters (\b \f \n \r \t, others \u00XX). */
+ACCEL__PRIVATE void accel__sb_json_str(accel__sb *b, const char *str, size_t n, int ascii_only) {
+    const unsigned char *s = (const unsigned char *)str, *end = s + n;
+    static const char hex[] = "0123456789abcdef";
+    accel__sb_add(b, "\"", 1);
+    while (s < end) {
+        uint32_t cp;
+        size_t l;
+        char t[12];
+        if (*s >= 0x20 && *s < 0x7F && *s != '"' && *s != '\\') { /* the common case: a run of plain ASCII */
+            const unsigned char *r = s;
+            while (r < end && *r >= 0x20 && *r < 0x7F && *r != '"' && *r != '\\') ++r;
+            accel__sb_add(b, (const char *)s, (size_t)(r - s));
+            s = r;
+            continue;
+        }
+        if (*s >= 0x7F && !ascii_only) { accel__sb_add(b, (const char *)s, 1); ++s; continue; }
+        l = accel__utf8_decode(s, end, &cp);
+        if (!l) { cp = 0xFFFD; l = 1; }
+        s += l;
+        switch (cp) {
+        case '"': accel__sb_add(b, "\\\"", 2); continue;
+        case '\\': accel__sb_add(b, "\\\\", 2); continue;
+        case '\n': accel__sb_add(b, "\\n", 2); continue;
+        case '\r': accel__sb_add(b, "\\r", 2); continue;
+        case '\t': accel__sb_add(b, "\\t", 2); continue;
+        case '\b': accel__sb_add(b, "\\b", 2); continue;
+        case '\f': accel__sb_add(b, "\\f", 2); continue;
+        default: break;
+        }
+        if (cp >= 0x10000) {
+            uint32_t v = cp - 0x10000, hi = 0xD800 + (v >> 10), lo = 0xDC00 + (v & 0x3FF);
+            t[0] = '\\'; t[1] = 'u'; t[2] = hex[(hi >> 12) & 15]; t[3] = hex[(hi >> 8) & 15]; t[4] = hex[(hi >> 4) & 15]; t[5] = hex[hi & 15];
+            accel__sb_add(b, t, 6);
+            t[2] = hex[(lo >> 12) & 15]; t[3] = hex[(lo >> 8) & 15]; t[4] = hex[(lo >> 4) & 15]; t[5] = hex[lo & 15];
+            accel__sb_add(b, t, 6);
+        } else {
+            t[0] = '\\'; t[1] = 'u'; t[2] = hex[(cp >> 12) & 15]; t[3] = hex[(cp >> 8) & 15]; t[4] = hex[(cp >> 4) & 15]; t[5] = hex[cp & 15];
+            accel__sb_add(b, t, 6);
+        }
+    }
+    accel__sb_add(b, "\"", 1);
+}
+
+/* snprintf whose truncation is not a warning (lengths are checked where it matters). */
+ACCEL__PRIVATE int accel__fmt(char *out, size_t cap, const char *fmt, ...) ACCEL__PRINTF(3, 4);
+ACCEL__PRIVATE int accel__fmt(char *out, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+#if !defined(_WIN32)
+/* ---- files. Paths are limited to 4095 bytes (PATH_MAX). */
+ACCEL__PRIVATE accel_result accel__io_fail(accel *acc, const char *what, const char *path) {
+    int e = errno;
+    return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s %.400s: %s", what, path, strerror(e));
+}
+ACCEL__PRIVATE int accel__write_all(int fd, const void *buf, size_t n) {
+    const char *p = (const char *)buf;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+ACCEL__PRIVATE int accel__pread_all(int fd, void *buf, size_t n, uint64_t off) {
+    char *p = (char *)buf;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t r = pread(fd, p, chunk, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) { errno = EIO; return -1; }
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+ACCEL__PRIVATE int accel__fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY), rc;
+    if (fd < 0) return -1;
+    rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+ACCEL__PRIVATE void accel__dirname(const char *path, char *out, size_t cap) {
+    const char *s = strrchr(path, '/');
+    if (!s) accel__fmt(out, cap, ".");
+    else if (s == path) accel__fmt(out, cap, "/");
+    else accel__fmt(out, cap, "%.*s", (int)(s - path), path);
+}
+ACCEL__PRIVATE int accel__is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+ACCEL__PRIVATE int accel__is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+/* mkdir -p. On failure returns -1 with errno set and `failed` (may be NULL) naming the component that could not be
+   created or is not a directory. */
+ACCEL__PRIVATE int accel__mkdir_p(const char *path, char *failed, size_t cap) {
+    char buf[4096];
+    size_t i, n = strlen(path);
+    if (failed && cap) failed[0] = 0;
+    if (n == 0 || n >= sizeof buf) {
+        if (failed && cap) accel__fmt(failed, cap, "%.200s", path);
+        errno = n ? ENAMETOOLONG : ENOENT;
+        return -1;
+    }
+    memcpy(buf, path, n + 1);
+    for (i = 1; i <= n; ++i) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        if (buf[i - 1] == '/') continue;
+        buf[i] = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            int e = errno;
+            if (failed && cap) accel__fmt(failed, cap, "%s", buf);
+            errno = e;
+            return -1;
+        }
+        if (!accel__is_dir(buf)) {
+            if (failed && cap) accel__fmt(failed, cap, "%s", buf);
+            errno = ENOTDIR;
+            return -1;
+        }
+        if (i < n) buf[i] = '/';
+    }
+    return 0;
+}
+ACCEL__PRIVATE int accel__rmtree(const char *path) {
+    struct stat st;
+    DIR *d;
+    struct dirent *e;
+    int rc = 0;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path);
+    d = opendir(path);
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) {
+        char sub[4096];
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if ((size_t)accel__fmt(sub, sizeof sub, "%s/%s", path, e->d_name) >= sizeof sub) { rc = -1; continue; }
+        if (accel__rmtree(sub) != 0) rc = -1;
+    }
+    closedir(d);
+    if (rmdir(path) != 0) rc = -1;
+    return rc;
+}
+/* Reads a whole file of at most `limit` bytes into *out (NUL-terminated, acc's allocator). */
+ACCEL__PRIVATE accel_result accel__read_file(accel *acc, const char *path, char **out, size_t *n, size_t limit) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    char *buf;
+    if (fd < 0) return errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path)
+                                       : accel__io_fail(acc, "cannot open", path);
+    if (fstat(fd, &st) != 0) { close(fd); return accel__io_fail(acc, "cannot stat", path); }
+    if ((uint64_t)st.st_size > (uint64_t)limit) {
+        close(fd);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is %llu bytes, more than the %llu allowed", path,
+                           (unsigned long long)st.st_size, (unsigned long long)limit);
+    }
+    buf = (char *)accel_host_alloc(acc, (size_t)st.st_size + 1);
+    if (!buf) { close(fd); return ACCEL_ERR_OUT_OF_MEMORY; }
+    if (accel__pread_all(fd, buf, (size_t)st.st_size, 0) != 0) {
+        accel_result r = accel__io_fail(acc, "cannot read", path);
+        accel_host_free(acc, buf);
+        close(fd);
+        return r;
+    }
+    close(fd);
+    buf[st.st_size] = 0;
+    *out = buf;
+    *n = (size_t)st.st_size;
+    return ACCEL_OK;
+}
+/* Writes bytes to path and fsyncs them. atomic: through "<path>.tmp.<pid>", renamed into place, directory fsync'd —
+   a reader sees the old file or the new one, never a part. */
+ACCEL__PRIVATE accel_result accel__write_file(accel *acc, const char *path, const void *data, size_t n, int atomic) {
+    char tmp[4200], dir[4096];
+    const char *target = path;
+    int fd;
+    if (strlen(path) >= 4000) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "path too long: %.200s...", path);
+    if (atomic) {
+        accel__fmt(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        target = tmp;
+    }
+    fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return accel__io_fail(acc, "cannot create", target);
+    if (accel__write_all(fd, data, n) != 0 || fsync(fd) != 0) {
+        accel_result r = accel__io_fail(acc, "cannot write", target);
+        close(fd);
+        if (atomic) unlink(tmp);
+        return r;
+    }
+    if (close(fd) != 0) {
+        accel_result r = accel__io_fail(acc, "cannot close", target);
+        if (atomic) unlink(tmp);
+        return r;
+    }
+    if (atomic) {
+        if (rename(tmp, path) != 0) {
+            accel_result r = accel__io_fail(acc, "cannot rename into", path);
+            unlink(tmp);
+            return r;
+        }
+        accel__dirname(path, dir, sizeof dir);
+        if (accel__fsync_dir(dir) != 0) return accel__io_fail(acc, "cannot fsync directory", dir);
+    }
+    return ACCEL_OK;
+}
+#endif /* !_WIN32 */
+
+/* ---- deadlines */
+ACCEL__PRIVATE double accel__deadline(const accel *acc) {
+    int ms = acc && acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms : 1800000;
+    return accel_now() + 1e-3 * (double)ms;
+}
+ACCEL__PRIVATE int accel__ms_left(double deadline) {
+    double left = (deadline - accel_now()) * 1000.0;
+    return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left;
+}
+ACCEL__PRIVATE void accel__sleep_ms(int ms) {
+    struct timespec ts;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
+}
+/* ------------------------------------------------------------------- 5. dtypes, names, environment */
 static const struct { const char *name; size_t size; int is_float; } accel__dtypes[ACCEL_DTYPE_COUNT] = {
     {NULL, 0, 0},      {"F64", 8, 1},  {"F32", 4, 1},     {"F16", 2, 1},     {"BF16", 2, 1},
     {"F8_E4M3", 1, 1}, {"F8_E5M2", 1, 1}, {"I64", 8, 0},  {"I32", 4, 0},     {"I16", 2, 0},
@@ -728,81 +1568,6 @@ ACCEL__DEF int64_t accel_tensor_nbytes(const accel_tensor *t) {
     return n * (int64_t)es;
 }
 
-/* ------------------------------------------------------------------------------------------- allocation */
-static void *accel__alloc_with(const accel_allocator *a, size_t size) {
-    if (a && a->alloc) return a->alloc(size, a->user_data);
-    return malloc(size);
-}
-static void accel__free_with(const accel_allocator *a, void *p) {
-    if (!p) return;
-    if (a && a->free) a->free(p, a->user_data);
-    else free(p);
-}
-
-ACCEL__DEF void *accel_host_alloc(accel *acc, size_t size) {
-    void *p = accel__alloc_with(acc ? &acc->desc.host_allocator : &accel__g_host_alloc, size ? size : 1);
-    if (!p) ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "host allocation of %zu bytes failed", size);
-    return p;
-}
-ACCEL__DEF void accel_host_free(accel *acc, void *ptr) {
-    accel__free_with(acc ? &acc->desc.host_allocator : &accel__g_host_alloc, ptr);
-}
-
-ACCEL__DEF void *accel_device_alloc(accel *acc, size_t size) {
-    void *p = NULL;
-    if (!acc || acc->device < 0) return accel_host_alloc(acc, size);
-    if (acc->desc.device_allocator.alloc) {
-        p = acc->desc.device_allocator.alloc(size ? size : 1, acc->desc.device_allocator.user_data);
-        if (!p) ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "device allocation of %zu bytes failed (user allocator)", size);
-        return p;
-    }
-#ifdef ACCEL_WITH_CUDA
-    {
-        cudaError_t e = cudaMalloc(&p, size ? size : 1);
-        if (e != cudaSuccess) {
-            ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "cudaMalloc(%zu) failed: %s", size, cudaGetErrorString(e));
-            return NULL;
-        }
-    }
-    return p;
-#else
-    ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "device allocation needs CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc");
-    return NULL;
-#endif
-}
-ACCEL__DEF void accel_device_free(accel *acc, void *ptr) {
-    if (!ptr) return;
-    if (!acc || acc->device < 0) { accel_host_free(acc, ptr); return; }
-    if (acc->desc.device_allocator.free) { acc->desc.device_allocator.free(ptr, acc->desc.device_allocator.user_data); return; }
-#ifdef ACCEL_WITH_CUDA
-    cudaFree(ptr);
-#endif
-}
-
-/* stb_ds reallocs without the old size: keep it in a header so an alloc/free-only allocator works. */
-ACCEL__DEF void *accel__stbds_realloc(void *context, void *ptr, size_t size) {
-    const size_t hdr = 16;
-    unsigned char *old = ptr ? (unsigned char *)ptr - hdr : NULL;
-    unsigned char *nw;
-    size_t old_size = 0;
-    (void)context;
-    if (size == 0) { accel__free_with(&accel__g_host_alloc, old); return NULL; }
-    nw = (unsigned char *)accel__alloc_with(&accel__g_host_alloc, size + hdr);
-    if (!nw) return NULL;
-    memcpy(nw, &size, sizeof size);
-    if (old) {
-        memcpy(&old_size, old, sizeof old_size);
-        memcpy(nw + hdr, old + hdr, old_size < size ? old_size : size);
-        accel__free_with(&accel__g_host_alloc, old);
-    }
-    return nw + hdr;
-}
-ACCEL__DEF void accel__stbds_free(void *context, void *ptr) {
-    (void)context;
-    if (ptr) accel__free_with(&accel__g_host_alloc, (unsigned char *)ptr - 16);
-}
-
-/* ----------------------------------------------------------------------------------------- names */
 ACCEL__DEF const char *accel_precision_name(accel_precision p) {
     switch (p) {
     case ACCEL_PRECISION_NO: return "no";
@@ -945,12 +1710,19 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
         snprintf(err, cap, "desc.gradient_accumulation_steps=%d must be >= 1 (0 = default)", d.gradient_accumulation_steps);
         return ACCEL_ERR_INVALID_ARGUMENT;
     }
+    if ((int)d.log_level < 0 || (int)d.log_level > (int)ACCEL_LOG_DEBUG) {
+        snprintf(err, cap, "desc.log_level=%d is not an accel_log_level", (int)d.log_level);
+        return ACCEL_ERR_INVALID_ARGUMENT;
+    }
     if ((int)d.mixed_precision < 0 || (int)d.mixed_precision > (int)ACCEL_PRECISION_FP8) {
         snprintf(err, cap, "desc.mixed_precision=%d is not an accel_precision", (int)d.mixed_precision);
         return ACCEL_ERR_INVALID_ARGUMENT;
     }
-    if ((!d.host_allocator.alloc) != (!d.host_allocator.free) || (!d.device_allocator.alloc) != (!d.device_allocator.free)) {
-        snprintf(err, cap, "an allocator needs both alloc and free (or neither)");
+    if ((!d.host_allocator.alloc) != (!d.host_allocator.free) || (!d.device_allocator.alloc) != (!d.device_allocator.free) ||
+        (!d.pinned_allocator.alloc) != (!d.pinned_allocator.free)) {
+        snprintf(err, cap, "desc.%s_allocator needs both alloc and free (or neither)",
+                 (!d.host_allocator.alloc) != (!d.host_allocator.free) ? "host"
+                 : (!d.device_allocator.alloc) != (!d.device_allocator.free) ? "device" : "pinned");
         return ACCEL_ERR_INVALID_ARGUMENT;
     }
     if (d.collective_timeout_ms < 0) {
@@ -1045,11 +1817,14 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
     }
     if (d.cpu) d.cpu = 1;
     if (d.debug) d.debug = 1;
-    if (d.sync_with_dataloader == 0) d.sync_with_dataloader = ACCEL_ON;
-    if (d.adjust_scheduler == 0) d.adjust_scheduler = ACCEL_ON;
-    if (d.step_scheduler_with_optimizer == 0) d.step_scheduler_with_optimizer = ACCEL_ON;
+    if (d.no_sync_with_dataloader) d.no_sync_with_dataloader = 1;
+    if (d.no_adjust_scheduler) d.no_adjust_scheduler = 1;
+    if (d.no_step_scheduler_with_optimizer) d.no_step_scheduler_with_optimizer = 1;
+    if (d.sync_each_batch) d.sync_each_batch = 1;
+    if (d.split_batches) d.split_batches = 1;
+    if (d.no_mpi) d.no_mpi = 1;
     if (d.collective_timeout_ms == 0) d.collective_timeout_ms = 1800000;
-    if (d.log_level == 0) d.log_level = accel__env_log_level() + 1;
+    if (d.log_level == ACCEL_LOG_DEFAULT) d.log_level = accel__env_log_level();
     if (!d.project_dir) d.project_dir = ".";
     if (!d.logging_dir) d.logging_dir = d.project_dir;
     *out = d;
@@ -1057,23 +1832,66 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
     return ACCEL_OK;
 }
 
-/* ------------------------------------------------------------------------------------------ MPI plumbing */
-#ifdef ACCEL_WITH_MPI
-static accel_result accel__mpi_fail(accel *acc, int rc, const char *what, const char *file, int line) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    msg[0] = 0;
-    MPI_Error_string(rc, msg, &len);
-    return accel__fail(acc, ACCEL_ERR_MPI, file, line, "%s failed: %s", what, msg);
+
+/* ------------------------------------------------------------------------------- 6. the host process group */
+static accel_result accel__group_failed(accel *acc, accel_result r) {
+    if (acc->impl && !acc->impl->broken) {
+        acc->impl->broken = r;
+        accel__fmt(acc->impl->broken_why, sizeof acc->impl->broken_why, "%.190s", acc->last_error);
+    }
+    return r;
 }
-#define ACCEL__MPI_CHECK(acc, call)                                                                                   \
-    do {                                                                                                               \
-        int accel__rc = (call);                                                                                        \
-        if (accel__rc != MPI_SUCCESS) return accel__mpi_fail((acc), accel__rc, #call, __FILE__, __LINE__);             \
-    } while (0)
+
+#ifdef ACCEL_WITH_MPI
+/* Completes a nonblocking MPI call by polling, so the deadline holds whatever MPI does. */
+static accel_result accel__mpi_wait(accel *acc, MPI_Request *q, double deadline, const char *what) {
+    int done = 0, spins = 0;
+    for (;;) {
+        int rc = MPI_Test(q, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return accel__mpi_fail(acc, rc, what, __FILE__, __LINE__);
+        if (done) return ACCEL_OK;
+        if (accel_now() > deadline)
+            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "host %s did not complete within %.1f s on rank %d of %d: a peer is "
+                               "dead, stuck, or not making the same call", what,
+                               1e-3 * (double)acc->desc.collective_timeout_ms, acc->process_index, acc->num_processes);
+        if (++spins > 64) sched_yield(); /* oversubscribed ranks: let the peer run */
+    }
+}
+static accel_result accel__mpi_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes, double deadline) {
+    MPI_Request q;
+    ACCEL__MPI_CHECK(acc, MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, *(MPI_Comm *)ctx, &q));
+    return accel__mpi_wait(acc, &q, deadline, "all-gather");
+}
+static accel_result accel__mpi_tp_allgatherv(void *ctx, accel *acc, const void *in, void *out, const size_t *counts,
+                                             double deadline) {
+    int P = acc->num_processes, i, *iv = (int *)accel_host_alloc(acc, sizeof(int) * 2 * (size_t)P);
+    size_t total = 0;
+    MPI_Request q;
+    int rc;
+    accel_result r;
+    if (!iv) return ACCEL_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < P; ++i) {
+        iv[i] = (int)counts[i];
+        iv[P + i] = (int)total;
+        total += counts[i];
+    }
+    rc = MPI_Iallgatherv(in, iv[acc->process_index], MPI_BYTE, out, iv, iv + P, MPI_BYTE, *(MPI_Comm *)ctx, &q);
+    r = rc == MPI_SUCCESS ? accel__mpi_wait(acc, &q, deadline, "all-gather-v")
+                          : accel__mpi_fail(acc, rc, "MPI_Iallgatherv", __FILE__, __LINE__);
+    accel_host_free(acc, iv);
+    return r;
+}
+static accel_result accel__mpi_tp_bcast(void *ctx, accel *acc, void *buf, size_t bytes, int root, double deadline) {
+    MPI_Request q;
+    ACCEL__MPI_CHECK(acc, MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, *(MPI_Comm *)ctx, &q));
+    return accel__mpi_wait(acc, &q, deadline, "broadcast");
+}
+static const accel__transport accel__mpi_transport = {"mpi", accel__mpi_tp_allgather, accel__mpi_tp_allgatherv,
+                                                      accel__mpi_tp_bcast};
 #endif
 
-ACCEL__DEF void *accel__mpi_comm(accel *acc) {
+/* The MPI communicator of the host group (a pointer to MPI_Comm), or NULL: accel_collectives.h dups it. */
+ACCEL__PRIVATE void *accel__mpi_comm(accel *acc) {
 #ifdef ACCEL_WITH_MPI
     if (acc && acc->impl && acc->impl->comm_valid) return &acc->impl->comm;
 #else
@@ -1082,142 +1900,338 @@ ACCEL__DEF void *accel__mpi_comm(accel *acc) {
     return NULL;
 }
 
-static accel_result accel__need_group(accel *acc) {
-    if (!acc) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel is NULL");
-    if (acc->num_processes <= 1 || acc->mpi_active) return ACCEL_OK;
-    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
-                       "host collectives across %d processes need MPI (launched by %s without MPI; build with "
-                       "ACCEL_WITH_MPI and launch with mpirun/srun)",
-                       acc->num_processes, accel_launcher_name(acc->launcher));
+/* A collectives context (accel_collectives.h) can serve as the host group when the core has none (e.g. NCCL under
+   torchrun without MPI). Returns 1 when installed. */
+ACCEL__PRIVATE int accel__group_install(accel *acc, const accel__transport *tp, void *ctx) {
+    if (!acc || !acc->impl || acc->impl->tp || acc->num_processes <= 1) return 0;
+    acc->impl->tp = tp;
+    acc->impl->tp_ctx = ctx;
+    acc->impl->broken = ACCEL_OK;
+    return 1;
+}
+ACCEL__PRIVATE void accel__group_uninstall(accel *acc, void *ctx) {
+    if (acc && acc->impl && acc->impl->tp && acc->impl->tp_ctx == ctx) {
+        acc->impl->tp = NULL;
+        acc->impl->tp_ctx = NULL;
+    }
+}
+ACCEL__DEF const char *accel_host_group_name(const accel *acc) {
+    if (!acc || !acc->impl || !acc->impl->tp || acc->num_processes <= 1) return "none";
+    return acc->impl->tp->name;
+}
+
+/* Every host collective starts with this header, all-gathered: what the call is, its size and root, this rank's
+   status. So a rank whose arguments were bad fails every rank (instead of leaving them waiting), and ranks in
+   different calls (or sizes) fail with a message listing each rank's call instead of exchanging garbage. */
+enum { ACCEL__G_BARRIER = 1, ACCEL__G_ALLREDUCE_I64, ACCEL__G_ALLREDUCE_F64, ACCEL__G_BCAST, ACCEL__G_ALLGATHER,
+       ACCEL__G_ALLGATHERV, ACCEL__G_AGREE, ACCEL__G_VALUES, ACCEL__G_KINDS };
+static const char *accel__group_kind_name(int k) {
+    static const char *n[ACCEL__G_KINDS] = {"?", "barrier", "all_reduce(i64)", "all_reduce(f64)", "broadcast",
+                                            "all_gather", "all_gather_v", "agreement", "value check"};
+    return (k > 0 && k < ACCEL__G_KINDS) ? n[k] : "(not an accel host collective)";
+}
+typedef struct accel__ghdr {
+    int32_t magic, kind, status, root;
+    int64_t size, aux;
+} accel__ghdr;
+#define ACCEL__G_MAGIC 0x41434731 /* "ACG1" */
+#define ACCEL__G_MSG 240
+
+/* Runs the header exchange. Returns ACCEL_OK when every rank is OK and made the same call; local when this rank
+   failed; ACCEL_ERR_REMOTE naming a failed rank (with its message); ACCEL_ERR_MISMATCH; or a transport error. */
+static accel_result accel__group_begin(accel *acc, int kind, accel_result local, int64_t size, int root, int64_t aux,
+                                       const char *what, double deadline) {
+    struct accel__impl *im = acc->impl;
+    accel__ghdr mine, stack_all[16], *all;
+    accel_result r = ACCEL_OK;
+    int P = acc->num_processes, i, failed = -1, mismatch = 0;
+    if (P <= 1) return local;
+    if (!im || !im->tp) {
+        if (local != ACCEL_OK) return local;
+        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                           "%s across %d processes needs a host process group: launched by %s without MPI (build with "
+                           "ACCEL_WITH_MPI and launch with mpirun/srun, or create an accel_coll over NCCL first)",
+                           what, P, accel_launcher_name(acc->launcher));
+    }
+    if (im->broken) {
+        if (local != ACCEL_OK) return local;
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%s refused: the host process group failed earlier (%s) and cannot be "
+                           "used any more; shut down", what, im->broken_why);
+    }
+    memset(&mine, 0, sizeof mine);
+    mine.magic = ACCEL__G_MAGIC;
+    mine.kind = kind;
+    mine.status = (int32_t)local;
+    mine.root = root;
+    mine.size = size;
+    mine.aux = aux;
+    all = P <= 16 ? stack_all : (accel__ghdr *)accel_host_alloc(acc, sizeof(accel__ghdr) * (size_t)P);
+    if (!all) return ACCEL_ERR_OUT_OF_MEMORY; /* a few KiB: the peers then reach their deadline */
+    r = im->tp->allgather(im->tp_ctx, acc, &mine, all, sizeof mine, deadline);
+    if (r != ACCEL_OK) {
+        accel__group_failed(acc, r);
+        if (all != stack_all) accel_host_free(acc, all);
+        return r;
+    }
+    for (i = 0; i < P; ++i) {
+        if (all[i].magic != ACCEL__G_MAGIC) { mismatch = 1; continue; }
+        if (all[i].status != ACCEL_OK && failed < 0) failed = i;
+        if (all[i].kind != kind || all[i].size != size || all[i].root != root || all[i].aux != aux) mismatch = 1;
+    }
+    if (failed >= 0) {
+        /* a second exchange carries the failed ranks' messages (every rank knows one is needed) */
+        char *msgs = (char *)accel_host_alloc(acc, (size_t)ACCEL__G_MSG * (size_t)(P + 1));
+        if (msgs) {
+            char *own = msgs + (size_t)ACCEL__G_MSG * (size_t)P;
+            memset(own, 0, ACCEL__G_MSG);
+            if (local != ACCEL_OK) {
+                const char *m = acc->last_error;
+                if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
+                accel__fmt(own, ACCEL__G_MSG, "%s", m);
+            }
+            r = im->tp->allgather(im->tp_ctx, acc, own, msgs, ACCEL__G_MSG, deadline);
+            if (r != ACCEL_OK) accel__group_failed(acc, r);
+        }
+        if (local != ACCEL_OK) r = local;
+        else if (r == ACCEL_OK || !msgs)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "rank %d failed in %s: %.600s", failed, what,
+                            msgs ? msgs + (size_t)ACCEL__G_MSG * (size_t)failed : accel_result_string((accel_result)all[failed].status));
+        accel_host_free(acc, msgs);
+        if (all != stack_all) accel_host_free(acc, all);
+        return r;
+    }
+    if (mismatch) {
+        char msg[ACCEL_ERROR_CAPACITY];
+        size_t off = (size_t)accel__fmt(msg, sizeof msg, "processes made different host collective calls (this rank: %s):", what);
+        for (i = 0; i < P && off < sizeof msg - 64; ++i) {
+            if (all[i].magic != ACCEL__G_MAGIC)
+                off += (size_t)accel__fmt(msg + off, sizeof msg - off, " rank %d: garbage;", i);
+            else
+                off += (size_t)accel__fmt(msg + off, sizeof msg - off, " rank %d: %s(size=%lld, root=%d, tag=%llx);", i,
+                                          accel__group_kind_name(all[i].kind), (long long)all[i].size, (int)all[i].root,
+                                          (unsigned long long)all[i].aux & 0xffffffull);
+        }
+        if (all != stack_all) accel_host_free(acc, all);
+        /* every rank saw the same headers and stops here, so the group stays usable */
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s", msg);
+    }
+    if (all != stack_all) accel_host_free(acc, all);
+    return ACCEL_OK;
+}
+
+static uint64_t accel__tag(const char *what) { return accel__fnv1a(ACCEL__FNV_INIT, what, strlen(what)) >> 1; }
+
+/* The collective form of a local result: every rank returns an error when any rank failed (local: its own error;
+   elsewhere ACCEL_ERR_REMOTE with the failed rank's message). `what` also tags the call: ranks in different
+   agreements fail with ACCEL_ERR_MISMATCH. */
+ACCEL__PRIVATE accel_result accel__agree(accel *acc, accel_result local, const char *what) {
+    if (!acc) return local;
+    return accel__group_begin(acc, ACCEL__G_AGREE, local, 0, 0, (int64_t)accel__tag(what), what, accel__deadline(acc));
+}
+
+/* Every rank must hold the same n values (a configuration): a difference fails on every rank with
+   "<what>: processes disagree on <names[f]>: rank 0=.., rank 1=..". local as in accel__agree. */
+ACCEL__PRIVATE accel_result accel__agree_values(accel *acc, accel_result local, const char *what, const char *const *names,
+                                                const int64_t *values, int n) {
+    int P, i, f;
+    int64_t *all;
+    double deadline;
+    accel_result r;
+    if (!acc) return local;
+    P = acc->num_processes;
+    if (P <= 1) return local;
+    deadline = accel__deadline(acc);
+    all = (int64_t *)accel_host_alloc(acc, sizeof(int64_t) * (size_t)n * (size_t)P + 1);
+    if (!all && local == ACCEL_OK) local = ACCEL_ERR_OUT_OF_MEMORY;
+    r = accel__group_begin(acc, ACCEL__G_VALUES, local, n, 0, (int64_t)accel__tag(what), what, deadline);
+    if (r == ACCEL_OK && n > 0) {
+        r = acc->impl->tp->allgather(acc->impl->tp_ctx, acc, values, all, sizeof(int64_t) * (size_t)n, deadline);
+        if (r != ACCEL_OK) accel__group_failed(acc, r);
+    }
+    for (f = 0; r == ACCEL_OK && f < n; ++f) {
+        char msg[ACCEL_ERROR_CAPACITY];
+        size_t off;
+        int differ = 0;
+        for (i = 1; i < P; ++i)
+            if (all[(size_t)i * (size_t)n + (size_t)f] != all[f]) differ = 1;
+        if (!differ) continue;
+        off = (size_t)accel__fmt(msg, sizeof msg, "%s: processes disagree on %s:", what, names[f]);
+        for (i = 0; i < P && off < sizeof msg - 40; ++i)
+            off += (size_t)accel__fmt(msg + off, sizeof msg - off, " rank %d=%lld%s", i,
+                                      (long long)all[(size_t)i * (size_t)n + (size_t)f], i + 1 < P ? "," : "");
+        r = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s", msg);
+    }
+    accel_host_free(acc, all);
+    return r;
+}
+
+static accel_result accel__need_acc(const accel *acc, const char *what) {
+    if (acc) return ACCEL_OK;
+    return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: accel is NULL", what);
 }
 
 ACCEL__DEF accel_result accel_wait_for_everyone(accel *acc) {
-    accel_result r = accel__need_group(acc);
-    if (r != ACCEL_OK || acc->num_processes <= 1) return r;
-#ifdef ACCEL_WITH_MPI
-    ACCEL__MPI_CHECK(acc, MPI_Barrier(acc->impl->comm));
-#endif
-    return ACCEL_OK;
+    accel_result r = accel__need_acc(acc, "wait_for_everyone");
+    if (r != ACCEL_OK) return r;
+    return accel__group_begin(acc, ACCEL__G_BARRIER, ACCEL_OK, 0, 0, 0, "barrier", accel__deadline(acc));
 }
 
-/* is_f64 picks the element type: the two public entry points differ only in it */
+/* is_f64 picks the element type: the two public entry points differ only in it. Reduced here in rank order after an
+   all-gather, so every rank gets bit-identical results. */
 static accel_result accel__host_allreduce(accel *acc, void *values, int count, accel_host_op op, int is_f64) {
-    accel_result r = accel__need_group(acc);
-    if (r != ACCEL_OK) return r;
-    if (count < 0 || (count > 0 && !values))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "host all-reduce: bad buffer (count %d)", count);
-    if (acc->num_processes <= 1 || count == 0) return ACCEL_OK;
-#ifdef ACCEL_WITH_MPI
-    ACCEL__MPI_CHECK(acc, MPI_Allreduce(MPI_IN_PLACE, values, count, is_f64 ? MPI_DOUBLE : MPI_INT64_T,
-                                        op == ACCEL_HOST_SUM ? MPI_SUM : op == ACCEL_HOST_MAX ? MPI_MAX : MPI_MIN,
-                                        acc->impl->comm));
-#else
-    (void)op;
-    (void)is_f64;
-#endif
-    return ACCEL_OK;
+    accel_result local = ACCEL_OK, r;
+    int P, i, k;
+    unsigned char *all = NULL;
+    double deadline;
+    if ((r = accel__need_acc(acc, "host all-reduce")) != ACCEL_OK) return r;
+    P = acc->num_processes;
+    if (count < 0 || (count > 0 && !values) || count > (1 << 20))
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "host all-reduce: bad buffer (count %d)", count);
+    else if ((int)op < (int)ACCEL_HOST_SUM || (int)op > (int)ACCEL_HOST_MIN)
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "host all-reduce: op %d is not an accel_host_op", (int)op);
+    if (P <= 1) return local;
+    deadline = accel__deadline(acc);
+    if (local == ACCEL_OK && count > 0) {
+        all = (unsigned char *)accel_host_alloc(acc, (size_t)8 * (size_t)count * (size_t)P);
+        if (!all) local = ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    r = accel__group_begin(acc, is_f64 ? ACCEL__G_ALLREDUCE_F64 : ACCEL__G_ALLREDUCE_I64, local, count, 0, (int64_t)op,
+                           is_f64 ? "all_reduce(f64)" : "all_reduce(i64)", deadline);
+    if (r == ACCEL_OK && count > 0) {
+        r = acc->impl->tp->allgather(acc->impl->tp_ctx, acc, values, all, (size_t)8 * (size_t)count, deadline);
+        if (r != ACCEL_OK) accel__group_failed(acc, r);
+    }
+    if (r == ACCEL_OK) {
+        for (k = 0; k < count; ++k) {
+            if (is_f64) {
+                double v, x;
+                memcpy(&v, all + (size_t)8 * (size_t)k, 8);
+                for (i = 1; i < P; ++i) {
+                    memcpy(&x, all + (size_t)8 * ((size_t)i * (size_t)count + (size_t)k), 8);
+                    if (op == ACCEL_HOST_SUM) v += x;
+                    else if (v != v) continue; /* a NaN max/min stays NaN */
+                    else if (x != x) v = x;
+                    else if (op == ACCEL_HOST_MAX) v = x > v ? x : v;
+                    else v = x < v ? x : v;
+                }
+                ((double *)values)[k] = v;
+            } else {
+                int64_t v, x;
+                memcpy(&v, all + (size_t)8 * (size_t)k, 8);
+                for (i = 1; i < P; ++i) {
+                    memcpy(&x, all + (size_t)8 * ((size_t)i * (size_t)count + (size_t)k), 8);
+                    if (op == ACCEL_HOST_SUM) v = (int64_t)((uint64_t)v + (uint64_t)x); /* wraps like MPI, no UB */
+                    else if (op == ACCEL_HOST_MAX) v = x > v ? x : v;
+                    else v = x < v ? x : v;
+                }
+                ((int64_t *)values)[k] = v;
+            }
+        }
+    }
+    accel_host_free(acc, all);
+    return r;
 }
 
 ACCEL__DEF accel_result accel_host_allreduce_i64(accel *acc, int64_t *values, int count, accel_host_op op) {
     return accel__host_allreduce(acc, values, count, op, 0);
 }
-
 ACCEL__DEF accel_result accel_host_allreduce_f64(accel *acc, double *values, int count, accel_host_op op) {
     return accel__host_allreduce(acc, values, count, op, 1);
 }
 
 ACCEL__DEF accel_result accel_host_broadcast(accel *acc, void *data, size_t bytes, int root) {
-    accel_result r = accel__need_group(acc);
-    if (r != ACCEL_OK) return r;
+    accel_result local = ACCEL_OK, r;
+    double deadline;
+    if ((r = accel__need_acc(acc, "host broadcast")) != ACCEL_OK) return r;
     if (root < 0 || root >= acc->num_processes)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast root %d is not a rank of %d", root, acc->num_processes);
-    if (bytes > 0 && !data) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast: data is NULL");
-    if (bytes > (size_t)INT_MAX) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast: %zu bytes is too large for a host broadcast", bytes);
-    if (acc->num_processes <= 1 || bytes == 0) return ACCEL_OK;
-#ifdef ACCEL_WITH_MPI
-    ACCEL__MPI_CHECK(acc, MPI_Bcast(data, (int)bytes, MPI_BYTE, root, acc->impl->comm));
-#endif
-    return ACCEL_OK;
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast root %d is not a rank of %d", root, acc->num_processes);
+    else if (bytes > 0 && !data) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast: data is NULL");
+    else if (bytes > (size_t)INT_MAX)
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast: %zu bytes is too large for a host broadcast", bytes);
+    if (acc->num_processes <= 1) return local;
+    deadline = accel__deadline(acc);
+    r = accel__group_begin(acc, ACCEL__G_BCAST, local, local == ACCEL_OK ? (int64_t)bytes : -1,
+                           local == ACCEL_OK ? root : -1, 0, "broadcast", deadline);
+    if (r == ACCEL_OK && bytes > 0) {
+        r = acc->impl->tp->bcast(acc->impl->tp_ctx, acc, data, bytes, root, deadline);
+        if (r != ACCEL_OK) accel__group_failed(acc, r);
+    }
+    return r;
 }
 
 ACCEL__DEF accel_result accel_host_allgather(accel *acc, const void *in, void *out, size_t bytes) {
-    accel_result r = accel__need_group(acc);
-    if (r != ACCEL_OK) return r;
-    if (bytes > 0 && (!in || !out)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "allgather: NULL buffer");
-    if (bytes > (size_t)INT_MAX) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "allgather: %zu bytes is too large", bytes);
-    if (bytes == 0) return ACCEL_OK;
-    if (acc->num_processes <= 1) { memmove(out, in, bytes); return ACCEL_OK; }
-#ifdef ACCEL_WITH_MPI
-    ACCEL__MPI_CHECK(acc, MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, acc->impl->comm));
-#endif
-    return ACCEL_OK;
+    accel_result local = ACCEL_OK, r;
+    double deadline;
+    if ((r = accel__need_acc(acc, "host all-gather")) != ACCEL_OK) return r;
+    if (bytes > 0 && (!in || !out)) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "allgather: NULL buffer");
+    else if (bytes > (size_t)INT_MAX / (size_t)acc->num_processes)
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "allgather: %zu bytes per rank is too large", bytes);
+    if (acc->num_processes <= 1) {
+        if (local == ACCEL_OK && bytes) memmove(out, in, bytes);
+        return local;
+    }
+    deadline = accel__deadline(acc);
+    r = accel__group_begin(acc, ACCEL__G_ALLGATHER, local, local == ACCEL_OK ? (int64_t)bytes : -1, 0, 0, "all_gather",
+                           deadline);
+    if (r == ACCEL_OK && bytes > 0) {
+        r = acc->impl->tp->allgather(acc->impl->tp_ctx, acc, in, out, bytes, deadline);
+        if (r != ACCEL_OK) accel__group_failed(acc, r);
+    }
+    return r;
 }
 
-/* ----------------------------------------------------------------------------------------- init / shutdown */
-/* What every rank must agree on. Fixed-size, compared field by field. */
-typedef struct accel__agreement {
-    int32_t status;              /* accel_result of this rank's local setup */
-    int32_t num_processes;
-    int32_t mixed_precision;
-    int32_t accumulation_steps;
-    int32_t version;
-    int32_t split_batches;
-} accel__agreement;
-
-static accel_result accel__check_agreement(accel *acc, accel_result local) {
-    accel__agreement mine, *all;
-    int n = acc->num_processes, i, f;
-    char *msg;
-    size_t off = 0;
-    static const char *field_names[] = {"status", "num_processes", "mixed_precision", "gradient_accumulation_steps",
-                                        "library version", "split_batches"};
-    memset(&mine, 0, sizeof mine);
-    mine.status = (int32_t)local;
-    mine.num_processes = acc->num_processes;
-    mine.mixed_precision = (int32_t)acc->mixed_precision;
-    mine.accumulation_steps = acc->gradient_accumulation_steps;
-    mine.version = ACCEL_VERSION_NUMBER;
-    mine.split_batches = acc->desc.split_batches ? 1 : 0;
-    all = (accel__agreement *)malloc(sizeof(accel__agreement) * (size_t)n);
-    msg = (char *)malloc(ACCEL_ERROR_CAPACITY);
-    if (!all || !msg) {
-        free(all); free(msg);
-        /* cannot take part: every peer would hang, so this is the one place where a failure can't be made
-           collective; it only happens when a few hundred bytes cannot be allocated */
-        return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "init agreement buffer");
+/* Variable-size all-gather for modules (objects, messages): every rank contributes in_bytes; *out (acc's
+   allocator, free with accel_host_free) receives the concatenation in rank order and counts[P] each rank's size. */
+ACCEL__PRIVATE accel_result accel__host_allgatherv(accel *acc, const void *in, size_t in_bytes, void **out, size_t *counts) {
+    accel_result local = ACCEL_OK, r;
+    int P, i;
+    int64_t *sizes = NULL, mine = (int64_t)in_bytes;
+    size_t total = 0;
+    double deadline;
+    *out = NULL;
+    P = acc->num_processes;
+    if (in_bytes > 0 && !in) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "all_gather_v: NULL buffer");
+    if (P <= 1) {
+        if (local != ACCEL_OK) return local;
+        *out = accel_host_alloc(acc, in_bytes);
+        if (!*out) return ACCEL_ERR_OUT_OF_MEMORY;
+        if (in_bytes) memcpy(*out, in, in_bytes);
+        counts[0] = in_bytes;
+        return ACCEL_OK;
     }
-    {
-        accel_result r = accel_host_allgather(acc, &mine, all, sizeof mine);
-        if (r != ACCEL_OK) { free(all); free(msg); return r; }
+    deadline = accel__deadline(acc);
+    sizes = (int64_t *)accel_host_alloc(acc, sizeof(int64_t) * (size_t)P);
+    if (!sizes && local == ACCEL_OK) local = ACCEL_ERR_OUT_OF_MEMORY;
+    r = accel__group_begin(acc, ACCEL__G_ALLGATHERV, local, 0, 0, 0, "all_gather_v", deadline);
+    if (r == ACCEL_OK) {
+        r = acc->impl->tp->allgather(acc->impl->tp_ctx, acc, &mine, sizes, sizeof mine, deadline);
+        if (r != ACCEL_OK) accel__group_failed(acc, r);
     }
-    /* a rank that failed locally: everyone fails, naming it */
-    for (i = 0; i < n; ++i) {
-        if (all[i].status != ACCEL_OK) {
-            if (local != ACCEL_OK) { free(all); free(msg); return local; }
-            ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "rank %d failed during accel_init (%s); see its log", i,
-                        accel_result_string((accel_result)all[i].status));
-            free(all); free(msg);
-            return ACCEL_ERR_REMOTE;
+    for (i = 0; r == ACCEL_OK && i < P; ++i) {
+        if (sizes[i] < 0 || (uint64_t)sizes[i] > (uint64_t)INT_MAX - total)
+            r = accel__group_failed(acc, ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                                     "all_gather_v: %lld bytes in total is too large", (long long)sizes[i]));
+        else {
+            counts[i] = (size_t)sizes[i];
+            total += counts[i];
         }
     }
-    for (f = 1; f < 6; ++f) {
-        const int32_t *first = (const int32_t *)&all[0];
-        int differ = 0;
-        for (i = 1; i < n; ++i)
-            if (((const int32_t *)&all[i])[f] != first[f]) differ = 1;
-        if (!differ) continue;
-        off = (size_t)snprintf(msg, ACCEL_ERROR_CAPACITY, "processes disagree on %s:", field_names[f]);
-        for (i = 0; i < n && off < ACCEL_ERROR_CAPACITY - 32; ++i)
-            off += (size_t)snprintf(msg + off, ACCEL_ERROR_CAPACITY - off, " rank %d=%d%s", i, (int)((const int32_t *)&all[i])[f],
-                                    i + 1 < n ? "," : "");
-        ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s", msg);
-        free(all); free(msg);
-        return ACCEL_ERR_MISMATCH;
+    /* every rank must take part in the data exchange even if its allocation failed (then it fails afterwards) */
+    if (r == ACCEL_OK) {
+        void *buf = accel_host_alloc(acc, total);
+        r = accel__agree(acc, buf ? ACCEL_OK : ACCEL_ERR_OUT_OF_MEMORY, "all_gather_v (buffers)");
+        if (r == ACCEL_OK) {
+            r = acc->impl->tp->allgatherv(acc->impl->tp_ctx, acc, in, buf, counts, deadline);
+            if (r != ACCEL_OK) accel__group_failed(acc, r);
+        }
+        if (r == ACCEL_OK) *out = buf;
+        else accel_host_free(acc, buf);
     }
-    free(all); free(msg);
-    return ACCEL_OK;
+    accel_host_free(acc, sizes);
+    return r;
 }
 
+/* --------------------------------------------------------------------------------- 7. init / shutdown */
 static int accel__select_device(accel *acc) {
 #ifdef ACCEL_WITH_CUDA
     int count = 0;
@@ -1226,7 +2240,7 @@ static int accel__select_device(accel *acc) {
     e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count <= 0) {
         (void)cudaGetLastError();
-        accel__log(acc, ACCEL_LOG_INFO, "no CUDA device (%s): using the CPU", e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
+        accel_log(acc, ACCEL_LOG_INFO, "no CUDA device (%s): using the CPU", e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
         return -1;
     }
     return acc->local_process_index % count;
@@ -1234,6 +2248,19 @@ static int accel__select_device(accel *acc) {
     (void)acc;
     return -1;
 #endif
+}
+
+/* What every rank must agree on at init (field names as the desc/Accelerator calls them). */
+static accel_result accel__init_agreement(accel *acc, accel_result local) {
+    static const char *names[] = {"num_processes", "mixed_precision", "gradient_accumulation_steps", "library version",
+                                  "split_batches"};
+    int64_t v[5];
+    v[0] = acc->num_processes;
+    v[1] = (int64_t)acc->mixed_precision;
+    v[2] = acc->gradient_accumulation_steps;
+    v[3] = ACCEL_VERSION_NUMBER;
+    v[4] = acc->desc.split_batches ? 1 : 0;
+    return accel__agree_values(acc, local, "accel_init", names, v, 5);
 }
 
 ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
@@ -1248,10 +2275,21 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
     acc->remainder = -1;
     acc->sync_gradients = 1;
     r = accel_resolve_config(desc, &d, &launcher, err, sizeof err);
-    if (desc) { acc->desc.log_fn = desc->log_fn; acc->desc.log_user_data = desc->log_user_data; acc->desc.log_level = desc->log_level; }
+    if (desc) { /* enough of the desc to report a failed configuration through the user's logger */
+        acc->desc.log_fn = desc->log_fn;
+        acc->desc.log_user_data = desc->log_user_data;
+        acc->desc.log_level = ((int)desc->log_level >= 0 && (int)desc->log_level <= (int)ACCEL_LOG_DEBUG) ? desc->log_level
+                                                                                                       : ACCEL_LOG_DEFAULT;
+        if ((!desc->host_allocator.alloc) == (!desc->host_allocator.free)) acc->desc.host_allocator = desc->host_allocator;
+    }
     if (r == ACCEL_OK) acc->desc = d;
-    acc->impl = (struct accel__impl *)calloc(1, sizeof(struct accel__impl));
-    if (!acc->impl) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_init: impl");
+    acc->impl = (struct accel__impl *)accel_host_alloc(acc, sizeof(struct accel__impl));
+    if (!acc->impl) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_init: %zu bytes", sizeof(struct accel__impl));
+    memset(acc->impl, 0, sizeof *acc->impl);
+    if (r == ACCEL_OK && d.host_allocator.alloc) { /* stb_ds has no context: the newest Accelerator's allocator */
+        accel__g_stbds_alloc = d.host_allocator;
+        accel__g_stbds_owner = acc;
+    }
     acc->launcher = launcher;
     acc->num_processes = r == ACCEL_OK ? d.num_processes : 1;
     acc->process_index = r == ACCEL_OK ? d.process_index : 0;
@@ -1303,10 +2341,12 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
                 acc->local_num_processes = d.local_num_processes;
             }
             acc->mpi_active = size > 1;
+            if (acc->mpi_active) {
+                acc->impl->tp = &accel__mpi_transport;
+                acc->impl->tp_ctx = &acc->impl->comm;
+            }
         }
     }
-#endif
-#ifdef ACCEL_WITH_MPI
     if (r == ACCEL_OK && !acc->mpi_active && acc->num_processes > 1 && !(desc && desc->no_mpi) &&
         launcher != ACCEL_LAUNCHER_TORCHRUN && launcher != ACCEL_LAUNCHER_EXPLICIT) {
         int finalized = 0;
@@ -1352,18 +2392,19 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
                                                         : ACCEL_DISTRIBUTED_MULTI_CPU;
         acc->use_distributed = acc->distributed_type != ACCEL_DISTRIBUTED_NO && acc->num_processes > 1;
     }
-    if (acc->num_processes > 1 && acc->mpi_active) {
-        accel_result ar = accel__check_agreement(acc, r);
-        if (ar != ACCEL_OK) return ar;
+    if (acc->num_processes > 1 && acc->impl->tp) {
+        r = accel__init_agreement(acc, r);
+        if (r != ACCEL_OK) return r;
     } else if (r == ACCEL_OK && acc->num_processes > 1) {
-        accel__log(acc, ACCEL_LOG_WARN, "%d processes without MPI: the init agreement check is skipped", acc->num_processes);
+        accel_log(acc, ACCEL_LOG_WARN, "%d processes without a host process group (no MPI): the init agreement check is "
+                  "skipped", acc->num_processes);
     }
     if (r == ACCEL_OK) {
         acc->last_result = ACCEL_OK;
         acc->last_error[0] = 0;
-        accel__log(acc, ACCEL_LOG_DEBUG, "rank %d/%d local %d/%d launcher %s device %d", acc->process_index,
-                   acc->num_processes, acc->local_process_index, acc->local_num_processes, accel_launcher_name(launcher),
-                   acc->device);
+        accel_log(acc, ACCEL_LOG_DEBUG, "rank %d/%d local %d/%d launcher %s device %d host group %s", acc->process_index,
+                  acc->num_processes, acc->local_process_index, acc->local_num_processes, accel_launcher_name(launcher),
+                  acc->device, accel_host_group_name(acc));
     }
     return r;
 }
@@ -1374,21 +2415,30 @@ ACCEL__DEF void accel_shutdown(accel *acc) {
     if (acc->impl->comm_valid) {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (!finalized) MPI_Comm_free(&acc->impl->comm);
+        /* after a timeout a request may still be pending on the communicator: leave it (freeing could block) */
+        if (!finalized && !acc->impl->broken) MPI_Comm_free(&acc->impl->comm);
         acc->impl->comm_valid = 0;
     }
     if (acc->impl->we_initialized_mpi) {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (!finalized) MPI_Finalize();
+        if (!finalized) {
+            if (acc->impl->broken) accel_log(acc, ACCEL_LOG_WARN, "finalizing MPI after a failed host collective (%s): "
+                                             "this may not return if a peer is stuck", acc->impl->broken_why);
+            MPI_Finalize();
+        }
     }
 #endif
-    free(acc->impl);
+    if (accel__g_stbds_owner == acc) {
+        accel__g_stbds_owner = NULL;
+        memset(&accel__g_stbds_alloc, 0, sizeof accel__g_stbds_alloc);
+    }
+    accel_host_free(acc, acc->impl);
     acc->impl = NULL;
     acc->mpi_active = 0;
 }
 
-/* ------------------------------------------------------------------------------------------ process helpers */
+/* ------------------------------------------------------------------------------------ 8. process helpers */
 ACCEL__DEF int accel_print(accel *acc, const char *fmt, ...) {
     va_list ap;
     int n;
@@ -1401,19 +2451,23 @@ ACCEL__DEF int accel_print(accel *acc, const char *fmt, ...) {
 }
 
 ACCEL__DEF accel_result accel_main_process_first_begin(accel *acc) {
-    if (!acc) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel is NULL");
+    accel_result r = accel__need_acc(acc, "main_process_first_begin");
+    if (r != ACCEL_OK) return r;
     return acc->is_main_process ? ACCEL_OK : accel_wait_for_everyone(acc);
 }
 ACCEL__DEF accel_result accel_main_process_first_end(accel *acc) {
-    if (!acc) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel is NULL");
+    accel_result r = accel__need_acc(acc, "main_process_first_end");
+    if (r != ACCEL_OK) return r;
     return acc->is_main_process ? accel_wait_for_everyone(acc) : ACCEL_OK;
 }
 ACCEL__DEF accel_result accel_local_main_process_first_begin(accel *acc) {
-    if (!acc) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel is NULL");
+    accel_result r = accel__need_acc(acc, "local_main_process_first_begin");
+    if (r != ACCEL_OK) return r;
     return acc->is_local_main_process ? ACCEL_OK : accel_wait_for_everyone(acc);
 }
 ACCEL__DEF accel_result accel_local_main_process_first_end(accel *acc) {
-    if (!acc) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel is NULL");
+    accel_result r = accel__need_acc(acc, "local_main_process_first_end");
+    if (r != ACCEL_OK) return r;
     return acc->is_local_main_process ? accel_wait_for_everyone(acc) : ACCEL_OK;
 }
 
@@ -1436,8 +2490,9 @@ ACCEL__DEF void accel_set_trigger(accel *acc) {
 }
 ACCEL__DEF accel_result accel_check_trigger(accel *acc, int *fired) {
     int64_t v;
-    accel_result r;
-    if (!acc || !fired) return accel__fail(acc, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "check_trigger: NULL argument");
+    accel_result r = accel__need_acc(acc, "check_trigger");
+    if (r != ACCEL_OK) return r;
+    if (!fired) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "check_trigger: fired is NULL");
     v = acc->trigger;
     r = accel_host_allreduce_i64(acc, &v, 1, ACCEL_HOST_SUM);
     if (r != ACCEL_OK) return r;
@@ -1446,13 +2501,12 @@ ACCEL__DEF accel_result accel_check_trigger(accel *acc, int *fired) {
     return ACCEL_OK;
 }
 
-
-/* ---------------------------------------------------------------------------------- gradient accumulation */
+/* ------------------------------------------------------------- 9. gradient accumulation, dataloader stack */
 ACCEL__DEF void accel_accumulate_begin(accel *acc) {
     int n;
     if (!acc) return;
     n = acc->gradient_accumulation_steps > 0 ? acc->gradient_accumulation_steps : 1;
-    if (acc->desc.sync_with_dataloader != ACCEL_OFF && acc->end_of_dataloader) {
+    if (!acc->desc.no_sync_with_dataloader && acc->end_of_dataloader) {
         acc->step = 0;
         acc->sync_gradients = 1;
     } else {
@@ -1475,11 +2529,11 @@ ACCEL__DEF void accel_optimizer_step_done(accel *acc, int skipped) {
 ACCEL__DEF int accel_scheduler_steps(accel *acc, int64_t total_steps) {
     int n, i, taken = 0;
     if (!acc) return 0;
-    if (acc->desc.step_scheduler_with_optimizer == ACCEL_OFF) {
+    if (acc->desc.no_step_scheduler_with_optimizer) {
         acc->scheduler_steps++; /* Accelerate steps unconditionally here: no total_steps guard */
         return 1;
     } else if (!acc->sync_gradients) {
-        if (acc->desc.adjust_scheduler != ACCEL_OFF) acc->scheduler_adjusted_steps++;
+        if (!acc->desc.no_adjust_scheduler) acc->scheduler_adjusted_steps++;
         return 0;
     } else if (acc->optimizer_step_was_skipped) {
         return 0;
@@ -1495,12 +2549,57 @@ ACCEL__DEF int accel_scheduler_steps(accel *acc, int64_t total_steps) {
     }
     return taken;
 }
-ACCEL__DEF void accel_set_dataloader_state(accel *acc, int end_of_dataloader, int remainder) {
-    if (!acc) return;
-    acc->end_of_dataloader = end_of_dataloader ? 1 : 0;
-    acc->remainder = remainder;
+
+static void accel__loaders_mirror(accel *acc) {
+    struct accel__impl *im = acc->impl;
+    if (im && im->nloaders > 0) {
+        acc->end_of_dataloader = im->loaders[im->nloaders - 1].end_of_dataloader;
+        acc->remainder = im->loaders[im->nloaders - 1].remainder;
+    } else {
+        acc->end_of_dataloader = 0;
+        acc->remainder = -1;
+    }
 }
-/* ---------------------------------------------------------------------------------------------------- RNG */
+static int accel__loader_find(const accel *acc, const void *loader) {
+    int i;
+    if (!acc->impl) return -1;
+    for (i = acc->impl->nloaders - 1; i >= 0; --i)
+        if (acc->impl->loaders[i].key == loader) return i;
+    return -1;
+}
+ACCEL__DEF void accel_dataloader_end(accel *acc, const void *loader) {
+    int i;
+    if (!acc || !acc->impl || (i = accel__loader_find(acc, loader)) < 0) return;
+    memmove(&acc->impl->loaders[i], &acc->impl->loaders[i + 1],
+            sizeof(accel__loader_entry) * (size_t)(acc->impl->nloaders - i - 1));
+    acc->impl->nloaders--;
+    accel__loaders_mirror(acc);
+}
+ACCEL__DEF accel_result accel_dataloader_begin(accel *acc, const void *loader, int remainder) {
+    accel__loader_entry *e;
+    accel_result r = accel__need_acc(acc, "dataloader_begin");
+    if (r != ACCEL_OK) return r;
+    if (!acc->impl) return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "dataloader_begin: the Accelerator is not initialized");
+    if (!loader) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dataloader_begin: loader is NULL");
+    accel_dataloader_end(acc, loader);
+    if (acc->impl->nloaders >= ACCEL__MAX_LOADERS)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "more than %d dataloaders are being iterated at once (end abandoned ones: "
+                           "accel_data_shard_end / accel_dataloader_end)", ACCEL__MAX_LOADERS);
+    e = &acc->impl->loaders[acc->impl->nloaders++];
+    e->key = loader;
+    e->end_of_dataloader = 0;
+    e->remainder = remainder < -1 ? -1 : remainder;
+    accel__loaders_mirror(acc);
+    return ACCEL_OK;
+}
+ACCEL__DEF void accel_dataloader_last_batch(accel *acc, const void *loader) {
+    int i;
+    if (!acc || (i = accel__loader_find(acc, loader)) < 0) return;
+    acc->impl->loaders[i].end_of_dataloader = 1;
+    accel__loaders_mirror(acc);
+}
+
+/* ----------------------------------------------------------------------------------- 10. RNG, saved state */
 ACCEL__DEF void accel_set_seed(accel *acc, uint64_t seed, int device_specific) {
     if (!acc) return;
     acc->rng.seed = seed + (device_specific ? (uint64_t)acc->process_index : 0u);
@@ -1515,8 +2614,8 @@ ACCEL__DEF void accel_set_rng_state(accel *acc, accel_rng_state state) {
 }
 ACCEL__DEF accel_result accel_synchronize_rng_state(accel *acc) {
     accel_rng_state s;
-    accel_result r;
-    if (!acc) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel is NULL");
+    accel_result r = accel__need_acc(acc, "synchronize_rng_state");
+    if (r != ACCEL_OK) return r;
     s = acc->rng;
     r = accel_host_broadcast(acc, &s, sizeof s, 0);
     if (r == ACCEL_OK) acc->rng = s;
@@ -1526,6 +2625,145 @@ ACCEL__DEF accel_result accel_synchronize_rng_state(accel *acc) {
 ACCEL__DEF void accel_rng_next4(accel *acc, uint32_t out[4]) {
     if (!acc || !out) return;
     accel_rng_draw4(acc->rng.seed, ~(uint64_t)0, acc->rng.offset++, out);
+}
+
+typedef struct accel__saved {
+    int32_t num_processes, process_index, step, sync_gradients, skipped, accum;
+    int64_t optimizer_steps, scheduler_steps, scheduler_adjusted_steps;
+    accel_rng_state rng;
+} accel__saved;
+
+ACCEL__DEF accel_result accel_state_save(accel *acc, void *buf, size_t cap, size_t *size) {
+    unsigned char *p = (unsigned char *)buf;
+    accel_result r = accel__need_acc(acc, "accel_state_save");
+    if (r != ACCEL_OK) return r;
+    if (!size) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_state_save: size is NULL");
+    *size = ACCEL_STATE_BYTES;
+    if (!buf || cap < ACCEL_STATE_BYTES) return ACCEL_OK;
+    memset(p, 0, ACCEL_STATE_BYTES);
+    memcpy(p, "ACST", 4);
+    accel__put_u32(p + 4, 1);
+    accel__put_u32(p + 8, (uint32_t)acc->num_processes);
+    accel__put_u32(p + 12, (uint32_t)acc->process_index);
+    accel__put_u32(p + 16, (uint32_t)acc->step);
+    accel__put_u32(p + 20, (uint32_t)acc->sync_gradients);
+    accel__put_u32(p + 24, (uint32_t)acc->optimizer_step_was_skipped);
+    accel__put_u32(p + 28, (uint32_t)acc->gradient_accumulation_steps);
+    accel__put_u64(p + 32, (uint64_t)acc->optimizer_steps);
+    accel__put_u64(p + 40, (uint64_t)acc->scheduler_steps);
+    accel__put_u64(p + 48, (uint64_t)acc->scheduler_adjusted_steps);
+    accel__put_u64(p + 56, acc->rng.seed);
+    accel__put_u64(p + 64, acc->rng.offset);
+    return ACCEL_OK;
+}
+
+static accel_result accel__state_parse(accel *acc, const void *buf, size_t size, int which, accel__saved *out) {
+    const unsigned char *p = (const unsigned char *)buf;
+    int k;
+    if (!buf || size != ACCEL_STATE_BYTES || memcmp(p, "ACST", 4) != 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: not an accel state (%zu bytes, want %d starting \"ACST\")",
+                           which, size, ACCEL_STATE_BYTES);
+    if (accel__get_u32(p + 4) != 1)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: unsupported version %u (this build reads 1)", which,
+                           (unsigned)accel__get_u32(p + 4));
+    out->num_processes = (int32_t)accel__get_u32(p + 8);
+    out->process_index = (int32_t)accel__get_u32(p + 12);
+    out->step = (int32_t)accel__get_u32(p + 16);
+    out->sync_gradients = (int32_t)accel__get_u32(p + 20);
+    out->skipped = (int32_t)accel__get_u32(p + 24);
+    out->accum = (int32_t)accel__get_u32(p + 28);
+    out->optimizer_steps = (int64_t)accel__get_u64(p + 32);
+    out->scheduler_steps = (int64_t)accel__get_u64(p + 40);
+    out->scheduler_adjusted_steps = (int64_t)accel__get_u64(p + 48);
+    out->rng.seed = accel__get_u64(p + 56);
+    out->rng.offset = accel__get_u64(p + 64);
+    for (k = 72; k < ACCEL_STATE_BYTES; ++k)
+        if (p[k]) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: corrupt (reserved bytes are not zero)", which);
+    if (out->num_processes < 1 || out->process_index < 0 || out->process_index >= out->num_processes || out->step < 0 ||
+        (out->sync_gradients & ~1) || (out->skipped & ~1) || out->accum < 1 || out->optimizer_steps < 0 ||
+        out->scheduler_steps < 0 || out->scheduler_adjusted_steps < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: corrupt (rank %d of %d, step %d, counters %lld/%lld/%lld)",
+                           which, (int)out->process_index, (int)out->num_processes, (int)out->step,
+                           (long long)out->optimizer_steps, (long long)out->scheduler_steps,
+                           (long long)out->scheduler_adjusted_steps);
+    return ACCEL_OK;
+}
+
+static void accel__state_apply(accel *acc, const accel__saved *s, accel_rng_state rng) {
+    acc->step = s->step;
+    acc->sync_gradients = s->sync_gradients;
+    acc->optimizer_step_was_skipped = s->skipped;
+    acc->optimizer_steps = s->optimizer_steps;
+    acc->scheduler_steps = s->scheduler_steps;
+    acc->scheduler_adjusted_steps = s->scheduler_adjusted_steps;
+    acc->rng = rng;
+    if (s->accum != acc->gradient_accumulation_steps)
+        accel_log(acc, ACCEL_LOG_WARN, "the training state was saved with gradient_accumulation_steps=%d, this run uses %d "
+                  "(the step counter inside the window is kept)", (int)s->accum, acc->gradient_accumulation_steps);
+}
+
+ACCEL__DEF accel_result accel_state_load(accel *acc, const void *buf, size_t size) {
+    accel__saved s;
+    accel_result r = accel__need_acc(acc, "accel_state_load");
+    if (r != ACCEL_OK) return r;
+    r = accel__state_parse(acc, buf, size, acc->process_index, &s);
+    if (r != ACCEL_OK) return r;
+    if (s.num_processes != acc->num_processes || s.process_index != acc->process_index)
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "training state saved by rank %d of %d, this is rank %d of %d (use "
+                           "accel_state_load_resharded to resume on another number of processes)", (int)s.process_index,
+                           (int)s.num_processes, acc->process_index, acc->num_processes);
+    accel__state_apply(acc, &s, s.rng);
+    return ACCEL_OK;
+}
+
+static uint64_t accel__splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+ACCEL__DEF accel_result accel_state_load_resharded(accel *acc, const void *const *states, const size_t *sizes, int count) {
+    accel__saved s0, si;
+    accel_rng_state rng;
+    accel_result r = accel__need_acc(acc, "accel_state_load_resharded");
+    int i, same = 1, pattern = 1;
+    if (r != ACCEL_OK) return r;
+    if (!states || !sizes || count < 1)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_state_load_resharded: no states given");
+    r = accel__state_parse(acc, states[0], sizes[0], 0, &s0);
+    if (r != ACCEL_OK) return r;
+    if (s0.num_processes != count || s0.process_index != 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "training state 0 was saved by rank %d of %d, but %d states were given",
+                           (int)s0.process_index, (int)s0.num_processes, count);
+    rng = s0.rng;
+    for (i = 1; i < count; ++i) {
+        r = accel__state_parse(acc, states[i], sizes[i], i, &si);
+        if (r != ACCEL_OK) return r;
+        if (si.num_processes != count || si.process_index != i)
+            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "training state %d was saved by rank %d of %d", i,
+                               (int)si.process_index, (int)si.num_processes);
+        if (si.rng.seed != s0.rng.seed || si.rng.offset != s0.rng.offset) same = 0;
+        if (si.rng.seed != s0.rng.seed + (uint64_t)i || si.rng.offset != s0.rng.offset) pattern = 0;
+        if (i == acc->process_index) rng = si.rng;
+    }
+    if (acc->process_index >= count) {
+        if (same) rng = s0.rng;
+        else if (pattern) {
+            rng.seed = s0.rng.seed + (uint64_t)acc->process_index;
+            rng.offset = s0.rng.offset;
+        } else {
+            int src = acc->process_index % count;
+            r = accel__state_parse(acc, states[src], sizes[src], src, &si);
+            if (r != ACCEL_OK) return r;
+            rng.seed = accel__splitmix64(si.rng.seed ^ (uint64_t)acc->process_index);
+            rng.offset = si.rng.offset;
+        }
+        accel_log(acc, ACCEL_LOG_INFO, "training state saved on %d processes: rank %d's RNG state re-derived", count,
+                  acc->process_index);
+    }
+    accel__state_apply(acc, &s0, rng);
+    return ACCEL_OK;
 }
 
 #endif /* ACCEL_IMPLEMENTATION */

@@ -226,33 +226,7 @@ ACCEL_API uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed);
 #include <sys/mman.h>
 #include <pthread.h>
 
-#if !defined(ACCEL_NO_STB_DS_IMPLEMENTATION) && !defined(ACCEL__STB_DS_IMPL_DONE) && !defined(INCLUDE_STB_DS_H)
-#define ACCEL__STB_DS_IMPL_DONE
-#ifndef STBDS_REALLOC
-#define STBDS_REALLOC(ctx, p, s) accel__stbds_realloc((ctx), (p), (s))
-#define STBDS_FREE(ctx, p) accel__stbds_free((ctx), (p))
-#endif
-#define STB_DS_IMPLEMENTATION
-#if defined(__GNUC__) || defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#endif
-#ifdef __NVCC__
-#pragma nv_diag_suppress 550
-#endif
-#include "stb_ds.h"
-#ifdef __NVCC__
-#pragma nv_diag_default 550
-#endif
-#if defined(__GNUC__) || defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#else
-#include "stb_ds.h"
-#endif
+/* stb_ds.h: the core's implementation section included it (and emitted its implementation). */
 
 /* --------------------------------------------------------------------------------------------- size parser */
 static int accel__ckpt_isspace(int c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
@@ -446,121 +420,7 @@ ACCEL__DEF uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed) 
 }
 
 /* ------------------------------------------------------------------------------------ string builder */
-typedef struct accel__sb { char *p; size_t n, cap; int oom; } accel__sb;
-
-static int accel__sb_reserve(accel__sb *b, size_t extra) {
-    size_t need, nc;
-    char *np;
-    if (b->oom) return -1;
-    need = b->n + extra + 1;
-    if (need <= b->cap) return 0;
-    nc = b->cap ? b->cap * 2 : 256;
-    while (nc < need) nc *= 2;
-    np = (char *)realloc(b->p, nc);
-    if (!np) { b->oom = 1; return -1; }
-    b->p = np;
-    b->cap = nc;
-    return 0;
-}
-static void accel__sb_add(accel__sb *b, const char *s, size_t n) {
-    if (accel__sb_reserve(b, n)) return;
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void accel__sb_puts(accel__sb *b, const char *s) { accel__sb_add(b, s, strlen(s)); }
-static void accel__sb_u64(accel__sb *b, uint64_t v) {
-    char t[32];
-    snprintf(t, sizeof t, "%llu", (unsigned long long)v);
-    accel__sb_puts(b, t);
-}
-/* snprintf through a va_list: path lengths are checked where it matters; truncation is not a warning here. */
-static int accel__fmt(char *out, size_t cap, const char *fmt, ...) ACCEL__PRINTF(3, 4);
-static int accel__fmt(char *out, size_t cap, const char *fmt, ...) {
-    va_list ap;
-    int n;
-    va_start(ap, fmt);
-    n = vsnprintf(out, cap, fmt, ap);
-    va_end(ap);
-    return n;
-}
-static void accel__sb_free(accel__sb *b) { free(b->p); b->p = NULL; b->n = b->cap = 0; }
-
-/* Decodes one UTF-8 sequence; returns its length (0 if invalid: overlong, surrogate, > U+10FFFF, truncated). */
-static size_t accel__utf8_decode(const unsigned char *s, const unsigned char *end, uint32_t *cp) {
-    unsigned c = s[0];
-    if (c < 0x80) { *cp = c; return 1; }
-    if (c >= 0xC2 && c <= 0xDF) {
-        if (end - s < 2 || (s[1] & 0xC0) != 0x80) return 0;
-        *cp = ((c & 0x1Fu) << 6) | (s[1] & 0x3Fu);
-        return 2;
-    }
-    if (c >= 0xE0 && c <= 0xEF) {
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-        if (end - s < 3 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80) return 0;
-        *cp = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
-        return 3;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-        if (end - s < 4 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
-        *cp = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
-        return 4;
-    }
-    return 0;
-}
-/* 1 when valid; *bad = offset of the first invalid byte otherwise. */
-static int accel__utf8_valid(const unsigned char *s, size_t n, size_t *bad) {
-    size_t i = 0;
-    uint32_t cp;
-    while (i < n) {
-        size_t l;
-        if (s[i] < 0x80) { ++i; continue; }
-        l = accel__utf8_decode(s + i, s + n, &cp);
-        if (!l) { if (bad) *bad = i; return 0; }
-        i += l;
-    }
-    return 1;
-}
-
-/* A JSON string exactly as Python's json.dumps (ensure_ascii=True) writes it. s must be valid UTF-8. */
-static void accel__sb_json_str(accel__sb *b, const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str, *end = s + n;
-    static const char hex[] = "0123456789abcdef";
-    accel__sb_add(b, "\"", 1);
-    while (s < end) {
-        uint32_t cp;
-        size_t l = accel__utf8_decode(s, end, &cp);
-        char t[16];
-        if (!l) { cp = 0xFFFD; l = 1; }
-        s += l;
-        switch (cp) {
-        case '"': accel__sb_add(b, "\\\"", 2); continue;
-        case '\\': accel__sb_add(b, "\\\\", 2); continue;
-        case '\n': accel__sb_add(b, "\\n", 2); continue;
-        case '\r': accel__sb_add(b, "\\r", 2); continue;
-        case '\t': accel__sb_add(b, "\\t", 2); continue;
-        case '\b': accel__sb_add(b, "\\b", 2); continue;
-        case '\f': accel__sb_add(b, "\\f", 2); continue;
-        default: break;
-        }
-        if (cp >= 0x20 && cp < 0x7F) { t[0] = (char)cp; accel__sb_add(b, t, 1); continue; }
-        if (cp >= 0x10000) {
-            uint32_t v = cp - 0x10000, hi = 0xD800 + (v >> 10), lo = 0xDC00 + (v & 0x3FF);
-            t[0] = '\\'; t[1] = 'u'; t[2] = hex[(hi >> 12) & 15]; t[3] = hex[(hi >> 8) & 15]; t[4] = hex[(hi >> 4) & 15]; t[5] = hex[hi & 15];
-            t[6] = '\\'; t[7] = 'u'; t[8] = hex[(lo >> 12) & 15]; t[9] = hex[(lo >> 8) & 15]; t[10] = hex[(lo >> 4) & 15]; t[11] = hex[lo & 15];
-            accel__sb_add(b, t, 12);
-        } else {
-            t[0] = '\\'; t[1] = 'u'; t[2] = hex[(cp >> 12) & 15]; t[3] = hex[(cp >> 8) & 15]; t[4] = hex[(cp >> 4) & 15]; t[5] = hex[cp & 15];
-            accel__sb_add(b, t, 6);
-        }
-    }
-    accel__sb_add(b, "\"", 1);
-}
+static void accel__sb_u64(accel__sb *b, uint64_t v) { accel__sb_printf(b, "%llu", (unsigned long long)v); }
 
 /* ---------------------------------------------------------------------------------------- JSON reader */
 enum { ACCEL__J_NULL = 1, ACCEL__J_FALSE, ACCEL__J_TRUE, ACCEL__J_NUM, ACCEL__J_STR, ACCEL__J_ARR, ACCEL__J_OBJ };
@@ -872,155 +732,9 @@ static int accel__ju64(const accel__json *j, int nd, uint64_t *out) {
 }
 
 /* ------------------------------------------------------------------------------------------ file helpers */
-static accel_result accel__io_fail(accel *acc, const char *what, const char *path) {
-    int e = errno;
-    return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s %.400s: %s", what, path, strerror(e));
-}
-static int accel__write_all(int fd, const void *buf, size_t n) {
-    const char *p = (const char *)buf;
-    while (n > 0) {
-        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-static int accel__pread_all(int fd, void *buf, size_t n, uint64_t off) {
-    char *p = (char *)buf;
-    while (n > 0) {
-        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-        ssize_t r = pread(fd, p, chunk, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (r == 0) { errno = EIO; return -1; }
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-static int accel__fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY), rc;
-    if (fd < 0) return -1;
-    rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-static void accel__dirname(const char *path, char *out, size_t cap) {
-    const char *s = strrchr(path, '/');
-    if (!s) accel__fmt(out, cap, ".");
-    else if (s == path) accel__fmt(out, cap, "/");
-    else accel__fmt(out, cap, "%.*s", (int)(s - path), path);
-}
 static const char *accel__basename(const char *path) {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
-}
-static int accel__is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-static int accel__is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-static int accel__mkdir_p(const char *path) {
-    char buf[4096];
-    size_t i, n = strlen(path);
-    if (n == 0 || n >= sizeof buf) { errno = ENAMETOOLONG; return -1; }
-    memcpy(buf, path, n + 1);
-    for (i = 1; i <= n; ++i) {
-        if (buf[i] == '/' || buf[i] == 0) {
-            char c = buf[i];
-            buf[i] = 0;
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-            buf[i] = c;
-        }
-    }
-    return accel__is_dir(path) ? 0 : -1;
-}
-static int accel__rmtree(const char *path) {
-    struct stat st;
-    DIR *d;
-    struct dirent *e;
-    int rc = 0;
-    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
-    if (!S_ISDIR(st.st_mode)) return unlink(path);
-    d = opendir(path);
-    if (!d) return -1;
-    while ((e = readdir(d)) != NULL) {
-        char sub[4096];
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        if ((size_t)accel__fmt(sub, sizeof sub, "%s/%s", path, e->d_name) >= sizeof sub) { rc = -1; continue; }
-        if (accel__rmtree(sub) != 0) rc = -1;
-    }
-    closedir(d);
-    if (rmdir(path) != 0) rc = -1;
-    return rc;
-}
-/* Reads a whole (small) file. */
-static accel_result accel__read_file(accel *acc, const char *path, char **out, size_t *n, size_t limit) {
-    int fd = open(path, O_RDONLY);
-    struct stat st;
-    char *buf;
-    if (fd < 0) return errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path)
-                                       : accel__io_fail(acc, "cannot open", path);
-    if (fstat(fd, &st) != 0) { close(fd); return accel__io_fail(acc, "cannot stat", path); }
-    if ((uint64_t)st.st_size > (uint64_t)limit) {
-        close(fd);
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is %llu bytes, more than the %llu allowed", path,
-                           (unsigned long long)st.st_size, (unsigned long long)limit);
-    }
-    buf = (char *)malloc((size_t)st.st_size + 1);
-    if (!buf) { close(fd); return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "reading %.400s", path); }
-    if (accel__pread_all(fd, buf, (size_t)st.st_size, 0) != 0) {
-        free(buf);
-        close(fd);
-        return accel__io_fail(acc, "cannot read", path);
-    }
-    close(fd);
-    buf[st.st_size] = 0;
-    *out = buf;
-    *n = (size_t)st.st_size;
-    return ACCEL_OK;
-}
-/* Writes bytes to path, fsync'd. atomic: through path.tmp + rename + directory fsync. */
-static accel_result accel__write_file(accel *acc, const char *path, const void *data, size_t n, int atomic,
-                                      uint64_t *hash) {
-    char tmp[4200], dir[4096];
-    const char *target = path;
-    int fd;
-    if (atomic) {
-        accel__fmt(tmp, sizeof tmp, "%s.tmp", path);
-        target = tmp;
-    }
-    fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return accel__io_fail(acc, "cannot create", target);
-    if (accel__write_all(fd, data, n) != 0 || fsync(fd) != 0) {
-        accel_result r = accel__io_fail(acc, "cannot write", target);
-        close(fd);
-        if (atomic) unlink(tmp);
-        return r;
-    }
-    if (close(fd) != 0) return accel__io_fail(acc, "cannot close", target);
-    if (atomic) {
-        if (rename(tmp, path) != 0) {
-            accel_result r = accel__io_fail(acc, "cannot rename into", path);
-            unlink(tmp);
-            return r;
-        }
-        accel__dirname(path, dir, sizeof dir);
-        if (accel__fsync_dir(dir) != 0) return accel__io_fail(acc, "cannot fsync directory", dir);
-    }
-    if (hash) *hash = accel_ckpt_xxh64(data, n, 0);
-    return ACCEL_OK;
 }
 
 /* ------------------------------------------------------------------------------------- device staging */
@@ -1251,9 +965,9 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
         accel__sb_puts(&hb, "\"__metadata__\":{");
         for (i = 0; i < nmeta; ++i) {
             if (i) accel__sb_puts(&hb, ",");
-            accel__sb_json_str(&hb, meta[2 * i], strlen(meta[2 * i]));
+            accel__sb_json_str(&hb, meta[2 * i], strlen(meta[2 * i]), 1);
             accel__sb_puts(&hb, ":");
-            accel__sb_json_str(&hb, meta[2 * i + 1], strlen(meta[2 * i + 1]));
+            accel__sb_json_str(&hb, meta[2 * i + 1], strlen(meta[2 * i + 1]), 1);
         }
         accel__sb_puts(&hb, "}");
         first = 0;
@@ -1263,7 +977,7 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
         int d;
         if (!first) accel__sb_puts(&hb, ",");
         first = 0;
-        accel__sb_json_str(&hb, x->name, strlen(x->name));
+        accel__sb_json_str(&hb, x->name, strlen(x->name), 1);
         accel__sb_puts(&hb, ":{\"dtype\":\"");
         accel__sb_puts(&hb, accel_dtype_name(x->dtype));
         accel__sb_puts(&hb, "\",\"shape\":[");
@@ -1767,26 +1481,15 @@ static void accel__index_json(accel__sb *b, const accel_tensor *t, int n, const 
     accel__sb_puts(b, "\n  },\n  \"weight_map\": {");
     for (i = 0; i < n; ++i) {
         accel__sb_puts(b, i ? ",\n    " : "\n    ");
-        accel__sb_json_str(b, nf[i].name, strlen(nf[i].name));
+        accel__sb_json_str(b, nf[i].name, strlen(nf[i].name), 1);
         accel__sb_puts(b, ": ");
         accel_ckpt_shard_name(nf[i].shard, ns, fname, sizeof fname);
-        accel__sb_json_str(b, fname, strlen(fname));
+        accel__sb_json_str(b, fname, strlen(fname), 1);
     }
     accel__sb_puts(b, n ? "\n  }\n}\n" : "}\n}\n");
     free(nf);
 }
 
-/* Collective verdict: every rank returns an error when any rank failed. */
-static accel_result accel__agree(accel *acc, accel_result local, const char *what) {
-    int64_t v = local != ACCEL_OK ? 1 : 0;
-    accel_result r;
-    if (!acc || acc->num_processes <= 1) return local;
-    r = accel_host_allreduce_i64(acc, &v, 1, ACCEL_HOST_MAX);
-    if (r != ACCEL_OK) return r;
-    if (local != ACCEL_OK) return local;
-    if (v) return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s failed on another process (see its log)", what);
-    return ACCEL_OK;
-}
 
 static accel_result accel__save_model_local(accel *acc, const char *dir, const accel_tensor *t, int n, uint64_t max) {
     int *shard_of = NULL, ns = 0, s, i;
@@ -1799,7 +1502,7 @@ static accel_result accel__save_model_local(accel *acc, const char *dir, const a
     struct dirent *de;
     if (r != ACCEL_OK) return r;
     if (n == 0) return ACCEL_OK; /* Accelerate writes nothing for an empty state dict */
-    if (accel__mkdir_p(dir) != 0) return accel__io_fail(acc, "cannot create directory", dir);
+    if (accel__mkdir_p(dir, NULL, 0) != 0) return accel__io_fail(acc, "cannot create directory", dir);
     sizes = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)n);
     shard_bytes = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)n);
     shard_of = (int *)malloc(sizeof(int) * (size_t)n);
@@ -1822,7 +1525,7 @@ static accel_result accel__save_model_local(accel *acc, const char *dir, const a
         memset(&b, 0, sizeof b);
         accel__index_json(&b, t, n, shard_of, ns, total);
         if (b.oom) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "index json");
-        else r = accel__write_file(acc, path, b.p, b.n, 1, NULL);
+        else r = accel__write_file(acc, path, b.p, b.n, 1);
         accel__sb_free(&b);
         if (r != ACCEL_OK) goto done;
         accel__fmt(path, sizeof path, "%s/model.safetensors", dir);
@@ -1941,7 +1644,7 @@ ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const
     if (sharded) {
         r = accel__read_file(acc, path, &data, &dn, (size_t)100000000);
         if (r == ACCEL_OK) r = accel__index_parse(acc, path, data, dn, &ix);
-        free(data);
+        accel_host_free(acc, data);
         if (r != ACCEL_OK) return r;
         for (i = 0; i < (int)stbds_arrlen(ix.files); ++i) {
             for (k = 0; k < nf; ++k)
@@ -2191,9 +1894,9 @@ static accel_result accel__marker_read(accel *acc, const char *dir, accel__marke
     r = accel__read_file(acc, path, &data, &n, (size_t)16 << 20);
     if (r == ACCEL_ERR_NOT_FOUND) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not a complete checkpoint: no " ACCEL__MARKER, dir);
     if (r != ACCEL_OK) return r;
-    if (!accel__utf8_valid((const unsigned char *)data, n, NULL)) { free(data); return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid UTF-8", path); }
+    if (!accel__utf8_valid((const unsigned char *)data, n, NULL)) { accel_host_free(acc, data); return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid UTF-8", path); }
     root = accel__json_parse(&j, data, n);
-    free(data);
+    accel_host_free(acc, data);
     if (root < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid JSON: %s", path, j.err); accel__json_free(&j); return r; }
     fl = accel__jget(&j, root, "files");
     if (fl < 0 || j.nodes[fl].type != ACCEL__J_OBJ) { accel__json_free(&j); return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s has no \"files\" object", path); }
@@ -2375,15 +2078,9 @@ ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out
     return ACCEL_OK;
 }
 
-static uint64_t accel__splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 static void accel__json_kv_u64(accel__sb *b, const char *k, uint64_t v, int last) {
-    accel__sb_json_str(b, k, strlen(k));
+    accel__sb_json_str(b, k, strlen(k), 1);
     accel__sb_puts(b, ": ");
     accel__sb_u64(b, v);
     if (!last) accel__sb_puts(b, ", ");
@@ -2404,7 +2101,8 @@ static accel_result accel__save_obj(accel_ckpt *ck, const accel__ckpt_obj *o, co
         return ACCEL__FAIL(ck->acc, r != ACCEL_OK ? r : ACCEL_ERR_STATE, "save callback of %s failed (wrote %zu of %zu bytes)", o->name, got, need);
     }
     accel__fmt(path, sizeof path, "%s/%s", dir, o->name);
-    r = accel__write_file(ck->acc, path, buf, got, 0, &w->hash);
+    r = accel__write_file(ck->acc, path, buf, got, 0);
+    w->hash = accel_ckpt_xxh64(buf, got, 0);
     free(buf);
     accel__fmt(w->name, sizeof w->name, "%s", o->name);
     w->bytes = got;
@@ -2446,7 +2144,7 @@ static accel_result accel__write_marker(accel *acc, const char *tmp, accel__writ
         char hx[24];
         const accel__written *w = &(*written)[order[i].shard];
         if (i) accel__sb_puts(&b, ", ");
-        accel__sb_json_str(&b, w->name, strlen(w->name));
+        accel__sb_json_str(&b, w->name, strlen(w->name), 1);
         accel__sb_puts(&b, ": {\"bytes\": ");
         accel__sb_u64(&b, w->bytes);
         accel__fmt(hx, sizeof hx, "%016llx", (unsigned long long)w->hash);
@@ -2457,7 +2155,7 @@ static accel_result accel__write_marker(accel *acc, const char *tmp, accel__writ
     accel__sb_puts(&b, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
     free(order);
     accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, tmp);
-    r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "marker") : accel__write_file(acc, path, b.p, b.n, 0, NULL);
+    r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "marker") : accel__write_file(acc, path, b.p, b.n, 0);
     accel__sb_free(&b);
     if (r == ACCEL_OK && accel__fsync_dir(tmp) != 0) r = accel__io_fail(acc, "cannot fsync directory", tmp);
     return r;
@@ -2545,7 +2243,7 @@ ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output
             r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is neither empty nor an accel checkpoint (no " ACCEL__MARKER "): refusing to replace it", target);
         else if (!automatic && accel__exists_not_dir(target))
             r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is not a directory", target);
-        else if (accel__mkdir_p(parent) != 0) r = accel__io_fail(acc, "cannot create directory", parent);
+        else if (accel__mkdir_p(parent, NULL, 0) != 0) r = accel__io_fail(acc, "cannot create directory", parent);
         else if (accel__rmtree(tmp) != 0) r = accel__io_fail(acc, "cannot remove stale", tmp);
         else if (mkdir(tmp, 0777) != 0) r = accel__io_fail(acc, "cannot create directory", tmp);
     }
@@ -2589,7 +2287,8 @@ ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output
             accel__sb_puts(&b, "}\n");
             accel__fmt(w.name, sizeof w.name, "accelerator_state.json");
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-            r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accelerator_state") : accel__write_file(acc, path, b.p, b.n, 0, &w.hash);
+            r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accelerator_state") : accel__write_file(acc, path, b.p, b.n, 0);
+            if (r == ACCEL_OK) w.hash = accel_ckpt_xxh64(b.p, b.n, 0);
             w.bytes = b.n;
             accel__sb_free(&b);
             if (r == ACCEL_OK) stbds_arrput(written, w);
@@ -2608,7 +2307,8 @@ ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output
         accel__sb_puts(&b, "}\n");
         accel__fmt(w.name, sizeof w.name, "random_states_%d.json", acc->process_index);
         accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-        r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "random_states") : accel__write_file(acc, path, b.p, b.n, 0, &w.hash);
+        r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "random_states") : accel__write_file(acc, path, b.p, b.n, 0);
+        if (r == ACCEL_OK) w.hash = accel_ckpt_xxh64(b.p, b.n, 0);
         w.bytes = b.n;
         accel__sb_free(&b);
         if (r == ACCEL_OK) stbds_arrput(written, w);
@@ -2662,7 +2362,7 @@ static accel_result accel__read_rng(accel *acc, const char *dir, int rank, uint6
     r = accel__read_file(acc, path, &data, &n, 1 << 20);
     if (r != ACCEL_OK) return r;
     root = accel__json_parse(&j, data, n);
-    free(data);
+    accel_host_free(acc, data);
     if (root < 0 || accel__ju64(&j, accel__jget(&j, root, "rng_seed"), seed) || accel__ju64(&j, accel__jget(&j, root, "rng_offset"), offset) ||
         accel__ju64(&j, accel__jget(&j, root, "step"), step)) {
         r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: expected rng_seed, rng_offset and step integers%s%s", path, root < 0 ? ": " : "",
@@ -2768,7 +2468,7 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
                 iteration > (uint64_t)INT_MAX - 1 || opt_steps > (uint64_t)INT64_MAX || sch_steps > (uint64_t)INT64_MAX)
                 r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is malformed", path);
             accel__json_free(&j);
-            free(data);
+            accel_host_free(acc, data);
         }
     }
     /* RNG: this rank's own file, else re-derived (see the header) */
@@ -2798,7 +2498,7 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
                     seed = accel__splitmix64(s ^ (uint64_t)acc->process_index);
                     offset = o;
                 }
-                accel__log(acc, ACCEL_LOG_INFO, "load_state: %s has no random_states_%d.json (saved on %d processes): RNG state re-derived", dir,
+                accel_log(acc, ACCEL_LOG_INFO, "load_state: %s has no random_states_%d.json (saved on %d processes): RNG state re-derived", dir,
                            acc->process_index, (int)saved_np);
             }
         }
@@ -2830,7 +2530,7 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
     }
     for (i = 0; mf && i < nm; ++i) accel_ckpt_close(mf[i]);
     for (i = 0; of && i < no; ++i) accel_ckpt_close(of[i]);
-    for (i = 0; blobs && i < nobj; ++i) free(blobs[i]);
+    for (i = 0; blobs && i < nobj; ++i) accel_host_free(acc, blobs[i]);
     free(mf);
     free(of);
     free(blobs);

@@ -568,14 +568,14 @@ static ncclRedOp_t accel__coll_nccl_op(accel_coll_op op) {
 /* A non-blocking communicator may answer ncclInProgress: poll until the call is really enqueued (or fails or the
    deadline passes, which aborts the communicator). */
 static accel_result accel__coll_nccl_settle(accel_coll *c, ncclResult_t rc, const char *what, int line) {
-    double deadline = accel__now() + c->timeout_s;
+    double deadline = accel_now() + c->timeout_s;
     while (rc == ncclInProgress) {
         ncclResult_t st = ncclSuccess;
         ncclResult_t q = ncclCommGetAsyncError(c->nccl, &st);
         if (q != ncclSuccess) { rc = q; break; }
         rc = st;
         if (rc != ncclInProgress) break;
-        if (accel__now() > deadline) {
+        if (accel_now() > deadline) {
             ncclCommAbort(c->nccl);
             c->nccl_valid = 0;
             c->broken = ACCEL_ERR_TIMEOUT;
@@ -721,7 +721,7 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
                 c->cuda_aware = 0;
 #endif
             }
-            accel__log(acc, ACCEL_LOG_INFO, "MPI device buffers: %s", c->cuda_aware ? "CUDA-aware MPI" : "staged through pinned host memory");
+            accel_log(acc, ACCEL_LOG_INFO, "MPI device buffers: %s", c->cuda_aware ? "CUDA-aware MPI" : "staged through pinned host memory");
         }
     }
 #endif
@@ -729,7 +729,7 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
         r = accel__coll_nccl_init(c);
         if (r != ACCEL_OK) { accel_coll_destroy(c); return r; }
     }
-    accel__log(acc, ACCEL_LOG_DEBUG, "accel_coll: backend %s, rank %d of %d, %s buffers, timeout %.1f s",
+    accel_log(acc, ACCEL_LOG_DEBUG, "accel_coll: backend %s, rank %d of %d, %s buffers, timeout %.1f s",
                accel_coll_backend_name(c->backend), c->rank, c->size, c->device_mem ? "device" : "host", c->timeout_s);
     *out = c;
     return ACCEL_OK;
@@ -746,14 +746,14 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
     /* requests abandoned after a deadline: give them a moment, then leak them (MPI forbids freeing an unfinished
        collective request) */
     {
-        double until = accel__now() + 0.2;
+        double until = accel_now() + 0.2;
         (void)until;
         for (q = c->orphans; q; q = nx) {
             nx = q->next;
 #ifdef ACCEL_WITH_MPI
             if (q->has_mreq) {
                 int done = 0;
-                while (!done && accel__now() < until)
+                while (!done && accel_now() < until)
                     if (MPI_Test(&q->mreq, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
                 if (done) { q->has_mreq = 0; accel__coll_release(q); continue; }
                 ++pending;
@@ -763,14 +763,14 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
             accel__coll_release(q);
         }
     }
-    if (pending) accel__log(acc, ACCEL_LOG_WARN, "accel_coll_destroy: %d timed-out operation(s) never completed; their buffers are leaked", pending);
+    if (pending) accel_log(acc, ACCEL_LOG_WARN, "accel_coll_destroy: %d timed-out operation(s) never completed; their buffers are leaked", pending);
 #ifdef ACCEL__COLL_NCCL
     if (c->nccl_valid) {
         if (c->broken) ncclCommAbort(c->nccl);
         else {
             ncclResult_t rc = ncclCommFinalize(c->nccl);
-            double deadline = accel__now() + c->timeout_s;
-            while (rc == ncclInProgress && accel__now() < deadline) {
+            double deadline = accel_now() + c->timeout_s;
+            while (rc == ncclInProgress && accel_now() < deadline) {
                 ncclResult_t st = ncclSuccess;
                 if (ncclCommGetAsyncError(c->nccl, &st) != ncclSuccess) break;
                 rc = st;
@@ -938,7 +938,7 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
     return accel__coll_complete(q);
 #if defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL)
 not_yet:
-    if (accel__now() > q->deadline) {
+    if (accel_now() > q->deadline) {
         accel_result r = ACCEL__FAIL(c->acc, ACCEL_ERR_TIMEOUT,
                                      "%s (%s, %zu elements) did not complete within %.1f s on rank %d of %d: a peer is "
                                      "dead, stuck, or not calling the same collective; this context is now unusable",
@@ -1256,7 +1256,7 @@ static accel_result accel__coll_post(accel_coll *c, accel__coll_args *a, accel_c
     q->op = a->op;
     q->count = a->count;
     q->root = a->root;
-    q->deadline = accel__now() + c->timeout_s;
+    q->deadline = accel_now() + c->timeout_s;
     switch (c->backend) {
     case ACCEL_COLL_BACKEND_MPI:
 #ifdef ACCEL_WITH_MPI
@@ -1447,7 +1447,7 @@ ACCEL__DEF accel_result accel_coll_synchronize(accel_coll *c) {
         memset(q, 0, sizeof *q);
         q->c = c;
         q->kind = ACCEL__K_BARRIER;
-        q->deadline = accel__now() + c->timeout_s;
+        q->deadline = accel_now() + c->timeout_s;
         if (cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming) != cudaSuccess) {
             accel__coll_release(q);
             return ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaEventCreate failed");
@@ -2164,7 +2164,7 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
     for (b = 0; b < nb; ++b) r->buckets[b].pending = r->buckets[b].n;
     r->next_launch = 0;
     r->finalized = 1;
-    accel__log(acc, ACCEL_LOG_DEBUG, "reducer: %d gradients in %d bucket(s)%s", r->ngrads, nb, flat_ok ? " (flat)" : "");
+    accel_log(acc, ACCEL_LOG_DEBUG, "reducer: %d gradients in %d bucket(s)%s", r->ngrads, nb, flat_ok ? " (flat)" : "");
     return ACCEL_OK;
 }
 
@@ -2296,7 +2296,7 @@ ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
 
 /* ---------------------------------------------------------------------------------- bootstrap: TCP / file */
 static int accel__coll_ms_left(double deadline) {
-    double left = (deadline - accel__now()) * 1000.0;
+    double left = (deadline - accel_now()) * 1000.0;
     return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left;
 }
 static void accel__coll_sleep_ms(int ms) {
@@ -2355,7 +2355,7 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "tcp bootstrap: bad arguments (addr=%s port=%d rank=%d size=%d)",
                            addr ? addr : "(null)", port, rank, size);
     if (size == 1) return ACCEL_OK;
-    deadline = accel__now() + 1e-3 * (double)timeout_ms;
+    deadline = accel_now() + 1e-3 * (double)timeout_ms;
     if (accel__coll_resolve(addr, port, &ss, &sl) != 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "tcp bootstrap: cannot resolve MASTER_ADDR \"%s\"", addr);
     if (rank == 0) {
@@ -2443,7 +2443,7 @@ ACCEL__DEF accel_result accel_coll_file_broadcast(accel *acc, const char *path, 
     double deadline;
     if (!path || !*path || rank < 0 || (bytes && !data) || timeout_ms < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "file bootstrap: bad arguments (path=%s rank=%d)", path ? path : "(null)", rank);
-    deadline = accel__now() + 1e-3 * (double)timeout_ms;
+    deadline = accel_now() + 1e-3 * (double)timeout_ms;
     if (rank == 0) {
         char tmp[4096];
         FILE *f;
@@ -2515,12 +2515,12 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
         {
             MPI_Request q;
             int done = 0, mrc = MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm, &q);
-            double deadline = accel__now() + c->timeout_s;
+            double deadline = accel_now() + c->timeout_s;
             if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, "MPI_Ibcast(ncclUniqueId)", __LINE__);
             while (!done) {
                 mrc = MPI_Test(&q, &done, MPI_STATUS_IGNORE);
                 if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, "MPI_Test(ncclUniqueId)", __LINE__);
-                if (!done && accel__now() > deadline) {
+                if (!done && accel_now() > deadline) {
                     c->broken = ACCEL_ERR_TIMEOUT;
                     return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "NCCL bootstrap: the unique id broadcast did not complete within %.1f s", c->timeout_s);
                 }

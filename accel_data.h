@@ -976,7 +976,7 @@ ACCEL__DEF accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *l
     r = accel_data_sampler_init(acc, &t.sampler, t.num_windows, desc->shuffle, desc->seed);
     if (r != ACCEL_OK) { accel_data_seq_free(&t); return r; }
     if (t.num_batches == 0)
-        accel__log(acc, ACCEL_LOG_WARN, "seq loader: %lld windows of %d+1 tokens are fewer than one global batch (%lld "
+        accel_log(acc, ACCEL_LOG_WARN, "seq loader: %lld windows of %d+1 tokens are fewer than one global batch (%lld "
                    "rows): the epoch is empty", (long long)t.num_windows, desc->seq_len, (long long)per_batch);
     t.book.remainder = -1;
     *ld = t;

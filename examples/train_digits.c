@@ -153,7 +153,7 @@ static void round_bf16(float *v, size_t n) {
     for (i = 0; i < n; ++i) v[i] = accel_amp_bf16_to_f32(accel_amp_f32_to_bf16(v[i]));
 }
 
-static double now_s(void) { return accel__now(); }
+static double now_s(void) { return accel_now(); }
 
 /* ------------------------------------------------------------------------------------------------ trainer state */
 /* What a checkpoint holds besides the model and the optimizer (trainer.bin; host byte order, as a struct). */
@@ -178,7 +178,7 @@ static accel_result resume_position(accel *acc, progress *pg, accel_data_shard *
     } else {
         int64_t per = (int64_t)acc->num_processes * accel_data_shard_batch_size(train);
         if (pg->samples_in_epoch % per)
-            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "resume: %lld samples into the epoch is not a whole number "
+            return accel_set_error(acc, ACCEL_ERR_MISMATCH, "resume: %lld samples into the epoch is not a whole number "
                                "of %d x %lld batches", (long long)pg->samples_in_epoch, acc->num_processes,
                                (long long)accel_data_shard_batch_size(train));
         if ((r = accel_data_shard_set_epoch(train, pg->epoch)) != ACCEL_OK) return r;
@@ -283,7 +283,7 @@ static accel_result evaluate(accel *acc, accel_coll *coll, accel_data_shard *tes
     }
     *pct = total ? 100.0 * (double)correct / (double)total : 0.0;
     if (r == ACCEL_OK && total != DIGITS_ROWS - DIGITS_TRAIN)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "evaluate: gathered %lld test rows, expected %d", (long long)total,
+        r = accel_set_error(acc, ACCEL_ERR_STATE, "evaluate: gathered %lld test rows, expected %d", (long long)total,
                         DIGITS_ROWS - DIGITS_TRAIN);
 done:
     accel_host_free(acc, mine);
@@ -334,7 +334,7 @@ static accel_result save_trainer(void *user, void *buf, size_t cap, size_t *writ
 static accel_result load_trainer(void *user, const void *buf, size_t n) {
     ckpt_ctx *c = (ckpt_ctx *)user;
     if (n != sizeof c->loaded)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_FORMAT, "trainer.bin: %zu bytes, expected %zu", n, sizeof c->loaded);
+        return accel_set_error(c->acc, ACCEL_ERR_FORMAT, "trainer.bin: %zu bytes, expected %zu", n, sizeof c->loaded);
     memcpy(&c->loaded, buf, n);
     c->have_loaded = 1;
     return ACCEL_OK;

@@ -445,7 +445,7 @@ int main(int argc, char **argv) {
     accel_print(&acc, "train_gpt2: %d GPU(s), B=%d T=%d accum=%d, vocab %d, %zu parameters, %lld batches/epoch\n",
                 acc.num_processes, B, T, accum, V, nparam, (long long)accel_data_seq_len(&ld));
 
-    t0 = accel__now();
+    t0 = accel_now();
     {
         double loss_acc = 0.0;
         const float g = 1.0f / ((float)rows * accel_loss_divisor(&acc));
@@ -515,7 +515,7 @@ int main(int argc, char **argv) {
                 cu.st.step++;
                 if (lf) fprintf(lf, "%lld %.6f %.6g\n", (long long)cu.st.step, lossv, cur_lr);
                 if (print_every > 0 && (cu.st.step % print_every == 0 || cu.st.step == steps)) {
-                    double el = accel__now() - t0;
+                    double el = accel_now() - t0;
                     accel_print(&acc, "step %4lld/%d | loss %.4f | lr %.3g | norm %.3f | %.0f tok/s\n",
                                 (long long)cu.st.step, steps, lossv, cur_lr, norm,
                                 (double)cu.st.step * B * T * accum * acc.num_processes / (el > 0 ? el : 1e-9));

@@ -17,7 +17,7 @@
 static void die(const char *what) { fprintf(stderr, "bench_ckpt: %s: %s\n", what, accel_last_error(NULL)); exit(1); }
 
 static double ref_write(const char *path, void **bufs, size_t each) {
-    double t0 = accel__now();
+    double t0 = accel_now();
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644), i;
     if (fd < 0) die("open");
     for (i = 0; i < NT; ++i) {
@@ -30,10 +30,10 @@ static double ref_write(const char *path, void **bufs, size_t each) {
     }
     if (fsync(fd) != 0) die("fsync");
     close(fd);
-    return accel__now() - t0;
+    return accel_now() - t0;
 }
 static double ref_read(const char *path, void **bufs, size_t each) {
-    double t0 = accel__now();
+    double t0 = accel_now();
     int fd = open(path, O_RDONLY), i;
     if (fd < 0) die("open");
     for (i = 0; i < NT; ++i) {
@@ -45,7 +45,7 @@ static double ref_read(const char *path, void **bufs, size_t each) {
         }
     }
     close(fd);
-    return accel__now() - t0;
+    return accel_now() - t0;
 }
 static void drop_cache(const char *path) {
     int fd = open(path, O_RDONLY);
@@ -55,12 +55,12 @@ static void drop_cache(const char *path) {
     close(fd);
 }
 static double acc_load(const char *path, accel_tensor *dst) {
-    double t0 = accel__now();
+    double t0 = accel_now();
     accel_ckpt_file *f = NULL;
     if (accel_ckpt_open(NULL, path, &f) != ACCEL_OK) die("accel_ckpt_open");
     if (accel_ckpt_file_load_all(f, dst, NT) != ACCEL_OK) die("load_all");
     accel_ckpt_close(f);
-    return accel__now() - t0;
+    return accel_now() - t0;
 }
 static void line(const char *bench, const char *params, double bytes, double t_acc, double t_ref, const char *ref_name, double goal) {
     double a = bytes / t_acc / 1e9, r = bytes / t_ref / 1e9;
@@ -109,9 +109,9 @@ int main(int argc, char **argv) {
     for (rep = 0; rep < REPS; ++rep) { /* save: accel (tmp + fsync + rename + dir fsync) vs write()+fsync */
         double t0;
         if (rep & 1) tr_s = mn(tr_s, ref_write(pr, src, each));
-        t0 = accel__now();
+        t0 = accel_now();
         if (accel_ckpt_save_safetensors(NULL, pa, ts, NT, NULL, 0) != ACCEL_OK) die("save");
-        ta_s = mn(ta_s, accel__now() - t0);
+        ta_s = mn(ta_s, accel_now() - t0);
         if (!(rep & 1)) tr_s = mn(tr_s, ref_write(pr, src, each));
     }
     line("ckpt_save_safetensors", params, (double)total, ta_s, tr_s, "write+fsync", 0.8);
@@ -139,17 +139,17 @@ int main(int argc, char **argv) {
     if (accel_init(&acc, &d) != ACCEL_OK) die("accel_init");
     if (accel_ckpt_create(&acc, NULL, &ck) != ACCEL_OK || accel_ckpt_register_model(ck, ts, NT) != ACCEL_OK) die("ckpt");
     for (rep = 0; rep < REPS; ++rep) { /* interleaved with its own reference measurements */
-        double t0 = accel__now();
+        double t0 = accel_now();
         if (accel_ckpt_save_state(ck, ps, NULL, 0) != ACCEL_OK) die("save_state");
-        ts_s = mn(ts_s, accel__now() - t0);
+        ts_s = mn(ts_s, accel_now() - t0);
         tr_s2 = mn(tr_s2, ref_write(pr, src, each));
     }
     accel_ckpt_destroy(ck);
     if (accel_ckpt_create(&acc, NULL, &ck) != ACCEL_OK || accel_ckpt_register_model(ck, td, NT) != ACCEL_OK) die("ckpt");
     for (rep = 0; rep < REPS; ++rep) {
-        double t0 = accel__now();
+        double t0 = accel_now();
         if (accel_ckpt_load_state(ck, ps) != ACCEL_OK) die("load_state");
-        ts_l = mn(ts_l, accel__now() - t0);
+        ts_l = mn(ts_l, accel_now() - t0);
         tr_l2 = mn(tr_l2, ref_read(pr, dst, each));
     }
     accel_ckpt_destroy(ck);

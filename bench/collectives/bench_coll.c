@@ -28,7 +28,7 @@ static double block(int kind, accel_coll *cw, accel_coll *cn, float *a, float *b
     double t0;
     int i;
     MPI_Barrier(MPI_COMM_WORLD);
-    t0 = accel__now();
+    t0 = accel_now();
     for (i = 0; i < it; ++i) {
         if (kind == 1) MPI_Allreduce(a, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         else if (accel_coll_all_reduce(kind == 0 ? cw : cn, a, b, n, ACCEL_F32, ACCEL_COLL_SUM) != ACCEL_OK) {
@@ -36,7 +36,7 @@ static double block(int kind, accel_coll *cw, accel_coll *cn, float *a, float *b
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
     }
-    return max_time((accel__now() - t0) / it);
+    return max_time((accel_now() - t0) / it);
 }
 
 static void line(const char *bench, const char *params, double accel_v, double ref_v, const char *ref_name, double goal,
@@ -136,15 +136,15 @@ static void gpt2(void) {
     for (t = 0; t < nt; ++t) accel_coll_all_reduce(c, g[t], g[t], sz[t], ACCEL_F32, ACCEL_COLL_AVG);
     for (rep = 0; rep < reps; ++rep) {
         MPI_Barrier(MPI_COMM_WORLD);
-        t0 = accel__now();
+        t0 = accel_now();
         for (t = nt - 1; t >= 0; --t) accel_coll_grad_ready(red, t); /* backward order */
         if (accel_coll_reducer_wait(red) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); MPI_Abort(MPI_COMM_WORLD, 1); }
-        t0 = max_time(accel__now() - t0);
+        t0 = max_time(accel_now() - t0);
         if (t0 < best_b) best_b = t0;
         MPI_Barrier(MPI_COMM_WORLD);
-        t0 = accel__now();
+        t0 = accel_now();
         for (t = nt - 1; t >= 0; --t) accel_coll_all_reduce(c, g[t], g[t], sz[t], ACCEL_F32, ACCEL_COLL_AVG);
-        t0 = max_time(accel__now() - t0);
+        t0 = max_time(accel_now() - t0);
         if (t0 < best_t) best_t = t0;
     }
     if (R == 0) fprintf(stderr, "gpt2: %d tensors, %zu params, %d buckets\n", nt, total, accel_coll_reducer_num_buckets(red));
@@ -161,10 +161,10 @@ static void gpt2(void) {
     accel_coll_reducer_wait(redf);
     for (rep = 0; rep < reps; ++rep) {
         MPI_Barrier(MPI_COMM_WORLD);
-        t0 = accel__now();
+        t0 = accel_now();
         for (t = nt - 1; t >= 0; --t) accel_coll_grad_ready(redf, t);
         accel_coll_reducer_wait(redf);
-        t0 = max_time(accel__now() - t0);
+        t0 = max_time(accel_now() - t0);
         if (t0 < best_f) best_f = t0;
     }
     accel_coll_reducer_destroy(redf);

@@ -109,7 +109,7 @@ static void mismatch(void) {
     accel acc;
     accel_desc d;
     int rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK");
-    double t0 = accel__now();
+    double t0 = accel_now();
     memset(&d, 0, sizeof d);
     d.cpu = 1;
     d.gradient_accumulation_steps = rank == 1 ? 3 : 2;
@@ -118,7 +118,7 @@ static void mismatch(void) {
     AT_CONTAINS(accel_last_error(&acc), "gradient_accumulation_steps");
     AT_CONTAINS(accel_last_error(&acc), "rank 1=3");
     AT_CONTAINS(accel_last_error(&acc), "rank 0=2");
-    AT_CHECK(accel__now() - t0 < 10.0);
+    AT_CHECK(accel_now() - t0 < 10.0);
     accel_shutdown(&acc);
 }
 

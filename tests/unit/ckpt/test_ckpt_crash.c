@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
     int trials = argc > 1 ? atoi(argv[1]) : 60, max_s = argc > 2 ? atoi(argv[2]) : 25, t, done = 0;
     int last_reported = -1, saves = 0, kills_mid_run = 0;
     char tmpl[] = "/tmp/accel_ckpt_crash_XXXXXX", project[256], cdir[300];
-    double t0 = accel__now();
+    double t0 = accel_now();
     unsigned seed = (unsigned)time(NULL);
     accel acc;
     accel_desc d;
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
     AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
     srand(seed);
     printf("seed %u\n", seed);
-    for (t = 0; t < trials && accel__now() - t0 < max_s; ++t) {
+    for (t = 0; t < trials && accel_now() - t0 < max_s; ++t) {
         int fds[2], status = 0, it;
         pid_t pid;
         char latest[1024];
@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
         AT_EQ_INT(verify_all_visible(cdir), 0);
     }
     printf("crash trials: %d, checkpoints completed across all children: %d, newest iteration %d, %.1f s\n", done,
-           saves, last_reported, accel__now() - t0);
+           saves, last_reported, accel_now() - t0);
     (void)kills_mid_run;
     AT_CHECK_MSG(done >= 50, "fewer than 50 crash trials ran in the time limit");
     AT_CHECK_MSG(saves > 0, "no checkpoint was ever completed (kill delays too short for this disk?)");

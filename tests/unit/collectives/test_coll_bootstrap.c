@@ -66,13 +66,13 @@ typedef int (*child_fn)(int rank, void *arg);
 static double run_children(int first, int n, child_fn fn, void *arg, int *codes) {
     pid_t pids[NPROC];
     int i, left = n;
-    double t0 = accel__now();
+    double t0 = accel_now();
     for (i = 0; i < n; ++i) {
         pids[i] = fork();
         if (pids[i] == 0) _exit(fn(first + i, arg));
         codes[i] = 99;
     }
-    while (left > 0 && accel__now() - t0 < 20.0) {
+    while (left > 0 && accel_now() - t0 < 20.0) {
         for (i = 0; i < n; ++i) {
             int st;
             if (pids[i] > 0 && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
@@ -85,7 +85,7 @@ static double run_children(int first, int n, child_fn fn, void *arg, int *codes)
     }
     for (i = 0; i < n; ++i)
         if (pids[i] > 0) { kill(pids[i], SIGKILL); waitpid(pids[i], NULL, 0); }
-    return accel__now() - t0;
+    return accel_now() - t0;
 }
 
 typedef struct { int port, size, timeout_ms, delay0; const char *path; size_t bytes; } targ;

@@ -11,15 +11,22 @@
 #include "accel.h"
 #include "accel_test.h"
 
+/* What a loader does around its batches (accel_dataloader_*): the last batch is flagged one batch ahead. */
+static const int test_loader_key = 0;
+static void set_loader(accel *acc, int last, int remainder) {
+    accel_dataloader_begin(acc, &test_loader_key, remainder);
+    if (last) accel_dataloader_last_batch(acc, &test_loader_key);
+}
+
 static void init1(accel *acc, int accum, int sync_with_dataloader, int split, int adjust, int with_opt) {
     accel_desc d;
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
     d.gradient_accumulation_steps = accum;
-    d.sync_with_dataloader = sync_with_dataloader ? ACCEL_ON : ACCEL_OFF;
+    d.no_sync_with_dataloader = !sync_with_dataloader;
     d.split_batches = split;
-    d.adjust_scheduler = adjust ? ACCEL_ON : ACCEL_OFF;
-    d.step_scheduler_with_optimizer = with_opt ? ACCEL_ON : ACCEL_OFF;
+    d.no_adjust_scheduler = !adjust;
+    d.no_step_scheduler_with_optimizer = !with_opt;
     unsetenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
     if (accel_init(acc, &d) != ACCEL_OK) {
         fprintf(stderr, "accel_init: %s\n", accel_last_error(acc));
@@ -38,7 +45,7 @@ static void check_sync_pattern(int N, int A, int epochs, int swd) {
     for (e = 0; e < epochs; ++e)
         for (b = 0; b < N; ++b, ++g) {
             int want = swd ? ((b + 1) % A == 0 || b == N - 1) : ((g + 1) % A == 0);
-            accel_set_dataloader_state(&acc, b == N - 1, -1); /* the loader looks one batch ahead */
+            set_loader(&acc, b == N - 1, -1); /* the loader looks one batch ahead */
             accel_accumulate_begin(&acc);
             if (acc.sync_gradients != want) mismatches++;
             if (accel_should_reduce(&acc) != want) mismatches++; /* one process: no sync_each_batch effect */
@@ -69,7 +76,7 @@ static void check_semantics_example(void) {
     int b, lens[8], nw = 0, len = 0;
     init1(&acc, 3, 1, 0, 1, 1);
     for (b = 0; b < 7; ++b) {
-        accel_set_dataloader_state(&acc, b == 6, 0);
+        set_loader(&acc, b == 6, 0);
         accel_accumulate_begin(&acc);
         ++len;
         if (acc.sync_gradients) { lens[nw++] = len; len = 0; }
