@@ -2023,9 +2023,10 @@ static uint64_t accel__tag(const char *what) { return accel__fnv1a(ACCEL__FNV_IN
 
 /* The collective form of a local result: every rank returns an error when any rank failed (local: its own error;
    elsewhere ACCEL_ERR_REMOTE with the failed rank's message). `what` also tags the call: ranks in different
-   agreements fail with ACCEL_ERR_MISMATCH. */
+   agreements fail with ACCEL_ERR_MISMATCH. Without a host group (several processes, no MPI, no installed
+   collectives context) it is local: accel_init already warned that agreement checks are skipped. */
 ACCEL__PRIVATE accel_result accel__agree(accel *acc, accel_result local, const char *what) {
-    if (!acc) return local;
+    if (!acc || !acc->impl || !acc->impl->tp) return local; /* no host group (yet): nothing to agree with */
     return accel__group_begin(acc, ACCEL__G_AGREE, local, 0, 0, (int64_t)accel__tag(what), what, accel__deadline(acc));
 }
 
@@ -2037,7 +2038,7 @@ ACCEL__PRIVATE accel_result accel__agree_values(accel *acc, accel_result local, 
     int64_t *all;
     double deadline;
     accel_result r;
-    if (!acc) return local;
+    if (!acc || !acc->impl || !acc->impl->tp) return local; /* no host group (yet): a local check only */
     P = acc->num_processes;
     if (P <= 1) return local;
     deadline = accel__deadline(acc);
