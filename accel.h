@@ -796,6 +796,8 @@ struct accel__impl {
     char broken_why[200];
     accel__loader_entry loaders[ACCEL__MAX_LOADERS]; /* GradientState.dataloader_references, innermost last */
     int nloaders;
+    void *scratch;              /* device scratch for kernel arguments (accel__device_scratch) */
+    size_t scratch_bytes;
 };
 
 /* ------------------------------------------------------------------------------------- 2. errors, logging */
@@ -1075,6 +1077,32 @@ ACCEL__DEF void accel_pinned_free(accel *acc, void *ptr) {
 #ifdef ACCEL_WITH_CUDA
     (void)cudaFreeHost(ptr);
 #endif
+}
+
+/* A device buffer of at least `bytes` that lives as long as acc (grown through the device allocator, freed by
+   accel_shutdown), for small per-call data such as kernels' tensor lists. Work that uses it must be enqueued on
+   acc->stream: the next call may overwrite it, and stream order makes that safe. NULL (error set) on failure. */
+ACCEL__PRIVATE void *accel__device_scratch(accel *acc, size_t bytes) {
+    if (!acc || !acc->impl) {
+        ACCEL__FAIL(acc, ACCEL_ERR_STATE, "device scratch: the Accelerator is not initialized");
+        return NULL;
+    }
+    if (acc->impl->scratch_bytes < bytes) {
+        size_t want = acc->impl->scratch_bytes ? acc->impl->scratch_bytes : 4096;
+        void *p;
+        while (want < bytes) want *= 2;
+        p = accel_device_alloc(acc, want);
+        if (!p) return NULL;
+        if (acc->impl->scratch) {
+#ifdef ACCEL_WITH_CUDA
+            if (acc->device >= 0) (void)cudaStreamSynchronize((cudaStream_t)acc->stream); /* the old one may be in use */
+#endif
+            accel_device_free(acc, acc->impl->scratch);
+        }
+        acc->impl->scratch = p;
+        acc->impl->scratch_bytes = want;
+    }
+    return acc->impl->scratch;
 }
 
 /* stb_ds reallocs without the old size and without a context: every block carries its size and the allocator that
@@ -2430,6 +2458,13 @@ ACCEL__DEF void accel_shutdown(accel *acc) {
         }
     }
 #endif
+    if (acc->impl->scratch) {
+#ifdef ACCEL_WITH_CUDA
+        if (acc->device >= 0) (void)cudaStreamSynchronize((cudaStream_t)acc->stream);
+#endif
+        accel_device_free(acc, acc->impl->scratch);
+        acc->impl->scratch = NULL;
+    }
     if (accel__g_stbds_owner == acc) {
         accel__g_stbds_owner = NULL;
         memset(&accel__g_stbds_alloc, 0, sizeof accel__g_stbds_alloc);
