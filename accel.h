@@ -125,8 +125,12 @@
 
    THE HOST PROCESS GROUP
      The core owns the one host process group every module uses (barrier, broadcast, all-gather, small all-reduce,
-     agreement checks): MPI when accel was launched under MPI (or MPI was initialized by the program), or a
-     collectives context that installs itself (accel_collectives.h, e.g. NCCL under torchrun). Every host
+     agreement checks): MPI when accel was launched under MPI (or MPI was initialized by the program); otherwise,
+     under torchrun / `accel launch` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), a TCP store: rank 0 listens on
+     MASTER_PORT (MASTER_PORT + 1 when torchrun's agent serves its own store there, TORCHELASTIC_USE_AGENT_STORE;
+     ACCEL_STORE_PORT overrides) and the others connect, retrying until the deadline; a process of another run
+     (TORCHELASTIC_RUN_ID / ACCEL_RUN_ID differ), a wrong WORLD_SIZE or a duplicate RANK is an error for every rank.
+     accel_host_group_name says which ("mpi", "tcp", or a collectives backend that installed itself). Every host
      collective: (1) has a deadline (desc.collective_timeout_ms, default 1800000 = Accelerate's 30 min): a peer that
      never arrives gives ACCEL_ERR_TIMEOUT, after which the group refuses further calls (shut down); (2) first
      all-gathers a small header (what the call is, its size, root and this rank's status), so ranks calling
@@ -137,8 +141,6 @@
      - Multi-process CPU runs are MULTI_CPU whenever P > 1 and no GPU is used; Accelerate additionally requires
        cpu=True and otherwise silently runs P independent single-process jobs.
      - Conflicting launcher environments are an error instead of "first wins".
-     - A torchrun-style environment with P > 1 but no MPI has no host process group until a collectives context
-       installs one: host collectives (barrier, triggers, the init agreement check) return ACCEL_ERR_UNSUPPORTED.
      - adjust_scheduler is honoured (policy 3); Accelerate drops the setting.
 
    THREADS AND STREAMS
@@ -563,7 +565,9 @@ ACCEL_API accel_result accel_init(accel *acc, const accel_desc *desc);
 ACCEL_API void accel_shutdown(accel *acc);
 
 /* Resolve desc + environment without joining anything (what accel_init would do first). out_launcher may be NULL.
-   Used by `accel env` and by tests of the detection table. err receives a message on failure. */
+   Used by `accel env` and by tests of the detection table. err receives a message on failure; when the failure
+   comes after the process layout was determined (a bad ACCELERATE_* variable), out and out_launcher still hold
+   the layout, so the process can join its group to report the failure. */
 ACCEL_API accel_result accel_resolve_config(const accel_desc *desc, accel_desc *out, accel_launcher *out_launcher,
                                             char *err, size_t err_capacity);
 
@@ -733,6 +737,12 @@ ACCEL_API accel_result accel_state_load_resharded(accel *acc, const void *const 
 #include <dirent.h>
 #include <sys/types.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
 #endif
 
 #if defined(__CUDACC__) && !defined(ACCEL_WITH_CUDA)
@@ -796,6 +806,7 @@ struct accel__impl {
     char broken_why[200];
     accel__loader_entry loaders[ACCEL__MAX_LOADERS]; /* GradientState.dataloader_references, innermost last */
     int nloaders;
+    void *store;                /* the TCP store (accel__store) when it is the host group */
     void *scratch;              /* device scratch for kernel arguments (accel__device_scratch) */
     size_t scratch_bytes;
 };
@@ -1553,6 +1564,102 @@ ACCEL__PRIVATE void accel__sleep_ms(int ms) {
     ts.tv_nsec = (long)(ms % 1000) * 1000000L;
     nanosleep(&ts, NULL);
 }
+
+#if !defined(_WIN32)
+/* ---- TCP sockets with deadlines (the host store, NCCL's TCP bootstrap). Every call gives up at the deadline. */
+/* Sends or receives exactly n bytes. 0 ok, -1 error/EOF (errno: 0 on EOF), -2 deadline. */
+ACCEL__PRIVATE int accel__sock_io(int fd, void *buf, size_t n, int sending, double deadline) {
+    unsigned char *p = (unsigned char *)buf;
+    while (n > 0) {
+        struct pollfd pfd;
+        ssize_t k;
+        int left = accel__ms_left(deadline), pr;
+        if (left == 0) return -2;
+        pfd.fd = fd;
+        pfd.events = sending ? POLLOUT : POLLIN;
+        pfd.revents = 0;
+        pr = poll(&pfd, 1, left);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr < 0) return -1;
+        if (pr == 0) return -2;
+        k = sending ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (k == 0) errno = 0;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+ACCEL__PRIVATE int accel__sock_resolve(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len) {
+    struct addrinfo hints, *res = NULL;
+    char ps[16];
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(ps, sizeof ps, "%d", port);
+    if (getaddrinfo(addr, ps, &hints, &res) != 0 || !res) return -1;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = (socklen_t)res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+/* A listening socket on every interface of addr's family at port. -1 with errno on failure. */
+ACCEL__PRIVATE int accel__sock_listen(const struct sockaddr_storage *ss, int backlog) {
+    struct sockaddr_storage any;
+    socklen_t len;
+    int fd = socket(ss->ss_family, SOCK_STREAM, 0), one = 1;
+    if (fd < 0) return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    memset(&any, 0, sizeof any);
+    if (ss->ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&any;
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_any;
+        a->sin6_port = ((const struct sockaddr_in6 *)ss)->sin6_port;
+        len = sizeof *a;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&any;
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_ANY);
+        a->sin_port = ((const struct sockaddr_in *)ss)->sin_port;
+        len = sizeof *a;
+    }
+    if (bind(fd, (struct sockaddr *)&any, len) != 0 || listen(fd, backlog) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+/* Connects, retrying every 50 ms until the deadline (the listener may start later). -1 at the deadline. */
+ACCEL__PRIVATE int accel__sock_connect(const struct sockaddr_storage *ss, socklen_t sl, double deadline) {
+    for (;;) {
+        int fd, rc, err = 0, flags, left = accel__ms_left(deadline), one = 1;
+        socklen_t el = sizeof err;
+        struct pollfd pfd;
+        if (left == 0) return -1;
+        fd = socket(ss->ss_family, SOCK_STREAM, 0);
+        if (fd < 0) return -1;
+        flags = fcntl(fd, F_GETFL, 0);
+        fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+        rc = connect(fd, (const struct sockaddr *)ss, sl);
+        if (rc != 0 && errno == EINPROGRESS) {
+            pfd.fd = fd; pfd.events = POLLOUT; pfd.revents = 0;
+            rc = poll(&pfd, 1, left < 1000 ? left : 1000) == 1 ? 0 : -1;
+            if (rc == 0 && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0)) rc = -1;
+        }
+        if (rc == 0) {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            return fd;
+        }
+        close(fd);
+        left = accel__ms_left(deadline);
+        accel__sleep_ms(left < 50 ? left : 50);
+    }
+}
+#endif /* !_WIN32 */
 /* ------------------------------------------------------------------- 5. dtypes, names, environment */
 static const struct { const char *name; size_t size; int is_float; } accel__dtypes[ACCEL_DTYPE_COUNT] = {
     {NULL, 0, 0},      {"F64", 8, 1},  {"F32", 4, 1},     {"F16", 2, 1},     {"BF16", 2, 1},
@@ -1814,7 +1921,7 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
         else if (!strcmp(s, "fp8")) p = ACCEL_PRECISION_FP8;
         else {
             snprintf(err, cap, "ACCELERATE_MIXED_PRECISION=\"%s\" is not one of no, fp16, bf16, fp8", s);
-            return ACCEL_ERR_ENVIRONMENT;
+            { *out = d; if (out_launcher) *out_launcher = launcher; return ACCEL_ERR_ENVIRONMENT; }
         }
         if (d.mixed_precision == ACCEL_PRECISION_DEFAULT) d.mixed_precision = p;
     }
@@ -1825,7 +1932,7 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
         long v = 0;
         if (accel__parse_nonneg(s, &v) != 0 || v < 1) {
             snprintf(err, cap, "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=\"%s\" is not a positive integer", s);
-            return ACCEL_ERR_ENVIRONMENT;
+            { *out = d; if (out_launcher) *out_launcher = launcher; return ACCEL_ERR_ENVIRONMENT; }
         }
         d.gradient_accumulation_steps = (int)v;
     }
@@ -1834,13 +1941,13 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
     s = getenv("ACCELERATE_USE_CPU");
     if (s && *s) {
         b = accel_parse_bool(s);
-        if (b < 0) { snprintf(err, cap, "ACCELERATE_USE_CPU=\"%s\" is not a boolean (y/yes/t/true/on/1 or n/no/f/false/off/0)", s); return ACCEL_ERR_ENVIRONMENT; }
+        if (b < 0) { snprintf(err, cap, "ACCELERATE_USE_CPU=\"%s\" is not a boolean (y/yes/t/true/on/1 or n/no/f/false/off/0)", s); { *out = d; if (out_launcher) *out_launcher = launcher; return ACCEL_ERR_ENVIRONMENT; } }
         if (b) d.cpu = 1;
     }
     s = getenv("ACCELERATE_DEBUG_MODE");
     if (s && *s) {
         b = accel_parse_bool(s);
-        if (b < 0) { snprintf(err, cap, "ACCELERATE_DEBUG_MODE=\"%s\" is not a boolean (y/yes/t/true/on/1 or n/no/f/false/off/0)", s); return ACCEL_ERR_ENVIRONMENT; }
+        if (b < 0) { snprintf(err, cap, "ACCELERATE_DEBUG_MODE=\"%s\" is not a boolean (y/yes/t/true/on/1 or n/no/f/false/off/0)", s); { *out = d; if (out_launcher) *out_launcher = launcher; return ACCEL_ERR_ENVIRONMENT; } }
         if (b) d.debug = 1;
     }
     if (d.cpu) d.cpu = 1;
@@ -1917,6 +2024,473 @@ static accel_result accel__mpi_tp_bcast(void *ctx, accel *acc, void *buf, size_t
 static const accel__transport accel__mpi_transport = {"mpi", accel__mpi_tp_allgather, accel__mpi_tp_allgatherv,
                                                       accel__mpi_tp_bcast};
 #endif
+
+#if !defined(_WIN32)
+/* ---- the TCP store: the host group without MPI (torchrun, accel launch), in the role of torch's TCPStore.
+   Rank 0 is the hub; every other rank holds one connection to it. Frames are a 24-byte little-endian header
+   (u32 magic "ACS1", u16 kind, u16 op, u32 rank, u32 seq, u64 len) and len payload bytes. A collective: every rank
+   sends its contribution (an OP frame) to the hub; the hub checks each frame (kind, op, sender, sequence number,
+   length) and answers every rank with the RESULT, or with an ERROR frame naming the rank that failed (closed its
+   connection, sent garbage, missed the deadline) so every rank fails with the same cause. Setup: each rank sends a
+   HELLO (version, world size, rank, run id) and waits for the hub's WELCOME; a stray connection that is not an
+   accel rank is dropped, a wrong rank, world size or run id is an error for the whole job. */
+#define ACCEL__ST_MAGIC 0x31534341u /* "ACS1" */
+#define ACCEL__ST_HDR 24
+#define ACCEL__ST_VERSION 1u
+#define ACCEL__ST_MAX_PAYLOAD ((uint64_t)1 << 30)
+#define ACCEL__ST_MAX_TOKEN 256u
+enum { ACCEL__ST_HELLO = 1, ACCEL__ST_WELCOME, ACCEL__ST_OP, ACCEL__ST_RESULT, ACCEL__ST_ERROR };
+enum { ACCEL__ST_OP_ALLGATHER = 1, ACCEL__ST_OP_ALLGATHERV, ACCEL__ST_OP_BCAST };
+
+typedef struct accel__st_frame {
+    uint32_t magic;
+    uint16_t kind, op;
+    uint32_t rank, seq;
+    uint64_t len;
+} accel__st_frame;
+
+/* Untrusted bytes (fuzzed): 0 when b[0..n) starts with a well-formed header, else -1 and the reason in why. */
+ACCEL__PRIVATE int accel__store_parse_header(const unsigned char *b, size_t n, accel__st_frame *f, char *why, size_t cap) {
+    if (n < ACCEL__ST_HDR) { accel__fmt(why, cap, "a truncated frame header (%zu of %d bytes)", n, ACCEL__ST_HDR); return -1; }
+    f->magic = accel__get_u32(b);
+    f->kind = accel__get_u16(b + 4);
+    f->op = accel__get_u16(b + 6);
+    f->rank = accel__get_u32(b + 8);
+    f->seq = accel__get_u32(b + 12);
+    f->len = accel__get_u64(b + 16);
+    if (f->magic != ACCEL__ST_MAGIC) { accel__fmt(why, cap, "bytes that are not an accel store frame (magic 0x%08x)", (unsigned)f->magic); return -1; }
+    if (f->kind < ACCEL__ST_HELLO || f->kind > ACCEL__ST_ERROR) { accel__fmt(why, cap, "an unknown frame kind %u", (unsigned)f->kind); return -1; }
+    if (f->len > ACCEL__ST_MAX_PAYLOAD) {
+        accel__fmt(why, cap, "a frame of %llu bytes (the limit is 1 GiB)", (unsigned long long)f->len);
+        return -1;
+    }
+    if (f->kind == ACCEL__ST_OP && (f->op < ACCEL__ST_OP_ALLGATHER || f->op > ACCEL__ST_OP_BCAST)) {
+        accel__fmt(why, cap, "an unknown operation %u", (unsigned)f->op);
+        return -1;
+    }
+    if (f->kind == ACCEL__ST_HELLO && (f->len < 16 || f->len > 16 + ACCEL__ST_MAX_TOKEN)) {
+        accel__fmt(why, cap, "a HELLO of %llu bytes", (unsigned long long)f->len);
+        return -1;
+    }
+    return 0;
+}
+/* HELLO payload: u32 version, u32 world size, u32 rank, u32 token length, token. Untrusted (fuzzed). */
+ACCEL__PRIVATE int accel__store_parse_hello(const unsigned char *p, uint64_t len, uint32_t *world, uint32_t *rank,
+                                            const unsigned char **token, uint32_t *token_len, char *why, size_t cap) {
+    uint32_t v;
+    if (len < 16) { accel__fmt(why, cap, "a HELLO of %llu bytes", (unsigned long long)len); return -1; }
+    v = accel__get_u32(p);
+    *world = accel__get_u32(p + 4);
+    *rank = accel__get_u32(p + 8);
+    *token_len = accel__get_u32(p + 12);
+    *token = p + 16;
+    if (v != ACCEL__ST_VERSION) { accel__fmt(why, cap, "store protocol version %u (this build speaks %u)", (unsigned)v, ACCEL__ST_VERSION); return -1; }
+    if (*token_len > ACCEL__ST_MAX_TOKEN || (uint64_t)*token_len != len - 16) {
+        accel__fmt(why, cap, "a HELLO whose run id length %u does not match its %llu bytes", (unsigned)*token_len,
+                   (unsigned long long)len);
+        return -1;
+    }
+    return 0;
+}
+static void accel__store_put_header(unsigned char *b, int kind, int op, uint32_t rank, uint32_t seq, uint64_t len) {
+    accel__put_u32(b, ACCEL__ST_MAGIC);
+    accel__put_u16(b + 4, (uint16_t)kind);
+    accel__put_u16(b + 6, (uint16_t)op);
+    accel__put_u32(b + 8, rank);
+    accel__put_u32(b + 12, seq);
+    accel__put_u64(b + 16, len);
+}
+
+typedef struct accel__store {
+    int rank, size;
+    int *fd;       /* hub: fd[r] for r = 1..size-1; other ranks: fd[0] = the hub */
+    uint32_t seq;  /* collectives so far: every frame of one collective carries the same number */
+    char where[300];
+} accel__store;
+
+static int accel__store_send(int fd, int kind, int op, uint32_t rank, uint32_t seq, const void *data, size_t n, double deadline) {
+    unsigned char h[ACCEL__ST_HDR];
+    int rc;
+    accel__store_put_header(h, kind, op, rank, seq, n);
+    rc = accel__sock_io(fd, h, sizeof h, 1, deadline);
+    if (rc == 0 && n) rc = accel__sock_io(fd, (void *)data, n, 1, deadline);
+    return rc;
+}
+/* Ranks other than the hub wait this much longer than the deadline: when a peer is stuck, the hub's verdict (an
+   ERROR frame naming it) arrives just after the hub's own deadline. */
+#define ACCEL__ST_GRACE 2.0
+
+/* The reason a receive failed, for messages. */
+static const char *accel__store_rc_text(int rc) {
+    return rc == -2 ? "the deadline passed" : errno ? strerror(errno) : "the connection was closed (the process exited?)";
+}
+/* Reads one frame: header checked, payload (len bytes) into *payload from acc's allocator. */
+static accel_result accel__store_recv(accel *acc, accel__store *st, int fd, int from, accel__st_frame *f,
+                                      unsigned char **payload, double deadline) {
+    unsigned char h[ACCEL__ST_HDR];
+    char why[160];
+    int rc = accel__sock_io(fd, h, sizeof h, 0, deadline);
+    *payload = NULL;
+    if (rc != 0) {
+        return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "host store (%s): no frame from rank %d: %s",
+                           st->where, from, accel__store_rc_text(rc));
+    }
+    if (accel__store_parse_header(h, sizeof h, f, why, sizeof why) != 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): rank %d sent %s", st->where, from, why);
+    *payload = (unsigned char *)accel_host_alloc(acc, (size_t)f->len + 1);
+    if (!*payload) return ACCEL_ERR_OUT_OF_MEMORY;
+    if (f->len && (rc = accel__sock_io(fd, *payload, (size_t)f->len, 0, deadline)) != 0) {
+        accel_host_free(acc, *payload);
+        *payload = NULL;
+        return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE,
+                           "host store (%s): rank %d's frame was cut short: %s", st->where, from, accel__store_rc_text(rc));
+    }
+    (*payload)[f->len] = 0;
+    return ACCEL_OK;
+}
+/* The hub tells every other rank why the collective failed (best effort: a dead peer does not delay the rest). */
+static void accel__store_broadcast_error(accel__store *st, const char *msg) {
+    int r;
+    double deadline = accel_now() + 2.0;
+    for (r = 1; r < st->size; ++r)
+        if (st->fd[r] >= 0) (void)accel__store_send(st->fd[r], ACCEL__ST_ERROR, 0, 0, st->seq, msg, strlen(msg), deadline);
+}
+
+/* Hub: one contribution from every other rank, in any order (a dead rank is noticed whenever it happens).
+   want[r] is the expected length (UINT64_MAX: any). */
+static accel_result accel__store_collect(accel *acc, accel__store *st, int op, unsigned char **bufs, const uint64_t *want,
+                                         double deadline) {
+    struct pollfd stack_pfd[64], *pfd = stack_pfd;
+    int *who, P = st->size, pending = P - 1, i, r;
+    accel_result res = ACCEL_OK;
+    if (P > 64) {
+        pfd = (struct pollfd *)accel_host_alloc(acc, sizeof(struct pollfd) * (size_t)P);
+        if (!pfd) return ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    who = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)P);
+    if (!who) { if (pfd != stack_pfd) accel_host_free(acc, pfd); return ACCEL_ERR_OUT_OF_MEMORY; }
+    while (pending > 0 && res == ACCEL_OK) {
+        int n = 0, pr, left = accel__ms_left(deadline);
+        for (r = 1; r < P; ++r)
+            if (!bufs[r]) { pfd[n].fd = st->fd[r]; pfd[n].events = POLLIN; pfd[n].revents = 0; who[n++] = r; }
+        pr = left ? poll(pfd, (nfds_t)n, left) : 0;
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr <= 0) {
+            char list[200];
+            size_t off = 0;
+            list[0] = 0;
+            for (i = 0; i < n && off < sizeof list - 16; ++i) off += (size_t)accel__fmt(list + off, sizeof list - off, "%s%d", i ? ", " : "", who[i]);
+            res = ACCEL__FAIL(acc, pr < 0 ? ACCEL_ERR_IO : ACCEL_ERR_TIMEOUT, "host store (%s): rank(s) %s did not reach the "
+                              "collective within %.1f s (dead, stuck, or not making the same call)", st->where, list,
+                              1e-3 * (double)acc->desc.collective_timeout_ms);
+            break;
+        }
+        for (i = 0; i < n && res == ACCEL_OK; ++i) {
+            accel__st_frame f;
+            if (!pfd[i].revents) continue;
+            r = who[i];
+            res = accel__store_recv(acc, st, st->fd[r], r, &f, &bufs[r], deadline);
+            if (res != ACCEL_OK) break;
+            if (f.kind != ACCEL__ST_OP || f.rank != (uint32_t)r || f.seq != st->seq || f.op != (uint16_t)op)
+                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): rank %d sent frame kind %u op %u from rank %u "
+                                  "for collective #%u; expected op %d from rank %d for collective #%u", st->where, r,
+                                  (unsigned)f.kind, (unsigned)f.op, (unsigned)f.rank, (unsigned)f.seq, op, r, (unsigned)st->seq);
+            else if (want[r] != UINT64_MAX && f.len != want[r])
+                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): rank %d contributed %llu bytes, expected %llu",
+                                  st->where, r, (unsigned long long)f.len, (unsigned long long)want[r]);
+            else
+                --pending;
+        }
+    }
+    if (pfd != stack_pfd) accel_host_free(acc, pfd);
+    accel_host_free(acc, who);
+    return res;
+}
+
+/* One collective through the hub: this rank's contribution `in` (in_len bytes) and, on return, *out (acc's
+   allocator) = the result the hub computed: allgather/allgatherv: everything in rank order; bcast: the root's bytes. */
+static accel_result accel__store_op(accel *acc, accel__store *st, int op, const void *in, size_t in_len, const uint64_t *want,
+                                    int root, unsigned char **out, size_t *out_len, double deadline) {
+    accel_result res = ACCEL_OK;
+    int P = st->size, r, rc;
+    *out = NULL;
+    *out_len = 0;
+    st->seq++;
+    if (st->rank != 0) {
+        accel__st_frame f;
+        unsigned char *p = NULL;
+        rc = accel__store_send(st->fd[0], ACCEL__ST_OP, op, (uint32_t)st->rank, st->seq, in, in_len, deadline);
+        if (rc != 0)
+            return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "host store (%s): cannot reach rank 0: %s",
+                               st->where, accel__store_rc_text(rc));
+        res = accel__store_recv(acc, st, st->fd[0], 0, &f, &p, deadline + ACCEL__ST_GRACE);
+        if (res != ACCEL_OK) return res;
+        if (f.kind == ACCEL__ST_ERROR) {
+            res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%.700s (reported by rank 0, the store)", (const char *)p);
+            accel_host_free(acc, p);
+            return res;
+        }
+        if (f.kind != ACCEL__ST_RESULT || f.seq != st->seq) {
+            accel_host_free(acc, p);
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): rank 0 answered collective #%u with frame kind %u "
+                               "for #%u", st->where, (unsigned)st->seq, (unsigned)f.kind, (unsigned)f.seq);
+        }
+        *out = p;
+        *out_len = (size_t)f.len;
+        return ACCEL_OK;
+    } else {
+        unsigned char **bufs = (unsigned char **)accel_host_alloc(acc, sizeof(unsigned char *) * (size_t)P);
+        unsigned char *result = NULL;
+        size_t total = 0, off = 0;
+        if (!bufs) return ACCEL_ERR_OUT_OF_MEMORY;
+        memset(bufs, 0, sizeof(unsigned char *) * (size_t)P);
+        res = accel__store_collect(acc, st, op, bufs, want, deadline);
+        if (res == ACCEL_OK) {
+            if (op == ACCEL__ST_OP_BCAST) total = root == 0 ? in_len : (size_t)want[root];
+            else
+                for (total = in_len, r = 1; r < P; ++r) total += (size_t)want[r];
+            result = (unsigned char *)accel_host_alloc(acc, total + 1);
+            if (!result) res = ACCEL_ERR_OUT_OF_MEMORY;
+        }
+        if (res == ACCEL_OK) {
+            if (op == ACCEL__ST_OP_BCAST) {
+                if (total) memcpy(result, root == 0 ? (const unsigned char *)in : bufs[root], total);
+            } else {
+                if (in_len) memcpy(result, in, in_len);
+                off = in_len;
+                for (r = 1; r < P; ++r) {
+                    size_t k = (size_t)want[r];
+                    if (k) memcpy(result + off, bufs[r], k);
+                    off += k;
+                }
+            }
+            for (r = 1; r < P && res == ACCEL_OK; ++r) {
+                rc = accel__store_send(st->fd[r], ACCEL__ST_RESULT, op, 0, st->seq, result, total, deadline);
+                if (rc != 0)
+                    res = ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "host store (%s): cannot send "
+                                      "the result to rank %d: %s", st->where, r, accel__store_rc_text(rc));
+            }
+        }
+        if (res != ACCEL_OK) {
+            const char *m = acc->last_error;
+            if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
+            accel__store_broadcast_error(st, m);
+            accel_host_free(acc, result);
+            result = NULL;
+        }
+        for (r = 0; r < P; ++r) accel_host_free(acc, bufs[r]);
+        accel_host_free(acc, bufs);
+        *out = result;
+        *out_len = total;
+        return res;
+    }
+}
+
+static accel_result accel__store_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes, double deadline) {
+    accel__store *st = (accel__store *)ctx;
+    uint64_t *want = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)st->size);
+    unsigned char *res = NULL;
+    size_t n = 0;
+    int r;
+    accel_result rr;
+    if (!want) return ACCEL_ERR_OUT_OF_MEMORY;
+    for (r = 0; r < st->size; ++r) want[r] = bytes;
+    rr = accel__store_op(acc, st, ACCEL__ST_OP_ALLGATHER, in, bytes, want, 0, &res, &n, deadline);
+    accel_host_free(acc, want);
+    if (rr == ACCEL_OK && n != bytes * (size_t)st->size)
+        rr = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): an all-gather result of %zu bytes, expected %zu", st->where,
+                         n, bytes * (size_t)st->size);
+    if (rr == ACCEL_OK && n) memcpy(out, res, n);
+    accel_host_free(acc, res);
+    return rr;
+}
+static accel_result accel__store_tp_allgatherv(void *ctx, accel *acc, const void *in, void *out, const size_t *counts,
+                                               double deadline) {
+    accel__store *st = (accel__store *)ctx;
+    uint64_t *want = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)st->size);
+    unsigned char *res = NULL;
+    size_t n = 0, total = 0;
+    int r;
+    accel_result rr;
+    if (!want) return ACCEL_ERR_OUT_OF_MEMORY;
+    for (r = 0; r < st->size; ++r) { want[r] = counts[r]; total += counts[r]; }
+    rr = accel__store_op(acc, st, ACCEL__ST_OP_ALLGATHERV, in, counts[st->rank], want, 0, &res, &n, deadline);
+    accel_host_free(acc, want);
+    if (rr == ACCEL_OK && n != total)
+        rr = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): an all-gather-v result of %zu bytes, expected %zu", st->where, n, total);
+    if (rr == ACCEL_OK && n) memcpy(out, res, n);
+    accel_host_free(acc, res);
+    return rr;
+}
+static accel_result accel__store_tp_bcast(void *ctx, accel *acc, void *buf, size_t bytes, int root, double deadline) {
+    accel__store *st = (accel__store *)ctx;
+    uint64_t *want = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)st->size);
+    unsigned char *res = NULL;
+    size_t n = 0;
+    int r;
+    accel_result rr;
+    if (!want) return ACCEL_ERR_OUT_OF_MEMORY;
+    for (r = 0; r < st->size; ++r) want[r] = r == root ? bytes : 0;
+    rr = accel__store_op(acc, st, ACCEL__ST_OP_BCAST, buf, st->rank == root ? bytes : 0, want, root, &res, &n, deadline);
+    accel_host_free(acc, want);
+    if (rr == ACCEL_OK && n != bytes)
+        rr = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): a broadcast of %zu bytes, expected %zu", st->where, n, bytes);
+    if (rr == ACCEL_OK && n && st->rank != root) memcpy(buf, res, n);
+    accel_host_free(acc, res);
+    return rr;
+}
+static const accel__transport accel__store_transport = {"tcp", accel__store_tp_allgather, accel__store_tp_allgatherv,
+                                                        accel__store_tp_bcast};
+
+static void accel__store_close(accel *acc, accel__store *st) {
+    int r;
+    if (!st) return;
+    if (st->fd)
+        for (r = 0; r < st->size; ++r)
+            if (st->fd[r] >= 0) close(st->fd[r]);
+    accel_host_free(acc, st->fd);
+    accel_host_free(acc, st);
+}
+
+/* The run id both sides must share: a store of another job on the same port is refused. */
+static const char *accel__store_run_id(void) {
+    const char *s = getenv("TORCHELASTIC_RUN_ID");
+    if (!s || !*s) s = getenv("ACCEL_RUN_ID");
+    return s ? s : "";
+}
+
+/* Rank 0 listens at port on every interface and admits the other ranks; the others connect to addr:port. */
+static accel_result accel__store_open(accel *acc, const char *addr, int port, double deadline, accel__store **out) {
+    accel__store *st;
+    struct sockaddr_storage ss;
+    socklen_t sl = 0;
+    const char *token = accel__store_run_id();
+    uint32_t tlen = (uint32_t)strlen(token);
+    int P = acc->num_processes, me = acc->process_index, r;
+    accel_result res = ACCEL_OK;
+    *out = NULL;
+    if (tlen > ACCEL__ST_MAX_TOKEN) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "the run id is longer than %u bytes", ACCEL__ST_MAX_TOKEN);
+    st = (accel__store *)accel_host_alloc(acc, sizeof *st);
+    if (!st) return ACCEL_ERR_OUT_OF_MEMORY;
+    memset(st, 0, sizeof *st);
+    st->rank = me;
+    st->size = P;
+    accel__fmt(st->where, sizeof st->where, "%s:%d", addr, port);
+    st->fd = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)P);
+    if (!st->fd) { accel_host_free(acc, st); return ACCEL_ERR_OUT_OF_MEMORY; }
+    for (r = 0; r < P; ++r) st->fd[r] = -1;
+    if (accel__sock_resolve(addr, port, &ss, &sl) != 0) {
+        accel__store_close(acc, st);
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "host store: cannot resolve MASTER_ADDR \"%s\"", addr);
+    }
+    if (me != 0) {
+        unsigned char hello[16 + ACCEL__ST_MAX_TOKEN], *p = NULL;
+        accel__st_frame f;
+        int fd = accel__sock_connect(&ss, sl, deadline), rc;
+        if (fd < 0) {
+            accel__store_close(acc, st);
+            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "host store: rank %d could not connect to rank 0 at %s within %.1f s "
+                               "(rank 0 not started, or the address/port is wrong)", me, addr, 1e-3 * (double)acc->desc.collective_timeout_ms);
+        }
+        st->fd[0] = fd;
+        accel__put_u32(hello, ACCEL__ST_VERSION);
+        accel__put_u32(hello + 4, (uint32_t)P);
+        accel__put_u32(hello + 8, (uint32_t)me);
+        accel__put_u32(hello + 12, tlen);
+        memcpy(hello + 16, token, tlen);
+        rc = accel__store_send(fd, ACCEL__ST_HELLO, 0, (uint32_t)me, 0, hello, 16 + tlen, deadline);
+        if (rc != 0) res = ACCEL__FAIL(acc, ACCEL_ERR_IO, "host store (%s): cannot greet rank 0: %s", st->where, accel__store_rc_text(rc));
+        if (res == ACCEL_OK) res = accel__store_recv(acc, st, fd, 0, &f, &p, deadline + ACCEL__ST_GRACE);
+        if (res == ACCEL_OK && f.kind == ACCEL__ST_ERROR)
+            res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%.700s (reported by rank 0, the store)", (const char *)p);
+        else if (res == ACCEL_OK && f.kind != ACCEL__ST_WELCOME)
+            res = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): rank 0 answered the greeting with frame kind %u",
+                              st->where, (unsigned)f.kind);
+        accel_host_free(acc, p);
+    } else {
+        int lfd = accel__sock_listen(&ss, P + 8), joined = 0;
+        if (lfd < 0) {
+            int e = errno;
+            accel__store_close(acc, st);
+            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "host store: rank 0 cannot listen on port %d: %s", port, strerror(e));
+        }
+        while (joined < P - 1 && res == ACCEL_OK) {
+            struct pollfd pfd;
+            int pr, cfd, one = 1, left = accel__ms_left(deadline);
+            accel__st_frame f;
+            unsigned char *p = NULL;
+            uint32_t world = 0, rank = 0, ptlen = 0;
+            const unsigned char *ptok = NULL;
+            char why[200];
+            double greet;
+            pfd.fd = lfd; pfd.events = POLLIN; pfd.revents = 0;
+            pr = left ? poll(&pfd, 1, left) : 0;
+            if (pr < 0 && errno == EINTR) continue;
+            if (pr <= 0) {
+                char list[200];
+                size_t off = 0;
+                list[0] = 0;
+                for (r = 1; r < P && off < sizeof list - 16; ++r)
+                    if (st->fd[r] < 0) off += (size_t)accel__fmt(list + off, sizeof list - off, "%s%d", off ? ", " : "", r);
+                res = ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "host store (%s): rank(s) %s did not connect within %.1f s",
+                                  st->where, list, 1e-3 * (double)acc->desc.collective_timeout_ms);
+                break;
+            }
+            cfd = accept(lfd, NULL, NULL);
+            if (cfd < 0) continue;
+            setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            /* a stray connection gets a few seconds to say who it is, then is dropped */
+            greet = accel_now() + 5.0 < deadline ? accel_now() + 5.0 : deadline;
+            if (accel__store_recv(acc, st, cfd, -1, &f, &p, greet) != ACCEL_OK || f.kind != ACCEL__ST_HELLO ||
+                accel__store_parse_hello(p, f.len, &world, &rank, &ptok, &ptlen, why, sizeof why) != 0) {
+                accel_log(acc, ACCEL_LOG_WARN, "host store (%s): dropped a connection that is not an accel rank", st->where);
+                accel_host_free(acc, p);
+                close(cfd);
+                continue;
+            }
+            if (world != (uint32_t)P)
+                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): rank %u has WORLD_SIZE=%u, rank 0 has %d",
+                                  st->where, (unsigned)rank, (unsigned)world, P);
+            else if (rank == 0 || rank >= (uint32_t)P || st->fd[rank] >= 0)
+                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): a second process claims RANK=%u of %d", st->where,
+                                  (unsigned)rank, P);
+            else if (ptlen != tlen || memcmp(ptok, token, tlen) != 0)
+                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): rank %u belongs to another run (run id \"%.*s\", "
+                                  "rank 0 has \"%s\")", st->where, (unsigned)rank, (int)(ptlen > 100 ? 100 : ptlen),
+                                  (const char *)ptok, token);
+            accel_host_free(acc, p);
+            if (res != ACCEL_OK) {
+                const char *m = acc->last_error;
+                if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
+                (void)accel__store_send(cfd, ACCEL__ST_ERROR, 0, 0, 0, m, strlen(m), accel_now() + 2.0);
+                close(cfd);
+                break;
+            }
+            st->fd[rank] = cfd;
+            ++joined;
+        }
+        close(lfd);
+        if (res == ACCEL_OK) {
+            for (r = 1; r < P && res == ACCEL_OK; ++r) {
+                int rc = accel__store_send(st->fd[r], ACCEL__ST_WELCOME, 0, 0, 0, NULL, 0, deadline);
+                if (rc != 0) res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "host store (%s): rank %d left during setup: %s", st->where,
+                                               r, accel__store_rc_text(rc));
+            }
+        }
+        if (res != ACCEL_OK) {
+            const char *m = acc->last_error;
+            if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
+            accel__store_broadcast_error(st, m);
+        }
+    }
+    if (res != ACCEL_OK) {
+        accel__store_close(acc, st);
+        return res;
+    }
+    *out = st;
+    return ACCEL_OK;
+}
+#endif /* !_WIN32 */
 
 /* The MPI communicator of the host group (a pointer to MPI_Comm), or NULL: accel_collectives.h dups it. */
 ACCEL__PRIVATE void *accel__mpi_comm(accel *acc) {
@@ -2279,6 +2853,41 @@ static int accel__select_device(accel *acc) {
 #endif
 }
 
+#if !defined(_WIN32)
+/* torchrun / accel launch without MPI: the TCP store becomes the host group. Rank 0 listens on MASTER_PORT (+1 when
+   torchrun's agent already serves its own store there: TORCHELASTIC_USE_AGENT_STORE), ACCEL_STORE_PORT overrides. */
+static accel_result accel__store_start(accel *acc) {
+    const char *addr = getenv("MASTER_ADDR"), *s;
+    long v = 0;
+    int port = 29500;
+    accel__store *st = NULL;
+    accel_result r;
+    if (!addr || !*addr)
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "%d processes launched by %s without MPI need MASTER_ADDR (and "
+                           "MASTER_PORT) for the host store", acc->num_processes, accel_launcher_name(acc->launcher));
+    s = getenv("MASTER_PORT");
+    if (s && *s) {
+        if (accel__parse_nonneg(s, &v) != 0 || v < 1 || v > 65535)
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "MASTER_PORT=\"%s\" is not a TCP port", s);
+        port = (int)v;
+    }
+    s = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    if (s && accel_parse_bool(s) == 1) port = port < 65535 ? port + 1 : port - 1;
+    s = getenv("ACCEL_STORE_PORT");
+    if (s && *s) {
+        if (accel__parse_nonneg(s, &v) != 0 || v < 1 || v > 65535)
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_STORE_PORT=\"%s\" is not a TCP port", s);
+        port = (int)v;
+    }
+    r = accel__store_open(acc, addr, port, accel__deadline(acc), &st);
+    if (r != ACCEL_OK) return r;
+    acc->impl->store = st;
+    acc->impl->tp = &accel__store_transport;
+    acc->impl->tp_ctx = st;
+    return ACCEL_OK;
+}
+#endif
+
 /* What every rank must agree on at init (field names as the desc/Accelerator calls them). */
 static accel_result accel__init_agreement(accel *acc, accel_result local) {
     static const char *names[] = {"num_processes", "mixed_precision", "gradient_accumulation_steps", "library version",
@@ -2303,6 +2912,7 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
     acc->device = -1;
     acc->remainder = -1;
     acc->sync_gradients = 1;
+    memset(&d, 0, sizeof d);
     r = accel_resolve_config(desc, &d, &launcher, err, sizeof err);
     if (desc) { /* enough of the desc to report a failed configuration through the user's logger */
         acc->desc.log_fn = desc->log_fn;
@@ -2320,10 +2930,11 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
         accel__g_stbds_owner = acc;
     }
     acc->launcher = launcher;
-    acc->num_processes = r == ACCEL_OK ? d.num_processes : 1;
-    acc->process_index = r == ACCEL_OK ? d.process_index : 0;
-    acc->local_process_index = r == ACCEL_OK ? d.local_process_index : 0;
-    acc->local_num_processes = r == ACCEL_OK ? d.local_num_processes : 1;
+    /* the layout is known even when a later part of the configuration failed: the process still joins its group */
+    acc->num_processes = d.num_processes > 0 ? d.num_processes : 1;
+    acc->process_index = d.num_processes > 0 ? d.process_index : 0;
+    acc->local_process_index = d.num_processes > 0 ? d.local_process_index : 0;
+    acc->local_num_processes = d.num_processes > 0 ? d.local_num_processes : 1;
 
 #ifdef ACCEL_WITH_MPI
     /* Join MPI even when the local config failed, so the failure can be made collective instead of a hang. */
@@ -2389,6 +3000,13 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
     }
 #endif
     if (r != ACCEL_OK) ACCEL__FAIL(acc, r, "%s", err);
+#if !defined(_WIN32)
+    /* joined even when this rank's own setup failed: the init agreement then tells the others */
+    if (acc->num_processes > 1 && !acc->mpi_active && launcher == ACCEL_LAUNCHER_TORCHRUN) {
+        accel_result sr = accel__store_start(acc);
+        if (sr != ACCEL_OK) return r != ACCEL_OK ? r : sr;
+    }
+#endif
 
     if (r == ACCEL_OK) {
         acc->mixed_precision = d.mixed_precision;
@@ -2456,6 +3074,13 @@ ACCEL__DEF void accel_shutdown(accel *acc) {
                                              "this may not return if a peer is stuck", acc->impl->broken_why);
             MPI_Finalize();
         }
+    }
+#endif
+#if !defined(_WIN32)
+    if (acc->impl->store) {
+        accel__store_close(acc, (accel__store *)acc->impl->store);
+        acc->impl->store = NULL;
+        acc->impl->tp = NULL;
     }
 #endif
     if (acc->impl->scratch) {
