@@ -108,7 +108,12 @@
      explicit desc (desc.num_processes > 0)
        → MPI:      OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE} | PMI_RANK,PMI_SIZE (+MPI_LOCALRANKID,
                    MPI_LOCALNRANKS: MPICH/Hydra) | MV2_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}
-       → SLURM:    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (+SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE)
+       → SLURM:    only inside an srun step (SLURM_STEP_ID): SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID,
+                   local size = SLURM_STEP_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID. In an sbatch script or a
+                   salloc shell the job's variables describe the allocation, not this process, and are ignored; a
+                   launcher started inside a step (mpirun, torchrun, accel launch) wins over the step's layout.
+                   Under srun without an MPI plugin (no PMIx/PMI variables) an MPI build fails before MPI_Init,
+                   naming the plugin it needs (Open MPI: srun --mpi=pmix; MPICH: srun --mpi=pmi2).
        → torchrun / accelerate launch: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
        → single process.
      Every source that is present is parsed; a garbage value (non-integer, negative, rank >= size) is an error that
@@ -1769,32 +1774,75 @@ static const accel__source accel__sources[] = {
     {ACCEL_LAUNCHER_MPICH, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
     {ACCEL_LAUNCHER_MVAPICH, "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
      "MV2_COMM_WORLD_LOCAL_SIZE"},
-    {ACCEL_LAUNCHER_SLURM, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {ACCEL_LAUNCHER_SLURM, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"},
     {ACCEL_LAUNCHER_TORCHRUN, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
 };
 #define ACCEL__NSOURCES ((int)(sizeof accel__sources / sizeof accel__sources[0]))
 
 typedef struct accel__layout { int present, rank, size, local_rank, local_size; } accel__layout;
 
-/* Reads one source. present=0 when neither rank nor size is set. */
+/* Slurm's task counts per node, "2(x3),1" = 2,2,2,1: the count of node `node`. 0 ok, -1 malformed, -2 no such node. */
+static int accel__slurm_tasks_on_node(const char *spec, long node, long *out) {
+    const char *p = spec;
+    long seen = 0;
+    while (*p) {
+        char *e;
+        long n, rep = 1;
+        if (!isdigit((unsigned char)*p)) return -1;
+        n = strtol(p, &e, 10);
+        p = e;
+        if (p[0] == '(' && p[1] == 'x') {
+            if (!isdigit((unsigned char)p[2])) return -1;
+            rep = strtol(p + 2, &e, 10);
+            if (*e != ')' || rep < 1) return -1;
+            p = e + 1;
+        }
+        if (n < 1) return -1;
+        if (node >= seen && node < seen + rep) { *out = n; return 0; }
+        seen += rep;
+        if (*p == ',') ++p;
+        else if (*p) return -1;
+    }
+    return -2;
+}
+
+/* Reads one source. present=0 when neither rank nor size is set. Slurm's variables count only inside an srun step
+   (SLURM_STEP_ID): in an sbatch script or a salloc shell they describe the allocation, not this process. The
+   step's own size and per-node layout are used (SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID),
+   not the job's, which a smaller step inherits. */
 static int accel__read_source(const accel__source *s, accel__layout *out, char *err, size_t cap) {
     const char *names[4];
     long vals[4];
-    int i, rc;
+    int i, rc, slurm = s->launcher == ACCEL_LAUNCHER_SLURM;
     names[0] = s->rank; names[1] = s->size; names[2] = s->local_rank; names[3] = s->local_size;
     memset(out, 0, sizeof *out);
+    if (slurm && !getenv("SLURM_STEP_ID")) return 0;
+    if (slurm && !getenv(names[1])) names[1] = "SLURM_NTASKS"; /* Slurm < 20.11 has no SLURM_STEP_NUM_TASKS */
     for (i = 0; i < 4; ++i) {
         vals[i] = -1;
+        if (slurm && i == 3) continue;
         rc = accel__parse_nonneg(getenv(names[i]), &vals[i]);
         if (rc == -2) {
             snprintf(err, cap, "environment variable %s=\"%s\" is not a non-negative integer", names[i], getenv(names[i]));
             return -1;
         }
     }
-    if (s->launcher == ACCEL_LAUNCHER_SLURM && vals[3] < 0) {
-        /* SLURM_TASKS_PER_NODE looks like "2(x3),1": the first count is this node's when nodes are uniform. */
-        const char *t = getenv("SLURM_TASKS_PER_NODE");
-        if (t && isdigit((unsigned char)*t)) vals[3] = strtol(t, NULL, 10);
+    if (slurm) {
+        const char *t = getenv("SLURM_STEP_TASKS_PER_NODE"), *nid = getenv("SLURM_NODEID");
+        long node = 0;
+        if (!t) { t = getenv("SLURM_TASKS_PER_NODE"); names[3] = "SLURM_TASKS_PER_NODE"; }
+        if (t && accel__parse_nonneg(nid, &node) == -2) {
+            snprintf(err, cap, "environment variable SLURM_NODEID=\"%s\" is not a non-negative integer", nid);
+            return -1;
+        }
+        if (t) {
+            int k = accel__slurm_tasks_on_node(t, node, &vals[3]);
+            if (k != 0) {
+                snprintf(err, cap, "%s=\"%s\" %s", names[3], t,
+                         k == -1 ? "is not a Slurm task count list (e.g. \"2(x3),1\")" : "has no entry for SLURM_NODEID");
+                return -1;
+            }
+        }
     }
     if (vals[0] < 0 && vals[1] < 0) return 0;
     if (vals[0] < 0 || vals[1] < 0) {
@@ -1824,7 +1872,7 @@ static int accel__read_source(const accel__source *s, accel__layout *out, char *
 ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc *out, accel_launcher *out_launcher,
                                              char *err, size_t cap) {
     accel_desc d;
-    accel__layout found, lay;
+    accel__layout found, lay, slurm;
     accel_launcher launcher = ACCEL_LAUNCHER_NONE;
     const accel__source *found_src = NULL;
     const char *s;
@@ -1865,12 +1913,16 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
         return ACCEL_ERR_INVALID_ARGUMENT;
     }
 
-    /* launcher table: every present source is parsed; the first wins; disagreement is an error */
+    /* launcher table: every present source is parsed; the first wins; disagreement is an error — except that an
+       srun step's layout gives way to a launcher started inside it (mpirun / torchrun / accel launch in an srun
+       step): Slurm is read last and only fills in what agrees */
     memset(&found, 0, sizeof found);
+    memset(&slurm, 0, sizeof slurm);
     for (i = 0; i < ACCEL__NSOURCES; ++i) {
         int rc = accel__read_source(&accel__sources[i], &lay, err, cap);
         if (rc < 0) return ACCEL_ERR_ENVIRONMENT;
         if (rc == 0) continue;
+        if (accel__sources[i].launcher == ACCEL_LAUNCHER_SLURM) { slurm = lay; continue; }
         if (!found.present) {
             found = lay;
             found_src = &accel__sources[i];
@@ -1885,6 +1937,14 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
             if (found.local_rank < 0) found.local_rank = lay.local_rank;
             if (found.local_size < 0) found.local_size = lay.local_size;
         }
+    }
+    if (slurm.present && !found.present) {
+        found = slurm;
+        found_src = &accel__sources[3];
+        launcher = ACCEL_LAUNCHER_SLURM;
+    } else if (slurm.present && slurm.rank == found.rank && slurm.size == found.size) {
+        if (found.local_rank < 0) found.local_rank = slurm.local_rank;
+        if (found.local_size < 0) found.local_size = slurm.local_size;
     }
     if (d.num_processes > 0) {
         if (found.present && (found.rank != d.process_index || found.size != d.num_processes)) {
@@ -2946,6 +3006,21 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
                (inited || launcher == ACCEL_LAUNCHER_OPENMPI || launcher == ACCEL_LAUNCHER_MPICH ||
                 launcher == ACCEL_LAUNCHER_MVAPICH || launcher == ACCEL_LAUNCHER_SLURM ||
                 (launcher == ACCEL_LAUNCHER_NONE && r != ACCEL_OK));
+        if (want && !inited && launcher == ACCEL_LAUNCHER_SLURM && acc->num_processes > 1 && !getenv("PMIX_RANK") &&
+            !getenv("PMI_RANK") && !getenv("PMI_FD")) {
+            /* srun without an MPI plugin (Slurm's default MpiDefault=none): MPI_Init would die inside the MPI library
+               (Open MPI) or make every task a job of its own (MPICH) — say what to do instead */
+#if defined(OPEN_MPI) && OPEN_MPI
+#define ACCEL__SRUN_MPI "--mpi=pmix (this build's MPI is Open MPI)"
+#elif defined(MPICH_VERSION) || defined(MPICH)
+#define ACCEL__SRUN_MPI "--mpi=pmi2 (this build's MPI is MPICH)"
+#else
+#define ACCEL__SRUN_MPI "--mpi=pmix or --mpi=pmi2 (whichever this build's MPI supports)"
+#endif
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "srun started %d tasks without an MPI plugin (no PMIx/PMI "
+                               "variables: Slurm's MpiDefault=none), so MPI cannot connect them; launch with srun "
+                               ACCEL__SRUN_MPI, acc->num_processes);
+        }
         if (want) {
             int mrc, rank = 0, size = 1;
             if (!inited) {
