@@ -84,10 +84,11 @@ int accel_cli_env(int argc, char **argv) {
     }
     if (acc.device >= 0) snprintf(devname, sizeof devname, "cuda:%d", acc.device);
     len += snprintf(buf + len, sizeof buf - (size_t)len,
-                    "- launcher: %s\n- process: %d of %d (local %d of %d)%s\n- distributed_type: %s\n- device: %s\n"
+                    "- launcher: %s\n- host process group: %s\n- process: %d of %d (local %d of %d)%s\n"
+                    "- distributed_type: %s\n- device: %s\n"
                     "- mixed_precision: %s\n- gradient_accumulation_steps: %d\n- debug: %s\n- cpu: %s\n"
                     "- master: %s:%d\n- collective_timeout_ms: %d\n",
-                    accel_launcher_name(acc.launcher), acc.process_index, acc.num_processes, acc.local_process_index,
+                    accel_launcher_name(acc.launcher), accel_host_group_name(&acc), acc.process_index, acc.num_processes, acc.local_process_index,
                     acc.local_num_processes, acc.is_main_process ? " main" : "",
                     accel_distributed_type_name(acc.distributed_type), devname, accel_precision_name(acc.mixed_precision),
                     acc.gradient_accumulation_steps, acc.debug ? "yes" : "no", acc.desc.cpu ? "yes" : "no",
@@ -100,7 +101,7 @@ int accel_cli_env(int argc, char **argv) {
                 printf("[rank %d]\n%s", acc.process_index, buf);
                 fflush(stdout);
             }
-            if (acc.mpi_active) accel_wait_for_everyone(&acc);
+            if (strcmp(accel_host_group_name(&acc), "none") != 0) accel_wait_for_everyone(&acc);
         }
     }
     accel_shutdown(&acc);
