@@ -113,7 +113,7 @@ static void mismatch(void) {
     memset(&d, 0, sizeof d);
     d.cpu = 1;
     d.gradient_accumulation_steps = rank == 1 ? 3 : 2;
-    d.log_level = 1; /* keep expected errors quiet */
+    d.log_level = ACCEL_LOG_ERROR; /* keep expected errors quiet */
     AT_EQ_INT(accel_init(&acc, &d), ACCEL_ERR_MISMATCH);
     AT_CONTAINS(accel_last_error(&acc), "gradient_accumulation_steps");
     AT_CONTAINS(accel_last_error(&acc), "rank 1=3");
@@ -129,7 +129,7 @@ static void env_error(void) {
     int rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK");
     memset(&d, 0, sizeof d);
     d.cpu = 1;
-    d.log_level = 1;
+    d.log_level = ACCEL_LOG_ERROR;
     if (rank == 1) setenv("ACCELERATE_MIXED_PRECISION", "fp13", 1);
     if (rank == 1) {
         AT_EQ_INT(accel_init(&acc, &d), ACCEL_ERR_ENVIRONMENT);
@@ -141,10 +141,89 @@ static void env_error(void) {
     accel_shutdown(&acc);
 }
 
+static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
+
+/* mpirun and a torchrun-style environment together (what `accelerate launch` under mpirun gives): MPI wins and
+   carries the host group; no TCP store is started. */
+static void precedence(void) {
+    accel acc;
+    accel_desc d;
+    char v[32];
+    int rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK"), size = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE");
+    snprintf(v, sizeof v, "%d", rank); setenv("RANK", v, 1); setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", size); setenv("WORLD_SIZE", v, 1); setenv("LOCAL_WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "1", 1); /* nothing may listen there: a store would fail */
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    d.log_fn = quiet;
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    AT_CHECK(acc.launcher == ACCEL_LAUNCHER_OPENMPI || acc.launcher == ACCEL_LAUNCHER_MPICH);
+    AT_EQ_STR(accel_host_group_name(&acc), size > 1 ? "mpi" : "none");
+    AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+    accel_shutdown(&acc);
+}
+
+/* Ranks in different host collectives: every rank fails with ACCEL_ERR_MISMATCH listing each rank's call (instead
+   of exchanging garbage or hanging), and the group stays usable. */
+static void different_calls(void) {
+    accel acc;
+    accel_desc d;
+    accel_result r;
+    int64_t v = 1;
+    char buf[8] = "abc";
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    d.log_fn = quiet;
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    if (acc.process_index == 0) r = accel_wait_for_everyone(&acc);
+    else if (acc.process_index == 1) r = accel_host_allreduce_i64(&acc, &v, 1, ACCEL_HOST_SUM);
+    else r = accel_host_broadcast(&acc, buf, sizeof buf, 0);
+    AT_EQ_INT(r, ACCEL_ERR_MISMATCH);
+    AT_CONTAINS(accel_last_error(&acc), "rank 0: barrier");
+    AT_CONTAINS(accel_last_error(&acc), "rank 1: all_reduce(i64)");
+    AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+    accel_shutdown(&acc);
+}
+
+/* A peer that does not arrive: the others' barrier ends with ACCEL_ERR_TIMEOUT at the deadline (no hang), and the
+   group then refuses work at once. The late rank arrives after 3 s, which completes the abandoned exchange so that
+   MPI can finalize. */
+static void stall(void) {
+    accel acc;
+    accel_desc d;
+    double t0, dt;
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    d.log_fn = quiet;
+    d.collective_timeout_ms = 1000;
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+    if (acc.process_index == acc.num_processes - 1) {
+        sleep(3);
+        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+    } else {
+        t0 = accel_now();
+        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_ERR_TIMEOUT);
+        dt = accel_now() - t0;
+        AT_CHECK_MSG(dt >= 0.9 && dt < 2.5, "timed out close to the 1 s deadline");
+        AT_CONTAINS(accel_last_error(&acc), "did not complete within 1.0 s");
+        t0 = accel_now();
+        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_ERR_STATE);
+        AT_CONTAINS(accel_last_error(&acc), "failed earlier");
+        AT_CHECK(accel_now() - t0 < 0.5);
+        sleep(3); /* let the late rank complete the exchange before finalizing */
+    }
+    accel_shutdown(&acc);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     if (!strcmp(mode, "mismatch")) mismatch();
     else if (!strcmp(mode, "env_error")) env_error();
+    else if (!strcmp(mode, "precedence")) precedence();
+    else if (!strcmp(mode, "different_calls")) different_calls();
+    else if (!strcmp(mode, "stall")) stall();
     else basic();
     return at_finish("core_mpi");
 }
