@@ -7,8 +7,8 @@ set -euo pipefail
 want_bench=0
 [ "${1:-}" = "--bench" ] && want_bench=1
 
-pkgs=(meson ninja-build pkg-config libopenmpi-dev openmpi-bin mpich libmpich-dev libstb-dev clang libclang-rt-14-dev
-      python3 file)
+pkgs=(meson ninja-build pkg-config libopenmpi-dev openmpi-bin mpich libmpich-dev libstb-dev libyaml-dev clang
+      libclang-rt-14-dev python3 python3-yaml file)
 [ $want_bench = 1 ] && pkgs+=(python3-torch)
 
 missing=()

@@ -1,4 +1,5 @@
-/* accel — command-line companion: `accel env`, `accel shards …`, `accel ckpt …`, `accel size …`. */
+/* accel — command-line companion: `accel env`, `accel shards …`, `accel ckpt …`, `accel size …`, `accel launch …`,
+   `accel config …`. */
 #include "accel.h"
 #include "accel_cli.h"
 #include <stdio.h>
@@ -11,6 +12,8 @@ static const accel_cli_cmd cmds[] = {
     {"shards", accel_cli_shards, "print which dataset indices each process sees (JSON)"},
     {"ckpt", accel_cli_ckpt, "inspect, verify or plan checkpoints: ls FILE|DIR, verify DIR, plan --max-shard-size SIZE name:bytes..."},
     {"size", accel_cli_size, "parse a size string (\"10GB\", \"5MiB\") and print the byte count"},
+    {"launch", cli_launch, "start N processes of a program the way torchrun does (accel launch -n N -- PROGRAM ARGS)"},
+    {"config", cli_config, "write Accelerate's default config file (accel config --default [--mixed-precision M] [FILE])"},
 };
 
 static void usage(FILE *f) {

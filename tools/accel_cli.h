@@ -6,4 +6,6 @@ int accel_cli_env(int argc, char **argv);
 int accel_cli_shards(int argc, char **argv); /* cli_shards.c (accel_data.h) */
 int accel_cli_ckpt(int argc, char **argv);   /* cli_ckpt.c (accel_ckpt.h): ls | verify | plan */
 int accel_cli_size(int argc, char **argv);   /* cli_ckpt.c: size string → bytes */
+int cli_launch(int argc, char **argv);       /* cli_launch.c: torchrun-style launcher */
+int cli_config(int argc, char **argv);       /* cli_launch.c: Accelerate's write_basic_config */
 #endif

@@ -1,0 +1,56 @@
+/* The program tests/unit/core/test_launch.sh starts under `accel launch`: checks what the launcher promised
+   (torchrun's worker environment, accel's host group over the TCP store) and acts out the faults.
+   usage: launch_child ok|fail RANK CODE|sleep|echo|config PRECISION ACCUM */
+#define _DEFAULT_SOURCE 1
+#include "accel.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int geti(const char *k) { const char *s = getenv(k); return s ? atoi(s) : -1; }
+
+int main(int argc, char **argv) {
+    accel acc;
+    accel_desc d;
+    const char *mode = argc > 1 ? argv[1] : "ok";
+    int rank = geti("RANK"), world = geti("WORLD_SIZE"), bad = 0;
+    int64_t v;
+    memset(&d, 0, sizeof d);
+    d.collective_timeout_ms = 20000;
+    if (!strcmp(mode, "echo")) {
+        printf("hello from %d\npartial line without newline", rank);
+        fflush(stdout);
+        fprintf(stderr, "err from %d\n", rank);
+        return 0;
+    }
+    if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "rank %d: accel_init: %s\n", rank, accel_last_error(&acc)); return 10; }
+    /* torchrun's variables, consistent with each other and with what accel resolved */
+    if (acc.launcher != ACCEL_LAUNCHER_TORCHRUN || acc.process_index != rank || acc.num_processes != world) bad |= 1;
+    if (geti("LOCAL_RANK") != acc.local_process_index || geti("LOCAL_WORLD_SIZE") != acc.local_num_processes) bad |= 2;
+    if (geti("ROLE_RANK") != rank || geti("ROLE_WORLD_SIZE") != world || !getenv("ROLE_NAME") || geti("GROUP_RANK") < 0 ||
+        geti("GROUP_WORLD_SIZE") < 1 || geti("GROUP_RANK") * geti("LOCAL_WORLD_SIZE") + geti("LOCAL_RANK") != rank)
+        bad |= 4;
+    if (!getenv("MASTER_ADDR") || geti("MASTER_PORT") < 1 || !getenv("ACCEL_RUN_ID")) bad |= 8;
+    if (world > 1 && strcmp(accel_host_group_name(&acc), "tcp") != 0) bad |= 16;
+    v = rank;
+    if (accel_host_allreduce_i64(&acc, &v, 1, ACCEL_HOST_SUM) != ACCEL_OK || v != (int64_t)world * (world - 1) / 2) bad |= 32;
+    if (!strcmp(mode, "config")) {
+        accel_precision want = !strcmp(argv[2], "bf16") ? ACCEL_PRECISION_BF16 : !strcmp(argv[2], "fp16") ? ACCEL_PRECISION_FP16
+                                                                                                        : ACCEL_PRECISION_NO;
+        if (acc.mixed_precision != want || acc.gradient_accumulation_steps != atoi(argv[3])) bad |= 64;
+    }
+    if (!strcmp(mode, "fail") && rank == atoi(argv[2])) {
+        fprintf(stderr, "rank %d: failing on purpose with code %s\n", rank, argv[3]);
+        return atoi(argv[3]);
+    }
+    if (!strcmp(mode, "fail") || !strcmp(mode, "sleep")) {
+        printf("rank %d: waiting\n", rank);
+        fflush(stdout);
+        for (;;) pause(); /* only the launcher ends this */
+    }
+    if (accel_wait_for_everyone(&acc) != ACCEL_OK) bad |= 128;
+    printf("rank %d of %d: %s (bad=%d)\n", rank, world, bad ? "FAILED" : "ok", bad);
+    accel_shutdown(&acc);
+    return bad ? 1 : 0;
+}
