@@ -2,14 +2,22 @@
 # Installs what accel's build, tests and demo need (idempotent: does nothing when everything is there).
 #   scripts/install-deps.sh          build + tests: meson, ninja, pkg-config, Open MPI, MPICH, stb, clang runtimes
 #   scripts/install-deps.sh --bench  also the benchmark peers (python3-torch)
+#   scripts/install-deps.sh --slurm  also Slurm + munge for tests/slurm (the test starts its own cluster)
 # CUDA, cuBLAS and NCCL come with the CUDA toolkit under /usr/local/cuda (not from apt).
 set -euo pipefail
-want_bench=0
-[ "${1:-}" = "--bench" ] && want_bench=1
+want_bench=0 want_slurm=0
+for a in "$@"; do
+  case "$a" in
+    --bench) want_bench=1 ;;
+    --slurm) want_slurm=1 ;;
+    *) echo "install-deps: unknown option $a" >&2; exit 2 ;;
+  esac
+done
 
 pkgs=(meson ninja-build pkg-config libopenmpi-dev openmpi-bin mpich libmpich-dev libstb-dev libyaml-dev clang
       libclang-rt-14-dev python3 python3-yaml file)
 [ $want_bench = 1 ] && pkgs+=(python3-torch)
+[ $want_slurm = 1 ] && pkgs+=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -21,6 +29,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" != 0 ] && SUDO=sudo
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
+  # the slurm/munge packages' postinst may try to start system services: a container's policy-rc.d denies that,
+  # which is what the tests want (they start their own daemons on their own configuration)
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # Open MPI stays the default `mpi` when both are installed; the MPICH build names its pkg-config/mpiexec itself.

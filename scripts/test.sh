@@ -3,7 +3,7 @@
 #   BUILD_DIR (default build) and extra meson setup options in MESON_OPTS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh || exit 1
+bash scripts/install-deps.sh --slurm || exit 1
 export PATH="/usr/local/cuda/bin:$PATH"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 build=${BUILD_DIR:-build}
