@@ -27,7 +27,9 @@
        "no"   fp32 everywhere, no scaling       "bf16" bf16 compute, no scaling (as Accelerate: no scaler)
        "fp16" fp16 compute, dynamic scaling     "fp8"  ACCEL_ERR_UNSUPPORTED (reserved)
 
-   CONVERSIONS (static ACCEL_HD helpers, usable in your own kernels)
+   CONVERSIONS
+       The 16-bit codec is the core's (accel.h: accel_f32_to_bf16, accel_bf16_to_f32, accel_f32_to_f16,
+       accel_f16_to_f32, static ACCEL_HD, usable in your own kernels); the buffer conversions below apply it.
        fp32 -> fp16 / bf16: IEEE round-to-nearest-even, overflow to Inf, fp16 subnormals, bit-exact with the host
        versions of cuda_fp16.h's __float2half_rn and cuda_bf16.h's __float2bfloat16 for all 2^32 inputs (checked by
        tests/unit/amp/test_amp_cuda_host.cu --all-fp32), including NaN: every NaN becomes the
@@ -105,41 +107,18 @@ typedef struct accel_amp_policy {
 ACCEL_API accel_result accel_amp_get_policy(accel *acc, accel_amp_policy *out);
 
 /* ------------------------------------------------------------------------------ element-wise helpers (HD) */
-static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_f32_bits(float f) {
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(f);
-#else
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-#endif
-}
-static ACCEL_INLINE ACCEL_HD float accel_amp_bits_f32(uint32_t u) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
-}
+/* The 16-bit codec (accel_f32_to_bf16, accel_bf16_to_f32, accel_f32_to_f16, accel_f16_to_f32, accel_f32_bits,
+   accel_bits_f32) is the core's, in accel.h. What follows is amp's own. */
+
 /* 1 when f is Inf or NaN (branch-free so loops vectorize). */
 static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_nonfinite(float f) {
-    return (uint32_t)((accel_amp_f32_bits(f) & 0x7f800000u) == 0x7f800000u);
+    return (uint32_t)((accel_f32_bits(f) & 0x7f800000u) == 0x7f800000u);
 }
-
-/* fp32 → bf16, round to nearest even; NaN → 0x7FFF (as __float2bfloat16). Overflow rounds to ±Inf. */
-static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_bf16(float f) {
-    uint32_t u = accel_amp_f32_bits(f);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? 0x7fffu : r);
-}
-static ACCEL_INLINE ACCEL_HD float accel_amp_bf16_to_f32(uint16_t h) { return accel_amp_bits_f32((uint32_t)h << 16); }
 
 /* fp32 → bf16 with stochastic rounding: rnd's low 16 bits are added below the kept mantissa, then truncated.
    NaN → 0x7FFF, ±Inf stays, finite values beyond the largest bf16 may round to ±Inf with their probability. */
 static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_bf16_sr(float f, uint32_t rnd) {
-    uint32_t u = accel_amp_f32_bits(f);
+    uint32_t u = accel_f32_bits(f);
     uint32_t a = u & 0x7fffffffu;
     uint32_t r = (a == 0x7f800000u) ? (u >> 16) : ((u + (rnd & 0xffffu)) >> 16);
     return (uint16_t)(a > 0x7f800000u ? 0x7fffu : r);
@@ -150,43 +129,6 @@ static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_sr_bits(uint64_t seed, uint64_t 
     uint32_t out[4];
     accel_rng_draw4(seed, step, index >> 2, out);
     return out[index & 3u];
-}
-
-/* fp32 → fp16, round to nearest even, bit-exact with __float2half_rn: overflow (|x| ≥ 65520) → ±Inf, subnormal
-   results rounded correctly, NaN → 0x7FFF. */
-static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_f16(float f) {
-    uint32_t x = accel_amp_f32_bits(f);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t u = x & 0x7fffffffu;
-    uint32_t res, rem;
-    if (u >= 0x7f800000u) return (uint16_t)(u == 0x7f800000u ? (sign | 0x7c00u) : 0x7fffu);
-    if (u > 0x477fefffu) return (uint16_t)(sign | 0x7c00u); /* ≥ 65520 rounds up past 65504 */
-    if (u >= 0x38800000u) {                                 /* normal fp16 result */
-        rem = u << 19;
-        res = sign | ((u - 0x38000000u) >> 13);
-    } else if (u <= 0x33000000u) {                          /* ≤ 2^-25: rounds to ±0 (2^-25 is a tie → even 0) */
-        return (uint16_t)sign;
-    } else {                                                /* subnormal fp16 result */
-        uint32_t shift = 0x7eu - (u >> 23);
-        uint32_t mant = (u & 0x7fffffu) | 0x800000u;
-        rem = mant << (32u - shift);
-        res = sign | (mant >> shift);
-    }
-    if (rem > 0x80000000u || (rem == 0x80000000u && (res & 1u))) ++res;
-    return (uint16_t)res;
-}
-
-/* fp16 → fp32, exact. A NaN keeps its sign and payload and is quieted (as x86 F16C). */
-static ACCEL_INLINE ACCEL_HD float accel_amp_f16_to_f32(uint16_t h) {
-    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
-    uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
-    uint32_t m = (uint32_t)h & 0x3ffu;
-    if (e == 0x1fu) return accel_amp_bits_f32(sign | 0x7f800000u | (m ? (0x400000u | (m << 13)) : 0u));
-    if (e == 0u) {
-        float v = (float)m * 5.9604644775390625e-08f; /* m · 2^-24, exact */
-        return accel_amp_bits_f32(accel_amp_f32_bits(v) | sign);
-    }
-    return accel_amp_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
 
 /* torch's unscale of one element: inv == 1 leaves the value untouched. */
@@ -207,7 +149,7 @@ static ACCEL_INLINE ACCEL_HD void accel_amp_update_scale_rule(float *scale, int3
         int32_t s = *tracker + 1;
         if (s == interval) {
             float ns = (float)((double)*scale * growth);
-            uint32_t b = accel_amp_f32_bits(ns);
+            uint32_t b = accel_f32_bits(ns);
             if ((b & 0x7f800000u) != 0x7f800000u) *scale = ns;
             *tracker = 0;
         } else {
@@ -379,10 +321,10 @@ static uint32_t accel__amp_cpu_unscale_16(uint16_t *ACCEL_RESTRICT g, size_t n, 
     uint32_t bad = 0;
     size_t i;
     for (i = 0; i < n; ++i) {
-        float v = bf16 ? accel_amp_bf16_to_f32(g[i]) : accel_amp_f16_to_f32(g[i]);
+        float v = bf16 ? accel_bf16_to_f32(g[i]) : accel_f16_to_f32(g[i]);
         bad |= accel_amp_nonfinite(v);
         v = accel_amp_unscale1(v, inv);
-        g[i] = bf16 ? accel_amp_f32_to_bf16(v) : accel_amp_f32_to_f16(v);
+        g[i] = bf16 ? accel_f32_to_bf16(v) : accel_f32_to_f16(v);
     }
     return bad;
 }
@@ -390,22 +332,22 @@ static uint32_t accel__amp_cpu_unscale_16(uint16_t *ACCEL_RESTRICT g, size_t n, 
 static void accel__amp_cpu_f32_to_bf16(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n) {
     size_t i = 0, j;
     for (; i + ACCEL__AMP_BLK <= n; i += ACCEL__AMP_BLK)
-        for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = accel_amp_f32_to_bf16(s[i + j]);
-    for (; i < n; ++i) d[i] = accel_amp_f32_to_bf16(s[i]);
+        for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = accel_f32_to_bf16(s[i + j]);
+    for (; i < n; ++i) d[i] = accel_f32_to_bf16(s[i]);
 }
 static void accel__amp_cpu_f32_to_f16(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n) {
     size_t i;
-    for (i = 0; i < n; ++i) d[i] = accel_amp_f32_to_f16(s[i]);
+    for (i = 0; i < n; ++i) d[i] = accel_f32_to_f16(s[i]);
 }
 static void accel__amp_cpu_bf16_to_f32(const uint16_t *ACCEL_RESTRICT s, float *ACCEL_RESTRICT d, size_t n) {
     size_t i = 0, j;
     for (; i + ACCEL__AMP_BLK <= n; i += ACCEL__AMP_BLK)
-        for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = accel_amp_bf16_to_f32(s[i + j]);
-    for (; i < n; ++i) d[i] = accel_amp_bf16_to_f32(s[i]);
+        for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = accel_bf16_to_f32(s[i + j]);
+    for (; i < n; ++i) d[i] = accel_bf16_to_f32(s[i]);
 }
 static void accel__amp_cpu_f16_to_f32(const uint16_t *ACCEL_RESTRICT s, float *ACCEL_RESTRICT d, size_t n) {
     size_t i;
-    for (i = 0; i < n; ++i) d[i] = accel_amp_f16_to_f32(s[i]);
+    for (i = 0; i < n; ++i) d[i] = accel_f16_to_f32(s[i]);
 }
 static void accel__amp_cpu_f32_to_bf16_sr(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n,
                                           const accel_amp_sr *sr) {
@@ -426,13 +368,13 @@ static void accel__amp_cpu_f32_to_bf16_sr(const float *ACCEL_RESTRICT s, uint16_
 
 static float accel__amp_load(const void *p, accel_dtype t, size_t i) {
     if (t == ACCEL_F32) return ((const float *)p)[i];
-    if (t == ACCEL_BF16) return accel_amp_bf16_to_f32(((const uint16_t *)p)[i]);
-    return accel_amp_f16_to_f32(((const uint16_t *)p)[i]);
+    if (t == ACCEL_BF16) return accel_bf16_to_f32(((const uint16_t *)p)[i]);
+    return accel_f16_to_f32(((const uint16_t *)p)[i]);
 }
 static void accel__amp_store(void *p, accel_dtype t, size_t i, float v) {
     if (t == ACCEL_F32) ((float *)p)[i] = v;
-    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_amp_f32_to_bf16(v);
-    else ((uint16_t *)p)[i] = accel_amp_f32_to_f16(v);
+    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_f32_to_bf16(v);
+    else ((uint16_t *)p)[i] = accel_f32_to_f16(v);
 }
 
 /* (Non-temporal stores for large destinations were tried and measured slower here: see bench/amp.) */
@@ -531,13 +473,13 @@ static __device__ int accel__amp_find(const accel__amp_mt *d, int nt, long long 
 }
 static __device__ float accel__amp_dload(const void *p, int t, long long i) {
     if (t == ACCEL_F32) return ((const float *)p)[i];
-    if (t == ACCEL_BF16) return accel_amp_bf16_to_f32(((const uint16_t *)p)[i]);
-    return accel_amp_f16_to_f32(((const uint16_t *)p)[i]);
+    if (t == ACCEL_BF16) return accel_bf16_to_f32(((const uint16_t *)p)[i]);
+    return accel_f16_to_f32(((const uint16_t *)p)[i]);
 }
 static __device__ void accel__amp_dstore(void *p, int t, long long i, float v) {
     if (t == ACCEL_F32) ((float *)p)[i] = v;
-    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_amp_f32_to_bf16(v);
-    else ((uint16_t *)p)[i] = accel_amp_f32_to_f16(v);
+    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_f32_to_bf16(v);
+    else ((uint16_t *)p)[i] = accel_f32_to_f16(v);
 }
 
 /* One kernel for every multi-tensor operation: block b walks chunks b, b+grid, ...; in each chunk the threads
@@ -590,12 +532,12 @@ static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int n
                 for (i = threadIdx.x; i < nv; i += blockDim.x) {
                     float4 v = s4[i];
                     uint2 o;
-                    o.x = (unsigned)accel_amp_f32_to_bf16(v.x) | ((unsigned)accel_amp_f32_to_bf16(v.y) << 16);
-                    o.y = (unsigned)accel_amp_f32_to_bf16(v.z) | ((unsigned)accel_amp_f32_to_bf16(v.w) << 16);
+                    o.x = (unsigned)accel_f32_to_bf16(v.x) | ((unsigned)accel_f32_to_bf16(v.y) << 16);
+                    o.y = (unsigned)accel_f32_to_bf16(v.z) | ((unsigned)accel_f32_to_bf16(v.w) << 16);
                     d2[i] = o;
                 }
                 for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x)
-                    ((uint16_t *)d[t].b)[start + i] = accel_amp_f32_to_bf16(((const float *)d[t].a)[start + i]);
+                    ((uint16_t *)d[t].b)[start + i] = accel_f32_to_bf16(((const float *)d[t].a)[start + i]);
             } else if (kp.use_sr) { /* F32 → BF16 stochastic */
                 for (i = threadIdx.x; i < len; i += blockDim.x) {
                     unsigned long long idx = kp.index_offset + (unsigned long long)(start + i);
@@ -1021,7 +963,7 @@ ACCEL__DEF accel_result accel_amp_scaler_state_save(accel *acc, const accel_amp_
                            ACCEL_AMP_SCALER_STATE_BYTES, cap);
     memcpy(buf, "AMPS", 4);
     accel__amp_put32(buf + 4, 1u);
-    accel__amp_put32(buf + 8, accel_amp_f32_bits(s->scale));
+    accel__amp_put32(buf + 8, accel_f32_bits(s->scale));
     accel__amp_put64(buf + 12, s->growth_factor);
     accel__amp_put64(buf + 20, s->backoff_factor);
     accel__amp_put32(buf + 28, (uint32_t)s->growth_interval);
@@ -1041,7 +983,7 @@ ACCEL__DEF accel_result accel_amp_scaler_state_load(accel *acc, accel_amp_scaler
     if (memcmp(buf, "AMPS", 4) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: bad magic (not \"AMPS\")");
     ver = accel__amp_get32(buf + 4);
     if (ver != 1u) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: version %u is not supported (1)", (unsigned)ver);
-    scale = accel_amp_bits_f32(accel__amp_get32(buf + 8));
+    scale = accel_bits_f32(accel__amp_get32(buf + 8));
     g = accel__amp_get64(buf + 12);
     b = accel__amp_get64(buf + 20);
     interval = (int32_t)accel__amp_get32(buf + 28);

@@ -146,11 +146,11 @@ static int parse_opts(int argc, char **argv, opts *o) {
    gradients really overflow to Inf. */
 static void round_f16(float *v, size_t n) {
     size_t i;
-    for (i = 0; i < n; ++i) v[i] = accel_amp_f16_to_f32(accel_amp_f32_to_f16(v[i]));
+    for (i = 0; i < n; ++i) v[i] = accel_f16_to_f32(accel_f32_to_f16(v[i]));
 }
 static void round_bf16(float *v, size_t n) {
     size_t i;
-    for (i = 0; i < n; ++i) v[i] = accel_amp_bf16_to_f32(accel_amp_f32_to_bf16(v[i]));
+    for (i = 0; i < n; ++i) v[i] = accel_bf16_to_f32(accel_f32_to_bf16(v[i]));
 }
 
 static double now_s(void) { return accel_now(); }

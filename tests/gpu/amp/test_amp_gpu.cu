@@ -63,7 +63,7 @@ static void test_convert(void) {
                         if (i % 97 == 1) v = NAN;
                         if (i % 89 == 2) v = 1e5f;
                         if (a == ACCEL_F32) memcpy(src + i * 4, &v, 4);
-                        else { uint16_t h = a == ACCEL_F16 ? accel_amp_f32_to_f16(v) : accel_amp_f32_to_bf16(v); memcpy(src + i * 2, &h, 2); }
+                        else { uint16_t h = a == ACCEL_F16 ? accel_f32_to_f16(v) : accel_f32_to_bf16(v); memcpy(src + i * 2, &h, 2); }
                     }
                     ds = dev_copy(src, (n + 1) * ea);
                     AT_CHECK(cudaMalloc(&dd, (n + 1) * eb) == cudaSuccess);
@@ -97,7 +97,7 @@ static void list_make(glist *g, float range) {
         for (i = 0; i < n + 1; ++i) {
             float v = rndf(-range, range);
             if (ldt[k] == ACCEL_F32) memcpy(g->h[k] + i * 4, &v, 4);
-            else { uint16_t h = ldt[k] == ACCEL_F16 ? accel_amp_f32_to_f16(v) : accel_amp_f32_to_bf16(v); memcpy(g->h[k] + i * 2, &h, 2); }
+            else { uint16_t h = ldt[k] == ACCEL_F16 ? accel_f32_to_f16(v) : accel_f32_to_bf16(v); memcpy(g->h[k] + i * 2, &h, 2); }
         }
         memcpy(g->orig[k], g->h[k], (n + 1) * es);
         g->d[k] = dev_copy(g->h[k], (n + 1) * es);
@@ -109,7 +109,7 @@ static void list_make(glist *g, float range) {
 static void list_poke(glist *g, int k, size_t i, float v) { /* same special value on both sides */
     size_t es = accel_dtype_size(ldt[k]), off = (size_t)lmis[k] * es + i * es;
     if (ldt[k] == ACCEL_F32) memcpy(g->h[k] + off, &v, 4);
-    else { uint16_t h = ldt[k] == ACCEL_F16 ? accel_amp_f32_to_f16(v) : accel_amp_f32_to_bf16(v); if (v != v) h = ldt[k] == ACCEL_F16 ? 0x7e01 : 0x7fc1; memcpy(g->h[k] + off, &h, 2); }
+    else { uint16_t h = ldt[k] == ACCEL_F16 ? accel_f32_to_f16(v) : accel_f32_to_bf16(v); if (v != v) h = ldt[k] == ACCEL_F16 ? 0x7e01 : 0x7fc1; memcpy(g->h[k] + off, &h, 2); }
     AT_CHECK(cudaMemcpy((unsigned char *)g->d[k] + off, g->h[k] + off, es, cudaMemcpyHostToDevice) == cudaSuccess);
 }
 static size_t list_diff(glist *g) {
@@ -184,8 +184,8 @@ static void test_norm_clip(void) {
                         else {
                             uint16_t h; float v;
                             memcpy(&h, p + 2 * i, 2);
-                            v = (ldt[k] == ACCEL_F16 ? accel_amp_f16_to_f32(h) : accel_amp_bf16_to_f32(h)) * coef;
-                            h = ldt[k] == ACCEL_F16 ? accel_amp_f32_to_f16(v) : accel_amp_f32_to_bf16(v);
+                            v = (ldt[k] == ACCEL_F16 ? accel_f16_to_f32(h) : accel_bf16_to_f32(h)) * coef;
+                            h = ldt[k] == ACCEL_F16 ? accel_f32_to_f16(v) : accel_f32_to_bf16(v);
                             memcpy(p + 2 * i, &h, 2);
                         }
                     }

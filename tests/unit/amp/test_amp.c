@@ -74,25 +74,25 @@ static void test_exhaustive16(void) {
     uint32_t h;
     int bad_f16 = 0, bad_bf16 = 0, bad_nan = 0, bad_rt = 0;
     for (h = 0; h < 65536; ++h) {
-        float f = accel_amp_f16_to_f32((uint16_t)h), b = accel_amp_bf16_to_f32((uint16_t)h);
+        float f = accel_f16_to_f32((uint16_t)h), b = accel_bf16_to_f32((uint16_t)h);
         double rf = ref_decode((uint16_t)h, 10, 15), rb = ref_decode((uint16_t)h, 7, 127);
         int nan_f = ((h & 0x7c00u) == 0x7c00u) && (h & 0x3ffu), nan_b = ((h & 0x7f80u) == 0x7f80u) && (h & 0x7fu);
         if (nan_f) {
             if (!isnan(f)) bad_nan++;
-            if (accel_amp_f32_to_f16(f) != 0x7fff) bad_rt++;
+            if (accel_f32_to_f16(f) != 0x7fff) bad_rt++;
             /* widening keeps the sign and the payload (quieted) */
             if ((f_bits(f) >> 31) != (h >> 15) || ((f_bits(f) >> 13) & 0x1ffu) != ((h & 0x1ffu))) bad_nan++;
         } else {
             if ((double)f != rf || !signbit(f) != !signbit(rf)) bad_f16++;
-            if (accel_amp_f32_to_f16(f) != h) bad_rt++;
+            if (accel_f32_to_f16(f) != h) bad_rt++;
         }
         if (nan_b) {
             if (!isnan(b)) bad_nan++;
-            if (accel_amp_f32_to_bf16(b) != 0x7fff) bad_rt++;
+            if (accel_f32_to_bf16(b) != 0x7fff) bad_rt++;
             if (f_bits(b) != (h << 16)) bad_nan++; /* bf16 widening is exact, payload included */
         } else {
             if ((double)b != rb || !signbit(b) != !signbit(rb)) bad_bf16++;
-            if (accel_amp_f32_to_bf16(b) != h) bad_rt++;
+            if (accel_f32_to_bf16(b) != h) bad_rt++;
         }
     }
     AT_EQ_INT(bad_f16, 0);
@@ -110,33 +110,33 @@ static void test_boundaries(void) {
     for (i = 0; i < n + 2000000; ++i) {
         uint32_t u = i < n ? set[i] : rnd32() ^ (rnd32() << 16);
         float f = bits_f(u);
-        uint16_t a = accel_amp_f32_to_f16(f), ra = ref_f32_to_f16(f);
-        uint16_t b = accel_amp_f32_to_bf16(f), rb = ref_f32_to_bf16(f);
+        uint16_t a = accel_f32_to_f16(f), ra = ref_f32_to_f16(f);
+        uint16_t b = accel_f32_to_bf16(f), rb = ref_f32_to_bf16(f);
         if (a != ra) { bad16++; if (shown++ < 5) fprintf(stderr, "f16 %08x: %04x vs ref %04x\n", u, a, ra); }
         if (b != rb) { badb++; if (shown++ < 5) fprintf(stderr, "bf16 %08x: %04x vs ref %04x\n", u, b, rb); }
     }
     AT_EQ_INT(bad16, 0);
     AT_EQ_INT(badb, 0);
     /* named cases */
-    AT_EQ_INT(accel_amp_f32_to_f16(65504.0f), 0x7bff);
-    AT_EQ_INT(accel_amp_f32_to_f16(65519.996f), 0x7bff);
-    AT_EQ_INT(accel_amp_f32_to_f16(65520.0f), 0x7c00);      /* tie at the top rounds to Inf */
-    AT_EQ_INT(accel_amp_f32_to_f16(-1e10f), 0xfc00);
-    AT_EQ_INT(accel_amp_f32_to_f16(5.9604645e-08f), 0x0001); /* 2^-24, smallest subnormal */
-    AT_EQ_INT(accel_amp_f32_to_f16(2.9802322e-08f), 0x0000); /* 2^-25: tie → even 0 */
-    AT_EQ_INT(accel_amp_f32_to_f16(2.9802326e-08f), 0x0001); /* just above the tie */
-    AT_EQ_INT(accel_amp_f32_to_f16(-0.0f), 0x8000);
-    AT_EQ_INT(accel_amp_f32_to_f16(1.0f + 1.0f / 2048.0f), 0x3c00);   /* tie → even */
-    AT_EQ_INT(accel_amp_f32_to_f16(1.0f + 3.0f / 2048.0f), 0x3c02);   /* tie → even (up) */
-    AT_EQ_INT(accel_amp_f32_to_f16(bits_f(0xffc00001u)), 0x7fff);   /* NaN: canonical, sign dropped (CUDA) */
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x7f7fffffu)), 0x7f80);   /* FLT_MAX rounds to Inf in bf16 */
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x7f7f7fffu)), 0x7f7f);
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x3f808000u)), 0x3f80);   /* tie → even */
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x3f818000u)), 0x3f82);
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x00000001u)), 0x0000);   /* fp32 subnormal */
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x00008001u)), 0x0001);
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0xff800000u)), 0xff80);
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0xff800001u)), 0x7fff);
+    AT_EQ_INT(accel_f32_to_f16(65504.0f), 0x7bff);
+    AT_EQ_INT(accel_f32_to_f16(65519.996f), 0x7bff);
+    AT_EQ_INT(accel_f32_to_f16(65520.0f), 0x7c00);      /* tie at the top rounds to Inf */
+    AT_EQ_INT(accel_f32_to_f16(-1e10f), 0xfc00);
+    AT_EQ_INT(accel_f32_to_f16(5.9604645e-08f), 0x0001); /* 2^-24, smallest subnormal */
+    AT_EQ_INT(accel_f32_to_f16(2.9802322e-08f), 0x0000); /* 2^-25: tie → even 0 */
+    AT_EQ_INT(accel_f32_to_f16(2.9802326e-08f), 0x0001); /* just above the tie */
+    AT_EQ_INT(accel_f32_to_f16(-0.0f), 0x8000);
+    AT_EQ_INT(accel_f32_to_f16(1.0f + 1.0f / 2048.0f), 0x3c00);   /* tie → even */
+    AT_EQ_INT(accel_f32_to_f16(1.0f + 3.0f / 2048.0f), 0x3c02);   /* tie → even (up) */
+    AT_EQ_INT(accel_f32_to_f16(bits_f(0xffc00001u)), 0x7fff);   /* NaN: canonical, sign dropped (CUDA) */
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x7f7fffffu)), 0x7f80);   /* FLT_MAX rounds to Inf in bf16 */
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x7f7f7fffu)), 0x7f7f);
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x3f808000u)), 0x3f80);   /* tie → even */
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x3f818000u)), 0x3f82);
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x00000001u)), 0x0000);   /* fp32 subnormal */
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x00008001u)), 0x0001);
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0xff800000u)), 0xff80);
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0xff800001u)), 0x7fff);
     free(set);
 }
 
@@ -495,8 +495,8 @@ static void test_scaler(void) {
 static void fill_list(float *a, uint16_t *b, uint16_t *c, size_t na, size_t nb, size_t nc) {
     size_t i;
     for (i = 0; i < na; ++i) a[i] = rndf(-70000.0f, 70000.0f);
-    for (i = 0; i < nb; ++i) b[i] = accel_amp_f32_to_f16(rndf(-60000.0f, 60000.0f));
-    for (i = 0; i < nc; ++i) c[i] = accel_amp_f32_to_bf16(rndf(-1e30f, 1e30f));
+    for (i = 0; i < nb; ++i) b[i] = accel_f32_to_f16(rndf(-60000.0f, 60000.0f));
+    for (i = 0; i < nc; ++i) c[i] = accel_f32_to_bf16(rndf(-1e30f, 1e30f));
 }
 
 static void test_unscale(void) {
@@ -632,8 +632,8 @@ static void test_clip(void) {
         float coef;
         memset(t2, 0, sizeof t2);
         for (i = 0; i < 300; ++i) {
-            h[i] = accel_amp_f32_to_f16(rndf(-3, 3)); dec[i] = accel_amp_f16_to_f32(h[i]);
-            hb[i] = accel_amp_f32_to_bf16(rndf(-3, 3)); decb[i] = accel_amp_bf16_to_f32(hb[i]);
+            h[i] = accel_f32_to_f16(rndf(-3, 3)); dec[i] = accel_f16_to_f32(h[i]);
+            hb[i] = accel_f32_to_bf16(rndf(-3, 3)); decb[i] = accel_bf16_to_f32(hb[i]);
         }
         two[0] = dec; two[1] = decb;
         ref = ref_norm(two, n2, 2, 2.0);
@@ -677,13 +677,13 @@ static void test_clip(void) {
         uint16_t hb[3];
         accel_tensor t2[2];
         memset(t2, 0, sizeof t2);
-        hb[0] = accel_amp_f32_to_bf16(3.0f); hb[1] = accel_amp_f32_to_bf16(-0.125f); hb[2] = 0x7fc0;
+        hb[0] = accel_f32_to_bf16(3.0f); hb[1] = accel_f32_to_bf16(-0.125f); hb[2] = 0x7fc0;
         t2[0].ptr = g; t2[0].dtype = ACCEL_F32; t2[0].ndim = 1; t2[0].shape[0] = 6;
         t2[1].ptr = hb; t2[1].dtype = ACCEL_BF16; t2[1].ndim = 1; t2[1].shape[0] = 3;
         AT_EQ_INT(accel_amp_clip_grad_value(&g_acc, t2, 2, 1.0), ACCEL_OK);
         AT_NEAR(g[0], -1, 0); AT_NEAR(g[1], -0.5, 0); AT_NEAR(g[2], 0.25, 0); AT_NEAR(g[3], 1, 0);
         AT_CHECK(isnan(g[4])); AT_NEAR(g[5], -1, 0);
-        AT_EQ_INT(hb[0], 0x3f80); AT_EQ_INT(hb[1], accel_amp_f32_to_bf16(-0.125f)); AT_EQ_INT(hb[2], 0x7fff);
+        AT_EQ_INT(hb[0], 0x3f80); AT_EQ_INT(hb[1], accel_f32_to_bf16(-0.125f)); AT_EQ_INT(hb[2], 0x7fff);
         AT_EQ_INT(accel_amp_clip_grad_value(&g_acc, t2, 2, -1.0), ACCEL_ERR_INVALID_ARGUMENT);
     }
     for (k = 0; k < NB; ++k) { free(bufs[k]); free(orig[k]); }
