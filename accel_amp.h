@@ -73,7 +73,8 @@
 
    THREADS AND STREAMS
        Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream; a list of
-       buffers is one kernel launch (a device-side descriptor array, allocated with cudaMallocAsync on the stream).
+       buffers is one kernel launch (its descriptor array is copied into the Accelerator's device scratch buffer,
+       which comes from the device allocator and is reused in stream order: keep amp's work on acc->stream).
        unscale_and_check synchronizes once to read found_inf (one 4-byte copy); clip_grad_norm reads back the
        per-block partial norms (≤ 8 KiB). Conversions and clip_grad_value do not synchronize. A scaler is used by one
        thread at a time.
@@ -609,23 +610,15 @@ static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int n
     }
 }
 
-#define ACCEL__AMP_CU(acc, call)                                                                                      \
-    do {                                                                                                               \
-        cudaError_t accel__e = (call);                                                                                 \
-        if (accel__e != cudaSuccess) {                                                                                 \
-            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "%s failed: %s", #call, cudaGetErrorString(accel__e));              \
-            goto done;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
-
-/* Copies the descriptors to the device, runs one launch over every buffer, and reads back found_inf / partials
-   (only when asked). The scratch lives in stream-ordered memory. */
-static accel_result accel__amp_launch(accel *acc, int kind, accel__amp_mt *h, int nt, long long nchunks,
+/* Copies the descriptors into the Accelerator's device scratch (persistent, from the device allocator; reused in
+   stream order, so everything here stays on acc->stream), runs one launch over every buffer, and reads back
+   found_inf / partials (only when asked: one synchronization). The host table may be freed on return (a pageable
+   host-to-device cudaMemcpyAsync has staged it by then). */
+static accel_result accel__amp_launch(accel *acc, int kind, const accel__amp_mt *h, int nt, long long nchunks,
                                       const accel__amp_kparams *kp, int *found_out, double *partials_out,
                                       int *nblocks_out) {
-    accel_result r = ACCEL_OK;
     cudaStream_t st = (cudaStream_t)acc->stream;
-    unsigned char *scratch = NULL;
+    unsigned char *scratch;
     size_t dbytes = sizeof(accel__amp_mt) * (size_t)nt;
     size_t off_found = (dbytes + 15u) & ~(size_t)15u;
     size_t off_part = off_found + 16u;
@@ -633,32 +626,22 @@ static accel_result accel__amp_launch(accel *acc, int kind, accel__amp_mt *h, in
     int blocks = (int)(nchunks < ACCEL__AMP_MAX_BLOCKS ? nchunks : ACCEL__AMP_MAX_BLOCKS);
     int dev_found = 0;
     if (nblocks_out) *nblocks_out = blocks;
-    if (nchunks <= 0) {
-        if (found_out) *found_out = 0;
-        return ACCEL_OK;
-    }
-    ACCEL__AMP_CU(acc, cudaMallocAsync((void **)&scratch, total, st));
-    ACCEL__AMP_CU(acc, cudaMemcpyAsync(scratch, h, dbytes, cudaMemcpyHostToDevice, st));
-    ACCEL__AMP_CU(acc, cudaMemsetAsync(scratch + off_found, 0, 4, st));
+    if (found_out) *found_out = 0;
+    if (nchunks <= 0) return ACCEL_OK;
+    scratch = (unsigned char *)accel__device_scratch(acc, total);
+    if (!scratch) return accel__fail_wrap(acc, acc->last_result, "amp kernel arguments (%zu bytes)", total);
+    ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(scratch, h, dbytes, cudaMemcpyHostToDevice, st));
+    if (found_out) ACCEL__CUDA_CHECK(acc, cudaMemsetAsync(scratch + off_found, 0, 4, st));
     accel__amp_kernel<<<blocks, ACCEL_AMP_CUDA_BLOCK, 0, st>>>(kind, (const accel__amp_mt *)scratch, nt, nchunks, *kp,
                                                               (int *)(scratch + off_found), (double *)(scratch + off_part));
-    ACCEL__AMP_CU(acc, cudaGetLastError());
-    if (found_out) {
-        ACCEL__AMP_CU(acc, cudaMemcpyAsync(&dev_found, scratch + off_found, 4, cudaMemcpyDeviceToHost, st));
-    }
-    if (partials_out) {
-        ACCEL__AMP_CU(acc, cudaMemcpyAsync(partials_out, scratch + off_part, sizeof(double) * (size_t)blocks,
-                                           cudaMemcpyDeviceToHost, st));
-    }
-    if (found_out || partials_out) ACCEL__AMP_CU(acc, cudaStreamSynchronize(st));
+    ACCEL__CUDA_CHECK(acc, cudaGetLastError());
+    if (found_out) ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(&dev_found, scratch + off_found, 4, cudaMemcpyDeviceToHost, st));
+    if (partials_out)
+        ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(partials_out, scratch + off_part, sizeof(double) * (size_t)blocks,
+                                               cudaMemcpyDeviceToHost, st));
+    if (found_out || partials_out) ACCEL__CUDA_CHECK(acc, cudaStreamSynchronize(st));
     if (found_out) *found_out = dev_found != 0;
-done:
-    if (scratch) {
-        cudaError_t e = cudaFreeAsync(scratch, st);
-        if (e != cudaSuccess && r == ACCEL_OK)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaFreeAsync failed: %s", cudaGetErrorString(e));
-    }
-    return r;
+    return ACCEL_OK;
 }
 #endif /* __CUDACC__ */
 

@@ -1,6 +1,6 @@
 /* Every accel_amp.h CUDA path against the CPU path on random data: conversions (RNE, stochastic, lists), fused
    unscale + check (multi-tensor, aligned and misaligned, F32/F16/BF16), norms, clipping, master-weight copies and the
-   scaler driven through both. Bit-exact wherever the math is element-wise; norms (a different summation order)
+   scaler driven through both; the descriptor scratch (device allocator, allocated once). Bit-exact wherever the math is element-wise; norms (a different summation order)
    to 1e-12 relative. Exits 77 (skip) without a device. */
 #include "accel.h"
 #include "accel_amp.h"
@@ -257,6 +257,56 @@ static void test_master(void) {
     free(m); free(back_c); free(back_g); free(wc); free(wg);
 }
 
+/* The kernels' tensor-list descriptors live in the Accelerator's device scratch: allocated through the device
+   allocator (counted here), once, and reused by every later call; accel_shutdown frees it. */
+static int g_dev_allocs, g_dev_frees;
+static void *count_alloc(size_t n, void *u) {
+    void *p = NULL;
+    (void)u;
+    if (cudaMalloc(&p, n) != cudaSuccess) return NULL;
+    g_dev_allocs++;
+    return p;
+}
+static void count_free(void *p, void *u) {
+    (void)u;
+    g_dev_frees++;
+    cudaFree(p);
+}
+static void test_scratch(void) {
+    enum { N = 300000 };
+    float *h = (float *)malloc(N * 4), *dv, *dm;
+    uint16_t *dh;
+    accel_tensor t;
+    accel_amp_scaler sc;
+    int f = -1, i, warm;
+    double norm = 0;
+    fill(h, N, 4.0f);
+    for (i = 0; i < N; ++i) if (h[i] != h[i] || h[i] - h[i] != 0.0f) h[i] = 1.0f; /* finite */
+    dv = (float *)dev_copy(h, N * 4);
+    dm = (float *)dev_copy(h, N * 4);
+    AT_CHECK(cudaMalloc((void **)&dh, N * 2) == cudaSuccess);
+    memset(&t, 0, sizeof t);
+    t.ptr = dv; t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = N;
+    AT_EQ_INT(accel_amp_scaler_init(&gpu, &sc, NULL), ACCEL_OK);
+    AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
+    AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
+    warm = g_dev_allocs;
+    AT_CHECK(warm >= 1); /* through the device allocator, not cudaMallocAsync */
+    for (i = 0; i < 50; ++i) {
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
+        AT_EQ_INT(f, 0);
+        AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
+        AT_EQ_INT(accel_amp_clip_grad_norm(&gpu, &t, 1, 1.0, 2.0, 0, &norm), ACCEL_OK);
+        AT_EQ_INT(accel_amp_master_to_model(&gpu, dm, dh, ACCEL_BF16, N, NULL), ACCEL_OK);
+        AT_EQ_INT(accel_amp_clip_grad_value(&gpu, &t, 1, 0.5), ACCEL_OK);
+    }
+    AT_EQ_INT(g_dev_allocs, warm); /* reused: no allocation per call */
+    AT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    accel_amp_scaler_deinit(&sc);
+    cudaFree(dv); cudaFree(dm); cudaFree(dh);
+    free(h);
+}
+
 int main(void) {
     int count = 0;
     accel_desc d;
@@ -268,6 +318,8 @@ int main(void) {
     d.cpu = 1; d.no_mpi = 1; d.mixed_precision = ACCEL_PRECISION_FP16;
     if (accel_init(&cpu, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&cpu)); return 1; }
     d.cpu = 0;
+    d.device_allocator.alloc = count_alloc;
+    d.device_allocator.free = count_free;
     if (accel_init(&gpu, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&gpu)); return 1; }
     AT_CHECK(gpu.device >= 0);
     if (gpu.device < 0) return at_finish("amp_gpu");
@@ -276,8 +328,10 @@ int main(void) {
     test_norm_clip();
     test_lists();
     test_master();
+    test_scratch();
     AT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
     accel_shutdown(&cpu);
     accel_shutdown(&gpu);
+    AT_EQ_INT(g_dev_frees, g_dev_allocs); /* the scratch is freed by accel_shutdown */
     return at_finish("amp_gpu");
 }
