@@ -245,8 +245,8 @@ ACCEL_API int accel_amp_step_was_skipped(const accel_amp_scaler *s);
 /* accel_state_save_fn: scaler = an accel_amp_scaler *. buf NULL or cap < ACCEL_AMP_SCALER_STATE_BYTES → *size =
    ACCEL_AMP_SCALER_STATE_BYTES, ACCEL_OK, nothing written; else the bytes are written and *size = their count. */
 ACCEL_API accel_result accel_amp_scaler_state_save(void *scaler, void *buf, size_t cap, size_t *size);
-/* accel_state_load_fn: validates all size bytes before changing the scaler (errors: ACCEL_ERR_FORMAT, recorded in the
-   scaler's Accelerator); the scaler's enabled/static/local settings are kept. */
+/* accel_state_load_fn: validates all size bytes before changing the scaler (bad bytes: ACCEL_ERR_FORMAT, recorded in
+   the scaler's Accelerator); the scaler's enabled/static/local settings are kept. */
 ACCEL_API accel_result accel_amp_scaler_state_load(void *scaler, const void *buf, size_t size);
 
 /* --------------------------------------------------------------------------------------------- clipping */
@@ -1018,14 +1018,17 @@ ACCEL__DEF accel_result accel_amp_scaler_state_load(void *scaler, const void *bu
 }
 
 /* ------------------------------------------------------------------------------------------ clipping */
+/* pre: the caller's own argument check (joins the agreement below, so a sharded call fails on every rank). */
 static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int count, double norm_type, int flags,
-                                    double *total) {
+                                    accel_result pre, double *total) {
     int is_inf = norm_type > 1e308;
     int sharded = (flags & ACCEL_AMP_CLIP_SHARDED) && acc->num_processes > 1;
     double sum = 0.0;
     int i;
     accel_result r;
-    if (!(norm_type > 0.0))
+    if (pre != ACCEL_OK)
+        r = pre;
+    else if (!(norm_type > 0.0))
         r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "clip_grad_norm: norm_type=%g must be > 0 (or HUGE_VAL for inf)", norm_type);
     else r = accel__amp_check_list(acc, grads, count, "clip_grad_norm");
     /* sharded: a bad call on one rank fails every rank with its message (ACCEL_ERR_REMOTE elsewhere), nothing changed */
@@ -1083,7 +1086,7 @@ ACCEL__DEF accel_result accel_amp_grad_norm(accel *acc, const accel_tensor *grad
     double t = 0.0;
     accel_result r;
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_grad_norm: acc is NULL");
-    r = accel__amp_norm(acc, grads, count, norm_type, flags, &t);
+    r = accel__amp_norm(acc, grads, count, norm_type, flags, ACCEL_OK, &t);
     if (r == ACCEL_OK && total_norm) *total_norm = t;
     return r;
 }
@@ -1125,9 +1128,9 @@ ACCEL__DEF accel_result accel_amp_clip_grad_norm(accel *acc, const accel_tensor 
     float coef;
     accel_result r;
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_norm: acc is NULL");
-    if (max_norm != max_norm)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_norm: max_norm is NaN");
-    r = accel__amp_norm(acc, grads, count, norm_type, flags, &total);
+    r = max_norm != max_norm ? ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_norm: max_norm is NaN")
+                             : ACCEL_OK;
+    r = accel__amp_norm(acc, grads, count, norm_type, flags, r, &total);
     if (r != ACCEL_OK) return r;
     if (total_norm) *total_norm = total;
     if ((flags & ACCEL_AMP_CLIP_ERROR_IF_NONFINITE) && (total != total || total > 1.7976931348623157e308))

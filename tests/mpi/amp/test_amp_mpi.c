@@ -136,6 +136,15 @@ int main(void) {
             if (R == 0) AT_EQ_INT(r, ACCEL_ERR_INVALID_ARGUMENT);
             else AT_EQ_INT(r, P > 1 ? ACCEL_ERR_REMOTE : ACCEL_OK);
             if (R != 0 && P > 1) AT_CONTAINS(accel_last_error(&acc), "I32");
+            /* a bad max_norm on rank 0 only: every rank fails (no rank waits for rank 0 until the deadline) */
+            ts[3].dtype = ACCEL_F32;
+            r = accel_amp_clip_grad_norm(&acc, ts, NBUF, R == 0 ? (double)NAN : 1.0, 2.0, ACCEL_AMP_CLIP_SHARDED, NULL);
+            if (R == 0) AT_EQ_INT(r, ACCEL_ERR_INVALID_ARGUMENT);
+            else AT_EQ_INT(r, P > 1 ? ACCEL_ERR_REMOTE : ACCEL_OK);
+            if (R != 0 && P > 1) AT_CONTAINS(accel_last_error(&acc), "max_norm is NaN");
+            changed = 0;
+            for (k = 0; k < NBUF; ++k) changed += memcmp(shard[k], full[k] + off[k], cnt[k] * 4) != 0;
+            AT_EQ_INT(changed, 0);
             /* a scaler unscaled twice on one rank only: that rank gets ACCEL_ERR_STATE, the others ACCEL_ERR_REMOTE */
             ts[3].dtype = ACCEL_F32;
             if (R == 0) sc.unscaled = 1; /* as if rank 0 had already unscaled in this step */
