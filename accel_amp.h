@@ -4,30 +4,34 @@
 
    USAGE (fp16 training step; the same code runs on the CPU and, with the implementation TU built by nvcc, on CUDA)
        accel_amp_scaler sc;
-       accel_amp_scaler_desc sd = {0};                   // zero = Accelerate's defaults (65536, 2, 0.5, 2000)
+       accel_amp_scaler_desc sd = {0};                   // zero = Accelerate's defaults (65536, 2, 0.5, 2000); C++: {}
        if (accel_amp_scaler_init(&acc, &sc, &sd) != ACCEL_OK) return 1;   // disabled unless acc.mixed_precision=fp16
+       // the scaler remembers &acc: its methods take the scaler alone. Its state needs no adapter (accel_ckpt.h):
+       accel_ckpt_register(ck, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc);
        accel_tensor grads[2] = {...};                    // fp32 (or fp16/bf16) gradient buffers on acc's device
        for (step = 0; step < steps; ++step) {
            float loss_mult = accel_amp_loss_scale(&sc) / accel_loss_divisor(&acc);
            forward_backward(loss_mult);                  // your kernels: d(loss * loss_mult)
            int found_inf;
-           accel_amp_unscale_and_check(&acc, &sc, grads, 2, &found_inf);   // grads *= 1/scale; any rank inf → all
+           accel_amp_unscale_and_check(&sc, grads, 2, &found_inf);   // grads *= 1/scale; any rank inf → all
            double norm;
-           accel_amp_clip_grad_norm(&acc, grads, 2, 1.0, 2.0, 0, &norm);
+           accel_amp_clip_grad_norm(&acc, grads, 2, 1.0, 2.0, 0, &norm);   // free functions take acc first
            if (!found_inf) { adamw_step(master, grads);   // fp32 master weights
                              accel_amp_master_to_model(&acc, master, model16, ACCEL_BF16, n, NULL); }
-           accel_amp_update(&acc, &sc);                  // backoff / growth; sets acc.optimizer_step_was_skipped
+           accel_amp_update(&sc);                        // backoff / growth; sets acc.optimizer_step_was_skipped
            accel_optimizer_step_done(&acc, accel_amp_step_was_skipped(&sc));   // the core's step counters
        }
-       uint8_t st[ACCEL_AMP_SCALER_STATE_BYTES]; size_t w;      // checkpoint: fixed little-endian bytes
-       accel_amp_scaler_state_save(&acc, &sc, st, sizeof st, &w);
-       accel_amp_scaler_destroy(&acc, &sc);
+       uint8_t st[ACCEL_AMP_SCALER_STATE_BYTES]; size_t w;      // or by hand: fixed little-endian bytes
+       accel_amp_scaler_state_save(&sc, st, sizeof st, &w);
+       accel_amp_scaler_deinit(&sc);
 
    PRECISION POLICY (accel_amp_get_policy, from acc->mixed_precision)
        "no"   fp32 everywhere, no scaling       "bf16" bf16 compute, no scaling (as Accelerate: no scaler)
        "fp16" fp16 compute, dynamic scaling     "fp8"  ACCEL_ERR_UNSUPPORTED (reserved)
 
-   CONVERSIONS (static ACCEL_HD helpers, usable in your own kernels)
+   CONVERSIONS
+       The 16-bit codec is the core's (accel.h: accel_f32_to_bf16, accel_bf16_to_f32, accel_f32_to_f16,
+       accel_f16_to_f32, static ACCEL_HD, usable in your own kernels); the buffer conversions below apply it.
        fp32 -> fp16 / bf16: IEEE round-to-nearest-even, overflow to Inf, fp16 subnormals, bit-exact with the host
        versions of cuda_fp16.h's __float2half_rn and cuda_bf16.h's __float2bfloat16 for all 2^32 inputs (checked by
        tests/unit/amp/test_amp_cuda_host.cu --all-fp32), including NaN: every NaN becomes the
@@ -38,14 +42,20 @@
        The bits of element i are accel_rng_draw4(seed, step, (index_offset + i) / 4)[(index_offset + i) % 4] from
        the core's Philox: deterministic for (seed, step, index) and identical on CPU and GPU.
 
-   LOSS SCALER (torch.amp.GradScaler semantics, SEMANTICS.md §10)
+   LOSS SCALER (torch.amp.GradScaler semantics, docs/semantics.md §10)
        scale is float32, growth_tracker int32; unscale multiplies by inv = (float)(1.0 / (double)scale) and records
        non-finite inputs; update(): found_inf → scale = (float)(scale * backoff), tracker = 0 (no floor: the scale
        can reach 0); else ++tracker, and at growth_interval scale = (float)(scale * growth) only if that is finite,
-       tracker = 0 either way. found_inf is OR-ed over all ranks (a collective: every rank calls unscale_and_check)
-       unless desc.local_found_inf. Unscaling twice in one step is ACCEL_ERR_STATE (torch raises too); update()
-       without unscale in the step is ACCEL_ERR_STATE (torch asserts "No inf checks were recorded").
-       desc.static_scale: the scale never changes (found_inf still skips the step).
+       tracker = 0 either way. found_inf is OR-ed over all ranks through the core's host process group (a
+       collective: every rank calls unscale_and_check, with the group's deadline) unless desc.local_found_inf.
+       With several processes and no host group (torchrun without MPI, before a collectives context installed
+       itself) unscale_and_check is ACCEL_ERR_UNSUPPORTED with nothing changed, unless desc.local_found_inf.
+       Unscaling twice in one step is ACCEL_ERR_STATE (torch raises too); update() without unscale in the step is
+       ACCEL_ERR_STATE (torch asserts "No inf checks were recorded"). desc.static_scale: the scale never changes
+       (found_inf still skips the step). The scaler remembers the Accelerator given to accel_amp_scaler_init: its
+       methods take the scaler alone and record their errors in that Accelerator.
+       Checkpoints: accel_amp_scaler_state_save / _load implement the core's accel_state_save_fn /
+       accel_state_load_fn contract (void *scaler first), so they register with accel_ckpt_register as they are.
 
    CLIPPING
        accel_amp_clip_grad_norm: torch.nn.utils.clip_grad_norm_. total = ||(||g_i||_p)_i||_p over F32/F16/BF16
@@ -53,7 +63,8 @@
        reciprocal(total + 1e-6f) * max_norm — every gradient multiplied by coef (also when coef = 1, as torch).
        total NaN → grads become NaN, total Inf → coef 0, exactly as torch; ACCEL_AMP_CLIP_ERROR_IF_NONFINITE turns a
        non-finite total into ACCEL_ERR_STATE before anything is changed. ACCEL_AMP_CLIP_SHARDED: each rank
-       holds a different shard of the gradients: the p-th power sums (or maxima) are all-reduced across ranks.
+       holds a different shard of the gradients: the p-th power sums (or maxima) are all-reduced across ranks
+       (through the core's host process group).
        accel_amp_clip_grad_value: clamp(g, -v, v) (NaN stays NaN, as torch.clamp).
 
    OPTIONS / MACROS
@@ -62,15 +73,17 @@
 
    THREADS AND STREAMS
        Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream; a list of
-       buffers is one kernel launch (a device-side descriptor array, allocated with cudaMallocAsync on the stream).
+       buffers is one kernel launch (its descriptor array is copied into the Accelerator's device scratch buffer,
+       which comes from the device allocator and is reused in stream order: keep amp's work on acc->stream).
        unscale_and_check synchronizes once to read found_inf (one 4-byte copy); clip_grad_norm reads back the
        per-block partial norms (≤ 8 KiB). Conversions and clip_grad_value do not synchronize. A scaler is used by one
        thread at a time.
 
    DIFFERENCES FROM ACCELERATE / PYTORCH (deliberate)
-     - Accelerate creates a GradScaler only for fp16 on a non-CPU device; accel also scales in fp16 mode on the CPU
-       (the CPU trainer trains in fp16 with dynamic scaling). accel_amp_policy.accelerate_would_scale says what
-       Accelerate would do. desc.enabled = ACCEL_ON / ACCEL_OFF overrides the policy.
+     - Accelerate creates a GradScaler only for fp16 on a non-CPU device (docs/semantics.md §4); accel also scales
+       in fp16 mode on the CPU (the CPU trainer trains in fp16 with dynamic scaling).
+       accel_amp_policy.accelerate_would_scale says what Accelerate would do. desc.enabled = ACCEL_ON / ACCEL_OFF
+       overrides the policy.
      - Norms are accumulated in float64 (torch: in the gradient's dtype / float32), so the returned norm is more
        accurate; the clip coefficient is then rounded to float32 as torch's is.
      - The scale lives on the host (torch keeps it on the device); the values and the rule are the same.
@@ -78,8 +91,10 @@
      - fp32 -> fp16/bf16 NaN gives 0x7FFF (CUDA's canonical NaN) on the CPU too, so CPU and GPU agree bit for bit.
      - unscale_and_check accepts F16/BF16 gradients (torch's unscale_ refuses fp16 gradients); they are widened,
        checked, multiplied and rounded back (RNE).
-     - With several ranks, unscale_and_check first agrees that every rank's buffer list is valid (one small
-       all-reduce) so a bad call on one rank fails everywhere with nothing changed, then ORs found_inf (a second).
+     - With several ranks, unscale_and_check first agrees that every rank's buffer list is valid (one small host
+       collective) so a bad call on one rank fails everywhere with nothing changed (that rank gets its own error,
+       the others ACCEL_ERR_REMOTE carrying its message), then ORs found_inf (a second). Sharded clipping likewise
+       agrees on the arguments before the norm is all-reduced.
      - clip_grad_value refuses a negative clip value (torch.clamp would silently set everything to -|v|).
 */
 #ifndef ACCEL_AMP_H_INCLUDED
@@ -105,41 +120,18 @@ typedef struct accel_amp_policy {
 ACCEL_API accel_result accel_amp_get_policy(accel *acc, accel_amp_policy *out);
 
 /* ------------------------------------------------------------------------------ element-wise helpers (HD) */
-static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_f32_bits(float f) {
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(f);
-#else
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-#endif
-}
-static ACCEL_INLINE ACCEL_HD float accel_amp_bits_f32(uint32_t u) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
-}
+/* The 16-bit codec (accel_f32_to_bf16, accel_bf16_to_f32, accel_f32_to_f16, accel_f16_to_f32, accel_f32_bits,
+   accel_bits_f32) is the core's, in accel.h. What follows is amp's own. */
+
 /* 1 when f is Inf or NaN (branch-free so loops vectorize). */
 static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_nonfinite(float f) {
-    return (uint32_t)((accel_amp_f32_bits(f) & 0x7f800000u) == 0x7f800000u);
+    return (uint32_t)((accel_f32_bits(f) & 0x7f800000u) == 0x7f800000u);
 }
-
-/* fp32 → bf16, round to nearest even; NaN → 0x7FFF (as __float2bfloat16). Overflow rounds to ±Inf. */
-static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_bf16(float f) {
-    uint32_t u = accel_amp_f32_bits(f);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? 0x7fffu : r);
-}
-static ACCEL_INLINE ACCEL_HD float accel_amp_bf16_to_f32(uint16_t h) { return accel_amp_bits_f32((uint32_t)h << 16); }
 
 /* fp32 → bf16 with stochastic rounding: rnd's low 16 bits are added below the kept mantissa, then truncated.
    NaN → 0x7FFF, ±Inf stays, finite values beyond the largest bf16 may round to ±Inf with their probability. */
 static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_bf16_sr(float f, uint32_t rnd) {
-    uint32_t u = accel_amp_f32_bits(f);
+    uint32_t u = accel_f32_bits(f);
     uint32_t a = u & 0x7fffffffu;
     uint32_t r = (a == 0x7f800000u) ? (u >> 16) : ((u + (rnd & 0xffffu)) >> 16);
     return (uint16_t)(a > 0x7f800000u ? 0x7fffu : r);
@@ -150,43 +142,6 @@ static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_sr_bits(uint64_t seed, uint64_t 
     uint32_t out[4];
     accel_rng_draw4(seed, step, index >> 2, out);
     return out[index & 3u];
-}
-
-/* fp32 → fp16, round to nearest even, bit-exact with __float2half_rn: overflow (|x| ≥ 65520) → ±Inf, subnormal
-   results rounded correctly, NaN → 0x7FFF. */
-static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_f16(float f) {
-    uint32_t x = accel_amp_f32_bits(f);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t u = x & 0x7fffffffu;
-    uint32_t res, rem;
-    if (u >= 0x7f800000u) return (uint16_t)(u == 0x7f800000u ? (sign | 0x7c00u) : 0x7fffu);
-    if (u > 0x477fefffu) return (uint16_t)(sign | 0x7c00u); /* ≥ 65520 rounds up past 65504 */
-    if (u >= 0x38800000u) {                                 /* normal fp16 result */
-        rem = u << 19;
-        res = sign | ((u - 0x38000000u) >> 13);
-    } else if (u <= 0x33000000u) {                          /* ≤ 2^-25: rounds to ±0 (2^-25 is a tie → even 0) */
-        return (uint16_t)sign;
-    } else {                                                /* subnormal fp16 result */
-        uint32_t shift = 0x7eu - (u >> 23);
-        uint32_t mant = (u & 0x7fffffu) | 0x800000u;
-        rem = mant << (32u - shift);
-        res = sign | (mant >> shift);
-    }
-    if (rem > 0x80000000u || (rem == 0x80000000u && (res & 1u))) ++res;
-    return (uint16_t)res;
-}
-
-/* fp16 → fp32, exact. A NaN keeps its sign and payload and is quieted (as x86 F16C). */
-static ACCEL_INLINE ACCEL_HD float accel_amp_f16_to_f32(uint16_t h) {
-    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
-    uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
-    uint32_t m = (uint32_t)h & 0x3ffu;
-    if (e == 0x1fu) return accel_amp_bits_f32(sign | 0x7f800000u | (m ? (0x400000u | (m << 13)) : 0u));
-    if (e == 0u) {
-        float v = (float)m * 5.9604644775390625e-08f; /* m · 2^-24, exact */
-        return accel_amp_bits_f32(accel_amp_f32_bits(v) | sign);
-    }
-    return accel_amp_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
 
 /* torch's unscale of one element: inv == 1 leaves the value untouched. */
@@ -207,7 +162,7 @@ static ACCEL_INLINE ACCEL_HD void accel_amp_update_scale_rule(float *scale, int3
         int32_t s = *tracker + 1;
         if (s == interval) {
             float ns = (float)((double)*scale * growth);
-            uint32_t b = accel_amp_f32_bits(ns);
+            uint32_t b = accel_f32_bits(ns);
             if ((b & 0x7f800000u) != 0x7f800000u) *scale = ns;
             *tracker = 0;
         } else {
@@ -238,17 +193,20 @@ ACCEL_API accel_result accel_amp_model_to_master(accel *acc, const void *model, 
                                                  size_t n);
 
 /* -------------------------------------------------------------------------------------------- loss scaler */
+/* Zero is the default for every field (C: = {0}; C++: = {}; NULL desc = all defaults). */
 typedef struct accel_amp_scaler_desc {
     float init_scale;      /* 0 → 65536 */
     double growth_factor;  /* 0 → 2.0 (must be > 1) */
     double backoff_factor; /* 0 → 0.5 (must be in (0, 1)) */
-    int growth_interval;   /* 0 → 2000 */
-    int static_scale;      /* nonzero: the scale never changes */
-    int enabled;           /* 0 → by policy (fp16 on), ACCEL_ON, ACCEL_OFF */
+    int growth_interval;   /* 0 → 2000 (must be > 0) */
+    int static_scale;      /* nonzero: the scale never changes (default: dynamic) */
+    accel_toggle enabled;  /* ACCEL_DEFAULT → by policy (on for fp16), ACCEL_ON, ACCEL_OFF */
     int local_found_inf;   /* nonzero: do not OR found_inf across ranks (gradients are already identical) */
 } accel_amp_scaler_desc;
 
+/* Caller-owned; fields are readable, change them only through the functions. */
 typedef struct accel_amp_scaler {
+    accel *acc;                /* from accel_amp_scaler_init: where the methods record errors and collectives run */
     int enabled;
     int dynamic;               /* 0 in static mode */
     float scale;               /* float32, as torch */
@@ -264,27 +222,32 @@ typedef struct accel_amp_scaler {
     int64_t skipped_steps;     /* of which skipped */
 } accel_amp_scaler;
 
+/* Resolves desc (NULL = defaults) against acc's precision policy and remembers acc (it must outlive the scaler). */
 ACCEL_API accel_result accel_amp_scaler_init(accel *acc, accel_amp_scaler *s, const accel_amp_scaler_desc *desc);
-ACCEL_API void accel_amp_scaler_destroy(accel *acc, accel_amp_scaler *s);
-/* What to multiply the loss by: the scale, or 1 when the scaler is disabled. */
+/* Safe on a zeroed or failed scaler, idempotent, NULL ok. The scaler holds no resources. */
+ACCEL_API void accel_amp_scaler_deinit(accel_amp_scaler *s);
+/* What to multiply the loss by: the scale, or 1 when the scaler is disabled (or NULL). */
 ACCEL_API float accel_amp_loss_scale(const accel_amp_scaler *s);
 /* In place grads *= (float)(1.0/(double)scale) for every buffer (F32/F16/BF16), one fused pass; *found_inf (may be
-   NULL) = any input Inf/NaN on any rank. Disabled scaler: no-op, found_inf 0 (torch: unscale_ is a no-op). */
-ACCEL_API accel_result accel_amp_unscale_and_check(accel *acc, accel_amp_scaler *s, const accel_tensor *grads,
-                                                   int count, int *found_inf);
-/* End of the optimizer step: apply the scale rule; step_was_skipped = found_inf; also sets
+   NULL) = any input Inf/NaN on any rank. Disabled scaler: no-op, found_inf 0 (torch: unscale_ is a no-op).
+   Collective unless desc.local_found_inf (see LOSS SCALER above). */
+ACCEL_API accel_result accel_amp_unscale_and_check(accel_amp_scaler *s, const accel_tensor *grads, int count,
+                                                   int *found_inf);
+/* End of the optimizer step: apply the scale rule; step_was_skipped = found_inf; also sets the scaler's
    acc->optimizer_step_was_skipped. The step counters stay with the core: call
    accel_optimizer_step_done(acc, accel_amp_step_was_skipped(s)) as usual. */
-ACCEL_API accel_result accel_amp_update(accel *acc, accel_amp_scaler *s);
+ACCEL_API accel_result accel_amp_update(accel_amp_scaler *s);
 ACCEL_API int accel_amp_step_was_skipped(const accel_amp_scaler *s);
 
 /* Checkpoint bytes, little-endian: "AMPS" u32 version=1, f32 scale, f64 growth_factor, f64 backoff_factor,
    i32 growth_interval, i32 growth_tracker (torch's state_dict keys). */
 #define ACCEL_AMP_SCALER_STATE_BYTES 36
-ACCEL_API accel_result accel_amp_scaler_state_save(accel *acc, const accel_amp_scaler *s, uint8_t *buf, size_t cap,
-                                                   size_t *written);
-/* Validates everything before changing s; the scaler's enabled/static/local settings are kept. */
-ACCEL_API accel_result accel_amp_scaler_state_load(accel *acc, accel_amp_scaler *s, const uint8_t *buf, size_t len);
+/* accel_state_save_fn: scaler = an accel_amp_scaler *. buf NULL or cap < ACCEL_AMP_SCALER_STATE_BYTES → *size =
+   ACCEL_AMP_SCALER_STATE_BYTES, ACCEL_OK, nothing written; else the bytes are written and *size = their count. */
+ACCEL_API accel_result accel_amp_scaler_state_save(void *scaler, void *buf, size_t cap, size_t *size);
+/* accel_state_load_fn: validates all size bytes before changing the scaler (bad bytes: ACCEL_ERR_FORMAT, recorded in
+   the scaler's Accelerator); the scaler's enabled/static/local settings are kept. */
+ACCEL_API accel_result accel_amp_scaler_state_load(void *scaler, const void *buf, size_t size);
 
 /* --------------------------------------------------------------------------------------------- clipping */
 #define ACCEL_AMP_CLIP_ERROR_IF_NONFINITE 1 /* non-finite total norm → ACCEL_ERR_STATE, gradients untouched */
@@ -308,8 +271,6 @@ ACCEL_API accel_result accel_amp_clip_grad_value(accel *acc, const accel_tensor 
 #define ACCEL__AMP_IMPL_DONE
 
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #ifndef ACCEL_AMP_CUDA_BLOCK
@@ -379,10 +340,10 @@ static uint32_t accel__amp_cpu_unscale_16(uint16_t *ACCEL_RESTRICT g, size_t n, 
     uint32_t bad = 0;
     size_t i;
     for (i = 0; i < n; ++i) {
-        float v = bf16 ? accel_amp_bf16_to_f32(g[i]) : accel_amp_f16_to_f32(g[i]);
+        float v = bf16 ? accel_bf16_to_f32(g[i]) : accel_f16_to_f32(g[i]);
         bad |= accel_amp_nonfinite(v);
         v = accel_amp_unscale1(v, inv);
-        g[i] = bf16 ? accel_amp_f32_to_bf16(v) : accel_amp_f32_to_f16(v);
+        g[i] = bf16 ? accel_f32_to_bf16(v) : accel_f32_to_f16(v);
     }
     return bad;
 }
@@ -390,22 +351,22 @@ static uint32_t accel__amp_cpu_unscale_16(uint16_t *ACCEL_RESTRICT g, size_t n, 
 static void accel__amp_cpu_f32_to_bf16(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n) {
     size_t i = 0, j;
     for (; i + ACCEL__AMP_BLK <= n; i += ACCEL__AMP_BLK)
-        for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = accel_amp_f32_to_bf16(s[i + j]);
-    for (; i < n; ++i) d[i] = accel_amp_f32_to_bf16(s[i]);
+        for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = accel_f32_to_bf16(s[i + j]);
+    for (; i < n; ++i) d[i] = accel_f32_to_bf16(s[i]);
 }
 static void accel__amp_cpu_f32_to_f16(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n) {
     size_t i;
-    for (i = 0; i < n; ++i) d[i] = accel_amp_f32_to_f16(s[i]);
+    for (i = 0; i < n; ++i) d[i] = accel_f32_to_f16(s[i]);
 }
 static void accel__amp_cpu_bf16_to_f32(const uint16_t *ACCEL_RESTRICT s, float *ACCEL_RESTRICT d, size_t n) {
     size_t i = 0, j;
     for (; i + ACCEL__AMP_BLK <= n; i += ACCEL__AMP_BLK)
-        for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = accel_amp_bf16_to_f32(s[i + j]);
-    for (; i < n; ++i) d[i] = accel_amp_bf16_to_f32(s[i]);
+        for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = accel_bf16_to_f32(s[i + j]);
+    for (; i < n; ++i) d[i] = accel_bf16_to_f32(s[i]);
 }
 static void accel__amp_cpu_f16_to_f32(const uint16_t *ACCEL_RESTRICT s, float *ACCEL_RESTRICT d, size_t n) {
     size_t i;
-    for (i = 0; i < n; ++i) d[i] = accel_amp_f16_to_f32(s[i]);
+    for (i = 0; i < n; ++i) d[i] = accel_f16_to_f32(s[i]);
 }
 static void accel__amp_cpu_f32_to_bf16_sr(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n,
                                           const accel_amp_sr *sr) {
@@ -426,13 +387,13 @@ static void accel__amp_cpu_f32_to_bf16_sr(const float *ACCEL_RESTRICT s, uint16_
 
 static float accel__amp_load(const void *p, accel_dtype t, size_t i) {
     if (t == ACCEL_F32) return ((const float *)p)[i];
-    if (t == ACCEL_BF16) return accel_amp_bf16_to_f32(((const uint16_t *)p)[i]);
-    return accel_amp_f16_to_f32(((const uint16_t *)p)[i]);
+    if (t == ACCEL_BF16) return accel_bf16_to_f32(((const uint16_t *)p)[i]);
+    return accel_f16_to_f32(((const uint16_t *)p)[i]);
 }
 static void accel__amp_store(void *p, accel_dtype t, size_t i, float v) {
     if (t == ACCEL_F32) ((float *)p)[i] = v;
-    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_amp_f32_to_bf16(v);
-    else ((uint16_t *)p)[i] = accel_amp_f32_to_f16(v);
+    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_f32_to_bf16(v);
+    else ((uint16_t *)p)[i] = accel_f32_to_f16(v);
 }
 
 /* (Non-temporal stores for large destinations were tried and measured slower here: see bench/amp.) */
@@ -531,13 +492,13 @@ static __device__ int accel__amp_find(const accel__amp_mt *d, int nt, long long 
 }
 static __device__ float accel__amp_dload(const void *p, int t, long long i) {
     if (t == ACCEL_F32) return ((const float *)p)[i];
-    if (t == ACCEL_BF16) return accel_amp_bf16_to_f32(((const uint16_t *)p)[i]);
-    return accel_amp_f16_to_f32(((const uint16_t *)p)[i]);
+    if (t == ACCEL_BF16) return accel_bf16_to_f32(((const uint16_t *)p)[i]);
+    return accel_f16_to_f32(((const uint16_t *)p)[i]);
 }
 static __device__ void accel__amp_dstore(void *p, int t, long long i, float v) {
     if (t == ACCEL_F32) ((float *)p)[i] = v;
-    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_amp_f32_to_bf16(v);
-    else ((uint16_t *)p)[i] = accel_amp_f32_to_f16(v);
+    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_f32_to_bf16(v);
+    else ((uint16_t *)p)[i] = accel_f32_to_f16(v);
 }
 
 /* One kernel for every multi-tensor operation: block b walks chunks b, b+grid, ...; in each chunk the threads
@@ -590,12 +551,12 @@ static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int n
                 for (i = threadIdx.x; i < nv; i += blockDim.x) {
                     float4 v = s4[i];
                     uint2 o;
-                    o.x = (unsigned)accel_amp_f32_to_bf16(v.x) | ((unsigned)accel_amp_f32_to_bf16(v.y) << 16);
-                    o.y = (unsigned)accel_amp_f32_to_bf16(v.z) | ((unsigned)accel_amp_f32_to_bf16(v.w) << 16);
+                    o.x = (unsigned)accel_f32_to_bf16(v.x) | ((unsigned)accel_f32_to_bf16(v.y) << 16);
+                    o.y = (unsigned)accel_f32_to_bf16(v.z) | ((unsigned)accel_f32_to_bf16(v.w) << 16);
                     d2[i] = o;
                 }
                 for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x)
-                    ((uint16_t *)d[t].b)[start + i] = accel_amp_f32_to_bf16(((const float *)d[t].a)[start + i]);
+                    ((uint16_t *)d[t].b)[start + i] = accel_f32_to_bf16(((const float *)d[t].a)[start + i]);
             } else if (kp.use_sr) { /* F32 → BF16 stochastic */
                 for (i = threadIdx.x; i < len; i += blockDim.x) {
                     unsigned long long idx = kp.index_offset + (unsigned long long)(start + i);
@@ -649,23 +610,15 @@ static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int n
     }
 }
 
-#define ACCEL__AMP_CU(acc, call)                                                                                      \
-    do {                                                                                                               \
-        cudaError_t accel__e = (call);                                                                                 \
-        if (accel__e != cudaSuccess) {                                                                                 \
-            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "%s failed: %s", #call, cudaGetErrorString(accel__e));              \
-            goto done;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
-
-/* Copies the descriptors to the device, runs one launch over every buffer, and reads back found_inf / partials
-   (only when asked). The scratch lives in stream-ordered memory. */
-static accel_result accel__amp_launch(accel *acc, int kind, accel__amp_mt *h, int nt, long long nchunks,
+/* Copies the descriptors into the Accelerator's device scratch (persistent, from the device allocator; reused in
+   stream order, so everything here stays on acc->stream), runs one launch over every buffer, and reads back
+   found_inf / partials (only when asked: one synchronization). The host table may be freed on return (a pageable
+   host-to-device cudaMemcpyAsync has staged it by then). */
+static accel_result accel__amp_launch(accel *acc, int kind, const accel__amp_mt *h, int nt, long long nchunks,
                                       const accel__amp_kparams *kp, int *found_out, double *partials_out,
                                       int *nblocks_out) {
-    accel_result r = ACCEL_OK;
     cudaStream_t st = (cudaStream_t)acc->stream;
-    unsigned char *scratch = NULL;
+    unsigned char *scratch;
     size_t dbytes = sizeof(accel__amp_mt) * (size_t)nt;
     size_t off_found = (dbytes + 15u) & ~(size_t)15u;
     size_t off_part = off_found + 16u;
@@ -673,32 +626,22 @@ static accel_result accel__amp_launch(accel *acc, int kind, accel__amp_mt *h, in
     int blocks = (int)(nchunks < ACCEL__AMP_MAX_BLOCKS ? nchunks : ACCEL__AMP_MAX_BLOCKS);
     int dev_found = 0;
     if (nblocks_out) *nblocks_out = blocks;
-    if (nchunks <= 0) {
-        if (found_out) *found_out = 0;
-        return ACCEL_OK;
-    }
-    ACCEL__AMP_CU(acc, cudaMallocAsync((void **)&scratch, total, st));
-    ACCEL__AMP_CU(acc, cudaMemcpyAsync(scratch, h, dbytes, cudaMemcpyHostToDevice, st));
-    ACCEL__AMP_CU(acc, cudaMemsetAsync(scratch + off_found, 0, 4, st));
+    if (found_out) *found_out = 0;
+    if (nchunks <= 0) return ACCEL_OK;
+    scratch = (unsigned char *)accel__device_scratch(acc, total);
+    if (!scratch) return accel__fail_wrap(acc, acc->last_result, "amp kernel arguments (%zu bytes)", total);
+    ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(scratch, h, dbytes, cudaMemcpyHostToDevice, st));
+    if (found_out) ACCEL__CUDA_CHECK(acc, cudaMemsetAsync(scratch + off_found, 0, 4, st));
     accel__amp_kernel<<<blocks, ACCEL_AMP_CUDA_BLOCK, 0, st>>>(kind, (const accel__amp_mt *)scratch, nt, nchunks, *kp,
                                                               (int *)(scratch + off_found), (double *)(scratch + off_part));
-    ACCEL__AMP_CU(acc, cudaGetLastError());
-    if (found_out) {
-        ACCEL__AMP_CU(acc, cudaMemcpyAsync(&dev_found, scratch + off_found, 4, cudaMemcpyDeviceToHost, st));
-    }
-    if (partials_out) {
-        ACCEL__AMP_CU(acc, cudaMemcpyAsync(partials_out, scratch + off_part, sizeof(double) * (size_t)blocks,
-                                           cudaMemcpyDeviceToHost, st));
-    }
-    if (found_out || partials_out) ACCEL__AMP_CU(acc, cudaStreamSynchronize(st));
+    ACCEL__CUDA_CHECK(acc, cudaGetLastError());
+    if (found_out) ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(&dev_found, scratch + off_found, 4, cudaMemcpyDeviceToHost, st));
+    if (partials_out)
+        ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(partials_out, scratch + off_part, sizeof(double) * (size_t)blocks,
+                                               cudaMemcpyDeviceToHost, st));
+    if (found_out || partials_out) ACCEL__CUDA_CHECK(acc, cudaStreamSynchronize(st));
     if (found_out) *found_out = dev_found != 0;
-done:
-    if (scratch) {
-        cudaError_t e = cudaFreeAsync(scratch, st);
-        if (e != cudaSuccess && r == ACCEL_OK)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaFreeAsync failed: %s", cudaGetErrorString(e));
-    }
-    return r;
+    return ACCEL_OK;
 }
 #endif /* __CUDACC__ */
 
@@ -708,7 +651,6 @@ static accel_result accel__amp_no_cuda(accel *acc, const char *what) {
                        "%s on CUDA device %d needs the kernels: compile the ACCEL_IMPLEMENTATION TU with nvcc", what,
                        acc->device);
 }
-
 #endif
 
 #ifdef __CUDACC__
@@ -868,6 +810,7 @@ ACCEL__DEF accel_result accel_amp_scaler_init(accel *acc, accel_amp_scaler *s, c
     accel_amp_scaler_desc d;
     accel_amp_policy pol;
     accel_result r;
+    if (s) memset(s, 0, sizeof *s); /* a failed init leaves a zeroed scaler (deinit-safe, refused by the methods) */
     if (!acc || !s) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_init: NULL argument");
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
@@ -885,9 +828,10 @@ ACCEL__DEF accel_result accel_amp_scaler_init(accel *acc, accel_amp_scaler *s, c
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: backoff_factor=%g must be in (0, 1)", d.backoff_factor);
     if (d.growth_interval < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_interval=%d must be > 0", d.growth_interval);
-    if (d.enabled != 0 && d.enabled != ACCEL_ON && d.enabled != ACCEL_OFF)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: enabled=%d must be 0, ACCEL_ON or ACCEL_OFF", d.enabled);
-    memset(s, 0, sizeof *s);
+    if (d.enabled != ACCEL_DEFAULT && d.enabled != ACCEL_ON && d.enabled != ACCEL_OFF)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: enabled=%d must be ACCEL_DEFAULT, ACCEL_ON or ACCEL_OFF",
+                           (int)d.enabled);
+    s->acc = acc;
     s->enabled = d.enabled == ACCEL_ON ? 1 : d.enabled == ACCEL_OFF ? 0 : pol.loss_scaling;
     s->dynamic = d.static_scale ? 0 : 1;
     s->scale = d.init_scale;
@@ -899,40 +843,54 @@ ACCEL__DEF accel_result accel_amp_scaler_init(accel *acc, accel_amp_scaler *s, c
     return ACCEL_OK;
 }
 
-ACCEL__DEF void accel_amp_scaler_destroy(accel *acc, accel_amp_scaler *s) {
-    (void)acc;
+ACCEL__DEF void accel_amp_scaler_deinit(accel_amp_scaler *s) {
     if (s) memset(s, 0, sizeof *s);
 }
 
 ACCEL__DEF float accel_amp_loss_scale(const accel_amp_scaler *s) { return (s && s->enabled) ? s->scale : 1.0f; }
 ACCEL__DEF int accel_amp_step_was_skipped(const accel_amp_scaler *s) { return s ? s->step_was_skipped : 0; }
 
-ACCEL__DEF accel_result accel_amp_unscale_and_check(accel *acc, accel_amp_scaler *s, const accel_tensor *grads,
-                                                    int count, int *found_inf) {
+/* The scaler's Accelerator, or an error (recorded process-wide: there is no Accelerator to record it in). */
+static accel_result accel__amp_scaler_acc(const accel_amp_scaler *s, const char *what) {
+    if (!s) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: scaler is NULL", what);
+    if (!s->acc)
+        return ACCEL__FAIL(NULL, ACCEL_ERR_STATE, "%s: the scaler is not initialized (accel_amp_scaler_init failed, was "
+                           "not called, or accel_amp_scaler_deinit was)", what);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_amp_unscale_and_check(accel_amp_scaler *s, const accel_tensor *grads, int count,
+                                                    int *found_inf) {
+    static const char what[] = "accel_amp_unscale_and_check";
+    accel *acc;
     accel_result r;
     uint32_t bad = 0;
     float inv;
-    int i;
-    if (!acc || !s) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_unscale_and_check: NULL argument");
+    int i, collective;
     if (found_inf) *found_inf = 0;
+    if ((r = accel__amp_scaler_acc(s, what)) != ACCEL_OK) return r;
+    acc = s->acc;
     if (!s->enabled) return ACCEL_OK;
+    collective = !s->local_found_inf && acc->num_processes > 1;
+    if (collective && !strcmp(accel_host_group_name(acc), "none"))
+        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                           "%s: found_inf must be OR-ed across %d processes, but there is no host process group (launched "
+                           "by %s without MPI, and no collectives context installed itself yet): build with MPI, create "
+                           "the accel_coll first, or set accel_amp_scaler_desc.local_found_inf when every rank holds the "
+                           "same (already reduced) gradients (nothing was changed)",
+                           what, acc->num_processes, accel_launcher_name(acc->launcher));
     if (s->unscaled)
-        return ACCEL__FAIL(acc, ACCEL_ERR_STATE,
-                           "accel_amp_unscale_and_check was already called since the last update (torch: \"unscale_() has "
-                           "already been called on this optimizer since the last update()\")");
-    r = accel__amp_check_list(acc, grads, count, "accel_amp_unscale_and_check");
-    if (!s->local_found_inf && acc->num_processes > 1) {
-        /* agree that every rank's list is valid before any rank changes its gradients */
-        int64_t e = r != ACCEL_OK ? 1 : 0;
-        accel_result r2 = accel_host_allreduce_i64(acc, &e, 1, ACCEL_HOST_MAX);
-        if (r != ACCEL_OK) return r;
-        if (r2 != ACCEL_OK) return r2;
-        if (e) return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "accel_amp_unscale_and_check: another rank passed an invalid gradient list; see its log (nothing was changed)");
-    }
+        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE,
+                        "%s was already called since the last update (torch: \"unscale_() has already been called on this "
+                        "optimizer since the last update()\")", what);
+    else
+        r = accel__amp_check_list(acc, grads, count, what);
+    /* every rank's call must be valid before any rank changes its gradients: a failure on one fails all (the others
+       get ACCEL_ERR_REMOTE with its message), with nothing changed anywhere */
+    if (collective) r = accel__agree(acc, r, "accel_amp_unscale_and_check (argument check)");
+    if (r != ACCEL_OK) return r;
     inv = (float)(1.0 / (double)s->scale);
-    if (r != ACCEL_OK) {
-        /* nothing to do locally */
-    } else if (acc->device < 0) {
+    if (acc->device < 0) {
         for (i = 0; i < count; ++i) {
             size_t n = (size_t)accel_tensor_numel(&grads[i]);
             if (grads[i].dtype == ACCEL_F32) bad |= accel__amp_cpu_unscale_f32((float *)grads[i].ptr, n, inv);
@@ -953,16 +911,19 @@ ACCEL__DEF accel_result accel_amp_unscale_and_check(accel *acc, accel_amp_scaler
         }
         bad = (uint32_t)f;
 #else
-        r = accel__amp_no_cuda(acc, "accel_amp_unscale_and_check");
+        r = accel__amp_no_cuda(acc, what);
 #endif
     }
-    if (!s->local_found_inf && acc->num_processes > 1) {
-        /* a local (CUDA) failure still joins the collective (value 2) so no rank waits forever */
-        int64_t v = r != ACCEL_OK ? 2 : bad ? 1 : 0;
+    if (collective) {
+        /* found_inf OR over the ranks (MAX of 0/1). A rank whose kernels failed still joins, with 2 + its rank, so no
+           rank waits for it until the deadline; the others learn which rank failed. */
+        int64_t v = r != ACCEL_OK ? 2 + (int64_t)acc->process_index : bad ? 1 : 0;
         accel_result r2 = accel_host_allreduce_i64(acc, &v, 1, ACCEL_HOST_MAX);
         if (r != ACCEL_OK) return r;
-        if (r2 != ACCEL_OK) return r2;
-        if (v >= 2) return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "accel_amp_unscale_and_check failed on another rank; see its log (this rank's gradients were unscaled)");
+        if (r2 != ACCEL_OK) return accel__fail_wrap(acc, r2, "%s: OR of found_inf across ranks (this rank's gradients were unscaled)", what);
+        if (v >= 2)
+            return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s failed on rank %lld (see its accel_last_error); this rank's "
+                               "gradients were unscaled", what, (long long)(v - 2));
         bad = v ? 1u : 0u;
     }
     if (r != ACCEL_OK) return r;
@@ -972,11 +933,12 @@ ACCEL__DEF accel_result accel_amp_unscale_and_check(accel *acc, accel_amp_scaler
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_amp_update(accel *acc, accel_amp_scaler *s) {
-    if (!acc || !s) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_update: NULL argument");
+ACCEL__DEF accel_result accel_amp_update(accel_amp_scaler *s) {
+    accel_result r = accel__amp_scaler_acc(s, "accel_amp_update");
+    if (r != ACCEL_OK) return r;
     if (s->enabled) {
         if (!s->unscaled)
-            return ACCEL__FAIL(acc, ACCEL_ERR_STATE,
+            return ACCEL__FAIL(s->acc, ACCEL_ERR_STATE,
                                "accel_amp_update: no accel_amp_unscale_and_check in this step (torch: \"No inf checks were "
                                "recorded prior to update.\")");
         if (s->dynamic)
@@ -990,62 +952,54 @@ ACCEL__DEF accel_result accel_amp_update(accel *acc, accel_amp_scaler *s) {
     s->found_inf = 0;
     s->steps++;
     if (s->step_was_skipped) s->skipped_steps++;
-    acc->optimizer_step_was_skipped = s->step_was_skipped;
+    s->acc->optimizer_step_was_skipped = s->step_was_skipped;
     return ACCEL_OK;
 }
 
-static void accel__amp_put32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
-}
-static uint32_t accel__amp_get32(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-static void accel__amp_put64(uint8_t *p, double d) {
-    uint64_t v;
-    memcpy(&v, &d, sizeof v);
-    accel__amp_put32(p, (uint32_t)v);
-    accel__amp_put32(p + 4, (uint32_t)(v >> 32));
-}
-static double accel__amp_get64(const uint8_t *p) {
-    uint64_t v = (uint64_t)accel__amp_get32(p) | ((uint64_t)accel__amp_get32(p + 4) << 32);
-    double d;
-    memcpy(&d, &v, sizeof d);
-    return d;
-}
-
-ACCEL__DEF accel_result accel_amp_scaler_state_save(accel *acc, const accel_amp_scaler *s, uint8_t *buf, size_t cap,
-                                                    size_t *written) {
-    if (!s || !buf) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_save: NULL argument");
-    if (cap < ACCEL_AMP_SCALER_STATE_BYTES)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_save: need %d bytes, have %zu",
-                           ACCEL_AMP_SCALER_STATE_BYTES, cap);
-    memcpy(buf, "AMPS", 4);
-    accel__amp_put32(buf + 4, 1u);
-    accel__amp_put32(buf + 8, accel_amp_f32_bits(s->scale));
-    accel__amp_put64(buf + 12, s->growth_factor);
-    accel__amp_put64(buf + 20, s->backoff_factor);
-    accel__amp_put32(buf + 28, (uint32_t)s->growth_interval);
-    accel__amp_put32(buf + 32, (uint32_t)s->growth_tracker);
-    if (written) *written = ACCEL_AMP_SCALER_STATE_BYTES;
+ACCEL__DEF accel_result accel_amp_scaler_state_save(void *scaler, void *buf, size_t cap, size_t *size) {
+    const accel_amp_scaler *s = (const accel_amp_scaler *)scaler;
+    unsigned char *p = (unsigned char *)buf;
+    uint64_t u;
+    if (!s || !size)
+        return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_save: NULL %s",
+                           s ? "size" : "scaler");
+    *size = ACCEL_AMP_SCALER_STATE_BYTES;
+    if (!buf || cap < ACCEL_AMP_SCALER_STATE_BYTES) return ACCEL_OK; /* the contract: report the size */
+    memcpy(p, "AMPS", 4);
+    accel__put_u32(p + 4, 1u);
+    accel__put_u32(p + 8, accel_f32_bits(s->scale));
+    memcpy(&u, &s->growth_factor, 8);
+    accel__put_u64(p + 12, u);
+    memcpy(&u, &s->backoff_factor, 8);
+    accel__put_u64(p + 20, u);
+    accel__put_u32(p + 28, (uint32_t)s->growth_interval);
+    accel__put_u32(p + 32, (uint32_t)s->growth_tracker);
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_amp_scaler_state_load(accel *acc, accel_amp_scaler *s, const uint8_t *buf, size_t len) {
+ACCEL__DEF accel_result accel_amp_scaler_state_load(void *scaler, const void *buf, size_t size) {
+    accel_amp_scaler *s = (accel_amp_scaler *)scaler;
+    const unsigned char *p = (const unsigned char *)buf;
+    accel *acc = s ? s->acc : NULL;
     float scale;
     double g, b;
+    uint64_t u;
     int32_t interval, tracker;
     uint32_t ver;
-    if (!s || !buf) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_load: NULL argument");
-    if (len != ACCEL_AMP_SCALER_STATE_BYTES)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: %zu bytes, expected %d", len, ACCEL_AMP_SCALER_STATE_BYTES);
-    if (memcmp(buf, "AMPS", 4) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: bad magic (not \"AMPS\")");
-    ver = accel__amp_get32(buf + 4);
+    if (!s || (!buf && size))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_load: NULL %s", s ? "buffer" : "scaler");
+    if (size != ACCEL_AMP_SCALER_STATE_BYTES)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: %zu bytes, expected %d", size, ACCEL_AMP_SCALER_STATE_BYTES);
+    if (memcmp(p, "AMPS", 4) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: bad magic (not \"AMPS\")");
+    ver = accel__get_u32(p + 4);
     if (ver != 1u) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: version %u is not supported (1)", (unsigned)ver);
-    scale = accel_amp_bits_f32(accel__amp_get32(buf + 8));
-    g = accel__amp_get64(buf + 12);
-    b = accel__amp_get64(buf + 20);
-    interval = (int32_t)accel__amp_get32(buf + 28);
-    tracker = (int32_t)accel__amp_get32(buf + 32);
+    scale = accel_bits_f32(accel__get_u32(p + 8));
+    u = accel__get_u64(p + 12);
+    memcpy(&g, &u, 8);
+    u = accel__get_u64(p + 20);
+    memcpy(&b, &u, 8);
+    interval = (int32_t)accel__get_u32(p + 28);
+    tracker = (int32_t)accel__get_u32(p + 32);
     if (!(scale >= 0.0f) || accel_amp_nonfinite(scale))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: scale %g is not finite and >= 0", (double)scale);
     if (!(g > 1.0) || g > 1e30) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_factor %g is not > 1", g);
@@ -1064,18 +1018,23 @@ ACCEL__DEF accel_result accel_amp_scaler_state_load(accel *acc, accel_amp_scaler
 }
 
 /* ------------------------------------------------------------------------------------------ clipping */
+/* pre: the caller's own argument check (joins the agreement below, so a sharded call fails on every rank). */
 static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int count, double norm_type, int flags,
-                                    double *total) {
+                                    accel_result pre, double *total) {
     int is_inf = norm_type > 1e308;
+    int sharded = (flags & ACCEL_AMP_CLIP_SHARDED) && acc->num_processes > 1;
     double sum = 0.0;
     int i;
     accel_result r;
-    if (!(norm_type > 0.0))
+    if (pre != ACCEL_OK)
+        r = pre;
+    else if (!(norm_type > 0.0))
         r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "clip_grad_norm: norm_type=%g must be > 0 (or HUGE_VAL for inf)", norm_type);
     else r = accel__amp_check_list(acc, grads, count, "clip_grad_norm");
-    if (r != ACCEL_OK) {
-        /* still joins the collective below */
-    } else if (acc->device < 0) {
+    /* sharded: a bad call on one rank fails every rank with its message (ACCEL_ERR_REMOTE elsewhere), nothing changed */
+    if (sharded) r = accel__agree(acc, r, "clip_grad_norm (sharded; argument check)");
+    if (r != ACCEL_OK) return r;
+    if (acc->device < 0) {
         for (i = 0; i < count; ++i)
             accel__amp_cpu_norm(grads[i].ptr, grads[i].dtype, (size_t)accel_tensor_numel(&grads[i]), norm_type, is_inf, &sum);
     } else {
@@ -1098,9 +1057,9 @@ static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int c
         r = accel__amp_no_cuda(acc, "clip_grad_norm");
 #endif
     }
-    if ((flags & ACCEL_AMP_CLIP_SHARDED) && acc->num_processes > 1) {
-        /* NaN must win (MPI_MAX/SUM with NaN are unspecified): carry a NaN flag, and an error flag so a rank that
-           failed locally still joins the collective */
+    if (sharded) {
+        /* NaN must win whatever the transport does with NaN: carry a NaN flag, and a failure flag so a rank whose
+           kernels failed still joins (no rank waits for it until the deadline) */
         double v[3];
         accel_result r2;
         v[0] = (r != ACCEL_OK || sum != sum) ? 0.0 : sum;
@@ -1108,8 +1067,10 @@ static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int c
         v[2] = r != ACCEL_OK ? 1.0 : 0.0;
         r2 = accel_host_allreduce_f64(acc, v, 3, is_inf ? ACCEL_HOST_MAX : ACCEL_HOST_SUM);
         if (r != ACCEL_OK) return r;
-        if (r2 != ACCEL_OK) return r2;
-        if (v[2] != 0.0) return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "clip_grad_norm failed on another rank; see its log");
+        if (r2 != ACCEL_OK) return accel__fail_wrap(acc, r2, "clip_grad_norm: all-reduce of the sharded norm");
+        if (v[2] != 0.0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "clip_grad_norm: computing the local norm failed on another rank (see "
+                               "its accel_last_error); nothing was changed");
         sum = v[1] != 0.0 ? (double)NAN : v[0];
     }
     if (r != ACCEL_OK) return r;
@@ -1125,7 +1086,7 @@ ACCEL__DEF accel_result accel_amp_grad_norm(accel *acc, const accel_tensor *grad
     double t = 0.0;
     accel_result r;
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_grad_norm: acc is NULL");
-    r = accel__amp_norm(acc, grads, count, norm_type, flags, &t);
+    r = accel__amp_norm(acc, grads, count, norm_type, flags, ACCEL_OK, &t);
     if (r == ACCEL_OK && total_norm) *total_norm = t;
     return r;
 }
@@ -1167,9 +1128,9 @@ ACCEL__DEF accel_result accel_amp_clip_grad_norm(accel *acc, const accel_tensor 
     float coef;
     accel_result r;
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_norm: acc is NULL");
-    if (max_norm != max_norm)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_norm: max_norm is NaN");
-    r = accel__amp_norm(acc, grads, count, norm_type, flags, &total);
+    r = max_norm != max_norm ? ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_norm: max_norm is NaN")
+                             : ACCEL_OK;
+    r = accel__amp_norm(acc, grads, count, norm_type, flags, r, &total);
     if (r != ACCEL_OK) return r;
     if (total_norm) *total_norm = total;
     if ((flags & ACCEL_AMP_CLIP_ERROR_IF_NONFINITE) && (total != total || total > 1.7976931348623157e308))

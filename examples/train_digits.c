@@ -146,11 +146,11 @@ static int parse_opts(int argc, char **argv, opts *o) {
    gradients really overflow to Inf. */
 static void round_f16(float *v, size_t n) {
     size_t i;
-    for (i = 0; i < n; ++i) v[i] = accel_amp_f16_to_f32(accel_amp_f32_to_f16(v[i]));
+    for (i = 0; i < n; ++i) v[i] = accel_f16_to_f32(accel_f32_to_f16(v[i]));
 }
 static void round_bf16(float *v, size_t n) {
     size_t i;
-    for (i = 0; i < n; ++i) v[i] = accel_amp_bf16_to_f32(accel_amp_f32_to_bf16(v[i]));
+    for (i = 0; i < n; ++i) v[i] = accel_bf16_to_f32(accel_f32_to_bf16(v[i]));
 }
 
 static double now_s(void) { return accel_now(); }
@@ -307,15 +307,6 @@ typedef struct ckpt_ctx {
     int have_loaded;
 } ckpt_ctx;
 
-static accel_result save_scaler(void *user, void *buf, size_t cap, size_t *written) {
-    ckpt_ctx *c = (ckpt_ctx *)user;
-    if (cap < ACCEL_AMP_SCALER_STATE_BYTES) { *written = ACCEL_AMP_SCALER_STATE_BYTES; return ACCEL_OK; }
-    return accel_amp_scaler_state_save(c->acc, c->scaler, (uint8_t *)buf, cap, written);
-}
-static accel_result load_scaler(void *user, const void *buf, size_t n) {
-    ckpt_ctx *c = (ckpt_ctx *)user;
-    return accel_amp_scaler_state_load(c->acc, c->scaler, (const uint8_t *)buf, n);
-}
 static accel_result save_trainer(void *user, void *buf, size_t cap, size_t *written) {
     ckpt_ctx *c = (ckpt_ctx *)user;
     trainer_blob t;
@@ -351,7 +342,8 @@ static accel_result setup_checkpoints(accel *acc, const opts *o, ckpt_ctx *cc, a
     if ((r = accel_ckpt_create(acc, &cd, ck)) != ACCEL_OK) return r;
     if ((r = accel_ckpt_register_model(*ck, params, 4)) != ACCEL_OK) return r;
     if ((r = accel_ckpt_register_optimizer(*ck, moms, 4)) != ACCEL_OK) return r;
-    if ((r = accel_ckpt_register(*ck, "scaler", save_scaler, load_scaler, cc)) != ACCEL_OK) return r;
+    r = accel_ckpt_register(*ck, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, cc->scaler);
+    if (r != ACCEL_OK) return r;
     return accel_ckpt_register(*ck, "trainer", save_trainer, load_trainer, cc);
 }
 
@@ -547,7 +539,7 @@ int main(int argc, char **argv) {
             int found_inf = 0, nsched;
             double norm = 0.0, lossv = loss_local;
             float lr = lr_at(o.lr, pg.scheduler_steps, sched_total, o.warmup), scale = accel_amp_loss_scale(&scaler);
-            CHECK(accel_amp_unscale_and_check(&acc, &scaler, grads, 4, &found_inf));
+            CHECK(accel_amp_unscale_and_check(&scaler, grads, 4, &found_inf));
             if (!found_inf && o.clip > 0) CHECK(accel_amp_clip_grad_norm(&acc, grads, 4, o.clip, 2.0, 0, &norm));
             if (!found_inf) {
                 int started = pg.momentum_started;
@@ -558,7 +550,7 @@ int main(int argc, char **argv) {
                     CHECK(accel_amp_convert(&acc, model16, model_dtype, model, ACCEL_F32, shape.count, NULL));
                 }
             }
-            if (scaler.enabled) CHECK(accel_amp_update(&acc, &scaler)); /* backoff / growth */
+            if (scaler.enabled) CHECK(accel_amp_update(&scaler)); /* backoff / growth */
             accel_optimizer_step_done(&acc, found_inf); /* optimizer_step_was_skipped, optimizer_steps */
             nsched = accel_scheduler_steps(&acc, 0);
             pg.scheduler_steps += nsched;
@@ -628,7 +620,7 @@ int main(int argc, char **argv) {
     rc = 0;
 fail:
     if (loss_f) fclose(loss_f);
-    if (have_scaler) accel_amp_scaler_destroy(&acc, &scaler);
+    if (have_scaler) accel_amp_scaler_deinit(&scaler);
     accel_ckpt_destroy(ck);
     accel_coll_reducer_destroy(red);
     accel_coll_destroy(coll);

@@ -84,12 +84,12 @@ int main(int argc, char **argv) {
         t0 = now() - t0;
         if (t0 < best_m) best_m = t0;
         t0 = now();
-        if (accel_amp_unscale_and_check(&acc, &sc[r % 2], &t, 1, &found) != ACCEL_OK || found) {
+        if (accel_amp_unscale_and_check(&sc[r % 2], &t, 1, &found) != ACCEL_OK || found) {
             fprintf(stderr, "unscale failed: %s\n", accel_last_error(&acc));
             return 1;
         }
         t0 = now() - t0;
-        accel_amp_update(&acc, &sc[r % 2]);
+        accel_amp_update(&sc[r % 2]);
         if (t0 < best_u) best_u = t0;
         t0 = now();
         accel_amp_convert(&acc, g, ACCEL_F32, h, ACCEL_BF16, n, NULL);

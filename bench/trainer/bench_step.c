@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
                     if (acc.sync_gradients) {
                         int inf = 0;
                         double norm;
-                        if (accel_amp_unscale_and_check(&acc, &sc, grads, 4, &inf) != ACCEL_OK) goto out;
+                        if (accel_amp_unscale_and_check(&sc, grads, 4, &inf) != ACCEL_OK) goto out;
                         if (accel_amp_clip_grad_norm(&acc, grads, 4, clip, 2.0, 0, &norm) != ACCEL_OK) goto out;
                         sgd_momentum_step(ma.p, ma.g, ma.m, s.count, lr, 0.9f, 0.0f, &ma.started);
                         accel_optimizer_step_done(&acc, inf);

@@ -52,12 +52,12 @@ int main(void) {
         for (step = 0; step < 4; ++step) {
             int inf = 0;
             g[0] = step == 1 ? INFINITY : 8.0f; /* an overflow on step 1 */
-            if (accel_amp_unscale_and_check(&acc, &sc, &t, 1, &inf) != ACCEL_OK || accel_amp_update(&acc, &sc) != ACCEL_OK)
+            if (accel_amp_unscale_and_check(&sc, &t, 1, &inf) != ACCEL_OK || accel_amp_update(&sc) != ACCEL_OK)
                 return 1;
             printf("step %d: found_inf=%d skipped=%d scale=%g\n", step, inf, accel_amp_step_was_skipped(&sc),
                    (double)accel_amp_loss_scale(&sc));
         }
-        accel_amp_scaler_destroy(&acc, &sc);
+        accel_amp_scaler_deinit(&sc);
     }
     accel_shutdown(&acc);
     return 0;

@@ -1,6 +1,6 @@
 /* Every accel_amp.h CUDA path against the CPU path on random data: conversions (RNE, stochastic, lists), fused
    unscale + check (multi-tensor, aligned and misaligned, F32/F16/BF16), norms, clipping, master-weight copies and the
-   scaler driven through both. Bit-exact wherever the math is element-wise; norms (a different summation order)
+   scaler driven through both; the descriptor scratch (device allocator, allocated once). Bit-exact wherever the math is element-wise; norms (a different summation order)
    to 1e-12 relative. Exits 77 (skip) without a device. */
 #include "accel.h"
 #include "accel_amp.h"
@@ -63,7 +63,7 @@ static void test_convert(void) {
                         if (i % 97 == 1) v = NAN;
                         if (i % 89 == 2) v = 1e5f;
                         if (a == ACCEL_F32) memcpy(src + i * 4, &v, 4);
-                        else { uint16_t h = a == ACCEL_F16 ? accel_amp_f32_to_f16(v) : accel_amp_f32_to_bf16(v); memcpy(src + i * 2, &h, 2); }
+                        else { uint16_t h = a == ACCEL_F16 ? accel_f32_to_f16(v) : accel_f32_to_bf16(v); memcpy(src + i * 2, &h, 2); }
                     }
                     ds = dev_copy(src, (n + 1) * ea);
                     AT_CHECK(cudaMalloc(&dd, (n + 1) * eb) == cudaSuccess);
@@ -97,7 +97,7 @@ static void list_make(glist *g, float range) {
         for (i = 0; i < n + 1; ++i) {
             float v = rndf(-range, range);
             if (ldt[k] == ACCEL_F32) memcpy(g->h[k] + i * 4, &v, 4);
-            else { uint16_t h = ldt[k] == ACCEL_F16 ? accel_amp_f32_to_f16(v) : accel_amp_f32_to_bf16(v); memcpy(g->h[k] + i * 2, &h, 2); }
+            else { uint16_t h = ldt[k] == ACCEL_F16 ? accel_f32_to_f16(v) : accel_f32_to_bf16(v); memcpy(g->h[k] + i * 2, &h, 2); }
         }
         memcpy(g->orig[k], g->h[k], (n + 1) * es);
         g->d[k] = dev_copy(g->h[k], (n + 1) * es);
@@ -109,7 +109,7 @@ static void list_make(glist *g, float range) {
 static void list_poke(glist *g, int k, size_t i, float v) { /* same special value on both sides */
     size_t es = accel_dtype_size(ldt[k]), off = (size_t)lmis[k] * es + i * es;
     if (ldt[k] == ACCEL_F32) memcpy(g->h[k] + off, &v, 4);
-    else { uint16_t h = ldt[k] == ACCEL_F16 ? accel_amp_f32_to_f16(v) : accel_amp_f32_to_bf16(v); if (v != v) h = ldt[k] == ACCEL_F16 ? 0x7e01 : 0x7fc1; memcpy(g->h[k] + off, &h, 2); }
+    else { uint16_t h = ldt[k] == ACCEL_F16 ? accel_f32_to_f16(v) : accel_f32_to_bf16(v); if (v != v) h = ldt[k] == ACCEL_F16 ? 0x7e01 : 0x7fc1; memcpy(g->h[k] + off, &h, 2); }
     AT_CHECK(cudaMemcpy((unsigned char *)g->d[k] + off, g->h[k] + off, es, cudaMemcpyHostToDevice) == cudaSuccess);
 }
 static size_t list_diff(glist *g) {
@@ -143,13 +143,13 @@ static void test_unscale(void) {
         if (trial == 3) list_poke(&g, 3, 40000, NAN);           /* middle of a bf16 buffer */
         AT_EQ_INT(accel_amp_scaler_init(&cpu, &sc_c, &d), ACCEL_OK);
         AT_EQ_INT(accel_amp_scaler_init(&gpu, &sc_g, &d), ACCEL_OK);
-        AT_EQ_INT(accel_amp_unscale_and_check(&cpu, &sc_c, g.th, NL, &fc), ACCEL_OK);
-        AT_EQ_INT(accel_amp_unscale_and_check(&gpu, &sc_g, g.td, NL, &fg), ACCEL_OK);
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc_c, g.th, NL, &fc), ACCEL_OK);
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc_g, g.td, NL, &fg), ACCEL_OK);
         AT_EQ_INT(fc, trial >= 2);
         AT_EQ_INT(fg, fc);
         AT_EQ_INT(list_diff(&g), 0);
-        AT_EQ_INT(accel_amp_update(&cpu, &sc_c), ACCEL_OK);
-        AT_EQ_INT(accel_amp_update(&gpu, &sc_g), ACCEL_OK);
+        AT_EQ_INT(accel_amp_update(&sc_c), ACCEL_OK);
+        AT_EQ_INT(accel_amp_update(&sc_g), ACCEL_OK);
         AT_CHECK(sc_c.scale == sc_g.scale && sc_c.growth_tracker == sc_g.growth_tracker);
         AT_EQ_INT(gpu.optimizer_step_was_skipped, trial >= 2);
         list_free(&g);
@@ -184,8 +184,8 @@ static void test_norm_clip(void) {
                         else {
                             uint16_t h; float v;
                             memcpy(&h, p + 2 * i, 2);
-                            v = (ldt[k] == ACCEL_F16 ? accel_amp_f16_to_f32(h) : accel_amp_bf16_to_f32(h)) * coef;
-                            h = ldt[k] == ACCEL_F16 ? accel_amp_f32_to_f16(v) : accel_amp_f32_to_bf16(v);
+                            v = (ldt[k] == ACCEL_F16 ? accel_f16_to_f32(h) : accel_bf16_to_f32(h)) * coef;
+                            h = ldt[k] == ACCEL_F16 ? accel_f32_to_f16(v) : accel_f32_to_bf16(v);
                             memcpy(p + 2 * i, &h, 2);
                         }
                     }
@@ -257,6 +257,56 @@ static void test_master(void) {
     free(m); free(back_c); free(back_g); free(wc); free(wg);
 }
 
+/* The kernels' tensor-list descriptors live in the Accelerator's device scratch: allocated through the device
+   allocator (counted here), once, and reused by every later call; accel_shutdown frees it. */
+static int g_dev_allocs, g_dev_frees;
+static void *count_alloc(size_t n, void *u) {
+    void *p = NULL;
+    (void)u;
+    if (cudaMalloc(&p, n) != cudaSuccess) return NULL;
+    g_dev_allocs++;
+    return p;
+}
+static void count_free(void *p, void *u) {
+    (void)u;
+    g_dev_frees++;
+    cudaFree(p);
+}
+static void test_scratch(void) {
+    enum { N = 300000 };
+    float *h = (float *)malloc(N * 4), *dv, *dm;
+    uint16_t *dh;
+    accel_tensor t;
+    accel_amp_scaler sc;
+    int f = -1, i, warm;
+    double norm = 0;
+    fill(h, N, 4.0f);
+    for (i = 0; i < N; ++i) if (h[i] != h[i] || h[i] - h[i] != 0.0f) h[i] = 1.0f; /* finite */
+    dv = (float *)dev_copy(h, N * 4);
+    dm = (float *)dev_copy(h, N * 4);
+    AT_CHECK(cudaMalloc((void **)&dh, N * 2) == cudaSuccess);
+    memset(&t, 0, sizeof t);
+    t.ptr = dv; t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = N;
+    AT_EQ_INT(accel_amp_scaler_init(&gpu, &sc, NULL), ACCEL_OK);
+    AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
+    AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
+    warm = g_dev_allocs;
+    AT_CHECK(warm >= 1); /* through the device allocator, not cudaMallocAsync */
+    for (i = 0; i < 50; ++i) {
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
+        AT_EQ_INT(f, 0);
+        AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
+        AT_EQ_INT(accel_amp_clip_grad_norm(&gpu, &t, 1, 1.0, 2.0, 0, &norm), ACCEL_OK);
+        AT_EQ_INT(accel_amp_master_to_model(&gpu, dm, dh, ACCEL_BF16, N, NULL), ACCEL_OK);
+        AT_EQ_INT(accel_amp_clip_grad_value(&gpu, &t, 1, 0.5), ACCEL_OK);
+    }
+    AT_EQ_INT(g_dev_allocs, warm); /* reused: no allocation per call */
+    AT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    accel_amp_scaler_deinit(&sc);
+    cudaFree(dv); cudaFree(dm); cudaFree(dh);
+    free(h);
+}
+
 int main(void) {
     int count = 0;
     accel_desc d;
@@ -268,6 +318,8 @@ int main(void) {
     d.cpu = 1; d.no_mpi = 1; d.mixed_precision = ACCEL_PRECISION_FP16;
     if (accel_init(&cpu, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&cpu)); return 1; }
     d.cpu = 0;
+    d.device_allocator.alloc = count_alloc;
+    d.device_allocator.free = count_free;
     if (accel_init(&gpu, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&gpu)); return 1; }
     AT_CHECK(gpu.device >= 0);
     if (gpu.device < 0) return at_finish("amp_gpu");
@@ -276,8 +328,10 @@ int main(void) {
     test_norm_clip();
     test_lists();
     test_master();
+    test_scratch();
     AT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
     accel_shutdown(&cpu);
     accel_shutdown(&gpu);
+    AT_EQ_INT(g_dev_frees, g_dev_allocs); /* the scratch is freed by accel_shutdown */
     return at_finish("amp_gpu");
 }

@@ -1,6 +1,7 @@
 /* accel_amp.h across ranks: a gradient norm over shards equals the single-process norm of the whole set (and a
    float64 reference), sharded clipping scales every shard like single-process clipping, found_inf on one rank makes
-   every rank skip, and a rank that fails locally makes the others fail instead of hang. */
+   every rank skip, and a rank that fails locally makes the others fail (ACCEL_ERR_REMOTE with its message) instead
+   of hang, with nothing changed on any rank. */
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_test.h"
@@ -97,30 +98,64 @@ int main(void) {
         for (step = 0; step < 3; ++step) {
             for (k = 0; k < NBUF; ++k) memcpy(shard[k], full[k] + off[k], cnt[k] * 4);
             if (step == 1 && R == P - 1) shard[2][cnt[2] / 2] = INFINITY;
-            AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, ts, NBUF, &f), ACCEL_OK);
+            AT_EQ_INT(accel_amp_unscale_and_check(&sc, ts, NBUF, &f), ACCEL_OK);
             AT_EQ_INT(f, step == 1);
-            AT_EQ_INT(accel_amp_update(&acc, &sc), ACCEL_OK);
+            AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
             AT_EQ_INT(acc.optimizer_step_was_skipped, step == 1);
             /* local mode: only the rank that saw it */
             for (k = 0; k < NBUF; ++k) memcpy(shard[k], full[k] + off[k], cnt[k] * 4);
             if (step == 1 && R == P - 1) shard[2][0] = NAN;
-            AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sl, ts, NBUF, &f), ACCEL_OK);
+            AT_EQ_INT(accel_amp_unscale_and_check(&sl, ts, NBUF, &f), ACCEL_OK);
             AT_EQ_INT(f, step == 1 && R == P - 1);
-            AT_EQ_INT(accel_amp_update(&acc, &sl), ACCEL_OK);
+            AT_EQ_INT(accel_amp_update(&sl), ACCEL_OK);
         }
         AT_NEAR(sc.scale, 32768.0, 0);
         AT_EQ_INT(sc.growth_tracker, 1);
         AT_EQ_INT(sc.skipped_steps, 1);
-        /* rank 0 passes a bad list: it gets the argument error, every other rank ACCEL_ERR_REMOTE (no hang) */
+        /* rank 0 passes a bad list: it gets the argument error, every other rank ACCEL_ERR_REMOTE carrying rank 0's
+           message (no hang), and no rank changed its gradients */
         ts[3].dtype = R == 0 ? ACCEL_I32 : ACCEL_F32;
         {
-            accel_result r = accel_amp_unscale_and_check(&acc, &sc, ts, NBUF, &f);
+            accel_result r;
+            int changed = 0;
+            for (k = 0; k < NBUF; ++k) memcpy(shard[k], full[k] + off[k], cnt[k] * 4);
+            r = accel_amp_unscale_and_check(&sc, ts, NBUF, &f);
             if (R == 0) AT_EQ_INT(r, ACCEL_ERR_INVALID_ARGUMENT);
             else AT_EQ_INT(r, P > 1 ? ACCEL_ERR_REMOTE : ACCEL_OK);
+            if (R != 0 && P > 1) {
+                AT_CONTAINS(accel_last_error(&acc), "rank 0");
+                AT_CONTAINS(accel_last_error(&acc), "buffer 3"); /* rank 0's own message, not "see its log" */
+                AT_CONTAINS(accel_last_error(&acc), "I32");
+            }
+            for (k = 0; k < NBUF; ++k) changed += memcmp(shard[k], full[k] + off[k], cnt[k] * 4) != 0;
+            AT_EQ_INT(changed, 0);
             AT_EQ_INT(sc.unscaled, 0);
+            /* every rank is still in step: the next collective works everywhere */
+            AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
             r = accel_amp_grad_norm(&acc, ts, NBUF, 2.0, ACCEL_AMP_CLIP_SHARDED, NULL);
             if (R == 0) AT_EQ_INT(r, ACCEL_ERR_INVALID_ARGUMENT);
             else AT_EQ_INT(r, P > 1 ? ACCEL_ERR_REMOTE : ACCEL_OK);
+            if (R != 0 && P > 1) AT_CONTAINS(accel_last_error(&acc), "I32");
+            /* a bad max_norm on rank 0 only: every rank fails (no rank waits for rank 0 until the deadline) */
+            ts[3].dtype = ACCEL_F32;
+            r = accel_amp_clip_grad_norm(&acc, ts, NBUF, R == 0 ? (double)NAN : 1.0, 2.0, ACCEL_AMP_CLIP_SHARDED, NULL);
+            if (R == 0) AT_EQ_INT(r, ACCEL_ERR_INVALID_ARGUMENT);
+            else AT_EQ_INT(r, P > 1 ? ACCEL_ERR_REMOTE : ACCEL_OK);
+            if (R != 0 && P > 1) AT_CONTAINS(accel_last_error(&acc), "max_norm is NaN");
+            changed = 0;
+            for (k = 0; k < NBUF; ++k) changed += memcmp(shard[k], full[k] + off[k], cnt[k] * 4) != 0;
+            AT_EQ_INT(changed, 0);
+            /* a scaler unscaled twice on one rank only: that rank gets ACCEL_ERR_STATE, the others ACCEL_ERR_REMOTE */
+            ts[3].dtype = ACCEL_F32;
+            if (R == 0) sc.unscaled = 1; /* as if rank 0 had already unscaled in this step */
+            for (k = 0; k < NBUF; ++k) memcpy(shard[k], full[k] + off[k], cnt[k] * 4);
+            r = accel_amp_unscale_and_check(&sc, ts, NBUF, &f);
+            if (R == 0) AT_EQ_INT(r, ACCEL_ERR_STATE);
+            else AT_EQ_INT(r, P > 1 ? ACCEL_ERR_REMOTE : ACCEL_OK);
+            if (R != 0 && P > 1) AT_CONTAINS(accel_last_error(&acc), "already been called");
+            changed = 0;
+            for (k = 0; k < NBUF; ++k) changed += memcmp(shard[k], full[k] + off[k], cnt[k] * 4) != 0;
+            AT_EQ_INT(changed, 0);
         }
         ts[3].dtype = ACCEL_F32;
     }

@@ -8,7 +8,7 @@
 
 /* Encode the exact value v (already on the grid) of a binary format with `mbits` mantissa bits, exponent bias
    `bias` and max biased exponent `emax_biased` (all ones = Inf/NaN). */
-static uint16_t ref_encode(double v, int neg, int mbits, int bias) {
+static inline uint16_t ref_encode(double v, int neg, int mbits, int bias) {
     int ebits_max = (1 << (15 - mbits)) - 1; /* all-ones exponent */
     double min_normal = ldexp(1.0, 1 - bias);
     uint32_t bits;
@@ -24,7 +24,7 @@ static uint16_t ref_encode(double v, int neg, int mbits, int bias) {
 }
 
 /* RNE of float f onto a format with mbits mantissa bits and exponent bias; NaN → 0x7FFF (CUDA's canonical NaN). */
-static uint16_t ref_round(float f, int mbits, int bias) {
+static inline uint16_t ref_round(float f, int mbits, int bias) {
     double x = (double)f, a, q, r, maxfin;
     int neg, ebits_max = (1 << (15 - mbits)) - 1, e;
     if (isnan(x)) return 0x7fff;
@@ -41,11 +41,11 @@ static uint16_t ref_round(float f, int mbits, int bias) {
     r = rint(a / q);                          /* a/q is exact in double; rint rounds half to even */
     return ref_encode(r * q, neg, mbits, bias);
 }
-static uint16_t ref_f32_to_f16(float f) { return ref_round(f, 10, 15); }
-static uint16_t ref_f32_to_bf16(float f) { return ref_round(f, 7, 127); }
+static inline uint16_t ref_f32_to_f16(float f) { return ref_round(f, 10, 15); }
+static inline uint16_t ref_f32_to_bf16(float f) { return ref_round(f, 7, 127); }
 
 /* Decode a 16-bit pattern to double from the definition. Returns NAN for NaN patterns. */
-static double ref_decode(uint16_t h, int mbits, int bias) {
+static inline double ref_decode(uint16_t h, int mbits, int bias) {
     int ebits_max = (1 << (15 - mbits)) - 1;
     int e = (h >> mbits) & ebits_max;
     uint32_t m = h & ((1u << mbits) - 1u);
@@ -56,12 +56,12 @@ static double ref_decode(uint16_t h, int mbits, int bias) {
     return s * v;
 }
 
-static float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static uint32_t f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 /* The boundary test set: every exponent and sign, with mantissas around every rounding position (13..23 dropped
    bits covers bf16 (16) and every fp16 subnormal shift), plus the extremes. Returns the count written (≤ cap). */
-static size_t ref_boundary_set(uint32_t *out, size_t cap) {
+static inline size_t ref_boundary_set(uint32_t *out, size_t cap) {
     size_t n = 0;
     uint32_t e, sgn, sh, k, d;
     static const uint32_t ks[] = {0, 1, 2, 3, 0x55, 0x3fe, 0x3ff};

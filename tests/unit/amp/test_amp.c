@@ -1,7 +1,8 @@
 /* Unit tests of accel_amp.h on the CPU: policy, conversions (exhaustive 16-bit patterns, every fp32 exponent with
-   boundary mantissas, against a long-hand float64 reference), stochastic rounding, the loss scaler (SEMANTICS §10
-   trajectories written out by hand), fused unscale + check, clip_grad_norm_ / clip_grad_value_ against float64
-   references, master-weight copies, checkpoint bytes and argument errors. */
+   boundary mantissas, against a long-hand float64 reference), stochastic rounding, the loss scaler
+   (docs/semantics.md §10 trajectories written out by hand), the scaler as an object (its Accelerator, deinit, the
+   core's state contract), fused unscale + check (also without a host process group), clip_grad_norm_ /
+   clip_grad_value_ against float64 references, master-weight copies, checkpoint bytes and argument errors. */
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_test.h"
@@ -74,25 +75,25 @@ static void test_exhaustive16(void) {
     uint32_t h;
     int bad_f16 = 0, bad_bf16 = 0, bad_nan = 0, bad_rt = 0;
     for (h = 0; h < 65536; ++h) {
-        float f = accel_amp_f16_to_f32((uint16_t)h), b = accel_amp_bf16_to_f32((uint16_t)h);
+        float f = accel_f16_to_f32((uint16_t)h), b = accel_bf16_to_f32((uint16_t)h);
         double rf = ref_decode((uint16_t)h, 10, 15), rb = ref_decode((uint16_t)h, 7, 127);
         int nan_f = ((h & 0x7c00u) == 0x7c00u) && (h & 0x3ffu), nan_b = ((h & 0x7f80u) == 0x7f80u) && (h & 0x7fu);
         if (nan_f) {
             if (!isnan(f)) bad_nan++;
-            if (accel_amp_f32_to_f16(f) != 0x7fff) bad_rt++;
+            if (accel_f32_to_f16(f) != 0x7fff) bad_rt++;
             /* widening keeps the sign and the payload (quieted) */
             if ((f_bits(f) >> 31) != (h >> 15) || ((f_bits(f) >> 13) & 0x1ffu) != ((h & 0x1ffu))) bad_nan++;
         } else {
             if ((double)f != rf || !signbit(f) != !signbit(rf)) bad_f16++;
-            if (accel_amp_f32_to_f16(f) != h) bad_rt++;
+            if (accel_f32_to_f16(f) != h) bad_rt++;
         }
         if (nan_b) {
             if (!isnan(b)) bad_nan++;
-            if (accel_amp_f32_to_bf16(b) != 0x7fff) bad_rt++;
+            if (accel_f32_to_bf16(b) != 0x7fff) bad_rt++;
             if (f_bits(b) != (h << 16)) bad_nan++; /* bf16 widening is exact, payload included */
         } else {
             if ((double)b != rb || !signbit(b) != !signbit(rb)) bad_bf16++;
-            if (accel_amp_f32_to_bf16(b) != h) bad_rt++;
+            if (accel_f32_to_bf16(b) != h) bad_rt++;
         }
     }
     AT_EQ_INT(bad_f16, 0);
@@ -110,33 +111,33 @@ static void test_boundaries(void) {
     for (i = 0; i < n + 2000000; ++i) {
         uint32_t u = i < n ? set[i] : rnd32() ^ (rnd32() << 16);
         float f = bits_f(u);
-        uint16_t a = accel_amp_f32_to_f16(f), ra = ref_f32_to_f16(f);
-        uint16_t b = accel_amp_f32_to_bf16(f), rb = ref_f32_to_bf16(f);
+        uint16_t a = accel_f32_to_f16(f), ra = ref_f32_to_f16(f);
+        uint16_t b = accel_f32_to_bf16(f), rb = ref_f32_to_bf16(f);
         if (a != ra) { bad16++; if (shown++ < 5) fprintf(stderr, "f16 %08x: %04x vs ref %04x\n", u, a, ra); }
         if (b != rb) { badb++; if (shown++ < 5) fprintf(stderr, "bf16 %08x: %04x vs ref %04x\n", u, b, rb); }
     }
     AT_EQ_INT(bad16, 0);
     AT_EQ_INT(badb, 0);
     /* named cases */
-    AT_EQ_INT(accel_amp_f32_to_f16(65504.0f), 0x7bff);
-    AT_EQ_INT(accel_amp_f32_to_f16(65519.996f), 0x7bff);
-    AT_EQ_INT(accel_amp_f32_to_f16(65520.0f), 0x7c00);      /* tie at the top rounds to Inf */
-    AT_EQ_INT(accel_amp_f32_to_f16(-1e10f), 0xfc00);
-    AT_EQ_INT(accel_amp_f32_to_f16(5.9604645e-08f), 0x0001); /* 2^-24, smallest subnormal */
-    AT_EQ_INT(accel_amp_f32_to_f16(2.9802322e-08f), 0x0000); /* 2^-25: tie → even 0 */
-    AT_EQ_INT(accel_amp_f32_to_f16(2.9802326e-08f), 0x0001); /* just above the tie */
-    AT_EQ_INT(accel_amp_f32_to_f16(-0.0f), 0x8000);
-    AT_EQ_INT(accel_amp_f32_to_f16(1.0f + 1.0f / 2048.0f), 0x3c00);   /* tie → even */
-    AT_EQ_INT(accel_amp_f32_to_f16(1.0f + 3.0f / 2048.0f), 0x3c02);   /* tie → even (up) */
-    AT_EQ_INT(accel_amp_f32_to_f16(bits_f(0xffc00001u)), 0x7fff);   /* NaN: canonical, sign dropped (CUDA) */
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x7f7fffffu)), 0x7f80);   /* FLT_MAX rounds to Inf in bf16 */
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x7f7f7fffu)), 0x7f7f);
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x3f808000u)), 0x3f80);   /* tie → even */
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x3f818000u)), 0x3f82);
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x00000001u)), 0x0000);   /* fp32 subnormal */
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0x00008001u)), 0x0001);
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0xff800000u)), 0xff80);
-    AT_EQ_INT(accel_amp_f32_to_bf16(bits_f(0xff800001u)), 0x7fff);
+    AT_EQ_INT(accel_f32_to_f16(65504.0f), 0x7bff);
+    AT_EQ_INT(accel_f32_to_f16(65519.996f), 0x7bff);
+    AT_EQ_INT(accel_f32_to_f16(65520.0f), 0x7c00);      /* tie at the top rounds to Inf */
+    AT_EQ_INT(accel_f32_to_f16(-1e10f), 0xfc00);
+    AT_EQ_INT(accel_f32_to_f16(5.9604645e-08f), 0x0001); /* 2^-24, smallest subnormal */
+    AT_EQ_INT(accel_f32_to_f16(2.9802322e-08f), 0x0000); /* 2^-25: tie → even 0 */
+    AT_EQ_INT(accel_f32_to_f16(2.9802326e-08f), 0x0001); /* just above the tie */
+    AT_EQ_INT(accel_f32_to_f16(-0.0f), 0x8000);
+    AT_EQ_INT(accel_f32_to_f16(1.0f + 1.0f / 2048.0f), 0x3c00);   /* tie → even */
+    AT_EQ_INT(accel_f32_to_f16(1.0f + 3.0f / 2048.0f), 0x3c02);   /* tie → even (up) */
+    AT_EQ_INT(accel_f32_to_f16(bits_f(0xffc00001u)), 0x7fff);   /* NaN: canonical, sign dropped (CUDA) */
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x7f7fffffu)), 0x7f80);   /* FLT_MAX rounds to Inf in bf16 */
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x7f7f7fffu)), 0x7f7f);
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x3f808000u)), 0x3f80);   /* tie → even */
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x3f818000u)), 0x3f82);
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x00000001u)), 0x0000);   /* fp32 subnormal */
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0x00008001u)), 0x0001);
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0xff800000u)), 0xff80);
+    AT_EQ_INT(accel_f32_to_bf16(bits_f(0xff800001u)), 0x7fff);
     free(set);
 }
 
@@ -310,9 +311,9 @@ static void run_traj(const char *name, const accel_amp_scaler_desc *d, const tra
     t.ptr = g; t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 4;
     for (i = 0; i < n; ++i) {
         g[0] = 1; g[1] = 2; g[2] = pts[i].found ? NAN : 3; g[3] = 4;
-        AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, &t, 1, &f), ACCEL_OK);
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
         AT_EQ_INT(f, pts[i].found);
-        AT_EQ_INT(accel_amp_update(&acc, &sc), ACCEL_OK);
+        AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
         AT_EQ_INT(accel_amp_step_was_skipped(&sc), pts[i].found);
         AT_EQ_INT(acc.optimizer_step_was_skipped, pts[i].found);
         if (sc.scale != pts[i].scale || sc.growth_tracker != pts[i].tracker)
@@ -381,26 +382,26 @@ static void test_scaler(void) {
         memset(&t, 0, sizeof t);
         t.ptr = &g; t.dtype = ACCEL_F32; t.ndim = 0;
         for (i = 0; i < 1999; ++i) {
-            accel_amp_unscale_and_check(&acc, &sc, &t, 1, &f);
-            accel_amp_update(&acc, &sc);
+            accel_amp_unscale_and_check(&sc, &t, 1, &f);
+            accel_amp_update(&sc);
         }
         AT_NEAR(sc.scale, 65536.0, 0);
         AT_EQ_INT(sc.growth_tracker, 1999);
-        AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, &t, 1, &f), ACCEL_OK);
-        AT_EQ_INT(accel_amp_update(&acc, &sc), ACCEL_OK);
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
+        AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
         AT_NEAR(sc.scale, 131072.0, 0);
         AT_EQ_INT(sc.growth_tracker, 0);
         AT_EQ_INT(acc.optimizer_steps, 0); /* counted by the core's accel_optimizer_step_done, not here */
         AT_EQ_INT(sc.steps, 2000);
         /* state errors, as torch */
-        AT_EQ_INT(accel_amp_update(&acc, &sc), ACCEL_ERR_STATE);
+        AT_EQ_INT(accel_amp_update(&sc), ACCEL_ERR_STATE);
         AT_CONTAINS(accel_last_error(&acc), "No inf checks");
-        AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, &t, 1, &f), ACCEL_OK);
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
         g = 8.0f;
-        AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, &t, 1, &f), ACCEL_ERR_STATE);
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_ERR_STATE);
         AT_CONTAINS(accel_last_error(&acc), "already been called");
         AT_NEAR(g, 8.0, 0); /* the refused call changed nothing */
-        AT_EQ_INT(accel_amp_update(&acc, &sc), ACCEL_OK);
+        AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
         AT_EQ_INT(sc.growth_tracker, 1);
 
         /* checkpoint bytes: fixed little-endian layout, written out by hand */
@@ -420,28 +421,47 @@ static void test_scaler(void) {
             for (k = 0; k < 8; ++k) want[20 + k] = (uint8_t)(bb >> (8 * k));
             want[28] = 2000 & 0xff; want[29] = 2000 >> 8; want[30] = want[31] = 0;
             want[32] = 1; want[33] = want[34] = want[35] = 0;
-            AT_EQ_INT(accel_amp_scaler_state_save(&acc, &sc, buf, sizeof buf, &w), ACCEL_OK);
+            AT_EQ_INT(accel_amp_scaler_state_save(&sc, buf, sizeof buf, &w), ACCEL_OK);
             AT_EQ_INT(w, ACCEL_AMP_SCALER_STATE_BYTES);
             AT_CHECK(memcmp(buf, want, sizeof want) == 0);
-            AT_EQ_INT(accel_amp_scaler_state_save(&acc, &sc, buf, 10, &w), ACCEL_ERR_INVALID_ARGUMENT);
+            /* the core's state contract: no buffer, or one too small → the size, ACCEL_OK, nothing written */
+            memset(buf, 0xee, sizeof buf);
+            w = 0;
+            AT_EQ_INT(accel_amp_scaler_state_save(&sc, buf, ACCEL_AMP_SCALER_STATE_BYTES - 1, &w), ACCEL_OK);
+            AT_EQ_INT(w, ACCEL_AMP_SCALER_STATE_BYTES);
+            AT_EQ_INT(buf[0], 0xee);
+            w = 0;
+            AT_EQ_INT(accel_amp_scaler_state_save(&sc, NULL, 0, &w), ACCEL_OK);
+            AT_EQ_INT(w, ACCEL_AMP_SCALER_STATE_BYTES);
+            AT_EQ_INT(accel_amp_scaler_state_save(&sc, buf, sizeof buf, NULL), ACCEL_ERR_INVALID_ARGUMENT);
+            {
+                /* the functions have the core's types: they register with the checkpointer as they are */
+                accel_state_save_fn save_fn = accel_amp_scaler_state_save;
+                accel_state_load_fn load_fn = accel_amp_scaler_state_load;
+                w = 0;
+                AT_EQ_INT(save_fn(&sc, buf, sizeof buf, &w), ACCEL_OK);
+                AT_CHECK(w == ACCEL_AMP_SCALER_STATE_BYTES && memcmp(buf, want, sizeof want) == 0);
+                AT_EQ_INT(load_fn(&sc, buf, w), ACCEL_OK);
+            }
             memset(&d, 0, sizeof d);
             d.init_scale = 4; d.growth_interval = 7;
             AT_EQ_INT(accel_amp_scaler_init(&acc, &sc2, &d), ACCEL_OK);
-            AT_EQ_INT(accel_amp_scaler_state_load(&acc, &sc2, want, sizeof want), ACCEL_OK);
+            AT_EQ_INT(accel_amp_scaler_state_load(&sc2, want, sizeof want), ACCEL_OK);
             AT_NEAR(sc2.scale, 131072.0, 0);
             AT_EQ_INT(sc2.growth_interval, 2000);
             AT_EQ_INT(sc2.growth_tracker, 1);
             /* corrupt bytes are refused and change nothing */
             want[32] = 0xd0; want[33] = 0x07; /* tracker 2000 = interval */
-            AT_EQ_INT(accel_amp_scaler_state_load(&acc, &sc2, want, sizeof want), ACCEL_ERR_FORMAT);
-            AT_CONTAINS(accel_last_error(&acc), "growth_tracker");
+            acc.last_error[0] = 0;
+            AT_EQ_INT(accel_amp_scaler_state_load(&sc2, want, sizeof want), ACCEL_ERR_FORMAT);
+            AT_CONTAINS(accel_last_error(&acc), "growth_tracker"); /* recorded in the scaler's Accelerator */
             want[32] = 1; want[33] = 0;
             want[0] = 'X';
-            AT_EQ_INT(accel_amp_scaler_state_load(&acc, &sc2, want, sizeof want), ACCEL_ERR_FORMAT);
+            AT_EQ_INT(accel_amp_scaler_state_load(&sc2, want, sizeof want), ACCEL_ERR_FORMAT);
             want[0] = 'A';
-            AT_EQ_INT(accel_amp_scaler_state_load(&acc, &sc2, want, sizeof want - 1), ACCEL_ERR_FORMAT);
+            AT_EQ_INT(accel_amp_scaler_state_load(&sc2, want, sizeof want - 1), ACCEL_ERR_FORMAT);
             want[11] = 0xff; /* scale becomes NaN */
-            AT_EQ_INT(accel_amp_scaler_state_load(&acc, &sc2, want, sizeof want), ACCEL_ERR_FORMAT);
+            AT_EQ_INT(accel_amp_scaler_state_load(&sc2, want, sizeof want), ACCEL_ERR_FORMAT);
             AT_NEAR(sc2.scale, 131072.0, 0);
             AT_EQ_INT(sc2.growth_tracker, 1);
         }
@@ -479,10 +499,10 @@ static void test_scaler(void) {
         memset(&t, 0, sizeof t);
         t.ptr = g; t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 2;
         AT_NEAR(accel_amp_loss_scale(&sc), 1.0, 0);
-        AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, &t, 1, &f), ACCEL_OK);
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
         AT_EQ_INT(f, 0);
         AT_NEAR(g[1], 3.0, 0);
-        AT_EQ_INT(accel_amp_update(&acc, &sc), ACCEL_OK);
+        AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
         AT_EQ_INT(acc.optimizer_step_was_skipped, 0);
         memset(&d, 0, sizeof d); d.enabled = ACCEL_ON; d.init_scale = 4;
         AT_EQ_INT(accel_amp_scaler_init(&acc, &sc, &d), ACCEL_OK);
@@ -491,12 +511,113 @@ static void test_scaler(void) {
     }
 }
 
+/* The scaler is an object that remembers its Accelerator: methods take it alone, record errors there, and refuse
+   (without crashing) when it was never initialized, failed to initialize or was deinitialized. */
+static void test_scaler_object(void) {
+    accel a1, a2;
+    accel_amp_scaler sc, z;
+    accel_amp_scaler_desc d;
+    float g[3] = {2, 4, 8};
+    accel_tensor t;
+    int f = -1;
+    size_t w = 0;
+    init_acc(&a1, ACCEL_PRECISION_FP16);
+    init_acc(&a2, ACCEL_PRECISION_FP16);
+    memset(&t, 0, sizeof t);
+    t.ptr = g; t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 3;
+    AT_EQ_INT(accel_amp_scaler_init(&a2, &sc, NULL), ACCEL_OK);
+    AT_CHECK(sc.acc == &a2);
+    /* errors land in the scaler's Accelerator, not in another one */
+    a1.last_error[0] = 0; a2.last_error[0] = 0;
+    AT_EQ_INT(accel_amp_update(&sc), ACCEL_ERR_STATE);
+    AT_CONTAINS(accel_last_error(&a2), "No inf checks");
+    AT_EQ_INT(a1.last_error[0], 0);
+    AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
+    AT_NEAR(g[2], 8.0 / 65536.0, 0);
+    AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
+    AT_EQ_INT(a2.optimizer_step_was_skipped, 0);
+    /* deinit: zeroes, is idempotent and NULL-safe; a deinitialized scaler is refused, not used */
+    accel_amp_scaler_deinit(&sc);
+    accel_amp_scaler_deinit(&sc);
+    accel_amp_scaler_deinit(NULL);
+    AT_CHECK(sc.acc == NULL);
+    g[0] = 2;
+    AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_ERR_STATE);
+    AT_CONTAINS(accel_last_error(NULL), "not initialized");
+    AT_NEAR(g[0], 2.0, 0);
+    AT_EQ_INT(accel_amp_update(&sc), ACCEL_ERR_STATE);
+    AT_EQ_INT(accel_amp_unscale_and_check(NULL, &t, 1, &f), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_amp_update(NULL), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_NEAR(accel_amp_loss_scale(NULL), 1.0, 0);
+    AT_EQ_INT(accel_amp_scaler_state_save(NULL, NULL, 0, &w), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_amp_scaler_state_load(NULL, "AMPS", 4), ACCEL_ERR_INVALID_ARGUMENT);
+    /* a failed init leaves a zeroed scaler behind (deinit-safe, refused by the methods) */
+    memset(&z, 0x5a, sizeof z);
+    memset(&d, 0, sizeof d);
+    d.backoff_factor = 2.0;
+    AT_EQ_INT(accel_amp_scaler_init(&a1, &z, &d), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CHECK(z.acc == NULL && z.enabled == 0);
+    AT_EQ_INT(accel_amp_update(&z), ACCEL_ERR_STATE);
+    accel_amp_scaler_deinit(&z);
+    /* enabled is an accel_toggle: anything else is refused */
+    memset(&d, 0, sizeof d);
+    d.enabled = (accel_toggle)7;
+    AT_EQ_INT(accel_amp_scaler_init(&a1, &z, &d), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(&a1), "enabled=7");
+    accel_shutdown(&a1);
+    accel_shutdown(&a2);
+}
+
+/* Several processes and no host process group (an explicit 2-process layout without MPI: what torchrun without MPI
+   looks like before a collectives context installs itself): found_inf cannot be OR-ed, so unscale_and_check fails
+   clearly with nothing changed, unless desc.local_found_inf. */
+static void test_unscale_without_host_group(void) {
+    accel acc;
+    accel_desc dd;
+    accel_amp_scaler sc;
+    accel_amp_scaler_desc d;
+    float g[2] = {4, 8};
+    accel_tensor t;
+    int f = -1;
+    memset(&dd, 0, sizeof dd);
+    dd.num_processes = 2;
+    dd.process_index = 0;
+    dd.cpu = 1;
+    dd.no_mpi = 1;
+    dd.mixed_precision = ACCEL_PRECISION_FP16;
+    dd.log_fn = quiet_log;
+    AT_EQ_INT(accel_init(&acc, &dd), ACCEL_OK);
+    AT_EQ_INT(acc.num_processes, 2);
+    AT_CHECK(strcmp(accel_host_group_name(&acc), "none") == 0);
+    memset(&t, 0, sizeof t);
+    t.ptr = g; t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 2;
+    AT_EQ_INT(accel_amp_scaler_init(&acc, &sc, NULL), ACCEL_OK);
+    AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_ERR_UNSUPPORTED);
+    AT_CONTAINS(accel_last_error(&acc), "no host process group");
+    AT_CONTAINS(accel_last_error(&acc), "local_found_inf");
+    AT_NEAR(g[0], 4.0, 0); AT_NEAR(g[1], 8.0, 0); /* nothing changed */
+    AT_EQ_INT(sc.unscaled, 0);
+    AT_EQ_INT(f, 0);
+    memset(&d, 0, sizeof d);
+    d.local_found_inf = 1;
+    d.init_scale = 4;
+    AT_EQ_INT(accel_amp_scaler_init(&acc, &sc, &d), ACCEL_OK);
+    AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
+    AT_NEAR(g[0], 1.0, 0); AT_NEAR(g[1], 2.0, 0);
+    AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
+    /* sharded clipping needs the group too: refused with nothing changed */
+    AT_EQ_INT(accel_amp_clip_grad_norm(&acc, &t, 1, 0.1, 2.0, ACCEL_AMP_CLIP_SHARDED, NULL), ACCEL_ERR_UNSUPPORTED);
+    AT_NEAR(g[0], 1.0, 0);
+    accel_amp_scaler_deinit(&sc);
+    accel_shutdown(&acc);
+}
+
 /* ------------------------------------------------------------------------------------- unscale_and_check */
 static void fill_list(float *a, uint16_t *b, uint16_t *c, size_t na, size_t nb, size_t nc) {
     size_t i;
     for (i = 0; i < na; ++i) a[i] = rndf(-70000.0f, 70000.0f);
-    for (i = 0; i < nb; ++i) b[i] = accel_amp_f32_to_f16(rndf(-60000.0f, 60000.0f));
-    for (i = 0; i < nc; ++i) c[i] = accel_amp_f32_to_bf16(rndf(-1e30f, 1e30f));
+    for (i = 0; i < nb; ++i) b[i] = accel_f32_to_f16(rndf(-60000.0f, 60000.0f));
+    for (i = 0; i < nc; ++i) c[i] = accel_f32_to_bf16(rndf(-1e30f, 1e30f));
 }
 
 static void test_unscale(void) {
@@ -525,14 +646,14 @@ static void test_unscale(void) {
         fill_list(a, b, c, NA, NB, NC);
         a[5] = FLT_MAX; a[6] = -FLT_MAX; a[7] = FLT_MIN; b[3] = 0x7bff; c[3] = 0x7f7f; /* large finite: no false positive */
         memcpy(a0, a, sizeof a); memcpy(b0, b, sizeof b); memcpy(c0, c, sizeof c);
-        AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, t, 4, &f), ACCEL_OK);
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc, t, 4, &f), ACCEL_OK);
         AT_EQ_INT(f, 0);
         bad = 0;
         for (i = 0; i < NA; ++i) { volatile float e = a0[i] * inv; bad += f_bits(a[i]) != f_bits(scales[si] == 1.0f ? a0[i] : e); }
         for (i = 0; i < NB; ++i) bad += b[i] != ref_f32_to_f16((float)ref_decode(b0[i], 10, 15) * inv);
         for (i = 0; i < NC; ++i) bad += c[i] != ref_f32_to_bf16((float)ref_decode(c0[i], 7, 127) * inv);
         AT_EQ_INT(bad, 0);
-        AT_EQ_INT(accel_amp_update(&acc, &sc), ACCEL_OK);
+        AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
     }
     /* a NaN / +Inf / -Inf at the first, a middle or the last element of any buffer is found */
     for (buf = 0; buf < 3; ++buf)
@@ -547,9 +668,9 @@ static void test_unscale(void) {
                 else if (buf == 1) b[pos] = kind == 0 ? 0x7e01 : kind == 1 ? 0x7c00 : 0xfc00;
                 else c[pos] = kind == 0 ? 0xffc1 : kind == 1 ? 0x7f80 : 0xff80;
                 f = -1;
-                AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, t, 4, &f), ACCEL_OK);
+                AT_EQ_INT(accel_amp_unscale_and_check(&sc, t, 4, &f), ACCEL_OK);
                 AT_EQ_INT(f, 1);
-                AT_EQ_INT(accel_amp_update(&acc, &sc), ACCEL_OK);
+                AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
                 AT_EQ_INT(sc.step_was_skipped, 1);
                 AT_NEAR(sc.scale, 32768.0, 0);
             }
@@ -558,13 +679,13 @@ static void test_unscale(void) {
     AT_EQ_INT(accel_amp_scaler_init(&acc, &sc, NULL), ACCEL_OK);
     memcpy(a0, a, sizeof a);
     t[2].dtype = ACCEL_F64;
-    AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, t, 4, &f), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_amp_unscale_and_check(&sc, t, 4, &f), ACCEL_ERR_INVALID_ARGUMENT);
     AT_CONTAINS(accel_last_error(&acc), "F64");
     AT_CHECK(memcmp(a, a0, sizeof a) == 0);
     t[2].dtype = ACCEL_F32;
     t[1].ptr = NULL;
-    AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, t, 4, &f), ACCEL_ERR_INVALID_ARGUMENT);
-    AT_EQ_INT(accel_amp_unscale_and_check(&acc, &sc, NULL, 2, &f), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_amp_unscale_and_check(&sc, t, 4, &f), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_amp_unscale_and_check(&sc, NULL, 2, &f), ACCEL_ERR_INVALID_ARGUMENT);
     AT_EQ_INT(sc.unscaled, 0);
     accel_shutdown(&acc);
 }
@@ -632,8 +753,8 @@ static void test_clip(void) {
         float coef;
         memset(t2, 0, sizeof t2);
         for (i = 0; i < 300; ++i) {
-            h[i] = accel_amp_f32_to_f16(rndf(-3, 3)); dec[i] = accel_amp_f16_to_f32(h[i]);
-            hb[i] = accel_amp_f32_to_bf16(rndf(-3, 3)); decb[i] = accel_amp_bf16_to_f32(hb[i]);
+            h[i] = accel_f32_to_f16(rndf(-3, 3)); dec[i] = accel_f16_to_f32(h[i]);
+            hb[i] = accel_f32_to_bf16(rndf(-3, 3)); decb[i] = accel_bf16_to_f32(hb[i]);
         }
         two[0] = dec; two[1] = decb;
         ref = ref_norm(two, n2, 2, 2.0);
@@ -677,13 +798,13 @@ static void test_clip(void) {
         uint16_t hb[3];
         accel_tensor t2[2];
         memset(t2, 0, sizeof t2);
-        hb[0] = accel_amp_f32_to_bf16(3.0f); hb[1] = accel_amp_f32_to_bf16(-0.125f); hb[2] = 0x7fc0;
+        hb[0] = accel_f32_to_bf16(3.0f); hb[1] = accel_f32_to_bf16(-0.125f); hb[2] = 0x7fc0;
         t2[0].ptr = g; t2[0].dtype = ACCEL_F32; t2[0].ndim = 1; t2[0].shape[0] = 6;
         t2[1].ptr = hb; t2[1].dtype = ACCEL_BF16; t2[1].ndim = 1; t2[1].shape[0] = 3;
         AT_EQ_INT(accel_amp_clip_grad_value(&g_acc, t2, 2, 1.0), ACCEL_OK);
         AT_NEAR(g[0], -1, 0); AT_NEAR(g[1], -0.5, 0); AT_NEAR(g[2], 0.25, 0); AT_NEAR(g[3], 1, 0);
         AT_CHECK(isnan(g[4])); AT_NEAR(g[5], -1, 0);
-        AT_EQ_INT(hb[0], 0x3f80); AT_EQ_INT(hb[1], accel_amp_f32_to_bf16(-0.125f)); AT_EQ_INT(hb[2], 0x7fff);
+        AT_EQ_INT(hb[0], 0x3f80); AT_EQ_INT(hb[1], accel_f32_to_bf16(-0.125f)); AT_EQ_INT(hb[2], 0x7fff);
         AT_EQ_INT(accel_amp_clip_grad_value(&g_acc, t2, 2, -1.0), ACCEL_ERR_INVALID_ARGUMENT);
     }
     for (k = 0; k < NB; ++k) { free(bufs[k]); free(orig[k]); }
@@ -697,6 +818,8 @@ int main(void) {
     test_buffers();
     test_stochastic();
     test_scaler();
+    test_scaler_object();
+    test_unscale_without_host_group();
     test_unscale();
     test_clip();
     accel_shutdown(&g_acc);

@@ -1,4 +1,5 @@
-/* accel's conversion helpers against the host versions of cuda_fp16.h / cuda_bf16.h (compiled by nvcc, run on the
+/* accel's one 16-bit codec (the core's accel_f32_to_f16 / _bf16 and back, which accel_amp.h's conversions and
+   kernels use) against the host versions of cuda_fp16.h / cuda_bf16.h (compiled by nvcc, run on the
    CPU: no CUDA runtime call, no device needed). Checked: __float2half_rn, __float2half, __float2bfloat16,
    __float2bfloat16_rn (fp32 → 16-bit, bit-exact including NaN → 0x7FFF), __half2float and __bfloat162float
    (16-bit → fp32 over all 2^16 patterns), on every fp32 exponent with boundary mantissas plus random patterns. */
@@ -29,20 +30,20 @@ int main(int argc, char **argv) {
         if (i < n) u = set[i];
         else { s ^= s << 13; s ^= s >> 7; s ^= s << 17; u = (uint32_t)(s >> 11); }
         f = bits_f(u);
-        if (accel_amp_f32_to_f16(f) != h_bits(__float2half_rn(f)) || accel_amp_f32_to_f16(f) != h_bits(__float2half(f))) {
+        if (accel_f32_to_f16(f) != h_bits(__float2half_rn(f)) || accel_f32_to_f16(f) != h_bits(__float2half(f))) {
             bad16++;
-            if (shown++ < 5) printf("f16 %08x: accel %04x cuda %04x\n", u, accel_amp_f32_to_f16(f), h_bits(__float2half_rn(f)));
+            if (shown++ < 5) printf("f16 %08x: accel %04x cuda %04x\n", u, accel_f32_to_f16(f), h_bits(__float2half_rn(f)));
         }
-        if (accel_amp_f32_to_bf16(f) != b_bits(__float2bfloat16(f)) || accel_amp_f32_to_bf16(f) != b_bits(__float2bfloat16_rn(f))) {
+        if (accel_f32_to_bf16(f) != b_bits(__float2bfloat16(f)) || accel_f32_to_bf16(f) != b_bits(__float2bfloat16_rn(f))) {
             badb++;
-            if (shown++ < 5) printf("bf16 %08x: accel %04x cuda %04x\n", u, accel_amp_f32_to_bf16(f), b_bits(__float2bfloat16(f)));
+            if (shown++ < 5) printf("bf16 %08x: accel %04x cuda %04x\n", u, accel_f32_to_bf16(f), b_bits(__float2bfloat16(f)));
         }
     }
     AT_EQ_INT(bad16, 0);
     AT_EQ_INT(badb, 0);
     for (h = 0; h < 65536; ++h) {
-        float a = accel_amp_f16_to_f32((uint16_t)h), c = __half2float(mk_half((unsigned short)h));
-        float ab = accel_amp_bf16_to_f32((uint16_t)h), cb = __bfloat162float(mk_bf16((unsigned short)h));
+        float a = accel_f16_to_f32((uint16_t)h), c = __half2float(mk_half((unsigned short)h));
+        float ab = accel_bf16_to_f32((uint16_t)h), cb = __bfloat162float(mk_bf16((unsigned short)h));
         /* fp16 NaN: CUDA's host widening returns the canonical 0x7FFFFFFF, accel keeps sign/payload: both NaN */
         if (isnan(c) ? !isnan(a) : f_bits(a) != f_bits(c)) badw16++;
         if (f_bits(ab) != f_bits(cb)) badwb++;
@@ -54,8 +55,8 @@ int main(int argc, char **argv) {
         long b1 = 0, b2 = 0;
         for (u = 0; u <= 0xffffffffull; ++u) {
             float f = bits_f((uint32_t)u);
-            b1 += accel_amp_f32_to_f16(f) != h_bits(__float2half_rn(f));
-            b2 += accel_amp_f32_to_bf16(f) != b_bits(__float2bfloat16(f));
+            b1 += accel_f32_to_f16(f) != h_bits(__float2half_rn(f));
+            b2 += accel_f32_to_bf16(f) != b_bits(__float2bfloat16(f));
         }
         printf("all 2^32 fp32 patterns: %ld fp16 and %ld bf16 mismatches\n", b1, b2);
         AT_EQ_INT(b1, 0);

@@ -86,12 +86,12 @@ int main(int argc, char **argv) {
             if (x[i] != x[i]) {
                 /* torch CPU: bf16 NaN → 0x7FC0, fp16 NaN → sign|0x7E00; accel (= CUDA): 0x7FFF. Both NaN. */
                 nan_seen++;
-                bad_b += (b[i] & 0x7f80) != 0x7f80 || !(b[i] & 0x7f) || accel_amp_f32_to_bf16(x[i]) != 0x7fff;
-                bad_h += (h[i] & 0x7c00) != 0x7c00 || !(h[i] & 0x3ff) || accel_amp_f32_to_f16(x[i]) != 0x7fff;
+                bad_b += (b[i] & 0x7f80) != 0x7f80 || !(b[i] & 0x7f) || accel_f32_to_bf16(x[i]) != 0x7fff;
+                bad_h += (h[i] & 0x7c00) != 0x7c00 || !(h[i] & 0x3ff) || accel_f32_to_f16(x[i]) != 0x7fff;
                 continue;
             }
-            bad_b += accel_amp_f32_to_bf16(x[i]) != b[i];
-            bad_h += accel_amp_f32_to_f16(x[i]) != h[i];
+            bad_b += accel_f32_to_bf16(x[i]) != b[i];
+            bad_h += accel_f32_to_f16(x[i]) != h[i];
         }
         AT_EQ_INT(bad_b, 0);
         AT_EQ_INT(bad_h, 0);

@@ -7,13 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static accel_result scaler_save(void *u, void *buf, size_t cap, size_t *n) {
-    if (cap < ACCEL_AMP_SCALER_STATE_BYTES) { *n = ACCEL_AMP_SCALER_STATE_BYTES; return ACCEL_OK; }
-    return accel_amp_scaler_state_save(NULL, (const accel_amp_scaler *)u, (uint8_t *)buf, cap, n);
-}
-static accel_result scaler_load(void *u, const void *buf, size_t n) {
-    return accel_amp_scaler_state_load(NULL, (accel_amp_scaler *)u, (const uint8_t *)buf, n);
-}
 static accel_result sampler_save(void *u, void *buf, size_t cap, size_t *n) {
     if (cap < ACCEL_DATA_SHARD_STATE_BYTES) { *n = ACCEL_DATA_SHARD_STATE_BYTES; return ACCEL_OK; }
     return accel_data_shard_state_save((const accel_data_shard *)u, (uint8_t *)buf, cap, n);
@@ -60,7 +53,7 @@ int main(void) {
     t.name = "w"; t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 4; t.ptr = w;
     AT_EQ_INT(accel_ckpt_create(&acc, NULL, &ck), ACCEL_OK);
     accel_ckpt_register_model(ck, &t, 1);
-    AT_EQ_INT(accel_ckpt_register(ck, "scaler", scaler_save, scaler_load, &sc), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(ck, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_register(ck, "sampler", sampler_save, sampler_load, &sh), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_save_state(ck, dir, NULL, 0), ACCEL_OK);
 
@@ -70,7 +63,7 @@ int main(void) {
     t.ptr = w2;
     AT_EQ_INT(accel_ckpt_create(&acc, NULL, &ck2), ACCEL_OK);
     accel_ckpt_register_model(ck2, &t, 1);
-    accel_ckpt_register(ck2, "scaler", scaler_save, scaler_load, &sc2);
+    accel_ckpt_register(ck2, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc2);
     accel_ckpt_register(ck2, "sampler", sampler_save, sampler_load, &sh2);
     AT_EQ_INT(accel_ckpt_load_state(ck2, dir), ACCEL_OK);
     AT_CHECK(!memcmp(w, w2, sizeof w));
@@ -94,7 +87,7 @@ int main(void) {
         t.ptr = w3;
         accel_ckpt_create(&acc, NULL, &ck3);
         accel_ckpt_register_model(ck3, &t, 1);
-        accel_ckpt_register(ck3, "scaler", scaler_save, scaler_load, &sc2);
+        accel_ckpt_register(ck3, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc2);
         accel_ckpt_register(ck3, "sampler", sampler_save, sampler_load, &sh3);
         AT_CHECK(accel_ckpt_load_state(ck3, dir) != ACCEL_OK);
         AT_CONTAINS(accel_last_error(&acc), "sampler.bin");
@@ -102,8 +95,8 @@ int main(void) {
     }
     accel_ckpt_destroy(ck);
     accel_ckpt_destroy(ck2);
-    accel_amp_scaler_destroy(&acc, &sc);
-    accel_amp_scaler_destroy(&acc, &sc2);
+    accel_amp_scaler_deinit(&sc);
+    accel_amp_scaler_deinit(&sc2);
     accel_shutdown(&acc);
     {
         char cmd[400];
