@@ -10,11 +10,11 @@
      metrics.jsonl                                   one JSON object per log() call, one line each:
                                                      {"step": 3, "time": 1763771234.123456, "loss": 0.25, ...}
                                                      "time" = Unix seconds (wall clock); "step" = null for NO_STEP.
-     config.json                                     init_trackers' hyperparameters as one JSON object, laid out as
-                                                     Python's json.dumps(config, indent=2, ensure_ascii=False) + "\n"
-                                                     (written to a temp name, fsync'd, then renamed). TensorBoard also
-                                                     gets them as a text summary with tag "hparams" (a markdown table,
-                                                     Text tab).
+     config.json                                     init_trackers' hyperparameters (when count > 0) as one JSON
+                                                     object, laid out as Python's json.dumps(config, indent=2,
+                                                     ensure_ascii=False) + "\n" (written to a temp name, fsync'd,
+                                                     then renamed). TensorBoard also gets them as a text summary
+                                                     with tag "hparams" (a markdown table, Text tab).
 
    USAGE
        accel_track trk;
