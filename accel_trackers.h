@@ -10,15 +10,17 @@
      metrics.jsonl                                   one JSON object per log() call, one line each:
                                                      {"step": 3, "time": 1763771234.123456, "loss": 0.25, ...}
                                                      "time" = Unix seconds (wall clock); "step" = null for NO_STEP.
-     config.json                                     init_trackers' hyperparameters as one JSON object (written to a
-                                                     temp name, then renamed). TensorBoard also gets them as a text
-                                                     summary with tag "hparams" (a markdown table, Text tab).
+     config.json                                     init_trackers' hyperparameters (when count > 0) as one JSON
+                                                     object, laid out as Python's json.dumps(config, indent=2,
+                                                     ensure_ascii=False) + "\n" (written to a temp name, fsync'd,
+                                                     then renamed). TensorBoard also gets them as a text summary
+                                                     with tag "hparams" (a markdown table, Text tab).
 
    USAGE
        accel_track trk;
-       accel_track_desc td = {0};
+       accel_track_desc td = {0};                            // C++: accel_track_desc td = {};
        td.log_with = ACCEL_TRACK_ALL;                        // or 0: ACCEL_LOG_WITH, else no tracker (Accelerate)
-       if (accel_track_init(&trk, &acc, &td) != ACCEL_OK) die(accel_last_error(&acc));
+       if (accel_track_init(&acc, &trk, &td) != ACCEL_OK) die(accel_last_error(&acc));
        accel_track_param cfg[3];
        cfg[0] = accel_track_param_number("lr", 3e-4);
        cfg[1] = accel_track_param_int("batch_size", 64);
@@ -31,8 +33,8 @@
            v[1] = accel_track_scalar("lr", lr);
            accel_track_log(&trk, v, 2, step);              // an error is returned, never fatal
        }
-       accel_track_end_training(&trk);                       // flush + close
        accel_print(&acc, "logs in %s\n", trk.run_dir);       // run_dir is set on the main process
+       accel_track_deinit(&trk);                             // Accelerate's end_training(): flush, close, free
 
    OPTIONS (accel_track_desc, zero = default)
      log_with     ACCEL_TRACK_TENSORBOARD | ACCEL_TRACK_JSONL, ACCEL_TRACK_ALL, ACCEL_TRACK_NONE.
@@ -40,41 +42,56 @@
                   ACCEL_LOG_WITH: "tensorboard", "jsonl", "all", "none" or a comma list ("tensorboard,jsonl"), any
                   case; anything else is ACCEL_ERR_ENVIRONMENT naming the variable (no silent default).
      logging_dir  base directory; NULL → acc->desc.logging_dir (the core: desc.logging_dir → project_dir → ".").
-     flush_secs   the TensorBoard file is fully buffered and flushed on the first log() at least flush_secs after
-                  the previous flush, by accel_track_flush and by end_training. 0 → 120 (torch's SummaryWriter);
-                  negative → after every log(). metrics.jsonl is always line-flushed: each log() line goes out in
-                  one write() before log() returns, so a crash loses at most the line being written.
+     flush_secs   the TensorBoard records are buffered (64 KiB) and written out on the first log() at least
+                  flush_secs after the previous write-out, when the buffer is full, by accel_track_flush and by
+                  accel_track_deinit. 0 → 120 (torch's SummaryWriter); negative → after every log().
+                  metrics.jsonl is not buffered: each log() line goes out in one write() before log() returns, so a
+                  crash loses at most the line being written.
+
+   LIFECYCLE
+     accel_track_init (no I/O) → accel_track_init_trackers (creates the files) → accel_track_log ... →
+     accel_track_deinit (writes out, fsyncs and closes the files, frees everything; idempotent; safe on a zeroed
+     tracker and on one whose accel_track_init failed). After deinit the fields (run_dir, event_file, ...) stay
+     readable; log(), flush() and init_trackers() return ACCEL_ERR_STATE. A new run on the same tracker starts with
+     accel_track_init again (a new event file; metrics.jsonl is appended to). A failed init_trackers leaves the
+     tracker as before the call (retry allowed).
 
    PROCESSES
      Only the main process (acc->is_main_process) creates directories and files; log() elsewhere validates its
-     arguments and returns ACCEL_OK. accel_track_init_trackers must be called by EVERY process (as in Accelerate,
-     where it is called everywhere and runs on the main process): when MPI is the process group it broadcasts the
-     main process's result, so every rank gets the same answer — a failing main process makes the other ranks
-     return ACCEL_ERR_REMOTE with the main's message instead of training on without logs or hanging later.
-     log(), flush and end_training are local (no communication).
+     arguments and returns ACCEL_OK. accel_track_init_trackers is collective (every process calls it, as in
+     Accelerate, where it is called everywhere and runs on the main process): its result goes through the host
+     process group's agreement check, so every rank gets an error if any rank failed — the main process its own
+     (e.g. ACCEL_ERR_IO for an unwritable logging_dir), the others ACCEL_ERR_REMOTE carrying the failed rank's
+     message ("rank 0 failed in init_trackers: cannot create logging directory ...") — instead of training on
+     without logs or hanging later. It has the collective deadline (desc.collective_timeout_ms). Without a host
+     process group (P > 1 launched without MPI and no collectives context yet) the check is local.
+     log(), flush and deinit are local (no communication).
 
    ERRORS (never fatal; the training loop keeps going)
-     - init_trackers: an unwritable or uncreatable directory → ACCEL_ERR_IO naming the path and errno text;
-       nothing is left open, no partial event file is left behind, the tracker stays un-initialized (retry allowed).
-     - log(): a write error (disk full, quota, EFBIG) → ACCEL_ERR_IO naming the file; that writer is then disabled
-       (its file stays readable up to the last complete record or line) and later log() calls return ACCEL_ERR_IO
-       without logging again; the other writer keeps working. Since the TensorBoard file is buffered, its write
-       errors surface at the next flush.
-     - log() before init_trackers or after end_training → ACCEL_ERR_STATE; bad values (NULL/empty/non-UTF-8 name,
-       a name used twice in one call, the reserved names "step" and "time") → ACCEL_ERR_INVALID_ARGUMENT and
-       nothing is written to any tracker.
-     - end_training reports the first flush/close error; calling it again (or before init_trackers) is a no-op.
+     - init_trackers: an unwritable or uncreatable directory → ACCEL_ERR_IO naming the path and the component that
+       could not be created (or "exists and is not a directory"); nothing is left open, no partial event file or
+       config.json is left behind, the tracker stays ready for a retry.
+     - log(): a write error (disk full, quota, EFBIG) → ACCEL_ERR_IO naming the file and the system's error text;
+       that writer is then disabled (its file stays readable up to the last complete record or line) and later
+       log() calls return ACCEL_ERR_IO with the same error text without writing again; the other writer keeps
+       working. Since the TensorBoard records are buffered, their write errors surface at the next write-out.
+     - log() before init_trackers or after deinit → ACCEL_ERR_STATE; bad values (NULL/empty/non-UTF-8 name, a name
+       used twice in one call, the reserved names "step" and "time") → ACCEL_ERR_INVALID_ARGUMENT and nothing is
+       written to any tracker.
+     - deinit returns the first write-out/fsync/close error of a writer that had not failed before (the files are
+       closed and the memory freed in any case).
 
    VALUES
      TensorBoard stores scalars as float32 (simple_value); metrics.jsonl keeps the double: the shortest decimal that
      reads back to the same double, laid out like Python's repr (positional for 1e-4 <= |v| < 1e16, integral
      values with ".0" so Python reads floats, else 1.5e-07). NaN and ±inf are written as the tokens NaN, Infinity,
      -Infinity — what Python's json.dumps writes and json.loads reads by default (not strict JSON: jq and
-     browsers reject them). Names are JSON-escaped (", \, control characters as \n, \t, \u00XX); other UTF-8 is
-     written as is.
+     browsers reject them). Names are escaped as json.dumps(name, ensure_ascii=False) does (", \, control
+     characters as \n, \t, \u00XX); other UTF-8 is written as is.
 
-   THREADS
-     An accel_track is used by one thread at a time (the one that uses its accel).
+   THREADS AND MEMORY
+     An accel_track is used by one thread at a time (the one that uses its accel). Every allocation goes through
+     acc's host allocator (the files are written with write(2) from those buffers; no stdio).
 
    DIFFERENCES FROM ACCELERATE
      - Trackers: tensorboard and jsonl (accel's own; Accelerate has no JSONL tracker). wandb, mlflow, comet, aim,
@@ -84,8 +101,12 @@
      - log() takes scalars only (Accelerate also accepts strings and dicts: use one name per scalar, e.g.
        "eval/acc"). All values of one call go into one Event (torch writes one Event per scalar); readers see the
        same (tag, step, value) triples.
-     - init_trackers broadcasts the main process's result (see PROCESSES); Accelerate's runs on the main only.
+     - init_trackers is collective and every rank gets the same verdict (see PROCESSES); Accelerate's runs on the
+       main process only, and a failure there leaves the other ranks training.
+     - end_training() is accel_track_deinit(); it also frees the tracker (a new run needs accel_track_init).
      - metrics.jsonl is appended to (a resumed run continues it); a new event file is created per init_trackers.
+   Accelerate's semantics that the other headers follow, and accel's deliberate differences, are in
+   docs/semantics.md.
 */
 #ifndef ACCEL_TRACKERS_H_INCLUDED
 #define ACCEL_TRACKERS_H_INCLUDED
@@ -106,7 +127,7 @@ extern "C" {
 typedef struct accel_track_desc {
     int log_with;            /* ACCEL_TRACK_* flags; 0 → ACCEL_LOG_WITH → none */
     const char *logging_dir; /* NULL → acc->desc.logging_dir */
-    double flush_secs;       /* TensorBoard flush interval; 0 → 120 s; < 0 → every log() */
+    double flush_secs;       /* TensorBoard write-out interval; 0 → 120 s; < 0 → every log() */
 } accel_track_desc;
 
 /* One scalar of a log() call. */
@@ -131,6 +152,7 @@ typedef struct accel_track_param {
     const char *string;
 } accel_track_param;
 
+/* UNSET: zeroed or accel_track_init failed; READY: initialized; ACTIVE: init_trackers succeeded; ENDED: deinit. */
 enum { ACCEL_TRACK_STATE_UNSET = 0, ACCEL_TRACK_STATE_READY, ACCEL_TRACK_STATE_ACTIVE, ACCEL_TRACK_STATE_ENDED };
 
 struct accel__track_impl; /* open files and buffers; private */
@@ -151,19 +173,21 @@ typedef struct accel_track {
     struct accel__track_impl *impl;
 } accel_track;
 
-/* Resolves desc (+ ACCEL_LOG_WITH) into t; no I/O. acc must outlive t. t is overwritten (end_training a tracker
-   in use before initializing it again); on failure t is left as it was. */
-ACCEL_API accel_result accel_track_init(accel_track *t, accel *acc, const accel_track_desc *desc);
-/* Creates <logging_dir>/<project_name>/ and the files, records config (may be NULL when count is 0). Every process
-   calls it; see PROCESSES. project_name is joined to logging_dir as a path. */
+/* Resolves desc (NULL = all defaults; + ACCEL_LOG_WITH) into t; no I/O. acc must outlive t. t is overwritten
+   (deinit a tracker in use before initializing it again); on failure t is zeroed (deinit is still safe). */
+ACCEL_API accel_result accel_track_init(accel *acc, accel_track *t, const accel_track_desc *desc);
+/* Creates <logging_dir>/<project_name>/ and the files, records config (may be NULL when count is 0). Collective:
+   every process calls it; see PROCESSES. project_name is joined to logging_dir as a path. */
 ACCEL_API accel_result accel_track_init_trackers(accel_track *t, const char *project_name,
                                                  const accel_track_param *config, int count);
 /* Logs count scalars at step (ACCEL_TRACK_NO_STEP: none). count 0 is a no-op. */
 ACCEL_API accel_result accel_track_log(accel_track *t, const accel_track_value *values, int count, int64_t step);
-/* Pushes buffered TensorBoard records to the file now. */
+/* Writes the buffered TensorBoard records to the file now. */
 ACCEL_API accel_result accel_track_flush(accel_track *t);
-/* Flushes and closes every file; later log() calls fail with ACCEL_ERR_STATE. Idempotent. */
-ACCEL_API accel_result accel_track_end_training(accel_track *t);
+/* Accelerate's end_training: writes out, fsyncs and closes every file and frees the buffers; later log() calls
+   fail with ACCEL_ERR_STATE. Idempotent; NULL, zeroed and failed trackers are fine (ACCEL_OK). Returns the first
+   I/O error (everything is closed and freed anyway). */
+ACCEL_API accel_result accel_track_deinit(accel_track *t);
 
 /* "tensorboard", "jsonl", "all", "none" or a comma list, any case → ACCEL_TRACK_* flags; -1 if not understood. */
 ACCEL_API int accel_track_parse_log_with(const char *s);
@@ -204,13 +228,23 @@ static ACCEL_INLINE accel_track_param accel_track_param_bool(const char *name, i
 #endif
 #endif /* ACCEL_TRACKERS_H_INCLUDED */
 
+
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__TRACKERS_IMPL_DONE)
 #define ACCEL__TRACKERS_IMPL_DONE
+/* CONTENTS (the core's services layer precedes this in the same TU: UTF-8, the string builder and JSON strings,
+   mkdir -p, atomic file writes, byte order, errors, the agreement check)
+     1. CRC32C
+     2. private state, log_with, accel_track_init
+     3. validation
+     4. protobuf encoding of TensorBoard Event records
+     5. numbers as Python writes them
+     6. files: the run directory, the event file's buffer, config.json, the hparams summary
+     7. init_trackers (collective)
+     8. log, flush, deinit */
 
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,8 +253,8 @@ static ACCEL_INLINE accel_track_param accel_track_param_bool(const char *name, i
 #include <time.h>
 #include <unistd.h>
 
-/* ------------------------------------------------------------------------------------------------ CRC32C */
-static const uint32_t accel__crc32c_table[256] = {
+/* ------------------------------------------------------------------------------------------------ 1. CRC32C */
+static const uint32_t accel__track_crc32c_table[256] = {
     0x00000000u, 0xF26B8303u, 0xE13B70F7u, 0x1350F3F4u, 0xC79A971Fu, 0x35F1141Cu, 0x26A1E7E8u, 0xD4CA64EBu,
     0x8AD958CFu, 0x78B2DBCCu, 0x6BE22838u, 0x9989AB3Bu, 0x4D43CFD0u, 0xBF284CD3u, 0xAC78BF27u, 0x5E133C24u,
     0x105EC76Fu, 0xE235446Cu, 0xF165B798u, 0x030E349Bu, 0xD7C45070u, 0x25AFD373u, 0x36FF2087u, 0xC494A384u,
@@ -259,7 +293,7 @@ ACCEL__DEF uint32_t accel_track_crc32c(const void *data, size_t size) {
     const unsigned char *p = (const unsigned char *)data;
     uint32_t crc = 0xFFFFFFFFu;
     size_t i;
-    for (i = 0; i < size; ++i) crc = accel__crc32c_table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+    for (i = 0; i < size; ++i) crc = accel__track_crc32c_table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
     return crc ^ 0xFFFFFFFFu;
 }
 
@@ -270,18 +304,17 @@ ACCEL__DEF uint32_t accel_track_masked_crc32c(const void *data, size_t size) {
 
 /* Slice-by-8 (8 bytes per step) for the writer's hot path; the tables live in each writer (no shared mutable
    state) and are derived from the byte table above. */
-static void accel__crc32c_tables(uint32_t tab[8][256]) {
+static void accel__track_crc32c_tables(uint32_t tab[8][256]) {
     int i, k;
-    for (i = 0; i < 256; ++i) tab[0][i] = accel__crc32c_table[i];
+    for (i = 0; i < 256; ++i) tab[0][i] = accel__track_crc32c_table[i];
     for (k = 1; k < 8; ++k)
         for (i = 0; i < 256; ++i) tab[k][i] = (tab[k - 1][i] >> 8) ^ tab[0][tab[k - 1][i] & 0xFFu];
 }
 
-static uint32_t accel__crc32c_masked8(const uint32_t tab[8][256], const unsigned char *p, size_t n) {
+static uint32_t accel__track_crc32c_masked8(const uint32_t tab[8][256], const unsigned char *p, size_t n) {
     uint32_t crc = 0xFFFFFFFFu;
     while (n >= 8) {
-        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        uint32_t lo = crc ^ accel__get_u32(p), hi = accel__get_u32(p + 4);
         crc = tab[7][lo & 0xFFu] ^ tab[6][(lo >> 8) & 0xFFu] ^ tab[5][(lo >> 16) & 0xFFu] ^ tab[4][lo >> 24] ^
               tab[3][hi & 0xFFu] ^ tab[2][(hi >> 8) & 0xFFu] ^ tab[1][(hi >> 16) & 0xFFu] ^ tab[0][hi >> 24];
         p += 8;
@@ -292,14 +325,19 @@ static uint32_t accel__crc32c_masked8(const uint32_t tab[8][256], const unsigned
     return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
 }
 
-/* -------------------------------------------------------------------------------------------- private state */
+/* ------------------------------------------------------------------------------ 2. private state, init */
+#define ACCEL__TRACK_TB_BUFFER ((size_t)1 << 16) /* the event file's write buffer */
+
 struct accel__track_impl {
-    FILE *tb;                /* event file (fully buffered) */
-    FILE *jl;                /* metrics.jsonl (one fflush per line) */
-    int tb_failed, jl_failed;
-    double last_flush;       /* wall time of the last TensorBoard flush */
-    unsigned char *buf;      /* scratch: one encoded record or one JSON line */
+    int tb_fd, jl_fd;        /* -1: not open */
+    int tb_errno, jl_errno;  /* nonzero: that writer failed with this error and is disabled */
+    int jl_created;          /* this init_trackers created metrics.jsonl */
+    double last_flush;       /* wall time of the last write-out of the event file's buffer */
+    unsigned char *tbuf;     /* event records not written yet (ACCEL__TRACK_TB_BUFFER bytes) */
+    size_t tlen;
+    unsigned char *buf;      /* scratch for a record larger than tbuf */
     size_t cap;
+    accel__sb line;          /* one metrics.jsonl line (the buffer is reused) */
     uint32_t crc[8][256];    /* slice-by-8 CRC32C tables */
 };
 
@@ -337,12 +375,13 @@ ACCEL__DEF int accel_track_parse_log_with(const char *s) {
     return flags;
 }
 
-ACCEL__DEF accel_result accel_track_init(accel_track *t, accel *acc, const accel_track_desc *desc) {
+ACCEL__DEF accel_result accel_track_init(accel *acc, accel_track *t, const accel_track_desc *desc) {
     accel_track_desc d;
     const char *dir;
     int flags;
-    if (!t) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_init: t is NULL");
+    if (t) memset(t, 0, sizeof *t); /* a failed init leaves a zeroed tracker: deinit is safe on it */
     if (!acc) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_init: acc is NULL");
+    if (!t) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_init: t is NULL");
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
     flags = d.log_with;
@@ -371,53 +410,29 @@ ACCEL__DEF accel_result accel_track_init(accel_track *t, accel *acc, const accel
     if (strlen(dir) + 1 > ACCEL_TRACK_PATH_CAPACITY - 128)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "logging_dir is longer than %d bytes",
                            ACCEL_TRACK_PATH_CAPACITY - 128);
-    memset(t, 0, sizeof *t);
     t->acc = acc;
     t->log_with = flags & ACCEL_TRACK_ALL;
     t->is_writer = acc->is_main_process ? 1 : 0;
     t->flush_secs = d.flush_secs == 0 ? 120.0 : d.flush_secs;
-    snprintf(t->logging_dir, sizeof t->logging_dir, "%s", dir);
+    accel__fmt(t->logging_dir, sizeof t->logging_dir, "%s", dir);
     t->state = ACCEL_TRACK_STATE_READY;
     return ACCEL_OK;
 }
 
-/* ------------------------------------------------------------------------------------------ validation */
-/* strlen(s) when s is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF), else -1. */
-static long accel__track_utf8_len(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        unsigned c = *p;
-        if (c < 0x80) { ++p; continue; }
-        if (c >= 0xC2 && c <= 0xDF) {
-            if ((p[1] & 0xC0) != 0x80) return -1;
-            p += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            if ((p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return -1;
-            if (c == 0xE0 && p[1] < 0xA0) return -1;
-            if (c == 0xED && p[1] > 0x9F) return -1;
-            p += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            if ((p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return -1;
-            if (c == 0xF0 && p[1] < 0x90) return -1;
-            if (c == 0xF4 && p[1] > 0x8F) return -1;
-            p += 4;
-        } else {
-            return -1;
-        }
-    }
-    return (long)(p - (const unsigned char *)s);
+/* --------------------------------------------------------------------------------------------- 3. validation */
+static int accel__track_utf8_ok(const char *s, size_t n) {
+    return accel__utf8_valid((const unsigned char *)s, n, NULL);
 }
-
-static int accel__track_utf8_ok(const char *s) { return accel__track_utf8_len(s) >= 0; }
 
 /* *len (may be NULL) receives strlen(name) when the name is acceptable. */
 static accel_result accel__track_check_name(accel *acc, const char *what, int i, const char *name, int reserve,
                                             size_t *len) {
-    long n;
+    size_t n;
     if (!name || !*name) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d]: the name is NULL or empty", what, i);
-    n = accel__track_utf8_len(name);
-    if (n < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d]: the name is not valid UTF-8", what, i);
-    if (len) *len = (size_t)n;
+    n = strlen(name);
+    if (!accel__track_utf8_ok(name, n))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s[%d]: the name is not valid UTF-8", what, i);
+    if (len) *len = n;
     if (reserve && n == 4 && (!memcmp(name, "step", 4) || !memcmp(name, "time", 4)))
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
                            "%s[%d]: \"%s\" is reserved (it is a key of every metrics.jsonl line)", what, i, name);
@@ -440,7 +455,55 @@ static accel_result accel__track_check_dups(accel *acc, const char *what, const 
     return ACCEL_OK;
 }
 
-/* ---------------------------------------------------------------------------------------------- buffers */
+static void accel__track_wall_clock(struct timespec *ts) {
+    if (clock_gettime(CLOCK_REALTIME, ts) != 0) { ts->tv_sec = time(NULL); ts->tv_nsec = 0; }
+}
+static double accel__track_seconds(const struct timespec *ts) {
+    return (double)ts->tv_sec + 1e-9 * (double)ts->tv_nsec;
+}
+static double accel__track_wall_time(void) {
+    struct timespec ts;
+    accel__track_wall_clock(&ts);
+    return accel__track_seconds(&ts);
+}
+
+/* ------------------------------------------------------------------------ 4. protobuf (TensorBoard Events) */
+static size_t accel__track_pb_varint_len(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) { v >>= 7; ++n; }
+    return n;
+}
+static unsigned char *accel__track_pb_varint(unsigned char *p, uint64_t v) {
+    while (v >= 0x80) { *p++ = (unsigned char)(v | 0x80); v >>= 7; }
+    *p++ = (unsigned char)v;
+    return p;
+}
+/* key + length + bytes */
+static unsigned char *accel__track_pb_bytes(unsigned char *p, unsigned key, const void *data, size_t n) {
+    *p++ = (unsigned char)key;
+    p = accel__track_pb_varint(p, (uint64_t)n);
+    if (n) memcpy(p, data, n);
+    return p + n;
+}
+static size_t accel__track_pb_field_len(size_t n) { return 1 + accel__track_pb_varint_len((uint64_t)n) + n; }
+
+/* Event header fields: wall_time (1, fixed64) and step (2, varint; omitted for 0 / NO_STEP as proto3 does). */
+static size_t accel__track_tb_head_len(int64_t step) {
+    return 9 + ((step != 0 && step != ACCEL_TRACK_NO_STEP) ? 1 + accel__track_pb_varint_len((uint64_t)step) : 0);
+}
+static unsigned char *accel__track_tb_head(unsigned char *p, double wall, int64_t step) {
+    uint64_t bits;
+    memcpy(&bits, &wall, sizeof bits);
+    *p++ = 0x09;
+    accel__put_u64(p, bits);
+    p += 8;
+    if (step != 0 && step != ACCEL_TRACK_NO_STEP) {
+        *p++ = 0x10;
+        p = accel__track_pb_varint(p, (uint64_t)step);
+    }
+    return p;
+}
+
 static int accel__track_reserve(accel_track *t, size_t need) {
     struct accel__track_impl *im = t->impl;
     unsigned char *nb;
@@ -456,139 +519,131 @@ static int accel__track_reserve(accel_track *t, size_t need) {
     return 1;
 }
 
-static void accel__track_wall_clock(struct timespec *ts) {
-    if (clock_gettime(CLOCK_REALTIME, ts) != 0) { ts->tv_sec = time(NULL); ts->tv_nsec = 0; }
-}
-static double accel__track_seconds(const struct timespec *ts) {
-    return (double)ts->tv_sec + 1e-9 * (double)ts->tv_nsec;
-}
-static double accel__track_wall_time(void) {
-    struct timespec ts;
-    accel__track_wall_clock(&ts);
-    return accel__track_seconds(&ts);
+static accel_result accel__track_io_fail(accel_track *t, int *failed, const char *what, const char *path, int e) {
+    if (!e) e = EIO;
+    if (failed) *failed = e;
+    return ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "%s: writing \"%.400s\" failed: %s", what, path, strerror(e));
 }
 
-/* ----------------------------------------------------------------------------------- protobuf encoding */
-static size_t accel__pb_varint_len(uint64_t v) {
-    size_t n = 1;
-    while (v >= 0x80) { v >>= 7; ++n; }
-    return n;
+/* Later calls on a writer that already failed: the same root cause, nothing written. */
+static accel_result accel__track_disabled(accel_track *t, const char *what, const char *path, int e) {
+    return ACCEL__FAIL(t->acc, ACCEL_ERR_IO,
+                       "%s: the writer of \"%.400s\" is disabled since an earlier write failed: %s", what, path,
+                       strerror(e));
 }
-static unsigned char *accel__pb_varint(unsigned char *p, uint64_t v) {
-    while (v >= 0x80) { *p++ = (unsigned char)(v | 0x80); v >>= 7; }
-    *p++ = (unsigned char)v;
-    return p;
-}
-static unsigned char *accel__pb_le32(unsigned char *p, uint32_t v) {
-    p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
-    return p + 4;
-}
-static unsigned char *accel__pb_le64(unsigned char *p, uint64_t v) {
-    p = accel__pb_le32(p, (uint32_t)v);
-    return accel__pb_le32(p, (uint32_t)(v >> 32));
-}
-/* key + length + bytes */
-static unsigned char *accel__pb_bytes(unsigned char *p, unsigned key, const void *data, size_t n) {
-    *p++ = (unsigned char)key;
-    p = accel__pb_varint(p, (uint64_t)n);
-    if (n) memcpy(p, data, n);
-    return p + n;
-}
-static size_t accel__pb_field_len(size_t n) { return 1 + accel__pb_varint_len((uint64_t)n) + n; }
 
-/* Event header fields: wall_time (1, fixed64) and step (2, varint; omitted for 0 / NO_STEP as proto3 does). */
-static size_t accel__tb_head_len(int64_t step) {
-    return 9 + ((step != 0 && step != ACCEL_TRACK_NO_STEP) ? 1 + accel__pb_varint_len((uint64_t)step) : 0);
+/* The buffered event records → the file (what fflush was for a FILE). */
+static accel_result accel__track_tb_write_out(accel_track *t) {
+    struct accel__track_impl *im = t->impl;
+    size_t n = im->tlen;
+    im->tlen = 0;
+    if (n && accel__write_all(im->tb_fd, im->tbuf, n) != 0)
+        return accel__track_io_fail(t, &im->tb_errno, "tensorboard", t->event_file, errno);
+    return ACCEL_OK;
 }
-static unsigned char *accel__tb_head(unsigned char *p, double wall, int64_t step) {
-    uint64_t bits;
-    memcpy(&bits, &wall, sizeof bits);
-    *p++ = 0x09;
-    p = accel__pb_le64(p, bits);
-    if (step != 0 && step != ACCEL_TRACK_NO_STEP) {
-        *p++ = 0x10;
-        p = accel__pb_varint(p, (uint64_t)step);
+
+/* Room for one record of `need` bytes: the end of the buffer (written out first when the record does not fit), or
+   for a record larger than the buffer the scratch, written directly by accel__track_tb_commit. NULL: *r says why. */
+static unsigned char *accel__track_tb_room(accel_track *t, size_t need, accel_result *r) {
+    struct accel__track_impl *im = t->impl;
+    *r = ACCEL_OK;
+    if (im->tlen + need > ACCEL__TRACK_TB_BUFFER && im->tlen > 0) {
+        *r = accel__track_tb_write_out(t);
+        if (*r != ACCEL_OK) return NULL;
     }
-    return p;
+    if (need <= ACCEL__TRACK_TB_BUFFER) return im->tbuf + im->tlen;
+    if (!accel__track_reserve(t, need)) { *r = ACCEL_ERR_OUT_OF_MEMORY; return NULL; }
+    return im->buf;
 }
 
-/* Frames the payload at buf + 12 (payload_len bytes) as a TFRecord in place; returns the record length. */
-static size_t accel__tb_frame(accel_track *t, size_t payload_len) {
-    unsigned char *buf = t->impl->buf;
-    accel__pb_le64(buf, (uint64_t)payload_len);
-    accel__pb_le32(buf + 8, accel__crc32c_masked8((const uint32_t(*)[256])t->impl->crc, buf, 8));
-    accel__pb_le32(buf + 12 + payload_len,
-                   accel__crc32c_masked8((const uint32_t(*)[256])t->impl->crc, buf + 12, payload_len));
-    return payload_len + 16;
+/* Frames the Event at rec + 12 (payload_len bytes) as a TFRecord in place and keeps it (or writes it, when it is
+   in the scratch). */
+static accel_result accel__track_tb_commit(accel_track *t, unsigned char *rec, size_t payload_len) {
+    struct accel__track_impl *im = t->impl;
+    const uint32_t(*crc)[256] = (const uint32_t(*)[256])im->crc;
+    size_t len = payload_len + 16;
+    accel__put_u64(rec, (uint64_t)payload_len);
+    accel__put_u32(rec + 8, accel__track_crc32c_masked8(crc, rec, 8));
+    accel__put_u32(rec + 12 + payload_len, accel__track_crc32c_masked8(crc, rec + 12, payload_len));
+    if (rec == im->tbuf + im->tlen) {
+        im->tlen += len;
+        return ACCEL_OK;
+    }
+    if (accel__write_all(im->tb_fd, rec, len) != 0)
+        return accel__track_io_fail(t, &im->tb_errno, "tensorboard", t->event_file, errno);
+    return ACCEL_OK;
 }
 
-/* Event{wall_time, step, summary{value{tag, simple_value}...}} into t->impl->buf; returns record length, 0 on OOM. */
-static size_t accel__tb_encode_scalars(accel_track *t, const accel_track_value *v, int count, int64_t step,
-                                       double wall) {
+/* Event{wall_time, step, summary{value{tag, simple_value}...}}. */
+static accel_result accel__track_tb_scalars(accel_track *t, const accel_track_value *v, int count, int64_t step,
+                                            double wall) {
     size_t summary = 0, event, i;
-    unsigned char *p;
-    for (i = 0; i < (size_t)count; ++i) {
-        size_t n = strlen(v[i].name);
-        summary += accel__pb_field_len(accel__pb_field_len(n) + 5);
-    }
-    event = accel__tb_head_len(step) + accel__pb_field_len(summary);
-    if (!accel__track_reserve(t, event + 16)) return 0;
-    p = t->impl->buf + 12;
-    p = accel__tb_head(p, wall, step);
+    unsigned char *rec, *p;
+    accel_result r;
+    for (i = 0; i < (size_t)count; ++i)
+        summary += accel__track_pb_field_len(accel__track_pb_field_len(strlen(v[i].name)) + 5);
+    event = accel__track_tb_head_len(step) + accel__track_pb_field_len(summary);
+    rec = accel__track_tb_room(t, event + 16, &r);
+    if (!rec) return r;
+    p = accel__track_tb_head(rec + 12, wall, step);
     *p++ = 0x2A; /* summary, field 5 */
-    p = accel__pb_varint(p, (uint64_t)summary);
+    p = accel__track_pb_varint(p, (uint64_t)summary);
     for (i = 0; i < (size_t)count; ++i) {
         size_t n = strlen(v[i].name);
         float f = (float)v[i].value;
         uint32_t bits;
         memcpy(&bits, &f, sizeof bits);
         *p++ = 0x0A; /* Summary.value, field 1 */
-        p = accel__pb_varint(p, (uint64_t)(accel__pb_field_len(n) + 5));
-        p = accel__pb_bytes(p, 0x0A, v[i].name, n); /* Value.tag, field 1 */
-        *p++ = 0x15;                               /* Value.simple_value, field 2, fixed32 */
-        p = accel__pb_le32(p, bits);
+        p = accel__track_pb_varint(p, (uint64_t)(accel__track_pb_field_len(n) + 5));
+        p = accel__track_pb_bytes(p, 0x0A, v[i].name, n); /* Value.tag, field 1 */
+        *p++ = 0x15;                                     /* Value.simple_value, field 2, fixed32 */
+        accel__put_u32(p, bits);
+        p += 4;
     }
-    return accel__tb_frame(t, event);
+    return accel__track_tb_commit(t, rec, event);
 }
 
 /* Event{wall_time, file_version = "brain.Event:2"}: the first record of every event file. */
-static size_t accel__tb_encode_version(accel_track *t, double wall) {
+static accel_result accel__track_tb_version(accel_track *t, double wall) {
     static const char ver[] = "brain.Event:2";
-    size_t event = accel__tb_head_len(0) + accel__pb_field_len(sizeof ver - 1);
-    unsigned char *p;
-    if (!accel__track_reserve(t, event + 16)) return 0;
-    p = accel__tb_head(t->impl->buf + 12, wall, 0);
-    accel__pb_bytes(p, 0x1A, ver, sizeof ver - 1); /* file_version, field 3 */
-    return accel__tb_frame(t, event);
+    size_t event = accel__track_tb_head_len(0) + accel__track_pb_field_len(sizeof ver - 1);
+    accel_result r;
+    unsigned char *rec = accel__track_tb_room(t, event + 16, &r);
+    if (!rec) return r;
+    accel__track_pb_bytes(accel__track_tb_head(rec + 12, wall, 0), 0x1A, ver, sizeof ver - 1); /* file_version (3) */
+    return accel__track_tb_commit(t, rec, event);
 }
 
 /* A text summary (what tf.summary.text / SummaryWriter.add_text write): Value{tag, tensor = TensorProto{dtype
    DT_STRING (7), tensor_shape {} (a scalar), string_val [text]}, metadata = {plugin_data {plugin_name "text"}}}. */
-static size_t accel__tb_encode_text(accel_track *t, const char *tag, const char *text, size_t text_len, double wall) {
+static accel_result accel__track_tb_text(accel_track *t, const char *tag, const char *text, size_t text_len,
+                                         double wall) {
     size_t tag_len = strlen(tag);
-    size_t plugin = accel__pb_field_len(4);              /* PluginData{plugin_name "text"} */
-    size_t meta = accel__pb_field_len(plugin);           /* SummaryMetadata{plugin_data} */
-    size_t tensor = 2 + 2 + accel__pb_field_len(text_len); /* dtype, empty shape, string_val */
-    size_t value = accel__pb_field_len(tag_len) + accel__pb_field_len(tensor) + accel__pb_field_len(meta);
-    size_t summary = accel__pb_field_len(value);
-    size_t event = accel__tb_head_len(0) + accel__pb_field_len(summary);
-    unsigned char *p;
-    if (!accel__track_reserve(t, event + 16)) return 0;
-    p = accel__tb_head(t->impl->buf + 12, wall, 0);
-    *p++ = 0x2A; p = accel__pb_varint(p, (uint64_t)summary); /* Event.summary (5) */
-    *p++ = 0x0A; p = accel__pb_varint(p, (uint64_t)value);   /* Summary.value (1) */
-    p = accel__pb_bytes(p, 0x0A, tag, tag_len);               /* Value.tag (1) */
-    *p++ = 0x42; p = accel__pb_varint(p, (uint64_t)tensor);  /* Value.tensor (8) */
-    *p++ = 0x08; *p++ = 7;                                    /* TensorProto.dtype (1) = DT_STRING */
-    *p++ = 0x12; *p++ = 0;                                    /* TensorProto.tensor_shape (2) = {} */
-    p = accel__pb_bytes(p, 0x42, text, text_len);             /* TensorProto.string_val (8) */
-    *p++ = 0x4A; p = accel__pb_varint(p, (uint64_t)meta);    /* Value.metadata (9) */
-    *p++ = 0x0A; p = accel__pb_varint(p, (uint64_t)plugin);  /* SummaryMetadata.plugin_data (1) */
-    accel__pb_bytes(p, 0x0A, "text", 4);                      /* PluginData.plugin_name (1) */
-    return accel__tb_frame(t, event);
+    size_t plugin = accel__track_pb_field_len(4);                /* PluginData{plugin_name "text"} */
+    size_t meta = accel__track_pb_field_len(plugin);             /* SummaryMetadata{plugin_data} */
+    size_t tensor = 2 + 2 + accel__track_pb_field_len(text_len); /* dtype, empty shape, string_val */
+    size_t value =
+        accel__track_pb_field_len(tag_len) + accel__track_pb_field_len(tensor) + accel__track_pb_field_len(meta);
+    size_t summary = accel__track_pb_field_len(value);
+    size_t event = accel__track_tb_head_len(0) + accel__track_pb_field_len(summary);
+    accel_result r;
+    unsigned char *rec = accel__track_tb_room(t, event + 16, &r), *p;
+    if (!rec) return r;
+    p = accel__track_tb_head(rec + 12, wall, 0);
+    *p++ = 0x2A; p = accel__track_pb_varint(p, (uint64_t)summary); /* Event.summary (5) */
+    *p++ = 0x0A; p = accel__track_pb_varint(p, (uint64_t)value);   /* Summary.value (1) */
+    p = accel__track_pb_bytes(p, 0x0A, tag, tag_len);               /* Value.tag (1) */
+    *p++ = 0x42; p = accel__track_pb_varint(p, (uint64_t)tensor);  /* Value.tensor (8) */
+    *p++ = 0x08; *p++ = 7;                                          /* TensorProto.dtype (1) = DT_STRING */
+    *p++ = 0x12; *p++ = 0;                                          /* TensorProto.tensor_shape (2) = {} */
+    p = accel__track_pb_bytes(p, 0x42, text, text_len);             /* TensorProto.string_val (8) */
+    *p++ = 0x4A; p = accel__track_pb_varint(p, (uint64_t)meta);    /* Value.metadata (9) */
+    *p++ = 0x0A; p = accel__track_pb_varint(p, (uint64_t)plugin);  /* SummaryMetadata.plugin_data (1) */
+    accel__track_pb_bytes(p, 0x0A, "text", 4);                      /* PluginData.plugin_name (1) */
+    return accel__track_tb_commit(t, rec, event);
 }
 
-/* ------------------------------------------------------------------------------------------------- JSON */
+/* ------------------------------------------------------------------------------- 5. numbers as Python writes */
 /* Decimal integer; returns the end. */
 static char *accel__track_i64(char *p, long long v) {
     char tmp[24];
@@ -676,88 +731,41 @@ static size_t accel__track_fmt_double(char *out, double v) {
     return (size_t)(end - out);
 }
 
-/* Writes s as a JSON string (with quotes); needs 6 * strlen(s) + 2 bytes. */
-static char *accel__track_json_str(char *p, const char *s) {
-    static const char hex[] = "0123456789abcdef";
-    *p++ = '"';
-    for (; *s; ++s) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') { *p++ = '\\'; *p++ = (char)c; }
-        else if (c >= 0x20) *p++ = (char)c;
-        else {
-            *p++ = '\\';
-            switch (c) {
-            case '\b': *p++ = 'b'; break;
-            case '\f': *p++ = 'f'; break;
-            case '\n': *p++ = 'n'; break;
-            case '\r': *p++ = 'r'; break;
-            case '\t': *p++ = 't'; break;
-            default: *p++ = 'u'; *p++ = '0'; *p++ = '0'; *p++ = hex[c >> 4]; *p++ = hex[c & 15]; break;
-            }
-        }
-    }
-    *p++ = '"';
-    return p;
+
+/* Numbers are formatted straight into the builder's reserved tail (the hot path of every JSONL line). */
+static void accel__track_sb_i64(accel__sb *b, long long v) {
+    if (accel__sb_reserve(b, 24)) return;
+    b->n = (size_t)(accel__track_i64(b->p + b->n, v) - b->p);
+    b->p[b->n] = 0;
+}
+static void accel__track_sb_double(accel__sb *b, double v) {
+    if (accel__sb_reserve(b, 48)) return;
+    b->n += accel__track_fmt_double(b->p + b->n, v); /* NUL-terminated */
 }
 
-/* Markdown table cell: '|' escaped, line breaks become spaces; needs 2 * strlen(s) bytes. */
-static char *accel__track_md_cell(char *p, const char *s) {
+/* Markdown table cell: '|' escaped, line breaks become spaces. */
+static void accel__track_sb_md_cell(accel__sb *b, const char *s) {
     for (; *s; ++s) {
-        if (*s == '|') { *p++ = '\\'; *p++ = '|'; }
-        else if (*s == '\n' || *s == '\r') *p++ = ' ';
-        else *p++ = *s;
+        if (*s == '|') accel__sb_add(b, "\\|", 2);
+        else if (*s == '\n' || *s == '\r') accel__sb_add(b, " ", 1);
+        else accel__sb_add(b, s, 1);
     }
-    return p;
 }
 
-/* The config value as JSON text (strings quoted and escaped) or as plain text (for the markdown table). */
-static char *accel__track_param_text(char *p, const accel_track_param *c, int json) {
+/* The config value as JSON text (strings quoted and escaped as json.dumps does) or as plain text (markdown). */
+static void accel__track_sb_param(accel__sb *b, const accel_track_param *c, int json) {
     switch (c->type) {
-    case ACCEL_TRACK_PARAM_NUMBER: return p + accel__track_fmt_double(p, c->number);
-    case ACCEL_TRACK_PARAM_INT: return accel__track_i64(p, (long long)c->integer);
-    case ACCEL_TRACK_PARAM_BOOL: memcpy(p, c->integer ? "true" : "false", c->integer ? 4 : 5); return p + (c->integer ? 4 : 5);
-    case ACCEL_TRACK_PARAM_STRING: return json ? accel__track_json_str(p, c->string) : accel__track_md_cell(p, c->string);
+    case ACCEL_TRACK_PARAM_NUMBER: accel__track_sb_double(b, c->number); return;
+    case ACCEL_TRACK_PARAM_INT: accel__track_sb_i64(b, (long long)c->integer); return;
+    case ACCEL_TRACK_PARAM_BOOL: accel__sb_puts(b, c->integer ? "true" : "false"); return;
+    case ACCEL_TRACK_PARAM_STRING:
+        if (json) accel__sb_json_str(b, c->string, strlen(c->string), 0);
+        else accel__track_sb_md_cell(b, c->string);
+        return;
     }
-    return p;
 }
 
-static size_t accel__track_param_bound(const accel_track_param *c) {
-    return 6 * strlen(c->name) + (c->type == ACCEL_TRACK_PARAM_STRING ? 6 * strlen(c->string) : 0) + 96;
-}
-
-/* ------------------------------------------------------------------------------------------------ files */
-/* mkdir -p; on failure err names the failing path. */
-static int accel__track_mkdirs(const char *path, char *err, size_t cap) {
-    char tmp[ACCEL_TRACK_PATH_CAPACITY];
-    struct stat st;
-    size_t i, n = strlen(path);
-    if (n >= sizeof tmp) { snprintf(err, cap, "path too long"); return -1; }
-    memcpy(tmp, path, n + 1);
-    for (i = 1; i <= n; ++i) {
-        if (tmp[i] != '/' && tmp[i] != 0) continue;
-        if (tmp[i - 1] == '/') continue;
-        tmp[i] = 0;
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) {
-            int e = errno;
-            snprintf(err, cap, "cannot create logging directory \"%.400s\": mkdir \"%.400s\": %s", path, tmp, strerror(e));
-            return -1;
-        }
-        if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            int e = errno;
-            snprintf(err, cap, "cannot create logging directory \"%.400s\": \"%.400s\" %s", path, tmp,
-                     stat(tmp, &st) != 0 ? strerror(e) : "exists and is not a directory");
-            return -1;
-        }
-        if (i < n) tmp[i] = '/';
-    }
-    if (access(path, W_OK | X_OK) != 0) {
-        int e = errno;
-        snprintf(err, cap, "logging directory \"%.400s\" is not writable: %s", path, strerror(e));
-        return -1;
-    }
-    return 0;
-}
-
+/* ------------------------------------------------------------------------------------------------- 6. files */
 /* dst = dir + "/" + name; run_dir is at most ACCEL_TRACK_PATH_CAPACITY - 128 bytes, so short names always fit. */
 static void accel__track_path(char *dst, const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
@@ -768,114 +776,128 @@ static void accel__track_path(char *dst, const char *dir, const char *name) {
     dst[a + 1 + b] = 0;
 }
 
-static void accel__track_close_files(accel_track *t, int remove_event_file) {
+/* mkdir -p run_dir, then a writability check (so the error names the directory, not a file in it). */
+static accel_result accel__track_make_run_dir(accel_track *t) {
+    char failed[ACCEL_TRACK_PATH_CAPACITY];
+    struct stat st;
+    if (accel__mkdir_p(t->run_dir, failed, sizeof failed) != 0) {
+        int e = errno;
+        if (stat(failed, &st) == 0 && !S_ISDIR(st.st_mode))
+            return ACCEL__FAIL(t->acc, ACCEL_ERR_IO,
+                               "cannot create logging directory \"%.400s\": \"%.400s\" exists and is not a directory",
+                               t->run_dir, failed);
+        return ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "cannot create logging directory \"%.400s\": mkdir \"%.400s\": %s",
+                           t->run_dir, failed, strerror(e));
+    }
+    if (access(t->run_dir, W_OK | X_OK) != 0) {
+        int e = errno;
+        return ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "logging directory \"%.400s\" is not writable: %s", t->run_dir,
+                           strerror(e));
+    }
+    return ACCEL_OK;
+}
+
+/* fsync + close; the first error as errno (0 = fine). A file system without fsync (EINVAL, EROFS) is fine. */
+static int accel__track_finish_fd(int fd) {
+    int e = 0;
+    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS) e = errno;
+    if (close(fd) != 0 && !e) e = errno ? errno : EIO;
+    return e;
+}
+
+/* Closes both files and frees everything. discard: an init_trackers that failed (nothing is written out; the event
+   file, and metrics.jsonl if this call created it, are removed); otherwise the buffered records are written out,
+   each healthy file is fsync'd, and the first error is returned. */
+static accel_result accel__track_close(accel_track *t, int discard) {
     struct accel__track_impl *im = t->impl;
-    if (!im) return;
-    if (im->tb) fclose(im->tb);
-    if (im->jl) fclose(im->jl);
-    if (remove_event_file && t->event_file[0]) unlink(t->event_file);
+    accel_result r = ACCEL_OK, r2;
+    int e;
+    if (!im) return ACCEL_OK;
+    if (im->tb_fd >= 0) {
+        if (discard || im->tb_errno) close(im->tb_fd);
+        else {
+            r = accel__track_tb_write_out(t);
+            e = accel__track_finish_fd(im->tb_fd);
+            if (r == ACCEL_OK && e) r = accel__track_io_fail(t, NULL, "tensorboard", t->event_file, e);
+        }
+        if (discard && t->event_file[0]) unlink(t->event_file);
+        im->tb_fd = -1;
+    }
+    if (im->jl_fd >= 0) {
+        if (discard || im->jl_errno) close(im->jl_fd);
+        else if ((e = accel__track_finish_fd(im->jl_fd)) != 0) {
+            r2 = accel__track_io_fail(t, NULL, "jsonl", t->jsonl_file, e);
+            if (r == ACCEL_OK) r = r2;
+        }
+        if (discard && im->jl_created) unlink(t->jsonl_file);
+        im->jl_fd = -1;
+    }
+    accel__sb_free(&im->line);
+    accel_host_free(t->acc, im->tbuf);
     accel_host_free(t->acc, im->buf);
     accel_host_free(t->acc, im);
     t->impl = NULL;
+    return r;
 }
 
-static accel_result accel__track_io_fail(accel_track *t, int *failed, const char *what, const char *path, int e) {
-    if (failed) *failed = 1;
-    return ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "%s: writing \"%.400s\" failed: %s", what, path,
-                       e ? strerror(e) : "short write");
-}
-
-/* Later calls on a writer that already failed: the result without another log line. */
-static accel_result accel__track_disabled(accel_track *t, const char *what, const char *path) {
-    snprintf(t->acc->last_error, ACCEL_ERROR_CAPACITY,
-             "%s writer for \"%.400s\" is disabled after an earlier I/O error (reported then) (%s)", what, path,
-             accel_result_string(ACCEL_ERR_IO));
-    t->acc->last_result = ACCEL_ERR_IO;
-    return ACCEL_ERR_IO;
-}
-
+/* config.json: json.dumps(config, indent=2, ensure_ascii=False) + "\n", written atomically. */
 static accel_result accel__track_write_config(accel_track *t, const accel_track_param *cfg, int count) {
-    char tmp[ACCEL_TRACK_PATH_CAPACITY + 32], *text, *p;
-    size_t bound = 8;
-    FILE *f;
-    int i, e = 0;
-    for (i = 0; i < count; ++i) bound += accel__track_param_bound(&cfg[i]);
-    text = (char *)accel_host_alloc(t->acc, bound);
-    if (!text) return ACCEL_ERR_OUT_OF_MEMORY;
-    p = text;
-    *p++ = '{';
+    accel__sb b;
+    accel_result r;
+    int i;
+    accel__sb_init(&b, t->acc);
+    accel__sb_add(&b, "{", 1);
     for (i = 0; i < count; ++i) {
-        if (i) *p++ = ',';
-        *p++ = '\n'; *p++ = ' '; *p++ = ' ';
-        p = accel__track_json_str(p, cfg[i].name);
-        *p++ = ':'; *p++ = ' ';
-        p = accel__track_param_text(p, &cfg[i], 1);
+        accel__sb_add(&b, i ? ",\n  " : "\n  ", i ? 4 : 3);
+        accel__sb_json_str(&b, cfg[i].name, strlen(cfg[i].name), 0);
+        accel__sb_add(&b, ": ", 2);
+        accel__track_sb_param(&b, &cfg[i], 1);
     }
-    *p++ = '\n'; *p++ = '}'; *p++ = '\n';
+    accel__sb_add(&b, "\n}\n", 3);
+    if (b.oom) { accel__sb_free(&b); return ACCEL_ERR_OUT_OF_MEMORY; }
     accel__track_path(t->config_file, t->run_dir, "config.json");
-    {
-        char name[64];
-        snprintf(name, sizeof name, "config.json.tmp.%ld", (long)getpid());
-        accel__track_path(tmp, t->run_dir, name);
-    }
-    f = fopen(tmp, "wb");
-    if (!f) e = errno ? errno : EIO;
-    else {
-        if (fwrite(text, 1, (size_t)(p - text), f) != (size_t)(p - text)) e = errno ? errno : EIO;
-        if (fflush(f) != 0 && !e) e = errno ? errno : EIO;
-        if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
-        if (!e && rename(tmp, t->config_file) != 0) e = errno ? errno : EIO;
-        if (e) unlink(tmp);
-    }
-    accel_host_free(t->acc, text);
-    if (e) {
-        accel_result r = accel__track_io_fail(t, NULL, "config.json", t->config_file, e);
+    r = accel__write_file(t->acc, t->config_file, b.p, b.n, 1);
+    accel__sb_free(&b);
+    if (r != ACCEL_OK) {
         t->config_file[0] = 0;
-        return r;
+        return accel__fail_wrap(t->acc, r, "config.json");
     }
     return ACCEL_OK;
 }
 
 /* The hparams markdown table as a TensorBoard text summary. */
 static accel_result accel__track_write_hparams(accel_track *t, const accel_track_param *cfg, int count, double wall) {
-    char *text, *p;
-    size_t bound = 64, len;
+    accel__sb b;
+    accel_result r;
     int i;
-    for (i = 0; i < count; ++i) bound += accel__track_param_bound(&cfg[i]);
-    text = (char *)accel_host_alloc(t->acc, bound);
-    if (!text) return ACCEL_ERR_OUT_OF_MEMORY;
-    p = text;
-    memcpy(p, "| name | value |\n|---|---|\n", 27);
-    p += 27;
+    accel__sb_init(&b, t->acc);
+    accel__sb_puts(&b, "| name | value |\n|---|---|\n");
     for (i = 0; i < count; ++i) {
-        *p++ = '|'; *p++ = ' ';
-        p = accel__track_md_cell(p, cfg[i].name);
-        *p++ = ' '; *p++ = '|'; *p++ = ' ';
-        p = accel__track_param_text(p, &cfg[i], 0);
-        *p++ = ' '; *p++ = '|'; *p++ = '\n';
+        accel__sb_add(&b, "| ", 2);
+        accel__track_sb_md_cell(&b, cfg[i].name);
+        accel__sb_add(&b, " | ", 3);
+        accel__track_sb_param(&b, &cfg[i], 0);
+        accel__sb_add(&b, " |\n", 3);
     }
-    len = accel__tb_encode_text(t, "hparams", text, (size_t)(p - text), wall);
-    accel_host_free(t->acc, text);
-    if (!len) return ACCEL_ERR_OUT_OF_MEMORY;
-    if (fwrite(t->impl->buf, 1, len, t->impl->tb) != len)
-        return accel__track_io_fail(t, NULL, "tensorboard", t->event_file, errno);
-    return ACCEL_OK;
+    r = b.oom ? ACCEL_ERR_OUT_OF_MEMORY : accel__track_tb_text(t, "hparams", b.p, b.n, wall);
+    accel__sb_free(&b);
+    return r;
 }
 
 static accel_result accel__track_open_event_file(accel_track *t) {
     char host[256];
     long long secs = (long long)time(NULL);
-    int fd = -1, i, e = 0;
+    int fd = -1, i, e;
     size_t k;
-    if (gethostname(host, sizeof host) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
+    if (gethostname(host, sizeof host) != 0 || !host[0]) accel__fmt(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;
     for (k = 0; host[k]; ++k)
         if (host[k] == '/') host[k] = '_';
     host[64] = 0; /* keeps the name within the 128 bytes reserved after run_dir */
     for (i = 0; i < 100 && fd < 0; ++i) {
         char name[128];
-        if (i == 0) snprintf(name, sizeof name, "events.out.tfevents.%lld.%.64s", secs, host);
-        else snprintf(name, sizeof name, "events.out.tfevents.%lld.%.64s.%d", secs, host, i);
+        if (i == 0) accel__fmt(name, sizeof name, "events.out.tfevents.%lld.%.64s", secs, host);
+        else accel__fmt(name, sizeof name, "events.out.tfevents.%lld.%.64s.%d", secs, host, i);
         accel__track_path(t->event_file, t->run_dir, name);
         fd = open(t->event_file, O_WRONLY | O_CREAT | O_EXCL, 0666);
         if (fd < 0 && errno != EEXIST) break;
@@ -886,87 +908,78 @@ static accel_result accel__track_open_event_file(accel_track *t) {
         t->event_file[0] = 0;
         return ACCEL_ERR_IO;
     }
-    t->impl->tb = fdopen(fd, "wb");
-    if (!t->impl->tb) {
-        e = errno;
-        close(fd);
-        unlink(t->event_file);
-        ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "tensorboard: fdopen(\"%.400s\"): %s", t->event_file, strerror(e));
-        t->event_file[0] = 0;
-        return ACCEL_ERR_IO;
-    }
-    setvbuf(t->impl->tb, NULL, _IOFBF, 1 << 16);
+    t->impl->tb_fd = fd;
     return ACCEL_OK;
 }
 
-/* The main process's part of init_trackers. On failure nothing stays open and no event file is left. */
+/* The main process's part of init_trackers. On failure nothing stays open and no event file or config is left. */
 static accel_result accel__track_open(accel_track *t, const char *project, const accel_track_param *cfg, int count) {
-    char err[ACCEL_ERROR_CAPACITY];
+    struct accel__track_impl *im;
     accel_result r;
     double wall = accel__track_wall_time();
-    size_t len;
-    if (strlen(t->logging_dir) + strlen(project) + 2 > ACCEL_TRACK_PATH_CAPACITY - 128)
+    size_t a = strlen(t->logging_dir), b = strlen(project);
+    if (a + b + 2 > ACCEL_TRACK_PATH_CAPACITY - 128)
         return ACCEL__FAIL(t->acc, ACCEL_ERR_INVALID_ARGUMENT, "init_trackers: \"%.200s/%.200s\" is too long a path",
                            t->logging_dir, project);
-    {
-        size_t a = strlen(t->logging_dir), b = strlen(project); /* fits: checked above */
-        memcpy(t->run_dir, t->logging_dir, a);
-        t->run_dir[a] = '/';
-        memcpy(t->run_dir + a + 1, project, b + 1);
-    }
-    if (accel__track_mkdirs(t->run_dir, err, sizeof err) != 0) {
-        t->run_dir[0] = 0;
-        return ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "init_trackers: %s", err);
-    }
-    t->impl = (struct accel__track_impl *)accel_host_alloc(t->acc, sizeof(struct accel__track_impl));
-    if (!t->impl) { t->run_dir[0] = 0; return ACCEL_ERR_OUT_OF_MEMORY; }
-    memset(t->impl, 0, sizeof *t->impl);
-    accel__crc32c_tables(t->impl->crc);
-    r = ACCEL_OK;
+    memcpy(t->run_dir, t->logging_dir, a);
+    t->run_dir[a] = '/';
+    memcpy(t->run_dir + a + 1, project, b + 1);
+    r = accel__track_make_run_dir(t);
+    if (r != ACCEL_OK) { t->run_dir[0] = 0; return r; }
+    im = (struct accel__track_impl *)accel_host_alloc(t->acc, sizeof(struct accel__track_impl));
+    if (!im) { t->run_dir[0] = 0; return ACCEL_ERR_OUT_OF_MEMORY; }
+    memset(im, 0, sizeof *im);
+    im->tb_fd = im->jl_fd = -1;
+    accel__sb_init(&im->line, t->acc);
+    accel__track_crc32c_tables(im->crc);
+    t->impl = im;
     if (count > 0) r = accel__track_write_config(t, cfg, count);
     if (r == ACCEL_OK && (t->log_with & ACCEL_TRACK_TENSORBOARD)) {
-        r = accel__track_open_event_file(t);
-        if (r == ACCEL_OK) {
-            len = accel__tb_encode_version(t, wall);
-            if (!len) r = ACCEL_ERR_OUT_OF_MEMORY;
-            else if (fwrite(t->impl->buf, 1, len, t->impl->tb) != len)
-                r = accel__track_io_fail(t, NULL, "tensorboard", t->event_file, errno);
-        }
+        im->tbuf = (unsigned char *)accel_host_alloc(t->acc, ACCEL__TRACK_TB_BUFFER);
+        r = im->tbuf ? accel__track_open_event_file(t) : ACCEL_ERR_OUT_OF_MEMORY;
+        if (r == ACCEL_OK) r = accel__track_tb_version(t, wall);
         if (r == ACCEL_OK && count > 0) r = accel__track_write_hparams(t, cfg, count, wall);
-        if (r == ACCEL_OK && fflush(t->impl->tb) != 0) r = accel__track_io_fail(t, NULL, "tensorboard", t->event_file, errno);
+        if (r == ACCEL_OK) r = accel__track_tb_write_out(t);
     }
     if (r == ACCEL_OK && (t->log_with & ACCEL_TRACK_JSONL)) {
         accel__track_path(t->jsonl_file, t->run_dir, "metrics.jsonl");
-        t->impl->jl = fopen(t->jsonl_file, "ab");
-        if (!t->impl->jl) {
+        im->jl_fd = open(t->jsonl_file, O_WRONLY | O_APPEND); /* a resumed run continues the file */
+        if (im->jl_fd < 0 && errno == ENOENT) {
+            im->jl_fd = open(t->jsonl_file, O_WRONLY | O_APPEND | O_CREAT | O_EXCL, 0666);
+            im->jl_created = im->jl_fd >= 0; /* removed again if init_trackers fails */
+        }
+        if (im->jl_fd < 0) {
             int e = errno;
             r = ACCEL__FAIL(t->acc, ACCEL_ERR_IO, "jsonl: cannot open \"%.400s\": %s", t->jsonl_file, strerror(e));
             t->jsonl_file[0] = 0;
         }
     }
     if (r != ACCEL_OK) {
-        accel__track_close_files(t, 1);
+        accel__track_close(t, 1);
         if (t->config_file[0]) unlink(t->config_file);
         t->run_dir[0] = t->event_file[0] = t->jsonl_file[0] = t->config_file[0] = 0;
         return r;
     }
-    t->impl->last_flush = wall;
+    im->last_flush = wall;
     return ACCEL_OK;
 }
 
+/* --------------------------------------------------------------------------------------- 7. init_trackers */
 ACCEL__DEF accel_result accel_track_init_trackers(accel_track *t, const char *project_name,
                                                   const accel_track_param *config, int count) {
     accel *acc;
     accel_result local = ACCEL_OK, r;
-    int i;
-    struct { int32_t status; char msg[ACCEL_ERROR_CAPACITY - 64]; } shared;
-    if (!t || !t->acc || t->state == ACCEL_TRACK_STATE_UNSET)
+    int i, opened = 0;
+    if (!t || !t->acc)
         return ACCEL__FAIL(t ? t->acc : NULL, ACCEL_ERR_STATE, "init_trackers: call accel_track_init first");
     acc = t->acc;
+    /* every check is local; every rank still takes part in the agreement below, so none is left waiting */
     if (t->state == ACCEL_TRACK_STATE_ACTIVE)
-        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "init_trackers was already called (call end_training before a new run)");
-    /* validate locally first; every rank still takes part in the broadcast below */
-    if (!project_name || !*project_name || !accel__track_utf8_ok(project_name))
+        local = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "init_trackers was already called (accel_track_deinit ends a run)");
+    else if (t->state != ACCEL_TRACK_STATE_READY)
+        local = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "init_trackers after accel_track_deinit: call accel_track_init for "
+                            "a new run");
+    else if (!project_name || !*project_name || !accel__track_utf8_ok(project_name, strlen(project_name)))
         local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "init_trackers: project_name is NULL, empty or not UTF-8");
     else if (count < 0 || (count > 0 && !config))
         local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "init_trackers: config is NULL with count %d", count);
@@ -977,64 +990,52 @@ ACCEL__DEF accel_result accel_track_init_trackers(accel_track *t, const char *pr
             local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "config[%d] \"%.200s\": unknown type %d", i,
                                 config[i].name, (int)config[i].type);
         else if (config[i].type == ACCEL_TRACK_PARAM_STRING &&
-                 (!config[i].string || !accel__track_utf8_ok(config[i].string)))
+                 (!config[i].string || !accel__track_utf8_ok(config[i].string, strlen(config[i].string))))
             local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "config[%d] \"%.200s\": the string is NULL or not UTF-8",
                                 i, config[i].name);
     }
     if (local == ACCEL_OK && count > 1)
         local = accel__track_check_dups(acc, "config", &config[0].name, sizeof config[0], count);
-    if (local == ACCEL_OK && t->is_writer && t->log_with) local = accel__track_open(t, project_name, config, count);
-
-    r = local;
-    if (acc->mpi_active && acc->num_processes > 1) {
-        accel_result br;
-        memset(&shared, 0, sizeof shared);
-        shared.status = (int32_t)local;
-        if (t->is_writer && local != ACCEL_OK) snprintf(shared.msg, sizeof shared.msg, "%.900s", acc->last_error);
-        br = accel_host_broadcast(acc, &shared, sizeof shared, 0);
-        if (br != ACCEL_OK) {
-            if (t->is_writer && local == ACCEL_OK) {
-                accel__track_close_files(t, 1);
-                if (t->config_file[0]) unlink(t->config_file);
-                t->run_dir[0] = t->event_file[0] = t->jsonl_file[0] = t->config_file[0] = 0;
-            }
-            return br;
-        }
-        shared.msg[sizeof shared.msg - 1] = 0;
-        if (!t->is_writer && local == ACCEL_OK && shared.status != ACCEL_OK)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "init_trackers failed on the main process: %s", shared.msg);
+    if (local == ACCEL_OK && t->is_writer && t->log_with) {
+        local = accel__track_open(t, project_name, config, count);
+        opened = local == ACCEL_OK;
     }
-    if (r != ACCEL_OK) return r;
+    /* the collective verdict: a failed rank fails every rank (the others get ACCEL_ERR_REMOTE with its message) */
+    r = accel__agree(acc, local, "init_trackers");
+    if (r != ACCEL_OK) {
+        if (opened) { /* this rank's files are fine but another rank failed: take them back */
+            accel__track_close(t, 1);
+            if (t->config_file[0]) unlink(t->config_file);
+            t->run_dir[0] = t->event_file[0] = t->jsonl_file[0] = t->config_file[0] = 0;
+        }
+        return r;
+    }
     t->state = ACCEL_TRACK_STATE_ACTIVE;
     t->logged = 0;
     return ACCEL_OK;
 }
 
-/* ----------------------------------------------------------------------------------------------- logging */
+/* --------------------------------------------------------------------------------- 8. log, flush, deinit */
 static accel_result accel__track_state_error(accel_track *t, const char *what) {
     if (t->state == ACCEL_TRACK_STATE_ENDED)
-        return ACCEL__FAIL(t->acc, ACCEL_ERR_STATE, "%s after end_training: the trackers are closed", what);
+        return ACCEL__FAIL(t->acc, ACCEL_ERR_STATE, "%s after accel_track_deinit: the trackers are closed", what);
     return ACCEL__FAIL(t->acc, ACCEL_ERR_STATE, "%s before init_trackers", what);
 }
 
 static accel_result accel__track_tb_flush(accel_track *t) {
-    struct accel__track_impl *im = t->impl;
-    if (fflush(im->tb) != 0) return accel__track_io_fail(t, &im->tb_failed, "tensorboard", t->event_file, errno);
-    im->last_flush = accel__track_wall_time();
-    return ACCEL_OK;
+    accel_result r = accel__track_tb_write_out(t);
+    if (r == ACCEL_OK) t->impl->last_flush = accel__track_wall_time();
+    return r;
 }
 
 static accel_result accel__track_log_tb(accel_track *t, const accel_track_value *v, int count, int64_t step,
                                         double wall) {
     struct accel__track_impl *im = t->impl;
-    size_t len;
-    if (im->tb_failed) return accel__track_disabled(t, "tensorboard", t->event_file);
-    len = accel__tb_encode_scalars(t, v, count, step, wall);
-    if (!len) return ACCEL_ERR_OUT_OF_MEMORY;
-    errno = 0;
-    if (fwrite(im->buf, 1, len, im->tb) != len)
-        return accel__track_io_fail(t, &im->tb_failed, "tensorboard", t->event_file, errno);
-    /* wall clock (already read for the record): a clock stepped backwards flushes early, never late */
+    accel_result r;
+    if (im->tb_errno) return accel__track_disabled(t, "tensorboard", t->event_file, im->tb_errno);
+    r = accel__track_tb_scalars(t, v, count, step, wall);
+    if (r != ACCEL_OK) return r;
+    /* wall clock (already read for the record): a clock stepped backwards writes out early, never late */
     if (t->flush_secs < 0 || wall - im->last_flush >= t->flush_secs || wall < im->last_flush)
         return accel__track_tb_flush(t);
     return ACCEL_OK;
@@ -1043,33 +1044,33 @@ static accel_result accel__track_log_tb(accel_track *t, const accel_track_value 
 static accel_result accel__track_log_jsonl(accel_track *t, const accel_track_value *v, int count, int64_t step,
                                            const struct timespec *ts) {
     struct accel__track_impl *im = t->impl;
-    size_t bound = 128, len;
-    char *p, *line;
-    int i;
-    if (im->jl_failed) return accel__track_disabled(t, "jsonl", t->jsonl_file);
-    for (i = 0; i < count; ++i) bound += 6 * strlen(v[i].name) + 48;
-    if (!accel__track_reserve(t, bound)) return ACCEL_ERR_OUT_OF_MEMORY;
-    line = p = (char *)im->buf;
-    if (step == ACCEL_TRACK_NO_STEP) { memcpy(p, "{\"step\": null", 13); p += 13; }
-    else { memcpy(p, "{\"step\": ", 9); p = accel__track_i64(p + 9, (long long)step); }
-    memcpy(p, ", \"time\": ", 10);
-    p = accel__track_i64(p + 10, (long long)ts->tv_sec);
-    {
-        long us = (long)(ts->tv_nsec / 1000), div = 100000;
-        *p++ = '.';
-        for (; div; div /= 10) *p++ = (char)('0' + (int)(us / div % 10));
+    accel__sb *b = &im->line;
+    char frac[8];
+    long us = (long)(ts->tv_nsec / 1000), div = 100000;
+    int i, k = 0;
+    if (im->jl_errno) return accel__track_disabled(t, "jsonl", t->jsonl_file, im->jl_errno);
+    b->n = 0; /* the line's buffer is reused */
+    b->oom = 0;
+    if (step == ACCEL_TRACK_NO_STEP) accel__sb_add(b, "{\"step\": null", 13);
+    else {
+        accel__sb_add(b, "{\"step\": ", 9);
+        accel__track_sb_i64(b, (long long)step);
     }
+    accel__sb_add(b, ", \"time\": ", 10);
+    accel__track_sb_i64(b, (long long)ts->tv_sec);
+    frac[k++] = '.';
+    for (; div; div /= 10) frac[k++] = (char)('0' + (int)(us / div % 10));
+    accel__sb_add(b, frac, (size_t)k);
     for (i = 0; i < count; ++i) {
-        *p++ = ','; *p++ = ' ';
-        p = accel__track_json_str(p, v[i].name);
-        *p++ = ':'; *p++ = ' ';
-        p += accel__track_fmt_double(p, v[i].value);
+        accel__sb_add(b, ", ", 2);
+        accel__sb_json_str(b, v[i].name, strlen(v[i].name), 0);
+        accel__sb_add(b, ": ", 2);
+        accel__track_sb_double(b, v[i].value);
     }
-    *p++ = '}'; *p++ = '\n';
-    len = (size_t)(p - line);
-    errno = 0;
-    if (fwrite(line, 1, len, im->jl) != len || fflush(im->jl) != 0)
-        return accel__track_io_fail(t, &im->jl_failed, "jsonl", t->jsonl_file, errno);
+    accel__sb_add(b, "}\n", 2);
+    if (b->oom) return ACCEL_ERR_OUT_OF_MEMORY;
+    if (accel__write_all(im->jl_fd, b->p, b->n) != 0)
+        return accel__track_io_fail(t, &im->jl_errno, "jsonl", t->jsonl_file, errno);
     return ACCEL_OK;
 }
 
@@ -1103,8 +1104,8 @@ ACCEL__DEF accel_result accel_track_log(accel_track *t, const accel_track_value 
     if (!t->is_writer || !t->impl) return ACCEL_OK;
     accel__track_wall_clock(&ts);
     wall = accel__track_seconds(&ts);
-    if (t->impl->tb) r = accel__track_log_tb(t, values, count, step, wall);
-    if (t->impl->jl) {
+    if (t->impl->tb_fd >= 0) r = accel__track_log_tb(t, values, count, step, wall);
+    if (t->impl->jl_fd >= 0) {
         r2 = accel__track_log_jsonl(t, values, count, step, &ts);
         if (r == ACCEL_OK) r = r2;
     }
@@ -1114,44 +1115,15 @@ ACCEL__DEF accel_result accel_track_log(accel_track *t, const accel_track_value 
 ACCEL__DEF accel_result accel_track_flush(accel_track *t) {
     if (!t || !t->acc) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_flush: tracker not initialized");
     if (t->state != ACCEL_TRACK_STATE_ACTIVE) return accel__track_state_error(t, "flush()");
-    if (!t->impl || !t->impl->tb) return ACCEL_OK;
-    if (t->impl->tb_failed) return accel__track_disabled(t, "tensorboard", t->event_file);
+    if (!t->impl || t->impl->tb_fd < 0) return ACCEL_OK;
+    if (t->impl->tb_errno) return accel__track_disabled(t, "tensorboard", t->event_file, t->impl->tb_errno);
     return accel__track_tb_flush(t);
 }
 
-/* fflush + fsync + fclose; the first error as errno (0 = fine). */
-static int accel__track_finish_file(FILE *f) {
-    int e = 0;
-    errno = 0;
-    if (fflush(f) != 0) e = errno ? errno : EIO;
-    if (!e && fsync(fileno(f)) != 0 && errno != EINVAL && errno != EROFS) e = errno;
-    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
-    return e;
-}
-
-ACCEL__DEF accel_result accel_track_end_training(accel_track *t) {
-    struct accel__track_impl *im;
-    accel_result r = ACCEL_OK;
-    int e;
-    if (!t || !t->acc) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_track_end_training: tracker not initialized");
-    if (t->state != ACCEL_TRACK_STATE_ACTIVE) return ACCEL_OK;
-    im = t->impl;
-    if (im) {
-        if (im->tb) {
-            if (im->tb_failed) fclose(im->tb);
-            else if ((e = accel__track_finish_file(im->tb)) != 0) r = accel__track_io_fail(t, NULL, "tensorboard", t->event_file, e);
-            im->tb = NULL;
-        }
-        if (im->jl) {
-            if (im->jl_failed) fclose(im->jl);
-            else if ((e = accel__track_finish_file(im->jl)) != 0) {
-                accel_result r2 = accel__track_io_fail(t, NULL, "jsonl", t->jsonl_file, e);
-                if (r == ACCEL_OK) r = r2;
-            }
-            im->jl = NULL;
-        }
-        accel__track_close_files(t, 0);
-    }
+ACCEL__DEF accel_result accel_track_deinit(accel_track *t) {
+    accel_result r;
+    if (!t || !t->acc) return ACCEL_OK; /* NULL, zeroed, or accel_track_init failed */
+    r = accel__track_close(t, 0);
     t->state = ACCEL_TRACK_STATE_ENDED;
     return r;
 }

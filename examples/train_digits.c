@@ -203,7 +203,7 @@ static accel_result start_tracking(accel *acc, const opts *o) {
     memset(&td, 0, sizeof td);
     td.log_with = ACCEL_TRACK_ALL;
     td.logging_dir = o->log_dir;
-    if ((r = accel_track_init(&g_track, acc, &td)) != ACCEL_OK) return r;
+    if ((r = accel_track_init(acc, &g_track, &td)) != ACCEL_OK) return r;
     cfg[0] = accel_track_param_number("lr", o->lr);
     cfg[1] = accel_track_param_int("batch_size", o->batch);
     cfg[2] = accel_track_param_int("gradient_accumulation_steps", o->accum);
@@ -616,7 +616,7 @@ int main(int argc, char **argv) {
         CHECK(log_scalars(&acc, &o, pg.step, -1.0, -1.0f, -1.0f, acc_pct));
         accel_print(&acc, "test accuracy: %.2f%%\n", acc_pct);
     }
-    if (g_track_on) CHECK(accel_track_end_training(&g_track));
+    if (g_track_on) CHECK(accel_track_deinit(&g_track));
     rc = 0;
 fail:
     if (loss_f) fclose(loss_f);

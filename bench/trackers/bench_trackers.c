@@ -1,15 +1,15 @@
 /* log() throughput of the TensorBoard and JSONL writers against writing the very same bytes with the same call
    pattern and durability, measured in the same run (DESIGN.md → Testing). One JSON line per measurement.
-     tensorboard: accel_track_log (encode Event + 2 masked CRC32C + timestamp + buffered fwrite) vs fwrite() of each
-                  record of the produced file through the same 64 KiB stdio buffer; both timed up to the final fflush
-                  (the fsync+fclose after it is not timed on either side).
-     jsonl:       accel_track_log (format + escape + fwrite + fflush: one write(2) per line) vs fwrite()+fflush() of
-                  each line of the produced file.
+     tensorboard: accel_track_log (encode Event + 2 masked CRC32C + timestamp, into its 64 KiB write buffer) vs
+                  fwrite() of each record of the produced file through a 64 KiB stdio buffer; both timed up to the
+                  final write-out (accel_track_flush / fflush; the fsync+close after it is not timed on either side).
+     jsonl:       accel_track_log (format + escape + one write(2) per line) vs fwrite()+fflush() of each line of the
+                  produced file.
      peer:        when the `tensorboard` Python package is importable, its EventFileWriter (the writer under
                   torch.utils.tensorboard.SummaryWriter) writing the same scalars; skipped otherwise.
    Goals (a cost model, not a measurement): tensorboard 0.25 — log() validates the names, reads the clock, encodes
-   the Event and runs two CRC passes before the same buffered copy the reference does: about four passes over the
-   bytes against one. jsonl 0.25 — every scalar becomes the shortest decimal that reads back to the same double
+   the Event into its buffer and runs two CRC passes over it, where the reference only copies: about four passes
+   over the bytes against one. jsonl 0.25 — every scalar becomes the shortest decimal that reads back to the same double
    (glibc: one printf("%.16e") and usually one strtod, about 1 us) while the reference pays one write(2) per
    4-scalar line (about 1.4 us). tensorboard's Python writer: 1.0 (a C writer should not lose to it).
    usage: bench_trackers [calls] */
@@ -34,8 +34,8 @@ static double now(void) {
 }
 
 
-/* One accel run: seconds for `calls` log() calls + a flush (every byte handed to the kernel); end_training (which
-   also fsyncs) is not timed. Leaves the file path in out_path. */
+/* One accel run: seconds for `calls` log() calls + a flush (every byte handed to the kernel); deinit (which also
+   fsyncs) is not timed. Leaves the file path in out_path. */
 static double run_accel(accel *acc, const char *dir, int flags, int calls, char *out_path) {
     accel_track t;
     accel_track_desc td;
@@ -45,7 +45,7 @@ static double run_accel(accel *acc, const char *dir, int flags, int calls, char 
     memset(&td, 0, sizeof td);
     td.log_with = flags;
     td.logging_dir = dir;
-    if (accel_track_init(&t, acc, &td) != ACCEL_OK || accel_track_init_trackers(&t, "bench", NULL, 0) != ACCEL_OK) {
+    if (accel_track_init(acc, &t, &td) != ACCEL_OK || accel_track_init_trackers(&t, "bench", NULL, 0) != ACCEL_OK) {
         fprintf(stderr, "bench_trackers: %s\n", accel_last_error(acc));
         exit(1);
     }
@@ -60,7 +60,7 @@ static double run_accel(accel *acc, const char *dir, int flags, int calls, char 
     }
     if (accel_track_flush(&t) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(acc)); exit(1); }
     t1 = now();
-    if (accel_track_end_training(&t) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(acc)); exit(1); }
+    if (accel_track_deinit(&t) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(acc)); exit(1); }
     strcpy(out_path, flags == ACCEL_TRACK_JSONL ? t.jsonl_file : t.event_file);
     return t1 - t0;
 }

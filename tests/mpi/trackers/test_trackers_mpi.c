@@ -1,8 +1,9 @@
 /* accel_trackers.h across real processes: only the main process writes (exactly one event file and one
-   metrics.jsonl for any number of ranks), init_trackers gives every rank the same answer (an unwritable logging
-   dir on the main process → ACCEL_ERR_IO there, ACCEL_ERR_REMOTE with the main's message elsewhere), and log()
-   after end_training is an error on every rank, not a crash.
-   usage: test_trackers_mpi [ok|unwritable] */
+   metrics.jsonl for any number of ranks), init_trackers gives every rank the same answer through the core's
+   agreement check (an unwritable logging dir on the main process → ACCEL_ERR_IO there, ACCEL_ERR_REMOTE carrying
+   the main's message elsewhere; a bad argument on the last rank only → an error on every rank and no files left by
+   the main process), and log() after deinit is an error on every rank, not a crash.
+   usage: test_trackers_mpi [ok|unwritable|badarg] */
 #include "accel.h"
 #include "accel_trackers.h"
 #include "accel_test.h"
@@ -69,7 +70,7 @@ int main(int argc, char **argv) {
     memset(&td, 0, sizeof td);
     td.log_with = ACCEL_TRACK_ALL;
     td.logging_dir = logdir;
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_EQ_INT(t.is_writer, rank == 0);
     cfg[0] = accel_track_param_int("num_processes", acc.num_processes);
     cfg[1] = accel_track_param_number("lr", 0.01);
@@ -80,10 +81,42 @@ int main(int argc, char **argv) {
         if (rank == 0) AT_EQ_INT(r, ACCEL_ERR_IO);
         else AT_EQ_INT(r, acc.num_processes > 1 ? ACCEL_ERR_REMOTE : ACCEL_ERR_IO);
         AT_CONTAINS(accel_last_error(&acc), "cannot create logging directory");
-        if (rank != 0) AT_CONTAINS(accel_last_error(&acc), "main process");
+        if (rank != 0) AT_CONTAINS(accel_last_error(&acc), "rank 0 failed in init_trackers: cannot create logging");
+        AT_CONTAINS(accel_last_error(&acc), "a_file\" exists and is not a directory");
         v[0] = accel_track_scalar("loss", 1.0);
         AT_EQ_INT(accel_track_log(&t, v, 1, 0), ACCEL_ERR_STATE); /* no crash on any rank */
-        AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK);
+        AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
+    } else if (!strcmp(mode, "badarg")) {
+        /* only the last rank passes a bad project name: the main process has already created its files when it
+           learns of the failure, and takes them back */
+        int last = acc.num_processes - 1;
+        accel_result r = accel_track_init_trackers(&t, rank == last ? "" : "mpi_run", cfg, 2);
+        char run[600];
+        if (rank == last) AT_EQ_INT(r, ACCEL_ERR_INVALID_ARGUMENT);
+        else AT_EQ_INT(r, ACCEL_ERR_REMOTE);
+        AT_CONTAINS(accel_last_error(&acc), "project_name is NULL, empty or not UTF-8");
+        if (rank != last) {
+            char want[64];
+            snprintf(want, sizeof want, "rank %d failed in init_trackers", last);
+            AT_CONTAINS(accel_last_error(&acc), want);
+        }
+        AT_EQ_INT(t.state, ACCEL_TRACK_STATE_READY);
+        AT_EQ_STR(t.run_dir, "");
+        AT_EQ_STR(t.event_file, "");
+        AT_CHECK(t.impl == NULL);
+        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+        snprintf(run, sizeof run, "%s/mpi_run", logdir);
+        if (rank == 0) {
+            DIR *dd = opendir(run);
+            struct dirent *e;
+            int n = 0;
+            while (dd && (e = readdir(dd)) != NULL) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+            if (dd) closedir(dd);
+            AT_EQ_INT(n, 0); /* no event file, metrics.jsonl or config.json left behind */
+        }
+        /* a retry with good arguments everywhere works */
+        AT_EQ_INT(accel_track_init_trackers(&t, "mpi_run", cfg, 2), ACCEL_OK);
+        AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
     } else {
         AT_EQ_INT(accel_track_init_trackers(&t, "mpi_run", cfg, 2), ACCEL_OK);
         for (s = 0; s < NSTEPS; ++s) {
@@ -91,9 +124,9 @@ int main(int argc, char **argv) {
             v[1] = accel_track_scalar("rank_of_writer", (double)rank);
             AT_EQ_INT(accel_track_log(&t, v, 2, s), ACCEL_OK);
         }
-        AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK);
+        AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
         AT_EQ_INT(accel_track_log(&t, v, 2, NSTEPS), ACCEL_ERR_STATE);
-        AT_CONTAINS(accel_last_error(&acc), "after end_training");
+        AT_CONTAINS(accel_last_error(&acc), "after accel_track_deinit");
         AT_EQ_INT(t.logged, NSTEPS);
         if (rank != 0) {
             AT_EQ_STR(t.run_dir, "");

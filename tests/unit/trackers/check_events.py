@@ -184,6 +184,18 @@ def main():
         prev_t = obj["time"]
         for n, x in vals:
             check(X.same(obj.get(n), x), "jsonl %r at %s: %r vs %r" % (n, step, obj.get(n), x))
+    # byte for byte what Python's json.dumps(..., ensure_ascii=False) writes (separators ", " and ": "), except the
+    # "time" token, which is copied from the line
+    bad_bytes = 0
+    for line, (step, vals) in zip(lines, exp):
+        m = re.match(r'\{"step": [^,]+, "time": ([0-9.]+)', line)
+        want = '{"step": ' + json.dumps(step) + ', "time": ' + (m.group(1) if m else "?") + "".join(
+            ", " + json.dumps(n, ensure_ascii=False) + ": " + json.dumps(x) for n, x in vals) + "}"
+        if line != want:
+            bad_bytes += 1
+            if bad_bytes < 3:
+                print("jsonl line differs from json.dumps:\n  got  %r\n  want %r" % (line, want))
+    check(bad_bytes == 0, "jsonl lines are byte-identical to json.dumps (%d differ)" % bad_bytes)
     check('"fmt/third": 0.3333333333333333' in raw.decode(), "shortest round-trip text for 1/3")
     check('"lr": 0.0003,' in lines[1], "shortest text for 3e-4: %s" % lines[1][:120])
 
@@ -192,6 +204,10 @@ def main():
     check(list(cfg.keys()) == [n for n, _ in X.CONFIG], "config keys: %s" % list(cfg.keys()))
     for n, x in X.CONFIG:
         check(X.same(cfg.get(n), x), "config %r: %r vs %r" % (n, cfg.get(n), x))
+    text = open(os.path.join(run_dir, "config.json"), encoding="utf-8").read()
+    want = json.dumps(dict(X.CONFIG), indent=2, ensure_ascii=False) + "\n"
+    check(text == want, "config.json is byte-identical to json.dumps(indent=2, ensure_ascii=False):\n%r\n%r"
+          % (text, want))
 
     # ---------------------------------------------------------------- single-tracker runs write only their file
     for mode, want in (("tensorboard", "tfevents"), ("jsonl", "metrics.jsonl")):

@@ -1,7 +1,8 @@
 /* Unit tests of accel_trackers.h that need no reader: CRC32C against RFC 3720 B.4 and the standard check value,
-   log_with parsing and ACCEL_LOG_WITH, the tracker state machine (log before init / after end_training), bad
-   arguments changing nothing, unwritable directories, a full disk (RLIMIT_FSIZE in a child) and the logging_dir
-   default. The file contents are checked by check_events.py / check_tensorboard.py. */
+   log_with parsing and ACCEL_LOG_WITH, the tracker state machine (log before init / after deinit, deinit on zeroed
+   and failed trackers), bad arguments changing nothing, unwritable directories, a full disk (RLIMIT_FSIZE in a
+   child) and the logging_dir default. The file contents are checked by check_events.py / check_tensorboard.py,
+   the allocations by test_trackers_alloc.c. */
 #include "accel.h"
 #include "accel_trackers.h"
 #include "accel_test.h"
@@ -100,40 +101,59 @@ static void test_env_and_desc(void) {
     init_acc(&acc, tmpdir);
     memset(&td, 0, sizeof td);
     unsetenv("ACCEL_LOG_WITH");
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_EQ_INT(t.log_with, 0); /* Accelerate's log_with=None */
     AT_EQ_INT(t.flush_secs, 120);
     setenv("ACCEL_LOG_WITH", "jsonl", 1);
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_EQ_INT(t.log_with, ACCEL_TRACK_JSONL);
     td.log_with = ACCEL_TRACK_TENSORBOARD; /* the desc wins over the environment */
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_EQ_INT(t.log_with, ACCEL_TRACK_TENSORBOARD);
     td.log_with = ACCEL_TRACK_NONE;
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_EQ_INT(t.log_with, 0);
     td.log_with = 0;
     setenv("ACCEL_LOG_WITH", "wandb", 1);
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_ERR_ENVIRONMENT);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_ERR_ENVIRONMENT);
     AT_CONTAINS(accel_last_error(&acc), "ACCEL_LOG_WITH=\"wandb\"");
     unsetenv("ACCEL_LOG_WITH");
     td.log_with = 0x40;
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_ERR_INVALID_ARGUMENT);
     AT_CONTAINS(accel_last_error(&acc), "log_with");
     td.log_with = ACCEL_TRACK_ALL;
     td.flush_secs = strtod("nan", NULL);
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_ERR_INVALID_ARGUMENT);
     td.flush_secs = -1;
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_CHECK(t.flush_secs < 0);
     /* logging_dir: the core resolved desc.project_dir into acc.desc.logging_dir */
     AT_EQ_STR(t.logging_dir, tmpdir);
     td.logging_dir = "/somewhere/else";
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_EQ_STR(t.logging_dir, "/somewhere/else");
-    AT_EQ_INT(accel_track_init(NULL, &acc, &td), ACCEL_ERR_INVALID_ARGUMENT);
-    AT_EQ_INT(accel_track_init(&t, NULL, &td), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_track_init(&acc, NULL, &td), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_track_init(NULL, &t, &td), ACCEL_ERR_INVALID_ARGUMENT);
     AT_CONTAINS(accel_last_error(NULL), "acc is NULL");
+    /* a failed init leaves a zeroed tracker, and deinit is fine on it (and on NULL, and twice) */
+    AT_EQ_INT(t.state, ACCEL_TRACK_STATE_UNSET);
+    AT_CHECK(t.acc == NULL);
+    AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
+    AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
+    AT_EQ_INT(accel_track_deinit(NULL), ACCEL_OK);
+    {
+        accel_track z;
+        memset(&z, 0, sizeof z);
+        AT_EQ_INT(accel_track_deinit(&z), ACCEL_OK);
+        AT_EQ_INT(accel_track_log(&z, NULL, 0, 0), ACCEL_ERR_INVALID_ARGUMENT); /* not initialized: no crash */
+        AT_EQ_INT(accel_track_init_trackers(&z, "p", NULL, 0), ACCEL_ERR_STATE);
+    }
+    /* a ready tracker that never started a run: deinit ends it */
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
+    AT_EQ_INT(t.state, ACCEL_TRACK_STATE_ENDED);
+    AT_EQ_INT(accel_track_init_trackers(&t, "p", NULL, 0), ACCEL_ERR_STATE);
+    AT_CONTAINS(accel_last_error(&acc), "after accel_track_deinit");
     accel_shutdown(&acc);
 }
 
@@ -150,7 +170,7 @@ static void test_lifecycle(void) {
     memset(&td, 0, sizeof td);
     td.log_with = ACCEL_TRACK_ALL;
     td.flush_secs = -1; /* every record reaches the file: sizes below are exact */
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     v[0] = accel_track_scalar("loss", 1.5);
     v[1] = accel_track_scalar("lr", 0.1);
     v[2] = accel_track_scalar("loss", 2.0);
@@ -216,20 +236,24 @@ static void test_lifecycle(void) {
     AT_EQ_INT(t.logged, 1);
     AT_EQ_INT(accel_track_flush(&t), ACCEL_OK);
 
-    AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK);
+    AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
     AT_EQ_INT(t.state, ACCEL_TRACK_STATE_ENDED);
     AT_CHECK(t.impl == NULL);
-    AT_EQ_INT(accel_track_log(&t, v, 2, 4), ACCEL_ERR_STATE); /* after end_training: an error, no crash */
-    AT_CONTAINS(accel_last_error(&acc), "after end_training");
+    AT_EQ_INT(accel_track_log(&t, v, 2, 4), ACCEL_ERR_STATE); /* after deinit: an error, no crash */
+    AT_CONTAINS(accel_last_error(&acc), "after accel_track_deinit");
     AT_EQ_INT(accel_track_flush(&t), ACCEL_ERR_STATE);
-    AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK); /* idempotent */
+    AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK); /* idempotent */
     AT_EQ_INT(count_lines(t.jsonl_file), 1);
     AT_EQ_INT(file_size(t.event_file), ev_size);
 
+    AT_EQ_INT(accel_track_init_trackers(&t, "life", NULL, 0), ACCEL_ERR_STATE); /* deinit ended the tracker */
+    AT_EQ_INT(count_entries(path), 3);
+
     /* a second run in the same project: a new event file, metrics.jsonl continues */
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_EQ_INT(accel_track_init_trackers(&t, "life", NULL, 0), ACCEL_OK);
     AT_EQ_INT(accel_track_log(&t, v, 2, 5), ACCEL_OK);
-    AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK);
+    AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
     AT_EQ_INT(count_entries(path), 4);
     AT_EQ_INT(count_lines(t.jsonl_file), 2);
     accel_shutdown(&acc);
@@ -247,7 +271,7 @@ static void test_flush_interval(void) {
     memset(&td, 0, sizeof td);
     td.log_with = ACCEL_TRACK_TENSORBOARD;
     td.flush_secs = 0.5;
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_EQ_INT(accel_track_init_trackers(&t, "flush", NULL, 0), ACCEL_OK);
     t0 = accel_now();
     header = file_size(t.event_file); /* init_trackers flushes the file_version record */
@@ -259,7 +283,7 @@ static void test_flush_interval(void) {
     AT_EQ_INT(accel_track_log(&t, &v, 1, 2), ACCEL_OK);
     after2 = file_size(t.event_file);
     AT_CHECK(after2 > after1 && after2 > header);
-    AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK);
+    AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
     AT_EQ_INT(file_size(t.event_file), after2); /* both records were out already */
     accel_shutdown(&acc);
 }
@@ -273,10 +297,10 @@ static void test_no_tracker(void) {
     init_acc(&acc, tmpdir);
     memset(&td, 0, sizeof td);
     td.log_with = ACCEL_TRACK_NONE;
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_EQ_INT(accel_track_init_trackers(&t, "nothing", NULL, 0), ACCEL_OK);
     AT_EQ_INT(accel_track_log(&t, &v, 1, 0), ACCEL_OK);
-    AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK);
+    AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
     AT_EQ_INT(accel_track_log(&t, &v, 1, 0), ACCEL_ERR_STATE);
     snprintf(path, sizeof path, "%s/nothing", tmpdir);
     AT_EQ_INT(file_size(path), -1);
@@ -300,7 +324,7 @@ static void test_unwritable(void) {
     memset(&td, 0, sizeof td);
     td.log_with = ACCEL_TRACK_ALL;
     td.logging_dir = dir;
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     nlogged = 0;
     AT_EQ_INT(accel_track_init_trackers(&t, "proj", NULL, 0), ACCEL_ERR_IO);
     AT_CONTAINS(accel_last_error(&acc), "cannot create logging directory");
@@ -310,23 +334,23 @@ static void test_unwritable(void) {
     AT_CONTAINS(last_msg, "not a directory");
     AT_EQ_INT(t.state, ACCEL_TRACK_STATE_READY);
     AT_EQ_INT(accel_track_log(&t, &v, 1, 0), ACCEL_ERR_STATE); /* no crash, a clear state error */
-    AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK);
+    AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
     if (geteuid() != 0) { /* permissions mean nothing to root */
         char ro[600];
         snprintf(ro, sizeof ro, "%s/readonly", tmpdir);
         mkdir(ro, 0555);
         td.logging_dir = ro;
-        AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+        AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
         AT_EQ_INT(accel_track_init_trackers(&t, "proj", NULL, 0), ACCEL_ERR_IO);
         AT_CONTAINS(accel_last_error(&acc), "Permission denied");
         chmod(ro, 0755);
     }
     /* retry elsewhere works: the failed call left the tracker re-usable */
     td.logging_dir = tmpdir;
-    AT_EQ_INT(accel_track_init(&t, &acc, &td), ACCEL_OK);
+    AT_EQ_INT(accel_track_init(&acc, &t, &td), ACCEL_OK);
     AT_EQ_INT(accel_track_init_trackers(&t, "retry", NULL, 0), ACCEL_OK);
     AT_EQ_INT(accel_track_log(&t, &v, 1, 0), ACCEL_OK);
-    AT_EQ_INT(accel_track_end_training(&t), ACCEL_OK);
+    AT_EQ_INT(accel_track_deinit(&t), ACCEL_OK);
     accel_shutdown(&acc);
 }
 
@@ -345,7 +369,7 @@ static int disk_full_child(const char *dir) {
     memset(&td, 0, sizeof td);
     td.log_with = ACCEL_TRACK_ALL;
     td.flush_secs = -1;
-    if (accel_track_init(&t, &acc, &td) != ACCEL_OK) return 64;
+    if (accel_track_init(&acc, &t, &td) != ACCEL_OK) return 64;
     if (accel_track_init_trackers(&t, "full", NULL, 0) != ACCEL_OK) return 65;
     rl.rlim_cur = rl.rlim_max = 4096;
     if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 66;
@@ -364,7 +388,7 @@ static int disk_full_child(const char *dir) {
     }
     if (n_err < 1900) bad |= 4;   /* once disabled, every call reports the error */
     if (first_tb < 0 && first_jl < 0) bad |= 8;
-    r = accel_track_end_training(&t);
+    r = accel_track_deinit(&t);
     if (r != ACCEL_OK && r != ACCEL_ERR_IO) bad |= 16;
     if (accel_track_log(&t, v, 2, 0) != ACCEL_ERR_STATE) bad |= 32;
     accel_shutdown(&acc);

@@ -48,13 +48,13 @@ static int write_fmt(accel *acc, const char *dir) {
     memset(&td, 0, sizeof td);
     td.log_with = ACCEL_TRACK_JSONL;
     td.logging_dir = dir;
-    if (accel_track_init(&trk, acc, &td) != ACCEL_OK) return fail(acc, "accel_track_init");
+    if (accel_track_init(acc, &trk, &td) != ACCEL_OK) return fail(acc, "accel_track_init");
     if (accel_track_init_trackers(&trk, "fmt", NULL, 0) != ACCEL_OK) return fail(acc, "init_trackers");
     for (i = 0; i < FMT_CALLS; ++i) {
         for (k = 0; k < 10; ++k) v[k] = accel_track_scalar(vn[k], fmt_value(i, k));
         if (accel_track_log(&trk, v, 10, i) != ACCEL_OK) return fail(acc, "log");
     }
-    if (accel_track_end_training(&trk) != ACCEL_OK) return fail(acc, "end_training");
+    if (accel_track_deinit(&trk) != ACCEL_OK) return fail(acc, "deinit");
     printf("run_dir=%s\njsonl_file=%s\n", trk.run_dir, trk.jsonl_file);
     accel_shutdown(acc);
     return 0;
@@ -78,8 +78,8 @@ int main(int argc, char **argv) {
     memset(&td, 0, sizeof td);
     td.log_with = argc > 2 ? accel_track_parse_log_with(argv[2]) : ACCEL_TRACK_ALL;
     td.logging_dir = argv[1];
-    td.flush_secs = 0.0; /* default: everything reaches the file at end_training */
-    if (accel_track_init(&trk, &acc, &td) != ACCEL_OK) return fail(&acc, "accel_track_init");
+    td.flush_secs = 0.0; /* default: everything reaches the file at deinit */
+    if (accel_track_init(&acc, &trk, &td) != ACCEL_OK) return fail(&acc, "accel_track_init");
     cfg[0] = accel_track_param_number("lr", 3e-4);
     cfg[1] = accel_track_param_int("batch_size", 64);
     cfg[2] = accel_track_param_int("big", (int64_t)4611686018427387905LL); /* 2^62 + 1: not a double */
@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
     if (accel_track_log(&trk, v, 1, (int64_t)1 << 40) != ACCEL_OK) return fail(&acc, "log big step");
     v[0] = accel_track_scalar("final/score", 42.0);
     if (accel_track_log(&trk, v, 1, ACCEL_TRACK_NO_STEP) != ACCEL_OK) return fail(&acc, "log no step");
-    if (accel_track_end_training(&trk) != ACCEL_OK) return fail(&acc, "end_training");
+    if (accel_track_deinit(&trk) != ACCEL_OK) return fail(&acc, "deinit");
     printf("run_dir=%s\nevent_file=%s\njsonl_file=%s\nconfig_file=%s\n", trk.run_dir, trk.event_file, trk.jsonl_file,
            trk.config_file);
     accel_shutdown(&acc);
