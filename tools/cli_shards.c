@@ -69,7 +69,8 @@ int accel_cli_shards(int argc, char **argv) {
     d.batch_size = b;
     d.num_processes = (int)P;
     d.split_batches = split ? ACCEL_ON : ACCEL_OFF;
-    d.even_batches = even ? ACCEL_ON : ACCEL_OFF;
+    d.no_even_batches = !even;
+    d.batch_sampler_shard = 1; /* the shard classes, P = 1 included (docs/semantics.md §1) */
     d.drop_last = drop;
     d.iterable = iterable;
     d.shuffle = shuffle;
