@@ -9,10 +9,10 @@
 
 static accel_result sampler_save(void *u, void *buf, size_t cap, size_t *n) {
     if (cap < ACCEL_DATA_SHARD_STATE_BYTES) { *n = ACCEL_DATA_SHARD_STATE_BYTES; return ACCEL_OK; }
-    return accel_data_shard_state_save((const accel_data_shard *)u, (uint8_t *)buf, cap, n);
+    return accel_data_shard_state_save(u, buf, cap, n);
 }
 static accel_result sampler_load(void *u, const void *buf, size_t n) {
-    return accel_data_shard_state_load((accel_data_shard *)u, (const uint8_t *)buf, n);
+    return accel_data_shard_state_load(u, buf, n);
 }
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
