@@ -16,9 +16,9 @@
        accel_ckpt_destroy(ck);
 
        accel_ckpt_file *f;                                  // read any safetensors file (mmap; all checks first)
-       accel_ckpt_open(NULL, "model.safetensors", &f);
+       accel_ckpt_file_open(NULL, "model.safetensors", &f);
        accel_ckpt_file_load(f, &params[0]);                 // dtype/shape checked; host or device destination
-       accel_ckpt_close(f);
+       accel_ckpt_file_destroy(f);
 
    STATE OF OTHER MODULES (no module includes another: a three-line adapter per object, in user code)
        static accel_result scaler_save(void *u, void *buf, size_t cap, size_t *n) {
@@ -126,10 +126,10 @@ typedef struct accel_ckpt_entry {
 /* Opens and fully validates a file (every check of the reference reader, in its order, before any byte is
    trusted). Errors: ACCEL_ERR_IO, ACCEL_ERR_NOT_FOUND, ACCEL_ERR_FORMAT (the message names the problem),
    ACCEL_ERR_UNSUPPORTED (a valid dtype or rank accel does not handle). *out is NULL on failure. */
-ACCEL_API accel_result accel_ckpt_open(accel *acc, const char *path, accel_ckpt_file **out);
+ACCEL_API accel_result accel_ckpt_file_open(accel *acc, const char *path, accel_ckpt_file **out);
 /* Same checks on bytes in memory (not copied: they must outlive the file object). */
-ACCEL_API accel_result accel_ckpt_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out);
-ACCEL_API void accel_ckpt_close(accel_ckpt_file *f);
+ACCEL_API accel_result accel_ckpt_file_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out);
+ACCEL_API void accel_ckpt_file_destroy(accel_ckpt_file *f); /* NULL ok */
 ACCEL_API int accel_ckpt_file_count(const accel_ckpt_file *f);                 /* tensors (entries sorted by offset) */
 ACCEL_API const accel_ckpt_entry *accel_ckpt_file_entry(const accel_ckpt_file *f, int i);
 ACCEL_API int accel_ckpt_file_find(const accel_ckpt_file *f, const char *name); /* index or -1 */
@@ -1114,7 +1114,7 @@ static int accel__entry_cmp(const void *a, const void *b) {
     return 0;
 }
 
-ACCEL__DEF void accel_ckpt_close(accel_ckpt_file *f) {
+ACCEL__DEF void accel_ckpt_file_destroy(accel_ckpt_file *f) {
     int i;
     if (!f) return;
     for (i = 0; i < (int)stbds_arrlen(f->meta); ++i) free(f->meta[i]);
@@ -1278,23 +1278,23 @@ static accel_result accel__st_new(accel *acc, const char *path, accel_ckpt_file 
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_ckpt_open(accel *acc, const char *path, accel_ckpt_file **out) {
+ACCEL__DEF accel_result accel_ckpt_file_open(accel *acc, const char *path, accel_ckpt_file **out) {
     accel_ckpt_file *f = NULL;
     struct stat st;
     accel_result r;
-    if (!path || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_open: NULL argument");
+    if (!path || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_file_open: NULL argument");
     *out = NULL;
     r = accel__st_new(acc, path, &f);
     if (r != ACCEL_OK) return r;
     f->fd = open(path, O_RDONLY);
     if (f->fd < 0) {
         r = errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path) : accel__io_fail(acc, "cannot open", path);
-        accel_ckpt_close(f);
+        accel_ckpt_file_destroy(f);
         return r;
     }
     if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "%.400s is not a regular file", path);
-        accel_ckpt_close(f);
+        accel_ckpt_file_destroy(f);
         return r;
     }
     f->size = (size_t)st.st_size;
@@ -1302,7 +1302,7 @@ ACCEL__DEF accel_result accel_ckpt_open(accel *acc, const char *path, accel_ckpt
         void *m = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->fd, 0);
         if (m == MAP_FAILED) {
             r = accel__io_fail(acc, "cannot mmap", path);
-            accel_ckpt_close(f);
+            accel_ckpt_file_destroy(f);
             return r;
         }
         f->map = (const unsigned char *)m;
@@ -1311,22 +1311,22 @@ ACCEL__DEF accel_result accel_ckpt_open(accel *acc, const char *path, accel_ckpt
         f->map = (const unsigned char *)"";
     }
     r = accel__st_parse(f);
-    if (r != ACCEL_OK) { accel_ckpt_close(f); return r; }
+    if (r != ACCEL_OK) { accel_ckpt_file_destroy(f); return r; }
     *out = f;
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_ckpt_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out) {
+ACCEL__DEF accel_result accel_ckpt_file_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out) {
     accel_ckpt_file *f = NULL;
     accel_result r;
-    if ((!bytes && size) || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_open_memory: NULL argument");
+    if ((!bytes && size) || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_file_open_memory: NULL argument");
     *out = NULL;
     r = accel__st_new(acc, "<memory>", &f);
     if (r != ACCEL_OK) return r;
     f->map = bytes ? (const unsigned char *)bytes : (const unsigned char *)"";
     f->size = size;
     r = accel__st_parse(f);
-    if (r != ACCEL_OK) { accel_ckpt_close(f); return r; }
+    if (r != ACCEL_OK) { accel_ckpt_file_destroy(f); return r; }
     *out = f;
     return ACCEL_OK;
 }
@@ -1661,7 +1661,7 @@ ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const
     if (!files || !file_of || !idx) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model"); goto done; }
     for (k = 0; k < nf && r == ACCEL_OK; ++k) {
         accel__fmt(path, sizeof path, "%s/%s", dir, fnames[k]);
-        r = accel_ckpt_open(acc, path, &files[k]);
+        r = accel_ckpt_file_open(acc, path, &files[k]);
         if (r == ACCEL_OK) total += accel_ckpt_file_count(files[k]);
     }
     /* every requested tensor found with the right dtype/shape; nothing else in the files */
@@ -1685,7 +1685,7 @@ ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const
 done:
     accel__stage_free(&stage);
     if (files)
-        for (k = 0; k < nf; ++k) accel_ckpt_close(files[k]);
+        for (k = 0; k < nf; ++k) accel_ckpt_file_destroy(files[k]);
     free(files);
     free(file_of);
     free(idx);
@@ -2385,7 +2385,7 @@ static accel_result accel__ckpt_open_groups(accel *acc, const char *dir, const c
         char fname[96];
         accel__group_file(fname, sizeof fname, kind, i);
         accel__fmt(path, sizeof path, "%s/%s", dir, fname);
-        r = accel_ckpt_open(acc, path, &files[i]);
+        r = accel_ckpt_file_open(acc, path, &files[i]);
         if (r == ACCEL_OK && accel_ckpt_file_count(files[i]) != groups[i].n)
             r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but %s %d registers %d", path,
                             accel_ckpt_file_count(files[i]), kind, i, groups[i].n);
@@ -2528,8 +2528,8 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
             ck->iteration = (int)iteration + 1; /* policy 5: the next save does not collide */
         }
     }
-    for (i = 0; mf && i < nm; ++i) accel_ckpt_close(mf[i]);
-    for (i = 0; of && i < no; ++i) accel_ckpt_close(of[i]);
+    for (i = 0; mf && i < nm; ++i) accel_ckpt_file_destroy(mf[i]);
+    for (i = 0; of && i < no; ++i) accel_ckpt_file_destroy(of[i]);
     for (i = 0; blobs && i < nobj; ++i) accel_host_free(acc, blobs[i]);
     free(mf);
     free(of);

@@ -55,7 +55,7 @@ static int ls_file(const char *path) {
     accel_ckpt_file *f = NULL;
     int i;
     unsigned long long total = 0;
-    if (accel_ckpt_open(NULL, path, &f) != ACCEL_OK) {
+    if (accel_ckpt_file_open(NULL, path, &f) != ACCEL_OK) {
         fprintf(stderr, "accel ckpt ls: %s\n", accel_last_error(NULL));
         return 1;
     }
@@ -74,7 +74,7 @@ static int ls_file(const char *path) {
         total += e->end - e->begin;
     }
     printf("  total %llu bytes\n", total);
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
     return 0;
 }
 

@@ -66,9 +66,9 @@ int main(void) {
     /* load into device buffers (zeroed first), compare on the host */
     cudaMemset(dbig, 0, n_big * sizeof(float));
     cudaMemset(dsmall, 0, sizeof hsmall);
-    AT_EQ_INT(accel_ckpt_open(&acc, ph, &f), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_file_open(&acc, ph, &f), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_file_load_all(f, td, 2), ACCEL_OK);
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
     cudaMemcpy(back, dbig, n_big * sizeof(float), cudaMemcpyDeviceToHost);
     AT_CHECK(!memcmp(back, hbig, n_big * sizeof(float)));
     {
