@@ -1,5 +1,6 @@
 /* accel_ckpt.h — checkpoints for accel: safetensors files, sharded save_model, save_state/load_state with
-   crash-safe writes, automatic naming and rotation. Depends only on accel.h (and stb_ds.h in the implementation).
+   crash-safe writes, automatic naming and rotation. Depends only on accel.h; the ACCEL_IMPLEMENTATION TU needs
+   stb_ds.h on the include path, as the core does (Debian: libstb-dev, -I/usr/include/stb).
 
    USAGE
        accel_ckpt *ck;
@@ -9,8 +10,10 @@
        accel_ckpt_create(&acc, &cd, &ck);
        accel_ckpt_register_model(ck, params, n_params);   // accel_tensor[]: name, ptr (host or device), dtype, shape
        accel_ckpt_register_optimizer(ck, adam_m_v, n_mv);
-       accel_ckpt_register(ck, "sampler", my_sampler_save, my_sampler_load, &sampler);  // any state as bytes
-       if (accel_ckpt_load_state(ck, NULL) == ACCEL_OK) ...;  // resume from the newest complete checkpoint, if any
+       accel_ckpt_register(ck, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc);
+       accel_ckpt_register(ck, "sampler", accel_data_shard_state_save, accel_data_shard_state_load, &sh);
+       accel_result r = accel_ckpt_load_state(ck, NULL);  // the newest complete checkpoint, if there is one
+       if (r != ACCEL_OK && r != ACCEL_ERR_NOT_FOUND) die(accel_last_error(&acc));  // NOT_FOUND: start fresh
        for (...) { ...train...; if (step % 1000 == 0) accel_ckpt_save_state(ck, NULL, NULL, 0); }  // collective
        accel_ckpt_save_model(&acc, "out", params, n_params, "10GB");  // model.safetensors or shards + index
        accel_ckpt_destroy(ck);
@@ -20,27 +23,35 @@
        accel_ckpt_file_load(f, &params[0]);                 // dtype/shape checked; host or device destination
        accel_ckpt_file_destroy(f);
 
-   STATE OF OTHER MODULES (no module includes another: a three-line adapter per object, in user code)
-       static accel_result scaler_save(void *u, void *buf, size_t cap, size_t *n) {
-           if (cap < ACCEL_AMP_SCALER_STATE_BYTES) { *n = ACCEL_AMP_SCALER_STATE_BYTES; return ACCEL_OK; }
-           return accel_amp_scaler_state_save(NULL, (const accel_amp_scaler *)u, (uint8_t *)buf, cap, n);
+   STATE OF OTHER OBJECTS
+     accel_ckpt_register takes the core's state contract (accel.h "saved state": accel_state_save_fn /
+     accel_state_load_fn), which every module's state functions implement, so they register directly, as above.
+     Your own objects implement the same two functions:
+       static accel_result my_save(void *obj, void *buf, size_t cap, size_t *size) {
+           *size = sizeof(my_state);                        // buf NULL or cap too small: report the size only
+           if (buf && cap >= sizeof(my_state)) memcpy(buf, obj, sizeof(my_state));
+           return ACCEL_OK;
        }
-       static accel_result scaler_load(void *u, const void *buf, size_t n) {
-           return accel_amp_scaler_state_load(NULL, (accel_amp_scaler *)u, (const uint8_t *)buf, n);
+       static accel_result my_load(void *obj, const void *buf, size_t size) {
+           if (size != sizeof(my_state)) return accel_set_error(&acc, ACCEL_ERR_FORMAT, "my_state: %zu bytes", size);
+           memcpy(obj, buf, size);                          // validate everything first, then apply
+           return ACCEL_OK;
        }
-       accel_ckpt_register(ck, "scaler", scaler_save, scaler_load, &scaler);   // likewise "sampler" with
-                                                                             // accel_data_shard_state_save/_load
+     A failing callback records why with accel_set_error (on its object's Accelerator, or NULL); load_state and
+     save_state keep that message and put the file in front of it: "load_state: sampler.bin: <your message>".
 
    FILES OF A CHECKPOINT DIRECTORY (Accelerate's names, safetensors/JSON/bytes instead of pickles)
      model.safetensors, model_1.safetensors, …   registered models (metadata {"format":"pt"})        main process
      optimizer.safetensors, optimizer_1…          registered optimizer tensors (Accelerate: optimizer.bin)   main
-     <name>.bin                                   bytes of accel_ckpt_register(ck, "<name>", …): e.g. scheduler.bin
-                                                  (Accelerate: scheduler.bin), scaler.bin (scaler.pt), sampler.bin
+     <name>.bin                                   the bytes of accel_ckpt_register(ck, "<name>", …): e.g.
+                                                  scaler.bin (Accelerate: scaler.pt), sampler.bin, scheduler.bin main
      custom_checkpoint_<i>.bin                    accel_ckpt_register(ck, NULL, …) objects, i in registration order
                                                   (Accelerate: custom_checkpoint_<i>.pkl)                       main
-     random_states_<rank>.json                    every process: {"num_processes","process_index","rng_offset",
-                                                  "rng_seed","step"} (Accelerate: random_states_<rank>.pkl)
-     accelerator_state.json                       iteration, num_processes, optimizer_steps, scheduler_steps  main
+     random_states_<rank>.bin                     every process: its accel_state_save() bytes (ACCEL_STATE_BYTES:
+                                                  step and optimizer/scheduler counters, sync flags, RNG seed and
+                                                  offset; Accelerate: random_states_<rank>.pkl)
+     accelerator_state.json                       {"format": "accel", "iteration": i, "num_processes": P,
+                                                  "version": 1}                                                 main
      checkpoint_complete.json                     completion marker written last: {"files": {name: {"bytes": n,
                                                   "xxh64": "<16 hex>"}}, "format": "accel-checkpoint", "version": 1}
      "main" = the main process, or each local main process with save_on_each_node.
@@ -54,41 +65,46 @@
      save_safetensors) are written to a temporary name, fsync'd and renamed.
 
    OPTIONS
-     ACCEL_NO_STB_DS_IMPLEMENTATION   define in the ACCEL_IMPLEMENTATION TU when that program compiles stb_ds's
-                                      implementation (STB_DS_IMPLEMENTATION) itself; otherwise this header emits it
-                                      once (guard ACCEL__STB_DS_IMPL_DONE, skipped when stb_ds.h was already
-                                      included), with STBDS_REALLOC/FREE routed to the accel host allocator.
-     Sizes ("10GB", "5MiB", "1000") go through accel_ckpt_parse_size (SEMANTICS.md policy 6).
+     Sizes ("10GB", "5MiB", "1000") go through accel_ckpt_parse_size (docs/semantics.md policy 6).
+     Memory: every allocation goes through the Accelerator's allocators (accel.h "MEMORY"): host memory through
+     desc.host_allocator, the staging buffers of device tensors through desc.pinned_allocator. A function called
+     with acc NULL uses the defaults; an accel_ckpt_file remembers the acc it was opened with.
 
    ERRORS
      Every reader checks everything before it copies a byte (all-or-nothing). load_state verifies the whole
-     checkpoint (marker, sizes, checksums, every tensor's name/dtype/shape, object files, counts) on every process and
-     agrees on the verdict before applying anything; only a registered load callback that fails after the tensors
-     were copied can leave a partial state (its error is returned). An explicit save_state directory that exists is
-     replaced (atomically swapped) only when it is empty or an accel checkpoint.
+     checkpoint (marker, sizes, checksums, every tensor's name/dtype/shape, object files, counts, the training
+     states) on every process and agrees on the verdict before applying anything; the Accelerator's training state
+     is restored through accel_state_load and put back if anything fails later, so only a registered load callback
+     that fails after the tensors were copied can leave a partial state (its error is returned).
+     accel_ckpt_load_state(ck, NULL) returns ACCEL_ERR_NOT_FOUND only when there is no complete checkpoint yet: an
+     expected outcome, logged once at info level by the main process ("no checkpoint under <dir>: starting
+     fresh"); a checkpoint that exists but lacks something registered is ACCEL_ERR_INVALID_ARGUMENT or
+     ACCEL_ERR_FORMAT. A failed callback's own message stays in accel_last_error (see above). An explicit
+     save_state directory that exists is replaced (atomically swapped) only when it is empty or an accel checkpoint.
+     A completed save whose rotation (total_limit) fails still succeeds; the failure is logged at warn level.
 
    THREADS AND STREAMS
      One thread at a time per accel / accel_ckpt / accel_ckpt_file. save_state hashes host data in a helper pthread
      while the calling thread writes, and verification hashes two files at a time (link with -pthread where libc
-     needs it). Device buffers (detected with
+     needs it); the helper threads neither allocate nor record errors. Device buffers (detected with
      cudaPointerGetAttributes in CUDA builds) are staged through two pinned buffers on acc->stream (NULL acc: the
      default stream); the call returns when the data is on disk / in the destination.
      save_state, load_state and save_model are collectives: every process calls them. Everything else is local.
 
-   DIFFERENCES FROM ACCELERATE (deliberate)
+   DIFFERENCES FROM ACCELERATE (deliberate; docs/semantics.md §5, §6 and "Policies")
      - load_state restores the iteration (policy 5): the next automatic save goes to checkpoint_<saved + 1>.
+     - load_state restores every counter of the Accelerator (accel_state_load), not only `step`.
      - total_limit rotation happens after the new checkpoint is complete and only counts complete checkpoints, so a
        crash never leaves fewer than the newest complete one (Accelerate deletes first).
-     - One size parser (policy 6); sharding is huggingface_hub's greedy algorithm (policy 7). Tensors that share
+     - One size parser (policy 6); sharding is huggingface_hub's greedy algorithm (§6, policy 7). Tensors that share
        storage are not detected (accel_tensor has no storage identity): every entry is saved.
      - save_model also removes a stale model.safetensors.index.json (single-file save) or a stale
        model.safetensors (sharded save) so a loader never mixes generations.
      - Global state (scaler, sampler, scheduler, custom objects) is written once by the main process (Accelerate
        writes scaler.pt on every process).
-     - Resuming on a different number of processes: rank i loads random_states_<i>.json when it exists. Otherwise its
-       RNG state is re-derived: if every saved state is identical, that state; if saved seeds are seed0 + rank (the
-       pattern of accel_set_seed(..., device_specific=1)), seed0 + i with rank 0's offset; else
-       splitmix64(seed[i mod saved] ^ i) with that rank's offset. `step` comes from the same file or rank 0's.
+     - Resuming on a different number of processes works: every rank reads every saved random_states_<i>.bin and
+       accel_state_load_resharded (accel.h) restores the counters from rank 0's state and this rank's RNG from its
+       own file, or re-derives it when the saving run had fewer processes. Accelerate requires the same number.
      - JSON is read strictly: duplicate keys, invalid UTF-8, lone surrogates and trailing garbage are errors.
      - safetensors tensors are ordered by dtype size (descending) then name, as the reference writer does; the data
        section starts 8-byte aligned so every tensor is aligned to its element size (padding between tensors would
@@ -102,7 +118,7 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------------- sizes */
-/* SEMANTICS.md policy 6: a plain unsigned integer (bytes), or a decimal number, optional spaces and a unit
+/* docs/semantics.md policy 6: a plain unsigned integer (bytes), or a decimal number, optional spaces and a unit
    KB/MB/GB/TB (10^3..10^12) or KiB/MiB/GiB/TiB (2^10..2^40), case-insensitive, truncated toward zero.
    acc may be NULL (the message then goes to accel_last_error(NULL)). */
 ACCEL_API accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_t *out);
@@ -125,7 +141,8 @@ typedef struct accel_ckpt_entry {
 
 /* Opens and fully validates a file (every check of the reference reader, in its order, before any byte is
    trusted). Errors: ACCEL_ERR_IO, ACCEL_ERR_NOT_FOUND, ACCEL_ERR_FORMAT (the message names the problem),
-   ACCEL_ERR_UNSUPPORTED (a valid dtype or rank accel does not handle). *out is NULL on failure. */
+   ACCEL_ERR_UNSUPPORTED (a valid dtype or rank accel does not handle). *out is NULL on failure. The file object
+   remembers acc (NULL: the default allocator, errors in accel_last_error(NULL)). */
 ACCEL_API accel_result accel_ckpt_file_open(accel *acc, const char *path, accel_ckpt_file **out);
 /* Same checks on bytes in memory (not copied: they must outlive the file object). */
 ACCEL_API accel_result accel_ckpt_file_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out);
@@ -143,7 +160,7 @@ ACCEL_API accel_result accel_ckpt_file_load(accel_ckpt_file *f, const accel_tens
 ACCEL_API accel_result accel_ckpt_file_load_all(accel_ckpt_file *f, const accel_tensor *dst, int n);
 
 /* ------------------------------------------------------------------------------------------ sharded models */
-/* The huggingface_hub plan (SEMANTICS.md section 6): shard_of[i] = shard of tensor i (0-based), shard_bytes[s],
+/* The huggingface_hub plan (docs/semantics.md §6, policy 7): shard_of[i] = shard of tensor i (0-based), shard_bytes[s],
    *n_shards. shard_of must hold n ints, shard_bytes n uint64 (n_shards <= n). Shards are numbered in the order
    they are appended, so an oversize tensor can precede earlier small ones. */
 ACCEL_API accel_result accel_ckpt_plan_shards(accel *acc, const uint64_t *sizes, int n, uint64_t max_shard_size,
@@ -171,31 +188,29 @@ typedef struct accel_ckpt_desc {
     int save_on_each_node;            /* nonzero: each node's local main process writes the global files */
 } accel_ckpt_desc;
 
-/* State of anything as bytes. save: when cap is smaller than the state (buf may be NULL), set *written to the
-   size needed and return ACCEL_OK without writing; otherwise write it and set *written. load: restore from n
-   bytes; a bad buffer → an error, state unchanged. */
-typedef accel_result (*accel_ckpt_save_fn)(void *user, void *buf, size_t cap, size_t *written);
-typedef accel_result (*accel_ckpt_load_fn)(void *user, const void *buf, size_t n);
-
 typedef struct accel_ckpt accel_ckpt;
 ACCEL_API accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc, accel_ckpt **out);
-ACCEL_API void accel_ckpt_destroy(accel_ckpt *ck);
+ACCEL_API void accel_ckpt_destroy(accel_ckpt *ck); /* NULL ok */
 /* Descriptors (and names) are copied; the data stays the caller's and must be valid at save/load time. */
 ACCEL_API accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_tensor *tensors, int n);
 ACCEL_API accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel_tensor *tensors, int n);
-/* name: file stem ([A-Za-z0-9_.-], e.g. "scheduler", "scaler", "sampler") → <name>.bin; NULL → the next
+/* Any object's state as bytes, through the core's contract (accel_state_save_fn / accel_state_load_fn, accel.h).
+   name: file stem ([A-Za-z0-9_.-], e.g. "scheduler", "scaler", "sampler") → <name>.bin; NULL → the next
    custom_checkpoint_<i>.bin (Accelerate's register_for_checkpointing). */
-ACCEL_API accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_ckpt_save_fn save,
-                                           accel_ckpt_load_fn load, void *user);
+ACCEL_API accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_state_save_fn save,
+                                           accel_state_load_fn load, void *obj);
 /* Collective. output_dir NULL → automatic naming (an existing target is an error). out_dir (may be NULL)
    receives the final directory. iteration += 1 after a successful save (as Accelerate). */
 ACCEL_API accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap);
-/* Collective. input_dir NULL → the newest complete checkpoint under project_dir/checkpoints. Verifies everything
-   (marker, sizes, checksums, tensor names/dtypes/shapes, object files) on every process before applying. */
+/* Collective. input_dir NULL → the newest complete checkpoint under project_dir/checkpoints; ACCEL_ERR_NOT_FOUND
+   (logged at info level, not an error to print) when there is none yet. Verifies everything (marker, sizes,
+   checksums, tensor names/dtypes/shapes, object files, training states) on every process before applying; restores
+   the Accelerator's training state with accel_state_load (accel_state_load_resharded on another number of
+   processes), the registered objects and the iteration (policy 5). */
 ACCEL_API accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_dir);
 ACCEL_API int accel_ckpt_iteration(const accel_ckpt *ck);
 /* Newest complete checkpoint_<N> under checkpoints_dir (marker present, every listed file present with its size).
-   ACCEL_ERR_NOT_FOUND when none. Local. */
+   ACCEL_ERR_NOT_FOUND when none (also when checkpoints_dir does not exist). Local. */
 ACCEL_API accel_result accel_ckpt_latest(accel *acc, const char *checkpoints_dir, char *out, size_t cap);
 /* Full check of a checkpoint directory: marker, sizes, XXH64 of every file. Local. */
 ACCEL_API accel_result accel_ckpt_verify(accel *acc, const char *dir);
@@ -211,6 +226,20 @@ ACCEL_API uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed);
 /* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__CKPT_IMPL_DONE)
 #define ACCEL__CKPT_IMPL_DONE
+/* CONTENTS (the core's private services — allocation, errors, byte order, UTF-8, string builder, files, agreement —
+   come from accel.h's implementation section, which precedes this one in the same TU)
+     1. size parser (policy 6)
+     2. XXH64
+     3. JSON reader (strict)
+     4. device staging (two pinned buffers)
+     5. safetensors writer
+     6. safetensors reader (accel_ckpt_file)
+     7. sharded models: plan, save_model, the index, load_model
+     8. the checkpointer: create/destroy, registration, callbacks' root causes
+     9. completion marker and verification
+    10. listing and rotation
+    11. save_state
+    12. load_state */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -226,9 +255,28 @@ ACCEL_API uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed);
 #include <sys/mman.h>
 #include <pthread.h>
 
-/* stb_ds.h: the core's implementation section included it (and emitted its implementation). */
+/* stb_ds.h: the core's implementation section included it (and emitted its implementation through the hooks). */
 
-/* --------------------------------------------------------------------------------------------- size parser */
+/* Allocation shorthands over acc's host allocator (NULL with the allocator's error recorded on acc). */
+static char *accel__strndup(accel *acc, const char *s, size_t n) { /* s[0..n) + NUL */
+    char *p = (char *)accel_host_alloc(acc, n + 1);
+    if (p) { memcpy(p, s, n); p[n] = 0; }
+    return p;
+}
+static void *accel__ckpt_zalloc(accel *acc, size_t n, size_t size) { /* n zeroed elements (at least one) */
+    void *p;
+    if (n == 0) n = 1;
+    if (size && n > (size_t)-1 / size) {
+        ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%zu elements of %zu bytes do not fit in memory", n, size);
+        return NULL;
+    }
+    p = accel_host_alloc(acc, n * size);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
+/* ------------------------------------------------------------------------------------------ 1. size parser */
+/* Locale-independent on purpose (isspace/tolower follow setlocale). */
 static int accel__ckpt_isspace(int c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 static int accel__ckpt_lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
@@ -281,8 +329,9 @@ ACCEL__DEF accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_
         uint64_t carry = 0;
         if (nf > 4096) goto bad;
         len = nf + 24;
-        dig = (unsigned char *)calloc(len, 1);
-        if (!dig) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "parse_size: out of memory");
+        dig = (unsigned char *)accel_host_alloc(acc, len);
+        if (!dig) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "parse_size");
+        memset(dig, 0, len);
         for (i = 0; i < nf; ++i) dig[i] = (unsigned char)(fp[nf - 1 - i] - '0'); /* little-endian base 10 */
         for (i = 0; i < len; ++i) {
             uint64_t v = (uint64_t)dig[i] * unit + carry;
@@ -290,7 +339,7 @@ ACCEL__DEF accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_
             carry = v / 10;
         }
         for (i = len; i > nf; --i) fval = fval * 10 + dig[i - 1];
-        free(dig);
+        accel_host_free(acc, dig);
     }
     if (ival * unit > UINT64_MAX - fval) goto big;
     *out = ival * unit + fval;
@@ -304,7 +353,7 @@ big:
     return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "size \"%.200s\" does not fit in 64 bits", s);
 }
 
-/* ------------------------------------------------------------------------------------------------ XXH64 */
+/* ------------------------------------------------------------------------------------------------ 2. XXH64 */
 #define ACCEL__XP1 11400714785074694791ull
 #define ACCEL__XP2 14029467366897019727ull
 #define ACCEL__XP3 1609587929392839161ull
@@ -318,14 +367,8 @@ typedef struct accel__xxh64 {
     uint64_t seed;
 } accel__xxh64;
 
+/* XXH64 reads its input as little-endian words: the core's accel__get_u64/u32. */
 static ACCEL_INLINE uint64_t accel__rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static ACCEL_INLINE uint64_t accel__rd64(const unsigned char *p) {
-    return (uint64_t)p[0] | ((uint64_t)p[1] << 8) | ((uint64_t)p[2] << 16) | ((uint64_t)p[3] << 24) |
-           ((uint64_t)p[4] << 32) | ((uint64_t)p[5] << 40) | ((uint64_t)p[6] << 48) | ((uint64_t)p[7] << 56);
-}
-static ACCEL_INLINE uint32_t accel__rd32(const unsigned char *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
 static ACCEL_INLINE uint64_t accel__xround(uint64_t acc, uint64_t in) {
     acc += in * ACCEL__XP2;
     acc = accel__rotl64(acc, 31);
@@ -355,19 +398,19 @@ static void accel__xxh64_update(accel__xxh64 *h, const void *data, size_t n) {
         size_t take = 32 - h->nbuf;
         memcpy(h->buf + h->nbuf, p, take);
         p += take;
-        h->v[0] = accel__xround(h->v[0], accel__rd64(h->buf));
-        h->v[1] = accel__xround(h->v[1], accel__rd64(h->buf + 8));
-        h->v[2] = accel__xround(h->v[2], accel__rd64(h->buf + 16));
-        h->v[3] = accel__xround(h->v[3], accel__rd64(h->buf + 24));
+        h->v[0] = accel__xround(h->v[0], accel__get_u64(h->buf));
+        h->v[1] = accel__xround(h->v[1], accel__get_u64(h->buf + 8));
+        h->v[2] = accel__xround(h->v[2], accel__get_u64(h->buf + 16));
+        h->v[3] = accel__xround(h->v[3], accel__get_u64(h->buf + 24));
         h->nbuf = 0;
     }
     {
         uint64_t v0 = h->v[0], v1 = h->v[1], v2 = h->v[2], v3 = h->v[3];
         while ((size_t)(end - p) >= 32) {
-            v0 = accel__xround(v0, accel__rd64(p));
-            v1 = accel__xround(v1, accel__rd64(p + 8));
-            v2 = accel__xround(v2, accel__rd64(p + 16));
-            v3 = accel__xround(v3, accel__rd64(p + 24));
+            v0 = accel__xround(v0, accel__get_u64(p));
+            v1 = accel__xround(v1, accel__get_u64(p + 8));
+            v2 = accel__xround(v2, accel__get_u64(p + 16));
+            v3 = accel__xround(v3, accel__get_u64(p + 24));
             p += 32;
         }
         h->v[0] = v0; h->v[1] = v1; h->v[2] = v2; h->v[3] = v3;
@@ -391,12 +434,12 @@ static uint64_t accel__xxh64_final(const accel__xxh64 *h) {
     }
     r += h->total;
     while (end - p >= 8) {
-        r ^= accel__xround(0, accel__rd64(p));
+        r ^= accel__xround(0, accel__get_u64(p));
         r = accel__rotl64(r, 27) * ACCEL__XP1 + ACCEL__XP4;
         p += 8;
     }
     if (end - p >= 4) {
-        r ^= (uint64_t)accel__rd32(p) * ACCEL__XP1;
+        r ^= (uint64_t)accel__get_u32(p) * ACCEL__XP1;
         r = accel__rotl64(r, 23) * ACCEL__XP2 + ACCEL__XP3;
         p += 4;
     }
@@ -419,10 +462,10 @@ ACCEL__DEF uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed) 
     return accel__xxh64_final(&h);
 }
 
-/* ------------------------------------------------------------------------------------ string builder */
+/* ------------------------------------------------------------------------------------------ 3. JSON reader */
+/* (JSON is written with the core's accel__sb; this is the one number format it needs.) */
 static void accel__sb_u64(accel__sb *b, uint64_t v) { accel__sb_printf(b, "%llu", (unsigned long long)v); }
 
-/* ---------------------------------------------------------------------------------------- JSON reader */
 enum { ACCEL__J_NULL = 1, ACCEL__J_FALSE, ACCEL__J_TRUE, ACCEL__J_NUM, ACCEL__J_STR, ACCEL__J_ARR, ACCEL__J_OBJ };
 #define ACCEL__JSON_MAX_DEPTH 64
 
@@ -434,10 +477,12 @@ typedef struct accel__jnode {
 } accel__jnode;
 
 typedef struct accel__json {
+    accel *acc;          /* allocator of the temporary key array */
     accel__jnode *nodes; /* stb_ds array */
     char *arena;         /* stb_ds array of NUL-terminated strings */
     const unsigned char *beg, *p, *end;
     int depth;
+    int oom;             /* the failure was an allocation (recorded on acc), not the document */
     char err[256];
 } accel__json;
 
@@ -594,8 +639,11 @@ static int accel__json_object(accel__json *j) {
     }
     if (j->nodes[obj].count > 1) { /* duplicate keys are an error (safetensors forbids them) */
         int n = j->nodes[obj].count, i = 0, c;
-        accel__jkey *keys = (accel__jkey *)malloc(sizeof(accel__jkey) * (size_t)n);
-        if (!keys) return accel__json_error(j, "out of memory");
+        accel__jkey *keys = (accel__jkey *)accel_host_alloc(j->acc, sizeof(accel__jkey) * (size_t)n);
+        if (!keys) {
+            j->oom = 1;
+            return accel__json_error(j, "out of memory");
+        }
         for (c = j->nodes[obj].first; c >= 0; c = j->nodes[c].next, ++i) {
             keys[i].s = j->arena + j->nodes[c].key;
             keys[i].n = j->nodes[c].keylen;
@@ -605,11 +653,11 @@ static int accel__json_object(accel__json *j) {
             if (!accel__jkey_cmp(&keys[i - 1], &keys[i])) {
                 char m[200];
                 snprintf(m, sizeof m, "duplicate key \"%.120s\"", keys[i].s);
-                free(keys);
+                accel_host_free(j->acc, keys);
                 return accel__json_error(j, m);
             }
         }
-        free(keys);
+        accel_host_free(j->acc, keys);
     }
     return obj;
 }
@@ -690,11 +738,12 @@ static int accel__json_value(accel__json *j) {
         return accel__json_error(j, "unexpected character");
     }
 }
-/* Parses a whole document: one value, whitespace around it, nothing else. Returns the root or -1 (j->err). The
-   caller frees j (also on failure). */
-static int accel__json_parse(accel__json *j, const void *data, size_t n) {
+/* Parses a whole document: one value, whitespace around it, nothing else. Returns the root or -1 (j->err; report
+   it with accel__json_failed). The caller frees j (also on failure). */
+static int accel__json_parse(accel__json *j, accel *acc, const void *data, size_t n) {
     int root;
     memset(j, 0, sizeof *j);
+    j->acc = acc;
     j->beg = j->p = (const unsigned char *)data;
     j->end = j->beg + n;
     root = accel__json_value(j);
@@ -702,6 +751,11 @@ static int accel__json_parse(accel__json *j, const void *data, size_t n) {
     accel__json_ws(j);
     if (j->p != j->end) return accel__json_error(j, "trailing data after the JSON value");
     return root;
+}
+/* The error of a failed parse of `what`: ACCEL_ERR_OUT_OF_MEMORY (the allocator's message kept) or ACCEL_ERR_FORMAT. */
+static accel_result accel__json_failed(accel *acc, const accel__json *j, const char *what) {
+    if (j->oom) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "parsing %.400s", what);
+    return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid JSON: %s", what, j->err);
 }
 static const char *accel__jstr(const accel__json *j, int nd) { return j->arena + j->nodes[nd].str; }
 static const char *accel__jkeyp(const accel__json *j, int nd) { return j->arena + j->nodes[nd].key; }
@@ -731,13 +785,7 @@ static int accel__ju64(const accel__json *j, int nd, uint64_t *out) {
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------ file helpers */
-static const char *accel__basename(const char *path) {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
-/* ------------------------------------------------------------------------------------- device staging */
+/* ------------------------------------------------------------------------------------- 4. device staging */
 static int accel__is_device_ptr(const void *p) {
 #ifdef ACCEL_WITH_CUDA
     struct cudaPointerAttributes a;
@@ -755,21 +803,27 @@ static int accel__is_device_ptr(const void *p) {
 #define ACCEL__STAGE_BYTES ((size_t)8 << 20)
 #define ACCEL__IO_CHUNK ((size_t)1 << 20)
 
+/* Created empty (nothing allocated until a device tensor needs it); the buffers come from acc's pinned allocator. */
 typedef struct accel__stage {
+    accel *acc;
     void *buf[2]; /* pinned host buffers */
     void *ev[2];  /* cudaEvent_t */
     int ready;
 } accel__stage;
 
-static void accel__stage_free(accel__stage *s) {
-#ifdef ACCEL_WITH_CUDA
+static void accel__stage_begin(accel__stage *s, accel *acc) {
+    memset(s, 0, sizeof *s);
+    s->acc = acc;
+}
+static void accel__stage_end(accel__stage *s) {
     int i;
     for (i = 0; i < 2; ++i) {
-        if (s->buf[i]) cudaFreeHost(s->buf[i]);
+        accel_pinned_free(s->acc, s->buf[i]);
+#ifdef ACCEL_WITH_CUDA
         if (s->ev[i]) cudaEventDestroy((cudaEvent_t)s->ev[i]);
-    }
 #endif
-    memset(s, 0, sizeof *s);
+    }
+    accel__stage_begin(s, s->acc);
 }
 #ifdef ACCEL_WITH_CUDA
 static accel_result accel__stage_init(accel *acc, accel__stage *s) {
@@ -778,15 +832,14 @@ static accel_result accel__stage_init(accel *acc, accel__stage *s) {
     if (s->ready) return ACCEL_OK;
     for (i = 0; i < 2; ++i) {
         cudaEvent_t ev;
-        e = cudaMallocHost(&s->buf[i], ACCEL__STAGE_BYTES);
-        if (e != cudaSuccess) {
-            s->buf[i] = NULL;
-            accel__stage_free(s);
-            return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMallocHost(%zu): %s", ACCEL__STAGE_BYTES, cudaGetErrorString(e));
+        s->buf[i] = accel_pinned_alloc(s->acc, ACCEL__STAGE_BYTES);
+        if (!s->buf[i]) {
+            accel__stage_end(s);
+            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "staging buffer for device tensors");
         }
         e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
         if (e != cudaSuccess) {
-            accel__stage_free(s);
+            accel__stage_end(s);
             return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaEventCreate: %s", cudaGetErrorString(e));
         }
         s->ev[i] = (void *)ev;
@@ -876,7 +929,7 @@ static accel_result accel__read_to_device(accel *acc, accel__stage *s, int fd, c
 #endif
 }
 
-/* ---------------------------------------------------------------------------------- safetensors writer */
+/* ---------------------------------------------------------------------------------- 5. safetensors writer */
 static void accel__shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
     size_t o = 0;
     int i;
@@ -947,12 +1000,12 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
     int i, first = 1, any_device = 0, threaded = 0;
     pthread_t hasher;
     accel__hash_job hj;
-    memset(&hb, 0, sizeof hb);
-    memset(&stage, 0, sizeof stage);
+    accel__sb_init(&hb, acc);
+    accel__stage_begin(&stage, acc);
     memset(&hj, 0, sizeof hj);
     if (n > 0) {
-        items = (accel__st_item *)malloc(sizeof(accel__st_item) * (size_t)n);
-        if (!items) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing %.300s", path);
+        items = (accel__st_item *)accel_host_alloc(acc, sizeof(accel__st_item) * (size_t)n);
+        if (!items) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing %.300s", path);
     }
     for (i = 0; i < n; ++i) {
         items[i].t = &t[i];
@@ -994,9 +1047,13 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
     }
     accel__sb_puts(&hb, "}");
     while (hb.n % 8) accel__sb_puts(&hb, " "); /* the data section starts 8-byte aligned */
-    if (hb.oom) { free(items); accel__sb_free(&hb); return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "header of %.300s", path); }
+    if (hb.oom) {
+        accel_host_free(acc, items);
+        accel__sb_free(&hb);
+        return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "header of %.300s", path);
+    }
     hlen = hb.n;
-    for (i = 0; i < 8; ++i) len8[i] = (unsigned char)(hlen >> (8 * i));
+    accel__put_u64(len8, hlen);
     accel__xxh64_init(&h, 0);
     accel__xxh64_update(&h, len8, 8);
     accel__xxh64_update(&h, hb.p, hb.n);
@@ -1032,8 +1089,8 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
         }
     }
     if (threaded) pthread_join(hasher, NULL);
-    accel__stage_free(&stage);
-    free(items);
+    accel__stage_end(&stage);
+    accel_host_free(acc, items);
     if (r != ACCEL_OK) return r;
     if (out_bytes) *out_bytes = 8 + hlen + off;
     if (out_hash) *out_hash = accel__xxh64_final(&h);
@@ -1092,7 +1149,7 @@ ACCEL__DEF accel_result accel_ckpt_save_safetensors(accel *acc, const char *path
     return accel__st_save(acc, path, tensors, n, metadata, nmeta, 1, NULL, NULL);
 }
 
-/* ---------------------------------------------------------------------------------- safetensors reader */
+/* ---------------------------------------------------------------------------------- 6. safetensors reader */
 struct accel_ckpt_file {
     accel *acc;
     int fd;
@@ -1101,7 +1158,7 @@ struct accel_ckpt_file {
     int mapped;
     uint64_t data_start;
     accel_ckpt_entry *entries; /* stb_ds array, sorted by offset */
-    char **meta;               /* stb_ds array: key, value, key, value … (malloc'd strings) */
+    char **meta;               /* stb_ds array: key, value, key, value … (strings from acc's allocator) */
     char *names;               /* the JSON arena (entry names point into it) */
     struct accel__name_index *index;
     char path[512];
@@ -1117,14 +1174,14 @@ static int accel__entry_cmp(const void *a, const void *b) {
 ACCEL__DEF void accel_ckpt_file_destroy(accel_ckpt_file *f) {
     int i;
     if (!f) return;
-    for (i = 0; i < (int)stbds_arrlen(f->meta); ++i) free(f->meta[i]);
+    for (i = 0; i < (int)stbds_arrlen(f->meta); ++i) accel_host_free(f->acc, f->meta[i]);
     stbds_arrfree(f->meta);
     stbds_arrfree(f->entries);
     stbds_arrfree(f->names);
     stbds_shfree(f->index);
     if (f->mapped && f->map) munmap((void *)f->map, f->size);
     if (f->fd >= 0) close(f->fd);
-    free(f);
+    accel_host_free(f->acc, f);
 }
 
 /* Every check of the reference reader, in its order. */
@@ -1138,16 +1195,18 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
     accel_result r = ACCEL_OK;
     if (f->size < 8)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: truncated: %lu bytes, shorter than the 8-byte header length", path, (unsigned long)f->size);
-    for (i = 0; i < 8; ++i) n |= (uint64_t)f->map[i] << (8 * i);
+    n = accel__get_u64(f->map);
     if (n > 100000000u)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu exceeds the 100000000-byte limit", path, (unsigned long long)n);
     if (n > (uint64_t)f->size - 8)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu is larger than the file (%lu bytes)", path, (unsigned long long)n, (unsigned long)f->size);
     if (!accel__utf8_valid(f->map + 8, (size_t)n, &bad))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not valid UTF-8 (byte %lu)", path, (unsigned long)bad);
-    root = accel__json_parse(&j, f->map + 8, (size_t)n);
+    root = accel__json_parse(&j, acc, f->map + 8, (size_t)n);
     if (root < 0) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not valid JSON: %s", path, j.err);
+        char what[400];
+        accel__fmt(what, sizeof what, "%.300s: header", path);
+        r = accel__json_failed(acc, &j, what);
         accel__json_free(&j);
         return r;
     }
@@ -1169,9 +1228,14 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
                     r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ value of '%.200s' is not a string", path, accel__jkeyp(&j, m));
                     break;
                 }
-                k2 = (char *)malloc(j.nodes[m].keylen + 1);
-                v2 = (char *)malloc(j.nodes[m].len + 1);
-                if (!k2 || !v2) { free(k2); free(v2); r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "metadata"); break; }
+                k2 = (char *)accel_host_alloc(acc, j.nodes[m].keylen + 1);
+                v2 = (char *)accel_host_alloc(acc, j.nodes[m].len + 1);
+                if (!k2 || !v2) {
+                    accel_host_free(acc, k2);
+                    accel_host_free(acc, v2);
+                    r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s: metadata", path);
+                    break;
+                }
                 memcpy(k2, accel__jkeyp(&j, m), j.nodes[m].keylen + 1);
                 memcpy(v2, accel__jstr(&j, m), j.nodes[m].len + 1);
                 stbds_arrput(f->meta, k2);
@@ -1269,8 +1333,9 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
 }
 
 static accel_result accel__st_new(accel *acc, const char *path, accel_ckpt_file **out) {
-    accel_ckpt_file *f = (accel_ckpt_file *)calloc(1, sizeof *f);
-    if (!f) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "open %.300s", path);
+    accel_ckpt_file *f = (accel_ckpt_file *)accel_host_alloc(acc, sizeof *f);
+    if (!f) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "open %.300s", path);
+    memset(f, 0, sizeof *f);
     f->acc = acc;
     f->fd = -1;
     accel__fmt(f->path, sizeof f->path, "%s", path);
@@ -1401,17 +1466,17 @@ ACCEL__DEF accel_result accel_ckpt_file_load_all(accel_ckpt_file *f, const accel
     accel_result r = ACCEL_OK;
     if (!f || n < 0 || (n > 0 && !dst)) return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "load: bad arguments");
     if (n == 0) return ACCEL_OK;
-    idx = (int *)malloc(sizeof(int) * (size_t)n);
-    if (!idx) return ACCEL__FAIL(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "load");
+    idx = (int *)accel_host_alloc(f->acc, sizeof(int) * (size_t)n);
+    if (!idx) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "load from %.300s", f->path);
     for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_check_dst(f, &dst[i], &idx[i]);
-    memset(&stage, 0, sizeof stage);
+    accel__stage_begin(&stage, f->acc);
     for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_copy(f, idx[i], dst[i].ptr, &stage);
-    accel__stage_free(&stage);
-    free(idx);
+    accel__stage_end(&stage);
+    accel_host_free(f->acc, idx);
     return r;
 }
 
-/* ------------------------------------------------------------------------------------------ sharding */
+/* ------------------------------------------------------------------- 7. sharded models: plan, save, load */
 ACCEL__DEF accel_result accel_ckpt_plan_shards(accel *acc, const uint64_t *sizes, int n, uint64_t max, int *shard_of,
                                                uint64_t *shard_bytes, int *n_shards) {
     int i, j, ns = 0, cur_first = -1;
@@ -1470,7 +1535,7 @@ static int accel__name_file_cmp(const void *a, const void *b) {
 }
 /* The index exactly as json.dumps(obj, indent=2, sort_keys=True) + "\n". */
 static void accel__index_json(accel__sb *b, const accel_tensor *t, int n, const int *shard_of, int ns, uint64_t total) {
-    accel__name_file *nf = (accel__name_file *)malloc(sizeof(accel__name_file) * (size_t)(n ? n : 1));
+    accel__name_file *nf = (accel__name_file *)accel_host_alloc(b->acc, sizeof(accel__name_file) * (size_t)(n ? n : 1));
     int i;
     char fname[64];
     if (!nf) { b->oom = 1; return; }
@@ -1487,7 +1552,7 @@ static void accel__index_json(accel__sb *b, const accel_tensor *t, int n, const 
         accel__sb_json_str(b, fname, strlen(fname), 1);
     }
     accel__sb_puts(b, n ? "\n  }\n}\n" : "}\n}\n");
-    free(nf);
+    accel_host_free(b->acc, nf);
 }
 
 
@@ -1503,11 +1568,11 @@ static accel_result accel__save_model_local(accel *acc, const char *dir, const a
     if (r != ACCEL_OK) return r;
     if (n == 0) return ACCEL_OK; /* Accelerate writes nothing for an empty state dict */
     if (accel__mkdir_p(dir, NULL, 0) != 0) return accel__io_fail(acc, "cannot create directory", dir);
-    sizes = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)n);
-    shard_bytes = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)n);
-    shard_of = (int *)malloc(sizeof(int) * (size_t)n);
-    sub = (accel_tensor *)malloc(sizeof(accel_tensor) * (size_t)n);
-    if (!sizes || !shard_bytes || !shard_of || !sub) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_model"); goto done; }
+    sizes = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)n);
+    shard_bytes = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)n);
+    shard_of = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)n);
+    sub = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)n);
+    if (!sizes || !shard_bytes || !shard_of || !sub) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_model"); goto done; }
     for (i = 0; i < n; ++i) { sizes[i] = (uint64_t)accel_tensor_nbytes(&t[i]); total += sizes[i]; }
     r = accel_ckpt_plan_shards(acc, sizes, n, max, shard_of, shard_bytes, &ns);
     for (s = 0; s < ns && r == ACCEL_OK; ++s) {
@@ -1522,9 +1587,9 @@ static accel_result accel__save_model_local(accel *acc, const char *dir, const a
     accel__fmt(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (ns > 1) {
         accel__sb b;
-        memset(&b, 0, sizeof b);
+        accel__sb_init(&b, acc);
         accel__index_json(&b, t, n, shard_of, ns, total);
-        if (b.oom) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "index json");
+        if (b.oom) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s", path);
         else r = accel__write_file(acc, path, b.p, b.n, 1);
         accel__sb_free(&b);
         if (r != ACCEL_OK) goto done;
@@ -1550,10 +1615,10 @@ static accel_result accel__save_model_local(accel *acc, const char *dir, const a
     closedir(d);
     if (r == ACCEL_OK && accel__fsync_dir(dir) != 0) r = accel__io_fail(acc, "cannot fsync directory", dir);
 done:
-    free(sizes);
-    free(shard_bytes);
-    free(shard_of);
-    free(sub);
+    accel_host_free(acc, sizes);
+    accel_host_free(acc, shard_bytes);
+    accel_host_free(acc, shard_of);
+    accel_host_free(acc, sub);
     return r;
 }
 
@@ -1573,19 +1638,17 @@ ACCEL__DEF accel_result accel_ckpt_save_model(accel *acc, const char *dir, const
     return accel_ckpt_save_model_bytes(acc, dir, tensors, n, max, 0);
 }
 
-/* model.safetensors.index.json → weight_map as parallel stb_ds arrays of malloc'd strings. */
-typedef struct accel__index { char **names; char **files; } accel__index;
+/* model.safetensors.index.json → weight_map as parallel stb_ds arrays of strings from acc's allocator. */
+typedef struct accel__index { accel *acc; char **names; char **files; } accel__index;
 static void accel__index_free(accel__index *x) {
     int i;
-    for (i = 0; i < (int)stbds_arrlen(x->names); ++i) { free(x->names[i]); free(x->files[i]); }
+    for (i = 0; i < (int)stbds_arrlen(x->names); ++i) {
+        accel_host_free(x->acc, x->names[i]);
+        accel_host_free(x->acc, x->files[i]);
+    }
     stbds_arrfree(x->names);
     stbds_arrfree(x->files);
     x->names = x->files = NULL;
-}
-static char *accel__strndup(const char *s, size_t n) {
-    char *p = (char *)malloc(n + 1);
-    if (p) { memcpy(p, s, n); p[n] = 0; }
-    return p;
 }
 static int accel__safe_file_name(const char *s) {
     return *s && strcmp(s, ".") && strcmp(s, "..") && !strchr(s, '/') && strlen(s) <= 255;
@@ -1596,10 +1659,11 @@ static accel_result accel__index_parse(accel *acc, const char *what, const void 
     size_t bad = 0;
     accel_result r = ACCEL_OK;
     memset(out, 0, sizeof *out);
+    out->acc = acc;
     if (!accel__utf8_valid((const unsigned char *)data, n, &bad))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s is not valid UTF-8 (byte %lu)", what, (unsigned long)bad);
-    root = accel__json_parse(&j, data, n);
-    if (root < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s is not valid JSON: %s", what, j.err); accel__json_free(&j); return r; }
+    root = accel__json_parse(&j, acc, data, n);
+    if (root < 0) { r = accel__json_failed(acc, &j, what); accel__json_free(&j); return r; }
     wm = accel__jget(&j, root, "weight_map");
     md = accel__jget(&j, root, "metadata");
     if (j.nodes[root].type != ACCEL__J_OBJ || wm < 0 || j.nodes[wm].type != ACCEL__J_OBJ || (md >= 0 && j.nodes[md].type != ACCEL__J_OBJ)) {
@@ -1613,9 +1677,14 @@ static accel_result accel__index_parse(accel *acc, const char *what, const void 
             break;
         }
         if (strlen(accel__jkeyp(&j, c)) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains NUL", what); break; }
-        a = accel__strndup(accel__jkeyp(&j, c), j.nodes[c].keylen);
-        b = accel__strndup(accel__jstr(&j, c), j.nodes[c].len);
-        if (!a || !b) { free(a); free(b); r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "index"); break; }
+        a = accel__strndup(acc, accel__jkeyp(&j, c), j.nodes[c].keylen);
+        b = accel__strndup(acc, accel__jstr(&j, c), j.nodes[c].len);
+        if (!a || !b) {
+            accel_host_free(acc, a);
+            accel_host_free(acc, b);
+            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s", what);
+            break;
+        }
         stbds_arrput(out->names, a);
         stbds_arrput(out->files, b);
     }
@@ -1638,7 +1707,8 @@ ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const
     r = accel__check_tensors(acc, t, n, "load_model");
     if (r != ACCEL_OK) return r;
     memset(&ix, 0, sizeof ix);
-    memset(&stage, 0, sizeof stage);
+    ix.acc = acc;
+    accel__stage_begin(&stage, acc);
     accel__fmt(path, sizeof path, "%s/model.safetensors.index.json", dir);
     sharded = accel__is_file(path);
     if (sharded) {
@@ -1655,10 +1725,10 @@ ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const
         stbds_arrput(fnames, (char *)"model.safetensors");
         nf = 1;
     }
-    files = (accel_ckpt_file **)calloc((size_t)(nf ? nf : 1), sizeof *files);
-    file_of = (int *)malloc(sizeof(int) * (size_t)(n ? n : 1));
-    idx = (int *)malloc(sizeof(int) * (size_t)(n ? n : 1));
-    if (!files || !file_of || !idx) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model"); goto done; }
+    files = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)nf, sizeof *files);
+    file_of = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)(n ? n : 1));
+    idx = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)(n ? n : 1));
+    if (!files || !file_of || !idx) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model"); goto done; }
     for (k = 0; k < nf && r == ACCEL_OK; ++k) {
         accel__fmt(path, sizeof path, "%s/%s", dir, fnames[k]);
         r = accel_ckpt_file_open(acc, path, &files[k]);
@@ -1683,20 +1753,25 @@ ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const
         r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: the weight_map lists %d tensors but the shards hold %d", dir, (int)stbds_arrlen(ix.names), n);
     for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_copy(files[file_of[i]], idx[i], t[i].ptr, &stage);
 done:
-    accel__stage_free(&stage);
+    accel__stage_end(&stage);
     if (files)
         for (k = 0; k < nf; ++k) accel_ckpt_file_destroy(files[k]);
-    free(files);
-    free(file_of);
-    free(idx);
+    accel_host_free(acc, files);
+    accel_host_free(acc, file_of);
+    accel_host_free(acc, idx);
     stbds_arrfree(fnames);
     accel__index_free(&ix);
     return r;
 }
 
-/* ----------------------------------------------------------------------------------- save/load state */
+/* --------------------------------------------- 8. the checkpointer: create/destroy, registration, root causes */
 typedef struct accel__ckpt_group { accel_tensor *t; int n; } accel__ckpt_group;
-typedef struct accel__ckpt_obj { char *name; accel_ckpt_save_fn save; accel_ckpt_load_fn load; void *user; } accel__ckpt_obj;
+typedef struct accel__ckpt_obj {
+    char *name; /* the file name: "<name>.bin", "custom_checkpoint_<i>.bin", "random_states_<rank>.bin" */
+    accel_state_save_fn save;
+    accel_state_load_fn load;
+    void *obj;
+} accel__ckpt_obj;
 
 struct accel_ckpt {
     accel *acc;
@@ -1710,21 +1785,21 @@ struct accel_ckpt {
 
 #define ACCEL__MARKER "checkpoint_complete.json"
 
-static void accel__group_free(accel__ckpt_group *g) {
+static void accel__ckpt_group_free(accel *acc, accel__ckpt_group *g) {
     int i;
-    for (i = 0; i < g->n; ++i) free((void *)g->t[i].name);
-    free(g->t);
+    for (i = 0; i < g->n; ++i) accel_host_free(acc, (void *)g->t[i].name);
+    accel_host_free(acc, g->t);
 }
 ACCEL__DEF void accel_ckpt_destroy(accel_ckpt *ck) {
     int i;
     if (!ck) return;
-    for (i = 0; i < (int)stbds_arrlen(ck->models); ++i) accel__group_free(&ck->models[i]);
-    for (i = 0; i < (int)stbds_arrlen(ck->optims); ++i) accel__group_free(&ck->optims[i]);
-    for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i) free(ck->objs[i].name);
+    for (i = 0; i < (int)stbds_arrlen(ck->models); ++i) accel__ckpt_group_free(ck->acc, &ck->models[i]);
+    for (i = 0; i < (int)stbds_arrlen(ck->optims); ++i) accel__ckpt_group_free(ck->acc, &ck->optims[i]);
+    for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i) accel_host_free(ck->acc, ck->objs[i].name);
     stbds_arrfree(ck->models);
     stbds_arrfree(ck->optims);
     stbds_arrfree(ck->objs);
-    free(ck);
+    accel_host_free(ck->acc, ck);
 }
 ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc, accel_ckpt **out) {
     accel_ckpt *ck;
@@ -1735,8 +1810,9 @@ ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *des
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_desc: total_limit=%d and iteration=%d must be >= 0", desc->total_limit, desc->iteration);
     pd = desc && desc->project_dir ? desc->project_dir : (acc->desc.project_dir ? acc->desc.project_dir : ".");
     if (strlen(pd) >= 2000) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "project_dir is too long");
-    ck = (accel_ckpt *)calloc(1, sizeof *ck);
-    if (!ck) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_ckpt_create");
+    ck = (accel_ckpt *)accel_host_alloc(acc, sizeof *ck);
+    if (!ck) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_ckpt_create");
+    memset(ck, 0, sizeof *ck);
     ck->acc = acc;
     if (desc) ck->d = *desc;
     accel__fmt(ck->project_dir, sizeof ck->project_dir, "%s", pd);
@@ -1755,12 +1831,16 @@ static accel_result accel__register_group(accel_ckpt *ck, accel__ckpt_group **ar
     r = accel__check_tensors(ck->acc, t, n, what);
     if (r != ACCEL_OK) return r;
     g.n = n;
-    g.t = (accel_tensor *)calloc((size_t)(n ? n : 1), sizeof(accel_tensor));
-    if (!g.t) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    g.t = (accel_tensor *)accel_host_alloc(ck->acc, sizeof(accel_tensor) * (size_t)(n ? n : 1));
+    if (!g.t) return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
     for (i = 0; i < n; ++i) {
         g.t[i] = t[i];
-        g.t[i].name = accel__strndup(t[i].name, strlen(t[i].name));
-        if (!g.t[i].name) { g.n = i; accel__group_free(&g); return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what); }
+        g.t[i].name = accel__strndup(ck->acc, t[i].name, strlen(t[i].name));
+        if (!g.t[i].name) {
+            g.n = i;
+            accel__ckpt_group_free(ck->acc, &g);
+            return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+        }
     }
     stbds_arrput(*arr, g);
     return ACCEL_OK;
@@ -1771,8 +1851,8 @@ ACCEL__DEF accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_te
 ACCEL__DEF accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel_tensor *t, int n) {
     return accel__register_group(ck, ck ? &ck->optims : NULL, t, n, "register_optimizer");
 }
-ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_ckpt_save_fn save,
-                                            accel_ckpt_load_fn load, void *user) {
+ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_state_save_fn save,
+                                            accel_state_load_fn load, void *obj) {
     accel__ckpt_obj o;
     char buf[96];
     int i;
@@ -1796,14 +1876,44 @@ ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, ac
     }
     for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i)
         if (!strcmp(ck->objs[i].name, buf)) return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: \"%s\" is already registered", buf);
-    o.name = accel__strndup(buf, strlen(buf));
-    if (!o.name) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register");
+    o.name = accel__strndup(ck->acc, buf, strlen(buf));
+    if (!o.name) return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register %s", buf);
     o.save = save;
     o.load = load;
-    o.user = user;
+    o.obj = obj;
     stbds_arrput(ck->objs, o);
     if (!name) ck->n_custom++;
     return ACCEL_OK;
+}
+
+/* Root causes of registered callbacks. A callback records its message on its object's Accelerator (normally
+   ck->acc) or, for an object without one, in the process-wide buffer; which one changed tells where it is.
+   Fingerprints, not copies: the buffers are 1 KiB each. */
+typedef struct accel__ckpt_errmark { uint64_t own, global; } accel__ckpt_errmark;
+static uint64_t accel__ckpt_msg_print(const char *m) { return accel__fnv1a(ACCEL__FNV_INIT, m, strlen(m)); }
+static accel__ckpt_errmark accel__ckpt_errmark_now(const accel *acc) {
+    accel__ckpt_errmark m;
+    m.own = accel__ckpt_msg_print(accel_last_error(acc));
+    m.global = accel__ckpt_msg_print(accel_last_error(NULL));
+    return m;
+}
+/* After a callback failed with r: "<what>: <file>: <the callback's message>" in acc. */
+static accel_result accel__ckpt_callback_failed(accel *acc, accel_result r, accel__ckpt_errmark before, const char *what,
+                                                const char *file) {
+    accel__ckpt_errmark now = accel__ckpt_errmark_now(acc);
+    if (now.own != before.own) return accel__fail_wrap(acc, r, "%s: %s", what, file);
+    if (now.global != before.global) {
+        const char *m = accel_last_error(NULL);
+        if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
+        return ACCEL__FAIL(acc, r, "%s: %s: %.700s", what, file, m);
+    }
+    return ACCEL__FAIL(acc, r, "%s: %s: the callback returned %s without a message (accel_set_error records one)", what,
+                       file, accel_result_string(r));
+}
+
+/* The Accelerator's own training state as a registered-like object (accel_state_save has the contract's shape). */
+static accel_result accel__ckpt_core_state_save(void *acc, void *buf, size_t cap, size_t *size) {
+    return accel_state_save((accel *)acc, buf, cap, size);
 }
 
 typedef struct accel__written { char name[96]; uint64_t bytes, hash; } accel__written;
@@ -1813,12 +1923,27 @@ static void accel__group_file(char *out, size_t cap, const char *stem, int i) {
     else accel__fmt(out, cap, "%s_%d.safetensors", stem, i);
 }
 
-/* Hashes a whole file through a read-only mapping (no copy out of the page cache), read() as a fallback. Returns 0
-   or an errno; thread-safe (no error reporting here). */
+static int accel__ckpt_number(const char *name, long *num) { /* "checkpoint_<digits>" */
+    const char *p;
+    long v = 0;
+    if (strncmp(name, "checkpoint_", 11)) return 0;
+    p = name + 11;
+    if (!*p) return 0;
+    for (; *p; ++p) {
+        if (*p < '0' || *p > '9' || v > (LONG_MAX - 9) / 10) return 0;
+        v = v * 10 + (*p - '0');
+    }
+    *num = v;
+    return 1;
+}
+
+/* ---------------------------------------------------------------------- 9. completion marker and verification */
+/* Hashes a whole file through a read-only mapping (no copy out of the page cache), read() into a stack buffer as a
+   fallback. Returns 0 or an errno. Runs in verification threads: it neither allocates nor records errors. */
 static int accel__hash_file_raw(const char *path, uint64_t *bytes, uint64_t *hash) {
     int fd = open(path, O_RDONLY), e;
     accel__xxh64 h;
-    char *buf;
+    unsigned char buf[64 * 1024];
     uint64_t total = 0;
     struct stat st;
     if (fd < 0) return errno ? errno : EIO;
@@ -1837,14 +1962,11 @@ static int accel__hash_file_raw(const char *path, uint64_t *bytes, uint64_t *has
             return 0;
         }
     }
-    buf = (char *)malloc(ACCEL__IO_CHUNK);
-    if (!buf) { close(fd); return ENOMEM; }
     for (;;) {
-        ssize_t r = read(fd, buf, ACCEL__IO_CHUNK);
+        ssize_t r = read(fd, buf, sizeof buf);
         if (r < 0) {
             if (errno == EINTR) continue;
             e = errno;
-            free(buf);
             close(fd);
             return e ? e : EIO;
         }
@@ -1852,7 +1974,6 @@ static int accel__hash_file_raw(const char *path, uint64_t *bytes, uint64_t *has
         accel__xxh64_update(&h, buf, (size_t)r);
         total += (uint64_t)r;
     }
-    free(buf);
     close(fd);
     *bytes = total;
     *hash = accel__xxh64_final(&h);
@@ -1863,27 +1984,16 @@ static accel_result accel__hash_file(accel *acc, const char *path, uint64_t *byt
     if (e == 0) return ACCEL_OK;
     errno = e;
     if (e == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path);
-    if (e == ENOMEM) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "hashing %.400s", path);
     return accel__io_fail(acc, "cannot read", path);
 }
 
-static int accel__ckpt_number(const char *name, long *num) { /* "checkpoint_<digits>" */
-    const char *p;
-    long v = 0;
-    if (strncmp(name, "checkpoint_", 11)) return 0;
-    p = name + 11;
-    if (!*p) return 0;
-    for (; *p; ++p) {
-        if (*p < '0' || *p > '9' || v > (LONG_MAX - 9) / 10) return 0;
-        v = v * 10 + (*p - '0');
-    }
-    *num = v;
-    return 1;
-}
+/* "Not a complete checkpoint" outcomes: recorded as ACCEL_ERR_FORMAT, or only returned when `quiet` (listing probes
+   many directories, most of them legitimately incomplete; real failures — I/O, memory — are always recorded). */
+#define ACCEL__CKPT_INCOMPLETE(acc, quiet, ...) ((quiet) ? ACCEL_ERR_FORMAT : ACCEL__FAIL((acc), ACCEL_ERR_FORMAT, __VA_ARGS__))
 
 /* The completion marker: file list with sizes and checksums. */
 typedef struct accel__marker { accel__written *files; } accel__marker;
-static accel_result accel__marker_read(accel *acc, const char *dir, accel__marker *m) {
+static accel_result accel__marker_read(accel *acc, const char *dir, int quiet, accel__marker *m) {
     char path[4200], *data = NULL;
     size_t n = 0;
     accel__json j;
@@ -1891,15 +2001,25 @@ static accel_result accel__marker_read(accel *acc, const char *dir, accel__marke
     accel_result r;
     memset(m, 0, sizeof *m);
     accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, dir);
+    if (!accel__is_file(path)) return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s is not a complete checkpoint: no " ACCEL__MARKER, dir);
     r = accel__read_file(acc, path, &data, &n, (size_t)16 << 20);
-    if (r == ACCEL_ERR_NOT_FOUND) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not a complete checkpoint: no " ACCEL__MARKER, dir);
     if (r != ACCEL_OK) return r;
-    if (!accel__utf8_valid((const unsigned char *)data, n, NULL)) { accel_host_free(acc, data); return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid UTF-8", path); }
-    root = accel__json_parse(&j, data, n);
+    if (!accel__utf8_valid((const unsigned char *)data, n, NULL)) {
+        accel_host_free(acc, data);
+        return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s is not valid UTF-8", path);
+    }
+    root = accel__json_parse(&j, acc, data, n);
     accel_host_free(acc, data);
-    if (root < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid JSON: %s", path, j.err); accel__json_free(&j); return r; }
+    if (root < 0) {
+        r = j.oom || !quiet ? accel__json_failed(acc, &j, path) : ACCEL_ERR_FORMAT;
+        accel__json_free(&j);
+        return r;
+    }
     fl = accel__jget(&j, root, "files");
-    if (fl < 0 || j.nodes[fl].type != ACCEL__J_OBJ) { accel__json_free(&j); return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s has no \"files\" object", path); }
+    if (fl < 0 || j.nodes[fl].type != ACCEL__J_OBJ) {
+        accel__json_free(&j);
+        return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s has no \"files\" object", path);
+    }
     for (c = j.nodes[fl].first; c >= 0; c = j.nodes[c].next) {
         accel__written w;
         int b = accel__jget(&j, c, "bytes"), h = accel__jget(&j, c, "xxh64"), k, okhex = 1;
@@ -1918,7 +2038,7 @@ static accel_result accel__marker_read(accel *acc, const char *dir, accel__marke
             }
         }
         if (!okhex) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: malformed entry for '%.100s'", path, accel__jkeyp(&j, c));
+            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s: malformed entry for '%.100s'", path, accel__jkeyp(&j, c));
             accel__json_free(&j);
             stbds_arrfree(m->files);
             return r;
@@ -1935,7 +2055,6 @@ static const accel__written *accel__marker_find(const accel__marker *m, const ch
         if (!strcmp(m->files[i].name, name)) return &m->files[i];
     return NULL;
 }
-/* Marker present, every listed file with its size; full: also every checksum. */
 /* Parallel checksum verification: the calling thread and one helper take files in turn. */
 typedef struct accel__verify_job {
     const char *dir;
@@ -1959,21 +2078,25 @@ static void *accel__verify_worker(void *arg) {
     }
     return NULL;
 }
-/* Marker present, every listed file with its size; full: also every checksum. */
-static accel_result accel__check_complete(accel *acc, const char *dir, int full, accel__marker *keep) {
+/* Marker present, every listed file with its size; full: also every checksum. keep (may be NULL) receives the
+   marker on success. quiet: see ACCEL__CKPT_INCOMPLETE. */
+static accel_result accel__check_complete(accel *acc, const char *dir, int full, int quiet, accel__marker *keep) {
     accel__marker m;
     int i, nf;
-    accel_result r = accel__marker_read(acc, dir, &m);
+    accel_result r = accel__marker_read(acc, dir, quiet, &m);
     if (r != ACCEL_OK) return r;
     nf = (int)stbds_arrlen(m.files);
     for (i = 0; i < nf && r == ACCEL_OK; ++i) {
         char path[4200];
         struct stat st;
         accel__fmt(path, sizeof path, "%s/%s", dir, m.files[i].name);
-        if (stat(path, &st) != 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "incomplete checkpoint %.400s: %s is missing", dir, m.files[i].name); break; }
+        if (stat(path, &st) != 0) {
+            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "incomplete checkpoint %.400s: %s is missing", dir, m.files[i].name);
+            break;
+        }
         if ((uint64_t)st.st_size != m.files[i].bytes) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: %s is %llu bytes, the marker says %llu", dir, m.files[i].name,
-                            (unsigned long long)st.st_size, (unsigned long long)m.files[i].bytes);
+            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "corrupt checkpoint %.400s: %s is %llu bytes, the marker says %llu", dir,
+                                       m.files[i].name, (unsigned long long)st.st_size, (unsigned long long)m.files[i].bytes);
             break;
         }
     }
@@ -1985,10 +2108,10 @@ static accel_result accel__check_complete(accel *acc, const char *dir, int full,
         j.dir = dir;
         j.files = m.files;
         j.n = nf;
-        j.bytes = (uint64_t *)calloc((size_t)nf, sizeof(uint64_t));
-        j.hash = (uint64_t *)calloc((size_t)nf, sizeof(uint64_t));
-        j.err = (int *)calloc((size_t)nf, sizeof(int));
-        if (!j.bytes || !j.hash || !j.err) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "verify");
+        j.bytes = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)nf);
+        j.hash = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)nf);
+        j.err = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)nf);
+        if (!j.bytes || !j.hash || !j.err) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "verifying %.400s", dir);
         else if (pthread_mutex_init(&j.lock, NULL) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "verify: mutex");
         else {
             if (nf > 1 && pthread_create(&helper, NULL, accel__verify_worker, &j) == 0) threaded = 1;
@@ -2007,9 +2130,9 @@ static accel_result accel__check_complete(accel *acc, const char *dir, int full,
                 }
             }
         }
-        free(j.bytes);
-        free(j.hash);
-        free(j.err);
+        accel_host_free(acc, j.bytes);
+        accel_host_free(acc, j.hash);
+        accel_host_free(acc, j.err);
     }
     if (r == ACCEL_OK && keep) *keep = m;
     else stbds_arrfree(m.files);
@@ -2018,95 +2141,7 @@ static accel_result accel__check_complete(accel *acc, const char *dir, int full,
 ACCEL__DEF accel_result accel_ckpt_verify(accel *acc, const char *dir) {
     if (!dir) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "verify: dir is NULL");
     if (!accel__is_dir(dir)) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s is not a directory", dir);
-    return accel__check_complete(acc, dir, 1, NULL);
-}
-
-/* Complete checkpoints under dir, sorted ascending by number. */
-typedef struct accel__ckpt_ent { long num; char name[64]; } accel__ckpt_ent;
-static int accel__ckpt_ent_cmp(const void *a, const void *b) {
-    long x = ((const accel__ckpt_ent *)a)->num, y = ((const accel__ckpt_ent *)b)->num;
-    return x < y ? -1 : x > y;
-}
-static void accel__quiet_log(void *user, accel_log_level level, const char *msg) { (void)user; (void)level; (void)msg; }
-/* A completeness probe whose (expected) failures are neither logged nor left behind as the last error. */
-static int accel__is_complete_quiet(const char *dir) {
-    accel_log_fn fn = accel__g_log_fn;
-    void *user = accel__g_log_user;
-    char saved[ACCEL_ERROR_CAPACITY];
-    int ok;
-    memcpy(saved, accel__g_last_error, sizeof saved);
-    accel__g_log_fn = accel__quiet_log;
-    accel__g_log_user = NULL;
-    ok = accel__check_complete(NULL, dir, 0, NULL) == ACCEL_OK;
-    accel__g_log_fn = fn;
-    accel__g_log_user = user;
-    memcpy(accel__g_last_error, saved, sizeof saved);
-    return ok;
-}
-static accel__ckpt_ent *accel__list_ckpts(const char *dir) {
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    accel__ckpt_ent *list = NULL;
-    if (!d) return NULL;
-    while ((de = readdir(d)) != NULL) {
-        accel__ckpt_ent e;
-        char path[4200];
-        if (!accel__ckpt_number(de->d_name, &e.num) || strlen(de->d_name) >= sizeof e.name) continue;
-        accel__fmt(path, sizeof path, "%s/%s", dir, de->d_name);
-        if (!accel__is_dir(path) || !accel__is_complete_quiet(path)) continue;
-        accel__fmt(e.name, sizeof e.name, "%s", de->d_name);
-        stbds_arrput(list, e);
-    }
-    closedir(d);
-    if (list) qsort(list, (size_t)stbds_arrlen(list), sizeof *list, accel__ckpt_ent_cmp);
-    return list;
-}
-ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out, size_t cap) {
-    accel__ckpt_ent *list;
-    int n;
-    if (!dir || !out || cap == 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: NULL argument");
-    out[0] = 0;
-    list = accel__list_ckpts(dir);
-    n = (int)stbds_arrlen(list);
-    if (n == 0) { stbds_arrfree(list); return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint in %.400s", dir); }
-    if ((size_t)accel__fmt(out, cap, "%s/%s", dir, list[n - 1].name) >= cap) {
-        stbds_arrfree(list);
-        out[0] = 0;
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: output buffer too small");
-    }
-    stbds_arrfree(list);
-    return ACCEL_OK;
-}
-
-
-static void accel__json_kv_u64(accel__sb *b, const char *k, uint64_t v, int last) {
-    accel__sb_json_str(b, k, strlen(k), 1);
-    accel__sb_puts(b, ": ");
-    accel__sb_u64(b, v);
-    if (!last) accel__sb_puts(b, ", ");
-}
-
-/* Writes one object's bytes (the two-call protocol of accel_ckpt_save_fn). */
-static accel_result accel__save_obj(accel_ckpt *ck, const accel__ckpt_obj *o, const char *dir, accel__written *w) {
-    size_t need = 0, got = 0;
-    void *buf;
-    char path[4200];
-    accel_result r = o->save(o->user, NULL, 0, &need);
-    if (r != ACCEL_OK) return ACCEL__FAIL(ck->acc, r, "save callback of %s failed", o->name);
-    buf = malloc(need ? need : 1);
-    if (!buf) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "state of %s (%zu bytes)", o->name, need);
-    r = o->save(o->user, buf, need, &got);
-    if (r != ACCEL_OK || got > need) {
-        free(buf);
-        return ACCEL__FAIL(ck->acc, r != ACCEL_OK ? r : ACCEL_ERR_STATE, "save callback of %s failed (wrote %zu of %zu bytes)", o->name, got, need);
-    }
-    accel__fmt(path, sizeof path, "%s/%s", dir, o->name);
-    r = accel__write_file(ck->acc, path, buf, got, 0);
-    w->hash = accel_ckpt_xxh64(buf, got, 0);
-    free(buf);
-    accel__fmt(w->name, sizeof w->name, "%s", o->name);
-    w->bytes = got;
-    return r;
+    return accel__check_complete(acc, dir, 1, 0, NULL);
 }
 
 /* The owner's part of sealing a checkpoint: hash the files it did not write, write the marker, fsync. */
@@ -2134,11 +2169,11 @@ static accel_result accel__write_marker(accel *acc, const char *tmp, accel__writ
     closedir(d);
     if (r != ACCEL_OK) return r;
     nw = (int)stbds_arrlen(*written);
-    order = (accel__name_file *)malloc(sizeof(accel__name_file) * (size_t)(nw ? nw : 1));
-    if (!order) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "marker");
+    order = (accel__name_file *)accel_host_alloc(acc, sizeof(accel__name_file) * (size_t)(nw ? nw : 1));
+    if (!order) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__MARKER);
     for (i = 0; i < nw; ++i) { order[i].name = (*written)[i].name; order[i].shard = i; }
     qsort(order, (size_t)nw, sizeof *order, accel__name_file_cmp);
-    memset(&b, 0, sizeof b);
+    accel__sb_init(&b, acc);
     accel__sb_puts(&b, "{\"files\": {");
     for (i = 0; i < nw; ++i) {
         char hx[24];
@@ -2153,32 +2188,92 @@ static accel_result accel__write_marker(accel *acc, const char *tmp, accel__writ
         accel__sb_puts(&b, "\"}");
     }
     accel__sb_puts(&b, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
-    free(order);
+    accel_host_free(acc, order);
     accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, tmp);
-    r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "marker") : accel__write_file(acc, path, b.p, b.n, 0);
+    r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__MARKER) : accel__write_file(acc, path, b.p, b.n, 0);
     accel__sb_free(&b);
     if (r == ACCEL_OK && accel__fsync_dir(tmp) != 0) r = accel__io_fail(acc, "cannot fsync directory", tmp);
     return r;
 }
 
-/* An existing explicit output directory is replaced only when it is empty or a checkpoint (it is swapped out). */
-static int accel__replaceable(const char *dir) {
-    char path[4200];
-    DIR *d;
-    struct dirent *de;
-    int empty = 1;
-    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, dir);
-    if (accel__is_file(path)) return 1;
-    d = opendir(dir);
-    if (!d) return 0;
-    while ((de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = 0;
-    closedir(d);
-    return empty;
+/* ------------------------------------------------------------------------------------ 10. listing and rotation */
+/* Complete checkpoints under dir, sorted ascending by number. */
+typedef struct accel__ckpt_ent { long num; char name[64]; } accel__ckpt_ent;
+static int accel__ckpt_ent_cmp(const void *a, const void *b) {
+    long x = ((const accel__ckpt_ent *)a)->num, y = ((const accel__ckpt_ent *)b)->num;
+    return x < y ? -1 : x > y;
 }
-static int accel__exists_not_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
+/* *out: stb_ds array of the complete checkpoint_<N> directories (empty when dir does not exist). Incomplete ones are
+   skipped silently; anything else that goes wrong (an unreadable directory or marker, memory) is an error. */
+static accel_result accel__list_ckpts(accel *acc, const char *dir, accel__ckpt_ent **out) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    accel__ckpt_ent *list = NULL;
+    accel_result r = ACCEL_OK;
+    *out = NULL;
+    if (!d) return errno == ENOENT ? ACCEL_OK : accel__io_fail(acc, "cannot list", dir);
+    while (r == ACCEL_OK && (de = readdir(d)) != NULL) {
+        accel__ckpt_ent e;
+        char path[4200];
+        if (!accel__ckpt_number(de->d_name, &e.num) || strlen(de->d_name) >= sizeof e.name) continue;
+        accel__fmt(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (!accel__is_dir(path)) continue;
+        r = accel__check_complete(acc, path, 0, 1, NULL);
+        if (r == ACCEL_ERR_FORMAT) { r = ACCEL_OK; continue; } /* incomplete: not a checkpoint (yet) */
+        if (r != ACCEL_OK) break;
+        accel__fmt(e.name, sizeof e.name, "%s", de->d_name);
+        stbds_arrput(list, e);
+    }
+    closedir(d);
+    if (r != ACCEL_OK) {
+        stbds_arrfree(list);
+        return accel__fail_wrap(acc, r, "listing checkpoints under %.400s", dir);
+    }
+    if (list) qsort(list, (size_t)stbds_arrlen(list), sizeof *list, accel__ckpt_ent_cmp);
+    *out = list;
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out, size_t cap) {
+    accel__ckpt_ent *list;
+    accel_result r;
+    int n;
+    if (!dir || !out || cap == 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: NULL argument");
+    out[0] = 0;
+    r = accel__list_ckpts(acc, dir, &list);
+    if (r != ACCEL_OK) return r;
+    n = (int)stbds_arrlen(list);
+    if (n == 0) r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint under %.400s", dir);
+    else if ((size_t)accel__fmt(out, cap, "%s/%s", dir, list[n - 1].name) >= cap) {
+        out[0] = 0;
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: output buffer too small");
+    }
+    stbds_arrfree(list);
+    return r;
+}
+
+/* total_limit: the oldest complete checkpoints beyond the limit go, never the one just written. Each is renamed to
+   a hidden name first, so none is ever half-deleted in view. The new checkpoint is already published: a failure here
+   cannot undo the save, so it is logged (warn) instead of returned. */
+static void accel__rotate(accel *acc, const char *parent, const char *keep, int total_limit) {
+    accel__ckpt_ent *list = NULL;
+    int n, k;
+    if (accel__list_ckpts(acc, parent, &list) != ACCEL_OK) {
+        accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) skipped: %s", total_limit, accel_last_error(acc));
+        return;
+    }
+    n = (int)stbds_arrlen(list);
+    for (k = 0; k + total_limit < n; ++k) {
+        char victim[4200], hidden[4200];
+        accel__fmt(victim, sizeof victim, "%s/%s", parent, list[k].name);
+        if (!strcmp(victim, keep)) continue;
+        accel__fmt(hidden, sizeof hidden, "%s/.%s.del", parent, list[k].name);
+        accel__rmtree(hidden);
+        if (rename(victim, hidden) != 0 || accel__rmtree(hidden) != 0)
+            accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) could not remove %s: %s", total_limit,
+                      victim, strerror(errno));
+    }
+    stbds_arrfree(list);
+    accel__fsync_dir(parent);
 }
 
 /* Removes hidden leftovers (.checkpoint_N.tmp/.del/.old) of interrupted saves under parent. */
@@ -2201,190 +2296,259 @@ static void accel__clean_hidden(const char *parent) {
     if (d) closedir(d);
 }
 
-ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap) {
-    accel *acc;
-    char target[2300], parent[2300], tmp[2400], old[2400], path[4200];
+/* ------------------------------------------------------------------------------------------------ 11. save_state */
+/* Where a save goes: the target, its parent, the hidden temporary sibling, the hidden name of a replaced target. */
+typedef struct accel__save_paths {
+    char target[2300], parent[2300], tmp[2400], old[2400];
+    int automatic, owner;
+} accel__save_paths;
+
+static accel_result accel__save_resolve(accel_ckpt *ck, const char *output_dir, accel__save_paths *sp) {
+    accel *acc = ck->acc;
     const char *base;
-    accel__written *written = NULL;
-    accel_result r = ACCEL_OK;
-    int owner, i, automatic;
-    if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "save_state: ck is NULL");
-    acc = ck->acc;
-    automatic = !output_dir;
-    owner = acc->num_processes <= 1 || (ck->d.save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
-    target[0] = parent[0] = tmp[0] = old[0] = 0;
-    if (automatic && !ck->d.automatic_checkpoint_naming) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir is NULL and automatic_checkpoint_naming is off");
-    } else if (automatic) {
-        accel__fmt(parent, sizeof parent, "%s/checkpoints", ck->project_dir);
-        accel__fmt(target, sizeof target, "%s/checkpoint_%d", parent, ck->iteration);
+    memset(sp, 0, sizeof *sp);
+    sp->automatic = !output_dir;
+    sp->owner = acc->num_processes <= 1 || (ck->d.save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
+    if (sp->automatic && !ck->d.automatic_checkpoint_naming)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir is NULL and automatic_checkpoint_naming is off");
+    if (sp->automatic) {
+        accel__fmt(sp->parent, sizeof sp->parent, "%s/checkpoints", ck->project_dir);
+        accel__fmt(sp->target, sizeof sp->target, "%s/checkpoint_%d", sp->parent, ck->iteration);
     } else {
         size_t l = strlen(output_dir);
         while (l > 1 && output_dir[l - 1] == '/') --l;
-        if (l == 0 || l >= 2000) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: bad output_dir");
-        else {
-            accel__fmt(target, sizeof target, "%.*s", (int)l, output_dir);
-            accel__dirname(target, parent, sizeof parent);
-        }
+        if (l == 0 || l >= 2000) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: bad output_dir");
+        accel__fmt(sp->target, sizeof sp->target, "%.*s", (int)l, output_dir);
+        accel__dirname(sp->target, sp->parent, sizeof sp->parent);
     }
-    if (r == ACCEL_OK) {
-        base = accel__basename(target);
-        if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir must name a directory");
-        accel__fmt(tmp, sizeof tmp, "%s/.%s.tmp", parent, base);
-        accel__fmt(old, sizeof old, "%s/.%s.old", parent, base);
-    }
-    /* 1. the owner prepares the temporary sibling directory */
-    if (r == ACCEL_OK && owner) {
-        if (automatic && accel__is_dir(target))
-            r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "checkpoint directory %.400s already exists (iteration %d); set the iteration or load_state first",
-                            target, ck->iteration);
-        else if (!automatic && accel__is_dir(target) && !accel__replaceable(target))
-            r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is neither empty nor an accel checkpoint (no " ACCEL__MARKER "): refusing to replace it", target);
-        else if (!automatic && accel__exists_not_dir(target))
-            r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is not a directory", target);
-        else if (accel__mkdir_p(parent, NULL, 0) != 0) r = accel__io_fail(acc, "cannot create directory", parent);
-        else if (accel__rmtree(tmp) != 0) r = accel__io_fail(acc, "cannot remove stale", tmp);
-        else if (mkdir(tmp, 0777) != 0) r = accel__io_fail(acc, "cannot create directory", tmp);
-    }
-    r = accel__agree(acc, r, "save_state (prepare)");
-    if (r != ACCEL_OK) return r;
-    if (!accel__is_dir(tmp))
-        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "checkpoint directory %.400s is not visible on this process (save_state needs a shared filesystem, or save_on_each_node)", tmp);
+    base = strrchr(sp->target, '/');
+    base = base ? base + 1 : sp->target;
+    if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir must name a directory");
+    accel__fmt(sp->tmp, sizeof sp->tmp, "%s/.%s.tmp", sp->parent, base);
+    accel__fmt(sp->old, sizeof sp->old, "%s/.%s.old", sp->parent, base);
+    return ACCEL_OK;
+}
 
-    /* 2. the files: global ones by the owner, random_states_<rank> by everyone */
-    if (r == ACCEL_OK && owner) {
+/* An existing explicit output directory is replaced only when it is empty or a checkpoint (it is swapped out). */
+static int accel__replaceable(const char *dir) {
+    char path[4200];
+    DIR *d;
+    struct dirent *de;
+    int empty = 1;
+    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, dir);
+    if (accel__is_file(path)) return 1;
+    d = opendir(dir);
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = 0;
+    closedir(d);
+    return empty;
+}
+static int accel__exists_not_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
+}
+
+/* The owner checks the target and creates the empty temporary sibling. */
+static accel_result accel__save_prepare(accel_ckpt *ck, const accel__save_paths *sp) {
+    accel *acc = ck->acc;
+    if (sp->automatic && accel__is_dir(sp->target))
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "checkpoint directory %.400s already exists (iteration %d); set the iteration or load_state first",
+                           sp->target, ck->iteration);
+    if (!sp->automatic && accel__is_dir(sp->target) && !accel__replaceable(sp->target))
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is neither empty nor an accel checkpoint (no " ACCEL__MARKER "): refusing to replace it", sp->target);
+    if (!sp->automatic && accel__exists_not_dir(sp->target))
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is not a directory", sp->target);
+    if (accel__mkdir_p(sp->parent, NULL, 0) != 0) return accel__io_fail(acc, "cannot create directory", sp->parent);
+    if (accel__rmtree(sp->tmp) != 0) return accel__io_fail(acc, "cannot remove stale", sp->tmp);
+    if (mkdir(sp->tmp, 0777) != 0) return accel__io_fail(acc, "cannot create directory", sp->tmp);
+    return ACCEL_OK;
+}
+
+/* Writes one object's bytes through the state contract's two calls (size, then bytes). */
+static accel_result accel__save_obj(accel *acc, const accel__ckpt_obj *o, const char *dir, accel__written *w) {
+    size_t need = 0, got = 0;
+    void *buf;
+    char path[4200];
+    accel__ckpt_errmark mark = accel__ckpt_errmark_now(acc);
+    accel_result r = o->save(o->obj, NULL, 0, &need);
+    if (r != ACCEL_OK) return accel__ckpt_callback_failed(acc, r, mark, "save_state", o->name);
+    buf = accel_host_alloc(acc, need ? need : 1);
+    if (!buf) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s (%zu bytes)", o->name, need);
+    mark = accel__ckpt_errmark_now(acc);
+    r = o->save(o->obj, buf, need, &got);
+    if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, mark, "save_state", o->name);
+    else if (got > need)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "save_state: %s: the state grew from %zu to %zu bytes between the save callback's "
+                        "two calls", o->name, need, got);
+    if (r == ACCEL_OK) {
+        accel__fmt(path, sizeof path, "%s/%s", dir, o->name);
+        r = accel__write_file(acc, path, buf, got, 0);
+        accel__fmt(w->name, sizeof w->name, "%s", o->name);
+        w->bytes = got;
+        w->hash = accel_ckpt_xxh64(buf, got, 0);
+    }
+    accel_host_free(acc, buf);
+    return r;
+}
+
+/* The files: the global ones by the owner, random_states_<rank>.bin (accel_state_save) by every process. */
+static accel_result accel__save_files(accel_ckpt *ck, const char *tmp, int owner, accel__written **written) {
+    accel *acc = ck->acc;
+    char path[4200], name[64];
+    accel__ckpt_obj core;
+    accel__written w;
+    accel_result r = ACCEL_OK;
+    int i;
+    if (owner) {
         const char *meta[2] = {"format", "pt"};
         for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i) {
-            accel__written w;
             accel__group_file(w.name, sizeof w.name, "model", i);
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
             r = accel__st_save(acc, path, ck->models[i].t, ck->models[i].n, meta, 1, 0, &w.bytes, &w.hash);
-            if (r == ACCEL_OK) stbds_arrput(written, w);
+            if (r == ACCEL_OK) stbds_arrput(*written, w);
         }
         for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i) {
-            accel__written w;
             accel__group_file(w.name, sizeof w.name, "optimizer", i);
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
             r = accel__st_save(acc, path, ck->optims[i].t, ck->optims[i].n, NULL, 0, 0, &w.bytes, &w.hash);
-            if (r == ACCEL_OK) stbds_arrput(written, w);
+            if (r == ACCEL_OK) stbds_arrput(*written, w);
         }
         for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
-            accel__written w;
-            r = accel__save_obj(ck, &ck->objs[i], tmp, &w);
-            if (r == ACCEL_OK) stbds_arrput(written, w);
+            r = accel__save_obj(acc, &ck->objs[i], tmp, &w);
+            if (r == ACCEL_OK) stbds_arrput(*written, w);
         }
-        if (r == ACCEL_OK) {
+        if (r == ACCEL_OK) { /* ckpt's own fields only: the counters are in random_states_<rank>.bin */
             accel__sb b;
-            accel__written w;
-            memset(&b, 0, sizeof b);
-            accel__sb_puts(&b, "{\"format\": \"accel\", ");
-            accel__json_kv_u64(&b, "iteration", (uint64_t)ck->iteration, 0);
-            accel__json_kv_u64(&b, "num_processes", (uint64_t)acc->num_processes, 0);
-            accel__json_kv_u64(&b, "optimizer_steps", (uint64_t)(acc->optimizer_steps < 0 ? 0 : acc->optimizer_steps), 0);
-            accel__json_kv_u64(&b, "scheduler_steps", (uint64_t)(acc->scheduler_steps < 0 ? 0 : acc->scheduler_steps), 0);
-            accel__json_kv_u64(&b, "version", 1, 1);
-            accel__sb_puts(&b, "}\n");
+            accel__sb_init(&b, acc);
+            accel__sb_printf(&b, "{\"format\": \"accel\", \"iteration\": %d, \"num_processes\": %d, \"version\": 1}\n",
+                             ck->iteration, acc->num_processes);
             accel__fmt(w.name, sizeof w.name, "accelerator_state.json");
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-            r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accelerator_state") : accel__write_file(acc, path, b.p, b.n, 0);
-            if (r == ACCEL_OK) w.hash = accel_ckpt_xxh64(b.p, b.n, 0);
-            w.bytes = b.n;
+            r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s", w.name)
+                      : accel__write_file(acc, path, b.p, b.n, 0);
+            if (r == ACCEL_OK) {
+                w.bytes = b.n;
+                w.hash = accel_ckpt_xxh64(b.p, b.n, 0);
+                stbds_arrput(*written, w);
+            }
             accel__sb_free(&b);
-            if (r == ACCEL_OK) stbds_arrput(written, w);
         }
     }
     if (r == ACCEL_OK) {
-        accel__sb b;
-        accel__written w;
-        memset(&b, 0, sizeof b);
-        accel__sb_puts(&b, "{");
-        accel__json_kv_u64(&b, "num_processes", (uint64_t)acc->num_processes, 0);
-        accel__json_kv_u64(&b, "process_index", (uint64_t)acc->process_index, 0);
-        accel__json_kv_u64(&b, "rng_offset", acc->rng.offset, 0);
-        accel__json_kv_u64(&b, "rng_seed", acc->rng.seed, 0);
-        accel__json_kv_u64(&b, "step", (uint64_t)(acc->step < 0 ? 0 : acc->step), 1);
-        accel__sb_puts(&b, "}\n");
-        accel__fmt(w.name, sizeof w.name, "random_states_%d.json", acc->process_index);
-        accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-        r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "random_states") : accel__write_file(acc, path, b.p, b.n, 0);
-        if (r == ACCEL_OK) w.hash = accel_ckpt_xxh64(b.p, b.n, 0);
-        w.bytes = b.n;
-        accel__sb_free(&b);
-        if (r == ACCEL_OK) stbds_arrput(written, w);
+        accel__fmt(name, sizeof name, "random_states_%d.bin", acc->process_index);
+        core.name = name;
+        core.save = accel__ckpt_core_state_save;
+        core.load = NULL;
+        core.obj = acc;
+        r = accel__save_obj(acc, &core, tmp, &w);
+        if (r == ACCEL_OK) stbds_arrput(*written, w);
     }
+    return r;
+}
+
+/* The owner seals and publishes: marker, fsync, rename into place (swapping out a replaced target). */
+static accel_result accel__save_publish(accel *acc, const accel__save_paths *sp, accel__written **written) {
+    int had_old = 0;
+    accel_result r = accel__write_marker(acc, sp->tmp, written);
+    if (r != ACCEL_OK) return r;
+    if (accel__is_dir(sp->target)) { /* an explicit directory that exists: swap it out */
+        if (accel__rmtree(sp->old) != 0 || rename(sp->target, sp->old) != 0)
+            return accel__io_fail(acc, "cannot move the previous checkpoint aside:", sp->target);
+        had_old = 1;
+    }
+    if (rename(sp->tmp, sp->target) != 0) return accel__io_fail(acc, "cannot rename the checkpoint into", sp->target);
+    if (accel__fsync_dir(sp->parent) != 0) return accel__io_fail(acc, "cannot fsync directory", sp->parent);
+    if (had_old) accel__rmtree(sp->old);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap) {
+    accel *acc;
+    accel__save_paths sp;
+    accel__written *written = NULL;
+    accel_result r;
+    if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "save_state: ck is NULL");
+    acc = ck->acc;
+    r = accel__save_resolve(ck, output_dir, &sp);
+    /* 1. the owner prepares the temporary sibling directory */
+    if (r == ACCEL_OK && sp.owner) r = accel__save_prepare(ck, &sp);
+    r = accel__agree(acc, r, "save_state (prepare)");
+    if (r != ACCEL_OK) return r;
+    if (!accel__is_dir(sp.tmp))
+        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "checkpoint directory %.400s is not visible on this process (save_state needs a shared filesystem, or save_on_each_node)", sp.tmp);
+    /* 2. the files */
+    if (r == ACCEL_OK) r = accel__save_files(ck, sp.tmp, sp.owner, &written);
     r = accel__agree(acc, r, "save_state (write)");
-    /* 3. the owner seals and publishes: marker, fsync, rename into place, rotation */
-    if (r == ACCEL_OK && owner) {
-        r = accel__write_marker(acc, tmp, &written);
-        if (r == ACCEL_OK) {
-            int had_old = 0;
-            if (accel__is_dir(target)) { /* an explicit directory that exists: swap it out */
-                if (accel__rmtree(old) != 0 || rename(target, old) != 0) r = accel__io_fail(acc, "cannot move the previous checkpoint aside:", target);
-                had_old = 1;
-            }
-            if (r == ACCEL_OK && rename(tmp, target) != 0) r = accel__io_fail(acc, "cannot rename the checkpoint into", target);
-            if (r == ACCEL_OK && accel__fsync_dir(parent) != 0) r = accel__io_fail(acc, "cannot fsync directory", parent);
-            if (r == ACCEL_OK && had_old) accel__rmtree(old);
-        }
-        if (r == ACCEL_OK && automatic && ck->d.total_limit > 0) {
-            accel__ckpt_ent *list = accel__list_ckpts(parent);
-            int n = (int)stbds_arrlen(list), k;
-            for (k = 0; k + ck->d.total_limit < n; ++k) {
-                char victim[4200], hidden[4200];
-                accel__fmt(victim, sizeof victim, "%s/%s", parent, list[k].name);
-                if (!strcmp(victim, target)) continue; /* never the one just written */
-                accel__fmt(hidden, sizeof hidden, "%s/.%s.del", parent, list[k].name);
-                accel__rmtree(hidden);
-                if (rename(victim, hidden) == 0) accel__rmtree(hidden); /* hidden first: never half-deleted in view */
-            }
-            stbds_arrfree(list);
-            accel__fsync_dir(parent);
-        }
-        if (r == ACCEL_OK && automatic) accel__clean_hidden(parent);
+    /* 3. the owner seals and publishes, then rotates */
+    if (r == ACCEL_OK) {
+        if (sp.owner) r = accel__save_publish(acc, &sp, &written);
+        if (r == ACCEL_OK && sp.owner && sp.automatic && ck->d.total_limit > 0) accel__rotate(acc, sp.parent, sp.target, ck->d.total_limit);
+        if (r == ACCEL_OK && sp.owner && sp.automatic) accel__clean_hidden(sp.parent);
+        r = accel__agree(acc, r, "save_state (commit)");
     }
     stbds_arrfree(written);
-    r = accel__agree(acc, r, "save_state (commit)");
     if (r != ACCEL_OK) return r;
-    if (out_dir && cap) accel__fmt(out_dir, cap, "%s", target);
+    if (out_dir && cap) accel__fmt(out_dir, cap, "%s", sp.target);
     ck->iteration += 1;
     return ACCEL_OK;
 }
 
-/* random_states_<i>.json → (seed, offset, step). */
-static accel_result accel__read_rng(accel *acc, const char *dir, int rank, uint64_t *seed, uint64_t *offset, uint64_t *step) {
-    char path[4200], *data = NULL;
-    size_t n = 0;
-    accel__json j;
-    int root;
-    accel_result r;
-    accel__fmt(path, sizeof path, "%s/random_states_%d.json", dir, rank);
-    r = accel__read_file(acc, path, &data, &n, 1 << 20);
-    if (r != ACCEL_OK) return r;
-    root = accel__json_parse(&j, data, n);
-    accel_host_free(acc, data);
-    if (root < 0 || accel__ju64(&j, accel__jget(&j, root, "rng_seed"), seed) || accel__ju64(&j, accel__jget(&j, root, "rng_offset"), offset) ||
-        accel__ju64(&j, accel__jget(&j, root, "step"), step)) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: expected rng_seed, rng_offset and step integers%s%s", path, root < 0 ? ": " : "",
-                        root < 0 ? j.err : "");
-        accel__json_free(&j);
-        return r;
-    }
-    accel__json_free(&j);
-    return ACCEL_OK;
+/* ------------------------------------------------------------------------------------------------ 12. load_state */
+/* Everything load_state reads and checks before it applies anything. */
+typedef struct accel__load {
+    accel *acc;
+    char dir[2300];
+    accel__marker marker;
+    accel_ckpt_file **mf, **of; /* per registered model / optimizer group */
+    char **blobs;               /* per registered object */
+    size_t *blob_n;
+    uint64_t iteration, saved_np;
+    int state_applied;          /* the training state was loaded: put the snapshot back if anything fails */
+    unsigned char snapshot[ACCEL_STATE_BYTES];
+    size_t snapshot_n;
+} accel__load;
+
+static void accel__load_free(accel_ckpt *ck, accel__load *ld) {
+    int i;
+    for (i = 0; ld->mf && i < (int)stbds_arrlen(ck->models); ++i) accel_ckpt_file_destroy(ld->mf[i]);
+    for (i = 0; ld->of && i < (int)stbds_arrlen(ck->optims); ++i) accel_ckpt_file_destroy(ld->of[i]);
+    for (i = 0; ld->blobs && i < (int)stbds_arrlen(ck->objs); ++i) accel_host_free(ld->acc, ld->blobs[i]);
+    accel_host_free(ld->acc, ld->mf);
+    accel_host_free(ld->acc, ld->of);
+    accel_host_free(ld->acc, ld->blobs);
+    accel_host_free(ld->acc, ld->blob_n);
+    stbds_arrfree(ld->marker.files);
+}
+
+/* Reads a file the marker lists (so its checksum was verified); `missing` is the error when it is not listed. */
+static accel_result accel__load_listed(accel__load *ld, const char *name, accel_result missing, const char *why, char **buf,
+                                       size_t *n, size_t limit) {
+    char path[4200];
+    if (!accel__marker_find(&ld->marker, name))
+        return ACCEL__FAIL(ld->acc, missing, "%.400s has no %s%s", ld->dir, name, why);
+    accel__fmt(path, sizeof path, "%s/%s", ld->dir, name);
+    return accel__read_file(ld->acc, path, buf, n, limit);
 }
 
 /* Opens <dir>/<kind>[_i].safetensors for each registered group and checks every registered tensor against the file
-   (count, dtype, shape) before anything is applied. */
-static accel_result accel__ckpt_open_groups(accel *acc, const char *dir, const char *kind, const accel__ckpt_group *groups,
-                                            int n, accel_ckpt_file **files) {
+   (count, names, dtypes, shapes) before anything is applied. A mismatch with the registration is
+   ACCEL_ERR_INVALID_ARGUMENT (never NOT_FOUND, which means "no checkpoint yet"). */
+static accel_result accel__load_groups(accel__load *ld, const char *kind, const accel__ckpt_group *groups, int n,
+                                       accel_ckpt_file **files) {
+    accel *acc = ld->acc;
     accel_result r = ACCEL_OK;
     int i, k;
     char path[2500]; /* dir (< 2300) + "/" + file name (< 96) */
     for (i = 0; i < n && r == ACCEL_OK; ++i) {
         char fname[96];
         accel__group_file(fname, sizeof fname, kind, i);
-        accel__fmt(path, sizeof path, "%s/%s", dir, fname);
+        accel__fmt(path, sizeof path, "%s/%s", ld->dir, fname);
+        if (!accel__marker_find(&ld->marker, fname)) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has no %s (%s %d is registered)", ld->dir, fname, kind, i);
+            break;
+        }
         r = accel_ckpt_file_open(acc, path, &files[i]);
         if (r == ACCEL_OK && accel_ckpt_file_count(files[i]) != groups[i].n)
             r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but %s %d registers %d", path,
@@ -2392,151 +2556,157 @@ static accel_result accel__ckpt_open_groups(accel *acc, const char *dir, const c
         for (k = 0; k < groups[i].n && r == ACCEL_OK; ++k) {
             int ix;
             r = accel__st_check_dst(files[i], &groups[i].t[k], &ix);
+            if (r == ACCEL_ERR_NOT_FOUND) r = accel__fail_wrap(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state");
         }
+    }
+    return r;
+}
+
+/* The registered objects' files (read, not applied) and the count of custom objects (as Accelerate checks it). */
+static accel_result accel__load_objects(accel_ckpt *ck, accel__load *ld) {
+    accel *acc = ld->acc;
+    int i, n_custom_files = 0, nobj = (int)stbds_arrlen(ck->objs);
+    accel_result r = ACCEL_OK;
+    for (i = 0; i < (int)stbds_arrlen(ld->marker.files); ++i) {
+        const char *fn = ld->marker.files[i].name;
+        size_t l = strlen(fn);
+        if (!strncmp(fn, "custom_checkpoint_", 18) && l > 22 && !strcmp(fn + l - 4, ".bin")) ++n_custom_files;
+    }
+    if (n_custom_files != ck->n_custom)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has %d custom_checkpoint files but %d custom objects are registered",
+                           ld->dir, n_custom_files, ck->n_custom);
+    for (i = 0; i < nobj && r == ACCEL_OK; ++i)
+        r = accel__load_listed(ld, ck->objs[i].name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered object)", &ld->blobs[i],
+                               &ld->blob_n[i], (size_t)1 << 40);
+    return r;
+}
+
+/* accelerator_state.json: the iteration and the number of processes of the saving run. */
+static accel_result accel__load_accelerator_json(accel__load *ld) {
+    char *data = NULL;
+    size_t n = 0;
+    accel__json j;
+    int root;
+    accel_result r = accel__load_listed(ld, "accelerator_state.json", ACCEL_ERR_FORMAT, "", &data, &n, 1 << 20);
+    if (r != ACCEL_OK) return r;
+    root = accel__json_parse(&j, ld->acc, data, n);
+    if (root < 0) r = accel__json_failed(ld->acc, &j, "accelerator_state.json");
+    else if (accel__ju64(&j, accel__jget(&j, root, "iteration"), &ld->iteration) ||
+             accel__ju64(&j, accel__jget(&j, root, "num_processes"), &ld->saved_np) || ld->saved_np < 1 ||
+             ld->saved_np > 1000000 || ld->iteration > (uint64_t)INT_MAX - 1)
+        r = ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "%.400s/accelerator_state.json is malformed (iteration, num_processes)", ld->dir);
+    accel__json_free(&j);
+    accel_host_free(ld->acc, data);
+    return r;
+}
+
+/* The Accelerator's training state, by the core: accel_state_load of this rank's file on the same number of
+   processes, accel_state_load_resharded of every saved rank's file otherwise. Applied here, at the end of the
+   checks — the core validates everything before it changes anything — and put back from the snapshot if anything
+   fails later (on any rank). */
+static accel_result accel__load_training_state(accel__load *ld) {
+    accel *acc = ld->acc;
+    int count = (int)ld->saved_np, same = count == acc->num_processes, i;
+    int first = same ? acc->process_index : 0, last = same ? acc->process_index : count - 1;
+    char name[64], why[160], **bufs = (char **)accel__ckpt_zalloc(acc, (size_t)count, sizeof(char *));
+    size_t *sizes = (size_t *)accel__ckpt_zalloc(acc, (size_t)count, sizeof(size_t));
+    accel_result r = ACCEL_OK;
+    if (!bufs || !sizes) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: training states");
+    if (same) why[0] = 0;
+    else accel__fmt(why, sizeof why, " (resuming %d processes from a checkpoint of %d reads every saved rank's state)",
+                    acc->num_processes, count);
+    for (i = first; i <= last && r == ACCEL_OK; ++i) {
+        accel__fmt(name, sizeof name, "random_states_%d.bin", i);
+        r = accel__load_listed(ld, name, ACCEL_ERR_FORMAT, why, &bufs[i], &sizes[i], 1 << 20);
+    }
+    if (r == ACCEL_OK) {
+        r = same ? accel_state_load(acc, bufs[first], sizes[first])
+                 : accel_state_load_resharded(acc, (const void *const *)bufs, sizes, count);
+        if (r != ACCEL_OK) {
+            if (!same) accel__fmt(name, sizeof name, "random_states_*.bin");
+            r = accel__fail_wrap(acc, r, "load_state: %s", name);
+        } else {
+            ld->state_applied = 1;
+        }
+    }
+    for (i = 0; bufs && i < count; ++i) accel_host_free(acc, bufs[i]);
+    accel_host_free(acc, bufs);
+    accel_host_free(acc, sizes);
+    return r;
+}
+
+/* Copies the tensors and hands each object its bytes. */
+static accel_result accel__load_apply(accel_ckpt *ck, accel__load *ld) {
+    accel *acc = ld->acc;
+    accel__stage stage;
+    accel_result r = ACCEL_OK;
+    int i, k;
+    accel__stage_begin(&stage, acc);
+    for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i)
+        for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k)
+            r = accel__st_copy(ld->mf[i], accel_ckpt_file_find(ld->mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
+    for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i)
+        for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k)
+            r = accel__st_copy(ld->of[i], accel_ckpt_file_find(ld->of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
+    accel__stage_end(&stage);
+    for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
+        const accel__ckpt_obj *o = &ck->objs[i];
+        accel__ckpt_errmark mark = accel__ckpt_errmark_now(acc);
+        r = o->load(o->obj, ld->blobs[i], ld->blob_n[i]);
+        if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, mark, "load_state", o->name);
     }
     return r;
 }
 
 ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_dir) {
     accel *acc;
-    char dir[2300], path[4200];
+    accel__load ld;
+    char cdir[2200];
     accel_result r = ACCEL_OK;
-    accel_ckpt_file **mf = NULL, **of = NULL;
-    int nm, no, nobj, i, k, n_custom_files = 0;
-    uint64_t iteration = 0, saved_np = 0, opt_steps = 0, sch_steps = 0, seed = 0, offset = 0, step = 0;
-    char **blobs = NULL;
-    size_t *blob_n = NULL;
-    accel__marker marker;
+    int none_yet = 0;
     if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "load_state: ck is NULL");
     acc = ck->acc;
-    memset(&marker, 0, sizeof marker);
-    nm = (int)stbds_arrlen(ck->models);
-    no = (int)stbds_arrlen(ck->optims);
-    nobj = (int)stbds_arrlen(ck->objs);
-    dir[0] = 0;
-    if (input_dir) {
+    memset(&ld, 0, sizeof ld);
+    ld.acc = acc;
+    accel__fmt(cdir, sizeof cdir, "%s/checkpoints", ck->project_dir);
+    r = accel_state_save(acc, ld.snapshot, sizeof ld.snapshot, &ld.snapshot_n);
+    if (r == ACCEL_OK && ld.snapshot_n > sizeof ld.snapshot)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "load_state: the training state needs %zu bytes (built for %d)", ld.snapshot_n,
+                        ACCEL_STATE_BYTES);
+    /* 1. which checkpoint */
+    if (r == ACCEL_OK && input_dir) {
         if (strlen(input_dir) >= 2000) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state: input_dir is too long");
-        else accel__fmt(dir, sizeof dir, "%s", input_dir);
-    } else {
-        char cdir[2200];
-        accel__fmt(cdir, sizeof cdir, "%s/checkpoints", ck->project_dir);
-        r = accel_ckpt_latest(acc, cdir, dir, sizeof dir);
+        else accel__fmt(ld.dir, sizeof ld.dir, "%s", input_dir);
+    } else if (r == ACCEL_OK) {
+        r = accel_ckpt_latest(acc, cdir, ld.dir, sizeof ld.dir);
+        none_yet = r == ACCEL_ERR_NOT_FOUND;
     }
-    /* 1. verify: marker, sizes, checksums */
-    if (r == ACCEL_OK) r = accel__check_complete(acc, dir, 1, &marker);
-    /* 2. parse and check everything before applying anything */
+    /* 2. verify (marker, sizes, checksums) and check everything against the registration; read what is applied */
+    if (r == ACCEL_OK) r = accel__check_complete(acc, ld.dir, 1, 0, &ld.marker);
     if (r == ACCEL_OK) {
-        mf = (accel_ckpt_file **)calloc((size_t)nm + 1, sizeof *mf);
-        of = (accel_ckpt_file **)calloc((size_t)no + 1, sizeof *of);
-        blobs = (char **)calloc((size_t)nobj + 1, sizeof *blobs);
-        blob_n = (size_t *)calloc((size_t)nobj + 1, sizeof *blob_n);
-        if (!mf || !of || !blobs || !blob_n) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
+        ld.mf = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->models), sizeof *ld.mf);
+        ld.of = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->optims), sizeof *ld.of);
+        ld.blobs = (char **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blobs);
+        ld.blob_n = (size_t *)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blob_n);
+        if (!ld.mf || !ld.of || !ld.blobs || !ld.blob_n) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
     }
-    if (r == ACCEL_OK) r = accel__ckpt_open_groups(acc, dir, "model", ck->models, nm, mf);
-    if (r == ACCEL_OK) r = accel__ckpt_open_groups(acc, dir, "optimizer", ck->optims, no, of);
-    if (r == ACCEL_OK) {
-        for (i = 0; i < (int)stbds_arrlen(marker.files); ++i) {
-            const char *fn = marker.files[i].name;
-            size_t l = strlen(fn);
-            if (!strncmp(fn, "custom_checkpoint_", 18) && l > 22 && !strcmp(fn + l - 4, ".bin")) ++n_custom_files;
-        }
-        if (n_custom_files != ck->n_custom)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has %d custom_checkpoint files but %d custom objects are registered", dir,
-                            n_custom_files, ck->n_custom);
-    }
-    for (i = 0; i < nobj && r == ACCEL_OK; ++i) {
-        accel__fmt(path, sizeof path, "%s/%s", dir, ck->objs[i].name);
-        if (!accel__marker_find(&marker, ck->objs[i].name)) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s has no %s (a registered object)", dir, ck->objs[i].name);
-            break;
-        }
-        r = accel__read_file(acc, path, &blobs[i], &blob_n[i], (size_t)1 << 40);
-    }
-    if (r == ACCEL_OK) {
-        char *data = NULL;
-        size_t n = 0;
-        accel__json j;
-        int root;
-        accel__fmt(path, sizeof path, "%s/accelerator_state.json", dir);
-        r = accel__read_file(acc, path, &data, &n, 1 << 20);
-        if (r == ACCEL_OK) {
-            root = accel__json_parse(&j, data, n);
-            if (root < 0 || accel__ju64(&j, accel__jget(&j, root, "iteration"), &iteration) ||
-                accel__ju64(&j, accel__jget(&j, root, "num_processes"), &saved_np) ||
-                accel__ju64(&j, accel__jget(&j, root, "optimizer_steps"), &opt_steps) ||
-                accel__ju64(&j, accel__jget(&j, root, "scheduler_steps"), &sch_steps) || saved_np < 1 || saved_np > 1000000 ||
-                iteration > (uint64_t)INT_MAX - 1 || opt_steps > (uint64_t)INT64_MAX || sch_steps > (uint64_t)INT64_MAX)
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is malformed", path);
-            accel__json_free(&j);
-            accel_host_free(acc, data);
-        }
-    }
-    /* RNG: this rank's own file, else re-derived (see the header) */
-    if (r == ACCEL_OK) {
-        if ((uint64_t)acc->process_index < saved_np) {
-            r = accel__read_rng(acc, dir, acc->process_index, &seed, &offset, &step);
-        } else {
-            uint64_t s0 = 0, o0 = 0, st0 = 0, s = 0, o = 0, st = 0;
-            int same = 1, pattern = 1;
-            r = accel__read_rng(acc, dir, 0, &s0, &o0, &st0);
-            for (k = 1; k < (int)saved_np && r == ACCEL_OK; ++k) {
-                r = accel__read_rng(acc, dir, k, &s, &o, &st);
-                if (s != s0 || o != o0) same = 0;
-                if (s != s0 + (uint64_t)k || o != o0) pattern = 0;
-            }
-            if (r == ACCEL_OK) {
-                step = st0;
-                if (same) {
-                    seed = s0;
-                    offset = o0;
-                } else if (pattern) {
-                    seed = s0 + (uint64_t)acc->process_index;
-                    offset = o0;
-                } else {
-                    int src = (int)((uint64_t)acc->process_index % saved_np);
-                    r = accel__read_rng(acc, dir, src, &s, &o, &st);
-                    seed = accel__splitmix64(s ^ (uint64_t)acc->process_index);
-                    offset = o;
-                }
-                accel_log(acc, ACCEL_LOG_INFO, "load_state: %s has no random_states_%d.json (saved on %d processes): RNG state re-derived", dir,
-                           acc->process_index, (int)saved_np);
-            }
-        }
-    }
+    if (r == ACCEL_OK) r = accel__load_groups(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf);
+    if (r == ACCEL_OK) r = accel__load_groups(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
+    if (r == ACCEL_OK) r = accel__load_objects(ck, &ld);
+    if (r == ACCEL_OK) r = accel__load_accelerator_json(&ld);
+    if (r == ACCEL_OK) r = accel__load_training_state(&ld);
     r = accel__agree(acc, r, "load_state (verify)");
-    /* 3. apply */
+    /* 3. apply (every process got this far) */
     if (r == ACCEL_OK) {
-        accel__stage stage;
-        memset(&stage, 0, sizeof stage);
-        for (i = 0; i < nm && r == ACCEL_OK; ++i)
-            for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k)
-                r = accel__st_copy(mf[i], accel_ckpt_file_find(mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
-        for (i = 0; i < no && r == ACCEL_OK; ++i)
-            for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k)
-                r = accel__st_copy(of[i], accel_ckpt_file_find(of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
-        accel__stage_free(&stage);
-        for (i = 0; i < nobj && r == ACCEL_OK; ++i) {
-            r = ck->objs[i].load(ck->objs[i].user, blobs[i], blob_n[i]);
-            if (r != ACCEL_OK) r = ACCEL__FAIL(acc, r, "the load callback of %s rejected its %zu bytes", ck->objs[i].name, blob_n[i]);
-        }
-        if (r == ACCEL_OK) {
-            acc->rng.seed = seed;
-            acc->rng.offset = offset;
-            acc->step = (int)(step > (uint64_t)INT_MAX ? INT_MAX : step);
-            acc->optimizer_steps = (int64_t)opt_steps;
-            acc->scheduler_steps = (int64_t)sch_steps;
-            ck->iteration = (int)iteration + 1; /* policy 5: the next save does not collide */
-        }
+        r = accel__load_apply(ck, &ld);
+        r = accel__agree(acc, r, "load_state (apply)");
     }
-    for (i = 0; mf && i < nm; ++i) accel_ckpt_file_destroy(mf[i]);
-    for (i = 0; of && i < no; ++i) accel_ckpt_file_destroy(of[i]);
-    for (i = 0; blobs && i < nobj; ++i) accel_host_free(acc, blobs[i]);
-    free(mf);
-    free(of);
-    free(blobs);
-    free(blob_n);
-    stbds_arrfree(marker.files);
-    return accel__agree(acc, r, "load_state (apply)");
+    if (r == ACCEL_OK) ck->iteration = (int)ld.iteration + 1; /* policy 5: the next save does not collide */
+    else if (ld.state_applied) (void)accel_state_load(acc, ld.snapshot, ld.snapshot_n); /* same rank, same P: cannot fail */
+    accel__load_free(ck, &ld);
+    if (none_yet && r == ACCEL_ERR_NOT_FOUND && acc->is_main_process)
+        accel_log(acc, ACCEL_LOG_INFO, "no checkpoint under %s: starting fresh", cdir);
+    return r;
 }
 
 #endif /* ACCEL_IMPLEMENTATION && !ACCEL__CKPT_IMPL_DONE */

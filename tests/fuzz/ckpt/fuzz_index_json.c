@@ -22,14 +22,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int r2;
             accel__sb_init(&b, NULL);
             accel__sb_json_str(&b, ix.names[i], strlen(ix.names[i]), 1);
-            r2 = accel__json_parse(&j2, b.p, b.n);
+            r2 = accel__json_parse(&j2, NULL, b.p, b.n);
             if (r2 < 0 || j2.nodes[r2].type != ACCEL__J_STR || strcmp(accel__jstr(&j2, r2), ix.names[i])) abort();
             accel__json_free(&j2);
             accel__sb_free(&b);
         }
         accel__index_free(&ix);
     }
-    root = accel__json_parse(&j, data, size);
+    root = accel__json_parse(&j, NULL, data, size);
     (void)root;
     accel__json_free(&j);
     return 0;

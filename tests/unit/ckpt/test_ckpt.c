@@ -562,7 +562,7 @@ static void test_state(void) {
     AT_CONTAINS(out, "checkpoints/checkpoint_2");
     snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_0", p); AT_CHECK(!exists(latest));
     snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_1", p); AT_CHECK(exists(latest));
-    snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_2/random_states_0.json", p); AT_CHECK(exists(latest));
+    snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_2/random_states_0.bin", p); AT_EQ_INT(file_size(latest), ACCEL_STATE_BYTES);
     snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_2/custom_checkpoint_0.bin", p); AT_CHECK(exists(latest));
     snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_2/sampler.bin", p); AT_EQ_INT(file_size(latest), 16);
     snprintf(latest, sizeof latest, "%s/checkpoints/.checkpoint_2.tmp", p); AT_CHECK(!exists(latest));
