@@ -258,7 +258,7 @@ ACCEL_API uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed);
 /* stb_ds.h: the core's implementation section included it (and emitted its implementation through the hooks). */
 
 /* Allocation shorthands over acc's host allocator (NULL with the allocator's error recorded on acc). */
-static char *accel__strndup(accel *acc, const char *s, size_t n) { /* s[0..n) + NUL */
+static char *accel__ckpt_strndup(accel *acc, const char *s, size_t n) { /* s[0..n) + NUL */
     char *p = (char *)accel_host_alloc(acc, n + 1);
     if (p) { memcpy(p, s, n); p[n] = 0; }
     return p;
@@ -354,39 +354,39 @@ big:
 }
 
 /* ------------------------------------------------------------------------------------------------ 2. XXH64 */
-#define ACCEL__XP1 11400714785074694791ull
-#define ACCEL__XP2 14029467366897019727ull
-#define ACCEL__XP3 1609587929392839161ull
-#define ACCEL__XP4 9650029242287828579ull
-#define ACCEL__XP5 2870177450012600261ull
+#define ACCEL__CKPT_XP1 11400714785074694791ull
+#define ACCEL__CKPT_XP2 14029467366897019727ull
+#define ACCEL__CKPT_XP3 1609587929392839161ull
+#define ACCEL__CKPT_XP4 9650029242287828579ull
+#define ACCEL__CKPT_XP5 2870177450012600261ull
 
-typedef struct accel__xxh64 {
+typedef struct accel__ckpt_xxh64 {
     uint64_t v[4], total;
     unsigned char buf[32];
     size_t nbuf;
     uint64_t seed;
-} accel__xxh64;
+} accel__ckpt_xxh64;
 
 /* XXH64 reads its input as little-endian words: the core's accel__get_u64/u32. */
-static ACCEL_INLINE uint64_t accel__rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static ACCEL_INLINE uint64_t accel__xround(uint64_t acc, uint64_t in) {
-    acc += in * ACCEL__XP2;
-    acc = accel__rotl64(acc, 31);
-    return acc * ACCEL__XP1;
+static ACCEL_INLINE uint64_t accel__ckpt_rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static ACCEL_INLINE uint64_t accel__ckpt_xround(uint64_t acc, uint64_t in) {
+    acc += in * ACCEL__CKPT_XP2;
+    acc = accel__ckpt_rotl64(acc, 31);
+    return acc * ACCEL__CKPT_XP1;
 }
-static ACCEL_INLINE uint64_t accel__xmerge(uint64_t acc, uint64_t val) {
-    acc ^= accel__xround(0, val);
-    return acc * ACCEL__XP1 + ACCEL__XP4;
+static ACCEL_INLINE uint64_t accel__ckpt_xmerge(uint64_t acc, uint64_t val) {
+    acc ^= accel__ckpt_xround(0, val);
+    return acc * ACCEL__CKPT_XP1 + ACCEL__CKPT_XP4;
 }
-static void accel__xxh64_init(accel__xxh64 *h, uint64_t seed) {
+static void accel__ckpt_xxh64_init(accel__ckpt_xxh64 *h, uint64_t seed) {
     memset(h, 0, sizeof *h);
     h->seed = seed;
-    h->v[0] = seed + ACCEL__XP1 + ACCEL__XP2;
-    h->v[1] = seed + ACCEL__XP2;
+    h->v[0] = seed + ACCEL__CKPT_XP1 + ACCEL__CKPT_XP2;
+    h->v[1] = seed + ACCEL__CKPT_XP2;
     h->v[2] = seed;
-    h->v[3] = seed - ACCEL__XP1;
+    h->v[3] = seed - ACCEL__CKPT_XP1;
 }
-static void accel__xxh64_update(accel__xxh64 *h, const void *data, size_t n) {
+static void accel__ckpt_xxh64_update(accel__ckpt_xxh64 *h, const void *data, size_t n) {
     const unsigned char *p = (const unsigned char *)data, *end = p + n;
     h->total += n;
     if (h->nbuf + n < 32) {
@@ -398,19 +398,19 @@ static void accel__xxh64_update(accel__xxh64 *h, const void *data, size_t n) {
         size_t take = 32 - h->nbuf;
         memcpy(h->buf + h->nbuf, p, take);
         p += take;
-        h->v[0] = accel__xround(h->v[0], accel__get_u64(h->buf));
-        h->v[1] = accel__xround(h->v[1], accel__get_u64(h->buf + 8));
-        h->v[2] = accel__xround(h->v[2], accel__get_u64(h->buf + 16));
-        h->v[3] = accel__xround(h->v[3], accel__get_u64(h->buf + 24));
+        h->v[0] = accel__ckpt_xround(h->v[0], accel__get_u64(h->buf));
+        h->v[1] = accel__ckpt_xround(h->v[1], accel__get_u64(h->buf + 8));
+        h->v[2] = accel__ckpt_xround(h->v[2], accel__get_u64(h->buf + 16));
+        h->v[3] = accel__ckpt_xround(h->v[3], accel__get_u64(h->buf + 24));
         h->nbuf = 0;
     }
     {
         uint64_t v0 = h->v[0], v1 = h->v[1], v2 = h->v[2], v3 = h->v[3];
         while ((size_t)(end - p) >= 32) {
-            v0 = accel__xround(v0, accel__get_u64(p));
-            v1 = accel__xround(v1, accel__get_u64(p + 8));
-            v2 = accel__xround(v2, accel__get_u64(p + 16));
-            v3 = accel__xround(v3, accel__get_u64(p + 24));
+            v0 = accel__ckpt_xround(v0, accel__get_u64(p));
+            v1 = accel__ckpt_xround(v1, accel__get_u64(p + 8));
+            v2 = accel__ckpt_xround(v2, accel__get_u64(p + 16));
+            v3 = accel__ckpt_xround(v3, accel__get_u64(p + 24));
             p += 32;
         }
         h->v[0] = v0; h->v[1] = v1; h->v[2] = v2; h->v[3] = v3;
@@ -420,94 +420,94 @@ static void accel__xxh64_update(accel__xxh64 *h, const void *data, size_t n) {
         h->nbuf = (size_t)(end - p);
     }
 }
-static uint64_t accel__xxh64_final(const accel__xxh64 *h) {
+static uint64_t accel__ckpt_xxh64_final(const accel__ckpt_xxh64 *h) {
     uint64_t r;
     const unsigned char *p = h->buf, *end = h->buf + h->nbuf;
     if (h->total >= 32) {
-        r = accel__rotl64(h->v[0], 1) + accel__rotl64(h->v[1], 7) + accel__rotl64(h->v[2], 12) + accel__rotl64(h->v[3], 18);
-        r = accel__xmerge(r, h->v[0]);
-        r = accel__xmerge(r, h->v[1]);
-        r = accel__xmerge(r, h->v[2]);
-        r = accel__xmerge(r, h->v[3]);
+        r = accel__ckpt_rotl64(h->v[0], 1) + accel__ckpt_rotl64(h->v[1], 7) + accel__ckpt_rotl64(h->v[2], 12) + accel__ckpt_rotl64(h->v[3], 18);
+        r = accel__ckpt_xmerge(r, h->v[0]);
+        r = accel__ckpt_xmerge(r, h->v[1]);
+        r = accel__ckpt_xmerge(r, h->v[2]);
+        r = accel__ckpt_xmerge(r, h->v[3]);
     } else {
-        r = h->seed + ACCEL__XP5;
+        r = h->seed + ACCEL__CKPT_XP5;
     }
     r += h->total;
     while (end - p >= 8) {
-        r ^= accel__xround(0, accel__get_u64(p));
-        r = accel__rotl64(r, 27) * ACCEL__XP1 + ACCEL__XP4;
+        r ^= accel__ckpt_xround(0, accel__get_u64(p));
+        r = accel__ckpt_rotl64(r, 27) * ACCEL__CKPT_XP1 + ACCEL__CKPT_XP4;
         p += 8;
     }
     if (end - p >= 4) {
-        r ^= (uint64_t)accel__get_u32(p) * ACCEL__XP1;
-        r = accel__rotl64(r, 23) * ACCEL__XP2 + ACCEL__XP3;
+        r ^= (uint64_t)accel__get_u32(p) * ACCEL__CKPT_XP1;
+        r = accel__ckpt_rotl64(r, 23) * ACCEL__CKPT_XP2 + ACCEL__CKPT_XP3;
         p += 4;
     }
     while (p < end) {
-        r ^= (uint64_t)(*p) * ACCEL__XP5;
-        r = accel__rotl64(r, 11) * ACCEL__XP1;
+        r ^= (uint64_t)(*p) * ACCEL__CKPT_XP5;
+        r = accel__ckpt_rotl64(r, 11) * ACCEL__CKPT_XP1;
         ++p;
     }
     r ^= r >> 33;
-    r *= ACCEL__XP2;
+    r *= ACCEL__CKPT_XP2;
     r ^= r >> 29;
-    r *= ACCEL__XP3;
+    r *= ACCEL__CKPT_XP3;
     r ^= r >> 32;
     return r;
 }
 ACCEL__DEF uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed) {
-    accel__xxh64 h;
-    accel__xxh64_init(&h, seed);
-    accel__xxh64_update(&h, data, n);
-    return accel__xxh64_final(&h);
+    accel__ckpt_xxh64 h;
+    accel__ckpt_xxh64_init(&h, seed);
+    accel__ckpt_xxh64_update(&h, data, n);
+    return accel__ckpt_xxh64_final(&h);
 }
 
 /* ------------------------------------------------------------------------------------------ 3. JSON reader */
 /* (JSON is written with the core's accel__sb; this is the one number format it needs.) */
-static void accel__sb_u64(accel__sb *b, uint64_t v) { accel__sb_printf(b, "%llu", (unsigned long long)v); }
+static void accel__ckpt_sb_u64(accel__sb *b, uint64_t v) { accel__sb_printf(b, "%llu", (unsigned long long)v); }
 
-enum { ACCEL__J_NULL = 1, ACCEL__J_FALSE, ACCEL__J_TRUE, ACCEL__J_NUM, ACCEL__J_STR, ACCEL__J_ARR, ACCEL__J_OBJ };
-#define ACCEL__JSON_MAX_DEPTH 64
+enum { ACCEL__CKPT_J_NULL = 1, ACCEL__CKPT_J_FALSE, ACCEL__CKPT_J_TRUE, ACCEL__CKPT_J_NUM, ACCEL__CKPT_J_STR, ACCEL__CKPT_J_ARR, ACCEL__CKPT_J_OBJ };
+#define ACCEL__CKPT_JSON_MAX_DEPTH 64
 
-typedef struct accel__jnode {
+typedef struct accel__ckpt_jnode {
     int type;
     int first, last, next, count; /* children (arrays, objects), next sibling */
     size_t key, keylen;           /* member key (offset into the arena) */
     size_t str, len;              /* decoded string, or number text */
-} accel__jnode;
+} accel__ckpt_jnode;
 
-typedef struct accel__json {
+typedef struct accel__ckpt_json {
     accel *acc;          /* allocator of the temporary key array */
-    accel__jnode *nodes; /* stb_ds array */
+    accel__ckpt_jnode *nodes; /* stb_ds array */
     char *arena;         /* stb_ds array of NUL-terminated strings */
     const unsigned char *beg, *p, *end;
     int depth;
     int oom;             /* the failure was an allocation (recorded on acc), not the document */
     char err[256];
-} accel__json;
+} accel__ckpt_json;
 
-static void accel__json_free(accel__json *j) {
+static void accel__ckpt_json_free(accel__ckpt_json *j) {
     stbds_arrfree(j->nodes);
     stbds_arrfree(j->arena);
     j->nodes = NULL;
     j->arena = NULL;
 }
-static int accel__json_error(accel__json *j, const char *what) {
+static int accel__ckpt_json_error(accel__ckpt_json *j, const char *what) {
     if (!j->err[0]) snprintf(j->err, sizeof j->err, "%s at byte %lu", what, (unsigned long)(j->p - j->beg));
     return -1;
 }
-static void accel__json_ws(accel__json *j) {
+static void accel__ckpt_json_ws(accel__ckpt_json *j) {
     while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) ++j->p;
 }
-static int accel__json_new(accel__json *j, int type) {
-    accel__jnode nd;
+static int accel__ckpt_json_new(accel__ckpt_json *j, int type) {
+    accel__ckpt_jnode nd;
     memset(&nd, 0, sizeof nd);
     nd.type = type;
     nd.first = nd.last = nd.next = -1;
     stbds_arrput(j->nodes, nd);
     return (int)stbds_arrlen(j->nodes) - 1;
 }
-static void accel__json_put_cp(accel__json *j, uint32_t cp) {
+static void accel__ckpt_json_put_cp(accel__ckpt_json *j, uint32_t cp) {
     if (cp < 0x80) stbds_arrput(j->arena, (char)cp);
     else if (cp < 0x800) {
         stbds_arrput(j->arena, (char)(0xC0 | (cp >> 6)));
@@ -523,36 +523,36 @@ static void accel__json_put_cp(accel__json *j, uint32_t cp) {
         stbds_arrput(j->arena, (char)(0x80 | (cp & 0x3F)));
     }
 }
-static int accel__json_hex4(accel__json *j, uint32_t *out) {
+static int accel__ckpt_json_hex4(accel__ckpt_json *j, uint32_t *out) {
     uint32_t v = 0;
     int i;
-    if (j->end - j->p < 4) return accel__json_error(j, "truncated \\u escape");
+    if (j->end - j->p < 4) return accel__ckpt_json_error(j, "truncated \\u escape");
     for (i = 0; i < 4; ++i) {
         unsigned c = j->p[i];
         v <<= 4;
         if (c >= '0' && c <= '9') v |= c - '0';
         else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
         else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-        else return accel__json_error(j, "bad hex digit in \\u escape");
+        else return accel__ckpt_json_error(j, "bad hex digit in \\u escape");
     }
     j->p += 4;
     *out = v;
     return 0;
 }
 /* Parses a string at j->p (the opening quote); appends the decoded bytes + NUL to the arena. */
-static int accel__json_string(accel__json *j, size_t *off, size_t *len) {
+static int accel__ckpt_json_string(accel__ckpt_json *j, size_t *off, size_t *len) {
     size_t start = (size_t)stbds_arrlen(j->arena);
     ++j->p;
     for (;;) {
         unsigned c;
-        if (j->p >= j->end) return accel__json_error(j, "unterminated string");
+        if (j->p >= j->end) return accel__ckpt_json_error(j, "unterminated string");
         c = *j->p;
         if (c == '"') { ++j->p; break; }
-        if (c < 0x20) return accel__json_error(j, "control character in string");
+        if (c < 0x20) return accel__ckpt_json_error(j, "control character in string");
         if (c == '\\') {
             uint32_t cp;
             ++j->p;
-            if (j->p >= j->end) return accel__json_error(j, "unterminated escape");
+            if (j->p >= j->end) return accel__ckpt_json_error(j, "unterminated escape");
             c = *j->p++;
             switch (c) {
             case '"': stbds_arrput(j->arena, '"'); break;
@@ -564,27 +564,27 @@ static int accel__json_string(accel__json *j, size_t *off, size_t *len) {
             case 'r': stbds_arrput(j->arena, '\r'); break;
             case 't': stbds_arrput(j->arena, '\t'); break;
             case 'u':
-                if (accel__json_hex4(j, &cp)) return -1;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) return accel__json_error(j, "lone low surrogate in \\u escape");
+                if (accel__ckpt_json_hex4(j, &cp)) return -1;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return accel__ckpt_json_error(j, "lone low surrogate in \\u escape");
                 if (cp >= 0xD800 && cp <= 0xDBFF) {
                     uint32_t lo;
                     if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u')
-                        return accel__json_error(j, "high surrogate not followed by a low surrogate");
+                        return accel__ckpt_json_error(j, "high surrogate not followed by a low surrogate");
                     j->p += 2;
-                    if (accel__json_hex4(j, &lo)) return -1;
-                    if (lo < 0xDC00 || lo > 0xDFFF) return accel__json_error(j, "high surrogate not followed by a low surrogate");
+                    if (accel__ckpt_json_hex4(j, &lo)) return -1;
+                    if (lo < 0xDC00 || lo > 0xDFFF) return accel__ckpt_json_error(j, "high surrogate not followed by a low surrogate");
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 }
-                accel__json_put_cp(j, cp);
+                accel__ckpt_json_put_cp(j, cp);
                 break;
-            default: --j->p; return accel__json_error(j, "invalid escape");
+            default: --j->p; return accel__ckpt_json_error(j, "invalid escape");
             }
             continue;
         }
         if (c >= 0x80) {
             uint32_t cp;
             size_t l = accel__utf8_decode(j->p, j->end, &cp), k;
-            if (!l) return accel__json_error(j, "invalid UTF-8 in string");
+            if (!l) return accel__ckpt_json_error(j, "invalid UTF-8 in string");
             for (k = 0; k < l; ++k) stbds_arrput(j->arena, (char)j->p[k]);
             j->p += l;
             continue;
@@ -597,106 +597,106 @@ static int accel__json_string(accel__json *j, size_t *off, size_t *len) {
     stbds_arrput(j->arena, 0);
     return 0;
 }
-static int accel__json_value(accel__json *j);
+static int accel__ckpt_json_value(accel__ckpt_json *j);
 
-typedef struct accel__jkey { const char *s; size_t n; } accel__jkey;
-static int accel__jkey_cmp(const void *a, const void *b) {
-    const accel__jkey *x = (const accel__jkey *)a, *y = (const accel__jkey *)b;
+typedef struct accel__ckpt_jkey { const char *s; size_t n; } accel__ckpt_jkey;
+static int accel__ckpt_jkey_cmp(const void *a, const void *b) {
+    const accel__ckpt_jkey *x = (const accel__ckpt_jkey *)a, *y = (const accel__ckpt_jkey *)b;
     size_t m = x->n < y->n ? x->n : y->n;
     int c = memcmp(x->s, y->s, m);
     if (c) return c;
     return x->n < y->n ? -1 : x->n > y->n;
 }
-static void accel__json_link(accel__json *j, int parent, int child) {
+static void accel__ckpt_json_link(accel__ckpt_json *j, int parent, int child) {
     if (j->nodes[parent].last < 0) j->nodes[parent].first = child;
     else j->nodes[j->nodes[parent].last].next = child;
     j->nodes[parent].last = child;
     j->nodes[parent].count++;
 }
-static int accel__json_object(accel__json *j) {
-    int obj = accel__json_new(j, ACCEL__J_OBJ);
+static int accel__ckpt_json_object(accel__ckpt_json *j) {
+    int obj = accel__ckpt_json_new(j, ACCEL__CKPT_J_OBJ);
     ++j->p;
-    accel__json_ws(j);
+    accel__ckpt_json_ws(j);
     if (j->p < j->end && *j->p == '}') { ++j->p; return obj; }
     for (;;) {
         size_t ko, kl;
         int v;
-        accel__json_ws(j);
-        if (j->p >= j->end || *j->p != '"') return accel__json_error(j, "expected a string key");
-        if (accel__json_string(j, &ko, &kl)) return -1;
-        accel__json_ws(j);
-        if (j->p >= j->end || *j->p != ':') return accel__json_error(j, "expected ':'");
+        accel__ckpt_json_ws(j);
+        if (j->p >= j->end || *j->p != '"') return accel__ckpt_json_error(j, "expected a string key");
+        if (accel__ckpt_json_string(j, &ko, &kl)) return -1;
+        accel__ckpt_json_ws(j);
+        if (j->p >= j->end || *j->p != ':') return accel__ckpt_json_error(j, "expected ':'");
         ++j->p;
-        v = accel__json_value(j);
+        v = accel__ckpt_json_value(j);
         if (v < 0) return -1;
         j->nodes[v].key = ko;
         j->nodes[v].keylen = kl;
-        accel__json_link(j, obj, v);
-        accel__json_ws(j);
+        accel__ckpt_json_link(j, obj, v);
+        accel__ckpt_json_ws(j);
         if (j->p < j->end && *j->p == ',') { ++j->p; continue; }
         if (j->p < j->end && *j->p == '}') { ++j->p; break; }
-        return accel__json_error(j, "expected ',' or '}'");
+        return accel__ckpt_json_error(j, "expected ',' or '}'");
     }
     if (j->nodes[obj].count > 1) { /* duplicate keys are an error (safetensors forbids them) */
         int n = j->nodes[obj].count, i = 0, c;
-        accel__jkey *keys = (accel__jkey *)accel_host_alloc(j->acc, sizeof(accel__jkey) * (size_t)n);
+        accel__ckpt_jkey *keys = (accel__ckpt_jkey *)accel_host_alloc(j->acc, sizeof(accel__ckpt_jkey) * (size_t)n);
         if (!keys) {
             j->oom = 1;
-            return accel__json_error(j, "out of memory");
+            return accel__ckpt_json_error(j, "out of memory");
         }
         for (c = j->nodes[obj].first; c >= 0; c = j->nodes[c].next, ++i) {
             keys[i].s = j->arena + j->nodes[c].key;
             keys[i].n = j->nodes[c].keylen;
         }
-        qsort(keys, (size_t)n, sizeof *keys, accel__jkey_cmp);
+        qsort(keys, (size_t)n, sizeof *keys, accel__ckpt_jkey_cmp);
         for (i = 1; i < n; ++i) {
-            if (!accel__jkey_cmp(&keys[i - 1], &keys[i])) {
+            if (!accel__ckpt_jkey_cmp(&keys[i - 1], &keys[i])) {
                 char m[200];
                 snprintf(m, sizeof m, "duplicate key \"%.120s\"", keys[i].s);
                 accel_host_free(j->acc, keys);
-                return accel__json_error(j, m);
+                return accel__ckpt_json_error(j, m);
             }
         }
         accel_host_free(j->acc, keys);
     }
     return obj;
 }
-static int accel__json_array(accel__json *j) {
-    int arr = accel__json_new(j, ACCEL__J_ARR);
+static int accel__ckpt_json_array(accel__ckpt_json *j) {
+    int arr = accel__ckpt_json_new(j, ACCEL__CKPT_J_ARR);
     ++j->p;
-    accel__json_ws(j);
+    accel__ckpt_json_ws(j);
     if (j->p < j->end && *j->p == ']') { ++j->p; return arr; }
     for (;;) {
-        int v = accel__json_value(j);
+        int v = accel__ckpt_json_value(j);
         if (v < 0) return -1;
-        accel__json_link(j, arr, v);
-        accel__json_ws(j);
+        accel__ckpt_json_link(j, arr, v);
+        accel__ckpt_json_ws(j);
         if (j->p < j->end && *j->p == ',') { ++j->p; continue; }
         if (j->p < j->end && *j->p == ']') { ++j->p; break; }
-        return accel__json_error(j, "expected ',' or ']'");
+        return accel__ckpt_json_error(j, "expected ',' or ']'");
     }
     return arr;
 }
-static int accel__json_number(accel__json *j) {
+static int accel__ckpt_json_number(accel__ckpt_json *j) {
     const unsigned char *s = j->p;
     int nd;
     size_t off, k;
     if (j->p < j->end && *j->p == '-') ++j->p;
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__json_error(j, "invalid number");
+    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__ckpt_json_error(j, "invalid number");
     if (*j->p == '0') ++j->p;
     else while (j->p < j->end && *j->p >= '0' && *j->p <= '9') ++j->p;
     if (j->p < j->end && *j->p == '.') {
         ++j->p;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__json_error(j, "invalid number");
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__ckpt_json_error(j, "invalid number");
         while (j->p < j->end && *j->p >= '0' && *j->p <= '9') ++j->p;
     }
     if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
         ++j->p;
         if (j->p < j->end && (*j->p == '+' || *j->p == '-')) ++j->p;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__json_error(j, "invalid number");
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__ckpt_json_error(j, "invalid number");
         while (j->p < j->end && *j->p >= '0' && *j->p <= '9') ++j->p;
     }
-    nd = accel__json_new(j, ACCEL__J_NUM);
+    nd = accel__ckpt_json_new(j, ACCEL__CKPT_J_NUM);
     off = (size_t)stbds_arrlen(j->arena);
     for (k = 0; k < (size_t)(j->p - s); ++k) stbds_arrput(j->arena, (char)s[k]);
     stbds_arrput(j->arena, 0);
@@ -704,75 +704,75 @@ static int accel__json_number(accel__json *j) {
     j->nodes[nd].len = (size_t)(j->p - s);
     return nd;
 }
-static int accel__json_lit(accel__json *j, const char *lit, int type) {
+static int accel__ckpt_json_lit(accel__ckpt_json *j, const char *lit, int type) {
     size_t n = strlen(lit);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n)) return accel__json_error(j, "invalid literal");
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n)) return accel__ckpt_json_error(j, "invalid literal");
     j->p += n;
-    return accel__json_new(j, type);
+    return accel__ckpt_json_new(j, type);
 }
-static int accel__json_value(accel__json *j) {
+static int accel__ckpt_json_value(accel__ckpt_json *j) {
     int r;
-    accel__json_ws(j);
-    if (j->p >= j->end) return accel__json_error(j, "unexpected end of input");
+    accel__ckpt_json_ws(j);
+    if (j->p >= j->end) return accel__ckpt_json_error(j, "unexpected end of input");
     switch (*j->p) {
     case '{':
     case '[':
-        if (++j->depth > ACCEL__JSON_MAX_DEPTH) return accel__json_error(j, "nesting deeper than 64");
-        r = *j->p == '{' ? accel__json_object(j) : accel__json_array(j);
+        if (++j->depth > ACCEL__CKPT_JSON_MAX_DEPTH) return accel__ckpt_json_error(j, "nesting deeper than 64");
+        r = *j->p == '{' ? accel__ckpt_json_object(j) : accel__ckpt_json_array(j);
         --j->depth;
         return r;
     case '"': {
         size_t o, l;
         int nd;
-        if (accel__json_string(j, &o, &l)) return -1;
-        nd = accel__json_new(j, ACCEL__J_STR);
+        if (accel__ckpt_json_string(j, &o, &l)) return -1;
+        nd = accel__ckpt_json_new(j, ACCEL__CKPT_J_STR);
         j->nodes[nd].str = o;
         j->nodes[nd].len = l;
         return nd;
     }
-    case 't': return accel__json_lit(j, "true", ACCEL__J_TRUE);
-    case 'f': return accel__json_lit(j, "false", ACCEL__J_FALSE);
-    case 'n': return accel__json_lit(j, "null", ACCEL__J_NULL);
+    case 't': return accel__ckpt_json_lit(j, "true", ACCEL__CKPT_J_TRUE);
+    case 'f': return accel__ckpt_json_lit(j, "false", ACCEL__CKPT_J_FALSE);
+    case 'n': return accel__ckpt_json_lit(j, "null", ACCEL__CKPT_J_NULL);
     default:
-        if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return accel__json_number(j);
-        return accel__json_error(j, "unexpected character");
+        if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return accel__ckpt_json_number(j);
+        return accel__ckpt_json_error(j, "unexpected character");
     }
 }
 /* Parses a whole document: one value, whitespace around it, nothing else. Returns the root or -1 (j->err; report
-   it with accel__json_failed). The caller frees j (also on failure). */
-static int accel__json_parse(accel__json *j, accel *acc, const void *data, size_t n) {
+   it with accel__ckpt_json_failed). The caller frees j (also on failure). */
+static int accel__ckpt_json_parse(accel__ckpt_json *j, accel *acc, const void *data, size_t n) {
     int root;
     memset(j, 0, sizeof *j);
     j->acc = acc;
     j->beg = j->p = (const unsigned char *)data;
     j->end = j->beg + n;
-    root = accel__json_value(j);
+    root = accel__ckpt_json_value(j);
     if (root < 0) return -1;
-    accel__json_ws(j);
-    if (j->p != j->end) return accel__json_error(j, "trailing data after the JSON value");
+    accel__ckpt_json_ws(j);
+    if (j->p != j->end) return accel__ckpt_json_error(j, "trailing data after the JSON value");
     return root;
 }
 /* The error of a failed parse of `what`: ACCEL_ERR_OUT_OF_MEMORY (the allocator's message kept) or ACCEL_ERR_FORMAT. */
-static accel_result accel__json_failed(accel *acc, const accel__json *j, const char *what) {
+static accel_result accel__ckpt_json_failed(accel *acc, const accel__ckpt_json *j, const char *what) {
     if (j->oom) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "parsing %.400s", what);
     return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid JSON: %s", what, j->err);
 }
-static const char *accel__jstr(const accel__json *j, int nd) { return j->arena + j->nodes[nd].str; }
-static const char *accel__jkeyp(const accel__json *j, int nd) { return j->arena + j->nodes[nd].key; }
-static int accel__jget(const accel__json *j, int obj, const char *key) {
+static const char *accel__ckpt_jstr(const accel__ckpt_json *j, int nd) { return j->arena + j->nodes[nd].str; }
+static const char *accel__ckpt_jkeyp(const accel__ckpt_json *j, int nd) { return j->arena + j->nodes[nd].key; }
+static int accel__ckpt_jget(const accel__ckpt_json *j, int obj, const char *key) {
     int c;
     size_t kl = strlen(key);
-    if (obj < 0 || j->nodes[obj].type != ACCEL__J_OBJ) return -1;
+    if (obj < 0 || j->nodes[obj].type != ACCEL__CKPT_J_OBJ) return -1;
     for (c = j->nodes[obj].first; c >= 0; c = j->nodes[c].next)
         if (j->nodes[c].keylen == kl && !memcmp(j->arena + j->nodes[c].key, key, kl)) return c;
     return -1;
 }
 /* A JSON integer 0..UINT64_MAX written without sign, fraction or exponent. */
-static int accel__ju64(const accel__json *j, int nd, uint64_t *out) {
+static int accel__ckpt_ju64(const accel__ckpt_json *j, int nd, uint64_t *out) {
     const char *s;
     uint64_t v = 0;
-    if (nd < 0 || j->nodes[nd].type != ACCEL__J_NUM) return -1;
-    s = accel__jstr(j, nd);
+    if (nd < 0 || j->nodes[nd].type != ACCEL__CKPT_J_NUM) return -1;
+    s = accel__ckpt_jstr(j, nd);
     if (!*s || *s == '-') return -1;
     for (; *s; ++s) {
         unsigned d;
@@ -786,7 +786,7 @@ static int accel__ju64(const accel__json *j, int nd, uint64_t *out) {
 }
 
 /* ------------------------------------------------------------------------------------- 4. device staging */
-static int accel__is_device_ptr(const void *p) {
+static int accel__ckpt_is_device_ptr(const void *p) {
 #ifdef ACCEL_WITH_CUDA
     struct cudaPointerAttributes a;
     cudaError_t e;
@@ -800,22 +800,22 @@ static int accel__is_device_ptr(const void *p) {
 #endif
 }
 
-#define ACCEL__STAGE_BYTES ((size_t)8 << 20)
-#define ACCEL__IO_CHUNK ((size_t)1 << 20)
+#define ACCEL__CKPT_STAGE_BYTES ((size_t)8 << 20)
+#define ACCEL__CKPT_IO_CHUNK ((size_t)1 << 20)
 
 /* Created empty (nothing allocated until a device tensor needs it); the buffers come from acc's pinned allocator. */
-typedef struct accel__stage {
+typedef struct accel__ckpt_stage {
     accel *acc;
     void *buf[2]; /* pinned host buffers */
     void *ev[2];  /* cudaEvent_t */
     int ready;
-} accel__stage;
+} accel__ckpt_stage;
 
-static void accel__stage_begin(accel__stage *s, accel *acc) {
+static void accel__ckpt_stage_begin(accel__ckpt_stage *s, accel *acc) {
     memset(s, 0, sizeof *s);
     s->acc = acc;
 }
-static void accel__stage_end(accel__stage *s) {
+static void accel__ckpt_stage_end(accel__ckpt_stage *s) {
     int i;
     for (i = 0; i < 2; ++i) {
         accel_pinned_free(s->acc, s->buf[i]);
@@ -823,23 +823,23 @@ static void accel__stage_end(accel__stage *s) {
         if (s->ev[i]) cudaEventDestroy((cudaEvent_t)s->ev[i]);
 #endif
     }
-    accel__stage_begin(s, s->acc);
+    accel__ckpt_stage_begin(s, s->acc);
 }
 #ifdef ACCEL_WITH_CUDA
-static accel_result accel__stage_init(accel *acc, accel__stage *s) {
+static accel_result accel__ckpt_stage_init(accel *acc, accel__ckpt_stage *s) {
     int i;
     cudaError_t e;
     if (s->ready) return ACCEL_OK;
     for (i = 0; i < 2; ++i) {
         cudaEvent_t ev;
-        s->buf[i] = accel_pinned_alloc(s->acc, ACCEL__STAGE_BYTES);
+        s->buf[i] = accel_pinned_alloc(s->acc, ACCEL__CKPT_STAGE_BYTES);
         if (!s->buf[i]) {
-            accel__stage_end(s);
+            accel__ckpt_stage_end(s);
             return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "staging buffer for device tensors");
         }
         e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
         if (e != cudaSuccess) {
-            accel__stage_end(s);
+            accel__ckpt_stage_end(s);
             return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaEventCreate: %s", cudaGetErrorString(e));
         }
         s->ev[i] = (void *)ev;
@@ -850,31 +850,31 @@ static accel_result accel__stage_init(accel *acc, accel__stage *s) {
 #endif
 
 /* Device → file, double-buffered: the copy of chunk i+1 overlaps the hash + write of chunk i. */
-static accel_result accel__write_from_device(accel *acc, accel__stage *s, int fd, const char *path, const void *src,
-                                             uint64_t n, accel__xxh64 *h) {
+static accel_result accel__ckpt_write_from_device(accel *acc, accel__ckpt_stage *s, int fd, const char *path, const void *src,
+                                             uint64_t n, accel__ckpt_xxh64 *h) {
 #ifdef ACCEL_WITH_CUDA
     cudaStream_t st = acc ? (cudaStream_t)acc->stream : (cudaStream_t)0;
-    uint64_t off = 0, nchunks = (n + ACCEL__STAGE_BYTES - 1) / ACCEL__STAGE_BYTES, i;
+    uint64_t off = 0, nchunks = (n + ACCEL__CKPT_STAGE_BYTES - 1) / ACCEL__CKPT_STAGE_BYTES, i;
     cudaError_t e;
-    accel_result r = accel__stage_init(acc, s);
+    accel_result r = accel__ckpt_stage_init(acc, s);
     if (r != ACCEL_OK) return r;
     if (n == 0) return ACCEL_OK;
-    e = cudaMemcpyAsync(s->buf[0], src, (size_t)(n < ACCEL__STAGE_BYTES ? n : ACCEL__STAGE_BYTES), cudaMemcpyDeviceToHost, st);
+    e = cudaMemcpyAsync(s->buf[0], src, (size_t)(n < ACCEL__CKPT_STAGE_BYTES ? n : ACCEL__CKPT_STAGE_BYTES), cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[0], st);
     if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
     for (i = 0; i < nchunks; ++i) {
-        size_t len = (size_t)((n - off) < ACCEL__STAGE_BYTES ? (n - off) : ACCEL__STAGE_BYTES);
+        size_t len = (size_t)((n - off) < ACCEL__CKPT_STAGE_BYTES ? (n - off) : ACCEL__CKPT_STAGE_BYTES);
         int b = (int)(i & 1);
         if (i + 1 < nchunks) {
             uint64_t noff = off + len;
-            size_t nlen = (size_t)((n - noff) < ACCEL__STAGE_BYTES ? (n - noff) : ACCEL__STAGE_BYTES);
+            size_t nlen = (size_t)((n - noff) < ACCEL__CKPT_STAGE_BYTES ? (n - noff) : ACCEL__CKPT_STAGE_BYTES);
             e = cudaMemcpyAsync(s->buf[b ^ 1], (const char *)src + noff, nlen, cudaMemcpyDeviceToHost, st);
             if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[b ^ 1], st);
             if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
         }
         e = cudaEventSynchronize((cudaEvent_t)s->ev[b]);
         if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
-        if (h) accel__xxh64_update(h, s->buf[b], len);
+        if (h) accel__ckpt_xxh64_update(h, s->buf[b], len);
         if (accel__write_all(fd, s->buf[b], len) != 0) {
             (void)cudaStreamSynchronize(st);
             return accel__io_fail(acc, "cannot write", path);
@@ -889,17 +889,17 @@ static accel_result accel__write_from_device(accel *acc, accel__stage *s, int fd
 }
 
 /* File (or memory) → device, double-buffered: the read of chunk i+1 overlaps the copy of chunk i. */
-static accel_result accel__read_to_device(accel *acc, accel__stage *s, int fd, const unsigned char *mem, uint64_t off0,
+static accel_result accel__ckpt_read_to_device(accel *acc, accel__ckpt_stage *s, int fd, const unsigned char *mem, uint64_t off0,
                                           void *dst, uint64_t n, const char *what) {
 #ifdef ACCEL_WITH_CUDA
     cudaStream_t st = acc ? (cudaStream_t)acc->stream : (cudaStream_t)0;
     uint64_t off = 0;
     int i = 0, used[2] = {0, 0};
     cudaError_t e;
-    accel_result r = accel__stage_init(acc, s);
+    accel_result r = accel__ckpt_stage_init(acc, s);
     if (r != ACCEL_OK) return r;
     while (off < n) {
-        size_t len = (size_t)((n - off) < ACCEL__STAGE_BYTES ? (n - off) : ACCEL__STAGE_BYTES);
+        size_t len = (size_t)((n - off) < ACCEL__CKPT_STAGE_BYTES ? (n - off) : ACCEL__CKPT_STAGE_BYTES);
         int b = i & 1;
         if (used[b]) {
             e = cudaEventSynchronize((cudaEvent_t)s->ev[b]);
@@ -930,7 +930,7 @@ static accel_result accel__read_to_device(accel *acc, accel__stage *s, int fd, c
 }
 
 /* ---------------------------------------------------------------------------------- 5. safetensors writer */
-static void accel__shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
+static void accel__ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
     size_t o = 0;
     int i;
     o += (size_t)accel__fmt(out + o, cap - o, "[");
@@ -938,19 +938,19 @@ static void accel__shape_str(char *out, size_t cap, int ndim, const int64_t *sha
     if (o < cap) accel__fmt(out + o, cap - o, "]");
 }
 
-typedef struct accel__st_item { const accel_tensor *t; uint64_t nbytes; size_t esize; } accel__st_item;
-static int accel__st_item_cmp(const void *a, const void *b) {
-    const accel__st_item *x = (const accel__st_item *)a, *y = (const accel__st_item *)b;
+typedef struct accel__ckpt_st_item { const accel_tensor *t; uint64_t nbytes; size_t esize; } accel__ckpt_st_item;
+static int accel__ckpt_st_item_cmp(const void *a, const void *b) {
+    const accel__ckpt_st_item *x = (const accel__ckpt_st_item *)a, *y = (const accel__ckpt_st_item *)b;
     if (x->esize != y->esize) return x->esize > y->esize ? -1 : 1;
     return strcmp(x->t->name, y->t->name);
 }
 
-struct accel__name_index { char *key; int value; };
+struct accel__ckpt_name_index { char *key; int value; };
 
-static accel_result accel__check_tensors(accel *acc, const accel_tensor *t, int n, const char *what) {
+static accel_result accel__ckpt_check_tensors(accel *acc, const accel_tensor *t, int n, const char *what) {
     int i;
     accel_result r = ACCEL_OK;
-    struct accel__name_index *seen = NULL;
+    struct accel__ckpt_name_index *seen = NULL;
     if (n < 0 || (n > 0 && !t)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: bad tensor list (n=%d)", what, n);
     for (i = 0; i < n && r == ACCEL_OK; ++i) {
         int64_t nb;
@@ -978,33 +978,33 @@ static accel_result accel__check_tensors(accel *acc, const accel_tensor *t, int 
     return r;
 }
 
-typedef struct accel__hash_job { const accel__st_item *items; int n; accel__xxh64 *h; } accel__hash_job;
-static void *accel__hash_items(void *arg) {
-    accel__hash_job *j = (accel__hash_job *)arg;
+typedef struct accel__ckpt_hash_job { const accel__ckpt_st_item *items; int n; accel__ckpt_xxh64 *h; } accel__ckpt_hash_job;
+static void *accel__ckpt_hash_items(void *arg) {
+    accel__ckpt_hash_job *j = (accel__ckpt_hash_job *)arg;
     int i;
     for (i = 0; i < j->n; ++i)
-        if (j->items[i].nbytes) accel__xxh64_update(j->h, j->items[i].t->ptr, (size_t)j->items[i].nbytes);
+        if (j->items[i].nbytes) accel__ckpt_xxh64_update(j->h, j->items[i].t->ptr, (size_t)j->items[i].nbytes);
     return NULL;
 }
 
 /* Writes a complete safetensors file to fd; *out_bytes / *out_hash (when not NULL: computed) describe it. */
-static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, const accel_tensor *t, int n,
+static accel_result accel__ckpt_st_write_fd(accel *acc, int fd, const char *path, const accel_tensor *t, int n,
                                        const char *const *meta, int nmeta, uint64_t *out_bytes, uint64_t *out_hash) {
-    accel__st_item *items = NULL;
+    accel__ckpt_st_item *items = NULL;
     accel__sb hb;
-    accel__xxh64 h;
-    accel__stage stage;
+    accel__ckpt_xxh64 h;
+    accel__ckpt_stage stage;
     uint64_t off = 0, hlen;
     unsigned char len8[8];
     accel_result r = ACCEL_OK;
     int i, first = 1, any_device = 0, threaded = 0;
     pthread_t hasher;
-    accel__hash_job hj;
+    accel__ckpt_hash_job hj;
     accel__sb_init(&hb, acc);
-    accel__stage_begin(&stage, acc);
+    accel__ckpt_stage_begin(&stage, acc);
     memset(&hj, 0, sizeof hj);
     if (n > 0) {
-        items = (accel__st_item *)accel_host_alloc(acc, sizeof(accel__st_item) * (size_t)n);
+        items = (accel__ckpt_st_item *)accel_host_alloc(acc, sizeof(accel__ckpt_st_item) * (size_t)n);
         if (!items) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing %.300s", path);
     }
     for (i = 0; i < n; ++i) {
@@ -1012,7 +1012,7 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
         items[i].nbytes = (uint64_t)accel_tensor_nbytes(&t[i]);
         items[i].esize = accel_dtype_size(t[i].dtype);
     }
-    if (n > 1) qsort(items, (size_t)n, sizeof *items, accel__st_item_cmp);
+    if (n > 1) qsort(items, (size_t)n, sizeof *items, accel__ckpt_st_item_cmp);
     accel__sb_puts(&hb, "{");
     if (nmeta > 0) {
         accel__sb_puts(&hb, "\"__metadata__\":{");
@@ -1036,13 +1036,13 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
         accel__sb_puts(&hb, "\",\"shape\":[");
         for (d = 0; d < x->ndim; ++d) {
             if (d) accel__sb_puts(&hb, ",");
-            accel__sb_u64(&hb, (uint64_t)x->shape[d]);
+            accel__ckpt_sb_u64(&hb, (uint64_t)x->shape[d]);
         }
         accel__sb_puts(&hb, "],\"data_offsets\":[");
-        accel__sb_u64(&hb, off);
+        accel__ckpt_sb_u64(&hb, off);
         accel__sb_puts(&hb, ",");
         off += items[i].nbytes;
-        accel__sb_u64(&hb, off);
+        accel__ckpt_sb_u64(&hb, off);
         accel__sb_puts(&hb, "]}");
     }
     accel__sb_puts(&hb, "}");
@@ -1054,27 +1054,27 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
     }
     hlen = hb.n;
     accel__put_u64(len8, hlen);
-    accel__xxh64_init(&h, 0);
-    accel__xxh64_update(&h, len8, 8);
-    accel__xxh64_update(&h, hb.p, hb.n);
+    accel__ckpt_xxh64_init(&h, 0);
+    accel__ckpt_xxh64_update(&h, len8, 8);
+    accel__ckpt_xxh64_update(&h, hb.p, hb.n);
     if (accel__write_all(fd, len8, 8) != 0 || accel__write_all(fd, hb.p, hb.n) != 0) r = accel__io_fail(acc, "cannot write", path);
     accel__sb_free(&hb);
     /* The checksum of host data is computed by a second thread while this one writes (hashing runs at about memcpy
        speed: done inline it would cost as much as the write itself). Device data is hashed from the staging buffer. */
     for (i = 0; i < n; ++i)
-        if (items[i].nbytes && accel__is_device_ptr(items[i].t->ptr)) any_device = 1;
-    if (out_hash && !any_device && off >= ACCEL__IO_CHUNK) {
+        if (items[i].nbytes && accel__ckpt_is_device_ptr(items[i].t->ptr)) any_device = 1;
+    if (out_hash && !any_device && off >= ACCEL__CKPT_IO_CHUNK) {
         hj.items = items;
         hj.n = n;
         hj.h = &h;
-        if (pthread_create(&hasher, NULL, accel__hash_items, &hj) == 0) threaded = 1;
+        if (pthread_create(&hasher, NULL, accel__ckpt_hash_items, &hj) == 0) threaded = 1;
     }
     for (i = 0; i < n && r == ACCEL_OK; ++i) {
         const unsigned char *src = (const unsigned char *)items[i].t->ptr;
         uint64_t nb = items[i].nbytes, done = 0;
         if (nb == 0) continue;
-        if (any_device && accel__is_device_ptr(src)) {
-            r = accel__write_from_device(acc, &stage, fd, path, src, nb, out_hash ? &h : NULL);
+        if (any_device && accel__ckpt_is_device_ptr(src)) {
+            r = accel__ckpt_write_from_device(acc, &stage, fd, path, src, nb, out_hash ? &h : NULL);
             continue;
         }
         if (!out_hash || threaded) {
@@ -1082,22 +1082,22 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
             continue;
         }
         while (done < nb) { /* hash a cache-sized chunk, then write it while it is still hot */
-            size_t len = (size_t)((nb - done) < ACCEL__IO_CHUNK ? (nb - done) : ACCEL__IO_CHUNK);
-            accel__xxh64_update(&h, src + done, len);
+            size_t len = (size_t)((nb - done) < ACCEL__CKPT_IO_CHUNK ? (nb - done) : ACCEL__CKPT_IO_CHUNK);
+            accel__ckpt_xxh64_update(&h, src + done, len);
             if (accel__write_all(fd, src + done, len) != 0) { r = accel__io_fail(acc, "cannot write", path); break; }
             done += len;
         }
     }
     if (threaded) pthread_join(hasher, NULL);
-    accel__stage_end(&stage);
+    accel__ckpt_stage_end(&stage);
     accel_host_free(acc, items);
     if (r != ACCEL_OK) return r;
     if (out_bytes) *out_bytes = 8 + hlen + off;
-    if (out_hash) *out_hash = accel__xxh64_final(&h);
+    if (out_hash) *out_hash = accel__ckpt_xxh64_final(&h);
     return ACCEL_OK;
 }
 
-static accel_result accel__check_meta(accel *acc, const char *const *meta, int nmeta) {
+static accel_result accel__ckpt_check_meta(accel *acc, const char *const *meta, int nmeta) {
     int i, k;
     if (nmeta < 0 || (nmeta > 0 && !meta)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "metadata: bad list (n=%d)", nmeta);
     for (i = 0; i < 2 * nmeta; ++i)
@@ -1110,13 +1110,13 @@ static accel_result accel__check_meta(accel *acc, const char *const *meta, int n
 }
 
 /* Writes path (atomic: via path.tmp, fsync, rename, directory fsync; else directly, fsync'd). */
-static accel_result accel__st_save(accel *acc, const char *path, const accel_tensor *t, int n, const char *const *meta,
+static accel_result accel__ckpt_st_save(accel *acc, const char *path, const accel_tensor *t, int n, const char *const *meta,
                                    int nmeta, int atomic, uint64_t *out_bytes, uint64_t *out_hash) {
     char tmp[4200], dir[4096];
     const char *target = path;
     int fd;
-    accel_result r = accel__check_tensors(acc, t, n, path);
-    if (r == ACCEL_OK) r = accel__check_meta(acc, meta, nmeta);
+    accel_result r = accel__ckpt_check_tensors(acc, t, n, path);
+    if (r == ACCEL_OK) r = accel__ckpt_check_meta(acc, meta, nmeta);
     if (r != ACCEL_OK) return r;
     if (atomic) {
         if ((size_t)accel__fmt(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "path too long");
@@ -1124,7 +1124,7 @@ static accel_result accel__st_save(accel *acc, const char *path, const accel_ten
     }
     fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return accel__io_fail(acc, "cannot create", target);
-    r = accel__st_write_fd(acc, fd, target, t, n, meta, nmeta, out_bytes, out_hash);
+    r = accel__ckpt_st_write_fd(acc, fd, target, t, n, meta, nmeta, out_bytes, out_hash);
     if (r == ACCEL_OK && fsync(fd) != 0) r = accel__io_fail(acc, "cannot fsync", target);
     if (close(fd) != 0 && r == ACCEL_OK) r = accel__io_fail(acc, "cannot close", target);
     if (r != ACCEL_OK) {
@@ -1146,7 +1146,7 @@ static accel_result accel__st_save(accel *acc, const char *path, const accel_ten
 ACCEL__DEF accel_result accel_ckpt_save_safetensors(accel *acc, const char *path, const accel_tensor *tensors, int n,
                                                     const char *const *metadata, int nmeta) {
     if (!path) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_safetensors: path is NULL");
-    return accel__st_save(acc, path, tensors, n, metadata, nmeta, 1, NULL, NULL);
+    return accel__ckpt_st_save(acc, path, tensors, n, metadata, nmeta, 1, NULL, NULL);
 }
 
 /* ---------------------------------------------------------------------------------- 6. safetensors reader */
@@ -1160,11 +1160,11 @@ struct accel_ckpt_file {
     accel_ckpt_entry *entries; /* stb_ds array, sorted by offset */
     char **meta;               /* stb_ds array: key, value, key, value … (strings from acc's allocator) */
     char *names;               /* the JSON arena (entry names point into it) */
-    struct accel__name_index *index;
+    struct accel__ckpt_name_index *index;
     char path[512];
 };
 
-static int accel__entry_cmp(const void *a, const void *b) {
+static int accel__ckpt_entry_cmp(const void *a, const void *b) {
     const accel_ckpt_entry *x = (const accel_ckpt_entry *)a, *y = (const accel_ckpt_entry *)b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end) return x->end < y->end ? -1 : 1;
@@ -1185,12 +1185,12 @@ ACCEL__DEF void accel_ckpt_file_destroy(accel_ckpt_file *f) {
 }
 
 /* Every check of the reference reader, in its order. */
-static accel_result accel__st_parse(accel_ckpt_file *f) {
+static accel_result accel__ckpt_st_parse(accel_ckpt_file *f) {
     accel *acc = f->acc;
     const char *path = f->path;
     uint64_t n = 0, data_len, cursor = 0;
     size_t bad = 0;
-    accel__json j;
+    accel__ckpt_json j;
     int root, c, i, cnt;
     accel_result r = ACCEL_OK;
     if (f->size < 8)
@@ -1202,30 +1202,30 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu is larger than the file (%lu bytes)", path, (unsigned long long)n, (unsigned long)f->size);
     if (!accel__utf8_valid(f->map + 8, (size_t)n, &bad))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not valid UTF-8 (byte %lu)", path, (unsigned long)bad);
-    root = accel__json_parse(&j, acc, f->map + 8, (size_t)n);
+    root = accel__ckpt_json_parse(&j, acc, f->map + 8, (size_t)n);
     if (root < 0) {
         char what[400];
         accel__fmt(what, sizeof what, "%.300s: header", path);
-        r = accel__json_failed(acc, &j, what);
-        accel__json_free(&j);
+        r = accel__ckpt_json_failed(acc, &j, what);
+        accel__ckpt_json_free(&j);
         return r;
     }
-    if (j.nodes[root].type != ACCEL__J_OBJ) {
-        accel__json_free(&j);
+    if (j.nodes[root].type != ACCEL__CKPT_J_OBJ) {
+        accel__ckpt_json_free(&j);
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not a JSON object", path);
     }
     f->data_start = 8 + n;
     data_len = (uint64_t)f->size - 8 - n;
     for (c = j.nodes[root].first; c >= 0 && r == ACCEL_OK; c = j.nodes[c].next) {
-        const char *key = accel__jkeyp(&j, c);
+        const char *key = accel__ckpt_jkeyp(&j, c);
         accel_ckpt_entry e;
         int dt, sh, off, m, d;
         if (j.nodes[c].keylen == 12 && !strcmp(key, "__metadata__")) {
-            if (j.nodes[c].type != ACCEL__J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ is not an object", path); break; }
+            if (j.nodes[c].type != ACCEL__CKPT_J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ is not an object", path); break; }
             for (m = j.nodes[c].first; m >= 0; m = j.nodes[m].next) {
                 char *k2, *v2;
-                if (j.nodes[m].type != ACCEL__J_STR) {
-                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ value of '%.200s' is not a string", path, accel__jkeyp(&j, m));
+                if (j.nodes[m].type != ACCEL__CKPT_J_STR) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ value of '%.200s' is not a string", path, accel__ckpt_jkeyp(&j, m));
                     break;
                 }
                 k2 = (char *)accel_host_alloc(acc, j.nodes[m].keylen + 1);
@@ -1236,8 +1236,8 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
                     r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s: metadata", path);
                     break;
                 }
-                memcpy(k2, accel__jkeyp(&j, m), j.nodes[m].keylen + 1);
-                memcpy(v2, accel__jstr(&j, m), j.nodes[m].len + 1);
+                memcpy(k2, accel__ckpt_jkeyp(&j, m), j.nodes[m].keylen + 1);
+                memcpy(v2, accel__ckpt_jstr(&j, m), j.nodes[m].len + 1);
                 stbds_arrput(f->meta, k2);
                 stbds_arrput(f->meta, v2);
             }
@@ -1245,26 +1245,26 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
         }
         memset(&e, 0, sizeof e);
         if (strlen(key) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains a NUL character", path); break; }
-        if (j.nodes[c].type != ACCEL__J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: entry '%.200s' is not an object", path, key); break; }
-        dt = accel__jget(&j, c, "dtype");
-        sh = accel__jget(&j, c, "shape");
-        off = accel__jget(&j, c, "data_offsets");
+        if (j.nodes[c].type != ACCEL__CKPT_J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: entry '%.200s' is not an object", path, key); break; }
+        dt = accel__ckpt_jget(&j, c, "dtype");
+        sh = accel__ckpt_jget(&j, c, "shape");
+        off = accel__ckpt_jget(&j, c, "data_offsets");
         if (j.nodes[c].count != 3 || dt < 0 || sh < 0 || off < 0) {
             r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s' must have exactly dtype, shape and data_offsets", path, key);
             break;
         }
-        if (j.nodes[dt].type != ACCEL__J_STR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': dtype is not a string", path, key); break; }
-        e.dtype = accel_dtype_from_name(accel__jstr(&j, dt));
+        if (j.nodes[dt].type != ACCEL__CKPT_J_STR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': dtype is not a string", path, key); break; }
+        e.dtype = accel_dtype_from_name(accel__ckpt_jstr(&j, dt));
         if (e.dtype == ACCEL_DTYPE_INVALID) {
             static const char *other[] = {"C64", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4", "F6_E2M3", "F6_E3M2", NULL};
             int k, known = 0;
             for (k = 0; other[k]; ++k)
-                if (!strcmp(other[k], accel__jstr(&j, dt))) known = 1;
+                if (!strcmp(other[k], accel__ckpt_jstr(&j, dt))) known = 1;
             r = ACCEL__FAIL(acc, known ? ACCEL_ERR_UNSUPPORTED : ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': %s dtype \"%.40s\"", path, key,
-                            known ? "accel does not support the" : "bad", accel__jstr(&j, dt));
+                            known ? "accel does not support the" : "bad", accel__ckpt_jstr(&j, dt));
             break;
         }
-        if (j.nodes[sh].type != ACCEL__J_ARR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape is not an array", path, key); break; }
+        if (j.nodes[sh].type != ACCEL__CKPT_J_ARR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape is not an array", path, key); break; }
         if (j.nodes[sh].count > ACCEL_MAX_DIMS) {
             r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "%.300s: tensor '%.200s' has %d dimensions (accel supports %d)", path, key, j.nodes[sh].count, ACCEL_MAX_DIMS);
             break;
@@ -1272,28 +1272,28 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
         e.ndim = j.nodes[sh].count;
         for (d = 0, m = j.nodes[sh].first; m >= 0; m = j.nodes[m].next, ++d) {
             uint64_t v;
-            if (accel__ju64(&j, m, &v) || v > (uint64_t)INT64_MAX) {
+            if (accel__ckpt_ju64(&j, m, &v) || v > (uint64_t)INT64_MAX) {
                 r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape entries must be non-negative integers", path, key);
                 break;
             }
             e.shape[d] = (int64_t)v;
         }
         if (r != ACCEL_OK) break;
-        if (j.nodes[off].type != ACCEL__J_ARR || j.nodes[off].count != 2 || accel__ju64(&j, j.nodes[off].first, &e.begin) ||
-            accel__ju64(&j, j.nodes[j.nodes[off].first].next, &e.end)) {
+        if (j.nodes[off].type != ACCEL__CKPT_J_ARR || j.nodes[off].count != 2 || accel__ckpt_ju64(&j, j.nodes[off].first, &e.begin) ||
+            accel__ckpt_ju64(&j, j.nodes[j.nodes[off].first].next, &e.end)) {
             r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': data_offsets must be two non-negative integers", path, key);
             break;
         }
         e.name = (const char *)(uintptr_t)j.nodes[c].key; /* an arena offset until the arena is final */
         stbds_arrput(f->entries, e);
     }
-    if (r != ACCEL_OK) { accel__json_free(&j); return r; }
+    if (r != ACCEL_OK) { accel__ckpt_json_free(&j); return r; }
     f->names = j.arena; /* the arena is final: offsets become pointers */
     j.arena = NULL;
-    accel__json_free(&j);
+    accel__ckpt_json_free(&j);
     cnt = (int)stbds_arrlen(f->entries);
     for (i = 0; i < cnt; ++i) f->entries[i].name = f->names + (size_t)(uintptr_t)f->entries[i].name;
-    if (cnt > 1) qsort(f->entries, (size_t)cnt, sizeof *f->entries, accel__entry_cmp);
+    if (cnt > 1) qsort(f->entries, (size_t)cnt, sizeof *f->entries, accel__ckpt_entry_cmp);
     for (i = 0; i < cnt; ++i) {
         accel_ckpt_entry *e = &f->entries[i];
         accel_tensor t;
@@ -1315,7 +1315,7 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
         if (nb < 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape product overflows", path, e->name);
         if ((uint64_t)nb != e->end - e->begin) {
             char s[200];
-            accel__shape_str(s, sizeof s, e->ndim, e->shape);
+            accel__ckpt_shape_str(s, sizeof s, e->ndim, e->shape);
             return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': %s %s needs %lld bytes but data_offsets span %llu", path,
                                e->name, accel_dtype_name(e->dtype), s, (long long)nb, (unsigned long long)(e->end - e->begin));
         }
@@ -1332,7 +1332,7 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
     return ACCEL_OK;
 }
 
-static accel_result accel__st_new(accel *acc, const char *path, accel_ckpt_file **out) {
+static accel_result accel__ckpt_st_new(accel *acc, const char *path, accel_ckpt_file **out) {
     accel_ckpt_file *f = (accel_ckpt_file *)accel_host_alloc(acc, sizeof *f);
     if (!f) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "open %.300s", path);
     memset(f, 0, sizeof *f);
@@ -1349,7 +1349,7 @@ ACCEL__DEF accel_result accel_ckpt_file_open(accel *acc, const char *path, accel
     accel_result r;
     if (!path || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_file_open: NULL argument");
     *out = NULL;
-    r = accel__st_new(acc, path, &f);
+    r = accel__ckpt_st_new(acc, path, &f);
     if (r != ACCEL_OK) return r;
     f->fd = open(path, O_RDONLY);
     if (f->fd < 0) {
@@ -1375,7 +1375,7 @@ ACCEL__DEF accel_result accel_ckpt_file_open(accel *acc, const char *path, accel
     } else {
         f->map = (const unsigned char *)"";
     }
-    r = accel__st_parse(f);
+    r = accel__ckpt_st_parse(f);
     if (r != ACCEL_OK) { accel_ckpt_file_destroy(f); return r; }
     *out = f;
     return ACCEL_OK;
@@ -1386,11 +1386,11 @@ ACCEL__DEF accel_result accel_ckpt_file_open_memory(accel *acc, const void *byte
     accel_result r;
     if ((!bytes && size) || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_file_open_memory: NULL argument");
     *out = NULL;
-    r = accel__st_new(acc, "<memory>", &f);
+    r = accel__ckpt_st_new(acc, "<memory>", &f);
     if (r != ACCEL_OK) return r;
     f->map = bytes ? (const unsigned char *)bytes : (const unsigned char *)"";
     f->size = size;
-    r = accel__st_parse(f);
+    r = accel__ckpt_st_parse(f);
     if (r != ACCEL_OK) { accel_ckpt_file_destroy(f); return r; }
     *out = f;
     return ACCEL_OK;
@@ -1402,7 +1402,7 @@ ACCEL__DEF const accel_ckpt_entry *accel_ckpt_file_entry(const accel_ckpt_file *
     return &f->entries[i];
 }
 ACCEL__DEF int accel_ckpt_file_find(const accel_ckpt_file *f, const char *name) {
-    struct accel__name_index *ix;
+    struct accel__ckpt_name_index *ix;
     ptrdiff_t k;
     if (!f || !name || !f->index) return -1;
     ix = f->index; /* stb_ds writes a temporary through the map pointer */
@@ -1426,7 +1426,7 @@ ACCEL__DEF const char *accel_ckpt_file_metadata_get(const accel_ckpt_file *f, co
 }
 
 /* dtype/shape check of one destination against the file. */
-static accel_result accel__st_check_dst(accel_ckpt_file *f, const accel_tensor *dst, int *idx) {
+static accel_result accel__ckpt_st_check_dst(accel_ckpt_file *f, const accel_tensor *dst, int *idx) {
     const accel_ckpt_entry *e;
     int k, same;
     if (!dst || !dst->name) return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "load: destination tensor or its name is NULL");
@@ -1438,8 +1438,8 @@ static accel_result accel__st_check_dst(accel_ckpt_file *f, const accel_tensor *
     if (!same) {
         char se[200], sf[200];
         const char *dn = accel_dtype_name(dst->dtype);
-        accel__shape_str(se, sizeof se, dst->ndim < 0 || dst->ndim > ACCEL_MAX_DIMS ? 0 : dst->ndim, dst->shape);
-        accel__shape_str(sf, sizeof sf, e->ndim, e->shape);
+        accel__ckpt_shape_str(se, sizeof se, dst->ndim < 0 || dst->ndim > ACCEL_MAX_DIMS ? 0 : dst->ndim, dst->shape);
+        accel__ckpt_shape_str(sf, sizeof sf, e->ndim, e->shape);
         return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "tensor '%.200s': expected %s %s, found %s %s in %.300s", dst->name,
                            dn ? dn : "?", se, accel_dtype_name(e->dtype), sf, f->path);
     }
@@ -1447,11 +1447,11 @@ static accel_result accel__st_check_dst(accel_ckpt_file *f, const accel_tensor *
     *idx = k;
     return ACCEL_OK;
 }
-static accel_result accel__st_copy(accel_ckpt_file *f, int k, void *dst, accel__stage *stage) {
+static accel_result accel__ckpt_st_copy(accel_ckpt_file *f, int k, void *dst, accel__ckpt_stage *stage) {
     const accel_ckpt_entry *e = &f->entries[k];
     uint64_t nb = e->end - e->begin;
     if (nb == 0) return ACCEL_OK;
-    if (accel__is_device_ptr(dst)) return accel__read_to_device(f->acc, stage, f->fd, f->map, f->data_start + e->begin, dst, nb, e->name);
+    if (accel__ckpt_is_device_ptr(dst)) return accel__ckpt_read_to_device(f->acc, stage, f->fd, f->map, f->data_start + e->begin, dst, nb, e->name);
     if (f->fd >= 0) {
         if (accel__pread_all(f->fd, dst, (size_t)nb, f->data_start + e->begin) != 0) return accel__io_fail(f->acc, "cannot read", f->path);
     } else {
@@ -1462,16 +1462,16 @@ static accel_result accel__st_copy(accel_ckpt_file *f, int k, void *dst, accel__
 ACCEL__DEF accel_result accel_ckpt_file_load(accel_ckpt_file *f, const accel_tensor *dst) { return accel_ckpt_file_load_all(f, dst, 1); }
 ACCEL__DEF accel_result accel_ckpt_file_load_all(accel_ckpt_file *f, const accel_tensor *dst, int n) {
     int i, *idx;
-    accel__stage stage;
+    accel__ckpt_stage stage;
     accel_result r = ACCEL_OK;
     if (!f || n < 0 || (n > 0 && !dst)) return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "load: bad arguments");
     if (n == 0) return ACCEL_OK;
     idx = (int *)accel_host_alloc(f->acc, sizeof(int) * (size_t)n);
     if (!idx) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "load from %.300s", f->path);
-    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_check_dst(f, &dst[i], &idx[i]);
-    accel__stage_begin(&stage, f->acc);
-    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_copy(f, idx[i], dst[i].ptr, &stage);
-    accel__stage_end(&stage);
+    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__ckpt_st_check_dst(f, &dst[i], &idx[i]);
+    accel__ckpt_stage_begin(&stage, f->acc);
+    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__ckpt_st_copy(f, idx[i], dst[i].ptr, &stage);
+    accel__ckpt_stage_end(&stage);
     accel_host_free(f->acc, idx);
     return r;
 }
@@ -1518,7 +1518,7 @@ ACCEL__DEF void accel_ckpt_shard_name(int shard, int n_shards, char *out, size_t
     else accel__fmt(out, cap, "model-%05d-of-%05d.safetensors", shard + 1, n_shards);
 }
 
-static int accel__is_shard_name(const char *s) { /* model-NNNNN-of-NNNNN.safetensors */
+static int accel__ckpt_is_shard_name(const char *s) { /* model-NNNNN-of-NNNNN.safetensors */
     int i;
     if (strlen(s) != strlen("model-00001-of-00001.safetensors") || strncmp(s, "model-", 6)) return 0;
     for (i = 6; i < 11; ++i)
@@ -1529,20 +1529,20 @@ static int accel__is_shard_name(const char *s) { /* model-NNNNN-of-NNNNN.safeten
     return !strcmp(s + 20, ".safetensors");
 }
 
-typedef struct accel__name_file { const char *name; int shard; } accel__name_file;
-static int accel__name_file_cmp(const void *a, const void *b) {
-    return strcmp(((const accel__name_file *)a)->name, ((const accel__name_file *)b)->name);
+typedef struct accel__ckpt_name_file { const char *name; int shard; } accel__ckpt_name_file;
+static int accel__ckpt_name_file_cmp(const void *a, const void *b) {
+    return strcmp(((const accel__ckpt_name_file *)a)->name, ((const accel__ckpt_name_file *)b)->name);
 }
 /* The index exactly as json.dumps(obj, indent=2, sort_keys=True) + "\n". */
-static void accel__index_json(accel__sb *b, const accel_tensor *t, int n, const int *shard_of, int ns, uint64_t total) {
-    accel__name_file *nf = (accel__name_file *)accel_host_alloc(b->acc, sizeof(accel__name_file) * (size_t)(n ? n : 1));
+static void accel__ckpt_index_json(accel__sb *b, const accel_tensor *t, int n, const int *shard_of, int ns, uint64_t total) {
+    accel__ckpt_name_file *nf = (accel__ckpt_name_file *)accel_host_alloc(b->acc, sizeof(accel__ckpt_name_file) * (size_t)(n ? n : 1));
     int i;
     char fname[64];
     if (!nf) { b->oom = 1; return; }
     for (i = 0; i < n; ++i) { nf[i].name = t[i].name; nf[i].shard = shard_of[i]; }
-    qsort(nf, (size_t)n, sizeof *nf, accel__name_file_cmp);
+    qsort(nf, (size_t)n, sizeof *nf, accel__ckpt_name_file_cmp);
     accel__sb_puts(b, "{\n  \"metadata\": {\n    \"total_size\": ");
-    accel__sb_u64(b, total);
+    accel__ckpt_sb_u64(b, total);
     accel__sb_puts(b, "\n  },\n  \"weight_map\": {");
     for (i = 0; i < n; ++i) {
         accel__sb_puts(b, i ? ",\n    " : "\n    ");
@@ -1556,13 +1556,13 @@ static void accel__index_json(accel__sb *b, const accel_tensor *t, int n, const 
 }
 
 
-static accel_result accel__save_model_local(accel *acc, const char *dir, const accel_tensor *t, int n, uint64_t max) {
+static accel_result accel__ckpt_save_model_local(accel *acc, const char *dir, const accel_tensor *t, int n, uint64_t max) {
     int *shard_of = NULL, ns = 0, s, i;
     uint64_t *sizes = NULL, *shard_bytes = NULL, total = 0;
     accel_tensor *sub = NULL;
     const char *meta[2] = {"format", "pt"};
     char path[4200], fname[64];
-    accel_result r = accel__check_tensors(acc, t, n, "save_model");
+    accel_result r = accel__ckpt_check_tensors(acc, t, n, "save_model");
     DIR *d;
     struct dirent *de;
     if (r != ACCEL_OK) return r;
@@ -1581,14 +1581,14 @@ static accel_result accel__save_model_local(accel *acc, const char *dir, const a
             if (shard_of[i] == s) sub[m++] = t[i];
         accel_ckpt_shard_name(s, ns, fname, sizeof fname);
         accel__fmt(path, sizeof path, "%s/%s", dir, fname);
-        r = accel__st_save(acc, path, sub, m, meta, 1, 1, NULL, NULL);
+        r = accel__ckpt_st_save(acc, path, sub, m, meta, 1, 1, NULL, NULL);
     }
     if (r != ACCEL_OK) goto done;
     accel__fmt(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (ns > 1) {
         accel__sb b;
         accel__sb_init(&b, acc);
-        accel__index_json(&b, t, n, shard_of, ns, total);
+        accel__ckpt_index_json(&b, t, n, shard_of, ns, total);
         if (b.oom) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s", path);
         else r = accel__write_file(acc, path, b.p, b.n, 1);
         accel__sb_free(&b);
@@ -1602,7 +1602,7 @@ static accel_result accel__save_model_local(accel *acc, const char *dir, const a
     if (!d) { r = accel__io_fail(acc, "cannot list", dir); goto done; }
     while ((de = readdir(d)) != NULL) {
         int keep = 0;
-        if (!accel__is_shard_name(de->d_name)) continue;
+        if (!accel__ckpt_is_shard_name(de->d_name)) continue;
         if (ns > 1)
             for (s = 0; s < ns && !keep; ++s) {
                 accel_ckpt_shard_name(s, ns, fname, sizeof fname);
@@ -1627,7 +1627,7 @@ ACCEL__DEF accel_result accel_ckpt_save_model_bytes(accel *acc, const char *dir,
     accel_result r = ACCEL_OK;
     int writer = !acc || acc->num_processes <= 1 || (save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
     if (!dir) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_model: dir is NULL");
-    else if (writer) r = accel__save_model_local(acc, dir, tensors, n, max_shard_size);
+    else if (writer) r = accel__ckpt_save_model_local(acc, dir, tensors, n, max_shard_size);
     return accel__agree(acc, r, "save_model");
 }
 ACCEL__DEF accel_result accel_ckpt_save_model(accel *acc, const char *dir, const accel_tensor *tensors, int n,
@@ -1639,8 +1639,8 @@ ACCEL__DEF accel_result accel_ckpt_save_model(accel *acc, const char *dir, const
 }
 
 /* model.safetensors.index.json → weight_map as parallel stb_ds arrays of strings from acc's allocator. */
-typedef struct accel__index { accel *acc; char **names; char **files; } accel__index;
-static void accel__index_free(accel__index *x) {
+typedef struct accel__ckpt_index { accel *acc; char **names; char **files; } accel__ckpt_index;
+static void accel__ckpt_index_free(accel__ckpt_index *x) {
     int i;
     for (i = 0; i < (int)stbds_arrlen(x->names); ++i) {
         accel_host_free(x->acc, x->names[i]);
@@ -1650,11 +1650,11 @@ static void accel__index_free(accel__index *x) {
     stbds_arrfree(x->files);
     x->names = x->files = NULL;
 }
-static int accel__safe_file_name(const char *s) {
+static int accel__ckpt_safe_file_name(const char *s) {
     return *s && strcmp(s, ".") && strcmp(s, "..") && !strchr(s, '/') && strlen(s) <= 255;
 }
-static accel_result accel__index_parse(accel *acc, const char *what, const void *data, size_t n, accel__index *out) {
-    accel__json j;
+static accel_result accel__ckpt_index_parse(accel *acc, const char *what, const void *data, size_t n, accel__ckpt_index *out) {
+    accel__ckpt_json j;
     int root, wm, md, c;
     size_t bad = 0;
     accel_result r = ACCEL_OK;
@@ -1662,23 +1662,23 @@ static accel_result accel__index_parse(accel *acc, const char *what, const void 
     out->acc = acc;
     if (!accel__utf8_valid((const unsigned char *)data, n, &bad))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s is not valid UTF-8 (byte %lu)", what, (unsigned long)bad);
-    root = accel__json_parse(&j, acc, data, n);
-    if (root < 0) { r = accel__json_failed(acc, &j, what); accel__json_free(&j); return r; }
-    wm = accel__jget(&j, root, "weight_map");
-    md = accel__jget(&j, root, "metadata");
-    if (j.nodes[root].type != ACCEL__J_OBJ || wm < 0 || j.nodes[wm].type != ACCEL__J_OBJ || (md >= 0 && j.nodes[md].type != ACCEL__J_OBJ)) {
-        accel__json_free(&j);
+    root = accel__ckpt_json_parse(&j, acc, data, n);
+    if (root < 0) { r = accel__ckpt_json_failed(acc, &j, what); accel__ckpt_json_free(&j); return r; }
+    wm = accel__ckpt_jget(&j, root, "weight_map");
+    md = accel__ckpt_jget(&j, root, "metadata");
+    if (j.nodes[root].type != ACCEL__CKPT_J_OBJ || wm < 0 || j.nodes[wm].type != ACCEL__CKPT_J_OBJ || (md >= 0 && j.nodes[md].type != ACCEL__CKPT_J_OBJ)) {
+        accel__ckpt_json_free(&j);
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: expected an object with a \"weight_map\" object (and an optional \"metadata\" object)", what);
     }
     for (c = j.nodes[wm].first; c >= 0; c = j.nodes[c].next) {
         char *a, *b;
-        if (j.nodes[c].type != ACCEL__J_STR || strlen(accel__jstr(&j, c)) != j.nodes[c].len || !accel__safe_file_name(accel__jstr(&j, c))) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: weight_map entry '%.200s' is not a plain file name", what, accel__jkeyp(&j, c));
+        if (j.nodes[c].type != ACCEL__CKPT_J_STR || strlen(accel__ckpt_jstr(&j, c)) != j.nodes[c].len || !accel__ckpt_safe_file_name(accel__ckpt_jstr(&j, c))) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: weight_map entry '%.200s' is not a plain file name", what, accel__ckpt_jkeyp(&j, c));
             break;
         }
-        if (strlen(accel__jkeyp(&j, c)) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains NUL", what); break; }
-        a = accel__strndup(acc, accel__jkeyp(&j, c), j.nodes[c].keylen);
-        b = accel__strndup(acc, accel__jstr(&j, c), j.nodes[c].len);
+        if (strlen(accel__ckpt_jkeyp(&j, c)) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains NUL", what); break; }
+        a = accel__ckpt_strndup(acc, accel__ckpt_jkeyp(&j, c), j.nodes[c].keylen);
+        b = accel__ckpt_strndup(acc, accel__ckpt_jstr(&j, c), j.nodes[c].len);
         if (!a || !b) {
             accel_host_free(acc, a);
             accel_host_free(acc, b);
@@ -1688,32 +1688,32 @@ static accel_result accel__index_parse(accel *acc, const char *what, const void 
         stbds_arrput(out->names, a);
         stbds_arrput(out->files, b);
     }
-    accel__json_free(&j);
-    if (r != ACCEL_OK) accel__index_free(out);
+    accel__ckpt_json_free(&j);
+    if (r != ACCEL_OK) accel__ckpt_index_free(out);
     return r;
 }
 
 ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const accel_tensor *t, int n) {
     char path[4200];
-    accel__index ix;
+    accel__ckpt_index ix;
     accel_ckpt_file **files = NULL;
     char **fnames = NULL;
     int *file_of = NULL, *idx = NULL, nf = 0, i, k, sharded, total = 0;
     char *data = NULL;
     size_t dn = 0;
     accel_result r;
-    accel__stage stage;
+    accel__ckpt_stage stage;
     if (!dir) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_model: dir is NULL");
-    r = accel__check_tensors(acc, t, n, "load_model");
+    r = accel__ckpt_check_tensors(acc, t, n, "load_model");
     if (r != ACCEL_OK) return r;
     memset(&ix, 0, sizeof ix);
     ix.acc = acc;
-    accel__stage_begin(&stage, acc);
+    accel__ckpt_stage_begin(&stage, acc);
     accel__fmt(path, sizeof path, "%s/model.safetensors.index.json", dir);
     sharded = accel__is_file(path);
     if (sharded) {
         r = accel__read_file(acc, path, &data, &dn, (size_t)100000000);
-        if (r == ACCEL_OK) r = accel__index_parse(acc, path, data, dn, &ix);
+        if (r == ACCEL_OK) r = accel__ckpt_index_parse(acc, path, data, dn, &ix);
         accel_host_free(acc, data);
         if (r != ACCEL_OK) return r;
         for (i = 0; i < (int)stbds_arrlen(ix.files); ++i) {
@@ -1745,22 +1745,22 @@ ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const
             for (k = 0; k < nf; ++k)
                 if (!strcmp(fnames[k], ix.files[w])) file_of[i] = k;
         }
-        r = accel__st_check_dst(files[file_of[i]], &t[i], &idx[i]);
+        r = accel__ckpt_st_check_dst(files[file_of[i]], &t[i], &idx[i]);
     }
     if (r == ACCEL_OK && total != n)
         r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s holds %d tensors but %d were requested (unexpected tensors in the checkpoint)", dir, total, n);
     if (r == ACCEL_OK && sharded && (int)stbds_arrlen(ix.names) != n)
         r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: the weight_map lists %d tensors but the shards hold %d", dir, (int)stbds_arrlen(ix.names), n);
-    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_copy(files[file_of[i]], idx[i], t[i].ptr, &stage);
+    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__ckpt_st_copy(files[file_of[i]], idx[i], t[i].ptr, &stage);
 done:
-    accel__stage_end(&stage);
+    accel__ckpt_stage_end(&stage);
     if (files)
         for (k = 0; k < nf; ++k) accel_ckpt_file_destroy(files[k]);
     accel_host_free(acc, files);
     accel_host_free(acc, file_of);
     accel_host_free(acc, idx);
     stbds_arrfree(fnames);
-    accel__index_free(&ix);
+    accel__ckpt_index_free(&ix);
     return r;
 }
 
@@ -1783,7 +1783,7 @@ struct accel_ckpt {
     int iteration;
 };
 
-#define ACCEL__MARKER "checkpoint_complete.json"
+#define ACCEL__CKPT_MARKER "checkpoint_complete.json"
 
 static void accel__ckpt_group_free(accel *acc, accel__ckpt_group *g) {
     int i;
@@ -1823,19 +1823,19 @@ ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *des
 }
 ACCEL__DEF int accel_ckpt_iteration(const accel_ckpt *ck) { return ck ? ck->iteration : -1; }
 
-static accel_result accel__register_group(accel_ckpt *ck, accel__ckpt_group **arr, const accel_tensor *t, int n, const char *what) {
+static accel_result accel__ckpt_register_group(accel_ckpt *ck, accel__ckpt_group **arr, const accel_tensor *t, int n, const char *what) {
     accel__ckpt_group g;
     int i;
     accel_result r;
     if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: ck is NULL", what);
-    r = accel__check_tensors(ck->acc, t, n, what);
+    r = accel__ckpt_check_tensors(ck->acc, t, n, what);
     if (r != ACCEL_OK) return r;
     g.n = n;
     g.t = (accel_tensor *)accel_host_alloc(ck->acc, sizeof(accel_tensor) * (size_t)(n ? n : 1));
     if (!g.t) return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
     for (i = 0; i < n; ++i) {
         g.t[i] = t[i];
-        g.t[i].name = accel__strndup(ck->acc, t[i].name, strlen(t[i].name));
+        g.t[i].name = accel__ckpt_strndup(ck->acc, t[i].name, strlen(t[i].name));
         if (!g.t[i].name) {
             g.n = i;
             accel__ckpt_group_free(ck->acc, &g);
@@ -1846,10 +1846,10 @@ static accel_result accel__register_group(accel_ckpt *ck, accel__ckpt_group **ar
     return ACCEL_OK;
 }
 ACCEL__DEF accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_tensor *t, int n) {
-    return accel__register_group(ck, ck ? &ck->models : NULL, t, n, "register_model");
+    return accel__ckpt_register_group(ck, ck ? &ck->models : NULL, t, n, "register_model");
 }
 ACCEL__DEF accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel_tensor *t, int n) {
-    return accel__register_group(ck, ck ? &ck->optims : NULL, t, n, "register_optimizer");
+    return accel__ckpt_register_group(ck, ck ? &ck->optims : NULL, t, n, "register_optimizer");
 }
 ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_state_save_fn save,
                                             accel_state_load_fn load, void *obj) {
@@ -1876,7 +1876,7 @@ ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, ac
     }
     for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i)
         if (!strcmp(ck->objs[i].name, buf)) return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: \"%s\" is already registered", buf);
-    o.name = accel__strndup(ck->acc, buf, strlen(buf));
+    o.name = accel__ckpt_strndup(ck->acc, buf, strlen(buf));
     if (!o.name) return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register %s", buf);
     o.save = save;
     o.load = load;
@@ -1916,9 +1916,9 @@ static accel_result accel__ckpt_core_state_save(void *acc, void *buf, size_t cap
     return accel_state_save((accel *)acc, buf, cap, size);
 }
 
-typedef struct accel__written { char name[96]; uint64_t bytes, hash; } accel__written;
+typedef struct accel__ckpt_written { char name[96]; uint64_t bytes, hash; } accel__ckpt_written;
 
-static void accel__group_file(char *out, size_t cap, const char *stem, int i) {
+static void accel__ckpt_group_file(char *out, size_t cap, const char *stem, int i) {
     if (i == 0) accel__fmt(out, cap, "%s.safetensors", stem);
     else accel__fmt(out, cap, "%s_%d.safetensors", stem, i);
 }
@@ -1940,25 +1940,25 @@ static int accel__ckpt_number(const char *name, long *num) { /* "checkpoint_<dig
 /* ---------------------------------------------------------------------- 9. completion marker and verification */
 /* Hashes a whole file through a read-only mapping (no copy out of the page cache), read() into a stack buffer as a
    fallback. Returns 0 or an errno. Runs in verification threads: it neither allocates nor records errors. */
-static int accel__hash_file_raw(const char *path, uint64_t *bytes, uint64_t *hash) {
+static int accel__ckpt_hash_file_raw(const char *path, uint64_t *bytes, uint64_t *hash) {
     int fd = open(path, O_RDONLY), e;
-    accel__xxh64 h;
+    accel__ckpt_xxh64 h;
     unsigned char buf[64 * 1024];
     uint64_t total = 0;
     struct stat st;
     if (fd < 0) return errno ? errno : EIO;
-    accel__xxh64_init(&h, 0);
+    accel__ckpt_xxh64_init(&h, 0);
     if (fstat(fd, &st) == 0 && st.st_size > 0) {
         void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
         if (m != MAP_FAILED) {
 #ifdef MADV_SEQUENTIAL
             madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);
 #endif
-            accel__xxh64_update(&h, m, (size_t)st.st_size);
+            accel__ckpt_xxh64_update(&h, m, (size_t)st.st_size);
             munmap(m, (size_t)st.st_size);
             close(fd);
             *bytes = (uint64_t)st.st_size;
-            *hash = accel__xxh64_final(&h);
+            *hash = accel__ckpt_xxh64_final(&h);
             return 0;
         }
     }
@@ -1971,16 +1971,16 @@ static int accel__hash_file_raw(const char *path, uint64_t *bytes, uint64_t *has
             return e ? e : EIO;
         }
         if (r == 0) break;
-        accel__xxh64_update(&h, buf, (size_t)r);
+        accel__ckpt_xxh64_update(&h, buf, (size_t)r);
         total += (uint64_t)r;
     }
     close(fd);
     *bytes = total;
-    *hash = accel__xxh64_final(&h);
+    *hash = accel__ckpt_xxh64_final(&h);
     return 0;
 }
-static accel_result accel__hash_file(accel *acc, const char *path, uint64_t *bytes, uint64_t *hash) {
-    int e = accel__hash_file_raw(path, bytes, hash);
+static accel_result accel__ckpt_hash_file(accel *acc, const char *path, uint64_t *bytes, uint64_t *hash) {
+    int e = accel__ckpt_hash_file_raw(path, bytes, hash);
     if (e == 0) return ACCEL_OK;
     errno = e;
     if (e == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path);
@@ -1992,44 +1992,44 @@ static accel_result accel__hash_file(accel *acc, const char *path, uint64_t *byt
 #define ACCEL__CKPT_INCOMPLETE(acc, quiet, ...) ((quiet) ? ACCEL_ERR_FORMAT : ACCEL__FAIL((acc), ACCEL_ERR_FORMAT, __VA_ARGS__))
 
 /* The completion marker: file list with sizes and checksums. */
-typedef struct accel__marker { accel__written *files; } accel__marker;
-static accel_result accel__marker_read(accel *acc, const char *dir, int quiet, accel__marker *m) {
+typedef struct accel__ckpt_marker { accel__ckpt_written *files; } accel__ckpt_marker;
+static accel_result accel__ckpt_marker_read(accel *acc, const char *dir, int quiet, accel__ckpt_marker *m) {
     char path[4200], *data = NULL;
     size_t n = 0;
-    accel__json j;
+    accel__ckpt_json j;
     int root, fl, c;
     accel_result r;
     memset(m, 0, sizeof *m);
-    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, dir);
-    if (!accel__is_file(path)) return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s is not a complete checkpoint: no " ACCEL__MARKER, dir);
+    accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, dir);
+    if (!accel__is_file(path)) return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s is not a complete checkpoint: no " ACCEL__CKPT_MARKER, dir);
     r = accel__read_file(acc, path, &data, &n, (size_t)16 << 20);
     if (r != ACCEL_OK) return r;
     if (!accel__utf8_valid((const unsigned char *)data, n, NULL)) {
         accel_host_free(acc, data);
         return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s is not valid UTF-8", path);
     }
-    root = accel__json_parse(&j, acc, data, n);
+    root = accel__ckpt_json_parse(&j, acc, data, n);
     accel_host_free(acc, data);
     if (root < 0) {
-        r = j.oom || !quiet ? accel__json_failed(acc, &j, path) : ACCEL_ERR_FORMAT;
-        accel__json_free(&j);
+        r = j.oom || !quiet ? accel__ckpt_json_failed(acc, &j, path) : ACCEL_ERR_FORMAT;
+        accel__ckpt_json_free(&j);
         return r;
     }
-    fl = accel__jget(&j, root, "files");
-    if (fl < 0 || j.nodes[fl].type != ACCEL__J_OBJ) {
-        accel__json_free(&j);
+    fl = accel__ckpt_jget(&j, root, "files");
+    if (fl < 0 || j.nodes[fl].type != ACCEL__CKPT_J_OBJ) {
+        accel__ckpt_json_free(&j);
         return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s has no \"files\" object", path);
     }
     for (c = j.nodes[fl].first; c >= 0; c = j.nodes[c].next) {
-        accel__written w;
-        int b = accel__jget(&j, c, "bytes"), h = accel__jget(&j, c, "xxh64"), k, okhex = 1;
+        accel__ckpt_written w;
+        int b = accel__ckpt_jget(&j, c, "bytes"), h = accel__ckpt_jget(&j, c, "xxh64"), k, okhex = 1;
         const char *hs;
         memset(&w, 0, sizeof w);
-        if (j.nodes[c].keylen >= sizeof w.name || strlen(accel__jkeyp(&j, c)) != j.nodes[c].keylen || !accel__safe_file_name(accel__jkeyp(&j, c)) ||
-            b < 0 || h < 0 || accel__ju64(&j, b, &w.bytes) || j.nodes[h].type != ACCEL__J_STR || j.nodes[h].len != 16)
+        if (j.nodes[c].keylen >= sizeof w.name || strlen(accel__ckpt_jkeyp(&j, c)) != j.nodes[c].keylen || !accel__ckpt_safe_file_name(accel__ckpt_jkeyp(&j, c)) ||
+            b < 0 || h < 0 || accel__ckpt_ju64(&j, b, &w.bytes) || j.nodes[h].type != ACCEL__CKPT_J_STR || j.nodes[h].len != 16)
             okhex = 0;
         if (okhex) {
-            hs = accel__jstr(&j, h);
+            hs = accel__ckpt_jstr(&j, h);
             for (k = 0; k < 16; ++k) {
                 char ch = hs[k];
                 unsigned v = (ch >= '0' && ch <= '9') ? (unsigned)(ch - '0') : (ch >= 'a' && ch <= 'f') ? (unsigned)(ch - 'a' + 10) : 99u;
@@ -2038,34 +2038,34 @@ static accel_result accel__marker_read(accel *acc, const char *dir, int quiet, a
             }
         }
         if (!okhex) {
-            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s: malformed entry for '%.100s'", path, accel__jkeyp(&j, c));
-            accel__json_free(&j);
+            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s: malformed entry for '%.100s'", path, accel__ckpt_jkeyp(&j, c));
+            accel__ckpt_json_free(&j);
             stbds_arrfree(m->files);
             return r;
         }
-        memcpy(w.name, accel__jkeyp(&j, c), j.nodes[c].keylen + 1);
+        memcpy(w.name, accel__ckpt_jkeyp(&j, c), j.nodes[c].keylen + 1);
         stbds_arrput(m->files, w);
     }
-    accel__json_free(&j);
+    accel__ckpt_json_free(&j);
     return ACCEL_OK;
 }
-static const accel__written *accel__marker_find(const accel__marker *m, const char *name) {
+static const accel__ckpt_written *accel__ckpt_marker_find(const accel__ckpt_marker *m, const char *name) {
     int i;
     for (i = 0; i < (int)stbds_arrlen(m->files); ++i)
         if (!strcmp(m->files[i].name, name)) return &m->files[i];
     return NULL;
 }
 /* Parallel checksum verification: the calling thread and one helper take files in turn. */
-typedef struct accel__verify_job {
+typedef struct accel__ckpt_verify_job {
     const char *dir;
-    const accel__written *files;
+    const accel__ckpt_written *files;
     int n, next;
     uint64_t *bytes, *hash;
     int *err;
     pthread_mutex_t lock;
-} accel__verify_job;
-static void *accel__verify_worker(void *arg) {
-    accel__verify_job *j = (accel__verify_job *)arg;
+} accel__ckpt_verify_job;
+static void *accel__ckpt_verify_worker(void *arg) {
+    accel__ckpt_verify_job *j = (accel__ckpt_verify_job *)arg;
     for (;;) {
         int i;
         char path[4200];
@@ -2074,16 +2074,16 @@ static void *accel__verify_worker(void *arg) {
         pthread_mutex_unlock(&j->lock);
         if (i >= j->n) break;
         accel__fmt(path, sizeof path, "%s/%s", j->dir, j->files[i].name);
-        j->err[i] = accel__hash_file_raw(path, &j->bytes[i], &j->hash[i]);
+        j->err[i] = accel__ckpt_hash_file_raw(path, &j->bytes[i], &j->hash[i]);
     }
     return NULL;
 }
 /* Marker present, every listed file with its size; full: also every checksum. keep (may be NULL) receives the
    marker on success. quiet: see ACCEL__CKPT_INCOMPLETE. */
-static accel_result accel__check_complete(accel *acc, const char *dir, int full, int quiet, accel__marker *keep) {
-    accel__marker m;
+static accel_result accel__ckpt_check_complete(accel *acc, const char *dir, int full, int quiet, accel__ckpt_marker *keep) {
+    accel__ckpt_marker m;
     int i, nf;
-    accel_result r = accel__marker_read(acc, dir, quiet, &m);
+    accel_result r = accel__ckpt_marker_read(acc, dir, quiet, &m);
     if (r != ACCEL_OK) return r;
     nf = (int)stbds_arrlen(m.files);
     for (i = 0; i < nf && r == ACCEL_OK; ++i) {
@@ -2101,7 +2101,7 @@ static accel_result accel__check_complete(accel *acc, const char *dir, int full,
         }
     }
     if (r == ACCEL_OK && full && nf > 0) {
-        accel__verify_job j;
+        accel__ckpt_verify_job j;
         pthread_t helper;
         int threaded = 0;
         memset(&j, 0, sizeof j);
@@ -2114,8 +2114,8 @@ static accel_result accel__check_complete(accel *acc, const char *dir, int full,
         if (!j.bytes || !j.hash || !j.err) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "verifying %.400s", dir);
         else if (pthread_mutex_init(&j.lock, NULL) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "verify: mutex");
         else {
-            if (nf > 1 && pthread_create(&helper, NULL, accel__verify_worker, &j) == 0) threaded = 1;
-            accel__verify_worker(&j);
+            if (nf > 1 && pthread_create(&helper, NULL, accel__ckpt_verify_worker, &j) == 0) threaded = 1;
+            accel__ckpt_verify_worker(&j);
             if (threaded) pthread_join(helper, NULL);
             pthread_mutex_destroy(&j.lock);
             for (i = 0; i < nf && r == ACCEL_OK; ++i) {
@@ -2141,47 +2141,47 @@ static accel_result accel__check_complete(accel *acc, const char *dir, int full,
 ACCEL__DEF accel_result accel_ckpt_verify(accel *acc, const char *dir) {
     if (!dir) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "verify: dir is NULL");
     if (!accel__is_dir(dir)) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s is not a directory", dir);
-    return accel__check_complete(acc, dir, 1, 0, NULL);
+    return accel__ckpt_check_complete(acc, dir, 1, 0, NULL);
 }
 
 /* The owner's part of sealing a checkpoint: hash the files it did not write, write the marker, fsync. */
-static accel_result accel__write_marker(accel *acc, const char *tmp, accel__written **written) {
+static accel_result accel__ckpt_write_marker(accel *acc, const char *tmp, accel__ckpt_written **written) {
     DIR *d = opendir(tmp);
     struct dirent *de;
     char path[4200];
     accel_result r = ACCEL_OK;
     accel__sb b;
-    accel__name_file *order;
+    accel__ckpt_name_file *order;
     int nw, i;
     if (!d) return accel__io_fail(acc, "cannot list", tmp);
     while (r == ACCEL_OK && (de = readdir(d)) != NULL) {
-        accel__written w;
+        accel__ckpt_written w;
         int k, mine = 0;
-        if (de->d_name[0] == '.' || !strcmp(de->d_name, ACCEL__MARKER)) continue;
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, ACCEL__CKPT_MARKER)) continue;
         for (k = 0; k < (int)stbds_arrlen(*written); ++k)
             if (!strcmp((*written)[k].name, de->d_name)) mine = 1;
         if (mine || strlen(de->d_name) >= sizeof w.name) continue;
         accel__fmt(w.name, sizeof w.name, "%s", de->d_name);
         accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
-        r = accel__hash_file(acc, path, &w.bytes, &w.hash);
+        r = accel__ckpt_hash_file(acc, path, &w.bytes, &w.hash);
         if (r == ACCEL_OK) stbds_arrput(*written, w);
     }
     closedir(d);
     if (r != ACCEL_OK) return r;
     nw = (int)stbds_arrlen(*written);
-    order = (accel__name_file *)accel_host_alloc(acc, sizeof(accel__name_file) * (size_t)(nw ? nw : 1));
-    if (!order) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__MARKER);
+    order = (accel__ckpt_name_file *)accel_host_alloc(acc, sizeof(accel__ckpt_name_file) * (size_t)(nw ? nw : 1));
+    if (!order) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER);
     for (i = 0; i < nw; ++i) { order[i].name = (*written)[i].name; order[i].shard = i; }
-    qsort(order, (size_t)nw, sizeof *order, accel__name_file_cmp);
+    qsort(order, (size_t)nw, sizeof *order, accel__ckpt_name_file_cmp);
     accel__sb_init(&b, acc);
     accel__sb_puts(&b, "{\"files\": {");
     for (i = 0; i < nw; ++i) {
         char hx[24];
-        const accel__written *w = &(*written)[order[i].shard];
+        const accel__ckpt_written *w = &(*written)[order[i].shard];
         if (i) accel__sb_puts(&b, ", ");
         accel__sb_json_str(&b, w->name, strlen(w->name), 1);
         accel__sb_puts(&b, ": {\"bytes\": ");
-        accel__sb_u64(&b, w->bytes);
+        accel__ckpt_sb_u64(&b, w->bytes);
         accel__fmt(hx, sizeof hx, "%016llx", (unsigned long long)w->hash);
         accel__sb_puts(&b, ", \"xxh64\": \"");
         accel__sb_puts(&b, hx);
@@ -2189,8 +2189,8 @@ static accel_result accel__write_marker(accel *acc, const char *tmp, accel__writ
     }
     accel__sb_puts(&b, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
     accel_host_free(acc, order);
-    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, tmp);
-    r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__MARKER) : accel__write_file(acc, path, b.p, b.n, 0);
+    accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, tmp);
+    r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER) : accel__write_file(acc, path, b.p, b.n, 0);
     accel__sb_free(&b);
     if (r == ACCEL_OK && accel__fsync_dir(tmp) != 0) r = accel__io_fail(acc, "cannot fsync directory", tmp);
     return r;
@@ -2205,7 +2205,7 @@ static int accel__ckpt_ent_cmp(const void *a, const void *b) {
 }
 /* *out: stb_ds array of the complete checkpoint_<N> directories (empty when dir does not exist). Incomplete ones are
    skipped silently; anything else that goes wrong (an unreadable directory or marker, memory) is an error. */
-static accel_result accel__list_ckpts(accel *acc, const char *dir, accel__ckpt_ent **out) {
+static accel_result accel__ckpt_list_ckpts(accel *acc, const char *dir, accel__ckpt_ent **out) {
     DIR *d = opendir(dir);
     struct dirent *de;
     accel__ckpt_ent *list = NULL;
@@ -2218,7 +2218,7 @@ static accel_result accel__list_ckpts(accel *acc, const char *dir, accel__ckpt_e
         if (!accel__ckpt_number(de->d_name, &e.num) || strlen(de->d_name) >= sizeof e.name) continue;
         accel__fmt(path, sizeof path, "%s/%s", dir, de->d_name);
         if (!accel__is_dir(path)) continue;
-        r = accel__check_complete(acc, path, 0, 1, NULL);
+        r = accel__ckpt_check_complete(acc, path, 0, 1, NULL);
         if (r == ACCEL_ERR_FORMAT) { r = ACCEL_OK; continue; } /* incomplete: not a checkpoint (yet) */
         if (r != ACCEL_OK) break;
         accel__fmt(e.name, sizeof e.name, "%s", de->d_name);
@@ -2239,7 +2239,7 @@ ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out
     int n;
     if (!dir || !out || cap == 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: NULL argument");
     out[0] = 0;
-    r = accel__list_ckpts(acc, dir, &list);
+    r = accel__ckpt_list_ckpts(acc, dir, &list);
     if (r != ACCEL_OK) return r;
     n = (int)stbds_arrlen(list);
     if (n == 0) r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint under %.400s", dir);
@@ -2254,10 +2254,10 @@ ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out
 /* total_limit: the oldest complete checkpoints beyond the limit go, never the one just written. Each is renamed to
    a hidden name first, so none is ever half-deleted in view. The new checkpoint is already published: a failure here
    cannot undo the save, so it is logged (warn) instead of returned. */
-static void accel__rotate(accel *acc, const char *parent, const char *keep, int total_limit) {
+static void accel__ckpt_rotate(accel *acc, const char *parent, const char *keep, int total_limit) {
     accel__ckpt_ent *list = NULL;
     int n, k;
-    if (accel__list_ckpts(acc, parent, &list) != ACCEL_OK) {
+    if (accel__ckpt_list_ckpts(acc, parent, &list) != ACCEL_OK) {
         accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) skipped: %s", total_limit, accel_last_error(acc));
         return;
     }
@@ -2277,7 +2277,7 @@ static void accel__rotate(accel *acc, const char *parent, const char *keep, int 
 }
 
 /* Removes hidden leftovers (.checkpoint_N.tmp/.del/.old) of interrupted saves under parent. */
-static void accel__clean_hidden(const char *parent) {
+static void accel__ckpt_clean_hidden(const char *parent) {
     DIR *d = opendir(parent);
     struct dirent *de;
     char path[4200];
@@ -2298,12 +2298,12 @@ static void accel__clean_hidden(const char *parent) {
 
 /* ------------------------------------------------------------------------------------------------ 11. save_state */
 /* Where a save goes: the target, its parent, the hidden temporary sibling, the hidden name of a replaced target. */
-typedef struct accel__save_paths {
+typedef struct accel__ckpt_save_paths {
     char target[2300], parent[2300], tmp[2400], old[2400];
     int automatic, owner;
-} accel__save_paths;
+} accel__ckpt_save_paths;
 
-static accel_result accel__save_resolve(accel_ckpt *ck, const char *output_dir, accel__save_paths *sp) {
+static accel_result accel__ckpt_save_resolve(accel_ckpt *ck, const char *output_dir, accel__ckpt_save_paths *sp) {
     accel *acc = ck->acc;
     const char *base;
     memset(sp, 0, sizeof *sp);
@@ -2331,12 +2331,12 @@ static accel_result accel__save_resolve(accel_ckpt *ck, const char *output_dir, 
 }
 
 /* An existing explicit output directory is replaced only when it is empty or a checkpoint (it is swapped out). */
-static int accel__replaceable(const char *dir) {
+static int accel__ckpt_replaceable(const char *dir) {
     char path[4200];
     DIR *d;
     struct dirent *de;
     int empty = 1;
-    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, dir);
+    accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, dir);
     if (accel__is_file(path)) return 1;
     d = opendir(dir);
     if (!d) return 0;
@@ -2345,20 +2345,20 @@ static int accel__replaceable(const char *dir) {
     closedir(d);
     return empty;
 }
-static int accel__exists_not_dir(const char *p) {
+static int accel__ckpt_exists_not_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
 /* The owner checks the target and creates the empty temporary sibling. */
-static accel_result accel__save_prepare(accel_ckpt *ck, const accel__save_paths *sp) {
+static accel_result accel__ckpt_save_prepare(accel_ckpt *ck, const accel__ckpt_save_paths *sp) {
     accel *acc = ck->acc;
     if (sp->automatic && accel__is_dir(sp->target))
         return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "checkpoint directory %.400s already exists (iteration %d); set the iteration or load_state first",
                            sp->target, ck->iteration);
-    if (!sp->automatic && accel__is_dir(sp->target) && !accel__replaceable(sp->target))
-        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is neither empty nor an accel checkpoint (no " ACCEL__MARKER "): refusing to replace it", sp->target);
-    if (!sp->automatic && accel__exists_not_dir(sp->target))
+    if (!sp->automatic && accel__is_dir(sp->target) && !accel__ckpt_replaceable(sp->target))
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is neither empty nor an accel checkpoint (no " ACCEL__CKPT_MARKER "): refusing to replace it", sp->target);
+    if (!sp->automatic && accel__ckpt_exists_not_dir(sp->target))
         return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is not a directory", sp->target);
     if (accel__mkdir_p(sp->parent, NULL, 0) != 0) return accel__io_fail(acc, "cannot create directory", sp->parent);
     if (accel__rmtree(sp->tmp) != 0) return accel__io_fail(acc, "cannot remove stale", sp->tmp);
@@ -2367,7 +2367,7 @@ static accel_result accel__save_prepare(accel_ckpt *ck, const accel__save_paths 
 }
 
 /* Writes one object's bytes through the state contract's two calls (size, then bytes). */
-static accel_result accel__save_obj(accel *acc, const accel__ckpt_obj *o, const char *dir, accel__written *w) {
+static accel_result accel__ckpt_save_obj(accel *acc, const accel__ckpt_obj *o, const char *dir, accel__ckpt_written *w) {
     size_t need = 0, got = 0;
     void *buf;
     char path[4200];
@@ -2394,29 +2394,29 @@ static accel_result accel__save_obj(accel *acc, const accel__ckpt_obj *o, const 
 }
 
 /* The files: the global ones by the owner, random_states_<rank>.bin (accel_state_save) by every process. */
-static accel_result accel__save_files(accel_ckpt *ck, const char *tmp, int owner, accel__written **written) {
+static accel_result accel__ckpt_save_files(accel_ckpt *ck, const char *tmp, int owner, accel__ckpt_written **written) {
     accel *acc = ck->acc;
     char path[4200], name[64];
     accel__ckpt_obj core;
-    accel__written w;
+    accel__ckpt_written w;
     accel_result r = ACCEL_OK;
     int i;
     if (owner) {
         const char *meta[2] = {"format", "pt"};
         for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i) {
-            accel__group_file(w.name, sizeof w.name, "model", i);
+            accel__ckpt_group_file(w.name, sizeof w.name, "model", i);
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-            r = accel__st_save(acc, path, ck->models[i].t, ck->models[i].n, meta, 1, 0, &w.bytes, &w.hash);
+            r = accel__ckpt_st_save(acc, path, ck->models[i].t, ck->models[i].n, meta, 1, 0, &w.bytes, &w.hash);
             if (r == ACCEL_OK) stbds_arrput(*written, w);
         }
         for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i) {
-            accel__group_file(w.name, sizeof w.name, "optimizer", i);
+            accel__ckpt_group_file(w.name, sizeof w.name, "optimizer", i);
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-            r = accel__st_save(acc, path, ck->optims[i].t, ck->optims[i].n, NULL, 0, 0, &w.bytes, &w.hash);
+            r = accel__ckpt_st_save(acc, path, ck->optims[i].t, ck->optims[i].n, NULL, 0, 0, &w.bytes, &w.hash);
             if (r == ACCEL_OK) stbds_arrput(*written, w);
         }
         for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
-            r = accel__save_obj(acc, &ck->objs[i], tmp, &w);
+            r = accel__ckpt_save_obj(acc, &ck->objs[i], tmp, &w);
             if (r == ACCEL_OK) stbds_arrput(*written, w);
         }
         if (r == ACCEL_OK) { /* ckpt's own fields only: the counters are in random_states_<rank>.bin */
@@ -2442,16 +2442,16 @@ static accel_result accel__save_files(accel_ckpt *ck, const char *tmp, int owner
         core.save = accel__ckpt_core_state_save;
         core.load = NULL;
         core.obj = acc;
-        r = accel__save_obj(acc, &core, tmp, &w);
+        r = accel__ckpt_save_obj(acc, &core, tmp, &w);
         if (r == ACCEL_OK) stbds_arrput(*written, w);
     }
     return r;
 }
 
 /* The owner seals and publishes: marker, fsync, rename into place (swapping out a replaced target). */
-static accel_result accel__save_publish(accel *acc, const accel__save_paths *sp, accel__written **written) {
+static accel_result accel__ckpt_save_publish(accel *acc, const accel__ckpt_save_paths *sp, accel__ckpt_written **written) {
     int had_old = 0;
-    accel_result r = accel__write_marker(acc, sp->tmp, written);
+    accel_result r = accel__ckpt_write_marker(acc, sp->tmp, written);
     if (r != ACCEL_OK) return r;
     if (accel__is_dir(sp->target)) { /* an explicit directory that exists: swap it out */
         if (accel__rmtree(sp->old) != 0 || rename(sp->target, sp->old) != 0)
@@ -2466,26 +2466,26 @@ static accel_result accel__save_publish(accel *acc, const accel__save_paths *sp,
 
 ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap) {
     accel *acc;
-    accel__save_paths sp;
-    accel__written *written = NULL;
+    accel__ckpt_save_paths sp;
+    accel__ckpt_written *written = NULL;
     accel_result r;
     if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "save_state: ck is NULL");
     acc = ck->acc;
-    r = accel__save_resolve(ck, output_dir, &sp);
+    r = accel__ckpt_save_resolve(ck, output_dir, &sp);
     /* 1. the owner prepares the temporary sibling directory */
-    if (r == ACCEL_OK && sp.owner) r = accel__save_prepare(ck, &sp);
+    if (r == ACCEL_OK && sp.owner) r = accel__ckpt_save_prepare(ck, &sp);
     r = accel__agree(acc, r, "save_state (prepare)");
     if (r != ACCEL_OK) return r;
     if (!accel__is_dir(sp.tmp))
         r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "checkpoint directory %.400s is not visible on this process (save_state needs a shared filesystem, or save_on_each_node)", sp.tmp);
     /* 2. the files */
-    if (r == ACCEL_OK) r = accel__save_files(ck, sp.tmp, sp.owner, &written);
+    if (r == ACCEL_OK) r = accel__ckpt_save_files(ck, sp.tmp, sp.owner, &written);
     r = accel__agree(acc, r, "save_state (write)");
     /* 3. the owner seals and publishes, then rotates */
     if (r == ACCEL_OK) {
-        if (sp.owner) r = accel__save_publish(acc, &sp, &written);
-        if (r == ACCEL_OK && sp.owner && sp.automatic && ck->d.total_limit > 0) accel__rotate(acc, sp.parent, sp.target, ck->d.total_limit);
-        if (r == ACCEL_OK && sp.owner && sp.automatic) accel__clean_hidden(sp.parent);
+        if (sp.owner) r = accel__ckpt_save_publish(acc, &sp, &written);
+        if (r == ACCEL_OK && sp.owner && sp.automatic && ck->d.total_limit > 0) accel__ckpt_rotate(acc, sp.parent, sp.target, ck->d.total_limit);
+        if (r == ACCEL_OK && sp.owner && sp.automatic) accel__ckpt_clean_hidden(sp.parent);
         r = accel__agree(acc, r, "save_state (commit)");
     }
     stbds_arrfree(written);
@@ -2497,10 +2497,10 @@ ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output
 
 /* ------------------------------------------------------------------------------------------------ 12. load_state */
 /* Everything load_state reads and checks before it applies anything. */
-typedef struct accel__load {
+typedef struct accel__ckpt_load {
     accel *acc;
     char dir[2300];
-    accel__marker marker;
+    accel__ckpt_marker marker;
     accel_ckpt_file **mf, **of; /* per registered model / optimizer group */
     char **blobs;               /* per registered object */
     size_t *blob_n;
@@ -2508,9 +2508,9 @@ typedef struct accel__load {
     int state_applied;          /* the training state was loaded: put the snapshot back if anything fails */
     unsigned char snapshot[ACCEL_STATE_BYTES];
     size_t snapshot_n;
-} accel__load;
+} accel__ckpt_load;
 
-static void accel__load_free(accel_ckpt *ck, accel__load *ld) {
+static void accel__ckpt_load_free(accel_ckpt *ck, accel__ckpt_load *ld) {
     int i;
     for (i = 0; ld->mf && i < (int)stbds_arrlen(ck->models); ++i) accel_ckpt_file_destroy(ld->mf[i]);
     for (i = 0; ld->of && i < (int)stbds_arrlen(ck->optims); ++i) accel_ckpt_file_destroy(ld->of[i]);
@@ -2523,10 +2523,10 @@ static void accel__load_free(accel_ckpt *ck, accel__load *ld) {
 }
 
 /* Reads a file the marker lists (so its checksum was verified); `missing` is the error when it is not listed. */
-static accel_result accel__load_listed(accel__load *ld, const char *name, accel_result missing, const char *why, char **buf,
+static accel_result accel__ckpt_load_listed(accel__ckpt_load *ld, const char *name, accel_result missing, const char *why, char **buf,
                                        size_t *n, size_t limit) {
     char path[4200];
-    if (!accel__marker_find(&ld->marker, name))
+    if (!accel__ckpt_marker_find(&ld->marker, name))
         return ACCEL__FAIL(ld->acc, missing, "%.400s has no %s%s", ld->dir, name, why);
     accel__fmt(path, sizeof path, "%s/%s", ld->dir, name);
     return accel__read_file(ld->acc, path, buf, n, limit);
@@ -2535,7 +2535,7 @@ static accel_result accel__load_listed(accel__load *ld, const char *name, accel_
 /* Opens <dir>/<kind>[_i].safetensors for each registered group and checks every registered tensor against the file
    (count, names, dtypes, shapes) before anything is applied. A mismatch with the registration is
    ACCEL_ERR_INVALID_ARGUMENT (never NOT_FOUND, which means "no checkpoint yet"). */
-static accel_result accel__load_groups(accel__load *ld, const char *kind, const accel__ckpt_group *groups, int n,
+static accel_result accel__ckpt_load_groups(accel__ckpt_load *ld, const char *kind, const accel__ckpt_group *groups, int n,
                                        accel_ckpt_file **files) {
     accel *acc = ld->acc;
     accel_result r = ACCEL_OK;
@@ -2543,9 +2543,9 @@ static accel_result accel__load_groups(accel__load *ld, const char *kind, const 
     char path[2500]; /* dir (< 2300) + "/" + file name (< 96) */
     for (i = 0; i < n && r == ACCEL_OK; ++i) {
         char fname[96];
-        accel__group_file(fname, sizeof fname, kind, i);
+        accel__ckpt_group_file(fname, sizeof fname, kind, i);
         accel__fmt(path, sizeof path, "%s/%s", ld->dir, fname);
-        if (!accel__marker_find(&ld->marker, fname)) {
+        if (!accel__ckpt_marker_find(&ld->marker, fname)) {
             r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has no %s (%s %d is registered)", ld->dir, fname, kind, i);
             break;
         }
@@ -2555,7 +2555,7 @@ static accel_result accel__load_groups(accel__load *ld, const char *kind, const 
                             accel_ckpt_file_count(files[i]), kind, i, groups[i].n);
         for (k = 0; k < groups[i].n && r == ACCEL_OK; ++k) {
             int ix;
-            r = accel__st_check_dst(files[i], &groups[i].t[k], &ix);
+            r = accel__ckpt_st_check_dst(files[i], &groups[i].t[k], &ix);
             if (r == ACCEL_ERR_NOT_FOUND) r = accel__fail_wrap(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state");
         }
     }
@@ -2563,7 +2563,7 @@ static accel_result accel__load_groups(accel__load *ld, const char *kind, const 
 }
 
 /* The registered objects' files (read, not applied) and the count of custom objects (as Accelerate checks it). */
-static accel_result accel__load_objects(accel_ckpt *ck, accel__load *ld) {
+static accel_result accel__ckpt_load_objects(accel_ckpt *ck, accel__ckpt_load *ld) {
     accel *acc = ld->acc;
     int i, n_custom_files = 0, nobj = (int)stbds_arrlen(ck->objs);
     accel_result r = ACCEL_OK;
@@ -2576,26 +2576,26 @@ static accel_result accel__load_objects(accel_ckpt *ck, accel__load *ld) {
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has %d custom_checkpoint files but %d custom objects are registered",
                            ld->dir, n_custom_files, ck->n_custom);
     for (i = 0; i < nobj && r == ACCEL_OK; ++i)
-        r = accel__load_listed(ld, ck->objs[i].name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered object)", &ld->blobs[i],
+        r = accel__ckpt_load_listed(ld, ck->objs[i].name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered object)", &ld->blobs[i],
                                &ld->blob_n[i], (size_t)1 << 40);
     return r;
 }
 
 /* accelerator_state.json: the iteration and the number of processes of the saving run. */
-static accel_result accel__load_accelerator_json(accel__load *ld) {
+static accel_result accel__ckpt_load_accelerator_json(accel__ckpt_load *ld) {
     char *data = NULL;
     size_t n = 0;
-    accel__json j;
+    accel__ckpt_json j;
     int root;
-    accel_result r = accel__load_listed(ld, "accelerator_state.json", ACCEL_ERR_FORMAT, "", &data, &n, 1 << 20);
+    accel_result r = accel__ckpt_load_listed(ld, "accelerator_state.json", ACCEL_ERR_FORMAT, "", &data, &n, 1 << 20);
     if (r != ACCEL_OK) return r;
-    root = accel__json_parse(&j, ld->acc, data, n);
-    if (root < 0) r = accel__json_failed(ld->acc, &j, "accelerator_state.json");
-    else if (accel__ju64(&j, accel__jget(&j, root, "iteration"), &ld->iteration) ||
-             accel__ju64(&j, accel__jget(&j, root, "num_processes"), &ld->saved_np) || ld->saved_np < 1 ||
+    root = accel__ckpt_json_parse(&j, ld->acc, data, n);
+    if (root < 0) r = accel__ckpt_json_failed(ld->acc, &j, "accelerator_state.json");
+    else if (accel__ckpt_ju64(&j, accel__ckpt_jget(&j, root, "iteration"), &ld->iteration) ||
+             accel__ckpt_ju64(&j, accel__ckpt_jget(&j, root, "num_processes"), &ld->saved_np) || ld->saved_np < 1 ||
              ld->saved_np > 1000000 || ld->iteration > (uint64_t)INT_MAX - 1)
         r = ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "%.400s/accelerator_state.json is malformed (iteration, num_processes)", ld->dir);
-    accel__json_free(&j);
+    accel__ckpt_json_free(&j);
     accel_host_free(ld->acc, data);
     return r;
 }
@@ -2604,7 +2604,7 @@ static accel_result accel__load_accelerator_json(accel__load *ld) {
    processes, accel_state_load_resharded of every saved rank's file otherwise. Applied here, at the end of the
    checks — the core validates everything before it changes anything — and put back from the snapshot if anything
    fails later (on any rank). */
-static accel_result accel__load_training_state(accel__load *ld) {
+static accel_result accel__ckpt_load_training_state(accel__ckpt_load *ld) {
     accel *acc = ld->acc;
     int count = (int)ld->saved_np, same = count == acc->num_processes, i;
     int first = same ? acc->process_index : 0, last = same ? acc->process_index : count - 1;
@@ -2617,7 +2617,7 @@ static accel_result accel__load_training_state(accel__load *ld) {
                     acc->num_processes, count);
     for (i = first; i <= last && r == ACCEL_OK; ++i) {
         accel__fmt(name, sizeof name, "random_states_%d.bin", i);
-        r = accel__load_listed(ld, name, ACCEL_ERR_FORMAT, why, &bufs[i], &sizes[i], 1 << 20);
+        r = accel__ckpt_load_listed(ld, name, ACCEL_ERR_FORMAT, why, &bufs[i], &sizes[i], 1 << 20);
     }
     if (r == ACCEL_OK) {
         r = same ? accel_state_load(acc, bufs[first], sizes[first])
@@ -2636,19 +2636,19 @@ static accel_result accel__load_training_state(accel__load *ld) {
 }
 
 /* Copies the tensors and hands each object its bytes. */
-static accel_result accel__load_apply(accel_ckpt *ck, accel__load *ld) {
+static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld) {
     accel *acc = ld->acc;
-    accel__stage stage;
+    accel__ckpt_stage stage;
     accel_result r = ACCEL_OK;
     int i, k;
-    accel__stage_begin(&stage, acc);
+    accel__ckpt_stage_begin(&stage, acc);
     for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i)
         for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k)
-            r = accel__st_copy(ld->mf[i], accel_ckpt_file_find(ld->mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
+            r = accel__ckpt_st_copy(ld->mf[i], accel_ckpt_file_find(ld->mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
     for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i)
         for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k)
-            r = accel__st_copy(ld->of[i], accel_ckpt_file_find(ld->of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
-    accel__stage_end(&stage);
+            r = accel__ckpt_st_copy(ld->of[i], accel_ckpt_file_find(ld->of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
+    accel__ckpt_stage_end(&stage);
     for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
         const accel__ckpt_obj *o = &ck->objs[i];
         accel__ckpt_errmark mark = accel__ckpt_errmark_now(acc);
@@ -2660,7 +2660,7 @@ static accel_result accel__load_apply(accel_ckpt *ck, accel__load *ld) {
 
 ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_dir) {
     accel *acc;
-    accel__load ld;
+    accel__ckpt_load ld;
     char cdir[2200];
     accel_result r = ACCEL_OK;
     int none_yet = 0;
@@ -2682,7 +2682,7 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
         none_yet = r == ACCEL_ERR_NOT_FOUND;
     }
     /* 2. verify (marker, sizes, checksums) and check everything against the registration; read what is applied */
-    if (r == ACCEL_OK) r = accel__check_complete(acc, ld.dir, 1, 0, &ld.marker);
+    if (r == ACCEL_OK) r = accel__ckpt_check_complete(acc, ld.dir, 1, 0, &ld.marker);
     if (r == ACCEL_OK) {
         ld.mf = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->models), sizeof *ld.mf);
         ld.of = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->optims), sizeof *ld.of);
@@ -2690,20 +2690,20 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
         ld.blob_n = (size_t *)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blob_n);
         if (!ld.mf || !ld.of || !ld.blobs || !ld.blob_n) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
     }
-    if (r == ACCEL_OK) r = accel__load_groups(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf);
-    if (r == ACCEL_OK) r = accel__load_groups(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
-    if (r == ACCEL_OK) r = accel__load_objects(ck, &ld);
-    if (r == ACCEL_OK) r = accel__load_accelerator_json(&ld);
-    if (r == ACCEL_OK) r = accel__load_training_state(&ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf);
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
+    if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, &ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(&ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_training_state(&ld);
     r = accel__agree(acc, r, "load_state (verify)");
     /* 3. apply (every process got this far) */
     if (r == ACCEL_OK) {
-        r = accel__load_apply(ck, &ld);
+        r = accel__ckpt_load_apply(ck, &ld);
         r = accel__agree(acc, r, "load_state (apply)");
     }
     if (r == ACCEL_OK) ck->iteration = (int)ld.iteration + 1; /* policy 5: the next save does not collide */
     else if (ld.state_applied) (void)accel_state_load(acc, ld.snapshot, ld.snapshot_n); /* same rank, same P: cannot fail */
-    accel__load_free(ck, &ld);
+    accel__ckpt_load_free(ck, &ld);
     if (none_yet && r == ACCEL_ERR_NOT_FOUND && acc->is_main_process)
         accel_log(acc, ACCEL_LOG_INFO, "no checkpoint under %s: starting fresh", cdir);
     return r;
