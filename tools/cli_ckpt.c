@@ -4,7 +4,7 @@
      accel ckpt verify DIR         completeness (marker, sizes) and XXH64 checksums of a checkpoint directory
      accel ckpt plan --max-shard-size SIZE name:bytes …
                                    the save_model sharding plan as one JSON object, writing nothing
-     accel size STRING             the byte count of a size string (SEMANTICS.md policy 6)
+     accel size STRING             the byte count of a size string (docs/semantics.md policy 6)
    Exit codes: 0 ok, 1 failure (bad file, failed check), 2 usage error (including an invalid size). */
 #include "accel_ckpt.h"
 #include "accel_cli.h"

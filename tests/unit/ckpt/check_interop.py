@@ -155,7 +155,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(idx_text == json.dumps(idx, indent=2, sort_keys=True) + "\n", "index is json.dumps(indent=2, sort_keys=True)")
     check(idx["metadata"]["total_size"] == sum(len(v[2]) for v in expect.values()), "total_size")
     check(set(idx["weight_map"]) == set(expect), "weight_map names")
-    # the plan, recomputed here from SEMANTICS §6 (hub algorithm) in state-dict order
+    # the plan, recomputed here from docs/semantics.md §6 (hub algorithm) in state-dict order
     shards, cur, cur_size = [], [], 0
     for name in expect:  # fixture order
         size = len(expect[name][2])

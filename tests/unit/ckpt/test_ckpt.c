@@ -1,7 +1,7 @@
-/* Unit tests of accel_ckpt.h: the size parser (SEMANTICS policy 6), XXH64 vectors, safetensors round trips for every
-   dtype, hand-built reference-layout files, every malformed-file rule of the reference reader (each a specific error,
-   nothing loaded), sharding plans (SEMANTICS §6 cases), save_model/load_model, save_state/load_state, rotation,
-   corruption detection. */
+/* Unit tests of accel_ckpt.h: the size parser (docs/semantics.md policy 6), XXH64 vectors, safetensors round trips
+   for every dtype, hand-built reference-layout files, every malformed-file rule of the reference reader (each a
+   specific error, nothing loaded), sharding plans (docs/semantics.md §6 cases), save_model/load_model,
+   save_state/load_state, rotation, corruption detection. */
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include "accel_test_fs.h"
@@ -358,7 +358,7 @@ static void test_malformed(void) {
     at_context = "";
 }
 
-/* -------------------------------------------------------------------------------- sharding (SEMANTICS §6) */
+/* --------------------------------------------------------------------------- sharding (docs/semantics.md §6) */
 static void plan(const uint64_t *sizes, int n, uint64_t max, int *shard_of, int *ns) {
     uint64_t sb[64];
     AT_EQ_INT(accel_ckpt_plan_shards(NULL, sizes, n, max, shard_of, sb, ns), ACCEL_OK);
