@@ -33,12 +33,14 @@
            return ACCEL_OK;
        }
        static accel_result my_load(void *obj, const void *buf, size_t size) {
-           if (size != sizeof(my_state)) return accel_set_error(&acc, ACCEL_ERR_FORMAT, "my_state: %zu bytes", size);
-           memcpy(obj, buf, size);                          // validate everything first, then apply
+           if (size != sizeof(my_state))                    // validate everything first, then apply
+               return accel_set_error(NULL, ACCEL_ERR_FORMAT, "my_state: %zu bytes, expected %zu", size, sizeof(my_state));
+           memcpy(obj, buf, size);
            return ACCEL_OK;
        }
-     A failing callback records why with accel_set_error (on its object's Accelerator, or NULL); load_state and
-     save_state keep that message and put the file in front of it: "load_state: sampler.bin: <your message>".
+       accel_ckpt_register(ck, "my", my_save, my_load, &state);   // → my.bin
+     A failing callback records why with accel_set_error (on its object's Accelerator, or NULL as here); load_state
+     and save_state keep that message and put the file in front of it: "load_state: my.bin: my_state: 12 bytes, …".
 
    FILES OF A CHECKPOINT DIRECTORY (Accelerate's names, safetensors/JSON/bytes instead of pickles)
      model.safetensors, model_1.safetensors, …   registered models (metadata {"format":"pt"})        main process
@@ -117,13 +119,13 @@
 extern "C" {
 #endif
 
-/* ---------------------------------------------------------------------------------------------------- sizes */
+/* -------------------------------------------------------------------------------------------------------- sizes */
 /* docs/semantics.md policy 6: a plain unsigned integer (bytes), or a decimal number, optional spaces and a unit
    KB/MB/GB/TB (10^3..10^12) or KiB/MiB/GiB/TiB (2^10..2^40), case-insensitive, truncated toward zero.
    acc may be NULL (the message then goes to accel_last_error(NULL)). */
 ACCEL_API accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_t *out);
 
-/* ---------------------------------------------------------------------------------------------- safetensors */
+/* -------------------------------------------------------------------------------------------------- safetensors */
 /* Writes `path` atomically (temporary name, fsync, rename, directory fsync). metadata: nmeta (key, value) pairs
    stored as __metadata__ (NULL/0 for none). Tensors may live on the host or (CUDA builds) the device. */
 ACCEL_API accel_result accel_ckpt_save_safetensors(accel *acc, const char *path, const accel_tensor *tensors, int n,
@@ -159,7 +161,7 @@ ACCEL_API accel_result accel_ckpt_file_load(accel_ckpt_file *f, const accel_tens
 /* All or nothing: every destination is checked before the first byte is copied. */
 ACCEL_API accel_result accel_ckpt_file_load_all(accel_ckpt_file *f, const accel_tensor *dst, int n);
 
-/* ------------------------------------------------------------------------------------------ sharded models */
+/* ----------------------------------------------------------------------------------------------- sharded models */
 /* The huggingface_hub plan (docs/semantics.md §6, policy 7): shard_of[i] = shard of tensor i (0-based), shard_bytes[s],
    *n_shards. shard_of must hold n ints, shard_bytes n uint64 (n_shards <= n). Shards are numbered in the order
    they are appended, so an oversize tensor can precede earlier small ones. */
@@ -179,7 +181,7 @@ ACCEL_API accel_result accel_ckpt_save_model_bytes(accel *acc, const char *dir, 
    the same dtype/shape and the files must hold no other tensors; all checked before anything is copied. Local. */
 ACCEL_API accel_result accel_ckpt_load_model(accel *acc, const char *dir, const accel_tensor *tensors, int n);
 
-/* ---------------------------------------------------------------------------------------- save/load state */
+/* ---------------------------------------------------------------------------------------------- save/load state */
 typedef struct accel_ckpt_desc {
     const char *project_dir;          /* NULL → acc->desc.project_dir */
     int automatic_checkpoint_naming;  /* nonzero: save_state(NULL) → project_dir/checkpoints/checkpoint_<iteration> */
@@ -190,7 +192,7 @@ typedef struct accel_ckpt_desc {
 
 typedef struct accel_ckpt accel_ckpt;
 ACCEL_API accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc, accel_ckpt **out);
-ACCEL_API void accel_ckpt_destroy(accel_ckpt *ck); /* NULL ok */
+ACCEL_API void accel_ckpt_destroy(accel_ckpt *ck); /* NULL ok; before accel_shutdown of its acc (it frees through it) */
 /* Descriptors (and names) are copied; the data stays the caller's and must be valid at save/load time. */
 ACCEL_API accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_tensor *tensors, int n);
 ACCEL_API accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel_tensor *tensors, int n);
@@ -275,7 +277,7 @@ static void *accel__ckpt_zalloc(accel *acc, size_t n, size_t size) { /* n zeroed
     return p;
 }
 
-/* ------------------------------------------------------------------------------------------ 1. size parser */
+/* ----------------------------------------------------------------------------------------------- 1. size parser */
 /* Locale-independent on purpose (isspace/tolower follow setlocale). */
 static int accel__ckpt_isspace(int c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 static int accel__ckpt_lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
@@ -353,7 +355,7 @@ big:
     return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "size \"%.200s\" does not fit in 64 bits", s);
 }
 
-/* ------------------------------------------------------------------------------------------------ 2. XXH64 */
+/* ----------------------------------------------------------------------------------------------------- 2. XXH64 */
 #define ACCEL__CKPT_XP1 11400714785074694791ull
 #define ACCEL__CKPT_XP2 14029467366897019727ull
 #define ACCEL__CKPT_XP3 1609587929392839161ull
@@ -462,7 +464,7 @@ ACCEL__DEF uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed) 
     return accel__ckpt_xxh64_final(&h);
 }
 
-/* ------------------------------------------------------------------------------------------ 3. JSON reader */
+/* ----------------------------------------------------------------------------------------------- 3. JSON reader */
 /* (JSON is written with the core's accel__sb; this is the one number format it needs.) */
 static void accel__ckpt_sb_u64(accel__sb *b, uint64_t v) { accel__sb_printf(b, "%llu", (unsigned long long)v); }
 
@@ -785,7 +787,7 @@ static int accel__ckpt_ju64(const accel__ckpt_json *j, int nd, uint64_t *out) {
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------- 4. device staging */
+/* -------------------------------------------------------------------------------------------- 4. device staging */
 static int accel__ckpt_is_device_ptr(const void *p) {
 #ifdef ACCEL_WITH_CUDA
     struct cudaPointerAttributes a;
@@ -929,7 +931,7 @@ static accel_result accel__ckpt_read_to_device(accel *acc, accel__ckpt_stage *s,
 #endif
 }
 
-/* ---------------------------------------------------------------------------------- 5. safetensors writer */
+/* ---------------------------------------------------------------------------------------- 5. safetensors writer */
 static void accel__ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
     size_t o = 0;
     int i;
@@ -1149,7 +1151,7 @@ ACCEL__DEF accel_result accel_ckpt_save_safetensors(accel *acc, const char *path
     return accel__ckpt_st_save(acc, path, tensors, n, metadata, nmeta, 1, NULL, NULL);
 }
 
-/* ---------------------------------------------------------------------------------- 6. safetensors reader */
+/* ---------------------------------------------------------------------------------------- 6. safetensors reader */
 struct accel_ckpt_file {
     accel *acc;
     int fd;
@@ -1476,7 +1478,7 @@ ACCEL__DEF accel_result accel_ckpt_file_load_all(accel_ckpt_file *f, const accel
     return r;
 }
 
-/* ------------------------------------------------------------------- 7. sharded models: plan, save, load */
+/* -------------------------------------------------------------------------- 7. sharded models: plan, save, load */
 ACCEL__DEF accel_result accel_ckpt_plan_shards(accel *acc, const uint64_t *sizes, int n, uint64_t max, int *shard_of,
                                                uint64_t *shard_bytes, int *n_shards) {
     int i, j, ns = 0, cur_first = -1;
@@ -1764,7 +1766,7 @@ done:
     return r;
 }
 
-/* --------------------------------------------- 8. the checkpointer: create/destroy, registration, root causes */
+/* ----------------------------------------------- 8. the checkpointer: create/destroy, registration, root causes */
 typedef struct accel__ckpt_group { accel_tensor *t; int n; } accel__ckpt_group;
 typedef struct accel__ckpt_obj {
     char *name; /* the file name: "<name>.bin", "custom_checkpoint_<i>.bin", "random_states_<rank>.bin" */
@@ -1937,7 +1939,7 @@ static int accel__ckpt_number(const char *name, long *num) { /* "checkpoint_<dig
     return 1;
 }
 
-/* ---------------------------------------------------------------------- 9. completion marker and verification */
+/* ------------------------------------------------------------------------ 9. completion marker and verification */
 /* Hashes a whole file through a read-only mapping (no copy out of the page cache), read() into a stack buffer as a
    fallback. Returns 0 or an errno. Runs in verification threads: it neither allocates nor records errors. */
 static int accel__ckpt_hash_file_raw(const char *path, uint64_t *bytes, uint64_t *hash) {
@@ -2196,7 +2198,7 @@ static accel_result accel__ckpt_write_marker(accel *acc, const char *tmp, accel_
     return r;
 }
 
-/* ------------------------------------------------------------------------------------ 10. listing and rotation */
+/* ------------------------------------------------------------------------------------- 10. listing and rotation */
 /* Complete checkpoints under dir, sorted ascending by number. */
 typedef struct accel__ckpt_ent { long num; char name[64]; } accel__ckpt_ent;
 static int accel__ckpt_ent_cmp(const void *a, const void *b) {
@@ -2296,7 +2298,7 @@ static void accel__ckpt_clean_hidden(const char *parent) {
     if (d) closedir(d);
 }
 
-/* ------------------------------------------------------------------------------------------------ 11. save_state */
+/* ----------------------------------------------------------------------------------------------- 11. save_state */
 /* Where a save goes: the target, its parent, the hidden temporary sibling, the hidden name of a replaced target. */
 typedef struct accel__ckpt_save_paths {
     char target[2300], parent[2300], tmp[2400], old[2400];
@@ -2495,7 +2497,7 @@ ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output
     return ACCEL_OK;
 }
 
-/* ------------------------------------------------------------------------------------------------ 12. load_state */
+/* ----------------------------------------------------------------------------------------------- 12. load_state */
 /* Everything load_state reads and checks before it applies anything. */
 typedef struct accel__ckpt_load {
     accel *acc;
