@@ -2335,9 +2335,21 @@ static accel_result accel__store_op(accel *acc, accel__store *st, int op, const 
         accel__st_frame f;
         unsigned char *p = NULL;
         rc = accel__store_send(st->fd[0], ACCEL__ST_OP, op, (uint32_t)st->rank, st->seq, in, in_len, deadline);
-        if (rc != 0)
+        if (rc != 0) {
+            /* the hub may have failed this collective and exited before we sent: its verdict can still be waiting in
+               our receive buffer — prefer it to "broken pipe" */
+            int e = errno;
+            if (rc == -1 && accel__store_recv(acc, st, st->fd[0], 0, &f, &p, accel_now() + 0.5) == ACCEL_OK &&
+                f.kind == ACCEL__ST_ERROR) {
+                res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%.700s (reported by rank 0, the store)", (const char *)p);
+                accel_host_free(acc, p);
+                return res;
+            }
+            accel_host_free(acc, p);
+            errno = e;
             return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "host store (%s): cannot reach rank 0: %s",
                                st->where, accel__store_rc_text(rc));
+        }
         res = accel__store_recv(acc, st, st->fd[0], 0, &f, &p, deadline + ACCEL__ST_GRACE);
         if (res != ACCEL_OK) return res;
         if (f.kind == ACCEL__ST_ERROR) {
