@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             accel__json j2;
             int r2;
             memset(&b, 0, sizeof b);
-            accel__sb_json_str(&b, ix.names[i], strlen(ix.names[i]));
+            accel__sb_json_str(&b, ix.names[i], strlen(ix.names[i]), 1);
             r2 = accel__json_parse(&j2, b.p, b.n);
             if (r2 < 0 || j2.nodes[r2].type != ACCEL__J_STR || strcmp(accel__jstr(&j2, r2), ix.names[i])) abort();
             accel__json_free(&j2);
