@@ -47,7 +47,7 @@
                p  = p * (1 - lr*wd)                                   param.mul_(1 - lr * weight_decay)
                m  = fma(g, 1-b1, m * b1)                              exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
                     [ACCEL_OPTIM_MOMENT_LERP: m = fma(w, g - m, m) with w = 1-b1 if |w| < 0.5, else
-                     m = fma(w - 1, g - m, g)                         exp_avg.lerp_(grad, 1-beta1), torch >= 2.0]
+                     m = fma(w - 1, g - m, g)                         exp_avg.lerp_(grad, 1-beta1), torch 2.x]
                v  = fma((1-b2) * g, g, v * b2)                        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1-b2)
                amsgrad: vmax = max(vmax, v) (NaN wins), and vmax replaces v below
                d  = sqrt(v) / sqrt(1 - b2^t) + eps                    (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
@@ -67,8 +67,9 @@
                rule of accel_amp.h's stochastic rounding (accel_amp_master_to_model with sr = {sr_seed, t, that
                offset} gives the same bits).
    The fused step equals, bit for bit, unscaling and clipping the gradients in place, then stepping, then writing the
-   model copy (tests/unit/optim). Against torch 1.13 (Debian, AVX2) the results are bit-identical in the tests;
-   where torch's CPU kernels do not fuse (its DEFAULT capability, no FMA), torch differs by an ulp per operation.
+   model copy (tests/unit/optim). Against torch 1.13 (Debian's, AVX2 kernels) every value of the tests' 8 runs of 20
+   steps is bit-identical (parameters, moments, step counts, learning rates); where torch's CPU kernels do not fuse
+   (its DEFAULT capability, no FMA) torch differs from both by an ulp per operation.
 
    STEP COUNTS AND SKIPPED STEPS (torch keeps state["step"] per parameter; accel too)
      Each parameter has its own step count t, incremented by every step in which it had a gradient (grad ptr
@@ -112,7 +113,7 @@
      beta1, beta2      0.9, 0.999                        ACCEL_OPTIM_ZERO for a true 0
      eps               1e-8                              ACCEL_OPTIM_ZERO for a true 0
      momentum, dampening, nesterov, amsgrad, maximize    0 / off, as torch
-     moment_rule       torch 1.x mul + add               ACCEL_OPTIM_MOMENT_LERP: torch >= 2.0's lerp_
+     moment_rule       torch 1.x mul + add               ACCEL_OPTIM_MOMENT_LERP: torch 2.x's lerp_
      model_rounding    round to nearest even             ACCEL_OPTIM_ROUND_STOCHASTIC (BF16 copies), sr_seed
      index_offset      0                                 element index of params[0] in the whole model (shards)
      Macros: ACCEL_OPTIM_CUDA_BLOCK (threads per block, 256), ACCEL_OPTIM_CHUNK (elements per block task, 65536),
@@ -170,7 +171,7 @@ typedef enum accel_optim_algorithm {
 typedef enum accel_optim_moment_rule {
     ACCEL_OPTIM_MOMENT_DEFAULT = 0, /* = ACCEL_OPTIM_MOMENT_MUL_ADD */
     ACCEL_OPTIM_MOMENT_MUL_ADD,     /* torch 1.x: exp_avg.mul_(beta1).add_(grad, alpha=1-beta1) */
-    ACCEL_OPTIM_MOMENT_LERP         /* torch >= 2.0: exp_avg.lerp_(grad, 1-beta1) */
+    ACCEL_OPTIM_MOMENT_LERP         /* torch 2.x: exp_avg.lerp_(grad, 1-beta1) */
 } accel_optim_moment_rule;
 
 typedef enum accel_optim_rounding {
@@ -766,13 +767,11 @@ static __global__ void accel__optim_step_kernel(const accel__optim_job *jobs, in
     long long c;
     if (found && *found) return;
     for (c = blockIdx.x; c < nchunks; c += gridDim.x) {
-        int q = accel__optim_find(jobs, njobs, c);
-        const accel__optim_job *jb = &jobs[q];
-        accel__optim_coefs k = jb->k;
-        long long start = (c - jb->chunk_begin) * (long long)ACCEL_OPTIM_CHUNK;
-        long long len = jb->n - start, i;
+        const accel__optim_job jb = jobs[accel__optim_find(jobs, njobs, c)]; /* in registers, not re-read per element */
+        long long start = (c - jb.chunk_begin) * (long long)ACCEL_OPTIM_CHUNK;
+        long long len = jb.n - start, i;
         if (len > ACCEL_OPTIM_CHUNK) len = ACCEL_OPTIM_CHUNK;
-        for (i = threadIdx.x; i < len; i += blockDim.x) accel__optim_elem(jb, &k, &hy, &in, start + i, 1);
+        for (i = threadIdx.x; i < len; i += blockDim.x) accel__optim_elem(&jb, &jb.k, &hy, &in, start + i, 1);
     }
 }
 
@@ -783,7 +782,10 @@ static accel_result accel__optim_cuda_step(accel *acc, accel__optim_job *jobs, i
     size_t bytes = sizeof(accel__optim_job) * (size_t)(njobs > 0 ? njobs : 1);
     accel__optim_job *d = (accel__optim_job *)accel__device_scratch(acc, bytes);
     int blocks = (int)(nchunks < ACCEL__OPTIM_MAX_BLOCKS ? nchunks : ACCEL__OPTIM_MAX_BLOCKS);
-    if (!d) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_step: the device tensor list");
+    if (!d) return accel__fail_wrap(acc, acc->last_result != ACCEL_OK ? acc->last_result : ACCEL_ERR_OUT_OF_MEMORY,
+                                    "accel_optim_step: the device tensor list");
+    /* jobs is pageable (the host allocator): cudaMemcpyAsync returns once the bytes are staged, so the next step may
+       rewrite it while this one is still queued */
     if (njobs > 0) ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(d, jobs, bytes, cudaMemcpyHostToDevice, st));
     accel__optim_coef_kernel<<<1, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(d, njobs, *hy, counters, nparams, found);
     ACCEL__CUDA_CHECK(acc, cudaGetLastError());
@@ -1040,11 +1042,11 @@ ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *d
 
     /* device state: the moments in nstate slabs, then the step counts */
     if (o->nstate && total) {
-        o->slab = (float *)accel_device_alloc(acc, sizeof(float) * total * (size_t)o->nstate);
+        size_t bytes = sizeof(float) * total * (size_t)o->nstate;
+        o->slab = (float *)accel_device_alloc(acc, bytes);
         if (!o->slab) {
             accel_optim_destroy(o);
-            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create: optimizer state of %zu bytes",
-                                    sizeof(float) * total * (size_t)o->nstate);
+            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create: optimizer state of %zu bytes", bytes);
         }
     }
     o->counters = (long long *)accel_device_alloc(acc, sizeof(long long) * (size_t)(n + 1));
