@@ -292,51 +292,6 @@ ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, i
 #endif
 
 /* ------------------------------------------------------------------------ element-wise math (CPU + GPU) */
-static ACCEL_INLINE ACCEL_HD float accel__coll_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static ACCEL_INLINE ACCEL_HD uint32_t accel__coll_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-
-static ACCEL_INLINE ACCEL_HD float accel__coll_bf16_to_f32(uint16_t h) { return accel__coll_bits_f32((uint32_t)h << 16); }
-/* round to nearest even; NaN stays NaN (quiet) */
-static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_f32_to_bf16(float f) {
-    uint32_t u = accel__coll_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static ACCEL_INLINE ACCEL_HD float accel__coll_f16_to_f32(uint16_t h) {
-    uint32_t sign = ((uint32_t)h & 0x8000u) << 16, exp = ((uint32_t)h >> 10) & 0x1fu, mant = (uint32_t)h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0) {
-        if (mant == 0) bits = sign;
-        else {
-            uint32_t e = 113;
-            while (!(mant & 0x400u)) { mant <<= 1; --e; }
-            bits = sign | (e << 23) | ((mant & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) bits = sign | 0x7f800000u | (mant << 13);
-    else bits = sign | ((exp + 112u) << 23) | (mant << 13);
-    return accel__coll_bits_f32(bits);
-}
-static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_f32_to_f16(float f) {
-    uint32_t u = accel__coll_f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu, r, rem;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-    if (a < 0x38800000u) {                                  /* half subnormal or zero */
-        uint32_t e = a >> 23, m, shift, half;
-        if (e < 102) return (uint16_t)sign;
-        m = (a & 0x7fffffu) | 0x800000u;
-        shift = 126 - e;
-        r = m >> shift;
-        rem = m & ((1u << shift) - 1u);
-        half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1u))) ++r;
-        return (uint16_t)(sign | r);
-    }
-    r = (a >> 13) - (112u << 10);
-    rem = a & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
-    return (uint16_t)(sign | r);
-}
 static ACCEL_INLINE ACCEL_HD float accel__coll_combine_f32(float a, float b, int op) {
     switch (op) {
     case ACCEL_COLL_MAX: return a > b ? a : b;
@@ -345,20 +300,21 @@ static ACCEL_INLINE ACCEL_HD float accel__coll_combine_f32(float a, float b, int
     default: return a + b;
     }
 }
-/* inout[i] = in[i] op inout[i] for 16-bit floats (bf16 nonzero: bfloat16, else IEEE half) */
+/* inout[i] = in[i] op inout[i] for 16-bit floats (bf16 nonzero: bfloat16, else IEEE half): computed in float and
+   rounded to nearest even by the core's codec (every NaN becomes 0x7FFF, CUDA's rule) */
 static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_combine16(uint16_t a, uint16_t b, int op, int bf16) {
-    float x = bf16 ? accel__coll_bf16_to_f32(a) : accel__coll_f16_to_f32(a);
-    float y = bf16 ? accel__coll_bf16_to_f32(b) : accel__coll_f16_to_f32(b);
+    float x = bf16 ? accel_bf16_to_f32(a) : accel_f16_to_f32(a);
+    float y = bf16 ? accel_bf16_to_f32(b) : accel_f16_to_f32(b);
     float z = accel__coll_combine_f32(x, y, op);
-    return bf16 ? accel__coll_f32_to_bf16(z) : accel__coll_f32_to_f16(z);
+    return bf16 ? accel_f32_to_bf16(z) : accel_f32_to_f16(z);
 }
 /* element i of a buffer divided by n (AVG): dtype-generic, computed in the dtype's float width */
 static ACCEL_INLINE ACCEL_HD void accel__coll_div_elem(void *buf, size_t i, int dt, double n) {
     switch (dt) {
     case ACCEL_F64: ((double *)buf)[i] /= n; break;
     case ACCEL_F32: ((float *)buf)[i] = (float)(((float *)buf)[i] / (float)n); break;
-    case ACCEL_F16: ((uint16_t *)buf)[i] = accel__coll_f32_to_f16(accel__coll_f16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
-    case ACCEL_BF16: ((uint16_t *)buf)[i] = accel__coll_f32_to_bf16(accel__coll_bf16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
+    case ACCEL_F16: ((uint16_t *)buf)[i] = accel_f32_to_f16(accel_f16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
+    case ACCEL_BF16: ((uint16_t *)buf)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
     default: break;
     }
 }
@@ -369,8 +325,8 @@ static ACCEL_INLINE ACCEL_HD void accel__coll_value_bytes(double v, int dt, unsi
     switch (dt) {
     case ACCEL_F64: memcpy(out, &v, 8); break;
     case ACCEL_F32: { float f = (float)v; memcpy(out, &f, 4); } break;
-    case ACCEL_F16: { uint16_t h = accel__coll_f32_to_f16((float)v); memcpy(out, &h, 2); } break;
-    case ACCEL_BF16: { uint16_t h = accel__coll_f32_to_bf16((float)v); memcpy(out, &h, 2); } break;
+    case ACCEL_F16: { uint16_t h = accel_f32_to_f16((float)v); memcpy(out, &h, 2); } break;
+    case ACCEL_BF16: { uint16_t h = accel_f32_to_bf16((float)v); memcpy(out, &h, 2); } break;
     case ACCEL_I64: case ACCEL_U64: { int64_t x = (int64_t)v; memcpy(out, &x, 8); } break;
     case ACCEL_I32: case ACCEL_U32: { int32_t x = (int32_t)(int64_t)v; memcpy(out, &x, 4); } break;
     case ACCEL_I16: case ACCEL_U16: { int16_t x = (int16_t)(int64_t)v; memcpy(out, &x, 2); } break;

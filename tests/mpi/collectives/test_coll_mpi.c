@@ -228,6 +228,21 @@ static void half_sums(accel_coll *c) {
         AT_EQ_INT(bad, 0);
         free(x);
     }
+    /* a NaN on one rank, with its sign and payload: every rank gets CUDA's canonical 0x7FFF (the core's codec) */
+    if (P > 1) {
+        uint16_t y[4];
+        for (bf = 0; bf < 2; ++bf) {
+            y[0] = (uint16_t)(R == 0 ? (bf ? 0xffc1 : 0xfe01) : (bf ? 0x3f80 : 0x3c00)); /* -NaN with a payload, or 1 */
+            y[1] = (uint16_t)(bf ? 0x3f80 : 0x3c00);
+            y[2] = (uint16_t)(R == P - 1 ? (bf ? 0x7f80 : 0x7c00) : (R == 0 ? (bf ? 0xff80 : 0xfc00) : 0)); /* inf - inf */
+            y[3] = 0;
+            AT_EQ_INT(accel_coll_all_reduce(c, y, y, 4, bf ? ACCEL_BF16 : ACCEL_F16, ACCEL_COLL_SUM), ACCEL_OK);
+            AT_EQ_INT(y[0], 0x7fff);
+            AT_EQ_INT(y[1], code16(P, bf));
+            AT_EQ_INT(y[2], 0x7fff);
+            AT_EQ_INT(y[3], 0);
+        }
+    }
 }
 
 static void async_ops(accel_coll *c) {

@@ -1,7 +1,7 @@
-/* accel_collectives.h on one process: the 16-bit conversions (exhaustive / against double arithmetic), the NONE
-   backend, split_between_processes (SEMANTICS.md §7), pad/gather/objects on one rank, the reducer's bookkeeping and
-   argument errors. The implementation is compiled into this TU (ACCEL_STATIC) so the private ACCEL_HD helpers are
-   visible. */
+/* accel_collectives.h on one process: the 16-bit math of the MPI user ops, AVG and pad values (the core's codec,
+   against double arithmetic), the NONE backend, split_between_processes (docs/semantics.md §7), pad/gather/objects on
+   one rank, the reducer's bookkeeping and argument errors. The implementation is compiled into this TU (ACCEL_STATIC)
+   so the private ACCEL_HD helpers are visible. */
 #define ACCEL_IMPLEMENTATION
 #define ACCEL_STATIC
 #include "accel.h"
@@ -14,13 +14,21 @@ static double ref_f16(uint16_t h) {
     double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
     return s ? -v : v;
 }
-/* nearest representable value, ties to the even code, by scanning neighbours in double (independent of bit tricks) */
+static double ref_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static double ref16(uint16_t h, int bf) { return bf ? ref_bf16(h) : ref_f16(h); }
+/* got is x rounded to the nearest 16-bit value, ties to the even code: checked by scanning the neighbours in double
+   (independent of the library's bit tricks) */
 static int nearest_even_ok(double x, uint16_t got, int bf) {
-    double g = bf ? (double)accel__coll_bf16_to_f32(got) : ref_f16(got);
+    double g = ref16(got, bf);
     double maxv = bf ? 3.3895313892515355e38 : 65504.0;
     uint16_t lo, hi;
     double dl, dh;
-    if (isnan(x)) return isnan(g);
+    if (isnan(x)) return got == 0x7fff;
     if (fabs(x) > maxv) {
         /* beyond the largest finite: inf only at or above the midpoint to the next binade step */
         double step = bf ? ldexp(1, 127 - 7) : 32.0, mid = maxv + step / 2;
@@ -29,11 +37,10 @@ static int nearest_even_ok(double x, uint16_t got, int bf) {
     }
     if (isinf(g)) return 0;
     if (g == x) return 1;
-    /* neighbours of got */
     lo = (uint16_t)(got - 1);
     hi = (uint16_t)(got + 1);
-    dl = bf ? (double)accel__coll_bf16_to_f32(lo) : ref_f16(lo);
-    dh = bf ? (double)accel__coll_bf16_to_f32(hi) : ref_f16(hi);
+    dl = ref16(lo, bf);
+    dh = ref16(hi, bf);
     if (fabs(g - x) > fabs(dl - x) && !isnan(dl) && (got & 0x7fff) != 0) return 0;
     if (fabs(g - x) > fabs(dh - x) && !isnan(dh) && !isinf(dh)) return 0;
     if ((fabs(g - x) == fabs(dl - x) && (got & 0x7fff) != 0) || (fabs(g - x) == fabs(dh - x) && !isinf(dh)))
@@ -41,49 +48,55 @@ static int nearest_even_ok(double x, uint16_t got, int bf) {
     return 1;
 }
 
-static void conversions(void) {
-    uint32_t k;
-    int bad = 0;
-    /* f16 → f32 exhaustive; f32 → f16 round-trips every finite half */
-    for (k = 0; k < 65536; ++k) {
-        double r = ref_f16((uint16_t)k);
-        float f = accel__coll_f16_to_f32((uint16_t)k);
-        if (isnan(r) ? !isnan(f) : (double)f != r) bad++;
-        if (!isnan(r) && accel__coll_f32_to_f16(f) != (uint16_t)k) bad++;
-        if (!isnan(accel__coll_bf16_to_f32((uint16_t)k)) && accel__coll_f32_to_bf16(accel__coll_bf16_to_f32((uint16_t)k)) != (uint16_t)k) bad++;
+/* The MPI user ops for F16/BF16 (accel__coll_combine16), AVG's division and the pad value use the core's codec: float
+   math, one rounding to nearest even, and CUDA's NaN (0x7FFF, whatever the sign or payload). */
+static void sixteen_bit_math(void) {
+    uint32_t x = 12345u;
+    int i, bad = 0, bf;
+    unsigned char pat[8];
+    uint16_t h;
+    /* random sums/products of 16-bit values over a moderate exponent range: the float result rounded once */
+    for (i = 0; i < 200000; ++i) {
+        uint16_t a, b;
+        double fa, fb;
+        int op = i % 2 ? ACCEL_COLL_SUM : ACCEL_COLL_PROD;
+        bf = (i / 2) % 2;
+        x = x * 1664525u + 1013904223u;
+        a = (uint16_t)(x >> 16);
+        b = (uint16_t)x;
+        if (bf) { a = (uint16_t)((a & 0x807f) | (0x3800 + ((a >> 7) & 0x0f) * 0x80)); b = (uint16_t)((b & 0x807f) | (0x3800 + ((b >> 7) & 0x0f) * 0x80)); }
+        else { a = (uint16_t)((a & 0x83ff) | (((a >> 10) % 30 + 1) << 10)); b = (uint16_t)((b & 0x83ff) | (((b >> 10) % 30 + 1) << 10)); }
+        fa = ref16(a, bf);
+        fb = ref16(b, bf);
+        if (!nearest_even_ok((double)(float)(op == ACCEL_COLL_SUM ? fa + fb : fa * fb), accel__coll_combine16(b, a, op, bf), bf))
+            bad++;
     }
     AT_EQ_INT(bad, 0);
-    /* f32 → f16 / bf16 rounding over a spread of floats including ties, subnormals and overflow */
-    {
-        uint32_t x = 12345u;
-        int i;
-        for (i = 0; i < 400000; ++i) {
-            uint32_t u;
-            float f;
-            x = x * 1664525u + 1013904223u;
-            u = x;
-            if (i % 4 == 1) u = (x & 0x80000000u) | (0x33000000u + (x % 0x14000000u)); /* around the half range */
-            if (i % 4 == 2) u = (u & 0xffffe000u) | 0x1000u;                           /* exact f16 ties */
-            if (i % 4 == 3) u = (u & 0xffff0000u) | 0x8000u;                           /* exact bf16 ties */
-            memcpy(&f, &u, 4);
-            if (!nearest_even_ok((double)f, accel__coll_f32_to_f16(f), 0)) bad++;
-            if (!nearest_even_ok((double)f, accel__coll_f32_to_bf16(f), 1)) bad++;
-        }
-    }
-    AT_EQ_INT(bad, 0);
-    AT_EQ_INT(accel__coll_f32_to_f16(65520.0f), 0x7c00);   /* the midpoint above 65504 rounds to inf */
-    AT_EQ_INT(accel__coll_f32_to_f16(65519.0f), 0x7bff);
-    AT_EQ_INT(accel__coll_f32_to_f16(ldexpf(1, -25)), 0);   /* half of the smallest subnormal: ties to 0 */
-    AT_EQ_INT(accel__coll_f32_to_f16(ldexpf(1.5f, -25)), 1);
-    AT_EQ_INT(accel__coll_f32_to_bf16(1.00390625f), 0x3f80); /* 1 + 2^-8: tie → even (1.0) */
-    AT_EQ_INT(accel__coll_f32_to_bf16(1.01171875f), 0x3f82); /* 1 + 3*2^-8: tie → even (up) */
-    AT_CHECK(isnan(accel__coll_bf16_to_f32(accel__coll_f32_to_bf16(NAN))));
-    /* the combine op used by the MPI user ops: float math, one rounding */
     AT_EQ_INT(accel__coll_combine16(0x3f80, 0x3b80, ACCEL_COLL_SUM, 1), 0x3f80); /* 1 + 2^-8 → 1 (tie to even) */
     AT_EQ_INT(accel__coll_combine16(0x3c00, 0x3c00, ACCEL_COLL_SUM, 0), 0x4000); /* 1 + 1 = 2 in fp16 */
     AT_EQ_INT(accel__coll_combine16(0x4000, 0x4200, ACCEL_COLL_PROD, 0), 0x4600); /* 2 * 3 = 6 */
     AT_EQ_INT(accel__coll_combine16(0xc000, 0x4200, ACCEL_COLL_MAX, 0), 0x4200);
     AT_EQ_INT(accel__coll_combine16(0xc000, 0x4200, ACCEL_COLL_MIN, 1), 0xc000);
+    AT_EQ_INT(accel__coll_combine16(0x7bff, 0x7bff, ACCEL_COLL_SUM, 0), 0x7c00); /* overflow → inf */
+    /* NaN in any encoding comes out as 0x7FFF (the module's old codec kept the sign: 0xfe00 / 0xffc1) */
+    AT_EQ_INT(accel__coll_combine16(0xfe01, 0x3c00, ACCEL_COLL_SUM, 0), 0x7fff);
+    AT_EQ_INT(accel__coll_combine16(0x3c00, 0x7c01, ACCEL_COLL_PROD, 0), 0x7fff);
+    AT_EQ_INT(accel__coll_combine16(0xffc1, 0x3f80, ACCEL_COLL_SUM, 1), 0x7fff);
+    AT_EQ_INT(accel__coll_combine16(0x7f81, 0x3f80, ACCEL_COLL_SUM, 1), 0x7fff);
+    AT_EQ_INT(accel__coll_combine16(0x7c00, 0xfc00, ACCEL_COLL_SUM, 0), 0x7fff); /* inf - inf */
+    /* AVG's division of a 16-bit buffer, and the pad value */
+    for (bf = 0; bf < 2; ++bf) {
+        h = bf ? 0x4040 : 0x4200; /* 3 */
+        accel__coll_div_elem(&h, 0, bf ? ACCEL_BF16 : ACCEL_F16, 3.0);
+        AT_EQ_INT(h, bf ? 0x3f80 : 0x3c00);
+        h = bf ? 0xffc1 : 0xfe01;
+        accel__coll_div_elem(&h, 0, bf ? ACCEL_BF16 : ACCEL_F16, 2.0);
+        AT_EQ_INT(h, 0x7fff);
+        accel__coll_value_bytes(NAN, bf ? ACCEL_BF16 : ACCEL_F16, pat);
+        AT_EQ_INT(pat[0] | (pat[1] << 8), 0x7fff);
+        accel__coll_value_bytes(-1.0, bf ? ACCEL_BF16 : ACCEL_F16, pat);
+        AT_EQ_INT(pat[0] | (pat[1] << 8), bf ? 0xbf80 : 0xbc00);
+    }
 }
 
 static void split(void) {
@@ -247,7 +260,7 @@ static void none_backend(void) {
 }
 
 int main(void) {
-    conversions();
+    sixteen_bit_math();
     split();
     none_backend();
     return at_finish("collectives_unit");
