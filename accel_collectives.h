@@ -411,6 +411,9 @@ struct accel_coll_request {
     accel_coll_request *next;
 };
 
+/* this context's deadline for an operation starting now (desc.timeout_ms, else the Accelerator's collective timeout) */
+static double accel__coll_deadline(const accel_coll *c) { return accel_now() + c->timeout_s; }
+
 static accel_result accel__coll_null(void) {
     return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll: context is NULL");
 }
@@ -440,14 +443,6 @@ static int accel__coll_reducible(accel_dtype dt) {
 
 /* ------------------------------------------------------------------------------------------- MPI bits */
 #ifdef ACCEL_WITH_MPI
-static accel_result accel__coll_mpi_fail(accel_coll *c, int rc, const char *what, int line) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    msg[0] = 0;
-    MPI_Error_string(rc, msg, &len);
-    return accel__fail(c->acc, ACCEL_ERR_MPI, __FILE__, line, "%s failed: %s", what, msg);
-}
-
 #define ACCEL__COLL_USER_OP(NAME, OP, BF)                                                                              \
     static void NAME(void *in, void *inout, int *len, MPI_Datatype *dtp) {                                             \
         const uint16_t *a = (const uint16_t *)in;                                                                      \
@@ -524,7 +519,7 @@ static ncclRedOp_t accel__coll_nccl_op(accel_coll_op op) {
 /* A non-blocking communicator may answer ncclInProgress: poll until the call is really enqueued (or fails or the
    deadline passes, which aborts the communicator). */
 static accel_result accel__coll_nccl_settle(accel_coll *c, ncclResult_t rc, const char *what, int line) {
-    double deadline = accel_now() + c->timeout_s;
+    double deadline = accel__coll_deadline(c);
     while (rc == ncclInProgress) {
         ncclResult_t st = ncclSuccess;
         ncclResult_t q = ncclCommGetAsyncError(c->nccl, &st);
@@ -556,13 +551,6 @@ static accel_result accel__coll_nccl_settle(accel_coll *c, ncclResult_t rc, cons
 #endif
 
 #ifdef ACCEL__COLL_DEVICE
-#define ACCEL__COLL_CUDA(c, call)                                                                                     \
-    do {                                                                                                               \
-        cudaError_t accel__ce = (call);                                                                                \
-        if (accel__ce != cudaSuccess)                                                                                  \
-            return accel__fail((c)->acc, ACCEL_ERR_CUDA, __FILE__, __LINE__, "%s failed: %s", #call,                   \
-                               cudaGetErrorString(accel__ce));                                                         \
-    } while (0)
 static cudaStream_t accel__coll_stream(accel_coll *c) { return (cudaStream_t)c->acc->stream; }
 #endif
 
@@ -644,7 +632,7 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
 #ifdef ACCEL_WITH_MPI
     if (mcomm && c->backend != ACCEL_COLL_BACKEND_NONE) {
         int mrc = MPI_Comm_dup(*(MPI_Comm *)mcomm, &c->comm);
-        if (mrc != MPI_SUCCESS) { r = accel__coll_mpi_fail(c, mrc, "MPI_Comm_dup", __LINE__); accel_host_free(acc, c); return r; }
+        if (mrc != MPI_SUCCESS) { r = accel__mpi_fail(c->acc, mrc, "MPI_Comm_dup", __FILE__, __LINE__); accel_host_free(acc, c); return r; }
         c->comm_valid = 1;
         MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
         {
@@ -725,7 +713,7 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
         if (c->broken) ncclCommAbort(c->nccl);
         else {
             ncclResult_t rc = ncclCommFinalize(c->nccl);
-            double deadline = accel_now() + c->timeout_s;
+            double deadline = accel__coll_deadline(c);
             while (rc == ncclInProgress && accel_now() < deadline) {
                 ncclResult_t st = ncclSuccess;
                 if (ncclCommGetAsyncError(c->nccl, &st) != ncclSuccess) break;
@@ -737,7 +725,7 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
         c->nccl_valid = 0;
     }
     if (c->comm_stream) cudaStreamDestroy(c->comm_stream);
-    if (c->scratch) cudaFree(c->scratch);
+    accel_device_free(acc, c->scratch);
 #endif
 #ifdef ACCEL_WITH_MPI
     {
@@ -765,8 +753,8 @@ static accel_result accel__coll_copy(accel_coll *c, void *dst, const void *src, 
 #ifdef ACCEL__COLL_DEVICE
     {
         cudaMemcpyKind k = dir == 1 ? cudaMemcpyHostToDevice : dir == 2 ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
-        ACCEL__COLL_CUDA(c, cudaMemcpyAsync(dst, src, bytes, k, accel__coll_stream(c)));
-        if (dir != 3) ACCEL__COLL_CUDA(c, cudaStreamSynchronize(accel__coll_stream(c)));
+        ACCEL__CUDA_CHECK(c->acc, cudaMemcpyAsync(dst, src, bytes, k, accel__coll_stream(c)));
+        if (dir != 3) ACCEL__CUDA_CHECK(c->acc, cudaStreamSynchronize(accel__coll_stream(c)));
         return ACCEL_OK;
     }
 #else
@@ -790,14 +778,8 @@ static void accel__coll_divide_host(void *buf, size_t n, accel_dtype dt, double 
 
 static void accel__coll_release(accel_coll_request *q) {
     accel_coll *c = q->c;
-    if (q->stage) {
-#ifdef ACCEL__COLL_DEVICE
-        if (q->stage_kind == 1) cudaFreeHost(q->stage);
-        else if (q->stage_kind == 2) cudaFree(q->stage);
-        else
-#endif
-            accel_host_free(c->acc, q->stage);
-    }
+    if (q->stage_kind == 1) accel_pinned_free(c->acc, q->stage);
+    else if (q->stage_kind == 2) accel_device_free(c->acc, q->stage);
 #ifdef ACCEL__COLL_NCCL
     if (q->has_ev) cudaEventDestroy(q->ev);
 #endif
@@ -851,7 +833,7 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
     if (q->has_mreq) {
         int flag = 0, mrc = MPI_Test(&q->mreq, &flag, MPI_STATUS_IGNORE);
         if (mrc != MPI_SUCCESS) {
-            accel_result r = accel__coll_mpi_fail(c, mrc, "MPI_Test", __LINE__);
+            accel_result r = accel__mpi_fail(c->acc, mrc, "MPI_Test", __FILE__, __LINE__);
             c->broken = ACCEL_ERR_MPI;
             accel__coll_orphan(q);
             return r;
@@ -987,7 +969,7 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->dev) {
 #ifdef ACCEL__COLL_DEVICE
         stage = !c->cuda_aware || a->dt == ACCEL_F16 || a->dt == ACCEL_BF16;
-        ACCEL__COLL_CUDA(c, cudaStreamSynchronize(accel__coll_stream(c))); /* inputs produced by earlier kernels */
+        ACCEL__CUDA_CHECK(c->acc, cudaStreamSynchronize(accel__coll_stream(c))); /* inputs produced by earlier kernels */
 #else
         return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
@@ -1031,7 +1013,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         default: sbytes = 0; has_in = 0; break;
         }
         if (sbytes) {
-            ACCEL__COLL_CUDA(c, cudaMallocHost(&q->stage, sbytes));
+            q->stage = accel_pinned_alloc(c->acc, sbytes);
+            if (!q->stage) return ACCEL_ERR_OUT_OF_MEMORY;
             q->stage_kind = 1;
             if (has_in && in_bytes) {
                 accel_result r = accel__coll_copy(c, (unsigned char *)q->stage + in_off, a->send, in_bytes, 2);
@@ -1078,7 +1061,7 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
             break;
         default: break;
         }
-        if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, accel__coll_kind_name(a->kind), __LINE__);
+        if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, accel__coll_kind_name(a->kind), __FILE__, __LINE__);
         return ACCEL_OK;
     }
     switch (a->kind) {
@@ -1094,7 +1077,7 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         break;
     default: break;
     }
-    if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, accel__coll_kind_name(a->kind), __LINE__);
+    if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, accel__coll_kind_name(a->kind), __FILE__, __LINE__);
     q->has_mreq = 1;
     return ACCEL_OK;
 }
@@ -1131,9 +1114,10 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         default: break;
         }
         if (sbytes) {
-            ACCEL__COLL_CUDA(c, cudaMalloc(&q->stage, sbytes));
+            q->stage = accel_device_alloc(c->acc, sbytes);
+            if (!q->stage) return ACCEL_ERR_OUT_OF_MEMORY;
             q->stage_kind = 2;
-            if (in_bytes) ACCEL__COLL_CUDA(c, cudaMemcpy((unsigned char *)q->stage + in_off, a->send, in_bytes, cudaMemcpyHostToDevice));
+            if (in_bytes) ACCEL__CUDA_CHECK(c->acc, cudaMemcpy((unsigned char *)q->stage + in_off, a->send, in_bytes, cudaMemcpyHostToDevice));
             if (out_bytes) {
                 q->copy_dst = a->kind == ACCEL__K_BCAST ? (void *)a->send : a->recv;
                 q->copy_src = (unsigned char *)q->stage + out_off;
@@ -1146,11 +1130,11 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         if (a->kind == ACCEL__K_REDUCE_SCATTER || a->kind == ACCEL__K_BCAST) send = q->stage;
     }
     if (a->async) {
-        if (!c->comm_stream) ACCEL__COLL_CUDA(c, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
-        ACCEL__COLL_CUDA(c, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
+        if (!c->comm_stream) ACCEL__CUDA_CHECK(c->acc, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
+        ACCEL__CUDA_CHECK(c->acc, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
         q->has_ev = 1;
-        ACCEL__COLL_CUDA(c, cudaEventRecord(q->ev, user));
-        ACCEL__COLL_CUDA(c, cudaStreamWaitEvent(c->comm_stream, q->ev, 0));
+        ACCEL__CUDA_CHECK(c->acc, cudaEventRecord(q->ev, user));
+        ACCEL__CUDA_CHECK(c->acc, cudaStreamWaitEvent(c->comm_stream, q->ev, 0));
         s = c->comm_stream;
         q->on_comm_stream = 1;
     }
@@ -1166,7 +1150,7 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
             for (i = 0; i < P; ++i) {
                 void *dst = (unsigned char *)recv + (size_t)i * a->count * es;
                 if (i == me) {
-                    if (dst != send) ACCEL__COLL_CUDA(c, cudaMemcpyAsync(dst, send, a->count * es, cudaMemcpyDeviceToDevice, s));
+                    if (dst != send) ACCEL__CUDA_CHECK(c->acc, cudaMemcpyAsync(dst, send, a->count * es, cudaMemcpyDeviceToDevice, s));
                 } else ACCEL__COLL_NCCL_CALL(c, ncclRecv(dst, a->count, t, i, c->nccl, s));
             }
         } else ACCEL__COLL_NCCL_CALL(c, ncclSend(send, a->count, t, a->root, c->nccl, s));
@@ -1190,10 +1174,10 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
     }
     if (!q->has_ev && (q->stage || a->kind == ACCEL__K_BARRIER)) {
         /* host results or a barrier: the host must wait for the stream */
-        ACCEL__COLL_CUDA(c, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
+        ACCEL__CUDA_CHECK(c->acc, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
         q->has_ev = 1;
     }
-    if (q->has_ev) ACCEL__COLL_CUDA(c, cudaEventRecord(q->ev, s));
+    if (q->has_ev) ACCEL__CUDA_CHECK(c->acc, cudaEventRecord(q->ev, s));
     return ACCEL_OK;
 }
 #endif
@@ -1212,7 +1196,7 @@ static accel_result accel__coll_post(accel_coll *c, accel__coll_args *a, accel_c
     q->op = a->op;
     q->count = a->count;
     q->root = a->root;
-    q->deadline = accel_now() + c->timeout_s;
+    q->deadline = accel__coll_deadline(c);
     switch (c->backend) {
     case ACCEL_COLL_BACKEND_MPI:
 #ifdef ACCEL_WITH_MPI
@@ -1403,7 +1387,7 @@ ACCEL__DEF accel_result accel_coll_synchronize(accel_coll *c) {
         memset(q, 0, sizeof *q);
         q->c = c;
         q->kind = ACCEL__K_BARRIER;
-        q->deadline = accel_now() + c->timeout_s;
+        q->deadline = accel__coll_deadline(c);
         if (cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming) != cudaSuccess) {
             accel__coll_release(q);
             return ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaEventCreate failed");
@@ -1551,7 +1535,7 @@ static accel_result accel__coll_fill(accel_coll *c, void *dst, size_t n, accel_d
         for (i = 0; i < 8; ++i) p |= (uint64_t)pat[i] << (8 * i);
         if (blocks > 4096) blocks = 4096;
         accel__coll_fill_kernel<<<(unsigned)blocks, 256, 0, accel__coll_stream(c)>>>((unsigned char *)dst, n, es, p);
-        ACCEL__COLL_CUDA(c, cudaGetLastError());
+        ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
         return ACCEL_OK;
     }
 #else
@@ -2251,23 +2235,13 @@ ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
 }
 
 /* ---------------------------------------------------------------------------------- bootstrap: TCP / file */
-static int accel__coll_ms_left(double deadline) {
-    double left = (deadline - accel_now()) * 1000.0;
-    return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left;
-}
-static void accel__coll_sleep_ms(int ms) {
-    struct timespec ts;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-    nanosleep(&ts, NULL);
-}
 /* 0 ok, -1 error, -2 deadline */
 static int accel__coll_io(int fd, void *buf, size_t n, int sending, double deadline) {
     unsigned char *p = (unsigned char *)buf;
     while (n > 0) {
         struct pollfd pfd;
         ssize_t k;
-        int left = accel__coll_ms_left(deadline), pr;
+        int left = accel__ms_left(deadline), pr;
         if (left == 0) return -2;
         pfd.fd = fd;
         pfd.events = sending ? POLLOUT : POLLIN;
@@ -2299,6 +2273,7 @@ static int accel__coll_resolve(const char *addr, int port, struct sockaddr_stora
     return 0;
 }
 
+/* TCP: a peer sends u32 magic + u32 rank, rank 0 answers u64 size + the bytes (little-endian). */
 #define ACCEL__COLL_TCP_MAGIC 0x41434331u /* "ACC1" */
 
 ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, int port, int rank, int size, void *data,
@@ -2326,9 +2301,9 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
         }
         while (served < size - 1) {
             struct pollfd pfd;
-            int left = accel__coll_ms_left(deadline), pr, cfd, rc;
-            uint32_t hello[2];
-            uint64_t n64 = (uint64_t)bytes;
+            int left = accel__ms_left(deadline), pr, cfd, rc;
+            unsigned char hello[8], n64[8];
+            accel__put_u64(n64, (uint64_t)bytes);
             if (left == 0) break;
             pfd.fd = fd; pfd.events = POLLIN; pfd.revents = 0;
             pr = poll(&pfd, 1, left);
@@ -2337,8 +2312,8 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
             cfd = accept(fd, NULL, NULL);
             if (cfd < 0) continue;
             rc = accel__coll_io(cfd, hello, sizeof hello, 0, deadline);
-            if (rc == 0 && hello[0] == ACCEL__COLL_TCP_MAGIC) {
-                rc = accel__coll_io(cfd, &n64, sizeof n64, 1, deadline);
+            if (rc == 0 && accel__get_u32(hello) == ACCEL__COLL_TCP_MAGIC) {
+                rc = accel__coll_io(cfd, n64, sizeof n64, 1, deadline);
                 if (rc == 0 && bytes) rc = accel__coll_io(cfd, data, bytes, 1, deadline);
                 if (rc == 0) served++;
             }
@@ -2354,9 +2329,8 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
         int rc, err = 0, flags, left;
         socklen_t el = sizeof err;
         struct pollfd pfd;
-        uint32_t hello[2];
-        uint64_t n64 = 0;
-        left = accel__coll_ms_left(deadline);
+        unsigned char hello[8], n64[8];
+        left = accel__ms_left(deadline);
         if (left == 0) break;
         fd = socket(ss.ss_family, SOCK_STREAM, 0);
         if (fd < 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: socket: %s", strerror(errno));
@@ -2371,23 +2345,23 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
         if (rc != 0) {
             close(fd);
             fd = -1;
-            accel__coll_sleep_ms(left < 50 ? left : 50);
+            accel__sleep_ms(left < 50 ? left : 50);
             continue;
         }
-        hello[0] = ACCEL__COLL_TCP_MAGIC;
-        hello[1] = (uint32_t)rank;
+        accel__put_u32(hello, ACCEL__COLL_TCP_MAGIC);
+        accel__put_u32(hello + 4, (uint32_t)rank);
         rc = accel__coll_io(fd, hello, sizeof hello, 1, deadline);
-        if (rc == 0) rc = accel__coll_io(fd, &n64, sizeof n64, 0, deadline);
-        if (rc == 0 && n64 != (uint64_t)bytes) {
+        if (rc == 0) rc = accel__coll_io(fd, n64, sizeof n64, 0, deadline);
+        if (rc == 0 && accel__get_u64(n64) != (uint64_t)bytes) {
             close(fd);
             return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "tcp bootstrap: rank 0 sends %llu bytes, rank %d expects %zu",
-                               (unsigned long long)n64, rank, bytes);
+                               (unsigned long long)accel__get_u64(n64), rank, bytes);
         }
         if (rc == 0 && bytes) rc = accel__coll_io(fd, data, bytes, 0, deadline);
         close(fd);
         if (rc == 0) return ACCEL_OK;
         if (rc == -2) break;
-        accel__coll_sleep_ms(20); /* connection dropped: rank 0 may have restarted; retry until the deadline */
+        accel__sleep_ms(20); /* connection dropped: rank 0 may have restarted; retry until the deadline */
     }
     return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank %d could not get %zu bytes from rank 0 at %s:%d within %d ms",
                        rank, bytes, addr, port, timeout_ms);
@@ -2395,48 +2369,40 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
 
 #define ACCEL__COLL_FILE_MAGIC "ACCELNB1"
 
+/* File: "ACCELNB1", u64 little-endian size, the bytes; written atomically by the core (temp + fsync + rename). */
 ACCEL__DEF accel_result accel_coll_file_broadcast(accel *acc, const char *path, int rank, void *data, size_t bytes, int timeout_ms) {
     double deadline;
-    if (!path || !*path || rank < 0 || (bytes && !data) || timeout_ms < 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "file bootstrap: bad arguments (path=%s rank=%d)", path ? path : "(null)", rank);
+    if (!path || !*path || rank < 0 || (bytes && !data) || timeout_ms < 0 || bytes > ((size_t)1 << 30))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "file bootstrap: bad arguments (path=%s rank=%d bytes=%zu)",
+                           path ? path : "(null)", rank, bytes);
     deadline = accel_now() + 1e-3 * (double)timeout_ms;
     if (rank == 0) {
-        char tmp[4096];
-        FILE *f;
-        uint64_t n64 = (uint64_t)bytes;
-        int ok;
-        if (strlen(path) > sizeof tmp - 32) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "file bootstrap: path too long");
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-        f = fopen(tmp, "wb");
-        if (!f) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "file bootstrap: cannot create %s: %s", tmp, strerror(errno));
-        ok = fwrite(ACCEL__COLL_FILE_MAGIC, 1, 8, f) == 8 && fwrite(&n64, sizeof n64, 1, f) == 1 &&
-             (bytes == 0 || fwrite(data, 1, bytes, f) == bytes) && fflush(f) == 0 && fsync(fileno(f)) == 0;
-        if (fclose(f) != 0) ok = 0;
-        if (!ok || rename(tmp, path) != 0) {
-            int e = errno;
-            remove(tmp);
-            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "file bootstrap: cannot write %s: %s", path, strerror(e));
-        }
-        return ACCEL_OK;
+        unsigned char *buf = (unsigned char *)accel_host_alloc(acc, 16 + bytes);
+        accel_result r;
+        if (!buf) return ACCEL_ERR_OUT_OF_MEMORY;
+        memcpy(buf, ACCEL__COLL_FILE_MAGIC, 8);
+        accel__put_u64(buf + 8, (uint64_t)bytes);
+        if (bytes) memcpy(buf + 16, data, bytes);
+        r = accel__write_file(acc, path, buf, 16 + bytes, 1);
+        accel_host_free(acc, buf);
+        return r == ACCEL_OK ? r : accel__fail_wrap(acc, r, "file bootstrap");
     }
     for (;;) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            char magic[8];
-            uint64_t n64 = 0;
-            int ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, ACCEL__COLL_FILE_MAGIC, 8) && fread(&n64, sizeof n64, 1, f) == 1;
-            if (ok && n64 != (uint64_t)bytes) {
-                fclose(f);
-                return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s holds %llu bytes, rank %d expects %zu", path,
-                                   (unsigned long long)n64, rank, bytes);
-            }
-            ok = ok && (bytes == 0 || fread(data, 1, bytes, f) == bytes);
-            fclose(f);
-            if (ok) return ACCEL_OK;
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s is not an accel bootstrap file", path);
+        if (accel__is_file(path)) {
+            char *buf = NULL;
+            size_t n = 0;
+            accel_result r = accel__read_file(acc, path, &buf, &n, 16 + bytes + 4096);
+            if (r != ACCEL_OK) return accel__fail_wrap(acc, r, "file bootstrap");
+            if (n < 16 || memcmp(buf, ACCEL__COLL_FILE_MAGIC, 8) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s is not an accel bootstrap file", path);
+            else if (accel__get_u64((const unsigned char *)buf + 8) != (uint64_t)bytes || n != 16 + bytes)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s holds %llu bytes, rank %d expects %zu", path,
+                                (unsigned long long)accel__get_u64((const unsigned char *)buf + 8), rank, bytes);
+            else if (bytes) memcpy(data, buf + 16, bytes);
+            accel_host_free(acc, buf);
+            return r;
         }
-        if (accel__coll_ms_left(deadline) == 0) break;
-        accel__coll_sleep_ms(20);
+        if (accel__ms_left(deadline) == 0) break;
+        accel__sleep_ms(20);
     }
     return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "file bootstrap: %s did not appear within %d ms (rank 0 not started, or not a shared filesystem?)",
                        path, timeout_ms);
@@ -2470,17 +2436,9 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
         if (!c->comm_valid) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=mpi but MPI is not the process group");
         {
             MPI_Request q;
-            int done = 0, mrc = MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm, &q);
-            double deadline = accel_now() + c->timeout_s;
-            if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, "MPI_Ibcast(ncclUniqueId)", __LINE__);
-            while (!done) {
-                mrc = MPI_Test(&q, &done, MPI_STATUS_IGNORE);
-                if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, "MPI_Test(ncclUniqueId)", __LINE__);
-                if (!done && accel_now() > deadline) {
-                    c->broken = ACCEL_ERR_TIMEOUT;
-                    return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "NCCL bootstrap: the unique id broadcast did not complete within %.1f s", c->timeout_s);
-                }
-            }
+            ACCEL__MPI_CHECK(acc, MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm, &q));
+            r = accel__mpi_wait(acc, &q, accel__coll_deadline(c), "NCCL bootstrap (ncclUniqueId broadcast)");
+            if (r == ACCEL_ERR_TIMEOUT) c->broken = r; /* the request stays in flight: the communicator is unusable */
         }
 #else
         return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "ACCEL_NCCL_INIT=mpi but the implementation was built without MPI");
@@ -2502,8 +2460,9 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
     c->nccl_valid = 1;
     r = accel__coll_nccl_settle(c, rc, "ncclCommInitRankConfig", __LINE__);
     if (r != ACCEL_OK) return r;
-    ACCEL__COLL_CUDA(c, cudaMalloc(&c->scratch, 8));
-    ACCEL__COLL_CUDA(c, cudaMemset(c->scratch, 0, 8));
+    c->scratch = accel_device_alloc(acc, 8);
+    if (!c->scratch) return ACCEL_ERR_OUT_OF_MEMORY;
+    ACCEL__CUDA_CHECK(c->acc, cudaMemset(c->scratch, 0, 8));
     return ACCEL_OK;
 #else
     return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "NCCL needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
