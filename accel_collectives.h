@@ -39,11 +39,13 @@
      timeout_ms    deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s). A peer that
                    never arrives gives ACCEL_ERR_TIMEOUT instead of a hang; the context is then unusable (every
                    later call fails fast) — destroy it and stop, as torch's watchdog does.
-     watchdog      ACCEL_ON (default): blocking MPI ops run as MPI_I* + polling with the deadline; ACCEL_OFF: plain
-                   blocking MPI calls (no deadline, the MPI library's own algorithms).
-     debug         0 → acc.debug (ACCELERATE_DEBUG_MODE). Before each collective every rank's (op, dtype, count,
-                   root) are all-gathered; a difference fails on every rank with ACCEL_ERR_MISMATCH listing them.
-     cuda_aware_mpi, host_buffers: see BACKENDS.
+     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline; nonzero: plain blocking
+                   MPI calls (no deadline, the MPI library's own algorithms). Async ops always have the deadline.
+     debug         accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). When on, before each collective
+                   every rank's (op, dtype, count, root) are all-gathered; a difference fails on every rank with
+                   ACCEL_ERR_MISMATCH listing them.
+     cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
+     host_buffers  nonzero: buffers are host memory even when acc.device >= 0 (then MPI, never NCCL).
 
    GRADIENT REDUCER
      DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at 1 MiB and the
@@ -94,13 +96,13 @@ typedef enum accel_coll_op {
 ACCEL_API const char *accel_coll_op_name(accel_coll_op op); /* "sum" "avg" "max" "min" "prod" */
 
 typedef struct accel_coll_desc {
-    accel_coll_backend backend;
-    void *mpi_comm;      /* const MPI_Comm *; NULL → acc's process group */
-    int host_buffers;    /* nonzero: buffers are host memory even on a GPU run */
-    int timeout_ms;      /* 0 → acc->desc.collective_timeout_ms */
-    int watchdog;        /* 0 / ACCEL_ON / ACCEL_OFF */
-    int debug;           /* 0 → acc->debug; ACCEL_ON / ACCEL_OFF */
-    int cuda_aware_mpi;  /* 0 → detect; ACCEL_ON / ACCEL_OFF */
+    accel_coll_backend backend;  /* ACCEL_COLL_BACKEND_AUTO (0): see BACKENDS */
+    void *mpi_comm;              /* const MPI_Comm *; NULL → acc's process group */
+    int host_buffers;            /* nonzero: buffers are host memory even on a GPU run */
+    int timeout_ms;              /* 0 → acc->desc.collective_timeout_ms */
+    int no_watchdog;             /* nonzero: blocking MPI ops are plain blocking MPI calls (no deadline) */
+    accel_toggle debug;          /* ACCEL_DEFAULT → acc->debug (ACCELERATE_DEBUG_MODE) */
+    accel_toggle cuda_aware_mpi; /* ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer */
 } accel_coll_desc;
 
 typedef struct accel_coll accel_coll;                 /* a communicator context; opaque */
@@ -205,9 +207,10 @@ ACCEL_API accel_result accel_coll_split_between_processes(int64_t n, int num_pro
 typedef struct accel_coll_reducer_desc {
     double bucket_cap_mb;   /* 0 → 25 (DDP); MiB */
     double first_bucket_mb; /* 0 → 1 (DDP); MiB */
-    int average;            /* 0 / ACCEL_ON: divide by the group size (DDP); ACCEL_OFF: sum */
-    int flat;               /* 0: one all-reduce in place when the grads are one contiguous buffer of one dtype;
-                               ACCEL_OFF: always bucket; ACCEL_ON: require contiguity (error otherwise) */
+    int no_average;         /* nonzero: sum the gradients (default: DDP's average, see GRADIENT REDUCER) */
+    accel_toggle flat;      /* ACCEL_DEFAULT: one all-reduce in place when the grads are one contiguous buffer of one
+                               dtype, else buckets; ACCEL_OFF: always bucket; ACCEL_ON: require contiguity (error
+                               otherwise) */
 } accel_coll_reducer_desc;
 typedef struct accel_coll_reducer accel_coll_reducer;
 
@@ -569,12 +572,16 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
     if ((int)d.backend < 0 || (int)d.backend > (int)ACCEL_COLL_BACKEND_NCCL)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.backend=%d is not an accel_coll_backend", (int)d.backend);
     if (d.timeout_ms < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.timeout_ms=%d must be >= 0", d.timeout_ms);
+    if ((int)d.debug < (int)ACCEL_OFF || (int)d.debug > (int)ACCEL_ON || (int)d.cuda_aware_mpi < (int)ACCEL_OFF ||
+        (int)d.cuda_aware_mpi > (int)ACCEL_ON)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc: debug=%d / cuda_aware_mpi=%d is not an "
+                           "accel_toggle (ACCEL_DEFAULT, ACCEL_ON, ACCEL_OFF)", (int)d.debug, (int)d.cuda_aware_mpi);
     c = (accel_coll *)accel_host_alloc(acc, sizeof *c);
     if (!c) return ACCEL_ERR_OUT_OF_MEMORY;
     memset(c, 0, sizeof *c);
     c->acc = acc;
     c->debug = d.debug == ACCEL_ON ? 1 : d.debug == ACCEL_OFF ? 0 : acc->debug;
-    c->watchdog = d.watchdog != ACCEL_OFF;
+    c->watchdog = !d.no_watchdog;
     c->timeout_s = 1e-3 * (double)(d.timeout_ms ? d.timeout_ms : (acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms : 1800000));
     c->device_mem = acc->device >= 0 && !d.host_buffers;
     c->rank = acc->process_index;
@@ -1905,6 +1912,8 @@ ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_col
     else memset(&d, 0, sizeof d);
     if (!(d.bucket_cap_mb >= 0) || !(d.first_bucket_mb >= 0))
         return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: bucket sizes must be >= 0 (0 = default)");
+    if ((int)d.flat < (int)ACCEL_OFF || (int)d.flat > (int)ACCEL_ON)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat=%d is not an accel_toggle", (int)d.flat);
     if (d.bucket_cap_mb == 0) d.bucket_cap_mb = 25.0;
     if (d.first_bucket_mb == 0) d.first_bucket_mb = 1.0;
     r = (accel_coll_reducer *)accel_host_alloc(c->acc, sizeof *r);
@@ -2150,7 +2159,7 @@ static accel_result accel__coll_bucket_finish(accel_coll_reducer *r, int b) {
 static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
     accel__coll_bucket *k = &r->buckets[b];
     size_t es = accel_dtype_size(k->dt);
-    accel_coll_op op = r->d.average == ACCEL_OFF ? ACCEL_COLL_SUM : ACCEL_COLL_AVG;
+    accel_coll_op op = r->d.no_average ? ACCEL_COLL_SUM : ACCEL_COLL_AVG;
     accel_result res;
     int i;
     if (r->c->backend == ACCEL_COLL_BACKEND_MPI) {

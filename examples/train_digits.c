@@ -465,7 +465,7 @@ int main(int argc, char **argv) {
         accel_coll_reducer_desc rd;
         int k;
         memset(&cdesc, 0, sizeof cdesc);
-        if (o.no_watchdog) cdesc.watchdog = ACCEL_OFF;
+        cdesc.no_watchdog = o.no_watchdog;
         CHECK(accel_coll_create(&acc, &cdesc, &coll));
         memset(&rd, 0, sizeof rd);
         if (o.bucket_kb > 0) {

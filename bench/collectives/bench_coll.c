@@ -57,7 +57,7 @@ static void sweep(size_t max_bytes) {
     size_t S;
     memset(&cd, 0, sizeof cd);
     accel_coll_create(&acc, &cd, &cw);
-    cd.watchdog = ACCEL_OFF;
+    cd.no_watchdog = 1;
     accel_coll_create(&acc, &cd, &cn);
     for (S = 1024; S <= max_bytes; S *= 4) {
         size_t n = S / 4, i;

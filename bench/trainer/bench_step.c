@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
         accel_coll_desc cd;
         size_t offs[5];
         memset(&cd, 0, sizeof cd);
-        cd.watchdog = ACCEL_OFF; /* blocking MPI, like the raw step */
+        cd.no_watchdog = 1; /* blocking MPI, like the raw step */
         if (accel_coll_create(&acc, &cd, &coll) != ACCEL_OK || accel_coll_reducer_create(coll, NULL, &red) != ACCEL_OK)
             goto out;
         offs[0] = s.off_w1; offs[1] = s.off_b1; offs[2] = s.off_w2; offs[3] = s.off_b2; offs[4] = s.count;

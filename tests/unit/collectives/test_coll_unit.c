@@ -238,7 +238,10 @@ static void none_backend(void) {
             AT_EQ_INT(accel_coll_reducer_add(r, g2, 7, ACCEL_F32, "b", NULL), ACCEL_OK);
             AT_EQ_INT(accel_coll_reducer_finalize(r), ACCEL_ERR_INVALID_ARGUMENT);
             accel_coll_reducer_destroy(r);
-            rd.flat = 0;
+            rd.flat = (accel_toggle)2; /* not a toggle */
+            AT_EQ_INT(accel_coll_reducer_create(c, &rd, &r), ACCEL_ERR_INVALID_ARGUMENT);
+            AT_CONTAINS(accel_last_error(&acc), "flat=2");
+            rd.flat = ACCEL_DEFAULT;
             rd.bucket_cap_mb = -1;
             AT_EQ_INT(accel_coll_reducer_create(c, &rd, &r), ACCEL_ERR_INVALID_ARGUMENT);
         }
@@ -249,6 +252,17 @@ static void none_backend(void) {
     cd.timeout_ms = -5;
     AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_INVALID_ARGUMENT);
     cd.timeout_ms = 0;
+    cd.debug = (accel_toggle)7;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(&acc), "debug=7");
+    cd.debug = ACCEL_DEFAULT;
+    cd.cuda_aware_mpi = (accel_toggle)-2;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_INVALID_ARGUMENT);
+    cd.cuda_aware_mpi = ACCEL_DEFAULT;
+    /* zero is the default everywhere: a zeroed desc and NULL give the same context */
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+    AT_EQ_INT(accel_coll_get_backend(c), ACCEL_COLL_BACKEND_NONE);
+    accel_coll_destroy(c);
     cd.backend = ACCEL_COLL_BACKEND_MPI;
     AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_UNSUPPORTED);
     cd.backend = ACCEL_COLL_BACKEND_NCCL;
