@@ -13,7 +13,7 @@
        // DDP-style gradient sync (register once, then per step)
        accel_coll_reducer *red;
        accel_coll_reducer_create(coll, NULL, &red);                                    // 1 MiB first, 25 MiB buckets
-       for (i = 0; i < nparams; ++i) accel_coll_reducer_add(red, grad[i], numel[i], ACCEL_F32, name[i], NULL);
+       accel_coll_reducer_add(red, grads, ngrads);                                    // accel_tensor grads[ngrads]
        ... backward: as soon as grad i is final:  accel_coll_grad_ready(red, i);      // launches full buckets
        accel_coll_reducer_wait(red);         // all buckets reduced, unpacked, averaged (no-op unless accel_should_reduce(&acc):
                                              //  a sync step, or sync_each_batch with several processes)
@@ -217,9 +217,10 @@ typedef struct accel_coll_reducer accel_coll_reducer;
 ACCEL_API accel_result accel_coll_reducer_create(accel_coll *c, const accel_coll_reducer_desc *desc,
                                                  accel_coll_reducer **out);
 ACCEL_API void accel_coll_reducer_destroy(accel_coll_reducer *r);
-/* Register a gradient (floating dtype) before the first step; *index (may be NULL) receives its index. */
-ACCEL_API accel_result accel_coll_reducer_add(accel_coll_reducer *r, void *ptr, size_t count, accel_dtype dt,
-                                              const char *name, int *index);
+/* Registers n gradients (floating dtypes, any shape: numel elements at ptr) before the first step. Their indices, for
+   grad_ready, are the registration order across calls: the first call's tensors are 0..n-1, the next call's follow.
+   All n are checked first: on an error none is registered. */
+ACCEL_API accel_result accel_coll_reducer_add(accel_coll_reducer *r, const accel_tensor *grads, int n);
 /* Builds the buckets and checks that every rank registered the same list (collective). Called by the first
    grad_ready/wait when not called explicitly. */
 ACCEL_API accel_result accel_coll_reducer_finalize(accel_coll_reducer *r);
@@ -1892,8 +1893,7 @@ typedef struct accel__coll_bucket {
 struct accel_coll_reducer {
     accel_coll *c;
     accel_coll_reducer_desc d;
-    accel__coll_grad *grads;
-    int ngrads, cap;
+    accel__coll_grad *grads; /* stb_ds array, registration order (the index of grad_ready) */
     int *order;
     accel__coll_bucket *buckets;
     int nb;
@@ -1901,6 +1901,8 @@ struct accel_coll_reducer {
     int next_launch;
     int flat;
 };
+
+static int accel__coll_ngrads(const accel_coll_reducer *r) { return (int)stbds_arrlen(r->grads); }
 
 ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_coll_reducer_desc *desc, accel_coll_reducer **out) {
     accel_coll_reducer *r;
@@ -1927,7 +1929,7 @@ ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_col
 
 static void accel__coll_reducer_drop_buckets(accel_coll_reducer *r) {
     int b, i;
-    for (i = 0; i < r->ngrads; ++i)
+    for (i = 0; i < accel__coll_ngrads(r); ++i)
         if (r->grads[i].req) { accel__coll_orphan(r->grads[i].req); r->grads[i].req = NULL; }
     for (b = 0; b < r->nb; ++b) {
         if (r->buckets[b].req) { accel__coll_orphan(r->buckets[b].req); r->buckets[b].req = NULL; }
@@ -1943,36 +1945,66 @@ static void accel__coll_reducer_drop_buckets(accel_coll_reducer *r) {
 ACCEL__DEF void accel_coll_reducer_destroy(accel_coll_reducer *r) {
     if (!r) return;
     accel__coll_reducer_drop_buckets(r);
-    accel_host_free(r->c->acc, r->grads);
+    stbds_arrfree(r->grads);
     accel_host_free(r->c->acc, r);
 }
 
-ACCEL__DEF accel_result accel_coll_reducer_add(accel_coll_reducer *r, void *ptr, size_t count, accel_dtype dt, const char *name, int *index) {
+/* stb_ds dereferences a failed allocation inside its growth function: reserve only after a probe of the size it will
+   ask for succeeded, so a failing allocator gives ACCEL_ERR_OUT_OF_MEMORY here instead of a crash.
+   TODO(core): an OOM-checked stb_ds reserve in the services layer would make this probe unnecessary. */
+static accel_result accel__coll_grads_reserve(accel_coll_reducer *r, size_t n) {
+    size_t cap = (size_t)stbds_arrcap(r->grads), want = n;
+    void *probe;
+    if (n <= cap) return ACCEL_OK;
+    if (want < 2 * cap) want = 2 * cap; /* stbds_arrgrowf's growth rule */
+    if (want < 4) want = 4;
+    probe = accel__stbds_realloc(NULL, NULL, want * sizeof *r->grads + sizeof(stbds_array_header));
+    if (!probe)
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_OUT_OF_MEMORY, "reducer_add: no memory for %zu gradient entries", want);
+    accel__stbds_free(NULL, probe);
+    stbds_arrsetcap(r->grads, n);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_reducer_add(accel_coll_reducer *r, const accel_tensor *grads, int n) {
     accel *acc;
+    accel_result res;
+    int i, first;
     if (!r) return accel__coll_null();
     acc = r->c->acc;
-    if (r->finalized) return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "reducer_add('%s'): the buckets are already built", name ? name : "");
-    if (!accel_dtype_is_float(dt) || !accel__coll_reducible(dt))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add('%s'): gradients must be F64/F32/F16/BF16, not %s",
-                           name ? name : "", accel_dtype_name(dt) ? accel_dtype_name(dt) : "invalid");
-    if (count > 0 && !ptr) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add('%s'): NULL pointer", name ? name : "");
-    if (count > (size_t)INT_MAX) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add('%s'): more than INT_MAX elements", name ? name : "");
-    if (r->ngrads == r->cap) {
-        int nc = r->cap ? 2 * r->cap : 64;
-        accel__coll_grad *g = (accel__coll_grad *)accel_host_alloc(acc, sizeof *g * (size_t)nc);
-        if (!g) return ACCEL_ERR_OUT_OF_MEMORY;
-        if (r->ngrads) memcpy(g, r->grads, sizeof *g * (size_t)r->ngrads);
-        accel_host_free(acc, r->grads);
-        r->grads = g;
-        r->cap = nc;
+    first = accel__coll_ngrads(r);
+    if (n < 0 || (n > 0 && !grads))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: %d tensors at %p", n, (const void *)grads);
+    if (r->finalized)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "reducer_add: the buckets are already built (register every gradient "
+                           "before the first finalize/grad_ready/wait)");
+    /* everything is checked before anything is registered */
+    for (i = 0; i < n; ++i) {
+        const accel_tensor *t = &grads[i];
+        const char *nm = t->name ? t->name : "";
+        int64_t numel = accel_tensor_numel(t);
+        if (!accel_dtype_is_float(t->dtype) || !accel__coll_reducible(t->dtype))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s'): gradients must be "
+                               "F64/F32/F16/BF16, not %s", i, nm, accel_dtype_name(t->dtype) ? accel_dtype_name(t->dtype) : "invalid");
+        if (numel < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has an invalid shape (ndim %d)",
+                               i, nm, t->ndim);
+        if (numel > 0 && !t->ptr)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has no data pointer", i, nm);
+        if (numel > (int64_t)INT_MAX)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has more than INT_MAX elements", i, nm);
     }
-    memset(&r->grads[r->ngrads], 0, sizeof r->grads[0]);
-    r->grads[r->ngrads].ptr = ptr;
-    r->grads[r->ngrads].count = count;
-    r->grads[r->ngrads].dt = dt;
-    snprintf(r->grads[r->ngrads].name, sizeof r->grads[0].name, "%s", name ? name : "");
-    if (index) *index = r->ngrads;
-    r->ngrads++;
+    res = accel__coll_grads_reserve(r, (size_t)first + (size_t)n);
+    if (res != ACCEL_OK) return res;
+    for (i = 0; i < n; ++i) {
+        accel__coll_grad g;
+        memset(&g, 0, sizeof g);
+        g.ptr = grads[i].ptr;
+        g.count = (size_t)accel_tensor_numel(&grads[i]);
+        g.dt = grads[i].dtype;
+        accel__fmt(g.name, sizeof g.name, "%s", grads[i].name ? grads[i].name : "");
+        stbds_arrput(r->grads, g); /* within the reserved capacity: no allocation */
+    }
     return ACCEL_OK;
 }
 
@@ -1993,7 +2025,7 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
     res = accel__coll_check_broken(c);
     if (res != ACCEL_OK) return res;
     direct_ok = !c->device_mem && c->backend == ACCEL_COLL_BACKEND_MPI;
-    for (i = 0; i < r->ngrads; ++i) {
+    for (i = 0; i < accel__coll_ngrads(r); ++i) {
         const accel__coll_grad *g = &r->grads[i];
         total += g->count;
         h = (h ^ (uint64_t)g->count) * 1099511628211ull;
@@ -2003,12 +2035,12 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
                          (const unsigned char *)g->ptr)
             flat_ok = 0;
     }
-    if (r->ngrads == 0 || total > (size_t)INT_MAX || r->d.flat == ACCEL_OFF) flat_ok = 0;
+    if (accel__coll_ngrads(r) == 0 || total > (size_t)INT_MAX || r->d.flat == ACCEL_OFF) flat_ok = 0;
     if (r->d.flat == ACCEL_ON && !flat_ok)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat mode requested but the %d gradients are not one "
-                           "contiguous buffer of one dtype (in registration order)", r->ngrads);
+                           "contiguous buffer of one dtype (in registration order)", accel__coll_ngrads(r));
     /* every rank must build the same buckets; flat only when every rank can */
-    mine[0] = r->ngrads;
+    mine[0] = accel__coll_ngrads(r);
     mine[1] = (int64_t)total;
     mine[2] = (int64_t)(h >> 1);
     mine[3] = flat_ok;
@@ -2031,27 +2063,27 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
     }
     accel_host_free(acc, all);
     r->flat = flat_ok;
-    if (r->ngrads == 0) { r->finalized = 1; return ACCEL_OK; }
+    if (accel__coll_ngrads(r) == 0) { r->finalized = 1; return ACCEL_OK; }
 
-    r->order = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)r->ngrads);
-    r->buckets = (accel__coll_bucket *)accel_host_alloc(acc, sizeof(accel__coll_bucket) * (size_t)r->ngrads);
-    counts = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)r->ngrads);
-    fill = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)r->ngrads);
+    r->order = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
+    r->buckets = (accel__coll_bucket *)accel_host_alloc(acc, sizeof(accel__coll_bucket) * (size_t)accel__coll_ngrads(r));
+    counts = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
+    fill = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
     if (!r->order || !r->buckets || !counts || !fill) {
         accel_host_free(acc, counts); accel_host_free(acc, fill);
         accel__coll_reducer_drop_buckets(r);
         return ACCEL_ERR_OUT_OF_MEMORY;
     }
-    memset(r->buckets, 0, sizeof(accel__coll_bucket) * (size_t)r->ngrads);
+    memset(r->buckets, 0, sizeof(accel__coll_bucket) * (size_t)accel__coll_ngrads(r));
     if (flat_ok) {
         nb = 1;
         r->buckets[0].dt = r->grads[0].dt;
         r->buckets[0].first = 0;
-        r->buckets[0].n = r->ngrads;
+        r->buckets[0].n = accel__coll_ngrads(r);
         r->buckets[0].count = total;
         r->buckets[0].flat = r->grads[0].ptr;
         r->buckets[0].inplace = 1;
-        for (i = 0; i < r->ngrads; ++i) {
+        for (i = 0; i < accel__coll_ngrads(r); ++i) {
             r->order[i] = i;
             r->grads[i].bucket = 0;
         }
@@ -2059,7 +2091,7 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
         /* DDP's assignment: reverse registration order, one open bucket per dtype, closed once it reaches its cap
            (the first bucket of each dtype is capped at first_bucket_mb) */
         for (i = 0; i < ACCEL_DTYPE_COUNT; ++i) { open[i] = -1; used_first[i] = 0; bytes[i] = 0; }
-        for (i = r->ngrads - 1; i >= 0; --i) {
+        for (i = accel__coll_ngrads(r) - 1; i >= 0; --i) {
             accel__coll_grad *g = &r->grads[i];
             int dt = (int)g->dt;
             double cap = (used_first[dt] ? r->d.bucket_cap_mb : r->d.first_bucket_mb) * 1048576.0;
@@ -2082,7 +2114,7 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
             }
         }
         for (b = 0, i = 0; b < nb; ++b) { r->buckets[b].first = i; r->buckets[b].n = counts[b]; fill[b] = 0; i += counts[b]; }
-        for (i = r->ngrads - 1; i >= 0; --i) {
+        for (i = accel__coll_ngrads(r) - 1; i >= 0; --i) {
             b = r->grads[i].bucket;
             r->order[r->buckets[b].first + fill[b]++] = i;
         }
@@ -2113,7 +2145,7 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
     for (b = 0; b < nb; ++b) r->buckets[b].pending = r->buckets[b].n;
     r->next_launch = 0;
     r->finalized = 1;
-    accel_log(acc, ACCEL_LOG_DEBUG, "reducer: %d gradients in %d bucket(s)%s", r->ngrads, nb, flat_ok ? " (flat)" : "");
+    accel_log(acc, ACCEL_LOG_DEBUG, "reducer: %d gradients in %d bucket(s)%s", accel__coll_ngrads(r), nb, flat_ok ? " (flat)" : "");
     return ACCEL_OK;
 }
 
@@ -2195,7 +2227,7 @@ static accel_result accel__coll_launch_ready(accel_coll_reducer *r) {
 
 static void accel__coll_reducer_reset(accel_coll_reducer *r) {
     int b, i;
-    for (i = 0; i < r->ngrads; ++i) r->grads[i].ready = 0;
+    for (i = 0; i < accel__coll_ngrads(r); ++i) r->grads[i].ready = 0;
     for (b = 0; b < r->nb; ++b) {
         r->buckets[b].pending = r->buckets[b].n;
         r->buckets[b].launched = 0;
@@ -2208,8 +2240,8 @@ ACCEL__DEF accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index) 
     accel_result res;
     accel__coll_grad *g;
     if (!r) return accel__coll_null();
-    if (index < 0 || index >= r->ngrads)
-        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "grad_ready: index %d is not a registered gradient (0..%d)", index, r->ngrads - 1);
+    if (index < 0 || index >= accel__coll_ngrads(r))
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "grad_ready: index %d is not a registered gradient (0..%d)", index, accel__coll_ngrads(r) - 1);
     if (!accel_should_reduce(r->c->acc)) return ACCEL_OK; /* accumulation step / no_sync: nothing to reduce */
     res = accel_coll_reducer_finalize(r);
     if (res != ACCEL_OK) return res;

@@ -88,10 +88,8 @@ int main(int argc, char **argv) {
             grads[k].dtype = ACCEL_F32;
             grads[k].ndim = 1;
             grads[k].shape[0] = (int64_t)(offs[k + 1] - offs[k]);
-            if (accel_coll_reducer_add(red, grads[k].ptr, (size_t)grads[k].shape[0], ACCEL_F32, grads[k].name, NULL) !=
-                ACCEL_OK)
-                goto out;
         }
+        if (accel_coll_reducer_add(red, grads, 4) != ACCEL_OK) goto out;
         if (accel_coll_reducer_finalize(red) != ACCEL_OK) goto out;
     }
     memset(&scd, 0, sizeof scd);

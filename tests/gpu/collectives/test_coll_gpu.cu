@@ -155,6 +155,7 @@ static void helpers(accel_coll *c) {
     {
         enum { NT = 6 };
         float *g[NT], hg[5000];
+        accel_tensor gt[NT];
         accel_coll_reducer *red;
         int k, bad = 0;
         AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
@@ -162,8 +163,15 @@ static void helpers(accel_coll *c) {
             for (i = 0; i < 5000; ++i) hg[i] = (float)((k + 1) * (R + 1));
             cudaMalloc((void **)&g[k], sizeof hg);
             cudaMemcpy(g[k], hg, sizeof hg, cudaMemcpyHostToDevice);
-            AT_EQ_INT(accel_coll_reducer_add(red, g[k], 5000, ACCEL_F32, "g", NULL), ACCEL_OK);
+            memset(&gt[k], 0, sizeof gt[k]);
+            gt[k].name = "g";
+            gt[k].ptr = g[k];
+            gt[k].dtype = ACCEL_F32;
+            gt[k].ndim = 2;
+            gt[k].shape[0] = 50;
+            gt[k].shape[1] = 100;
         }
+        AT_EQ_INT(accel_coll_reducer_add(red, gt, NT), ACCEL_OK);
         for (k = NT - 1; k >= 0; --k) AT_EQ_INT(accel_coll_grad_ready(red, k), ACCEL_OK);
         AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
         AT_EQ_INT(accel_coll_synchronize(c), ACCEL_OK);

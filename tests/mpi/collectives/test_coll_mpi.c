@@ -444,11 +444,24 @@ static void objects(accel_coll *c) {
 /* gradients: tensor t element i on rank r = (t + 1) * 0.25 * (r + 1) + (i % 5) * 0.5 (sums exact in fp32) */
 static float gval(int t, size_t i, int r) { return (float)((t + 1) * 0.25 * (r + 1) + (double)(i % 5) * 0.5); }
 
+static accel_tensor f32_tensor(const char *name, float *p, size_t n) {
+    accel_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = name;
+    t.ptr = p;
+    t.dtype = ACCEL_F32;
+    t.ndim = 1;
+    t.shape[0] = (int64_t)n;
+    return t;
+}
+
 static void reducer_tests(accel_coll *c) {
     enum { NT = 40 };
     static const int mult[4] = {1, 3, 7, 9}; /* coprime with NT: a permutation per rank */
     size_t sizes[NT];
     float *g[NT], *ref[NT];
+    accel_tensor gt[NT];
+    char names[NT][16];
     accel_coll_reducer *red;
     accel_coll_reducer_desc rd;
     int t, k, b, nb, idx[NT], bad = 0;
@@ -457,6 +470,7 @@ static void reducer_tests(accel_coll *c) {
         sizes[t] = t % 9 == 3 ? (size_t)400000 + (size_t)t : (size_t)(t * 1531 % 9000 + 1); /* a few > 1 MiB */
         g[t] = (float *)malloc(sizes[t] * 4);
         ref[t] = (float *)malloc(sizes[t] * 4);
+        snprintf(names[t], sizeof names[t], "p%d", t);
         for (i = 0; i < sizes[t]; ++i) ref[t][i] = g[t][i] = gval(t, i, R);
         /* the reference: one plain all-reduce (avg) per tensor */
         AT_EQ_INT(accel_coll_all_reduce(c, ref[t], ref[t], sizes[t], ACCEL_F32, ACCEL_COLL_AVG), ACCEL_OK);
@@ -464,12 +478,10 @@ static void reducer_tests(accel_coll *c) {
     memset(&rd, 0, sizeof rd);
     rd.bucket_cap_mb = 2.0; /* several buckets at this scale */
     AT_EQ_INT(accel_coll_reducer_create(c, &rd, &red), ACCEL_OK);
-    for (t = 0; t < NT; ++t) {
-        char name[32];
-        snprintf(name, sizeof name, "p%d", t);
-        AT_EQ_INT(accel_coll_reducer_add(red, g[t], sizes[t], ACCEL_F32, name, &k), ACCEL_OK);
-        AT_EQ_INT(k, t);
-    }
+    for (t = 0; t < NT; ++t) gt[t] = f32_tensor(names[t], g[t], sizes[t]);
+    /* two calls: the indices continue across them (registration order) */
+    AT_EQ_INT(accel_coll_reducer_add(red, gt, 15), ACCEL_OK);
+    AT_EQ_INT(accel_coll_reducer_add(red, gt + 15, NT - 15), ACCEL_OK);
     AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_OK);
     AT_EQ_INT(accel_coll_reducer_is_flat(red), 0);
     nb = accel_coll_reducer_num_buckets(red);
@@ -542,9 +554,10 @@ static void reducer_tests(accel_coll *c) {
         AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
         for (t = 0; t < NT; ++t) {
             for (i = 0; i < sizes[t]; ++i) flat[off + i] = gval(t, i, R);
-            AT_EQ_INT(accel_coll_reducer_add(red, flat + off, sizes[t], ACCEL_F32, "f", NULL), ACCEL_OK);
+            gt[t] = f32_tensor("f", flat + off, sizes[t]);
             off += sizes[t];
         }
+        AT_EQ_INT(accel_coll_reducer_add(red, gt, NT), ACCEL_OK);
         for (t = NT - 1; t >= 0; --t) AT_EQ_INT(accel_coll_grad_ready(red, t), ACCEL_OK);
         AT_EQ_INT(accel_coll_reducer_is_flat(red), 1);
         AT_EQ_INT(accel_coll_reducer_num_buckets(red), 1);
@@ -557,7 +570,8 @@ static void reducer_tests(accel_coll *c) {
     /* ranks that registered different lists: every rank fails at finalize */
     if (P > 1) {
         AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_add(red, g[0], sizes[0] - (R == 1), ACCEL_F32, "a", NULL), ACCEL_OK);
+        gt[0] = f32_tensor("a", g[0], sizes[0] - (R == 1));
+        AT_EQ_INT(accel_coll_reducer_add(red, gt, 1), ACCEL_OK);
         AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_ERR_MISMATCH);
         AT_CONTAINS(accel_last_error(&acc), "rank 1:");
         accel_coll_reducer_destroy(red);
