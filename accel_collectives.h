@@ -53,6 +53,13 @@
      bucket order on every rank. Device gradients are packed into flat staging buffers (D2D copies). On MPI with host
      memory, gradients >= 1 MiB are all-reduced in place (in bucket order) instead of being copied in and out, and at
      most 2 buckets are in flight (measured faster on CPUs). One contiguous buffer of one dtype → one all-reduce.
+     Averaging order (DDP's): every rank's gradient is multiplied by 1/P, rounded to the compute type (double for
+     F64, float for F32/F16/BF16), while it is packed into its bucket (in place for gradients reduced where they
+     are), and the buckets are all-reduced with SUM. That is torch's Reducer with DDP's default
+     gradient_as_bucket_view=False (it copies grad * (1.0 / world_size) into the bucket), so where the summation order
+     matches, the result is PyTorch's bit for bit (tests check it against torch's DDP). accel_coll_all_reduce with
+     ACCEL_COLL_AVG keeps Accelerate's reduce("mean") order instead: the sum, then a division by P
+     (docs/semantics.md §7). The two can differ in the last bit when P is not a power of two.
 
    THREADS AND STREAMS
      A context is used by one thread at a time. MPI ops complete on the host before returning (device buffers: acc's
@@ -86,7 +93,7 @@ ACCEL_API const char *accel_coll_backend_name(accel_coll_backend b); /* "auto" "
 
 typedef enum accel_coll_op {
     ACCEL_COLL_SUM = 0,
-    ACCEL_COLL_AVG,  /* sum / group size; floating dtypes only (Accelerate's "mean") */
+    ACCEL_COLL_AVG,  /* the sum, then / group size (Accelerate's reduce "mean"); floating dtypes only */
     ACCEL_COLL_MAX,
     ACCEL_COLL_MIN,
     ACCEL_COLL_PROD,
@@ -312,7 +319,22 @@ static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_combine16(uint16_t a, uint16_t
     float z = accel__coll_combine_f32(x, y, op);
     return bf16 ? accel_f32_to_bf16(z) : accel_f32_to_f16(z);
 }
-/* element i of a buffer divided by n (AVG): dtype-generic, computed in the dtype's float width */
+/* DDP's pre-scaling of one element: dst[i] = src[i] * fl(1/n), dst may equal src. torch's Reducer copies each gradient
+   into its bucket as grad * (1.0 / world_size) (a wrapped double scalar, so the product is taken in the tensor's
+   compute type: double for F64, float for F32/F16/BF16, then rounded to the 16-bit type), before an all-reduce SUM.
+   A multiplication by the rounded reciprocal, not a division: the two differ in the last bit (see the reducer's
+   averaging order in the manual). */
+static ACCEL_INLINE ACCEL_HD void accel__coll_prescale_elem(void *dst, const void *src, size_t i, int dt, double n) {
+    switch (dt) {
+    case ACCEL_F64: ((double *)dst)[i] = ((const double *)src)[i] * (1.0 / n); break;
+    case ACCEL_F32: ((float *)dst)[i] = ((const float *)src)[i] * (float)(1.0 / n); break;
+    case ACCEL_F16: ((uint16_t *)dst)[i] = accel_f32_to_f16(accel_f16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n)); break;
+    case ACCEL_BF16: ((uint16_t *)dst)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n)); break;
+    default: break;
+    }
+}
+/* element i of a buffer divided by n (AVG after the sum, Accelerate's reduce("mean")): computed in the dtype's float
+   width */
 static ACCEL_INLINE ACCEL_HD void accel__coll_div_elem(void *buf, size_t i, int dt, double n) {
     switch (dt) {
     case ACCEL_F64: ((double *)buf)[i] /= n; break;
@@ -343,6 +365,11 @@ static __global__ void accel__coll_div_kernel(void *buf, size_t n, int dt, doubl
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     for (; i < n; i += stride) accel__coll_div_elem(buf, i, dt, d);
 }
+static __global__ void accel__coll_prescale_kernel(void *dst, const void *src, size_t n, int dt, double d) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) accel__coll_prescale_elem(dst, src, i, dt, d);
+}
+static unsigned accel__coll_blocks(size_t n) { return (unsigned)(n > (size_t)4096 * 256 ? 4096 : (n + 255) / 256); }
 static __global__ void accel__coll_fill_kernel(unsigned char *dst, size_t n, size_t es, uint64_t pattern) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     for (; i < n; i += stride) {
@@ -513,7 +540,7 @@ static ncclDataType_t accel__coll_nccl_type(accel_dtype dt) {
 }
 static ncclRedOp_t accel__coll_nccl_op(accel_coll_op op) {
     switch (op) {
-    case ACCEL_COLL_AVG: return ncclAvg;
+    /* AVG: SUM here, then the division (accel__coll_post_nccl); ncclAvg pre-multiplies by 1/nranks instead */
     case ACCEL_COLL_MAX: return ncclMax;
     case ACCEL_COLL_MIN: return ncclMin;
     case ACCEL_COLL_PROD: return ncclProd;
@@ -784,6 +811,30 @@ static void accel__coll_divide_host(void *buf, size_t n, accel_dtype dt, double 
     for (i = 0; i < n; ++i) accel__coll_div_elem(buf, i, (int)dt, by);
 }
 
+/* dst[0..n) = src[0..n) * fl(1/size) in the context's memory (DDP's pre-scaling; dst may equal src): a host loop, or
+   a kernel on acc.stream. */
+static accel_result accel__coll_prescale(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt) {
+    size_t i;
+    if (n == 0) return ACCEL_OK;
+    if (!c->device_mem) {
+        if (dt == ACCEL_F32) { /* the common case, as a plain loop the compiler vectorizes */
+            const float *sf = (const float *)src;
+            float *df = (float *)dst, inv = (float)(1.0 / (double)c->size);
+            for (i = 0; i < n; ++i) df[i] = sf[i] * inv;
+        } else {
+            for (i = 0; i < n; ++i) accel__coll_prescale_elem(dst, src, i, (int)dt, (double)c->size);
+        }
+        return ACCEL_OK;
+    }
+#ifdef ACCEL__COLL_DEVICE
+    accel__coll_prescale_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(c)>>>(dst, src, n, (int)dt, (double)c->size);
+    ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
+    return ACCEL_OK;
+#else
+    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device gradients need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+#endif
+}
+
 static void accel__coll_release(accel_coll_request *q) {
     accel_coll *c = q->c;
     if (q->stage_kind == 1) accel_pinned_free(c->acc, q->stage);
@@ -816,10 +867,11 @@ static accel_result accel__coll_complete(accel_coll_request *q) {
         if (!q->avg_dev) accel__coll_divide_host(q->avg_buf, q->avg_count, q->dt, (double)c->size);
 #ifdef ACCEL__COLL_DEVICE
         else {
-            size_t blocks = (q->avg_count + 255) / 256;
-            if (blocks > 4096) blocks = 4096;
-            accel__coll_div_kernel<<<(unsigned)blocks, 256, 0, accel__coll_stream(c)>>>(q->avg_buf, q->avg_count, (int)q->dt, (double)c->size);
-            if (cudaGetLastError() != cudaSuccess) r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "average kernel launch failed");
+            cudaError_t e;
+            accel__coll_div_kernel<<<accel__coll_blocks(q->avg_count), 256, 0, accel__coll_stream(c)>>>(
+                q->avg_buf, q->avg_count, (int)q->dt, (double)c->size);
+            e = cudaGetLastError();
+            if (e != cudaSuccess) r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "average kernel launch: %s", cudaGetErrorString(e));
         }
 #endif
     }
@@ -1180,6 +1232,12 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         break;
     default: break;
     }
+    /* AVG: the sum, then the division on the same stream (Accelerate's reduce("mean") order) */
+    if (a->op == ACCEL_COLL_AVG && a->count > 0 &&
+        (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE_SCATTER || (a->kind == ACCEL__K_REDUCE && me == a->root))) {
+        accel__coll_div_kernel<<<accel__coll_blocks(a->count), 256, 0, s>>>(recv, a->count, (int)a->dt, (double)P);
+        ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
+    }
     if (!q->has_ev && (q->stage || a->kind == ACCEL__K_BARRIER)) {
         /* host results or a barrier: the host must wait for the stream */
         ACCEL__CUDA_CHECK(c->acc, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
@@ -1539,10 +1597,8 @@ static accel_result accel__coll_fill(accel_coll *c, void *dst, size_t n, accel_d
 #ifdef ACCEL__COLL_DEVICE
     {
         uint64_t p = 0;
-        size_t blocks = (n + 255) / 256;
         for (i = 0; i < 8; ++i) p |= (uint64_t)pat[i] << (8 * i);
-        if (blocks > 4096) blocks = 4096;
-        accel__coll_fill_kernel<<<(unsigned)blocks, 256, 0, accel__coll_stream(c)>>>((unsigned char *)dst, n, es, p);
+        accel__coll_fill_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(c)>>>((unsigned char *)dst, n, es, p);
         ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
         return ACCEL_OK;
     }
@@ -1900,6 +1956,7 @@ struct accel_coll_reducer {
     int finalized;
     int next_launch;
     int flat;
+    int prescale; /* averaging over > 1 process: each gradient is multiplied by 1/P before the sum (DDP) */
 };
 
 static int accel__coll_ngrads(const accel_coll_reducer *r) { return (int)stbds_arrlen(r->grads); }
@@ -1923,6 +1980,7 @@ ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_col
     memset(r, 0, sizeof *r);
     r->c = c;
     r->d = d;
+    r->prescale = !d.no_average && c->size > 1;
     *out = r;
     return ACCEL_OK;
 }
@@ -2188,13 +2246,16 @@ static accel_result accel__coll_bucket_finish(accel_coll_reducer *r, int b) {
    a couple (measured with the GPT-2 list), so at most this many buckets are outstanding; NCCL queues on a stream. */
 #define ACCEL__COLL_MPI_INFLIGHT 2
 
+/* Packs bucket b (pre-scaled while packing when averaging) and launches its all-reduce(s) with SUM: DDP's order, every
+   rank's gradient times fl(1/P), then the sum. Gradients reduced where they are (a bucket of one, flat mode, direct
+   host gradients) are pre-scaled in place first. */
 static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
     accel__coll_bucket *k = &r->buckets[b];
+    accel_coll *c = r->c;
     size_t es = accel_dtype_size(k->dt);
-    accel_coll_op op = r->d.no_average ? ACCEL_COLL_SUM : ACCEL_COLL_AVG;
     accel_result res;
     int i;
-    if (r->c->backend == ACCEL_COLL_BACKEND_MPI) {
+    if (c->backend == ACCEL_COLL_BACKEND_MPI) {
         int outstanding = 0, oldest = -1;
         for (i = 0; i < b; ++i)
             if (r->buckets[i].inflight) { if (oldest < 0) oldest = i; ++outstanding; }
@@ -2205,14 +2266,24 @@ static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
     }
     k->launched = 1;
     k->inflight = 1;
-    for (i = 0; i < k->n; ++i) {
+    for (i = 0; i < k->n && !k->inplace; ++i) {
         accel__coll_grad *g = &r->grads[r->order[k->first + i]];
-        if (k->inplace) break;
-        if (g->direct) res = accel_coll_all_reduce_async(r->c, g->ptr, g->ptr, g->count, g->dt, op, &g->req);
-        else res = accel__coll_copy_same(r->c, (unsigned char *)k->flat + g->offset * es, g->ptr, g->count * es, r->c->device_mem);
+        void *slot = (unsigned char *)k->flat + g->offset * es;
+        if (g->direct) {
+            res = r->prescale ? accel__coll_prescale(c, g->ptr, g->ptr, g->count, g->dt) : ACCEL_OK;
+            if (res == ACCEL_OK) res = accel_coll_all_reduce_async(c, g->ptr, g->ptr, g->count, g->dt, ACCEL_COLL_SUM, &g->req);
+        } else if (r->prescale) {
+            res = accel__coll_prescale(c, slot, g->ptr, g->count, g->dt);
+        } else {
+            res = accel__coll_copy_same(c, slot, g->ptr, g->count * es, c->device_mem);
+        }
         if (res != ACCEL_OK) return res;
     }
-    if (k->inplace || k->count > 0) return accel_coll_all_reduce_async(r->c, k->flat, k->flat, k->count, k->dt, op, &k->req);
+    if (k->inplace && r->prescale) {
+        res = accel__coll_prescale(c, k->flat, k->flat, k->count, k->dt);
+        if (res != ACCEL_OK) return res;
+    }
+    if (k->inplace || k->count > 0) return accel_coll_all_reduce_async(c, k->flat, k->flat, k->count, k->dt, ACCEL_COLL_SUM, &k->req);
     return ACCEL_OK;
 }
 

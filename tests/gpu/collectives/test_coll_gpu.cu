@@ -176,12 +176,36 @@ static void helpers(accel_coll *c) {
         AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
         AT_EQ_INT(accel_coll_synchronize(c), ACCEL_OK);
         for (k = 0; k < NT; ++k) {
+            /* DDP's average: each rank's value times fl(1/P), then the sum (exact for P <= 2) */
+            double want = (k + 1) * (P + 1) / 2.0;
             cudaMemcpy(hg, g[k], sizeof hg, cudaMemcpyDeviceToHost);
-            for (i = 0; i < 5000; ++i) bad += hg[i] != (float)((k + 1) * (P + 1) / 2.0);
+            for (i = 0; i < 5000; ++i) bad += P <= 2 ? hg[i] != (float)want : fabs(hg[i] - want) > 1e-6 * want * P;
             cudaFree(g[k]);
         }
         AT_EQ_INT(bad, 0);
         accel_coll_reducer_destroy(red);
+    }
+    /* the pre-scaling on the device, bit for bit: every rank holds x = 0x3fc4aa2f; PyTorch's DDP gives 0x3fc4aa30 at
+       P = 3 (tests/mpi/collectives: DDP_REF), the old sum-then-divide gave 0x3fc4aa2f */
+    if (P <= 3) {
+        uint32_t xb = 0x3fc4aa2fu, want = P == 3 ? 0x3fc4aa30u : xb, got[3];
+        float hx[3], *dx = NULL;
+        accel_tensor gt;
+        accel_coll_reducer *red;
+        memcpy(&hx[0], &xb, 4);
+        hx[1] = hx[2] = hx[0];
+        cudaMalloc((void **)&dx, sizeof hx);
+        cudaMemcpy(dx, hx, sizeof hx, cudaMemcpyHostToDevice);
+        memset(&gt, 0, sizeof gt);
+        gt.ptr = dx; gt.dtype = ACCEL_F32; gt.ndim = 1; gt.shape[0] = 3;
+        AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_add(red, &gt, 1), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+        AT_EQ_INT(accel_coll_synchronize(c), ACCEL_OK);
+        cudaMemcpy(got, dx, sizeof got, cudaMemcpyDeviceToHost);
+        for (i = 0; i < 3; ++i) AT_EQ_INT(got[i], want);
+        accel_coll_reducer_destroy(red);
+        cudaFree(dx);
     }
 }
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """PyTorch's DistributedDataParallel as the reference for the reducer's average (3 ranks, gloo, CPU).
 
 Every rank holds the same input x and the model is y = w * x (element-wise, so it runs in fp16/bf16 on the CPU too):

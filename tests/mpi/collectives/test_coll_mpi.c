@@ -471,9 +471,12 @@ static void reducer_tests(accel_coll *c) {
         g[t] = (float *)malloc(sizes[t] * 4);
         ref[t] = (float *)malloc(sizes[t] * 4);
         snprintf(names[t], sizeof names[t], "p%d", t);
-        for (i = 0; i < sizes[t]; ++i) ref[t][i] = g[t][i] = gval(t, i, R);
-        /* the reference: one plain all-reduce (avg) per tensor */
-        AT_EQ_INT(accel_coll_all_reduce(c, ref[t], ref[t], sizes[t], ACCEL_F32, ACCEL_COLL_AVG), ACCEL_OK);
+        /* the reference: DDP's average per tensor by hand, each rank's values times fl(1/P), then one plain SUM */
+        for (i = 0; i < sizes[t]; ++i) {
+            g[t][i] = gval(t, i, R);
+            ref[t][i] = g[t][i] * (float)(1.0 / P);
+        }
+        AT_EQ_INT(accel_coll_all_reduce(c, ref[t], ref[t], sizes[t], ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK);
     }
     memset(&rd, 0, sizeof rd);
     rd.bucket_cap_mb = 2.0; /* several buckets at this scale */
@@ -579,6 +582,138 @@ static void reducer_tests(accel_coll *c) {
     for (t = 0; t < NT; ++t) { free(g[t]); free(ref[t]); }
 }
 
+/* ---- DDP's average: every rank's gradient is multiplied by fl(1/P) before the sum (torch's Reducer copies a gradient
+   into its bucket as grad * (1.0 / world_size), the scalar rounded to the compute type), where the old reducer
+   summed and then divided (Accelerate's reduce("mean") order, still the order of accel_coll_all_reduce(AVG)).
+   DDP_REF(dtype, x, grad): every one of 3 ranks has gradient x; grad is what PyTorch's DDP leaves (torch 1.13,
+   gloo, default gradient_as_bucket_view=False). ddp_reference.py --check (meson test collectives-ddp-torch)
+   recomputes each line with PyTorch. With identical terms any summation order gives the same sum at P = 3. */
+typedef struct { const char *dt; uint64_t x, grad; } ddp_ref;
+#define DDP_REF(dt, x, g) {dt, x, g}
+static const ddp_ref ddp_refs[] = {
+    DDP_REF("F32", 0x3fc4aa2fu, 0x3fc4aa30u),
+    DDP_REF("F64", 0x3ffd00d7879547f5ull, 0x3ffd00d7879547f4ull),
+    DDP_REF("F16", 0x3d56u, 0x3d56u),
+};
+
+/* test-local arithmetic (independent of the library): element of dtype dt as a double, and back */
+static double ddp_dec(uint64_t b, accel_dtype dt) {
+    if (dt == ACCEL_F64) { double d; memcpy(&d, &b, 8); return d; }
+    if (dt == ACCEL_F32) { uint32_t u = (uint32_t)b; float f; memcpy(&f, &u, 4); return f; }
+    return dec16((uint16_t)b, dt == ACCEL_BF16);
+}
+static uint64_t ddp_enc(double v, accel_dtype dt) { /* v exactly representable in dt */
+    if (dt == ACCEL_F64) { uint64_t b; memcpy(&b, &v, 8); return b; }
+    if (dt == ACCEL_F32) { float f = (float)v; uint32_t u; memcpy(&u, &f, 4); return u; }
+    return enc16(v, dt == ACCEL_BF16);
+}
+/* the float-width rounding of each step: double for F64, float for the others (then to 16 bits) */
+static double ddp_round(double v, accel_dtype dt) {
+    if (dt == ACCEL_F64) return v;
+    if (dt == ACCEL_F32) return (float)v;
+    return ddp_dec(enc16((double)(float)v, dt == ACCEL_BF16), dt);
+}
+/* three identical terms: pre-scaled (DDP), summed then divided (the old reducer), divided then summed */
+static uint64_t ddp_expect(uint64_t xb, accel_dtype dt, int how) {
+    double x = ddp_dec(xb, dt), inv = dt == ACCEL_F64 ? 1.0 / 3 : (double)(float)(1.0 / 3), a, s;
+    if (how == 0) a = ddp_round(x * inv, dt);
+    else if (how == 2) a = ddp_round(x / 3, dt);
+    else a = x;
+    s = ddp_round(ddp_round(a + a, dt) + a, dt);
+    if (how == 1) s = ddp_round(s / 3, dt);
+    return ddp_enc(s, dt);
+}
+static accel_dtype ddp_dtype(const char *n) { return accel_dtype_from_name(n); }
+
+static void put_bits(void *buf, size_t i, accel_dtype dt, uint64_t b) {
+    size_t es = accel_dtype_size(dt);
+    unsigned char *p = (unsigned char *)buf + i * es;
+    size_t k;
+    for (k = 0; k < es; ++k) p[k] = (unsigned char)(b >> (8 * k));
+}
+static uint64_t get_bits(const void *buf, size_t i, accel_dtype dt) {
+    size_t es = accel_dtype_size(dt), k;
+    const unsigned char *p = (const unsigned char *)buf + i * es;
+    uint64_t b = 0;
+    for (k = 0; k < es; ++k) b |= (uint64_t)p[k] << (8 * k);
+    return b;
+}
+
+/* One reducer per case, every path of the reducer: a bucket of one gradient (all-reduced in place), a packed bucket,
+   a >= 1 MiB host gradient reduced directly (MPI), and flat mode (one contiguous buffer). */
+static void ddp_average_case(accel_coll *c, accel_dtype dt, uint64_t xb, uint64_t want, int no_average) {
+    enum { NG = 5, SMALL = 37 };
+    size_t es = accel_dtype_size(dt), big = ((size_t)1 << 20) / es + 3, sizes[NG], total = 0, i, off;
+    unsigned char *buf[NG], *flat;
+    accel_tensor t[NG];
+    accel_coll_reducer *red;
+    accel_coll_reducer_desc rd;
+    int k, bad = 0, flatmode;
+    sizes[0] = big; sizes[1] = SMALL; sizes[2] = 1; sizes[3] = SMALL + 2; sizes[4] = SMALL;
+    for (k = 0; k < NG; ++k) total += sizes[k];
+    for (flatmode = 0; flatmode < 2; ++flatmode) {
+        flat = (unsigned char *)malloc(total * es);
+        memset(&rd, 0, sizeof rd);
+        rd.no_average = no_average;
+        if (!flatmode) {
+            rd.first_bucket_mb = 1e-6; /* the last registered gradient alone: reduced in place */
+            rd.flat = ACCEL_OFF;
+        }
+        AT_EQ_INT(accel_coll_reducer_create(c, &rd, &red), ACCEL_OK);
+        for (k = 0, off = 0; k < NG; ++k) {
+            buf[k] = flatmode ? flat + off * es : (unsigned char *)malloc(sizes[k] * es);
+            off += sizes[k];
+            for (i = 0; i < sizes[k]; ++i) put_bits(buf[k], i, dt, xb);
+            memset(&t[k], 0, sizeof t[k]);
+            t[k].ptr = buf[k]; t[k].dtype = dt; t[k].ndim = 1; t[k].shape[0] = (int64_t)sizes[k];
+        }
+        AT_EQ_INT(accel_coll_reducer_add(red, t, NG), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_is_flat(red), flatmode);
+        if (!flatmode) AT_EQ_INT(accel_coll_reducer_num_buckets(red), 2);
+        for (k = NG - 1; k >= 0; --k) AT_EQ_INT(accel_coll_grad_ready(red, k), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+        for (k = 0; k < NG; ++k)
+            for (i = 0; i < sizes[k]; ++i)
+                if (get_bits(buf[k], i, dt) != want && bad++ < 3)
+                    fprintf(stderr, "[rank %d] %s%s %s grad %d[%zu] = %#llx, want %#llx\n", R, flatmode ? "flat " : "",
+                            no_average ? "sum" : "average", accel_dtype_name(dt), k, i,
+                            (unsigned long long)get_bits(buf[k], i, dt), (unsigned long long)want);
+        accel_coll_reducer_destroy(red);
+        for (k = 0; k < NG && !flatmode; ++k) free(buf[k]);
+        free(flat);
+    }
+    AT_EQ_INT(bad, 0);
+}
+
+static void ddp_average(accel_coll *c) {
+    size_t k;
+    int bf;
+    for (k = 0; k < sizeof ddp_refs / sizeof ddp_refs[0]; ++k) {
+        accel_dtype dt = ddp_dtype(ddp_refs[k].dt);
+        uint64_t x = ddp_refs[k].x;
+        /* PyTorch's value is the test-local formula, and the old order (sum, then divide) differs from it */
+        AT_EQ_INT(ddp_expect(x, dt, 0), ddp_refs[k].grad);
+        if (dt != ACCEL_F16) AT_CHECK(ddp_expect(x, dt, 1) != ddp_refs[k].grad);
+        if (dt != ACCEL_F16) AT_CHECK(ddp_expect(x, dt, 2) != ddp_refs[k].grad); /* nor is it "divide, then sum" */
+        if (P == 3) ddp_average_case(c, dt, x, ddp_refs[k].grad, 0);
+        else if (P <= 2) ddp_average_case(c, dt, x, x, 0); /* x * 1 or (x * 0.5) * 2: exact */
+    }
+    /* 16-bit: the pre-scaled product rounds to fp16/bf16 before the sum (DDP scales the fp16 bucket) */
+    for (bf = 0; bf < 2; ++bf) {
+        accel_dtype dt = bf ? ACCEL_BF16 : ACCEL_F16;
+        uint64_t x = bf ? 0x3fae : 0x3d56;
+        AT_CHECK(ddp_expect(x, dt, 0) != ddp_expect(x, dt, 1)); /* 0x3d56 vs 0x3d55, 0x3fae vs 0x3fad */
+        if (P == 3) ddp_average_case(c, dt, x, ddp_expect(x, dt, 0), 0);
+    }
+    /* no_average: the plain sum */
+    if (P == 3) {
+        uint64_t x = ddp_refs[0].x;
+        double v = ddp_dec(x, ACCEL_F32);
+        ddp_average_case(c, ACCEL_F32, x, ddp_enc((float)((float)(v + v) + v), ACCEL_F32), 1);
+    }
+}
+
 static void debug_mode(void) {
     accel_coll *c;
     accel_coll_desc cd;
@@ -661,6 +796,7 @@ static void basic(void) {
     gather_metrics(c);
     objects(c);
     reducer_tests(c);
+    ddp_average(c);
     AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
     accel_coll_destroy(c);
     /* the plain blocking MPI path (no watchdog) */
