@@ -173,8 +173,10 @@ ACCEL_API accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_t
    accel_coll_free) and out->name = in->name. A dim outside [-ndim, ndim) gives an unchanged copy. */
 ACCEL_API accel_result accel_coll_pad_across_processes(accel_coll *c, const accel_tensor *in, int dim, double pad_value,
                                                        int pad_first, accel_tensor *out);
-/* All-gather of tensors whose dim 0 differs per rank (other dims equal), concatenated in rank order. out->ptr is
-   allocated (accel_coll_free). A 0-d tensor counts as shape [1] (as Accelerate's gather). */
+/* Accelerate's gather: an all-gather of tensors whose dim 0 differs per rank (other dims equal), concatenated in rank
+   order. out->ptr is allocated (accel_coll_free). With several processes a 0-d tensor counts as shape [1] per rank;
+   with one process (not distributed) the input comes back unchanged, a 0-d tensor as a 0-d copy
+   (docs/semantics.md §7). */
 ACCEL_API accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor *in, accel_tensor *out);
 /* gather_for_metrics: gather_rows, then at the end of the dataloader (acc.end_of_dataloader) with
    acc.remainder > 0 keep only the first `remainder` rows (the padding duplicates are dropped). */
@@ -1698,6 +1700,16 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
     if (!out) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: out is NULL");
     r = accel__coll_check_tensor(c, in, "gather", &nb);
     if (r != ACCEL_OK) return r;
+    if (in->ndim == 0 && c->size == 1 && !c->acc->use_distributed) {
+        /* Accelerate's gather returns its input when not distributed: a 0-d tensor stays 0-d (a copy) */
+        buf = accel__coll_alloc_mem(c, (size_t)nb);
+        if (!buf) return ACCEL_ERR_OUT_OF_MEMORY;
+        r = accel__coll_copy_same(c, buf, in->ptr, (size_t)nb, c->device_mem);
+        if (r != ACCEL_OK) { accel_coll_free(c, buf); return r; }
+        *out = *in;
+        out->ptr = buf;
+        return ACCEL_OK;
+    }
     nd = in->ndim ? in->ndim : 1;
     for (k = 0; k < ACCEL_MAX_DIMS; ++k) shape[k] = k < in->ndim ? in->shape[k] : (k == 0 ? 1 : 0);
     r = accel__coll_gather_shapes(c, in, nd, shape, &all);
@@ -1742,7 +1754,7 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
 ACCEL__DEF accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel_tensor *in, accel_tensor *out) {
     accel_result r = accel_coll_gather_rows(c, in, out);
     if (r != ACCEL_OK) return r;
-    if (c->acc->end_of_dataloader && c->acc->remainder > 0 && c->acc->remainder < out->shape[0])
+    if (out->ndim > 0 && c->acc->end_of_dataloader && c->acc->remainder > 0 && c->acc->remainder < out->shape[0])
         out->shape[0] = c->acc->remainder;
     return ACCEL_OK;
 }

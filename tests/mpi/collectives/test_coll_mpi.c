@@ -388,18 +388,29 @@ static void gather_metrics(accel_coll *c) {
     AT_EQ_INT(out.shape[0], total);
     accel_coll_free(c, out.ptr);
     acc.remainder = -1;
-    /* 0-d tensor becomes [1] */
+    /* a 0-d tensor counts as [1] per rank with several processes; with one, gather returns it unchanged (Accelerate
+       returns the input when not distributed) */
     {
-        double s = R * 1.5;
+        double s = R * 1.5 + 0.25;
         double *so;
         accel_tensor st;
         memset(&st, 0, sizeof st);
         st.ptr = &s; st.dtype = ACCEL_F64; st.ndim = 0;
         AT_EQ_INT(accel_coll_gather_rows(c, &st, &out), ACCEL_OK);
-        AT_EQ_INT(out.ndim, 1); AT_EQ_INT(out.shape[0], P);
+        AT_EQ_INT(out.ndim, P > 1 ? 1 : 0);
+        AT_EQ_INT(out.shape[0], P > 1 ? P : 0);
         so = (double *)out.ptr;
-        for (r = 0; r < P; ++r) AT_NEAR(so[r], r * 1.5, 0);
+        for (r = 0; r < P; ++r) AT_NEAR(so[r], r * 1.5 + 0.25, 0);
         accel_coll_free(c, out.ptr);
+        /* gather_for_metrics at the end of a loader: the remainder cuts rows, never a 0-d result's shape */
+        acc.end_of_dataloader = 1;
+        acc.remainder = 1;
+        AT_EQ_INT(accel_coll_gather_for_metrics(c, &st, &out), ACCEL_OK);
+        AT_EQ_INT(out.ndim, P > 1 ? 1 : 0);
+        AT_EQ_INT(out.shape[0], P > 1 ? 1 : 0);
+        accel_coll_free(c, out.ptr);
+        acc.end_of_dataloader = 0;
+        acc.remainder = -1;
     }
 }
 

@@ -201,6 +201,23 @@ static void none_backend(void) {
         acc.end_of_dataloader = 0;
         t.ndim = 9;
         AT_EQ_INT(accel_coll_gather_rows(c, &t, &out), ACCEL_ERR_INVALID_ARGUMENT);
+        /* one process: gather returns a 0-d tensor unchanged (Accelerate returns the input when not distributed),
+           a copy in the context's memory */
+        t.ndim = 0;
+        t.name = "loss";
+        AT_EQ_INT(accel_coll_gather_rows(c, &t, &out), ACCEL_OK);
+        AT_EQ_INT(out.ndim, 0);
+        AT_EQ_INT(accel_tensor_numel(&out), 1);
+        AT_CHECK(out.ptr != t.ptr && *(int64_t *)out.ptr == 0);
+        AT_EQ_STR(out.name, "loss");
+        accel_coll_free(c, out.ptr);
+        acc.end_of_dataloader = 1;
+        acc.remainder = 1;
+        AT_EQ_INT(accel_coll_gather_for_metrics(c, &t, &out), ACCEL_OK);
+        AT_EQ_INT(out.ndim, 0);
+        AT_EQ_INT(out.shape[0], 3); /* unchanged, as the input's (unused) shape entries */
+        accel_coll_free(c, out.ptr);
+        acc.end_of_dataloader = 0;
     }
     /* objects */
     {
