@@ -396,6 +396,7 @@ struct accel_coll {
     int rank, size;
     int device_mem;       /* user buffers are device memory */
     int debug, watchdog, cuda_aware;
+    int on_host_group;    /* the group is acc's process group (no desc.mpi_comm) */
     double timeout_s;
     accel_result broken;  /* nonzero after a timeout/fatal error: every later call fails fast */
     accel_coll_request *orphans;
@@ -590,79 +591,125 @@ static cudaStream_t accel__coll_stream(accel_coll *c) { return (cudaStream_t)c->
 /* ---------------------------------------------------------------------------------------- create / destroy */
 static accel_result accel__coll_nccl_init(accel_coll *c);
 
+/* The collective form of a local result over a context's group: every rank returns an error when any rank failed (the
+   failed rank keeps its own error; the others get ACCEL_ERR_REMOTE). A context on the host group agrees through the
+   core (accel__agree: the failed rank's message travels along); a context on its own MPI communicator
+   (desc.mpi_comm) exchanges the statuses on that communicator, with the deadline. */
+#ifdef ACCEL_WITH_MPI
+static accel_result accel__coll_agree_mpi(accel *acc, MPI_Comm comm, accel_result local, const char *what, double deadline) {
+    int P = 1, mine = (int)local, stack_all[64], *all, i, failed = -1;
+    MPI_Request q;
+    accel_result r;
+    MPI_Comm_size(comm, &P);
+    if (P <= 1) return local;
+    all = P <= 64 ? stack_all : (int *)accel_host_alloc(acc, sizeof(int) * (size_t)P);
+    if (!all) return ACCEL_ERR_OUT_OF_MEMORY; /* the peers then reach their deadline */
+    r = MPI_Iallgather(&mine, 1, MPI_INT, all, 1, MPI_INT, comm, &q) == MPI_SUCCESS
+            ? accel__mpi_wait(acc, &q, deadline, what)
+            : ACCEL__FAIL(acc, ACCEL_ERR_MPI, "%s: MPI_Iallgather of the statuses failed", what);
+    for (i = 0; r == ACCEL_OK && i < P; ++i)
+        if (all[i] != ACCEL_OK && failed < 0) failed = i;
+    if (r == ACCEL_OK && local == ACCEL_OK && failed >= 0)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "rank %d of this communicator failed in %s (%s)", failed, what,
+                        accel_result_string((accel_result)all[failed]));
+    if (all != stack_all) accel_host_free(acc, all);
+    return local != ACCEL_OK ? local : r;
+}
+#endif
+static accel_result accel__coll_agree(accel_coll *c, accel_result local, const char *what) {
+    if (c->size <= 1) return local;
+    if (c->on_host_group) return accel__agree(c->acc, local, what);
+#ifdef ACCEL_WITH_MPI
+    if (c->comm_valid) return accel__coll_agree_mpi(c->acc, c->comm, local, what, accel__coll_deadline(c));
+#endif
+    return local;
+}
+
 ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *desc, accel_coll **out) {
     accel_coll_desc d;
-    accel_coll *c;
+    accel_coll *c = NULL;
     accel_result r = ACCEL_OK;
-    void *mcomm;
+    void *mcomm = NULL;
+    double timeout_s;
     if (!acc || !out) return accel__fail(acc, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_create: NULL argument");
     *out = NULL;
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
+    timeout_s = 1e-3 * (double)(d.timeout_ms > 0 ? d.timeout_ms : acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms : 1800000);
+    /* local checks first; then one agreement before anything collective (MPI_Comm_dup, the NCCL bootstrap), so a rank
+       whose arguments were bad fails every rank instead of leaving the others blocked in MPI_Comm_dup */
     if ((int)d.backend < 0 || (int)d.backend > (int)ACCEL_COLL_BACKEND_NCCL)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.backend=%d is not an accel_coll_backend", (int)d.backend);
-    if (d.timeout_ms < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.timeout_ms=%d must be >= 0", d.timeout_ms);
-    if ((int)d.debug < (int)ACCEL_OFF || (int)d.debug > (int)ACCEL_ON || (int)d.cuda_aware_mpi < (int)ACCEL_OFF ||
-        (int)d.cuda_aware_mpi > (int)ACCEL_ON)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc: debug=%d / cuda_aware_mpi=%d is not an "
-                           "accel_toggle (ACCEL_DEFAULT, ACCEL_ON, ACCEL_OFF)", (int)d.debug, (int)d.cuda_aware_mpi);
-    c = (accel_coll *)accel_host_alloc(acc, sizeof *c);
-    if (!c) return ACCEL_ERR_OUT_OF_MEMORY;
-    memset(c, 0, sizeof *c);
-    c->acc = acc;
-    c->debug = d.debug == ACCEL_ON ? 1 : d.debug == ACCEL_OFF ? 0 : acc->debug;
-    c->watchdog = !d.no_watchdog;
-    c->timeout_s = 1e-3 * (double)(d.timeout_ms ? d.timeout_ms : (acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms : 1800000));
-    c->device_mem = acc->device >= 0 && !d.host_buffers;
-    c->rank = acc->process_index;
-    c->size = acc->num_processes;
-    mcomm = d.mpi_comm ? d.mpi_comm : accel__mpi_comm(acc);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.backend=%d is not an accel_coll_backend", (int)d.backend);
+    else if (d.timeout_ms < 0)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.timeout_ms=%d must be >= 0", d.timeout_ms);
+    else if ((int)d.debug < (int)ACCEL_OFF || (int)d.debug > (int)ACCEL_ON || (int)d.cuda_aware_mpi < (int)ACCEL_OFF ||
+             (int)d.cuda_aware_mpi > (int)ACCEL_ON)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc: debug=%d / cuda_aware_mpi=%d is not an "
+                        "accel_toggle (ACCEL_DEFAULT, ACCEL_ON, ACCEL_OFF)", (int)d.debug, (int)d.cuda_aware_mpi);
+#ifndef ACCEL_WITH_MPI
+    else if (d.mpi_comm)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_coll_desc.mpi_comm given but the implementation was built without ACCEL_WITH_MPI");
+#endif
+    if (r == ACCEL_OK) {
+        c = (accel_coll *)accel_host_alloc(acc, sizeof *c);
+        if (!c) r = ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    if (r == ACCEL_OK) {
+        memset(c, 0, sizeof *c);
+        c->acc = acc;
+        c->debug = d.debug == ACCEL_ON ? 1 : d.debug == ACCEL_OFF ? 0 : acc->debug;
+        c->watchdog = !d.no_watchdog;
+        c->timeout_s = timeout_s;
+        c->device_mem = acc->device >= 0 && !d.host_buffers;
+        c->rank = acc->process_index;
+        c->size = acc->num_processes;
+        c->on_host_group = !d.mpi_comm;
 #ifdef ACCEL_WITH_MPI
-    if (mcomm) {
-        int inited = 0;
-        MPI_Initialized(&inited);
-        if (!inited) { mcomm = NULL; }
-    }
-    if (mcomm && (d.mpi_comm || acc->mpi_active)) {
-        MPI_Comm_rank(*(MPI_Comm *)mcomm, &c->rank);
-        MPI_Comm_size(*(MPI_Comm *)mcomm, &c->size);
-    } else if (!d.mpi_comm) {
-        mcomm = NULL;
-    }
-#else
-    if (d.mpi_comm) {
-        accel_host_free(acc, c);
-        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_coll_desc.mpi_comm given but the implementation was built without ACCEL_WITH_MPI");
-    }
-    mcomm = NULL;
+        mcomm = d.mpi_comm ? d.mpi_comm : accel__mpi_comm(acc);
+        if (mcomm) {
+            int inited = 0;
+            MPI_Initialized(&inited);
+            if (!inited) mcomm = NULL;
+        }
+        if (mcomm && (d.mpi_comm || acc->mpi_active)) {
+            MPI_Comm_rank(*(MPI_Comm *)mcomm, &c->rank);
+            MPI_Comm_size(*(MPI_Comm *)mcomm, &c->size);
+        } else if (!d.mpi_comm) {
+            mcomm = NULL;
+        }
 #endif
-    /* backend choice */
-    c->backend = d.backend;
-    if (c->backend == ACCEL_COLL_BACKEND_AUTO) {
+        /* backend choice */
+        c->backend = d.backend;
+        if (c->backend == ACCEL_COLL_BACKEND_AUTO) {
 #ifdef ACCEL__COLL_NCCL
-        if (c->device_mem && c->size > 1) c->backend = ACCEL_COLL_BACKEND_NCCL;
-        else
+            if (c->device_mem && c->size > 1) c->backend = ACCEL_COLL_BACKEND_NCCL;
+            else
 #endif
-        if (c->size <= 1) c->backend = ACCEL_COLL_BACKEND_NONE;
-        else if (mcomm) c->backend = ACCEL_COLL_BACKEND_MPI;
-        else r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
-                             "collectives across %d processes need MPI (mpirun/srun and ACCEL_WITH_MPI) or NCCL (an nvcc-built "
-                             "implementation TU with ACCEL_WITH_NCCL and a GPU)", c->size);
-    } else if (c->backend == ACCEL_COLL_BACKEND_NONE && c->size > 1) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend none cannot serve a group of %d processes", c->size);
-    } else if (c->backend == ACCEL_COLL_BACKEND_MPI && !mcomm) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend mpi requested but MPI is not the process group (build with ACCEL_WITH_MPI and launch with mpirun/srun)");
-    } else if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
+            if (c->size <= 1) c->backend = ACCEL_COLL_BACKEND_NONE;
+            else if (mcomm) c->backend = ACCEL_COLL_BACKEND_MPI;
+            else r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                                 "collectives across %d processes need MPI (mpirun/srun and ACCEL_WITH_MPI) or NCCL (an nvcc-built "
+                                 "implementation TU with ACCEL_WITH_NCCL and a GPU)", c->size);
+        } else if (c->backend == ACCEL_COLL_BACKEND_NONE && c->size > 1) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend none cannot serve a group of %d processes", c->size);
+        } else if (c->backend == ACCEL_COLL_BACKEND_MPI && !mcomm) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend mpi requested but MPI is not the process group (build with ACCEL_WITH_MPI and launch with mpirun/srun)");
+        } else if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
 #ifndef ACCEL__COLL_NCCL
-        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend nccl needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend nccl needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
 #else
-        if (!c->device_mem) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend nccl needs a CUDA device (acc.device >= 0) and device buffers");
+            if (!c->device_mem) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend nccl needs a CUDA device (acc.device >= 0) and device buffers");
+#endif
+        }
+#ifndef ACCEL__COLL_DEVICE
+        if (r == ACCEL_OK && c->device_mem)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc "
+                            "(or set accel_coll_desc.host_buffers)");
 #endif
     }
-#ifndef ACCEL__COLL_DEVICE
-    if (r == ACCEL_OK && c->device_mem)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc "
-                        "(or set accel_coll_desc.host_buffers)");
+    if (!d.mpi_comm) r = accel__agree(acc, r, "accel_coll_create");
+#ifdef ACCEL_WITH_MPI
+    else if (mcomm) r = accel__coll_agree_mpi(acc, *(MPI_Comm *)mcomm, r, "accel_coll_create", accel_now() + timeout_s);
 #endif
     if (r != ACCEL_OK) { accel_host_free(acc, c); return r; }
 
@@ -706,10 +753,10 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
         }
     }
 #endif
-    if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
-        r = accel__coll_nccl_init(c);
-        if (r != ACCEL_OK) { accel_coll_destroy(c); return r; }
-    }
+    if (c->backend == ACCEL_COLL_BACKEND_NCCL) r = accel__coll_nccl_init(c);
+    /* all or nothing: a rank whose setup failed (NCCL bootstrap, device memory) fails every rank */
+    r = accel__coll_agree(c, r, "accel_coll_create (setup)");
+    if (r != ACCEL_OK) { accel_coll_destroy(c); return r; }
     accel_log(acc, ACCEL_LOG_DEBUG, "accel_coll: backend %s, rank %d of %d, %s buffers, timeout %.1f s",
                accel_coll_backend_name(c->backend), c->rank, c->size, c->device_mem ? "device" : "host", c->timeout_s);
     *out = c;
@@ -1619,8 +1666,9 @@ ACCEL__DEF accel_result accel_coll_pad_across_processes(accel_coll *c, const acc
     if (!c) return accel__coll_null();
     r = accel__coll_check_broken(c);
     if (r != ACCEL_OK) return r;
-    if (!out) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "pad_across_processes: out is NULL");
-    r = accel__coll_check_tensor(c, in, "pad_across_processes", &nb);
+    r = out ? accel__coll_check_tensor(c, in, "pad_across_processes", &nb)
+            : ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "pad_across_processes: out is NULL");
+    r = accel__coll_agree(c, r, "pad_across_processes"); /* a bad tensor on one rank fails every rank */
     if (r != ACCEL_OK) return r;
     nd = in->ndim;
     es = accel_dtype_size(in->dtype);
@@ -1697,8 +1745,8 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
     if (!c) return accel__coll_null();
     r = accel__coll_check_broken(c);
     if (r != ACCEL_OK) return r;
-    if (!out) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: out is NULL");
-    r = accel__coll_check_tensor(c, in, "gather", &nb);
+    r = out ? accel__coll_check_tensor(c, in, "gather", &nb) : ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: out is NULL");
+    r = accel__coll_agree(c, r, "gather"); /* a bad tensor on one rank fails every rank, before any exchange */
     if (r != ACCEL_OK) return r;
     if (in->ndim == 0 && c->size == 1 && !c->acc->use_distributed) {
         /* Accelerate's gather returns its input when not distributed: a 0-d tensor stays 0-d (a copy) */
@@ -1735,7 +1783,8 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
     }
     accel_host_free(c->acc, all);
     buf = accel__coll_alloc_mem(c, total);
-    if (!buf) { accel_host_free(c->acc, vcounts); return ACCEL_ERR_OUT_OF_MEMORY; }
+    r = accel__coll_agree(c, buf ? ACCEL_OK : ACCEL_ERR_OUT_OF_MEMORY, "gather (buffer)"); /* all take part, or none */
+    if (r != ACCEL_OK) { accel_coll_free(c, buf); accel_host_free(c->acc, vcounts); return r; }
     accel__coll_args_init(&a, ACCEL__K_ALLGATHERV, in->ptr, buf, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
     a.vcounts = vcounts;
     a.dev = c->device_mem;
@@ -1776,6 +1825,8 @@ static accel_result accel__coll_blobs_alloc(accel_coll *c, int count, size_t tot
     if (!*offsets || !*data) {
         accel_host_free(c->acc, *offsets);
         accel_host_free(c->acc, *data);
+        *offsets = NULL;
+        *data = NULL;
         return ACCEL_ERR_OUT_OF_MEMORY;
     }
     return ACCEL_OK;
@@ -1816,16 +1867,21 @@ ACCEL__DEF accel_result accel_coll_gather_object(accel_coll *c, const void *data
     if (!c) return accel__coll_null();
     r = accel__coll_check_broken(c);
     if (r != ACCEL_OK) return r;
-    if (!out || (bytes && !data)) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: NULL argument");
     mine = (int64_t)bytes;
     sizes = (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
     vc = (size_t *)accel_host_alloc(c->acc, sizeof(size_t) * (size_t)c->size);
-    if (!sizes || !vc) { accel_host_free(c->acc, sizes); accel_host_free(c->acc, vc); return ACCEL_ERR_OUT_OF_MEMORY; }
-    r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, &mine, sizes, sizeof mine, 0, NULL);
+    if (!out || (bytes && !data)) r = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: NULL argument");
+    else if (!sizes || !vc) r = ACCEL_ERR_OUT_OF_MEMORY;
+    r = accel__coll_agree(c, r, "gather_object"); /* a local failure fails every rank, before any exchange */
+    if (r == ACCEL_OK) r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, &mine, sizes, sizeof mine, 0, NULL);
     for (i = 0; r == ACCEL_OK && i < c->size; ++i) { vc[i] = (size_t)sizes[i]; total += vc[i]; }
     if (r == ACCEL_OK && total > (size_t)INT_MAX)
         r = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: %zu bytes in total is too large", total);
-    if (r == ACCEL_OK) r = accel__coll_blobs_alloc(c, c->size, total, &off, &buf);
+    if (r == ACCEL_OK) {
+        r = accel__coll_blobs_alloc(c, c->size, total, &off, &buf);
+        r = accel__coll_agree(c, r, "gather_object (buffers)"); /* every rank takes part in the exchange, or none */
+        if (r != ACCEL_OK) { accel_host_free(c->acc, off); accel_host_free(c->acc, buf); }
+    }
     if (r == ACCEL_OK) {
         accel__coll_args a;
         accel__coll_args_init(&a, ACCEL__K_ALLGATHERV, data, buf, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
@@ -1859,9 +1915,11 @@ ACCEL__DEF accel_result accel_coll_broadcast_object_list(accel_coll *c, accel_co
     if (!c) return accel__coll_null();
     r = accel__coll_check_broken(c);
     if (r != ACCEL_OK) return r;
-    if (!list) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: list is NULL");
-    if (from < 0 || from >= c->size)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: from_process %d is not a rank of %d", from, c->size);
+    if (!list) r = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: list is NULL");
+    else if (from < 0 || from >= c->size)
+        r = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: from_process %d is not a rank of %d", from, c->size);
+    r = accel__coll_agree(c, r, "broadcast_object_list");
+    if (r != ACCEL_OK) return r;
     me = c->rank;
     head[0] = -1;
     head[1] = 0;
@@ -1879,7 +1937,8 @@ ACCEL__DEF accel_result accel_coll_broadcast_object_list(accel_coll *c, accel_co
                            head[0] == -1 ? "invalid (negative count or no offsets)" : "too large (> INT_MAX bytes)");
     if (c->size <= 1) return ACCEL_OK;
     sizes = (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * ((size_t)head[0] + 1));
-    if (!sizes) return ACCEL_ERR_OUT_OF_MEMORY; /* rare: peers then wait for the deadline */
+    r = accel__coll_agree(c, sizes ? ACCEL_OK : ACCEL_ERR_OUT_OF_MEMORY, "broadcast_object_list (sizes)");
+    if (r != ACCEL_OK) { accel_host_free(c->acc, sizes); return r; }
     if (me == from)
         for (i = 0; i < (int)head[0]; ++i) sizes[i] = (int64_t)(list->offsets[i + 1] - list->offsets[i]);
     r = accel__coll_host_op(c, ACCEL__K_BCAST, sizes, sizes, sizeof(int64_t) * (size_t)head[0], from, NULL);
@@ -2107,8 +2166,10 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
     }
     if (accel__coll_ngrads(r) == 0 || total > (size_t)INT_MAX || r->d.flat == ACCEL_OFF) flat_ok = 0;
     if (r->d.flat == ACCEL_ON && !flat_ok)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat mode requested but the %d gradients are not one "
-                           "contiguous buffer of one dtype (in registration order)", accel__coll_ngrads(r));
+        res = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat mode requested but the %d gradients are not one "
+                          "contiguous buffer of one dtype (in registration order)", accel__coll_ngrads(r));
+    res = accel__coll_agree(c, res, "reducer finalize");
+    if (res != ACCEL_OK) return res;
     /* every rank must build the same buckets; flat only when every rank can */
     mine[0] = accel__coll_ngrads(r);
     mine[1] = (int64_t)total;
@@ -2139,13 +2200,11 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
     r->buckets = (accel__coll_bucket *)accel_host_alloc(acc, sizeof(accel__coll_bucket) * (size_t)accel__coll_ngrads(r));
     counts = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
     fill = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
-    if (!r->order || !r->buckets || !counts || !fill) {
-        accel_host_free(acc, counts); accel_host_free(acc, fill);
-        accel__coll_reducer_drop_buckets(r);
-        return ACCEL_ERR_OUT_OF_MEMORY;
-    }
-    memset(r->buckets, 0, sizeof(accel__coll_bucket) * (size_t)accel__coll_ngrads(r));
-    if (flat_ok) {
+    if (!r->order || !r->buckets || !counts || !fill) res = ACCEL_ERR_OUT_OF_MEMORY;
+    else memset(r->buckets, 0, sizeof(accel__coll_bucket) * (size_t)accel__coll_ngrads(r));
+    if (res != ACCEL_OK) {
+        /* nothing to build */
+    } else if (flat_ok) {
         nb = 1;
         r->buckets[0].dt = r->grads[0].dt;
         r->buckets[0].first = 0;
@@ -2201,17 +2260,18 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
             }
             if (k->count == 0) { k->flat = NULL; continue; } /* every grad of the bucket is reduced directly */
             k->flat = accel__coll_alloc_mem(c, k->count * accel_dtype_size(k->dt));
-            if (!k->flat) {
-                r->nb = b;
-                accel_host_free(acc, counts); accel_host_free(acc, fill);
-                accel__coll_reducer_drop_buckets(r);
-                return ACCEL_ERR_OUT_OF_MEMORY;
-            }
+            if (!k->flat) { res = ACCEL_ERR_OUT_OF_MEMORY; break; }
         }
     }
     accel_host_free(acc, counts);
     accel_host_free(acc, fill);
     r->nb = nb;
+    /* a rank that could not build its buckets fails every rank (the others would wait in the first all-reduce) */
+    res = accel__coll_agree(c, res, "reducer finalize (buckets)");
+    if (res != ACCEL_OK) {
+        accel__coll_reducer_drop_buckets(r);
+        return res;
+    }
     for (b = 0; b < nb; ++b) r->buckets[b].pending = r->buckets[b].n;
     r->next_launch = 0;
     r->finalized = 1;

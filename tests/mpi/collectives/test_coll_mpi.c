@@ -782,6 +782,98 @@ static void sub_group(void) {
     MPI_Comm_free(&sub);
 }
 
+/* ---- a local failure on one rank fails every rank at once (the failed rank keeps its error, the others get
+   ACCEL_ERR_REMOTE naming it) instead of leaving them blocked in the next exchange */
+static size_t g_fail_min_bytes; /* nonzero: the host allocator refuses blocks at least this large */
+static void *test_alloc(size_t n, void *u) { (void)u; return g_fail_min_bytes && n >= g_fail_min_bytes ? NULL : malloc(n); }
+static void test_free(void *p, void *u) { (void)u; free(p); }
+
+static void expect_collective_failure(accel_result r, int failing_rank, accel_result local, double t0) {
+    char want[32];
+    if (R == failing_rank) AT_EQ_INT(r, local);
+    else {
+        AT_EQ_INT(r, ACCEL_ERR_REMOTE);
+        snprintf(want, sizeof want, "rank %d", failing_rank);
+        AT_CONTAINS(accel_last_error(&acc), want);
+    }
+    AT_CHECK_MSG(accel_now() - t0 < 10.0, "failed at once, not at the 60 s deadline");
+}
+
+static void local_failures(void) {
+    accel_coll *c = NULL;
+    accel_coll_desc cd;
+    accel_coll_reducer *red;
+    accel_coll_reducer_desc rd;
+    accel_tensor t, out;
+    accel_coll_blobs blobs;
+    float rows[8], *g, *g2;
+    double t0;
+    int k;
+    memset(&cd, 0, sizeof cd);
+    /* create: a bad desc on rank 1 (the others used to block in MPI_Comm_dup forever) */
+    cd.timeout_ms = R == 1 ? -5 : 60000;
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_create(&acc, &cd, &c), 1, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    AT_CHECK(c == NULL);
+    if (R != 1) AT_CONTAINS(accel_last_error(&acc), "timeout_ms=-5");
+    cd.timeout_ms = 60000;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+    /* gather / pad: a bad tensor on one rank */
+    memset(&t, 0, sizeof t);
+    memset(rows, 0, sizeof rows);
+    t.ptr = rows; t.dtype = ACCEL_F32; t.ndim = R == 0 ? 9 : 1; t.shape[0] = 2;
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_gather_rows(c, &t, &out), 0, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    t.ndim = 1;
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_pad_across_processes(c, &t, 0, 0.0, 0, R == P - 1 ? NULL : &out), P - 1,
+                              ACCEL_ERR_INVALID_ARGUMENT, t0);
+    AT_EQ_INT(accel_coll_gather_rows(c, &t, &out), ACCEL_OK); /* the context is fine afterwards */
+    AT_EQ_INT(out.shape[0], 2 * P);
+    accel_coll_free(c, out.ptr);
+    /* objects: a NULL buffer on rank 1, a bad source rank on rank 0 */
+    memset(&blobs, 0, sizeof blobs);
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_gather_object(c, R == 1 ? NULL : "abc", 3, &blobs), 1, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_broadcast_object_list(c, &blobs, R == 0 ? P : 0), 0, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    /* the reducer: flat mode required but rank 1's gradients are not contiguous */
+    g = (float *)calloc(4 * 20000 + 16, sizeof(float));
+    g2 = (float *)calloc(20000, sizeof(float));
+    memset(&rd, 0, sizeof rd);
+    rd.flat = ACCEL_ON;
+    AT_EQ_INT(accel_coll_reducer_create(c, &rd, &red), ACCEL_OK);
+    for (k = 0; k < 2; ++k) {
+        memset(&t, 0, sizeof t);
+        t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 20000;
+        t.ptr = k == 1 && R == 1 ? (void *)g2 : (void *)(g + 20000 * k);
+        AT_EQ_INT(accel_coll_reducer_add(red, &t, 1), ACCEL_OK);
+    }
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_reducer_finalize(red), 1, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    accel_coll_reducer_destroy(red);
+    /* the reducer: rank 1 cannot allocate its bucket (4 x 80 KB in one bucket); then it can, and finalize works */
+    AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
+    for (k = 0; k < 4; ++k) {
+        memset(&t, 0, sizeof t);
+        t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 20000;
+        t.ptr = g + 20000 * k + (k ? 1 : 0); /* not contiguous: buckets */
+        AT_EQ_INT(accel_coll_reducer_add(red, &t, 1), ACCEL_OK);
+    }
+    if (R == 1) g_fail_min_bytes = 64 << 10;
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_reducer_finalize(red), 1, ACCEL_ERR_OUT_OF_MEMORY, t0);
+    g_fail_min_bytes = 0;
+    AT_EQ_INT(accel_coll_reducer_num_buckets(red), -1);
+    AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_OK);
+    AT_EQ_INT(accel_coll_reducer_num_buckets(red), 1);
+    AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+    accel_coll_reducer_destroy(red);
+    free(g);
+    free(g2);
+    accel_coll_destroy(c);
+}
+
 static void quiet_log(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
 static void basic(void) {
@@ -821,6 +913,7 @@ static void basic(void) {
     accel_coll_destroy(c);
     debug_mode();
     sub_group();
+    if (P > 1) local_failures();
 }
 
 /* The last rank stalls (sleeps) in the middle of training: the others must get ACCEL_ERR_TIMEOUT within the deadline
@@ -862,6 +955,8 @@ int main(int argc, char **argv) {
     memset(&d, 0, sizeof d);
     d.cpu = 1;
     d.log_fn = quiet_log; /* expected errors are checked through accel_last_error */
+    d.host_allocator.alloc = test_alloc; /* malloc/free that local_failures() can make refuse large blocks */
+    d.host_allocator.free = test_free;
     if (accel_init(&acc, &d) != ACCEL_OK) {
         fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
         return 1;
