@@ -397,6 +397,8 @@ struct accel_coll {
     int device_mem;       /* user buffers are device memory */
     int debug, watchdog, cuda_aware;
     int on_host_group;    /* the group is acc's process group (no desc.mpi_comm) */
+    int host_group;       /* installed as acc's host process group (accel__coll_host_group_install) */
+    accel__transport tp;  /* its transport table */
     double timeout_s;
     accel_result broken;  /* nonzero after a timeout/fatal error: every later call fails fast */
     accel_coll_request *orphans;
@@ -421,7 +423,7 @@ struct accel_coll_request {
     accel_coll_op op;
     size_t count;
     int root;
-    double deadline;
+    double start, deadline;
     /* post-processing once the transfer is complete */
     void *avg_buf;          /* divide avg_count elements here by size (host memory, or device with avg_dev) */
     size_t avg_count;
@@ -446,7 +448,7 @@ struct accel_coll_request {
 };
 
 /* this context's deadline for an operation starting now (desc.timeout_ms, else the Accelerator's collective timeout) */
-static double accel__coll_deadline(const accel_coll *c) { return accel_now() + c->timeout_s; }
+ACCEL__PRIVATE double accel__coll_deadline(const accel_coll *c) { return accel_now() + c->timeout_s; }
 
 static accel_result accel__coll_null(void) {
     return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll: context is NULL");
@@ -590,6 +592,7 @@ static cudaStream_t accel__coll_stream(accel_coll *c) { return (cudaStream_t)c->
 
 /* ---------------------------------------------------------------------------------------- create / destroy */
 static accel_result accel__coll_nccl_init(accel_coll *c);
+static void accel__coll_host_group_install(accel_coll *c);
 
 /* The collective form of a local result over a context's group: every rank returns an error when any rank failed (the
    failed rank keeps its own error; the others get ACCEL_ERR_REMOTE). A context on the host group agrees through the
@@ -757,6 +760,9 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
     /* all or nothing: a rank whose setup failed (NCCL bootstrap, device memory) fails every rank */
     r = accel__coll_agree(c, r, "accel_coll_create (setup)");
     if (r != ACCEL_OK) { accel_coll_destroy(c); return r; }
+    /* no host process group yet (several processes without MPI, e.g. torchrun): an NCCL context over the whole group
+       becomes it, so amp, ckpt and trackers work too */
+    if (c->backend == ACCEL_COLL_BACKEND_NCCL && c->on_host_group) accel__coll_host_group_install(c);
     accel_log(acc, ACCEL_LOG_DEBUG, "accel_coll: backend %s, rank %d of %d, %s buffers, timeout %.1f s",
                accel_coll_backend_name(c->backend), c->rank, c->size, c->device_mem ? "device" : "host", c->timeout_s);
     *out = c;
@@ -771,6 +777,7 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
     int pending = 0;
     if (!c) return;
     acc = c->acc;
+    if (c->host_group) accel__group_uninstall(acc, c); /* host collectives need a group again (or fail) */
     /* requests abandoned after a deadline: give them a moment, then leak them (MPI forbids freeing an unfinished
        collective request) */
     {
@@ -990,7 +997,7 @@ not_yet:
                                      "%s (%s, %zu elements) did not complete within %.1f s on rank %d of %d: a peer is "
                                      "dead, stuck, or not calling the same collective; this context is now unusable",
                                      accel__coll_kind_name(q->kind), accel_dtype_name(q->dt) ? accel_dtype_name(q->dt) : "-",
-                                     q->count, c->timeout_s, c->rank, c->size);
+                                     q->count, q->deadline - q->start, c->rank, c->size);
         c->broken = ACCEL_ERR_TIMEOUT;
 #ifdef ACCEL__COLL_NCCL
         if (c->nccl_valid) { ncclCommAbort(c->nccl); c->nccl_valid = 0; }
@@ -1030,6 +1037,8 @@ typedef struct accel__coll_args {
     int dev;                /* buffers are device memory */
     const size_t *vcounts;  /* allgatherv: bytes per rank */
     int async;              /* NCCL: use the comm stream */
+    double deadline;        /* > 0: this absolute deadline (the core's host group) instead of the context's timeout;
+                               MPI then always polls, even with no_watchdog */
 } accel__coll_args;
 
 #if defined(ACCEL__COLL_DEVICE) && (defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL))
@@ -1156,7 +1165,7 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
             send = MPI_IN_PLACE;
         if (accel__coll_is_reduction_result(c, a)) { q->avg_buf = recv; q->avg_count = a->count; q->avg_dev = a->dev; }
     }
-    if (!c->watchdog && !a->async) {
+    if (!c->watchdog && !a->async && a->deadline <= 0) {
         switch (a->kind) {
         case ACCEL__K_ALLREDUCE: mrc = MPI_Allreduce(send, recv, n, t, op, c->comm); break;
         case ACCEL__K_REDUCE: mrc = MPI_Reduce(send, recv, n, t, op, a->root, c->comm); break;
@@ -1311,7 +1320,8 @@ static accel_result accel__coll_post(accel_coll *c, accel__coll_args *a, accel_c
     q->op = a->op;
     q->count = a->count;
     q->root = a->root;
-    q->deadline = accel__coll_deadline(c);
+    q->start = accel_now();
+    q->deadline = a->deadline > 0 ? a->deadline : q->start + c->timeout_s;
     switch (c->backend) {
     case ACCEL_COLL_BACKEND_MPI:
 #ifdef ACCEL_WITH_MPI
@@ -1502,7 +1512,8 @@ ACCEL__DEF accel_result accel_coll_synchronize(accel_coll *c) {
         memset(q, 0, sizeof *q);
         q->c = c;
         q->kind = ACCEL__K_BARRIER;
-        q->deadline = accel__coll_deadline(c);
+        q->start = accel_now();
+        q->deadline = q->start + c->timeout_s;
         if (cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming) != cudaSuccess) {
             accel__coll_release(q);
             return ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaEventCreate failed");
@@ -1552,6 +1563,49 @@ ACCEL__DEF accel_result accel_coll_reduce_scatter_async(accel_coll *c, const voi
     if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "reduce_scatter_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_REDUCE_SCATTER, send, recv, recv_count, dt, op, 0);
     return accel__coll_do(c, &a, "reduce_scatter_async", req);
+}
+
+/* ---------------------------------------------------------------------- the host process group over a context */
+/* When the core has no host process group (several processes without MPI, e.g. torchrun), a context over NCCL that
+   spans acc's group becomes it (accel_coll_create installs it, accel_coll_destroy removes it): the core's host
+   collectives (barrier, broadcast, all-gather, small all-reduces, agreement checks — what amp, ckpt and trackers use)
+   then move their bytes through these functions: host memory, staged through the device by the NCCL backend, each
+   call with the deadline the core passes (accel__transport in accel.h). */
+static accel_result accel__coll_tp_run(void *ctx, accel *acc, int kind, const void *in, void *out, size_t bytes, int root,
+                                       const size_t *vcounts, double deadline) {
+    accel_coll *c = (accel_coll *)ctx;
+    accel__coll_args a;
+    accel_result r = accel__coll_check_broken(c);
+    (void)acc; /* c->acc: the core passes the Accelerator this context belongs to */
+    if (r != ACCEL_OK) return r;
+    if (bytes > (size_t)INT_MAX) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "host group: %zu bytes is too large", bytes);
+    if (kind != ACCEL__K_ALLGATHERV && bytes == 0) return ACCEL_OK;
+    accel__coll_args_init(&a, kind, in, out, bytes, ACCEL_U8, ACCEL_COLL_SUM, root);
+    a.vcounts = vcounts;
+    a.dev = 0;
+    a.deadline = deadline;
+    return accel__coll_run(c, &a);
+}
+static accel_result accel__coll_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes, double deadline) {
+    return accel__coll_tp_run(ctx, acc, ACCEL__K_ALLGATHER, in, out, bytes, 0, NULL, deadline);
+}
+static accel_result accel__coll_tp_allgatherv(void *ctx, accel *acc, const void *in, void *out, const size_t *counts,
+                                              double deadline) {
+    return accel__coll_tp_run(ctx, acc, ACCEL__K_ALLGATHERV, in, out, 0, 0, counts, deadline);
+}
+static accel_result accel__coll_tp_bcast(void *ctx, accel *acc, void *buf, size_t bytes, int root, double deadline) {
+    return accel__coll_tp_run(ctx, acc, ACCEL__K_BCAST, buf, buf, bytes, root, NULL, deadline);
+}
+/* Installs c as acc's host process group if acc has none (the core refuses otherwise: one process, or MPI). */
+static void accel__coll_host_group_install(accel_coll *c) {
+    c->tp.name = accel_coll_backend_name(c->backend);
+    c->tp.allgather = accel__coll_tp_allgather;
+    c->tp.allgatherv = accel__coll_tp_allgatherv;
+    c->tp.bcast = accel__coll_tp_bcast;
+    c->host_group = accel__group_install(c->acc, &c->tp, c);
+    if (c->host_group)
+        accel_log(c->acc, ACCEL_LOG_INFO, "the host process group of %d processes now runs over this %s context",
+                  c->size, c->tp.name);
 }
 
 /* ------------------------------------------------------------------------------------ Accelerate helpers */
