@@ -6,36 +6,52 @@
 
    USAGE
        accel_coll *coll;
-       accel_coll_desc cd = {0};                           // zero = defaults: backend, timeout, debug from acc
+       accel_coll_desc cd = {0};        // zero = defaults: backend, timeout, debug from acc (C++: accel_coll_desc cd = {};)
        if (accel_coll_create(&acc, &cd, &coll) != ACCEL_OK) fail(accel_last_error(&acc));
-       accel_coll_all_reduce(coll, loss, loss, 1, ACCEL_F32, ACCEL_COLL_AVG);          // in place: send == recv
-       accel_coll_all_gather(coll, preds, all_preds, n, ACCEL_I64);                    // Accelerate's gather
-       // DDP-style gradient sync (register once, then per step)
+       accel_coll_all_reduce(coll, loss, loss, 1, ACCEL_F32, ACCEL_COLL_AVG);   // in place: send == recv; sum, then / P
+       accel_coll_all_gather(coll, preds, all_preds, n, ACCEL_I64);             // equal sizes; gather_rows for ragged
+       // DDP-style gradient sync: register once, then every step
+       accel_tensor grads[NPARAMS];     // name, ptr, dtype (F64/F32/F16/BF16), shape: one per gradient buffer
        accel_coll_reducer *red;
-       accel_coll_reducer_create(coll, NULL, &red);                                    // 1 MiB first, 25 MiB buckets
-       accel_coll_reducer_add(red, grads, ngrads);                                    // accel_tensor grads[ngrads]
-       ... backward: as soon as grad i is final:  accel_coll_grad_ready(red, i);      // launches full buckets
-       accel_coll_reducer_wait(red);         // all buckets reduced, unpacked, averaged (no-op unless accel_should_reduce(&acc):
-                                             //  a sync step, or sync_each_batch with several processes)
+       accel_coll_reducer_create(coll, NULL, &red);      // NULL: DDP's defaults (1 MiB first bucket, 25 MiB, average)
+       accel_coll_reducer_add(red, grads, NPARAMS);      // grad i of the list is index i (later calls continue)
+       ... backward: as soon as grad i is final:  accel_coll_grad_ready(red, i);   // launches every full bucket
+       accel_coll_reducer_wait(red);    // every bucket reduced and unpacked; no-op unless accel_should_reduce(&acc)
+                                        // (a sync step, or sync_each_batch with several processes)
        accel_coll_reducer_destroy(red);
        accel_coll_destroy(coll);
 
-   BACKENDS (accel_coll_desc.backend, 0 = auto: NCCL when acc.device >= 0 and the TU was built by nvcc with
-   ACCEL_WITH_NCCL; else MPI when the group has > 1 process; else NONE)
+   BACKENDS (accel_coll_desc.backend; ACCEL_COLL_BACKEND_AUTO = 0: NCCL when the group has > 1 process, the buffers
+   are device memory and the TU was built by nvcc with ACCEL_WITH_NCCL; else NONE for one process; else MPI — an
+   error without MPI)
      NONE  one process: every op gives the correct local result (copies; AVG divides by 1).
      MPI   host buffers. Device buffers (acc.device >= 0, nvcc TU) go straight to MPI when it is CUDA-aware
            (MPIX_Query_cuda_support / MPIX_GPU_query_support, or ACCEL_CUDA_AWARE_MPI=0|1), otherwise through pinned
-           host staging. F16/BF16 reductions use user-defined MPI ops that compute in float and round to nearest even.
+           host staging (acc's pinned allocator). F16/BF16 reductions use user-defined MPI ops that compute in float
+           and round to nearest even (accel.h's codec: a NaN result is 0x7FFF).
      NCCL  device buffers, enqueued on acc.stream (async variants on a private comm stream). Non-blocking communicator
-           (config.blocking = 0); errors and deadlines poll ncclCommGetAsyncError and end in ncclCommAbort.
-           Bootstrap (ACCEL_NCCL_INIT=mpi|tcp|file, default mpi when MPI is up, else tcp when MASTER_ADDR is set,
-           else file when ACCEL_NCCL_INIT_FILE is set): rank 0's ncclUniqueId is broadcast over MPI, or over TCP at
-           MASTER_ADDR:MASTER_PORT, or through the file ACCEL_NCCL_INIT_FILE on a shared filesystem.
+           (config.blocking = 0); errors and deadlines poll ncclCommGetAsyncError and end in ncclCommAbort. AVG is
+           ncclSum followed by a division kernel (ncclAvg would scale before the sum). Bootstrap: rank 0's
+           ncclUniqueId reaches the others through ACCEL_NCCL_INIT=host|mpi|tcp|file — default host (accel.h's host
+           process group, MPI or torchrun's TCP store) when the context spans acc's group and it has one, else mpi
+           (the context's own communicator, desc.mpi_comm), else tcp (rank 0 serves it at MASTER_ADDR:MASTER_PORT)
+           when MASTER_ADDR is set, else file (ACCEL_NCCL_INIT_FILE on a shared filesystem).
    Buffers are in acc's memory (device when acc.device >= 0) unless desc.host_buffers. Object and shape helpers use
-   host memory for objects and acc's memory for tensors.
+   host memory for objects and acc's memory for tensors. Staging and scratch buffers come from acc's device and
+   pinned allocators.
+
+   THE HOST PROCESS GROUP
+     When accel has no host process group — several processes without MPI and without torchrun's TCP store, e.g. an
+     explicit desc.num_processes or srun without an MPI plugin — a context with the NCCL backend over the whole group
+     becomes it: accel.h's host collectives (accel_wait_for_everyone, accel_host_*, the agreement checks amp, ckpt,
+     data and trackers make) then run through this context with their deadline, and accel_host_group_name(&acc) says
+     "nccl". accel_coll_destroy removes it (host collectives then fail with ACCEL_ERR_UNSUPPORTED again): keep the
+     context until the end of training. A group the core already has (MPI, the TCP store) is never replaced.
 
    OPTIONS (accel_coll_desc, zero = default)
+     backend       see BACKENDS.
      mpi_comm      const MPI_Comm * to use (e.g. from MPI_Comm_split, for a process mesh); NULL = acc's group. dup'ed.
+     host_buffers  nonzero: buffers are host memory even when acc.device >= 0 (then MPI, never NCCL).
      timeout_ms    deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s). A peer that
                    never arrives gives ACCEL_ERR_TIMEOUT instead of a hang; the context is then unusable (every
                    later call fails fast) — destroy it and stop, as torch's watchdog does.
@@ -45,28 +61,44 @@
                    every rank's (op, dtype, count, root) are all-gathered; a difference fails on every rank with
                    ACCEL_ERR_MISMATCH listing them.
      cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
-     host_buffers  nonzero: buffers are host memory even when acc.device >= 0 (then MPI, never NCCL).
 
-   GRADIENT REDUCER
-     DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at 1 MiB and the
-     others at bucket_cap_mb (a bucket closes at the first gradient that reaches the cap); buckets launch strictly in
-     bucket order on every rank. Device gradients are packed into flat staging buffers (D2D copies). On MPI with host
-     memory, gradients >= 1 MiB are all-reduced in place (in bucket order) instead of being copied in and out, and at
-     most 2 buckets are in flight (measured faster on CPUs). One contiguous buffer of one dtype → one all-reduce.
-     Averaging order (DDP's): every rank's gradient is multiplied by 1/P, rounded to the compute type (double for
-     F64, float for F32/F16/BF16), while it is packed into its bucket (in place for gradients reduced where they
-     are), and the buckets are all-reduced with SUM. That is torch's Reducer with DDP's default
+   GRADIENT REDUCER (accel_coll_reducer_desc, zero = default)
+     bucket_cap_mb, first_bucket_mb  DDP's 25 and 1 MiB.
+     no_average    nonzero: the gradients are summed, not averaged.
+     flat          accel_toggle; ACCEL_DEFAULT: one in-place all-reduce when the gradients (in registration order)
+                   are one contiguous buffer of one dtype on every rank, else buckets; ACCEL_OFF: always buckets;
+                   ACCEL_ON: require the contiguous buffer (error otherwise).
+     DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at
+     first_bucket_mb and the others at bucket_cap_mb (a bucket closes at the first gradient that reaches the cap);
+     buckets launch strictly in bucket order on every rank. Device gradients are packed into flat staging buffers on
+     acc.stream (a scaling kernel when averaging, else D2D copies). On MPI with host memory, gradients >= 1 MiB are all-reduced in place (in bucket order) instead of
+     being copied in and out, and at most 2 buckets are in flight (measured faster on CPUs).
+     Averaging order — DDP's, not reduce("mean")'s: every rank's gradient is multiplied by 1/P, rounded to the compute
+     type (double for F64, float for F32/F16/BF16), while it is packed into its bucket (in place for gradients reduced
+     where they are), and the buckets are all-reduced with SUM. That is what torch's Reducer does with DDP's default
      gradient_as_bucket_view=False (it copies grad * (1.0 / world_size) into the bucket), so where the summation order
-     matches, the result is PyTorch's bit for bit (tests check it against torch's DDP). accel_coll_all_reduce with
-     ACCEL_COLL_AVG keeps Accelerate's reduce("mean") order instead: the sum, then a division by P
-     (docs/semantics.md §7). The two can differ in the last bit when P is not a power of two.
+     matches (always for P <= 2) the result is PyTorch's bit for bit; the tests compare with torch's DDP. (With
+     gradient_as_bucket_view=True, torch divides the bucket instead from its second step on.) accel_coll_all_reduce
+     with ACCEL_COLL_AVG and accel_coll_reduce_tensor(..., "mean") keep Accelerate's reduce("mean") order: the sum,
+     then a division by P (docs/semantics.md §7). The orders can differ in the last bit when P is not a power of two.
+
+   COLLECTIVE CALLS AND ERRORS
+     Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation,
+     the Accelerate helpers and object helpers (not split_between_processes), accel_coll_reducer_finalize (or the
+     first grad_ready/wait) and accel_coll_reducer_wait on a step that reduces. A local failure (a bad argument, an
+     allocation) fails every rank at once: that rank returns its error,
+     the others ACCEL_ERR_REMOTE naming it. That holds for create, pad_across_processes, gather_rows,
+     gather_for_metrics, gather_object, broadcast_object_list and finalize; argument errors of the typed ops
+     (reduce_tensor included) are local — checking them on every rank would cost a round trip per call — so the other
+     ranks then reach the deadline.
 
    THREADS AND STREAMS
-     A context is used by one thread at a time. MPI ops complete on the host before returning (device buffers: acc's
-     stream is synchronized first). NCCL ops are enqueued on acc.stream and return; accel_coll_synchronize waits with
-     the deadline. An async request must be finished with accel_coll_wait, or accel_coll_test until it reports done.
+     A context is used by one thread at a time — including the core's host collectives while it is the host process
+     group. MPI ops complete on the host before returning (device buffers: acc's stream is synchronized first). NCCL
+     ops are enqueued on acc.stream and return; accel_coll_synchronize waits with the deadline. An async request must
+     be finished with accel_coll_wait, or accel_coll_test until it reports done.
 
-   DIFFERENCES FROM ACCELERATE
+   DIFFERENCES FROM ACCELERATE (docs/semantics.md §7)
      - reduce "mean" on an integer dtype is an error at every process count (Accelerate raises only when distributed).
      - reduce accepts "sum", "mean", "max", "none" (= sum, as Accelerate) and also "min"/"prod"; anything else is an
        error (Accelerate sums for any other string).
@@ -115,9 +147,11 @@ typedef struct accel_coll_desc {
 typedef struct accel_coll accel_coll;                 /* a communicator context; opaque */
 typedef struct accel_coll_request accel_coll_request; /* an operation in flight; opaque */
 
-/* Collective over the group: every rank of the group calls it. */
+/* Collective over the group: every rank of the group calls it (a bad desc on one rank fails every rank). desc NULL =
+   all defaults. An NCCL context may become acc's host process group (see THE HOST PROCESS GROUP). */
 ACCEL_API accel_result accel_coll_create(accel *acc, const accel_coll_desc *desc, accel_coll **out);
-ACCEL_API void accel_coll_destroy(accel_coll *c); /* NULL is fine */
+/* NULL is fine. A context that serves as acc's host process group stops serving. */
+ACCEL_API void accel_coll_destroy(accel_coll *c);
 ACCEL_API int accel_coll_rank(const accel_coll *c);
 ACCEL_API int accel_coll_size(const accel_coll *c);
 ACCEL_API accel_coll_backend accel_coll_get_backend(const accel_coll *c);
@@ -179,7 +213,8 @@ ACCEL_API accel_result accel_coll_pad_across_processes(accel_coll *c, const acce
    (docs/semantics.md §7). */
 ACCEL_API accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor *in, accel_tensor *out);
 /* gather_for_metrics: gather_rows, then at the end of the dataloader (acc.end_of_dataloader) with
-   acc.remainder > 0 keep only the first `remainder` rows (the padding duplicates are dropped). */
+   acc.remainder > 0 keep only the first `remainder` rows (the padding duplicates are dropped; docs/semantics.md §3).
+   A 0-d result is never cut. */
 ACCEL_API accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel_tensor *in, accel_tensor *out);
 /* Frees memory returned by the helpers above (device or host, as allocated). */
 ACCEL_API void accel_coll_free(accel_coll *c, void *ptr);
@@ -235,8 +270,10 @@ ACCEL_API accel_result accel_coll_reducer_add(accel_coll_reducer *r, const accel
 ACCEL_API accel_result accel_coll_reducer_finalize(accel_coll_reducer *r);
 /* Grad i holds its final local value; a bucket whose grads are all ready is launched (in bucket order). */
 ACCEL_API accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index);
-/* Launches what is left, waits for every bucket and unpacks. No-op unless accel_should_reduce(acc): a sync step, or
-   desc.sync_each_batch with several processes (Accelerate skips DDP's no_sync then). */
+/* Launches what is left (grads never marked ready count as ready now), waits for every bucket and unpacks: the
+   gradients then hold the sum of every rank's gradient times 1/P (DDP's average; the sum with no_average). No-op
+   unless accel_should_reduce(acc): a sync step, or sync_each_batch with several processes (Accelerate skips DDP's
+   no_sync then). */
 ACCEL_API accel_result accel_coll_reducer_wait(accel_coll_reducer *r);
 ACCEL_API int accel_coll_reducer_num_buckets(const accel_coll_reducer *r); /* -1 before finalize */
 /* Bucket b's registration indices (in bucket order) → idx (capacity cap); returns the count (or -1). */
@@ -261,7 +298,27 @@ ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, i
 /* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__COLLECTIVES_IMPL_DONE)
 #define ACCEL__COLLECTIVES_IMPL_DONE
+/* CONTENTS — follows accel.h's implementation in the same TU and uses its services (errors, allocators, stb_ds,
+   deadlines, byte order, files, MPI/CUDA checks, accel__agree, the host process group):
+     0. includes, backend macros (ACCEL__COLL_DEVICE: nvcc; ACCEL__COLL_NCCL: nvcc + ACCEL_WITH_NCCL)
+     1. element-wise math for CPU and GPU: the F16/BF16 combine of the MPI user ops, DDP's pre-scaling, AVG's
+        division, pad values (all through the core's 16-bit codec), and their kernels
+     2. structures (accel_coll, requests), names, small queries
+     3. MPI bits: F16/BF16 user ops, datatypes and ops
+     4. NCCL bits: datatypes, ops, settling non-blocking calls
+     5. agreement of local failures (accel__coll_agree), accel_coll_create / accel_coll_destroy
+     6. copies, pre-scaling, completing requests (progress, accel_coll_wait / accel_coll_test)
+     7. posting an operation: NONE, MPI (pinned staging of device buffers), NCCL (device staging of host buffers)
+     8. debug mode (cross-rank argument check), post + wait
+     9. validation and the typed ops, blocking and async
+    10. the host process group over a context (accel.h's transport, installed for NCCL)
+    11. Accelerate helpers: reduce, pad_across_processes, gather(_for_metrics)
+    12. objects (gather_object, broadcast_object_list), split_between_processes
+    13. the gradient reducer: registration, DDP's buckets, pre-scaled packing, launch and finish
+    14. bootstrap byte exchanges: TCP (the core's sockets), file (the core's atomic write)
+    15. NCCL init (the unique id over the host group / MPI / TCP / file) */
 
+/* ------------------------------------------------------------------------------------------------------ 0. includes */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,7 +361,7 @@ ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, i
 #endif
 #endif
 
-/* ------------------------------------------------------------------------ element-wise math (CPU + GPU) */
+/* --------------------------------------------------------------------------------- 1. element-wise math (CPU + GPU) */
 static ACCEL_INLINE ACCEL_HD float accel__coll_combine_f32(float a, float b, int op) {
     switch (op) {
     case ACCEL_COLL_MAX: return a > b ? a : b;
@@ -381,7 +438,7 @@ static __global__ void accel__coll_fill_kernel(unsigned char *dst, size_t n, siz
 }
 #endif
 
-/* ------------------------------------------------------------------------------------------ structures */
+/* ---------------------------------------------------------------------------------------------------- 2. structures */
 enum { ACCEL__K_ALLREDUCE = 1, ACCEL__K_REDUCE, ACCEL__K_BCAST, ACCEL__K_ALLGATHER, ACCEL__K_REDUCE_SCATTER,
        ACCEL__K_GATHER, ACCEL__K_BARRIER, ACCEL__K_ALLGATHERV };
 static const char *accel__coll_kind_name(int k) {
@@ -477,7 +534,7 @@ static int accel__coll_reducible(accel_dtype dt) {
            dt == ACCEL_I32 || dt == ACCEL_U8;
 }
 
-/* ------------------------------------------------------------------------------------------- MPI bits */
+/* ------------------------------------------------------------------------------------------------------ 3. MPI bits */
 #ifdef ACCEL_WITH_MPI
 #define ACCEL__COLL_USER_OP(NAME, OP, BF)                                                                              \
     static void NAME(void *in, void *inout, int *len, MPI_Datatype *dtp) {                                             \
@@ -522,7 +579,7 @@ static MPI_Op accel__coll_mpi_op(accel_coll *c, accel_dtype dt, accel_coll_op op
 }
 #endif
 
-/* ------------------------------------------------------------------------------------------- NCCL bits */
+/* ----------------------------------------------------------------------------------------------------- 4. NCCL bits */
 #ifdef ACCEL__COLL_NCCL
 static accel_result accel__coll_nccl_fail(accel_coll *c, ncclResult_t rc, const char *what, int line) {
     const char *last = c->nccl_valid ? ncclGetLastError(c->nccl) : NULL;
@@ -590,7 +647,7 @@ static accel_result accel__coll_nccl_settle(accel_coll *c, ncclResult_t rc, cons
 static cudaStream_t accel__coll_stream(accel_coll *c) { return (cudaStream_t)c->acc->stream; }
 #endif
 
-/* ---------------------------------------------------------------------------------------- create / destroy */
+/* ----------------------------------------------------------------- 5. agreement of local failures, create / destroy */
 static accel_result accel__coll_nccl_init(accel_coll *c);
 static void accel__coll_host_group_install(accel_coll *c);
 
@@ -760,7 +817,7 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
     /* all or nothing: a rank whose setup failed (NCCL bootstrap, device memory) fails every rank */
     r = accel__coll_agree(c, r, "accel_coll_create (setup)");
     if (r != ACCEL_OK) { accel_coll_destroy(c); return r; }
-    /* no host process group yet (several processes without MPI, e.g. torchrun): an NCCL context over the whole group
+    /* no host process group (several processes without MPI or torchrun's store): an NCCL context over the whole group
        becomes it, so amp, ckpt and trackers work too */
     if (c->backend == ACCEL_COLL_BACKEND_NCCL && c->on_host_group) accel__coll_host_group_install(c);
     accel_log(acc, ACCEL_LOG_DEBUG, "accel_coll: backend %s, rank %d of %d, %s buffers, timeout %.1f s",
@@ -835,7 +892,7 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
     accel_host_free(acc, c);
 }
 
-/* ------------------------------------------------------------------------------------------ data movement */
+/* ---------------------------------------------------------------------- 6. copies, pre-scaling, completing requests */
 /* copy between memories: dir 0 host→host, 1 host→device, 2 device→host, 3 device→device (on acc.stream; host
    directions synchronize the stream) */
 static accel_result accel__coll_copy(accel_coll *c, void *dst, const void *src, size_t bytes, int dir) {
@@ -1025,7 +1082,7 @@ ACCEL__DEF accel_result accel_coll_wait(accel_coll_request *q) {
     }
 }
 
-/* ------------------------------------------------------------------------------------------- posting */
+/* ------------------------------------------------------------------------------------------ 7. posting an operation */
 typedef struct accel__coll_args {
     int kind;
     const void *send;
@@ -1346,7 +1403,7 @@ static accel_result accel__coll_post(accel_coll *c, accel__coll_args *a, accel_c
     return ACCEL_OK;
 }
 
-/* ---------------------------------------------------------------------------------------- debug mode */
+/* ----------------------------------------------------------------------------------------------- 8. debug mode, run */
 typedef struct accel__coll_sig { int64_t magic, kind, dtype, op, count, root; } accel__coll_sig;
 
 static accel_result accel__coll_run(accel_coll *c, accel__coll_args *a);
@@ -1407,7 +1464,7 @@ static accel_result accel__coll_run(accel_coll *c, accel__coll_args *a) {
     return accel_coll_wait(q);
 }
 
-/* ---------------------------------------------------------------------------------------- validation */
+/* ------------------------------------------------------------------------------------- 9. validation, the typed ops */
 static accel_result accel__coll_validate(accel_coll *c, accel__coll_args *a, const char *what) {
     accel_result r = accel__coll_check_broken(c);
     size_t es;
@@ -1565,8 +1622,8 @@ ACCEL__DEF accel_result accel_coll_reduce_scatter_async(accel_coll *c, const voi
     return accel__coll_do(c, &a, "reduce_scatter_async", req);
 }
 
-/* ---------------------------------------------------------------------- the host process group over a context */
-/* When the core has no host process group (several processes without MPI, e.g. torchrun), a context over NCCL that
+/* ------------------------------------------------------------------------ 10. the host process group over a context */
+/* When the core has no host process group (several processes without MPI or torchrun's store), a context over NCCL that
    spans acc's group becomes it (accel_coll_create installs it, accel_coll_destroy removes it): the core's host
    collectives (barrier, broadcast, all-gather, small all-reduces, agreement checks — what amp, ckpt and trackers use)
    then move their bytes through these functions: host memory, staged through the device by the NCCL backend, each
@@ -1608,7 +1665,7 @@ static void accel__coll_host_group_install(accel_coll *c) {
                   c->size, c->tp.name);
 }
 
-/* ------------------------------------------------------------------------------------ Accelerate helpers */
+/* ------------------------------------------------------------------------------------------- 11. Accelerate helpers */
 ACCEL__DEF accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_t count, accel_dtype dt, const char *reduction) {
     accel_coll_op op;
     if (!c) return accel__coll_null();
@@ -1862,7 +1919,7 @@ ACCEL__DEF accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel
     return ACCEL_OK;
 }
 
-/* --------------------------------------------------------------------------------------------- objects */
+/* ----------------------------------------------------------------------------- 12. objects, split_between_processes */
 ACCEL__DEF void accel_coll_blobs_free(accel_coll *c, accel_coll_blobs *b) {
     accel *acc = c ? c->acc : NULL;
     if (!b) return;
@@ -2040,7 +2097,7 @@ ACCEL__DEF accel_result accel_coll_split_between_processes(int64_t n, int P, int
     return ACCEL_OK;
 }
 
-/* ------------------------------------------------------------------------------------ gradient reducer */
+/* --------------------------------------------------------------------------------------------- 13. gradient reducer */
 typedef struct accel__coll_grad {
     void *ptr;
     size_t count;
@@ -2472,46 +2529,9 @@ ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
     return first;
 }
 
-/* ---------------------------------------------------------------------------------- bootstrap: TCP / file */
-/* 0 ok, -1 error, -2 deadline */
-static int accel__coll_io(int fd, void *buf, size_t n, int sending, double deadline) {
-    unsigned char *p = (unsigned char *)buf;
-    while (n > 0) {
-        struct pollfd pfd;
-        ssize_t k;
-        int left = accel__ms_left(deadline), pr;
-        if (left == 0) return -2;
-        pfd.fd = fd;
-        pfd.events = sending ? POLLOUT : POLLIN;
-        pfd.revents = 0;
-        pr = poll(&pfd, 1, left);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr < 0) return -1;
-        if (pr == 0) return -2;
-        k = sending ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-        if (k <= 0) return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int accel__coll_resolve(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len) {
-    struct addrinfo hints, *res = NULL;
-    char ps[16];
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    snprintf(ps, sizeof ps, "%d", port);
-    if (getaddrinfo(addr, ps, &hints, &res) != 0 || !res) return -1;
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len = (socklen_t)res->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
-}
-
-/* TCP: a peer sends u32 magic + u32 rank, rank 0 answers u64 size + the bytes (little-endian). */
+/* ----------------------------------------------------------------------------------------- 14. bootstrap: TCP, file */
+/* TCP: a peer sends u32 magic + u32 rank, rank 0 answers u64 size + the bytes (little-endian). The sockets are the
+   core's (accel__sock_*: every call gives up at the deadline). */
 #define ACCEL__COLL_TCP_MAGIC 0x41434331u /* "ACC1" */
 
 ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, int port, int rank, int size, void *data,
@@ -2519,83 +2539,57 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
     struct sockaddr_storage ss;
     socklen_t sl = 0;
     double deadline;
-    int fd = -1, one = 1;
     if (!addr || !*addr || port < 1 || port > 65535 || size < 1 || rank < 0 || rank >= size || (bytes && !data) || timeout_ms < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "tcp bootstrap: bad arguments (addr=%s port=%d rank=%d size=%d)",
                            addr ? addr : "(null)", port, rank, size);
     if (size == 1) return ACCEL_OK;
     deadline = accel_now() + 1e-3 * (double)timeout_ms;
-    if (accel__coll_resolve(addr, port, &ss, &sl) != 0)
+    if (accel__sock_resolve(addr, port, &ss, &sl) != 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "tcp bootstrap: cannot resolve MASTER_ADDR \"%s\"", addr);
     if (rank == 0) {
-        int served = 0;
-        fd = socket(ss.ss_family, SOCK_STREAM, 0);
-        if (fd < 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: socket: %s", strerror(errno));
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, size) != 0) {
-            int e = errno;
-            close(fd);
-            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: rank 0 cannot listen on %s:%d: %s", addr, port, strerror(e));
-        }
+        int served = 0, lfd = accel__sock_listen(&ss, size);
+        unsigned char n64[8];
+        if (lfd < 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: rank 0 cannot listen on port %d: %s", port, strerror(errno));
+        accel__put_u64(n64, (uint64_t)bytes);
         while (served < size - 1) {
             struct pollfd pfd;
             int left = accel__ms_left(deadline), pr, cfd, rc;
-            unsigned char hello[8], n64[8];
-            accel__put_u64(n64, (uint64_t)bytes);
+            unsigned char hello[8];
             if (left == 0) break;
-            pfd.fd = fd; pfd.events = POLLIN; pfd.revents = 0;
+            pfd.fd = lfd; pfd.events = POLLIN; pfd.revents = 0;
             pr = poll(&pfd, 1, left);
             if (pr < 0 && errno == EINTR) continue;
             if (pr <= 0) break;
-            cfd = accept(fd, NULL, NULL);
+            cfd = accept(lfd, NULL, NULL);
             if (cfd < 0) continue;
-            rc = accel__coll_io(cfd, hello, sizeof hello, 0, deadline);
+            rc = accel__sock_io(cfd, hello, sizeof hello, 0, deadline);
             if (rc == 0 && accel__get_u32(hello) == ACCEL__COLL_TCP_MAGIC) {
-                rc = accel__coll_io(cfd, n64, sizeof n64, 1, deadline);
-                if (rc == 0 && bytes) rc = accel__coll_io(cfd, data, bytes, 1, deadline);
+                rc = accel__sock_io(cfd, n64, sizeof n64, 1, deadline);
+                if (rc == 0 && bytes) rc = accel__sock_io(cfd, data, bytes, 1, deadline);
                 if (rc == 0) served++;
             }
             close(cfd); /* a stray connection (not ours) is ignored */
         }
-        close(fd);
+        close(lfd);
         if (served < size - 1)
-            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank 0 listening on %s:%d served %d of %d peers within %d ms",
-                               addr, port, served, size - 1, timeout_ms);
+            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank 0 listening on port %d served %d of %d peers within %d ms",
+                               port, served, size - 1, timeout_ms);
         return ACCEL_OK;
     }
     for (;;) {
-        int rc, err = 0, flags, left;
-        socklen_t el = sizeof err;
-        struct pollfd pfd;
         unsigned char hello[8], n64[8];
-        left = accel__ms_left(deadline);
-        if (left == 0) break;
-        fd = socket(ss.ss_family, SOCK_STREAM, 0);
-        if (fd < 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: socket: %s", strerror(errno));
-        flags = fcntl(fd, F_GETFL, 0);
-        fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-        rc = connect(fd, (struct sockaddr *)&ss, sl);
-        if (rc != 0 && errno == EINPROGRESS) {
-            pfd.fd = fd; pfd.events = POLLOUT; pfd.revents = 0;
-            rc = poll(&pfd, 1, left < 1000 ? left : 1000) == 1 ? 0 : -1;
-            if (rc == 0 && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0)) rc = -1;
-        }
-        if (rc != 0) {
-            close(fd);
-            fd = -1;
-            accel__sleep_ms(left < 50 ? left : 50);
-            continue;
-        }
+        int rc, fd = accel__sock_connect(&ss, sl, deadline); /* retries until rank 0 listens */
+        if (fd < 0) break;
         accel__put_u32(hello, ACCEL__COLL_TCP_MAGIC);
         accel__put_u32(hello + 4, (uint32_t)rank);
-        rc = accel__coll_io(fd, hello, sizeof hello, 1, deadline);
-        if (rc == 0) rc = accel__coll_io(fd, n64, sizeof n64, 0, deadline);
+        rc = accel__sock_io(fd, hello, sizeof hello, 1, deadline);
+        if (rc == 0) rc = accel__sock_io(fd, n64, sizeof n64, 0, deadline);
         if (rc == 0 && accel__get_u64(n64) != (uint64_t)bytes) {
             close(fd);
             return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "tcp bootstrap: rank 0 sends %llu bytes, rank %d expects %zu",
                                (unsigned long long)accel__get_u64(n64), rank, bytes);
         }
-        if (rc == 0 && bytes) rc = accel__coll_io(fd, data, bytes, 0, deadline);
+        if (rc == 0 && bytes) rc = accel__sock_io(fd, data, bytes, 0, deadline);
         close(fd);
         if (rc == 0) return ACCEL_OK;
         if (rc == -2) break;
@@ -2646,7 +2640,7 @@ ACCEL__DEF accel_result accel_coll_file_broadcast(accel *acc, const char *path, 
                        path, timeout_ms);
 }
 
-/* ------------------------------------------------------------------------------------------- NCCL init */
+/* ---------------------------------------------------------------------------------------------------- 15. NCCL init */
 static accel_result accel__coll_nccl_init(accel_coll *c) {
 #ifdef ACCEL__COLL_NCCL
     accel *acc = c->acc;
@@ -2657,18 +2651,25 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
     const char *how = getenv("ACCEL_NCCL_INIT");
     const char *file = getenv("ACCEL_NCCL_INIT_FILE");
     int tmo = (int)(c->timeout_s * 1000.0 > 2e9 ? 2e9 : c->timeout_s * 1000.0);
+    /* the host process group (MPI or the TCP store) carries the id when this context spans it */
+    int group = c->on_host_group && strcmp(accel_host_group_name(acc), "none") != 0;
     memset(&id, 0, sizeof id);
 #ifdef ACCEL_WITH_MPI
-    if (!how || !*how) how = c->comm_valid ? "mpi" : acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
+    if (!how || !*how) how = group ? "host" : c->comm_valid ? "mpi" : acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
 #else
-    if (!how || !*how) how = acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
+    if (!how || !*how) how = group ? "host" : acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
 #endif
     if (c->rank == 0) {
         rc = ncclGetUniqueId(&id);
-        if (rc != ncclSuccess) return accel__coll_nccl_fail(c, rc, "ncclGetUniqueId", __LINE__);
+        if (rc != ncclSuccess) r = accel__coll_nccl_fail(c, rc, "ncclGetUniqueId", __LINE__);
     }
+    r = accel__coll_agree(c, r, "NCCL bootstrap (ncclGetUniqueId)"); /* rank 0's failure reaches every rank */
+    if (r != ACCEL_OK) return r;
     if (c->size == 1) {
         /* nothing to exchange */
+    } else if (!strcmp(how, "host")) {
+        if (!group) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=host but this context has no host process group to use");
+        r = accel_host_broadcast(acc, &id, sizeof id, 0);
     } else if (!strcmp(how, "mpi")) {
 #ifdef ACCEL_WITH_MPI
         if (!c->comm_valid) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=mpi but MPI is not the process group");
@@ -2688,8 +2689,8 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
         if (!file || !*file) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=file needs ACCEL_NCCL_INIT_FILE=<path on a shared filesystem>");
         r = accel_coll_file_broadcast(acc, file, c->rank, &id, sizeof id, tmo);
     } else {
-        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "NCCL bootstrap: ACCEL_NCCL_INIT=\"%s\" is not mpi|tcp|file (and no default applies: "
-                           "no MPI, MASTER_ADDR or ACCEL_NCCL_INIT_FILE)", how);
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "NCCL bootstrap: ACCEL_NCCL_INIT=\"%s\" is not host|mpi|tcp|file (and no "
+                           "default applies: no host process group, MPI, MASTER_ADDR or ACCEL_NCCL_INIT_FILE)", how);
     }
     if (r != ACCEL_OK) return r;
     cfg.blocking = 0;

@@ -209,6 +209,25 @@ static void helpers(accel_coll *c) {
     }
 }
 
+/* The module's staging and scratch buffers go through the Accelerator's allocators: count them. */
+static long g_dev_allocs, g_dev_frees, g_pin_allocs, g_pin_frees;
+static void *dev_alloc(size_t n, void *u) {
+    void *p = NULL;
+    (void)u;
+    if (cudaMalloc(&p, n) != cudaSuccess) return NULL;
+    ++g_dev_allocs;
+    return p;
+}
+static void dev_free(void *p, void *u) { (void)u; ++g_dev_frees; cudaFree(p); }
+static void *pin_alloc(size_t n, void *u) {
+    void *p = NULL;
+    (void)u;
+    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) return NULL;
+    ++g_pin_allocs;
+    return p;
+}
+static void pin_free(void *p, void *u) { (void)u; ++g_pin_frees; cudaFreeHost(p); }
+
 static void run(accel_coll_backend be) {
     static const accel_dtype dts[] = {ACCEL_F64, ACCEL_F32, ACCEL_F16, ACCEL_BF16, ACCEL_I64, ACCEL_I32, ACCEL_U8};
     accel_coll *c = NULL;
@@ -228,6 +247,11 @@ static void run(accel_coll_backend be) {
     helpers(c);
     AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
     accel_coll_destroy(c);
+    /* NCCL stages host data (objects, shapes) in device memory and keeps a device scratch; MPI without CUDA-aware
+       support stages device data in pinned host memory: all of it through acc's allocators, all of it freed */
+    if (be == ACCEL_COLL_BACKEND_NCCL) AT_CHECK(g_dev_allocs > 0);
+    AT_EQ_INT(g_dev_allocs, g_dev_frees);
+    AT_EQ_INT(g_pin_allocs, g_pin_frees);
 }
 
 int main(void) {
@@ -238,6 +262,10 @@ int main(void) {
         return 77;
     }
     memset(&d, 0, sizeof d);
+    d.device_allocator.alloc = dev_alloc;
+    d.device_allocator.free = dev_free;
+    d.pinned_allocator.alloc = pin_alloc;
+    d.pinned_allocator.free = pin_free;
     if (accel_init(&acc, &d) != ACCEL_OK) {
         fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
         return 1;

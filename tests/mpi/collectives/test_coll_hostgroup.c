@@ -1,5 +1,5 @@
-/* The core's host process group carried by a collectives context — what an NCCL context does under torchrun, where
-   there is no MPI. On the CPU the test removes the core's MPI transport and installs an MPI context's instead (the
+/* The core's host process group carried by a collectives context — what an NCCL context does when the core has no
+   group (several processes without MPI or torchrun's TCP store). On the CPU the test removes the core's MPI transport and installs an MPI context's instead (the
    installation is the same for every backend; accel_coll_create does it for NCCL), then runs accel.h's host
    collectives through it: results, the header protocol (a failed rank → ACCEL_ERR_REMOTE everywhere, different
    calls → ACCEL_ERR_MISMATCH), the core's deadline, and the removal by accel_coll_destroy.
@@ -93,7 +93,7 @@ int main(void) {
     mpi_tp = acc.impl->tp;
     mpi_ctx = acc.impl->tp_ctx;
     AT_EQ_INT(c->host_group, 0); /* the core has its MPI group: an MPI context does not replace it */
-    /* no host group (as under torchrun without MPI): the context becomes it */
+    /* no host group (several processes without MPI or a store): the context becomes it */
     acc.impl->tp = NULL;
     acc.impl->tp_ctx = NULL;
     accel__coll_host_group_install(c);

@@ -305,7 +305,7 @@ static void accelerate_reduce(accel_coll *c) {
     AT_NEAR(d, P - 1, 0);
 }
 
-/* SEMANTICS.md §7 pad_across_processes: rank r holds [r+1, 3] (or [2, r+1] for dim 1) */
+/* docs/semantics.md §7 pad_across_processes: rank r holds [r+1, 3] (or [2, r+1] for dim 1) */
 static void pad_tests(accel_coll *c) {
     float in[64], *o;
     accel_tensor t, out;
@@ -372,7 +372,7 @@ static void gather_metrics(accel_coll *c) {
     for (r = 0, k = 0; r < P; ++r)
         for (i = 0; i < (r + 1) * 2; ++i, ++k) AT_EQ_INT(o[k], 100 * r + i);
     accel_coll_free(c, out.ptr);
-    /* gather_for_metrics drops the padding of the last batch: remainder real samples are kept (SEMANTICS §3) */
+    /* gather_for_metrics drops the padding of the last batch: remainder real samples are kept (docs/semantics.md §3) */
     acc.end_of_dataloader = 1;
     acc.remainder = 2;
     AT_EQ_INT(accel_coll_gather_for_metrics(c, &t, &out), ACCEL_OK);
