@@ -769,7 +769,11 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
     }
     if (!d.mpi_comm) r = accel__agree(acc, r, "accel_coll_create");
 #ifdef ACCEL_WITH_MPI
-    else if (mcomm) r = accel__coll_agree_mpi(acc, *(MPI_Comm *)mcomm, r, "accel_coll_create", accel_now() + timeout_s);
+    else {
+        int inited = 0;
+        MPI_Initialized(&inited);
+        if (inited) r = accel__coll_agree_mpi(acc, *(MPI_Comm *)d.mpi_comm, r, "accel_coll_create", accel_now() + timeout_s);
+    }
 #endif
     if (r != ACCEL_OK) { accel_host_free(acc, c); return r; }
 
@@ -1292,7 +1296,11 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
             q->stage = accel_device_alloc(c->acc, sbytes);
             if (!q->stage) return ACCEL_ERR_OUT_OF_MEMORY;
             q->stage_kind = 2;
-            if (in_bytes) ACCEL__CUDA_CHECK(c->acc, cudaMemcpy((unsigned char *)q->stage + in_off, a->send, in_bytes, cudaMemcpyHostToDevice));
+            /* on acc.stream, ahead of the collective (a plain cudaMemcpy runs on the legacy stream, which a
+               non-blocking acc.stream does not wait for) */
+            if (in_bytes)
+                ACCEL__CUDA_CHECK(c->acc, cudaMemcpyAsync((unsigned char *)q->stage + in_off, a->send, in_bytes,
+                                                          cudaMemcpyHostToDevice, user));
             if (out_bytes) {
                 q->copy_dst = a->kind == ACCEL__K_BCAST ? (void *)a->send : a->recv;
                 q->copy_src = (unsigned char *)q->stage + out_off;

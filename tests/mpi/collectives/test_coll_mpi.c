@@ -816,6 +816,27 @@ static void local_failures(void) {
     expect_collective_failure(accel_coll_create(&acc, &cd, &c), 1, ACCEL_ERR_INVALID_ARGUMENT, t0);
     AT_CHECK(c == NULL);
     if (R != 1) AT_CONTAINS(accel_last_error(&acc), "timeout_ms=-5");
+    /* the same on a sub-communicator (even / odd ranks): rank 2's bad desc fails the even group only */
+    if (P >= 3) {
+        MPI_Comm sub;
+        accel_coll *cs = NULL;
+        accel_result got;
+        MPI_Comm_split(MPI_COMM_WORLD, R % 2, R, &sub);
+        cd.mpi_comm = &sub;
+        cd.timeout_ms = R == 2 ? -5 : 60000;
+        t0 = accel_now();
+        got = accel_coll_create(&acc, &cd, &cs);
+        if (R % 2) AT_EQ_INT(got, ACCEL_OK);
+        else if (R == 2) AT_EQ_INT(got, ACCEL_ERR_INVALID_ARGUMENT);
+        else {
+            AT_EQ_INT(got, ACCEL_ERR_REMOTE);
+            AT_CONTAINS(accel_last_error(&acc), "rank 1 of this communicator failed in accel_coll_create");
+        }
+        AT_CHECK(accel_now() - t0 < 10.0);
+        accel_coll_destroy(cs);
+        MPI_Comm_free(&sub);
+        cd.mpi_comm = NULL;
+    }
     cd.timeout_ms = 60000;
     AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
     /* gather / pad: a bad tensor on one rank */
