@@ -2197,20 +2197,12 @@ ACCEL__DEF void accel_coll_reducer_destroy(accel_coll_reducer *r) {
     accel_host_free(r->c->acc, r);
 }
 
-/* stb_ds dereferences a failed allocation inside its growth function: reserve only after a probe of the size it will
-   ask for succeeded, so a failing allocator gives ACCEL_ERR_OUT_OF_MEMORY here instead of a crash.
-   TODO(core): an OOM-checked stb_ds reserve in the services layer would make this probe unnecessary. */
+/* stb_ds would write through a failed allocation: grow with the core's checked reserve first. */
 static accel_result accel__coll_grads_reserve(accel_coll_reducer *r, size_t n) {
-    size_t cap = (size_t)stbds_arrcap(r->grads), want = n;
-    void *probe;
-    if (n <= cap) return ACCEL_OK;
-    if (want < 2 * cap) want = 2 * cap; /* stbds_arrgrowf's growth rule */
-    if (want < 4) want = 4;
-    probe = accel__stbds_realloc(NULL, NULL, want * sizeof *r->grads + sizeof(stbds_array_header));
-    if (!probe)
-        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_OUT_OF_MEMORY, "reducer_add: no memory for %zu gradient entries", want);
-    accel__stbds_free(NULL, probe);
-    stbds_arrsetcap(r->grads, n);
+    size_t have = (size_t)stbds_arrlen(r->grads);
+    if (n <= have) return ACCEL_OK;
+    if (accel__arr_reserve((void **)&r->grads, sizeof *r->grads, n - have) != 0)
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_OUT_OF_MEMORY, "reducer_add: no memory for %zu gradient entries", n);
     return ACCEL_OK;
 }
 
