@@ -84,11 +84,11 @@
 
    COLLECTIVE CALLS AND ERRORS
      Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation,
-     the Accelerate helpers and object helpers (not split_between_processes), accel_coll_reducer_finalize (or the
+     the Accelerate helpers (not split_between_processes), accel_coll_reducer_finalize (or the
      first grad_ready/wait) and accel_coll_reducer_wait on a step that reduces. A local failure (a bad argument, an
      allocation) fails every rank at once: that rank returns its error,
      the others ACCEL_ERR_REMOTE naming it. That holds for create, pad_across_processes, gather_rows,
-     gather_for_metrics, gather_object, broadcast_object_list and finalize; argument errors of the typed ops
+     gather_for_metrics and finalize; argument errors of the typed ops
      (reduce_tensor included) are local — checking them on every rank would cost a round trip per call — so the other
      ranks then reach the deadline.
 
@@ -219,22 +219,8 @@ ACCEL_API accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel_
 /* Frees memory returned by the helpers above (device or host, as allocated). */
 ACCEL_API void accel_coll_free(accel_coll *c, void *ptr);
 
-/* Byte blobs ("objects": serialized by the caller). Object i is data[offsets[i] .. offsets[i+1]). */
-typedef struct accel_coll_blobs {
-    int count;
-    size_t *offsets; /* count + 1 entries */
-    unsigned char *data;
-} accel_coll_blobs;
-/* Replaces b's content with copies of items (count may be 0). */
-ACCEL_API accel_result accel_coll_blobs_set(accel_coll *c, accel_coll_blobs *b, int count, const void *const *items,
-                                            const size_t *sizes);
-ACCEL_API void accel_coll_blobs_free(accel_coll *c, accel_coll_blobs *b);
-/* gather_object: every rank contributes `bytes` bytes (sizes may differ); out (overwritten, zero it first) gets one
-   object per rank in rank order. Concatenating them is Accelerate's one-level flatten. */
-ACCEL_API accel_result accel_coll_gather_object(accel_coll *c, const void *data, size_t bytes, accel_coll_blobs *out);
-/* broadcast_object_list: the root's list replaces every other rank's list (in place, as Accelerate). Non-root lists
-   must be zeroed or hold blobs from accel_coll_blobs_set. */
-ACCEL_API accel_result accel_coll_broadcast_object_list(accel_coll *c, accel_coll_blobs *list, int from_process);
+/* Objects (gather_object, broadcast_object_list) are host bookkeeping: the core's accel_gather_object and
+   accel_broadcast_object_list (accel.h) serve every launcher, including torchrun's TCP store. */
 
 /* split_between_processes on [0, n): process p gets [start, end); with apply_padding the slice is extended to
    q + (r > 0) items by repeating item n - 1 (pad_count times), as Accelerate pads lists/tensors. num_processes == 1
@@ -313,7 +299,7 @@ ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, i
      9. validation and the typed ops, blocking and async
     10. the host process group over a context (accel.h's transport, installed for NCCL)
     11. Accelerate helpers: reduce, pad_across_processes, gather(_for_metrics)
-    12. objects (gather_object, broadcast_object_list), split_between_processes
+    12. split_between_processes (objects are the core's: accel_gather_object, accel_broadcast_object_list)
     13. the gradient reducer: registration, DDP's buckets, pre-scaled packing, launch and finish
     14. bootstrap byte exchanges: TCP (the core's sockets), file (the core's atomic write)
     15. NCCL init (the unique id over the host group / MPI / TCP / file) */
@@ -1927,165 +1913,7 @@ ACCEL__DEF accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel
     return ACCEL_OK;
 }
 
-/* ----------------------------------------------------------------------------- 12. objects, split_between_processes */
-ACCEL__DEF void accel_coll_blobs_free(accel_coll *c, accel_coll_blobs *b) {
-    accel *acc = c ? c->acc : NULL;
-    if (!b) return;
-    accel_host_free(acc, b->offsets);
-    accel_host_free(acc, b->data);
-    b->offsets = NULL;
-    b->data = NULL;
-    b->count = 0;
-}
-
-static accel_result accel__coll_blobs_alloc(accel_coll *c, int count, size_t total, size_t **offsets, unsigned char **data) {
-    *offsets = (size_t *)accel_host_alloc(c->acc, sizeof(size_t) * ((size_t)count + 1));
-    *data = (unsigned char *)accel_host_alloc(c->acc, total ? total : 1);
-    if (!*offsets || !*data) {
-        accel_host_free(c->acc, *offsets);
-        accel_host_free(c->acc, *data);
-        *offsets = NULL;
-        *data = NULL;
-        return ACCEL_ERR_OUT_OF_MEMORY;
-    }
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_blobs_set(accel_coll *c, accel_coll_blobs *b, int count, const void *const *items, const size_t *sizes) {
-    size_t total = 0, *off;
-    unsigned char *data;
-    int i;
-    accel_result r;
-    if (!c) return accel__coll_null();
-    if (!b || count < 0 || (count > 0 && (!items || !sizes)))
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "blobs_set: NULL argument or negative count");
-    for (i = 0; i < count; ++i) {
-        if (sizes[i] && !items[i]) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "blobs_set: item %d is NULL", i);
-        total += sizes[i];
-    }
-    r = accel__coll_blobs_alloc(c, count, total, &off, &data);
-    if (r != ACCEL_OK) return r;
-    off[0] = 0;
-    for (i = 0; i < count; ++i) {
-        if (sizes[i]) memcpy(data + off[i], items[i], sizes[i]);
-        off[i + 1] = off[i] + sizes[i];
-    }
-    accel_coll_blobs_free(c, b);
-    b->count = count;
-    b->offsets = off;
-    b->data = data;
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_gather_object(accel_coll *c, const void *data, size_t bytes, accel_coll_blobs *out) {
-    int64_t mine, *sizes;
-    size_t *vc, total = 0, *off = NULL;
-    unsigned char *buf = NULL;
-    accel_result r;
-    int i;
-    if (!c) return accel__coll_null();
-    r = accel__coll_check_broken(c);
-    if (r != ACCEL_OK) return r;
-    mine = (int64_t)bytes;
-    sizes = (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
-    vc = (size_t *)accel_host_alloc(c->acc, sizeof(size_t) * (size_t)c->size);
-    if (!out || (bytes && !data)) r = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: NULL argument");
-    else if (!sizes || !vc) r = ACCEL_ERR_OUT_OF_MEMORY;
-    r = accel__coll_agree(c, r, "gather_object"); /* a local failure fails every rank, before any exchange */
-    if (r == ACCEL_OK) r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, &mine, sizes, sizeof mine, 0, NULL);
-    for (i = 0; r == ACCEL_OK && i < c->size; ++i) { vc[i] = (size_t)sizes[i]; total += vc[i]; }
-    if (r == ACCEL_OK && total > (size_t)INT_MAX)
-        r = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: %zu bytes in total is too large", total);
-    if (r == ACCEL_OK) {
-        r = accel__coll_blobs_alloc(c, c->size, total, &off, &buf);
-        r = accel__coll_agree(c, r, "gather_object (buffers)"); /* every rank takes part in the exchange, or none */
-        if (r != ACCEL_OK) { accel_host_free(c->acc, off); accel_host_free(c->acc, buf); }
-    }
-    if (r == ACCEL_OK) {
-        accel__coll_args a;
-        accel__coll_args_init(&a, ACCEL__K_ALLGATHERV, data, buf, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
-        a.vcounts = vc;
-        a.dev = 0;
-        r = accel__coll_run(c, &a);
-        if (r == ACCEL_OK) {
-            off[0] = 0;
-            for (i = 0; i < c->size; ++i) off[i + 1] = off[i] + vc[i];
-            accel_coll_blobs_free(c, out);
-            out->count = c->size;
-            out->offsets = off;
-            out->data = buf;
-        } else {
-            accel_host_free(c->acc, off);
-            accel_host_free(c->acc, buf);
-        }
-    }
-    accel_host_free(c->acc, sizes);
-    accel_host_free(c->acc, vc);
-    return r;
-}
-
-ACCEL__DEF accel_result accel_coll_broadcast_object_list(accel_coll *c, accel_coll_blobs *list, int from) {
-    int64_t head[2]; /* count (or -1 invalid list, -2 too large), total bytes */
-    int64_t *sizes = NULL;
-    size_t *off = NULL;
-    unsigned char *data = NULL;
-    accel_result r;
-    int i, me;
-    if (!c) return accel__coll_null();
-    r = accel__coll_check_broken(c);
-    if (r != ACCEL_OK) return r;
-    if (!list) r = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: list is NULL");
-    else if (from < 0 || from >= c->size)
-        r = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: from_process %d is not a rank of %d", from, c->size);
-    r = accel__coll_agree(c, r, "broadcast_object_list");
-    if (r != ACCEL_OK) return r;
-    me = c->rank;
-    head[0] = -1;
-    head[1] = 0;
-    if (me == from) {
-        if (list->count >= 0 && (list->count == 0 || list->offsets)) {
-            head[0] = list->count;
-            head[1] = list->count ? (int64_t)list->offsets[list->count] : 0;
-            if (head[1] > INT_MAX || list->count > INT_MAX / 8) head[0] = -2;
-        }
-    }
-    r = accel__coll_host_op(c, ACCEL__K_BCAST, head, head, sizeof head, from, NULL);
-    if (r != ACCEL_OK) return r;
-    if (head[0] < 0)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: the list on rank %d is %s", from,
-                           head[0] == -1 ? "invalid (negative count or no offsets)" : "too large (> INT_MAX bytes)");
-    if (c->size <= 1) return ACCEL_OK;
-    sizes = (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * ((size_t)head[0] + 1));
-    r = accel__coll_agree(c, sizes ? ACCEL_OK : ACCEL_ERR_OUT_OF_MEMORY, "broadcast_object_list (sizes)");
-    if (r != ACCEL_OK) { accel_host_free(c->acc, sizes); return r; }
-    if (me == from)
-        for (i = 0; i < (int)head[0]; ++i) sizes[i] = (int64_t)(list->offsets[i + 1] - list->offsets[i]);
-    r = accel__coll_host_op(c, ACCEL__K_BCAST, sizes, sizes, sizeof(int64_t) * (size_t)head[0], from, NULL);
-    if (r == ACCEL_OK && me != from) {
-        r = accel__coll_blobs_alloc(c, (int)head[0], (size_t)head[1], &off, &data);
-        if (r == ACCEL_OK) {
-            off[0] = 0;
-            for (i = 0; i < (int)head[0]; ++i) off[i + 1] = off[i] + (size_t)sizes[i];
-        }
-    }
-    if (r == ACCEL_OK)
-        r = accel__coll_host_op(c, ACCEL__K_BCAST, me == from ? list->data : data, me == from ? list->data : data,
-                                (size_t)head[1], from, NULL);
-    accel_host_free(c->acc, sizes);
-    if (me != from) {
-        if (r == ACCEL_OK) {
-            accel_coll_blobs_free(c, list);
-            list->count = (int)head[0];
-            list->offsets = off;
-            list->data = data;
-        } else {
-            accel_host_free(c->acc, off);
-            accel_host_free(c->acc, data);
-        }
-    }
-    return r;
-}
-
+/* ------------------------------------------------------------------------------- 12. split_between_processes */
 ACCEL__DEF accel_result accel_coll_split_between_processes(int64_t n, int P, int p, int apply_padding, accel_coll_range *out) {
     int64_t q, rem;
     if (!out || n < 0 || P < 1 || p < 0 || p >= P)

@@ -145,11 +145,11 @@ static void helpers(accel_coll *c) {
     cudaFree(d);
     /* objects are host blobs even on the device backend */
     {
-        accel_coll_blobs b;
+        accel_blobs b;
         memset(&b, 0, sizeof b);
-        AT_EQ_INT(accel_coll_gather_object(c, "xyz", (size_t)(R % 3) + 1, &b), ACCEL_OK);
+        AT_EQ_INT(accel_gather_object(&acc, "xyz", (size_t)(R % 3) + 1, &b), ACCEL_OK);
         AT_EQ_INT(b.count, P);
-        accel_coll_blobs_free(c, &b);
+        accel_blobs_deinit(&b);
     }
     /* reducer with device grads (packing by D2D copies, average) */
     {

@@ -414,15 +414,15 @@ static void gather_metrics(accel_coll *c) {
     }
 }
 
-static void objects(accel_coll *c) {
+static void objects(void) {
     unsigned char mine[64];
-    accel_coll_blobs all, list;
+    accel_blobs all, list;
     size_t n = (size_t)(R * 5 + (R == 1 ? 0 : 1)), i;
     int r, from = 1 % P;
     memset(&all, 0, sizeof all);
     memset(&list, 0, sizeof list);
     for (i = 0; i < n; ++i) mine[i] = (unsigned char)('a' + R);
-    AT_EQ_INT(accel_coll_gather_object(c, mine, n, &all), ACCEL_OK);
+    AT_EQ_INT(accel_gather_object(&acc, mine, n, &all), ACCEL_OK);
     AT_EQ_INT(all.count, P);
     for (r = 0; r < P; ++r) {
         size_t want = (size_t)(r * 5 + (r == 1 ? 0 : 1)), bad = 0;
@@ -430,26 +430,26 @@ static void objects(accel_coll *c) {
         for (i = all.offsets[r]; i < all.offsets[r + 1]; ++i) bad += all.data[i] != (unsigned char)('a' + r);
         AT_EQ_INT(bad, 0);
     }
-    accel_coll_blobs_free(c, &all);
+    accel_blobs_deinit(&all);
     /* broadcast_object_list: the source's list (sizes 0, 5, 17) replaces everybody's */
     if (R == from) {
         const void *items[3];
         size_t sizes[3] = {0, 5, 17};
         items[0] = ""; items[1] = "hello"; items[2] = "seventeen bytes!!";
-        AT_EQ_INT(accel_coll_blobs_set(c, &list, 3, items, sizes), ACCEL_OK);
+        AT_EQ_INT(accel_blobs_set(&acc, &list, 3, items, sizes), ACCEL_OK);
     } else {
         const void *items[1];
         size_t sizes[1] = {4};
         items[0] = "junk";
-        AT_EQ_INT(accel_coll_blobs_set(c, &list, 1, items, sizes), ACCEL_OK);
+        AT_EQ_INT(accel_blobs_set(&acc, &list, 1, items, sizes), ACCEL_OK);
     }
-    AT_EQ_INT(accel_coll_broadcast_object_list(c, &list, from), ACCEL_OK);
+    AT_EQ_INT(accel_broadcast_object_list(&acc, &list, from), ACCEL_OK);
     AT_EQ_INT(list.count, 3);
     AT_EQ_INT(list.offsets[1], 0);
     AT_EQ_INT(list.offsets[2], 5);
     AT_EQ_INT(list.offsets[3], 22);
     AT_CHECK(memcmp(list.data, "helloseventeen bytes!!", 22) == 0);
-    accel_coll_blobs_free(c, &list);
+    accel_blobs_deinit(&list);
 }
 
 /* gradients: tensor t element i on rank r = (t + 1) * 0.25 * (r + 1) + (i % 5) * 0.5 (sums exact in fp32) */
@@ -805,7 +805,7 @@ static void local_failures(void) {
     accel_coll_reducer *red;
     accel_coll_reducer_desc rd;
     accel_tensor t, out;
-    accel_coll_blobs blobs;
+    accel_blobs blobs;
     float rows[8], *g, *g2;
     double t0;
     int k;
@@ -855,9 +855,9 @@ static void local_failures(void) {
     /* objects: a NULL buffer on rank 1, a bad source rank on rank 0 */
     memset(&blobs, 0, sizeof blobs);
     t0 = accel_now();
-    expect_collective_failure(accel_coll_gather_object(c, R == 1 ? NULL : "abc", 3, &blobs), 1, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    expect_collective_failure(accel_gather_object(&acc, R == 1 ? NULL : "abc", 3, &blobs), 1, ACCEL_ERR_INVALID_ARGUMENT, t0);
     t0 = accel_now();
-    expect_collective_failure(accel_coll_broadcast_object_list(c, &blobs, R == 0 ? P : 0), 0, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    expect_collective_failure(accel_broadcast_object_list(&acc, &blobs, R == 0 ? P : 0), 0, ACCEL_ERR_INVALID_ARGUMENT, t0);
     /* the reducer: flat mode required but rank 1's gradients are not contiguous */
     g = (float *)calloc(4 * 20000 + 16, sizeof(float));
     g2 = (float *)calloc(20000, sizeof(float));
@@ -918,7 +918,7 @@ static void basic(void) {
     accelerate_reduce(c);
     pad_tests(c);
     gather_metrics(c);
-    objects(c);
+    objects();
     reducer_tests(c);
     ddp_average(c);
     AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
@@ -928,7 +928,7 @@ static void basic(void) {
     cd.no_watchdog = 1;
     AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
     for (w = 0; w < 2; ++w) typed_ops(c, w ? ACCEL_BF16 : ACCEL_F32, 1031);
-    objects(c);
+    objects();
     gather_metrics(c);
     AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
     accel_coll_destroy(c);

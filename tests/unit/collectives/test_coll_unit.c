@@ -221,17 +221,17 @@ static void none_backend(void) {
     }
     /* objects */
     {
-        accel_coll_blobs b, l;
+        accel_blobs b, l;
         memset(&b, 0, sizeof b);
         memset(&l, 0, sizeof l);
-        AT_EQ_INT(accel_coll_gather_object(c, "abc", 3, &b), ACCEL_OK);
+        AT_EQ_INT(accel_gather_object(&acc, "abc", 3, &b), ACCEL_OK);
         AT_EQ_INT(b.count, 1);
         AT_EQ_INT(b.offsets[1], 3);
         AT_CHECK(memcmp(b.data, "abc", 3) == 0);
-        accel_coll_blobs_free(c, &b);
-        AT_EQ_INT(accel_coll_broadcast_object_list(c, &l, 0), ACCEL_OK); /* an empty list is a list */
+        accel_blobs_deinit(&b);
+        AT_EQ_INT(accel_broadcast_object_list(&acc, &l, 0), ACCEL_OK); /* an empty list is a list */
         AT_EQ_INT(l.count, 0);
-        AT_EQ_INT(accel_coll_broadcast_object_list(c, &l, 1), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_broadcast_object_list(&acc, &l, 1), ACCEL_ERR_INVALID_ARGUMENT);
     }
     /* reducer on one process: average over one rank leaves the grads as they are; errors */
     {
