@@ -7,3 +7,4 @@
 #include "accel_amp.h"
 #include "accel_ckpt.h"
 #include "accel_trackers.h"
+#include "accel_profile.h"

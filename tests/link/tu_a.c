@@ -5,4 +5,5 @@
 #include "accel_amp.h"
 #include "accel_ckpt.h"
 #include "accel_trackers.h"
+#include "accel_profile.h"
 const char *link_tu_a(void) { return accel_dtype_name(ACCEL_BF16); }
