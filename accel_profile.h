@@ -126,8 +126,10 @@
 
    THREADS AND MEMORY
      A profiler is used by the thread that uses its accel, one at a time (tid 0 is that thread). Every allocation
-     goes through acc's host allocator (growth is checked: an allocation failure is an error, never a crash); CUDA
-     events are created with cudaEventCreate and destroyed by accel_prof_destroy.
+     goes through the host allocator: acc's for the object, names and files' text; the records are stb_ds arrays
+     (the allocator accel.h's MEMORY section describes), grown with the core's checked growth, so an allocation
+     failure is ACCEL_ERR_OUT_OF_MEMORY, never a crash. CUDA events are created with cudaEventCreate and destroyed
+     by accel_prof_destroy.
 
    DIFFERENCES FROM ACCELERATE / torch.profiler
      - accel records the ranges you mark (and their CUDA event times), not every operator and kernel (no CUPTI):
@@ -366,52 +368,29 @@ struct accel__prof_impl {
     int cur_ids[ACCEL_PROF_MAX_NAMES];     /* ids touched in the current step, first use first */
     int ncur;
     double cur_top;
-    accel__prof_rec *recs;
-    size_t nrecs, caprecs;
+    accel__prof_rec *recs;        /* stb_ds arrays, grown with the core's checked accel__arr_reserve */
     size_t max_ranges;
     accel__prof_row *rows;
-    size_t nrows, caprows;
     accel__prof_ent *ents;
-    size_t nents, capents;
     int dev_dirty;                /* device sums of the entries need recomputing */
     int nvtx_step_open;
 #ifdef ACCEL_WITH_CUDA
-    cudaEvent_t *pool;            /* events ready for reuse */
-    size_t npool, cappool;
-    accel__prof_evq *q;           /* recorded, not read yet, in record order */
-    size_t qhead, qlen, qcap;
+    cudaEvent_t *pool;            /* stb_ds: events ready for reuse */
+    accel__prof_evq *q;           /* stb_ds: recorded events, read from qhead on, in record order */
+    size_t qhead;
     cudaEvent_t anchor;           /* the last event read (the reference at first) */
     double anchor_us;             /* its device time, µs since creation */
 #endif
 };
 
-/* Grows an array (elem bytes each, *cap elements) to hold `need` elements through acc's allocator: returns the new
-   block (the old one is freed, *cap updated), or on failure the old block unchanged with *cap unchanged and the
-   error recorded. stb_ds is not used here: it cannot report a failed allocation (it writes through the NULL), and
-   a profiler must fail softly. */
-static void *accel__prof_grow(accel *acc, void *arr, size_t *cap, size_t elem, size_t need) {
-    size_t nc = *cap ? *cap * 2 : 64;
-    void *np;
-    while (nc < need) nc *= 2;
-    if (nc > ((size_t)-1) / elem) {
-        ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "profiler: %zu elements of %zu bytes", need, elem);
-        return arr;
-    }
-    np = accel_host_alloc(acc, nc * elem);
-    if (!np) {
-        accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "profiler");
-        return arr;
-    }
-    if (*cap && arr) memcpy(np, arr, *cap * elem);
-    accel_host_free(acc, arr);
-    *cap = nc;
-    return np;
+#define ACCEL__PROF_N(a) ((size_t)stbds_arrlen(a))
+/* Room for `add` more elements in a stb_ds array (the core's checked growth: stbds_arrput itself cannot fail
+   softly); an allocation failure is ACCEL_ERR_OUT_OF_MEMORY with the array unchanged. */
+static accel_result accel__prof_room(accel_prof *p, void **arr, size_t elem, size_t add, const char *what) {
+    if (accel__arr_reserve(arr, elem, add) == 0) return ACCEL_OK;
+    return ACCEL__FAIL(p->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s: out of host memory (profiler records)", what);
 }
-/* ACCEL_OK when arr (of `type`) has room for `need` elements, else ACCEL_ERR_OUT_OF_MEMORY with arr unchanged. */
-#define ACCEL__PROF_RESERVE(acc, arr, cap, need, type)                                                               \
-    ((size_t)(need) <= (cap) ? ACCEL_OK                                                                             \
-     : ((arr) = (type *)accel__prof_grow((acc), (arr), &(cap), sizeof(type), (size_t)(need)),                      \
-        (size_t)(need) <= (cap) ? ACCEL_OK : ACCEL_ERR_OUT_OF_MEMORY))
+#define ACCEL__PROF_ROOM(p, arr, add, what) accel__prof_room((p), (void **)&(arr), sizeof *(arr), (size_t)(add), (what))
 
 /* -------------------------------------------------------------------------------------------- 2. schedule */
 static int accel__prof_schedule_valid(const accel_prof_desc *d) {
@@ -578,9 +557,9 @@ ACCEL__DEF void accel_prof_destroy(accel_prof *p) {
         accel__prof_cuda_free(p);
 #endif
         for (i = 0; i < im->nnames; ++i) accel_host_free(acc, im->names[i]);
-        accel_host_free(acc, im->recs);
-        accel_host_free(acc, im->rows);
-        accel_host_free(acc, im->ents);
+        stbds_arrfree(im->recs);
+        stbds_arrfree(im->rows);
+        stbds_arrfree(im->ents);
         accel_host_free(acc, im);
     }
     accel_host_free(acc, p);
@@ -635,15 +614,13 @@ static accel_result accel__prof_cuda_start(accel_prof *p) {
 static void accel__prof_cuda_free(accel_prof *p) {
     struct accel__prof_impl *im = p->impl;
     size_t i;
-    for (i = im->qhead; i < im->qlen; ++i) (void)cudaEventDestroy(im->q[i].ev);
-    for (i = 0; i < im->npool; ++i) (void)cudaEventDestroy(im->pool[i]);
+    for (i = im->qhead; i < ACCEL__PROF_N(im->q); ++i) (void)cudaEventDestroy(im->q[i].ev);
+    for (i = 0; i < ACCEL__PROF_N(im->pool); ++i) (void)cudaEventDestroy(im->pool[i]);
     if (im->anchor) (void)cudaEventDestroy(im->anchor);
     im->anchor = NULL;
-    im->qhead = im->qlen = im->npool = 0;
-    accel_host_free(p->acc, im->q);
-    accel_host_free(p->acc, im->pool);
-    im->q = NULL;
-    im->pool = NULL;
+    im->qhead = 0;
+    stbds_arrfree(im->q);
+    stbds_arrfree(im->pool);
 }
 
 /* Device timing failed after create (a sticky CUDA error): turn it off and say so once; the host figures stay. */
@@ -657,10 +634,11 @@ static void accel__prof_cuda_broken(accel_prof *p, const char *what, cudaError_t
 /* Records an event for record `rec` (begin or end) on acc->stream; the queue has room (reserved by the caller). */
 static accel_result accel__prof_cuda_mark(accel_prof *p, int32_t rec, int is_end) {
     struct accel__prof_impl *im = p->impl;
+    accel__prof_evq item;
     cudaEvent_t ev;
     cudaError_t e;
-    if (im->npool > 0) {
-        ev = im->pool[--im->npool];
+    if (ACCEL__PROF_N(im->pool) > 0) {
+        ev = stbds_arrpop(im->pool);
     } else {
         e = cudaEventCreate(&ev);
         if (e != cudaSuccess) {
@@ -670,15 +648,15 @@ static accel_result accel__prof_cuda_mark(accel_prof *p, int32_t rec, int is_end
     }
     e = cudaEventRecord(ev, (cudaStream_t)p->acc->stream);
     if (e != cudaSuccess) {
-        im->pool[im->npool++] = ev; /* room: the pool can hold every event ever created (reserved with the queue) */
+        stbds_arrput(im->pool, ev); /* no growth: the pool has room for every event (accel__prof_cuda_reserve) */
         (void)cudaGetLastError();
         return ACCEL__FAIL(p->acc, ACCEL_ERR_CUDA, "profiler: cudaEventRecord on acc->stream failed: %s",
                            cudaGetErrorString(e));
     }
-    im->q[im->qlen].ev = ev;
-    im->q[im->qlen].rec = rec;
-    im->q[im->qlen].is_end = is_end;
-    im->qlen++;
+    item.ev = ev;
+    item.rec = rec;
+    item.is_end = is_end;
+    stbds_arrput(im->q, item); /* no growth: reserved */
     return ACCEL_OK;
 }
 
@@ -686,20 +664,19 @@ static accel_result accel__prof_cuda_mark(accel_prof *p, int32_t rec, int is_end
 static accel_result accel__prof_cuda_reserve(accel_prof *p) {
     struct accel__prof_impl *im = p->impl;
     accel_result r;
-    if (im->qhead > 0 && im->qlen == im->qcap) { /* slide the unread tail to the front */
-        memmove(im->q, im->q + im->qhead, (im->qlen - im->qhead) * sizeof *im->q);
-        im->qlen -= im->qhead;
+    if (im->qhead > 0 && ACCEL__PROF_N(im->q) == stbds_arrcap(im->q)) { /* slide the unread tail to the front */
+        stbds_arrdeln(im->q, 0, im->qhead);
         im->qhead = 0;
     }
-    if ((r = ACCEL__PROF_RESERVE(p->acc, im->q, im->qcap, im->qlen + 1, accel__prof_evq)) != ACCEL_OK) return r;
-    return ACCEL__PROF_RESERVE(p->acc, im->pool, im->cappool, im->npool + (im->qlen - im->qhead) + 2, cudaEvent_t);
+    if ((r = ACCEL__PROF_ROOM(p, im->q, 1, "profiler")) != ACCEL_OK) return r;
+    return ACCEL__PROF_ROOM(p, im->pool, ACCEL__PROF_N(im->q) - im->qhead + 2, "profiler");
 }
 
 /* Reads queued events in record order: wait = 0 stops at the first one not finished (cudaEventQuery), wait = 1
    waits for each. Each device time is the previous event's plus the elapsed time between the two. */
 static void accel__prof_cuda_read(accel_prof *p, int wait) {
     struct accel__prof_impl *im = p->impl;
-    while (p->device_timing && im->qhead < im->qlen) {
+    while (p->device_timing && im->qhead < ACCEL__PROF_N(im->q)) {
         accel__prof_evq *e = &im->q[im->qhead];
         cudaError_t ce = wait ? cudaEventSynchronize(e->ev) : cudaEventQuery(e->ev);
         float ms = 0.0f;
@@ -713,13 +690,16 @@ static void accel__prof_cuda_read(accel_prof *p, int wait) {
         t = im->anchor_us + (double)ms * 1000.0;
         if (e->is_end) im->recs[e->rec].d1 = t;
         else im->recs[e->rec].d0 = t;
-        im->pool[im->npool++] = im->anchor;
+        stbds_arrput(im->pool, im->anchor); /* no growth: reserved */
         im->anchor = e->ev;
         im->anchor_us = t;
         im->qhead++;
         im->dev_dirty = 1;
     }
-    if (im->qhead == im->qlen) im->qhead = im->qlen = 0;
+    if (im->q && im->qhead == ACCEL__PROF_N(im->q)) {
+        stbds_arrdeln(im->q, 0, im->qhead); /* all read: empty it (no allocation) */
+        im->qhead = 0;
+    }
 }
 #endif
 
@@ -759,15 +739,16 @@ ACCEL__DEF accel_result accel_prof_range_begin(accel_prof *p, int id) {
         p->depth++;
         return ACCEL_OK;
     }
-    if (im->nrecs < im->max_ranges) {
-        if ((r = ACCEL__PROF_RESERVE(p->acc, im->recs, im->caprecs, im->nrecs + 1, accel__prof_rec)) != ACCEL_OK) return r;
+    if (ACCEL__PROF_N(im->recs) < im->max_ranges) {
+        if ((r = ACCEL__PROF_ROOM(p, im->recs, 1, "accel_prof_begin")) != ACCEL_OK) return r;
 #ifdef ACCEL_WITH_CUDA
         if (p->device_timing) {
             if ((r = accel__prof_cuda_reserve(p)) != ACCEL_OK) return r;
-            if ((r = accel__prof_cuda_mark(p, (int32_t)im->nrecs, 0)) != ACCEL_OK) return r;
+            if ((r = accel__prof_cuda_mark(p, (int32_t)ACCEL__PROF_N(im->recs), 0)) != ACCEL_OK) return r;
         }
 #endif
-        rec = (int32_t)im->nrecs++;
+        rec = (int32_t)ACCEL__PROF_N(im->recs);
+        stbds_arrsetlen(im->recs, (size_t)rec + 1); /* no growth: reserved */
     } else if (p->dropped_ranges++ == 0) {
         accel_log(p->acc, ACCEL_LOG_WARN, "profiler: more than %zu ranges recorded (max_ranges): later ranges count in "
                   "the phase table but are left out of the trace", im->max_ranges);
@@ -785,7 +766,7 @@ ACCEL__DEF accel_result accel_prof_range_begin(accel_prof *p, int id) {
         R->step = p->step;
         R->id = id;
         R->depth = p->depth;
-        R->row = (int32_t)im->nrows; /* the row this step gets if it completes */
+        R->row = (int32_t)ACCEL__PROF_N(im->rows); /* the row this step gets if it completes */
         R->outer = o->outer;
     }
     if (im->name_depth[id] < 0) {
@@ -857,31 +838,31 @@ ACCEL__DEF accel_result accel_prof_step(accel_prof *p) {
                            im->names[im->stack[p->depth - 1].id]);
     t = accel__prof_now_us() - im->mono0_us;
     if (p->recording) {
-        accel__prof_row *row;
-        if ((r = ACCEL__PROF_RESERVE(p->acc, im->rows, im->caprows, im->nrows + 1, accel__prof_row)) != ACCEL_OK) return r;
-        if ((r = ACCEL__PROF_RESERVE(p->acc, im->ents, im->capents, im->nents + (size_t)im->ncur, accel__prof_ent)) != ACCEL_OK) return r;
-        row = &im->rows[im->nrows];
-        row->step = p->step;
-        row->t0 = im->step_t0;
-        row->t1 = t;
-        row->top = im->cur_top;
-        row->first = im->nents;
-        row->n = (size_t)im->ncur;
-        for (k = 0; k < im->ncur; ++k) {
-            accel__prof_ent *e = &im->ents[im->nents++];
+        accel__prof_row row;
+        if ((r = ACCEL__PROF_ROOM(p, im->rows, 1, "accel_prof_step")) != ACCEL_OK) return r;
+        if ((r = ACCEL__PROF_ROOM(p, im->ents, im->ncur, "accel_prof_step")) != ACCEL_OK) return r;
+        row.step = p->step;
+        row.t0 = im->step_t0;
+        row.t1 = t;
+        row.top = im->cur_top;
+        row.first = ACCEL__PROF_N(im->ents);
+        row.n = (size_t)im->ncur;
+        for (k = 0; k < im->ncur; ++k) { /* no growth below: reserved */
+            accel__prof_ent e;
             int id = im->cur_ids[k];
-            e->id = id;
-            e->calls = im->cur_calls[id];
-            e->host = im->cur_host[id];
-            e->dev = 0.0;
+            e.id = id;
+            e.calls = im->cur_calls[id];
+            e.host = im->cur_host[id];
+            e.dev = 0.0;
+            stbds_arrput(im->ents, e);
             im->cur_host[id] = 0.0;
             im->cur_calls[id] = 0;
         }
+        stbds_arrput(im->rows, row);
         im->ncur = 0;
         im->cur_top = 0.0;
-        im->nrows++;
         im->dev_dirty = 1;
-        p->recorded_steps = (int64_t)im->nrows;
+        p->recorded_steps = (int64_t)ACCEL__PROF_N(im->rows);
 #ifdef ACCEL__PROF_NVTX
         if (im->nvtx_step_open) {
             nvtxRangePop();
@@ -914,11 +895,11 @@ static void accel__prof_dev_sums(accel_prof *p) {
     struct accel__prof_impl *im = p->impl;
     size_t i, k;
     if (!im->dev_dirty) return;
-    for (i = 0; i < im->nents; ++i) im->ents[i].dev = 0.0;
-    for (i = 0; i < im->nrecs; ++i) {
+    for (i = 0; i < ACCEL__PROF_N(im->ents); ++i) im->ents[i].dev = 0.0;
+    for (i = 0; i < ACCEL__PROF_N(im->recs); ++i) {
         const accel__prof_rec *R = &im->recs[i];
         const accel__prof_row *row;
-        if (!R->outer || R->row < 0 || (size_t)R->row >= im->nrows || R->d0 < 0 || R->d1 < 0) continue;
+        if (!R->outer || R->row < 0 || (size_t)R->row >= ACCEL__PROF_N(im->rows) || R->d0 < 0 || R->d1 < 0) continue;
         row = &im->rows[R->row];
         for (k = row->first; k < row->first + row->n; ++k)
             if (im->ents[k].id == R->id) { im->ents[k].dev += R->d1 - R->d0; break; }
@@ -929,12 +910,12 @@ static void accel__prof_dev_sums(accel_prof *p) {
 static void accel__prof_stats_of(accel_prof *p, int id, accel_prof_stats *s) {
     struct accel__prof_impl *im = p->impl;
     double total_step = 0.0, dev_total = 0.0;
-    size_t i, k;
+    size_t i, k, nrows = ACCEL__PROF_N(im->rows);
     memset(s, 0, sizeof *s);
     s->name = id == ACCEL_PROF_STEP ? "step" : id == ACCEL_PROF_OTHER ? "(other)" : im->names[id];
-    s->steps = (int64_t)im->nrows;
+    s->steps = (int64_t)nrows;
     s->device_mean_ms = s->device_total_ms = -1.0;
-    for (i = 0; i < im->nrows; ++i) {
+    for (i = 0; i < nrows; ++i) {
         const accel__prof_row *row = &im->rows[i];
         double step_us = row->t1 - row->t0, v = 0.0, dv = 0.0;
         int seen = 0, calls = 0;
@@ -952,11 +933,11 @@ static void accel__prof_stats_of(accel_prof *p, int id, accel_prof_stats *s) {
         s->steps_with += seen;
         s->calls += calls;
     }
-    if (im->nrows > 0) s->mean_ms = s->total_ms / (double)im->nrows;
+    if (nrows > 0) s->mean_ms = s->total_ms / (double)nrows;
     s->share = total_step > 0 ? s->total_ms / (total_step * 1e-3) : 0.0;
     if (p->device_timing && id >= 0) {
         s->device_total_ms = dev_total;
-        s->device_mean_ms = im->nrows > 0 ? dev_total / (double)im->nrows : 0.0;
+        s->device_mean_ms = nrows > 0 ? dev_total / (double)nrows : 0.0;
     }
 }
 
@@ -995,7 +976,7 @@ ACCEL__DEF accel_result accel_prof_print_table(accel_prof *p, FILE *out) {
     accel__prof_dev_sums(p);
     accel__sb_init(&b, p->acc);
     accel__sb_printf(&b, "accel profile (rank %d): %lld recorded steps (steps 0-%lld", p->acc->process_index,
-                     (long long)im->nrows, (long long)(p->step > 0 ? p->step - 1 : 0));
+                     (long long)p->recorded_steps, (long long)(p->step > 0 ? p->step - 1 : 0));
     if (im->desc.active > 0)
         accel__sb_printf(&b, "; schedule wait %d, warmup %d, active %d, repeat %d, skip_first %d", im->desc.wait,
                          im->desc.warmup, im->desc.active, im->desc.repeat, im->desc.skip_first);
@@ -1036,7 +1017,7 @@ static void accel__prof_event(accel__sb *b, const char *name, const char *cat, d
 static void accel__prof_events_json(accel_prof *p, accel__sb *b, double offset_us) {
     struct accel__prof_impl *im = p->impl;
     int pid = p->acc->process_index;
-    size_t i, row = 0;
+    size_t i, row = 0, nrecs = ACCEL__PROF_N(im->recs), nrows = ACCEL__PROF_N(im->rows);
     char nm[48];
     accel__sb_printf(b, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}",
                      pid, pid);
@@ -1047,9 +1028,9 @@ static void accel__prof_events_json(accel_prof *p, accel__sb *b, double offset_u
         accel__sb_printf(b, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"cuda stream\"}}",
                          pid);
     /* host: the step spans and the ranges, merged in begin order (a step starts before its ranges) */
-    for (i = 0; i <= im->nrecs; ++i) {
-        const accel__prof_rec *R = i < im->nrecs ? &im->recs[i] : NULL;
-        while (row < im->nrows && (!R || im->rows[row].t0 <= R->t0)) {
+    for (i = 0; i <= nrecs; ++i) {
+        const accel__prof_rec *R = i < nrecs ? &im->recs[i] : NULL;
+        while (row < nrows && (!R || im->rows[row].t0 <= R->t0)) {
             const accel__prof_row *w = &im->rows[row++];
             accel__fmt(nm, sizeof nm, "ProfilerStep#%lld", (long long)w->step);
             accel__prof_event(b, nm, "step", w->t0 + offset_us, w->t1 - w->t0, pid, 0, w->step);
@@ -1058,7 +1039,7 @@ static void accel__prof_events_json(accel_prof *p, accel__sb *b, double offset_u
         accel__prof_event(b, im->names[R->id], R->id < ACCEL_PROF_PHASE_COUNT ? "phase" : "range", R->t0 + offset_us,
                           R->t1 - R->t0, pid, 0, R->step);
     }
-    for (i = 0; p->device_timing && i < im->nrecs; ++i) {
+    for (i = 0; p->device_timing && i < nrecs; ++i) {
         const accel__prof_rec *R = &im->recs[i];
         if (R->d0 < 0 || R->d1 < 0) continue;
         accel__prof_event(b, im->names[R->id], "device", R->d0 + offset_us, R->d1 - R->d0, pid, 1, R->step);
