@@ -470,9 +470,8 @@ int main(int argc, char **argv) {
     {
         accel_coll_desc cdesc;
         accel_coll_reducer_desc rd;
-        int k;
         memset(&cdesc, 0, sizeof cdesc);
-        if (o.no_watchdog) cdesc.watchdog = ACCEL_OFF;
+        cdesc.no_watchdog = o.no_watchdog;
         CHECK(accel_coll_create(&acc, &cdesc, &coll));
         memset(&rd, 0, sizeof rd);
         if (o.bucket_kb > 0) {
@@ -480,9 +479,7 @@ int main(int argc, char **argv) {
             rd.bucket_cap_mb = rd.first_bucket_mb = o.bucket_kb / 1024.0;
         }
         CHECK(accel_coll_reducer_create(coll, &rd, &red));
-        for (k = 0; k < 4; ++k)
-            CHECK(accel_coll_reducer_add(red, grads[k].ptr, (size_t)accel_tensor_numel(&grads[k]), ACCEL_F32,
-                                         grads[k].name, NULL));
+        CHECK(accel_coll_reducer_add(red, grads, 4));
         CHECK(accel_coll_reducer_finalize(red));
     }
 
