@@ -83,6 +83,7 @@
                    ACCEL_AMP_CLIP_SHARDED
      ckpt          accel_ckpt_save_state, accel_ckpt_load_state, accel_ckpt_save_model
      trackers      accel_track_init_trackers
+     profile       accel_prof_merge_trace
    Everything else is local.
 
    COMPILE-TIME OPTIONS

@@ -59,7 +59,8 @@
      wait = warmup = repeat = skip_first = 0) is "no schedule_option": every step is recorded, as
      torch.profiler.profile(schedule=None). accel_prof_schedule_action evaluates the rule for any step.
      desc.on_trace_ready(prof, user_data) runs in the accel_prof_step that ends a RECORD_AND_SAVE step, as torch
-     calls on_trace_ready when a cycle ends.
+     calls on_trace_ready when a cycle ends; the next step's clock starts after the callback returns (torch opens
+     ProfilerStep#k+1 after its export too), so writing a trace is not charged to a step.
 
    THE PHASE TABLE (accel_prof_print_table, accel_prof_phase_stats)
      Over the recorded steps that are complete (the step after the final accel_prof_step is not): the step itself,
@@ -500,6 +501,17 @@ ACCEL__DEF accel_result accel_prof_create(accel *acc, const accel_prof_desc *des
         im->desc.trace_dir = NULL;
     }
     p->enabled = !d.disabled;
+    if (p->enabled) {
+        /* Room up front, so growing the record arrays (a realloc and a copy) does not land inside the first
+           recorded steps as unaccounted time; later growth doubles and is rare. */
+        size_t nrec = im->max_ranges < 1024 ? im->max_ranges : 1024;
+        if ((r = ACCEL__PROF_ROOM(p, im->recs, nrec, "accel_prof_create")) != ACCEL_OK ||
+            (r = ACCEL__PROF_ROOM(p, im->rows, 64, "accel_prof_create")) != ACCEL_OK ||
+            (r = ACCEL__PROF_ROOM(p, im->ents, 512, "accel_prof_create")) != ACCEL_OK) {
+            accel_prof_destroy(p);
+            return r;
+        }
+    }
     if (p->enabled && d.trace_dir) {
         char failed[512];
         if (accel__mkdir_p(im->dir, failed, sizeof failed) != 0) {
@@ -836,11 +848,13 @@ ACCEL__DEF accel_result accel_prof_step(accel_prof *p) {
         return ACCEL__FAIL(p->acc, ACCEL_ERR_STATE, "accel_prof_step: %d range(s) still open (innermost %s): close "
                            "them first (a range does not span a step boundary)", p->depth,
                            im->names[im->stack[p->depth - 1].id]);
+    if (p->recording) { /* before the boundary's clock read: growth is not charged to the next step */
+        if ((r = ACCEL__PROF_ROOM(p, im->rows, 1, "accel_prof_step")) != ACCEL_OK) return r;
+        if ((r = ACCEL__PROF_ROOM(p, im->ents, im->ncur, "accel_prof_step")) != ACCEL_OK) return r;
+    }
     t = accel__prof_now_us() - im->mono0_us;
     if (p->recording) {
         accel__prof_row row;
-        if ((r = ACCEL__PROF_ROOM(p, im->rows, 1, "accel_prof_step")) != ACCEL_OK) return r;
-        if ((r = ACCEL__PROF_ROOM(p, im->ents, im->ncur, "accel_prof_step")) != ACCEL_OK) return r;
         row.step = p->step;
         row.t0 = im->step_t0;
         row.t1 = t;
@@ -885,7 +899,11 @@ ACCEL__DEF accel_result accel_prof_step(accel_prof *p) {
 #ifdef ACCEL_WITH_CUDA
     if (p->device_timing) accel__prof_cuda_read(p, 0);
 #endif
-    if (ended == ACCEL_PROF_RECORD_AND_SAVE && im->desc.on_trace_ready) im->desc.on_trace_ready(p, im->desc.user_data);
+    if (ended == ACCEL_PROF_RECORD_AND_SAVE && im->desc.on_trace_ready) {
+        im->desc.on_trace_ready(p, im->desc.user_data);
+        /* as torch's step(): the next ProfilerStep range opens after the export, which it does not include */
+        im->step_t0 = accel__prof_now_us() - im->mono0_us;
+    }
     return ACCEL_OK;
 }
 
