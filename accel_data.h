@@ -70,7 +70,16 @@
      value. (Otherwise a rank with another batch size trains on wrong shards and the failure comes much later, in a
      collective whose sizes differ.) accel_data_seq_init checks the number of files, the total number of tokens,
      batch_size, seq_len, shuffle and seed the same way. An explicit desc.num_processes (sharding computed without
-     an Accelerator, as `accel shards` does) skips the check; so does a run without a host process group.
+     an Accelerator, as `accel shards` does) skips the check, unless desc.collective; so does a run without a host
+     process group.
+
+   PROCESS MESH (accel_collectives.h's accel_coll_mesh)
+     With tensor/context/pipeline parallelism the batches are split over the mesh's data-parallel group ("dp" =
+     dp_replicate x dp_shard), not the world: ranks that differ only in tp/cp/pp get the same batches. Pass the
+     group's size and rank, and keep the world-wide agreement with desc.collective (every rank calls init):
+       accel_coll *dp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_DP);
+       d.num_processes = accel_coll_size(dp); d.process_index = accel_coll_rank(dp); d.collective = 1;
+     (Accelerate's prepare_data_loader with a ParallelismConfig does the same.) The sequence loader likewise.
 
    EPOCHS AND RESUME
      The shard owns its epoch (accel_data_shard_epoch, starts at 0) and its position (batches consumed in the
@@ -210,6 +219,8 @@ typedef struct accel_data_shard_desc {
     int batch_sampler_shard;   /* nonzero: model BatchSamplerShard / IterableDatasetShard even with P = 1 (they pad
                                   the last batch) and only their checks; default: prepare()'s behaviour */
     uint64_t seed;             /* the sampler's seed (the same on every rank) */
+    int collective;            /* nonzero with num_processes > 0 and acc: init is still collective over acc's whole group
+                                  (the agreement) — for a process mesh's data-parallel group (see PROCESS MESH) */
 } accel_data_shard_desc;
 
 /* Fields are readable; change them only through functions. */
@@ -226,7 +237,7 @@ typedef struct accel_data_shard {
     int64_t position;           /* batches consumed (or skipped) in this epoch */
 } accel_data_shard;
 
-/* Collective when desc->num_processes is 0 and acc is given (the configuration agreement above). On failure s is
+/* Collective when acc is given and desc->num_processes is 0 or desc->collective (the agreement above). On failure s is
    unchanged. */
 ACCEL_API accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, const accel_data_shard_desc *desc);
 /* Ends the shard's bookkeeping (an epoch in progress leaves acc's list) and zeroes it; safe on a zeroed shard. */
@@ -307,6 +318,7 @@ typedef struct accel_data_seq_desc {
     int process_index;
     int shuffle;              /* nonzero: permute the windows per (seed, epoch) */
     uint64_t seed;
+    int collective;           /* as accel_data_shard_desc.collective */
 } accel_data_seq_desc;
 
 /* Fields are readable; change them only through functions. */
@@ -321,7 +333,7 @@ typedef struct accel_data_seq_loader {
     int active;               /* between the epoch's first next() and its end (in acc's list of loaders) */
 } accel_data_seq_loader;
 
-/* Opens every file (validated). Collective when desc->num_processes is 0 and acc is given (agreement). */
+/* Opens every file (validated). Collective when acc is given and desc->num_processes is 0 or desc->collective. */
 ACCEL_API accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *ld, const accel_data_seq_desc *desc);
 ACCEL_API void accel_data_seq_deinit(accel_data_seq_loader *ld); /* ends the bookkeeping, unmaps; safe when zeroed */
 ACCEL_API int64_t accel_data_seq_len(const accel_data_seq_loader *ld); /* global batches per epoch */
@@ -562,7 +574,7 @@ ACCEL__DEF accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, c
     accel_result r;
     memset(&t, 0, sizeof t);
     r = accel__data_shard_make(acc, s ? &t : NULL, desc);
-    if (acc && (!desc || desc->num_processes == 0)) { /* P from acc: every rank must take part, even after a failure */
+    if (acc && (!desc || desc->num_processes == 0 || desc->collective)) { /* every rank takes part, even after a failure */
         int64_t v[8];
         memset(v, 0, sizeof v);
         if (r == ACCEL_OK) {
@@ -1018,7 +1030,7 @@ ACCEL__DEF accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *l
     memset(&t, 0, sizeof t);
     r = ld ? accel__data_seq_make(acc, &t, desc)
            : ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_seq_init: loader is NULL");
-    if (acc && (!desc || desc->num_processes == 0)) { /* P from acc: every rank takes part, even after a failure */
+    if (acc && (!desc || desc->num_processes == 0 || desc->collective)) { /* every rank takes part, even after a failure */
         int64_t v[6];
         memset(v, 0, sizeof v);
         if (r == ACCEL_OK) {
