@@ -82,10 +82,61 @@
      with ACCEL_COLL_AVG and accel_coll_reduce_tensor(..., "mean") keep Accelerate's reduce("mean") order: the sum,
      then a division by P (docs/semantics.md §7). The orders can differ in the last bit when P is not a power of two.
 
+   JOIN — uneven inputs (Accelerate's join_uneven_inputs = torch's Join with DDP's join hook)
+       accel_coll_reducer_join_begin(red, NULL);        // collective; finalizes the reducer (register first)
+       while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) { ...; accel_coll_reducer_wait(red); ... }
+       accel_coll_reducer_join_end(red, params, NPARAMS); // out of batches: shadow the others, then sync params
+     For loaders with even_batches off (no_even_batches), where ranks run out of batches at different steps. In join
+     mode every reducing step (accel_should_reduce) starts with one round: an 8-byte all-gather in which each rank
+     says whether it reduces (its first grad_ready/wait of the step) or has joined (join_end). Let A be the ranks that
+     reduce in that step and D = the group size P (default: DDP's divide_by_initial_world_size=True) or |A|
+     (accel_coll_join_desc.no_divide_by_initial_world_size). Then:
+       - a rank in A ends the step with  g_i = sum over q in A of fl(g_q,i * fl(1/D))  (each rank's gradient
+         pre-scaled in its compute type, then summed by the backend, as torch's Reducer with div_factor D); with
+         no_average, the plain sum over A. accel_coll_reducer_join_active(red) says |A|;
+       - a rank in join_end issues the same all-reduces (same buckets, order, counts) with zeros; its own gradient
+         buffers are not touched and its parameters not updated;
+       - when a round finds A empty every rank leaves join_end; the highest-ranked of the ranks that joined last (those
+         that shadowed no step; DDP's authoritative rank) broadcasts the n params of join_end to every rank (DDP's
+         _sync_final_model). Optimizer state and anything else stay per rank, as in DDP.
+     Steps that do not reduce (accumulation) have no round: joined ranks shadow reductions only. A rank that neither
+     reduces nor joins (dead, stuck) makes the others' round end in ACCEL_ERR_TIMEOUT at the context's deadline; a
+     rank in any other collective of the context makes the round fail with ACCEL_ERR_MISMATCH. join_end with bad
+     params still shadows, then fails every rank before the broadcast. Accelerate enables Join only when
+     even_batches is off; with even batches every rank runs out at the same step and join_end costs one round.
+
+   PROCESS MESH (Accelerate's ParallelismConfig + the DeviceMesh it builds)
+       accel_coll_mesh *mesh;
+       accel_coll_mesh_desc md = {0};
+       md.dp_shard_size = 2; md.tp_size = 2;            // 4 processes; 0 = PARALLELISM_CONFIG_*_SIZE or 1
+       accel_coll_mesh_create(world, &md, &mesh);        // collective over world's group
+       accel_coll *dp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_DP), *tp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_TP);
+       accel_coll_reducer_create(dp, NULL, &red);        // gradients averaged over the data-parallel group
+       accel_coll_all_reduce(tp, part, part, n, ACCEL_F32, ACCEL_COLL_SUM); // a row-parallel layer's partial sums
+       accel_coll_mesh_destroy(mesh);                    // before world
+     Dimensions in mesh order pp, dp_replicate, dp_shard, cp, tp (Accelerate's order with pipeline stages outermost,
+     as torchtitan): rank = (((pp*R + dp_replicate)*S + dp_shard)*C + cp)*T + tp, so tp peers are consecutive ranks.
+     Groups: one per dimension and Accelerate's flattened dp (dp_replicate x dp_shard), dp_shard_cp and dp_cp; a group
+     holds the ranks whose other coordinates equal this rank's, and this rank's rank in it is its coordinate along the
+     group (row-major over the group's dimensions, torch's _flatten). Every group is a full accel_coll (every op,
+     async, the reducer, join) with the parent's backend, buffers, timeout, debug and CUDA-aware settings; a group of
+     one process is a NONE context. MPI: MPI_Comm_split of the parent's communicator; NCCL: ncclCommSplit of the
+     parent's (NCCL >= 2.18; before, a fresh ncclCommInitRankConfig whose unique id travels in an all-gather over the
+     parent). Creation is collective over the parent: the sizes are checked on every rank (negative, an environment
+     value < 1 or not a number, a product != the parent's size) and then compared across ranks (accel.h's agreement:
+     a rank with another mesh fails every rank with ACCEL_ERR_MISMATCH naming the dimension and each rank's value;
+     a rank with a bad desc fails every rank, the others with ACCEL_ERR_REMOTE). Only then are the communicators
+     split (MPI_Comm_split itself blocks without a deadline: every rank reached it after agreeing). Every size
+     0 on a group of P > 1: dp_replicate = P (Accelerate's plain DDP). Shard the data by the dp group (accel_data.h,
+     PROCESS MESH). Differences from Accelerate: no tp_handler/cp_handler (accel does no model math); Accelerate's
+     refusal of tp/cp > 1 with dp_replicate > 1 and dp_shard == 1 (an FSDP2 composition limit) is not made — the mesh
+     is only communicators; pp is an extra dimension (ACCEL_PP_SIZE).
+
    COLLECTIVE CALLS AND ERRORS
      Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation,
      the Accelerate helpers (not split_between_processes), accel_coll_reducer_finalize (or the
-     first grad_ready/wait) and accel_coll_reducer_wait on a step that reduces. A local failure (a bad argument, an
+     first grad_ready/wait) and accel_coll_reducer_wait on a step that reduces, accel_coll_reducer_join_begin and
+     accel_coll_reducer_join_end (see JOIN); accel_coll_mesh_create and accel_coll_mesh_destroy over the parent. A local failure (a bad argument, an
      allocation) fails every rank at once: that rank returns its error,
      the others ACCEL_ERR_REMOTE naming it. That holds for create, pad_across_processes, gather_rows,
      gather_for_metrics and finalize; argument errors of the typed ops
