@@ -419,7 +419,7 @@ typedef struct gpt2_opts {
 
 static inline void gpt2_usage(const char *prog) {
     fprintf(stderr,
-            "usage: %s --data SHARD [--data SHARD ...] [options]\n"
+            "usage: %s --data SHARD [SHARD ...] [options]       (llm.c token shards, e.g. --data fineweb_train_*.bin)\n"
             "       %s --gen-shard PATH NTOKENS VOCAB      (a synthetic llm.c uint16 shard: a Markov chain)\n"
             "model (default GPT-2 124M: --layers 12 --heads 12 --channels 768 --vocab 50257 --block-size 1024)\n"
             "  --init FILE.safetensors  start from these weights (Hugging Face GPT-2 names; sets L, C, V, block size;\n"
@@ -492,9 +492,14 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
             return gpt2_gen_shard(prog, argv[i + 1], atol(argv[i + 2]), atoi(argv[i + 3]));
         }
 #define GPT2_ARG(name) (!strcmp(a, name) && v && (++i, 1))
-        if (GPT2_ARG("--data")) {
-            if (o->ndata == GPT2_MAX_FILES) { fprintf(stderr, "%s: at most %d --data files\n", prog, GPT2_MAX_FILES); return 2; }
-            o->data[o->ndata++] = v;
+        if (!strcmp(a, "--data")) { /* --data A [B ...]: every following argument up to the next option */
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+                if (o->ndata == GPT2_MAX_FILES) {
+                    fprintf(stderr, "%s: at most %d --data files\n", prog, GPT2_MAX_FILES);
+                    return 2;
+                }
+                o->data[o->ndata++] = argv[++i];
+            }
         }
         else if (GPT2_ARG("--init")) o->init = v;
         else if (GPT2_ARG("--steps")) o->steps = atoi(v);
