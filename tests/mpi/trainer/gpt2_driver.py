@@ -82,8 +82,15 @@ def equivalence(exe, tmp):
     res = {}
     for name, np_, b, a in (("1x8", 1, 8, 1), ("2x4", 2, 4, 1), ("1x4_accum2", 1, 4, 2)):
         lf, ex = os.path.join(tmp, name + ".loss"), os.path.join(tmp, name + ".export")
-        r = run(exe, np_, common + ["--batch", b, "--accum", a, "--loss-file", lf, "--export", ex])
+        logs = os.path.join(tmp, name + ".logs")
+        r = run(exe, np_, common + ["--batch", b, "--accum", a, "--loss-file", lf, "--export", ex, "--log-dir", logs])
         check("%d process(es) x batch %d" % (np_, b) in r.stdout, "%s ran on %d process(es)" % (name, np_))
+        recs = [json.loads(x) for x in open(os.path.join(logs, "gpt2_cpu", "metrics.jsonl"))]
+        tb = [f for f in os.listdir(os.path.join(logs, "gpt2_cpu")) if "tfevents" in f]
+        logged = [x["train/loss"] for x in recs if "train/loss" in x]
+        check(len(logged) == steps and all(abs(a - b) <= 1e-8 * b for a, b in zip(logged, losses(lf))) and len(tb) == 1,
+              "%s: metrics.jsonl has the %d losses of the loss file (written once), and one TensorBoard file" %
+              (name, steps))
         res[name] = (losses(lf), read_safetensors(os.path.join(ex, "model.safetensors"))[0])
     ref_l, ref_w = res["1x8"]
     for name in ("2x4", "1x4_accum2"):
