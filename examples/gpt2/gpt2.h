@@ -21,12 +21,17 @@
      (GPT2LMHeadModel.save_pretrained) is accepted on import; other tensors (attn.bias buffers, lm_head.weight) are
      ignored. The export also writes a config.json (GPT2Config), so transformers' from_pretrained(dir) loads it.
 
-   Both trainers include this file after accel.h, accel_ckpt.h and accel_data.h (C99 and C++). */
+   THE OPTIMIZER: accel_optim.h's AdamW (torch.optim.AdamW's update, betas 0.9/0.95 and eps 1e-8 as llm.c), one
+   parameter group per tensor so the list keeps this layout (stochastic-rounding indices are flat offsets) and only the
+   2-D weights decay; transformers' cosine schedule with warmup on Accelerate's scheduler count.
+
+   Both trainers include this file after accel.h, accel_ckpt.h, accel_data.h and accel_optim.h (C99 and C++). */
 #ifndef GPT2_H_INCLUDED
 #define GPT2_H_INCLUDED
 #include "accel.h"
 #include "accel_ckpt.h"
 #include "accel_data.h"
+#include "accel_optim.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,14 +55,6 @@ enum {
 static const char *const gpt2_tensor_names[GPT2_NUM_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
-static const char *const gpt2_exp_avg_names[GPT2_NUM_TENSORS] = {
-    "wte.exp_avg", "wpe.exp_avg", "ln1w.exp_avg", "ln1b.exp_avg", "qkvw.exp_avg", "qkvb.exp_avg",
-    "attprojw.exp_avg", "attprojb.exp_avg", "ln2w.exp_avg", "ln2b.exp_avg", "fcw.exp_avg", "fcb.exp_avg",
-    "fcprojw.exp_avg", "fcprojb.exp_avg", "lnfw.exp_avg", "lnfb.exp_avg"};
-static const char *const gpt2_exp_avg_sq_names[GPT2_NUM_TENSORS] = {
-    "wte.exp_avg_sq", "wpe.exp_avg_sq", "ln1w.exp_avg_sq", "ln1b.exp_avg_sq", "qkvw.exp_avg_sq", "qkvb.exp_avg_sq",
-    "attprojw.exp_avg_sq", "attprojb.exp_avg_sq", "ln2w.exp_avg_sq", "ln2b.exp_avg_sq", "fcw.exp_avg_sq",
-    "fcb.exp_avg_sq", "fcprojw.exp_avg_sq", "fcprojb.exp_avg_sq", "lnfw.exp_avg_sq", "lnfb.exp_avg_sq"};
 
 /* GPT-2 124M. */
 static inline void gpt2_config_default(gpt2_config *c) {
@@ -107,9 +104,9 @@ static inline int gpt2_decays(int tensor) {
            tensor == GPT2_FCW || tensor == GPT2_FCPROJW;
 }
 
-/* accel descriptors of the 16 tensors of a flat F32 buffer (master weights, gradients, moments) for the reducer,
-   clip_grad_norm and checkpoints. names: gpt2_tensor_names, gpt2_exp_avg_names, ... */
-static inline void gpt2_describe(const gpt2_config *c, float *base, const char *const *names, accel_tensor out[GPT2_NUM_TENSORS]) {
+/* accel descriptors of the 16 tensors of a flat buffer of dtype dt (F32 master weights and gradients, the BF16 model
+   copy) for the reducer, the norm, the optimizer and the checkpoints. */
+static inline void gpt2_describe(const gpt2_config *c, void *base, accel_dtype dt, accel_tensor out[GPT2_NUM_TENSORS]) {
     int ndim[GPT2_NUM_TENSORS], i, k;
     int64_t shape[GPT2_NUM_TENSORS][3];
     size_t off[GPT2_NUM_TENSORS + 1];
@@ -117,9 +114,9 @@ static inline void gpt2_describe(const gpt2_config *c, float *base, const char *
     gpt2_offsets(c, off);
     for (i = 0; i < GPT2_NUM_TENSORS; ++i) {
         memset(&out[i], 0, sizeof out[i]);
-        out[i].name = names[i];
-        out[i].ptr = base + off[i];
-        out[i].dtype = ACCEL_F32;
+        out[i].name = gpt2_tensor_names[i];
+        out[i].ptr = (char *)base + off[i] * accel_dtype_size(dt);
+        out[i].dtype = dt;
         out[i].ndim = ndim[i];
         for (k = 0; k < ndim[i]; ++k) out[i].shape[k] = shape[i][k];
     }
@@ -394,17 +391,46 @@ static inline int gpt2_hf_config_heads(const char *weights_path) {
     return p ? atoi(p + 1) : 0;
 }
 
-/* ------------------------------------------------------------------------------------------------ schedule */
-/* transformers' get_cosine_schedule_with_warmup through LambdaLR: lr = base · factor(s), s = optimizer steps taken
-   before this one. The trainers count s with Accelerate's scheduler bookkeeping: acc.scheduler_steps advances by
-   num_processes per taken step (AcceleratedScheduler), so s = acc.scheduler_steps / num_processes; the schedule's
-   length and warmup are in optimizer steps. */
-static inline double gpt2_lr(double base, int64_t s, int64_t warmup, int64_t total) {
-    double q;
-    if (s < warmup) return base * (double)s / (double)(warmup > 1 ? warmup : 1);
-    q = (double)(s - warmup) / (double)(total - warmup > 1 ? total - warmup : 1);
-    q = 0.5 * (1.0 + cos(3.141592653589793 * q));
-    return base * (q > 0.0 ? q : 0.0);
+/* ----------------------------------------------------------------------------------------------- optimizer */
+/* AdamW over the 16 tensors (model: the BF16 copies the step writes, or NULL), lr 0 allowed (--lr 0). */
+static inline accel_result gpt2_optim_create(accel *acc, const accel_tensor *params, const accel_tensor *grads,
+                                             const accel_tensor *model, double lr, double weight_decay, int sr,
+                                             uint64_t seed, accel_optim **out) {
+    accel_optim_group g[GPT2_NUM_TENSORS];
+    accel_optim_desc d;
+    int k;
+    memset(g, 0, sizeof g);
+    memset(&d, 0, sizeof d);
+    for (k = 0; k < GPT2_NUM_TENSORS; ++k) {
+        g[k].count = 1;
+        g[k].weight_decay = gpt2_decays(k) ? weight_decay : 0.0;
+    }
+    d.algorithm = ACCEL_OPTIM_ADAMW;
+    d.params = params;
+    d.grads = grads;
+    d.model = model;
+    d.nparams = GPT2_NUM_TENSORS;
+    d.groups = g;
+    d.ngroups = GPT2_NUM_TENSORS;
+    d.lr = lr > 0 ? lr : ACCEL_OPTIM_ZERO;
+    d.beta1 = 0.9;
+    d.beta2 = 0.95;
+    d.eps = 1e-8;
+    d.model_rounding = sr ? ACCEL_OPTIM_ROUND_STOCHASTIC : ACCEL_OPTIM_ROUND_NEAREST;
+    d.sr_seed = seed;
+    return accel_optim_create(acc, &d, out);
+}
+
+/* transformers' get_cosine_schedule_with_warmup (warmup and length in optimizer steps), read at Accelerate's
+   scheduler count: acc.scheduler_steps advances num_processes per taken step (AcceleratedScheduler), so the
+   schedule's units are scaled by P and the LR of an optimizer step does not depend on the number of processes. */
+static inline accel_optim_schedule gpt2_schedule(int64_t warmup, int64_t steps, int num_processes) {
+    accel_optim_schedule s;
+    memset(&s, 0, sizeof s);
+    s.kind = ACCEL_OPTIM_SCHEDULE_COSINE;
+    s.warmup_steps = warmup * num_processes;
+    s.total_steps = steps * num_processes;
+    return s;
 }
 
 /* ------------------------------------------------------------------------------------------- command line */

@@ -7,7 +7,8 @@
      accel.h              process group (mpirun / srun / torchrun), gradient accumulation, scheduler bookkeeping
      accel_data.h         llm.c token shards: each rank's (B, T+1) windows of every global batch, resumable
      accel_collectives.h  the gradient reducer (averages the gradients over ranks; MPI on the CPU)
-     accel_amp.h          clip_grad_norm (the global L2 norm, torch's rule)
+     accel_amp.h          the global gradient norm (clip_grad_norm's)
+     accel_optim.h        AdamW (torch.optim.AdamW's update; the clip coefficient fused into the step), the schedule
      accel_ckpt.h         save_state / load_state (weights, AdamW moments, loader and step counters), save_model
                           with Hugging Face GPT-2 names, --init from such a file
      accel_trackers.h     TensorBoard + JSONL
@@ -19,13 +20,13 @@
 
    Semantics (Accelerate's): --batch is per process; a step sees P × batch × accum windows; the loss is divided by
    accum and the reducer averages over ranks, so the gradient is the mean over the global batch whatever P and accum
-   are. The LR schedule reads acc.scheduler_steps (P per optimizer step). The optimizer is a local AdamW
-   (torch.optim.AdamW's update) until accel_optim.h lands. */
+   are. The LR schedule reads acc.scheduler_steps (P per optimizer step). */
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_ckpt.h"
 #include "accel_collectives.h"
 #include "accel_data.h"
+#include "accel_optim.h"
 #include "accel_trackers.h"
 #include "gpt2.h"
 #include <signal.h>
@@ -248,7 +249,7 @@ typedef struct gpt2 {
     gpt2_config cfg;
     int B, T;
     size_t off[GPT2_NUM_TENSORS + 1], nparams;
-    float *params, *grads, *m, *v; /* flat, gpt2.h's layout */
+    float *params, *grads; /* flat, gpt2.h's layout (the AdamW moments belong to accel_optim) */
     /* activations kept for backward (per layer: L × the size) */
     float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
         *fch_gelu, *residual3, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
@@ -272,7 +273,7 @@ static int gpt2_alloc(accel *acc, gpt2 *m, const gpt2_config *cfg, int B, int T)
     m->T = T;
     m->nparams = gpt2_offsets(cfg, m->off);
 #define A_(p, n) (ptrs[k] = &m->p, sizes[k++] = (n))
-    A_(params, m->nparams); A_(grads, m->nparams); A_(m, m->nparams); A_(v, m->nparams);
+    A_(params, m->nparams); A_(grads, m->nparams);
     A_(encoded, BT * C); A_(ln1, L * BT * C); A_(ln1_mean, L * BT); A_(ln1_rstd, L * BT); A_(qkv, L * BT * 3 * C);
     A_(atty, L * BT * C); A_(att, L * B * NH * T * T); A_(residual2, L * BT * C); A_(ln2, L * BT * C);
     A_(ln2_mean, L * BT); A_(ln2_rstd, L * BT); A_(fch, L * BT * 4 * C); A_(fch_gelu, L * BT * 4 * C);
@@ -374,26 +375,6 @@ static void gpt2_backward(gpt2 *m, float loss_mult) {
     encoder_backward(G_(m, GPT2_WTE), G_(m, GPT2_WPE), m->dres, m->inputs, B, T, C);
 }
 
-/* torch.optim.AdamW's update (betas 0.9/0.95, eps 1e-8), decay on the 2-D weights; t = this step's number (1-based).
-   TODO(accel_optim.h): replace with accel_optim_step once the fused optimizer lands on main. */
-static void adamw_step(gpt2 *m, double lr, double wd, int64_t t) {
-    const double b1 = 0.9, b2 = 0.95;
-    const float eps = 1e-8f, fb1 = (float)b1, fb2 = (float)b2;
-    float step_size = (float)(lr / (1.0 - pow(b1, (double)t))), bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)t));
-    int k;
-    for (k = 0; k < GPT2_NUM_TENSORS; ++k) {
-        float decay = gpt2_decays(k) ? (float)(1.0 - lr * wd) : 1.0f;
-        size_t i;
-        for (i = m->off[k]; i < m->off[k + 1]; ++i) {
-            float g = m->grads[i], mi, vi;
-            m->params[i] *= decay;
-            mi = m->m[i] = fb1 * m->m[i] + (1.0f - fb1) * g;
-            vi = m->v[i] = fb2 * m->v[i] + (1.0f - fb2) * g * g;
-            m->params[i] -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-        }
-    }
-}
-
 /* ------------------------------------------------------------------------------------------------- main */
 #define CHECK(call)                                                                                                  \
     do {                                                                                                            \
@@ -415,8 +396,10 @@ int main(int argc, char **argv) {
     accel_coll_reducer *red = NULL;
     accel_ckpt *ck = NULL;
     accel_ckpt_file *initf = NULL;
+    accel_optim *opt = NULL;
+    accel_optim_schedule sched;
     accel_track trk;
-    accel_tensor params[GPT2_NUM_TENSORS], grads[GPT2_NUM_TENSORS], moments[2 * GPT2_NUM_TENSORS];
+    accel_tensor params[GPT2_NUM_TENSORS], grads[GPT2_NUM_TENSORS];
     int32_t *win = NULL;
     char prefix[16];
     FILE *lf = NULL;
@@ -458,10 +441,11 @@ int main(int argc, char **argv) {
     } else {
         gpt2_init_params(&cfg, model.params, o.seed);
     }
-    gpt2_describe(&cfg, model.params, gpt2_tensor_names, params);
-    gpt2_describe(&cfg, model.grads, gpt2_tensor_names, grads);
-    gpt2_describe(&cfg, model.m, gpt2_exp_avg_names, moments);
-    gpt2_describe(&cfg, model.v, gpt2_exp_avg_sq_names, moments + GPT2_NUM_TENSORS);
+    gpt2_describe(&cfg, model.params, ACCEL_F32, params);
+    gpt2_describe(&cfg, model.grads, ACCEL_F32, grads);
+    /* AdamW (decay on the 2-D weights), cosine schedule with warmup on the scheduler count */
+    CHECK(gpt2_optim_create(&acc, params, grads, NULL, o.lr, o.weight_decay, 0, o.seed, &opt));
+    sched = gpt2_schedule(o.warmup, o.steps, P);
 
     /* 2. data: rank r gets rows r*B .. r*B+B-1 of every global batch of P*B windows of T+1 tokens */
     memset(&sd, 0, sizeof sd);
@@ -487,17 +471,21 @@ int main(int argc, char **argv) {
                                      grads[k].name, NULL));
     CHECK(accel_coll_reducer_finalize(red));
 
-    /* 4. checkpoints: weights + AdamW moments as safetensors, the loader's position as bytes, the step counters and
-          RNG in accel's own state; load_state resumes all of it */
+    /* 4. checkpoints: weights + AdamW moments as safetensors, the optimizer's step counts and the loader's position as
+          bytes, the step counters and RNG in accel's own state; load_state resumes all of it */
     if (o.ckpt_dir) {
         accel_ckpt_desc kd;
+        const accel_tensor *moments;
+        int nmoments;
         memset(&kd, 0, sizeof kd);
         kd.project_dir = o.ckpt_dir;
         kd.automatic_checkpoint_naming = 1;
         kd.total_limit = 2;
         CHECK(accel_ckpt_create(&acc, &kd, &ck));
         CHECK(accel_ckpt_register_model(ck, params, GPT2_NUM_TENSORS));
-        CHECK(accel_ckpt_register_optimizer(ck, moments, 2 * GPT2_NUM_TENSORS));
+        CHECK(accel_optim_state_tensors(opt, &moments, &nmoments));
+        CHECK(accel_ckpt_register_optimizer(ck, moments, nmoments));
+        CHECK(accel_ckpt_register(ck, "optim_state", accel_optim_state_save, accel_optim_state_load, opt));
         CHECK(accel_ckpt_register(ck, "loader", accel_data_seq_state_save, accel_data_seq_state_load, &ld));
         if (o.resume) {
             accel_result r = accel_ckpt_load_state(ck, NULL);
@@ -560,13 +548,19 @@ int main(int argc, char **argv) {
             CHECK(accel_coll_reducer_wait(red)); /* average over ranks */
         }
         if (acc.sync_gradients) {
+            accel_optim_step_args sa;
+            float coef = 1.0f;
             step = acc.optimizer_steps + 1; /* 1-based number of this step */
-            lr = gpt2_lr(o.lr, acc.scheduler_steps / P, o.warmup, o.steps);
             if (o.dump_grads && step == 1 && acc.is_main_process)
                 CHECK(gpt2_save_hf_file(&acc, &cfg, model.grads, o.dump_grads));
-            if (o.clip > 0) CHECK(accel_amp_clip_grad_norm(&acc, grads, GPT2_NUM_TENSORS, o.clip, 2.0, 0, &norm));
-            else CHECK(accel_amp_grad_norm(&acc, grads, GPT2_NUM_TENSORS, 2.0, 0, &norm));
-            adamw_step(&model, lr, o.weight_decay, step);
+            /* clip_grad_norm_: the norm here, the coefficient applied inside the fused step */
+            CHECK(accel_amp_grad_norm(&acc, grads, GPT2_NUM_TENSORS, 2.0, 0, &norm));
+            if (o.clip > 0) coef = accel_optim_clip_coef(norm, o.clip);
+            memset(&sa, 0, sizeof sa);
+            sa.clip_coef = o.clip > 0 ? &coef : NULL;
+            CHECK(accel_optim_apply_schedule(opt, &sched, acc.scheduler_steps));
+            lr = accel_optim_lr(opt, 0);
+            CHECK(accel_optim_step(opt, &sa));
             accel_optimizer_step_done(&acc, 0);
             memset(model.grads, 0, model.nparams * sizeof(float)); /* zero_grad */
         }
@@ -619,6 +613,7 @@ fail:
     if (tracking) accel_track_deinit(&trk);
     accel_ckpt_file_destroy(initf);
     accel_ckpt_destroy(ck);
+    accel_optim_destroy(opt);
     accel_coll_reducer_destroy(red);
     accel_coll_destroy(coll);
     accel_data_seq_deinit(&ld);

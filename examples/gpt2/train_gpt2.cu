@@ -6,19 +6,19 @@
    accumulation); everything else is a kernel below: LayerNorm forward/backward, the attention softmax forward/backward
    and the head permutations around cuBLAS's batched GEMMs, GELU (tanh) forward/backward with the fc bias, residual
    adds with the projection biases, a fused softmax + cross-entropy + gradient kernel for the LM head, the embedding
-   backward, column sums for the bias and LayerNorm gradients, and AdamW with the bf16 model copy (round to nearest
-   even, or stochastic rounding with --sr). Every reduction has a fixed order (no float atomics), so a run is
-   bit-reproducible and a resumed run equals an uninterrupted one.
+   backward, and column sums for the bias and LayerNorm gradients. Every reduction has a fixed order (no float
+   atomics), so a run is bit-reproducible and a resumed run equals an uninterrupted one.
 
    Everything around the model is accel (the same loop as gpt2_cpu.c):
      accel.h              launcher/ranks, device = local rank, gradient accumulation, scheduler bookkeeping
      accel_data.h         llm.c token shards → each rank's (B, T+1) windows; pinned double-buffered staging
      accel_collectives.h  the gradient reducer (NCCL between GPUs)
-     accel_amp.h          clip_grad_norm on the device; bf16 master → model copies (RNE / stochastic)
+     accel_amp.h          the gradient norm on the device; fp32 master → bf16 model copy at start and resume
+     accel_optim.h        fused AdamW on the device: clip coefficient in, bf16 model copy out (round to nearest
+                          even, or stochastic rounding with --sr), the cosine schedule
      accel_ckpt.h         save_state / load_state (fp32 master weights, moments, loader, counters, RNG), save_model
                           and --init with Hugging Face GPT-2 names
      accel_trackers.h     TensorBoard + JSONL
-   The optimizer is a local fused AdamW kernel until accel_optim.h lands.
 
      build/examples/gpt2/train_gpt2 --gen-shard /tmp/tiny.bin 1000000 64
      build/examples/gpt2/train_gpt2 --data /tmp/tiny.bin --vocab 64 --layers 2 --channels 64 --heads 4 --seq 64
@@ -31,6 +31,7 @@
 #include "accel_ckpt.h"
 #include "accel_collectives.h"
 #include "accel_data.h"
+#include "accel_optim.h"
 #include "accel_trackers.h"
 #include "gpt2.h"
 #include <cublas_v2.h>
@@ -303,23 +304,6 @@ __global__ void loss_mean_kernel(float *acc, const float *losses, int n) {
     }
 }
 
-/* torch.optim.AdamW's update on the fp32 master weights + the bf16 model copy (RNE, or stochastic rounding with the
-   bits of accel_amp.h's rule for (seed, step, index0 + i): accel_amp_master_to_model with the same sr is identical).
-   TODO(accel_optim.h): replace with accel_optim_step once the fused optimizer lands on main. */
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, uint16_t *model, size_t n, float decay,
-                             float b1, float b2, float step_size, float bc2_sqrt, float eps, int sr, uint64_t seed,
-                             uint64_t step, size_t index0) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float gi = g[i], pi = p[i] * decay;
-    float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    pi -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-    model[i] = sr ? accel_amp_f32_to_bf16_sr(pi, accel_amp_sr_bits(seed, step, index0 + i)) : accel_f32_to_bf16(pi);
-}
-
 /* ------------------------------------------------------------------------------------------------ cuBLAS */
 /* Row-major GEMMs on column-major cuBLAS (a row-major X is the column-major Xᵀ), bf16 inputs, fp32 accumulation,
    output bf16 or fp32 (ot); batched over `batch` matrices with the given element strides.
@@ -377,7 +361,7 @@ typedef struct model {
     gpt2_config cfg;
     int B, T;
     size_t off[GPT2_NUM_TENSORS + 1], n;
-    float *master, *grads, *m, *v; /* device, fp32, gpt2.h's layout */
+    float *master, *grads;         /* device, fp32, gpt2.h's layout (the AdamW moments belong to accel_optim) */
     bf16 *w;                       /* device, bf16 model copy */
     activations a;
     char *arena;
@@ -552,21 +536,6 @@ static cudaError_t backward(model *m, const int32_t *sorted_pos, const int32_t *
     return cudaSuccess;
 }
 
-/* AdamW over the 16 tensors (decay on the 2-D weights), then the bf16 copy; step = 1-based step number. */
-static cudaError_t adamw(model *m, double lr, double wd, int64_t step, int sr, uint64_t seed) {
-    const double b1 = 0.9, b2 = 0.95;
-    float step_size = (float)(lr / (1.0 - pow(b1, (double)step))), bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)step));
-    for (int k = 0; k < GPT2_NUM_TENSORS; ++k) {
-        size_t n = m->off[k + 1] - m->off[k], o = m->off[k];
-        float decay = gpt2_decays(k) ? (float)(1.0 - lr * wd) : 1.0f;
-        adamw_kernel<<<blocks(n, 256), 256, 0, m->st>>>(m->master + o, m->grads + o, m->m + o, m->v + o,
-                                                        (uint16_t *)m->w + o, n, decay, (float)b1, (float)b2,
-                                                        step_size, bc2_sqrt, 1e-8f, sr, seed, (uint64_t)step, o);
-        KCHECK();
-    }
-    return cudaSuccess;
-}
-
 /* The host's part of the embedding backward: positions sorted by token (counting sort, stable), grouped into
    segments, written after the window in the staged buffer: [win (B(T+1)) | sorted_pos (BT) | seg_start (BT+1) |
    seg_tok (BT)]. count is a V-sized zeroed scratch (left zeroed). Returns the number of segments. */
@@ -635,8 +604,10 @@ int main(int argc, char **argv) {
     accel_coll_reducer *red = NULL;
     accel_ckpt *ck = NULL;
     accel_ckpt_file *initf = NULL;
+    accel_optim *opt = NULL;
+    accel_optim_schedule sched;
     accel_track trk;
-    accel_tensor params[GPT2_NUM_TENSORS], grads[GPT2_NUM_TENSORS], moments[2 * GPT2_NUM_TENSORS];
+    accel_tensor params[GPT2_NUM_TENSORS], grads[GPT2_NUM_TENSORS], model16[GPT2_NUM_TENSORS];
     char prefix[16];
     FILE *lf = NULL;
     float *host = NULL;
@@ -696,11 +667,9 @@ int main(int argc, char **argv) {
         size_t act = carve_activations(NULL, &M.a, &cfg, B, T);
         M.master = (float *)accel_device_alloc(&acc, M.n * sizeof(float));
         M.grads = (float *)accel_device_alloc(&acc, M.n * sizeof(float));
-        M.m = (float *)accel_device_alloc(&acc, M.n * sizeof(float));
-        M.v = (float *)accel_device_alloc(&acc, M.n * sizeof(float));
         M.w = (bf16 *)accel_device_alloc(&acc, M.n * sizeof(bf16));
         M.arena = (char *)accel_device_alloc(&acc, act);
-        if (!M.master || !M.grads || !M.m || !M.v || !M.w || !M.arena) {
+        if (!M.master || !M.grads || !M.w || !M.arena) {
             fprintf(stderr, "train_gpt2: out of device memory (%zu parameters, %.2f GiB of activations)\n", M.n,
                     act / 1073741824.0);
             goto fail;
@@ -709,13 +678,13 @@ int main(int argc, char **argv) {
     }
     CUDA_OK(cudaMemcpy(M.master, host, M.n * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(M.grads, 0, M.n * sizeof(float)));
-    CUDA_OK(cudaMemset(M.m, 0, M.n * sizeof(float)));
-    CUDA_OK(cudaMemset(M.v, 0, M.n * sizeof(float)));
     CUDA_OK(cudaMemset(M.a.loss_acc, 0, sizeof(float)));
-    gpt2_describe(&cfg, M.master, gpt2_tensor_names, params);
-    gpt2_describe(&cfg, M.grads, gpt2_tensor_names, grads);
-    gpt2_describe(&cfg, M.m, gpt2_exp_avg_names, moments);
-    gpt2_describe(&cfg, M.v, gpt2_exp_avg_sq_names, moments + GPT2_NUM_TENSORS);
+    gpt2_describe(&cfg, M.master, ACCEL_F32, params);
+    gpt2_describe(&cfg, M.grads, ACCEL_F32, grads);
+    gpt2_describe(&cfg, M.w, ACCEL_BF16, model16);
+    /* AdamW (decay on the 2-D weights) writing the bf16 copy; cosine schedule with warmup on the scheduler count */
+    CHECK(gpt2_optim_create(&acc, params, grads, model16, o.lr, o.weight_decay, o.sr, o.seed, &opt));
+    sched = gpt2_schedule(o.warmup, o.steps, P);
     if (cublasCreate(&g_blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(g_blas, M.st) != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr, "train_gpt2: cuBLAS initialization failed\n");
         goto fail;
@@ -749,16 +718,21 @@ int main(int argc, char **argv) {
                                      grads[k].name, NULL));
     CHECK(accel_coll_reducer_finalize(red));
 
-    /* 4. checkpoints: fp32 master weights and moments (device buffers, staged by accel), loader, counters, RNG */
+    /* 4. checkpoints: fp32 master weights and moments (device buffers, staged by accel), the optimizer's step counts,
+          loader, counters, RNG */
     if (o.ckpt_dir) {
         accel_ckpt_desc kd;
+        const accel_tensor *moments;
+        int nmoments;
         memset(&kd, 0, sizeof kd);
         kd.project_dir = o.ckpt_dir;
         kd.automatic_checkpoint_naming = 1;
         kd.total_limit = 2;
         CHECK(accel_ckpt_create(&acc, &kd, &ck));
         CHECK(accel_ckpt_register_model(ck, params, GPT2_NUM_TENSORS));
-        CHECK(accel_ckpt_register_optimizer(ck, moments, 2 * GPT2_NUM_TENSORS));
+        CHECK(accel_optim_state_tensors(opt, &moments, &nmoments));
+        CHECK(accel_ckpt_register_optimizer(ck, moments, nmoments));
+        CHECK(accel_ckpt_register(ck, "optim_state", accel_optim_state_save, accel_optim_state_load, opt));
         CHECK(accel_ckpt_register(ck, "loader", accel_data_seq_state_save, accel_data_seq_state_load, &ld));
         if (o.resume) {
             accel_result r = accel_ckpt_load_state(ck, NULL);
@@ -767,7 +741,8 @@ int main(int argc, char **argv) {
             if (r == ACCEL_OK) accel_print(&acc, "resumed at step %lld\n", (long long)acc.optimizer_steps);
         }
     }
-    {   /* the bf16 copy of the master weights: what the last step wrote (the same rounding bits with --sr) */
+    {   /* the bf16 copy of the master weights: what the last step wrote (with --sr the same bits: accel_optim's
+           stochastic rounding is accel_amp's rule for (seed, the parameter's step count, flat index)) */
         accel_amp_sr sr;
         memset(&sr, 0, sizeof sr);
         sr.seed = o.seed;
@@ -832,9 +807,10 @@ int main(int argc, char **argv) {
             CUDA_OK(backward(&M, win + (size_t)B * (T + 1), win + (size_t)B * (T + 1) + (size_t)B * T,
                              win + (size_t)B * (T + 1) + 2 * (size_t)B * T + 1, nseg));
             micro++;
-            if (o.bench_noop) { /* the same math without accel: one micro-batch per step, no sync, no logs */
+            if (o.bench_noop) { /* the same math without accel's bookkeeping: one micro-batch per step, no clipping,
+                                   no sync, no logs; the optimizer (the model's math) still steps */
                 step++;
-                CUDA_OK(adamw(&M, gpt2_lr(o.lr, step - 1, o.warmup, o.steps), o.weight_decay, step, o.sr, o.seed));
+                CHECK(accel_optim_step(opt, NULL));
                 CUDA_OK(cudaMemsetAsync(M.grads, 0, M.n * sizeof(float), M.st));
                 if (step == 3) {
                     CUDA_OK(cudaStreamSynchronize(M.st));
@@ -849,15 +825,21 @@ int main(int argc, char **argv) {
                 CHECK(accel_coll_reducer_wait(red)); /* average over ranks (NCCL on acc.stream) */
             }
             if (acc.sync_gradients) {
+                accel_optim_step_args sa;
+                float coef = 1.0f;
                 step = acc.optimizer_steps + 1;
-                lr = gpt2_lr(o.lr, acc.scheduler_steps / P, o.warmup, o.steps);
                 if (o.dump_grads && step == 1) {
                     CUDA_OK(cudaMemcpy(host, M.grads, M.n * sizeof(float), cudaMemcpyDeviceToHost));
                     if (acc.is_main_process) CHECK(gpt2_save_hf_file(&acc, &cfg, host, o.dump_grads));
                 }
-                if (o.clip > 0) CHECK(accel_amp_clip_grad_norm(&acc, grads, GPT2_NUM_TENSORS, o.clip, 2.0, 0, &norm));
-                else CHECK(accel_amp_grad_norm(&acc, grads, GPT2_NUM_TENSORS, 2.0, 0, &norm));
-                CUDA_OK(adamw(&M, lr, o.weight_decay, step, o.sr, o.seed));
+                /* clip_grad_norm_: the norm (one read of the gradients), the coefficient applied inside the step */
+                CHECK(accel_amp_grad_norm(&acc, grads, GPT2_NUM_TENSORS, 2.0, 0, &norm));
+                if (o.clip > 0) coef = accel_optim_clip_coef(norm, o.clip);
+                memset(&sa, 0, sizeof sa);
+                sa.clip_coef = o.clip > 0 ? &coef : NULL;
+                CHECK(accel_optim_apply_schedule(opt, &sched, acc.scheduler_steps));
+                lr = accel_optim_lr(opt, 0);
+                CHECK(accel_optim_step(opt, &sa)); /* params, moments and the bf16 copy in one pass */
                 accel_optimizer_step_done(&acc, 0);
                 CUDA_OK(cudaMemsetAsync(M.grads, 0, M.n * sizeof(float), M.st)); /* zero_grad */
             }
@@ -938,6 +920,7 @@ fail:
     if (g_blas) cublasDestroy(g_blas);
     accel_ckpt_file_destroy(initf);
     accel_ckpt_destroy(ck);
+    accel_optim_destroy(opt);
     accel_coll_reducer_destroy(red);
     accel_coll_destroy(coll);
     if (have_stager) accel_data_stager_deinit(&stager);
@@ -946,8 +929,6 @@ fail:
     accel_host_free(&acc, count);
     accel_device_free(&acc, M.master);
     accel_device_free(&acc, M.grads);
-    accel_device_free(&acc, M.m);
-    accel_device_free(&acc, M.v);
     accel_device_free(&acc, M.w);
     accel_device_free(&acc, M.arena);
     if (rc && inited && acc.num_processes > 1) { /* peers may wait in a collective: let the launcher end the job */

@@ -9,10 +9,12 @@ gradients 6e-8, trajectory 3e-7):
   - the first forward loss: issue 1e-5 relative, enforced 2e-7;
   - every parameter gradient of the first step: issue 1e-4 max abs difference, enforced 1e-6;
   - the 5-step loss trajectory: issue 1e-4, enforced 3e-6;
-  - the exported weights (HF names and Conv1D layout, config.json) equal the reference's after 5 steps within 1e-5,
-    except the key biases (c_attn.bias[C:2C]): softmax is invariant to them, so their true gradient is exactly 0 and
-    AdamW turns rounding noise (1e-18 in float64, ~1e-9 in float32) into steps of up to lr: they are only checked
-    to stay within steps x lr of each other;
+  - the exported weights (HF names and Conv1D layout, config.json) equal the reference's after 5 steps within 1% of
+    what 5 AdamW steps can move a weight (steps x lr): AdamW normalizes each gradient by its own magnitude, so an
+    element whose gradient is within ~10x of eps (1e-8) turns float32-vs-float64 noise into a visible difference
+    (measured: 8.6e-6 for a 9e-8 gradient at lr 1e-3). The key biases (c_attn.bias[C:2C]) are checked apart:
+    softmax is invariant to them, their true gradient is exactly 0 and AdamW turns rounding noise (1e-18 in float64,
+    ~1e-9 in float32) into steps of up to lr, so they only stay within steps x lr of each other;
   - negative control: the same reference with the exact (erf) GELU instead of tanh is outside the enforced
     tolerances, so the comparison can fail.
 usage: test_gpt2_torch.py GPT2_CPU_EXE     (exit 77 when PyTorch is missing)
@@ -110,7 +112,8 @@ def run_config(exe, tmp, name, L, H, C, V, block, T, B, accum, lr, warmup, wd, c
             dk = max(dk, d[C:2 * C].max().item())
             d[C:2 * C] = 0
         dw = max(dw, d.max().item())
-    check(dw <= 1e-5, "exported weights after %d steps equal PyTorch's (max abs difference %.2e)" % (STEPS, dw))
+    check(dw <= 0.01 * STEPS * lr, "exported weights after %d steps equal PyTorch's within 1%% of steps x lr = %.0e "
+          "(max abs difference %.2e)" % (STEPS, 0.01 * STEPS * lr, dw))
     check(dk <= STEPS * lr, "key biases (true gradient 0) within steps x lr = %.0e (%.2e)" % (STEPS * lr, dk))
     cfg = json.load(open(os.path.join(ex, "config.json")))
     check((cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"]) == (L, H, C, V, block),
