@@ -50,6 +50,12 @@ CONFIGS = [
      3, 4, 48, 200, 32, 12, 3, 2, 2e-3, 2, 0.05, 0.5),
 ]
 STEPS = 5
+
+
+def losses_of(path):
+    return [float(line.split()[1]) for line in open(path)]
+
+
 TIGHT_LOSS, TIGHT_GRAD, TIGHT_TRAJ = 2e-7, 1e-6, 3e-6
 
 
@@ -58,7 +64,15 @@ def run_config(exe, tmp, name, L, H, C, V, block, T, B, accum, lr, warmup, wd, c
     gen = torch.Generator().manual_seed(L * 1000 + V)
     W0 = gpt2_ref.random_init(L, C, V, block, gen)
     init = os.path.join(tmp, "init.safetensors")
-    gpt2_ref.write_safetensors(init, W0)
+    # the second configuration's file is named as GPT2LMHeadModel.save_pretrained names it ("transformer." prefix,
+    # plus the attention-mask buffers and lm_head.weight that --init ignores)
+    prefixed = L == 3
+    extra = {"lm_head.weight": W0["wte.weight"]} if prefixed else {}
+    if prefixed:
+        extra.update({"h.%d.attn.bias" % l: torch.ones(1, 1, block, block) for l in range(L)})
+    gpt2_ref.write_safetensors(init, dict({("transformer." + k if prefixed else k): v for k, v in W0.items()},
+                                          **{("transformer." + k if k.startswith("h.") else k): v
+                                             for k, v in extra.items()}))
     ntok = (STEPS * accum * B + 1) * T + 1
     tokens = torch.randint(0, V, (ntok,), generator=gen).tolist()
     shard = os.path.join(tmp, "tokens.bin")
@@ -71,7 +85,7 @@ def run_config(exe, tmp, name, L, H, C, V, block, T, B, accum, lr, warmup, wd, c
     if r.returncode != 0:
         check(False, "gpt2_cpu exited %d:\n%s%s" % (r.returncode, r.stdout, r.stderr))
         return
-    c_losses = [float(line.split()[1]) for line in open(lf)]
+    c_losses = losses_of(lf)
     c_lrs = [float(line.split()[2]) for line in open(lf)]
     ref_losses, ref_grads, ref_final = gpt2_ref.train(W0, L, H, tokens, B, T, accum, STEPS, lr, warmup, wd, clip)
 
@@ -118,6 +132,17 @@ def run_config(exe, tmp, name, L, H, C, V, block, T, B, accum, lr, warmup, wd, c
     cfg = json.load(open(os.path.join(ex, "config.json")))
     check((cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"]) == (L, H, C, V, block),
           "export: config.json describes the model (%s)" % {k: cfg[k] for k in ("n_layer", "n_head", "n_embd")})
+
+    # the export loads back: --init from it (heads from its config.json) gives PyTorch's loss at those weights
+    blf = os.path.join(tmp, "back.loss")
+    r = subprocess.run([str(x) for x in [exe, "--init", os.path.join(ex, "model.safetensors"), "--data", shard,
+                                         "--steps", 1, "--batch", B, "--seq", T, "--lr", 0, "--loss-file", blf,
+                                         "--print-every", 0]], capture_output=True, text=True, timeout=300)
+    idx, tgt = gpt2_ref.windows(tokens, T, 0, B)
+    want = gpt2_ref.loss_fn(final, L, H, idx, tgt).item()
+    got = losses_of(blf)[0] if r.returncode == 0 else float("nan")
+    check(abs(got - want) <= TIGHT_LOSS * want, "--init from the export: loss %.7f, PyTorch at the exported weights "
+          "%.7f%s" % (got, want, "" if r.returncode == 0 else "\n" + r.stdout + r.stderr))
 
     # negative control: a subtly different model (exact GELU) is far outside the tolerances
     ctrl_losses, ctrl_grads, _ = gpt2_ref.train(W0, L, H, tokens, B, T, accum, 1, lr, warmup, wd, clip,
