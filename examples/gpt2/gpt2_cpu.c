@@ -463,12 +463,12 @@ int main(int argc, char **argv) {
     win = (int32_t *)accel_host_alloc(&acc, (size_t)B * (T + 1) * sizeof(int32_t));
     if (!win) goto fail;
 
-    /* 3. gradient reducer: registered in the order backward finishes them (last tensor first) */
+    /* 3. gradient reducer: the 16 gradients are one contiguous buffer in registration order, so the reducer does one
+          in-place all-reduce (averaged) after backward. (A trainer that overlaps communication with backward would
+          register them in the order backward finishes them and call grad_ready as each is done.) */
     CHECK(accel_coll_create(&acc, NULL, &coll));
     CHECK(accel_coll_reducer_create(coll, NULL, &red));
-    for (k = GPT2_NUM_TENSORS - 1; k >= 0; --k)
-        CHECK(accel_coll_reducer_add(red, grads[k].ptr, (size_t)accel_tensor_numel(&grads[k]), ACCEL_F32,
-                                     grads[k].name, NULL));
+    CHECK(accel_coll_reducer_add(red, grads, GPT2_NUM_TENSORS));
     CHECK(accel_coll_reducer_finalize(red));
 
     /* 4. checkpoints: weights + AdamW moments as safetensors, the optimizer's step counts and the loader's position as
@@ -518,9 +518,10 @@ int main(int argc, char **argv) {
         CHECK(accel_track_init_trackers(&trk, "gpt2_cpu", hp, 8));
     }
     accel_print(&acc, "gpt2_cpu: L=%d H=%d C=%d V=%d (padded %d) block %d: %zu parameters | %d process(es) x batch %d "
-                "x seq %d x accum %d | %lld global batches per epoch\n", cfg.num_layers, cfg.num_heads, cfg.channels,
-                cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, model.nparams, P, B, T,
-                acc.gradient_accumulation_steps, (long long)accel_data_seq_len(&ld));
+                "x seq %d x accum %d | %lld global batches per epoch | reducer: %s\n", cfg.num_layers, cfg.num_heads,
+                cfg.channels, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, model.nparams, P, B, T,
+                acc.gradient_accumulation_steps, (long long)accel_data_seq_len(&ld),
+                accel_coll_reducer_is_flat(red) ? "one in-place all-reduce" : "buckets");
 
     /* 5. the loop: one micro-batch per iteration; the optimizer steps on sync micro-batches */
     t0 = accel_now();

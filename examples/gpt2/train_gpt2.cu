@@ -710,12 +710,10 @@ int main(int argc, char **argv) {
     if (!count) goto fail;
     memset(count, 0, (size_t)cfg.vocab_size * sizeof(int32_t));
 
-    /* 3. gradient reducer (NCCL between GPUs; nothing to do on one) */
+    /* 3. gradient reducer: one contiguous fp32 buffer → one in-place all-reduce (NCCL between GPUs; nothing on one) */
     CHECK(accel_coll_create(&acc, NULL, &coll));
     CHECK(accel_coll_reducer_create(coll, NULL, &red));
-    for (k = GPT2_NUM_TENSORS - 1; k >= 0; --k)
-        CHECK(accel_coll_reducer_add(red, grads[k].ptr, (size_t)accel_tensor_numel(&grads[k]), ACCEL_F32,
-                                     grads[k].name, NULL));
+    CHECK(accel_coll_reducer_add(red, grads, GPT2_NUM_TENSORS));
     CHECK(accel_coll_reducer_finalize(red));
 
     /* 4. checkpoints: fp32 master weights and moments (device buffers, staged by accel), the optimizer's step counts,
@@ -773,10 +771,11 @@ int main(int argc, char **argv) {
         CHECK(accel_track_init_trackers(&trk, "train_gpt2", hp, 8));
     }
     accel_print(&acc, "train_gpt2: L=%d H=%d C=%d V=%d (padded %d) block %d: %zu parameters | %d GPU(s) x batch %d x "
-                "seq %d x accum %d | bf16%s | %lld global batches per epoch%s\n", cfg.num_layers, cfg.num_heads,
-                cfg.channels, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, M.n, P, B, T,
+                "seq %d x accum %d | bf16%s | %lld global batches per epoch | reducer: %s%s\n", cfg.num_layers,
+                cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, M.n, P, B, T,
                 acc.gradient_accumulation_steps, o.sr ? " (stochastic rounding)" : "",
-                (long long)accel_data_seq_len(&ld), o.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
+                (long long)accel_data_seq_len(&ld), accel_coll_reducer_is_flat(red) ? "one in-place all-reduce" : "buckets",
+                o.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
 
     /* 5. the loop (the same as gpt2_cpu.c's) */
     t0 = accel_now();
