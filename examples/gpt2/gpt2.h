@@ -436,7 +436,7 @@ static inline accel_optim_schedule gpt2_schedule(int64_t warmup, int64_t steps, 
 /* ------------------------------------------------------------------------------------------- command line */
 #define GPT2_MAX_FILES 64
 typedef struct gpt2_opts {
-    const char *init, *data[GPT2_MAX_FILES], *loss_file, *export_dir, *ckpt_dir, *log_dir, *dump_grads;
+    const char *init, *data[GPT2_MAX_FILES], *loss_file, *export_dir, *ckpt_dir, *log_dir, *dump_grads, *profile_dir;
     int ndata, steps, batch, seq, accum, warmup, layers, heads, channels, vocab, block_size, ckpt_every, resume;
     int print_every, kill_at, shuffle, sr, bench_noop;
     double lr, weight_decay, clip, peak_tflops;
@@ -468,6 +468,8 @@ static inline void gpt2_usage(const char *prog) {
             "  --checkpoint-dir D --checkpoint-every N --resume   save_state / load_state (D/checkpoints/...)\n"
             "  --log-dir DIR            TensorBoard + JSONL logs\n"
             "  --print-every N          progress line every N steps (default 1)\n"
+            "  --profile DIR            phase table at the end + Chrome traces DIR/profile_<rank>.json (accel_profile.h;\n"
+            "                           several ranks: DIR/profile_merged.json too; open in ui.perfetto.dev)\n"
             "  --peak-tflops X          peak FLOP/s for MFU (default: H100/H200 989, A100 312, else none)\n"
             "testing\n"
             "  --kill-at N              SIGKILL every rank after step N (resume tests)\n"
@@ -546,6 +548,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
         else if (GPT2_ARG("--checkpoint-dir")) o->ckpt_dir = v;
         else if (GPT2_ARG("--checkpoint-every")) o->ckpt_every = atoi(v);
         else if (GPT2_ARG("--log-dir")) o->log_dir = v;
+        else if (GPT2_ARG("--profile")) o->profile_dir = v;
         else if (GPT2_ARG("--print-every")) o->print_every = atoi(v);
         else if (GPT2_ARG("--seed")) o->seed = strtoull(v, NULL, 10);
         else if (GPT2_ARG("--kill-at")) o->kill_at = atoi(v);

@@ -12,6 +12,8 @@
      accel_ckpt.h         save_state / load_state (weights, AdamW moments, loader and step counters), save_model
                           with Hugging Face GPT-2 names, --init from such a file
      accel_trackers.h     TensorBoard + JSONL
+     accel_profile.h      --profile DIR: the per-step phase table and Chrome traces (data, forward, backward,
+                          grad_sync, optimizer, logging, checkpoint)
 
      build/examples/gpt2/gpt2_cpu --gen-shard /tmp/tiny.bin 100000 64
      build/examples/gpt2/gpt2_cpu --data /tmp/tiny.bin --layers 2 --heads 2 --channels 32 --vocab 64 --seq 32 \
@@ -27,6 +29,7 @@
 #include "accel_collectives.h"
 #include "accel_data.h"
 #include "accel_optim.h"
+#include "accel_profile.h"
 #include "accel_trackers.h"
 #include "gpt2.h"
 #include <signal.h>
@@ -397,6 +400,8 @@ int main(int argc, char **argv) {
     accel_ckpt *ck = NULL;
     accel_ckpt_file *initf = NULL;
     accel_optim *opt = NULL;
+    accel_prof *prof = NULL;
+    accel_prof_desc pfd;
     accel_optim_schedule sched;
     accel_track trk;
     accel_tensor params[GPT2_NUM_TENSORS], grads[GPT2_NUM_TENSORS];
@@ -523,13 +528,24 @@ int main(int argc, char **argv) {
                 acc.gradient_accumulation_steps, (long long)accel_data_seq_len(&ld),
                 accel_coll_reducer_is_flat(red) ? "one in-place all-reduce" : "buckets");
 
+    /* the profiler: disabled without --profile (then every begin/end below is one flag test); one profiler step per
+       optimizer step */
+    memset(&pfd, 0, sizeof pfd);
+    pfd.disabled = !o.profile_dir;
+    pfd.trace_dir = o.profile_dir;
+    CHECK(accel_prof_create(&acc, &pfd, &prof));
+#define PROF_BEGIN(id) CHECK(accel_prof_begin(prof, (id)))
+#define PROF_END(id) CHECK(accel_prof_end(prof, (id)))
+
     /* 5. the loop: one micro-batch per iteration; the optimizer steps on sync micro-batches */
     t0 = accel_now();
     while (acc.optimizer_steps < o.steps) {
         int got = 0, i;
         int32_t bad;
         float loss;
+        PROF_BEGIN(ACCEL_PROF_DATA);
         CHECK(accel_data_seq_next(&ld, win, &got));
+        PROF_END(ACCEL_PROF_DATA);
         if (!got) continue; /* end of an epoch: the loader advanced it */
         for (i = 0; i < B * T; ++i) {
             model.inputs[i] = win[(i / T) * (T + 1) + i % T];
@@ -540,17 +556,24 @@ int main(int argc, char **argv) {
             goto fail;
         }
         accel_accumulate_begin(&acc);
+        PROF_BEGIN(ACCEL_PROF_FORWARD);
         loss = gpt2_forward(&model);
+        PROF_END(ACCEL_PROF_FORWARD);
+        PROF_BEGIN(ACCEL_PROF_BACKWARD);
         gpt2_backward(&model, 1.0f / accel_loss_divisor(&acc)); /* accelerator.backward(loss): loss / accum */
+        PROF_END(ACCEL_PROF_BACKWARD);
         loss_sum += loss;
         micro++;
         if (accel_should_reduce(&acc)) {
+            PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
             for (k = 0; k < GPT2_NUM_TENSORS; ++k) CHECK(accel_coll_grad_ready(red, k));
             CHECK(accel_coll_reducer_wait(red)); /* average over ranks */
+            PROF_END(ACCEL_PROF_GRAD_SYNC);
         }
         if (acc.sync_gradients) {
             accel_optim_step_args sa;
             float coef = 1.0f;
+            PROF_BEGIN(ACCEL_PROF_OPTIMIZER);
             step = acc.optimizer_steps + 1; /* 1-based number of this step */
             if (o.dump_grads && step == 1 && acc.is_main_process)
                 CHECK(gpt2_save_hf_file(&acc, &cfg, model.grads, o.dump_grads));
@@ -564,12 +587,14 @@ int main(int argc, char **argv) {
             CHECK(accel_optim_step(opt, &sa));
             accel_optimizer_step_done(&acc, 0);
             memset(model.grads, 0, model.nparams * sizeof(float)); /* zero_grad */
+            PROF_END(ACCEL_PROF_OPTIMIZER);
         }
         accel_scheduler_steps(&acc, 0); /* every micro-batch: P on a taken step, 0 otherwise */
         accel_accumulate_end(&acc);
         if (!acc.sync_gradients) continue;
 
         /* after the step: the mean loss of the step's micro-batches over all ranks, logs, checkpoint */
+        PROF_BEGIN(ACCEL_PROF_LOGGING);
         lossv = loss_sum / micro;
         loss_sum = 0.0;
         micro = 0;
@@ -592,8 +617,13 @@ int main(int argc, char **argv) {
             tv[2] = accel_track_scalar("train/grad_norm", norm);
             CHECK(accel_track_log(&trk, tv, 3, step));
         }
-        if (ck && ((o.ckpt_every && step % o.ckpt_every == 0) || step == o.steps))
+        PROF_END(ACCEL_PROF_LOGGING);
+        if (ck && ((o.ckpt_every && step % o.ckpt_every == 0) || step == o.steps)) {
+            PROF_BEGIN(ACCEL_PROF_CHECKPOINT);
             CHECK(accel_ckpt_save_state(ck, NULL, NULL, 0)); /* after accumulate_end: the counters are final */
+            PROF_END(ACCEL_PROF_CHECKPOINT);
+        }
+        CHECK(accel_prof_step(prof));
         if (o.kill_at && step == o.kill_at) { /* a crash: nothing after this point is written */
             if (lf) fclose(lf);
             lf = NULL;
@@ -601,6 +631,11 @@ int main(int argc, char **argv) {
             accel_wait_for_everyone(&acc);
             raise(SIGKILL);
         }
+    }
+    if (o.profile_dir) { /* this rank's phase table, the per-rank traces and, on several ranks, the merge */
+        if (acc.is_main_process) CHECK(accel_prof_print_table(prof, stdout));
+        CHECK(accel_prof_write_trace(prof));
+        if (P > 1) CHECK(accel_prof_merge_trace(prof, NULL));
     }
     if (o.export_dir) {
         CHECK(gpt2_export(&acc, &cfg, model.params, o.export_dir));
@@ -615,6 +650,7 @@ fail:
     accel_ckpt_file_destroy(initf);
     accel_ckpt_destroy(ck);
     accel_optim_destroy(opt);
+    accel_prof_destroy(prof);
     accel_coll_reducer_destroy(red);
     accel_coll_destroy(coll);
     accel_data_seq_deinit(&ld);

@@ -19,6 +19,8 @@
      accel_ckpt.h         save_state / load_state (fp32 master weights, moments, loader, counters, RNG), save_model
                           and --init with Hugging Face GPT-2 names
      accel_trackers.h     TensorBoard + JSONL
+     accel_profile.h      --profile DIR: the per-step phase table (host ms and CUDA-event ms on the stream) and
+                          Chrome traces, NVTX ranges for Nsight Systems
 
      build/examples/gpt2/train_gpt2 --gen-shard /tmp/tiny.bin 1000000 64
      build/examples/gpt2/train_gpt2 --data /tmp/tiny.bin --vocab 64 --layers 2 --channels 64 --heads 4 --seq 64
@@ -32,6 +34,7 @@
 #include "accel_collectives.h"
 #include "accel_data.h"
 #include "accel_optim.h"
+#include "accel_profile.h"
 #include "accel_trackers.h"
 #include "gpt2.h"
 #include <cublas_v2.h>
@@ -605,6 +608,8 @@ int main(int argc, char **argv) {
     accel_ckpt *ck = NULL;
     accel_ckpt_file *initf = NULL;
     accel_optim *opt = NULL;
+    accel_prof *prof = NULL;
+    accel_prof_desc pfd;
     accel_optim_schedule sched;
     accel_track trk;
     accel_tensor params[GPT2_NUM_TENSORS], grads[GPT2_NUM_TENSORS], model16[GPT2_NUM_TENSORS];
@@ -777,6 +782,15 @@ int main(int argc, char **argv) {
                 (long long)accel_data_seq_len(&ld), accel_coll_reducer_is_flat(red) ? "one in-place all-reduce" : "buckets",
                 o.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
 
+    /* the profiler: disabled without --profile (then every begin/end below is one flag test); one profiler step per
+       optimizer step; device times are CUDA events on acc.stream (the model's stream), read without synchronizing */
+    memset(&pfd, 0, sizeof pfd);
+    pfd.disabled = !o.profile_dir;
+    pfd.trace_dir = o.profile_dir;
+    CHECK(accel_prof_create(&acc, &pfd, &prof));
+#define PROF_BEGIN(id) CHECK(accel_prof_begin(prof, (id)))
+#define PROF_END(id) CHECK(accel_prof_end(prof, (id)))
+
     /* 5. the loop (the same as gpt2_cpu.c's) */
     t0 = accel_now();
     {
@@ -788,10 +802,14 @@ int main(int argc, char **argv) {
             const int32_t *win;
             void *hv;
             if (!o.bench_noop || !dev) {
+                PROF_BEGIN(ACCEL_PROF_DATA);
                 CHECK(accel_data_stager_host(&stager, &hv));
                 hbuf = (int32_t *)hv;
                 CHECK(accel_data_seq_next(&ld, hbuf, &got));
-                if (!got) continue; /* end of an epoch: the loader advanced it */
+                if (!got) { /* end of an epoch: the loader advanced it */
+                    PROF_END(ACCEL_PROF_DATA);
+                    continue;
+                }
                 if (gpt2_check_tokens(hbuf, (size_t)B * (T + 1), cfg.vocab_size, &bad) != 0) {
                     fprintf(stderr, "train_gpt2: token %d in the data is outside the vocabulary (%d)\n", (int)bad,
                             cfg.vocab_size);
@@ -799,12 +817,17 @@ int main(int argc, char **argv) {
                 }
                 nseg = prepare_token_segments(hbuf, B, T, count);
                 CHECK(accel_data_stager_submit(&stager, &dev));
+                PROF_END(ACCEL_PROF_DATA);
             }
             win = (const int32_t *)dev;
             if (!o.bench_noop) accel_accumulate_begin(&acc);
+            PROF_BEGIN(ACCEL_PROF_FORWARD);
             CUDA_OK(forward(&M, win, o.bench_noop ? 1.0f : 1.0f / accel_loss_divisor(&acc)));
+            PROF_END(ACCEL_PROF_FORWARD);
+            PROF_BEGIN(ACCEL_PROF_BACKWARD);
             CUDA_OK(backward(&M, win + (size_t)B * (T + 1), win + (size_t)B * (T + 1) + (size_t)B * T,
                              win + (size_t)B * (T + 1) + 2 * (size_t)B * T + 1, nseg));
+            PROF_END(ACCEL_PROF_BACKWARD);
             micro++;
             if (o.bench_noop) { /* the same math without accel's bookkeeping: one micro-batch per step, no clipping,
                                    no sync, no logs; the optimizer (the model's math) still steps */
@@ -820,12 +843,15 @@ int main(int argc, char **argv) {
                 continue;
             }
             if (accel_should_reduce(&acc)) {
+                PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
                 for (k = 0; k < GPT2_NUM_TENSORS; ++k) CHECK(accel_coll_grad_ready(red, k));
                 CHECK(accel_coll_reducer_wait(red)); /* average over ranks (NCCL on acc.stream) */
+                PROF_END(ACCEL_PROF_GRAD_SYNC);
             }
             if (acc.sync_gradients) {
                 accel_optim_step_args sa;
                 float coef = 1.0f;
+                PROF_BEGIN(ACCEL_PROF_OPTIMIZER);
                 step = acc.optimizer_steps + 1;
                 if (o.dump_grads && step == 1) {
                     CUDA_OK(cudaMemcpy(host, M.grads, M.n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -841,11 +867,13 @@ int main(int argc, char **argv) {
                 CHECK(accel_optim_step(opt, &sa)); /* params, moments and the bf16 copy in one pass */
                 accel_optimizer_step_done(&acc, 0);
                 CUDA_OK(cudaMemsetAsync(M.grads, 0, M.n * sizeof(float), M.st)); /* zero_grad */
+                PROF_END(ACCEL_PROF_OPTIMIZER);
             }
             accel_scheduler_steps(&acc, 0);
             accel_accumulate_end(&acc);
             if (!acc.sync_gradients) continue;
 
+            PROF_BEGIN(ACCEL_PROF_LOGGING);
             {   /* after the step: mean loss over the micro-batches and ranks, logs, checkpoint */
                 float l = 0.0f;
                 CUDA_OK(cudaMemcpyAsync(&l, M.a.loss_acc, sizeof l, cudaMemcpyDeviceToHost, M.st));
@@ -885,8 +913,13 @@ int main(int argc, char **argv) {
                     CHECK(accel_track_log(&trk, tv, 5, step));
                 }
             }
-            if (ck && ((o.ckpt_every && step % o.ckpt_every == 0) || step == o.steps))
+            PROF_END(ACCEL_PROF_LOGGING);
+            if (ck && ((o.ckpt_every && step % o.ckpt_every == 0) || step == o.steps)) {
+                PROF_BEGIN(ACCEL_PROF_CHECKPOINT);
                 CHECK(accel_ckpt_save_state(ck, NULL, NULL, 0));
+                PROF_END(ACCEL_PROF_CHECKPOINT);
+            }
+            CHECK(accel_prof_step(prof));
             if (o.kill_at && step == o.kill_at) {
                 if (lf) fclose(lf);
                 lf = NULL;
@@ -905,6 +938,11 @@ int main(int argc, char **argv) {
                     1000.0 * el / (double)(step - bench_from),
                     peak > 0 ? gpt2_flops_per_token(&cfg, T) * tps / (peak * P) : 0.0, o.bench_noop);
     }
+    if (o.profile_dir) { /* this rank's phase table, the per-rank traces and, on several ranks, the merge */
+        if (acc.is_main_process) CHECK(accel_prof_print_table(prof, stdout));
+        CHECK(accel_prof_write_trace(prof));
+        if (P > 1) CHECK(accel_prof_merge_trace(prof, NULL));
+    }
     if (o.export_dir) {
         CUDA_OK(cudaMemcpy(host, M.master, M.n * sizeof(float), cudaMemcpyDeviceToHost));
         CHECK(gpt2_export(&acc, &cfg, host, o.export_dir));
@@ -920,6 +958,7 @@ fail:
     accel_ckpt_file_destroy(initf);
     accel_ckpt_destroy(ck);
     accel_optim_destroy(opt);
+    accel_prof_destroy(prof);
     accel_coll_reducer_destroy(red);
     accel_coll_destroy(coll);
     if (have_stager) accel_data_stager_deinit(&stager);

@@ -9,6 +9,11 @@ usage: gpt2_driver.py CHECK GPT2_CPU_EXE
   resume       2 ranks, accumulation 2, shuffled windows, an epoch of 4.5 optimizer steps (the short last window and
                the reshuffle cross the checkpoints): a run killed (SIGKILL) at a random step and resumed from its last
                checkpoint ends bit-identical to a straight run (exported weights, loss file).
+  profile      2 ranks, accumulation 2, checkpoints: --profile DIR prints rank 0's phase table once (a row per phase
+               the trainer marks, checkpoint in 2 of the 6 steps), writes DIR/profile_<rank>.json and
+               DIR/profile_merged.json, read back by tests/unit/profile/check_trace.py's independent reader (well
+               nested, every step recorded, the phases under each step add up to it within 5 %); the loss file equals
+               the same run's without --profile, which prints no table and writes no file.
 """
 import os
 import random
@@ -139,8 +144,48 @@ def resume(exe, tmp):
     check(cbytes != abytes and weight_diff(a, c)[0] > 1e-5, "control: 15 instead of 16 steps gives other weights")
 
 
+def profile(exe, tmp):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "profile"))
+    import check_trace
+    shard = os.path.join(tmp, "tiny.bin")
+    subprocess.run([exe, "--gen-shard", shard, "20000", "64"], check=True, capture_output=True)
+    steps = 6
+    common = ["--data", shard, "--steps", steps, "--batch", 4, "--accum", 2, "--lr", 1e-3, "--seed", 5]
+    prof, lf = os.path.join(tmp, "prof"), os.path.join(tmp, "prof.loss")
+    r = run(exe, 2, common + ["--profile", prof, "--loss-file", lf, "--checkpoint-dir", os.path.join(tmp, "ck"),
+                              "--checkpoint-every", 3])
+    print(r.stdout)
+    check(r.stdout.count("accel profile (rank 0): %d recorded steps" % steps) == 1,
+          "rank 0 prints one phase table of %d steps" % steps)
+    names = ("step", "data", "forward", "backward", "grad_sync", "optimizer", "logging", "checkpoint", "(other)")
+    rows = {ln.split()[0]: ln.split() for ln in r.stdout.splitlines() if ln.split() and ln.split()[0] in names}
+    check(all(n in rows for n in names), "a table row for each of %s (got %s)" % (names, sorted(rows)))
+    check(rows.get("checkpoint", [""])[-1] == "2", "checkpoint ran in 2 of the steps: %s" % rows.get("checkpoint"))
+    check(rows.get("forward", [""])[-1] == str(steps), "forward ran in every step: %s" % rows.get("forward"))
+    for rk in (0, 1):
+        try:
+            info = check_trace.validate(check_trace.load(os.path.join(prof, "profile_%d.json" % rk)), cover=True)
+            check(info[rk]["steps"] == list(range(steps)), "rank %d: steps %s recorded" % (rk, info[rk]["steps"]))
+            fw = [e for e in info[rk]["x"] if e["name"] == "forward"]
+            gs = [e for e in info[rk]["x"] if e["name"] == "grad_sync"]
+            check(len(fw) == 2 * steps and len(gs) == steps,
+                  "rank %d: %d forward ranges (2 micro-batches x %d steps), %d grad_sync (one per step: no sync on "
+                  "the accumulating micro-batch)" % (rk, len(fw), steps, len(gs)))
+        except (check_trace.TraceError, ValueError, OSError, KeyError) as e:
+            check(False, "profile_%d.json: %s" % (rk, e))
+    try:
+        merged = check_trace.validate(check_trace.load(os.path.join(prof, "profile_merged.json")))
+        check(sorted(merged) == [0, 1], "profile_merged.json holds ranks %s" % sorted(merged))
+    except (check_trace.TraceError, ValueError, OSError) as e:
+        check(False, "profile_merged.json: %s" % e)
+    lf2 = os.path.join(tmp, "plain.loss")
+    r = run(exe, 2, common + ["--loss-file", lf2])
+    check("accel profile" not in r.stdout and len(os.listdir(tmp)) == 5, "without --profile: no table, no file")
+    check(open(lf).read() == open(lf2).read(), "the loss file is the same with and without --profile")
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume", "profile"):
         print(__doc__)
         return 2
     with tempfile.TemporaryDirectory(prefix="gpt2-mpi-") as tmp:
