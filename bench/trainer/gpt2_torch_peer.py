@@ -4,8 +4,14 @@ way a careful PyTorch user would: bf16 autocast, fused AdamW (betas 0.9/0.95, we
 scaled_dot_product_attention (flash attention), tied LM head with the vocabulary padded to 50304, clip_grad_norm_ 1.0,
 TF32 matmuls allowed. Random tokens (the step time does not depend on them).
 
+With --cpu (the peer of examples/gpt2/gpt2_cpu.c for bench_gpt2_cpu.py): float32 on the CPU, --threads N intra-op
+threads (default 1, as gpt2_cpu), AdamW's foreach implementation (fused=True is CUDA-only), the same clip 1.0, and
+SDPA where the torch has it (2.0+), else the causal softmax attention written out (torch 1.13).
+
 usage: gpt2_torch_peer.py --batch B --seq T [--compile] [--steps N] [--warmup N] [--layers L --heads H --channels C]
-prints one JSON line: {"tokens_per_s": ..., "step_ms": ..., "compile": 0|1, "torch": version}; exit 77 without CUDA.
+                          [--vocab V] [--cpu [--threads N]]
+prints one JSON line: {"tokens_per_s": ..., "step_ms": ..., "compile": 0|1, "torch": version}; exit 77 without CUDA
+(without --cpu).
 """
 import argparse
 import json
@@ -34,7 +40,13 @@ class Block(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # torch < 2.0
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.shape[-1]))
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         x = x + self.c_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
@@ -71,26 +83,37 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--channels", type=int, default=768)
     ap.add_argument("--vocab", type=int, default=50304)
+    ap.add_argument("--block-size", type=int, default=1024)
+    ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
-    if not torch.cuda.is_available():
+    if not a.cpu and not torch.cuda.is_available():
         print("SKIP: no CUDA device for PyTorch")
         return 77
     torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    dev = "cuda"
-    model = GPT2(a.layers, a.heads, a.channels, a.vocab, max(1024, a.seq)).to(dev)
+    if a.cpu:
+        torch.set_num_threads(a.threads)
+        dev = "cpu"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        dev = "cuda"
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    model = GPT2(a.layers, a.heads, a.channels, a.vocab, max(a.block_size, a.seq)).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     nodecay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, **({"foreach": True} if a.cpu else {"fused": True}))
     step_fn = torch.compile(model) if a.compile else model
-    x = torch.randint(0, 50257, (a.batch, a.seq + 1), device=dev)
+    x = torch.randint(0, min(50257, a.vocab), (a.batch, a.seq + 1), device=dev)
     inp, tgt = x[:, :-1].contiguous(), x[:, 1:].contiguous()
 
     def step():
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        if a.cpu:
             loss = step_fn(inp, tgt)
+        else:
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                loss = step_fn(inp, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -99,12 +122,12 @@ def main():
 
     for _ in range(a.warmup):
         step()
-    torch.cuda.synchronize()
+    sync()
     t = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
     loss.item()
-    torch.cuda.synchronize()
+    sync()
     el = time.perf_counter() - t
     print(json.dumps({"tokens_per_s": a.steps * a.batch * a.seq / el, "step_ms": 1000 * el / a.steps,
                       "compile": int(a.compile), "torch": torch.__version__}))

@@ -474,7 +474,8 @@ static inline void gpt2_usage(const char *prog) {
             "testing\n"
             "  --kill-at N              SIGKILL every rank after step N (resume tests)\n"
             "  --dump-grads FILE        the first step's reduced gradients (before clipping) as HF safetensors\n"
-            "  --bench-noop-accel       (CUDA) benchmark: accel's calls in the step replaced by no-ops\n",
+            "  --bench-noop-accel       benchmark: accel's calls in the step replaced by no-ops (one batch, no accumulation,\n"
+            "                           sync, clipping, schedule or logs); both trainers print a summary: JSON line\n",
             prog, prog);
 }
 

@@ -409,8 +409,8 @@ int main(int argc, char **argv) {
     char prefix[16];
     FILE *lf = NULL;
     int rc = 1, inited = 0, have_model = 0, tracking = 0, k, B, T, P;
-    double t0, loss_sum = 0.0, lr = 0.0, norm = 0.0, lossv;
-    int64_t first_step, step = 0;
+    double t0, t_bench = 0.0, loss_sum = 0.0, lr = 0.0, norm = 0.0, lossv;
+    int64_t first_step, step = 0, bench_from = -1;
     int micro = 0;
     int pr = gpt2_parse_args(argc, argv, &o);
     if (pr >= 0) return pr;
@@ -527,6 +527,7 @@ int main(int argc, char **argv) {
                 cfg.channels, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, model.nparams, P, B, T,
                 acc.gradient_accumulation_steps, (long long)accel_data_seq_len(&ld),
                 accel_coll_reducer_is_flat(red) ? "one in-place all-reduce" : "buckets");
+    if (o.bench_noop) accel_print(&acc, "BENCHMARK: accel's calls are no-ops\n");
 
     /* the profiler: disabled without --profile (then every begin/end below is one flag test); one profiler step per
        optimizer step */
@@ -543,27 +544,44 @@ int main(int argc, char **argv) {
         int got = 0, i;
         int32_t bad;
         float loss;
-        PROF_BEGIN(ACCEL_PROF_DATA);
-        CHECK(accel_data_seq_next(&ld, win, &got));
-        PROF_END(ACCEL_PROF_DATA);
-        if (!got) continue; /* end of an epoch: the loader advanced it */
-        for (i = 0; i < B * T; ++i) {
-            model.inputs[i] = win[(i / T) * (T + 1) + i % T];
-            model.targets[i] = win[(i / T) * (T + 1) + i % T + 1];
+        if (!o.bench_noop || step == 0) {
+            PROF_BEGIN(ACCEL_PROF_DATA);
+            CHECK(accel_data_seq_next(&ld, win, &got));
+            PROF_END(ACCEL_PROF_DATA);
+            if (!got) continue; /* end of an epoch: the loader advanced it */
+            for (i = 0; i < B * T; ++i) {
+                model.inputs[i] = win[(i / T) * (T + 1) + i % T];
+                model.targets[i] = win[(i / T) * (T + 1) + i % T + 1];
+            }
+            if (gpt2_check_tokens(win, (size_t)B * (T + 1), cfg.vocab_size, &bad) != 0) {
+                fprintf(stderr, "gpt2_cpu: token %d in the data is outside the vocabulary (%d)\n", (int)bad,
+                        cfg.vocab_size);
+                goto fail;
+            }
         }
-        if (gpt2_check_tokens(win, (size_t)B * (T + 1), cfg.vocab_size, &bad) != 0) {
-            fprintf(stderr, "gpt2_cpu: token %d in the data is outside the vocabulary (%d)\n", (int)bad, cfg.vocab_size);
-            goto fail;
-        }
-        accel_accumulate_begin(&acc);
+        if (!o.bench_noop) accel_accumulate_begin(&acc);
         PROF_BEGIN(ACCEL_PROF_FORWARD);
         loss = gpt2_forward(&model);
         PROF_END(ACCEL_PROF_FORWARD);
         PROF_BEGIN(ACCEL_PROF_BACKWARD);
-        gpt2_backward(&model, 1.0f / accel_loss_divisor(&acc)); /* accelerator.backward(loss): loss / accum */
+        /* accelerator.backward(loss): loss / accum */
+        gpt2_backward(&model, o.bench_noop ? 1.0f : 1.0f / accel_loss_divisor(&acc));
         PROF_END(ACCEL_PROF_BACKWARD);
         loss_sum += loss;
         micro++;
+        if (o.bench_noop) { /* as train_gpt2.cu's: the same math without accel's bookkeeping (one batch, loaded once;
+                               one micro-batch per step; no accumulation, sync, clipping, schedule or logs); the
+                               optimizer (the model's math) still steps */
+            step++;
+            CHECK(accel_optim_step(opt, NULL));
+            memset(model.grads, 0, model.nparams * sizeof(float));
+            if (step == 3) {
+                t_bench = accel_now();
+                bench_from = step;
+            }
+            if (step == o.steps) break;
+            continue;
+        }
         if (accel_should_reduce(&acc)) {
             PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
             for (k = 0; k < GPT2_NUM_TENSORS; ++k) CHECK(accel_coll_grad_ready(red, k));
@@ -600,6 +618,10 @@ int main(int argc, char **argv) {
         micro = 0;
         CHECK(accel_host_allreduce_f64(&acc, &lossv, 1, ACCEL_HOST_SUM));
         lossv /= P;
+        if (step == first_step + 3) { /* steady state from here (bench/trainer/bench_gpt2_cpu.py) */
+            t_bench = accel_now();
+            bench_from = step;
+        }
         if (lf) {
             fprintf(lf, "%lld %.9g %.9g\n", (long long)step, lossv, lr);
             fflush(lf);
@@ -631,6 +653,12 @@ int main(int argc, char **argv) {
             accel_wait_for_everyone(&acc);
             raise(SIGKILL);
         }
+    }
+    if (bench_from >= 0 && step > bench_from) { /* one line for bench/trainer/bench_gpt2_cpu.py */
+        double el = accel_now() - t_bench;
+        double tps = (double)(step - bench_from) * B * T * (o.bench_noop ? 1 : acc.gradient_accumulation_steps) * P / el;
+        accel_print(&acc, "summary: {\"steps\": %lld, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"noop_accel\": %d}\n",
+                    (long long)(step - bench_from), tps, 1000.0 * el / (double)(step - bench_from), o.bench_noop);
     }
     if (o.profile_dir) { /* this rank's phase table, the per-rank traces and, on several ranks, the merge */
         if (acc.is_main_process) CHECK(accel_prof_print_table(prof, stdout));
