@@ -16,6 +16,10 @@ usage: test_gpt2.py TRAIN_GPT2_EXE GPT2_CPU_EXE
             near the trained one.
   resume    stochastic rounding, accumulation 2, shuffled windows: a run killed at a random step and resumed from its
             last checkpoint ends bit-identical to an uninterrupted run (exported weights and loss file).
+  profile   --profile DIR (accumulation 2, a checkpoint): the phase table has the "device ms" column (CUDA events on
+            the trainer's stream) and a row per phase; DIR/profile_0.json passes tests/unit/profile/check_trace.py's
+            reader with a device event (tid 1) for every host forward/backward range; the loss file is bit-identical
+            to the same run's without --profile (the events do not perturb the math), which prints no table.
 """
 import json
 import math
@@ -156,12 +160,46 @@ def resume(gpu, cpu, tmp):
     check(c != a, "control: another seed gives other weights")
 
 
+def profile(gpu, cpu, tmp):
+    root = os.environ.get("ACCEL_SOURCE_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
+    sys.path.insert(0, os.path.join(root, "tests", "unit", "profile"))
+    import check_trace
+    shard = os.path.join(tmp, "tiny.bin")
+    run([gpu, "--gen-shard", shard, 100000, 64])
+    steps = 6
+    common = TINY + ["--data", shard, "--batch", 4, "--accum", 2, "--steps", steps, "--lr", 1e-3, "--print-every", 0]
+    prof, lf = os.path.join(tmp, "prof"), os.path.join(tmp, "prof.loss")
+    r = run([gpu] + common + ["--profile", prof, "--loss-file", lf, "--checkpoint-dir", os.path.join(tmp, "ck"),
+                              "--checkpoint-every", 3])
+    print(r.stdout)
+    out = r.stdout
+    check(out.count("accel profile (rank 0): %d recorded steps" % steps) == 1, "one phase table of %d steps" % steps)
+    check("device ms" in out, "the table has the device column (CUDA events)")
+    names = ("step", "data", "forward", "backward", "optimizer", "logging", "checkpoint", "(other)")
+    rows = {ln.split()[0]: ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0] in names}
+    check(all(n in rows for n in names), "a row for each of %s (got %s)" % (names, sorted(rows)))
+    try:
+        info = check_trace.validate(check_trace.load(os.path.join(prof, "profile_0.json")))
+        check(info[0]["steps"] == list(range(steps)), "steps %s recorded" % info[0]["steps"])
+        for name in ("forward", "backward"):
+            host = [e for e in info[0]["x"] if e["name"] == name and e["tid"] == 0]
+            dev = [e for e in info[0]["x"] if e["name"] == name and e["tid"] == 1]
+            check(len(host) == len(dev) == 2 * steps, "%s: %d host and %d device ranges (2 micro-batches x %d steps)" %
+                  (name, len(host), len(dev), steps))
+    except (check_trace.TraceError, ValueError, OSError, KeyError) as e:
+        check(False, "profile_0.json: %s" % e)
+    lf2 = os.path.join(tmp, "plain.loss")
+    r = run([gpu] + common + ["--loss-file", lf2])
+    check("accel profile" not in r.stdout, "without --profile: no table")
+    check(open(lf).read() == open(lf2).read(), "the loss file is bit-identical with and without --profile")
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("vs-cpu", "learns", "resume"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("vs-cpu", "learns", "resume", "profile"):
         print(__doc__)
         return 2
     with tempfile.TemporaryDirectory(prefix="gpt2-gpu-") as tmp:
-        {"vs-cpu": vs_cpu, "learns": learns, "resume": resume}[sys.argv[1]](
+        {"vs-cpu": vs_cpu, "learns": learns, "resume": resume, "profile": profile}[sys.argv[1]](
             os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3]), tmp)
     print("gpt2-%s: %d passed, %d failed" % (sys.argv[1], checks - failures, failures))
     return 1 if failures or not checks else 0
