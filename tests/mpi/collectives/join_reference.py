@@ -8,7 +8,11 @@ without one contributes zeros (torch's Join + DDP's join hook); every active ran
 (D = 3, DDP's divide_by_initial_world_size=True, or the number of active ranks with False) and steps w -= 0.1 g;
 at the end every rank holds the last joiner's weights (DDP's _sync_final_model).
 
+The rule itself is checked against PyTorch when Debian's torch (gloo) is there: DDP + Join with 3, 5, 7 batches on
+the same per-element loss (0.25 w^2 + c w, whose gradient is 0.5 w + c), both divide_by_initial_world_size choices.
+
   join_reference.py MPIRUN_SH EXE
+  join_reference.py --torch          only the PyTorch check of the rule
 """
 import os
 import subprocess
@@ -58,7 +62,73 @@ def reference(by_active, loader):
     return w
 
 
+def torch_worker(rank, world, port, by_active, q):
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.join import Join
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    keys = [(t, i) for t in range(3) for i in SAMPLES if i < SIZES[t]]
+
+    class PerElement(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.tensor([1.0 + 0.001 * i - t for t, i in keys], dtype=torch.float64))
+
+        def forward(self, c):
+            return (0.25 * self.w * self.w + c * self.w).sum()
+
+    model = PerElement()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    with Join([ddp], divide_by_initial_world_size=not by_active):
+        for step in range(3 + 2 * rank):
+            c = torch.tensor([coef(rank, step, t, i) for t, i in keys], dtype=torch.float64)
+            opt.zero_grad()
+            ddp(c).backward()
+            opt.step()
+    if rank == 0:
+        q.put(dict(zip(keys, model.w.detach().tolist())))
+        q.close()
+        q.join_thread()
+    # torch 1.13's gloo teardown after a Join can block one rank forever: leave without it (the result is sent)
+    os._exit(0)
+
+
+def torch_check():
+    """0 when PyTorch's DDP + Join gives the reference's weights, 1 when not, None without torch."""
+    try:
+        import socket
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        if not dist.is_available() or not dist.is_gloo_available():
+            raise ImportError("no gloo")
+    except Exception as e:  # noqa: BLE001 - any import problem means: no torch oracle here
+        print(f"torch with gloo not available ({e}): the rule is not cross-checked")
+        return None
+    failed = 0
+    for by_active in (False, True):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        mp.spawn(torch_worker, args=(P, port, by_active, q), nprocs=P)
+        got, ref = q.get(), reference(by_active, False)
+        for key, want in ref.items():
+            if abs(got[key] - want) > 1e-12 * max(1.0, abs(want)):
+                failed += 1
+                print(f"torch DDP+Join (divide_by_initial_world_size={not by_active}) {key}: {got[key]!r} != rule {want!r}")
+        print(f"torch DDP+Join, divide_by_initial_world_size={not by_active}: {len(ref)} weights, "
+              f"{'ok' if not failed else 'MISMATCH'}")
+    return 1 if failed else 0
+
+
 def main():
+    if sys.argv[1:] == ["--torch"]:
+        r = torch_check()
+        return 77 if r is None else r
     mpirun, exe = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as out:
         env = dict(os.environ, ACCEL_JOIN_OUT=out)
@@ -87,6 +157,8 @@ def main():
         failed += 1
         print("the two divisors give the same reference: the test cannot tell them apart")
     print(f"join_reference: {checked} weights checked, {failed} failed")
+    if torch_check():
+        failed += 1
     return 1 if failed or checked == 0 else 0
 
 
