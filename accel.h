@@ -820,6 +820,7 @@ struct accel__impl {
 static accel_log_fn accel__g_log_fn = NULL;
 static void *accel__g_log_user = NULL;
 static char accel__g_last_error[ACCEL_ERROR_CAPACITY];
+static unsigned long accel__g_error_seq = 0; /* failures recorded so far (any Accelerator or none) */
 
 static accel_log_level accel__env_log_level(void) {
     const char *s = getenv("ACCEL_LOG_LEVEL");
@@ -880,9 +881,14 @@ static accel_result accel__vfail(accel *acc, accel_result r, const char *file, i
     else
         snprintf(dst, ACCEL_ERROR_CAPACITY, "%.760s%s", msg, where);
     if (acc) acc->last_result = r;
+    ++accel__g_error_seq;
     accel_log(acc, ACCEL_LOG_DEBUG, "%s", dst);
     return r;
 }
+
+/* Changes whenever a failure is recorded (by accel or by accel_set_error in a user callback): a caller that must know
+   whether a callee recorded its own message compares the values before and after the call. */
+ACCEL__PRIVATE unsigned long accel__error_seq(void) { return accel__g_error_seq; }
 
 ACCEL__PRIVATE accel_result accel__fail(accel *acc, accel_result r, const char *file, int line, const char *fmt, ...)
     ACCEL__PRINTF(5, 6);
@@ -927,6 +933,7 @@ ACCEL__PRIVATE accel_result accel__fail_wrap(accel *acc, accel_result r, const c
     else
         snprintf(dst, ACCEL_ERROR_CAPACITY, "%.380s: %.600s", ctx, rest);
     if (acc) acc->last_result = r;
+    ++accel__g_error_seq;
     accel_log(acc, ACCEL_LOG_DEBUG, "%s", dst);
     return r;
 }
@@ -1208,6 +1215,31 @@ static ACCEL__UNUSED void *stbds_shmode_func(size_t elemsize, int mode);
 #include "stb_ds.h"
 #endif
 
+/* stb_ds writes through the pointer its allocation returned, also when that is NULL: a failing allocator would
+   crash inside stbds_arrput. Every accel push goes through ACCEL__ARR_PUT instead, which first grows the array with
+   a checked allocation (doubling, as stb_ds does): -1 and the array unchanged when it fails, else 0. accel uses
+   no stb_ds hash maps (their growth cannot be checked): sorted arrays and bsearch serve instead. */
+ACCEL__PRIVATE int accel__arr_reserve(void **arr, size_t elem, size_t add) {
+    void *a = *arr;
+    size_t len = a ? stbds_header(a)->length : 0, cap = a ? stbds_header(a)->capacity : 0, need = len + add, ncap;
+    stbds_array_header *b;
+    if (need <= cap) return 0;
+    ncap = cap ? 2 * cap : 4;
+    if (ncap < need) ncap = need;
+    if (ncap > ((size_t)-1 - sizeof(stbds_array_header)) / (elem ? elem : 1)) return -1;
+    b = (stbds_array_header *)STBDS_REALLOC(NULL, a ? (void *)stbds_header(a) : NULL, elem * ncap + sizeof(stbds_array_header));
+    if (!b) return -1;
+    if (!a) {
+        b->length = 0;
+        b->hash_table = NULL;
+        b->temp = 0;
+    }
+    b->capacity = ncap;
+    *arr = (void *)(b + 1);
+    return 0;
+}
+#define ACCEL__ARR_PUT(a, v) (accel__arr_reserve((void **)&(a), sizeof *(a), 1) ? -1 : (stbds_arrput((a), (v)), 0))
+
 /* ------------------------------------------------------------------------------------- 4. shared helpers */
 /* byte order: every file and state format of accel is little-endian, whatever the host */
 static ACCEL_INLINE void accel__put_u16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
@@ -1398,6 +1430,7 @@ ACCEL__PRIVATE int accel__write_all(int fd, const void *buf, size_t n) {
             if (errno == EINTR) continue;
             return -1;
         }
+        if (w == 0) { errno = EIO; return -1; } /* no progress: do not spin */
         p += w;
         n -= (size_t)w;
     }
@@ -1517,39 +1550,61 @@ ACCEL__PRIVATE accel_result accel__read_file(accel *acc, const char *path, char 
     *n = (size_t)st.st_size;
     return ACCEL_OK;
 }
-/* Writes bytes to path and fsyncs them. atomic: through "<path>.tmp.<pid>", renamed into place, directory fsync'd —
-   a reader sees the old file or the new one, never a part. */
+/* An atomic file write in two halves, for writers that stream into a descriptor: open creates "<path>.tmp.<pid>"
+   (tmp receives its name, cap >= strlen(path) + 32); commit fsyncs and closes it and, when ok, renames it over path
+   and fsyncs the directory — a reader sees the old file or the new one, never a part; when !ok (or anything fails)
+   the temporary is removed. commit returns the first error (ACCEL_OK when ok and everything worked). */
+ACCEL__PRIVATE accel_result accel__atomic_open(accel *acc, const char *path, char *tmp, size_t cap, int *fd) {
+    *fd = -1;
+    if (strlen(path) >= 4000 || cap < strlen(path) + 32)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "path too long: %.200s...", path);
+    accel__fmt(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
+    *fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (*fd < 0) return accel__io_fail(acc, "cannot create", tmp);
+    return ACCEL_OK;
+}
+ACCEL__PRIVATE accel_result accel__atomic_commit(accel *acc, int fd, const char *tmp, const char *path, int ok) {
+    char dir[4096];
+    accel_result r = ACCEL_OK;
+    if (ok && fsync(fd) != 0) r = accel__io_fail(acc, "cannot write", tmp);
+    if (close(fd) != 0 && ok && r == ACCEL_OK) r = accel__io_fail(acc, "cannot close", tmp);
+    if (!ok || r != ACCEL_OK) {
+        unlink(tmp);
+        return r;
+    }
+    if (rename(tmp, path) != 0) {
+        r = accel__io_fail(acc, "cannot rename into", path);
+        unlink(tmp);
+        return r;
+    }
+    accel__dirname(path, dir, sizeof dir);
+    if (accel__fsync_dir(dir) != 0) return accel__io_fail(acc, "cannot fsync directory", dir);
+    return ACCEL_OK;
+}
+/* Writes bytes to path and fsyncs them; atomic: through accel__atomic_open/_commit. */
 ACCEL__PRIVATE accel_result accel__write_file(accel *acc, const char *path, const void *data, size_t n, int atomic) {
-    char tmp[4200], dir[4096];
-    const char *target = path;
+    char tmp[4200];
     int fd;
-    if (strlen(path) >= 4000) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "path too long: %.200s...", path);
+    accel_result r;
     if (atomic) {
-        accel__fmt(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-        target = tmp;
-    }
-    fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return accel__io_fail(acc, "cannot create", target);
-    if (accel__write_all(fd, data, n) != 0 || fsync(fd) != 0) {
-        accel_result r = accel__io_fail(acc, "cannot write", target);
-        close(fd);
-        if (atomic) unlink(tmp);
-        return r;
-    }
-    if (close(fd) != 0) {
-        accel_result r = accel__io_fail(acc, "cannot close", target);
-        if (atomic) unlink(tmp);
-        return r;
-    }
-    if (atomic) {
-        if (rename(tmp, path) != 0) {
-            accel_result r = accel__io_fail(acc, "cannot rename into", path);
-            unlink(tmp);
+        r = accel__atomic_open(acc, path, tmp, sizeof tmp, &fd);
+        if (r != ACCEL_OK) return r;
+        if (accel__write_all(fd, data, n) != 0) {
+            r = accel__io_fail(acc, "cannot write", tmp);
+            (void)accel__atomic_commit(acc, fd, tmp, path, 0);
             return r;
         }
-        accel__dirname(path, dir, sizeof dir);
-        if (accel__fsync_dir(dir) != 0) return accel__io_fail(acc, "cannot fsync directory", dir);
+        return accel__atomic_commit(acc, fd, tmp, path, 1);
     }
+    if (strlen(path) >= 4000) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "path too long: %.200s...", path);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return accel__io_fail(acc, "cannot create", path);
+    if (accel__write_all(fd, data, n) != 0 || fsync(fd) != 0) {
+        r = accel__io_fail(acc, "cannot write", path);
+        close(fd);
+        return r;
+    }
+    if (close(fd) != 0) return accel__io_fail(acc, "cannot close", path);
     return ACCEL_OK;
 }
 #endif /* !_WIN32 */
@@ -2280,9 +2335,21 @@ static accel_result accel__store_op(accel *acc, accel__store *st, int op, const 
         accel__st_frame f;
         unsigned char *p = NULL;
         rc = accel__store_send(st->fd[0], ACCEL__ST_OP, op, (uint32_t)st->rank, st->seq, in, in_len, deadline);
-        if (rc != 0)
+        if (rc != 0) {
+            /* the hub may have failed this collective and exited before we sent: its verdict can still be waiting in
+               our receive buffer — prefer it to "broken pipe" */
+            int e = errno;
+            if (rc == -1 && accel__store_recv(acc, st, st->fd[0], 0, &f, &p, accel_now() + 0.5) == ACCEL_OK &&
+                f.kind == ACCEL__ST_ERROR) {
+                res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%.700s (reported by rank 0, the store)", (const char *)p);
+                accel_host_free(acc, p);
+                return res;
+            }
+            accel_host_free(acc, p);
+            errno = e;
             return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "host store (%s): cannot reach rank 0: %s",
                                st->where, accel__store_rc_text(rc));
+        }
         res = accel__store_recv(acc, st, st->fd[0], 0, &f, &p, deadline + ACCEL__ST_GRACE);
         if (res != ACCEL_OK) return res;
         if (f.kind == ACCEL__ST_ERROR) {
@@ -3459,46 +3526,72 @@ static uint64_t accel__splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-ACCEL__DEF accel_result accel_state_load_resharded(accel *acc, const void *const *states, const size_t *sizes, int count) {
-    accel__saved s0, si;
-    accel_rng_state rng;
-    accel_result r = accel__need_acc(acc, "accel_state_load_resharded");
+/* The whole resharded load without side effects: every state validated, the counters (rank 0's) in *base and this
+   rank's RNG in *rng (*derived = 1 when re-derived because this rank did not exist in the saving run). */
+static accel_result accel__state_prepare(accel *acc, const void *const *states, const size_t *sizes, int count,
+                                         accel__saved *base, accel_rng_state *rng, int *derived) {
+    accel__saved si;
+    accel_result r;
     int i, same = 1, pattern = 1;
-    if (r != ACCEL_OK) return r;
+    *derived = 0;
     if (!states || !sizes || count < 1)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_state_load_resharded: no states given");
-    r = accel__state_parse(acc, states[0], sizes[0], 0, &s0);
+    r = accel__state_parse(acc, states[0], sizes[0], 0, base);
     if (r != ACCEL_OK) return r;
-    if (s0.num_processes != count || s0.process_index != 0)
+    if (base->num_processes != count || base->process_index != 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "training state 0 was saved by rank %d of %d, but %d states were given",
-                           (int)s0.process_index, (int)s0.num_processes, count);
-    rng = s0.rng;
+                           (int)base->process_index, (int)base->num_processes, count);
+    *rng = base->rng;
     for (i = 1; i < count; ++i) {
         r = accel__state_parse(acc, states[i], sizes[i], i, &si);
         if (r != ACCEL_OK) return r;
         if (si.num_processes != count || si.process_index != i)
             return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "training state %d was saved by rank %d of %d", i,
                                (int)si.process_index, (int)si.num_processes);
-        if (si.rng.seed != s0.rng.seed || si.rng.offset != s0.rng.offset) same = 0;
-        if (si.rng.seed != s0.rng.seed + (uint64_t)i || si.rng.offset != s0.rng.offset) pattern = 0;
-        if (i == acc->process_index) rng = si.rng;
+        if (si.rng.seed != base->rng.seed || si.rng.offset != base->rng.offset) same = 0;
+        if (si.rng.seed != base->rng.seed + (uint64_t)i || si.rng.offset != base->rng.offset) pattern = 0;
+        if (i == acc->process_index) *rng = si.rng;
     }
     if (acc->process_index >= count) {
-        if (same) rng = s0.rng;
+        *derived = 1;
+        if (same) *rng = base->rng;
         else if (pattern) {
-            rng.seed = s0.rng.seed + (uint64_t)acc->process_index;
-            rng.offset = s0.rng.offset;
+            rng->seed = base->rng.seed + (uint64_t)acc->process_index;
+            rng->offset = base->rng.offset;
         } else {
             int src = acc->process_index % count;
             r = accel__state_parse(acc, states[src], sizes[src], src, &si);
             if (r != ACCEL_OK) return r;
-            rng.seed = accel__splitmix64(si.rng.seed ^ (uint64_t)acc->process_index);
-            rng.offset = si.rng.offset;
+            rng->seed = accel__splitmix64(si.rng.seed ^ (uint64_t)acc->process_index);
+            rng->offset = si.rng.offset;
         }
+    }
+    return ACCEL_OK;
+}
+
+/* Validate-only form of accel_state_load_resharded (nothing changes, nothing is logged but errors), so a caller that
+   must apply several things all-or-nothing can check this one first. */
+ACCEL__PRIVATE accel_result accel__state_check(accel *acc, const void *const *states, const size_t *sizes, int count) {
+    accel__saved base;
+    accel_rng_state rng = {0, 0};
+    int derived;
+    accel_result r = accel__need_acc(acc, "accel_state_check");
+    if (r != ACCEL_OK) return r;
+    return accel__state_prepare(acc, states, sizes, count, &base, &rng, &derived);
+}
+
+ACCEL__DEF accel_result accel_state_load_resharded(accel *acc, const void *const *states, const size_t *sizes, int count) {
+    accel__saved base;
+    accel_rng_state rng = {0, 0};
+    int derived = 0;
+    accel_result r = accel__need_acc(acc, "accel_state_load_resharded");
+    if (r != ACCEL_OK) return r;
+    r = accel__state_prepare(acc, states, sizes, count, &base, &rng, &derived);
+    if (r != ACCEL_OK) return r;
+    if (derived)
         accel_log(acc, ACCEL_LOG_INFO, "training state saved on %d processes: rank %d's RNG state re-derived", count,
                   acc->process_index);
-    }
-    accel__state_apply(acc, &s0, rng);
+    accel__state_apply(acc, &base, rng);
     return ACCEL_OK;
 }
 

@@ -1,5 +1,6 @@
 /* accel_ckpt.h — checkpoints for accel: safetensors files, sharded save_model, save_state/load_state with
-   crash-safe writes, automatic naming and rotation. Depends only on accel.h (and stb_ds.h in the implementation).
+   crash-safe writes, automatic naming and rotation. Depends only on accel.h; the ACCEL_IMPLEMENTATION TU needs
+   stb_ds.h on the include path, as the core does (Debian: libstb-dev, -I/usr/include/stb).
 
    USAGE
        accel_ckpt *ck;
@@ -9,38 +10,50 @@
        accel_ckpt_create(&acc, &cd, &ck);
        accel_ckpt_register_model(ck, params, n_params);   // accel_tensor[]: name, ptr (host or device), dtype, shape
        accel_ckpt_register_optimizer(ck, adam_m_v, n_mv);
-       accel_ckpt_register(ck, "sampler", my_sampler_save, my_sampler_load, &sampler);  // any state as bytes
-       if (accel_ckpt_load_state(ck, NULL) == ACCEL_OK) ...;  // resume from the newest complete checkpoint, if any
+       accel_ckpt_register(ck, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc);
+       accel_ckpt_register(ck, "sampler", accel_data_shard_state_save, accel_data_shard_state_load, &sh);
+       accel_result r = accel_ckpt_load_state(ck, NULL);  // the newest complete checkpoint, if there is one
+       if (r != ACCEL_OK && r != ACCEL_ERR_NOT_FOUND) die(accel_last_error(&acc));  // NOT_FOUND: start fresh
        for (...) { ...train...; if (step % 1000 == 0) accel_ckpt_save_state(ck, NULL, NULL, 0); }  // collective
        accel_ckpt_save_model(&acc, "out", params, n_params, "10GB");  // model.safetensors or shards + index
        accel_ckpt_destroy(ck);
 
        accel_ckpt_file *f;                                  // read any safetensors file (mmap; all checks first)
-       accel_ckpt_open(NULL, "model.safetensors", &f);
+       accel_ckpt_file_open(NULL, "model.safetensors", &f);
        accel_ckpt_file_load(f, &params[0]);                 // dtype/shape checked; host or device destination
-       accel_ckpt_close(f);
+       accel_ckpt_file_destroy(f);
 
-   STATE OF OTHER MODULES (no module includes another: a three-line adapter per object, in user code)
-       static accel_result scaler_save(void *u, void *buf, size_t cap, size_t *n) {
-           if (cap < ACCEL_AMP_SCALER_STATE_BYTES) { *n = ACCEL_AMP_SCALER_STATE_BYTES; return ACCEL_OK; }
-           return accel_amp_scaler_state_save(NULL, (const accel_amp_scaler *)u, (uint8_t *)buf, cap, n);
+   STATE OF OTHER OBJECTS
+     accel_ckpt_register takes the core's state contract (accel.h "saved state": accel_state_save_fn /
+     accel_state_load_fn), which every module's state functions implement, so they register directly, as above.
+     Your own objects implement the same two functions:
+       static accel_result my_save(void *obj, void *buf, size_t cap, size_t *size) {
+           *size = sizeof(my_state);                        // buf NULL or cap too small: report the size only
+           if (buf && cap >= sizeof(my_state)) memcpy(buf, obj, sizeof(my_state));
+           return ACCEL_OK;
        }
-       static accel_result scaler_load(void *u, const void *buf, size_t n) {
-           return accel_amp_scaler_state_load(NULL, (accel_amp_scaler *)u, (const uint8_t *)buf, n);
+       static accel_result my_load(void *obj, const void *buf, size_t size) {
+           if (size != sizeof(my_state))                    // validate everything first, then apply
+               return accel_set_error(NULL, ACCEL_ERR_FORMAT, "my_state: %zu bytes, expected %zu", size, sizeof(my_state));
+           memcpy(obj, buf, size);
+           return ACCEL_OK;
        }
-       accel_ckpt_register(ck, "scaler", scaler_save, scaler_load, &scaler);   // likewise "sampler" with
-                                                                             // accel_data_shard_state_save/_load
+       accel_ckpt_register(ck, "my", my_save, my_load, &state);   // → my.bin
+     A failing callback records why with accel_set_error (on its object's Accelerator, or NULL as here); load_state
+     and save_state keep that message and put the file in front of it: "load_state: my.bin: my_state: 12 bytes, …".
 
    FILES OF A CHECKPOINT DIRECTORY (Accelerate's names, safetensors/JSON/bytes instead of pickles)
      model.safetensors, model_1.safetensors, …   registered models (metadata {"format":"pt"})        main process
      optimizer.safetensors, optimizer_1…          registered optimizer tensors (Accelerate: optimizer.bin)   main
-     <name>.bin                                   bytes of accel_ckpt_register(ck, "<name>", …): e.g. scheduler.bin
-                                                  (Accelerate: scheduler.bin), scaler.bin (scaler.pt), sampler.bin
+     <name>.bin                                   the bytes of accel_ckpt_register(ck, "<name>", …): e.g.
+                                                  scaler.bin (Accelerate: scaler.pt), sampler.bin, scheduler.bin main
      custom_checkpoint_<i>.bin                    accel_ckpt_register(ck, NULL, …) objects, i in registration order
                                                   (Accelerate: custom_checkpoint_<i>.pkl)                       main
-     random_states_<rank>.json                    every process: {"num_processes","process_index","rng_offset",
-                                                  "rng_seed","step"} (Accelerate: random_states_<rank>.pkl)
-     accelerator_state.json                       iteration, num_processes, optimizer_steps, scheduler_steps  main
+     random_states_<rank>.bin                     every process: its accel_state_save() bytes (ACCEL_STATE_BYTES:
+                                                  step and optimizer/scheduler counters, sync flags, RNG seed and
+                                                  offset; Accelerate: random_states_<rank>.pkl)
+     accelerator_state.json                       {"format": "accel", "iteration": i, "num_processes": P,
+                                                  "version": 1}                                                 main
      checkpoint_complete.json                     completion marker written last: {"files": {name: {"bytes": n,
                                                   "xxh64": "<16 hex>"}}, "format": "accel-checkpoint", "version": 1}
      "main" = the main process, or each local main process with save_on_each_node.
@@ -54,41 +67,46 @@
      save_safetensors) are written to a temporary name, fsync'd and renamed.
 
    OPTIONS
-     ACCEL_NO_STB_DS_IMPLEMENTATION   define in the ACCEL_IMPLEMENTATION TU when that program compiles stb_ds's
-                                      implementation (STB_DS_IMPLEMENTATION) itself; otherwise this header emits it
-                                      once (guard ACCEL__STB_DS_IMPL_DONE, skipped when stb_ds.h was already
-                                      included), with STBDS_REALLOC/FREE routed to the accel host allocator.
-     Sizes ("10GB", "5MiB", "1000") go through accel_ckpt_parse_size (SEMANTICS.md policy 6).
+     Sizes ("10GB", "5MiB", "1000") go through accel_ckpt_parse_size (docs/semantics.md policy 6).
+     Memory: every allocation goes through the Accelerator's allocators (accel.h "MEMORY"): host memory through
+     desc.host_allocator, the staging buffers of device tensors through desc.pinned_allocator. A function called
+     with acc NULL uses the defaults; an accel_ckpt_file remembers the acc it was opened with.
 
    ERRORS
      Every reader checks everything before it copies a byte (all-or-nothing). load_state verifies the whole
-     checkpoint (marker, sizes, checksums, every tensor's name/dtype/shape, object files, counts) on every process and
-     agrees on the verdict before applying anything; only a registered load callback that fails after the tensors
-     were copied can leave a partial state (its error is returned). An explicit save_state directory that exists is
-     replaced (atomically swapped) only when it is empty or an accel checkpoint.
+     checkpoint (marker, sizes, checksums, every tensor's name/dtype/shape, object files, counts, the training
+     states) on every process and agrees on the verdict before applying anything; the Accelerator's training state
+     is restored through accel_state_load and put back if anything fails later, so only a registered load callback
+     that fails after the tensors were copied can leave a partial state (its error is returned).
+     accel_ckpt_load_state(ck, NULL) returns ACCEL_ERR_NOT_FOUND only when there is no complete checkpoint yet: an
+     expected outcome, logged once at info level by the main process ("no checkpoint under <dir>: starting
+     fresh"); a checkpoint that exists but lacks something registered is ACCEL_ERR_INVALID_ARGUMENT or
+     ACCEL_ERR_FORMAT. A failed callback's own message stays in accel_last_error (see above). An explicit
+     save_state directory that exists is replaced (atomically swapped) only when it is empty or an accel checkpoint.
+     A completed save whose rotation (total_limit) fails still succeeds; the failure is logged at warn level.
 
    THREADS AND STREAMS
      One thread at a time per accel / accel_ckpt / accel_ckpt_file. save_state hashes host data in a helper pthread
      while the calling thread writes, and verification hashes two files at a time (link with -pthread where libc
-     needs it). Device buffers (detected with
+     needs it); the helper threads neither allocate nor record errors. Device buffers (detected with
      cudaPointerGetAttributes in CUDA builds) are staged through two pinned buffers on acc->stream (NULL acc: the
      default stream); the call returns when the data is on disk / in the destination.
      save_state, load_state and save_model are collectives: every process calls them. Everything else is local.
 
-   DIFFERENCES FROM ACCELERATE (deliberate)
+   DIFFERENCES FROM ACCELERATE (deliberate; docs/semantics.md §5, §6 and "Policies")
      - load_state restores the iteration (policy 5): the next automatic save goes to checkpoint_<saved + 1>.
+     - load_state restores every counter of the Accelerator (accel_state_load), not only `step`.
      - total_limit rotation happens after the new checkpoint is complete and only counts complete checkpoints, so a
        crash never leaves fewer than the newest complete one (Accelerate deletes first).
-     - One size parser (policy 6); sharding is huggingface_hub's greedy algorithm (policy 7). Tensors that share
+     - One size parser (policy 6); sharding is huggingface_hub's greedy algorithm (§6, policy 7). Tensors that share
        storage are not detected (accel_tensor has no storage identity): every entry is saved.
      - save_model also removes a stale model.safetensors.index.json (single-file save) or a stale
        model.safetensors (sharded save) so a loader never mixes generations.
      - Global state (scaler, sampler, scheduler, custom objects) is written once by the main process (Accelerate
        writes scaler.pt on every process).
-     - Resuming on a different number of processes: rank i loads random_states_<i>.json when it exists. Otherwise its
-       RNG state is re-derived: if every saved state is identical, that state; if saved seeds are seed0 + rank (the
-       pattern of accel_set_seed(..., device_specific=1)), seed0 + i with rank 0's offset; else
-       splitmix64(seed[i mod saved] ^ i) with that rank's offset. `step` comes from the same file or rank 0's.
+     - Resuming on a different number of processes works: every rank reads every saved random_states_<i>.bin and
+       accel_state_load_resharded (accel.h) restores the counters from rank 0's state and this rank's RNG from its
+       own file, or re-derives it when the saving run had fewer processes. Accelerate requires the same number.
      - JSON is read strictly: duplicate keys, invalid UTF-8, lone surrogates and trailing garbage are errors.
      - safetensors tensors are ordered by dtype size (descending) then name, as the reference writer does; the data
        section starts 8-byte aligned so every tensor is aligned to its element size (padding between tensors would
@@ -101,13 +119,13 @@
 extern "C" {
 #endif
 
-/* ---------------------------------------------------------------------------------------------------- sizes */
-/* SEMANTICS.md policy 6: a plain unsigned integer (bytes), or a decimal number, optional spaces and a unit
+/* -------------------------------------------------------------------------------------------------------- sizes */
+/* docs/semantics.md policy 6: a plain unsigned integer (bytes), or a decimal number, optional spaces and a unit
    KB/MB/GB/TB (10^3..10^12) or KiB/MiB/GiB/TiB (2^10..2^40), case-insensitive, truncated toward zero.
    acc may be NULL (the message then goes to accel_last_error(NULL)). */
 ACCEL_API accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_t *out);
 
-/* ---------------------------------------------------------------------------------------------- safetensors */
+/* -------------------------------------------------------------------------------------------------- safetensors */
 /* Writes `path` atomically (temporary name, fsync, rename, directory fsync). metadata: nmeta (key, value) pairs
    stored as __metadata__ (NULL/0 for none). Tensors may live on the host or (CUDA builds) the device. */
 ACCEL_API accel_result accel_ckpt_save_safetensors(accel *acc, const char *path, const accel_tensor *tensors, int n,
@@ -125,11 +143,12 @@ typedef struct accel_ckpt_entry {
 
 /* Opens and fully validates a file (every check of the reference reader, in its order, before any byte is
    trusted). Errors: ACCEL_ERR_IO, ACCEL_ERR_NOT_FOUND, ACCEL_ERR_FORMAT (the message names the problem),
-   ACCEL_ERR_UNSUPPORTED (a valid dtype or rank accel does not handle). *out is NULL on failure. */
-ACCEL_API accel_result accel_ckpt_open(accel *acc, const char *path, accel_ckpt_file **out);
+   ACCEL_ERR_UNSUPPORTED (a valid dtype or rank accel does not handle). *out is NULL on failure. The file object
+   remembers acc (NULL: the default allocator, errors in accel_last_error(NULL)). */
+ACCEL_API accel_result accel_ckpt_file_open(accel *acc, const char *path, accel_ckpt_file **out);
 /* Same checks on bytes in memory (not copied: they must outlive the file object). */
-ACCEL_API accel_result accel_ckpt_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out);
-ACCEL_API void accel_ckpt_close(accel_ckpt_file *f);
+ACCEL_API accel_result accel_ckpt_file_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out);
+ACCEL_API void accel_ckpt_file_destroy(accel_ckpt_file *f); /* NULL ok */
 ACCEL_API int accel_ckpt_file_count(const accel_ckpt_file *f);                 /* tensors (entries sorted by offset) */
 ACCEL_API const accel_ckpt_entry *accel_ckpt_file_entry(const accel_ckpt_file *f, int i);
 ACCEL_API int accel_ckpt_file_find(const accel_ckpt_file *f, const char *name); /* index or -1 */
@@ -142,8 +161,8 @@ ACCEL_API accel_result accel_ckpt_file_load(accel_ckpt_file *f, const accel_tens
 /* All or nothing: every destination is checked before the first byte is copied. */
 ACCEL_API accel_result accel_ckpt_file_load_all(accel_ckpt_file *f, const accel_tensor *dst, int n);
 
-/* ------------------------------------------------------------------------------------------ sharded models */
-/* The huggingface_hub plan (SEMANTICS.md section 6): shard_of[i] = shard of tensor i (0-based), shard_bytes[s],
+/* ----------------------------------------------------------------------------------------------- sharded models */
+/* The huggingface_hub plan (docs/semantics.md §6, policy 7): shard_of[i] = shard of tensor i (0-based), shard_bytes[s],
    *n_shards. shard_of must hold n ints, shard_bytes n uint64 (n_shards <= n). Shards are numbered in the order
    they are appended, so an oversize tensor can precede earlier small ones. */
 ACCEL_API accel_result accel_ckpt_plan_shards(accel *acc, const uint64_t *sizes, int n, uint64_t max_shard_size,
@@ -162,7 +181,7 @@ ACCEL_API accel_result accel_ckpt_save_model_bytes(accel *acc, const char *dir, 
    the same dtype/shape and the files must hold no other tensors; all checked before anything is copied. Local. */
 ACCEL_API accel_result accel_ckpt_load_model(accel *acc, const char *dir, const accel_tensor *tensors, int n);
 
-/* ---------------------------------------------------------------------------------------- save/load state */
+/* ---------------------------------------------------------------------------------------------- save/load state */
 typedef struct accel_ckpt_desc {
     const char *project_dir;          /* NULL → acc->desc.project_dir */
     int automatic_checkpoint_naming;  /* nonzero: save_state(NULL) → project_dir/checkpoints/checkpoint_<iteration> */
@@ -171,31 +190,29 @@ typedef struct accel_ckpt_desc {
     int save_on_each_node;            /* nonzero: each node's local main process writes the global files */
 } accel_ckpt_desc;
 
-/* State of anything as bytes. save: when cap is smaller than the state (buf may be NULL), set *written to the
-   size needed and return ACCEL_OK without writing; otherwise write it and set *written. load: restore from n
-   bytes; a bad buffer → an error, state unchanged. */
-typedef accel_result (*accel_ckpt_save_fn)(void *user, void *buf, size_t cap, size_t *written);
-typedef accel_result (*accel_ckpt_load_fn)(void *user, const void *buf, size_t n);
-
 typedef struct accel_ckpt accel_ckpt;
 ACCEL_API accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc, accel_ckpt **out);
-ACCEL_API void accel_ckpt_destroy(accel_ckpt *ck);
+ACCEL_API void accel_ckpt_destroy(accel_ckpt *ck); /* NULL ok; before accel_shutdown of its acc (it frees through it) */
 /* Descriptors (and names) are copied; the data stays the caller's and must be valid at save/load time. */
 ACCEL_API accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_tensor *tensors, int n);
 ACCEL_API accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel_tensor *tensors, int n);
-/* name: file stem ([A-Za-z0-9_.-], e.g. "scheduler", "scaler", "sampler") → <name>.bin; NULL → the next
+/* Any object's state as bytes, through the core's contract (accel_state_save_fn / accel_state_load_fn, accel.h).
+   name: file stem ([A-Za-z0-9_.-], e.g. "scheduler", "scaler", "sampler") → <name>.bin; NULL → the next
    custom_checkpoint_<i>.bin (Accelerate's register_for_checkpointing). */
-ACCEL_API accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_ckpt_save_fn save,
-                                           accel_ckpt_load_fn load, void *user);
+ACCEL_API accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_state_save_fn save,
+                                           accel_state_load_fn load, void *obj);
 /* Collective. output_dir NULL → automatic naming (an existing target is an error). out_dir (may be NULL)
    receives the final directory. iteration += 1 after a successful save (as Accelerate). */
 ACCEL_API accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap);
-/* Collective. input_dir NULL → the newest complete checkpoint under project_dir/checkpoints. Verifies everything
-   (marker, sizes, checksums, tensor names/dtypes/shapes, object files) on every process before applying. */
+/* Collective. input_dir NULL → the newest complete checkpoint under project_dir/checkpoints; ACCEL_ERR_NOT_FOUND
+   (logged at info level, not an error to print) when there is none yet. Verifies everything (marker, sizes,
+   checksums, tensor names/dtypes/shapes, object files, training states) on every process before applying; restores
+   the Accelerator's training state with accel_state_load (accel_state_load_resharded on another number of
+   processes), the registered objects and the iteration (policy 5). */
 ACCEL_API accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_dir);
 ACCEL_API int accel_ckpt_iteration(const accel_ckpt *ck);
 /* Newest complete checkpoint_<N> under checkpoints_dir (marker present, every listed file present with its size).
-   ACCEL_ERR_NOT_FOUND when none. Local. */
+   ACCEL_ERR_NOT_FOUND when none (also when checkpoints_dir does not exist). Local. */
 ACCEL_API accel_result accel_ckpt_latest(accel *acc, const char *checkpoints_dir, char *out, size_t cap);
 /* Full check of a checkpoint directory: marker, sizes, XXH64 of every file. Local. */
 ACCEL_API accel_result accel_ckpt_verify(accel *acc, const char *dir);
@@ -211,6 +228,20 @@ ACCEL_API uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed);
 /* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__CKPT_IMPL_DONE)
 #define ACCEL__CKPT_IMPL_DONE
+/* CONTENTS (the core's private services — allocation, errors, byte order, UTF-8, string builder, files, agreement —
+   come from accel.h's implementation section, which precedes this one in the same TU)
+     1. size parser (policy 6)
+     2. XXH64
+     3. JSON reader (strict)
+     4. device staging (two pinned buffers)
+     5. safetensors writer
+     6. safetensors reader (accel_ckpt_file)
+     7. sharded models: plan, save_model, the index, load_model
+     8. the checkpointer: create/destroy, registration, callbacks' root causes
+     9. completion marker and verification
+    10. listing and rotation
+    11. save_state
+    12. load_state */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -226,9 +257,28 @@ ACCEL_API uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed);
 #include <sys/mman.h>
 #include <pthread.h>
 
-/* stb_ds.h: the core's implementation section included it (and emitted its implementation). */
+/* stb_ds.h: the core's implementation section included it (and emitted its implementation through the hooks). */
 
-/* --------------------------------------------------------------------------------------------- size parser */
+/* Allocation shorthands over acc's host allocator (NULL with the allocator's error recorded on acc). */
+static char *accel__ckpt_strndup(accel *acc, const char *s, size_t n) { /* s[0..n) + NUL */
+    char *p = (char *)accel_host_alloc(acc, n + 1);
+    if (p) { memcpy(p, s, n); p[n] = 0; }
+    return p;
+}
+static void *accel__ckpt_zalloc(accel *acc, size_t n, size_t size) { /* n zeroed elements (at least one) */
+    void *p;
+    if (n == 0) n = 1;
+    if (size && n > (size_t)-1 / size) {
+        ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%zu elements of %zu bytes do not fit in memory", n, size);
+        return NULL;
+    }
+    p = accel_host_alloc(acc, n * size);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
+/* ----------------------------------------------------------------------------------------------- 1. size parser */
+/* Locale-independent on purpose (isspace/tolower follow setlocale). */
 static int accel__ckpt_isspace(int c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 static int accel__ckpt_lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
@@ -281,8 +331,9 @@ ACCEL__DEF accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_
         uint64_t carry = 0;
         if (nf > 4096) goto bad;
         len = nf + 24;
-        dig = (unsigned char *)calloc(len, 1);
-        if (!dig) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "parse_size: out of memory");
+        dig = (unsigned char *)accel_host_alloc(acc, len);
+        if (!dig) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "parse_size");
+        memset(dig, 0, len);
         for (i = 0; i < nf; ++i) dig[i] = (unsigned char)(fp[nf - 1 - i] - '0'); /* little-endian base 10 */
         for (i = 0; i < len; ++i) {
             uint64_t v = (uint64_t)dig[i] * unit + carry;
@@ -290,7 +341,7 @@ ACCEL__DEF accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_
             carry = v / 10;
         }
         for (i = len; i > nf; --i) fval = fval * 10 + dig[i - 1];
-        free(dig);
+        accel_host_free(acc, dig);
     }
     if (ival * unit > UINT64_MAX - fval) goto big;
     *out = ival * unit + fval;
@@ -304,46 +355,40 @@ big:
     return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "size \"%.200s\" does not fit in 64 bits", s);
 }
 
-/* ------------------------------------------------------------------------------------------------ XXH64 */
-#define ACCEL__XP1 11400714785074694791ull
-#define ACCEL__XP2 14029467366897019727ull
-#define ACCEL__XP3 1609587929392839161ull
-#define ACCEL__XP4 9650029242287828579ull
-#define ACCEL__XP5 2870177450012600261ull
+/* ----------------------------------------------------------------------------------------------------- 2. XXH64 */
+#define ACCEL__CKPT_XP1 11400714785074694791ull
+#define ACCEL__CKPT_XP2 14029467366897019727ull
+#define ACCEL__CKPT_XP3 1609587929392839161ull
+#define ACCEL__CKPT_XP4 9650029242287828579ull
+#define ACCEL__CKPT_XP5 2870177450012600261ull
 
-typedef struct accel__xxh64 {
+typedef struct accel__ckpt_xxh64 {
     uint64_t v[4], total;
     unsigned char buf[32];
     size_t nbuf;
     uint64_t seed;
-} accel__xxh64;
+} accel__ckpt_xxh64;
 
-static ACCEL_INLINE uint64_t accel__rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static ACCEL_INLINE uint64_t accel__rd64(const unsigned char *p) {
-    return (uint64_t)p[0] | ((uint64_t)p[1] << 8) | ((uint64_t)p[2] << 16) | ((uint64_t)p[3] << 24) |
-           ((uint64_t)p[4] << 32) | ((uint64_t)p[5] << 40) | ((uint64_t)p[6] << 48) | ((uint64_t)p[7] << 56);
+/* XXH64 reads its input as little-endian words: the core's accel__get_u64/u32. */
+static ACCEL_INLINE uint64_t accel__ckpt_rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static ACCEL_INLINE uint64_t accel__ckpt_xround(uint64_t acc, uint64_t in) {
+    acc += in * ACCEL__CKPT_XP2;
+    acc = accel__ckpt_rotl64(acc, 31);
+    return acc * ACCEL__CKPT_XP1;
 }
-static ACCEL_INLINE uint32_t accel__rd32(const unsigned char *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+static ACCEL_INLINE uint64_t accel__ckpt_xmerge(uint64_t acc, uint64_t val) {
+    acc ^= accel__ckpt_xround(0, val);
+    return acc * ACCEL__CKPT_XP1 + ACCEL__CKPT_XP4;
 }
-static ACCEL_INLINE uint64_t accel__xround(uint64_t acc, uint64_t in) {
-    acc += in * ACCEL__XP2;
-    acc = accel__rotl64(acc, 31);
-    return acc * ACCEL__XP1;
-}
-static ACCEL_INLINE uint64_t accel__xmerge(uint64_t acc, uint64_t val) {
-    acc ^= accel__xround(0, val);
-    return acc * ACCEL__XP1 + ACCEL__XP4;
-}
-static void accel__xxh64_init(accel__xxh64 *h, uint64_t seed) {
+static void accel__ckpt_xxh64_init(accel__ckpt_xxh64 *h, uint64_t seed) {
     memset(h, 0, sizeof *h);
     h->seed = seed;
-    h->v[0] = seed + ACCEL__XP1 + ACCEL__XP2;
-    h->v[1] = seed + ACCEL__XP2;
+    h->v[0] = seed + ACCEL__CKPT_XP1 + ACCEL__CKPT_XP2;
+    h->v[1] = seed + ACCEL__CKPT_XP2;
     h->v[2] = seed;
-    h->v[3] = seed - ACCEL__XP1;
+    h->v[3] = seed - ACCEL__CKPT_XP1;
 }
-static void accel__xxh64_update(accel__xxh64 *h, const void *data, size_t n) {
+static void accel__ckpt_xxh64_update(accel__ckpt_xxh64 *h, const void *data, size_t n) {
     const unsigned char *p = (const unsigned char *)data, *end = p + n;
     h->total += n;
     if (h->nbuf + n < 32) {
@@ -355,19 +400,19 @@ static void accel__xxh64_update(accel__xxh64 *h, const void *data, size_t n) {
         size_t take = 32 - h->nbuf;
         memcpy(h->buf + h->nbuf, p, take);
         p += take;
-        h->v[0] = accel__xround(h->v[0], accel__rd64(h->buf));
-        h->v[1] = accel__xround(h->v[1], accel__rd64(h->buf + 8));
-        h->v[2] = accel__xround(h->v[2], accel__rd64(h->buf + 16));
-        h->v[3] = accel__xround(h->v[3], accel__rd64(h->buf + 24));
+        h->v[0] = accel__ckpt_xround(h->v[0], accel__get_u64(h->buf));
+        h->v[1] = accel__ckpt_xround(h->v[1], accel__get_u64(h->buf + 8));
+        h->v[2] = accel__ckpt_xround(h->v[2], accel__get_u64(h->buf + 16));
+        h->v[3] = accel__ckpt_xround(h->v[3], accel__get_u64(h->buf + 24));
         h->nbuf = 0;
     }
     {
         uint64_t v0 = h->v[0], v1 = h->v[1], v2 = h->v[2], v3 = h->v[3];
         while ((size_t)(end - p) >= 32) {
-            v0 = accel__xround(v0, accel__rd64(p));
-            v1 = accel__xround(v1, accel__rd64(p + 8));
-            v2 = accel__xround(v2, accel__rd64(p + 16));
-            v3 = accel__xround(v3, accel__rd64(p + 24));
+            v0 = accel__ckpt_xround(v0, accel__get_u64(p));
+            v1 = accel__ckpt_xround(v1, accel__get_u64(p + 8));
+            v2 = accel__ckpt_xround(v2, accel__get_u64(p + 16));
+            v3 = accel__ckpt_xround(v3, accel__get_u64(p + 24));
             p += 32;
         }
         h->v[0] = v0; h->v[1] = v1; h->v[2] = v2; h->v[3] = v3;
@@ -377,92 +422,94 @@ static void accel__xxh64_update(accel__xxh64 *h, const void *data, size_t n) {
         h->nbuf = (size_t)(end - p);
     }
 }
-static uint64_t accel__xxh64_final(const accel__xxh64 *h) {
+static uint64_t accel__ckpt_xxh64_final(const accel__ckpt_xxh64 *h) {
     uint64_t r;
     const unsigned char *p = h->buf, *end = h->buf + h->nbuf;
     if (h->total >= 32) {
-        r = accel__rotl64(h->v[0], 1) + accel__rotl64(h->v[1], 7) + accel__rotl64(h->v[2], 12) + accel__rotl64(h->v[3], 18);
-        r = accel__xmerge(r, h->v[0]);
-        r = accel__xmerge(r, h->v[1]);
-        r = accel__xmerge(r, h->v[2]);
-        r = accel__xmerge(r, h->v[3]);
+        r = accel__ckpt_rotl64(h->v[0], 1) + accel__ckpt_rotl64(h->v[1], 7) + accel__ckpt_rotl64(h->v[2], 12) + accel__ckpt_rotl64(h->v[3], 18);
+        r = accel__ckpt_xmerge(r, h->v[0]);
+        r = accel__ckpt_xmerge(r, h->v[1]);
+        r = accel__ckpt_xmerge(r, h->v[2]);
+        r = accel__ckpt_xmerge(r, h->v[3]);
     } else {
-        r = h->seed + ACCEL__XP5;
+        r = h->seed + ACCEL__CKPT_XP5;
     }
     r += h->total;
     while (end - p >= 8) {
-        r ^= accel__xround(0, accel__rd64(p));
-        r = accel__rotl64(r, 27) * ACCEL__XP1 + ACCEL__XP4;
+        r ^= accel__ckpt_xround(0, accel__get_u64(p));
+        r = accel__ckpt_rotl64(r, 27) * ACCEL__CKPT_XP1 + ACCEL__CKPT_XP4;
         p += 8;
     }
     if (end - p >= 4) {
-        r ^= (uint64_t)accel__rd32(p) * ACCEL__XP1;
-        r = accel__rotl64(r, 23) * ACCEL__XP2 + ACCEL__XP3;
+        r ^= (uint64_t)accel__get_u32(p) * ACCEL__CKPT_XP1;
+        r = accel__ckpt_rotl64(r, 23) * ACCEL__CKPT_XP2 + ACCEL__CKPT_XP3;
         p += 4;
     }
     while (p < end) {
-        r ^= (uint64_t)(*p) * ACCEL__XP5;
-        r = accel__rotl64(r, 11) * ACCEL__XP1;
+        r ^= (uint64_t)(*p) * ACCEL__CKPT_XP5;
+        r = accel__ckpt_rotl64(r, 11) * ACCEL__CKPT_XP1;
         ++p;
     }
     r ^= r >> 33;
-    r *= ACCEL__XP2;
+    r *= ACCEL__CKPT_XP2;
     r ^= r >> 29;
-    r *= ACCEL__XP3;
+    r *= ACCEL__CKPT_XP3;
     r ^= r >> 32;
     return r;
 }
 ACCEL__DEF uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed) {
-    accel__xxh64 h;
-    accel__xxh64_init(&h, seed);
-    accel__xxh64_update(&h, data, n);
-    return accel__xxh64_final(&h);
+    accel__ckpt_xxh64 h;
+    accel__ckpt_xxh64_init(&h, seed);
+    accel__ckpt_xxh64_update(&h, data, n);
+    return accel__ckpt_xxh64_final(&h);
 }
 
-/* ------------------------------------------------------------------------------------ string builder */
-static void accel__sb_u64(accel__sb *b, uint64_t v) { accel__sb_printf(b, "%llu", (unsigned long long)v); }
+/* ----------------------------------------------------------------------------------------------- 3. JSON reader */
+/* (JSON is written with the core's accel__sb; this is the one number format it needs.) */
+static void accel__ckpt_sb_u64(accel__sb *b, uint64_t v) { accel__sb_printf(b, "%llu", (unsigned long long)v); }
 
-/* ---------------------------------------------------------------------------------------- JSON reader */
-enum { ACCEL__J_NULL = 1, ACCEL__J_FALSE, ACCEL__J_TRUE, ACCEL__J_NUM, ACCEL__J_STR, ACCEL__J_ARR, ACCEL__J_OBJ };
-#define ACCEL__JSON_MAX_DEPTH 64
+enum { ACCEL__CKPT_J_NULL = 1, ACCEL__CKPT_J_FALSE, ACCEL__CKPT_J_TRUE, ACCEL__CKPT_J_NUM, ACCEL__CKPT_J_STR, ACCEL__CKPT_J_ARR, ACCEL__CKPT_J_OBJ };
+#define ACCEL__CKPT_JSON_MAX_DEPTH 64
 
-typedef struct accel__jnode {
+typedef struct accel__ckpt_jnode {
     int type;
     int first, last, next, count; /* children (arrays, objects), next sibling */
     size_t key, keylen;           /* member key (offset into the arena) */
     size_t str, len;              /* decoded string, or number text */
-} accel__jnode;
+} accel__ckpt_jnode;
 
-typedef struct accel__json {
-    accel__jnode *nodes; /* stb_ds array */
+typedef struct accel__ckpt_json {
+    accel *acc;          /* allocator of the temporary key array */
+    accel__ckpt_jnode *nodes; /* stb_ds array */
     char *arena;         /* stb_ds array of NUL-terminated strings */
     const unsigned char *beg, *p, *end;
     int depth;
+    int oom;             /* the failure was an allocation (recorded on acc), not the document */
     char err[256];
-} accel__json;
+} accel__ckpt_json;
 
-static void accel__json_free(accel__json *j) {
+static void accel__ckpt_json_free(accel__ckpt_json *j) {
     stbds_arrfree(j->nodes);
     stbds_arrfree(j->arena);
     j->nodes = NULL;
     j->arena = NULL;
 }
-static int accel__json_error(accel__json *j, const char *what) {
+static int accel__ckpt_json_error(accel__ckpt_json *j, const char *what) {
     if (!j->err[0]) snprintf(j->err, sizeof j->err, "%s at byte %lu", what, (unsigned long)(j->p - j->beg));
     return -1;
 }
-static void accel__json_ws(accel__json *j) {
+static void accel__ckpt_json_ws(accel__ckpt_json *j) {
     while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) ++j->p;
 }
-static int accel__json_new(accel__json *j, int type) {
-    accel__jnode nd;
+static int accel__ckpt_json_new(accel__ckpt_json *j, int type) {
+    accel__ckpt_jnode nd;
     memset(&nd, 0, sizeof nd);
     nd.type = type;
     nd.first = nd.last = nd.next = -1;
     stbds_arrput(j->nodes, nd);
     return (int)stbds_arrlen(j->nodes) - 1;
 }
-static void accel__json_put_cp(accel__json *j, uint32_t cp) {
+static void accel__ckpt_json_put_cp(accel__ckpt_json *j, uint32_t cp) {
     if (cp < 0x80) stbds_arrput(j->arena, (char)cp);
     else if (cp < 0x800) {
         stbds_arrput(j->arena, (char)(0xC0 | (cp >> 6)));
@@ -478,36 +525,36 @@ static void accel__json_put_cp(accel__json *j, uint32_t cp) {
         stbds_arrput(j->arena, (char)(0x80 | (cp & 0x3F)));
     }
 }
-static int accel__json_hex4(accel__json *j, uint32_t *out) {
+static int accel__ckpt_json_hex4(accel__ckpt_json *j, uint32_t *out) {
     uint32_t v = 0;
     int i;
-    if (j->end - j->p < 4) return accel__json_error(j, "truncated \\u escape");
+    if (j->end - j->p < 4) return accel__ckpt_json_error(j, "truncated \\u escape");
     for (i = 0; i < 4; ++i) {
         unsigned c = j->p[i];
         v <<= 4;
         if (c >= '0' && c <= '9') v |= c - '0';
         else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
         else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-        else return accel__json_error(j, "bad hex digit in \\u escape");
+        else return accel__ckpt_json_error(j, "bad hex digit in \\u escape");
     }
     j->p += 4;
     *out = v;
     return 0;
 }
 /* Parses a string at j->p (the opening quote); appends the decoded bytes + NUL to the arena. */
-static int accel__json_string(accel__json *j, size_t *off, size_t *len) {
+static int accel__ckpt_json_string(accel__ckpt_json *j, size_t *off, size_t *len) {
     size_t start = (size_t)stbds_arrlen(j->arena);
     ++j->p;
     for (;;) {
         unsigned c;
-        if (j->p >= j->end) return accel__json_error(j, "unterminated string");
+        if (j->p >= j->end) return accel__ckpt_json_error(j, "unterminated string");
         c = *j->p;
         if (c == '"') { ++j->p; break; }
-        if (c < 0x20) return accel__json_error(j, "control character in string");
+        if (c < 0x20) return accel__ckpt_json_error(j, "control character in string");
         if (c == '\\') {
             uint32_t cp;
             ++j->p;
-            if (j->p >= j->end) return accel__json_error(j, "unterminated escape");
+            if (j->p >= j->end) return accel__ckpt_json_error(j, "unterminated escape");
             c = *j->p++;
             switch (c) {
             case '"': stbds_arrput(j->arena, '"'); break;
@@ -519,27 +566,27 @@ static int accel__json_string(accel__json *j, size_t *off, size_t *len) {
             case 'r': stbds_arrput(j->arena, '\r'); break;
             case 't': stbds_arrput(j->arena, '\t'); break;
             case 'u':
-                if (accel__json_hex4(j, &cp)) return -1;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) return accel__json_error(j, "lone low surrogate in \\u escape");
+                if (accel__ckpt_json_hex4(j, &cp)) return -1;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return accel__ckpt_json_error(j, "lone low surrogate in \\u escape");
                 if (cp >= 0xD800 && cp <= 0xDBFF) {
                     uint32_t lo;
                     if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u')
-                        return accel__json_error(j, "high surrogate not followed by a low surrogate");
+                        return accel__ckpt_json_error(j, "high surrogate not followed by a low surrogate");
                     j->p += 2;
-                    if (accel__json_hex4(j, &lo)) return -1;
-                    if (lo < 0xDC00 || lo > 0xDFFF) return accel__json_error(j, "high surrogate not followed by a low surrogate");
+                    if (accel__ckpt_json_hex4(j, &lo)) return -1;
+                    if (lo < 0xDC00 || lo > 0xDFFF) return accel__ckpt_json_error(j, "high surrogate not followed by a low surrogate");
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 }
-                accel__json_put_cp(j, cp);
+                accel__ckpt_json_put_cp(j, cp);
                 break;
-            default: --j->p; return accel__json_error(j, "invalid escape");
+            default: --j->p; return accel__ckpt_json_error(j, "invalid escape");
             }
             continue;
         }
         if (c >= 0x80) {
             uint32_t cp;
             size_t l = accel__utf8_decode(j->p, j->end, &cp), k;
-            if (!l) return accel__json_error(j, "invalid UTF-8 in string");
+            if (!l) return accel__ckpt_json_error(j, "invalid UTF-8 in string");
             for (k = 0; k < l; ++k) stbds_arrput(j->arena, (char)j->p[k]);
             j->p += l;
             continue;
@@ -552,103 +599,106 @@ static int accel__json_string(accel__json *j, size_t *off, size_t *len) {
     stbds_arrput(j->arena, 0);
     return 0;
 }
-static int accel__json_value(accel__json *j);
+static int accel__ckpt_json_value(accel__ckpt_json *j);
 
-typedef struct accel__jkey { const char *s; size_t n; } accel__jkey;
-static int accel__jkey_cmp(const void *a, const void *b) {
-    const accel__jkey *x = (const accel__jkey *)a, *y = (const accel__jkey *)b;
+typedef struct accel__ckpt_jkey { const char *s; size_t n; } accel__ckpt_jkey;
+static int accel__ckpt_jkey_cmp(const void *a, const void *b) {
+    const accel__ckpt_jkey *x = (const accel__ckpt_jkey *)a, *y = (const accel__ckpt_jkey *)b;
     size_t m = x->n < y->n ? x->n : y->n;
     int c = memcmp(x->s, y->s, m);
     if (c) return c;
     return x->n < y->n ? -1 : x->n > y->n;
 }
-static void accel__json_link(accel__json *j, int parent, int child) {
+static void accel__ckpt_json_link(accel__ckpt_json *j, int parent, int child) {
     if (j->nodes[parent].last < 0) j->nodes[parent].first = child;
     else j->nodes[j->nodes[parent].last].next = child;
     j->nodes[parent].last = child;
     j->nodes[parent].count++;
 }
-static int accel__json_object(accel__json *j) {
-    int obj = accel__json_new(j, ACCEL__J_OBJ);
+static int accel__ckpt_json_object(accel__ckpt_json *j) {
+    int obj = accel__ckpt_json_new(j, ACCEL__CKPT_J_OBJ);
     ++j->p;
-    accel__json_ws(j);
+    accel__ckpt_json_ws(j);
     if (j->p < j->end && *j->p == '}') { ++j->p; return obj; }
     for (;;) {
         size_t ko, kl;
         int v;
-        accel__json_ws(j);
-        if (j->p >= j->end || *j->p != '"') return accel__json_error(j, "expected a string key");
-        if (accel__json_string(j, &ko, &kl)) return -1;
-        accel__json_ws(j);
-        if (j->p >= j->end || *j->p != ':') return accel__json_error(j, "expected ':'");
+        accel__ckpt_json_ws(j);
+        if (j->p >= j->end || *j->p != '"') return accel__ckpt_json_error(j, "expected a string key");
+        if (accel__ckpt_json_string(j, &ko, &kl)) return -1;
+        accel__ckpt_json_ws(j);
+        if (j->p >= j->end || *j->p != ':') return accel__ckpt_json_error(j, "expected ':'");
         ++j->p;
-        v = accel__json_value(j);
+        v = accel__ckpt_json_value(j);
         if (v < 0) return -1;
         j->nodes[v].key = ko;
         j->nodes[v].keylen = kl;
-        accel__json_link(j, obj, v);
-        accel__json_ws(j);
+        accel__ckpt_json_link(j, obj, v);
+        accel__ckpt_json_ws(j);
         if (j->p < j->end && *j->p == ',') { ++j->p; continue; }
         if (j->p < j->end && *j->p == '}') { ++j->p; break; }
-        return accel__json_error(j, "expected ',' or '}'");
+        return accel__ckpt_json_error(j, "expected ',' or '}'");
     }
     if (j->nodes[obj].count > 1) { /* duplicate keys are an error (safetensors forbids them) */
         int n = j->nodes[obj].count, i = 0, c;
-        accel__jkey *keys = (accel__jkey *)malloc(sizeof(accel__jkey) * (size_t)n);
-        if (!keys) return accel__json_error(j, "out of memory");
+        accel__ckpt_jkey *keys = (accel__ckpt_jkey *)accel_host_alloc(j->acc, sizeof(accel__ckpt_jkey) * (size_t)n);
+        if (!keys) {
+            j->oom = 1;
+            return accel__ckpt_json_error(j, "out of memory");
+        }
         for (c = j->nodes[obj].first; c >= 0; c = j->nodes[c].next, ++i) {
             keys[i].s = j->arena + j->nodes[c].key;
             keys[i].n = j->nodes[c].keylen;
         }
-        qsort(keys, (size_t)n, sizeof *keys, accel__jkey_cmp);
+        qsort(keys, (size_t)n, sizeof *keys, accel__ckpt_jkey_cmp);
         for (i = 1; i < n; ++i) {
-            if (!accel__jkey_cmp(&keys[i - 1], &keys[i])) {
+            if (!accel__ckpt_jkey_cmp(&keys[i - 1], &keys[i])) {
                 char m[200];
                 snprintf(m, sizeof m, "duplicate key \"%.120s\"", keys[i].s);
-                free(keys);
-                return accel__json_error(j, m);
+                accel_host_free(j->acc, keys);
+                return accel__ckpt_json_error(j, m);
             }
         }
-        free(keys);
+        accel_host_free(j->acc, keys);
     }
     return obj;
 }
-static int accel__json_array(accel__json *j) {
-    int arr = accel__json_new(j, ACCEL__J_ARR);
+static int accel__ckpt_json_array(accel__ckpt_json *j) {
+    int arr = accel__ckpt_json_new(j, ACCEL__CKPT_J_ARR);
     ++j->p;
-    accel__json_ws(j);
+    accel__ckpt_json_ws(j);
     if (j->p < j->end && *j->p == ']') { ++j->p; return arr; }
     for (;;) {
-        int v = accel__json_value(j);
+        int v = accel__ckpt_json_value(j);
         if (v < 0) return -1;
-        accel__json_link(j, arr, v);
-        accel__json_ws(j);
+        accel__ckpt_json_link(j, arr, v);
+        accel__ckpt_json_ws(j);
         if (j->p < j->end && *j->p == ',') { ++j->p; continue; }
         if (j->p < j->end && *j->p == ']') { ++j->p; break; }
-        return accel__json_error(j, "expected ',' or ']'");
+        return accel__ckpt_json_error(j, "expected ',' or ']'");
     }
     return arr;
 }
-static int accel__json_number(accel__json *j) {
+static int accel__ckpt_json_number(accel__ckpt_json *j) {
     const unsigned char *s = j->p;
     int nd;
     size_t off, k;
     if (j->p < j->end && *j->p == '-') ++j->p;
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__json_error(j, "invalid number");
+    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__ckpt_json_error(j, "invalid number");
     if (*j->p == '0') ++j->p;
     else while (j->p < j->end && *j->p >= '0' && *j->p <= '9') ++j->p;
     if (j->p < j->end && *j->p == '.') {
         ++j->p;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__json_error(j, "invalid number");
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__ckpt_json_error(j, "invalid number");
         while (j->p < j->end && *j->p >= '0' && *j->p <= '9') ++j->p;
     }
     if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
         ++j->p;
         if (j->p < j->end && (*j->p == '+' || *j->p == '-')) ++j->p;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__json_error(j, "invalid number");
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return accel__ckpt_json_error(j, "invalid number");
         while (j->p < j->end && *j->p >= '0' && *j->p <= '9') ++j->p;
     }
-    nd = accel__json_new(j, ACCEL__J_NUM);
+    nd = accel__ckpt_json_new(j, ACCEL__CKPT_J_NUM);
     off = (size_t)stbds_arrlen(j->arena);
     for (k = 0; k < (size_t)(j->p - s); ++k) stbds_arrput(j->arena, (char)s[k]);
     stbds_arrput(j->arena, 0);
@@ -656,69 +706,75 @@ static int accel__json_number(accel__json *j) {
     j->nodes[nd].len = (size_t)(j->p - s);
     return nd;
 }
-static int accel__json_lit(accel__json *j, const char *lit, int type) {
+static int accel__ckpt_json_lit(accel__ckpt_json *j, const char *lit, int type) {
     size_t n = strlen(lit);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n)) return accel__json_error(j, "invalid literal");
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n)) return accel__ckpt_json_error(j, "invalid literal");
     j->p += n;
-    return accel__json_new(j, type);
+    return accel__ckpt_json_new(j, type);
 }
-static int accel__json_value(accel__json *j) {
+static int accel__ckpt_json_value(accel__ckpt_json *j) {
     int r;
-    accel__json_ws(j);
-    if (j->p >= j->end) return accel__json_error(j, "unexpected end of input");
+    accel__ckpt_json_ws(j);
+    if (j->p >= j->end) return accel__ckpt_json_error(j, "unexpected end of input");
     switch (*j->p) {
     case '{':
     case '[':
-        if (++j->depth > ACCEL__JSON_MAX_DEPTH) return accel__json_error(j, "nesting deeper than 64");
-        r = *j->p == '{' ? accel__json_object(j) : accel__json_array(j);
+        if (++j->depth > ACCEL__CKPT_JSON_MAX_DEPTH) return accel__ckpt_json_error(j, "nesting deeper than 64");
+        r = *j->p == '{' ? accel__ckpt_json_object(j) : accel__ckpt_json_array(j);
         --j->depth;
         return r;
     case '"': {
         size_t o, l;
         int nd;
-        if (accel__json_string(j, &o, &l)) return -1;
-        nd = accel__json_new(j, ACCEL__J_STR);
+        if (accel__ckpt_json_string(j, &o, &l)) return -1;
+        nd = accel__ckpt_json_new(j, ACCEL__CKPT_J_STR);
         j->nodes[nd].str = o;
         j->nodes[nd].len = l;
         return nd;
     }
-    case 't': return accel__json_lit(j, "true", ACCEL__J_TRUE);
-    case 'f': return accel__json_lit(j, "false", ACCEL__J_FALSE);
-    case 'n': return accel__json_lit(j, "null", ACCEL__J_NULL);
+    case 't': return accel__ckpt_json_lit(j, "true", ACCEL__CKPT_J_TRUE);
+    case 'f': return accel__ckpt_json_lit(j, "false", ACCEL__CKPT_J_FALSE);
+    case 'n': return accel__ckpt_json_lit(j, "null", ACCEL__CKPT_J_NULL);
     default:
-        if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return accel__json_number(j);
-        return accel__json_error(j, "unexpected character");
+        if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return accel__ckpt_json_number(j);
+        return accel__ckpt_json_error(j, "unexpected character");
     }
 }
-/* Parses a whole document: one value, whitespace around it, nothing else. Returns the root or -1 (j->err). The
-   caller frees j (also on failure). */
-static int accel__json_parse(accel__json *j, const void *data, size_t n) {
+/* Parses a whole document: one value, whitespace around it, nothing else. Returns the root or -1 (j->err; report
+   it with accel__ckpt_json_failed). The caller frees j (also on failure). */
+static int accel__ckpt_json_parse(accel__ckpt_json *j, accel *acc, const void *data, size_t n) {
     int root;
     memset(j, 0, sizeof *j);
+    j->acc = acc;
     j->beg = j->p = (const unsigned char *)data;
     j->end = j->beg + n;
-    root = accel__json_value(j);
+    root = accel__ckpt_json_value(j);
     if (root < 0) return -1;
-    accel__json_ws(j);
-    if (j->p != j->end) return accel__json_error(j, "trailing data after the JSON value");
+    accel__ckpt_json_ws(j);
+    if (j->p != j->end) return accel__ckpt_json_error(j, "trailing data after the JSON value");
     return root;
 }
-static const char *accel__jstr(const accel__json *j, int nd) { return j->arena + j->nodes[nd].str; }
-static const char *accel__jkeyp(const accel__json *j, int nd) { return j->arena + j->nodes[nd].key; }
-static int accel__jget(const accel__json *j, int obj, const char *key) {
+/* The error of a failed parse of `what`: ACCEL_ERR_OUT_OF_MEMORY (the allocator's message kept) or ACCEL_ERR_FORMAT. */
+static accel_result accel__ckpt_json_failed(accel *acc, const accel__ckpt_json *j, const char *what) {
+    if (j->oom) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "parsing %.400s", what);
+    return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid JSON: %s", what, j->err);
+}
+static const char *accel__ckpt_jstr(const accel__ckpt_json *j, int nd) { return j->arena + j->nodes[nd].str; }
+static const char *accel__ckpt_jkeyp(const accel__ckpt_json *j, int nd) { return j->arena + j->nodes[nd].key; }
+static int accel__ckpt_jget(const accel__ckpt_json *j, int obj, const char *key) {
     int c;
     size_t kl = strlen(key);
-    if (obj < 0 || j->nodes[obj].type != ACCEL__J_OBJ) return -1;
+    if (obj < 0 || j->nodes[obj].type != ACCEL__CKPT_J_OBJ) return -1;
     for (c = j->nodes[obj].first; c >= 0; c = j->nodes[c].next)
         if (j->nodes[c].keylen == kl && !memcmp(j->arena + j->nodes[c].key, key, kl)) return c;
     return -1;
 }
 /* A JSON integer 0..UINT64_MAX written without sign, fraction or exponent. */
-static int accel__ju64(const accel__json *j, int nd, uint64_t *out) {
+static int accel__ckpt_ju64(const accel__ckpt_json *j, int nd, uint64_t *out) {
     const char *s;
     uint64_t v = 0;
-    if (nd < 0 || j->nodes[nd].type != ACCEL__J_NUM) return -1;
-    s = accel__jstr(j, nd);
+    if (nd < 0 || j->nodes[nd].type != ACCEL__CKPT_J_NUM) return -1;
+    s = accel__ckpt_jstr(j, nd);
     if (!*s || *s == '-') return -1;
     for (; *s; ++s) {
         unsigned d;
@@ -731,14 +787,8 @@ static int accel__ju64(const accel__json *j, int nd, uint64_t *out) {
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------ file helpers */
-static const char *accel__basename(const char *path) {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
-/* ------------------------------------------------------------------------------------- device staging */
-static int accel__is_device_ptr(const void *p) {
+/* -------------------------------------------------------------------------------------------- 4. device staging */
+static int accel__ckpt_is_device_ptr(const void *p) {
 #ifdef ACCEL_WITH_CUDA
     struct cudaPointerAttributes a;
     cudaError_t e;
@@ -752,41 +802,46 @@ static int accel__is_device_ptr(const void *p) {
 #endif
 }
 
-#define ACCEL__STAGE_BYTES ((size_t)8 << 20)
-#define ACCEL__IO_CHUNK ((size_t)1 << 20)
+#define ACCEL__CKPT_STAGE_BYTES ((size_t)8 << 20)
+#define ACCEL__CKPT_IO_CHUNK ((size_t)1 << 20)
 
-typedef struct accel__stage {
+/* Created empty (nothing allocated until a device tensor needs it); the buffers come from acc's pinned allocator. */
+typedef struct accel__ckpt_stage {
+    accel *acc;
     void *buf[2]; /* pinned host buffers */
     void *ev[2];  /* cudaEvent_t */
     int ready;
-} accel__stage;
+} accel__ckpt_stage;
 
-static void accel__stage_free(accel__stage *s) {
-#ifdef ACCEL_WITH_CUDA
+static void accel__ckpt_stage_begin(accel__ckpt_stage *s, accel *acc) {
+    memset(s, 0, sizeof *s);
+    s->acc = acc;
+}
+static void accel__ckpt_stage_end(accel__ckpt_stage *s) {
     int i;
     for (i = 0; i < 2; ++i) {
-        if (s->buf[i]) cudaFreeHost(s->buf[i]);
+        accel_pinned_free(s->acc, s->buf[i]);
+#ifdef ACCEL_WITH_CUDA
         if (s->ev[i]) cudaEventDestroy((cudaEvent_t)s->ev[i]);
-    }
 #endif
-    memset(s, 0, sizeof *s);
+    }
+    accel__ckpt_stage_begin(s, s->acc);
 }
 #ifdef ACCEL_WITH_CUDA
-static accel_result accel__stage_init(accel *acc, accel__stage *s) {
+static accel_result accel__ckpt_stage_init(accel *acc, accel__ckpt_stage *s) {
     int i;
     cudaError_t e;
     if (s->ready) return ACCEL_OK;
     for (i = 0; i < 2; ++i) {
         cudaEvent_t ev;
-        e = cudaMallocHost(&s->buf[i], ACCEL__STAGE_BYTES);
-        if (e != cudaSuccess) {
-            s->buf[i] = NULL;
-            accel__stage_free(s);
-            return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMallocHost(%zu): %s", ACCEL__STAGE_BYTES, cudaGetErrorString(e));
+        s->buf[i] = accel_pinned_alloc(s->acc, ACCEL__CKPT_STAGE_BYTES);
+        if (!s->buf[i]) {
+            accel__ckpt_stage_end(s);
+            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "staging buffer for device tensors");
         }
         e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
         if (e != cudaSuccess) {
-            accel__stage_free(s);
+            accel__ckpt_stage_end(s);
             return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaEventCreate: %s", cudaGetErrorString(e));
         }
         s->ev[i] = (void *)ev;
@@ -797,31 +852,31 @@ static accel_result accel__stage_init(accel *acc, accel__stage *s) {
 #endif
 
 /* Device → file, double-buffered: the copy of chunk i+1 overlaps the hash + write of chunk i. */
-static accel_result accel__write_from_device(accel *acc, accel__stage *s, int fd, const char *path, const void *src,
-                                             uint64_t n, accel__xxh64 *h) {
+static accel_result accel__ckpt_write_from_device(accel *acc, accel__ckpt_stage *s, int fd, const char *path, const void *src,
+                                             uint64_t n, accel__ckpt_xxh64 *h) {
 #ifdef ACCEL_WITH_CUDA
     cudaStream_t st = acc ? (cudaStream_t)acc->stream : (cudaStream_t)0;
-    uint64_t off = 0, nchunks = (n + ACCEL__STAGE_BYTES - 1) / ACCEL__STAGE_BYTES, i;
+    uint64_t off = 0, nchunks = (n + ACCEL__CKPT_STAGE_BYTES - 1) / ACCEL__CKPT_STAGE_BYTES, i;
     cudaError_t e;
-    accel_result r = accel__stage_init(acc, s);
+    accel_result r = accel__ckpt_stage_init(acc, s);
     if (r != ACCEL_OK) return r;
     if (n == 0) return ACCEL_OK;
-    e = cudaMemcpyAsync(s->buf[0], src, (size_t)(n < ACCEL__STAGE_BYTES ? n : ACCEL__STAGE_BYTES), cudaMemcpyDeviceToHost, st);
+    e = cudaMemcpyAsync(s->buf[0], src, (size_t)(n < ACCEL__CKPT_STAGE_BYTES ? n : ACCEL__CKPT_STAGE_BYTES), cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[0], st);
     if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
     for (i = 0; i < nchunks; ++i) {
-        size_t len = (size_t)((n - off) < ACCEL__STAGE_BYTES ? (n - off) : ACCEL__STAGE_BYTES);
+        size_t len = (size_t)((n - off) < ACCEL__CKPT_STAGE_BYTES ? (n - off) : ACCEL__CKPT_STAGE_BYTES);
         int b = (int)(i & 1);
         if (i + 1 < nchunks) {
             uint64_t noff = off + len;
-            size_t nlen = (size_t)((n - noff) < ACCEL__STAGE_BYTES ? (n - noff) : ACCEL__STAGE_BYTES);
+            size_t nlen = (size_t)((n - noff) < ACCEL__CKPT_STAGE_BYTES ? (n - noff) : ACCEL__CKPT_STAGE_BYTES);
             e = cudaMemcpyAsync(s->buf[b ^ 1], (const char *)src + noff, nlen, cudaMemcpyDeviceToHost, st);
             if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[b ^ 1], st);
             if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
         }
         e = cudaEventSynchronize((cudaEvent_t)s->ev[b]);
         if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
-        if (h) accel__xxh64_update(h, s->buf[b], len);
+        if (h) accel__ckpt_xxh64_update(h, s->buf[b], len);
         if (accel__write_all(fd, s->buf[b], len) != 0) {
             (void)cudaStreamSynchronize(st);
             return accel__io_fail(acc, "cannot write", path);
@@ -836,17 +891,17 @@ static accel_result accel__write_from_device(accel *acc, accel__stage *s, int fd
 }
 
 /* File (or memory) → device, double-buffered: the read of chunk i+1 overlaps the copy of chunk i. */
-static accel_result accel__read_to_device(accel *acc, accel__stage *s, int fd, const unsigned char *mem, uint64_t off0,
+static accel_result accel__ckpt_read_to_device(accel *acc, accel__ckpt_stage *s, int fd, const unsigned char *mem, uint64_t off0,
                                           void *dst, uint64_t n, const char *what) {
 #ifdef ACCEL_WITH_CUDA
     cudaStream_t st = acc ? (cudaStream_t)acc->stream : (cudaStream_t)0;
     uint64_t off = 0;
     int i = 0, used[2] = {0, 0};
     cudaError_t e;
-    accel_result r = accel__stage_init(acc, s);
+    accel_result r = accel__ckpt_stage_init(acc, s);
     if (r != ACCEL_OK) return r;
     while (off < n) {
-        size_t len = (size_t)((n - off) < ACCEL__STAGE_BYTES ? (n - off) : ACCEL__STAGE_BYTES);
+        size_t len = (size_t)((n - off) < ACCEL__CKPT_STAGE_BYTES ? (n - off) : ACCEL__CKPT_STAGE_BYTES);
         int b = i & 1;
         if (used[b]) {
             e = cudaEventSynchronize((cudaEvent_t)s->ev[b]);
@@ -876,8 +931,8 @@ static accel_result accel__read_to_device(accel *acc, accel__stage *s, int fd, c
 #endif
 }
 
-/* ---------------------------------------------------------------------------------- safetensors writer */
-static void accel__shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
+/* ---------------------------------------------------------------------------------------- 5. safetensors writer */
+static void accel__ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
     size_t o = 0;
     int i;
     o += (size_t)accel__fmt(out + o, cap - o, "[");
@@ -885,19 +940,19 @@ static void accel__shape_str(char *out, size_t cap, int ndim, const int64_t *sha
     if (o < cap) accel__fmt(out + o, cap - o, "]");
 }
 
-typedef struct accel__st_item { const accel_tensor *t; uint64_t nbytes; size_t esize; } accel__st_item;
-static int accel__st_item_cmp(const void *a, const void *b) {
-    const accel__st_item *x = (const accel__st_item *)a, *y = (const accel__st_item *)b;
+typedef struct accel__ckpt_st_item { const accel_tensor *t; uint64_t nbytes; size_t esize; } accel__ckpt_st_item;
+static int accel__ckpt_st_item_cmp(const void *a, const void *b) {
+    const accel__ckpt_st_item *x = (const accel__ckpt_st_item *)a, *y = (const accel__ckpt_st_item *)b;
     if (x->esize != y->esize) return x->esize > y->esize ? -1 : 1;
     return strcmp(x->t->name, y->t->name);
 }
 
-struct accel__name_index { char *key; int value; };
+struct accel__ckpt_name_index { char *key; int value; };
 
-static accel_result accel__check_tensors(accel *acc, const accel_tensor *t, int n, const char *what) {
+static accel_result accel__ckpt_check_tensors(accel *acc, const accel_tensor *t, int n, const char *what) {
     int i;
     accel_result r = ACCEL_OK;
-    struct accel__name_index *seen = NULL;
+    struct accel__ckpt_name_index *seen = NULL;
     if (n < 0 || (n > 0 && !t)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: bad tensor list (n=%d)", what, n);
     for (i = 0; i < n && r == ACCEL_OK; ++i) {
         int64_t nb;
@@ -925,41 +980,41 @@ static accel_result accel__check_tensors(accel *acc, const accel_tensor *t, int 
     return r;
 }
 
-typedef struct accel__hash_job { const accel__st_item *items; int n; accel__xxh64 *h; } accel__hash_job;
-static void *accel__hash_items(void *arg) {
-    accel__hash_job *j = (accel__hash_job *)arg;
+typedef struct accel__ckpt_hash_job { const accel__ckpt_st_item *items; int n; accel__ckpt_xxh64 *h; } accel__ckpt_hash_job;
+static void *accel__ckpt_hash_items(void *arg) {
+    accel__ckpt_hash_job *j = (accel__ckpt_hash_job *)arg;
     int i;
     for (i = 0; i < j->n; ++i)
-        if (j->items[i].nbytes) accel__xxh64_update(j->h, j->items[i].t->ptr, (size_t)j->items[i].nbytes);
+        if (j->items[i].nbytes) accel__ckpt_xxh64_update(j->h, j->items[i].t->ptr, (size_t)j->items[i].nbytes);
     return NULL;
 }
 
 /* Writes a complete safetensors file to fd; *out_bytes / *out_hash (when not NULL: computed) describe it. */
-static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, const accel_tensor *t, int n,
+static accel_result accel__ckpt_st_write_fd(accel *acc, int fd, const char *path, const accel_tensor *t, int n,
                                        const char *const *meta, int nmeta, uint64_t *out_bytes, uint64_t *out_hash) {
-    accel__st_item *items = NULL;
+    accel__ckpt_st_item *items = NULL;
     accel__sb hb;
-    accel__xxh64 h;
-    accel__stage stage;
+    accel__ckpt_xxh64 h;
+    accel__ckpt_stage stage;
     uint64_t off = 0, hlen;
     unsigned char len8[8];
     accel_result r = ACCEL_OK;
     int i, first = 1, any_device = 0, threaded = 0;
     pthread_t hasher;
-    accel__hash_job hj;
-    memset(&hb, 0, sizeof hb);
-    memset(&stage, 0, sizeof stage);
+    accel__ckpt_hash_job hj;
+    accel__sb_init(&hb, acc);
+    accel__ckpt_stage_begin(&stage, acc);
     memset(&hj, 0, sizeof hj);
     if (n > 0) {
-        items = (accel__st_item *)malloc(sizeof(accel__st_item) * (size_t)n);
-        if (!items) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing %.300s", path);
+        items = (accel__ckpt_st_item *)accel_host_alloc(acc, sizeof(accel__ckpt_st_item) * (size_t)n);
+        if (!items) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing %.300s", path);
     }
     for (i = 0; i < n; ++i) {
         items[i].t = &t[i];
         items[i].nbytes = (uint64_t)accel_tensor_nbytes(&t[i]);
         items[i].esize = accel_dtype_size(t[i].dtype);
     }
-    if (n > 1) qsort(items, (size_t)n, sizeof *items, accel__st_item_cmp);
+    if (n > 1) qsort(items, (size_t)n, sizeof *items, accel__ckpt_st_item_cmp);
     accel__sb_puts(&hb, "{");
     if (nmeta > 0) {
         accel__sb_puts(&hb, "\"__metadata__\":{");
@@ -983,41 +1038,45 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
         accel__sb_puts(&hb, "\",\"shape\":[");
         for (d = 0; d < x->ndim; ++d) {
             if (d) accel__sb_puts(&hb, ",");
-            accel__sb_u64(&hb, (uint64_t)x->shape[d]);
+            accel__ckpt_sb_u64(&hb, (uint64_t)x->shape[d]);
         }
         accel__sb_puts(&hb, "],\"data_offsets\":[");
-        accel__sb_u64(&hb, off);
+        accel__ckpt_sb_u64(&hb, off);
         accel__sb_puts(&hb, ",");
         off += items[i].nbytes;
-        accel__sb_u64(&hb, off);
+        accel__ckpt_sb_u64(&hb, off);
         accel__sb_puts(&hb, "]}");
     }
     accel__sb_puts(&hb, "}");
     while (hb.n % 8) accel__sb_puts(&hb, " "); /* the data section starts 8-byte aligned */
-    if (hb.oom) { free(items); accel__sb_free(&hb); return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "header of %.300s", path); }
+    if (hb.oom) {
+        accel_host_free(acc, items);
+        accel__sb_free(&hb);
+        return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "header of %.300s", path);
+    }
     hlen = hb.n;
-    for (i = 0; i < 8; ++i) len8[i] = (unsigned char)(hlen >> (8 * i));
-    accel__xxh64_init(&h, 0);
-    accel__xxh64_update(&h, len8, 8);
-    accel__xxh64_update(&h, hb.p, hb.n);
+    accel__put_u64(len8, hlen);
+    accel__ckpt_xxh64_init(&h, 0);
+    accel__ckpt_xxh64_update(&h, len8, 8);
+    accel__ckpt_xxh64_update(&h, hb.p, hb.n);
     if (accel__write_all(fd, len8, 8) != 0 || accel__write_all(fd, hb.p, hb.n) != 0) r = accel__io_fail(acc, "cannot write", path);
     accel__sb_free(&hb);
     /* The checksum of host data is computed by a second thread while this one writes (hashing runs at about memcpy
        speed: done inline it would cost as much as the write itself). Device data is hashed from the staging buffer. */
     for (i = 0; i < n; ++i)
-        if (items[i].nbytes && accel__is_device_ptr(items[i].t->ptr)) any_device = 1;
-    if (out_hash && !any_device && off >= ACCEL__IO_CHUNK) {
+        if (items[i].nbytes && accel__ckpt_is_device_ptr(items[i].t->ptr)) any_device = 1;
+    if (out_hash && !any_device && off >= ACCEL__CKPT_IO_CHUNK) {
         hj.items = items;
         hj.n = n;
         hj.h = &h;
-        if (pthread_create(&hasher, NULL, accel__hash_items, &hj) == 0) threaded = 1;
+        if (pthread_create(&hasher, NULL, accel__ckpt_hash_items, &hj) == 0) threaded = 1;
     }
     for (i = 0; i < n && r == ACCEL_OK; ++i) {
         const unsigned char *src = (const unsigned char *)items[i].t->ptr;
         uint64_t nb = items[i].nbytes, done = 0;
         if (nb == 0) continue;
-        if (any_device && accel__is_device_ptr(src)) {
-            r = accel__write_from_device(acc, &stage, fd, path, src, nb, out_hash ? &h : NULL);
+        if (any_device && accel__ckpt_is_device_ptr(src)) {
+            r = accel__ckpt_write_from_device(acc, &stage, fd, path, src, nb, out_hash ? &h : NULL);
             continue;
         }
         if (!out_hash || threaded) {
@@ -1025,22 +1084,22 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
             continue;
         }
         while (done < nb) { /* hash a cache-sized chunk, then write it while it is still hot */
-            size_t len = (size_t)((nb - done) < ACCEL__IO_CHUNK ? (nb - done) : ACCEL__IO_CHUNK);
-            accel__xxh64_update(&h, src + done, len);
+            size_t len = (size_t)((nb - done) < ACCEL__CKPT_IO_CHUNK ? (nb - done) : ACCEL__CKPT_IO_CHUNK);
+            accel__ckpt_xxh64_update(&h, src + done, len);
             if (accel__write_all(fd, src + done, len) != 0) { r = accel__io_fail(acc, "cannot write", path); break; }
             done += len;
         }
     }
     if (threaded) pthread_join(hasher, NULL);
-    accel__stage_free(&stage);
-    free(items);
+    accel__ckpt_stage_end(&stage);
+    accel_host_free(acc, items);
     if (r != ACCEL_OK) return r;
     if (out_bytes) *out_bytes = 8 + hlen + off;
-    if (out_hash) *out_hash = accel__xxh64_final(&h);
+    if (out_hash) *out_hash = accel__ckpt_xxh64_final(&h);
     return ACCEL_OK;
 }
 
-static accel_result accel__check_meta(accel *acc, const char *const *meta, int nmeta) {
+static accel_result accel__ckpt_check_meta(accel *acc, const char *const *meta, int nmeta) {
     int i, k;
     if (nmeta < 0 || (nmeta > 0 && !meta)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "metadata: bad list (n=%d)", nmeta);
     for (i = 0; i < 2 * nmeta; ++i)
@@ -1053,13 +1112,13 @@ static accel_result accel__check_meta(accel *acc, const char *const *meta, int n
 }
 
 /* Writes path (atomic: via path.tmp, fsync, rename, directory fsync; else directly, fsync'd). */
-static accel_result accel__st_save(accel *acc, const char *path, const accel_tensor *t, int n, const char *const *meta,
+static accel_result accel__ckpt_st_save(accel *acc, const char *path, const accel_tensor *t, int n, const char *const *meta,
                                    int nmeta, int atomic, uint64_t *out_bytes, uint64_t *out_hash) {
     char tmp[4200], dir[4096];
     const char *target = path;
     int fd;
-    accel_result r = accel__check_tensors(acc, t, n, path);
-    if (r == ACCEL_OK) r = accel__check_meta(acc, meta, nmeta);
+    accel_result r = accel__ckpt_check_tensors(acc, t, n, path);
+    if (r == ACCEL_OK) r = accel__ckpt_check_meta(acc, meta, nmeta);
     if (r != ACCEL_OK) return r;
     if (atomic) {
         if ((size_t)accel__fmt(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "path too long");
@@ -1067,7 +1126,7 @@ static accel_result accel__st_save(accel *acc, const char *path, const accel_ten
     }
     fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return accel__io_fail(acc, "cannot create", target);
-    r = accel__st_write_fd(acc, fd, target, t, n, meta, nmeta, out_bytes, out_hash);
+    r = accel__ckpt_st_write_fd(acc, fd, target, t, n, meta, nmeta, out_bytes, out_hash);
     if (r == ACCEL_OK && fsync(fd) != 0) r = accel__io_fail(acc, "cannot fsync", target);
     if (close(fd) != 0 && r == ACCEL_OK) r = accel__io_fail(acc, "cannot close", target);
     if (r != ACCEL_OK) {
@@ -1089,10 +1148,10 @@ static accel_result accel__st_save(accel *acc, const char *path, const accel_ten
 ACCEL__DEF accel_result accel_ckpt_save_safetensors(accel *acc, const char *path, const accel_tensor *tensors, int n,
                                                     const char *const *metadata, int nmeta) {
     if (!path) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_safetensors: path is NULL");
-    return accel__st_save(acc, path, tensors, n, metadata, nmeta, 1, NULL, NULL);
+    return accel__ckpt_st_save(acc, path, tensors, n, metadata, nmeta, 1, NULL, NULL);
 }
 
-/* ---------------------------------------------------------------------------------- safetensors reader */
+/* ---------------------------------------------------------------------------------------- 6. safetensors reader */
 struct accel_ckpt_file {
     accel *acc;
     int fd;
@@ -1101,79 +1160,86 @@ struct accel_ckpt_file {
     int mapped;
     uint64_t data_start;
     accel_ckpt_entry *entries; /* stb_ds array, sorted by offset */
-    char **meta;               /* stb_ds array: key, value, key, value … (malloc'd strings) */
+    char **meta;               /* stb_ds array: key, value, key, value … (strings from acc's allocator) */
     char *names;               /* the JSON arena (entry names point into it) */
-    struct accel__name_index *index;
+    struct accel__ckpt_name_index *index;
     char path[512];
 };
 
-static int accel__entry_cmp(const void *a, const void *b) {
+static int accel__ckpt_entry_cmp(const void *a, const void *b) {
     const accel_ckpt_entry *x = (const accel_ckpt_entry *)a, *y = (const accel_ckpt_entry *)b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end) return x->end < y->end ? -1 : 1;
     return 0;
 }
 
-ACCEL__DEF void accel_ckpt_close(accel_ckpt_file *f) {
+ACCEL__DEF void accel_ckpt_file_destroy(accel_ckpt_file *f) {
     int i;
     if (!f) return;
-    for (i = 0; i < (int)stbds_arrlen(f->meta); ++i) free(f->meta[i]);
+    for (i = 0; i < (int)stbds_arrlen(f->meta); ++i) accel_host_free(f->acc, f->meta[i]);
     stbds_arrfree(f->meta);
     stbds_arrfree(f->entries);
     stbds_arrfree(f->names);
     stbds_shfree(f->index);
     if (f->mapped && f->map) munmap((void *)f->map, f->size);
     if (f->fd >= 0) close(f->fd);
-    free(f);
+    accel_host_free(f->acc, f);
 }
 
 /* Every check of the reference reader, in its order. */
-static accel_result accel__st_parse(accel_ckpt_file *f) {
+static accel_result accel__ckpt_st_parse(accel_ckpt_file *f) {
     accel *acc = f->acc;
     const char *path = f->path;
     uint64_t n = 0, data_len, cursor = 0;
     size_t bad = 0;
-    accel__json j;
+    accel__ckpt_json j;
     int root, c, i, cnt;
     accel_result r = ACCEL_OK;
     if (f->size < 8)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: truncated: %lu bytes, shorter than the 8-byte header length", path, (unsigned long)f->size);
-    for (i = 0; i < 8; ++i) n |= (uint64_t)f->map[i] << (8 * i);
+    n = accel__get_u64(f->map);
     if (n > 100000000u)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu exceeds the 100000000-byte limit", path, (unsigned long long)n);
     if (n > (uint64_t)f->size - 8)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu is larger than the file (%lu bytes)", path, (unsigned long long)n, (unsigned long)f->size);
     if (!accel__utf8_valid(f->map + 8, (size_t)n, &bad))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not valid UTF-8 (byte %lu)", path, (unsigned long)bad);
-    root = accel__json_parse(&j, f->map + 8, (size_t)n);
+    root = accel__ckpt_json_parse(&j, acc, f->map + 8, (size_t)n);
     if (root < 0) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not valid JSON: %s", path, j.err);
-        accel__json_free(&j);
+        char what[400];
+        accel__fmt(what, sizeof what, "%.300s: header", path);
+        r = accel__ckpt_json_failed(acc, &j, what);
+        accel__ckpt_json_free(&j);
         return r;
     }
-    if (j.nodes[root].type != ACCEL__J_OBJ) {
-        accel__json_free(&j);
+    if (j.nodes[root].type != ACCEL__CKPT_J_OBJ) {
+        accel__ckpt_json_free(&j);
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not a JSON object", path);
     }
     f->data_start = 8 + n;
     data_len = (uint64_t)f->size - 8 - n;
     for (c = j.nodes[root].first; c >= 0 && r == ACCEL_OK; c = j.nodes[c].next) {
-        const char *key = accel__jkeyp(&j, c);
+        const char *key = accel__ckpt_jkeyp(&j, c);
         accel_ckpt_entry e;
         int dt, sh, off, m, d;
         if (j.nodes[c].keylen == 12 && !strcmp(key, "__metadata__")) {
-            if (j.nodes[c].type != ACCEL__J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ is not an object", path); break; }
+            if (j.nodes[c].type != ACCEL__CKPT_J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ is not an object", path); break; }
             for (m = j.nodes[c].first; m >= 0; m = j.nodes[m].next) {
                 char *k2, *v2;
-                if (j.nodes[m].type != ACCEL__J_STR) {
-                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ value of '%.200s' is not a string", path, accel__jkeyp(&j, m));
+                if (j.nodes[m].type != ACCEL__CKPT_J_STR) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ value of '%.200s' is not a string", path, accel__ckpt_jkeyp(&j, m));
                     break;
                 }
-                k2 = (char *)malloc(j.nodes[m].keylen + 1);
-                v2 = (char *)malloc(j.nodes[m].len + 1);
-                if (!k2 || !v2) { free(k2); free(v2); r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "metadata"); break; }
-                memcpy(k2, accel__jkeyp(&j, m), j.nodes[m].keylen + 1);
-                memcpy(v2, accel__jstr(&j, m), j.nodes[m].len + 1);
+                k2 = (char *)accel_host_alloc(acc, j.nodes[m].keylen + 1);
+                v2 = (char *)accel_host_alloc(acc, j.nodes[m].len + 1);
+                if (!k2 || !v2) {
+                    accel_host_free(acc, k2);
+                    accel_host_free(acc, v2);
+                    r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s: metadata", path);
+                    break;
+                }
+                memcpy(k2, accel__ckpt_jkeyp(&j, m), j.nodes[m].keylen + 1);
+                memcpy(v2, accel__ckpt_jstr(&j, m), j.nodes[m].len + 1);
                 stbds_arrput(f->meta, k2);
                 stbds_arrput(f->meta, v2);
             }
@@ -1181,26 +1247,26 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
         }
         memset(&e, 0, sizeof e);
         if (strlen(key) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains a NUL character", path); break; }
-        if (j.nodes[c].type != ACCEL__J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: entry '%.200s' is not an object", path, key); break; }
-        dt = accel__jget(&j, c, "dtype");
-        sh = accel__jget(&j, c, "shape");
-        off = accel__jget(&j, c, "data_offsets");
+        if (j.nodes[c].type != ACCEL__CKPT_J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: entry '%.200s' is not an object", path, key); break; }
+        dt = accel__ckpt_jget(&j, c, "dtype");
+        sh = accel__ckpt_jget(&j, c, "shape");
+        off = accel__ckpt_jget(&j, c, "data_offsets");
         if (j.nodes[c].count != 3 || dt < 0 || sh < 0 || off < 0) {
             r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s' must have exactly dtype, shape and data_offsets", path, key);
             break;
         }
-        if (j.nodes[dt].type != ACCEL__J_STR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': dtype is not a string", path, key); break; }
-        e.dtype = accel_dtype_from_name(accel__jstr(&j, dt));
+        if (j.nodes[dt].type != ACCEL__CKPT_J_STR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': dtype is not a string", path, key); break; }
+        e.dtype = accel_dtype_from_name(accel__ckpt_jstr(&j, dt));
         if (e.dtype == ACCEL_DTYPE_INVALID) {
             static const char *other[] = {"C64", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4", "F6_E2M3", "F6_E3M2", NULL};
             int k, known = 0;
             for (k = 0; other[k]; ++k)
-                if (!strcmp(other[k], accel__jstr(&j, dt))) known = 1;
+                if (!strcmp(other[k], accel__ckpt_jstr(&j, dt))) known = 1;
             r = ACCEL__FAIL(acc, known ? ACCEL_ERR_UNSUPPORTED : ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': %s dtype \"%.40s\"", path, key,
-                            known ? "accel does not support the" : "bad", accel__jstr(&j, dt));
+                            known ? "accel does not support the" : "bad", accel__ckpt_jstr(&j, dt));
             break;
         }
-        if (j.nodes[sh].type != ACCEL__J_ARR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape is not an array", path, key); break; }
+        if (j.nodes[sh].type != ACCEL__CKPT_J_ARR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape is not an array", path, key); break; }
         if (j.nodes[sh].count > ACCEL_MAX_DIMS) {
             r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "%.300s: tensor '%.200s' has %d dimensions (accel supports %d)", path, key, j.nodes[sh].count, ACCEL_MAX_DIMS);
             break;
@@ -1208,28 +1274,28 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
         e.ndim = j.nodes[sh].count;
         for (d = 0, m = j.nodes[sh].first; m >= 0; m = j.nodes[m].next, ++d) {
             uint64_t v;
-            if (accel__ju64(&j, m, &v) || v > (uint64_t)INT64_MAX) {
+            if (accel__ckpt_ju64(&j, m, &v) || v > (uint64_t)INT64_MAX) {
                 r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape entries must be non-negative integers", path, key);
                 break;
             }
             e.shape[d] = (int64_t)v;
         }
         if (r != ACCEL_OK) break;
-        if (j.nodes[off].type != ACCEL__J_ARR || j.nodes[off].count != 2 || accel__ju64(&j, j.nodes[off].first, &e.begin) ||
-            accel__ju64(&j, j.nodes[j.nodes[off].first].next, &e.end)) {
+        if (j.nodes[off].type != ACCEL__CKPT_J_ARR || j.nodes[off].count != 2 || accel__ckpt_ju64(&j, j.nodes[off].first, &e.begin) ||
+            accel__ckpt_ju64(&j, j.nodes[j.nodes[off].first].next, &e.end)) {
             r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': data_offsets must be two non-negative integers", path, key);
             break;
         }
         e.name = (const char *)(uintptr_t)j.nodes[c].key; /* an arena offset until the arena is final */
         stbds_arrput(f->entries, e);
     }
-    if (r != ACCEL_OK) { accel__json_free(&j); return r; }
+    if (r != ACCEL_OK) { accel__ckpt_json_free(&j); return r; }
     f->names = j.arena; /* the arena is final: offsets become pointers */
     j.arena = NULL;
-    accel__json_free(&j);
+    accel__ckpt_json_free(&j);
     cnt = (int)stbds_arrlen(f->entries);
     for (i = 0; i < cnt; ++i) f->entries[i].name = f->names + (size_t)(uintptr_t)f->entries[i].name;
-    if (cnt > 1) qsort(f->entries, (size_t)cnt, sizeof *f->entries, accel__entry_cmp);
+    if (cnt > 1) qsort(f->entries, (size_t)cnt, sizeof *f->entries, accel__ckpt_entry_cmp);
     for (i = 0; i < cnt; ++i) {
         accel_ckpt_entry *e = &f->entries[i];
         accel_tensor t;
@@ -1251,7 +1317,7 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
         if (nb < 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape product overflows", path, e->name);
         if ((uint64_t)nb != e->end - e->begin) {
             char s[200];
-            accel__shape_str(s, sizeof s, e->ndim, e->shape);
+            accel__ckpt_shape_str(s, sizeof s, e->ndim, e->shape);
             return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': %s %s needs %lld bytes but data_offsets span %llu", path,
                                e->name, accel_dtype_name(e->dtype), s, (long long)nb, (unsigned long long)(e->end - e->begin));
         }
@@ -1268,9 +1334,10 @@ static accel_result accel__st_parse(accel_ckpt_file *f) {
     return ACCEL_OK;
 }
 
-static accel_result accel__st_new(accel *acc, const char *path, accel_ckpt_file **out) {
-    accel_ckpt_file *f = (accel_ckpt_file *)calloc(1, sizeof *f);
-    if (!f) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "open %.300s", path);
+static accel_result accel__ckpt_st_new(accel *acc, const char *path, accel_ckpt_file **out) {
+    accel_ckpt_file *f = (accel_ckpt_file *)accel_host_alloc(acc, sizeof *f);
+    if (!f) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "open %.300s", path);
+    memset(f, 0, sizeof *f);
     f->acc = acc;
     f->fd = -1;
     accel__fmt(f->path, sizeof f->path, "%s", path);
@@ -1278,23 +1345,23 @@ static accel_result accel__st_new(accel *acc, const char *path, accel_ckpt_file 
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_ckpt_open(accel *acc, const char *path, accel_ckpt_file **out) {
+ACCEL__DEF accel_result accel_ckpt_file_open(accel *acc, const char *path, accel_ckpt_file **out) {
     accel_ckpt_file *f = NULL;
     struct stat st;
     accel_result r;
-    if (!path || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_open: NULL argument");
+    if (!path || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_file_open: NULL argument");
     *out = NULL;
-    r = accel__st_new(acc, path, &f);
+    r = accel__ckpt_st_new(acc, path, &f);
     if (r != ACCEL_OK) return r;
     f->fd = open(path, O_RDONLY);
     if (f->fd < 0) {
         r = errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path) : accel__io_fail(acc, "cannot open", path);
-        accel_ckpt_close(f);
+        accel_ckpt_file_destroy(f);
         return r;
     }
     if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "%.400s is not a regular file", path);
-        accel_ckpt_close(f);
+        accel_ckpt_file_destroy(f);
         return r;
     }
     f->size = (size_t)st.st_size;
@@ -1302,7 +1369,7 @@ ACCEL__DEF accel_result accel_ckpt_open(accel *acc, const char *path, accel_ckpt
         void *m = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->fd, 0);
         if (m == MAP_FAILED) {
             r = accel__io_fail(acc, "cannot mmap", path);
-            accel_ckpt_close(f);
+            accel_ckpt_file_destroy(f);
             return r;
         }
         f->map = (const unsigned char *)m;
@@ -1310,23 +1377,23 @@ ACCEL__DEF accel_result accel_ckpt_open(accel *acc, const char *path, accel_ckpt
     } else {
         f->map = (const unsigned char *)"";
     }
-    r = accel__st_parse(f);
-    if (r != ACCEL_OK) { accel_ckpt_close(f); return r; }
+    r = accel__ckpt_st_parse(f);
+    if (r != ACCEL_OK) { accel_ckpt_file_destroy(f); return r; }
     *out = f;
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_ckpt_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out) {
+ACCEL__DEF accel_result accel_ckpt_file_open_memory(accel *acc, const void *bytes, size_t size, accel_ckpt_file **out) {
     accel_ckpt_file *f = NULL;
     accel_result r;
-    if ((!bytes && size) || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_open_memory: NULL argument");
+    if ((!bytes && size) || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_file_open_memory: NULL argument");
     *out = NULL;
-    r = accel__st_new(acc, "<memory>", &f);
+    r = accel__ckpt_st_new(acc, "<memory>", &f);
     if (r != ACCEL_OK) return r;
     f->map = bytes ? (const unsigned char *)bytes : (const unsigned char *)"";
     f->size = size;
-    r = accel__st_parse(f);
-    if (r != ACCEL_OK) { accel_ckpt_close(f); return r; }
+    r = accel__ckpt_st_parse(f);
+    if (r != ACCEL_OK) { accel_ckpt_file_destroy(f); return r; }
     *out = f;
     return ACCEL_OK;
 }
@@ -1337,7 +1404,7 @@ ACCEL__DEF const accel_ckpt_entry *accel_ckpt_file_entry(const accel_ckpt_file *
     return &f->entries[i];
 }
 ACCEL__DEF int accel_ckpt_file_find(const accel_ckpt_file *f, const char *name) {
-    struct accel__name_index *ix;
+    struct accel__ckpt_name_index *ix;
     ptrdiff_t k;
     if (!f || !name || !f->index) return -1;
     ix = f->index; /* stb_ds writes a temporary through the map pointer */
@@ -1361,7 +1428,7 @@ ACCEL__DEF const char *accel_ckpt_file_metadata_get(const accel_ckpt_file *f, co
 }
 
 /* dtype/shape check of one destination against the file. */
-static accel_result accel__st_check_dst(accel_ckpt_file *f, const accel_tensor *dst, int *idx) {
+static accel_result accel__ckpt_st_check_dst(accel_ckpt_file *f, const accel_tensor *dst, int *idx) {
     const accel_ckpt_entry *e;
     int k, same;
     if (!dst || !dst->name) return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "load: destination tensor or its name is NULL");
@@ -1373,8 +1440,8 @@ static accel_result accel__st_check_dst(accel_ckpt_file *f, const accel_tensor *
     if (!same) {
         char se[200], sf[200];
         const char *dn = accel_dtype_name(dst->dtype);
-        accel__shape_str(se, sizeof se, dst->ndim < 0 || dst->ndim > ACCEL_MAX_DIMS ? 0 : dst->ndim, dst->shape);
-        accel__shape_str(sf, sizeof sf, e->ndim, e->shape);
+        accel__ckpt_shape_str(se, sizeof se, dst->ndim < 0 || dst->ndim > ACCEL_MAX_DIMS ? 0 : dst->ndim, dst->shape);
+        accel__ckpt_shape_str(sf, sizeof sf, e->ndim, e->shape);
         return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "tensor '%.200s': expected %s %s, found %s %s in %.300s", dst->name,
                            dn ? dn : "?", se, accel_dtype_name(e->dtype), sf, f->path);
     }
@@ -1382,11 +1449,11 @@ static accel_result accel__st_check_dst(accel_ckpt_file *f, const accel_tensor *
     *idx = k;
     return ACCEL_OK;
 }
-static accel_result accel__st_copy(accel_ckpt_file *f, int k, void *dst, accel__stage *stage) {
+static accel_result accel__ckpt_st_copy(accel_ckpt_file *f, int k, void *dst, accel__ckpt_stage *stage) {
     const accel_ckpt_entry *e = &f->entries[k];
     uint64_t nb = e->end - e->begin;
     if (nb == 0) return ACCEL_OK;
-    if (accel__is_device_ptr(dst)) return accel__read_to_device(f->acc, stage, f->fd, f->map, f->data_start + e->begin, dst, nb, e->name);
+    if (accel__ckpt_is_device_ptr(dst)) return accel__ckpt_read_to_device(f->acc, stage, f->fd, f->map, f->data_start + e->begin, dst, nb, e->name);
     if (f->fd >= 0) {
         if (accel__pread_all(f->fd, dst, (size_t)nb, f->data_start + e->begin) != 0) return accel__io_fail(f->acc, "cannot read", f->path);
     } else {
@@ -1397,21 +1464,21 @@ static accel_result accel__st_copy(accel_ckpt_file *f, int k, void *dst, accel__
 ACCEL__DEF accel_result accel_ckpt_file_load(accel_ckpt_file *f, const accel_tensor *dst) { return accel_ckpt_file_load_all(f, dst, 1); }
 ACCEL__DEF accel_result accel_ckpt_file_load_all(accel_ckpt_file *f, const accel_tensor *dst, int n) {
     int i, *idx;
-    accel__stage stage;
+    accel__ckpt_stage stage;
     accel_result r = ACCEL_OK;
     if (!f || n < 0 || (n > 0 && !dst)) return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "load: bad arguments");
     if (n == 0) return ACCEL_OK;
-    idx = (int *)malloc(sizeof(int) * (size_t)n);
-    if (!idx) return ACCEL__FAIL(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "load");
-    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_check_dst(f, &dst[i], &idx[i]);
-    memset(&stage, 0, sizeof stage);
-    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_copy(f, idx[i], dst[i].ptr, &stage);
-    accel__stage_free(&stage);
-    free(idx);
+    idx = (int *)accel_host_alloc(f->acc, sizeof(int) * (size_t)n);
+    if (!idx) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "load from %.300s", f->path);
+    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__ckpt_st_check_dst(f, &dst[i], &idx[i]);
+    accel__ckpt_stage_begin(&stage, f->acc);
+    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__ckpt_st_copy(f, idx[i], dst[i].ptr, &stage);
+    accel__ckpt_stage_end(&stage);
+    accel_host_free(f->acc, idx);
     return r;
 }
 
-/* ------------------------------------------------------------------------------------------ sharding */
+/* -------------------------------------------------------------------------- 7. sharded models: plan, save, load */
 ACCEL__DEF accel_result accel_ckpt_plan_shards(accel *acc, const uint64_t *sizes, int n, uint64_t max, int *shard_of,
                                                uint64_t *shard_bytes, int *n_shards) {
     int i, j, ns = 0, cur_first = -1;
@@ -1453,7 +1520,7 @@ ACCEL__DEF void accel_ckpt_shard_name(int shard, int n_shards, char *out, size_t
     else accel__fmt(out, cap, "model-%05d-of-%05d.safetensors", shard + 1, n_shards);
 }
 
-static int accel__is_shard_name(const char *s) { /* model-NNNNN-of-NNNNN.safetensors */
+static int accel__ckpt_is_shard_name(const char *s) { /* model-NNNNN-of-NNNNN.safetensors */
     int i;
     if (strlen(s) != strlen("model-00001-of-00001.safetensors") || strncmp(s, "model-", 6)) return 0;
     for (i = 6; i < 11; ++i)
@@ -1464,20 +1531,20 @@ static int accel__is_shard_name(const char *s) { /* model-NNNNN-of-NNNNN.safeten
     return !strcmp(s + 20, ".safetensors");
 }
 
-typedef struct accel__name_file { const char *name; int shard; } accel__name_file;
-static int accel__name_file_cmp(const void *a, const void *b) {
-    return strcmp(((const accel__name_file *)a)->name, ((const accel__name_file *)b)->name);
+typedef struct accel__ckpt_name_file { const char *name; int shard; } accel__ckpt_name_file;
+static int accel__ckpt_name_file_cmp(const void *a, const void *b) {
+    return strcmp(((const accel__ckpt_name_file *)a)->name, ((const accel__ckpt_name_file *)b)->name);
 }
 /* The index exactly as json.dumps(obj, indent=2, sort_keys=True) + "\n". */
-static void accel__index_json(accel__sb *b, const accel_tensor *t, int n, const int *shard_of, int ns, uint64_t total) {
-    accel__name_file *nf = (accel__name_file *)malloc(sizeof(accel__name_file) * (size_t)(n ? n : 1));
+static void accel__ckpt_index_json(accel__sb *b, const accel_tensor *t, int n, const int *shard_of, int ns, uint64_t total) {
+    accel__ckpt_name_file *nf = (accel__ckpt_name_file *)accel_host_alloc(b->acc, sizeof(accel__ckpt_name_file) * (size_t)(n ? n : 1));
     int i;
     char fname[64];
     if (!nf) { b->oom = 1; return; }
     for (i = 0; i < n; ++i) { nf[i].name = t[i].name; nf[i].shard = shard_of[i]; }
-    qsort(nf, (size_t)n, sizeof *nf, accel__name_file_cmp);
+    qsort(nf, (size_t)n, sizeof *nf, accel__ckpt_name_file_cmp);
     accel__sb_puts(b, "{\n  \"metadata\": {\n    \"total_size\": ");
-    accel__sb_u64(b, total);
+    accel__ckpt_sb_u64(b, total);
     accel__sb_puts(b, "\n  },\n  \"weight_map\": {");
     for (i = 0; i < n; ++i) {
         accel__sb_puts(b, i ? ",\n    " : "\n    ");
@@ -1487,27 +1554,27 @@ static void accel__index_json(accel__sb *b, const accel_tensor *t, int n, const 
         accel__sb_json_str(b, fname, strlen(fname), 1);
     }
     accel__sb_puts(b, n ? "\n  }\n}\n" : "}\n}\n");
-    free(nf);
+    accel_host_free(b->acc, nf);
 }
 
 
-static accel_result accel__save_model_local(accel *acc, const char *dir, const accel_tensor *t, int n, uint64_t max) {
+static accel_result accel__ckpt_save_model_local(accel *acc, const char *dir, const accel_tensor *t, int n, uint64_t max) {
     int *shard_of = NULL, ns = 0, s, i;
     uint64_t *sizes = NULL, *shard_bytes = NULL, total = 0;
     accel_tensor *sub = NULL;
     const char *meta[2] = {"format", "pt"};
     char path[4200], fname[64];
-    accel_result r = accel__check_tensors(acc, t, n, "save_model");
+    accel_result r = accel__ckpt_check_tensors(acc, t, n, "save_model");
     DIR *d;
     struct dirent *de;
     if (r != ACCEL_OK) return r;
     if (n == 0) return ACCEL_OK; /* Accelerate writes nothing for an empty state dict */
     if (accel__mkdir_p(dir, NULL, 0) != 0) return accel__io_fail(acc, "cannot create directory", dir);
-    sizes = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)n);
-    shard_bytes = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)n);
-    shard_of = (int *)malloc(sizeof(int) * (size_t)n);
-    sub = (accel_tensor *)malloc(sizeof(accel_tensor) * (size_t)n);
-    if (!sizes || !shard_bytes || !shard_of || !sub) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_model"); goto done; }
+    sizes = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)n);
+    shard_bytes = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)n);
+    shard_of = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)n);
+    sub = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)n);
+    if (!sizes || !shard_bytes || !shard_of || !sub) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_model"); goto done; }
     for (i = 0; i < n; ++i) { sizes[i] = (uint64_t)accel_tensor_nbytes(&t[i]); total += sizes[i]; }
     r = accel_ckpt_plan_shards(acc, sizes, n, max, shard_of, shard_bytes, &ns);
     for (s = 0; s < ns && r == ACCEL_OK; ++s) {
@@ -1516,15 +1583,15 @@ static accel_result accel__save_model_local(accel *acc, const char *dir, const a
             if (shard_of[i] == s) sub[m++] = t[i];
         accel_ckpt_shard_name(s, ns, fname, sizeof fname);
         accel__fmt(path, sizeof path, "%s/%s", dir, fname);
-        r = accel__st_save(acc, path, sub, m, meta, 1, 1, NULL, NULL);
+        r = accel__ckpt_st_save(acc, path, sub, m, meta, 1, 1, NULL, NULL);
     }
     if (r != ACCEL_OK) goto done;
     accel__fmt(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (ns > 1) {
         accel__sb b;
-        memset(&b, 0, sizeof b);
-        accel__index_json(&b, t, n, shard_of, ns, total);
-        if (b.oom) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "index json");
+        accel__sb_init(&b, acc);
+        accel__ckpt_index_json(&b, t, n, shard_of, ns, total);
+        if (b.oom) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s", path);
         else r = accel__write_file(acc, path, b.p, b.n, 1);
         accel__sb_free(&b);
         if (r != ACCEL_OK) goto done;
@@ -1537,7 +1604,7 @@ static accel_result accel__save_model_local(accel *acc, const char *dir, const a
     if (!d) { r = accel__io_fail(acc, "cannot list", dir); goto done; }
     while ((de = readdir(d)) != NULL) {
         int keep = 0;
-        if (!accel__is_shard_name(de->d_name)) continue;
+        if (!accel__ckpt_is_shard_name(de->d_name)) continue;
         if (ns > 1)
             for (s = 0; s < ns && !keep; ++s) {
                 accel_ckpt_shard_name(s, ns, fname, sizeof fname);
@@ -1550,10 +1617,10 @@ static accel_result accel__save_model_local(accel *acc, const char *dir, const a
     closedir(d);
     if (r == ACCEL_OK && accel__fsync_dir(dir) != 0) r = accel__io_fail(acc, "cannot fsync directory", dir);
 done:
-    free(sizes);
-    free(shard_bytes);
-    free(shard_of);
-    free(sub);
+    accel_host_free(acc, sizes);
+    accel_host_free(acc, shard_bytes);
+    accel_host_free(acc, shard_of);
+    accel_host_free(acc, sub);
     return r;
 }
 
@@ -1562,7 +1629,7 @@ ACCEL__DEF accel_result accel_ckpt_save_model_bytes(accel *acc, const char *dir,
     accel_result r = ACCEL_OK;
     int writer = !acc || acc->num_processes <= 1 || (save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
     if (!dir) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_model: dir is NULL");
-    else if (writer) r = accel__save_model_local(acc, dir, tensors, n, max_shard_size);
+    else if (writer) r = accel__ckpt_save_model_local(acc, dir, tensors, n, max_shard_size);
     return accel__agree(acc, r, "save_model");
 }
 ACCEL__DEF accel_result accel_ckpt_save_model(accel *acc, const char *dir, const accel_tensor *tensors, int n,
@@ -1573,77 +1640,82 @@ ACCEL__DEF accel_result accel_ckpt_save_model(accel *acc, const char *dir, const
     return accel_ckpt_save_model_bytes(acc, dir, tensors, n, max, 0);
 }
 
-/* model.safetensors.index.json → weight_map as parallel stb_ds arrays of malloc'd strings. */
-typedef struct accel__index { char **names; char **files; } accel__index;
-static void accel__index_free(accel__index *x) {
+/* model.safetensors.index.json → weight_map as parallel stb_ds arrays of strings from acc's allocator. */
+typedef struct accel__ckpt_index { accel *acc; char **names; char **files; } accel__ckpt_index;
+static void accel__ckpt_index_free(accel__ckpt_index *x) {
     int i;
-    for (i = 0; i < (int)stbds_arrlen(x->names); ++i) { free(x->names[i]); free(x->files[i]); }
+    for (i = 0; i < (int)stbds_arrlen(x->names); ++i) {
+        accel_host_free(x->acc, x->names[i]);
+        accel_host_free(x->acc, x->files[i]);
+    }
     stbds_arrfree(x->names);
     stbds_arrfree(x->files);
     x->names = x->files = NULL;
 }
-static char *accel__strndup(const char *s, size_t n) {
-    char *p = (char *)malloc(n + 1);
-    if (p) { memcpy(p, s, n); p[n] = 0; }
-    return p;
-}
-static int accel__safe_file_name(const char *s) {
+static int accel__ckpt_safe_file_name(const char *s) {
     return *s && strcmp(s, ".") && strcmp(s, "..") && !strchr(s, '/') && strlen(s) <= 255;
 }
-static accel_result accel__index_parse(accel *acc, const char *what, const void *data, size_t n, accel__index *out) {
-    accel__json j;
+static accel_result accel__ckpt_index_parse(accel *acc, const char *what, const void *data, size_t n, accel__ckpt_index *out) {
+    accel__ckpt_json j;
     int root, wm, md, c;
     size_t bad = 0;
     accel_result r = ACCEL_OK;
     memset(out, 0, sizeof *out);
+    out->acc = acc;
     if (!accel__utf8_valid((const unsigned char *)data, n, &bad))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s is not valid UTF-8 (byte %lu)", what, (unsigned long)bad);
-    root = accel__json_parse(&j, data, n);
-    if (root < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s is not valid JSON: %s", what, j.err); accel__json_free(&j); return r; }
-    wm = accel__jget(&j, root, "weight_map");
-    md = accel__jget(&j, root, "metadata");
-    if (j.nodes[root].type != ACCEL__J_OBJ || wm < 0 || j.nodes[wm].type != ACCEL__J_OBJ || (md >= 0 && j.nodes[md].type != ACCEL__J_OBJ)) {
-        accel__json_free(&j);
+    root = accel__ckpt_json_parse(&j, acc, data, n);
+    if (root < 0) { r = accel__ckpt_json_failed(acc, &j, what); accel__ckpt_json_free(&j); return r; }
+    wm = accel__ckpt_jget(&j, root, "weight_map");
+    md = accel__ckpt_jget(&j, root, "metadata");
+    if (j.nodes[root].type != ACCEL__CKPT_J_OBJ || wm < 0 || j.nodes[wm].type != ACCEL__CKPT_J_OBJ || (md >= 0 && j.nodes[md].type != ACCEL__CKPT_J_OBJ)) {
+        accel__ckpt_json_free(&j);
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: expected an object with a \"weight_map\" object (and an optional \"metadata\" object)", what);
     }
     for (c = j.nodes[wm].first; c >= 0; c = j.nodes[c].next) {
         char *a, *b;
-        if (j.nodes[c].type != ACCEL__J_STR || strlen(accel__jstr(&j, c)) != j.nodes[c].len || !accel__safe_file_name(accel__jstr(&j, c))) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: weight_map entry '%.200s' is not a plain file name", what, accel__jkeyp(&j, c));
+        if (j.nodes[c].type != ACCEL__CKPT_J_STR || strlen(accel__ckpt_jstr(&j, c)) != j.nodes[c].len || !accel__ckpt_safe_file_name(accel__ckpt_jstr(&j, c))) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: weight_map entry '%.200s' is not a plain file name", what, accel__ckpt_jkeyp(&j, c));
             break;
         }
-        if (strlen(accel__jkeyp(&j, c)) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains NUL", what); break; }
-        a = accel__strndup(accel__jkeyp(&j, c), j.nodes[c].keylen);
-        b = accel__strndup(accel__jstr(&j, c), j.nodes[c].len);
-        if (!a || !b) { free(a); free(b); r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "index"); break; }
+        if (strlen(accel__ckpt_jkeyp(&j, c)) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains NUL", what); break; }
+        a = accel__ckpt_strndup(acc, accel__ckpt_jkeyp(&j, c), j.nodes[c].keylen);
+        b = accel__ckpt_strndup(acc, accel__ckpt_jstr(&j, c), j.nodes[c].len);
+        if (!a || !b) {
+            accel_host_free(acc, a);
+            accel_host_free(acc, b);
+            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s", what);
+            break;
+        }
         stbds_arrput(out->names, a);
         stbds_arrput(out->files, b);
     }
-    accel__json_free(&j);
-    if (r != ACCEL_OK) accel__index_free(out);
+    accel__ckpt_json_free(&j);
+    if (r != ACCEL_OK) accel__ckpt_index_free(out);
     return r;
 }
 
 ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const accel_tensor *t, int n) {
     char path[4200];
-    accel__index ix;
+    accel__ckpt_index ix;
     accel_ckpt_file **files = NULL;
     char **fnames = NULL;
     int *file_of = NULL, *idx = NULL, nf = 0, i, k, sharded, total = 0;
     char *data = NULL;
     size_t dn = 0;
     accel_result r;
-    accel__stage stage;
+    accel__ckpt_stage stage;
     if (!dir) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_model: dir is NULL");
-    r = accel__check_tensors(acc, t, n, "load_model");
+    r = accel__ckpt_check_tensors(acc, t, n, "load_model");
     if (r != ACCEL_OK) return r;
     memset(&ix, 0, sizeof ix);
-    memset(&stage, 0, sizeof stage);
+    ix.acc = acc;
+    accel__ckpt_stage_begin(&stage, acc);
     accel__fmt(path, sizeof path, "%s/model.safetensors.index.json", dir);
     sharded = accel__is_file(path);
     if (sharded) {
         r = accel__read_file(acc, path, &data, &dn, (size_t)100000000);
-        if (r == ACCEL_OK) r = accel__index_parse(acc, path, data, dn, &ix);
+        if (r == ACCEL_OK) r = accel__ckpt_index_parse(acc, path, data, dn, &ix);
         accel_host_free(acc, data);
         if (r != ACCEL_OK) return r;
         for (i = 0; i < (int)stbds_arrlen(ix.files); ++i) {
@@ -1655,13 +1727,13 @@ ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const
         stbds_arrput(fnames, (char *)"model.safetensors");
         nf = 1;
     }
-    files = (accel_ckpt_file **)calloc((size_t)(nf ? nf : 1), sizeof *files);
-    file_of = (int *)malloc(sizeof(int) * (size_t)(n ? n : 1));
-    idx = (int *)malloc(sizeof(int) * (size_t)(n ? n : 1));
-    if (!files || !file_of || !idx) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model"); goto done; }
+    files = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)nf, sizeof *files);
+    file_of = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)(n ? n : 1));
+    idx = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)(n ? n : 1));
+    if (!files || !file_of || !idx) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model"); goto done; }
     for (k = 0; k < nf && r == ACCEL_OK; ++k) {
         accel__fmt(path, sizeof path, "%s/%s", dir, fnames[k]);
-        r = accel_ckpt_open(acc, path, &files[k]);
+        r = accel_ckpt_file_open(acc, path, &files[k]);
         if (r == ACCEL_OK) total += accel_ckpt_file_count(files[k]);
     }
     /* every requested tensor found with the right dtype/shape; nothing else in the files */
@@ -1675,28 +1747,33 @@ ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const
             for (k = 0; k < nf; ++k)
                 if (!strcmp(fnames[k], ix.files[w])) file_of[i] = k;
         }
-        r = accel__st_check_dst(files[file_of[i]], &t[i], &idx[i]);
+        r = accel__ckpt_st_check_dst(files[file_of[i]], &t[i], &idx[i]);
     }
     if (r == ACCEL_OK && total != n)
         r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s holds %d tensors but %d were requested (unexpected tensors in the checkpoint)", dir, total, n);
     if (r == ACCEL_OK && sharded && (int)stbds_arrlen(ix.names) != n)
         r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: the weight_map lists %d tensors but the shards hold %d", dir, (int)stbds_arrlen(ix.names), n);
-    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_copy(files[file_of[i]], idx[i], t[i].ptr, &stage);
+    for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__ckpt_st_copy(files[file_of[i]], idx[i], t[i].ptr, &stage);
 done:
-    accel__stage_free(&stage);
+    accel__ckpt_stage_end(&stage);
     if (files)
-        for (k = 0; k < nf; ++k) accel_ckpt_close(files[k]);
-    free(files);
-    free(file_of);
-    free(idx);
+        for (k = 0; k < nf; ++k) accel_ckpt_file_destroy(files[k]);
+    accel_host_free(acc, files);
+    accel_host_free(acc, file_of);
+    accel_host_free(acc, idx);
     stbds_arrfree(fnames);
-    accel__index_free(&ix);
+    accel__ckpt_index_free(&ix);
     return r;
 }
 
-/* ----------------------------------------------------------------------------------- save/load state */
+/* ----------------------------------------------- 8. the checkpointer: create/destroy, registration, root causes */
 typedef struct accel__ckpt_group { accel_tensor *t; int n; } accel__ckpt_group;
-typedef struct accel__ckpt_obj { char *name; accel_ckpt_save_fn save; accel_ckpt_load_fn load; void *user; } accel__ckpt_obj;
+typedef struct accel__ckpt_obj {
+    char *name; /* the file name: "<name>.bin", "custom_checkpoint_<i>.bin", "random_states_<rank>.bin" */
+    accel_state_save_fn save;
+    accel_state_load_fn load;
+    void *obj;
+} accel__ckpt_obj;
 
 struct accel_ckpt {
     accel *acc;
@@ -1708,23 +1785,23 @@ struct accel_ckpt {
     int iteration;
 };
 
-#define ACCEL__MARKER "checkpoint_complete.json"
+#define ACCEL__CKPT_MARKER "checkpoint_complete.json"
 
-static void accel__group_free(accel__ckpt_group *g) {
+static void accel__ckpt_group_free(accel *acc, accel__ckpt_group *g) {
     int i;
-    for (i = 0; i < g->n; ++i) free((void *)g->t[i].name);
-    free(g->t);
+    for (i = 0; i < g->n; ++i) accel_host_free(acc, (void *)g->t[i].name);
+    accel_host_free(acc, g->t);
 }
 ACCEL__DEF void accel_ckpt_destroy(accel_ckpt *ck) {
     int i;
     if (!ck) return;
-    for (i = 0; i < (int)stbds_arrlen(ck->models); ++i) accel__group_free(&ck->models[i]);
-    for (i = 0; i < (int)stbds_arrlen(ck->optims); ++i) accel__group_free(&ck->optims[i]);
-    for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i) free(ck->objs[i].name);
+    for (i = 0; i < (int)stbds_arrlen(ck->models); ++i) accel__ckpt_group_free(ck->acc, &ck->models[i]);
+    for (i = 0; i < (int)stbds_arrlen(ck->optims); ++i) accel__ckpt_group_free(ck->acc, &ck->optims[i]);
+    for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i) accel_host_free(ck->acc, ck->objs[i].name);
     stbds_arrfree(ck->models);
     stbds_arrfree(ck->optims);
     stbds_arrfree(ck->objs);
-    free(ck);
+    accel_host_free(ck->acc, ck);
 }
 ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc, accel_ckpt **out) {
     accel_ckpt *ck;
@@ -1735,8 +1812,9 @@ ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *des
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_desc: total_limit=%d and iteration=%d must be >= 0", desc->total_limit, desc->iteration);
     pd = desc && desc->project_dir ? desc->project_dir : (acc->desc.project_dir ? acc->desc.project_dir : ".");
     if (strlen(pd) >= 2000) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "project_dir is too long");
-    ck = (accel_ckpt *)calloc(1, sizeof *ck);
-    if (!ck) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_ckpt_create");
+    ck = (accel_ckpt *)accel_host_alloc(acc, sizeof *ck);
+    if (!ck) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_ckpt_create");
+    memset(ck, 0, sizeof *ck);
     ck->acc = acc;
     if (desc) ck->d = *desc;
     accel__fmt(ck->project_dir, sizeof ck->project_dir, "%s", pd);
@@ -1747,32 +1825,36 @@ ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *des
 }
 ACCEL__DEF int accel_ckpt_iteration(const accel_ckpt *ck) { return ck ? ck->iteration : -1; }
 
-static accel_result accel__register_group(accel_ckpt *ck, accel__ckpt_group **arr, const accel_tensor *t, int n, const char *what) {
+static accel_result accel__ckpt_register_group(accel_ckpt *ck, accel__ckpt_group **arr, const accel_tensor *t, int n, const char *what) {
     accel__ckpt_group g;
     int i;
     accel_result r;
     if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: ck is NULL", what);
-    r = accel__check_tensors(ck->acc, t, n, what);
+    r = accel__ckpt_check_tensors(ck->acc, t, n, what);
     if (r != ACCEL_OK) return r;
     g.n = n;
-    g.t = (accel_tensor *)calloc((size_t)(n ? n : 1), sizeof(accel_tensor));
-    if (!g.t) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    g.t = (accel_tensor *)accel_host_alloc(ck->acc, sizeof(accel_tensor) * (size_t)(n ? n : 1));
+    if (!g.t) return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
     for (i = 0; i < n; ++i) {
         g.t[i] = t[i];
-        g.t[i].name = accel__strndup(t[i].name, strlen(t[i].name));
-        if (!g.t[i].name) { g.n = i; accel__group_free(&g); return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what); }
+        g.t[i].name = accel__ckpt_strndup(ck->acc, t[i].name, strlen(t[i].name));
+        if (!g.t[i].name) {
+            g.n = i;
+            accel__ckpt_group_free(ck->acc, &g);
+            return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+        }
     }
     stbds_arrput(*arr, g);
     return ACCEL_OK;
 }
 ACCEL__DEF accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_tensor *t, int n) {
-    return accel__register_group(ck, ck ? &ck->models : NULL, t, n, "register_model");
+    return accel__ckpt_register_group(ck, ck ? &ck->models : NULL, t, n, "register_model");
 }
 ACCEL__DEF accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel_tensor *t, int n) {
-    return accel__register_group(ck, ck ? &ck->optims : NULL, t, n, "register_optimizer");
+    return accel__ckpt_register_group(ck, ck ? &ck->optims : NULL, t, n, "register_optimizer");
 }
-ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_ckpt_save_fn save,
-                                            accel_ckpt_load_fn load, void *user) {
+ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_state_save_fn save,
+                                            accel_state_load_fn load, void *obj) {
     accel__ckpt_obj o;
     char buf[96];
     int i;
@@ -1796,75 +1878,51 @@ ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, ac
     }
     for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i)
         if (!strcmp(ck->objs[i].name, buf)) return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: \"%s\" is already registered", buf);
-    o.name = accel__strndup(buf, strlen(buf));
-    if (!o.name) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register");
+    o.name = accel__ckpt_strndup(ck->acc, buf, strlen(buf));
+    if (!o.name) return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register %s", buf);
     o.save = save;
     o.load = load;
-    o.user = user;
+    o.obj = obj;
     stbds_arrput(ck->objs, o);
     if (!name) ck->n_custom++;
     return ACCEL_OK;
 }
 
-typedef struct accel__written { char name[96]; uint64_t bytes, hash; } accel__written;
+/* Root causes of registered callbacks. A callback records its message on its object's Accelerator (normally
+   ck->acc) or, for an object without one, in the process-wide buffer; which one changed tells where it is.
+   Fingerprints, not copies: the buffers are 1 KiB each. */
+typedef struct accel__ckpt_errmark { uint64_t own, global; } accel__ckpt_errmark;
+static uint64_t accel__ckpt_msg_print(const char *m) { return accel__fnv1a(ACCEL__FNV_INIT, m, strlen(m)); }
+static accel__ckpt_errmark accel__ckpt_errmark_now(const accel *acc) {
+    accel__ckpt_errmark m;
+    m.own = accel__ckpt_msg_print(accel_last_error(acc));
+    m.global = accel__ckpt_msg_print(accel_last_error(NULL));
+    return m;
+}
+/* After a callback failed with r: "<what>: <file>: <the callback's message>" in acc. */
+static accel_result accel__ckpt_callback_failed(accel *acc, accel_result r, accel__ckpt_errmark before, const char *what,
+                                                const char *file) {
+    accel__ckpt_errmark now = accel__ckpt_errmark_now(acc);
+    if (now.own != before.own) return accel__fail_wrap(acc, r, "%s: %s", what, file);
+    if (now.global != before.global) {
+        const char *m = accel_last_error(NULL);
+        if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
+        return ACCEL__FAIL(acc, r, "%s: %s: %.700s", what, file, m);
+    }
+    return ACCEL__FAIL(acc, r, "%s: %s: the callback returned %s without a message (accel_set_error records one)", what,
+                       file, accel_result_string(r));
+}
 
-static void accel__group_file(char *out, size_t cap, const char *stem, int i) {
+/* The Accelerator's own training state as a registered-like object (accel_state_save has the contract's shape). */
+static accel_result accel__ckpt_core_state_save(void *acc, void *buf, size_t cap, size_t *size) {
+    return accel_state_save((accel *)acc, buf, cap, size);
+}
+
+typedef struct accel__ckpt_written { char name[96]; uint64_t bytes, hash; } accel__ckpt_written;
+
+static void accel__ckpt_group_file(char *out, size_t cap, const char *stem, int i) {
     if (i == 0) accel__fmt(out, cap, "%s.safetensors", stem);
     else accel__fmt(out, cap, "%s_%d.safetensors", stem, i);
-}
-
-/* Hashes a whole file through a read-only mapping (no copy out of the page cache), read() as a fallback. Returns 0
-   or an errno; thread-safe (no error reporting here). */
-static int accel__hash_file_raw(const char *path, uint64_t *bytes, uint64_t *hash) {
-    int fd = open(path, O_RDONLY), e;
-    accel__xxh64 h;
-    char *buf;
-    uint64_t total = 0;
-    struct stat st;
-    if (fd < 0) return errno ? errno : EIO;
-    accel__xxh64_init(&h, 0);
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
-        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-        if (m != MAP_FAILED) {
-#ifdef MADV_SEQUENTIAL
-            madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);
-#endif
-            accel__xxh64_update(&h, m, (size_t)st.st_size);
-            munmap(m, (size_t)st.st_size);
-            close(fd);
-            *bytes = (uint64_t)st.st_size;
-            *hash = accel__xxh64_final(&h);
-            return 0;
-        }
-    }
-    buf = (char *)malloc(ACCEL__IO_CHUNK);
-    if (!buf) { close(fd); return ENOMEM; }
-    for (;;) {
-        ssize_t r = read(fd, buf, ACCEL__IO_CHUNK);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            e = errno;
-            free(buf);
-            close(fd);
-            return e ? e : EIO;
-        }
-        if (r == 0) break;
-        accel__xxh64_update(&h, buf, (size_t)r);
-        total += (uint64_t)r;
-    }
-    free(buf);
-    close(fd);
-    *bytes = total;
-    *hash = accel__xxh64_final(&h);
-    return 0;
-}
-static accel_result accel__hash_file(accel *acc, const char *path, uint64_t *bytes, uint64_t *hash) {
-    int e = accel__hash_file_raw(path, bytes, hash);
-    if (e == 0) return ACCEL_OK;
-    errno = e;
-    if (e == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path);
-    if (e == ENOMEM) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "hashing %.400s", path);
-    return accel__io_fail(acc, "cannot read", path);
 }
 
 static int accel__ckpt_number(const char *name, long *num) { /* "checkpoint_<digits>" */
@@ -1881,35 +1939,99 @@ static int accel__ckpt_number(const char *name, long *num) { /* "checkpoint_<dig
     return 1;
 }
 
+/* ------------------------------------------------------------------------ 9. completion marker and verification */
+/* Hashes a whole file through a read-only mapping (no copy out of the page cache), read() into a stack buffer as a
+   fallback. Returns 0 or an errno. Runs in verification threads: it neither allocates nor records errors. */
+static int accel__ckpt_hash_file_raw(const char *path, uint64_t *bytes, uint64_t *hash) {
+    int fd = open(path, O_RDONLY), e;
+    accel__ckpt_xxh64 h;
+    unsigned char buf[64 * 1024];
+    uint64_t total = 0;
+    struct stat st;
+    if (fd < 0) return errno ? errno : EIO;
+    accel__ckpt_xxh64_init(&h, 0);
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED) {
+#ifdef MADV_SEQUENTIAL
+            madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);
+#endif
+            accel__ckpt_xxh64_update(&h, m, (size_t)st.st_size);
+            munmap(m, (size_t)st.st_size);
+            close(fd);
+            *bytes = (uint64_t)st.st_size;
+            *hash = accel__ckpt_xxh64_final(&h);
+            return 0;
+        }
+    }
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            e = errno;
+            close(fd);
+            return e ? e : EIO;
+        }
+        if (r == 0) break;
+        accel__ckpt_xxh64_update(&h, buf, (size_t)r);
+        total += (uint64_t)r;
+    }
+    close(fd);
+    *bytes = total;
+    *hash = accel__ckpt_xxh64_final(&h);
+    return 0;
+}
+static accel_result accel__ckpt_hash_file(accel *acc, const char *path, uint64_t *bytes, uint64_t *hash) {
+    int e = accel__ckpt_hash_file_raw(path, bytes, hash);
+    if (e == 0) return ACCEL_OK;
+    errno = e;
+    if (e == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path);
+    return accel__io_fail(acc, "cannot read", path);
+}
+
+/* "Not a complete checkpoint" outcomes: recorded as ACCEL_ERR_FORMAT, or only returned when `quiet` (listing probes
+   many directories, most of them legitimately incomplete; real failures — I/O, memory — are always recorded). */
+#define ACCEL__CKPT_INCOMPLETE(acc, quiet, ...) ((quiet) ? ACCEL_ERR_FORMAT : ACCEL__FAIL((acc), ACCEL_ERR_FORMAT, __VA_ARGS__))
+
 /* The completion marker: file list with sizes and checksums. */
-typedef struct accel__marker { accel__written *files; } accel__marker;
-static accel_result accel__marker_read(accel *acc, const char *dir, accel__marker *m) {
+typedef struct accel__ckpt_marker { accel__ckpt_written *files; } accel__ckpt_marker;
+static accel_result accel__ckpt_marker_read(accel *acc, const char *dir, int quiet, accel__ckpt_marker *m) {
     char path[4200], *data = NULL;
     size_t n = 0;
-    accel__json j;
+    accel__ckpt_json j;
     int root, fl, c;
     accel_result r;
     memset(m, 0, sizeof *m);
-    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, dir);
+    accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, dir);
+    if (!accel__is_file(path)) return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s is not a complete checkpoint: no " ACCEL__CKPT_MARKER, dir);
     r = accel__read_file(acc, path, &data, &n, (size_t)16 << 20);
-    if (r == ACCEL_ERR_NOT_FOUND) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not a complete checkpoint: no " ACCEL__MARKER, dir);
     if (r != ACCEL_OK) return r;
-    if (!accel__utf8_valid((const unsigned char *)data, n, NULL)) { accel_host_free(acc, data); return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid UTF-8", path); }
-    root = accel__json_parse(&j, data, n);
+    if (!accel__utf8_valid((const unsigned char *)data, n, NULL)) {
+        accel_host_free(acc, data);
+        return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s is not valid UTF-8", path);
+    }
+    root = accel__ckpt_json_parse(&j, acc, data, n);
     accel_host_free(acc, data);
-    if (root < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid JSON: %s", path, j.err); accel__json_free(&j); return r; }
-    fl = accel__jget(&j, root, "files");
-    if (fl < 0 || j.nodes[fl].type != ACCEL__J_OBJ) { accel__json_free(&j); return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s has no \"files\" object", path); }
+    if (root < 0) {
+        r = j.oom || !quiet ? accel__ckpt_json_failed(acc, &j, path) : ACCEL_ERR_FORMAT;
+        accel__ckpt_json_free(&j);
+        return r;
+    }
+    fl = accel__ckpt_jget(&j, root, "files");
+    if (fl < 0 || j.nodes[fl].type != ACCEL__CKPT_J_OBJ) {
+        accel__ckpt_json_free(&j);
+        return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s has no \"files\" object", path);
+    }
     for (c = j.nodes[fl].first; c >= 0; c = j.nodes[c].next) {
-        accel__written w;
-        int b = accel__jget(&j, c, "bytes"), h = accel__jget(&j, c, "xxh64"), k, okhex = 1;
+        accel__ckpt_written w;
+        int b = accel__ckpt_jget(&j, c, "bytes"), h = accel__ckpt_jget(&j, c, "xxh64"), k, okhex = 1;
         const char *hs;
         memset(&w, 0, sizeof w);
-        if (j.nodes[c].keylen >= sizeof w.name || strlen(accel__jkeyp(&j, c)) != j.nodes[c].keylen || !accel__safe_file_name(accel__jkeyp(&j, c)) ||
-            b < 0 || h < 0 || accel__ju64(&j, b, &w.bytes) || j.nodes[h].type != ACCEL__J_STR || j.nodes[h].len != 16)
+        if (j.nodes[c].keylen >= sizeof w.name || strlen(accel__ckpt_jkeyp(&j, c)) != j.nodes[c].keylen || !accel__ckpt_safe_file_name(accel__ckpt_jkeyp(&j, c)) ||
+            b < 0 || h < 0 || accel__ckpt_ju64(&j, b, &w.bytes) || j.nodes[h].type != ACCEL__CKPT_J_STR || j.nodes[h].len != 16)
             okhex = 0;
         if (okhex) {
-            hs = accel__jstr(&j, h);
+            hs = accel__ckpt_jstr(&j, h);
             for (k = 0; k < 16; ++k) {
                 char ch = hs[k];
                 unsigned v = (ch >= '0' && ch <= '9') ? (unsigned)(ch - '0') : (ch >= 'a' && ch <= 'f') ? (unsigned)(ch - 'a' + 10) : 99u;
@@ -1918,35 +2040,34 @@ static accel_result accel__marker_read(accel *acc, const char *dir, accel__marke
             }
         }
         if (!okhex) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: malformed entry for '%.100s'", path, accel__jkeyp(&j, c));
-            accel__json_free(&j);
+            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s: malformed entry for '%.100s'", path, accel__ckpt_jkeyp(&j, c));
+            accel__ckpt_json_free(&j);
             stbds_arrfree(m->files);
             return r;
         }
-        memcpy(w.name, accel__jkeyp(&j, c), j.nodes[c].keylen + 1);
+        memcpy(w.name, accel__ckpt_jkeyp(&j, c), j.nodes[c].keylen + 1);
         stbds_arrput(m->files, w);
     }
-    accel__json_free(&j);
+    accel__ckpt_json_free(&j);
     return ACCEL_OK;
 }
-static const accel__written *accel__marker_find(const accel__marker *m, const char *name) {
+static const accel__ckpt_written *accel__ckpt_marker_find(const accel__ckpt_marker *m, const char *name) {
     int i;
     for (i = 0; i < (int)stbds_arrlen(m->files); ++i)
         if (!strcmp(m->files[i].name, name)) return &m->files[i];
     return NULL;
 }
-/* Marker present, every listed file with its size; full: also every checksum. */
 /* Parallel checksum verification: the calling thread and one helper take files in turn. */
-typedef struct accel__verify_job {
+typedef struct accel__ckpt_verify_job {
     const char *dir;
-    const accel__written *files;
+    const accel__ckpt_written *files;
     int n, next;
     uint64_t *bytes, *hash;
     int *err;
     pthread_mutex_t lock;
-} accel__verify_job;
-static void *accel__verify_worker(void *arg) {
-    accel__verify_job *j = (accel__verify_job *)arg;
+} accel__ckpt_verify_job;
+static void *accel__ckpt_verify_worker(void *arg) {
+    accel__ckpt_verify_job *j = (accel__ckpt_verify_job *)arg;
     for (;;) {
         int i;
         char path[4200];
@@ -1955,44 +2076,48 @@ static void *accel__verify_worker(void *arg) {
         pthread_mutex_unlock(&j->lock);
         if (i >= j->n) break;
         accel__fmt(path, sizeof path, "%s/%s", j->dir, j->files[i].name);
-        j->err[i] = accel__hash_file_raw(path, &j->bytes[i], &j->hash[i]);
+        j->err[i] = accel__ckpt_hash_file_raw(path, &j->bytes[i], &j->hash[i]);
     }
     return NULL;
 }
-/* Marker present, every listed file with its size; full: also every checksum. */
-static accel_result accel__check_complete(accel *acc, const char *dir, int full, accel__marker *keep) {
-    accel__marker m;
+/* Marker present, every listed file with its size; full: also every checksum. keep (may be NULL) receives the
+   marker on success. quiet: see ACCEL__CKPT_INCOMPLETE. */
+static accel_result accel__ckpt_check_complete(accel *acc, const char *dir, int full, int quiet, accel__ckpt_marker *keep) {
+    accel__ckpt_marker m;
     int i, nf;
-    accel_result r = accel__marker_read(acc, dir, &m);
+    accel_result r = accel__ckpt_marker_read(acc, dir, quiet, &m);
     if (r != ACCEL_OK) return r;
     nf = (int)stbds_arrlen(m.files);
     for (i = 0; i < nf && r == ACCEL_OK; ++i) {
         char path[4200];
         struct stat st;
         accel__fmt(path, sizeof path, "%s/%s", dir, m.files[i].name);
-        if (stat(path, &st) != 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "incomplete checkpoint %.400s: %s is missing", dir, m.files[i].name); break; }
+        if (stat(path, &st) != 0) {
+            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "incomplete checkpoint %.400s: %s is missing", dir, m.files[i].name);
+            break;
+        }
         if ((uint64_t)st.st_size != m.files[i].bytes) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: %s is %llu bytes, the marker says %llu", dir, m.files[i].name,
-                            (unsigned long long)st.st_size, (unsigned long long)m.files[i].bytes);
+            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "corrupt checkpoint %.400s: %s is %llu bytes, the marker says %llu", dir,
+                                       m.files[i].name, (unsigned long long)st.st_size, (unsigned long long)m.files[i].bytes);
             break;
         }
     }
     if (r == ACCEL_OK && full && nf > 0) {
-        accel__verify_job j;
+        accel__ckpt_verify_job j;
         pthread_t helper;
         int threaded = 0;
         memset(&j, 0, sizeof j);
         j.dir = dir;
         j.files = m.files;
         j.n = nf;
-        j.bytes = (uint64_t *)calloc((size_t)nf, sizeof(uint64_t));
-        j.hash = (uint64_t *)calloc((size_t)nf, sizeof(uint64_t));
-        j.err = (int *)calloc((size_t)nf, sizeof(int));
-        if (!j.bytes || !j.hash || !j.err) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "verify");
+        j.bytes = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)nf);
+        j.hash = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)nf);
+        j.err = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)nf);
+        if (!j.bytes || !j.hash || !j.err) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "verifying %.400s", dir);
         else if (pthread_mutex_init(&j.lock, NULL) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "verify: mutex");
         else {
-            if (nf > 1 && pthread_create(&helper, NULL, accel__verify_worker, &j) == 0) threaded = 1;
-            accel__verify_worker(&j);
+            if (nf > 1 && pthread_create(&helper, NULL, accel__ckpt_verify_worker, &j) == 0) threaded = 1;
+            accel__ckpt_verify_worker(&j);
             if (threaded) pthread_join(helper, NULL);
             pthread_mutex_destroy(&j.lock);
             for (i = 0; i < nf && r == ACCEL_OK; ++i) {
@@ -2007,9 +2132,9 @@ static accel_result accel__check_complete(accel *acc, const char *dir, int full,
                 }
             }
         }
-        free(j.bytes);
-        free(j.hash);
-        free(j.err);
+        accel_host_free(acc, j.bytes);
+        accel_host_free(acc, j.hash);
+        accel_host_free(acc, j.err);
     }
     if (r == ACCEL_OK && keep) *keep = m;
     else stbds_arrfree(m.files);
@@ -2018,171 +2143,143 @@ static accel_result accel__check_complete(accel *acc, const char *dir, int full,
 ACCEL__DEF accel_result accel_ckpt_verify(accel *acc, const char *dir) {
     if (!dir) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "verify: dir is NULL");
     if (!accel__is_dir(dir)) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s is not a directory", dir);
-    return accel__check_complete(acc, dir, 1, NULL);
-}
-
-/* Complete checkpoints under dir, sorted ascending by number. */
-typedef struct accel__ckpt_ent { long num; char name[64]; } accel__ckpt_ent;
-static int accel__ckpt_ent_cmp(const void *a, const void *b) {
-    long x = ((const accel__ckpt_ent *)a)->num, y = ((const accel__ckpt_ent *)b)->num;
-    return x < y ? -1 : x > y;
-}
-static void accel__quiet_log(void *user, accel_log_level level, const char *msg) { (void)user; (void)level; (void)msg; }
-/* A completeness probe whose (expected) failures are neither logged nor left behind as the last error. */
-static int accel__is_complete_quiet(const char *dir) {
-    accel_log_fn fn = accel__g_log_fn;
-    void *user = accel__g_log_user;
-    char saved[ACCEL_ERROR_CAPACITY];
-    int ok;
-    memcpy(saved, accel__g_last_error, sizeof saved);
-    accel__g_log_fn = accel__quiet_log;
-    accel__g_log_user = NULL;
-    ok = accel__check_complete(NULL, dir, 0, NULL) == ACCEL_OK;
-    accel__g_log_fn = fn;
-    accel__g_log_user = user;
-    memcpy(accel__g_last_error, saved, sizeof saved);
-    return ok;
-}
-static accel__ckpt_ent *accel__list_ckpts(const char *dir) {
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    accel__ckpt_ent *list = NULL;
-    if (!d) return NULL;
-    while ((de = readdir(d)) != NULL) {
-        accel__ckpt_ent e;
-        char path[4200];
-        if (!accel__ckpt_number(de->d_name, &e.num) || strlen(de->d_name) >= sizeof e.name) continue;
-        accel__fmt(path, sizeof path, "%s/%s", dir, de->d_name);
-        if (!accel__is_dir(path) || !accel__is_complete_quiet(path)) continue;
-        accel__fmt(e.name, sizeof e.name, "%s", de->d_name);
-        stbds_arrput(list, e);
-    }
-    closedir(d);
-    if (list) qsort(list, (size_t)stbds_arrlen(list), sizeof *list, accel__ckpt_ent_cmp);
-    return list;
-}
-ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out, size_t cap) {
-    accel__ckpt_ent *list;
-    int n;
-    if (!dir || !out || cap == 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: NULL argument");
-    out[0] = 0;
-    list = accel__list_ckpts(dir);
-    n = (int)stbds_arrlen(list);
-    if (n == 0) { stbds_arrfree(list); return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint in %.400s", dir); }
-    if ((size_t)accel__fmt(out, cap, "%s/%s", dir, list[n - 1].name) >= cap) {
-        stbds_arrfree(list);
-        out[0] = 0;
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: output buffer too small");
-    }
-    stbds_arrfree(list);
-    return ACCEL_OK;
-}
-
-
-static void accel__json_kv_u64(accel__sb *b, const char *k, uint64_t v, int last) {
-    accel__sb_json_str(b, k, strlen(k), 1);
-    accel__sb_puts(b, ": ");
-    accel__sb_u64(b, v);
-    if (!last) accel__sb_puts(b, ", ");
-}
-
-/* Writes one object's bytes (the two-call protocol of accel_ckpt_save_fn). */
-static accel_result accel__save_obj(accel_ckpt *ck, const accel__ckpt_obj *o, const char *dir, accel__written *w) {
-    size_t need = 0, got = 0;
-    void *buf;
-    char path[4200];
-    accel_result r = o->save(o->user, NULL, 0, &need);
-    if (r != ACCEL_OK) return ACCEL__FAIL(ck->acc, r, "save callback of %s failed", o->name);
-    buf = malloc(need ? need : 1);
-    if (!buf) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "state of %s (%zu bytes)", o->name, need);
-    r = o->save(o->user, buf, need, &got);
-    if (r != ACCEL_OK || got > need) {
-        free(buf);
-        return ACCEL__FAIL(ck->acc, r != ACCEL_OK ? r : ACCEL_ERR_STATE, "save callback of %s failed (wrote %zu of %zu bytes)", o->name, got, need);
-    }
-    accel__fmt(path, sizeof path, "%s/%s", dir, o->name);
-    r = accel__write_file(ck->acc, path, buf, got, 0);
-    w->hash = accel_ckpt_xxh64(buf, got, 0);
-    free(buf);
-    accel__fmt(w->name, sizeof w->name, "%s", o->name);
-    w->bytes = got;
-    return r;
+    return accel__ckpt_check_complete(acc, dir, 1, 0, NULL);
 }
 
 /* The owner's part of sealing a checkpoint: hash the files it did not write, write the marker, fsync. */
-static accel_result accel__write_marker(accel *acc, const char *tmp, accel__written **written) {
+static accel_result accel__ckpt_write_marker(accel *acc, const char *tmp, accel__ckpt_written **written) {
     DIR *d = opendir(tmp);
     struct dirent *de;
     char path[4200];
     accel_result r = ACCEL_OK;
     accel__sb b;
-    accel__name_file *order;
+    accel__ckpt_name_file *order;
     int nw, i;
     if (!d) return accel__io_fail(acc, "cannot list", tmp);
     while (r == ACCEL_OK && (de = readdir(d)) != NULL) {
-        accel__written w;
+        accel__ckpt_written w;
         int k, mine = 0;
-        if (de->d_name[0] == '.' || !strcmp(de->d_name, ACCEL__MARKER)) continue;
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, ACCEL__CKPT_MARKER)) continue;
         for (k = 0; k < (int)stbds_arrlen(*written); ++k)
             if (!strcmp((*written)[k].name, de->d_name)) mine = 1;
         if (mine || strlen(de->d_name) >= sizeof w.name) continue;
         accel__fmt(w.name, sizeof w.name, "%s", de->d_name);
         accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
-        r = accel__hash_file(acc, path, &w.bytes, &w.hash);
+        r = accel__ckpt_hash_file(acc, path, &w.bytes, &w.hash);
         if (r == ACCEL_OK) stbds_arrput(*written, w);
     }
     closedir(d);
     if (r != ACCEL_OK) return r;
     nw = (int)stbds_arrlen(*written);
-    order = (accel__name_file *)malloc(sizeof(accel__name_file) * (size_t)(nw ? nw : 1));
-    if (!order) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "marker");
+    order = (accel__ckpt_name_file *)accel_host_alloc(acc, sizeof(accel__ckpt_name_file) * (size_t)(nw ? nw : 1));
+    if (!order) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER);
     for (i = 0; i < nw; ++i) { order[i].name = (*written)[i].name; order[i].shard = i; }
-    qsort(order, (size_t)nw, sizeof *order, accel__name_file_cmp);
-    memset(&b, 0, sizeof b);
+    qsort(order, (size_t)nw, sizeof *order, accel__ckpt_name_file_cmp);
+    accel__sb_init(&b, acc);
     accel__sb_puts(&b, "{\"files\": {");
     for (i = 0; i < nw; ++i) {
         char hx[24];
-        const accel__written *w = &(*written)[order[i].shard];
+        const accel__ckpt_written *w = &(*written)[order[i].shard];
         if (i) accel__sb_puts(&b, ", ");
         accel__sb_json_str(&b, w->name, strlen(w->name), 1);
         accel__sb_puts(&b, ": {\"bytes\": ");
-        accel__sb_u64(&b, w->bytes);
+        accel__ckpt_sb_u64(&b, w->bytes);
         accel__fmt(hx, sizeof hx, "%016llx", (unsigned long long)w->hash);
         accel__sb_puts(&b, ", \"xxh64\": \"");
         accel__sb_puts(&b, hx);
         accel__sb_puts(&b, "\"}");
     }
     accel__sb_puts(&b, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
-    free(order);
-    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, tmp);
-    r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "marker") : accel__write_file(acc, path, b.p, b.n, 0);
+    accel_host_free(acc, order);
+    accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, tmp);
+    r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER) : accel__write_file(acc, path, b.p, b.n, 0);
     accel__sb_free(&b);
     if (r == ACCEL_OK && accel__fsync_dir(tmp) != 0) r = accel__io_fail(acc, "cannot fsync directory", tmp);
     return r;
 }
 
-/* An existing explicit output directory is replaced only when it is empty or a checkpoint (it is swapped out). */
-static int accel__replaceable(const char *dir) {
-    char path[4200];
-    DIR *d;
-    struct dirent *de;
-    int empty = 1;
-    accel__fmt(path, sizeof path, "%s/" ACCEL__MARKER, dir);
-    if (accel__is_file(path)) return 1;
-    d = opendir(dir);
-    if (!d) return 0;
-    while ((de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = 0;
-    closedir(d);
-    return empty;
+/* ------------------------------------------------------------------------------------- 10. listing and rotation */
+/* Complete checkpoints under dir, sorted ascending by number. */
+typedef struct accel__ckpt_ent { long num; char name[64]; } accel__ckpt_ent;
+static int accel__ckpt_ent_cmp(const void *a, const void *b) {
+    long x = ((const accel__ckpt_ent *)a)->num, y = ((const accel__ckpt_ent *)b)->num;
+    return x < y ? -1 : x > y;
 }
-static int accel__exists_not_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
+/* *out: stb_ds array of the complete checkpoint_<N> directories (empty when dir does not exist). Incomplete ones are
+   skipped silently; anything else that goes wrong (an unreadable directory or marker, memory) is an error. */
+static accel_result accel__ckpt_list_ckpts(accel *acc, const char *dir, accel__ckpt_ent **out) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    accel__ckpt_ent *list = NULL;
+    accel_result r = ACCEL_OK;
+    *out = NULL;
+    if (!d) return errno == ENOENT ? ACCEL_OK : accel__io_fail(acc, "cannot list", dir);
+    while (r == ACCEL_OK && (de = readdir(d)) != NULL) {
+        accel__ckpt_ent e;
+        char path[4200];
+        if (!accel__ckpt_number(de->d_name, &e.num) || strlen(de->d_name) >= sizeof e.name) continue;
+        accel__fmt(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (!accel__is_dir(path)) continue;
+        r = accel__ckpt_check_complete(acc, path, 0, 1, NULL);
+        if (r == ACCEL_ERR_FORMAT) { r = ACCEL_OK; continue; } /* incomplete: not a checkpoint (yet) */
+        if (r != ACCEL_OK) break;
+        accel__fmt(e.name, sizeof e.name, "%s", de->d_name);
+        stbds_arrput(list, e);
+    }
+    closedir(d);
+    if (r != ACCEL_OK) {
+        stbds_arrfree(list);
+        return accel__fail_wrap(acc, r, "listing checkpoints under %.400s", dir);
+    }
+    if (list) qsort(list, (size_t)stbds_arrlen(list), sizeof *list, accel__ckpt_ent_cmp);
+    *out = list;
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out, size_t cap) {
+    accel__ckpt_ent *list;
+    accel_result r;
+    int n;
+    if (!dir || !out || cap == 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: NULL argument");
+    out[0] = 0;
+    r = accel__ckpt_list_ckpts(acc, dir, &list);
+    if (r != ACCEL_OK) return r;
+    n = (int)stbds_arrlen(list);
+    if (n == 0) r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint under %.400s", dir);
+    else if ((size_t)accel__fmt(out, cap, "%s/%s", dir, list[n - 1].name) >= cap) {
+        out[0] = 0;
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: output buffer too small");
+    }
+    stbds_arrfree(list);
+    return r;
+}
+
+/* total_limit: the oldest complete checkpoints beyond the limit go, never the one just written. Each is renamed to
+   a hidden name first, so none is ever half-deleted in view. The new checkpoint is already published: a failure here
+   cannot undo the save, so it is logged (warn) instead of returned. */
+static void accel__ckpt_rotate(accel *acc, const char *parent, const char *keep, int total_limit) {
+    accel__ckpt_ent *list = NULL;
+    int n, k;
+    if (accel__ckpt_list_ckpts(acc, parent, &list) != ACCEL_OK) {
+        accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) skipped: %s", total_limit, accel_last_error(acc));
+        return;
+    }
+    n = (int)stbds_arrlen(list);
+    for (k = 0; k + total_limit < n; ++k) {
+        char victim[4200], hidden[4200];
+        accel__fmt(victim, sizeof victim, "%s/%s", parent, list[k].name);
+        if (!strcmp(victim, keep)) continue;
+        accel__fmt(hidden, sizeof hidden, "%s/.%s.del", parent, list[k].name);
+        accel__rmtree(hidden);
+        if (rename(victim, hidden) != 0 || accel__rmtree(hidden) != 0)
+            accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) could not remove %s: %s", total_limit,
+                      victim, strerror(errno));
+    }
+    stbds_arrfree(list);
+    accel__fsync_dir(parent);
 }
 
 /* Removes hidden leftovers (.checkpoint_N.tmp/.del/.old) of interrupted saves under parent. */
-static void accel__clean_hidden(const char *parent) {
+static void accel__ckpt_clean_hidden(const char *parent) {
     DIR *d = opendir(parent);
     struct dirent *de;
     char path[4200];
@@ -2201,342 +2298,417 @@ static void accel__clean_hidden(const char *parent) {
     if (d) closedir(d);
 }
 
-ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap) {
-    accel *acc;
-    char target[2300], parent[2300], tmp[2400], old[2400], path[4200];
+/* ----------------------------------------------------------------------------------------------- 11. save_state */
+/* Where a save goes: the target, its parent, the hidden temporary sibling, the hidden name of a replaced target. */
+typedef struct accel__ckpt_save_paths {
+    char target[2300], parent[2300], tmp[2400], old[2400];
+    int automatic, owner;
+} accel__ckpt_save_paths;
+
+static accel_result accel__ckpt_save_resolve(accel_ckpt *ck, const char *output_dir, accel__ckpt_save_paths *sp) {
+    accel *acc = ck->acc;
     const char *base;
-    accel__written *written = NULL;
-    accel_result r = ACCEL_OK;
-    int owner, i, automatic;
-    if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "save_state: ck is NULL");
-    acc = ck->acc;
-    automatic = !output_dir;
-    owner = acc->num_processes <= 1 || (ck->d.save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
-    target[0] = parent[0] = tmp[0] = old[0] = 0;
-    if (automatic && !ck->d.automatic_checkpoint_naming) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir is NULL and automatic_checkpoint_naming is off");
-    } else if (automatic) {
-        accel__fmt(parent, sizeof parent, "%s/checkpoints", ck->project_dir);
-        accel__fmt(target, sizeof target, "%s/checkpoint_%d", parent, ck->iteration);
+    memset(sp, 0, sizeof *sp);
+    sp->automatic = !output_dir;
+    sp->owner = acc->num_processes <= 1 || (ck->d.save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
+    if (sp->automatic && !ck->d.automatic_checkpoint_naming)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir is NULL and automatic_checkpoint_naming is off");
+    if (sp->automatic) {
+        accel__fmt(sp->parent, sizeof sp->parent, "%s/checkpoints", ck->project_dir);
+        accel__fmt(sp->target, sizeof sp->target, "%s/checkpoint_%d", sp->parent, ck->iteration);
     } else {
         size_t l = strlen(output_dir);
         while (l > 1 && output_dir[l - 1] == '/') --l;
-        if (l == 0 || l >= 2000) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: bad output_dir");
-        else {
-            accel__fmt(target, sizeof target, "%.*s", (int)l, output_dir);
-            accel__dirname(target, parent, sizeof parent);
-        }
+        if (l == 0 || l >= 2000) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: bad output_dir");
+        accel__fmt(sp->target, sizeof sp->target, "%.*s", (int)l, output_dir);
+        accel__dirname(sp->target, sp->parent, sizeof sp->parent);
     }
-    if (r == ACCEL_OK) {
-        base = accel__basename(target);
-        if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir must name a directory");
-        accel__fmt(tmp, sizeof tmp, "%s/.%s.tmp", parent, base);
-        accel__fmt(old, sizeof old, "%s/.%s.old", parent, base);
-    }
-    /* 1. the owner prepares the temporary sibling directory */
-    if (r == ACCEL_OK && owner) {
-        if (automatic && accel__is_dir(target))
-            r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "checkpoint directory %.400s already exists (iteration %d); set the iteration or load_state first",
-                            target, ck->iteration);
-        else if (!automatic && accel__is_dir(target) && !accel__replaceable(target))
-            r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is neither empty nor an accel checkpoint (no " ACCEL__MARKER "): refusing to replace it", target);
-        else if (!automatic && accel__exists_not_dir(target))
-            r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is not a directory", target);
-        else if (accel__mkdir_p(parent, NULL, 0) != 0) r = accel__io_fail(acc, "cannot create directory", parent);
-        else if (accel__rmtree(tmp) != 0) r = accel__io_fail(acc, "cannot remove stale", tmp);
-        else if (mkdir(tmp, 0777) != 0) r = accel__io_fail(acc, "cannot create directory", tmp);
-    }
-    r = accel__agree(acc, r, "save_state (prepare)");
-    if (r != ACCEL_OK) return r;
-    if (!accel__is_dir(tmp))
-        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "checkpoint directory %.400s is not visible on this process (save_state needs a shared filesystem, or save_on_each_node)", tmp);
+    base = strrchr(sp->target, '/');
+    base = base ? base + 1 : sp->target;
+    if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir must name a directory");
+    accel__fmt(sp->tmp, sizeof sp->tmp, "%s/.%s.tmp", sp->parent, base);
+    accel__fmt(sp->old, sizeof sp->old, "%s/.%s.old", sp->parent, base);
+    return ACCEL_OK;
+}
 
-    /* 2. the files: global ones by the owner, random_states_<rank> by everyone */
-    if (r == ACCEL_OK && owner) {
+/* An existing explicit output directory is replaced only when it is empty or a checkpoint (it is swapped out). */
+static int accel__ckpt_replaceable(const char *dir) {
+    char path[4200];
+    DIR *d;
+    struct dirent *de;
+    int empty = 1;
+    accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, dir);
+    if (accel__is_file(path)) return 1;
+    d = opendir(dir);
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = 0;
+    closedir(d);
+    return empty;
+}
+static int accel__ckpt_exists_not_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
+}
+
+/* The owner checks the target and creates the empty temporary sibling. */
+static accel_result accel__ckpt_save_prepare(accel_ckpt *ck, const accel__ckpt_save_paths *sp) {
+    accel *acc = ck->acc;
+    if (sp->automatic && accel__is_dir(sp->target))
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "checkpoint directory %.400s already exists (iteration %d); set the iteration or load_state first",
+                           sp->target, ck->iteration);
+    if (!sp->automatic && accel__is_dir(sp->target) && !accel__ckpt_replaceable(sp->target))
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is neither empty nor an accel checkpoint (no " ACCEL__CKPT_MARKER "): refusing to replace it", sp->target);
+    if (!sp->automatic && accel__ckpt_exists_not_dir(sp->target))
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is not a directory", sp->target);
+    if (accel__mkdir_p(sp->parent, NULL, 0) != 0) return accel__io_fail(acc, "cannot create directory", sp->parent);
+    if (accel__rmtree(sp->tmp) != 0) return accel__io_fail(acc, "cannot remove stale", sp->tmp);
+    if (mkdir(sp->tmp, 0777) != 0) return accel__io_fail(acc, "cannot create directory", sp->tmp);
+    return ACCEL_OK;
+}
+
+/* Writes one object's bytes through the state contract's two calls (size, then bytes). */
+static accel_result accel__ckpt_save_obj(accel *acc, const accel__ckpt_obj *o, const char *dir, accel__ckpt_written *w) {
+    size_t need = 0, got = 0;
+    void *buf;
+    char path[4200];
+    accel__ckpt_errmark mark = accel__ckpt_errmark_now(acc);
+    accel_result r = o->save(o->obj, NULL, 0, &need);
+    if (r != ACCEL_OK) return accel__ckpt_callback_failed(acc, r, mark, "save_state", o->name);
+    buf = accel_host_alloc(acc, need ? need : 1);
+    if (!buf) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s (%zu bytes)", o->name, need);
+    mark = accel__ckpt_errmark_now(acc);
+    r = o->save(o->obj, buf, need, &got);
+    if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, mark, "save_state", o->name);
+    else if (got > need)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "save_state: %s: the state grew from %zu to %zu bytes between the save callback's "
+                        "two calls", o->name, need, got);
+    if (r == ACCEL_OK) {
+        accel__fmt(path, sizeof path, "%s/%s", dir, o->name);
+        r = accel__write_file(acc, path, buf, got, 0);
+        accel__fmt(w->name, sizeof w->name, "%s", o->name);
+        w->bytes = got;
+        w->hash = accel_ckpt_xxh64(buf, got, 0);
+    }
+    accel_host_free(acc, buf);
+    return r;
+}
+
+/* The files: the global ones by the owner, random_states_<rank>.bin (accel_state_save) by every process. */
+static accel_result accel__ckpt_save_files(accel_ckpt *ck, const char *tmp, int owner, accel__ckpt_written **written) {
+    accel *acc = ck->acc;
+    char path[4200], name[64];
+    accel__ckpt_obj core;
+    accel__ckpt_written w;
+    accel_result r = ACCEL_OK;
+    int i;
+    if (owner) {
         const char *meta[2] = {"format", "pt"};
         for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i) {
-            accel__written w;
-            accel__group_file(w.name, sizeof w.name, "model", i);
+            accel__ckpt_group_file(w.name, sizeof w.name, "model", i);
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-            r = accel__st_save(acc, path, ck->models[i].t, ck->models[i].n, meta, 1, 0, &w.bytes, &w.hash);
-            if (r == ACCEL_OK) stbds_arrput(written, w);
+            r = accel__ckpt_st_save(acc, path, ck->models[i].t, ck->models[i].n, meta, 1, 0, &w.bytes, &w.hash);
+            if (r == ACCEL_OK) stbds_arrput(*written, w);
         }
         for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i) {
-            accel__written w;
-            accel__group_file(w.name, sizeof w.name, "optimizer", i);
+            accel__ckpt_group_file(w.name, sizeof w.name, "optimizer", i);
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-            r = accel__st_save(acc, path, ck->optims[i].t, ck->optims[i].n, NULL, 0, 0, &w.bytes, &w.hash);
-            if (r == ACCEL_OK) stbds_arrput(written, w);
+            r = accel__ckpt_st_save(acc, path, ck->optims[i].t, ck->optims[i].n, NULL, 0, 0, &w.bytes, &w.hash);
+            if (r == ACCEL_OK) stbds_arrput(*written, w);
         }
         for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
-            accel__written w;
-            r = accel__save_obj(ck, &ck->objs[i], tmp, &w);
-            if (r == ACCEL_OK) stbds_arrput(written, w);
+            r = accel__ckpt_save_obj(acc, &ck->objs[i], tmp, &w);
+            if (r == ACCEL_OK) stbds_arrput(*written, w);
         }
-        if (r == ACCEL_OK) {
+        if (r == ACCEL_OK) { /* ckpt's own fields only: the counters are in random_states_<rank>.bin */
             accel__sb b;
-            accel__written w;
-            memset(&b, 0, sizeof b);
-            accel__sb_puts(&b, "{\"format\": \"accel\", ");
-            accel__json_kv_u64(&b, "iteration", (uint64_t)ck->iteration, 0);
-            accel__json_kv_u64(&b, "num_processes", (uint64_t)acc->num_processes, 0);
-            accel__json_kv_u64(&b, "optimizer_steps", (uint64_t)(acc->optimizer_steps < 0 ? 0 : acc->optimizer_steps), 0);
-            accel__json_kv_u64(&b, "scheduler_steps", (uint64_t)(acc->scheduler_steps < 0 ? 0 : acc->scheduler_steps), 0);
-            accel__json_kv_u64(&b, "version", 1, 1);
-            accel__sb_puts(&b, "}\n");
+            accel__sb_init(&b, acc);
+            accel__sb_printf(&b, "{\"format\": \"accel\", \"iteration\": %d, \"num_processes\": %d, \"version\": 1}\n",
+                             ck->iteration, acc->num_processes);
             accel__fmt(w.name, sizeof w.name, "accelerator_state.json");
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-            r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accelerator_state") : accel__write_file(acc, path, b.p, b.n, 0);
-            if (r == ACCEL_OK) w.hash = accel_ckpt_xxh64(b.p, b.n, 0);
-            w.bytes = b.n;
+            r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s", w.name)
+                      : accel__write_file(acc, path, b.p, b.n, 0);
+            if (r == ACCEL_OK) {
+                w.bytes = b.n;
+                w.hash = accel_ckpt_xxh64(b.p, b.n, 0);
+                stbds_arrput(*written, w);
+            }
             accel__sb_free(&b);
-            if (r == ACCEL_OK) stbds_arrput(written, w);
         }
     }
     if (r == ACCEL_OK) {
-        accel__sb b;
-        accel__written w;
-        memset(&b, 0, sizeof b);
-        accel__sb_puts(&b, "{");
-        accel__json_kv_u64(&b, "num_processes", (uint64_t)acc->num_processes, 0);
-        accel__json_kv_u64(&b, "process_index", (uint64_t)acc->process_index, 0);
-        accel__json_kv_u64(&b, "rng_offset", acc->rng.offset, 0);
-        accel__json_kv_u64(&b, "rng_seed", acc->rng.seed, 0);
-        accel__json_kv_u64(&b, "step", (uint64_t)(acc->step < 0 ? 0 : acc->step), 1);
-        accel__sb_puts(&b, "}\n");
-        accel__fmt(w.name, sizeof w.name, "random_states_%d.json", acc->process_index);
-        accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-        r = b.oom ? ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "random_states") : accel__write_file(acc, path, b.p, b.n, 0);
-        if (r == ACCEL_OK) w.hash = accel_ckpt_xxh64(b.p, b.n, 0);
-        w.bytes = b.n;
-        accel__sb_free(&b);
-        if (r == ACCEL_OK) stbds_arrput(written, w);
+        accel__fmt(name, sizeof name, "random_states_%d.bin", acc->process_index);
+        core.name = name;
+        core.save = accel__ckpt_core_state_save;
+        core.load = NULL;
+        core.obj = acc;
+        r = accel__ckpt_save_obj(acc, &core, tmp, &w);
+        if (r == ACCEL_OK) stbds_arrput(*written, w);
     }
+    return r;
+}
+
+/* The owner seals and publishes: marker, fsync, rename into place (swapping out a replaced target). */
+static accel_result accel__ckpt_save_publish(accel *acc, const accel__ckpt_save_paths *sp, accel__ckpt_written **written) {
+    int had_old = 0;
+    accel_result r = accel__ckpt_write_marker(acc, sp->tmp, written);
+    if (r != ACCEL_OK) return r;
+    if (accel__is_dir(sp->target)) { /* an explicit directory that exists: swap it out */
+        if (accel__rmtree(sp->old) != 0 || rename(sp->target, sp->old) != 0)
+            return accel__io_fail(acc, "cannot move the previous checkpoint aside:", sp->target);
+        had_old = 1;
+    }
+    if (rename(sp->tmp, sp->target) != 0) return accel__io_fail(acc, "cannot rename the checkpoint into", sp->target);
+    if (accel__fsync_dir(sp->parent) != 0) return accel__io_fail(acc, "cannot fsync directory", sp->parent);
+    if (had_old) accel__rmtree(sp->old);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap) {
+    accel *acc;
+    accel__ckpt_save_paths sp;
+    accel__ckpt_written *written = NULL;
+    accel_result r;
+    if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "save_state: ck is NULL");
+    acc = ck->acc;
+    r = accel__ckpt_save_resolve(ck, output_dir, &sp);
+    /* 1. the owner prepares the temporary sibling directory */
+    if (r == ACCEL_OK && sp.owner) r = accel__ckpt_save_prepare(ck, &sp);
+    r = accel__agree(acc, r, "save_state (prepare)");
+    if (r != ACCEL_OK) return r;
+    if (!accel__is_dir(sp.tmp))
+        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "checkpoint directory %.400s is not visible on this process (save_state needs a shared filesystem, or save_on_each_node)", sp.tmp);
+    /* 2. the files */
+    if (r == ACCEL_OK) r = accel__ckpt_save_files(ck, sp.tmp, sp.owner, &written);
     r = accel__agree(acc, r, "save_state (write)");
-    /* 3. the owner seals and publishes: marker, fsync, rename into place, rotation */
-    if (r == ACCEL_OK && owner) {
-        r = accel__write_marker(acc, tmp, &written);
-        if (r == ACCEL_OK) {
-            int had_old = 0;
-            if (accel__is_dir(target)) { /* an explicit directory that exists: swap it out */
-                if (accel__rmtree(old) != 0 || rename(target, old) != 0) r = accel__io_fail(acc, "cannot move the previous checkpoint aside:", target);
-                had_old = 1;
-            }
-            if (r == ACCEL_OK && rename(tmp, target) != 0) r = accel__io_fail(acc, "cannot rename the checkpoint into", target);
-            if (r == ACCEL_OK && accel__fsync_dir(parent) != 0) r = accel__io_fail(acc, "cannot fsync directory", parent);
-            if (r == ACCEL_OK && had_old) accel__rmtree(old);
-        }
-        if (r == ACCEL_OK && automatic && ck->d.total_limit > 0) {
-            accel__ckpt_ent *list = accel__list_ckpts(parent);
-            int n = (int)stbds_arrlen(list), k;
-            for (k = 0; k + ck->d.total_limit < n; ++k) {
-                char victim[4200], hidden[4200];
-                accel__fmt(victim, sizeof victim, "%s/%s", parent, list[k].name);
-                if (!strcmp(victim, target)) continue; /* never the one just written */
-                accel__fmt(hidden, sizeof hidden, "%s/.%s.del", parent, list[k].name);
-                accel__rmtree(hidden);
-                if (rename(victim, hidden) == 0) accel__rmtree(hidden); /* hidden first: never half-deleted in view */
-            }
-            stbds_arrfree(list);
-            accel__fsync_dir(parent);
-        }
-        if (r == ACCEL_OK && automatic) accel__clean_hidden(parent);
+    /* 3. the owner seals and publishes, then rotates */
+    if (r == ACCEL_OK) {
+        if (sp.owner) r = accel__ckpt_save_publish(acc, &sp, &written);
+        if (r == ACCEL_OK && sp.owner && sp.automatic && ck->d.total_limit > 0) accel__ckpt_rotate(acc, sp.parent, sp.target, ck->d.total_limit);
+        if (r == ACCEL_OK && sp.owner && sp.automatic) accel__ckpt_clean_hidden(sp.parent);
+        r = accel__agree(acc, r, "save_state (commit)");
     }
     stbds_arrfree(written);
-    r = accel__agree(acc, r, "save_state (commit)");
     if (r != ACCEL_OK) return r;
-    if (out_dir && cap) accel__fmt(out_dir, cap, "%s", target);
+    if (out_dir && cap) accel__fmt(out_dir, cap, "%s", sp.target);
     ck->iteration += 1;
     return ACCEL_OK;
 }
 
-/* random_states_<i>.json → (seed, offset, step). */
-static accel_result accel__read_rng(accel *acc, const char *dir, int rank, uint64_t *seed, uint64_t *offset, uint64_t *step) {
-    char path[4200], *data = NULL;
-    size_t n = 0;
-    accel__json j;
-    int root;
-    accel_result r;
-    accel__fmt(path, sizeof path, "%s/random_states_%d.json", dir, rank);
-    r = accel__read_file(acc, path, &data, &n, 1 << 20);
-    if (r != ACCEL_OK) return r;
-    root = accel__json_parse(&j, data, n);
-    accel_host_free(acc, data);
-    if (root < 0 || accel__ju64(&j, accel__jget(&j, root, "rng_seed"), seed) || accel__ju64(&j, accel__jget(&j, root, "rng_offset"), offset) ||
-        accel__ju64(&j, accel__jget(&j, root, "step"), step)) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: expected rng_seed, rng_offset and step integers%s%s", path, root < 0 ? ": " : "",
-                        root < 0 ? j.err : "");
-        accel__json_free(&j);
-        return r;
-    }
-    accel__json_free(&j);
-    return ACCEL_OK;
+/* ----------------------------------------------------------------------------------------------- 12. load_state */
+/* Everything load_state reads and checks before it applies anything. */
+typedef struct accel__ckpt_load {
+    accel *acc;
+    char dir[2300];
+    accel__ckpt_marker marker;
+    accel_ckpt_file **mf, **of; /* per registered model / optimizer group */
+    char **blobs;               /* per registered object */
+    size_t *blob_n;
+    uint64_t iteration, saved_np;
+    int state_applied;          /* the training state was loaded: put the snapshot back if anything fails */
+    unsigned char snapshot[ACCEL_STATE_BYTES];
+    size_t snapshot_n;
+} accel__ckpt_load;
+
+static void accel__ckpt_load_free(accel_ckpt *ck, accel__ckpt_load *ld) {
+    int i;
+    for (i = 0; ld->mf && i < (int)stbds_arrlen(ck->models); ++i) accel_ckpt_file_destroy(ld->mf[i]);
+    for (i = 0; ld->of && i < (int)stbds_arrlen(ck->optims); ++i) accel_ckpt_file_destroy(ld->of[i]);
+    for (i = 0; ld->blobs && i < (int)stbds_arrlen(ck->objs); ++i) accel_host_free(ld->acc, ld->blobs[i]);
+    accel_host_free(ld->acc, ld->mf);
+    accel_host_free(ld->acc, ld->of);
+    accel_host_free(ld->acc, ld->blobs);
+    accel_host_free(ld->acc, ld->blob_n);
+    stbds_arrfree(ld->marker.files);
+}
+
+/* Reads a file the marker lists (so its checksum was verified); `missing` is the error when it is not listed. */
+static accel_result accel__ckpt_load_listed(accel__ckpt_load *ld, const char *name, accel_result missing, const char *why, char **buf,
+                                       size_t *n, size_t limit) {
+    char path[4200];
+    if (!accel__ckpt_marker_find(&ld->marker, name))
+        return ACCEL__FAIL(ld->acc, missing, "%.400s has no %s%s", ld->dir, name, why);
+    accel__fmt(path, sizeof path, "%s/%s", ld->dir, name);
+    return accel__read_file(ld->acc, path, buf, n, limit);
 }
 
 /* Opens <dir>/<kind>[_i].safetensors for each registered group and checks every registered tensor against the file
-   (count, dtype, shape) before anything is applied. */
-static accel_result accel__ckpt_open_groups(accel *acc, const char *dir, const char *kind, const accel__ckpt_group *groups,
-                                            int n, accel_ckpt_file **files) {
+   (count, names, dtypes, shapes) before anything is applied. A mismatch with the registration is
+   ACCEL_ERR_INVALID_ARGUMENT (never NOT_FOUND, which means "no checkpoint yet"). */
+static accel_result accel__ckpt_load_groups(accel__ckpt_load *ld, const char *kind, const accel__ckpt_group *groups, int n,
+                                       accel_ckpt_file **files) {
+    accel *acc = ld->acc;
     accel_result r = ACCEL_OK;
     int i, k;
     char path[2500]; /* dir (< 2300) + "/" + file name (< 96) */
     for (i = 0; i < n && r == ACCEL_OK; ++i) {
         char fname[96];
-        accel__group_file(fname, sizeof fname, kind, i);
-        accel__fmt(path, sizeof path, "%s/%s", dir, fname);
-        r = accel_ckpt_open(acc, path, &files[i]);
+        accel__ckpt_group_file(fname, sizeof fname, kind, i);
+        accel__fmt(path, sizeof path, "%s/%s", ld->dir, fname);
+        if (!accel__ckpt_marker_find(&ld->marker, fname)) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has no %s (%s %d is registered)", ld->dir, fname, kind, i);
+            break;
+        }
+        r = accel_ckpt_file_open(acc, path, &files[i]);
         if (r == ACCEL_OK && accel_ckpt_file_count(files[i]) != groups[i].n)
             r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but %s %d registers %d", path,
                             accel_ckpt_file_count(files[i]), kind, i, groups[i].n);
         for (k = 0; k < groups[i].n && r == ACCEL_OK; ++k) {
             int ix;
-            r = accel__st_check_dst(files[i], &groups[i].t[k], &ix);
+            r = accel__ckpt_st_check_dst(files[i], &groups[i].t[k], &ix);
+            if (r == ACCEL_ERR_NOT_FOUND) r = accel__fail_wrap(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state");
         }
+    }
+    return r;
+}
+
+/* The registered objects' files (read, not applied) and the count of custom objects (as Accelerate checks it). */
+static accel_result accel__ckpt_load_objects(accel_ckpt *ck, accel__ckpt_load *ld) {
+    accel *acc = ld->acc;
+    int i, n_custom_files = 0, nobj = (int)stbds_arrlen(ck->objs);
+    accel_result r = ACCEL_OK;
+    for (i = 0; i < (int)stbds_arrlen(ld->marker.files); ++i) {
+        const char *fn = ld->marker.files[i].name;
+        size_t l = strlen(fn);
+        if (!strncmp(fn, "custom_checkpoint_", 18) && l > 22 && !strcmp(fn + l - 4, ".bin")) ++n_custom_files;
+    }
+    if (n_custom_files != ck->n_custom)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has %d custom_checkpoint files but %d custom objects are registered",
+                           ld->dir, n_custom_files, ck->n_custom);
+    for (i = 0; i < nobj && r == ACCEL_OK; ++i)
+        r = accel__ckpt_load_listed(ld, ck->objs[i].name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered object)", &ld->blobs[i],
+                               &ld->blob_n[i], (size_t)1 << 40);
+    return r;
+}
+
+/* accelerator_state.json: the iteration and the number of processes of the saving run. */
+static accel_result accel__ckpt_load_accelerator_json(accel__ckpt_load *ld) {
+    char *data = NULL;
+    size_t n = 0;
+    accel__ckpt_json j;
+    int root;
+    accel_result r = accel__ckpt_load_listed(ld, "accelerator_state.json", ACCEL_ERR_FORMAT, "", &data, &n, 1 << 20);
+    if (r != ACCEL_OK) return r;
+    root = accel__ckpt_json_parse(&j, ld->acc, data, n);
+    if (root < 0) r = accel__ckpt_json_failed(ld->acc, &j, "accelerator_state.json");
+    else if (accel__ckpt_ju64(&j, accel__ckpt_jget(&j, root, "iteration"), &ld->iteration) ||
+             accel__ckpt_ju64(&j, accel__ckpt_jget(&j, root, "num_processes"), &ld->saved_np) || ld->saved_np < 1 ||
+             ld->saved_np > 1000000 || ld->iteration > (uint64_t)INT_MAX - 1)
+        r = ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "%.400s/accelerator_state.json is malformed (iteration, num_processes)", ld->dir);
+    accel__ckpt_json_free(&j);
+    accel_host_free(ld->acc, data);
+    return r;
+}
+
+/* The Accelerator's training state, by the core: accel_state_load of this rank's file on the same number of
+   processes, accel_state_load_resharded of every saved rank's file otherwise. Applied here, at the end of the
+   checks — the core validates everything before it changes anything — and put back from the snapshot if anything
+   fails later (on any rank). */
+static accel_result accel__ckpt_load_training_state(accel__ckpt_load *ld) {
+    accel *acc = ld->acc;
+    int count = (int)ld->saved_np, same = count == acc->num_processes, i;
+    int first = same ? acc->process_index : 0, last = same ? acc->process_index : count - 1;
+    char name[64], why[160], **bufs = (char **)accel__ckpt_zalloc(acc, (size_t)count, sizeof(char *));
+    size_t *sizes = (size_t *)accel__ckpt_zalloc(acc, (size_t)count, sizeof(size_t));
+    accel_result r = ACCEL_OK;
+    if (!bufs || !sizes) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: training states");
+    if (same) why[0] = 0;
+    else accel__fmt(why, sizeof why, " (resuming %d processes from a checkpoint of %d reads every saved rank's state)",
+                    acc->num_processes, count);
+    for (i = first; i <= last && r == ACCEL_OK; ++i) {
+        accel__fmt(name, sizeof name, "random_states_%d.bin", i);
+        r = accel__ckpt_load_listed(ld, name, ACCEL_ERR_FORMAT, why, &bufs[i], &sizes[i], 1 << 20);
+    }
+    if (r == ACCEL_OK) {
+        r = same ? accel_state_load(acc, bufs[first], sizes[first])
+                 : accel_state_load_resharded(acc, (const void *const *)bufs, sizes, count);
+        if (r != ACCEL_OK) {
+            if (!same) accel__fmt(name, sizeof name, "random_states_*.bin");
+            r = accel__fail_wrap(acc, r, "load_state: %s", name);
+        } else {
+            ld->state_applied = 1;
+        }
+    }
+    for (i = 0; bufs && i < count; ++i) accel_host_free(acc, bufs[i]);
+    accel_host_free(acc, bufs);
+    accel_host_free(acc, sizes);
+    return r;
+}
+
+/* Copies the tensors and hands each object its bytes. */
+static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld) {
+    accel *acc = ld->acc;
+    accel__ckpt_stage stage;
+    accel_result r = ACCEL_OK;
+    int i, k;
+    accel__ckpt_stage_begin(&stage, acc);
+    for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i)
+        for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k)
+            r = accel__ckpt_st_copy(ld->mf[i], accel_ckpt_file_find(ld->mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
+    for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i)
+        for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k)
+            r = accel__ckpt_st_copy(ld->of[i], accel_ckpt_file_find(ld->of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
+    accel__ckpt_stage_end(&stage);
+    for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
+        const accel__ckpt_obj *o = &ck->objs[i];
+        accel__ckpt_errmark mark = accel__ckpt_errmark_now(acc);
+        r = o->load(o->obj, ld->blobs[i], ld->blob_n[i]);
+        if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, mark, "load_state", o->name);
     }
     return r;
 }
 
 ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_dir) {
     accel *acc;
-    char dir[2300], path[4200];
+    accel__ckpt_load ld;
+    char cdir[2200];
     accel_result r = ACCEL_OK;
-    accel_ckpt_file **mf = NULL, **of = NULL;
-    int nm, no, nobj, i, k, n_custom_files = 0;
-    uint64_t iteration = 0, saved_np = 0, opt_steps = 0, sch_steps = 0, seed = 0, offset = 0, step = 0;
-    char **blobs = NULL;
-    size_t *blob_n = NULL;
-    accel__marker marker;
+    int none_yet = 0;
     if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "load_state: ck is NULL");
     acc = ck->acc;
-    memset(&marker, 0, sizeof marker);
-    nm = (int)stbds_arrlen(ck->models);
-    no = (int)stbds_arrlen(ck->optims);
-    nobj = (int)stbds_arrlen(ck->objs);
-    dir[0] = 0;
-    if (input_dir) {
+    memset(&ld, 0, sizeof ld);
+    ld.acc = acc;
+    accel__fmt(cdir, sizeof cdir, "%s/checkpoints", ck->project_dir);
+    r = accel_state_save(acc, ld.snapshot, sizeof ld.snapshot, &ld.snapshot_n);
+    if (r == ACCEL_OK && ld.snapshot_n > sizeof ld.snapshot)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "load_state: the training state needs %zu bytes (built for %d)", ld.snapshot_n,
+                        ACCEL_STATE_BYTES);
+    /* 1. which checkpoint */
+    if (r == ACCEL_OK && input_dir) {
         if (strlen(input_dir) >= 2000) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state: input_dir is too long");
-        else accel__fmt(dir, sizeof dir, "%s", input_dir);
-    } else {
-        char cdir[2200];
-        accel__fmt(cdir, sizeof cdir, "%s/checkpoints", ck->project_dir);
-        r = accel_ckpt_latest(acc, cdir, dir, sizeof dir);
+        else accel__fmt(ld.dir, sizeof ld.dir, "%s", input_dir);
+    } else if (r == ACCEL_OK) {
+        r = accel_ckpt_latest(acc, cdir, ld.dir, sizeof ld.dir);
+        none_yet = r == ACCEL_ERR_NOT_FOUND;
     }
-    /* 1. verify: marker, sizes, checksums */
-    if (r == ACCEL_OK) r = accel__check_complete(acc, dir, 1, &marker);
-    /* 2. parse and check everything before applying anything */
+    /* 2. verify (marker, sizes, checksums) and check everything against the registration; read what is applied */
+    if (r == ACCEL_OK) r = accel__ckpt_check_complete(acc, ld.dir, 1, 0, &ld.marker);
     if (r == ACCEL_OK) {
-        mf = (accel_ckpt_file **)calloc((size_t)nm + 1, sizeof *mf);
-        of = (accel_ckpt_file **)calloc((size_t)no + 1, sizeof *of);
-        blobs = (char **)calloc((size_t)nobj + 1, sizeof *blobs);
-        blob_n = (size_t *)calloc((size_t)nobj + 1, sizeof *blob_n);
-        if (!mf || !of || !blobs || !blob_n) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
+        ld.mf = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->models), sizeof *ld.mf);
+        ld.of = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->optims), sizeof *ld.of);
+        ld.blobs = (char **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blobs);
+        ld.blob_n = (size_t *)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blob_n);
+        if (!ld.mf || !ld.of || !ld.blobs || !ld.blob_n) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
     }
-    if (r == ACCEL_OK) r = accel__ckpt_open_groups(acc, dir, "model", ck->models, nm, mf);
-    if (r == ACCEL_OK) r = accel__ckpt_open_groups(acc, dir, "optimizer", ck->optims, no, of);
-    if (r == ACCEL_OK) {
-        for (i = 0; i < (int)stbds_arrlen(marker.files); ++i) {
-            const char *fn = marker.files[i].name;
-            size_t l = strlen(fn);
-            if (!strncmp(fn, "custom_checkpoint_", 18) && l > 22 && !strcmp(fn + l - 4, ".bin")) ++n_custom_files;
-        }
-        if (n_custom_files != ck->n_custom)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has %d custom_checkpoint files but %d custom objects are registered", dir,
-                            n_custom_files, ck->n_custom);
-    }
-    for (i = 0; i < nobj && r == ACCEL_OK; ++i) {
-        accel__fmt(path, sizeof path, "%s/%s", dir, ck->objs[i].name);
-        if (!accel__marker_find(&marker, ck->objs[i].name)) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s has no %s (a registered object)", dir, ck->objs[i].name);
-            break;
-        }
-        r = accel__read_file(acc, path, &blobs[i], &blob_n[i], (size_t)1 << 40);
-    }
-    if (r == ACCEL_OK) {
-        char *data = NULL;
-        size_t n = 0;
-        accel__json j;
-        int root;
-        accel__fmt(path, sizeof path, "%s/accelerator_state.json", dir);
-        r = accel__read_file(acc, path, &data, &n, 1 << 20);
-        if (r == ACCEL_OK) {
-            root = accel__json_parse(&j, data, n);
-            if (root < 0 || accel__ju64(&j, accel__jget(&j, root, "iteration"), &iteration) ||
-                accel__ju64(&j, accel__jget(&j, root, "num_processes"), &saved_np) ||
-                accel__ju64(&j, accel__jget(&j, root, "optimizer_steps"), &opt_steps) ||
-                accel__ju64(&j, accel__jget(&j, root, "scheduler_steps"), &sch_steps) || saved_np < 1 || saved_np > 1000000 ||
-                iteration > (uint64_t)INT_MAX - 1 || opt_steps > (uint64_t)INT64_MAX || sch_steps > (uint64_t)INT64_MAX)
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is malformed", path);
-            accel__json_free(&j);
-            accel_host_free(acc, data);
-        }
-    }
-    /* RNG: this rank's own file, else re-derived (see the header) */
-    if (r == ACCEL_OK) {
-        if ((uint64_t)acc->process_index < saved_np) {
-            r = accel__read_rng(acc, dir, acc->process_index, &seed, &offset, &step);
-        } else {
-            uint64_t s0 = 0, o0 = 0, st0 = 0, s = 0, o = 0, st = 0;
-            int same = 1, pattern = 1;
-            r = accel__read_rng(acc, dir, 0, &s0, &o0, &st0);
-            for (k = 1; k < (int)saved_np && r == ACCEL_OK; ++k) {
-                r = accel__read_rng(acc, dir, k, &s, &o, &st);
-                if (s != s0 || o != o0) same = 0;
-                if (s != s0 + (uint64_t)k || o != o0) pattern = 0;
-            }
-            if (r == ACCEL_OK) {
-                step = st0;
-                if (same) {
-                    seed = s0;
-                    offset = o0;
-                } else if (pattern) {
-                    seed = s0 + (uint64_t)acc->process_index;
-                    offset = o0;
-                } else {
-                    int src = (int)((uint64_t)acc->process_index % saved_np);
-                    r = accel__read_rng(acc, dir, src, &s, &o, &st);
-                    seed = accel__splitmix64(s ^ (uint64_t)acc->process_index);
-                    offset = o;
-                }
-                accel_log(acc, ACCEL_LOG_INFO, "load_state: %s has no random_states_%d.json (saved on %d processes): RNG state re-derived", dir,
-                           acc->process_index, (int)saved_np);
-            }
-        }
-    }
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf);
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
+    if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, &ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(&ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_training_state(&ld);
     r = accel__agree(acc, r, "load_state (verify)");
-    /* 3. apply */
+    /* 3. apply (every process got this far) */
     if (r == ACCEL_OK) {
-        accel__stage stage;
-        memset(&stage, 0, sizeof stage);
-        for (i = 0; i < nm && r == ACCEL_OK; ++i)
-            for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k)
-                r = accel__st_copy(mf[i], accel_ckpt_file_find(mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
-        for (i = 0; i < no && r == ACCEL_OK; ++i)
-            for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k)
-                r = accel__st_copy(of[i], accel_ckpt_file_find(of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
-        accel__stage_free(&stage);
-        for (i = 0; i < nobj && r == ACCEL_OK; ++i) {
-            r = ck->objs[i].load(ck->objs[i].user, blobs[i], blob_n[i]);
-            if (r != ACCEL_OK) r = ACCEL__FAIL(acc, r, "the load callback of %s rejected its %zu bytes", ck->objs[i].name, blob_n[i]);
-        }
-        if (r == ACCEL_OK) {
-            acc->rng.seed = seed;
-            acc->rng.offset = offset;
-            acc->step = (int)(step > (uint64_t)INT_MAX ? INT_MAX : step);
-            acc->optimizer_steps = (int64_t)opt_steps;
-            acc->scheduler_steps = (int64_t)sch_steps;
-            ck->iteration = (int)iteration + 1; /* policy 5: the next save does not collide */
-        }
+        r = accel__ckpt_load_apply(ck, &ld);
+        r = accel__agree(acc, r, "load_state (apply)");
     }
-    for (i = 0; mf && i < nm; ++i) accel_ckpt_close(mf[i]);
-    for (i = 0; of && i < no; ++i) accel_ckpt_close(of[i]);
-    for (i = 0; blobs && i < nobj; ++i) accel_host_free(acc, blobs[i]);
-    free(mf);
-    free(of);
-    free(blobs);
-    free(blob_n);
-    stbds_arrfree(marker.files);
-    return accel__agree(acc, r, "load_state (apply)");
+    if (r == ACCEL_OK) ck->iteration = (int)ld.iteration + 1; /* policy 5: the next save does not collide */
+    else if (ld.state_applied) (void)accel_state_load(acc, ld.snapshot, ld.snapshot_n); /* same rank, same P: cannot fail */
+    accel__ckpt_load_free(ck, &ld);
+    if (none_yet && r == ACCEL_ERR_NOT_FOUND && acc->is_main_process)
+        accel_log(acc, ACCEL_LOG_INFO, "no checkpoint under %s: starting fresh", cdir);
+    return r;
 }
 
 #endif /* ACCEL_IMPLEMENTATION && !ACCEL__CKPT_IMPL_DONE */

@@ -7,31 +7,42 @@
      costs nothing and resuming mid-epoch is O(1).
        - accel_data_sampler: sequential or seeded-random order over N samples. The permutation depends only on
          (seed, epoch): identical on every rank and every world size.
-       - accel_data_shard: Accelerate's BatchSamplerShard (map-style datasets) or IterableDatasetShard + the
-         per-process DataLoader (iterable datasets), for process p of P: split_batches, even_batches (final batches
-         completed by looping back to the start of the epoch), drop_last. set_epoch, skip_first_batches, state
-         save/load, and the GradientState bookkeeping (acc->end_of_dataloader, acc->remainder) that accumulation
-         (sync_with_dataloader) and gather_for_metrics (accel_data_real_rows) use.
+       - accel_data_shard: what Accelerator.prepare(dataloader) iterates on process p of P — Accelerate's
+         BatchSamplerShard (map-style datasets) or IterableDatasetShard + the per-process DataLoader (iterable
+         datasets), and with one process the plain DataLoader (prepare() does not shard then). split_batches,
+         even_batches (final batches completed by looping back to the start of the epoch), drop_last. The shard
+         owns its epoch and its position in it (state save/load for checkpoints, skip_first_batches) and reports
+         each epoch's begin / last batch / end to the Accelerator (accel_dataloader_begin/_last_batch/_end in
+         accel.h: acc->end_of_dataloader and acc->remainder, which accumulation and gather_for_metrics use).
        - accel_data_token_file: llm.c token shards (GPT-2 uint16 / Llama-3 uint32), mmap'd, validated first.
        - accel_data_seq_loader: each rank gets disjoint (B, T+1) token windows of each global batch.
        - accel_data_stager: pinned host buffer + cudaMemcpyAsync on acc->stream, double-buffered.
 
-   USAGE
+   USAGE — the resume-safe loop: the shard counts the epochs, a checkpoint restores the epoch and the position
        accel_data_shard sh;
        accel_data_shard_desc d = {0};                // zero = default: P/p from acc, even_batches on
        d.dataset_len = n; d.batch_size = 32; d.shuffle = 1; d.seed = 42;
-       if (accel_data_shard_init(&acc, &sh, &d) != ACCEL_OK) die(accel_last_error(&acc));
+       if (accel_data_shard_init(&acc, &sh, &d) != ACCEL_OK) die(accel_last_error(&acc));   // collective
+       accel_ckpt_register(ck, "sampler", accel_data_shard_state_save, accel_data_shard_state_load, &sh);
+       ...accel_ckpt_load_state(ck, NULL) (ACCEL_ERR_NOT_FOUND: nothing to resume, start fresh)...
        int64_t *idx = malloc(sizeof *idx * accel_data_shard_batch_size(&sh)), count;
-       for (int epoch = 0; epoch < epochs; ++epoch) {  // each full pass advances the epoch (reshuffles)
+       while (accel_data_shard_epoch(&sh) < epochs) {
            while (accel_data_shard_next(&sh, idx, &count) == ACCEL_OK && count > 0) {
                load_samples(idx, count);                // acc.end_of_dataloader is 1 on the last batch
                accel_accumulate_begin(&acc); ... ; accel_accumulate_end(&acc);
                // after an all-gather of per-sample metric rows (rank order), keep the real ones:
                keep = accel_data_gather_real_rows(&acc, gathered_rows);
-           }
+           }                                            // count 0: the epoch is over and the shard advanced it
        }
-       uint8_t st[ACCEL_DATA_SHARD_STATE_BYTES]; size_t w;   // checkpoint: bytes in, bytes out
-       accel_data_shard_state_save(&sh, st, sizeof st, &w);  ...  accel_data_shard_state_load(&sh, st, w);
+       accel_data_shard_deinit(&sh);
+     Do not count epochs yourself: a `for (epoch = 0; ...)` counter starts again at 0 after a resume and trains
+     too long. Loops that call accel_data_shard_set_epoch(&sh, accel_data_shard_epoch(&sh)) at the top of every
+     epoch (as PyTorch loops call sampler.set_epoch) resume correctly too: see EPOCHS AND RESUME.
+
+   ONE PROCESS — as prepare(): with P = 1 Accelerate does not shard, the plain DataLoader yields batches k*B ..
+     of the sampler's order, the last one short unless drop_last (N=5, B=2: [0,1],[2,3],[4]), for map-style and
+     iterable datasets alike, and remainder = N % B. desc.batch_sampler_shard models BatchSamplerShard /
+     IterableDatasetShard themselves instead, which pad at P = 1 too ([0,1],[2,3],[4,0]); `accel shards` sets it.
 
    SHARDING — the closed form (checked against a literal transcription of Accelerate's generators, all flags)
      Let s(i) be the sampler's i-th index, b the per-process batch size (B//P with split_batches, else B),
@@ -41,28 +52,56 @@
      enough — read with a cursor that never resets). Number of batches of process p:
        drop_last: floor(N/G);  even_batches: ceil(N/G) (every batch full);
        neither: the k with k*G + p*b < N (the last one may be short: min(b, N - k*G - p*b) indices).
-     This covers BatchSamplerShard with and without split_batches, and P = 1 (N=5,B=2,P=1 gives [0,1],[2,3],[4,0]).
-     Iterable (IterableDatasetShard, then DataLoader(batch_size=b, drop_last)): the same as even_batches=1 with the
-     given drop_last — an iterable shard always loops back, whatever even_batches says. When there is no batch at
-     all (N=0, or drop_last with N < G) every process gets nothing.
-     Errors (Accelerate's ValueError text): split_batches with B % P != 0 (BatchSamplerShard also rejects B=1, P>1).
+     This covers BatchSamplerShard with and without split_batches (docs/semantics.md §1). Iterable
+     (IterableDatasetShard, then DataLoader(batch_size=b, drop_last); §2): the same as even_batches with the given
+     drop_last — an iterable shard always loops back, whatever even_batches says. One process without
+     batch_sampler_shard: drop_last as above, else the "neither" rule with P = 1, whatever even_batches and
+     iterable say. When there is no batch at all (N=0, or drop_last with N < G) every process gets nothing.
+     Errors (Accelerate's ValueError text, ACCEL_ERR_INVALID_ARGUMENT), in prepare()'s order: split_batches with
+     B > 1 and B % P != 0 → prepare()'s "To use a `DataLoader` in `split_batches` mode, ..." check; then, with
+     P > 1, BatchSamplerShard's own check rejects the B = 1 that prepare() let through, and an iterable shard
+     with B = 1 is refused (policy 2). With batch_sampler_shard only the shard classes' checks apply, with their
+     messages ("To use `BatchSamplerShard` ..." / "To use `IterableDatasetShard` ...").
+
+   CONFIGURATION AGREEMENT (at init)
+     With desc.num_processes 0 (P and p from acc) accel_data_shard_init is collective: one small all-gather checks
+     that every rank has the same dataset_len, batch_size, split_batches, even_batches, drop_last, iterable,
+     shuffle and seed; a difference fails on every rank with ACCEL_ERR_MISMATCH naming the field and every rank's
+     value. (Otherwise a rank with another batch size trains on wrong shards and the failure comes much later, in a
+     collective whose sizes differ.) accel_data_seq_init checks the number of files, the total number of tokens,
+     batch_size, seq_len, shuffle and seed the same way. An explicit desc.num_processes (sharding computed without
+     an Accelerator, as `accel shards` does) skips the check; so does a run without a host process group.
+
+   EPOCHS AND RESUME
+     The shard owns its epoch (accel_data_shard_epoch, starts at 0) and its position (batches consumed in the
+     epoch). The next() after the epoch's last batch returns count 0, ends the epoch and advances it (reshuffles).
+     accel_data_shard_set_epoch(s, e) with e equal to the current epoch before that epoch's first next() keeps
+     the position (the one state_load or skip_first_batches set); any other e, or the current one once the epoch
+     is being iterated, starts epoch e at its first batch. state_save/state_load store (epoch, position) and
+     implement accel.h's accel_state_save_fn / accel_state_load_fn, so the shard registers with the checkpointer
+     as it is; a state of another configuration is refused with the reason in the shard's acc ("shard state:
+     saved with num_processes 2, this run has 1"). The sequence loader works the same way (accel_data_seq_epoch).
 
    RANDOM SAMPLER — the algorithm (any implementation can reproduce it)
      n <= 1: identity. Else k = ceil(log2 n) bits, split into lo = floor(k/2) bits and hi = k - lo bits. Round keys
      key[r] = w[0] | w[1] << 32 with w = accel_rng_draw4(seed, epoch, r) (Philox4x32-10; stream = epoch, index = r),
-     r = 0..5. One pass over x < 2^k: for r = 0, 2, 4: lo ^= F(hi, key[r]) & lo_mask; hi ^= F(lo, key[r+1]) &
-     hi_mask (an unbalanced Feistel network; each half-round is a bijection), F(v, key) = h ^ (h >> 29) with
-     h = (v ^ key) * 0x9E3779B97F4A7C15, all arithmetic mod 2^64. Index i of the epoch's permutation: x = i; repeat x = pass(x) until x < n (cycle walking;
-     the domain is < 2n, so < 2 passes on average). O(1) time and memory per index, on CPU or GPU (ACCEL_HD).
+     r = 0..5. One pass over x < 2^k (accel_data_feistel_pass): for r = 0, 2, 4: lo ^= F(hi, key[r]) & lo_mask;
+     hi ^= F(lo, key[r+1]) & hi_mask (an unbalanced Feistel network; each half-round is a bijection), F(v, key) =
+     h ^ (h >> 29) with h = (v ^ key) * 0x9E3779B97F4A7C15, all arithmetic mod 2^64 (accel_data_feistel_round).
+     Index i of the epoch's permutation: x = i; repeat x = pass(x) until x < n (cycle walking; the domain is < 2n,
+     so < 2 passes on average). O(1) time and memory per index, on CPU or GPU (ACCEL_HD).
 
-   GRADIENTSTATE BOOKKEEPING (SEMANTICS.md §3)
-     The first accel_data_shard_next of an epoch is Accelerate's begin(): acc->end_of_dataloader = 0 and
-     acc->remainder = N % G (the number of real samples in the last global batch, 0 = full), or -1 with drop_last.
-     The call that returns the last batch sets acc->end_of_dataloader = 1 (Accelerate iterates one ahead); the call
-     after it returns count 0 (end(): the loader leaves GradientState's list of active loaders) and advances the
-     epoch. As in Accelerate, acc's two fields follow the innermost active loader of that acc (an eval loop inside a
-     training epoch), and are 0 / -1 when none is active. accel_data_shard_end abandons an epoch early (call it
-     before discarding a shard in the middle of an epoch; the list of active loaders is process-wide).
+   GRADIENTSTATE BOOKKEEPING (docs/semantics.md §3; the list of active loaders lives in acc, see accel.h)
+     The first accel_data_shard_next of an epoch is Accelerate's begin(): accel_dataloader_begin(acc, shard,
+     remainder) with remainder = N % G (the number of real samples in the last global batch, 0 = full), or -1
+     with drop_last. The call that returns the last batch sets acc->end_of_dataloader = 1 (Accelerate iterates one
+     ahead); the call after it returns count 0 and ends the loader (accel_dataloader_end). acc's two fields follow
+     the innermost active loader of that acc (an eval loop inside a training epoch) and are 0 / -1 when none is
+     active. accel_data_shard_end abandons an epoch early (the epoch is not advanced); accel_data_shard_deinit ends
+     it too: call one of them before a shard that is in the middle of an epoch goes out of scope, or its entry
+     stays in acc's list (acc only compares the address, never reads the shard, but mirrors the stale entry while
+     it is the innermost). Without an acc there is no bookkeeping. The sequence loader reports the same way
+     (remainder -1: its tail is dropped).
 
    FILES
      Token shard (llm.c): 256 x int32 little-endian header, then tokens. GPT-2: magic 20240520, version 1, uint16;
@@ -74,11 +113,17 @@
      floor(W / (P*B)) global batches (the tail is dropped, as llm.c does). shuffle permutes the W windows with the
      sampler above for (seed, epoch). Without shuffle the layout is llm.c's (rank r reads at r*B*T in its chunk).
 
-   THREADS AND STREAMS
-     Objects are used by one thread at a time; distinct objects are independent. The stager enqueues copies on
-     acc->stream and waits (cudaEventSynchronize) only before refilling a host buffer whose copy is in flight.
+   MEMORY
+     The sequence loader's tables go through acc's host allocator; the stager's buffers through accel_pinned_alloc
+     and accel_device_alloc (on a CPU run, or without an acc, two host buffers from accel_host_alloc).
 
-   DIFFERENCES FROM ACCELERATE (deliberate; SEMANTICS.md "Policy")
+   THREADS AND STREAMS
+     Objects are used by one thread at a time; distinct objects are independent, except that a shard or loader
+     iterated with an acc reports to that acc's list of active loaders: it follows acc's rule (one thread at a
+     time per Accelerator). The stager enqueues copies on acc->stream and waits (cudaEventSynchronize) only before
+     refilling a host buffer whose copy is in flight.
+
+   DIFFERENCES FROM ACCELERATE (deliberate; docs/semantics.md policies 1, 2 and 4)
      1. accel_data_shard_len is the number of batches the process really gets. Accelerate's __len__ says L with
         split_batches && !even_batches && !drop_last (processes past the short tail get L-1), and
         IterableDatasetShard.__len__ is wrong under split_batches.
@@ -86,12 +131,15 @@
         refused with ACCEL_ERR_INVALID_ARGUMENT.
      4. skip_first_batches keeps the remainder (Accelerate loses it, so gather_for_metrics keeps padding duplicates
         in a resumed epoch).
+     - Ranks must agree on the shard's configuration (checked at init, see above); Accelerate checks nothing.
      - The random permutation is not torch.randperm's (same contract: a function of (seed, epoch) only, identical on
        every rank). remainder for an iterable shard is N % G (Accelerate takes len() of the shard, which is the
        per-process length, or gets -1 when the dataset has no len). skip_first_batches applies to the current epoch
        only (Accelerate's SkipBatchSampler skips on every pass of the returned loader, which is used for one
        resumed epoch). The sequence loader's windows never span two files; llm.c's loader moves to the next file
        when a chunk does not fit.
+     - Not a difference, but the shard classes differ here: with one process the shard is prepare()'s plain
+       DataLoader (see ONE PROCESS), not a BatchSamplerShard that pads the last batch.
 */
 #ifndef ACCEL_DATA_H_INCLUDED
 #define ACCEL_DATA_H_INCLUDED
@@ -115,23 +163,23 @@ typedef struct accel_data_sampler {
     uint64_t keys[ACCEL_DATA_FEISTEL_ROUNDS];
 } accel_data_sampler;
 
-/* 0 <= n <= 2^62; shuffle 0 = sequential. Epoch starts at 0. */
+/* 0 <= n <= 2^62; shuffle 0 = sequential. Epoch starts at 0. A value object (nothing to release). */
 ACCEL_API accel_result accel_data_sampler_init(accel *acc, accel_data_sampler *s, int64_t n, int shuffle, uint64_t seed);
 ACCEL_API void accel_data_sampler_set_epoch(accel_data_sampler *s, int64_t epoch);
 
-/* The round function: one multiply (the high half folded down). */
-static ACCEL_INLINE ACCEL_HD uint64_t accel_data__round(uint64_t v, uint64_t key) {
+/* The round function F: one multiply (the high half folded down). */
+static ACCEL_INLINE ACCEL_HD uint64_t accel_data_feistel_round(uint64_t v, uint64_t key) {
     uint64_t h = (v ^ key) * 0x9E3779B97F4A7C15ull;
     return h ^ (h >> 29);
 }
 
 /* One Feistel pass over [0, 2^k). */
-static ACCEL_INLINE ACCEL_HD uint64_t accel_data__feistel(const accel_data_sampler *s, uint64_t x) {
+static ACCEL_INLINE ACCEL_HD uint64_t accel_data_feistel_pass(const accel_data_sampler *s, uint64_t x) {
     uint64_t lo = x & s->lo_mask, hi = x >> s->lo_bits;
     int r;
     for (r = 0; r < ACCEL_DATA_FEISTEL_ROUNDS; r += 2) {
-        lo ^= accel_data__round(hi, s->keys[r]) & s->lo_mask;
-        hi ^= accel_data__round(lo, s->keys[r + 1]) & s->hi_mask;
+        lo ^= accel_data_feistel_round(hi, s->keys[r]) & s->lo_mask;
+        hi ^= accel_data_feistel_round(lo, s->keys[r + 1]) & s->hi_mask;
     }
     return (hi << s->lo_bits) | lo;
 }
@@ -140,7 +188,7 @@ static ACCEL_INLINE ACCEL_HD uint64_t accel_data__feistel(const accel_data_sampl
 static ACCEL_INLINE ACCEL_HD int64_t accel_data_sampler_index(const accel_data_sampler *s, int64_t i) {
     uint64_t x = (uint64_t)i;
     if (!s->shuffle || s->n <= 1) return i;
-    do { x = accel_data__feistel(s, x); } while (x >= (uint64_t)s->n);
+    do { x = accel_data_feistel_pass(s, x); } while (x >= (uint64_t)s->n);
     return (int64_t)x;
 }
 
@@ -149,40 +197,40 @@ static ACCEL_INLINE ACCEL_HD int64_t accel_data_sampler_index(const accel_data_s
 ACCEL_API void accel_data_sampler_fill(const accel_data_sampler *s, int64_t first, int64_t count, int64_t *out);
 
 /* ------------------------------------------------------------------------------------------------- shards */
-/* A loader's entry in Accelerate's GradientState.dataloader_references (private; embedded in the loaders). */
-typedef struct accel_data_loader_book {
-    accel *acc;
-    uint64_t serial;          /* identifies the registration */
-    int active;               /* between begin() and end() */
-    int end_of_dataloader, remainder;
-} accel_data_loader_book;
-
 typedef struct accel_data_shard_desc {
-    int64_t dataset_len;  /* N >= 0 (an iterable: the number of items it yields) */
-    int64_t batch_size;   /* B >= 1: the DataLoader's batch_size (the global batch with split_batches) */
-    int num_processes;    /* 0 → acc->num_processes and acc->process_index (1 and 0 without acc) */
-    int process_index;    /* used when num_processes > 0 */
-    int split_batches;    /* 0 → acc->desc.split_batches (off without acc); ACCEL_ON / ACCEL_OFF */
-    int even_batches;     /* 0 → ACCEL_ON (Accelerate's default); ACCEL_ON / ACCEL_OFF */
-    int drop_last;        /* nonzero: the DataLoader's drop_last */
-    int iterable;         /* nonzero: IterableDatasetShard + per-process DataLoader semantics */
-    int shuffle;          /* nonzero: seeded random sampler (accel_data_sampler) */
-    uint64_t seed;        /* the sampler's seed (use the same on every rank) */
+    int64_t dataset_len;       /* N >= 0 (an iterable: the number of items it yields) */
+    int64_t batch_size;        /* B >= 1: the DataLoader's batch_size (the global batch with split_batches) */
+    int num_processes;         /* 0 → P and p from acc (1 and 0 without acc); init is then collective (agreement) */
+    int process_index;         /* used when num_processes > 0 (no agreement check) */
+    accel_toggle split_batches; /* ACCEL_DEFAULT → acc->desc.split_batches (off without acc) */
+    int no_even_batches;       /* nonzero: Accelerate's even_batches=False (the default is True) */
+    int drop_last;             /* nonzero: the DataLoader's drop_last */
+    int iterable;              /* nonzero: IterableDatasetShard + per-process DataLoader semantics */
+    int shuffle;               /* nonzero: seeded random sampler (accel_data_sampler) */
+    int batch_sampler_shard;   /* nonzero: model BatchSamplerShard / IterableDatasetShard even with P = 1 (they pad
+                                  the last batch) and only their checks; default: prepare()'s behaviour */
+    uint64_t seed;             /* the sampler's seed (the same on every rank) */
 } accel_data_shard_desc;
 
+/* Fields are readable; change them only through functions. */
 typedef struct accel_data_shard {
-    accel_data_shard_desc desc; /* resolved: num_processes/split/even are explicit */
+    accel_data_shard_desc desc; /* resolved: num_processes, process_index, split_batches (ON/OFF) explicit */
     accel_data_sampler sampler;
-    accel *acc;                 /* bookkeeping target (may be NULL) */
+    accel *acc;                 /* bookkeeping target and error sink (may be NULL) */
     int64_t n, b, g, pad_mod;   /* N, per-process batch, global batch, min(N, G) */
     int num_processes, process_index;
+    int padded;                 /* every batch is full (even_batches / iterable when sharded, without drop_last) */
+    int active;                 /* between the epoch's first next() and its end (in acc's list of loaders) */
     int64_t num_batches;        /* this process's batches per epoch (the real count) */
     int64_t epoch;
     int64_t position;           /* batches consumed (or skipped) in this epoch */
-    accel_data_loader_book book;
 } accel_data_shard;
 
+/* Collective when desc->num_processes is 0 and acc is given (the configuration agreement above). On failure s is
+   unchanged. */
 ACCEL_API accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, const accel_data_shard_desc *desc);
+/* Ends the shard's bookkeeping (an epoch in progress leaves acc's list) and zeroes it; safe on a zeroed shard. */
+ACCEL_API void accel_data_shard_deinit(accel_data_shard *s);
 ACCEL_API int64_t accel_data_shard_len(const accel_data_shard *s);        /* batches this process really gets */
 ACCEL_API int64_t accel_data_shard_batch_size(const accel_data_shard *s); /* b: the most indices in one batch */
 ACCEL_API int64_t accel_data_shard_batch_len(const accel_data_shard *s, int64_t k); /* 0 when k is out of range */
@@ -191,23 +239,29 @@ ACCEL_API int accel_data_shard_remainder(const accel_data_shard *s);
 /* Batch k of this epoch (random access, no bookkeeping): out gets *count <= b indices. */
 ACCEL_API accel_result accel_data_shard_get_batch(const accel_data_shard *s, int64_t k, int64_t *out, int64_t *count);
 /* The iterator: next batch into out (*count > 0), or *count = 0 at the end of the epoch (which then ends the
-   dataloader and advances the epoch). Updates acc->end_of_dataloader / acc->remainder (see the top). */
+   dataloader and advances the epoch). Reports to acc's list of loaders (see the top). */
 ACCEL_API accel_result accel_data_shard_next(accel_data_shard *s, int64_t *out, int64_t *count);
-/* Abandon the current epoch (like leaving the loop early): restores acc's fields; the epoch is not advanced. */
+/* Abandon the current epoch (like leaving the loop early): the shard leaves acc's list, the next next() starts
+   the same epoch again at its first batch (the epoch is not advanced). */
 ACCEL_API void accel_data_shard_end(accel_data_shard *s);
-/* Start epoch `epoch` from its first batch (reseeds the permutation; ends an epoch in progress). */
+/* The current epoch (0 after init; +1 each time an epoch ends; restored by state_load). */
+ACCEL_API int64_t accel_data_shard_epoch(const accel_data_shard *s);
+/* Epoch `epoch` (reseeds the permutation). The current epoch before its first next(): keeps the position (restored
+   or skipped); otherwise ends an epoch in progress and starts `epoch` at its first batch. */
 ACCEL_API accel_result accel_data_shard_set_epoch(accel_data_shard *s, int64_t epoch);
 /* Resume: the next accel_data_shard_next of this epoch returns batch n (per-process count); O(1). Only before the
    epoch's first next(). The remainder is kept (policy 4). */
 ACCEL_API accel_result accel_data_shard_skip_first_batches(accel_data_shard *s, int64_t n);
 
-/* Checkpoint bytes (little-endian, fixed layout): "ACDS", u32 version 1, i64 N, i64 B, i32 P, i32 p, u32 flags
-   (1 split, 2 even, 4 drop_last, 8 iterable, 16 shuffle), u32 0, u64 seed, i64 epoch, i64 position. */
+/* Checkpoint state (accel_state_save_fn / accel_state_load_fn of accel.h; shard is an accel_data_shard *).
+   Little-endian, fixed layout: "ACDS", u32 version 1, i64 N, i64 B, i32 P, i32 p, u32 flags (1 split, 2 even,
+   4 drop_last, 8 iterable, 16 shuffle, 32 batch_sampler_shard), u32 0, u64 seed, i64 epoch, i64 position.
+   save: buf NULL or cap < ACCEL_DATA_SHARD_STATE_BYTES → *size = ACCEL_DATA_SHARD_STATE_BYTES, ACCEL_OK.
+   load: the configuration (N, B, P, flags) must match the shard's (ACCEL_ERR_MISMATCH naming the field); seed,
+   epoch and position are restored (an epoch in progress is ended). Nothing changes on error. */
 #define ACCEL_DATA_SHARD_STATE_BYTES 64
-ACCEL_API accel_result accel_data_shard_state_save(const accel_data_shard *s, uint8_t *buf, size_t cap, size_t *written);
-/* The configuration (N, B, P, flags) must match the shard's (ACCEL_ERR_MISMATCH naming the field); seed, epoch and
-   position are restored. Nothing changes on error. */
-ACCEL_API accel_result accel_data_shard_state_load(accel_data_shard *s, const uint8_t *buf, size_t len);
+ACCEL_API accel_result accel_data_shard_state_save(void *shard, void *buf, size_t cap, size_t *size);
+ACCEL_API accel_result accel_data_shard_state_load(void *shard, const void *buf, size_t size);
 
 /* gather_for_metrics: of `gathered_rows` rows all-gathered in rank order, how many are real samples. */
 ACCEL_API int64_t accel_data_real_rows(int end_of_dataloader, int remainder, int64_t gathered_rows);
@@ -235,25 +289,27 @@ typedef struct accel_data_token_file {
     const uint8_t *tokens; /* num_tokens * token_bytes little-endian bytes (inside the mapping) */
     void *map;
     uint64_t map_bytes;
+    accel *acc;            /* error sink (may be NULL) */
 } accel_data_token_file;
 
 ACCEL_API accel_result accel_data_token_file_open(accel *acc, accel_data_token_file *f, const char *path);
-ACCEL_API void accel_data_token_file_close(accel_data_token_file *f);
+ACCEL_API void accel_data_token_file_deinit(accel_data_token_file *f); /* unmaps; safe on a zeroed file */
 /* tokens [first, first+count) as int32; ACCEL_ERR_INVALID_ARGUMENT when out of range. */
-ACCEL_API accel_result accel_data_token_file_read(accel *acc, const accel_data_token_file *f, int64_t first,
-                                                  int64_t count, int32_t *dst);
+ACCEL_API accel_result accel_data_token_file_read(const accel_data_token_file *f, int64_t first, int64_t count,
+                                                  int32_t *dst);
 
 typedef struct accel_data_seq_desc {
     const char *const *files; /* token shard paths, in order */
     int num_files;
     int batch_size;           /* B rows per process */
     int seq_len;              /* T: each row has T+1 tokens (inputs = row[0..T), targets = row[1..T]) */
-    int num_processes;        /* 0 → from acc (1 / 0 without acc) */
+    int num_processes;        /* 0 → from acc (1 / 0 without acc); init is then collective (agreement) */
     int process_index;
     int shuffle;              /* nonzero: permute the windows per (seed, epoch) */
     uint64_t seed;
 } accel_data_seq_desc;
 
+/* Fields are readable; change them only through functions. */
 typedef struct accel_data_seq_loader {
     accel *acc;
     accel_data_token_file *files;
@@ -262,30 +318,32 @@ typedef struct accel_data_seq_loader {
     int batch_size, seq_len, num_processes, process_index;
     accel_data_sampler sampler; /* over the windows */
     int64_t num_windows, num_batches, epoch, position;
-    accel_data_loader_book book;
+    int active;               /* between the epoch's first next() and its end (in acc's list of loaders) */
 } accel_data_seq_loader;
 
+/* Opens every file (validated). Collective when desc->num_processes is 0 and acc is given (agreement). */
 ACCEL_API accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *ld, const accel_data_seq_desc *desc);
-ACCEL_API void accel_data_seq_free(accel_data_seq_loader *ld);
+ACCEL_API void accel_data_seq_deinit(accel_data_seq_loader *ld); /* ends the bookkeeping, unmaps; safe when zeroed */
 ACCEL_API int64_t accel_data_seq_len(const accel_data_seq_loader *ld); /* global batches per epoch */
 /* This rank's rows of global batch k: B*(T+1) int32 tokens, row-major. */
 ACCEL_API accel_result accel_data_seq_get_batch(const accel_data_seq_loader *ld, int64_t k, int32_t *dst);
 /* Iterator like accel_data_shard_next: *got = 1 with a batch, 0 at the end of the epoch (epoch advances);
    same end_of_dataloader bookkeeping (remainder -1: the tail is dropped). */
 ACCEL_API accel_result accel_data_seq_next(accel_data_seq_loader *ld, int32_t *dst, int *got);
-ACCEL_API accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int64_t epoch);
+ACCEL_API int64_t accel_data_seq_epoch(const accel_data_seq_loader *ld);
+ACCEL_API accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int64_t epoch); /* as the shard's */
 ACCEL_API accel_result accel_data_seq_skip_first_batches(accel_data_seq_loader *ld, int64_t n);
-/* "ACSQ", u32 version 1, i64 total tokens, i32 files, i32 B, i32 T, i32 P, i32 p, u32 flags (16 shuffle), u64 seed,
-   i64 epoch, i64 position. */
+/* accel_state_save_fn / _load_fn (loader is an accel_data_seq_loader *): "ACSQ", u32 version 1, i64 total tokens,
+   i32 files, i32 B, i32 T, i32 P, i32 p, u32 flags (16 shuffle), u64 seed, i64 epoch, i64 position. */
 #define ACCEL_DATA_SEQ_STATE_BYTES 64
-ACCEL_API accel_result accel_data_seq_state_save(const accel_data_seq_loader *ld, uint8_t *buf, size_t cap, size_t *written);
-ACCEL_API accel_result accel_data_seq_state_load(accel_data_seq_loader *ld, const uint8_t *buf, size_t len);
+ACCEL_API accel_result accel_data_seq_state_save(void *loader, void *buf, size_t cap, size_t *size);
+ACCEL_API accel_result accel_data_seq_state_load(void *loader, const void *buf, size_t size);
 
 /* ------------------------------------------------------------------------------------------------ staging */
 typedef struct accel_data_stager {
     accel *acc;
     size_t bytes;
-    void *host[2];   /* pinned on CUDA */
+    void *host[2];   /* pinned (accel_pinned_alloc) on a device */
     void *dev[2];    /* == host[] on the CPU */
     void *event[2];  /* cudaEvent_t of the copy out of host[i] */
     int in_flight[2];
@@ -294,7 +352,7 @@ typedef struct accel_data_stager {
 } accel_data_stager;
 
 ACCEL_API accel_result accel_data_stager_init(accel *acc, accel_data_stager *st, size_t bytes);
-ACCEL_API void accel_data_stager_free(accel_data_stager *st);
+ACCEL_API void accel_data_stager_deinit(accel_data_stager *st); /* waits for copies in flight; safe when zeroed */
 /* The host buffer to fill next (waits until the copy that last used it has finished). */
 ACCEL_API accel_result accel_data_stager_host(accel_data_stager *st, void **host);
 /* Enqueue the copy of that buffer to the device on acc->stream; *device gets the device copy (CPU: the host
@@ -309,6 +367,8 @@ ACCEL_API accel_result accel_data_stager_submit(accel_data_stager *st, void **de
 /* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__DATA_IMPL_DONE)
 #define ACCEL__DATA_IMPL_DONE
+/* CONTENTS: sampler · dataloader bookkeeping · shards (init + agreement, iteration, epochs, state) · token files ·
+   sequence loader · staging. Private helpers (errors, byte order, allocation, agreement) are the core's. */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,94 +443,34 @@ ACCEL__DEF void accel_data_sampler_fill(const accel_data_sampler *s, int64_t fir
             hi[l] = x >> lo_bits;
         }
         for (r = 0; r < ACCEL_DATA_FEISTEL_ROUNDS; r += 2) {
-            for (l = 0; l < ACCEL__DATA_LANES; ++l) lo[l] ^= accel_data__round(hi[l], keys[r]) & lo_mask;
-            for (l = 0; l < ACCEL__DATA_LANES; ++l) hi[l] ^= accel_data__round(lo[l], keys[r + 1]) & hi_mask;
+            for (l = 0; l < ACCEL__DATA_LANES; ++l) lo[l] ^= accel_data_feistel_round(hi[l], keys[r]) & lo_mask;
+            for (l = 0; l < ACCEL__DATA_LANES; ++l) hi[l] ^= accel_data_feistel_round(lo[l], keys[r + 1]) & hi_mask;
         }
         for (l = 0; l < ACCEL__DATA_LANES; ++l) {
             uint64_t x = (hi[l] << lo_bits) | lo[l];
-            while (x >= n) x = accel_data__feistel(s, x); /* cycle-walk the lanes that left [0, n) */
+            while (x >= n) x = accel_data_feistel_pass(s, x); /* cycle-walk the lanes that left [0, n) */
             out[i + l] = (int64_t)x;
         }
     }
     for (; i < count; ++i) out[i] = accel_data_sampler_index(s, first + i);
 }
 
-/* -------------------------------------------------------------------------------------- little-endian bytes */
-static void accel__data_put32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
-}
-static void accel__data_put64(uint8_t *p, uint64_t v) {
-    accel__data_put32(p, (uint32_t)v);
-    accel__data_put32(p + 4, (uint32_t)(v >> 32));
-}
-static uint32_t accel__data_get32(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-static uint64_t accel__data_get64(const uint8_t *p) {
-    return (uint64_t)accel__data_get32(p) | ((uint64_t)accel__data_get32(p + 4) << 32);
-}
-
 /* ------------------------------------------------------------------------ dataloader bookkeeping (§3) */
-/* GradientState.dataloader_references: the loaders between begin() and end(), innermost last. acc's
-   end_of_dataloader / remainder mirror the last active loader of that acc (False / -1 when none). An entry whose
-   loader was re-initialized (serial changed) is dropped. Process-wide: loaders of one acc are used from one thread. */
-#define ACCEL__DATA_MAX_ACTIVE 64
-static struct { accel_data_loader_book *book; uint64_t serial; } accel__data_active[ACCEL__DATA_MAX_ACTIVE];
-static int accel__data_nactive = 0;
-static uint64_t accel__data_next_serial = 0;
-
-static void accel__data_sync(accel *acc) {
-    int i, j = 0;
-    if (!acc) return;
-    for (i = 0; i < accel__data_nactive; ++i) { /* drop stale entries */
-        accel_data_loader_book *b = accel__data_active[i].book;
-        if (b->active && b->serial == accel__data_active[i].serial) accel__data_active[j++] = accel__data_active[i];
+/* GradientState.dataloader_references lives in acc (accel.h): a loader is keyed by its own address and is
+   `active` from its epoch's first next() to the epoch's end. Without an acc only the flag is kept. */
+static accel_result accel__data_begin(accel *acc, const void *key, int *active, int remainder) {
+    if (*active) return ACCEL_OK;
+    if (acc) {
+        accel_result r = accel_dataloader_begin(acc, key, remainder);
+        if (r != ACCEL_OK) return r;
     }
-    accel__data_nactive = j;
-    acc->end_of_dataloader = 0;
-    acc->remainder = -1;
-    for (i = accel__data_nactive - 1; i >= 0; --i) {
-        accel_data_loader_book *b = accel__data_active[i].book;
-        if (b->acc == acc) {
-            acc->end_of_dataloader = b->end_of_dataloader;
-            acc->remainder = b->remainder;
-            break;
-        }
-    }
-}
-
-static void accel__data_end(accel_data_loader_book *b) {
-    int i, j = 0;
-    if (!b->active) return;
-    b->active = 0;
-    for (i = 0; i < accel__data_nactive; ++i)
-        if (accel__data_active[i].book != b) accel__data_active[j++] = accel__data_active[i];
-    accel__data_nactive = j;
-    accel__data_sync(b->acc);
-}
-
-static accel_result accel__data_begin(accel_data_loader_book *b, accel *acc, int remainder) {
-    accel__data_end(b);
-    b->acc = acc;
-    b->end_of_dataloader = 0;
-    b->remainder = remainder;
-    if (!acc) return ACCEL_OK;
-    accel__data_sync(acc);
-    if (accel__data_nactive >= ACCEL__DATA_MAX_ACTIVE)
-        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "more than %d dataloaders are being iterated at once (call "
-                           "accel_data_shard_end on abandoned ones)", ACCEL__DATA_MAX_ACTIVE);
-    b->active = 1;
-    b->serial = ++accel__data_next_serial;
-    accel__data_active[accel__data_nactive].book = b;
-    accel__data_active[accel__data_nactive].serial = b->serial;
-    accel__data_nactive++;
-    accel__data_sync(acc);
+    *active = 1;
     return ACCEL_OK;
 }
-
-static void accel__data_mark_end(accel_data_loader_book *b) {
-    b->end_of_dataloader = 1;
-    if (b->active) accel__data_sync(b->acc);
+static void accel__data_end(accel *acc, const void *key, int *active) {
+    if (!*active) return;
+    *active = 0;
+    if (acc) accel_dataloader_end(acc, key);
 }
 
 ACCEL__DEF int64_t accel_data_real_rows(int end_of_dataloader, int remainder, int64_t gathered_rows) {
@@ -485,12 +485,13 @@ ACCEL__DEF int64_t accel_data_gather_real_rows(const accel *acc, int64_t gathere
 /* ------------------------------------------------------------------------------------------------- shards */
 #define ACCEL__DATA_MAX_BATCH ((int64_t)1 << 40)
 
-ACCEL__DEF accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, const accel_data_shard_desc *desc) {
-    accel_data_shard t;
+/* The local part of init: validates desc and fills *t (nothing else changes). Checks in prepare_data_loader's
+   order (docs/semantics.md §1-§2), or the shard classes' alone with batch_sampler_shard. */
+static accel_result accel__data_shard_make(accel *acc, accel_data_shard *t, const accel_data_shard_desc *desc) {
     accel_result r;
-    int P, p, split, even;
+    int P, p, split, even, sharded;
     int64_t N, B, b, G;
-    if (!s || !desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_init: shard or desc is NULL");
+    if (!t || !desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_init: shard or desc is NULL");
     N = desc->dataset_len;
     B = desc->batch_size;
     if (desc->num_processes > 0) { P = desc->num_processes; p = desc->process_index; }
@@ -498,19 +499,23 @@ ACCEL__DEF accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, c
     else return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: num_processes (%d) must be >= 1 (or 0 for acc's)", desc->num_processes);
     if (P < 1 || p < 0 || p >= P)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: process_index %d is not in [0, num_processes=%d)", p, P);
-    if (desc->split_batches == 0) split = acc ? (acc->desc.split_batches ? 1 : 0) : 0;
-    else split = desc->split_batches == ACCEL_ON ? 1 : desc->split_batches == ACCEL_OFF ? 0 : -1;
-    if (desc->even_batches == 0) even = 1;
-    else even = desc->even_batches == ACCEL_ON ? 1 : desc->even_batches == ACCEL_OFF ? 0 : -1;
-    if (split < 0 || even < 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: split_batches/even_batches must be 0, ACCEL_ON or ACCEL_OFF");
+    if (desc->split_batches == ACCEL_DEFAULT) split = acc ? (acc->desc.split_batches ? 1 : 0) : 0;
+    else if (desc->split_batches == ACCEL_ON || desc->split_batches == ACCEL_OFF) split = desc->split_batches == ACCEL_ON;
+    else return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: split_batches %d is not ACCEL_DEFAULT, ACCEL_ON or "
+                            "ACCEL_OFF", (int)desc->split_batches);
+    even = desc->no_even_batches ? 0 : 1;
+    sharded = P > 1 || desc->batch_sampler_shard; /* prepare() does not shard with one process */
     if (N < 0 || N > ((int64_t)1 << 62))
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: dataset_len %lld out of range [0, 2^62]", (long long)N);
     if (B < 1 || B > ACCEL__DATA_MAX_BATCH)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: batch_size %lld must be in [1, 2^40]", (long long)B);
     if (!split && B * (int64_t)P > ((int64_t)1 << 61))
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: batch_size * num_processes overflows");
-    if (split && desc->iterable) {
+    if (split && !desc->batch_sampler_shard && B > 1 && B % P != 0) /* prepare_data_loader's sanity check */
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "To use a `DataLoader` in `split_batches` mode, the batch size (%lld) needs to be a round "
+                           "multiple of the number of processes (%d).", (long long)B, P);
+    if (split && sharded && desc->iterable) {
         if (B > 1 && B % P != 0)
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
                                "To use `IterableDatasetShard` in `split_batches` mode, the batch size (%lld) needs to be a "
@@ -520,48 +525,77 @@ ACCEL__DEF accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, c
                                "IterableDatasetShard in `split_batches` mode with batch size 1 and %d processes would give "
                                "every process batches of 1 // %d = 0 samples (Accelerate silently yields nothing); use "
                                "split_batches=False or a batch size that is a multiple of the number of processes", P, P);
-    } else if (split && B % P != 0) {
+    } else if (split && sharded && B % P != 0) {
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
                            "To use `BatchSamplerShard` in `split_batches` mode, the batch size (%lld) needs to be a round "
                            "multiple of the number of processes (%d).", (long long)B, P);
     }
-    memset(&t, 0, sizeof t);
-    t.desc = *desc;
-    t.desc.num_processes = P;
-    t.desc.process_index = p;
-    t.desc.split_batches = split ? ACCEL_ON : ACCEL_OFF;
-    t.desc.even_batches = even ? ACCEL_ON : ACCEL_OFF;
-    t.desc.drop_last = desc->drop_last ? 1 : 0;
-    t.desc.iterable = desc->iterable ? 1 : 0;
-    t.desc.shuffle = desc->shuffle ? 1 : 0;
-    r = accel_data_sampler_init(acc, &t.sampler, N, t.desc.shuffle, desc->seed);
+    memset(t, 0, sizeof *t);
+    t->desc = *desc;
+    t->desc.num_processes = P;
+    t->desc.process_index = p;
+    t->desc.split_batches = split ? ACCEL_ON : ACCEL_OFF;
+    t->desc.no_even_batches = even ? 0 : 1;
+    t->desc.drop_last = desc->drop_last ? 1 : 0;
+    t->desc.iterable = desc->iterable ? 1 : 0;
+    t->desc.shuffle = desc->shuffle ? 1 : 0;
+    t->desc.batch_sampler_shard = desc->batch_sampler_shard ? 1 : 0;
+    r = accel_data_sampler_init(acc, &t->sampler, N, t->desc.shuffle, desc->seed);
     if (r != ACCEL_OK) return r;
     b = split ? B / P : B;
     G = b * P;
-    t.acc = acc;
-    t.n = N; t.b = b; t.g = G;
-    t.pad_mod = N < G ? N : G;
-    t.num_processes = P; t.process_index = p;
-    if (t.desc.drop_last) t.num_batches = N / G;
-    else if (even || t.desc.iterable) t.num_batches = (N + G - 1) / G;
-    else t.num_batches = N > (int64_t)p * b ? (N - (int64_t)p * b + G - 1) / G : 0;
-    t.book.remainder = -1;
+    t->acc = acc;
+    t->n = N; t->b = b; t->g = G;
+    t->pad_mod = N < G ? N : G;
+    t->num_processes = P; t->process_index = p;
+    t->padded = sharded && !t->desc.drop_last && (even || t->desc.iterable);
+    if (t->desc.drop_last) t->num_batches = N / G;
+    else if (t->padded) t->num_batches = (N + G - 1) / G;
+    else t->num_batches = N > (int64_t)p * b ? (N - (int64_t)p * b + G - 1) / G : 0;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, const accel_data_shard_desc *desc) {
+    static const char *const names[8] = {"dataset_len", "batch_size",  "split_batches", "even_batches",
+                                         "drop_last",   "iterable",    "shuffle",       "seed"};
+    accel_data_shard t;
+    accel_result r;
+    memset(&t, 0, sizeof t);
+    r = accel__data_shard_make(acc, s ? &t : NULL, desc);
+    if (acc && (!desc || desc->num_processes == 0)) { /* P from acc: every rank must take part, even after a failure */
+        int64_t v[8];
+        memset(v, 0, sizeof v);
+        if (r == ACCEL_OK) {
+            v[0] = t.n; v[1] = t.desc.batch_size; v[2] = t.desc.split_batches == ACCEL_ON; v[3] = !t.desc.no_even_batches;
+            v[4] = t.desc.drop_last; v[5] = t.desc.iterable; v[6] = t.desc.shuffle; v[7] = (int64_t)t.desc.seed;
+        }
+        r = accel__agree_values(acc, r, "accel_data_shard_init", names, v, 8);
+    }
+    if (r != ACCEL_OK) return r;
+    if (acc) accel_dataloader_end(acc, s); /* a shard re-initialized in place mid-epoch leaves acc's list */
     *s = t;
     return ACCEL_OK;
 }
 
+ACCEL__DEF void accel_data_shard_deinit(accel_data_shard *s) {
+    if (!s) return;
+    accel__data_end(s->acc, s, &s->active);
+    memset(s, 0, sizeof *s);
+}
+
 ACCEL__DEF int64_t accel_data_shard_len(const accel_data_shard *s) { return s ? s->num_batches : 0; }
 ACCEL__DEF int64_t accel_data_shard_batch_size(const accel_data_shard *s) { return s ? s->b : 0; }
+ACCEL__DEF int64_t accel_data_shard_epoch(const accel_data_shard *s) { return s ? s->epoch : 0; }
 
 ACCEL__DEF int accel_data_shard_remainder(const accel_data_shard *s) {
-    if (!s || s->desc.drop_last) return -1;
+    if (!s || s->desc.drop_last || s->g < 1) return -1;
     return (int)(s->n % s->g);
 }
 
 ACCEL__DEF int64_t accel_data_shard_batch_len(const accel_data_shard *s, int64_t k) {
     int64_t start;
     if (!s || k < 0 || k >= s->num_batches) return 0;
-    if (s->desc.drop_last || s->desc.iterable || s->desc.even_batches == ACCEL_ON) return s->b;
+    if (s->desc.drop_last || s->padded) return s->b;
     start = k * s->g + (int64_t)s->process_index * s->b;
     return s->n - start < s->b ? s->n - start : s->b;
 }
@@ -595,8 +629,8 @@ ACCEL__DEF accel_result accel_data_shard_get_batch(const accel_data_shard *s, in
 }
 
 ACCEL__DEF void accel_data_shard_end(accel_data_shard *s) {
-    if (!s || !s->book.active) return;
-    accel__data_end(&s->book);
+    if (!s || !s->active) return;
+    accel__data_end(s->acc, s, &s->active);
     s->position = 0;
 }
 
@@ -604,12 +638,9 @@ ACCEL__DEF accel_result accel_data_shard_next(accel_data_shard *s, int64_t *out,
     accel_result r;
     if (!s || !out || !count)
         return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_next: NULL argument");
-    if (!s->book.active) {
-        r = accel__data_begin(&s->book, s->acc, accel_data_shard_remainder(s));
-        if (r != ACCEL_OK) return r;
-    }
+    if ((r = accel__data_begin(s->acc, s, &s->active, accel_data_shard_remainder(s))) != ACCEL_OK) return r;
     if (s->position >= s->num_batches) { /* the loop is over: end(), iteration += 1 */
-        accel__data_end(&s->book);
+        accel__data_end(s->acc, s, &s->active);
         s->position = 0;
         s->epoch += 1;
         accel_data_sampler_set_epoch(&s->sampler, s->epoch);
@@ -619,7 +650,7 @@ ACCEL__DEF accel_result accel_data_shard_next(accel_data_shard *s, int64_t *out,
     r = accel_data_shard_get_batch(s, s->position, out, count);
     if (r != ACCEL_OK) return r;
     s->position += 1;
-    if (s->position == s->num_batches) accel__data_mark_end(&s->book);
+    if (s->position == s->num_batches && s->acc) accel_dataloader_last_batch(s->acc, s);
     return ACCEL_OK;
 }
 
@@ -627,6 +658,7 @@ ACCEL__DEF accel_result accel_data_shard_set_epoch(accel_data_shard *s, int64_t 
     if (!s) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_set_epoch: shard is NULL");
     if (epoch < 0 || epoch > ((int64_t)1 << 62))
         return ACCEL__FAIL(s->acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: epoch %lld not in [0, 2^62]", (long long)epoch);
+    if (epoch == s->epoch && !s->active) return ACCEL_OK; /* keeps a restored or skipped position */
     accel_data_shard_end(s);
     s->epoch = epoch;
     s->position = 0;
@@ -637,7 +669,7 @@ ACCEL__DEF accel_result accel_data_shard_set_epoch(accel_data_shard *s, int64_t 
 ACCEL__DEF accel_result accel_data_shard_skip_first_batches(accel_data_shard *s, int64_t n) {
     if (!s) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_skip_first_batches: shard is NULL");
     if (n < 0) return ACCEL__FAIL(s->acc, ACCEL_ERR_INVALID_ARGUMENT, "skip_first_batches: n = %lld < 0", (long long)n);
-    if (s->book.active)
+    if (s->active)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_STATE, "skip_first_batches: the epoch is already being iterated "
                            "(call it before the epoch's first accel_data_shard_next, or after set_epoch)");
     s->position = n;
@@ -645,50 +677,52 @@ ACCEL__DEF accel_result accel_data_shard_skip_first_batches(accel_data_shard *s,
 }
 
 static uint32_t accel__data_shard_flags(const accel_data_shard_desc *d) {
-    return (d->split_batches == ACCEL_ON ? 1u : 0u) | (d->even_batches == ACCEL_ON ? 2u : 0u) | (d->drop_last ? 4u : 0u) |
-           (d->iterable ? 8u : 0u) | (d->shuffle ? 16u : 0u);
+    return (d->split_batches == ACCEL_ON ? 1u : 0u) | (!d->no_even_batches ? 2u : 0u) | (d->drop_last ? 4u : 0u) |
+           (d->iterable ? 8u : 0u) | (d->shuffle ? 16u : 0u) | (d->batch_sampler_shard ? 32u : 0u);
 }
 
-ACCEL__DEF accel_result accel_data_shard_state_save(const accel_data_shard *s, uint8_t *buf, size_t cap, size_t *written) {
-    if (written) *written = 0;
-    if (!s || !buf) return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "shard state_save: NULL argument");
-    if (cap < ACCEL_DATA_SHARD_STATE_BYTES)
-        return ACCEL__FAIL(s->acc, ACCEL_ERR_INVALID_ARGUMENT, "shard state_save: buffer of %zu bytes, need %d", cap,
-                           ACCEL_DATA_SHARD_STATE_BYTES);
-    memcpy(buf, "ACDS", 4);
-    accel__data_put32(buf + 4, 1);
-    accel__data_put64(buf + 8, (uint64_t)s->n);
-    accel__data_put64(buf + 16, (uint64_t)s->desc.batch_size);
-    accel__data_put32(buf + 24, (uint32_t)s->num_processes);
-    accel__data_put32(buf + 28, (uint32_t)s->process_index);
-    accel__data_put32(buf + 32, accel__data_shard_flags(&s->desc));
-    accel__data_put32(buf + 36, 0);
-    accel__data_put64(buf + 40, s->sampler.seed);
-    accel__data_put64(buf + 48, (uint64_t)s->epoch);
-    accel__data_put64(buf + 56, (uint64_t)s->position);
-    if (written) *written = ACCEL_DATA_SHARD_STATE_BYTES;
+ACCEL__DEF accel_result accel_data_shard_state_save(void *shard, void *buf, size_t cap, size_t *size) {
+    const accel_data_shard *s = (const accel_data_shard *)shard;
+    unsigned char *p = (unsigned char *)buf;
+    if (!s || !size)
+        return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "shard state_save: shard or size is NULL");
+    *size = ACCEL_DATA_SHARD_STATE_BYTES;
+    if (!buf || cap < ACCEL_DATA_SHARD_STATE_BYTES) return ACCEL_OK; /* the size query */
+    memcpy(p, "ACDS", 4);
+    accel__put_u32(p + 4, 1);
+    accel__put_u64(p + 8, (uint64_t)s->n);
+    accel__put_u64(p + 16, (uint64_t)s->desc.batch_size);
+    accel__put_u32(p + 24, (uint32_t)s->num_processes);
+    accel__put_u32(p + 28, (uint32_t)s->process_index);
+    accel__put_u32(p + 32, accel__data_shard_flags(&s->desc));
+    accel__put_u32(p + 36, 0);
+    accel__put_u64(p + 40, s->sampler.seed);
+    accel__put_u64(p + 48, (uint64_t)s->epoch);
+    accel__put_u64(p + 56, (uint64_t)s->position);
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_data_shard_state_load(accel_data_shard *s, const uint8_t *buf, size_t len) {
+ACCEL__DEF accel_result accel_data_shard_state_load(void *shard, const void *buf, size_t size) {
+    accel_data_shard *s = (accel_data_shard *)shard;
+    const unsigned char *p = (const unsigned char *)buf;
     int64_t n, B, epoch, position;
     int32_t P;
     uint32_t flags, mine;
     if (!s || !buf) return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "shard state_load: NULL argument");
-    if (len != ACCEL_DATA_SHARD_STATE_BYTES || memcmp(buf, "ACDS", 4) != 0)
+    if (size != ACCEL_DATA_SHARD_STATE_BYTES || memcmp(p, "ACDS", 4) != 0)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: not a sampler state (%zu bytes, want %d starting \"ACDS\")",
-                           len, ACCEL_DATA_SHARD_STATE_BYTES);
-    if (accel__data_get32(buf + 4) != 1)
+                           size, ACCEL_DATA_SHARD_STATE_BYTES);
+    if (accel__get_u32(p + 4) != 1)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: unsupported version %u (this build reads 1)",
-                           (unsigned)accel__data_get32(buf + 4));
-    n = (int64_t)accel__data_get64(buf + 8);
-    B = (int64_t)accel__data_get64(buf + 16);
-    P = (int32_t)accel__data_get32(buf + 24);
-    flags = accel__data_get32(buf + 32);
-    epoch = (int64_t)accel__data_get64(buf + 48);
-    position = (int64_t)accel__data_get64(buf + 56);
+                           (unsigned)accel__get_u32(p + 4));
+    n = (int64_t)accel__get_u64(p + 8);
+    B = (int64_t)accel__get_u64(p + 16);
+    P = (int32_t)accel__get_u32(p + 24);
+    flags = accel__get_u32(p + 32);
+    epoch = (int64_t)accel__get_u64(p + 48);
+    position = (int64_t)accel__get_u64(p + 56);
     mine = accel__data_shard_flags(&s->desc);
-    if (epoch < 0 || epoch > ((int64_t)1 << 62) || position < 0 || accel__data_get32(buf + 36) != 0 || (flags & ~31u))
+    if (epoch < 0 || epoch > ((int64_t)1 << 62) || position < 0 || accel__get_u32(p + 36) != 0 || (flags & ~63u))
         return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: corrupt (epoch %lld, position %lld, flags 0x%x)",
                            (long long)epoch, (long long)position, (unsigned)flags);
     if (n != s->n)
@@ -702,9 +736,10 @@ ACCEL__DEF accel_result accel_data_shard_state_load(accel_data_shard *s, const u
                            "(batch positions are per process)", (int)P, s->num_processes);
     if (flags != mine)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved with flags 0x%x (1 split_batches, 2 even_batches, "
-                           "4 drop_last, 8 iterable, 16 shuffle), this shard has 0x%x", (unsigned)flags, (unsigned)mine);
-    accel_data_shard_end(s);
-    s->sampler.seed = accel__data_get64(buf + 40);
+                           "4 drop_last, 8 iterable, 16 shuffle, 32 batch_sampler_shard), this shard has 0x%x",
+                           (unsigned)flags, (unsigned)mine);
+    accel__data_end(s->acc, s, &s->active);
+    s->sampler.seed = accel__get_u64(p + 40);
     s->desc.seed = s->sampler.seed;
     s->epoch = epoch;
     accel_data_sampler_set_epoch(&s->sampler, epoch);
@@ -714,7 +749,7 @@ ACCEL__DEF accel_result accel_data_shard_state_load(accel_data_shard *s, const u
 
 /* ------------------------------------------------------------------------------------------- token files */
 /* The header check with the message in msg (shared by the public parser and open, which adds the path). */
-static accel_result accel__data_token_check(const uint8_t *h, size_t header_len, uint64_t file_size,
+static accel_result accel__data_token_check(const unsigned char *h, size_t header_len, uint64_t file_size,
                                             accel_data_token_info *out, char *msg, size_t cap) {
     int32_t magic, version, ntok;
     int width;
@@ -724,9 +759,9 @@ static accel_result accel__data_token_check(const uint8_t *h, size_t header_len,
                  (unsigned long long)(file_size < header_len ? file_size : header_len));
         return ACCEL_ERR_FORMAT;
     }
-    magic = (int32_t)accel__data_get32(h);
-    version = (int32_t)accel__data_get32(h + 4);
-    ntok = (int32_t)accel__data_get32(h + 8);
+    magic = (int32_t)accel__get_u32(h);
+    version = (int32_t)accel__get_u32(h + 4);
+    ntok = (int32_t)accel__get_u32(h + 8);
     if (magic == ACCEL_DATA_GPT2_MAGIC) {
         width = 2;
         if (version != ACCEL_DATA_GPT2_VERSION) {
@@ -770,7 +805,7 @@ ACCEL__DEF accel_result accel_data_token_header_parse(accel *acc, const void *he
     accel_data_token_info info;
     accel_result r;
     if (!header || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "token header: NULL argument");
-    r = accel__data_token_check((const uint8_t *)header, header_len, file_size, &info, msg, sizeof msg);
+    r = accel__data_token_check((const unsigned char *)header, header_len, file_size, &info, msg, sizeof msg);
     if (r != ACCEL_OK) return ACCEL__FAIL(acc, r, "token shard: %s", msg);
     *out = info;
     return ACCEL_OK;
@@ -781,20 +816,22 @@ ACCEL__DEF accel_result accel_data_token_file_open(accel *acc, accel_data_token_
     (void)f; (void)path;
     return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "token shards need POSIX mmap");
 #else
-    uint8_t hdr[ACCEL_DATA_TOKEN_HEADER_BYTES];
+    unsigned char hdr[ACCEL_DATA_TOKEN_HEADER_BYTES];
     struct stat sb;
     accel_data_token_info info;
     accel_result r;
-    size_t got = 0;
+    size_t got;
     void *map;
     int fd;
     if (!f || !path) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_open: NULL argument");
     memset(f, 0, sizeof *f);
     fd = open(path, O_RDONLY);
-    if (fd < 0) return ACCEL__FAIL(acc, errno == ENOENT ? ACCEL_ERR_NOT_FOUND : ACCEL_ERR_IO, "token shard %s: open: %s",
-                                   path, strerror(errno));
+    if (fd < 0) {
+        if (errno == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "token shard %s: no such file", path);
+        return accel__io_fail(acc, "token shard: cannot open", path);
+    }
     if (fstat(fd, &sb) != 0) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "token shard %s: fstat: %s", path, strerror(errno));
+        r = accel__io_fail(acc, "token shard: cannot stat", path);
         close(fd);
         return r;
     }
@@ -802,16 +839,11 @@ ACCEL__DEF accel_result accel_data_token_file_open(accel *acc, accel_data_token_
         close(fd);
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "token shard %s: not a regular file", path);
     }
-    while (got < sizeof hdr) {
-        ssize_t k = pread(fd, hdr + got, sizeof hdr - got, (off_t)got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "token shard %s: read: %s", path, strerror(errno));
-            close(fd);
-            return r;
-        }
-        if (k == 0) break;
-        got += (size_t)k;
+    got = (uint64_t)sb.st_size < sizeof hdr ? (size_t)sb.st_size : sizeof hdr;
+    if (accel__pread_all(fd, hdr, got, 0) != 0) {
+        r = accel__io_fail(acc, "token shard: cannot read", path);
+        close(fd);
+        return r;
     }
     {
         char msg[512];
@@ -841,11 +873,12 @@ ACCEL__DEF accel_result accel_data_token_file_open(accel *acc, accel_data_token_
     f->map = map;
     f->map_bytes = (uint64_t)sb.st_size;
     f->tokens = (const uint8_t *)map + ACCEL_DATA_TOKEN_HEADER_BYTES;
+    f->acc = acc;
     return ACCEL_OK;
 #endif
 }
 
-ACCEL__DEF void accel_data_token_file_close(accel_data_token_file *f) {
+ACCEL__DEF void accel_data_token_file_deinit(accel_data_token_file *f) {
     if (!f) return;
 #if !defined(_WIN32)
     if (f->map) munmap(f->map, (size_t)f->map_bytes);
@@ -896,44 +929,51 @@ static void accel__data_tokens_to_i32(const accel_data_token_file *f, int64_t fi
         return;
     }
     if (f->info.token_bytes == 2) {
-        const uint8_t *p = f->tokens + first * 2;
-        for (i = 0; i < count; ++i) dst[i] = (int32_t)((uint32_t)p[2 * i] | ((uint32_t)p[2 * i + 1] << 8));
+        const unsigned char *p = f->tokens + first * 2;
+        for (i = 0; i < count; ++i) dst[i] = (int32_t)accel__get_u16(p + 2 * i);
     } else {
-        const uint8_t *p = f->tokens + first * 4;
-        for (i = 0; i < count; ++i) dst[i] = (int32_t)accel__data_get32(p + 4 * i);
+        const unsigned char *p = f->tokens + first * 4;
+        for (i = 0; i < count; ++i) dst[i] = (int32_t)accel__get_u32(p + 4 * i);
     }
 }
 
-ACCEL__DEF accel_result accel_data_token_file_read(accel *acc, const accel_data_token_file *f, int64_t first,
-                                                  int64_t count, int32_t *dst) {
+ACCEL__DEF accel_result accel_data_token_file_read(const accel_data_token_file *f, int64_t first, int64_t count,
+                                                  int32_t *dst) {
     if (!f || !f->map || (!dst && count > 0))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_read: file not open or NULL buffer");
+        return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "token_file_read: file not open or NULL buffer");
     if (first < 0 || count < 0 || first > f->info.num_tokens || count > f->info.num_tokens - first)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_read: tokens [%lld, %lld) outside [0, %lld)",
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_read: tokens [%lld, %lld) outside [0, %lld)",
                            (long long)first, (long long)(first + count), (long long)f->info.num_tokens);
     accel__data_tokens_to_i32(f, first, count, dst);
     return ACCEL_OK;
 }
 
 /* --------------------------------------------------------------------------------------- sequence loader */
-ACCEL__DEF void accel_data_seq_free(accel_data_seq_loader *ld) {
+ACCEL__DEF void accel_data_seq_deinit(accel_data_seq_loader *ld) {
     int i;
     if (!ld) return;
-    accel__data_end(&ld->book);
+    accel__data_end(ld->acc, ld, &ld->active);
     if (ld->files) {
-        for (i = 0; i < ld->num_files; ++i) accel_data_token_file_close(&ld->files[i]);
+        for (i = 0; i < ld->num_files; ++i) accel_data_token_file_deinit(&ld->files[i]);
         accel_host_free(ld->acc, ld->files);
     }
     if (ld->first_window) accel_host_free(ld->acc, ld->first_window);
     memset(ld, 0, sizeof *ld);
 }
 
-ACCEL__DEF accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *ld, const accel_data_seq_desc *desc) {
-    accel_data_seq_loader t;
+static int64_t accel__data_seq_total_tokens(const accel_data_seq_loader *ld) {
+    int64_t s = 0;
+    int i;
+    for (i = 0; i < ld->num_files; ++i) s += ld->files[i].info.num_tokens;
+    return s;
+}
+
+/* The local part of init: opens the files into *t (which the caller frees with deinit on any outcome). */
+static accel_result accel__data_seq_make(accel *acc, accel_data_seq_loader *t, const accel_data_seq_desc *desc) {
     accel_result r;
     int i, P, p;
     int64_t per_batch;
-    if (!ld || !desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_seq_init: NULL argument");
+    if (!desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_seq_init: NULL argument");
     if (desc->num_files < 1 || !desc->files)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: no token files given");
     if (desc->batch_size < 1 || desc->seq_len < 1)
@@ -944,46 +984,60 @@ ACCEL__DEF accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *l
     else return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: num_processes %d < 0", desc->num_processes);
     if (p < 0 || p >= P)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: process_index %d not in [0, %d)", p, P);
-    memset(&t, 0, sizeof t);
-    t.acc = acc;
-    t.batch_size = desc->batch_size; t.seq_len = desc->seq_len;
-    t.num_processes = P; t.process_index = p;
-    t.files = (accel_data_token_file *)accel_host_alloc(acc, sizeof(accel_data_token_file) * (size_t)desc->num_files);
-    t.first_window = (int64_t *)accel_host_alloc(acc, sizeof(int64_t) * ((size_t)desc->num_files + 1));
-    if (!t.files || !t.first_window) {
-        if (t.files) accel_host_free(acc, t.files);
-        if (t.first_window) accel_host_free(acc, t.first_window);
-        return ACCEL_ERR_OUT_OF_MEMORY;
-    }
-    memset(t.files, 0, sizeof(accel_data_token_file) * (size_t)desc->num_files);
-    t.first_window[0] = 0;
+    t->acc = acc;
+    t->batch_size = desc->batch_size; t->seq_len = desc->seq_len;
+    t->num_processes = P; t->process_index = p;
+    t->files = (accel_data_token_file *)accel_host_alloc(acc, sizeof(accel_data_token_file) * (size_t)desc->num_files);
+    if (!t->files) return ACCEL_ERR_OUT_OF_MEMORY;
+    memset(t->files, 0, sizeof(accel_data_token_file) * (size_t)desc->num_files);
+    t->first_window = (int64_t *)accel_host_alloc(acc, sizeof(int64_t) * ((size_t)desc->num_files + 1));
+    if (!t->first_window) return ACCEL_ERR_OUT_OF_MEMORY;
+    t->first_window[0] = 0;
     for (i = 0; i < desc->num_files; ++i) {
         int64_t ntok, w;
-        r = accel_data_token_file_open(acc, &t.files[i], desc->files[i]);
-        if (r != ACCEL_OK) {
-            t.num_files = i;
-            accel_data_seq_free(&t);
-            return r;
-        }
-        t.num_files = i + 1;
-        ntok = t.files[i].info.num_tokens;
+        if ((r = accel_data_token_file_open(acc, &t->files[i], desc->files[i])) != ACCEL_OK) return r;
+        t->num_files = i + 1;
+        ntok = t->files[i].info.num_tokens;
         w = ntok > 0 ? (ntok - 1) / desc->seq_len : 0;
-        t.first_window[i + 1] = t.first_window[i] + w;
+        t->first_window[i + 1] = t->first_window[i] + w;
     }
-    t.num_windows = t.first_window[t.num_files];
+    t->num_windows = t->first_window[t->num_files];
     per_batch = (int64_t)P * desc->batch_size;
-    t.num_batches = t.num_windows / per_batch;
-    r = accel_data_sampler_init(acc, &t.sampler, t.num_windows, desc->shuffle, desc->seed);
-    if (r != ACCEL_OK) { accel_data_seq_free(&t); return r; }
-    if (t.num_batches == 0)
+    t->num_batches = t->num_windows / per_batch;
+    if ((r = accel_data_sampler_init(acc, &t->sampler, t->num_windows, desc->shuffle, desc->seed)) != ACCEL_OK) return r;
+    if (t->num_batches == 0)
         accel_log(acc, ACCEL_LOG_WARN, "seq loader: %lld windows of %d+1 tokens are fewer than one global batch (%lld "
-                   "rows): the epoch is empty", (long long)t.num_windows, desc->seq_len, (long long)per_batch);
-    t.book.remainder = -1;
+                  "rows): the epoch is empty", (long long)t->num_windows, desc->seq_len, (long long)per_batch);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *ld, const accel_data_seq_desc *desc) {
+    static const char *const names[6] = {"num_files", "total_tokens", "batch_size", "seq_len", "shuffle", "seed"};
+    accel_data_seq_loader t;
+    accel_result r;
+    memset(&t, 0, sizeof t);
+    r = ld ? accel__data_seq_make(acc, &t, desc)
+           : ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_seq_init: loader is NULL");
+    if (acc && (!desc || desc->num_processes == 0)) { /* P from acc: every rank takes part, even after a failure */
+        int64_t v[6];
+        memset(v, 0, sizeof v);
+        if (r == ACCEL_OK) {
+            v[0] = t.num_files; v[1] = accel__data_seq_total_tokens(&t); v[2] = t.batch_size; v[3] = t.seq_len;
+            v[4] = t.sampler.shuffle; v[5] = (int64_t)t.sampler.seed;
+        }
+        r = accel__agree_values(acc, r, "accel_data_seq_init", names, v, 6);
+    }
+    if (r != ACCEL_OK) {
+        accel_data_seq_deinit(&t);
+        return r;
+    }
+    if (acc) accel_dataloader_end(acc, ld); /* a loader re-initialized in place mid-epoch leaves acc's list */
     *ld = t;
     return ACCEL_OK;
 }
 
 ACCEL__DEF int64_t accel_data_seq_len(const accel_data_seq_loader *ld) { return ld ? ld->num_batches : 0; }
+ACCEL__DEF int64_t accel_data_seq_epoch(const accel_data_seq_loader *ld) { return ld ? ld->epoch : 0; }
 
 ACCEL__DEF accel_result accel_data_seq_get_batch(const accel_data_seq_loader *ld, int64_t k, int32_t *dst) {
     int64_t row, base;
@@ -1011,12 +1065,9 @@ ACCEL__DEF accel_result accel_data_seq_next(accel_data_seq_loader *ld, int32_t *
     accel_result r;
     if (!ld || !dst || !got) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq next: NULL argument");
     *got = 0;
-    if (!ld->book.active) {
-        r = accel__data_begin(&ld->book, ld->acc, -1);
-        if (r != ACCEL_OK) return r;
-    }
+    if ((r = accel__data_begin(ld->acc, ld, &ld->active, -1)) != ACCEL_OK) return r;
     if (ld->position >= ld->num_batches) {
-        accel__data_end(&ld->book);
+        accel__data_end(ld->acc, ld, &ld->active);
         ld->position = 0;
         ld->epoch += 1;
         accel_data_sampler_set_epoch(&ld->sampler, ld->epoch);
@@ -1026,7 +1077,7 @@ ACCEL__DEF accel_result accel_data_seq_next(accel_data_seq_loader *ld, int32_t *
     if (r != ACCEL_OK) return r;
     ld->position += 1;
     *got = 1;
-    if (ld->position == ld->num_batches) accel__data_mark_end(&ld->book);
+    if (ld->position == ld->num_batches && ld->acc) accel_dataloader_last_batch(ld->acc, ld);
     return ACCEL_OK;
 }
 
@@ -1034,7 +1085,8 @@ ACCEL__DEF accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int6
     if (!ld) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq set_epoch: NULL loader");
     if (epoch < 0 || epoch > ((int64_t)1 << 62))
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: epoch %lld not in [0, 2^62]", (long long)epoch);
-    accel__data_end(&ld->book);
+    if (epoch == ld->epoch && !ld->active) return ACCEL_OK; /* keeps a restored or skipped position */
+    accel__data_end(ld->acc, ld, &ld->active);
     ld->epoch = epoch;
     ld->position = 0;
     accel_data_sampler_set_epoch(&ld->sampler, epoch);
@@ -1044,64 +1096,59 @@ ACCEL__DEF accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int6
 ACCEL__DEF accel_result accel_data_seq_skip_first_batches(accel_data_seq_loader *ld, int64_t n) {
     if (!ld) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq skip_first_batches: NULL loader");
     if (n < 0) return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq skip_first_batches: n = %lld < 0", (long long)n);
-    if (ld->book.active) return ACCEL__FAIL(ld->acc, ACCEL_ERR_STATE, "seq skip_first_batches: the epoch is already being iterated");
+    if (ld->active) return ACCEL__FAIL(ld->acc, ACCEL_ERR_STATE, "seq skip_first_batches: the epoch is already being iterated");
     ld->position = n;
     return ACCEL_OK;
 }
 
-static int64_t accel__data_seq_total_tokens(const accel_data_seq_loader *ld) {
-    int64_t s = 0;
-    int i;
-    for (i = 0; i < ld->num_files; ++i) s += ld->files[i].info.num_tokens;
-    return s;
-}
-
-ACCEL__DEF accel_result accel_data_seq_state_save(const accel_data_seq_loader *ld, uint8_t *buf, size_t cap, size_t *written) {
-    if (written) *written = 0;
-    if (!ld || !buf) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq state_save: NULL argument");
-    if (cap < ACCEL_DATA_SEQ_STATE_BYTES)
-        return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq state_save: buffer of %zu bytes, need %d", cap,
-                           ACCEL_DATA_SEQ_STATE_BYTES);
-    memcpy(buf, "ACSQ", 4);
-    accel__data_put32(buf + 4, 1);
-    accel__data_put64(buf + 8, (uint64_t)accel__data_seq_total_tokens(ld));
-    accel__data_put32(buf + 16, (uint32_t)ld->num_files);
-    accel__data_put32(buf + 20, (uint32_t)ld->batch_size);
-    accel__data_put32(buf + 24, (uint32_t)ld->seq_len);
-    accel__data_put32(buf + 28, (uint32_t)ld->num_processes);
-    accel__data_put32(buf + 32, (uint32_t)ld->process_index);
-    accel__data_put32(buf + 36, ld->sampler.shuffle ? 16u : 0u);
-    accel__data_put64(buf + 40, ld->sampler.seed);
-    accel__data_put64(buf + 48, (uint64_t)ld->epoch);
-    accel__data_put64(buf + 56, (uint64_t)ld->position);
-    if (written) *written = ACCEL_DATA_SEQ_STATE_BYTES;
+ACCEL__DEF accel_result accel_data_seq_state_save(void *loader, void *buf, size_t cap, size_t *size) {
+    const accel_data_seq_loader *ld = (const accel_data_seq_loader *)loader;
+    unsigned char *p = (unsigned char *)buf;
+    if (!ld || !size)
+        return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq state_save: loader or size is NULL");
+    *size = ACCEL_DATA_SEQ_STATE_BYTES;
+    if (!buf || cap < ACCEL_DATA_SEQ_STATE_BYTES) return ACCEL_OK; /* the size query */
+    memcpy(p, "ACSQ", 4);
+    accel__put_u32(p + 4, 1);
+    accel__put_u64(p + 8, (uint64_t)accel__data_seq_total_tokens(ld));
+    accel__put_u32(p + 16, (uint32_t)ld->num_files);
+    accel__put_u32(p + 20, (uint32_t)ld->batch_size);
+    accel__put_u32(p + 24, (uint32_t)ld->seq_len);
+    accel__put_u32(p + 28, (uint32_t)ld->num_processes);
+    accel__put_u32(p + 32, (uint32_t)ld->process_index);
+    accel__put_u32(p + 36, ld->sampler.shuffle ? 16u : 0u);
+    accel__put_u64(p + 40, ld->sampler.seed);
+    accel__put_u64(p + 48, (uint64_t)ld->epoch);
+    accel__put_u64(p + 56, (uint64_t)ld->position);
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_data_seq_state_load(accel_data_seq_loader *ld, const uint8_t *buf, size_t len) {
+ACCEL__DEF accel_result accel_data_seq_state_load(void *loader, const void *buf, size_t size) {
+    accel_data_seq_loader *ld = (accel_data_seq_loader *)loader;
+    const unsigned char *p = (const unsigned char *)buf;
     int64_t epoch, position;
     if (!ld || !buf) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq state_load: NULL argument");
-    if (len != ACCEL_DATA_SEQ_STATE_BYTES || memcmp(buf, "ACSQ", 4) != 0 || accel__data_get32(buf + 4) != 1)
-        return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: not a version-1 sequence loader state (%zu bytes)", len);
-    epoch = (int64_t)accel__data_get64(buf + 48);
-    position = (int64_t)accel__data_get64(buf + 56);
-    if (epoch < 0 || epoch > ((int64_t)1 << 62) || position < 0 || (accel__data_get32(buf + 36) & ~16u))
+    if (size != ACCEL_DATA_SEQ_STATE_BYTES || memcmp(p, "ACSQ", 4) != 0 || accel__get_u32(p + 4) != 1)
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: not a version-1 sequence loader state (%zu bytes)", size);
+    epoch = (int64_t)accel__get_u64(p + 48);
+    position = (int64_t)accel__get_u64(p + 56);
+    if (epoch < 0 || epoch > ((int64_t)1 << 62) || position < 0 || (accel__get_u32(p + 36) & ~16u))
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: corrupt (epoch %lld, position %lld)", (long long)epoch,
                            (long long)position);
-    if ((int64_t)accel__data_get64(buf + 8) != accel__data_seq_total_tokens(ld) ||
-        (int)accel__data_get32(buf + 16) != ld->num_files)
+    if ((int64_t)accel__get_u64(p + 8) != accel__data_seq_total_tokens(ld) || (int)accel__get_u32(p + 16) != ld->num_files)
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: saved for %d files / %lld tokens, this loader has %d / %lld",
-                           (int)accel__data_get32(buf + 16), (long long)accel__data_get64(buf + 8), ld->num_files,
+                           (int)accel__get_u32(p + 16), (long long)accel__get_u64(p + 8), ld->num_files,
                            (long long)accel__data_seq_total_tokens(ld));
-    if ((int)accel__data_get32(buf + 20) != ld->batch_size || (int)accel__data_get32(buf + 24) != ld->seq_len ||
-        (int)accel__data_get32(buf + 28) != ld->num_processes)
+    if ((int)accel__get_u32(p + 20) != ld->batch_size || (int)accel__get_u32(p + 24) != ld->seq_len ||
+        (int)accel__get_u32(p + 28) != ld->num_processes)
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: saved for B=%d T=%d P=%d, this loader has B=%d T=%d P=%d",
-                           (int)accel__data_get32(buf + 20), (int)accel__data_get32(buf + 24),
-                           (int)accel__data_get32(buf + 28), ld->batch_size, ld->seq_len, ld->num_processes);
-    if (((accel__data_get32(buf + 36) & 16u) != 0) != (ld->sampler.shuffle != 0))
-        return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: shuffle setting differs");
-    accel__data_end(&ld->book);
-    ld->sampler.seed = accel__data_get64(buf + 40);
+                           (int)accel__get_u32(p + 20), (int)accel__get_u32(p + 24), (int)accel__get_u32(p + 28),
+                           ld->batch_size, ld->seq_len, ld->num_processes);
+    if (((accel__get_u32(p + 36) & 16u) != 0) != (ld->sampler.shuffle != 0))
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: saved with shuffle %d, this loader has %d",
+                           (accel__get_u32(p + 36) & 16u) != 0, ld->sampler.shuffle);
+    accel__data_end(ld->acc, ld, &ld->active);
+    ld->sampler.seed = accel__get_u64(p + 40);
     ld->epoch = epoch;
     accel_data_sampler_set_epoch(&ld->sampler, epoch);
     ld->position = position;
@@ -1109,7 +1156,7 @@ ACCEL__DEF accel_result accel_data_seq_state_load(accel_data_seq_loader *ld, con
 }
 
 /* ------------------------------------------------------------------------------------------------ staging */
-ACCEL__DEF void accel_data_stager_free(accel_data_stager *st) {
+ACCEL__DEF void accel_data_stager_deinit(accel_data_stager *st) {
     int i;
     if (!st) return;
     for (i = 0; i < 2; ++i) {
@@ -1119,10 +1166,10 @@ ACCEL__DEF void accel_data_stager_free(accel_data_stager *st) {
                 (void)cudaEventSynchronize((cudaEvent_t)st->event[i]);
                 (void)cudaEventDestroy((cudaEvent_t)st->event[i]);
             }
-            if (st->host[i]) (void)cudaFreeHost(st->host[i]);
-            if (st->dev[i]) accel_device_free(st->acc, st->dev[i]);
 #endif
-        } else if (st->host[i]) {
+            accel_pinned_free(st->acc, st->host[i]);
+            accel_device_free(st->acc, st->dev[i]);
+        } else {
             accel_host_free(st->acc, st->host[i]);
         }
     }
@@ -1138,7 +1185,10 @@ ACCEL__DEF accel_result accel_data_stager_init(accel *acc, accel_data_stager *st
     if (!acc || acc->device < 0) {
         for (i = 0; i < 2; ++i) {
             st->host[i] = accel_host_alloc(acc, bytes);
-            if (!st->host[i]) { accel_data_stager_free(st); return ACCEL_ERR_OUT_OF_MEMORY; }
+            if (!st->host[i]) {
+                accel_data_stager_deinit(st);
+                return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "stager: buffer %d of %zu bytes", i, bytes);
+            }
             st->dev[i] = st->host[i];
         }
         return ACCEL_OK;
@@ -1147,17 +1197,20 @@ ACCEL__DEF accel_result accel_data_stager_init(accel *acc, accel_data_stager *st
     st->on_device = 1;
     for (i = 0; i < 2; ++i) {
         cudaEvent_t ev;
-        cudaError_t e = cudaHostAlloc(&st->host[i], bytes, cudaHostAllocDefault);
-        if (e != cudaSuccess) {
-            st->host[i] = NULL;
-            accel_data_stager_free(st);
-            return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "stager: cudaHostAlloc(%zu) failed: %s", bytes, cudaGetErrorString(e));
+        cudaError_t e;
+        st->host[i] = accel_pinned_alloc(acc, bytes);
+        if (!st->host[i]) {
+            accel_data_stager_deinit(st);
+            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "stager: pinned buffer %d of %zu bytes", i, bytes);
         }
         st->dev[i] = accel_device_alloc(acc, bytes);
-        if (!st->dev[i]) { accel_data_stager_free(st); return ACCEL_ERR_OUT_OF_MEMORY; }
+        if (!st->dev[i]) {
+            accel_data_stager_deinit(st);
+            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "stager: device buffer %d of %zu bytes", i, bytes);
+        }
         e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
         if (e != cudaSuccess) {
-            accel_data_stager_free(st);
+            accel_data_stager_deinit(st);
             return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "stager: cudaEventCreate failed: %s", cudaGetErrorString(e));
         }
         st->event[i] = (void *)ev;

@@ -533,8 +533,8 @@ fail:
     accel_ckpt_destroy(ck);
     accel_coll_reducer_destroy(red);
     accel_coll_destroy(coll);
-    if (have_stager) accel_data_stager_free(&stager);
-    if (have_ld) accel_data_seq_free(&ld);
+    if (have_stager) accel_data_stager_deinit(&stager);
+    if (have_ld) accel_data_seq_deinit(&ld);
     cudaFree(master); cudaFree(grad); cudaFree(m); cudaFree(v); cudaFree(model); cudaFree(X); cudaFree(H1);
     cudaFree(A1); cudaFree(logits); cudaFree(dlog); cudaFree(dA); cudaFree(dH); cudaFree(dX); cudaFree(target);
     cudaFree(loss_d);

@@ -4,10 +4,10 @@
      accel ckpt verify DIR         completeness (marker, sizes) and XXH64 checksums of a checkpoint directory
      accel ckpt plan --max-shard-size SIZE name:bytes …
                                    the save_model sharding plan as one JSON object, writing nothing
-     accel size STRING             the byte count of a size string (SEMANTICS.md policy 6)
+     accel size STRING             the byte count of a size string (docs/semantics.md policy 6)
    Exit codes: 0 ok, 1 failure (bad file, failed check), 2 usage error (including an invalid size). */
 #include "accel_ckpt.h"
-#include "accel_cli.h"
+#include "cli.h"
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +55,7 @@ static int ls_file(const char *path) {
     accel_ckpt_file *f = NULL;
     int i;
     unsigned long long total = 0;
-    if (accel_ckpt_open(NULL, path, &f) != ACCEL_OK) {
+    if (accel_ckpt_file_open(NULL, path, &f) != ACCEL_OK) {
         fprintf(stderr, "accel ckpt ls: %s\n", accel_last_error(NULL));
         return 1;
     }
@@ -74,7 +74,7 @@ static int ls_file(const char *path) {
         total += e->end - e->begin;
     }
     printf("  total %llu bytes\n", total);
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
     return 0;
 }
 
@@ -231,7 +231,7 @@ out:
     return rc;
 }
 
-int accel_cli_ckpt(int argc, char **argv) {
+int cli_ckpt(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: accel ckpt ls FILE|DIR\n"
@@ -246,7 +246,7 @@ int accel_cli_ckpt(int argc, char **argv) {
     return 2;
 }
 
-int accel_cli_size(int argc, char **argv) {
+int cli_size(int argc, char **argv) {
     uint64_t v = 0;
     if (argc != 2) { fprintf(stderr, "usage: accel size STRING   (e.g. accel size 10GB)\n"); return 2; }
     accel_set_default_logger(quiet_log, NULL);

@@ -1,9 +1,12 @@
 /* `accel shards` — which dataset indices each process sees (accel_data.h), as one JSON object:
      {"shards": [[[i, ...], ...], ...], "lengths": [n0, ...]}
    shards[p] is the list of process p's batches for one epoch; lengths[p] the number of batches it really gets.
+   It models Accelerate's BatchSamplerShard / IterableDatasetShard themselves (desc.batch_sampler_shard: they shard
+   and pad with one process too); --prepare shows what Accelerator.prepare() hands each process instead (no sharding
+   with one process, prepare()'s split_batches check first), i.e. accel_data_shard's default.
    Exit codes: 0 ok, 1 failure, 2 usage error / invalid combination (with Accelerate's ValueError text). */
 #include "accel_data.h"
-#include "accel_cli.h"
+#include "cli.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +16,13 @@ static void shards_usage(FILE *f) {
     fprintf(f,
             "usage: accel shards --dataset-len N --batch-size B --num-processes P [--split-batches]\n"
             "                    [--even-batches 0|1] [--drop-last] [--iterable] [--shuffle --seed S] [--epoch E]\n"
+            "                    [--prepare]\n"
             "  Prints {\"shards\": [[[i, ...], ...], ...], \"lengths\": [n0, ...]}: for each process the batches of\n"
             "  dataset indices it sees in one epoch (Accelerate's BatchSamplerShard, or with --iterable\n"
             "  IterableDatasetShard + the per-process DataLoader), and how many batches it really gets.\n"
-            "  --even-batches defaults to 1 as in Accelerate. The sampler is sequential unless --shuffle.\n");
+            "  --even-batches defaults to 1 as in Accelerate. The sampler is sequential unless --shuffle.\n"
+            "  --prepare: what Accelerator.prepare() hands each process instead of the shard classes (with one\n"
+            "  process no sharding: the last batch stays short; prepare()'s split_batches check first).\n");
 }
 
 static void shards_quiet_log(void *user, accel_log_level level, const char *message) {
@@ -37,9 +43,9 @@ static int shards_int(const char *opt, const char *s, long long lo, long long hi
     return 1;
 }
 
-int accel_cli_shards(int argc, char **argv) {
+int cli_shards(int argc, char **argv) {
     long long n = -1, b = -1, P = -1, even = 1, seed = 0, epoch = 0;
-    int split = 0, drop = 0, iterable = 0, shuffle = 0, i, p;
+    int split = 0, drop = 0, iterable = 0, shuffle = 0, prepare = 0, i, p;
     int64_t *buf = NULL, total = 0;
     accel_data_shard sh;
     accel_data_shard_desc d;
@@ -56,6 +62,7 @@ int accel_cli_shards(int argc, char **argv) {
         else if (!strcmp(a, "--drop-last")) drop = 1;
         else if (!strcmp(a, "--iterable")) iterable = 1;
         else if (!strcmp(a, "--shuffle")) shuffle = 1;
+        else if (!strcmp(a, "--prepare")) prepare = 1;
         else { fprintf(stderr, "accel shards: unknown option '%s'\n", a); shards_usage(stderr); return 2; }
     }
     if (n < 0 || b < 1 || P < 1) {
@@ -69,7 +76,8 @@ int accel_cli_shards(int argc, char **argv) {
     d.batch_size = b;
     d.num_processes = (int)P;
     d.split_batches = split ? ACCEL_ON : ACCEL_OFF;
-    d.even_batches = even ? ACCEL_ON : ACCEL_OFF;
+    d.no_even_batches = !even;
+    d.batch_sampler_shard = !prepare; /* the shard classes, P = 1 included (docs/semantics.md §1) */
     d.drop_last = drop;
     d.iterable = iterable;
     d.shuffle = shuffle;

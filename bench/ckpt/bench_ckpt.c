@@ -57,9 +57,9 @@ static void drop_cache(const char *path) {
 static double acc_load(const char *path, accel_tensor *dst) {
     double t0 = accel_now();
     accel_ckpt_file *f = NULL;
-    if (accel_ckpt_open(NULL, path, &f) != ACCEL_OK) die("accel_ckpt_open");
+    if (accel_ckpt_file_open(NULL, path, &f) != ACCEL_OK) die("accel_ckpt_file_open");
     if (accel_ckpt_file_load_all(f, dst, NT) != ACCEL_OK) die("load_all");
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
     return accel_now() - t0;
 }
 static void line(const char *bench, const char *params, double bytes, double t_acc, double t_ref, const char *ref_name, double goal) {

@@ -197,7 +197,7 @@ static void loader_rate(const char *path, double bytes, double *cpu_rate, double
             c0 = now(); w0 = wall();
             if (accel_data_seq_init(NULL, &ld, &d) != ACCEL_OK) _exit(1);
             while (accel_data_seq_next(&ld, buf, &got) == ACCEL_OK && got) acc += buf[16 * 1025 - 1];
-            accel_data_seq_free(&ld);
+            accel_data_seq_deinit(&ld);
             r[0] = bytes / (now() - c0);
             r[1] = bytes / (wall() - w0);
             sink = acc;

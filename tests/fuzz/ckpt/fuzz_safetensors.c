@@ -1,4 +1,4 @@
-/* libFuzzer target: the safetensors reader (accel_ckpt_open_memory) on arbitrary bytes. A file that opens must be
+/* libFuzzer target: the safetensors reader (accel_ckpt_file_open_memory) on arbitrary bytes. A file that opens must be
    self-consistent: offsets tile the data section, every tensor loads (host path) into a buffer of its size. */
 #define ACCEL_IMPLEMENTATION
 #include "accel.h"
@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int i, n;
     uint64_t cursor = 0;
     accel_set_default_logger(quiet, NULL);
-    if (accel_ckpt_open_memory(NULL, data, size, &f) != ACCEL_OK) {
+    if (accel_ckpt_file_open_memory(NULL, data, size, &f) != ACCEL_OK) {
         if (f) abort(); /* must be NULL on failure */
         return 0;
     }
@@ -39,6 +39,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *k, *v;
         if (accel_ckpt_file_metadata(f, i, &k, &v) != ACCEL_OK || !k || !v) abort();
     }
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
     return 0;
 }

@@ -28,11 +28,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         d.dataset_len = 100; d.batch_size = 4; d.num_processes = 2;
         if (accel_data_shard_init(NULL, &sh, &d) == ACCEL_OK &&
             accel_data_shard_state_load(&sh, data + 8, size - 8) == ACCEL_OK) {
-            int64_t buf[8], count;
+            int64_t buf[8], count, pos = sh.position;
             if (sh.position < 0 || sh.epoch < 0) __builtin_trap();
+            /* the resume-safe loop's set_epoch(current epoch) keeps any loaded position */
+            if (accel_data_shard_set_epoch(&sh, accel_data_shard_epoch(&sh)) != ACCEL_OK || sh.position != pos)
+                __builtin_trap();
             (void)accel_data_shard_next(&sh, buf, &count); /* must be safe for any loaded position */
+            if (count < 0 || count > 4) __builtin_trap();
             accel_data_shard_end(&sh);
         }
+        accel_data_shard_deinit(&sh);
     }
     return 0;
 }

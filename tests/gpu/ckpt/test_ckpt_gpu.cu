@@ -1,13 +1,27 @@
 /* GPU paths of accel_ckpt.h against the CPU path: a safetensors file written from device buffers (staged through
    pinned memory, double-buffered, chunks larger than the staging buffer) must be byte-identical to the file written
    from the same data on the host; loading into device buffers must give back the bytes; save_state/load_state with
-   device-resident model tensors round-trips. Exits 77 (skip) without a CUDA device. */
+   device-resident model tensors round-trips; the staging buffers come from desc.pinned_allocator (a counting one
+   here) and all go back to it. Exits 77 (skip) without a CUDA device. */
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* desc.pinned_allocator: page-locked memory, counted */
+typedef struct { long allocs, frees; } pinned_count;
+static void *pinned_alloc(size_t n, void *u) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) return NULL;
+    ((pinned_count *)u)->allocs++;
+    return p;
+}
+static void pinned_free(void *p, void *u) {
+    ((pinned_count *)u)->frees++;
+    cudaFreeHost(p);
+}
 
 static unsigned char *slurp(const char *p, size_t *n) {
     FILE *f = fopen(p, "rb");
@@ -34,12 +48,16 @@ int main(void) {
     size_t nh = 0, nd = 0;
     unsigned char *bh, *bd;
     accel_ckpt_file *f = NULL;
+    pinned_count pc = {0, 0};
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         printf("no CUDA device: skipped\n");
         return 77;
     }
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
+    d.pinned_allocator.alloc = pinned_alloc;
+    d.pinned_allocator.free = pinned_free;
+    d.pinned_allocator.user_data = &pc;
     if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
     if (!mkdtemp(tmpl)) return 1;
     hbig = (float *)malloc(n_big * sizeof(float));
@@ -63,12 +81,13 @@ int main(void) {
     bd = slurp(pd, &nd);
     AT_CHECK(bh && bd && nh == nd && !memcmp(bh, bd, nh));
     free(bh); free(bd);
+    AT_CHECK(pc.allocs >= 2 && pc.frees == pc.allocs); /* two staging buffers, through the hook, returned */
     /* load into device buffers (zeroed first), compare on the host */
     cudaMemset(dbig, 0, n_big * sizeof(float));
     cudaMemset(dsmall, 0, sizeof hsmall);
-    AT_EQ_INT(accel_ckpt_open(&acc, ph, &f), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_file_open(&acc, ph, &f), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_file_load_all(f, td, 2), ACCEL_OK);
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
     cudaMemcpy(back, dbig, n_big * sizeof(float), cudaMemcpyDeviceToHost);
     AT_CHECK(!memcmp(back, hbig, n_big * sizeof(float)));
     {
@@ -89,6 +108,7 @@ int main(void) {
         AT_CHECK(!memcmp(back, hbig, n_big * sizeof(float)));
         accel_ckpt_destroy(ck);
     }
+    AT_EQ_INT(pc.frees, pc.allocs);
     cudaFree(dbig);
     cudaFree(dsmall);
     free(hbig);

@@ -1,10 +1,27 @@
 /* accel_data.h on a GPU: (1) the shuffled-sampler permutation computed by a kernel (the ACCEL_HD helper) equals
    the CPU's, index for index; (2) the double-buffered stager copies batches to the device on acc.stream — the
    device bytes equal what was written to the pinned host buffers, also when the next batch is filled while the
-   previous copy may still be in flight. Exits 77 (meson skip) without a device. */
+   previous copy may still be in flight; its pinned and device buffers come from the Accelerator's pinned and device
+   allocators (counting ones here, which see every buffer come back). Exits 77 (meson skip) without a device. */
 #include "accel_data.h"
 #include "accel_test.h"
 #include <cuda_runtime.h>
+
+typedef struct counting { int allocs, frees; } counting;
+static void *pinned_alloc(size_t n, void *u) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) return NULL;
+    ((counting *)u)->allocs++;
+    return p;
+}
+static void pinned_free(void *p, void *u) { ((counting *)u)->frees++; cudaFreeHost(p); }
+static void *device_alloc(size_t n, void *u) {
+    void *p = NULL;
+    if (cudaMalloc(&p, n) != cudaSuccess) return NULL;
+    ((counting *)u)->allocs++;
+    return p;
+}
+static void device_free(void *p, void *u) { ((counting *)u)->frees++; cudaFree(p); }
 
 static __global__ void perm_kernel(accel_data_sampler s, int64_t n, int64_t *out) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -41,11 +58,16 @@ int main(void) {
         const size_t bytes = (size_t)8 << 20;
         unsigned char *check = (unsigned char *)malloc(bytes);
         int step, ok = 1;
+        counting pc = {0, 0}, dc = {0, 0};
         memset(&d, 0, sizeof d);
         d.no_mpi = 1;
+        d.pinned_allocator.alloc = pinned_alloc; d.pinned_allocator.free = pinned_free; d.pinned_allocator.user_data = &pc;
+        d.device_allocator.alloc = device_alloc; d.device_allocator.free = device_free; d.device_allocator.user_data = &dc;
         AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
         AT_CHECK(acc.device >= 0);
         AT_EQ_INT(accel_data_stager_init(&acc, &st, bytes), ACCEL_OK);
+        AT_EQ_INT(pc.allocs, 2);
+        AT_EQ_INT(dc.allocs, 2);
         for (step = 0; step < 6; ++step) {
             void *host = NULL, *dev = NULL;
             AT_EQ_INT(accel_data_stager_host(&st, &host), ACCEL_OK);
@@ -59,7 +81,9 @@ int main(void) {
             }
         }
         AT_CHECK_MSG(ok, "staged device bytes == host bytes");
-        accel_data_stager_free(&st);
+        accel_data_stager_deinit(&st);
+        AT_EQ_INT(pc.frees, 2);
+        AT_EQ_INT(dc.frees, 2);
         accel_shutdown(&acc);
         free(check);
     }

@@ -1,8 +1,13 @@
-/* save_state / save_model on P ranks, load_state / load_model on a different number of ranks.
-     test_ckpt_mpi save DIR       every rank: seed 100 + rank (device_specific), same model/optimizer/sampler state
+/* save_state / save_model on P ranks, load_state / load_model on the same or a different number of ranks.
+     test_ckpt_mpi fresh DIR      load_state(NULL) with no checkpoint: ACCEL_ERR_NOT_FOUND everywhere, one INFO line on
+                                  the main process, nothing at warn/error level on any rank
+     test_ckpt_mpi save DIR       every rank: seed 100 + rank (device_specific), same model/optimizer/sampler state,
+                                  the same step counters (driven through the accumulation/scheduler calls)
      test_ckpt_mpi load DIR       model, optimizer, sampler and custom state identical to what was saved, on every
-                                  rank; RNG: own file where it exists, else seed0 + rank (documented re-derivation)
-     test_ckpt_mpi loadbad DIR    rank 1 registers a wrong shape: every rank fails, nothing is applied anywhere */
+                                  rank; every counter restored; RNG: own state where the saving run had this rank,
+                                  else seed0 + rank (accel_state_load_resharded's re-derivation)
+     test_ckpt_mpi loadbad DIR    rank 1 registers a wrong shape: every rank fails, nothing is applied anywhere (the
+                                  counters and RNG included) */
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include <stdlib.h>
@@ -52,6 +57,34 @@ static void tensors(accel_tensor *t, int bad) {
     t[1].name = "layer.h"; t[1].dtype = ACCEL_F16; t[1].ndim = 1; t[1].shape[0] = 17; t[1].ptr = h;
     t[2].name = "opt.m"; t[2].dtype = ACCEL_F32; t[2].ndim = 1; t[2].shape[0] = NO; t[2].ptr = o;
 }
+/* the same counters on every rank: accumulation 3, split_batches (one scheduler step per optimizer step, whatever P),
+   7 micro-batches, the second optimizer step skipped → step 7, sync 0, skipped 1, optimizer 1, scheduler 1,
+   adjusted 5 */
+static void drive(accel *acc) {
+    int i, syncs = 0;
+    for (i = 0; i < 7; ++i) {
+        accel_accumulate_begin(acc);
+        if (acc->sync_gradients) accel_optimizer_step_done(acc, ++syncs == 2);
+        accel_scheduler_steps(acc, 0);
+        accel_accumulate_end(acc);
+    }
+}
+static void counters_are(const accel *acc, int step, int sync, int skipped, long long opt, long long sch, long long adj) {
+    AT_EQ_INT(acc->step, step);
+    AT_EQ_INT(acc->sync_gradients, sync);
+    AT_EQ_INT(acc->optimizer_step_was_skipped, skipped);
+    AT_EQ_INT(acc->optimizer_steps, opt);
+    AT_EQ_INT(acc->scheduler_steps, sch);
+    AT_EQ_INT(acc->scheduler_adjusted_steps, adj);
+}
+
+typedef struct { int info, warn_or_error; char first_info[600]; } log_count;
+static void count_log(void *u, accel_log_level level, const char *msg) {
+    log_count *c = (log_count *)u;
+    if (level == ACCEL_LOG_INFO && c->info++ == 0) snprintf(c->first_info, sizeof c->first_info, "%s", msg);
+    if (level == ACCEL_LOG_WARN || level == ACCEL_LOG_ERROR) c->warn_or_error++;
+}
+
 static accel_ckpt *make(accel *acc, int bad) {
     accel_ckpt *ck = NULL;
     accel_tensor t[3];
@@ -71,16 +104,42 @@ int main(int argc, char **argv) {
     const char *mode = argc > 2 ? argv[1] : "", *dir = argc > 2 ? argv[2] : "";
     char sdir[1024], mdir[1024];
     static char name[64];
+    log_count lc;
     memset(&d, 0, sizeof d);
+    memset(&lc, 0, sizeof lc);
+    d.gradient_accumulation_steps = 3;
+    d.split_batches = 1;
+    d.log_fn = count_log;
+    d.log_user_data = &lc;
+    d.log_level = ACCEL_LOG_DEBUG;
     if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
+    lc.info = 0; /* accel_init's own messages */
     snprintf(name, sizeof name, "ckpt-mpi-%s-rank%d", mode, acc.process_index);
     snprintf(sdir, sizeof sdir, "%s/state", dir);
     snprintf(mdir, sizeof mdir, "%s/model", dir);
-    if (!strcmp(mode, "save")) {
+    if (!strcmp(mode, "fresh")) {
+        accel_ckpt_desc cd;
+        char pdir[1024], want[1200];
+        memset(&cd, 0, sizeof cd);
+        snprintf(pdir, sizeof pdir, "%s/fresh", dir);
+        cd.project_dir = pdir;
+        cd.automatic_checkpoint_naming = 1;
+        AT_EQ_INT(accel_ckpt_create(&acc, &cd, &ck), ACCEL_OK);
+        lc.warn_or_error = 0;
+        AT_EQ_INT(accel_ckpt_load_state(ck, NULL), ACCEL_ERR_NOT_FOUND);
+        AT_CONTAINS(accel_last_error(&acc), pdir);
+        AT_EQ_INT(lc.warn_or_error, 0);
+        AT_EQ_INT(lc.info, acc.is_main_process ? 1 : 0);
+        snprintf(want, sizeof want, "no checkpoint under %s/checkpoints: starting fresh", pdir);
+        if (acc.is_main_process) AT_EQ_STR(lc.first_info, want);
+        counters_are(&acc, 0, 1, 0, 0, 0, 0);
+        accel_ckpt_destroy(ck);
+    } else if (!strcmp(mode, "save")) {
         accel_tensor t[3];
         expected();
         accel_set_seed(&acc, 100, 1);
         acc.rng.offset = 5;
+        drive(&acc);
         ck = make(&acc, 0);
         AT_EQ_INT(accel_ckpt_save_state(ck, sdir, NULL, 0), ACCEL_OK);
         AT_EQ_INT(accel_ckpt_iteration(ck), 1);
@@ -105,6 +164,7 @@ int main(int argc, char **argv) {
         if (!strcmp(mode, "loadbad")) {
             AT_EQ_INT(r, acc.process_index == 1 ? ACCEL_ERR_INVALID_ARGUMENT : (acc.num_processes > 1 ? ACCEL_ERR_REMOTE : ACCEL_OK));
             AT_CHECK(w[1] == 0.0f && ss.position == 0 && acc.rng.seed == 1); /* nothing applied anywhere */
+            counters_are(&acc, 0, 1, 0, 0, 0, 0);
         } else {
             uint64_t sums[2], *all;
             int i;
@@ -118,6 +178,7 @@ int main(int argc, char **argv) {
             /* saved on 2 ranks with seeds 100, 101: ranks 0 and 1 get theirs, others 100 + rank */
             AT_EQ_INT((long long)acc.rng.seed, 100 + acc.process_index);
             AT_EQ_INT((long long)acc.rng.offset, 5);
+            counters_are(&acc, 7, 0, 1, 1, 1, 5); /* from rank 0's state, whatever the number of processes */
             /* identical on every rank */
             sums[0] = accel_ckpt_xxh64(w, sizeof w, 0) ^ accel_ckpt_xxh64(o, sizeof o, 1);
             sums[1] = accel_ckpt_xxh64(&ss, sizeof ss, 2);
@@ -133,7 +194,7 @@ int main(int argc, char **argv) {
         }
         accel_ckpt_destroy(ck);
     } else {
-        fprintf(stderr, "usage: test_ckpt_mpi save|load|loadbad DIR\n");
+        fprintf(stderr, "usage: test_ckpt_mpi fresh|save|load|loadbad DIR\n");
         accel_shutdown(&acc);
         return 2;
     }

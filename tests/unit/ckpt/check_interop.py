@@ -155,7 +155,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(idx_text == json.dumps(idx, indent=2, sort_keys=True) + "\n", "index is json.dumps(indent=2, sort_keys=True)")
     check(idx["metadata"]["total_size"] == sum(len(v[2]) for v in expect.values()), "total_size")
     check(set(idx["weight_map"]) == set(expect), "weight_map names")
-    # the plan, recomputed here from SEMANTICS §6 (hub algorithm) in state-dict order
+    # the plan, recomputed here from docs/semantics.md §6 (hub algorithm) in state-dict order
     shards, cur, cur_size = [], [], 0
     for name in expect:  # fixture order
         size = len(expect[name][2])
@@ -188,16 +188,25 @@ with tempfile.TemporaryDirectory() as tmp:
     listed = set(marker["files"])
     present = set(os.listdir(sdir)) - {"checkpoint_complete.json"}
     check(listed == present, "marker lists every file: %r vs %r" % (sorted(listed), sorted(present)))
-    check({"model.safetensors", "optimizer.safetensors", "random_states_0.json", "accelerator_state.json"} <= present, "layout")
+    check({"model.safetensors", "optimizer.safetensors", "random_states_0.bin", "accelerator_state.json"} <= present, "layout")
     for fn, info in marker["files"].items():
         blob = open(os.path.join(sdir, fn), "rb").read()
         check(len(blob) == info["bytes"], f"size of {fn}")
         check("%016x" % xxh64(blob) == info["xxh64"], f"xxh64 of {fn}")
-    rs = json.load(open(os.path.join(sdir, "random_states_0.json")))
-    check(rs == {"num_processes": 1, "process_index": 0, "rng_offset": 12345, "rng_seed": 0xFFFFFFFFFFFFFFF0, "step": 0},
-          "random_states_0.json %r" % rs)
-    st = json.load(open(os.path.join(sdir, "accelerator_state.json")))
-    check(st["iteration"] == 0 and st["num_processes"] == 1, "accelerator_state.json")
+    # accel.h's training state (ACCEL_STATE_BYTES = 80, little-endian), read by its documented layout
+    rs = open(os.path.join(sdir, "random_states_0.bin"), "rb").read()
+    check(len(rs) == 80, "random_states_0.bin is 80 bytes (%d)" % len(rs))
+    if len(rs) == 80:
+        (magic, version, nproc, rank, step, sync, skipped, accum, opt_steps, sched_steps, adj_steps, seed, offset,
+         reserved) = struct.unpack("<4sIiiiiiiqqqQQ8s", rs)
+        check((magic, version, nproc, rank) == (b"ACST", 1, 1, 0), "random_states_0.bin header %r" % rs[:16])
+        check((step, sync, skipped, accum, opt_steps, sched_steps, adj_steps) == (0, 1, 0, 1, 0, 0, 0),
+              "random_states_0.bin counters of a fresh Accelerator")
+        check(seed == 0xFFFFFFFFFFFFFFF0 and offset == 12345 and reserved == bytes(8), "random_states_0.bin RNG")
+    raw = open(os.path.join(sdir, "accelerator_state.json"), "rb").read()
+    st = json.loads(raw)
+    check(st == {"format": "accel", "iteration": 0, "num_processes": 1, "version": 1}, "accelerator_state.json %r" % st)
+    check(raw.decode() == json.dumps(st, sort_keys=True) + "\n", "accelerator_state.json as json.dumps(sort_keys=True)")
     _, _, _, mh, md = read_safetensors(os.path.join(sdir, "model.safetensors"))
     check(sorted(mh) == sorted(["t_F64", "t_F32", "t_F16", "t_BF16", "t_F8_E4M3"]), "model tensors")
     check(all(md[k] == expect[k][2] for k in mh), "model bytes")

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""`accel ckpt plan` and `accel size` against SEMANTICS.md (section 6 and policy 6), parsed with Python's json.
+"""`accel ckpt plan` and `accel size` against docs/semantics.md (§6 and policy 6), parsed with Python's json.
 
 usage: check_plan.py ACCEL_CLI
-The reference plan below is huggingface_hub's split_state_dict_into_shards_factory restated from SEMANTICS §6
-(no string entries, no tied storage); the size parser is policy 6 restated with Python's Decimal."""
+The reference plan below is huggingface_hub's split_state_dict_into_shards_factory restated from docs/semantics.md
+§6 (no string entries, no tied storage); the size parser is policy 6 restated with Python's Decimal."""
 import json
 import random
 import re
@@ -59,7 +59,7 @@ def plan(max_size, items):
 
 
 G = 10**9
-# SEMANTICS §6 worked examples
+# docs/semantics.md §6 worked examples
 p = plan("10GB", [("a", "6GB"), ("b", "6GB"), ("c", "2GB"), ("d", "6GB"), ("e", "2GB"), ("f", "2GB")])
 check([s["tensors"] for s in p["shards"]] == [["a"], ["b", "c"], ["d", "e", "f"]], "doc example [6],[6,2],[6,2,2]: %r" % p)
 check([s["bytes"] for s in p["shards"]] == [6 * G, 8 * G, 10 * G], "doc example bytes")

@@ -62,7 +62,7 @@ static int do_write(const char *dir) {
 static int do_read(const char *file) {
     accel_ckpt_file *f = NULL;
     int i, k;
-    if (accel_ckpt_open(NULL, file, &f) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+    if (accel_ckpt_file_open(NULL, file, &f) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
     for (i = 0; i < accel_ckpt_file_count(f); ++i) {
         const accel_ckpt_entry *e = accel_ckpt_file_entry(f, i);
         accel_tensor t;
@@ -88,7 +88,7 @@ static int do_read(const char *file) {
         hex(val);
         printf("\n");
     }
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
     return 0;
 }
 

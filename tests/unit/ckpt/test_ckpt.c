@@ -1,7 +1,7 @@
-/* Unit tests of accel_ckpt.h: the size parser (SEMANTICS policy 6), XXH64 vectors, safetensors round trips for every
-   dtype, hand-built reference-layout files, every malformed-file rule of the reference reader (each a specific error,
-   nothing loaded), sharding plans (SEMANTICS §6 cases), save_model/load_model, save_state/load_state, rotation,
-   corruption detection. */
+/* Unit tests of accel_ckpt.h: the size parser (docs/semantics.md policy 6), XXH64 vectors, safetensors round trips
+   for every dtype, hand-built reference-layout files, every malformed-file rule of the reference reader (each a
+   specific error, nothing loaded), sharding plans (docs/semantics.md §6 cases), save_model/load_model,
+   save_state/load_state, rotation, corruption detection. */
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include "accel_test_fs.h"
@@ -106,7 +106,7 @@ static void test_roundtrip_all_dtypes(void) {
     snprintf(path, sizeof path, "%s/all.safetensors", g_root);
     AT_EQ_INT(accel_ckpt_save_safetensors(NULL, path, t, n, meta, 2), ACCEL_OK);
     AT_CHECK(!exists("all.safetensors.tmp"));
-    AT_EQ_INT(accel_ckpt_open(NULL, path, &f), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_file_open(NULL, path, &f), ACCEL_OK);
     if (!f) return;
     AT_EQ_INT(accel_ckpt_file_count(f), n);
     AT_EQ_STR(accel_ckpt_file_metadata_get(f, "format"), "pt");
@@ -166,7 +166,7 @@ static void test_roundtrip_all_dtypes(void) {
         AT_EQ_INT(out0[8 * 3 * 6 - 1], 0x5A);
         free(out0);
     }
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
     /* the written header: N % 8 == 0, padded with spaces, data section = sum of sizes */
     {
         size_t sz = 0, k;
@@ -228,7 +228,7 @@ static void test_reference_bytes(void) {
                    "\"flag\":{\"shape\":[1],\"dtype\":\"BOOL\",\"data_offsets\":[16,17]},"
                    "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
               8, data, 17);
-    AT_EQ_INT(accel_ckpt_open_memory(NULL, buf, n, &f), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_file_open_memory(NULL, buf, n, &f), ACCEL_OK);
     if (!f) return;
     AT_EQ_INT(accel_ckpt_file_count(f), 3);
     e = accel_ckpt_file_entry(f, accel_ckpt_file_find(f, "a"));
@@ -251,21 +251,21 @@ static void test_reference_bytes(void) {
         AT_EQ_INT(gf, 1);
     }
     AT_EQ_STR(accel_ckpt_file_metadata_get(f, "format"), "pt");
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
     /* an unpadded header (N not a multiple of 8) is valid too */
     n = build(buf, "{\"x\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]}}", 0, "abc", 3);
-    AT_EQ_INT(accel_ckpt_open_memory(NULL, buf, n, &f), ACCEL_OK);
-    accel_ckpt_close(f);
+    AT_EQ_INT(accel_ckpt_file_open_memory(NULL, buf, n, &f), ACCEL_OK);
+    accel_ckpt_file_destroy(f);
     /* empty header object, no tensors */
     n = build(buf, "{}", 8, NULL, 0);
-    AT_EQ_INT(accel_ckpt_open_memory(NULL, buf, n, &f), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_file_open_memory(NULL, buf, n, &f), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_file_count(f), 0);
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
     /* escapes in names: \u00e9, a surrogate pair, \/ */
     n = build(buf, "{\"caf\\u00e9\\/\\ud83d\\ude00\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8, "z", 1);
-    AT_EQ_INT(accel_ckpt_open_memory(NULL, buf, n, &f), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_file_open_memory(NULL, buf, n, &f), ACCEL_OK);
     AT_CHECK(accel_ckpt_file_find(f, "caf\xc3\xa9/\xf0\x9f\x98\x80") == 0);
-    accel_ckpt_close(f);
+    accel_ckpt_file_destroy(f);
 }
 
 typedef struct { const char *what; const char *header; size_t data_len; int truncate_by; accel_result expect; const char *msg; } bad_case;
@@ -315,14 +315,14 @@ static void test_malformed(void) {
         else n = build(buf, c->header, 8, data, c->data_len);
         if (c->truncate_by > 0) n -= (size_t)c->truncate_by;
         if (c->truncate_by < 0) n = 8 + 10; /* header length claims more than the file holds */
-        AT_EQ_INT(accel_ckpt_open_memory(NULL, buf, n, &f), c->expect);
+        AT_EQ_INT(accel_ckpt_file_open_memory(NULL, buf, n, &f), c->expect);
         AT_CHECK(f == NULL);
         AT_CONTAINS(accel_last_error(NULL), c->msg);
         /* the same bytes through a real file */
         snprintf(path, sizeof path, "%s/bad.safetensors", g_root);
         write_bytes(path, buf, n);
         f = NULL;
-        AT_EQ_INT(accel_ckpt_open(NULL, path, &f), c->expect);
+        AT_EQ_INT(accel_ckpt_file_open(NULL, path, &f), c->expect);
         AT_CHECK(f == NULL);
     }
     /* nesting deeper than 64 */
@@ -337,7 +337,7 @@ static void test_malformed(void) {
         h[o] = 0;
         at_context = "deep nesting";
         n = build(buf, h, 8, NULL, 0);
-        AT_EQ_INT(accel_ckpt_open_memory(NULL, buf, n, &f), ACCEL_ERR_FORMAT);
+        AT_EQ_INT(accel_ckpt_file_open_memory(NULL, buf, n, &f), ACCEL_ERR_FORMAT);
         AT_CONTAINS(accel_last_error(NULL), "deeper than 64");
     }
     /* header > 100 MB: refused from the 8-byte length alone */
@@ -349,16 +349,16 @@ static void test_malformed(void) {
         at_context = "header > 100MB";
         for (k = 0; k < 8; ++k) hb[k] = (unsigned char)(big >> (8 * k));
         memset(hb + 8, ' ', 8);
-        AT_EQ_INT(accel_ckpt_open_memory(NULL, hb, 16, &f), ACCEL_ERR_FORMAT);
+        AT_EQ_INT(accel_ckpt_file_open_memory(NULL, hb, 16, &f), ACCEL_ERR_FORMAT);
         AT_CONTAINS(accel_last_error(NULL), "exceeds the 100000000-byte limit");
         big = ~(uint64_t)0; /* 8 + N overflows */
         for (k = 0; k < 8; ++k) hb[k] = (unsigned char)(big >> (8 * k));
-        AT_EQ_INT(accel_ckpt_open_memory(NULL, hb, 16, &f), ACCEL_ERR_FORMAT);
+        AT_EQ_INT(accel_ckpt_file_open_memory(NULL, hb, 16, &f), ACCEL_ERR_FORMAT);
     }
     at_context = "";
 }
 
-/* -------------------------------------------------------------------------------- sharding (SEMANTICS §6) */
+/* --------------------------------------------------------------------------- sharding (docs/semantics.md §6) */
 static void plan(const uint64_t *sizes, int n, uint64_t max, int *shard_of, int *ns) {
     uint64_t sb[64];
     AT_EQ_INT(accel_ckpt_plan_shards(NULL, sizes, n, max, shard_of, sb, ns), ACCEL_OK);
@@ -465,9 +465,9 @@ static void test_save_model(void) {
     {
         accel_ckpt_file *f = NULL;
         snprintf(p, sizeof p, "%s/model.safetensors", dir);
-        AT_EQ_INT(accel_ckpt_open(NULL, p, &f), ACCEL_OK);
+        AT_EQ_INT(accel_ckpt_file_open(NULL, p, &f), ACCEL_OK);
         AT_EQ_STR(accel_ckpt_file_metadata_get(f, "format"), "pt");
-        accel_ckpt_close(f);
+        accel_ckpt_file_destroy(f);
     }
     /* 2 shards after 3: the third is stale and removed; an unrelated file stays */
     snprintf(p, sizeof p, "%s/notes-00001-of-00002.txt", dir);
@@ -562,7 +562,7 @@ static void test_state(void) {
     AT_CONTAINS(out, "checkpoints/checkpoint_2");
     snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_0", p); AT_CHECK(!exists(latest));
     snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_1", p); AT_CHECK(exists(latest));
-    snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_2/random_states_0.json", p); AT_CHECK(exists(latest));
+    snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_2/random_states_0.bin", p); AT_EQ_INT(file_size(latest), ACCEL_STATE_BYTES);
     snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_2/custom_checkpoint_0.bin", p); AT_CHECK(exists(latest));
     snprintf(latest, sizeof latest, "%s/checkpoints/checkpoint_2/sampler.bin", p); AT_EQ_INT(file_size(latest), 16);
     snprintf(latest, sizeof latest, "%s/checkpoints/.checkpoint_2.tmp", p); AT_CHECK(!exists(latest));

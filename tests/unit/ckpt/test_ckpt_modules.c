@@ -1,5 +1,5 @@
-/* save_state / load_state with the real loss scaler (accel_amp.h) and data shard (accel_data.h) state, through the
-   generic byte callbacks (the modules never include each other; the adapters below are user code). */
+/* save_state / load_state with the real loss scaler (accel_amp.h) and data shard (accel_data.h) state, registered
+   directly through the core's state contract (accel_state_save_fn / accel_state_load_fn): no adapters. */
 #include "accel_ckpt.h"
 #include "accel_amp.h"
 #include "accel_data.h"
@@ -7,13 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static accel_result sampler_save(void *u, void *buf, size_t cap, size_t *n) {
-    if (cap < ACCEL_DATA_SHARD_STATE_BYTES) { *n = ACCEL_DATA_SHARD_STATE_BYTES; return ACCEL_OK; }
-    return accel_data_shard_state_save((const accel_data_shard *)u, (uint8_t *)buf, cap, n);
-}
-static accel_result sampler_load(void *u, const void *buf, size_t n) {
-    return accel_data_shard_state_load((accel_data_shard *)u, (const uint8_t *)buf, n);
-}
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
 int main(void) {
@@ -54,7 +47,7 @@ int main(void) {
     AT_EQ_INT(accel_ckpt_create(&acc, NULL, &ck), ACCEL_OK);
     accel_ckpt_register_model(ck, &t, 1);
     AT_EQ_INT(accel_ckpt_register(ck, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc), ACCEL_OK);
-    AT_EQ_INT(accel_ckpt_register(ck, "sampler", sampler_save, sampler_load, &sh), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(ck, "sampler", accel_data_shard_state_save, accel_data_shard_state_load, &sh), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_save_state(ck, dir, NULL, 0), ACCEL_OK);
 
     /* a fresh process: default-initialized objects of the same configuration */
@@ -64,7 +57,7 @@ int main(void) {
     AT_EQ_INT(accel_ckpt_create(&acc, NULL, &ck2), ACCEL_OK);
     accel_ckpt_register_model(ck2, &t, 1);
     accel_ckpt_register(ck2, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc2);
-    accel_ckpt_register(ck2, "sampler", sampler_save, sampler_load, &sh2);
+    accel_ckpt_register(ck2, "sampler", accel_data_shard_state_save, accel_data_shard_state_load, &sh2);
     AT_EQ_INT(accel_ckpt_load_state(ck2, dir), ACCEL_OK);
     AT_CHECK(!memcmp(w, w2, sizeof w));
     AT_NEAR(sc2.scale, 256.0, 0);
@@ -88,9 +81,10 @@ int main(void) {
         accel_ckpt_create(&acc, NULL, &ck3);
         accel_ckpt_register_model(ck3, &t, 1);
         accel_ckpt_register(ck3, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc2);
-        accel_ckpt_register(ck3, "sampler", sampler_save, sampler_load, &sh3);
-        AT_CHECK(accel_ckpt_load_state(ck3, dir) != ACCEL_OK);
-        AT_CONTAINS(accel_last_error(&acc), "sampler.bin");
+        accel_ckpt_register(ck3, "sampler", accel_data_shard_state_save, accel_data_shard_state_load, &sh3);
+        AT_EQ_INT(accel_ckpt_load_state(ck3, dir), ACCEL_ERR_MISMATCH);
+        /* the shard's own message (the root cause) behind the file it came from */
+        AT_CONTAINS(accel_last_error(&acc), "load_state: sampler.bin: shard state: saved for dataset_len 103, this shard has 104");
         accel_ckpt_destroy(ck3);
     }
     accel_ckpt_destroy(ck);

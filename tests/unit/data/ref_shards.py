@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Independent reference for `accel shards`: Accelerate's BatchSamplerShard and IterableDatasetShard iteration
-transcribed literally from SEMANTICS.md §1-2 (Accelerate data_loader.py) as plain generators — no closed forms —
-then compared with the JSON `accel shards` prints over a grid (N <= 200, B <= 8, P <= 5, every flag).
+transcribed literally from docs/semantics.md §1-2 (Accelerate data_loader.py) as plain generators — no closed forms —
+then compared with the JSON `accel shards` prints over a grid (N <= 200, B <= 8, P <= 5, every flag). `accel shards
+--prepare` (accel_data_shard's default) is compared with prepare_data_loader's decision transcribed on top of them:
+its split_batches sanity check first, then no sharding at all with one process (the plain DataLoader). Accelerate's
+ValueError texts must appear verbatim in the CLI's message.
 
 usage: ref_shards.py ACCEL_EXE [--full]   (default: edges of the grid, ~5k runs; --full: all of it, 128,640 runs)
 Exit 0 when every case matches, 1 otherwise."""
@@ -13,7 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 class ConfigError(Exception):
-    pass
+    """exact: the message is Accelerate's ValueError text (accel must print it verbatim)."""
+    def __init__(self, msg, exact=True):
+        super().__init__(msg)
+        self.exact = exact
 
 
 def batch_sampler(n, batch_size, drop_last, order=None):
@@ -160,7 +166,7 @@ def reference(n, b, p_count, split, even, drop, iterable, order=None):
         if iterable:
             if split and b == 1 and p_count > 1:
                 # policy 2: Accelerate's per-process DataLoader gets batch_size 1 // P = 0; accel refuses
-                raise ConfigError("split_batches with batch size 1")
+                raise ConfigError("split_batches with batch size 1", exact=False)
             shard = IterableDatasetShard(n, b, drop, p_count, p, split, order)
             per = b // p_count if split else b
             shards.append(list(dataloader_batches(iter(shard), per, drop)))
@@ -170,8 +176,26 @@ def reference(n, b, p_count, split, even, drop, iterable, order=None):
     return shards, [len(s) for s in shards]
 
 
+def prepare_reference(n, b, p_count, split, even, drop, iterable, order=None):
+    """What Accelerator.prepare(DataLoader(...)) iterates on each process (prepare_data_loader, dispatch_batches
+    False): the sanity check, then "No change if no multiprocess" — with one process the DataLoader itself, whose
+    batch_size is B // 1 with split_batches."""
+    if split and b > 1 and b % p_count != 0:
+        raise ConfigError(
+            f"To use a `DataLoader` in `split_batches` mode, the batch size ({b}) "
+            f"needs to be a round multiple of the number of processes ({p_count}).")
+    if p_count == 1:
+        source = range(n) if order is None else order
+        if iterable:
+            batches = list(dataloader_batches(iter(source), b, drop))
+        else:
+            batches = [list(x) for x in batch_sampler(n, b, drop, order)]
+        return [batches], [len(batches)]
+    return reference(n, b, p_count, split, even, drop, iterable, order)
+
+
 def run_case(exe, case):
-    n, b, p, split, even, drop, iterable = case
+    n, b, p, split, even, drop, iterable, prepare = case
     args = [exe, "shards", "--dataset-len", str(n), "--batch-size", str(b), "--num-processes", str(p),
             "--even-batches", str(int(even))]
     if split:
@@ -180,14 +204,19 @@ def run_case(exe, case):
         args.append("--drop-last")
     if iterable:
         args.append("--iterable")
+    if prepare:
+        args.append("--prepare")
+    error = None
     try:
-        want = reference(n, b, p, split, even, drop, iterable)
-    except ConfigError:
-        want = None
+        want = (prepare_reference if prepare else reference)(n, b, p, split, even, drop, iterable)
+    except ConfigError as e:
+        want, error = None, e
     r = subprocess.run(args, capture_output=True, text=True)
     if want is None:
         if r.returncode != 2:
             return f"{args[1:]}: expected exit 2 (invalid combination), got {r.returncode}: {r.stdout[:200]}"
+        if error.exact and str(error) not in r.stderr:
+            return f"{args[1:]}: expected Accelerate's message {str(error)!r}, got {r.stderr.strip()[:300]!r}"
         return None
     if r.returncode != 0:
         return f"{args[1:]}: exit {r.returncode}: {r.stderr.strip()[:300]}"
@@ -220,7 +249,10 @@ def grid(full):
                     for even in (False, True):
                         for drop in (False, True):
                             for iterable in (False, True):
-                                cases.append((n, b, p, split, even, drop, iterable))
+                                cases.append((n, b, p, split, even, drop, iterable, False))
+                                # prepare(): every one-process case and every split refusal; a sample of the rest
+                                if p == 1 or (split and b % p) or rng.random() < 0.1:
+                                    cases.append((n, b, p, split, even, drop, iterable, True))
     return cases
 
 

@@ -1,9 +1,12 @@
-/* Unit tests of accel_data.h: SEMANTICS.md's worked sharding cases, grid properties (coverage, duplicates only where
-   even_batches pads, equal lengths, lengths == iteration, skip == stream minus k), the random sampler (a permutation,
-   a function of (seed, epoch) only, world-size independent), GradientState bookkeeping and gather_for_metrics rows,
-   state round trips, llm.c token shards (good GPT-2/Llama-3 files written here with plain fwrite; corrupt, truncated,
-   wrong magic; a sparse > 4 GiB file), the sequence loader and the CPU stager. The exact Accelerate iteration is
-   checked separately against a literal Python transcription of Accelerate's generators (ref_shards.py). */
+/* Unit tests of accel_data.h: docs/semantics.md's worked sharding cases, grid properties (coverage, duplicates only
+   where even_batches pads, equal lengths, lengths == iteration, skip == stream minus k), the one-process rule
+   (prepare() does not shard), prepare()'s error order, the random sampler (a permutation, a function of (seed,
+   epoch) only, world-size independent), GradientState bookkeeping through acc's list of loaders and
+   gather_for_metrics rows, resume-safe epochs (state round trips, set_epoch keeping a restored position, the
+   documented loop interrupted at random batches), llm.c token shards (good GPT-2/Llama-3 files written here with
+   plain fwrite; corrupt, truncated, wrong magic; a sparse > 4 GiB file), the sequence loader and the CPU stager. The
+   exact Accelerate iteration is checked separately against a literal Python transcription of Accelerate's
+   generators (ref_shards.py). */
 #include "accel_data.h"
 #include "accel_test.h"
 #include <fcntl.h>
@@ -14,13 +17,21 @@
 static void quiet_log(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
 /* ------------------------------------------------------------------------------------------ helpers */
+/* The shard classes themselves (batch_sampler_shard: BatchSamplerShard / IterableDatasetShard also at P = 1), as
+   docs/semantics.md §1-§2 describe them; mk_prepare: what prepare() hands a trainer (the default). */
 static accel_data_shard_desc mk(int64_t n, int64_t b, int P, int p, int split, int even, int drop, int iterable) {
     accel_data_shard_desc d;
     memset(&d, 0, sizeof d);
     d.dataset_len = n; d.batch_size = b; d.num_processes = P; d.process_index = p;
     d.split_batches = split ? ACCEL_ON : ACCEL_OFF;
-    d.even_batches = even ? ACCEL_ON : ACCEL_OFF;
+    d.no_even_batches = !even;
     d.drop_last = drop; d.iterable = iterable;
+    d.batch_sampler_shard = 1;
+    return d;
+}
+static accel_data_shard_desc mk_prepare(int64_t n, int64_t b, int P, int p, int split, int even, int drop, int iterable) {
+    accel_data_shard_desc d = mk(n, b, P, p, split, even, drop, iterable);
+    d.batch_sampler_shard = 0;
     return d;
 }
 
@@ -62,9 +73,10 @@ static void test_worked_cases(void) {
         const char *w[] = {"[0,1][8,0]", "[2,3][1,2]", "[4,5][3,4]", "[6,7][5,6]"};
         expect_shards("N9B2P4", mk(9, 2, 4, 0, 0, 1, 0, 0), w);
     }
-    {   /* P=1 pads the short batch: [0,1],[2,3],[4,0] */
+    {   /* BatchSamplerShard at P=1 pads the short batch: [0,1],[2,3],[4,0] */
         const char *w[] = {"[0,1][2,3][4,0]"};
         expect_shards("N5B2P1", mk(5, 2, 1, 0, 0, 1, 0, 0), w);
+        expect_shards("N5B2P1-iterable", mk(5, 2, 1, 0, 0, 1, 0, 1), w);
     }
     {   /* 5 batches, P=2, drop_last: incomplete rounds dropped even with full batches → 2 each */
         const char *w[] = {"[0,1][4,5]", "[2,3][6,7]"};
@@ -138,9 +150,93 @@ static void test_worked_cases(void) {
     }
 }
 
+/* One process: prepare() does not shard, the plain DataLoader yields the short last batch (no padding from the start
+   of the epoch), for map-style and iterable datasets, whatever even_batches says; remainder = N % B. */
+static void test_one_process(void) {
+    int even, it, split;
+    for (even = 0; even < 2; ++even)
+        for (it = 0; it < 2; ++it)
+            for (split = 0; split < 2; ++split) {
+                const char *w[] = {"[0,1][2,3][4]"}, *wd[] = {"[0,1][2,3]"}, *w7[] = {"[0,1,2][3,4,5][6]"};
+                expect_shards("prepare-N5B2P1", mk_prepare(5, 2, 1, 0, split, even, 0, it), w);
+                expect_shards("prepare-N5B2P1-drop", mk_prepare(5, 2, 1, 0, split, even, 1, it), wd);
+                expect_shards("prepare-N7B3P1", mk_prepare(7, 3, 1, 0, split, even, 0, it), w7);
+            }
+    {   /* the trainer-facing default (num_processes from a one-process acc) is that rule; its bookkeeping too */
+        accel acc;
+        accel_desc ad;
+        accel_data_shard sh;
+        accel_data_shard_desc d;
+        int64_t buf[4], count;
+        memset(&ad, 0, sizeof ad);
+        ad.no_mpi = 1; ad.cpu = 1; ad.log_fn = quiet_log;
+        AT_EQ_INT(accel_init(&acc, &ad), ACCEL_OK);
+        for (it = 0; it < 2; ++it) {
+            memset(&d, 0, sizeof d);
+            d.dataset_len = 5; d.batch_size = 2; d.iterable = it;
+            AT_EQ_INT(accel_data_shard_init(&acc, &sh, &d), ACCEL_OK);
+            AT_EQ_INT(accel_data_shard_len(&sh), 3);
+            AT_EQ_INT(accel_data_shard_remainder(&sh), 1); /* N % B */
+            AT_EQ_INT(accel_data_shard_next(&sh, buf, &count), ACCEL_OK);
+            AT_EQ_INT(accel_data_shard_next(&sh, buf, &count), ACCEL_OK);
+            AT_EQ_INT(accel_data_shard_next(&sh, buf, &count), ACCEL_OK);
+            AT_EQ_INT(count, 1); /* [4], not [4,0] */
+            AT_EQ_INT(buf[0], 4);
+            AT_EQ_INT(acc.end_of_dataloader, 1);
+            AT_EQ_INT(acc.remainder, 1);
+            AT_EQ_INT(accel_data_gather_real_rows(&acc, count), 1); /* gather_for_metrics keeps the one real row */
+            AT_EQ_INT(accel_data_shard_next(&sh, buf, &count), ACCEL_OK);
+            AT_EQ_INT(count, 0);
+            accel_data_shard_deinit(&sh);
+        }
+        /* shuffled: the epoch's order cut into batches of B, the last one short */
+        {
+            accel_data_sampler smp;
+            int64_t k = 0, i, got = 0;
+            int same = 1;
+            memset(&d, 0, sizeof d);
+            d.dataset_len = 11; d.batch_size = 4; d.shuffle = 1; d.seed = 3;
+            AT_EQ_INT(accel_data_shard_init(&acc, &sh, &d), ACCEL_OK);
+            accel_data_sampler_init(NULL, &smp, 11, 1, 3);
+            while (accel_data_shard_next(&sh, buf, &count) == ACCEL_OK && count > 0) {
+                for (i = 0; i < count; ++i) same &= buf[i] == accel_data_sampler_index(&smp, k * 4 + i);
+                got += count;
+                ++k;
+            }
+            AT_CHECK(same);
+            AT_EQ_INT(got, 11);
+            AT_EQ_INT(k, 3);
+            accel_data_shard_deinit(&sh);
+        }
+        accel_shutdown(&acc);
+    }
+}
+
 static void test_errors(void) {
     accel_data_shard sh;
     accel_data_shard_desc d;
+    /* trainer-facing: prepare_data_loader's sanity check fires first, with its text */
+    d = mk_prepare(10, 3, 2, 0, 1, 1, 0, 0);
+    AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(NULL), "To use a `DataLoader` in `split_batches` mode, the batch size (3) needs to be a "
+                                        "round multiple of the number of processes (2).");
+    d = mk_prepare(10, 3, 2, 0, 1, 1, 0, 1);
+    AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(NULL), "To use a `DataLoader` in `split_batches` mode, the batch size (3)");
+    d = mk_prepare(10, 1, 2, 0, 1, 1, 0, 0); /* prepare() lets B == 1 through; BatchSamplerShard's check applies */
+    AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(NULL), "To use `BatchSamplerShard` in `split_batches` mode, the batch size (1) needs to "
+                                        "be a round multiple of the number of processes (2).");
+    d = mk_prepare(10, 1, 2, 0, 1, 1, 0, 1); /* ... and for an iterable, policy 2 */
+    AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(NULL), "batch size 1");
+    d = mk_prepare(10, 6, 4, 0, 1, 1, 0, 0);
+    AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(NULL), "`DataLoader` in `split_batches` mode, the batch size (6) needs to be a round "
+                                        "multiple of the number of processes (4).");
+    d = mk_prepare(10, 3, 1, 0, 1, 1, 0, 1); /* one process: nothing to split */
+    AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_OK);
+    /* the shard classes themselves (batch_sampler_shard, the CLI): their own messages */
     d = mk(10, 3, 2, 0, 1, 1, 0, 0);
     AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_ERR_INVALID_ARGUMENT);
     AT_CONTAINS(accel_last_error(NULL), "To use `BatchSamplerShard` in `split_batches` mode, the batch size (3) needs to be "
@@ -163,8 +259,23 @@ static void test_errors(void) {
     AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_ERR_INVALID_ARGUMENT);
     AT_CONTAINS(accel_last_error(NULL), "process_index 2");
     d = mk(10, 2, 2, 0, 0, 1, 0, 0);
-    d.even_batches = 5;
+    d.split_batches = (accel_toggle)5;
     AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(NULL), "split_batches 5");
+    d = mk(10, 3, 2, 1, 0, 1, 0, 0);
+    d.no_even_batches = 7; /* any nonzero value turns it off: p1 gets [3,4,5],[9] */
+    AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_OK);
+    AT_EQ_INT(sh.desc.no_even_batches, 1);
+    AT_EQ_INT(accel_data_shard_batch_len(&sh, 1), 1);
+    {   /* a failed init changes nothing */
+        accel_data_shard before;
+        d = mk(10, 3, 2, 1, 0, 1, 0, 0);
+        AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_OK);
+        before = sh;
+        d.batch_size = 0;
+        AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CHECK(!memcmp(&before, &sh, sizeof sh));
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ grid */
@@ -176,11 +287,13 @@ static void test_grid(void) {
     for (n = 0; n <= 200; ++n)
         for (b = 1; b <= 8; ++b)
             for (P = 1; P <= 5; ++P)
-                for (flags = 0; flags < 16; ++flags) {
+                for (flags = 0; flags < 32; ++flags) {
                     int split = flags & 1, even = (flags >> 1) & 1, drop = (flags >> 2) & 1, it = (flags >> 3) & 1;
+                    int prepare = (flags >> 4) & 1; /* prepare()'s rule: no sharding (no padding) with one process */
                     int64_t lens[5], total = 0, G, i, p, dup = 0, expect_total;
-                    int pads = !drop && (even || it);
-                    accel_data_shard_desc d = mk(n, b, (int)P, 0, split, even, drop, it);
+                    int pads = !drop && (even || it) && !(prepare && P == 1);
+                    accel_data_shard_desc d = prepare ? mk_prepare(n, b, (int)P, 0, split, even, drop, it)
+                                                      : mk(n, b, (int)P, 0, split, even, drop, it);
                     accel_data_shard sh;
                     if ((split && b % P) || (split && it && b == 1 && P > 1)) continue;
                     ++cases;
@@ -206,7 +319,7 @@ static void test_grid(void) {
                             ++k;
                         }
                         if (k != lens[p]) bad++;
-                        if (sh.epoch != 1) bad++;
+                        if (accel_data_shard_epoch(&sh) != 1) bad++;
                         /* skip_first_batches(s) == the stream minus s batches */
                         for (skip = 0; skip <= lens[p] + 1; skip += (lens[p] > 4 ? 3 : 1)) {
                             int64_t k2 = skip;
@@ -234,7 +347,7 @@ static void test_grid(void) {
                     }
                     if (!pads && dup) bad++;                   /* duplicates only where padding is required */
                     if (pads && dup != expect_total - n) bad++;
-                    if (even || it || drop)                    /* even_batches: equal lengths */
+                    if (pads || drop)                          /* even_batches: equal lengths */
                         for (p = 1; p < P; ++p)
                             if (lens[p] != lens[0]) bad++;
                     if (bad) {
@@ -245,7 +358,7 @@ static void test_grid(void) {
                     }
                 }
     AT_CHECK(bad == 0);
-    AT_CHECK(cases > 50000);
+    AT_CHECK(cases > 100000);
 }
 
 /* ------------------------------------------------------------------------------------- random sampler */
@@ -421,12 +534,20 @@ static void test_bookkeeping(void) {
         size_t w = 0;
         int64_t ba[8], bb[8], ca, cb;
         int same = 1;
-        d = mk(103, 4, 3, 1, 0, 1, 0, 0);
+        d = mk_prepare(103, 4, 3, 1, 0, 1, 0, 0);
         d.shuffle = 1; d.seed = 77;
         accel_data_shard_init(&acc, &a, &d);
         accel_data_shard_set_epoch(&a, 2);
         for (k = 0; k < 5; ++k) accel_data_shard_next(&a, ba, &ca);
-        AT_EQ_INT(accel_data_shard_state_save(&a, st, 10, &w), ACCEL_ERR_INVALID_ARGUMENT);
+        /* accel_state_save_fn: too small or NULL → the size, nothing written */
+        memset(st, 0xAB, sizeof st);
+        AT_EQ_INT(accel_data_shard_state_save(&a, st, 10, &w), ACCEL_OK);
+        AT_EQ_INT(w, ACCEL_DATA_SHARD_STATE_BYTES);
+        AT_EQ_INT(st[0], 0xAB);
+        w = 0;
+        AT_EQ_INT(accel_data_shard_state_save(&a, NULL, 0, &w), ACCEL_OK);
+        AT_EQ_INT(w, ACCEL_DATA_SHARD_STATE_BYTES);
+        AT_EQ_INT(accel_data_shard_state_save(&a, st, sizeof st, NULL), ACCEL_ERR_INVALID_ARGUMENT);
         AT_EQ_INT(accel_data_shard_state_save(&a, st, sizeof st, &w), ACCEL_OK);
         AT_EQ_INT(w, ACCEL_DATA_SHARD_STATE_BYTES);
         /* the documented little-endian layout */
@@ -450,7 +571,7 @@ static void test_bookkeeping(void) {
             if (ca == 0 || cb == 0) break;
         }
         AT_CHECK_MSG(same, "state round trip resumes the identical stream");
-        AT_EQ_INT(b2.epoch, 3);
+        AT_EQ_INT(accel_data_shard_epoch(&b2), 3);
         /* mismatches and corruption change nothing */
         {
             accel_data_shard c;
@@ -464,6 +585,12 @@ static void test_bookkeeping(void) {
             d2 = d; d2.num_processes = 4;
             accel_data_shard_init(&acc, &c, &d2);
             AT_EQ_INT(accel_data_shard_state_load(&c, st, w), ACCEL_ERR_MISMATCH);
+            /* the root cause stays in the shard's acc */
+            AT_CONTAINS(accel_last_error(&acc), "shard state: saved with num_processes 3, this run has 4");
+            d2 = d; d2.batch_sampler_shard = 1;
+            accel_data_shard_init(&acc, &c, &d2);
+            AT_EQ_INT(accel_data_shard_state_load(&c, st, w), ACCEL_ERR_MISMATCH);
+            AT_CONTAINS(accel_last_error(&acc), "32 batch_sampler_shard");
             d2 = d; d2.drop_last = 1;
             accel_data_shard_init(&acc, &c, &d2);
             AT_EQ_INT(accel_data_shard_state_load(&c, st, w), ACCEL_ERR_MISMATCH);
@@ -489,6 +616,210 @@ static void test_bookkeeping(void) {
     AT_EQ_INT(accel_data_shard_init(&acc, &sh, &d), ACCEL_OK);
     AT_EQ_INT(sh.num_processes, 1);
     AT_EQ_INT(accel_data_shard_len(&sh), 4);
+    accel_shutdown(&acc);
+}
+
+/* ------------------------------------------------------------------------------ acc's list of loaders */
+/* The list of active loaders lives in each Accelerator (accel.h), keyed by the loader object: nothing is shared
+   between Accelerators (the old process-wide list was capped at 64 for all of them together and shared its
+   entries between threads), and a shard that ends its bookkeeping (deinit / end) leaves the list. */
+static void test_loader_list(void) {
+    static accel_data_shard many[64];
+    accel acc1, acc2;
+    accel_desc ad;
+    accel_data_shard a, b, c;
+    accel_data_shard_desc d;
+    int64_t buf[8], count;
+    int i;
+    memset(&ad, 0, sizeof ad);
+    ad.no_mpi = 1; ad.cpu = 1; ad.log_fn = quiet_log;
+    AT_EQ_INT(accel_init(&acc1, &ad), ACCEL_OK);
+    AT_EQ_INT(accel_init(&acc2, &ad), ACCEL_OK);
+    /* 64 loaders in the middle of an epoch on acc1 do not use up acc2's list */
+    d = mk_prepare(10, 3, 1, 0, 0, 1, 0, 0);
+    for (i = 0; i < 64; ++i) {
+        AT_EQ_INT(accel_data_shard_init(&acc1, &many[i], &d), ACCEL_OK);
+        AT_EQ_INT(accel_data_shard_next(&many[i], buf, &count), ACCEL_OK);
+    }
+    AT_EQ_INT(accel_data_shard_init(&acc2, &a, &d), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_next(&a, buf, &count), ACCEL_OK);
+    AT_EQ_INT(count, 3);
+    AT_EQ_INT(acc2.remainder, 1);
+    /* ... while a 65th on acc1 is refused (the core's limit), with the reason in acc1 */
+    AT_EQ_INT(accel_data_shard_init(&acc1, &b, &d), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_next(&b, buf, &count), ACCEL_ERR_STATE);
+    AT_CONTAINS(accel_last_error(&acc1), "dataloaders are being iterated at once");
+    for (i = 0; i < 64; ++i) accel_data_shard_deinit(&many[i]);
+    AT_EQ_INT(acc1.remainder, -1);
+    AT_EQ_INT(acc1.end_of_dataloader, 0);
+    /* acc2's loader reaching its last batch does not show on acc1 */
+    AT_EQ_INT(accel_data_shard_init(&acc1, &b, &d), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_next(&b, buf, &count), ACCEL_OK);
+    while (acc2.end_of_dataloader == 0) AT_EQ_INT(accel_data_shard_next(&a, buf, &count), ACCEL_OK);
+    AT_EQ_INT(acc1.end_of_dataloader, 0);
+    /* an inner loader deinitialized mid-epoch (it goes out of scope) restores the outer one's values */
+    d = mk_prepare(5, 2, 1, 0, 0, 1, 0, 0);
+    AT_EQ_INT(accel_data_shard_init(&acc2, &c, &d), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_next(&c, buf, &count), ACCEL_OK);
+    AT_EQ_INT(acc2.end_of_dataloader, 0);
+    AT_EQ_INT(acc2.remainder, 1);
+    accel_data_shard_deinit(&c);
+    AT_EQ_INT(acc2.end_of_dataloader, 1); /* a's last batch again */
+    accel_data_shard_deinit(&c);          /* idempotent */
+    /* re-initializing a loader in place in the middle of its epoch takes it off the list */
+    AT_EQ_INT(accel_data_shard_init(&acc2, &a, &d), ACCEL_OK);
+    AT_EQ_INT(acc2.end_of_dataloader, 0);
+    AT_EQ_INT(acc2.remainder, -1);
+    /* the end of an epoch leaves the list; abandoning an epoch restarts it, the epoch unchanged */
+    AT_EQ_INT(accel_data_shard_next(&a, buf, &count), ACCEL_OK);
+    accel_data_shard_end(&a);
+    AT_EQ_INT(acc2.remainder, -1);
+    AT_EQ_INT(accel_data_shard_epoch(&a), 0);
+    AT_EQ_INT(accel_data_shard_next(&a, buf, &count), ACCEL_OK);
+    AT_EQ_INT(buf[0], 0);
+    accel_data_shard_deinit(&a);
+    accel_data_shard_deinit(&b);
+    {   /* deinit is safe on a zeroed shard and without acc */
+        accel_data_shard z;
+        memset(&z, 0, sizeof z);
+        accel_data_shard_deinit(&z);
+        accel_data_shard_deinit(NULL);
+    }
+    accel_shutdown(&acc1);
+    accel_shutdown(&acc2);
+}
+
+/* ----------------------------------------------------------------------------------- epochs and resume */
+#define LOG_CAP 200000
+typedef struct batch_log {
+    int64_t v[LOG_CAP];
+    int64_t n;
+} batch_log;
+
+static void log_push(batch_log *l, int64_t x) {
+    if (l->n < LOG_CAP) l->v[l->n] = x;
+    l->n++;
+}
+
+/* The documented loop over `epochs` epochs, logging (epoch, count, end_of_dataloader, remainder, indices) of every
+   batch. interrupt_at > 0: after that many batches the state is saved, the shard dropped and a fresh one initialized
+   and loaded, and the loop starts over from its top, as a restarted process would. set_epoch_at_top: the loop also
+   calls set_epoch(epoch) at the top of every epoch. */
+static void run_documented_loop(accel *acc, const accel_data_shard_desc *d, int64_t epochs, int64_t interrupt_at,
+                                int set_epoch_at_top, batch_log *l) {
+    accel_data_shard sh;
+    int64_t idx[64], count, seen = 0, i;
+    l->n = 0;
+    if (accel_data_shard_init(acc, &sh, d) != ACCEL_OK) { log_push(l, -999); return; }
+    while (accel_data_shard_epoch(&sh) < epochs) {
+        if (set_epoch_at_top && accel_data_shard_set_epoch(&sh, accel_data_shard_epoch(&sh)) != ACCEL_OK) log_push(l, -998);
+        while (accel_data_shard_next(&sh, idx, &count) == ACCEL_OK && count > 0) {
+            log_push(l, accel_data_shard_epoch(&sh));
+            log_push(l, count);
+            log_push(l, acc ? acc->end_of_dataloader : -5);
+            log_push(l, acc ? acc->remainder : -5);
+            for (i = 0; i < count; ++i) log_push(l, idx[i]);
+            if (++seen == interrupt_at) {
+                unsigned char st[ACCEL_DATA_SHARD_STATE_BYTES];
+                size_t w = 0;
+                if (accel_data_shard_state_save(&sh, st, sizeof st, &w) != ACCEL_OK) log_push(l, -997);
+                accel_data_shard_deinit(&sh);
+                if (accel_data_shard_init(acc, &sh, d) != ACCEL_OK || accel_data_shard_state_load(&sh, st, w) != ACCEL_OK)
+                    log_push(l, -996);
+                break; /* back to the top of the program */
+            }
+        }
+    }
+    accel_data_shard_deinit(&sh);
+}
+
+static void test_epochs_resume(void) {
+    static batch_log ref, got;
+    accel acc;
+    accel_desc ad;
+    accel_data_shard sh, sh2;
+    accel_data_shard_desc d;
+    int64_t buf[8], buf2[8], count, count2, k;
+    unsigned char st[ACCEL_DATA_SHARD_STATE_BYTES];
+    size_t w = 0;
+    memset(&ad, 0, sizeof ad);
+    ad.no_mpi = 1; ad.cpu = 1; ad.log_fn = quiet_log;
+    AT_EQ_INT(accel_init(&acc, &ad), ACCEL_OK);
+    /* state_load, then set_epoch with the same epoch before its first next(): the restored position is kept */
+    d = mk_prepare(23, 2, 2, 1, 0, 1, 0, 0);
+    d.shuffle = 1; d.seed = 5;
+    AT_EQ_INT(accel_data_shard_init(&acc, &sh, &d), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_epoch(&sh), 0);
+    AT_EQ_INT(accel_data_shard_set_epoch(&sh, 1), ACCEL_OK);
+    for (k = 0; k < 3; ++k) accel_data_shard_next(&sh, buf, &count);
+    AT_EQ_INT(accel_data_shard_state_save(&sh, st, sizeof st, &w), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_next(&sh, buf, &count), ACCEL_OK); /* batch 3 of epoch 1: what must come next */
+    accel_data_shard_deinit(&sh);
+    AT_EQ_INT(accel_data_shard_init(&acc, &sh2, &d), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_state_load(&sh2, st, w), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_epoch(&sh2), 1);
+    AT_EQ_INT(accel_data_shard_set_epoch(&sh2, 1), ACCEL_OK);
+    AT_EQ_INT(sh2.position, 3);
+    AT_EQ_INT(accel_data_shard_next(&sh2, buf2, &count2), ACCEL_OK);
+    AT_EQ_INT(count2, count);
+    AT_CHECK_MSG(count == count2 && !memcmp(buf, buf2, sizeof(int64_t) * (size_t)count),
+                 "set_epoch(same epoch) after state_load continues at the restored batch");
+    /* once the epoch is being iterated, set_epoch(same) starts it over at its first batch */
+    AT_EQ_INT(accel_data_shard_set_epoch(&sh2, 1), ACCEL_OK);
+    AT_EQ_INT(sh2.position, 0);
+    AT_EQ_INT(acc.remainder, -1); /* the abandoned epoch left acc's list */
+    AT_EQ_INT(accel_data_shard_get_batch(&sh2, 0, buf, &count), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_next(&sh2, buf2, &count2), ACCEL_OK);
+    AT_CHECK(count == count2 && !memcmp(buf, buf2, sizeof(int64_t) * (size_t)count));
+    /* a different epoch starts at its first batch, even right after state_load */
+    AT_EQ_INT(accel_data_shard_state_load(&sh2, st, w), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_set_epoch(&sh2, 4), ACCEL_OK);
+    AT_EQ_INT(sh2.position, 0);
+    AT_EQ_INT(accel_data_shard_epoch(&sh2), 4);
+    /* skip_first_batches, then set_epoch(same): the skip is kept */
+    AT_EQ_INT(accel_data_shard_skip_first_batches(&sh2, 2), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_set_epoch(&sh2, 4), ACCEL_OK);
+    AT_EQ_INT(sh2.position, 2);
+    AT_EQ_INT(accel_data_shard_set_epoch(&sh2, -1), ACCEL_ERR_INVALID_ARGUMENT);
+    accel_data_shard_deinit(&sh2);
+
+    /* the documented loop interrupted after every possible batch (with and without set_epoch at the top of each
+       epoch) yields exactly the batches — and the bookkeeping — of the uninterrupted run */
+    {
+        static const int64_t cases[][8] = {
+            /* N, B, P, p, split, even, drop, iterable */
+            {23, 2, 2, 1, 0, 1, 0, 0}, {23, 3, 1, 0, 0, 1, 0, 0}, {10, 4, 2, 0, 1, 0, 0, 0}, {17, 2, 3, 2, 0, 0, 0, 1},
+            {30, 4, 2, 1, 0, 1, 1, 0}, {5, 8, 1, 0, 0, 1, 1, 0}, {0, 2, 2, 0, 0, 1, 0, 0},
+        };
+        int ci, shuffle, top, mismatches = 0, runs = 0;
+        for (ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ++ci)
+            for (shuffle = 0; shuffle < 2; ++shuffle)
+                for (top = 0; top < 2; ++top) {
+                    const int64_t *c = cases[ci];
+                    int64_t stop, epochs = 3, total;
+                    d = mk_prepare(c[0], c[1], (int)c[2], (int)c[3], (int)c[4], (int)c[5], (int)c[6], (int)c[7]);
+                    d.shuffle = shuffle; d.seed = 11;
+                    run_documented_loop(&acc, &d, epochs, -1, top, &ref);
+                    AT_CHECK(ref.n < LOG_CAP);
+                    accel_data_shard_init(NULL, &sh, &d);
+                    total = epochs * accel_data_shard_len(&sh);
+                    for (stop = 1; stop <= total; ++stop) {
+                        run_documented_loop(&acc, &d, epochs, stop, top, &got);
+                        ++runs;
+                        if (got.n != ref.n || memcmp(got.v, ref.v, sizeof(int64_t) * (size_t)ref.n)) {
+                            if (!mismatches)
+                                fprintf(stderr, "resume mismatch: case %d shuffle %d set_epoch-at-top %d interrupted "
+                                        "after %lld batches (%lld vs %lld entries)\n", ci, shuffle, top, (long long)stop,
+                                        (long long)got.n, (long long)ref.n);
+                            ++mismatches;
+                        }
+                    }
+                }
+        AT_CHECK_MSG(mismatches == 0, "a resumed documented loop yields the uninterrupted batch sequence");
+        AT_CHECK(runs > 250);
+        AT_EQ_INT(acc.remainder, -1);
+        AT_EQ_INT(acc.end_of_dataloader, 0);
+    }
     accel_shutdown(&acc);
 }
 
@@ -530,37 +861,37 @@ static void test_token_files(void) {
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, p1), ACCEL_OK);
     AT_EQ_INT(tf.info.token_bytes, 2);
     AT_EQ_INT(tf.info.num_tokens, 1000);
-    AT_EQ_INT(accel_data_token_file_read(&acc, &tf, 990, 10, out), ACCEL_OK);
+    AT_EQ_INT(accel_data_token_file_read(&tf, 990, 10, out), ACCEL_OK);
     AT_EQ_INT(out[0], (990 * 7) % 50257);
     AT_EQ_INT(out[9], (999 * 7) % 50257);
-    AT_EQ_INT(accel_data_token_file_read(&acc, &tf, 995, 10, out), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_data_token_file_read(&tf, 995, 10, out), ACCEL_ERR_INVALID_ARGUMENT);
     {   /* every token, through the vectorized widening at odd offsets and lengths */
         static int32_t all[1000];
         int64_t first, i;
         int okv = 1;
         for (first = 0; first < 9; ++first) {
-            AT_EQ_INT(accel_data_token_file_read(&acc, &tf, first, 1000 - first - (first & 3), all), ACCEL_OK);
+            AT_EQ_INT(accel_data_token_file_read(&tf, first, 1000 - first - (first & 3), all), ACCEL_OK);
             for (i = 0; i < 1000 - first - (first & 3); ++i)
                 if (all[i] != (int32_t)(((first + i) * 7) % 50257)) okv = 0;
         }
         AT_CHECK_MSG(okv, "uint16 tokens widen exactly");
     }
-    accel_data_token_file_close(&tf);
+    accel_data_token_file_deinit(&tf);
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, p2), ACCEL_OK);
     AT_EQ_INT(tf.info.token_bytes, 4);
     AT_EQ_INT(tf.info.num_tokens, 500);
-    AT_EQ_INT(accel_data_token_file_read(&acc, &tf, 499, 1, out), ACCEL_OK);
+    AT_EQ_INT(accel_data_token_file_read(&tf, 499, 1, out), ACCEL_OK);
     AT_EQ_INT(out[0], (int32_t)((499u * 131u) % 128256u));
     {
         static int32_t all[500];
         int64_t i;
         int okv = 1;
-        AT_EQ_INT(accel_data_token_file_read(&acc, &tf, 3, 497, all), ACCEL_OK);
+        AT_EQ_INT(accel_data_token_file_read(&tf, 3, 497, all), ACCEL_OK);
         for (i = 0; i < 497; ++i)
             if (all[i] != (int32_t)((uint32_t)((3 + i) * 131) % 128256u)) okv = 0;
         AT_CHECK_MSG(okv, "uint32 tokens read exactly");
     }
-    accel_data_token_file_close(&tf);
+    accel_data_token_file_deinit(&tf);
     /* bad files */
     write_shard(pbad, 20240520, 1, 1000, 2, 999, 1);
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, pbad), ACCEL_ERR_FORMAT);
@@ -591,7 +922,7 @@ static void test_token_files(void) {
     write_shard(pbad, 20240520, 1, 0, 2, 0, 1); /* empty but valid */
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, pbad), ACCEL_OK);
     AT_EQ_INT(tf.info.num_tokens, 0);
-    accel_data_token_file_close(&tf);
+    accel_data_token_file_deinit(&tf);
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, "/nonexistent/accel/x.bin"), ACCEL_ERR_NOT_FOUND);
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, tmpdir), ACCEL_ERR_FORMAT); /* a directory */
     {   /* > 4 GiB (sparse): Llama-3 with 2^30 + 3 tokens = 4 GiB + 1036 bytes; 64-bit offsets throughout */
@@ -610,9 +941,9 @@ static void test_token_files(void) {
             close(fd);
             AT_EQ_INT(accel_data_token_file_open(&acc, &tf, pbig), ACCEL_OK);
             AT_EQ_INT(tf.info.num_tokens, ntok);
-            AT_EQ_INT(accel_data_token_file_read(&acc, &tf, ntok - 4, 4, out), ACCEL_OK);
+            AT_EQ_INT(accel_data_token_file_read(&tf, ntok - 4, 4, out), ACCEL_OK);
             AT_EQ_INT(out[0], 0); AT_EQ_INT(out[1], 11); AT_EQ_INT(out[2], 22); AT_EQ_INT(out[3], 33);
-            accel_data_token_file_close(&tf);
+            accel_data_token_file_deinit(&tf);
         } else {
             if (fd >= 0) close(fd);
             fprintf(stderr, "note: no sparse 4 GiB file here; that case was not run\n");
@@ -666,7 +997,7 @@ static void test_seq_loader(void) {
     AT_EQ_INT(buf[0], 96); AT_EQ_INT(buf[4], 100); AT_EQ_INT(buf[5], 0); AT_EQ_INT(buf[9], 4);
     /* shuffled: in an epoch the ranks' rows are disjoint windows; a window is (file, first token / 4) */
     for (rank = 0; rank < 3; ++rank) {
-        accel_data_seq_free(&ld[rank]);
+        accel_data_seq_deinit(&ld[rank]);
         d.process_index = rank; d.shuffle = 1; d.seed = 9;
         accel_data_seq_init(NULL, &ld[rank], &d);
         accel_data_seq_set_epoch(&ld[rank], 1);
@@ -689,7 +1020,7 @@ static void test_seq_loader(void) {
             ++nb;
         }
         AT_EQ_INT(nb, 6);
-        AT_EQ_INT(ld[rank].epoch, 2);
+        AT_EQ_INT(accel_data_seq_epoch(&ld[rank]), 2);
     }
     AT_CHECK(ok);
     AT_CHECK_MSG(disjoint, "no window is given twice in an epoch");
@@ -704,6 +1035,9 @@ static void test_seq_loader(void) {
         d.process_index = 2; d.seed = 1;
         AT_EQ_INT(accel_data_seq_init(NULL, &r, &d), ACCEL_OK);
         AT_EQ_INT(accel_data_seq_state_load(&r, st, w), ACCEL_OK);
+        AT_EQ_INT(accel_data_seq_epoch(&r), 5);
+        AT_EQ_INT(accel_data_seq_set_epoch(&r, 5), ACCEL_OK); /* the same epoch before its first next(): kept */
+        AT_EQ_INT(r.position, 3);
         for (;;) {
             accel_data_seq_next(&ld[2], buf, &got);
             accel_data_seq_next(&r, buf2, &g2);
@@ -711,13 +1045,60 @@ static void test_seq_loader(void) {
             if (!got || !g2) break;
         }
         AT_CHECK(same);
-        accel_data_seq_free(&r);
+        AT_EQ_INT(accel_data_seq_epoch(&r), 6);
+        /* once iterated, set_epoch(same) restarts the epoch; another epoch starts at its first batch */
+        AT_EQ_INT(accel_data_seq_next(&r, buf, &g2), ACCEL_OK);
+        AT_EQ_INT(accel_data_seq_set_epoch(&r, 6), ACCEL_OK);
+        AT_EQ_INT(r.position, 0);
+        AT_EQ_INT(accel_data_seq_state_load(&r, st, w), ACCEL_OK);
+        AT_EQ_INT(accel_data_seq_set_epoch(&r, 7), ACCEL_OK);
+        AT_EQ_INT(r.position, 0);
+        {   /* accel_state_save_fn: the size query */
+            size_t need = 0;
+            AT_EQ_INT(accel_data_seq_state_save(&r, NULL, 0, &need), ACCEL_OK);
+            AT_EQ_INT(need, ACCEL_DATA_SEQ_STATE_BYTES);
+        }
+        /* the documented loop with a restart after any batch gives the uninterrupted sequence */
+        {
+            int64_t stop, total = 3 * accel_data_seq_len(&r);
+            int bad = 0;
+            static int32_t ref[64 * 10], out[64 * 10];
+            int nref = 0;
+            for (stop = 0; stop <= total; ++stop) {
+                accel_data_seq_loader x;
+                int64_t seen = 0;
+                int nout = 0;
+                AT_EQ_INT(accel_data_seq_init(NULL, &x, &d), ACCEL_OK);
+                while (accel_data_seq_epoch(&x) < 3) {
+                    accel_data_seq_set_epoch(&x, accel_data_seq_epoch(&x));
+                    while (accel_data_seq_next(&x, buf, &g2) == ACCEL_OK && g2) {
+                        int32_t *dst = stop ? out : ref;
+                        int *nd = stop ? &nout : &nref;
+                        if (*nd < 64 * 10) dst[(*nd)++] = buf[0] + 100000 * (int32_t)accel_data_seq_epoch(&x);
+                        if (++seen == stop) {
+                            uint8_t s2[ACCEL_DATA_SEQ_STATE_BYTES];
+                            size_t w2 = 0;
+                            accel_data_seq_state_save(&x, s2, sizeof s2, &w2);
+                            accel_data_seq_deinit(&x);
+                            AT_EQ_INT(accel_data_seq_init(NULL, &x, &d), ACCEL_OK);
+                            AT_EQ_INT(accel_data_seq_state_load(&x, s2, w2), ACCEL_OK);
+                            break;
+                        }
+                    }
+                }
+                accel_data_seq_deinit(&x);
+                if (stop && (nout != nref || memcmp(out, ref, sizeof(int32_t) * (size_t)nref))) bad++;
+            }
+            AT_CHECK(nref == 3 * accel_data_seq_len(&r));
+            AT_CHECK_MSG(bad == 0, "seq loader: a resumed documented loop yields the uninterrupted sequence");
+        }
+        accel_data_seq_deinit(&r);
         d.batch_size = 1;
         AT_EQ_INT(accel_data_seq_init(NULL, &r, &d), ACCEL_OK);
         AT_EQ_INT(accel_data_seq_state_load(&r, st, w), ACCEL_ERR_MISMATCH);
-        accel_data_seq_free(&r);
+        accel_data_seq_deinit(&r);
     }
-    for (rank = 0; rank < 3; ++rank) accel_data_seq_free(&ld[rank]);
+    for (rank = 0; rank < 3; ++rank) accel_data_seq_deinit(&ld[rank]);
     {   /* a bad file fails init cleanly */
         const char *bad[2];
         bad[0] = p1; bad[1] = "/nonexistent/x.bin";
@@ -742,8 +1123,76 @@ static void test_stager_cpu(void) {
     AT_EQ_INT(accel_data_stager_submit(&st, &d1), ACCEL_OK);
     AT_EQ_INT(((unsigned char *)d0)[63], 7);
     AT_EQ_INT(((unsigned char *)d1)[0], 9);
-    accel_data_stager_free(&st);
+    accel_data_stager_deinit(&st);
+    accel_data_stager_deinit(&st); /* idempotent */
     AT_EQ_INT(accel_data_stager_init(NULL, &st, 0), ACCEL_ERR_INVALID_ARGUMENT);
+}
+
+/* Every host allocation of the module goes through acc's allocator (a counting one sees them all and gets them all
+   back); a failing allocator gives errors, not crashes. */
+typedef struct counting { long allocs, frees, fail_after; } counting;
+static void *count_alloc(size_t n, void *u) {
+    counting *c = (counting *)u;
+    if (c->fail_after >= 0 && c->allocs >= c->fail_after) return NULL;
+    c->allocs++;
+    return malloc(n);
+}
+static void count_free(void *p, void *u) {
+    ((counting *)u)->frees++;
+    free(p);
+}
+
+static void test_allocators(void) {
+    char p1[512];
+    const char *files[1];
+    counting c;
+    accel acc;
+    accel_desc ad;
+    accel_data_stager st;
+    accel_data_seq_loader ld;
+    accel_data_seq_desc d;
+    long base, fbase, k;
+    snprintf(p1, sizeof p1, "%s/alloc.bin", tmpdir);
+    write_shard(p1, 20240520, 1, 101, 2, 101, 1);
+    files[0] = p1;
+    memset(&c, 0, sizeof c);
+    c.fail_after = -1;
+    memset(&ad, 0, sizeof ad);
+    ad.no_mpi = 1; ad.cpu = 1; ad.log_fn = quiet_log;
+    ad.host_allocator.alloc = count_alloc; ad.host_allocator.free = count_free; ad.host_allocator.user_data = &c;
+    AT_EQ_INT(accel_init(&acc, &ad), ACCEL_OK);
+    base = c.allocs;
+    fbase = c.frees;
+    AT_EQ_INT(accel_data_stager_init(&acc, &st, 128), ACCEL_OK);
+    AT_EQ_INT(c.allocs - base, 2); /* the two staging buffers (pinned on a device; host memory on the CPU) */
+    accel_data_stager_deinit(&st);
+    AT_EQ_INT(c.frees - fbase, 2);
+    memset(&d, 0, sizeof d);
+    d.files = files; d.num_files = 1; d.batch_size = 2; d.seq_len = 4;
+    base = c.allocs;
+    fbase = c.frees;
+    AT_EQ_INT(accel_data_seq_init(&acc, &ld, &d), ACCEL_OK);
+    AT_CHECK(c.allocs - base >= 2);
+    accel_data_seq_deinit(&ld);
+    AT_EQ_INT(c.allocs - base, c.frees - fbase);
+    /* every allocation failing in turn: an error, nothing leaked, no crash */
+    for (k = 0; k < 4; ++k) {
+        long before_a = c.allocs, before_f = c.frees;
+        accel_result r1, r2;
+        c.fail_after = c.allocs + k;
+        r1 = accel_data_stager_init(&acc, &st, 128);
+        if (r1 == ACCEL_OK) accel_data_stager_deinit(&st);
+        else AT_CONTAINS(accel_last_error(&acc), "stager");
+        c.fail_after = c.allocs + k;
+        r2 = accel_data_seq_init(&acc, &ld, &d);
+        if (r2 == ACCEL_OK) accel_data_seq_deinit(&ld);
+        else AT_EQ_INT(r2, ACCEL_ERR_OUT_OF_MEMORY);
+        if (k == 0) { AT_EQ_INT(r1, ACCEL_ERR_OUT_OF_MEMORY); AT_EQ_INT(r2, ACCEL_ERR_OUT_OF_MEMORY); }
+        AT_EQ_INT(c.allocs - before_a, c.frees - before_f);
+    }
+    c.fail_after = -1;
+    accel_shutdown(&acc);
+    unlink(p1);
 }
 
 int main(void) {
@@ -752,13 +1201,17 @@ int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "%s/accel_data_test_XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
     test_worked_cases();
+    test_one_process();
     test_errors();
     test_grid();
     test_sampler();
     test_bookkeeping();
+    test_loader_list();
+    test_epochs_resume();
     test_token_files();
     test_seq_loader();
     test_stager_cpu();
+    test_allocators();
     rmdir(tmpdir);
     return at_finish("data-unit");
 }
