@@ -1865,7 +1865,11 @@ ACCEL__DEF accel_result accel_amp_fp8_update(accel_amp_fp8 *f) {
         /* MAX over the ranks (the core's MAX lets NaN win on every rank alike). A rank whose local part failed joins
            with its rank + 1 in the last value, so no rank waits for it until the deadline. */
         accel_result r2;
-        if (!v) return r;
+        if (!v) { /* no memory for the values: join with a 1-value call, which the other ranks' n+1 refuse (MISMATCH) */
+            double one = 1.0 + (double)acc->process_index;
+            (void)accel_host_allreduce_f64(acc, &one, 1, ACCEL_HOST_MAX);
+            return r;
+        }
         if (r != ACCEL_OK) for (k = 0; k < n; ++k) v[k] = 0.0;
         v[n] = r != ACCEL_OK ? 1.0 + (double)acc->process_index : 0.0;
         r2 = accel_host_allreduce_f64(acc, v, n + 1, ACCEL_HOST_MAX);

@@ -14,6 +14,15 @@ enum { STEPS = 12, N = 3000, SLOTS = 3 };
 
 static void quiet_log(void *user, accel_log_level level, const char *msg) { (void)user; (void)level; (void)msg; }
 
+/* a host allocator that fails once when asked to (the update's amax buffer on one rank) */
+static int fail_next;
+static void *flaky_alloc(size_t n, void *u) {
+    (void)u;
+    if (fail_next) { fail_next = 0; return NULL; }
+    return malloc(n);
+}
+static void flaky_free(void *p, void *u) { (void)u; free(p); }
+
 /* element i of slot k's tensor on rank r at step s: a deterministic function every rank can evaluate */
 static float gen(int s, int k, int r, int i) {
     uint64_t x = ((uint64_t)s * 1000003u + (uint64_t)k * 7919u + (uint64_t)r * 104729u + (uint64_t)i) * 0x9e3779b97f4a7c15ull;
@@ -48,6 +57,8 @@ int main(void) {
     d.cpu = 1;
     d.mixed_precision = ACCEL_PRECISION_FP8;
     d.log_fn = quiet_log;
+    d.host_allocator.alloc = flaky_alloc;
+    d.host_allocator.free = flaky_free;
     if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "init: %s\n", accel_last_error(&acc)); return 1; }
     P = acc.num_processes;
     R = acc.process_index;
@@ -100,6 +111,19 @@ int main(void) {
     AT_CHECK(isnan(f.amax_history[3 * SLOTS + 0])); /* step 10's NaN, one row older after step 11, on every rank */
     AT_CHECK(f.updates == STEPS);
     if (P == 1) AT_CHECK(memcmp(f.scale, local.scale, sizeof(float) * cells) == 0);
+    /* a rank that cannot allocate in update still joins the collective, so every rank fails instead of waiting for
+       it until the deadline; nothing changes anywhere (last: the group may refuse calls after the mismatch) */
+    if (P > 1) {
+        float before = f.scale[0];
+        accel_result ur;
+        AT_EQ_INT(accel_amp_fp8_record_amax(&f, 0, 1.0f), ACCEL_OK);
+        if (R == 1) fail_next = 1;
+        ur = accel_amp_fp8_update(&f);
+        AT_CHECK(ur != ACCEL_OK);
+        AT_EQ_INT(ur, R == 1 ? ACCEL_ERR_OUT_OF_MEMORY : ACCEL_ERR_MISMATCH);
+        AT_CHECK(f.scale[0] == before);
+        AT_EQ_INT(f.updates, STEPS);
+    }
     accel_amp_fp8_deinit(&f);
     accel_amp_fp8_deinit(&single);
     accel_amp_fp8_deinit(&local);
