@@ -8,3 +8,4 @@
 #include "accel_optim.h"
 #include "accel_ckpt.h"
 #include "accel_trackers.h"
+#include "accel_profile.h"

@@ -1,3 +1,4 @@
+#include "accel_profile.h"
 #include "accel_trackers.h"
 #include "accel_ckpt.h"
 #include "accel_optim.h"
