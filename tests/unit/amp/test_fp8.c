@@ -429,6 +429,52 @@ static void test_quantize(void) {
     accel_shutdown(&acc);
 }
 
+/* dequantize of every code, in a buffer long enough for the CPU's table path (n >= 4096) and in a short one (the
+   per-element path), to F32 / BF16 / F16 with a scale_inv that rounds: both equal the long-hand reference. */
+static void test_dequantize_all_codes(void) {
+    static const size_t lens[] = {256, 8192 + 3};
+    accel acc;
+    accel_amp_fp8 f;
+    accel_amp_fp8_desc d;
+    uint8_t *q = (uint8_t *)malloc(8192 + 3);
+    float *back = (float *)malloc((8192 + 3) * 4);
+    size_t li, i;
+    int slot, o;
+    init_acc(&acc, ACCEL_PRECISION_FP8);
+    clear_fp8_env();
+    memset(&d, 0, sizeof d);
+    d.num_forward = 1; d.num_backward = 1; d.amax_history_len = 2;
+    AT_EQ_INT(accel_amp_fp8_init(&acc, &f, &d), ACCEL_OK);
+    AT_EQ_INT(accel_amp_fp8_record_amax(&f, 0, 3.3f), ACCEL_OK);
+    AT_EQ_INT(accel_amp_fp8_record_amax(&f, 1, 7e-4f), ACCEL_OK);
+    AT_EQ_INT(accel_amp_fp8_update(&f), ACCEL_OK);
+    for (li = 0; li < 2; ++li)
+        for (slot = 0; slot < 2; ++slot)
+            for (o = 0; o < 3; ++o) {
+                accel_dtype outs[3] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
+                accel_dtype ft = accel_amp_fp8_dtype(&f, slot);
+                size_t n = lens[li];
+                accel_tensor src = tens(q, ft, (int64_t)n), dst = tens(back, outs[o], (int64_t)n);
+                int bad = 0;
+                for (i = 0; i < n; ++i) q[i] = (uint8_t)(i * 37u + li);
+                AT_EQ_INT(accel_amp_fp8_dequantize(&f, &slot, &src, &dst, 1), ACCEL_OK);
+                for (i = 0; i < n; ++i) {
+                    double v = ref8_decode(q[i], ft == ACCEL_F8_E5M2 ? FP8_E5M2 : FP8_E4M3);
+                    float p = (float)v * f.scale_inv[slot];
+                    if (isnan(v) && outs[o] == ACCEL_F32) { bad += !isnan(back[i]); continue; }
+                    if (get_bits(back, outs[o], i) != ref_store_bits(isnan(v) ? NAN : (double)p, outs[o])) {
+                        if (bad++ < 3) fprintf(stderr, "dequantize n=%zu %s code %02x -> %s wrong\n", n,
+                                               accel_dtype_name(ft), q[i], accel_dtype_name(outs[o]));
+                    }
+                }
+                AT_EQ_INT(bad, 0);
+            }
+    accel_amp_fp8_deinit(&f);
+    accel_shutdown(&acc);
+    free(q);
+    free(back);
+}
+
 static void test_quantize_errors(void) {
     accel acc;
     accel_amp_fp8 f;
@@ -790,6 +836,7 @@ int main(void) {
     test_convert_buffers();
     test_init();
     test_quantize();
+    test_dequantize_all_codes();
     test_quantize_errors();
     test_recipe();
     test_recipe_with_data();
