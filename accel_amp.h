@@ -624,19 +624,21 @@ static int accel__amp_is_fp8(accel_dtype t) { return t == ACCEL_F8_E4M3 || t == 
    reduction with SSE2, not an unsigned one. */
 #define ACCEL__AMP_FP8Q_F32(ATTR, NAME, E5, SAT)                                                                      \
     ATTR static uint32_t NAME(const float *ACCEL_RESTRICT s, uint8_t *ACCEL_RESTRICT d, size_t n, float scale) {      \
-        int32_t m = 0;                                                                                                 \
+        int32_t m = 0, mv[ACCEL__AMP_BLK];                                                                             \
         uint32_t c[ACCEL__AMP_BLK];                                                                                    \
         size_t i = 0, j;                                                                                               \
+        for (j = 0; j < ACCEL__AMP_BLK; ++j) mv[j] = 0;                                                                \
         for (; i + ACCEL__AMP_BLK <= n; i += ACCEL__AMP_BLK) {                                                         \
             for (j = 0; j < ACCEL__AMP_BLK; ++j) {                                                                     \
                 float x = s[i + j];                                                                                    \
                 int32_t a = (int32_t)(accel_f32_bits(x) & 0x7fffffffu);                                                \
                 a = a > 0x7f800000 ? 0 : a;                                                                            \
-                m = a > m ? a : m;                                                                                     \
+                mv[j] = a > mv[j] ? a : mv[j];                                                                         \
                 c[j] = accel_amp_fp8_encode_bits(accel_f32_bits(x * scale), E5, SAT);                                  \
             }                                                                                                          \
             for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = (uint8_t)c[j];                                             \
         }                                                                                                              \
+        for (j = 0; j < ACCEL__AMP_BLK; ++j) m = mv[j] > m ? mv[j] : m;                                                \
         for (; i < n; ++i) {                                                                                           \
             float x = s[i];                                                                                            \
             int32_t a = (int32_t)(accel_f32_bits(x) & 0x7fffffffu);                                                    \
