@@ -484,7 +484,7 @@ typedef struct accel__ckpt_json {
     char *arena;         /* stb_ds array of NUL-terminated strings */
     const unsigned char *beg, *p, *end;
     int depth;
-    int oom;             /* the failure was an allocation (recorded on acc), not the document */
+    int oom;             /* the failure was an allocation, not the document: 1 recorded on acc, 2 an array's growth */
     char err[256];
 } accel__ckpt_json;
 
@@ -506,23 +506,31 @@ static int accel__ckpt_json_new(accel__ckpt_json *j, int type) {
     memset(&nd, 0, sizeof nd);
     nd.type = type;
     nd.first = nd.last = nd.next = -1;
-    stbds_arrput(j->nodes, nd);
+    if (ACCEL__ARR_PUT(j->nodes, nd) != 0) {
+        j->oom = 2;
+        return accel__ckpt_json_error(j, "out of memory");
+    }
     return (int)stbds_arrlen(j->nodes) - 1;
 }
+/* One byte into the arena. A failed growth sets j->oom (the arena is unchanged); the string parsers check it once at
+   the end, so the bytes in between go nowhere. */
+static void accel__ckpt_json_putc(accel__ckpt_json *j, char c) {
+    if (!j->oom && ACCEL__ARR_PUT(j->arena, c) != 0) j->oom = 2;
+}
 static void accel__ckpt_json_put_cp(accel__ckpt_json *j, uint32_t cp) {
-    if (cp < 0x80) stbds_arrput(j->arena, (char)cp);
+    if (cp < 0x80) accel__ckpt_json_putc(j, (char)cp);
     else if (cp < 0x800) {
-        stbds_arrput(j->arena, (char)(0xC0 | (cp >> 6)));
-        stbds_arrput(j->arena, (char)(0x80 | (cp & 0x3F)));
+        accel__ckpt_json_putc(j, (char)(0xC0 | (cp >> 6)));
+        accel__ckpt_json_putc(j, (char)(0x80 | (cp & 0x3F)));
     } else if (cp < 0x10000) {
-        stbds_arrput(j->arena, (char)(0xE0 | (cp >> 12)));
-        stbds_arrput(j->arena, (char)(0x80 | ((cp >> 6) & 0x3F)));
-        stbds_arrput(j->arena, (char)(0x80 | (cp & 0x3F)));
+        accel__ckpt_json_putc(j, (char)(0xE0 | (cp >> 12)));
+        accel__ckpt_json_putc(j, (char)(0x80 | ((cp >> 6) & 0x3F)));
+        accel__ckpt_json_putc(j, (char)(0x80 | (cp & 0x3F)));
     } else {
-        stbds_arrput(j->arena, (char)(0xF0 | (cp >> 18)));
-        stbds_arrput(j->arena, (char)(0x80 | ((cp >> 12) & 0x3F)));
-        stbds_arrput(j->arena, (char)(0x80 | ((cp >> 6) & 0x3F)));
-        stbds_arrput(j->arena, (char)(0x80 | (cp & 0x3F)));
+        accel__ckpt_json_putc(j, (char)(0xF0 | (cp >> 18)));
+        accel__ckpt_json_putc(j, (char)(0x80 | ((cp >> 12) & 0x3F)));
+        accel__ckpt_json_putc(j, (char)(0x80 | ((cp >> 6) & 0x3F)));
+        accel__ckpt_json_putc(j, (char)(0x80 | (cp & 0x3F)));
     }
 }
 static int accel__ckpt_json_hex4(accel__ckpt_json *j, uint32_t *out) {
@@ -557,14 +565,14 @@ static int accel__ckpt_json_string(accel__ckpt_json *j, size_t *off, size_t *len
             if (j->p >= j->end) return accel__ckpt_json_error(j, "unterminated escape");
             c = *j->p++;
             switch (c) {
-            case '"': stbds_arrput(j->arena, '"'); break;
-            case '\\': stbds_arrput(j->arena, '\\'); break;
-            case '/': stbds_arrput(j->arena, '/'); break;
-            case 'b': stbds_arrput(j->arena, '\b'); break;
-            case 'f': stbds_arrput(j->arena, '\f'); break;
-            case 'n': stbds_arrput(j->arena, '\n'); break;
-            case 'r': stbds_arrput(j->arena, '\r'); break;
-            case 't': stbds_arrput(j->arena, '\t'); break;
+            case '"': accel__ckpt_json_putc(j, '"'); break;
+            case '\\': accel__ckpt_json_putc(j, '\\'); break;
+            case '/': accel__ckpt_json_putc(j, '/'); break;
+            case 'b': accel__ckpt_json_putc(j, '\b'); break;
+            case 'f': accel__ckpt_json_putc(j, '\f'); break;
+            case 'n': accel__ckpt_json_putc(j, '\n'); break;
+            case 'r': accel__ckpt_json_putc(j, '\r'); break;
+            case 't': accel__ckpt_json_putc(j, '\t'); break;
             case 'u':
                 if (accel__ckpt_json_hex4(j, &cp)) return -1;
                 if (cp >= 0xDC00 && cp <= 0xDFFF) return accel__ckpt_json_error(j, "lone low surrogate in \\u escape");
@@ -587,16 +595,17 @@ static int accel__ckpt_json_string(accel__ckpt_json *j, size_t *off, size_t *len
             uint32_t cp;
             size_t l = accel__utf8_decode(j->p, j->end, &cp), k;
             if (!l) return accel__ckpt_json_error(j, "invalid UTF-8 in string");
-            for (k = 0; k < l; ++k) stbds_arrput(j->arena, (char)j->p[k]);
+            for (k = 0; k < l; ++k) accel__ckpt_json_putc(j, (char)j->p[k]);
             j->p += l;
             continue;
         }
-        stbds_arrput(j->arena, (char)c);
+        accel__ckpt_json_putc(j, (char)c);
         ++j->p;
     }
     *off = start;
     *len = (size_t)stbds_arrlen(j->arena) - start;
-    stbds_arrput(j->arena, 0);
+    accel__ckpt_json_putc(j, 0);
+    if (j->oom) return accel__ckpt_json_error(j, "out of memory");
     return 0;
 }
 static int accel__ckpt_json_value(accel__ckpt_json *j);
@@ -617,6 +626,7 @@ static void accel__ckpt_json_link(accel__ckpt_json *j, int parent, int child) {
 }
 static int accel__ckpt_json_object(accel__ckpt_json *j) {
     int obj = accel__ckpt_json_new(j, ACCEL__CKPT_J_OBJ);
+    if (obj < 0) return -1;
     ++j->p;
     accel__ckpt_json_ws(j);
     if (j->p < j->end && *j->p == '}') { ++j->p; return obj; }
@@ -665,6 +675,7 @@ static int accel__ckpt_json_object(accel__ckpt_json *j) {
 }
 static int accel__ckpt_json_array(accel__ckpt_json *j) {
     int arr = accel__ckpt_json_new(j, ACCEL__CKPT_J_ARR);
+    if (arr < 0) return -1;
     ++j->p;
     accel__ckpt_json_ws(j);
     if (j->p < j->end && *j->p == ']') { ++j->p; return arr; }
@@ -700,8 +711,9 @@ static int accel__ckpt_json_number(accel__ckpt_json *j) {
     }
     nd = accel__ckpt_json_new(j, ACCEL__CKPT_J_NUM);
     off = (size_t)stbds_arrlen(j->arena);
-    for (k = 0; k < (size_t)(j->p - s); ++k) stbds_arrput(j->arena, (char)s[k]);
-    stbds_arrput(j->arena, 0);
+    for (k = 0; k < (size_t)(j->p - s); ++k) accel__ckpt_json_putc(j, (char)s[k]);
+    accel__ckpt_json_putc(j, 0);
+    if (nd < 0 || j->oom) return accel__ckpt_json_error(j, "out of memory");
     j->nodes[nd].str = off;
     j->nodes[nd].len = (size_t)(j->p - s);
     return nd;
@@ -728,6 +740,7 @@ static int accel__ckpt_json_value(accel__ckpt_json *j) {
         int nd;
         if (accel__ckpt_json_string(j, &o, &l)) return -1;
         nd = accel__ckpt_json_new(j, ACCEL__CKPT_J_STR);
+        if (nd < 0) return -1;
         j->nodes[nd].str = o;
         j->nodes[nd].len = l;
         return nd;
@@ -756,7 +769,8 @@ static int accel__ckpt_json_parse(accel__ckpt_json *j, accel *acc, const void *d
 }
 /* The error of a failed parse of `what`: ACCEL_ERR_OUT_OF_MEMORY (the allocator's message kept) or ACCEL_ERR_FORMAT. */
 static accel_result accel__ckpt_json_failed(accel *acc, const accel__ckpt_json *j, const char *what) {
-    if (j->oom) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "parsing %.400s", what);
+    if (j->oom == 1) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "parsing %.400s", what);
+    if (j->oom) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "parsing %.400s: out of memory", what);
     return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid JSON: %s", what, j->err);
 }
 static const char *accel__ckpt_jstr(const accel__ckpt_json *j, int nd) { return j->arena + j->nodes[nd].str; }
@@ -947,36 +961,36 @@ static int accel__ckpt_st_item_cmp(const void *a, const void *b) {
     return strcmp(x->t->name, y->t->name);
 }
 
-struct accel__ckpt_name_index { char *key; int value; };
+static int accel__ckpt_strp_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 static accel_result accel__ckpt_check_tensors(accel *acc, const accel_tensor *t, int n, const char *what) {
     int i;
+    const char **names;
     accel_result r = ACCEL_OK;
-    struct accel__ckpt_name_index *seen = NULL;
     if (n < 0 || (n > 0 && !t)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: bad tensor list (n=%d)", what, n);
-    for (i = 0; i < n && r == ACCEL_OK; ++i) {
+    for (i = 0; i < n; ++i) {
         int64_t nb;
         size_t bad = 0;
-        if (!t[i].name) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has no name", what, i); break; }
-        if (!t[i].name[0] || !strcmp(t[i].name, "__metadata__")) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has the reserved or empty name \"%s\"", what, i, t[i].name);
-            break;
-        }
-        if (!accel__utf8_valid((const unsigned char *)t[i].name, strlen(t[i].name), &bad)) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d's name is not valid UTF-8 (byte %lu)", what, i, (unsigned long)bad);
-            break;
-        }
-        if (!accel_dtype_name(t[i].dtype)) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has an invalid dtype %d", what, t[i].name, (int)t[i].dtype);
-            break;
-        }
+        if (!t[i].name) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has no name", what, i);
+        if (!t[i].name[0] || !strcmp(t[i].name, "__metadata__"))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has the reserved or empty name \"%s\"", what, i, t[i].name);
+        if (!accel__utf8_valid((const unsigned char *)t[i].name, strlen(t[i].name), &bad))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d's name is not valid UTF-8 (byte %lu)", what, i, (unsigned long)bad);
+        if (!accel_dtype_name(t[i].dtype))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has an invalid dtype %d", what, t[i].name, (int)t[i].dtype);
         nb = accel_tensor_nbytes(&t[i]);
-        if (nb < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has an invalid shape (ndim %d)", what, t[i].name, t[i].ndim); break; }
-        if (nb > 0 && !t[i].ptr) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has no data pointer", what, t[i].name); break; }
-        if (stbds_shgeti(seen, (char *)t[i].name) >= 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: duplicate tensor name '%.200s'", what, t[i].name); break; }
-        stbds_shput(seen, (char *)t[i].name, i);
+        if (nb < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has an invalid shape (ndim %d)", what, t[i].name, t[i].ndim);
+        if (nb > 0 && !t[i].ptr) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has no data pointer", what, t[i].name);
     }
-    stbds_shfree(seen);
+    if (n < 2) return ACCEL_OK;
+    /* duplicates: the names sorted, neighbours compared */
+    names = (const char **)accel_host_alloc(acc, sizeof(const char *) * (size_t)n);
+    if (!names) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s", what);
+    for (i = 0; i < n; ++i) names[i] = t[i].name;
+    qsort(names, (size_t)n, sizeof *names, accel__ckpt_strp_cmp);
+    for (i = 1; i < n && r == ACCEL_OK; ++i)
+        if (!strcmp(names[i - 1], names[i])) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: duplicate tensor name '%.200s'", what, names[i]);
+    accel_host_free(acc, names);
     return r;
 }
 
@@ -1162,10 +1176,13 @@ struct accel_ckpt_file {
     accel_ckpt_entry *entries; /* stb_ds array, sorted by offset */
     char **meta;               /* stb_ds array: key, value, key, value … (strings from acc's allocator) */
     char *names;               /* the JSON arena (entry names point into it) */
-    struct accel__ckpt_name_index *index;
+    const accel_ckpt_entry **by_name; /* the entries sorted by name (acc's allocator), for binary search */
     char path[512];
 };
 
+static int accel__ckpt_entryp_name_cmp(const void *a, const void *b) {
+    return strcmp((*(const accel_ckpt_entry *const *)a)->name, (*(const accel_ckpt_entry *const *)b)->name);
+}
 static int accel__ckpt_entry_cmp(const void *a, const void *b) {
     const accel_ckpt_entry *x = (const accel_ckpt_entry *)a, *y = (const accel_ckpt_entry *)b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
@@ -1180,7 +1197,7 @@ ACCEL__DEF void accel_ckpt_file_destroy(accel_ckpt_file *f) {
     stbds_arrfree(f->meta);
     stbds_arrfree(f->entries);
     stbds_arrfree(f->names);
-    stbds_shfree(f->index);
+    accel_host_free(f->acc, (void *)f->by_name);
     if (f->mapped && f->map) munmap((void *)f->map, f->size);
     if (f->fd >= 0) close(f->fd);
     accel_host_free(f->acc, f);
@@ -1240,8 +1257,14 @@ static accel_result accel__ckpt_st_parse(accel_ckpt_file *f) {
                 }
                 memcpy(k2, accel__ckpt_jkeyp(&j, m), j.nodes[m].keylen + 1);
                 memcpy(v2, accel__ckpt_jstr(&j, m), j.nodes[m].len + 1);
-                stbds_arrput(f->meta, k2);
-                stbds_arrput(f->meta, v2);
+                if (accel__arr_reserve((void **)&f->meta, sizeof *f->meta, 2)) {
+                    accel_host_free(acc, k2);
+                    accel_host_free(acc, v2);
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s: metadata: out of memory", path);
+                    break;
+                }
+                (void)ACCEL__ARR_PUT(f->meta, k2); /* reserved above: cannot fail */
+                (void)ACCEL__ARR_PUT(f->meta, v2);
             }
             continue;
         }
@@ -1287,7 +1310,7 @@ static accel_result accel__ckpt_st_parse(accel_ckpt_file *f) {
             break;
         }
         e.name = (const char *)(uintptr_t)j.nodes[c].key; /* an arena offset until the arena is final */
-        stbds_arrput(f->entries, e);
+        if (ACCEL__ARR_PUT(f->entries, e) != 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s: out of memory", path); break; }
     }
     if (r != ACCEL_OK) { accel__ckpt_json_free(&j); return r; }
     f->names = j.arena; /* the arena is final: offsets become pointers */
@@ -1327,10 +1350,13 @@ static accel_result accel__ckpt_st_parse(accel_ckpt_file *f) {
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: the data section is %llu bytes but the tensors cover %llu (%s)", path,
                            (unsigned long long)data_len, (unsigned long long)cursor,
                            cursor > data_len ? "offsets point past the end of the file: truncated?" : "trailing bytes");
+    f->by_name = (const accel_ckpt_entry **)accel_host_alloc(acc, sizeof(accel_ckpt_entry *) * (size_t)(cnt ? cnt : 1));
+    if (!f->by_name) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s: name index", path);
     for (i = 0; i < cnt; ++i) {
         f->entries[i].data = f->map + f->data_start + f->entries[i].begin;
-        stbds_shput(f->index, (char *)f->entries[i].name, i);
+        f->by_name[i] = &f->entries[i];
     }
+    if (cnt > 1) qsort((void *)f->by_name, (size_t)cnt, sizeof *f->by_name, accel__ckpt_entryp_name_cmp);
     return ACCEL_OK;
 }
 
@@ -1404,12 +1430,17 @@ ACCEL__DEF const accel_ckpt_entry *accel_ckpt_file_entry(const accel_ckpt_file *
     return &f->entries[i];
 }
 ACCEL__DEF int accel_ckpt_file_find(const accel_ckpt_file *f, const char *name) {
-    struct accel__ckpt_name_index *ix;
-    ptrdiff_t k;
-    if (!f || !name || !f->index) return -1;
-    ix = f->index; /* stb_ds writes a temporary through the map pointer */
-    k = stbds_shgeti(ix, (char *)name);
-    return k < 0 ? -1 : ix[k].value;
+    size_t lo = 0, hi;
+    if (!f || !name || !f->by_name) return -1;
+    hi = (size_t)stbds_arrlen(f->entries);
+    while (lo < hi) { /* binary search of the sorted names */
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(f->by_name[mid]->name, name);
+        if (c == 0) return (int)(f->by_name[mid] - f->entries);
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1;
 }
 ACCEL__DEF int accel_ckpt_file_metadata_count(const accel_ckpt_file *f) { return f ? (int)stbds_arrlen(f->meta) / 2 : 0; }
 ACCEL__DEF accel_result accel_ckpt_file_metadata(const accel_ckpt_file *f, int i, const char **key, const char **value) {
@@ -1687,8 +1718,15 @@ static accel_result accel__ckpt_index_parse(accel *acc, const char *what, const 
             r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s", what);
             break;
         }
-        stbds_arrput(out->names, a);
-        stbds_arrput(out->files, b);
+        if (accel__arr_reserve((void **)&out->names, sizeof *out->names, 1) ||
+            accel__arr_reserve((void **)&out->files, sizeof *out->files, 1)) {
+            accel_host_free(acc, a);
+            accel_host_free(acc, b);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s: out of memory", what);
+            break;
+        }
+        (void)ACCEL__ARR_PUT(out->names, a); /* reserved above: cannot fail */
+        (void)ACCEL__ARR_PUT(out->files, b);
     }
     accel__ckpt_json_free(&j);
     if (r != ACCEL_OK) accel__ckpt_index_free(out);
@@ -1721,10 +1759,13 @@ ACCEL__DEF accel_result accel_ckpt_load_model(accel *acc, const char *dir, const
         for (i = 0; i < (int)stbds_arrlen(ix.files); ++i) {
             for (k = 0; k < nf; ++k)
                 if (!strcmp(fnames[k], ix.files[i])) break;
-            if (k == nf) { stbds_arrput(fnames, ix.files[i]); ++nf; }
+            if (k == nf) {
+                if (ACCEL__ARR_PUT(fnames, ix.files[i]) != 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model: out of memory"); goto done; }
+                ++nf;
+            }
         }
     } else {
-        stbds_arrput(fnames, (char *)"model.safetensors");
+        if (ACCEL__ARR_PUT(fnames, (char *)"model.safetensors") != 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model: out of memory"); goto done; }
         nf = 1;
     }
     files = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)nf, sizeof *files);
@@ -1844,7 +1885,10 @@ static accel_result accel__ckpt_register_group(accel_ckpt *ck, accel__ckpt_group
             return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
         }
     }
-    stbds_arrput(*arr, g);
+    if (ACCEL__ARR_PUT(*arr, g) != 0) {
+        accel__ckpt_group_free(ck->acc, &g);
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+    }
     return ACCEL_OK;
 }
 ACCEL__DEF accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_tensor *t, int n) {
@@ -1883,7 +1927,10 @@ ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, ac
     o.save = save;
     o.load = load;
     o.obj = obj;
-    stbds_arrput(ck->objs, o);
+    if (ACCEL__ARR_PUT(ck->objs, o) != 0) {
+        accel_host_free(ck->acc, o.name);
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register %s: out of memory", buf);
+    }
     if (!name) ck->n_custom++;
     return ACCEL_OK;
 }
@@ -1919,6 +1966,10 @@ static accel_result accel__ckpt_core_state_save(void *acc, void *buf, size_t cap
 }
 
 typedef struct accel__ckpt_written { char name[96]; uint64_t bytes, hash; } accel__ckpt_written;
+static accel_result accel__ckpt_put_written(accel *acc, accel__ckpt_written **list, const accel__ckpt_written *w) {
+    if (ACCEL__ARR_PUT(*list, *w) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s: out of memory", w->name);
+    return ACCEL_OK;
+}
 
 static void accel__ckpt_group_file(char *out, size_t cap, const char *stem, int i) {
     if (i == 0) accel__fmt(out, cap, "%s.safetensors", stem);
@@ -2046,7 +2097,12 @@ static accel_result accel__ckpt_marker_read(accel *acc, const char *dir, int qui
             return r;
         }
         memcpy(w.name, accel__ckpt_jkeyp(&j, c), j.nodes[c].keylen + 1);
-        stbds_arrput(m->files, w);
+        if (ACCEL__ARR_PUT(m->files, w) != 0) {
+            accel__ckpt_json_free(&j);
+            stbds_arrfree(m->files);
+            m->files = NULL;
+            return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.400s: out of memory", path);
+        }
     }
     accel__ckpt_json_free(&j);
     return ACCEL_OK;
@@ -2166,7 +2222,7 @@ static accel_result accel__ckpt_write_marker(accel *acc, const char *tmp, accel_
         accel__fmt(w.name, sizeof w.name, "%s", de->d_name);
         accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
         r = accel__ckpt_hash_file(acc, path, &w.bytes, &w.hash);
-        if (r == ACCEL_OK) stbds_arrput(*written, w);
+        if (r == ACCEL_OK && ACCEL__ARR_PUT(*written, w) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER ": out of memory");
     }
     closedir(d);
     if (r != ACCEL_OK) return r;
@@ -2224,7 +2280,7 @@ static accel_result accel__ckpt_list_ckpts(accel *acc, const char *dir, accel__c
         if (r == ACCEL_ERR_FORMAT) { r = ACCEL_OK; continue; } /* incomplete: not a checkpoint (yet) */
         if (r != ACCEL_OK) break;
         accel__fmt(e.name, sizeof e.name, "%s", de->d_name);
-        stbds_arrput(list, e);
+        if (ACCEL__ARR_PUT(list, e) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "out of memory");
     }
     closedir(d);
     if (r != ACCEL_OK) {
@@ -2409,17 +2465,17 @@ static accel_result accel__ckpt_save_files(accel_ckpt *ck, const char *tmp, int 
             accel__ckpt_group_file(w.name, sizeof w.name, "model", i);
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
             r = accel__ckpt_st_save(acc, path, ck->models[i].t, ck->models[i].n, meta, 1, 0, &w.bytes, &w.hash);
-            if (r == ACCEL_OK) stbds_arrput(*written, w);
+            if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
         }
         for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i) {
             accel__ckpt_group_file(w.name, sizeof w.name, "optimizer", i);
             accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
             r = accel__ckpt_st_save(acc, path, ck->optims[i].t, ck->optims[i].n, NULL, 0, 0, &w.bytes, &w.hash);
-            if (r == ACCEL_OK) stbds_arrput(*written, w);
+            if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
         }
         for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
             r = accel__ckpt_save_obj(acc, &ck->objs[i], tmp, &w);
-            if (r == ACCEL_OK) stbds_arrput(*written, w);
+            if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
         }
         if (r == ACCEL_OK) { /* ckpt's own fields only: the counters are in random_states_<rank>.bin */
             accel__sb b;
@@ -2433,7 +2489,7 @@ static accel_result accel__ckpt_save_files(accel_ckpt *ck, const char *tmp, int 
             if (r == ACCEL_OK) {
                 w.bytes = b.n;
                 w.hash = accel_ckpt_xxh64(b.p, b.n, 0);
-                stbds_arrput(*written, w);
+                r = accel__ckpt_put_written(acc, written, &w);
             }
             accel__sb_free(&b);
         }
@@ -2445,7 +2501,7 @@ static accel_result accel__ckpt_save_files(accel_ckpt *ck, const char *tmp, int 
         core.load = NULL;
         core.obj = acc;
         r = accel__ckpt_save_obj(acc, &core, tmp, &w);
-        if (r == ACCEL_OK) stbds_arrput(*written, w);
+        if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
     }
     return r;
 }
