@@ -75,9 +75,12 @@
    ERRORS
      Every reader checks everything before it copies a byte (all-or-nothing). load_state verifies the whole
      checkpoint (marker, sizes, checksums, every tensor's name/dtype/shape, object files, counts, the training
-     states) on every process and agrees on the verdict before applying anything; the Accelerator's training state
-     is restored through accel_state_load and put back if anything fails later, so only a registered load callback
-     that fails after the tensors were copied can leave a partial state (its error is returned).
+     states) on every process and agrees on the verdict before applying anything. It then copies the tensors and
+     calls the registered load callbacks, and only when every process succeeded restores the Accelerator's training
+     state (accel_state_load, or accel_state_load_resharded on another number of processes; validated in the
+     checks, so it cannot fail). Only a registered load callback that fails after the tensors were copied can leave a
+     partial state (its error is returned; the Accelerator's counters and RNG are then untouched). Callbacks
+     therefore run before the counters and the RNG are restored (Accelerate restores the RNG before custom objects).
      accel_ckpt_load_state(ck, NULL) returns ACCEL_ERR_NOT_FOUND only when there is no complete checkpoint yet: an
      expected outcome, logged once at info level by the main process ("no checkpoint under <dir>: starting
      fresh"); a checkpoint that exists but lacks something registered is ACCEL_ERR_INVALID_ARGUMENT or
@@ -1935,29 +1938,25 @@ ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, ac
     return ACCEL_OK;
 }
 
-/* Root causes of registered callbacks. A callback records its message on its object's Accelerator (normally
-   ck->acc) or, for an object without one, in the process-wide buffer; which one changed tells where it is.
-   Fingerprints, not copies: the buffers are 1 KiB each. */
-typedef struct accel__ckpt_errmark { uint64_t own, global; } accel__ckpt_errmark;
-static uint64_t accel__ckpt_msg_print(const char *m) { return accel__fnv1a(ACCEL__FNV_INIT, m, strlen(m)); }
-static accel__ckpt_errmark accel__ckpt_errmark_now(const accel *acc) {
-    accel__ckpt_errmark m;
-    m.own = accel__ckpt_msg_print(accel_last_error(acc));
-    m.global = accel__ckpt_msg_print(accel_last_error(NULL));
-    return m;
+/* Root causes of registered callbacks. Whether a callback recorded a message at all is the core's error sequence
+   (accel__error_seq: it moves with every failure recorded anywhere); where: on its object's Accelerator (normally
+   ck->acc: its buffer changed) or, for an object without one, in the process-wide buffer (the manual's two places). */
+typedef struct accel__ckpt_errmark { unsigned long seq; char own[ACCEL_ERROR_CAPACITY]; } accel__ckpt_errmark;
+static void accel__ckpt_errmark_now(const accel *acc, accel__ckpt_errmark *m) {
+    m->seq = accel__error_seq();
+    memcpy(m->own, accel_last_error(acc), ACCEL_ERROR_CAPACITY);
 }
 /* After a callback failed with r: "<what>: <file>: <the callback's message>" in acc. */
-static accel_result accel__ckpt_callback_failed(accel *acc, accel_result r, accel__ckpt_errmark before, const char *what,
-                                                const char *file) {
-    accel__ckpt_errmark now = accel__ckpt_errmark_now(acc);
-    if (now.own != before.own) return accel__fail_wrap(acc, r, "%s: %s", what, file);
-    if (now.global != before.global) {
-        const char *m = accel_last_error(NULL);
-        if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
-        return ACCEL__FAIL(acc, r, "%s: %s: %.700s", what, file, m);
-    }
-    return ACCEL__FAIL(acc, r, "%s: %s: the callback returned %s without a message (accel_set_error records one)", what,
-                       file, accel_result_string(r));
+static accel_result accel__ckpt_callback_failed(accel *acc, accel_result r, const accel__ckpt_errmark *before,
+                                                const char *what, const char *file) {
+    const char *m;
+    if (accel__error_seq() == before->seq)
+        return ACCEL__FAIL(acc, r, "%s: %s: the callback returned %s without a message (accel_set_error records one)",
+                           what, file, accel_result_string(r));
+    if (memcmp(before->own, accel_last_error(acc), ACCEL_ERROR_CAPACITY)) return accel__fail_wrap(acc, r, "%s: %s", what, file);
+    m = accel_last_error(NULL);
+    if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
+    return ACCEL__FAIL(acc, r, "%s: %s: %.700s", what, file, m);
 }
 
 /* The Accelerator's own training state as a registered-like object (accel_state_save has the contract's shape). */
@@ -2429,14 +2428,16 @@ static accel_result accel__ckpt_save_obj(accel *acc, const accel__ckpt_obj *o, c
     size_t need = 0, got = 0;
     void *buf;
     char path[4200];
-    accel__ckpt_errmark mark = accel__ckpt_errmark_now(acc);
-    accel_result r = o->save(o->obj, NULL, 0, &need);
-    if (r != ACCEL_OK) return accel__ckpt_callback_failed(acc, r, mark, "save_state", o->name);
+    accel__ckpt_errmark mark;
+    accel_result r;
+    accel__ckpt_errmark_now(acc, &mark);
+    r = o->save(o->obj, NULL, 0, &need);
+    if (r != ACCEL_OK) return accel__ckpt_callback_failed(acc, r, &mark, "save_state", o->name);
     buf = accel_host_alloc(acc, need ? need : 1);
     if (!buf) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s (%zu bytes)", o->name, need);
-    mark = accel__ckpt_errmark_now(acc);
+    accel__ckpt_errmark_now(acc, &mark);
     r = o->save(o->obj, buf, need, &got);
-    if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, mark, "save_state", o->name);
+    if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "save_state", o->name);
     else if (got > need)
         r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "save_state: %s: the state grew from %zu to %zu bytes between the save callback's "
                         "two calls", o->name, need, got);
@@ -2563,9 +2564,8 @@ typedef struct accel__ckpt_load {
     char **blobs;               /* per registered object */
     size_t *blob_n;
     uint64_t iteration, saved_np;
-    int state_applied;          /* the training state was loaded: put the snapshot back if anything fails */
-    unsigned char snapshot[ACCEL_STATE_BYTES];
-    size_t snapshot_n;
+    char **states;              /* every saved rank's random_states_<i>.bin (validated, applied last) */
+    size_t *state_n;
 } accel__ckpt_load;
 
 static void accel__ckpt_load_free(accel_ckpt *ck, accel__ckpt_load *ld) {
@@ -2577,6 +2577,9 @@ static void accel__ckpt_load_free(accel_ckpt *ck, accel__ckpt_load *ld) {
     accel_host_free(ld->acc, ld->of);
     accel_host_free(ld->acc, ld->blobs);
     accel_host_free(ld->acc, ld->blob_n);
+    for (i = 0; ld->states && i < (int)ld->saved_np; ++i) accel_host_free(ld->acc, ld->states[i]);
+    accel_host_free(ld->acc, ld->states);
+    accel_host_free(ld->acc, ld->state_n);
     stbds_arrfree(ld->marker.files);
 }
 
@@ -2658,44 +2661,45 @@ static accel_result accel__ckpt_load_accelerator_json(accel__ckpt_load *ld) {
     return r;
 }
 
-/* The Accelerator's training state, by the core: accel_state_load of this rank's file on the same number of
-   processes, accel_state_load_resharded of every saved rank's file otherwise. Applied here, at the end of the
-   checks — the core validates everything before it changes anything — and put back from the snapshot if anything
-   fails later (on any rank). */
+/* The Accelerator's training state, by the core. Every saved rank's file is read (verification hashed them all
+   anyway) and validated with accel__state_check; nothing is applied here: accel__ckpt_load_training_state_apply runs
+   once every process has applied everything else. */
 static accel_result accel__ckpt_load_training_state(accel__ckpt_load *ld) {
     accel *acc = ld->acc;
     int count = (int)ld->saved_np, same = count == acc->num_processes, i;
-    int first = same ? acc->process_index : 0, last = same ? acc->process_index : count - 1;
-    char name[64], why[160], **bufs = (char **)accel__ckpt_zalloc(acc, (size_t)count, sizeof(char *));
-    size_t *sizes = (size_t *)accel__ckpt_zalloc(acc, (size_t)count, sizeof(size_t));
+    char name[64], why[160];
     accel_result r = ACCEL_OK;
-    if (!bufs || !sizes) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: training states");
+    ld->states = (char **)accel__ckpt_zalloc(acc, (size_t)count, sizeof(char *));
+    ld->state_n = (size_t *)accel__ckpt_zalloc(acc, (size_t)count, sizeof(size_t));
+    if (!ld->states || !ld->state_n) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: training states");
     if (same) why[0] = 0;
     else accel__fmt(why, sizeof why, " (resuming %d processes from a checkpoint of %d reads every saved rank's state)",
                     acc->num_processes, count);
-    for (i = first; i <= last && r == ACCEL_OK; ++i) {
+    for (i = 0; i < count && r == ACCEL_OK; ++i) {
         accel__fmt(name, sizeof name, "random_states_%d.bin", i);
-        r = accel__ckpt_load_listed(ld, name, ACCEL_ERR_FORMAT, why, &bufs[i], &sizes[i], 1 << 20);
+        r = accel__ckpt_load_listed(ld, name, ACCEL_ERR_FORMAT, why, &ld->states[i], &ld->state_n[i], 1 << 20);
     }
     if (r == ACCEL_OK) {
-        r = same ? accel_state_load(acc, bufs[first], sizes[first])
-                 : accel_state_load_resharded(acc, (const void *const *)bufs, sizes, count);
-        if (r != ACCEL_OK) {
-            if (!same) accel__fmt(name, sizeof name, "random_states_*.bin");
-            r = accel__fail_wrap(acc, r, "load_state: %s", name);
-        } else {
-            ld->state_applied = 1;
-        }
+        r = accel__state_check(acc, (const void *const *)ld->states, ld->state_n, count);
+        if (r != ACCEL_OK) r = accel__fail_wrap(acc, r, "load_state: random_states_*.bin");
     }
-    for (i = 0; bufs && i < count; ++i) accel_host_free(acc, bufs[i]);
-    accel_host_free(acc, bufs);
-    accel_host_free(acc, sizes);
     return r;
+}
+/* Checked above on this process, so it cannot fail: this rank's own state on the same number of processes, the
+   resharded form otherwise. */
+static accel_result accel__ckpt_load_training_state_apply(accel__ckpt_load *ld) {
+    accel *acc = ld->acc;
+    int count = (int)ld->saved_np;
+    accel_result r = count == acc->num_processes
+                         ? accel_state_load(acc, ld->states[acc->process_index], ld->state_n[acc->process_index])
+                         : accel_state_load_resharded(acc, (const void *const *)ld->states, ld->state_n, count);
+    return r == ACCEL_OK ? r : accel__fail_wrap(acc, r, "load_state: random_states_*.bin");
 }
 
 /* Copies the tensors and hands each object its bytes. */
 static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld) {
     accel *acc = ld->acc;
+    accel__ckpt_errmark mark;
     accel__ckpt_stage stage;
     accel_result r = ACCEL_OK;
     int i, k;
@@ -2709,9 +2713,9 @@ static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld)
     accel__ckpt_stage_end(&stage);
     for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
         const accel__ckpt_obj *o = &ck->objs[i];
-        accel__ckpt_errmark mark = accel__ckpt_errmark_now(acc);
+        accel__ckpt_errmark_now(acc, &mark);
         r = o->load(o->obj, ld->blobs[i], ld->blob_n[i]);
-        if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, mark, "load_state", o->name);
+        if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "load_state", o->name);
     }
     return r;
 }
@@ -2727,15 +2731,11 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
     memset(&ld, 0, sizeof ld);
     ld.acc = acc;
     accel__fmt(cdir, sizeof cdir, "%s/checkpoints", ck->project_dir);
-    r = accel_state_save(acc, ld.snapshot, sizeof ld.snapshot, &ld.snapshot_n);
-    if (r == ACCEL_OK && ld.snapshot_n > sizeof ld.snapshot)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "load_state: the training state needs %zu bytes (built for %d)", ld.snapshot_n,
-                        ACCEL_STATE_BYTES);
     /* 1. which checkpoint */
-    if (r == ACCEL_OK && input_dir) {
+    if (input_dir) {
         if (strlen(input_dir) >= 2000) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state: input_dir is too long");
         else accel__fmt(ld.dir, sizeof ld.dir, "%s", input_dir);
-    } else if (r == ACCEL_OK) {
+    } else {
         r = accel_ckpt_latest(acc, cdir, ld.dir, sizeof ld.dir);
         none_yet = r == ACCEL_ERR_NOT_FOUND;
     }
@@ -2754,13 +2754,14 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
     if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(&ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_training_state(&ld);
     r = accel__agree(acc, r, "load_state (verify)");
-    /* 3. apply (every process got this far) */
+    /* 3. apply (every process got this far): tensors and objects, then — once every process applied those — the
+       Accelerator's training state, which was checked in step 2 and cannot fail */
     if (r == ACCEL_OK) {
         r = accel__ckpt_load_apply(ck, &ld);
         r = accel__agree(acc, r, "load_state (apply)");
     }
+    if (r == ACCEL_OK) r = accel__ckpt_load_training_state_apply(&ld);
     if (r == ACCEL_OK) ck->iteration = (int)ld.iteration + 1; /* policy 5: the next save does not collide */
-    else if (ld.state_applied) (void)accel_state_load(acc, ld.snapshot, ld.snapshot_n); /* same rank, same P: cannot fail */
     accel__ckpt_load_free(ck, &ld);
     if (none_yet && r == ACCEL_ERR_NOT_FOUND && acc->is_main_process)
         accel_log(acc, ACCEL_LOG_INFO, "no checkpoint under %s: starting fresh", cdir);
