@@ -64,7 +64,7 @@
      always complete; load verifies the marker, sizes and XXH64 checksums of every file before applying anything.
      Rotation renames a victim to a hidden name before deleting it. Stale hidden directories are removed by the next
      automatic save. accel_ckpt_latest() returns the newest complete checkpoint. Single files (save_model,
-     save_safetensors) are written to a temporary name, fsync'd and renamed.
+     save_safetensors) are written to "<path>.tmp.<pid>", fsync'd and renamed (the core's atomic write).
 
    OPTIONS
      Sizes ("10GB", "5MiB", "1000") go through accel_ckpt_parse_size (docs/semantics.md policy 6).
@@ -1128,38 +1128,32 @@ static accel_result accel__ckpt_check_meta(accel *acc, const char *const *meta, 
     return ACCEL_OK;
 }
 
-/* Writes path (atomic: via path.tmp, fsync, rename, directory fsync; else directly, fsync'd). */
+/* Writes path: atomic through the core's pair (accel__atomic_open/_commit: "<path>.tmp.<pid>", fsync, rename,
+   directory fsync), else directly (inside a checkpoint's hidden directory, which is itself published atomically),
+   fsync'd. */
 static accel_result accel__ckpt_st_save(accel *acc, const char *path, const accel_tensor *t, int n, const char *const *meta,
                                    int nmeta, int atomic, uint64_t *out_bytes, uint64_t *out_hash) {
-    char tmp[4200], dir[4096];
-    const char *target = path;
+    char tmp[4200];
     int fd;
     accel_result r = accel__ckpt_check_tensors(acc, t, n, path);
     if (r == ACCEL_OK) r = accel__ckpt_check_meta(acc, meta, nmeta);
     if (r != ACCEL_OK) return r;
     if (atomic) {
-        if ((size_t)accel__fmt(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "path too long");
-        target = tmp;
-    }
-    fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return accel__io_fail(acc, "cannot create", target);
-    r = accel__ckpt_st_write_fd(acc, fd, target, t, n, meta, nmeta, out_bytes, out_hash);
-    if (r == ACCEL_OK && fsync(fd) != 0) r = accel__io_fail(acc, "cannot fsync", target);
-    if (close(fd) != 0 && r == ACCEL_OK) r = accel__io_fail(acc, "cannot close", target);
-    if (r != ACCEL_OK) {
-        if (atomic) unlink(tmp);
-        return r;
-    }
-    if (atomic) {
-        if (rename(tmp, path) != 0) {
-            r = accel__io_fail(acc, "cannot rename into", path);
-            unlink(tmp);
+        r = accel__atomic_open(acc, path, tmp, sizeof tmp, &fd);
+        if (r != ACCEL_OK) return r;
+        r = accel__ckpt_st_write_fd(acc, fd, tmp, t, n, meta, nmeta, out_bytes, out_hash);
+        if (r != ACCEL_OK) {
+            (void)accel__atomic_commit(acc, fd, tmp, path, 0); /* removes the temporary; r is the cause */
             return r;
         }
-        accel__dirname(path, dir, sizeof dir);
-        if (accel__fsync_dir(dir) != 0) return accel__io_fail(acc, "cannot fsync directory", dir);
+        return accel__atomic_commit(acc, fd, tmp, path, 1);
     }
-    return ACCEL_OK;
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return accel__io_fail(acc, "cannot create", path);
+    r = accel__ckpt_st_write_fd(acc, fd, path, t, n, meta, nmeta, out_bytes, out_hash);
+    if (r == ACCEL_OK && fsync(fd) != 0) r = accel__io_fail(acc, "cannot fsync", path);
+    if (close(fd) != 0 && r == ACCEL_OK) r = accel__io_fail(acc, "cannot close", path);
+    return r;
 }
 
 ACCEL__DEF accel_result accel_ckpt_save_safetensors(accel *acc, const char *path, const accel_tensor *tensors, int n,

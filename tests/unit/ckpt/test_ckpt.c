@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -196,6 +198,60 @@ static void test_roundtrip_all_dtypes(void) {
         AT_CHECK(!exists(p2));
     }
     for (i = 0; i < n; ++i) free(bufs[i]);
+}
+
+/* ------------------------------------------------------------------------- the atomic single-file write */
+/* save_safetensors streams into the core's atomic pair (accel__atomic_open/_commit: "<path>.tmp.<pid>", fsync,
+   rename): a file of the user's that happens to be called "<path>.tmp" is neither truncated nor renamed over the
+   target, and a failed write leaves no temporary behind. */
+static int count_prefixed(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int k = 0;
+    while (d && (e = readdir(d)) != NULL) k += !strncmp(e->d_name, prefix, strlen(prefix));
+    if (d) closedir(d);
+    return k;
+}
+static void test_atomic_writer(void) {
+    char dir[400], path[500], user[520];
+    float w[4] = {1, 2, 3, 4};
+    accel_tensor t;
+    unsigned char *b;
+    size_t n = 0;
+    accel_ckpt_file *f = NULL;
+    snprintf(dir, sizeof dir, "%s/atomic", g_root);
+    AT_EQ_INT(mkdir(dir, 0777), 0);
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    snprintf(user, sizeof user, "%s.tmp", path);
+    write_bytes(user, "the user's own file", 19);
+    memset(&t, 0, sizeof t);
+    t.name = "w"; t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 4; t.ptr = w;
+    AT_EQ_INT(accel_ckpt_save_safetensors(NULL, path, &t, 1, NULL, 0), ACCEL_OK);
+    b = at_read_file(user, &n);
+    AT_CHECK(b && n == 19 && !memcmp(b, "the user's own file", 19));
+    free(b);
+    AT_EQ_INT(accel_ckpt_file_open(NULL, path, &f), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_file_count(f), 1);
+    accel_ckpt_file_destroy(f);
+    AT_EQ_INT(count_prefixed(dir, "w.safetensors.tmp."), 0);
+    /* a write that fails half-way (the file-size limit: EFBIG) leaves nothing, neither the target nor a temporary */
+    {
+        static float big[4096];
+        struct rlimit old, lim;
+        void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+        snprintf(path, sizeof path, "%s/x.safetensors", dir);
+        t.ptr = big;
+        t.shape[0] = 4096;
+        AT_EQ_INT(getrlimit(RLIMIT_FSIZE, &old), 0);
+        lim = old;
+        lim.rlim_cur = 1000;
+        AT_EQ_INT(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        AT_EQ_INT(accel_ckpt_save_safetensors(NULL, path, &t, 1, NULL, 0), ACCEL_ERR_IO);
+        AT_EQ_INT(setrlimit(RLIMIT_FSIZE, &old), 0);
+        signal(SIGXFSZ, prev);
+        AT_CHECK(!exists(path));
+        AT_EQ_INT(count_prefixed(dir, "x.safetensors"), 0);
+    }
 }
 
 /* -------------------------------------------------------------------- hand-built reference-layout bytes */
@@ -698,6 +754,7 @@ int main(void) {
     test_sizes();
     test_xxh64();
     test_roundtrip_all_dtypes();
+    test_atomic_writer();
     test_reference_bytes();
     test_malformed();
     test_plans();
