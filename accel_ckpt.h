@@ -111,9 +111,12 @@
        accel_state_load_resharded (accel.h) restores the counters from rank 0's state and this rank's RNG from its
        own file, or re-derives it when the saving run had fewer processes. Accelerate requires the same number.
      - JSON is read strictly: duplicate keys, invalid UTF-8, lone surrogates and trailing garbage are errors.
-     - safetensors tensors are ordered by dtype size (descending) then name, as the reference writer does; the data
-       section starts 8-byte aligned so every tensor is aligned to its element size (padding between tensors would
-       be a hole that the reference reader rejects).
+     - safetensors files are written as the reference writer writes them: tensors in its Dtype enum order
+       (descending: U64 I64 F64 F32 U32 I32 BF16 F16 U16 I16 F8_E4M3 F8_E5M2 I8 U8 BOOL), then by name; the header
+       padded with spaces so the data section, and every tensor, is aligned (padding between tensors would be a hole
+       that the reference reader rejects). A tensor may be named "" (only "__metadata__" is reserved). Metadata keys
+       and values are read whole, U+0000 included (accel_ckpt_file_metadata gives their lengths); the writer takes C
+       strings, so it cannot write a NUL.
 */
 #ifndef ACCEL_CKPT_H_INCLUDED
 #define ACCEL_CKPT_H_INCLUDED
@@ -156,8 +159,12 @@ ACCEL_API int accel_ckpt_file_count(const accel_ckpt_file *f);                 /
 ACCEL_API const accel_ckpt_entry *accel_ckpt_file_entry(const accel_ckpt_file *f, int i);
 ACCEL_API int accel_ckpt_file_find(const accel_ckpt_file *f, const char *name); /* index or -1 */
 ACCEL_API int accel_ckpt_file_metadata_count(const accel_ckpt_file *f);
-ACCEL_API accel_result accel_ckpt_file_metadata(const accel_ckpt_file *f, int i, const char **key, const char **value);
-ACCEL_API const char *accel_ckpt_file_metadata_get(const accel_ckpt_file *f, const char *key); /* NULL if absent */
+/* Entry i of __metadata__ (in the file's order). Keys and values are NUL-terminated, and may contain U+0000 as the
+   reference writer allows: *key_len / *value_len (each may be NULL) give the whole length. */
+ACCEL_API accel_result accel_ckpt_file_metadata(const accel_ckpt_file *f, int i, const char **key, size_t *key_len,
+                                                const char **value, size_t *value_len);
+/* The value of the key that equals `key` as a whole (a stored "k\0x" is not "k"); NULL if absent. */
+ACCEL_API const char *accel_ckpt_file_metadata_get(const accel_ckpt_file *f, const char *key);
 /* Copies the tensor named dst->name into dst->ptr (host or device) after checking dtype and shape; a mismatch is
    ACCEL_ERR_INVALID_ARGUMENT naming the tensor, expected vs found. */
 ACCEL_API accel_result accel_ckpt_file_load(accel_ckpt_file *f, const accel_tensor *dst);
@@ -957,10 +964,33 @@ static void accel__ckpt_shape_str(char *out, size_t cap, int ndim, const int64_t
     if (o < cap) accel__fmt(out + o, cap - o, "]");
 }
 
-typedef struct accel__ckpt_st_item { const accel_tensor *t; uint64_t nbytes; size_t esize; } accel__ckpt_st_item;
+/* The reference writer's order (safetensors `prepare`): its Dtype enum order, descending, then the name (bytes).
+   The enum: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 BF16 I32 U32 F32 F64 I64 U64 — so F32 precedes U32 and I32,
+   BF16 precedes F16, and every tensor stays aligned to its element size. */
+static int accel__ckpt_st_rank(accel_dtype d) {
+    switch (d) {
+    case ACCEL_BOOL: return 0;
+    case ACCEL_U8: return 1;
+    case ACCEL_I8: return 2;
+    case ACCEL_F8_E5M2: return 3;
+    case ACCEL_F8_E4M3: return 4;
+    case ACCEL_I16: return 5;
+    case ACCEL_U16: return 6;
+    case ACCEL_F16: return 7;
+    case ACCEL_BF16: return 8;
+    case ACCEL_I32: return 9;
+    case ACCEL_U32: return 10;
+    case ACCEL_F32: return 11;
+    case ACCEL_F64: return 12;
+    case ACCEL_I64: return 13;
+    case ACCEL_U64: return 14;
+    default: return -1;
+    }
+}
+typedef struct accel__ckpt_st_item { const accel_tensor *t; uint64_t nbytes; int rank; } accel__ckpt_st_item;
 static int accel__ckpt_st_item_cmp(const void *a, const void *b) {
     const accel__ckpt_st_item *x = (const accel__ckpt_st_item *)a, *y = (const accel__ckpt_st_item *)b;
-    if (x->esize != y->esize) return x->esize > y->esize ? -1 : 1;
+    if (x->rank != y->rank) return x->rank > y->rank ? -1 : 1;
     return strcmp(x->t->name, y->t->name);
 }
 
@@ -975,8 +1005,8 @@ static accel_result accel__ckpt_check_tensors(accel *acc, const accel_tensor *t,
         int64_t nb;
         size_t bad = 0;
         if (!t[i].name) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has no name", what, i);
-        if (!t[i].name[0] || !strcmp(t[i].name, "__metadata__"))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has the reserved or empty name \"%s\"", what, i, t[i].name);
+        if (!strcmp(t[i].name, "__metadata__")) /* "" is a valid name, as for the reference writer */
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has the reserved name \"__metadata__\"", what, i);
         if (!accel__utf8_valid((const unsigned char *)t[i].name, strlen(t[i].name), &bad))
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d's name is not valid UTF-8 (byte %lu)", what, i, (unsigned long)bad);
         if (!accel_dtype_name(t[i].dtype))
@@ -1029,7 +1059,7 @@ static accel_result accel__ckpt_st_write_fd(accel *acc, int fd, const char *path
     for (i = 0; i < n; ++i) {
         items[i].t = &t[i];
         items[i].nbytes = (uint64_t)accel_tensor_nbytes(&t[i]);
-        items[i].esize = accel_dtype_size(t[i].dtype);
+        items[i].rank = accel__ckpt_st_rank(t[i].dtype);
     }
     if (n > 1) qsort(items, (size_t)n, sizeof *items, accel__ckpt_st_item_cmp);
     accel__sb_puts(&hb, "{");
@@ -1171,7 +1201,8 @@ struct accel_ckpt_file {
     int mapped;
     uint64_t data_start;
     accel_ckpt_entry *entries; /* stb_ds array, sorted by offset */
-    char **meta;               /* stb_ds array: key, value, key, value … (strings from acc's allocator) */
+    char **meta;               /* stb_ds array: key, value, key, value … (strings from acc's allocator, NUL-terminated) */
+    size_t *meta_len;          /* stb_ds array: their lengths (a key or value may contain U+0000) */
     char *names;               /* the JSON arena (entry names point into it) */
     const accel_ckpt_entry **by_name; /* the entries sorted by name (acc's allocator), for binary search */
     char path[512];
@@ -1192,6 +1223,7 @@ ACCEL__DEF void accel_ckpt_file_destroy(accel_ckpt_file *f) {
     if (!f) return;
     for (i = 0; i < (int)stbds_arrlen(f->meta); ++i) accel_host_free(f->acc, f->meta[i]);
     stbds_arrfree(f->meta);
+    stbds_arrfree(f->meta_len);
     stbds_arrfree(f->entries);
     stbds_arrfree(f->names);
     accel_host_free(f->acc, (void *)f->by_name);
@@ -1254,7 +1286,8 @@ static accel_result accel__ckpt_st_parse(accel_ckpt_file *f) {
                 }
                 memcpy(k2, accel__ckpt_jkeyp(&j, m), j.nodes[m].keylen + 1);
                 memcpy(v2, accel__ckpt_jstr(&j, m), j.nodes[m].len + 1);
-                if (accel__arr_reserve((void **)&f->meta, sizeof *f->meta, 2)) {
+                if (accel__arr_reserve((void **)&f->meta, sizeof *f->meta, 2) ||
+                    accel__arr_reserve((void **)&f->meta_len, sizeof *f->meta_len, 2)) {
                     accel_host_free(acc, k2);
                     accel_host_free(acc, v2);
                     r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s: metadata: out of memory", path);
@@ -1262,6 +1295,8 @@ static accel_result accel__ckpt_st_parse(accel_ckpt_file *f) {
                 }
                 (void)ACCEL__ARR_PUT(f->meta, k2); /* reserved above: cannot fail */
                 (void)ACCEL__ARR_PUT(f->meta, v2);
+                (void)ACCEL__ARR_PUT(f->meta_len, j.nodes[m].keylen);
+                (void)ACCEL__ARR_PUT(f->meta_len, j.nodes[m].len);
             }
             continue;
         }
@@ -1440,18 +1475,23 @@ ACCEL__DEF int accel_ckpt_file_find(const accel_ckpt_file *f, const char *name) 
     return -1;
 }
 ACCEL__DEF int accel_ckpt_file_metadata_count(const accel_ckpt_file *f) { return f ? (int)stbds_arrlen(f->meta) / 2 : 0; }
-ACCEL__DEF accel_result accel_ckpt_file_metadata(const accel_ckpt_file *f, int i, const char **key, const char **value) {
+ACCEL__DEF accel_result accel_ckpt_file_metadata(const accel_ckpt_file *f, int i, const char **key, size_t *key_len,
+                                                 const char **value, size_t *value_len) {
     if (!f || i < 0 || i >= accel_ckpt_file_metadata_count(f))
         return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "metadata index %d out of range", i);
     if (key) *key = f->meta[2 * i];
+    if (key_len) *key_len = f->meta_len[2 * i];
     if (value) *value = f->meta[2 * i + 1];
+    if (value_len) *value_len = f->meta_len[2 * i + 1];
     return ACCEL_OK;
 }
 ACCEL__DEF const char *accel_ckpt_file_metadata_get(const accel_ckpt_file *f, const char *key) {
     int i;
+    size_t n;
     if (!f || !key) return NULL;
-    for (i = 0; i < accel_ckpt_file_metadata_count(f); ++i)
-        if (!strcmp(f->meta[2 * i], key)) return f->meta[2 * i + 1];
+    n = strlen(key);
+    for (i = 0; i < accel_ckpt_file_metadata_count(f); ++i) /* the whole key: "k\0x" is not "k" */
+        if (f->meta_len[2 * i] == n && !memcmp(f->meta[2 * i], key, n)) return f->meta[2 * i + 1];
     return NULL;
 }
 

@@ -324,6 +324,60 @@ static void test_reference_bytes(void) {
     accel_ckpt_file_destroy(f);
 }
 
+/* The reference writer's rules (issue 15's three defects, each checked against files of the reference safetensors
+   package in check_safetensors_ref.py):
+   (a) tensor order = its Dtype enum order, descending, then the name: F32 before U32 before I32, BF16 before F16;
+   (b) a __metadata__ key or value may contain U+0000: read whole, with its length; "k\0x" does not shadow "k";
+   (c) a tensor named "" is written (and read). */
+static void test_reference_rules(void) {
+    char path[400];
+    float f32 = 1.0f;
+    int32_t i32 = 2;
+    uint32_t u32 = 3;
+    uint16_t bf = 0x3f80, h = 0x3c00;
+    unsigned char u8[3] = {7, 8, 9}, buf[512], back[3] = {0, 0, 0};
+    accel_tensor t[6];
+    accel_ckpt_file *f = NULL;
+    const char *k, *v;
+    size_t kn = 0, vn = 0, n;
+    int i;
+    memset(t, 0, sizeof t);
+    t[0].name = "a"; t[0].dtype = ACCEL_I32; t[0].ndim = 0; t[0].ptr = &i32;
+    t[1].name = "b"; t[1].dtype = ACCEL_U32; t[1].ndim = 0; t[1].ptr = &u32;
+    t[2].name = "c"; t[2].dtype = ACCEL_F32; t[2].ndim = 0; t[2].ptr = &f32;
+    t[3].name = "d"; t[3].dtype = ACCEL_F16; t[3].ndim = 0; t[3].ptr = &h;
+    t[4].name = "e"; t[4].dtype = ACCEL_BF16; t[4].ndim = 0; t[4].ptr = &bf;
+    t[5].name = ""; t[5].dtype = ACCEL_U8; t[5].ndim = 1; t[5].shape[0] = 3; t[5].ptr = u8;
+    snprintf(path, sizeof path, "%s/rules.safetensors", g_root);
+    AT_EQ_INT(accel_ckpt_save_safetensors(NULL, path, t, 6, NULL, 0), ACCEL_OK); /* (c) */
+    AT_EQ_INT(accel_ckpt_file_open(NULL, path, &f), ACCEL_OK);
+    if (f) {
+        static const char *order[6] = {"c", "b", "a", "e", "d", ""}; /* (a): F32 U32 I32 BF16 F16 U8 */
+        AT_EQ_INT(accel_ckpt_file_count(f), 6);
+        for (i = 0; i < 6 && i < accel_ckpt_file_count(f); ++i) AT_EQ_STR(accel_ckpt_file_entry(f, i)->name, order[i]);
+        AT_EQ_INT(accel_ckpt_file_find(f, ""), 5);
+        t[5].ptr = back;
+        AT_EQ_INT(accel_ckpt_file_load(f, &t[5]), ACCEL_OK);
+        AT_CHECK(!memcmp(back, u8, 3));
+        accel_ckpt_file_destroy(f);
+        f = NULL;
+    }
+    /* (b): the reference writes "k" and "k\0x" as two keys */
+    n = build(buf, "{\"__metadata__\":{\"k\\u0000x\":\"v\\u0000w\",\"k\":\"plain\",\"z\":\"\\u0000\"},"
+                   "\"\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8, "q", 1);
+    AT_EQ_INT(accel_ckpt_file_open_memory(NULL, buf, n, &f), ACCEL_OK);
+    if (!f) return;
+    AT_EQ_INT(accel_ckpt_file_metadata_count(f), 3);
+    AT_EQ_INT(accel_ckpt_file_metadata(f, 0, &k, &kn, &v, &vn), ACCEL_OK);
+    AT_CHECK(kn == 3 && !memcmp(k, "k\0x", 4) && vn == 3 && !memcmp(v, "v\0w", 4));
+    AT_EQ_INT(accel_ckpt_file_metadata(f, 2, &k, &kn, &v, &vn), ACCEL_OK);
+    AT_CHECK(kn == 1 && vn == 1 && v[0] == 0 && v[1] == 0);
+    AT_EQ_STR(accel_ckpt_file_metadata_get(f, "k"), "plain");
+    AT_CHECK(accel_ckpt_file_metadata_get(f, "k\0x") == accel_ckpt_file_metadata_get(f, "k")); /* C strings end at NUL */
+    AT_EQ_INT(accel_ckpt_file_find(f, ""), 0);
+    accel_ckpt_file_destroy(f);
+}
+
 typedef struct { const char *what; const char *header; size_t data_len; int truncate_by; accel_result expect; const char *msg; } bad_case;
 
 static void test_malformed(void) {
@@ -756,6 +810,7 @@ int main(void) {
     test_roundtrip_all_dtypes();
     test_atomic_writer();
     test_reference_bytes();
+    test_reference_rules();
     test_malformed();
     test_plans();
     test_save_model();
