@@ -6,7 +6,10 @@
      ckpt_fixture read FILE       loads every tensor of FILE through accel and prints, per tensor:
                                   hex(name) dtype dims… nbytes xxh64(bytes) — then "meta hex(key) hex(value)" lines
                                   (whole keys and values, U+0000 included)
-     ckpt_fixture meta-get FILE KEY   hex of accel_ckpt_file_metadata_get(KEY), exit 1 when absent */
+     ckpt_fixture meta-get FILE KEY   hex of accel_ckpt_file_metadata_get(KEY), exit 1 when absent
+     ckpt_fixture write-offload DIR   accel_ckpt_offload_save of the OFFLOAD_* tensors below (pattern(i) each) into DIR
+     ckpt_fixture read-offload DIR    as read, of an offload folder (index.json + .dat) through accel_ckpt_file_open_offload
+   (check_offload.py: both directions against Accelerate's offload_state_dict / load_offloaded_weight) */
 #include "accel_ckpt.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,10 +70,10 @@ static int do_write(const char *dir) {
     return 0;
 }
 
-static int do_read(const char *file) {
+static int do_read_any(const char *file, int offload) {
     accel_ckpt_file *f = NULL;
     int i, k;
-    if (accel_ckpt_file_open(NULL, file, &f) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+    if ((offload ? accel_ckpt_file_open_offload(NULL, file, &f) : accel_ckpt_file_open(NULL, file, &f)) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
     for (i = 0; i < accel_ckpt_file_count(f); ++i) {
         const accel_ckpt_entry *e = accel_ckpt_file_entry(f, i);
         accel_tensor t;
@@ -99,6 +102,35 @@ static int do_read(const char *file) {
     }
     accel_ckpt_file_destroy(f);
     return 0;
+}
+
+static int do_read(const char *file) { return do_read_any(file, 0); }
+
+/* the offload interop set: name, dtype, shape (ndim -1 ends) */
+static const struct { const char *name; accel_dtype dt; int ndim; int64_t shape[3]; } OFFLOAD_T[] = {
+    {"embed.weight", ACCEL_F32, 2, {2, 3}}, {"h.0.attn.bias", ACCEL_F16, 1, {5}}, {"h.0.mlp.w", ACCEL_BF16, 2, {2, 2}},
+    {"d", ACCEL_F64, 1, {3}}, {"pos_ids", ACCEL_I64, 2, {1, 4}}, {"i32", ACCEL_I32, 1, {2}}, {"i16", ACCEL_I16, 1, {2}},
+    {"i8", ACCEL_I8, 1, {3}}, {"u8", ACCEL_U8, 1, {3}}, {"mask", ACCEL_BOOL, 3, {1, 1, 5}}, {"scale", ACCEL_F32, 0, {0}},
+    {"caf\xc3\xa9", ACCEL_F32, 1, {1}}};
+static int do_write_offload(const char *dir) {
+    accel_tensor t[16];
+    void *bufs[16];
+    int n = (int)(sizeof OFFLOAD_T / sizeof OFFLOAD_T[0]), i, k, rc = 0;
+    memset(t, 0, sizeof t);
+    for (i = 0; i < n; ++i) {
+        size_t nb = accel_dtype_size(OFFLOAD_T[i].dt);
+        t[i].name = OFFLOAD_T[i].name;
+        t[i].dtype = OFFLOAD_T[i].dt;
+        t[i].ndim = OFFLOAD_T[i].ndim;
+        for (k = 0; k < t[i].ndim; ++k) { t[i].shape[k] = OFFLOAD_T[i].shape[k]; nb *= (size_t)OFFLOAD_T[i].shape[k]; }
+        bufs[i] = malloc(nb);
+        pattern((unsigned char *)bufs[i], nb, (unsigned)i);
+        if (OFFLOAD_T[i].dt == ACCEL_BOOL) for (k = 0; k < (int)nb; ++k) ((unsigned char *)bufs[i])[k] &= 1;
+        t[i].ptr = bufs[i];
+    }
+    if (accel_ckpt_offload_save(NULL, dir, t, n) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); rc = 1; }
+    for (i = 0; i < n; ++i) free(bufs[i]);
+    return rc;
 }
 
 static int do_write_ref(const char *dir) {
@@ -149,6 +181,8 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "write")) return do_write(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "write-ref")) return do_write_ref(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "read")) return do_read(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "read-offload")) return do_read_any(argv[2], 1);
+    if (argc == 3 && !strcmp(argv[1], "write-offload")) return do_write_offload(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "meta-get")) return do_meta_get(argv[2], argv[3]);
     fprintf(stderr, "usage: ckpt_fixture write DIR | write-ref DIR | read FILE | meta-get FILE KEY\n");
     return 2;
