@@ -4686,6 +4686,7 @@ ACCEL__DEF accel_result accel_ckpt_dispatch_create(accel_ckpt_model *m, const ac
     accel_ckpt_dispatch *x = NULL;
     accel_ckpt_placement *sorted = NULL;
     const accel_ckpt_entry **src = NULL;
+    accel_ckpt_file **srcf = NULL;
     int *nclaimed = NULL, nt, nf, i, k, ndisk = 0;
     char *buf = NULL;
     accel_tensor *disk = NULL;
@@ -4706,9 +4707,10 @@ ACCEL__DEF accel_result accel_ckpt_dispatch_create(accel_ckpt_model *m, const ac
     x->pl = (accel__ckpt_place *)accel__ckpt_zalloc(acc, (size_t)nt, sizeof *x->pl);
     sorted = (accel_ckpt_placement *)accel__ckpt_zalloc(acc, (size_t)desc->n_device_map, sizeof *sorted);
     src = (const accel_ckpt_entry **)accel__ckpt_zalloc(acc, (size_t)nt, sizeof *src);
+    srcf = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)nt, sizeof *srcf);
     disk = (accel_tensor *)accel__ckpt_zalloc(acc, (size_t)nt, sizeof *disk);
     buf = (char *)accel_host_alloc(acc, 4096);
-    if (!x->pl || !sorted || !src || !disk || !buf) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "dispatch"); goto fail; }
+    if (!x->pl || !sorted || !src || !srcf || !disk || !buf) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "dispatch"); goto fail; }
     /* 1. the map: names of the model, known devices, no duplicates */
     for (i = 0; i < desc->n_device_map; ++i) {
         const accel_ckpt_placement *e = &desc->device_map[i];
@@ -4758,7 +4760,10 @@ ACCEL__DEF accel_result accel_ckpt_dispatch_create(accel_ckpt_model *m, const ac
                 r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "dispatch: tensor \"%.200s\" is in more than one file of the checkpoint", en->name);
                 goto fail;
             }
-            if (!src[st] || ti == st) src[st] = en; /* a parameter's own name wins over an alias's */
+            if (!src[st] || ti == st) { /* a parameter's own name wins over an alias's */
+                src[st] = en;
+                srcf[st] = x->files[k];
+            }
         }
     }
     for (i = 0; i < nt; ++i) {
@@ -4838,6 +4843,10 @@ ACCEL__DEF accel_result accel_ckpt_dispatch_create(accel_ckpt_model *m, const ac
             continue;
         }
 #endif
+        if (p->target == src[i]->dtype) { /* as stored: pread into the buffer (no page faults on the mapping) */
+            r = accel__ckpt_st_copy(srcf[i], (int)(src[i] - srcf[i]->entries), p->ptr, NULL);
+            continue;
+        }
         accel__ckpt_convert(p->ptr, p->target, src[i]->data, src[i]->dtype, (size_t)p->numel);
     }
 #ifdef ACCEL_WITH_CUDA
@@ -4863,6 +4872,7 @@ ACCEL__DEF accel_result accel_ckpt_dispatch_create(accel_ckpt_model *m, const ac
     if (r != ACCEL_OK) goto fail;
     accel_host_free(acc, sorted);
     accel_host_free(acc, (void *)src);
+    accel_host_free(acc, (void *)srcf);
     accel_host_free(acc, disk);
     accel_host_free(acc, buf);
     accel_host_free(acc, nclaimed);
@@ -4871,6 +4881,7 @@ ACCEL__DEF accel_result accel_ckpt_dispatch_create(accel_ckpt_model *m, const ac
 fail:
     accel_host_free(acc, sorted);
     accel_host_free(acc, (void *)src);
+    accel_host_free(acc, (void *)srcf);
     accel_host_free(acc, disk);
     accel_host_free(acc, buf);
     accel_host_free(acc, nclaimed);
