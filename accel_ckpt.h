@@ -117,6 +117,60 @@
        that the reference reader rejects). A tensor may be named "" (only "__metadata__" is reserved). Metadata keys
        and values are read whole, U+0000 included (accel_ckpt_file_metadata gives their lengths); the writer takes C
        strings, so it cannot write a NUL.
+
+   BIG MODELS (docs/semantics.md §9: Accelerate's big-model inference utilities, in the checkpoint module because
+   dispatch is a loader; it uses the core alone, like the rest of this header)
+       accel_ckpt_model *m;                                 // the module tree: built in code or from JSON
+       accel_ckpt_model_open(&acc, "model.json", &m);       // (`accel device-map --structure` reads the same form)
+       accel_ckpt_memory mm[8]; int nmm, n;
+       accel_ckpt_parse_max_memory(&acc, "0=10GiB,cpu=30GiB", mm, 8, &nmm);
+       const char *no_split[] = {"GPT2Block"};
+       accel_ckpt_map_desc md = {0};
+       md.max_memory = mm; md.n_max_memory = nmm; md.no_split_module_classes = no_split; md.n_no_split = 1;
+       accel_ckpt_placement map[256];
+       accel_ckpt_infer_device_map(m, &md, map, 256, &n);  // = infer_auto_device_map(model, max_memory, ...)
+       accel_ckpt_dispatch_desc dd = {0};
+       dd.checkpoint = "ckpt_dir";                           // model.safetensors or shards + index, or an offload folder
+       dd.device_map = map; dd.n_device_map = n;
+       dd.dtype = ACCEL_BF16;                                // floating tensors converted on load (0: as the model)
+       accel_ckpt_dispatch *x;
+       accel_ckpt_dispatch_create(m, &dd, &x);               // GPU / cpu tensors loaded, "disk" ones left mapped
+       accel_ckpt_fetch_desc fd = {0};
+       fd.layers = layer_names; fd.n_layers = L; fd.device = 0;
+       accel_ckpt_fetch *f;
+       accel_ckpt_fetch_create(x, &fd, &f);                  // two buffers: layer i+1 fetched while layer i runs
+       for (i = 0; i < L; ++i) {
+           const accel_tensor *w; int nw;
+           accel_ckpt_fetch_begin(f, i, &w, &nw);            // layer i's tensors on device 0 (ordered on fd.stream)
+           run_layer(i, w, nw);                              // enqueue its work on fd.stream
+           accel_ckpt_fetch_end(f, i);                       // its buffer may be refilled once that work is done
+       }
+       accel_ckpt_fetch_destroy(f); accel_ckpt_dispatch_destroy(x); accel_ckpt_model_destroy(m);
+     Sizes and maps are Accelerate's algorithms step by step (compared with Accelerate 1.15 on random module trees by
+     tests/unit/ckpt/check_device_map.py), quirks included: GPU 0 may receive nothing, the reserve for the largest
+     layer is taken on the main devices, clean_device_map collapses prefixes. Dispatch validates everything (every
+     tensor of the model found once in the checkpoint with its shape, every key of the map a module or tensor of the
+     model, every tensor under a device) before it allocates, then loads: GPU tensors through pinned staging on
+     streams[d] (or acc->stream / the legacy default stream), CPU tensors into host (desc.pin_cpu: pinned) buffers,
+     "disk" tensors stay in the read-only mapping of the checkpoint (offload_folder: copied there in Accelerate's
+     format). Tied parameters share one storage. Fetches convert disk tensors to the dispatch dtype on the way.
+     accel_ckpt_offload_save / accel_ckpt_file_open_offload write and read Accelerate's offload folder (index.json
+     + <name>.dat, byte-identical to offload_state_dict's). accel_ckpt_find_executable_batch_size retries a step
+     with int(0.9 * size) (Accelerate >= 1.x's default; older releases halved) while it returns
+     ACCEL_ERR_OUT_OF_MEMORY, freeing what the attempt allocated through accel_ckpt_attempt_*_alloc.
+     Threads: one thread at a time per model / dispatch / fetch; a fetch fills its host buffers in a helper pthread
+     (which neither allocates nor records errors); on a GPU it copies on its own stream, and the layer's stream waits
+     for the copy with an event (the host never waits for the GPU). All of these calls are local (no collective).
+     Differences from Accelerate (deliberate, in the policies' style):
+     - Python's set order in clean_device_map: Accelerate's order of collapsed entries changes from run to run;
+       accel's is the order of first appearance (entries clean_device_map keeps are in Accelerate's order).
+     - fallback_allocation with a fractional limit (a model with bool tensors: sizes in eighths of a byte):
+       Accelerate raises AttributeError from convert_file_size_to_int(float); accel compares the numbers.
+     - Dispatch refuses what Accelerate only warns about: a device_map key that names nothing of the model, a
+       checkpoint tensor the model lacks (desc.ignore_unexpected skips those, as Accelerate does).
+     - Out of memory is ACCEL_ERR_OUT_OF_MEMORY from the step, not a matched exception message.
+     - accel queries no device: the devices are max_memory's keys (none: everything goes to "disk"), where Accelerate
+       fills a missing max_memory with get_max_memory() of the devices it sees.
 */
 #ifndef ACCEL_CKPT_H_INCLUDED
 #define ACCEL_CKPT_H_INCLUDED
@@ -233,7 +287,7 @@ ACCEL_API uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed);
 /* ------------------------------------------------------------------------------------------------- big models */
 /* docs/semantics.md §9: Accelerate's compute_module_sizes, get_max_layer_size, get_balanced_memory and
    infer_auto_device_map (with clean_device_map), then dispatch of a checkpoint onto the map, a just-in-time fetch of
-   offloaded layers, Accelerate's offload folder, and find_executable_batch_size. See "BIG MODELS" above. */
+   offloaded layers, Accelerate's offload folder, and find_executable_batch_size. See "BIG MODELS" in the manual. */
 
 /* Devices of a max_memory list and a device map: a GPU ordinal (>= 0) or one of these. */
 #define ACCEL_CKPT_CPU (-1)
