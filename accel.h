@@ -75,7 +75,7 @@
    deadline, collective_timeout_ms, default 30 min, then ACCEL_ERR_TIMEOUT):
      core          accel_init, accel_wait_for_everyone, accel_host_* , accel_check_trigger,
                    accel_main_process_first_begin/_end, accel_local_main_process_first_begin/_end,
-                   accel_synchronize_rng_state
+                   accel_synchronize_rng_state, accel_gather_object, accel_broadcast_object_list
      collectives   accel_coll_create, every accel_coll_* data operation, accel_coll_reducer_finalize (or the
                    first grad_ready/wait), accel_coll_reducer_wait on a step that reduces
      data          accel_data_shard_init, accel_data_seq_init (their configuration agreement check)
@@ -83,6 +83,7 @@
                    ACCEL_AMP_CLIP_SHARDED
      ckpt          accel_ckpt_save_state, accel_ckpt_load_state, accel_ckpt_save_model
      trackers      accel_track_init_trackers
+     profile       accel_prof_merge_trace
    Everything else is local.
 
    COMPILE-TIME OPTIONS
@@ -604,6 +605,26 @@ ACCEL_API accel_result accel_host_allreduce_f64(accel *acc, double *values, int 
 ACCEL_API accel_result accel_host_broadcast(accel *acc, void *data, size_t bytes, int root);
 /* Every rank contributes `bytes` bytes; out receives num_processes * bytes in rank order. */
 ACCEL_API accel_result accel_host_allgather(accel *acc, const void *in, void *out, size_t bytes);
+
+/* Objects — Accelerate's gather_object / broadcast_object_list — as byte blobs the caller serializes. A list of
+   `count` objects: object i is data[offsets[i] .. offsets[i+1]). Blobs live in acc's host allocator. */
+typedef struct accel_blobs {
+    accel *acc;
+    int count;
+    size_t *offsets; /* count + 1 entries */
+    unsigned char *data;
+} accel_blobs;
+/* Replaces b's content with copies of items (count may be 0); b must be zeroed or hold blobs. */
+ACCEL_API accel_result accel_blobs_set(accel *acc, accel_blobs *b, int count, const void *const *items,
+                                       const size_t *sizes);
+ACCEL_API void accel_blobs_deinit(accel_blobs *b); /* safe on a zeroed list; the list is empty afterwards */
+/* gather_object (collective): every rank contributes `bytes` bytes (sizes may differ); *out (zeroed, or holding
+   blobs, which are replaced) gets one object per rank in rank order — concatenating them is Accelerate's one-level
+   flatten. */
+ACCEL_API accel_result accel_gather_object(accel *acc, const void *data, size_t bytes, accel_blobs *out);
+/* broadcast_object_list (collective): from_process's list replaces every other rank's list (in place, as
+   Accelerate). */
+ACCEL_API accel_result accel_broadcast_object_list(accel *acc, accel_blobs *list, int from_process);
 
 /* --------------------------------------------------------------------------------------- process helpers */
 /* printf on the main process only (Accelerate's accelerator.print). Returns chars written, 0 elsewhere. */
@@ -2335,9 +2356,21 @@ static accel_result accel__store_op(accel *acc, accel__store *st, int op, const 
         accel__st_frame f;
         unsigned char *p = NULL;
         rc = accel__store_send(st->fd[0], ACCEL__ST_OP, op, (uint32_t)st->rank, st->seq, in, in_len, deadline);
-        if (rc != 0)
+        if (rc != 0) {
+            /* the hub may have failed this collective and exited before we sent: its verdict can still be waiting in
+               our receive buffer — prefer it to "broken pipe" */
+            int e = errno;
+            if (rc == -1 && accel__store_recv(acc, st, st->fd[0], 0, &f, &p, accel_now() + 0.5) == ACCEL_OK &&
+                f.kind == ACCEL__ST_ERROR) {
+                res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%.700s (reported by rank 0, the store)", (const char *)p);
+                accel_host_free(acc, p);
+                return res;
+            }
+            accel_host_free(acc, p);
+            errno = e;
             return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "host store (%s): cannot reach rank 0: %s",
                                st->where, accel__store_rc_text(rc));
+        }
         res = accel__store_recv(acc, st, st->fd[0], 0, &f, &p, deadline + ACCEL__ST_GRACE);
         if (res != ACCEL_OK) return res;
         if (f.kind == ACCEL__ST_ERROR) {
@@ -2946,6 +2979,129 @@ ACCEL__PRIVATE accel_result accel__host_allgatherv(accel *acc, const void *in, s
         else accel_host_free(acc, buf);
     }
     accel_host_free(acc, sizes);
+    return r;
+}
+
+/* ---- objects */
+ACCEL__DEF void accel_blobs_deinit(accel_blobs *b) {
+    if (!b) return;
+    accel_host_free(b->acc, b->offsets);
+    accel_host_free(b->acc, b->data);
+    b->offsets = NULL;
+    b->data = NULL;
+    b->count = 0;
+}
+
+/* Takes ownership of offsets/data (acc's allocator) as b's new content. */
+static void accel__blobs_adopt(accel *acc, accel_blobs *b, int count, size_t *offsets, unsigned char *data) {
+    accel_blobs_deinit(b);
+    b->acc = acc;
+    b->count = count;
+    b->offsets = offsets;
+    b->data = data;
+}
+
+ACCEL__DEF accel_result accel_blobs_set(accel *acc, accel_blobs *b, int count, const void *const *items, const size_t *sizes) {
+    size_t total = 0, *off;
+    unsigned char *data;
+    int i;
+    if (!b || count < 0 || (count > 0 && (!items || !sizes)))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "blobs_set: NULL argument or negative count");
+    for (i = 0; i < count; ++i) {
+        if (sizes[i] && !items[i]) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "blobs_set: item %d is NULL", i);
+        if (sizes[i] > (size_t)INT_MAX - total)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "blobs_set: more than INT_MAX bytes in total");
+        total += sizes[i];
+    }
+    off = (size_t *)accel_host_alloc(acc, sizeof(size_t) * ((size_t)count + 1));
+    data = (unsigned char *)accel_host_alloc(acc, total);
+    if (!off || !data) {
+        accel_host_free(acc, off);
+        accel_host_free(acc, data);
+        return ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    off[0] = 0;
+    for (i = 0; i < count; ++i) {
+        if (sizes[i]) memcpy(data + off[i], items[i], sizes[i]);
+        off[i + 1] = off[i] + sizes[i];
+    }
+    accel__blobs_adopt(acc, b, count, off, data);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_gather_object(accel *acc, const void *data, size_t bytes, accel_blobs *out) {
+    accel_result r = accel__need_acc(acc, "gather_object"), local = ACCEL_OK;
+    size_t *counts = NULL, *off = NULL;
+    void *all = NULL;
+    int P, i;
+    if (r != ACCEL_OK) return r;
+    P = acc->num_processes;
+    if (!out || (bytes && !data)) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: NULL argument");
+    else if (bytes > (size_t)INT_MAX) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: %zu bytes", bytes);
+    if (local == ACCEL_OK) {
+        counts = (size_t *)accel_host_alloc(acc, sizeof(size_t) * (size_t)P);
+        off = (size_t *)accel_host_alloc(acc, sizeof(size_t) * ((size_t)P + 1));
+        if (!counts || !off) local = ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    r = accel__agree(acc, local, "gather_object");
+    if (r == ACCEL_OK) r = accel__host_allgatherv(acc, data, bytes, &all, counts);
+    if (r == ACCEL_OK) {
+        off[0] = 0;
+        for (i = 0; i < P; ++i) off[i + 1] = off[i] + counts[i];
+        accel__blobs_adopt(acc, out, P, off, (unsigned char *)all);
+        off = NULL;
+    }
+    accel_host_free(acc, counts);
+    accel_host_free(acc, off);
+    return r;
+}
+
+ACCEL__DEF accel_result accel_broadcast_object_list(accel *acc, accel_blobs *list, int from) {
+    accel_result r = accel__need_acc(acc, "broadcast_object_list"), local = ACCEL_OK;
+    int64_t head[2] = {0, 0}, *sizes = NULL; /* count, total bytes */
+    size_t *off = NULL;
+    unsigned char *data = NULL;
+    int i, me;
+    if (r != ACCEL_OK) return r;
+    me = acc->process_index;
+    if (!list) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: list is NULL");
+    else if (from < 0 || from >= acc->num_processes)
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: from_process %d is not a rank of %d",
+                            from, acc->num_processes);
+    else if (me == from && (list->count < 0 || (list->count > 0 && !list->offsets)))
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: the list on rank %d is invalid "
+                            "(negative count or no offsets)", from);
+    else if (me == from && list->count > 0 && list->offsets[list->count] > (size_t)INT_MAX)
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: more than INT_MAX bytes");
+    r = accel__agree(acc, local, "broadcast_object_list");
+    if (r != ACCEL_OK || acc->num_processes <= 1) return r;
+    if (me == from) {
+        head[0] = list->count;
+        head[1] = list->count ? (int64_t)list->offsets[list->count] : 0;
+    }
+    r = accel_host_broadcast(acc, head, sizeof head, from);
+    if (r != ACCEL_OK) return r;
+    sizes = (int64_t *)accel_host_alloc(acc, sizeof(int64_t) * ((size_t)head[0] + 1));
+    if (me != from) {
+        off = (size_t *)accel_host_alloc(acc, sizeof(size_t) * ((size_t)head[0] + 1));
+        data = (unsigned char *)accel_host_alloc(acc, (size_t)head[1]);
+    }
+    r = accel__agree(acc, sizes && (me == from || (off && data)) ? ACCEL_OK : ACCEL_ERR_OUT_OF_MEMORY,
+                     "broadcast_object_list (buffers)");
+    if (r == ACCEL_OK && me == from)
+        for (i = 0; i < (int)head[0]; ++i) sizes[i] = (int64_t)(list->offsets[i + 1] - list->offsets[i]);
+    if (r == ACCEL_OK && head[0] > 0) r = accel_host_broadcast(acc, sizes, sizeof(int64_t) * (size_t)head[0], from);
+    if (r == ACCEL_OK && head[1] > 0) r = accel_host_broadcast(acc, me == from ? list->data : data, (size_t)head[1], from);
+    if (r == ACCEL_OK && me != from) {
+        off[0] = 0;
+        for (i = 0; i < (int)head[0]; ++i) off[i + 1] = off[i] + (size_t)sizes[i];
+        accel__blobs_adopt(acc, list, (int)head[0], off, data);
+        off = NULL;
+        data = NULL;
+    }
+    accel_host_free(acc, sizes);
+    accel_host_free(acc, off);
+    accel_host_free(acc, data);
     return r;
 }
 

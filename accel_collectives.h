@@ -6,58 +6,99 @@
 
    USAGE
        accel_coll *coll;
-       accel_coll_desc cd = {0};                           // zero = defaults: backend, timeout, debug from acc
+       accel_coll_desc cd = {0};        // zero = defaults: backend, timeout, debug from acc (C++: accel_coll_desc cd = {};)
        if (accel_coll_create(&acc, &cd, &coll) != ACCEL_OK) fail(accel_last_error(&acc));
-       accel_coll_all_reduce(coll, loss, loss, 1, ACCEL_F32, ACCEL_COLL_AVG);          // in place: send == recv
-       accel_coll_all_gather(coll, preds, all_preds, n, ACCEL_I64);                    // Accelerate's gather
-       // DDP-style gradient sync (register once, then per step)
+       accel_coll_all_reduce(coll, loss, loss, 1, ACCEL_F32, ACCEL_COLL_AVG);   // in place: send == recv; sum, then / P
+       accel_coll_all_gather(coll, preds, all_preds, n, ACCEL_I64);             // equal sizes; gather_rows for ragged
+       // DDP-style gradient sync: register once, then every step
+       accel_tensor grads[NPARAMS];     // name, ptr, dtype (F64/F32/F16/BF16), shape: one per gradient buffer
        accel_coll_reducer *red;
-       accel_coll_reducer_create(coll, NULL, &red);                                    // 1 MiB first, 25 MiB buckets
-       for (i = 0; i < nparams; ++i) accel_coll_reducer_add(red, grad[i], numel[i], ACCEL_F32, name[i], NULL);
-       ... backward: as soon as grad i is final:  accel_coll_grad_ready(red, i);      // launches full buckets
-       accel_coll_reducer_wait(red);         // all buckets reduced, unpacked, averaged (no-op unless accel_should_reduce(&acc):
-                                             //  a sync step, or sync_each_batch with several processes)
+       accel_coll_reducer_create(coll, NULL, &red);      // NULL: DDP's defaults (1 MiB first bucket, 25 MiB, average)
+       accel_coll_reducer_add(red, grads, NPARAMS);      // grad i of the list is index i (later calls continue)
+       ... backward: as soon as grad i is final:  accel_coll_grad_ready(red, i);   // launches every full bucket
+       accel_coll_reducer_wait(red);    // every bucket reduced and unpacked; no-op unless accel_should_reduce(&acc)
+                                        // (a sync step, or sync_each_batch with several processes)
        accel_coll_reducer_destroy(red);
        accel_coll_destroy(coll);
 
-   BACKENDS (accel_coll_desc.backend, 0 = auto: NCCL when acc.device >= 0 and the TU was built by nvcc with
-   ACCEL_WITH_NCCL; else MPI when the group has > 1 process; else NONE)
+   BACKENDS (accel_coll_desc.backend; ACCEL_COLL_BACKEND_AUTO = 0: NCCL when the group has > 1 process, the buffers
+   are device memory and the TU was built by nvcc with ACCEL_WITH_NCCL; else NONE for one process; else MPI — an
+   error without MPI)
      NONE  one process: every op gives the correct local result (copies; AVG divides by 1).
      MPI   host buffers. Device buffers (acc.device >= 0, nvcc TU) go straight to MPI when it is CUDA-aware
            (MPIX_Query_cuda_support / MPIX_GPU_query_support, or ACCEL_CUDA_AWARE_MPI=0|1), otherwise through pinned
-           host staging. F16/BF16 reductions use user-defined MPI ops that compute in float and round to nearest even.
+           host staging (acc's pinned allocator). F16/BF16 reductions use user-defined MPI ops that compute in float
+           and round to nearest even (accel.h's codec: a NaN result is 0x7FFF).
      NCCL  device buffers, enqueued on acc.stream (async variants on a private comm stream). Non-blocking communicator
-           (config.blocking = 0); errors and deadlines poll ncclCommGetAsyncError and end in ncclCommAbort.
-           Bootstrap (ACCEL_NCCL_INIT=mpi|tcp|file, default mpi when MPI is up, else tcp when MASTER_ADDR is set,
-           else file when ACCEL_NCCL_INIT_FILE is set): rank 0's ncclUniqueId is broadcast over MPI, or over TCP at
-           MASTER_ADDR:MASTER_PORT, or through the file ACCEL_NCCL_INIT_FILE on a shared filesystem.
+           (config.blocking = 0); errors and deadlines poll ncclCommGetAsyncError and end in ncclCommAbort. AVG is
+           ncclSum followed by a division kernel (ncclAvg would scale before the sum). Bootstrap: rank 0's
+           ncclUniqueId reaches the others through ACCEL_NCCL_INIT=host|mpi|tcp|file — default host (accel.h's host
+           process group, MPI or torchrun's TCP store) when the context spans acc's group and it has one, else mpi
+           (the context's own communicator, desc.mpi_comm), else tcp (rank 0 serves it at MASTER_ADDR:MASTER_PORT)
+           when MASTER_ADDR is set, else file (ACCEL_NCCL_INIT_FILE on a shared filesystem).
    Buffers are in acc's memory (device when acc.device >= 0) unless desc.host_buffers. Object and shape helpers use
-   host memory for objects and acc's memory for tensors.
+   host memory for objects and acc's memory for tensors. Staging and scratch buffers come from acc's device and
+   pinned allocators.
+
+   THE HOST PROCESS GROUP
+     When accel has no host process group — several processes without MPI and without torchrun's TCP store, e.g. an
+     explicit desc.num_processes or srun without an MPI plugin — a context with the NCCL backend over the whole group
+     becomes it: accel.h's host collectives (accel_wait_for_everyone, accel_host_*, the agreement checks amp, ckpt,
+     data and trackers make) then run through this context with their deadline, and accel_host_group_name(&acc) says
+     "nccl". accel_coll_destroy removes it (host collectives then fail with ACCEL_ERR_UNSUPPORTED again): keep the
+     context until the end of training. A group the core already has (MPI, the TCP store) is never replaced.
 
    OPTIONS (accel_coll_desc, zero = default)
+     backend       see BACKENDS.
      mpi_comm      const MPI_Comm * to use (e.g. from MPI_Comm_split, for a process mesh); NULL = acc's group. dup'ed.
+     host_buffers  nonzero: buffers are host memory even when acc.device >= 0 (then MPI, never NCCL).
      timeout_ms    deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s). A peer that
                    never arrives gives ACCEL_ERR_TIMEOUT instead of a hang; the context is then unusable (every
                    later call fails fast) — destroy it and stop, as torch's watchdog does.
-     watchdog      ACCEL_ON (default): blocking MPI ops run as MPI_I* + polling with the deadline; ACCEL_OFF: plain
-                   blocking MPI calls (no deadline, the MPI library's own algorithms).
-     debug         0 → acc.debug (ACCELERATE_DEBUG_MODE). Before each collective every rank's (op, dtype, count,
-                   root) are all-gathered; a difference fails on every rank with ACCEL_ERR_MISMATCH listing them.
-     cuda_aware_mpi, host_buffers: see BACKENDS.
+     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline; nonzero: plain blocking
+                   MPI calls (no deadline, the MPI library's own algorithms). Async ops always have the deadline.
+     debug         accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). When on, before each collective
+                   every rank's (op, dtype, count, root) are all-gathered; a difference fails on every rank with
+                   ACCEL_ERR_MISMATCH listing them.
+     cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
 
-   GRADIENT REDUCER
-     DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at 1 MiB and the
-     others at bucket_cap_mb (a bucket closes at the first gradient that reaches the cap); buckets launch strictly in
-     bucket order on every rank. Device gradients are packed into flat staging buffers (D2D copies). On MPI with host
-     memory, gradients >= 1 MiB are all-reduced in place (in bucket order) instead of being copied in and out, and at
-     most 2 buckets are in flight (measured faster on CPUs). One contiguous buffer of one dtype → one all-reduce.
+   GRADIENT REDUCER (accel_coll_reducer_desc, zero = default)
+     bucket_cap_mb, first_bucket_mb  DDP's 25 and 1 MiB.
+     no_average    nonzero: the gradients are summed, not averaged.
+     flat          accel_toggle; ACCEL_DEFAULT: one in-place all-reduce when the gradients (in registration order)
+                   are one contiguous buffer of one dtype on every rank, else buckets; ACCEL_OFF: always buckets;
+                   ACCEL_ON: require the contiguous buffer (error otherwise).
+     DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at
+     first_bucket_mb and the others at bucket_cap_mb (a bucket closes at the first gradient that reaches the cap);
+     buckets launch strictly in bucket order on every rank. Device gradients are packed into flat staging buffers on
+     acc.stream (a scaling kernel when averaging, else D2D copies). On MPI with host memory, gradients >= 1 MiB are all-reduced in place (in bucket order) instead of
+     being copied in and out, and at most 2 buckets are in flight (measured faster on CPUs).
+     Averaging order — DDP's, not reduce("mean")'s: every rank's gradient is multiplied by 1/P, rounded to the compute
+     type (double for F64, float for F32/F16/BF16), while it is packed into its bucket (in place for gradients reduced
+     where they are), and the buckets are all-reduced with SUM. That is what torch's Reducer does with DDP's default
+     gradient_as_bucket_view=False (it copies grad * (1.0 / world_size) into the bucket), so where the summation order
+     matches (always for P <= 2) the result is PyTorch's bit for bit; the tests compare with torch's DDP. (With
+     gradient_as_bucket_view=True, torch divides the bucket instead from its second step on.) accel_coll_all_reduce
+     with ACCEL_COLL_AVG and accel_coll_reduce_tensor(..., "mean") keep Accelerate's reduce("mean") order: the sum,
+     then a division by P (docs/semantics.md §7). The orders can differ in the last bit when P is not a power of two.
+
+   COLLECTIVE CALLS AND ERRORS
+     Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation,
+     the Accelerate helpers (not split_between_processes), accel_coll_reducer_finalize (or the
+     first grad_ready/wait) and accel_coll_reducer_wait on a step that reduces. A local failure (a bad argument, an
+     allocation) fails every rank at once: that rank returns its error,
+     the others ACCEL_ERR_REMOTE naming it. That holds for create, pad_across_processes, gather_rows,
+     gather_for_metrics and finalize; argument errors of the typed ops
+     (reduce_tensor included) are local — checking them on every rank would cost a round trip per call — so the other
+     ranks then reach the deadline.
 
    THREADS AND STREAMS
-     A context is used by one thread at a time. MPI ops complete on the host before returning (device buffers: acc's
-     stream is synchronized first). NCCL ops are enqueued on acc.stream and return; accel_coll_synchronize waits with
-     the deadline. An async request must be finished with accel_coll_wait, or accel_coll_test until it reports done.
+     A context is used by one thread at a time — including the core's host collectives while it is the host process
+     group. MPI ops complete on the host before returning (device buffers: acc's stream is synchronized first). NCCL
+     ops are enqueued on acc.stream and return; accel_coll_synchronize waits with the deadline. An async request must
+     be finished with accel_coll_wait, or accel_coll_test until it reports done.
 
-   DIFFERENCES FROM ACCELERATE
+   DIFFERENCES FROM ACCELERATE (docs/semantics.md §7)
      - reduce "mean" on an integer dtype is an error at every process count (Accelerate raises only when distributed).
      - reduce accepts "sum", "mean", "max", "none" (= sum, as Accelerate) and also "min"/"prod"; anything else is an
        error (Accelerate sums for any other string).
@@ -84,7 +125,7 @@ ACCEL_API const char *accel_coll_backend_name(accel_coll_backend b); /* "auto" "
 
 typedef enum accel_coll_op {
     ACCEL_COLL_SUM = 0,
-    ACCEL_COLL_AVG,  /* sum / group size; floating dtypes only (Accelerate's "mean") */
+    ACCEL_COLL_AVG,  /* the sum, then / group size (Accelerate's reduce "mean"); floating dtypes only */
     ACCEL_COLL_MAX,
     ACCEL_COLL_MIN,
     ACCEL_COLL_PROD,
@@ -94,21 +135,23 @@ typedef enum accel_coll_op {
 ACCEL_API const char *accel_coll_op_name(accel_coll_op op); /* "sum" "avg" "max" "min" "prod" */
 
 typedef struct accel_coll_desc {
-    accel_coll_backend backend;
-    void *mpi_comm;      /* const MPI_Comm *; NULL → acc's process group */
-    int host_buffers;    /* nonzero: buffers are host memory even on a GPU run */
-    int timeout_ms;      /* 0 → acc->desc.collective_timeout_ms */
-    int watchdog;        /* 0 / ACCEL_ON / ACCEL_OFF */
-    int debug;           /* 0 → acc->debug; ACCEL_ON / ACCEL_OFF */
-    int cuda_aware_mpi;  /* 0 → detect; ACCEL_ON / ACCEL_OFF */
+    accel_coll_backend backend;  /* ACCEL_COLL_BACKEND_AUTO (0): see BACKENDS */
+    void *mpi_comm;              /* const MPI_Comm *; NULL → acc's process group */
+    int host_buffers;            /* nonzero: buffers are host memory even on a GPU run */
+    int timeout_ms;              /* 0 → acc->desc.collective_timeout_ms */
+    int no_watchdog;             /* nonzero: blocking MPI ops are plain blocking MPI calls (no deadline) */
+    accel_toggle debug;          /* ACCEL_DEFAULT → acc->debug (ACCELERATE_DEBUG_MODE) */
+    accel_toggle cuda_aware_mpi; /* ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer */
 } accel_coll_desc;
 
 typedef struct accel_coll accel_coll;                 /* a communicator context; opaque */
 typedef struct accel_coll_request accel_coll_request; /* an operation in flight; opaque */
 
-/* Collective over the group: every rank of the group calls it. */
+/* Collective over the group: every rank of the group calls it (a bad desc on one rank fails every rank). desc NULL =
+   all defaults. An NCCL context may become acc's host process group (see THE HOST PROCESS GROUP). */
 ACCEL_API accel_result accel_coll_create(accel *acc, const accel_coll_desc *desc, accel_coll **out);
-ACCEL_API void accel_coll_destroy(accel_coll *c); /* NULL is fine */
+/* NULL is fine. A context that serves as acc's host process group stops serving. */
+ACCEL_API void accel_coll_destroy(accel_coll *c);
 ACCEL_API int accel_coll_rank(const accel_coll *c);
 ACCEL_API int accel_coll_size(const accel_coll *c);
 ACCEL_API accel_coll_backend accel_coll_get_backend(const accel_coll *c);
@@ -164,31 +207,20 @@ ACCEL_API accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_t
    accel_coll_free) and out->name = in->name. A dim outside [-ndim, ndim) gives an unchanged copy. */
 ACCEL_API accel_result accel_coll_pad_across_processes(accel_coll *c, const accel_tensor *in, int dim, double pad_value,
                                                        int pad_first, accel_tensor *out);
-/* All-gather of tensors whose dim 0 differs per rank (other dims equal), concatenated in rank order. out->ptr is
-   allocated (accel_coll_free). A 0-d tensor counts as shape [1] (as Accelerate's gather). */
+/* Accelerate's gather: an all-gather of tensors whose dim 0 differs per rank (other dims equal), concatenated in rank
+   order. out->ptr is allocated (accel_coll_free). With several processes a 0-d tensor counts as shape [1] per rank;
+   with one process (not distributed) the input comes back unchanged, a 0-d tensor as a 0-d copy
+   (docs/semantics.md §7). */
 ACCEL_API accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor *in, accel_tensor *out);
 /* gather_for_metrics: gather_rows, then at the end of the dataloader (acc.end_of_dataloader) with
-   acc.remainder > 0 keep only the first `remainder` rows (the padding duplicates are dropped). */
+   acc.remainder > 0 keep only the first `remainder` rows (the padding duplicates are dropped; docs/semantics.md §3).
+   A 0-d result is never cut. */
 ACCEL_API accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel_tensor *in, accel_tensor *out);
 /* Frees memory returned by the helpers above (device or host, as allocated). */
 ACCEL_API void accel_coll_free(accel_coll *c, void *ptr);
 
-/* Byte blobs ("objects": serialized by the caller). Object i is data[offsets[i] .. offsets[i+1]). */
-typedef struct accel_coll_blobs {
-    int count;
-    size_t *offsets; /* count + 1 entries */
-    unsigned char *data;
-} accel_coll_blobs;
-/* Replaces b's content with copies of items (count may be 0). */
-ACCEL_API accel_result accel_coll_blobs_set(accel_coll *c, accel_coll_blobs *b, int count, const void *const *items,
-                                            const size_t *sizes);
-ACCEL_API void accel_coll_blobs_free(accel_coll *c, accel_coll_blobs *b);
-/* gather_object: every rank contributes `bytes` bytes (sizes may differ); out (overwritten, zero it first) gets one
-   object per rank in rank order. Concatenating them is Accelerate's one-level flatten. */
-ACCEL_API accel_result accel_coll_gather_object(accel_coll *c, const void *data, size_t bytes, accel_coll_blobs *out);
-/* broadcast_object_list: the root's list replaces every other rank's list (in place, as Accelerate). Non-root lists
-   must be zeroed or hold blobs from accel_coll_blobs_set. */
-ACCEL_API accel_result accel_coll_broadcast_object_list(accel_coll *c, accel_coll_blobs *list, int from_process);
+/* Objects (gather_object, broadcast_object_list) are host bookkeeping: the core's accel_gather_object and
+   accel_broadcast_object_list (accel.h) serve every launcher, including torchrun's TCP store. */
 
 /* split_between_processes on [0, n): process p gets [start, end); with apply_padding the slice is extended to
    q + (r > 0) items by repeating item n - 1 (pad_count times), as Accelerate pads lists/tensors. num_processes == 1
@@ -205,25 +237,29 @@ ACCEL_API accel_result accel_coll_split_between_processes(int64_t n, int num_pro
 typedef struct accel_coll_reducer_desc {
     double bucket_cap_mb;   /* 0 → 25 (DDP); MiB */
     double first_bucket_mb; /* 0 → 1 (DDP); MiB */
-    int average;            /* 0 / ACCEL_ON: divide by the group size (DDP); ACCEL_OFF: sum */
-    int flat;               /* 0: one all-reduce in place when the grads are one contiguous buffer of one dtype;
-                               ACCEL_OFF: always bucket; ACCEL_ON: require contiguity (error otherwise) */
+    int no_average;         /* nonzero: sum the gradients (default: DDP's average, see GRADIENT REDUCER) */
+    accel_toggle flat;      /* ACCEL_DEFAULT: one all-reduce in place when the grads are one contiguous buffer of one
+                               dtype, else buckets; ACCEL_OFF: always bucket; ACCEL_ON: require contiguity (error
+                               otherwise) */
 } accel_coll_reducer_desc;
 typedef struct accel_coll_reducer accel_coll_reducer;
 
 ACCEL_API accel_result accel_coll_reducer_create(accel_coll *c, const accel_coll_reducer_desc *desc,
                                                  accel_coll_reducer **out);
 ACCEL_API void accel_coll_reducer_destroy(accel_coll_reducer *r);
-/* Register a gradient (floating dtype) before the first step; *index (may be NULL) receives its index. */
-ACCEL_API accel_result accel_coll_reducer_add(accel_coll_reducer *r, void *ptr, size_t count, accel_dtype dt,
-                                              const char *name, int *index);
+/* Registers n gradients (floating dtypes, any shape: numel elements at ptr) before the first step. Their indices, for
+   grad_ready, are the registration order across calls: the first call's tensors are 0..n-1, the next call's follow.
+   All n are checked first: on an error none is registered. */
+ACCEL_API accel_result accel_coll_reducer_add(accel_coll_reducer *r, const accel_tensor *grads, int n);
 /* Builds the buckets and checks that every rank registered the same list (collective). Called by the first
    grad_ready/wait when not called explicitly. */
 ACCEL_API accel_result accel_coll_reducer_finalize(accel_coll_reducer *r);
 /* Grad i holds its final local value; a bucket whose grads are all ready is launched (in bucket order). */
 ACCEL_API accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index);
-/* Launches what is left, waits for every bucket and unpacks. No-op unless accel_should_reduce(acc): a sync step, or
-   desc.sync_each_batch with several processes (Accelerate skips DDP's no_sync then). */
+/* Launches what is left (grads never marked ready count as ready now), waits for every bucket and unpacks: the
+   gradients then hold the sum of every rank's gradient times 1/P (DDP's average; the sum with no_average). No-op
+   unless accel_should_reduce(acc): a sync step, or sync_each_batch with several processes (Accelerate skips DDP's
+   no_sync then). */
 ACCEL_API accel_result accel_coll_reducer_wait(accel_coll_reducer *r);
 ACCEL_API int accel_coll_reducer_num_buckets(const accel_coll_reducer *r); /* -1 before finalize */
 /* Bucket b's registration indices (in bucket order) → idx (capacity cap); returns the count (or -1). */
@@ -248,7 +284,27 @@ ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, i
 /* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__COLLECTIVES_IMPL_DONE)
 #define ACCEL__COLLECTIVES_IMPL_DONE
+/* CONTENTS — follows accel.h's implementation in the same TU and uses its services (errors, allocators, stb_ds,
+   deadlines, byte order, files, MPI/CUDA checks, accel__agree, the host process group):
+     0. includes, backend macros (ACCEL__COLL_DEVICE: nvcc; ACCEL__COLL_NCCL: nvcc + ACCEL_WITH_NCCL)
+     1. element-wise math for CPU and GPU: the F16/BF16 combine of the MPI user ops, DDP's pre-scaling, AVG's
+        division, pad values (all through the core's 16-bit codec), and their kernels
+     2. structures (accel_coll, requests), names, small queries
+     3. MPI bits: F16/BF16 user ops, datatypes and ops
+     4. NCCL bits: datatypes, ops, settling non-blocking calls
+     5. agreement of local failures (accel__coll_agree), accel_coll_create / accel_coll_destroy
+     6. copies, pre-scaling, completing requests (progress, accel_coll_wait / accel_coll_test)
+     7. posting an operation: NONE, MPI (pinned staging of device buffers), NCCL (device staging of host buffers)
+     8. debug mode (cross-rank argument check), post + wait
+     9. validation and the typed ops, blocking and async
+    10. the host process group over a context (accel.h's transport, installed for NCCL)
+    11. Accelerate helpers: reduce, pad_across_processes, gather(_for_metrics)
+    12. split_between_processes (objects are the core's: accel_gather_object, accel_broadcast_object_list)
+    13. the gradient reducer: registration, DDP's buckets, pre-scaled packing, launch and finish
+    14. bootstrap byte exchanges: TCP (the core's sockets), file (the core's atomic write)
+    15. NCCL init (the unique id over the host group / MPI / TCP / file) */
 
+/* ------------------------------------------------------------------------------------------------------ 0. includes */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,52 +347,7 @@ ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, i
 #endif
 #endif
 
-/* ------------------------------------------------------------------------ element-wise math (CPU + GPU) */
-static ACCEL_INLINE ACCEL_HD float accel__coll_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static ACCEL_INLINE ACCEL_HD uint32_t accel__coll_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-
-static ACCEL_INLINE ACCEL_HD float accel__coll_bf16_to_f32(uint16_t h) { return accel__coll_bits_f32((uint32_t)h << 16); }
-/* round to nearest even; NaN stays NaN (quiet) */
-static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_f32_to_bf16(float f) {
-    uint32_t u = accel__coll_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static ACCEL_INLINE ACCEL_HD float accel__coll_f16_to_f32(uint16_t h) {
-    uint32_t sign = ((uint32_t)h & 0x8000u) << 16, exp = ((uint32_t)h >> 10) & 0x1fu, mant = (uint32_t)h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0) {
-        if (mant == 0) bits = sign;
-        else {
-            uint32_t e = 113;
-            while (!(mant & 0x400u)) { mant <<= 1; --e; }
-            bits = sign | (e << 23) | ((mant & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) bits = sign | 0x7f800000u | (mant << 13);
-    else bits = sign | ((exp + 112u) << 23) | (mant << 13);
-    return accel__coll_bits_f32(bits);
-}
-static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_f32_to_f16(float f) {
-    uint32_t u = accel__coll_f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu, r, rem;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-    if (a < 0x38800000u) {                                  /* half subnormal or zero */
-        uint32_t e = a >> 23, m, shift, half;
-        if (e < 102) return (uint16_t)sign;
-        m = (a & 0x7fffffu) | 0x800000u;
-        shift = 126 - e;
-        r = m >> shift;
-        rem = m & ((1u << shift) - 1u);
-        half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1u))) ++r;
-        return (uint16_t)(sign | r);
-    }
-    r = (a >> 13) - (112u << 10);
-    rem = a & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
-    return (uint16_t)(sign | r);
-}
+/* --------------------------------------------------------------------------------- 1. element-wise math (CPU + GPU) */
 static ACCEL_INLINE ACCEL_HD float accel__coll_combine_f32(float a, float b, int op) {
     switch (op) {
     case ACCEL_COLL_MAX: return a > b ? a : b;
@@ -345,20 +356,36 @@ static ACCEL_INLINE ACCEL_HD float accel__coll_combine_f32(float a, float b, int
     default: return a + b;
     }
 }
-/* inout[i] = in[i] op inout[i] for 16-bit floats (bf16 nonzero: bfloat16, else IEEE half) */
+/* inout[i] = in[i] op inout[i] for 16-bit floats (bf16 nonzero: bfloat16, else IEEE half): computed in float and
+   rounded to nearest even by the core's codec (every NaN becomes 0x7FFF, CUDA's rule) */
 static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_combine16(uint16_t a, uint16_t b, int op, int bf16) {
-    float x = bf16 ? accel__coll_bf16_to_f32(a) : accel__coll_f16_to_f32(a);
-    float y = bf16 ? accel__coll_bf16_to_f32(b) : accel__coll_f16_to_f32(b);
+    float x = bf16 ? accel_bf16_to_f32(a) : accel_f16_to_f32(a);
+    float y = bf16 ? accel_bf16_to_f32(b) : accel_f16_to_f32(b);
     float z = accel__coll_combine_f32(x, y, op);
-    return bf16 ? accel__coll_f32_to_bf16(z) : accel__coll_f32_to_f16(z);
+    return bf16 ? accel_f32_to_bf16(z) : accel_f32_to_f16(z);
 }
-/* element i of a buffer divided by n (AVG): dtype-generic, computed in the dtype's float width */
+/* DDP's pre-scaling of one element: dst[i] = src[i] * fl(1/n), dst may equal src. torch's Reducer copies each gradient
+   into its bucket as grad * (1.0 / world_size) (a wrapped double scalar, so the product is taken in the tensor's
+   compute type: double for F64, float for F32/F16/BF16, then rounded to the 16-bit type), before an all-reduce SUM.
+   A multiplication by the rounded reciprocal, not a division: the two differ in the last bit (see the reducer's
+   averaging order in the manual). */
+static ACCEL_INLINE ACCEL_HD void accel__coll_prescale_elem(void *dst, const void *src, size_t i, int dt, double n) {
+    switch (dt) {
+    case ACCEL_F64: ((double *)dst)[i] = ((const double *)src)[i] * (1.0 / n); break;
+    case ACCEL_F32: ((float *)dst)[i] = ((const float *)src)[i] * (float)(1.0 / n); break;
+    case ACCEL_F16: ((uint16_t *)dst)[i] = accel_f32_to_f16(accel_f16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n)); break;
+    case ACCEL_BF16: ((uint16_t *)dst)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n)); break;
+    default: break;
+    }
+}
+/* element i of a buffer divided by n (AVG after the sum, Accelerate's reduce("mean")): computed in the dtype's float
+   width */
 static ACCEL_INLINE ACCEL_HD void accel__coll_div_elem(void *buf, size_t i, int dt, double n) {
     switch (dt) {
     case ACCEL_F64: ((double *)buf)[i] /= n; break;
     case ACCEL_F32: ((float *)buf)[i] = (float)(((float *)buf)[i] / (float)n); break;
-    case ACCEL_F16: ((uint16_t *)buf)[i] = accel__coll_f32_to_f16(accel__coll_f16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
-    case ACCEL_BF16: ((uint16_t *)buf)[i] = accel__coll_f32_to_bf16(accel__coll_bf16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
+    case ACCEL_F16: ((uint16_t *)buf)[i] = accel_f32_to_f16(accel_f16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
+    case ACCEL_BF16: ((uint16_t *)buf)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
     default: break;
     }
 }
@@ -369,8 +396,8 @@ static ACCEL_INLINE ACCEL_HD void accel__coll_value_bytes(double v, int dt, unsi
     switch (dt) {
     case ACCEL_F64: memcpy(out, &v, 8); break;
     case ACCEL_F32: { float f = (float)v; memcpy(out, &f, 4); } break;
-    case ACCEL_F16: { uint16_t h = accel__coll_f32_to_f16((float)v); memcpy(out, &h, 2); } break;
-    case ACCEL_BF16: { uint16_t h = accel__coll_f32_to_bf16((float)v); memcpy(out, &h, 2); } break;
+    case ACCEL_F16: { uint16_t h = accel_f32_to_f16((float)v); memcpy(out, &h, 2); } break;
+    case ACCEL_BF16: { uint16_t h = accel_f32_to_bf16((float)v); memcpy(out, &h, 2); } break;
     case ACCEL_I64: case ACCEL_U64: { int64_t x = (int64_t)v; memcpy(out, &x, 8); } break;
     case ACCEL_I32: case ACCEL_U32: { int32_t x = (int32_t)(int64_t)v; memcpy(out, &x, 4); } break;
     case ACCEL_I16: case ACCEL_U16: { int16_t x = (int16_t)(int64_t)v; memcpy(out, &x, 2); } break;
@@ -383,6 +410,11 @@ static __global__ void accel__coll_div_kernel(void *buf, size_t n, int dt, doubl
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     for (; i < n; i += stride) accel__coll_div_elem(buf, i, dt, d);
 }
+static __global__ void accel__coll_prescale_kernel(void *dst, const void *src, size_t n, int dt, double d) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) accel__coll_prescale_elem(dst, src, i, dt, d);
+}
+static unsigned accel__coll_blocks(size_t n) { return (unsigned)(n > (size_t)4096 * 256 ? 4096 : (n + 255) / 256); }
 static __global__ void accel__coll_fill_kernel(unsigned char *dst, size_t n, size_t es, uint64_t pattern) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     for (; i < n; i += stride) {
@@ -392,7 +424,7 @@ static __global__ void accel__coll_fill_kernel(unsigned char *dst, size_t n, siz
 }
 #endif
 
-/* ------------------------------------------------------------------------------------------ structures */
+/* ---------------------------------------------------------------------------------------------------- 2. structures */
 enum { ACCEL__K_ALLREDUCE = 1, ACCEL__K_REDUCE, ACCEL__K_BCAST, ACCEL__K_ALLGATHER, ACCEL__K_REDUCE_SCATTER,
        ACCEL__K_GATHER, ACCEL__K_BARRIER, ACCEL__K_ALLGATHERV };
 static const char *accel__coll_kind_name(int k) {
@@ -407,6 +439,9 @@ struct accel_coll {
     int rank, size;
     int device_mem;       /* user buffers are device memory */
     int debug, watchdog, cuda_aware;
+    int on_host_group;    /* the group is acc's process group (no desc.mpi_comm) */
+    int host_group;       /* installed as acc's host process group (accel__coll_host_group_install) */
+    accel__transport tp;  /* its transport table */
     double timeout_s;
     accel_result broken;  /* nonzero after a timeout/fatal error: every later call fails fast */
     accel_coll_request *orphans;
@@ -431,7 +466,7 @@ struct accel_coll_request {
     accel_coll_op op;
     size_t count;
     int root;
-    double deadline;
+    double start, deadline;
     /* post-processing once the transfer is complete */
     void *avg_buf;          /* divide avg_count elements here by size (host memory, or device with avg_dev) */
     size_t avg_count;
@@ -454,6 +489,9 @@ struct accel_coll_request {
 #endif
     accel_coll_request *next;
 };
+
+/* this context's deadline for an operation starting now (desc.timeout_ms, else the Accelerator's collective timeout) */
+ACCEL__PRIVATE double accel__coll_deadline(const accel_coll *c) { return accel_now() + c->timeout_s; }
 
 static accel_result accel__coll_null(void) {
     return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll: context is NULL");
@@ -482,16 +520,8 @@ static int accel__coll_reducible(accel_dtype dt) {
            dt == ACCEL_I32 || dt == ACCEL_U8;
 }
 
-/* ------------------------------------------------------------------------------------------- MPI bits */
+/* ------------------------------------------------------------------------------------------------------ 3. MPI bits */
 #ifdef ACCEL_WITH_MPI
-static accel_result accel__coll_mpi_fail(accel_coll *c, int rc, const char *what, int line) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    msg[0] = 0;
-    MPI_Error_string(rc, msg, &len);
-    return accel__fail(c->acc, ACCEL_ERR_MPI, __FILE__, line, "%s failed: %s", what, msg);
-}
-
 #define ACCEL__COLL_USER_OP(NAME, OP, BF)                                                                              \
     static void NAME(void *in, void *inout, int *len, MPI_Datatype *dtp) {                                             \
         const uint16_t *a = (const uint16_t *)in;                                                                      \
@@ -535,7 +565,7 @@ static MPI_Op accel__coll_mpi_op(accel_coll *c, accel_dtype dt, accel_coll_op op
 }
 #endif
 
-/* ------------------------------------------------------------------------------------------- NCCL bits */
+/* ----------------------------------------------------------------------------------------------------- 4. NCCL bits */
 #ifdef ACCEL__COLL_NCCL
 static accel_result accel__coll_nccl_fail(accel_coll *c, ncclResult_t rc, const char *what, int line) {
     const char *last = c->nccl_valid ? ncclGetLastError(c->nccl) : NULL;
@@ -558,7 +588,7 @@ static ncclDataType_t accel__coll_nccl_type(accel_dtype dt) {
 }
 static ncclRedOp_t accel__coll_nccl_op(accel_coll_op op) {
     switch (op) {
-    case ACCEL_COLL_AVG: return ncclAvg;
+    /* AVG: SUM here, then the division (accel__coll_post_nccl); ncclAvg pre-multiplies by 1/nranks instead */
     case ACCEL_COLL_MAX: return ncclMax;
     case ACCEL_COLL_MIN: return ncclMin;
     case ACCEL_COLL_PROD: return ncclProd;
@@ -568,7 +598,7 @@ static ncclRedOp_t accel__coll_nccl_op(accel_coll_op op) {
 /* A non-blocking communicator may answer ncclInProgress: poll until the call is really enqueued (or fails or the
    deadline passes, which aborts the communicator). */
 static accel_result accel__coll_nccl_settle(accel_coll *c, ncclResult_t rc, const char *what, int line) {
-    double deadline = accel_now() + c->timeout_s;
+    double deadline = accel__coll_deadline(c);
     while (rc == ncclInProgress) {
         ncclResult_t st = ncclSuccess;
         ncclResult_t q = ncclCommGetAsyncError(c->nccl, &st);
@@ -600,95 +630,143 @@ static accel_result accel__coll_nccl_settle(accel_coll *c, ncclResult_t rc, cons
 #endif
 
 #ifdef ACCEL__COLL_DEVICE
-#define ACCEL__COLL_CUDA(c, call)                                                                                     \
-    do {                                                                                                               \
-        cudaError_t accel__ce = (call);                                                                                \
-        if (accel__ce != cudaSuccess)                                                                                  \
-            return accel__fail((c)->acc, ACCEL_ERR_CUDA, __FILE__, __LINE__, "%s failed: %s", #call,                   \
-                               cudaGetErrorString(accel__ce));                                                         \
-    } while (0)
 static cudaStream_t accel__coll_stream(accel_coll *c) { return (cudaStream_t)c->acc->stream; }
 #endif
 
-/* ---------------------------------------------------------------------------------------- create / destroy */
+/* ----------------------------------------------------------------- 5. agreement of local failures, create / destroy */
 static accel_result accel__coll_nccl_init(accel_coll *c);
+static void accel__coll_host_group_install(accel_coll *c);
+
+/* The collective form of a local result over a context's group: every rank returns an error when any rank failed (the
+   failed rank keeps its own error; the others get ACCEL_ERR_REMOTE). A context on the host group agrees through the
+   core (accel__agree: the failed rank's message travels along); a context on its own MPI communicator
+   (desc.mpi_comm) exchanges the statuses on that communicator, with the deadline. */
+#ifdef ACCEL_WITH_MPI
+static accel_result accel__coll_agree_mpi(accel *acc, MPI_Comm comm, accel_result local, const char *what, double deadline) {
+    int P = 1, mine = (int)local, stack_all[64], *all, i, failed = -1;
+    MPI_Request q;
+    accel_result r;
+    MPI_Comm_size(comm, &P);
+    if (P <= 1) return local;
+    all = P <= 64 ? stack_all : (int *)accel_host_alloc(acc, sizeof(int) * (size_t)P);
+    if (!all) return ACCEL_ERR_OUT_OF_MEMORY; /* the peers then reach their deadline */
+    r = MPI_Iallgather(&mine, 1, MPI_INT, all, 1, MPI_INT, comm, &q) == MPI_SUCCESS
+            ? accel__mpi_wait(acc, &q, deadline, what)
+            : ACCEL__FAIL(acc, ACCEL_ERR_MPI, "%s: MPI_Iallgather of the statuses failed", what);
+    for (i = 0; r == ACCEL_OK && i < P; ++i)
+        if (all[i] != ACCEL_OK && failed < 0) failed = i;
+    if (r == ACCEL_OK && local == ACCEL_OK && failed >= 0)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "rank %d of this communicator failed in %s (%s)", failed, what,
+                        accel_result_string((accel_result)all[failed]));
+    if (all != stack_all) accel_host_free(acc, all);
+    return local != ACCEL_OK ? local : r;
+}
+#endif
+static accel_result accel__coll_agree(accel_coll *c, accel_result local, const char *what) {
+    if (c->size <= 1) return local;
+    if (c->on_host_group) return accel__agree(c->acc, local, what);
+#ifdef ACCEL_WITH_MPI
+    if (c->comm_valid) return accel__coll_agree_mpi(c->acc, c->comm, local, what, accel__coll_deadline(c));
+#endif
+    return local;
+}
 
 ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *desc, accel_coll **out) {
     accel_coll_desc d;
-    accel_coll *c;
+    accel_coll *c = NULL;
     accel_result r = ACCEL_OK;
-    void *mcomm;
+    void *mcomm = NULL;
+    double timeout_s;
     if (!acc || !out) return accel__fail(acc, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_create: NULL argument");
     *out = NULL;
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
+    timeout_s = 1e-3 * (double)(d.timeout_ms > 0 ? d.timeout_ms : acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms : 1800000);
+    /* local checks first; then one agreement before anything collective (MPI_Comm_dup, the NCCL bootstrap), so a rank
+       whose arguments were bad fails every rank instead of leaving the others blocked in MPI_Comm_dup */
     if ((int)d.backend < 0 || (int)d.backend > (int)ACCEL_COLL_BACKEND_NCCL)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.backend=%d is not an accel_coll_backend", (int)d.backend);
-    if (d.timeout_ms < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.timeout_ms=%d must be >= 0", d.timeout_ms);
-    c = (accel_coll *)accel_host_alloc(acc, sizeof *c);
-    if (!c) return ACCEL_ERR_OUT_OF_MEMORY;
-    memset(c, 0, sizeof *c);
-    c->acc = acc;
-    c->debug = d.debug == ACCEL_ON ? 1 : d.debug == ACCEL_OFF ? 0 : acc->debug;
-    c->watchdog = d.watchdog != ACCEL_OFF;
-    c->timeout_s = 1e-3 * (double)(d.timeout_ms ? d.timeout_ms : (acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms : 1800000));
-    c->device_mem = acc->device >= 0 && !d.host_buffers;
-    c->rank = acc->process_index;
-    c->size = acc->num_processes;
-    mcomm = d.mpi_comm ? d.mpi_comm : accel__mpi_comm(acc);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.backend=%d is not an accel_coll_backend", (int)d.backend);
+    else if (d.timeout_ms < 0)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.timeout_ms=%d must be >= 0", d.timeout_ms);
+    else if ((int)d.debug < (int)ACCEL_OFF || (int)d.debug > (int)ACCEL_ON || (int)d.cuda_aware_mpi < (int)ACCEL_OFF ||
+             (int)d.cuda_aware_mpi > (int)ACCEL_ON)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc: debug=%d / cuda_aware_mpi=%d is not an "
+                        "accel_toggle (ACCEL_DEFAULT, ACCEL_ON, ACCEL_OFF)", (int)d.debug, (int)d.cuda_aware_mpi);
+#ifndef ACCEL_WITH_MPI
+    else if (d.mpi_comm)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_coll_desc.mpi_comm given but the implementation was built without ACCEL_WITH_MPI");
+#endif
+    if (r == ACCEL_OK) {
+        c = (accel_coll *)accel_host_alloc(acc, sizeof *c);
+        if (!c) r = ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    if (r == ACCEL_OK) {
+        memset(c, 0, sizeof *c);
+        c->acc = acc;
+        c->debug = d.debug == ACCEL_ON ? 1 : d.debug == ACCEL_OFF ? 0 : acc->debug;
+        c->watchdog = !d.no_watchdog;
+        c->timeout_s = timeout_s;
+        c->device_mem = acc->device >= 0 && !d.host_buffers;
+        c->rank = acc->process_index;
+        c->size = acc->num_processes;
+        c->on_host_group = !d.mpi_comm;
 #ifdef ACCEL_WITH_MPI
-    if (mcomm) {
+        mcomm = d.mpi_comm ? d.mpi_comm : accel__mpi_comm(acc);
+        if (mcomm) {
+            int inited = 0;
+            MPI_Initialized(&inited);
+            if (!inited) mcomm = NULL;
+        }
+        if (mcomm && (d.mpi_comm || acc->mpi_active)) {
+            MPI_Comm_rank(*(MPI_Comm *)mcomm, &c->rank);
+            MPI_Comm_size(*(MPI_Comm *)mcomm, &c->size);
+        } else if (!d.mpi_comm) {
+            mcomm = NULL;
+        }
+#endif
+        /* backend choice */
+        c->backend = d.backend;
+        if (c->backend == ACCEL_COLL_BACKEND_AUTO) {
+#ifdef ACCEL__COLL_NCCL
+            if (c->device_mem && c->size > 1) c->backend = ACCEL_COLL_BACKEND_NCCL;
+            else
+#endif
+            if (c->size <= 1) c->backend = ACCEL_COLL_BACKEND_NONE;
+            else if (mcomm) c->backend = ACCEL_COLL_BACKEND_MPI;
+            else r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                                 "collectives across %d processes need MPI (mpirun/srun and ACCEL_WITH_MPI) or NCCL (an nvcc-built "
+                                 "implementation TU with ACCEL_WITH_NCCL and a GPU)", c->size);
+        } else if (c->backend == ACCEL_COLL_BACKEND_NONE && c->size > 1) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend none cannot serve a group of %d processes", c->size);
+        } else if (c->backend == ACCEL_COLL_BACKEND_MPI && !mcomm) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend mpi requested but MPI is not the process group (build with ACCEL_WITH_MPI and launch with mpirun/srun)");
+        } else if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
+#ifndef ACCEL__COLL_NCCL
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend nccl needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
+#else
+            if (!c->device_mem) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend nccl needs a CUDA device (acc.device >= 0) and device buffers");
+#endif
+        }
+#ifndef ACCEL__COLL_DEVICE
+        if (r == ACCEL_OK && c->device_mem)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc "
+                            "(or set accel_coll_desc.host_buffers)");
+#endif
+    }
+    if (!d.mpi_comm) r = accel__agree(acc, r, "accel_coll_create");
+#ifdef ACCEL_WITH_MPI
+    else {
         int inited = 0;
         MPI_Initialized(&inited);
-        if (!inited) { mcomm = NULL; }
+        if (inited) r = accel__coll_agree_mpi(acc, *(MPI_Comm *)d.mpi_comm, r, "accel_coll_create", accel_now() + timeout_s);
     }
-    if (mcomm && (d.mpi_comm || acc->mpi_active)) {
-        MPI_Comm_rank(*(MPI_Comm *)mcomm, &c->rank);
-        MPI_Comm_size(*(MPI_Comm *)mcomm, &c->size);
-    } else if (!d.mpi_comm) {
-        mcomm = NULL;
-    }
-#else
-    if (d.mpi_comm) {
-        accel_host_free(acc, c);
-        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_coll_desc.mpi_comm given but the implementation was built without ACCEL_WITH_MPI");
-    }
-    mcomm = NULL;
-#endif
-    /* backend choice */
-    c->backend = d.backend;
-    if (c->backend == ACCEL_COLL_BACKEND_AUTO) {
-#ifdef ACCEL__COLL_NCCL
-        if (c->device_mem && c->size > 1) c->backend = ACCEL_COLL_BACKEND_NCCL;
-        else
-#endif
-        if (c->size <= 1) c->backend = ACCEL_COLL_BACKEND_NONE;
-        else if (mcomm) c->backend = ACCEL_COLL_BACKEND_MPI;
-        else r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
-                             "collectives across %d processes need MPI (mpirun/srun and ACCEL_WITH_MPI) or NCCL (an nvcc-built "
-                             "implementation TU with ACCEL_WITH_NCCL and a GPU)", c->size);
-    } else if (c->backend == ACCEL_COLL_BACKEND_NONE && c->size > 1) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend none cannot serve a group of %d processes", c->size);
-    } else if (c->backend == ACCEL_COLL_BACKEND_MPI && !mcomm) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend mpi requested but MPI is not the process group (build with ACCEL_WITH_MPI and launch with mpirun/srun)");
-    } else if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
-#ifndef ACCEL__COLL_NCCL
-        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend nccl needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
-#else
-        if (!c->device_mem) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend nccl needs a CUDA device (acc.device >= 0) and device buffers");
-#endif
-    }
-#ifndef ACCEL__COLL_DEVICE
-    if (r == ACCEL_OK && c->device_mem)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc "
-                        "(or set accel_coll_desc.host_buffers)");
 #endif
     if (r != ACCEL_OK) { accel_host_free(acc, c); return r; }
 
 #ifdef ACCEL_WITH_MPI
     if (mcomm && c->backend != ACCEL_COLL_BACKEND_NONE) {
         int mrc = MPI_Comm_dup(*(MPI_Comm *)mcomm, &c->comm);
-        if (mrc != MPI_SUCCESS) { r = accel__coll_mpi_fail(c, mrc, "MPI_Comm_dup", __LINE__); accel_host_free(acc, c); return r; }
+        if (mrc != MPI_SUCCESS) { r = accel__mpi_fail(c->acc, mrc, "MPI_Comm_dup", __FILE__, __LINE__); accel_host_free(acc, c); return r; }
         c->comm_valid = 1;
         MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
         {
@@ -725,10 +803,13 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
         }
     }
 #endif
-    if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
-        r = accel__coll_nccl_init(c);
-        if (r != ACCEL_OK) { accel_coll_destroy(c); return r; }
-    }
+    if (c->backend == ACCEL_COLL_BACKEND_NCCL) r = accel__coll_nccl_init(c);
+    /* all or nothing: a rank whose setup failed (NCCL bootstrap, device memory) fails every rank */
+    r = accel__coll_agree(c, r, "accel_coll_create (setup)");
+    if (r != ACCEL_OK) { accel_coll_destroy(c); return r; }
+    /* no host process group (several processes without MPI or torchrun's store): an NCCL context over the whole group
+       becomes it, so amp, ckpt and trackers work too */
+    if (c->backend == ACCEL_COLL_BACKEND_NCCL && c->on_host_group) accel__coll_host_group_install(c);
     accel_log(acc, ACCEL_LOG_DEBUG, "accel_coll: backend %s, rank %d of %d, %s buffers, timeout %.1f s",
                accel_coll_backend_name(c->backend), c->rank, c->size, c->device_mem ? "device" : "host", c->timeout_s);
     *out = c;
@@ -743,6 +824,7 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
     int pending = 0;
     if (!c) return;
     acc = c->acc;
+    if (c->host_group) accel__group_uninstall(acc, c); /* host collectives need a group again (or fail) */
     /* requests abandoned after a deadline: give them a moment, then leak them (MPI forbids freeing an unfinished
        collective request) */
     {
@@ -769,7 +851,7 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
         if (c->broken) ncclCommAbort(c->nccl);
         else {
             ncclResult_t rc = ncclCommFinalize(c->nccl);
-            double deadline = accel_now() + c->timeout_s;
+            double deadline = accel__coll_deadline(c);
             while (rc == ncclInProgress && accel_now() < deadline) {
                 ncclResult_t st = ncclSuccess;
                 if (ncclCommGetAsyncError(c->nccl, &st) != ncclSuccess) break;
@@ -781,7 +863,7 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
         c->nccl_valid = 0;
     }
     if (c->comm_stream) cudaStreamDestroy(c->comm_stream);
-    if (c->scratch) cudaFree(c->scratch);
+    accel_device_free(acc, c->scratch);
 #endif
 #ifdef ACCEL_WITH_MPI
     {
@@ -800,7 +882,7 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
     accel_host_free(acc, c);
 }
 
-/* ------------------------------------------------------------------------------------------ data movement */
+/* ---------------------------------------------------------------------- 6. copies, pre-scaling, completing requests */
 /* copy between memories: dir 0 host→host, 1 host→device, 2 device→host, 3 device→device (on acc.stream; host
    directions synchronize the stream) */
 static accel_result accel__coll_copy(accel_coll *c, void *dst, const void *src, size_t bytes, int dir) {
@@ -809,8 +891,8 @@ static accel_result accel__coll_copy(accel_coll *c, void *dst, const void *src, 
 #ifdef ACCEL__COLL_DEVICE
     {
         cudaMemcpyKind k = dir == 1 ? cudaMemcpyHostToDevice : dir == 2 ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
-        ACCEL__COLL_CUDA(c, cudaMemcpyAsync(dst, src, bytes, k, accel__coll_stream(c)));
-        if (dir != 3) ACCEL__COLL_CUDA(c, cudaStreamSynchronize(accel__coll_stream(c)));
+        ACCEL__CUDA_CHECK(c->acc, cudaMemcpyAsync(dst, src, bytes, k, accel__coll_stream(c)));
+        if (dir != 3) ACCEL__CUDA_CHECK(c->acc, cudaStreamSynchronize(accel__coll_stream(c)));
         return ACCEL_OK;
     }
 #else
@@ -832,16 +914,34 @@ static void accel__coll_divide_host(void *buf, size_t n, accel_dtype dt, double 
     for (i = 0; i < n; ++i) accel__coll_div_elem(buf, i, (int)dt, by);
 }
 
+/* dst[0..n) = src[0..n) * fl(1/size) in the context's memory (DDP's pre-scaling; dst may equal src): a host loop, or
+   a kernel on acc.stream. */
+static accel_result accel__coll_prescale(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt) {
+    size_t i;
+    if (n == 0) return ACCEL_OK;
+    if (!c->device_mem) {
+        if (dt == ACCEL_F32) { /* the common case, as a plain loop the compiler vectorizes */
+            const float *sf = (const float *)src;
+            float *df = (float *)dst, inv = (float)(1.0 / (double)c->size);
+            for (i = 0; i < n; ++i) df[i] = sf[i] * inv;
+        } else {
+            for (i = 0; i < n; ++i) accel__coll_prescale_elem(dst, src, i, (int)dt, (double)c->size);
+        }
+        return ACCEL_OK;
+    }
+#ifdef ACCEL__COLL_DEVICE
+    accel__coll_prescale_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(c)>>>(dst, src, n, (int)dt, (double)c->size);
+    ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
+    return ACCEL_OK;
+#else
+    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device gradients need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+#endif
+}
+
 static void accel__coll_release(accel_coll_request *q) {
     accel_coll *c = q->c;
-    if (q->stage) {
-#ifdef ACCEL__COLL_DEVICE
-        if (q->stage_kind == 1) cudaFreeHost(q->stage);
-        else if (q->stage_kind == 2) cudaFree(q->stage);
-        else
-#endif
-            accel_host_free(c->acc, q->stage);
-    }
+    if (q->stage_kind == 1) accel_pinned_free(c->acc, q->stage);
+    else if (q->stage_kind == 2) accel_device_free(c->acc, q->stage);
 #ifdef ACCEL__COLL_NCCL
     if (q->has_ev) cudaEventDestroy(q->ev);
 #endif
@@ -870,10 +970,11 @@ static accel_result accel__coll_complete(accel_coll_request *q) {
         if (!q->avg_dev) accel__coll_divide_host(q->avg_buf, q->avg_count, q->dt, (double)c->size);
 #ifdef ACCEL__COLL_DEVICE
         else {
-            size_t blocks = (q->avg_count + 255) / 256;
-            if (blocks > 4096) blocks = 4096;
-            accel__coll_div_kernel<<<(unsigned)blocks, 256, 0, accel__coll_stream(c)>>>(q->avg_buf, q->avg_count, (int)q->dt, (double)c->size);
-            if (cudaGetLastError() != cudaSuccess) r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "average kernel launch failed");
+            cudaError_t e;
+            accel__coll_div_kernel<<<accel__coll_blocks(q->avg_count), 256, 0, accel__coll_stream(c)>>>(
+                q->avg_buf, q->avg_count, (int)q->dt, (double)c->size);
+            e = cudaGetLastError();
+            if (e != cudaSuccess) r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "average kernel launch: %s", cudaGetErrorString(e));
         }
 #endif
     }
@@ -895,7 +996,7 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
     if (q->has_mreq) {
         int flag = 0, mrc = MPI_Test(&q->mreq, &flag, MPI_STATUS_IGNORE);
         if (mrc != MPI_SUCCESS) {
-            accel_result r = accel__coll_mpi_fail(c, mrc, "MPI_Test", __LINE__);
+            accel_result r = accel__mpi_fail(c->acc, mrc, "MPI_Test", __FILE__, __LINE__);
             c->broken = ACCEL_ERR_MPI;
             accel__coll_orphan(q);
             return r;
@@ -943,7 +1044,7 @@ not_yet:
                                      "%s (%s, %zu elements) did not complete within %.1f s on rank %d of %d: a peer is "
                                      "dead, stuck, or not calling the same collective; this context is now unusable",
                                      accel__coll_kind_name(q->kind), accel_dtype_name(q->dt) ? accel_dtype_name(q->dt) : "-",
-                                     q->count, c->timeout_s, c->rank, c->size);
+                                     q->count, q->deadline - q->start, c->rank, c->size);
         c->broken = ACCEL_ERR_TIMEOUT;
 #ifdef ACCEL__COLL_NCCL
         if (c->nccl_valid) { ncclCommAbort(c->nccl); c->nccl_valid = 0; }
@@ -971,7 +1072,7 @@ ACCEL__DEF accel_result accel_coll_wait(accel_coll_request *q) {
     }
 }
 
-/* ------------------------------------------------------------------------------------------- posting */
+/* ------------------------------------------------------------------------------------------ 7. posting an operation */
 typedef struct accel__coll_args {
     int kind;
     const void *send;
@@ -983,6 +1084,8 @@ typedef struct accel__coll_args {
     int dev;                /* buffers are device memory */
     const size_t *vcounts;  /* allgatherv: bytes per rank */
     int async;              /* NCCL: use the comm stream */
+    double deadline;        /* > 0: this absolute deadline (the core's host group) instead of the context's timeout;
+                               MPI then always polls, even with no_watchdog */
 } accel__coll_args;
 
 #if defined(ACCEL__COLL_DEVICE) && (defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL))
@@ -1031,7 +1134,7 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->dev) {
 #ifdef ACCEL__COLL_DEVICE
         stage = !c->cuda_aware || a->dt == ACCEL_F16 || a->dt == ACCEL_BF16;
-        ACCEL__COLL_CUDA(c, cudaStreamSynchronize(accel__coll_stream(c))); /* inputs produced by earlier kernels */
+        ACCEL__CUDA_CHECK(c->acc, cudaStreamSynchronize(accel__coll_stream(c))); /* inputs produced by earlier kernels */
 #else
         return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
@@ -1075,7 +1178,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         default: sbytes = 0; has_in = 0; break;
         }
         if (sbytes) {
-            ACCEL__COLL_CUDA(c, cudaMallocHost(&q->stage, sbytes));
+            q->stage = accel_pinned_alloc(c->acc, sbytes);
+            if (!q->stage) return ACCEL_ERR_OUT_OF_MEMORY;
             q->stage_kind = 1;
             if (has_in && in_bytes) {
                 accel_result r = accel__coll_copy(c, (unsigned char *)q->stage + in_off, a->send, in_bytes, 2);
@@ -1108,7 +1212,7 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
             send = MPI_IN_PLACE;
         if (accel__coll_is_reduction_result(c, a)) { q->avg_buf = recv; q->avg_count = a->count; q->avg_dev = a->dev; }
     }
-    if (!c->watchdog && !a->async) {
+    if (!c->watchdog && !a->async && a->deadline <= 0) {
         switch (a->kind) {
         case ACCEL__K_ALLREDUCE: mrc = MPI_Allreduce(send, recv, n, t, op, c->comm); break;
         case ACCEL__K_REDUCE: mrc = MPI_Reduce(send, recv, n, t, op, a->root, c->comm); break;
@@ -1122,7 +1226,7 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
             break;
         default: break;
         }
-        if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, accel__coll_kind_name(a->kind), __LINE__);
+        if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, accel__coll_kind_name(a->kind), __FILE__, __LINE__);
         return ACCEL_OK;
     }
     switch (a->kind) {
@@ -1138,7 +1242,7 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         break;
     default: break;
     }
-    if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, accel__coll_kind_name(a->kind), __LINE__);
+    if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, accel__coll_kind_name(a->kind), __FILE__, __LINE__);
     q->has_mreq = 1;
     return ACCEL_OK;
 }
@@ -1175,9 +1279,14 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         default: break;
         }
         if (sbytes) {
-            ACCEL__COLL_CUDA(c, cudaMalloc(&q->stage, sbytes));
+            q->stage = accel_device_alloc(c->acc, sbytes);
+            if (!q->stage) return ACCEL_ERR_OUT_OF_MEMORY;
             q->stage_kind = 2;
-            if (in_bytes) ACCEL__COLL_CUDA(c, cudaMemcpy((unsigned char *)q->stage + in_off, a->send, in_bytes, cudaMemcpyHostToDevice));
+            /* on acc.stream, ahead of the collective (a plain cudaMemcpy runs on the legacy stream, which a
+               non-blocking acc.stream does not wait for) */
+            if (in_bytes)
+                ACCEL__CUDA_CHECK(c->acc, cudaMemcpyAsync((unsigned char *)q->stage + in_off, a->send, in_bytes,
+                                                          cudaMemcpyHostToDevice, user));
             if (out_bytes) {
                 q->copy_dst = a->kind == ACCEL__K_BCAST ? (void *)a->send : a->recv;
                 q->copy_src = (unsigned char *)q->stage + out_off;
@@ -1190,11 +1299,11 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         if (a->kind == ACCEL__K_REDUCE_SCATTER || a->kind == ACCEL__K_BCAST) send = q->stage;
     }
     if (a->async) {
-        if (!c->comm_stream) ACCEL__COLL_CUDA(c, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
-        ACCEL__COLL_CUDA(c, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
+        if (!c->comm_stream) ACCEL__CUDA_CHECK(c->acc, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
+        ACCEL__CUDA_CHECK(c->acc, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
         q->has_ev = 1;
-        ACCEL__COLL_CUDA(c, cudaEventRecord(q->ev, user));
-        ACCEL__COLL_CUDA(c, cudaStreamWaitEvent(c->comm_stream, q->ev, 0));
+        ACCEL__CUDA_CHECK(c->acc, cudaEventRecord(q->ev, user));
+        ACCEL__CUDA_CHECK(c->acc, cudaStreamWaitEvent(c->comm_stream, q->ev, 0));
         s = c->comm_stream;
         q->on_comm_stream = 1;
     }
@@ -1210,7 +1319,7 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
             for (i = 0; i < P; ++i) {
                 void *dst = (unsigned char *)recv + (size_t)i * a->count * es;
                 if (i == me) {
-                    if (dst != send) ACCEL__COLL_CUDA(c, cudaMemcpyAsync(dst, send, a->count * es, cudaMemcpyDeviceToDevice, s));
+                    if (dst != send) ACCEL__CUDA_CHECK(c->acc, cudaMemcpyAsync(dst, send, a->count * es, cudaMemcpyDeviceToDevice, s));
                 } else ACCEL__COLL_NCCL_CALL(c, ncclRecv(dst, a->count, t, i, c->nccl, s));
             }
         } else ACCEL__COLL_NCCL_CALL(c, ncclSend(send, a->count, t, a->root, c->nccl, s));
@@ -1232,12 +1341,18 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         break;
     default: break;
     }
+    /* AVG: the sum, then the division on the same stream (Accelerate's reduce("mean") order) */
+    if (a->op == ACCEL_COLL_AVG && a->count > 0 &&
+        (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE_SCATTER || (a->kind == ACCEL__K_REDUCE && me == a->root))) {
+        accel__coll_div_kernel<<<accel__coll_blocks(a->count), 256, 0, s>>>(recv, a->count, (int)a->dt, (double)P);
+        ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
+    }
     if (!q->has_ev && (q->stage || a->kind == ACCEL__K_BARRIER)) {
         /* host results or a barrier: the host must wait for the stream */
-        ACCEL__COLL_CUDA(c, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
+        ACCEL__CUDA_CHECK(c->acc, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
         q->has_ev = 1;
     }
-    if (q->has_ev) ACCEL__COLL_CUDA(c, cudaEventRecord(q->ev, s));
+    if (q->has_ev) ACCEL__CUDA_CHECK(c->acc, cudaEventRecord(q->ev, s));
     return ACCEL_OK;
 }
 #endif
@@ -1256,7 +1371,8 @@ static accel_result accel__coll_post(accel_coll *c, accel__coll_args *a, accel_c
     q->op = a->op;
     q->count = a->count;
     q->root = a->root;
-    q->deadline = accel_now() + c->timeout_s;
+    q->start = accel_now();
+    q->deadline = a->deadline > 0 ? a->deadline : q->start + c->timeout_s;
     switch (c->backend) {
     case ACCEL_COLL_BACKEND_MPI:
 #ifdef ACCEL_WITH_MPI
@@ -1281,7 +1397,7 @@ static accel_result accel__coll_post(accel_coll *c, accel__coll_args *a, accel_c
     return ACCEL_OK;
 }
 
-/* ---------------------------------------------------------------------------------------- debug mode */
+/* ----------------------------------------------------------------------------------------------- 8. debug mode, run */
 typedef struct accel__coll_sig { int64_t magic, kind, dtype, op, count, root; } accel__coll_sig;
 
 static accel_result accel__coll_run(accel_coll *c, accel__coll_args *a);
@@ -1342,7 +1458,7 @@ static accel_result accel__coll_run(accel_coll *c, accel__coll_args *a) {
     return accel_coll_wait(q);
 }
 
-/* ---------------------------------------------------------------------------------------- validation */
+/* ------------------------------------------------------------------------------------- 9. validation, the typed ops */
 static accel_result accel__coll_validate(accel_coll *c, accel__coll_args *a, const char *what) {
     accel_result r = accel__coll_check_broken(c);
     size_t es;
@@ -1447,7 +1563,8 @@ ACCEL__DEF accel_result accel_coll_synchronize(accel_coll *c) {
         memset(q, 0, sizeof *q);
         q->c = c;
         q->kind = ACCEL__K_BARRIER;
-        q->deadline = accel_now() + c->timeout_s;
+        q->start = accel_now();
+        q->deadline = q->start + c->timeout_s;
         if (cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming) != cudaSuccess) {
             accel__coll_release(q);
             return ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaEventCreate failed");
@@ -1499,7 +1616,50 @@ ACCEL__DEF accel_result accel_coll_reduce_scatter_async(accel_coll *c, const voi
     return accel__coll_do(c, &a, "reduce_scatter_async", req);
 }
 
-/* ------------------------------------------------------------------------------------ Accelerate helpers */
+/* ------------------------------------------------------------------------ 10. the host process group over a context */
+/* When the core has no host process group (several processes without MPI or torchrun's store), a context over NCCL that
+   spans acc's group becomes it (accel_coll_create installs it, accel_coll_destroy removes it): the core's host
+   collectives (barrier, broadcast, all-gather, small all-reduces, agreement checks — what amp, ckpt and trackers use)
+   then move their bytes through these functions: host memory, staged through the device by the NCCL backend, each
+   call with the deadline the core passes (accel__transport in accel.h). */
+static accel_result accel__coll_tp_run(void *ctx, accel *acc, int kind, const void *in, void *out, size_t bytes, int root,
+                                       const size_t *vcounts, double deadline) {
+    accel_coll *c = (accel_coll *)ctx;
+    accel__coll_args a;
+    accel_result r = accel__coll_check_broken(c);
+    (void)acc; /* c->acc: the core passes the Accelerator this context belongs to */
+    if (r != ACCEL_OK) return r;
+    if (bytes > (size_t)INT_MAX) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "host group: %zu bytes is too large", bytes);
+    if (kind != ACCEL__K_ALLGATHERV && bytes == 0) return ACCEL_OK;
+    accel__coll_args_init(&a, kind, in, out, bytes, ACCEL_U8, ACCEL_COLL_SUM, root);
+    a.vcounts = vcounts;
+    a.dev = 0;
+    a.deadline = deadline;
+    return accel__coll_run(c, &a);
+}
+static accel_result accel__coll_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes, double deadline) {
+    return accel__coll_tp_run(ctx, acc, ACCEL__K_ALLGATHER, in, out, bytes, 0, NULL, deadline);
+}
+static accel_result accel__coll_tp_allgatherv(void *ctx, accel *acc, const void *in, void *out, const size_t *counts,
+                                              double deadline) {
+    return accel__coll_tp_run(ctx, acc, ACCEL__K_ALLGATHERV, in, out, 0, 0, counts, deadline);
+}
+static accel_result accel__coll_tp_bcast(void *ctx, accel *acc, void *buf, size_t bytes, int root, double deadline) {
+    return accel__coll_tp_run(ctx, acc, ACCEL__K_BCAST, buf, buf, bytes, root, NULL, deadline);
+}
+/* Installs c as acc's host process group if acc has none (the core refuses otherwise: one process, or MPI). */
+static void accel__coll_host_group_install(accel_coll *c) {
+    c->tp.name = accel_coll_backend_name(c->backend);
+    c->tp.allgather = accel__coll_tp_allgather;
+    c->tp.allgatherv = accel__coll_tp_allgatherv;
+    c->tp.bcast = accel__coll_tp_bcast;
+    c->host_group = accel__group_install(c->acc, &c->tp, c);
+    if (c->host_group)
+        accel_log(c->acc, ACCEL_LOG_INFO, "the host process group of %d processes now runs over this %s context",
+                  c->size, c->tp.name);
+}
+
+/* ------------------------------------------------------------------------------------------- 11. Accelerate helpers */
 ACCEL__DEF accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_t count, accel_dtype dt, const char *reduction) {
     accel_coll_op op;
     if (!c) return accel__coll_null();
@@ -1591,11 +1751,9 @@ static accel_result accel__coll_fill(accel_coll *c, void *dst, size_t n, accel_d
 #ifdef ACCEL__COLL_DEVICE
     {
         uint64_t p = 0;
-        size_t blocks = (n + 255) / 256;
         for (i = 0; i < 8; ++i) p |= (uint64_t)pat[i] << (8 * i);
-        if (blocks > 4096) blocks = 4096;
-        accel__coll_fill_kernel<<<(unsigned)blocks, 256, 0, accel__coll_stream(c)>>>((unsigned char *)dst, n, es, p);
-        ACCEL__COLL_CUDA(c, cudaGetLastError());
+        accel__coll_fill_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(c)>>>((unsigned char *)dst, n, es, p);
+        ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
         return ACCEL_OK;
     }
 #else
@@ -1613,8 +1771,9 @@ ACCEL__DEF accel_result accel_coll_pad_across_processes(accel_coll *c, const acc
     if (!c) return accel__coll_null();
     r = accel__coll_check_broken(c);
     if (r != ACCEL_OK) return r;
-    if (!out) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "pad_across_processes: out is NULL");
-    r = accel__coll_check_tensor(c, in, "pad_across_processes", &nb);
+    r = out ? accel__coll_check_tensor(c, in, "pad_across_processes", &nb)
+            : ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "pad_across_processes: out is NULL");
+    r = accel__coll_agree(c, r, "pad_across_processes"); /* a bad tensor on one rank fails every rank */
     if (r != ACCEL_OK) return r;
     nd = in->ndim;
     es = accel_dtype_size(in->dtype);
@@ -1691,9 +1850,19 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
     if (!c) return accel__coll_null();
     r = accel__coll_check_broken(c);
     if (r != ACCEL_OK) return r;
-    if (!out) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: out is NULL");
-    r = accel__coll_check_tensor(c, in, "gather", &nb);
+    r = out ? accel__coll_check_tensor(c, in, "gather", &nb) : ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: out is NULL");
+    r = accel__coll_agree(c, r, "gather"); /* a bad tensor on one rank fails every rank, before any exchange */
     if (r != ACCEL_OK) return r;
+    if (in->ndim == 0 && c->size == 1 && !c->acc->use_distributed) {
+        /* Accelerate's gather returns its input when not distributed: a 0-d tensor stays 0-d (a copy) */
+        buf = accel__coll_alloc_mem(c, (size_t)nb);
+        if (!buf) return ACCEL_ERR_OUT_OF_MEMORY;
+        r = accel__coll_copy_same(c, buf, in->ptr, (size_t)nb, c->device_mem);
+        if (r != ACCEL_OK) { accel_coll_free(c, buf); return r; }
+        *out = *in;
+        out->ptr = buf;
+        return ACCEL_OK;
+    }
     nd = in->ndim ? in->ndim : 1;
     for (k = 0; k < ACCEL_MAX_DIMS; ++k) shape[k] = k < in->ndim ? in->shape[k] : (k == 0 ? 1 : 0);
     r = accel__coll_gather_shapes(c, in, nd, shape, &all);
@@ -1719,7 +1888,8 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
     }
     accel_host_free(c->acc, all);
     buf = accel__coll_alloc_mem(c, total);
-    if (!buf) { accel_host_free(c->acc, vcounts); return ACCEL_ERR_OUT_OF_MEMORY; }
+    r = accel__coll_agree(c, buf ? ACCEL_OK : ACCEL_ERR_OUT_OF_MEMORY, "gather (buffer)"); /* all take part, or none */
+    if (r != ACCEL_OK) { accel_coll_free(c, buf); accel_host_free(c->acc, vcounts); return r; }
     accel__coll_args_init(&a, ACCEL__K_ALLGATHERV, in->ptr, buf, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
     a.vcounts = vcounts;
     a.dev = c->device_mem;
@@ -1738,160 +1908,12 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
 ACCEL__DEF accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel_tensor *in, accel_tensor *out) {
     accel_result r = accel_coll_gather_rows(c, in, out);
     if (r != ACCEL_OK) return r;
-    if (c->acc->end_of_dataloader && c->acc->remainder > 0 && c->acc->remainder < out->shape[0])
+    if (out->ndim > 0 && c->acc->end_of_dataloader && c->acc->remainder > 0 && c->acc->remainder < out->shape[0])
         out->shape[0] = c->acc->remainder;
     return ACCEL_OK;
 }
 
-/* --------------------------------------------------------------------------------------------- objects */
-ACCEL__DEF void accel_coll_blobs_free(accel_coll *c, accel_coll_blobs *b) {
-    accel *acc = c ? c->acc : NULL;
-    if (!b) return;
-    accel_host_free(acc, b->offsets);
-    accel_host_free(acc, b->data);
-    b->offsets = NULL;
-    b->data = NULL;
-    b->count = 0;
-}
-
-static accel_result accel__coll_blobs_alloc(accel_coll *c, int count, size_t total, size_t **offsets, unsigned char **data) {
-    *offsets = (size_t *)accel_host_alloc(c->acc, sizeof(size_t) * ((size_t)count + 1));
-    *data = (unsigned char *)accel_host_alloc(c->acc, total ? total : 1);
-    if (!*offsets || !*data) {
-        accel_host_free(c->acc, *offsets);
-        accel_host_free(c->acc, *data);
-        return ACCEL_ERR_OUT_OF_MEMORY;
-    }
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_blobs_set(accel_coll *c, accel_coll_blobs *b, int count, const void *const *items, const size_t *sizes) {
-    size_t total = 0, *off;
-    unsigned char *data;
-    int i;
-    accel_result r;
-    if (!c) return accel__coll_null();
-    if (!b || count < 0 || (count > 0 && (!items || !sizes)))
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "blobs_set: NULL argument or negative count");
-    for (i = 0; i < count; ++i) {
-        if (sizes[i] && !items[i]) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "blobs_set: item %d is NULL", i);
-        total += sizes[i];
-    }
-    r = accel__coll_blobs_alloc(c, count, total, &off, &data);
-    if (r != ACCEL_OK) return r;
-    off[0] = 0;
-    for (i = 0; i < count; ++i) {
-        if (sizes[i]) memcpy(data + off[i], items[i], sizes[i]);
-        off[i + 1] = off[i] + sizes[i];
-    }
-    accel_coll_blobs_free(c, b);
-    b->count = count;
-    b->offsets = off;
-    b->data = data;
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_gather_object(accel_coll *c, const void *data, size_t bytes, accel_coll_blobs *out) {
-    int64_t mine, *sizes;
-    size_t *vc, total = 0, *off = NULL;
-    unsigned char *buf = NULL;
-    accel_result r;
-    int i;
-    if (!c) return accel__coll_null();
-    r = accel__coll_check_broken(c);
-    if (r != ACCEL_OK) return r;
-    if (!out || (bytes && !data)) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: NULL argument");
-    mine = (int64_t)bytes;
-    sizes = (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
-    vc = (size_t *)accel_host_alloc(c->acc, sizeof(size_t) * (size_t)c->size);
-    if (!sizes || !vc) { accel_host_free(c->acc, sizes); accel_host_free(c->acc, vc); return ACCEL_ERR_OUT_OF_MEMORY; }
-    r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, &mine, sizes, sizeof mine, 0, NULL);
-    for (i = 0; r == ACCEL_OK && i < c->size; ++i) { vc[i] = (size_t)sizes[i]; total += vc[i]; }
-    if (r == ACCEL_OK && total > (size_t)INT_MAX)
-        r = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: %zu bytes in total is too large", total);
-    if (r == ACCEL_OK) r = accel__coll_blobs_alloc(c, c->size, total, &off, &buf);
-    if (r == ACCEL_OK) {
-        accel__coll_args a;
-        accel__coll_args_init(&a, ACCEL__K_ALLGATHERV, data, buf, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
-        a.vcounts = vc;
-        a.dev = 0;
-        r = accel__coll_run(c, &a);
-        if (r == ACCEL_OK) {
-            off[0] = 0;
-            for (i = 0; i < c->size; ++i) off[i + 1] = off[i] + vc[i];
-            accel_coll_blobs_free(c, out);
-            out->count = c->size;
-            out->offsets = off;
-            out->data = buf;
-        } else {
-            accel_host_free(c->acc, off);
-            accel_host_free(c->acc, buf);
-        }
-    }
-    accel_host_free(c->acc, sizes);
-    accel_host_free(c->acc, vc);
-    return r;
-}
-
-ACCEL__DEF accel_result accel_coll_broadcast_object_list(accel_coll *c, accel_coll_blobs *list, int from) {
-    int64_t head[2]; /* count (or -1 invalid list, -2 too large), total bytes */
-    int64_t *sizes = NULL;
-    size_t *off = NULL;
-    unsigned char *data = NULL;
-    accel_result r;
-    int i, me;
-    if (!c) return accel__coll_null();
-    r = accel__coll_check_broken(c);
-    if (r != ACCEL_OK) return r;
-    if (!list) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: list is NULL");
-    if (from < 0 || from >= c->size)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: from_process %d is not a rank of %d", from, c->size);
-    me = c->rank;
-    head[0] = -1;
-    head[1] = 0;
-    if (me == from) {
-        if (list->count >= 0 && (list->count == 0 || list->offsets)) {
-            head[0] = list->count;
-            head[1] = list->count ? (int64_t)list->offsets[list->count] : 0;
-            if (head[1] > INT_MAX || list->count > INT_MAX / 8) head[0] = -2;
-        }
-    }
-    r = accel__coll_host_op(c, ACCEL__K_BCAST, head, head, sizeof head, from, NULL);
-    if (r != ACCEL_OK) return r;
-    if (head[0] < 0)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: the list on rank %d is %s", from,
-                           head[0] == -1 ? "invalid (negative count or no offsets)" : "too large (> INT_MAX bytes)");
-    if (c->size <= 1) return ACCEL_OK;
-    sizes = (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * ((size_t)head[0] + 1));
-    if (!sizes) return ACCEL_ERR_OUT_OF_MEMORY; /* rare: peers then wait for the deadline */
-    if (me == from)
-        for (i = 0; i < (int)head[0]; ++i) sizes[i] = (int64_t)(list->offsets[i + 1] - list->offsets[i]);
-    r = accel__coll_host_op(c, ACCEL__K_BCAST, sizes, sizes, sizeof(int64_t) * (size_t)head[0], from, NULL);
-    if (r == ACCEL_OK && me != from) {
-        r = accel__coll_blobs_alloc(c, (int)head[0], (size_t)head[1], &off, &data);
-        if (r == ACCEL_OK) {
-            off[0] = 0;
-            for (i = 0; i < (int)head[0]; ++i) off[i + 1] = off[i] + (size_t)sizes[i];
-        }
-    }
-    if (r == ACCEL_OK)
-        r = accel__coll_host_op(c, ACCEL__K_BCAST, me == from ? list->data : data, me == from ? list->data : data,
-                                (size_t)head[1], from, NULL);
-    accel_host_free(c->acc, sizes);
-    if (me != from) {
-        if (r == ACCEL_OK) {
-            accel_coll_blobs_free(c, list);
-            list->count = (int)head[0];
-            list->offsets = off;
-            list->data = data;
-        } else {
-            accel_host_free(c->acc, off);
-            accel_host_free(c->acc, data);
-        }
-    }
-    return r;
-}
-
+/* ------------------------------------------------------------------------------- 12. split_between_processes */
 ACCEL__DEF accel_result accel_coll_split_between_processes(int64_t n, int P, int p, int apply_padding, accel_coll_range *out) {
     int64_t q, rem;
     if (!out || n < 0 || P < 1 || p < 0 || p >= P)
@@ -1911,7 +1933,7 @@ ACCEL__DEF accel_result accel_coll_split_between_processes(int64_t n, int P, int
     return ACCEL_OK;
 }
 
-/* ------------------------------------------------------------------------------------ gradient reducer */
+/* --------------------------------------------------------------------------------------------- 13. gradient reducer */
 typedef struct accel__coll_grad {
     void *ptr;
     size_t count;
@@ -1945,15 +1967,17 @@ typedef struct accel__coll_bucket {
 struct accel_coll_reducer {
     accel_coll *c;
     accel_coll_reducer_desc d;
-    accel__coll_grad *grads;
-    int ngrads, cap;
+    accel__coll_grad *grads; /* stb_ds array, registration order (the index of grad_ready) */
     int *order;
     accel__coll_bucket *buckets;
     int nb;
     int finalized;
     int next_launch;
     int flat;
+    int prescale; /* averaging over > 1 process: each gradient is multiplied by 1/P before the sum (DDP) */
 };
+
+static int accel__coll_ngrads(const accel_coll_reducer *r) { return (int)stbds_arrlen(r->grads); }
 
 ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_coll_reducer_desc *desc, accel_coll_reducer **out) {
     accel_coll_reducer *r;
@@ -1965,6 +1989,8 @@ ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_col
     else memset(&d, 0, sizeof d);
     if (!(d.bucket_cap_mb >= 0) || !(d.first_bucket_mb >= 0))
         return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: bucket sizes must be >= 0 (0 = default)");
+    if ((int)d.flat < (int)ACCEL_OFF || (int)d.flat > (int)ACCEL_ON)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat=%d is not an accel_toggle", (int)d.flat);
     if (d.bucket_cap_mb == 0) d.bucket_cap_mb = 25.0;
     if (d.first_bucket_mb == 0) d.first_bucket_mb = 1.0;
     r = (accel_coll_reducer *)accel_host_alloc(c->acc, sizeof *r);
@@ -1972,13 +1998,14 @@ ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_col
     memset(r, 0, sizeof *r);
     r->c = c;
     r->d = d;
+    r->prescale = !d.no_average && c->size > 1;
     *out = r;
     return ACCEL_OK;
 }
 
 static void accel__coll_reducer_drop_buckets(accel_coll_reducer *r) {
     int b, i;
-    for (i = 0; i < r->ngrads; ++i)
+    for (i = 0; i < accel__coll_ngrads(r); ++i)
         if (r->grads[i].req) { accel__coll_orphan(r->grads[i].req); r->grads[i].req = NULL; }
     for (b = 0; b < r->nb; ++b) {
         if (r->buckets[b].req) { accel__coll_orphan(r->buckets[b].req); r->buckets[b].req = NULL; }
@@ -1994,36 +2021,58 @@ static void accel__coll_reducer_drop_buckets(accel_coll_reducer *r) {
 ACCEL__DEF void accel_coll_reducer_destroy(accel_coll_reducer *r) {
     if (!r) return;
     accel__coll_reducer_drop_buckets(r);
-    accel_host_free(r->c->acc, r->grads);
+    stbds_arrfree(r->grads);
     accel_host_free(r->c->acc, r);
 }
 
-ACCEL__DEF accel_result accel_coll_reducer_add(accel_coll_reducer *r, void *ptr, size_t count, accel_dtype dt, const char *name, int *index) {
+/* stb_ds would write through a failed allocation: grow with the core's checked reserve first. */
+static accel_result accel__coll_grads_reserve(accel_coll_reducer *r, size_t n) {
+    size_t have = (size_t)stbds_arrlen(r->grads);
+    if (n <= have) return ACCEL_OK;
+    if (accel__arr_reserve((void **)&r->grads, sizeof *r->grads, n - have) != 0)
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_OUT_OF_MEMORY, "reducer_add: no memory for %zu gradient entries", n);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_reducer_add(accel_coll_reducer *r, const accel_tensor *grads, int n) {
     accel *acc;
+    accel_result res;
+    int i, first;
     if (!r) return accel__coll_null();
     acc = r->c->acc;
-    if (r->finalized) return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "reducer_add('%s'): the buckets are already built", name ? name : "");
-    if (!accel_dtype_is_float(dt) || !accel__coll_reducible(dt))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add('%s'): gradients must be F64/F32/F16/BF16, not %s",
-                           name ? name : "", accel_dtype_name(dt) ? accel_dtype_name(dt) : "invalid");
-    if (count > 0 && !ptr) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add('%s'): NULL pointer", name ? name : "");
-    if (count > (size_t)INT_MAX) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add('%s'): more than INT_MAX elements", name ? name : "");
-    if (r->ngrads == r->cap) {
-        int nc = r->cap ? 2 * r->cap : 64;
-        accel__coll_grad *g = (accel__coll_grad *)accel_host_alloc(acc, sizeof *g * (size_t)nc);
-        if (!g) return ACCEL_ERR_OUT_OF_MEMORY;
-        if (r->ngrads) memcpy(g, r->grads, sizeof *g * (size_t)r->ngrads);
-        accel_host_free(acc, r->grads);
-        r->grads = g;
-        r->cap = nc;
+    first = accel__coll_ngrads(r);
+    if (n < 0 || (n > 0 && !grads))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: %d tensors at %p", n, (const void *)grads);
+    if (r->finalized)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "reducer_add: the buckets are already built (register every gradient "
+                           "before the first finalize/grad_ready/wait)");
+    /* everything is checked before anything is registered */
+    for (i = 0; i < n; ++i) {
+        const accel_tensor *t = &grads[i];
+        const char *nm = t->name ? t->name : "";
+        int64_t numel = accel_tensor_numel(t);
+        if (!accel_dtype_is_float(t->dtype) || !accel__coll_reducible(t->dtype))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s'): gradients must be "
+                               "F64/F32/F16/BF16, not %s", i, nm, accel_dtype_name(t->dtype) ? accel_dtype_name(t->dtype) : "invalid");
+        if (numel < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has an invalid shape (ndim %d)",
+                               i, nm, t->ndim);
+        if (numel > 0 && !t->ptr)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has no data pointer", i, nm);
+        if (numel > (int64_t)INT_MAX)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has more than INT_MAX elements", i, nm);
     }
-    memset(&r->grads[r->ngrads], 0, sizeof r->grads[0]);
-    r->grads[r->ngrads].ptr = ptr;
-    r->grads[r->ngrads].count = count;
-    r->grads[r->ngrads].dt = dt;
-    snprintf(r->grads[r->ngrads].name, sizeof r->grads[0].name, "%s", name ? name : "");
-    if (index) *index = r->ngrads;
-    r->ngrads++;
+    res = accel__coll_grads_reserve(r, (size_t)first + (size_t)n);
+    if (res != ACCEL_OK) return res;
+    for (i = 0; i < n; ++i) {
+        accel__coll_grad g;
+        memset(&g, 0, sizeof g);
+        g.ptr = grads[i].ptr;
+        g.count = (size_t)accel_tensor_numel(&grads[i]);
+        g.dt = grads[i].dtype;
+        accel__fmt(g.name, sizeof g.name, "%s", grads[i].name ? grads[i].name : "");
+        stbds_arrput(r->grads, g); /* within the reserved capacity: no allocation */
+    }
     return ACCEL_OK;
 }
 
@@ -2044,7 +2093,7 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
     res = accel__coll_check_broken(c);
     if (res != ACCEL_OK) return res;
     direct_ok = !c->device_mem && c->backend == ACCEL_COLL_BACKEND_MPI;
-    for (i = 0; i < r->ngrads; ++i) {
+    for (i = 0; i < accel__coll_ngrads(r); ++i) {
         const accel__coll_grad *g = &r->grads[i];
         total += g->count;
         h = (h ^ (uint64_t)g->count) * 1099511628211ull;
@@ -2054,12 +2103,14 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
                          (const unsigned char *)g->ptr)
             flat_ok = 0;
     }
-    if (r->ngrads == 0 || total > (size_t)INT_MAX || r->d.flat == ACCEL_OFF) flat_ok = 0;
+    if (accel__coll_ngrads(r) == 0 || total > (size_t)INT_MAX || r->d.flat == ACCEL_OFF) flat_ok = 0;
     if (r->d.flat == ACCEL_ON && !flat_ok)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat mode requested but the %d gradients are not one "
-                           "contiguous buffer of one dtype (in registration order)", r->ngrads);
+        res = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat mode requested but the %d gradients are not one "
+                          "contiguous buffer of one dtype (in registration order)", accel__coll_ngrads(r));
+    res = accel__coll_agree(c, res, "reducer finalize");
+    if (res != ACCEL_OK) return res;
     /* every rank must build the same buckets; flat only when every rank can */
-    mine[0] = r->ngrads;
+    mine[0] = accel__coll_ngrads(r);
     mine[1] = (int64_t)total;
     mine[2] = (int64_t)(h >> 1);
     mine[3] = flat_ok;
@@ -2082,27 +2133,25 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
     }
     accel_host_free(acc, all);
     r->flat = flat_ok;
-    if (r->ngrads == 0) { r->finalized = 1; return ACCEL_OK; }
+    if (accel__coll_ngrads(r) == 0) { r->finalized = 1; return ACCEL_OK; }
 
-    r->order = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)r->ngrads);
-    r->buckets = (accel__coll_bucket *)accel_host_alloc(acc, sizeof(accel__coll_bucket) * (size_t)r->ngrads);
-    counts = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)r->ngrads);
-    fill = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)r->ngrads);
-    if (!r->order || !r->buckets || !counts || !fill) {
-        accel_host_free(acc, counts); accel_host_free(acc, fill);
-        accel__coll_reducer_drop_buckets(r);
-        return ACCEL_ERR_OUT_OF_MEMORY;
-    }
-    memset(r->buckets, 0, sizeof(accel__coll_bucket) * (size_t)r->ngrads);
-    if (flat_ok) {
+    r->order = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
+    r->buckets = (accel__coll_bucket *)accel_host_alloc(acc, sizeof(accel__coll_bucket) * (size_t)accel__coll_ngrads(r));
+    counts = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
+    fill = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
+    if (!r->order || !r->buckets || !counts || !fill) res = ACCEL_ERR_OUT_OF_MEMORY;
+    else memset(r->buckets, 0, sizeof(accel__coll_bucket) * (size_t)accel__coll_ngrads(r));
+    if (res != ACCEL_OK) {
+        /* nothing to build */
+    } else if (flat_ok) {
         nb = 1;
         r->buckets[0].dt = r->grads[0].dt;
         r->buckets[0].first = 0;
-        r->buckets[0].n = r->ngrads;
+        r->buckets[0].n = accel__coll_ngrads(r);
         r->buckets[0].count = total;
         r->buckets[0].flat = r->grads[0].ptr;
         r->buckets[0].inplace = 1;
-        for (i = 0; i < r->ngrads; ++i) {
+        for (i = 0; i < accel__coll_ngrads(r); ++i) {
             r->order[i] = i;
             r->grads[i].bucket = 0;
         }
@@ -2110,7 +2159,7 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
         /* DDP's assignment: reverse registration order, one open bucket per dtype, closed once it reaches its cap
            (the first bucket of each dtype is capped at first_bucket_mb) */
         for (i = 0; i < ACCEL_DTYPE_COUNT; ++i) { open[i] = -1; used_first[i] = 0; bytes[i] = 0; }
-        for (i = r->ngrads - 1; i >= 0; --i) {
+        for (i = accel__coll_ngrads(r) - 1; i >= 0; --i) {
             accel__coll_grad *g = &r->grads[i];
             int dt = (int)g->dt;
             double cap = (used_first[dt] ? r->d.bucket_cap_mb : r->d.first_bucket_mb) * 1048576.0;
@@ -2133,7 +2182,7 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
             }
         }
         for (b = 0, i = 0; b < nb; ++b) { r->buckets[b].first = i; r->buckets[b].n = counts[b]; fill[b] = 0; i += counts[b]; }
-        for (i = r->ngrads - 1; i >= 0; --i) {
+        for (i = accel__coll_ngrads(r) - 1; i >= 0; --i) {
             b = r->grads[i].bucket;
             r->order[r->buckets[b].first + fill[b]++] = i;
         }
@@ -2150,21 +2199,22 @@ ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
             }
             if (k->count == 0) { k->flat = NULL; continue; } /* every grad of the bucket is reduced directly */
             k->flat = accel__coll_alloc_mem(c, k->count * accel_dtype_size(k->dt));
-            if (!k->flat) {
-                r->nb = b;
-                accel_host_free(acc, counts); accel_host_free(acc, fill);
-                accel__coll_reducer_drop_buckets(r);
-                return ACCEL_ERR_OUT_OF_MEMORY;
-            }
+            if (!k->flat) { res = ACCEL_ERR_OUT_OF_MEMORY; break; }
         }
     }
     accel_host_free(acc, counts);
     accel_host_free(acc, fill);
     r->nb = nb;
+    /* a rank that could not build its buckets fails every rank (the others would wait in the first all-reduce) */
+    res = accel__coll_agree(c, res, "reducer finalize (buckets)");
+    if (res != ACCEL_OK) {
+        accel__coll_reducer_drop_buckets(r);
+        return res;
+    }
     for (b = 0; b < nb; ++b) r->buckets[b].pending = r->buckets[b].n;
     r->next_launch = 0;
     r->finalized = 1;
-    accel_log(acc, ACCEL_LOG_DEBUG, "reducer: %d gradients in %d bucket(s)%s", r->ngrads, nb, flat_ok ? " (flat)" : "");
+    accel_log(acc, ACCEL_LOG_DEBUG, "reducer: %d gradients in %d bucket(s)%s", accel__coll_ngrads(r), nb, flat_ok ? " (flat)" : "");
     return ACCEL_OK;
 }
 
@@ -2207,13 +2257,16 @@ static accel_result accel__coll_bucket_finish(accel_coll_reducer *r, int b) {
    a couple (measured with the GPT-2 list), so at most this many buckets are outstanding; NCCL queues on a stream. */
 #define ACCEL__COLL_MPI_INFLIGHT 2
 
+/* Packs bucket b (pre-scaled while packing when averaging) and launches its all-reduce(s) with SUM: DDP's order, every
+   rank's gradient times fl(1/P), then the sum. Gradients reduced where they are (a bucket of one, flat mode, direct
+   host gradients) are pre-scaled in place first. */
 static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
     accel__coll_bucket *k = &r->buckets[b];
+    accel_coll *c = r->c;
     size_t es = accel_dtype_size(k->dt);
-    accel_coll_op op = r->d.average == ACCEL_OFF ? ACCEL_COLL_SUM : ACCEL_COLL_AVG;
     accel_result res;
     int i;
-    if (r->c->backend == ACCEL_COLL_BACKEND_MPI) {
+    if (c->backend == ACCEL_COLL_BACKEND_MPI) {
         int outstanding = 0, oldest = -1;
         for (i = 0; i < b; ++i)
             if (r->buckets[i].inflight) { if (oldest < 0) oldest = i; ++outstanding; }
@@ -2224,14 +2277,24 @@ static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
     }
     k->launched = 1;
     k->inflight = 1;
-    for (i = 0; i < k->n; ++i) {
+    for (i = 0; i < k->n && !k->inplace; ++i) {
         accel__coll_grad *g = &r->grads[r->order[k->first + i]];
-        if (k->inplace) break;
-        if (g->direct) res = accel_coll_all_reduce_async(r->c, g->ptr, g->ptr, g->count, g->dt, op, &g->req);
-        else res = accel__coll_copy_same(r->c, (unsigned char *)k->flat + g->offset * es, g->ptr, g->count * es, r->c->device_mem);
+        void *slot = (unsigned char *)k->flat + g->offset * es;
+        if (g->direct) {
+            res = r->prescale ? accel__coll_prescale(c, g->ptr, g->ptr, g->count, g->dt) : ACCEL_OK;
+            if (res == ACCEL_OK) res = accel_coll_all_reduce_async(c, g->ptr, g->ptr, g->count, g->dt, ACCEL_COLL_SUM, &g->req);
+        } else if (r->prescale) {
+            res = accel__coll_prescale(c, slot, g->ptr, g->count, g->dt);
+        } else {
+            res = accel__coll_copy_same(c, slot, g->ptr, g->count * es, c->device_mem);
+        }
         if (res != ACCEL_OK) return res;
     }
-    if (k->inplace || k->count > 0) return accel_coll_all_reduce_async(r->c, k->flat, k->flat, k->count, k->dt, op, &k->req);
+    if (k->inplace && r->prescale) {
+        res = accel__coll_prescale(c, k->flat, k->flat, k->count, k->dt);
+        if (res != ACCEL_OK) return res;
+    }
+    if (k->inplace || k->count > 0) return accel_coll_all_reduce_async(c, k->flat, k->flat, k->count, k->dt, ACCEL_COLL_SUM, &k->req);
     return ACCEL_OK;
 }
 
@@ -2246,7 +2309,7 @@ static accel_result accel__coll_launch_ready(accel_coll_reducer *r) {
 
 static void accel__coll_reducer_reset(accel_coll_reducer *r) {
     int b, i;
-    for (i = 0; i < r->ngrads; ++i) r->grads[i].ready = 0;
+    for (i = 0; i < accel__coll_ngrads(r); ++i) r->grads[i].ready = 0;
     for (b = 0; b < r->nb; ++b) {
         r->buckets[b].pending = r->buckets[b].n;
         r->buckets[b].launched = 0;
@@ -2259,8 +2322,8 @@ ACCEL__DEF accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index) 
     accel_result res;
     accel__coll_grad *g;
     if (!r) return accel__coll_null();
-    if (index < 0 || index >= r->ngrads)
-        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "grad_ready: index %d is not a registered gradient (0..%d)", index, r->ngrads - 1);
+    if (index < 0 || index >= accel__coll_ngrads(r))
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "grad_ready: index %d is not a registered gradient (0..%d)", index, accel__coll_ngrads(r) - 1);
     if (!accel_should_reduce(r->c->acc)) return ACCEL_OK; /* accumulation step / no_sync: nothing to reduce */
     res = accel_coll_reducer_finalize(r);
     if (res != ACCEL_OK) return res;
@@ -2294,55 +2357,9 @@ ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
     return first;
 }
 
-/* ---------------------------------------------------------------------------------- bootstrap: TCP / file */
-static int accel__coll_ms_left(double deadline) {
-    double left = (deadline - accel_now()) * 1000.0;
-    return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left;
-}
-static void accel__coll_sleep_ms(int ms) {
-    struct timespec ts;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-    nanosleep(&ts, NULL);
-}
-/* 0 ok, -1 error, -2 deadline */
-static int accel__coll_io(int fd, void *buf, size_t n, int sending, double deadline) {
-    unsigned char *p = (unsigned char *)buf;
-    while (n > 0) {
-        struct pollfd pfd;
-        ssize_t k;
-        int left = accel__coll_ms_left(deadline), pr;
-        if (left == 0) return -2;
-        pfd.fd = fd;
-        pfd.events = sending ? POLLOUT : POLLIN;
-        pfd.revents = 0;
-        pr = poll(&pfd, 1, left);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr < 0) return -1;
-        if (pr == 0) return -2;
-        k = sending ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-        if (k <= 0) return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int accel__coll_resolve(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len) {
-    struct addrinfo hints, *res = NULL;
-    char ps[16];
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    snprintf(ps, sizeof ps, "%d", port);
-    if (getaddrinfo(addr, ps, &hints, &res) != 0 || !res) return -1;
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len = (socklen_t)res->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
-}
-
+/* ----------------------------------------------------------------------------------------- 14. bootstrap: TCP, file */
+/* TCP: a peer sends u32 magic + u32 rank, rank 0 answers u64 size + the bytes (little-endian). The sockets are the
+   core's (accel__sock_*: every call gives up at the deadline). */
 #define ACCEL__COLL_TCP_MAGIC 0x41434331u /* "ACC1" */
 
 ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, int port, int rank, int size, void *data,
@@ -2350,88 +2367,61 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
     struct sockaddr_storage ss;
     socklen_t sl = 0;
     double deadline;
-    int fd = -1, one = 1;
     if (!addr || !*addr || port < 1 || port > 65535 || size < 1 || rank < 0 || rank >= size || (bytes && !data) || timeout_ms < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "tcp bootstrap: bad arguments (addr=%s port=%d rank=%d size=%d)",
                            addr ? addr : "(null)", port, rank, size);
     if (size == 1) return ACCEL_OK;
     deadline = accel_now() + 1e-3 * (double)timeout_ms;
-    if (accel__coll_resolve(addr, port, &ss, &sl) != 0)
+    if (accel__sock_resolve(addr, port, &ss, &sl) != 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "tcp bootstrap: cannot resolve MASTER_ADDR \"%s\"", addr);
     if (rank == 0) {
-        int served = 0;
-        fd = socket(ss.ss_family, SOCK_STREAM, 0);
-        if (fd < 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: socket: %s", strerror(errno));
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, size) != 0) {
-            int e = errno;
-            close(fd);
-            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: rank 0 cannot listen on %s:%d: %s", addr, port, strerror(e));
-        }
+        int served = 0, lfd = accel__sock_listen(&ss, size);
+        unsigned char n64[8];
+        if (lfd < 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: rank 0 cannot listen on port %d: %s", port, strerror(errno));
+        accel__put_u64(n64, (uint64_t)bytes);
         while (served < size - 1) {
             struct pollfd pfd;
-            int left = accel__coll_ms_left(deadline), pr, cfd, rc;
-            uint32_t hello[2];
-            uint64_t n64 = (uint64_t)bytes;
+            int left = accel__ms_left(deadline), pr, cfd, rc;
+            unsigned char hello[8];
             if (left == 0) break;
-            pfd.fd = fd; pfd.events = POLLIN; pfd.revents = 0;
+            pfd.fd = lfd; pfd.events = POLLIN; pfd.revents = 0;
             pr = poll(&pfd, 1, left);
             if (pr < 0 && errno == EINTR) continue;
             if (pr <= 0) break;
-            cfd = accept(fd, NULL, NULL);
+            cfd = accept(lfd, NULL, NULL);
             if (cfd < 0) continue;
-            rc = accel__coll_io(cfd, hello, sizeof hello, 0, deadline);
-            if (rc == 0 && hello[0] == ACCEL__COLL_TCP_MAGIC) {
-                rc = accel__coll_io(cfd, &n64, sizeof n64, 1, deadline);
-                if (rc == 0 && bytes) rc = accel__coll_io(cfd, data, bytes, 1, deadline);
+            rc = accel__sock_io(cfd, hello, sizeof hello, 0, deadline);
+            if (rc == 0 && accel__get_u32(hello) == ACCEL__COLL_TCP_MAGIC) {
+                rc = accel__sock_io(cfd, n64, sizeof n64, 1, deadline);
+                if (rc == 0 && bytes) rc = accel__sock_io(cfd, data, bytes, 1, deadline);
                 if (rc == 0) served++;
             }
             close(cfd); /* a stray connection (not ours) is ignored */
         }
-        close(fd);
+        close(lfd);
         if (served < size - 1)
-            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank 0 listening on %s:%d served %d of %d peers within %d ms",
-                               addr, port, served, size - 1, timeout_ms);
+            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank 0 listening on port %d served %d of %d peers within %d ms",
+                               port, served, size - 1, timeout_ms);
         return ACCEL_OK;
     }
     for (;;) {
-        int rc, err = 0, flags, left;
-        socklen_t el = sizeof err;
-        struct pollfd pfd;
-        uint32_t hello[2];
-        uint64_t n64 = 0;
-        left = accel__coll_ms_left(deadline);
-        if (left == 0) break;
-        fd = socket(ss.ss_family, SOCK_STREAM, 0);
-        if (fd < 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: socket: %s", strerror(errno));
-        flags = fcntl(fd, F_GETFL, 0);
-        fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-        rc = connect(fd, (struct sockaddr *)&ss, sl);
-        if (rc != 0 && errno == EINPROGRESS) {
-            pfd.fd = fd; pfd.events = POLLOUT; pfd.revents = 0;
-            rc = poll(&pfd, 1, left < 1000 ? left : 1000) == 1 ? 0 : -1;
-            if (rc == 0 && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0)) rc = -1;
-        }
-        if (rc != 0) {
-            close(fd);
-            fd = -1;
-            accel__coll_sleep_ms(left < 50 ? left : 50);
-            continue;
-        }
-        hello[0] = ACCEL__COLL_TCP_MAGIC;
-        hello[1] = (uint32_t)rank;
-        rc = accel__coll_io(fd, hello, sizeof hello, 1, deadline);
-        if (rc == 0) rc = accel__coll_io(fd, &n64, sizeof n64, 0, deadline);
-        if (rc == 0 && n64 != (uint64_t)bytes) {
+        unsigned char hello[8], n64[8];
+        int rc, fd = accel__sock_connect(&ss, sl, deadline); /* retries until rank 0 listens */
+        if (fd < 0) break;
+        accel__put_u32(hello, ACCEL__COLL_TCP_MAGIC);
+        accel__put_u32(hello + 4, (uint32_t)rank);
+        rc = accel__sock_io(fd, hello, sizeof hello, 1, deadline);
+        if (rc == 0) rc = accel__sock_io(fd, n64, sizeof n64, 0, deadline);
+        if (rc == 0 && accel__get_u64(n64) != (uint64_t)bytes) {
             close(fd);
             return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "tcp bootstrap: rank 0 sends %llu bytes, rank %d expects %zu",
-                               (unsigned long long)n64, rank, bytes);
+                               (unsigned long long)accel__get_u64(n64), rank, bytes);
         }
-        if (rc == 0 && bytes) rc = accel__coll_io(fd, data, bytes, 0, deadline);
+        if (rc == 0 && bytes) rc = accel__sock_io(fd, data, bytes, 0, deadline);
         close(fd);
         if (rc == 0) return ACCEL_OK;
         if (rc == -2) break;
-        accel__coll_sleep_ms(20); /* connection dropped: rank 0 may have restarted; retry until the deadline */
+        accel__sleep_ms(20); /* connection dropped: rank 0 may have restarted; retry until the deadline */
     }
     return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank %d could not get %zu bytes from rank 0 at %s:%d within %d ms",
                        rank, bytes, addr, port, timeout_ms);
@@ -2439,54 +2429,46 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
 
 #define ACCEL__COLL_FILE_MAGIC "ACCELNB1"
 
+/* File: "ACCELNB1", u64 little-endian size, the bytes; written atomically by the core (temp + fsync + rename). */
 ACCEL__DEF accel_result accel_coll_file_broadcast(accel *acc, const char *path, int rank, void *data, size_t bytes, int timeout_ms) {
     double deadline;
-    if (!path || !*path || rank < 0 || (bytes && !data) || timeout_ms < 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "file bootstrap: bad arguments (path=%s rank=%d)", path ? path : "(null)", rank);
+    if (!path || !*path || rank < 0 || (bytes && !data) || timeout_ms < 0 || bytes > ((size_t)1 << 30))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "file bootstrap: bad arguments (path=%s rank=%d bytes=%zu)",
+                           path ? path : "(null)", rank, bytes);
     deadline = accel_now() + 1e-3 * (double)timeout_ms;
     if (rank == 0) {
-        char tmp[4096];
-        FILE *f;
-        uint64_t n64 = (uint64_t)bytes;
-        int ok;
-        if (strlen(path) > sizeof tmp - 32) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "file bootstrap: path too long");
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-        f = fopen(tmp, "wb");
-        if (!f) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "file bootstrap: cannot create %s: %s", tmp, strerror(errno));
-        ok = fwrite(ACCEL__COLL_FILE_MAGIC, 1, 8, f) == 8 && fwrite(&n64, sizeof n64, 1, f) == 1 &&
-             (bytes == 0 || fwrite(data, 1, bytes, f) == bytes) && fflush(f) == 0 && fsync(fileno(f)) == 0;
-        if (fclose(f) != 0) ok = 0;
-        if (!ok || rename(tmp, path) != 0) {
-            int e = errno;
-            remove(tmp);
-            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "file bootstrap: cannot write %s: %s", path, strerror(e));
-        }
-        return ACCEL_OK;
+        unsigned char *buf = (unsigned char *)accel_host_alloc(acc, 16 + bytes);
+        accel_result r;
+        if (!buf) return ACCEL_ERR_OUT_OF_MEMORY;
+        memcpy(buf, ACCEL__COLL_FILE_MAGIC, 8);
+        accel__put_u64(buf + 8, (uint64_t)bytes);
+        if (bytes) memcpy(buf + 16, data, bytes);
+        r = accel__write_file(acc, path, buf, 16 + bytes, 1);
+        accel_host_free(acc, buf);
+        return r == ACCEL_OK ? r : accel__fail_wrap(acc, r, "file bootstrap");
     }
     for (;;) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            char magic[8];
-            uint64_t n64 = 0;
-            int ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, ACCEL__COLL_FILE_MAGIC, 8) && fread(&n64, sizeof n64, 1, f) == 1;
-            if (ok && n64 != (uint64_t)bytes) {
-                fclose(f);
-                return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s holds %llu bytes, rank %d expects %zu", path,
-                                   (unsigned long long)n64, rank, bytes);
-            }
-            ok = ok && (bytes == 0 || fread(data, 1, bytes, f) == bytes);
-            fclose(f);
-            if (ok) return ACCEL_OK;
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s is not an accel bootstrap file", path);
+        if (accel__is_file(path)) {
+            char *buf = NULL;
+            size_t n = 0;
+            accel_result r = accel__read_file(acc, path, &buf, &n, 16 + bytes + 4096);
+            if (r != ACCEL_OK) return accel__fail_wrap(acc, r, "file bootstrap");
+            if (n < 16 || memcmp(buf, ACCEL__COLL_FILE_MAGIC, 8) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s is not an accel bootstrap file", path);
+            else if (accel__get_u64((const unsigned char *)buf + 8) != (uint64_t)bytes || n != 16 + bytes)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s holds %llu bytes, rank %d expects %zu", path,
+                                (unsigned long long)accel__get_u64((const unsigned char *)buf + 8), rank, bytes);
+            else if (bytes) memcpy(data, buf + 16, bytes);
+            accel_host_free(acc, buf);
+            return r;
         }
-        if (accel__coll_ms_left(deadline) == 0) break;
-        accel__coll_sleep_ms(20);
+        if (accel__ms_left(deadline) == 0) break;
+        accel__sleep_ms(20);
     }
     return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "file bootstrap: %s did not appear within %d ms (rank 0 not started, or not a shared filesystem?)",
                        path, timeout_ms);
 }
 
-/* ------------------------------------------------------------------------------------------- NCCL init */
+/* ---------------------------------------------------------------------------------------------------- 15. NCCL init */
 static accel_result accel__coll_nccl_init(accel_coll *c) {
 #ifdef ACCEL__COLL_NCCL
     accel *acc = c->acc;
@@ -2497,34 +2479,33 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
     const char *how = getenv("ACCEL_NCCL_INIT");
     const char *file = getenv("ACCEL_NCCL_INIT_FILE");
     int tmo = (int)(c->timeout_s * 1000.0 > 2e9 ? 2e9 : c->timeout_s * 1000.0);
+    /* the host process group (MPI or the TCP store) carries the id when this context spans it */
+    int group = c->on_host_group && strcmp(accel_host_group_name(acc), "none") != 0;
     memset(&id, 0, sizeof id);
 #ifdef ACCEL_WITH_MPI
-    if (!how || !*how) how = c->comm_valid ? "mpi" : acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
+    if (!how || !*how) how = group ? "host" : c->comm_valid ? "mpi" : acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
 #else
-    if (!how || !*how) how = acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
+    if (!how || !*how) how = group ? "host" : acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
 #endif
     if (c->rank == 0) {
         rc = ncclGetUniqueId(&id);
-        if (rc != ncclSuccess) return accel__coll_nccl_fail(c, rc, "ncclGetUniqueId", __LINE__);
+        if (rc != ncclSuccess) r = accel__coll_nccl_fail(c, rc, "ncclGetUniqueId", __LINE__);
     }
+    r = accel__coll_agree(c, r, "NCCL bootstrap (ncclGetUniqueId)"); /* rank 0's failure reaches every rank */
+    if (r != ACCEL_OK) return r;
     if (c->size == 1) {
         /* nothing to exchange */
+    } else if (!strcmp(how, "host")) {
+        if (!group) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=host but this context has no host process group to use");
+        r = accel_host_broadcast(acc, &id, sizeof id, 0);
     } else if (!strcmp(how, "mpi")) {
 #ifdef ACCEL_WITH_MPI
         if (!c->comm_valid) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=mpi but MPI is not the process group");
         {
             MPI_Request q;
-            int done = 0, mrc = MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm, &q);
-            double deadline = accel_now() + c->timeout_s;
-            if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, "MPI_Ibcast(ncclUniqueId)", __LINE__);
-            while (!done) {
-                mrc = MPI_Test(&q, &done, MPI_STATUS_IGNORE);
-                if (mrc != MPI_SUCCESS) return accel__coll_mpi_fail(c, mrc, "MPI_Test(ncclUniqueId)", __LINE__);
-                if (!done && accel_now() > deadline) {
-                    c->broken = ACCEL_ERR_TIMEOUT;
-                    return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "NCCL bootstrap: the unique id broadcast did not complete within %.1f s", c->timeout_s);
-                }
-            }
+            ACCEL__MPI_CHECK(acc, MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm, &q));
+            r = accel__mpi_wait(acc, &q, accel__coll_deadline(c), "NCCL bootstrap (ncclUniqueId broadcast)");
+            if (r == ACCEL_ERR_TIMEOUT) c->broken = r; /* the request stays in flight: the communicator is unusable */
         }
 #else
         return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "ACCEL_NCCL_INIT=mpi but the implementation was built without MPI");
@@ -2536,8 +2517,8 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
         if (!file || !*file) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=file needs ACCEL_NCCL_INIT_FILE=<path on a shared filesystem>");
         r = accel_coll_file_broadcast(acc, file, c->rank, &id, sizeof id, tmo);
     } else {
-        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "NCCL bootstrap: ACCEL_NCCL_INIT=\"%s\" is not mpi|tcp|file (and no default applies: "
-                           "no MPI, MASTER_ADDR or ACCEL_NCCL_INIT_FILE)", how);
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "NCCL bootstrap: ACCEL_NCCL_INIT=\"%s\" is not host|mpi|tcp|file (and no "
+                           "default applies: no host process group, MPI, MASTER_ADDR or ACCEL_NCCL_INIT_FILE)", how);
     }
     if (r != ACCEL_OK) return r;
     cfg.blocking = 0;
@@ -2546,8 +2527,9 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
     c->nccl_valid = 1;
     r = accel__coll_nccl_settle(c, rc, "ncclCommInitRankConfig", __LINE__);
     if (r != ACCEL_OK) return r;
-    ACCEL__COLL_CUDA(c, cudaMalloc(&c->scratch, 8));
-    ACCEL__COLL_CUDA(c, cudaMemset(c->scratch, 0, 8));
+    c->scratch = accel_device_alloc(acc, 8);
+    if (!c->scratch) return ACCEL_ERR_OUT_OF_MEMORY;
+    ACCEL__CUDA_CHECK(c->acc, cudaMemset(c->scratch, 0, 8));
     return ACCEL_OK;
 #else
     return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "NCCL needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");

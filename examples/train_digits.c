@@ -5,7 +5,8 @@
    LR schedule. accel supplies: the process group (accel.h), the sharded + shuffled sampler and the metric
    remainder (accel_data.h), gradient accumulation bookkeeping (accel.h), the bucketed gradient all-reduce and
    gather_for_metrics (accel_collectives.h), fp16 loss scaling / bf16 rounding / unscale+check / clip_grad_norm
-   (accel_amp.h), save_state/load_state (accel_ckpt.h) and TensorBoard/JSONL logging (accel_trackers.h).
+   (accel_amp.h), save_state/load_state (accel_ckpt.h) and TensorBoard/JSONL logging (accel_trackers.h);
+   --profile DIR adds the step profiler (accel_profile.h: a phase table at the end and Chrome traces in DIR).
 
      scripts/fetch-digits.sh
      mpirun -np 2 build/examples/train_digits --steps 500 --batch 16 --precision fp16
@@ -31,13 +32,14 @@
 #include "accel_amp.h"
 #include "accel_ckpt.h"
 #include "accel_trackers.h"
+#include "accel_profile.h"
 #include "digits_mlp.h"
 #include <signal.h>
 #include <stdarg.h>
 
 /* ------------------------------------------------------------------------------------------------ options */
 typedef struct opts {
-    const char *data, *precision, *ckpt_dir, *resume, *dump_weights, *loss_file, *log_dir;
+    const char *data, *precision, *ckpt_dir, *resume, *dump_weights, *loss_file, *log_dir, *profile_dir;
     int steps, epochs, batch, accum, hidden, shuffle, ckpt_every, kill_at, print_every, eval_batch;
     float lr, momentum, weight_decay, clip, warmup, init_scale;
     int growth_interval, bucket_kb, no_watchdog;
@@ -67,6 +69,7 @@ static void usage(void) {
             "  --dump-weights FILE    final fp32 master weights (raw little-endian float32)\n"
             "  --loss-file FILE       one line per step: step loss lr scale skipped scheduler_steps\n"
             "  --log-dir DIR          TensorBoard + JSONL logs (accel_trackers)\n"
+            "  --profile DIR          phase table + Chrome traces in DIR (accel_profile; open in ui.perfetto.dev)\n"
             "  --print-every N        progress line every N steps (default 50)\n"
             "  --bucket-kb N          all-reduce gradients in N-KiB buckets (default: one flat all-reduce)\n"
             "  --no-watchdog          plain blocking MPI calls (no collective deadline)\n");
@@ -105,6 +108,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (TD_ARG("--dump-weights")) o->dump_weights = v;
         else if (TD_ARG("--loss-file")) o->loss_file = v;
         else if (TD_ARG("--log-dir")) o->log_dir = v;
+        else if (TD_ARG("--profile")) o->profile_dir = v;
         else if (TD_ARG("--print-every")) o->print_every = atoi(v);
         else if (TD_ARG("--eval-batch")) o->eval_batch = atoi(v);
         else if (TD_ARG("--bucket-kb")) o->bucket_kb = atoi(v);
@@ -363,6 +367,9 @@ int main(int argc, char **argv) {
     accel_coll *coll = NULL;
     accel_coll_reducer *red = NULL;
     accel_ckpt *ck = NULL;
+    accel_prof *prof = NULL;
+    accel_prof_desc pfd;
+    int fwd_bwd = 0;
     ckpt_ctx cc;
     mlp_round_fn rnd = NULL;
     accel_dtype model_dtype = ACCEL_F32;
@@ -463,9 +470,8 @@ int main(int argc, char **argv) {
     {
         accel_coll_desc cdesc;
         accel_coll_reducer_desc rd;
-        int k;
         memset(&cdesc, 0, sizeof cdesc);
-        if (o.no_watchdog) cdesc.watchdog = ACCEL_OFF;
+        cdesc.no_watchdog = o.no_watchdog;
         CHECK(accel_coll_create(&acc, &cdesc, &coll));
         memset(&rd, 0, sizeof rd);
         if (o.bucket_kb > 0) {
@@ -473,9 +479,7 @@ int main(int argc, char **argv) {
             rd.bucket_cap_mb = rd.first_bucket_mb = o.bucket_kb / 1024.0;
         }
         CHECK(accel_coll_reducer_create(coll, &rd, &red));
-        for (k = 0; k < 4; ++k)
-            CHECK(accel_coll_reducer_add(red, grads[k].ptr, (size_t)accel_tensor_numel(&grads[k]), ACCEL_F32,
-                                         grads[k].name, NULL));
+        CHECK(accel_coll_reducer_add(red, grads, 4));
         CHECK(accel_coll_reducer_finalize(red));
     }
 
@@ -520,25 +524,41 @@ int main(int argc, char **argv) {
                 acc.num_processes, o.batch, o.accum, (long long)global_batch, accel_precision_name(acc.mixed_precision),
                 (long long)total_steps);
 
+    /* the profiler: disabled without --profile (then every begin/end below is one flag test) */
+    memset(&pfd, 0, sizeof pfd);
+    pfd.disabled = !o.profile_dir;
+    pfd.trace_dir = o.profile_dir;
+    CHECK(accel_prof_create(&acc, &pfd, &prof));
+    CHECK(accel_prof_range_id(prof, "forward_backward", &fwd_bwd));
+#define PROF_BEGIN(id) CHECK(accel_prof_begin(prof, (id)))
+#define PROF_END(id) CHECK(accel_prof_end(prof, (id)))
+
     /* 6. the loop */
     t_start = now_s();
     while (pg.step < total_steps) {
+        PROF_BEGIN(ACCEL_PROF_DATA);
         CHECK(accel_data_shard_next(&train, idx, &count));
+        PROF_END(ACCEL_PROF_DATA);
         if (count == 0) { /* end of epoch: the shard advanced its epoch */
             pg.epoch++;
             pg.samples_in_epoch = 0;
             continue;
         }
         accel_accumulate_begin(&acc); /* sync_gradients for this micro-batch (end_of_dataloader set by next()) */
+        PROF_BEGIN(fwd_bwd);
         loss_local += mlp_forward_backward(&shape, model, grad, data.x, data.y, idx, (int)count,
                                            accel_amp_loss_scale(&scaler) / accel_loss_divisor(&acc), &work, rnd) /
                       (double)count / accel_loss_divisor(&acc);
+        PROF_END(fwd_bwd);
         pg.samples_in_epoch += (int64_t)acc.num_processes * count;
+        PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
         if (accel_should_reduce(&acc)) CHECK(reduce_gradients(red));
+        PROF_END(ACCEL_PROF_GRAD_SYNC);
         if (acc.sync_gradients) {
             int found_inf = 0, nsched;
             double norm = 0.0, lossv = loss_local;
             float lr = lr_at(o.lr, pg.scheduler_steps, sched_total, o.warmup), scale = accel_amp_loss_scale(&scaler);
+            PROF_BEGIN(ACCEL_PROF_OPTIMIZER);
             CHECK(accel_amp_unscale_and_check(&scaler, grads, 4, &found_inf));
             if (!found_inf && o.clip > 0) CHECK(accel_amp_clip_grad_norm(&acc, grads, 4, o.clip, 2.0, 0, &norm));
             if (!found_inf) {
@@ -556,6 +576,8 @@ int main(int argc, char **argv) {
             pg.scheduler_steps += nsched;
             if (!found_inf) pg.optimizer_steps++;
             memset(grad, 0, shape.count * sizeof(float)); /* zero_grad */
+            PROF_END(ACCEL_PROF_OPTIMIZER);
+            PROF_BEGIN(ACCEL_PROF_LOGGING);
             CHECK(accel_coll_all_reduce(coll, &lossv, &lossv, 1, ACCEL_F64, ACCEL_COLL_AVG));
             last_loss = lossv;
             loss_local = 0.0;
@@ -574,12 +596,16 @@ int main(int argc, char **argv) {
                             (long long)pg.step, (long long)total_steps, last_loss, lr, sc, rate, eta);
             }
             CHECK(log_scalars(&acc, &o, pg.step, last_loss, lr, scaler.enabled ? scale : -1.0f, norm));
+            PROF_END(ACCEL_PROF_LOGGING);
             if (o.ckpt_dir && ((o.ckpt_every && pg.step % o.ckpt_every == 0) || pg.step == total_steps)) {
                 pg.scheduler_total = sched_total;
                 pg.num_processes = acc.num_processes;
                 pg.batch = o.batch;
+                PROF_BEGIN(ACCEL_PROF_CHECKPOINT);
                 CHECK(accel_ckpt_save_state(ck, NULL, NULL, 0));
+                PROF_END(ACCEL_PROF_CHECKPOINT);
             }
+            CHECK(accel_prof_step(prof)); /* one profiler step per optimizer step */
             if (o.kill_at && pg.step == o.kill_at) {
                 if (loss_f) fclose(loss_f);
                 loss_f = NULL;
@@ -598,6 +624,11 @@ int main(int argc, char **argv) {
         double secs = now_s() - t_start;
         accel_print(&acc, "train samples/s: %.1f\n", samples_done / (secs > 0 ? secs : 1e-9));
         accel_print(&acc, "final loss: %.6f\n", last_loss);
+    }
+    if (o.profile_dir) { /* this rank's phase table, the per-rank traces and, on several ranks, the merge */
+        if (acc.is_main_process) CHECK(accel_prof_print_table(prof, stdout));
+        CHECK(accel_prof_write_trace(prof));
+        if (acc.num_processes > 1) CHECK(accel_prof_merge_trace(prof, NULL));
     }
     if (o.dump_weights && acc.is_main_process) {
         FILE *f = fopen(o.dump_weights, "wb");
@@ -621,6 +652,7 @@ int main(int argc, char **argv) {
 fail:
     if (loss_f) fclose(loss_f);
     if (have_scaler) accel_amp_scaler_deinit(&scaler);
+    accel_prof_destroy(prof);
     accel_ckpt_destroy(ck);
     accel_coll_reducer_destroy(red);
     accel_coll_destroy(coll);

@@ -412,8 +412,7 @@ int main(int argc, char **argv) {
         memset(&cd, 0, sizeof cd);
         ACC_OK(accel_coll_create(&acc, &cd, &coll));
         ACC_OK(accel_coll_reducer_create(coll, NULL, &red));
-        for (k = 0; k < 5; ++k)
-            ACC_OK(accel_coll_reducer_add(red, grads[k].ptr, (size_t)grads[k].shape[0], ACCEL_F32, grads[k].name, NULL));
+        ACC_OK(accel_coll_reducer_add(red, grads, 5));
         ACC_OK(accel_coll_reducer_finalize(red));
     }
 

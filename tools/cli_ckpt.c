@@ -7,7 +7,7 @@
      accel size STRING             the byte count of a size string (docs/semantics.md policy 6)
    Exit codes: 0 ok, 1 failure (bad file, failed check), 2 usage error (including an invalid size). */
 #include "accel_ckpt.h"
-#include "accel_cli.h"
+#include "cli.h"
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,7 +245,7 @@ out:
     return rc;
 }
 
-int accel_cli_ckpt(int argc, char **argv) {
+int cli_ckpt(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: accel ckpt ls FILE|DIR\n"
@@ -260,7 +260,7 @@ int accel_cli_ckpt(int argc, char **argv) {
     return 2;
 }
 
-int accel_cli_size(int argc, char **argv) {
+int cli_size(int argc, char **argv) {
     uint64_t v = 0;
     if (argc != 2) { fprintf(stderr, "usage: accel size STRING   (e.g. accel size 10GB)\n"); return 2; }
     accel_set_default_logger(quiet_log, NULL);

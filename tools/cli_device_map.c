@@ -9,7 +9,7 @@
    "disk", "mps"; sizes are bytes (a bool counts 1/8 byte: a fractional size prints as a decimal).
    Exit codes: 0 ok, 1 the model file cannot be read, 2 invalid input (the message is Accelerate's where it raises). */
 #include "accel_ckpt.h"
-#include "accel_cli.h"
+#include "cli.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +74,7 @@ static int fail(int code, const char *what) {
     return code;
 }
 
-int accel_cli_device_map(int argc, char **argv) {
+int cli_device_map(int argc, char **argv) {
     const char *structure = NULL, *max_memory = NULL, *no_split = NULL, *dtype = NULL;
     int balanced = 0, low_zero = 0, fallback = 0, no_clean = 0, i, n = 0, rc = 0;
     accel_ckpt_model *m = NULL;

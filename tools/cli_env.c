@@ -1,6 +1,6 @@
 /* `accel env`: what `accelerate env` reports, for accel. Under mpirun each rank prints its own block. */
 #include "accel.h"
-#include "accel_cli.h"
+#include "cli.h"
 #include <stdio.h>
 #include <string.h>
 #ifdef ACCEL_WITH_CUDA
@@ -23,7 +23,7 @@ static const char *compiler(void) {
 #endif
 }
 
-int accel_cli_env(int argc, char **argv) {
+int cli_env(int argc, char **argv) {
     accel acc;
     accel_desc d;
     accel_result r;

@@ -28,7 +28,7 @@
    Exit codes: the program's (launch), 0 ok, 1 failure, 2 usage error. */
 #define _DEFAULT_SOURCE 1 /* setenv, unsetenv, kill(-pgid) under -std=c99 */
 #include "accel.h"
-#include "accel_cli.h"
+#include "cli.h"
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>

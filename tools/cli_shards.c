@@ -6,7 +6,7 @@
    with one process, prepare()'s split_batches check first), i.e. accel_data_shard's default.
    Exit codes: 0 ok, 1 failure, 2 usage error / invalid combination (with Accelerate's ValueError text). */
 #include "accel_data.h"
-#include "accel_cli.h"
+#include "cli.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +43,7 @@ static int shards_int(const char *opt, const char *s, long long lo, long long hi
     return 1;
 }
 
-int accel_cli_shards(int argc, char **argv) {
+int cli_shards(int argc, char **argv) {
     long long n = -1, b = -1, P = -1, even = 1, seed = 0, epoch = 0;
     int split = 0, drop = 0, iterable = 0, shuffle = 0, prepare = 0, i, p;
     int64_t *buf = NULL, total = 0;

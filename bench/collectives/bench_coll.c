@@ -57,7 +57,7 @@ static void sweep(size_t max_bytes) {
     size_t S;
     memset(&cd, 0, sizeof cd);
     accel_coll_create(&acc, &cd, &cw);
-    cd.watchdog = ACCEL_OFF;
+    cd.no_watchdog = 1;
     accel_coll_create(&acc, &cd, &cn);
     for (S = 1024; S <= max_bytes; S *= 4) {
         size_t n = S / 4, i;
@@ -109,10 +109,22 @@ static int gpt2_sizes(size_t *sz) {
     return n;
 }
 
+static accel_tensor f32_vector(float *p, size_t n) {
+    accel_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = "p";
+    t.ptr = p;
+    t.dtype = ACCEL_F32;
+    t.ndim = 1;
+    t.shape[0] = (int64_t)n;
+    return t;
+}
+
 static void gpt2(void) {
     size_t sz[160], total = 0, off;
     int nt = gpt2_sizes(sz), t, rep, reps = 3;
     float *g[160], *flat;
+    accel_tensor gt[160];
     accel_coll *c;
     accel_coll_reducer *red, *redf;
     accel_coll_reducer_desc rd;
@@ -129,7 +141,8 @@ static void gpt2(void) {
     memset(&rd, 0, sizeof rd);
     rd.flat = ACCEL_OFF;
     accel_coll_reducer_create(c, &rd, &red);
-    for (t = 0; t < nt; ++t) accel_coll_reducer_add(red, g[t], sz[t], ACCEL_F32, "p", NULL);
+    for (t = 0; t < nt; ++t) gt[t] = f32_vector(g[t], sz[t]);
+    accel_coll_reducer_add(red, gt, nt);
     accel_coll_reducer_finalize(red);
     /* warm-up both paths once */
     accel_coll_reducer_wait(red);
@@ -157,7 +170,8 @@ static void gpt2(void) {
         for (i = 0; i < total; ++i) flat[i] = 1.0f;
     }
     accel_coll_reducer_create(c, NULL, &redf);
-    for (t = 0, off = 0; t < nt; ++t) { accel_coll_reducer_add(redf, flat + off, sz[t], ACCEL_F32, "p", NULL); off += sz[t]; }
+    for (t = 0, off = 0; t < nt; ++t) { gt[t] = f32_vector(flat + off, sz[t]); off += sz[t]; }
+    accel_coll_reducer_add(redf, gt, nt);
     accel_coll_reducer_wait(redf);
     for (rep = 0; rep < reps; ++rep) {
         MPI_Barrier(MPI_COMM_WORLD);

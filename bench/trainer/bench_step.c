@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
         accel_coll_desc cd;
         size_t offs[5];
         memset(&cd, 0, sizeof cd);
-        cd.watchdog = ACCEL_OFF; /* blocking MPI, like the raw step */
+        cd.no_watchdog = 1; /* blocking MPI, like the raw step */
         if (accel_coll_create(&acc, &cd, &coll) != ACCEL_OK || accel_coll_reducer_create(coll, NULL, &red) != ACCEL_OK)
             goto out;
         offs[0] = s.off_w1; offs[1] = s.off_b1; offs[2] = s.off_w2; offs[3] = s.off_b2; offs[4] = s.count;
@@ -88,10 +88,8 @@ int main(int argc, char **argv) {
             grads[k].dtype = ACCEL_F32;
             grads[k].ndim = 1;
             grads[k].shape[0] = (int64_t)(offs[k + 1] - offs[k]);
-            if (accel_coll_reducer_add(red, grads[k].ptr, (size_t)grads[k].shape[0], ACCEL_F32, grads[k].name, NULL) !=
-                ACCEL_OK)
-                goto out;
         }
+        if (accel_coll_reducer_add(red, grads, 4) != ACCEL_OK) goto out;
         if (accel_coll_reducer_finalize(red) != ACCEL_OK) goto out;
     }
     memset(&scd, 0, sizeof scd);

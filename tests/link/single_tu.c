@@ -5,8 +5,10 @@
 #include "accel_collectives.h"
 #include "accel_data.h"
 #include "accel_amp.h"
+#include "accel_optim.h"
 #include "accel_ckpt.h"
 #include "accel_trackers.h"
+#include "accel_profile.h"
 #include <stdio.h>
 int main(void) {
     int ok = accel_dtype_size(ACCEL_F16) == 2 && accel_dtype_from_name("F8_E5M2") == ACCEL_F8_E5M2;

@@ -145,16 +145,17 @@ static void helpers(accel_coll *c) {
     cudaFree(d);
     /* objects are host blobs even on the device backend */
     {
-        accel_coll_blobs b;
+        accel_blobs b;
         memset(&b, 0, sizeof b);
-        AT_EQ_INT(accel_coll_gather_object(c, "xyz", (size_t)(R % 3) + 1, &b), ACCEL_OK);
+        AT_EQ_INT(accel_gather_object(&acc, "xyz", (size_t)(R % 3) + 1, &b), ACCEL_OK);
         AT_EQ_INT(b.count, P);
-        accel_coll_blobs_free(c, &b);
+        accel_blobs_deinit(&b);
     }
     /* reducer with device grads (packing by D2D copies, average) */
     {
         enum { NT = 6 };
         float *g[NT], hg[5000];
+        accel_tensor gt[NT];
         accel_coll_reducer *red;
         int k, bad = 0;
         AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
@@ -162,20 +163,70 @@ static void helpers(accel_coll *c) {
             for (i = 0; i < 5000; ++i) hg[i] = (float)((k + 1) * (R + 1));
             cudaMalloc((void **)&g[k], sizeof hg);
             cudaMemcpy(g[k], hg, sizeof hg, cudaMemcpyHostToDevice);
-            AT_EQ_INT(accel_coll_reducer_add(red, g[k], 5000, ACCEL_F32, "g", NULL), ACCEL_OK);
+            memset(&gt[k], 0, sizeof gt[k]);
+            gt[k].name = "g";
+            gt[k].ptr = g[k];
+            gt[k].dtype = ACCEL_F32;
+            gt[k].ndim = 2;
+            gt[k].shape[0] = 50;
+            gt[k].shape[1] = 100;
         }
+        AT_EQ_INT(accel_coll_reducer_add(red, gt, NT), ACCEL_OK);
         for (k = NT - 1; k >= 0; --k) AT_EQ_INT(accel_coll_grad_ready(red, k), ACCEL_OK);
         AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
         AT_EQ_INT(accel_coll_synchronize(c), ACCEL_OK);
         for (k = 0; k < NT; ++k) {
+            /* DDP's average: each rank's value times fl(1/P), then the sum (exact for P <= 2) */
+            double want = (k + 1) * (P + 1) / 2.0;
             cudaMemcpy(hg, g[k], sizeof hg, cudaMemcpyDeviceToHost);
-            for (i = 0; i < 5000; ++i) bad += hg[i] != (float)((k + 1) * (P + 1) / 2.0);
+            for (i = 0; i < 5000; ++i) bad += P <= 2 ? hg[i] != (float)want : fabs(hg[i] - want) > 1e-6 * want * P;
             cudaFree(g[k]);
         }
         AT_EQ_INT(bad, 0);
         accel_coll_reducer_destroy(red);
     }
+    /* the pre-scaling on the device, bit for bit: every rank holds x = 0x3fc4aa2f; PyTorch's DDP gives 0x3fc4aa30 at
+       P = 3 (tests/mpi/collectives: DDP_REF), the old sum-then-divide gave 0x3fc4aa2f */
+    if (P <= 3) {
+        uint32_t xb = 0x3fc4aa2fu, want = P == 3 ? 0x3fc4aa30u : xb, got[3];
+        float hx[3], *dx = NULL;
+        accel_tensor gt;
+        accel_coll_reducer *red;
+        memcpy(&hx[0], &xb, 4);
+        hx[1] = hx[2] = hx[0];
+        cudaMalloc((void **)&dx, sizeof hx);
+        cudaMemcpy(dx, hx, sizeof hx, cudaMemcpyHostToDevice);
+        memset(&gt, 0, sizeof gt);
+        gt.ptr = dx; gt.dtype = ACCEL_F32; gt.ndim = 1; gt.shape[0] = 3;
+        AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_add(red, &gt, 1), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+        AT_EQ_INT(accel_coll_synchronize(c), ACCEL_OK);
+        cudaMemcpy(got, dx, sizeof got, cudaMemcpyDeviceToHost);
+        for (i = 0; i < 3; ++i) AT_EQ_INT(got[i], want);
+        accel_coll_reducer_destroy(red);
+        cudaFree(dx);
+    }
 }
+
+/* The module's staging and scratch buffers go through the Accelerator's allocators: count them. */
+static long g_dev_allocs, g_dev_frees, g_pin_allocs, g_pin_frees;
+static void *dev_alloc(size_t n, void *u) {
+    void *p = NULL;
+    (void)u;
+    if (cudaMalloc(&p, n) != cudaSuccess) return NULL;
+    ++g_dev_allocs;
+    return p;
+}
+static void dev_free(void *p, void *u) { (void)u; ++g_dev_frees; cudaFree(p); }
+static void *pin_alloc(size_t n, void *u) {
+    void *p = NULL;
+    (void)u;
+    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) return NULL;
+    ++g_pin_allocs;
+    return p;
+}
+static void pin_free(void *p, void *u) { (void)u; ++g_pin_frees; cudaFreeHost(p); }
 
 static void run(accel_coll_backend be) {
     static const accel_dtype dts[] = {ACCEL_F64, ACCEL_F32, ACCEL_F16, ACCEL_BF16, ACCEL_I64, ACCEL_I32, ACCEL_U8};
@@ -196,6 +247,11 @@ static void run(accel_coll_backend be) {
     helpers(c);
     AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
     accel_coll_destroy(c);
+    /* NCCL stages host data (objects, shapes) in device memory and keeps a device scratch; MPI without CUDA-aware
+       support stages device data in pinned host memory: all of it through acc's allocators, all of it freed */
+    if (be == ACCEL_COLL_BACKEND_NCCL) AT_CHECK(g_dev_allocs > 0);
+    AT_EQ_INT(g_dev_allocs, g_dev_frees);
+    AT_EQ_INT(g_pin_allocs, g_pin_frees);
 }
 
 int main(void) {
@@ -206,6 +262,10 @@ int main(void) {
         return 77;
     }
     memset(&d, 0, sizeof d);
+    d.device_allocator.alloc = dev_alloc;
+    d.device_allocator.free = dev_free;
+    d.pinned_allocator.alloc = pin_alloc;
+    d.pinned_allocator.free = pin_free;
     if (accel_init(&acc, &d) != ACCEL_OK) {
         fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
         return 1;

@@ -228,6 +228,21 @@ static void half_sums(accel_coll *c) {
         AT_EQ_INT(bad, 0);
         free(x);
     }
+    /* a NaN on one rank, with its sign and payload: every rank gets CUDA's canonical 0x7FFF (the core's codec) */
+    if (P > 1) {
+        uint16_t y[4];
+        for (bf = 0; bf < 2; ++bf) {
+            y[0] = (uint16_t)(R == 0 ? (bf ? 0xffc1 : 0xfe01) : (bf ? 0x3f80 : 0x3c00)); /* -NaN with a payload, or 1 */
+            y[1] = (uint16_t)(bf ? 0x3f80 : 0x3c00);
+            y[2] = (uint16_t)(R == P - 1 ? (bf ? 0x7f80 : 0x7c00) : (R == 0 ? (bf ? 0xff80 : 0xfc00) : 0)); /* inf - inf */
+            y[3] = 0;
+            AT_EQ_INT(accel_coll_all_reduce(c, y, y, 4, bf ? ACCEL_BF16 : ACCEL_F16, ACCEL_COLL_SUM), ACCEL_OK);
+            AT_EQ_INT(y[0], 0x7fff);
+            AT_EQ_INT(y[1], code16(P, bf));
+            AT_EQ_INT(y[2], 0x7fff);
+            AT_EQ_INT(y[3], 0);
+        }
+    }
 }
 
 static void async_ops(accel_coll *c) {
@@ -290,7 +305,7 @@ static void accelerate_reduce(accel_coll *c) {
     AT_NEAR(d, P - 1, 0);
 }
 
-/* SEMANTICS.md §7 pad_across_processes: rank r holds [r+1, 3] (or [2, r+1] for dim 1) */
+/* docs/semantics.md §7 pad_across_processes: rank r holds [r+1, 3] (or [2, r+1] for dim 1) */
 static void pad_tests(accel_coll *c) {
     float in[64], *o;
     accel_tensor t, out;
@@ -357,7 +372,7 @@ static void gather_metrics(accel_coll *c) {
     for (r = 0, k = 0; r < P; ++r)
         for (i = 0; i < (r + 1) * 2; ++i, ++k) AT_EQ_INT(o[k], 100 * r + i);
     accel_coll_free(c, out.ptr);
-    /* gather_for_metrics drops the padding of the last batch: remainder real samples are kept (SEMANTICS §3) */
+    /* gather_for_metrics drops the padding of the last batch: remainder real samples are kept (docs/semantics.md §3) */
     acc.end_of_dataloader = 1;
     acc.remainder = 2;
     AT_EQ_INT(accel_coll_gather_for_metrics(c, &t, &out), ACCEL_OK);
@@ -373,30 +388,41 @@ static void gather_metrics(accel_coll *c) {
     AT_EQ_INT(out.shape[0], total);
     accel_coll_free(c, out.ptr);
     acc.remainder = -1;
-    /* 0-d tensor becomes [1] */
+    /* a 0-d tensor counts as [1] per rank with several processes; with one, gather returns it unchanged (Accelerate
+       returns the input when not distributed) */
     {
-        double s = R * 1.5;
+        double s = R * 1.5 + 0.25;
         double *so;
         accel_tensor st;
         memset(&st, 0, sizeof st);
         st.ptr = &s; st.dtype = ACCEL_F64; st.ndim = 0;
         AT_EQ_INT(accel_coll_gather_rows(c, &st, &out), ACCEL_OK);
-        AT_EQ_INT(out.ndim, 1); AT_EQ_INT(out.shape[0], P);
+        AT_EQ_INT(out.ndim, P > 1 ? 1 : 0);
+        AT_EQ_INT(out.shape[0], P > 1 ? P : 0);
         so = (double *)out.ptr;
-        for (r = 0; r < P; ++r) AT_NEAR(so[r], r * 1.5, 0);
+        for (r = 0; r < P; ++r) AT_NEAR(so[r], r * 1.5 + 0.25, 0);
         accel_coll_free(c, out.ptr);
+        /* gather_for_metrics at the end of a loader: the remainder cuts rows, never a 0-d result's shape */
+        acc.end_of_dataloader = 1;
+        acc.remainder = 1;
+        AT_EQ_INT(accel_coll_gather_for_metrics(c, &st, &out), ACCEL_OK);
+        AT_EQ_INT(out.ndim, P > 1 ? 1 : 0);
+        AT_EQ_INT(out.shape[0], P > 1 ? 1 : 0);
+        accel_coll_free(c, out.ptr);
+        acc.end_of_dataloader = 0;
+        acc.remainder = -1;
     }
 }
 
-static void objects(accel_coll *c) {
+static void objects(void) {
     unsigned char mine[64];
-    accel_coll_blobs all, list;
+    accel_blobs all, list;
     size_t n = (size_t)(R * 5 + (R == 1 ? 0 : 1)), i;
     int r, from = 1 % P;
     memset(&all, 0, sizeof all);
     memset(&list, 0, sizeof list);
     for (i = 0; i < n; ++i) mine[i] = (unsigned char)('a' + R);
-    AT_EQ_INT(accel_coll_gather_object(c, mine, n, &all), ACCEL_OK);
+    AT_EQ_INT(accel_gather_object(&acc, mine, n, &all), ACCEL_OK);
     AT_EQ_INT(all.count, P);
     for (r = 0; r < P; ++r) {
         size_t want = (size_t)(r * 5 + (r == 1 ? 0 : 1)), bad = 0;
@@ -404,36 +430,49 @@ static void objects(accel_coll *c) {
         for (i = all.offsets[r]; i < all.offsets[r + 1]; ++i) bad += all.data[i] != (unsigned char)('a' + r);
         AT_EQ_INT(bad, 0);
     }
-    accel_coll_blobs_free(c, &all);
+    accel_blobs_deinit(&all);
     /* broadcast_object_list: the source's list (sizes 0, 5, 17) replaces everybody's */
     if (R == from) {
         const void *items[3];
         size_t sizes[3] = {0, 5, 17};
         items[0] = ""; items[1] = "hello"; items[2] = "seventeen bytes!!";
-        AT_EQ_INT(accel_coll_blobs_set(c, &list, 3, items, sizes), ACCEL_OK);
+        AT_EQ_INT(accel_blobs_set(&acc, &list, 3, items, sizes), ACCEL_OK);
     } else {
         const void *items[1];
         size_t sizes[1] = {4};
         items[0] = "junk";
-        AT_EQ_INT(accel_coll_blobs_set(c, &list, 1, items, sizes), ACCEL_OK);
+        AT_EQ_INT(accel_blobs_set(&acc, &list, 1, items, sizes), ACCEL_OK);
     }
-    AT_EQ_INT(accel_coll_broadcast_object_list(c, &list, from), ACCEL_OK);
+    AT_EQ_INT(accel_broadcast_object_list(&acc, &list, from), ACCEL_OK);
     AT_EQ_INT(list.count, 3);
     AT_EQ_INT(list.offsets[1], 0);
     AT_EQ_INT(list.offsets[2], 5);
     AT_EQ_INT(list.offsets[3], 22);
     AT_CHECK(memcmp(list.data, "helloseventeen bytes!!", 22) == 0);
-    accel_coll_blobs_free(c, &list);
+    accel_blobs_deinit(&list);
 }
 
 /* gradients: tensor t element i on rank r = (t + 1) * 0.25 * (r + 1) + (i % 5) * 0.5 (sums exact in fp32) */
 static float gval(int t, size_t i, int r) { return (float)((t + 1) * 0.25 * (r + 1) + (double)(i % 5) * 0.5); }
+
+static accel_tensor f32_tensor(const char *name, float *p, size_t n) {
+    accel_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = name;
+    t.ptr = p;
+    t.dtype = ACCEL_F32;
+    t.ndim = 1;
+    t.shape[0] = (int64_t)n;
+    return t;
+}
 
 static void reducer_tests(accel_coll *c) {
     enum { NT = 40 };
     static const int mult[4] = {1, 3, 7, 9}; /* coprime with NT: a permutation per rank */
     size_t sizes[NT];
     float *g[NT], *ref[NT];
+    accel_tensor gt[NT];
+    char names[NT][16];
     accel_coll_reducer *red;
     accel_coll_reducer_desc rd;
     int t, k, b, nb, idx[NT], bad = 0;
@@ -442,19 +481,21 @@ static void reducer_tests(accel_coll *c) {
         sizes[t] = t % 9 == 3 ? (size_t)400000 + (size_t)t : (size_t)(t * 1531 % 9000 + 1); /* a few > 1 MiB */
         g[t] = (float *)malloc(sizes[t] * 4);
         ref[t] = (float *)malloc(sizes[t] * 4);
-        for (i = 0; i < sizes[t]; ++i) ref[t][i] = g[t][i] = gval(t, i, R);
-        /* the reference: one plain all-reduce (avg) per tensor */
-        AT_EQ_INT(accel_coll_all_reduce(c, ref[t], ref[t], sizes[t], ACCEL_F32, ACCEL_COLL_AVG), ACCEL_OK);
+        snprintf(names[t], sizeof names[t], "p%d", t);
+        /* the reference: DDP's average per tensor by hand, each rank's values times fl(1/P), then one plain SUM */
+        for (i = 0; i < sizes[t]; ++i) {
+            g[t][i] = gval(t, i, R);
+            ref[t][i] = g[t][i] * (float)(1.0 / P);
+        }
+        AT_EQ_INT(accel_coll_all_reduce(c, ref[t], ref[t], sizes[t], ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK);
     }
     memset(&rd, 0, sizeof rd);
     rd.bucket_cap_mb = 2.0; /* several buckets at this scale */
     AT_EQ_INT(accel_coll_reducer_create(c, &rd, &red), ACCEL_OK);
-    for (t = 0; t < NT; ++t) {
-        char name[32];
-        snprintf(name, sizeof name, "p%d", t);
-        AT_EQ_INT(accel_coll_reducer_add(red, g[t], sizes[t], ACCEL_F32, name, &k), ACCEL_OK);
-        AT_EQ_INT(k, t);
-    }
+    for (t = 0; t < NT; ++t) gt[t] = f32_tensor(names[t], g[t], sizes[t]);
+    /* two calls: the indices continue across them (registration order) */
+    AT_EQ_INT(accel_coll_reducer_add(red, gt, 15), ACCEL_OK);
+    AT_EQ_INT(accel_coll_reducer_add(red, gt + 15, NT - 15), ACCEL_OK);
     AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_OK);
     AT_EQ_INT(accel_coll_reducer_is_flat(red), 0);
     nb = accel_coll_reducer_num_buckets(red);
@@ -527,9 +568,10 @@ static void reducer_tests(accel_coll *c) {
         AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
         for (t = 0; t < NT; ++t) {
             for (i = 0; i < sizes[t]; ++i) flat[off + i] = gval(t, i, R);
-            AT_EQ_INT(accel_coll_reducer_add(red, flat + off, sizes[t], ACCEL_F32, "f", NULL), ACCEL_OK);
+            gt[t] = f32_tensor("f", flat + off, sizes[t]);
             off += sizes[t];
         }
+        AT_EQ_INT(accel_coll_reducer_add(red, gt, NT), ACCEL_OK);
         for (t = NT - 1; t >= 0; --t) AT_EQ_INT(accel_coll_grad_ready(red, t), ACCEL_OK);
         AT_EQ_INT(accel_coll_reducer_is_flat(red), 1);
         AT_EQ_INT(accel_coll_reducer_num_buckets(red), 1);
@@ -542,12 +584,145 @@ static void reducer_tests(accel_coll *c) {
     /* ranks that registered different lists: every rank fails at finalize */
     if (P > 1) {
         AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_add(red, g[0], sizes[0] - (R == 1), ACCEL_F32, "a", NULL), ACCEL_OK);
+        gt[0] = f32_tensor("a", g[0], sizes[0] - (R == 1));
+        AT_EQ_INT(accel_coll_reducer_add(red, gt, 1), ACCEL_OK);
         AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_ERR_MISMATCH);
         AT_CONTAINS(accel_last_error(&acc), "rank 1:");
         accel_coll_reducer_destroy(red);
     }
     for (t = 0; t < NT; ++t) { free(g[t]); free(ref[t]); }
+}
+
+/* ---- DDP's average: every rank's gradient is multiplied by fl(1/P) before the sum (torch's Reducer copies a gradient
+   into its bucket as grad * (1.0 / world_size), the scalar rounded to the compute type), where the old reducer
+   summed and then divided (Accelerate's reduce("mean") order, still the order of accel_coll_all_reduce(AVG)).
+   DDP_REF(dtype, x, grad): every one of 3 ranks has gradient x; grad is what PyTorch's DDP leaves (torch 1.13,
+   gloo, default gradient_as_bucket_view=False). ddp_reference.py --check (meson test collectives-ddp-torch)
+   recomputes each line with PyTorch. With identical terms any summation order gives the same sum at P = 3. */
+typedef struct { const char *dt; uint64_t x, grad; } ddp_ref;
+#define DDP_REF(dt, x, g) {dt, x, g}
+static const ddp_ref ddp_refs[] = {
+    DDP_REF("F32", 0x3fc4aa2fu, 0x3fc4aa30u),
+    DDP_REF("F64", 0x3ffd00d7879547f5ull, 0x3ffd00d7879547f4ull),
+    DDP_REF("F16", 0x3d56u, 0x3d56u),
+};
+
+/* test-local arithmetic (independent of the library): element of dtype dt as a double, and back */
+static double ddp_dec(uint64_t b, accel_dtype dt) {
+    if (dt == ACCEL_F64) { double d; memcpy(&d, &b, 8); return d; }
+    if (dt == ACCEL_F32) { uint32_t u = (uint32_t)b; float f; memcpy(&f, &u, 4); return f; }
+    return dec16((uint16_t)b, dt == ACCEL_BF16);
+}
+static uint64_t ddp_enc(double v, accel_dtype dt) { /* v exactly representable in dt */
+    if (dt == ACCEL_F64) { uint64_t b; memcpy(&b, &v, 8); return b; }
+    if (dt == ACCEL_F32) { float f = (float)v; uint32_t u; memcpy(&u, &f, 4); return u; }
+    return enc16(v, dt == ACCEL_BF16);
+}
+/* the float-width rounding of each step: double for F64, float for the others (then to 16 bits) */
+static double ddp_round(double v, accel_dtype dt) {
+    if (dt == ACCEL_F64) return v;
+    if (dt == ACCEL_F32) return (float)v;
+    return ddp_dec(enc16((double)(float)v, dt == ACCEL_BF16), dt);
+}
+/* three identical terms: pre-scaled (DDP), summed then divided (the old reducer), divided then summed */
+static uint64_t ddp_expect(uint64_t xb, accel_dtype dt, int how) {
+    double x = ddp_dec(xb, dt), inv = dt == ACCEL_F64 ? 1.0 / 3 : (double)(float)(1.0 / 3), a, s;
+    if (how == 0) a = ddp_round(x * inv, dt);
+    else if (how == 2) a = ddp_round(x / 3, dt);
+    else a = x;
+    s = ddp_round(ddp_round(a + a, dt) + a, dt);
+    if (how == 1) s = ddp_round(s / 3, dt);
+    return ddp_enc(s, dt);
+}
+static accel_dtype ddp_dtype(const char *n) { return accel_dtype_from_name(n); }
+
+static void put_bits(void *buf, size_t i, accel_dtype dt, uint64_t b) {
+    size_t es = accel_dtype_size(dt);
+    unsigned char *p = (unsigned char *)buf + i * es;
+    size_t k;
+    for (k = 0; k < es; ++k) p[k] = (unsigned char)(b >> (8 * k));
+}
+static uint64_t get_bits(const void *buf, size_t i, accel_dtype dt) {
+    size_t es = accel_dtype_size(dt), k;
+    const unsigned char *p = (const unsigned char *)buf + i * es;
+    uint64_t b = 0;
+    for (k = 0; k < es; ++k) b |= (uint64_t)p[k] << (8 * k);
+    return b;
+}
+
+/* One reducer per case, every path of the reducer: a bucket of one gradient (all-reduced in place), a packed bucket,
+   a >= 1 MiB host gradient reduced directly (MPI), and flat mode (one contiguous buffer). */
+static void ddp_average_case(accel_coll *c, accel_dtype dt, uint64_t xb, uint64_t want, int no_average) {
+    enum { NG = 5, SMALL = 37 };
+    size_t es = accel_dtype_size(dt), big = ((size_t)1 << 20) / es + 3, sizes[NG], total = 0, i, off;
+    unsigned char *buf[NG], *flat;
+    accel_tensor t[NG];
+    accel_coll_reducer *red;
+    accel_coll_reducer_desc rd;
+    int k, bad = 0, flatmode;
+    sizes[0] = big; sizes[1] = SMALL; sizes[2] = 1; sizes[3] = SMALL + 2; sizes[4] = SMALL;
+    for (k = 0; k < NG; ++k) total += sizes[k];
+    for (flatmode = 0; flatmode < 2; ++flatmode) {
+        flat = (unsigned char *)malloc(total * es);
+        memset(&rd, 0, sizeof rd);
+        rd.no_average = no_average;
+        if (!flatmode) {
+            rd.first_bucket_mb = 1e-6; /* the last registered gradient alone: reduced in place */
+            rd.flat = ACCEL_OFF;
+        }
+        AT_EQ_INT(accel_coll_reducer_create(c, &rd, &red), ACCEL_OK);
+        for (k = 0, off = 0; k < NG; ++k) {
+            buf[k] = flatmode ? flat + off * es : (unsigned char *)malloc(sizes[k] * es);
+            off += sizes[k];
+            for (i = 0; i < sizes[k]; ++i) put_bits(buf[k], i, dt, xb);
+            memset(&t[k], 0, sizeof t[k]);
+            t[k].ptr = buf[k]; t[k].dtype = dt; t[k].ndim = 1; t[k].shape[0] = (int64_t)sizes[k];
+        }
+        AT_EQ_INT(accel_coll_reducer_add(red, t, NG), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_is_flat(red), flatmode);
+        if (!flatmode) AT_EQ_INT(accel_coll_reducer_num_buckets(red), 2);
+        for (k = NG - 1; k >= 0; --k) AT_EQ_INT(accel_coll_grad_ready(red, k), ACCEL_OK);
+        AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+        for (k = 0; k < NG; ++k)
+            for (i = 0; i < sizes[k]; ++i)
+                if (get_bits(buf[k], i, dt) != want && bad++ < 3)
+                    fprintf(stderr, "[rank %d] %s%s %s grad %d[%zu] = %#llx, want %#llx\n", R, flatmode ? "flat " : "",
+                            no_average ? "sum" : "average", accel_dtype_name(dt), k, i,
+                            (unsigned long long)get_bits(buf[k], i, dt), (unsigned long long)want);
+        accel_coll_reducer_destroy(red);
+        for (k = 0; k < NG && !flatmode; ++k) free(buf[k]);
+        free(flat);
+    }
+    AT_EQ_INT(bad, 0);
+}
+
+static void ddp_average(accel_coll *c) {
+    size_t k;
+    int bf;
+    for (k = 0; k < sizeof ddp_refs / sizeof ddp_refs[0]; ++k) {
+        accel_dtype dt = ddp_dtype(ddp_refs[k].dt);
+        uint64_t x = ddp_refs[k].x;
+        /* PyTorch's value is the test-local formula, and the old order (sum, then divide) differs from it */
+        AT_EQ_INT(ddp_expect(x, dt, 0), ddp_refs[k].grad);
+        if (dt != ACCEL_F16) AT_CHECK(ddp_expect(x, dt, 1) != ddp_refs[k].grad);
+        if (dt != ACCEL_F16) AT_CHECK(ddp_expect(x, dt, 2) != ddp_refs[k].grad); /* nor is it "divide, then sum" */
+        if (P == 3) ddp_average_case(c, dt, x, ddp_refs[k].grad, 0);
+        else if (P <= 2) ddp_average_case(c, dt, x, x, 0); /* x * 1 or (x * 0.5) * 2: exact */
+    }
+    /* 16-bit: the pre-scaled product rounds to fp16/bf16 before the sum (DDP scales the fp16 bucket) */
+    for (bf = 0; bf < 2; ++bf) {
+        accel_dtype dt = bf ? ACCEL_BF16 : ACCEL_F16;
+        uint64_t x = bf ? 0x3fae : 0x3d56;
+        AT_CHECK(ddp_expect(x, dt, 0) != ddp_expect(x, dt, 1)); /* 0x3d56 vs 0x3d55, 0x3fae vs 0x3fad */
+        if (P == 3) ddp_average_case(c, dt, x, ddp_expect(x, dt, 0), 0);
+    }
+    /* no_average: the plain sum */
+    if (P == 3) {
+        uint64_t x = ddp_refs[0].x;
+        double v = ddp_dec(x, ACCEL_F32);
+        ddp_average_case(c, ACCEL_F32, x, ddp_enc((float)((float)(v + v) + v), ACCEL_F32), 1);
+    }
 }
 
 static void debug_mode(void) {
@@ -607,6 +782,119 @@ static void sub_group(void) {
     MPI_Comm_free(&sub);
 }
 
+/* ---- a local failure on one rank fails every rank at once (the failed rank keeps its error, the others get
+   ACCEL_ERR_REMOTE naming it) instead of leaving them blocked in the next exchange */
+static size_t g_fail_min_bytes; /* nonzero: the host allocator refuses blocks at least this large */
+static void *test_alloc(size_t n, void *u) { (void)u; return g_fail_min_bytes && n >= g_fail_min_bytes ? NULL : malloc(n); }
+static void test_free(void *p, void *u) { (void)u; free(p); }
+
+static void expect_collective_failure(accel_result r, int failing_rank, accel_result local, double t0) {
+    char want[32];
+    if (R == failing_rank) AT_EQ_INT(r, local);
+    else {
+        AT_EQ_INT(r, ACCEL_ERR_REMOTE);
+        snprintf(want, sizeof want, "rank %d", failing_rank);
+        AT_CONTAINS(accel_last_error(&acc), want);
+    }
+    AT_CHECK_MSG(accel_now() - t0 < 10.0, "failed at once, not at the 60 s deadline");
+}
+
+static void local_failures(void) {
+    accel_coll *c = NULL;
+    accel_coll_desc cd;
+    accel_coll_reducer *red;
+    accel_coll_reducer_desc rd;
+    accel_tensor t, out;
+    accel_blobs blobs;
+    float rows[8], *g, *g2;
+    double t0;
+    int k;
+    memset(&cd, 0, sizeof cd);
+    /* create: a bad desc on rank 1 (the others used to block in MPI_Comm_dup forever) */
+    cd.timeout_ms = R == 1 ? -5 : 60000;
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_create(&acc, &cd, &c), 1, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    AT_CHECK(c == NULL);
+    if (R != 1) AT_CONTAINS(accel_last_error(&acc), "timeout_ms=-5");
+    /* the same on a sub-communicator (even / odd ranks): rank 2's bad desc fails the even group only */
+    if (P >= 3) {
+        MPI_Comm sub;
+        accel_coll *cs = NULL;
+        accel_result got;
+        MPI_Comm_split(MPI_COMM_WORLD, R % 2, R, &sub);
+        cd.mpi_comm = &sub;
+        cd.timeout_ms = R == 2 ? -5 : 60000;
+        t0 = accel_now();
+        got = accel_coll_create(&acc, &cd, &cs);
+        if (R % 2) AT_EQ_INT(got, ACCEL_OK);
+        else if (R == 2) AT_EQ_INT(got, ACCEL_ERR_INVALID_ARGUMENT);
+        else {
+            AT_EQ_INT(got, ACCEL_ERR_REMOTE);
+            AT_CONTAINS(accel_last_error(&acc), "rank 1 of this communicator failed in accel_coll_create");
+        }
+        AT_CHECK(accel_now() - t0 < 10.0);
+        accel_coll_destroy(cs);
+        MPI_Comm_free(&sub);
+        cd.mpi_comm = NULL;
+    }
+    cd.timeout_ms = 60000;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+    /* gather / pad: a bad tensor on one rank */
+    memset(&t, 0, sizeof t);
+    memset(rows, 0, sizeof rows);
+    t.ptr = rows; t.dtype = ACCEL_F32; t.ndim = R == 0 ? 9 : 1; t.shape[0] = 2;
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_gather_rows(c, &t, &out), 0, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    t.ndim = 1;
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_pad_across_processes(c, &t, 0, 0.0, 0, R == P - 1 ? NULL : &out), P - 1,
+                              ACCEL_ERR_INVALID_ARGUMENT, t0);
+    AT_EQ_INT(accel_coll_gather_rows(c, &t, &out), ACCEL_OK); /* the context is fine afterwards */
+    AT_EQ_INT(out.shape[0], 2 * P);
+    accel_coll_free(c, out.ptr);
+    /* objects: a NULL buffer on rank 1, a bad source rank on rank 0 */
+    memset(&blobs, 0, sizeof blobs);
+    t0 = accel_now();
+    expect_collective_failure(accel_gather_object(&acc, R == 1 ? NULL : "abc", 3, &blobs), 1, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    t0 = accel_now();
+    expect_collective_failure(accel_broadcast_object_list(&acc, &blobs, R == 0 ? P : 0), 0, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    /* the reducer: flat mode required but rank 1's gradients are not contiguous */
+    g = (float *)calloc(4 * 20000 + 16, sizeof(float));
+    g2 = (float *)calloc(20000, sizeof(float));
+    memset(&rd, 0, sizeof rd);
+    rd.flat = ACCEL_ON;
+    AT_EQ_INT(accel_coll_reducer_create(c, &rd, &red), ACCEL_OK);
+    for (k = 0; k < 2; ++k) {
+        memset(&t, 0, sizeof t);
+        t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 20000;
+        t.ptr = k == 1 && R == 1 ? (void *)g2 : (void *)(g + 20000 * k);
+        AT_EQ_INT(accel_coll_reducer_add(red, &t, 1), ACCEL_OK);
+    }
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_reducer_finalize(red), 1, ACCEL_ERR_INVALID_ARGUMENT, t0);
+    accel_coll_reducer_destroy(red);
+    /* the reducer: rank 1 cannot allocate its bucket (4 x 80 KB in one bucket); then it can, and finalize works */
+    AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
+    for (k = 0; k < 4; ++k) {
+        memset(&t, 0, sizeof t);
+        t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 20000;
+        t.ptr = g + 20000 * k + (k ? 1 : 0); /* not contiguous: buckets */
+        AT_EQ_INT(accel_coll_reducer_add(red, &t, 1), ACCEL_OK);
+    }
+    if (R == 1) g_fail_min_bytes = 64 << 10;
+    t0 = accel_now();
+    expect_collective_failure(accel_coll_reducer_finalize(red), 1, ACCEL_ERR_OUT_OF_MEMORY, t0);
+    g_fail_min_bytes = 0;
+    AT_EQ_INT(accel_coll_reducer_num_buckets(red), -1);
+    AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_OK);
+    AT_EQ_INT(accel_coll_reducer_num_buckets(red), 1);
+    AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+    accel_coll_reducer_destroy(red);
+    free(g);
+    free(g2);
+    accel_coll_destroy(c);
+}
+
 static void quiet_log(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
 static void basic(void) {
@@ -630,21 +918,23 @@ static void basic(void) {
     accelerate_reduce(c);
     pad_tests(c);
     gather_metrics(c);
-    objects(c);
+    objects();
     reducer_tests(c);
+    ddp_average(c);
     AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
     accel_coll_destroy(c);
     /* the plain blocking MPI path (no watchdog) */
     memset(&cd, 0, sizeof cd);
-    cd.watchdog = ACCEL_OFF;
+    cd.no_watchdog = 1;
     AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
     for (w = 0; w < 2; ++w) typed_ops(c, w ? ACCEL_BF16 : ACCEL_F32, 1031);
-    objects(c);
+    objects();
     gather_metrics(c);
     AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
     accel_coll_destroy(c);
     debug_mode();
     sub_group();
+    if (P > 1) local_failures();
 }
 
 /* The last rank stalls (sleeps) in the middle of training: the others must get ACCEL_ERR_TIMEOUT within the deadline
@@ -686,6 +976,8 @@ int main(int argc, char **argv) {
     memset(&d, 0, sizeof d);
     d.cpu = 1;
     d.log_fn = quiet_log; /* expected errors are checked through accel_last_error */
+    d.host_allocator.alloc = test_alloc; /* malloc/free that local_failures() can make refuse large blocks */
+    d.host_allocator.free = test_free;
     if (accel_init(&acc, &d) != ACCEL_OK) {
         fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
         return 1;

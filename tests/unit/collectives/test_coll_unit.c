@@ -1,7 +1,7 @@
-/* accel_collectives.h on one process: the 16-bit conversions (exhaustive / against double arithmetic), the NONE
-   backend, split_between_processes (SEMANTICS.md §7), pad/gather/objects on one rank, the reducer's bookkeeping and
-   argument errors. The implementation is compiled into this TU (ACCEL_STATIC) so the private ACCEL_HD helpers are
-   visible. */
+/* accel_collectives.h on one process: the 16-bit math of the MPI user ops, AVG and pad values (the core's codec,
+   against double arithmetic), the NONE backend, split_between_processes (docs/semantics.md §7), pad/gather/objects on
+   one rank, the reducer's bookkeeping and argument errors. The implementation is compiled into this TU (ACCEL_STATIC)
+   so the private ACCEL_HD helpers are visible. */
 #define ACCEL_IMPLEMENTATION
 #define ACCEL_STATIC
 #include "accel.h"
@@ -14,13 +14,21 @@ static double ref_f16(uint16_t h) {
     double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
     return s ? -v : v;
 }
-/* nearest representable value, ties to the even code, by scanning neighbours in double (independent of bit tricks) */
+static double ref_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static double ref16(uint16_t h, int bf) { return bf ? ref_bf16(h) : ref_f16(h); }
+/* got is x rounded to the nearest 16-bit value, ties to the even code: checked by scanning the neighbours in double
+   (independent of the library's bit tricks) */
 static int nearest_even_ok(double x, uint16_t got, int bf) {
-    double g = bf ? (double)accel__coll_bf16_to_f32(got) : ref_f16(got);
+    double g = ref16(got, bf);
     double maxv = bf ? 3.3895313892515355e38 : 65504.0;
     uint16_t lo, hi;
     double dl, dh;
-    if (isnan(x)) return isnan(g);
+    if (isnan(x)) return got == 0x7fff;
     if (fabs(x) > maxv) {
         /* beyond the largest finite: inf only at or above the midpoint to the next binade step */
         double step = bf ? ldexp(1, 127 - 7) : 32.0, mid = maxv + step / 2;
@@ -29,11 +37,10 @@ static int nearest_even_ok(double x, uint16_t got, int bf) {
     }
     if (isinf(g)) return 0;
     if (g == x) return 1;
-    /* neighbours of got */
     lo = (uint16_t)(got - 1);
     hi = (uint16_t)(got + 1);
-    dl = bf ? (double)accel__coll_bf16_to_f32(lo) : ref_f16(lo);
-    dh = bf ? (double)accel__coll_bf16_to_f32(hi) : ref_f16(hi);
+    dl = ref16(lo, bf);
+    dh = ref16(hi, bf);
     if (fabs(g - x) > fabs(dl - x) && !isnan(dl) && (got & 0x7fff) != 0) return 0;
     if (fabs(g - x) > fabs(dh - x) && !isnan(dh) && !isinf(dh)) return 0;
     if ((fabs(g - x) == fabs(dl - x) && (got & 0x7fff) != 0) || (fabs(g - x) == fabs(dh - x) && !isinf(dh)))
@@ -41,49 +48,55 @@ static int nearest_even_ok(double x, uint16_t got, int bf) {
     return 1;
 }
 
-static void conversions(void) {
-    uint32_t k;
-    int bad = 0;
-    /* f16 → f32 exhaustive; f32 → f16 round-trips every finite half */
-    for (k = 0; k < 65536; ++k) {
-        double r = ref_f16((uint16_t)k);
-        float f = accel__coll_f16_to_f32((uint16_t)k);
-        if (isnan(r) ? !isnan(f) : (double)f != r) bad++;
-        if (!isnan(r) && accel__coll_f32_to_f16(f) != (uint16_t)k) bad++;
-        if (!isnan(accel__coll_bf16_to_f32((uint16_t)k)) && accel__coll_f32_to_bf16(accel__coll_bf16_to_f32((uint16_t)k)) != (uint16_t)k) bad++;
+/* The MPI user ops for F16/BF16 (accel__coll_combine16), AVG's division and the pad value use the core's codec: float
+   math, one rounding to nearest even, and CUDA's NaN (0x7FFF, whatever the sign or payload). */
+static void sixteen_bit_math(void) {
+    uint32_t x = 12345u;
+    int i, bad = 0, bf;
+    unsigned char pat[8];
+    uint16_t h;
+    /* random sums/products of 16-bit values over a moderate exponent range: the float result rounded once */
+    for (i = 0; i < 200000; ++i) {
+        uint16_t a, b;
+        double fa, fb;
+        int op = i % 2 ? ACCEL_COLL_SUM : ACCEL_COLL_PROD;
+        bf = (i / 2) % 2;
+        x = x * 1664525u + 1013904223u;
+        a = (uint16_t)(x >> 16);
+        b = (uint16_t)x;
+        if (bf) { a = (uint16_t)((a & 0x807f) | (0x3800 + ((a >> 7) & 0x0f) * 0x80)); b = (uint16_t)((b & 0x807f) | (0x3800 + ((b >> 7) & 0x0f) * 0x80)); }
+        else { a = (uint16_t)((a & 0x83ff) | (((a >> 10) % 30 + 1) << 10)); b = (uint16_t)((b & 0x83ff) | (((b >> 10) % 30 + 1) << 10)); }
+        fa = ref16(a, bf);
+        fb = ref16(b, bf);
+        if (!nearest_even_ok((double)(float)(op == ACCEL_COLL_SUM ? fa + fb : fa * fb), accel__coll_combine16(b, a, op, bf), bf))
+            bad++;
     }
     AT_EQ_INT(bad, 0);
-    /* f32 → f16 / bf16 rounding over a spread of floats including ties, subnormals and overflow */
-    {
-        uint32_t x = 12345u;
-        int i;
-        for (i = 0; i < 400000; ++i) {
-            uint32_t u;
-            float f;
-            x = x * 1664525u + 1013904223u;
-            u = x;
-            if (i % 4 == 1) u = (x & 0x80000000u) | (0x33000000u + (x % 0x14000000u)); /* around the half range */
-            if (i % 4 == 2) u = (u & 0xffffe000u) | 0x1000u;                           /* exact f16 ties */
-            if (i % 4 == 3) u = (u & 0xffff0000u) | 0x8000u;                           /* exact bf16 ties */
-            memcpy(&f, &u, 4);
-            if (!nearest_even_ok((double)f, accel__coll_f32_to_f16(f), 0)) bad++;
-            if (!nearest_even_ok((double)f, accel__coll_f32_to_bf16(f), 1)) bad++;
-        }
-    }
-    AT_EQ_INT(bad, 0);
-    AT_EQ_INT(accel__coll_f32_to_f16(65520.0f), 0x7c00);   /* the midpoint above 65504 rounds to inf */
-    AT_EQ_INT(accel__coll_f32_to_f16(65519.0f), 0x7bff);
-    AT_EQ_INT(accel__coll_f32_to_f16(ldexpf(1, -25)), 0);   /* half of the smallest subnormal: ties to 0 */
-    AT_EQ_INT(accel__coll_f32_to_f16(ldexpf(1.5f, -25)), 1);
-    AT_EQ_INT(accel__coll_f32_to_bf16(1.00390625f), 0x3f80); /* 1 + 2^-8: tie → even (1.0) */
-    AT_EQ_INT(accel__coll_f32_to_bf16(1.01171875f), 0x3f82); /* 1 + 3*2^-8: tie → even (up) */
-    AT_CHECK(isnan(accel__coll_bf16_to_f32(accel__coll_f32_to_bf16(NAN))));
-    /* the combine op used by the MPI user ops: float math, one rounding */
     AT_EQ_INT(accel__coll_combine16(0x3f80, 0x3b80, ACCEL_COLL_SUM, 1), 0x3f80); /* 1 + 2^-8 → 1 (tie to even) */
     AT_EQ_INT(accel__coll_combine16(0x3c00, 0x3c00, ACCEL_COLL_SUM, 0), 0x4000); /* 1 + 1 = 2 in fp16 */
     AT_EQ_INT(accel__coll_combine16(0x4000, 0x4200, ACCEL_COLL_PROD, 0), 0x4600); /* 2 * 3 = 6 */
     AT_EQ_INT(accel__coll_combine16(0xc000, 0x4200, ACCEL_COLL_MAX, 0), 0x4200);
     AT_EQ_INT(accel__coll_combine16(0xc000, 0x4200, ACCEL_COLL_MIN, 1), 0xc000);
+    AT_EQ_INT(accel__coll_combine16(0x7bff, 0x7bff, ACCEL_COLL_SUM, 0), 0x7c00); /* overflow → inf */
+    /* NaN in any encoding comes out as 0x7FFF (the module's old codec kept the sign: 0xfe00 / 0xffc1) */
+    AT_EQ_INT(accel__coll_combine16(0xfe01, 0x3c00, ACCEL_COLL_SUM, 0), 0x7fff);
+    AT_EQ_INT(accel__coll_combine16(0x3c00, 0x7c01, ACCEL_COLL_PROD, 0), 0x7fff);
+    AT_EQ_INT(accel__coll_combine16(0xffc1, 0x3f80, ACCEL_COLL_SUM, 1), 0x7fff);
+    AT_EQ_INT(accel__coll_combine16(0x7f81, 0x3f80, ACCEL_COLL_SUM, 1), 0x7fff);
+    AT_EQ_INT(accel__coll_combine16(0x7c00, 0xfc00, ACCEL_COLL_SUM, 0), 0x7fff); /* inf - inf */
+    /* AVG's division of a 16-bit buffer, and the pad value */
+    for (bf = 0; bf < 2; ++bf) {
+        h = bf ? 0x4040 : 0x4200; /* 3 */
+        accel__coll_div_elem(&h, 0, bf ? ACCEL_BF16 : ACCEL_F16, 3.0);
+        AT_EQ_INT(h, bf ? 0x3f80 : 0x3c00);
+        h = bf ? 0xffc1 : 0xfe01;
+        accel__coll_div_elem(&h, 0, bf ? ACCEL_BF16 : ACCEL_F16, 2.0);
+        AT_EQ_INT(h, 0x7fff);
+        accel__coll_value_bytes(NAN, bf ? ACCEL_BF16 : ACCEL_F16, pat);
+        AT_EQ_INT(pat[0] | (pat[1] << 8), 0x7fff);
+        accel__coll_value_bytes(-1.0, bf ? ACCEL_BF16 : ACCEL_F16, pat);
+        AT_EQ_INT(pat[0] | (pat[1] << 8), bf ? 0xbf80 : 0xbc00);
+    }
 }
 
 static void split(void) {
@@ -115,6 +128,17 @@ static void split(void) {
     AT_EQ_INT(accel_coll_split_between_processes(0, 2, 1, 0, &r), ACCEL_OK);
     AT_EQ_INT(r.end - r.start, 0);
     AT_EQ_INT(accel_coll_split_between_processes(5, 2, 2, 0, &r), ACCEL_ERR_INVALID_ARGUMENT);
+}
+
+static accel_tensor vec(const char *name, void *p, int64_t n, accel_dtype dt) {
+    accel_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = name;
+    t.ptr = p;
+    t.dtype = dt;
+    t.ndim = 1;
+    t.shape[0] = n;
+    return t;
 }
 
 static void none_backend(void) {
@@ -177,43 +201,83 @@ static void none_backend(void) {
         acc.end_of_dataloader = 0;
         t.ndim = 9;
         AT_EQ_INT(accel_coll_gather_rows(c, &t, &out), ACCEL_ERR_INVALID_ARGUMENT);
+        /* one process: gather returns a 0-d tensor unchanged (Accelerate returns the input when not distributed),
+           a copy in the context's memory */
+        t.ndim = 0;
+        t.name = "loss";
+        AT_EQ_INT(accel_coll_gather_rows(c, &t, &out), ACCEL_OK);
+        AT_EQ_INT(out.ndim, 0);
+        AT_EQ_INT(accel_tensor_numel(&out), 1);
+        AT_CHECK(out.ptr != t.ptr && *(int64_t *)out.ptr == 0);
+        AT_EQ_STR(out.name, "loss");
+        accel_coll_free(c, out.ptr);
+        acc.end_of_dataloader = 1;
+        acc.remainder = 1;
+        AT_EQ_INT(accel_coll_gather_for_metrics(c, &t, &out), ACCEL_OK);
+        AT_EQ_INT(out.ndim, 0);
+        AT_EQ_INT(out.shape[0], 3); /* unchanged, as the input's (unused) shape entries */
+        accel_coll_free(c, out.ptr);
+        acc.end_of_dataloader = 0;
     }
     /* objects */
     {
-        accel_coll_blobs b, l;
+        accel_blobs b, l;
         memset(&b, 0, sizeof b);
         memset(&l, 0, sizeof l);
-        AT_EQ_INT(accel_coll_gather_object(c, "abc", 3, &b), ACCEL_OK);
+        AT_EQ_INT(accel_gather_object(&acc, "abc", 3, &b), ACCEL_OK);
         AT_EQ_INT(b.count, 1);
         AT_EQ_INT(b.offsets[1], 3);
         AT_CHECK(memcmp(b.data, "abc", 3) == 0);
-        accel_coll_blobs_free(c, &b);
-        AT_EQ_INT(accel_coll_broadcast_object_list(c, &l, 0), ACCEL_OK); /* an empty list is a list */
+        accel_blobs_deinit(&b);
+        AT_EQ_INT(accel_broadcast_object_list(&acc, &l, 0), ACCEL_OK); /* an empty list is a list */
         AT_EQ_INT(l.count, 0);
-        AT_EQ_INT(accel_coll_broadcast_object_list(c, &l, 1), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_broadcast_object_list(&acc, &l, 1), ACCEL_ERR_INVALID_ARGUMENT);
     }
     /* reducer on one process: average over one rank leaves the grads as they are; errors */
     {
         accel_coll_reducer *r;
-        float g1[300], g2[7];
+        float g1[300], g2[7], g3[6];
         int i, idx[4];
+        accel_tensor t[3];
         for (i = 0; i < 300; ++i) g1[i] = (float)i;
         for (i = 0; i < 7; ++i) g2[i] = (float)-i;
+        for (i = 0; i < 6; ++i) g3[i] = 0.5f * (float)i;
+        t[0] = vec("w", g1, 300, ACCEL_F32);
+        t[1] = vec("b", g2, 7, ACCEL_F32);
+        t[2] = vec("i", iv, 3, ACCEL_I32);
         AT_EQ_INT(accel_coll_reducer_create(c, NULL, &r), ACCEL_OK);
         AT_EQ_INT(accel_coll_reducer_num_buckets(r), -1);
-        AT_EQ_INT(accel_coll_reducer_add(r, g1, 300, ACCEL_F32, "w", NULL), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_add(r, g2, 7, ACCEL_F32, "b", NULL), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_add(r, iv, 3, ACCEL_I32, "i", NULL), ACCEL_ERR_INVALID_ARGUMENT);
-        AT_EQ_INT(accel_coll_grad_ready(r, 2), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_coll_reducer_add(r, t, 1), ACCEL_OK);     /* index 0 */
+        AT_EQ_INT(accel_coll_reducer_add(r, t, 0), ACCEL_OK);     /* nothing */
+        /* a bad tensor anywhere in the list: an error naming it, and none of the list is registered */
+        AT_EQ_INT(accel_coll_reducer_add(r, t + 1, 2), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CONTAINS(accel_last_error(&acc), "tensor 1 ('i')");
+        AT_EQ_INT(accel_coll_reducer_add(r, t, -1), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_coll_reducer_add(r, NULL, 2), ACCEL_ERR_INVALID_ARGUMENT);
+        t[2] = vec(NULL, NULL, 6, ACCEL_F32);
+        AT_EQ_INT(accel_coll_reducer_add(r, t + 2, 1), ACCEL_ERR_INVALID_ARGUMENT); /* no data pointer */
+        t[2].ptr = g3;
+        t[2].ndim = 2; t[2].shape[0] = 2; t[2].shape[1] = 3;             /* any shape: numel elements */
+        AT_EQ_INT(accel_coll_reducer_add(r, t + 1, 2), ACCEL_OK);         /* indices 1 and 2 */
+        AT_EQ_INT(accel_coll_grad_ready(r, 3), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CONTAINS(accel_last_error(&acc), "0..2");
         AT_EQ_INT(accel_coll_grad_ready(r, 1), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_add(r, g2, 7, ACCEL_F32, "late", NULL), ACCEL_ERR_STATE);
+        AT_EQ_INT(accel_coll_reducer_add(r, t, 1), ACCEL_ERR_STATE); /* the buckets are built */
         AT_EQ_INT(accel_coll_reducer_num_buckets(r), 1);
-        AT_EQ_INT(accel_coll_reducer_bucket(r, 0, idx, 4), 2);
-        AT_EQ_INT(idx[0], 1); /* reverse registration order */
-        AT_EQ_INT(idx[1], 0);
+        AT_EQ_INT(accel_coll_reducer_bucket(r, 0, idx, 4), 3);
+        AT_EQ_INT(idx[0], 2); /* reverse registration order */
+        AT_EQ_INT(idx[1], 1);
+        AT_EQ_INT(idx[2], 0);
         AT_EQ_INT(accel_coll_reducer_wait(r), ACCEL_OK);
         AT_EQ_INT((int)g1[299], 299);
         AT_EQ_INT((int)g2[6], -6);
+        AT_CHECK(g3[5] == 2.5f);
+        accel_coll_reducer_destroy(r);
+        /* many single-tensor calls: indices keep counting (the stb_ds array grows) */
+        AT_EQ_INT(accel_coll_reducer_create(c, NULL, &r), ACCEL_OK);
+        for (i = 0; i < 100; ++i) AT_EQ_INT(accel_coll_reducer_add(r, t + (i % 2), 1), ACCEL_OK);
+        AT_EQ_INT(accel_coll_grad_ready(r, 99), ACCEL_OK);
+        AT_EQ_INT(accel_coll_grad_ready(r, 100), ACCEL_ERR_INVALID_ARGUMENT);
         accel_coll_reducer_destroy(r);
         /* flat requested but not contiguous */
         {
@@ -221,11 +285,13 @@ static void none_backend(void) {
             memset(&rd, 0, sizeof rd);
             rd.flat = ACCEL_ON;
             AT_EQ_INT(accel_coll_reducer_create(c, &rd, &r), ACCEL_OK);
-            AT_EQ_INT(accel_coll_reducer_add(r, g1, 300, ACCEL_F32, "w", NULL), ACCEL_OK);
-            AT_EQ_INT(accel_coll_reducer_add(r, g2, 7, ACCEL_F32, "b", NULL), ACCEL_OK);
+            AT_EQ_INT(accel_coll_reducer_add(r, t, 2), ACCEL_OK);
             AT_EQ_INT(accel_coll_reducer_finalize(r), ACCEL_ERR_INVALID_ARGUMENT);
             accel_coll_reducer_destroy(r);
-            rd.flat = 0;
+            rd.flat = (accel_toggle)2; /* not a toggle */
+            AT_EQ_INT(accel_coll_reducer_create(c, &rd, &r), ACCEL_ERR_INVALID_ARGUMENT);
+            AT_CONTAINS(accel_last_error(&acc), "flat=2");
+            rd.flat = ACCEL_DEFAULT;
             rd.bucket_cap_mb = -1;
             AT_EQ_INT(accel_coll_reducer_create(c, &rd, &r), ACCEL_ERR_INVALID_ARGUMENT);
         }
@@ -236,6 +302,17 @@ static void none_backend(void) {
     cd.timeout_ms = -5;
     AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_INVALID_ARGUMENT);
     cd.timeout_ms = 0;
+    cd.debug = (accel_toggle)7;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(&acc), "debug=7");
+    cd.debug = ACCEL_DEFAULT;
+    cd.cuda_aware_mpi = (accel_toggle)-2;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_INVALID_ARGUMENT);
+    cd.cuda_aware_mpi = ACCEL_DEFAULT;
+    /* zero is the default everywhere: a zeroed desc and NULL give the same context */
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+    AT_EQ_INT(accel_coll_get_backend(c), ACCEL_COLL_BACKEND_NONE);
+    accel_coll_destroy(c);
     cd.backend = ACCEL_COLL_BACKEND_MPI;
     AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_ERR_UNSUPPORTED);
     cd.backend = ACCEL_COLL_BACKEND_NCCL;
@@ -247,7 +324,7 @@ static void none_backend(void) {
 }
 
 int main(void) {
-    conversions();
+    sixteen_bit_math();
     split();
     none_backend();
     return at_finish("collectives_unit");

@@ -115,6 +115,35 @@ static int sc_helpers(int rank, int P, char *msg, size_t cap) {
     /* RNG: rank 0's state everywhere */
     accel_set_seed(&acc, 1000 + (uint64_t)rank, 0);
     if (accel_synchronize_rng_state(&acc) != ACCEL_OK || acc.rng.seed != 1000) bad |= 128;
+    /* objects over the store: ragged sizes (rank 1 sends nothing), then a list from the last rank replaces ours */
+    {
+        accel_blobs all, list;
+        unsigned char obj[64];
+        size_t n = (size_t)(rank == 1 ? 0 : rank * 7 + 1), k;
+        int r;
+        memset(&all, 0, sizeof all);
+        memset(&list, 0, sizeof list);
+        for (k = 0; k < n; ++k) obj[k] = (unsigned char)(rank * 31 + (int)k);
+        if (accel_gather_object(&acc, obj, n, &all) != ACCEL_OK || all.count != P) bad |= 1024;
+        else
+            for (r = 0; r < P; ++r) {
+                size_t want = (size_t)(r == 1 ? 0 : r * 7 + 1);
+                if (all.offsets[r + 1] - all.offsets[r] != want) bad |= 1024;
+                else
+                    for (k = 0; k < want; ++k)
+                        if (all.data[all.offsets[r] + k] != (unsigned char)(r * 31 + (int)k)) bad |= 1024;
+            }
+        accel_blobs_deinit(&all);
+        {
+            const void *items[2] = {"first", "second item"};
+            size_t sizes[2] = {5, 11};
+            if (accel_blobs_set(&acc, &list, rank == P - 1 ? 2 : 1, items, sizes) != ACCEL_OK) bad |= 2048;
+        }
+        if (accel_broadcast_object_list(&acc, &list, P - 1) != ACCEL_OK || list.count != 2 || list.offsets[1] != 5 ||
+            list.offsets[2] != 16 || memcmp(list.data, "firstsecond item", 16) != 0)
+            bad |= 2048;
+        accel_blobs_deinit(&list);
+    }
     /* a bad argument on one rank fails every rank (and names it) instead of leaving the others waiting */
     {
         accel_result r = accel_host_broadcast(&acc, bc, sizeof bc, rank == 2 ? P + 5 : 0);

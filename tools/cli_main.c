@@ -1,18 +1,18 @@
 /* accel — command-line companion: `accel env`, `accel shards …`, `accel ckpt …`, `accel size …`, `accel device-map …`,
    `accel launch …`, `accel config …`. */
 #include "accel.h"
-#include "accel_cli.h"
+#include "cli.h"
 #include <stdio.h>
 #include <string.h>
 
-typedef struct { const char *name; int (*fn)(int, char **); const char *help; } accel_cli_cmd;
+typedef struct { const char *name; int (*fn)(int, char **); const char *help; } cli_cmd;
 
-static const accel_cli_cmd cmds[] = {
-    {"env", accel_cli_env, "report version, toolchain, CUDA/NCCL/MPI, launcher and the resolved configuration"},
-    {"shards", accel_cli_shards, "print which dataset indices each process sees (JSON)"},
-    {"ckpt", accel_cli_ckpt, "inspect, verify or plan checkpoints: ls FILE|DIR, verify DIR, plan --max-shard-size SIZE name:bytes..."},
-    {"size", accel_cli_size, "parse a size string (\"10GB\", \"5MiB\") and print the byte count"},
-    {"device-map", accel_cli_device_map, "Accelerate's module sizes, balanced memory and device map of a model (JSON)"},
+static const cli_cmd cmds[] = {
+    {"env", cli_env, "report version, toolchain, CUDA/NCCL/MPI, launcher and the resolved configuration"},
+    {"shards", cli_shards, "print which dataset indices each process sees (JSON)"},
+    {"ckpt", cli_ckpt, "inspect, verify or plan checkpoints: ls FILE|DIR, verify DIR, plan --max-shard-size SIZE name:bytes..."},
+    {"size", cli_size, "parse a size string (\"10GB\", \"5MiB\") and print the byte count"},
+    {"device-map", cli_device_map, "Accelerate's module sizes, balanced memory and device map of a model (JSON)"},
     {"launch", cli_launch, "start N processes of a program the way torchrun does (accel launch -n N -- PROGRAM ARGS)"},
     {"config", cli_config, "write Accelerate's default config file (accel config --default [--mixed-precision M] [FILE])"},
 };

@@ -1,0 +1,1450 @@
+/* accel_optim.h — fused AdamW and SGD for accel over lists of buffers, with torch.optim's exact update, parameter
+   groups, learning-rate schedules and checkpointable state. CPU and CUDA run the same per-element math.
+
+   USAGE (fp32 master weights, bf16 gradients and a bf16 model copy; on CUDA every buffer lives on acc's device)
+       accel_tensor params[3] = {...};                   // F32 master weights: name, ptr, dtype, ndim, shape
+       accel_tensor grads[3] = {...};                    // F32 / BF16 / F16, same shapes (ptr NULL: no gradient)
+       accel_tensor model[3] = {...};                    // BF16 / F16 copies written by the step (or desc.model NULL)
+       accel_optim_group groups[2] = {{0}};
+       groups[0].count = 2; groups[0].weight_decay = 0.1;   // params[0..1]: the weights
+       groups[1].count = 1; groups[1].weight_decay = 0.0;   // params[2]: biases and LayerNorm gains, no decay
+       accel_optim_desc od = {0};                        // zero = default (C++: accel_optim_desc od = {};)
+       od.algorithm = ACCEL_OPTIM_ADAMW;                 // betas (0.9, 0.999), eps 1e-8 by default
+       od.lr = 6e-4;
+       od.params = params; od.grads = grads; od.model = model; od.nparams = 3;
+       od.groups = groups; od.ngroups = 2;
+       accel_optim *opt;
+       if (accel_optim_create(&acc, &od, &opt) != ACCEL_OK) die(accel_last_error(&acc));
+       accel_optim_schedule sch = {ACCEL_OPTIM_SCHEDULE_COSINE, 100, 5000, 0.1, 0.0};  // warmup, total, floor
+       const accel_tensor *mom; int nmom;                // checkpoints: the moments as tensors, the rest as bytes
+       accel_optim_state_tensors(opt, &mom, &nmom);
+       accel_ckpt_register_optimizer(ck, mom, nmom);     // optimizer.safetensors: state.<i>.exp_avg, ...
+       accel_ckpt_register(ck, "optim_state", accel_optim_state_save, accel_optim_state_load, opt);
+       ...
+       // each optimizer step (after the gradients are reduced):
+       accel_optim_apply_schedule(opt, &sch, acc.scheduler_steps);   // lr of every group = its base lr × factor
+       accel_optim_step(opt, NULL);                      // one pass: params, moments, model copy
+       ...
+       accel_optim_destroy(opt);
+
+     Fused inputs (all optional; what torch's fused AdamW takes as grad_scale / found_inf, plus clipping):
+       accel_optim_step_args sa = {0};
+       sa.inv_scale = (float)(1.0 / loss_scale);         // unscale inside the step (amp's rule: float(1 / scale))
+       sa.clip_coef = &coef;                             // coef = accel_optim_clip_coef(total_norm, max_norm)
+       sa.found_inf = d_found_inf;                       // int32 that your kernels set on overflow (device memory on
+       accel_optim_step(opt, &sa);                       // CUDA): nonzero skips the step without a host round trip
+     With accel_amp.h's scaler, which unscales the gradients in place and returns found_inf on the host, leave
+     inv_scale 0 and step only when found_inf is 0: if (!found_inf) accel_optim_step(opt, &sa);
+
+   THE UPDATE (per element, float32; every scalar below is rounded to float32 first, as torch casts Python scalars to
+   the tensor dtype; fma = one rounding, as torch's AVX2/AVX-512/NEON kernels compute add(alpha)/addcmul; all other
+   operations round separately). t = this parameter's step count after the increment (1 on its first step).
+     gradient  g = grad (F32, or BF16/F16 widened exactly); inv_scale: g = r(g * inv_scale), clip_coef:
+               g = r(g * clip_coef), where r rounds to the gradient's dtype (what unscaling and clipping in place
+               do); maximize: g = -g.
+     AdamW     (torch.optim.AdamW, foreach=False; torch 1.13 adamw.py _single_tensor_adamw and torch 2.x adamw.py /
+               adam.py with decoupled_weight_decay are the same sequence, except the first moment, see moment_rule)
+               p  = p * (1 - lr*wd)                                   param.mul_(1 - lr * weight_decay)
+               m  = fma(g, 1-b1, m * b1)                              exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
+                    [ACCEL_OPTIM_MOMENT_LERP: m = fma(w, g - m, m) with w = 1-b1 if |w| < 0.5, else
+                     m = fma(w - 1, g - m, g)                         exp_avg.lerp_(grad, 1-beta1), torch 2.x]
+               v  = fma((1-b2) * g, g, v * b2)                        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1-b2)
+               amsgrad: vmax = max(vmax, v) (NaN wins), and vmax replaces v below
+               d  = sqrt(v) / sqrt(1 - b2^t) + eps                    (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+               p  = p + (-(lr / (1 - b1^t)) * m) / d                  param.addcdiv_(exp_avg, denom, value=-step_size)
+               The scalars 1 - lr*wd, 1 - b^t, lr / (1 - b1^t) and sqrt(1 - b2^t) are computed in double, as Python
+               does (b^t by binary powering — exact to about 1e-15, identical on CPU and GPU — where Python calls
+               pow()), then rounded to float32 where torch uses them.
+     SGD       (torch.optim.SGD, foreach=False; torch 1.13 and 2.x sgd.py _single_tensor_sgd are identical)
+               wd != 0:        g = fma(p, wd, g)                      grad.add(param, alpha=weight_decay)
+               momentum != 0:  first step of this parameter: buf = g  torch.clone(grad)
+                               later:  buf = fma(g, 1 - dampening, buf * momentum)
+                               nesterov: g = fma(buf, momentum, g), else g = buf
+               p = fma(g, -lr, p)                                     param.add_(grad, alpha=-lr)
+     model copy  model = bf16(p) or f16(p) round to nearest even (accel_f32_to_bf16 / _f16), or, for BF16 with
+               ACCEL_OPTIM_ROUND_STOCHASTIC, accel_optim_f32_to_bf16_sr(p, accel_optim_sr_bits(sr_seed, t, index))
+               where index = desc.index_offset + (elements of the parameters before this one) + element index: the
+               rule of accel_amp.h's stochastic rounding (accel_amp_master_to_model with sr = {sr_seed, t, that
+               offset} gives the same bits).
+   The fused step equals, bit for bit, unscaling and clipping the gradients in place, then stepping, then writing the
+   model copy (tests/unit/optim). Against torch 1.13 (Debian's, AVX2 kernels) every value of the tests' 8 runs of 20
+   steps is bit-identical (parameters, moments, step counts, learning rates); where torch's CPU kernels do not fuse
+   (its DEFAULT capability, no FMA) torch differs from both by an ulp per operation.
+
+   STEP COUNTS AND SKIPPED STEPS (torch keeps state["step"] per parameter; accel too)
+     Each parameter has its own step count t, incremented by every step in which it had a gradient (grad ptr
+     NULL = torch's p.grad None: the parameter and its state are untouched and its count stays). The optimizer's own
+     count (accel_optim_step_count) is incremented by every step that was taken. found_inf != 0 skips the whole
+     step: parameters, moments, model copy and every count stay as they were. torch's fused AdamW does the same
+     (_fused_adamw adds 1 to state_steps, the kernel returns early on found_inf, then subtracts found_inf). On
+     CUDA the counts live on the device and found_inf is read there, so a step is enqueued without a host round
+     trip; reading a count (accel_optim_step_count, _param_steps, state_save) synchronizes acc->stream.
+
+   LEARNING-RATE SCHEDULES (pure functions of a step count s; as transformers' schedules through LambdaLR:
+   lr = base_lr * factor(s); W = warmup_steps, T = total_steps; for s < W every kind gives s / max(1, W))
+     CONSTANT  factor = 1                                                    (get_constant_schedule_with_warmup)
+     LINEAR    factor = max(0, (T - s) / max(1, T - W))                      (get_linear_schedule_with_warmup)
+     COSINE    q = (s - W) / max(1, T - W); c = 0.5 * (1 + cos(pi * num_cycles * 2 * q));
+               factor = max(0, c * (1 - min_lr_ratio) + min_lr_ratio)      (get_cosine_with_min_lr_schedule_with_
+               warmup with min_lr_rate; get_cosine_schedule_with_warmup when min_lr_ratio = 0; num_cycles 0 → 0.5)
+     Computed in double exactly as those Python lambdas are (same libm cos), so lr is bit-identical to LambdaLR's.
+     Which step count: acc->scheduler_steps gives Accelerate's rule (AcceleratedScheduler steps P times per optimizer
+     step unless split_batches, docs/semantics.md §4); accel_optim_step_count gives "per optimizer step".
+
+   CHECKPOINTS (the core contract accel_state_save_fn / accel_state_load_fn; docs/semantics.md §5)
+     accel_optim_state_tensors: the moments as F32 tensors in acc's device memory, torch's state_dict keys:
+       "state.<i>.exp_avg", "state.<i>.exp_avg_sq" (+ "state.<i>.max_exp_avg_sq" with amsgrad) for AdamW,
+       "state.<i>.momentum_buffer" for SGD with momentum (none without), i = the parameter's index in desc.params.
+     accel_optim_state_save/_load: everything else as little-endian bytes (ACCEL_OPTIM_STATE_BYTES(G, N)):
+       "AOPT", u32 version 1, u32 algorithm, u32 flags (1 amsgrad, 2 maximize, 4 nesterov, 8 lerp moment rule,
+       16 momentum buffers), i32 groups G, i32 params N, f64 beta1, beta2, eps, momentum, dampening,
+       i64 optimizer steps; per group: i32 count, i32 0, f64 lr, f64 base lr, f64 weight_decay; per param:
+       i64 numel, i64 step; u64 FNV-1a of all the bytes before it.
+     Load validates everything first (size, magic, version, checksum, ranges, and that the algorithm, amsgrad,
+     momentum buffers, groups and parameter sizes match this optimizer), then restores the hyperparameters, learning
+     rates and step counts, as torch's load_state_dict does. The moments come back through the checkpoint's tensors.
+     sr_seed and index_offset are configuration, not state: give them again when resuming.
+
+   OPTIONS
+     desc field        zero means                        notes
+     algorithm         ACCEL_OPTIM_ADAMW                 or ACCEL_OPTIM_SGD
+     lr                1e-3 (torch's default)            group lr 0 → desc.lr; an explicit zero: ACCEL_OPTIM_ZERO
+     weight_decay      0 (none)                          torch AdamW's default is 1e-2: set it; used when no groups
+     beta1, beta2      0.9, 0.999                        ACCEL_OPTIM_ZERO for a true 0
+     eps               1e-8                              ACCEL_OPTIM_ZERO for a true 0
+     momentum, dampening, nesterov, amsgrad, maximize    0 / off, as torch
+     moment_rule       torch 1.x mul + add               ACCEL_OPTIM_MOMENT_LERP: torch 2.x's lerp_
+     model_rounding    round to nearest even             ACCEL_OPTIM_ROUND_STOCHASTIC (BF16 copies), sr_seed
+     index_offset      0                                 element index of params[0] in the whole model (shards)
+     Macros: ACCEL_OPTIM_CUDA_BLOCK (threads per block, 256), ACCEL_OPTIM_CHUNK (elements per block task, 65536),
+     ACCEL_OPTIM_NO_DISPATCH (no run-time choice of the AVX2+FMA loop).
+     Speed (never results): compile the ACCEL_IMPLEMENTATION TU with -fno-math-errno (the project's build does), or
+     sqrtf stays a libm call per element and the CPU loop does not vectorize; on x86 GCC/Clang builds without FMA
+     in -march the step picks an AVX2+FMA loop at run time when the CPU has it; elsewhere without hardware FMA
+     the fused multiply-add is emulated exactly in double (slower, same bits).
+     Results: the bits do not depend on flags, except that nvcc's --use_fast_math (or -ftz=true) changes the device
+     results (flushed subnormals, approximate division); GCC's GNU-mode -ffp-contract=fast is neutralized per
+     function.
+
+   THREADS AND STREAMS
+     An optimizer is used by one thread at a time; accel_optim_step is local (not a collective). CPU runs are one
+     thread. On CUDA a step is two launches on acc->stream (a one-block kernel that reads found_inf, counts the step
+     and computes each parameter's constants, then one multi-tensor kernel over every parameter) with the tensor
+     list in the core's device scratch; nothing synchronizes. The buffers must not be used by other streams during
+     the step.
+
+   DESIGN FOR ZeRO (sharding is not implemented here; accel_collectives.h will partition): an optimizer over a shard
+   is an optimizer over views — params/grads/model are the shard's contiguous pieces (1-D accel_tensors), and
+   index_offset is the shard's first element in the whole flattened list, so stochastic rounding draws the same bits
+   as the unsharded run and every element's math is unchanged: the sharded result equals the unsharded one bit for
+   bit. State tensors and step counts are per view.
+
+   DIFFERENCES FROM TORCH (deliberate)
+     - weight_decay defaults to 0 (torch AdamW: 1e-2), so zero-initialized descriptors mean "no decay".
+     - Parameter groups share every hyperparameter except lr and weight_decay.
+     - Gradients may be BF16/F16 with F32 parameters (torch requires equal dtypes); they are widened exactly.
+     - The fused step reads the gradients and never writes them (torch's unscale_/clip_grad_norm_ modify them).
+     - SGD keeps a step count per parameter (torch's SGD keeps none; its "momentum_buffer is None" is t == 0 here).
+     - b^t is computed by binary powering instead of pow() (≤ 1e-15 relative; identical on CPU and GPU).
+     - fma is exact on every target (hardware, or emulated), so the CPU and CUDA results are identical bit for bit;
+       torch's results depend on its CPU capability and differ between its CPU and CUDA kernels.
+     - Stochastic rounding of the model copy has no torch counterpart.
+*/
+#ifndef ACCEL_OPTIM_H_INCLUDED
+#define ACCEL_OPTIM_H_INCLUDED
+#include "accel.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An explicit zero for desc fields whose zero value means "default" (lr, beta1, beta2, eps): negative zero. */
+#define ACCEL_OPTIM_ZERO (-0.0)
+
+typedef enum accel_optim_algorithm {
+    ACCEL_OPTIM_ADAMW = 0, /* torch.optim.AdamW */
+    ACCEL_OPTIM_SGD        /* torch.optim.SGD */
+} accel_optim_algorithm;
+
+typedef enum accel_optim_moment_rule {
+    ACCEL_OPTIM_MOMENT_DEFAULT = 0, /* = ACCEL_OPTIM_MOMENT_MUL_ADD */
+    ACCEL_OPTIM_MOMENT_MUL_ADD,     /* torch 1.x: exp_avg.mul_(beta1).add_(grad, alpha=1-beta1) */
+    ACCEL_OPTIM_MOMENT_LERP         /* torch 2.x: exp_avg.lerp_(grad, 1-beta1) */
+} accel_optim_moment_rule;
+
+typedef enum accel_optim_rounding {
+    ACCEL_OPTIM_ROUND_NEAREST = 0, /* model copy: round to nearest even */
+    ACCEL_OPTIM_ROUND_STOCHASTIC   /* model copy (BF16 only): accel_amp.h's stochastic rounding rule */
+} accel_optim_rounding;
+
+/* A parameter group: `count` consecutive parameters of desc.params (groups cover the list in order). */
+typedef struct accel_optim_group {
+    int count;
+    double lr;           /* 0 → desc.lr (ACCEL_OPTIM_ZERO for 0); the group's base lr for schedules */
+    double weight_decay; /* taken as is: 0 = no decay (not inherited from desc.weight_decay) */
+} accel_optim_group;
+
+typedef struct accel_optim_desc {
+    accel_optim_algorithm algorithm;
+    /* Lists of nparams entries; descriptors and names are copied, the memory stays the caller's (acc's device). */
+    const accel_tensor *params; /* F32 master weights */
+    const accel_tensor *grads;  /* F32/BF16/F16, numel equal to the param's; NULL list or NULL ptr: no gradient */
+    const accel_tensor *model;  /* NULL, or BF16/F16 copies written by every step (NULL ptr: no copy of that one) */
+    int nparams;
+    const accel_optim_group *groups; /* NULL: one group with desc.lr and desc.weight_decay */
+    int ngroups;
+    double lr;                  /* 0 → 1e-3 */
+    double weight_decay;        /* 0 → none */
+    double beta1, beta2;        /* AdamW: 0 → 0.9, 0.999 */
+    double eps;                 /* AdamW: 0 → 1e-8 */
+    int amsgrad;                /* AdamW */
+    accel_optim_moment_rule moment_rule; /* AdamW */
+    double momentum;            /* SGD: 0 → none */
+    double dampening;           /* SGD */
+    int nesterov;               /* SGD: needs momentum > 0 and dampening 0 (as torch) */
+    int maximize;
+    accel_optim_rounding model_rounding;
+    uint64_t sr_seed;           /* stochastic rounding key */
+    uint64_t index_offset;      /* global element index of params[0] (stochastic rounding; shards) */
+} accel_optim_desc;
+
+/* Optional inputs of one step (NULL args = none of them). */
+typedef struct accel_optim_step_args {
+    float inv_scale;          /* 0 → no unscaling; else gradients are multiplied by it (1 / loss scale) */
+    const float *clip_coef;   /* host pointer or NULL: gradients are multiplied by *clip_coef (0 is a valid value) */
+    const int32_t *found_inf; /* NULL, or a flag in acc's device memory (host memory on a CPU run): nonzero skips */
+} accel_optim_step_args;
+
+typedef struct accel_optim accel_optim;
+
+ACCEL_API accel_result accel_optim_create(accel *acc, const accel_optim_desc *desc, accel_optim **out);
+ACCEL_API void accel_optim_destroy(accel_optim *opt); /* NULL ok */
+/* One optimizer step over every parameter that has a gradient. Local; on CUDA asynchronous on acc->stream. */
+ACCEL_API accel_result accel_optim_step(accel_optim *opt, const accel_optim_step_args *args);
+/* Re-points the gradients (n == the number of params; same shapes, F32/BF16/F16; NULL ptr = no gradient). */
+ACCEL_API accel_result accel_optim_set_grads(accel_optim *opt, const accel_tensor *grads, int n);
+
+ACCEL_API int accel_optim_num_groups(const accel_optim *opt);
+/* group -1: every group. lr >= 0 and finite. */
+ACCEL_API accel_result accel_optim_set_lr(accel_optim *opt, int group, double lr);
+ACCEL_API double accel_optim_lr(const accel_optim *opt, int group);      /* current lr (-1 for a bad group) */
+ACCEL_API double accel_optim_base_lr(const accel_optim *opt, int group); /* the lr it was created with (initial_lr) */
+
+/* Taken steps of the optimizer, and of each parameter (out: nparams values). Synchronize on CUDA. */
+ACCEL_API accel_result accel_optim_step_count(accel_optim *opt, int64_t *steps);
+ACCEL_API accel_result accel_optim_param_steps(accel_optim *opt, int64_t *steps, int n);
+
+/* The moments as tensors (owned by opt, valid until destroy) for accel_ckpt_register_optimizer; see the manual. */
+ACCEL_API accel_result accel_optim_state_tensors(accel_optim *opt, const accel_tensor **tensors, int *n);
+/* The core state contract (accel_state_save_fn / accel_state_load_fn); obj is an accel_optim *. */
+#define ACCEL_OPTIM_STATE_BYTES(ngroups, nparams) (80u + 32u * (size_t)(ngroups) + 16u * (size_t)(nparams))
+ACCEL_API accel_result accel_optim_state_save(void *opt, void *buf, size_t cap, size_t *size);
+ACCEL_API accel_result accel_optim_state_load(void *opt, const void *buf, size_t size);
+
+/* ----------------------------------------------------------------------------------------- schedules */
+typedef enum accel_optim_schedule_kind {
+    ACCEL_OPTIM_SCHEDULE_CONSTANT = 0,
+    ACCEL_OPTIM_SCHEDULE_LINEAR,
+    ACCEL_OPTIM_SCHEDULE_COSINE
+} accel_optim_schedule_kind;
+
+typedef struct accel_optim_schedule {
+    accel_optim_schedule_kind kind;
+    int64_t warmup_steps;
+    int64_t total_steps;  /* LINEAR, COSINE */
+    double min_lr_ratio;  /* COSINE: the floor as a fraction of the base lr (transformers' min_lr_rate) */
+    double num_cycles;    /* COSINE: 0 → 0.5 (half a cosine from the base lr to the floor) */
+} accel_optim_schedule;
+
+/* The multiplier of the base lr at step count `step` (formulas in the manual). NaN for an invalid schedule. */
+ACCEL_API double accel_optim_schedule_factor(const accel_optim_schedule *s, int64_t step);
+/* Every group's lr = its base lr × accel_optim_schedule_factor(s, step). */
+ACCEL_API accel_result accel_optim_apply_schedule(accel_optim *opt, const accel_optim_schedule *s, int64_t step);
+
+/* torch.nn.utils.clip_grad_norm_'s coefficient for step_args.clip_coef: min(1, max_norm / (total_norm + 1e-6)) in
+   float32, computed as torch does (reciprocal(total + 1e-6f) * max_norm). */
+ACCEL_API float accel_optim_clip_coef(double total_norm, double max_norm);
+
+/* ------------------------------------------------------------ element-wise helpers (CPU and CUDA, public) */
+/* The stochastic-rounding bits of element `index` for stream `stream` (the parameter's step count): the rule of
+   accel_amp.h, accel_rng_draw4(seed, stream, index / 4)[index % 4]. */
+static ACCEL_INLINE ACCEL_HD uint32_t accel_optim_sr_bits(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint32_t out[4];
+    accel_rng_draw4(seed, stream, index >> 2, out);
+    return out[index & 3u];
+}
+/* fp32 → bf16 with stochastic rounding: the low 16 bits of rnd are added below the bf16 mantissa, then the result is
+   truncated (E[result] = f). NaN → 0x7FFF (the core codec's NaN), ±Inf stays, finite values may round to ±Inf. */
+static ACCEL_INLINE ACCEL_HD uint16_t accel_optim_f32_to_bf16_sr(float f, uint32_t rnd) {
+    uint32_t u = accel_f32_bits(f);
+    uint32_t a = u & 0x7fffffffu;
+    uint32_t r = (a == 0x7f800000u) ? (u >> 16) : ((u + (rnd & 0xffffu)) >> 16);
+    return (uint16_t)(a > 0x7f800000u ? 0x7fffu : r);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_OPTIM_H_INCLUDED */
+
+/* ========================================================================================== implementation */
+#if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__OPTIM_IMPL_DONE)
+#define ACCEL__OPTIM_IMPL_DONE
+/* CONTENTS
+     1. element-wise math (ACCEL_HD: the CPU loops and the CUDA kernels call the same functions)
+     2. CPU loops (and their AVX2+FMA twin chosen at run time)
+     3. CUDA kernels and their launcher
+     4. create / destroy / set_grads
+     5. the step
+     6. learning rates, schedules, step counts
+     7. saved state */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifndef ACCEL_OPTIM_CUDA_BLOCK
+#define ACCEL_OPTIM_CUDA_BLOCK 256
+#endif
+#ifndef ACCEL_OPTIM_CHUNK
+#define ACCEL_OPTIM_CHUNK 65536
+#endif
+#if ACCEL_OPTIM_CHUNK <= 0
+#error "ACCEL_OPTIM_CHUNK must be positive"
+#endif
+#if (ACCEL_OPTIM_CUDA_BLOCK & (ACCEL_OPTIM_CUDA_BLOCK - 1)) != 0 || ACCEL_OPTIM_CUDA_BLOCK < 32 || ACCEL_OPTIM_CUDA_BLOCK > 1024
+#error "ACCEL_OPTIM_CUDA_BLOCK must be a power of two in [32, 1024]"
+#endif
+#define ACCEL__OPTIM_MAX_BLOCKS 8192
+#define ACCEL__OPTIM_STAGGER 1040 /* floats between two state slabs beyond their contents */
+
+/* Element-wise helpers are force-inlined: the CPU loops vectorize only once the math is inlined into them. */
+#if defined(__CUDACC__)
+#define ACCEL__OPTIM_HDI static __forceinline__ ACCEL_HD
+#define ACCEL__OPTIM_HI static __forceinline__
+#elif defined(__GNUC__) || defined(__clang__)
+#define ACCEL__OPTIM_HDI static ACCEL_INLINE __attribute__((always_inline))
+#define ACCEL__OPTIM_HI static ACCEL_INLINE __attribute__((always_inline))
+#else
+#define ACCEL__OPTIM_HDI static ACCEL_INLINE
+#define ACCEL__OPTIM_HI static ACCEL_INLINE
+#endif
+/* No FP contraction in the functions that run the math on the host: a product that torch rounds must stay rounded
+   even under GCC's GNU-mode default -ffp-contract=fast with FMA in -march (ISO modes are already off; Clang
+   contracts only inside one expression; device code uses __fmul_rn & co.). */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define ACCEL__OPTIM_NOCONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define ACCEL__OPTIM_NOCONTRACT
+#endif
+/* Run-time dispatch to an AVX2+FMA twin of the CPU loop on x86 GCC/Clang builds whose -march has no FMA. */
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && !defined(__CUDACC__) && \
+    !defined(__FP_FAST_FMAF) && !defined(ACCEL_OPTIM_NO_DISPATCH)
+#define ACCEL__OPTIM_X86_DISPATCH 1
+#endif
+#ifdef __FP_FAST_FMAF
+#define ACCEL__OPTIM_HW_FMA 1 /* fmaf is one instruction here */
+#else
+#define ACCEL__OPTIM_HW_FMA 0
+#endif
+
+/* ------------------------------------------------------------------------------- 1. element-wise math */
+/* Operations whose rounding must not be merged with a neighbour's (nvcc contracts a*b+c by default). */
+ACCEL__OPTIM_HDI float accel__optim_mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+ACCEL__OPTIM_HDI float accel__optim_add(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+ACCEL__OPTIM_HDI float accel__optim_div(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+ACCEL__OPTIM_HDI float accel__optim_sqrt(float a) {
+#ifdef __CUDA_ARCH__
+    return __fsqrt_rn(a);
+#else
+    return sqrtf(a);
+#endif
+}
+ACCEL__OPTIM_HDI double accel__optim_dmul(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+#ifndef __CUDA_ARCH__
+/* fmaf without an FMA instruction, exact: a*b is exact in double; s = a*b + c is rounded once, its error e recovered
+   with TwoSum; making s odd when e != 0 (round to odd, 53 >= 24 + 2 bits) lets the final rounding to float be the
+   correctly rounded a*b + c (Boldo & Melquiond, "Emulation of FMA and correctly rounded sums", IEEE TC 2008). */
+ACCEL__OPTIM_HI float accel__optim_fma_emu(float a, float b, float c) {
+    double p = (double)a * (double)b, dc = (double)c;
+    double s = p + dc;
+    double bb = s - p;
+    double e = (p - (s - bb)) + (dc - bb);
+    uint64_t u, ue;
+    memcpy(&u, &s, sizeof u);
+    memcpy(&ue, &e, sizeof ue);
+    if (e != 0.0 && !(u & 1u) && (u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull)
+        u += ((ue ^ u) >> 63) ? ~(uint64_t)0 : (uint64_t)1; /* one ulp toward e: up in magnitude if same sign */
+    memcpy(&s, &u, sizeof s);
+    return (float)s;
+}
+#endif
+/* a*b + c rounded once, on every target (hw: the caller runs where fmaf is one instruction). */
+ACCEL__OPTIM_HDI float accel__optim_fma(float a, float b, float c, const int hw) {
+#ifdef __CUDA_ARCH__
+    (void)hw;
+    return __fmaf_rn(a, b, c);
+#else
+    if (hw) {
+#if defined(__GNUC__) || defined(__clang__)
+        return __builtin_fmaf(a, b, c);
+#else
+        return fmaf(a, b, c);
+#endif
+    }
+    return accel__optim_fma_emu(a, b, c);
+#endif
+}
+
+/* b^e for the bias corrections: binary powering in double, identical on CPU and GPU (Python calls pow(); the two
+   agree to ~1e-15 relative). */
+ACCEL__OPTIM_HDI double accel__optim_powi(double b, unsigned long long e) {
+    double r = 1.0;
+    while (e) {
+        if (e & 1u) r = accel__optim_dmul(r, b);
+        e >>= 1;
+        if (e) b = accel__optim_dmul(b, b);
+    }
+    return r;
+}
+
+enum { ACCEL__OPTIM_K_ADAMW = 0, ACCEL__OPTIM_K_ADAMW_LERP, ACCEL__OPTIM_K_SGD, ACCEL__OPTIM_K_SGD_MOM };
+
+/* What every parameter shares (by value into the kernels). */
+typedef struct accel__optim_hyper {
+    double beta1, beta2, eps, momentum, dampening;
+    int kind;               /* ACCEL__OPTIM_K_* */
+    int amsgrad, nesterov, maximize, stochastic;
+    unsigned long long sr_seed;
+} accel__optim_hyper;
+
+/* One parameter's constants for one step, rounded to float32 where torch applies them. */
+typedef struct accel__optim_coefs {
+    float decay, beta1, omb1, beta2, omb2, bc2s, eps, nss; /* AdamW */
+    float lerp_w;                                          /* AdamW lerp: w, or w - 1 when |w| >= 0.5 */
+    float wd, mom, omd, nlr;                               /* SGD */
+    int lerp_small, has_wd, first, pad;
+    unsigned long long t;                                  /* the step count after this step */
+} accel__optim_coefs;
+
+/* The doubles are combined as Python combines them (lr * weight_decay, 1 - beta ** t, lr / bc1, sqrt(bc2)). */
+ACCEL__OPTIM_HDI void accel__optim_make_coefs(const accel__optim_hyper *hy, double lr, double wd, unsigned long long t,
+                                               accel__optim_coefs *k) {
+    double bc1 = 1.0 - accel__optim_powi(hy->beta1, t);
+    double bc2 = 1.0 - accel__optim_powi(hy->beta2, t);
+    float w = (float)(1.0 - hy->beta1);
+    k->decay = (float)(1.0 - accel__optim_dmul(lr, wd));
+    k->beta1 = (float)hy->beta1;
+    k->omb1 = w;
+    k->beta2 = (float)hy->beta2;
+    k->omb2 = (float)(1.0 - hy->beta2);
+#ifdef __CUDA_ARCH__
+    k->bc2s = (float)__dsqrt_rn(bc2);
+    k->nss = (float)(-__ddiv_rn(lr, bc1));
+#else
+    k->bc2s = (float)sqrt(bc2);
+    k->nss = (float)(-(lr / bc1));
+#endif
+    k->eps = (float)hy->eps;
+    k->lerp_small = (w < 0.5f && w > -0.5f);
+    k->lerp_w = k->lerp_small ? w : w - 1.0f;
+    k->wd = (float)wd;
+    k->has_wd = wd != 0.0;
+    k->mom = (float)hy->momentum;
+    k->omd = (float)(1.0 - hy->dampening);
+    k->nlr = (float)(-lr);
+    k->first = t == 1u;
+    k->pad = 0;
+    k->t = t;
+}
+
+/* x rounded to the gradient's dtype (what storing it back into the gradient buffer does). */
+ACCEL__OPTIM_HDI float accel__optim_round_to(float x, int dt) {
+    if (dt == (int)ACCEL_BF16) return accel_bf16_to_f32(accel_f32_to_bf16(x));
+    if (dt == (int)ACCEL_F16) return accel_f16_to_f32(accel_f32_to_f16(x));
+    return x;
+}
+
+/* Gradient preprocessing of one step: unscale, clip (each rounded to the gradient's dtype), maximize. */
+typedef struct accel__optim_in {
+    float inv, coef;
+    int has_inv, has_coef, neg, pad;
+} accel__optim_in;
+
+ACCEL__OPTIM_HDI float accel__optim_grad_in(float g, int dt, const accel__optim_in *in) {
+    if (in->has_inv) g = accel__optim_round_to(accel__optim_mul(g, in->inv), dt);
+    if (in->has_coef) g = accel__optim_round_to(accel__optim_mul(g, in->coef), dt);
+    return in->neg ? -g : g;
+}
+
+/* torch.maximum: NaN if either is NaN. */
+ACCEL__OPTIM_HDI float accel__optim_max(float a, float b) { return (a > b || a != a) ? a : b; }
+
+/* AdamW on one element; returns the new parameter (the manual's formula, in its order). */
+ACCEL__OPTIM_HDI float accel__optim_adamw1(const accel__optim_coefs *k, float g, float p, float *m, float *v,
+                                           float *vmax, const int ams, const int lerp, const int hw) {
+    float mm = *m, vv, d;
+    p = accel__optim_mul(p, k->decay);
+    if (lerp) mm = accel__optim_fma(k->lerp_w, g - mm, k->lerp_small ? mm : g, hw);
+    else mm = accel__optim_fma(g, k->omb1, accel__optim_mul(mm, k->beta1), hw);
+    vv = accel__optim_fma(accel__optim_mul(k->omb2, g), g, accel__optim_mul(*v, k->beta2), hw);
+    *m = mm;
+    *v = vv;
+    if (ams) {
+        vv = accel__optim_max(*vmax, vv);
+        *vmax = vv;
+    }
+    d = accel__optim_add(accel__optim_div(accel__optim_sqrt(vv), k->bc2s), k->eps);
+    return accel__optim_add(p, accel__optim_div(accel__optim_mul(k->nss, mm), d));
+}
+
+/* SGD on one element (buf is only touched with momentum; has_wd and first are the coefficients' flags, passed
+   apart so that the CPU loops can fix them per loop). */
+ACCEL__OPTIM_HDI float accel__optim_sgd1(const accel__optim_coefs *k, float g, float p, float *buf, const int mom,
+                                         const int nesterov, const int has_wd, const int first, const int hw) {
+    if (has_wd) g = accel__optim_fma(p, k->wd, g, hw);
+    if (mom) {
+        float b = first ? g : accel__optim_fma(g, k->omd, accel__optim_mul(*buf, k->mom), hw);
+        *buf = b;
+        g = nesterov ? accel__optim_fma(b, k->mom, g, hw) : b;
+    }
+    return accel__optim_fma(g, k->nlr, p, hw);
+}
+
+/* The model copy of one element (mt: ACCEL_BF16 or ACCEL_F16). */
+ACCEL__OPTIM_HDI uint16_t accel__optim_model1(float p, int mt, int stochastic, unsigned long long seed,
+                                              unsigned long long t, unsigned long long index) {
+    if (mt == (int)ACCEL_F16) return accel_f32_to_f16(p);
+    if (stochastic) return accel_optim_f32_to_bf16_sr(p, accel_optim_sr_bits(seed, t, index));
+    return accel_f32_to_bf16(p);
+}
+
+/* One parameter's work in one step (the CUDA kernels read an array of these from the device scratch). */
+typedef struct accel__optim_job {
+    float *p;
+    const void *g;
+    float *m, *v, *vmax;     /* state: exp_avg, exp_avg_sq, max_exp_avg_sq | momentum_buffer in m */
+    void *model;             /* NULL: no copy */
+    long long n;             /* elements */
+    long long chunk_begin;   /* first global chunk (CUDA) */
+    double lr, wd;
+    unsigned long long index; /* global element index of element 0 (stochastic rounding) */
+    int param, gt, mt, pad;
+    accel__optim_coefs k;    /* filled on the host (CPU) or by the coefficient kernel (CUDA) */
+} accel__optim_job;
+
+/* Element e of one job, everything in one place: what each CUDA thread does (tests run it on the CPU too, against the
+   blocked CPU loops below). */
+ACCEL__OPTIM_HDI void accel__optim_elem(const accel__optim_job *jb, const accel__optim_coefs *k,
+                                        const accel__optim_hyper *hy, const accel__optim_in *in, long long e, const int hw) {
+    float g, p = jb->p[e];
+    if (jb->gt == (int)ACCEL_F32) g = ((const float *)jb->g)[e];
+    else if (jb->gt == (int)ACCEL_BF16) g = accel_bf16_to_f32(((const uint16_t *)jb->g)[e]);
+    else g = accel_f16_to_f32(((const uint16_t *)jb->g)[e]);
+    g = accel__optim_grad_in(g, jb->gt, in);
+    if (hy->kind == ACCEL__OPTIM_K_ADAMW || hy->kind == ACCEL__OPTIM_K_ADAMW_LERP)
+        p = accel__optim_adamw1(k, g, p, &jb->m[e], &jb->v[e], hy->amsgrad ? &jb->vmax[e] : NULL, hy->amsgrad,
+                                hy->kind == ACCEL__OPTIM_K_ADAMW_LERP, hw);
+    else if (hy->kind == ACCEL__OPTIM_K_SGD_MOM)
+        p = accel__optim_sgd1(k, g, p, &jb->m[e], 1, hy->nesterov, k->has_wd, k->first, hw);
+    else
+        p = accel__optim_sgd1(k, g, p, NULL, 0, 0, k->has_wd, 0, hw);
+    jb->p[e] = p;
+    if (jb->model)
+        ((uint16_t *)jb->model)[e] = accel__optim_model1(p, jb->mt, hy->stochastic, hy->sr_seed, k->t,
+                                                         jb->index + (unsigned long long)e);
+}
+
+/* ------------------------------------------------------------------------------------- 2. CPU loops */
+/* Blocks of 256 elements with a constant trip count, so that GCC's -O2 cost model vectorizes them (as accel_amp's
+   loops) and the per-block bookkeeping is amortized (16 ran at a third of the speed in cache); the gradient is
+   staged in a small array first, so that each stage is one simple loop. */
+#define ACCEL__OPTIM_BLK 256
+
+ACCEL__OPTIM_HI void accel__optim_cpu_grads(float *ACCEL_RESTRICT g, const void *ACCEL_RESTRICT src, int gt, size_t cnt,
+                                            const accel__optim_in *in) {
+    size_t j;
+    if (gt == (int)ACCEL_F32) {
+        const float *s = (const float *)src;
+        for (j = 0; j < cnt; ++j) g[j] = s[j];
+        if (in->has_inv) for (j = 0; j < cnt; ++j) g[j] = accel__optim_mul(g[j], in->inv);
+        if (in->has_coef) for (j = 0; j < cnt; ++j) g[j] = accel__optim_mul(g[j], in->coef);
+    } else {
+        const uint16_t *s = (const uint16_t *)src;
+        if (gt == (int)ACCEL_BF16) for (j = 0; j < cnt; ++j) g[j] = accel_bf16_to_f32(s[j]);
+        else for (j = 0; j < cnt; ++j) g[j] = accel_f16_to_f32(s[j]);
+        if (in->has_inv) for (j = 0; j < cnt; ++j) g[j] = accel__optim_round_to(accel__optim_mul(g[j], in->inv), gt);
+        if (in->has_coef) for (j = 0; j < cnt; ++j) g[j] = accel__optim_round_to(accel__optim_mul(g[j], in->coef), gt);
+    }
+    if (in->neg) for (j = 0; j < cnt; ++j) g[j] = -g[j];
+}
+
+ACCEL__OPTIM_HI void accel__optim_cpu_math(float *ACCEL_RESTRICT p, const float *ACCEL_RESTRICT g,
+                                           float *ACCEL_RESTRICT m, float *ACCEL_RESTRICT v,
+                                           float *ACCEL_RESTRICT vmax, size_t cnt, const accel__optim_coefs *kp,
+                                           const int kind, const int ams, const int nesterov, const int hw) {
+    accel__optim_coefs k = *kp;
+    size_t j;
+    if (kind == ACCEL__OPTIM_K_ADAMW || kind == ACCEL__OPTIM_K_ADAMW_LERP) {
+        const int lerp = kind == ACCEL__OPTIM_K_ADAMW_LERP;
+        if (ams) for (j = 0; j < cnt; ++j) p[j] = accel__optim_adamw1(&k, g[j], p[j], &m[j], &v[j], &vmax[j], 1, lerp, hw);
+        else for (j = 0; j < cnt; ++j) p[j] = accel__optim_adamw1(&k, g[j], p[j], &m[j], &v[j], NULL, 0, lerp, hw);
+    } else if (kind == ACCEL__OPTIM_K_SGD_MOM) {
+#define ACCEL__OPTIM_SGD_LOOP(N, W, F)                                                                                 \
+    for (j = 0; j < cnt; ++j) p[j] = accel__optim_sgd1(&k, g[j], p[j], &m[j], 1, N, W, F, hw)
+        switch ((k.has_wd ? 4 : 0) | (k.first ? 2 : 0) | (nesterov ? 1 : 0)) {
+        case 0: ACCEL__OPTIM_SGD_LOOP(0, 0, 0); break;
+        case 1: ACCEL__OPTIM_SGD_LOOP(1, 0, 0); break;
+        case 2: ACCEL__OPTIM_SGD_LOOP(0, 0, 1); break;
+        case 3: ACCEL__OPTIM_SGD_LOOP(1, 0, 1); break;
+        case 4: ACCEL__OPTIM_SGD_LOOP(0, 1, 0); break;
+        case 5: ACCEL__OPTIM_SGD_LOOP(1, 1, 0); break;
+        case 6: ACCEL__OPTIM_SGD_LOOP(0, 1, 1); break;
+        default: ACCEL__OPTIM_SGD_LOOP(1, 1, 1); break;
+        }
+#undef ACCEL__OPTIM_SGD_LOOP
+    } else if (k.has_wd) {
+        for (j = 0; j < cnt; ++j) p[j] = accel__optim_sgd1(&k, g[j], p[j], NULL, 0, 0, 1, 0, hw);
+    } else {
+        for (j = 0; j < cnt; ++j) p[j] = accel__optim_sgd1(&k, g[j], p[j], NULL, 0, 0, 0, 0, hw);
+    }
+}
+
+ACCEL__OPTIM_HI void accel__optim_cpu_model(void *model, int mt, const float *ACCEL_RESTRICT p, size_t cnt,
+                                            const accel__optim_hyper *hy, unsigned long long t,
+                                            unsigned long long index) {
+    uint16_t *ACCEL_RESTRICT d = (uint16_t *)model;
+    size_t j;
+    if (mt == (int)ACCEL_F16) {
+        for (j = 0; j < cnt; ++j) d[j] = accel_f32_to_f16(p[j]);
+    } else if (!hy->stochastic) {
+        for (j = 0; j < cnt; ++j) d[j] = accel_f32_to_bf16(p[j]);
+    } else {
+        j = 0;
+        while (j < cnt) { /* one Philox block per 4 aligned indices */
+            uint32_t r[4];
+            unsigned long long ix = index + j;
+            if ((ix & 3u) == 0 && j + 4 <= cnt) {
+                accel_rng_draw4(hy->sr_seed, t, ix >> 2, r);
+                d[j] = accel_optim_f32_to_bf16_sr(p[j], r[0]);
+                d[j + 1] = accel_optim_f32_to_bf16_sr(p[j + 1], r[1]);
+                d[j + 2] = accel_optim_f32_to_bf16_sr(p[j + 2], r[2]);
+                d[j + 3] = accel_optim_f32_to_bf16_sr(p[j + 3], r[3]);
+                j += 4;
+            } else {
+                d[j] = accel__optim_model1(p[j], mt, 1, hy->sr_seed, t, ix);
+                ++j;
+            }
+        }
+    }
+}
+
+/* Elements [i, i + cnt) of one job (cnt <= ACCEL__OPTIM_BLK, a constant in the hot loop). */
+ACCEL__OPTIM_HI void accel__optim_cpu_block(const accel__optim_job *jb, const accel__optim_hyper *hy,
+                                            const accel__optim_in *in, size_t i, size_t cnt, const int kind,
+                                            const int ams, const int hw) {
+    float g[ACCEL__OPTIM_BLK];
+    size_t es = jb->gt == (int)ACCEL_F32 ? 4u : 2u;
+    accel__optim_cpu_grads(g, (const unsigned char *)jb->g + i * es, jb->gt, cnt, in);
+    accel__optim_cpu_math(jb->p + i, g, jb->m ? jb->m + i : NULL, jb->v ? jb->v + i : NULL,
+                          jb->vmax ? jb->vmax + i : NULL, cnt, &jb->k, kind, ams, hy->nesterov, hw);
+    if (jb->model) accel__optim_cpu_model((uint16_t *)jb->model + i, jb->mt, jb->p + i, cnt, hy, jb->k.t, jb->index + i);
+}
+
+ACCEL__OPTIM_HI void accel__optim_cpu_jobs(const accel__optim_job *jobs, int njobs, const accel__optim_hyper *hy,
+                                           const accel__optim_in *in, const int kind, const int ams, const int hw) {
+    int q;
+    for (q = 0; q < njobs; ++q) {
+        const accel__optim_job *jb = &jobs[q];
+        size_t n = (size_t)jb->n, i = 0;
+        for (; i + ACCEL__OPTIM_BLK <= n; i += ACCEL__OPTIM_BLK)
+            accel__optim_cpu_block(jb, hy, in, i, ACCEL__OPTIM_BLK, kind, ams, hw);
+        if (i < n) accel__optim_cpu_block(jb, hy, in, i, n - i, kind, ams, hw);
+    }
+}
+
+/* One instantiation per (kind, amsgrad): the compile-time flags are what lets each loop vectorize. */
+#define ACCEL__OPTIM_CPU_VARIANTS(PREFIX, ATTR, HW)                                                                   \
+    static ATTR void PREFIX##_adamw(const accel__optim_job *j, int n, const accel__optim_hyper *h,                     \
+                                    const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW, 0, HW); } \
+    static ATTR void PREFIX##_adamw_ams(const accel__optim_job *j, int n, const accel__optim_hyper *h,                 \
+                                        const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW, 1, HW); } \
+    static ATTR void PREFIX##_lerp(const accel__optim_job *j, int n, const accel__optim_hyper *h,                      \
+                                   const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW_LERP, 0, HW); } \
+    static ATTR void PREFIX##_lerp_ams(const accel__optim_job *j, int n, const accel__optim_hyper *h,                  \
+                                       const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW_LERP, 1, HW); } \
+    static ATTR void PREFIX##_sgd(const accel__optim_job *j, int n, const accel__optim_hyper *h,                       \
+                                  const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_SGD, 0, HW); } \
+    static ATTR void PREFIX##_sgd_mom(const accel__optim_job *j, int n, const accel__optim_hyper *h,                   \
+                                      const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_SGD_MOM, 0, HW); } \
+    static void PREFIX(const accel__optim_job *j, int n, const accel__optim_hyper *h, const accel__optim_in *in) {     \
+        switch (h->kind) {                                                                                             \
+        case ACCEL__OPTIM_K_ADAMW: if (h->amsgrad) PREFIX##_adamw_ams(j, n, h, in); else PREFIX##_adamw(j, n, h, in); break; \
+        case ACCEL__OPTIM_K_ADAMW_LERP: if (h->amsgrad) PREFIX##_lerp_ams(j, n, h, in); else PREFIX##_lerp(j, n, h, in); break; \
+        case ACCEL__OPTIM_K_SGD_MOM: PREFIX##_sgd_mom(j, n, h, in); break;                                             \
+        default: PREFIX##_sgd(j, n, h, in); break;                                                                     \
+        }                                                                                                              \
+    }
+
+ACCEL__OPTIM_CPU_VARIANTS(accel__optim_cpu_generic, ACCEL__OPTIM_NOCONTRACT, ACCEL__OPTIM_HW_FMA)
+#ifdef ACCEL__OPTIM_X86_DISPATCH
+ACCEL__OPTIM_CPU_VARIANTS(accel__optim_cpu_avx2, ACCEL__OPTIM_NOCONTRACT __attribute__((target("avx2,fma"))), 1)
+#endif
+
+/* The CPU loop for this machine (both give the same bits; the twin only uses the FMA instruction). */
+static void accel__optim_cpu_run(const accel__optim_job *jobs, int njobs, const accel__optim_hyper *hy,
+                                 const accel__optim_in *in) {
+#ifdef ACCEL__OPTIM_X86_DISPATCH
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        accel__optim_cpu_avx2(jobs, njobs, hy, in);
+        return;
+    }
+#endif
+    accel__optim_cpu_generic(jobs, njobs, hy, in);
+}
+
+/* Host side of the per-parameter constants (no contraction: 1 - lr*wd and 1 - b^t must round as Python's do). */
+static ACCEL__OPTIM_NOCONTRACT void accel__optim_host_coefs(const accel__optim_hyper *hy, double lr, double wd,
+                                                            unsigned long long t, accel__optim_coefs *k) {
+    accel__optim_make_coefs(hy, lr, wd, t, k);
+}
+
+/* ----------------------------------------------------------------------------- 3. CUDA kernels, launcher */
+#ifdef __CUDACC__
+/* Reads found_inf, counts the step (each parameter with a gradient, and the optimizer) and computes each
+   parameter's constants. One block: the lists are short (a GPT-2 has 148 tensors). */
+static __global__ void accel__optim_coef_kernel(accel__optim_job *jobs, int njobs, accel__optim_hyper hy,
+                                                long long *counters, int nparams, const int32_t *found) {
+    int i;
+    if (found && *found) return;
+    for (i = (int)threadIdx.x; i < njobs; i += (int)blockDim.x) {
+        long long t = counters[jobs[i].param] + 1;
+        counters[jobs[i].param] = t;
+        accel__optim_make_coefs(&hy, jobs[i].lr, jobs[i].wd, (unsigned long long)t, &jobs[i].k);
+    }
+    if (threadIdx.x == 0) counters[nparams] += 1;
+}
+
+static __device__ int accel__optim_find(const accel__optim_job *j, int nj, long long c) {
+    int lo = 0, hi = nj - 1;
+    while (lo < hi) { /* the last job starting at or before chunk c (empty jobs before it share its start) */
+        int mid = (lo + hi + 1) >> 1;
+        if (j[mid].chunk_begin <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Every parameter in one launch: block b takes chunks b, b + grid, ...; its threads stride over the chunk. */
+static __global__ void accel__optim_step_kernel(const accel__optim_job *jobs, int njobs, long long nchunks,
+                                                accel__optim_hyper hy, accel__optim_in in, const int32_t *found) {
+    long long c;
+    if (found && *found) return;
+    for (c = blockIdx.x; c < nchunks; c += gridDim.x) {
+        const accel__optim_job jb = jobs[accel__optim_find(jobs, njobs, c)]; /* in registers, not re-read per element */
+        long long start = (c - jb.chunk_begin) * (long long)ACCEL_OPTIM_CHUNK;
+        long long len = jb.n - start, i;
+        if (len > ACCEL_OPTIM_CHUNK) len = ACCEL_OPTIM_CHUNK;
+        for (i = threadIdx.x; i < len; i += blockDim.x) accel__optim_elem(&jb, &jb.k, &hy, &in, start + i, 1);
+    }
+}
+
+static accel_result accel__optim_cuda_step(accel *acc, accel__optim_job *jobs, int njobs, long long nchunks,
+                                           const accel__optim_hyper *hy, const accel__optim_in *in, long long *counters,
+                                           int nparams, const int32_t *found) {
+    cudaStream_t st = (cudaStream_t)acc->stream;
+    size_t bytes = sizeof(accel__optim_job) * (size_t)(njobs > 0 ? njobs : 1);
+    accel__optim_job *d = (accel__optim_job *)accel__device_scratch(acc, bytes);
+    int blocks = (int)(nchunks < ACCEL__OPTIM_MAX_BLOCKS ? nchunks : ACCEL__OPTIM_MAX_BLOCKS);
+    if (!d) return accel__fail_wrap(acc, acc->last_result != ACCEL_OK ? acc->last_result : ACCEL_ERR_OUT_OF_MEMORY,
+                                    "accel_optim_step: the device tensor list");
+    /* jobs is pageable (the host allocator): cudaMemcpyAsync returns once the bytes are staged, so the next step may
+       rewrite it while this one is still queued */
+    if (njobs > 0) ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(d, jobs, bytes, cudaMemcpyHostToDevice, st));
+    accel__optim_coef_kernel<<<1, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(d, njobs, *hy, counters, nparams, found);
+    ACCEL__CUDA_CHECK(acc, cudaGetLastError());
+    if (blocks > 0) {
+        accel__optim_step_kernel<<<blocks, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(d, njobs, nchunks, *hy, *in, found);
+        ACCEL__CUDA_CHECK(acc, cudaGetLastError());
+    }
+    return ACCEL_OK;
+}
+#endif /* __CUDACC__ */
+
+/* --------------------------------------------------------------------------- 4. create / destroy / grads */
+struct accel_optim {
+    accel *acc;
+    accel__optim_hyper hy;
+    accel_optim_algorithm algorithm;
+    int lerp;                   /* moment rule */
+    int nparams, ngroups, nstate;
+    accel_tensor *params, *grads, *model; /* copies (names point into `names`) */
+    accel_tensor *state;        /* nparams * nstate, param-major */
+    char *names;
+    int *group_of, *group_count;
+    double *lr, *base_lr, *wd;  /* per group */
+    long long *numel;
+    unsigned long long *eoff;   /* element offset of each param in the list (for index) */
+    size_t *soff;               /* float offset of each param inside a state slab (64-byte aligned pieces) */
+    size_t slab_floats;         /* floats per slab, staggered (ACCEL__OPTIM_STAGGER) */
+    unsigned long long index_offset;
+    float *slab;                /* acc's device memory (host on a CPU run): nstate slabs */
+    long long *counters;        /* acc's device memory (host on a CPU run): nparams per-param steps + 1 */
+    accel__optim_job *jobs;     /* host scratch for one step */
+};
+
+static const char *accel__optim_state_key(const accel_optim *o, int s) {
+    if (o->algorithm == ACCEL_OPTIM_SGD) return "momentum_buffer";
+    return s == 0 ? "exp_avg" : s == 1 ? "exp_avg_sq" : "max_exp_avg_sq";
+}
+
+static const char *accel__optim_tname(const accel_tensor *t) { return t && t->name ? t->name : "(unnamed)"; }
+
+/* 0 → default; negative zero (ACCEL_OPTIM_ZERO) → 0. */
+static double accel__optim_dflt(double v, double dflt) { return v == 0.0 ? (signbit(v) ? 0.0 : dflt) : v; }
+static int accel__optim_finite(double v) { return v == v && v < 1.7976931348623157e308 && v > -1.7976931348623157e308; }
+
+/* Validates one list against the params: n entries, numel equal, dtypes allowed, ptr present when numel > 0
+   (allow_null: a NULL ptr means "none"). */
+static accel_result accel__optim_check_list(accel *acc, const char *what, const accel_tensor *t, const accel_tensor *params,
+                                            int n, int want_mask, int allow_null) {
+    int i;
+    for (i = 0; i < n; ++i) {
+        int64_t pn = accel_tensor_numel(&params[i]), tn = accel_tensor_numel(&t[i]);
+        if (!t[i].ptr && allow_null) continue;
+        if (tn < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has an invalid shape",
+                                       what, i, accel__optim_tname(&t[i]));
+        if (tn != pn)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has %lld elements, its parameter "
+                               "\"%.100s\" has %lld", what, i, accel__optim_tname(&t[i]), (long long)tn,
+                               accel__optim_tname(&params[i]), (long long)pn);
+        if ((int)t[i].dtype <= 0 || (int)t[i].dtype >= (int)ACCEL_DTYPE_COUNT || !((1 << (int)t[i].dtype) & want_mask))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has dtype %s (%s)", what, i,
+                               accel__optim_tname(&t[i]), accel_dtype_name(t[i].dtype) ? accel_dtype_name(t[i].dtype) : "invalid",
+                               want_mask == (1 << ACCEL_F32) ? "need F32"
+                               : (want_mask & (1 << ACCEL_F32)) ? "need F32, BF16 or F16" : "need BF16 or F16");
+        if (tn > 0 && !t[i].ptr)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has no data pointer", what, i,
+                               accel__optim_tname(&t[i]));
+    }
+    return ACCEL_OK;
+}
+
+static accel_result accel__optim_check_desc(accel *acc, const accel_optim_desc *d) {
+    const int f32 = 1 << ACCEL_F32, any = (1 << ACCEL_F32) | (1 << ACCEL_BF16) | (1 << ACCEL_F16);
+    const int half = (1 << ACCEL_BF16) | (1 << ACCEL_F16);
+    double lr = accel__optim_dflt(d->lr, 1e-3), b1 = accel__optim_dflt(d->beta1, 0.9);
+    double b2 = accel__optim_dflt(d->beta2, 0.999), eps = accel__optim_dflt(d->eps, 1e-8);
+    accel_result r;
+    int i, sum = 0;
+    if (d->algorithm != ACCEL_OPTIM_ADAMW && d->algorithm != ACCEL_OPTIM_SGD)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: algorithm %d is not ACCEL_OPTIM_ADAMW or _SGD",
+                           (int)d->algorithm);
+    if (d->nparams < 0 || (d->nparams > 0 && !d->params))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: bad parameter list (nparams %d)", d->nparams);
+    if (!accel__optim_finite(lr) || lr < 0.0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: lr=%g must be finite and >= 0 (torch: Invalid learning rate)", lr);
+    if (!accel__optim_finite(d->weight_decay) || d->weight_decay < 0.0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: weight_decay=%g must be finite and >= 0", d->weight_decay);
+    if (d->algorithm == ACCEL_OPTIM_ADAMW) {
+        if (!(b1 >= 0.0 && b1 < 1.0) || !(b2 >= 0.0 && b2 < 1.0))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: betas (%g, %g) must be in [0, 1) (as torch)", b1, b2);
+        if (!accel__optim_finite(eps) || eps < 0.0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: eps=%g must be finite and >= 0", eps);
+        if (d->moment_rule != ACCEL_OPTIM_MOMENT_DEFAULT && d->moment_rule != ACCEL_OPTIM_MOMENT_MUL_ADD &&
+            d->moment_rule != ACCEL_OPTIM_MOMENT_LERP)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: moment_rule %d is not an accel_optim_moment_rule",
+                               (int)d->moment_rule);
+        if (d->momentum != 0.0 || d->dampening != 0.0 || d->nesterov)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: momentum, dampening and nesterov are SGD options");
+    } else {
+        if (!accel__optim_finite(d->momentum) || d->momentum < 0.0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: momentum=%g must be finite and >= 0", d->momentum);
+        if (!accel__optim_finite(d->dampening))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: dampening=%g must be finite", d->dampening);
+        if (d->nesterov && (d->momentum <= 0.0 || d->dampening != 0.0))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: Nesterov momentum requires a momentum and zero dampening (as torch)");
+        if (d->amsgrad || d->moment_rule != ACCEL_OPTIM_MOMENT_DEFAULT || d->beta1 != 0.0 || d->beta2 != 0.0 || d->eps != 0.0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: betas, eps, amsgrad and moment_rule are AdamW options");
+    }
+    if (d->model_rounding != ACCEL_OPTIM_ROUND_NEAREST && d->model_rounding != ACCEL_OPTIM_ROUND_STOCHASTIC)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: model_rounding %d is not an accel_optim_rounding",
+                           (int)d->model_rounding);
+    r = accel__optim_check_list(acc, "params", d->params, d->params, d->nparams, f32, 0);
+    if (r == ACCEL_OK && d->grads) r = accel__optim_check_list(acc, "grads", d->grads, d->params, d->nparams, any, 1);
+    if (r == ACCEL_OK && d->model) r = accel__optim_check_list(acc, "model", d->model, d->params, d->nparams, half, 1);
+    if (r != ACCEL_OK) return r;
+    if (d->model && d->model_rounding == ACCEL_OPTIM_ROUND_STOCHASTIC)
+        for (i = 0; i < d->nparams; ++i)
+            if (d->model[i].ptr && d->model[i].dtype != ACCEL_BF16)
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: model[%d] \"%.100s\" is %s; stochastic "
+                                   "rounding writes BF16 only", i, accel__optim_tname(&d->model[i]), accel_dtype_name(d->model[i].dtype));
+    if (d->groups) {
+        if (d->ngroups <= 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: groups given with ngroups %d", d->ngroups);
+        for (i = 0; i < d->ngroups; ++i) {
+            double glr = accel__optim_dflt(d->groups[i].lr, lr);
+            if (d->groups[i].count < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: group %d has count %d", i, d->groups[i].count);
+            if (!accel__optim_finite(glr) || glr < 0.0)
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: group %d lr=%g must be finite and >= 0", i, glr);
+            if (!accel__optim_finite(d->groups[i].weight_decay) || d->groups[i].weight_decay < 0.0)
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: group %d weight_decay=%g must be finite and >= 0",
+                                   i, d->groups[i].weight_decay);
+            sum += d->groups[i].count;
+            if (sum > d->nparams) break;
+        }
+        if (sum != d->nparams)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: the groups' counts add up to %s%d, the list has %d "
+                               "parameters", sum > d->nparams ? "more than " : "", sum, d->nparams);
+    } else if (d->ngroups != 0) {
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: ngroups %d without groups", d->ngroups);
+    }
+    return ACCEL_OK;
+}
+
+/* Sets every state tensor and the step counts to zero (device memory on CUDA, on acc->stream). */
+static accel_result accel__optim_zero_device(accel_optim *o, void *p, size_t bytes) {
+    accel *acc = o->acc;
+    if (!bytes) return ACCEL_OK;
+    if (acc->device < 0) { memset(p, 0, bytes); return ACCEL_OK; }
+#ifdef ACCEL_WITH_CUDA
+    ACCEL__CUDA_CHECK(acc, cudaMemsetAsync(p, 0, bytes, (cudaStream_t)acc->stream));
+    return ACCEL_OK;
+#else
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_optim: CUDA device %d needs an implementation built with CUDA", acc->device);
+#endif
+}
+
+ACCEL__DEF void accel_optim_destroy(accel_optim *o) {
+    accel *acc;
+    if (!o) return;
+    acc = o->acc;
+    if (o->slab) accel_device_free(acc, o->slab);
+    if (o->counters) accel_device_free(acc, o->counters);
+    accel_host_free(acc, o->params);
+    accel_host_free(acc, o->names);
+    accel_host_free(acc, o->group_of);
+    accel_host_free(acc, o->lr);
+    accel_host_free(acc, o->numel);
+    accel_host_free(acc, o->jobs);
+    accel_host_free(acc, o);
+}
+
+ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *desc, accel_optim **out) {
+    accel_optim_desc d;
+    accel_optim *o;
+    accel_result r;
+    size_t name_bytes = 0, pos = 0, total = 0;
+    int i, s, g, ng, n;
+    if (out) *out = NULL;
+    if (!acc || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: NULL acc or out");
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    r = accel__optim_check_desc(acc, &d);
+    if (r != ACCEL_OK) return r;
+    n = d.nparams;
+    ng = d.groups ? d.ngroups : 1;
+    o = (accel_optim *)accel_host_alloc(acc, sizeof *o);
+    if (!o) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create");
+    memset(o, 0, sizeof *o);
+    o->acc = acc;
+    o->algorithm = d.algorithm;
+    o->nparams = n;
+    o->ngroups = ng;
+    o->lerp = d.algorithm == ACCEL_OPTIM_ADAMW && d.moment_rule == ACCEL_OPTIM_MOMENT_LERP;
+    o->nstate = d.algorithm == ACCEL_OPTIM_ADAMW ? (d.amsgrad ? 3 : 2) : (d.momentum != 0.0 ? 1 : 0);
+    o->index_offset = d.index_offset;
+    o->hy.beta1 = d.algorithm == ACCEL_OPTIM_ADAMW ? accel__optim_dflt(d.beta1, 0.9) : 0.0;
+    o->hy.beta2 = d.algorithm == ACCEL_OPTIM_ADAMW ? accel__optim_dflt(d.beta2, 0.999) : 0.0;
+    o->hy.eps = d.algorithm == ACCEL_OPTIM_ADAMW ? accel__optim_dflt(d.eps, 1e-8) : 0.0;
+    o->hy.momentum = d.momentum;
+    o->hy.dampening = d.dampening;
+    o->hy.kind = d.algorithm == ACCEL_OPTIM_ADAMW ? (o->lerp ? ACCEL__OPTIM_K_ADAMW_LERP : ACCEL__OPTIM_K_ADAMW)
+                                                  : (d.momentum != 0.0 ? ACCEL__OPTIM_K_SGD_MOM : ACCEL__OPTIM_K_SGD);
+    o->hy.amsgrad = d.amsgrad ? 1 : 0;
+    o->hy.nesterov = d.nesterov ? 1 : 0;
+    o->hy.maximize = d.maximize ? 1 : 0;
+    o->hy.stochastic = d.model_rounding == ACCEL_OPTIM_ROUND_STOCHASTIC;
+    o->hy.sr_seed = d.sr_seed;
+
+    /* host bookkeeping: four blocks (tensor descriptors, names, per-param ints/offsets, per-group doubles) */
+    for (i = 0; i < n; ++i) name_bytes += (d.params[i].name ? strlen(d.params[i].name) : 0) + 1;
+    name_bytes += (size_t)n * (size_t)o->nstate * 48u;
+    o->params = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)(4 * n + n * o->nstate + 1));
+    o->names = (char *)accel_host_alloc(acc, name_bytes + 1);
+    o->group_of = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)(n + ng + 1));
+    o->lr = (double *)accel_host_alloc(acc, sizeof(double) * (size_t)(3 * ng));
+    o->numel = (long long *)accel_host_alloc(acc, (sizeof(long long) + sizeof(unsigned long long) + sizeof(size_t)) * (size_t)(n + 1));
+    o->jobs = (accel__optim_job *)accel_host_alloc(acc, sizeof(accel__optim_job) * (size_t)(n + 1));
+    if (!o->params || !o->names || !o->group_of || !o->lr || !o->numel || !o->jobs) {
+        accel_optim_destroy(o);
+        return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create (%d parameters)", n);
+    }
+    memset(o->params, 0, sizeof(accel_tensor) * (size_t)(4 * n + n * o->nstate + 1));
+    o->grads = o->params + n;
+    o->model = o->params + 2 * n;
+    o->state = o->params + 4 * n;
+    o->group_count = o->group_of + n;
+    o->base_lr = o->lr + ng;
+    o->wd = o->lr + 2 * ng;
+    o->eoff = (unsigned long long *)(o->numel + n + 1);
+    o->soff = (size_t *)(o->eoff + n + 1);
+    for (i = 0; i < n; ++i) {
+        o->params[i] = d.params[i];
+        o->params[i].name = o->names + pos;
+        if (d.params[i].name) { size_t l = strlen(d.params[i].name); memcpy(o->names + pos, d.params[i].name, l); pos += l; }
+        o->names[pos++] = 0;
+        if (d.grads) { o->grads[i] = d.grads[i]; o->grads[i].name = NULL; }
+        if (d.model) { o->model[i] = d.model[i]; o->model[i].name = NULL; }
+        o->numel[i] = (long long)accel_tensor_numel(&d.params[i]);
+        o->eoff[i] = i ? o->eoff[i - 1] + (unsigned long long)o->numel[i - 1] : 0u;
+        o->soff[i] = total;
+        total += ((size_t)o->numel[i] + 15u) & ~(size_t)15u; /* 64-byte pieces: every state tensor stays aligned */
+    }
+    /* The slabs are staggered by 4 KiB + 64 B: slabs a power of two apart put exp_avg[i] and exp_avg_sq[i] on the
+       same cache set and DRAM bank, and the step ran at a third of the speed (bench/optim). */
+    total += ACCEL__OPTIM_STAGGER;
+    o->slab_floats = total;
+    for (g = 0, i = 0; g < ng; ++g) {
+        int c = d.groups ? d.groups[g].count : n, k;
+        o->group_count[g] = c;
+        o->lr[g] = o->base_lr[g] = d.groups ? accel__optim_dflt(d.groups[g].lr, accel__optim_dflt(d.lr, 1e-3))
+                                             : accel__optim_dflt(d.lr, 1e-3);
+        o->wd[g] = d.groups ? d.groups[g].weight_decay : d.weight_decay;
+        if (o->wd[g] == 0.0) o->wd[g] = 0.0; /* drop a negative zero */
+        for (k = 0; k < c; ++k) o->group_of[i++] = g;
+    }
+
+    /* device state: the moments in nstate slabs, then the step counts */
+    if (o->nstate && total) {
+        size_t bytes = sizeof(float) * total * (size_t)o->nstate;
+        o->slab = (float *)accel_device_alloc(acc, bytes);
+        if (!o->slab) {
+            accel_optim_destroy(o);
+            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create: optimizer state of %zu bytes", bytes);
+        }
+    }
+    o->counters = (long long *)accel_device_alloc(acc, sizeof(long long) * (size_t)(n + 1));
+    if (!o->counters) {
+        accel_optim_destroy(o);
+        return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create: step counts");
+    }
+    r = accel__optim_zero_device(o, o->slab, o->slab ? sizeof(float) * total * (size_t)o->nstate : 0);
+    if (r == ACCEL_OK) r = accel__optim_zero_device(o, o->counters, sizeof(long long) * (size_t)(n + 1));
+    if (r != ACCEL_OK) {
+        accel_optim_destroy(o);
+        return r;
+    }
+    for (i = 0; i < n; ++i)
+        for (s = 0; s < o->nstate; ++s) {
+            accel_tensor *t = &o->state[i * o->nstate + s];
+            char *nm = o->names + pos;
+            int w = accel__fmt(nm, 48, "state.%d.%s", i, accel__optim_state_key(o, s));
+            *t = d.params[i];
+            t->name = nm;
+            t->ptr = o->slab ? (void *)(o->slab + (size_t)s * total + o->soff[i]) : NULL;
+            t->dtype = ACCEL_F32;
+            pos += (size_t)w + 1;
+        }
+    *out = o;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_optim_set_grads(accel_optim *o, const accel_tensor *grads, int n) {
+    const int any = (1 << ACCEL_F32) | (1 << ACCEL_BF16) | (1 << ACCEL_F16);
+    accel_result r;
+    int i;
+    if (!o) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_set_grads: opt is NULL");
+    if (n != o->nparams || (n > 0 && !grads))
+        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_set_grads: %d gradients for %d parameters", n, o->nparams);
+    r = accel__optim_check_list(o->acc, "grads", grads, o->params, n, any, 1);
+    if (r != ACCEL_OK) return r;
+    for (i = 0; i < n; ++i) {
+        o->grads[i] = grads[i];
+        o->grads[i].name = NULL;
+    }
+    return ACCEL_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ 5. the step */
+ACCEL__DEF accel_result accel_optim_step(accel_optim *o, const accel_optim_step_args *args) {
+    accel *acc;
+    accel__optim_in in;
+    int i, nj = 0;
+    long long nchunks = 0;
+    if (!o) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_step: opt is NULL");
+    acc = o->acc;
+    memset(&in, 0, sizeof in);
+    if (args && args->inv_scale != 0.0f) { in.has_inv = 1; in.inv = args->inv_scale; }
+    if (args && args->clip_coef) { in.has_coef = 1; in.coef = *args->clip_coef; }
+    in.neg = o->hy.maximize;
+    if (acc->device < 0 && args && args->found_inf && *args->found_inf) return ACCEL_OK; /* skipped: nothing changes */
+    for (i = 0; i < o->nparams; ++i) {
+        accel__optim_job *jb;
+        int s = o->group_of[i];
+        if (!o->grads[i].ptr) continue; /* no gradient (torch: p.grad is None): the parameter is skipped */
+        jb = &o->jobs[nj++];
+        memset(jb, 0, sizeof *jb);
+        jb->p = (float *)o->params[i].ptr;
+        jb->g = o->grads[i].ptr;
+        jb->gt = o->grads[i].ptr ? (int)o->grads[i].dtype : (int)ACCEL_F32;
+        jb->m = o->nstate >= 1 ? (float *)o->state[i * o->nstate].ptr : NULL;
+        jb->v = o->nstate >= 2 ? (float *)o->state[i * o->nstate + 1].ptr : NULL;
+        jb->vmax = o->nstate >= 3 ? (float *)o->state[i * o->nstate + 2].ptr : NULL;
+        jb->model = o->model[i].ptr;
+        jb->mt = o->model[i].ptr ? (int)o->model[i].dtype : 0;
+        jb->n = o->numel[i];
+        jb->chunk_begin = nchunks;
+        nchunks += (jb->n + ACCEL_OPTIM_CHUNK - 1) / ACCEL_OPTIM_CHUNK;
+        jb->lr = o->lr[s];
+        jb->wd = o->wd[s];
+        jb->index = o->index_offset + o->eoff[i];
+        jb->param = i;
+    }
+    if (acc->device < 0) {
+        for (i = 0; i < nj; ++i) {
+            accel__optim_job *jb = &o->jobs[i];
+            long long t = o->counters[jb->param] + 1;
+            o->counters[jb->param] = t;
+            accel__optim_host_coefs(&o->hy, jb->lr, jb->wd, (unsigned long long)t, &jb->k);
+        }
+        o->counters[o->nparams] += 1;
+        accel__optim_cpu_run(o->jobs, nj, &o->hy, &in);
+        return ACCEL_OK;
+    }
+#ifdef __CUDACC__
+    return accel__optim_cuda_step(acc, o->jobs, nj, nchunks, &o->hy, &in, o->counters, o->nparams,
+                                  args ? args->found_inf : NULL);
+#else
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_optim_step on CUDA device %d needs the kernels: compile the "
+                       "ACCEL_IMPLEMENTATION TU with nvcc", acc->device);
+#endif
+}
+
+/* ------------------------------------------------------------------- 6. learning rates, schedules, counts */
+ACCEL__DEF int accel_optim_num_groups(const accel_optim *o) { return o ? o->ngroups : 0; }
+
+ACCEL__DEF accel_result accel_optim_set_lr(accel_optim *o, int group, double lr) {
+    int g;
+    if (!o) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_set_lr: opt is NULL");
+    if (group < -1 || group >= o->ngroups)
+        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_set_lr: group %d of %d", group, o->ngroups);
+    if (!accel__optim_finite(lr) || lr < 0.0)
+        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_set_lr: lr=%g must be finite and >= 0", lr);
+    for (g = 0; g < o->ngroups; ++g)
+        if (group < 0 || g == group) o->lr[g] = lr;
+    return ACCEL_OK;
+}
+ACCEL__DEF double accel_optim_lr(const accel_optim *o, int group) {
+    return (o && group >= 0 && group < o->ngroups) ? o->lr[group] : -1.0;
+}
+ACCEL__DEF double accel_optim_base_lr(const accel_optim *o, int group) {
+    return (o && group >= 0 && group < o->ngroups) ? o->base_lr[group] : -1.0;
+}
+
+ACCEL__DEF double accel_optim_schedule_factor(const accel_optim_schedule *s, int64_t step) {
+    double w, T, x, q, c, cyc;
+    if (!s || step < 0 || s->warmup_steps < 0 || s->total_steps < 0) return NAN;
+    w = (double)s->warmup_steps;
+    T = (double)s->total_steps;
+    x = (double)step;
+    if (s->kind != ACCEL_OPTIM_SCHEDULE_CONSTANT && s->kind != ACCEL_OPTIM_SCHEDULE_LINEAR &&
+        s->kind != ACCEL_OPTIM_SCHEDULE_COSINE)
+        return NAN;
+    if (step < s->warmup_steps) return x / (w > 1.0 ? w : 1.0);
+    if (s->kind == ACCEL_OPTIM_SCHEDULE_CONSTANT) return 1.0;
+    if (s->kind == ACCEL_OPTIM_SCHEDULE_LINEAR) {
+        double f = (double)(s->total_steps - step) / (T - w > 1.0 ? T - w : 1.0);
+        return f > 0.0 ? f : 0.0;
+    }
+    if (!accel__optim_finite(s->min_lr_ratio) || !accel__optim_finite(s->num_cycles)) return NAN;
+    cyc = s->num_cycles == 0.0 ? 0.5 : s->num_cycles;
+    q = (double)(step - s->warmup_steps) / ((double)(s->total_steps - s->warmup_steps) > 1.0
+                                                 ? (double)(s->total_steps - s->warmup_steps) : 1.0);
+    c = 0.5 * (1.0 + cos(3.141592653589793 * cyc * 2.0 * q));
+    c = c * (1.0 - s->min_lr_ratio) + s->min_lr_ratio;
+    return c > 0.0 ? c : 0.0;
+}
+
+ACCEL__DEF accel_result accel_optim_apply_schedule(accel_optim *o, const accel_optim_schedule *s, int64_t step) {
+    double f = accel_optim_schedule_factor(s, step);
+    int g;
+    if (!o) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_apply_schedule: opt is NULL");
+    if (f != f)
+        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_apply_schedule: invalid schedule or step %lld "
+                           "(kind %d, warmup %lld, total %lld)", (long long)step, s ? (int)s->kind : -1,
+                           s ? (long long)s->warmup_steps : -1LL, s ? (long long)s->total_steps : -1LL);
+    for (g = 0; g < o->ngroups; ++g) o->lr[g] = o->base_lr[g] * f;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF float accel_optim_clip_coef(double total_norm, double max_norm) {
+    float t = (float)total_norm;
+    float c = (1.0f / (t + 1e-6f)) * (float)max_norm;
+    return c != c ? c : (c > 1.0f ? 1.0f : c);
+}
+
+/* Copies the step counts (nparams + 1) to host memory; synchronizes acc->stream on CUDA. */
+static accel_result accel__optim_read_counts(accel_optim *o, long long *out) {
+    accel *acc = o->acc;
+    size_t bytes = sizeof(long long) * (size_t)(o->nparams + 1);
+    if (acc->device < 0) { memcpy(out, o->counters, bytes); return ACCEL_OK; }
+#ifdef ACCEL_WITH_CUDA
+    ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(out, o->counters, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)acc->stream));
+    ACCEL__CUDA_CHECK(acc, cudaStreamSynchronize((cudaStream_t)acc->stream));
+    return ACCEL_OK;
+#else
+    (void)bytes;
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_optim: CUDA device %d needs an implementation built with CUDA", acc->device);
+#endif
+}
+static accel_result accel__optim_write_counts(accel_optim *o, const long long *in) {
+    accel *acc = o->acc;
+    size_t bytes = sizeof(long long) * (size_t)(o->nparams + 1);
+    if (acc->device < 0) { memcpy(o->counters, in, bytes); return ACCEL_OK; }
+#ifdef ACCEL_WITH_CUDA
+    ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(o->counters, in, bytes, cudaMemcpyHostToDevice, (cudaStream_t)acc->stream));
+    ACCEL__CUDA_CHECK(acc, cudaStreamSynchronize((cudaStream_t)acc->stream));
+    return ACCEL_OK;
+#else
+    (void)bytes;
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_optim: CUDA device %d needs an implementation built with CUDA", acc->device);
+#endif
+}
+
+ACCEL__DEF accel_result accel_optim_step_count(accel_optim *o, int64_t *steps) {
+    long long *c;
+    accel_result r;
+    if (!o || !steps) return ACCEL__FAIL(o ? o->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_step_count: NULL argument");
+    c = (long long *)accel_host_alloc(o->acc, sizeof(long long) * (size_t)(o->nparams + 1));
+    if (!c) return accel__fail_wrap(o->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_step_count");
+    r = accel__optim_read_counts(o, c);
+    if (r == ACCEL_OK) *steps = (int64_t)c[o->nparams];
+    accel_host_free(o->acc, c);
+    return r;
+}
+ACCEL__DEF accel_result accel_optim_param_steps(accel_optim *o, int64_t *steps, int n) {
+    long long *c;
+    accel_result r;
+    int i;
+    if (!o || (n > 0 && !steps)) return ACCEL__FAIL(o ? o->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_param_steps: NULL argument");
+    if (n != o->nparams)
+        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_param_steps: room for %d counts, the optimizer has %d "
+                           "parameters", n, o->nparams);
+    c = (long long *)accel_host_alloc(o->acc, sizeof(long long) * (size_t)(o->nparams + 1));
+    if (!c) return accel__fail_wrap(o->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_param_steps");
+    r = accel__optim_read_counts(o, c);
+    if (r == ACCEL_OK)
+        for (i = 0; i < n; ++i) steps[i] = (int64_t)c[i];
+    accel_host_free(o->acc, c);
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------ 7. saved state */
+ACCEL__DEF accel_result accel_optim_state_tensors(accel_optim *o, const accel_tensor **tensors, int *n) {
+    if (!o || !tensors || !n)
+        return ACCEL__FAIL(o ? o->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_tensors: NULL argument");
+    *tensors = o->state;
+    *n = o->nparams * o->nstate;
+    return ACCEL_OK;
+}
+
+#define ACCEL__OPTIM_STATE_VERSION 1u
+#define ACCEL__OPTIM_F_AMSGRAD 1u
+#define ACCEL__OPTIM_F_MAXIMIZE 2u
+#define ACCEL__OPTIM_F_NESTEROV 4u
+#define ACCEL__OPTIM_F_LERP 8u
+#define ACCEL__OPTIM_F_MOMENTUM 16u
+
+static void accel__optim_put_f64(unsigned char *p, double d) {
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    accel__put_u64(p, u);
+}
+static double accel__optim_get_f64(const unsigned char *p) {
+    uint64_t u = accel__get_u64(p);
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+static uint32_t accel__optim_flags(const accel_optim *o) {
+    return (o->hy.amsgrad ? ACCEL__OPTIM_F_AMSGRAD : 0u) | (o->hy.maximize ? ACCEL__OPTIM_F_MAXIMIZE : 0u) |
+           (o->hy.nesterov ? ACCEL__OPTIM_F_NESTEROV : 0u) | (o->lerp ? ACCEL__OPTIM_F_LERP : 0u) |
+           (o->hy.kind == ACCEL__OPTIM_K_SGD_MOM ? ACCEL__OPTIM_F_MOMENTUM : 0u);
+}
+
+ACCEL__DEF accel_result accel_optim_state_save(void *obj, void *buf, size_t cap, size_t *size) {
+    accel_optim *o = (accel_optim *)obj;
+    size_t need, at;
+    unsigned char *b = (unsigned char *)buf;
+    long long *c;
+    accel_result r;
+    int i, g;
+    if (!o || !size) return ACCEL__FAIL(o ? o->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_save: NULL argument");
+    need = ACCEL_OPTIM_STATE_BYTES(o->ngroups, o->nparams);
+    *size = need;
+    if (!buf || cap < need) return ACCEL_OK;
+    c = (long long *)accel_host_alloc(o->acc, sizeof(long long) * (size_t)(o->nparams + 1));
+    if (!c) return accel__fail_wrap(o->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_state_save");
+    r = accel__optim_read_counts(o, c);
+    if (r != ACCEL_OK) {
+        accel_host_free(o->acc, c);
+        return accel__fail_wrap(o->acc, r, "accel_optim_state_save: reading the step counts");
+    }
+    memcpy(b, "AOPT", 4);
+    accel__put_u32(b + 4, ACCEL__OPTIM_STATE_VERSION);
+    accel__put_u32(b + 8, (uint32_t)o->algorithm);
+    accel__put_u32(b + 12, accel__optim_flags(o));
+    accel__put_u32(b + 16, (uint32_t)o->ngroups);
+    accel__put_u32(b + 20, (uint32_t)o->nparams);
+    accel__optim_put_f64(b + 24, o->hy.beta1);
+    accel__optim_put_f64(b + 32, o->hy.beta2);
+    accel__optim_put_f64(b + 40, o->hy.eps);
+    accel__optim_put_f64(b + 48, o->hy.momentum);
+    accel__optim_put_f64(b + 56, o->hy.dampening);
+    accel__put_u64(b + 64, (uint64_t)c[o->nparams]);
+    at = 72;
+    for (g = 0; g < o->ngroups; ++g, at += 32) {
+        accel__put_u32(b + at, (uint32_t)o->group_count[g]);
+        accel__put_u32(b + at + 4, 0u);
+        accel__optim_put_f64(b + at + 8, o->lr[g]);
+        accel__optim_put_f64(b + at + 16, o->base_lr[g]);
+        accel__optim_put_f64(b + at + 24, o->wd[g]);
+    }
+    for (i = 0; i < o->nparams; ++i, at += 16) {
+        accel__put_u64(b + at, (uint64_t)o->numel[i]);
+        accel__put_u64(b + at + 8, (uint64_t)c[i]);
+    }
+    accel__put_u64(b + at, accel__fnv1a(ACCEL__FNV_INIT, b, at));
+    accel_host_free(o->acc, c);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_optim_state_load(void *obj, const void *buf, size_t size) {
+    accel_optim *o = (accel_optim *)obj;
+    const unsigned char *b = (const unsigned char *)buf;
+    accel *acc;
+    uint32_t ver, algo, flags, want_flags;
+    int32_t ng, np;
+    double beta1, beta2, eps, mom, damp;
+    long long *c;
+    accel_result r;
+    size_t at;
+    int i, g;
+    if (!o) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_load: opt is NULL");
+    acc = o->acc;
+    if (!b && size) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_load: NULL buffer");
+    if (size < 80 || memcmp(b, "AOPT", 4) != 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: %zu bytes without the \"AOPT\" header", size);
+    ver = accel__get_u32(b + 4);
+    if (ver != ACCEL__OPTIM_STATE_VERSION)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: version %u is not supported (%u)", (unsigned)ver,
+                           ACCEL__OPTIM_STATE_VERSION);
+    ng = (int32_t)accel__get_u32(b + 16);
+    np = (int32_t)accel__get_u32(b + 20);
+    if (ng < 1 || np < 0 || ng > (1 << 24) || np > (1 << 26) || size != ACCEL_OPTIM_STATE_BYTES(ng, np))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: %zu bytes do not hold %d groups and %d parameters", size,
+                           (int)ng, (int)np);
+    if (accel__get_u64(b + size - 8) != accel__fnv1a(ACCEL__FNV_INIT, b, size - 8))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: checksum mismatch (corrupt bytes)");
+    algo = accel__get_u32(b + 8);
+    flags = accel__get_u32(b + 12);
+    want_flags = accel__optim_flags(o);
+    if (algo != (uint32_t)o->algorithm)
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: saved by %s, this optimizer is %s",
+                           algo == 0 ? "AdamW" : algo == 1 ? "SGD" : "an unknown algorithm",
+                           o->algorithm == ACCEL_OPTIM_ADAMW ? "AdamW" : "SGD");
+    if ((flags & ~31u) || (o->algorithm == ACCEL_OPTIM_SGD && (flags & (ACCEL__OPTIM_F_AMSGRAD | ACCEL__OPTIM_F_LERP))) ||
+        (o->algorithm == ACCEL_OPTIM_ADAMW && (flags & ACCEL__OPTIM_F_NESTEROV)))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: flags 0x%x are not valid for %s", (unsigned)flags,
+                           o->algorithm == ACCEL_OPTIM_ADAMW ? "AdamW" : "SGD");
+    if ((flags ^ want_flags) & (ACCEL__OPTIM_F_AMSGRAD | ACCEL__OPTIM_F_MOMENTUM))
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: saved %s, this optimizer %s (the state tensors differ)",
+                           (flags & ACCEL__OPTIM_F_AMSGRAD) ? "with amsgrad" : (flags & ACCEL__OPTIM_F_MOMENTUM) ? "with momentum"
+                           : o->algorithm == ACCEL_OPTIM_ADAMW ? "without amsgrad" : "without momentum",
+                           (want_flags & ACCEL__OPTIM_F_AMSGRAD) ? "has amsgrad" : (want_flags & ACCEL__OPTIM_F_MOMENTUM) ? "has momentum"
+                           : o->algorithm == ACCEL_OPTIM_ADAMW ? "has no amsgrad" : "has no momentum");
+    if (ng != o->ngroups || np != o->nparams)
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: saved with %d groups and %d parameters, this optimizer has %d "
+                           "and %d", (int)ng, (int)np, o->ngroups, o->nparams);
+    beta1 = accel__optim_get_f64(b + 24);
+    beta2 = accel__optim_get_f64(b + 32);
+    eps = accel__optim_get_f64(b + 40);
+    mom = accel__optim_get_f64(b + 48);
+    damp = accel__optim_get_f64(b + 56);
+    if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0) || !accel__optim_finite(eps) || eps < 0.0 ||
+        !accel__optim_finite(mom) || mom < 0.0 || !accel__optim_finite(damp) || ((mom != 0.0) != ((flags & ACCEL__OPTIM_F_MOMENTUM) != 0)) ||
+        ((flags & ACCEL__OPTIM_F_NESTEROV) && (mom <= 0.0 || damp != 0.0)))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: hyperparameters out of range (betas %g %g, eps %g, momentum %g, "
+                           "dampening %g)", beta1, beta2, eps, mom, damp);
+    if ((int64_t)accel__get_u64(b + 64) < 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: negative step count");
+    for (g = 0, at = 72; g < ng; ++g, at += 32) {
+        double lr = accel__optim_get_f64(b + at + 8), base = accel__optim_get_f64(b + at + 16), wd = accel__optim_get_f64(b + at + 24);
+        if ((int)accel__get_u32(b + at) != o->group_count[g] || accel__get_u32(b + at + 4) != 0u)
+            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: group %d has %d parameters there, %d here", g,
+                               (int)accel__get_u32(b + at), o->group_count[g]);
+        if (!accel__optim_finite(lr) || lr < 0.0 || !accel__optim_finite(base) || base < 0.0 || !accel__optim_finite(wd) || wd < 0.0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: group %d has lr %g, base lr %g, weight_decay %g", g, lr, base, wd);
+    }
+    for (i = 0; i < np; ++i, at += 16) {
+        if ((long long)accel__get_u64(b + at) != o->numel[i])
+            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: parameter %d (\"%.100s\") has %lld elements there, %lld here",
+                               i, o->params[i].name, (long long)accel__get_u64(b + at), o->numel[i]);
+        if ((int64_t)accel__get_u64(b + at + 8) < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: parameter %d has a negative step count", i);
+    }
+    /* everything is valid: apply (the step counts first — the only part that can fail) */
+    c = (long long *)accel_host_alloc(acc, sizeof(long long) * (size_t)(np + 1));
+    if (!c) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_state_load");
+    for (i = 0, at = 72 + 32u * (size_t)ng; i < np; ++i, at += 16) c[i] = (long long)accel__get_u64(b + at + 8);
+    c[np] = (long long)accel__get_u64(b + 64);
+    r = accel__optim_write_counts(o, c);
+    accel_host_free(acc, c);
+    if (r != ACCEL_OK) return accel__fail_wrap(acc, r, "accel_optim_state_load: writing the step counts");
+    o->hy.beta1 = beta1;
+    o->hy.beta2 = beta2;
+    o->hy.eps = eps;
+    o->hy.momentum = mom;
+    o->hy.dampening = damp;
+    o->hy.maximize = (flags & ACCEL__OPTIM_F_MAXIMIZE) ? 1 : 0;
+    o->hy.nesterov = (flags & ACCEL__OPTIM_F_NESTEROV) ? 1 : 0;
+    if (o->algorithm == ACCEL_OPTIM_ADAMW) {
+        o->lerp = (flags & ACCEL__OPTIM_F_LERP) ? 1 : 0;
+        o->hy.kind = o->lerp ? ACCEL__OPTIM_K_ADAMW_LERP : ACCEL__OPTIM_K_ADAMW;
+    }
+    for (g = 0, at = 72; g < ng; ++g, at += 32) {
+        o->lr[g] = accel__optim_get_f64(b + at + 8);
+        o->base_lr[g] = accel__optim_get_f64(b + at + 16);
+        o->wd[g] = accel__optim_get_f64(b + at + 24);
+    }
+    return ACCEL_OK;
+}
+
+#endif /* ACCEL_IMPLEMENTATION */
+
+/* accel is released under the MIT licence. Copyright (c) 2026 the accel authors. */

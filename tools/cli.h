@@ -1,0 +1,13 @@
+/* Subcommands of the `accel` CLI (tools/cli_main.c dispatches). Each lives in its own file (tools/cli_<name>.c) and
+   returns the exit code: 0 success, 1 failure, 2 usage error. The CLI is a program that uses the library, not part of
+   it: its names stay out of the library's accel_ namespace. */
+#ifndef ACCEL_TOOLS_CLI_H
+#define ACCEL_TOOLS_CLI_H
+int cli_env(int argc, char **argv);
+int cli_shards(int argc, char **argv); /* cli_shards.c (accel_data.h) */
+int cli_ckpt(int argc, char **argv);   /* cli_ckpt.c (accel_ckpt.h): ls | verify | plan */
+int cli_size(int argc, char **argv);   /* cli_ckpt.c: size string → bytes */
+int cli_device_map(int argc, char **argv); /* cli_device_map.c (accel_ckpt.h): module sizes and device maps */
+int cli_launch(int argc, char **argv); /* cli_launch.c: torchrun-style launcher */
+int cli_config(int argc, char **argv); /* cli_launch.c: Accelerate's write_basic_config */
+#endif
