@@ -22,10 +22,12 @@ static char g_root[256];
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
 /* ------------------------------------------------------------------------------------- counting allocator */
-typedef struct { long live, allocs; } counter;
+typedef struct { long live, allocs, calls, fail_at; } counter;
 static void *c_alloc(size_t n, void *u) {
     counter *c = (counter *)u;
-    size_t *h = (size_t *)malloc(n + 16);
+    size_t *h;
+    if (++c->calls == c->fail_at) return NULL;
+    h = (size_t *)malloc(n + 16);
     if (!h) return NULL;
     c->live++;
     c->allocs++;
@@ -358,7 +360,7 @@ static accel_ckpt_model *plain_model(accel *acc, int bad, int with_mask) {
 static void test_dispatch(void) {
     char dir[400], off[400];
     accel acc;
-    counter cnt = {0, 0};
+    counter cnt = {0, 0, 0, 0};
     accel_ckpt_model *m;
     accel_ckpt_dispatch *x = NULL;
     accel_ckpt_dispatch_desc dd;
@@ -636,7 +638,7 @@ static void test_batch_size(void) {
     /* Accelerate 1.15: [128, 115, 103, 92, 82, 73, 65, 58, 52, 46] → 46; from 3: [3, 2, 1] then its error */
     static const int64_t want[] = {128, 115, 103, 92, 82, 73, 65, 58, 52, 46};
     accel acc;
-    counter cnt = {0, 0};
+    counter cnt = {0, 0, 0, 0};
     int64_t bs = 0;
     int i;
     long base;
@@ -663,6 +665,93 @@ static void test_batch_size(void) {
     accel_shutdown(&acc);
 }
 
+
+/* --------------------------------------------------------------------- every allocation failing in turn */
+/* model_open_memory → infer_device_map → dispatch_create (with an offload folder) → fetch → destroy, with the k-th
+   allocation failing for every k up to the last: each call returns ACCEL_OK or ACCEL_ERR_OUT_OF_MEMORY, and every
+   block goes back (nothing half-built is kept). */
+static int oom_cycle(accel *acc, const char *ck, const char *off) {
+    accel_ckpt_model *m = NULL;
+    accel_ckpt_map_desc d;
+    accel_ckpt_memory mm[2];
+    accel_ckpt_placement p[32];
+    accel_ckpt_dispatch_desc dd;
+    accel_ckpt_dispatch *x = NULL;
+    accel_ckpt_fetch *f = NULL;
+    accel_ckpt_fetch_desc fd;
+    static const char *layers[] = {"embed", "h0", "h1", "h2"};
+    int n = 0, i, bad = 0;
+    accel_result r = accel_ckpt_model_open_memory(acc, WORKED_JSON, strlen(WORKED_JSON), &m);
+    if (r != ACCEL_OK) return r == ACCEL_ERR_OUT_OF_MEMORY ? 2 : 1;
+    memset(&d, 0, sizeof d);
+    mm[0].device = ACCEL_CKPT_CPU; mm[0].bytes = 300;
+    d.max_memory = mm;
+    d.n_max_memory = 1;
+    r = accel_ckpt_infer_device_map(m, &d, p, 32, &n);
+    if (r == ACCEL_OK) {
+        memset(&dd, 0, sizeof dd);
+        dd.checkpoint = ck;
+        dd.device_map = p;
+        dd.n_device_map = n;
+        dd.offload_folder = off;
+        dd.dtype = ACCEL_BF16;
+        r = accel_ckpt_dispatch_create(m, &dd, &x);
+    }
+    if (r == ACCEL_OK) {
+        memset(&fd, 0, sizeof fd);
+        fd.layers = layers;
+        fd.n_layers = 4;
+        fd.device = ACCEL_CKPT_CPU;
+        r = accel_ckpt_fetch_create(x, &fd, &f);
+        for (i = 0; i < 4 && r == ACCEL_OK; ++i) {
+            const accel_tensor *t;
+            int nt;
+            r = accel_ckpt_fetch_begin(f, i, &t, &nt);
+            if (r == ACCEL_OK) r = accel_ckpt_fetch_end(f, i);
+        }
+    }
+    if (r != ACCEL_OK && r != ACCEL_ERR_OUT_OF_MEMORY) {
+        fprintf(stderr, "oom cycle: %d %s\n", (int)r, accel_last_error(acc));
+        bad = 1;
+    }
+    if (r == ACCEL_OK && x == NULL) bad = 1;
+    if (r == ACCEL_ERR_OUT_OF_MEMORY) bad = 2;
+    accel_ckpt_fetch_destroy(f);
+    accel_ckpt_dispatch_destroy(x);
+    accel_ckpt_model_destroy(m);
+    return bad;
+}
+static void test_oom(void) {
+    char ck[400], off[400];
+    accel acc;
+    counter cnt = {0, 0, 0, 0};
+    long base, total, k;
+    int i, bad = 0, leaks = 0, ooms = 0;
+    snprintf(ck, sizeof ck, "%s/ck_oom", g_root);
+    write_worked_checkpoint(ck, "100");
+    init_counting(&acc, &cnt);
+    base = cnt.live;
+    cnt.calls = 0;
+    snprintf(off, sizeof off, "%s/off_oom", g_root);
+    AT_EQ_INT(oom_cycle(&acc, ck, off), 0); /* a clean run counts the allocations */
+    total = cnt.calls;
+    AT_EQ_INT(cnt.live, base);
+    for (k = 1; k <= total; ++k) {
+        cnt.calls = 0;
+        cnt.fail_at = k;
+        i = oom_cycle(&acc, ck, off);
+        ooms += i == 2;
+        bad += i == 1;
+        if (cnt.live != base) { ++leaks; cnt.live = base; }
+    }
+    cnt.fail_at = 0;
+    AT_EQ_INT(bad, 0);
+    AT_EQ_INT(leaks, 0);
+    AT_CHECK(total > 20);
+    AT_CHECK(ooms >= total / 2); /* the failures were seen (a cycle that no longer reaches an allocation succeeds) */
+    accel_shutdown(&acc);
+}
+
 int main(void) {
     char tmpl[] = "/tmp/accel_bigmodel_XXXXXX";
     char cmd[300];
@@ -674,6 +763,7 @@ int main(void) {
     test_dispatch();
     test_layer_by_layer();
     test_batch_size();
+    test_oom();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd) != 0) fprintf(stderr, "rm failed\n");
     return at_finish("ckpt-bigmodel");
