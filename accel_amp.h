@@ -111,8 +111,9 @@
    OPTIONS / MACROS
        ACCEL_AMP_CUDA_BLOCK    threads per block of the kernels (default 256; a power of two)
        ACCEL_AMP_CHUNK         elements per multi-tensor chunk (default 65536; a multiple of 8, keeps vector alignment)
-       ACCEL_AMP_NO_DISPATCH   x86-64 with GCC/clang, a baseline (pre-AVX2) build: the CPU fp8 cast is also compiled
-                               for AVX2 and chosen at run time (__builtin_cpu_supports); define this to turn that off
+       ACCEL_AMP_NO_DISPATCH   x86-64 with GCC/clang, a baseline (pre-AVX2) build: the CPU fp32 → fp8 cast has an
+                               AVX2 kernel chosen at run time (__builtin_cpu_supports); define this to turn that off
+                               (an AVX2 build, e.g. -march=native, always uses it; same bits either way)
 
    THREADS AND STREAMS
        Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream; a list of
