@@ -1,5 +1,6 @@
 /* accel_collectives.h — collectives for accel: one API over NONE / MPI / NCCL, Accelerate's gather/reduce/pad/object
-   helpers, asynchronous handles, a DDP-style bucketed gradient reducer, NCCL bootstrap, timeouts and debug checks.
+   helpers, asynchronous handles, a DDP-style bucketed gradient reducer, ZeRO-1/2 optimizer-state sharding, NCCL
+   bootstrap, timeouts and debug checks.
 
    Depends only on accel.h. One translation unit defines ACCEL_IMPLEMENTATION before including it (compile that TU
    with nvcc to get device buffers, CUDA-aware MPI and NCCL; with a C compiler only host buffers work).
@@ -81,6 +82,48 @@
      gradient_as_bucket_view=True, torch divides the bucket instead from its second step on.) accel_coll_all_reduce
      with ACCEL_COLL_AVG and accel_coll_reduce_tensor(..., "mean") keep Accelerate's reduce("mean") order: the sum,
      then a division by P (docs/semantics.md §7). The orders can differ in the last bit when P is not a power of two.
+
+   ZeRO-1/2 (optimizer-state sharding: DeepSpeed's stages 1 and 2, FSDP's SHARD_GRAD_OP; communication only — the
+   update is accel_optim.h's, run over this rank's shard views, see its DESIGN FOR ZeRO)
+       accel_coll_zero_desc zd = {0};
+       zd.stage = 2; zd.params = params; zd.grads = grads; zd.n = N;   // the whole lists, the same on every rank
+       accel_coll_zero *z;
+       accel_coll_zero_create(coll, &zd, &z);                          // collective: partition + agreement
+       accel_tensor vp[N], vg[N], vm[N];                                // this rank's shard: one view per parameter
+       accel_coll_zero_views(z, params, N, vp);
+       accel_coll_zero_views(z, model, N, vm);                          // BF16/F16 model copies (optional)
+       accel_coll_zero_grad_views(z, vg, N);
+       od.params = vp; od.grads = vg; od.model = vm; od.nparams = N;    // the unsharded groups still apply
+       od.index_offset = (uint64_t)accel_coll_zero_partition(z)->begin; // stochastic rounding as unsharded
+       accel_optim_create(&acc, &od, &opt);                              // moments: ceil(N/P) elements per rank
+       each micro-batch: backward, accel_coll_zero_grad_ready(z, i) as gradient i is final, accel_coll_zero_wait(z);
+       on a sync step: accel_optim_step(opt, NULL); accel_coll_zero_gather(z, params, N); and (z, model, N)
+     Partition: the list flattened in order (N elements), padded to P*S with S = ceil(N/P); rank r owns the
+     contiguous [r*S, min((r+1)*S, N)) (the padding is never stored; the last ranks may own fewer or no elements).
+     Views keep the list's indices (a parameter outside the shard is an empty view), so parameter groups, state keys
+     ("state.<i>.exp_avg") and step counts are those of the unsharded optimizer.
+     Stage 1: the gradients are all-reduced by an internal reducer (DDP's buckets and averaging order); each rank's
+     optimizer reads its shard of them. Stage 2: buckets of whole gradients in reverse list order (bucket_cap_mb,
+     as DDP) are packed, pre-scaled by fl(1/P) as the reducer does, and each rank's part of a bucket is reduced to its
+     owner (accel_coll_reduce_async, root = owner; two buckets in flight, launched in bucket order as backward marks
+     them ready); the owner keeps its part in the shard gradient buffer (S elements), the only gradient memory the
+     optimizer reads. The full gradient buffers stay the caller's (backward writes them). Gather: this rank's shard
+     of a list reaches every rank in chunks of bucket_cap_mb per rank (all_gather, two in flight).
+     Results: every element's update is the unsharded one, so ZeRO-1 equals the unsharded run (reducer + one
+     optimizer over the whole list) bit for bit; ZeRO-2 too where the reduce sums in the all-reduce's order (always
+     at P <= 2; Open MPI on one node at 3 and 4 in the tests), else within rounding (<= 1e-6 relative after 50 steps).
+     Accumulation: as the reducer, grad_ready/wait do nothing unless accel_should_reduce(acc); micro-batches
+     accumulate in the full local gradients and the sync step reduces (DeepSpeed reduces every micro-batch).
+     Checkpoints (consolidated, any number of processes): accel_coll_zero_export gathers the shard moments
+     (accel_optim_state_tensors) into full-size tensors named by the same keys → accel_ckpt_register_optimizer;
+     the step counts and hyperparameters go through accel_ckpt_register(ck, "optim_state",
+     accel_optim_shard_state_save, accel_optim_shard_state_load, &ss) with ss = {opt, params}; after
+     accel_ckpt_load_state on another P, accel_coll_zero_import copies this rank's part back. The full-size buffers
+     are needed around save/load only.
+     CUDA: the same code with device buffers (packing on acc.stream with the reducer's pre-scaling kernel, NCCL or
+     CUDA-aware/staged MPI for the reduces and all-gathers); compiled by the nvcc build, tested on the CPU only.
+     Collective calls: create, wait (on reducing steps), gather, export; grad_ready as the reducer's; views and
+     import are local.
 
    COLLECTIVE CALLS AND ERRORS
      Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation,
