@@ -2818,6 +2818,7 @@ static accel_result accel__coll_zero_buckets(accel_coll_zero *z) {
     z->buckets = (accel__coll_zbucket *)accel_host_alloc(acc, sizeof(accel__coll_zbucket) * (size_t)(z->n + 1));
     z->bucket_of = (int *)accel_host_alloc(acc, sizeof(int) * 2 * (size_t)(z->n + 1));
     if (!z->buckets || !z->bucket_of) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_coll_zero_create (buckets)");
+    memset(z->bucket_of, 0, sizeof(int) * 2 * (size_t)(z->n + 1));
     z->ready = z->bucket_of + z->n + 1;
     z->nb = 0;
     for (i = z->n - 1; i >= 0; --i) {

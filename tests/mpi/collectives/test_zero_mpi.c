@@ -19,7 +19,7 @@
 static accel acc;
 static int P, R;
 
-/* host allocator hooks that count live bytes */
+/* host allocator hooks that count live bytes and poison new blocks (0xA5: uninitialized reads show up) */
 static long long live_bytes;
 static void *count_alloc(size_t n, void *u) {
     size_t *p = (size_t *)malloc(n + 16);
@@ -27,6 +27,7 @@ static void *count_alloc(size_t n, void *u) {
     if (!p) return NULL;
     p[0] = n;
     live_bytes += (long long)n;
+    memset((unsigned char *)p + 16, 0xA5, n);
     return (unsigned char *)p + 16;
 }
 static void count_free(void *q, void *u) {
@@ -324,8 +325,17 @@ static void mismatches(accel_coll *c) {
     if (R == P - 1) bad[0].shape[0] = 36;
     r = accel_coll_zero_gather(z, bad, NP);
     AT_EQ_INT(r, R == P - 1 ? ACCEL_ERR_INVALID_ARGUMENT : (P > 1 ? ACCEL_ERR_REMOTE : ACCEL_ERR_INVALID_ARGUMENT));
-    /* the object still works afterwards */
+    /* the object still works afterwards; a reducing step first thing (outside accumulate: sync) */
     AT_EQ_INT(accel_coll_zero_gather(z, md.tp, NP), ACCEL_OK);
+    AT_CHECK(accel_should_reduce(&acc) || P == 1);
+    {
+        int i;
+        for (i = NP - 1; i >= 0; --i) AT_EQ_INT(accel_coll_zero_grad_ready(z, i), ACCEL_OK);
+        AT_EQ_INT(accel_coll_zero_wait(z), ACCEL_OK);
+        AT_EQ_INT(accel_coll_zero_grad_ready(z, NP - 1), ACCEL_OK);
+        AT_EQ_INT(accel_coll_zero_grad_ready(z, NP - 1), accel_should_reduce(&acc) ? ACCEL_ERR_STATE : ACCEL_OK);
+        AT_EQ_INT(accel_coll_zero_wait(z), ACCEL_OK);
+    }
     /* partition: argument errors */
     {
         accel_coll_partition pt;
