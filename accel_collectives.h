@@ -104,11 +104,15 @@
      ("state.<i>.exp_avg") and step counts are those of the unsharded optimizer.
      Stage 1: the gradients are all-reduced by an internal reducer (DDP's buckets and averaging order); each rank's
      optimizer reads its shard of them. Stage 2: buckets of whole gradients in reverse list order (bucket_cap_mb,
-     as DDP) are packed, pre-scaled by fl(1/P) as the reducer does, and each rank's part of a bucket is reduced to its
-     owner (accel_coll_reduce_async, root = owner; two buckets in flight, launched in bucket order as backward marks
-     them ready); the owner keeps its part in the shard gradient buffer (S elements), the only gradient memory the
-     optimizer reads. The full gradient buffers stay the caller's (backward writes them). Gather: this rank's shard
-     of a list reaches every rank in chunks of bucket_cap_mb per rank (all_gather, two in flight).
+     as DDP) are pre-scaled by fl(1/P) as the reducer does and each rank's part of a bucket is reduced to its owner
+     (accel_coll_reduce_async, root = owner; two buckets in flight, launched in bucket order as backward marks them
+     ready); the owner copies its part into the shard gradient buffer (S elements), the only gradient memory the
+     optimizer reads. Host buffers on MPI are reduced where they are (pre-scaled in place, as the reducer's direct
+     mode: no staging); device buffers are packed into two bucket-sized staging buffers first. Stage 2 consumes
+     the gradient buffers: after a reducing wait their contents are unspecified (zero them before accumulating
+     again, as every trainer's zero_grad does). One process: no buckets, the gradient views are the caller's
+     gradients. Gather: this rank's shard of a list reaches every rank in all_gathers of min(bucket_cap_mb, 4 MiB)
+     in total (two in flight; the staging, 2 (P+1)/P chunks, is kept by the object).
      Results: every element's update is the unsharded one, so ZeRO-1 equals the unsharded run (reducer + one
      optimizer over the whole list) bit for bit; ZeRO-2 too where the reduce sums in the all-reduce's order (always
      at P <= 2; Open MPI on one node at 3 and 4 in the tests), else within rounding (<= 1e-6 relative after 50 steps).
@@ -363,7 +367,8 @@ ACCEL_API accel_result accel_coll_zero_grad_views(accel_coll_zero *z, accel_tens
 /* Gradient i holds its final local value (backward order is the overlap order); no-op unless accel_should_reduce. */
 ACCEL_API accel_result accel_coll_zero_grad_ready(accel_coll_zero *z, int index);
 /* Reduces what is left and waits: stage 1 every gradient holds the average (the reducer), stage 2 the shard buffer
-   holds this rank's part of it. No-op unless accel_should_reduce(acc) (accumulation steps). Collective. */
+   holds this rank's part of it (and the gradient buffers' contents are unspecified: zero them before the next
+   accumulation). No-op unless accel_should_reduce(acc) (accumulation steps). Collective. */
 ACCEL_API accel_result accel_coll_zero_wait(accel_coll_zero *z);
 /* Every rank's shard of list t (n tensors of one dtype, the partitioned numels: the parameters, or their BF16/F16
    model copies) reaches every rank, in chunks of bucket_cap_mb (two in flight). Collective. */
@@ -2692,6 +2697,10 @@ ACCEL__DEF int accel_coll_partition_views(const accel_coll_partition *p, const a
     return off == p->total ? cnt : -1;
 }
 
+/* All-gather chunks: at most this many bytes in total per all_gather (or bucket_cap_mb if smaller); larger chunks
+   gained nothing on MPI over shared memory and cost staging memory. */
+#define ACCEL__COLL_ZERO_CHUNK ((size_t)4 << 20)
+
 /* ZeRO-2 bucket: parameters [first, last] (reverse registration order across buckets, as DDP), flat range [lo, hi) */
 typedef struct accel__coll_zbucket {
     int first, last, pending;
@@ -2712,7 +2721,8 @@ struct accel_coll_zero {
     accel__coll_zbucket *buckets;
     int nb, next_launch;
     int *bucket_of, *ready;
-    void *slot[2];           /* staging of two buckets in flight */
+    int direct;              /* host MPI: gradients reduced where they are (pre-scaled in place), no staging */
+    void *slot[2];           /* staging of two buckets in flight (device buffers) */
     int slot_bucket[2];      /* -1: free */
     accel_coll_request **slot_req[2]; /* stb_ds arrays: the reduces of the bucket in the slot */
     size_t slot_elems;
@@ -2841,8 +2851,10 @@ static accel_result accel__coll_zero_buckets(accel_coll_zero *z) {
         z->buckets[b].pending = z->buckets[b].last - z->buckets[b].first + 1;
     }
     z->slot_elems = most;
+    z->direct = !z->c->device_mem && z->c->backend == ACCEL_COLL_BACKEND_MPI;
     for (i = 0; i < 2; ++i) {
         z->slot_bucket[i] = -1;
+        if (z->direct) continue;
         z->slot[i] = accel__coll_alloc_mem(z->c, most * es);
         if (!z->slot[i]) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_coll_zero_create (staging)");
     }
@@ -2923,7 +2935,8 @@ ACCEL__DEF accel_result accel_coll_zero_create(accel_coll *c, const accel_coll_z
     } else if (r == ACCEL_OK) {
         if (d.n > 0) z->gdt = d.grads[0].dtype;
         else z->gdt = ACCEL_F32;
-        r = accel__coll_agree(c, accel__coll_zero_buckets(z), "accel_coll_zero_create (buckets)");
+        /* one process: the gradients are final where they are (no buckets, no shard copy) */
+        if (c->size > 1) r = accel__coll_agree(c, accel__coll_zero_buckets(z), "accel_coll_zero_create (buckets)");
     }
     if (r != ACCEL_OK) {
         accel_coll_zero_destroy(z);
@@ -2955,7 +2968,7 @@ ACCEL__DEF accel_result accel_coll_zero_views(accel_coll_zero *z, const accel_te
 ACCEL__DEF accel_result accel_coll_zero_grad_views(accel_coll_zero *z, accel_tensor *views, int n) {
     int i;
     if (!z) return accel__coll_zero_null();
-    if (z->stage == 1) return accel_coll_zero_views(z, z->grads, n, views);
+    if (z->stage == 1 || !z->shard_grad) return accel_coll_zero_views(z, z->grads, n, views);
     if (n != z->n || (n > 0 && !views))
         return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_grad_views: %d views for a partition of %d", n, z->n);
     for (i = 0; i < n; ++i) {
@@ -2988,7 +3001,10 @@ static accel_result accel__coll_zero_finish(accel_coll_zero *z, int k) {
         const accel__coll_zbucket *q = &z->buckets[b];
         int64_t lo = q->lo > z->part.begin ? q->lo : z->part.begin, hi = q->hi < z->part.end ? q->hi : z->part.end;
         size_t es = accel_dtype_size(z->gdt);
-        if (hi > lo)
+        if (hi > lo && z->direct) /* the sums landed in this rank's own gradient buffers */
+            r = accel__coll_zero_copy(z, z->grads, lo, hi, (unsigned char *)z->shard_grad + (size_t)(lo - z->part.begin) * es,
+                                      es, 1);
+        else if (hi > lo)
             r = accel__coll_copy_same(z->c, (unsigned char *)z->shard_grad + (size_t)(lo - z->part.begin) * es,
                                       (const unsigned char *)z->slot[k] + (size_t)(lo - q->lo) * es, (size_t)(hi - lo) * es,
                                       z->c->device_mem);
@@ -3004,6 +3020,32 @@ static accel_result accel__coll_zero_launch(accel_coll_zero *z, int b) {
     int k = b & 1, i, rk;
     accel_result r = accel__coll_zero_finish(z, k);
     if (r != ACCEL_OK) return r;
+    if (z->direct) { /* each gradient piece is reduced in place to its owner (the reducer's direct mode) */
+        z->slot_bucket[k] = b;
+        for (i = q->first; i <= q->last; ++i) {
+            int64_t n = z->off[i + 1] - z->off[i];
+            if (n == 0) continue;
+            if (z->average && c->size > 1) {
+                r = accel__coll_prescale(c, z->grads[i].ptr, z->grads[i].ptr, (size_t)n, z->gdt);
+                if (r != ACCEL_OK) return r;
+            }
+            for (rk = 0; rk < c->size; ++rk) {
+                int64_t s0 = (int64_t)rk * z->part.shard, lo = z->off[i] > s0 ? z->off[i] : s0;
+                int64_t hi = z->off[i + 1] < s0 + z->part.shard ? z->off[i + 1] : s0 + z->part.shard;
+                accel_coll_request *req = NULL;
+                void *p = (unsigned char *)z->grads[i].ptr + (size_t)(lo - z->off[i]) * es;
+                if (hi <= lo) continue;
+                r = accel_coll_reduce_async(c, p, p, (size_t)(hi - lo), z->gdt, ACCEL_COLL_SUM, rk, &req);
+                if (r != ACCEL_OK) return r;
+                if (accel__arr_reserve((void **)&z->slot_req[k], sizeof req, 1) != 0) {
+                    accel_coll_wait(req);
+                    return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "zero: request list");
+                }
+                stbds_arrput(z->slot_req[k], req);
+            }
+        }
+        return ACCEL_OK;
+    }
     for (i = q->first; i <= q->last; ++i) {
         size_t cnt = (size_t)(z->off[i + 1] - z->off[i]);
         void *dst = (unsigned char *)z->slot[k] + (size_t)(z->off[i] - q->lo) * es;
@@ -3052,7 +3094,7 @@ ACCEL__DEF accel_result accel_coll_zero_grad_ready(accel_coll_zero *z, int index
     if (index < 0 || index >= z->n)
         return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_grad_ready: index %d is not a gradient (0..%d)",
                            index, z->n - 1);
-    if (!accel_should_reduce(z->c->acc)) return ACCEL_OK;
+    if (!accel_should_reduce(z->c->acc) || !z->shard_grad) return ACCEL_OK;
     if (z->ready[index])
         return ACCEL__FAIL(z->c->acc, ACCEL_ERR_STATE, "accel_coll_zero_grad_ready: gradient %d was already marked ready in this step", index);
     z->ready[index] = 1;
@@ -3065,6 +3107,7 @@ ACCEL__DEF accel_result accel_coll_zero_wait(accel_coll_zero *z) {
     int b, k;
     if (!z) return accel__coll_zero_null();
     if (z->stage == 1) return accel_coll_reducer_wait(z->red);
+    if (!z->shard_grad) return ACCEL_OK; /* one process */
     if (!accel_should_reduce(z->c->acc)) {
         accel__coll_zero_reset(z);
         return ACCEL_OK;
@@ -3114,7 +3157,7 @@ static accel_result accel__coll_zero_gather_list(accel_coll_zero *z, const accel
     accel_result r = ACCEL_OK, e;
     int k = 0, j;
     if (P <= 1 || S == 0) return ACCEL_OK;
-    B = z->cap_bytes / es;
+    B = (z->cap_bytes < ACCEL__COLL_ZERO_CHUNK ? z->cap_bytes : ACCEL__COLL_ZERO_CHUNK) / es / (size_t)P;
     if (B < 1) B = 1;
     if (B > (size_t)S) B = (size_t)S;
     if (B > (size_t)INT_MAX / (size_t)P) B = (size_t)INT_MAX / (size_t)P;
