@@ -98,12 +98,12 @@ static inline void gb_sumsq(const float *p, size_t n, float *out, cudaStream_t s
     gb_sumsq_kernel<<<blocks, 256, 0, st>>>((const float4 *)p, n / 4, out);
 }
 
-/* Best-of-reps time in seconds of what `body` enqueues on st (CUDA events around it). */
-#define GB_TIME(best, st, reps, body) do { \
+/* Best-of-reps time in seconds of what the statements (last argument) enqueue on st (CUDA events around it). */
+#define GB_TIME(best, st, reps, ...) do { \
     cudaEvent_t a_, b_; int r_; float ms_ = 0; (best) = 1e30; \
     GB_CK(cudaEventCreate(&a_)); GB_CK(cudaEventCreate(&b_)); \
     for (r_ = 0; r_ < (reps); ++r_) { \
-        GB_CK(cudaEventRecord(a_, st)); { body; } GB_CK(cudaEventRecord(b_, st)); \
+        GB_CK(cudaEventRecord(a_, st)); { __VA_ARGS__; } GB_CK(cudaEventRecord(b_, st)); \
         GB_CK(cudaEventSynchronize(b_)); GB_CK(cudaEventElapsedTime(&ms_, a_, b_)); \
         if (ms_ * 1e-3 < (best)) (best) = ms_ * 1e-3; \
     } \
