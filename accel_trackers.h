@@ -965,6 +965,29 @@ static uint64_t accel__track_shortest(double v, int *k_out) {
 
 /* NaN/Infinity/-Infinity as Python's json module writes them; else the shortest round-trip decimal in repr's
    layout. out must hold 32 bytes; NUL-terminated; returns the length. */
+static const char accel__track_pairs[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879808182838485868788899091929394"
+    "9596979899";
+
+/* the decimal digits of d, written backwards so that they end at end; returns their start */
+static char *accel__track_digits(char *end, uint64_t d) {
+    uint32_t x;
+    while (d >= 100000000u) { /* eight digits at a time: two independent chains of 32-bit pairs */
+        uint32_t lo = (uint32_t)(d % 100000000u), a = lo / 10000u, b = lo % 10000u;
+        d /= 100000000u;
+        end -= 8;
+        memcpy(end, accel__track_pairs + 2 * (a / 100u), 2);
+        memcpy(end + 2, accel__track_pairs + 2 * (a % 100u), 2);
+        memcpy(end + 4, accel__track_pairs + 2 * (b / 100u), 2);
+        memcpy(end + 6, accel__track_pairs + 2 * (b % 100u), 2);
+    }
+    x = (uint32_t)d;
+    while (x >= 100u) { end -= 2; memcpy(end, accel__track_pairs + 2 * (x % 100u), 2); x /= 100u; }
+    if (x >= 10u) { end -= 2; memcpy(end, accel__track_pairs + 2 * x, 2); }
+    else *--end = (char)('0' + x);
+    return end;
+}
+
 static size_t accel__track_fmt_double(char *out, double v) {
     char buf[24], *dig, *end;
     uint64_t d;
@@ -974,9 +997,9 @@ static size_t accel__track_fmt_double(char *out, double v) {
     if (v < -DBL_MAX) { memcpy(out, "-Infinity", 10); return 9; }
     if (v == 0) { end = accel__track_layout(out, 1.0 / v < 0, "0", 1, 0); *end = 0; return (size_t)(end - out); }
     d = accel__track_shortest(v, &k);
-    while (d % 10 == 0) { d /= 10; ++k; }
-    dig = buf + sizeof buf;
-    do { *--dig = (char)('0' + (int)(d % 10)); d /= 10; } while (d);
+    while (d % 10000u == 0) { d /= 10000u; k += 4; } /* trailing zeros (d >= 1) */
+    while (d % 10u == 0) { d /= 10u; ++k; }
+    dig = accel__track_digits(buf + sizeof buf, d);
     nd = (int)(buf + sizeof buf - dig);
     end = accel__track_layout(out, v < 0, dig, nd, k + nd - 1);
     *end = 0;
