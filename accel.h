@@ -894,6 +894,7 @@ static accel_result accel__vfail(accel *acc, accel_result r, const char *file, i
     char *dst = acc ? acc->last_error : accel__g_last_error;
     const char *base = file ? strrchr(file, '/') : NULL;
     base = base ? base + 1 : file;
+    if (!fmt) fmt = "(no message)"; /* accel_set_error(acc, r, NULL) from user code: a message, not a crash */
     vsnprintf(msg, sizeof msg, fmt, ap);
     if (base) snprintf(where, sizeof where, " (%.80s: %.100s:%d)", accel_result_string(r), base, line);
     else snprintf(where, sizeof where, " (%.80s)", accel_result_string(r));

@@ -3,13 +3,18 @@
 #   scripts/install-deps.sh          build + tests: meson, ninja, pkg-config, Open MPI, MPICH, stb, clang runtimes
 #   scripts/install-deps.sh --bench  also the benchmark peers (python3-torch)
 #   scripts/install-deps.sh --slurm  also Slurm + munge for tests/slurm (the test starts its own cluster)
+#   scripts/install-deps.sh --oracles  also the independent references the tests compare against: Debian's
+#                                    python3-torch (torch.optim, GPT-2, torch.profiler.schedule) and a venv with
+#                                    Accelerate + safetensors from PyPI on top of it (device maps, offload folders,
+#                                    safetensors bytes): ${ACCEL_REFVENV:-~/.cache/accel/refvenv}
 # CUDA, cuBLAS and NCCL come with the CUDA toolkit under /usr/local/cuda (not from apt).
 set -euo pipefail
-want_bench=0 want_slurm=0
+want_bench=0 want_slurm=0 want_oracles=0
 for a in "$@"; do
   case "$a" in
     --bench) want_bench=1 ;;
     --slurm) want_slurm=1 ;;
+    --oracles) want_oracles=1 ;;
     *) echo "install-deps: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -17,6 +22,7 @@ done
 pkgs=(meson ninja-build pkg-config libopenmpi-dev openmpi-bin mpich libmpich-dev libstb-dev libyaml-dev clang
       libclang-rt-14-dev python3 python3-yaml file)
 [ $want_bench = 1 ] && pkgs+=(python3-torch)
+[ $want_oracles = 1 ] && pkgs+=(python3-torch python3-numpy python3-psutil python3-venv python3-pip)
 [ $want_slurm = 1 ] && pkgs+=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins)
 
 missing=()
@@ -36,4 +42,17 @@ fi
 # Open MPI stays the default `mpi` when both are installed; the MPICH build names its pkg-config/mpiexec itself.
 export PATH="/usr/local/cuda/bin:$PATH"
 command -v nvcc >/dev/null || echo "install-deps: note: nvcc not found; CUDA parts will be skipped"
+if [ $want_oracles = 1 ]; then
+  # Accelerate's own placement/offload functions are the oracle for accel_ckpt.h's big-model code. Accelerate 1.15
+  # declares torch >= 2, but the functions the tests call run on Debian's torch 1.13: --no-deps keeps pip from
+  # pulling a second torch. A failure here (no network) leaves those tests skipping with the reason.
+  venv="${ACCEL_REFVENV:-$HOME/.cache/accel/refvenv}"
+  if ! "$venv/bin/python" -c "import accelerate, safetensors, torch" 2>/dev/null; then
+    echo "install-deps: reference venv $venv (accelerate 1.15.0, safetensors 0.8.0)"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+      "$venv/bin/pip" install -q --no-deps accelerate==1.15.0 safetensors==0.8.0 packaging ||
+      echo "install-deps: note: could not build the reference venv; Accelerate/safetensors comparisons will skip"
+  fi
+fi
 echo "install-deps: ok"

@@ -44,6 +44,15 @@ static void put_json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+/* n bytes as they are, except U+0000 (which a metadata key or value may contain), shown as \u0000 */
+static void put_bytes(const char *s, size_t n) {
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        if (s[i]) putchar(s[i]);
+        else fputs("\\u0000", stdout);
+    }
+}
+
 static void print_shape(const accel_ckpt_entry *e) {
     int d;
     printf("[");
@@ -62,8 +71,13 @@ static int ls_file(const char *path) {
     printf("%s: %d tensors\n", path, accel_ckpt_file_count(f));
     for (i = 0; i < accel_ckpt_file_metadata_count(f); ++i) {
         const char *k, *v;
-        accel_ckpt_file_metadata(f, i, &k, &v);
-        printf("  metadata %s = %s\n", k, v);
+        size_t kn = 0, vn = 0;
+        accel_ckpt_file_metadata(f, i, &k, &kn, &v, &vn);
+        printf("  metadata ");
+        put_bytes(k, kn);
+        printf(" = ");
+        put_bytes(v, vn);
+        printf("\n");
     }
     for (i = 0; i < accel_ckpt_file_count(f); ++i) {
         const accel_ckpt_entry *e = accel_ckpt_file_entry(f, i);

@@ -1,5 +1,5 @@
-/* accel — command-line companion: `accel env`, `accel shards …`, `accel ckpt …`, `accel size …`, `accel launch …`,
-   `accel config …`. */
+/* accel — command-line companion: `accel env`, `accel shards …`, `accel ckpt …`, `accel size …`, `accel device-map …`,
+   `accel launch …`, `accel config …`. */
 #include "accel.h"
 #include "cli.h"
 #include <stdio.h>
@@ -12,6 +12,7 @@ static const cli_cmd cmds[] = {
     {"shards", cli_shards, "print which dataset indices each process sees (JSON)"},
     {"ckpt", cli_ckpt, "inspect, verify or plan checkpoints: ls FILE|DIR, verify DIR, plan --max-shard-size SIZE name:bytes..."},
     {"size", cli_size, "parse a size string (\"10GB\", \"5MiB\") and print the byte count"},
+    {"device-map", cli_device_map, "Accelerate's module sizes, balanced memory and device map of a model (JSON)"},
     {"launch", cli_launch, "start N processes of a program the way torchrun does (accel launch -n N -- PROGRAM ARGS)"},
     {"config", cli_config, "write Accelerate's default config file (accel config --default [--mixed-precision M] [FILE])"},
 };
@@ -19,7 +20,7 @@ static const cli_cmd cmds[] = {
 static void usage(FILE *f) {
     size_t i;
     fprintf(f, "usage: accel <command> [options]\n\ncommands:\n");
-    for (i = 0; i < sizeof cmds / sizeof cmds[0]; ++i) fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].help);
+    for (i = 0; i < sizeof cmds / sizeof cmds[0]; ++i) fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].help);
 }
 
 int main(int argc, char **argv) {

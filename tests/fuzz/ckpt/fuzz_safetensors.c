@@ -37,7 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (i = 0; i < accel_ckpt_file_metadata_count(f); ++i) {
         const char *k, *v;
-        if (accel_ckpt_file_metadata(f, i, &k, &v) != ACCEL_OK || !k || !v) abort();
+        size_t kn = 0, vn = 0;
+        if (accel_ckpt_file_metadata(f, i, &k, &kn, &v, &vn) != ACCEL_OK || !k || !v || k[kn] || v[vn]) abort();
     }
     accel_ckpt_file_destroy(f);
     return 0;

@@ -19,6 +19,9 @@ import tempfile
 FIXTURE, CLI = sys.argv[1], sys.argv[2]
 DTYPE_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4, "I16": 2,
               "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1}
+# the reference's Dtype enum (safetensors/src/tensor.rs), ascending; its writer sorts by it descending, then by name
+ENUM_RANK = {d: i for i, d in enumerate(["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32",
+                                         "U32", "F32", "F64", "I64", "U64"])}
 ORDER = ["F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8",
          "BOOL"]  # accel_dtype enum order 1..15
 failures = 0
@@ -140,9 +143,9 @@ with tempfile.TemporaryDirectory() as tmp:
             continue
         check(header[name]["dtype"] == dt and header[name]["shape"] == shape, f"dtype/shape of {name!r}")
         check(data[name] == payload, f"bytes of {name!r}")
-    # the reference writer's order: dtype alignment descending, then name (byte order)
+    # the reference writer's order: its Dtype enum order (REFERENCE.md), descending, then name (byte order)
     by_offset = [k for k, _ in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])]
-    want_order = sorted(header, key=lambda k: (-DTYPE_SIZE[header[k]["dtype"]], k.encode("utf-8")))
+    want_order = sorted(header, key=lambda k: (-ENUM_RANK[header[k]["dtype"]], k.encode("utf-8")))
     # entries with equal offsets (empty tensors) may appear in any order among themselves
     check([k for k in by_offset if data[k]] == [k for k in want_order if data[k]], "reference writer order")
     for name in header:
@@ -222,8 +225,8 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # ---------------------------------------------------------------- files written by this script, read by accel
     def write_reference(path, tensors, metadata=None, pad=True, ensure_ascii=False):
-        # the reference writer: sort by alignment (dtype size) descending then name; pad the header with spaces
-        items = sorted(tensors.items(), key=lambda kv: (-DTYPE_SIZE[kv[1][0]], kv[0].encode("utf-8")))
+        # the reference writer: sort by its Dtype enum descending then name; pad the header with spaces
+        items = sorted(tensors.items(), key=lambda kv: (-ENUM_RANK[kv[1][0]], kv[0].encode("utf-8")))
         hdr, off, blobs = {}, 0, []
         if metadata is not None:
             hdr["__metadata__"] = metadata

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -198,6 +200,60 @@ static void test_roundtrip_all_dtypes(void) {
     for (i = 0; i < n; ++i) free(bufs[i]);
 }
 
+/* ------------------------------------------------------------------------- the atomic single-file write */
+/* save_safetensors streams into the core's atomic pair (accel__atomic_open/_commit: "<path>.tmp.<pid>", fsync,
+   rename): a file of the user's that happens to be called "<path>.tmp" is neither truncated nor renamed over the
+   target, and a failed write leaves no temporary behind. */
+static int count_prefixed(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int k = 0;
+    while (d && (e = readdir(d)) != NULL) k += !strncmp(e->d_name, prefix, strlen(prefix));
+    if (d) closedir(d);
+    return k;
+}
+static void test_atomic_writer(void) {
+    char dir[400], path[500], user[520];
+    float w[4] = {1, 2, 3, 4};
+    accel_tensor t;
+    unsigned char *b;
+    size_t n = 0;
+    accel_ckpt_file *f = NULL;
+    snprintf(dir, sizeof dir, "%s/atomic", g_root);
+    AT_EQ_INT(mkdir(dir, 0777), 0);
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    snprintf(user, sizeof user, "%s.tmp", path);
+    write_bytes(user, "the user's own file", 19);
+    memset(&t, 0, sizeof t);
+    t.name = "w"; t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 4; t.ptr = w;
+    AT_EQ_INT(accel_ckpt_save_safetensors(NULL, path, &t, 1, NULL, 0), ACCEL_OK);
+    b = at_read_file(user, &n);
+    AT_CHECK(b && n == 19 && !memcmp(b, "the user's own file", 19));
+    free(b);
+    AT_EQ_INT(accel_ckpt_file_open(NULL, path, &f), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_file_count(f), 1);
+    accel_ckpt_file_destroy(f);
+    AT_EQ_INT(count_prefixed(dir, "w.safetensors.tmp."), 0);
+    /* a write that fails half-way (the file-size limit: EFBIG) leaves nothing, neither the target nor a temporary */
+    {
+        static float big[4096];
+        struct rlimit old, lim;
+        void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+        snprintf(path, sizeof path, "%s/x.safetensors", dir);
+        t.ptr = big;
+        t.shape[0] = 4096;
+        AT_EQ_INT(getrlimit(RLIMIT_FSIZE, &old), 0);
+        lim = old;
+        lim.rlim_cur = 1000;
+        AT_EQ_INT(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        AT_EQ_INT(accel_ckpt_save_safetensors(NULL, path, &t, 1, NULL, 0), ACCEL_ERR_IO);
+        AT_EQ_INT(setrlimit(RLIMIT_FSIZE, &old), 0);
+        signal(SIGXFSZ, prev);
+        AT_CHECK(!exists(path));
+        AT_EQ_INT(count_prefixed(dir, "x.safetensors"), 0);
+    }
+}
+
 /* -------------------------------------------------------------------- hand-built reference-layout bytes */
 /* Builds: u64 N | header (padded to pad) | data. */
 static size_t build(unsigned char *out, const char *header, size_t pad_to, const void *data, size_t dn) {
@@ -265,6 +321,60 @@ static void test_reference_bytes(void) {
     n = build(buf, "{\"caf\\u00e9\\/\\ud83d\\ude00\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8, "z", 1);
     AT_EQ_INT(accel_ckpt_file_open_memory(NULL, buf, n, &f), ACCEL_OK);
     AT_CHECK(accel_ckpt_file_find(f, "caf\xc3\xa9/\xf0\x9f\x98\x80") == 0);
+    accel_ckpt_file_destroy(f);
+}
+
+/* The reference writer's rules (issue 15's three defects, each checked against files of the reference safetensors
+   package in check_safetensors_ref.py):
+   (a) tensor order = its Dtype enum order, descending, then the name: F32 before U32 before I32, BF16 before F16;
+   (b) a __metadata__ key or value may contain U+0000: read whole, with its length; "k\0x" does not shadow "k";
+   (c) a tensor named "" is written (and read). */
+static void test_reference_rules(void) {
+    char path[400];
+    float f32 = 1.0f;
+    int32_t i32 = 2;
+    uint32_t u32 = 3;
+    uint16_t bf = 0x3f80, h = 0x3c00;
+    unsigned char u8[3] = {7, 8, 9}, buf[512], back[3] = {0, 0, 0};
+    accel_tensor t[6];
+    accel_ckpt_file *f = NULL;
+    const char *k, *v;
+    size_t kn = 0, vn = 0, n;
+    int i;
+    memset(t, 0, sizeof t);
+    t[0].name = "a"; t[0].dtype = ACCEL_I32; t[0].ndim = 0; t[0].ptr = &i32;
+    t[1].name = "b"; t[1].dtype = ACCEL_U32; t[1].ndim = 0; t[1].ptr = &u32;
+    t[2].name = "c"; t[2].dtype = ACCEL_F32; t[2].ndim = 0; t[2].ptr = &f32;
+    t[3].name = "d"; t[3].dtype = ACCEL_F16; t[3].ndim = 0; t[3].ptr = &h;
+    t[4].name = "e"; t[4].dtype = ACCEL_BF16; t[4].ndim = 0; t[4].ptr = &bf;
+    t[5].name = ""; t[5].dtype = ACCEL_U8; t[5].ndim = 1; t[5].shape[0] = 3; t[5].ptr = u8;
+    snprintf(path, sizeof path, "%s/rules.safetensors", g_root);
+    AT_EQ_INT(accel_ckpt_save_safetensors(NULL, path, t, 6, NULL, 0), ACCEL_OK); /* (c) */
+    AT_EQ_INT(accel_ckpt_file_open(NULL, path, &f), ACCEL_OK);
+    if (f) {
+        static const char *order[6] = {"c", "b", "a", "e", "d", ""}; /* (a): F32 U32 I32 BF16 F16 U8 */
+        AT_EQ_INT(accel_ckpt_file_count(f), 6);
+        for (i = 0; i < 6 && i < accel_ckpt_file_count(f); ++i) AT_EQ_STR(accel_ckpt_file_entry(f, i)->name, order[i]);
+        AT_EQ_INT(accel_ckpt_file_find(f, ""), 5);
+        t[5].ptr = back;
+        AT_EQ_INT(accel_ckpt_file_load(f, &t[5]), ACCEL_OK);
+        AT_CHECK(!memcmp(back, u8, 3));
+        accel_ckpt_file_destroy(f);
+        f = NULL;
+    }
+    /* (b): the reference writes "k" and "k\0x" as two keys */
+    n = build(buf, "{\"__metadata__\":{\"k\\u0000x\":\"v\\u0000w\",\"k\":\"plain\",\"z\":\"\\u0000\"},"
+                   "\"\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8, "q", 1);
+    AT_EQ_INT(accel_ckpt_file_open_memory(NULL, buf, n, &f), ACCEL_OK);
+    if (!f) return;
+    AT_EQ_INT(accel_ckpt_file_metadata_count(f), 3);
+    AT_EQ_INT(accel_ckpt_file_metadata(f, 0, &k, &kn, &v, &vn), ACCEL_OK);
+    AT_CHECK(kn == 3 && !memcmp(k, "k\0x", 4) && vn == 3 && !memcmp(v, "v\0w", 4));
+    AT_EQ_INT(accel_ckpt_file_metadata(f, 2, &k, &kn, &v, &vn), ACCEL_OK);
+    AT_CHECK(kn == 1 && vn == 1 && v[0] == 0 && v[1] == 0);
+    AT_EQ_STR(accel_ckpt_file_metadata_get(f, "k"), "plain");
+    AT_CHECK(accel_ckpt_file_metadata_get(f, "k\0x") == accel_ckpt_file_metadata_get(f, "k")); /* C strings end at NUL */
+    AT_EQ_INT(accel_ckpt_file_find(f, ""), 0);
     accel_ckpt_file_destroy(f);
 }
 
@@ -698,7 +808,9 @@ int main(void) {
     test_sizes();
     test_xxh64();
     test_roundtrip_all_dtypes();
+    test_atomic_writer();
     test_reference_bytes();
+    test_reference_rules();
     test_malformed();
     test_plans();
     test_save_model();

@@ -235,6 +235,58 @@ static void test_root_causes(void) {
     accel_shutdown(&a);
 }
 
+/* ------------------------------------------------------------------ a failed load applies no training state */
+/* The Accelerator's state is validated first and applied only after everything else succeeded on every process, so
+   a load that fails changes none of it — nor says that it did: the warning accel_state_load gives for a different
+   gradient_accumulation_steps appears only for a load that succeeded. */
+static void test_failed_load_applies_nothing(void) {
+    accel a, b;
+    log_capture ca, cb;
+    accel_ckpt *cka, *ckb;
+    obj oa, ob;
+    accel_desc d;
+    char proj[400];
+    unsigned char before[ACCEL_STATE_BYTES], after[ACCEL_STATE_BYTES];
+    size_t nb = 0, na = 0;
+    int i, syncs = 0, warns;
+    init_acc(&a, &ca);
+    memset(&d, 0, sizeof d);
+    d.no_mpi = 1;
+    d.gradient_accumulation_steps = 2; /* the checkpoint was saved with 3 */
+    d.log_fn = capture;
+    d.log_user_data = &cb;
+    d.log_level = ACCEL_LOG_DEBUG;
+    memset(&cb, 0, sizeof cb);
+    AT_EQ_INT(accel_init(&b, &d), ACCEL_OK);
+    accel_set_seed(&a, 99, 0);
+    for (i = 0; i < 5; ++i) micro_batch(&a, &syncs, -1, 0);
+    snprintf(proj, sizeof proj, "%s/failed_load", g_root);
+    memset(&oa, 0, sizeof oa); oa.acc = &a; oa.value = 7;
+    memset(&ob, 0, sizeof ob); ob.acc = &b; ob.fail_load = 1;
+    cka = make_ck(&a, proj, &oa);
+    ckb = make_ck(&b, proj, &ob);
+    AT_EQ_INT(accel_ckpt_save_state(cka, NULL, NULL, 0), ACCEL_OK);
+    accel_set_seed(&b, 5, 0);
+    AT_EQ_INT(accel_state_save(&b, before, sizeof before, &nb), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_load_state(ckb, NULL), ACCEL_ERR_MISMATCH);
+    AT_EQ_INT(accel_state_save(&b, after, sizeof after, &na), ACCEL_OK);
+    AT_CHECK(na == nb && !memcmp(before, after, nb));
+    AT_EQ_INT(count_level(&cb, ACCEL_LOG_WARN), 0);
+    AT_EQ_INT(accel_ckpt_iteration(ckb), 0);
+    /* the same load succeeds once the callback does: now the state is applied and the warning given, once */
+    ob.fail_load = 0;
+    AT_EQ_INT(accel_ckpt_load_state(ckb, NULL), ACCEL_OK);
+    AT_EQ_INT(b.step, a.step);
+    AT_EQ_INT(ob.value, 7);
+    warns = count_level(&cb, ACCEL_LOG_WARN);
+    AT_EQ_INT(warns, 1);
+    AT_CONTAINS(first_at(&cb, ACCEL_LOG_WARN), "gradient_accumulation_steps=3");
+    accel_ckpt_destroy(cka);
+    accel_ckpt_destroy(ckb);
+    accel_shutdown(&a);
+    accel_shutdown(&b);
+}
+
 /* ------------------------------------------------------------------------------------ no checkpoint yet */
 static void expect_fresh(accel *a, log_capture *ca, accel_ckpt *ck, const char *cdir) {
     char want[700];
@@ -291,6 +343,7 @@ int main(void) {
     snprintf(g_root, sizeof g_root, "%s", tmpl);
     test_counters();
     test_root_causes();
+    test_failed_load_applies_nothing();
     test_fresh();
     at_rm_rf(g_root);
     return at_finish("ckpt-state");

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""GPT-2 124M training throughput (T=1024, accumulation 1, one GPU): examples/gpt2/train_gpt2.cu against its PyTorch
+peer (gpt2_torch_peer.py: bf16 autocast, fused AdamW, SDPA, clip 1.0; eager and torch.compile), and accel's own share
+of the step: the same trainer with accel's calls in the step replaced by no-ops (--bench-noop-accel: no loader or
+stager after the first batch, no accumulation bookkeeping, reducer, clip_grad_norm, scheduler bookkeeping, loss
+all-reduce, logging or per-step synchronization). Everything is measured in this run, one after the other on the same
+GPU. Prints JSON lines (DESIGN.md → Testing); MFU = (6N + 6·L·C·T) · tokens/s ÷ the device's bf16 dense peak.
+
+usage: bench_gpt2.py TRAIN_GPT2_EXE [--batches 16,32] [--steps 20]     (exit 77 without a CUDA device)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt2_torch_peer.py")
+
+
+def trainer(exe, shard, B, steps, noop):
+    cmd = [exe, "--data", shard, "--batch", str(B), "--seq", "1024", "--steps", str(steps), "--print-every", "5",
+           "--lr", "6e-4", "--warmup", "5", "--weight-decay", "0.1"] + (["--bench-noop-accel"] if noop else [])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if r.returncode == 77:
+        print(r.stdout.strip())
+        sys.exit(77)
+    sys.stderr.write(r.stdout + r.stderr)
+    if r.returncode != 0:
+        raise RuntimeError("train_gpt2 failed (%d)" % r.returncode)
+    for line in r.stdout.splitlines():
+        if line.startswith("summary: "):
+            return json.loads(line[len("summary: "):])
+    raise RuntimeError("train_gpt2 printed no summary line")
+
+
+def peer(B, compiled):
+    cmd = [sys.executable, PEER, "--batch", str(B), "--seq", "1024"] + (["--compile"] if compiled else [])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    sys.stderr.write(r.stderr[-4000:])
+    if r.returncode != 0:
+        sys.stderr.write("peer unavailable (%d): %s\n" % (r.returncode, r.stdout.strip()))
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("exe")
+    ap.add_argument("--batches", default="16,32")
+    ap.add_argument("--steps", type=int, default=20)
+    a = ap.parse_args()
+    batches = [int(x) for x in a.batches.split(",")]
+    with tempfile.TemporaryDirectory(prefix="bench-gpt2-") as tmp:
+        shard = os.path.join(tmp, "tokens.bin")
+        ntok = (a.steps + 2) * max(batches) * 1024 + 1
+        r = subprocess.run([a.exe, "--gen-shard", shard, str(ntok), "50257"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stdout + r.stderr)
+            return 1
+        for B in batches:
+            params = {"model": "gpt2-124M", "B": B, "T": 1024, "accum": 1}
+            acc = trainer(a.exe, shard, B, a.steps, False)
+            noop = trainer(a.exe, shard, B, a.steps, True)
+            eager, comp = peer(B, False), peer(B, True)
+            for ref, name in ((comp, "torch.compile"), (eager, "PyTorch eager")):
+                line = {"bench": "gpt2_train", "params": params, "unit": "tokens/s", "accel": round(acc["tokens_per_s"]),
+                        "reference": round(ref["tokens_per_s"]) if ref else None,
+                        "reference_name": name + " (bf16 autocast, fused AdamW, SDPA, clip 1.0)" +
+                        (", torch %s" % ref["torch"] if ref else ", unavailable"),
+                        "ratio": round(acc["tokens_per_s"] / ref["tokens_per_s"], 3) if ref else None,
+                        "goal": 1.0, "mfu": round(acc["mfu"], 4), "step_ms": round(acc["step_ms"], 2)}
+                print(json.dumps(line), flush=True)
+            share = 1.0 - acc["tokens_per_s"] / noop["tokens_per_s"]
+            print(json.dumps({"bench": "gpt2_accel_overhead", "params": params, "unit": "tokens/s",
+                              "accel": round(acc["tokens_per_s"]), "reference": round(noop["tokens_per_s"]),
+                              "reference_name": "the same trainer with accel's calls replaced by no-ops",
+                              "ratio": round(acc["tokens_per_s"] / noop["tokens_per_s"], 4), "goal": 0.99,
+                              "accel_share_of_step": round(share, 4)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
