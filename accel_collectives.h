@@ -379,6 +379,21 @@ ACCEL_API accel_result accel_coll_zero_gather(accel_coll_zero *z, const accel_te
    into `shard` (local: full may come from a checkpoint saved with any number of ranks). */
 ACCEL_API accel_result accel_coll_zero_export(accel_coll_zero *z, const accel_tensor *shard, const accel_tensor *full, int m);
 ACCEL_API accel_result accel_coll_zero_import(accel_coll_zero *z, const accel_tensor *full, const accel_tensor *shard, int m);
+/* Sharded checkpoints of the shard's optimizer state: each rank saves only its shard with the partition recorded,
+   and a load on any number of ranks re-partitions. obj: an accel_coll_zero_state; register it with
+     accel_ckpt_register_sharded(ck, "zero_state", accel_coll_zero_state_save, accel_coll_zero_state_load_all, &zs);
+   (→ zero_state_<rank>.bin on every rank), next to the step counts (accel_optim_shard_state, a global file).
+   The bytes (little-endian): "ACZS", u32 version 1, u32 size, u32 rank, u64 total, u64 begin, u64 end, u32 n, u32 k,
+   (n + 1) u64 flat offsets of the parameters, then per state tensor (param-major, m = n * k): u32 dtype, u64
+   elements, its bytes. load_all validates every saved rank's bytes (same parameter layout, k and dtypes; each file
+   the partition of its rank) before copying this rank's new shard out of them. */
+typedef struct accel_coll_zero_state {
+    accel_coll_zero *zero;
+    const accel_tensor *shard; /* the m state tensors of the shard's optimizer (accel_optim_state_tensors) */
+    int m;
+} accel_coll_zero_state;
+ACCEL_API accel_result accel_coll_zero_state_save(void *state, void *buf, size_t cap, size_t *size);
+ACCEL_API accel_result accel_coll_zero_state_load_all(void *state, const void *const *bufs, const size_t *sizes, int count);
 
 #ifdef __cplusplus
 }
@@ -3285,6 +3300,159 @@ ACCEL__DEF accel_result accel_coll_zero_import(accel_coll_zero *z, const accel_t
     for (s = 0; r == ACCEL_OK && s < k; ++s) r = accel__coll_zero_local(z, sh + s * z->n, fl + s * z->n, 0);
     accel_host_free(z->c->acc, sh);
     accel_host_free(z->c->acc, fl);
+    return r;
+}
+
+/* Sharded checkpoint bytes (layout in the declaration's comment). */
+#define ACCEL__ZS_MAGIC 0x535a4341u /* "ACZS" */
+static accel_result accel__coll_zs_need(const accel_coll_zero_state *zs, const char *what, int *k) {
+    int i;
+    if (!zs || !zs->zero) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: NULL state or zero", what);
+    if (zs->m < 0 || (zs->m > 0 && !zs->shard) || (zs->zero->n == 0 ? zs->m != 0 : zs->m % zs->zero->n != 0))
+        return ACCEL__FAIL(zs->zero->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d state tensors for %d parameters (k per parameter, param-major)",
+                           what, zs->m, zs->zero->n);
+    *k = zs->zero->n ? zs->m / zs->zero->n : 0;
+    for (i = 0; i < zs->m; ++i) {
+        const accel_coll_zero *z = zs->zero;
+        int p = i / *k;
+        int64_t lo = z->off[p] > z->part.begin ? z->off[p] : z->part.begin;
+        int64_t hi = z->off[p + 1] < z->part.end ? z->off[p + 1] : z->part.end;
+        if (accel_tensor_numel(&zs->shard[i]) != (hi > lo ? hi - lo : 0) || accel_dtype_size(zs->shard[i].dtype) == 0)
+            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: state tensor %d has %lld elements, this rank's shard of "
+                               "parameter %d is %lld", what, i, (long long)accel_tensor_numel(&zs->shard[i]), p,
+                               (long long)(hi > lo ? hi - lo : 0));
+    }
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_zero_state_save(void *state, void *buf, size_t cap, size_t *size) {
+    accel_coll_zero_state *zs = (accel_coll_zero_state *)state;
+    accel_coll_zero *z;
+    size_t need, at;
+    unsigned char *b = (unsigned char *)buf;
+    accel_result r;
+    int k = 0, i;
+    if (!size) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_zero_state_save: size is NULL");
+    if ((r = accel__coll_zs_need(zs, "accel_coll_zero_state_save", &k)) != ACCEL_OK) return r;
+    z = zs->zero;
+    need = 4 * 4 + 3 * 8 + 2 * 4 + (size_t)(z->n + 1) * 8;
+    for (i = 0; i < zs->m; ++i) need += 12 + (size_t)accel_tensor_numel(&zs->shard[i]) * accel_dtype_size(zs->shard[i].dtype);
+    *size = need;
+    if (!buf || cap < need) return ACCEL_OK;
+    accel__put_u32(b, ACCEL__ZS_MAGIC); accel__put_u32(b + 4, 1);
+    accel__put_u32(b + 8, (uint32_t)z->part.size); accel__put_u32(b + 12, (uint32_t)z->part.rank);
+    accel__put_u64(b + 16, (uint64_t)z->part.total); accel__put_u64(b + 24, (uint64_t)z->part.begin);
+    accel__put_u64(b + 32, (uint64_t)z->part.end);
+    accel__put_u32(b + 40, (uint32_t)z->n); accel__put_u32(b + 44, (uint32_t)k);
+    at = 48;
+    for (i = 0; i <= z->n; ++i, at += 8) accel__put_u64(b + at, (uint64_t)z->off[i]);
+    for (i = 0; i < zs->m; ++i) {
+        size_t bytes = (size_t)accel_tensor_numel(&zs->shard[i]) * accel_dtype_size(zs->shard[i].dtype);
+        accel__put_u32(b + at, (uint32_t)zs->shard[i].dtype);
+        accel__put_u64(b + at + 4, (uint64_t)accel_tensor_numel(&zs->shard[i]));
+        at += 12;
+        if (bytes && (r = accel__coll_copy(z->c, b + at, zs->shard[i].ptr, bytes, z->c->device_mem ? 2 : 0)) != ACCEL_OK)
+            return accel__fail_wrap(z->c->acc, r, "accel_coll_zero_state_save");
+        at += bytes;
+    }
+    return ACCEL_OK;
+}
+
+/* Where state tensor i's bytes start in saved rank q's buffer (validated: every size checked). */
+typedef struct accel__coll_zs_file { const unsigned char *b; int64_t begin, end; size_t *data; } accel__coll_zs_file;
+
+ACCEL__DEF accel_result accel_coll_zero_state_load_all(void *state, const void *const *bufs, const size_t *sizes, int count) {
+    accel_coll_zero_state *zs = (accel_coll_zero_state *)state;
+    accel_coll_zero *z;
+    accel *acc;
+    accel__coll_zs_file *f = NULL;
+    accel_result r;
+    int k = 0, q, i;
+    const char *what = "accel_coll_zero_state_load_all";
+    if ((r = accel__coll_zs_need(zs, what, &k)) != ACCEL_OK) return r;
+    z = zs->zero;
+    acc = z->c->acc;
+    if (count < 1 || !bufs || !sizes) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d saved ranks", what, count);
+    f = (accel__coll_zs_file *)accel_host_alloc(acc, sizeof *f * (size_t)count);
+    if (!f) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    for (q = 0; q < count; ++q) f[q].data = NULL;
+    /* 1. validate every saved rank's bytes */
+    for (q = 0; q < count && r == ACCEL_OK; ++q) {
+        const unsigned char *b = (const unsigned char *)bufs[q];
+        size_t n = sizes[q], at;
+        int64_t S;
+        f[q].b = b;
+        if (!b || n < 48 || accel__get_u32(b) != ACCEL__ZS_MAGIC || accel__get_u32(b + 4) != 1) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: not a ZeRO shard state (%zu bytes)", what, q, n);
+            break;
+        }
+        if ((int)accel__get_u32(b + 8) != count || (int)accel__get_u32(b + 12) != q) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: file %d says it is rank %u of %u, the checkpoint has %d ranks", what, q,
+                            accel__get_u32(b + 12), accel__get_u32(b + 8), count);
+            break;
+        }
+        if ((int64_t)accel__get_u64(b + 16) != z->part.total || (int)accel__get_u32(b + 40) != z->n || (int)accel__get_u32(b + 44) != k) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: saved with %llu elements in %u parameters, %u states each; this "
+                            "optimizer has %lld in %d, %d each", what, (unsigned long long)accel__get_u64(b + 16),
+                            accel__get_u32(b + 40), accel__get_u32(b + 44), (long long)z->part.total, z->n, k);
+            break;
+        }
+        S = (z->part.total + count - 1) / count;
+        f[q].begin = (int64_t)accel__get_u64(b + 24);
+        f[q].end = (int64_t)accel__get_u64(b + 32);
+        if (f[q].begin != (int64_t)q * S || f[q].end != ((int64_t)(q + 1) * S < z->part.total ? (int64_t)(q + 1) * S : z->part.total)) {
+            if (!(S * q >= z->part.total && f[q].begin == f[q].end)) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's range [%lld, %lld) is not its partition of %lld elements over %d",
+                                what, q, (long long)f[q].begin, (long long)f[q].end, (long long)z->part.total, count);
+                break;
+            }
+        }
+        at = 48;
+        if (n < at + (size_t)(z->n + 1) * 8) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q); break; }
+        for (i = 0; i <= z->n; ++i, at += 8)
+            if ((int64_t)accel__get_u64(b + at) != z->off[i]) break;
+        if (i <= z->n) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: rank %d's file: parameter %d starts at element %llu, here at %lld "
+                            "(a different parameter list)", what, q, i, (unsigned long long)accel__get_u64(b + at), (long long)z->off[i]);
+            break;
+        }
+        f[q].data = (size_t *)accel_host_alloc(acc, sizeof(size_t) * (size_t)(zs->m + 1));
+        if (!f[q].data) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what); break; }
+        for (i = 0; i < zs->m && r == ACCEL_OK; ++i) {
+            int p = i / (k ? k : 1);
+            int64_t lo = z->off[p] > f[q].begin ? z->off[p] : f[q].begin, hi = z->off[p + 1] < f[q].end ? z->off[p + 1] : f[q].end;
+            uint64_t cnt;
+            size_t es;
+            if (n < at + 12) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q); break; }
+            es = accel_dtype_size((accel_dtype)accel__get_u32(b + at));
+            cnt = accel__get_u64(b + at + 4);
+            if ((accel_dtype)accel__get_u32(b + at) != zs->shard[i].dtype || cnt != (uint64_t)(hi > lo ? hi - lo : 0))
+                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: rank %d's state tensor %d: %llu elements of dtype %u, expected %lld of %s",
+                                what, q, i, (unsigned long long)cnt, accel__get_u32(b + at), (long long)(hi > lo ? hi - lo : 0),
+                                accel_dtype_name(zs->shard[i].dtype));
+            else if (n - at - 12 < cnt * es)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q);
+            f[q].data[i] = at + 12;
+            at += 12 + (size_t)cnt * es;
+        }
+        if (r == ACCEL_OK && at != n) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file has %zu trailing bytes", what, q, n - at);
+    }
+    /* 2. this rank's new shard of every state tensor, from the saved ranks that hold its pieces */
+    for (i = 0; i < zs->m && r == ACCEL_OK; ++i) {
+        int p = i / (k ? k : 1);
+        int64_t lo = z->off[p] > z->part.begin ? z->off[p] : z->part.begin, hi = z->off[p + 1] < z->part.end ? z->off[p + 1] : z->part.end;
+        size_t es = accel_dtype_size(zs->shard[i].dtype);
+        for (q = 0; q < count && r == ACCEL_OK && hi > lo; ++q) {
+            int64_t qlo = z->off[p] > f[q].begin ? z->off[p] : f[q].begin; /* saved rank q's piece of parameter p */
+            int64_t a = lo > qlo ? lo : qlo, e = hi < f[q].end ? hi : f[q].end;
+            if (e > z->off[p + 1]) e = z->off[p + 1];
+            if (e <= a) continue;
+            r = accel__coll_copy(z->c, (unsigned char *)zs->shard[i].ptr + (size_t)(a - lo) * es,
+                                 f[q].b + f[q].data[i] + (size_t)(a - qlo) * es, (size_t)(e - a) * es, z->c->device_mem ? 1 : 0);
+        }
+    }
+    for (q = 0; q < count; ++q) accel_host_free(acc, f[q].data);
+    accel_host_free(acc, f);
     return r;
 }
 

@@ -10,6 +10,7 @@
 #include "accel_optim.h"
 #include "accel_ckpt.h"
 #include "accel_test.h"
+#include <sys/stat.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -369,8 +370,9 @@ static void mismatches(accel_coll *c) {
 
 /* checkpoints: mode save runs 20 steps (ZeRO-2, rank 0's gradients only, summed: the sums do not depend on P),
    saves, runs 10 more and writes the final parameters; mode load continues from the checkpoint on this P. */
-static void ckpt_mode(accel_coll *c, const char *mode, const char *dir) {
+static void ckpt_mode(accel_coll *c, const char *mode, const char *dir, int sharded) {
     zrun zr;
+    accel_coll_zero_state zs;
     accel_ckpt *ck = NULL;
     accel_ckpt_desc cd;
     const accel_tensor *st;
@@ -395,13 +397,21 @@ static void ckpt_mode(accel_coll *c, const char *mode, const char *dir) {
     cd.project_dir = dir;
     AT_EQ_INT(accel_ckpt_create(&acc, &cd, &ck), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_register_model(ck, zr.md.tp, NP), ACCEL_OK);
-    AT_EQ_INT(accel_ckpt_register_optimizer(ck, full, nst), ACCEL_OK);
+    if (sharded) { /* each rank saves its own shard: zero_state_<rank>.bin, re-partitioned at load */
+        zs.zero = zr.z;
+        zs.shard = st;
+        zs.m = nst;
+        AT_EQ_INT(accel_ckpt_register_sharded(ck, "zero_state", accel_coll_zero_state_save, accel_coll_zero_state_load_all, &zs),
+                  ACCEL_OK);
+    } else {          /* consolidated: full-size moments in optimizer.safetensors */
+        AT_EQ_INT(accel_ckpt_register_optimizer(ck, full, nst), ACCEL_OK);
+    }
     AT_EQ_INT(accel_ckpt_register(ck, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load, &ss), ACCEL_OK);
     snprintf(path, sizeof path, "%s/ckpt", dir);
     first_mb = 0;
     if (!strcmp(mode, "load")) {
         AT_EQ_INT(accel_ckpt_load_state(ck, path), ACCEL_OK);
-        AT_EQ_INT(accel_coll_zero_import(zr.z, full, st, nst), ACCEL_OK);
+        if (!sharded) AT_EQ_INT(accel_coll_zero_import(zr.z, full, st, nst), ACCEL_OK);
         first_mb = 40;
     }
     for (mb = first_mb; mb < 60; ++mb) {
@@ -409,8 +419,20 @@ static void ckpt_mode(accel_coll *c, const char *mode, const char *dir) {
         AT_EQ_INT(zrun_micro(&zr, mb, 1), ACCEL_OK);
         accel_accumulate_end(&acc);
         if (mb == 39 && !strcmp(mode, "save")) {
-            AT_EQ_INT(accel_coll_zero_export(zr.z, st, full, nst), ACCEL_OK);
+            if (!sharded) AT_EQ_INT(accel_coll_zero_export(zr.z, st, full, nst), ACCEL_OK);
             AT_EQ_INT(accel_ckpt_save_state(ck, path, NULL, 0), ACCEL_OK);
+            if (sharded) { /* this rank's file holds its shard only: about 1/P of the moments, never all of them */
+                char f[600];
+                struct stat sb;
+                int64_t mine = 0, all = 0;
+                for (i = 0; i < nst; ++i) { mine += accel_tensor_numel(&st[i]); all += accel_tensor_numel(&full[i]); }
+                snprintf(f, sizeof f, "%s/zero_state_%d.bin", path, R);
+                AT_CHECK_MSG(stat(f, &sb) == 0, "every rank wrote its zero_state_<rank>.bin");
+                AT_CHECK_MSG((int64_t)sb.st_size >= mine * 4 && (int64_t)sb.st_size < mine * 4 + 4096 &&
+                             (P == 1 || (int64_t)sb.st_size < all * 4), "a rank's file holds its shard, not the whole state");
+                snprintf(f, sizeof f, "%s/optimizer.safetensors", path);
+                AT_CHECK_MSG(stat(f, &sb) != 0, "no consolidated optimizer file in a sharded checkpoint");
+            }
         }
     }
     snprintf(path, sizeof path, "%s/final_params.bin", dir);
@@ -471,9 +493,11 @@ int main(int argc, char **argv) {
         memory(c);
         mismatches(c);
     } else if (argc > 2 && (!strcmp(mode, "save") || !strcmp(mode, "load"))) {
-        ckpt_mode(c, mode, argv[2]);
+        ckpt_mode(c, mode, argv[2], 0);
+    } else if (argc > 2 && (!strcmp(mode, "ssave") || !strcmp(mode, "sload"))) {
+        ckpt_mode(c, mode[1] == 's' ? "save" : "load", argv[2], 1);
     } else {
-        fprintf(stderr, "usage: test_zero_mpi [basic | save DIR | load DIR]\n");
+        fprintf(stderr, "usage: test_zero_mpi [basic | save DIR | load DIR | ssave DIR | sload DIR]\n");
         return 2;
     }
     accel_coll_destroy(c);
