@@ -61,7 +61,12 @@
    CRASH SAFETY
      A checkpoint is written into the hidden sibling `.<name>.tmp`, every file fsync'd, the marker written, the
      directory fsync'd and renamed into place (then the parent fsync'd). A visible checkpoint directory is therefore
-     always complete; load verifies the marker, sizes and XXH64 checksums of every file before applying anything.
+     always complete; load verifies the marker, sizes and XXH64 checksums of every file before applying anything,
+     on the bytes it applies: each file is read once — a small file (objects, accelerator_state.json,
+     random_states_*.bin) into the buffer that is hashed and later handed to its load callback, a safetensors file
+     through one read-only mapping that is hashed and, once every checksum matched, copied from into the tensors;
+     files of the marker the registration does not use are hashed from disk. (A checkpoint must not be truncated in
+     place while it loads: a mapping past the end of a file raises SIGBUS. accel never modifies a published one.)
      Rotation renames a victim to a hidden name before deleting it. Stale hidden directories are removed by the next
      automatic save. accel_ckpt_latest() returns the newest complete checkpoint. Single files (save_model,
      save_safetensors) are written to "<path>.tmp.<pid>", fsync'd and renamed (the core's atomic write).
