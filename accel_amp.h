@@ -1,6 +1,8 @@
 /* accel_amp.h — mixed precision for accel: precision policy, fp32 <-> fp16/bf16 conversion (round-to-nearest-even and
    stochastic rounding), torch's dynamic loss scaler (GradScaler), fused unscale + non-finite check, gradient clipping
-   (clip_grad_norm_, clip_grad_value_) and master-weight copies. CPU and CUDA, same per-element math.
+   (clip_grad_norm_, clip_grad_value_), master-weight copies, and fp8: E4M3 / E5M2 codecs bit-exact with cuda_fp8.h,
+   fused cast + amax, and Transformer Engine's delayed-scaling recipe (mixed_precision="fp8"). CPU and CUDA, same
+   per-element math.
 
    USAGE (fp16 training step; the same code runs on the CPU and, with the implementation TU built by nvcc, on CUDA)
        accel_amp_scaler sc;
@@ -27,7 +29,8 @@
 
    PRECISION POLICY (accel_amp_get_policy, from acc->mixed_precision)
        "no"   fp32 everywhere, no scaling       "bf16" bf16 compute, no scaling (as Accelerate: no scaler)
-       "fp16" fp16 compute, dynamic scaling     "fp8"  ACCEL_ERR_UNSUPPORTED (reserved)
+       "fp16" fp16 compute, dynamic scaling     "fp8"  fp8 GEMM inputs with delayed scaling (accel_amp_fp8),
+                                                       bf16 compute elsewhere, no loss scaling (as Accelerate + TE)
 
    CONVERSIONS
        The 16-bit codec is the core's (accel.h: accel_f32_to_bf16, accel_bf16_to_f32, accel_f32_to_f16,
@@ -67,9 +70,50 @@
        (through the core's host process group).
        accel_amp_clip_grad_value: clamp(g, -v, v) (NaN stays NaN, as torch.clamp).
 
+   FP8 (E4M3 / E5M2 and Transformer Engine's DelayedScaling recipe)
+       Usage (one Linear layer y = x·Wᵀ as TE runs it; examples/fp8/ has a training run and a cuBLASLt GEMM):
+           accel_amp_fp8 f8;
+           accel_amp_fp8_desc fd = {0};             // zero = Accelerate's FP8RecipeKwargs defaults (HYBRID, margin 0,
+           fd.num_forward = 2;                      //   history 1024, "most_recent"); ACCELERATE_FP8_* override them
+           fd.num_backward = 1;                     // slots: 0 x, 1 W (E4M3), 2 dy (E5M2 under HYBRID)
+           accel_amp_fp8_init(&acc, &f8, &fd);
+           accel_ckpt_register(ck, "fp8", accel_amp_fp8_state_save, accel_amp_fp8_state_load, &f8);
+           // forward: both casts in one pass each (one launch on CUDA), this step's amax recorded per slot
+           accel_tensor hi[2] = {x, W}, lo[2] = {x8, W8};              // F32/BF16/F16 in, F8_E4M3 out
+           accel_amp_fp8_quantize(&f8, NULL, hi, lo, 2);
+           fp8_gemm(x8, W8, f8.scale_inv[0], f8.scale_inv[1], y);       // your GEMM dequantizes with scale_inv
+           // backward: int s = 2; accel_amp_fp8_quantize(&f8, &s, &dy, &dy8, 1); dgrad/wgrad GEMMs ...
+           accel_amp_fp8_update(&f8);               // once per step, after backward: amax all-reduce (MAX) + new scales
+       Formats (safetensors F8_E4M3 / F8_E5M2, the core's ACCEL_F8_E4M3 / ACCEL_F8_E5M2): E4M3 has no Inf, its NaN is
+       S.1111.111, largest 448; E5M2 is IEEE-like (±Inf, NaN), largest 57344. The codec (accel_amp_f32_to_fp8,
+       accel_amp_fp8_to_f32 and their e4m3/e5m2 forms) is bit-exact with cuda_fp8.h's __nv_cvt_float_to_fp8
+       (__NV_SATFINITE and __NV_NOSAT), __nv_cvt_halfraw_to_fp8, __nv_cvt_bfloat16raw_to_fp8 and the conversions back,
+       for every input (all 2^32 fp32 patterns; tests/unit/amp/test_fp8_cuda_host.cu --all-fp32): round to nearest
+       even; NaN → 0x7F (sign dropped); overflow and ±Inf → ±largest (satfinite) or E4M3 sign|0x7F (NaN), E5M2 ±Inf;
+       fp8 → fp32 exact, NaN → 0x7FFFFFFF. Casts saturate (TE's choice) unless desc.no_saturate.
+       The recipe, as Transformer Engine's main branch (2.x: pytorch/quantization.py reduce_and_update_fp8_tensors →
+       common/recipe/delayed_scaling.cu, the kernel_bulk of amax_and_scale_update_after_reduction; read for this
+       header at delayed_scaling.cu commit 6b71a0a) runs it, per slot, in float32, with `last` = this step's amax after
+       the MAX over ranks:
+         last == 0 (nothing was cast): nothing changes — the history does not roll and the scale stays;
+         otherwise the history [amax_history_len][num_tensors] rolls: row i takes row i+1, the last row takes `last`,
+         row 0 is cleared for the next step; amax = fmaxf over the rolled-out window (the last amax_history_len
+         non-zero step amaxes; NaN entries are not seen) for "max", or `last` for "most_recent";
+         scale = (fp8_max · 2^-margin) / amax if amax is finite and > 0, else the old scale (non-finite amax keeps it);
+         a scale that overflows to Inf becomes FLT_MAX; scale_inv = 1 / scale (float divisions).
+       fp8_max is 448 for forward slots and, under HYBRID, 57344 for backward slots (E5M2); every scale starts at 1.
+       The amax of a cast is max |x| over the non-NaN elements (TE's fmaxf); Inf counts. Several casts into a slot in
+       one step keep the largest. accel_amp_fp8_record_amax adds an amax computed elsewhere (a GEMM's output).
+       Across ranks the step's amaxes are MAX-reduced through the core's host process group before the rule (a
+       collective: every rank calls accel_amp_fp8_update), unless desc.local_amax; a NaN on any rank wins everywhere.
+       Checkpoints: accel_amp_fp8_state_save / _load implement the core's state contract (scales, scale_invs, history).
+
    OPTIONS / MACROS
        ACCEL_AMP_CUDA_BLOCK    threads per block of the kernels (default 256; a power of two)
        ACCEL_AMP_CHUNK         elements per multi-tensor chunk (default 65536; a multiple of 8, keeps vector alignment)
+       ACCEL_AMP_NO_DISPATCH   x86-64 with GCC/clang, a baseline (pre-AVX2) build: the CPU fp32 → fp8 cast has an
+                               AVX2 kernel chosen at run time (__builtin_cpu_supports); define this to turn that off
+                               (an AVX2 build, e.g. -march=native, always uses it; same bits either way)
 
    THREADS AND STREAMS
        Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream; a list of
@@ -77,7 +121,10 @@
        which comes from the device allocator and is reused in stream order: keep amp's work on acc->stream).
        unscale_and_check synchronizes once to read found_inf (one 4-byte copy); clip_grad_norm reads back the
        per-block partial norms (≤ 8 KiB). Conversions and clip_grad_value do not synchronize. A scaler is used by one
-       thread at a time.
+       thread at a time. fp8: a quantize or dequantize list is one launch and does not synchronize (the step's amax
+       stays on the device, raised with atomicMax); accel_amp_fp8_update reads it back (one synchronization). The
+       scales live on the host and travel in the launch's descriptors, so the quantize of the next step sees them.
+       An accel_amp_fp8 is used by one thread at a time.
 
    DIFFERENCES FROM ACCELERATE / PYTORCH (deliberate)
      - Accelerate creates a GradScaler only for fp16 on a non-CPU device (docs/semantics.md §4); accel also scales
@@ -96,6 +143,15 @@
        the others ACCEL_ERR_REMOTE carrying its message), then ORs found_inf (a second). Sharded clipping likewise
        agrees on the arguments before the norm is all-reduced.
      - clip_grad_value refuses a negative clip value (torch.clamp would silently set everything to -|v|).
+     - fp8: Accelerate needs Transformer Engine (or MS-AMP / torchao) and a GPU that has fp8; accel emulates the recipe
+       on the CPU too (the casts and scales are real, the GEMMs are yours). The recipe's defaults are Accelerate's
+       FP8RecipeKwargs (amax_compute_algo "most_recent"; TE's own DelayedScaling default is "max"); no `interval`,
+       no custom amax / scaling-factor callables, no fp8 attention options.
+     - TE updates forward scales when the autocast region exits and backward scales after backward; accel updates
+       every slot in one accel_amp_fp8_update per step (use two objects to update forward and backward apart).
+     - The scales and the amax history live on the host (TE keeps them on the device); the rule and the float32
+       arithmetic are the same. The all-reduce lets a NaN amax win on every rank (NCCL's MAX leaves NaN order to the
+       transport).
 */
 #ifndef ACCEL_AMP_H_INCLUDED
 #define ACCEL_AMP_H_INCLUDED
@@ -110,13 +166,13 @@ extern "C" {
 
 /* ------------------------------------------------------------------------------------------------ policy */
 typedef struct accel_amp_policy {
-    accel_precision precision;   /* resolved: ACCEL_PRECISION_NO, _FP16 or _BF16 */
-    accel_dtype compute_dtype;   /* ACCEL_F32, ACCEL_F16 or ACCEL_BF16 */
+    accel_precision precision;   /* resolved: ACCEL_PRECISION_NO, _FP16, _BF16 or _FP8 */
+    accel_dtype compute_dtype;   /* ACCEL_F32, ACCEL_F16 or ACCEL_BF16 (fp8: BF16 outside the fp8 GEMMs) */
     int loss_scaling;            /* 1 for fp16 (accel scales on every device) */
     int accelerate_would_scale;  /* 1 for fp16 on a CUDA device only (Accelerate's rule) */
 } accel_amp_policy;
 
-/* fp8 → ACCEL_ERR_UNSUPPORTED. */
+/* fp8: compute_dtype BF16, no loss scaling; the GEMM inputs go through accel_amp_fp8 (delayed scaling). */
 ACCEL_API accel_result accel_amp_get_policy(accel *acc, accel_amp_policy *out);
 
 /* ------------------------------------------------------------------------------ element-wise helpers (HD) */
@@ -171,6 +227,73 @@ static ACCEL_INLINE ACCEL_HD void accel_amp_update_scale_rule(float *scale, int3
     }
 }
 
+/* ------------------------------------------------------------------------------- fp8 element-wise helpers (HD) */
+/* E4M3 (safetensors F8_E4M3, torch.float8_e4m3fn, CUDA __NV_E4M3): 1 sign, 4 exponent bits (bias 7), 3 mantissa bits,
+   largest 448, smallest subnormal 2^-9, NO infinity, NaN = S.1111.111 (0x7F / 0xFF).
+   E5M2 (F8_E5M2, torch.float8_e5m2, __NV_E5M2): 1 sign, 5 exponent bits (bias 15), 2 mantissa bits, largest 57344,
+   smallest subnormal 2^-16, IEEE-style: ±Inf = 0x7C / 0xFC, NaN = exponent all ones with a nonzero mantissa.
+   fp32 → fp8, bit-exact with cuda_fp8.h's __nv_cvt_float_to_fp8 (host and device) for all 2^32 inputs:
+     round to nearest even; |x| <= half the smallest subnormal → ±0 (sign kept);
+     NaN → 0x7F in both formats (sign and payload dropped);
+     overflow (E4M3: |x| > 464 = 448 + half an ulp; E5M2: |x| >= 61440) and ±Inf:
+       satfinite (__NV_SATFINITE): ±largest finite (±448 / ±57344) — Inf too;
+       not (__NV_NOSAT):           E4M3 → sign|0x7F (NaN: E4M3 has no Inf), E5M2 → ±Inf.
+   fp16 / bf16 → fp8: widen exactly (accel_f16_to_f32 / accel_bf16_to_f32), then as fp32: bit-exact with
+   __nv_cvt_halfraw_to_fp8 / __nv_cvt_bfloat16raw_to_fp8.
+   fp8 → fp32 is exact; every NaN becomes 0x7FFFFFFF (what cuda_fp8.h's conversion to float gives). fp8 → bf16 / fp16:
+   accel_f32_to_bf16 / accel_f32_to_f16 of that (exact; NaN → 0x7FFF, as __nv_cvt_fp8_to_halfraw and the
+   __nv_fp8_e4m3 → __nv_bfloat16 conversion).
+   The encode is integer math and one float add whose operands and result are normal floats (a float-subnormal
+   input gives 0 either way), so it gives the same bits under -ffast-math / FTZ / DAZ, on the CPU and in your own
+   kernels; it assumes the default rounding mode (to nearest even). */
+#define ACCEL_AMP_E4M3_MAX 448.0f
+#define ACCEL_AMP_E5M2_MAX 57344.0f
+
+/* fp32 bits → fp8 code (0..255, in a 32-bit word: loops keep 32-bit lanes until the store); e5m2 selects the
+   format, satfinite the overflow rule (see above). Branch-free: selects are masks, so compilers keep CPU loops
+   vectorized (a ?: next to float math becomes a branch under the default -ftrapping-math). */
+static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_fp8_encode_bits(uint32_t u, int e5m2, int satfinite) {
+    uint32_t a = u & 0x7fffffffu;
+    /* |x| clamped to the largest value kept: the largest finite (satfinite) or the first grid point past it, whose
+       code is the overflow code (E4M3 480 → 0x7F = NaN, E5M2 65536 → 0x7C = Inf); larger values (and Inf) round
+       there anyway. NaN is clamped too and replaced at the end. */
+    uint32_t lim = e5m2 ? (satfinite ? 0x47600000u : 0x47800000u) : (satfinite ? 0x43e00000u : 0x43f00000u);
+    uint32_t k = 0u - (uint32_t)((int32_t)a < (int32_t)lim);
+    uint32_t c = (a & k) | (lim & ~k);
+    uint32_t sh = e5m2 ? 21u : 20u;                                /* 23 - mantissa bits */
+    uint32_t t = c - (e5m2 ? 0x38000000u : 0x3c000000u);           /* rebias the exponent: (127 - bias) << 23 */
+    uint32_t rn = (t + (1u << (sh - 1u)) - 1u + ((t >> sh) & 1u)) >> sh; /* normal: the dropped bits, to even */
+    /* subnormal: the float add rounds c to a multiple of ulp(2^7 | 2^14) = the smallest subnormal, to even */
+    uint32_t rd = accel_f32_bits(accel_bits_f32(c) + (e5m2 ? 128.0f : 16384.0f)) - (e5m2 ? 0x43000000u : 0x46800000u);
+    uint32_t r;
+    k = 0u - (uint32_t)((int32_t)t < 0x00800000); /* c below the smallest normal (t small or wrapped negative) */
+    r = ((rd & k) | (rn & ~k)) | ((u >> 24) & 0x80u);
+    k = 0u - (uint32_t)((int32_t)a > 0x7f800000); /* NaN → 0x7F, no sign */
+    return (0x7fu & k) | (r & ~k);
+}
+/* fp32 → fp8 bits. */
+static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_fp8(float f, int e5m2, int satfinite) {
+    return (uint8_t)accel_amp_fp8_encode_bits(accel_f32_bits(f), e5m2, satfinite);
+}
+/* fp8 bits → fp32 (exact; NaN → 0x7FFFFFFF). */
+static ACCEL_INLINE ACCEL_HD float accel_amp_fp8_to_f32(uint8_t x, int e5m2) {
+    uint32_t s = ((uint32_t)x & 0x80u) << 24;
+    uint32_t v = (uint32_t)x & 0x7fu;
+    uint32_t mb = e5m2 ? 2u : 3u;
+    uint32_t normal = s | ((v << (23u - mb)) + (e5m2 ? 0x38000000u : 0x3c000000u));
+    uint32_t sub = s | accel_f32_bits((float)(int32_t)(v & ((1u << mb) - 1u)) * (e5m2 ? 1.52587890625e-05f : 0.001953125f));
+    uint32_t k = 0u - (uint32_t)((v >> mb) == 0u); /* masks, for branch-free (vectorizable) loops */
+    uint32_t r = (sub & k) | (normal & ~k);
+    k = 0u - (uint32_t)(e5m2 && v == 0x7cu);
+    r = ((s | 0x7f800000u) & k) | (r & ~k);
+    k = 0u - (uint32_t)(e5m2 ? v > 0x7cu : v == 0x7fu);
+    return accel_bits_f32((0x7fffffffu & k) | (r & ~k));
+}
+static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_e4m3(float f, int satfinite) { return accel_amp_f32_to_fp8(f, 0, satfinite); }
+static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_e5m2(float f, int satfinite) { return accel_amp_f32_to_fp8(f, 1, satfinite); }
+static ACCEL_INLINE ACCEL_HD float accel_amp_e4m3_to_f32(uint8_t x) { return accel_amp_fp8_to_f32(x, 0); }
+static ACCEL_INLINE ACCEL_HD float accel_amp_e5m2_to_f32(uint8_t x) { return accel_amp_fp8_to_f32(x, 1); }
+
 /* --------------------------------------------------------------------------------------- buffer conversions */
 /* Stochastic-rounding parameters: element i of a call uses index index_offset + i. */
 typedef struct accel_amp_sr {
@@ -179,8 +302,10 @@ typedef struct accel_amp_sr {
     uint64_t index_offset;
 } accel_amp_sr;
 
-/* dst[i] = convert(src[i]) for F32/F16/BF16 in any combination (same dtype = copy). sr != NULL selects stochastic
-   rounding (only F32 → BF16). src and dst must not overlap unless they are the same buffer of equal dtype size. */
+/* dst[i] = convert(src[i]) for F32/F16/BF16/F8_E4M3/F8_E5M2 in any combination (same dtype = copy). To fp8: unscaled
+   and saturating (satfinite, as TE's casts; scaled casts with either rule: accel_amp_fp8). sr != NULL selects
+   stochastic rounding (only F32 → BF16). src and dst must not overlap unless they are the same buffer of equal dtype
+   size. */
 ACCEL_API accel_result accel_amp_convert(accel *acc, const void *src, accel_dtype src_dtype, void *dst,
                                          accel_dtype dst_dtype, size_t n, const accel_amp_sr *sr);
 /* Accelerate's convert_to_fp32 for a list: out[k] (n_k floats) = in[k] (F16/BF16/F32) widened. One launch on CUDA. */
@@ -261,6 +386,92 @@ ACCEL_API accel_result accel_amp_grad_norm(accel *acc, const accel_tensor *grads
                                            int flags, double *total_norm);
 ACCEL_API accel_result accel_amp_clip_grad_value(accel *acc, const accel_tensor *grads, int count, double clip_value);
 
+/* -------------------------------------------------------------------------------- fp8: delayed scaling */
+/* Transformer Engine's DelayedScaling recipe (see FP8 at the top). Zero is the default for every desc field; the
+   defaults are Accelerate's FP8RecipeKwargs ones, and ACCELERATE_FP8_* variables override the zero fields as
+   Accelerate's kwargs handler does. */
+typedef enum accel_amp_fp8_format {
+    ACCEL_AMP_FP8_FORMAT_DEFAULT = 0, /* ACCELERATE_FP8_FORMAT, else HYBRID */
+    ACCEL_AMP_FP8_HYBRID,             /* forward tensors E4M3, backward (gradients) E5M2 */
+    ACCEL_AMP_FP8_E4M3                /* E4M3 everywhere */
+} accel_amp_fp8_format;
+typedef enum accel_amp_amax_algo {
+    ACCEL_AMP_AMAX_DEFAULT = 0,       /* ACCELERATE_FP8_AMAX_COMPUTE_ALGO, else most_recent (Accelerate; TE: max) */
+    ACCEL_AMP_AMAX_MOST_RECENT,       /* "most_recent": this step's amax */
+    ACCEL_AMP_AMAX_MAX                /* "max": the largest amax in the history window */
+} accel_amp_amax_algo;
+
+typedef struct accel_amp_fp8_desc {
+    int num_forward;                  /* slots 0 .. num_forward-1: forward tensors (inputs, weights) */
+    int num_backward;                 /* slots num_forward .. +num_backward-1: gradients. At least one slot in all */
+    accel_amp_fp8_format fp8_format;
+    int margin;                       /* scale = fp8_max * 2^-margin / amax; 0 → ACCELERATE_FP8_MARGIN, else 0 */
+    int amax_history_len;             /* 0 → ACCELERATE_FP8_AMAX_HISTORY_LEN, else 1024 */
+    accel_amp_amax_algo amax_compute_algo;
+    int local_amax;                   /* nonzero: do not reduce amax across ranks (TE: reduce_amax=False) */
+    int no_saturate;                  /* nonzero: casts overflow to NaN (E4M3) / Inf (E5M2) instead of ±max */
+} accel_amp_fp8_desc;
+
+/* Caller-owned; fields are readable, change them only through the functions. */
+typedef struct accel_amp_fp8 {
+    accel *acc;                       /* from accel_amp_fp8_init */
+    int num_tensors;                  /* num_forward + num_backward */
+    int num_forward;
+    accel_amp_fp8_format fp8_format;  /* resolved: HYBRID or E4M3 */
+    int margin;
+    int amax_history_len;
+    accel_amp_amax_algo amax_compute_algo; /* resolved: MOST_RECENT or MAX */
+    int local_amax;
+    int no_saturate;
+    float *scale;                     /* [num_tensors], host: what quantize multiplies by (starts at 1) */
+    float *scale_inv;                 /* [num_tensors], host: 1 / scale, what dequantize and GEMMs multiply by */
+    float *amax_history;              /* [amax_history_len][num_tensors], host; row 0 = this step's amax (TE's layout) */
+    void *amax_device;                /* [num_tensors] floats on acc's CUDA device: this step's amax, until update */
+    int64_t updates;                  /* accel_amp_fp8_update calls so far */
+} accel_amp_fp8;
+
+/* Resolves desc (see the fields) and remembers acc (it must outlive the object). Every scale starts at 1, the
+   history at 0 (TE's initial state). */
+ACCEL_API accel_result accel_amp_fp8_init(accel *acc, accel_amp_fp8 *f, const accel_amp_fp8_desc *desc);
+/* Frees the arrays; safe on a zeroed or failed object, idempotent, NULL ok. */
+ACCEL_API void accel_amp_fp8_deinit(accel_amp_fp8 *f);
+/* ACCEL_F8_E4M3 or ACCEL_F8_E5M2: the format of a slot (its forward/backward role and the fp8_format);
+   ACCEL_DTYPE_INVALID for a bad slot. */
+ACCEL_API accel_dtype accel_amp_fp8_dtype(const accel_amp_fp8 *f, int slot);
+/* Fused cast + amax, one pass per buffer (one launch for the list on CUDA): dst[i] = fp8(src[i] * scale[slot]) and
+   this step's amax of the slot (amax_history row 0) rises to max |src[i]| (TE's rule: NaN elements are not seen,
+   Inf is). slot = slots[i], or i when slots is NULL. src F32/F16/BF16; dst of the slot's dtype, same element count;
+   satfinite unless desc.no_saturate. No synchronization. */
+ACCEL_API accel_result accel_amp_fp8_quantize(accel_amp_fp8 *f, const int *slots, const accel_tensor *src,
+                                              const accel_tensor *dst, int n);
+/* The reverse: dst[i] (F32/F16/BF16) = fp8 value of src[i] * scale_inv[slot], rounded RNE to dst's dtype. Uses the
+   slot's CURRENT scale_inv: valid for tensors quantized since the last accel_amp_fp8_update (copy
+   f->scale_inv[slot] when you quantize if you dequantize after an update, as TE's Float8Tensor keeps its own). */
+ACCEL_API accel_result accel_amp_fp8_dequantize(accel_amp_fp8 *f, const int *slots, const accel_tensor *src,
+                                                const accel_tensor *dst, int n);
+/* Raise this step's amax of a slot to amax (e.g. the amax output of a cuBLASLt fp8 GEMM): NaN is stored (a NaN
+   step amax), negative values are refused. Host only, no synchronization. */
+ACCEL_API accel_result accel_amp_fp8_record_amax(accel_amp_fp8 *f, int slot, float amax);
+/* End of the step (TE: after forward / backward; here once per step for every slot): this step's amax is reduced
+   across ranks (MAX; a collective unless desc.local_amax or one process), then per slot the history rolls and the
+   scale and scale_inv are recomputed (the rule at the top). On CUDA it reads this step's amax back (one
+   synchronization of acc->stream). With several processes and no host group: ACCEL_ERR_UNSUPPORTED, nothing
+   changed, unless desc.local_amax. */
+ACCEL_API accel_result accel_amp_fp8_update(accel_amp_fp8 *f);
+
+/* Checkpoint bytes, little-endian: "AF8S", u32 version=1, u32 num_forward, u32 num_backward, u32 fp8_format,
+   u32 amax_history_len, i32 margin, u32 amax_compute_algo, i64 updates, then f32 scale[num_tensors],
+   f32 scale_inv[num_tensors], f32 amax_history[amax_history_len][num_tensors]. */
+#define ACCEL_AMP_FP8_STATE_HEADER_BYTES 40
+/* accel_state_save_fn: f = an accel_amp_fp8 *. buf NULL or cap too small → *size = the bytes needed (header +
+   4 * num_tensors * (2 + amax_history_len)), ACCEL_OK, nothing written. Saves what the host holds: call it after
+   accel_amp_fp8_update (on CUDA the amax of a step in progress is still on the device). */
+ACCEL_API accel_result accel_amp_fp8_state_save(void *f, void *buf, size_t cap, size_t *size);
+/* accel_state_load_fn: validates everything first (the slot counts, format and history length must match this
+   object; every scale finite and > 0 with scale_inv = 1/scale; amaxes >= 0 or NaN), then applies. margin and
+   amax_compute_algo stay this object's (configuration, not state). Bad bytes: ACCEL_ERR_FORMAT, nothing changed. */
+ACCEL_API accel_result accel_amp_fp8_state_load(void *f, const void *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif
@@ -270,7 +481,11 @@ ACCEL_API accel_result accel_amp_clip_grad_value(accel *acc, const accel_tensor 
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__AMP_IMPL_DONE)
 #define ACCEL__AMP_IMPL_DONE
 
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifndef ACCEL_AMP_CUDA_BLOCK
@@ -298,8 +513,8 @@ ACCEL__DEF accel_result accel_amp_get_policy(accel *acc, accel_amp_policy *out) 
         out->accelerate_would_scale = acc->device >= 0;
         break;
     case ACCEL_PRECISION_BF16: out->precision = ACCEL_PRECISION_BF16; out->compute_dtype = ACCEL_BF16; break;
-    case ACCEL_PRECISION_FP8:
-        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "mixed_precision=fp8 is reserved and not implemented yet (use bf16 or fp16)");
+    case ACCEL_PRECISION_FP8: /* Accelerate: GEMMs in fp8 (TE), the rest under bf16 autocast, no GradScaler */
+        out->precision = ACCEL_PRECISION_FP8; out->compute_dtype = ACCEL_BF16; break;
     default:
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mixed_precision=%d is not an accel_precision", (int)acc->mixed_precision);
     }
@@ -388,12 +603,169 @@ static void accel__amp_cpu_f32_to_bf16_sr(const float *ACCEL_RESTRICT s, uint16_
 static float accel__amp_load(const void *p, accel_dtype t, size_t i) {
     if (t == ACCEL_F32) return ((const float *)p)[i];
     if (t == ACCEL_BF16) return accel_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2) return accel_amp_fp8_to_f32(((const uint8_t *)p)[i], t == ACCEL_F8_E5M2);
     return accel_f16_to_f32(((const uint16_t *)p)[i]);
 }
+/* fp8 destinations saturate (accel_amp_convert's rule) */
 static void accel__amp_store(void *p, accel_dtype t, size_t i, float v) {
     if (t == ACCEL_F32) ((float *)p)[i] = v;
     else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_f32_to_bf16(v);
+    else if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2) ((uint8_t *)p)[i] = accel_amp_f32_to_fp8(v, t == ACCEL_F8_E5M2, 1);
     else ((uint16_t *)p)[i] = accel_f32_to_f16(v);
+}
+
+/* ------------------------------------------------------------------------------------------ fp8 CPU loops */
+static int accel__amp_is_fp8(accel_dtype t) { return t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2; }
+
+/* Fused cast + amax of an fp32 buffer: d = fp8(s * scale), returns the largest |s| as fp32 bits with NaN left out
+   (for non-NaN floats the order of |x| is the order of its bits). One function per (format, rule) so the constant
+   arguments reach the element helper. Each block of 16 is encoded into 32-bit codes, then narrowed in a second
+   loop: both vectorize in 32-bit lanes (narrowing each intermediate instead, as compilers do when the codes go
+   straight to bytes, costs twice the instructions with SSE2). The max is signed: GCC vectorizes a signed max
+   reduction with SSE2, not an unsigned one. */
+#define ACCEL__AMP_FP8Q_F32(ATTR, NAME, E5, SAT)                                                                      \
+    ATTR static uint32_t NAME(const float *ACCEL_RESTRICT s, uint8_t *ACCEL_RESTRICT d, size_t n, float scale) {      \
+        int32_t m = 0, mv[ACCEL__AMP_BLK];                                                                             \
+        uint32_t c[ACCEL__AMP_BLK];                                                                                    \
+        size_t i = 0, j;                                                                                               \
+        for (j = 0; j < ACCEL__AMP_BLK; ++j) mv[j] = 0;                                                                \
+        for (; i + ACCEL__AMP_BLK <= n; i += ACCEL__AMP_BLK) {                                                         \
+            for (j = 0; j < ACCEL__AMP_BLK; ++j) {                                                                     \
+                float x = s[i + j];                                                                                    \
+                int32_t a = (int32_t)(accel_f32_bits(x) & 0x7fffffffu);                                                \
+                a = a > 0x7f800000 ? 0 : a;                                                                            \
+                mv[j] = a > mv[j] ? a : mv[j];                                                                         \
+                c[j] = accel_amp_fp8_encode_bits(accel_f32_bits(x * scale), E5, SAT);                                  \
+            }                                                                                                          \
+            for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = (uint8_t)c[j];                                             \
+        }                                                                                                              \
+        for (j = 0; j < ACCEL__AMP_BLK; ++j) m = mv[j] > m ? mv[j] : m;                                                \
+        for (; i < n; ++i) {                                                                                           \
+            float x = s[i];                                                                                            \
+            int32_t a = (int32_t)(accel_f32_bits(x) & 0x7fffffffu);                                                    \
+            a = a > 0x7f800000 ? 0 : a;                                                                                \
+            m = a > m ? a : m;                                                                                         \
+            d[i] = accel_amp_f32_to_fp8(x * scale, E5, SAT);                                                           \
+        }                                                                                                              \
+        return (uint32_t)m;                                                                                            \
+    }
+#define ACCEL__AMP_FP8Q_SET(ATTR, SFX)                                                                                 \
+    ACCEL__AMP_FP8Q_F32(ATTR, accel__amp_cpu_fp8q_e4m3_sat##SFX, 0, 1)                                                 \
+    ACCEL__AMP_FP8Q_F32(ATTR, accel__amp_cpu_fp8q_e4m3_nosat##SFX, 0, 0)                                               \
+    ACCEL__AMP_FP8Q_F32(ATTR, accel__amp_cpu_fp8q_e5m2_sat##SFX, 1, 1)                                                 \
+    ACCEL__AMP_FP8Q_F32(ATTR, accel__amp_cpu_fp8q_e5m2_nosat##SFX, 1, 0)                                               \
+    static uint32_t accel__amp_cpu_fp8q_f32##SFX(const float *s, uint8_t *d, size_t n, float scale, int e5m2, int sat) { \
+        if (e5m2) return sat ? accel__amp_cpu_fp8q_e5m2_sat##SFX(s, d, n, scale) : accel__amp_cpu_fp8q_e5m2_nosat##SFX(s, d, n, scale); \
+        return sat ? accel__amp_cpu_fp8q_e4m3_sat##SFX(s, d, n, scale) : accel__amp_cpu_fp8q_e4m3_nosat##SFX(s, d, n, scale); \
+    }
+ACCEL__AMP_FP8Q_SET(, )
+/* x86-64 with GCC or clang: an AVX2 kernel (the same element rule as accel_amp_fp8_encode_bits, lane for lane, and
+   the same amax), taken when the CPU has AVX2 (__builtin_cpu_supports) or always in an AVX2 build. It handles 32
+   elements per iteration and narrows the codes with two packs and one permute (the compiler's version of the loop
+   above spends as much on narrowing and on the amax as on the encode). */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
+    (defined(__AVX2__) || !defined(ACCEL_AMP_NO_DISPATCH))
+#define ACCEL__AMP_FP8Q_AVX2 1
+#include <immintrin.h>
+__attribute__((target("avx2"))) static uint32_t accel__amp_cpu_fp8q_f32_avx2(const float *s, uint8_t *d, size_t n,
+                                                                             float scale, int e5m2, int sat) {
+    const int sh = e5m2 ? 21 : 20;
+    const __m128i shc = _mm_cvtsi32_si128(sh);
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i lim = _mm256_set1_epi32((int)(e5m2 ? (sat ? 0x47600000u : 0x47800000u) : (sat ? 0x43e00000u : 0x43f00000u)));
+    const __m256i bias = _mm256_set1_epi32(e5m2 ? 0x38000000 : 0x3c000000);
+    const __m256i half = _mm256_set1_epi32((1 << (sh - 1)) - 1), one = _mm256_set1_epi32(1);
+    const __m256 addf = _mm256_set1_ps(e5m2 ? 128.0f : 16384.0f);
+    const __m256i subi = _mm256_set1_epi32(e5m2 ? 0x43000000 : 0x46800000);
+    const __m256i minnorm = _mm256_set1_epi32(0x00800000), signm = _mm256_set1_epi32(0x80);
+    const __m256i nanc = _mm256_set1_epi32(0x7f), perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256 vs = _mm256_set1_ps(scale);
+    __m256i mx = _mm256_setzero_si256(), r[4];
+    int32_t lanes[8], m = 0;
+    size_t i = 0;
+    int k;
+    for (; i + 32 <= n; i += 32) {
+        for (k = 0; k < 4; ++k) {
+            __m256 x = _mm256_loadu_ps(s + i + 8 * k);
+            __m256i a = _mm256_and_si256(_mm256_castps_si256(x), absm);
+            __m256i u = _mm256_castps_si256(_mm256_mul_ps(x, vs));
+            __m256i au = _mm256_and_si256(u, absm);
+            __m256i c = _mm256_min_epi32(au, lim);
+            __m256i t = _mm256_sub_epi32(c, bias);
+            __m256i rn = _mm256_srl_epi32(
+                _mm256_add_epi32(_mm256_add_epi32(t, half), _mm256_and_si256(_mm256_srl_epi32(t, shc), one)), shc);
+            __m256i rd = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(c), addf)), subi);
+            __m256i v = _mm256_blendv_epi8(rn, rd, _mm256_cmpgt_epi32(minnorm, t));
+            mx = _mm256_max_epi32(mx, _mm256_andnot_si256(_mm256_cmpgt_epi32(a, inf), a));
+            v = _mm256_or_si256(v, _mm256_and_si256(_mm256_srli_epi32(u, 24), signm));
+            r[k] = _mm256_blendv_epi8(v, nanc, _mm256_cmpgt_epi32(au, inf));
+        }
+        _mm256_storeu_si256((__m256i *)(void *)(d + i),
+                            _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(r[0], r[1]),
+                                                                            _mm256_packus_epi32(r[2], r[3])), perm));
+    }
+    _mm256_storeu_si256((__m256i *)(void *)lanes, mx);
+    for (k = 0; k < 8; ++k) m = lanes[k] > m ? lanes[k] : m;
+    for (; i < n; ++i) {
+        int32_t a = (int32_t)(accel_f32_bits(s[i]) & 0x7fffffffu);
+        a = a > 0x7f800000 ? 0 : a;
+        m = a > m ? a : m;
+        d[i] = accel_amp_f32_to_fp8(s[i] * scale, e5m2, sat);
+    }
+    return (uint32_t)m;
+}
+#endif
+#undef ACCEL__AMP_FP8Q_SET
+#undef ACCEL__AMP_FP8Q_F32
+
+/* src F32/F16/BF16 → dst F8 with scale; returns max |src| bits (NaN left out). */
+static uint32_t accel__amp_cpu_fp8q(const void *src, accel_dtype st, uint8_t *dst, size_t n, float scale, int e5m2,
+                                    int sat) {
+    uint32_t m = 0;
+    size_t i;
+    if (st == ACCEL_F32) {
+#if defined(ACCEL__AMP_FP8Q_AVX2) && defined(__AVX2__)
+        if (n >= 32) return accel__amp_cpu_fp8q_f32_avx2((const float *)src, dst, n, scale, e5m2, sat);
+#elif defined(ACCEL__AMP_FP8Q_AVX2)
+        if (__builtin_cpu_supports("avx2")) return accel__amp_cpu_fp8q_f32_avx2((const float *)src, dst, n, scale, e5m2, sat);
+#endif
+        return accel__amp_cpu_fp8q_f32((const float *)src, dst, n, scale, e5m2, sat);
+    }
+    for (i = 0; i < n; ++i) {
+        float x = accel__amp_load(src, st, i);
+        uint32_t a = accel_f32_bits(x) & 0x7fffffffu;
+        a = a > 0x7f800000u ? 0u : a;
+        m = a > m ? a : m;
+        dst[i] = accel_amp_f32_to_fp8(x * scale, e5m2, sat);
+    }
+    return m;
+}
+
+/* src F8 → dst F32/F16/BF16: fp8 value * scale_inv, rounded to dst's dtype. A buffer of more than a few codes goes
+   through a 256-entry table of the results (the same float product and rounding per code, so the same bits): one
+   load per element instead of the decode. */
+static void accel__amp_cpu_fp8d(const uint8_t *ACCEL_RESTRICT src, int e5m2, void *dst, accel_dtype dt, size_t n,
+                                float scale_inv) {
+    size_t i;
+    if (n >= 4096 && (dt == ACCEL_F32 || dt == ACCEL_F16 || dt == ACCEL_BF16)) {
+        float lf[256];
+        uint16_t lh[256];
+        int k;
+        for (k = 0; k < 256; ++k) {
+            float v = accel_amp_fp8_to_f32((uint8_t)k, e5m2) * scale_inv;
+            if (dt == ACCEL_F32) lf[k] = v;
+            else accel__amp_store(lh, dt, (size_t)k, v);
+        }
+        if (dt == ACCEL_F32) {
+            float *ACCEL_RESTRICT d = (float *)dst;
+            for (i = 0; i < n; ++i) d[i] = lf[src[i]];
+        } else {
+            uint16_t *ACCEL_RESTRICT d = (uint16_t *)dst;
+            for (i = 0; i < n; ++i) d[i] = lh[src[i]];
+        }
+        return;
+    }
+    for (i = 0; i < n; ++i) accel__amp_store(dst, dt, i, accel_amp_fp8_to_f32(src[i], e5m2) * scale_inv);
 }
 
 /* (Non-temporal stores for large destinations were tried and measured slower here: see bench/amp.) */
@@ -409,7 +781,15 @@ static void accel__amp_cpu_convert(const void *src, accel_dtype st, void *dst, a
     if (st == ACCEL_F32 && dt == ACCEL_F16) { accel__amp_cpu_f32_to_f16((const float *)src, (uint16_t *)dst, n); return; }
     if (st == ACCEL_BF16 && dt == ACCEL_F32) { accel__amp_cpu_bf16_to_f32((const uint16_t *)src, (float *)dst, n); return; }
     if (st == ACCEL_F16 && dt == ACCEL_F32) { accel__amp_cpu_f16_to_f32((const uint16_t *)src, (float *)dst, n); return; }
-    for (i = 0; i < n; ++i) accel__amp_store(dst, dt, i, accel__amp_load(src, st, i)); /* f16 <-> bf16 */
+    if (accel__amp_is_fp8(dt) && !accel__amp_is_fp8(st)) {
+        (void)accel__amp_cpu_fp8q(src, st, (uint8_t *)dst, n, 1.0f, dt == ACCEL_F8_E5M2, 1);
+        return;
+    }
+    if (accel__amp_is_fp8(st) && !accel__amp_is_fp8(dt)) {
+        accel__amp_cpu_fp8d((const uint8_t *)src, st == ACCEL_F8_E5M2, dst, dt, n, 1.0f);
+        return;
+    }
+    for (i = 0; i < n; ++i) accel__amp_store(dst, dt, i, accel__amp_load(src, st, i)); /* f16 <-> bf16, e4m3 <-> e5m2 */
 }
 
 
@@ -461,7 +841,8 @@ static void accel__amp_cpu_clamp(void *p, accel_dtype t, size_t n, float lo, flo
 }
 
 /* ------------------------------------------------------------------------------------------ CUDA kernels */
-enum { ACCEL__AMP_K_UNSCALE = 0, ACCEL__AMP_K_CONVERT, ACCEL__AMP_K_NORM, ACCEL__AMP_K_SCALE, ACCEL__AMP_K_CLAMP };
+enum { ACCEL__AMP_K_UNSCALE = 0, ACCEL__AMP_K_CONVERT, ACCEL__AMP_K_NORM, ACCEL__AMP_K_SCALE, ACCEL__AMP_K_CLAMP,
+       ACCEL__AMP_K_FP8Q, ACCEL__AMP_K_FP8D };
 
 typedef struct accel__amp_mt {
     void *a;                 /* the buffer (source for convert) */
@@ -469,7 +850,8 @@ typedef struct accel__amp_mt {
     long long n;             /* elements */
     long long chunk_begin;   /* first global chunk of this buffer */
     int ta, tb;              /* accel_dtype of a and b */
-    long long pad;
+    float scale;             /* fp8 quantize: scale; dequantize: scale_inv */
+    int slot;                /* fp8 quantize: where the amax goes */
 } accel__amp_mt;
 
 typedef struct accel__amp_kparams {
@@ -478,6 +860,8 @@ typedef struct accel__amp_kparams {
     int is_inf;
     int use_sr;
     unsigned long long seed, step, index_offset;
+    int fp8_sat;             /* fp8 quantize: satfinite */
+    unsigned int *amax;      /* fp8 quantize: per-slot amax as fp32 bits (device), raised with atomicMax */
 } accel__amp_kparams;
 
 #ifdef __CUDACC__
@@ -493,12 +877,24 @@ static __device__ int accel__amp_find(const accel__amp_mt *d, int nt, long long 
 static __device__ float accel__amp_dload(const void *p, int t, long long i) {
     if (t == ACCEL_F32) return ((const float *)p)[i];
     if (t == ACCEL_BF16) return accel_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2) return accel_amp_fp8_to_f32(((const uint8_t *)p)[i], t == ACCEL_F8_E5M2);
     return accel_f16_to_f32(((const uint16_t *)p)[i]);
 }
 static __device__ void accel__amp_dstore(void *p, int t, long long i, float v) {
     if (t == ACCEL_F32) ((float *)p)[i] = v;
     else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_f32_to_bf16(v);
+    else if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2) ((uint8_t *)p)[i] = accel_amp_f32_to_fp8(v, t == ACCEL_F8_E5M2, 1);
     else ((uint16_t *)p)[i] = accel_f32_to_f16(v);
+}
+/* |x| as bits for the amax, NaN left out (TE's fmaxf does not see NaN) */
+static __device__ __forceinline__ unsigned accel__amp_absbits(float x) {
+    unsigned a = __float_as_uint(x) & 0x7fffffffu;
+    return a > 0x7f800000u ? 0u : a;
+}
+static __device__ __forceinline__ unsigned accel__amp_q4(float4 v, float sc, int e5, int sat) {
+    return (unsigned)accel_amp_f32_to_fp8(v.x * sc, e5, sat) | ((unsigned)accel_amp_f32_to_fp8(v.y * sc, e5, sat) << 8) |
+           ((unsigned)accel_amp_f32_to_fp8(v.z * sc, e5, sat) << 16) |
+           ((unsigned)accel_amp_f32_to_fp8(v.w * sc, e5, sat) << 24);
 }
 
 /* One kernel for every multi-tensor operation: block b walks chunks b, b+grid, ...; in each chunk the threads
@@ -588,6 +984,51 @@ static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int n
                 for (i = threadIdx.x; i < len; i += blockDim.x)
                     accel__amp_dstore(d[t].a, ta, start + i, accel__amp_dload(d[t].a, ta, start + i) * kp.f0);
             }
+        } else if (kind == ACCEL__AMP_K_FP8Q) {
+            /* fused cast + amax: 16-byte loads, 4-byte stores when aligned; the chunk's amax goes to its slot with
+               one atomicMax per warp (fp32 bits of non-negative values order like the values) */
+            int e5 = d[t].tb == ACCEL_F8_E5M2, sat = kp.fp8_sat;
+            float sc = d[t].scale;
+            unsigned m = 0;
+            const float *p = (const float *)d[t].a + start;
+            unsigned char *q = (unsigned char *)d[t].b + start;
+            long long nv = (ta == ACCEL_F32 && ((size_t)p & 15u) == 0 && ((size_t)q & 3u) == 0) ? len / 4 : 0;
+            const float4 *p4 = (const float4 *)p;
+            unsigned *q4 = (unsigned *)q;
+            for (i = threadIdx.x; i < nv; i += blockDim.x) {
+                float4 v = p4[i];
+                m = max(m, max(max(accel__amp_absbits(v.x), accel__amp_absbits(v.y)),
+                               max(accel__amp_absbits(v.z), accel__amp_absbits(v.w))));
+                q4[i] = accel__amp_q4(v, sc, e5, sat);
+            }
+            for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) {
+                float v = accel__amp_dload(d[t].a, ta, start + i);
+                m = max(m, accel__amp_absbits(v));
+                q[i] = accel_amp_f32_to_fp8(v * sc, e5, sat);
+            }
+            m = max(m, __shfl_xor_sync(0xffffffffu, m, 16));
+            m = max(m, __shfl_xor_sync(0xffffffffu, m, 8));
+            m = max(m, __shfl_xor_sync(0xffffffffu, m, 4));
+            m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            if ((threadIdx.x & 31u) == 0 && m) atomicMax(kp.amax + d[t].slot, m);
+        } else if (kind == ACCEL__AMP_K_FP8D) {
+            int e5 = ta == ACCEL_F8_E5M2, tb = d[t].tb;
+            float sc = d[t].scale;
+            const unsigned char *p = (const unsigned char *)d[t].a + start;
+            float *q = (float *)d[t].b + start;
+            long long nv = (tb == ACCEL_F32 && ((size_t)p & 3u) == 0 && ((size_t)q & 15u) == 0) ? len / 4 : 0;
+            for (i = threadIdx.x; i < nv; i += blockDim.x) {
+                unsigned w = ((const unsigned *)p)[i];
+                float4 o;
+                o.x = accel_amp_fp8_to_f32((uint8_t)w, e5) * sc;
+                o.y = accel_amp_fp8_to_f32((uint8_t)(w >> 8), e5) * sc;
+                o.z = accel_amp_fp8_to_f32((uint8_t)(w >> 16), e5) * sc;
+                o.w = accel_amp_fp8_to_f32((uint8_t)(w >> 24), e5) * sc;
+                ((float4 *)q)[i] = o;
+            }
+            for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x)
+                accel__amp_dstore(d[t].b, tb, start + i, accel_amp_fp8_to_f32(p[i], e5) * sc);
         } else { /* clamp */
             for (i = threadIdx.x; i < len; i += blockDim.x)
                 accel__amp_dstore(d[t].a, ta, start + i,
@@ -746,8 +1187,10 @@ ACCEL__DEF accel_result accel_amp_convert(accel *acc, const void *src, accel_dty
     const void *s1[1];
     void *d1[1];
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: acc is NULL");
-    if (!accel__amp_is16or32(src_dtype) || !accel__amp_is16or32(dst_dtype))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: %s -> %s is not supported (F32, F16, BF16)",
+    if (!(accel__amp_is16or32(src_dtype) || accel__amp_is_fp8(src_dtype)) ||
+        !(accel__amp_is16or32(dst_dtype) || accel__amp_is_fp8(dst_dtype)))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_convert: %s -> %s is not supported (F32, F16, BF16, F8_E4M3, F8_E5M2)",
                            accel_dtype_name(src_dtype) ? accel_dtype_name(src_dtype) : "invalid",
                            accel_dtype_name(dst_dtype) ? accel_dtype_name(dst_dtype) : "invalid");
     if (sr && !(src_dtype == ACCEL_F32 && dst_dtype == ACCEL_BF16))
@@ -1157,6 +1600,450 @@ ACCEL__DEF accel_result accel_amp_clip_grad_value(accel *acc, const accel_tensor
     if (r != ACCEL_OK) return r;
     v = (float)clip_value;
     return accel__amp_apply(acc, grads, count, ACCEL__AMP_K_CLAMP, -v, v);
+}
+
+/* ------------------------------------------------------------------------------------------ fp8 delayed scaling */
+/* ACCELERATE_FP8_* value (NULL when unset or empty). */
+static const char *accel__amp_fp8_env(const char *name) {
+    const char *s = getenv(name);
+    return (s && *s) ? s : NULL;
+}
+/* Strict int (optional sign, digits, surrounding blanks). */
+static int accel__amp_parse_int(const char *s, long lo, long hi, int *out) {
+    char *end;
+    long v;
+    while (*s == ' ' || *s == '\t') ++s;
+    if (!(isdigit((unsigned char)*s) || ((*s == '-' || *s == '+') && isdigit((unsigned char)s[1])))) return 0;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    while (*end == ' ' || *end == '\t') ++end;
+    if (errno || *end || v < lo || v > hi) return 0;
+    *out = (int)v;
+    return 1;
+}
+static int accel__amp_ieq(const char *a, const char *b) { /* ASCII case-insensitive equality */
+    for (; *a && *b; ++a, ++b)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return 0;
+    return *a == *b;
+}
+
+#define ACCEL__AMP_FP8_MAX_HISTORY (1 << 20)
+#define ACCEL__AMP_FP8_MAX_SLOTS (1 << 20)
+
+ACCEL__DEF accel_result accel_amp_fp8_init(accel *acc, accel_amp_fp8 *f, const accel_amp_fp8_desc *desc) {
+    accel_amp_fp8_desc d;
+    const char *s;
+    size_t n, cells;
+    int k;
+    if (f) memset(f, 0, sizeof *f); /* a failed init leaves a zeroed object (deinit-safe, refused by the methods) */
+    if (!acc || !f) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: NULL argument");
+    if (!desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: desc is NULL (it names the slots)");
+    d = *desc;
+    /* Accelerate's FP8RecipeKwargs: ACCELERATE_FP8_* fill the fields left at their zero default */
+    if (d.fp8_format == ACCEL_AMP_FP8_FORMAT_DEFAULT) {
+        d.fp8_format = ACCEL_AMP_FP8_HYBRID;
+        if ((s = accel__amp_fp8_env("ACCELERATE_FP8_FORMAT")) != NULL) {
+            if (accel__amp_ieq(s, "HYBRID")) d.fp8_format = ACCEL_AMP_FP8_HYBRID;
+            else if (accel__amp_ieq(s, "E4M3")) d.fp8_format = ACCEL_AMP_FP8_E4M3;
+            else return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCELERATE_FP8_FORMAT=\"%s\" is not one of HYBRID, E4M3", s);
+        }
+    }
+    if (d.amax_compute_algo == ACCEL_AMP_AMAX_DEFAULT) {
+        d.amax_compute_algo = ACCEL_AMP_AMAX_MOST_RECENT;
+        if ((s = accel__amp_fp8_env("ACCELERATE_FP8_AMAX_COMPUTE_ALGO")) != NULL) {
+            if (!strcmp(s, "most_recent")) d.amax_compute_algo = ACCEL_AMP_AMAX_MOST_RECENT;
+            else if (!strcmp(s, "max")) d.amax_compute_algo = ACCEL_AMP_AMAX_MAX;
+            else return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                                    "ACCELERATE_FP8_AMAX_COMPUTE_ALGO=\"%s\" is not one of max, most_recent", s);
+        }
+    }
+    if (d.amax_history_len == 0) {
+        d.amax_history_len = 1024;
+        if ((s = accel__amp_fp8_env("ACCELERATE_FP8_AMAX_HISTORY_LEN")) != NULL &&
+            !accel__amp_parse_int(s, 1, ACCEL__AMP_FP8_MAX_HISTORY, &d.amax_history_len))
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCELERATE_FP8_AMAX_HISTORY_LEN=\"%s\" is not an integer in "
+                               "[1, %d]", s, ACCEL__AMP_FP8_MAX_HISTORY);
+    }
+    if (d.margin == 0 && (s = accel__amp_fp8_env("ACCELERATE_FP8_MARGIN")) != NULL &&
+        !accel__amp_parse_int(s, -1000, 1000, &d.margin))
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCELERATE_FP8_MARGIN=\"%s\" is not an integer in [-1000, 1000]", s);
+    if (d.num_forward < 0 || d.num_backward < 0 || d.num_forward + 0LL + d.num_backward < 1 ||
+        d.num_forward + 0LL + d.num_backward > ACCEL__AMP_FP8_MAX_SLOTS)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: num_forward=%d, num_backward=%d: need "
+                           ">= 0 each and 1 .. %d slots in all", d.num_forward, d.num_backward, ACCEL__AMP_FP8_MAX_SLOTS);
+    if (d.fp8_format != ACCEL_AMP_FP8_HYBRID && d.fp8_format != ACCEL_AMP_FP8_E4M3)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: fp8_format=%d is not an accel_amp_fp8_format "
+                           "(TE refuses pure E5M2 training too)", (int)d.fp8_format);
+    if (d.amax_compute_algo != ACCEL_AMP_AMAX_MOST_RECENT && d.amax_compute_algo != ACCEL_AMP_AMAX_MAX)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: amax_compute_algo=%d is not an "
+                           "accel_amp_amax_algo", (int)d.amax_compute_algo);
+    if (d.amax_history_len < 1 || d.amax_history_len > ACCEL__AMP_FP8_MAX_HISTORY)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: amax_history_len=%d must be in [1, %d]",
+                           d.amax_history_len, ACCEL__AMP_FP8_MAX_HISTORY);
+    if (d.margin < -1000 || d.margin > 1000)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: margin=%d must be in [-1000, 1000]", d.margin);
+    n = (size_t)d.num_forward + (size_t)d.num_backward;
+    cells = n * (size_t)d.amax_history_len;
+    if (cells > ((size_t)1 << 28))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: %zu slots x history %d is too large", n,
+                           d.amax_history_len);
+    f->scale = (float *)accel_host_alloc(acc, sizeof(float) * (2 * n + cells));
+    if (!f->scale) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_amp_fp8_init: %zu slots", n);
+    f->scale_inv = f->scale + n;
+    f->amax_history = f->scale + 2 * n;
+    for (k = 0; k < (int)n; ++k) { f->scale[k] = 1.0f; f->scale_inv[k] = 1.0f; }
+    memset(f->amax_history, 0, sizeof(float) * cells);
+    f->acc = acc;
+    f->num_tensors = (int)n;
+    f->num_forward = d.num_forward;
+    f->fp8_format = d.fp8_format;
+    f->margin = d.margin;
+    f->amax_history_len = d.amax_history_len;
+    f->amax_compute_algo = d.amax_compute_algo;
+    f->local_amax = d.local_amax ? 1 : 0;
+    f->no_saturate = d.no_saturate ? 1 : 0;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF void accel_amp_fp8_deinit(accel_amp_fp8 *f) {
+    if (!f) return;
+    if (f->acc) {
+        accel_host_free(f->acc, f->scale);
+        if (f->amax_device) accel_device_free(f->acc, f->amax_device);
+    }
+    memset(f, 0, sizeof *f);
+}
+
+ACCEL__DEF accel_dtype accel_amp_fp8_dtype(const accel_amp_fp8 *f, int slot) {
+    if (!f || !f->acc || slot < 0 || slot >= f->num_tensors) return ACCEL_DTYPE_INVALID;
+    return (slot >= f->num_forward && f->fp8_format == ACCEL_AMP_FP8_HYBRID) ? ACCEL_F8_E5M2 : ACCEL_F8_E4M3;
+}
+
+static accel_result accel__amp_fp8_obj(const accel_amp_fp8 *f, const char *what) {
+    if (!f) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: the fp8 object is NULL", what);
+    if (!f->acc)
+        return ACCEL__FAIL(NULL, ACCEL_ERR_STATE, "%s: the fp8 object is not initialized (accel_amp_fp8_init failed, was "
+                           "not called, or accel_amp_fp8_deinit was)", what);
+    return ACCEL_OK;
+}
+
+/* Validates a quantize (q = 1) or dequantize (q = 0) list: the high-precision side hp (F32/F16/BF16), the fp8 side
+   of the slot's dtype, equal element counts, non-NULL data. */
+static accel_result accel__amp_fp8_check(const accel_amp_fp8 *f, const int *slots, const accel_tensor *hp,
+                                         const accel_tensor *f8, int n, const char *what) {
+    accel *acc = f->acc;
+    int i;
+    if (n < 0 || (n > 0 && (!hp || !f8)))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: bad buffer lists (n %d)", what, n);
+    for (i = 0; i < n; ++i) {
+        int slot = slots ? slots[i] : i;
+        int64_t a = accel_tensor_numel(&hp[i]), b = accel_tensor_numel(&f8[i]);
+        const char *nm = hp[i].name ? hp[i].name : f8[i].name ? f8[i].name : "(unnamed)";
+        accel_dtype want;
+        if (slot < 0 || slot >= f->num_tensors)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": slot %d is not in [0, %d)", what, i,
+                               nm, slot, f->num_tensors);
+        want = accel_amp_fp8_dtype(f, slot);
+        if (a < 0 || b < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has an invalid shape", what, i, nm);
+        if (a != b)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": %lld elements vs %lld in its fp8 "
+                               "buffer", what, i, nm, (long long)a, (long long)b);
+        if (!accel__amp_is16or32(hp[i].dtype))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has dtype %s (need F32, F16 or BF16)",
+                               what, i, nm, accel_dtype_name(hp[i].dtype) ? accel_dtype_name(hp[i].dtype) : "invalid");
+        if (f8[i].dtype != want)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": slot %d is %s (a %s slot of a %s "
+                               "recipe), the fp8 buffer is %s", what, i, nm, slot, accel_dtype_name(want),
+                               slot < f->num_forward ? "forward" : "backward",
+                               f->fp8_format == ACCEL_AMP_FP8_HYBRID ? "HYBRID" : "E4M3",
+                               accel_dtype_name(f8[i].dtype) ? accel_dtype_name(f8[i].dtype) : "invalid");
+        if (a > 0 && (!hp[i].ptr || !f8[i].ptr))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has NULL data", what, i, nm);
+    }
+    return ACCEL_OK;
+}
+
+#ifdef __CUDACC__
+/* One launch for a quantize (q = 1) or dequantize list; the amax stays on the device (f->amax_device). */
+static accel_result accel__amp_fp8_launch(accel_amp_fp8 *f, int q, const int *slots, const accel_tensor *src,
+                                          const accel_tensor *dst, int n) {
+    accel *acc = f->acc;
+    accel__amp_mt *h;
+    accel__amp_kparams kp;
+    accel_result r;
+    long long c = 0;
+    int i, k = 0;
+    if (q && !f->amax_device) {
+        f->amax_device = accel_device_alloc(acc, sizeof(float) * (size_t)f->num_tensors);
+        if (!f->amax_device) return accel__fail_wrap(acc, acc->last_result, "accel_amp_fp8_quantize: the device amax");
+        ACCEL__CUDA_CHECK(acc, cudaMemsetAsync(f->amax_device, 0, sizeof(float) * (size_t)f->num_tensors,
+                                               (cudaStream_t)acc->stream));
+    }
+    h = (accel__amp_mt *)accel_host_alloc(acc, sizeof(accel__amp_mt) * (size_t)(n > 0 ? n : 1));
+    if (!h) return ACCEL_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < n; ++i) {
+        int slot = slots ? slots[i] : i;
+        int64_t m = accel_tensor_numel(&src[i]);
+        if (m == 0) continue;
+        memset(&h[k], 0, sizeof h[k]);
+        h[k].a = src[i].ptr; h[k].b = dst[i].ptr; h[k].n = (long long)m; h[k].chunk_begin = c;
+        h[k].ta = (int)src[i].dtype; h[k].tb = (int)dst[i].dtype;
+        h[k].scale = q ? f->scale[slot] : f->scale_inv[slot];
+        h[k].slot = slot;
+        c += (m + ACCEL_AMP_CHUNK - 1) / ACCEL_AMP_CHUNK;
+        ++k;
+    }
+    memset(&kp, 0, sizeof kp);
+    kp.fp8_sat = !f->no_saturate;
+    kp.amax = (unsigned int *)f->amax_device;
+    r = accel__amp_launch(acc, q ? ACCEL__AMP_K_FP8Q : ACCEL__AMP_K_FP8D, h, k, c, &kp, NULL, NULL, NULL);
+    accel_host_free(acc, h);
+    return r;
+}
+#endif
+
+ACCEL__DEF accel_result accel_amp_fp8_quantize(accel_amp_fp8 *f, const int *slots, const accel_tensor *src,
+                                               const accel_tensor *dst, int n) {
+    static const char what[] = "accel_amp_fp8_quantize";
+    accel_result r;
+    int i;
+    if ((r = accel__amp_fp8_obj(f, what)) != ACCEL_OK) return r;
+    if ((r = accel__amp_fp8_check(f, slots, src, dst, n, what)) != ACCEL_OK) return r;
+    if (f->acc->device < 0) {
+        for (i = 0; i < n; ++i) {
+            int slot = slots ? slots[i] : i;
+            float *row0 = &f->amax_history[slot];
+            uint32_t m = accel__amp_cpu_fp8q(src[i].ptr, src[i].dtype, (uint8_t *)dst[i].ptr,
+                                             (size_t)accel_tensor_numel(&src[i]), f->scale[slot],
+                                             dst[i].dtype == ACCEL_F8_E5M2, !f->no_saturate);
+            float a = accel_bits_f32(m);
+            if (a > *row0) *row0 = a; /* a NaN recorded by hand stays */
+        }
+        return ACCEL_OK;
+    }
+#ifdef __CUDACC__
+    return accel__amp_fp8_launch(f, 1, slots, src, dst, n);
+#else
+    return accel__amp_no_cuda(f->acc, what);
+#endif
+}
+
+ACCEL__DEF accel_result accel_amp_fp8_dequantize(accel_amp_fp8 *f, const int *slots, const accel_tensor *src,
+                                                 const accel_tensor *dst, int n) {
+    static const char what[] = "accel_amp_fp8_dequantize";
+    accel_result r;
+    int i;
+    if ((r = accel__amp_fp8_obj(f, what)) != ACCEL_OK) return r;
+    if ((r = accel__amp_fp8_check(f, slots, dst, src, n, what)) != ACCEL_OK) return r;
+    if (f->acc->device < 0) {
+        for (i = 0; i < n; ++i) {
+            int slot = slots ? slots[i] : i;
+            accel__amp_cpu_fp8d((const uint8_t *)src[i].ptr, src[i].dtype == ACCEL_F8_E5M2, dst[i].ptr, dst[i].dtype,
+                                (size_t)accel_tensor_numel(&src[i]), f->scale_inv[slot]);
+        }
+        return ACCEL_OK;
+    }
+#ifdef __CUDACC__
+    return accel__amp_fp8_launch(f, 0, slots, src, dst, n);
+#else
+    return accel__amp_no_cuda(f->acc, what);
+#endif
+}
+
+ACCEL__DEF accel_result accel_amp_fp8_record_amax(accel_amp_fp8 *f, int slot, float amax) {
+    static const char what[] = "accel_amp_fp8_record_amax";
+    accel_result r;
+    float *row0;
+    if ((r = accel__amp_fp8_obj(f, what)) != ACCEL_OK) return r;
+    if (slot < 0 || slot >= f->num_tensors)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: slot %d is not in [0, %d)", what, slot, f->num_tensors);
+    if (amax < 0.0f)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: amax %g is negative", what, (double)amax);
+    row0 = &f->amax_history[slot];
+    if (amax != amax || amax > *row0) *row0 = amax;
+    return ACCEL_OK;
+}
+
+/* TE's delayed-scaling update of one slot (transformer_engine/common/recipe/delayed_scaling.cu, kernel_bulk), on the
+   host: `last` is this step's amax after the cross-rank reduction. */
+static void accel__amp_fp8_rule(float *hist, int len, int n, int k, float last, int algo, float scaled_max, float *scale,
+                                float *scale_inv) {
+    float amax = 0.0f, s;
+    int i;
+    if (last != 0.0f) { /* a zero step leaves the history as it is (NaN is not zero) */
+        for (i = 0; i < len; ++i) {
+            float a = i < len - 1 ? hist[(size_t)(i + 1) * (size_t)n + (size_t)k] : last;
+            amax = fmaxf(amax, a); /* fmaxf: NaN entries are not seen */
+            hist[(size_t)i * (size_t)n + (size_t)k] = i > 0 ? a : 0.0f;
+        }
+    }
+    if (algo == ACCEL_AMP_AMAX_MOST_RECENT) amax = last;
+    s = (isfinite(amax) && amax > 0.0f) ? scaled_max / amax : *scale;
+    if (isinf(s)) s = FLT_MAX;
+    *scale = s;
+    *scale_inv = 1.0f / s;
+}
+
+ACCEL__DEF accel_result accel_amp_fp8_update(accel_amp_fp8 *f) {
+    static const char what[] = "accel_amp_fp8_update";
+    accel *acc;
+    accel_result r = ACCEL_OK;
+    double *v;
+    int n, k, collective;
+    if ((r = accel__amp_fp8_obj(f, what)) != ACCEL_OK) return r;
+    acc = f->acc;
+    n = f->num_tensors;
+    collective = !f->local_amax && acc->num_processes > 1;
+    if (collective && !strcmp(accel_host_group_name(acc), "none"))
+        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                           "%s: the amaxes must be reduced across %d processes, but there is no host process group "
+                           "(launched by %s without MPI, and no collectives context installed itself yet): build with "
+                           "MPI, create the accel_coll first, or set accel_amp_fp8_desc.local_amax (nothing was changed)",
+                           what, acc->num_processes, accel_launcher_name(acc->launcher));
+    v = (double *)accel_host_alloc(acc, sizeof(double) * ((size_t)n + 1));
+    if (!v) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    for (k = 0; r == ACCEL_OK && k < n; ++k) v[k] = (double)f->amax_history[k];
+#ifdef __CUDACC__
+    if (r == ACCEL_OK && f->amax_device) {
+        /* this step's amax from the kernels: fp32 bits, max-merged with what was recorded on the host */
+        cudaStream_t st = (cudaStream_t)acc->stream;
+        uint32_t *dev = (uint32_t *)accel_host_alloc(acc, sizeof(uint32_t) * (size_t)n);
+        cudaError_t e = cudaSuccess;
+        if (!dev) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+        if (r == ACCEL_OK) e = cudaMemcpyAsync(dev, f->amax_device, sizeof(uint32_t) * (size_t)n, cudaMemcpyDeviceToHost, st);
+        if (r == ACCEL_OK && e == cudaSuccess) e = cudaStreamSynchronize(st);
+        if (r == ACCEL_OK && e != cudaSuccess)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "%s: reading the amax back: %s", what, cudaGetErrorString(e));
+        for (k = 0; r == ACCEL_OK && k < n; ++k) {
+            double a = (double)accel_bits_f32(dev[k]);
+            if (a > v[k]) v[k] = a; /* a NaN v[k] stays */
+        }
+        accel_host_free(acc, dev);
+    }
+#endif
+    if (collective) {
+        /* MAX over the ranks (the core's MAX lets NaN win on every rank alike). A rank whose local part failed joins
+           with its rank + 1 in the last value, so no rank waits for it until the deadline. */
+        accel_result r2;
+        if (!v) { /* no memory for the values: join with a 1-value call, which the other ranks' n+1 refuse (MISMATCH) */
+            double one = 1.0 + (double)acc->process_index;
+            (void)accel_host_allreduce_f64(acc, &one, 1, ACCEL_HOST_MAX);
+            return r;
+        }
+        if (r != ACCEL_OK) for (k = 0; k < n; ++k) v[k] = 0.0;
+        v[n] = r != ACCEL_OK ? 1.0 + (double)acc->process_index : 0.0;
+        r2 = accel_host_allreduce_f64(acc, v, n + 1, ACCEL_HOST_MAX);
+        if (r == ACCEL_OK && r2 != ACCEL_OK) r = accel__fail_wrap(acc, r2, "%s: MAX of the amaxes across ranks (nothing changed)", what);
+        else if (r == ACCEL_OK && v[n] != 0.0)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s failed on rank %d (see its accel_last_error); nothing changed", what,
+                            (int)v[n] - 1);
+    }
+    if (r == ACCEL_OK) {
+        for (k = 0; k < n; ++k) {
+            accel_dtype t = accel_amp_fp8_dtype(f, k);
+            float fp8_max = t == ACCEL_F8_E5M2 ? ACCEL_AMP_E5M2_MAX : ACCEL_AMP_E4M3_MAX;
+            float scaled_max = fp8_max * powf(2.0f, (float)-f->margin); /* TE: fp8_max * std::pow(2.f, -margin) */
+            accel__amp_fp8_rule(f->amax_history, f->amax_history_len, n, k, (float)v[k], (int)f->amax_compute_algo,
+                                scaled_max, &f->scale[k], &f->scale_inv[k]);
+        }
+        f->updates++;
+#ifdef __CUDACC__
+        if (f->amax_device)
+            r = cudaMemsetAsync(f->amax_device, 0, sizeof(float) * (size_t)n, (cudaStream_t)acc->stream) == cudaSuccess
+                    ? ACCEL_OK : ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "%s: clearing the device amax", what);
+#endif
+    }
+    accel_host_free(acc, v);
+    return r;
+}
+
+ACCEL__DEF accel_result accel_amp_fp8_state_save(void *obj, void *buf, size_t cap, size_t *size) {
+    const accel_amp_fp8 *f = (const accel_amp_fp8 *)obj;
+    unsigned char *p = (unsigned char *)buf;
+    size_t n, cells, need, i;
+    accel_result r = accel__amp_fp8_obj(f, "accel_amp_fp8_state_save");
+    if (r != ACCEL_OK) return r;
+    if (!size) return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_state_save: size is NULL");
+    n = (size_t)f->num_tensors;
+    cells = n * (size_t)f->amax_history_len;
+    need = ACCEL_AMP_FP8_STATE_HEADER_BYTES + 4 * (2 * n + cells);
+    *size = need;
+    if (!buf || cap < need) return ACCEL_OK; /* the contract: report the size */
+    memcpy(p, "AF8S", 4);
+    accel__put_u32(p + 4, 1u);
+    accel__put_u32(p + 8, (uint32_t)f->num_forward);
+    accel__put_u32(p + 12, (uint32_t)(f->num_tensors - f->num_forward));
+    accel__put_u32(p + 16, (uint32_t)f->fp8_format);
+    accel__put_u32(p + 20, (uint32_t)f->amax_history_len);
+    accel__put_u32(p + 24, (uint32_t)f->margin);
+    accel__put_u32(p + 28, (uint32_t)f->amax_compute_algo);
+    accel__put_u64(p + 32, (uint64_t)f->updates);
+    p += ACCEL_AMP_FP8_STATE_HEADER_BYTES;
+    for (i = 0; i < 2 * n + cells; ++i) accel__put_u32(p + 4 * i, accel_f32_bits(f->scale[i])); /* scale, scale_inv, history */
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_amp_fp8_state_load(void *obj, const void *buf, size_t size) {
+    accel_amp_fp8 *f = (accel_amp_fp8 *)obj;
+    const unsigned char *p = (const unsigned char *)buf;
+    size_t n, cells, need, i;
+    accel *acc;
+    uint32_t nf, nb, fmt, len, ver;
+    int64_t updates;
+    accel_result r = accel__amp_fp8_obj(f, "accel_amp_fp8_state_load");
+    if (r != ACCEL_OK) return r;
+    acc = f->acc;
+    if (!buf && size) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_state_load: NULL buffer");
+    n = (size_t)f->num_tensors;
+    cells = n * (size_t)f->amax_history_len;
+    need = ACCEL_AMP_FP8_STATE_HEADER_BYTES + 4 * (2 * n + cells);
+    if (size < ACCEL_AMP_FP8_STATE_HEADER_BYTES)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: %zu bytes, shorter than its %d-byte header", size,
+                           ACCEL_AMP_FP8_STATE_HEADER_BYTES);
+    if (memcmp(p, "AF8S", 4) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: bad magic (not \"AF8S\")");
+    ver = accel__get_u32(p + 4);
+    if (ver != 1u) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: version %u is not supported (1)", (unsigned)ver);
+    nf = accel__get_u32(p + 8);
+    nb = accel__get_u32(p + 12);
+    fmt = accel__get_u32(p + 16);
+    len = accel__get_u32(p + 20);
+    updates = (int64_t)accel__get_u64(p + 32);
+    if (nf != (uint32_t)f->num_forward || nb != (uint32_t)(f->num_tensors - f->num_forward))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: saved with %u forward + %u backward slots, this object has %d + %d",
+                           (unsigned)nf, (unsigned)nb, f->num_forward, f->num_tensors - f->num_forward);
+    if (fmt != (uint32_t)f->fp8_format)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: saved with fp8_format %s, this object is %s",
+                           fmt == (uint32_t)ACCEL_AMP_FP8_HYBRID ? "HYBRID" : fmt == (uint32_t)ACCEL_AMP_FP8_E4M3 ? "E4M3" : "invalid",
+                           f->fp8_format == ACCEL_AMP_FP8_HYBRID ? "HYBRID" : "E4M3");
+    if (len != (uint32_t)f->amax_history_len)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: saved with amax_history_len %u, this object has %d",
+                           (unsigned)len, f->amax_history_len);
+    if (size != need)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: %zu bytes, expected %zu", size, need);
+    if (updates < 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: update count %lld is negative", (long long)updates);
+    p += ACCEL_AMP_FP8_STATE_HEADER_BYTES;
+    for (i = 0; i < n; ++i) {
+        float s = accel_bits_f32(accel__get_u32(p + 4 * i)), si = accel_bits_f32(accel__get_u32(p + 4 * (n + i)));
+        float want = 1.0f / s;
+        if (!(s > 0.0f) || !isfinite(s) || accel_f32_bits(si) != accel_f32_bits(want))
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: slot %zu has scale %g and scale_inv %g (need a finite "
+                               "scale > 0 and scale_inv = 1/scale)", i, (double)s, (double)si);
+    }
+    for (i = 0; i < cells; ++i) {
+        uint32_t b = accel__get_u32(p + 4 * (2 * n + i));
+        float a = accel_bits_f32(b);
+        if ((b >> 31) && a == a)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: amax history entry %zu (step row %zu, slot %zu) is "
+                               "negative (%g)", i, i / n, i % n, (double)a);
+    }
+    for (i = 0; i < 2 * n + cells; ++i) f->scale[i] = accel_bits_f32(accel__get_u32(p + 4 * i));
+    f->updates = updates;
+#ifdef __CUDACC__
+    if (f->amax_device && cudaMemsetAsync(f->amax_device, 0, sizeof(float) * n, (cudaStream_t)acc->stream) != cudaSuccess)
+        return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "fp8 state: clearing the device amax (the state was loaded)");
+#endif
+    return ACCEL_OK;
 }
 
 #endif /* ACCEL_IMPLEMENTATION */

@@ -49,6 +49,8 @@
                                                   scaler.bin (Accelerate: scaler.pt), sampler.bin, scheduler.bin main
      custom_checkpoint_<i>.bin                    accel_ckpt_register(ck, NULL, …) objects, i in registration order
                                                   (Accelerate: custom_checkpoint_<i>.pkl)                       main
+     <name>_<rank>.bin                            every process: accel_ckpt_register_sharded objects (e.g. a ZeRO
+                                                  shard of the optimizer state, accel_coll_zero_state_save)
      random_states_<rank>.bin                     every process: its accel_state_save() bytes (ACCEL_STATE_BYTES:
                                                   step and optimizer/scheduler counters, sync flags, RNG seed and
                                                   offset; Accelerate: random_states_<rank>.pkl)
@@ -270,6 +272,15 @@ ACCEL_API accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel
    custom_checkpoint_<i>.bin (Accelerate's register_for_checkpointing). */
 ACCEL_API accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_state_save_fn save,
                                            accel_state_load_fn load, void *obj);
+/* Loads state that every rank saved separately: bufs[i] / sizes[i] are saved rank i's bytes, count = the number of
+   processes of the saving run (it may differ from this run's: re-partition here). Validate everything, then apply. */
+typedef accel_result (*accel_ckpt_load_all_fn)(void *obj, const void *const *bufs, const size_t *sizes, int count);
+/* Per-rank state (e.g. ZeRO optimizer shards, accel_coll_zero_state_save / _load_all): EVERY process writes
+   <name>_<rank>.bin with save(obj, ...); load_state reads every saved rank's file on every process and calls
+   load(obj, bufs, sizes, count) — the saving run's process count may differ. name as for accel_ckpt_register
+   (required). */
+ACCEL_API accel_result accel_ckpt_register_sharded(accel_ckpt *ck, const char *name, accel_state_save_fn save,
+                                                   accel_ckpt_load_all_fn load, void *obj);
 /* Collective. output_dir NULL → automatic naming (an existing target is an error). out_dir (may be NULL)
    receives the final directory. iteration += 1 after a successful save (as Accelerate). */
 ACCEL_API accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap);
@@ -2099,12 +2110,20 @@ typedef struct accel__ckpt_obj {
     void *obj;
 } accel__ckpt_obj;
 
+typedef struct accel__ckpt_sobj {
+    char *name; /* the stem: files are "<name>_<rank>.bin" */
+    accel_state_save_fn save;
+    accel_ckpt_load_all_fn load;
+    void *obj;
+} accel__ckpt_sobj;
+
 struct accel_ckpt {
     accel *acc;
     accel_ckpt_desc d;
     char project_dir[2048];
     accel__ckpt_group *models, *optims; /* stb_ds arrays */
     accel__ckpt_obj *objs;
+    accel__ckpt_sobj *sobjs;            /* accel_ckpt_register_sharded */
     int n_custom;
     int iteration;
 };
@@ -2122,9 +2141,11 @@ ACCEL__DEF void accel_ckpt_destroy(accel_ckpt *ck) {
     for (i = 0; i < (int)stbds_arrlen(ck->models); ++i) accel__ckpt_group_free(ck->acc, &ck->models[i]);
     for (i = 0; i < (int)stbds_arrlen(ck->optims); ++i) accel__ckpt_group_free(ck->acc, &ck->optims[i]);
     for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i) accel_host_free(ck->acc, ck->objs[i].name);
+    for (i = 0; i < (int)stbds_arrlen(ck->sobjs); ++i) accel_host_free(ck->acc, ck->sobjs[i].name);
     stbds_arrfree(ck->models);
     stbds_arrfree(ck->optims);
     stbds_arrfree(ck->objs);
+    stbds_arrfree(ck->sobjs);
     accel_host_free(ck->acc, ck);
 }
 ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc, accel_ckpt **out) {
@@ -2180,31 +2201,48 @@ ACCEL__DEF accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_te
 ACCEL__DEF accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel_tensor *t, int n) {
     return accel__ckpt_register_group(ck, ck ? &ck->optims : NULL, t, n, "register_optimizer");
 }
+static accel_result accel__ckpt_check_name(accel_ckpt *ck, const char *name, const char *what) {
+    static const char *reserved[] = {"model", "optimizer", "random_states", "accelerator_state", "checkpoint_complete", "custom_checkpoint", NULL};
+    size_t k, len = strlen(name);
+    if (len == 0 || len > 64) return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: a name must have 1..64 characters", what);
+    for (k = 0; k < len; ++k) {
+        char c = name[k];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
+            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: name \"%.64s\" may only use [A-Za-z0-9_.-]", what, name);
+    }
+    if (name[0] == '.') return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: name \"%.64s\" may not start with '.'", what, name);
+    for (k = 0; reserved[k]; ++k)
+        if (!strncmp(name, reserved[k], strlen(reserved[k])))
+            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: name \"%.64s\" is reserved", what, name);
+    return ACCEL_OK;
+}
+/* Is file name fn ("x.bin") one of sharded stem's files ("<stem>_<digits>.bin")? */
+static int accel__ckpt_is_sharded_file(const char *fn, const char *stem) {
+    size_t ls = strlen(stem), lf = strlen(fn), k;
+    if (lf < ls + 6 || strncmp(fn, stem, ls) != 0 || fn[ls] != '_' || strcmp(fn + lf - 4, ".bin") != 0) return 0;
+    for (k = ls + 1; k < lf - 4; ++k)
+        if (fn[k] < '0' || fn[k] > '9') return 0;
+    return 1;
+}
+
 ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, accel_state_save_fn save,
                                             accel_state_load_fn load, void *obj) {
     accel__ckpt_obj o;
     char buf[96];
     int i;
+    accel_result r;
     if (!ck || !save || !load) return ACCEL__FAIL(ck ? ck->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "register: NULL ck, save or load");
     if (name) {
-        static const char *reserved[] = {"model", "optimizer", "random_states", "accelerator_state", "checkpoint_complete", "custom_checkpoint", NULL};
-        size_t k, len = strlen(name);
-        if (len == 0 || len > 64) return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: a name must have 1..64 characters");
-        for (k = 0; k < len; ++k) {
-            char c = name[k];
-            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
-                return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: name \"%.64s\" may only use [A-Za-z0-9_.-]", name);
-        }
-        if (name[0] == '.') return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: name \"%.64s\" may not start with '.'", name);
-        for (k = 0; reserved[k]; ++k)
-            if (!strncmp(name, reserved[k], strlen(reserved[k])))
-                return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: name \"%.64s\" is reserved", name);
+        if ((r = accel__ckpt_check_name(ck, name, "register")) != ACCEL_OK) return r;
         accel__fmt(buf, sizeof buf, "%s.bin", name);
     } else {
         accel__fmt(buf, sizeof buf, "custom_checkpoint_%d.bin", ck->n_custom);
     }
     for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i)
         if (!strcmp(ck->objs[i].name, buf)) return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: \"%s\" is already registered", buf);
+    for (i = 0; i < (int)stbds_arrlen(ck->sobjs); ++i)
+        if (accel__ckpt_is_sharded_file(buf, ck->sobjs[i].name))
+            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: \"%s\" is a file of the sharded \"%s\"", buf, ck->sobjs[i].name);
     o.name = accel__ckpt_strndup(ck->acc, buf, strlen(buf));
     if (!o.name) return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register %s", buf);
     o.save = save;
@@ -2215,6 +2253,32 @@ ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, ac
         return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register %s: out of memory", buf);
     }
     if (!name) ck->n_custom++;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_ckpt_register_sharded(accel_ckpt *ck, const char *name, accel_state_save_fn save,
+                                                    accel_ckpt_load_all_fn load, void *obj) {
+    accel__ckpt_sobj o;
+    accel_result r;
+    int i;
+    if (!ck || !name || !save || !load)
+        return ACCEL__FAIL(ck ? ck->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "register_sharded: NULL ck, name, save or load");
+    if ((r = accel__ckpt_check_name(ck, name, "register_sharded")) != ACCEL_OK) return r;
+    for (i = 0; i < (int)stbds_arrlen(ck->sobjs); ++i)
+        if (!strcmp(ck->sobjs[i].name, name))
+            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register_sharded: \"%s\" collides with the sharded \"%s\"", name, ck->sobjs[i].name);
+    for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i)
+        if (accel__ckpt_is_sharded_file(ck->objs[i].name, name))
+            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register_sharded: \"%s\" would collide with the registered \"%s\"", name, ck->objs[i].name);
+    o.name = accel__ckpt_strndup(ck->acc, name, strlen(name));
+    if (!o.name) return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register_sharded %s", name);
+    o.save = save;
+    o.load = load;
+    o.obj = obj;
+    if (ACCEL__ARR_PUT(ck->sobjs, o) != 0) {
+        accel_host_free(ck->acc, o.name);
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register_sharded %s: out of memory", name);
+    }
     return ACCEL_OK;
 }
 
@@ -2799,6 +2863,17 @@ static accel_result accel__ckpt_save_files(accel_ckpt *ck, const char *tmp, int 
         r = accel__ckpt_save_obj(acc, &core, tmp, &w);
         if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
     }
+    for (i = 0; i < (int)stbds_arrlen(ck->sobjs) && r == ACCEL_OK; ++i) { /* per-rank state: every process */
+        char sname[96];
+        accel__ckpt_obj so;
+        accel__fmt(sname, sizeof sname, "%s_%d.bin", ck->sobjs[i].name, acc->process_index);
+        so.name = sname;
+        so.save = ck->sobjs[i].save;
+        so.load = NULL;
+        so.obj = ck->sobjs[i].obj;
+        r = accel__ckpt_save_obj(acc, &so, tmp, &w);
+        if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
+    }
     return r;
 }
 
@@ -2867,6 +2942,9 @@ typedef struct accel__ckpt_load {
     uint64_t iteration, saved_np;
     const char **states;         /* every saved rank's random_states_<i>.bin (in read[]; validated, applied last) */
     size_t *state_n;
+    char **sblobs;              /* per sharded object s, saved rank i: sblobs[s * saved_np + i] */
+    size_t *sblob_n;
+    int nsobj;
 } accel__ckpt_load;
 
 static void accel__ckpt_load_free(accel_ckpt *ck, accel__ckpt_load *ld) {
@@ -2883,6 +2961,9 @@ static void accel__ckpt_load_free(accel_ckpt *ck, accel__ckpt_load *ld) {
     accel_host_free(ld->acc, ld->blob_n);
     accel_host_free(ld->acc, (void *)ld->states);
     accel_host_free(ld->acc, ld->state_n);
+    for (i = 0; ld->sblobs && i < ld->nsobj * (int)ld->saved_np; ++i) accel_host_free(ld->acc, ld->sblobs[i]);
+    accel_host_free(ld->acc, ld->sblobs);
+    accel_host_free(ld->acc, ld->sblob_n);
     stbds_arrfree(ld->marker.files);
 }
 
@@ -3026,6 +3107,27 @@ static accel_result accel__ckpt_load_training_state(accel__ckpt_load *ld) {
     }
     return r;
 }
+/* Every saved rank's <name>_<i>.bin of every sharded object (read, not applied). */
+static accel_result accel__ckpt_load_sharded(accel_ckpt *ck, accel__ckpt_load *ld) {
+    accel *acc = ld->acc;
+    int ns = (int)stbds_arrlen(ck->sobjs), count = (int)ld->saved_np, s, i;
+    accel_result r = ACCEL_OK;
+    if (ns == 0) return ACCEL_OK;
+    ld->sblobs = (char **)accel__ckpt_zalloc(acc, (size_t)ns * (size_t)count, sizeof(char *));
+    ld->sblob_n = (size_t *)accel__ckpt_zalloc(acc, (size_t)ns * (size_t)count, sizeof(size_t));
+    if (!ld->sblobs || !ld->sblob_n) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: sharded objects");
+    ld->nsobj = ns;
+    for (s = 0; s < ns && r == ACCEL_OK; ++s)
+        for (i = 0; i < count && r == ACCEL_OK; ++i) {
+            char name[96];
+            accel__fmt(name, sizeof name, "%s_%d.bin", ck->sobjs[s].name, i);
+            r = accel__ckpt_load_listed(ld, name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered sharded object; the checkpoint "
+                                        "has one per saving process)", &ld->sblobs[s * count + i], &ld->sblob_n[s * count + i],
+                                        (size_t)1 << 40);
+        }
+    return r;
+}
+
 /* Checked above on this process, so it cannot fail: this rank's own state on the same number of processes, the
    resharded form otherwise. */
 static accel_result accel__ckpt_load_training_state_apply(accel__ckpt_load *ld) {
@@ -3057,6 +3159,15 @@ static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld)
         accel__ckpt_errmark_now(acc, &mark);
         r = o->load(o->obj, ld->blobs[i], ld->blob_n[i]);
         if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "load_state", o->name);
+    }
+    for (i = 0; i < ld->nsobj && r == ACCEL_OK; ++i) {
+        const accel__ckpt_sobj *o = &ck->sobjs[i];
+        int count = (int)ld->saved_np;
+        char what[96];
+        accel__ckpt_errmark_now(acc, &mark);
+        r = o->load(o->obj, (const void *const *)(ld->sblobs + (size_t)i * (size_t)count), ld->sblob_n + (size_t)i * (size_t)count, count);
+        accel__fmt(what, sizeof what, "%s_*.bin", o->name);
+        if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "load_state", what);
     }
     return r;
 }
@@ -3104,6 +3215,7 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
     if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
     if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(&ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_training_state(&ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_sharded(ck, &ld);
     r = accel__agree(acc, r, "load_state (verify)");
     /* 3. apply (every process got this far): tensors and objects, then — once every process applied those — the
        Accelerator's training state, which was checked in step 2 and cannot fail */

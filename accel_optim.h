@@ -133,11 +133,15 @@
      list in the core's device scratch; nothing synchronizes. The buffers must not be used by other streams during
      the step.
 
-   DESIGN FOR ZeRO (sharding is not implemented here; accel_collectives.h will partition): an optimizer over a shard
-   is an optimizer over views — params/grads/model are the shard's contiguous pieces (1-D accel_tensors), and
-   index_offset is the shard's first element in the whole flattened list, so stochastic rounding draws the same bits
-   as the unsharded run and every element's math is unchanged: the sharded result equals the unsharded one bit for
-   bit. State tensors and step counts are per view.
+   DESIGN FOR ZeRO (accel_collectives.h partitions and communicates: accel_coll_zero_*): an optimizer over a shard
+   is an optimizer over views — params/grads/model are the shard's contiguous pieces (1-D accel_tensors, one per
+   parameter, empty outside the shard, so groups and state keys keep their indices), and index_offset is the
+   shard's first element in the whole flattened list, so stochastic rounding draws the same bits as the unsharded
+   run and every element's math is unchanged: the sharded result equals the unsharded one bit for bit. State
+   tensors and step counts are per view. For checkpoints that load on another partition,
+   accel_optim_shard_state_save/_load (obj: accel_optim_shard_state {opt, full}) write the state bytes with the
+   whole parameters' element counts (full[i]) instead of the views' and put this optimizer's back on load; the
+   moments go through accel_coll_zero_export/_import (see accel_collectives.h ZeRO).
 
    DIFFERENCES FROM TORCH (deliberate)
      - weight_decay defaults to 0 (torch AdamW: 1e-2), so zero-initialized descriptors mean "no decay".
@@ -242,6 +246,17 @@ ACCEL_API accel_result accel_optim_state_tensors(accel_optim *opt, const accel_t
 #define ACCEL_OPTIM_STATE_BYTES(ngroups, nparams) (80u + 32u * (size_t)(ngroups) + 16u * (size_t)(nparams))
 ACCEL_API accel_result accel_optim_state_save(void *opt, void *buf, size_t cap, size_t *size);
 ACCEL_API accel_result accel_optim_state_load(void *opt, const void *buf, size_t size);
+
+/* ZeRO checkpoints (an optimizer over shard views, see DESIGN FOR ZeRO): the state bytes of accel_optim_state_save
+   with each whole parameter's element count (numel of full[i]) in place of its view's, the checksum recomputed, so
+   that they load into the shard optimizer of any partition (the load checks the whole counts, then puts this
+   optimizer's view counts back). obj: an accel_optim_shard_state, for accel_ckpt_register. */
+typedef struct accel_optim_shard_state {
+    accel_optim *opt;
+    const accel_tensor *full; /* nparams entries: the whole parameters (only their shapes are read) */
+} accel_optim_shard_state;
+ACCEL_API accel_result accel_optim_shard_state_save(void *state, void *buf, size_t cap, size_t *size);
+ACCEL_API accel_result accel_optim_shard_state_load(void *state, const void *buf, size_t size);
 
 /* ----------------------------------------------------------------------------------------- schedules */
 typedef enum accel_optim_schedule_kind {
@@ -1443,6 +1458,51 @@ ACCEL__DEF accel_result accel_optim_state_load(void *obj, const void *buf, size_
         o->wd[g] = accel__optim_get_f64(b + at + 24);
     }
     return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_optim_shard_state_save(void *state, void *buf, size_t cap, size_t *size) {
+    accel_optim_shard_state *ss = (accel_optim_shard_state *)state;
+    unsigned char *b = (unsigned char *)buf;
+    accel_result r;
+    size_t at;
+    int i;
+    if (!ss || !ss->opt || !ss->full || !size)
+        return ACCEL__FAIL(ss && ss->opt ? ss->opt->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_shard_state_save: NULL argument");
+    r = accel_optim_state_save(ss->opt, buf, cap, size);
+    if (r != ACCEL_OK || !buf || cap < *size) return r;
+    for (i = 0, at = 72 + 32u * (size_t)ss->opt->ngroups; i < ss->opt->nparams; ++i, at += 16)
+        accel__put_u64(b + at, (uint64_t)accel_tensor_numel(&ss->full[i]));
+    accel__put_u64(b + at, accel__fnv1a(ACCEL__FNV_INIT, b, at));
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_optim_shard_state_load(void *state, const void *buf, size_t size) {
+    accel_optim_shard_state *ss = (accel_optim_shard_state *)state;
+    accel_optim *o;
+    unsigned char *t;
+    accel_result r;
+    size_t at;
+    int i;
+    if (!ss || !ss->opt || !ss->full)
+        return ACCEL__FAIL(ss && ss->opt ? ss->opt->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_shard_state_load: NULL argument");
+    o = ss->opt;
+    /* anything that is not this optimizer's layout: the plain load names the problem */
+    if (!buf || size != ACCEL_OPTIM_STATE_BYTES(o->ngroups, o->nparams) || memcmp(buf, "AOPT", 4) != 0 ||
+        accel__get_u64((const unsigned char *)buf + size - 8) != accel__fnv1a(ACCEL__FNV_INIT, buf, size - 8))
+        return accel_optim_state_load(o, buf, size);
+    for (i = 0, at = 72 + 32u * (size_t)o->ngroups; i < o->nparams; ++i, at += 16)
+        if ((int64_t)accel__get_u64((const unsigned char *)buf + at) != accel_tensor_numel(&ss->full[i]))
+            return ACCEL__FAIL(o->acc, ACCEL_ERR_MISMATCH, "optimizer shard state: parameter %d (\"%.100s\") has %lld elements there, "
+                               "%lld here", i, accel__optim_tname(&ss->full[i]), (long long)accel__get_u64((const unsigned char *)buf + at),
+                               (long long)accel_tensor_numel(&ss->full[i]));
+    t = (unsigned char *)accel_host_alloc(o->acc, size);
+    if (!t) return accel__fail_wrap(o->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_shard_state_load");
+    memcpy(t, buf, size);
+    for (i = 0, at = 72 + 32u * (size_t)o->ngroups; i < o->nparams; ++i, at += 16) accel__put_u64(t + at, (uint64_t)o->numel[i]);
+    accel__put_u64(t + at, accel__fnv1a(ACCEL__FNV_INIT, t, at));
+    r = accel_optim_state_load(o, t, size);
+    accel_host_free(o->acc, t);
+    return r;
 }
 
 #endif /* ACCEL_IMPLEMENTATION */

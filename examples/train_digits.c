@@ -7,6 +7,8 @@
    gather_for_metrics (accel_collectives.h), fp16 loss scaling / bf16 rounding / unscale+check / clip_grad_norm
    (accel_amp.h), save_state/load_state (accel_ckpt.h) and TensorBoard/JSONL logging (accel_trackers.h);
    --profile DIR adds the step profiler (accel_profile.h: a phase table at the end and Chrome traces in DIR).
+   --zero 1|2 shards the optimizer (ZeRO-1/2, accel_collectives.h) and steps accel_optim.h's SGD over this rank's
+   shard (torch.optim.SGD's rule), then all-gathers the weights; without checkpoints in this example.
 
      scripts/fetch-digits.sh
      mpirun -np 2 build/examples/train_digits --steps 500 --batch 16 --precision fp16
@@ -33,6 +35,7 @@
 #include "accel_ckpt.h"
 #include "accel_trackers.h"
 #include "accel_profile.h"
+#include "accel_optim.h"
 #include "digits_mlp.h"
 #include <signal.h>
 #include <stdarg.h>
@@ -42,7 +45,7 @@ typedef struct opts {
     const char *data, *precision, *ckpt_dir, *resume, *dump_weights, *loss_file, *log_dir, *profile_dir;
     int steps, epochs, batch, accum, hidden, shuffle, ckpt_every, kill_at, print_every, eval_batch;
     float lr, momentum, weight_decay, clip, warmup, init_scale;
-    int growth_interval, bucket_kb, no_watchdog;
+    int growth_interval, bucket_kb, no_watchdog, zero;
     uint64_t seed;
 } opts;
 
@@ -72,7 +75,8 @@ static void usage(void) {
             "  --profile DIR          phase table + Chrome traces in DIR (accel_profile; open in ui.perfetto.dev)\n"
             "  --print-every N        progress line every N steps (default 50)\n"
             "  --bucket-kb N          all-reduce gradients in N-KiB buckets (default: one flat all-reduce)\n"
-            "  --no-watchdog          plain blocking MPI calls (no collective deadline)\n");
+            "  --no-watchdog          plain blocking MPI calls (no collective deadline)\n"
+            "  --zero 1|2             ZeRO-1/2: shard the optimizer state (and with 2 the gradients) over the ranks\n");
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
@@ -112,6 +116,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (TD_ARG("--print-every")) o->print_every = atoi(v);
         else if (TD_ARG("--eval-batch")) o->eval_batch = atoi(v);
         else if (TD_ARG("--bucket-kb")) o->bucket_kb = atoi(v);
+        else if (TD_ARG("--zero")) o->zero = atoi(v);
         else if (!strcmp(a, "--resume")) o->resume = "latest";
         else if (!strcmp(a, "--no-shuffle")) o->shuffle = 0;
         else if (!strcmp(a, "--no-watchdog")) o->no_watchdog = 1;
@@ -126,6 +131,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
     }
     if (strcmp(o->precision, "no") && strcmp(o->precision, "fp16") && strcmp(o->precision, "bf16")) {
         fprintf(stderr, "train_digits: --precision must be no, fp16 or bf16\n");
+        return 2;
+    }
+    if (o->zero < 0 || o->zero > 2 || (o->zero && o->ckpt_dir)) {
+        fprintf(stderr, "train_digits: --zero takes 1 or 2 and does not combine with --checkpoint-dir here\n");
         return 2;
     }
     if ((o->resume || o->kill_at) && !o->ckpt_dir) {
@@ -250,6 +259,14 @@ static accel_result reduce_gradients(accel_coll_reducer *red) {
         if ((r = accel_coll_grad_ready(red, k)) != ACCEL_OK) return r;
     return accel_coll_reducer_wait(red);
 }
+/* ZeRO: the same hand-over; stage 2 leaves each rank only its shard of the averaged gradients */
+static accel_result reduce_gradients_zero(accel_coll_zero *z) {
+    accel_result r;
+    int k;
+    for (k = 3; k >= 0; --k)
+        if ((r = accel_coll_zero_grad_ready(z, k)) != ACCEL_OK) return r;
+    return accel_coll_zero_wait(z);
+}
 
 /* --------------------------------------------------------------------------------------------- evaluation */
 /* Accelerate's eval loop: every process predicts its (padded, even_batches) shard of the test set; the
@@ -366,6 +383,9 @@ int main(int argc, char **argv) {
     progress pg;
     accel_coll *coll = NULL;
     accel_coll_reducer *red = NULL;
+    accel_coll_zero *zero = NULL;        /* --zero: the partition and its communication */
+    accel_optim *zopt = NULL;            /* --zero: SGD over this rank's shard */
+    accel_tensor zgrads[4];              /* --zero: the gradients the optimizer reads (stage 2: the shard's) */
     accel_ckpt *ck = NULL;
     accel_prof *prof = NULL;
     accel_prof_desc pfd;
@@ -478,16 +498,37 @@ int main(int argc, char **argv) {
             rd.flat = ACCEL_OFF;
             rd.bucket_cap_mb = rd.first_bucket_mb = o.bucket_kb / 1024.0;
         }
-        CHECK(accel_coll_reducer_create(coll, &rd, &red));
-        CHECK(accel_coll_reducer_add(red, grads, 4));
-        CHECK(accel_coll_reducer_finalize(red));
+        if (o.zero) {
+            accel_coll_zero_desc zd;
+            accel_optim_desc od;
+            accel_tensor zparams[4];
+            memset(&zd, 0, sizeof zd);
+            zd.stage = o.zero;
+            zd.params = params; zd.grads = grads; zd.n = 4;
+            zd.bucket_cap_mb = o.bucket_kb > 0 ? o.bucket_kb / 1024.0 : 0.0;
+            CHECK(accel_coll_zero_create(coll, &zd, &zero));
+            CHECK(accel_coll_zero_views(zero, params, 4, zparams));
+            CHECK(accel_coll_zero_grad_views(zero, zgrads, 4));
+            memset(&od, 0, sizeof od);
+            od.algorithm = ACCEL_OPTIM_SGD;
+            od.lr = o.lr > 0 ? o.lr : ACCEL_OPTIM_ZERO;
+            od.momentum = o.momentum;
+            od.weight_decay = o.weight_decay;
+            od.params = zparams; od.grads = zgrads; od.nparams = 4;
+            od.index_offset = (uint64_t)accel_coll_zero_partition(zero)->begin;
+            CHECK(accel_optim_create(&acc, &od, &zopt));
+        } else {
+            CHECK(accel_coll_reducer_create(coll, &rd, &red));
+            CHECK(accel_coll_reducer_add(red, grads, 4));
+            CHECK(accel_coll_reducer_finalize(red));
+        }
     }
 
     /* 4. loss scaler (enabled by the fp16 policy) */
     memset(&scd, 0, sizeof scd);
     scd.init_scale = o.init_scale;
     scd.growth_interval = o.growth_interval;
-    scd.local_found_inf = 1; /* gradients are all-reduced before unscaling: every rank already sees the same Inf */
+    scd.local_found_inf = o.zero != 2; /* all-reduced gradients: every rank sees the same Inf (ZeRO-2: only a shard) */
     CHECK(accel_amp_scaler_init(&acc, &scaler, &scd));
     have_scaler = 1;
 
@@ -552,16 +593,26 @@ int main(int argc, char **argv) {
         PROF_END(fwd_bwd);
         pg.samples_in_epoch += (int64_t)acc.num_processes * count;
         PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
-        if (accel_should_reduce(&acc)) CHECK(reduce_gradients(red));
+        if (accel_should_reduce(&acc)) CHECK(zero ? reduce_gradients_zero(zero) : reduce_gradients(red));
         PROF_END(ACCEL_PROF_GRAD_SYNC);
         if (acc.sync_gradients) {
             int found_inf = 0, nsched;
             double norm = 0.0, lossv = loss_local;
             float lr = lr_at(o.lr, pg.scheduler_steps, sched_total, o.warmup), scale = accel_amp_loss_scale(&scaler);
             PROF_BEGIN(ACCEL_PROF_OPTIMIZER);
-            CHECK(accel_amp_unscale_and_check(&scaler, grads, 4, &found_inf));
-            if (!found_inf && o.clip > 0) CHECK(accel_amp_clip_grad_norm(&acc, grads, 4, o.clip, 2.0, 0, &norm));
-            if (!found_inf) {
+            CHECK(accel_amp_unscale_and_check(&scaler, o.zero == 2 ? zgrads : grads, 4, &found_inf));
+            if (!found_inf && o.clip > 0) /* ZeRO-2: the norm of the shards, reduced over the ranks */
+                CHECK(accel_amp_clip_grad_norm(&acc, o.zero == 2 ? zgrads : grads, 4, o.clip, 2.0,
+                                               o.zero == 2 ? ACCEL_AMP_CLIP_SHARDED : 0, &norm));
+            if (!found_inf && zero) { /* this rank's shard, then every rank's shard to every rank */
+                CHECK(accel_optim_set_lr(zopt, -1, lr));
+                CHECK(accel_optim_step(zopt, NULL));
+                CHECK(accel_coll_zero_gather(zero, params, 4));
+                if (model_dtype != ACCEL_F32) {
+                    CHECK(accel_amp_master_to_model(&acc, master, model16, model_dtype, shape.count, NULL));
+                    CHECK(accel_amp_convert(&acc, model16, model_dtype, model, ACCEL_F32, shape.count, NULL));
+                }
+            } else if (!found_inf) {
                 int started = pg.momentum_started;
                 sgd_momentum_step(master, grad, mom, shape.count, lr, o.momentum, o.weight_decay, &started);
                 pg.momentum_started = started;
@@ -655,6 +706,8 @@ fail:
     accel_prof_destroy(prof);
     accel_ckpt_destroy(ck);
     accel_coll_reducer_destroy(red);
+    accel_optim_destroy(zopt);
+    accel_coll_zero_destroy(zero);
     accel_coll_destroy(coll);
     if (have_work) mlp_work_free(&work);
     if (model && model != master) accel_host_free(&acc, model);

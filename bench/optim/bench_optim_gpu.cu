@@ -108,7 +108,8 @@ int main(int argc, char **argv) {
     if (argc > 1) {
         char cmd[1024], out[512];
         FILE *pp;
-        snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' %d 2>/dev/null", argv[1], reps);
+        const char *py = getenv("ACCEL_BENCH_PYTHON"); /* a venv with torch + CUDA; default the system python */
+        snprintf(cmd, sizeof cmd, "'%s' '%s' %d 2>/dev/null", py && py[0] ? py : "/usr/bin/python3", argv[1], reps);
         pp = popen(cmd, "r");
         if (pp) {
             if (fgets(out, sizeof out, pp)) {

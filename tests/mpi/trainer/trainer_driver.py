@@ -2,7 +2,7 @@
 """Multi-run checks of examples/train_digits.c (suite trainer): the modules composed in a real trainer.
 
 usage: trainer_driver.py CHECK TRAIN_DIGITS_EXE
-  CHECK: equivalence | resume | skip | accuracy
+  CHECK: equivalence | resume | skip | accuracy | zero
 Runs the trainer through tests/mpi/mpirun.sh (ACCEL_SOURCE_ROOT), reads its --loss-file / --dump-weights outputs and
 compares them. The data (data/digits.csv) is fetched with scripts/fetch-digits.sh when missing; if that is not
 possible the test is skipped (exit 77) with the reason.
@@ -200,8 +200,27 @@ def accuracy(exe, tmp):
               "%s: metrics.jsonl has train/loss and eval/accuracy (%d records)" % (prec, len(recs)))
 
 
+def zero(exe, tmp):
+    # --zero 1|2 on 3 processes (uneven shards: 4,810 parameters over 3 ranks), with accumulation: ZeRO-1 and ZeRO-2
+    # step the same SGD over the same shards, so their weights agree (bit for bit where MPI's reduce sums in its
+    # all-reduce's order), and both train to the example's accuracy.
+    out = {}
+    for z in (1, 2):
+        w = os.path.join(tmp, "zero%d.bin" % z)
+        r = run(exe, 3, ["--zero", z, "--accum", 2, "--batch", 8, "--steps", 250, "--dump-weights", w], timeout=170)
+        last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+        check(last.startswith("test accuracy: ") and float(last[15:-1]) >= 95.0,
+              "--zero %d: 3-process test accuracy >= 95%% (%s)" % (z, last))
+        out[z] = weights(w)
+    d = max_rel(out[1][0], out[2][0])
+    check(d <= 1e-5, "--zero 1 and --zero 2 weights agree (max rel %.3g, %s)" %
+          (d, "bit-identical" if out[1][1] == out[2][1] else "not bit-identical"))
+    r = run(exe, 2, ["--zero", 3, "--steps", 1], expect_ok=False)
+    check(r.returncode != 0 and "--zero takes 1 or 2" in r.stderr, "--zero 3 is refused")
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume", "skip", "accuracy"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume", "skip", "accuracy", "zero"):
         print(__doc__)
         return 2
     ensure_data()
