@@ -64,11 +64,12 @@
      A checkpoint is written into the hidden sibling `.<name>.tmp`, every file fsync'd, the marker written, the
      directory fsync'd and renamed into place (then the parent fsync'd). A visible checkpoint directory is therefore
      always complete; load verifies the marker, sizes and XXH64 checksums of every file before applying anything,
-     on the bytes it applies: each file is read once — a small file (objects, accelerator_state.json,
-     random_states_*.bin) into the buffer that is hashed and later handed to its load callback, a safetensors file
-     through one read-only mapping that is hashed and, once every checksum matched, copied from into the tensors;
-     files of the marker the registration does not use are hashed from disk. (A checkpoint must not be truncated in
-     place while it loads: a mapping past the end of a file raises SIGBUS. accel never modifies a published one.)
+     on the bytes it applies: each file is read once — a small file (objects, sharded objects' <name>_<rank>.bin,
+     accelerator_state.json, random_states_*.bin) into the buffer that is hashed and later handed to its load
+     callback, a safetensors file through one read-only mapping that is hashed and, once every checksum matched,
+     copied from into the tensors; files of the marker the registration does not use are hashed from disk. (A
+     checkpoint must not be truncated in place while it loads: a mapping past the end of a file raises SIGBUS; accel
+     never modifies a published one.)
      Rotation renames a victim to a hidden name before deleting it. Stale hidden directories are removed by the next
      automatic save. accel_ckpt_latest() returns the newest complete checkpoint. Single files (save_model,
      save_safetensors) are written to "<path>.tmp.<pid>", fsync'd and renamed (the core's atomic write).
@@ -2942,7 +2943,7 @@ typedef struct accel__ckpt_load {
     uint64_t iteration, saved_np;
     const char **states;         /* every saved rank's random_states_<i>.bin (in read[]; validated, applied last) */
     size_t *state_n;
-    char **sblobs;              /* per sharded object s, saved rank i: sblobs[s * saved_np + i] */
+    const char **sblobs;        /* per sharded object s, saved rank i: sblobs[s * saved_np + i] (in read[]) */
     size_t *sblob_n;
     int nsobj;
 } accel__ckpt_load;
@@ -2961,8 +2962,7 @@ static void accel__ckpt_load_free(accel_ckpt *ck, accel__ckpt_load *ld) {
     accel_host_free(ld->acc, ld->blob_n);
     accel_host_free(ld->acc, (void *)ld->states);
     accel_host_free(ld->acc, ld->state_n);
-    for (i = 0; ld->sblobs && i < ld->nsobj * (int)ld->saved_np; ++i) accel_host_free(ld->acc, ld->sblobs[i]);
-    accel_host_free(ld->acc, ld->sblobs);
+    accel_host_free(ld->acc, (void *)ld->sblobs);
     accel_host_free(ld->acc, ld->sblob_n);
     stbds_arrfree(ld->marker.files);
 }
@@ -3052,15 +3052,19 @@ static accel_result accel__ckpt_load_objects(accel_ckpt *ck, accel__ckpt_load *l
     return r;
 }
 
-/* Reads accelerator_state.json and every random_states_<i>.bin the marker lists (parsed after verification). */
-static accel_result accel__ckpt_load_read_state_files(accel__ckpt_load *ld) {
-    int i;
+/* Reads accelerator_state.json, every random_states_<i>.bin and every file of a registered sharded object the marker
+   lists (which of them are used depends on the saving run's number of processes: known after verification). */
+static accel_result accel__ckpt_load_read_state_files(accel_ckpt *ck, accel__ckpt_load *ld) {
+    int i, s;
     accel_result r = accel__ckpt_load_hold(ld, "accelerator_state.json", ACCEL_ERR_FORMAT, "", NULL, NULL, 1 << 20);
     for (i = 0; i < (int)stbds_arrlen(ld->marker.files) && r == ACCEL_OK; ++i) {
         const char *fn = ld->marker.files[i].name;
         size_t l = strlen(fn);
         if (!strncmp(fn, "random_states_", 14) && l > 18 && !strcmp(fn + l - 4, ".bin"))
             r = accel__ckpt_load_hold(ld, fn, ACCEL_ERR_FORMAT, "", NULL, NULL, 1 << 20);
+        for (s = 0; s < (int)stbds_arrlen(ck->sobjs) && r == ACCEL_OK; ++s)
+            if (accel__ckpt_is_sharded_file(fn, ck->sobjs[s].name))
+                r = accel__ckpt_load_hold(ld, fn, ACCEL_ERR_INVALID_ARGUMENT, "", NULL, NULL, (size_t)1 << 40);
     }
     return r;
 }
@@ -3113,7 +3117,7 @@ static accel_result accel__ckpt_load_sharded(accel_ckpt *ck, accel__ckpt_load *l
     int ns = (int)stbds_arrlen(ck->sobjs), count = (int)ld->saved_np, s, i;
     accel_result r = ACCEL_OK;
     if (ns == 0) return ACCEL_OK;
-    ld->sblobs = (char **)accel__ckpt_zalloc(acc, (size_t)ns * (size_t)count, sizeof(char *));
+    ld->sblobs = (const char **)accel__ckpt_zalloc(acc, (size_t)ns * (size_t)count, sizeof(char *));
     ld->sblob_n = (size_t *)accel__ckpt_zalloc(acc, (size_t)ns * (size_t)count, sizeof(size_t));
     if (!ld->sblobs || !ld->sblob_n) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: sharded objects");
     ld->nsobj = ns;
@@ -3121,8 +3125,8 @@ static accel_result accel__ckpt_load_sharded(accel_ckpt *ck, accel__ckpt_load *l
         for (i = 0; i < count && r == ACCEL_OK; ++i) {
             char name[96];
             accel__fmt(name, sizeof name, "%s_%d.bin", ck->sobjs[s].name, i);
-            r = accel__ckpt_load_listed(ld, name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered sharded object; the checkpoint "
-                                        "has one per saving process)", &ld->sblobs[s * count + i], &ld->sblob_n[s * count + i],
+            r = accel__ckpt_load_hold(ld, name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered sharded object; the checkpoint "
+                                      "has one per saving process)", &ld->sblobs[s * count + i], &ld->sblob_n[s * count + i],
                                         (size_t)1 << 40);
         }
     return r;
@@ -3209,7 +3213,7 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
     if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(&ld, "model", (int)stbds_arrlen(ck->models), ld.mf);
     if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(&ld, "optimizer", (int)stbds_arrlen(ck->optims), ld.of);
     if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, &ld);
-    if (r == ACCEL_OK) r = accel__ckpt_load_read_state_files(&ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_read_state_files(ck, &ld);
     if (r == ACCEL_OK) r = accel__ckpt_verify_files(acc, ld.dir, &ld.marker, ld.mem, ld.mem_n);
     if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf);
     if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
