@@ -298,15 +298,21 @@ static void put_bytes(const char *path, const unsigned char *b, size_t n) {
     AT_CHECK(fwrite(b, 1, n, f) == n);
     fclose(f);
 }
-/* Every file of the checkpoint (tensor files, registered and unregistered objects, custom objects, the training
-   state, accelerator_state.json), one byte flipped at its start, middle and end: load_state fails with the
+static accel_result shard_load_all(void *o, const void *const *bufs, const size_t *sizes, int count) {
+    obj *x = (obj *)o;
+    if (count != 1 || sizes[0] != sizeof x->value) return accel_set_error(x->acc, ACCEL_ERR_FORMAT, "shard: %d files", count);
+    memcpy(&x->value, bufs[0], sizeof x->value);
+    return ACCEL_OK;
+}
+/* Every file of the checkpoint (tensor files, registered, sharded and unregistered objects, custom objects, the
+   training state, accelerator_state.json), one byte flipped at its start, middle and end: load_state fails with the
    file's checksum and applies nothing (tensors, objects, counters/RNG, iteration); then the intact checkpoint loads
    and changes all of them (so the "nothing applied" checks can fail). */
 static void test_corrupt_any_file(void) {
     accel a, b;
     log_capture ca, cb;
     accel_ckpt *cka, *ckb;
-    obj sa, sb, ca_obj, cb_obj, extra;
+    obj sa, sb, ca_obj, cb_obj, extra, sha, shb;
     accel_tensor mt[2], ot[1], mtb[2], otb[1];
     float w[6] = {1, 2, 3, 4, 5, 6}, w2[6], m[4] = {-1.5f, 2.5f, 8, 9}, m2[4];
     uint16_t h[3] = {0x3c00, 0x4000, 0x4200}, h2[3];
@@ -330,6 +336,8 @@ static void test_corrupt_any_file(void) {
     memset(&sa, 0, sizeof sa); sa.acc = &a; sa.value = 7;
     memset(&ca_obj, 0, sizeof ca_obj); ca_obj.acc = &a; ca_obj.value = 11;
     memset(&extra, 0, sizeof extra); extra.acc = &a; extra.value = 13;
+    memset(&sha, 0, sizeof sha); sha.acc = &a; sha.value = 17;
+    memset(&shb, 0, sizeof shb); shb.acc = &b;
     memset(&sb, 0, sizeof sb); sb.acc = &b;
     memset(&cb_obj, 0, sizeof cb_obj); cb_obj.acc = &b;
     snprintf(proj, sizeof proj, "%s/corrupt_any", g_root);
@@ -339,11 +347,13 @@ static void test_corrupt_any_file(void) {
     AT_EQ_INT(accel_ckpt_register_optimizer(cka, ot, 1), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_register(cka, NULL, obj_save, obj_load, &ca_obj), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_register(cka, "extra", obj_save, obj_load, &extra), ACCEL_OK); /* not registered by b */
+    AT_EQ_INT(accel_ckpt_register_sharded(cka, "zero", obj_save, shard_load_all, &sha), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_save_state(cka, dir, NULL, 0), ACCEL_OK);
     ckb = make_ck(&b, proj, &sb);
     AT_EQ_INT(accel_ckpt_register_model(ckb, mtb, 2), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_register_optimizer(ckb, otb, 1), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_register(ckb, NULL, obj_save, obj_load, &cb_obj), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_sharded(ckb, "zero", obj_save, shard_load_all, &shb), ACCEL_OK);
     accel_set_seed(&b, 5, 0);
     AT_EQ_INT(accel_state_save(&b, before, sizeof before, &nb), ACCEL_OK);
     it_before = accel_ckpt_iteration(ckb);
@@ -363,7 +373,7 @@ static void test_corrupt_any_file(void) {
         for (k = 0; k < 3; ++k) {
             char want[300];
             memset(w2, 0xff, sizeof w2); memset(h2, 0xff, sizeof h2); memset(m2, 0xff, sizeof m2);
-            sb.value = -5; cb_obj.value = -6;
+            sb.value = -5; cb_obj.value = -6; shb.value = -7;
             bytes[pos[k]] ^= 0x01;
             put_bytes(path, bytes, n);
             bytes[pos[k]] ^= 0x01;
@@ -377,6 +387,7 @@ static void test_corrupt_any_file(void) {
             }
             AT_EQ_INT(sb.value, -5);
             AT_EQ_INT(cb_obj.value, -6);
+            AT_EQ_INT(shb.value, -7);
             AT_EQ_INT(accel_state_save(&b, after, sizeof after, &na), ACCEL_OK);
             AT_CHECK(na == nb && !memcmp(before, after, nb));
             AT_EQ_INT(accel_ckpt_iteration(ckb), it_before);
@@ -385,12 +396,13 @@ static void test_corrupt_any_file(void) {
         free(bytes);
     }
     if (d) closedir(d);
-    AT_EQ_INT(nfiles, 7); /* model, optimizer, sampler, custom_checkpoint_0, extra, random_states_0, accelerator_state */
+    AT_EQ_INT(nfiles, 8); /* model, optimizer, sampler, custom_checkpoint_0, extra, zero_0, random_states_0, accelerator_state */
     /* the intact checkpoint loads and changes everything the failed loads left alone */
     AT_EQ_INT(accel_ckpt_load_state(ckb, dir), ACCEL_OK);
     AT_CHECK(!memcmp(w2, w, sizeof w) && !memcmp(h2, h, sizeof h) && !memcmp(m2, m, sizeof m));
     AT_EQ_INT(sb.value, 7);
     AT_EQ_INT(cb_obj.value, 11);
+    AT_EQ_INT(shb.value, 17);
     AT_EQ_INT(b.step, a.step);
     AT_EQ_INT(accel_state_save(&b, after, sizeof after, &na), ACCEL_OK);
     AT_CHECK(memcmp(before, after, nb) != 0);
