@@ -83,6 +83,56 @@
      with ACCEL_COLL_AVG and accel_coll_reduce_tensor(..., "mean") keep Accelerate's reduce("mean") order: the sum,
      then a division by P (docs/semantics.md §7). The orders can differ in the last bit when P is not a power of two.
 
+   JOIN — uneven inputs (Accelerate's join_uneven_inputs = torch's Join with DDP's join hook)
+       accel_coll_reducer_join_begin(red, NULL);        // collective; finalizes the reducer (register first)
+       while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) { ...; accel_coll_reducer_wait(red); ... }
+       accel_coll_reducer_join_end(red, params, NPARAMS); // out of batches: shadow the others, then sync params
+     For loaders with even_batches off (no_even_batches), where ranks run out of batches at different steps. In join
+     mode every reducing step (accel_should_reduce) starts with one round: an 8-byte all-gather in which each rank
+     says whether it reduces (its first grad_ready/wait of the step) or has joined (join_end). Let A be the ranks that
+     reduce in that step and D = the group size P (default: DDP's divide_by_initial_world_size=True) or |A|
+     (accel_coll_join_desc.no_divide_by_initial_world_size). Then:
+       - a rank in A ends the step with  g_i = sum over q in A of fl(g_q,i * fl(1/D))  (each rank's gradient
+         pre-scaled in its compute type, then summed by the backend, as torch's Reducer with div_factor D); with
+         no_average, the plain sum over A. accel_coll_reducer_join_active(red) says |A|;
+       - a rank in join_end issues the same all-reduces (same buckets, order, counts) with zeros; its own gradient
+         buffers are not touched and its parameters not updated;
+       - when a round finds A empty every rank leaves join_end; the highest-ranked of the ranks that joined last (those
+         that shadowed no step; DDP's authoritative rank) broadcasts the n params of join_end to every rank (DDP's
+         _sync_final_model). Optimizer state and anything else stay per rank, as in DDP.
+     Steps that do not reduce (accumulation) have no round: joined ranks shadow reductions only. A rank that neither
+     reduces nor joins (dead, stuck) makes the others' round end in ACCEL_ERR_TIMEOUT at the context's deadline; a
+     rank in any other collective of the context makes the round fail with ACCEL_ERR_MISMATCH. join_end with bad
+     params still shadows, then fails every rank before the broadcast. Accelerate enables Join only when
+     even_batches is off; with even batches every rank runs out at the same step and join_end costs one round.
+
+   PROCESS MESH (Accelerate's ParallelismConfig + the DeviceMesh it builds)
+       accel_coll_mesh *mesh;
+       accel_coll_mesh_desc md = {0};
+       md.dp_shard_size = 2; md.tp_size = 2;            // 4 processes; 0 = PARALLELISM_CONFIG_*_SIZE or 1
+       accel_coll_mesh_create(world, &md, &mesh);        // collective over world's group
+       accel_coll *dp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_DP), *tp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_TP);
+       accel_coll_reducer_create(dp, NULL, &red);        // gradients averaged over the data-parallel group
+       accel_coll_all_reduce(tp, part, part, n, ACCEL_F32, ACCEL_COLL_SUM); // a row-parallel layer's partial sums
+       accel_coll_mesh_destroy(mesh);                    // before world
+     Dimensions in mesh order pp, dp_replicate, dp_shard, cp, tp (Accelerate's order with pipeline stages outermost,
+     as torchtitan): rank = (((pp*R + dp_replicate)*S + dp_shard)*C + cp)*T + tp, so tp peers are consecutive ranks.
+     Groups: one per dimension and Accelerate's flattened dp (dp_replicate x dp_shard), dp_shard_cp and dp_cp; a group
+     holds the ranks whose other coordinates equal this rank's, and this rank's rank in it is its coordinate along the
+     group (row-major over the group's dimensions, torch's _flatten). Every group is a full accel_coll (every op,
+     async, the reducer, join) with the parent's backend, buffers, timeout, debug and CUDA-aware settings; a group of
+     one process is a NONE context. MPI: MPI_Comm_split of the parent's communicator; NCCL: ncclCommSplit of the
+     parent's (NCCL >= 2.18; before, a fresh ncclCommInitRankConfig whose unique id travels in an all-gather over the
+     parent). Creation is collective over the parent: the sizes are checked on every rank (negative, an environment
+     value < 1 or not a number, a product != the parent's size) and then compared across ranks (accel.h's agreement:
+     a rank with another mesh fails every rank with ACCEL_ERR_MISMATCH naming the dimension and each rank's value;
+     a rank with a bad desc fails every rank, the others with ACCEL_ERR_REMOTE). Only then are the communicators
+     split (MPI_Comm_split itself blocks without a deadline: every rank reached it after agreeing). Every size
+     0 on a group of P > 1: dp_replicate = P (Accelerate's plain DDP). Shard the data by the dp group (accel_data.h,
+     PROCESS MESH). Differences from Accelerate: no tp_handler/cp_handler (accel does no model math); Accelerate's
+     refusal of tp/cp > 1 with dp_replicate > 1 and dp_shard == 1 (an FSDP2 composition limit) is not made — the mesh
+     is only communicators; pp is an extra dimension (ACCEL_PP_SIZE).
+
    ZeRO-1/2 (optimizer-state sharding: DeepSpeed's stages 1 and 2, FSDP's SHARD_GRAD_OP; communication only — the
    update is accel_optim.h's, run over this rank's shard views, see its DESIGN FOR ZeRO)
        accel_coll_zero_desc zd = {0};
@@ -132,7 +182,8 @@
    COLLECTIVE CALLS AND ERRORS
      Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation,
      the Accelerate helpers (not split_between_processes), accel_coll_reducer_finalize (or the
-     first grad_ready/wait) and accel_coll_reducer_wait on a step that reduces. A local failure (a bad argument, an
+     first grad_ready/wait) and accel_coll_reducer_wait on a step that reduces, accel_coll_reducer_join_begin and
+     accel_coll_reducer_join_end (see JOIN); accel_coll_mesh_create and accel_coll_mesh_destroy over the parent. A local failure (a bad argument, an
      allocation) fails every rank at once: that rank returns its error,
      the others ACCEL_ERR_REMOTE naming it. That holds for create, pad_across_processes, gather_rows,
      gather_for_metrics and finalize; argument errors of the typed ops
@@ -313,6 +364,68 @@ ACCEL_API int accel_coll_reducer_num_buckets(const accel_coll_reducer *r); /* -1
 ACCEL_API int accel_coll_reducer_bucket(const accel_coll_reducer *r, int b, int *idx, int cap);
 ACCEL_API int accel_coll_reducer_is_flat(const accel_coll_reducer *r);
 
+/* ------------------------------------------------------------------------------ join (uneven inputs, DDP's Join) */
+/* Accelerate's join_uneven_inputs over the reducer (torch's Join + DDP's join hook). Between join_begin and join_end a
+   rank that has run out of batches calls join_end, which shadows the reductions of the ranks still training with
+   zeros until every rank is in join_end. See JOIN in the manual for the exact gradients. */
+typedef struct accel_coll_join_desc {
+    int no_divide_by_initial_world_size; /* nonzero: DDP's divide_by_initial_world_size=False (average over the ranks
+                                            still training in that step); default: divide by the group size */
+} accel_coll_join_desc;
+/* Collective over the reducer's group: finalizes the reducer (register every gradient first) and checks that every
+   rank gave the same desc (NULL = defaults). */
+ACCEL_API accel_result accel_coll_reducer_join_begin(accel_coll_reducer *r, const accel_coll_join_desc *desc);
+/* Collective: this rank is out of batches. Shadows the others' reductions with zeros until every rank has called it,
+   then (n > 0) broadcasts params (n tensors in the context's memory, the same list on every rank) from the
+   authoritative rank: the highest rank among the last to join (DDP's _sync_final_model). Leaves join mode. */
+ACCEL_API accel_result accel_coll_reducer_join_end(accel_coll_reducer *r, const accel_tensor *params, int n);
+/* Ranks that took part in the last reduction in join mode (the divisor with no_divide_by_initial_world_size);
+   the group size outside join mode; -1 for NULL. */
+ACCEL_API int accel_coll_reducer_join_active(const accel_coll_reducer *r);
+
+/* ---------------------------------------------------------------------------------------------- process mesh */
+/* Accelerate's ParallelismConfig / torch's DeviceMesh over a context's group (see PROCESS MESH in the manual). The
+   dimensions in mesh order (row-major, tp fastest: consecutive ranks share everything but tp), then the flattened
+   groups Accelerate's build_device_mesh adds. Each is a full accel_coll (every op, the reducer). */
+typedef enum accel_coll_mesh_dim {
+    ACCEL_COLL_MESH_PP = 0,           /* pipeline stages (an extra outermost dimension; not in Accelerate) */
+    ACCEL_COLL_MESH_DP_REPLICATE,     /* "dp_replicate" */
+    ACCEL_COLL_MESH_DP_SHARD,         /* "dp_shard" */
+    ACCEL_COLL_MESH_CP,               /* "cp" */
+    ACCEL_COLL_MESH_TP,               /* "tp" (innermost) */
+    ACCEL_COLL_MESH_DP,               /* "dp" = dp_replicate x dp_shard: the data-parallel group (shard the data by it) */
+    ACCEL_COLL_MESH_DP_SHARD_CP,      /* "dp_shard_cp" = dp_shard x cp: where FSDP shards the model */
+    ACCEL_COLL_MESH_DP_CP,            /* "dp_cp" = dp_replicate x dp_shard x cp: where the loss is averaged */
+    ACCEL_COLL_MESH_COUNT
+} accel_coll_mesh_dim;
+#define ACCEL_COLL_MESH_NDIMS 5 /* the real dimensions: PP .. TP; coordinates are int[5] in that order */
+ACCEL_API const char *accel_coll_mesh_dim_name(accel_coll_mesh_dim d); /* "pp" "dp_replicate" ... "dp_cp" */
+
+typedef struct accel_coll_mesh_desc {
+    /* 0 → the environment (PARALLELISM_CONFIG_DP_REPLICATE_SIZE, _DP_SHARD_SIZE, _TP_SIZE, _CP_SIZE, as Accelerate;
+       ACCEL_PP_SIZE) or 1. When every size resolves to 1 on a group of P > 1, dp_replicate = P (Accelerate: plain
+       DDP). The product must be the parent's size; a size < 1 is an error. */
+    int dp_replicate_size;
+    int dp_shard_size;
+    int tp_size;
+    int cp_size;
+    int pp_size;
+} accel_coll_mesh_desc;
+typedef struct accel_coll_mesh accel_coll_mesh;
+
+/* Collective over parent's group: validates desc, checks that every rank resolved the same sizes (a difference fails
+   on every rank, naming the dimension and every rank's value), then builds the 8 sub-communicators (MPI_Comm_split,
+   ncclCommSplit). Each inherits parent's backend, buffers, timeout, debug and CUDA-aware settings. */
+ACCEL_API accel_result accel_coll_mesh_create(accel_coll *parent, const accel_coll_mesh_desc *desc, accel_coll_mesh **out);
+ACCEL_API void accel_coll_mesh_destroy(accel_coll_mesh *m); /* destroys the sub-communicators; NULL ok */
+/* The communicator of d (owned by the mesh); its rank is this process's coordinate along d. NULL for a bad d. */
+ACCEL_API accel_coll *accel_coll_mesh_comm(const accel_coll_mesh *m, accel_coll_mesh_dim d);
+ACCEL_API int accel_coll_mesh_size(const accel_coll_mesh *m, accel_coll_mesh_dim d);  /* 0 for a bad d */
+ACCEL_API int accel_coll_mesh_coord(const accel_coll_mesh *m, accel_coll_mesh_dim d); /* -1 for a bad d */
+/* rank of the parent group → coords[5] (pp, dp_replicate, dp_shard, cp, tp); and back (-1 when out of range). */
+ACCEL_API accel_result accel_coll_mesh_coords(const accel_coll_mesh *m, int rank, int coords[ACCEL_COLL_MESH_NDIMS]);
+ACCEL_API int accel_coll_mesh_rank_of(const accel_coll_mesh *m, const int coords[ACCEL_COLL_MESH_NDIMS]);
+
 /* ----------------------------------------------------------------------------- bootstrap byte exchanges */
 /* Rank 0's `bytes` bytes reach every rank of `size`. TCP: rank 0 listens at addr:port and serves size-1 peers,
    the others connect (retrying) and receive. File: rank 0 writes path atomically (temp + rename); the others poll
@@ -420,6 +533,7 @@ ACCEL_API accel_result accel_coll_zero_state_load_all(void *state, const void *c
     11. Accelerate helpers: reduce, pad_across_processes, gather(_for_metrics)
     12. split_between_processes (objects are the core's: accel_gather_object, accel_broadcast_object_list)
     13. the gradient reducer: registration, DDP's buckets, pre-scaled packing, launch and finish
+    13b. join for uneven inputs (rounds, zero shadows, the final broadcast); the process mesh (sub-communicators)
     14. bootstrap byte exchanges: TCP (the core's sockets), file (the core's atomic write)
     15. NCCL init (the unique id over the host group / MPI / TCP / file)
     16. ZeRO: the partition, shard views, stage-2 reduce-to-owner buckets, the chunked all-gather, state export */
@@ -1034,28 +1148,31 @@ static void accel__coll_divide_host(void *buf, size_t n, accel_dtype dt, double 
     for (i = 0; i < n; ++i) accel__coll_div_elem(buf, i, (int)dt, by);
 }
 
-/* dst[0..n) = src[0..n) * fl(1/size) in the context's memory (DDP's pre-scaling; dst may equal src): a host loop, or
-   a kernel on acc.stream. */
-static accel_result accel__coll_prescale(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt) {
+/* dst[0..n) = src[0..n) * fl(1/by) in the context's memory (DDP's pre-scaling; by = the group size, or with join the
+   ranks still training; dst may equal src): a host loop, or a kernel on acc.stream. */
+static accel_result accel__coll_prescale_by(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt, double by) {
     size_t i;
     if (n == 0) return ACCEL_OK;
     if (!c->device_mem) {
         if (dt == ACCEL_F32) { /* the common case, as a plain loop the compiler vectorizes */
             const float *sf = (const float *)src;
-            float *df = (float *)dst, inv = (float)(1.0 / (double)c->size);
+            float *df = (float *)dst, inv = (float)(1.0 / by);
             for (i = 0; i < n; ++i) df[i] = sf[i] * inv;
         } else {
-            for (i = 0; i < n; ++i) accel__coll_prescale_elem(dst, src, i, (int)dt, (double)c->size);
+            for (i = 0; i < n; ++i) accel__coll_prescale_elem(dst, src, i, (int)dt, by);
         }
         return ACCEL_OK;
     }
 #ifdef ACCEL__COLL_DEVICE
-    accel__coll_prescale_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(c)>>>(dst, src, n, (int)dt, (double)c->size);
+    accel__coll_prescale_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(c)>>>(dst, src, n, (int)dt, by);
     ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
     return ACCEL_OK;
 #else
     return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device gradients need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
+}
+static accel_result accel__coll_prescale(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt) {
+    return accel__coll_prescale_by(c, dst, src, n, dt, (double)c->size);
 }
 
 static void accel__coll_release(accel_coll_request *q) {
@@ -2095,7 +2212,13 @@ struct accel_coll_reducer {
     int next_launch;
     int flat;
     int prescale; /* averaging over > 1 process: each gradient is multiplied by 1/P before the sum (DDP) */
+    /* join (uneven inputs; section 13b) */
+    double div;   /* the pre-scaling divisor: P, or in join mode with no_divide_by_initial_world_size the ranks active */
+    int join, join_by_active, round_open, active;
+    void *join_zero; /* a zero buffer as large as the largest all-reduce of a step (context memory) */
+    size_t join_zero_bytes;
 };
+static accel_result accel__coll_join_round(accel_coll_reducer *r, int active, int *n_active);
 
 static int accel__coll_ngrads(const accel_coll_reducer *r) { return (int)stbds_arrlen(r->grads); }
 
@@ -2119,6 +2242,8 @@ ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_col
     r->c = c;
     r->d = d;
     r->prescale = !d.no_average && c->size > 1;
+    r->div = (double)c->size;
+    r->active = c->size;
     *out = r;
     return ACCEL_OK;
 }
@@ -2141,6 +2266,7 @@ static void accel__coll_reducer_drop_buckets(accel_coll_reducer *r) {
 ACCEL__DEF void accel_coll_reducer_destroy(accel_coll_reducer *r) {
     if (!r) return;
     accel__coll_reducer_drop_buckets(r);
+    accel_coll_free(r->c, r->join_zero);
     stbds_arrfree(r->grads);
     accel_host_free(r->c->acc, r);
 }
@@ -2401,17 +2527,17 @@ static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
         accel__coll_grad *g = &r->grads[r->order[k->first + i]];
         void *slot = (unsigned char *)k->flat + g->offset * es;
         if (g->direct) {
-            res = r->prescale ? accel__coll_prescale(c, g->ptr, g->ptr, g->count, g->dt) : ACCEL_OK;
+            res = r->prescale ? accel__coll_prescale_by(c, g->ptr, g->ptr, g->count, g->dt, r->div) : ACCEL_OK;
             if (res == ACCEL_OK) res = accel_coll_all_reduce_async(c, g->ptr, g->ptr, g->count, g->dt, ACCEL_COLL_SUM, &g->req);
         } else if (r->prescale) {
-            res = accel__coll_prescale(c, slot, g->ptr, g->count, g->dt);
+            res = accel__coll_prescale_by(c, slot, g->ptr, g->count, g->dt, r->div);
         } else {
             res = accel__coll_copy_same(c, slot, g->ptr, g->count * es, c->device_mem);
         }
         if (res != ACCEL_OK) return res;
     }
     if (k->inplace && r->prescale) {
-        res = accel__coll_prescale(c, k->flat, k->flat, k->count, k->dt);
+        res = accel__coll_prescale_by(c, k->flat, k->flat, k->count, k->dt, r->div);
         if (res != ACCEL_OK) return res;
     }
     if (k->inplace || k->count > 0) return accel_coll_all_reduce_async(c, k->flat, k->flat, k->count, k->dt, ACCEL_COLL_SUM, &k->req);
@@ -2436,6 +2562,7 @@ static void accel__coll_reducer_reset(accel_coll_reducer *r) {
         r->buckets[b].inflight = 0;
     }
     r->next_launch = 0;
+    r->round_open = 0;
 }
 
 ACCEL__DEF accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index) {
@@ -2447,6 +2574,10 @@ ACCEL__DEF accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index) 
     if (!accel_should_reduce(r->c->acc)) return ACCEL_OK; /* accumulation step / no_sync: nothing to reduce */
     res = accel_coll_reducer_finalize(r);
     if (res != ACCEL_OK) return res;
+    if (r->join && !r->round_open) { /* join: the step's first reduction counts the ranks still training */
+        res = accel__coll_join_round(r, 1, NULL);
+        if (res != ACCEL_OK) return res;
+    }
     g = &r->grads[index];
     if (g->ready)
         return ACCEL__FAIL(r->c->acc, ACCEL_ERR_STATE, "grad_ready: gradient %d ('%s') was already marked ready in this step", index, g->name);
@@ -2465,6 +2596,10 @@ ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
     }
     res = accel_coll_reducer_finalize(r);
     if (res != ACCEL_OK) return res;
+    if (r->join && !r->round_open) {
+        res = accel__coll_join_round(r, 1, NULL);
+        if (res != ACCEL_OK) return res;
+    }
     /* grads never marked ready are taken as ready now (a trainer may call only wait: no overlap) */
     for (b = 0; b < r->nb; ++b) r->buckets[b].pending = 0;
     res = accel__coll_launch_ready(r);
@@ -2475,6 +2610,454 @@ ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
     }
     accel__coll_reducer_reset(r);
     return first;
+}
+
+/* ---------------------------------------------------------------------------- 13b. join (uneven inputs), process mesh */
+/* Join: one round per reduction. Every rank of the reducer's group all-gathers one word: ACCEL__COLL_JOIN_MAGIC | 1
+   from a rank that reduces (its first grad_ready/wait of a sync step), | 0 from a rank in join_end. Zero ranks
+   active ends the join everywhere; otherwise the ranks in join_end issue the same all-reduces as a reducing rank
+   (accel__coll_join_shadow: same order, counts and dtypes) with zeros. A word without the magic is a rank in some
+   other collective: ACCEL_ERR_MISMATCH. A dead rank: the round's deadline (ACCEL_ERR_TIMEOUT). */
+#define ACCEL__COLL_JOIN_MAGIC ((int64_t)0x4a4f494e0000LL) /* "JOIN" */
+
+static accel_result accel__coll_join_round(accel_coll_reducer *r, int active, int *n_active) {
+    accel_coll *c = r->c;
+    int64_t mine = ACCEL__COLL_JOIN_MAGIC | (active ? 1 : 0), stack_all[64], *all;
+    accel_result res;
+    int i, n = 0, bad = -1;
+    all = c->size <= 64 ? stack_all : (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
+    if (!all) return ACCEL_ERR_OUT_OF_MEMORY; /* the peers then reach their deadline */
+    res = accel__coll_host_op(c, ACCEL__K_ALLGATHER, &mine, all, sizeof mine, 0, NULL);
+    for (i = 0; res == ACCEL_OK && i < c->size; ++i) {
+        if ((all[i] & ~(int64_t)1) != ACCEL__COLL_JOIN_MAGIC) { if (bad < 0) bad = i; }
+        else n += (int)(all[i] & 1);
+    }
+    if (all != stack_all) accel_host_free(c->acc, all);
+    if (res != ACCEL_OK) return accel__fail_wrap(c->acc, res, "join (counting the ranks still training)");
+    if (bad >= 0)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "join: rank %d of the reducer's group is in another collective "
+                           "(every rank must reduce or be in accel_coll_reducer_join_end)", bad);
+    r->active = n;
+    r->div = r->join_by_active && n > 0 ? (double)n : (double)c->size;
+    r->round_open = active;
+    if (n_active) *n_active = n;
+    return ACCEL_OK;
+}
+
+/* The all-reduces one reducing step issues (accel__coll_bucket_launch), in its order, with zeros. */
+static accel_result accel__coll_join_shadow(accel_coll_reducer *r) {
+    accel_coll *c = r->c;
+    accel_result res = ACCEL_OK;
+    int b, i;
+    for (b = 0; b < r->nb && res == ACCEL_OK; ++b) {
+        const accel__coll_bucket *k = &r->buckets[b];
+        for (i = 0; i < k->n && !k->inplace && res == ACCEL_OK; ++i) {
+            const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
+            if (!g->direct) continue;
+            res = accel__coll_fill(c, r->join_zero, g->count, g->dt, 0.0);
+            if (res == ACCEL_OK) res = accel_coll_all_reduce(c, r->join_zero, r->join_zero, g->count, g->dt, ACCEL_COLL_SUM);
+        }
+        if (res == ACCEL_OK && (k->inplace || k->count > 0)) {
+            res = accel__coll_fill(c, r->join_zero, k->count, k->dt, 0.0);
+            if (res == ACCEL_OK) res = accel_coll_all_reduce(c, r->join_zero, r->join_zero, k->count, k->dt, ACCEL_COLL_SUM);
+        }
+    }
+    return res;
+}
+
+/* statuses (and one more value) of every rank of the reducer's group; the first failure fails every rank */
+static accel_result accel__coll_join_agree(accel_coll_reducer *r, accel_result local, int64_t value, int64_t *values,
+                                           const char *what) {
+    accel_coll *c = r->c;
+    int64_t mine[2], stack_all[128], *all;
+    accel_result res;
+    int i, failed = -1;
+    mine[0] = (int64_t)local;
+    mine[1] = value;
+    all = c->size <= 64 ? stack_all : (int64_t *)accel_host_alloc(c->acc, sizeof mine * (size_t)c->size);
+    if (!all) return local != ACCEL_OK ? local : ACCEL_ERR_OUT_OF_MEMORY;
+    res = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, all, sizeof mine, 0, NULL);
+    for (i = 0; res == ACCEL_OK && i < c->size; ++i) {
+        if (all[2 * i] != ACCEL_OK && failed < 0) failed = i;
+        if (values) values[i] = all[2 * i + 1];
+    }
+    if (res == ACCEL_OK && local == ACCEL_OK && failed >= 0)
+        res = ACCEL__FAIL(c->acc, ACCEL_ERR_REMOTE, "rank %d of the reducer's group failed in %s (%s)", failed, what,
+                          accel_result_string((accel_result)all[2 * failed]));
+    if (all != stack_all) accel_host_free(c->acc, all);
+    return local != ACCEL_OK ? local : res;
+}
+
+ACCEL__DEF accel_result accel_coll_reducer_join_begin(accel_coll_reducer *r, const accel_coll_join_desc *desc) {
+    accel_coll *c;
+    accel_result res, local = ACCEL_OK;
+    int64_t stack_v[64], *v;
+    size_t most = 0, es;
+    int i, b, by_active = desc && desc->no_divide_by_initial_world_size ? 1 : 0;
+    if (!r) return accel__coll_null();
+    c = r->c;
+    res = accel_coll_reducer_finalize(r); /* collective; fails every rank itself */
+    if (res != ACCEL_OK) return res;
+    if (r->join) local = ACCEL__FAIL(c->acc, ACCEL_ERR_STATE, "join_begin: the reducer is already in join mode (call "
+                                     "accel_coll_reducer_join_end first)");
+    for (b = 0; local == ACCEL_OK && b < r->nb; ++b) {
+        const accel__coll_bucket *k = &r->buckets[b];
+        es = accel_dtype_size(k->dt);
+        if (k->count * es > most) most = k->count * es;
+        for (i = 0; i < k->n; ++i) {
+            const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
+            if (g->direct && g->count * es > most) most = g->count * es;
+        }
+    }
+    if (local == ACCEL_OK && most > r->join_zero_bytes) {
+        accel_coll_free(c, r->join_zero);
+        r->join_zero_bytes = 0;
+        r->join_zero = accel__coll_alloc_mem(c, most);
+        if (!r->join_zero) local = ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "join_begin: no memory for a %zu-byte zero buffer", most);
+        else r->join_zero_bytes = most;
+    }
+    v = c->size <= 64 ? stack_v : (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
+    if (!v && local == ACCEL_OK) local = ACCEL_ERR_OUT_OF_MEMORY;
+    res = accel__coll_join_agree(r, local, by_active, v, "accel_coll_reducer_join_begin");
+    for (i = 1; res == ACCEL_OK && i < c->size; ++i)
+        if (v[i] != v[0])
+            res = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "join_begin: processes disagree on no_divide_by_initial_world_size "
+                              "(rank 0=%lld, rank %d=%lld)", (long long)v[0], i, (long long)v[i]);
+    if (v && v != stack_v) accel_host_free(c->acc, v);
+    if (res != ACCEL_OK) return res;
+    r->join = 1;
+    r->join_by_active = by_active;
+    r->round_open = 0;
+    r->active = c->size;
+    r->div = (double)c->size;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_reducer_join_end(accel_coll_reducer *r, const accel_tensor *params, int n) {
+    accel_coll *c;
+    accel_result res = ACCEL_OK, local = ACCEL_OK;
+    int64_t stack_v[64], *v;
+    int i, na = 0, last = 1, root = -1;
+    if (!r) return accel__coll_null();
+    c = r->c;
+    if (!r->join)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_STATE, "join_end: the reducer is not in join mode (accel_coll_reducer_join_begin)");
+    if (r->round_open)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_STATE, "join_end: called in the middle of a reduction (grad_ready without "
+                           "accel_coll_reducer_wait)");
+    /* bad params: still shadow (the others must finish their steps), then fail every rank before the broadcast */
+    if (n < 0 || (n > 0 && !params)) local = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "join_end: %d tensors at %p", n, (const void *)params);
+    for (i = 0; local == ACCEL_OK && i < n; ++i)
+        if (accel_tensor_numel(&params[i]) < 0 || accel_dtype_size(params[i].dtype) == 0 ||
+            (accel_tensor_numel(&params[i]) > 0 && !params[i].ptr))
+            local = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "join_end: parameter %d ('%s') has no data, an invalid "
+                                "shape or dtype", i, params[i].name ? params[i].name : "");
+    for (;;) {
+        res = accel__coll_join_round(r, 0, &na);
+        if (res != ACCEL_OK || na == 0) break;
+        last = 0; /* torch's Join: a rank that shadowed a step is not a last joiner */
+        res = accel__coll_join_shadow(r);
+        if (res != ACCEL_OK) break;
+    }
+    r->round_open = 0;
+    if (res != ACCEL_OK) return res; /* a timeout or a broken context: the join cannot finish */
+    r->join = 0;
+    r->active = c->size;
+    r->div = (double)c->size;
+    /* DDP's _sync_final_model: the highest rank among the last joiners is authoritative */
+    v = c->size <= 64 ? stack_v : (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
+    if (!v && local == ACCEL_OK) local = ACCEL_ERR_OUT_OF_MEMORY;
+    res = accel__coll_join_agree(r, local, last ? c->rank : -1, v, "accel_coll_reducer_join_end");
+    for (i = 0; res == ACCEL_OK && i < c->size; ++i)
+        if (v[i] > root) root = (int)v[i];
+    if (v && v != stack_v) accel_host_free(c->acc, v);
+    if (res != ACCEL_OK) return res;
+    if (root < 0) root = 0; /* cannot happen: the ranks of the final round are last joiners */
+    for (i = 0; i < n && res == ACCEL_OK; ++i) {
+        int64_t cnt = accel_tensor_numel(&params[i]);
+        if (cnt > 0) res = accel_coll_broadcast(c, params[i].ptr, (size_t)cnt, params[i].dtype, root);
+    }
+    accel_log(c->acc, ACCEL_LOG_DEBUG, "join: every rank done; %d parameter tensor(s) broadcast from rank %d", n, root);
+    return res;
+}
+
+ACCEL__DEF int accel_coll_reducer_join_active(const accel_coll_reducer *r) { return r ? r->active : -1; }
+
+/* Process mesh. Coordinates are row-major over (pp, dp_replicate, dp_shard, cp, tp): rank = ((((pp * R + rep) * S +
+   shard) * C + cp) * T + tp), torch's init_device_mesh(arange(world).view(shape)) with Accelerate's order and pp
+   outermost (torchtitan's). A group over a set of dimensions holds the ranks whose other coordinates equal this
+   rank's; its rank is the row-major index of this rank's coordinates along the set (torch's _flatten). */
+struct accel_coll_mesh {
+    accel_coll *parent;
+    int size[ACCEL_COLL_MESH_NDIMS];
+    int coord[ACCEL_COLL_MESH_NDIMS];
+    accel_coll *comm[ACCEL_COLL_MESH_COUNT];
+};
+
+static unsigned accel__coll_mesh_mask(int d) {
+    static const unsigned m[ACCEL_COLL_MESH_COUNT] = {1u, 2u, 4u, 8u, 16u, 2u | 4u, 4u | 8u, 2u | 4u | 8u};
+    return d >= 0 && d < ACCEL_COLL_MESH_COUNT ? m[d] : 0u;
+}
+
+ACCEL__DEF const char *accel_coll_mesh_dim_name(accel_coll_mesh_dim d) {
+    static const char *n[ACCEL_COLL_MESH_COUNT] = {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp"};
+    return (int)d >= 0 && (int)d < ACCEL_COLL_MESH_COUNT ? n[d] : "?";
+}
+
+static void accel__coll_mesh_coords_of(const int *size, int rank, int *coord) {
+    int d;
+    for (d = ACCEL_COLL_MESH_NDIMS - 1; d >= 0; --d) {
+        coord[d] = rank % size[d];
+        rank /= size[d];
+    }
+}
+
+/* A context of `size` ranks (this one is `key`) carved out of parent: MPI_Comm_split and ncclCommSplit (NCCL >= 2.18;
+   before, rank 0 of each group publishes a fresh unique id through an all-gather over parent). Every rank of parent
+   calls it for the same group kind. Failures are agreed over parent by the caller. */
+static accel_result accel__coll_sub_create(accel_coll *parent, int color, int key, int size, accel_coll **out) {
+    accel *acc = parent->acc;
+    accel_result r = ACCEL_OK;
+    accel_coll *c = (accel_coll *)accel_host_alloc(acc, sizeof *c);
+    *out = NULL;
+    if (!c) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "mesh: no memory for a communicator");
+    else {
+        memset(c, 0, sizeof *c);
+        c->acc = acc;
+        c->debug = parent->debug;
+        c->watchdog = parent->watchdog;
+        c->timeout_s = parent->timeout_s;
+        c->device_mem = parent->device_mem;
+        c->cuda_aware = parent->cuda_aware;
+        c->rank = key;
+        c->size = size;
+        c->backend = size > 1 ? parent->backend : ACCEL_COLL_BACKEND_NONE;
+    }
+#ifdef ACCEL_WITH_MPI
+    if (parent->comm_valid) { /* collective over parent: every rank takes part, even after a local failure */
+        MPI_Comm nc = MPI_COMM_NULL;
+        int mrc = MPI_Comm_split(parent->comm, r == ACCEL_OK && size > 1 ? color : MPI_UNDEFINED, key, &nc);
+        if (mrc != MPI_SUCCESS && r == ACCEL_OK) r = accel__mpi_fail(acc, mrc, "MPI_Comm_split (mesh)", __FILE__, __LINE__);
+        if (r == ACCEL_OK && nc != MPI_COMM_NULL) {
+            int i, j, chk_rank = -1, chk_size = 0;
+            MPI_User_function *fns[2][4];
+            c->comm = nc;
+            c->comm_valid = 1;
+            MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+            MPI_Comm_rank(nc, &chk_rank);
+            MPI_Comm_size(nc, &chk_size);
+            if (chk_rank != key || chk_size != size)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_MPI, "mesh: MPI_Comm_split gave rank %d of %d, expected %d of %d", chk_rank,
+                                chk_size, key, size);
+            fns[0][0] = accel__coll_op_f16_sum; fns[0][1] = accel__coll_op_f16_prod;
+            fns[0][2] = accel__coll_op_f16_max; fns[0][3] = accel__coll_op_f16_min;
+            fns[1][0] = accel__coll_op_bf16_sum; fns[1][1] = accel__coll_op_bf16_prod;
+            fns[1][2] = accel__coll_op_bf16_max; fns[1][3] = accel__coll_op_bf16_min;
+            for (i = 0; i < 2; ++i)
+                for (j = 0; j < 4; ++j) MPI_Op_create(fns[i][j], 1, &c->op16[i][j]);
+            c->ops_valid = 1;
+        } else if (nc != MPI_COMM_NULL) {
+            MPI_Comm_free(&nc);
+        }
+    }
+#endif
+#ifdef ACCEL__COLL_NCCL
+    if (parent->nccl_valid && size > 1) { /* collective over parent (size is the same on every rank) */
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        ncclResult_t rc;
+        cfg.blocking = 0;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+        if (c) {
+            c->nccl = NULL;
+            rc = ncclCommSplit(parent->nccl, r == ACCEL_OK ? color : NCCL_SPLIT_NOCOLOR, key, &c->nccl, &cfg);
+            if (r == ACCEL_OK) {
+                if (rc != ncclSuccess && rc != ncclInProgress) r = accel__coll_nccl_fail(parent, rc, "ncclCommSplit (mesh)", __LINE__);
+                else if (!c->nccl) r = ACCEL__FAIL(acc, ACCEL_ERR_NCCL, "ncclCommSplit (mesh) gave no communicator");
+                else {
+                    c->nccl_valid = 1;
+                    r = accel__coll_nccl_settle(c, rc, "ncclCommSplit (mesh)", __LINE__);
+                }
+            }
+        } else {
+            ncclComm_t none = NULL;
+            (void)ncclCommSplit(parent->nccl, NCCL_SPLIT_NOCOLOR, key, &none, &cfg);
+        }
+#else
+        { /* a fresh init: each group's rank 0 publishes its unique id in an all-gather over parent */
+            ncclUniqueId *ids = (ncclUniqueId *)accel_host_alloc(acc, sizeof(ncclUniqueId) * (size_t)parent->size), mine;
+            int *keys = (int *)accel_host_alloc(acc, sizeof(int) * 2 * (size_t)parent->size), two[2], i, root = -1;
+            accel_result xr;
+            memset(&mine, 0, sizeof mine);
+            if (r == ACCEL_OK && (!ids || !keys)) r = ACCEL_ERR_OUT_OF_MEMORY;
+            if (r == ACCEL_OK && key == 0) {
+                rc = ncclGetUniqueId(&mine);
+                if (rc != ncclSuccess) r = accel__coll_nccl_fail(parent, rc, "ncclGetUniqueId (mesh)", __LINE__);
+            }
+            xr = accel__coll_agree(parent, r, "mesh (NCCL unique ids)");
+            two[0] = color; two[1] = key;
+            if (xr == ACCEL_OK) xr = accel__coll_host_op(parent, ACCEL__K_ALLGATHER, &mine, ids, sizeof mine, 0, NULL);
+            if (xr == ACCEL_OK) xr = accel__coll_host_op(parent, ACCEL__K_ALLGATHER, two, keys, sizeof two, 0, NULL);
+            for (i = 0; xr == ACCEL_OK && i < parent->size; ++i)
+                if (keys[2 * i] == color && keys[2 * i + 1] == 0) root = i;
+            if (xr == ACCEL_OK && root >= 0) {
+                rc = ncclCommInitRankConfig(&c->nccl, size, ids[root], key, &cfg);
+                if (rc != ncclSuccess && rc != ncclInProgress) xr = accel__coll_nccl_fail(parent, rc, "ncclCommInitRankConfig (mesh)", __LINE__);
+                else {
+                    c->nccl_valid = 1;
+                    xr = accel__coll_nccl_settle(c, rc, "ncclCommInitRankConfig (mesh)", __LINE__);
+                }
+            }
+            if (r == ACCEL_OK) r = xr;
+            accel_host_free(acc, ids);
+            accel_host_free(acc, keys);
+        }
+#endif
+        if (r == ACCEL_OK) {
+            c->scratch = accel_device_alloc(acc, 8);
+            if (!c->scratch) r = ACCEL_ERR_OUT_OF_MEMORY;
+            else if (cudaMemset(c->scratch, 0, 8) != cudaSuccess) r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMemset (mesh scratch) failed");
+        }
+    }
+#endif
+    (void)color;
+    if (r != ACCEL_OK) { accel_coll_destroy(c); return r; }
+    *out = c;
+    return ACCEL_OK;
+}
+
+/* desc size, else the environment, else 1 */
+static accel_result accel__coll_mesh_resolve(accel *acc, int v, const char *env, const char *field, int64_t *out) {
+    const char *e;
+    char *end = NULL;
+    long x;
+    *out = v;
+    if (v != 0) return ACCEL_OK;
+    *out = 1;
+    e = getenv(env);
+    if (!e || !*e) return ACCEL_OK;
+    errno = 0;
+    x = strtol(e, &end, 10);
+    if (errno || !end || *end || x > INT_MAX || x < INT_MIN)
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "mesh: %s=\"%s\" is not an integer (for %s)", env, e, field);
+    if (x < 1) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: %s=%ld: %s must be at least 1", env, x, field);
+    *out = x;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_coll_mesh_create(accel_coll *parent, const accel_coll_mesh_desc *desc, accel_coll_mesh **out) {
+    static const char *const names[ACCEL_COLL_MESH_NDIMS] = {"pp_size", "dp_replicate_size", "dp_shard_size", "cp_size", "tp_size"};
+    static const char *const envs[ACCEL_COLL_MESH_NDIMS] = {"ACCEL_PP_SIZE", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE",
+                                                           "PARALLELISM_CONFIG_DP_SHARD_SIZE", "PARALLELISM_CONFIG_CP_SIZE",
+                                                           "PARALLELISM_CONFIG_TP_SIZE"};
+    accel_coll_mesh_desc d;
+    accel_coll_mesh *m = NULL;
+    accel *acc;
+    accel_result r = ACCEL_OK;
+    int64_t v[ACCEL_COLL_MESH_NDIMS], prod = 1;
+    int given[ACCEL_COLL_MESH_NDIMS], i, g;
+    if (!parent) return accel__coll_null();
+    acc = parent->acc;
+    if (!out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_mesh_create: out is NULL");
+    *out = NULL;
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    r = accel__coll_check_broken(parent);
+    given[0] = d.pp_size; given[1] = d.dp_replicate_size; given[2] = d.dp_shard_size; given[3] = d.cp_size; given[4] = d.tp_size;
+    for (i = 0; i < ACCEL_COLL_MESH_NDIMS; ++i) v[i] = 0;
+    for (i = 0; r == ACCEL_OK && i < ACCEL_COLL_MESH_NDIMS; ++i) {
+        if (given[i] < 0) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: %s=%d must be at least 1 (0 = the environment or 1)",
+                            names[i], given[i]);
+            break;
+        }
+        r = accel__coll_mesh_resolve(acc, given[i], envs[i], names[i], &v[i]);
+    }
+    if (r == ACCEL_OK) {
+        for (i = 0; i < ACCEL_COLL_MESH_NDIMS; ++i) prod *= v[i]; /* each <= INT_MAX: the product of 5 fits unless huge */
+        if (prod == 1 && parent->size > 1) { v[1] = parent->size; prod = parent->size; } /* Accelerate: plain DDP */
+        for (i = 0, prod = 1; i < ACCEL_COLL_MESH_NDIMS && prod <= (int64_t)INT_MAX; ++i) prod *= v[i];
+        if (prod != (int64_t)parent->size)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: pp %lld x dp_replicate %lld x dp_shard %lld x cp %lld x "
+                            "tp %lld = %lld does not match the %d processes of the group", (long long)v[0], (long long)v[1],
+                            (long long)v[2], (long long)v[3], (long long)v[4], (long long)prod, parent->size);
+    }
+    /* every rank must build the same mesh: a difference fails on every rank, naming the dimension */
+    if (parent->on_host_group) {
+        r = accel__agree_values(acc, r, "accel_coll_mesh_create", names, v, ACCEL_COLL_MESH_NDIMS);
+    } else {
+        int64_t *all = (int64_t *)accel_host_alloc(acc, sizeof v * (size_t)parent->size);
+        accel_result x = accel__coll_agree(parent, r == ACCEL_OK && !all ? ACCEL_ERR_OUT_OF_MEMORY : r, "accel_coll_mesh_create");
+        if (x == ACCEL_OK) x = accel__coll_host_op(parent, ACCEL__K_ALLGATHER, v, all, sizeof v, 0, NULL);
+        for (i = 0; x == ACCEL_OK && i < ACCEL_COLL_MESH_NDIMS; ++i) {
+            int k;
+            for (k = 1; k < parent->size; ++k)
+                if (all[k * ACCEL_COLL_MESH_NDIMS + i] != all[i]) {
+                    x = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "accel_coll_mesh_create: processes disagree on %s: rank 0=%lld, "
+                                    "rank %d=%lld", names[i], (long long)all[i], k, (long long)all[k * ACCEL_COLL_MESH_NDIMS + i]);
+                    break;
+                }
+        }
+        accel_host_free(acc, all);
+        r = x;
+    }
+    if (r != ACCEL_OK) return r;
+    m = (accel_coll_mesh *)accel_host_alloc(acc, sizeof *m);
+    if (m) {
+        memset(m, 0, sizeof *m);
+        m->parent = parent;
+        for (i = 0; i < ACCEL_COLL_MESH_NDIMS; ++i) m->size[i] = (int)v[i];
+        accel__coll_mesh_coords_of(m->size, parent->rank, m->coord);
+    }
+    r = accel__coll_agree(parent, m ? ACCEL_OK : ACCEL_ERR_OUT_OF_MEMORY, "accel_coll_mesh_create (memory)");
+    for (g = 0; r == ACCEL_OK && g < ACCEL_COLL_MESH_COUNT; ++g) {
+        unsigned mask = accel__coll_mesh_mask(g);
+        int color = 0, key = 0, size = 1;
+        for (i = 0; i < ACCEL_COLL_MESH_NDIMS; ++i) {
+            if (mask & (1u << i)) { key = key * m->size[i] + m->coord[i]; size *= m->size[i]; }
+            else color = color * m->size[i] + m->coord[i];
+        }
+        r = accel__coll_sub_create(parent, color, key, size, &m->comm[g]);
+        r = accel__coll_agree(parent, r, "accel_coll_mesh_create (sub-communicators)");
+        if (r != ACCEL_OK) accel__fail_wrap(acc, r, "mesh group %s", accel_coll_mesh_dim_name((accel_coll_mesh_dim)g));
+    }
+    if (r != ACCEL_OK) { accel_coll_mesh_destroy(m); return r; }
+    accel_log(acc, ACCEL_LOG_DEBUG, "mesh: pp %d x dp_replicate %d x dp_shard %d x cp %d x tp %d; rank %d at (%d, %d, %d, %d, %d)",
+              m->size[0], m->size[1], m->size[2], m->size[3], m->size[4], parent->rank, m->coord[0], m->coord[1],
+              m->coord[2], m->coord[3], m->coord[4]);
+    *out = m;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF void accel_coll_mesh_destroy(accel_coll_mesh *m) {
+    int g;
+    if (!m) return;
+    for (g = ACCEL_COLL_MESH_COUNT - 1; g >= 0; --g) accel_coll_destroy(m->comm[g]);
+    accel_host_free(m->parent->acc, m);
+}
+ACCEL__DEF accel_coll *accel_coll_mesh_comm(const accel_coll_mesh *m, accel_coll_mesh_dim d) {
+    return m && (int)d >= 0 && (int)d < ACCEL_COLL_MESH_COUNT ? m->comm[d] : NULL;
+}
+ACCEL__DEF int accel_coll_mesh_size(const accel_coll_mesh *m, accel_coll_mesh_dim d) {
+    return m && (int)d >= 0 && (int)d < ACCEL_COLL_MESH_COUNT ? m->comm[d]->size : 0;
+}
+ACCEL__DEF int accel_coll_mesh_coord(const accel_coll_mesh *m, accel_coll_mesh_dim d) {
+    return m && (int)d >= 0 && (int)d < ACCEL_COLL_MESH_COUNT ? m->comm[d]->rank : -1;
+}
+ACCEL__DEF accel_result accel_coll_mesh_coords(const accel_coll_mesh *m, int rank, int coords[ACCEL_COLL_MESH_NDIMS]) {
+    if (!m || !coords) return accel__fail(m ? m->parent->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "mesh_coords: NULL argument");
+    if (rank < 0 || rank >= m->parent->size)
+        return ACCEL__FAIL(m->parent->acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh_coords: rank %d is not in [0, %d)", rank, m->parent->size);
+    accel__coll_mesh_coords_of(m->size, rank, coords);
+    return ACCEL_OK;
+}
+ACCEL__DEF int accel_coll_mesh_rank_of(const accel_coll_mesh *m, const int coords[ACCEL_COLL_MESH_NDIMS]) {
+    int d, rank = 0;
+    if (!m || !coords) return -1;
+    for (d = 0; d < ACCEL_COLL_MESH_NDIMS; ++d) {
+        if (coords[d] < 0 || coords[d] >= m->size[d]) return -1;
+        rank = rank * m->size[d] + coords[d];
+    }
+    return rank;
 }
 
 /* ----------------------------------------------------------------------------------------- 14. bootstrap: TCP, file */

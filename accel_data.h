@@ -70,7 +70,16 @@
      value. (Otherwise a rank with another batch size trains on wrong shards and the failure comes much later, in a
      collective whose sizes differ.) accel_data_seq_init checks the number of files, the total number of tokens,
      batch_size, seq_len, shuffle and seed the same way. An explicit desc.num_processes (sharding computed without
-     an Accelerator, as `accel shards` does) skips the check; so does a run without a host process group.
+     an Accelerator, as `accel shards` does) skips the check, unless desc.collective; so does a run without a host
+     process group.
+
+   PROCESS MESH (accel_collectives.h's accel_coll_mesh)
+     With tensor/context/pipeline parallelism the batches are split over the mesh's data-parallel group ("dp" =
+     dp_replicate x dp_shard), not the world: ranks that differ only in tp/cp/pp get the same batches. Pass the
+     group's size and rank, and keep the world-wide agreement with desc.collective (every rank calls init):
+       accel_coll *dp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_DP);
+       d.num_processes = accel_coll_size(dp); d.process_index = accel_coll_rank(dp); d.collective = 1;
+     (Accelerate's prepare_data_loader with a ParallelismConfig does the same.) The sequence loader likewise.
 
    EPOCHS AND RESUME
      The shard owns its epoch (accel_data_shard_epoch, starts at 0) and its position (batches consumed in the
@@ -112,6 +121,8 @@
      file order; a global batch is P*B windows and rank r takes rows r*B .. r*B+B-1 of it; an epoch has
      floor(W / (P*B)) global batches (the tail is dropped, as llm.c does). shuffle permutes the W windows with the
      sampler above for (seed, epoch). Without shuffle the layout is llm.c's (rank r reads at r*B*T in its chunk).
+     Each row is widened to int32 in one pass straight from the mapping (no staging copy), requesting the bytes
+     2 KiB ahead — the next row's first ones near a row's end — so the loader reads at about `cat` speed.
 
    MEMORY
      The sequence loader's tables go through acc's host allocator; the stager's buffers through accel_pinned_alloc
@@ -210,6 +221,8 @@ typedef struct accel_data_shard_desc {
     int batch_sampler_shard;   /* nonzero: model BatchSamplerShard / IterableDatasetShard even with P = 1 (they pad
                                   the last batch) and only their checks; default: prepare()'s behaviour */
     uint64_t seed;             /* the sampler's seed (the same on every rank) */
+    int collective;            /* nonzero with num_processes > 0 and acc: init is still collective over acc's whole group
+                                  (the agreement) — for a process mesh's data-parallel group (see PROCESS MESH) */
 } accel_data_shard_desc;
 
 /* Fields are readable; change them only through functions. */
@@ -226,7 +239,7 @@ typedef struct accel_data_shard {
     int64_t position;           /* batches consumed (or skipped) in this epoch */
 } accel_data_shard;
 
-/* Collective when desc->num_processes is 0 and acc is given (the configuration agreement above). On failure s is
+/* Collective when acc is given and desc->num_processes is 0 or desc->collective (the agreement above). On failure s is
    unchanged. */
 ACCEL_API accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, const accel_data_shard_desc *desc);
 /* Ends the shard's bookkeeping (an epoch in progress leaves acc's list) and zeroes it; safe on a zeroed shard. */
@@ -307,6 +320,7 @@ typedef struct accel_data_seq_desc {
     int process_index;
     int shuffle;              /* nonzero: permute the windows per (seed, epoch) */
     uint64_t seed;
+    int collective;           /* as accel_data_shard_desc.collective */
 } accel_data_seq_desc;
 
 /* Fields are readable; change them only through functions. */
@@ -321,7 +335,7 @@ typedef struct accel_data_seq_loader {
     int active;               /* between the epoch's first next() and its end (in acc's list of loaders) */
 } accel_data_seq_loader;
 
-/* Opens every file (validated). Collective when desc->num_processes is 0 and acc is given (agreement). */
+/* Opens every file (validated). Collective when acc is given and desc->num_processes is 0 or desc->collective. */
 ACCEL_API accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *ld, const accel_data_seq_desc *desc);
 ACCEL_API void accel_data_seq_deinit(accel_data_seq_loader *ld); /* ends the bookkeeping, unmaps; safe when zeroed */
 ACCEL_API int64_t accel_data_seq_len(const accel_data_seq_loader *ld); /* global batches per epoch */
@@ -562,7 +576,7 @@ ACCEL__DEF accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, c
     accel_result r;
     memset(&t, 0, sizeof t);
     r = accel__data_shard_make(acc, s ? &t : NULL, desc);
-    if (acc && (!desc || desc->num_processes == 0)) { /* P from acc: every rank must take part, even after a failure */
+    if (acc && (!desc || desc->num_processes == 0 || desc->collective)) { /* every rank takes part, even after a failure */
         int64_t v[8];
         memset(v, 0, sizeof v);
         if (r == ACCEL_OK) {
@@ -893,47 +907,70 @@ static int accel__data_little_endian(void) {
     return c == 1;
 }
 
-static void accel__data_tokens_to_i32(const accel_data_token_file *f, int64_t first, int64_t count, int32_t *dst) {
-    int64_t i = 0;
-    if (accel__data_little_endian()) { /* memcpy loads, no aliasing: the compiler vectorizes the widening */
-        if (f->info.token_bytes == 2) {
-            const uint8_t *ACCEL_RESTRICT p = f->tokens + first * 2;
-            int32_t *ACCEL_RESTRICT d = dst;
-#if defined(__SSE2__) && !defined(__CUDACC__)
-            {   /* x86-64 baseline: zero-extend 8 tokens per 16-byte load */
-                const __m128i zero = _mm_setzero_si128();
-                for (; i + 8 <= count; i += 8) {
-                    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 2 * i));
-                    _mm_storeu_si128((__m128i *)(void *)(d + i), _mm_unpacklo_epi16(v, zero));
-                    _mm_storeu_si128((__m128i *)(void *)(d + i + 4), _mm_unpackhi_epi16(v, zero));
-                }
-            }
+/* Reading ahead: the pages of a token file come from the page cache in no order the hardware prefetcher can follow
+   across 4 KiB pages, so each 64-byte line is converted while the line ACCEL__DATA_AHEAD bytes further on is
+   requested — further in the row, then in the row the caller reads next. One pass over the bytes; measured in
+   bench/data (token_loader_read_*). */
+#define ACCEL__DATA_AHEAD 2048
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__)
+#define ACCEL__DATA_PREFETCH(p) __builtin_prefetch((const void *)(p), 0, 3)
+#else
+#define ACCEL__DATA_PREFETCH(p) ((void)(p))
 #endif
-            for (; i + 8 <= count; i += 8) { /* two 8-byte loads per 8 tokens */
-                uint64_t a, b;
-                memcpy(&a, p + 2 * i, 8);
-                memcpy(&b, p + 2 * i + 8, 8);
-                d[i] = (int32_t)(a & 0xFFFFu); d[i + 1] = (int32_t)((a >> 16) & 0xFFFFu);
-                d[i + 2] = (int32_t)((a >> 32) & 0xFFFFu); d[i + 3] = (int32_t)(a >> 48);
-                d[i + 4] = (int32_t)(b & 0xFFFFu); d[i + 5] = (int32_t)((b >> 16) & 0xFFFFu);
-                d[i + 6] = (int32_t)((b >> 32) & 0xFFFFu); d[i + 7] = (int32_t)(b >> 48);
-            }
-            for (; i < count; ++i) {
-                uint16_t v;
-                memcpy(&v, p + 2 * i, 2);
-                d[i] = (int32_t)v;
-            }
-        } else {
-            memcpy(dst, f->tokens + first * 4, (size_t)count * 4);
+
+/* count uint16 little-endian tokens at p as int32 (little-endian host), 32 per line */
+static void accel__data_widen_u16(const uint8_t *ACCEL_RESTRICT p, int64_t count, int32_t *ACCEL_RESTRICT d) {
+    int64_t i = 0;
+#if defined(__SSE2__) && !defined(__CUDACC__)
+    {   /* x86-64 baseline: zero-extend 8 tokens per 16-byte load */
+        const __m128i zero = _mm_setzero_si128();
+        for (; i + 8 <= count; i += 8) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 2 * i));
+            _mm_storeu_si128((__m128i *)(void *)(d + i), _mm_unpacklo_epi16(v, zero));
+            _mm_storeu_si128((__m128i *)(void *)(d + i + 4), _mm_unpackhi_epi16(v, zero));
         }
+    }
+#endif
+    for (; i + 8 <= count; i += 8) { /* memcpy loads, no aliasing: two 8-byte loads per 8 tokens */
+        uint64_t a, b;
+        memcpy(&a, p + 2 * i, 8);
+        memcpy(&b, p + 2 * i + 8, 8);
+        d[i] = (int32_t)(a & 0xFFFFu); d[i + 1] = (int32_t)((a >> 16) & 0xFFFFu);
+        d[i + 2] = (int32_t)((a >> 32) & 0xFFFFu); d[i + 3] = (int32_t)(a >> 48);
+        d[i + 4] = (int32_t)(b & 0xFFFFu); d[i + 5] = (int32_t)((b >> 16) & 0xFFFFu);
+        d[i + 6] = (int32_t)((b >> 32) & 0xFFFFu); d[i + 7] = (int32_t)(b >> 48);
+    }
+    for (; i < count; ++i) {
+        uint16_t v;
+        memcpy(&v, p + 2 * i, 2);
+        d[i] = (int32_t)v;
+    }
+}
+
+/* tokens [first, first + count) of f as int32 into dst; next (may be NULL): the next_bytes the caller reads after
+   these (the next row), whose first ACCEL__DATA_AHEAD bytes are requested while the end of this range converts. */
+static void accel__data_tokens_to_i32(const accel_data_token_file *f, int64_t first, int64_t count, int32_t *dst,
+                                      const uint8_t *next, size_t next_bytes) {
+    const int w = f->info.token_bytes;
+    const uint8_t *src = f->tokens + first * w;
+    const size_t bytes = (size_t)count * (size_t)w;
+    size_t o;
+    int64_t i;
+    if (!accel__data_little_endian()) {
+        if (w == 2)
+            for (i = 0; i < count; ++i) dst[i] = (int32_t)accel__get_u16(src + 2 * i);
+        else
+            for (i = 0; i < count; ++i) dst[i] = (int32_t)accel__get_u32(src + 4 * i);
         return;
     }
-    if (f->info.token_bytes == 2) {
-        const unsigned char *p = f->tokens + first * 2;
-        for (i = 0; i < count; ++i) dst[i] = (int32_t)accel__get_u16(p + 2 * i);
-    } else {
-        const unsigned char *p = f->tokens + first * 4;
-        for (i = 0; i < count; ++i) dst[i] = (int32_t)accel__get_u32(p + 4 * i);
+    if (!next) next_bytes = 0;
+    for (o = 0; o < bytes; o += 64) {
+        size_t n = bytes - o < 64 ? bytes - o : 64, ahead = o + ACCEL__DATA_AHEAD;
+        if (ahead < bytes) ACCEL__DATA_PREFETCH(src + ahead);
+        else if (ahead - bytes < next_bytes) ACCEL__DATA_PREFETCH(next + (ahead - bytes));
+        if (w == 2) accel__data_widen_u16(src + o, (int64_t)(n / 2), dst + o / 2);
+        else if (n == 64) memcpy(dst + o / 4, src + o, 64); /* inlined */
+        else memcpy(dst + o / 4, src + o, n);
     }
 }
 
@@ -944,7 +981,7 @@ ACCEL__DEF accel_result accel_data_token_file_read(const accel_data_token_file *
     if (first < 0 || count < 0 || first > f->info.num_tokens || count > f->info.num_tokens - first)
         return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_read: tokens [%lld, %lld) outside [0, %lld)",
                            (long long)first, (long long)(first + count), (long long)f->info.num_tokens);
-    accel__data_tokens_to_i32(f, first, count, dst);
+    accel__data_tokens_to_i32(f, first, count, dst, NULL, 0);
     return ACCEL_OK;
 }
 
@@ -1018,7 +1055,7 @@ ACCEL__DEF accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *l
     memset(&t, 0, sizeof t);
     r = ld ? accel__data_seq_make(acc, &t, desc)
            : ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_seq_init: loader is NULL");
-    if (acc && (!desc || desc->num_processes == 0)) { /* P from acc: every rank takes part, even after a failure */
+    if (acc && (!desc || desc->num_processes == 0 || desc->collective)) { /* every rank takes part, even after a failure */
         int64_t v[6];
         memset(v, 0, sizeof v);
         if (r == ACCEL_OK) {
@@ -1039,24 +1076,38 @@ ACCEL__DEF accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *l
 ACCEL__DEF int64_t accel_data_seq_len(const accel_data_seq_loader *ld) { return ld ? ld->num_batches : 0; }
 ACCEL__DEF int64_t accel_data_seq_epoch(const accel_data_seq_loader *ld) { return ld ? ld->epoch : 0; }
 
+/* The file and first token of window w (the last file whose first window <= w). */
+static const accel_data_token_file *accel__data_seq_window(const accel_data_seq_loader *ld, int64_t w, int64_t *first) {
+    int lo = 0, hi = ld->num_files - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (ld->first_window[mid] <= w) lo = mid; else hi = mid - 1;
+    }
+    *first = (w - ld->first_window[lo]) * ld->seq_len;
+    return &ld->files[lo];
+}
+
 ACCEL__DEF accel_result accel_data_seq_get_batch(const accel_data_seq_loader *ld, int64_t k, int32_t *dst) {
-    int64_t row, base;
-    int T;
+    const accel_data_token_file *f, *nf = NULL;
+    int64_t row, base, first, nfirst = 0, n;
     if (!ld || !dst) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq get_batch: NULL argument");
     if (k < 0 || k >= ld->num_batches)
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: batch %lld out of range [0, %lld)",
                            (long long)k, (long long)ld->num_batches);
-    T = ld->seq_len;
+    n = (int64_t)ld->seq_len + 1;
     base = (k * ld->num_processes + ld->process_index) * (int64_t)ld->batch_size;
+    f = accel__data_seq_window(ld, accel_data_sampler_index(&ld->sampler, base), &first);
     for (row = 0; row < ld->batch_size; ++row) {
-        int64_t w = accel_data_sampler_index(&ld->sampler, base + row);
-        int lo = 0, hi = ld->num_files - 1;
-        while (lo < hi) { /* the last file whose first window <= w */
-            int mid = (lo + hi + 1) / 2;
-            if (ld->first_window[mid] <= w) lo = mid; else hi = mid - 1;
-        }
-        accel__data_tokens_to_i32(&ld->files[lo], (w - ld->first_window[lo]) * T, (int64_t)T + 1,
-                                  dst + row * ((int64_t)T + 1));
+        /* the row read next: this batch's next row, after the last one this rank's first row of batch k + 1 */
+        int64_t next = row + 1 < ld->batch_size ? base + row + 1
+                     : k + 1 < ld->num_batches ? ((k + 1) * ld->num_processes + ld->process_index) * (int64_t)ld->batch_size
+                     : -1;
+        if (next >= 0) nf = accel__data_seq_window(ld, accel_data_sampler_index(&ld->sampler, next), &nfirst);
+        else nf = NULL;
+        accel__data_tokens_to_i32(f, first, n, dst + row * n, nf ? nf->tokens + nfirst * nf->info.token_bytes : NULL,
+                                  (size_t)(n * (nf ? nf->info.token_bytes : 0)));
+        f = nf;
+        first = nfirst;
     }
     return ACCEL_OK;
 }

@@ -3,7 +3,7 @@
   1. the loop under "A training loop that resumes" is examples/quickstart.c's region between "README:begin" and
      "README:end", dedented by four spaces, character for character (quickstart.c is compiled and its resume is
      tested, so the README's loop is too);
-  2. every accel_* / ACCEL_* identifier the README names exists in a header, the CLI or an example (a renamed API
+  2. every accel_* / ACCEL_* identifier the README names exists in a header, the CLI, an example, a benchmark or a script (a renamed API
      left in the README fails here).
 usage: check_readme.py SOURCE_ROOT   (--selftest: both checks must fail on a mutated README)
 """
@@ -26,7 +26,8 @@ def problems(root, readme):
     if region not in blocks:
         out.append("README.md has no ```c block equal to examples/quickstart.c's README region")
     corpus = ""
-    for pat in ("*.h", "tools/*.c", "tools/*.h", "examples/*.c", "examples/*.cu", "examples/*/*.c*", "src/*"):
+    for pat in ("*.h", "tools/*.c", "tools/*.h", "examples/*.c", "examples/*.cu", "examples/*/*.c*", "src/*",
+                "bench/*.h", "bench/*/*.c*", "bench/*/*.py", "scripts/*"):
         for f in glob.glob(os.path.join(root, pat)):
             corpus += open(f, errors="replace").read()
     known = set(re.findall(r"\b(?:accel|ACCEL)_[A-Za-z0-9_]*", corpus))

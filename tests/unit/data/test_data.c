@@ -1109,6 +1109,54 @@ static void test_seq_loader(void) {
     unlink(p2);
 }
 
+/* Rows longer than the loader's 64-byte conversion lines and its read-ahead distance (2048 bytes), odd lengths,
+   rows that end in one file while the next row is in the other, uint16 and uint32 files, sequential and shuffled:
+   every token against the formula the files were written with (window w -> file, first token; the window of a
+   shuffled row from accel_data_sampler_index, which ref_permutation.py checks). */
+static void test_seq_long_rows(void) {
+    char p1[512], p2[512];
+    const char *files[2];
+    accel_data_seq_loader ld;
+    accel_data_seq_desc d;
+    static int32_t buf[3 * 1501];
+    const int64_t ntok[2] = {7001, 5000}, vocab[2] = {50257, 128256}, mul[2] = {7, 13};
+    int t, sh, rank, bad = 0, rows = 0;
+    at_context = "seq loader, long rows";
+    snprintf(p1, sizeof p1, "%s/long1.bin", tmpdir);
+    snprintf(p2, sizeof p2, "%s/long2.bin", tmpdir);
+    write_shard(p1, 20240520, 1, 7001, 2, 7001, 7);
+    write_shard(p2, 20240801, 7, 5000, 4, 5000, 13);
+    files[0] = p1; files[1] = p2;
+    for (t = 0; t < 2; ++t)
+        for (sh = 0; sh < 2; ++sh)
+            for (rank = 0; rank < 2; ++rank) {
+                const int T = t ? 1500 : 333;
+                int64_t k, w1 = (ntok[0] - 1) / T;
+                memset(&d, 0, sizeof d);
+                d.files = files; d.num_files = 2; d.batch_size = 3; d.seq_len = T; d.num_processes = 2;
+                d.process_index = rank; d.shuffle = sh; d.seed = 3;
+                if (accel_data_seq_init(NULL, &ld, &d) != ACCEL_OK) { AT_CHECK(0); continue; }
+                AT_EQ_INT(ld.num_windows, w1 + (ntok[1] - 1) / T);
+                for (k = 0; k < accel_data_seq_len(&ld); ++k) {
+                    int row;
+                    AT_EQ_INT(accel_data_seq_get_batch(&ld, k, buf), ACCEL_OK);
+                    for (row = 0; row < 3; ++row) {
+                        int64_t w = accel_data_sampler_index(&ld.sampler, (k * 2 + rank) * 3 + row), j;
+                        int fi = w >= w1;
+                        int64_t first = (fi ? w - w1 : w) * T;
+                        if (!sh && w != (k * 2 + rank) * 3 + row) bad++;
+                        for (j = 0; j <= T; ++j)
+                            if (buf[row * (T + 1) + j] != (int32_t)(((first + j) * mul[fi]) % vocab[fi])) { bad++; break; }
+                        rows++;
+                    }
+                }
+                accel_data_seq_deinit(&ld);
+            }
+    AT_EQ_INT(rows, 84); /* 2 ranks x 2 orders x (6 batches of T = 333 + 1 of T = 1500) x 3 rows */
+    AT_EQ_INT(bad, 0);
+    at_context = "";
+}
+
 static void test_stager_cpu(void) {
     accel_data_stager st;
     void *h0, *h1, *d0, *d1;
@@ -1210,6 +1258,7 @@ int main(void) {
     test_epochs_resume();
     test_token_files();
     test_seq_loader();
+    test_seq_long_rows();
     test_stager_cpu();
     test_allocators();
     rmdir(tmpdir);
