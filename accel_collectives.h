@@ -56,8 +56,11 @@
      timeout_ms    deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s). A peer that
                    never arrives gives ACCEL_ERR_TIMEOUT instead of a hang; the context is then unusable (every
                    later call fails fast) — destroy it and stop, as torch's watchdog does.
-     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline; nonzero: plain blocking
-                   MPI calls (no deadline, the MPI library's own algorithms). Async ops always have the deadline.
+     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline (an all-reduce of >= 64 KiB
+                   on 2 ranks: a ring of MPI_Isend/MPI_Irecv + MPI_Reduce_local instead of MPI_Iallreduce, whose
+                   libnbc form on < 4 ranks is reduce + broadcast, ~0.8x the blocking call; results are bitwise MPI's);
+                   nonzero: plain blocking MPI calls (no deadline, the MPI library's own algorithms). Async ops always
+                   have the deadline.
      debug         accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). When on, before each collective
                    every rank's (op, dtype, count, root) are all-gathered; a difference fails on every rank with
                    ACCEL_ERR_MISMATCH listing them.
