@@ -111,9 +111,11 @@
    OPTIONS / MACROS
        ACCEL_AMP_CUDA_BLOCK    threads per block of the kernels (default 256; a power of two)
        ACCEL_AMP_CHUNK         elements per multi-tensor chunk (default 65536; a multiple of 8, keeps vector alignment)
-       ACCEL_AMP_NO_DISPATCH   x86-64 with GCC/clang, a baseline (pre-AVX2) build: the CPU fp32 → fp8 cast has an
-                               AVX2 kernel chosen at run time (__builtin_cpu_supports); define this to turn that off
-                               (an AVX2 build, e.g. -march=native, always uses it; same bits either way)
+       ACCEL_AMP_NO_DISPATCH   x86-64 with GCC/clang: the CPU hot loops (fp32 → bf16 / fp16 / fp8 casts, fp32
+                               unscale_and_check) have AVX2 kernels (target attributes; fp16 also uses F16C) chosen at
+                               run time (__builtin_cpu_supports), so a default -O2 build gets 256-bit vectors on an
+                               AVX2 CPU whatever the user's -O/-march; define this to turn the run-time choice off (an
+                               AVX2 build, e.g. -march=native, always uses them; the same bits either way)
 
    THREADS AND STREAMS
        Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream; a list of
@@ -528,9 +530,116 @@ static int accel__amp_is16or32(accel_dtype t) { return t == ACCEL_F32 || t == AC
    vectorizes them too (with -O3 / -march=native any loop shape would do). */
 #define ACCEL__AMP_BLK 16
 
+/* Vector width independent of the user's flags (the one dispatch point): on x86-64 with GCC or clang the CPU hot loops
+   (fp32 → bf16 / fp16, fp32 unscale_and_check, the fp32 → fp8 cast) have AVX2 twins compiled with target attributes
+   and chosen at run time (__builtin_cpu_supports), so a baseline -O2 build runs 256-bit code on an AVX2 machine. An
+   AVX2 build (-mavx2 / -march=native) takes them unconditionally; ACCEL_AMP_NO_DISPATCH turns the run-time check off
+   (then only an AVX2 build uses them). Every twin gives the same bits as its scalar loop (tests/unit/amp/
+   test_amp_vec.c checks all 2^32 fp32 inputs of the conversions and the unscale results and found_inf). */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
+    (defined(__AVX2__) || !defined(ACCEL_AMP_NO_DISPATCH))
+#define ACCEL__AMP_AVX2 1
+#include <immintrin.h>
+#if defined(__clang__) && !(defined(__AVX2__) && defined(__F16C__)) && !defined(ACCEL_AMP_NO_DISPATCH)
+#include <cpuid.h>
+#endif
+#define ACCEL__AMP_TARGET_AVX2 __attribute__((target("avx2")))
+#define ACCEL__AMP_TARGET_F16C __attribute__((target("avx2,f16c")))
+static int accel__amp_has_avx2(void) {
+#if defined(__AVX2__)
+    return 1;
+#else
+    return __builtin_cpu_supports("avx2");
+#endif
+}
+static int accel__amp_has_f16c(void) {
+#if defined(__AVX2__) && defined(__F16C__)
+    return 1;
+#elif defined(ACCEL_AMP_NO_DISPATCH)
+    return 0;
+#elif defined(__clang__) /* clang 14 has no "f16c" for __builtin_cpu_supports: CPUID.1:ECX bit 29, asked once */
+    static int known; /* 0 not asked yet, 1 no, 2 yes (a race only writes the same value twice) */
+    if (!known) {
+        unsigned a, b, c = 0, d;
+        known = __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 2 : 1;
+    }
+    return known == 2;
+#else
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#endif
+}
+
+/* g *= inv (inv == 1: read only) and OR of "exponent all ones", 32 elements per iteration: the scalar rule. */
+ACCEL__AMP_TARGET_AVX2 static uint32_t accel__amp_cpu_unscale_f32_avx2(float *g, size_t n, float inv) {
+    const __m256i em = _mm256_set1_epi32(0x7f800000);
+    const __m256 vi = _mm256_set1_ps(inv);
+    __m256i bad = _mm256_setzero_si256();
+    uint32_t b;
+    size_t i = 0;
+    int k;
+    if (inv == 1.0f) {
+        for (; i + 32 <= n; i += 32)
+            for (k = 0; k < 4; ++k) {
+                __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(g + i + 8 * k));
+                bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(u, em), em));
+            }
+    } else {
+        for (; i + 32 <= n; i += 32)
+            for (k = 0; k < 4; ++k) {
+                __m256 x = _mm256_loadu_ps(g + i + 8 * k);
+                bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(x), em), em));
+                _mm256_storeu_ps(g + i + 8 * k, _mm256_mul_ps(x, vi));
+            }
+    }
+    b = _mm256_testz_si256(bad, bad) ? 0u : 1u;
+    for (; i < n; ++i) {
+        float v = g[i];
+        b |= accel_amp_nonfinite(v);
+        if (inv != 1.0f) g[i] = v * inv;
+    }
+    return b;
+}
+/* accel_f32_to_bf16 on 16 lanes: (u + 0x7fff + lsb) >> 16, NaN → 0x7fff; packed with one pack and one permute. */
+ACCEL__AMP_TARGET_AVX2 static void accel__amp_cpu_f32_to_bf16_avx2(const float *s, uint16_t *d, size_t n) {
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i rb = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i u0 = _mm256_loadu_si256((const __m256i *)(const void *)(s + i));
+        __m256i u1 = _mm256_loadu_si256((const __m256i *)(const void *)(s + i + 8));
+        __m256i r0 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u0, rb), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one)), 16);
+        __m256i r1 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u1, rb), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one)), 16);
+        r0 = _mm256_blendv_epi8(r0, rb, _mm256_cmpgt_epi32(_mm256_and_si256(u0, absm), inf));
+        r1 = _mm256_blendv_epi8(r1, rb, _mm256_cmpgt_epi32(_mm256_and_si256(u1, absm), inf));
+        _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8));
+    }
+    for (; i < n; ++i) d[i] = accel_f32_to_bf16(s[i]);
+}
+/* accel_f32_to_f16 on 16 lanes: F16C's round-to-nearest-even conversion (the same rounding, overflow and subnormals),
+   then every NaN lane replaced by 0x7fff (F16C keeps the payload; the core's codec does not). */
+ACCEL__AMP_TARGET_F16C static void accel__amp_cpu_f32_to_f16_avx2(const float *s, uint16_t *d, size_t n) {
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i nanc = _mm256_set1_epi16(0x7fff);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x0 = _mm256_loadu_ps(s + i), x1 = _mm256_loadu_ps(s + i + 8);
+        __m256i m0 = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(x0), absm), inf);
+        __m256i m1 = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(x1), absm), inf);
+        __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtps_ph(x0, _MM_FROUND_TO_NEAREST_INT)),
+                                            _mm256_cvtps_ph(x1, _MM_FROUND_TO_NEAREST_INT), 1);
+        __m256i m = _mm256_permute4x64_epi64(_mm256_packs_epi32(m0, m1), 0xd8);
+        _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm256_blendv_epi8(h, nanc, m));
+    }
+    for (; i < n; ++i) d[i] = accel_f32_to_f16(s[i]);
+}
+#endif
+
 static uint32_t accel__amp_cpu_unscale_f32(float *ACCEL_RESTRICT g, size_t n, float inv) {
     uint32_t bad = 0;
     size_t i = 0, j;
+#ifdef ACCEL__AMP_AVX2
+    if (accel__amp_has_avx2()) return accel__amp_cpu_unscale_f32_avx2(g, n, inv);
+#endif
     if (inv == 1.0f) {
         for (; i + ACCEL__AMP_BLK <= n; i += ACCEL__AMP_BLK)
             for (j = 0; j < ACCEL__AMP_BLK; ++j) bad |= accel_amp_nonfinite(g[i + j]);
@@ -565,12 +674,18 @@ static uint32_t accel__amp_cpu_unscale_16(uint16_t *ACCEL_RESTRICT g, size_t n, 
 
 static void accel__amp_cpu_f32_to_bf16(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n) {
     size_t i = 0, j;
+#ifdef ACCEL__AMP_AVX2
+    if (accel__amp_has_avx2()) { accel__amp_cpu_f32_to_bf16_avx2(s, d, n); return; }
+#endif
     for (; i + ACCEL__AMP_BLK <= n; i += ACCEL__AMP_BLK)
         for (j = 0; j < ACCEL__AMP_BLK; ++j) d[i + j] = accel_f32_to_bf16(s[i + j]);
     for (; i < n; ++i) d[i] = accel_f32_to_bf16(s[i]);
 }
 static void accel__amp_cpu_f32_to_f16(const float *ACCEL_RESTRICT s, uint16_t *ACCEL_RESTRICT d, size_t n) {
     size_t i;
+#ifdef ACCEL__AMP_AVX2
+    if (accel__amp_has_f16c()) { accel__amp_cpu_f32_to_f16_avx2(s, d, n); return; }
+#endif
     for (i = 0; i < n; ++i) d[i] = accel_f32_to_f16(s[i]);
 }
 static void accel__amp_cpu_bf16_to_f32(const uint16_t *ACCEL_RESTRICT s, float *ACCEL_RESTRICT d, size_t n) {
@@ -660,14 +775,11 @@ static int accel__amp_is_fp8(accel_dtype t) { return t == ACCEL_F8_E4M3 || t == 
     }
 ACCEL__AMP_FP8Q_SET(, )
 /* x86-64 with GCC or clang: an AVX2 kernel (the same element rule as accel_amp_fp8_encode_bits, lane for lane, and
-   the same amax), taken when the CPU has AVX2 (__builtin_cpu_supports) or always in an AVX2 build. It handles 32
+   the same amax), dispatched as the other AVX2 twins (accel__amp_has_avx2 above). It handles 32
    elements per iteration and narrows the codes with two packs and one permute (the compiler's version of the loop
    above spends as much on narrowing and on the amax as on the encode). */
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
-    (defined(__AVX2__) || !defined(ACCEL_AMP_NO_DISPATCH))
-#define ACCEL__AMP_FP8Q_AVX2 1
-#include <immintrin.h>
-__attribute__((target("avx2"))) static uint32_t accel__amp_cpu_fp8q_f32_avx2(const float *s, uint8_t *d, size_t n,
+#ifdef ACCEL__AMP_AVX2
+ACCEL__AMP_TARGET_AVX2 static uint32_t accel__amp_cpu_fp8q_f32_avx2(const float *s, uint8_t *d, size_t n,
                                                                              float scale, int e5m2, int sat) {
     const int sh = e5m2 ? 21 : 20;
     const __m128i shc = _mm_cvtsi32_si128(sh);
@@ -724,10 +836,8 @@ static uint32_t accel__amp_cpu_fp8q(const void *src, accel_dtype st, uint8_t *ds
     uint32_t m = 0;
     size_t i;
     if (st == ACCEL_F32) {
-#if defined(ACCEL__AMP_FP8Q_AVX2) && defined(__AVX2__)
-        if (n >= 32) return accel__amp_cpu_fp8q_f32_avx2((const float *)src, dst, n, scale, e5m2, sat);
-#elif defined(ACCEL__AMP_FP8Q_AVX2)
-        if (__builtin_cpu_supports("avx2")) return accel__amp_cpu_fp8q_f32_avx2((const float *)src, dst, n, scale, e5m2, sat);
+#ifdef ACCEL__AMP_AVX2
+        if (accel__amp_has_avx2()) return accel__amp_cpu_fp8q_f32_avx2((const float *)src, dst, n, scale, e5m2, sat);
 #endif
         return accel__amp_cpu_fp8q_f32((const float *)src, dst, n, scale, e5m2, sat);
     }

@@ -63,7 +63,13 @@
    CRASH SAFETY
      A checkpoint is written into the hidden sibling `.<name>.tmp`, every file fsync'd, the marker written, the
      directory fsync'd and renamed into place (then the parent fsync'd). A visible checkpoint directory is therefore
-     always complete; load verifies the marker, sizes and XXH64 checksums of every file before applying anything.
+     always complete; load verifies the marker, sizes and XXH64 checksums of every file before applying anything,
+     on the bytes it applies: each file is read once — a small file (objects, sharded objects' <name>_<rank>.bin,
+     accelerator_state.json, random_states_*.bin) into the buffer that is hashed and later handed to its load
+     callback, a safetensors file through one read-only mapping that is hashed and, once every checksum matched,
+     copied from into the tensors; files of the marker the registration does not use are hashed from disk. (A
+     checkpoint must not be truncated in place while it loads: a mapping past the end of a file raises SIGBUS; accel
+     never modifies a published one.)
      Rotation renames a victim to a hidden name before deleting it. Stale hidden directories are removed by the next
      automatic save. accel_ckpt_latest() returns the newest complete checkpoint. Single files (save_model,
      save_safetensors) are written to "<path>.tmp.<pid>", fsync'd and renamed (the core's atomic write).
@@ -1635,11 +1641,11 @@ static accel_result accel__ckpt_st_new(accel *acc, const char *path, accel_ckpt_
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_ckpt_file_open(accel *acc, const char *path, accel_ckpt_file **out) {
+/* open + read-only mapping, not parsed yet (accel_ckpt_file_open parses at once; load_state hashes first). */
+static accel_result accel__ckpt_st_map(accel *acc, const char *path, accel_ckpt_file **out) {
     accel_ckpt_file *f = NULL;
     struct stat st;
     accel_result r;
-    if (!path || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_file_open: NULL argument");
     *out = NULL;
     r = accel__ckpt_st_new(acc, path, &f);
     if (r != ACCEL_OK) return r;
@@ -1667,6 +1673,15 @@ ACCEL__DEF accel_result accel_ckpt_file_open(accel *acc, const char *path, accel
     } else {
         f->map = (const unsigned char *)"";
     }
+    *out = f;
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_ckpt_file_open(accel *acc, const char *path, accel_ckpt_file **out) {
+    accel_ckpt_file *f = NULL;
+    accel_result r;
+    if (!path || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_file_open: NULL argument");
+    r = accel__ckpt_st_map(acc, path, &f);
+    if (r != ACCEL_OK) return r;
     r = accel__ckpt_st_parse(f);
     if (r != ACCEL_OK) { accel_ckpt_file_destroy(f); return r; }
     *out = f;
@@ -1761,6 +1776,15 @@ static accel_result accel__ckpt_st_copy(accel_ckpt_file *f, int k, void *dst, ac
     } else {
         memcpy(dst, e->data, (size_t)nb);
     }
+    return ACCEL_OK;
+}
+/* The same copy from the file's mapping (load_state: the bytes its checksum was just computed from). */
+static accel_result accel__ckpt_st_copy_mapped(accel_ckpt_file *f, int k, void *dst, accel__ckpt_stage *stage) {
+    const accel_ckpt_entry *e = &f->entries[k];
+    uint64_t nb = e->end - e->begin;
+    if (nb == 0) return ACCEL_OK;
+    if (accel__ckpt_is_device_ptr(dst)) return accel__ckpt_read_to_device(f->acc, stage, -1, (const unsigned char *)e->data, 0, dst, nb, e->name);
+    memcpy(dst, e->data, (size_t)nb);
     return ACCEL_OK;
 }
 ACCEL__DEF accel_result accel_ckpt_file_load(accel_ckpt_file *f, const accel_tensor *dst) { return accel_ckpt_file_load_all(f, dst, 1); }
@@ -2427,16 +2451,14 @@ static accel_result accel__ckpt_marker_read(accel *acc, const char *dir, int qui
     accel__ckpt_json_free(&j);
     return ACCEL_OK;
 }
-static const accel__ckpt_written *accel__ckpt_marker_find(const accel__ckpt_marker *m, const char *name) {
-    int i;
-    for (i = 0; i < (int)stbds_arrlen(m->files); ++i)
-        if (!strcmp(m->files[i].name, name)) return &m->files[i];
-    return NULL;
-}
-/* Parallel checksum verification: the calling thread and one helper take files in turn. */
+/* Parallel checksum verification: the calling thread and one helper take files in turn. A file whose bytes the
+   caller already holds (mem[i] non-NULL: load_state's read buffers and tensor mappings) is hashed there, in memory;
+   any other file is hashed from disk. */
 typedef struct accel__ckpt_verify_job {
     const char *dir;
     const accel__ckpt_written *files;
+    const unsigned char *const *mem; /* NULL, or per file: its bytes (NULL: hash the file) */
+    const size_t *mem_n;
     int n, next;
     uint64_t *bytes, *hash;
     int *err;
@@ -2451,10 +2473,60 @@ static void *accel__ckpt_verify_worker(void *arg) {
         i = j->next++;
         pthread_mutex_unlock(&j->lock);
         if (i >= j->n) break;
+        if (j->mem && j->mem[i]) {
+            j->bytes[i] = (uint64_t)j->mem_n[i];
+            j->hash[i] = accel_ckpt_xxh64(j->mem[i], j->mem_n[i], 0);
+            j->err[i] = 0;
+            continue;
+        }
         accel__fmt(path, sizeof path, "%s/%s", j->dir, j->files[i].name);
         j->err[i] = accel__ckpt_hash_file_raw(path, &j->bytes[i], &j->hash[i]);
     }
     return NULL;
+}
+/* Every checksum of the marker m (sizes included) against the files' bytes: mem/mem_n as in the job (may be NULL). */
+static accel_result accel__ckpt_verify_files(accel *acc, const char *dir, const accel__ckpt_marker *m, const unsigned char *const *mem,
+                                             const size_t *mem_n) {
+    accel__ckpt_verify_job j;
+    pthread_t helper;
+    int threaded = 0, i, nf = (int)stbds_arrlen(m->files);
+    accel_result r = ACCEL_OK;
+    if (nf == 0) return ACCEL_OK;
+    memset(&j, 0, sizeof j);
+    j.dir = dir;
+    j.files = m->files;
+    j.mem = mem;
+    j.mem_n = mem_n;
+    j.n = nf;
+    j.bytes = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)nf);
+    j.hash = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)nf);
+    j.err = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)nf);
+    if (!j.bytes || !j.hash || !j.err) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "verifying %.400s", dir);
+    else if (pthread_mutex_init(&j.lock, NULL) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "verify: mutex");
+    else {
+        if (nf > 1 && pthread_create(&helper, NULL, accel__ckpt_verify_worker, &j) == 0) threaded = 1;
+        accel__ckpt_verify_worker(&j);
+        if (threaded) pthread_join(helper, NULL);
+        pthread_mutex_destroy(&j.lock);
+        for (i = 0; i < nf && r == ACCEL_OK; ++i) {
+            char path[4200];
+            accel__fmt(path, sizeof path, "%s/%s", dir, m->files[i].name);
+            if (j.err[i]) {
+                errno = j.err[i];
+                r = accel__io_fail(acc, "cannot verify", path);
+            } else if (j.bytes[i] != m->files[i].bytes) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: %s is %llu bytes, the marker says %llu", dir,
+                                m->files[i].name, (unsigned long long)j.bytes[i], (unsigned long long)m->files[i].bytes);
+            } else if (j.hash[i] != m->files[i].hash) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: checksum of %s is %016llx, the marker says %016llx", dir,
+                                m->files[i].name, (unsigned long long)j.hash[i], (unsigned long long)m->files[i].hash);
+            }
+        }
+    }
+    accel_host_free(acc, j.bytes);
+    accel_host_free(acc, j.hash);
+    accel_host_free(acc, j.err);
+    return r;
 }
 /* Marker present, every listed file with its size; full: also every checksum. keep (may be NULL) receives the
    marker on success. quiet: see ACCEL__CKPT_INCOMPLETE. */
@@ -2478,40 +2550,7 @@ static accel_result accel__ckpt_check_complete(accel *acc, const char *dir, int 
             break;
         }
     }
-    if (r == ACCEL_OK && full && nf > 0) {
-        accel__ckpt_verify_job j;
-        pthread_t helper;
-        int threaded = 0;
-        memset(&j, 0, sizeof j);
-        j.dir = dir;
-        j.files = m.files;
-        j.n = nf;
-        j.bytes = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)nf);
-        j.hash = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)nf);
-        j.err = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)nf);
-        if (!j.bytes || !j.hash || !j.err) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "verifying %.400s", dir);
-        else if (pthread_mutex_init(&j.lock, NULL) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "verify: mutex");
-        else {
-            if (nf > 1 && pthread_create(&helper, NULL, accel__ckpt_verify_worker, &j) == 0) threaded = 1;
-            accel__ckpt_verify_worker(&j);
-            if (threaded) pthread_join(helper, NULL);
-            pthread_mutex_destroy(&j.lock);
-            for (i = 0; i < nf && r == ACCEL_OK; ++i) {
-                char path[4200];
-                accel__fmt(path, sizeof path, "%s/%s", dir, m.files[i].name);
-                if (j.err[i]) {
-                    errno = j.err[i];
-                    r = accel__io_fail(acc, "cannot verify", path);
-                } else if (j.hash[i] != m.files[i].hash || j.bytes[i] != m.files[i].bytes) {
-                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: checksum of %s is %016llx, the marker says %016llx", dir,
-                                    m.files[i].name, (unsigned long long)j.hash[i], (unsigned long long)m.files[i].hash);
-                }
-            }
-        }
-        accel_host_free(acc, j.bytes);
-        accel_host_free(acc, j.hash);
-        accel_host_free(acc, j.err);
-    }
+    if (r == ACCEL_OK && full) r = accel__ckpt_verify_files(acc, dir, &m, NULL, NULL);
     if (r == ACCEL_OK && keep) *keep = m;
     else stbds_arrfree(m.files);
     return r;
@@ -2887,18 +2926,24 @@ ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output
 }
 
 /* ----------------------------------------------------------------------------------------------- 12. load_state */
-/* Everything load_state reads and checks before it applies anything. */
+/* Everything load_state reads and checks before it applies anything. Verification is done on the bytes that are
+   applied: a small file (objects, accelerator_state.json, random_states_*.bin) is read once into memory and hashed
+   there; a safetensors file is mapped once, hashed through the mapping, and its tensors are copied from that same
+   mapping. Files of the marker that this load does not use are hashed from disk. */
 typedef struct accel__ckpt_load {
     accel *acc;
     char dir[2300];
     accel__ckpt_marker marker;
-    accel_ckpt_file **mf, **of; /* per registered model / optimizer group */
-    char **blobs;               /* per registered object */
+    accel_ckpt_file **mf, **of;  /* per registered model / optimizer group (mapped, parsed after verification) */
+    char **read;                 /* per marker file: its bytes when read into memory (acc's allocator), else NULL */
+    const unsigned char **mem;   /* per marker file: the bytes its checksum is computed from (NULL: from disk) */
+    size_t *mem_n;
+    const char **blobs;          /* per registered object: its file's bytes (in read[]) */
     size_t *blob_n;
     uint64_t iteration, saved_np;
-    char **states;              /* every saved rank's random_states_<i>.bin (validated, applied last) */
+    const char **states;         /* every saved rank's random_states_<i>.bin (in read[]; validated, applied last) */
     size_t *state_n;
-    char **sblobs;              /* per sharded object s, saved rank i: sblobs[s * saved_np + i] */
+    const char **sblobs;        /* per sharded object s, saved rank i: sblobs[s * saved_np + i] (in read[]) */
     size_t *sblob_n;
     int nsobj;
 } accel__ckpt_load;
@@ -2907,50 +2952,77 @@ static void accel__ckpt_load_free(accel_ckpt *ck, accel__ckpt_load *ld) {
     int i;
     for (i = 0; ld->mf && i < (int)stbds_arrlen(ck->models); ++i) accel_ckpt_file_destroy(ld->mf[i]);
     for (i = 0; ld->of && i < (int)stbds_arrlen(ck->optims); ++i) accel_ckpt_file_destroy(ld->of[i]);
-    for (i = 0; ld->blobs && i < (int)stbds_arrlen(ck->objs); ++i) accel_host_free(ld->acc, ld->blobs[i]);
+    for (i = 0; ld->read && i < (int)stbds_arrlen(ld->marker.files); ++i) accel_host_free(ld->acc, ld->read[i]);
     accel_host_free(ld->acc, ld->mf);
     accel_host_free(ld->acc, ld->of);
-    accel_host_free(ld->acc, ld->blobs);
+    accel_host_free(ld->acc, ld->read);
+    accel_host_free(ld->acc, (void *)ld->mem);
+    accel_host_free(ld->acc, ld->mem_n);
+    accel_host_free(ld->acc, (void *)ld->blobs);
     accel_host_free(ld->acc, ld->blob_n);
-    for (i = 0; ld->states && i < (int)ld->saved_np; ++i) accel_host_free(ld->acc, ld->states[i]);
-    accel_host_free(ld->acc, ld->states);
+    accel_host_free(ld->acc, (void *)ld->states);
     accel_host_free(ld->acc, ld->state_n);
-    for (i = 0; ld->sblobs && i < ld->nsobj * (int)ld->saved_np; ++i) accel_host_free(ld->acc, ld->sblobs[i]);
-    accel_host_free(ld->acc, ld->sblobs);
+    accel_host_free(ld->acc, (void *)ld->sblobs);
     accel_host_free(ld->acc, ld->sblob_n);
     stbds_arrfree(ld->marker.files);
 }
 
-/* Reads a file the marker lists (so its checksum was verified); `missing` is the error when it is not listed. */
-static accel_result accel__ckpt_load_listed(accel__ckpt_load *ld, const char *name, accel_result missing, const char *why, char **buf,
-                                       size_t *n, size_t limit) {
+static int accel__ckpt_marker_index(const accel__ckpt_marker *m, const char *name) {
+    int i;
+    for (i = 0; i < (int)stbds_arrlen(m->files); ++i)
+        if (!strcmp(m->files[i].name, name)) return i;
+    return -1;
+}
+/* The bytes of a file the marker lists, read into memory once (later calls return the same buffer); `missing` is
+   the error when it is not listed. Verified by accel__ckpt_verify_files before anything uses them. */
+static accel_result accel__ckpt_load_hold(accel__ckpt_load *ld, const char *name, accel_result missing, const char *why,
+                                          const char **buf, size_t *n, size_t limit) {
     char path[4200];
-    if (!accel__ckpt_marker_find(&ld->marker, name))
-        return ACCEL__FAIL(ld->acc, missing, "%.400s has no %s%s", ld->dir, name, why);
-    accel__fmt(path, sizeof path, "%s/%s", ld->dir, name);
-    return accel__read_file(ld->acc, path, buf, n, limit);
+    int i = accel__ckpt_marker_index(&ld->marker, name);
+    if (i < 0) return ACCEL__FAIL(ld->acc, missing, "%.400s has no %s%s", ld->dir, name, why);
+    if (!ld->read[i]) {
+        accel_result r;
+        accel__fmt(path, sizeof path, "%s/%s", ld->dir, name);
+        r = accel__read_file(ld->acc, path, &ld->read[i], &ld->mem_n[i], limit);
+        if (r != ACCEL_OK) return r;
+        ld->mem[i] = (const unsigned char *)ld->read[i];
+    }
+    if (buf) *buf = ld->read[i];
+    if (n) *n = ld->mem_n[i];
+    return ACCEL_OK;
 }
 
-/* Opens <dir>/<kind>[_i].safetensors for each registered group and checks every registered tensor against the file
-   (count, names, dtypes, shapes) before anything is applied. A mismatch with the registration is
-   ACCEL_ERR_INVALID_ARGUMENT (never NOT_FOUND, which means "no checkpoint yet"). */
-static accel_result accel__ckpt_load_groups(accel__ckpt_load *ld, const char *kind, const accel__ckpt_group *groups, int n,
-                                       accel_ckpt_file **files) {
-    accel *acc = ld->acc;
+/* Maps <dir>/<kind>[_i].safetensors for each registered group (not parsed: its checksum comes first). A file the
+   registration needs but the checkpoint lacks is ACCEL_ERR_INVALID_ARGUMENT (never NOT_FOUND: "no checkpoint yet"). */
+static accel_result accel__ckpt_load_groups_map(accel__ckpt_load *ld, const char *kind, int n, accel_ckpt_file **files) {
     accel_result r = ACCEL_OK;
-    int i, k;
+    int i;
     char path[2500]; /* dir (< 2300) + "/" + file name (< 96) */
     for (i = 0; i < n && r == ACCEL_OK; ++i) {
         char fname[96];
+        int m;
         accel__ckpt_group_file(fname, sizeof fname, kind, i);
         accel__fmt(path, sizeof path, "%s/%s", ld->dir, fname);
-        if (!accel__ckpt_marker_find(&ld->marker, fname)) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has no %s (%s %d is registered)", ld->dir, fname, kind, i);
-            break;
-        }
-        r = accel_ckpt_file_open(acc, path, &files[i]);
+        m = accel__ckpt_marker_index(&ld->marker, fname);
+        if (m < 0) return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has no %s (%s %d is registered)", ld->dir, fname, kind, i);
+        r = accel__ckpt_st_map(ld->acc, path, &files[i]);
+        if (r != ACCEL_OK) break;
+        ld->mem[m] = files[i]->map;
+        ld->mem_n[m] = files[i]->size;
+    }
+    return r;
+}
+/* After verification: parses each group's file and checks every registered tensor against it (count, names,
+   dtypes, shapes) before anything is applied. */
+static accel_result accel__ckpt_load_groups_check(accel__ckpt_load *ld, const char *kind, const accel__ckpt_group *groups, int n,
+                                                  accel_ckpt_file **files) {
+    accel *acc = ld->acc;
+    accel_result r = ACCEL_OK;
+    int i, k;
+    for (i = 0; i < n && r == ACCEL_OK; ++i) {
+        r = accel__ckpt_st_parse(files[i]);
         if (r == ACCEL_OK && accel_ckpt_file_count(files[i]) != groups[i].n)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but %s %d registers %d", path,
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but %s %d registers %d", files[i]->path,
                             accel_ckpt_file_count(files[i]), kind, i, groups[i].n);
         for (k = 0; k < groups[i].n && r == ACCEL_OK; ++k) {
             int ix;
@@ -2975,18 +3047,35 @@ static accel_result accel__ckpt_load_objects(accel_ckpt *ck, accel__ckpt_load *l
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has %d custom_checkpoint files but %d custom objects are registered",
                            ld->dir, n_custom_files, ck->n_custom);
     for (i = 0; i < nobj && r == ACCEL_OK; ++i)
-        r = accel__ckpt_load_listed(ld, ck->objs[i].name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered object)", &ld->blobs[i],
-                               &ld->blob_n[i], (size_t)1 << 40);
+        r = accel__ckpt_load_hold(ld, ck->objs[i].name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered object)", &ld->blobs[i],
+                                  &ld->blob_n[i], (size_t)1 << 40);
+    return r;
+}
+
+/* Reads accelerator_state.json, every random_states_<i>.bin and every file of a registered sharded object the marker
+   lists (which of them are used depends on the saving run's number of processes: known after verification). */
+static accel_result accel__ckpt_load_read_state_files(accel_ckpt *ck, accel__ckpt_load *ld) {
+    int i, s;
+    accel_result r = accel__ckpt_load_hold(ld, "accelerator_state.json", ACCEL_ERR_FORMAT, "", NULL, NULL, 1 << 20);
+    for (i = 0; i < (int)stbds_arrlen(ld->marker.files) && r == ACCEL_OK; ++i) {
+        const char *fn = ld->marker.files[i].name;
+        size_t l = strlen(fn);
+        if (!strncmp(fn, "random_states_", 14) && l > 18 && !strcmp(fn + l - 4, ".bin"))
+            r = accel__ckpt_load_hold(ld, fn, ACCEL_ERR_FORMAT, "", NULL, NULL, 1 << 20);
+        for (s = 0; s < (int)stbds_arrlen(ck->sobjs) && r == ACCEL_OK; ++s)
+            if (accel__ckpt_is_sharded_file(fn, ck->sobjs[s].name))
+                r = accel__ckpt_load_hold(ld, fn, ACCEL_ERR_INVALID_ARGUMENT, "", NULL, NULL, (size_t)1 << 40);
+    }
     return r;
 }
 
 /* accelerator_state.json: the iteration and the number of processes of the saving run. */
 static accel_result accel__ckpt_load_accelerator_json(accel__ckpt_load *ld) {
-    char *data = NULL;
+    const char *data = NULL;
     size_t n = 0;
     accel__ckpt_json j;
     int root;
-    accel_result r = accel__ckpt_load_listed(ld, "accelerator_state.json", ACCEL_ERR_FORMAT, "", &data, &n, 1 << 20);
+    accel_result r = accel__ckpt_load_hold(ld, "accelerator_state.json", ACCEL_ERR_FORMAT, "", &data, &n, 1 << 20);
     if (r != ACCEL_OK) return r;
     root = accel__ckpt_json_parse(&j, ld->acc, data, n);
     if (root < 0) r = accel__ckpt_json_failed(ld->acc, &j, "accelerator_state.json");
@@ -2995,19 +3084,18 @@ static accel_result accel__ckpt_load_accelerator_json(accel__ckpt_load *ld) {
              ld->saved_np > 1000000 || ld->iteration > (uint64_t)INT_MAX - 1)
         r = ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "%.400s/accelerator_state.json is malformed (iteration, num_processes)", ld->dir);
     accel__ckpt_json_free(&j);
-    accel_host_free(ld->acc, data);
     return r;
 }
 
-/* The Accelerator's training state, by the core. Every saved rank's file is read (verification hashed them all
-   anyway) and validated with accel__state_check; nothing is applied here: accel__ckpt_load_training_state_apply runs
-   once every process has applied everything else. */
+/* The Accelerator's training state, by the core. Every saved rank's file (read and verified above) is validated with
+   accel__state_check; nothing is applied here: accel__ckpt_load_training_state_apply runs once every process has
+   applied everything else. */
 static accel_result accel__ckpt_load_training_state(accel__ckpt_load *ld) {
     accel *acc = ld->acc;
     int count = (int)ld->saved_np, same = count == acc->num_processes, i;
     char name[64], why[160];
     accel_result r = ACCEL_OK;
-    ld->states = (char **)accel__ckpt_zalloc(acc, (size_t)count, sizeof(char *));
+    ld->states = (const char **)accel__ckpt_zalloc(acc, (size_t)count, sizeof(char *));
     ld->state_n = (size_t *)accel__ckpt_zalloc(acc, (size_t)count, sizeof(size_t));
     if (!ld->states || !ld->state_n) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: training states");
     if (same) why[0] = 0;
@@ -3015,7 +3103,7 @@ static accel_result accel__ckpt_load_training_state(accel__ckpt_load *ld) {
                     acc->num_processes, count);
     for (i = 0; i < count && r == ACCEL_OK; ++i) {
         accel__fmt(name, sizeof name, "random_states_%d.bin", i);
-        r = accel__ckpt_load_listed(ld, name, ACCEL_ERR_FORMAT, why, &ld->states[i], &ld->state_n[i], 1 << 20);
+        r = accel__ckpt_load_hold(ld, name, ACCEL_ERR_FORMAT, why, &ld->states[i], &ld->state_n[i], 1 << 20);
     }
     if (r == ACCEL_OK) {
         r = accel__state_check(acc, (const void *const *)ld->states, ld->state_n, count);
@@ -3029,7 +3117,7 @@ static accel_result accel__ckpt_load_sharded(accel_ckpt *ck, accel__ckpt_load *l
     int ns = (int)stbds_arrlen(ck->sobjs), count = (int)ld->saved_np, s, i;
     accel_result r = ACCEL_OK;
     if (ns == 0) return ACCEL_OK;
-    ld->sblobs = (char **)accel__ckpt_zalloc(acc, (size_t)ns * (size_t)count, sizeof(char *));
+    ld->sblobs = (const char **)accel__ckpt_zalloc(acc, (size_t)ns * (size_t)count, sizeof(char *));
     ld->sblob_n = (size_t *)accel__ckpt_zalloc(acc, (size_t)ns * (size_t)count, sizeof(size_t));
     if (!ld->sblobs || !ld->sblob_n) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: sharded objects");
     ld->nsobj = ns;
@@ -3037,8 +3125,8 @@ static accel_result accel__ckpt_load_sharded(accel_ckpt *ck, accel__ckpt_load *l
         for (i = 0; i < count && r == ACCEL_OK; ++i) {
             char name[96];
             accel__fmt(name, sizeof name, "%s_%d.bin", ck->sobjs[s].name, i);
-            r = accel__ckpt_load_listed(ld, name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered sharded object; the checkpoint "
-                                        "has one per saving process)", &ld->sblobs[s * count + i], &ld->sblob_n[s * count + i],
+            r = accel__ckpt_load_hold(ld, name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered sharded object; the checkpoint "
+                                      "has one per saving process)", &ld->sblobs[s * count + i], &ld->sblob_n[s * count + i],
                                         (size_t)1 << 40);
         }
     return r;
@@ -3055,7 +3143,7 @@ static accel_result accel__ckpt_load_training_state_apply(accel__ckpt_load *ld) 
     return r == ACCEL_OK ? r : accel__fail_wrap(acc, r, "load_state: random_states_*.bin");
 }
 
-/* Copies the tensors and hands each object its bytes. */
+/* Copies the tensors (from the verified mappings) and hands each object its bytes (the verified buffers). */
 static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld) {
     accel *acc = ld->acc;
     accel__ckpt_errmark mark;
@@ -3065,10 +3153,10 @@ static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld)
     accel__ckpt_stage_begin(&stage, acc);
     for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i)
         for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k)
-            r = accel__ckpt_st_copy(ld->mf[i], accel_ckpt_file_find(ld->mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
+            r = accel__ckpt_st_copy_mapped(ld->mf[i], accel_ckpt_file_find(ld->mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
     for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i)
         for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k)
-            r = accel__ckpt_st_copy(ld->of[i], accel_ckpt_file_find(ld->of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
+            r = accel__ckpt_st_copy_mapped(ld->of[i], accel_ckpt_file_find(ld->of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
     accel__ckpt_stage_end(&stage);
     for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
         const accel__ckpt_obj *o = &ck->objs[i];
@@ -3107,18 +3195,28 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
         r = accel_ckpt_latest(acc, cdir, ld.dir, sizeof ld.dir);
         none_yet = r == ACCEL_ERR_NOT_FOUND;
     }
-    /* 2. verify (marker, sizes, checksums) and check everything against the registration; read what is applied */
-    if (r == ACCEL_OK) r = accel__ckpt_check_complete(acc, ld.dir, 1, 0, &ld.marker);
+    /* 2. marker and sizes; read (small files) or map (safetensors) what is applied; verify every checksum on those
+       bytes (files not used here: from disk); then parse and check everything against the registration */
+    if (r == ACCEL_OK) r = accel__ckpt_check_complete(acc, ld.dir, 0, 0, &ld.marker);
     if (r == ACCEL_OK) {
+        size_t nf = (size_t)stbds_arrlen(ld.marker.files);
         ld.mf = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->models), sizeof *ld.mf);
         ld.of = (accel_ckpt_file **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->optims), sizeof *ld.of);
-        ld.blobs = (char **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blobs);
+        ld.blobs = (const char **)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blobs);
         ld.blob_n = (size_t *)accel__ckpt_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blob_n);
-        if (!ld.mf || !ld.of || !ld.blobs || !ld.blob_n) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
+        ld.read = (char **)accel__ckpt_zalloc(acc, nf, sizeof *ld.read);
+        ld.mem = (const unsigned char **)accel__ckpt_zalloc(acc, nf, sizeof *ld.mem);
+        ld.mem_n = (size_t *)accel__ckpt_zalloc(acc, nf, sizeof *ld.mem_n);
+        if (!ld.mf || !ld.of || !ld.blobs || !ld.blob_n || !ld.read || !ld.mem || !ld.mem_n)
+            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
     }
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf);
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(&ld, "model", (int)stbds_arrlen(ck->models), ld.mf);
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(&ld, "optimizer", (int)stbds_arrlen(ck->optims), ld.of);
     if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, &ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_read_state_files(ck, &ld);
+    if (r == ACCEL_OK) r = accel__ckpt_verify_files(acc, ld.dir, &ld.marker, ld.mem, ld.mem_n);
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf);
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
     if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(&ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_training_state(&ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_sharded(ck, &ld);

@@ -171,7 +171,14 @@
      at P <= 2; Open MPI on one node at 3 and 4 in the tests), else within rounding (<= 1e-6 relative after 50 steps).
      Accumulation: as the reducer, grad_ready/wait do nothing unless accel_should_reduce(acc); micro-batches
      accumulate in the full local gradients and the sync step reduces (DeepSpeed reduces every micro-batch).
-     Checkpoints (consolidated, any number of processes): accel_coll_zero_export gathers the shard moments
+     Checkpoints, sharded (each rank writes only its shard, loadable on any number of processes):
+       accel_coll_zero_state zs = {z, moments, nmoments};              // accel_optim_state_tensors(opt, ...)
+       accel_ckpt_register_sharded(ck, "zero_state", accel_coll_zero_state_save, accel_coll_zero_state_load_all, &zs);
+     writes zero_state_<rank>.bin on every rank (the partition recorded: size, rank, range, parameter offsets);
+     load_state hands every saved rank's bytes to load_all, which checks them all (same parameter list, dtypes, each
+     file its rank's partition) and copies the pieces of this rank's new shard. Plus the step counts through
+     accel_optim_shard_state (below).
+     Checkpoints, consolidated (any number of processes; interop): accel_coll_zero_export gathers the shard moments
      (accel_optim_state_tensors) into full-size tensors named by the same keys → accel_ckpt_register_optimizer;
      the step counts and hyperparameters go through accel_ckpt_register(ck, "optim_state",
      accel_optim_shard_state_save, accel_optim_shard_state_load, &ss) with ss = {opt, params}; after
@@ -179,8 +186,8 @@
      are needed around save/load only.
      CUDA: the same code with device buffers (packing on acc.stream with the reducer's pre-scaling kernel, NCCL or
      CUDA-aware/staged MPI for the reduces and all-gathers); compiled by the nvcc build, tested on the CPU only.
-     Collective calls: create, wait (on reducing steps), gather, export; grad_ready as the reducer's; views and
-     import are local.
+     Collective calls: create, wait (on reducing steps), gather, export; grad_ready as the reducer's; views,
+     import and the state functions are local (save_state/load_state are collective).
 
    COLLECTIVE CALLS AND ERRORS
      Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation,
@@ -539,7 +546,8 @@ ACCEL_API accel_result accel_coll_zero_state_load_all(void *state, const void *c
     13b. join for uneven inputs (rounds, zero shadows, the final broadcast); the process mesh (sub-communicators)
     14. bootstrap byte exchanges: TCP (the core's sockets), file (the core's atomic write)
     15. NCCL init (the unique id over the host group / MPI / TCP / file)
-    16. ZeRO: the partition, shard views, stage-2 reduce-to-owner buckets, the chunked all-gather, state export */
+    16. ZeRO: the partition, shard views, stage-2 reduce-to-owner buckets, the chunked all-gather, state export,
+        per-rank state files (accel_coll_zero_state_save / _load_all) */
 
 /* ------------------------------------------------------------------------------------------------------ 0. includes */
 #include <stdio.h>

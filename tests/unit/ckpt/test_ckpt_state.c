@@ -5,7 +5,8 @@
      - random_states_<rank>.bin holds exactly what accel_state_save gives; accelerator_state.json only ckpt's fields;
      - a failing registered save/load callback keeps its own message (root cause) in accel_last_error;
      - "no checkpoint yet" is ACCEL_ERR_NOT_FOUND with one INFO line and nothing at WARN/ERROR, and a checkpoint that
-       lacks a registered file is not mistaken for "no checkpoint". */
+       lacks a registered file is not mistaken for "no checkpoint";
+     - one flipped byte anywhere in any file of a checkpoint is caught (that file's checksum) and nothing is applied. */
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include "accel_test_fs.h"
@@ -14,6 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <stdio.h>
 
 static char g_root[256];
 
@@ -287,6 +290,129 @@ static void test_failed_load_applies_nothing(void) {
     accel_shutdown(&b);
 }
 
+/* ------------------------------------------------------------- a flipped byte anywhere: caught, nothing applied */
+static void put_bytes(const char *path, const unsigned char *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    AT_CHECK(f != NULL);
+    if (!f) return;
+    AT_CHECK(fwrite(b, 1, n, f) == n);
+    fclose(f);
+}
+static accel_result shard_load_all(void *o, const void *const *bufs, const size_t *sizes, int count) {
+    obj *x = (obj *)o;
+    if (count != 1 || sizes[0] != sizeof x->value) return accel_set_error(x->acc, ACCEL_ERR_FORMAT, "shard: %d files", count);
+    memcpy(&x->value, bufs[0], sizeof x->value);
+    return ACCEL_OK;
+}
+/* Every file of the checkpoint (tensor files, registered, sharded and unregistered objects, custom objects, the
+   training state, accelerator_state.json), one byte flipped at its start, middle and end: load_state fails with the
+   file's checksum and applies nothing (tensors, objects, counters/RNG, iteration); then the intact checkpoint loads
+   and changes all of them (so the "nothing applied" checks can fail). */
+static void test_corrupt_any_file(void) {
+    accel a, b;
+    log_capture ca, cb;
+    accel_ckpt *cka, *ckb;
+    obj sa, sb, ca_obj, cb_obj, extra, sha, shb;
+    accel_tensor mt[2], ot[1], mtb[2], otb[1];
+    float w[6] = {1, 2, 3, 4, 5, 6}, w2[6], m[4] = {-1.5f, 2.5f, 8, 9}, m2[4];
+    uint16_t h[3] = {0x3c00, 0x4000, 0x4200}, h2[3];
+    char proj[400], dir[500], path[800];
+    unsigned char before[ACCEL_STATE_BYTES], after[ACCEL_STATE_BYTES];
+    size_t nb = 0, na = 0;
+    int i, syncs = 0, nfiles = 0, it_before;
+    DIR *d;
+    struct dirent *e;
+    init_acc(&a, &ca);
+    init_acc(&b, &cb);
+    accel_set_seed(&a, 1234, 0);
+    for (i = 0; i < 7; ++i) micro_batch(&a, &syncs, -1, 0);
+    memset(mt, 0, sizeof mt);
+    mt[0].name = "w"; mt[0].dtype = ACCEL_F32; mt[0].ndim = 2; mt[0].shape[0] = 2; mt[0].shape[1] = 3; mt[0].ptr = w;
+    mt[1].name = "h"; mt[1].dtype = ACCEL_F16; mt[1].ndim = 1; mt[1].shape[0] = 3; mt[1].ptr = h;
+    memset(ot, 0, sizeof ot);
+    ot[0].name = "exp_avg"; ot[0].dtype = ACCEL_F32; ot[0].ndim = 1; ot[0].shape[0] = 4; ot[0].ptr = m;
+    memcpy(mtb, mt, sizeof mt); mtb[0].ptr = w2; mtb[1].ptr = h2;
+    memcpy(otb, ot, sizeof ot); otb[0].ptr = m2;
+    memset(&sa, 0, sizeof sa); sa.acc = &a; sa.value = 7;
+    memset(&ca_obj, 0, sizeof ca_obj); ca_obj.acc = &a; ca_obj.value = 11;
+    memset(&extra, 0, sizeof extra); extra.acc = &a; extra.value = 13;
+    memset(&sha, 0, sizeof sha); sha.acc = &a; sha.value = 17;
+    memset(&shb, 0, sizeof shb); shb.acc = &b;
+    memset(&sb, 0, sizeof sb); sb.acc = &b;
+    memset(&cb_obj, 0, sizeof cb_obj); cb_obj.acc = &b;
+    snprintf(proj, sizeof proj, "%s/corrupt_any", g_root);
+    snprintf(dir, sizeof dir, "%s/ckpt", proj);
+    cka = make_ck(&a, proj, &sa);
+    AT_EQ_INT(accel_ckpt_register_model(cka, mt, 2), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_optimizer(cka, ot, 1), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(cka, NULL, obj_save, obj_load, &ca_obj), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(cka, "extra", obj_save, obj_load, &extra), ACCEL_OK); /* not registered by b */
+    AT_EQ_INT(accel_ckpt_register_sharded(cka, "zero", obj_save, shard_load_all, &sha), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_save_state(cka, dir, NULL, 0), ACCEL_OK);
+    ckb = make_ck(&b, proj, &sb);
+    AT_EQ_INT(accel_ckpt_register_model(ckb, mtb, 2), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_optimizer(ckb, otb, 1), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(ckb, NULL, obj_save, obj_load, &cb_obj), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_sharded(ckb, "zero", obj_save, shard_load_all, &shb), ACCEL_OK);
+    accel_set_seed(&b, 5, 0);
+    AT_EQ_INT(accel_state_save(&b, before, sizeof before, &nb), ACCEL_OK);
+    it_before = accel_ckpt_iteration(ckb);
+    d = opendir(dir);
+    AT_CHECK(d != NULL);
+    while (d && (e = readdir(d)) != NULL) {
+        unsigned char *bytes;
+        size_t n = 0, pos[3];
+        int k;
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "checkpoint_complete.json")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        bytes = at_read_file(path, &n);
+        AT_CHECK(bytes != NULL && n > 0);
+        if (!bytes || !n) continue;
+        ++nfiles;
+        pos[0] = 0; pos[1] = n / 2; pos[2] = n - 1;
+        for (k = 0; k < 3; ++k) {
+            char want[300];
+            memset(w2, 0xff, sizeof w2); memset(h2, 0xff, sizeof h2); memset(m2, 0xff, sizeof m2);
+            sb.value = -5; cb_obj.value = -6; shb.value = -7;
+            bytes[pos[k]] ^= 0x01;
+            put_bytes(path, bytes, n);
+            bytes[pos[k]] ^= 0x01;
+            AT_EQ_INT(accel_ckpt_load_state(ckb, dir), ACCEL_ERR_FORMAT);
+            snprintf(want, sizeof want, "checksum of %s", e->d_name);
+            AT_CONTAINS(accel_last_error(&b), want);
+            {   /* nothing applied */
+                unsigned char ff[sizeof w2];
+                memset(ff, 0xff, sizeof ff);
+                AT_CHECK(!memcmp(w2, ff, sizeof w2) && !memcmp(h2, ff, sizeof h2) && !memcmp(m2, ff, sizeof m2));
+            }
+            AT_EQ_INT(sb.value, -5);
+            AT_EQ_INT(cb_obj.value, -6);
+            AT_EQ_INT(shb.value, -7);
+            AT_EQ_INT(accel_state_save(&b, after, sizeof after, &na), ACCEL_OK);
+            AT_CHECK(na == nb && !memcmp(before, after, nb));
+            AT_EQ_INT(accel_ckpt_iteration(ckb), it_before);
+        }
+        put_bytes(path, bytes, n);
+        free(bytes);
+    }
+    if (d) closedir(d);
+    AT_EQ_INT(nfiles, 8); /* model, optimizer, sampler, custom_checkpoint_0, extra, zero_0, random_states_0, accelerator_state */
+    /* the intact checkpoint loads and changes everything the failed loads left alone */
+    AT_EQ_INT(accel_ckpt_load_state(ckb, dir), ACCEL_OK);
+    AT_CHECK(!memcmp(w2, w, sizeof w) && !memcmp(h2, h, sizeof h) && !memcmp(m2, m, sizeof m));
+    AT_EQ_INT(sb.value, 7);
+    AT_EQ_INT(cb_obj.value, 11);
+    AT_EQ_INT(shb.value, 17);
+    AT_EQ_INT(b.step, a.step);
+    AT_EQ_INT(accel_state_save(&b, after, sizeof after, &na), ACCEL_OK);
+    AT_CHECK(memcmp(before, after, nb) != 0);
+    AT_EQ_INT(accel_ckpt_iteration(ckb), 1);
+    accel_ckpt_destroy(cka);
+    accel_ckpt_destroy(ckb);
+    accel_shutdown(&a);
+    accel_shutdown(&b);
+}
+
 /* ------------------------------------------------------------------------------------ no checkpoint yet */
 static void expect_fresh(accel *a, log_capture *ca, accel_ckpt *ck, const char *cdir) {
     char want[700];
@@ -344,6 +470,7 @@ int main(void) {
     test_counters();
     test_root_causes();
     test_failed_load_applies_nothing();
+    test_corrupt_any_file();
     test_fresh();
     at_rm_rf(g_root);
     return at_finish("ckpt-state");
