@@ -56,8 +56,11 @@
      timeout_ms    deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s). A peer that
                    never arrives gives ACCEL_ERR_TIMEOUT instead of a hang; the context is then unusable (every
                    later call fails fast) — destroy it and stop, as torch's watchdog does.
-     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline; nonzero: plain blocking
-                   MPI calls (no deadline, the MPI library's own algorithms). Async ops always have the deadline.
+     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline (an all-reduce of >= 64 KiB
+                   on 2 ranks: a ring of MPI_Isend/MPI_Irecv + MPI_Reduce_local instead of MPI_Iallreduce, whose
+                   libnbc form on < 4 ranks is reduce + broadcast, ~0.8x the blocking call; results are bitwise MPI's);
+                   nonzero: plain blocking MPI calls (no deadline, the MPI library's own algorithms). Async ops always
+                   have the deadline.
      debug         accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). When on, before each collective
                    every rank's (op, dtype, count, root) are all-gathered; a difference fails on every rank with
                    ACCEL_ERR_MISMATCH listing them.
@@ -692,6 +695,9 @@ struct accel_coll {
     int comm_valid;
     MPI_Op op16[2][4];    /* [bf16][sum,prod,max,min] user ops */
     int ops_valid;
+    unsigned ring_seq;    /* ring all-reduces posted (their message tag): the same on every rank */
+    void *ring_cache;     /* one idle ring scratch buffer kept for the next operation */
+    size_t ring_cache_bytes;
 #endif
 #ifdef ACCEL__COLL_NCCL
     ncclComm_t nccl;
@@ -722,7 +728,15 @@ struct accel_coll_request {
     int *ivec;              /* counts/displacements of v-collectives */
 #ifdef ACCEL_WITH_MPI
     MPI_Request mreq;
-    int has_mreq;
+    int has_mreq;         /* an MPI operation is in flight (ring: rreq[0..1] instead of mreq) */
+    /* ring all-reduce (accel__coll_ring_*): reduce-scatter then allgather over point-to-point messages */
+    int ring, ring_step;  /* ring: nonzero; ring_step: 0 .. 2(P-1) */
+    MPI_Request rreq[2];  /* this step's send and receive */
+    unsigned char *ring_buf, *ring_tmp;
+    size_t ring_tmp_bytes;
+    MPI_Datatype ring_t;
+    MPI_Op ring_op;
+    int ring_tag;
 #endif
 #ifdef ACCEL__COLL_NCCL
     cudaEvent_t ev;
@@ -1078,7 +1092,8 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
             if (q->has_mreq) {
                 int done = 0;
                 while (!done && accel_now() < until)
-                    if (MPI_Test(&q->mreq, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+                    if ((q->ring ? MPI_Testall(2, q->rreq, &done, MPI_STATUSES_IGNORE)
+                                 : MPI_Test(&q->mreq, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) break;
                 if (done) { q->has_mreq = 0; accel__coll_release(q); continue; }
                 ++pending;
                 continue;
@@ -1120,6 +1135,7 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
             if (c->comm_valid && !pending) MPI_Comm_free(&c->comm);
         }
     }
+    accel_host_free(acc, c->ring_cache);
 #endif
     accel_host_free(acc, c);
 }
@@ -1185,6 +1201,12 @@ static accel_result accel__coll_prescale(accel_coll *c, void *dst, const void *s
 
 static void accel__coll_release(accel_coll_request *q) {
     accel_coll *c = q->c;
+#ifdef ACCEL_WITH_MPI
+    if (q->ring_tmp) {
+        if (!c->ring_cache && !q->has_mreq) { c->ring_cache = q->ring_tmp; c->ring_cache_bytes = q->ring_tmp_bytes; }
+        else accel_host_free(c->acc, q->ring_tmp);
+    }
+#endif
     if (q->stage_kind == 1) accel_pinned_free(c->acc, q->stage);
     else if (q->stage_kind == 2) accel_device_free(c->acc, q->stage);
 #ifdef ACCEL__COLL_NCCL
@@ -1198,6 +1220,100 @@ static void accel__coll_orphan(accel_coll_request *q) {
     q->next = q->c->orphans;
     q->c->orphans = q;
 }
+
+#ifdef ACCEL_WITH_MPI
+/* Ring all-reduce of the polled (deadline) path: reduce-scatter then allgather, 2(P-1) steps of one MPI_Isend to the
+   right neighbour and one MPI_Irecv from the left, chunk k = elements [k*n/P ..) (the first n%P chunks one longer),
+   partial sums by MPI_Reduce_local. It replaces MPI_Iallreduce for host buffers of >= ACCEL__COLL_RING_MIN_BYTES:
+   Open MPI's libnbc runs MPI_Iallreduce on fewer than 4 ranks as a binomial reduce + broadcast (twice the critical
+   path of the blocking call's ring / recursive doubling), which made the deadline path 0.78-0.87x MPI_Allreduce.
+   Every chunk is reduced on one rank and then copied, so all ranks hold the same bits. The tag is the context's ring
+   counter (every rank posts the same collectives in the same order), so concurrent async all-reduces don't mix.
+   Used on 2 ranks only: there an element is one commutative operation (a op b == b op a bitwise, whatever the
+   algorithm), so results equal MPI's own to the bit. With 3+ ranks the ring's association order depends on an
+   element's chunk, so a bucket reduced by the ring would differ in the last bit from the same tensor reduced alone
+   (and from MPI_Allreduce); those keep MPI_Iallreduce (libnbc picks its own ring there for 4+ ranks, not in place). */
+#define ACCEL__COLL_RING_MIN_BYTES ((size_t)65536)
+
+static void accel__coll_ring_chunk(const accel_coll_request *q, int k, size_t *off, int *cnt) {
+    size_t P = (size_t)q->c->size, base = q->count / P, rem = q->count % P, kk = (size_t)k;
+    *off = kk * base + (kk < rem ? kk : rem);
+    *cnt = (int)(base + (kk < rem ? 1 : 0));
+}
+
+/* the chunks step s sends and receives */
+static void accel__coll_ring_chunks(const accel_coll_request *q, int s, int *sk, int *rk) {
+    int P = q->c->size, r = q->c->rank, g = s < P - 1 ? s : s - (P - 1);
+    if (s < P - 1) { *sk = (r - g + 2 * P) % P; *rk = (r - g - 1 + 2 * P) % P; } /* reduce-scatter */
+    else { *sk = (r + 1 - g + 2 * P) % P; *rk = (r - g + 2 * P) % P; }          /* allgather of the reduced chunks */
+}
+
+static int accel__coll_ring_post(accel_coll_request *q) {
+    accel_coll *c = q->c;
+    int P = c->size, sk, rk, scnt, rcnt, mrc;
+    size_t es = accel_dtype_size(q->dt), soff, roff;
+    accel__coll_ring_chunks(q, q->ring_step, &sk, &rk);
+    accel__coll_ring_chunk(q, sk, &soff, &scnt);
+    accel__coll_ring_chunk(q, rk, &roff, &rcnt);
+    mrc = MPI_Irecv(q->ring_step < P - 1 ? (void *)q->ring_tmp : (void *)(q->ring_buf + roff * es), rcnt, q->ring_t,
+                    (c->rank + P - 1) % P, q->ring_tag, c->comm, &q->rreq[1]);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Isend(q->ring_buf + soff * es, scnt, q->ring_t, (c->rank + 1) % P, q->ring_tag, c->comm, &q->rreq[0]);
+    return mrc;
+}
+
+/* advances the ring as far as it goes without blocking; *flag = 1 once complete */
+static int accel__coll_ring_test(accel_coll_request *q, int *flag) {
+    int P = q->c->size, mrc, done, sk, rk, rcnt;
+    size_t roff, es = accel_dtype_size(q->dt);
+    *flag = 0;
+    for (;;) {
+        done = 0;
+        mrc = MPI_Testall(2, q->rreq, &done, MPI_STATUSES_IGNORE);
+        if (mrc != MPI_SUCCESS || !done) return mrc;
+        if (q->ring_step < P - 1) {
+            accel__coll_ring_chunks(q, q->ring_step, &sk, &rk);
+            accel__coll_ring_chunk(q, rk, &roff, &rcnt);
+            mrc = MPI_Reduce_local(q->ring_tmp, q->ring_buf + roff * es, rcnt, q->ring_t, q->ring_op);
+            if (mrc != MPI_SUCCESS) return mrc;
+        }
+        if (++q->ring_step == 2 * (P - 1)) { *flag = 1; return MPI_SUCCESS; }
+        mrc = accel__coll_ring_post(q);
+        if (mrc != MPI_SUCCESS) return mrc;
+    }
+}
+
+static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv, size_t es,
+                                           MPI_Datatype t, MPI_Op op) {
+    size_t tmp = (q->count / (size_t)c->size + 1) * es;
+    int mrc;
+    if (send != MPI_IN_PLACE && send != recv) memcpy(recv, send, q->count * es);
+    if (c->ring_cache && c->ring_cache_bytes >= tmp) {
+        q->ring_tmp = (unsigned char *)c->ring_cache;
+        q->ring_tmp_bytes = c->ring_cache_bytes;
+        c->ring_cache = NULL;
+    } else {
+        q->ring_tmp = (unsigned char *)accel_host_alloc(c->acc, tmp);
+        if (!q->ring_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of ring scratch", tmp);
+        q->ring_tmp_bytes = tmp;
+    }
+    q->ring = 1;
+    q->ring_step = 0;
+    q->ring_buf = (unsigned char *)recv;
+    q->ring_t = t;
+    q->ring_op = op;
+    q->ring_tag = (int)(c->ring_seq++ % 32767u);
+    q->rreq[0] = q->rreq[1] = MPI_REQUEST_NULL;
+    q->has_mreq = 1;
+    mrc = accel__coll_ring_post(q);
+    if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "all_reduce (ring step 0)", __FILE__, __LINE__);
+    return ACCEL_OK;
+}
+
+static int accel__coll_mpi_test(accel_coll_request *q, int *flag) {
+    return q->ring ? accel__coll_ring_test(q, flag) : MPI_Test(&q->mreq, flag, MPI_STATUS_IGNORE);
+}
+#endif
 
 static accel_result accel__coll_check_broken(accel_coll *c) {
     if (!c) return accel__coll_null();
@@ -1239,9 +1355,9 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
     }
 #ifdef ACCEL_WITH_MPI
     if (q->has_mreq) {
-        int flag = 0, mrc = MPI_Test(&q->mreq, &flag, MPI_STATUS_IGNORE);
+        int flag = 0, mrc = accel__coll_mpi_test(q, &flag);
         if (mrc != MPI_SUCCESS) {
-            accel_result r = accel__mpi_fail(c->acc, mrc, "MPI_Test", __FILE__, __LINE__);
+            accel_result r = accel__mpi_fail(c->acc, mrc, q->ring ? "all_reduce (ring step)" : "MPI_Test", __FILE__, __LINE__);
             c->broken = ACCEL_ERR_MPI;
             accel__coll_orphan(q);
             return r;
@@ -1474,6 +1590,9 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, accel__coll_kind_name(a->kind), __FILE__, __LINE__);
         return ACCEL_OK;
     }
+    if (a->kind == ACCEL__K_ALLREDUCE && P == 2 && a->count >= (size_t)P && a->count * es >= ACCEL__COLL_RING_MIN_BYTES &&
+        (!a->dev || stage))
+        return accel__coll_ring_start(c, q, send, recv, es, t, op);
     switch (a->kind) {
     case ACCEL__K_ALLREDUCE: mrc = MPI_Iallreduce(send, recv, n, t, op, c->comm, &q->mreq); break;
     case ACCEL__K_REDUCE: mrc = MPI_Ireduce(send, recv, n, t, op, a->root, c->comm, &q->mreq); break;

@@ -267,9 +267,11 @@ int main(int argc, char **argv) {
         int nsizes = 0;
         accel_coll *cw;
         size_t S;
+        const char *only = getenv("ACCEL_BENCH_ONLY"); /* "sweep": the all_reduce sweep alone */
+        int sweep_only = only && strcmp(only, "sweep") == 0;
         sweep(max_bytes);
-        gpt2();
-        if (script && P == 2) {
+        if (!sweep_only) gpt2();
+        if (script && P == 2 && !sweep_only) {
             /* accel numbers for the torch comparison, measured again now (same run, right before the peer) */
             accel_coll_create(&acc, NULL, &cw);
             for (S = 1024; S <= max_bytes && nsizes < 32; S *= 4, ++nsizes) {
