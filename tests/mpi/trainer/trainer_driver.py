@@ -212,8 +212,11 @@ def zero(exe, tmp):
         check(last.startswith("test accuracy: ") and float(last[15:-1]) >= 95.0,
               "--zero %d: 3-process test accuracy >= 95%% (%s)" % (z, last))
         out[z] = weights(w)
+    # Open MPI's reduce sums in its all-reduce's order here (bit-identical); MPICH's does not, and a last-bit
+    # difference in one gradient grows through 250 momentum-SGD steps (measured with MPICH: 1 weight off by 8e-8
+    # after 5 steps, 6e-6 after 50, 2.9e-5 over 2368 weights after 250), hence 1e-4, not the rounding of one step.
     d = max_rel(out[1][0], out[2][0])
-    check(d <= 1e-5, "--zero 1 and --zero 2 weights agree (max rel %.3g, %s)" %
+    check(d <= 1e-4, "--zero 1 and --zero 2 weights agree (max rel %.3g, %s)" %
           (d, "bit-identical" if out[1][1] == out[2][1] else "not bit-identical"))
     r = run(exe, 2, ["--zero", 3, "--steps", 1], expect_ok=False)
     check(r.returncode != 0 and "--zero takes 1 or 2" in r.stderr, "--zero 3 is refused")
