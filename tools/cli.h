@@ -3,6 +3,9 @@
    it: its names stay out of the library's accel_ namespace. */
 #ifndef ACCEL_TOOLS_CLI_H
 #define ACCEL_TOOLS_CLI_H
+#include <stdio.h>
+/* s (UTF-8) as a JSON string with ensure_ascii (Python json.dumps); cli_ckpt.c, shared by the subcommands */
+void cli_put_json_str(FILE *f, const char *s);
 int cli_env(int argc, char **argv);
 int cli_shards(int argc, char **argv); /* cli_shards.c (accel_data.h) */
 int cli_ckpt(int argc, char **argv);   /* cli_ckpt.c (accel_ckpt.h): ls | verify | plan */

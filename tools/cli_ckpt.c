@@ -17,7 +17,7 @@
 static void quiet_log(void *user, accel_log_level level, const char *msg) { (void)user; (void)level; (void)msg; }
 
 /* JSON string (ASCII-only output, Python json.dumps escaping). */
-static void put_json_str(FILE *f, const char *s) {
+void cli_put_json_str(FILE *f, const char *s) {
     const unsigned char *p = (const unsigned char *)s;
     fputc('"', f);
     while (*p) {
@@ -218,7 +218,7 @@ static int cmd_plan(int argc, char **argv) {
         for (i = 0, first = 1; i < n; ++i) {
             if (shard_of[i] != s) continue;
             if (!first) printf(", ");
-            put_json_str(stdout, names[i]);
+            cli_put_json_str(stdout, names[i]);
             first = 0;
         }
         printf("], \"bytes\": %llu}", (unsigned long long)shard_bytes[s]);
@@ -230,7 +230,7 @@ static int cmd_plan(int argc, char **argv) {
         printf("{\"metadata\": {\"total_size\": %llu}, \"weight_map\": {", (unsigned long long)total);
         for (i = 0; i < n; ++i) {
             if (i) printf(", ");
-            put_json_str(stdout, sorted[i].name);
+            cli_put_json_str(stdout, sorted[i].name);
             accel_ckpt_shard_name(sorted[i].shard, ns, fname, sizeof fname);
             printf(": \"%s\"", fname);
         }

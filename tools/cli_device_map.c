@@ -16,33 +16,6 @@
 
 static void quiet_log(void *user, accel_log_level level, const char *msg) { (void)user; (void)level; (void)msg; }
 
-/* JSON string as json.dumps writes it (ensure_ascii). */
-static void put_str(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    putchar('"');
-    while (*p) {
-        unsigned c = *p, cp = c;
-        int extra = 0;
-        if (c >= 0xF0) { cp = c & 0x07; extra = 3; }
-        else if (c >= 0xE0) { cp = c & 0x0F; extra = 2; }
-        else if (c >= 0xC0) { cp = c & 0x1F; extra = 1; }
-        ++p;
-        while (extra-- > 0 && (*p & 0xC0) == 0x80) cp = (cp << 6) | (*p++ & 0x3F);
-        if (cp == '"') fputs("\\\"", stdout);
-        else if (cp == '\\') fputs("\\\\", stdout);
-        else if (cp == '\n') fputs("\\n", stdout);
-        else if (cp == '\r') fputs("\\r", stdout);
-        else if (cp == '\t') fputs("\\t", stdout);
-        else if (cp == '\b') fputs("\\b", stdout);
-        else if (cp == '\f') fputs("\\f", stdout);
-        else if (cp >= 0x20 && cp < 0x7F) putchar((int)cp);
-        else if (cp >= 0x10000) {
-            unsigned v = cp - 0x10000;
-            printf("\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
-        } else printf("\\u%04x", cp);
-    }
-    putchar('"');
-}
 /* A size in bytes, a multiple of 1/8: an integer, or its exact decimal. */
 static void put_bytes(double b) {
     long long whole = (long long)b;
@@ -153,7 +126,7 @@ int cli_device_map(int argc, char **argv) {
     printf("{\"module_sizes\": {");
     for (i = 0; i < nsizes; ++i) {
         if (i) printf(", ");
-        put_str(sizes[i].name);
+        cli_put_json_str(stdout, sizes[i].name);
         printf(": ");
         put_bytes(sizes[i].bytes);
     }
@@ -172,7 +145,7 @@ int cli_device_map(int argc, char **argv) {
     for (i = 0; i < nmap; ++i) {
         if (i) printf(", ");
         printf("[");
-        put_str(map[i].name);
+        cli_put_json_str(stdout, map[i].name);
         printf(", ");
         put_device(map[i].device, 0);
         printf("]");
