@@ -56,9 +56,10 @@
      timeout_ms    deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s). A peer that
                    never arrives gives ACCEL_ERR_TIMEOUT instead of a hang; the context is then unusable (every
                    later call fails fast) — destroy it and stop, as torch's watchdog does.
-     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline (an all-reduce of >= 64 KiB
-                   on 2 ranks: a ring of MPI_Isend/MPI_Irecv + MPI_Reduce_local instead of MPI_Iallreduce, whose
-                   libnbc form on < 4 ranks is reduce + broadcast, ~0.8x the blocking call; results are bitwise MPI's);
+     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline (an all-reduce on 2 ranks:
+                   a ring of MPI_Isend/MPI_Irecv + MPI_Reduce_local from 64 KiB, one exchange below, instead of
+                   MPI_Iallreduce, whose libnbc form on < 4 ranks is reduce + broadcast, ~0.8x the blocking call;
+                   sums are bitwise MPI's, and both ranks always hold the same bits);
                    nonzero: plain blocking MPI calls (no deadline, the MPI library's own algorithms). Async ops always
                    have the deadline.
      debug         accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). When on, before each collective
@@ -699,6 +700,7 @@ struct accel_coll {
     void *ring_cache;     /* one idle ring scratch buffer kept for the next operation */
     size_t ring_cache_bytes;
 #endif
+    size_t eager_bytes;   /* the MPI library's shared-memory eager limit (accel__coll_exchange) */
 #ifdef ACCEL__COLL_NCCL
     ncclComm_t nccl;
     int nccl_valid;
@@ -730,7 +732,7 @@ struct accel_coll_request {
     MPI_Request mreq;
     int has_mreq;         /* an MPI operation is in flight (ring: rreq[0..1] instead of mreq) */
     /* ring all-reduce (accel__coll_ring_*): reduce-scatter then allgather over point-to-point messages */
-    int ring, ring_step;  /* ring: nonzero; ring_step: 0 .. 2(P-1) */
+    int ring, ring_step;  /* ring: 1 ring, 2 two-rank exchange; ring_step: 0 .. 2(P-1) */
     MPI_Request rreq[2];  /* this step's send and receive */
     unsigned char *ring_buf, *ring_tmp;
     size_t ring_tmp_bytes;
@@ -927,6 +929,17 @@ static accel_result accel__coll_agree(accel_coll *c, accel_result local, const c
     return local;
 }
 
+/* The eager limit of the MPI library's shared-memory path: a message above it waits for the receiver (rendezvous).
+   Open MPI's vader: 4 KiB including its header; MPICH's: 8 KiB. The 2-rank all-reduce picks its algorithm by it. */
+static size_t accel__coll_eager_limit(void) {
+#ifdef ACCEL_WITH_MPI
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(v, &len) == MPI_SUCCESS && len > 0 && strstr(v, "MPICH")) return 8192;
+#endif
+    return 4032;
+}
+
 ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *desc, accel_coll **out) {
     accel_coll_desc d;
     accel_coll *c = NULL;
@@ -962,6 +975,7 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
         c->debug = d.debug == ACCEL_ON ? 1 : d.debug == ACCEL_OFF ? 0 : acc->debug;
         c->watchdog = !d.no_watchdog;
         c->timeout_s = timeout_s;
+        c->eager_bytes = accel__coll_eager_limit();
         c->device_mem = acc->device >= 0 && !d.host_buffers;
         c->rank = acc->process_index;
         c->size = acc->num_processes;
@@ -1232,8 +1246,19 @@ static void accel__coll_orphan(accel_coll_request *q) {
    Used on 2 ranks only: there an element is one commutative operation (a op b == b op a bitwise, whatever the
    algorithm), so results equal MPI's own to the bit. With 3+ ranks the ring's association order depends on an
    element's chunk, so a bucket reduced by the ring would differ in the last bit from the same tensor reduced alone
-   (and from MPI_Allreduce); those keep MPI_Iallreduce (libnbc picks its own ring there for 4+ ranks, not in place). */
+   (and from MPI_Allreduce); those keep MPI_Iallreduce (libnbc picks its own ring there for 4+ ranks, not in place).
+   Below ACCEL__COLL_RING_MIN_BYTES on 2 ranks the ring is one exchange (q->ring == 2): each rank sends its whole
+   buffer and receives the peer's, then both compute rank0 op rank1 in that operand order (rank 0 reduces into the
+   scratch and copies back), so the ranks agree to the bit even for MAX/MIN with NaN or signed zeros. That is one
+   message latency, MPI_Allreduce's recursive doubling; libnbc's reduce + broadcast is two (train_digits' 19 KB
+   gradient all-reduce was 0.91-0.94x the hand-written trainer end to end). One exception: a whole buffer just over
+   the shared-memory eager limit (Open MPI's btl_vader_eager_limit, 4 KiB with its header) goes by rendezvous, 2.7x
+   slower than two eager halves, so 4-8 KiB take the ring (measured: 4096 B 0.37x MPI_Allreduce as an exchange, 0.88x
+   as a ring; 1-4 KiB and 8-64 KiB the other way round). MPICH's limit is 8 KiB (12 KiB: 0.59x as an exchange). */
 #define ACCEL__COLL_RING_MIN_BYTES ((size_t)65536)
+static int accel__coll_exchange(const accel_coll *c, size_t bytes) {
+    return bytes <= c->eager_bytes || (bytes > 2 * c->eager_bytes && bytes < ACCEL__COLL_RING_MIN_BYTES);
+}
 
 static void accel__coll_ring_chunk(const accel_coll_request *q, int k, size_t *off, int *cnt) {
     size_t P = (size_t)q->c->size, base = q->count / P, rem = q->count % P, kk = (size_t)k;
@@ -1252,6 +1277,11 @@ static int accel__coll_ring_post(accel_coll_request *q) {
     accel_coll *c = q->c;
     int P = c->size, sk, rk, scnt, rcnt, mrc;
     size_t es = accel_dtype_size(q->dt), soff, roff;
+    if (q->ring == 2) { /* the whole-buffer exchange */
+        mrc = MPI_Irecv(q->ring_tmp, (int)q->count, q->ring_t, 1 - c->rank, q->ring_tag, c->comm, &q->rreq[1]);
+        if (mrc == MPI_SUCCESS) mrc = MPI_Isend(q->ring_buf, (int)q->count, q->ring_t, 1 - c->rank, q->ring_tag, c->comm, &q->rreq[0]);
+        return mrc;
+    }
     accel__coll_ring_chunks(q, q->ring_step, &sk, &rk);
     accel__coll_ring_chunk(q, sk, &soff, &scnt);
     accel__coll_ring_chunk(q, rk, &roff, &rcnt);
@@ -1271,6 +1301,16 @@ static int accel__coll_ring_test(accel_coll_request *q, int *flag) {
         done = 0;
         mrc = MPI_Testall(2, q->rreq, &done, MPI_STATUSES_IGNORE);
         if (mrc != MPI_SUCCESS || !done) return mrc;
+        if (q->ring == 2) { /* rank0 op rank1 on both ranks (MPI_Reduce_local: inout = in op inout) */
+            if (q->c->rank == 0) {
+                mrc = MPI_Reduce_local(q->ring_buf, q->ring_tmp, (int)q->count, q->ring_t, q->ring_op);
+                if (mrc == MPI_SUCCESS) memcpy(q->ring_buf, q->ring_tmp, q->count * es);
+            } else {
+                mrc = MPI_Reduce_local(q->ring_tmp, q->ring_buf, (int)q->count, q->ring_t, q->ring_op);
+            }
+            if (mrc == MPI_SUCCESS) *flag = 1;
+            return mrc;
+        }
         if (q->ring_step < P - 1) {
             accel__coll_ring_chunks(q, q->ring_step, &sk, &rk);
             accel__coll_ring_chunk(q, rk, &roff, &rcnt);
@@ -1285,7 +1325,8 @@ static int accel__coll_ring_test(accel_coll_request *q, int *flag) {
 
 static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv, size_t es,
                                            MPI_Datatype t, MPI_Op op) {
-    size_t tmp = (q->count / (size_t)c->size + 1) * es;
+    int exchange = accel__coll_exchange(c, q->count * es); /* 2 ranks, small: one exchange */
+    size_t tmp = exchange ? q->count * es : (q->count / (size_t)c->size + 1) * es;
     int mrc;
     if (send != MPI_IN_PLACE && send != recv) memcpy(recv, send, q->count * es);
     if (c->ring_cache && c->ring_cache_bytes >= tmp) {
@@ -1297,7 +1338,7 @@ static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q,
         if (!q->ring_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of ring scratch", tmp);
         q->ring_tmp_bytes = tmp;
     }
-    q->ring = 1;
+    q->ring = exchange ? 2 : 1;
     q->ring_step = 0;
     q->ring_buf = (unsigned char *)recv;
     q->ring_t = t;
@@ -1590,7 +1631,7 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, accel__coll_kind_name(a->kind), __FILE__, __LINE__);
         return ACCEL_OK;
     }
-    if (a->kind == ACCEL__K_ALLREDUCE && P == 2 && a->count >= (size_t)P && a->count * es >= ACCEL__COLL_RING_MIN_BYTES &&
+    if (a->kind == ACCEL__K_ALLREDUCE && P == 2 && (a->count >= 2 || (a->count == 1 && accel__coll_exchange(c, es))) &&
         (!a->dev || stage))
         return accel__coll_ring_start(c, q, send, recv, es, t, op);
     switch (a->kind) {
@@ -2319,6 +2360,7 @@ typedef struct accel__coll_bucket {
     int pending;   /* grads not ready yet */
     int launched;
     int inflight;  /* launched and not finished */
+    accel_result err; /* a failure seen while polling (accel__coll_reducer_poll): finish then unpacks nothing */
     accel_coll_request *req;
 } accel__coll_bucket;
 
@@ -2604,13 +2646,16 @@ ACCEL__DEF int accel_coll_reducer_bucket(const accel_coll_reducer *r, int b, int
 /* Waits for bucket b's all-reduces and unpacks the packed gradients. */
 static accel_result accel__coll_bucket_finish(accel_coll_reducer *r, int b) {
     accel__coll_bucket *k = &r->buckets[b];
-    accel_result res = ACCEL_OK, first = ACCEL_OK;
+    accel_result res = ACCEL_OK, first = k->err;
     int i;
     if (!k->inflight) return ACCEL_OK;
     k->inflight = 0;
+    k->err = ACCEL_OK;
     if (k->req) {
-        first = accel_coll_wait(k->req);
+        res = accel_coll_wait(k->req);
         k->req = NULL;
+        if (first == ACCEL_OK) first = res;
+        res = ACCEL_OK;
     }
     for (i = 0; i < k->n; ++i) {
         accel__coll_grad *g = &r->grads[r->order[k->first + i]];
@@ -2671,6 +2716,40 @@ static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
     return ACCEL_OK;
 }
 
+/* MPI progresses a nonblocking operation only inside MPI calls (Open MPI's shared-memory rendezvous, libnbc, our
+   2-rank ring all post their next step from a test). Without this, a bucket launched early in backward would sit
+   until the next launch or reducer_wait, and "overlap" would be a queue. Each grad_ready therefore tests every
+   in-flight bucket once (one MPI_Test per request, no waiting) and finishes (unpacks) the ones that are done. */
+static accel_result accel__coll_reducer_poll(accel_coll_reducer *r) {
+    int b, i;
+    if (r->c->backend != ACCEL_COLL_BACKEND_MPI) return ACCEL_OK; /* NCCL runs on its stream by itself */
+    for (b = 0; b < r->next_launch; ++b) {
+        accel__coll_bucket *k = &r->buckets[b];
+        int busy = 0, done;
+        accel_result res;
+        if (!k->inflight) continue;
+        for (i = 0; i < k->n; ++i) {
+            accel__coll_grad *g = &r->grads[r->order[k->first + i]];
+            if (!g->req) continue;
+            res = accel_coll_test(g->req, &done);
+            if (res != ACCEL_OK) { g->req = NULL; k->err = res; return res; } /* released or orphaned by the test */
+            if (done) g->req = NULL;
+            else busy = 1;
+        }
+        if (k->req) {
+            res = accel_coll_test(k->req, &done);
+            if (res != ACCEL_OK) { k->req = NULL; k->err = res; return res; }
+            if (done) k->req = NULL;
+            else busy = 1;
+        }
+        if (!busy) {
+            res = accel__coll_bucket_finish(r, b); /* nothing left to wait for: unpacks */
+            if (res != ACCEL_OK) return res;
+        }
+    }
+    return ACCEL_OK;
+}
+
 static accel_result accel__coll_launch_ready(accel_coll_reducer *r) {
     while (r->next_launch < r->nb && r->buckets[r->next_launch].pending == 0) {
         accel_result res = accel__coll_bucket_launch(r, r->next_launch);
@@ -2687,6 +2766,7 @@ static void accel__coll_reducer_reset(accel_coll_reducer *r) {
         r->buckets[b].pending = r->buckets[b].n;
         r->buckets[b].launched = 0;
         r->buckets[b].inflight = 0;
+        r->buckets[b].err = ACCEL_OK;
     }
     r->next_launch = 0;
     r->round_open = 0;
@@ -2710,7 +2790,8 @@ ACCEL__DEF accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index) 
         return ACCEL__FAIL(r->c->acc, ACCEL_ERR_STATE, "grad_ready: gradient %d ('%s') was already marked ready in this step", index, g->name);
     g->ready = 1;
     r->buckets[g->bucket].pending--;
-    return accel__coll_launch_ready(r);
+    res = accel__coll_reducer_poll(r);
+    return res != ACCEL_OK ? res : accel__coll_launch_ready(r);
 }
 
 ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
@@ -2954,6 +3035,7 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
         c->debug = parent->debug;
         c->watchdog = parent->watchdog;
         c->timeout_s = parent->timeout_s;
+        c->eager_bytes = parent->eager_bytes;
         c->device_mem = parent->device_mem;
         c->cuda_aware = parent->cuda_aware;
         c->rank = key;

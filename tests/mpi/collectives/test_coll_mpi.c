@@ -940,6 +940,50 @@ static void ring_concurrent(accel_coll *c) {
     for (k = 0; k < NQ; ++k) { free(x[k]); free(y[k]); free(ref[k]); }
 }
 
+/* Small all-reduces (< 64 KiB: on 2 ranks one exchange instead of MPI_Iallreduce): sums bitwise equal to
+   MPI_Allreduce, several in flight at once; MAX and MIN over NaN, -0.0 and +0.0 (where "a op b" depends on the operand
+   order) give every rank the same bits — checked by gathering each rank's result, not by trusting the algorithm. */
+static void exchange_small(accel_coll *c) {
+    enum { NQ = 4 };
+    static const size_t ns[NQ] = {1, 7, 4096, 16383};
+    float *x[NQ], *y[NQ], *ref[NQ], *all;
+    accel_coll_request *q[NQ];
+    size_t i;
+    int k, r, bad = 0, op;
+    for (k = 0; k < NQ; ++k) {
+        x[k] = (float *)malloc(ns[k] * 4);
+        y[k] = (float *)malloc(ns[k] * 4);
+        ref[k] = (float *)malloc(ns[k] * 4);
+        for (i = 0; i < ns[k]; ++i) x[k][i] = (float)((double)((i * 40503u + (size_t)k * 17u) % 100003) / 977.0 * (R + 1) - 13.7 * R);
+        MPI_Allreduce(x[k], ref[k], (int)ns[k], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    for (k = 0; k < NQ; ++k)
+        AT_EQ_INT(accel_coll_all_reduce_async(c, x[k], k % 2 ? x[k] : y[k], ns[k], ACCEL_F32, ACCEL_COLL_SUM, &q[k]), ACCEL_OK);
+    for (k = 0; k < NQ; ++k) AT_EQ_INT(accel_coll_wait(q[k]), ACCEL_OK);
+    for (k = 0; k < NQ; ++k) {
+        const float *got = k % 2 ? x[k] : y[k];
+        if (P <= 2) bad += memcmp(got, ref[k], ns[k] * 4) != 0;
+        else
+            for (i = 0; i < ns[k]; ++i) bad += fabs((double)got[i] - (double)ref[k][i]) > 1e-6 * fabs((double)ref[k][i]) + 1e-30;
+    }
+    AT_EQ_INT(bad, 0);
+    /* MAX / MIN with NaN and signed zeros at every position pattern: the ranks must agree bitwise */
+    all = (float *)malloc(4096 * 4 * (size_t)P);
+    for (op = 0; op < 2; ++op) {
+        size_t n = 4096;
+        for (i = 0; i < n; ++i) {
+            unsigned v = (unsigned)((i / 4 + (size_t)R * (i % 4)) % 6);
+            x[2][i] = v == 0 ? NAN : v == 1 ? -0.0f : v == 2 ? 0.0f : v == 3 ? 1.5f : v == 4 ? -2.0f : (float)i;
+        }
+        AT_EQ_INT(accel_coll_all_reduce(c, x[2], y[2], n, ACCEL_F32, op ? ACCEL_COLL_MIN : ACCEL_COLL_MAX), ACCEL_OK);
+        MPI_Allgather(y[2], (int)n * 4, MPI_BYTE, all, (int)n * 4, MPI_BYTE, MPI_COMM_WORLD);
+        for (r = 1; r < P; ++r) bad += memcmp(all, all + (size_t)r * n, n * 4) != 0;
+    }
+    AT_EQ_INT(bad, 0);
+    free(all);
+    for (k = 0; k < NQ; ++k) { free(x[k]); free(y[k]); free(ref[k]); }
+}
+
 static void basic(void) {
     accel_coll *c;
     accel_coll_desc cd;
@@ -959,6 +1003,7 @@ static void basic(void) {
     half_sums(c);
     async_ops(c);
     ring_concurrent(c);
+    exchange_small(c);
     accelerate_reduce(c);
     pad_tests(c);
     gather_metrics(c);
