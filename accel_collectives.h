@@ -77,7 +77,11 @@
      first_bucket_mb and the others at bucket_cap_mb (a bucket closes at the first gradient that reaches the cap);
      buckets launch strictly in bucket order on every rank. Device gradients are packed into flat staging buffers on
      acc.stream (a scaling kernel when averaging, else D2D copies). On MPI with host memory, gradients >= 1 MiB are all-reduced in place (in bucket order) instead of
-     being copied in and out, and at most 2 buckets are in flight (measured faster on CPUs).
+     being copied in and out, and at most 2 buckets are in flight (measured faster on CPUs). MPI moves a nonblocking
+     operation only inside MPI calls, so every grad_ready also tests the buckets in flight (one MPI_Test each, never
+     waits) and unpacks finished ones: communication advances between layers of backward. There is no progress
+     thread (accel initializes MPI with MPI_THREAD_FUNNELED), so a rank whose core is busy with backward still pays
+     the copies of shared-memory MPI on that core; bench_coll's overlap part measures both cases.
      Averaging order — DDP's, not reduce("mean")'s: every rank's gradient is multiplied by 1/P, rounded to the compute
      type (double for F64, float for F32/F16/BF16), while it is packed into its bucket (in place for gradients reduced
      where they are), and the buckets are all-reduced with SUM. That is what torch's Reducer does with DDP's default
@@ -2684,15 +2688,6 @@ static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
     size_t es = accel_dtype_size(k->dt);
     accel_result res;
     int i;
-    if (c->backend == ACCEL_COLL_BACKEND_MPI) {
-        int outstanding = 0, oldest = -1;
-        for (i = 0; i < b; ++i)
-            if (r->buckets[i].inflight) { if (oldest < 0) oldest = i; ++outstanding; }
-        if (outstanding >= ACCEL__COLL_MPI_INFLIGHT) {
-            res = accel__coll_bucket_finish(r, oldest);
-            if (res != ACCEL_OK) return res;
-        }
-    }
     k->launched = 1;
     k->inflight = 1;
     for (i = 0; i < k->n && !k->inplace; ++i) {
@@ -2750,9 +2745,24 @@ static accel_result accel__coll_reducer_poll(accel_coll_reducer *r) {
     return ACCEL_OK;
 }
 
-static accel_result accel__coll_launch_ready(accel_coll_reducer *r) {
+/* Launches the ready buckets in bucket order. On MPI at most ACCEL__COLL_MPI_INFLIGHT are in flight: from grad_ready
+   (may_block 0) a ready bucket beyond that waits for a later grad_ready's poll to free a slot, because blocking there
+   on the oldest bucket means waiting for a peer that is still computing (its MPI only moves when it calls in), which
+   measured slower than reducing after backward; from reducer_wait (may_block 1) the oldest is finished first. */
+static accel_result accel__coll_launch_ready(accel_coll_reducer *r, int may_block) {
     while (r->next_launch < r->nb && r->buckets[r->next_launch].pending == 0) {
-        accel_result res = accel__coll_bucket_launch(r, r->next_launch);
+        accel_result res;
+        if (r->c->backend == ACCEL_COLL_BACKEND_MPI) {
+            int i, outstanding = 0, oldest = -1;
+            for (i = 0; i < r->next_launch; ++i)
+                if (r->buckets[i].inflight) { if (oldest < 0) oldest = i; ++outstanding; }
+            if (outstanding >= ACCEL__COLL_MPI_INFLIGHT) {
+                if (!may_block) return ACCEL_OK;
+                res = accel__coll_bucket_finish(r, oldest);
+                if (res != ACCEL_OK) return res;
+            }
+        }
+        res = accel__coll_bucket_launch(r, r->next_launch);
         r->next_launch++;
         if (res != ACCEL_OK) return res;
     }
@@ -2791,7 +2801,7 @@ ACCEL__DEF accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index) 
     g->ready = 1;
     r->buckets[g->bucket].pending--;
     res = accel__coll_reducer_poll(r);
-    return res != ACCEL_OK ? res : accel__coll_launch_ready(r);
+    return res != ACCEL_OK ? res : accel__coll_launch_ready(r, 0);
 }
 
 ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
@@ -2810,7 +2820,7 @@ ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
     }
     /* grads never marked ready are taken as ready now (a trainer may call only wait: no overlap) */
     for (b = 0; b < r->nb; ++b) r->buckets[b].pending = 0;
-    res = accel__coll_launch_ready(r);
+    res = accel__coll_launch_ready(r, 1);
     if (res != ACCEL_OK) first = res;
     for (b = 0; b < r->nb; ++b) {
         res = accel__coll_bucket_finish(r, b);

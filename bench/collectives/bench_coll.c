@@ -4,15 +4,20 @@
       (default 256 MiB): busbw (nccl-tests: algbw * 2(n-1)/n) and algbw; accel with its watchdog (MPI_Iallreduce +
       polling, the default) and without (plain MPI_Allreduce inside accel).
    2. gradient sync of GPT-2 small's 148 fp32 tensors (124,439,808 parameters): the bucketed reducer (and the flat
-      single all-reduce) vs one accel all-reduce per tensor.
+      single all-reduce) vs one accel all-reduce per tensor (for information: no goal; bucketing is for overlap, 4).
    3. with 2 ranks and /usr/bin/python3 + torch: torch.distributed (gloo, torch's own spawn on 2 processes) all_reduce
-      on the same sizes and DDP on the GPT-2 list, run from rank 0 while the other rank sleeps. */
+      on the same sizes and DDP on the GPT-2 list, run from rank 0 while the other rank sleeps.
+   4. overlap: a backward pass simulated layer by layer with the reducer fed as gradients become ready, against
+      max(compute, communication) (goal: <= 1.1x) and all-reduce after backward (see overlap()).
+   ACCEL_BENCH_ONLY=sweep|overlap runs that part alone; ACCEL_BENCH_OVERLAP_RHO (compute / communication, default
+   0.5, 1 and 2) and ACCEL_BENCH_OVERLAP_REPS (best of, default 3) tune part 4. */
 #include "accel.h"
 #include "accel_collectives.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static accel acc;
@@ -185,16 +190,202 @@ static void gpt2(void) {
     free(flat);
     snprintf(params, sizeof params, "\"model\": \"gpt2-124M\", \"tensors\": %d, \"bytes\": %.0f, \"ranks\": %d, \"bucket_cap_mb\": 25", nt, bytes, P);
     snprintf(extra, sizeof extra, ", \"seconds_accel\": %.4f, \"seconds_reference\": %.4f", best_b, best_t);
-    line("grad_sync_bucketed", params, bytes / best_b / 1e9, bytes / best_t / 1e9, "accel all_reduce per tensor", 1.5, extra);
+    line("grad_sync_bucketed", params, bytes / best_b / 1e9, bytes / best_t / 1e9, "accel all_reduce per tensor", 0, extra);
     snprintf(params, sizeof params, "\"model\": \"gpt2-124M\", \"tensors\": %d, \"bytes\": %.0f, \"ranks\": %d, \"flat\": true", nt, bytes, P);
     snprintf(extra, sizeof extra, ", \"seconds_accel\": %.4f, \"seconds_reference\": %.4f", best_f, best_t);
-    line("grad_sync_flat", params, bytes / best_f / 1e9, bytes / best_t / 1e9, "accel all_reduce per tensor", 1.5, extra);
+    line("grad_sync_flat", params, bytes / best_f / 1e9, bytes / best_t / 1e9, "accel all_reduce per tensor", 0, extra);
     accel_coll_destroy(c);
     /* hand the numbers to the torch comparison */
     if (R == 0) {
         FILE *f = fopen("/tmp/accel_bench_coll_gpt2.txt", "w");
         if (f) { fprintf(f, "%.6f %.6f\n", best_b, bytes); fclose(f); }
     }
+}
+
+/* ------------------------------------------------------------------------------------------------- 4. overlap */
+/* The reducer's point: buckets all-reduce while backward still runs. A backward pass over the GPT-2 list is simulated
+   layer by layer, last tensor first, each gradient handed to the reducer (grad_ready) as soon as its layer is done;
+   compute is proportional to the layer's bytes and calibrated so that the whole backward takes RHO x the
+   communication time. Four steps, each the slowest rank's time, best of reps:
+     comm     grad_ready for every tensor, then wait (no compute): the communication time
+     compute  the backward alone
+     serial   backward, then grad_ready for every tensor and wait: all-reduce after backward (compute + comm)
+     overlap  backward with grad_ready per layer, then wait: the reducer's case; goal <= 1.1 x max(compute, comm)
+   Two kinds of compute:
+     cpu      a calibrated multiply-add loop over the gradient on the calling thread (a CPU trainer's backward)
+     offload  the layer finishes at a fixed time (an accelerator running backward asynchronously): the thread sleeps
+              until then, so the core is free for MPI, as with a GPU backward and host-side reduction. */
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_until(double t) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {
+    }
+}
+
+/* k multiply-adds per element, written back (a backward writes its gradient); values stay near 1 */
+static void burn(float *g, size_t n, int k) {
+    size_t i;
+    int j;
+    for (i = 0; i < n; ++i) {
+        float x = g[i];
+        for (j = 0; j < k; ++j) x = x * 0.999f + 0.001f;
+        g[i] = x;
+    }
+}
+
+typedef struct ovl {
+    int nt, cpu, k;       /* tensors; cpu compute (else offload); multiply-adds per element */
+    size_t *sz;
+    float **g;
+    double total, secs;   /* bytes; offload: seconds of compute per byte */
+    accel_coll_reducer *red;
+} ovl;
+
+/* one step: mode 0 comm, 1 compute, 2 serial, 3 overlap; the slowest rank's seconds */
+static double ovl_step(const ovl *o, int mode) {
+    double t0, done = 0;
+    int t;
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = mono_now();
+    if (mode != 0)
+        for (t = o->nt - 1; t >= 0; --t) {
+            if (o->cpu) burn(o->g[t], o->sz[t], o->k);
+            else {
+                done += (double)o->sz[t] * 4 * o->secs;
+                sleep_until(t0 + done);
+            }
+            if (mode == 3 && accel_coll_grad_ready(o->red, t) != ACCEL_OK) goto fail;
+        }
+    if (mode == 0 || mode == 2)
+        for (t = o->nt - 1; t >= 0; --t)
+            if (accel_coll_grad_ready(o->red, t) != ACCEL_OK) goto fail;
+    if (mode != 1 && accel_coll_reducer_wait(o->red) != ACCEL_OK) goto fail;
+    return max_time(mono_now() - t0);
+fail:
+    fprintf(stderr, "overlap: %s\n", accel_last_error(&acc));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 0;
+}
+
+static double ovl_best(const ovl *o, int mode, int reps) {
+    double best = 1e30;
+    int r;
+    for (r = 0; r < reps; ++r) {
+        double t = ovl_step(o, mode);
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+/* The best any reducer can do on one channel: gradient t is ready once the layers after it are computed, and the
+   all-reduces run one after another, each as soon as its gradient is ready and the previous one is done (both
+   proportional to bytes; buckets only coarsen this). The last gradient of backward — GPT-2's tied embedding, 31 % of
+   the bytes — can only start when backward ends, so max(compute, comm) is out of reach when that tensor is large. */
+static double pipeline_bound(const size_t *sz, int nt, double total, double comp, double comm) {
+    double ready = 0, end = 0;
+    int t;
+    for (t = nt - 1; t >= 0; --t) {
+        ready += comp * (double)sz[t] * 4 / total;
+        end = (end > ready ? end : ready) + comm * (double)sz[t] * 4 / total;
+    }
+    return end;
+}
+
+static void overlap(const char *model, const size_t *sz, int nt) {
+    float *g[160];
+    accel_tensor gt[160];
+    accel_coll *c;
+    accel_coll_reducer_desc rd;
+    ovl o;
+    const char *rs = getenv("ACCEL_BENCH_OVERLAP_RHO"), *ks = getenv("ACCEL_BENCH_OVERLAP_REPS");
+    double rhos[3] = {0.5, 1.0, 2.0}, comm, comm_cpu;
+    int nr = 3, ir, t, reps = ks ? atoi(ks) : 3;
+    if (rs) { rhos[0] = atof(rs); nr = 1; }
+    if (reps < 1) reps = 1;
+    memset(&o, 0, sizeof o);
+    o.nt = nt;
+    o.sz = (size_t *)sz;
+    o.g = g;
+    accel_coll_create(&acc, NULL, &c);
+    for (t = 0; t < o.nt; ++t) {
+        size_t i;
+        g[t] = (float *)malloc(sz[t] * 4);
+        for (i = 0; i < sz[t]; ++i) g[t][i] = 1.0f;
+        gt[t] = f32_vector(g[t], sz[t]);
+        o.total += (double)sz[t] * 4;
+    }
+    memset(&rd, 0, sizeof rd);
+    rd.flat = ACCEL_OFF; /* separate tensors: DDP's buckets */
+    accel_coll_reducer_create(c, &rd, &o.red);
+    accel_coll_reducer_add(o.red, gt, o.nt);
+    accel_coll_reducer_finalize(o.red);
+    ovl_step(&o, 0); /* warm-up: scratch buffers, first-touch */
+    comm = ovl_best(&o, 0, reps);
+    {   /* how much of the communication is CPU work on this rank (shared-memory MPI copies on the calling core) */
+        double c0 = cpu_now(), w = ovl_step(&o, 0), c1 = cpu_now() - c0;
+        MPI_Allreduce(MPI_IN_PLACE, &c1, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        comm_cpu = c1 / w;
+    }
+    for (o.cpu = 1; o.cpu >= 0; --o.cpu) {
+        double per_k = 0;
+        if (o.cpu) { /* the backward's seconds per multiply-add per element, all ranks computing at once */
+            double a, b;
+            o.k = 2;
+            a = ovl_best(&o, 1, 2);
+            o.k = 10;
+            b = ovl_best(&o, 1, 2);
+            per_k = (b - a) / 8;
+            if (per_k <= 0) per_k = b / 10;
+        }
+        for (ir = 0; ir < nr; ++ir) {
+            double comp, ser, ov, bound, pipe;
+            char params[300], extra[500];
+            if (o.cpu) {
+                o.k = (int)(rhos[ir] * comm / per_k + 0.5);
+                if (o.k < 1) o.k = 1;
+            } else {
+                o.secs = rhos[ir] * comm / o.total;
+            }
+            comp = ovl_best(&o, 1, reps);
+            ser = ovl_best(&o, 2, reps);
+            ov = ovl_best(&o, 3, reps);
+            bound = comp > comm ? comp : comm;
+            pipe = pipeline_bound(sz, nt, o.total, comp, comm);
+            snprintf(params, sizeof params,
+                     "\"model\": \"%s\", \"tensors\": %d, \"bytes\": %.0f, \"ranks\": %d, \"buckets\": %d, "
+                     "\"compute\": \"%s\", \"compute_over_comm_target\": %.2f",
+                     model, o.nt, o.total, P, accel_coll_reducer_num_buckets(o.red), o.cpu ? "cpu" : "offload", rhos[ir]);
+            snprintf(extra, sizeof extra,
+                     ", \"seconds_overlap\": %.4f, \"seconds_compute\": %.4f, \"seconds_comm\": %.4f, "
+                     "\"seconds_serial\": %.4f, \"overlap_over_max\": %.3f, \"serial_over_sum\": %.3f, "
+                     "\"serial_over_overlap\": %.3f, \"comm_cpu_busy\": %.2f, \"seconds_pipeline_bound\": %.4f, "
+                     "\"overlap_over_pipeline_bound\": %.3f",
+                     ov, comp, comm, ser, ov / bound, ser / (comp + comm), ser / ov, comm_cpu, pipe, ov / pipe);
+            if (R == 0) {
+                printf("{\"bench\": \"grad_sync_overlap\", \"params\": {%s}, \"unit\": \"steps/s\", \"accel\": %.4f, "
+                       "\"reference\": %.4f, \"reference_name\": \"1 / max(backward compute, communication)\", "
+                       "\"ratio\": %.4f, \"goal\": 0.91%s}\n",
+                       params, 1.0 / ov, 1.0 / bound, bound / ov, extra);
+                fflush(stdout);
+            }
+        }
+    }
+    accel_coll_reducer_destroy(o.red);
+    for (t = 0; t < o.nt; ++t) free(g[t]);
+    accel_coll_destroy(c);
 }
 
 /* the other ranks sleep (not spin) while rank 0 runs the torch peer */
@@ -267,10 +458,19 @@ int main(int argc, char **argv) {
         int nsizes = 0;
         accel_coll *cw;
         size_t S;
-        const char *only = getenv("ACCEL_BENCH_ONLY"); /* "sweep": the all_reduce sweep alone */
-        int sweep_only = only && strcmp(only, "sweep") == 0;
-        sweep(max_bytes);
-        if (!sweep_only) gpt2();
+        const char *only = getenv("ACCEL_BENCH_ONLY"); /* "sweep" or "overlap": that part alone */
+        int sweep_only = only && strcmp(only, "sweep") == 0, overlap_only = only && strcmp(only, "overlap") == 0;
+        if (!overlap_only) sweep(max_bytes);
+        if (!sweep_only && !overlap_only) gpt2();
+        if (!sweep_only) {
+            size_t sz[160];
+            int n = gpt2_sizes(sz), k;
+            /* GPT-2 as it is (the embedding's gradient, 31 % of the bytes, is ready last), and 48 equal layers */
+            overlap("gpt2-124M", sz, n);
+            for (k = 0; k < 48; ++k) sz[k] = (size_t)2 << 20;
+            overlap("uniform-48x8MiB", sz, 48);
+        }
+        sweep_only |= overlap_only;
         if (script && P == 2 && !sweep_only) {
             /* accel numbers for the torch comparison, measured again now (same run, right before the peer) */
             accel_coll_create(&acc, NULL, &cw);
