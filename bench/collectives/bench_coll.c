@@ -215,18 +215,13 @@ static void gpt2(void) {
      cpu      a calibrated multiply-add loop over the gradient on the calling thread (a CPU trainer's backward)
      offload  the layer finishes at a fixed time (an accelerator running backward asynchronously): the thread sleeps
               until then, so the core is free for MPI, as with a GPU backward and host-side reduction. */
-static double mono_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double cpu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* t on accel_now()'s clock (CLOCK_MONOTONIC) */
 static void sleep_until(double t) {
     struct timespec ts;
     ts.tv_sec = (time_t)t;
@@ -259,7 +254,7 @@ static double ovl_step(const ovl *o, int mode) {
     double t0, done = 0;
     int t;
     MPI_Barrier(MPI_COMM_WORLD);
-    t0 = mono_now();
+    t0 = accel_now();
     if (mode != 0)
         for (t = o->nt - 1; t >= 0; --t) {
             if (o->cpu) burn(o->g[t], o->sz[t], o->k);
@@ -273,7 +268,7 @@ static double ovl_step(const ovl *o, int mode) {
         for (t = o->nt - 1; t >= 0; --t)
             if (accel_coll_grad_ready(o->red, t) != ACCEL_OK) goto fail;
     if (mode != 1 && accel_coll_reducer_wait(o->red) != ACCEL_OK) goto fail;
-    return max_time(mono_now() - t0);
+    return max_time(accel_now() - t0);
 fail:
     fprintf(stderr, "overlap: %s\n", accel_last_error(&acc));
     MPI_Abort(MPI_COMM_WORLD, 1);
