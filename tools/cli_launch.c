@@ -44,7 +44,9 @@
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#ifndef ACCEL_CLI_NO_YAML
 #include <yaml.h>
+#endif
 #ifdef ACCEL_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -91,6 +93,16 @@ static void launch_default_config(char *out, size_t cap) {
 }
 
 /* ------------------------------------------------------------------------------------------ config files */
+#ifdef ACCEL_CLI_NO_YAML
+/* Built without libyaml: a config file that would be read is an error, never silently skipped (its keys would change
+   the launch). */
+static int config_read(const char *path, launch_cfg *c) {
+    (void)c;
+    fprintf(stderr, "accel launch: cannot read config file %s: this accel was built without libyaml "
+                    "(install libyaml-dev and rebuild)\n", path);
+    return 0;
+}
+#else
 static int config_bool(const char *key, const char *v, int *out) {
     int b = accel_parse_bool(v);
     if (!strcmp(v, "null") || !strcmp(v, "~") || !*v) return 1;
@@ -149,6 +161,7 @@ static int config_read(const char *path, launch_cfg *c) {
     fclose(f);
     return ok;
 }
+#endif
 
 /* ------------------------------------------------------------------------------------------ processes */
 static volatile sig_atomic_t launch_signal = 0;
