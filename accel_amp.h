@@ -110,7 +110,8 @@
 
    OPTIONS / MACROS
        ACCEL_AMP_CUDA_BLOCK    threads per block of the kernels (default 256; a power of two)
-       ACCEL_AMP_CHUNK         elements per multi-tensor chunk (default 65536; a multiple of 8, keeps vector alignment)
+       ACCEL_AMP_CHUNK         elements per multi-tensor chunk, one CUDA block each (default 4096; a multiple of 8, keeps
+                               vector alignment; small, so the last blocks of a launch leave little of the GPU idle)
        ACCEL_AMP_NO_DISPATCH   x86-64 with GCC/clang: the CPU hot loops (fp32 → bf16 / fp16 / fp8 casts, fp32
                                unscale_and_check) have AVX2 kernels (target attributes; fp16 also uses F16C) chosen at
                                run time (__builtin_cpu_supports), so a default -O2 build gets 256-bit vectors on an
@@ -121,8 +122,8 @@
        Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream; a list of
        buffers is one kernel launch (its descriptor array is copied into the Accelerator's device scratch buffer,
        which comes from the device allocator and is reused in stream order: keep amp's work on acc->stream).
-       unscale_and_check synchronizes once to read found_inf (one 4-byte copy); clip_grad_norm reads back the
-       per-block partial norms (≤ 8 KiB). Conversions and clip_grad_value do not synchronize. A scaler is used by one
+       unscale_and_check synchronizes once to read found_inf (one 4-byte copy); clip_grad_norm reads back the total
+       (8 bytes; the per-block partials are summed on the device in a fixed order). Conversions and clip_grad_value do not synchronize. A scaler is used by one
        thread at a time. fp8: a quantize or dequantize list is one launch and does not synchronize (the step's amax
        stays on the device, raised with atomicMax); accel_amp_fp8_update reads it back (one synchronization). The
        scales live on the host and travel in the launch's descriptors, so the quantize of the next step sees them.
@@ -494,9 +495,9 @@ ACCEL_API accel_result accel_amp_fp8_state_load(void *f, const void *buf, size_t
 #define ACCEL_AMP_CUDA_BLOCK 256
 #endif
 #ifndef ACCEL_AMP_CHUNK
-#define ACCEL_AMP_CHUNK 65536
+#define ACCEL_AMP_CHUNK 4096
 #endif
-#define ACCEL__AMP_MAX_BLOCKS 1024
+#define ACCEL__AMP_MAX_BLOCKS 65536 /* past this many chunks, blocks loop (keeps the norm's partials ≤ 512 KiB) */
 #if (ACCEL_AMP_CHUNK % 8) != 0 || ACCEL_AMP_CHUNK <= 0
 #error "ACCEL_AMP_CHUNK must be a positive multiple of 8"
 #endif
@@ -1007,38 +1008,92 @@ static __device__ __forceinline__ unsigned accel__amp_q4(float4 v, float sc, int
            ((unsigned)accel_amp_f32_to_fp8(v.w * sc, e5, sat) << 24);
 }
 
-/* One kernel for every multi-tensor operation: block b walks chunks b, b+grid, ...; in each chunk the threads
-   stride over the elements (16-byte vectors for aligned fp32). */
-static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int nt, long long nchunks,
-                                         accel__amp_kparams kp, int *found, double *partials) {
-    __shared__ double red[ACCEL_AMP_CUDA_BLOCK];
+/* fp32 pairs → packed 16-bit (lo in the low half). sm_80+: one cvt.rn.{bf16,f16}x2.f32, the same bits as
+   accel_f32_to_bf16 / accel_f32_to_f16 (round to nearest even, overflow to ±Inf, correct subnormals, NaN → 0x7FFF). */
+static __device__ __forceinline__ unsigned accel__amp_pack_bf16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return (unsigned)accel_f32_to_bf16(lo) | ((unsigned)accel_f32_to_bf16(hi) << 16);
+#endif
+}
+static __device__ __forceinline__ unsigned accel__amp_pack_f16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return (unsigned)accel_f32_to_f16(lo) | ((unsigned)accel_f32_to_f16(hi) << 16);
+#endif
+}
+
+/* The vector loop of one chunk: each thread takes vectors threadIdx.x, +blockDim.x, ... and issues ACCEL__AMP_U
+   loads before any of their stores. The compiler cannot prove a source and a destination disjoint, so without the
+   two phases it would not hoist the loads itself, and one 16-byte load per thread in flight does not cover the
+   memory latency. */
+#define ACCEL__AMP_U 4
+template <typename V, typename Load, typename Work>
+static __device__ __forceinline__ void accel__amp_vloop(int nv, Load load, Work work) {
+    const int bd = (int)blockDim.x;
+    int i;
+    for (i = threadIdx.x; i < nv; i += ACCEL__AMP_U * bd) {
+        V v[ACCEL__AMP_U];
+        int k;
+#pragma unroll
+        for (k = 0; k < ACCEL__AMP_U; ++k)
+            if (i + k * bd < nv) v[k] = load(i + k * bd);
+#pragma unroll
+        for (k = 0; k < ACCEL__AMP_U; ++k)
+            if (i + k * bd < nv) work(i + k * bd, v[k]);
+    }
+}
+
+/* One kernel for every multi-tensor operation. A block per chunk of ACCEL_AMP_CHUNK elements (a grid-stride loop only
+   past ACCEL__AMP_MAX_BLOCKS chunks): the hardware hands blocks to SMs as they free up, so the work stays balanced to
+   the last block. A grid of "what fits at once" walking chunks left a partly empty last round (1024 blocks of
+   256 threads were 1.55 rounds on an H100 and left 11 % of the bandwidth unused; even a resident-sized grid loses
+   one chunk in 15 to the round-off). In each chunk the threads stride over 16-byte vectors where the pointers allow,
+   scalars otherwise. One instance per kind (a template argument): each gets its own register count, so the plain
+   element-wise kinds keep more blocks resident than the stochastic-rounding and fp8 ones need. The launch bound
+   keeps every instance at ≤ 64 registers (half occupancy at 256 threads or better). */
+template <int kind>
+static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, 2048 / ACCEL_AMP_CUDA_BLOCK / 2)
+accel__amp_kernel(const accel__amp_mt *d, int nt, long long nchunks, accel__amp_kparams kp, int *found,
+                  double *partials) {
+    __shared__ double red[ACCEL_AMP_CUDA_BLOCK / 32];
     unsigned bad = 0;
     double acc = 0.0;
     long long c;
     for (c = blockIdx.x; c < nchunks; c += gridDim.x) {
-        int t = accel__amp_find(d, nt, c);
-        long long start = (c - d[t].chunk_begin) * (long long)ACCEL_AMP_CHUNK;
-        long long len = d[t].n - start;
-        long long i;
-        int ta = d[t].ta;
+        long long start, len, i;
+        int ta, t;
+        if (nt == 1) t = 0;
+        else if (nt <= (int)blockDim.x) /* one round of loads instead of log2(nt) dependent ones: t = #{begin <= c} - 1 */
+            t = __syncthreads_count((int)threadIdx.x < nt && d[threadIdx.x].chunk_begin <= c) - 1;
+        else t = accel__amp_find(d, nt, c);
+        start = (c - d[t].chunk_begin) * (long long)ACCEL_AMP_CHUNK;
+        len = d[t].n - start;
+        ta = d[t].ta;
         if (len > ACCEL_AMP_CHUNK) len = ACCEL_AMP_CHUNK;
         if (kind == ACCEL__AMP_K_UNSCALE) {
             if (ta == ACCEL_F32) {
                 float *p = (float *)d[t].a + start;
-                long long nv = (((size_t)p & 15u) == 0) ? len / 4 : 0;
+                int nv = (((size_t)p & 15u) == 0) ? (int)(len / 4) : 0;
                 float4 *p4 = (float4 *)p;
-                for (i = threadIdx.x; i < nv; i += blockDim.x) {
-                    float4 v = p4[i];
+                const float inv = kp.f0;
+                accel__amp_vloop<float4>(nv, [&](int j) { return p4[j]; }, [&](int j, float4 v) {
                     bad |= accel_amp_nonfinite(v.x) | accel_amp_nonfinite(v.y) | accel_amp_nonfinite(v.z) |
                            accel_amp_nonfinite(v.w);
-                    v.x = accel_amp_unscale1(v.x, kp.f0); v.y = accel_amp_unscale1(v.y, kp.f0);
-                    v.z = accel_amp_unscale1(v.z, kp.f0); v.w = accel_amp_unscale1(v.w, kp.f0);
-                    p4[i] = v;
-                }
+                    v.x = accel_amp_unscale1(v.x, inv); v.y = accel_amp_unscale1(v.y, inv);
+                    v.z = accel_amp_unscale1(v.z, inv); v.w = accel_amp_unscale1(v.w, inv);
+                    p4[j] = v;
+                });
                 for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) {
                     float v = p[i];
                     bad |= accel_amp_nonfinite(v);
-                    p[i] = accel_amp_unscale1(v, kp.f0);
+                    p[i] = accel_amp_unscale1(v, inv);
                 }
             } else {
                 for (i = threadIdx.x; i < len; i += blockDim.x) {
@@ -1049,32 +1104,68 @@ static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int n
             }
         } else if (kind == ACCEL__AMP_K_CONVERT) {
             int tb = d[t].tb;
-            if (ta == ACCEL_F32 && tb == ACCEL_BF16 && !kp.use_sr && (((size_t)((float *)d[t].a + start) & 15u) == 0) &&
-                (((size_t)((uint16_t *)d[t].b + start) & 7u) == 0)) {
-                const float4 *s4 = (const float4 *)((const float *)d[t].a + start);
-                uint2 *d2 = (uint2 *)((uint16_t *)d[t].b + start);
-                long long nv = len / 4;
-                for (i = threadIdx.x; i < nv; i += blockDim.x) {
-                    float4 v = s4[i];
-                    uint2 o;
-                    o.x = (unsigned)accel_f32_to_bf16(v.x) | ((unsigned)accel_f32_to_bf16(v.y) << 16);
-                    o.y = (unsigned)accel_f32_to_bf16(v.z) | ((unsigned)accel_f32_to_bf16(v.w) << 16);
-                    d2[i] = o;
-                }
+            const float *s = (const float *)d[t].a + start;
+            uint16_t *o = (uint16_t *)d[t].b + start;
+            int vec = ta == ACCEL_F32 && (tb == ACCEL_BF16 || tb == ACCEL_F16) && ((size_t)s & 15u) == 0 &&
+                      ((size_t)o & 7u) == 0;
+            int nv;
+            if (kp.use_sr) { /* F32 → BF16 stochastic: one Philox block per 4 elements when they share one */
+                unsigned long long base = kp.index_offset + (unsigned long long)start;
+                nv = (vec && (base & 3u) == 0) ? (int)(len / 4) : 0;
+                accel__amp_vloop<float4>(nv, [&](int j) { return ((const float4 *)s)[j]; },
+                                         [&](int j, float4 v) {
+                    uint32_t r[4];
+                    uint2 w;
+                    accel_rng_draw4(kp.seed, kp.step, (base >> 2) + (unsigned long long)j, r);
+                    w.x = (unsigned)accel_amp_f32_to_bf16_sr(v.x, r[0]) | ((unsigned)accel_amp_f32_to_bf16_sr(v.y, r[1]) << 16);
+                    w.y = (unsigned)accel_amp_f32_to_bf16_sr(v.z, r[2]) | ((unsigned)accel_amp_f32_to_bf16_sr(v.w, r[3]) << 16);
+                    ((uint2 *)o)[j] = w;
+                });
                 for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x)
-                    ((uint16_t *)d[t].b)[start + i] = accel_f32_to_bf16(((const float *)d[t].a)[start + i]);
-            } else if (kp.use_sr) { /* F32 → BF16 stochastic */
-                for (i = threadIdx.x; i < len; i += blockDim.x) {
-                    unsigned long long idx = kp.index_offset + (unsigned long long)(start + i);
-                    ((uint16_t *)d[t].b)[start + i] = accel_amp_f32_to_bf16_sr(
-                        ((const float *)d[t].a)[start + i], accel_amp_sr_bits(kp.seed, kp.step, idx));
-                }
+                    o[i] = accel_amp_f32_to_bf16_sr(s[i], accel_amp_sr_bits(kp.seed, kp.step, base + (unsigned long long)i));
+            } else if (vec) {
+                nv = (int)(len / 4);
+                if (tb == ACCEL_BF16)
+                    accel__amp_vloop<float4>(nv, [&](int j) { return ((const float4 *)s)[j]; },
+                                             [&](int j, float4 v) {
+                        ((uint2 *)o)[j] = make_uint2(accel__amp_pack_bf16x2(v.x, v.y), accel__amp_pack_bf16x2(v.z, v.w));
+                    });
+                else
+                    accel__amp_vloop<float4>(nv, [&](int j) { return ((const float4 *)s)[j]; },
+                                             [&](int j, float4 v) {
+                        ((uint2 *)o)[j] = make_uint2(accel__amp_pack_f16x2(v.x, v.y), accel__amp_pack_f16x2(v.z, v.w));
+                    });
+                for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) accel__amp_dstore(o, tb, i, s[i]);
             } else {
                 for (i = threadIdx.x; i < len; i += blockDim.x)
                     accel__amp_dstore(d[t].b, tb, start + i, accel__amp_dload(d[t].a, ta, start + i));
             }
         } else if (kind == ACCEL__AMP_K_NORM) {
-            for (i = threadIdx.x; i < len; i += blockDim.x) {
+            /* float64 accumulation: the total must agree with the CPU's float64 sum to ~1e-12 (torch accumulates
+               fp32 norms in fp32; ours is the more accurate one, at no cost in bandwidth) */
+            const float *p = (const float *)d[t].a + start;
+            int nv = (ta == ACCEL_F32 && ((size_t)p & 15u) == 0) ? (int)(len / 4) : 0;
+            if (nv && !kp.is_inf && kp.p == 2.0) {
+                accel__amp_vloop<float4>(nv, [&](int j) { return ((const float4 *)p)[j]; },
+                                         [&](int j, float4 v) {
+                    (void)j;
+                    acc += (double)v.x * (double)v.x + (double)v.y * (double)v.y +
+                           ((double)v.z * (double)v.z + (double)v.w * (double)v.w);
+                });
+            } else if (nv) {
+                accel__amp_vloop<float4>(nv, [&](int j) { return ((const float4 *)p)[j]; },
+                                         [&](int j, float4 v) {
+                    (void)j;
+                    if (kp.is_inf) {
+                        acc = accel__amp_max_nan(acc, fabs((double)v.x)); acc = accel__amp_max_nan(acc, fabs((double)v.y));
+                        acc = accel__amp_max_nan(acc, fabs((double)v.z)); acc = accel__amp_max_nan(acc, fabs((double)v.w));
+                    } else {
+                        acc += accel__amp_pow_term(v.x, kp.p) + accel__amp_pow_term(v.y, kp.p) +
+                               (accel__amp_pow_term(v.z, kp.p) + accel__amp_pow_term(v.w, kp.p));
+                    }
+                });
+            }
+            for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) {
                 float v = accel__amp_dload(d[t].a, ta, start + i);
                 if (kp.is_inf) acc = accel__amp_max_nan(acc, v < 0 ? -(double)v : (double)v);
                 else acc += accel__amp_pow_term(v, kp.p);
@@ -1082,14 +1173,14 @@ static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int n
         } else if (kind == ACCEL__AMP_K_SCALE) {
             if (ta == ACCEL_F32) {
                 float *p = (float *)d[t].a + start;
-                long long nv = (((size_t)p & 15u) == 0) ? len / 4 : 0;
+                int nv = (((size_t)p & 15u) == 0) ? (int)(len / 4) : 0;
                 float4 *p4 = (float4 *)p;
-                for (i = threadIdx.x; i < nv; i += blockDim.x) {
-                    float4 v = p4[i];
-                    v.x *= kp.f0; v.y *= kp.f0; v.z *= kp.f0; v.w *= kp.f0;
-                    p4[i] = v;
-                }
-                for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) p[i] *= kp.f0;
+                const float f = kp.f0;
+                accel__amp_vloop<float4>(nv, [&](int j) { return p4[j]; }, [&](int j, float4 v) {
+                    v.x *= f; v.y *= f; v.z *= f; v.w *= f;
+                    p4[j] = v;
+                });
+                for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) p[i] *= f;
             } else {
                 for (i = threadIdx.x; i < len; i += blockDim.x)
                     accel__amp_dstore(d[t].a, ta, start + i, accel__amp_dload(d[t].a, ta, start + i) * kp.f0);
@@ -1102,15 +1193,14 @@ static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int n
             unsigned m = 0;
             const float *p = (const float *)d[t].a + start;
             unsigned char *q = (unsigned char *)d[t].b + start;
-            long long nv = (ta == ACCEL_F32 && ((size_t)p & 15u) == 0 && ((size_t)q & 3u) == 0) ? len / 4 : 0;
+            int nv = (ta == ACCEL_F32 && ((size_t)p & 15u) == 0 && ((size_t)q & 3u) == 0) ? (int)(len / 4) : 0;
             const float4 *p4 = (const float4 *)p;
             unsigned *q4 = (unsigned *)q;
-            for (i = threadIdx.x; i < nv; i += blockDim.x) {
-                float4 v = p4[i];
+            accel__amp_vloop<float4>(nv, [&](int j) { return p4[j]; }, [&](int j, float4 v) {
                 m = max(m, max(max(accel__amp_absbits(v.x), accel__amp_absbits(v.y)),
                                max(accel__amp_absbits(v.z), accel__amp_absbits(v.w))));
-                q4[i] = accel__amp_q4(v, sc, e5, sat);
-            }
+                q4[j] = accel__amp_q4(v, sc, e5, sat);
+            });
             for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) {
                 float v = accel__amp_dload(d[t].a, ta, start + i);
                 m = max(m, accel__amp_absbits(v));
@@ -1121,22 +1211,25 @@ static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int n
             m = max(m, __shfl_xor_sync(0xffffffffu, m, 4));
             m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
             m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            if ((threadIdx.x & 31u) == 0 && m) atomicMax(kp.amax + d[t].slot, m);
+            /* an atomic only when it can raise the slot: the slot only grows during the launch, so a value read
+               from L2 that is already >= m means the atomic would change nothing (thousands of blocks queueing on
+               one address otherwise) */
+            if ((threadIdx.x & 31u) == 0 && m && m > __ldcg(kp.amax + d[t].slot)) atomicMax(kp.amax + d[t].slot, m);
         } else if (kind == ACCEL__AMP_K_FP8D) {
             int e5 = ta == ACCEL_F8_E5M2, tb = d[t].tb;
             float sc = d[t].scale;
             const unsigned char *p = (const unsigned char *)d[t].a + start;
             float *q = (float *)d[t].b + start;
-            long long nv = (tb == ACCEL_F32 && ((size_t)p & 3u) == 0 && ((size_t)q & 15u) == 0) ? len / 4 : 0;
-            for (i = threadIdx.x; i < nv; i += blockDim.x) {
-                unsigned w = ((const unsigned *)p)[i];
+            int nv = (tb == ACCEL_F32 && ((size_t)p & 3u) == 0 && ((size_t)q & 15u) == 0) ? (int)(len / 4) : 0;
+            accel__amp_vloop<unsigned>(nv, [&](int j) { return ((const unsigned *)p)[j]; },
+                                       [&](int j, unsigned w) {
                 float4 o;
                 o.x = accel_amp_fp8_to_f32((uint8_t)w, e5) * sc;
                 o.y = accel_amp_fp8_to_f32((uint8_t)(w >> 8), e5) * sc;
                 o.z = accel_amp_fp8_to_f32((uint8_t)(w >> 16), e5) * sc;
                 o.w = accel_amp_fp8_to_f32((uint8_t)(w >> 24), e5) * sc;
-                ((float4 *)q)[i] = o;
-            }
+                ((float4 *)q)[j] = o;
+            });
             for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x)
                 accel__amp_dstore(d[t].b, tb, start + i, accel_amp_fp8_to_f32(p[i], e5) * sc);
         } else { /* clamp */
@@ -1146,52 +1239,89 @@ static __global__ void accel__amp_kernel(int kind, const accel__amp_mt *d, int n
         }
     }
     if (kind == ACCEL__AMP_K_UNSCALE && bad) *found = 1;
-    if (kind == ACCEL__AMP_K_NORM) {
-        unsigned s;
-        red[threadIdx.x] = acc;
-        __syncthreads();
-        for (s = blockDim.x / 2; s > 0; s >>= 1) {
-            if (threadIdx.x < s) {
-                double o = red[threadIdx.x + s];
-                red[threadIdx.x] = kp.is_inf ? accel__amp_max_nan(red[threadIdx.x], o) : red[threadIdx.x] + o;
-            }
-            __syncthreads();
+    if (kind == ACCEL__AMP_K_NORM) { /* warp shuffles, then the warps' values in a fixed order: one barrier */
+        int o;
+        for (o = 16; o > 0; o >>= 1) {
+            double v = __shfl_xor_sync(0xffffffffu, acc, o);
+            acc = kp.is_inf ? accel__amp_max_nan(acc, v) : acc + v;
         }
-        if (threadIdx.x == 0) partials[blockIdx.x] = red[0];
+        if ((threadIdx.x & 31u) == 0) red[threadIdx.x >> 5] = acc;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned w;
+            for (w = 1; w < blockDim.x / 32u; ++w) acc = kp.is_inf ? accel__amp_max_nan(acc, red[w]) : acc + red[w];
+            partials[blockIdx.x] = acc;
+        }
     }
+}
+
+/* The norm's last step: the per-block partials summed (or maxed) in a fixed order by one block, so the total does
+   not depend on which SM finished first; the host reads back one double. */
+static __global__ void accel__amp_norm_final(const double *partials, int n, int is_inf, double *out) {
+    __shared__ double red[1024];
+    double a = 0.0;
+    int i;
+    unsigned s;
+    for (i = (int)threadIdx.x; i < n; i += (int)blockDim.x) a = is_inf ? accel__amp_max_nan(a, partials[i]) : a + partials[i];
+    red[threadIdx.x] = a;
+    __syncthreads();
+    for (s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] = is_inf ? accel__amp_max_nan(red[threadIdx.x], red[threadIdx.x + s])
+                                                       : red[threadIdx.x] + red[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = red[0];
 }
 
 /* Copies the descriptors into the Accelerator's device scratch (persistent, from the device allocator; reused in
    stream order, so everything here stays on acc->stream), runs one launch over every buffer, and reads back
-   found_inf / partials (only when asked: one synchronization). The host table may be freed on return (a pageable
-   host-to-device cudaMemcpyAsync has staged it by then). */
+   found_inf / the norm's total (only when asked: one synchronization, 4 or 8 bytes). The host table may be freed on
+   return (a pageable host-to-device cudaMemcpyAsync has staged it by then). */
 static accel_result accel__amp_launch(accel *acc, int kind, const accel__amp_mt *h, int nt, long long nchunks,
-                                      const accel__amp_kparams *kp, int *found_out, double *partials_out,
-                                      int *nblocks_out) {
+                                      const accel__amp_kparams *kp, int *found_out, double *norm_out) {
     cudaStream_t st = (cudaStream_t)acc->stream;
     unsigned char *scratch;
     size_t dbytes = sizeof(accel__amp_mt) * (size_t)nt;
     size_t off_found = (dbytes + 15u) & ~(size_t)15u;
     size_t off_part = off_found + 16u;
-    size_t total = off_part + sizeof(double) * ACCEL__AMP_MAX_BLOCKS;
-    int blocks = (int)(nchunks < ACCEL__AMP_MAX_BLOCKS ? nchunks : ACCEL__AMP_MAX_BLOCKS);
-    int dev_found = 0;
-    if (nblocks_out) *nblocks_out = blocks;
+    int blocks = (int)(nchunks < ACCEL__AMP_MAX_BLOCKS ? nchunks : ACCEL__AMP_MAX_BLOCKS), dev_found = 0;
+    size_t total = off_part + (norm_out ? sizeof(double) * ((size_t)blocks + 1) : 0);
+    double dev_norm = 0.0;
     if (found_out) *found_out = 0;
+    if (norm_out) *norm_out = 0.0;
     if (nchunks <= 0) return ACCEL_OK;
     scratch = (unsigned char *)accel__device_scratch(acc, total);
     if (!scratch) return accel__fail_wrap(acc, acc->last_result, "amp kernel arguments (%zu bytes)", total);
     ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(scratch, h, dbytes, cudaMemcpyHostToDevice, st));
     if (found_out) ACCEL__CUDA_CHECK(acc, cudaMemsetAsync(scratch + off_found, 0, 4, st));
-    accel__amp_kernel<<<blocks, ACCEL_AMP_CUDA_BLOCK, 0, st>>>(kind, (const accel__amp_mt *)scratch, nt, nchunks, *kp,
-                                                              (int *)(scratch + off_found), (double *)(scratch + off_part));
+    switch (kind) {
+#define ACCEL__AMP_LAUNCH(K)                                                                                           \
+    case K:                                                                                                            \
+        accel__amp_kernel<K><<<blocks, ACCEL_AMP_CUDA_BLOCK, 0, st>>>((const accel__amp_mt *)scratch, nt, nchunks, *kp,  \
+                                                                      (int *)(scratch + off_found),                    \
+                                                                      (double *)(scratch + off_part));                 \
+        break;
+    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_UNSCALE)
+    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_CONVERT)
+    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_NORM)
+    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_SCALE)
+    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_CLAMP)
+    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_FP8Q)
+    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_FP8D)
+#undef ACCEL__AMP_LAUNCH
+    default: return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "amp: unknown kernel kind %d", kind);
+    }
     ACCEL__CUDA_CHECK(acc, cudaGetLastError());
+    if (norm_out) {
+        double *part = (double *)(scratch + off_part);
+        accel__amp_norm_final<<<1, 1024, 0, st>>>(part, blocks, kp->is_inf, part + blocks);
+        ACCEL__CUDA_CHECK(acc, cudaGetLastError());
+        ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(&dev_norm, part + blocks, sizeof(double), cudaMemcpyDeviceToHost, st));
+    }
     if (found_out) ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(&dev_found, scratch + off_found, 4, cudaMemcpyDeviceToHost, st));
-    if (partials_out)
-        ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(partials_out, scratch + off_part, sizeof(double) * (size_t)blocks,
-                                               cudaMemcpyDeviceToHost, st));
-    if (found_out || partials_out) ACCEL__CUDA_CHECK(acc, cudaStreamSynchronize(st));
+    if (found_out || norm_out) ACCEL__CUDA_CHECK(acc, cudaStreamSynchronize(st));
     if (found_out) *found_out = dev_found != 0;
+    if (norm_out) *norm_out = dev_norm;
     return ACCEL_OK;
 }
 #endif /* __CUDACC__ */
@@ -1282,7 +1412,7 @@ static accel_result accel__amp_convert_list(accel *acc, const void *const *src, 
             c += ((long long)n[i] + ACCEL_AMP_CHUNK - 1) / ACCEL_AMP_CHUNK;
             ++k;
         }
-        r = accel__amp_launch(acc, ACCEL__AMP_K_CONVERT, h, k, c, &kp, NULL, NULL, NULL);
+        r = accel__amp_launch(acc, ACCEL__AMP_K_CONVERT, h, k, c, &kp, NULL, NULL);
         accel_host_free(acc, h);
         return r;
     }
@@ -1459,7 +1589,7 @@ ACCEL__DEF accel_result accel_amp_unscale_and_check(accel_amp_scaler *s, const a
         if (r == ACCEL_OK) {
             memset(&kp, 0, sizeof kp);
             kp.f0 = inv;
-            r = accel__amp_launch(acc, ACCEL__AMP_K_UNSCALE, h, nt, nc, &kp, &f, NULL, NULL);
+            r = accel__amp_launch(acc, ACCEL__AMP_K_UNSCALE, h, nt, nc, &kp, &f, NULL);
             accel_host_free(acc, h);
         }
         bad = (uint32_t)f;
@@ -1593,19 +1723,17 @@ static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int c
     } else {
 #ifdef __CUDACC__
         accel__amp_mt *h;
-        int nt, nb = 0;
+        int nt;
         long long nc = 0;
         accel__amp_kparams kp;
-        double part[ACCEL__AMP_MAX_BLOCKS];
         r = accel__amp_table(acc, grads, count, &h, &nt, &nc);
         if (r == ACCEL_OK) {
             memset(&kp, 0, sizeof kp);
             kp.p = norm_type;
             kp.is_inf = is_inf;
-            r = accel__amp_launch(acc, ACCEL__AMP_K_NORM, h, nt, nc, &kp, NULL, part, &nb);
+            r = accel__amp_launch(acc, ACCEL__AMP_K_NORM, h, nt, nc, &kp, NULL, &sum);
             accel_host_free(acc, h);
         }
-        for (i = 0; r == ACCEL_OK && i < nb && nc > 0; ++i) sum = is_inf ? accel__amp_max_nan(sum, part[i]) : sum + part[i];
 #else
         r = accel__amp_no_cuda(acc, "clip_grad_norm");
 #endif
@@ -1665,7 +1793,7 @@ static accel_result accel__amp_apply(accel *acc, const accel_tensor *grads, int 
         memset(&kp, 0, sizeof kp);
         kp.f0 = f0;
         kp.f1 = f1;
-        r = accel__amp_launch(acc, kind, h, nt, nc, &kp, NULL, NULL, NULL);
+        r = accel__amp_launch(acc, kind, h, nt, nc, &kp, NULL, NULL);
         accel_host_free(acc, h);
         return r;
     }
@@ -1907,7 +2035,7 @@ static accel_result accel__amp_fp8_launch(accel_amp_fp8 *f, int q, const int *sl
     memset(&kp, 0, sizeof kp);
     kp.fp8_sat = !f->no_saturate;
     kp.amax = (unsigned int *)f->amax_device;
-    r = accel__amp_launch(acc, q ? ACCEL__AMP_K_FP8Q : ACCEL__AMP_K_FP8D, h, k, c, &kp, NULL, NULL, NULL);
+    r = accel__amp_launch(acc, q ? ACCEL__AMP_K_FP8Q : ACCEL__AMP_K_FP8D, h, k, c, &kp, NULL, NULL);
     accel_host_free(acc, h);
     return r;
 }
