@@ -16,7 +16,7 @@
          accel.h: acc->end_of_dataloader and acc->remainder, which accumulation and gather_for_metrics use).
        - accel_data_token_file: llm.c token shards (GPT-2 uint16 / Llama-3 uint32), mmap'd, validated first.
        - accel_data_seq_loader: each rank gets disjoint (B, T+1) token windows of each global batch.
-       - accel_data_stager: pinned host buffer + cudaMemcpyAsync on acc->stream, double-buffered.
+       - accel_data_stager: pinned host buffers + cudaMemcpyAsync on acc->stream, a ring of 2 (8 for small batches).
 
    USAGE — the resume-safe loop: the shard counts the epochs, a checkpoint restores the epoch and the position
        accel_data_shard sh;
@@ -126,7 +126,8 @@
 
    MEMORY
      The sequence loader's tables go through acc's host allocator; the stager's buffers through accel_pinned_alloc
-     and accel_device_alloc (on a CPU run, or without an acc, two host buffers from accel_host_alloc).
+     and accel_device_alloc, one of each per slot (on a CPU run, or without an acc, two host buffers from
+     accel_host_alloc).
 
    THREADS AND STREAMS
      Objects are used by one thread at a time; distinct objects are independent, except that a shard or loader
@@ -354,17 +355,27 @@ ACCEL_API accel_result accel_data_seq_state_save(void *loader, void *buf, size_t
 ACCEL_API accel_result accel_data_seq_state_load(void *loader, const void *buf, size_t size);
 
 /* ------------------------------------------------------------------------------------------------ staging */
+#define ACCEL_DATA_STAGER_MAX_SLOTS 8
 typedef struct accel_data_stager {
     accel *acc;
     size_t bytes;
-    void *host[2];   /* pinned (accel_pinned_alloc) on a device */
-    void *dev[2];    /* == host[] on the CPU */
-    void *event[2];  /* cudaEvent_t of the copy out of host[i] */
-    int in_flight[2];
+    int nslots;      /* 2 on the CPU; on a device 2, 4 or 8, see accel_data_stager_init */
+    int group;       /* slots per event: one event covers the copies of nslots/2 consecutive slots */
+    int unrecorded;  /* copies enqueued since the last event */
+    void *host[ACCEL_DATA_STAGER_MAX_SLOTS];   /* pinned (accel_pinned_alloc) on a device */
+    void *dev[ACCEL_DATA_STAGER_MAX_SLOTS];    /* == host[] on the CPU */
+    void *event[ACCEL_DATA_STAGER_MAX_SLOTS];  /* cudaEvent_t after the copies out of the group starting at i */
+    int in_flight[ACCEL_DATA_STAGER_MAX_SLOTS];
     int slot;
     int on_device;
 } accel_data_stager;
 
+/* A ring of staging slots, each a host buffer and (on a device) a device buffer of `bytes`. On the CPU, 2 host buffers
+   and no copy. On a device, 2 slots, or more for small batches so that copies queue back to back instead of the host
+   waiting on each one (a 64 KiB batch copies in ~4 µs, about a host wake-up): nslots = 4 MiB / bytes rounded down
+   to a power of two in [2, ACCEL_DATA_STAGER_MAX_SLOTS]. One event per half ring (not per copy) keeps the host's
+   work per batch near one cudaMemcpyAsync. A device pointer from submit is not overwritten before nslots - 1 further
+   submits (at least the next one). */
 ACCEL_API accel_result accel_data_stager_init(accel *acc, accel_data_stager *st, size_t bytes);
 ACCEL_API void accel_data_stager_deinit(accel_data_stager *st); /* waits for copies in flight; safe when zeroed */
 /* The host buffer to fill next (waits until the copy that last used it has finished). */
@@ -1210,7 +1221,11 @@ ACCEL__DEF accel_result accel_data_seq_state_load(void *loader, const void *buf,
 ACCEL__DEF void accel_data_stager_deinit(accel_data_stager *st) {
     int i;
     if (!st) return;
-    for (i = 0; i < 2; ++i) {
+#ifdef ACCEL_WITH_CUDA
+    if (st->on_device && st->unrecorded && st->event[0] && st->acc) /* copies of a partly submitted group: wait for them too */
+        (void)cudaEventRecord((cudaEvent_t)st->event[0], (cudaStream_t)st->acc->stream);
+#endif
+    for (i = 0; i < st->nslots && i < ACCEL_DATA_STAGER_MAX_SLOTS; ++i) {
         if (st->on_device) {
 #ifdef ACCEL_WITH_CUDA
             if (st->event[i]) {
@@ -1233,6 +1248,8 @@ ACCEL__DEF accel_result accel_data_stager_init(accel *acc, accel_data_stager *st
     memset(st, 0, sizeof *st);
     st->acc = acc;
     st->bytes = bytes;
+    st->nslots = 2;
+    st->group = 1;
     if (!acc || acc->device < 0) {
         for (i = 0; i < 2; ++i) {
             st->host[i] = accel_host_alloc(acc, bytes);
@@ -1246,7 +1263,12 @@ ACCEL__DEF accel_result accel_data_stager_init(accel *acc, accel_data_stager *st
     }
 #ifdef ACCEL_WITH_CUDA
     st->on_device = 1;
-    for (i = 0; i < 2; ++i) {
+    {
+        size_t want = ((size_t)4 << 20) / bytes;
+        while (st->nslots < ACCEL_DATA_STAGER_MAX_SLOTS && (size_t)st->nslots * 2 <= want) st->nslots *= 2;
+        st->group = st->nslots / 2;
+    }
+    for (i = 0; i < st->nslots; ++i) {
         cudaEvent_t ev;
         cudaError_t e;
         st->host[i] = accel_pinned_alloc(acc, bytes);
@@ -1277,7 +1299,8 @@ ACCEL__DEF accel_result accel_data_stager_host(accel_data_stager *st, void **hos
     if (!st || !host || !st->host[0])
         return ACCEL__FAIL(st ? st->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "stager_host: not initialized");
 #ifdef ACCEL_WITH_CUDA
-    if (st->on_device && st->in_flight[st->slot]) {
+    if (st->on_device && st->slot % st->group == 0 && st->in_flight[st->slot]) {
+        /* the group's event follows the copies out of all its slots (stream order) */
         cudaError_t e = cudaEventSynchronize((cudaEvent_t)st->event[st->slot]);
         if (e != cudaSuccess)
             return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaEventSynchronize failed: %s", cudaGetErrorString(e));
@@ -1296,18 +1319,23 @@ ACCEL__DEF accel_result accel_data_stager_submit(accel_data_stager *st, void **d
 #ifdef ACCEL_WITH_CUDA
     if (st->on_device) {
         cudaStream_t stream = st->acc->stream;
+        int g0 = s - s % st->group;
         cudaError_t e = cudaMemcpyAsync(st->dev[s], st->host[s], st->bytes, cudaMemcpyHostToDevice, stream);
         if (e != cudaSuccess)
             return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaMemcpyAsync of %zu bytes failed: %s", st->bytes,
                                cudaGetErrorString(e));
-        e = cudaEventRecord((cudaEvent_t)st->event[s], stream);
-        if (e != cudaSuccess)
-            return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaEventRecord failed: %s", cudaGetErrorString(e));
-        st->in_flight[s] = 1;
+        st->unrecorded = 1;
+        if (s + 1 == g0 + st->group) { /* the group's last slot: one event after its copies */
+            e = cudaEventRecord((cudaEvent_t)st->event[g0], stream);
+            if (e != cudaSuccess)
+                return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaEventRecord failed: %s", cudaGetErrorString(e));
+            st->in_flight[g0] = 1;
+            st->unrecorded = 0;
+        }
     }
 #endif
     *device = st->dev[s];
-    st->slot ^= 1;
+    st->slot = (s + 1) % st->nslots;
     return ACCEL_OK;
 }
 

@@ -84,6 +84,31 @@ int main(void) {
         accel_data_stager_deinit(&st);
         AT_EQ_INT(pc.frees, 2);
         AT_EQ_INT(dc.frees, 2);
+        /* a small batch gets a ring of 8 slots: copies queue without the host waiting; each batch's device copy
+           holds its own bytes when read back, and stays intact for the next 7 submits (read back all 8 at the end) */
+        {
+            const size_t small = (size_t)64 << 10;
+            void *devs[24];
+            int s8;
+            AT_EQ_INT(accel_data_stager_init(&acc, &st, small), ACCEL_OK);
+            AT_EQ_INT(st.nslots, 8);
+            AT_EQ_INT(pc.allocs, 2 + 8);
+            for (step = 0; step < 24; ++step) {
+                void *host = NULL;
+                AT_EQ_INT(accel_data_stager_host(&st, &host), ACCEL_OK);
+                memset(host, 0x40 + step, small);
+                AT_EQ_INT(accel_data_stager_submit(&st, &devs[step]), ACCEL_OK);
+            }
+            for (s8 = 16; s8 < 24; ++s8) {
+                AT_EQ_INT(cudaMemcpyAsync(check, devs[s8], small, cudaMemcpyDeviceToHost, (cudaStream_t)acc.stream), cudaSuccess);
+                AT_EQ_INT(cudaStreamSynchronize((cudaStream_t)acc.stream), cudaSuccess);
+                AT_CHECK_MSG(check[0] == 0x40 + s8 && check[small - 1] == 0x40 + s8, "each ring slot holds its own batch");
+            }
+            AT_CHECK(devs[16] == devs[8] && devs[16] != devs[17]); /* the ring wraps after 8 */
+            accel_data_stager_deinit(&st);
+            AT_EQ_INT(pc.frees, 2 + 8);
+            AT_EQ_INT(dc.frees, 2 + 8);
+        }
         accel_shutdown(&acc);
         free(check);
     }
