@@ -1060,13 +1060,113 @@ static int accel__ckpt_is_device_ptr(const void *p) {
 #define ACCEL__CKPT_STAGE_BYTES ((size_t)8 << 20)
 #define ACCEL__CKPT_IO_CHUNK ((size_t)1 << 20)
 
+/* Readers of one staging chunk: the caller and up to 3 helper threads, each pread-ing a slice. One thread copies
+   from the page cache at 5-8 GB/s, below what pinned host-to-device copies take (~50 GB/s): a 1 GiB tensor loaded
+   at 0.75x safetensors.torch (whose pageable copy is done by the driver) until the reads were split. */
+#define ACCEL__CKPT_READERS 4
+#define ACCEL__CKPT_SPLIT_MIN ((size_t)1 << 20) /* below this a chunk is read by the caller alone */
+
+struct accel__ckpt_stage;
+typedef struct accel__ckpt_reader { struct accel__ckpt_stage *s; int k; } accel__ckpt_reader;
+
 /* Created empty (nothing allocated until a device tensor needs it); the buffers come from acc's pinned allocator. */
 typedef struct accel__ckpt_stage {
     accel *acc;
     void *buf[2]; /* pinned host buffers */
     void *ev[2];  /* cudaEvent_t */
     int ready;
+    /* the helper readers (started with the buffers, stopped in stage_end) */
+    int nhelp, sync_ok, quit, busy, err;
+    unsigned long gen;
+    pthread_t th[ACCEL__CKPT_READERS - 1];
+    accel__ckpt_reader arg[ACCEL__CKPT_READERS - 1];
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    int fd;
+    unsigned char *dst;
+    uint64_t off;
+    size_t len;
 } accel__ckpt_stage;
+
+/* Only device loads use the readers (through pinned buffers); plain POSIX, so a CPU test drives them too. */
+/* Slice k of P of [0, len): 4 KiB-aligned cuts, the last slice takes the rest. */
+static ACCEL__UNUSED void accel__ckpt_slice(size_t len, int k, int P, size_t *lo, size_t *hi) {
+    *lo = k == 0 ? 0 : (size_t)((uint64_t)len * (uint64_t)k / (uint64_t)P) & ~(size_t)4095;
+    *hi = k == P - 1 ? len : (size_t)((uint64_t)len * (uint64_t)(k + 1) / (uint64_t)P) & ~(size_t)4095;
+}
+static ACCEL__UNUSED void *accel__ckpt_reader_main(void *p) {
+    accel__ckpt_reader *a = (accel__ckpt_reader *)p;
+    accel__ckpt_stage *s = a->s;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        int fd, rc;
+        unsigned char *dst;
+        uint64_t off;
+        size_t lo, hi;
+        while (!s->quit && s->gen == seen) pthread_cond_wait(&s->go, &s->mu);
+        if (s->quit) break;
+        seen = s->gen;
+        fd = s->fd; dst = s->dst; off = s->off;
+        accel__ckpt_slice(s->len, a->k, s->nhelp + 1, &lo, &hi);
+        pthread_mutex_unlock(&s->mu);
+        rc = hi > lo ? accel__pread_all(fd, dst + lo, hi - lo, off + lo) : 0;
+        pthread_mutex_lock(&s->mu);
+        if (rc != 0) s->err = errno ? errno : EIO;
+        if (--s->busy == 0) pthread_cond_signal(&s->done);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+/* pread of len bytes at off into dst, split among the readers; 0 or -1 with errno set. */
+static ACCEL__UNUSED int accel__ckpt_stage_pread(accel__ckpt_stage *s, int fd, void *dst, size_t len, uint64_t off) {
+    size_t lo, hi;
+    int rc, err;
+    if (s->nhelp == 0 || len < ACCEL__CKPT_SPLIT_MIN) return accel__pread_all(fd, dst, len, off);
+    pthread_mutex_lock(&s->mu);
+    s->fd = fd; s->dst = (unsigned char *)dst; s->off = off; s->len = len;
+    s->err = 0; s->busy = s->nhelp; ++s->gen;
+    pthread_cond_broadcast(&s->go);
+    pthread_mutex_unlock(&s->mu);
+    accel__ckpt_slice(len, 0, s->nhelp + 1, &lo, &hi);
+    rc = accel__pread_all(fd, dst, hi - lo, off); /* slice 0 starts at 0 */
+    err = rc != 0 ? (errno ? errno : EIO) : 0;
+    pthread_mutex_lock(&s->mu);
+    while (s->busy > 0) pthread_cond_wait(&s->done, &s->mu); /* never leave a helper writing into the buffer */
+    if (!err) err = s->err;
+    pthread_mutex_unlock(&s->mu);
+    if (err) { errno = err; return -1; }
+    return 0;
+}
+static void accel__ckpt_readers_stop(accel__ckpt_stage *s) {
+    int k;
+    if (!s->sync_ok) return;
+    pthread_mutex_lock(&s->mu);
+    s->quit = 1;
+    pthread_cond_broadcast(&s->go);
+    pthread_mutex_unlock(&s->mu);
+    for (k = 0; k < s->nhelp; ++k) pthread_join(s->th[k], NULL);
+    pthread_cond_destroy(&s->go);
+    pthread_cond_destroy(&s->done);
+    pthread_mutex_destroy(&s->mu);
+    s->nhelp = 0;
+    s->sync_ok = 0;
+}
+/* readers - 1 helper threads (fewer if a thread cannot be started: the caller then reads more itself). */
+static ACCEL__UNUSED void accel__ckpt_readers_start(accel__ckpt_stage *s, int readers) {
+    int want = (readers > ACCEL__CKPT_READERS ? ACCEL__CKPT_READERS : readers) - 1, k;
+    if (want <= 0 || s->sync_ok) return;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) return;
+    if (pthread_cond_init(&s->go, NULL) != 0) { pthread_mutex_destroy(&s->mu); return; }
+    if (pthread_cond_init(&s->done, NULL) != 0) { pthread_cond_destroy(&s->go); pthread_mutex_destroy(&s->mu); return; }
+    s->sync_ok = 1;
+    for (k = 0; k < want; ++k) {
+        s->arg[k].s = s;
+        s->arg[k].k = k + 1;
+        if (pthread_create(&s->th[k], NULL, accel__ckpt_reader_main, &s->arg[k]) != 0) break;
+        s->nhelp = k + 1;
+    }
+}
 
 static void accel__ckpt_stage_begin(accel__ckpt_stage *s, accel *acc) {
     memset(s, 0, sizeof *s);
@@ -1074,6 +1174,7 @@ static void accel__ckpt_stage_begin(accel__ckpt_stage *s, accel *acc) {
 }
 static void accel__ckpt_stage_end(accel__ckpt_stage *s) {
     int i;
+    accel__ckpt_readers_stop(s);
     for (i = 0; i < 2; ++i) {
         accel_pinned_free(s->acc, s->buf[i]);
 #ifdef ACCEL_WITH_CUDA
@@ -1100,6 +1201,10 @@ static accel_result accel__ckpt_stage_init(accel *acc, accel__ckpt_stage *s) {
             return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaEventCreate: %s", cudaGetErrorString(e));
         }
         s->ev[i] = (void *)ev;
+    }
+    { /* as many readers as CPUs, up to ACCEL__CKPT_READERS (none extra on a single CPU) */
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        accel__ckpt_readers_start(s, ncpu < 1 ? 1 : ncpu > ACCEL__CKPT_READERS ? ACCEL__CKPT_READERS : (int)ncpu);
     }
     s->ready = 1;
     return ACCEL_OK;
@@ -1163,7 +1268,7 @@ static accel_result accel__ckpt_read_to_device(accel *acc, accel__ckpt_stage *s,
             if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
         }
         if (fd >= 0) {
-            if (accel__pread_all(fd, s->buf[b], len, off0 + off) != 0) {
+            if (accel__ckpt_stage_pread(s, fd, s->buf[b], len, off0 + off) != 0) {
                 (void)cudaStreamSynchronize(st);
                 return accel__io_fail(acc, "cannot read", what);
             }
