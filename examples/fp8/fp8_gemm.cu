@@ -42,19 +42,22 @@ typedef struct gemm {
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algo[8]; /* the heuristic's candidates, best first; gemm_pick keeps the first that runs */
+    int nalgo;
     void *ws;
     size_t ws_bytes;
     int amax_d; /* cuBLASLt writes the output amax */
 } gemm;
+
+static void gemm_free(gemm *g);
 
 /* y (M×N row-major, BF16) = x (M×K row-major) · wᵀ (w: N×K row-major). In cuBLASLt's column-major terms:
    yᵀ (N×M) = op(w) · xᵀ with op = transpose — the "TN" layout FP8 GEMMs require. */
 static int gemm_plan(gemm *g, int M, int N, int K, const float *d_sinv_w, const float *d_sinv_x, float *d_amax, int amax) {
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cublasLtMatmulPreference_t pref;
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
+    cublasLtMatmulHeuristicResult_t res[8];
+    int found = 0, i;
     memset(g, 0, sizeof *g);
     g->ws_bytes = (size_t)32 << 20;
     CK(cudaMalloc(&g->ws, g->ws_bytes));
@@ -70,26 +73,44 @@ static int gemm_plan(gemm *g, int M, int N, int K, const float *d_sinv_w, const 
     LT(cublasLtMatrixLayoutCreate(&g->ld, CUDA_R_16BF, N, M, N));
     LT(cublasLtMatmulPreferenceCreate(&pref));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes, sizeof g->ws_bytes));
-    if (cublasLtMatmulAlgoGetHeuristic(g->lt, g->op, g->la, g->lb, g->ld, g->ld, pref, 1, &res, &found) !=
+    if (cublasLtMatmulAlgoGetHeuristic(g->lt, g->op, g->la, g->lb, g->ld, g->ld, pref, 8, res, &found) !=
             CUBLAS_STATUS_SUCCESS || found == 0) {
         cublasLtMatmulPreferenceDestroy(pref);
+        gemm_free(g);
         return 0;
     }
-    g->algo = res.algo;
+    for (i = 0; i < found; ++i) g->algo[i] = res[i].algo;
+    g->nalgo = found;
     g->amax_d = amax;
     cublasLtMatmulPreferenceDestroy(pref);
     return 1;
 }
 static void gemm_free(gemm *g) {
+    if (!g->lt) return;
     cublasLtMatrixLayoutDestroy(g->la); cublasLtMatrixLayoutDestroy(g->lb); cublasLtMatrixLayoutDestroy(g->ld);
     cublasLtMatmulDescDestroy(g->op);
     cublasLtDestroy(g->lt);
     cudaFree(g->ws);
+    g->lt = NULL;
 }
 static cublasStatus_t gemm_run(gemm *g, const void *w8, const void *x8, void *y, cudaStream_t st) {
     float alpha = 1.0f, beta = 0.0f;
-    return cublasLtMatmul(g->lt, g->op, &alpha, w8, g->la, x8, g->lb, &beta, y, g->ld, y, g->ld, &g->algo, g->ws,
+    return cublasLtMatmul(g->lt, g->op, &alpha, w8, g->la, x8, g->lb, &beta, y, g->ld, y, g->ld, &g->algo[0], g->ws,
                           g->ws_bytes, st);
+}
+/* A heuristic candidate can still be refused at run time (CUBLAS_STATUS_NOT_SUPPORTED): keep the first one that runs,
+   and say how many were refused. */
+static cublasStatus_t gemm_pick(gemm *g, const void *w8, const void *x8, void *y, cudaStream_t st) {
+    cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+    int i;
+    for (i = 0; i < g->nalgo; ++i) {
+        g->algo[0] = g->algo[i];
+        s = gemm_run(g, w8, x8, y, st);
+        if (s != CUBLAS_STATUS_NOT_SUPPORTED) break;
+    }
+    if (i > 0) printf("cuBLASLt refused %d of %d heuristic candidates at run time (status %d)\n", i, g->nalgo, (int)s);
+    g->nalgo = 1;
+    return s;
 }
 
 int main(int argc, char **argv) {
@@ -131,7 +152,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&dx8, (size_t)M * K));
     CK(cudaMalloc(&dw8, (size_t)N * K));
     CK(cudaMalloc(&dy, sizeof(__nv_bfloat16) * (size_t)M * N));
-    CK(cudaMalloc(&dsinv, 2 * sizeof(float)));
+    CK(cudaMalloc(&dsinv, 8 * sizeof(float))); /* x's scale_inv at [0], W's at [4]: each 16-byte aligned */
     CK(cudaMalloc(&damax, sizeof(float)));
     CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)M * K, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dw, hw, sizeof(float) * (size_t)N * K, cudaMemcpyHostToDevice));
@@ -142,19 +163,19 @@ int main(int argc, char **argv) {
     q[1] = src[1]; q[1].ptr = dw8; q[1].dtype = ACCEL_F8_E4M3;
     deq[0] = src[0]; deq[0].ptr = dx; /* dequantized in place of the fp32 inputs once they are no longer needed */
     deq[1] = src[1]; deq[1].ptr = dw;
-    if (!gemm_plan(&g, M, N, K, dsinv + 1, dsinv, damax, 1)) {
+    if (!gemm_plan(&g, M, N, K, dsinv + 4, dsinv, damax, 1)) {
         printf("cuBLASLt has no FP8 algorithm with the output amax for BF16 output here: computing the amax without it\n");
-        if (!gemm_plan(&g, M, N, K, dsinv + 1, dsinv, damax, 0)) { printf("cuBLASLt: no FP8 algorithm: skipped\n"); return 77; }
+        if (!gemm_plan(&g, M, N, K, dsinv + 4, dsinv, damax, 0)) { printf("cuBLASLt: no FP8 algorithm: skipped\n"); return 77; }
     }
     for (step = 0; step < 2; ++step) {
         cudaStream_t st = (cudaStream_t)acc.stream;
-        float sinv[2] = {f.scale_inv[0], f.scale_inv[1]}, amax = 0, ymax = 0;
+        float sinv[8] = {f.scale_inv[0], 0, 0, 0, f.scale_inv[1], 0, 0, 0}, amax = 0, ymax = 0;
         double worst = 0, maxrel_fp32 = 0;
         int m, n, k, bad = 0;
         AC(&acc, accel_amp_fp8_quantize(&f, NULL, src, q, 2));               /* x, W → E4M3, amax recorded */
         CK(cudaMemcpyAsync(dsinv, sinv, sizeof sinv, cudaMemcpyHostToDevice, st));
         CK(cudaMemsetAsync(damax, 0, sizeof(float), st));
-        LT(gemm_run(&g, dw8, dx8, dy, st));
+        LT(step == 0 ? gemm_pick(&g, dw8, dx8, dy, st) : gemm_run(&g, dw8, dx8, dy, st));
         CK(cudaMemcpyAsync(hy, dy, sizeof(__nv_bfloat16) * (size_t)M * N, cudaMemcpyDeviceToHost, st));
         CK(cudaMemcpyAsync(&amax, damax, sizeof(float), cudaMemcpyDeviceToHost, st));
         CK(cudaStreamSynchronize(st));
