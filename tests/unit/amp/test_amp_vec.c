@@ -7,6 +7,7 @@
      1 (read-only path), powers of two, inexact factors, factors that overflow to Inf or go subnormal, on random bits
      and all specials; found_inf against the scalar OR with one non-finite planted at every position of every length
      0..80 (body lanes, block boundaries, tail), and zero when all are finite;
+   - outputs of 4 MiB and more (streaming stores): every element at destination offsets 0..17, guard after the end;
    - the public accel_amp_convert / accel_amp_unscale_and_check on a large buffer (the same dispatch) against the same
      scalar references.
    Without AVX2 (or built with ACCEL_AMP_NO_DISPATCH on a baseline target) the dispatched entry points are still checked
@@ -81,6 +82,37 @@ static void tails_conv(conv_fn f, int bf16, const char *name) {
             }
         }
     AT_EQ_INT(bad, 0);
+}
+
+static uint32_t special_bits(uint32_t k);
+
+/* Outputs of 4 MiB and more take the streaming-store path (an unaligned head converted one by one up to the next
+   32-byte boundary, streamed body, scalar tail): every element against the codec at destination offsets 0..17
+   (each 32-byte phase of a uint16 pointer, and past it), with a guard element after the end. */
+static void large_conv(conv_fn f, int bf16, const char *name) {
+    const size_t n = ((size_t)5 << 19) + 13; /* 5 MiB + 26 bytes of output */
+    float *s = (float *)malloc((n + 32) * sizeof(float));
+    uint16_t *d = (uint16_t *)malloc((n + 32) * sizeof(uint16_t));
+    size_t off, i;
+    long bad = 0;
+    at_context = name;
+    if (!s || !d) { AT_CHECK(!"out of memory"); free(s); free(d); return; }
+    for (i = 0; i < n + 32; ++i) s[i] = bitsf(i % 97 == 5 ? special_bits((uint32_t)i) : rnd32());
+    for (off = 0; off < 18; off += (off < 4 ? 1 : 7)) {
+        for (i = 0; i < n + 32; ++i) d[i] = 0xabcd;
+        f(s + off, d + off, n);
+        for (i = 0; i < n + 32; ++i) {
+            uint16_t want = (i >= off && i < off + n) ? (bf16 ? accel_f32_to_bf16(s[i]) : accel_f32_to_f16(s[i])) : 0xabcd;
+            if (d[i] != want) {
+                if (bad < 5) fprintf(stderr, "%s: offset %zu, element %zu: 0x%04x, the codec 0x%04x\n", name, off, i,
+                                     (unsigned)d[i], (unsigned)want);
+                ++bad;
+            }
+        }
+    }
+    AT_EQ_INT(bad, 0);
+    free(s);
+    free(d);
 }
 
 typedef uint32_t (*unscale_fn)(float *, size_t, float);
@@ -204,11 +236,13 @@ int main(void) {
     if (vec) {
         exhaustive_conv(accel__amp_cpu_f32_to_bf16_avx2, 1, "fp32->bf16 AVX2, all 2^32 inputs");
         tails_conv(accel__amp_cpu_f32_to_bf16_avx2, 1, "fp32->bf16 AVX2, lengths and offsets");
+        large_conv(accel__amp_cpu_f32_to_bf16_avx2, 1, "fp32->bf16 AVX2, streaming stores");
         check_unscale(accel__amp_cpu_unscale_f32_avx2, "unscale_f32 AVX2");
     }
     if (f16c) {
         exhaustive_conv(accel__amp_cpu_f32_to_f16_avx2, 0, "fp32->fp16 AVX2+F16C, all 2^32 inputs");
         tails_conv(accel__amp_cpu_f32_to_f16_avx2, 0, "fp32->fp16 AVX2+F16C, lengths and offsets");
+        large_conv(accel__amp_cpu_f32_to_f16_avx2, 0, "fp32->fp16 AVX2+F16C, streaming stores");
     }
 #endif
     tails_conv(conv_bf16_dispatched, 1, "fp32->bf16 dispatched, lengths and offsets");
