@@ -35,7 +35,7 @@ int main(void) {
     AT_CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof path, "%s/f.bin", dir);
     data = (unsigned char *)malloc(FILE_BYTES);
-    buf = (unsigned char *)malloc(((size_t)8 << 20) + 64);
+    buf = (unsigned char *)malloc(((size_t)8 << 20) + 128); /* the longest read (8 MiB + 7) and its 64-byte guard */
     AT_CHECK(data && buf);
     for (i = 0; i < FILE_BYTES; ++i) data[i] = gen_byte(i);
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
