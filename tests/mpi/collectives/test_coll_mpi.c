@@ -2,7 +2,8 @@
    itself from every rank's deterministic inputs; 16-bit float sums against fp64; async handles; Accelerate helpers
    (pad_across_processes, gather_for_metrics, objects); the reducer against per-tensor all-reduces; debug-mode
    mismatches; sub-communicators.
-   usage: test_coll_mpi [basic|fault|fault-large] (fault-large: the stall in a 256 KiB all-reduce) */
+   usage: test_coll_mpi [basic|fault|fault-large|fault-reducer] (fault-large: the stall in a 256 KiB all-reduce;
+   fault-reducer: the stall while the DDP reducer has a bucket in flight) */
 #include "accel.h"
 #include "accel_collectives.h"
 #include "accel_test.h"
@@ -1063,6 +1064,92 @@ static void fault(size_t n) {
     accel_coll_destroy(c);
 }
 
+/* The reducer's poll inside grad_ready: the last rank stalls before its backward; the others mark the first bucket's
+   gradients ready (its all-reduce starts), compute past the 1 s deadline without any MPI call, and mark a gradient of
+   the second bucket. That grad_ready's poll finds the in-flight bucket timed out and returns ACCEL_ERR_TIMEOUT there;
+   the failed bucket unpacks nothing into its gradients (they keep this rank's own values, not the 1/P-scaled packed
+   copy); reducer_wait then fails at once and the context refuses further work. The stalled rank's late step ends
+   within its own deadline. */
+static void fault_reducer(void) {
+    enum { NT = 8, N = 50000 }; /* 200 KB each, 1 MiB buckets: bucket 0 = w7..w2, bucket 1 = w1, w0 */
+    static float g[NT][N];
+    accel_coll *c;
+    accel_coll_desc cd;
+    accel_coll_reducer *red;
+    accel_coll_reducer_desc rd;
+    accel_tensor gt[NT];
+    char names[NT][8];
+    double t0, dt;
+    int t, i, bad = 0, n0, idx[NT], in0[NT];
+    accel_result r;
+    memset(&cd, 0, sizeof cd);
+    cd.timeout_ms = 1000;
+    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+    memset(&rd, 0, sizeof rd);
+    rd.bucket_cap_mb = 1.0;
+    rd.flat = ACCEL_OFF; /* the rows are contiguous: buckets, not the flat in-place all-reduce */
+    AT_EQ_INT(accel_coll_reducer_create(c, &rd, &red), ACCEL_OK);
+    for (t = 0; t < NT; ++t) {
+        snprintf(names[t], sizeof names[t], "w%d", t);
+        gt[t] = f32_tensor(names[t], g[t], N);
+    }
+    AT_EQ_INT(accel_coll_reducer_add(red, gt, NT), ACCEL_OK);
+    AT_EQ_INT(accel_coll_reducer_finalize(red), ACCEL_OK);
+    AT_EQ_INT(accel_coll_reducer_is_flat(red), 0);
+    AT_EQ_INT(accel_coll_reducer_num_buckets(red), 2);
+    n0 = accel_coll_reducer_bucket(red, 0, idx, NT);
+    AT_CHECK(n0 >= 2 && n0 < NT);
+    memset(in0, 0, sizeof in0);
+    for (i = 0; i < n0; ++i) in0[idx[i]] = 1;
+    /* a healthy step first: every rank's values averaged */
+    for (t = 0; t < NT; ++t)
+        for (i = 0; i < N; ++i) g[t][i] = (float)(R + 1);
+    for (t = NT - 1; t >= 0; --t) AT_EQ_INT(accel_coll_grad_ready(red, t), ACCEL_OK);
+    AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+    for (t = 0; t < NT; ++t)
+        for (i = 0; i < N; ++i) bad += g[t][i] != (float)(P + 1) / 2.0f;
+    AT_EQ_INT(bad, 0);
+    for (t = 0; t < NT; ++t)
+        for (i = 0; i < N; ++i) g[t][i] = (float)(10 * (R + 1)) + (float)i;
+    if (R == P - 1) {
+        sleep(3); /* stalled: no grad_ready, no MPI call, past the others' deadline */
+        t0 = accel_now();
+        for (t = NT - 1; t >= 0; --t)
+            if (accel_coll_grad_ready(red, t) != ACCEL_OK) break;
+        r = accel_coll_reducer_wait(red);
+        dt = accel_now() - t0;
+        AT_CHECK_MSG(dt < 2.5, "the late rank's step ends within its own deadline");
+        (void)r; /* OK (a collective matched the others' abandoned op) or an error: never a hang */
+    } else {
+        for (t = 0; t < NT; ++t)
+            if (in0[t]) AT_EQ_INT(accel_coll_grad_ready(red, t), ACCEL_OK); /* the last one launches bucket 0 */
+        t0 = accel_now();
+        while (accel_now() - t0 < 1.6) { /* "computing" past the deadline, with no MPI call */
+        }
+        t = 0;
+        while (in0[t]) ++t; /* the first gradient of bucket 1 */
+        AT_EQ_INT(accel_coll_grad_ready(red, t), ACCEL_ERR_TIMEOUT); /* bucket 1's first gradient: the poll */
+        dt = accel_now() - t0;
+        AT_CHECK_MSG(dt < 2.0, "the timeout is reported by the first grad_ready after the deadline");
+        AT_CONTAINS(accel_last_error(&acc), "within 1.0 s");
+        for (t = 0; t < NT; ++t)
+            if (in0[t])
+                for (i = 0; i < N; ++i) bad += g[t][i] != (float)(10 * (R + 1)) + (float)i;
+        AT_EQ_INT(bad, 0); /* nothing unpacked from the failed reduction */
+        t0 = accel_now();
+        AT_CHECK(accel_coll_reducer_wait(red) != ACCEL_OK); /* the step fails at once, no second deadline */
+        AT_EQ_INT(accel_coll_barrier(c), ACCEL_ERR_STATE);
+        AT_CHECK(accel_now() - t0 < 0.5);
+        for (t = 0; t < NT; ++t)
+            if (in0[t])
+                for (i = 0; i < N; ++i) bad += g[t][i] != (float)(10 * (R + 1)) + (float)i;
+        AT_EQ_INT(bad, 0); /* and not by the failed wait either */
+    }
+    AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK); /* the core's own communicator still works */
+    accel_coll_reducer_destroy(red);
+    accel_coll_destroy(c);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     accel_desc d;
@@ -1081,6 +1168,7 @@ int main(int argc, char **argv) {
     init_tables();
     if (!strcmp(mode, "fault")) fault(1024);
     else if (!strcmp(mode, "fault-large")) fault(65536);
+    else if (!strcmp(mode, "fault-reducer")) fault_reducer();
     else basic();
     rc = at_finish("collectives_mpi");
     accel_shutdown(&acc);
