@@ -620,30 +620,22 @@ ACCEL__AMP_TARGET_AVX2 static void accel__amp_cpu_f32_to_bf16_avx2(const float *
     const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
     const __m256i rb = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
     size_t i = 0, head = accel__amp_nt_head(d, n);
-    if (head != (size_t)-1) {
+    int nt = head != (size_t)-1;
+    if (nt)
         for (; i < head; ++i) d[i] = accel_f32_to_bf16(s[i]);
-        for (; i + 16 <= n; i += 16) {
-            __m256i u0 = _mm256_loadu_si256((const __m256i *)(const void *)(s + i));
-            __m256i u1 = _mm256_loadu_si256((const __m256i *)(const void *)(s + i + 8));
-            __m256i r0 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u0, rb), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one)), 16);
-            __m256i r1 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u1, rb), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one)), 16);
-            r0 = _mm256_blendv_epi8(r0, rb, _mm256_cmpgt_epi32(_mm256_and_si256(u0, absm), inf));
-            r1 = _mm256_blendv_epi8(r1, rb, _mm256_cmpgt_epi32(_mm256_and_si256(u1, absm), inf));
-            _mm256_stream_si256((__m256i *)(void *)(d + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8));
-        }
-        _mm_sfence(); /* streaming stores are weakly ordered: make them visible before returning */
-        for (; i < n; ++i) d[i] = accel_f32_to_bf16(s[i]);
-        return;
-    }
     for (; i + 16 <= n; i += 16) {
         __m256i u0 = _mm256_loadu_si256((const __m256i *)(const void *)(s + i));
         __m256i u1 = _mm256_loadu_si256((const __m256i *)(const void *)(s + i + 8));
         __m256i r0 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u0, rb), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one)), 16);
         __m256i r1 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u1, rb), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one)), 16);
+        __m256i o;
         r0 = _mm256_blendv_epi8(r0, rb, _mm256_cmpgt_epi32(_mm256_and_si256(u0, absm), inf));
         r1 = _mm256_blendv_epi8(r1, rb, _mm256_cmpgt_epi32(_mm256_and_si256(u1, absm), inf));
-        _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8));
+        o = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8);
+        if (nt) _mm256_stream_si256((__m256i *)(void *)(d + i), o); /* d + i is 32-byte aligned after the head */
+        else _mm256_storeu_si256((__m256i *)(void *)(d + i), o);
     }
+    if (nt) _mm_sfence(); /* streaming stores are weakly ordered: make them visible before returning */
     for (; i < n; ++i) d[i] = accel_f32_to_bf16(s[i]);
 }
 /* accel_f32_to_f16 on 16 lanes: F16C's round-to-nearest-even conversion (the same rounding, overflow and subnormals),
