@@ -56,10 +56,17 @@
      timeout_ms    deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s). A peer that
                    never arrives gives ACCEL_ERR_TIMEOUT instead of a hang; the context is then unusable (every
                    later call fails fast) — destroy it and stop, as torch's watchdog does.
-     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline (an all-reduce on 2 ranks:
-                   a ring of MPI_Isend/MPI_Irecv + MPI_Reduce_local from 64 KiB, one exchange below, instead of
-                   MPI_Iallreduce, whose libnbc form on < 4 ranks is reduce + broadcast, ~0.8x the blocking call;
-                   sums are bitwise MPI's, and both ranks always hold the same bits);
+     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline. An all-reduce of host
+                   memory (or staged device memory) runs on point-to-point messages + MPI_Reduce_local instead of
+                   MPI_Iallreduce, whose libnbc forms ran at 0.63-0.87x the blocking call: on 2 ranks a ring from
+                   64 KiB and one exchange below (sums bitwise MPI's); on 3-64 ranks a direct reduce-scatter +
+                   all-gather (one round up to the eager limit) in which every element is the rank-order sum
+                   (x0 + x1) + x2 + ... — the same bits whatever the buffer's length or the element's position, so a
+                   tensor summed in a bucket equals the tensor summed alone (MPI's own 3+-rank algorithms give no
+                   such order). The ranks always hold the same bits. Out of place, the send buffer is read where it
+                   is (no copy into recv first: 1.2-1.7x MPI_Allreduce, which copies). Scratch: about the buffer's
+                   size on 3+ ranks, half of it on 2 (one buffer kept for the next call). More than 64 ranks:
+                   MPI_Iallreduce;
                    nonzero: plain blocking MPI calls (no deadline, the MPI library's own algorithms). Async ops always
                    have the deadline.
      debug         accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). When on, before each collective
@@ -736,9 +743,18 @@ struct accel_coll_request {
     MPI_Request mreq;
     int has_mreq;         /* an MPI operation is in flight (ring: rreq[0..1] instead of mreq) */
     /* ring all-reduce (accel__coll_ring_*): reduce-scatter then allgather over point-to-point messages */
-    int ring, ring_step;  /* ring: 1 ring, 2 two-rank exchange; ring_step: 0 .. 2(P-1) */
+    int ring, ring_step;  /* ring: 1 ring, 2 two-rank exchange, 3 direct (3+ ranks), 4 direct in one round (small);
+                             ring_step: 0 .. 2(P-1) */
+    int ring_direct;      /* not in place: step 0 reads ring_src and receives straight into ring_buf (no copy) */
     MPI_Request rreq[2];  /* this step's send and receive */
+    MPI_Request *rq;      /* the requests in flight: rreq (ring, exchange) or 2(P-1) in ring_tmp (direct) */
+    int nrq;
     unsigned char *ring_buf, *ring_tmp;
+    const unsigned char *ring_src;
+    int fold_k;           /* direct: the next rank whose contribution is folded in (rank order) */
+    unsigned char *fold_acc; /* direct: where the running fold is (ring_buf's own chunk once it got there) */
+    unsigned char *dslots;   /* direct: P-1 receive slots of dslot_bytes, after the requests in ring_tmp */
+    size_t dslot_bytes;
     size_t ring_tmp_bytes;
     MPI_Datatype ring_t;
     MPI_Op ring_op;
@@ -784,6 +800,16 @@ static int accel__coll_reducible(accel_dtype dt) {
 
 /* ------------------------------------------------------------------------------------------------------ 3. MPI bits */
 #ifdef ACCEL_WITH_MPI
+/* MPI_Testall without statuses, in one place: MPICH defines MPI_STATUSES_IGNORE as (MPI_Status *)1 and GCC's access
+   attribute on MPI_Testall then warns (-Wstringop-overflow) that count statuses are written to a region of size 0 */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+static int accel__mpi_testall(int n, MPI_Request *reqs, int *done) { return MPI_Testall(n, reqs, done, MPI_STATUSES_IGNORE); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #define ACCEL__COLL_USER_OP(NAME, OP, BF)                                                                              \
     static void NAME(void *in, void *inout, int *len, MPI_Datatype *dtp) {                                             \
         const uint16_t *a = (const uint16_t *)in;                                                                      \
@@ -1110,7 +1136,7 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
             if (q->has_mreq) {
                 int done = 0;
                 while (!done && accel_now() < until)
-                    if ((q->ring ? MPI_Testall(2, q->rreq, &done, MPI_STATUSES_IGNORE)
+                    if ((q->ring ? accel__mpi_testall(q->nrq, q->rq, &done)
                                  : MPI_Test(&q->mreq, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) break;
                 if (done) { q->has_mreq = 0; accel__coll_release(q); continue; }
                 ++pending;
@@ -1249,8 +1275,8 @@ static void accel__coll_orphan(accel_coll_request *q) {
    counter (every rank posts the same collectives in the same order), so concurrent async all-reduces don't mix.
    Used on 2 ranks only: there an element is one commutative operation (a op b == b op a bitwise, whatever the
    algorithm), so results equal MPI's own to the bit. With 3+ ranks the ring's association order depends on an
-   element's chunk, so a bucket reduced by the ring would differ in the last bit from the same tensor reduced alone
-   (and from MPI_Allreduce); those keep MPI_Iallreduce (libnbc picks its own ring there for 4+ ranks, not in place).
+   element's chunk, so a bucket reduced by the ring would differ in the last bit from the same tensor reduced alone;
+   3+ ranks take the direct all-reduce below instead (accel__coll_direct_*).
    Below ACCEL__COLL_RING_MIN_BYTES on 2 ranks the ring is one exchange (q->ring == 2): each rank sends its whole
    buffer and receives the peer's, then both compute rank0 op rank1 in that operand order (rank 0 reduces into the
    scratch and copies back), so the ranks agree to the bit even for MAX/MIN with NaN or signed zeros. That is one
@@ -1279,20 +1305,25 @@ static void accel__coll_ring_chunks(const accel_coll_request *q, int s, int *sk,
 
 static int accel__coll_ring_post(accel_coll_request *q) {
     accel_coll *c = q->c;
-    int P = c->size, sk, rk, scnt, rcnt, mrc;
+    int P = c->size, sk, rk, scnt, rcnt, mrc, direct;
     size_t es = accel_dtype_size(q->dt), soff, roff;
     if (q->ring == 2) { /* the whole-buffer exchange */
-        mrc = MPI_Irecv(q->ring_tmp, (int)q->count, q->ring_t, 1 - c->rank, q->ring_tag, c->comm, &q->rreq[1]);
-        if (mrc == MPI_SUCCESS) mrc = MPI_Isend(q->ring_buf, (int)q->count, q->ring_t, 1 - c->rank, q->ring_tag, c->comm, &q->rreq[0]);
+        mrc = MPI_Irecv(q->ring_direct ? q->ring_buf : q->ring_tmp, (int)q->count, q->ring_t, 1 - c->rank, q->ring_tag,
+                        c->comm, &q->rreq[1]);
+        if (mrc == MPI_SUCCESS)
+            mrc = MPI_Isend(q->ring_direct ? q->ring_src : q->ring_buf, (int)q->count, q->ring_t, 1 - c->rank, q->ring_tag,
+                            c->comm, &q->rreq[0]);
         return mrc;
     }
     accel__coll_ring_chunks(q, q->ring_step, &sk, &rk);
     accel__coll_ring_chunk(q, sk, &soff, &scnt);
     accel__coll_ring_chunk(q, rk, &roff, &rcnt);
-    mrc = MPI_Irecv(q->ring_step < P - 1 ? (void *)q->ring_tmp : (void *)(q->ring_buf + roff * es), rcnt, q->ring_t,
-                    (c->rank + P - 1) % P, q->ring_tag, c->comm, &q->rreq[1]);
+    direct = q->ring_direct && q->ring_step == 0;
+    mrc = MPI_Irecv(q->ring_step < P - 1 && !direct ? (void *)q->ring_tmp : (void *)(q->ring_buf + roff * es), rcnt,
+                    q->ring_t, (c->rank + P - 1) % P, q->ring_tag, c->comm, &q->rreq[1]);
     if (mrc == MPI_SUCCESS)
-        mrc = MPI_Isend(q->ring_buf + soff * es, scnt, q->ring_t, (c->rank + 1) % P, q->ring_tag, c->comm, &q->rreq[0]);
+        mrc = MPI_Isend((direct ? q->ring_src : q->ring_buf) + soff * es, scnt, q->ring_t, (c->rank + 1) % P, q->ring_tag,
+                        c->comm, &q->rreq[0]);
     return mrc;
 }
 
@@ -1303,10 +1334,12 @@ static int accel__coll_ring_test(accel_coll_request *q, int *flag) {
     *flag = 0;
     for (;;) {
         done = 0;
-        mrc = MPI_Testall(2, q->rreq, &done, MPI_STATUSES_IGNORE);
+        mrc = accel__mpi_testall(2, q->rreq, &done);
         if (mrc != MPI_SUCCESS || !done) return mrc;
         if (q->ring == 2) { /* rank0 op rank1 on both ranks (MPI_Reduce_local: inout = in op inout) */
-            if (q->c->rank == 0) {
+            if (q->ring_direct) { /* rank 0, not in place: rank 1's buffer arrived in ring_buf */
+                mrc = MPI_Reduce_local(q->ring_src, q->ring_buf, (int)q->count, q->ring_t, q->ring_op);
+            } else if (q->c->rank == 0) {
                 mrc = MPI_Reduce_local(q->ring_buf, q->ring_tmp, (int)q->count, q->ring_t, q->ring_op);
                 if (mrc == MPI_SUCCESS) memcpy(q->ring_buf, q->ring_tmp, q->count * es);
             } else {
@@ -1318,7 +1351,10 @@ static int accel__coll_ring_test(accel_coll_request *q, int *flag) {
         if (q->ring_step < P - 1) {
             accel__coll_ring_chunks(q, q->ring_step, &sk, &rk);
             accel__coll_ring_chunk(q, rk, &roff, &rcnt);
-            mrc = MPI_Reduce_local(q->ring_tmp, q->ring_buf + roff * es, rcnt, q->ring_t, q->ring_op);
+            if (q->ring_direct && q->ring_step == 0) /* mine op the left neighbour's, which arrived in ring_buf */
+                mrc = MPI_Reduce_local(q->ring_src + roff * es, q->ring_buf + roff * es, rcnt, q->ring_t, q->ring_op);
+            else
+                mrc = MPI_Reduce_local(q->ring_tmp, q->ring_buf + roff * es, rcnt, q->ring_t, q->ring_op);
             if (mrc != MPI_SUCCESS) return mrc;
         }
         if (++q->ring_step == 2 * (P - 1)) { *flag = 1; return MPI_SUCCESS; }
@@ -1330,10 +1366,20 @@ static int accel__coll_ring_test(accel_coll_request *q, int *flag) {
 static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv, size_t es,
                                            MPI_Datatype t, MPI_Op op) {
     int exchange = accel__coll_exchange(c, q->count * es); /* 2 ranks, small: one exchange */
-    size_t tmp = exchange ? q->count * es : (q->count / (size_t)c->size + 1) * es;
+    int inplace = send == MPI_IN_PLACE || send == recv;
+    /* Not in place, the send buffer is read where it is instead of being copied to recv first (that copy cost ~10 %
+       of a 16 MiB 2-rank all-reduce): the ring's step 0 sends from it and receives the neighbour's chunk straight
+       into recv, then recv = mine op neighbour's; the exchange does that on rank 0 (rank 0's operand comes first).
+       Only the 2-rank ring (one reduce-scatter step) and rank 0 of the exchange need no scratch then. */
+    int direct = !inplace && (exchange ? c->rank == 0 : c->size == 2);
+    size_t tmp = direct ? 0 : exchange ? q->count * es : (q->count / (size_t)c->size + 1) * es;
     int mrc;
-    if (send != MPI_IN_PLACE && send != recv) memcpy(recv, send, q->count * es);
-    if (c->ring_cache && c->ring_cache_bytes >= tmp) {
+    if (!inplace && !direct) memcpy(recv, send, q->count * es);
+    q->ring_tmp = NULL;
+    q->ring_tmp_bytes = 0;
+    if (tmp == 0) {
+        /* no scratch */
+    } else if (c->ring_cache && c->ring_cache_bytes >= tmp) {
         q->ring_tmp = (unsigned char *)c->ring_cache;
         q->ring_tmp_bytes = c->ring_cache_bytes;
         c->ring_cache = NULL;
@@ -1344,18 +1390,192 @@ static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q,
     }
     q->ring = exchange ? 2 : 1;
     q->ring_step = 0;
+    q->ring_direct = direct;
+    q->ring_src = direct ? (const unsigned char *)send : (const unsigned char *)recv;
     q->ring_buf = (unsigned char *)recv;
     q->ring_t = t;
     q->ring_op = op;
     q->ring_tag = (int)(c->ring_seq++ % 32767u);
     q->rreq[0] = q->rreq[1] = MPI_REQUEST_NULL;
+    q->rq = q->rreq;
+    q->nrq = 2;
     q->has_mreq = 1;
     mrc = accel__coll_ring_post(q);
     if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "all_reduce (ring step 0)", __FILE__, __LINE__);
     return ACCEL_OK;
 }
 
+/* Direct all-reduce of the polled path on 3..ACCEL__COLL_DIRECT_MAX_RANKS ranks (q->ring == 3). Rank r owns chunk r
+   (accel__coll_ring_chunk). Phase 1: every rank sends chunk k to rank k and receives its own chunk from every
+   other rank, all at once, then folds the contributions in rank order: x0 op x1 op ... op x(P-1), left to right.
+   Phase 2: every rank sends its folded chunk to every other rank. Why not a ring, as on 2 ranks: a ring adds an
+   element's contributions starting from the rank that holds its chunk, so the association of a float sum depends
+   on the element's position in the buffer: a tensor summed inside a bucket would differ in the last bit from the
+   same tensor summed alone. Here every element of every buffer is the same rank-order sum, whatever the count or
+   the position, and the ranks hold the same bits (each chunk is folded once, then copied). MPI_Iallreduce, which
+   this replaces for 3+ ranks, has no such order (libnbc's ring, and its in-place fallback ran at 0.63-0.82x the
+   blocking call on 4 ranks). It moves what a ring moves (each rank sends and receives (P-1)/P of the buffer twice
+   and folds P-1 chunks) in 2 rounds of concurrent messages instead of 2(P-1) dependent steps.
+   The fold never copies: MPI_Reduce_local(in, inout) writes inout = in op inout, and every op accel uses is
+   commutative (a op b == b op a, bitwise for sums and products; MAX/MIN may pick the other of two NaNs or of -0/+0,
+   the same choice on every rank), so the running value moves into whichever buffer is writable — a receive slot,
+   then the own chunk of recv, where it stays. Not in place, the first other rank's chunk is received straight into
+   recv's own chunk, so nothing is copied from the send buffer either. Scratch: P-1 receive slots of one chunk.
+   Up to the MPI library's eager limit (c->eager_bytes) it is one round instead (q->ring == 4): every rank sends its
+   whole buffer to every other rank and folds all P contributions itself, with the same calls in the same operand
+   roles on every rank (MPI_Reduce_local(acc, x_k) for k = 1 .. P-1), so the ranks agree to the bit even for MAX/MIN
+   with NaN or signed zeros, and a sum has the bits of the two-phase form. One message latency instead of two
+   (3 ranks, 1 KiB: 0.46-0.82x MPI_Allreduce in two phases). */
+#define ACCEL__COLL_DIRECT_MAX_RANKS 64
+
+static unsigned char *accel__coll_direct_slot(const accel_coll_request *q, int k) { /* x_k's phase-1 receive buffer */
+    int r = q->c->rank;
+    size_t roff;
+    int rcnt;
+    accel__coll_ring_chunk(q, r, &roff, &rcnt);
+    if (q->ring_direct && k == (r == 0 ? 1 : 0)) return q->ring_buf + roff * accel_dtype_size(q->dt);
+    return q->dslots + (size_t)(k < r ? k : k - 1) * q->dslot_bytes;
+}
+
+/* posts phase 1 (ring_step 0) or phase 2 (1), or the one round (ring 4): rq[j] the send to, rq[P-1+j] the receive
+   from the j-th other rank */
+static int accel__coll_direct_post(accel_coll_request *q) {
+    accel_coll *c = q->c;
+    int P = c->size, r = c->rank, k, j, mrc = MPI_SUCCESS, mcnt, kcnt;
+    size_t es = accel_dtype_size(q->dt), moff, koff;
+    accel__coll_ring_chunk(q, r, &moff, &mcnt);
+    for (j = 0; j < 2 * (P - 1); ++j) q->rq[j] = MPI_REQUEST_NULL;
+    for (k = 0, j = 0; k < P && mrc == MPI_SUCCESS; ++k) {
+        if (k == r) continue;
+        if (q->ring == 4) { /* whole buffers: mine to rank k, rank k's into slot j */
+            mrc = MPI_Irecv(q->dslots + (size_t)j * q->dslot_bytes, (int)q->count, q->ring_t, k, q->ring_tag, c->comm,
+                            &q->rq[P - 1 + j]);
+            if (mrc == MPI_SUCCESS) mrc = MPI_Isend(q->ring_src, (int)q->count, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
+            ++j;
+            continue;
+        }
+        accel__coll_ring_chunk(q, k, &koff, &kcnt);
+        if (q->ring_step == 0) { /* chunk k to rank k; my chunk from rank k (empty chunks are not sent) */
+            if (mcnt > 0)
+                mrc = MPI_Irecv(accel__coll_direct_slot(q, k), mcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
+            if (mrc == MPI_SUCCESS && kcnt > 0)
+                mrc = MPI_Isend(q->ring_src + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
+        } else { /* my folded chunk to rank k; chunk k from rank k */
+            if (kcnt > 0) mrc = MPI_Irecv(q->ring_buf + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
+            if (mrc == MPI_SUCCESS && mcnt > 0)
+                mrc = MPI_Isend(q->ring_buf + moff * es, mcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
+        }
+        ++j;
+    }
+    return mrc;
+}
+
+static int accel__coll_direct_test(accel_coll_request *q, int *flag) {
+    accel_coll *c = q->c;
+    int P = c->size, r = c->rank, mrc, done, mcnt;
+    size_t es = accel_dtype_size(q->dt), moff;
+    unsigned char *own;
+    *flag = 0;
+    if (q->ring == 4) { /* one round: everything arrived (and mine left), then acc = x0; acc = acc op x_k, k = 1.. */
+        unsigned char *acc = NULL;
+        int k;
+        done = 0;
+        mrc = accel__mpi_testall(q->nrq, q->rq, &done);
+        if (mrc != MPI_SUCCESS || !done) return mrc;
+        if (q->ring_direct) memcpy(q->ring_buf, q->ring_src, q->count * es);
+        for (k = 0; k < P; ++k) {
+            unsigned char *xk = k == r ? q->ring_buf : q->dslots + (size_t)(k < r ? k : k - 1) * q->dslot_bytes;
+            if (k > 0) {
+                mrc = MPI_Reduce_local(acc, xk, (int)q->count, q->ring_t, q->ring_op);
+                if (mrc != MPI_SUCCESS) return mrc;
+            }
+            acc = xk;
+        }
+        if (acc != q->ring_buf) memcpy(q->ring_buf, acc, q->count * es);
+        *flag = 1;
+        return MPI_SUCCESS;
+    }
+    accel__coll_ring_chunk(q, r, &moff, &mcnt);
+    own = q->ring_buf + moff * es;
+    if (q->ring_step == 0) {
+        /* fold the contributions that arrived, in rank order */
+        while (mcnt > 0 && q->fold_k < P) {
+            int k = q->fold_k;
+            unsigned char *xk;
+            const unsigned char *in;
+            if (k == r) {
+                xk = q->ring_direct ? NULL : own; /* not in place, my contribution is read-only in the send buffer */
+                in = q->ring_src + moff * es;
+            } else {
+                MPI_Request *rr = &q->rq[P - 1 + (k < r ? k : k - 1)];
+                done = 0;
+                mrc = MPI_Test(rr, &done, MPI_STATUS_IGNORE);
+                if (mrc != MPI_SUCCESS || !done) return mrc;
+                xk = accel__coll_direct_slot(q, k);
+                in = xk;
+            }
+            if (k == 0) {
+                q->fold_acc = xk ? xk : (unsigned char *)(uintptr_t)in; /* read-only only while it is x0 */
+            } else if (q->fold_acc == own || !xk) {
+                /* the running value stays where it is: it is in recv's own chunk, or x_k is read-only */
+                mrc = MPI_Reduce_local(in, q->fold_acc, mcnt, q->ring_t, q->ring_op);
+                if (mrc != MPI_SUCCESS) return mrc;
+            } else {
+                mrc = MPI_Reduce_local(q->fold_acc, xk, mcnt, q->ring_t, q->ring_op);
+                if (mrc != MPI_SUCCESS) return mrc;
+                q->fold_acc = xk;
+            }
+            q->fold_k++;
+        }
+        done = 0;
+        mrc = accel__mpi_testall(q->nrq, q->rq, &done); /* the sends (recv's chunks are rewritten next) */
+        if (mrc != MPI_SUCCESS || !done) return mrc;
+        q->ring_step = 1;
+        mrc = accel__coll_direct_post(q);
+        if (mrc != MPI_SUCCESS) return mrc;
+    }
+    done = 0;
+    mrc = accel__mpi_testall(q->nrq, q->rq, &done);
+    if (mrc == MPI_SUCCESS && done) *flag = 1;
+    return mrc;
+}
+
+static accel_result accel__coll_direct_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv,
+                                             size_t es, MPI_Datatype t, MPI_Op op) {
+    int P = c->size, inplace = send == MPI_IN_PLACE || send == recv, mrc, one_round = q->count * es <= c->eager_bytes;
+    size_t reqb = ((size_t)(2 * (P - 1)) * sizeof(MPI_Request) + 63) & ~(size_t)63;
+    size_t slot = one_round ? q->count * es : (q->count / (size_t)P + 1) * es, tmp = reqb + (size_t)(P - 1) * slot;
+    if (c->ring_cache && c->ring_cache_bytes >= tmp) {
+        q->ring_tmp = (unsigned char *)c->ring_cache;
+        q->ring_tmp_bytes = c->ring_cache_bytes;
+        c->ring_cache = NULL;
+    } else {
+        q->ring_tmp = (unsigned char *)accel_host_alloc(c->acc, tmp);
+        if (!q->ring_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of scratch", tmp);
+        q->ring_tmp_bytes = tmp;
+    }
+    q->ring = one_round ? 4 : 3;
+    q->ring_step = 0;
+    q->ring_direct = !inplace;
+    q->ring_src = inplace ? (const unsigned char *)recv : (const unsigned char *)send;
+    q->ring_buf = (unsigned char *)recv;
+    q->ring_t = t;
+    q->ring_op = op;
+    q->ring_tag = (int)(c->ring_seq++ % 32767u);
+    q->rq = (MPI_Request *)(void *)q->ring_tmp;
+    q->nrq = 2 * (P - 1);
+    q->dslots = q->ring_tmp + reqb;
+    q->dslot_bytes = slot;
+    q->fold_k = 0;
+    q->fold_acc = NULL;
+    q->has_mreq = 1;
+    mrc = accel__coll_direct_post(q);
+    if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "all_reduce (direct, first round)", __FILE__, __LINE__);
+    return ACCEL_OK;
+}
+
 static int accel__coll_mpi_test(accel_coll_request *q, int *flag) {
+    if (q->ring >= 3) return accel__coll_direct_test(q, flag);
     return q->ring ? accel__coll_ring_test(q, flag) : MPI_Test(&q->mreq, flag, MPI_STATUS_IGNORE);
 }
 #endif
@@ -1638,6 +1858,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->kind == ACCEL__K_ALLREDUCE && P == 2 && (a->count >= 2 || (a->count == 1 && accel__coll_exchange(c, es))) &&
         (!a->dev || stage))
         return accel__coll_ring_start(c, q, send, recv, es, t, op);
+    if (a->kind == ACCEL__K_ALLREDUCE && P >= 3 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 && (!a->dev || stage))
+        return accel__coll_direct_start(c, q, send, recv, es, t, op);
     switch (a->kind) {
     case ACCEL__K_ALLREDUCE: mrc = MPI_Iallreduce(send, recv, n, t, op, c->comm, &q->mreq); break;
     case ACCEL__K_REDUCE: mrc = MPI_Ireduce(send, recv, n, t, op, a->root, c->comm, &q->mreq); break;

@@ -2,7 +2,9 @@
 /* Collectives benchmark (run under mpirun): JSON lines, one per measurement, every ratio from numbers of this run.
    1. all_reduce (F32, sum) through accel vs raw MPI_Allreduce on the same buffers, 1 KiB .. ACCEL_BENCH_MAX_BYTES
       (default 256 MiB): busbw (nccl-tests: algbw * 2(n-1)/n) and algbw; accel with its watchdog (MPI_Iallreduce +
-      polling, the default) and without (plain MPI_Allreduce inside accel).
+      polling, the default) and without (plain MPI_Allreduce inside accel); and in place, accel (watchdog) vs
+      MPI_Allreduce(MPI_IN_PLACE) — out of place MPI copies the send buffer first and accel's 2-rank ring does not,
+      so the in-place lines are the like-for-like comparison of the algorithms.
    2. gradient sync of GPT-2 small's 148 fp32 tensors (124,439,808 parameters): the bucketed reducer (and the flat
       single all-reduce) vs one accel all-reduce per tensor (for information: no goal; bucketing is for overlap, 4).
    3. with 2 ranks and /usr/bin/python3 + torch: torch.distributed (gloo, torch's own spawn on 2 processes) all_reduce
@@ -28,7 +30,8 @@ static double max_time(double t) {
     return t;
 }
 
-/* kind 0: accel (watchdog), 1: raw MPI_Allreduce, 2: accel without watchdog */
+/* kind 0: accel (watchdog), 1: raw MPI_Allreduce, 2: accel without watchdog, all from a into b; in place (in b, which
+   holds zeros so that repeated sums stay finite): 3 accel (watchdog), 4 MPI_Allreduce(MPI_IN_PLACE) */
 static double block(int kind, accel_coll *cw, accel_coll *cn, float *a, float *b, size_t n, int it) {
     double t0;
     int i;
@@ -36,7 +39,8 @@ static double block(int kind, accel_coll *cw, accel_coll *cn, float *a, float *b
     t0 = accel_now();
     for (i = 0; i < it; ++i) {
         if (kind == 1) MPI_Allreduce(a, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        else if (accel_coll_all_reduce(kind == 0 ? cw : cn, a, b, n, ACCEL_F32, ACCEL_COLL_SUM) != ACCEL_OK) {
+        else if (kind == 4) MPI_Allreduce(MPI_IN_PLACE, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else if (accel_coll_all_reduce(kind == 2 ? cn : cw, kind == 3 ? b : a, b, n, ACCEL_F32, ACCEL_COLL_SUM) != ACCEL_OK) {
             fprintf(stderr, "%s\n", accel_last_error(&acc));
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
@@ -67,7 +71,7 @@ static void sweep(size_t max_bytes) {
     for (S = 1024; S <= max_bytes; S *= 4) {
         size_t n = S / 4, i;
         float *a = (float *)malloc(S), *b = (float *)malloc(S);
-        double best[3] = {1e30, 1e30, 1e30}, bus = 2.0 * (P - 1) / P;
+        double best[5] = {1e30, 1e30, 1e30, 1e30, 1e30}, bus = 2.0 * (P - 1) / P;
         /* best of 7 blocks from 1 MiB up: with best of 3 blocks of 4 calls, accel without its watchdog (the same
            MPI_Allreduce call as the reference) came out at 0.87-1.03x of it at 16 MiB on a 2-core machine */
         int it = (int)(((size_t)256 << 20) / S / 4), reps = S >= ((size_t)1 << 20) ? 7 : 5, rep, k;
@@ -78,18 +82,25 @@ static void sweep(size_t max_bytes) {
         block(0, cw, cn, a, b, n, 1); /* warm up (page faults, connections) */
         block(1, cw, cn, a, b, n, 1);
         for (rep = 0; rep < reps; ++rep)
-            for (k = 0; k < 3; ++k) {
-                int kind = (k + rep) % 3; /* rotate the order so drift hits everyone */
-                double t = block(kind, cw, cn, a, b, n, it);
+            for (k = 0; k < 5; ++k) {
+                int kind = (k + rep) % 5; /* rotate the order so drift hits everyone */
+                double t;
+                if (kind >= 3) memset(b, 0, S);
+                t = block(kind, cw, cn, a, b, n, it);
                 if (t < best[kind]) best[kind] = t;
             }
-        snprintf(params, sizeof params, "\"bytes\": %zu, \"ranks\": %d, \"dtype\": \"F32\", \"op\": \"sum\", \"watchdog\": true", S, P);
+        snprintf(params, sizeof params, "\"bytes\": %zu, \"ranks\": %d, \"dtype\": \"F32\", \"op\": \"sum\", \"watchdog\": true, \"in_place\": false", S, P);
         snprintf(extra, sizeof extra, ", \"algbw_accel\": %.4f, \"algbw_reference\": %.4f, \"seconds_accel\": %.3e, \"seconds_reference\": %.3e",
                  S / best[0] / 1e9, S / best[1] / 1e9, best[0], best[1]);
         line("all_reduce", params, bus * S / best[0] / 1e9, bus * S / best[1] / 1e9, "MPI_Allreduce", S >= 65536 ? 0.98 : 0, extra);
-        snprintf(params, sizeof params, "\"bytes\": %zu, \"ranks\": %d, \"dtype\": \"F32\", \"op\": \"sum\", \"watchdog\": false", S, P);
+        snprintf(params, sizeof params, "\"bytes\": %zu, \"ranks\": %d, \"dtype\": \"F32\", \"op\": \"sum\", \"watchdog\": false, \"in_place\": false", S, P);
         snprintf(extra, sizeof extra, ", \"algbw_accel\": %.4f, \"algbw_reference\": %.4f", S / best[2] / 1e9, S / best[1] / 1e9);
         line("all_reduce", params, bus * S / best[2] / 1e9, bus * S / best[1] / 1e9, "MPI_Allreduce", S >= 65536 ? 0.98 : 0, extra);
+        /* in place (the reducer's case): against MPI_Allreduce(MPI_IN_PLACE), which copies nothing either */
+        snprintf(params, sizeof params, "\"bytes\": %zu, \"ranks\": %d, \"dtype\": \"F32\", \"op\": \"sum\", \"watchdog\": true, \"in_place\": true", S, P);
+        snprintf(extra, sizeof extra, ", \"algbw_accel\": %.4f, \"algbw_reference\": %.4f, \"seconds_accel\": %.3e, \"seconds_reference\": %.3e",
+                 S / best[3] / 1e9, S / best[4] / 1e9, best[3], best[4]);
+        line("all_reduce", params, bus * S / best[3] / 1e9, bus * S / best[4] / 1e9, "MPI_Allreduce(MPI_IN_PLACE)", S >= 65536 ? 0.98 : 0, extra);
         free(a);
         free(b);
     }

@@ -898,36 +898,61 @@ static void local_failures(void) {
 
 static void quiet_log(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
-/* Large all-reduces of the polled path (a ring over point-to-point messages on 2 ranks, MPI_Iallreduce otherwise):
-   three in flight at once with different contents and odd counts, completed in reverse order, bitwise equal to
-   MPI_Allreduce on MPI_COMM_WORLD (the independent reference: one commutative op per element on 2 ranks; within
-   1e-6 relative with 3+ ranks, where the association may differ; MAX bitwise). */
+/* Large all-reduces of the polled path (a ring over point-to-point messages on 2 ranks, the direct rank-order
+   all-reduce on 3+): three in flight at once with different contents and odd counts, completed in reverse order.
+   References: the sum every rank computes long-hand from every rank's inputs, in rank order (x0 + x1) + x2 + ...
+   in float — bitwise, for every P (on 2 ranks also MPI_Allreduce itself, bitwise: one commutative add); the same
+   data at another offset of a longer buffer gives the same bits (a tensor in a bucket = the tensor alone); MAX
+   bitwise against MPI; the send buffer is not written. */
+static float ring_input(size_t i, int k, int r) {
+    return (float)((double)((i * 2654435761u + (size_t)k) % 1000003) / 7919.0 * (r + 1) + 0.1 * k + 1e-3 * r);
+}
+
 static void ring_concurrent(accel_coll *c) {
-    enum { NQ = 3 };
+    enum { NQ = 3, SHIFT = 12345 };
     static const size_t ns[NQ] = {16385, 262147, 65536 * 3 + 1};
-    float *x[NQ], *y[NQ], *ref[NQ];
+    float *x[NQ], *y[NQ], *ref[NQ], *big, *bigout;
     accel_coll_request *q[NQ];
     size_t i;
-    int k, bad = 0;
+    int k, r, bad = 0;
     for (k = 0; k < NQ; ++k) {
         x[k] = (float *)malloc(ns[k] * 4);
         y[k] = (float *)malloc(ns[k] * 4);
         ref[k] = (float *)malloc(ns[k] * 4);
-        for (i = 0; i < ns[k]; ++i) x[k][i] = (float)((double)((i * 2654435761u + (size_t)k) % 1000003) / 7919.0 * (R + 1) + 0.1 * k);
-        MPI_Allreduce(x[k], ref[k], (int)ns[k], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        for (i = 0; i < ns[k]; ++i) {
+            float sum = ring_input(i, k, 0);
+            for (r = 1; r < P; ++r) sum += ring_input(i, k, r); /* left to right, rounded to float each time */
+            ref[k][i] = sum;
+            x[k][i] = ring_input(i, k, R);
+        }
+        if (P == 2) { /* one add per element: MPI's own result is the same bits */
+            MPI_Allreduce(x[k], y[k], (int)ns[k], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            bad += memcmp(y[k], ref[k], ns[k] * 4) != 0;
+        }
     }
+    AT_EQ_INT(bad, 0);
     /* k = 1 in place, the others into y */
     for (k = 0; k < NQ; ++k)
         AT_EQ_INT(accel_coll_all_reduce_async(c, x[k], k == 1 ? x[k] : y[k], ns[k], ACCEL_F32, ACCEL_COLL_SUM, &q[k]), ACCEL_OK);
     for (k = NQ - 1; k >= 0; --k) AT_EQ_INT(accel_coll_wait(q[k]), ACCEL_OK);
     for (k = 0; k < NQ; ++k) {
         const float *got = k == 1 ? x[k] : y[k];
-        if (P <= 2) bad += memcmp(got, ref[k], ns[k] * 4) != 0;
-        else /* 3+ ranks: MPI's blocking and nonblocking algorithms may associate the sum differently */
-            for (i = 0; i < ns[k]; ++i) bad += fabs((double)got[i] - (double)ref[k][i]) > 1e-6 * fabs((double)ref[k][i]) + 1e-30;
+        for (i = 0; i < ns[k]; ++i) bad += memcmp(&got[i], &ref[k][i], 4) != 0;
+        if (k != 1)
+            for (i = 0; i < ns[k]; ++i) bad += x[k][i] != ring_input(i, k, R); /* the send buffer is read only */
     }
     AT_EQ_INT(bad, 0);
-    bad = 0;
+    /* position: buffer 2's data at element SHIFT of a longer buffer (as in a bucket), out of place and in place */
+    big = (float *)malloc((ns[2] + 2 * SHIFT) * 4);
+    bigout = (float *)malloc((ns[2] + 2 * SHIFT) * 4);
+    for (i = 0; i < ns[2] + 2 * SHIFT; ++i) big[i] = (float)(i % 7) * (R + 1);
+    for (i = 0; i < ns[2]; ++i) big[SHIFT + i] = ring_input(i, 2, R);
+    AT_EQ_INT(accel_coll_all_reduce(c, big, bigout, ns[2] + 2 * SHIFT, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK);
+    AT_EQ_INT(accel_coll_all_reduce(c, big, big, ns[2] + 2 * SHIFT, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK);
+    AT_EQ_INT(memcmp(bigout + SHIFT, ref[2], ns[2] * 4), 0);
+    AT_EQ_INT(memcmp(big + SHIFT, ref[2], ns[2] * 4), 0);
+    free(big);
+    free(bigout);
     /* blocking, out of place then in place, max */
     for (k = 0; k < NQ; ++k) {
         for (i = 0; i < ns[k]; ++i) x[k][i] = (float)(((i + (size_t)R * 7) * 31) % 977) - 400.0f;
@@ -941,9 +966,13 @@ static void ring_concurrent(accel_coll *c) {
     for (k = 0; k < NQ; ++k) { free(x[k]); free(y[k]); free(ref[k]); }
 }
 
-/* Small all-reduces (< 64 KiB: on 2 ranks one exchange instead of MPI_Iallreduce): sums bitwise equal to
-   MPI_Allreduce, several in flight at once; MAX and MIN over NaN, -0.0 and +0.0 (where "a op b" depends on the operand
+/* Small all-reduces (< 64 KiB: on 2 ranks one exchange, on 3+ the direct all-reduce): sums bitwise equal to
+   MPI_Allreduce on 2 ranks and to the long-hand rank-order sum on 3+, several in flight at once; MAX and MIN over NaN, -0.0 and +0.0 (where "a op b" depends on the operand
    order) give every rank the same bits — checked by gathering each rank's result, not by trusting the algorithm. */
+static float small_input(size_t i, int k, int r) {
+    return (float)((double)((i * 40503u + (size_t)k * 17u) % 100003) / 977.0 * (r + 1) - 13.7 * r);
+}
+
 static void exchange_small(accel_coll *c) {
     enum { NQ = 4 };
     static const size_t ns[NQ] = {1, 7, 4096, 16383};
@@ -955,28 +984,32 @@ static void exchange_small(accel_coll *c) {
         x[k] = (float *)malloc(ns[k] * 4);
         y[k] = (float *)malloc(ns[k] * 4);
         ref[k] = (float *)malloc(ns[k] * 4);
-        for (i = 0; i < ns[k]; ++i) x[k][i] = (float)((double)((i * 40503u + (size_t)k * 17u) % 100003) / 977.0 * (R + 1) - 13.7 * R);
-        MPI_Allreduce(x[k], ref[k], (int)ns[k], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        for (i = 0; i < ns[k]; ++i) x[k][i] = small_input(i, k, R);
+        if (P <= 2) MPI_Allreduce(x[k], ref[k], (int)ns[k], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else /* 3+ ranks: the rank-order sum, long-hand */
+            for (i = 0; i < ns[k]; ++i) {
+                float sum = small_input(i, k, 0);
+                for (r = 1; r < P; ++r) sum += small_input(i, k, r);
+                ref[k][i] = sum;
+            }
     }
     for (k = 0; k < NQ; ++k)
         AT_EQ_INT(accel_coll_all_reduce_async(c, x[k], k % 2 ? x[k] : y[k], ns[k], ACCEL_F32, ACCEL_COLL_SUM, &q[k]), ACCEL_OK);
     for (k = 0; k < NQ; ++k) AT_EQ_INT(accel_coll_wait(q[k]), ACCEL_OK);
     for (k = 0; k < NQ; ++k) {
         const float *got = k % 2 ? x[k] : y[k];
-        if (P <= 2) bad += memcmp(got, ref[k], ns[k] * 4) != 0;
-        else
-            for (i = 0; i < ns[k]; ++i) bad += fabs((double)got[i] - (double)ref[k][i]) > 1e-6 * fabs((double)ref[k][i]) + 1e-30;
+        bad += memcmp(got, ref[k], ns[k] * 4) != 0;
     }
     AT_EQ_INT(bad, 0);
     /* MAX / MIN with NaN and signed zeros at every position pattern: the ranks must agree bitwise */
     all = (float *)malloc(4096 * 4 * (size_t)P);
-    for (op = 0; op < 2; ++op) {
-        size_t n = 4096;
+    for (op = 0; op < 4; ++op) { /* 4096 and 1000 elements: above and below the eager limit */
+        size_t n = op < 2 ? 4096 : 1000;
         for (i = 0; i < n; ++i) {
             unsigned v = (unsigned)((i / 4 + (size_t)R * (i % 4)) % 6);
             x[2][i] = v == 0 ? NAN : v == 1 ? -0.0f : v == 2 ? 0.0f : v == 3 ? 1.5f : v == 4 ? -2.0f : (float)i;
         }
-        AT_EQ_INT(accel_coll_all_reduce(c, x[2], y[2], n, ACCEL_F32, op ? ACCEL_COLL_MIN : ACCEL_COLL_MAX), ACCEL_OK);
+        AT_EQ_INT(accel_coll_all_reduce(c, x[2], y[2], n, ACCEL_F32, op % 2 ? ACCEL_COLL_MIN : ACCEL_COLL_MAX), ACCEL_OK);
         MPI_Allgather(y[2], (int)n * 4, MPI_BYTE, all, (int)n * 4, MPI_BYTE, MPI_COMM_WORLD);
         for (r = 1; r < P; ++r) bad += memcmp(all, all + (size_t)r * n, n * 4) != 0;
     }
@@ -1044,9 +1077,10 @@ static void fault(size_t n) {
     if (R == P - 1) {
         sleep(3);
         r = accel_coll_all_reduce(c, x, x, n, ACCEL_F32, ACCEL_COLL_SUM);
-        /* late: a collective MPI_Iallreduce matches the others' abandoned op and completes; the 2-rank ring's later
-           steps were abandoned by the peer, so the late rank's own deadline ends it instead: never a hang */
-        if (n * 4 >= 65536 && P == 2) AT_CHECK(r == ACCEL_OK || r == ACCEL_ERR_TIMEOUT);
+        /* late: the 2-rank exchange is one step, which matches the others' abandoned op and completes; the later
+           steps of the 2-rank ring and the second phase of the 3+-rank direct all-reduce were abandoned by the peers,
+           so the late rank's own deadline ends it instead: never a hang */
+        if ((n * 4 >= 65536 && P == 2) || P >= 3) AT_CHECK(r == ACCEL_OK || r == ACCEL_ERR_TIMEOUT);
         else AT_EQ_INT(r, ACCEL_OK);
     } else {
         t0 = accel_now();
