@@ -80,6 +80,10 @@
      flat          accel_toggle; ACCEL_DEFAULT: one in-place all-reduce when the gradients (in registration order)
                    are one contiguous buffer of one dtype on every rank, else buckets; ACCEL_OFF: always buckets;
                    ACCEL_ON: require the contiguous buffer (error otherwise).
+     After a failed reduction (ACCEL_ERR_TIMEOUT, a dead peer) the gradients are not a valid step: a packed bucket
+     unpacks nothing (its gradients keep this rank's values), but whatever is all-reduced in place — flat mode, and
+     host gradients >= 1 MiB on MPI (below) — may hold partial sums, with nothing to restore them from. Do not apply
+     the step; the context refuses further work anyway (timeout_ms).
      DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at
      first_bucket_mb and the others at bucket_cap_mb (a bucket closes at the first gradient that reaches the cap);
      buckets launch strictly in bucket order on every rank. Device gradients are packed into flat staging buffers on

@@ -993,8 +993,9 @@ ACCEL__DEF accel_result accel_prof_print_table(accel_prof *p, FILE *out) {
     accel__prof_settle(p);
     accel__prof_dev_sums(p);
     accel__sb_init(&b, p->acc);
-    accel__sb_printf(&b, "accel profile (rank %d): %lld recorded steps (steps 0-%lld", p->acc->process_index,
-                     (long long)p->recorded_steps, (long long)(p->step > 0 ? p->step - 1 : 0));
+    accel__sb_printf(&b, "accel profile (rank %d): %lld recorded steps (", p->acc->process_index, (long long)p->recorded_steps);
+    if (p->step > 0) accel__sb_printf(&b, "steps 0-%lld", (long long)(p->step - 1));
+    else accel__sb_printf(&b, "no step ended yet"); /* not "steps 0-0": that would claim one step */
     if (im->desc.active > 0)
         accel__sb_printf(&b, "; schedule wait %d, warmup %d, active %d, repeat %d, skip_first %d", im->desc.wait,
                          im->desc.warmup, im->desc.active, im->desc.repeat, im->desc.skip_first);

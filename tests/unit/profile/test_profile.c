@@ -322,6 +322,20 @@ static void test_stats(accel *acc) {
     at_context = "stats";
     AT_EQ_INT(accel_prof_create(acc, NULL, &p), ACCEL_OK);
     if (!p) return;
+    /* the table before any step ended says so (it used to print "steps 0-0", as if one step had run) */
+    f = tmpfile();
+    AT_CHECK(f != NULL);
+    if (f) {
+        char buf[4096];
+        size_t n;
+        AT_EQ_INT(accel_prof_print_table(p, f), ACCEL_OK);
+        rewind(f);
+        n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = 0;
+        fclose(f);
+        AT_CONTAINS(buf, "accel profile (rank 0): 0 recorded steps (no step ended yet)");
+        AT_CHECK(strstr(buf, "steps 0-") == NULL);
+    }
     AT_EQ_INT(accel_prof_range_id(p, "rare", &rare), ACCEL_OK);
     for (k = 0; k < 6; ++k) {
         t = accel_now();
@@ -401,7 +415,7 @@ static void test_stats(accel *acc) {
         n = fread(buf, 1, sizeof buf - 1, f);
         buf[n] = 0;
         fclose(f);
-        AT_CONTAINS(buf, "accel profile (rank 0): 6 recorded steps");
+        AT_CONTAINS(buf, "accel profile (rank 0): 6 recorded steps (steps 0-5)");
         AT_CONTAINS(buf, "\nstep ");
         AT_CONTAINS(buf, "\ndata ");
         AT_CONTAINS(buf, "\nforward ");
