@@ -747,8 +747,8 @@ struct accel_coll_request {
     MPI_Request mreq;
     int has_mreq;         /* an MPI operation is in flight (ring: rreq[0..1] instead of mreq) */
     /* ring all-reduce (accel__coll_ring_*): reduce-scatter then allgather over point-to-point messages */
-    int ring, ring_step;  /* ring: 1 ring, 2 two-rank exchange, 3 direct (3+ ranks), 4 direct in one round (small);
-                             ring_step: 0 .. 2(P-1) */
+    int ring, ring_step;  /* ring: 1 ring, 2 two-rank exchange, 3 direct (3+ ranks), 4 direct in one round (small),
+                             5 two-rank ring in segments (large); ring_step: 0 .. 2(P-1) */
     int ring_direct;      /* not in place: step 0 reads ring_src and receives straight into ring_buf (no copy) */
     MPI_Request rreq[2];  /* this step's send and receive */
     MPI_Request *rq;      /* the requests in flight: rreq (ring, exchange) or 2(P-1) in ring_tmp (direct) */
@@ -1367,6 +1367,108 @@ static int accel__coll_ring_test(accel_coll_request *q, int *flag) {
     }
 }
 
+/* The 2-rank ring for chunks over 2 segments (q->ring == 5): step 0 sends the peer's chunk as segments of
+   ACCEL__COLL_SEG_BYTES (all posted at once) and receives its own chunk segment by segment into two scratch slots,
+   reducing each one as it arrives and posting the receive two segments ahead; step 1 is the ring's (one message
+   each way). The same operations in the same operand order as the unsegmented ring, so the same bits; what changes
+   is that a segment is reduced while it is in the cache: with one chunk-sized receive, a 16 MiB all-reduce wrote
+   and re-read 8 MiB of scratch through memory. Not in place (ring_direct) the segments land in recv itself, as in
+   the ring. rq: [0, nseg(peer's chunk)) the sends, then the two receive slots; step 1 uses rq[0] and rq[1].
+   Only for chunks of ACCEL__COLL_SEG_MIN_CHUNK or more: below, both ranks' buffers and the scratch stay in the
+   last-level cache anyway, and the per-segment handshakes cost more than they save (measured on a 2-core EPYC,
+   32 MiB L3: 4 MiB all-reduces in segments 0.70-0.78x MPI_Allreduce in place, against 0.94-1.0x as one chunk;
+   16 MiB 1.04-1.24x, against 0.91-1.11x). */
+#define ACCEL__COLL_SEG_BYTES ((size_t)262144)
+#define ACCEL__COLL_SEG_MIN_CHUNK ((size_t)4 << 20)
+
+static int accel__coll_seg_n(const accel_coll_request *q, int chunk) {
+    size_t off, seg = ACCEL__COLL_SEG_BYTES / accel_dtype_size(q->dt);
+    int cnt;
+    accel__coll_ring_chunk(q, chunk, &off, &cnt);
+    return (int)(((size_t)cnt + seg - 1) / seg);
+}
+
+/* receive segment i of my chunk (1 - rank) */
+static int accel__coll_seg_recv(accel_coll_request *q, int i) {
+    size_t es = accel_dtype_size(q->dt), seg = ACCEL__COLL_SEG_BYTES / es, off;
+    int cnt, ns = accel__coll_seg_n(q, q->c->rank);
+    accel__coll_ring_chunk(q, 1 - q->c->rank, &off, &cnt);
+    off += (size_t)i * seg;
+    cnt = (int)((size_t)cnt - (size_t)i * seg < seg ? (size_t)cnt - (size_t)i * seg : seg);
+    return MPI_Irecv(q->ring_direct ? q->ring_buf + off * es : q->dslots + (size_t)(i % 2) * ACCEL__COLL_SEG_BYTES, cnt,
+                     q->ring_t, 1 - q->c->rank, q->ring_tag, q->c->comm, &q->rq[ns + i % 2]);
+}
+
+static int accel__coll_seg_test(accel_coll_request *q, int *flag) {
+    accel_coll *c = q->c;
+    int r = c->rank, ns = accel__coll_seg_n(q, r), nm = accel__coll_seg_n(q, 1 - r), mrc, done, mcnt, ocnt;
+    size_t es = accel_dtype_size(q->dt), seg = ACCEL__COLL_SEG_BYTES / es, moff, ooff;
+    *flag = 0;
+    accel__coll_ring_chunk(q, 1 - r, &moff, &mcnt);
+    accel__coll_ring_chunk(q, r, &ooff, &ocnt);
+    if (q->ring_step == 0) {
+        while (q->fold_k < nm) {
+            int i = q->fold_k;
+            size_t off = moff + (size_t)i * seg;
+            int cnt = (int)((size_t)mcnt - (size_t)i * seg < seg ? (size_t)mcnt - (size_t)i * seg : seg);
+            done = 0;
+            mrc = MPI_Test(&q->rq[ns + i % 2], &done, MPI_STATUS_IGNORE);
+            if (mrc != MPI_SUCCESS || !done) return mrc;
+            if (q->ring_direct) /* mine op the peer's, which arrived in recv (as the ring) */
+                mrc = MPI_Reduce_local(q->ring_src + off * es, q->ring_buf + off * es, cnt, q->ring_t, q->ring_op);
+            else
+                mrc = MPI_Reduce_local(q->dslots + (size_t)(i % 2) * ACCEL__COLL_SEG_BYTES, q->ring_buf + off * es, cnt,
+                                       q->ring_t, q->ring_op);
+            if (mrc == MPI_SUCCESS && i + 2 < nm) mrc = accel__coll_seg_recv(q, i + 2);
+            if (mrc != MPI_SUCCESS) return mrc;
+            q->fold_k++;
+        }
+        done = 0;
+        mrc = accel__mpi_testall(q->nrq, q->rq, &done); /* my sends of the peer's chunk: it is overwritten next */
+        if (mrc != MPI_SUCCESS || !done) return mrc;
+        q->ring_step = 1;
+        mrc = MPI_Irecv(q->ring_buf + ooff * es, ocnt, q->ring_t, 1 - r, q->ring_tag, c->comm, &q->rq[1]);
+        if (mrc == MPI_SUCCESS)
+            mrc = MPI_Isend(q->ring_buf + moff * es, mcnt, q->ring_t, 1 - r, q->ring_tag, c->comm, &q->rq[0]);
+        if (mrc != MPI_SUCCESS) return mrc;
+    }
+    done = 0;
+    mrc = accel__mpi_testall(q->nrq, q->rq, &done);
+    if (mrc == MPI_SUCCESS && done) *flag = 1;
+    return mrc;
+}
+
+static accel_result accel__coll_seg_start(accel_coll *c, accel_coll_request *q, int direct) {
+    int r = c->rank, ns = accel__coll_seg_n(q, r), nm = accel__coll_seg_n(q, 1 - r), i, ocnt, mrc = MPI_SUCCESS;
+    size_t es = accel_dtype_size(q->dt), seg = ACCEL__COLL_SEG_BYTES / es, ooff;
+    size_t reqb = ((size_t)(ns + 2) * sizeof(MPI_Request) + 63) & ~(size_t)63, tmp = reqb + (direct ? 0 : 2 * ACCEL__COLL_SEG_BYTES);
+    if (c->ring_cache && c->ring_cache_bytes >= tmp) {
+        q->ring_tmp = (unsigned char *)c->ring_cache;
+        q->ring_tmp_bytes = c->ring_cache_bytes;
+        c->ring_cache = NULL;
+    } else {
+        q->ring_tmp = (unsigned char *)accel_host_alloc(c->acc, tmp);
+        if (!q->ring_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of ring scratch", tmp);
+        q->ring_tmp_bytes = tmp;
+    }
+    q->ring = 5;
+    q->rq = (MPI_Request *)(void *)q->ring_tmp;
+    q->nrq = ns + 2;
+    q->dslots = q->ring_tmp + reqb;
+    q->fold_k = 0;
+    for (i = 0; i < ns + 2; ++i) q->rq[i] = MPI_REQUEST_NULL;
+    q->has_mreq = 1;
+    for (i = 0; i < 2 && i < nm && mrc == MPI_SUCCESS; ++i) mrc = accel__coll_seg_recv(q, i);
+    accel__coll_ring_chunk(q, r, &ooff, &ocnt);
+    for (i = 0; i < ns && mrc == MPI_SUCCESS; ++i) {
+        size_t off = ooff + (size_t)i * seg;
+        int cnt = (int)((size_t)ocnt - (size_t)i * seg < seg ? (size_t)ocnt - (size_t)i * seg : seg);
+        mrc = MPI_Isend(q->ring_src + off * es, cnt, q->ring_t, 1 - r, q->ring_tag, c->comm, &q->rq[i]);
+    }
+    if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "all_reduce (ring step 0)", __FILE__, __LINE__);
+    return ACCEL_OK;
+}
+
 static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv, size_t es,
                                            MPI_Datatype t, MPI_Op op) {
     int exchange = accel__coll_exchange(c, q->count * es); /* 2 ranks, small: one exchange */
@@ -1381,6 +1483,16 @@ static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q,
     if (!inplace && !direct) memcpy(recv, send, q->count * es);
     q->ring_tmp = NULL;
     q->ring_tmp_bytes = 0;
+    if (!exchange && c->size == 2 && (q->count / 2) * es >= ACCEL__COLL_SEG_MIN_CHUNK) {
+        q->ring_step = 0;
+        q->ring_direct = direct;
+        q->ring_src = direct ? (const unsigned char *)send : (const unsigned char *)recv;
+        q->ring_buf = (unsigned char *)recv;
+        q->ring_t = t;
+        q->ring_op = op;
+        q->ring_tag = (int)(c->ring_seq++ % 32767u);
+        return accel__coll_seg_start(c, q, direct);
+    }
     if (tmp == 0) {
         /* no scratch */
     } else if (c->ring_cache && c->ring_cache_bytes >= tmp) {
@@ -1579,6 +1691,7 @@ static accel_result accel__coll_direct_start(accel_coll *c, accel_coll_request *
 }
 
 static int accel__coll_mpi_test(accel_coll_request *q, int *flag) {
+    if (q->ring == 5) return accel__coll_seg_test(q, flag);
     if (q->ring >= 3) return accel__coll_direct_test(q, flag);
     return q->ring ? accel__coll_ring_test(q, flag) : MPI_Test(&q->mreq, flag, MPI_STATUS_IGNORE);
 }

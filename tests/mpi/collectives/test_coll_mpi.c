@@ -909,8 +909,9 @@ static float ring_input(size_t i, int k, int r) {
 }
 
 static void ring_concurrent(accel_coll *c) {
-    enum { NQ = 3, SHIFT = 12345 };
-    static const size_t ns[NQ] = {16385, 262147, 65536 * 3 + 1};
+    enum { NQ = 5, SHIFT = 12345 };
+    /* 2500007 and 2500008: 10 MiB, the 2-rank ring in 256 KiB segments (out of place and in place) */
+    static const size_t ns[NQ] = {16385, 262147, 65536 * 3 + 1, 2500007, 2500008};
     float *x[NQ], *y[NQ], *ref[NQ], *big, *bigout;
     accel_coll_request *q[NQ];
     size_t i;
@@ -931,14 +932,14 @@ static void ring_concurrent(accel_coll *c) {
         }
     }
     AT_EQ_INT(bad, 0);
-    /* k = 1 in place, the others into y */
+    /* odd k in place, the others into y */
     for (k = 0; k < NQ; ++k)
-        AT_EQ_INT(accel_coll_all_reduce_async(c, x[k], k == 1 ? x[k] : y[k], ns[k], ACCEL_F32, ACCEL_COLL_SUM, &q[k]), ACCEL_OK);
+        AT_EQ_INT(accel_coll_all_reduce_async(c, x[k], k % 2 ? x[k] : y[k], ns[k], ACCEL_F32, ACCEL_COLL_SUM, &q[k]), ACCEL_OK);
     for (k = NQ - 1; k >= 0; --k) AT_EQ_INT(accel_coll_wait(q[k]), ACCEL_OK);
     for (k = 0; k < NQ; ++k) {
-        const float *got = k == 1 ? x[k] : y[k];
+        const float *got = k % 2 ? x[k] : y[k];
         for (i = 0; i < ns[k]; ++i) bad += memcmp(&got[i], &ref[k][i], 4) != 0;
-        if (k != 1)
+        if (k % 2 == 0)
             for (i = 0; i < ns[k]; ++i) bad += x[k][i] != ring_input(i, k, R); /* the send buffer is read only */
     }
     AT_EQ_INT(bad, 0);
