@@ -69,7 +69,9 @@ def main():
             check(total > 3 * EVERY, "P=%d: the uninterrupted run took %d optimizer steps" % (np_, total))
             for trial in range(2):
                 k = rng.randrange(EVERY, total - 1)
-                d = os.path.join(tmp, "p%d_k%d" % (np_, k))
+                # one directory per trial: both trials may draw the same step (seed 545417278 did), and the second
+                # would then resume from the first one's finished run instead of being killed
+                d = os.path.join(tmp, "p%d_t%d_k%d" % (np_, trial, k))
                 w, l = d + ".w", d + ".log"
                 r = run(exe, np_, base + ["--dir", d, "--kill-at", k, "--dump", w, "--log", l], expect_ok=False)
                 check(r.returncode != 0 and not os.path.exists(w), "P=%d: killed after step %d (exit %d)"
