@@ -2,7 +2,8 @@
    itself from every rank's deterministic inputs; 16-bit float sums against fp64; async handles; Accelerate helpers
    (pad_across_processes, gather_for_metrics, objects); the reducer against per-tensor all-reduces; debug-mode
    mismatches; sub-communicators.
-   usage: test_coll_mpi [basic|fault|fault-large|fault-reducer] (fault-large: the stall in a 256 KiB all-reduce;
+   usage: test_coll_mpi [basic|fault|fault-large|fault-seg|fault-reducer] (fault-large: the stall in a 256 KiB
+   all-reduce; fault-seg: in a 10 MiB one (the 2-rank ring in segments);
    fault-reducer: the stall while the DDP reducer has a bucket in flight) */
 #include "accel.h"
 #include "accel_collectives.h"
@@ -1066,10 +1067,12 @@ static void basic(void) {
 static void fault(size_t n) {
     accel_coll *c;
     accel_coll_desc cd;
-    static float x[65536];
+    float *x = (float *)malloc(n * sizeof(float));
     double t0, dt;
     int i;
     accel_result r;
+    AT_CHECK(x != NULL);
+    if (!x) return;
     memset(&cd, 0, sizeof cd);
     cd.timeout_ms = 1000;
     AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
@@ -1097,6 +1100,7 @@ static void fault(size_t n) {
     }
     AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK); /* the core's own communicator still works */
     accel_coll_destroy(c);
+    /* x is not freed: the abandoned operation's requests may still name it until MPI_Finalize */
 }
 
 /* The reducer's poll inside grad_ready: the last rank stalls before its backward; the others mark the first bucket's
@@ -1203,6 +1207,7 @@ int main(int argc, char **argv) {
     init_tables();
     if (!strcmp(mode, "fault")) fault(1024);
     else if (!strcmp(mode, "fault-large")) fault(65536);
+    else if (!strcmp(mode, "fault-seg")) fault(2621440);
     else if (!strcmp(mode, "fault-reducer")) fault_reducer();
     else basic();
     rc = at_finish("collectives_mpi");
