@@ -1367,6 +1367,33 @@ static int accel__coll_ring_test(accel_coll_request *q, int *flag) {
     }
 }
 
+/* the scratch of a point-to-point all-reduce: the context's cached buffer when it is large enough, else a new one */
+static accel_result accel__coll_scratch(accel_coll *c, accel_coll_request *q, size_t bytes) {
+    if (c->ring_cache && c->ring_cache_bytes >= bytes) {
+        q->ring_tmp = (unsigned char *)c->ring_cache;
+        q->ring_tmp_bytes = c->ring_cache_bytes;
+        c->ring_cache = NULL;
+        return ACCEL_OK;
+    }
+    q->ring_tmp = (unsigned char *)accel_host_alloc(c->acc, bytes);
+    if (!q->ring_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of scratch", bytes);
+    q->ring_tmp_bytes = bytes;
+    return ACCEL_OK;
+}
+
+/* what every point-to-point all-reduce records: buffers (direct: the send buffer is read where it is), type, op, and
+   the message tag (the context's counter: every rank posts the same collectives in the same order) */
+static void accel__coll_p2p_init(accel_coll *c, accel_coll_request *q, const void *send, void *recv, MPI_Datatype t,
+                                 MPI_Op op, int direct) {
+    q->ring_step = 0;
+    q->ring_direct = direct;
+    q->ring_src = direct ? (const unsigned char *)send : (const unsigned char *)recv;
+    q->ring_buf = (unsigned char *)recv;
+    q->ring_t = t;
+    q->ring_op = op;
+    q->ring_tag = (int)(c->ring_seq++ % 32767u);
+}
+
 /* The 2-rank ring for chunks over 2 segments (q->ring == 5): step 0 sends the peer's chunk as segments of
    ACCEL__COLL_SEG_BYTES (all posted at once) and receives its own chunk segment by segment into two scratch slots,
    reducing each one as it arrives and posting the receive two segments ahead; step 1 is the ring's (one message
@@ -1442,15 +1469,8 @@ static accel_result accel__coll_seg_start(accel_coll *c, accel_coll_request *q, 
     int r = c->rank, ns = accel__coll_seg_n(q, r), nm = accel__coll_seg_n(q, 1 - r), i, ocnt, mrc = MPI_SUCCESS;
     size_t es = accel_dtype_size(q->dt), seg = ACCEL__COLL_SEG_BYTES / es, ooff;
     size_t reqb = ((size_t)(ns + 2) * sizeof(MPI_Request) + 63) & ~(size_t)63, tmp = reqb + (direct ? 0 : 2 * ACCEL__COLL_SEG_BYTES);
-    if (c->ring_cache && c->ring_cache_bytes >= tmp) {
-        q->ring_tmp = (unsigned char *)c->ring_cache;
-        q->ring_tmp_bytes = c->ring_cache_bytes;
-        c->ring_cache = NULL;
-    } else {
-        q->ring_tmp = (unsigned char *)accel_host_alloc(c->acc, tmp);
-        if (!q->ring_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of ring scratch", tmp);
-        q->ring_tmp_bytes = tmp;
-    }
+    accel_result ar = accel__coll_scratch(c, q, tmp);
+    if (ar != ACCEL_OK) return ar;
     q->ring = 5;
     q->rq = (MPI_Request *)(void *)q->ring_tmp;
     q->nrq = ns + 2;
@@ -1480,38 +1500,14 @@ static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q,
     int direct = !inplace && (exchange ? c->rank == 0 : c->size == 2);
     size_t tmp = direct ? 0 : exchange ? q->count * es : (q->count / (size_t)c->size + 1) * es;
     int mrc;
+    accel_result ar;
     if (!inplace && !direct) memcpy(recv, send, q->count * es);
     q->ring_tmp = NULL;
     q->ring_tmp_bytes = 0;
-    if (!exchange && c->size == 2 && (q->count / 2) * es >= ACCEL__COLL_SEG_MIN_CHUNK) {
-        q->ring_step = 0;
-        q->ring_direct = direct;
-        q->ring_src = direct ? (const unsigned char *)send : (const unsigned char *)recv;
-        q->ring_buf = (unsigned char *)recv;
-        q->ring_t = t;
-        q->ring_op = op;
-        q->ring_tag = (int)(c->ring_seq++ % 32767u);
-        return accel__coll_seg_start(c, q, direct);
-    }
-    if (tmp == 0) {
-        /* no scratch */
-    } else if (c->ring_cache && c->ring_cache_bytes >= tmp) {
-        q->ring_tmp = (unsigned char *)c->ring_cache;
-        q->ring_tmp_bytes = c->ring_cache_bytes;
-        c->ring_cache = NULL;
-    } else {
-        q->ring_tmp = (unsigned char *)accel_host_alloc(c->acc, tmp);
-        if (!q->ring_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of ring scratch", tmp);
-        q->ring_tmp_bytes = tmp;
-    }
+    accel__coll_p2p_init(c, q, send, recv, t, op, direct);
+    if (!exchange && c->size == 2 && (q->count / 2) * es >= ACCEL__COLL_SEG_MIN_CHUNK) return accel__coll_seg_start(c, q, direct);
+    if (tmp > 0 && (ar = accel__coll_scratch(c, q, tmp)) != ACCEL_OK) return ar;
     q->ring = exchange ? 2 : 1;
-    q->ring_step = 0;
-    q->ring_direct = direct;
-    q->ring_src = direct ? (const unsigned char *)send : (const unsigned char *)recv;
-    q->ring_buf = (unsigned char *)recv;
-    q->ring_t = t;
-    q->ring_op = op;
-    q->ring_tag = (int)(c->ring_seq++ % 32767u);
     q->rreq[0] = q->rreq[1] = MPI_REQUEST_NULL;
     q->rq = q->rreq;
     q->nrq = 2;
@@ -1661,23 +1657,10 @@ static accel_result accel__coll_direct_start(accel_coll *c, accel_coll_request *
     int P = c->size, inplace = send == MPI_IN_PLACE || send == recv, mrc, one_round = q->count * es <= c->eager_bytes;
     size_t reqb = ((size_t)(2 * (P - 1)) * sizeof(MPI_Request) + 63) & ~(size_t)63;
     size_t slot = one_round ? q->count * es : (q->count / (size_t)P + 1) * es, tmp = reqb + (size_t)(P - 1) * slot;
-    if (c->ring_cache && c->ring_cache_bytes >= tmp) {
-        q->ring_tmp = (unsigned char *)c->ring_cache;
-        q->ring_tmp_bytes = c->ring_cache_bytes;
-        c->ring_cache = NULL;
-    } else {
-        q->ring_tmp = (unsigned char *)accel_host_alloc(c->acc, tmp);
-        if (!q->ring_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of scratch", tmp);
-        q->ring_tmp_bytes = tmp;
-    }
+    accel_result ar = accel__coll_scratch(c, q, tmp);
+    if (ar != ACCEL_OK) return ar;
+    accel__coll_p2p_init(c, q, send, recv, t, op, !inplace);
     q->ring = one_round ? 4 : 3;
-    q->ring_step = 0;
-    q->ring_direct = !inplace;
-    q->ring_src = inplace ? (const unsigned char *)recv : (const unsigned char *)send;
-    q->ring_buf = (unsigned char *)recv;
-    q->ring_t = t;
-    q->ring_op = op;
-    q->ring_tag = (int)(c->ring_seq++ % 32767u);
     q->rq = (MPI_Request *)(void *)q->ring_tmp;
     q->nrq = 2 * (P - 1);
     q->dslots = q->ring_tmp + reqb;
