@@ -313,26 +313,31 @@ static void test_disabled(accel *acc) {
 }
 
 /* The table's figures against the spins they measured: a host clock read around each spin is the reference. */
+/* accel_prof_print_table's text in buf (through a temporary file); 0 when that file could not be made */
+static int table_text(accel_prof *p, char *buf, size_t size) {
+    FILE *f = tmpfile();
+    size_t n;
+    AT_CHECK(f != NULL);
+    if (!f) return 0;
+    AT_EQ_INT(accel_prof_print_table(p, f), ACCEL_OK);
+    rewind(f);
+    n = fread(buf, 1, size - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return 1;
+}
+
 static void test_stats(accel *acc) {
     accel_prof *p = NULL;
     accel_prof_stats s, fwd, opt, oth, st;
     double data_us[6], fwd_us[6], t;
     int k, rare = -1;
-    FILE *f;
+    char buf[4096];
     at_context = "stats";
     AT_EQ_INT(accel_prof_create(acc, NULL, &p), ACCEL_OK);
     if (!p) return;
     /* the table before any step ended says so (it used to print "steps 0-0", as if one step had run) */
-    f = tmpfile();
-    AT_CHECK(f != NULL);
-    if (f) {
-        char buf[4096];
-        size_t n;
-        AT_EQ_INT(accel_prof_print_table(p, f), ACCEL_OK);
-        rewind(f);
-        n = fread(buf, 1, sizeof buf - 1, f);
-        buf[n] = 0;
-        fclose(f);
+    if (table_text(p, buf, sizeof buf)) {
         AT_CONTAINS(buf, "accel profile (rank 0): 0 recorded steps (no step ended yet)");
         AT_CHECK(strstr(buf, "steps 0-") == NULL);
     }
@@ -405,16 +410,7 @@ static void test_stats(accel *acc) {
     AT_EQ_INT(accel_prof_phase_stats(p, 777, &s), ACCEL_ERR_INVALID_ARGUMENT);
     AT_EQ_INT(accel_prof_phase_stats(p, ACCEL_PROF_DATA, NULL), ACCEL_ERR_INVALID_ARGUMENT);
     /* the printed table */
-    f = tmpfile();
-    AT_CHECK(f != NULL);
-    if (f) {
-        char buf[4096];
-        size_t n;
-        AT_EQ_INT(accel_prof_print_table(p, f), ACCEL_OK);
-        rewind(f);
-        n = fread(buf, 1, sizeof buf - 1, f);
-        buf[n] = 0;
-        fclose(f);
+    if (table_text(p, buf, sizeof buf)) {
         AT_CONTAINS(buf, "accel profile (rank 0): 6 recorded steps (steps 0-5)");
         AT_CONTAINS(buf, "\nstep ");
         AT_CONTAINS(buf, "\ndata ");
