@@ -1415,13 +1415,20 @@ static int accel__coll_seg_n(const accel_coll_request *q, int chunk) {
     return (int)(((size_t)cnt + seg - 1) / seg);
 }
 
+/* segment i of a chunk: its first element and its count */
+static void accel__coll_seg_at(const accel_coll_request *q, int chunk, int i, size_t *off, int *cnt) {
+    size_t seg = ACCEL__COLL_SEG_BYTES / accel_dtype_size(q->dt), left;
+    accel__coll_ring_chunk(q, chunk, off, cnt);
+    left = (size_t)*cnt - (size_t)i * seg;
+    *off += (size_t)i * seg;
+    *cnt = (int)(left < seg ? left : seg);
+}
+
 /* receive segment i of my chunk (1 - rank) */
 static int accel__coll_seg_recv(accel_coll_request *q, int i) {
-    size_t es = accel_dtype_size(q->dt), seg = ACCEL__COLL_SEG_BYTES / es, off;
+    size_t es = accel_dtype_size(q->dt), off;
     int cnt, ns = accel__coll_seg_n(q, q->c->rank);
-    accel__coll_ring_chunk(q, 1 - q->c->rank, &off, &cnt);
-    off += (size_t)i * seg;
-    cnt = (int)((size_t)cnt - (size_t)i * seg < seg ? (size_t)cnt - (size_t)i * seg : seg);
+    accel__coll_seg_at(q, 1 - q->c->rank, i, &off, &cnt);
     return MPI_Irecv(q->ring_direct ? q->ring_buf + off * es : q->dslots + (size_t)(i % 2) * ACCEL__COLL_SEG_BYTES, cnt,
                      q->ring_t, 1 - q->c->rank, q->ring_tag, q->c->comm, &q->rq[ns + i % 2]);
 }
@@ -1429,15 +1436,15 @@ static int accel__coll_seg_recv(accel_coll_request *q, int i) {
 static int accel__coll_seg_test(accel_coll_request *q, int *flag) {
     accel_coll *c = q->c;
     int r = c->rank, ns = accel__coll_seg_n(q, r), nm = accel__coll_seg_n(q, 1 - r), mrc, done, mcnt, ocnt;
-    size_t es = accel_dtype_size(q->dt), seg = ACCEL__COLL_SEG_BYTES / es, moff, ooff;
+    size_t es = accel_dtype_size(q->dt), moff, ooff;
     *flag = 0;
     accel__coll_ring_chunk(q, 1 - r, &moff, &mcnt);
     accel__coll_ring_chunk(q, r, &ooff, &ocnt);
     if (q->ring_step == 0) {
         while (q->fold_k < nm) {
-            int i = q->fold_k;
-            size_t off = moff + (size_t)i * seg;
-            int cnt = (int)((size_t)mcnt - (size_t)i * seg < seg ? (size_t)mcnt - (size_t)i * seg : seg);
+            int i = q->fold_k, cnt;
+            size_t off;
+            accel__coll_seg_at(q, 1 - r, i, &off, &cnt);
             done = 0;
             mrc = MPI_Test(&q->rq[ns + i % 2], &done, MPI_STATUS_IGNORE);
             if (mrc != MPI_SUCCESS || !done) return mrc;
@@ -1466,8 +1473,7 @@ static int accel__coll_seg_test(accel_coll_request *q, int *flag) {
 }
 
 static accel_result accel__coll_seg_start(accel_coll *c, accel_coll_request *q, int direct) {
-    int r = c->rank, ns = accel__coll_seg_n(q, r), nm = accel__coll_seg_n(q, 1 - r), i, ocnt, mrc = MPI_SUCCESS;
-    size_t es = accel_dtype_size(q->dt), seg = ACCEL__COLL_SEG_BYTES / es, ooff;
+    int r = c->rank, ns = accel__coll_seg_n(q, r), nm = accel__coll_seg_n(q, 1 - r), i, mrc = MPI_SUCCESS;
     size_t reqb = ((size_t)(ns + 2) * sizeof(MPI_Request) + 63) & ~(size_t)63, tmp = reqb + (direct ? 0 : 2 * ACCEL__COLL_SEG_BYTES);
     accel_result ar = accel__coll_scratch(c, q, tmp);
     if (ar != ACCEL_OK) return ar;
@@ -1479,11 +1485,11 @@ static accel_result accel__coll_seg_start(accel_coll *c, accel_coll_request *q, 
     for (i = 0; i < ns + 2; ++i) q->rq[i] = MPI_REQUEST_NULL;
     q->has_mreq = 1;
     for (i = 0; i < 2 && i < nm && mrc == MPI_SUCCESS; ++i) mrc = accel__coll_seg_recv(q, i);
-    accel__coll_ring_chunk(q, r, &ooff, &ocnt);
-    for (i = 0; i < ns && mrc == MPI_SUCCESS; ++i) {
-        size_t off = ooff + (size_t)i * seg;
-        int cnt = (int)((size_t)ocnt - (size_t)i * seg < seg ? (size_t)ocnt - (size_t)i * seg : seg);
-        mrc = MPI_Isend(q->ring_src + off * es, cnt, q->ring_t, 1 - r, q->ring_tag, c->comm, &q->rq[i]);
+    for (i = 0; i < ns && mrc == MPI_SUCCESS; ++i) { /* the peer's chunk (mine: rank), all its segments */
+        size_t off;
+        int cnt;
+        accel__coll_seg_at(q, r, i, &off, &cnt);
+        mrc = MPI_Isend(q->ring_src + off * accel_dtype_size(q->dt), cnt, q->ring_t, 1 - r, q->ring_tag, c->comm, &q->rq[i]);
     }
     if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "all_reduce (ring step 0)", __FILE__, __LINE__);
     return ACCEL_OK;
