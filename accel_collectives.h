@@ -64,8 +64,9 @@
                    (x0 + x1) + x2 + ... — the same bits whatever the buffer's length or the element's position, so a
                    tensor summed in a bucket equals the tensor summed alone (MPI's own 3+-rank algorithms give no
                    such order). The ranks always hold the same bits. Out of place, the send buffer is read where it
-                   is (no copy into recv first: 1.2-1.7x MPI_Allreduce, which copies). Scratch: about the buffer's
-                   size on 3+ ranks, half of it on 2 (one buffer kept for the next call). More than 64 ranks:
+                   is (no copy into recv first: 1.2-1.7x MPI_Allreduce, which copies). From 8 MiB the 2-rank ring
+                   reduces in 256 KiB segments as they arrive. Scratch: about the buffer's size on 3+ ranks, half
+                   of it on 2 (512 KiB from 8 MiB); one buffer is kept for the next call. More than 64 ranks:
                    MPI_Iallreduce;
                    nonzero: plain blocking MPI calls (no deadline, the MPI library's own algorithms). Async ops always
                    have the deadline.
