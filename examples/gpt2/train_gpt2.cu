@@ -594,33 +594,159 @@ static double peak_flops(int device) {
     return 0.0;
 }
 
+/* The model on the device: the fp32 master weights from run->host (--init's or GPT-2's initialization), zeroed
+   gradients, room for the bf16 copy and the activations; cuBLAS on accel's stream. */
+static accel_result model_create(model *m, gpt2_run *run) {
+    accel *acc = run->acc;
+    size_t act;
+    cudaError_t e;
+    m->cfg = run->cfg;
+    m->B = run->o->batch;
+    m->T = run->o->seq;
+    m->st = (cudaStream_t)acc->stream;
+    m->n = gpt2_offsets(&m->cfg, m->off);
+    act = carve_activations(NULL, &m->a, &m->cfg, m->B, m->T);
+    m->master = (float *)accel_device_alloc(acc, m->n * sizeof(float));
+    m->grads = (float *)accel_device_alloc(acc, m->n * sizeof(float));
+    m->w = (bf16 *)accel_device_alloc(acc, m->n * sizeof(bf16));
+    m->arena = (char *)accel_device_alloc(acc, act);
+    if (!m->master || !m->grads || !m->w || !m->arena)
+        return accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "out of device memory (%zu parameters, %.2f GiB of "
+                               "activations)", m->n, act / 1073741824.0);
+    carve_activations(m->arena, &m->a, &m->cfg, m->B, m->T);
+    if ((e = cudaMemcpy(m->master, run->host, m->n * sizeof(float), cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemset(m->grads, 0, m->n * sizeof(float))) != cudaSuccess ||
+        (e = cudaMemset(m->a.loss_acc, 0, sizeof(float))) != cudaSuccess)
+        return accel_set_error(acc, ACCEL_ERR_CUDA, "model_create: %s", cudaGetErrorString(e));
+    if (cublasCreate(&g_blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(g_blas, m->st) != CUBLAS_STATUS_SUCCESS)
+        return accel_set_error(acc, ACCEL_ERR_CUDA, "cuBLAS initialization failed");
+    return ACCEL_OK;
+}
+
+static void model_destroy(model *m, accel *acc) {
+    if (g_blas) cublasDestroy(g_blas);
+    g_blas = NULL;
+    accel_device_free(acc, m->master);
+    accel_device_free(acc, m->grads);
+    accel_device_free(acc, m->w);
+    accel_device_free(acc, m->arena);
+}
+
+/* The bf16 copy of the master weights as the last step wrote it (after a resume; with --sr the same bits:
+   accel_optim's stochastic rounding is accel_amp's rule for (seed, the parameter's step count, flat index)). */
+static accel_result model_bf16_from_master(model *m, gpt2_run *run) {
+    accel_amp_sr sr;
+    memset(&sr, 0, sizeof sr);
+    sr.seed = run->o->seed;
+    sr.step = (uint64_t)run->acc->optimizer_steps;
+    return accel_amp_master_to_model(run->acc, m->master, m->w, ACCEL_BF16, m->n,
+                                     run->o->sr && run->acc->optimizer_steps ? &sr : NULL);
+}
+
+/* Device → host, for gpt2_run (--dump-grads, the export). */
+static accel_result device_to_host(accel *acc, void *dst, const void *src, size_t bytes) {
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) return accel_set_error(acc, ACCEL_ERR_CUDA, "device-to-host copy: %s", cudaGetErrorString(e));
+    return ACCEL_OK;
+}
+
+/* Batches go to the device through accel's pinned, double-buffered stager, each with the token segments of the
+   embedding backward (prepared on the host while the device still runs the previous step). */
+typedef struct staging {
+    accel_data_stager stager;
+    int32_t *count; /* prepare_token_segments' V-sized scratch */
+    int ready;
+} staging;
+
+static accel_result staging_init(staging *s, gpt2_run *run) {
+    size_t B = (size_t)run->o->batch, T = (size_t)run->o->seq, V = (size_t)run->cfg.vocab_size;
+    accel_result r = accel_data_stager_init(run->acc, &s->stager, (B * (T + 1) + 3 * B * T + 1) * sizeof(int32_t));
+    if (r != ACCEL_OK) return r;
+    s->ready = 1;
+    if (!(s->count = (int32_t *)accel_host_alloc(run->acc, V * sizeof(int32_t))))
+        return accel_set_error(run->acc, ACCEL_ERR_OUT_OF_MEMORY, "out of host memory");
+    memset(s->count, 0, V * sizeof(int32_t));
+    return ACCEL_OK;
+}
+
+static void staging_deinit(staging *s, accel *acc) {
+    if (s->ready) accel_data_stager_deinit(&s->stager);
+    accel_host_free(acc, s->count);
+}
+
+/* The next batch on the device: [win (B(T+1)) | its token segments]; *got = 0 at the end of an epoch. */
+static accel_result next_batch(gpt2_run *run, staging *s, const int32_t **win, int *nseg, int *got) {
+    void *host, *dev;
+    accel_result r;
+    if ((r = accel_data_stager_host(&s->stager, &host)) != ACCEL_OK ||
+        (r = gpt2_run_next(run, (int32_t *)host, got)) != ACCEL_OK || !*got)
+        return r;
+    *nseg = prepare_token_segments((int32_t *)host, run->o->batch, run->o->seq, s->count);
+    if ((r = accel_data_stager_submit(&s->stager, &dev)) != ACCEL_OK) return r;
+    *win = (const int32_t *)dev;
+    return ACCEL_OK;
+}
+
+/* backward over a staged batch: [win (B(T+1)) | sorted_pos (BT) | seg_start (BT+1) | seg_tok (BT)]. */
+static cudaError_t backward_staged(model *m, const int32_t *win, int nseg) {
+    size_t W = (size_t)m->B * (m->T + 1), BT = (size_t)m->B * m->T;
+    return backward(m, win + W, win + W + BT, win + W + 2 * BT + 1, nseg);
+}
+
+/* The mean loss of the step's micro-batches (forward accumulates it on the device), then reset: the step's one
+   read-back, which waits for the step's device work. */
+static cudaError_t step_loss(model *m, int micro, double *loss) {
+    float l = 0.0f;
+    cudaError_t e;
+    if ((e = cudaMemcpyAsync(&l, m->a.loss_acc, sizeof l, cudaMemcpyDeviceToHost, m->st)) != cudaSuccess ||
+        (e = cudaMemsetAsync(m->a.loss_acc, 0, sizeof(float), m->st)) != cudaSuccess ||
+        (e = cudaStreamSynchronize(m->st)) != cudaSuccess)
+        return e;
+    *loss = (double)l / micro;
+    return cudaSuccess;
+}
+
+/* --bench-noop-accel (bench/trainer/bench_gpt2.py): main's loop with accel's calls taken out — one batch, staged
+   once; one micro-batch a step; no accumulation, reduction, clipping, schedule, logs, checkpoints or per-step
+   synchronization. The optimizer (the model's math) still steps. The training loop's tokens/s over this one's is
+   accel's share of the step. */
+static accel_result bench_noop_loop(gpt2_run *run, model *m, staging *s) {
+    const int32_t *win = NULL;
+    int64_t step;
+    int got = 0, nseg = 0;
+    cudaError_t e = cudaSuccess;
+    accel_result r;
+    while (!got)
+        if ((r = next_batch(run, s, &win, &nseg, &got)) != ACCEL_OK) return r;
+    for (step = run->first_step + 1; step <= run->o->steps; ++step) {
+        if ((e = forward(m, win, 1.0f)) != cudaSuccess || (e = backward_staged(m, win, nseg)) != cudaSuccess) break;
+        if ((r = accel_optim_step(run->opt, NULL)) != ACCEL_OK) return r;
+        if ((e = cudaMemsetAsync(m->grads, 0, m->n * sizeof(float), m->st)) != cudaSuccess) break;
+        if (step == run->first_step + GPT2_UNTIMED_STEPS && (e = cudaStreamSynchronize(m->st)) != cudaSuccess) break;
+        run->step = step;
+        gpt2_hooks_step_timed(run, step);
+    }
+    if (e != cudaSuccess)
+        return accel_set_error(run->acc, ACCEL_ERR_CUDA, "--bench-noop-accel: %s", cudaGetErrorString(e));
+    return ACCEL_OK;
+}
+
+/* One phase of a step in the profiler's table and trace (accel_profile.h; one flag test without --profile). */
+#define PHASE(id, ...)                                                                                               \
+    do {                                                                                                             \
+        CHECK(accel_prof_begin(run.prof, (id)));                                                                     \
+        __VA_ARGS__;                                                                                                 \
+        CHECK(accel_prof_end(run.prof, (id)));                                                                       \
+    } while (0)
+
 int main(int argc, char **argv) {
     gpt2_opts o;
-    gpt2_config cfg;
+    gpt2_run run; /* accel and everything around the model: gpt2.h */
     model M;
     accel acc;
     accel_desc desc;
-    accel_data_seq_loader ld;
-    accel_data_seq_desc sd;
-    accel_data_stager stager;
-    accel_coll *coll = NULL;
-    accel_coll_reducer *red = NULL;
-    accel_ckpt *ck = NULL;
-    accel_ckpt_file *initf = NULL;
-    accel_optim *opt = NULL;
-    accel_prof *prof = NULL;
-    accel_prof_desc pfd;
-    accel_optim_schedule sched;
-    accel_track trk;
-    accel_tensor params[GPT2_NUM_TENSORS], grads[GPT2_NUM_TENSORS], model16[GPT2_NUM_TENSORS];
-    char prefix[16];
-    FILE *lf = NULL;
-    float *host = NULL;
-    int32_t *count = NULL;
-    int rc = 1, inited = 0, have_stager = 0, tracking = 0, ndev = 0, k, B, T, P, micro = 0;
-    double t0 = 0.0, t_bench = 0.0, lr = 0.0, norm = 0.0, lossv = 0.0, peak;
-    int64_t first_step, step = 0, bench_from = -1;
-    size_t stage_bytes;
+    staging stage;
+    int rc = 1, ndev = 0, micro = 0;
     int pr = gpt2_parse_args(argc, argv, &o);
     if (pr >= 0) return pr;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -629,351 +755,65 @@ int main(int argc, char **argv) {
         return 77;
     }
     memset(&M, 0, sizeof M);
-    memset(&ld, 0, sizeof ld);
-    memset(&stager, 0, sizeof stager);
-    memset(&trk, 0, sizeof trk);
-
+    memset(&stage, 0, sizeof stage);
     memset(&desc, 0, sizeof desc);
     desc.mixed_precision = ACCEL_PRECISION_BF16;
     desc.gradient_accumulation_steps = o.accum;
-    if (accel_init(&acc, &desc) != ACCEL_OK) {
-        fprintf(stderr, "train_gpt2: accel_init: %s\n", accel_last_error(&acc));
-        accel_shutdown(&acc);
-        return 1;
-    }
-    inited = 1;
+    CHECK(gpt2_run_init(&run, &acc, &desc, &o, "train_gpt2"));
     if (acc.device < 0) {
         fprintf(stderr, "train_gpt2: accel chose the CPU (ACCELERATE_USE_CPU?); this trainer needs a GPU\n");
         goto fail;
     }
-    B = o.batch;
-    T = o.seq;
-    P = acc.num_processes;
-    peak = o.peak_tflops > 0 ? o.peak_tflops * 1e12 : peak_flops(acc.device);
+    run.peak_flops = o.peak_tflops > 0 ? o.peak_tflops * 1e12 : peak_flops(acc.device);
+    run.to_host = device_to_host;
 
-    /* 1. the model: from --init (Hugging Face names) or GPT-2's initialization, on the host, then to the device */
-    if (o.init) CHECK(accel_ckpt_file_open(&acc, o.init, &initf));
-    if (gpt2_resolve_config(&acc, &o, initf, &cfg, prefix) != 0) goto fail;
-    M.cfg = cfg;
-    M.B = B;
-    M.T = T;
-    M.st = (cudaStream_t)acc.stream;
-    M.n = gpt2_offsets(&cfg, M.off);
-    host = (float *)accel_host_alloc(&acc, M.n * sizeof(float));
-    if (!host) goto fail;
-    if (initf) {
-        CHECK(gpt2_hf_load(&acc, initf, &cfg, prefix, host));
-        accel_ckpt_file_destroy(initf);
-        initf = NULL;
+    /* 1. the model: --init's weights (Hugging Face names) or GPT-2's initialization, on the host, then to the device */
+    if (!(run.host = (float *)accel_host_alloc(&acc, gpt2_num_parameters(&run.cfg) * sizeof(float)))) {
+        fprintf(stderr, "train_gpt2: out of host memory\n");
+        goto fail;
+    }
+    CHECK(gpt2_run_weights(&run, run.host));
+    CHECK(model_create(&M, &run));
+
+    CHECK(staging_init(&stage, &run));
+
+    /* 2. AdamW writing the bf16 copy, the loader, the reducer, checkpoints (and --resume), logs: gpt2.h */
+    CHECK(gpt2_run_setup(&run, M.master, M.grads, M.w));
+    CHECK(model_bf16_from_master(&M, &run));
+
+    if (o.hooks.bench_noop) {
+        CHECK(bench_noop_loop(&run, &M, &stage));
     } else {
-        gpt2_init_params(&cfg, host, o.seed);
-    }
-    {
-        size_t act = carve_activations(NULL, &M.a, &cfg, B, T);
-        M.master = (float *)accel_device_alloc(&acc, M.n * sizeof(float));
-        M.grads = (float *)accel_device_alloc(&acc, M.n * sizeof(float));
-        M.w = (bf16 *)accel_device_alloc(&acc, M.n * sizeof(bf16));
-        M.arena = (char *)accel_device_alloc(&acc, act);
-        if (!M.master || !M.grads || !M.w || !M.arena) {
-            fprintf(stderr, "train_gpt2: out of device memory (%zu parameters, %.2f GiB of activations)\n", M.n,
-                    act / 1073741824.0);
-            goto fail;
-        }
-        carve_activations(M.arena, &M.a, &cfg, B, T);
-    }
-    CUDA_OK(cudaMemcpy(M.master, host, M.n * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(M.grads, 0, M.n * sizeof(float)));
-    CUDA_OK(cudaMemset(M.a.loss_acc, 0, sizeof(float)));
-    gpt2_describe(&cfg, M.master, ACCEL_F32, params);
-    gpt2_describe(&cfg, M.grads, ACCEL_F32, grads);
-    gpt2_describe(&cfg, M.w, ACCEL_BF16, model16);
-    /* AdamW (decay on the 2-D weights) writing the bf16 copy; cosine schedule with warmup on the scheduler count */
-    CHECK(gpt2_optim_create(&acc, params, grads, model16, o.lr, o.weight_decay, o.sr, o.seed, &opt));
-    sched = gpt2_schedule(o.warmup, o.steps, P);
-    if (cublasCreate(&g_blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(g_blas, M.st) != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "train_gpt2: cuBLAS initialization failed\n");
-        goto fail;
-    }
-
-    /* 2. data: each rank's (B, T+1) windows, staged with the token segments of the embedding backward */
-    memset(&sd, 0, sizeof sd);
-    sd.files = o.data;
-    sd.num_files = o.ndata;
-    sd.batch_size = B;
-    sd.seq_len = T;
-    sd.shuffle = o.shuffle;
-    sd.seed = o.seed;
-    CHECK(accel_data_seq_init(&acc, &ld, &sd));
-    if (accel_data_seq_len(&ld) < 1) {
-        fprintf(stderr, "train_gpt2: the shards hold less than one global batch of %d x %d tokens\n", P * B, T + 1);
-        goto fail;
-    }
-    stage_bytes = ((size_t)B * (T + 1) + 3 * (size_t)B * T + 1) * sizeof(int32_t);
-    CHECK(accel_data_stager_init(&acc, &stager, stage_bytes));
-    have_stager = 1;
-    count = (int32_t *)accel_host_alloc(&acc, (size_t)cfg.vocab_size * sizeof(int32_t));
-    if (!count) goto fail;
-    memset(count, 0, (size_t)cfg.vocab_size * sizeof(int32_t));
-
-    /* 3. gradient reducer: one contiguous fp32 buffer → one in-place all-reduce (NCCL between GPUs; nothing on one) */
-    CHECK(accel_coll_create(&acc, NULL, &coll));
-    CHECK(accel_coll_reducer_create(coll, NULL, &red));
-    CHECK(accel_coll_reducer_add(red, grads, GPT2_NUM_TENSORS));
-    CHECK(accel_coll_reducer_finalize(red));
-
-    /* 4. checkpoints: fp32 master weights and moments (device buffers, staged by accel), the optimizer's step counts,
-          loader, counters, RNG */
-    if (o.ckpt_dir) {
-        accel_ckpt_desc kd;
-        const accel_tensor *moments;
-        int nmoments;
-        memset(&kd, 0, sizeof kd);
-        kd.project_dir = o.ckpt_dir;
-        kd.automatic_checkpoint_naming = 1;
-        kd.total_limit = 2;
-        CHECK(accel_ckpt_create(&acc, &kd, &ck));
-        CHECK(accel_ckpt_register_model(ck, params, GPT2_NUM_TENSORS));
-        CHECK(accel_optim_state_tensors(opt, &moments, &nmoments));
-        CHECK(accel_ckpt_register_optimizer(ck, moments, nmoments));
-        CHECK(accel_ckpt_register(ck, "optim_state", accel_optim_state_save, accel_optim_state_load, opt));
-        CHECK(accel_ckpt_register(ck, "loader", accel_data_seq_state_save, accel_data_seq_state_load, &ld));
-        if (o.resume) {
-            accel_result r = accel_ckpt_load_state(ck, NULL);
-            if (r == ACCEL_ERR_NOT_FOUND) accel_print(&acc, "no checkpoint in %s: starting fresh\n", o.ckpt_dir);
-            else CHECK(r);
-            if (r == ACCEL_OK) accel_print(&acc, "resumed at step %lld\n", (long long)acc.optimizer_steps);
-        }
-    }
-    {   /* the bf16 copy of the master weights: what the last step wrote (with --sr the same bits: accel_optim's
-           stochastic rounding is accel_amp's rule for (seed, the parameter's step count, flat index)) */
-        accel_amp_sr sr;
-        memset(&sr, 0, sizeof sr);
-        sr.seed = o.seed;
-        sr.step = (uint64_t)acc.optimizer_steps;
-        CHECK(accel_amp_master_to_model(&acc, M.master, M.w, ACCEL_BF16, M.n, o.sr && acc.optimizer_steps ? &sr : NULL));
-    }
-    first_step = acc.optimizer_steps;
-    if (o.loss_file && acc.is_main_process && !(lf = gpt2_open_loss_file(o.loss_file, o.resume, first_step))) {
-        fprintf(stderr, "train_gpt2: cannot write %s\n", o.loss_file);
-        goto fail;
-    }
-    if (o.log_dir) {
-        accel_track_desc td;
-        accel_track_param hp[8];
-        memset(&td, 0, sizeof td);
-        td.log_with = ACCEL_TRACK_ALL;
-        td.logging_dir = o.log_dir;
-        CHECK(accel_track_init(&acc, &trk, &td));
-        tracking = 1;
-        hp[0] = accel_track_param_int("layers", cfg.num_layers);
-        hp[1] = accel_track_param_int("heads", cfg.num_heads);
-        hp[2] = accel_track_param_int("channels", cfg.channels);
-        hp[3] = accel_track_param_int("vocab", cfg.vocab_size);
-        hp[4] = accel_track_param_int("batch", B);
-        hp[5] = accel_track_param_int("seq", T);
-        hp[6] = accel_track_param_int("accum", acc.gradient_accumulation_steps);
-        hp[7] = accel_track_param_number("lr", o.lr);
-        CHECK(accel_track_init_trackers(&trk, "train_gpt2", hp, 8));
-    }
-    accel_print(&acc, "train_gpt2: L=%d H=%d C=%d V=%d (padded %d) block %d: %zu parameters | %d GPU(s) x batch %d x "
-                "seq %d x accum %d | bf16%s | %lld global batches per epoch | reducer: %s%s\n", cfg.num_layers,
-                cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, M.n, P, B, T,
-                acc.gradient_accumulation_steps, o.sr ? " (stochastic rounding)" : "",
-                (long long)accel_data_seq_len(&ld), accel_coll_reducer_is_flat(red) ? "one in-place all-reduce" : "buckets",
-                o.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
-
-    /* the profiler: disabled without --profile (then every begin/end below is one flag test); one profiler step per
-       optimizer step; device times are CUDA events on acc.stream (the model's stream), read without synchronizing */
-    memset(&pfd, 0, sizeof pfd);
-    pfd.disabled = !o.profile_dir;
-    pfd.trace_dir = o.profile_dir;
-    CHECK(accel_prof_create(&acc, &pfd, &prof));
-#define PROF_BEGIN(id) CHECK(accel_prof_begin(prof, (id)))
-#define PROF_END(id) CHECK(accel_prof_end(prof, (id)))
-
-    /* 5. the loop (the same as gpt2_cpu.c's) */
-    t0 = accel_now();
-    {
-        void *dev = NULL;
-        int nseg = 0;
+        /* 3. the loop: gpt2_cpu.c's, with the batch staged to the device and the loss read back once a step */
         while (acc.optimizer_steps < o.steps) {
-            int got = 0;
-            int32_t bad, *hbuf;
-            const int32_t *win;
-            void *hv;
-            if (!o.bench_noop || !dev) {
-                PROF_BEGIN(ACCEL_PROF_DATA);
-                CHECK(accel_data_stager_host(&stager, &hv));
-                hbuf = (int32_t *)hv;
-                CHECK(accel_data_seq_next(&ld, hbuf, &got));
-                if (!got) { /* end of an epoch: the loader advanced it */
-                    PROF_END(ACCEL_PROF_DATA);
-                    continue;
-                }
-                if (gpt2_check_tokens(hbuf, (size_t)B * (T + 1), cfg.vocab_size, &bad) != 0) {
-                    fprintf(stderr, "train_gpt2: token %d in the data is outside the vocabulary (%d)\n", (int)bad,
-                            cfg.vocab_size);
-                    goto fail;
-                }
-                nseg = prepare_token_segments(hbuf, B, T, count);
-                CHECK(accel_data_stager_submit(&stager, &dev));
-                PROF_END(ACCEL_PROF_DATA);
-            }
-            win = (const int32_t *)dev;
-            if (!o.bench_noop) accel_accumulate_begin(&acc);
-            PROF_BEGIN(ACCEL_PROF_FORWARD);
-            CUDA_OK(forward(&M, win, o.bench_noop ? 1.0f : 1.0f / accel_loss_divisor(&acc)));
-            PROF_END(ACCEL_PROF_FORWARD);
-            PROF_BEGIN(ACCEL_PROF_BACKWARD);
-            CUDA_OK(backward(&M, win + (size_t)B * (T + 1), win + (size_t)B * (T + 1) + (size_t)B * T,
-                             win + (size_t)B * (T + 1) + 2 * (size_t)B * T + 1, nseg));
-            PROF_END(ACCEL_PROF_BACKWARD);
+            const int32_t *win = NULL;
+            int got = 0, nseg = 0;
+            double loss = 0.0;
+            PHASE(ACCEL_PROF_DATA, CHECK(next_batch(&run, &stage, &win, &nseg, &got)));
+            if (!got) continue; /* end of an epoch: the loader advanced it */
+            accel_accumulate_begin(&acc); /* sets acc.sync_gradients */
+            PHASE(ACCEL_PROF_FORWARD, CUDA_OK(forward(&M, win, 1.0f / accel_loss_divisor(&acc)))); /* loss / accum */
+            PHASE(ACCEL_PROF_BACKWARD, CUDA_OK(backward_staged(&M, win, nseg)));
             micro++;
-            if (o.bench_noop) { /* the same math without accel's bookkeeping: one micro-batch per step, no clipping,
-                                   no sync, no logs; the optimizer (the model's math) still steps */
-                step++;
-                CHECK(accel_optim_step(opt, NULL));
-                CUDA_OK(cudaMemsetAsync(M.grads, 0, M.n * sizeof(float), M.st));
-                if (step == 3) {
-                    CUDA_OK(cudaStreamSynchronize(M.st));
-                    t_bench = accel_now();
-                    bench_from = step;
-                }
-                if (step == o.steps) break;
-                continue;
-            }
-            if (accel_should_reduce(&acc)) {
-                PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
-                for (k = 0; k < GPT2_NUM_TENSORS; ++k) CHECK(accel_coll_grad_ready(red, k));
-                CHECK(accel_coll_reducer_wait(red)); /* average over ranks (NCCL on acc.stream) */
-                PROF_END(ACCEL_PROF_GRAD_SYNC);
-            }
-            if (acc.sync_gradients) {
-                accel_optim_step_args sa;
-                float coef = 1.0f;
-                PROF_BEGIN(ACCEL_PROF_OPTIMIZER);
-                step = acc.optimizer_steps + 1;
-                if (o.dump_grads && step == 1) {
-                    CUDA_OK(cudaMemcpy(host, M.grads, M.n * sizeof(float), cudaMemcpyDeviceToHost));
-                    if (acc.is_main_process) CHECK(gpt2_save_hf_file(&acc, &cfg, host, o.dump_grads));
-                }
-                /* clip_grad_norm_: the norm (one read of the gradients), the coefficient applied inside the step */
-                CHECK(accel_amp_grad_norm(&acc, grads, GPT2_NUM_TENSORS, 2.0, 0, &norm));
-                if (o.clip > 0) coef = accel_optim_clip_coef(norm, o.clip);
-                memset(&sa, 0, sizeof sa);
-                sa.clip_coef = o.clip > 0 ? &coef : NULL;
-                CHECK(accel_optim_apply_schedule(opt, &sched, acc.scheduler_steps));
-                lr = accel_optim_lr(opt, 0);
-                CHECK(accel_optim_step(opt, &sa)); /* params, moments and the bf16 copy in one pass */
-                accel_optimizer_step_done(&acc, 0);
-                CUDA_OK(cudaMemsetAsync(M.grads, 0, M.n * sizeof(float), M.st)); /* zero_grad */
-                PROF_END(ACCEL_PROF_OPTIMIZER);
-            }
-            accel_scheduler_steps(&acc, 0);
+            if (accel_should_reduce(&acc)) PHASE(ACCEL_PROF_GRAD_SYNC, CHECK(gpt2_run_reduce(&run)));
+            if (acc.sync_gradients) /* clip, schedule, AdamW; zero_grad */
+                PHASE(ACCEL_PROF_OPTIMIZER, CHECK(gpt2_run_optimizer_step(&run));
+                      CUDA_OK(cudaMemsetAsync(M.grads, 0, M.n * sizeof(float), M.st)));
+            accel_scheduler_steps(&acc, 0); /* every micro-batch: P on a taken step, 0 otherwise */
             accel_accumulate_end(&acc);
             if (!acc.sync_gradients) continue;
-
-            PROF_BEGIN(ACCEL_PROF_LOGGING);
-            {   /* after the step: mean loss over the micro-batches and ranks, logs, checkpoint */
-                float l = 0.0f;
-                CUDA_OK(cudaMemcpyAsync(&l, M.a.loss_acc, sizeof l, cudaMemcpyDeviceToHost, M.st));
-                CUDA_OK(cudaMemsetAsync(M.a.loss_acc, 0, sizeof(float), M.st));
-                CUDA_OK(cudaStreamSynchronize(M.st));
-                lossv = (double)l / micro;
-                micro = 0;
-            }
-            CHECK(accel_host_allreduce_f64(&acc, &lossv, 1, ACCEL_HOST_SUM));
-            lossv /= P;
-            if (step == first_step + 3) { /* steady state from here (the first steps warm up cuBLAS and caches) */
-                t_bench = accel_now();
-                bench_from = step;
-            }
-            if (lf) {
-                fprintf(lf, "%lld %.9g %.9g\n", (long long)step, lossv, lr);
-                fflush(lf);
-            }
-            {
-                double el = accel_now() - t0;
-                double tps = (double)(step - first_step) * B * T * acc.gradient_accumulation_steps * P / (el > 0 ? el : 1e-9);
-                double mfu = peak > 0 ? gpt2_flops_per_token(&cfg, T) * tps / (peak * P) : 0.0;
-                if (o.print_every && (step % o.print_every == 0 || step == o.steps)) {
-                    char mfus[32] = "n/a";
-                    if (peak > 0) snprintf(mfus, sizeof mfus, "%.1f%%", 100.0 * mfu);
-                    accel_print(&acc, "step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms/step | %.0f tok/s | "
-                                "MFU %s\n", (long long)step, o.steps, lossv, lr, norm,
-                                1000.0 * el / (double)(step - first_step), tps, mfus);
-                }
-                if (tracking) {
-                    accel_track_value tv[5];
-                    tv[0] = accel_track_scalar("train/loss", lossv);
-                    tv[1] = accel_track_scalar("train/lr", lr);
-                    tv[2] = accel_track_scalar("train/grad_norm", norm);
-                    tv[3] = accel_track_scalar("perf/tokens_per_s", tps);
-                    tv[4] = accel_track_scalar("perf/mfu", mfu);
-                    CHECK(accel_track_log(&trk, tv, 5, step));
-                }
-            }
-            PROF_END(ACCEL_PROF_LOGGING);
-            if (ck && ((o.ckpt_every && step % o.ckpt_every == 0) || step == o.steps)) {
-                PROF_BEGIN(ACCEL_PROF_CHECKPOINT);
-                CHECK(accel_ckpt_save_state(ck, NULL, NULL, 0));
-                PROF_END(ACCEL_PROF_CHECKPOINT);
-            }
-            CHECK(accel_prof_step(prof));
-            if (o.kill_at && step == o.kill_at) {
-                if (lf) fclose(lf);
-                lf = NULL;
-                fflush(stdout);
-                accel_wait_for_everyone(&acc);
-                raise(SIGKILL);
-            }
+            PHASE(ACCEL_PROF_LOGGING, CUDA_OK(step_loss(&M, micro, &loss)); CHECK(gpt2_run_log_step(&run, loss)));
+            micro = 0;
+            CHECK(gpt2_run_step_end(&run)); /* a checkpoint when due, the profiler's step */
         }
     }
     CUDA_OK(cudaStreamSynchronize(M.st));
-    if (bench_from >= 0 && step > bench_from) { /* one line for bench/trainer/bench_gpt2.py */
-        double el = accel_now() - t_bench;
-        double tps = (double)(step - bench_from) * B * T * (o.bench_noop ? 1 : acc.gradient_accumulation_steps) * P / el;
-        accel_print(&acc, "summary: {\"steps\": %lld, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"mfu\": %.4f, "
-                    "\"noop_accel\": %d}\n", (long long)(step - bench_from), tps,
-                    1000.0 * el / (double)(step - bench_from),
-                    peak > 0 ? gpt2_flops_per_token(&cfg, T) * tps / (peak * P) : 0.0, o.bench_noop);
-    }
-    if (o.profile_dir) { /* this rank's phase table, the per-rank traces and, on several ranks, the merge */
-        if (acc.is_main_process) CHECK(accel_prof_print_table(prof, stdout));
-        CHECK(accel_prof_write_trace(prof));
-        if (P > 1) CHECK(accel_prof_merge_trace(prof, NULL));
-    }
-    if (o.export_dir) {
-        CUDA_OK(cudaMemcpy(host, M.master, M.n * sizeof(float), cudaMemcpyDeviceToHost));
-        CHECK(gpt2_export(&acc, &cfg, host, o.export_dir));
-        accel_print(&acc, "exported %s/model.safetensors (Hugging Face GPT-2 names) and config.json\n", o.export_dir);
-    }
-    if (tracking) CHECK(accel_track_deinit(&trk));
-    tracking = 0;
+    CHECK(gpt2_run_finish(&run)); /* summary line, profile, export */
     rc = 0;
 fail:
-    if (lf) fclose(lf);
-    if (tracking) accel_track_deinit(&trk);
-    if (g_blas) cublasDestroy(g_blas);
-    accel_ckpt_file_destroy(initf);
-    accel_ckpt_destroy(ck);
-    accel_optim_destroy(opt);
-    accel_prof_destroy(prof);
-    accel_coll_reducer_destroy(red);
-    accel_coll_destroy(coll);
-    if (have_stager) accel_data_stager_deinit(&stager);
-    accel_data_seq_deinit(&ld);
-    accel_host_free(&acc, host);
-    accel_host_free(&acc, count);
-    accel_device_free(&acc, M.master);
-    accel_device_free(&acc, M.grads);
-    accel_device_free(&acc, M.w);
-    accel_device_free(&acc, M.arena);
-    if (rc && inited && acc.num_processes > 1) { /* peers may wait in a collective: let the launcher end the job */
-        fflush(stdout);
-        fflush(stderr);
-        exit(rc);
-    }
-    if (inited) accel_shutdown(&acc);
-    return rc;
+    gpt2_run_release(&run); /* before the buffers it uses */
+    staging_deinit(&stage, &acc);
+    accel_host_free(&acc, run.host);
+    model_destroy(&M, &acc);
+    return gpt2_run_end(&run, rc);
 }
