@@ -604,7 +604,7 @@ static inline int gpt2__json_number(gpt2__json *j, gpt2_json_value *v) {
     if (j->p < j->end && *j->p == '-') ++j->p;
     if (gpt2__json_literal(j, "Infinity")) {
         v->type = GPT2_JSON_REAL;
-        v->number = *s == '-' ? -HUGE_VAL : HUGE_VAL;
+        v->number = *s == '-' ? -INFINITY : INFINITY;
         return 0;
     }
     if (j->p < j->end && *j->p == '0') ++j->p;
@@ -689,7 +689,10 @@ static inline int gpt2__json_value(gpt2__json *j, gpt2_json_value *v, gpt2__json
     else if (gpt2__json_literal(j, "false")) v->type = GPT2_JSON_FALSE;
     else if (gpt2__json_literal(j, "NaN")) {
         v->type = GPT2_JSON_REAL;
-        v->number = HUGE_VAL - HUGE_VAL;
+        v->number = NAN;
+    } else if (gpt2__json_literal(j, "Infinity")) {
+        v->type = GPT2_JSON_REAL;
+        v->number = INFINITY;
     } else if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return gpt2__json_number(j, v);
     else return gpt2__json_fail(j, "unexpected character");
     return 0;
