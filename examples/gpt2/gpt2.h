@@ -1208,7 +1208,7 @@ typedef struct gpt2_run {
     char init_prefix[16];
     gpt2_to_host_fn to_host;             /* NULL: the buffers are host memory */
     float *host;                         /* with to_host: a host buffer of the parameters' size */
-    double peak_flops;                   /* the device's peak FLOP/s for MFU; 0: unknown (MFU n/a) */
+    double peak_flops;                   /* peak FLOP/s for MFU: --peak-tflops, else the trainer's; 0: MFU n/a */
     int64_t first_step, step;            /* the step the run started at (after a resume), the last step taken */
     double t0, lr, norm;                 /* loop start; the last step's LR and gradient norm */
     int64_t timed_from;                  /* the summary line's clock: steps after timed_from, from timed_t0 */
@@ -1276,6 +1276,7 @@ static inline accel_result gpt2_run_init(gpt2_run *r, accel *acc, const accel_de
     r->o = o;
     r->name = name;
     r->timed_from = -1;
+    r->peak_flops = o->peak_tflops * 1e12; /* 0: the trainer may know the device's */
     if ((res = accel_init(acc, desc)) != ACCEL_OK) return res;
     r->inited = 1;
     if (o->init) {

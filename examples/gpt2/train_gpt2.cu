@@ -764,7 +764,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "train_gpt2: accel chose the CPU (ACCELERATE_USE_CPU?); this trainer needs a GPU\n");
         goto fail;
     }
-    run.peak_flops = o.peak_tflops > 0 ? o.peak_tflops * 1e12 : peak_flops(acc.device);
+    if (run.peak_flops <= 0) run.peak_flops = peak_flops(acc.device); /* --peak-tflops, else the device's */
     run.to_host = device_to_host;
 
     /* 1. the model: --init's weights (Hugging Face names) or GPT-2's initialization, on the host, then to the device */

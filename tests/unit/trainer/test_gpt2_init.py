@@ -70,8 +70,9 @@ def random_model(rng, prefix="", lm_head=None):
     t = {"wte.weight": n(V, C), "wpe.weight": n(BLOCK, C), "ln_f.weight": n(C, s=0.2, base=1.0), "ln_f.bias": n(C)}
     for l in range(L):
         p = "h.%d." % l
-        t.update({p + "ln_1.weight": n(C, s=0.2, base=1.0), p + "ln_1.bias": n(C), p + "attn.c_attn.weight": n(C, 3 * C),
-                  p + "attn.c_attn.bias": n(3 * C), p + "attn.c_proj.weight": n(C, C), p + "attn.c_proj.bias": n(C),
+        t.update({p + "ln_1.weight": n(C, s=0.2, base=1.0), p + "ln_1.bias": n(C),
+                  p + "attn.c_attn.weight": n(C, 3 * C), p + "attn.c_attn.bias": n(3 * C),
+                  p + "attn.c_proj.weight": n(C, C), p + "attn.c_proj.bias": n(C),
                   p + "ln_2.weight": n(C, s=0.2, base=1.0), p + "ln_2.bias": n(C), p + "mlp.c_fc.weight": n(C, 4 * C),
                   p + "mlp.c_fc.bias": n(4 * C), p + "mlp.c_proj.weight": n(4 * C, C), p + "mlp.c_proj.bias": n(C)})
     t = {prefix + k: v for k, v in t.items()}
@@ -267,7 +268,8 @@ def test_export(env, tfpy):
     if not tfpy:
         print("note: transformers cannot be imported here: GPT2Config.from_pretrained on the export not run")
         return
-    code = ("import json, logging, sys; from transformers import GPT2Config; from transformers.utils import logging as tl\n"
+    code = ("import json, logging, sys\nfrom transformers import GPT2Config\n"
+            "from transformers.utils import logging as tl\n"
             "records = []\n"
             "class Keep(logging.Handler):\n"
             "    def emit(self, rec): records.append(rec.getMessage())\n"
