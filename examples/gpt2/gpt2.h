@@ -1215,6 +1215,15 @@ typedef struct gpt2_run {
     double timed_t0;
 } gpt2_run;
 
+/* One phase of a step in the profiler's table and trace (accel_profile.h; one flag test without --profile), around
+   the statements that follow id. CHECK is the trainer's: it reports a failure and jumps to main's cleanup. */
+#define GPT2_PHASE(run, id, ...)                                                                                     \
+    do {                                                                                                             \
+        CHECK(accel_prof_begin((run).prof, (id)));                                                                   \
+        __VA_ARGS__;                                                                                                 \
+        CHECK(accel_prof_end((run).prof, (id)));                                                                     \
+    } while (0)
+
 /* ----- hooks, at their named points */
 /* Starts the summary line's clock after the run's GPT2_UNTIMED_STEPS-th step (the step's work must be done: the
    CUDA trainer's loop synchronizes each step; its no-op loop synchronizes before this call). */

@@ -731,13 +731,7 @@ static accel_result bench_noop_loop(gpt2_run *run, model *m, staging *s) {
     return ACCEL_OK;
 }
 
-/* One phase of a step in the profiler's table and trace (accel_profile.h; one flag test without --profile). */
-#define PHASE(id, ...)                                                                                               \
-    do {                                                                                                             \
-        CHECK(accel_prof_begin(run.prof, (id)));                                                                     \
-        __VA_ARGS__;                                                                                                 \
-        CHECK(accel_prof_end(run.prof, (id)));                                                                       \
-    } while (0)
+#define PHASE(id, ...) GPT2_PHASE(run, id, __VA_ARGS__) /* a phase of the step in the profiler */
 
 int main(int argc, char **argv) {
     gpt2_opts o;
