@@ -762,8 +762,8 @@ static inline accel_result gpt2_hf_config_check(accel *acc, const char *path, co
         if (a >= 0 && v[a].type && v[f].type && (v[a].type != v[f].type || v[a].number != v[f].number))
             return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: %s and %s disagree", path, gpt2_hf_keys[a],
                                    gpt2_hf_keys[f]);
+        if (f == GPT2_HF_N_CTX && v[use].type <= GPT2_JSON_NULL) continue; /* legacy, unread by transformers */
         if (!v[use].type) {
-            if (f == GPT2_HF_N_CTX) continue; /* legacy, optional; the rest have transformers' defaults */
             return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: no %s (transformers would take its GPT-2 "
                                    "124M default)", path, name);
         }
@@ -793,7 +793,7 @@ static inline accel_result gpt2_hf_config_check(accel *acc, const char *path, co
         const gpt2_json_value *a = &v[GPT2_HF_ACTIVATION_FUNCTION];
         int ok = 0, is_str = a->type == GPT2_JSON_STRING;
         for (i = 0; i < (int)(sizeof tanh_gelus / sizeof *tanh_gelus); ++i)
-            ok |= is_str && a->len < sizeof a->str && !strcmp(a->str, tanh_gelus[i]);
+            ok |= is_str && a->len == strlen(tanh_gelus[i]) && !strcmp(a->str, tanh_gelus[i]);
         if (!ok)
             return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: activation_function is %s%s%s; the trainers "
                                    "compute GPT-2's tanh GELU (gelu_new)", path, is_str ? "\"" : "",
@@ -826,8 +826,8 @@ static inline accel_result gpt2_hf_config_check(accel *acc, const char *path, co
                                "LM head is wte", path, untied ? "the file's lm_head.weight is a head of its own"
                                : "transformers would give the model an LM head of its own");
     if (v[GPT2_HF_MODEL_TYPE].type &&
-        (v[GPT2_HF_MODEL_TYPE].type != GPT2_JSON_STRING || strcmp(v[GPT2_HF_MODEL_TYPE].str, "gpt2") != 0 ||
-         v[GPT2_HF_MODEL_TYPE].len != 4))
+        (v[GPT2_HF_MODEL_TYPE].type != GPT2_JSON_STRING || v[GPT2_HF_MODEL_TYPE].len != 4 ||
+         strcmp(v[GPT2_HF_MODEL_TYPE].str, "gpt2") != 0))
         return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: model_type must be \"gpt2\"", path);
     return ACCEL_OK;
 }

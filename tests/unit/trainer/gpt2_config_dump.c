@@ -37,7 +37,7 @@ static void dump(const char *path) {
         if (v->type == GPT2_JSON_ARRAY || v->type == GPT2_JSON_OBJECT) printf(", \"count\": %d", v->count);
         if (v->type == GPT2_JSON_STRING) {
             printf(", \"len\": %zu, \"hex\": \"", v->len);
-            for (k = 0; v->str[k]; ++k) printf("%02x", (unsigned char)v->str[k]);
+            for (k = 0; k < v->len && k + 1 < sizeof v->str; ++k) printf("%02x", (unsigned char)v->str[k]);
             printf("\"");
         }
         printf("}");

@@ -180,6 +180,7 @@ def test_init(env, tfpy):
                  add_cross_attention=False, pruned_heads={}, tie_word_embeddings=True))
     accepted("dropouts 0.5, unknown keys, bos/eos outside the vocabulary",
              cfg(resid_pdrop=0.5, attn_pdrop=0.5, embd_pdrop=0.5, my_key=[1, {"a": None}], bos_token_id=99999))
+    accepted("n_ctx null (transformers does not read it)", cfg(n_ctx=None))
     accepted("aliases that agree (hidden_size, max_position_embeddings, num_attention_heads, num_hidden_layers)",
              cfg(hidden_size=C, max_position_embeddings=BLOCK, num_attention_heads=H, num_hidden_layers=L))
     accepted("aliases alone (n_embd, n_positions, n_head, n_layer left out)",
@@ -201,6 +202,8 @@ def test_init(env, tfpy):
     refused("the exact (erf) GELU", "activation_function", cfg(activation_function="gelu"))
     refused("ReLU", "activation_function", cfg(activation_function="relu"))
     refused("a number", "activation_function", cfg(activation_function=1))
+    refused("gelu_new, a NUL, more", "activation_function",
+            json.dumps(hub_config()).replace('"gelu_new"', '"gelu_new\\u0000x"'))
     refused("a long name that starts like gelu_new", "activation_function",
             cfg(activation_function="gelu_new" + "x" * 80))
     refused("1e-6", "layer_norm_epsilon", cfg(layer_norm_epsilon=1e-6))
@@ -297,6 +300,7 @@ JSON_CASES = [
     b'{"activation_function": "gel\\"u\\\\\\/\\b\\f\\n\\r\\t"}',
     b'{"activation_function": "\\u00e9\\u4e2d\\ud83d\\ude00"}',
     b'{"activation_function": "\\ud800x"}',                           # a lone surrogate: Python keeps it
+    b'{"activation_function": "gelu_new\\u0000x", "model_type": "gpt2\\u0000"}',  # NUL inside a string
     b'{"activation_function": "\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80"}',
     b'{"activation_function": "' + b"y" * 200 + b'"}',
     b'{"layer_norm_epsilon": 1e-05, "n_inner": null, "vocab_size": -0, "n_ctx": 12345678901234567890}',
