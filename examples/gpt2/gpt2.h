@@ -1377,7 +1377,7 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
     }
     r->first_step = r->step = acc->optimizer_steps;
 
-    /* logs: the loss file (main process), TensorBoard + JSONL, the profiler (disabled without --profile: then every
+    /* logs: the loss file (main process), TensorBoard + JSONL; the profiler (disabled without --profile: then every
        begin/end is one flag test; device times are CUDA events on acc->stream, read without synchronizing) */
     if (o->loss_file && acc->is_main_process && !(r->loss_file = gpt2_open_loss_file(o->loss_file, o->resume,
                                                                                        r->first_step)))
@@ -1400,10 +1400,6 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
         hp[7] = accel_track_param_number("lr", o->lr);
         if ((res = accel_track_init_trackers(&r->trk, r->name, hp, 8)) != ACCEL_OK) return res;
     }
-    memset(&pd, 0, sizeof pd);
-    pd.disabled = !o->profile_dir;
-    pd.trace_dir = o->profile_dir;
-    if ((res = accel_prof_create(acc, &pd, &r->prof)) != ACCEL_OK) return res;
 
     accel_print(acc, "%s: L=%d H=%d C=%d V=%d (padded %d) block %d: %zu parameters | %d %s x batch %d x seq %d x "
                 "accum %d | %s | %lld global batches per epoch | reducer: %s%s\n", r->name, c->num_layers,
@@ -1413,6 +1409,11 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
                 (long long)accel_data_seq_len(&r->loader),
                 accel_coll_reducer_is_flat(r->reducer) ? "one in-place all-reduce" : "buckets",
                 o->hooks.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
+    /* the profiler last: its first step starts here (the loop's first step) */
+    memset(&pd, 0, sizeof pd);
+    pd.disabled = !o->profile_dir;
+    pd.trace_dir = o->profile_dir;
+    if ((res = accel_prof_create(acc, &pd, &r->prof)) != ACCEL_OK) return res;
     r->t0 = accel_now();
     return ACCEL_OK;
 }
