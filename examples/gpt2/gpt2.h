@@ -435,10 +435,12 @@ static inline accel_optim_schedule gpt2_schedule(int64_t warmup, int64_t steps, 
 
 /* ------------------------------------------------------------------------------------------- command line */
 #define GPT2_MAX_FILES 64
+/* --attention (CUDA trainer): cuDNN's fused attention or the trainer's own kernels; AUTO = cuDNN when built */
+enum { GPT2_ATTENTION_AUTO, GPT2_ATTENTION_CUDNN, GPT2_ATTENTION_OWN };
 typedef struct gpt2_opts {
     const char *init, *data[GPT2_MAX_FILES], *loss_file, *export_dir, *ckpt_dir, *log_dir, *dump_grads, *profile_dir;
     int ndata, steps, batch, seq, accum, warmup, layers, heads, channels, vocab, block_size, ckpt_every, resume;
-    int print_every, kill_at, shuffle, sr, bench_noop;
+    int print_every, kill_at, shuffle, sr, bench_noop, attention;
     double lr, weight_decay, clip, peak_tflops;
     uint64_t seed;
 } gpt2_opts;
@@ -462,6 +464,7 @@ static inline void gpt2_usage(const char *prog) {
             "  --seed S                 initialization seed (default 1337)\n"
             "  --shuffle                shuffle the token windows per epoch (default: llm.c's sequential order)\n"
             "  --sr                     (CUDA) stochastic rounding of the bf16 weights\n"
+            "  --attention cudnn|own    (CUDA) cuDNN's flash attention (default when built) or the trainer's own\n"
             "output\n"
             "  --loss-file F            one line per optimizer step: step loss lr\n"
             "  --export DIR             save_model at the end: DIR/model.safetensors (HF names) + config.json\n"
@@ -470,7 +473,7 @@ static inline void gpt2_usage(const char *prog) {
             "  --print-every N          progress line every N steps (default 1)\n"
             "  --profile DIR            phase table at the end + Chrome traces DIR/profile_<rank>.json (accel_profile.h;\n"
             "                           several ranks: DIR/profile_merged.json too; open in ui.perfetto.dev)\n"
-            "  --peak-tflops X          peak FLOP/s for MFU (default: H100/H200 989, A100 312, else none)\n"
+            "  --peak-tflops X          peak FLOP/s for MFU (default: the device's dense bf16 peak; H100/H200 989)\n"
             "testing\n"
             "  --kill-at N              SIGKILL every rank after step N (resume tests)\n"
             "  --dump-grads FILE        the first step's reduced gradients (before clipping) as HF safetensors\n"
@@ -555,6 +558,12 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
         else if (GPT2_ARG("--kill-at")) o->kill_at = atoi(v);
         else if (GPT2_ARG("--dump-grads")) o->dump_grads = v;
         else if (GPT2_ARG("--peak-tflops")) o->peak_tflops = atof(v);
+        else if (GPT2_ARG("--attention")) {
+            if (!strcmp(v, "cudnn")) o->attention = GPT2_ATTENTION_CUDNN;
+            else if (!strcmp(v, "own")) o->attention = GPT2_ATTENTION_OWN;
+            else if (!strcmp(v, "auto")) o->attention = GPT2_ATTENTION_AUTO;
+            else { fprintf(stderr, "%s: --attention %s: cudnn, own or auto\n", prog, v); return 2; }
+        }
         else if (!strcmp(a, "--resume")) o->resume = 1;
         else if (!strcmp(a, "--shuffle")) o->shuffle = 1;
         else if (!strcmp(a, "--sr")) o->sr = 1;
