@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Kernel-time breakdown of one GPT-2 124M training step (T=1024) of examples/gpt2/train_gpt2.cu under Nsight Compute:
-# the trainer runs 4 steps with --profile (accel_profile.h's NVTX range "ProfilerStep#<k>" around each step), ncu
-# measures gpu__time_duration of every kernel launched inside ProfilerStep#3 (after cuBLAS/cuDNN warm-up), without
-# locking the clocks, and the launches are summed by kernel name into a table (share of the step's kernel time).
+# the trainer runs 4 steps, ncu measures gpu__time_duration of every kernel (clocks not locked, caches not flushed:
+# as in training), and the launches of the third step — from its encoder_forward_kernel, the first launch of every
+# step, to the next step's, so the optimizer's kernels count — are summed by kernel name into a table.
 #   usage: bench/trainer/ncu_step.sh TRAIN_GPT2_EXE [B, default 16] [trainer options, e.g. --attention own]
 #   e.g.   bash bench/trainer/ncu_step.sh build/tests/gpu/trainer/train_gpt2_for_tests 16
 # Prints the table on stdout (exit 77 when ncu or a GPU is missing). Takes well under a minute on an H100/H200.
@@ -17,10 +17,10 @@ trap 'rm -rf "$tmp"' EXIT
 "$exe" --gen-shard "$tmp/tok.bin" $(( 6 * B * 1025 + 1 )) 50257 > /dev/null
 t0=$(date +%s)
 set +e
-timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
-  --print-kernel-base function --nvtx --nvtx-include "ProfilerStep#3/" --log-file "$tmp/ncu.csv" \
+timeout 300 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+  --print-units base --print-kernel-base function --log-file "$tmp/ncu.csv" \
   "$exe" --data "$tmp/tok.bin" --batch "$B" --seq 1024 --steps 4 --print-every 0 --lr 6e-4 --warmup 2 \
-  --profile "$tmp/prof" "$@" > "$tmp/trainer.out" 2>&1
+  "$@" > "$tmp/trainer.out" 2>&1
 rc=$?
 set -e
 if [ $rc = 77 ]; then cat "$tmp/trainer.out"; exit 77; fi
@@ -34,19 +34,20 @@ path, B, secs, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = [r for r in csv.reader(open(path)) if r]
 head = next((i for i, r in enumerate(rows) if "Kernel Name" in r and "Metric Value" in r), None)
 if head is None:
-    sys.exit("ncu_step.sh: no kernel rows in the ncu output (did the NVTX filter match? ProfilerStep#3 needs "
-             "--profile and the NVTX build of accel_profile.h)\n" + open(path).read()[-2000:])
+    sys.exit("ncu_step.sh: no kernel rows in the ncu output\n" + open(path).read()[-2000:])
 h = rows[head]
-name_i, metric_i, unit_i, value_i = h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Unit"), \
-    h.index("Metric Value")
+id_i, name_i, metric_i, unit_i, value_i = h.index("ID"), h.index("Kernel Name"), h.index("Metric Name"), \
+    h.index("Metric Unit"), h.index("Metric Value")
 scale = {"ns": 1e-3, "nsecond": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
+launches = sorted(((int(r[id_i]), r[name_i], float(r[value_i].replace(",", "")) * scale.get(r[unit_i], 1e-3))
+                   for r in rows[head + 1:] if len(r) > value_i and r[metric_i] == "gpu__time_duration.sum"))
+starts = [i for i, l in enumerate(launches) if l[1] == "encoder_forward_kernel"]
+if len(starts) < 4:
+    sys.exit("ncu_step.sh: expected 4 steps (encoder_forward_kernel launches), found %d" % len(starts))
 tot, calls = {}, {}
-for r in rows[head + 1:]:
-    if len(r) <= value_i or r[metric_i] != "gpu__time_duration.sum":
-        continue
-    us = float(r[value_i].replace(",", "")) * scale.get(r[unit_i], 1e-3)
-    tot[r[name_i]] = tot.get(r[name_i], 0.0) + us
-    calls[r[name_i]] = calls.get(r[name_i], 0) + 1
+for _, name, us in launches[starts[2]:starts[3]]:
+    tot[name] = tot.get(name, 0.0) + us
+    calls[name] = calls.get(name, 0) + 1
 total = sum(tot.values())
 print("one training step, GPT-2 124M B=%s T=1024%s: %d kernel launches, %.2f ms of kernel time (ncu, %ss)" %
       (B, (" " + extra) if extra else "", sum(calls.values()), total / 1e3, secs))

@@ -93,14 +93,37 @@ typedef struct model {
 
 static cublasHandle_t g_blas; /* the own attention's batched GEMMs (main creates it on the model's stream) */
 
-/* AUTO: cuDNN's attention when this build has it and it takes the shape (head size a multiple of 8 up to 256, an
-   sm_80+ GPU), else the trainer's own. */
-static int resolve_attention(int attention, const gpt2_config *c) {
-    int dev = 0, major = 0, hs = c->channels / c->num_heads;
-    if (attention != GPT2_ATTENTION_AUTO) return attention;
+/* Whether cuDNN's attention takes the shape: head size a multiple of 8 up to 256 (128 before Hopper), an sm_80+ GPU,
+   and cuDNN builds both graphs (they are cached for the run). */
+static int cudnn_attention_fits(const model *m, const char **why) {
+    int dev = 0, major = 0, NH = m->cfg.num_heads, hs = m->cfg.channels / NH;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
         major = 0;
-    return GPT2_HAVE_CUDNN && hs % 8 == 0 && hs <= 256 && major >= 8 ? GPT2_ATTENTION_CUDNN : GPT2_ATTENTION_OWN;
+    *why = "cuDNN's attention needs an sm_80+ GPU and a head size (channels / heads) that is a multiple of 8, at most "
+           "256 (128 before Hopper)";
+    if (major < 8 || hs % 8 || hs > (major >= 9 ? 256 : 128)) return 0;
+#ifdef GPT2_WITH_CUDNN
+    if (attention_cudnn_prepare(m->B, m->T, NH, hs) != 0) {
+        *why = attention_cudnn_error();
+        return 0;
+    }
+    return 1;
+#else
+    *why = "this build has no cuDNN (meson -Dcudnn=enabled: cudnn.h, libcudnn and the cuDNN frontend's headers, see "
+           "scripts/install-deps.sh --cudnn-frontend)";
+    return 0;
+#endif
+}
+
+/* AUTO: cuDNN's attention where it fits, else (with a note) the trainer's own. An explicit cudnn that does not fit
+   stays, and model_setup reports why. */
+static int resolve_attention(const model *m) {
+    const char *why = "";
+    if (m->attention == GPT2_ATTENTION_OWN) return GPT2_ATTENTION_OWN;
+    if (cudnn_attention_fits(m, &why)) return GPT2_ATTENTION_CUDNN;
+    if (m->attention == GPT2_ATTENTION_AUTO && GPT2_HAVE_CUDNN)
+        fprintf(stderr, "train_gpt2: note: cuDNN's attention does not fit (%s): the trainer's own attention\n", why);
+    return m->attention == GPT2_ATTENTION_AUTO ? GPT2_ATTENTION_OWN : GPT2_ATTENTION_CUDNN;
 }
 
 /* Carves the activations out of base (NULL: only sizes them, and resolves m->attention); returns the bytes needed. */
@@ -109,7 +132,7 @@ static size_t carve_activations(char *base, model *m) {
     activations *a = &m->a;
     size_t off = 0, L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
     size_t B = (size_t)m->B, T = (size_t)m->T, BT = B * T;
-    size_t own = (m->attention = resolve_attention(m->attention, c)) == GPT2_ATTENTION_OWN;
+    size_t own = (m->attention = resolve_attention(m)) == GPT2_ATTENTION_OWN;
     size_t scratch = layernorm_scratch_floats((int)C) > matmul_scratch_floats(4 * (int)C)
                          ? layernorm_scratch_floats((int)C) : matmul_scratch_floats(4 * (int)C);
 #define CARVE(ptr, type, n)                                                                                          \
@@ -135,15 +158,13 @@ static size_t carve_activations(char *base, model *m) {
 /* What the first forward sets up: the shape checks the kernels need and cuBLASLt (GELU in the GEMM epilogues from
    Hopper on, where it is faster than the separate kernels). */
 static cudaError_t model_setup(model *m) {
-    int C = m->cfg.channels, NH = m->cfg.num_heads, dev = 0, major = 0;
+    int C = m->cfg.channels, dev = 0, major = 0;
+    const char *why = "";
     if (C % 8 || !layernorm_chunks(C))
         return gpt2_kernel_error(cudaErrorInvalidValue, "--channels %d: the CUDA kernels need a multiple of 8 up to "
                                                         "%d", C, LN_MAX_C);
-    if (m->attention == GPT2_ATTENTION_CUDNN && (!GPT2_HAVE_CUDNN || (C / NH) % 8 || C / NH > 256))
-        return gpt2_kernel_error(cudaErrorNotSupported, "--attention cudnn: %s", GPT2_HAVE_CUDNN
-                                 ? "cuDNN's attention needs a head size (channels / heads) that is a multiple of 8, at "
-                                   "most 256" : "this build has no cuDNN (meson -Dcudnn=enabled: cudnn.h, libcudnn and "
-                                   "the cuDNN frontend's headers, see scripts/install-deps.sh --cudnn-frontend)");
+    if (m->attention == GPT2_ATTENTION_CUDNN && !cudnn_attention_fits(m, &why))
+        return gpt2_kernel_error(cudaErrorNotSupported, "--attention cudnn: %s", why);
     GPT2_TRY(cudaGetDevice(&dev));
     GPT2_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     GPT2_TRY(matmul_create(&m->mm, major >= 9));

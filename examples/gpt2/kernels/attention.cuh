@@ -16,6 +16,8 @@
          and write the fused layouts directly; the causal softmax and its backward are one warp per row, 16-byte
          vectors, touching only the t + 1 entries of row t (and zero-filling the rest, which the GEMMs read).
          blas: a cuBLAS handle; ptrs: attention_ptr_count(B, NH) pointers of device scratch.
+     softmax_forward(att, B, NH, T, st), softmax_backward(datt, att, B, NH, T, st)
+         the causal softmax of the scores and its backward, in place (the own attention's middle step)
 
    The GEMMs (column-major, as cuBLAS sees the row-major matrices; per (batch, head) i, scale = 1/sqrt(HS)):
      forward   S  = scale · Q Kᵀ          attention_gemm(ATT_GEMM_S)      then the softmax on S's rows, in place
@@ -234,9 +236,30 @@ __global__ void __launch_bounds__(SOFTMAX_THREADS) softmax_backward_kernel(bf16 
     }
 }
 
-static cudaError_t attention_pointers(const bf16 **ptrs, const attention_bases *bases, int B, int T, int C, int NH,
-                                      cudaStream_t st) {
+static cudaError_t softmax_forward(bf16 *att, int B, int NH, int T, cudaStream_t st) {
+    size_t rows = (size_t)B * NH * T;
+    unsigned grid = ceil_div(rows, SOFTMAX_THREADS / 32);
+    if (T % 8 == 0) softmax_forward_kernel<8><<<grid, SOFTMAX_THREADS, 0, st>>>(att, rows, T);
+    else softmax_forward_kernel<1><<<grid, SOFTMAX_THREADS, 0, st>>>(att, rows, T);
+    GPT2_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+static cudaError_t softmax_backward(bf16 *datt, const bf16 *att, int B, int NH, int T, cudaStream_t st) {
+    size_t rows = (size_t)B * NH * T;
+    unsigned grid = ceil_div(rows, SOFTMAX_THREADS / 32);
+    if (T % 8 == 0) softmax_backward_kernel<8><<<grid, SOFTMAX_THREADS, 0, st>>>(datt, att, rows, T);
+    else softmax_backward_kernel<1><<<grid, SOFTMAX_THREADS, 0, st>>>(datt, att, rows, T);
+    GPT2_LAUNCH_CHECK();
+    return cudaSuccess;
+}
+
+/* The pass's pointer arrays from its base pointers (q, k, v always from qkv), cuBLAS on the stream. */
+static cudaError_t attention_pointers(cublasHandle_t blas, const bf16 **ptrs, attention_bases *bases, const bf16 *qkv,
+                                      int B, int T, int C, int NH, cudaStream_t st) {
     int n = ATT_NPTR * B * NH;
+    bases->p[ATT_Q] = bases->p[ATT_K] = bases->p[ATT_V] = qkv;
+    if (cublasSetStream(blas, st) != CUBLAS_STATUS_SUCCESS)
+        return gpt2_kernel_error(cudaErrorUnknown, "attention: cublasSetStream failed");
     attention_pointers_kernel<<<ceil_div((size_t)n, 256), 256, 0, st>>>(ptrs, *bases, B * NH, T, C, NH);
     GPT2_LAUNCH_CHECK();
     return cudaSuccess;
@@ -245,19 +268,12 @@ static cudaError_t attention_pointers(const bf16 **ptrs, const attention_bases *
 static cudaError_t attention_forward(bf16 *out, bf16 *att, const bf16 *qkv, int B, int T, int C, int NH,
                                      cublasHandle_t blas, const bf16 **ptrs, cudaStream_t st) {
     attention_bases bases;
-    size_t rows = (size_t)B * NH * T;
-    unsigned grid = ceil_div(rows, SOFTMAX_THREADS / 32);
     memset(&bases, 0, sizeof bases);
-    bases.p[ATT_Q] = bases.p[ATT_K] = bases.p[ATT_V] = qkv;
     bases.p[ATT_S] = att;
     bases.p[ATT_Y] = out;
-    if (cublasSetStream(blas, st) != CUBLAS_STATUS_SUCCESS)
-        return gpt2_kernel_error(cudaErrorUnknown, "attention: cublasSetStream failed");
-    GPT2_TRY(attention_pointers(ptrs, &bases, B, T, C, NH, st));
+    GPT2_TRY(attention_pointers(blas, ptrs, &bases, qkv, B, T, C, NH, st));
     GPT2_TRY(attention_gemm_run(blas, ptrs, ATT_GEMM_S, B, T, C, NH));
-    if (T % 8 == 0) softmax_forward_kernel<8><<<grid, SOFTMAX_THREADS, 0, st>>>(att, rows, T);
-    else softmax_forward_kernel<1><<<grid, SOFTMAX_THREADS, 0, st>>>(att, rows, T);
-    GPT2_LAUNCH_CHECK();
+    GPT2_TRY(softmax_forward(att, B, NH, T, st));
     return attention_gemm_run(blas, ptrs, ATT_GEMM_Y, B, T, C, NH);
 }
 
@@ -265,22 +281,15 @@ static cudaError_t attention_backward(bf16 *dqkv, bf16 *datt, const bf16 *dout, 
                                       int B, int T, int C, int NH, cublasHandle_t blas, const bf16 **ptrs,
                                       cudaStream_t st) {
     attention_bases bases;
-    size_t rows = (size_t)B * NH * T;
-    unsigned grid = ceil_div(rows, SOFTMAX_THREADS / 32);
     memset(&bases, 0, sizeof bases);
-    bases.p[ATT_Q] = bases.p[ATT_K] = bases.p[ATT_V] = qkv;
     bases.p[ATT_DQ] = bases.p[ATT_DK] = bases.p[ATT_DV] = dqkv;
     bases.p[ATT_S] = att;
     bases.p[ATT_DS] = datt;
     bases.p[ATT_DY] = dout;
-    if (cublasSetStream(blas, st) != CUBLAS_STATUS_SUCCESS)
-        return gpt2_kernel_error(cudaErrorUnknown, "attention: cublasSetStream failed");
-    GPT2_TRY(attention_pointers(ptrs, &bases, B, T, C, NH, st));
+    GPT2_TRY(attention_pointers(blas, ptrs, &bases, qkv, B, T, C, NH, st));
     GPT2_TRY(attention_gemm_run(blas, ptrs, ATT_GEMM_DS, B, T, C, NH));
     GPT2_TRY(attention_gemm_run(blas, ptrs, ATT_GEMM_DV, B, T, C, NH));
-    if (T % 8 == 0) softmax_backward_kernel<8><<<grid, SOFTMAX_THREADS, 0, st>>>(datt, att, rows, T);
-    else softmax_backward_kernel<1><<<grid, SOFTMAX_THREADS, 0, st>>>(datt, att, rows, T);
-    GPT2_LAUNCH_CHECK();
+    GPT2_TRY(softmax_backward(datt, att, B, NH, T, st));
     GPT2_TRY(attention_gemm_run(blas, ptrs, ATT_GEMM_DQ, B, T, C, NH));
     return attention_gemm_run(blas, ptrs, ATT_GEMM_DK, B, T, C, NH);
 }

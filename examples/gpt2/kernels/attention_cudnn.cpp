@@ -138,6 +138,11 @@ int run(const shape_key &k, std::unordered_map<int64_t, void *> &pack, cudaStrea
 }
 } // namespace
 
+int attention_cudnn_prepare(int B, int T, int NH, int HS) {
+    std::shared_ptr<fe::graph::Graph> g;
+    return prepare(0) || graph_for(shape_key{B, T, NH, HS, 0}, g) || graph_for(shape_key{B, T, NH, HS, 1}, g) ? -1 : 0;
+}
+
 int attention_cudnn_forward(void *out, float *stats, const void *qkv, int B, int T, int NH, int HS, cudaStream_t st) {
     sdpa_layout L = sdpa_layout_of(B, T, NH, HS);
     char *q = (char *)qkv;

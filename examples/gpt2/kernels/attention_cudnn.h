@@ -9,6 +9,9 @@
      attention_cudnn_backward(dqkv, dout, qkv, out, stats, B, T, NH, HS, st)
          dq, dk, dv written in place into dqkv's (B, T, 3, NH, HS) rows; cuDNN's deterministic algorithm (the same
          bits every run: a resumed run must equal an uninterrupted one)
+     attention_cudnn_prepare(B, T, NH, HS)
+         builds (and caches) both graphs of the shape without running them: whether cuDNN takes it, known before
+         any buffer is allocated (and the plans' build time is not charged to the first step)
      attention_cudnn_error()       what the last failure was (cuDNN's message), for the caller's report
      attention_cudnn_destroy()     the handle, the cached graphs and the workspace
 
@@ -60,6 +63,7 @@ static inline sdpa_layout sdpa_layout_of(int B, int T, int NH, int HS) {
     return l;
 }
 
+int attention_cudnn_prepare(int B, int T, int NH, int HS);
 int attention_cudnn_forward(void *out, float *stats, const void *qkv, int B, int T, int NH, int HS, cudaStream_t st);
 int attention_cudnn_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *stats,
                              int B, int T, int NH, int HS, cudaStream_t st);

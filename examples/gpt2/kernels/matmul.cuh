@@ -46,23 +46,21 @@ typedef struct gemm_call {
     int ldaux;
 } gemm_call;
 
+/* D = op(A) · op(B), alpha 1, beta 0, no epilogue, bf16 D */
+static ACCEL_INLINE gemm_call gemm_plain(int transa, int transb, int m, int n, int k, const void *A, int lda,
+                                         const void *B, int ldb, void *D, int ldd) {
+    gemm_call g;
+    memset(&g, 0, sizeof g);
+    g.transa = transa, g.transb = transb, g.m = m, g.n = n, g.k = k;
+    g.A = A, g.lda = lda, g.B = B, g.ldb = ldb, g.D = D, g.ldd = ldd;
+    g.alpha = 1.0f;
+    return g;
+}
 /* out (N, OC) = inp (N, C) · weightᵀ (+ bias); with pre_gelu: pre_gelu = that, out = gelu(pre_gelu). Row-major out
    is the column-major outᵀ (OC x N) = weight (viewed C x OC, transposed) · inpᵀ (viewed C x N). */
 static ACCEL_INLINE gemm_call matmul_forward_call(void *out, void *pre_gelu, const void *inp, const void *weight,
                                                   const void *bias, int N, int C, int OC) {
-    gemm_call g;
-    memset(&g, 0, sizeof g);
-    g.transa = 1;
-    g.m = OC;
-    g.n = N;
-    g.k = C;
-    g.A = weight;
-    g.lda = C;
-    g.B = inp;
-    g.ldb = C;
-    g.D = out;
-    g.ldd = OC;
-    g.alpha = 1.0f;
+    gemm_call g = gemm_plain(1, 0, OC, N, C, weight, C, inp, C, out, OC);
     g.bias = bias;
     g.epilogue = pre_gelu ? GEMM_EPI_GELU_AUX : bias ? GEMM_EPI_BIAS : GEMM_EPI_NONE;
     g.aux = pre_gelu;
@@ -73,18 +71,7 @@ static ACCEL_INLINE gemm_call matmul_forward_call(void *out, void *pre_gelu, con
    C x OC) · doutᵀ (viewed OC x N). */
 static ACCEL_INLINE gemm_call matmul_backward_dinp_call(void *dinp, const void *dout, const void *weight,
                                                         const void *pre_gelu, int N, int C, int OC) {
-    gemm_call g;
-    memset(&g, 0, sizeof g);
-    g.m = C;
-    g.n = N;
-    g.k = OC;
-    g.A = weight;
-    g.lda = C;
-    g.B = dout;
-    g.ldb = OC;
-    g.D = dinp;
-    g.ldd = C;
-    g.alpha = 1.0f;
+    gemm_call g = gemm_plain(0, 0, C, N, OC, weight, C, dout, OC, dinp, C);
     g.epilogue = pre_gelu ? GEMM_EPI_DGELU : GEMM_EPI_NONE;
     g.aux = (void *)pre_gelu;
     g.ldaux = pre_gelu ? C : 0;
@@ -93,20 +80,8 @@ static ACCEL_INLINE gemm_call matmul_backward_dinp_call(void *dinp, const void *
 /* dweight (OC, C) += doutᵀ · inp: dweightᵀ (C x OC) += inpᵀ (viewed C x N) · dout (viewed OC x N, transposed). */
 static ACCEL_INLINE gemm_call matmul_backward_dweight_call(float *dweight, const void *dout, const void *inp, int N,
                                                            int C, int OC) {
-    gemm_call g;
-    memset(&g, 0, sizeof g);
-    g.transb = 1;
-    g.m = C;
-    g.n = OC;
-    g.k = N;
-    g.A = inp;
-    g.lda = C;
-    g.B = dout;
-    g.ldb = OC;
-    g.D = dweight;
-    g.ldd = C;
+    gemm_call g = gemm_plain(0, 1, C, OC, N, inp, C, dout, OC, dweight, C);
     g.d_f32 = 1;
-    g.alpha = 1.0f;
     g.beta = 1.0f;
     return g;
 }

@@ -81,7 +81,7 @@ def vs_cpu(gpu, cpu, tmp):
     common = TINY + ["--data", shard, "--batch", 4, "--steps", 20, "--lr", 1e-3, "--warmup", 2, "--weight-decay", 0.1,
                      "--seed", 5, "--print-every", 0]
     res = {}
-    for name, exe, extra in [("cpu", cpu, [])] + [("cuda-" + a, gpu, ["--attention", a]) for a in ATTENTION]:
+    for name, exe, extra in [("cuda-" + a, gpu, ["--attention", a]) for a in ATTENTION] + [("cpu", cpu, [])]:
         lf, gf = os.path.join(tmp, name + ".loss"), os.path.join(tmp, name + ".grads")
         run([exe] + common + extra + ["--loss-file", lf, "--dump-grads", gf])
         res[name] = (losses(lf), read_safetensors(gf)[0])

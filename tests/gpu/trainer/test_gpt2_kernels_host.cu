@@ -18,6 +18,7 @@
      peak FLOP/s      gpt2_peak_flops against datasheet figures
    Tolerances: float32 against float32 in another summation order: 1e-5 of the reference's largest magnitude. */
 #include "gpt2_cpu_layers.h"
+#include "gpt2_kernel_tests.h"
 #include "kernels/attention.cuh"
 #include "kernels/encoder.cuh"
 #include "kernels/layernorm.cuh"
@@ -28,26 +29,6 @@
 #include <string.h>
 #include <vector>
 
-static int failures, checks;
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s", ok ? "ok: " : "FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    checks++;
-    failures += !ok;
-}
-
-static uint64_t rng_state = 88172645463325252ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
 static std::vector<float> randv(size_t n, float scale = 1.0f) {
     std::vector<float> v(n);
     for (size_t i = 0; i < n; ++i) v[i] = frand() * scale;

@@ -16,9 +16,11 @@
        rtol 2^-5, atol 2^-6    attention out (the probabilities are bf16 before P·V), and relative L2 <= 2^-6
        rtol 2^-3, atol 2^-5    attention dq, dk, dv (bf16 scores and score gradients in between), relative L2 <= 2^-5
    A wrong layout, offset, scale, mask or missing bias is off by O(1) of M and fails these by far.
-   Determinism: the backward layers with reductions (layernorm_backward, matmul_backward, both attentions at B = 16,
-   T = 1024, NH = 12, HS = 64) run twice on the same inputs and must give the same bits. */
+   Determinism: every backward layer with a reduction (layernorm_backward, matmul_backward, both attentions, also at
+   T = 1024, NH = 12, HS = 64 with B = 16 for cuDNN's and B = 4 for the own) runs twice on the same inputs and must give
+   the same bits. */
 #include "gpt2_cpu_layers.h"
+#include "gpt2_kernel_tests.h"
 #include "kernels/attention.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/encoder.cuh"
@@ -30,21 +32,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <initializer_list>
 #include <vector>
 
-static int failures, checks;
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s", ok ? "ok: " : "FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    checks++;
-    failures += !ok;
-}
 /* a CUDA failure fails the case and leaves it */
 #define CU(call)                                                                                                     \
     do {                                                                                                             \
@@ -55,13 +45,6 @@ static void check(int ok, const char *fmt, ...) {
         }                                                                                                            \
     } while (0)
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static float frand(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
 static float bf16r(float x) { return accel_bf16_to_f32(accel_f32_to_bf16(x)); }
 /* random values, already bf16 */
 static std::vector<float> randb(size_t n, float scale = 1.0f, float offset = 0.0f) {
@@ -111,10 +94,35 @@ static std::vector<float> get_f32(const dbuf &d, size_t n) {
     cudaMemcpy(v.data(), d.p, n * 4, cudaMemcpyDeviceToHost);
     return v;
 }
-static std::vector<uint8_t> get_bytes(const dbuf &d, size_t n) {
-    std::vector<uint8_t> v(n);
-    cudaMemcpy(v.data(), d.p, n, cudaMemcpyDeviceToHost);
-    return v;
+/* the bytes of device buffers: a second run must reproduce the first's */
+static std::vector<std::vector<uint8_t>> snapshot(std::initializer_list<const dbuf *> bufs) {
+    std::vector<std::vector<uint8_t>> out;
+    for (const dbuf *d : bufs) {
+        out.emplace_back(d->bytes);
+        cudaMemcpy(out.back().data(), d->p, d->bytes, cudaMemcpyDeviceToHost);
+    }
+    return out;
+}
+
+/* Runs `run` twice, `reset` putting its inputs back first: `judge` checks the first run's results; the second run
+   must leave the same bits in `outs`. */
+template <class Reset, class Run, class Judge>
+static void run_twice(const char *what, std::initializer_list<const dbuf *> outs, Reset reset, Run run, Judge judge) {
+    std::vector<std::vector<uint8_t>> first;
+    for (int rep = 0; rep < 2; ++rep) {
+        cudaError_t e;
+        reset();
+        if ((e = run()) == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) {
+            check(0, "%s: %s", what, cudaGetErrorString(e));
+            return;
+        }
+        if (rep == 0) {
+            judge();
+            first = snapshot(outs);
+        }
+    }
+    check(first == snapshot(outs), "%s: a second run gives the same bits", what);
 }
 
 /* per element |g - r| <= rtol |r| + atol max|r|; optionally relative L2 <= l2 */
@@ -226,33 +234,30 @@ static void test_layernorm(int N, int C, cudaStream_t st) {
     ref_layernorm_forward(out.data(), mean.data(), rstd.data(), a.data(), w.data(), bias.data(), N, C);
     ref_layernorm_backward(rdinp.data(), rgw.data(), rgb.data(), dout.data(), a.data(), w.data(), mean.data(),
                            rstd.data(), N, C);
-    std::vector<uint8_t> first[3];
-    for (int rep = 0; rep < 2; ++rep) {
-        put_bf16(ddout, dout);
-        put_bf16(ddinp, dinp);
-        put_f32(dgw, gw);
-        put_f32(dgb, gb);
-        put_f32(dmean2, mean);
-        put_f32(drstd2, rstd);
-        CU(layernorm_backward(ddinp.b(), dgw.f(), dgb.f(), ddout.b(), da.b(), dw.b(), dmean2.f(), drstd2.f(), N, C,
-                              scratch.f(), st));
-        CU(cudaStreamSynchronize(st));
-        if (rep == 0) {
-            snprintf(what, sizeof what, "layernorm_backward (N=%d C=%d) dinp +=", N, C);
-            close(what, get_bf16(ddinp, a.size()), rdinp, BF_R, 2 * BF_A);
-            snprintf(what, sizeof what, "layernorm_backward (N=%d C=%d) dweight +=", N, C);
-            close(what, get_f32(dgw, C), rgw, F_R, F_A);
-            snprintf(what, sizeof what, "layernorm_backward (N=%d C=%d) dbias +=", N, C);
-            close(what, get_f32(dgb, C), rgb, F_R, F_A);
-            first[0] = get_bytes(ddinp, a.size() * 2);
-            first[1] = get_bytes(dgw, C * 4);
-            first[2] = get_bytes(dgb, C * 4);
-        } else {
-            check(first[0] == get_bytes(ddinp, a.size() * 2) && first[1] == get_bytes(dgw, C * 4) &&
-                      first[2] == get_bytes(dgb, C * 4),
-                  "layernorm_backward (N=%d C=%d): a second run gives the same bits", N, C);
-        }
-    }
+    snprintf(what, sizeof what, "layernorm_backward (N=%d C=%d)", N, C);
+    run_twice(
+        what, {&ddinp, &dgw, &dgb},
+        [&] {
+            put_bf16(ddout, dout);
+            put_bf16(ddinp, dinp);
+            put_f32(dgw, gw);
+            put_f32(dgb, gb);
+            put_f32(dmean2, mean);
+            put_f32(drstd2, rstd);
+        },
+        [&] {
+            return layernorm_backward(ddinp.b(), dgw.f(), dgb.f(), ddout.b(), da.b(), dw.b(), dmean2.f(), drstd2.f(), N,
+                                      C, scratch.f(), st);
+        },
+        [&] {
+            char w2[160];
+            snprintf(w2, sizeof w2, "layernorm_backward (N=%d C=%d) dinp +=", N, C);
+            close(w2, get_bf16(ddinp, a.size()), rdinp, BF_R, 2 * BF_A);
+            snprintf(w2, sizeof w2, "layernorm_backward (N=%d C=%d) dweight +=", N, C);
+            close(w2, get_f32(dgw, C), rgw, F_R, F_A);
+            snprintf(w2, sizeof w2, "layernorm_backward (N=%d C=%d) dbias +=", N, C);
+            close(w2, get_f32(dgb, C), rgb, F_R, F_A);
+        });
 }
 
 /* ------------------------------------------------------------------------------------------- matmul */
@@ -291,35 +296,49 @@ static void test_matmul(matmul_ctx *mm, const char *tag, int N, int C, int OC, i
     ref_matmul_backward(rdinp.data(), rgw.data(), with_bias ? rgb.data() : NULL, dout.data(), inp.data(), w.data(), N,
                         C, OC);
     if (gelu) ref_gelu_backward(rdinp.data(), pre2.data(), rdinp.size());
-    std::vector<uint8_t> first[3];
-    for (int rep = 0; rep < 2; ++rep) {
-        put_bf16(ddout, dout);
-        put_f32(dgw, gw);
-        put_f32(dgb, gb);
-        put_bf16(dpre2, pre2);
-        CU(matmul_backward(mm, ddinp.b(), dgw.f(), with_bias ? dgb.f() : NULL, ddout.b(), dinp_.b(), dw.b(), N, C, OC,
-                           scratch.f(), st, gelu ? dpre2.b() : NULL));
-        CU(cudaStreamSynchronize(st));
-        if (rep == 0) {
-            snprintf(what, sizeof what, "matmul_backward%s (N=%d C=%d OC=%d, %s) dinp", gelu ? " + gelu_backward" : "",
-                     N, C, OC, tag);
-            close(what, get_bf16(ddinp, inp.size()), rdinp, BF_R, BF_A);
-            snprintf(what, sizeof what, "matmul_backward (N=%d C=%d OC=%d, %s) dweight +=", N, C, OC, tag);
-            close(what, get_f32(dgw, gw.size()), rgw, F_R, F_A);
+    snprintf(what, sizeof what, "matmul_backward%s (N=%d C=%d OC=%d, %s)", gelu ? " + gelu_backward" : "", N, C, OC,
+             tag);
+    run_twice(
+        what, {&ddinp, &dgw, &dgb},
+        [&] {
+            put_bf16(ddout, dout);
+            put_f32(dgw, gw);
+            put_f32(dgb, gb);
+            put_bf16(dpre2, pre2);
+        },
+        [&] {
+            return matmul_backward(mm, ddinp.b(), dgw.f(), with_bias ? dgb.f() : NULL, ddout.b(), dinp_.b(), dw.b(), N,
+                                   C, OC, scratch.f(), st, gelu ? dpre2.b() : NULL);
+        },
+        [&] {
+            char w2[240];
+            snprintf(w2, sizeof w2, "%s dinp", what);
+            close(w2, get_bf16(ddinp, inp.size()), rdinp, BF_R, BF_A);
+            snprintf(w2, sizeof w2, "%s dweight +=", what);
+            close(w2, get_f32(dgw, gw.size()), rgw, F_R, F_A);
             if (with_bias) {
-                snprintf(what, sizeof what, "matmul_backward (N=%d C=%d OC=%d, %s) dbias += (column sums, %d splits)",
-                         N, C, OC, tag, colsum_splits(N));
-                close(what, get_f32(dgb, OC), rgb, F_R, F_A);
+                snprintf(w2, sizeof w2, "%s dbias += (column sums, %d splits)", what, colsum_splits(N));
+                close(w2, get_f32(dgb, OC), rgb, F_R, F_A);
             }
-            first[0] = get_bytes(ddinp, inp.size() * 2);
-            first[1] = get_bytes(dgw, gw.size() * 4);
-            first[2] = get_bytes(dgb, OC * 4);
-        } else {
-            check(first[0] == get_bytes(ddinp, inp.size() * 2) && first[1] == get_bytes(dgw, gw.size() * 4) &&
-                      first[2] == get_bytes(dgb, OC * 4),
-                  "matmul_backward (N=%d C=%d OC=%d, %s): a second run gives the same bits", N, C, OC, tag);
-        }
+        });
+}
+
+/* the bias gradient alone over many rows (several row splits): float64 column sums as the reference */
+static void test_bias_backward(int N, int OC, cudaStream_t st) {
+    char what[160];
+    std::vector<float> dout = randb((size_t)N * OC), db = randb(OC), ref(OC);
+    dbuf ddout(dout.size() * 2), ddb(OC * 4), scratch(matmul_scratch_floats(OC) * 4);
+    for (int c = 0; c < OC; ++c) {
+        double s = db[c];
+        for (int r = 0; r < N; ++r) s += dout[(size_t)r * OC + c];
+        ref[c] = (float)s;
     }
+    put_bf16(ddout, dout);
+    put_f32(ddb, db);
+    CU(matmul_backward_bias(ddb.f(), ddout.b(), N, OC, scratch.f(), st));
+    CU(cudaStreamSynchronize(st));
+    snprintf(what, sizeof what, "matmul_backward_bias (N=%d OC=%d, %d row splits) dbias +=", N, OC, colsum_splits(N));
+    close(what, get_f32(ddb, OC), ref, F_R, F_A);
 }
 
 /* -------------------------------------------------------------------------------------------- gelu, residual */
@@ -388,14 +407,21 @@ static void test_classifier(int B, int T, int V, int Vp, cudaStream_t st) {
 }
 
 /* ---------------------------------------------------------------------------------------- attention */
-static void test_attention(int use_cudnn, int B, int T, int C, int NH, cublasHandle_t blas, cudaStream_t st) {
+/* Forward, then the backward twice (the same bits); with a reference (small shapes) each result against
+   gpt2_cpu.c's; without (GPT-2 124M's B = 16 shape, too slow for the CPU) only the repeat. */
+static void test_attention(int use_cudnn, int B, int T, int C, int NH, int reference, cublasHandle_t blas,
+                           cudaStream_t st) {
     char what[200];
     const char *tag = use_cudnn ? "cuDNN" : "own";
     size_t n = (size_t)B * T * C, natt = (size_t)B * NH * T * T, nst = (size_t)B * NH * T;
-    std::vector<float> qkv = randb(3 * n, 1.5f), out(n), att(natt), dout = randb(n), dqkv(3 * n), scratch(T);
+    std::vector<float> qkv = randb(3 * n, 1.5f), out(n), att(reference ? natt : 0), dout = randb(n), dqkv(3 * n);
     dbuf dqkv_in(3 * n * 2), dout_(n * 2), datt(use_cudnn ? 0 : natt * 2), ddatt(use_cudnn ? 0 : natt * 2);
     dbuf dstats(use_cudnn ? nst * 4 : 0), dptrs(attention_ptr_count(B, NH) * sizeof(void *)), ddout(n * 2);
     dbuf ddqkv(3 * n * 2);
+    if (!dqkv_in.p || !ddqkv.p || (!use_cudnn && !ddatt.p)) {
+        check(0, "attention (%s) at B=%d T=%d: out of device memory", tag, B, T);
+        return;
+    }
     put_bf16(dqkv_in, qkv);
     put_bf16(ddout, dout);
     if (use_cudnn)
@@ -403,77 +429,55 @@ static void test_attention(int use_cudnn, int B, int T, int C, int NH, cublasHan
     else
         CU(attention_forward(dout_.b(), datt.b(), dqkv_in.b(), B, T, C, NH, blas, dptrs.as<const bf16 *>(), st));
     CU(cudaStreamSynchronize(st));
-    ref_attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    snprintf(what, sizeof what, "attention_forward (%s; B=%d T=%d C=%d NH=%d) out", tag, B, T, C, NH);
-    close(what, get_bf16(dout_, n), out, 1.0 / 32, 1.0 / 64, 1.0 / 64);
-    if (!use_cudnn) {
-        snprintf(what, sizeof what, "attention_forward (own; B=%d T=%d) the causal softmax's probabilities", B, T);
-        close(what, get_bf16(datt, natt), att, BF_R, BF_A);
-    } else if (T <= 64) { /* what cuDNN keeps: the log-sum-exp of each scaled score row (information only) */
-        std::vector<float> st_ = get_f32(dstats, nst);
-        double worst = 0.0;
-        int HS = C / NH;
-        for (int b = 0; b < B; ++b)
-            for (int h = 0; h < NH; ++h)
-                for (int t = 0; t < T; ++t) {
-                    double mx = -INFINITY, s = 0.0;
-                    std::vector<double> x(t + 1);
-                    for (int u = 0; u <= t; ++u) {
-                        x[u] = 0.0;
-                        for (int d = 0; d < HS; ++d)
-                            x[u] += (double)qkv[((size_t)b * T + t) * 3 * C + h * HS + d] *
-                                    qkv[((size_t)b * T + u) * 3 * C + C + h * HS + d];
-                        x[u] /= sqrt((double)HS);
-                        mx = fmax(mx, x[u]);
+    if (reference) {
+        ref_attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        snprintf(what, sizeof what, "attention_forward (%s; B=%d T=%d C=%d NH=%d) out", tag, B, T, C, NH);
+        close(what, get_bf16(dout_, n), out, 1.0 / 32, 1.0 / 64, 1.0 / 64);
+        if (!use_cudnn) {
+            snprintf(what, sizeof what, "attention_forward (own; B=%d T=%d) the causal softmax's probabilities", B, T);
+            close(what, get_bf16(datt, natt), att, BF_R, BF_A);
+        }
+        if (use_cudnn && T <= 64) { /* what cuDNN keeps: the log-sum-exp of each scaled score row (information) */
+            std::vector<float> lse = get_f32(dstats, nst);
+            double worst = 0.0;
+            int HS = C / NH;
+            for (int b = 0; b < B; ++b)
+                for (int h = 0; h < NH; ++h)
+                    for (int t = 0; t < T; ++t) {
+                        double mx = -INFINITY, sum = 0.0;
+                        std::vector<double> x(t + 1);
+                        for (int u = 0; u <= t; ++u) {
+                            x[u] = 0.0;
+                            for (int d = 0; d < HS; ++d)
+                                x[u] += (double)qkv[((size_t)b * T + t) * 3 * C + h * HS + d] *
+                                        qkv[((size_t)b * T + u) * 3 * C + C + h * HS + d];
+                            x[u] /= sqrt((double)HS);
+                            mx = fmax(mx, x[u]);
+                        }
+                        for (int u = 0; u <= t; ++u) sum += exp(x[u] - mx);
+                        worst = fmax(worst, fabs(lse[((size_t)b * NH + h) * T + t] - (mx + log(sum))));
                     }
-                    for (int u = 0; u <= t; ++u) s += exp(x[u] - mx);
-                    worst = fmax(worst, fabs(st_[((size_t)b * NH + h) * T + t] - (mx + log(s))));
-                }
-        printf("info: cuDNN's stats vs the natural-log log-sum-exp of the scaled scores: max |difference| %.2e\n",
-               worst);
+            printf("info: cuDNN's stats vs the natural-log log-sum-exp of the scaled scores: max |difference| %.2e\n",
+                   worst);
+        }
+        std::vector<float> scratch(T);
+        ref_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
     }
-
-    ref_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-    CU(cudaMemset(ddqkv.p, 0x7f, ddqkv.bytes)); /* every element must be written */
-    if (use_cudnn)
-        CU(attention_backward_cudnn(ddqkv.b(), ddout.b(), dqkv_in.b(), dout_.b(), dstats.f(), B, T, C, NH, st));
-    else
-        CU(attention_backward(ddqkv.b(), ddatt.b(), ddout.b(), dqkv_in.b(), datt.b(), B, T, C, NH, blas,
-                              dptrs.as<const bf16 *>(), st));
-    CU(cudaStreamSynchronize(st));
-    snprintf(what, sizeof what, "attention_backward (%s; B=%d T=%d C=%d NH=%d) dq, dk, dv", tag, B, T, C, NH);
-    close(what, get_bf16(ddqkv, 3 * n), dqkv, 1.0 / 8, 1.0 / 32, 1.0 / 32);
-}
-
-/* forward once, backward twice at GPT-2 124M's shape: the same bits (cuDNN: its deterministic algorithm) */
-static void test_attention_repeat(int use_cudnn, int B, int T, int C, int NH, cublasHandle_t blas, cudaStream_t st) {
-    size_t n = (size_t)B * T * C, natt = (size_t)B * NH * T * T, nst = (size_t)B * NH * T;
-    dbuf dqkv_in(3 * n * 2), dout_(n * 2), datt(use_cudnn ? 0 : natt * 2), ddatt(use_cudnn ? 0 : natt * 2);
-    dbuf dstats(use_cudnn ? nst * 4 : 0), dptrs(attention_ptr_count(B, NH) * sizeof(void *)), ddout(n * 2);
-    dbuf ddqkv(3 * n * 2);
-    std::vector<uint8_t> first;
-    if (!dqkv_in.p || !ddqkv.p || (!use_cudnn && !ddatt.p)) {
-        check(0, "attention (%s) at B=%d T=%d: out of device memory", use_cudnn ? "cuDNN" : "own", B, T);
-        return;
-    }
-    put_bf16(dqkv_in, randb(3 * n, 1.5f));
-    put_bf16(ddout, randb(n));
-    if (use_cudnn)
-        CU(attention_forward_cudnn(dout_.b(), dstats.f(), dqkv_in.b(), B, T, C, NH, st));
-    else
-        CU(attention_forward(dout_.b(), datt.b(), dqkv_in.b(), B, T, C, NH, blas, dptrs.as<const bf16 *>(), st));
-    for (int rep = 0; rep < 2; ++rep) {
-        CU(cudaMemset(ddqkv.p, 0, ddqkv.bytes));
-        if (use_cudnn)
-            CU(attention_backward_cudnn(ddqkv.b(), ddout.b(), dqkv_in.b(), dout_.b(), dstats.f(), B, T, C, NH, st));
-        else
-            CU(attention_backward(ddqkv.b(), ddatt.b(), ddout.b(), dqkv_in.b(), datt.b(), B, T, C, NH, blas,
-                                  dptrs.as<const bf16 *>(), st));
-        CU(cudaStreamSynchronize(st));
-        if (rep == 0) first = get_bytes(ddqkv, ddqkv.bytes);
-    }
-    check(first == get_bytes(ddqkv, ddqkv.bytes), "attention_backward (%s; B=%d T=%d C=%d NH=%d): a second run gives "
-          "the same bits", use_cudnn ? "cuDNN" : "own", B, T, C, NH);
+    snprintf(what, sizeof what, "attention_backward (%s; B=%d T=%d C=%d NH=%d)", tag, B, T, C, NH);
+    run_twice(
+        what, {&ddqkv},
+        [&] { cudaMemset(ddqkv.p, 0x7f, ddqkv.bytes); /* every element must be written */ },
+        [&] {
+            return use_cudnn ? attention_backward_cudnn(ddqkv.b(), ddout.b(), dqkv_in.b(), dout_.b(), dstats.f(), B, T,
+                                                        C, NH, st)
+                             : attention_backward(ddqkv.b(), ddatt.b(), ddout.b(), dqkv_in.b(), datt.b(), B, T, C, NH,
+                                                  blas, dptrs.as<const bf16 *>(), st);
+        },
+        [&] {
+            char w2[240];
+            snprintf(w2, sizeof w2, "%s dq, dk, dv", what);
+            if (reference) close(w2, get_bf16(ddqkv, 3 * n), dqkv, 1.0 / 8, 1.0 / 32, 1.0 / 32);
+        });
 }
 
 int main(void) {
@@ -513,24 +517,26 @@ int main(void) {
     test_matmul(plain, "GEMM + kernels", 37, 64, 192, 1, 0, st);
     test_matmul(plain, "GEMM + kernels", 37, 64, 256, 1, 1, st);
     test_matmul(plain, "GEMM + kernels", 45, 64, 136, 0, 0, st); /* no bias (the LM head's kind) */
-    test_matmul(plain, "GEMM + kernels", 256, 768, 3072, 1, 0, st);
-    test_matmul(plain, "GEMM + kernels", 256, 3072, 768, 1, 1, st);
+    test_matmul(plain, "GEMM + kernels", 128, 768, 3072, 1, 0, st);
+    test_matmul(plain, "GEMM + kernels", 128, 3072, 768, 1, 1, st);
     test_matmul(fused, "GELU epilogues", 37, 64, 256, 1, 1, st);
-    test_matmul(fused, "GELU epilogues", 256, 768, 3072, 1, 1, st);
-    test_matmul(fused, "GELU epilogues", 256, 3072, 768, 1, 1, st);
+    test_matmul(fused, "GELU epilogues", 128, 768, 3072, 1, 1, st);
+    test_matmul(fused, "GELU epilogues", 128, 3072, 768, 1, 1, st);
+    test_bias_backward(4099, 3072, st);
+    test_bias_backward(16384, 768, st);
     printf("info: cuBLASLt's GELU epilogues %s on this device\n", fused->fuse_gelu ? "ran" : "are unavailable (the "
            "trainer falls back to GEMM + kernels)");
     test_classifier(2, 5, 67, 128, st);
     test_classifier(2, 32, 50257, 50304, st);
-    test_attention(0, 2, 37, 64, 4, blas, st); /* T not a multiple of 8: the scalar softmax */
-    test_attention(0, 2, 32, 64, 4, blas, st);
-    test_attention(0, 1, 1024, 768, 12, blas, st);
-    test_attention_repeat(0, 4, 1024, 768, 12, blas, st);
+    test_attention(0, 2, 37, 64, 4, 1, blas, st); /* T not a multiple of 8: the scalar softmax */
+    test_attention(0, 2, 32, 64, 4, 1, blas, st);
+    test_attention(0, 1, 1024, 768, 12, 1, blas, st);
+    test_attention(0, 4, 1024, 768, 12, 0, blas, st);
 #ifdef GPT2_WITH_CUDNN
-    test_attention(1, 2, 37, 64, 4, blas, st);
-    test_attention(1, 2, 32, 64, 4, blas, st);
-    test_attention(1, 1, 1024, 768, 12, blas, st);
-    test_attention_repeat(1, 16, 1024, 768, 12, blas, st);
+    test_attention(1, 2, 37, 64, 4, 1, blas, st);
+    test_attention(1, 2, 32, 64, 4, 1, blas, st);
+    test_attention(1, 1, 1024, 768, 12, 1, blas, st);
+    test_attention(1, 16, 1024, 768, 12, 0, blas, st);
 #else
     printf("skip: the cuDNN attention (not in this build)\n");
 #endif
