@@ -8,12 +8,13 @@ bookkeeping, loss all-reduce, logging or per-step synchronization). Everything i
 other on the same GPU; each PyTorch mode runs every batch size in one process (torch.compile compiles once per shape).
 Prints JSON lines (DESIGN.md → Testing); MFU = (6N + 6·L·C·T) · tokens/s ÷ the device's bf16 dense peak.
 
-Lines per batch size (params.attention names the trainer's attention):
-  gpt2_train           cudnn vs torch.compile   goal 1.05     (the issue's target, llm.c with cuDNN's level)
+Lines per batch size (params.attention names the trainer's attention), in the order they are printed (as soon as
+their runs are done, so a time limit still leaves the earlier ones):
+  gpt2_accel_overhead  the default attention, accel's calls vs no-ops   goal 0.99
   gpt2_train           cudnn vs PyTorch eager   goal 1.0
   gpt2_train           own   vs PyTorch eager   goal 1.0      (no cuDNN: PyTorch eager's level)
+  gpt2_train           cudnn vs torch.compile   goal 1.05     (the issue's target, llm.c with cuDNN's level)
   gpt2_train           own   vs torch.compile   goal null     (only when the build has no cuDNN)
-  gpt2_accel_overhead  the default attention, accel's calls vs no-ops   goal 0.99
 
 usage: bench_gpt2.py TRAIN_GPT2_EXE [--batches 16,32] [--steps 20]     (exit 77 without a CUDA device)
 """
@@ -64,6 +65,10 @@ def peer(batches, compiled):
     return out
 
 
+def emit(line):
+    print(json.dumps(line), flush=True)
+
+
 def train_line(B, attention, acc, ref, name, goal):
     params = {"model": "gpt2-124M", "B": B, "T": 1024, "accum": 1, "attention": attention}
     return {"bench": "gpt2_train", "params": params, "unit": "tokens/s", "accel": round(acc["tokens_per_s"]),
@@ -88,31 +93,29 @@ def main():
             print(r.stdout + r.stderr)
             return 1
         runs = {}
-        for B in batches:  # the trainers first (each a process of its own), then the peers
+        for B in batches:  # the trainers first (each a process of its own), then the peers; lines as they are ready
             cudnn = trainer(a.exe, shard, B, a.steps, "cudnn")
             default = "cudnn" if cudnn else "own"
-            runs[B] = {"cudnn": cudnn, "own": trainer(a.exe, shard, B, a.steps, "own"), "default": default,
-                       "noop": trainer(a.exe, shard, B, a.steps, default, noop=True)}
-        eager, comp = peer(batches, False), peer(batches, True)
+            x = runs[B] = {"cudnn": cudnn, "own": trainer(a.exe, shard, B, a.steps, "own"), "default": default,
+                           "noop": trainer(a.exe, shard, B, a.steps, default, noop=True)}
+            acc, noop = x[default], x["noop"]
+            emit({"bench": "gpt2_accel_overhead",
+                  "params": {"model": "gpt2-124M", "B": B, "T": 1024, "accum": 1, "attention": default},
+                  "unit": "tokens/s", "accel": round(acc["tokens_per_s"]), "reference": round(noop["tokens_per_s"]),
+                  "reference_name": "the same trainer with accel's calls replaced by no-ops",
+                  "ratio": round(acc["tokens_per_s"] / noop["tokens_per_s"], 4), "goal": 0.99,
+                  "accel_share_of_step": round(1.0 - acc["tokens_per_s"] / noop["tokens_per_s"], 4)})
+        eager = peer(batches, False)
         for B in batches:
-            x = runs[B]
-            lines = []
-            if x["cudnn"]:
-                lines.append(train_line(B, "cudnn", x["cudnn"], comp.get(B), "torch.compile", 1.05))
-                lines.append(train_line(B, "cudnn", x["cudnn"], eager.get(B), "PyTorch eager", 1.0))
-            lines.append(train_line(B, "own", x["own"], eager.get(B), "PyTorch eager", 1.0))
-            if not x["cudnn"]:
-                lines.append(train_line(B, "own", x["own"], comp.get(B), "torch.compile", None))
-            acc, noop = x[x["default"]], x["noop"]
-            lines.append({"bench": "gpt2_accel_overhead",
-                          "params": {"model": "gpt2-124M", "B": B, "T": 1024, "accum": 1, "attention": x["default"]},
-                          "unit": "tokens/s", "accel": round(acc["tokens_per_s"]),
-                          "reference": round(noop["tokens_per_s"]),
-                          "reference_name": "the same trainer with accel's calls replaced by no-ops",
-                          "ratio": round(acc["tokens_per_s"] / noop["tokens_per_s"], 4), "goal": 0.99,
-                          "accel_share_of_step": round(1.0 - acc["tokens_per_s"] / noop["tokens_per_s"], 4)})
-            for line in lines:
-                print(json.dumps(line), flush=True)
+            if runs[B]["cudnn"]:
+                emit(train_line(B, "cudnn", runs[B]["cudnn"], eager.get(B), "PyTorch eager", 1.0))
+            emit(train_line(B, "own", runs[B]["own"], eager.get(B), "PyTorch eager", 1.0))
+        comp = peer(batches, True)
+        for B in batches:
+            if runs[B]["cudnn"]:
+                emit(train_line(B, "cudnn", runs[B]["cudnn"], comp.get(B), "torch.compile", 1.05))
+            else:
+                emit(train_line(B, "own", runs[B]["own"], comp.get(B), "torch.compile", None))
     return 0
 
 
