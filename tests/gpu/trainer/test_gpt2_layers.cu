@@ -493,7 +493,8 @@ int main(void) {
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess || cublasCreate(&blas) ||
+    /* a blocking stream: the tests' cudaMemcpy / cudaMemset (legacy default stream) stay ordered with its kernels */
+    if (cudaStreamCreate(&st) != cudaSuccess || cublasCreate(&blas) ||
         matmul_create(fused, 1) != cudaSuccess || matmul_create(plain, 0) != cudaSuccess) {
         printf("FAIL: setting up the stream, cuBLAS or cuBLASLt\n");
         return 1;
