@@ -927,10 +927,12 @@ typedef struct gpt2_hooks {
     int bench_noop;         /* --bench-noop-accel: main runs its no-op loop (accel's calls removed) instead */
 } gpt2_hooks;
 
+/* --attention (CUDA trainer): cuDNN's fused attention or the trainer's own kernels; AUTO = cuDNN when built */
+enum { GPT2_ATTENTION_AUTO, GPT2_ATTENTION_CUDNN, GPT2_ATTENTION_OWN };
 typedef struct gpt2_opts {
     const char *init, *data[GPT2_MAX_FILES], *loss_file, *export_dir, *ckpt_dir, *log_dir, *profile_dir;
     int ndata, steps, batch, seq, accum, warmup, layers, heads, channels, vocab, block_size, ckpt_every, resume;
-    int print_every, shuffle, sr;
+    int print_every, shuffle, sr, attention;
     double lr, weight_decay, clip, peak_tflops;
     uint64_t seed;
     gpt2_hooks hooks;
@@ -957,6 +959,7 @@ static inline void gpt2_usage(const char *prog) {
             "  --seed S                 initialization seed (default 1337)\n"
             "  --shuffle                shuffle the token windows per epoch (default: llm.c's sequential order)\n"
             "  --sr                     (CUDA) stochastic rounding of the bf16 weights\n"
+            "  --attention cudnn|own    (CUDA) cuDNN's flash attention (default when built) or the trainer's own\n"
             "output\n"
             "  --loss-file F            one line per optimizer step: step loss lr\n"
             "  --export DIR             save_model at the end: DIR/model.safetensors (HF names) + config.json\n"
@@ -1051,6 +1054,12 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
         else if (GPT2_ARG("--kill-at")) o->hooks.kill_at = atoi(v);
         else if (GPT2_ARG("--dump-grads")) o->hooks.dump_grads = v;
         else if (GPT2_ARG("--peak-tflops")) o->peak_tflops = atof(v);
+        else if (GPT2_ARG("--attention")) {
+            if (!strcmp(v, "cudnn")) o->attention = GPT2_ATTENTION_CUDNN;
+            else if (!strcmp(v, "own")) o->attention = GPT2_ATTENTION_OWN;
+            else if (!strcmp(v, "auto")) o->attention = GPT2_ATTENTION_AUTO;
+            else { fprintf(stderr, "%s: --attention %s: cudnn, own or auto\n", prog, v); return 2; }
+        }
         else if (!strcmp(a, "--resume")) o->resume = 1;
         else if (!strcmp(a, "--shuffle")) o->shuffle = 1;
         else if (!strcmp(a, "--sr")) o->sr = 1;
