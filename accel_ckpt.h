@@ -3126,13 +3126,15 @@ static accel_result accel__ckpt_load_groups_map(accel__ckpt_load *ld, const char
    entry k of f and dst differ only in that way. */
 static int accel__ckpt_f32_bf16(const accel_ckpt_file *f, int k, const accel_tensor *dst) {
     const accel_ckpt_entry *e = &f->entries[k];
-    return ((e->dtype == ACCEL_F32 && dst->dtype == ACCEL_BF16) || (e->dtype == ACCEL_BF16 && dst->dtype == ACCEL_F32)) &&
+    return ((e->dtype == ACCEL_F32 && dst->dtype == ACCEL_BF16) ||
+            (e->dtype == ACCEL_BF16 && dst->dtype == ACCEL_F32)) &&
            e->ndim == dst->ndim && (e->ndim == 0 || !memcmp(e->shape, dst->shape, sizeof(int64_t) * (size_t)e->ndim)) &&
            (e->end == e->begin || dst->ptr);
 }
 /* The converting copy from the file's mapping: in place into host memory, through a host buffer of at most 4 MiB per
    round into device memory. */
-static accel_result accel__ckpt_copy_f32_bf16(accel_ckpt_file *f, int k, const accel_tensor *dst, accel__ckpt_stage *stage) {
+static accel_result accel__ckpt_copy_f32_bf16(accel_ckpt_file *f, int k, const accel_tensor *dst,
+                                              accel__ckpt_stage *stage) {
     const accel_ckpt_entry *e = &f->entries[k];
     const size_t n = (size_t)((e->end - e->begin) / accel_dtype_size(e->dtype)), per = (size_t)1 << 20;
     const int widen = e->dtype == ACCEL_BF16, dev = n && accel__ckpt_is_device_ptr(dst->ptr);
@@ -3140,8 +3142,9 @@ static accel_result accel__ckpt_copy_f32_bf16(accel_ckpt_file *f, int k, const a
     unsigned char *buf = dev ? (unsigned char *)accel_host_alloc(f->acc, 4 * (n < per ? n : per)) : NULL;
     accel_result r = ACCEL_OK;
     size_t off, i;
-    if (dev && !buf) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "tensor '%.200s': converting %s to %s", e->name,
-                                             accel_dtype_name(e->dtype), accel_dtype_name(dst->dtype));
+    if (dev && !buf)
+        return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "tensor '%.200s': converting %s to %s", e->name,
+                                accel_dtype_name(e->dtype), accel_dtype_name(dst->dtype));
     for (off = 0; off < n && r == ACCEL_OK; off += per) {
         size_t cnt = n - off < per ? n - off : per;
         unsigned char *o = dev ? buf : (unsigned char *)dst->ptr + off * (widen ? 4u : 2u);
@@ -3149,8 +3152,9 @@ static accel_result accel__ckpt_copy_f32_bf16(accel_ckpt_file *f, int k, const a
             if (widen) accel__put_u32(o + 4 * i, (uint32_t)accel__get_u16(s + 2 * (off + i)) << 16);
             else accel__put_u16(o + 2 * i, accel_f32_to_bf16(accel_bits_f32(accel__get_u32(s + 4 * (off + i)))));
         if (dev)
-            r = accel__ckpt_read_to_device(f->acc, stage, -1, buf, 0, (unsigned char *)dst->ptr + off * (widen ? 4u : 2u),
-                                           cnt * (widen ? 4u : 2u), e->name);
+            r = accel__ckpt_read_to_device(f->acc, stage, -1, buf, 0,
+                                           (unsigned char *)dst->ptr + off * (widen ? 4u : 2u), cnt * (widen ? 4u : 2u),
+                                           e->name);
     }
     accel_host_free(f->acc, buf);
     return r;
@@ -3364,8 +3368,10 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
     if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, &ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_read_state_files(ck, &ld);
     if (r == ACCEL_OK) r = accel__ckpt_verify_files(acc, ld.dir, &ld.marker, ld.mem, ld.mem_n);
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf, 0);
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of, 1);
+    if (r == ACCEL_OK)
+        r = accel__ckpt_load_groups_check(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf, 0);
+    if (r == ACCEL_OK)
+        r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of, 1);
     if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(&ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_training_state(&ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_sharded(ck, &ld);

@@ -1,6 +1,19 @@
 /* accel_optim.h — fused AdamW and SGD for accel over lists of buffers, with torch.optim's exact update, parameter
    groups, learning-rate schedules and checkpointable state. CPU and CUDA run the same per-element math.
 
+   CONTENTS
+     USAGE                          a step with groups, a schedule and checkpoints; the fused inputs
+     THE UPDATE                     AdamW, SGD, the gradient's preprocessing and the model copy, as torch computes them
+     BF16 MOMENTS                   moment_dtype = ACCEL_BF16: the rounding rule and its accuracy
+     STEP COUNTS AND SKIPPED STEPS  per-parameter counts, found_inf
+     LEARNING-RATE SCHEDULES        constant, linear, cosine (transformers' lambdas)
+     CHECKPOINTS                    the moments as tensors (F32 or BF16), the rest as bytes
+     OPTIONS                        desc fields, macros, flags
+     CUDA                           the launches, and which parameters take the vector path
+     THREADS AND STREAMS
+     DESIGN FOR ZeRO                an optimizer over shard views
+     DIFFERENCES FROM TORCH
+
    USAGE (fp32 master weights, bf16 gradients and a bf16 model copy; on CUDA every buffer lives on acc's device)
        accel_tensor params[3] = {...};                   // F32 master weights: name, ptr, dtype, ndim, shape
        accel_tensor grads[3] = {...};                    // F32 / BF16 / F16, same shapes (ptr NULL: no gradient)
@@ -71,6 +84,17 @@
    steps is bit-identical (parameters, moments, step counts, learning rates); where torch's CPU kernels do not fuse
    (its DEFAULT capability, no FMA) torch differs from both by an ulp per operation.
 
+   BF16 MOMENTS (desc.moment_dtype = ACCEL_BF16; AdamW without amsgrad)
+     exp_avg and exp_avg_sq are stored as BF16 (16 instead of 32 bytes of state per parameter; a step moves 20 bytes
+     per parameter with F32 gradients instead of 28). Each step widens them exactly, runs the update above in
+     float32 (d and the parameter use the new moments before rounding), then stores them with stochastic rounding
+     (accel_optim_f32_to_bf16_sr): element index (as for the model copy) draws r = accel_optim_sr_bits(sr_seed,
+     t | 2^63, index); exp_avg takes the low 16 bits of r, exp_avg_sq the high 16 (r >> 16). The same bits on CPU
+     and GPU, independent of the model copy's draws (stream t). Accuracy (tests/unit/optim test_bf16_accuracy):
+     after 1000 steps on the quadratic 1/2 sum a_i (x_i - c_i)^2 (a_i from 0.01 to 10, x_0 = 0, lr 1e-2 with a cosine
+     decay to 0, weight_decay 0.01) every parameter is within 1e-3 * max|x_0 - c| of a float64 AdamW run's, and the
+     loss within 3e-8 * the initial loss of that run's (F32 moments: 1e-5 and 1e-8).
+
    STEP COUNTS AND SKIPPED STEPS (torch keeps state["step"] per parameter; accel too)
      Each parameter has its own step count t, incremented by every step in which it had a gradient (grad ptr
      NULL = torch's p.grad None: the parameter and its state are untouched and its count stays). The optimizer's own
@@ -92,7 +116,8 @@
      step unless split_batches, docs/semantics.md §4); accel_optim_step_count gives "per optimizer step".
 
    CHECKPOINTS (the core contract accel_state_save_fn / accel_state_load_fn; docs/semantics.md §5)
-     accel_optim_state_tensors: the moments as F32 tensors in acc's device memory, torch's state_dict keys:
+     accel_optim_state_tensors: the moments as F32 tensors (BF16 with moment_dtype BF16) in acc's device memory,
+     torch's state_dict keys:
        "state.<i>.exp_avg", "state.<i>.exp_avg_sq" (+ "state.<i>.max_exp_avg_sq" with amsgrad) for AdamW,
        "state.<i>.momentum_buffer" for SGD with momentum (none without), i = the parameter's index in desc.params.
      accel_optim_state_save/_load: everything else as little-endian bytes (ACCEL_OPTIM_STATE_BYTES(G, N)):
@@ -102,8 +127,10 @@
        i64 numel, i64 step; u64 FNV-1a of all the bytes before it.
      Load validates everything first (size, magic, version, checksum, ranges, and that the algorithm, amsgrad,
      momentum buffers, groups and parameter sizes match this optimizer), then restores the hyperparameters, learning
-     rates and step counts, as torch's load_state_dict does. The moments come back through the checkpoint's tensors.
-     sr_seed and index_offset are configuration, not state: give them again when resuming.
+     rates and step counts, as torch's load_state_dict does. The moments come back through the checkpoint's tensors;
+     accel_ckpt's load_state converts F32 moments into BF16 ones (round to nearest even) and back (exactly), so a
+     run resumes with the other moment_dtype. sr_seed and index_offset are configuration, not state: give them
+     again when resuming.
 
    OPTIONS
      desc field        zero means                        notes
@@ -116,8 +143,10 @@
      moment_rule       torch 1.x mul + add               ACCEL_OPTIM_MOMENT_LERP: torch 2.x's lerp_
      model_rounding    round to nearest even             ACCEL_OPTIM_ROUND_STOCHASTIC (BF16 copies), sr_seed
      index_offset      0                                 element index of params[0] in the whole model (shards)
-     Macros: ACCEL_OPTIM_CUDA_BLOCK (threads per block, 256), ACCEL_OPTIM_CHUNK (elements per block task, 65536),
-     ACCEL_OPTIM_NO_DISPATCH (no run-time choice of the AVX2+FMA loop).
+     moment_dtype      ACCEL_F32                         ACCEL_BF16: AdamW without amsgrad (BF16 MOMENTS)
+     An empty list (nparams 0) is an error, as torch's "optimizer got an empty parameter list".
+     Macros: ACCEL_OPTIM_CUDA_BLOCK (threads per block, 256), ACCEL_OPTIM_CHUNK (elements per CUDA block, 4096; a
+     multiple of 8), ACCEL_OPTIM_NO_DISPATCH (no run-time choice of the AVX2+FMA loop).
      Speed (never results): compile the ACCEL_IMPLEMENTATION TU with -fno-math-errno (the project's build does), or
      sqrtf stays a libm call per element and the CPU loop does not vectorize; on x86 GCC/Clang builds without FMA
      in -march the step picks an AVX2+FMA loop at run time when the CPU has it; elsewhere without hardware FMA
@@ -126,12 +155,22 @@
      results (flushed subnormals, approximate division); GCC's GNU-mode -ffp-contract=fast is neutralized per
      function.
 
+   CUDA
+     A step is a one-block kernel that reads found_inf, counts the step and computes each parameter's constants,
+     then one multi-tensor kernel per kind of parameter present (a block per ACCEL_OPTIM_CHUNK elements of one
+     parameter), chosen on the host per step, never per element. The vector path reads and writes every stream in
+     16-byte vectors of 8 elements; it takes AdamW (either moment rule) without amsgrad, F32 or BF16 gradients, no
+     copy or a BF16 one (nearest or stochastic), F32 or BF16 moments, when the parameter, its gradient and its copy
+     reach 16-byte alignment at the same element (the moments are laid out to follow the parameter): e.g.
+     buffers from cudaMalloc, or one flat buffer per stream with the same element offsets. Everything else (SGD,
+     amsgrad, F16 gradients or copies, buffers misaligned against each other) goes through the generic kernel,
+     element by element. Both give the same bits as the CPU (unscale, clip coefficient, maximize, found_inf
+     included); the few elements before the first aligned one and after the last whole vector go one by one.
+
    THREADS AND STREAMS
      An optimizer is used by one thread at a time; accel_optim_step is local (not a collective). CPU runs are one
-     thread. On CUDA a step is two launches on acc->stream (a one-block kernel that reads found_inf, counts the step
-     and computes each parameter's constants, then one multi-tensor kernel over every parameter) with the tensor
-     list in the core's device scratch; nothing synchronizes. The buffers must not be used by other streams during
-     the step.
+     thread. On CUDA the launches run on acc->stream with the tensor list in the core's device scratch; nothing
+     synchronizes. The buffers must not be used by other streams during the step.
 
    DESIGN FOR ZeRO (accel_collectives.h partitions and communicates: accel_coll_zero_*): an optimizer over a shard
    is an optimizer over views — params/grads/model are the shard's contiguous pieces (1-D accel_tensors, one per
@@ -152,7 +191,8 @@
      - b^t is computed by binary powering instead of pow() (≤ 1e-15 relative; identical on CPU and GPU).
      - fma is exact on every target (hardware, or emulated), so the CPU and CUDA results are identical bit for bit;
        torch's results depend on its CPU capability and differ between its CPU and CUDA kernels.
-     - Stochastic rounding of the model copy has no torch counterpart.
+     - Stochastic rounding of the model copy has no torch counterpart; nor have BF16 moments with F32 parameters
+       (torch's AdamW keeps its state in the parameters' dtype).
 */
 #ifndef ACCEL_OPTIM_H_INCLUDED
 #define ACCEL_OPTIM_H_INCLUDED
@@ -584,7 +624,7 @@ typedef struct accel__optim_job {
     double lr, wd;
     unsigned long long index; /* global element index of element 0 (stochastic rounding) */
     int param, gt, mt;
-    int head;                /* CUDA: first element of the vector path (0..7), -1: the generic path (accel__optim_vec_head) */
+    int head;                /* CUDA: first element of the vector path (0..7), -1: the generic path (_vec_head) */
     accel__optim_coefs k;    /* filled on the host (CPU) or by the coefficient kernel (CUDA) */
 } accel__optim_job;
 
@@ -597,7 +637,8 @@ ACCEL__OPTIM_HDI float accel__optim_ldx(const void *s, int dt, long long e) {
 
 /* One element in three parts, x = {p, g, m, v, vmax}: the loads, the update, the stores. The generic CUDA path issues
    the loads of several elements before their updates; accel__optim_elem is the three in a row. */
-ACCEL__OPTIM_HDI void accel__optim_load1(const accel__optim_job *jb, const accel__optim_hyper *hy, long long e, float x[5]) {
+ACCEL__OPTIM_HDI void accel__optim_load1(const accel__optim_job *jb, const accel__optim_hyper *hy, long long e,
+                                         float x[5]) {
     const int st = hy->mom_bf16 ? (int)ACCEL_BF16 : (int)ACCEL_F32;
     x[0] = jb->p[e];
     x[1] = accel__optim_ldx(jb->g, jb->gt, e);
@@ -609,7 +650,8 @@ ACCEL__OPTIM_HDI void accel__optim_update1(const accel__optim_coefs *k, const ac
                                            const accel__optim_in *in, int gt, float x[5], const int hw) {
     float g = accel__optim_grad_in(x[1], gt, in);
     if (hy->kind == ACCEL__OPTIM_K_ADAMW || hy->kind == ACCEL__OPTIM_K_ADAMW_LERP)
-        x[0] = accel__optim_adamw1(k, g, x[0], &x[2], &x[3], &x[4], hy->amsgrad, hy->kind == ACCEL__OPTIM_K_ADAMW_LERP, hw);
+        x[0] = accel__optim_adamw1(k, g, x[0], &x[2], &x[3], &x[4], hy->amsgrad, hy->kind == ACCEL__OPTIM_K_ADAMW_LERP,
+                                   hw);
     else if (hy->kind == ACCEL__OPTIM_K_SGD_MOM)
         x[0] = accel__optim_sgd1(k, g, x[0], &x[2], 1, hy->nesterov, k->has_wd, k->first, hw);
     else
@@ -628,13 +670,15 @@ ACCEL__OPTIM_HDI void accel__optim_store1(const accel__optim_job *jb, const acce
         if (jb->v) ((float *)jb->v)[e] = x[3];
     }
     if (jb->vmax) jb->vmax[e] = x[4];
-    if (jb->model) ((uint16_t *)jb->model)[e] = accel__optim_model1(x[0], jb->mt, hy->stochastic, hy->sr_seed, k->t, ix);
+    if (jb->model)
+        ((uint16_t *)jb->model)[e] = accel__optim_model1(x[0], jb->mt, hy->stochastic, hy->sr_seed, k->t, ix);
 }
 
 /* Element e of one job, everything in one place: the reference that tests run against the blocked CPU loops below,
    and what the CUDA kernels do with the few elements outside their vectors. */
 ACCEL__OPTIM_HDI void accel__optim_elem(const accel__optim_job *jb, const accel__optim_coefs *k,
-                                        const accel__optim_hyper *hy, const accel__optim_in *in, long long e, const int hw) {
+                                        const accel__optim_hyper *hy, const accel__optim_in *in, long long e,
+                                        const int hw) {
     float x[5];
     accel__optim_load1(jb, hy, e, x);
     accel__optim_update1(k, hy, in, jb->gt, x, hw);
@@ -699,8 +743,9 @@ ACCEL__OPTIM_HI void accel__optim_cpu_math(float *ACCEL_RESTRICT p, const float 
 /* Stochastic rounding of x[0..cnt) (element indices index, index + 1, ...) into d with the low 16 bits of each
    element's draw and, when d2 is given, of x2 into d2 with the high 16 bits: one Philox block per 4 aligned
    indices. */
-ACCEL__OPTIM_HI void accel__optim_cpu_sr(uint16_t *ACCEL_RESTRICT d, const float *ACCEL_RESTRICT x, uint16_t *ACCEL_RESTRICT d2,
-                                         const float *ACCEL_RESTRICT x2, size_t cnt, unsigned long long seed,
+ACCEL__OPTIM_HI void accel__optim_cpu_sr(uint16_t *ACCEL_RESTRICT d, const float *ACCEL_RESTRICT x,
+                                         uint16_t *ACCEL_RESTRICT d2, const float *ACCEL_RESTRICT x2, size_t cnt,
+                                         unsigned long long seed,
                                          unsigned long long stream, unsigned long long index) {
     size_t j = 0;
     while (j < cnt) {
@@ -946,8 +991,9 @@ static ACCEL_INLINE int accel__optim_class(const accel__optim_job *jb) {
 }
 /* The jobs grouped by class, in order within each: class q is out[first[q] .. first[q + 1]), its chunks numbered
    from 0 (chunk_begin, copied to begins[] for the kernels' lookup), nchunks[q] in all. */
-static ACCEL_INLINE void accel__optim_classify(const accel__optim_job *jobs, int nj, accel__optim_job *out, long long *begins,
-                                  int first[ACCEL__OPTIM_CLASSES + 1], long long nchunks[ACCEL__OPTIM_CLASSES]) {
+static ACCEL_INLINE void accel__optim_classify(const accel__optim_job *jobs, int nj, accel__optim_job *out,
+                                               long long *begins, int first[ACCEL__OPTIM_CLASSES + 1],
+                                               long long nchunks[ACCEL__OPTIM_CLASSES]) {
     int q, i, at[ACCEL__OPTIM_CLASSES];
     for (q = 0; q <= ACCEL__OPTIM_CLASSES; ++q) first[q] = 0;
     for (i = 0; i < nj; ++i) ++first[accel__optim_class(&jobs[i]) + 1];
@@ -1129,7 +1175,8 @@ static __global__ void accel__optim_coef_kernel(accel__optim_job *jobs, int njob
 #define ACCEL__OPTIM_MIN_BLOCKS (2048 / ACCEL_OPTIM_CUDA_BLOCK / 2)
 #endif
 template <int gt, int model, int sr, int mom16>
-static __global__ void __launch_bounds__(ACCEL_OPTIM_CUDA_BLOCK, sr && mom16 ? ACCEL__OPTIM_MIN_BLOCKS * 3 / 4 : ACCEL__OPTIM_MIN_BLOCKS)
+static __global__ void __launch_bounds__(ACCEL_OPTIM_CUDA_BLOCK,
+                                         sr && mom16 ? ACCEL__OPTIM_MIN_BLOCKS * 3 / 4 : ACCEL__OPTIM_MIN_BLOCKS)
 accel__optim_vec_kernel(const accel__optim_job *jobs, const long long *begins, int nj, long long nchunks,
                         accel__optim_hyper hy, accel__optim_in in, const int32_t *found) {
     long long c;
@@ -1178,7 +1225,8 @@ static accel_result accel__optim_cuda_step(accel *acc, accel__optim_job *jobs, i
         const int blocks = (int)(nchunks[q] < ACCEL__OPTIM_MAX_BLOCKS ? nchunks[q] : ACCEL__OPTIM_MAX_BLOCKS);
         if (blocks <= 0) continue;
 #define ACCEL__OPTIM_VEC_LAUNCH(G, M, S, B)                                                                            \
-    accel__optim_vec_kernel<G, M, S, B><<<blocks, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(dj, db, nj, nchunks[q], *hy, *in, found)
+    accel__optim_vec_kernel<G, M, S, B><<<blocks, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(dj, db, nj, nchunks[q], *hy, *in,   \
+                                                                                  found)
 #define ACCEL__OPTIM_VEC_LAUNCH2(G, M, S)                                                                              \
     do {                                                                                                               \
         if (m16) ACCEL__OPTIM_VEC_LAUNCH(G, M, S, 1);                                                                  \
@@ -1186,9 +1234,15 @@ static accel_result accel__optim_cuda_step(accel *acc, accel__optim_job *jobs, i
     } while (0)
         switch (q) {
         case 0: ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 0, 0); break;
-        case 1: if (sr) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 1, 1); else ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 1, 0); break;
+        case 1:
+            if (sr) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 1, 1);
+            else ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 1, 0);
+            break;
         case 2: ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 0, 0); break;
-        case 3: if (sr) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 1, 1); else ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 1, 0); break;
+        case 3:
+            if (sr) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 1, 1);
+            else ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 1, 0);
+            break;
         default:
             accel__optim_gen_kernel<<<blocks, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(dj, db, nj, nchunks[q], *hy, *in, found);
             break;
@@ -1219,7 +1273,7 @@ struct accel_optim {
     size_t slab_elems;          /* elements per slab, staggered (ACCEL__OPTIM_STAGGER_BYTES) */
     size_t state_size;          /* bytes per state element: 4, or 2 with BF16 moments */
     unsigned long long index_offset;
-    unsigned char *slab;        /* nstate slabs, 64-byte aligned: in slab_mem, acc's device memory (host on a CPU run) */
+    unsigned char *slab;        /* nstate slabs, 64-byte aligned, in slab_mem: acc's device memory (host: CPU run) */
     void *slab_mem;
     long long *counters;        /* acc's device memory (host on a CPU run): nparams per-param steps + 1 */
     accel__optim_job *jobs;     /* host scratch for one step */
@@ -1273,10 +1327,12 @@ static accel_result accel__optim_check_desc(accel *acc, const accel_optim_desc *
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: algorithm %d is not ACCEL_OPTIM_ADAMW or _SGD",
                            (int)d->algorithm);
     if (d->nparams == 0) /* torch: "optimizer got an empty parameter list" */
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: optimizer got an empty parameter list (nparams 0)");
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_create: optimizer got an empty parameter list (nparams 0)");
     if (d->nparams < 0 || !d->params)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: bad parameter list (nparams %d, params %s)",
-                           d->nparams, d->params ? "given" : "NULL");
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_create: bad parameter list (nparams %d, params %s)", d->nparams,
+                           d->params ? "given" : "NULL");
     if (!accel__optim_finite(lr) || lr < 0.0)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: lr=%g must be finite and >= 0 (torch: Invalid learning rate)", lr);
     if (!accel__optim_finite(d->weight_decay) || d->weight_decay < 0.0)
@@ -1306,8 +1362,8 @@ static accel_result accel__optim_check_desc(accel *acc, const accel_optim_desc *
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: moment_dtype %s (need F32 or BF16)",
                            accel_dtype_name(d->moment_dtype) ? accel_dtype_name(d->moment_dtype) : "invalid");
     if (d->moment_dtype == ACCEL_BF16 && (d->algorithm != ACCEL_OPTIM_ADAMW || d->amsgrad))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: moment_dtype BF16 is for AdamW without "
-                           "amsgrad (exp_avg, exp_avg_sq)");
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_create: moment_dtype BF16 is for AdamW without amsgrad (exp_avg, exp_avg_sq)");
     if (d->model_rounding != ACCEL_OPTIM_ROUND_NEAREST && d->model_rounding != ACCEL_OPTIM_ROUND_STOCHASTIC)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: model_rounding %d is not an accel_optim_rounding",
                            (int)d->model_rounding);
@@ -1418,7 +1474,8 @@ ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *d
     o->lr = (double *)accel_host_alloc(acc, sizeof(double) * (size_t)(3 * ng));
     o->numel = (long long *)accel_host_alloc(acc, (sizeof(long long) + sizeof(unsigned long long) + sizeof(size_t)) * (size_t)(n + 1));
     /* the jobs in parameter order, then grouped by class for CUDA, then their first chunks */
-    o->jobs = (accel__optim_job *)accel_host_alloc(acc, (2 * sizeof(accel__optim_job) + sizeof(long long)) * (size_t)(n + 1));
+    o->jobs = (accel__optim_job *)accel_host_alloc(acc, (2 * sizeof(accel__optim_job) + sizeof(long long)) *
+                                                            (size_t)(n + 1));
     if (!o->params || !o->names || !o->group_of || !o->lr || !o->numel || !o->jobs) {
         accel_optim_destroy(o);
         return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create (%d parameters)", n);

@@ -649,9 +649,10 @@ static void test_bf16_accuracy(void) {
            "loss: f64 %.4g; |loss - loss_f64| / initial loss: F32 %.3g, BF16 %.3g\n", steps, err32 / dist, err16 / dist,
            lr_ / l0, fabs(l32 - lr_) / l0, fabs(l16 - lr_) / l0);
     /* the manual's bound (BF16), and what F32 moments reach (the float32 arithmetic alone) */
-    /* measured with sr_seed 1..10: BF16 1.4e-4 .. 2.0e-4 and 1.3e-9 .. 1.2e-8; F32 2.3e-6 and 7.2e-10 */
-    AT_CHECK_MSG(err16 / dist <= 1e-3, "BF16 moments: parameters farther from the float64 run than the documented bound");
-    AT_CHECK_MSG(fabs(l16 - lr_) / l0 <= 1e-7, "BF16 moments: loss farther from the float64 run than the documented bound");
+    /* measured with sr_seed 1..10: BF16 1.4e-4 .. 2.0e-4 and 1.3e-9 .. 1.2e-8; F32 2.3e-6 and 7.2e-10. Rounding
+       exp_avg by truncation instead (biased) gave 6e-8: the loss bound catches that */
+    AT_CHECK_MSG(err16 / dist <= 1e-3, "BF16 moments: parameters farther from the float64 run than the manual says");
+    AT_CHECK_MSG(fabs(l16 - lr_) / l0 <= 3e-8, "BF16 moments: loss farther from the float64 run than the manual says");
     AT_CHECK_MSG(err32 / dist <= 1e-5, "F32 moments: parameters farther from the float64 run than float32 rounding");
     AT_CHECK_MSG(fabs(l32 - lr_) / l0 <= 1e-8, "F32 moments: loss farther from the float64 run than float32 rounding");
     accel_optim_destroy(o32);
@@ -818,7 +819,8 @@ static void test_validation(void) {
     BAD(d.params = NULL, "bad parameter list");
     BAD(d.moment_dtype = ACCEL_F16, "moment_dtype F16");
     BAD(d.moment_dtype = ACCEL_BF16, "moment_dtype BF16 is for AdamW without amsgrad");
-    BAD((d.algorithm = ACCEL_OPTIM_SGD, d.amsgrad = 0, d.momentum = 0.9, d.moment_dtype = ACCEL_BF16), "moment_dtype BF16");
+    BAD((d.algorithm = ACCEL_OPTIM_SGD, d.amsgrad = 0, d.momentum = 0.9, d.moment_dtype = ACCEL_BF16),
+        "moment_dtype BF16");
 #undef BAD
     o = (accel_optim *)&d;
     AT_EQ_INT(accel_optim_create(&acc, NULL, &o), ACCEL_ERR_INVALID_ARGUMENT); /* NULL desc: no parameters either */

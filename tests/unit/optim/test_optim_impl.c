@@ -117,7 +117,9 @@ static void bufs_alloc(bufs *b, size_t n) {
     b->vm = (float *)alloc16(4 * n); b->model = (uint16_t *)alloc16(2 * n);
     b->m16 = (uint16_t *)alloc16(2 * n); b->v16 = (uint16_t *)alloc16(2 * n);
 }
-static void bufs_free(bufs *b) { free(b->p); free(b->m); free(b->v); free(b->vm); free(b->model); free(b->m16); free(b->v16); }
+static void bufs_free(bufs *b) {
+    free(b->p); free(b->m); free(b->v); free(b->vm); free(b->model); free(b->m16); free(b->v16);
+}
 static void bufs_copy(bufs *d, const bufs *s, size_t n) {
     memcpy(d->p, s->p, 4 * n); memcpy(d->m, s->m, 4 * n); memcpy(d->v, s->v, 4 * n); memcpy(d->vm, s->vm, 4 * n);
     memcpy(d->model, s->model, 2 * n); memcpy(d->m16, s->m16, 2 * n); memcpy(d->v16, s->v16, 2 * n);
@@ -226,9 +228,10 @@ static void run_config(int kind, int ams, int nesterov, int gt, int mt, int stoc
         }
         for (w = 1; w < NV; ++w) {
             size_t d = bufs_diff(&b[0], &b[w], n);
-            if (d) fprintf(stderr, "kind %d ams %d nest %d gt %d mt %d sr %d inv %d coef %d neg %d wd %g t %llu mom16 %d n %zu: "
-                           "path %d differs in %zu values\n", kind, ams, nesterov, gt, mt, stochastic, has_inv, has_coef, neg,
-                           wd, t, mom16, n, w, d);
+            if (d)
+                fprintf(stderr, "kind %d ams %d nest %d gt %d mt %d sr %d inv %d coef %d neg %d wd %g t %llu mom16 %d "
+                        "n %zu: path %d differs in %zu values\n", kind, ams, nesterov, gt, mt, stochastic, has_inv,
+                        has_coef, neg, wd, t, mom16, n, w, d);
             AT_EQ_INT(d, 0);
         }
         for (w = 0; w < NV; ++w) bufs_free(&b[w]);
@@ -254,20 +257,20 @@ static void test_paths(void) {
                         for (mi = 0; mi < 4; ++mi)
                             for (t = 1; t <= 3; t += 2) {
                                 flags = (int)(rnd32() % 8);
-                                run_config(kind, ams, nest, gts[gi], mts[mi][0], mts[mi][1], flags & 1, (flags >> 1) & 1,
-                                           (flags >> 2) & 1, (gi + mi) % 2 ? 0.1 : 0.0, t, mom16);
+                                run_config(kind, ams, nest, gts[gi], mts[mi][0], mts[mi][1], flags & 1,
+                                           (flags >> 1) & 1, (flags >> 2) & 1, (gi + mi) % 2 ? 0.1 : 0.0, t, mom16);
                             }
                 }
             }
         }
     AT_EQ_INT(vec_misaligned, 0);
 #ifdef ACCEL__OPTIM_X86_DISPATCH
-    printf("step paths: generic loop, AVX2+FMA loop (%s on this CPU), per-element with hardware fma and with emulation, "
-           "the CUDA launch (256 and 32 threads per block)\n",
+    printf("step paths: generic loop, AVX2+FMA loop (%s on this CPU), per-element with hardware fma and with "
+           "emulation, the CUDA launch (256 and 32 threads per block)\n",
            __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "run" : "not available");
 #else
-    printf("step paths: generic loop, per-element with hardware fma and with emulation, the CUDA launch (no x86 dispatch "
-           "in this build)\n");
+    printf("step paths: generic loop, per-element with hardware fma and with emulation, the CUDA launch (no x86 "
+           "dispatch in this build)\n");
 #endif
 }
 
@@ -356,7 +359,8 @@ static void test_alignment(void) {
                 fill_grads((void *)j->g, j->gt, n);
                 j->index = 777 + (unsigned long long)(rnd32() % 64);
                 j->param = i;
-                accel__optim_host_coefs(&hy, 0.01 + 0.001 * i, i % 2 ? 0.1 : 0.0, 2 + (unsigned long long)(i % 3), &j->k);
+                accel__optim_host_coefs(&hy, 0.01 + 0.001 * i, i % 2 ? 0.1 : 0.0, 2 + (unsigned long long)(i % 3),
+                                        &j->k);
                 j->head = accel__optim_vec_head(j, &hy);
                 if (same && j->gt != (int)ACCEL_F16 && j->mt != (int)ACCEL_F16) /* the first element where all align */
                     AT_EQ_INT(j->head, (j->gt != (int)ACCEL_F32 || j->mt || mom16) ? (8 - a->op) % 8 : (8 - a->op) % 4);
@@ -381,9 +385,10 @@ static void test_alignment(void) {
                     d += memcmp(s->m, r->m, ms * n) != 0;
                     d += memcmp(s->v, r->v, ms * n) != 0;
                     if (r->model) d += memcmp(s->model, r->model, 2 * n) != 0;
-                    if (d) fprintf(stderr, "round %d mom16 %d launch %d job %d (n %zu, offsets p %d g %d copy %d, gt %d mt %d, "
-                                   "head %d): %zu differences\n", round, mom16, k, i, n, aj[i].op, aj[i].og, aj[i].om, r->gt,
-                                   r->mt, r->head, d);
+                    if (d)
+                        fprintf(stderr, "round %d mom16 %d launch %d job %d (n %zu, offsets p %d g %d copy %d, gt %d "
+                                "mt %d, head %d): %zu differences\n", round, mom16, k, i, n, aj[i].op, aj[i].og,
+                                aj[i].om, r->gt, r->mt, r->head, d);
                     diffs += d;
                 }
             AT_EQ_INT(diffs, 0);
