@@ -859,16 +859,16 @@ static ACCEL__OPTIM_NOCONTRACT void accel__optim_host_coefs(const accel__optim_h
 
 
 /* ------------------------------------------------------------------------ 3. CUDA: per-thread work, kernels */
-/* The step kernel gives each block one chunk of ACCEL_OPTIM_CHUNK elements of one job (the block looks its job up
-   once). A job whose streams can all be read in 16-byte vectors from some element `head` < 8 on (accel__optim_vec_head;
-   AdamW without amsgrad, F32 or BF16 gradients, no copy or a BF16 one) takes the vector path: vectors of 8 elements
-   (two float4 per F32 stream, one uint4 per 16-bit stream), ACCEL__OPTIM_U of them loaded by each thread before any
-   is updated or stored (the compiler cannot prove the streams disjoint, so it would not hoist the loads itself, and
-   one vector in flight per thread does not cover the memory latency); the head and the tail (fewer than 8 elements
-   each) go element by element. Every other job takes the generic path: elements, ACCEL__OPTIM_UG per thread loaded
-   before any store, every dtype and option. Both paths are the ACCEL_HD functions below, called by the kernel with
-   compile-time flags and by the tests on the CPU for every (block, thread) of a grid, against the CPU loops; the
-   element-wise math is section 1's in both.
+/* A step launches one kernel per class of jobs (accel__optim_class); each block takes one chunk of
+   ACCEL_OPTIM_CHUNK elements of one job, looked up once per block. The vector path (accel__optim_vec_head: AdamW
+   without amsgrad, F32 or BF16 gradients, no copy or a BF16 one, and streams that all reach 16-byte alignment at
+   the same element `head` < 8) moves vectors of 8 elements (two float4 per F32 stream, one uint4 per 16-bit
+   stream): a thread issues every load of its ACCEL__OPTIM_U vectors (6 to 8 loads of 16 bytes for one) before any
+   update or store, since the compiler cannot prove the streams disjoint and would not hoist the loads itself; the
+   head and the tail (fewer than 8 elements each) go element by element. The generic path takes every dtype and
+   option, ACCEL__OPTIM_UG elements per thread loaded before any store. Both are the ACCEL_HD functions below,
+   called by the kernels with compile-time flags and by tests/unit/optim on the CPU for every (block, thread) of a
+   grid; the element-wise math is section 1's in both.
    Measured on an H200 before this structure (one element per thread through accel__optim_elem, 64 Ki-element
    chunks, the job found by a binary search per chunk): 0.39x of a device copy for the GPT-2 124M list. */
 #define ACCEL__OPTIM_VEC 8

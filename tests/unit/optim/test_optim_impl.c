@@ -277,11 +277,11 @@ static void test_paths(void) {
 /* ------------------------------------------------------------------ alignments, lengths, mixed lists */
 /* A list of AdamW jobs in one launch: each job's parameter, gradient and copy start at offsets 0..7 elements from
    a 64-byte boundary (mostly the same offset, sometimes not), its moments at the parameter's offset modulo 8
-   (accel_optim_create's layout), lengths around the vector (8) and chunk (ACCEL_OPTIM_CHUNK) sizes; F32/BF16/F16
+   (accel_optim_create's layout), lengths 0 and around the vector (8) and chunk (ACCEL_OPTIM_CHUNK) sizes; F32/BF16/F16
    gradients, BF16/F16/no copies, F32 or BF16 moments, with and without unscale, clip, maximize, stochastic
    rounding. The launch with 256 and with 32 threads per block, each against accel__optim_elem on every element. */
 enum { NJ = 24, NCOPY = 3 };
-static const size_t align_lens[] = {1, 5, 7, 8, 9, 15, 16, 23, 100, ACCEL_OPTIM_CHUNK - 3, ACCEL_OPTIM_CHUNK,
+static const size_t align_lens[] = {0, 1, 5, 7, 8, 9, 15, 16, 23, 100, ACCEL_OPTIM_CHUNK - 3, ACCEL_OPTIM_CHUNK,
                                     ACCEL_OPTIM_CHUNK + 5, ACCEL_OPTIM_CHUNK + 11, 2 * ACCEL_OPTIM_CHUNK + 1};
 typedef struct {
     int op, og, om;                 /* element offsets of the parameter, gradient and copy from a 64-byte boundary */
