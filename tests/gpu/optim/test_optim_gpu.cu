@@ -9,10 +9,14 @@
       lengths 8k + 0..7 around the vector and chunk sizes, F32 and BF16 gradients mixed with F16 ones, copies or
       none, in one list: F32 and BF16 moments, nearest and stochastic copies, found_inf, unscale, clip.
    3. The GPT-2 124M list (148 tensors, one flat buffer as llm.c lays it out): BF16 gradients with a stochastic BF16
-      copy and clipping, and F32 gradients with BF16 moments. */
+      copy and clipping, and F32 gradients with BF16 moments.
+   4. Checkpoints of device moments: F32 moments saved, loaded into BF16 ones (round to nearest even) and back
+      (exact), through accel_ckpt's device staging. */
 #include "accel.h"
+#include "accel_ckpt.h"
 #include "accel_optim.h"
 #include "accel_test.h"
+#include "accel_test_fs.h"
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -351,6 +355,103 @@ static void run_gpt2(int bf16) {
     plist_free(&l);
 }
 
+/* ------------------------------------------------------------------ 4. checkpoints, F32 <-> BF16 moments */
+/* The device state tensors of opt, copied to the host (nbytes each, concatenated). */
+static unsigned char *state_to_host(accel_optim *opt, size_t *total) {
+    const accel_tensor *t;
+    int n, k;
+    size_t at = 0;
+    unsigned char *h;
+    accel_optim_state_tensors(opt, &t, &n);
+    for (k = 0, *total = 0; k < n; ++k) *total += (size_t)accel_tensor_nbytes(&t[k]);
+    h = (unsigned char *)malloc(*total + 1);
+    for (k = 0; k < n; ++k) {
+        size_t nb = (size_t)accel_tensor_nbytes(&t[k]);
+        AT_CHECK(cudaMemcpy(h + at, t[k].ptr, nb, cudaMemcpyDeviceToHost) == cudaSuccess);
+        at += nb;
+    }
+    return h;
+}
+static void ckpt_round(accel_optim *from, accel_optim *to, const char *dir) {
+    accel_ckpt *ck = NULL;
+    accel_ckpt_desc cd;
+    const accel_tensor *mom;
+    int nmom;
+    memset(&cd, 0, sizeof cd);
+    AT_EQ_INT(accel_ckpt_create(&gpu, &cd, &ck), ACCEL_OK);
+    accel_optim_state_tensors(from, &mom, &nmom);
+    AT_EQ_INT(accel_ckpt_register_optimizer(ck, mom, nmom), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(ck, "optim_state", accel_optim_state_save, accel_optim_state_load, from), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_save_state(ck, dir, NULL, 0), ACCEL_OK);
+    accel_ckpt_destroy(ck);
+    AT_EQ_INT(accel_ckpt_create(&gpu, &cd, &ck), ACCEL_OK);
+    accel_optim_state_tensors(to, &mom, &nmom);
+    AT_EQ_INT(accel_ckpt_register_optimizer(ck, mom, nmom), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(ck, "optim_state", accel_optim_state_save, accel_optim_state_load, to), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_load_state(ck, dir), ACCEL_OK);
+    accel_ckpt_destroy(ck);
+}
+static void run_ckpt(void) {
+    char dir[] = "/tmp/accel_optim_gpu_ckptXXXXXX", sub[96];
+    pspec ps[NP];
+    plist l;
+    accel_optim_desc d;
+    accel_optim *o32 = NULL, *o16 = NULL, *o32b = NULL;
+    unsigned char *h32, *h16, *h32b;
+    size_t n32, n16, n32b, i, bad = 0;
+    int step;
+    at_context = "checkpoints of device moments, F32 <-> BF16";
+    if (!mkdtemp(dir)) { perror("mkdtemp"); at_failed++; return; }
+    memcpy(ps, mixed, sizeof ps);
+    plist_make(&l, ps, NP, 0);
+    memset(&d, 0, sizeof d);
+    d.lr = 0.01; d.nparams = NP; d.params = l.gp; d.grads = l.gg;
+    AT_EQ_INT(accel_optim_create(&gpu, &d, &o32), ACCEL_OK);
+    AT_EQ_INT(accel_optim_create(&gpu, &d, &o32b), ACCEL_OK);
+    d.moment_dtype = ACCEL_BF16;
+    AT_EQ_INT(accel_optim_create(&gpu, &d, &o16), ACCEL_OK);
+    for (step = 0; step < 3 && o32 && o16 && o32b; ++step) {
+        plist_grads(&l, 3.0f);
+        AT_EQ_INT(accel_optim_step(o32, NULL), ACCEL_OK);
+    }
+    if (o32 && o16 && o32b) {
+        snprintf(sub, sizeof sub, "%s/f32", dir);
+        ckpt_round(o32, o16, sub); /* F32 → BF16: round to nearest even */
+        h32 = state_to_host(o32, &n32);
+        h16 = state_to_host(o16, &n16);
+        AT_EQ_INT(n16 * 2, n32);
+        for (i = 0; i < n16 / 2 && i < n32 / 4; ++i) {
+            float f;
+            uint16_t b;
+            memcpy(&f, h32 + 4 * i, 4);
+            memcpy(&b, h16 + 2 * i, 2);
+            bad += b != accel_f32_to_bf16(f);
+        }
+        AT_EQ_INT(bad, 0);
+        AT_EQ_INT(accel_optim_step(o16, NULL), ACCEL_OK); /* moments that are no rounded F32 values any more */
+        free(h16);
+        h16 = state_to_host(o16, &n16);
+        snprintf(sub, sizeof sub, "%s/bf16", dir);
+        ckpt_round(o16, o32b, sub); /* BF16 → F32: exact */
+        h32b = state_to_host(o32b, &n32b);
+        AT_EQ_INT(n32b, n32);
+        for (i = 0, bad = 0; i < n16 / 2 && i < n32b / 4; ++i) {
+            uint32_t u;
+            uint16_t b;
+            memcpy(&u, h32b + 4 * i, 4);
+            memcpy(&b, h16 + 2 * i, 2);
+            bad += u != (uint32_t)b << 16;
+        }
+        AT_EQ_INT(bad, 0);
+        free(h32); free(h16); free(h32b);
+    }
+    accel_optim_destroy(o32);
+    accel_optim_destroy(o16);
+    accel_optim_destroy(o32b);
+    plist_free(&l);
+    at_rm_rf(dir);
+}
+
 int main(void) {
     int count = 0;
     accel_desc d;
@@ -378,6 +479,7 @@ int main(void) {
     run_alignment(0, 1, 1);
     run_gpt2(1);
     run_gpt2(0);
+    run_ckpt();
     AT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
     accel_shutdown(&cpu);
     accel_shutdown(&gpu);
