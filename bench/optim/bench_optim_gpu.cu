@@ -122,7 +122,10 @@ int main(int argc, char **argv) {
     for (i = 0; i < NT; ++i) n += sizes[i];
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
-    if (accel_init(&acc, &d) != ACCEL_OK || acc.device < 0) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
+    if (accel_init(&acc, &d) != ACCEL_OK || acc.device < 0) {
+        fprintf(stderr, "%s\n", accel_last_error(&acc));
+        return 1;
+    }
     st = (cudaStream_t)acc.stream;
     CK(cudaGetDeviceProperties(&prop, acc.device));
     CK(cudaMalloc((void **)&p, 4 * (size_t)n)); CK(cudaMalloc((void **)&g, 4 * (size_t)n));

@@ -209,7 +209,8 @@ static void run_config(int kind, int ams, int nesterov, int gt, int mt, int stoc
             if (w == 0) accel__optim_cpu_generic(&jb, 1, &hy, &in);
             else if (w == 1) {
 #ifdef ACCEL__OPTIM_X86_DISPATCH
-                if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) accel__optim_cpu_avx2(&jb, 1, &hy, &in);
+                if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+                    accel__optim_cpu_avx2(&jb, 1, &hy, &in);
                 else accel__optim_cpu_generic(&jb, 1, &hy, &in);
 #else
                 accel__optim_cpu_generic(&jb, 1, &hy, &in);
