@@ -269,6 +269,8 @@ ACCEL_API accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc
 ACCEL_API void accel_ckpt_destroy(accel_ckpt *ck); /* NULL ok; before accel_shutdown of its acc (it frees through it) */
 /* Descriptors (and names) are copied; the data stays the caller's and must be valid at save/load time. */
 ACCEL_API accel_result accel_ckpt_register_model(accel_ckpt *ck, const accel_tensor *tensors, int n);
+/* load_state converts optimizer tensors saved as F32 into registered BF16 ones and back (accel_optim's moment_dtype):
+   widening is exact, narrowing rounds to nearest even; every other dtype difference is an error. */
 ACCEL_API accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const accel_tensor *tensors, int n);
 /* Any object's state as bytes, through the core's contract (accel_state_save_fn / accel_state_load_fn, accel.h).
    name: file stem ([A-Za-z0-9_.-], e.g. "scheduler", "scaler", "sampler") → <name>.bin; NULL → the next
@@ -3119,10 +3121,49 @@ static accel_result accel__ckpt_load_groups_map(accel__ckpt_load *ld, const char
     }
     return r;
 }
+/* Optimizer tensors convert between F32 and BF16 on load (accel_optim's moment_dtype: a state saved with F32 moments
+   resumes with BF16 ones and back): widening is exact, narrowing rounds to nearest even (accel_f32_to_bf16). 1 when
+   entry k of f and dst differ only in that way. */
+static int accel__ckpt_f32_bf16(const accel_ckpt_file *f, int k, const accel_tensor *dst) {
+    const accel_ckpt_entry *e = &f->entries[k];
+    return ((e->dtype == ACCEL_F32 && dst->dtype == ACCEL_BF16) ||
+            (e->dtype == ACCEL_BF16 && dst->dtype == ACCEL_F32)) &&
+           e->ndim == dst->ndim && (e->ndim == 0 || !memcmp(e->shape, dst->shape, sizeof(int64_t) * (size_t)e->ndim)) &&
+           (e->end == e->begin || dst->ptr);
+}
+/* The converting copy from the file's mapping: in place into host memory, through a host buffer of at most 4 MiB per
+   round into device memory. */
+static accel_result accel__ckpt_copy_f32_bf16(accel_ckpt_file *f, int k, const accel_tensor *dst,
+                                              accel__ckpt_stage *stage) {
+    const accel_ckpt_entry *e = &f->entries[k];
+    const size_t n = (size_t)((e->end - e->begin) / accel_dtype_size(e->dtype)), per = (size_t)1 << 20;
+    const int widen = e->dtype == ACCEL_BF16, dev = n && accel__ckpt_is_device_ptr(dst->ptr);
+    const unsigned char *s = (const unsigned char *)e->data;
+    unsigned char *buf = dev ? (unsigned char *)accel_host_alloc(f->acc, 4 * (n < per ? n : per)) : NULL;
+    accel_result r = ACCEL_OK;
+    size_t off, i;
+    if (dev && !buf)
+        return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "tensor '%.200s': converting %s to %s", e->name,
+                                accel_dtype_name(e->dtype), accel_dtype_name(dst->dtype));
+    for (off = 0; off < n && r == ACCEL_OK; off += per) {
+        size_t cnt = n - off < per ? n - off : per;
+        unsigned char *o = dev ? buf : (unsigned char *)dst->ptr + off * (widen ? 4u : 2u);
+        for (i = 0; i < cnt; ++i)
+            if (widen) accel__put_u32(o + 4 * i, (uint32_t)accel__get_u16(s + 2 * (off + i)) << 16);
+            else accel__put_u16(o + 2 * i, accel_f32_to_bf16(accel_bits_f32(accel__get_u32(s + 4 * (off + i)))));
+        if (dev)
+            r = accel__ckpt_read_to_device(f->acc, stage, -1, buf, 0,
+                                           (unsigned char *)dst->ptr + off * (widen ? 4u : 2u), cnt * (widen ? 4u : 2u),
+                                           e->name);
+    }
+    accel_host_free(f->acc, buf);
+    return r;
+}
+
 /* After verification: parses each group's file and checks every registered tensor against it (count, names,
-   dtypes, shapes) before anything is applied. */
+   dtypes, shapes) before anything is applied. f32_bf16: F32 and BF16 tensors load into each other. */
 static accel_result accel__ckpt_load_groups_check(accel__ckpt_load *ld, const char *kind, const accel__ckpt_group *groups, int n,
-                                                  accel_ckpt_file **files) {
+                                                  accel_ckpt_file **files, int f32_bf16) {
     accel *acc = ld->acc;
     accel_result r = ACCEL_OK;
     int i, k;
@@ -3132,7 +3173,8 @@ static accel_result accel__ckpt_load_groups_check(accel__ckpt_load *ld, const ch
             r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but %s %d registers %d", files[i]->path,
                             accel_ckpt_file_count(files[i]), kind, i, groups[i].n);
         for (k = 0; k < groups[i].n && r == ACCEL_OK; ++k) {
-            int ix;
+            int ix = f32_bf16 && groups[i].t[k].name ? accel_ckpt_file_find(files[i], groups[i].t[k].name) : -1;
+            if (ix >= 0 && accel__ckpt_f32_bf16(files[i], ix, &groups[i].t[k])) continue;
             r = accel__ckpt_st_check_dst(files[i], &groups[i].t[k], &ix);
             if (r == ACCEL_ERR_NOT_FOUND) r = accel__fail_wrap(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state");
         }
@@ -3262,8 +3304,12 @@ static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld)
         for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k)
             r = accel__ckpt_st_copy_mapped(ld->mf[i], accel_ckpt_file_find(ld->mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
     for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i)
-        for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k)
-            r = accel__ckpt_st_copy_mapped(ld->of[i], accel_ckpt_file_find(ld->of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
+        for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k) {
+            int ix = accel_ckpt_file_find(ld->of[i], ck->optims[i].t[k].name);
+            r = accel__ckpt_f32_bf16(ld->of[i], ix, &ck->optims[i].t[k])
+                    ? accel__ckpt_copy_f32_bf16(ld->of[i], ix, &ck->optims[i].t[k], &stage)
+                    : accel__ckpt_st_copy_mapped(ld->of[i], ix, ck->optims[i].t[k].ptr, &stage);
+        }
     accel__ckpt_stage_end(&stage);
     for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
         const accel__ckpt_obj *o = &ck->objs[i];
@@ -3322,8 +3368,10 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
     if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, &ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_read_state_files(ck, &ld);
     if (r == ACCEL_OK) r = accel__ckpt_verify_files(acc, ld.dir, &ld.marker, ld.mem, ld.mem_n);
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf);
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
+    if (r == ACCEL_OK)
+        r = accel__ckpt_load_groups_check(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf, 0);
+    if (r == ACCEL_OK)
+        r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of, 1);
     if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(&ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_training_state(&ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_sharded(ck, &ld);
