@@ -988,8 +988,9 @@ static void accel__amp_cpu_clamp(void *p, accel_dtype t, size_t n, float lo, flo
      walking forward.
    - Bytes in flight. Thread i takes the units first + i + k*B of each step (k < U, B threads): U 16-byte loads are
      issued before anything is computed or stored (the compiler cannot prove the streams disjoint, so it would not
-     hoist them itself). U = 8 at 4 blocks of 256 per SM keeps 128 KiB of loads in flight per SM, several times what
-     HBM3e needs (bandwidth x latency / SM count), so blocks that end a little early do not starve the memory.
+     hoist them itself). The norm keeps 96 KiB of loads in flight per SM (U = 8, 3 blocks of 256), the read + write
+     kinds 64 KiB (U = 4, 4 blocks): about twice what HBM3e needs (bandwidth x latency / SM count, counting only the
+     loads), so blocks that end a little early do not starve the memory.
    - Descriptors travel as the kernel's parameter (__grid_constant__: no copy, no stream work before the launch), up
      to ACCEL__AMP_CAP buffers a launch; longer lists take several launches.
    - Results (norm partial sums, found_inf) are one 16-byte record per block, written unconditionally (no memset
@@ -1004,7 +1005,7 @@ enum { ACCEL__AMP_K_UNSCALE = 0, ACCEL__AMP_K_CONVERT, ACCEL__AMP_K_SR, ACCEL__A
 enum { ACCEL__AMP_NORM_P2 = 0, ACCEL__AMP_NORM_P1, ACCEL__AMP_NORM_INF, ACCEL__AMP_NORM_F64 };
 
 #define ACCEL__AMP_U 8          /* units (16-byte loads) per thread per step, the most any instance takes */
-#define ACCEL__AMP_U_NORM 8     /* read only: 8 x 16 B x 1024 threads = 128 KiB of loads in flight per SM */
+#define ACCEL__AMP_U_NORM 8     /* read only: 8 x 16 B x 768 threads (3 blocks) = 96 KiB in flight per SM */
 #define ACCEL__AMP_U_FAST 4     /* read + write: half the traffic is loads, 64 KiB in flight per SM is plenty */
 #define ACCEL__AMP_U_ANY 2      /* the generic instance (mixed or 16-bit / fp8 lists): code size over depth */
 #if defined(__CUDACC__) && defined(CUDART_VERSION) && CUDART_VERSION < 12010
@@ -1199,6 +1200,20 @@ ACCEL__AMP_FI void accel__amp_put(accel__amp_v16 *o, int dt, const float *f, int
         for (j = 0; j < 4; ++j) if (2 * j < lanes) o->w[j] = accel__amp_pair(dt, f[2 * j], f[2 * j + 1]);
     } else {
         const int e5 = dt == ACCEL_F8_E5M2;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        if (sat) { /* sm_89+: cvt.rn.satfinite.{e4m3,e5m2}x2.f32, the bits of accel_amp_fp8_encode_bits(.., 1): cuda_fp8.h
+                      uses the instruction and tests/gpu/amp/test_fp8_gpu.cu sweeps all 2^32 inputs through both */
+            ACCEL__AMP_UNROLL
+            for (j = 0; j < 8; ++j)
+                if (2 * j < lanes) {
+                    unsigned short r;
+                    if (e5) asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(f[2 * j + 1]), "f"(f[2 * j]));
+                    else asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(f[2 * j + 1]), "f"(f[2 * j]));
+                    o->w[j >> 1] |= (uint32_t)r << (16 * (j & 1));
+                }
+            return;
+        }
+#endif
         ACCEL__AMP_UNROLL
         for (j = 0; j < 16; ++j)
             if (j < lanes) o->w[j >> 2] |= accel_amp_fp8_encode_bits(accel_f32_bits(f[j]), e5, sat) << (8 * (j & 3));
@@ -1264,6 +1279,15 @@ ACCEL__AMP_FI int accel__amp_in_place(int kind) {
     return kind == ACCEL__AMP_K_UNSCALE || kind == ACCEL__AMP_K_SCALE || kind == ACCEL__AMP_K_CLAMP ||
            kind == ACCEL__AMP_K_NORM;
 }
+/* The dtypes a kind reads and writes; the fp8 side of a quantize / dequantize is either fp8 format, which the
+   specialised kernels leave open: written so that the compiler still knows its size and decoder. */
+ACCEL__AMP_FI int accel__amp_dt_in(int kind, int ta) {
+    return kind == ACCEL__AMP_K_FP8D ? (ta == ACCEL_F8_E5M2 ? ACCEL_F8_E5M2 : ACCEL_F8_E4M3) : ta;
+}
+ACCEL__AMP_FI int accel__amp_dt_out(int kind, int ta, int tb) {
+    return accel__amp_in_place(kind) ? ta : kind == ACCEL__AMP_K_FP8Q ? (tb == ACCEL_F8_E5M2 ? ACCEL_F8_E5M2 : ACCEL_F8_E4M3)
+                                                                     : tb;
+}
 
 /* The unit's lanes as floats: f[i] for i < 16 / size (dtype dt; the others untouched). One switch per unit. */
 ACCEL__AMP_FI void accel__amp_decode(const accel__amp_v16 *v, int dt, float *f) {
@@ -1279,8 +1303,27 @@ ACCEL__AMP_FI void accel__amp_decode(const accel__amp_v16 *v, int dt, float *f) 
         for (i = 0; i < 8; ++i) f[i] = accel_f16_to_f32((uint16_t)(v->w[i >> 1] >> (16 * (i & 1))));
     } else {
         const int e5 = dt == ACCEL_F8_E5M2;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        /* sm_89+: cvt.rn.f16x2.{e4m3,e5m2}x2 (exact: both formats fit fp16), then fp16 -> fp32 (exact); NaN made the
+           CPU's 0x7FFFFFFF whatever the conversions keep of it */
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 8; ++i) {
+            unsigned short p2 = (unsigned short)(v->w[i >> 1] >> (16 * (i & 1))), lo, hi;
+            uint32_t h2;
+            float a, b;
+            if (e5) asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(p2));
+            else asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(p2));
+            lo = (unsigned short)h2;
+            hi = (unsigned short)(h2 >> 16);
+            asm("cvt.f32.f16 %0, %1;" : "=f"(a) : "h"(lo));
+            asm("cvt.f32.f16 %0, %1;" : "=f"(b) : "h"(hi));
+            f[2 * i] = a == a ? a : accel_bits_f32(0x7fffffffu);
+            f[2 * i + 1] = b == b ? b : accel_bits_f32(0x7fffffffu);
+        }
+#else
         ACCEL__AMP_UNROLL
         for (i = 0; i < 16; ++i) f[i] = accel_amp_fp8_to_f32((uint8_t)(v->w[i >> 2] >> (8 * (i & 3))), e5);
+#endif
     }
 }
 /* The exponent field: all ones (0x7F800000, the largest value it takes) exactly for Inf and NaN, so the max of it
@@ -1311,7 +1354,7 @@ ACCEL__AMP_FI int accel__amp_work(const accel__amp_args *A, const accel__amp_mt 
         return 1;
     }
     for (i = 0; i < 16; ++i) f[i] = 0.0f;
-    accel__amp_decode(v, ta, f);
+    accel__amp_decode(v, accel__amp_dt_in(kind, ta), f);
     if (kind == ACCEL__AMP_K_NORM) {
         if (mode == ACCEL__AMP_NORM_P2) {
             ACCEL__AMP_UNROLL
@@ -1339,7 +1382,7 @@ ACCEL__AMP_FI int accel__amp_work(const accel__amp_args *A, const accel__amp_mt 
             s->bits = a > s->bits ? a : s->bits;
             f[i] = f[i] * d->scale;
         }
-        accel__amp_put(o, tb, f, lanes, A->k.mode);
+        accel__amp_put(o, accel__amp_dt_out(kind, ta, tb), f, lanes, A->k.mode);
         return 1;
     }
     if (kind == ACCEL__AMP_K_UNSCALE) {
@@ -1361,7 +1404,7 @@ ACCEL__AMP_FI int accel__amp_work(const accel__amp_args *A, const accel__amp_mt 
         ACCEL__AMP_UNROLL
         for (i = 0; i < 16; ++i) f[i] = f[i] * d->scale;
     } /* convert: the values as they are; fp8 destinations saturate (accel_amp_convert's rule) */
-    accel__amp_put(o, accel__amp_in_place(kind) ? ta : tb, f, lanes, 1);
+    accel__amp_put(o, accel__amp_dt_out(kind, ta, tb), f, lanes, 1);
     return 1;
 }
 
@@ -1369,7 +1412,7 @@ ACCEL__AMP_FI int accel__amp_work(const accel__amp_args *A, const accel__amp_mt 
 ACCEL__AMP_FI void accel__amp_body(const accel__amp_args *A, const accel__amp_mt *d, int kind, int ta, int tb, int vwl,
                                    int mode, long long e, const accel__amp_v16 *v, unsigned char *out, accel__amp_acc *s) {
     accel__amp_v16 o;
-    const int es = accel__amp_esz(accel__amp_in_place(kind) ? ta : tb);
+    const int es = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
     if (accel__amp_work(A, d, kind, ta, tb, vwl, mode, e, 1 << vwl, 1, v, &o, s)) accel__amp_stv(out, es << vwl, &o);
 }
 
@@ -1398,7 +1441,7 @@ ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta_
         if (last >= u1) last = u1 - 1;
         if ((d->vwl & 0x80) && last - A->ub[tl] < accel__amp_nv(d, vwl)) {
             const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
-            const int ea = accel__amp_esz(ta), eo = accel__amp_esz(ip ? ta : tb);
+            const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta)), eo = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
             const long long e0 = d->head + (q0 << vwl), de = nthreads << vwl;
             const unsigned char *pa = (const unsigned char *)d->a + e0 * ea;
             unsigned char *po = (unsigned char *)(ip ? d->a : d->b) + e0 * eo;
@@ -1424,7 +1467,7 @@ ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta_
                         vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f);
                         q = u - A->ub[tw];
                         if ((d->vwl & 0x80) && q < accel__amp_nv(d, vwl)) {
-                            const int ea = accel__amp_esz(ta_c >= 0 ? ta_c : d->ta);
+                            const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta_c >= 0 ? ta_c : d->ta));
                             accel__amp_ldv((const unsigned char *)d->a + (d->head + (q << vwl)) * ea, ea << vwl, &w[k]);
                         }
                     }
@@ -1442,8 +1485,8 @@ ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta_
                         if ((d->vwl & 0x80) && q < accel__amp_nv(d, vwl)) {
                             const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
                             const long long e = d->head + (q << vwl);
-                            accel__amp_body(A, d, kind, ta, tb, vwl, mode, e, &w[k],
-                                            (unsigned char *)(ip ? d->a : d->b) + e * accel__amp_esz(ip ? ta : tb), s);
+                            accel__amp_body(A, d, kind, ta, tb, vwl, mode, e, &w[k], (unsigned char *)(ip ? d->a : d->b) +
+                                            e * accel__amp_esz(accel__amp_dt_out(kind, ta, tb)), s);
                         }
                     }
                 }
@@ -1705,7 +1748,7 @@ static accel_result accel__amp_dispatch(accel *acc, int kind, const accel__amp_c
         return accel__amp_go<K, ID, TA, TB, VWL, MODE, U, MINB>(acc, A, sms, gcap, g);
     ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, ACCEL__AMP_U_FAST, 4)
     ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
-    ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_F32, F32, F32, 2, P2, ACCEL__AMP_U_NORM, 4)
+    ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_F32, F32, F32, 2, P2, ACCEL__AMP_U_NORM, 3)
     ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
     ACCEL__AMP_GO(ACCEL__AMP_K_SCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, ACCEL__AMP_U_FAST, 4)
     ACCEL__AMP_GO(ACCEL__AMP_K_SCALE, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
