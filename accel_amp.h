@@ -4,6 +4,19 @@
    fused cast + amax, and Transformer Engine's delayed-scaling recipe (mixed_precision="fp8"). CPU and CUDA, same
    per-element math.
 
+   CONTENTS
+       USAGE                     an fp16 training step
+       PRECISION POLICY          accel_amp_get_policy
+       CONVERSIONS               accel_amp_convert, _convert_to_fp32, _master_to_model, _model_to_master; stochastic
+                                 rounding (accel_amp_sr)
+       LOSS SCALER               accel_amp_scaler_init / _deinit, _loss_scale, _unscale_and_check, _update, state
+       CLIPPING                  accel_amp_clip_grad_norm, _grad_norm, _clip_grad_value
+       FP8                       accel_amp_fp8_init / _deinit, _quantize, _dequantize, _record_amax, _update, state;
+                                 the E4M3 / E5M2 codecs
+       OPTIONS / MACROS          ACCEL_AMP_CUDA_BLOCK, ACCEL_AMP_NO_DISPATCH
+       THREADS AND STREAMS       where the work runs, what synchronizes
+       DIFFERENCES FROM ACCELERATE / PYTORCH
+
    USAGE (fp16 training step; the same code runs on the CPU and, with the implementation TU built by nvcc, on CUDA)
        accel_amp_scaler sc;
        accel_amp_scaler_desc sd = {0};                   // zero = Accelerate's defaults (65536, 2, 0.5, 2000); C++: {}
@@ -89,8 +102,8 @@
        accel_amp_fp8_to_f32 and their e4m3/e5m2 forms) is bit-exact with cuda_fp8.h's __nv_cvt_float_to_fp8
        (__NV_SATFINITE and __NV_NOSAT), __nv_cvt_halfraw_to_fp8, __nv_cvt_bfloat16raw_to_fp8 and the conversions back,
        for every input (all 2^32 fp32 patterns; tests/unit/amp/test_fp8_cuda_host.cu --all-fp32): round to nearest
-       even; NaN → 0x7F (sign dropped); overflow and ±Inf → ±largest (satfinite) or E4M3 sign|0x7F (NaN), E5M2 ±Inf;
-       fp8 → fp32 exact, NaN → 0x7FFFFFFF. Casts saturate (TE's choice) unless desc.no_saturate.
+       even; NaN → 0x7F (sign dropped); overflow and ±Inf → ±largest (satfinite) or E4M3 sign|0x7F (NaN), E5M2
+       ±Inf; fp8 → fp32 exact, NaN → 0x7FFFFFFF. Casts saturate (TE's choice) unless desc.no_saturate.
        The recipe, as Transformer Engine's main branch (2.x: pytorch/quantization.py reduce_and_update_fp8_tensors →
        common/recipe/delayed_scaling.cu, the kernel_bulk of amax_and_scale_update_after_reduction; read for this
        header at delayed_scaling.cu commit 6b71a0a) runs it, per slot, in float32, with `last` = this step's amax after
@@ -109,34 +122,31 @@
        Checkpoints: accel_amp_fp8_state_save / _load implement the core's state contract (scales, scale_invs, history).
 
    OPTIONS / MACROS
-       ACCEL_AMP_CUDA_BLOCK    threads per block of the kernels (default 256; a power of two)
-       ACCEL_AMP_CHUNK         elements per multi-tensor chunk, one CUDA block each (default 4096; a multiple of 8, keeps
-                               vector alignment; small, so the last blocks of a launch leave little of the GPU idle)
-       ACCEL_AMP_NO_DISPATCH   x86-64 with GCC/clang: the CPU hot loops (fp32 → bf16 / fp16 / fp8 casts, fp32
-                               unscale_and_check) have AVX2 kernels (bf16/fp16 outputs of 4 MiB or more are written
-                               with streaming stores: they bypass the caches) (target attributes; fp16 also uses F16C) chosen at
-                               run time (__builtin_cpu_supports), so a default -O2 build gets 256-bit vectors on an
-                               AVX2 CPU whatever the user's -O/-march; define this to turn the run-time choice off (an
-                               AVX2 build, e.g. -march=native, always uses them; the same bits either way)
+       ACCEL_AMP_CUDA_BLOCK    threads per block of the CUDA kernels (default 256; a power of two in [32, 1024])
+       ACCEL_AMP_NO_DISPATCH   x86-64, GCC/clang: do not choose the AVX2 (+F16C) CPU loops at run time; then only an
+                               AVX2 build (-mavx2, -march=native) uses them. The same bits either way.
 
    THREADS AND STREAMS
-       Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream; a list of
-       buffers is one kernel launch (its descriptor array is copied into the Accelerator's device scratch buffer,
-       which comes from the device allocator and is reused in stream order: keep amp's work on acc->stream).
-       unscale_and_check synchronizes once to read found_inf (one 4-byte copy); clip_grad_norm reads back the total
-       (8 bytes; the per-block partials are summed on the device in a fixed order). Conversions and clip_grad_value do not synchronize. A scaler is used by one
-       thread at a time. fp8: a quantize or dequantize list is one launch and does not synchronize (the step's amax
-       stays on the device, raised with atomicMax); accel_amp_fp8_update reads it back (one synchronization). The
-       scales live on the host and travel in the launch's descriptors, so the quantize of the next step sees them.
-       An accel_amp_fp8 is used by one thread at a time.
+       Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream: a list of
+       up to 160 buffers (64 when built with CUDA < 12.1) is one kernel launch (the buffers' descriptors are the
+       kernel's parameter); longer lists take one launch per 160. On CUDA every buffer must be aligned to its element
+       size (else ACCEL_ERR_INVALID_ARGUMENT, nothing changed); any element offset is fine. Per-block results
+       (found_inf, norm partial sums) go to the Accelerator's device scratch, which comes from the device allocator
+       and is reused in stream order: keep amp's work on acc->stream. unscale_and_check synchronizes once to read
+       found_inf back, clip_grad_norm / grad_norm once to read the partial sums (summed on the host in a fixed
+       order); conversions and clip_grad_value do not synchronize. fp8: a quantize or dequantize list does not
+       synchronize (the step's amax stays on the device, raised with atomicMax); accel_amp_fp8_update reads it back
+       (one synchronization). The scales live on the host and travel in the launch's descriptors, so the quantize of
+       the next step sees them. A scaler, and an accel_amp_fp8, is used by one thread at a time.
 
    DIFFERENCES FROM ACCELERATE / PYTORCH (deliberate)
      - Accelerate creates a GradScaler only for fp16 on a non-CPU device (docs/semantics.md §4); accel also scales
        in fp16 mode on the CPU (the CPU trainer trains in fp16 with dynamic scaling).
        accel_amp_policy.accelerate_would_scale says what Accelerate would do. desc.enabled = ACCEL_ON / ACCEL_OFF
        overrides the policy.
-     - Norms are accumulated in float64 (torch: in the gradient's dtype / float32), so the returned norm is more
-       accurate; the clip coefficient is then rounded to float32 as torch's is.
+     - Norms are more accurate than torch's (which sums in the gradient's dtype / float32): the CPU sums in float64,
+       the GPU in compensated fp32 pairs folded into float64 (again in float64 where a sum leaves the fp32 range),
+       both within 1e-12 relative of the exact sum; the clip coefficient is then rounded to float32 as torch's is.
      - The scale lives on the host (torch keeps it on the device); the values and the rule are the same.
      - A static-scale mode (DeepSpeed's static loss scale) exists; GradScaler has none.
      - fp32 -> fp16/bf16 NaN gives 0x7FFF (CUDA's canonical NaN) on the CPU too, so CPU and GPU agree bit for bit.
@@ -200,8 +210,9 @@ static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_bf16_sr(float f, uint32_t
 /* The random bits stochastic rounding uses for element `index` (see the top comment). */
 static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_sr_bits(uint64_t seed, uint64_t step, uint64_t index) {
     uint32_t out[4];
+    unsigned m = (unsigned)(index & 3u);
     accel_rng_draw4(seed, step, index >> 2, out);
-    return out[index & 3u];
+    return m == 0 ? out[0] : m == 1 ? out[1] : m == 2 ? out[2] : out[3]; /* no indexed local array in kernels */
 }
 
 /* torch's unscale of one element: inv == 1 leaves the value untouched. */
@@ -244,9 +255,9 @@ static ACCEL_INLINE ACCEL_HD void accel_amp_update_scale_rule(float *scale, int3
        not (__NV_NOSAT):           E4M3 → sign|0x7F (NaN: E4M3 has no Inf), E5M2 → ±Inf.
    fp16 / bf16 → fp8: widen exactly (accel_f16_to_f32 / accel_bf16_to_f32), then as fp32: bit-exact with
    __nv_cvt_halfraw_to_fp8 / __nv_cvt_bfloat16raw_to_fp8.
-   fp8 → fp32 is exact; every NaN becomes 0x7FFFFFFF (what cuda_fp8.h's conversion to float gives). fp8 → bf16 / fp16:
-   accel_f32_to_bf16 / accel_f32_to_f16 of that (exact; NaN → 0x7FFF, as __nv_cvt_fp8_to_halfraw and the
-   __nv_fp8_e4m3 → __nv_bfloat16 conversion).
+   fp8 → fp32 is exact; every NaN becomes 0x7FFFFFFF (what cuda_fp8.h's conversion to float gives).
+   fp8 → bf16 / fp16: accel_f32_to_bf16 / accel_f32_to_f16 of that (exact; NaN → 0x7FFF, as __nv_cvt_fp8_to_halfraw
+   and the __nv_fp8_e4m3 → __nv_bfloat16 conversion).
    The encode is integer math and one float add whose operands and result are normal floats (a float-subnormal
    input gives 0 either way), so it gives the same bits under -ffast-math / FTZ / DAZ, on the CPU and in your own
    kernels; it assumes the default rounding mode (to nearest even). */
@@ -285,7 +296,8 @@ static ACCEL_INLINE ACCEL_HD float accel_amp_fp8_to_f32(uint8_t x, int e5m2) {
     uint32_t v = (uint32_t)x & 0x7fu;
     uint32_t mb = e5m2 ? 2u : 3u;
     uint32_t normal = s | ((v << (23u - mb)) + (e5m2 ? 0x38000000u : 0x3c000000u));
-    uint32_t sub = s | accel_f32_bits((float)(int32_t)(v & ((1u << mb) - 1u)) * (e5m2 ? 1.52587890625e-05f : 0.001953125f));
+    uint32_t sub =
+        s | accel_f32_bits((float)(int32_t)(v & ((1u << mb) - 1u)) * (e5m2 ? 1.52587890625e-05f : 0.001953125f));
     uint32_t k = 0u - (uint32_t)((v >> mb) == 0u); /* masks, for branch-free (vectorizable) loops */
     uint32_t r = (sub & k) | (normal & ~k);
     k = 0u - (uint32_t)(e5m2 && v == 0x7cu);
@@ -293,8 +305,12 @@ static ACCEL_INLINE ACCEL_HD float accel_amp_fp8_to_f32(uint8_t x, int e5m2) {
     k = 0u - (uint32_t)(e5m2 ? v > 0x7cu : v == 0x7fu);
     return accel_bits_f32((0x7fffffffu & k) | (r & ~k));
 }
-static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_e4m3(float f, int satfinite) { return accel_amp_f32_to_fp8(f, 0, satfinite); }
-static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_e5m2(float f, int satfinite) { return accel_amp_f32_to_fp8(f, 1, satfinite); }
+static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_e4m3(float f, int satfinite) {
+    return accel_amp_f32_to_fp8(f, 0, satfinite);
+}
+static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_e5m2(float f, int satfinite) {
+    return accel_amp_f32_to_fp8(f, 1, satfinite);
+}
 static ACCEL_INLINE ACCEL_HD float accel_amp_e4m3_to_f32(uint8_t x) { return accel_amp_fp8_to_f32(x, 0); }
 static ACCEL_INLINE ACCEL_HD float accel_amp_e5m2_to_f32(uint8_t x) { return accel_amp_fp8_to_f32(x, 1); }
 
@@ -429,7 +445,8 @@ typedef struct accel_amp_fp8 {
     int no_saturate;
     float *scale;                     /* [num_tensors], host: what quantize multiplies by (starts at 1) */
     float *scale_inv;                 /* [num_tensors], host: 1 / scale, what dequantize and GEMMs multiply by */
-    float *amax_history;              /* [amax_history_len][num_tensors], host; row 0 = this step's amax (TE's layout) */
+    float *amax_history;              /* [amax_history_len][num_tensors], host; row 0 = this step's amax (TE's
+                                         layout) */
     void *amax_device;                /* [num_tensors] floats on acc's CUDA device: this step's amax, until update */
     int64_t updates;                  /* accel_amp_fp8_update calls so far */
 } accel_amp_fp8;
@@ -484,6 +501,15 @@ ACCEL_API accel_result accel_amp_fp8_state_load(void *f, const void *buf, size_t
 /* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__AMP_IMPL_DONE)
 #define ACCEL__AMP_IMPL_DONE
+/* CONTENTS
+     1. policy
+     2. CPU loops (and their AVX2 twins chosen at run time), fp8 CPU loops, norms
+     3. list kernels: the per-thread code (ACCEL_HD: units, even shares, steps, element work), the host plan, then
+        (CUDA) the kernel, its instances and the launcher
+     4. conversions
+     5. loss scaler
+     6. clipping
+     7. fp8 delayed scaling */
 
 #include <ctype.h>
 #include <errno.h>
@@ -513,7 +539,8 @@ ACCEL__DEF accel_result accel_amp_get_policy(accel *acc, accel_amp_policy *out) 
     case ACCEL_PRECISION_FP8: /* Accelerate: GEMMs in fp8 (TE), the rest under bf16 autocast, no GradScaler */
         out->precision = ACCEL_PRECISION_FP8; out->compute_dtype = ACCEL_BF16; break;
     default:
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mixed_precision=%d is not an accel_precision", (int)acc->mixed_precision);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mixed_precision=%d is not an accel_precision",
+                           (int)acc->mixed_precision);
     }
     return ACCEL_OK;
 }
@@ -619,8 +646,10 @@ ACCEL__AMP_TARGET_AVX2 static void accel__amp_cpu_f32_to_bf16_avx2(const float *
     for (; i + 16 <= n; i += 16) {
         __m256i u0 = _mm256_loadu_si256((const __m256i *)(const void *)(s + i));
         __m256i u1 = _mm256_loadu_si256((const __m256i *)(const void *)(s + i + 8));
-        __m256i r0 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u0, rb), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one)), 16);
-        __m256i r1 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u1, rb), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one)), 16);
+        __m256i r0 = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(u0, rb), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one)), 16);
+        __m256i r1 = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(u1, rb), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one)), 16);
         __m256i o;
         r0 = _mm256_blendv_epi8(r0, rb, _mm256_cmpgt_epi32(_mm256_and_si256(u0, absm), inf));
         r1 = _mm256_blendv_epi8(r1, rb, _mm256_cmpgt_epi32(_mm256_and_si256(u1, absm), inf));
@@ -725,7 +754,11 @@ static void accel__amp_cpu_f32_to_bf16_sr(const float *ACCEL_RESTRICT s, uint16_
     uint64_t idx = sr->index_offset;
     uint32_t r[4];
     /* leading elements up to a multiple of 4 in index space, then one Philox block per 4 elements */
-    while (i < n && (idx & 3u)) { d[i] = accel_amp_f32_to_bf16_sr(s[i], accel_amp_sr_bits(sr->seed, sr->step, idx)); ++i; ++idx; }
+    while (i < n && (idx & 3u)) {
+        d[i] = accel_amp_f32_to_bf16_sr(s[i], accel_amp_sr_bits(sr->seed, sr->step, idx));
+        ++i;
+        ++idx;
+    }
     for (; i + 4 <= n; i += 4, idx += 4) {
         accel_rng_draw4(sr->seed, sr->step, idx >> 2, r);
         d[i] = accel_amp_f32_to_bf16_sr(s[i], r[0]);
@@ -739,14 +772,16 @@ static void accel__amp_cpu_f32_to_bf16_sr(const float *ACCEL_RESTRICT s, uint16_
 static float accel__amp_load(const void *p, accel_dtype t, size_t i) {
     if (t == ACCEL_F32) return ((const float *)p)[i];
     if (t == ACCEL_BF16) return accel_bf16_to_f32(((const uint16_t *)p)[i]);
-    if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2) return accel_amp_fp8_to_f32(((const uint8_t *)p)[i], t == ACCEL_F8_E5M2);
+    if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2)
+        return accel_amp_fp8_to_f32(((const uint8_t *)p)[i], t == ACCEL_F8_E5M2);
     return accel_f16_to_f32(((const uint16_t *)p)[i]);
 }
 /* fp8 destinations saturate (accel_amp_convert's rule) */
 static void accel__amp_store(void *p, accel_dtype t, size_t i, float v) {
     if (t == ACCEL_F32) ((float *)p)[i] = v;
     else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_f32_to_bf16(v);
-    else if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2) ((uint8_t *)p)[i] = accel_amp_f32_to_fp8(v, t == ACCEL_F8_E5M2, 1);
+    else if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2)
+        ((uint8_t *)p)[i] = accel_amp_f32_to_fp8(v, t == ACCEL_F8_E5M2, 1);
     else ((uint16_t *)p)[i] = accel_f32_to_f16(v);
 }
 
@@ -790,9 +825,13 @@ static int accel__amp_is_fp8(accel_dtype t) { return t == ACCEL_F8_E4M3 || t == 
     ACCEL__AMP_FP8Q_F32(ATTR, accel__amp_cpu_fp8q_e4m3_nosat##SFX, 0, 0)                                               \
     ACCEL__AMP_FP8Q_F32(ATTR, accel__amp_cpu_fp8q_e5m2_sat##SFX, 1, 1)                                                 \
     ACCEL__AMP_FP8Q_F32(ATTR, accel__amp_cpu_fp8q_e5m2_nosat##SFX, 1, 0)                                               \
-    static uint32_t accel__amp_cpu_fp8q_f32##SFX(const float *s, uint8_t *d, size_t n, float scale, int e5m2, int sat) { \
-        if (e5m2) return sat ? accel__amp_cpu_fp8q_e5m2_sat##SFX(s, d, n, scale) : accel__amp_cpu_fp8q_e5m2_nosat##SFX(s, d, n, scale); \
-        return sat ? accel__amp_cpu_fp8q_e4m3_sat##SFX(s, d, n, scale) : accel__amp_cpu_fp8q_e4m3_nosat##SFX(s, d, n, scale); \
+    static uint32_t accel__amp_cpu_fp8q_f32##SFX(const float *s, uint8_t *d, size_t n, float scale, int e5m2,         \
+                                                 int sat) {                                                           \
+        if (e5m2)                                                                                                      \
+            return sat ? accel__amp_cpu_fp8q_e5m2_sat##SFX(s, d, n, scale)                                             \
+                       : accel__amp_cpu_fp8q_e5m2_nosat##SFX(s, d, n, scale);                                          \
+        return sat ? accel__amp_cpu_fp8q_e4m3_sat##SFX(s, d, n, scale)                                                 \
+                   : accel__amp_cpu_fp8q_e4m3_nosat##SFX(s, d, n, scale);                                              \
     }
 ACCEL__AMP_FP8Q_SET(, )
 /* x86-64 with GCC or clang: an AVX2 kernel (the same element rule as accel_amp_fp8_encode_bits, lane for lane, and
@@ -805,7 +844,8 @@ ACCEL__AMP_TARGET_AVX2 static uint32_t accel__amp_cpu_fp8q_f32_avx2(const float 
     const int sh = e5m2 ? 21 : 20;
     const __m128i shc = _mm_cvtsi32_si128(sh);
     const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-    const __m256i lim = _mm256_set1_epi32((int)(e5m2 ? (sat ? 0x47600000u : 0x47800000u) : (sat ? 0x43e00000u : 0x43f00000u)));
+    const __m256i lim =
+        _mm256_set1_epi32((int)(e5m2 ? (sat ? 0x47600000u : 0x47800000u) : (sat ? 0x43e00000u : 0x43f00000u)));
     const __m256i bias = _mm256_set1_epi32(e5m2 ? 0x38000000 : 0x3c000000);
     const __m256i half = _mm256_set1_epi32((1 << (sh - 1)) - 1), one = _mm256_set1_epi32(1);
     const __m256 addf = _mm256_set1_ps(e5m2 ? 128.0f : 16384.0f);
@@ -909,9 +949,18 @@ static void accel__amp_cpu_convert(const void *src, accel_dtype st, void *dst, a
         else accel__amp_cpu_f32_to_bf16((const float *)src, (uint16_t *)dst, n);
         return;
     }
-    if (st == ACCEL_F32 && dt == ACCEL_F16) { accel__amp_cpu_f32_to_f16((const float *)src, (uint16_t *)dst, n); return; }
-    if (st == ACCEL_BF16 && dt == ACCEL_F32) { accel__amp_cpu_bf16_to_f32((const uint16_t *)src, (float *)dst, n); return; }
-    if (st == ACCEL_F16 && dt == ACCEL_F32) { accel__amp_cpu_f16_to_f32((const uint16_t *)src, (float *)dst, n); return; }
+    if (st == ACCEL_F32 && dt == ACCEL_F16) {
+        accel__amp_cpu_f32_to_f16((const float *)src, (uint16_t *)dst, n);
+        return;
+    }
+    if (st == ACCEL_BF16 && dt == ACCEL_F32) {
+        accel__amp_cpu_bf16_to_f32((const uint16_t *)src, (float *)dst, n);
+        return;
+    }
+    if (st == ACCEL_F16 && dt == ACCEL_F32) {
+        accel__amp_cpu_f16_to_f32((const uint16_t *)src, (float *)dst, n);
+        return;
+    }
     if (accel__amp_is_fp8(dt) && !accel__amp_is_fp8(st)) {
         (void)accel__amp_cpu_fp8q(src, st, (uint8_t *)dst, n, 1.0f, dt == ACCEL_F8_E5M2, 1);
         return;
@@ -1201,8 +1250,9 @@ ACCEL__AMP_FI void accel__amp_put(accel__amp_v16 *o, int dt, const float *f, int
     } else {
         const int e5 = dt == ACCEL_F8_E5M2;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-        if (sat) { /* sm_89+: cvt.rn.satfinite.{e4m3,e5m2}x2.f32, the bits of accel_amp_fp8_encode_bits(.., 1): cuda_fp8.h
-                      uses the instruction and tests/gpu/amp/test_fp8_gpu.cu sweeps all 2^32 inputs through both */
+        /* sm_89+: cvt.rn.satfinite.{e4m3,e5m2}x2.f32, the bits of accel_amp_fp8_encode_bits(.., 1): cuda_fp8.h uses
+           the instruction and tests/gpu/amp/test_fp8_gpu.cu sweeps all 2^32 inputs through both */
+        if (sat) {
             ACCEL__AMP_UNROLL
             for (j = 0; j < 8; ++j)
                 if (2 * j < lanes) {
@@ -1256,13 +1306,6 @@ ACCEL__AMP_FI void accel__amp_norm_fold(accel__amp_acc *s) {
     s->hi = 0.0f;
     s->lo = 0.0f;
 }
-/* The stochastic-rounding bits of one element without an indexed local array (kernels would spill it). */
-ACCEL__AMP_FI uint32_t accel__amp_sr1(unsigned long long seed, unsigned long long step, unsigned long long index) {
-    uint32_t r[4];
-    unsigned m = (unsigned)(index & 3u);
-    accel_rng_draw4(seed, step, index >> 2, r);
-    return m == 0 ? r[0] : m == 1 ? r[1] : m == 2 ? r[2] : r[3];
-}
 /* fp8 quantize: the thread's amax goes to its slot (device: an atomic only when it can raise the slot, which only
    grows during a launch; host emulation: a plain max). */
 ACCEL__AMP_FI void accel__amp_amax_flush(unsigned int *amax, int slot, uint32_t m) {
@@ -1285,8 +1328,9 @@ ACCEL__AMP_FI int accel__amp_dt_in(int kind, int ta) {
     return kind == ACCEL__AMP_K_FP8D ? (ta == ACCEL_F8_E5M2 ? ACCEL_F8_E5M2 : ACCEL_F8_E4M3) : ta;
 }
 ACCEL__AMP_FI int accel__amp_dt_out(int kind, int ta, int tb) {
-    return accel__amp_in_place(kind) ? ta : kind == ACCEL__AMP_K_FP8Q ? (tb == ACCEL_F8_E5M2 ? ACCEL_F8_E5M2 : ACCEL_F8_E4M3)
-                                                                     : tb;
+    return accel__amp_in_place(kind)   ? ta
+           : kind == ACCEL__AMP_K_FP8Q ? (tb == ACCEL_F8_E5M2 ? ACCEL_F8_E5M2 : ACCEL_F8_E4M3)
+                                       : tb;
 }
 
 /* The unit's lanes as floats: f[i] for i < 16 / size (dtype dt; the others untouched). One switch per unit. */
@@ -1347,7 +1391,7 @@ ACCEL__AMP_FI int accel__amp_work(const accel__amp_args *A, const accel__amp_mt 
         ACCEL__AMP_UNROLL
         for (i = 0; i < 4; ++i)
             q[i] = accel_amp_f32_to_bf16_sr(accel_bits_f32(v->w[i]),
-                                            vec ? r[i] : accel__amp_sr1(A->k.seed, A->k.step, idx + (unsigned)i));
+                                            vec ? r[i] : accel_amp_sr_bits(A->k.seed, A->k.step, idx + (unsigned)i));
         o->w[0] = q[0] | (q[1] << 16);
         o->w[1] = q[2] | (q[3] << 16);
         o->w[2] = o->w[3] = 0;
@@ -1365,8 +1409,9 @@ ACCEL__AMP_FI int accel__amp_work(const accel__amp_args *A, const accel__amp_mt 
         } else if (mode == ACCEL__AMP_NORM_INF) {
             ACCEL__AMP_UNROLL
             for (i = 0; i < 16; ++i) if (i < n) accel__amp_norm1(s, ACCEL__AMP_NORM_INF, 0.0, f[i]);
-        } else {
-            for (i = 0; i < n; ++i) accel__amp_norm1(s, ACCEL__AMP_NORM_F64, A->k.p, f[i]);
+        } else { /* (unrolled too: an indexed f would live in local memory for every mode) */
+            ACCEL__AMP_UNROLL
+            for (i = 0; i < 16; ++i) if (i < n) accel__amp_norm1(s, ACCEL__AMP_NORM_F64, A->k.p, f[i]);
         }
         return 0;
     }
@@ -1410,7 +1455,8 @@ ACCEL__AMP_FI int accel__amp_work(const accel__amp_args *A, const accel__amp_mt 
 
 /* One aligned body unit of buffer d (unit q, element e) from v: the work, then the store. */
 ACCEL__AMP_FI void accel__amp_body(const accel__amp_args *A, const accel__amp_mt *d, int kind, int ta, int tb, int vwl,
-                                   int mode, long long e, const accel__amp_v16 *v, unsigned char *out, accel__amp_acc *s) {
+                                   int mode, long long e, const accel__amp_v16 *v, unsigned char *out,
+                                   accel__amp_acc *s) {
     accel__amp_v16 o;
     const int es = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
     if (accel__amp_work(A, d, kind, ta, tb, vwl, mode, e, 1 << vwl, 1, v, &o, s)) accel__amp_stv(out, es << vwl, &o);
@@ -1441,7 +1487,8 @@ ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta_
         if (last >= u1) last = u1 - 1;
         if ((d->vwl & 0x80) && last - A->ub[tl] < accel__amp_nv(d, vwl)) {
             const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
-            const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta)), eo = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
+            const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta)),
+                      eo = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
             const long long e0 = d->head + (q0 << vwl), de = nthreads << vwl;
             const unsigned char *pa = (const unsigned char *)d->a + e0 * ea;
             unsigned char *po = (unsigned char *)(ip ? d->a : d->b) + e0 * eo;
@@ -1485,8 +1532,10 @@ ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta_
                         if ((d->vwl & 0x80) && q < accel__amp_nv(d, vwl)) {
                             const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
                             const long long e = d->head + (q << vwl);
-                            accel__amp_body(A, d, kind, ta, tb, vwl, mode, e, &w[k], (unsigned char *)(ip ? d->a : d->b) +
-                                            e * accel__amp_esz(accel__amp_dt_out(kind, ta, tb)), s);
+                            accel__amp_body(A, d, kind, ta, tb, vwl, mode, e, &w[k],
+                                            (unsigned char *)(ip ? d->a : d->b) +
+                                                e * accel__amp_esz(accel__amp_dt_out(kind, ta, tb)),
+                                            s);
                         }
                     }
                 }
@@ -1509,7 +1558,8 @@ ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta_
             accel__amp_unit(d, vwl, u - A->ub[t], &e, &c);
             accel__amp_lds((const unsigned char *)d->a + e * accel__amp_esz(ta), accel__amp_esz(ta), c, &v);
             if (accel__amp_work(A, d, kind, ta, tb, vwl, mode, e, c, 0, &v, &o, s))
-                accel__amp_sts((unsigned char *)(ip ? d->a : d->b) + e * accel__amp_esz(out), accel__amp_esz(out), c, &o);
+                accel__amp_sts((unsigned char *)(ip ? d->a : d->b) + e * accel__amp_esz(out), accel__amp_esz(out), c,
+                               &o);
         }
     }
     if (fold) accel__amp_norm_fold(s);
@@ -1619,8 +1669,8 @@ ACCEL__PRIVATE void accel__amp_fold(const accel__amp_part *p, int n, accel__amp_
 /* Plans the buffers h[0, count) (a, b, n, ta, tb, scale, slot filled; in place: b and tb unused) for kind: the
    empty ones are left out (h is compacted to *k entries, units[i] their unit counts). A buffer not aligned to its
    element size is refused before anything runs (the GPU would fault on it). */
-ACCEL__PRIVATE accel_result accel__amp_prepare(accel *acc, int kind, accel__amp_mt *h, int count, const accel__amp_kp *kp,
-                                               long long *units, int *k, const char *what) {
+ACCEL__PRIVATE accel_result accel__amp_prepare(accel *acc, int kind, accel__amp_mt *h, int count,
+                                               const accel__amp_kp *kp, long long *units, int *k, const char *what) {
     const int in_place = accel__amp_in_place(kind);
     int i;
     *k = 0;
@@ -1628,9 +1678,10 @@ ACCEL__PRIVATE accel_result accel__amp_prepare(accel *acc, int kind, accel__amp_
         int ea = accel__amp_esz(h[i].ta), eb = accel__amp_esz(h[i].tb);
         if (h[i].n == 0) continue;
         if ((uintptr_t)h[i].a % (uintptr_t)ea || (!in_place && (uintptr_t)h[i].b % (uintptr_t)eb))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d (%p -> %p) is not aligned to its element "
-                               "size (%d -> %d bytes); nothing was changed", what, i, h[i].a, in_place ? h[i].a : h[i].b,
-                               ea, in_place ? ea : eb);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: buffer %d (%p -> %p) is not aligned to its element "
+                               "size (%d -> %d bytes); nothing was changed",
+                               what, i, h[i].a, in_place ? h[i].a : h[i].b, ea, in_place ? ea : eb);
     }
     for (i = 0; i < count; ++i) {
         if (h[i].n == 0) continue;
@@ -1655,8 +1706,8 @@ ACCEL__PRIVATE int accel__amp_norm_again(int mode, const accel__amp_part *res, d
 /* MINB: blocks of 256 threads to keep resident per SM (the register budget: 4 -> 64 registers a thread) */
 #define ACCEL__AMP_MINB(m) ((m) * 256 / ACCEL_AMP_CUDA_BLOCK > 0 ? (m) * 256 / ACCEL_AMP_CUDA_BLOCK : 1)
 template <int K, int ID, int TA, int TB, int VWL, int MODE, int U, int MINB>
-static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, ACCEL__AMP_MINB(MINB)) accel__amp_kernel(const __grid_constant__
-                                                                                        accel__amp_args A) {
+static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, ACCEL__AMP_MINB(MINB))
+    accel__amp_kernel(const __grid_constant__ accel__amp_args A) {
     __shared__ double rsum[ACCEL_AMP_CUDA_BLOCK / 32];
     __shared__ uint32_t rbits[ACCEL_AMP_CUDA_BLOCK / 32], rflag[ACCEL_AMP_CUDA_BLOCK / 32];
     __shared__ int rslot[ACCEL_AMP_CUDA_BLOCK / 32];
@@ -1670,7 +1721,11 @@ static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, ACCEL__AMP_MINB(M
                           ACCEL_AMP_CUDA_BLOCK, &s);
     if (K == ACCEL__AMP_K_UNSCALE) {
         int any = __syncthreads_or(s.bits == 0x7f800000u);
-        if (threadIdx.x == 0) { A.part[blockIdx.x].sum = 0.0; A.part[blockIdx.x].bits = 0; A.part[blockIdx.x].flag = any != 0; }
+        if (threadIdx.x == 0) {
+            A.part[blockIdx.x].sum = 0.0;
+            A.part[blockIdx.x].bits = 0;
+            A.part[blockIdx.x].flag = any != 0;
+        }
     } else if (K == ACCEL__AMP_K_NORM) { /* warp butterflies, then the warps in order: a fixed order */
         int o;
         unsigned w;
@@ -1723,8 +1778,9 @@ static accel_result accel__amp_go(accel *acc, const accel__amp_args *A, int sms,
     int dev = acc->device, per_sm = dev >= 0 && dev < ACCEL__AMP_NDEV ? occ[dev] : 0;
     long long want = (A->units + ACCEL_AMP_CUDA_BLOCK - 1) / ACCEL_AMP_CUDA_BLOCK;
     if (per_sm <= 0) {
-        ACCEL__CUDA_CHECK(acc, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                                   &per_sm, accel__amp_kernel<K, ID, TA, TB, VWL, MODE, U, MINB>, ACCEL_AMP_CUDA_BLOCK, 0));
+        ACCEL__CUDA_CHECK(acc,
+                          cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                              &per_sm, accel__amp_kernel<K, ID, TA, TB, VWL, MODE, U, MINB>, ACCEL_AMP_CUDA_BLOCK, 0));
         if (per_sm < 1) per_sm = 1;
         if (dev >= 0 && dev < ACCEL__AMP_NDEV) occ[dev] = per_sm;
     }
@@ -1732,14 +1788,15 @@ static accel_result accel__amp_go(accel *acc, const accel__amp_args *A, int sms,
     if (*g > gcap) *g = gcap;
     if (*g > want) *g = (int)want;
     if (*g < 1) *g = 1;
-    accel__amp_kernel<K, ID, TA, TB, VWL, MODE, U, MINB><<<*g, ACCEL_AMP_CUDA_BLOCK, 0, (cudaStream_t)acc->stream>>>(*A);
+    accel__amp_kernel<K, ID, TA, TB, VWL, MODE, U, MINB>
+        <<<*g, ACCEL_AMP_CUDA_BLOCK, 0, (cudaStream_t)acc->stream>>>(*A);
     ACCEL__CUDA_CHECK(acc, cudaGetLastError());
     return ACCEL_OK;
 }
 
 /* The instance for kind / cfg (accel__amp_pick chose it). */
-static accel_result accel__amp_dispatch(accel *acc, int kind, const accel__amp_cfg *c, const accel__amp_args *A, int sms,
-                                        int gcap, int *g) {
+static accel_result accel__amp_dispatch(accel *acc, int kind, const accel__amp_cfg *c, const accel__amp_args *A,
+                                        int sms, int gcap, int *g) {
     enum { F32 = ACCEL_F32, BF = ACCEL_BF16, H = ACCEL_F16, P2 = ACCEL__AMP_NORM_P2 };
     switch (kind * 8 + c->id) {
 #define ACCEL__AMP_GO(K, ID, TA, TB, VWL, MODE, U, MINB)                                                               \
@@ -1798,7 +1855,10 @@ static accel_result accel__amp_run(accel *acc, int kind, const accel__amp_mt *h,
         size_t bytes = sizeof(accel__amp_part) * (size_t)nl * (size_t)gcap;
         dev = (accel__amp_part *)accel__device_scratch(acc, bytes);
         host = (accel__amp_part *)accel_host_alloc(acc, bytes);
-        if (!dev) { r = accel__fail_wrap(acc, acc->last_result, "amp: per-block results (%zu bytes)", bytes); goto done; }
+        if (!dev) {
+            r = accel__fail_wrap(acc, acc->last_result, "amp: per-block results (%zu bytes)", bytes);
+            goto done;
+        }
         if (!host) { r = ACCEL_ERR_OUT_OF_MEMORY; goto done; }
     }
     for (j = 0; j < nl && r == ACCEL_OK; ++j) {
@@ -1874,10 +1934,13 @@ static accel_result accel__amp_check_list(accel *acc, const accel_tensor *ts, in
     for (i = 0; i < count; ++i) {
         int64_t n = accel_tensor_numel(&ts[i]);
         const char *nm = ts[i].name ? ts[i].name : "(unnamed)";
-        if (n < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has an invalid shape", what, i, nm);
+        if (n < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has an invalid shape", what, i,
+                               nm);
         if (!accel__amp_is16or32(ts[i].dtype))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has dtype %s (need F32, F16 or BF16)",
-                               what, i, nm, accel_dtype_name(ts[i].dtype) ? accel_dtype_name(ts[i].dtype) : "invalid");
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: buffer %d \"%s\" has dtype %s (need F32, F16 or BF16)", what, i, nm,
+                               accel_dtype_name(ts[i].dtype) ? accel_dtype_name(ts[i].dtype) : "invalid");
         if (n > 0 && !ts[i].ptr)
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has NULL data", what, i, nm);
     }
@@ -1894,7 +1957,8 @@ static accel_result accel__amp_convert_list(accel *acc, const void *const *src, 
     }
 #ifdef __CUDACC__
     {
-        accel__amp_mt *h = (accel__amp_mt *)accel_host_alloc(acc, sizeof(accel__amp_mt) * (size_t)(count > 0 ? count : 1));
+        accel__amp_mt *h =
+            (accel__amp_mt *)accel_host_alloc(acc, sizeof(accel__amp_mt) * (size_t)(count > 0 ? count : 1));
         accel__amp_kp kp;
         accel_result r;
         int k = 0;
@@ -1915,7 +1979,8 @@ static accel_result accel__amp_convert_list(accel *acc, const void *const *src, 
             if (n[i] == 0 || st[i] != dt[i] || src[i] == dst[i]) continue;
             e = cudaMemcpyAsync(dst[i], src[i], n[i] * accel_dtype_size(st[i]), cudaMemcpyDeviceToDevice,
                                 (cudaStream_t)acc->stream);
-            if (e != cudaSuccess) r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMemcpyAsync failed: %s", cudaGetErrorString(e));
+            if (e != cudaSuccess)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMemcpyAsync failed: %s", cudaGetErrorString(e));
         }
         return r;
     }
@@ -1937,13 +2002,16 @@ ACCEL__DEF accel_result accel_amp_convert(accel *acc, const void *src, accel_dty
                            accel_dtype_name(src_dtype) ? accel_dtype_name(src_dtype) : "invalid",
                            accel_dtype_name(dst_dtype) ? accel_dtype_name(dst_dtype) : "invalid");
     if (sr && !(src_dtype == ACCEL_F32 && dst_dtype == ACCEL_BF16))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: stochastic rounding is only F32 -> BF16 (got %s -> %s)",
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_convert: stochastic rounding is only F32 -> BF16 (got %s -> %s)",
                            accel_dtype_name(src_dtype), accel_dtype_name(dst_dtype));
     if (n == 0) return ACCEL_OK;
     if (!src || !dst) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: NULL buffer");
-    if (n > (size_t)INT64_MAX / 4) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: n=%zu is too large", n);
+    if (n > (size_t)INT64_MAX / 4)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: n=%zu is too large", n);
     if (src == dst && accel_dtype_size(src_dtype) != accel_dtype_size(dst_dtype))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: in-place conversion between sizes %zu and %zu",
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_convert: in-place conversion between sizes %zu and %zu",
                            accel_dtype_size(src_dtype), accel_dtype_size(dst_dtype));
     s1[0] = src; d1[0] = dst;
     return accel__amp_convert_list(acc, s1, &src_dtype, d1, &dst_dtype, &n, 1, sr);
@@ -1959,7 +2027,8 @@ ACCEL__DEF accel_result accel_amp_convert_to_fp32(accel *acc, const accel_tensor
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: acc is NULL");
     r = accel__amp_check_list(acc, in, count, "accel_amp_convert_to_fp32");
     if (r != ACCEL_OK) return r;
-    if (count > 0 && !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: out is NULL");
+    if (count > 0 && !out)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: out is NULL");
     for (i = 0; i < count; ++i)
         if (accel_tensor_numel(&in[i]) > 0 && !out[i])
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: out[%d] is NULL", i);
@@ -2007,16 +2076,20 @@ ACCEL__DEF accel_result accel_amp_scaler_init(accel *acc, accel_amp_scaler *s, c
     if (d.backoff_factor == 0.0) d.backoff_factor = 0.5;
     if (d.growth_interval == 0) d.growth_interval = 2000;
     if (!(d.init_scale > 0.0f) || accel_amp_nonfinite(d.init_scale))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: init_scale=%g must be finite and > 0", (double)d.init_scale);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: init_scale=%g must be finite and > 0",
+                           (double)d.init_scale);
     if (!(d.growth_factor > 1.0) || d.growth_factor != d.growth_factor || d.growth_factor > 1e30)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_factor=%g must be > 1 (as torch)", d.growth_factor);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_factor=%g must be > 1 (as torch)",
+                           d.growth_factor);
     if (!(d.backoff_factor > 0.0 && d.backoff_factor < 1.0))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: backoff_factor=%g must be in (0, 1)", d.backoff_factor);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: backoff_factor=%g must be in (0, 1)",
+                           d.backoff_factor);
     if (d.growth_interval < 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_interval=%d must be > 0", d.growth_interval);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_interval=%d must be > 0",
+                           d.growth_interval);
     if (d.enabled != ACCEL_DEFAULT && d.enabled != ACCEL_ON && d.enabled != ACCEL_OFF)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: enabled=%d must be ACCEL_DEFAULT, ACCEL_ON or ACCEL_OFF",
-                           (int)d.enabled);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "scaler: enabled=%d must be ACCEL_DEFAULT, ACCEL_ON or ACCEL_OFF", (int)d.enabled);
     s->acc = acc;
     s->enabled = d.enabled == ACCEL_ON ? 1 : d.enabled == ACCEL_OFF ? 0 : pol.loss_scaling;
     s->dynamic = d.static_scale ? 0 : 1;
@@ -2040,8 +2113,10 @@ ACCEL__DEF int accel_amp_step_was_skipped(const accel_amp_scaler *s) { return s 
 static accel_result accel__amp_scaler_acc(const accel_amp_scaler *s, const char *what) {
     if (!s) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: scaler is NULL", what);
     if (!s->acc)
-        return ACCEL__FAIL(NULL, ACCEL_ERR_STATE, "%s: the scaler is not initialized (accel_amp_scaler_init failed, was "
-                           "not called, or accel_amp_scaler_deinit was)", what);
+        return ACCEL__FAIL(NULL, ACCEL_ERR_STATE,
+                           "%s: the scaler is not initialized (accel_amp_scaler_init failed, was "
+                           "not called, or accel_amp_scaler_deinit was)",
+                           what);
     return ACCEL_OK;
 }
 
@@ -2059,16 +2134,19 @@ ACCEL__DEF accel_result accel_amp_unscale_and_check(accel_amp_scaler *s, const a
     if (!s->enabled) return ACCEL_OK;
     collective = !s->local_found_inf && acc->num_processes > 1;
     if (collective && !strcmp(accel_host_group_name(acc), "none"))
-        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
-                           "%s: found_inf must be OR-ed across %d processes, but there is no host process group (launched "
-                           "by %s without MPI, and no collectives context installed itself yet): build with MPI, create "
-                           "the accel_coll first, or set accel_amp_scaler_desc.local_found_inf when every rank holds the "
-                           "same (already reduced) gradients (nothing was changed)",
-                           what, acc->num_processes, accel_launcher_name(acc->launcher));
+        return ACCEL__FAIL(
+            acc, ACCEL_ERR_UNSUPPORTED,
+            "%s: found_inf must be OR-ed across %d processes, but there is no host process group (launched "
+            "by %s without MPI, and no collectives context installed itself yet): build with MPI, create "
+            "the accel_coll first, or set accel_amp_scaler_desc.local_found_inf when every rank holds the "
+            "same (already reduced) gradients (nothing was changed)",
+            what, acc->num_processes, accel_launcher_name(acc->launcher));
     if (s->unscaled)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE,
-                        "%s was already called since the last update (torch: \"unscale_() has already been called on this "
-                        "optimizer since the last update()\")", what);
+        r = ACCEL__FAIL(
+            acc, ACCEL_ERR_STATE,
+            "%s was already called since the last update (torch: \"unscale_() has already been called on this "
+            "optimizer since the last update()\")",
+            what);
     else
         r = accel__amp_check_list(acc, grads, count, what);
     /* every rank's call must be valid before any rank changes its gradients: a failure on one fails all (the others
@@ -2104,7 +2182,9 @@ ACCEL__DEF accel_result accel_amp_unscale_and_check(accel_amp_scaler *s, const a
         int64_t v = r != ACCEL_OK ? 2 + (int64_t)acc->process_index : bad ? 1 : 0;
         accel_result r2 = accel_host_allreduce_i64(acc, &v, 1, ACCEL_HOST_MAX);
         if (r != ACCEL_OK) return r;
-        if (r2 != ACCEL_OK) return accel__fail_wrap(acc, r2, "%s: OR of found_inf across ranks (this rank's gradients were unscaled)", what);
+        if (r2 != ACCEL_OK)
+            return accel__fail_wrap(acc, r2, "%s: OR of found_inf across ranks (this rank's gradients were unscaled)",
+                                    what);
         if (v >= 2)
             return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s failed on rank %lld (see its accel_last_error); this rank's "
                                "gradients were unscaled", what, (long long)(v - 2));
@@ -2122,12 +2202,13 @@ ACCEL__DEF accel_result accel_amp_update(accel_amp_scaler *s) {
     if (r != ACCEL_OK) return r;
     if (s->enabled) {
         if (!s->unscaled)
-            return ACCEL__FAIL(s->acc, ACCEL_ERR_STATE,
-                               "accel_amp_update: no accel_amp_unscale_and_check in this step (torch: \"No inf checks were "
-                               "recorded prior to update.\")");
+            return ACCEL__FAIL(
+                s->acc, ACCEL_ERR_STATE,
+                "accel_amp_update: no accel_amp_unscale_and_check in this step (torch: \"No inf checks were "
+                "recorded prior to update.\")");
         if (s->dynamic)
-            accel_amp_update_scale_rule(&s->scale, &s->growth_tracker, s->found_inf, s->growth_factor, s->backoff_factor,
-                                        s->growth_interval);
+            accel_amp_update_scale_rule(&s->scale, &s->growth_tracker, s->found_inf, s->growth_factor,
+                                        s->backoff_factor, s->growth_interval);
         s->step_was_skipped = s->found_inf;
     } else {
         s->step_was_skipped = 0;
@@ -2171,12 +2252,15 @@ ACCEL__DEF accel_result accel_amp_scaler_state_load(void *scaler, const void *bu
     int32_t interval, tracker;
     uint32_t ver;
     if (!s || (!buf && size))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_load: NULL %s", s ? "buffer" : "scaler");
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_load: NULL %s",
+                           s ? "buffer" : "scaler");
     if (size != ACCEL_AMP_SCALER_STATE_BYTES)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: %zu bytes, expected %d", size, ACCEL_AMP_SCALER_STATE_BYTES);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: %zu bytes, expected %d", size,
+                           ACCEL_AMP_SCALER_STATE_BYTES);
     if (memcmp(p, "AMPS", 4) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: bad magic (not \"AMPS\")");
     ver = accel__get_u32(p + 4);
-    if (ver != 1u) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: version %u is not supported (1)", (unsigned)ver);
+    if (ver != 1u)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: version %u is not supported (1)", (unsigned)ver);
     scale = accel_bits_f32(accel__get_u32(p + 8));
     u = accel__get_u64(p + 12);
     memcpy(&g, &u, 8);
@@ -2186,11 +2270,15 @@ ACCEL__DEF accel_result accel_amp_scaler_state_load(void *scaler, const void *bu
     tracker = (int32_t)accel__get_u32(p + 32);
     if (!(scale >= 0.0f) || accel_amp_nonfinite(scale))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: scale %g is not finite and >= 0", (double)scale);
-    if (!(g > 1.0) || g > 1e30) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_factor %g is not > 1", g);
-    if (!(b > 0.0 && b < 1.0)) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: backoff_factor %g is not in (0, 1)", b);
-    if (interval <= 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_interval %d is not > 0", (int)interval);
+    if (!(g > 1.0) || g > 1e30)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_factor %g is not > 1", g);
+    if (!(b > 0.0 && b < 1.0))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: backoff_factor %g is not in (0, 1)", b);
+    if (interval <= 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_interval %d is not > 0", (int)interval);
     if (tracker < 0 || tracker >= interval)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_tracker %d is not in [0, %d)", (int)tracker, (int)interval);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_tracker %d is not in [0, %d)", (int)tracker,
+                           (int)interval);
     s->scale = scale;
     s->growth_factor = g;
     s->backoff_factor = b;
@@ -2213,14 +2301,17 @@ static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int c
     if (pre != ACCEL_OK)
         r = pre;
     else if (!(norm_type > 0.0))
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "clip_grad_norm: norm_type=%g must be > 0 (or HUGE_VAL for inf)", norm_type);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                        "clip_grad_norm: norm_type=%g must be > 0 (or HUGE_VAL for inf)", norm_type);
     else r = accel__amp_check_list(acc, grads, count, "clip_grad_norm");
-    /* sharded: a bad call on one rank fails every rank with its message (ACCEL_ERR_REMOTE elsewhere), nothing changed */
+    /* sharded: a bad call on one rank fails every rank with its message (ACCEL_ERR_REMOTE elsewhere), nothing
+       changed */
     if (sharded) r = accel__agree(acc, r, "clip_grad_norm (sharded; argument check)");
     if (r != ACCEL_OK) return r;
     if (acc->device < 0) {
         for (i = 0; i < count; ++i)
-            accel__amp_cpu_norm(grads[i].ptr, grads[i].dtype, (size_t)accel_tensor_numel(&grads[i]), norm_type, is_inf, &sum);
+            accel__amp_cpu_norm(grads[i].ptr, grads[i].dtype, (size_t)accel_tensor_numel(&grads[i]), norm_type, is_inf,
+                                &sum);
     } else {
 #ifdef __CUDACC__
         /* fp32 compensated sums (accel__amp_norm1), and a float64 pass where they left the fp32 range */
@@ -2262,7 +2353,8 @@ static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int c
         if (r != ACCEL_OK) return r;
         if (r2 != ACCEL_OK) return accel__fail_wrap(acc, r2, "clip_grad_norm: all-reduce of the sharded norm");
         if (v[2] != 0.0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "clip_grad_norm: computing the local norm failed on another rank (see "
+            return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE,
+                               "clip_grad_norm: computing the local norm failed on another rank (see "
                                "its accel_last_error); nothing was changed");
         sum = v[1] != 0.0 ? (double)NAN : v[0];
     }
@@ -2274,8 +2366,8 @@ static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int c
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_amp_grad_norm(accel *acc, const accel_tensor *grads, int count, double norm_type, int flags,
-                                            double *total_norm) {
+ACCEL__DEF accel_result accel_amp_grad_norm(accel *acc, const accel_tensor *grads, int count, double norm_type,
+                                            int flags, double *total_norm) {
     double t = 0.0;
     accel_result r;
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_grad_norm: acc is NULL");
@@ -2304,7 +2396,8 @@ static accel_result accel__amp_apply(accel *acc, const accel_tensor *grads, int 
         kp.f1 = f1;
         r = accel__amp_from_tensors(acc, grads, count, &h);
         if (r == ACCEL_OK)
-            r = accel__amp_exec(acc, kind, h, count, &kp, NULL, kind == ACCEL__AMP_K_SCALE ? "clip_grad_norm" : "clip_grad_value");
+            r = accel__amp_exec(acc, kind, h, count, &kp, NULL,
+                                kind == ACCEL__AMP_K_SCALE ? "clip_grad_norm" : "clip_grad_value");
         accel_host_free(acc, h);
         return r;
     }
@@ -2344,7 +2437,8 @@ ACCEL__DEF accel_result accel_amp_clip_grad_value(accel *acc, const accel_tensor
     float v;
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_value: acc is NULL");
     if (clip_value != clip_value || clip_value < 0.0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_value: clip_value=%g must be >= 0", clip_value);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_value: clip_value=%g must be >= 0",
+                           clip_value);
     r = accel__amp_check_list(acc, grads, count, "clip_grad_value");
     if (r != ACCEL_OK) return r;
     v = (float)clip_value;
@@ -2386,7 +2480,8 @@ ACCEL__DEF accel_result accel_amp_fp8_init(accel *acc, accel_amp_fp8 *f, const a
     int k;
     if (f) memset(f, 0, sizeof *f); /* a failed init leaves a zeroed object (deinit-safe, refused by the methods) */
     if (!acc || !f) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: NULL argument");
-    if (!desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: desc is NULL (it names the slots)");
+    if (!desc)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: desc is NULL (it names the slots)");
     d = *desc;
     /* Accelerate's FP8RecipeKwargs: ACCELERATE_FP8_* fill the fields left at their zero default */
     if (d.fp8_format == ACCEL_AMP_FP8_FORMAT_DEFAULT) {
@@ -2394,7 +2489,9 @@ ACCEL__DEF accel_result accel_amp_fp8_init(accel *acc, accel_amp_fp8 *f, const a
         if ((s = accel__amp_fp8_env("ACCELERATE_FP8_FORMAT")) != NULL) {
             if (accel__amp_ieq(s, "HYBRID")) d.fp8_format = ACCEL_AMP_FP8_HYBRID;
             else if (accel__amp_ieq(s, "E4M3")) d.fp8_format = ACCEL_AMP_FP8_E4M3;
-            else return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCELERATE_FP8_FORMAT=\"%s\" is not one of HYBRID, E4M3", s);
+            else
+                return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                                   "ACCELERATE_FP8_FORMAT=\"%s\" is not one of HYBRID, E4M3", s);
         }
     }
     if (d.amax_compute_algo == ACCEL_AMP_AMAX_DEFAULT) {
@@ -2410,32 +2507,41 @@ ACCEL__DEF accel_result accel_amp_fp8_init(accel *acc, accel_amp_fp8 *f, const a
         d.amax_history_len = 1024;
         if ((s = accel__amp_fp8_env("ACCELERATE_FP8_AMAX_HISTORY_LEN")) != NULL &&
             !accel__amp_parse_int(s, 1, ACCEL__AMP_FP8_MAX_HISTORY, &d.amax_history_len))
-            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCELERATE_FP8_AMAX_HISTORY_LEN=\"%s\" is not an integer in "
-                               "[1, %d]", s, ACCEL__AMP_FP8_MAX_HISTORY);
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                               "ACCELERATE_FP8_AMAX_HISTORY_LEN=\"%s\" is not an integer in "
+                               "[1, %d]",
+                               s, ACCEL__AMP_FP8_MAX_HISTORY);
     }
     if (d.margin == 0 && (s = accel__amp_fp8_env("ACCELERATE_FP8_MARGIN")) != NULL &&
         !accel__amp_parse_int(s, -1000, 1000, &d.margin))
-        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCELERATE_FP8_MARGIN=\"%s\" is not an integer in [-1000, 1000]", s);
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                           "ACCELERATE_FP8_MARGIN=\"%s\" is not an integer in [-1000, 1000]", s);
     if (d.num_forward < 0 || d.num_backward < 0 || d.num_forward + 0LL + d.num_backward < 1 ||
         d.num_forward + 0LL + d.num_backward > ACCEL__AMP_FP8_MAX_SLOTS)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: num_forward=%d, num_backward=%d: need "
-                           ">= 0 each and 1 .. %d slots in all", d.num_forward, d.num_backward, ACCEL__AMP_FP8_MAX_SLOTS);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_fp8_init: num_forward=%d, num_backward=%d: need "
+                           ">= 0 each and 1 .. %d slots in all",
+                           d.num_forward, d.num_backward, ACCEL__AMP_FP8_MAX_SLOTS);
     if (d.fp8_format != ACCEL_AMP_FP8_HYBRID && d.fp8_format != ACCEL_AMP_FP8_E4M3)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: fp8_format=%d is not an accel_amp_fp8_format "
-                           "(TE refuses pure E5M2 training too)", (int)d.fp8_format);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_fp8_init: fp8_format=%d is not an accel_amp_fp8_format "
+                           "(TE refuses pure E5M2 training too)",
+                           (int)d.fp8_format);
     if (d.amax_compute_algo != ACCEL_AMP_AMAX_MOST_RECENT && d.amax_compute_algo != ACCEL_AMP_AMAX_MAX)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: amax_compute_algo=%d is not an "
                            "accel_amp_amax_algo", (int)d.amax_compute_algo);
     if (d.amax_history_len < 1 || d.amax_history_len > ACCEL__AMP_FP8_MAX_HISTORY)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: amax_history_len=%d must be in [1, %d]",
-                           d.amax_history_len, ACCEL__AMP_FP8_MAX_HISTORY);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_fp8_init: amax_history_len=%d must be in [1, %d]", d.amax_history_len,
+                           ACCEL__AMP_FP8_MAX_HISTORY);
     if (d.margin < -1000 || d.margin > 1000)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: margin=%d must be in [-1000, 1000]", d.margin);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: margin=%d must be in [-1000, 1000]",
+                           d.margin);
     n = (size_t)d.num_forward + (size_t)d.num_backward;
     cells = n * (size_t)d.amax_history_len;
     if (cells > ((size_t)1 << 28))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: %zu slots x history %d is too large", n,
-                           d.amax_history_len);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: %zu slots x history %d is too large",
+                           n, d.amax_history_len);
     f->scale = (float *)accel_host_alloc(acc, sizeof(float) * (2 * n + cells));
     if (!f->scale) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_amp_fp8_init: %zu slots", n);
     f->scale_inv = f->scale + n;
@@ -2471,8 +2577,10 @@ ACCEL__DEF accel_dtype accel_amp_fp8_dtype(const accel_amp_fp8 *f, int slot) {
 static accel_result accel__amp_fp8_obj(const accel_amp_fp8 *f, const char *what) {
     if (!f) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: the fp8 object is NULL", what);
     if (!f->acc)
-        return ACCEL__FAIL(NULL, ACCEL_ERR_STATE, "%s: the fp8 object is not initialized (accel_amp_fp8_init failed, was "
-                           "not called, or accel_amp_fp8_deinit was)", what);
+        return ACCEL__FAIL(NULL, ACCEL_ERR_STATE,
+                           "%s: the fp8 object is not initialized (accel_amp_fp8_init failed, was "
+                           "not called, or accel_amp_fp8_deinit was)",
+                           what);
     return ACCEL_OK;
 }
 
@@ -2490,20 +2598,26 @@ static accel_result accel__amp_fp8_check(const accel_amp_fp8 *f, const int *slot
         const char *nm = hp[i].name ? hp[i].name : f8[i].name ? f8[i].name : "(unnamed)";
         accel_dtype want;
         if (slot < 0 || slot >= f->num_tensors)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": slot %d is not in [0, %d)", what, i,
-                               nm, slot, f->num_tensors);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": slot %d is not in [0, %d)", what,
+                               i, nm, slot, f->num_tensors);
         want = accel_amp_fp8_dtype(f, slot);
         if (a < 0 || b < 0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has an invalid shape", what, i, nm);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has an invalid shape", what, i,
+                               nm);
         if (a != b)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": %lld elements vs %lld in its fp8 "
-                               "buffer", what, i, nm, (long long)a, (long long)b);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: buffer %d \"%s\": %lld elements vs %lld in its fp8 "
+                               "buffer",
+                               what, i, nm, (long long)a, (long long)b);
         if (!accel__amp_is16or32(hp[i].dtype))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has dtype %s (need F32, F16 or BF16)",
-                               what, i, nm, accel_dtype_name(hp[i].dtype) ? accel_dtype_name(hp[i].dtype) : "invalid");
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: buffer %d \"%s\" has dtype %s (need F32, F16 or BF16)", what, i, nm,
+                               accel_dtype_name(hp[i].dtype) ? accel_dtype_name(hp[i].dtype) : "invalid");
         if (f8[i].dtype != want)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": slot %d is %s (a %s slot of a %s "
-                               "recipe), the fp8 buffer is %s", what, i, nm, slot, accel_dtype_name(want),
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: buffer %d \"%s\": slot %d is %s (a %s slot of a %s "
+                               "recipe), the fp8 buffer is %s",
+                               what, i, nm, slot, accel_dtype_name(want),
                                slot < f->num_forward ? "forward" : "backward",
                                f->fp8_format == ACCEL_AMP_FP8_HYBRID ? "HYBRID" : "E4M3",
                                accel_dtype_name(f8[i].dtype) ? accel_dtype_name(f8[i].dtype) : "invalid");
@@ -2602,7 +2716,8 @@ ACCEL__DEF accel_result accel_amp_fp8_record_amax(accel_amp_fp8 *f, int slot, fl
     float *row0;
     if ((r = accel__amp_fp8_obj(f, what)) != ACCEL_OK) return r;
     if (slot < 0 || slot >= f->num_tensors)
-        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: slot %d is not in [0, %d)", what, slot, f->num_tensors);
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: slot %d is not in [0, %d)", what, slot,
+                           f->num_tensors);
     if (amax < 0.0f)
         return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: amax %g is negative", what, (double)amax);
     row0 = &f->amax_history[slot];
@@ -2612,8 +2727,8 @@ ACCEL__DEF accel_result accel_amp_fp8_record_amax(accel_amp_fp8 *f, int slot, fl
 
 /* TE's delayed-scaling update of one slot (transformer_engine/common/recipe/delayed_scaling.cu, kernel_bulk), on the
    host: `last` is this step's amax after the cross-rank reduction. */
-static void accel__amp_fp8_rule(float *hist, int len, int n, int k, float last, int algo, float scaled_max, float *scale,
-                                float *scale_inv) {
+static void accel__amp_fp8_rule(float *hist, int len, int n, int k, float last, int algo, float scaled_max,
+                                float *scale, float *scale_inv) {
     float amax = 0.0f, s;
     int i;
     if (last != 0.0f) { /* a zero step leaves the history as it is (NaN is not zero) */
@@ -2641,11 +2756,12 @@ ACCEL__DEF accel_result accel_amp_fp8_update(accel_amp_fp8 *f) {
     n = f->num_tensors;
     collective = !f->local_amax && acc->num_processes > 1;
     if (collective && !strcmp(accel_host_group_name(acc), "none"))
-        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
-                           "%s: the amaxes must be reduced across %d processes, but there is no host process group "
-                           "(launched by %s without MPI, and no collectives context installed itself yet): build with "
-                           "MPI, create the accel_coll first, or set accel_amp_fp8_desc.local_amax (nothing was changed)",
-                           what, acc->num_processes, accel_launcher_name(acc->launcher));
+        return ACCEL__FAIL(
+            acc, ACCEL_ERR_UNSUPPORTED,
+            "%s: the amaxes must be reduced across %d processes, but there is no host process group "
+            "(launched by %s without MPI, and no collectives context installed itself yet): build with "
+            "MPI, create the accel_coll first, or set accel_amp_fp8_desc.local_amax (nothing was changed)",
+            what, acc->num_processes, accel_launcher_name(acc->launcher));
     v = (double *)accel_host_alloc(acc, sizeof(double) * ((size_t)n + 1));
     if (!v) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
     for (k = 0; r == ACCEL_OK && k < n; ++k) v[k] = (double)f->amax_history[k];
@@ -2656,7 +2772,8 @@ ACCEL__DEF accel_result accel_amp_fp8_update(accel_amp_fp8 *f) {
         uint32_t *dev = (uint32_t *)accel_host_alloc(acc, sizeof(uint32_t) * (size_t)n);
         cudaError_t e = cudaSuccess;
         if (!dev) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
-        if (r == ACCEL_OK) e = cudaMemcpyAsync(dev, f->amax_device, sizeof(uint32_t) * (size_t)n, cudaMemcpyDeviceToHost, st);
+        if (r == ACCEL_OK)
+            e = cudaMemcpyAsync(dev, f->amax_device, sizeof(uint32_t) * (size_t)n, cudaMemcpyDeviceToHost, st);
         if (r == ACCEL_OK && e == cudaSuccess) e = cudaStreamSynchronize(st);
         if (r == ACCEL_OK && e != cudaSuccess)
             r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "%s: reading the amax back: %s", what, cudaGetErrorString(e));
@@ -2679,10 +2796,11 @@ ACCEL__DEF accel_result accel_amp_fp8_update(accel_amp_fp8 *f) {
         if (r != ACCEL_OK) for (k = 0; k < n; ++k) v[k] = 0.0;
         v[n] = r != ACCEL_OK ? 1.0 + (double)acc->process_index : 0.0;
         r2 = accel_host_allreduce_f64(acc, v, n + 1, ACCEL_HOST_MAX);
-        if (r == ACCEL_OK && r2 != ACCEL_OK) r = accel__fail_wrap(acc, r2, "%s: MAX of the amaxes across ranks (nothing changed)", what);
+        if (r == ACCEL_OK && r2 != ACCEL_OK)
+            r = accel__fail_wrap(acc, r2, "%s: MAX of the amaxes across ranks (nothing changed)", what);
         else if (r == ACCEL_OK && v[n] != 0.0)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s failed on rank %d (see its accel_last_error); nothing changed", what,
-                            (int)v[n] - 1);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s failed on rank %d (see its accel_last_error); nothing changed",
+                            what, (int)v[n] - 1);
     }
     if (r == ACCEL_OK) {
         for (k = 0; k < n; ++k) {
@@ -2725,7 +2843,8 @@ ACCEL__DEF accel_result accel_amp_fp8_state_save(void *obj, void *buf, size_t ca
     accel__put_u32(p + 28, (uint32_t)f->amax_compute_algo);
     accel__put_u64(p + 32, (uint64_t)f->updates);
     p += ACCEL_AMP_FP8_STATE_HEADER_BYTES;
-    for (i = 0; i < 2 * n + cells; ++i) accel__put_u32(p + 4 * i, accel_f32_bits(f->scale[i])); /* scale, scale_inv, history */
+    for (i = 0; i < 2 * n + cells; ++i)
+        accel__put_u32(p + 4 * i, accel_f32_bits(f->scale[i])); /* scale, scale_inv, history */
     return ACCEL_OK;
 }
 
@@ -2748,32 +2867,39 @@ ACCEL__DEF accel_result accel_amp_fp8_state_load(void *obj, const void *buf, siz
                            ACCEL_AMP_FP8_STATE_HEADER_BYTES);
     if (memcmp(p, "AF8S", 4) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: bad magic (not \"AF8S\")");
     ver = accel__get_u32(p + 4);
-    if (ver != 1u) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: version %u is not supported (1)", (unsigned)ver);
+    if (ver != 1u)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: version %u is not supported (1)", (unsigned)ver);
     nf = accel__get_u32(p + 8);
     nb = accel__get_u32(p + 12);
     fmt = accel__get_u32(p + 16);
     len = accel__get_u32(p + 20);
     updates = (int64_t)accel__get_u64(p + 32);
     if (nf != (uint32_t)f->num_forward || nb != (uint32_t)(f->num_tensors - f->num_forward))
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: saved with %u forward + %u backward slots, this object has %d + %d",
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                           "fp8 state: saved with %u forward + %u backward slots, this object has %d + %d",
                            (unsigned)nf, (unsigned)nb, f->num_forward, f->num_tensors - f->num_forward);
     if (fmt != (uint32_t)f->fp8_format)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: saved with fp8_format %s, this object is %s",
-                           fmt == (uint32_t)ACCEL_AMP_FP8_HYBRID ? "HYBRID" : fmt == (uint32_t)ACCEL_AMP_FP8_E4M3 ? "E4M3" : "invalid",
+                           fmt == (uint32_t)ACCEL_AMP_FP8_HYBRID ? "HYBRID"
+                           : fmt == (uint32_t)ACCEL_AMP_FP8_E4M3 ? "E4M3"
+                                                                 : "invalid",
                            f->fp8_format == ACCEL_AMP_FP8_HYBRID ? "HYBRID" : "E4M3");
     if (len != (uint32_t)f->amax_history_len)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: saved with amax_history_len %u, this object has %d",
                            (unsigned)len, f->amax_history_len);
     if (size != need)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: %zu bytes, expected %zu", size, need);
-    if (updates < 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: update count %lld is negative", (long long)updates);
+    if (updates < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: update count %lld is negative", (long long)updates);
     p += ACCEL_AMP_FP8_STATE_HEADER_BYTES;
     for (i = 0; i < n; ++i) {
         float s = accel_bits_f32(accel__get_u32(p + 4 * i)), si = accel_bits_f32(accel__get_u32(p + 4 * (n + i)));
         float want = 1.0f / s;
         if (!(s > 0.0f) || !isfinite(s) || accel_f32_bits(si) != accel_f32_bits(want))
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: slot %zu has scale %g and scale_inv %g (need a finite "
-                               "scale > 0 and scale_inv = 1/scale)", i, (double)s, (double)si);
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                               "fp8 state: slot %zu has scale %g and scale_inv %g (need a finite "
+                               "scale > 0 and scale_inv = 1/scale)",
+                               i, (double)s, (double)si);
     }
     for (i = 0; i < cells; ++i) {
         uint32_t b = accel__get_u32(p + 4 * (2 * n + i));
@@ -2785,7 +2911,8 @@ ACCEL__DEF accel_result accel_amp_fp8_state_load(void *obj, const void *buf, siz
     for (i = 0; i < 2 * n + cells; ++i) f->scale[i] = accel_bits_f32(accel__get_u32(p + 4 * i));
     f->updates = updates;
 #ifdef __CUDACC__
-    if (f->amax_device && cudaMemsetAsync(f->amax_device, 0, sizeof(float) * n, (cudaStream_t)acc->stream) != cudaSuccess)
+    if (f->amax_device &&
+        cudaMemsetAsync(f->amax_device, 0, sizeof(float) * n, (cudaStream_t)acc->stream) != cudaSuccess)
         return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "fp8 state: clearing the device amax (the state was loaded)");
 #endif
     return ACCEL_OK;
