@@ -1462,6 +1462,21 @@ ACCEL__AMP_FI void accel__amp_body(const accel__amp_args *A, const accel__amp_mt
     if (accel__amp_work(A, d, kind, ta, tb, vwl, mode, e, 1 << vwl, 1, v, &o, s)) accel__amp_stv(out, es << vwl, &o);
 }
 
+/* Unit u when it is an aligned body unit (walking *t forward to its buffer): its buffer, with its width (*vwl) and
+   first element (*e); NULL when u is element-wise. */
+ACCEL__AMP_FI const accel__amp_mt *accel__amp_locate(const accel__amp_args *A, int *t, long long u, int vwl_c, int *vwl,
+                                                     long long *e) {
+    const accel__amp_mt *d;
+    long long q;
+    while (u >= A->ub[*t + 1]) ++*t;
+    d = &A->t[*t];
+    *vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f);
+    q = u - A->ub[*t];
+    if (!(d->vwl & 0x80) || q >= accel__amp_nv(d, *vwl)) return NULL;
+    *e = d->head + (q << *vwl);
+    return d;
+}
+
 /* Everything one thread does in a launch: the units u of block range [u0, u1) with (u - u0) % nthreads == tid
    (t0: the buffer of u0), in steps of U units. A step whose units are all aligned body units of one buffer (nearly
    all of them) issues its U 16-byte loads at a fixed stride before any work; a step that crosses a buffer boundary
@@ -1501,42 +1516,27 @@ ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta_
                     accel__amp_body(A, d, kind, ta, tb, vwl, mode, e0 + k * de, &v[k], po + k * de * eo, s);
         } else {
             accel__amp_v16 w[4];
+            long long e = 0;
             int tw;
             for (k0 = 0; k0 < U; k0 += 4) {
                 tw = tl;
                 ACCEL__AMP_UNROLL
                 for (k = 0; k < 4; ++k) {
                     const long long u = first + (k0 + k) * nthreads;
-                    if (k0 + k < U && u < u1) {
-                        long long q;
-                        while (u >= A->ub[tw + 1]) ++tw;
-                        d = &A->t[tw];
-                        vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f);
-                        q = u - A->ub[tw];
-                        if ((d->vwl & 0x80) && q < accel__amp_nv(d, vwl)) {
-                            const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta_c >= 0 ? ta_c : d->ta));
-                            accel__amp_ldv((const unsigned char *)d->a + (d->head + (q << vwl)) * ea, ea << vwl, &w[k]);
-                        }
+                    if (k0 + k < U && u < u1 && (d = accel__amp_locate(A, &tw, u, vwl_c, &vwl, &e)) != NULL) {
+                        const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta_c >= 0 ? ta_c : d->ta));
+                        accel__amp_ldv((const unsigned char *)d->a + e * ea, ea << vwl, &w[k]);
                     }
                 }
                 tw = tl;
                 ACCEL__AMP_UNROLL
                 for (k = 0; k < 4; ++k) {
                     const long long u = first + (k0 + k) * nthreads;
-                    if (k0 + k < U && u < u1) {
-                        long long q;
-                        while (u >= A->ub[tw + 1]) ++tw;
-                        d = &A->t[tw];
-                        vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f);
-                        q = u - A->ub[tw];
-                        if ((d->vwl & 0x80) && q < accel__amp_nv(d, vwl)) {
-                            const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
-                            const long long e = d->head + (q << vwl);
-                            accel__amp_body(A, d, kind, ta, tb, vwl, mode, e, &w[k],
-                                            (unsigned char *)(ip ? d->a : d->b) +
-                                                e * accel__amp_esz(accel__amp_dt_out(kind, ta, tb)),
-                                            s);
-                        }
+                    if (k0 + k < U && u < u1 && (d = accel__amp_locate(A, &tw, u, vwl_c, &vwl, &e)) != NULL) {
+                        const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
+                        const int eo = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
+                        accel__amp_body(A, d, kind, ta, tb, vwl, mode, e, &w[k],
+                                        (unsigned char *)(ip ? d->a : d->b) + e * eo, s);
                     }
                 }
             }

@@ -97,48 +97,44 @@ static inline double bl_time(cudaStream_t st, int reps, F launch) {
     return best;
 }
 
-/* the copy kernel at its best: GB/s counting bytes read + written (2 x bytes); bytes a multiple of 16 */
-static inline bl_best bl_copy_best(void *dst, const void *src, size_t bytes, cudaStream_t st, int reps) {
-    static const int per_sm[] = {2, 4, 8, 16};
-    const size_t n = bytes / 16;
+/* the best (GB/s = bytes / time) of launch(depth, grid) over depths x grids of per_sm[] blocks per SM */
+template <typename L>
+static inline bl_best bl_sweep(const int *depths, int nd, const int *per_sm, int np, double bytes, cudaStream_t st,
+                               int reps, L launch) {
     const int sms = bl_sms();
     bl_best best = {0.0, 0, 0};
-    for (int di = 0; di < 4; ++di)
-        for (int pi = 0; pi < 4; ++pi) {
-            const int g = sms * per_sm[pi], depth = 1 << di;
-            const uint4 *s = (const uint4 *)src;
-            uint4 *d = (uint4 *)dst;
-            double t = bl_time(st, reps, [&] {
-                if (depth == 1) bl_copy_kernel<1><<<g, 256, 0, st>>>(s, d, n);
-                else if (depth == 2) bl_copy_kernel<2><<<g, 256, 0, st>>>(s, d, n);
-                else if (depth == 4) bl_copy_kernel<4><<<g, 256, 0, st>>>(s, d, n);
-                else bl_copy_kernel<8><<<g, 256, 0, st>>>(s, d, n);
-            });
-            double gbs = 2.0 * (double)bytes * 1e-9 / t;
-            if (gbs > best.gbs) { best.gbs = gbs; best.depth = depth; best.per_sm = per_sm[pi]; }
+    for (int di = 0; di < nd; ++di)
+        for (int pi = 0; pi < np; ++pi) {
+            double gbs = bytes * 1e-9 / bl_time(st, reps, [&] { launch(depths[di], sms * per_sm[pi]); });
+            if (gbs > best.gbs) { best.gbs = gbs; best.depth = depths[di]; best.per_sm = per_sm[pi]; }
         }
     return best;
 }
-/* the read-only reduction at its best: GB/s counting bytes read; out: one float of device memory */
-static inline bl_best bl_read_best(const float *p, size_t bytes, float *out, cudaStream_t st, int reps) {
-    static const int per_sm[] = {2, 4, 8};
+/* the copy kernel at its best: GB/s counting bytes read + written (2 x bytes); bytes a multiple of 16 */
+static inline bl_best bl_copy_best(void *dst, const void *src, size_t bytes, cudaStream_t st, int reps) {
+    static const int depths[] = {1, 2, 4, 8}, per_sm[] = {2, 4, 8, 16};
+    const uint4 *s = (const uint4 *)src;
+    uint4 *d = (uint4 *)dst;
     const size_t n = bytes / 16;
-    const int sms = bl_sms();
-    bl_best best = {0.0, 0, 0};
-    for (int di = 1; di < 5; ++di)
-        for (int pi = 0; pi < 3; ++pi) {
-            const int g = sms * per_sm[pi], depth = 1 << di;
-            const float4 *q = (const float4 *)p;
-            double t = bl_time(st, reps, [&] { /* (out accumulates over the repetitions: only the time is used) */
-                if (depth == 2) bl_sumsq_kernel<2><<<g, 256, 0, st>>>(q, n, out);
-                else if (depth == 4) bl_sumsq_kernel<4><<<g, 256, 0, st>>>(q, n, out);
-                else if (depth == 8) bl_sumsq_kernel<8><<<g, 256, 0, st>>>(q, n, out);
-                else bl_sumsq_kernel<16><<<g, 256, 0, st>>>(q, n, out);
-            });
-            double gbs = (double)bytes * 1e-9 / t;
-            if (gbs > best.gbs) { best.gbs = gbs; best.depth = depth; best.per_sm = per_sm[pi]; }
-        }
-    return best;
+    return bl_sweep(depths, 4, per_sm, 4, 2.0 * (double)bytes, st, reps, [&](int depth, int g) {
+        if (depth == 1) bl_copy_kernel<1><<<g, 256, 0, st>>>(s, d, n);
+        else if (depth == 2) bl_copy_kernel<2><<<g, 256, 0, st>>>(s, d, n);
+        else if (depth == 4) bl_copy_kernel<4><<<g, 256, 0, st>>>(s, d, n);
+        else bl_copy_kernel<8><<<g, 256, 0, st>>>(s, d, n);
+    });
+}
+/* the read-only reduction at its best: GB/s counting bytes read; out: one float of device memory (it accumulates
+   over the repetitions: only the time is used) */
+static inline bl_best bl_read_best(const float *p, size_t bytes, float *out, cudaStream_t st, int reps) {
+    static const int depths[] = {2, 4, 8, 16}, per_sm[] = {2, 4, 8};
+    const float4 *q = (const float4 *)p;
+    const size_t n = bytes / 16;
+    return bl_sweep(depths, 4, per_sm, 3, (double)bytes, st, reps, [&](int depth, int g) {
+        if (depth == 2) bl_sumsq_kernel<2><<<g, 256, 0, st>>>(q, n, out);
+        else if (depth == 4) bl_sumsq_kernel<4><<<g, 256, 0, st>>>(q, n, out);
+        else if (depth == 8) bl_sumsq_kernel<8><<<g, 256, 0, st>>>(q, n, out);
+        else bl_sumsq_kernel<16><<<g, 256, 0, st>>>(q, n, out);
+    });
 }
 /* cudaMemcpyAsync device-to-device, GB/s counting bytes read + written */
 static inline double bl_memcpy_gbs(void *dst, const void *src, size_t bytes, cudaStream_t st, int reps) {
