@@ -1030,10 +1030,11 @@ static void accel__amp_cpu_clamp(void *p, accel_dtype t, size_t n, float lo, flo
      and the tail as element-wise units. A buffer whose streams cannot be aligned together (source and destination
      at different element phases; stochastic rounding also needs the Philox index at a multiple of 4) keeps the same
      cut with element-wise body units.
-   - Even shares. The grid is what is resident at once (SM count x the occupancy calculator's blocks per SM), and
-     block b takes the contiguous units [N*b/G, N*(b+1)/G): every block has the same work to +-1 unit, all start at
-     once and end together (one block per chunk left a start-up cost per chunk, a grid walking fixed chunks left
-     a partly empty last round). The buffer of a block's first unit is found once (binary search); later ones by
+   - Even shares. The grid is twice what is resident at once (SM count x the occupancy calculator's blocks per SM),
+     and block b takes the contiguous units [N*b/G, N*(b+1)/G): every block has the same work to +-1 unit, so the
+     rounds start and end together (one block per chunk left a start-up cost per chunk, a grid walking fixed chunks
+     left a partly empty last round). Two rounds, not one: blocks kept waiting by another stream's kernels carry
+     half a share. The buffer of a block's first unit is found once (binary search); later ones by
      walking forward.
    - Bytes in flight. Thread i takes the units first + i + k*B of each step (k < U, B threads): U 16-byte loads are
      issued before anything is computed or stored (the compiler cannot prove the streams disjoint, so it would not
@@ -1042,8 +1043,8 @@ static void accel__amp_cpu_clamp(void *p, accel_dtype t, size_t n, float lo, flo
      loads), so blocks that end a little early do not starve the memory.
    - Descriptors travel as the kernel's parameter (__grid_constant__: no copy, no stream work before the launch), up
      to ACCEL__AMP_CAP buffers a launch; longer lists take several launches.
-   - Results (norm partial sums, found_inf) are one 16-byte record per block, written unconditionally (no memset
-     first) and folded on the host in block order after one read-back: deterministic for a given device. The fp8
+   - Results (norm partial sums, found_inf) are one double per block, written unconditionally (no memset first) and
+     folded on the host in block order after one read-back: deterministic for a given device. The fp8
      amax goes to the device slot with atomicMax, once per block and slot.
    - Element math: the same ACCEL_HD helpers as the CPU loops; the specialised instances (fp32 lists) get their
      dtypes as compile-time constants, the generic one dispatches on each buffer's dtypes. */
@@ -1076,10 +1077,13 @@ typedef struct accel__amp_mt {
     unsigned char vwl;       /* log2 of the elements per unit (2, 3 or 4); | 0x80: body units are aligned vectors */
 } accel__amp_mt;
 
-typedef struct accel__amp_part { /* one block's result */
-    double sum;              /* norm: its partial sum */
+/* A list's result, folded on the host from one double per block (the kernel's record: unscale 1 or 0 for a
+   non-finite value; norm the block's partial sum, or its max |x| as fp32 bits for p = inf). An fp32 norm sum that
+   left its range makes its block's double, and so the total, Inf or NaN. */
+typedef struct accel__amp_part {
+    double sum;              /* norm: the total of the partial sums */
     uint32_t bits;           /* norm inf: max |x| as fp32 bits */
-    uint32_t flag;           /* unscale: a non-finite value; norm: an fp32 sum left the range (rerun in float64) */
+    uint32_t flag;           /* unscale: found a non-finite value */
 } accel__amp_part;
 
 /* A launch's scalar arguments. */
@@ -1096,7 +1100,7 @@ typedef struct accel__amp_args {
     accel__amp_kp k;
     long long units;         /* units of this launch */
     int nt;                  /* buffers (<= ACCEL__AMP_CAP) */
-    accel__amp_part *part;   /* per-block results of this launch */
+    double *part;            /* per-block records of this launch (accel__amp_part) */
     long long ub[ACCEL__AMP_CAP + 1]; /* first unit of each buffer; ub[nt] = units */
     accel__amp_mt t[ACCEL__AMP_CAP];
 } accel__amp_args;
@@ -1105,8 +1109,7 @@ typedef struct accel__amp_args {
 typedef struct accel__amp_acc {
     double sum;              /* norm: float64 fold of the thread's fp32 steps (float64 mode: the sum itself) */
     float hi, lo;            /* norm P2 / P1: this step's compensated fp32 sum, hi + lo */
-    uint32_t bits;           /* unscale: 1 after a non-finite value; norm inf / fp8 quantize: max |x| as bits */
-    uint32_t flag;           /* norm: a step's fp32 sum was not finite */
+    uint32_t bits;           /* unscale: max exponent field; norm inf / fp8 quantize: max |x| as bits */
     int slot;                /* fp8 quantize: the slot `bits` belongs to (-1: none yet) */
 } accel__amp_acc;
 
@@ -1299,9 +1302,9 @@ ACCEL__AMP_FI void accel__amp_norm1(accel__amp_acc *s, int mode, double p, float
     }
 }
 /* The fp32 pair into the thread's float64 sum (after every step). A pair that is not finite (Inf/NaN among the
-   values, an fp32 overflow) flags the block: the host then reruns the norm in float64 (the CPU's rule decides). */
+   values, an fp32 overflow) makes the sum, and the total, Inf or NaN: the host then reruns the norm in float64
+   (where the CPU's rule decides between a finite total, Inf and NaN). */
 ACCEL__AMP_FI void accel__amp_norm_fold(accel__amp_acc *s) {
-    if ((accel_f32_bits(s->hi) & 0x7f800000u) == 0x7f800000u) s->flag = 1;
     s->sum += (double)s->hi + (double)s->lo;
     s->hi = 0.0f;
     s->lo = 0.0f;
@@ -1568,7 +1571,7 @@ ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta_
 ACCEL__AMP_FI void accel__amp_acc_init(accel__amp_acc *s) {
     s->sum = 0.0;
     s->hi = s->lo = 0.0f;
-    s->bits = s->flag = 0u;
+    s->bits = 0u;
     s->slot = -1;
 }
 
@@ -1621,9 +1624,9 @@ ACCEL__PRIVATE long long accel__amp_plan(accel__amp_mt *d, int in_place, int sr,
     int vwl = w == 4 ? 2 : w == 2 ? 3 : 4, vw = 1 << vwl, h, head = -1;
     uintptr_t pa = (uintptr_t)d->a, pb = (uintptr_t)d->b;
     long long nv, tail;
-    for (h = 0; h < vw && head < 0; ++h) {
-        if ((pa + (uintptr_t)(h * ea)) % (uintptr_t)(vw * ea)) continue;
-        if (!in_place && (pb + (uintptr_t)(h * eb)) % (uintptr_t)(vw * eb)) continue;
+    for (h = 0; h < vw && head < 0; ++h) { /* (vector sizes are powers of two: masks, no divisions per call) */
+        if ((pa + (uintptr_t)(h * ea)) & (uintptr_t)(vw * ea - 1)) continue;
+        if (!in_place && ((pb + (uintptr_t)(h * eb)) & (uintptr_t)(vw * eb - 1))) continue;
         if (sr && ((index_offset + (unsigned long long)h) & 3u)) continue;
         head = h;
     }
@@ -1656,13 +1659,13 @@ ACCEL__PRIVATE void accel__amp_fill(accel__amp_args *A, const accel__amp_mt *h, 
     A->nt = nt;
 }
 
-/* Folds per-block records in block order: sum of the sums, max of the bits, OR of the flags. */
-ACCEL__PRIVATE void accel__amp_fold(const accel__amp_part *p, int n, accel__amp_part *out) {
+/* Folds n per-block records (kind, norm mode) in block order into out. */
+ACCEL__PRIVATE void accel__amp_fold(int kind, int mode, const double *p, int n, accel__amp_part *out) {
     int i;
     for (i = 0; i < n; ++i) {
-        out->sum += p[i].sum;
-        out->bits = p[i].bits > out->bits ? p[i].bits : out->bits;
-        out->flag |= p[i].flag;
+        if (kind == ACCEL__AMP_K_UNSCALE) out->flag |= p[i] != 0.0;
+        else if (mode == ACCEL__AMP_NORM_INF) out->bits = (uint32_t)p[i] > out->bits ? (uint32_t)p[i] : out->bits;
+        else out->sum += p[i];
     }
 }
 
@@ -1693,15 +1696,18 @@ ACCEL__PRIVATE accel_result accel__amp_prepare(accel *acc, int kind, accel__amp_
     return ACCEL_OK;
 }
 
-/* The norm's second pass: an fp32 sum (P2 / P1) that left the fp32 range — a step that was not finite (Inf or NaN
-   among the values, an overflow) or, for squares, a total below n * 2^-100, where squares that underflowed could
-   show — is computed again with float64 terms, the CPU path's arithmetic. */
+/* The norm's second pass: an fp32 sum (P2 / P1) that left the fp32 range — not finite (Inf or NaN among the values,
+   an overflow) or, for squares, a total below n * 2^-100, where squares that underflowed could show — is computed
+   again with float64 terms, the CPU path's arithmetic. */
 ACCEL__PRIVATE int accel__amp_norm_again(int mode, const accel__amp_part *res, double n) {
     if (mode != ACCEL__AMP_NORM_P2 && mode != ACCEL__AMP_NORM_P1) return 0;
-    return res->flag || (mode == ACCEL__AMP_NORM_P2 && !(res->sum >= n * ldexp(1.0, -100)));
+    if (!(res->sum <= DBL_MAX)) return 1; /* Inf or NaN */
+    return mode == ACCEL__AMP_NORM_P2 && !(res->sum >= n * ldexp(1.0, -100));
 }
 
 #ifdef __CUDACC__
+/* the launch must fit the kernel-parameter limit (4 KiB before CUDA 12.1, 32764 bytes since) */
+typedef char accel__amp_args_fit[sizeof(accel__amp_args) <= (ACCEL__AMP_CAP > 64 ? 32764 : 4096) ? 1 : -1];
 /* The kernel: the even share, the thread's work, then the block's result. */
 /* MINB: blocks of 256 threads to keep resident per SM (the register budget: 4 -> 64 registers a thread) */
 #define ACCEL__AMP_MINB(m) ((m) * 256 / ACCEL_AMP_CUDA_BLOCK > 0 ? (m) * 256 / ACCEL_AMP_CUDA_BLOCK : 1)
@@ -1709,7 +1715,7 @@ template <int K, int ID, int TA, int TB, int VWL, int MODE, int U, int MINB>
 static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, ACCEL__AMP_MINB(MINB))
     accel__amp_kernel(const __grid_constant__ accel__amp_args A) {
     __shared__ double rsum[ACCEL_AMP_CUDA_BLOCK / 32];
-    __shared__ uint32_t rbits[ACCEL_AMP_CUDA_BLOCK / 32], rflag[ACCEL_AMP_CUDA_BLOCK / 32];
+    __shared__ uint32_t rbits[ACCEL_AMP_CUDA_BLOCK / 32];
     __shared__ int rslot[ACCEL_AMP_CUDA_BLOCK / 32];
     long long u0, u1;
     accel__amp_acc s;
@@ -1721,31 +1727,24 @@ static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, ACCEL__AMP_MINB(M
                           ACCEL_AMP_CUDA_BLOCK, &s);
     if (K == ACCEL__AMP_K_UNSCALE) {
         int any = __syncthreads_or(s.bits == 0x7f800000u);
-        if (threadIdx.x == 0) {
-            A.part[blockIdx.x].sum = 0.0;
-            A.part[blockIdx.x].bits = 0;
-            A.part[blockIdx.x].flag = any != 0;
-        }
+        if (threadIdx.x == 0) A.part[blockIdx.x] = any ? 1.0 : 0.0;
     } else if (K == ACCEL__AMP_K_NORM) { /* warp butterflies, then the warps in order: a fixed order */
+        const int mode = MODE >= 0 ? MODE : A.k.mode;
         int o;
         unsigned w;
         for (o = 16; o > 0; o >>= 1) {
             uint32_t b = __shfl_xor_sync(0xffffffffu, s.bits, o);
             s.sum += __shfl_xor_sync(0xffffffffu, s.sum, o);
             s.bits = b > s.bits ? b : s.bits;
-            s.flag |= __shfl_xor_sync(0xffffffffu, s.flag, o);
         }
-        if (lane == 0) { rsum[warp] = s.sum; rbits[warp] = s.bits; rflag[warp] = s.flag; }
+        if (lane == 0) { rsum[warp] = s.sum; rbits[warp] = s.bits; }
         __syncthreads();
         if (threadIdx.x == 0) {
             for (w = 1; w < nw; ++w) {
                 s.sum += rsum[w];
                 s.bits = rbits[w] > s.bits ? rbits[w] : s.bits;
-                s.flag |= rflag[w];
             }
-            A.part[blockIdx.x].sum = s.sum;
-            A.part[blockIdx.x].bits = s.bits;
-            A.part[blockIdx.x].flag = s.flag;
+            A.part[blockIdx.x] = mode == ACCEL__AMP_NORM_INF ? (double)s.bits : s.sum;
         }
     } else if (K == ACCEL__AMP_K_FP8Q) { /* one atomic per block and slot where the warps agree on the slot */
         int o, same = __all_sync(0xffffffffu, s.slot == __shfl_sync(0xffffffffu, s.slot, 0));
@@ -1772,6 +1771,9 @@ static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, ACCEL__AMP_MINB(M
 /* Launches one instance over A: the grid is what is resident at once (cached per device), capped by gcap and by one
    unit per thread. *g: the blocks launched. */
 #define ACCEL__AMP_NDEV 64
+/* Blocks launched: ROUNDS x what is resident at once. Two rounds of even shares: when another stream's kernels
+   (NCCL's, say) hold some SMs, the blocks that wait carry half a share, not a whole one. */
+#define ACCEL__AMP_ROUNDS 2
 template <int K, int ID, int TA, int TB, int VWL, int MODE, int U, int MINB>
 static accel_result accel__amp_go(accel *acc, const accel__amp_args *A, int sms, int gcap, int *g) {
     static int occ[ACCEL__AMP_NDEV]; /* blocks per SM (a race only writes the same value twice) */
@@ -1784,7 +1786,7 @@ static accel_result accel__amp_go(accel *acc, const accel__amp_args *A, int sms,
         if (per_sm < 1) per_sm = 1;
         if (dev >= 0 && dev < ACCEL__AMP_NDEV) occ[dev] = per_sm;
     }
-    *g = sms * per_sm;
+    *g = sms * per_sm * ACCEL__AMP_ROUNDS;
     if (*g > gcap) *g = gcap;
     if (*g > want) *g = (int)want;
     if (*g < 1) *g = 1;
@@ -1841,9 +1843,10 @@ static int accel__amp_sms(accel *acc) {
 static accel_result accel__amp_run(accel *acc, int kind, const accel__amp_mt *h, const long long *units, int n,
                                    const accel__amp_kp *kp, accel__amp_part *res) {
     const int per_sm = 2048 / ACCEL_AMP_CUDA_BLOCK < 32 ? 2048 / ACCEL_AMP_CUDA_BLOCK : 32; /* resident at most */
-    const int nl = (n + ACCEL__AMP_CAP - 1) / ACCEL__AMP_CAP, sms = accel__amp_sms(acc), gcap = sms * per_sm;
+    const int nl = (n + ACCEL__AMP_CAP - 1) / ACCEL__AMP_CAP, sms = accel__amp_sms(acc);
+    const int gcap = sms * per_sm * ACCEL__AMP_ROUNDS;
     accel__amp_args *A = NULL;
-    accel__amp_part *dev = NULL, *host = NULL;
+    double *dev = NULL, *host = NULL;
     int j, *gs = NULL;
     accel_result r = ACCEL_OK;
     if (res) memset(res, 0, sizeof *res);
@@ -1852,9 +1855,9 @@ static accel_result accel__amp_run(accel *acc, int kind, const accel__amp_mt *h,
     gs = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)nl);
     if (!A || !gs) { r = ACCEL_ERR_OUT_OF_MEMORY; goto done; }
     if (res) {
-        size_t bytes = sizeof(accel__amp_part) * (size_t)nl * (size_t)gcap;
-        dev = (accel__amp_part *)accel__device_scratch(acc, bytes);
-        host = (accel__amp_part *)accel_host_alloc(acc, bytes);
+        size_t bytes = sizeof(double) * (size_t)nl * (size_t)gcap;
+        dev = (double *)accel__device_scratch(acc, bytes);
+        host = (double *)accel_host_alloc(acc, bytes);
         if (!dev) {
             r = accel__fail_wrap(acc, acc->last_result, "amp: per-block results (%zu bytes)", bytes);
             goto done;
@@ -1873,11 +1876,12 @@ static accel_result accel__amp_run(accel *acc, int kind, const accel__amp_mt *h,
     if (r == ACCEL_OK && res) {
         size_t got = (size_t)(nl - 1) * (size_t)gcap + (size_t)gs[nl - 1];
         cudaStream_t st = (cudaStream_t)acc->stream;
-        cudaError_t e = cudaMemcpyAsync(host, dev, sizeof(accel__amp_part) * got, cudaMemcpyDeviceToHost, st);
+        cudaError_t e = cudaMemcpyAsync(host, dev, sizeof(double) * got, cudaMemcpyDeviceToHost, st);
         if (e == cudaSuccess) e = cudaStreamSynchronize(st);
         if (e != cudaSuccess)
             r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "amp: reading the per-block results back: %s", cudaGetErrorString(e));
-        for (j = 0; r == ACCEL_OK && j < nl; ++j) accel__amp_fold(host + (size_t)j * (size_t)gcap, gs[j], res);
+        for (j = 0; r == ACCEL_OK && j < nl; ++j)
+            accel__amp_fold(kind, kp->mode, host + (size_t)j * (size_t)gcap, gs[j], res);
     }
 done:
     accel_host_free(acc, A);

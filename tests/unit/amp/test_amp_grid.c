@@ -74,11 +74,11 @@ static void tb_fill(tbuf *t, int dt, long long n, float range, int specials) {
 /* ------------------------------------------------------------------------------------------ the emulation */
 /* What accel__amp_run does on a device, with G blocks of B threads a launch (the device takes G from the SM count) */
 static int g_launches; /* launches of the last emulate() */
-static void block_fold(int kind, const accel__amp_acc *s, int B, accel__amp_part *out) {
+/* the kernel's epilogue: the block's one record (unscale 1 / 0; norm its sum, or max |x| bits for p = inf) */
+static double block_fold(int kind, int mode, const accel__amp_acc *s, int B) {
     double w[32], sum = 0.0;
-    uint32_t bits = 0, flag = 0;
+    uint32_t bits = 0;
     int wp, l, o;
-    memset(out, 0, sizeof *out);
     for (wp = 0; wp < B / 32; ++wp) {
         for (l = 0; l < 32; ++l) w[l] = s[wp * 32 + l].sum;
         for (o = 16; o > 0; o >>= 1) { /* __shfl_xor_sync butterflies: every lane adds its partner's old value */
@@ -87,14 +87,10 @@ static void block_fold(int kind, const accel__amp_acc *s, int B, accel__amp_part
             memcpy(w, nw, sizeof w);
         }
         sum = wp == 0 ? w[0] : sum + w[0];
-        for (l = 0; l < 32; ++l) {
-            const accel__amp_acc *a = &s[wp * 32 + l];
-            bits = a->bits > bits ? a->bits : bits;
-            flag |= a->flag;
-        }
+        for (l = 0; l < 32; ++l) bits = s[wp * 32 + l].bits > bits ? s[wp * 32 + l].bits : bits;
     }
-    if (kind == ACCEL__AMP_K_UNSCALE) out->flag = bits == 0x7f800000u;
-    if (kind == ACCEL__AMP_K_NORM) { out->sum = sum; out->bits = bits; out->flag = flag; }
+    if (kind == ACCEL__AMP_K_UNSCALE) return bits == 0x7f800000u ? 1.0 : 0.0;
+    return mode == ACCEL__AMP_NORM_INF ? (double)bits : sum;
 }
 static accel_result emulate(int kind, const accel__amp_mt *h0, int count, const accel__amp_kp *kp, int G, int B,
                             accel__amp_part *res, int *instance) {
@@ -102,7 +98,7 @@ static accel_result emulate(int kind, const accel__amp_mt *h0, int count, const 
     long long *units = (long long *)malloc(sizeof(long long) * (size_t)(count + 1));
     accel__amp_args *A = (accel__amp_args *)malloc(sizeof *A);
     accel__amp_acc *s = (accel__amp_acc *)malloc(sizeof(accel__amp_acc) * (size_t)B);
-    accel__amp_part *parts = (accel__amp_part *)malloc(sizeof(accel__amp_part) * (size_t)G);
+    double *parts = (double *)malloc(sizeof(double) * (size_t)G);
     accel_result r;
     int n = 0, j, b, tid;
     memset(res, 0, sizeof *res);
@@ -127,9 +123,9 @@ static accel_result emulate(int kind, const accel__amp_mt *h0, int count, const 
                                       &s[tid]);
                 if (kind == ACCEL__AMP_K_FP8Q) accel__amp_amax_flush(kp->amax, s[tid].slot, s[tid].bits);
             }
-            block_fold(kind, s, B, &parts[b]);
+            parts[b] = block_fold(kind, c.mode >= 0 ? c.mode : kp->mode, s, B);
         }
-        accel__amp_fold(parts, G, res);
+        accel__amp_fold(kind, kp->mode, parts, G, res);
         ++g_launches;
     }
     free(h); free(units); free(A); free(s); free(parts);
