@@ -75,7 +75,7 @@
      save_safetensors) are written to "<path>.tmp.<pid>", fsync'd and renamed (the core's atomic write).
 
    OPTIONS
-     Sizes ("10GB", "5MiB", "1000") go through accel_ckpt_parse_size (docs/semantics.md policy 6).
+     Sizes ("10GB", "5MiB", "1000") go through accel_parse_size (docs/semantics.md policy 6).
      Memory: every allocation goes through the Accelerator's allocators (accel.h "MEMORY"): host memory through
      desc.host_allocator, the staging buffers of device tensors through desc.pinned_allocator. A function called
      with acc NULL uses the defaults; an accel_ckpt_file remembers the acc it was opened with.
@@ -165,7 +165,7 @@
      "disk" tensors stay in the read-only mapping of the checkpoint (offload_folder: copied there in Accelerate's
      format). Tied parameters share one storage. Fetches convert disk tensors to the dispatch dtype on the way.
      accel_ckpt_offload_save / accel_ckpt_file_open_offload write and read Accelerate's offload folder (index.json
-     + <name>.dat, byte-identical to offload_state_dict's). accel_ckpt_find_executable_batch_size retries a step
+     + <name>.dat, byte-identical to offload_state_dict's). accel_find_executable_batch_size retries a step
      with int(0.9 * size) (Accelerate >= 1.x's default; older releases halved) while it returns
      ACCEL_ERR_OUT_OF_MEMORY, freeing what the attempt allocated through accel_ckpt_attempt_*_alloc.
      Threads: one thread at a time per model / dispatch / fetch; a fetch fills its host buffers in a helper pthread
@@ -188,12 +188,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* -------------------------------------------------------------------------------------------------------- sizes */
-/* docs/semantics.md policy 6: a plain unsigned integer (bytes), or a decimal number, optional spaces and a unit
-   KB/MB/GB/TB (10^3..10^12) or KiB/MiB/GiB/TiB (2^10..2^40), case-insensitive, truncated toward zero.
-   acc may be NULL (the message then goes to accel_last_error(NULL)). */
-ACCEL_API accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_t *out);
 
 /* -------------------------------------------------------------------------------------------------- safetensors */
 /* Writes `path` atomically (temporary name, fsync, rename, directory fsync). metadata: nmeta (key, value) pairs
@@ -314,9 +308,6 @@ ACCEL_API uint64_t accel_ckpt_xxh64(const void *data, size_t n, uint64_t seed);
 #define ACCEL_CKPT_MPS (-3)
 /* "0", "cpu", "disk", "mps" (Accelerate's keys); "?" for anything else. */
 ACCEL_API void accel_ckpt_device_name(int device, char *out, size_t cap);
-/* A dtype by PyTorch's name ("torch.float16", "float16", "half", "bfloat16", "long", "bool", …) or safetensors' ("F16");
-   ACCEL_DTYPE_INVALID when unknown. */
-ACCEL_API accel_dtype accel_ckpt_dtype_from_torch(const char *name);
 
 /* The model: modules in order with class names, children, parameters and buffers (named as named_parameters names
    them), and tied parameters. Built in code or read from JSON (the CLI's and the tests' form):
@@ -438,23 +429,6 @@ ACCEL_API accel_result accel_ckpt_offload_save(accel *acc, const char *folder, c
    that name a safetensors_file are mapped from it, in its stored dtype). */
 ACCEL_API accel_result accel_ckpt_file_open_offload(accel *acc, const char *folder, accel_ckpt_file **out);
 
-/* find_executable_batch_size: step(user, batch_size, attempt) runs with starting_batch_size, and again with a smaller
-   one while it returns ACCEL_ERR_OUT_OF_MEMORY; memory it took through the attempt's allocators is freed when it
-   returns. ACCEL_ERR_OUT_OF_MEMORY with "No executable batch size found, reached zero." when the size reaches 0;
-   any other error ends the search. *batch_size (may be NULL) receives the size that succeeded. Local. */
-typedef struct accel_ckpt_attempt accel_ckpt_attempt;
-typedef accel_result (*accel_ckpt_step_fn)(void *user, int64_t batch_size, accel_ckpt_attempt *attempt);
-typedef struct accel_ckpt_batch_desc {
-    int64_t starting_batch_size;             /* 0 → 128 */
-    int64_t (*reduce)(int64_t batch_size, void *user); /* NULL → int(batch_size * 0.9), Accelerate's default */
-    void *reduce_user;
-} accel_ckpt_batch_desc;
-ACCEL_API accel_result accel_ckpt_find_executable_batch_size(accel *acc, const accel_ckpt_batch_desc *desc,
-                                                             accel_ckpt_step_fn step, void *user, int64_t *batch_size);
-ACCEL_API void *accel_ckpt_attempt_host_alloc(accel_ckpt_attempt *a, size_t size);   /* NULL: ACCEL_ERR_OUT_OF_MEMORY */
-ACCEL_API void *accel_ckpt_attempt_device_alloc(accel_ckpt_attempt *a, size_t size);
-ACCEL_API void *accel_ckpt_attempt_pinned_alloc(accel_ckpt_attempt *a, size_t size);
-
 #ifdef __cplusplus
 }
 #endif
@@ -465,7 +439,6 @@ ACCEL_API void *accel_ckpt_attempt_pinned_alloc(accel_ckpt_attempt *a, size_t si
 #define ACCEL__CKPT_IMPL_DONE
 /* CONTENTS (the core's private services — allocation, errors, byte order, UTF-8, string builder, files, agreement —
    come from accel.h's implementation section, which precedes this one in the same TU)
-     1. size parser (policy 6)
      2. XXH64
      3. JSON reader (strict)
      4. device staging (two pinned buffers)
@@ -483,8 +456,7 @@ ACCEL_API void *accel_ckpt_attempt_pinned_alloc(accel_ckpt_attempt *a, size_t si
     16. dtype conversion on load
     17. dispatch
     18. just-in-time fetch of offloaded layers (AlignDevicesHook)
-    19. the offload folder (index.json + .dat)
-    20. find_executable_batch_size */
+    19. the offload folder (index.json + .dat) */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -518,84 +490,6 @@ static void *accel__ckpt_zalloc(accel *acc, size_t n, size_t size) { /* n zeroed
     p = accel_host_alloc(acc, n * size);
     if (p) memset(p, 0, n * size);
     return p;
-}
-
-/* ----------------------------------------------------------------------------------------------- 1. size parser */
-/* Locale-independent on purpose (isspace/tolower follow setlocale). */
-static int accel__ckpt_isspace(int c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-static int accel__ckpt_lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
-
-ACCEL__DEF accel_result accel_ckpt_parse_size(accel *acc, const char *s, uint64_t *out) {
-    static const char *units[] = {"kb", "mb", "gb", "tb", "kib", "mib", "gib", "tib"};
-    static const uint64_t mult[] = {1000ull, 1000000ull, 1000000000ull, 1000000000000ull,
-                                    1ull << 10, 1ull << 20, 1ull << 30, 1ull << 40};
-    const char *b, *e, *p, *ip, *fp = NULL, *ue;
-    size_t ni = 0, nf = 0, nu, k;
-    uint64_t unit = 0, ival = 0, fval = 0;
-    int u;
-    if (!s || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "parse_size: NULL argument");
-    b = s;
-    e = s + strlen(s);
-    while (b < e && accel__ckpt_isspace((unsigned char)*b)) ++b;
-    while (e > b && accel__ckpt_isspace((unsigned char)e[-1])) --e;
-    p = b;
-    ip = p;
-    while (p < e && *p >= '0' && *p <= '9') ++p, ++ni;
-    if (p < e && *p == '.') {
-        fp = ++p;
-        while (p < e && *p >= '0' && *p <= '9') ++p, ++nf;
-    }
-    if (ni == 0 && nf == 0) goto bad;
-    for (k = 0; k < ni; ++k) {
-        unsigned d = (unsigned)(ip[k] - '0');
-        if (ival > (UINT64_MAX - d) / 10) goto big;
-        ival = ival * 10 + d;
-    }
-    if (p == e) {
-        if (fp) goto bad; /* a decimal needs a unit */
-        *out = ival;
-        return ACCEL_OK;
-    }
-    while (p < e && *p == ' ') ++p;
-    nu = (size_t)(e - p);
-    ue = p;
-    for (u = 0; u < 8; ++u) {
-        if (strlen(units[u]) != nu) continue;
-        for (k = 0; k < nu; ++k)
-            if (accel__ckpt_lower((unsigned char)ue[k]) != units[u][k]) break;
-        if (k == nu) { unit = mult[u]; break; }
-    }
-    if (!unit) goto bad;
-    if (ival != 0 && ival > UINT64_MAX / unit) goto big;
-    /* exact floor(unit * 0.f1f2...fk): multiply the decimal digit string by unit, drop the last k digits */
-    if (nf > 0) {
-        unsigned char *dig;
-        size_t len, i;
-        uint64_t carry = 0;
-        if (nf > 4096) goto bad;
-        len = nf + 24;
-        dig = (unsigned char *)accel_host_alloc(acc, len);
-        if (!dig) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "parse_size");
-        memset(dig, 0, len);
-        for (i = 0; i < nf; ++i) dig[i] = (unsigned char)(fp[nf - 1 - i] - '0'); /* little-endian base 10 */
-        for (i = 0; i < len; ++i) {
-            uint64_t v = (uint64_t)dig[i] * unit + carry;
-            dig[i] = (unsigned char)(v % 10);
-            carry = v / 10;
-        }
-        for (i = len; i > nf; --i) fval = fval * 10 + dig[i - 1];
-        accel_host_free(acc, dig);
-    }
-    if (ival * unit > UINT64_MAX - fval) goto big;
-    *out = ival * unit + fval;
-    return ACCEL_OK;
-bad:
-    return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
-                       "invalid size \"%.200s\": expected an unsigned integer (bytes) or a number with a unit "
-                       "KB/MB/GB/TB or KiB/MiB/GiB/TiB (e.g. \"10GB\", \"5MiB\", \"1.5GB\")",
-                       s);
-big:
-    return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "size \"%.200s\" does not fit in 64 bits", s);
 }
 
 /* ----------------------------------------------------------------------------------------------------- 2. XXH64 */
@@ -2068,7 +1962,7 @@ ACCEL__DEF accel_result accel_ckpt_save_model_bytes(accel *acc, const char *dir,
 ACCEL__DEF accel_result accel_ckpt_save_model(accel *acc, const char *dir, const accel_tensor *tensors, int n,
                                               const char *max_shard_size) {
     uint64_t max = 0;
-    accel_result r = accel_ckpt_parse_size(acc, max_shard_size ? max_shard_size : "10GB", &max);
+    accel_result r = accel_parse_size(acc, max_shard_size ? max_shard_size : "10GB", &max);
     if (r != ACCEL_OK) return accel__agree(acc, r, "save_model");
     return accel_ckpt_save_model_bytes(acc, dir, tensors, n, max, 0);
 }
@@ -3622,21 +3516,6 @@ ACCEL__DEF accel_result accel_ckpt_model_tensor(const accel_ckpt_model *m, int i
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_dtype accel_ckpt_dtype_from_torch(const char *s) {
-    static const struct { const char *name; accel_dtype d; } map[] = {
-        {"float32", ACCEL_F32}, {"float", ACCEL_F32}, {"float64", ACCEL_F64}, {"double", ACCEL_F64},
-        {"float16", ACCEL_F16}, {"half", ACCEL_F16}, {"bfloat16", ACCEL_BF16}, {"int64", ACCEL_I64},
-        {"long", ACCEL_I64}, {"int32", ACCEL_I32}, {"int", ACCEL_I32}, {"int16", ACCEL_I16}, {"short", ACCEL_I16},
-        {"int8", ACCEL_I8}, {"uint8", ACCEL_U8}, {"uint16", ACCEL_U16}, {"uint32", ACCEL_U32}, {"uint64", ACCEL_U64},
-        {"bool", ACCEL_BOOL}, {"float8_e4m3fn", ACCEL_F8_E4M3}, {"float8_e5m2", ACCEL_F8_E5M2}};
-    size_t i;
-    if (!s) return ACCEL_DTYPE_INVALID;
-    if (accel_dtype_from_name(s) != ACCEL_DTYPE_INVALID) return accel_dtype_from_name(s);
-    if (!strncmp(s, "torch.", 6)) s += 6;
-    for (i = 0; i < sizeof map / sizeof map[0]; ++i)
-        if (!strcmp(map[i].name, s)) return map[i].d;
-    return ACCEL_DTYPE_INVALID;
-}
 
 /* ---- the JSON form */
 typedef struct accel__ckpt_jname { const char *name; int node; } accel__ckpt_jname;
@@ -3707,7 +3586,7 @@ static accel_result accel__ckpt_mload_tensor(accel__ckpt_mload *L, int k, const 
         t->shape[d] = (int64_t)v;
     }
     t->ndim = d;
-    t->dtype = accel_ckpt_dtype_from_torch(accel__ckpt_jstr(j, dt));
+    t->dtype = accel_dtype_from_torch(accel__ckpt_jstr(j, dt));
     if (t->dtype == ACCEL_DTYPE_INVALID)
         return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: tensor \"%.200s\": unknown dtype \"%.60s\"", name, accel__ckpt_jstr(j, dt));
     return ACCEL_OK;
@@ -4794,7 +4673,7 @@ ACCEL__DEF accel_result accel_ckpt_parse_max_memory(accel *acc, const char *s, a
             }
             v[k].device = (int)g;
         }
-        r = accel_ckpt_parse_size(acc, val, &bytes);
+        r = accel_parse_size(acc, val, &bytes);
         if (r != ACCEL_OK) break;
         v[k++].bytes = (double)bytes;
         if (!end) break;
@@ -5867,67 +5746,6 @@ ACCEL__DEF accel_result accel_ckpt_file_open_offload(accel *acc, const char *fol
     }
     *out = f;
     return ACCEL_OK;
-}
-
-/* ---------------------------------------------------------------------------- 20. find_executable_batch_size */
-struct accel_ckpt_attempt {
-    accel *acc;
-    void **mem; /* stb_ds: what the attempt allocated */
-    int *kind;  /* stb_ds: 1 host, 2 device, 3 pinned */
-};
-static void *accel__ckpt_attempt_alloc(accel_ckpt_attempt *a, size_t size, int kind) {
-    void *p;
-    if (!a) return NULL;
-    if (accel__arr_reserve((void **)&a->mem, sizeof(void *), 1) != 0 || accel__arr_reserve((void **)&a->kind, sizeof(int), 1) != 0) {
-        ACCEL__FAIL(a->acc, ACCEL_ERR_OUT_OF_MEMORY, "find_executable_batch_size: out of memory");
-        return NULL;
-    }
-    p = kind == 1 ? accel_host_alloc(a->acc, size) : kind == 2 ? accel_device_alloc(a->acc, size) : accel_pinned_alloc(a->acc, size);
-    if (!p) return NULL;
-    (void)ACCEL__ARR_PUT(a->mem, p); /* reserved above */
-    (void)ACCEL__ARR_PUT(a->kind, kind);
-    return p;
-}
-ACCEL__DEF void *accel_ckpt_attempt_host_alloc(accel_ckpt_attempt *a, size_t size) { return accel__ckpt_attempt_alloc(a, size, 1); }
-ACCEL__DEF void *accel_ckpt_attempt_device_alloc(accel_ckpt_attempt *a, size_t size) { return accel__ckpt_attempt_alloc(a, size, 2); }
-ACCEL__DEF void *accel_ckpt_attempt_pinned_alloc(accel_ckpt_attempt *a, size_t size) { return accel__ckpt_attempt_alloc(a, size, 3); }
-static void accel__ckpt_attempt_free(accel_ckpt_attempt *a) {
-    int i;
-    for (i = (int)stbds_arrlen(a->mem) - 1; i >= 0; --i) {
-        if (a->kind[i] == 1) accel_host_free(a->acc, a->mem[i]);
-        else if (a->kind[i] == 2) accel_device_free(a->acc, a->mem[i]);
-        else accel_pinned_free(a->acc, a->mem[i]);
-    }
-    stbds_arrfree(a->mem);
-    stbds_arrfree(a->kind);
-    a->mem = NULL;
-    a->kind = NULL;
-}
-ACCEL__DEF accel_result accel_ckpt_find_executable_batch_size(accel *acc, const accel_ckpt_batch_desc *desc, accel_ckpt_step_fn step,
-                                                              void *user, int64_t *batch_size) {
-    int64_t bs = desc && desc->starting_batch_size ? desc->starting_batch_size : 128;
-    if (!step || bs < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "find_executable_batch_size: no step function or a negative batch size");
-    for (;;) {
-        accel_ckpt_attempt a;
-        accel_result r;
-        int64_t next;
-        if (bs == 0) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "No executable batch size found, reached zero. The last attempt");
-        memset(&a, 0, sizeof a);
-        a.acc = acc;
-        r = step(user, bs, &a);
-        accel__ckpt_attempt_free(&a);
-        if (r == ACCEL_OK) {
-            if (batch_size) *batch_size = bs;
-            return ACCEL_OK;
-        }
-        if (r != ACCEL_ERR_OUT_OF_MEMORY) return r;
-        next = desc && desc->reduce ? desc->reduce(bs, desc->reduce_user) : (int64_t)((double)bs * 0.9);
-        if (next < 0 || next >= bs)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "find_executable_batch_size: the reduce function turned %lld into %lld "
-                               "(it must give a smaller size, >= 0)", (long long)bs, (long long)next);
-        accel_log(acc, ACCEL_LOG_INFO, "find_executable_batch_size: batch size %lld ran out of memory, trying %lld", (long long)bs, (long long)next);
-        bs = next;
-    }
 }
 
 #endif /* ACCEL_IMPLEMENTATION && !ACCEL__CKPT_IMPL_DONE */

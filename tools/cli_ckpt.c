@@ -191,7 +191,7 @@ static int cmd_plan(int argc, char **argv) {
                 goto out;
             }
             *colon = 0;
-            if (accel_ckpt_parse_size(NULL, colon + 1, &sizes[n]) != ACCEL_OK) {
+            if (accel_parse_size(NULL, colon + 1, &sizes[n]) != ACCEL_OK) {
                 fprintf(stderr, "accel ckpt plan: tensor %s: %s\n", argv[i], accel_last_error(NULL));
                 goto out;
             }
@@ -201,7 +201,7 @@ static int cmd_plan(int argc, char **argv) {
         }
     }
     if (!size_str) { fprintf(stderr, "usage: accel ckpt plan --max-shard-size SIZE name:bytes ...\n"); goto out; }
-    if (accel_ckpt_parse_size(NULL, size_str, &max) != ACCEL_OK) {
+    if (accel_parse_size(NULL, size_str, &max) != ACCEL_OK) {
         fprintf(stderr, "accel ckpt plan: --max-shard-size: %s\n", accel_last_error(NULL));
         goto out;
     }
@@ -264,7 +264,7 @@ int cli_size(int argc, char **argv) {
     uint64_t v = 0;
     if (argc != 2) { fprintf(stderr, "usage: accel size STRING   (e.g. accel size 10GB)\n"); return 2; }
     accel_set_default_logger(quiet_log, NULL);
-    if (accel_ckpt_parse_size(NULL, argv[1], &v) != ACCEL_OK) {
+    if (accel_parse_size(NULL, argv[1], &v) != ACCEL_OK) {
         fprintf(stderr, "accel size: %s\n", accel_last_error(NULL));
         return 2;
     }

@@ -75,7 +75,7 @@ int cli_device_map(int argc, char **argv) {
     accel_set_default_logger(quiet_log, NULL);
     memset(&d, 0, sizeof d);
     if (dtype) {
-        d.dtype = accel_ckpt_dtype_from_torch(dtype);
+        d.dtype = accel_dtype_from_torch(dtype);
         if (d.dtype == ACCEL_DTYPE_INVALID) {
             const char *t = strncmp(dtype, "torch.", 6) ? dtype : dtype + 6;
             fprintf(stderr, "accel device-map: module 'torch' has no attribute '%s'\n", t);

@@ -8,8 +8,7 @@
        conversion, an offload folder; mismatched names / shapes / devices → errors naming the tensor, nothing kept
        (every block returned to a counting allocator);
      - end to end: a model whose weights exceed the memory budget runs layer by layer with the rest on disk through the
-       just-in-time fetch, with and without prefetch, and gives the bit-identical output of the all-in-memory run;
-     - find_executable_batch_size: Accelerate's sequence of sizes (int(bs * 0.9)), its error at zero, memory freed. */
+       just-in-time fetch, with and without prefetch, and gives the bit-identical output of the all-in-memory run. */
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include <stdint.h>
@@ -22,30 +21,13 @@ static char g_root[256];
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
 /* ------------------------------------------------------------------------------------- counting allocator */
-typedef struct { long live, allocs, calls, fail_at; } counter;
-static void *c_alloc(size_t n, void *u) {
-    counter *c = (counter *)u;
-    size_t *h;
-    if (++c->calls == c->fail_at) return NULL;
-    h = (size_t *)malloc(n + 16);
-    if (!h) return NULL;
-    c->live++;
-    c->allocs++;
-    return (char *)h + 16;
-}
-static void c_free(void *p, void *u) {
-    counter *c = (counter *)u;
-    c->live--;
-    free((char *)p - 16);
-}
+typedef at_counter counter;
 static void init_counting(accel *acc, counter *c) {
     accel_desc d;
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
     d.log_fn = quiet;
-    d.host_allocator.alloc = c_alloc;
-    d.host_allocator.free = c_free;
-    d.host_allocator.user_data = c;
+    AT_USE_COUNTER(d, c);
     AT_EQ_INT(accel_init(acc, &d), ACCEL_OK);
 }
 
@@ -360,7 +342,7 @@ static accel_ckpt_model *plain_model(accel *acc, int bad, int with_mask) {
 static void test_dispatch(void) {
     char dir[400], off[400];
     accel acc;
-    counter cnt = {0, 0, 0, 0};
+    counter cnt = {0, 0, 0, 0, 0, 0, 0};
     accel_ckpt_model *m;
     accel_ckpt_dispatch *x = NULL;
     accel_ckpt_dispatch_desc dd;
@@ -615,57 +597,6 @@ static void test_layer_by_layer(void) {
     accel_ckpt_model_destroy(m);
 }
 
-/* ------------------------------------------------------------------------------- find_executable_batch_size */
-static int64_t g_seen[64];
-static int g_nseen;
-static accel_result step_oom_above_50(void *user, int64_t bs, accel_ckpt_attempt *a) {
-    (void)user;
-    if (g_nseen < 64) g_seen[g_nseen++] = bs;
-    if (!accel_ckpt_attempt_host_alloc(a, 1000)) return ACCEL_ERR_OUT_OF_MEMORY;
-    return bs > 50 ? ACCEL_ERR_OUT_OF_MEMORY : ACCEL_OK;
-}
-static accel_result step_always_oom(void *user, int64_t bs, accel_ckpt_attempt *a) {
-    (void)user;
-    if (g_nseen < 64) g_seen[g_nseen++] = bs;
-    (void)accel_ckpt_attempt_host_alloc(a, 64);
-    return ACCEL_ERR_OUT_OF_MEMORY;
-}
-static accel_result step_other_error(void *user, int64_t bs, accel_ckpt_attempt *a) {
-    (void)user; (void)bs; (void)a;
-    return ACCEL_ERR_FORMAT;
-}
-static void test_batch_size(void) {
-    /* Accelerate 1.15: [128, 115, 103, 92, 82, 73, 65, 58, 52, 46] → 46; from 3: [3, 2, 1] then its error */
-    static const int64_t want[] = {128, 115, 103, 92, 82, 73, 65, 58, 52, 46};
-    accel acc;
-    counter cnt = {0, 0, 0, 0};
-    int64_t bs = 0;
-    int i;
-    long base;
-    init_counting(&acc, &cnt);
-    base = cnt.live;
-    g_nseen = 0;
-    AT_EQ_INT(accel_ckpt_find_executable_batch_size(&acc, NULL, step_oom_above_50, NULL, &bs), ACCEL_OK);
-    AT_EQ_INT(bs, 46);
-    AT_EQ_INT(g_nseen, 10);
-    for (i = 0; i < 10 && i < g_nseen; ++i) AT_EQ_INT(g_seen[i], want[i]);
-    AT_EQ_INT(cnt.live, base);
-    {
-        accel_ckpt_batch_desc bd;
-        memset(&bd, 0, sizeof bd);
-        bd.starting_batch_size = 3;
-        g_nseen = 0;
-        AT_EQ_INT(accel_ckpt_find_executable_batch_size(&acc, &bd, step_always_oom, NULL, &bs), ACCEL_ERR_OUT_OF_MEMORY);
-        AT_CONTAINS(accel_last_error(&acc), "No executable batch size found, reached zero.");
-        AT_EQ_INT(g_nseen, 3);
-        if (g_nseen == 3) { AT_EQ_INT(g_seen[0], 3); AT_EQ_INT(g_seen[1], 2); AT_EQ_INT(g_seen[2], 1); }
-        AT_EQ_INT(cnt.live, base);
-        AT_EQ_INT(accel_ckpt_find_executable_batch_size(&acc, &bd, step_other_error, NULL, &bs), ACCEL_ERR_FORMAT);
-    }
-    accel_shutdown(&acc);
-}
-
-
 /* --------------------------------------------------------------------- every allocation failing in turn */
 /* model_open_memory → infer_device_map → dispatch_create (with an offload folder) → fetch → destroy, with the k-th
    allocation failing for every k up to the last: each call returns ACCEL_OK or ACCEL_ERR_OUT_OF_MEMORY, and every
@@ -724,7 +655,7 @@ static int oom_cycle(accel *acc, const char *ck, const char *off) {
 static void test_oom(void) {
     char ck[400], off[400];
     accel acc;
-    counter cnt = {0, 0, 0, 0};
+    counter cnt = {0, 0, 0, 0, 0, 0, 0};
     long base, total, k;
     int i, bad = 0, leaks = 0, ooms = 0;
     snprintf(ck, sizeof ck, "%s/ck_oom", g_root);
@@ -762,7 +693,6 @@ int main(void) {
     test_random_properties();
     test_dispatch();
     test_layer_by_layer();
-    test_batch_size();
     test_oom();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd) != 0) fprintf(stderr, "rm failed\n");

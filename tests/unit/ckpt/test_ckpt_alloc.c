@@ -15,35 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAGIC 0x41434b4c4c4f4341ull /* "ACALLOCK" */
-typedef struct {
-    long calls, allocs, frees, live, foreign;
-    long fail_at; /* 0: never; else the call number that returns NULL */
-    long failed;  /* how many calls returned NULL */
-} counter;
-
-static void *c_alloc(size_t n, void *u) {
-    counter *c = (counter *)u;
-    uint64_t *h;
-    c->calls++;
-    if (c->fail_at && c->calls == c->fail_at) { c->failed++; return NULL; }
-    h = (uint64_t *)malloc(n + 16);
-    if (!h) return NULL;
-    h[0] = MAGIC;
-    h[1] = (uint64_t)(uintptr_t)c;
-    c->allocs++;
-    c->live++;
-    return h + 2;
-}
-static void c_free(void *p, void *u) {
-    counter *c = (counter *)u;
-    uint64_t *h = (uint64_t *)p - 2;
-    if (h[0] != MAGIC || h[1] != (uint64_t)(uintptr_t)c) { c->foreign++; return; } /* not ours: leak it, count it */
-    h[0] = 0;
-    c->frees++;
-    c->live--;
-    free(h);
-}
+typedef at_counter counter;
 
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 /* counts warnings that report a failed rotation (the one failure save_state cannot return: the save is done) */
@@ -60,9 +32,7 @@ static void init_with(accel *acc, counter *c) {
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
     d.log_fn = count_warnings;
-    d.host_allocator.alloc = c_alloc;
-    d.host_allocator.free = c_free;
-    d.host_allocator.user_data = c;
+    AT_USE_COUNTER(d, c);
     AT_EQ_INT(accel_init(acc, &d), ACCEL_OK);
 }
 
@@ -113,7 +83,7 @@ static void test_counting(const char *root) {
     ALLOCATES(accel_ckpt_register_optimizer(ck, t + 1, 1), "register_optimizer");
     ALLOCATES(accel_ckpt_register(ck, "sampler", pos_save, pos_load, &g_pos), "register");
     before = c.live;
-    ALLOCATES(accel_ckpt_parse_size(&acc, "1.5GB", &v), "parse_size of a decimal");
+    ALLOCATES(accel_parse_size(&acc, "1.5GB", &v), "parse_size of a decimal");
     AT_CHECK(v == 1500000000ull);
     snprintf(path, sizeof path, "%s/one.safetensors", root);
     ALLOCATES(accel_ckpt_save_safetensors(&acc, path, t, 2, NULL, 0), "save_safetensors");
@@ -161,7 +131,7 @@ static accel_result cycle(accel *acc, const char *root, int k) {
     if ((r = accel_ckpt_save_state(ck, NULL, NULL, 0)) != ACCEL_OK) goto out;
     if ((r = accel_ckpt_save_state(ck, NULL, dir, sizeof dir)) != ACCEL_OK) goto out; /* rotation */
     if ((r = accel_ckpt_load_state(ck, NULL)) != ACCEL_OK) goto out;
-    if ((r = accel_ckpt_parse_size(acc, "2.5KiB", &v)) != ACCEL_OK) goto out;
+    if ((r = accel_parse_size(acc, "2.5KiB", &v)) != ACCEL_OK) goto out;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if ((r = accel_ckpt_file_open(acc, path, &f)) != ACCEL_OK) goto out;
     r = accel_ckpt_file_load_all(f, t, 1);

@@ -23,7 +23,6 @@
 #include "accel_optim.h"
 #include "accel_profile.h"
 #include "accel_trackers.h"
-#include "accel_test.h"
 #include "accel_test_fs.h"
 
 #include <stdint.h>
@@ -56,33 +55,11 @@ char *__wrap_strndup(const char *s, size_t n) { g_raw[5]++; return __real_strndu
 static long raw_total(void) { return g_raw[0] + g_raw[1] + g_raw[2] + g_raw[3] + g_raw[4] + g_raw[5]; }
 
 /* ------------------------------------------------------------------------------------------ the allocator */
-#define MAGIC 0x4c4c4143434c4c41ull
-typedef struct counter {
-    long calls, allocs, frees, live, foreign, failed;
-    long fail_at; /* 0: never; else the call number that returns NULL */
-} counter;
-
-static void *c_alloc(size_t n, void *u) {
-    counter *c = (counter *)u;
-    uint64_t *h;
-    c->calls++;
-    if (c->fail_at && c->calls == c->fail_at) { c->failed++; return NULL; }
-    if (!(h = (uint64_t *)__real_malloc(n + 16))) return NULL;
-    h[0] = MAGIC;
-    h[1] = (uint64_t)(uintptr_t)c;
-    c->allocs++;
-    c->live++;
-    return h + 2;
-}
-static void c_free(void *p, void *u) {
-    counter *c = (counter *)u;
-    uint64_t *h = (uint64_t *)p - 2;
-    if (h[0] != MAGIC || h[1] != (uint64_t)(uintptr_t)c) { c->foreign++; return; } /* not ours: count, leak */
-    h[0] = 0;
-    c->frees++;
-    c->live--;
-    __real_free(h);
-}
+/* accel_test.h's counting allocator over the real malloc/free (the wrapped ones would count it as raw calls) */
+#define AT_RAW_MALLOC __real_malloc
+#define AT_RAW_FREE __real_free
+#include "accel_test.h"
+typedef at_counter counter;
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
 static accel_result init_with(accel *acc, counter *c) {
@@ -90,9 +67,7 @@ static accel_result init_with(accel *acc, counter *c) {
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
     d.log_fn = quiet;
-    d.host_allocator.alloc = c_alloc;
-    d.host_allocator.free = c_free;
-    d.host_allocator.user_data = c;
+    AT_USE_COUNTER(d, c);
     return accel_init(acc, &d);
 }
 
