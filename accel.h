@@ -81,7 +81,7 @@
      data          accel_data_shard_init, accel_data_seq_init (their configuration agreement check)
      amp           accel_amp_unscale_and_check (found_inf is OR-ed), accel_amp_clip_grad_norm/_grad_norm with
                    ACCEL_AMP_CLIP_SHARDED
-     ckpt          accel_ckpt_save_state, accel_ckpt_load_state, accel_ckpt_save_model
+     ckpt          accel_ckpt_save_state, accel_ckpt_load_state, accel_st_save_model
      trackers      accel_track_init_trackers
      profile       accel_prof_merge_trace
    Everything else is local.

@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     {   /* one tensor per shard */
         char max[32];
         snprintf(max, sizeof max, "%zu", each);
-        if (accel_ckpt_save_model(NULL, dir, t, g_l, max) != ACCEL_OK) die("save_model");
+        if (accel_st_save_model(NULL, dir, t, g_l, max) != ACCEL_OK) die("save_model");
     }
     all.name = "";
     all.device = ACCEL_CKPT_CPU;

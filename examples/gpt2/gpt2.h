@@ -274,7 +274,7 @@ static inline accel_result gpt2_export(accel *acc, const gpt2_config *c, const f
         return accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "gpt2_export: out of host memory");
     }
     n = gpt2_to_hf(c, params, hf, e, t);
-    r = accel_ckpt_save_model(acc, dir, t, n, NULL);
+    r = accel_st_save_model(acc, dir, t, n, NULL);
     if (r == ACCEL_OK && acc->is_main_process && gpt2_write_hf_config(c, dir) != 0)
         r = accel_set_error(acc, ACCEL_ERR_IO, "gpt2_export: cannot write %s/config.json", dir);
     accel_host_free(acc, e); accel_host_free(acc, t); accel_host_free(acc, hf);
@@ -290,7 +290,7 @@ static inline accel_result gpt2_save_hf_file(accel *acc, const gpt2_config *c, c
     accel_result r = ACCEL_ERR_OUT_OF_MEMORY;
     if (e && t && hf) {
         n = gpt2_to_hf(c, params, hf, e, t);
-        r = accel_ckpt_save_safetensors(acc, path, t, n, NULL, 0);
+        r = accel_st_save(acc, path, t, n, NULL, 0);
     } else {
         accel_set_error(acc, r, "gpt2_save_hf_file: out of host memory");
     }
@@ -300,21 +300,21 @@ static inline accel_result gpt2_save_hf_file(accel *acc, const gpt2_config *c, c
 
 /* Reads the model shape of an HF GPT-2 file: V, C (wte), maxT (wpe), L (h.<l>.* present); the heads come from the
    caller (the file does not say; config.json does). prefix receives "" or "transformer.". */
-static inline accel_result gpt2_hf_probe(accel *acc, accel_ckpt_file *f, gpt2_config *c, char prefix[16]) {
+static inline accel_result gpt2_hf_probe(accel *acc, accel_st_file *f, gpt2_config *c, char prefix[16]) {
     const char *pre[2] = {"", "transformer."};
     char nm[80];
     int p, i;
     for (p = 0; p < 2; ++p) {
         snprintf(nm, sizeof nm, "%swte.weight", pre[p]);
-        if ((i = accel_ckpt_file_find(f, nm)) >= 0) break;
+        if ((i = accel_st_file_find(f, nm)) >= 0) break;
     }
     if (p == 2) return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: no wte.weight: not a GPT-2 file");
     snprintf(prefix, 16, "%s", pre[p]);
     {
-        const accel_ckpt_entry *wte = accel_ckpt_file_entry(f, i), *wpe;
+        const accel_st_entry *wte = accel_st_file_entry(f, i), *wpe;
         snprintf(nm, sizeof nm, "%swpe.weight", prefix);
-        if ((i = accel_ckpt_file_find(f, nm)) < 0) return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: no wpe.weight");
-        wpe = accel_ckpt_file_entry(f, i);
+        if ((i = accel_st_file_find(f, nm)) < 0) return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: no wpe.weight");
+        wpe = accel_st_file_entry(f, i);
         if (wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1])
             return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: wte.weight / wpe.weight have unexpected shapes");
         c->vocab_size = (int)wte->shape[0];
@@ -323,14 +323,14 @@ static inline accel_result gpt2_hf_probe(accel *acc, accel_ckpt_file *f, gpt2_co
     }
     for (c->num_layers = 0; c->num_layers < GPT2_HF_MAX_LAYERS; ++c->num_layers) {
         snprintf(nm, sizeof nm, "%sh.%d.ln_1.weight", prefix, c->num_layers);
-        if (accel_ckpt_file_find(f, nm) < 0) break;
+        if (accel_st_file_find(f, nm) < 0) break;
     }
     c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
     return ACCEL_OK;
 }
 
 /* Loads an HF GPT-2 file into our flat buffer (every tensor checked: F32, shape; padded wte rows zeroed). */
-static inline accel_result gpt2_hf_load(accel *acc, accel_ckpt_file *f, const gpt2_config *c, const char *prefix,
+static inline accel_result gpt2_hf_load(accel *acc, accel_st_file *f, const gpt2_config *c, const char *prefix,
                                  float *params) {
     int nmax = 4 + 12 * c->num_layers, n, k;
     gpt2_hf_tensor *e = (gpt2_hf_tensor *)accel_host_alloc(acc, (size_t)nmax * sizeof *e);
@@ -343,15 +343,15 @@ static inline accel_result gpt2_hf_load(accel *acc, accel_ckpt_file *f, const gp
         char nm[80];
         int i, row, col, R = e[k].rows, Cn = e[k].cols;
         int64_t want0 = R == 1 ? Cn : (e[k].transpose ? Cn : R), want1 = e[k].transpose ? R : Cn;
-        const accel_ckpt_entry *en;
+        const accel_st_entry *en;
         const unsigned char *src;
         float *dst = params + gpt2_hf_block(c, &e[k]);
         snprintf(nm, sizeof nm, "%s%s", prefix, e[k].name);
-        if ((i = accel_ckpt_file_find(f, nm)) < 0) {
+        if ((i = accel_st_file_find(f, nm)) < 0) {
             r = accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: tensor %s is missing", nm);
             break;
         }
-        en = accel_ckpt_file_entry(f, i);
+        en = accel_st_file_entry(f, i);
         if (en->dtype != ACCEL_F32 || en->ndim != (R == 1 ? 1 : 2) || en->shape[0] != want0 ||
             (R != 1 && en->shape[1] != want1)) {
             r = accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s has dtype %s and shape [%lld%s%lld], expected F32 "
@@ -577,7 +577,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
 }
 
 /* The model configuration from --init (its shapes) and the command line; 0 or an error printed. f may be NULL. */
-static inline int gpt2_resolve_config(accel *acc, const gpt2_opts *o, accel_ckpt_file *f, gpt2_config *c, char prefix[16]) {
+static inline int gpt2_resolve_config(accel *acc, const gpt2_opts *o, accel_st_file *f, gpt2_config *c, char prefix[16]) {
     const char *prog = "gpt2";
     gpt2_config_default(c);
     prefix[0] = 0;

@@ -398,7 +398,7 @@ int main(int argc, char **argv) {
     accel_coll *coll = NULL;
     accel_coll_reducer *red = NULL;
     accel_ckpt *ck = NULL;
-    accel_ckpt_file *initf = NULL;
+    accel_st_file *initf = NULL;
     accel_optim *opt = NULL;
     accel_prof *prof = NULL;
     accel_prof_desc pfd;
@@ -432,7 +432,7 @@ int main(int argc, char **argv) {
     P = acc.num_processes;
 
     /* 1. the model: from --init (Hugging Face names) or GPT-2's initialization */
-    if (o.init) CHECK(accel_ckpt_file_open(&acc, o.init, &initf));
+    if (o.init) CHECK(accel_st_file_open(&acc, o.init, &initf));
     if (gpt2_resolve_config(&acc, &o, initf, &cfg, prefix) != 0) goto fail;
     if (gpt2_alloc(&acc, &model, &cfg, B, T) != 0) {
         fprintf(stderr, "gpt2_cpu: out of memory\n");
@@ -441,7 +441,7 @@ int main(int argc, char **argv) {
     have_model = 1;
     if (initf) {
         CHECK(gpt2_hf_load(&acc, initf, &cfg, prefix, model.params));
-        accel_ckpt_file_destroy(initf);
+        accel_st_file_destroy(initf);
         initf = NULL;
     } else {
         gpt2_init_params(&cfg, model.params, o.seed);
@@ -675,7 +675,7 @@ int main(int argc, char **argv) {
 fail:
     if (lf) fclose(lf);
     if (tracking) accel_track_deinit(&trk);
-    accel_ckpt_file_destroy(initf);
+    accel_st_file_destroy(initf);
     accel_ckpt_destroy(ck);
     accel_optim_destroy(opt);
     accel_prof_destroy(prof);

@@ -606,7 +606,7 @@ int main(int argc, char **argv) {
     accel_coll *coll = NULL;
     accel_coll_reducer *red = NULL;
     accel_ckpt *ck = NULL;
-    accel_ckpt_file *initf = NULL;
+    accel_st_file *initf = NULL;
     accel_optim *opt = NULL;
     accel_prof *prof = NULL;
     accel_prof_desc pfd;
@@ -652,7 +652,7 @@ int main(int argc, char **argv) {
     peak = o.peak_tflops > 0 ? o.peak_tflops * 1e12 : peak_flops(acc.device);
 
     /* 1. the model: from --init (Hugging Face names) or GPT-2's initialization, on the host, then to the device */
-    if (o.init) CHECK(accel_ckpt_file_open(&acc, o.init, &initf));
+    if (o.init) CHECK(accel_st_file_open(&acc, o.init, &initf));
     if (gpt2_resolve_config(&acc, &o, initf, &cfg, prefix) != 0) goto fail;
     M.cfg = cfg;
     M.B = B;
@@ -663,7 +663,7 @@ int main(int argc, char **argv) {
     if (!host) goto fail;
     if (initf) {
         CHECK(gpt2_hf_load(&acc, initf, &cfg, prefix, host));
-        accel_ckpt_file_destroy(initf);
+        accel_st_file_destroy(initf);
         initf = NULL;
     } else {
         gpt2_init_params(&cfg, host, o.seed);
@@ -955,7 +955,7 @@ fail:
     if (lf) fclose(lf);
     if (tracking) accel_track_deinit(&trk);
     if (g_blas) cublasDestroy(g_blas);
-    accel_ckpt_file_destroy(initf);
+    accel_st_file_destroy(initf);
     accel_ckpt_destroy(ck);
     accel_optim_destroy(opt);
     accel_prof_destroy(prof);

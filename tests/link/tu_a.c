@@ -4,6 +4,7 @@
 #include "accel_data.h"
 #include "accel_amp.h"
 #include "accel_optim.h"
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_trackers.h"
 #include "accel_profile.h"

@@ -89,7 +89,7 @@ int main(void) {
         map[i].device = i < 2 ? 0 : i < 4 ? ACCEL_CKPT_CPU : ACCEL_CKPT_DISK; /* 2 on the GPU, 2 on the CPU, 4 on disk */
     }
     snprintf(dir, sizeof dir, "%s/ck", tmpl);
-    AT_EQ_INT(accel_ckpt_save_model(&acc, dir, t, 2 * L, "300KB"), ACCEL_OK);
+    AT_EQ_INT(accel_st_save_model(&acc, dir, t, 2 * L, "300KB"), ACCEL_OK);
     memset(&dd, 0, sizeof dd);
     dd.checkpoint = dir;
     dd.device_map = map;

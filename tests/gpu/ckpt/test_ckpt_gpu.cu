@@ -47,7 +47,7 @@ int main(void) {
     accel_tensor th[2], td[2];
     size_t nh = 0, nd = 0;
     unsigned char *bh, *bd;
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     pinned_count pc = {0, 0};
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         printf("no CUDA device: skipped\n");
@@ -75,8 +75,8 @@ int main(void) {
     td[0].ptr = dbig; td[1].ptr = dsmall;
     snprintf(ph, sizeof ph, "%s/host.safetensors", tmpl);
     snprintf(pd, sizeof pd, "%s/device.safetensors", tmpl);
-    AT_EQ_INT(accel_ckpt_save_safetensors(&acc, ph, th, 2, NULL, 0), ACCEL_OK);
-    AT_EQ_INT(accel_ckpt_save_safetensors(&acc, pd, td, 2, NULL, 0), ACCEL_OK);
+    AT_EQ_INT(accel_st_save(&acc, ph, th, 2, NULL, 0), ACCEL_OK);
+    AT_EQ_INT(accel_st_save(&acc, pd, td, 2, NULL, 0), ACCEL_OK);
     bh = slurp(ph, &nh);
     bd = slurp(pd, &nd);
     AT_CHECK(bh && bd && nh == nd && !memcmp(bh, bd, nh));
@@ -85,9 +85,9 @@ int main(void) {
     /* load into device buffers (zeroed first), compare on the host */
     cudaMemset(dbig, 0, n_big * sizeof(float));
     cudaMemset(dsmall, 0, sizeof hsmall);
-    AT_EQ_INT(accel_ckpt_file_open(&acc, ph, &f), ACCEL_OK);
-    AT_EQ_INT(accel_ckpt_file_load_all(f, td, 2), ACCEL_OK);
-    accel_ckpt_file_destroy(f);
+    AT_EQ_INT(accel_st_file_open(&acc, ph, &f), ACCEL_OK);
+    AT_EQ_INT(accel_st_file_load_all(f, td, 2), ACCEL_OK);
+    accel_st_file_destroy(f);
     cudaMemcpy(back, dbig, n_big * sizeof(float), cudaMemcpyDeviceToHost);
     AT_CHECK(!memcmp(back, hbig, n_big * sizeof(float)));
     {

@@ -298,7 +298,7 @@ static void write_worked_checkpoint(const char *dir, const char *max_shard) {
     }
     t[7] = tens("mask", ACCEL_BOOL, 3, 0);
     t[7].ptr = g_mask;
-    AT_EQ_INT(accel_ckpt_save_model(NULL, dir, t, 8, max_shard), ACCEL_OK);
+    AT_EQ_INT(accel_st_save_model(NULL, dir, t, 8, max_shard), ACCEL_OK);
 }
 static void check_tensor(accel_ckpt_dispatch *x, const char *name, int want_dev, accel_dtype want_dt, const void *src,
                          accel_dtype src_dt, size_t numel) {
@@ -424,14 +424,14 @@ static void test_dispatch(void) {
         }
         /* the offload folder is itself a checkpoint (index.json + .dat) for the tensors it holds */
         {
-            accel_ckpt_file *f = NULL;
+            accel_st_file *f = NULL;
             int e;
             AT_EQ_INT(accel_ckpt_file_open_offload(&acc, off, &f), ACCEL_OK);
-            AT_EQ_INT(accel_ckpt_file_count(f), 3);
-            e = accel_ckpt_file_find(f, "h1.l1.weight");
+            AT_EQ_INT(accel_st_file_count(f), 3);
+            e = accel_st_file_find(f, "h1.l1.weight");
             AT_CHECK(e >= 0);
-            if (e >= 0) AT_CHECK(!memcmp(accel_ckpt_file_entry(f, e)->data, g_src[3], 64));
-            accel_ckpt_file_destroy(f);
+            if (e >= 0) AT_CHECK(!memcmp(accel_st_file_entry(f, e)->data, g_src[3], 64));
+            accel_st_file_destroy(f);
         }
         dd.offload_folder = NULL;
         dd.dtype = ACCEL_DTYPE_INVALID;
@@ -545,7 +545,7 @@ static void test_layer_by_layer(void) {
         AT_EQ_INT(accel_ckpt_model_add_tensor(m, &t[2 * i + 1], 0), ACCEL_OK);
     }
     snprintf(dir, sizeof dir, "%s/e2e", g_root);
-    AT_EQ_INT(accel_ckpt_save_model(NULL, dir, t, E_L * 2, "20KB"), ACCEL_OK);
+    AT_EQ_INT(accel_st_save_model(NULL, dir, t, E_L * 2, "20KB"), ACCEL_OK);
     /* a budget of 2.5 layers: infer_auto_device_map puts the rest on disk */
     memset(&d, 0, sizeof d);
     mm[0].device = ACCEL_CKPT_CPU;

@@ -59,7 +59,7 @@ static void test_counting(const char *root) {
     accel acc;
     counter c;
     accel_ckpt *ck = NULL;
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     accel_tensor t[2];
     accel_ckpt_desc cd;
     char proj[400], dir[600], path[700];
@@ -86,17 +86,17 @@ static void test_counting(const char *root) {
     ALLOCATES(accel_parse_size(&acc, "1.5GB", &v), "parse_size of a decimal");
     AT_CHECK(v == 1500000000ull);
     snprintf(path, sizeof path, "%s/one.safetensors", root);
-    ALLOCATES(accel_ckpt_save_safetensors(&acc, path, t, 2, NULL, 0), "save_safetensors");
-    ALLOCATES(accel_ckpt_file_open(&acc, path, &f), "file_open");
-    ALLOCATES(accel_ckpt_file_load_all(f, t, 2), "file_load_all");
-    accel_ckpt_file_destroy(f);
+    ALLOCATES(accel_st_save(&acc, path, t, 2, NULL, 0), "save_safetensors");
+    ALLOCATES(accel_st_file_open(&acc, path, &f), "file_open");
+    ALLOCATES(accel_st_file_load_all(f, t, 2), "file_load_all");
+    accel_st_file_destroy(f);
     snprintf(dir, sizeof dir, "%s/state", proj);
     ALLOCATES(accel_ckpt_save_state(ck, dir, NULL, 0), "save_state");
     ALLOCATES(accel_ckpt_load_state(ck, dir), "load_state");
     ALLOCATES(accel_ckpt_verify(&acc, dir), "verify");
     snprintf(dir, sizeof dir, "%s/model", proj);
-    ALLOCATES(accel_ckpt_save_model(&acc, dir, t, 2, "300"), "save_model (sharded)");
-    ALLOCATES(accel_ckpt_load_model(&acc, dir, t, 2), "load_model (sharded)");
+    ALLOCATES(accel_st_save_model(&acc, dir, t, 2, "300"), "save_model (sharded)");
+    ALLOCATES(accel_st_load_model(&acc, dir, t, 2), "load_model (sharded)");
     AT_EQ_INT(c.live, before); /* every call freed what it allocated */
     accel_ckpt_destroy(ck);
     AT_EQ_INT(c.live, base);
@@ -110,7 +110,7 @@ static void test_counting(const char *root) {
 /* One whole cycle on acc; returns the first error (and stops there), ACCEL_OK when everything worked. */
 static accel_result cycle(accel *acc, const char *root, int k) {
     accel_ckpt *ck = NULL;
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     accel_tensor t[2];
     accel_ckpt_desc cd;
     char proj[400], dir[600], path[700];
@@ -133,13 +133,13 @@ static accel_result cycle(accel *acc, const char *root, int k) {
     if ((r = accel_ckpt_load_state(ck, NULL)) != ACCEL_OK) goto out;
     if ((r = accel_parse_size(acc, "2.5KiB", &v)) != ACCEL_OK) goto out;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if ((r = accel_ckpt_file_open(acc, path, &f)) != ACCEL_OK) goto out;
-    r = accel_ckpt_file_load_all(f, t, 1);
-    accel_ckpt_file_destroy(f);
+    if ((r = accel_st_file_open(acc, path, &f)) != ACCEL_OK) goto out;
+    r = accel_st_file_load_all(f, t, 1);
+    accel_st_file_destroy(f);
     if (r != ACCEL_OK) goto out;
     snprintf(path, sizeof path, "%s/model", proj);
-    if ((r = accel_ckpt_save_model(acc, path, t, 2, "300")) != ACCEL_OK) goto out;
-    r = accel_ckpt_load_model(acc, path, t, 2);
+    if ((r = accel_st_save_model(acc, path, t, 2, "300")) != ACCEL_OK) goto out;
+    r = accel_st_load_model(acc, path, t, 2);
 out:
     accel_ckpt_destroy(ck);
     return r;

@@ -91,7 +91,7 @@ static accel_result scenario(accel *acc, counter *c, const char *root, int recor
     accel_optim_desc od;
     accel_ckpt *ck = NULL;
     accel_ckpt_desc cd;
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     accel_track trk;
     accel_track_desc td;
     accel_track_value v[2];
@@ -149,10 +149,10 @@ static accel_result scenario(accel *acc, counter *c, const char *root, int recor
     TRY(accel_ckpt_save_state(ck, dir, NULL, 0));
     TRY(accel_ckpt_load_state(ck, dir));
     snprintf(dir, sizeof dir, "%s/model", root);
-    TRY(accel_ckpt_save_model(acc, dir, p, 1, "10GB"));
+    TRY(accel_st_save_model(acc, dir, p, 1, "10GB"));
     snprintf(dir, sizeof dir, "%s/model/model.safetensors", root);
-    TRY(accel_ckpt_file_open(acc, dir, &f));
-    TRY(accel_ckpt_file_load(f, p));
+    TRY(accel_st_file_open(acc, dir, &f));
+    TRY(accel_st_file_load(f, p));
     PHASE(5);
     memset(&td, 0, sizeof td);
     td.log_with = ACCEL_TRACK_ALL;
@@ -177,7 +177,7 @@ done:
     if (r != ACCEL_OK) snprintf(g_msg, sizeof g_msg, "%s", accel_last_error(acc));
     accel_prof_destroy(prof);
     if (track_ok) accel_track_deinit(&trk);
-    accel_ckpt_file_destroy(f);
+    accel_st_file_destroy(f);
     accel_ckpt_destroy(ck);
     accel_optim_destroy(opt);
     if (scaler_ok) accel_amp_scaler_deinit(&sc);
