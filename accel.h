@@ -148,6 +148,8 @@
        cpu=True and otherwise silently runs P independent single-process jobs.
      - Conflicting launcher environments are an error instead of "first wins".
      - adjust_scheduler is honoured (policy 3); Accelerate drops the setting.
+     - find_executable_batch_size retries on ACCEL_ERR_OUT_OF_MEMORY returned by the step (accel_attempt_*_alloc
+       report it), not on a matched exception message; the default reduction is Accelerate 1.x's int(0.9 * size).
 
    THREADS AND STREAMS
      An accel is used by one thread at a time. Device work is enqueued on acc.stream (user-settable; NULL = the

@@ -8,5 +8,6 @@
 #include "accel_optim.h"
 #include "accel_safetensors.h"
 #include "accel_ckpt.h"
+#include "accel_bigmodel.h"
 #include "accel_trackers.h"
 #include "accel_profile.h"

@@ -1,16 +1,19 @@
-/* Fixture for the Python interop checks (check_interop.py, check_safetensors_ref.py):
-     ckpt_fixture write DIR       writes DIR/all.safetensors (every dtype, 0-rank, empty, Unicode/escaped names,
-                                  metadata), DIR/model (sharded save_model) and DIR/state (save_state)
-     ckpt_fixture write-ref DIR   writes DIR/ref.safetensors: w_<dtype> [2, 3+i] for 12 dtypes, "" (U8 [3]), scalar
-                                  (F32 []), z_BF16 [2, 2], pattern(i) each, metadata {"format": "pt"}
-     ckpt_fixture read FILE       loads every tensor of FILE through accel and prints, per tensor:
-                                  hex(name) dtype dims… nbytes xxh64(bytes) — then "meta hex(key) hex(value)" lines
-                                  (whole keys and values, U+0000 included)
-     ckpt_fixture meta-get FILE KEY   hex of accel_st_file_metadata_get(KEY), exit 1 when absent
-     ckpt_fixture write-offload DIR   accel_ckpt_offload_save of the OFFLOAD_* tensors below (pattern(i) each) into DIR
-     ckpt_fixture read-offload DIR    as read, of an offload folder (index.json + .dat) through accel_ckpt_file_open_offload
+/* Fixture for the Python interop checks of the file formats (safetensors: check_interop.py, check_safetensors_ref.py;
+   bigmodel: check_offload.py):
+     format_fixture write DIR       writes DIR/all.safetensors (every dtype, 0-rank, empty, Unicode/escaped names,
+                                    metadata), DIR/model (sharded save_model) and DIR/state (save_state)
+     format_fixture write-ref DIR   writes DIR/ref.safetensors: w_<dtype> [2, 3+i] for 12 dtypes, "" (U8 [3]), scalar
+                                    (F32 []), z_BF16 [2, 2], pattern(i) each, metadata {"format": "pt"}
+     format_fixture read FILE       loads every tensor of FILE through accel and prints, per tensor:
+                                    hex(name) dtype dims… nbytes xxh64(bytes) — then "meta hex(key) hex(value)" lines
+                                    (whole keys and values, U+0000 included)
+     format_fixture meta-get FILE KEY   hex of accel_st_file_metadata_get(KEY), exit 1 when absent
+     format_fixture write-offload DIR   accel_bm_offload_save of the OFFLOAD_* tensors below (pattern(i) each) into DIR
+     format_fixture read-offload DIR    as read, of an offload folder (index.json + .dat) through accel_bm_offload_open
    (check_offload.py: both directions against Accelerate's offload_state_dict / load_offloaded_weight) */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
+#include "accel_bigmodel.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +76,7 @@ static int do_write(const char *dir) {
 static int do_read_any(const char *file, int offload) {
     accel_st_file *f = NULL;
     int i, k;
-    if ((offload ? accel_ckpt_file_open_offload(NULL, file, &f) : accel_st_file_open(NULL, file, &f)) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+    if ((offload ? accel_bm_offload_open(NULL, file, &f) : accel_st_file_open(NULL, file, &f)) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
     for (i = 0; i < accel_st_file_count(f); ++i) {
         const accel_st_entry *e = accel_st_file_entry(f, i);
         accel_tensor t;
@@ -128,7 +131,7 @@ static int do_write_offload(const char *dir) {
         if (OFFLOAD_T[i].dt == ACCEL_BOOL) for (k = 0; k < (int)nb; ++k) ((unsigned char *)bufs[i])[k] &= 1;
         t[i].ptr = bufs[i];
     }
-    if (accel_ckpt_offload_save(NULL, dir, t, n) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); rc = 1; }
+    if (accel_bm_offload_save(NULL, dir, t, n) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); rc = 1; }
     for (i = 0; i < n; ++i) free(bufs[i]);
     return rc;
 }
@@ -184,6 +187,6 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "read-offload")) return do_read_any(argv[2], 1);
     if (argc == 3 && !strcmp(argv[1], "write-offload")) return do_write_offload(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "meta-get")) return do_meta_get(argv[2], argv[3]);
-    fprintf(stderr, "usage: ckpt_fixture write DIR | write-ref DIR | read FILE | meta-get FILE KEY\n");
+    fprintf(stderr, "usage: format_fixture write DIR | write-ref DIR | read FILE | meta-get FILE KEY\n");
     return 2;
 }

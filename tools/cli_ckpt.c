@@ -6,6 +6,7 @@
                                    the save_model sharding plan as one JSON object, writing nothing
      accel size STRING             the byte count of a size string (docs/semantics.md policy 6)
    Exit codes: 0 ok, 1 failure (bad file, failed check), 2 usage error (including an invalid size). */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "cli.h"
 #include <dirent.h>

@@ -3,6 +3,7 @@
      bench_ckpt [BYTES]   default 1 GiB in 16 F32 tensors; files go to $ACCEL_BENCH_DIR (default: the cwd)
    Load is compared like with like: both read into the same user buffers; "warm" = both files in the page cache,
    "cold" = both dropped from it with posix_fadvise(DONTNEED) after fsync (clean pages) right before reading. */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include <fcntl.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
    parser reads). Goal: load ≥ 1.0 × safetensors.torch; save is reported against both peers.
    Exits 77 without a device. usage: bench_ckpt_gpu [TORCH_PEER_GPU_PY] [REPS] [DIR] */
 #include "accel.h"
-#include "accel_ckpt.h"
+#include "accel_safetensors.h"
 #include "../gpu_bench.h"
 #include <time.h>
 #include <unistd.h>

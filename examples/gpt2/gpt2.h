@@ -29,7 +29,7 @@
 #ifndef GPT2_H_INCLUDED
 #define GPT2_H_INCLUDED
 #include "accel.h"
-#include "accel_ckpt.h"
+#include "accel_safetensors.h"
 #include "accel_data.h"
 #include "accel_optim.h"
 #include <math.h>

@@ -25,6 +25,7 @@
    are. The LR schedule reads acc.scheduler_steps (P per optimizer step). */
 #include "accel.h"
 #include "accel_amp.h"
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_collectives.h"
 #include "accel_data.h"

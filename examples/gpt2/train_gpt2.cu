@@ -30,6 +30,7 @@
    Exit status 77 when there is no CUDA device (the test suite's "skip"). */
 #include "accel.h"
 #include "accel_amp.h"
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_collectives.h"
 #include "accel_data.h"

@@ -3,6 +3,7 @@
    from the same data on the host; loading into device buffers must give back the bytes; save_state/load_state with
    device-resident model tensors round-trips; the staging buffers come from desc.pinned_allocator (a counting one
    here) and all go back to it. Exits 77 (skip) without a CUDA device. */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include <cuda_runtime.h>

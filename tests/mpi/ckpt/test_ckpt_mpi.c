@@ -8,6 +8,7 @@
                                   else seed0 + rank (accel_state_load_resharded's re-derivation)
      test_ckpt_mpi loadbad DIR    rank 1 registers a wrong shape: every rank fails, nothing is applied anywhere (the
                                   counters and RNG included) */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include <stdlib.h>

@@ -6,7 +6,7 @@
    usage: test_fp8_ckpt ACCEL_CLI PYTHON3 */
 #include "accel.h"
 #include "accel_amp.h"
-#include "accel_ckpt.h"
+#include "accel_safetensors.h"
 #include "accel_test.h"
 #include <stdint.h>
 #include <stdlib.h>

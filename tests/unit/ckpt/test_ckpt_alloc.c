@@ -8,6 +8,7 @@
    stb_ds follows the host allocator of the Accelerator initialized last (accel.h "MEMORY"), so the failing one
    also fails stb_ds's growth: the module grows its arrays through the core's checked ACCEL__ARR_PUT and uses no
    stb_ds hash map (whose growth cannot be checked), so those failures are errors too. */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include "accel_test_fs.h"

@@ -17,7 +17,9 @@
 #define ACCEL_IMPLEMENTATION
 #include "accel.h"
 #include "accel_amp.h"
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
+#include "accel_bigmodel.h"
 #include "accel_collectives.h"
 #include "accel_data.h"
 #include "accel_optim.h"

@@ -1,4 +1,4 @@
-/* The checkpoint loader's parallel reads (accel_ckpt.h: a device load preads each 8 MiB staging chunk with up to 4
+/* The checkpoint loader's parallel reads (accel_safetensors.h: a device load preads each 8 MiB staging chunk with up to 4
    threads, each a 4 KiB-aligned slice). Driven here on the CPU through the private helpers:
      - every length/offset pair (slice edges, sub-MiB chunks read by the caller alone, unaligned offsets) gives the
        bytes the generator wrote, checked against the generator itself (not against another read);
@@ -88,5 +88,5 @@ int main(void) {
     rmdir(dir);
     free(data);
     free(buf);
-    return at_finish("ckpt-readers");
+    return at_finish("safetensors-readers");
 }
