@@ -156,7 +156,7 @@ ACCEL_API accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, acc
 /* Loads state that every rank saved separately: bufs[i] / sizes[i] are saved rank i's bytes, count = the number of
    processes of the saving run (it may differ from this run's: re-partition here). Validate everything, then apply. */
 typedef accel_result (*accel_ckpt_load_all_fn)(void *obj, const void *const *bufs, const size_t *sizes, int count);
-/* Per-rank state (e.g. ZeRO optimizer shards, accel_coll_zero_state_save / _load_all): EVERY process writes
+/* Per-rank state (e.g. ZeRO optimizer shards, accel_zero_state_save / _load_all): EVERY process writes
    <name>_<rank>.bin with save(obj, ...); load_state reads every saved rank's file on every process and calls
    load(obj, bufs, sizes, count) — the saving run's process count may differ. name as for accel_ckpt_register
    (required). */

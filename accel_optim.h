@@ -141,7 +141,7 @@
    tensors and step counts are per view. For checkpoints that load on another partition,
    accel_optim_shard_state_save/_load (obj: accel_optim_shard_state {opt, full}) write the state bytes with the
    whole parameters' element counts (full[i]) instead of the views' and put this optimizer's back on load; the
-   moments go through accel_coll_zero_export/_import (see accel_collectives.h ZeRO).
+   moments go through accel_zero_export/_import (see accel_collectives.h ZeRO).
 
    DIFFERENCES FROM TORCH (deliberate)
      - weight_decay defaults to 0 (torch AdamW: 1e-2), so zero-initialized descriptors mean "no decay".
