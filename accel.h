@@ -41,8 +41,8 @@
          accel_data_shard sh;  accel_data_shard_desc dd = {0};   dd.dataset_len = N; dd.batch_size = B; dd.shuffle = 1;
          accel_data_shard_init(&acc, &sh, &dd);                   // collective: ranks must agree on the config
          accel_coll *coll;     accel_coll_create(&acc, NULL, &coll);
-         accel_coll_reducer *red;  accel_coll_reducer_create(coll, NULL, &red);
-         accel_coll_reducer_add(red, grads, ngrads);              // accel_tensor[]
+         accel_ddp *red;  accel_ddp_create(coll, NULL, &red);
+         accel_ddp_add(red, grads, ngrads);              // accel_tensor[]
          accel_amp_scaler sc;  accel_amp_scaler_init(&acc, &sc, NULL);   // scales only in fp16
          accel_ckpt *ck;       accel_ckpt_create(&acc, &cd, &ck);        // cd.automatic_checkpoint_naming = 1
          accel_ckpt_register_model(ck, params, nparams);
@@ -55,7 +55,7 @@
              while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) {   // n == 0: epoch over, next epoch
                  accel_accumulate_begin(&acc);                    // acc.sync_gradients
                  forward_backward(idx, n, accel_amp_loss_scale(&sc) / accel_loss_divisor(&acc));
-                 if (accel_should_reduce(&acc)) accel_coll_reducer_wait(red);   // or grad_ready per bucket
+                 if (accel_should_reduce(&acc)) accel_ddp_wait(red);   // or grad_ready per bucket
                  if (acc.sync_gradients) {
                      int found_inf = 0;
                      accel_amp_unscale_and_check(&sc, grads, ngrads, &found_inf);
@@ -76,8 +76,8 @@
      core          accel_init, accel_wait_for_everyone, accel_host_* , accel_check_trigger,
                    accel_main_process_first_begin/_end, accel_local_main_process_first_begin/_end,
                    accel_synchronize_rng_state, accel_gather_object, accel_broadcast_object_list
-     collectives   accel_coll_create, every accel_coll_* data operation, accel_coll_reducer_finalize (or the
-                   first grad_ready/wait), accel_coll_reducer_wait on a step that reduces
+     collectives   accel_coll_create, every accel_coll_* data operation, accel_ddp_finalize (or the
+                   first grad_ready/wait), accel_ddp_wait on a step that reduces
      data          accel_data_shard_init, accel_data_seq_init (their configuration agreement check)
      amp           accel_amp_unscale_and_check (found_inf is OR-ed), accel_amp_clip_grad_norm/_grad_norm with
                    ACCEL_AMP_CLIP_SHARDED

@@ -94,7 +94,7 @@
 #ifndef ACCEL_ZERO_H_INCLUDED
 #define ACCEL_ZERO_H_INCLUDED
 #include "accel.h"
-#include "accel_collectives.h" /* the communicator; stage 1's reducer */
+#include "accel_ddp.h" /* stage 1's reducer, and through it accel_collectives.h's communicator */
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -180,7 +180,7 @@ ACCEL_API accel_result accel_zero_state_load_all(void *state, const void *const 
 /* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__ZERO_IMPL_DONE)
 #define ACCEL__ZERO_IMPL_DONE
-#include "accel_collectives.h" /* its implementation first, when this TU included the header before */
+#include "accel_ddp.h" /* its implementation (and the communicator's) first, when included before */
 /* CONTENTS (the core's private services come from accel.h's implementation section, the communicator's internals —
    accel_coll's fields, accel__coll_copy / _copy_same / _prescale / _alloc_mem / _host_op / _agree / _orphan / _null /
    _reducible — from accel_collectives.h's; both precede this one in the same TU)
@@ -266,7 +266,7 @@ struct accel_zero {
     int64_t *off;            /* n + 1 flat offsets */
     accel_tensor *grads;     /* copies of desc.grads (no names) */
     accel_dtype gdt;         /* stage 2: the gradients' dtype */
-    accel_coll_reducer *red; /* stage 1 */
+    accel_ddp *red; /* stage 1 */
     /* stage 2 */
     void *shard_grad;        /* part.shard elements of gdt (at least 1) */
     accel__zero_bucket *buckets;
@@ -321,7 +321,7 @@ ACCEL__DEF void accel_zero_destroy(accel_zero *z) {
         stbds_arrfree(z->slot_req[k]);
         accel_coll_free(z->c, z->slot[k]);
     }
-    accel_coll_reducer_destroy(z->red);
+    accel_ddp_destroy(z->red);
     accel_coll_free(z->c, z->shard_grad);
     accel_coll_free(z->c, z->gbuf);
     accel_host_free(acc, z->off);
@@ -475,14 +475,14 @@ ACCEL__DEF accel_result accel_zero_create(accel_coll *c, const accel_zero_desc *
     r = accel__coll_agree(c, r, "accel_zero_create");
     if (r == ACCEL_OK) r = accel__zero_check_layout(z);
     if (r == ACCEL_OK && z->stage == 1) {
-        accel_coll_reducer_desc rd;
+        accel_ddp_desc rd;
         memset(&rd, 0, sizeof rd);
         rd.bucket_cap_mb = d.bucket_cap_mb;
         rd.no_average = d.no_average;
-        r = accel_coll_reducer_create(c, &rd, &z->red);
-        if (r == ACCEL_OK) r = accel_coll_reducer_add(z->red, d.grads, d.n);
+        r = accel_ddp_create(c, &rd, &z->red);
+        if (r == ACCEL_OK) r = accel_ddp_add(z->red, d.grads, d.n);
         r = accel__coll_agree(c, r, "accel_zero_create (reducer)");
-        if (r == ACCEL_OK) r = accel_coll_reducer_finalize(z->red); /* collective, agrees itself */
+        if (r == ACCEL_OK) r = accel_ddp_finalize(z->red); /* collective, agrees itself */
     } else if (r == ACCEL_OK) {
         if (d.n > 0) z->gdt = d.grads[0].dtype;
         else z->gdt = ACCEL_F32;
@@ -641,7 +641,7 @@ static void accel__zero_reset(accel_zero *z) {
 
 ACCEL__DEF accel_result accel_zero_grad_ready(accel_zero *z, int index) {
     if (!z) return accel__zero_null();
-    if (z->stage == 1) return accel_coll_grad_ready(z->red, index);
+    if (z->stage == 1) return accel_ddp_grad_ready(z->red, index);
     if (index < 0 || index >= z->n)
         return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_grad_ready: index %d is not a gradient (0..%d)",
                            index, z->n - 1);
@@ -657,7 +657,7 @@ ACCEL__DEF accel_result accel_zero_wait(accel_zero *z) {
     accel_result r, first = ACCEL_OK;
     int b, k;
     if (!z) return accel__zero_null();
-    if (z->stage == 1) return accel_coll_reducer_wait(z->red);
+    if (z->stage == 1) return accel_ddp_wait(z->red);
     if (!z->shard_grad) return ACCEL_OK; /* one process */
     if (!accel_should_reduce(z->c->acc)) {
         accel__zero_reset(z);

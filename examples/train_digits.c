@@ -31,6 +31,7 @@
 #include "accel.h"
 #include "accel_ckpt.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_zero.h"
 #include "accel_data.h"
 #include "accel_amp.h"
@@ -253,12 +254,12 @@ static accel_result log_scalars(accel *acc, const opts *o, int64_t step, double 
 /* DDP's reducer: the four gradients are registered once; after backward each is marked ready in the order backward
    finishes them (fc2 first) and full buckets are all-reduced (averaged) right away. By default the reducer sees
    one contiguous fp32 buffer and does a single in-place all-reduce; --bucket-kb N forces N-KiB buckets. */
-static accel_result reduce_gradients(accel_coll_reducer *red) {
+static accel_result reduce_gradients(accel_ddp *red) {
     accel_result r;
     int k;
     for (k = 3; k >= 0; --k)
-        if ((r = accel_coll_grad_ready(red, k)) != ACCEL_OK) return r;
-    return accel_coll_reducer_wait(red);
+        if ((r = accel_ddp_grad_ready(red, k)) != ACCEL_OK) return r;
+    return accel_ddp_wait(red);
 }
 /* ZeRO: the same hand-over; stage 2 leaves each rank only its shard of the averaged gradients */
 static accel_result reduce_gradients_zero(accel_zero *z) {
@@ -383,7 +384,7 @@ int main(int argc, char **argv) {
     accel_tensor grads[4], params[4], moms[4];
     progress pg;
     accel_coll *coll = NULL;
-    accel_coll_reducer *red = NULL;
+    accel_ddp *red = NULL;
     accel_zero *zero = NULL;        /* --zero: the partition and its communication */
     accel_optim *zopt = NULL;            /* --zero: SGD over this rank's shard */
     accel_tensor zgrads[4];              /* --zero: the gradients the optimizer reads (stage 2: the shard's) */
@@ -490,7 +491,7 @@ int main(int argc, char **argv) {
     /* 3. collectives: the process group's communicator and the gradient reducer */
     {
         accel_coll_desc cdesc;
-        accel_coll_reducer_desc rd;
+        accel_ddp_desc rd;
         memset(&cdesc, 0, sizeof cdesc);
         cdesc.no_watchdog = o.no_watchdog;
         CHECK(accel_coll_create(&acc, &cdesc, &coll));
@@ -519,9 +520,9 @@ int main(int argc, char **argv) {
             od.index_offset = (uint64_t)accel_zero_get_partition(zero)->begin;
             CHECK(accel_optim_create(&acc, &od, &zopt));
         } else {
-            CHECK(accel_coll_reducer_create(coll, &rd, &red));
-            CHECK(accel_coll_reducer_add(red, grads, 4));
-            CHECK(accel_coll_reducer_finalize(red));
+            CHECK(accel_ddp_create(coll, &rd, &red));
+            CHECK(accel_ddp_add(red, grads, 4));
+            CHECK(accel_ddp_finalize(red));
         }
     }
 
@@ -706,7 +707,7 @@ fail:
     if (have_scaler) accel_amp_scaler_deinit(&scaler);
     accel_prof_destroy(prof);
     accel_ckpt_destroy(ck);
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     accel_optim_destroy(zopt);
     accel_zero_destroy(zero);
     accel_coll_destroy(coll);

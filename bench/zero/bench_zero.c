@@ -6,6 +6,7 @@
    usage: mpirun -np P bench_zero [steps]   (prints a table on rank 0 and JSON lines, DESIGN.md → Testing) */
 #include "accel.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_zero.h"
 #include "accel_optim.h"
 #include <math.h>
@@ -49,7 +50,7 @@ static int cmp_d(const void *a, const void *b) {
 
 /* median seconds per step of `mode` (0 unsharded, 1 ZeRO-1, 2 ZeRO-2) and the bytes it allocated */
 static double run(accel_coll *c, int mode, int steps, long long *bytes) {
-    accel_coll_reducer *red = NULL;
+    accel_ddp *red = NULL;
     accel_zero *z = NULL;
     accel_optim *opt = NULL;
     accel_optim_desc od;
@@ -61,9 +62,9 @@ static double run(accel_coll *c, int mode, int steps, long long *bytes) {
     od.lr = 1e-4;
     od.nparams = NT;
     if (mode == 0) {
-        CK(accel_coll_reducer_create(c, NULL, &red));
-        CK(accel_coll_reducer_add(red, grads, NT));
-        CK(accel_coll_reducer_finalize(red));
+        CK(accel_ddp_create(c, NULL, &red));
+        CK(accel_ddp_add(red, grads, NT));
+        CK(accel_ddp_finalize(red));
         od.params = params; od.grads = grads;
     } else {
         accel_zero_desc zd;
@@ -80,8 +81,8 @@ static double run(accel_coll *c, int mode, int steps, long long *bytes) {
         fill_grads(s);
         accel_wait_for_everyone(&acc);
         t0 = accel_now();
-        for (i = NT - 1; i >= 0; --i) CK(mode == 0 ? accel_coll_grad_ready(red, i) : accel_zero_grad_ready(z, i));
-        CK(mode == 0 ? accel_coll_reducer_wait(red) : accel_zero_wait(z));
+        for (i = NT - 1; i >= 0; --i) CK(mode == 0 ? accel_ddp_grad_ready(red, i) : accel_zero_grad_ready(z, i));
+        CK(mode == 0 ? accel_ddp_wait(red) : accel_zero_wait(z));
         CK(accel_optim_step(opt, NULL));
         if (mode) CK(accel_zero_gather(z, params, NT));
         if (s >= 0) t[s] = accel_now() - t0;
@@ -92,7 +93,7 @@ static double run(accel_coll *c, int mode, int steps, long long *bytes) {
     med = t[steps / 2];
     accel_optim_destroy(opt);
     accel_zero_destroy(z);
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     free(t);
     return med;
 }

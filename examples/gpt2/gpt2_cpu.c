@@ -28,6 +28,7 @@
 #include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_data.h"
 #include "accel_optim.h"
 #include "accel_profile.h"
@@ -397,7 +398,7 @@ int main(int argc, char **argv) {
     accel_data_seq_loader ld;
     accel_data_seq_desc sd;
     accel_coll *coll = NULL;
-    accel_coll_reducer *red = NULL;
+    accel_ddp *red = NULL;
     accel_ckpt *ck = NULL;
     accel_st_file *initf = NULL;
     accel_optim *opt = NULL;
@@ -473,9 +474,9 @@ int main(int argc, char **argv) {
           in-place all-reduce (averaged) after backward. (A trainer that overlaps communication with backward would
           register them in the order backward finishes them and call grad_ready as each is done.) */
     CHECK(accel_coll_create(&acc, NULL, &coll));
-    CHECK(accel_coll_reducer_create(coll, NULL, &red));
-    CHECK(accel_coll_reducer_add(red, grads, GPT2_NUM_TENSORS));
-    CHECK(accel_coll_reducer_finalize(red));
+    CHECK(accel_ddp_create(coll, NULL, &red));
+    CHECK(accel_ddp_add(red, grads, GPT2_NUM_TENSORS));
+    CHECK(accel_ddp_finalize(red));
 
     /* 4. checkpoints: weights + AdamW moments as safetensors, the optimizer's step counts and the loader's position as
           bytes, the step counters and RNG in accel's own state; load_state resumes all of it */
@@ -527,7 +528,7 @@ int main(int argc, char **argv) {
                 "x seq %d x accum %d | %lld global batches per epoch | reducer: %s\n", cfg.num_layers, cfg.num_heads,
                 cfg.channels, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, model.nparams, P, B, T,
                 acc.gradient_accumulation_steps, (long long)accel_data_seq_len(&ld),
-                accel_coll_reducer_is_flat(red) ? "one in-place all-reduce" : "buckets");
+                accel_ddp_is_flat(red) ? "one in-place all-reduce" : "buckets");
     if (o.bench_noop) accel_print(&acc, "BENCHMARK: accel's calls are no-ops\n");
 
     /* the profiler: disabled without --profile (then every begin/end below is one flag test); one profiler step per
@@ -585,8 +586,8 @@ int main(int argc, char **argv) {
         }
         if (accel_should_reduce(&acc)) {
             PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
-            for (k = 0; k < GPT2_NUM_TENSORS; ++k) CHECK(accel_coll_grad_ready(red, k));
-            CHECK(accel_coll_reducer_wait(red)); /* average over ranks */
+            for (k = 0; k < GPT2_NUM_TENSORS; ++k) CHECK(accel_ddp_grad_ready(red, k));
+            CHECK(accel_ddp_wait(red)); /* average over ranks */
             PROF_END(ACCEL_PROF_GRAD_SYNC);
         }
         if (acc.sync_gradients) {
@@ -680,7 +681,7 @@ fail:
     accel_ckpt_destroy(ck);
     accel_optim_destroy(opt);
     accel_prof_destroy(prof);
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     accel_coll_destroy(coll);
     accel_data_seq_deinit(&ld);
     accel_host_free(&acc, win);

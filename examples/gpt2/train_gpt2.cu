@@ -33,6 +33,7 @@
 #include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_data.h"
 #include "accel_optim.h"
 #include "accel_profile.h"
@@ -605,7 +606,7 @@ int main(int argc, char **argv) {
     accel_data_seq_desc sd;
     accel_data_stager stager;
     accel_coll *coll = NULL;
-    accel_coll_reducer *red = NULL;
+    accel_ddp *red = NULL;
     accel_ckpt *ck = NULL;
     accel_st_file *initf = NULL;
     accel_optim *opt = NULL;
@@ -718,9 +719,9 @@ int main(int argc, char **argv) {
 
     /* 3. gradient reducer: one contiguous fp32 buffer → one in-place all-reduce (NCCL between GPUs; nothing on one) */
     CHECK(accel_coll_create(&acc, NULL, &coll));
-    CHECK(accel_coll_reducer_create(coll, NULL, &red));
-    CHECK(accel_coll_reducer_add(red, grads, GPT2_NUM_TENSORS));
-    CHECK(accel_coll_reducer_finalize(red));
+    CHECK(accel_ddp_create(coll, NULL, &red));
+    CHECK(accel_ddp_add(red, grads, GPT2_NUM_TENSORS));
+    CHECK(accel_ddp_finalize(red));
 
     /* 4. checkpoints: fp32 master weights and moments (device buffers, staged by accel), the optimizer's step counts,
           loader, counters, RNG */
@@ -780,7 +781,7 @@ int main(int argc, char **argv) {
                 "seq %d x accum %d | bf16%s | %lld global batches per epoch | reducer: %s%s\n", cfg.num_layers,
                 cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, M.n, P, B, T,
                 acc.gradient_accumulation_steps, o.sr ? " (stochastic rounding)" : "",
-                (long long)accel_data_seq_len(&ld), accel_coll_reducer_is_flat(red) ? "one in-place all-reduce" : "buckets",
+                (long long)accel_data_seq_len(&ld), accel_ddp_is_flat(red) ? "one in-place all-reduce" : "buckets",
                 o.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
 
     /* the profiler: disabled without --profile (then every begin/end below is one flag test); one profiler step per
@@ -845,8 +846,8 @@ int main(int argc, char **argv) {
             }
             if (accel_should_reduce(&acc)) {
                 PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
-                for (k = 0; k < GPT2_NUM_TENSORS; ++k) CHECK(accel_coll_grad_ready(red, k));
-                CHECK(accel_coll_reducer_wait(red)); /* average over ranks (NCCL on acc.stream) */
+                for (k = 0; k < GPT2_NUM_TENSORS; ++k) CHECK(accel_ddp_grad_ready(red, k));
+                CHECK(accel_ddp_wait(red)); /* average over ranks (NCCL on acc.stream) */
                 PROF_END(ACCEL_PROF_GRAD_SYNC);
             }
             if (acc.sync_gradients) {
@@ -960,7 +961,7 @@ fail:
     accel_ckpt_destroy(ck);
     accel_optim_destroy(opt);
     accel_prof_destroy(prof);
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     accel_coll_destroy(coll);
     if (have_stager) accel_data_stager_deinit(&stager);
     accel_data_seq_deinit(&ld);

@@ -3,6 +3,7 @@
 #define ACCEL_IMPLEMENTATION
 #include "accel.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_zero.h"
 #include "accel_data.h"
 #include "accel_amp.h"

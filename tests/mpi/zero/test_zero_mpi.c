@@ -8,6 +8,7 @@
 #include "accel.h"
 #include "accel_ckpt.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_zero.h"
 #include "accel_optim.h"
 #include "accel_test.h"
@@ -178,8 +179,8 @@ static int models_equal_bf16(const model *a, const model *b) {
 static void equivalence(accel_coll *c, double cap_mb) {
     model ref;
     zrun z1, z2;
-    accel_coll_reducer *red = NULL;
-    accel_coll_reducer_desc rd;
+    accel_ddp *red = NULL;
+    accel_ddp_desc rd;
     accel_optim *ropt;
     int mb, i, bw;
     int64_t steps = -1;
@@ -190,16 +191,16 @@ static void equivalence(accel_coll *c, double cap_mb) {
     model_make(&ref);
     memset(&rd, 0, sizeof rd);
     rd.bucket_cap_mb = cap_mb;
-    AT_EQ_INT(accel_coll_reducer_create(c, &rd, &red), ACCEL_OK);
-    AT_EQ_INT(accel_coll_reducer_add(red, ref.tg, NP), ACCEL_OK);
+    AT_EQ_INT(accel_ddp_create(c, &rd, &red), ACCEL_OK);
+    AT_EQ_INT(accel_ddp_add(red, ref.tg, NP), ACCEL_OK);
     ropt = make_opt(ref.tp, ref.tg, ref.tm, 0);
     AT_CHECK(zrun_make(&z1, c, 1, cap_mb, 0));
     AT_CHECK(zrun_make(&z2, c, 2, cap_mb, 0));
     for (mb = 0; mb < 100; ++mb) { /* gradient_accumulation_steps 2: 50 optimizer steps */
         accel_accumulate_begin(&acc);
         add_grads(&ref, mb, 0);
-        for (i = NP - 1; i >= 0; --i) AT_EQ_INT(accel_coll_grad_ready(red, i), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+        for (i = NP - 1; i >= 0; --i) AT_EQ_INT(accel_ddp_grad_ready(red, i), ACCEL_OK);
+        AT_EQ_INT(accel_ddp_wait(red), ACCEL_OK);
         AT_EQ_INT(zrun_micro(&z1, mb, 0), ACCEL_OK);
         AT_EQ_INT(zrun_micro(&z2, mb, 0), ACCEL_OK);
         if (acc.sync_gradients) {
@@ -234,7 +235,7 @@ static void equivalence(accel_coll *c, double cap_mb) {
     zrun_free(&z1);
     zrun_free(&z2);
     accel_optim_destroy(ropt);
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     model_free(&ref);
 }
 

@@ -21,6 +21,8 @@
 #include "accel_ckpt.h"
 #include "accel_bigmodel.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
+#include "accel_zero.h"
 #include "accel_data.h"
 #include "accel_optim.h"
 #include "accel_profile.h"
@@ -87,7 +89,7 @@ static accel_result scenario(accel *acc, counter *c, const char *root, int recor
     accel_data_shard sh;
     accel_data_shard_desc dd;
     accel_coll *coll = NULL;
-    accel_coll_reducer *red = NULL;
+    accel_ddp *red = NULL;
     accel_amp_scaler sc;
     accel_optim *opt = NULL;
     accel_optim_desc od;
@@ -123,9 +125,9 @@ static accel_result scenario(accel *acc, counter *c, const char *root, int recor
     TRY(accel_data_shard_next(&sh, idx, &n));
     PHASE(1);
     TRY(accel_coll_create(acc, NULL, &coll));
-    TRY(accel_coll_reducer_create(coll, NULL, &red));
-    TRY(accel_coll_reducer_add(red, g, 1));
-    TRY(accel_coll_reducer_wait(red));
+    TRY(accel_ddp_create(coll, NULL, &red));
+    TRY(accel_ddp_add(red, g, 1));
+    TRY(accel_ddp_wait(red));
     PHASE(2);
     TRY(accel_amp_scaler_init(acc, &sc, NULL));
     scaler_ok = 1;
@@ -183,7 +185,7 @@ done:
     accel_ckpt_destroy(ck);
     accel_optim_destroy(opt);
     if (scaler_ok) accel_amp_scaler_deinit(&sc);
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     accel_coll_destroy(coll);
     if (shard_ok) accel_data_shard_deinit(&sh);
     return r;

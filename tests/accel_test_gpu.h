@@ -1,0 +1,68 @@
+/* Harness helpers of the CUDA tests (tests/gpu): the skip without a device, allocators that count what a module takes
+   from desc.pinned_allocator / desc.device_allocator, host <-> device copies that check their CUDA calls, and a small
+   deterministic generator. Include after accel_test.h, in a .cu file. */
+#ifndef ACCEL_TEST_GPU_H
+#define ACCEL_TEST_GPU_H
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* In main: exits 77 (meson: skipped) when no CUDA device is present; count receives the number of devices. */
+#define AT_SKIP_WITHOUT_GPU(count)                                                                                  \
+    do {                                                                                                            \
+        if (cudaGetDeviceCount(&(count)) != cudaSuccess || (count) == 0) {                                          \
+            printf("no CUDA device: skipped\n");                                                                    \
+            return 77;                                                                                              \
+        }                                                                                                           \
+    } while (0)
+/* In main, after accel_init: exits 77 when the node has fewer devices than local ranks (one GPU per rank). */
+#define AT_SKIP_WITHOUT_GPU_PER_RANK(count, acc)                                                                    \
+    do {                                                                                                            \
+        if ((count) < (acc)->local_num_processes) {                                                                 \
+            printf("%d devices for %d local ranks: skipped\n", (count), (acc)->local_num_processes);               \
+            accel_shutdown(acc);                                                                                    \
+            return 77;                                                                                              \
+        }                                                                                                           \
+    } while (0)
+
+/* Pinned and device allocators (user_data: an at_gpu_count) that count the blocks they hand out and take back. */
+typedef struct at_gpu_count { long allocs, frees; } at_gpu_count;
+static inline void *at_pinned_count_alloc(size_t n, void *u) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) return NULL;
+    ((at_gpu_count *)u)->allocs++;
+    return p;
+}
+static inline void at_pinned_count_free(void *p, void *u) { ((at_gpu_count *)u)->frees++; cudaFreeHost(p); }
+static inline void *at_device_count_alloc(size_t n, void *u) {
+    void *p = NULL;
+    if (cudaMalloc(&p, n) != cudaSuccess) return NULL;
+    ((at_gpu_count *)u)->allocs++;
+    return p;
+}
+static inline void at_device_count_free(void *p, void *u) { ((at_gpu_count *)u)->frees++; cudaFree(p); }
+
+/* A device copy of bytes of host memory (at least one byte is allocated); free it with cudaFree. */
+static inline void *at_dev_copy(const void *h, size_t bytes) {
+    void *d = NULL;
+    AT_CHECK(cudaMalloc(&d, bytes ? bytes : 1) == cudaSuccess);
+    if (bytes) AT_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+    return d;
+}
+/* Device → host after every queued kernel finished. */
+static inline void at_host_copy(void *h, const void *d, size_t bytes) {
+    AT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    if (bytes) AT_CHECK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+}
+
+/* xorshift64 on a caller's state: 32 random bits, and a float uniform in [lo, hi). */
+static inline uint32_t at_rnd32(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (uint32_t)(*s >> 20);
+}
+static inline float at_rndf(uint64_t *s, float lo, float hi) {
+    return lo + (hi - lo) * (float)(at_rnd32(s) & 0xffffff) / 16777216.0f;
+}
+#endif
