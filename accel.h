@@ -755,6 +755,11 @@ ACCEL_API void *accel_attempt_host_alloc(accel_attempt *a, size_t size);
 ACCEL_API void *accel_attempt_device_alloc(accel_attempt *a, size_t size);
 ACCEL_API void *accel_attempt_pinned_alloc(accel_attempt *a, size_t size);
 
+/* ------------------------------------------------------------------------------------------------- free ports */
+/* A TCP port of the loopback interface that was free a moment ago (the kernel's choice), for a launcher's
+   MASTER_PORT or a test's store; 0 when none could be had. Another process may take it before it is used. */
+ACCEL_API int accel_free_port(void);
+
 #ifdef __cplusplus
 }
 #endif
@@ -776,7 +781,8 @@ ACCEL_API void *accel_attempt_pinned_alloc(accel_attempt *a, size_t size);
      8. process helpers, triggers
      9. gradient accumulation, scheduler bookkeeping, the dataloader stack
     10. RNG and the saved training state
-    11. sizes (policy 6), PyTorch dtype names, find_executable_batch_size */
+    11. sizes (policy 6), PyTorch dtype names, find_executable_batch_size
+    12. free ports */
 
 /* ------------------------------------------------------------------------------------ 1. platform, macros */
 #include <stdarg.h>
@@ -3924,6 +3930,24 @@ ACCEL__DEF accel_result accel_find_executable_batch_size(accel *acc, const accel
         accel_log(acc, ACCEL_LOG_INFO, "find_executable_batch_size: batch size %lld ran out of memory, trying %lld", (long long)bs, (long long)next);
         bs = next;
     }
+}
+
+/* ------------------------------------------------------------------------------------------------ 12. free ports */
+ACCEL__DEF int accel_free_port(void) {
+#if !defined(_WIN32)
+    struct sockaddr_in a;
+    socklen_t l = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+#else
+    return 0;
+#endif
 }
 
 #endif /* ACCEL_IMPLEMENTATION */

@@ -1768,38 +1768,6 @@ static int accel__bm_real_gpu(const accel *acc) {
     return 0;
 #endif
 }
-#ifdef ACCEL_WITH_CUDA
-/* Host bytes (src, dtype from) → device (dst, dtype to) through two pinned buffers on `stream`: the conversion of
-   chunk i+1 overlaps the copy of chunk i. The stage's events and buffers belong to the current device. */
-static accel_result accel__bm_upload(accel *acc, accel__st_stage *s, cudaStream_t st, const void *src, accel_dtype from,
-                                       void *dst, accel_dtype to, int64_t numel, const char *what) {
-    size_t es = accel_dtype_size(from) > accel_dtype_size(to) ? accel_dtype_size(from) : accel_dtype_size(to);
-    size_t per = ACCEL__ST_STAGE_BYTES / es, off = 0;
-    int i = 0, used[2] = {0, 0};
-    cudaError_t e;
-    accel_result r = accel__st_stage_init(acc, s);
-    if (r != ACCEL_OK) return r;
-    while (off < (size_t)numel) {
-        size_t cnt = (size_t)numel - off < per ? (size_t)numel - off : per;
-        int b = i & 1;
-        if (used[b]) {
-            e = cudaEventSynchronize((cudaEvent_t)s->ev[b]);
-            if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
-        }
-        accel__bm_convert(s->buf[b], to, (const unsigned char *)src + off * accel_dtype_size(from), from, cnt);
-        e = cudaMemcpyAsync((char *)dst + off * accel_dtype_size(to), s->buf[b], cnt * accel_dtype_size(to), cudaMemcpyHostToDevice, st);
-        if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[b], st);
-        if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
-        used[b] = 1;
-        off += cnt;
-        ++i;
-    }
-    e = cudaStreamSynchronize(st);
-    if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
-    return ACCEL_OK;
-}
-#endif
-
 /* -------------------------------------------------------------------------------------------------- 5. dispatch */
 typedef struct accel__bm_place {
     void *ptr;          /* device or host buffer, or the mapping of a "disk" tensor */
@@ -2114,7 +2082,8 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
             cudaError_t e = cudaSetDevice(p->device);
             if (e != cudaSuccess) { r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaSetDevice(%d): %s", p->device, cudaGetErrorString(e)); break; }
             accel__st_stage_begin(&st, acc);
-            r = accel__bm_upload(acc, &st, stream, src[i]->data, src[i]->dtype, p->ptr, p->target, p->numel, m->tens[i].t.name);
+            r = accel__st_stage_to_device(acc, &st, stream, -1, (const unsigned char *)src[i]->data, 0, src[i]->dtype, p->ptr,
+                                          p->target, (uint64_t)p->numel, accel__bm_convert, m->tens[i].t.name);
             accel__st_stage_end(&st);
             continue;
         }

@@ -406,28 +406,16 @@ ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, i
 #include <netdb.h>
 #include <poll.h>
 
-#if defined(__CUDACC__) && !defined(ACCEL_WITH_CUDA)
-#define ACCEL_WITH_CUDA 1
-#endif
+/* ACCEL_WITH_CUDA, cuda_runtime_api.h and mpi.h (its C API) come from accel.h's implementation preamble. */
 #ifdef __CUDACC__
-#include <cuda_runtime_api.h>
 #define ACCEL__COLL_DEVICE 1
 #endif
 #if defined(ACCEL_WITH_NCCL) && defined(__CUDACC__)
 #include <nccl.h>
 #define ACCEL__COLL_NCCL 1
 #endif
-#ifdef ACCEL_WITH_MPI
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
-#if defined(ACCEL__COLL_DEVICE) && defined(OPEN_MPI) && OPEN_MPI
+#if defined(ACCEL_WITH_MPI) && defined(ACCEL__COLL_DEVICE) && defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
-#endif
 #endif
 
 /* --------------------------------------------------------------------------------- 1. element-wise math (CPU + GPU) */

@@ -406,12 +406,7 @@ ACCEL_API accel_result accel_data_stager_submit(accel_data_stager *st, void **de
 #include <sys/types.h>
 #include <unistd.h>
 #endif
-#if defined(__CUDACC__) && !defined(ACCEL_WITH_CUDA)
-#define ACCEL_WITH_CUDA 1
-#endif
-#ifdef ACCEL_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
+/* ACCEL_WITH_CUDA and cuda_runtime_api.h come from accel.h's implementation preamble. */
 #if defined(__SSE2__) && !defined(__CUDACC__)
 #include <emmintrin.h>
 #endif

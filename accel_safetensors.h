@@ -838,44 +838,66 @@ static accel_result accel__st_write_from_device(accel *acc, accel__st_stage *s, 
 #endif
 }
 
-/* File (or memory) → device, double-buffered: the read of chunk i+1 overlaps the copy of chunk i. */
-static accel_result accel__st_read_to_device(accel *acc, accel__st_stage *s, int fd, const unsigned char *mem, uint64_t off0,
-                                          void *dst, uint64_t n, const char *what) {
 #ifdef ACCEL_WITH_CUDA
-    cudaStream_t st = acc ? (cudaStream_t)acc->stream : (cudaStream_t)0;
+/* Converts n elements of `from` at src into elements of `to` at dst (host memory). */
+typedef void (*accel__st_convert_fn)(void *dst, accel_dtype to, const void *src, accel_dtype from, size_t n);
+/* The one host → device loop: numel elements of `from` — read from fd at byte off0 (fd >= 0), or taken from
+   mem + off0 — become numel elements of `to` at dst, double-buffered through the stage's pinned buffers on stream st:
+   filling chunk i+1 (a pread, a copy, or `convert`, which may be NULL when from == to) overlaps the copy of chunk i.
+   Returns once every copy finished. The stage's events and buffers belong to the current device. */
+static accel_result accel__st_stage_to_device(accel *acc, accel__st_stage *s, cudaStream_t st, int fd,
+                                              const unsigned char *mem, uint64_t off0, accel_dtype from, void *dst,
+                                              accel_dtype to, uint64_t numel, accel__st_convert_fn convert,
+                                              const char *what) {
+    size_t si = accel_dtype_size(from), so = accel_dtype_size(to), per = ACCEL__ST_STAGE_BYTES / (si > so ? si : so);
     uint64_t off = 0;
     int i = 0, used[2] = {0, 0};
     cudaError_t e;
     accel_result r = accel__st_stage_init(acc, s);
     if (r != ACCEL_OK) return r;
-    while (off < n) {
-        size_t len = (size_t)((n - off) < ACCEL__ST_STAGE_BYTES ? (n - off) : ACCEL__ST_STAGE_BYTES);
+    while (off < numel) {
+        size_t cnt = (size_t)(numel - off < per ? numel - off : per);
         int b = i & 1;
         if (used[b]) {
             e = cudaEventSynchronize((cudaEvent_t)s->ev[b]);
-            if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
+            if (e != cudaSuccess)
+                return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
         }
-        if (fd >= 0) {
-            if (accel__st_stage_pread(s, fd, s->buf[b], len, off0 + off) != 0) {
+        if (convert) {
+            convert(s->buf[b], to, mem + off0 + off * si, from, cnt);
+        } else if (fd >= 0) {
+            if (accel__st_stage_pread(s, fd, s->buf[b], cnt * si, off0 + off * si) != 0) {
                 (void)cudaStreamSynchronize(st);
                 return accel__io_fail(acc, "cannot read", what);
             }
         } else {
-            memcpy(s->buf[b], mem + off0 + off, len);
+            memcpy(s->buf[b], mem + off0 + off * si, cnt * si);
         }
-        e = cudaMemcpyAsync((char *)dst + off, s->buf[b], len, cudaMemcpyHostToDevice, st);
+        e = cudaMemcpyAsync((char *)dst + off * so, s->buf[b], cnt * so, cudaMemcpyHostToDevice, st);
         if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[b], st);
-        if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
+        if (e != cudaSuccess)
+            return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
         used[b] = 1;
-        off += len;
+        off += cnt;
         ++i;
     }
     e = cudaStreamSynchronize(st);
-    if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
     return ACCEL_OK;
+}
+#endif
+
+/* File (or memory) → device: n bytes through the staging loop on acc's stream. */
+static accel_result accel__st_read_to_device(accel *acc, accel__st_stage *s, int fd, const unsigned char *mem,
+                                             uint64_t off0, void *dst, uint64_t n, const char *what) {
+#ifdef ACCEL_WITH_CUDA
+    cudaStream_t st = acc ? (cudaStream_t)acc->stream : (cudaStream_t)0;
+    return accel__st_stage_to_device(acc, s, st, fd, mem, off0, ACCEL_U8, dst, ACCEL_U8, n, NULL, what);
 #else
     (void)s; (void)fd; (void)mem; (void)off0; (void)dst; (void)n;
-    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "loading %.300s into a device buffer needs CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc", what);
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "loading %.300s into a device buffer needs CUDA: compile the "
+                       "ACCEL_IMPLEMENTATION TU with nvcc", what);
 #endif
 }
 

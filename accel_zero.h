@@ -563,12 +563,36 @@ static accel_result accel__zero_finish(accel_zero *z, int k) {
     return r;
 }
 
+/* Stage 2: the flat elements [lo, hi) held at buf (buf's first element is flat element lo) reduced to their owners
+   — the piece inside rank rk's shard goes to rk (accel_coll_reduce_async, SUM) — each request queued on slot k. */
+static accel_result accel__zero_reduce_range(accel_zero *z, int k, void *buf, int64_t lo, int64_t hi) {
+    accel_coll *c = z->c;
+    size_t es = accel_dtype_size(z->gdt);
+    int rk;
+    for (rk = 0; rk < c->size; ++rk) {
+        int64_t s0 = (int64_t)rk * z->part.shard, a = lo > s0 ? lo : s0;
+        int64_t e = hi < s0 + z->part.shard ? hi : s0 + z->part.shard;
+        accel_coll_request *req = NULL;
+        void *p = (unsigned char *)buf + (size_t)(a - lo) * es;
+        accel_result r;
+        if (e <= a) continue;
+        r = accel_coll_reduce_async(c, p, p, (size_t)(e - a), z->gdt, ACCEL_COLL_SUM, rk, &req);
+        if (r != ACCEL_OK) return r;
+        if (accel__arr_reserve((void **)&z->slot_req[k], sizeof req, 1) != 0) {
+            accel_coll_wait(req);
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "zero: request list");
+        }
+        stbds_arrput(z->slot_req[k], req);
+    }
+    return ACCEL_OK;
+}
+
 /* Stage 2: packs bucket b (pre-scaled by 1/P when averaging: DDP's order) and reduces each rank's part to that rank. */
 static accel_result accel__zero_launch(accel_zero *z, int b) {
     accel_coll *c = z->c;
     const accel__zero_bucket *q = &z->buckets[b];
     size_t es = accel_dtype_size(z->gdt);
-    int k = b & 1, i, rk;
+    int k = b & 1, i;
     accel_result r = accel__zero_finish(z, k);
     if (r != ACCEL_OK) return r;
     if (z->direct) { /* each gradient piece is reduced in place to its owner (the reducer's direct mode) */
@@ -580,20 +604,8 @@ static accel_result accel__zero_launch(accel_zero *z, int b) {
                 r = accel__coll_prescale(c, z->grads[i].ptr, z->grads[i].ptr, (size_t)n, z->gdt);
                 if (r != ACCEL_OK) return r;
             }
-            for (rk = 0; rk < c->size; ++rk) {
-                int64_t s0 = (int64_t)rk * z->part.shard, lo = z->off[i] > s0 ? z->off[i] : s0;
-                int64_t hi = z->off[i + 1] < s0 + z->part.shard ? z->off[i + 1] : s0 + z->part.shard;
-                accel_coll_request *req = NULL;
-                void *p = (unsigned char *)z->grads[i].ptr + (size_t)(lo - z->off[i]) * es;
-                if (hi <= lo) continue;
-                r = accel_coll_reduce_async(c, p, p, (size_t)(hi - lo), z->gdt, ACCEL_COLL_SUM, rk, &req);
-                if (r != ACCEL_OK) return r;
-                if (accel__arr_reserve((void **)&z->slot_req[k], sizeof req, 1) != 0) {
-                    accel_coll_wait(req);
-                    return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "zero: request list");
-                }
-                stbds_arrput(z->slot_req[k], req);
-            }
+            r = accel__zero_reduce_range(z, k, z->grads[i].ptr, z->off[i], z->off[i + 1]);
+            if (r != ACCEL_OK) return r;
         }
         return ACCEL_OK;
     }
@@ -605,22 +617,8 @@ static accel_result accel__zero_launch(accel_zero *z, int b) {
         if (r != ACCEL_OK) return r;
     }
     z->slot_bucket[k] = b;
-    for (rk = 0; rk < c->size; ++rk) {
-        int64_t s0 = (int64_t)rk * z->part.shard, lo = q->lo > s0 ? q->lo : s0;
-        int64_t hi = q->hi < s0 + z->part.shard ? q->hi : s0 + z->part.shard;
-        accel_coll_request *req = NULL;
-        void *p = (unsigned char *)z->slot[k] + (size_t)(lo - q->lo) * es;
-        if (hi <= lo) continue;
-        if (c->size == 1) continue; /* the bucket already holds the result */
-        r = accel_coll_reduce_async(c, p, p, (size_t)(hi - lo), z->gdt, ACCEL_COLL_SUM, rk, &req);
-        if (r != ACCEL_OK) return r;
-        if (accel__arr_reserve((void **)&z->slot_req[k], sizeof req, 1) != 0) {
-            accel_coll_wait(req);
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "zero: request list");
-        }
-        stbds_arrput(z->slot_req[k], req);
-    }
-    return ACCEL_OK;
+    if (c->size == 1) return ACCEL_OK; /* the bucket already holds the result */
+    return accel__zero_reduce_range(z, k, z->slot[k], q->lo, q->hi);
 }
 
 static accel_result accel__zero_launch_ready(accel_zero *z) {

@@ -7,22 +7,11 @@
 #include "accel_safetensors.h"
 #include "accel_bigmodel.h"
 #include "accel_test.h"
+#include "accel_test_gpu.h"
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-typedef struct { long allocs, frees; } pinned_count;
-static void *pinned_alloc(size_t n, void *u) {
-    void *p = NULL;
-    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) return NULL;
-    ((pinned_count *)u)->allocs++;
-    return p;
-}
-static void pinned_free(void *p, void *u) {
-    ((pinned_count *)u)->frees++;
-    cudaFreeHost(p);
-}
 
 #define H 256
 #define L 8
@@ -45,7 +34,7 @@ int main(void) {
     int count = 0;
     accel acc;
     accel_desc d;
-    pinned_count pc = {0, 0};
+    at_gpu_count pc = {0, 0};
     char tmpl[] = "/tmp/accel_bigmodel_gpu_XXXXXX", dir[512], names[2 * L][32], lname[L][16];
     const char *layers[L];
     accel_tensor t[2 * L];
@@ -55,14 +44,11 @@ int main(void) {
     accel_bm_dispatch *x = NULL;
     static float ref[H], x0[H], a[H], y[H], hw[H * H], hb[H];
     unsigned s = 11;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
+    AT_SKIP_WITHOUT_GPU(count);
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
-    d.pinned_allocator.alloc = pinned_alloc;
-    d.pinned_allocator.free = pinned_free;
+    d.pinned_allocator.alloc = at_pinned_count_alloc;
+    d.pinned_allocator.free = at_pinned_count_free;
     d.pinned_allocator.user_data = &pc;
     if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
     if (!mkdtemp(tmpl)) return 1;

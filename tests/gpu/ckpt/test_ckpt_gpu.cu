@@ -6,23 +6,11 @@
 #include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_test.h"
+#include "accel_test_gpu.h"
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* desc.pinned_allocator: page-locked memory, counted */
-typedef struct { long allocs, frees; } pinned_count;
-static void *pinned_alloc(size_t n, void *u) {
-    void *p = NULL;
-    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) return NULL;
-    ((pinned_count *)u)->allocs++;
-    return p;
-}
-static void pinned_free(void *p, void *u) {
-    ((pinned_count *)u)->frees++;
-    cudaFreeHost(p);
-}
 
 static unsigned char *slurp(const char *p, size_t *n) {
     FILE *f = fopen(p, "rb");
@@ -49,15 +37,12 @@ int main(void) {
     size_t nh = 0, nd = 0;
     unsigned char *bh, *bd;
     accel_st_file *f = NULL;
-    pinned_count pc = {0, 0};
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
+    at_gpu_count pc = {0, 0};
+    AT_SKIP_WITHOUT_GPU(count);
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
-    d.pinned_allocator.alloc = pinned_alloc;
-    d.pinned_allocator.free = pinned_free;
+    d.pinned_allocator.alloc = at_pinned_count_alloc;
+    d.pinned_allocator.free = at_pinned_count_free;
     d.pinned_allocator.user_data = &pc;
     if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
     if (!mkdtemp(tmpl)) return 1;
