@@ -93,6 +93,18 @@ static inline void at_counter_free(void *p, void *u) {
     ((desc).host_allocator.alloc = at_counter_alloc, (desc).host_allocator.free = at_counter_free,                  \
      (desc).host_allocator.user_data = (counter))
 
+#ifdef ACCEL_H_INCLUDED
+/* accel_init of a one-process test (no MPI) whose host memory is counted by c and whose log goes to log_fn. */
+static inline accel_result at_init_counting(accel *acc, at_counter *c, accel_log_fn log_fn) {
+    accel_desc d;
+    memset(&d, 0, sizeof d);
+    d.no_mpi = 1;
+    d.log_fn = log_fn;
+    AT_USE_COUNTER(d, c);
+    return accel_init(acc, &d);
+}
+#endif
+
 /* Prints the closing line and returns the exit code. prefix names the test (one word). */
 static int at_finish(const char *prefix) {
     printf("%s: %d passed, %d failed\n", prefix, at_passed, at_failed);

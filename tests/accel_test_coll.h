@@ -49,6 +49,8 @@ static inline uint16_t at_enc16(double x, int bf) {
     return at_code16(r, bf);
 }
 
+static inline void at_quiet_log(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
+
 /* A host allocator (accel_desc.host_allocator) that refuses every block of at least at_fail_min_bytes (0: none). */
 static size_t at_fail_min_bytes;
 static inline void *at_refusing_alloc(size_t n, void *u) {
@@ -70,5 +72,25 @@ static inline void at_expect_collective_failure(accel *acc, int rank, accel_resu
         AT_CONTAINS(accel_last_error(acc), want);
     }
     AT_CHECK_MSG(accel_now() - t0 < 10.0, "failed at once, not at the 60 s deadline");
+}
+
+/* accel_init of a CPU process (under mpirun, one rank), expected errors read through accel_last_error rather than
+   logged; flags: AT_INIT_NO_MPI (desc.no_mpi), AT_INIT_REFUSING (the host allocator is at_refusing_alloc). Prints why
+   and returns nonzero when it fails. */
+#define AT_INIT_NO_MPI 1
+#define AT_INIT_REFUSING 2
+static inline int at_init_cpu(accel *acc, int flags) {
+    accel_desc d;
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    d.no_mpi = (flags & AT_INIT_NO_MPI) ? 1 : 0;
+    d.log_fn = at_quiet_log;
+    if (flags & AT_INIT_REFUSING) {
+        d.host_allocator.alloc = at_refusing_alloc;
+        d.host_allocator.free = at_refusing_free;
+    }
+    if (accel_init(acc, &d) == ACCEL_OK) return 0;
+    fprintf(stderr, "accel_init: %s\n", accel_last_error(acc));
+    return 1;
 }
 #endif

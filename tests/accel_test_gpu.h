@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* In main: exits 77 (meson: skipped) when no CUDA device is present; count receives the number of devices. */
 #define AT_SKIP_WITHOUT_GPU(count)                                                                                  \
@@ -41,6 +42,23 @@ static inline void *at_device_count_alloc(size_t n, void *u) {
     return p;
 }
 static inline void at_device_count_free(void *p, void *u) { ((at_gpu_count *)u)->frees++; cudaFree(p); }
+
+#ifdef ACCEL_H_INCLUDED
+/* A zeroed desc whose device and pinned allocators are the counting ones above (dev or pin NULL: the default). */
+static inline void at_gpu_counting_desc(accel_desc *d, at_gpu_count *dev, at_gpu_count *pin) {
+    memset(d, 0, sizeof *d);
+    if (dev) {
+        d->device_allocator.alloc = at_device_count_alloc;
+        d->device_allocator.free = at_device_count_free;
+        d->device_allocator.user_data = dev;
+    }
+    if (pin) {
+        d->pinned_allocator.alloc = at_pinned_count_alloc;
+        d->pinned_allocator.free = at_pinned_count_free;
+        d->pinned_allocator.user_data = pin;
+    }
+}
+#endif
 
 /* A device copy of bytes of host memory (at least one byte is allocated); free it with cudaFree. */
 static inline void *at_dev_copy(const void *h, size_t bytes) {

@@ -45,11 +45,8 @@ int main(void) {
     static float ref[H], x0[H], a[H], y[H], hw[H * H], hb[H];
     unsigned s = 11;
     AT_SKIP_WITHOUT_GPU(count);
-    memset(&d, 0, sizeof d);
+    at_gpu_counting_desc(&d, NULL, &pc);
     d.no_mpi = 1;
-    d.pinned_allocator.alloc = at_pinned_count_alloc;
-    d.pinned_allocator.free = at_pinned_count_free;
-    d.pinned_allocator.user_data = &pc;
     if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
     if (!mkdtemp(tmpl)) return 1;
     for (int i = 0; i < L; ++i) {

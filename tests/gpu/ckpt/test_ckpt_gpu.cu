@@ -39,11 +39,8 @@ int main(void) {
     accel_st_file *f = NULL;
     at_gpu_count pc = {0, 0};
     AT_SKIP_WITHOUT_GPU(count);
-    memset(&d, 0, sizeof d);
+    at_gpu_counting_desc(&d, NULL, &pc);
     d.no_mpi = 1;
-    d.pinned_allocator.alloc = at_pinned_count_alloc;
-    d.pinned_allocator.free = at_pinned_count_free;
-    d.pinned_allocator.user_data = &pc;
     if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
     if (!mkdtemp(tmpl)) return 1;
     hbig = (float *)malloc(n_big * sizeof(float));

@@ -41,10 +41,8 @@ int main(void) {
         unsigned char *check = (unsigned char *)malloc(bytes);
         int step, ok = 1;
         at_gpu_count pc = {0, 0}, dc = {0, 0};
-        memset(&d, 0, sizeof d);
+        at_gpu_counting_desc(&d, &dc, &pc);
         d.no_mpi = 1;
-        d.pinned_allocator.alloc = at_pinned_count_alloc; d.pinned_allocator.free = at_pinned_count_free; d.pinned_allocator.user_data = &pc;
-        d.device_allocator.alloc = at_device_count_alloc; d.device_allocator.free = at_device_count_free; d.device_allocator.user_data = &dc;
         AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
         AT_CHECK(acc.device >= 0);
         AT_EQ_INT(accel_data_stager_init(&acc, &st, bytes), ACCEL_OK);

@@ -142,13 +142,7 @@ int main(void) {
     accel_desc d;
     int count = 0;
     AT_SKIP_WITHOUT_GPU(count);
-    memset(&d, 0, sizeof d);
-    d.device_allocator.alloc = at_device_count_alloc;
-    d.device_allocator.free = at_device_count_free;
-    d.device_allocator.user_data = &g_dev;
-    d.pinned_allocator.alloc = at_pinned_count_alloc;
-    d.pinned_allocator.free = at_pinned_count_free;
-    d.pinned_allocator.user_data = &g_pin;
+    at_gpu_counting_desc(&d, &g_dev, &g_pin);
     if (accel_init(&acc, &d) != ACCEL_OK) {
         fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
         return 1;

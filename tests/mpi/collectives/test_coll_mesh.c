@@ -8,6 +8,7 @@
 #include "accel_ddp.h"
 #include "accel_data.h"
 #include "accel_test.h"
+#include "accel_test_coll.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,8 +18,6 @@
 
 static accel acc;
 static int P, R;
-
-static void quiet_log(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
 /* ------------------------------------------------------------------------------------------------------- mesh */
 /* sizes in mesh order: pp, dp_replicate, dp_shard, cp, tp (tp fastest) */
@@ -256,15 +255,8 @@ static void mesh_mode(void) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "mesh";
-    accel_desc d;
     int rc;
-    memset(&d, 0, sizeof d);
-    d.cpu = 1;
-    d.log_fn = quiet_log; /* expected errors are checked through accel_last_error */
-    if (accel_init(&acc, &d) != ACCEL_OK) {
-        fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
-        return 1;
-    }
+    if (at_init_cpu(&acc, 0) != 0) return 1;
     P = acc.num_processes;
     R = acc.process_index;
     if (strcmp(mode, "mesh") != 0) { fprintf(stderr, "usage: test_coll_mesh [mesh]\n"); return 2; }

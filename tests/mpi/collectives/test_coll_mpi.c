@@ -532,8 +532,6 @@ static void local_failures(void) {
     accel_coll_destroy(c);
 }
 
-static void quiet_log(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
-
 /* Large all-reduces of the polled path (a ring over point-to-point messages on 2 ranks, the direct rank-order
    all-reduce on 3+): three in flight at once with different contents and odd counts, completed in reverse order.
    References: the sum every rank computes long-hand from every rank's inputs, in rank order (x0 + x1) + x2 + ...
@@ -738,17 +736,8 @@ static void fault(size_t n) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
-    accel_desc d;
     int rc;
-    memset(&d, 0, sizeof d);
-    d.cpu = 1;
-    d.log_fn = quiet_log; /* expected errors are checked through accel_last_error */
-    d.host_allocator.alloc = at_refusing_alloc; /* malloc/free that local_failures() can make refuse large blocks */
-    d.host_allocator.free = at_refusing_free;
-    if (accel_init(&acc, &d) != ACCEL_OK) {
-        fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
-        return 1;
-    }
+    if (at_init_cpu(&acc, AT_INIT_REFUSING) != 0) return 1; /* local_failures() makes the allocator refuse large blocks */
     P = acc.num_processes;
     R = acc.process_index;
     init_tables();

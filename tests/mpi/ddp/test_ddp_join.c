@@ -8,6 +8,7 @@
 #include "accel_ddp.h"
 #include "accel_data.h"
 #include "accel_test.h"
+#include "accel_test_coll.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,8 +18,6 @@
 
 static accel acc;
 static int P, R;
-
-static void quiet_log(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
 /* ------------------------------------------------------------------------------------------------------- join */
 /* Three gradient tensors (F64); each element is independent: grad_i = 0.5 w_i + c(rank, step, i), SGD lr 0.1. The
@@ -168,15 +167,8 @@ static void join_fault(void) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "join";
-    accel_desc d;
     int rc;
-    memset(&d, 0, sizeof d);
-    d.cpu = 1;
-    d.log_fn = quiet_log; /* expected errors are checked through accel_last_error */
-    if (accel_init(&acc, &d) != ACCEL_OK) {
-        fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
-        return 1;
-    }
+    if (at_init_cpu(&acc, 0) != 0) return 1;
     P = acc.num_processes;
     R = acc.process_index;
     if (!strcmp(mode, "join")) {

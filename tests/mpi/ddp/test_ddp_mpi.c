@@ -16,8 +16,6 @@
 static accel acc;
 static int P, R;
 
-static void quiet_log(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
-
 /* gradients: tensor t element i on rank r = (t + 1) * 0.25 * (r + 1) + (i % 5) * 0.5 (sums exact in fp32) */
 static float gval(int t, size_t i, int r) { return (float)((t + 1) * 0.25 * (r + 1) + (double)(i % 5) * 0.5); }
 
@@ -440,17 +438,8 @@ static void basic(void) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
-    accel_desc d;
     int rc;
-    memset(&d, 0, sizeof d);
-    d.cpu = 1;
-    d.log_fn = quiet_log; /* expected errors are checked through accel_last_error */
-    d.host_allocator.alloc = at_refusing_alloc; /* local_failures() makes it refuse large blocks */
-    d.host_allocator.free = at_refusing_free;
-    if (accel_init(&acc, &d) != ACCEL_OK) {
-        fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
-        return 1;
-    }
+    if (at_init_cpu(&acc, AT_INIT_REFUSING) != 0) return 1; /* local_failures() makes the allocator refuse large blocks */
     P = acc.num_processes;
     R = acc.process_index;
     if (!strcmp(mode, "fault-reducer")) fault_reducer();

@@ -23,14 +23,7 @@ static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l;
 
 /* ------------------------------------------------------------------------------------- counting allocator */
 typedef at_counter counter;
-static void init_counting(accel *acc, counter *c) {
-    accel_desc d;
-    memset(&d, 0, sizeof d);
-    d.no_mpi = 1;
-    d.log_fn = quiet;
-    AT_USE_COUNTER(d, c);
-    AT_EQ_INT(accel_init(acc, &d), ACCEL_OK);
-}
+static void init_counting(accel *acc, counter *c) { AT_EQ_INT(at_init_counting(acc, c, quiet), ACCEL_OK); }
 
 static accel_tensor tens(const char *name, accel_dtype dt, int64_t n0, int64_t n1) {
     accel_tensor t;

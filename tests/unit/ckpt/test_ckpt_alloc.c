@@ -28,14 +28,7 @@ static void count_warnings(void *u, accel_log_level l, const char *m) {
     else g_other_warnings++;
 }
 
-static void init_with(accel *acc, counter *c) {
-    accel_desc d;
-    memset(&d, 0, sizeof d);
-    d.no_mpi = 1;
-    d.log_fn = count_warnings;
-    AT_USE_COUNTER(d, c);
-    AT_EQ_INT(accel_init(acc, &d), ACCEL_OK);
-}
+static void init_with(accel *acc, counter *c) { AT_EQ_INT(at_init_counting(acc, c, count_warnings), ACCEL_OK); }
 
 static float g_w[64], g_m[32];
 static int64_t g_pos;

@@ -66,14 +66,7 @@ static long raw_total(void) { return g_raw[0] + g_raw[1] + g_raw[2] + g_raw[3] +
 typedef at_counter counter;
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
-static accel_result init_with(accel *acc, counter *c) {
-    accel_desc d;
-    memset(&d, 0, sizeof d);
-    d.no_mpi = 1;
-    d.log_fn = quiet;
-    AT_USE_COUNTER(d, c);
-    return accel_init(acc, &d);
-}
+static accel_result init_with(accel *acc, counter *c) { return at_init_counting(acc, c, quiet); }
 
 /* ------------------------------------------------------------------------------------------- the scenario */
 #define NPHASE 7

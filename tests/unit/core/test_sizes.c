@@ -9,14 +9,7 @@
 
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
-static void init_counting(accel *acc, at_counter *c) {
-    accel_desc d;
-    memset(&d, 0, sizeof d);
-    d.no_mpi = 1;
-    d.log_fn = quiet;
-    AT_USE_COUNTER(d, c);
-    AT_EQ_INT(accel_init(acc, &d), ACCEL_OK);
-}
+static void init_counting(accel *acc, at_counter *c) { AT_EQ_INT(at_init_counting(acc, c, quiet), ACCEL_OK); }
 
 /* ------------------------------------------------------------------------------------------- sizes */
 static void test_sizes(void) {

@@ -5,6 +5,7 @@
 #include "accel_collectives.h"
 #include "accel_ddp.h"
 #include "accel_test.h"
+#include "accel_test_coll.h"
 #include <string.h>
 
 static accel_tensor vec(const char *name, void *p, int64_t n, accel_dtype dt) {
@@ -20,14 +21,9 @@ static accel_tensor vec(const char *name, void *p, int64_t n, accel_dtype dt) {
 
 int main(void) {
     accel acc;
-    accel_desc d;
     accel_coll *c;
     int32_t iv[3] = {1, 2, 3};
-    memset(&d, 0, sizeof d);
-    d.cpu = 1;
-    d.no_mpi = 1;
-    d.log_level = 1;
-    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    if (at_init_cpu(&acc, AT_INIT_NO_MPI) != 0) return 1;
     AT_EQ_INT(accel_coll_create(&acc, NULL, &c), ACCEL_OK);
 /* reducer on one process: average over one rank leaves the grads as they are; errors */
 {
