@@ -94,6 +94,17 @@ static inline void at_counter_free(void *p, void *u) {
      (desc).host_allocator.user_data = (counter))
 
 #ifdef ACCEL_H_INCLUDED
+/* A 1-D tensor of n elements of dt at p. */
+static inline accel_tensor at_vec(const char *name, void *p, accel_dtype dt, int64_t n) {
+    accel_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = name;
+    t.ptr = p;
+    t.dtype = dt;
+    t.ndim = 1;
+    t.shape[0] = n;
+    return t;
+}
 /* accel_init of a one-process test (no MPI) whose host memory is counted by c and whose log goes to log_fn. */
 static inline accel_result at_init_counting(accel *acc, at_counter *c, accel_log_fn log_fn) {
     accel_desc d;

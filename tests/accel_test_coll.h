@@ -75,11 +75,11 @@ static inline void at_expect_collective_failure(accel *acc, int rank, accel_resu
 }
 
 /* accel_init of a CPU process (under mpirun, one rank), expected errors read through accel_last_error rather than
-   logged; flags: AT_INIT_NO_MPI (desc.no_mpi), AT_INIT_REFUSING (the host allocator is at_refusing_alloc). Prints why
-   and returns nonzero when it fails. */
+   logged; flags: AT_INIT_NO_MPI (desc.no_mpi), AT_INIT_REFUSING (the host allocator is at_refusing_alloc). *size and
+   *rank (either may be NULL) receive the process count and index. Prints why and returns nonzero when it fails. */
 #define AT_INIT_NO_MPI 1
 #define AT_INIT_REFUSING 2
-static inline int at_init_cpu(accel *acc, int flags) {
+static inline int at_init_cpu(accel *acc, int flags, int *size, int *rank) {
     accel_desc d;
     memset(&d, 0, sizeof d);
     d.cpu = 1;
@@ -89,8 +89,12 @@ static inline int at_init_cpu(accel *acc, int flags) {
         d.host_allocator.alloc = at_refusing_alloc;
         d.host_allocator.free = at_refusing_free;
     }
-    if (accel_init(acc, &d) == ACCEL_OK) return 0;
-    fprintf(stderr, "accel_init: %s\n", accel_last_error(acc));
-    return 1;
+    if (accel_init(acc, &d) != ACCEL_OK) {
+        fprintf(stderr, "accel_init: %s\n", accel_last_error(acc));
+        return 1;
+    }
+    if (size) *size = acc->num_processes;
+    if (rank) *rank = acc->process_index;
+    return 0;
 }
 #endif

@@ -16,16 +16,6 @@
             return 77;                                                                                              \
         }                                                                                                           \
     } while (0)
-/* In main, after accel_init: exits 77 when the node has fewer devices than local ranks (one GPU per rank). */
-#define AT_SKIP_WITHOUT_GPU_PER_RANK(count, acc)                                                                    \
-    do {                                                                                                            \
-        if ((count) < (acc)->local_num_processes) {                                                                 \
-            printf("%d devices for %d local ranks: skipped\n", (count), (acc)->local_num_processes);               \
-            accel_shutdown(acc);                                                                                    \
-            return 77;                                                                                              \
-        }                                                                                                           \
-    } while (0)
-
 /* Pinned and device allocators (user_data: an at_gpu_count) that count the blocks they hand out and take back. */
 typedef struct at_gpu_count { long allocs, frees; } at_gpu_count;
 static inline void *at_pinned_count_alloc(size_t n, void *u) {
@@ -57,6 +47,20 @@ static inline void at_gpu_counting_desc(accel_desc *d, at_gpu_count *dev, at_gpu
         d->pinned_allocator.free = at_pinned_count_free;
         d->pinned_allocator.user_data = pin;
     }
+}
+/* accel_init for a GPU test (count: the devices AT_SKIP_WITHOUT_GPU found) with one device per local rank: 0, or
+   main's exit code — 1 when accel_init failed, 77 (skipped) when the node has fewer devices than local ranks. */
+static inline int at_gpu_init(accel *acc, const accel_desc *d, int count) {
+    if (accel_init(acc, d) != ACCEL_OK) {
+        fprintf(stderr, "accel_init: %s\n", accel_last_error(acc));
+        return 1;
+    }
+    if (count < acc->local_num_processes) {
+        printf("%d devices for %d local ranks: skipped\n", count, acc->local_num_processes);
+        accel_shutdown(acc);
+        return 77;
+    }
+    return 0;
 }
 #endif
 

@@ -185,21 +185,18 @@ static void run(accel_coll_backend be) {
 
 int main(void) {
     accel_desc d;
+    int rc;
     int count = 0;
     AT_SKIP_WITHOUT_GPU(count);
     at_gpu_counting_desc(&d, &g_dev, &g_pin);
-    if (accel_init(&acc, &d) != ACCEL_OK) {
-        fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
-        return 1;
-    }
+    if ((rc = at_gpu_init(&acc, &d, count)) != 0) return rc;
     P = acc.num_processes;
     R = acc.process_index;
-    AT_SKIP_WITHOUT_GPU_PER_RANK(count, &acc);
 #ifdef ACCEL_WITH_NCCL
     run(ACCEL_COLL_BACKEND_NCCL);
 #endif
     if (P > 1 && acc.mpi_active) run(ACCEL_COLL_BACKEND_MPI); /* device buffers through MPI (CUDA-aware or staged) */
-    int rc = at_finish("collectives_gpu");
+    rc = at_finish("collectives_gpu");
     accel_shutdown(&acc);
     return rc;
 }

@@ -56,24 +56,21 @@ static void mesh_groups(accel_coll *world) {
 
 int main(void) {
     accel_desc d;
+    int rc;
     accel_coll *world = NULL;
     int count = 0;
     AT_SKIP_WITHOUT_GPU(count);
     memset(&d, 0, sizeof d);
-    if (accel_init(&acc, &d) != ACCEL_OK) {
-        fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
-        return 1;
-    }
+    if ((rc = at_gpu_init(&acc, &d, count)) != 0) return rc;
     P = acc.num_processes;
     R = acc.process_index;
-    AT_SKIP_WITHOUT_GPU_PER_RANK(count, &acc);
     AT_EQ_INT(accel_coll_create(&acc, NULL, &world), ACCEL_OK);
     AT_CHECK(P == 1 || accel_coll_get_backend(world) != ACCEL_COLL_BACKEND_NONE);
     if (world) {
         mesh_groups(world);
         accel_coll_destroy(world);
     }
-    int rc = at_finish("collectives_mesh_gpu");
+    rc = at_finish("collectives_mesh_gpu");
     accel_shutdown(&acc);
     return rc;
 }

@@ -256,9 +256,7 @@ static void mesh_mode(void) {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "mesh";
     int rc;
-    if (at_init_cpu(&acc, 0) != 0) return 1;
-    P = acc.num_processes;
-    R = acc.process_index;
+    if (at_init_cpu(&acc, 0, &P, &R) != 0) return 1;
     if (strcmp(mode, "mesh") != 0) { fprintf(stderr, "usage: test_coll_mesh [mesh]\n"); return 2; }
     mesh_mode();
     rc = at_finish("collectives_mesh");

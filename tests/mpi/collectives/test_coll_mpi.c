@@ -737,9 +737,7 @@ static void fault(size_t n) {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     int rc;
-    if (at_init_cpu(&acc, AT_INIT_REFUSING) != 0) return 1; /* local_failures() makes the allocator refuse large blocks */
-    P = acc.num_processes;
-    R = acc.process_index;
+    if (at_init_cpu(&acc, AT_INIT_REFUSING, &P, &R) != 0) return 1; /* local_failures() makes the allocator refuse large blocks */
     init_tables();
     if (!strcmp(mode, "fault")) fault(1024);
     else if (!strcmp(mode, "fault-large")) fault(65536);

@@ -168,9 +168,7 @@ static void join_fault(void) {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "join";
     int rc;
-    if (at_init_cpu(&acc, 0) != 0) return 1;
-    P = acc.num_processes;
-    R = acc.process_index;
+    if (at_init_cpu(&acc, 0, &P, &R) != 0) return 1;
     if (!strcmp(mode, "join")) {
         if (P != 3) { fprintf(stderr, "join needs 3 ranks\n"); return 1; }
         join_case("buckets", 0, 0, 0);

@@ -19,17 +19,6 @@ static int P, R;
 /* gradients: tensor t element i on rank r = (t + 1) * 0.25 * (r + 1) + (i % 5) * 0.5 (sums exact in fp32) */
 static float gval(int t, size_t i, int r) { return (float)((t + 1) * 0.25 * (r + 1) + (double)(i % 5) * 0.5); }
 
-static accel_tensor f32_tensor(const char *name, float *p, size_t n) {
-    accel_tensor t;
-    memset(&t, 0, sizeof t);
-    t.name = name;
-    t.ptr = p;
-    t.dtype = ACCEL_F32;
-    t.ndim = 1;
-    t.shape[0] = (int64_t)n;
-    return t;
-}
-
 static void reducer_tests(accel_coll *c) {
     enum { NT = 40 };
     static const int mult[4] = {1, 3, 7, 9}; /* coprime with NT: a permutation per rank */
@@ -56,7 +45,7 @@ static void reducer_tests(accel_coll *c) {
     memset(&rd, 0, sizeof rd);
     rd.bucket_cap_mb = 2.0; /* several buckets at this scale */
     AT_EQ_INT(accel_ddp_create(c, &rd, &red), ACCEL_OK);
-    for (t = 0; t < NT; ++t) gt[t] = f32_tensor(names[t], g[t], sizes[t]);
+    for (t = 0; t < NT; ++t) gt[t] = at_vec(names[t], g[t], ACCEL_F32, (int64_t)(sizes[t]));
     /* two calls: the indices continue across them (registration order) */
     AT_EQ_INT(accel_ddp_add(red, gt, 15), ACCEL_OK);
     AT_EQ_INT(accel_ddp_add(red, gt + 15, NT - 15), ACCEL_OK);
@@ -132,7 +121,7 @@ static void reducer_tests(accel_coll *c) {
         AT_EQ_INT(accel_ddp_create(c, NULL, &red), ACCEL_OK);
         for (t = 0; t < NT; ++t) {
             for (i = 0; i < sizes[t]; ++i) flat[off + i] = gval(t, i, R);
-            gt[t] = f32_tensor("f", flat + off, sizes[t]);
+            gt[t] = at_vec("f", flat + off, ACCEL_F32, (int64_t)(sizes[t]));
             off += sizes[t];
         }
         AT_EQ_INT(accel_ddp_add(red, gt, NT), ACCEL_OK);
@@ -148,7 +137,7 @@ static void reducer_tests(accel_coll *c) {
     /* ranks that registered different lists: every rank fails at finalize */
     if (P > 1) {
         AT_EQ_INT(accel_ddp_create(c, NULL, &red), ACCEL_OK);
-        gt[0] = f32_tensor("a", g[0], sizes[0] - (R == 1));
+        gt[0] = at_vec("a", g[0], ACCEL_F32, (int64_t)(sizes[0] - (R == 1)));
         AT_EQ_INT(accel_ddp_add(red, gt, 1), ACCEL_OK);
         AT_EQ_INT(accel_ddp_finalize(red), ACCEL_ERR_MISMATCH);
         AT_CONTAINS(accel_last_error(&acc), "rank 1:");
@@ -367,7 +356,7 @@ static void fault_reducer(void) {
     AT_EQ_INT(accel_ddp_create(c, &rd, &red), ACCEL_OK);
     for (t = 0; t < NT; ++t) {
         snprintf(names[t], sizeof names[t], "w%d", t);
-        gt[t] = f32_tensor(names[t], g[t], N);
+        gt[t] = at_vec(names[t], g[t], ACCEL_F32, (int64_t)(N));
     }
     AT_EQ_INT(accel_ddp_add(red, gt, NT), ACCEL_OK);
     AT_EQ_INT(accel_ddp_finalize(red), ACCEL_OK);
@@ -439,9 +428,7 @@ static void basic(void) {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     int rc;
-    if (at_init_cpu(&acc, AT_INIT_REFUSING) != 0) return 1; /* local_failures() makes the allocator refuse large blocks */
-    P = acc.num_processes;
-    R = acc.process_index;
+    if (at_init_cpu(&acc, AT_INIT_REFUSING, &P, &R) != 0) return 1; /* local_failures() makes the allocator refuse large blocks */
     if (!strcmp(mode, "fault-reducer")) fault_reducer();
     else basic();
     rc = at_finish("ddp_mpi");

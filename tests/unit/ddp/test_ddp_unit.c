@@ -8,22 +8,11 @@
 #include "accel_test_coll.h"
 #include <string.h>
 
-static accel_tensor vec(const char *name, void *p, int64_t n, accel_dtype dt) {
-    accel_tensor t;
-    memset(&t, 0, sizeof t);
-    t.name = name;
-    t.ptr = p;
-    t.dtype = dt;
-    t.ndim = 1;
-    t.shape[0] = n;
-    return t;
-}
-
 int main(void) {
     accel acc;
     accel_coll *c;
     int32_t iv[3] = {1, 2, 3};
-    if (at_init_cpu(&acc, AT_INIT_NO_MPI) != 0) return 1;
+    if (at_init_cpu(&acc, AT_INIT_NO_MPI, NULL, NULL) != 0) return 1;
     AT_EQ_INT(accel_coll_create(&acc, NULL, &c), ACCEL_OK);
 /* reducer on one process: average over one rank leaves the grads as they are; errors */
 {
@@ -34,9 +23,9 @@ int main(void) {
     for (i = 0; i < 300; ++i) g1[i] = (float)i;
     for (i = 0; i < 7; ++i) g2[i] = (float)-i;
     for (i = 0; i < 6; ++i) g3[i] = 0.5f * (float)i;
-    t[0] = vec("w", g1, 300, ACCEL_F32);
-    t[1] = vec("b", g2, 7, ACCEL_F32);
-    t[2] = vec("i", iv, 3, ACCEL_I32);
+    t[0] = at_vec("w", g1, ACCEL_F32, 300);
+    t[1] = at_vec("b", g2, ACCEL_F32, 7);
+    t[2] = at_vec("i", iv, ACCEL_I32, 3);
     AT_EQ_INT(accel_ddp_create(c, NULL, &r), ACCEL_OK);
     AT_EQ_INT(accel_ddp_num_buckets(r), -1);
     AT_EQ_INT(accel_ddp_add(r, t, 1), ACCEL_OK);     /* index 0 */
@@ -46,7 +35,7 @@ int main(void) {
     AT_CONTAINS(accel_last_error(&acc), "tensor 1 ('i')");
     AT_EQ_INT(accel_ddp_add(r, t, -1), ACCEL_ERR_INVALID_ARGUMENT);
     AT_EQ_INT(accel_ddp_add(r, NULL, 2), ACCEL_ERR_INVALID_ARGUMENT);
-    t[2] = vec(NULL, NULL, 6, ACCEL_F32);
+    t[2] = at_vec(NULL, NULL, ACCEL_F32, 6);
     AT_EQ_INT(accel_ddp_add(r, t + 2, 1), ACCEL_ERR_INVALID_ARGUMENT); /* no data pointer */
     t[2].ptr = g3;
     t[2].ndim = 2; t[2].shape[0] = 2; t[2].shape[1] = 3;             /* any shape: numel elements */
