@@ -49,8 +49,9 @@ static inline void at_gpu_counting_desc(accel_desc *d, at_gpu_count *dev, at_gpu
     }
 }
 /* accel_init for a GPU test (count: the devices AT_SKIP_WITHOUT_GPU found) with one device per local rank: 0, or
-   main's exit code — 1 when accel_init failed, 77 (skipped) when the node has fewer devices than local ranks. */
-static inline int at_gpu_init(accel *acc, const accel_desc *d, int count) {
+   main's exit code — 1 when accel_init failed, 77 (skipped) when the node has fewer devices than local ranks. *size
+   and *rank (either may be NULL) receive the process count and index. */
+static inline int at_gpu_init(accel *acc, const accel_desc *d, int count, int *size, int *rank) {
     if (accel_init(acc, d) != ACCEL_OK) {
         fprintf(stderr, "accel_init: %s\n", accel_last_error(acc));
         return 1;
@@ -60,7 +61,31 @@ static inline int at_gpu_init(accel *acc, const accel_desc *d, int count) {
         accel_shutdown(acc);
         return 77;
     }
+    if (size) *size = acc->num_processes;
+    if (rank) *rank = acc->process_index;
     return 0;
+}
+#endif
+#ifdef ACCEL_COLLECTIVES_H_INCLUDED
+/* run(be) for each backend that moves device buffers here: NCCL (an nvcc build with ACCEL_WITH_NCCL) and, with
+   several processes under MPI, MPI (CUDA-aware or staged through pinned memory). */
+static inline void at_gpu_each_backend(const accel *acc, void (*run)(accel_coll_backend)) {
+#ifdef ACCEL_WITH_NCCL
+    run(ACCEL_COLL_BACKEND_NCCL);
+#endif
+    if (acc->num_processes > 1 && acc->mpi_active) run(ACCEL_COLL_BACKEND_MPI);
+}
+/* A communicator of backend be over acc's group with device buffers and a 60 s deadline (checked); NULL if not. */
+static inline accel_coll *at_gpu_comm(accel *acc, accel_coll_backend be) {
+    accel_coll *c = NULL;
+    accel_coll_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.backend = be;
+    cd.timeout_ms = 60000;
+    AT_EQ_INT(accel_coll_create(acc, &cd, &c), ACCEL_OK);
+    AT_CHECK_MSG(c != NULL, accel_last_error(acc));
+    if (c) AT_EQ_INT(accel_coll_uses_device_buffers(c), 1);
+    return c;
 }
 #endif
 

@@ -159,15 +159,8 @@ static at_gpu_count g_dev, g_pin;
 
 static void run(accel_coll_backend be) {
     static const accel_dtype dts[] = {ACCEL_F64, ACCEL_F32, ACCEL_F16, ACCEL_BF16, ACCEL_I64, ACCEL_I32, ACCEL_U8};
-    accel_coll *c = NULL;
-    accel_coll_desc cd;
-    memset(&cd, 0, sizeof cd);
-    cd.backend = be;
-    cd.timeout_ms = 60000;
-    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
-    AT_CHECK_MSG(c != NULL, accel_last_error(&acc));
+    accel_coll *c = at_gpu_comm(&acc, be);
     if (!c) return;
-    AT_EQ_INT(accel_coll_uses_device_buffers(c), 1);
     for (int k = 0; k < 7; ++k) {
         check_ops(c, dts[k], 1);
         check_ops(c, dts[k], 1031);
@@ -185,17 +178,11 @@ static void run(accel_coll_backend be) {
 
 int main(void) {
     accel_desc d;
-    int rc;
-    int count = 0;
+    int rc, count = 0;
     AT_SKIP_WITHOUT_GPU(count);
     at_gpu_counting_desc(&d, &g_dev, &g_pin);
-    if ((rc = at_gpu_init(&acc, &d, count)) != 0) return rc;
-    P = acc.num_processes;
-    R = acc.process_index;
-#ifdef ACCEL_WITH_NCCL
-    run(ACCEL_COLL_BACKEND_NCCL);
-#endif
-    if (P > 1 && acc.mpi_active) run(ACCEL_COLL_BACKEND_MPI); /* device buffers through MPI (CUDA-aware or staged) */
+    if ((rc = at_gpu_init(&acc, &d, count, &P, &R)) != 0) return rc;
+    at_gpu_each_backend(&acc, run);
     rc = at_finish("collectives_gpu");
     accel_shutdown(&acc);
     return rc;

@@ -61,9 +61,7 @@ int main(void) {
     int count = 0;
     AT_SKIP_WITHOUT_GPU(count);
     memset(&d, 0, sizeof d);
-    if ((rc = at_gpu_init(&acc, &d, count)) != 0) return rc;
-    P = acc.num_processes;
-    R = acc.process_index;
+    if ((rc = at_gpu_init(&acc, &d, count, &P, &R)) != 0) return rc;
     AT_EQ_INT(accel_coll_create(&acc, NULL, &world), ACCEL_OK);
     AT_CHECK(P == 1 || accel_coll_get_backend(world) != ACCEL_COLL_BACKEND_NONE);
     if (world) {

@@ -121,15 +121,8 @@ static void join_device(accel_coll *world) {
 /* be AUTO: join on the default communicator (NCCL with several processes, else NONE), as a trainer creates it; NCCL /
    MPI: the reducer on that backend. */
 static void run(accel_coll_backend be) {
-    accel_coll *c = NULL;
-    accel_coll_desc cd;
-    memset(&cd, 0, sizeof cd);
-    cd.backend = be;
-    cd.timeout_ms = 60000;
-    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
-    AT_CHECK_MSG(c != NULL, accel_last_error(&acc));
+    accel_coll *c = at_gpu_comm(&acc, be);
     if (!c) return;
-    AT_EQ_INT(accel_coll_uses_device_buffers(c), 1);
     if (be == ACCEL_COLL_BACKEND_AUTO) join_device(c);
     else reducer(c);
     AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
@@ -140,17 +133,11 @@ static void run(accel_coll_backend be) {
 
 int main(void) {
     accel_desc d;
-    int rc;
-    int count = 0;
+    int rc, count = 0;
     AT_SKIP_WITHOUT_GPU(count);
     at_gpu_counting_desc(&d, &g_dev, &g_pin);
-    if ((rc = at_gpu_init(&acc, &d, count)) != 0) return rc;
-    P = acc.num_processes;
-    R = acc.process_index;
-#ifdef ACCEL_WITH_NCCL
-    run(ACCEL_COLL_BACKEND_NCCL);
-#endif
-    if (P > 1 && acc.mpi_active) run(ACCEL_COLL_BACKEND_MPI); /* device buffers through MPI (CUDA-aware or staged) */
+    if ((rc = at_gpu_init(&acc, &d, count, &P, &R)) != 0) return rc;
+    at_gpu_each_backend(&acc, run);
     run(ACCEL_COLL_BACKEND_AUTO);
     rc = at_finish("ddp_gpu");
     accel_shutdown(&acc);
