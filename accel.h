@@ -4,6 +4,21 @@
    distributed setup, sharded sampling, loss scaling, gradient accumulation, collectives and checkpoints, with
    Accelerate's semantics. It is tensor-agnostic: it describes memory; your kernels do the math.
 
+   CONTENTS
+     USAGE                        the implementation TU; a run from init to shutdown
+     THE TRAINING STEP            Accelerate's five changes, in C
+     COLLECTIVE CALLS             what every process must call, module by module
+     COMPILE-TIME OPTIONS
+     ENVIRONMENT                  launcher detection; Accelerate's variables
+     THE HOST PROCESS GROUP       MPI or a TCP store, with deadlines and agreement checks
+     DIFFERENCES FROM ACCELERATE
+     THREADS AND STREAMS
+     ERRORS AND LOGGING
+     MEMORY                       the allocator hooks
+   The modules, one concern each: accel_collectives.h (the communicator), accel_ddp.h (DDP's reducer, join),
+   accel_zero.h (ZeRO), accel_data.h, accel_amp.h, accel_optim.h, accel_safetensors.h (the file format),
+   accel_ckpt.h (save_state/load_state), accel_bigmodel.h (device maps, dispatch), accel_trackers.h, accel_profile.h.
+
    USAGE
      In exactly one translation unit (a .cu file when you want GPU kernels):
          #define ACCEL_IMPLEMENTATION
@@ -28,7 +43,7 @@
    in full, with the same math as examples/train_digits_raw.c which has none of them)
      1. accel_init(&acc, &desc)                         ~ accelerator = Accelerator(...)
      2. shard the data (accel_data.h)                   ~ accelerator.prepare(dataloader)
-     3. register gradients with the reducer (accel_collectives.h), create the loss scaler (accel_amp.h) and register
+     3. register gradients with the reducer (accel_ddp.h), create the loss scaler (accel_amp.h) and register
         everything that must survive a restart with the checkpointer (accel_ckpt.h)
                                                         ~ accelerator.prepare(model, optimizer, scheduler)
      4. multiply the loss by scale / accumulation steps ~ accelerator.backward(loss)
@@ -41,8 +56,8 @@
          accel_data_shard sh;  accel_data_shard_desc dd = {0};   dd.dataset_len = N; dd.batch_size = B; dd.shuffle = 1;
          accel_data_shard_init(&acc, &sh, &dd);                   // collective: ranks must agree on the config
          accel_coll *coll;     accel_coll_create(&acc, NULL, &coll);
-         accel_ddp *red;  accel_ddp_create(coll, NULL, &red);
-         accel_ddp_add(red, grads, ngrads);              // accel_tensor[]
+         accel_ddp *red;       accel_ddp_create(coll, NULL, &red);
+         accel_ddp_add(red, grads, ngrads);                       // accel_tensor[]
          accel_amp_scaler sc;  accel_amp_scaler_init(&acc, &sc, NULL);   // scales only in fp16
          accel_ckpt *ck;       accel_ckpt_create(&acc, &cd, &ck);        // cd.automatic_checkpoint_naming = 1
          accel_ckpt_register_model(ck, params, nparams);
@@ -76,12 +91,15 @@
      core          accel_init, accel_wait_for_everyone, accel_host_* , accel_check_trigger,
                    accel_main_process_first_begin/_end, accel_local_main_process_first_begin/_end,
                    accel_synchronize_rng_state, accel_gather_object, accel_broadcast_object_list
-     collectives   accel_coll_create, every accel_coll_* data operation, accel_ddp_finalize (or the
-                   first grad_ready/wait), accel_ddp_wait on a step that reduces
+     collectives   accel_coll_create, every accel_coll_* data operation, accel_coll_mesh_create/_destroy
+     ddp           accel_ddp_finalize (or the first grad_ready/wait), accel_ddp_wait on a step that reduces,
+                   accel_ddp_join_begin/_end
+     zero          accel_zero_create, accel_zero_wait on a step that reduces, accel_zero_gather, accel_zero_export
      data          accel_data_shard_init, accel_data_seq_init (their configuration agreement check)
      amp           accel_amp_unscale_and_check (found_inf is OR-ed), accel_amp_clip_grad_norm/_grad_norm with
                    ACCEL_AMP_CLIP_SHARDED
-     ckpt          accel_ckpt_save_state, accel_ckpt_load_state, accel_st_save_model
+     safetensors   accel_st_save_model
+     ckpt          accel_ckpt_save_state, accel_ckpt_load_state
      trackers      accel_track_init_trackers
      profile       accel_prof_merge_trace
    Everything else is local.

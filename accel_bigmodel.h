@@ -186,7 +186,7 @@ typedef struct accel_bm_dispatch_desc {
                                                 either, or an offload folder (index.json + .dat files) */
     const accel_bm_placement *device_map;  /* any map whose keys are module or tensor names ("" = everything) */
     int n_device_map;
-    accel_dtype dtype;                       /* 0: each tensor in the model's dtype; else floating tensors in this one */
+    accel_dtype dtype; /* 0: each tensor in the model's dtype; else floating tensors in this one */
     const char *offload_folder;              /* NULL: "disk" tensors stay in the checkpoint's mapping; else they are
                                                 written there in Accelerate's offload format and served from it */
     struct CUstream_st *const *streams;      /* streams[d]: loads onto GPU d (NULL or d >= n_streams: acc->stream on
@@ -332,7 +332,8 @@ static int accel__bm_parent_module(accel_bm_model *m, const char *name, const ch
     char *pname;
     size_t utf8_bad = 0;
     if (!accel__utf8_valid((const unsigned char *)name, strlen(name), &utf8_bad)) {
-        ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: %s name is not valid UTF-8 (byte %lu)", what, (unsigned long)utf8_bad);
+        ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: %s name is not valid UTF-8 (byte %lu)", what,
+                    (unsigned long)utf8_bad);
         return -1;
     }
     if (!*name || (dot && (dot == name || !dot[1]))) {
@@ -351,8 +352,10 @@ static int accel__bm_parent_module(accel_bm_model *m, const char *name, const ch
     }
     idx = accel__bm_mfind(m, pname, &kind);
     if (idx < 0 || kind != ACCEL__BM_MOD)
-        ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: %s \"%.200s\": \"%.200s\" is not a module (add modules before "
-                    "what they hold)", what, name, pname);
+        ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                    "model: %s \"%.200s\": \"%.200s\" is not a module (add modules before "
+                    "what they hold)",
+                    what, name, pname);
     accel_host_free(m->acc, pname);
     return idx >= 0 && kind == ACCEL__BM_MOD ? idx : -1;
 }
@@ -403,7 +406,8 @@ static accel_result accel__bm_model_add_mod(accel_bm_model *m, const char *name,
     return ACCEL_OK;
 }
 /* A tensor record (storage -1: an alias whose parameter is not known yet). */
-static accel_result accel__bm_model_add_ten(accel_bm_model *m, const accel_tensor *t, int is_buffer, int module, int storage) {
+static accel_result accel__bm_model_add_ten(accel_bm_model *m, const accel_tensor *t, int is_buffer, int module,
+                                            int storage) {
     accel__bm_mten x;
     int idx = (int)stbds_arrlen(m->tens), **list = is_buffer ? &m->mods[module].buffers : &m->mods[module].params;
     memset(&x, 0, sizeof x);
@@ -448,19 +452,26 @@ ACCEL__DEF accel_result accel_bm_model_create(accel *acc, const accel_bm_model_d
 }
 ACCEL__DEF accel_result accel_bm_model_add_module(accel_bm_model *m, const char *name, const char *class_name) {
     int parent;
-    if (!m || !name || !class_name) return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "model_add_module: NULL argument");
+    if (!m || !name || !class_name)
+        return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "model_add_module: NULL argument");
     parent = accel__bm_parent_module(m, name, "module");
     if (parent < 0) return m->acc ? m->acc->last_result : ACCEL_ERR_INVALID_ARGUMENT;
     return accel__bm_model_add_mod(m, name, class_name, parent);
 }
 static accel_result accel__bm_check_model_tensor(accel_bm_model *m, const accel_tensor *t) {
     int d;
-    if (!accel_dtype_name(t->dtype)) return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: tensor \"%.200s\" has an invalid dtype %d", t->name, (int)t->dtype);
+    if (!accel_dtype_name(t->dtype))
+        return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: tensor \"%.200s\" has an invalid dtype %d",
+                           t->name, (int)t->dtype);
     if (t->ndim < 0 || t->ndim > ACCEL_MAX_DIMS)
-        return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: tensor \"%.200s\" has %d dimensions (0..%d)", t->name, t->ndim, ACCEL_MAX_DIMS);
+        return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: tensor \"%.200s\" has %d dimensions (0..%d)",
+                           t->name, t->ndim, ACCEL_MAX_DIMS);
     for (d = 0; d < t->ndim; ++d)
-        if (t->shape[d] < 0) return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: tensor \"%.200s\" has a negative dimension", t->name);
-    if (accel_tensor_nbytes(t) < 0) return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: tensor \"%.200s\" is too large", t->name);
+        if (t->shape[d] < 0)
+            return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: tensor \"%.200s\" has a negative dimension",
+                               t->name);
+    if (accel_tensor_nbytes(t) < 0)
+        return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model: tensor \"%.200s\" is too large", t->name);
     return ACCEL_OK;
 }
 /* The first error recorded on the model's Accelerator (or the process-wide one). */
@@ -468,7 +479,8 @@ static accel_result accel__bm_check_model_tensor(accel_bm_model *m, const accel_
 ACCEL__DEF accel_result accel_bm_model_add_tensor(accel_bm_model *m, const accel_tensor *t, int is_buffer) {
     int module;
     accel_result r;
-    if (!m || !t || !t->name) return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "model_add_tensor: NULL argument");
+    if (!m || !t || !t->name)
+        return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "model_add_tensor: NULL argument");
     r = accel__bm_check_model_tensor(m, t);
     if (r != ACCEL_OK) return r;
     module = accel__bm_parent_module(m, t->name, is_buffer ? "buffer" : "parameter");
@@ -479,17 +491,20 @@ static accel_result accel__bm_model_group(accel_bm_model *m, int storage) {
     int i;
     for (i = 0; i < (int)stbds_arrlen(m->groups); ++i)
         if (m->groups[i] == storage) return ACCEL_OK;
-    if (ACCEL__ARR_PUT(m->groups, storage) != 0) return ACCEL__FAIL(m->acc, ACCEL_ERR_OUT_OF_MEMORY, "model: out of memory");
+    if (ACCEL__ARR_PUT(m->groups, storage) != 0)
+        return ACCEL__FAIL(m->acc, ACCEL_ERR_OUT_OF_MEMORY, "model: out of memory");
     return ACCEL_OK;
 }
 ACCEL__DEF accel_result accel_bm_model_tie(accel_bm_model *m, const char *param, const char *alias) {
     int kind = -1, p, module;
     accel_tensor t;
     accel_result r;
-    if (!m || !param || !alias) return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "model_tie: NULL argument");
+    if (!m || !param || !alias)
+        return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "model_tie: NULL argument");
     p = accel__bm_mfind(m, param, &kind);
     if (p < 0 || kind != ACCEL__BM_TEN || m->tens[p].is_buffer)
-        return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model_tie: \"%.200s\" is not a parameter of the model", param);
+        return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "model_tie: \"%.200s\" is not a parameter of the model",
+                           param);
     module = accel__bm_parent_module(m, alias, "parameter");
     if (module < 0) return ACCEL__BM_LAST(m);
     t = m->tens[p].t;
@@ -582,11 +597,15 @@ static accel_result accel__bm_mload_full(accel__bm_mload *L, const char *parent,
     L->full.n = 0;
     if (strchr(entry, '.')) {
         if (!pl || strncmp(entry, parent, pl) || entry[pl] != '.' || strchr(entry + pl + 1, '.'))
-            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: %s \"%.200s\" of module \"%.200s\" is neither a local "
-                               "name nor a name directly under it", what, entry, parent);
+            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT,
+                               "model JSON: %s \"%.200s\" of module \"%.200s\" is neither a local "
+                               "name nor a name directly under it",
+                               what, entry, parent);
         accel__sb_puts(&L->full, entry);
     } else {
-        if (!*entry) return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\" lists an empty %s name", parent, what);
+        if (!*entry)
+            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\" lists an empty %s name",
+                               parent, what);
         accel__sb_puts(&L->full, parent);
         if (pl) accel__sb_puts(&L->full, ".");
         accel__sb_puts(&L->full, entry);
@@ -601,20 +620,24 @@ static accel_result accel__bm_mload_tensor(accel__bm_mload *L, int k, const char
     memset(t, 0, sizeof *t);
     t->name = name;
     if (sh < 0 || j->nodes[sh].type != ACCEL__ST_J_ARR || !accel__bm_jis_str(j, dt) || j->nodes[nd].count != 3)
-        return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: tensor \"%.200s\" is not [name, [shape], dtype]", name);
+        return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: tensor \"%.200s\" is not [name, [shape], dtype]",
+                           name);
     if (j->nodes[sh].count > ACCEL_MAX_DIMS)
-        return ACCEL__FAIL(L->m->acc, ACCEL_ERR_UNSUPPORTED, "model JSON: tensor \"%.200s\" has %d dimensions (accel supports %d)",
-                           name, j->nodes[sh].count, ACCEL_MAX_DIMS);
+        return ACCEL__FAIL(L->m->acc, ACCEL_ERR_UNSUPPORTED,
+                           "model JSON: tensor \"%.200s\" has %d dimensions (accel supports %d)", name,
+                           j->nodes[sh].count, ACCEL_MAX_DIMS);
     for (c = j->nodes[sh].first; c >= 0; c = j->nodes[c].next, ++d) {
         uint64_t v;
         if (accel__st_ju64(j, c, &v) || v > (uint64_t)INT64_MAX)
-            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: tensor \"%.200s\": the shape holds non-negative integers", name);
+            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT,
+                               "model JSON: tensor \"%.200s\": the shape holds non-negative integers", name);
         t->shape[d] = (int64_t)v;
     }
     t->ndim = d;
     t->dtype = accel_dtype_from_torch(accel__st_jstr(j, dt));
     if (t->dtype == ACCEL_DTYPE_INVALID)
-        return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: tensor \"%.200s\": unknown dtype \"%.60s\"", name, accel__st_jstr(j, dt));
+        return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: tensor \"%.200s\": unknown dtype \"%.60s\"", name,
+                           accel__st_jstr(j, dt));
     return ACCEL_OK;
 }
 /* Adds module `mi` (a JSON node of "modules") named `name` under `parent`, then everything it lists, depth-first. */
@@ -624,29 +647,38 @@ static accel_result accel__bm_mload_module(accel__bm_mload *L, int k, int model_
     const char *name = L->mods[k].name;
     accel_result r = ACCEL_OK;
     if (depth > 10000) return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: modules nested deeper than 10000");
-    if (L->mod_used[k]++) return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\" is listed as a child twice", name);
+    if (L->mod_used[k]++)
+        return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\" is listed as a child twice",
+                           name);
     for (li = 0; li < 3; ++li) {
         lists[li] = accel__bm_jchild(j, nd, 2 + li);
         if (lists[li] < 0 || j->nodes[lists[li]].type != ACCEL__ST_J_ARR)
-            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\" is not [name, class, [children], [params], "
-                               "[buffers]]", name);
+            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT,
+                               "model JSON: module \"%.200s\" is not [name, class, [children], [params], "
+                               "[buffers]]",
+                               name);
     }
     /* parameters, then buffers, of this module; then its children */
     for (li = 1; li < 3 && r == ACCEL_OK; ++li) {
         for (c = j->nodes[lists[li]].first; c >= 0 && r == ACCEL_OK; c = j->nodes[c].next) {
             int tk, ak;
-            if (!accel__bm_jis_str(j, c)) return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\": names are strings", name);
+            if (!accel__bm_jis_str(j, c))
+                return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\": names are strings",
+                                   name);
             r = accel__bm_mload_full(L, name, accel__st_jstr(j, c), li == 1 ? "parameter" : "buffer");
             if (r != ACCEL_OK) break;
             tk = accel__bm_jname_find(L->tens, L->ntens, L->full.p);
             ak = accel__bm_jname_find(L->alias, L->nalias, L->full.p);
             if (tk >= 0) {
                 accel_tensor t;
-                if (L->ten_used[tk]++) return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: tensor \"%.200s\" is listed twice", L->full.p);
+                if (L->ten_used[tk]++)
+                    return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: tensor \"%.200s\" is listed twice",
+                                       L->full.p);
                 r = accel__bm_mload_tensor(L, tk, L->full.p, &t);
                 if (r == ACCEL_OK) r = accel__bm_check_model_tensor(L->m, &t);
                 if (r == ACCEL_OK && accel__bm_mfind(L->m, t.name, NULL) >= 0)
-                    r = ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: \"%.200s\" is both a module and a tensor", t.name);
+                    r = ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: \"%.200s\" is both a module and a tensor",
+                                    t.name);
                 if (r == ACCEL_OK) r = accel__bm_model_add_ten(L->m, &t, li == 2, model_idx, -2);
             } else if (ak >= 0 && li == 1) {
                 accel_tensor t;
@@ -661,23 +693,31 @@ static accel_result accel__bm_mload_module(accel__bm_mload *L, int k, int model_
                 r = accel__bm_model_add_ten(L->m, &t, 0, model_idx, -1);
                 if (r == ACCEL_OK) {
                     (void)ACCEL__ARR_PUT(L->pending, (int)stbds_arrlen(L->m->tens) - 1);
-                    (void)ACCEL__ARR_PUT(L->pending_of, L->alias[ak].name); /* the alias; its parameter is looked up later */
+                    (void)ACCEL__ARR_PUT(L->pending_of,
+                                         L->alias[ak].name); /* the alias; its parameter is looked up later */
                 }
             } else {
-                return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: %s \"%.200s\" of module \"%.200s\" is not in \"tensors\"%s",
-                                   li == 1 ? "parameter" : "buffer", L->full.p, name, li == 1 ? " nor a tied alias" : "");
+                return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT,
+                                   "model JSON: %s \"%.200s\" of module \"%.200s\" is not in \"tensors\"%s",
+                                   li == 1 ? "parameter" : "buffer", L->full.p, name,
+                                   li == 1 ? " nor a tied alias" : "");
             }
         }
     }
     for (c = j->nodes[lists[0]].first; c >= 0 && r == ACCEL_OK; c = j->nodes[c].next) {
         int ck, cls, cidx;
-        if (!accel__bm_jis_str(j, c)) return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\": names are strings", name);
+        if (!accel__bm_jis_str(j, c))
+            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\": names are strings", name);
         r = accel__bm_mload_full(L, name, accel__st_jstr(j, c), "child");
         if (r != ACCEL_OK) break;
         ck = accel__bm_jname_find(L->mods, L->nmods, L->full.p);
-        if (ck < 0) return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: child \"%.200s\" of \"%.200s\" is not in \"modules\"", L->full.p, name);
+        if (ck < 0)
+            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT,
+                               "model JSON: child \"%.200s\" of \"%.200s\" is not in \"modules\"", L->full.p, name);
         cls = accel__bm_jchild(j, L->mods[ck].node, 1);
-        if (!accel__bm_jis_str(j, cls)) return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\" has no class name", L->full.p);
+        if (!accel__bm_jis_str(j, cls))
+            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\" has no class name",
+                               L->full.p);
         if (accel__bm_mfind(L->m, L->full.p, NULL) >= 0)
             return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: \"%.200s\" is listed twice", L->full.p);
         cidx = (int)stbds_arrlen(L->m->mods);
@@ -686,7 +726,8 @@ static accel_result accel__bm_mload_module(accel__bm_mload *L, int k, int model_
     }
     return r;
 }
-static accel_result accel__bm_mload_names(accel__bm_mload *L, int arr, accel__bm_jname **out, int *n, const char *what) {
+static accel_result accel__bm_mload_names(accel__bm_mload *L, int arr, accel__bm_jname **out, int *n,
+                                          const char *what) {
     const accel__st_json *j = L->j;
     int c, k = 0;
     if (arr < 0 || j->nodes[arr].type != ACCEL__ST_J_ARR)
@@ -695,7 +736,9 @@ static accel_result accel__bm_mload_names(accel__bm_mload *L, int arr, accel__bm
     if (!*out) return accel__fail_wrap(L->m->acc, ACCEL_ERR_OUT_OF_MEMORY, "model JSON");
     for (c = j->nodes[arr].first; c >= 0; c = j->nodes[c].next, ++k) {
         int nm = j->nodes[c].type == ACCEL__ST_J_ARR ? j->nodes[c].first : -1;
-        if (!accel__bm_jis_str(j, nm)) return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: entry %d of \"%s\" does not start with a name", k, what);
+        if (!accel__bm_jis_str(j, nm))
+            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: entry %d of \"%s\" does not start with a name",
+                               k, what);
         (*out)[k].name = accel__st_jstr(j, nm);
         (*out)[k].node = c;
     }
@@ -703,7 +746,8 @@ static accel_result accel__bm_mload_names(accel__bm_mload *L, int arr, accel__bm
     qsort(*out, (size_t)k, sizeof **out, accel__bm_jname_cmp);
     for (k = 1; k < *n; ++k)
         if (!strcmp((*out)[k - 1].name, (*out)[k].name))
-            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: \"%.200s\" appears twice in \"%s\"", (*out)[k].name, what);
+            return ACCEL__FAIL(L->m->acc, ACCEL_ERR_FORMAT, "model JSON: \"%.200s\" appears twice in \"%s\"",
+                               (*out)[k].name, what);
     return ACCEL_OK;
 }
 ACCEL__DEF accel_result accel_bm_model_open_memory(accel *acc, const void *json, size_t n, accel_bm_model **out) {
@@ -735,17 +779,22 @@ ACCEL__DEF accel_result accel_bm_model_open_memory(accel *acc, const void *json,
         r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: \"tied\" is not an array of name lists");
     if (r == ACCEL_OK && tied >= 0) { /* aliases: every name of a group but the first (node = the group's first name) */
         int total = 0, g;
-        for (g = j.nodes[tied].first; g >= 0; g = j.nodes[g].next) total += j.nodes[g].type == ACCEL__ST_J_ARR ? j.nodes[g].count : 0;
+        for (g = j.nodes[tied].first; g >= 0; g = j.nodes[g].next)
+            total += j.nodes[g].type == ACCEL__ST_J_ARR ? j.nodes[g].count : 0;
         L.alias = (accel__bm_jname *)accel__st_zalloc(acc, (size_t)total, sizeof *L.alias);
         if (!L.alias) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "model JSON");
         for (g = j.nodes[tied].first; g >= 0 && r == ACCEL_OK; g = j.nodes[g].next) {
             int first = j.nodes[g].type == ACCEL__ST_J_ARR ? j.nodes[g].first : -1;
             if (!accel__bm_jis_str(&j, first) || j.nodes[g].count < 2) {
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: each \"tied\" group is a list of two or more names");
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                                "model JSON: each \"tied\" group is a list of two or more names");
                 break;
             }
             for (c = j.nodes[first].next; c >= 0; c = j.nodes[c].next) {
-                if (!accel__bm_jis_str(&j, c)) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: \"tied\" holds names"); break; }
+                if (!accel__bm_jis_str(&j, c)) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: \"tied\" holds names");
+                    break;
+                }
                 L.alias[L.nalias].name = accel__st_jstr(&j, c);
                 L.alias[L.nalias++].node = first;
             }
@@ -757,8 +806,10 @@ ACCEL__DEF accel_result accel_bm_model_open_memory(accel *acc, const void *json,
                     r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: \"%.200s\" is tied twice", L.alias[k].name);
             for (k = 0; k < L.nalias && r == ACCEL_OK; ++k)
                 if (accel__bm_jname_find(L.tens, L.ntens, L.alias[k].name) >= 0)
-                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: the alias \"%.200s\" is also in \"tensors\" (only a group's first "
-                                    "name is)", L.alias[k].name);
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                                    "model JSON: the alias \"%.200s\" is also in \"tensors\" (only a group's first "
+                                    "name is)",
+                                    L.alias[k].name);
         }
     }
     if (r == ACCEL_OK) {
@@ -767,10 +818,12 @@ ACCEL__DEF accel_result accel_bm_model_open_memory(accel *acc, const void *json,
         if (!L.mod_used || !L.ten_used) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "model JSON");
     }
     rootk = r == ACCEL_OK ? accel__bm_jname_find(L.mods, L.nmods, "") : -1;
-    if (r == ACCEL_OK && rootk < 0) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: no root module \"\" in \"modules\"");
+    if (r == ACCEL_OK && rootk < 0)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: no root module \"\" in \"modules\"");
     if (r == ACCEL_OK) {
         int cls = accel__bm_jchild(&j, L.mods[rootk].node, 1);
-        if (!accel__bm_jis_str(&j, cls)) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: the root module has no class name");
+        if (!accel__bm_jis_str(&j, cls))
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: the root module has no class name");
         else {
             char *cn = accel__st_strndup(acc, accel__st_jstr(&j, cls), j.nodes[cls].len);
             if (!cn) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "model JSON");
@@ -782,9 +835,12 @@ ACCEL__DEF accel_result accel_bm_model_open_memory(accel *acc, const void *json,
     }
     if (r == ACCEL_OK) r = accel__bm_mload_module(&L, rootk, 0, 0);
     for (k = 0; k < L.nmods && r == ACCEL_OK; ++k)
-        if (!L.mod_used[k]) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\" is nobody's child", L.mods[k].name);
+        if (!L.mod_used[k])
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: module \"%.200s\" is nobody's child", L.mods[k].name);
     for (k = 0; k < L.ntens && r == ACCEL_OK; ++k)
-        if (!L.ten_used[k]) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: tensor \"%.200s\" is in no module's lists", L.tens[k].name);
+        if (!L.ten_used[k])
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: tensor \"%.200s\" is in no module's lists",
+                            L.tens[k].name);
     /* aliases: their parameter (the first name of their group) */
     for (k = 0; k < (int)stbds_arrlen(L.pending) && r == ACCEL_OK; ++k) {
         int ak = accel__bm_jname_find(L.alias, L.nalias, L.pending_of[k]), kind = -1, p;
@@ -792,7 +848,8 @@ ACCEL__DEF accel_result accel_bm_model_open_memory(accel *acc, const void *json,
         accel__bm_mten *x = &L.m->tens[L.pending[k]];
         p = accel__bm_mfind(L.m, pname, &kind);
         if (p < 0 || kind != ACCEL__BM_TEN || L.m->tens[p].is_buffer || L.m->tens[p].storage != p) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: \"%.200s\" is tied to \"%.200s\", which is not a parameter in \"tensors\"",
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                            "model JSON: \"%.200s\" is tied to \"%.200s\", which is not a parameter in \"tensors\"",
                             x->t.name, pname);
             break;
         }
@@ -804,7 +861,8 @@ ACCEL__DEF accel_result accel_bm_model_open_memory(accel *acc, const void *json,
     for (k = 0; k < L.nalias && r == ACCEL_OK; ++k) {
         int kind = -1, a = accel__bm_mfind(L.m, L.alias[k].name, &kind);
         if (a < 0 || kind != ACCEL__BM_TEN)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: the tied alias \"%.200s\" is no module's parameter", L.alias[k].name);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "model JSON: the tied alias \"%.200s\" is no module's parameter",
+                            L.alias[k].name);
     }
     if (r == ACCEL_OK && tied >= 0) /* the groups in the order they are listed */
         for (c = j.nodes[tied].first; c >= 0 && r == ACCEL_OK; c = j.nodes[c].next)
@@ -839,10 +897,11 @@ ACCEL__DEF accel_result accel_bm_model_open(accel *acc, const char *path, accel_
     return r;
 }
 
-/* ------------------------------------------------ 2. module sizes, max layer, balanced memory (docs/semantics.md §9) */
+/* ----------------------------------------------- 2. module sizes, max layer, balanced memory (docs/semantics.md §9) */
 /* Sizes are counted in bits: Accelerate counts a bool as 1/8 byte, so its sizes are multiples of 1/8. */
 static int64_t accel__bm_dtype_bits(accel_dtype d) { return d == ACCEL_BOOL ? 1 : (int64_t)accel_dtype_size(d) * 8; }
-static int accel__bm_dtype_is_int(accel_dtype d) { /* Accelerate: str(dtype).startswith(("torch.uint", "torch.int", "torch.bool")) */
+static int accel__bm_dtype_is_int(
+    accel_dtype d) { /* Accelerate: str(dtype).startswith(("torch.uint", "torch.int", "torch.bool")) */
     return d == ACCEL_I64 || d == ACCEL_I32 || d == ACCEL_I16 || d == ACCEL_I8 || d == ACCEL_U64 || d == ACCEL_U32 ||
            d == ACCEL_U16 || d == ACCEL_U8 || d == ACCEL_BOOL;
 }
@@ -884,7 +943,8 @@ static accel_result accel__bm_sizes(accel_bm_model *m, const accel_bm_map_desc *
     mseen = (unsigned char *)accel__st_zalloc(acc, (size_t)nm, 1);
     sseen = (unsigned char *)accel__st_zalloc(acc, (size_t)nt, 1);
     chain = (int *)accel__st_zalloc(acc, (size_t)nm, sizeof(int));
-    if (!s->mod_bits || !s->ten_bits || !s->keys || !mseen || !sseen || !chain) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "module sizes");
+    if (!s->mod_bits || !s->ten_bits || !s->keys || !mseen || !sseen || !chain)
+        r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "module sizes");
     for (pass = 0; pass < 2 && r == ACCEL_OK; ++pass) { /* 0: parameters, 1: buffers; modules depth-first */
         if (stack) stbds_header(stack)->length = 0;
         if (ACCEL__ARR_PUT(stack, 0) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "module sizes: out of memory");
@@ -902,13 +962,19 @@ static accel_result accel__bm_sizes(accel_bm_model *m, const accel_bm_map_desc *
                 if (d && k < d->n_special_dtypes) per = accel__bm_dtype_bits(d->special_dtypes[k].dtype);
                 else if (!d || d->dtype == ACCEL_DTYPE_INVALID || accel__bm_dtype_is_int(t->dtype)) per = bits;
                 else per = accel__bm_dtype_bits(d->dtype) < bits ? accel__bm_dtype_bits(d->dtype) : bits;
-                if (numel < 0 || (per && numel > INT64_MAX / per)) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "module sizes: \"%.200s\" is too large", t->name); break; }
+                if (numel < 0 || (per && numel > INT64_MAX / per)) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "module sizes: \"%.200s\" is too large", t->name);
+                    break;
+                }
                 bits = numel * per;
                 s->ten_bits[ti] = bits;
                 for (c = m->tens[ti].module; c >= 0; c = m->mods[c].parent) chain[nc++] = c;
                 while (nc > 0) {
                     c = chain[--nc];
-                    if (s->mod_bits[c] > INT64_MAX - bits) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "module sizes: the total overflows"); break; }
+                    if (s->mod_bits[c] > INT64_MAX - bits) {
+                        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "module sizes: the total overflows");
+                        break;
+                    }
                     s->mod_bits[c] += bits;
                     if (!mseen[c]) {
                         mseen[c] = 1;
@@ -920,7 +986,8 @@ static accel_result accel__bm_sizes(accel_bm_model *m, const accel_bm_map_desc *
                 s->keys[s->nkeys++].idx = ti;
             }
             for (i = (int)stbds_arrlen(m->mods[mi].children) - 1; i >= 0 && r == ACCEL_OK; --i)
-                if (ACCEL__ARR_PUT(stack, m->mods[mi].children[i]) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "module sizes: out of memory");
+                if (ACCEL__ARR_PUT(stack, m->mods[mi].children[i]) != 0)
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "module sizes: out of memory");
         }
     }
     stbds_arrfree(stack);
@@ -940,7 +1007,8 @@ ACCEL__DEF accel_result accel_bm_module_sizes(accel_bm_model *m, const accel_bm_
     accel__bm_sz s;
     accel_result r;
     int i;
-    if (!m || !n || cap < 0 || (cap > 0 && !out)) return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "module_sizes: bad arguments");
+    if (!m || !n || cap < 0 || (cap > 0 && !out))
+        return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "module_sizes: bad arguments");
     r = accel__bm_sizes(m, d, &s);
     if (r != ACCEL_OK) return r;
     *n = s.nkeys;
@@ -1010,7 +1078,8 @@ static int accel__bm_has_children(const accel_bm_model *m, accel__bm_ref r) {
     return r.kind == ACCEL__BM_MOD && stbds_arrlen(m->mods[r.idx].children) > 0;
 }
 static int accel__bm_no_split(const accel_bm_model *m, const accel_bm_map_desc *d, accel__bm_ref r) {
-    return r.kind == ACCEL__BM_MOD && d && accel__bm_class_in(m->mods[r.idx].cls, d->no_split_module_classes, d->n_no_split);
+    return r.kind == ACCEL__BM_MOD && d &&
+           accel__bm_class_in(m->mods[r.idx].cls, d->no_split_module_classes, d->n_no_split);
 }
 /* get_max_layer_size: the largest "layer" (no children, or a no-split class) under the given entries; only modules'
    children are descended into. names (may be NULL) receives the layers reaching it. */
@@ -1068,13 +1137,15 @@ ACCEL__DEF accel_result accel_bm_max_layer_size(accel_bm_model *m, const accel_b
     int64_t max = 0;
     accel_result r;
     int i;
-    if (!m || !bytes || cap < 0 || (cap > 0 && (!names || !n))) return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "max_layer_size: bad arguments");
+    if (!m || !bytes || cap < 0 || (cap > 0 && (!names || !n)))
+        return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "max_layer_size: bad arguments");
     r = accel__bm_sizes(m, d, &s);
     if (r != ACCEL_OK) return r;
     memset(&roots, 0, sizeof roots);
     memset(&layer, 0, sizeof layer);
     roots.acc = layer.acc = m->acc;
-    if (accel__bm_root_entries(m, &roots)) r = ACCEL__FAIL(m->acc, ACCEL_ERR_OUT_OF_MEMORY, "max_layer_size: out of memory");
+    if (accel__bm_root_entries(m, &roots))
+        r = ACCEL__FAIL(m->acc, ACCEL_ERR_OUT_OF_MEMORY, "max_layer_size: out of memory");
     if (r == ACCEL_OK) r = accel__bm_max_layer(m, d, &s, roots.v, roots.n, 0, &max, &layer);
     if (r == ACCEL_OK) {
         *bytes = accel__bm_bits_bytes(max);
@@ -1101,14 +1172,20 @@ static int accel__bm_dev_cmp(const void *a, const void *b) {
 ACCEL__DEF void accel_bm_device_name(int device, char *out, size_t cap) {
     if (!out || !cap) return;
     if (device >= 0) accel__fmt(out, cap, "%d", device);
-    else accel__fmt(out, cap, "%s", device == ACCEL_BM_CPU ? "cpu" : device == ACCEL_BM_DISK ? "disk" : device == ACCEL_BM_MPS ? "mps" : "?");
+    else
+        accel__fmt(out, cap, "%s",
+                   device == ACCEL_BM_CPU    ? "cpu"
+                   : device == ACCEL_BM_DISK ? "disk"
+                   : device == ACCEL_BM_MPS  ? "mps"
+                                             : "?");
 }
 static accel_result accel__bm_norm_memory(accel *acc, const accel_bm_map_desc *d, accel__bm_dev **out, int *nout) {
     int i, k, n = d ? d->n_max_memory : 0;
     accel__bm_dev *v;
     *out = NULL;
     *nout = 0;
-    if (n < 0 || (n > 0 && !d->max_memory)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "max_memory: bad list (n=%d)", n);
+    if (n < 0 || (n > 0 && !d->max_memory))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "max_memory: bad list (n=%d)", n);
     v = (accel__bm_dev *)accel__st_zalloc(acc, (size_t)n, sizeof *v);
     if (!v) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "max_memory");
     for (i = 0; i < n; ++i) {
@@ -1116,12 +1193,15 @@ static accel_result accel__bm_norm_memory(accel *acc, const accel_bm_map_desc *d
         double b = e->bytes * 8.0;
         if (e->device < 0 && e->device != ACCEL_BM_CPU && e->device != ACCEL_BM_DISK && e->device != ACCEL_BM_MPS) {
             accel_host_free(acc, v);
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "Device %d is not recognized, available devices are integers(for "
-                               "GPU/XPU), 'mps', 'cpu' and 'disk'", e->device);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "Device %d is not recognized, available devices are integers(for "
+                               "GPU/XPU), 'mps', 'cpu' and 'disk'",
+                               e->device);
         }
         if (!(b >= -4.0e18 && b <= 4.0e18)) { /* also NaN */
             accel_host_free(acc, v);
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "max_memory: %g bytes for device %d is out of range", e->bytes, e->device);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "max_memory: %g bytes for device %d is out of range",
+                               e->bytes, e->device);
         }
         for (k = 0; k < i; ++k)
             if (v[k].device == e->device) {
@@ -1158,13 +1238,15 @@ ACCEL__DEF accel_result accel_bm_balanced_memory(accel_bm_model *m, const accel_
     int nmem = 0, i, k, num = 0, low_zero, *count = NULL, nfound = 0, ncls;
     int64_t total, per_gpu, buffer = 0, leaf_sum = 0, nleaves = 0, mean, big;
     accel_result r;
-    if (!m || !n || cap < 0 || (cap > 0 && !out)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "balanced_memory: bad arguments");
+    if (!m || !n || cap < 0 || (cap > 0 && !out))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "balanced_memory: bad arguments");
     memset(&s, 0, sizeof s);
     r = accel__bm_norm_memory(acc, d, &mem, &nmem);
     if (r != ACCEL_OK) return r;
     if (accel__bm_dev_find(mem, nmem, ACCEL_BM_DISK) >= 0) {
         accel_host_free(acc, mem);
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "get_balanced_memory: max_memory has a \"disk\" key (Accelerate raises "
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "get_balanced_memory: max_memory has a \"disk\" key (Accelerate raises "
                            "RuntimeError: Expected one of cpu, cuda, ... device type at start of device string: disk)");
     }
     for (i = 0; i < nmem; ++i) num += mem[i].device >= 0 && mem[i].bits > 0;
@@ -1192,8 +1274,11 @@ ACCEL__DEF accel_result accel_bm_balanced_memory(accel_bm_model *m, const accel_
                 accel__bm_ref key = s.keys[i];
                 const char *cls;
                 if (key.kind == ACCEL__BM_MOD && key.idx == 0) continue;
-                cls = key.kind == ACCEL__BM_MOD ? m->mods[key.idx].cls : m->tens[key.idx].is_buffer ? "Tensor" : "Parameter";
-                if (!accel__bm_class_in(cls, d->no_split_module_classes, ncls) || accel__bm_class_in(cls, fcls, nfound)) continue;
+                cls = key.kind == ACCEL__BM_MOD    ? m->mods[key.idx].cls
+                      : m->tens[key.idx].is_buffer ? "Tensor"
+                                                   : "Parameter";
+                if (!accel__bm_class_in(cls, d->no_split_module_classes, ncls) || accel__bm_class_in(cls, fcls, nfound))
+                    continue;
                 fcls[nfound++] = cls;
                 if (accel__bm_ref_bits(&s, key) > buffer) buffer = accel__bm_ref_bits(&s, key);
             }
@@ -1229,12 +1314,16 @@ ACCEL__DEF accel_result accel_bm_balanced_memory(accel_bm_model *m, const accel_
                 int z = accel__bm_dev_find(mem, nmem, 0);
                 for (k = 1; k < num && r == ACCEL_OK; ++k) {
                     int at = accel__bm_dev_find(mem, nmem, k);
-                    if (at < 0) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "get_balanced_memory(low_zero): max_memory has no GPU %d "
-                                                "(Accelerate sums GPUs 1..n-1 by number and raises KeyError: %d)", k, k);
+                    if (at < 0)
+                        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                        "get_balanced_memory(low_zero): max_memory has no GPU %d "
+                                        "(Accelerate sums GPUs 1..n-1 by number and raises KeyError: %d)",
+                                        k, k);
                     else sum += mem[at].bits;
                 }
                 if (r == ACCEL_OK && z < 0)
-                    r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "get_balanced_memory(low_zero): max_memory has no GPU 0 (Accelerate "
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                    "get_balanced_memory(low_zero): max_memory has no GPU 0 (Accelerate "
                                     "raises KeyError: 0)");
                 if (r == ACCEL_OK) {
                     min_zero = total - sum > 0 ? total - sum : 0;
@@ -1402,9 +1491,9 @@ static int accel__bm_tied_params(accel *acc, const accel__bm_ties *t, const char
 }
 /* get_module_size_with_ties: the module plus, per tied parameter, the first listed entry holding it (minus the
    parameter itself). Accelerate raises IndexError when no listed entry holds one; so does accel (an error). */
-static accel_result accel__bm_size_with_ties(const accel_bm_model *m, const accel__bm_sz *s, const accel__bm_names *tied,
-                                               int64_t size, const accel__bm_q *list, int64_t *with, accel__bm_q *mods,
-                                               const char *who) {
+static accel_result accel__bm_size_with_ties(const accel_bm_model *m, const accel__bm_sz *s,
+                                             const accel__bm_names *tied, int64_t size, const accel__bm_q *list,
+                                             int64_t *with, accel__bm_q *mods, const char *who) {
     int i, k;
     *with = size;
     mods->n = 0;
@@ -1413,9 +1502,12 @@ static accel_result accel__bm_size_with_ties(const accel_bm_model *m, const acce
         for (k = 0; k < list->n; ++k)
             if (accel__bm_startswith_dot(tied->v[i], accel__bm_ref_name(m, list->v[k]))) break;
         if (k == list->n)
-            return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT, "infer_auto_device_map: \"%.200s\" is tied to \"%.200s\", which no "
-                               "module left to place holds (Accelerate raises IndexError here)", who, tied->v[i]);
-        if (accel__bm_q_insert(mods, mods->n, &list->v[k], 1)) return ACCEL__FAIL(m->acc, ACCEL_ERR_OUT_OF_MEMORY, "out of memory");
+            return ACCEL__FAIL(m->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "infer_auto_device_map: \"%.200s\" is tied to \"%.200s\", which no "
+                               "module left to place holds (Accelerate raises IndexError here)",
+                               who, tied->v[i]);
+        if (accel__bm_q_insert(mods, mods->n, &list->v[k], 1))
+            return ACCEL__FAIL(m->acc, ACCEL_ERR_OUT_OF_MEMORY, "out of memory");
         idx = accel__bm_mfind(m, tied->v[i], &kind);
         *with += accel__bm_ref_bits(s, list->v[k]) - (idx >= 0 && kind == ACCEL__BM_TEN ? s->ten_bits[idx] : 0);
     }
@@ -1439,12 +1531,16 @@ static accel_result accel__bm_fallback(const accel_bm_model *m, const accel_bm_m
     memset(&tmods, 0, sizeof tmods);
     memset(&tied, 0, sizeof tied);
     search.acc = kids.acc = tmods.acc = m->acc;
-    if (accel__bm_q_insert(&search, 0, list->v, list->n)) r = ACCEL__FAIL(m->acc, ACCEL_ERR_OUT_OF_MEMORY, "fallback: out of memory");
+    if (accel__bm_q_insert(&search, 0, list->v, list->n))
+        r = ACCEL__FAIL(m->acc, ACCEL_ERR_OUT_OF_MEMORY, "fallback: out of memory");
     while (r == ACCEL_OK && search.n > 0) {
         accel__bm_ref e = accel__bm_q_take(&search, 0);
         int64_t with = 0;
         name = accel__bm_ref_name(m, e);
-        if (accel__bm_tied_params(m->acc, ties, name, &tied)) { r = ACCEL__FAIL(m->acc, ACCEL_ERR_OUT_OF_MEMORY, "fallback: out of memory"); break; }
+        if (accel__bm_tied_params(m->acc, ties, name, &tied)) {
+            r = ACCEL__FAIL(m->acc, ACCEL_ERR_OUT_OF_MEMORY, "fallback: out of memory");
+            break;
+        }
         r = accel__bm_size_with_ties(m, s, &tied, accel__bm_ref_bits(s, e), &search, &with, &tmods, name);
         if (r != ACCEL_OK) break;
         if (with <= limit) {
@@ -1474,7 +1570,8 @@ static accel_result accel__bm_fallback(const accel_bm_model *m, const accel_bm_m
         }
         for (i = 0; r == ACCEL_OK && i < list->n; ++i)
             if (list->v[i].kind == hit->kind && list->v[i].idx == hit->idx) break;
-        if (r == ACCEL_OK && i == list->n) r = ACCEL__FAIL(m->acc, ACCEL_ERR_STATE, "fallback: \"%.200s\" not found after expansion", name);
+        if (r == ACCEL_OK && i == list->n)
+            r = ACCEL__FAIL(m->acc, ACCEL_ERR_STATE, "fallback: \"%.200s\" not found after expansion", name);
         if (r == ACCEL_OK) (void)accel__bm_q_take(list, i);
     }
     accel__bm_q_free(&search);
@@ -1525,7 +1622,8 @@ static accel_result accel__bm_infer(accel_bm_model *m, const accel_bm_map_desc *
     }
     r = accel__bm_sizes(m, d, &s);
     if (r == ACCEL_OK) r = accel__bm_ties_make(m, &ties);
-    if (r == ACCEL_OK && accel__bm_root_entries(m, &q)) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "infer_auto_device_map: out of memory");
+    if (r == ACCEL_OK && accel__bm_root_entries(m, &q))
+        r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "infer_auto_device_map: out of memory");
     /* the reserve: the largest layer of the initial entries (tensors included, this once) */
     if (r == ACCEL_OK) r = accel__bm_max_layer(m, d, &s, q.v, q.n, 0, &max_layer, &maxn);
     guard_max = 64L * (long)(stbds_arrlen(m->mods) + stbds_arrlen(m->tens) + 16) * (long)(ndev + 1);
@@ -1543,7 +1641,10 @@ static accel_result accel__bm_infer(accel_bm_model *m, const accel_bm_map_desc *
         maxn.n = k;
         if (maxn.n == 0) r = accel__bm_max_layer(m, d, &s, q.v, q.n, 1, &max_layer, &maxn);
         if (r != ACCEL_OK) break;
-        if (accel__bm_tied_params(acc, &ties, name, &tied)) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "out of memory"); break; }
+        if (accel__bm_tied_params(acc, &ties, name, &tied)) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
         dev = devs[cur].device;
         is_disk = dev == ACCEL_BM_DISK;
         if (!is_disk) cap = devs[cur].bits;
@@ -1577,12 +1678,20 @@ static accel_result accel__bm_infer(accel_bm_model *m, const accel_bm_map_desc *
                 if (!accel__bm_has_children(m, t) || accel__bm_no_split(m, d, t)) continue;
                 for (k = 0; k < q.n; ++k)
                     if (!strcmp(accel__bm_ref_name(m, q.v[k]), tn)) break;
-                if (k == q.n) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "infer_auto_device_map: tied module \"%.200s\" is not "
-                                                "in the queue (Accelerate raises IndexError here)", tn); break; }
+                if (k == q.n) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                    "infer_auto_device_map: tied module \"%.200s\" is not "
+                                    "in the queue (Accelerate raises IndexError here)",
+                                    tn);
+                    break;
+                }
                 /* [module] + queue[:k] + children + queue[k+1:] */
                 (void)accel__bm_q_take(&q, k);
                 if (accel__bm_q_split(m, &kids, t.idx) || accel__bm_q_insert(&q, k, kids.v, kids.n) ||
-                    accel__bm_q_insert(&q, 0, &e, 1)) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "out of memory"); break; }
+                    accel__bm_q_insert(&q, 0, &e, 1)) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "out of memory");
+                    break;
+                }
                 r = accel__bm_max_layer(m, d, &s, q.v, q.n, 1, &max_layer, &maxn);
                 split = 1;
             }
@@ -1616,8 +1725,9 @@ static accel_result accel__bm_infer(accel_bm_model *m, const accel_bm_map_desc *
         if (used[cur] == 0) {
             char nm[32];
             accel_bm_device_name(dev, nm, sizeof nm);
-            accel_log(acc, ACCEL_LOG_INFO, "infer_auto_device_map: nothing fits on device %s: it needs at least %.0f bytes",
-                      nm, accel__bm_bits_bytes(with + reserve));
+            accel_log(acc, ACCEL_LOG_INFO,
+                      "infer_auto_device_map: nothing fits on device %s: it needs at least %.0f bytes", nm,
+                      accel__bm_bits_bytes(with + reserve));
         }
         /* 5. the next device; the reserve counts as used on the one left behind */
         used[cur] += reserve;
@@ -1625,7 +1735,8 @@ static accel_result accel__bm_infer(accel_bm_model *m, const accel_bm_map_desc *
         if (cur >= ndev) { r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "infer_auto_device_map: ran out of devices"); break; }
         if (accel__bm_q_insert(&q, 0, &e, 1)) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    if (r == ACCEL_OK && (q.oom || maxn.oom || dm->oom)) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "infer_auto_device_map: out of memory");
+    if (r == ACCEL_OK && (q.oom || maxn.oom || dm->oom))
+        r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "infer_auto_device_map: out of memory");
     if (r == ACCEL_OK && !(d && d->no_clean_result)) {
         accel__bm_clean(m, dm, "", 0);
         if (dm->oom) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "clean_device_map: out of memory");
@@ -1648,7 +1759,8 @@ ACCEL__DEF accel_result accel_bm_infer_device_map(accel_bm_model *m, const accel
                                                     accel_bm_placement *out, int cap, int *n) {
     accel__bm_dmap dm;
     accel_result r;
-    if (!m || !n || cap < 0 || (cap > 0 && !out)) return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "infer_device_map: bad arguments");
+    if (!m || !n || cap < 0 || (cap > 0 && !out))
+        return ACCEL__FAIL(m ? m->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "infer_device_map: bad arguments");
     memset(&dm, 0, sizeof dm);
     dm.acc = m->acc;
     r = accel__bm_infer(m, d, &dm);
@@ -1667,7 +1779,8 @@ ACCEL__DEF accel_result accel_bm_parse_max_memory(accel *acc, const char *s, acc
     const char *p;
     int cnt = 0, k = 0, nn = 0, i;
     accel_result r = ACCEL_OK;
-    if (!s || !n || cap < 0 || (cap > 0 && !out)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "parse_max_memory: bad arguments");
+    if (!s || !n || cap < 0 || (cap > 0 && !out))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "parse_max_memory: bad arguments");
     for (p = s; *p; ++p) cnt += *p == ',';
     v = (accel_bm_memory *)accel__st_zalloc(acc, (size_t)cnt + 1, sizeof *v);
     if (!v) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "parse_max_memory");
@@ -1678,8 +1791,10 @@ ACCEL__DEF accel_result accel_bm_parse_max_memory(accel *acc, const char *s, acc
         uint64_t bytes = 0;
         eq = (const char *)memchr(p, '=', len);
         if (!eq || (size_t)(eq - p) >= sizeof key || len - (size_t)(eq - p) - 1 >= sizeof val) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "max_memory \"%.200s\": expected DEVICE=SIZE[,DEVICE=SIZE...] (DEVICE: a GPU "
-                            "number, cpu, disk or mps)", s);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "max_memory \"%.200s\": expected DEVICE=SIZE[,DEVICE=SIZE...] (DEVICE: a GPU "
+                            "number, cpu, disk or mps)",
+                            s);
             break;
         }
         memcpy(key, p, (size_t)(eq - p));
@@ -1693,8 +1808,10 @@ ACCEL__DEF accel_result accel_bm_parse_max_memory(accel *acc, const char *s, acc
             char *e2 = NULL;
             long g = key[0] >= '0' && key[0] <= '9' ? strtol(key, &e2, 10) : -1;
             if (g < 0 || !e2 || *e2 || g > 1000000) {
-                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "Device %.60s is not recognized, available devices are integers(for "
-                                "GPU/XPU), 'mps', 'cpu' and 'disk'", key);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                "Device %.60s is not recognized, available devices are integers(for "
+                                "GPU/XPU), 'mps', 'cpu' and 'disk'",
+                                key);
                 break;
             }
             v[k].device = (int)g;
@@ -1823,20 +1940,23 @@ static accel_result accel__bm_open_index(accel *acc, const char *index_path, acc
     if (r != ACCEL_OK) return r;
     if (!accel__utf8_valid((const unsigned char *)data, n, &bad)) {
         accel_host_free(acc, data);
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid UTF-8 (byte %lu)", index_path, (unsigned long)bad);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid UTF-8 (byte %lu)", index_path,
+                           (unsigned long)bad);
     }
     root = accel__st_json_parse(&j, acc, data, n);
     if (root < 0) r = accel__st_json_failed(acc, &j, index_path);
     wm = r == ACCEL_OK ? accel__st_jget(&j, root, "weight_map") : -1;
     if (r == ACCEL_OK && wm < 0) wm = root; /* Accelerate: index["weight_map"] if present, else the index itself */
-    if (r == ACCEL_OK && j.nodes[wm].type != ACCEL__ST_J_OBJ) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: no weight_map object", index_path);
+    if (r == ACCEL_OK && j.nodes[wm].type != ACCEL__ST_J_OBJ)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: no weight_map object", index_path);
     if (r == ACCEL_OK) {
         names = (const char **)accel__st_zalloc(acc, (size_t)j.nodes[wm].count, sizeof(char *));
         if (!names) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.400s", index_path);
     }
     for (c = r == ACCEL_OK ? j.nodes[wm].first : -1; c >= 0 && r == ACCEL_OK; c = j.nodes[c].next) {
         if (!accel__bm_jis_str(&j, c) || !accel__st_safe_file_name(accel__st_jstr(&j, c))) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: weight_map entry '%.200s' is not a plain file name", index_path, accel__st_jkeyp(&j, c));
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: weight_map entry '%.200s' is not a plain file name",
+                            index_path, accel__st_jkeyp(&j, c));
             break;
         }
         for (k = 0; k < nn; ++k)
@@ -1885,17 +2005,26 @@ static accel_result accel__bm_open_checkpoint(accel *acc, const char *ck, accel_
                 }
             }
             closedir(d);
-            if (nidx > 1) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s containing more than one `.index.json` file, delete the irrelevant ones.", ck);
+            if (nidx > 1)
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                   "%.400s containing more than one `.index.json` file, delete the irrelevant ones.",
+                                   ck);
             if (nidx == 1) return accel__bm_open_index(acc, idx, files);
             accel__fmt(path, sizeof path, "%s/index.json", ck);
             if (!accel__is_file(path))
-                return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s is not a folder containing a `.index.json` file or a pytorch_model.bin "
-                                   "or a model.safetensors file (accel reads safetensors, and offload folders with an index.json)", ck);
+                return ACCEL__FAIL(
+                    acc, ACCEL_ERR_NOT_FOUND,
+                    "%.400s is not a folder containing a `.index.json` file or a pytorch_model.bin "
+                    "or a model.safetensors file (accel reads safetensors, and offload folders with an index.json)",
+                    ck);
             r = accel_bm_offload_open(acc, ck, &f);
         }
     } else {
-        return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "`checkpoint` should be the path to a file containing a whole state dict, or the index "
-                           "of a sharded checkpoint, or a folder containing a sharded checkpoint or the whole state dict, but got %.400s.", ck);
+        return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND,
+                           "`checkpoint` should be the path to a file containing a whole state dict, or the index "
+                           "of a sharded checkpoint, or a folder containing a sharded checkpoint or the whole state "
+                           "dict, but got %.400s.",
+                           ck);
     }
     if (r == ACCEL_OK && ACCEL__ARR_PUT(*files, f) != 0) {
         accel_st_file_destroy(f);
@@ -1915,7 +2044,8 @@ static int accel__bm_map_device(const accel_bm_placement *sorted, int n, const c
     for (;;) {
         char *dot;
         key.name = buf;
-        hit = n ? (accel_bm_placement *)bsearch(&key, sorted, (size_t)n, sizeof *sorted, accel__bm_placement_cmp) : NULL;
+        hit =
+            n ? (accel_bm_placement *)bsearch(&key, sorted, (size_t)n, sizeof *sorted, accel__bm_placement_cmp) : NULL;
         if (hit) return hit->device;
         if (!*buf) return -100;
         dot = strrchr(buf, '.');
@@ -1923,9 +2053,12 @@ static int accel__bm_map_device(const accel_bm_placement *sorted, int n, const c
         else buf[0] = 0;
     }
 }
-static void accel__bm_shape_of(char *out, size_t cap, const accel_tensor *t) { accel__st_shape_str(out, cap, t->ndim, t->shape); }
+static void accel__bm_shape_of(char *out, size_t cap, const accel_tensor *t) {
+    accel__st_shape_str(out, cap, t->ndim, t->shape);
+}
 
-ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_bm_dispatch_desc *desc, accel_bm_dispatch **out) {
+ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_bm_dispatch_desc *desc,
+                                                 accel_bm_dispatch **out) {
     accel *acc = m ? m->acc : NULL;
     accel_bm_dispatch *x = NULL;
     accel_bm_placement *sorted = NULL;
@@ -1938,7 +2071,8 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
 #ifdef ACCEL_WITH_CUDA
     int prev_dev = -1;
 #endif
-    if (!m || !desc || !out || !desc->checkpoint || desc->n_device_map < 0 || (desc->n_device_map > 0 && !desc->device_map))
+    if (!m || !desc || !out || !desc->checkpoint || desc->n_device_map < 0 ||
+        (desc->n_device_map > 0 && !desc->device_map))
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatch_create: bad arguments");
     *out = NULL;
     if (desc->dtype != ACCEL_DTYPE_INVALID && !accel_dtype_name(desc->dtype))
@@ -1954,18 +2088,24 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
     srcf = (accel_st_file **)accel__st_zalloc(acc, (size_t)nt, sizeof *srcf);
     disk = (accel_tensor *)accel__st_zalloc(acc, (size_t)nt, sizeof *disk);
     buf = (char *)accel_host_alloc(acc, 4096);
-    if (!x->pl || !sorted || !src || !srcf || !disk || !buf) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "dispatch"); goto fail; }
+    if (!x->pl || !sorted || !src || !srcf || !disk || !buf) {
+        r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "dispatch");
+        goto fail;
+    }
     /* 1. the map: names of the model, known devices, no duplicates */
     for (i = 0; i < desc->n_device_map; ++i) {
         const accel_bm_placement *e = &desc->device_map[i];
         int dev = e->device;
         if (!e->name || (*e->name && accel__bm_mfind(m, e->name, NULL) < 0)) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatch: the device_map key \"%.200s\" matches no module or tensor of the "
-                            "model (Accelerate warns and ignores it)", e->name ? e->name : "(null)");
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "dispatch: the device_map key \"%.200s\" matches no module or tensor of the "
+                            "model (Accelerate warns and ignores it)",
+                            e->name ? e->name : "(null)");
             goto fail;
         }
         if (dev < 0 && dev != ACCEL_BM_CPU && dev != ACCEL_BM_DISK) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "dispatch: device %d of \"%.200s\" (accel dispatches to GPUs, cpu and disk)", dev, e->name);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                            "dispatch: device %d of \"%.200s\" (accel dispatches to GPUs, cpu and disk)", dev, e->name);
             goto fail;
         }
         sorted[i] = *e;
@@ -1973,7 +2113,8 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
     if (desc->n_device_map > 1) qsort(sorted, (size_t)desc->n_device_map, sizeof *sorted, accel__bm_placement_cmp);
     for (i = 1; i < desc->n_device_map; ++i)
         if (!strcmp(sorted[i - 1].name, sorted[i].name)) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatch: the device_map lists \"%.200s\" twice", sorted[i].name);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatch: the device_map lists \"%.200s\" twice",
+                            sorted[i].name);
             goto fail;
         }
     for (i = 0; i < nt; ++i) {
@@ -1995,13 +2136,16 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
             int kind = -1, ti = accel__bm_mfind(m, en->name, &kind), st;
             if (ti < 0 || kind != ACCEL__BM_TEN) {
                 if (desc->ignore_unexpected) continue;
-                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatch: the checkpoint's tensor \"%.200s\" is not in the model "
-                                "(ignore_unexpected skips such tensors, as Accelerate does with a warning)", en->name);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                "dispatch: the checkpoint's tensor \"%.200s\" is not in the model "
+                                "(ignore_unexpected skips such tensors, as Accelerate does with a warning)",
+                                en->name);
                 goto fail;
             }
             st = m->tens[ti].storage;
             if (src[st] && (ti == st || !strcmp(src[st]->name, en->name))) {
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "dispatch: tensor \"%.200s\" is in more than one file of the checkpoint", en->name);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                                "dispatch: tensor \"%.200s\" is in more than one file of the checkpoint", en->name);
                 goto fail;
             }
             if (!src[st] || ti == st) { /* a parameter's own name wins over an alias's */
@@ -2016,20 +2160,26 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
         char a[200], b[200];
         if (m->tens[i].storage != i) continue;
         if (!src[i]) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "dispatch: tensor \"%.200s\" is not in the checkpoint %.300s", t->name, desc->checkpoint);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "dispatch: tensor \"%.200s\" is not in the checkpoint %.300s",
+                            t->name, desc->checkpoint);
             goto fail;
         }
-        if (src[i]->ndim != t->ndim || (t->ndim && memcmp(src[i]->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))) {
+        if (src[i]->ndim != t->ndim ||
+            (t->ndim && memcmp(src[i]->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))) {
             accel__st_shape_str(a, sizeof a, src[i]->ndim, src[i]->shape);
             accel__bm_shape_of(b, sizeof b, t);
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "Trying to set a tensor of shape %s in \"%.200s\" (which has shape %s), this "
-                            "looks incorrect.", a, t->name, b);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "Trying to set a tensor of shape %s in \"%.200s\" (which has shape %s), this "
+                            "looks incorrect.",
+                            a, t->name, b);
             goto fail;
         }
         target = desc->dtype != ACCEL_DTYPE_INVALID && accel_dtype_is_float(src[i]->dtype) ? desc->dtype : t->dtype;
         if (!accel__bm_convertible(src[i]->dtype, target)) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "dispatch: tensor \"%.200s\" is %s in the checkpoint and %s in the model (accel "
-                            "converts only between F64, F32, F16 and BF16)", t->name, accel_dtype_name(src[i]->dtype), accel_dtype_name(target));
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                            "dispatch: tensor \"%.200s\" is %s in the checkpoint and %s in the model (accel "
+                            "converts only between F64, F32, F16 and BF16)",
+                            t->name, accel_dtype_name(src[i]->dtype), accel_dtype_name(target));
             goto fail;
         }
         x->pl[i].target = target;
@@ -2037,7 +2187,10 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
     }
     /* 3. every buffer first, then the bytes */
 #ifdef ACCEL_WITH_CUDA
-    if (accel__bm_real_gpu(acc) && cudaGetDevice(&prev_dev) != cudaSuccess) { r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaGetDevice failed"); goto fail; }
+    if (accel__bm_real_gpu(acc) && cudaGetDevice(&prev_dev) != cudaSuccess) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaGetDevice failed");
+        goto fail;
+    }
 #endif
     for (i = 0; i < nt && r == ACCEL_OK; ++i) {
         accel__bm_place *p = &x->pl[i];
@@ -2059,7 +2212,10 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
 #ifdef ACCEL_WITH_CUDA
             if (accel__bm_real_gpu(acc)) {
                 cudaError_t e = cudaSetDevice(p->device);
-                if (e != cudaSuccess) { r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaSetDevice(%d): %s", p->device, cudaGetErrorString(e)); break; }
+                if (e != cudaSuccess) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaSetDevice(%d): %s", p->device, cudaGetErrorString(e));
+                    break;
+                }
             }
 #endif
             p->ptr = accel_device_alloc(acc, nb); /* a run without a GPU: host memory (accel.h "allocation helpers") */
@@ -2067,7 +2223,8 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
         }
         if (!p->ptr) {
             p->own = 0;
-            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "dispatch: \"%.200s\" (%zu bytes)", m->tens[i].t.name, nb);
+            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "dispatch: \"%.200s\" (%zu bytes)", m->tens[i].t.name,
+                                 nb);
         }
     }
     for (i = 0; i < nt && r == ACCEL_OK; ++i) {
@@ -2080,10 +2237,13 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
                                       ? (cudaStream_t)desc->streams[p->device]
                                       : p->device == acc->device ? (cudaStream_t)acc->stream : (cudaStream_t)0;
             cudaError_t e = cudaSetDevice(p->device);
-            if (e != cudaSuccess) { r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaSetDevice(%d): %s", p->device, cudaGetErrorString(e)); break; }
+            if (e != cudaSuccess) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaSetDevice(%d): %s", p->device, cudaGetErrorString(e));
+                break;
+            }
             accel__st_stage_begin(&st, acc);
-            r = accel__st_stage_to_device(acc, &st, stream, -1, (const unsigned char *)src[i]->data, 0, src[i]->dtype, p->ptr,
-                                          p->target, (uint64_t)p->numel, accel__bm_convert, m->tens[i].t.name);
+            r = accel__st_stage_to_device(acc, &st, stream, -1, (const unsigned char *)src[i]->data, 0, src[i]->dtype,
+                                          p->ptr, p->target, (uint64_t)p->numel, accel__bm_convert, m->tens[i].t.name);
             accel__st_stage_end(&st);
             continue;
         }
@@ -2105,7 +2265,9 @@ ACCEL__DEF accel_result accel_bm_dispatch_create(accel_bm_model *m, const accel_
             int e;
             if (m->tens[i].storage != i || x->pl[i].device != ACCEL_BM_DISK) continue;
             e = accel_st_file_find(x->offload, m->tens[i].t.name);
-            if (e < 0) r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "dispatch: %.200s is missing from the offload folder", m->tens[i].t.name);
+            if (e < 0)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "dispatch: %.200s is missing from the offload folder",
+                                m->tens[i].t.name);
             else x->pl[i].ptr = (void *)accel_st_file_entry(x->offload, e)->data;
         }
     }
@@ -2133,12 +2295,15 @@ fail:
     accel_bm_dispatch_destroy(x);
     return r;
 }
-ACCEL__DEF accel_result accel_bm_dispatch_tensor(const accel_bm_dispatch *x, const char *name, accel_tensor *t, int *device) {
+ACCEL__DEF accel_result accel_bm_dispatch_tensor(const accel_bm_dispatch *x, const char *name, accel_tensor *t,
+                                                 int *device) {
     int kind = -1, i;
     const accel__bm_place *p;
-    if (!x || !name) return ACCEL__FAIL(x ? x->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "dispatch_tensor: NULL argument");
+    if (!x || !name)
+        return ACCEL__FAIL(x ? x->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "dispatch_tensor: NULL argument");
     i = accel__bm_mfind(x->m, name, &kind);
-    if (i < 0 || kind != ACCEL__BM_TEN) return ACCEL__FAIL(x->acc, ACCEL_ERR_NOT_FOUND, "dispatch: no tensor \"%.200s\" in the model", name);
+    if (i < 0 || kind != ACCEL__BM_TEN)
+        return ACCEL__FAIL(x->acc, ACCEL_ERR_NOT_FOUND, "dispatch: no tensor \"%.200s\" in the model", name);
     p = &x->pl[x->m->tens[i].storage];
     if (t) {
         *t = x->m->tens[i].t;
@@ -2149,7 +2314,7 @@ ACCEL__DEF accel_result accel_bm_dispatch_tensor(const accel_bm_dispatch *x, con
     return ACCEL_OK;
 }
 
-/* -------------------------------------------------------------------------- 6. just-in-time fetch of offloaded layers */
+/* ------------------------------------------------------------------------ 6. just-in-time fetch of offloaded layers */
 /* Two slots, each as large as the largest layer's offloaded bytes. A helper thread fills the host side of a slot
    (converting "disk" bytes out of the mapping, or CPU tensors into the execution dtype); on a real GPU the calling
    thread then copies it to the device slot on a copy stream that waits for the layer that used the slot before and
@@ -2188,7 +2353,9 @@ static int accel__bm_fill(accel_bm_fetch *f, int l, int s) {
     int k;
 #ifdef ACCEL_WITH_CUDA
     if (f->real_gpu && f->slot[s].recorded_copy) { /* the previous copy out of this host buffer is done */
-        if (cudaSetDevice(f->device) != cudaSuccess || cudaEventSynchronize((cudaEvent_t)f->slot[s].copied) != cudaSuccess) return EIO;
+        if (cudaSetDevice(f->device) != cudaSuccess ||
+            cudaEventSynchronize((cudaEvent_t)f->slot[s].copied) != cudaSuccess)
+            return EIO;
     }
 #endif
     for (k = 0; k < f->nt[l]; ++k) {
@@ -2269,17 +2436,20 @@ ACCEL__DEF void accel_bm_fetch_destroy(accel_bm_fetch *f) {
     accel_host_free(f->acc, f->nt);
     accel_host_free(f->acc, f);
 }
-ACCEL__DEF accel_result accel_bm_fetch_create(accel_bm_dispatch *x, const accel_bm_fetch_desc *desc, accel_bm_fetch **out) {
+ACCEL__DEF accel_result accel_bm_fetch_create(accel_bm_dispatch *x, const accel_bm_fetch_desc *desc,
+                                              accel_bm_fetch **out) {
     accel *acc = x ? x->acc : NULL;
     accel_bm_fetch *f;
     const accel_bm_model *m;
     accel_result r = ACCEL_OK;
     int l, i, nsd;
-    if (!x || !desc || !out || desc->n_layers < 1 || !desc->layers) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "fetch_create: bad arguments");
+    if (!x || !desc || !out || desc->n_layers < 1 || !desc->layers)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "fetch_create: bad arguments");
     *out = NULL;
     m = x->m;
     if (desc->device < 0 && desc->device != ACCEL_BM_CPU)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "fetch_create: the execution device is a GPU or ACCEL_BM_CPU, not %d", desc->device);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "fetch_create: the execution device is a GPU or ACCEL_BM_CPU, not %d", desc->device);
     r = accel__bm_model_sd(x->m);
     if (r != ACCEL_OK) return r;
     nsd = (int)stbds_arrlen(m->sd_order);
@@ -2297,20 +2467,28 @@ ACCEL__DEF accel_result accel_bm_fetch_create(accel_bm_dispatch *x, const accel_
     f->off = (int64_t **)accel__st_zalloc(acc, (size_t)f->nlayers, sizeof(int64_t *));
     f->views = (accel_tensor **)accel__st_zalloc(acc, (size_t)f->nlayers, sizeof(accel_tensor *));
     f->nt = (int *)accel__st_zalloc(acc, (size_t)f->nlayers, sizeof(int));
-    if (!f->tens || !f->off || !f->views || !f->nt) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create"); goto fail; }
+    if (!f->tens || !f->off || !f->views || !f->nt) {
+        r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create");
+        goto fail;
+    }
     /* each layer: the tensors under its name (state_dict order); their slot offsets (a storage once per layer) */
     for (l = 0; l < f->nlayers && r == ACCEL_OK; ++l) {
         const char *ln = desc->layers[l];
         int kind = -1, c = 0;
         size_t bytes = 0;
         if (!ln || (*ln && accel__bm_mfind(m, ln, &kind) < 0)) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "fetch_create: layer %d \"%.200s\" is no module or tensor of the model", l, ln ? ln : "(null)");
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "fetch_create: layer %d \"%.200s\" is no module or tensor of the model", l,
+                            ln ? ln : "(null)");
             break;
         }
         f->tens[l] = (int *)accel__st_zalloc(acc, (size_t)nsd, sizeof(int));
         f->off[l] = (int64_t *)accel__st_zalloc(acc, (size_t)nsd, sizeof(int64_t));
         f->views[l] = (accel_tensor *)accel__st_zalloc(acc, (size_t)nsd, sizeof(accel_tensor));
-        if (!f->tens[l] || !f->off[l] || !f->views[l]) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create"); break; }
+        if (!f->tens[l] || !f->off[l] || !f->views[l]) {
+            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create");
+            break;
+        }
         for (i = 0; i < nsd && r == ACCEL_OK; ++i) {
             int ti = m->sd_order[i], k;
             const char *tn = m->tens[ti].t.name;
@@ -2319,8 +2497,10 @@ ACCEL__DEF accel_result accel_bm_fetch_create(accel_bm_dispatch *x, const accel_
             f->tens[l][c] = ti;
             f->off[l][c] = -1;
             if (p->device >= 0 && p->device != f->device && accel__bm_real_gpu(acc)) {
-                r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "fetch_create: \"%.200s\" is on GPU %d; the fetch brings CPU and disk tensors "
-                                "to the execution device", tn, p->device);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                                "fetch_create: \"%.200s\" is on GPU %d; the fetch brings CPU and disk tensors "
+                                "to the execution device",
+                                tn, p->device);
                 break;
             }
             if (!accel__bm_resident(f, p)) {
@@ -2329,7 +2509,8 @@ ACCEL__DEF accel_result accel_bm_fetch_create(accel_bm_dispatch *x, const accel_
                 if (k < c) f->off[l][c] = f->off[l][k];
                 else {
                     f->off[l][c] = (int64_t)bytes;
-                    bytes += ((size_t)p->numel * accel_dtype_size(p->target) + ACCEL__BM_SLOT_ALIGN - 1) / ACCEL__BM_SLOT_ALIGN * ACCEL__BM_SLOT_ALIGN;
+                    bytes += ((size_t)p->numel * accel_dtype_size(p->target) + ACCEL__BM_SLOT_ALIGN - 1) /
+                             ACCEL__BM_SLOT_ALIGN * ACCEL__BM_SLOT_ALIGN;
                 }
             }
             ++c;
@@ -2342,21 +2523,33 @@ ACCEL__DEF accel_result accel_bm_fetch_create(accel_bm_dispatch *x, const accel_
 #ifdef ACCEL_WITH_CUDA
         if (f->real_gpu) {
             cudaError_t e = cudaSetDevice(f->device);
-            if (e == cudaSuccess) e = cudaEventCreateWithFlags((cudaEvent_t *)&f->slot[i].copied, cudaEventDisableTiming);
-            if (e == cudaSuccess) e = cudaEventCreateWithFlags((cudaEvent_t *)&f->slot[i].computed, cudaEventDisableTiming);
-            if (e == cudaSuccess && !f->copy_stream) e = cudaStreamCreateWithFlags((cudaStream_t *)&f->copy_stream, cudaStreamNonBlocking);
-            if (e != cudaSuccess) { r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "fetch_create: %s", cudaGetErrorString(e)); break; }
+            if (e == cudaSuccess)
+                e = cudaEventCreateWithFlags((cudaEvent_t *)&f->slot[i].copied, cudaEventDisableTiming);
+            if (e == cudaSuccess)
+                e = cudaEventCreateWithFlags((cudaEvent_t *)&f->slot[i].computed, cudaEventDisableTiming);
+            if (e == cudaSuccess && !f->copy_stream)
+                e = cudaStreamCreateWithFlags((cudaStream_t *)&f->copy_stream, cudaStreamNonBlocking);
+            if (e != cudaSuccess) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "fetch_create: %s", cudaGetErrorString(e));
+                break;
+            }
             f->slot[i].host = accel_pinned_alloc(acc, f->slot_bytes);
             f->slot[i].dev = f->slot[i].host ? accel_device_alloc(acc, f->slot_bytes) : NULL;
-            if (!f->slot[i].dev) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create: two slots of %zu bytes", f->slot_bytes);
+            if (!f->slot[i].dev)
+                r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create: two slots of %zu bytes",
+                                     f->slot_bytes);
             continue;
         }
 #endif
         f->slot[i].host = accel_device_alloc(acc, f->slot_bytes); /* the execution device: host memory without a GPU */
-        if (!f->slot[i].host) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create: two slots of %zu bytes", f->slot_bytes);
+        if (!f->slot[i].host)
+            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create: two slots of %zu bytes", f->slot_bytes);
     }
     if (r != ACCEL_OK) goto fail;
-    if (pthread_mutex_init(&f->mu, NULL) != 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create: mutex"); goto fail; }
+    if (pthread_mutex_init(&f->mu, NULL) != 0) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create: mutex");
+        goto fail;
+    }
     if (pthread_cond_init(&f->cv, NULL) != 0) {
         pthread_mutex_destroy(&f->mu);
         r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "fetch_create: condition variable");
@@ -2389,9 +2582,11 @@ ACCEL__DEF accel_result accel_bm_fetch_begin(accel_bm_fetch *f, int i, const acc
         if (sl->state == ACCEL__BM_SLOT_IN_USE) {
             int busy = sl->layer;
             pthread_mutex_unlock(&f->mu);
-            return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "fetch_begin(%d): layer %d holds its buffer (call fetch_end(%d) first)", i, busy, busy);
+            return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE,
+                               "fetch_begin(%d): layer %d holds its buffer (call fetch_end(%d) first)", i, busy, busy);
         }
-        while (f->job_layer >= 0) pthread_cond_wait(&f->cv, &f->mu); /* the helper finishes a prefetch of another layer */
+        while (f->job_layer >= 0)
+            pthread_cond_wait(&f->cv, &f->mu); /* the helper finishes a prefetch of another layer */
         accel__bm_request(f, i);
     }
     while (sl->state != ACCEL__BM_SLOT_READY) pthread_cond_wait(&f->cv, &f->mu);
@@ -2399,7 +2594,8 @@ ACCEL__DEF accel_result accel_bm_fetch_begin(accel_bm_fetch *f, int i, const acc
     f->err = 0;
     sl->state = ACCEL__BM_SLOT_IN_USE;
     /* prefetch layer i+1 into the other slot while layer i runs */
-    if (!err && !f->no_prefetch && i + 1 < f->nlayers && f->slot[s ^ 1].state == ACCEL__BM_SLOT_FREE && f->job_layer < 0)
+    if (!err && !f->no_prefetch && i + 1 < f->nlayers && f->slot[s ^ 1].state == ACCEL__BM_SLOT_FREE &&
+        f->job_layer < 0)
         accel__bm_request(f, i + 1);
     pthread_mutex_unlock(&f->mu);
     if (err) {
@@ -2412,7 +2608,8 @@ ACCEL__DEF accel_result accel_bm_fetch_begin(accel_bm_fetch *f, int i, const acc
         cudaStream_t cs = (cudaStream_t)f->copy_stream;
         cudaError_t e = cudaSetDevice(f->device);
         if (e == cudaSuccess && sl->recorded_compute) e = cudaStreamWaitEvent(cs, (cudaEvent_t)sl->computed, 0);
-        if (e == cudaSuccess && f->slot_bytes) e = cudaMemcpyAsync(sl->dev, sl->host, f->slot_bytes, cudaMemcpyHostToDevice, cs);
+        if (e == cudaSuccess && f->slot_bytes)
+            e = cudaMemcpyAsync(sl->dev, sl->host, f->slot_bytes, cudaMemcpyHostToDevice, cs);
         if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)sl->copied, cs);
         if (e == cudaSuccess) e = cudaStreamWaitEvent((cudaStream_t)f->compute_stream, (cudaEvent_t)sl->copied, 0);
         if (e != cudaSuccess) {
@@ -2436,7 +2633,8 @@ ACCEL__DEF accel_result accel_bm_fetch_begin(accel_bm_fetch *f, int i, const acc
 }
 ACCEL__DEF accel_result accel_bm_fetch_end(accel_bm_fetch *f, int i) {
     accel__bm_slot *sl;
-    if (!f || i < 0 || i >= f->nlayers) return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "fetch_end: bad arguments (layer %d)", i);
+    if (!f || i < 0 || i >= f->nlayers)
+        return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "fetch_end: bad arguments (layer %d)", i);
     sl = &f->slot[i & 1];
     if (sl->state != ACCEL__BM_SLOT_IN_USE || sl->layer != i)
         return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "fetch_end(%d): layer %d was not begun", i, i);
@@ -2546,7 +2744,8 @@ ACCEL__DEF accel_result accel_bm_offload_save(accel *acc, const char *folder, co
     r = accel__st_check_tensors(acc, t, n, "offload_save");
     for (i = 0; i < n && r == ACCEL_OK; ++i)
         if (strchr(t[i].name, '/') || strlen(t[i].name) > 250)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "offload_save: \"%.200s\" cannot be a file name (<name>.dat)", t[i].name);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "offload_save: \"%.200s\" cannot be a file name (<name>.dat)", t[i].name);
     if (r != ACCEL_OK) return r;
     if (n == 0) return ACCEL_OK; /* Accelerate's save_offload_index writes nothing for an empty index */
     if (accel__mkdir_p(folder, NULL, 0) != 0) return accel__io_fail(acc, "cannot create directory", folder);
@@ -2560,7 +2759,8 @@ ACCEL__DEF accel_result accel_bm_offload_save(accel *acc, const char *folder, co
         accel__fmt(path, sizeof path, "%s/%s.dat", folder, t[i].name);
         r = accel__atomic_open(acc, path, tmp, sizeof tmp, &fd);
         if (r != ACCEL_OK) break;
-        if (nb && accel__st_is_device_ptr(t[i].ptr)) r = accel__st_write_from_device(acc, &stage, fd, tmp, t[i].ptr, nb, NULL);
+        if (nb && accel__st_is_device_ptr(t[i].ptr))
+            r = accel__st_write_from_device(acc, &stage, fd, tmp, t[i].ptr, nb, NULL);
         else if (nb && accel__write_all(fd, t[i].ptr, (size_t)nb) != 0) r = accel__io_fail(acc, "cannot write", tmp);
         if (r != ACCEL_OK) (void)accel__atomic_commit(acc, fd, tmp, path, 0);
         else r = accel__atomic_commit(acc, fd, tmp, path, 1);
@@ -2576,7 +2776,8 @@ ACCEL__DEF accel_result accel_bm_offload_save(accel *acc, const char *folder, co
         if (r == ACCEL_OK) {
             root = accel__st_json_parse(&j, acc, old, oldn);
             if (root < 0) r = accel__st_json_failed(acc, &j, path);
-            else if (j.nodes[root].type != ACCEL__ST_J_OBJ) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not a JSON object", path);
+            else if (j.nodes[root].type != ACCEL__ST_J_OBJ)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not a JSON object", path);
         }
     }
     done = (unsigned char *)accel__st_zalloc(acc, (size_t)n, 1);
@@ -2608,7 +2809,8 @@ ACCEL__DEF accel_result accel_bm_offload_save(accel *acc, const char *folder, co
             accel__bm_offload_entry(&b, &t[i]);
         }
         accel__sb_puts(&b, "\n}");
-        r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.400s", path) : accel__write_file(acc, path, b.p, b.n, 1);
+        r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.400s", path)
+                  : accel__write_file(acc, path, b.p, b.n, 1);
     }
     accel__sb_free(&b);
     accel_host_free(acc, done);
@@ -2630,27 +2832,34 @@ ACCEL__DEF accel_result accel_bm_offload_open(accel *acc, const char *folder, ac
     accel__fmt(path, sizeof path, "%s/index.json", folder);
     r = accel__read_file(acc, path, &data, &n, (size_t)100000000);
     if (r != ACCEL_OK) return r;
-    if (!accel__utf8_valid((const unsigned char *)data, n, NULL)) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid UTF-8", path);
+    if (!accel__utf8_valid((const unsigned char *)data, n, NULL))
+        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not valid UTF-8", path);
     root = r == ACCEL_OK ? accel__st_json_parse(&j, acc, data, n) : -1;
     if (r == ACCEL_OK && root < 0) r = accel__st_json_failed(acc, &j, path);
-    if (r == ACCEL_OK && j.nodes[root].type != ACCEL__ST_J_OBJ) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not a JSON object", path);
+    if (r == ACCEL_OK && j.nodes[root].type != ACCEL__ST_J_OBJ)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is not a JSON object", path);
     if (r == ACCEL_OK) r = accel__st_new(acc, folder, &f);
     for (c = r == ACCEL_OK ? j.nodes[root].first : -1; c >= 0 && r == ACCEL_OK; c = j.nodes[c].next) {
         const char *key = accel__st_jkeyp(&j, c);
-        int stf = accel__st_jget(&j, c, "safetensors_file"), dt = accel__st_jget(&j, c, "dtype"), sh = accel__st_jget(&j, c, "shape"), m2, d = 0;
+        int stf = accel__st_jget(&j, c, "safetensors_file"), dt = accel__st_jget(&j, c, "dtype"),
+            sh = accel__st_jget(&j, c, "shape"), m2, d = 0;
         accel_st_entry e;
         accel_tensor t;
         memset(&e, 0, sizeof e);
         e.name = (const char *)(uintptr_t)j.nodes[c].key; /* an arena offset until the arena is final */
         if (strlen(key) != j.nodes[c].keylen || strchr(key, '/') || j.nodes[c].type != ACCEL__ST_J_OBJ) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: entry \"%.200s\" is not {dtype, shape} or {safetensors_file, …}", path, key);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                            "%.400s: entry \"%.200s\" is not {dtype, shape} or {safetensors_file, …}", path, key);
             break;
         }
         if (stf >= 0 && j.nodes[stf].type != ACCEL__ST_J_NULL) { /* the weight stays in a safetensors file */
             accel_st_file *sub = NULL;
             int wn = accel__st_jget(&j, c, "weight_name"), k;
             const char *wname = wn >= 0 && accel__bm_jis_str(&j, wn) ? accel__st_jstr(&j, wn) : key;
-            if (!accel__bm_jis_str(&j, stf)) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: \"%.200s\": safetensors_file is not a path", path, key); break; }
+            if (!accel__bm_jis_str(&j, stf)) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: \"%.200s\": safetensors_file is not a path", path, key);
+                break;
+            }
             for (k = 0; k < (int)stbds_arrlen(f->subs); ++k)
                 if (!strcmp(f->subs[k]->path, accel__st_jstr(&j, stf))) sub = f->subs[k];
             if (!sub) {
@@ -2662,7 +2871,11 @@ ACCEL__DEF accel_result accel_bm_offload_open(accel *acc, const char *folder, ac
                 if (r != ACCEL_OK) break;
             }
             k = accel_st_file_find(sub, wname);
-            if (k < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s: \"%.200s\" is not in %.300s", path, wname, sub->path); break; }
+            if (k < 0) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s: \"%.200s\" is not in %.300s", path, wname,
+                                sub->path);
+                break;
+            }
             e.dtype = sub->entries[k].dtype;
             e.ndim = sub->entries[k].ndim;
             memcpy(e.shape, sub->entries[k].shape, sizeof e.shape);
@@ -2671,15 +2884,25 @@ ACCEL__DEF accel_result accel_bm_offload_open(accel *acc, const char *folder, ac
         } else {
             int fd;
             struct stat st;
-            if (!accel__bm_jis_str(&j, dt) || sh < 0 || j.nodes[sh].type != ACCEL__ST_J_ARR || j.nodes[sh].count > ACCEL_MAX_DIMS) {
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: \"%.200s\" needs a dtype string and a shape of at most %d dimensions", path, key, ACCEL_MAX_DIMS);
+            if (!accel__bm_jis_str(&j, dt) || sh < 0 || j.nodes[sh].type != ACCEL__ST_J_ARR ||
+                j.nodes[sh].count > ACCEL_MAX_DIMS) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                                "%.400s: \"%.200s\" needs a dtype string and a shape of at most %d dimensions", path,
+                                key, ACCEL_MAX_DIMS);
                 break;
             }
             e.dtype = accel__bm_np_dtype(accel__st_jstr(&j, dt));
-            if (e.dtype == ACCEL_DTYPE_INVALID) { r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "%.400s: \"%.200s\": dtype \"%.40s\"", path, key, accel__st_jstr(&j, dt)); break; }
+            if (e.dtype == ACCEL_DTYPE_INVALID) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "%.400s: \"%.200s\": dtype \"%.40s\"", path, key,
+                                accel__st_jstr(&j, dt));
+                break;
+            }
             for (m2 = j.nodes[sh].first; m2 >= 0; m2 = j.nodes[m2].next, ++d) {
                 uint64_t v;
-                if (accel__st_ju64(&j, m2, &v) || v > (uint64_t)INT64_MAX) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: \"%.200s\": bad shape", path, key); break; }
+                if (accel__st_ju64(&j, m2, &v) || v > (uint64_t)INT64_MAX) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: \"%.200s\": bad shape", path, key);
+                    break;
+                }
                 e.shape[d] = (int64_t)v;
             }
             if (r != ACCEL_OK) break;
@@ -2688,15 +2911,23 @@ ACCEL__DEF accel_result accel_bm_offload_open(accel *acc, const char *folder, ac
             t.dtype = e.dtype;
             t.ndim = e.ndim;
             memcpy(t.shape, e.shape, sizeof t.shape);
-            if (accel_tensor_nbytes(&t) < 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: \"%.200s\": shape product overflows", path, key); break; }
+            if (accel_tensor_nbytes(&t) < 0) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s: \"%.200s\": shape product overflows", path, key);
+                break;
+            }
             e.end = (uint64_t)accel_tensor_nbytes(&t);
             accel__fmt(path, sizeof path, "%s/%s.dat", folder, key);
             fd = open(path, O_RDONLY);
-            if (fd < 0) { r = errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path) : accel__io_fail(acc, "cannot open", path); break; }
+            if (fd < 0) {
+                r = errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path)
+                                    : accel__io_fail(acc, "cannot open", path);
+                break;
+            }
             if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != e.end) {
                 close(fd);
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is %lld bytes, its index entry (%s %d dims) needs %llu", path,
-                                (long long)st.st_size, accel_dtype_name(e.dtype), e.ndim, (unsigned long long)e.end);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is %lld bytes, its index entry (%s %d dims) needs %llu",
+                                path, (long long)st.st_size, accel_dtype_name(e.dtype), e.ndim,
+                                (unsigned long long)e.end);
                 break;
             }
             if (e.end > 0) {
@@ -2718,7 +2949,8 @@ ACCEL__DEF accel_result accel_bm_offload_open(accel *acc, const char *folder, ac
             close(fd);
             accel__fmt(path, sizeof path, "%s/index.json", folder);
         }
-        if (ACCEL__ARR_PUT(f->entries, e) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.400s: out of memory", path);
+        if (ACCEL__ARR_PUT(f->entries, e) != 0)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.400s: out of memory", path);
     }
     if (r == ACCEL_OK) { /* the arena is final: names become pointers; the name index */
         f->names = j.arena;
@@ -2730,7 +2962,8 @@ ACCEL__DEF accel_result accel_bm_offload_open(accel *acc, const char *folder, ac
             f->entries[i].name = f->names + (size_t)(uintptr_t)f->entries[i].name;
             f->by_name[i] = &f->entries[i];
         }
-        if (r == ACCEL_OK && cnt > 1) qsort((void *)f->by_name, (size_t)cnt, sizeof *f->by_name, accel__st_entryp_name_cmp);
+        if (r == ACCEL_OK && cnt > 1)
+            qsort((void *)f->by_name, (size_t)cnt, sizeof *f->by_name, accel__st_entryp_name_cmp);
     }
     accel__st_json_free(&j);
     accel_host_free(acc, data);

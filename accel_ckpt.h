@@ -262,7 +262,9 @@ ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *des
     if (!acc || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_create: NULL argument");
     *out = NULL;
     if (desc && (desc->total_limit < 0 || desc->iteration < 0))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_desc: total_limit=%d and iteration=%d must be >= 0", desc->total_limit, desc->iteration);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_ckpt_desc: total_limit=%d and iteration=%d must be >= 0", desc->total_limit,
+                           desc->iteration);
     pd = desc && desc->project_dir ? desc->project_dir : (acc->desc.project_dir ? acc->desc.project_dir : ".");
     if (strlen(pd) >= 2000) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "project_dir is too long");
     ck = (accel_ckpt *)accel_host_alloc(acc, sizeof *ck);
@@ -278,7 +280,8 @@ ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *des
 }
 ACCEL__DEF int accel_ckpt_iteration(const accel_ckpt *ck) { return ck ? ck->iteration : -1; }
 
-static accel_result accel__ckpt_register_group(accel_ckpt *ck, accel__ckpt_group **arr, const accel_tensor *t, int n, const char *what) {
+static accel_result accel__ckpt_register_group(accel_ckpt *ck, accel__ckpt_group **arr, const accel_tensor *t, int n,
+                                               const char *what) {
     accel__ckpt_group g;
     int i;
     accel_result r;
@@ -310,15 +313,21 @@ ACCEL__DEF accel_result accel_ckpt_register_optimizer(accel_ckpt *ck, const acce
     return accel__ckpt_register_group(ck, ck ? &ck->optims : NULL, t, n, "register_optimizer");
 }
 static accel_result accel__ckpt_check_name(accel_ckpt *ck, const char *name, const char *what) {
-    static const char *reserved[] = {"model", "optimizer", "random_states", "accelerator_state", "checkpoint_complete", "custom_checkpoint", NULL};
+    static const char *reserved[] = {
+        "model", "optimizer", "random_states", "accelerator_state", "checkpoint_complete", "custom_checkpoint", NULL};
     size_t k, len = strlen(name);
-    if (len == 0 || len > 64) return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: a name must have 1..64 characters", what);
+    if (len == 0 || len > 64)
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: a name must have 1..64 characters", what);
     for (k = 0; k < len; ++k) {
         char c = name[k];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
-            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: name \"%.64s\" may only use [A-Za-z0-9_.-]", what, name);
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.'))
+            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: name \"%.64s\" may only use [A-Za-z0-9_.-]",
+                               what, name);
     }
-    if (name[0] == '.') return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: name \"%.64s\" may not start with '.'", what, name);
+    if (name[0] == '.')
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: name \"%.64s\" may not start with '.'", what,
+                           name);
     for (k = 0; reserved[k]; ++k)
         if (!strncmp(name, reserved[k], strlen(reserved[k])))
             return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: name \"%.64s\" is reserved", what, name);
@@ -339,7 +348,8 @@ ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, ac
     char buf[96];
     int i;
     accel_result r;
-    if (!ck || !save || !load) return ACCEL__FAIL(ck ? ck->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "register: NULL ck, save or load");
+    if (!ck || !save || !load)
+        return ACCEL__FAIL(ck ? ck->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "register: NULL ck, save or load");
     if (name) {
         if ((r = accel__ckpt_check_name(ck, name, "register")) != ACCEL_OK) return r;
         accel__fmt(buf, sizeof buf, "%s.bin", name);
@@ -347,10 +357,12 @@ ACCEL__DEF accel_result accel_ckpt_register(accel_ckpt *ck, const char *name, ac
         accel__fmt(buf, sizeof buf, "custom_checkpoint_%d.bin", ck->n_custom);
     }
     for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i)
-        if (!strcmp(ck->objs[i].name, buf)) return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: \"%s\" is already registered", buf);
+        if (!strcmp(ck->objs[i].name, buf))
+            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: \"%s\" is already registered", buf);
     for (i = 0; i < (int)stbds_arrlen(ck->sobjs); ++i)
         if (accel__ckpt_is_sharded_file(buf, ck->sobjs[i].name))
-            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: \"%s\" is a file of the sharded \"%s\"", buf, ck->sobjs[i].name);
+            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register: \"%s\" is a file of the sharded \"%s\"",
+                               buf, ck->sobjs[i].name);
     o.name = accel__st_strndup(ck->acc, buf, strlen(buf));
     if (!o.name) return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register %s", buf);
     o.save = save;
@@ -370,14 +382,18 @@ ACCEL__DEF accel_result accel_ckpt_register_sharded(accel_ckpt *ck, const char *
     accel_result r;
     int i;
     if (!ck || !name || !save || !load)
-        return ACCEL__FAIL(ck ? ck->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "register_sharded: NULL ck, name, save or load");
+        return ACCEL__FAIL(ck ? ck->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT,
+                           "register_sharded: NULL ck, name, save or load");
     if ((r = accel__ckpt_check_name(ck, name, "register_sharded")) != ACCEL_OK) return r;
     for (i = 0; i < (int)stbds_arrlen(ck->sobjs); ++i)
         if (!strcmp(ck->sobjs[i].name, name))
-            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register_sharded: \"%s\" collides with the sharded \"%s\"", name, ck->sobjs[i].name);
+            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "register_sharded: \"%s\" collides with the sharded \"%s\"", name, ck->sobjs[i].name);
     for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i)
         if (accel__ckpt_is_sharded_file(ck->objs[i].name, name))
-            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "register_sharded: \"%s\" would collide with the registered \"%s\"", name, ck->objs[i].name);
+            return ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "register_sharded: \"%s\" would collide with the registered \"%s\"", name,
+                               ck->objs[i].name);
     o.name = accel__st_strndup(ck->acc, name, strlen(name));
     if (!o.name) return accel__fail_wrap(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "register_sharded %s", name);
     o.save = save;
@@ -405,7 +421,8 @@ static accel_result accel__ckpt_callback_failed(accel *acc, accel_result r, cons
     if (accel__error_seq() == before->seq)
         return ACCEL__FAIL(acc, r, "%s: %s: the callback returned %s without a message (accel_set_error records one)",
                            what, file, accel_result_string(r));
-    if (memcmp(before->own, accel_last_error(acc), ACCEL_ERROR_CAPACITY)) return accel__fail_wrap(acc, r, "%s: %s", what, file);
+    if (memcmp(before->own, accel_last_error(acc), ACCEL_ERROR_CAPACITY))
+        return accel__fail_wrap(acc, r, "%s: %s", what, file);
     m = accel_last_error(NULL);
     if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
     return ACCEL__FAIL(acc, r, "%s: %s: %.700s", what, file, m);
@@ -418,7 +435,8 @@ static accel_result accel__ckpt_core_state_save(void *acc, void *buf, size_t cap
 
 typedef struct accel__ckpt_written { char name[96]; uint64_t bytes, hash; } accel__ckpt_written;
 static accel_result accel__ckpt_put_written(accel *acc, accel__ckpt_written **list, const accel__ckpt_written *w) {
-    if (ACCEL__ARR_PUT(*list, *w) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s: out of memory", w->name);
+    if (ACCEL__ARR_PUT(*list, *w) != 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s: out of memory", w->name);
     return ACCEL_OK;
 }
 
@@ -493,7 +511,8 @@ static accel_result accel__ckpt_hash_file(accel *acc, const char *path, uint64_t
 
 /* "Not a complete checkpoint" outcomes: recorded as ACCEL_ERR_FORMAT, or only returned when `quiet` (listing probes
    many directories, most of them legitimately incomplete; real failures — I/O, memory — are always recorded). */
-#define ACCEL__CKPT_INCOMPLETE(acc, quiet, ...) ((quiet) ? ACCEL_ERR_FORMAT : ACCEL__FAIL((acc), ACCEL_ERR_FORMAT, __VA_ARGS__))
+#define ACCEL__CKPT_INCOMPLETE(acc, quiet, ...)                                                                        \
+    ((quiet) ? ACCEL_ERR_FORMAT : ACCEL__FAIL((acc), ACCEL_ERR_FORMAT, __VA_ARGS__))
 
 /* The completion marker: file list with sizes and checksums. */
 typedef struct accel__ckpt_marker { accel__ckpt_written *files; } accel__ckpt_marker;
@@ -505,7 +524,8 @@ static accel_result accel__ckpt_marker_read(accel *acc, const char *dir, int qui
     accel_result r;
     memset(m, 0, sizeof *m);
     accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, dir);
-    if (!accel__is_file(path)) return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s is not a complete checkpoint: no " ACCEL__CKPT_MARKER, dir);
+    if (!accel__is_file(path))
+        return ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s is not a complete checkpoint: no " ACCEL__CKPT_MARKER, dir);
     r = accel__read_file(acc, path, &data, &n, (size_t)16 << 20);
     if (r != ACCEL_OK) return r;
     if (!accel__utf8_valid((const unsigned char *)data, n, NULL)) {
@@ -529,20 +549,24 @@ static accel_result accel__ckpt_marker_read(accel *acc, const char *dir, int qui
         int b = accel__st_jget(&j, c, "bytes"), h = accel__st_jget(&j, c, "xxh64"), k, okhex = 1;
         const char *hs;
         memset(&w, 0, sizeof w);
-        if (j.nodes[c].keylen >= sizeof w.name || strlen(accel__st_jkeyp(&j, c)) != j.nodes[c].keylen || !accel__st_safe_file_name(accel__st_jkeyp(&j, c)) ||
-            b < 0 || h < 0 || accel__st_ju64(&j, b, &w.bytes) || j.nodes[h].type != ACCEL__ST_J_STR || j.nodes[h].len != 16)
+        if (j.nodes[c].keylen >= sizeof w.name || strlen(accel__st_jkeyp(&j, c)) != j.nodes[c].keylen ||
+            !accel__st_safe_file_name(accel__st_jkeyp(&j, c)) || b < 0 || h < 0 || accel__st_ju64(&j, b, &w.bytes) ||
+            j.nodes[h].type != ACCEL__ST_J_STR || j.nodes[h].len != 16)
             okhex = 0;
         if (okhex) {
             hs = accel__st_jstr(&j, h);
             for (k = 0; k < 16; ++k) {
                 char ch = hs[k];
-                unsigned v = (ch >= '0' && ch <= '9') ? (unsigned)(ch - '0') : (ch >= 'a' && ch <= 'f') ? (unsigned)(ch - 'a' + 10) : 99u;
+                unsigned v = (ch >= '0' && ch <= '9')   ? (unsigned)(ch - '0')
+                             : (ch >= 'a' && ch <= 'f') ? (unsigned)(ch - 'a' + 10)
+                                                        : 99u;
                 if (v > 15) { okhex = 0; break; }
                 w.hash = (w.hash << 4) | v;
             }
         }
         if (!okhex) {
-            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s: malformed entry for '%.100s'", path, accel__st_jkeyp(&j, c));
+            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "%.400s: malformed entry for '%.100s'", path,
+                                       accel__st_jkeyp(&j, c));
             accel__st_json_free(&j);
             stbds_arrfree(m->files);
             return r;
@@ -592,8 +616,8 @@ static void *accel__ckpt_verify_worker(void *arg) {
     return NULL;
 }
 /* Every checksum of the marker m (sizes included) against the files' bytes: mem/mem_n as in the job (may be NULL). */
-static accel_result accel__ckpt_verify_files(accel *acc, const char *dir, const accel__ckpt_marker *m, const unsigned char *const *mem,
-                                             const size_t *mem_n) {
+static accel_result accel__ckpt_verify_files(accel *acc, const char *dir, const accel__ckpt_marker *m,
+                                             const unsigned char *const *mem, const size_t *mem_n) {
     accel__ckpt_verify_job j;
     pthread_t helper;
     int threaded = 0, i, nf = (int)stbds_arrlen(m->files);
@@ -622,10 +646,12 @@ static accel_result accel__ckpt_verify_files(accel *acc, const char *dir, const 
                 errno = j.err[i];
                 r = accel__io_fail(acc, "cannot verify", path);
             } else if (j.bytes[i] != m->files[i].bytes) {
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: %s is %llu bytes, the marker says %llu", dir,
-                                m->files[i].name, (unsigned long long)j.bytes[i], (unsigned long long)m->files[i].bytes);
+                r = ACCEL__FAIL(
+                    acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: %s is %llu bytes, the marker says %llu", dir,
+                    m->files[i].name, (unsigned long long)j.bytes[i], (unsigned long long)m->files[i].bytes);
             } else if (j.hash[i] != m->files[i].hash) {
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "corrupt checkpoint %.400s: checksum of %s is %016llx, the marker says %016llx", dir,
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                                "corrupt checkpoint %.400s: checksum of %s is %016llx, the marker says %016llx", dir,
                                 m->files[i].name, (unsigned long long)j.hash[i], (unsigned long long)m->files[i].hash);
             }
         }
@@ -637,7 +663,8 @@ static accel_result accel__ckpt_verify_files(accel *acc, const char *dir, const 
 }
 /* Marker present, every listed file with its size; full: also every checksum. keep (may be NULL) receives the
    marker on success. quiet: see ACCEL__CKPT_INCOMPLETE. */
-static accel_result accel__ckpt_check_complete(accel *acc, const char *dir, int full, int quiet, accel__ckpt_marker *keep) {
+static accel_result accel__ckpt_check_complete(accel *acc, const char *dir, int full, int quiet,
+                                               accel__ckpt_marker *keep) {
     accel__ckpt_marker m;
     int i, nf;
     accel_result r = accel__ckpt_marker_read(acc, dir, quiet, &m);
@@ -652,8 +679,9 @@ static accel_result accel__ckpt_check_complete(accel *acc, const char *dir, int 
             break;
         }
         if ((uint64_t)st.st_size != m.files[i].bytes) {
-            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "corrupt checkpoint %.400s: %s is %llu bytes, the marker says %llu", dir,
-                                       m.files[i].name, (unsigned long long)st.st_size, (unsigned long long)m.files[i].bytes);
+            r = ACCEL__CKPT_INCOMPLETE(acc, quiet, "corrupt checkpoint %.400s: %s is %llu bytes, the marker says %llu",
+                                       dir, m.files[i].name, (unsigned long long)st.st_size,
+                                       (unsigned long long)m.files[i].bytes);
             break;
         }
     }
@@ -688,7 +716,8 @@ static accel_result accel__ckpt_write_marker(accel *acc, const char *tmp, accel_
         accel__fmt(w.name, sizeof w.name, "%s", de->d_name);
         accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
         r = accel__ckpt_hash_file(acc, path, &w.bytes, &w.hash);
-        if (r == ACCEL_OK && ACCEL__ARR_PUT(*written, w) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER ": out of memory");
+        if (r == ACCEL_OK && ACCEL__ARR_PUT(*written, w) != 0)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER ": out of memory");
     }
     closedir(d);
     if (r != ACCEL_OK) return r;
@@ -714,7 +743,8 @@ static accel_result accel__ckpt_write_marker(accel *acc, const char *tmp, accel_
     accel__sb_puts(&b, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
     accel_host_free(acc, order);
     accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, tmp);
-    r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER) : accel__write_file(acc, path, b.p, b.n, 0);
+    r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER)
+              : accel__write_file(acc, path, b.p, b.n, 0);
     accel__sb_free(&b);
     if (r == ACCEL_OK && accel__fsync_dir(tmp) != 0) r = accel__io_fail(acc, "cannot fsync directory", tmp);
     return r;
@@ -782,7 +812,8 @@ static void accel__ckpt_rotate(accel *acc, const char *parent, const char *keep,
     accel__ckpt_ent *list = NULL;
     int n, k;
     if (accel__ckpt_list_ckpts(acc, parent, &list) != ACCEL_OK) {
-        accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) skipped: %s", total_limit, accel_last_error(acc));
+        accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) skipped: %s", total_limit,
+                  accel_last_error(acc));
         return;
     }
     n = (int)stbds_arrlen(list);
@@ -810,7 +841,9 @@ static void accel__ckpt_clean_hidden(const char *parent) {
         long num;
         char inner[256];
         if (de->d_name[0] != '.' || l < 6 || l >= sizeof inner) continue;
-        if (strcmp(de->d_name + l - 4, ".tmp") && strcmp(de->d_name + l - 4, ".del") && strcmp(de->d_name + l - 4, ".old")) continue;
+        if (strcmp(de->d_name + l - 4, ".tmp") && strcmp(de->d_name + l - 4, ".del") &&
+            strcmp(de->d_name + l - 4, ".old"))
+            continue;
         memcpy(inner, de->d_name + 1, l - 5);
         inner[l - 5] = 0;
         if (!accel__ckpt_number(inner, &num)) continue;
@@ -832,9 +865,11 @@ static accel_result accel__ckpt_save_resolve(accel_ckpt *ck, const char *output_
     const char *base;
     memset(sp, 0, sizeof *sp);
     sp->automatic = !output_dir;
-    sp->owner = acc->num_processes <= 1 || (ck->d.save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
+    sp->owner =
+        acc->num_processes <= 1 || (ck->d.save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
     if (sp->automatic && !ck->d.automatic_checkpoint_naming)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: output_dir is NULL and automatic_checkpoint_naming is off");
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "save_state: output_dir is NULL and automatic_checkpoint_naming is off");
     if (sp->automatic) {
         accel__fmt(sp->parent, sizeof sp->parent, "%s/checkpoints", ck->project_dir);
         accel__fmt(sp->target, sizeof sp->target, "%s/checkpoint_%d", sp->parent, ck->iteration);
@@ -878,10 +913,15 @@ static int accel__ckpt_exists_not_dir(const char *p) {
 static accel_result accel__ckpt_save_prepare(accel_ckpt *ck, const accel__ckpt_save_paths *sp) {
     accel *acc = ck->acc;
     if (sp->automatic && accel__is_dir(sp->target))
-        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "checkpoint directory %.400s already exists (iteration %d); set the iteration or load_state first",
-                           sp->target, ck->iteration);
+        return ACCEL__FAIL(
+            acc, ACCEL_ERR_STATE,
+            "checkpoint directory %.400s already exists (iteration %d); set the iteration or load_state first",
+            sp->target, ck->iteration);
     if (!sp->automatic && accel__is_dir(sp->target) && !accel__ckpt_replaceable(sp->target))
-        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is neither empty nor an accel checkpoint (no " ACCEL__CKPT_MARKER "): refusing to replace it", sp->target);
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE,
+                           "%.400s exists and is neither empty nor an accel checkpoint (no " ACCEL__CKPT_MARKER
+                           "): refusing to replace it",
+                           sp->target);
     if (!sp->automatic && accel__ckpt_exists_not_dir(sp->target))
         return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%.400s exists and is not a directory", sp->target);
     if (accel__mkdir_p(sp->parent, NULL, 0) != 0) return accel__io_fail(acc, "cannot create directory", sp->parent);
@@ -891,7 +931,8 @@ static accel_result accel__ckpt_save_prepare(accel_ckpt *ck, const accel__ckpt_s
 }
 
 /* Writes one object's bytes through the state contract's two calls (size, then bytes). */
-static accel_result accel__ckpt_save_obj(accel *acc, const accel__ckpt_obj *o, const char *dir, accel__ckpt_written *w) {
+static accel_result accel__ckpt_save_obj(accel *acc, const accel__ckpt_obj *o, const char *dir,
+                                         accel__ckpt_written *w) {
     size_t need = 0, got = 0;
     void *buf;
     char path[4200];
@@ -906,8 +947,10 @@ static accel_result accel__ckpt_save_obj(accel *acc, const accel__ckpt_obj *o, c
     r = o->save(o->obj, buf, need, &got);
     if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "save_state", o->name);
     else if (got > need)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE, "save_state: %s: the state grew from %zu to %zu bytes between the save callback's "
-                        "two calls", o->name, need, got);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE,
+                        "save_state: %s: the state grew from %zu to %zu bytes between the save callback's "
+                        "two calls",
+                        o->name, need, got);
     if (r == ACCEL_OK) {
         accel__fmt(path, sizeof path, "%s/%s", dir, o->name);
         r = accel__write_file(acc, path, buf, got, 0);
@@ -986,7 +1029,8 @@ static accel_result accel__ckpt_save_files(accel_ckpt *ck, const char *tmp, int 
 }
 
 /* The owner seals and publishes: marker, fsync, rename into place (swapping out a replaced target). */
-static accel_result accel__ckpt_save_publish(accel *acc, const accel__ckpt_save_paths *sp, accel__ckpt_written **written) {
+static accel_result accel__ckpt_save_publish(accel *acc, const accel__ckpt_save_paths *sp,
+                                             accel__ckpt_written **written) {
     int had_old = 0;
     accel_result r = accel__ckpt_write_marker(acc, sp->tmp, written);
     if (r != ACCEL_OK) return r;
@@ -1014,14 +1058,18 @@ ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output
     r = accel__agree(acc, r, "save_state (prepare)");
     if (r != ACCEL_OK) return r;
     if (!accel__is_dir(sp.tmp))
-        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "checkpoint directory %.400s is not visible on this process (save_state needs a shared filesystem, or save_on_each_node)", sp.tmp);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_IO,
+                        "checkpoint directory %.400s is not visible on this process (save_state needs a shared "
+                        "filesystem, or save_on_each_node)",
+                        sp.tmp);
     /* 2. the files */
     if (r == ACCEL_OK) r = accel__ckpt_save_files(ck, sp.tmp, sp.owner, &written);
     r = accel__agree(acc, r, "save_state (write)");
     /* 3. the owner seals and publishes, then rotates */
     if (r == ACCEL_OK) {
         if (sp.owner) r = accel__ckpt_save_publish(acc, &sp, &written);
-        if (r == ACCEL_OK && sp.owner && sp.automatic && ck->d.total_limit > 0) accel__ckpt_rotate(acc, sp.parent, sp.target, ck->d.total_limit);
+        if (r == ACCEL_OK && sp.owner && sp.automatic && ck->d.total_limit > 0)
+            accel__ckpt_rotate(acc, sp.parent, sp.target, ck->d.total_limit);
         if (r == ACCEL_OK && sp.owner && sp.automatic) accel__ckpt_clean_hidden(sp.parent);
         r = accel__agree(acc, r, "save_state (commit)");
     }
@@ -1111,7 +1159,9 @@ static accel_result accel__ckpt_load_groups_map(accel__ckpt_load *ld, const char
         accel__ckpt_group_file(fname, sizeof fname, kind, i);
         accel__fmt(path, sizeof path, "%s/%s", ld->dir, fname);
         m = accel__ckpt_marker_index(&ld->marker, fname);
-        if (m < 0) return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has no %s (%s %d is registered)", ld->dir, fname, kind, i);
+        if (m < 0)
+            return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has no %s (%s %d is registered)", ld->dir,
+                               fname, kind, i);
         r = accel__st_map(ld->acc, path, &files[i]);
         if (r != ACCEL_OK) break;
         ld->mem[m] = files[i]->map;
@@ -1121,16 +1171,16 @@ static accel_result accel__ckpt_load_groups_map(accel__ckpt_load *ld, const char
 }
 /* After verification: parses each group's file and checks every registered tensor against it (count, names,
    dtypes, shapes) before anything is applied. */
-static accel_result accel__ckpt_load_groups_check(accel__ckpt_load *ld, const char *kind, const accel__ckpt_group *groups, int n,
-                                                  accel_st_file **files) {
+static accel_result accel__ckpt_load_groups_check(accel__ckpt_load *ld, const char *kind,
+                                                  const accel__ckpt_group *groups, int n, accel_st_file **files) {
     accel *acc = ld->acc;
     accel_result r = ACCEL_OK;
     int i, k;
     for (i = 0; i < n && r == ACCEL_OK; ++i) {
         r = accel__st_parse(files[i]);
         if (r == ACCEL_OK && accel_st_file_count(files[i]) != groups[i].n)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but %s %d registers %d", files[i]->path,
-                            accel_st_file_count(files[i]), kind, i, groups[i].n);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s holds %d tensors but %s %d registers %d",
+                            files[i]->path, accel_st_file_count(files[i]), kind, i, groups[i].n);
         for (k = 0; k < groups[i].n && r == ACCEL_OK; ++k) {
             int ix;
             r = accel__st_check_dst(files[i], &groups[i].t[k], &ix);
@@ -1151,11 +1201,12 @@ static accel_result accel__ckpt_load_objects(accel_ckpt *ck, accel__ckpt_load *l
         if (!strncmp(fn, "custom_checkpoint_", 18) && l > 22 && !strcmp(fn + l - 4, ".bin")) ++n_custom_files;
     }
     if (n_custom_files != ck->n_custom)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.400s has %d custom_checkpoint files but %d custom objects are registered",
-                           ld->dir, n_custom_files, ck->n_custom);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "%.400s has %d custom_checkpoint files but %d custom objects are registered", ld->dir,
+                           n_custom_files, ck->n_custom);
     for (i = 0; i < nobj && r == ACCEL_OK; ++i)
-        r = accel__ckpt_load_hold(ld, ck->objs[i].name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered object)", &ld->blobs[i],
-                                  &ld->blob_n[i], (size_t)1 << 40);
+        r = accel__ckpt_load_hold(ld, ck->objs[i].name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered object)",
+                                  &ld->blobs[i], &ld->blob_n[i], (size_t)1 << 40);
     return r;
 }
 
@@ -1189,7 +1240,8 @@ static accel_result accel__ckpt_load_accelerator_json(accel__ckpt_load *ld) {
     else if (accel__st_ju64(&j, accel__st_jget(&j, root, "iteration"), &ld->iteration) ||
              accel__st_ju64(&j, accel__st_jget(&j, root, "num_processes"), &ld->saved_np) || ld->saved_np < 1 ||
              ld->saved_np > 1000000 || ld->iteration > (uint64_t)INT_MAX - 1)
-        r = ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "%.400s/accelerator_state.json is malformed (iteration, num_processes)", ld->dir);
+        r = ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT,
+                        "%.400s/accelerator_state.json is malformed (iteration, num_processes)", ld->dir);
     accel__st_json_free(&j);
     return r;
 }
@@ -1204,7 +1256,8 @@ static accel_result accel__ckpt_load_training_state(accel__ckpt_load *ld) {
     accel_result r = ACCEL_OK;
     ld->states = (const char **)accel__st_zalloc(acc, (size_t)count, sizeof(char *));
     ld->state_n = (size_t *)accel__st_zalloc(acc, (size_t)count, sizeof(size_t));
-    if (!ld->states || !ld->state_n) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: training states");
+    if (!ld->states || !ld->state_n)
+        return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: training states");
     if (same) why[0] = 0;
     else accel__fmt(why, sizeof why, " (resuming %d processes from a checkpoint of %d reads every saved rank's state)",
                     acc->num_processes, count);
@@ -1226,15 +1279,17 @@ static accel_result accel__ckpt_load_sharded(accel_ckpt *ck, accel__ckpt_load *l
     if (ns == 0) return ACCEL_OK;
     ld->sblobs = (const char **)accel__st_zalloc(acc, (size_t)ns * (size_t)count, sizeof(char *));
     ld->sblob_n = (size_t *)accel__st_zalloc(acc, (size_t)ns * (size_t)count, sizeof(size_t));
-    if (!ld->sblobs || !ld->sblob_n) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: sharded objects");
+    if (!ld->sblobs || !ld->sblob_n)
+        return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: sharded objects");
     ld->nsobj = ns;
     for (s = 0; s < ns && r == ACCEL_OK; ++s)
         for (i = 0; i < count && r == ACCEL_OK; ++i) {
             char name[96];
             accel__fmt(name, sizeof name, "%s_%d.bin", ck->sobjs[s].name, i);
-            r = accel__ckpt_load_hold(ld, name, ACCEL_ERR_INVALID_ARGUMENT, " (a registered sharded object; the checkpoint "
-                                      "has one per saving process)", &ld->sblobs[s * count + i], &ld->sblob_n[s * count + i],
-                                        (size_t)1 << 40);
+            r = accel__ckpt_load_hold(ld, name, ACCEL_ERR_INVALID_ARGUMENT,
+                                      " (a registered sharded object; the checkpoint "
+                                      "has one per saving process)",
+                                      &ld->sblobs[s * count + i], &ld->sblob_n[s * count + i], (size_t)1 << 40);
         }
     return r;
 }
@@ -1260,10 +1315,12 @@ static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld)
     accel__st_stage_begin(&stage, acc);
     for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i)
         for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k)
-            r = accel__st_copy_mapped(ld->mf[i], accel_st_file_find(ld->mf[i], ck->models[i].t[k].name), ck->models[i].t[k].ptr, &stage);
+            r = accel__st_copy_mapped(ld->mf[i], accel_st_file_find(ld->mf[i], ck->models[i].t[k].name),
+                                      ck->models[i].t[k].ptr, &stage);
     for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i)
         for (k = 0; k < ck->optims[i].n && r == ACCEL_OK; ++k)
-            r = accel__st_copy_mapped(ld->of[i], accel_st_file_find(ld->of[i], ck->optims[i].t[k].name), ck->optims[i].t[k].ptr, &stage);
+            r = accel__st_copy_mapped(ld->of[i], accel_st_file_find(ld->of[i], ck->optims[i].t[k].name),
+                                      ck->optims[i].t[k].ptr, &stage);
     accel__st_stage_end(&stage);
     for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
         const accel__ckpt_obj *o = &ck->objs[i];
@@ -1276,7 +1333,8 @@ static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld)
         int count = (int)ld->saved_np;
         char what[96];
         accel__ckpt_errmark_now(acc, &mark);
-        r = o->load(o->obj, (const void *const *)(ld->sblobs + (size_t)i * (size_t)count), ld->sblob_n + (size_t)i * (size_t)count, count);
+        r = o->load(o->obj, (const void *const *)(ld->sblobs + (size_t)i * (size_t)count),
+                    ld->sblob_n + (size_t)i * (size_t)count, count);
         accel__fmt(what, sizeof what, "%s_*.bin", o->name);
         if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "load_state", what);
     }
@@ -1296,7 +1354,8 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
     accel__fmt(cdir, sizeof cdir, "%s/checkpoints", ck->project_dir);
     /* 1. which checkpoint */
     if (input_dir) {
-        if (strlen(input_dir) >= 2000) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state: input_dir is too long");
+        if (strlen(input_dir) >= 2000)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state: input_dir is too long");
         else accel__fmt(ld.dir, sizeof ld.dir, "%s", input_dir);
     } else {
         r = accel_ckpt_latest(acc, cdir, ld.dir, sizeof ld.dir);
@@ -1322,8 +1381,10 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
     if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, &ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_read_state_files(ck, &ld);
     if (r == ACCEL_OK) r = accel__ckpt_verify_files(acc, ld.dir, &ld.marker, ld.mem, ld.mem_n);
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf);
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
+    if (r == ACCEL_OK)
+        r = accel__ckpt_load_groups_check(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf);
+    if (r == ACCEL_OK)
+        r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of);
     if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(&ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_training_state(&ld);
     if (r == ACCEL_OK) r = accel__ckpt_load_sharded(ck, &ld);

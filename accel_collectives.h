@@ -1,26 +1,32 @@
-/* accel_collectives.h — collectives for accel: one API over NONE / MPI / NCCL, Accelerate's gather/reduce/pad/object
-   helpers, asynchronous handles, a DDP-style bucketed gradient reducer, NCCL bootstrap, timeouts and debug checks.
-   ZeRO-1/2 (optimizer-state sharding over a communicator) is accel_zero.h.
+/* accel_collectives.h — the communicator of accel: one API over NONE / MPI / NCCL with deadlines and debug checks,
+   typed and asynchronous operations, Accelerate's gather/reduce/pad/split helpers, the host-group adapter, the
+   process mesh and NCCL bootstrap. Builds on accel.h alone; accel_ddp.h (DDP's gradient reducer, join) and
+   accel_zero.h (ZeRO) run on its communicators. One translation unit defines ACCEL_IMPLEMENTATION before including
+   it (compile that TU with nvcc to get device buffers, CUDA-aware MPI and NCCL; with a C compiler only host buffers
+   work).
 
-   Depends only on accel.h. One translation unit defines ACCEL_IMPLEMENTATION before including it (compile that TU
-   with nvcc to get device buffers, CUDA-aware MPI and NCCL; with a C compiler only host buffers work).
+   CONTENTS
+     USAGE
+     BACKENDS                     NONE, MPI, NCCL; what AUTO picks; NCCL bootstrap
+     THE HOST PROCESS GROUP       an NCCL communicator serving accel.h's host collectives
+     OPTIONS                      accel_coll_desc
+     ALL-REDUCE ON MPI            the polled point-to-point algorithms and their summation order
+     PROCESS MESH                 Accelerate's ParallelismConfig groups as communicators
+     COLLECTIVE CALLS AND ERRORS
+     THREADS AND STREAMS
+     DIFFERENCES FROM ACCELERATE
 
    USAGE
        accel_coll *coll;
-       accel_coll_desc cd = {0};        // zero = defaults: backend, timeout, debug from acc (C++: accel_coll_desc cd = {};)
+       accel_coll_desc cd = {0};   // zero = defaults: backend, timeout, debug from acc (C++: accel_coll_desc cd = {};)
        if (accel_coll_create(&acc, &cd, &coll) != ACCEL_OK) fail(accel_last_error(&acc));
-       accel_coll_all_reduce(coll, loss, loss, 1, ACCEL_F32, ACCEL_COLL_AVG);   // in place: send == recv; sum, then / P
+       accel_coll_all_reduce(coll, loss, loss, 1, ACCEL_F32, ACCEL_COLL_AVG);   // in place: send == recv; sum, / P
        accel_coll_all_gather(coll, preds, all_preds, n, ACCEL_I64);             // equal sizes; gather_rows for ragged
-       // DDP-style gradient sync: register once, then every step
-       accel_tensor grads[NPARAMS];     // name, ptr, dtype (F64/F32/F16/BF16), shape: one per gradient buffer
-       accel_ddp *red;
-       accel_ddp_create(coll, NULL, &red);      // NULL: DDP's defaults (1 MiB first bucket, 25 MiB, average)
-       accel_ddp_add(red, grads, NPARAMS);      // grad i of the list is index i (later calls continue)
-       ... backward: as soon as grad i is final:  accel_ddp_grad_ready(red, i);   // launches every full bucket
-       accel_ddp_wait(red);    // every bucket reduced and unpacked; no-op unless accel_should_reduce(&acc)
-                                        // (a sync step, or sync_each_batch with several processes)
-       accel_ddp_destroy(red);
+       accel_coll_request *req;
+       accel_coll_all_reduce_async(coll, buf, buf, n, ACCEL_F32, ACCEL_COLL_SUM, &req);   // ... other work ...
+       accel_coll_wait(req);                                                    // or accel_coll_test until done
        accel_coll_destroy(coll);
+     A data-parallel trainer's gradients go through accel_ddp.h's reducer on this communicator.
 
    BACKENDS (accel_coll_desc.backend; ACCEL_COLL_BACKEND_AUTO = 0: NCCL when the group has > 1 process, the buffers
    are device memory and the TU was built by nvcc with ACCEL_WITH_NCCL; else NONE for one process; else MPI — an
@@ -50,119 +56,66 @@
      context until the end of training. A group the core already has (MPI, the TCP store) is never replaced.
 
    OPTIONS (accel_coll_desc, zero = default)
-     backend       see BACKENDS.
-     mpi_comm      const MPI_Comm * to use (e.g. from MPI_Comm_split, for a process mesh); NULL = acc's group. dup'ed.
-     host_buffers  nonzero: buffers are host memory even when acc.device >= 0 (then MPI, never NCCL).
-     timeout_ms    deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s). A peer that
-                   never arrives gives ACCEL_ERR_TIMEOUT instead of a hang; the context is then unusable (every
-                   later call fails fast) — destroy it and stop, as torch's watchdog does.
-     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline. An all-reduce of host
-                   memory (or staged device memory) runs on point-to-point messages + MPI_Reduce_local instead of
-                   MPI_Iallreduce, whose libnbc forms ran at 0.63-0.87x the blocking call: on 2 ranks a ring from
-                   64 KiB and one exchange below (sums bitwise MPI's); on 3-64 ranks a direct reduce-scatter +
-                   all-gather (one round up to the eager limit) in which every element is the rank-order sum
-                   (x0 + x1) + x2 + ... — the same bits whatever the buffer's length or the element's position, so a
-                   tensor summed in a bucket equals the tensor summed alone (MPI's own 3+-rank algorithms give no
-                   such order). The ranks always hold the same bits. Out of place, the send buffer is read where it
-                   is (no copy into recv first: 1.2-1.7x MPI_Allreduce, which copies). From 8 MiB the 2-rank ring
-                   reduces in 256 KiB segments as they arrive. Scratch: about the buffer's size on 3+ ranks, half
-                   of it on 2 (512 KiB from 8 MiB); one buffer is kept for the next call. More than 64 ranks:
-                   MPI_Iallreduce;
-                   nonzero: plain blocking MPI calls (no deadline, the MPI library's own algorithms). Async ops always
-                   have the deadline.
-     debug         accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). When on, before each collective
-                   every rank's (op, dtype, count, root) are all-gathered; a difference fails on every rank with
-                   ACCEL_ERR_MISMATCH listing them.
+     backend         ACCEL_COLL_BACKEND_AUTO (see BACKENDS), or NONE / MPI / NCCL.
+     mpi_comm        const MPI_Comm * to use (dup'ed; e.g. from MPI_Comm_split); NULL = acc's group.
+     host_buffers    nonzero: buffers are host memory even when acc.device >= 0 (then MPI, never NCCL).
+     timeout_ms      the deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s): a
+                     peer that never arrives gives ACCEL_ERR_TIMEOUT, and the communicator then fails every later call
+                     at once — destroy it and stop, as torch's watchdog does.
+     no_watchdog     nonzero: blocking MPI ops are plain blocking MPI calls (no deadline, the MPI library's own
+                     algorithms; see ALL-REDUCE ON MPI); async ops always have the deadline.
+     debug           accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). On: every rank's (op, dtype,
+                     count, root) are all-gathered before each collective; a difference is ACCEL_ERR_MISMATCH on all.
      cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
 
-   GRADIENT REDUCER (accel_ddp_desc, zero = default)
-     bucket_cap_mb, first_bucket_mb  DDP's 25 and 1 MiB.
-     no_average    nonzero: the gradients are summed, not averaged.
-     flat          accel_toggle; ACCEL_DEFAULT: one in-place all-reduce when the gradients (in registration order)
-                   are one contiguous buffer of one dtype on every rank, else buckets; ACCEL_OFF: always buckets;
-                   ACCEL_ON: require the contiguous buffer (error otherwise).
-     After a failed reduction (ACCEL_ERR_TIMEOUT, a dead peer) the gradients are not a valid step: a packed bucket
-     unpacks nothing (its gradients keep this rank's values), but whatever is all-reduced in place — flat mode, and
-     host gradients >= 1 MiB on MPI (below) — may hold partial sums, with nothing to restore them from. Do not apply
-     the step; the context refuses further work anyway (timeout_ms).
-     DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at
-     first_bucket_mb and the others at bucket_cap_mb (a bucket closes at the first gradient that reaches the cap);
-     buckets launch strictly in bucket order on every rank. Device gradients are packed into flat staging buffers on
-     acc.stream (a scaling kernel when averaging, else D2D copies). On MPI with host memory, gradients >= 1 MiB are all-reduced in place (in bucket order) instead of
-     being copied in and out, and at most 2 buckets are in flight (measured faster on CPUs). MPI moves a nonblocking
-     operation only inside MPI calls, so every grad_ready also tests the buckets in flight (one MPI_Test each, never
-     waits) and unpacks finished ones: communication advances between layers of backward. There is no progress
-     thread (accel initializes MPI with MPI_THREAD_FUNNELED), so a rank whose core is busy with backward still pays
-     the copies of shared-memory MPI on that core; bench_coll's overlap part measures both cases.
-     Averaging order — DDP's, not reduce("mean")'s: every rank's gradient is multiplied by 1/P, rounded to the compute
-     type (double for F64, float for F32/F16/BF16), while it is packed into its bucket (in place for gradients reduced
-     where they are), and the buckets are all-reduced with SUM. That is what torch's Reducer does with DDP's default
-     gradient_as_bucket_view=False (it copies grad * (1.0 / world_size) into the bucket), so where the summation order
-     matches (always for P <= 2) the result is PyTorch's bit for bit; the tests compare with torch's DDP. (With
-     gradient_as_bucket_view=True, torch divides the bucket instead from its second step on.) accel_coll_all_reduce
-     with ACCEL_COLL_AVG and accel_coll_reduce_tensor(..., "mean") keep Accelerate's reduce("mean") order: the sum,
-     then a division by P (docs/semantics.md §7). The orders can differ in the last bit when P is not a power of two.
-
-   JOIN — uneven inputs (Accelerate's join_uneven_inputs = torch's Join with DDP's join hook)
-       accel_ddp_join_begin(red, NULL);        // collective; finalizes the reducer (register first)
-       while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) { ...; accel_ddp_wait(red); ... }
-       accel_ddp_join_end(red, params, NPARAMS); // out of batches: shadow the others, then sync params
-     For loaders with even_batches off (no_even_batches), where ranks run out of batches at different steps. In join
-     mode every reducing step (accel_should_reduce) starts with one round: an 8-byte all-gather in which each rank
-     says whether it reduces (its first grad_ready/wait of the step) or has joined (join_end). Let A be the ranks that
-     reduce in that step and D = the group size P (default: DDP's divide_by_initial_world_size=True) or |A|
-     (accel_ddp_join_desc.no_divide_by_initial_world_size). Then:
-       - a rank in A ends the step with  g_i = sum over q in A of fl(g_q,i * fl(1/D))  (each rank's gradient
-         pre-scaled in its compute type, then summed by the backend, as torch's Reducer with div_factor D); with
-         no_average, the plain sum over A. accel_ddp_join_active(red) says |A|;
-       - a rank in join_end issues the same all-reduces (same buckets, order, counts) with zeros; its own gradient
-         buffers are not touched and its parameters not updated;
-       - when a round finds A empty every rank leaves join_end; the highest-ranked of the ranks that joined last (those
-         that shadowed no step; DDP's authoritative rank) broadcasts the n params of join_end to every rank (DDP's
-         _sync_final_model). Optimizer state and anything else stay per rank, as in DDP.
-     Steps that do not reduce (accumulation) have no round: joined ranks shadow reductions only. A rank that neither
-     reduces nor joins (dead, stuck) makes the others' round end in ACCEL_ERR_TIMEOUT at the context's deadline; a
-     rank in any other collective of the context makes the round fail with ACCEL_ERR_MISMATCH. join_end with bad
-     params still shadows, then fails every rank before the broadcast. Accelerate enables Join only when
-     even_batches is off; with even batches every rank runs out at the same step and join_end costs one round.
+   ALL-REDUCE ON MPI (with the deadline, no_watchdog 0)
+     Blocking MPI ops run as MPI_I* + polling. An all-reduce of host memory (or staged device memory) runs on
+     point-to-point messages + MPI_Reduce_local instead of MPI_Iallreduce: on 2 ranks a ring from 64 KiB and one
+     exchange below (sums bitwise MPI's); on 3-64 ranks a direct reduce-scatter + all-gather (one round up to the
+     eager limit) in which every element is the rank-order sum (x0 + x1) + x2 + ... — the same bits whatever the
+     buffer's length or the element's position, so a tensor summed in a bucket equals the tensor summed alone (MPI's
+     own 3+-rank algorithms give no such order). The ranks always hold the same bits. Out of place, the send buffer
+     is read where it is (no copy into recv first). From 8 MiB the 2-rank ring reduces in 256 KiB segments as they
+     arrive. Scratch: about the buffer's size on 3+ ranks, half of it on 2 (512 KiB from 8 MiB); one buffer is kept
+     for the next call. More than 64 ranks: MPI_Iallreduce. Why these algorithms, and their speed against
+     MPI_Allreduce: the implementation's section 6 and bench/collectives (bench_coll).
 
    PROCESS MESH (Accelerate's ParallelismConfig + the DeviceMesh it builds)
        accel_coll_mesh *mesh;
        accel_coll_mesh_desc md = {0};
        md.dp_shard_size = 2; md.tp_size = 2;            // 4 processes; 0 = PARALLELISM_CONFIG_*_SIZE or 1
        accel_coll_mesh_create(world, &md, &mesh);        // collective over world's group
-       accel_coll *dp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_DP), *tp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_TP);
-       accel_ddp_create(dp, NULL, &red);        // gradients averaged over the data-parallel group
+       accel_coll *dp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_DP);
+       accel_coll *tp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_TP);
+       accel_ddp_create(dp, NULL, &red);                 // accel_ddp.h: gradients averaged over the dp group
        accel_coll_all_reduce(tp, part, part, n, ACCEL_F32, ACCEL_COLL_SUM); // a row-parallel layer's partial sums
        accel_coll_mesh_destroy(mesh);                    // before world
-     Dimensions in mesh order pp, dp_replicate, dp_shard, cp, tp (Accelerate's order with pipeline stages outermost,
-     as torchtitan): rank = (((pp*R + dp_replicate)*S + dp_shard)*C + cp)*T + tp, so tp peers are consecutive ranks.
+     Dimensions in mesh order pp, dp_replicate, dp_shard, cp, tp (Accelerate's order with pipeline stages outermost, as
+     torchtitan): rank = (((pp*R + dp_replicate)*S + dp_shard)*C + cp)*T + tp, so tp peers are consecutive ranks.
      Groups: one per dimension and Accelerate's flattened dp (dp_replicate x dp_shard), dp_shard_cp and dp_cp; a group
      holds the ranks whose other coordinates equal this rank's, and this rank's rank in it is its coordinate along the
-     group (row-major over the group's dimensions, torch's _flatten). Every group is a full accel_coll (every op,
-     async, the reducer, join) with the parent's backend, buffers, timeout, debug and CUDA-aware settings; a group of
-     one process is a NONE context. MPI: MPI_Comm_split of the parent's communicator; NCCL: ncclCommSplit of the
+     group (row-major over the group's dimensions, torch's _flatten). Every group is a full accel_coll (every op, async,
+     accel_ddp.h's reducer and join) with the parent's backend, buffers, timeout, debug and CUDA-aware settings; a group
+     of one process is a NONE context. MPI: MPI_Comm_split of the parent's communicator; NCCL: ncclCommSplit of the
      parent's (NCCL >= 2.18; before, a fresh ncclCommInitRankConfig whose unique id travels in an all-gather over the
      parent). Creation is collective over the parent: the sizes are checked on every rank (negative, an environment
-     value < 1 or not a number, a product != the parent's size) and then compared across ranks (accel.h's agreement:
-     a rank with another mesh fails every rank with ACCEL_ERR_MISMATCH naming the dimension and each rank's value;
-     a rank with a bad desc fails every rank, the others with ACCEL_ERR_REMOTE). Only then are the communicators
-     split (MPI_Comm_split itself blocks without a deadline: every rank reached it after agreeing). Every size
-     0 on a group of P > 1: dp_replicate = P (Accelerate's plain DDP). Shard the data by the dp group (accel_data.h,
-     PROCESS MESH). Differences from Accelerate: no tp_handler/cp_handler (accel does no model math); Accelerate's
-     refusal of tp/cp > 1 with dp_replicate > 1 and dp_shard == 1 (an FSDP2 composition limit) is not made — the mesh
-     is only communicators; pp is an extra dimension (ACCEL_PP_SIZE).
+     value < 1 or not a number, a product != the parent's size) and then compared across ranks (accel.h's agreement: a
+     rank with another mesh fails every rank with ACCEL_ERR_MISMATCH naming the dimension and each rank's value; a rank
+     with a bad desc fails every rank, the others with ACCEL_ERR_REMOTE). Only then are the communicators split
+     (MPI_Comm_split itself blocks without a deadline: every rank reached it after agreeing). Every size 0 on a group of
+     P > 1: dp_replicate = P (Accelerate's plain DDP). Shard the data by the dp group (accel_data.h, PROCESS MESH).
+     Differences from Accelerate: no tp_handler/cp_handler (accel does no model math); Accelerate's refusal of tp/cp > 1
+     with dp_replicate > 1 and dp_shard == 1 (an FSDP2 composition limit) is not made — the mesh is only communicators;
+     pp is an extra dimension (ACCEL_PP_SIZE).
 
    COLLECTIVE CALLS AND ERRORS
-     Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation,
-     the Accelerate helpers (not split_between_processes), accel_ddp_finalize (or the
-     first grad_ready/wait) and accel_ddp_wait on a step that reduces, accel_ddp_join_begin and
-     accel_ddp_join_end (see JOIN); accel_coll_mesh_create and accel_coll_mesh_destroy over the parent. A local failure (a bad argument, an
-     allocation) fails every rank at once: that rank returns its error,
-     the others ACCEL_ERR_REMOTE naming it. That holds for create, pad_across_processes, gather_rows,
-     gather_for_metrics and finalize; argument errors of the typed ops
-     (reduce_tensor included) are local — checking them on every rank would cost a round trip per call — so the other
-     ranks then reach the deadline.
+     Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation, the
+     Accelerate helpers (not split_between_processes), accel_coll_mesh_create and accel_coll_mesh_destroy over the
+     parent (and accel_ddp.h's / accel_zero.h's collective calls on the communicator). A local failure (a bad
+     argument, an allocation) fails every rank at once: that rank returns its error, the others ACCEL_ERR_REMOTE
+     naming it. That holds for create, pad_across_processes, gather_rows and gather_for_metrics; argument errors of
+     the typed ops (reduce_tensor included) are local — checking them on every rank would cost a round trip per call
+     — so the other ranks then reach the deadline.
 
    THREADS AND STREAMS
      A context is used by one thread at a time — including the core's host collectives while it is the host process
@@ -310,14 +263,14 @@ ACCEL_API accel_result accel_coll_split_between_processes(int64_t n, int num_pro
    dimensions in mesh order (row-major, tp fastest: consecutive ranks share everything but tp), then the flattened
    groups Accelerate's build_device_mesh adds. Each is a full accel_coll (every op, the reducer). */
 typedef enum accel_coll_mesh_dim {
-    ACCEL_COLL_MESH_PP = 0,           /* pipeline stages (an extra outermost dimension; not in Accelerate) */
-    ACCEL_COLL_MESH_DP_REPLICATE,     /* "dp_replicate" */
-    ACCEL_COLL_MESH_DP_SHARD,         /* "dp_shard" */
-    ACCEL_COLL_MESH_CP,               /* "cp" */
-    ACCEL_COLL_MESH_TP,               /* "tp" (innermost) */
-    ACCEL_COLL_MESH_DP,               /* "dp" = dp_replicate x dp_shard: the data-parallel group (shard the data by it) */
-    ACCEL_COLL_MESH_DP_SHARD_CP,      /* "dp_shard_cp" = dp_shard x cp: where FSDP shards the model */
-    ACCEL_COLL_MESH_DP_CP,            /* "dp_cp" = dp_replicate x dp_shard x cp: where the loss is averaged */
+    ACCEL_COLL_MESH_PP = 0, /* pipeline stages (an extra outermost dimension; not in Accelerate) */
+    ACCEL_COLL_MESH_DP_REPLICATE, /* "dp_replicate" */
+    ACCEL_COLL_MESH_DP_SHARD, /* "dp_shard" */
+    ACCEL_COLL_MESH_CP, /* "cp" */
+    ACCEL_COLL_MESH_TP, /* "tp" (innermost) */
+    ACCEL_COLL_MESH_DP, /* "dp" = dp_replicate x dp_shard: the data-parallel group (shard the data by it) */
+    ACCEL_COLL_MESH_DP_SHARD_CP, /* "dp_shard_cp" = dp_shard x cp: where FSDP shards the model */
+    ACCEL_COLL_MESH_DP_CP, /* "dp_cp" = dp_replicate x dp_shard x cp: where the loss is averaged */
     ACCEL_COLL_MESH_COUNT
 } accel_coll_mesh_dim;
 #define ACCEL_COLL_MESH_NDIMS 5 /* the real dimensions: PP .. TP; coordinates are int[5] in that order */
@@ -338,7 +291,8 @@ typedef struct accel_coll_mesh accel_coll_mesh;
 /* Collective over parent's group: validates desc, checks that every rank resolved the same sizes (a difference fails
    on every rank, naming the dimension and every rank's value), then builds the 8 sub-communicators (MPI_Comm_split,
    ncclCommSplit). Each inherits parent's backend, buffers, timeout, debug and CUDA-aware settings. */
-ACCEL_API accel_result accel_coll_mesh_create(accel_coll *parent, const accel_coll_mesh_desc *desc, accel_coll_mesh **out);
+ACCEL_API accel_result accel_coll_mesh_create(accel_coll *parent, const accel_coll_mesh_desc *desc,
+                                              accel_coll_mesh **out);
 ACCEL_API void accel_coll_mesh_destroy(accel_coll_mesh *m); /* destroys the sub-communicators; NULL ok */
 /* The communicator of d (owned by the mesh); its rank is this process's coordinate along d. NULL for a bad d. */
 ACCEL_API accel_coll *accel_coll_mesh_comm(const accel_coll_mesh *m, accel_coll_mesh_dim d);
@@ -382,10 +336,12 @@ ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, i
     10. the host process group over a context (accel.h's transport, installed for NCCL)
     11. Accelerate helpers: reduce, pad_across_processes, gather(_for_metrics)
     12. split_between_processes (objects are the core's: accel_gather_object, accel_broadcast_object_list)
-    13. the gradient reducer: registration, DDP's buckets, pre-scaled packing, launch and finish
-    13b. join for uneven inputs (rounds, zero shadows, the final broadcast); the process mesh (sub-communicators)
+    13. the process mesh (sub-communicators)
     14. bootstrap byte exchanges: TCP (the core's sockets), file (the core's atomic write)
-    15. NCCL init (the unique id over the host group / MPI / TCP / file) */
+    15. NCCL init (the unique id over the host group / MPI / TCP / file)
+   LENT to accel_ddp.h and accel_zero.h, whose implementations follow in the same TU: struct accel_coll's fields (acc,
+   size, rank, device_mem), accel__coll_null, _check_broken, _reducible, _agree, _host_op, _alloc_mem, _fill, _copy,
+   _copy_same, _prescale, _prescale_by, _orphan. */
 
 /* ------------------------------------------------------------------------------------------------------ 0. includes */
 #include <stdio.h>
@@ -444,8 +400,12 @@ static ACCEL_INLINE ACCEL_HD void accel__coll_prescale_elem(void *dst, const voi
     switch (dt) {
     case ACCEL_F64: ((double *)dst)[i] = ((const double *)src)[i] * (1.0 / n); break;
     case ACCEL_F32: ((float *)dst)[i] = ((const float *)src)[i] * (float)(1.0 / n); break;
-    case ACCEL_F16: ((uint16_t *)dst)[i] = accel_f32_to_f16(accel_f16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n)); break;
-    case ACCEL_BF16: ((uint16_t *)dst)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n)); break;
+    case ACCEL_F16:
+        ((uint16_t *)dst)[i] = accel_f32_to_f16(accel_f16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n));
+        break;
+    case ACCEL_BF16:
+        ((uint16_t *)dst)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n));
+        break;
     default: break;
     }
 }
@@ -456,7 +416,9 @@ static ACCEL_INLINE ACCEL_HD void accel__coll_div_elem(void *buf, size_t i, int 
     case ACCEL_F64: ((double *)buf)[i] /= n; break;
     case ACCEL_F32: ((float *)buf)[i] = (float)(((float *)buf)[i] / (float)n); break;
     case ACCEL_F16: ((uint16_t *)buf)[i] = accel_f32_to_f16(accel_f16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
-    case ACCEL_BF16: ((uint16_t *)buf)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
+    case ACCEL_BF16:
+        ((uint16_t *)buf)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((uint16_t *)buf)[i]) / (float)n);
+        break;
     default: break;
     }
 }
@@ -603,7 +565,9 @@ ACCEL__DEF const char *accel_coll_op_name(accel_coll_op op) {
 }
 ACCEL__DEF int accel_coll_rank(const accel_coll *c) { return c ? c->rank : -1; }
 ACCEL__DEF int accel_coll_size(const accel_coll *c) { return c ? c->size : 0; }
-ACCEL__DEF accel_coll_backend accel_coll_get_backend(const accel_coll *c) { return c ? c->backend : ACCEL_COLL_BACKEND_AUTO; }
+ACCEL__DEF accel_coll_backend accel_coll_get_backend(const accel_coll *c) {
+    return c ? c->backend : ACCEL_COLL_BACKEND_AUTO;
+}
 ACCEL__DEF int accel_coll_uses_device_buffers(const accel_coll *c) { return c ? c->device_mem : 0; }
 ACCEL__DEF accel *accel_coll_accel(const accel_coll *c) { return c ? c->acc : NULL; }
 
@@ -620,7 +584,9 @@ static int accel__coll_reducible(accel_dtype dt) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #endif
-static int accel__mpi_testall(int n, MPI_Request *reqs, int *done) { return MPI_Testall(n, reqs, done, MPI_STATUSES_IGNORE); }
+static int accel__mpi_testall(int n, MPI_Request *reqs, int *done) {
+    return MPI_Testall(n, reqs, done, MPI_STATUSES_IGNORE);
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -711,8 +677,8 @@ static accel_result accel__coll_nccl_settle(accel_coll *c, ncclResult_t rc, cons
             ncclCommAbort(c->nccl);
             c->nccl_valid = 0;
             c->broken = ACCEL_ERR_TIMEOUT;
-            return accel__fail(c->acc, ACCEL_ERR_TIMEOUT, __FILE__, line, "%s did not complete within %.1f s; NCCL communicator aborted",
-                               what, c->timeout_s);
+            return accel__fail(c->acc, ACCEL_ERR_TIMEOUT, __FILE__, line,
+                               "%s did not complete within %.1f s; NCCL communicator aborted", what, c->timeout_s);
         }
         sched_yield();
     }
@@ -744,7 +710,8 @@ static void accel__coll_host_group_install(accel_coll *c);
    core (accel__agree: the failed rank's message travels along); a context on its own MPI communicator
    (desc.mpi_comm) exchanges the statuses on that communicator, with the deadline. */
 #ifdef ACCEL_WITH_MPI
-static accel_result accel__coll_agree_mpi(accel *acc, MPI_Comm comm, accel_result local, const char *what, double deadline) {
+static accel_result accel__coll_agree_mpi(accel *acc, MPI_Comm comm, accel_result local, const char *what,
+                                          double deadline) {
     int P = 1, mine = (int)local, stack_all[64], *all, i, failed = -1;
     MPI_Request q;
     accel_result r;
@@ -790,15 +757,19 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
     accel_result r = ACCEL_OK;
     void *mcomm = NULL;
     double timeout_s;
-    if (!acc || !out) return accel__fail(acc, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_create: NULL argument");
+    if (!acc || !out)
+        return accel__fail(acc, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_create: NULL argument");
     *out = NULL;
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
-    timeout_s = 1e-3 * (double)(d.timeout_ms > 0 ? d.timeout_ms : acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms : 1800000);
+    timeout_s = 1e-3 * (double)(d.timeout_ms > 0                      ? d.timeout_ms
+                                : acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms
+                                                                      : 1800000);
     /* local checks first; then one agreement before anything collective (MPI_Comm_dup, the NCCL bootstrap), so a rank
        whose arguments were bad fails every rank instead of leaving the others blocked in MPI_Comm_dup */
     if ((int)d.backend < 0 || (int)d.backend > (int)ACCEL_COLL_BACKEND_NCCL)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.backend=%d is not an accel_coll_backend", (int)d.backend);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.backend=%d is not an accel_coll_backend",
+                        (int)d.backend);
     else if (d.timeout_ms < 0)
         r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.timeout_ms=%d must be >= 0", d.timeout_ms);
     else if ((int)d.debug < (int)ACCEL_OFF || (int)d.debug > (int)ACCEL_ON || (int)d.cuda_aware_mpi < (int)ACCEL_OFF ||
@@ -807,7 +778,8 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
                         "accel_toggle (ACCEL_DEFAULT, ACCEL_ON, ACCEL_OFF)", (int)d.debug, (int)d.cuda_aware_mpi);
 #ifndef ACCEL_WITH_MPI
     else if (d.mpi_comm)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_coll_desc.mpi_comm given but the implementation was built without ACCEL_WITH_MPI");
+        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                        "accel_coll_desc.mpi_comm given but the implementation was built without ACCEL_WITH_MPI");
 #endif
     if (r == ACCEL_OK) {
         c = (accel_coll *)accel_host_alloc(acc, sizeof *c);
@@ -847,23 +819,33 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
 #endif
             if (c->size <= 1) c->backend = ACCEL_COLL_BACKEND_NONE;
             else if (mcomm) c->backend = ACCEL_COLL_BACKEND_MPI;
-            else r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
-                                 "collectives across %d processes need MPI (mpirun/srun and ACCEL_WITH_MPI) or NCCL (an nvcc-built "
-                                 "implementation TU with ACCEL_WITH_NCCL and a GPU)", c->size);
+            else
+                r = ACCEL__FAIL(
+                    acc, ACCEL_ERR_UNSUPPORTED,
+                    "collectives across %d processes need MPI (mpirun/srun and ACCEL_WITH_MPI) or NCCL (an nvcc-built "
+                    "implementation TU with ACCEL_WITH_NCCL and a GPU)",
+                    c->size);
         } else if (c->backend == ACCEL_COLL_BACKEND_NONE && c->size > 1) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend none cannot serve a group of %d processes", c->size);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend none cannot serve a group of %d processes",
+                            c->size);
         } else if (c->backend == ACCEL_COLL_BACKEND_MPI && !mcomm) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend mpi requested but MPI is not the process group (build with ACCEL_WITH_MPI and launch with mpirun/srun)");
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                            "backend mpi requested but MPI is not the process group (build with ACCEL_WITH_MPI and "
+                            "launch with mpirun/srun)");
         } else if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
 #ifndef ACCEL__COLL_NCCL
-            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend nccl needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                            "backend nccl needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
 #else
-            if (!c->device_mem) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend nccl needs a CUDA device (acc.device >= 0) and device buffers");
+            if (!c->device_mem)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                "backend nccl needs a CUDA device (acc.device >= 0) and device buffers");
 #endif
         }
 #ifndef ACCEL__COLL_DEVICE
         if (r == ACCEL_OK && c->device_mem)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc "
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                            "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc "
                             "(or set accel_coll_desc.host_buffers)");
 #endif
     }
@@ -872,7 +854,8 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
     else {
         int inited = 0;
         MPI_Initialized(&inited);
-        if (inited) r = accel__coll_agree_mpi(acc, *(MPI_Comm *)d.mpi_comm, r, "accel_coll_create", accel_now() + timeout_s);
+        if (inited)
+            r = accel__coll_agree_mpi(acc, *(MPI_Comm *)d.mpi_comm, r, "accel_coll_create", accel_now() + timeout_s);
     }
 #endif
     if (r != ACCEL_OK) { accel_host_free(acc, c); return r; }
@@ -880,7 +863,11 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
 #ifdef ACCEL_WITH_MPI
     if (mcomm && c->backend != ACCEL_COLL_BACKEND_NONE) {
         int mrc = MPI_Comm_dup(*(MPI_Comm *)mcomm, &c->comm);
-        if (mrc != MPI_SUCCESS) { r = accel__mpi_fail(c->acc, mrc, "MPI_Comm_dup", __FILE__, __LINE__); accel_host_free(acc, c); return r; }
+        if (mrc != MPI_SUCCESS) {
+            r = accel__mpi_fail(c->acc, mrc, "MPI_Comm_dup", __FILE__, __LINE__);
+            accel_host_free(acc, c);
+            return r;
+        }
         c->comm_valid = 1;
         MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
         {
@@ -904,7 +891,8 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
             else {
 #if defined(ACCEL__COLL_DEVICE) && defined(MPIX_CUDA_AWARE_SUPPORT)
                 c->cuda_aware = MPIX_Query_cuda_support() ? 1 : 0;
-#elif defined(ACCEL__COLL_DEVICE) && defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 40000000 && defined(MPIX_GPU_SUPPORT_CUDA)
+#elif defined(ACCEL__COLL_DEVICE) && defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 40000000 &&                      \
+    defined(MPIX_GPU_SUPPORT_CUDA)
                 {
                     int ok = 0;
                     if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &ok) == MPI_SUCCESS) c->cuda_aware = ok ? 1 : 0;
@@ -913,7 +901,8 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
                 c->cuda_aware = 0;
 #endif
             }
-            accel_log(acc, ACCEL_LOG_INFO, "MPI device buffers: %s", c->cuda_aware ? "CUDA-aware MPI" : "staged through pinned host memory");
+            accel_log(acc, ACCEL_LOG_INFO, "MPI device buffers: %s",
+                      c->cuda_aware ? "CUDA-aware MPI" : "staged through pinned host memory");
         }
     }
 #endif
@@ -960,7 +949,9 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
             accel__coll_release(q);
         }
     }
-    if (pending) accel_log(acc, ACCEL_LOG_WARN, "accel_coll_destroy: %d timed-out operation(s) never completed; their buffers are leaked", pending);
+    if (pending)
+        accel_log(acc, ACCEL_LOG_WARN,
+                  "accel_coll_destroy: %d timed-out operation(s) never completed; their buffers are leaked", pending);
 #ifdef ACCEL__COLL_NCCL
     if (c->nccl_valid) {
         if (c->broken) ncclCommAbort(c->nccl);
@@ -1006,13 +997,16 @@ static accel_result accel__coll_copy(accel_coll *c, void *dst, const void *src, 
     if (dir == 0) { memmove(dst, src, bytes); return ACCEL_OK; }
 #ifdef ACCEL__COLL_DEVICE
     {
-        cudaMemcpyKind k = dir == 1 ? cudaMemcpyHostToDevice : dir == 2 ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+        cudaMemcpyKind k = dir == 1   ? cudaMemcpyHostToDevice
+                           : dir == 2 ? cudaMemcpyDeviceToHost
+                                      : cudaMemcpyDeviceToDevice;
         ACCEL__CUDA_CHECK(c->acc, cudaMemcpyAsync(dst, src, bytes, k, accel__coll_stream(c)));
         if (dir != 3) ACCEL__CUDA_CHECK(c->acc, cudaStreamSynchronize(accel__coll_stream(c)));
         return ACCEL_OK;
     }
 #else
-    return accel__fail(c->acc, ACCEL_ERR_UNSUPPORTED, __FILE__, __LINE__, "device copies need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+    return accel__fail(c->acc, ACCEL_ERR_UNSUPPORTED, __FILE__, __LINE__,
+                       "device copies need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
 }
 /* copy within the user's memory kind */
@@ -1032,7 +1026,8 @@ static void accel__coll_divide_host(void *buf, size_t n, accel_dtype dt, double 
 
 /* dst[0..n) = src[0..n) * fl(1/by) in the context's memory (DDP's pre-scaling; by = the group size, or with join the
    ranks still training; dst may equal src): a host loop, or a kernel on acc.stream. */
-static accel_result accel__coll_prescale_by(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt, double by) {
+static accel_result accel__coll_prescale_by(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt,
+                                            double by) {
     size_t i;
     if (n == 0) return ACCEL_OK;
     if (!c->device_mem) {
@@ -1050,7 +1045,8 @@ static accel_result accel__coll_prescale_by(accel_coll *c, void *dst, const void
     ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
     return ACCEL_OK;
 #else
-    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device gradients need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED,
+                       "device gradients need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
 }
 ACCEL__PRIVATE accel_result accel__coll_prescale(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt) {
@@ -1125,8 +1121,8 @@ static int accel__coll_ring_post(accel_coll_request *q) {
         mrc = MPI_Irecv(q->ring_direct ? q->ring_buf : q->ring_tmp, (int)q->count, q->ring_t, 1 - c->rank, q->ring_tag,
                         c->comm, &q->rreq[1]);
         if (mrc == MPI_SUCCESS)
-            mrc = MPI_Isend(q->ring_direct ? q->ring_src : q->ring_buf, (int)q->count, q->ring_t, 1 - c->rank, q->ring_tag,
-                            c->comm, &q->rreq[0]);
+            mrc = MPI_Isend(q->ring_direct ? q->ring_src : q->ring_buf, (int)q->count, q->ring_t, 1 - c->rank,
+                            q->ring_tag, c->comm, &q->rreq[0]);
         return mrc;
     }
     accel__coll_ring_chunks(q, q->ring_step, &sk, &rk);
@@ -1136,8 +1132,8 @@ static int accel__coll_ring_post(accel_coll_request *q) {
     mrc = MPI_Irecv(q->ring_step < P - 1 && !direct ? (void *)q->ring_tmp : (void *)(q->ring_buf + roff * es), rcnt,
                     q->ring_t, (c->rank + P - 1) % P, q->ring_tag, c->comm, &q->rreq[1]);
     if (mrc == MPI_SUCCESS)
-        mrc = MPI_Isend((direct ? q->ring_src : q->ring_buf) + soff * es, scnt, q->ring_t, (c->rank + 1) % P, q->ring_tag,
-                        c->comm, &q->rreq[0]);
+        mrc = MPI_Isend((direct ? q->ring_src : q->ring_buf) + soff * es, scnt, q->ring_t, (c->rank + 1) % P,
+                        q->ring_tag, c->comm, &q->rreq[0]);
     return mrc;
 }
 
@@ -1284,7 +1280,8 @@ static int accel__coll_seg_test(accel_coll_request *q, int *flag) {
 
 static accel_result accel__coll_seg_start(accel_coll *c, accel_coll_request *q, int direct) {
     int r = c->rank, ns = accel__coll_seg_n(q, r), nm = accel__coll_seg_n(q, 1 - r), i, mrc = MPI_SUCCESS;
-    size_t reqb = ((size_t)(ns + 2) * sizeof(MPI_Request) + 63) & ~(size_t)63, tmp = reqb + (direct ? 0 : 2 * ACCEL__COLL_SEG_BYTES);
+    size_t reqb = ((size_t)(ns + 2) * sizeof(MPI_Request) + 63) & ~(size_t)63,
+           tmp = reqb + (direct ? 0 : 2 * ACCEL__COLL_SEG_BYTES);
     accel_result ar = accel__coll_scratch(c, q, tmp);
     if (ar != ACCEL_OK) return ar;
     q->ring = 5;
@@ -1299,14 +1296,15 @@ static accel_result accel__coll_seg_start(accel_coll *c, accel_coll_request *q, 
         size_t off;
         int cnt;
         accel__coll_seg_at(q, r, i, &off, &cnt);
-        mrc = MPI_Isend(q->ring_src + off * accel_dtype_size(q->dt), cnt, q->ring_t, 1 - r, q->ring_tag, c->comm, &q->rq[i]);
+        mrc = MPI_Isend(q->ring_src + off * accel_dtype_size(q->dt), cnt, q->ring_t, 1 - r, q->ring_tag, c->comm,
+                        &q->rq[i]);
     }
     if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "all_reduce (ring step 0)", __FILE__, __LINE__);
     return ACCEL_OK;
 }
 
-static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv, size_t es,
-                                           MPI_Datatype t, MPI_Op op) {
+static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv,
+                                           size_t es, MPI_Datatype t, MPI_Op op) {
     int exchange = accel__coll_exchange(c, q->count * es); /* 2 ranks, small: one exchange */
     int inplace = send == MPI_IN_PLACE || send == recv;
     /* Not in place, the send buffer is read where it is instead of being copied to recv first (that copy cost ~10 %
@@ -1321,7 +1319,8 @@ static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q,
     q->ring_tmp = NULL;
     q->ring_tmp_bytes = 0;
     accel__coll_p2p_init(c, q, send, recv, t, op, direct);
-    if (!exchange && c->size == 2 && (q->count / 2) * es >= ACCEL__COLL_SEG_MIN_CHUNK) return accel__coll_seg_start(c, q, direct);
+    if (!exchange && c->size == 2 && (q->count / 2) * es >= ACCEL__COLL_SEG_MIN_CHUNK)
+        return accel__coll_seg_start(c, q, direct);
     if (tmp > 0 && (ar = accel__coll_scratch(c, q, tmp)) != ACCEL_OK) return ar;
     q->ring = exchange ? 2 : 1;
     q->rreq[0] = q->rreq[1] = MPI_REQUEST_NULL;
@@ -1378,18 +1377,21 @@ static int accel__coll_direct_post(accel_coll_request *q) {
         if (q->ring == 4) { /* whole buffers: mine to rank k, rank k's into slot j */
             mrc = MPI_Irecv(q->dslots + (size_t)j * q->dslot_bytes, (int)q->count, q->ring_t, k, q->ring_tag, c->comm,
                             &q->rq[P - 1 + j]);
-            if (mrc == MPI_SUCCESS) mrc = MPI_Isend(q->ring_src, (int)q->count, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
+            if (mrc == MPI_SUCCESS)
+                mrc = MPI_Isend(q->ring_src, (int)q->count, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
             ++j;
             continue;
         }
         accel__coll_ring_chunk(q, k, &koff, &kcnt);
         if (q->ring_step == 0) { /* chunk k to rank k; my chunk from rank k (empty chunks are not sent) */
             if (mcnt > 0)
-                mrc = MPI_Irecv(accel__coll_direct_slot(q, k), mcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
+                mrc = MPI_Irecv(accel__coll_direct_slot(q, k), mcnt, q->ring_t, k, q->ring_tag, c->comm,
+                                &q->rq[P - 1 + j]);
             if (mrc == MPI_SUCCESS && kcnt > 0)
                 mrc = MPI_Isend(q->ring_src + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
         } else { /* my folded chunk to rank k; chunk k from rank k */
-            if (kcnt > 0) mrc = MPI_Irecv(q->ring_buf + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
+            if (kcnt > 0)
+                mrc = MPI_Irecv(q->ring_buf + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
             if (mrc == MPI_SUCCESS && mcnt > 0)
                 mrc = MPI_Isend(q->ring_buf + moff * es, mcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
         }
@@ -1516,7 +1518,8 @@ static accel_result accel__coll_complete(accel_coll_request *q) {
             accel__coll_div_kernel<<<accel__coll_blocks(q->avg_count), 256, 0, accel__coll_stream(c)>>>(
                 q->avg_buf, q->avg_count, (int)q->dt, (double)c->size);
             e = cudaGetLastError();
-            if (e != cudaSuccess) r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "average kernel launch: %s", cudaGetErrorString(e));
+            if (e != cudaSuccess)
+                r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "average kernel launch: %s", cudaGetErrorString(e));
         }
 #endif
     }
@@ -1538,7 +1541,8 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
     if (q->has_mreq) {
         int flag = 0, mrc = accel__coll_mpi_test(q, &flag);
         if (mrc != MPI_SUCCESS) {
-            accel_result r = accel__mpi_fail(c->acc, mrc, q->ring ? "all_reduce (ring step)" : "MPI_Test", __FILE__, __LINE__);
+            accel_result r =
+                accel__mpi_fail(c->acc, mrc, q->ring ? "all_reduce (ring step)" : "MPI_Test", __FILE__, __LINE__);
             c->broken = ACCEL_ERR_MPI;
             accel__coll_orphan(q);
             return r;
@@ -1552,7 +1556,8 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
         cudaError_t e = cudaEventQuery(q->ev);
         if (e == cudaErrorNotReady) {
             ncclResult_t st = ncclSuccess;
-            if (c->nccl_valid && ncclCommGetAsyncError(c->nccl, &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress) {
+            if (c->nccl_valid && ncclCommGetAsyncError(c->nccl, &st) == ncclSuccess && st != ncclSuccess &&
+                st != ncclInProgress) {
                 accel_result r = accel__coll_nccl_fail(c, st, "NCCL asynchronous error", __LINE__);
                 ncclCommAbort(c->nccl);
                 c->nccl_valid = 0;
@@ -1563,7 +1568,8 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
             goto not_yet;
         }
         if (e != cudaSuccess) {
-            accel_result r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "%s: %s", accel__coll_kind_name(q->kind), cudaGetErrorString(e));
+            accel_result r =
+                ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "%s: %s", accel__coll_kind_name(q->kind), cudaGetErrorString(e));
             c->broken = ACCEL_ERR_CUDA;
             accel__coll_orphan(q);
             return r;
@@ -1582,11 +1588,12 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
 #if defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL)
 not_yet:
     if (accel_now() > q->deadline) {
-        accel_result r = ACCEL__FAIL(c->acc, ACCEL_ERR_TIMEOUT,
-                                     "%s (%s, %zu elements) did not complete within %.1f s on rank %d of %d: a peer is "
-                                     "dead, stuck, or not calling the same collective; this context is now unusable",
-                                     accel__coll_kind_name(q->kind), accel_dtype_name(q->dt) ? accel_dtype_name(q->dt) : "-",
-                                     q->count, q->deadline - q->start, c->rank, c->size);
+        accel_result r =
+            ACCEL__FAIL(c->acc, ACCEL_ERR_TIMEOUT,
+                        "%s (%s, %zu elements) did not complete within %.1f s on rank %d of %d: a peer is "
+                        "dead, stuck, or not calling the same collective; this context is now unusable",
+                        accel__coll_kind_name(q->kind), accel_dtype_name(q->dt) ? accel_dtype_name(q->dt) : "-",
+                        q->count, q->deadline - q->start, c->rank, c->size);
         c->broken = ACCEL_ERR_TIMEOUT;
 #ifdef ACCEL__COLL_NCCL
         if (c->nccl_valid) { ncclCommAbort(c->nccl); c->nccl_valid = 0; }
@@ -1599,14 +1606,17 @@ not_yet:
 }
 
 ACCEL__DEF accel_result accel_coll_test(accel_coll_request *q, int *done) {
-    if (!q || !done) return accel__fail(q ? q->c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_test: NULL argument");
+    if (!q || !done)
+        return accel__fail(q ? q->c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "accel_coll_test: NULL argument");
     return accel__coll_progress(q, done);
 }
 
 ACCEL__DEF accel_result accel_coll_wait(accel_coll_request *q) {
     int done = 0, spins = 0;
     accel_result r;
-    if (!q) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_wait: request is NULL");
+    if (!q)
+        return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_wait: request is NULL");
     for (;;) {
         r = accel__coll_progress(q, &done);
         if (r != ACCEL_OK || done) return r;
@@ -1646,7 +1656,11 @@ static size_t accel__coll_recv_elems(const accel_coll *c, const accel__coll_args
 static accel_result accel__coll_post_none(accel_coll *c, const accel__coll_args *a) {
     size_t es = accel_dtype_size(a->dt), bytes = a->count * es;
     switch (a->kind) {
-    case ACCEL__K_ALLREDUCE: case ACCEL__K_REDUCE: case ACCEL__K_ALLGATHER: case ACCEL__K_GATHER: case ACCEL__K_REDUCE_SCATTER:
+    case ACCEL__K_ALLREDUCE:
+    case ACCEL__K_REDUCE:
+    case ACCEL__K_ALLGATHER:
+    case ACCEL__K_GATHER:
+    case ACCEL__K_REDUCE_SCATTER:
         return accel__coll_copy_same(c, a->recv, a->send, bytes, a->dev);
     case ACCEL__K_ALLGATHERV:
         return accel__coll_copy_same(c, a->recv, a->send, a->vcounts[0], a->dev);
@@ -1656,8 +1670,9 @@ static accel_result accel__coll_post_none(accel_coll *c, const accel__coll_args 
 
 #ifdef ACCEL_WITH_MPI
 static int accel__coll_is_reduction_result(const accel_coll *c, const accel__coll_args *a) {
-    return a->op == ACCEL_COLL_AVG && (a->kind == ACCEL__K_ALLREDUCE || (a->kind == ACCEL__K_REDUCE && c->rank == a->root) ||
-                                       a->kind == ACCEL__K_REDUCE_SCATTER);
+    return a->op == ACCEL_COLL_AVG &&
+           (a->kind == ACCEL__K_ALLREDUCE || (a->kind == ACCEL__K_REDUCE && c->rank == a->root) ||
+            a->kind == ACCEL__K_REDUCE_SCATTER);
 }
 
 /* MPI backend. Device buffers without CUDA-aware MPI (or with F16/BF16 user ops, which run on the host) are staged
@@ -1676,9 +1691,11 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->dev) {
 #ifdef ACCEL__COLL_DEVICE
         stage = !c->cuda_aware || a->dt == ACCEL_F16 || a->dt == ACCEL_BF16;
-        ACCEL__CUDA_CHECK(c->acc, cudaStreamSynchronize(accel__coll_stream(c))); /* inputs produced by earlier kernels */
+        ACCEL__CUDA_CHECK(c->acc,
+                          cudaStreamSynchronize(accel__coll_stream(c))); /* inputs produced by earlier kernels */
 #else
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED,
+                           "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
     }
     if (a->kind == ACCEL__K_ALLGATHERV) {
@@ -1687,7 +1704,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         if (!q->ivec) return ACCEL_ERR_OUT_OF_MEMORY;
         for (i = 0; i < P; ++i) {
             if (a->vcounts[i] > (size_t)INT_MAX || total > (size_t)INT_MAX - a->vcounts[i])
-                return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "all_gather_v: %zu bytes in total is too large for MPI", total + a->vcounts[i]);
+                return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                   "all_gather_v: %zu bytes in total is too large for MPI", total + a->vcounts[i]);
             q->ivec[i] = (int)a->vcounts[i];
             q->ivec[P + i] = (int)total;
             total += a->vcounts[i];
@@ -1705,14 +1723,21 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
             if (a->kind == ACCEL__K_BCAST) { has_in = me == a->root; out_bytes = me == a->root ? 0 : sbytes; }
             break;
         case ACCEL__K_ALLGATHER:
-            sbytes = a->count * es * (size_t)P; in_off = (size_t)me * a->count * es; in_bytes = a->count * es; out_bytes = sbytes;
+            sbytes = a->count * es * (size_t)P;
+            in_off = (size_t)me * a->count * es;
+            in_bytes = a->count * es;
+            out_bytes = sbytes;
             break;
         case ACCEL__K_GATHER:
-            sbytes = a->count * es * (me == a->root ? (size_t)P : 1u); in_off = me == a->root ? (size_t)me * a->count * es : 0;
+            sbytes = a->count * es * (me == a->root ? (size_t)P : 1u);
+            in_off = me == a->root ? (size_t)me * a->count * es : 0;
             in_bytes = a->count * es; out_bytes = me == a->root ? sbytes : 0;
             break;
         case ACCEL__K_REDUCE_SCATTER:
-            sbytes = a->count * es * (size_t)(P + 1); in_bytes = a->count * es * (size_t)P; out_off = in_bytes; out_bytes = a->count * es;
+            sbytes = a->count * es * (size_t)(P + 1);
+            in_bytes = a->count * es * (size_t)P;
+            out_off = in_bytes;
+            out_bytes = a->count * es;
             break;
         case ACCEL__K_ALLGATHERV:
             sbytes = q->count; in_off = (size_t)q->ivec[P + me]; in_bytes = a->vcounts[me]; out_bytes = sbytes;
@@ -1738,7 +1763,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         send = q->stage;
         recv = q->stage;
         if (a->kind == ACCEL__K_REDUCE_SCATTER) recv = (unsigned char *)q->stage + out_off;
-        else if (a->kind == ACCEL__K_ALLGATHER || a->kind == ACCEL__K_ALLGATHERV || (a->kind == ACCEL__K_GATHER && me == a->root))
+        else if (a->kind == ACCEL__K_ALLGATHER || a->kind == ACCEL__K_ALLGATHERV ||
+                 (a->kind == ACCEL__K_GATHER && me == a->root))
             send = MPI_IN_PLACE;
         else if (a->kind == ACCEL__K_ALLREDUCE || (a->kind == ACCEL__K_REDUCE && me == a->root)) send = MPI_IN_PLACE;
         if (accel__coll_is_reduction_result(c, a)) { q->avg_buf = recv; q->avg_count = a->count; q->avg_dev = 0; }
@@ -1774,7 +1800,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->kind == ACCEL__K_ALLREDUCE && P == 2 && (a->count >= 2 || (a->count == 1 && accel__coll_exchange(c, es))) &&
         (!a->dev || stage))
         return accel__coll_ring_start(c, q, send, recv, es, t, op);
-    if (a->kind == ACCEL__K_ALLREDUCE && P >= 3 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 && (!a->dev || stage))
+    if (a->kind == ACCEL__K_ALLREDUCE && P >= 3 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
+        (!a->dev || stage))
         return accel__coll_direct_start(c, q, send, recv, es, t, op);
     switch (a->kind) {
     case ACCEL__K_ALLREDUCE: mrc = MPI_Iallreduce(send, recv, n, t, op, c->comm, &q->mreq); break;
@@ -1810,14 +1837,20 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         switch (a->kind) {
         case ACCEL__K_ALLREDUCE: case ACCEL__K_REDUCE: case ACCEL__K_BCAST:
             sbytes = a->count * es; in_bytes = sbytes; out_bytes = accel__coll_recv_elems(c, a) * es;
-            if (a->kind == ACCEL__K_BCAST) { in_bytes = me == a->root ? sbytes : 0; out_bytes = me == a->root ? 0 : sbytes; }
+            if (a->kind == ACCEL__K_BCAST) {
+                in_bytes = me == a->root ? sbytes : 0;
+                out_bytes = me == a->root ? 0 : sbytes;
+            }
             break;
         case ACCEL__K_ALLGATHER: case ACCEL__K_GATHER:
             sbytes = a->count * es * (size_t)P; in_off = (size_t)me * a->count * es; in_bytes = a->count * es;
             out_bytes = accel__coll_recv_elems(c, a) * es;
             break;
         case ACCEL__K_REDUCE_SCATTER:
-            sbytes = a->count * es * (size_t)(P + 1); in_bytes = a->count * es * (size_t)P; out_off = in_bytes; out_bytes = a->count * es;
+            sbytes = a->count * es * (size_t)(P + 1);
+            in_bytes = a->count * es * (size_t)P;
+            out_off = in_bytes;
+            out_bytes = a->count * es;
             break;
         case ACCEL__K_ALLGATHERV:
             for (i = 0; i < P; ++i) { if (i == me) in_off = total; total += a->vcounts[i]; }
@@ -1846,7 +1879,8 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         if (a->kind == ACCEL__K_REDUCE_SCATTER || a->kind == ACCEL__K_BCAST) send = q->stage;
     }
     if (a->async) {
-        if (!c->comm_stream) ACCEL__CUDA_CHECK(c->acc, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
+        if (!c->comm_stream)
+            ACCEL__CUDA_CHECK(c->acc, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
         ACCEL__CUDA_CHECK(c->acc, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
         q->has_ev = 1;
         ACCEL__CUDA_CHECK(c->acc, cudaEventRecord(q->ev, user));
@@ -1857,16 +1891,22 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
     switch (a->kind) {
     case ACCEL__K_ALLREDUCE: ACCEL__COLL_NCCL_CALL(c, ncclAllReduce(send, recv, a->count, t, op, c->nccl, s)); break;
     case ACCEL__K_REDUCE: ACCEL__COLL_NCCL_CALL(c, ncclReduce(send, recv, a->count, t, op, a->root, c->nccl, s)); break;
-    case ACCEL__K_BCAST: ACCEL__COLL_NCCL_CALL(c, ncclBroadcast(send, (void *)send, a->count, t, a->root, c->nccl, s)); break;
+    case ACCEL__K_BCAST:
+        ACCEL__COLL_NCCL_CALL(c, ncclBroadcast(send, (void *)send, a->count, t, a->root, c->nccl, s));
+        break;
     case ACCEL__K_ALLGATHER: ACCEL__COLL_NCCL_CALL(c, ncclAllGather(send, recv, a->count, t, c->nccl, s)); break;
-    case ACCEL__K_REDUCE_SCATTER: ACCEL__COLL_NCCL_CALL(c, ncclReduceScatter(send, recv, a->count, t, op, c->nccl, s)); break;
+    case ACCEL__K_REDUCE_SCATTER:
+        ACCEL__COLL_NCCL_CALL(c, ncclReduceScatter(send, recv, a->count, t, op, c->nccl, s));
+        break;
     case ACCEL__K_GATHER:
         ACCEL__COLL_NCCL_CALL(c, ncclGroupStart());
         if (me == a->root) {
             for (i = 0; i < P; ++i) {
                 void *dst = (unsigned char *)recv + (size_t)i * a->count * es;
                 if (i == me) {
-                    if (dst != send) ACCEL__CUDA_CHECK(c->acc, cudaMemcpyAsync(dst, send, a->count * es, cudaMemcpyDeviceToDevice, s));
+                    if (dst != send)
+                        ACCEL__CUDA_CHECK(c->acc,
+                                          cudaMemcpyAsync(dst, send, a->count * es, cudaMemcpyDeviceToDevice, s));
                 } else ACCEL__COLL_NCCL_CALL(c, ncclRecv(dst, a->count, t, i, c->nccl, s));
             }
         } else ACCEL__COLL_NCCL_CALL(c, ncclSend(send, a->count, t, a->root, c->nccl, s));
@@ -1878,7 +1918,8 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         for (i = 0; i < P; ++i) {
             void *dst = (unsigned char *)recv + off;
             if (a->vcounts[i])
-                ACCEL__COLL_NCCL_CALL(c, ncclBroadcast(i == me ? send : dst, dst, a->vcounts[i], ncclUint8, i, c->nccl, s));
+                ACCEL__COLL_NCCL_CALL(
+                    c, ncclBroadcast(i == me ? send : dst, dst, a->vcounts[i], ncclUint8, i, c->nccl, s));
             off += a->vcounts[i];
         }
         ACCEL__COLL_NCCL_CALL(c, ncclGroupEnd());
@@ -1890,7 +1931,8 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
     }
     /* AVG: the sum, then the division on the same stream (Accelerate's reduce("mean") order) */
     if (a->op == ACCEL_COLL_AVG && a->count > 0 &&
-        (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE_SCATTER || (a->kind == ACCEL__K_REDUCE && me == a->root))) {
+        (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE_SCATTER ||
+         (a->kind == ACCEL__K_REDUCE && me == a->root))) {
         accel__coll_div_kernel<<<accel__coll_blocks(a->count), 256, 0, s>>>(recv, a->count, (int)a->dt, (double)P);
         ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
     }
@@ -1959,7 +2001,9 @@ static accel_result accel__coll_debug_check(accel_coll *c, const accel__coll_arg
     mine.magic = 0x6163636f6c6cLL;
     mine.kind = a->kind;
     mine.dtype = a->kind == ACCEL__K_BARRIER ? 0 : (int64_t)a->dt;
-    mine.op = (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_REDUCE_SCATTER) ? (int64_t)a->op : -1;
+    mine.op = (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_REDUCE_SCATTER)
+                  ? (int64_t)a->op
+                  : -1;
     mine.count = a->kind == ACCEL__K_BARRIER || a->kind == ACCEL__K_ALLGATHERV ? -1 : (int64_t)a->count;
     mine.root = (a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_BCAST || a->kind == ACCEL__K_GATHER) ? a->root : -1;
     all = (accel__coll_sig *)accel_host_alloc(c->acc, sizeof(accel__coll_sig) * (size_t)c->size);
@@ -1981,10 +2025,11 @@ static accel_result accel__coll_debug_check(accel_coll *c, const accel__coll_arg
         for (i = 0; i < c->size && off < sizeof msg - 8; ++i) {
             const accel__coll_sig *s = &all[i];
             const char *dn = accel_dtype_name((accel_dtype)s->dtype);
-            off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d: %s(dtype=%s, op=%s, count=%lld, root=%lld)%s", i,
-                                    s->magic == mine.magic ? accel__coll_kind_name((int)s->kind) : "<not a collective check>",
-                                    dn ? dn : "-", s->op >= 0 ? accel_coll_op_name((accel_coll_op)s->op) : "-",
-                                    (long long)s->count, (long long)s->root, i + 1 < c->size ? ";" : "");
+            off += (size_t)snprintf(
+                msg + off, sizeof msg - off, " rank %d: %s(dtype=%s, op=%s, count=%lld, root=%lld)%s", i,
+                s->magic == mine.magic ? accel__coll_kind_name((int)s->kind) : "<not a collective check>",
+                dn ? dn : "-", s->op >= 0 ? accel_coll_op_name((accel_coll_op)s->op) : "-", (long long)s->count,
+                (long long)s->root, i + 1 < c->size ? ";" : "");
         }
         accel_host_free(c->acc, all);
         return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s", msg);
@@ -2013,22 +2058,29 @@ static accel_result accel__coll_validate(accel_coll *c, accel__coll_args *a, con
     a->dev = c->device_mem;
     if (a->kind == ACCEL__K_BARRIER) return ACCEL_OK;
     es = accel_dtype_size(a->dt);
-    if (es == 0) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: dtype %d is not an accel_dtype", what, (int)a->dt);
+    if (es == 0)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: dtype %d is not an accel_dtype", what, (int)a->dt);
     if ((int)a->op < 0 || (int)a->op >= ACCEL_COLL_OP_COUNT)
         return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: op %d is not an accel_coll_op", what, (int)a->op);
     if (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_REDUCE_SCATTER) {
         if (!accel__coll_reducible(a->dt))
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "%s: reductions support F64 F32 F16 BF16 I64 I32 U8, not %s", what,
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED,
+                               "%s: reductions support F64 F32 F16 BF16 I64 I32 U8, not %s", what,
                                accel_dtype_name(a->dt));
         if (a->op == ACCEL_COLL_AVG && !accel_dtype_is_float(a->dt))
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: mean/avg of an integer dtype (%s) is not defined "
-                               "(Accelerate raises too); use sum", what, accel_dtype_name(a->dt));
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: mean/avg of an integer dtype (%s) is not defined "
+                               "(Accelerate raises too); use sum",
+                               what, accel_dtype_name(a->dt));
     }
     if (a->root < 0 || a->root >= c->size)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: root %d is not a rank of this group of %d", what, a->root, c->size);
-    if (a->count > (size_t)INT_MAX || ((a->kind == ACCEL__K_ALLGATHER || a->kind == ACCEL__K_GATHER || a->kind == ACCEL__K_REDUCE_SCATTER) &&
-                                       a->count > (size_t)INT_MAX / (size_t)c->size))
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %zu elements is more than one call can move (INT_MAX)", what, a->count);
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: root %d is not a rank of this group of %d", what,
+                           a->root, c->size);
+    if (a->count > (size_t)INT_MAX ||
+        ((a->kind == ACCEL__K_ALLGATHER || a->kind == ACCEL__K_GATHER || a->kind == ACCEL__K_REDUCE_SCATTER) &&
+         a->count > (size_t)INT_MAX / (size_t)c->size))
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "%s: %zu elements is more than one call can move (INT_MAX)", what, a->count);
     if (a->count > 0) {
         int need_recv = a->kind != ACCEL__K_BCAST &&
                         !((a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_GATHER) && c->rank != a->root);
@@ -2038,7 +2090,8 @@ static accel_result accel__coll_validate(accel_coll *c, accel__coll_args *a, con
             const unsigned char *s0 = (const unsigned char *)a->send, *r0 = (const unsigned char *)a->recv;
             size_t sb = a->count * es * (size_t)c->size, rb = a->count * es;
             if (r0 < s0 + sb && s0 < r0 + rb)
-                return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: send and recv overlap (not supported)", what);
+                return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: send and recv overlap (not supported)",
+                                   what);
         }
     }
     return ACCEL_OK;
@@ -2058,18 +2111,20 @@ static accel_result accel__coll_do(accel_coll *c, accel__coll_args *a, const cha
     return accel__coll_post(c, a, req);
 }
 
-static void accel__coll_args_init(accel__coll_args *a, int kind, const void *send, void *recv, size_t count, accel_dtype dt,
-                                  accel_coll_op op, int root) {
+static void accel__coll_args_init(accel__coll_args *a, int kind, const void *send, void *recv, size_t count,
+                                  accel_dtype dt, accel_coll_op op, int root) {
     memset(a, 0, sizeof *a);
     a->kind = kind; a->send = send; a->recv = recv; a->count = count; a->dt = dt; a->op = op; a->root = root;
 }
 
-ACCEL__DEF accel_result accel_coll_all_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt, accel_coll_op op) {
+ACCEL__DEF accel_result accel_coll_all_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                              accel_coll_op op) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_ALLREDUCE, send, recv, count, dt, op, 0);
     return accel__coll_do(c, &a, "all_reduce", NULL);
 }
-ACCEL__DEF accel_result accel_coll_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt, accel_coll_op op, int root) {
+ACCEL__DEF accel_result accel_coll_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                          accel_coll_op op, int root) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_REDUCE, send, recv, count, dt, op, root);
     return accel__coll_do(c, &a, "reduce", NULL);
@@ -2079,17 +2134,20 @@ ACCEL__DEF accel_result accel_coll_broadcast(accel_coll *c, void *buf, size_t co
     accel__coll_args_init(&a, ACCEL__K_BCAST, buf, buf, count, dt, ACCEL_COLL_SUM, root);
     return accel__coll_do(c, &a, "broadcast", NULL);
 }
-ACCEL__DEF accel_result accel_coll_all_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt) {
+ACCEL__DEF accel_result accel_coll_all_gather(accel_coll *c, const void *send, void *recv, size_t count,
+                                              accel_dtype dt) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_ALLGATHER, send, recv, count, dt, ACCEL_COLL_SUM, 0);
     return accel__coll_do(c, &a, "all_gather", NULL);
 }
-ACCEL__DEF accel_result accel_coll_reduce_scatter(accel_coll *c, const void *send, void *recv, size_t recv_count, accel_dtype dt, accel_coll_op op) {
+ACCEL__DEF accel_result accel_coll_reduce_scatter(accel_coll *c, const void *send, void *recv, size_t recv_count,
+                                                  accel_dtype dt, accel_coll_op op) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_REDUCE_SCATTER, send, recv, recv_count, dt, op, 0);
     return accel__coll_do(c, &a, "reduce_scatter", NULL);
 }
-ACCEL__DEF accel_result accel_coll_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt, int root) {
+ACCEL__DEF accel_result accel_coll_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                          int root) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_GATHER, send, recv, count, dt, ACCEL_COLL_SUM, root);
     return accel__coll_do(c, &a, "gather", NULL);
@@ -2127,38 +2185,48 @@ ACCEL__DEF accel_result accel_coll_synchronize(accel_coll *c) {
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_coll_all_reduce_async(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
-                                                    accel_coll_op op, accel_coll_request **req) {
+ACCEL__DEF accel_result accel_coll_all_reduce_async(accel_coll *c, const void *send, void *recv, size_t count,
+                                                    accel_dtype dt, accel_coll_op op, accel_coll_request **req) {
     accel__coll_args a;
-    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "all_reduce_async: req is NULL");
+    if (!req)
+        return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "all_reduce_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_ALLREDUCE, send, recv, count, dt, op, 0);
     return accel__coll_do(c, &a, "all_reduce_async", req);
 }
-ACCEL__DEF accel_result accel_coll_reduce_async(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
-                                                accel_coll_op op, int root, accel_coll_request **req) {
+ACCEL__DEF accel_result accel_coll_reduce_async(accel_coll *c, const void *send, void *recv, size_t count,
+                                                accel_dtype dt, accel_coll_op op, int root, accel_coll_request **req) {
     accel__coll_args a;
-    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "reduce_async: req is NULL");
+    if (!req)
+        return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "reduce_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_REDUCE, send, recv, count, dt, op, root);
     return accel__coll_do(c, &a, "reduce_async", req);
 }
 ACCEL__DEF accel_result accel_coll_broadcast_async(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root,
                                                    accel_coll_request **req) {
     accel__coll_args a;
-    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "broadcast_async: req is NULL");
+    if (!req)
+        return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "broadcast_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_BCAST, buf, buf, count, dt, ACCEL_COLL_SUM, root);
     return accel__coll_do(c, &a, "broadcast_async", req);
 }
-ACCEL__DEF accel_result accel_coll_all_gather_async(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
-                                                    accel_coll_request **req) {
+ACCEL__DEF accel_result accel_coll_all_gather_async(accel_coll *c, const void *send, void *recv, size_t count,
+                                                    accel_dtype dt, accel_coll_request **req) {
     accel__coll_args a;
-    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "all_gather_async: req is NULL");
+    if (!req)
+        return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "all_gather_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_ALLGATHER, send, recv, count, dt, ACCEL_COLL_SUM, 0);
     return accel__coll_do(c, &a, "all_gather_async", req);
 }
 ACCEL__DEF accel_result accel_coll_reduce_scatter_async(accel_coll *c, const void *send, void *recv, size_t recv_count,
                                                         accel_dtype dt, accel_coll_op op, accel_coll_request **req) {
     accel__coll_args a;
-    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "reduce_scatter_async: req is NULL");
+    if (!req)
+        return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "reduce_scatter_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_REDUCE_SCATTER, send, recv, recv_count, dt, op, 0);
     return accel__coll_do(c, &a, "reduce_scatter_async", req);
 }
@@ -2169,14 +2237,15 @@ ACCEL__DEF accel_result accel_coll_reduce_scatter_async(accel_coll *c, const voi
    collectives (barrier, broadcast, all-gather, small all-reduces, agreement checks — what amp, ckpt and trackers use)
    then move their bytes through these functions: host memory, staged through the device by the NCCL backend, each
    call with the deadline the core passes (accel__transport in accel.h). */
-static accel_result accel__coll_tp_run(void *ctx, accel *acc, int kind, const void *in, void *out, size_t bytes, int root,
-                                       const size_t *vcounts, double deadline) {
+static accel_result accel__coll_tp_run(void *ctx, accel *acc, int kind, const void *in, void *out, size_t bytes,
+                                       int root, const size_t *vcounts, double deadline) {
     accel_coll *c = (accel_coll *)ctx;
     accel__coll_args a;
     accel_result r = accel__coll_check_broken(c);
     (void)acc; /* c->acc: the core passes the Accelerator this context belongs to */
     if (r != ACCEL_OK) return r;
-    if (bytes > (size_t)INT_MAX) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "host group: %zu bytes is too large", bytes);
+    if (bytes > (size_t)INT_MAX)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "host group: %zu bytes is too large", bytes);
     if (kind != ACCEL__K_ALLGATHERV && bytes == 0) return ACCEL_OK;
     accel__coll_args_init(&a, kind, in, out, bytes, ACCEL_U8, ACCEL_COLL_SUM, root);
     a.vcounts = vcounts;
@@ -2184,7 +2253,8 @@ static accel_result accel__coll_tp_run(void *ctx, accel *acc, int kind, const vo
     a.deadline = deadline;
     return accel__coll_run(c, &a);
 }
-static accel_result accel__coll_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes, double deadline) {
+static accel_result accel__coll_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes,
+                                             double deadline) {
     return accel__coll_tp_run(ctx, acc, ACCEL__K_ALLGATHER, in, out, bytes, 0, NULL, deadline);
 }
 static accel_result accel__coll_tp_allgatherv(void *ctx, accel *acc, const void *in, void *out, const size_t *counts,
@@ -2207,7 +2277,8 @@ static void accel__coll_host_group_install(accel_coll *c) {
 }
 
 /* ------------------------------------------------------------------------------------------- 11. Accelerate helpers */
-ACCEL__DEF accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_t count, accel_dtype dt, const char *reduction) {
+ACCEL__DEF accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_t count, accel_dtype dt,
+                                                 const char *reduction) {
     accel_coll_op op;
     if (!c) return accel__coll_null();
     if (!reduction || !strcmp(reduction, "sum") || !strcmp(reduction, "none")) op = ACCEL_COLL_SUM;
@@ -2215,7 +2286,9 @@ ACCEL__DEF accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_
     else if (!strcmp(reduction, "max")) op = ACCEL_COLL_MAX;
     else if (!strcmp(reduction, "min")) op = ACCEL_COLL_MIN;
     else if (!strcmp(reduction, "prod")) op = ACCEL_COLL_PROD;
-    else return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reduce: reduction \"%s\" is not one of sum, mean, max, none, min, prod", reduction);
+    else
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "reduce: reduction \"%s\" is not one of sum, mean, max, none, min, prod", reduction);
     return accel_coll_all_reduce(c, buf, buf, count, dt, op);
 }
 
@@ -2228,7 +2301,8 @@ static accel_result accel__coll_host_op(accel_coll *c, int kind, const void *sen
     accel__coll_args_init(&a, kind, send, recv, count, ACCEL_U8, ACCEL_COLL_SUM, root);
     a.vcounts = vcounts;
     a.dev = 0;
-    if (count > (size_t)INT_MAX) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%zu bytes is too large for one collective", count);
+    if (count > (size_t)INT_MAX)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%zu bytes is too large for one collective", count);
     if (kind != ACCEL__K_ALLGATHERV && count == 0) return ACCEL_OK;
     return accel__coll_run(c, &a);
 }
@@ -2246,8 +2320,12 @@ static accel_result accel__coll_check_tensor(accel_coll *c, const accel_tensor *
     int64_t nb;
     if (!t) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", what);
     nb = accel_tensor_nbytes(t);
-    if (nb < 0) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has an invalid dtype/shape", what, t->name ? t->name : "");
-    if (nb > 0 && !t->ptr) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has no data pointer", what, t->name ? t->name : "");
+    if (nb < 0)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has an invalid dtype/shape", what,
+                           t->name ? t->name : "");
+    if (nb > 0 && !t->ptr)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has no data pointer", what,
+                           t->name ? t->name : "");
     *nbytes = nb;
     return ACCEL_OK;
 }
@@ -2273,7 +2351,8 @@ static accel_result accel__coll_gather_shapes(accel_coll *c, const accel_tensor 
 
 static accel_result accel__coll_shape_mismatch(accel_coll *c, const char *what, const int64_t *all, int skip_dim) {
     char msg[ACCEL_ERROR_CAPACITY];
-    size_t off = (size_t)snprintf(msg, sizeof msg, "%s: ranks disagree on dtype/rank/shape (dim %d may differ):", what, skip_dim);
+    size_t off = (size_t)snprintf(msg, sizeof msg, "%s: ranks disagree on dtype/rank/shape (dim %d may differ):", what,
+                                  skip_dim);
     int i, k;
     for (i = 0; i < c->size && off < sizeof msg - 16; ++i) {
         const int64_t *s = all + (size_t)i * (2 + ACCEL_MAX_DIMS);
@@ -2299,17 +2378,19 @@ static accel_result accel__coll_fill(accel_coll *c, void *dst, size_t n, accel_d
     {
         uint64_t p = 0;
         for (i = 0; i < 8; ++i) p |= (uint64_t)pat[i] << (8 * i);
-        accel__coll_fill_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(c)>>>((unsigned char *)dst, n, es, p);
+        accel__coll_fill_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(c)>>>((unsigned char *)dst, n, es,
+                                                                                          p);
         ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
         return ACCEL_OK;
     }
 #else
-    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device fill needs the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED,
+                       "device fill needs the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
 }
 
-ACCEL__DEF accel_result accel_coll_pad_across_processes(accel_coll *c, const accel_tensor *in, int dim, double pad_value,
-                                                        int pad_first, accel_tensor *out) {
+ACCEL__DEF accel_result accel_coll_pad_across_processes(accel_coll *c, const accel_tensor *in, int dim,
+                                                        double pad_value, int pad_first, accel_tensor *out) {
     int64_t nb, *all = NULL, maxd, old, outer = 1, inner;
     int nd, i, k;
     size_t es, obytes;
@@ -2369,13 +2450,15 @@ ACCEL__DEF accel_result accel_coll_pad_across_processes(accel_coll *c, const acc
             if (!c->device_mem) {
                 int64_t o;
                 for (o = 0; o < outer; ++o)
-                    memcpy((unsigned char *)buf + (size_t)(o * maxd * inner) + off, (const unsigned char *)in->ptr + (size_t)o * blk, blk);
+                    memcpy((unsigned char *)buf + (size_t)(o * maxd * inner) + off,
+                           (const unsigned char *)in->ptr + (size_t)o * blk, blk);
             }
 #ifdef ACCEL__COLL_DEVICE
             else {
-                cudaError_t e = cudaMemcpy2DAsync((unsigned char *)buf + off, (size_t)(maxd * inner), in->ptr, blk, blk, (size_t)outer,
-                                                  cudaMemcpyDeviceToDevice, accel__coll_stream(c));
-                if (e != cudaSuccess) r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaMemcpy2DAsync: %s", cudaGetErrorString(e));
+                cudaError_t e = cudaMemcpy2DAsync((unsigned char *)buf + off, (size_t)(maxd * inner), in->ptr, blk, blk,
+                                                  (size_t)outer, cudaMemcpyDeviceToDevice, accel__coll_stream(c));
+                if (e != cudaSuccess)
+                    r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaMemcpy2DAsync: %s", cudaGetErrorString(e));
             }
 #endif
         }
@@ -2397,7 +2480,8 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
     if (!c) return accel__coll_null();
     r = accel__coll_check_broken(c);
     if (r != ACCEL_OK) return r;
-    r = out ? accel__coll_check_tensor(c, in, "gather", &nb) : ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: out is NULL");
+    r = out ? accel__coll_check_tensor(c, in, "gather", &nb)
+            : ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: out is NULL");
     r = accel__coll_agree(c, r, "gather"); /* a bad tensor on one rank fails every rank, before any exchange */
     if (r != ACCEL_OK) return r;
     if (in->ndim == 0 && c->size == 1 && !c->acc->use_distributed) {
@@ -2440,8 +2524,9 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
     accel__coll_args_init(&a, ACCEL__K_ALLGATHERV, in->ptr, buf, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
     a.vcounts = vcounts;
     a.dev = c->device_mem;
-    r = total > (size_t)INT_MAX ? ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: %zu bytes in total is too large", total)
-                                : accel__coll_run(c, &a);
+    r = total > (size_t)INT_MAX
+            ? ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: %zu bytes in total is too large", total)
+            : accel__coll_run(c, &a);
     accel_host_free(c->acc, vcounts);
     if (r != ACCEL_OK) { accel_coll_free(c, buf); return r; }
     *out = *in;
@@ -2461,11 +2546,13 @@ ACCEL__DEF accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel
 }
 
 /* ------------------------------------------------------------------------------- 12. split_between_processes */
-ACCEL__DEF accel_result accel_coll_split_between_processes(int64_t n, int P, int p, int apply_padding, accel_coll_range *out) {
+ACCEL__DEF accel_result accel_coll_split_between_processes(int64_t n, int P, int p, int apply_padding,
+                                                           accel_coll_range *out) {
     int64_t q, rem;
     if (!out || n < 0 || P < 1 || p < 0 || p >= P)
         return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
-                           "split_between_processes: bad arguments (n=%lld, num_processes=%d, process_index=%d)", (long long)n, P, p);
+                           "split_between_processes: bad arguments (n=%lld, num_processes=%d, process_index=%d)",
+                           (long long)n, P, p);
     memset(out, 0, sizeof *out);
     if (P == 1) { out->end = n; out->pad_index = n - 1; return ACCEL_OK; }
     if (apply_padding && n == 0)
@@ -2498,7 +2585,8 @@ static unsigned accel__coll_mesh_mask(int d) {
 }
 
 ACCEL__DEF const char *accel_coll_mesh_dim_name(accel_coll_mesh_dim d) {
-    static const char *n[ACCEL_COLL_MESH_COUNT] = {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp"};
+    static const char *n[ACCEL_COLL_MESH_COUNT] = {"pp", "dp_replicate", "dp_shard",    "cp",
+                                                   "tp", "dp",           "dp_shard_cp", "dp_cp"};
     return (int)d >= 0 && (int)d < ACCEL_COLL_MESH_COUNT ? n[d] : "?";
 }
 
@@ -2536,7 +2624,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
     if (parent->comm_valid) { /* collective over parent: every rank takes part, even after a local failure */
         MPI_Comm nc = MPI_COMM_NULL;
         int mrc = MPI_Comm_split(parent->comm, r == ACCEL_OK && size > 1 ? color : MPI_UNDEFINED, key, &nc);
-        if (mrc != MPI_SUCCESS && r == ACCEL_OK) r = accel__mpi_fail(acc, mrc, "MPI_Comm_split (mesh)", __FILE__, __LINE__);
+        if (mrc != MPI_SUCCESS && r == ACCEL_OK)
+            r = accel__mpi_fail(acc, mrc, "MPI_Comm_split (mesh)", __FILE__, __LINE__);
         if (r == ACCEL_OK && nc != MPI_COMM_NULL) {
             int i, j, chk_rank = -1, chk_size = 0;
             MPI_User_function *fns[2][4];
@@ -2546,8 +2635,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
             MPI_Comm_rank(nc, &chk_rank);
             MPI_Comm_size(nc, &chk_size);
             if (chk_rank != key || chk_size != size)
-                r = ACCEL__FAIL(acc, ACCEL_ERR_MPI, "mesh: MPI_Comm_split gave rank %d of %d, expected %d of %d", chk_rank,
-                                chk_size, key, size);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_MPI, "mesh: MPI_Comm_split gave rank %d of %d, expected %d of %d",
+                                chk_rank, chk_size, key, size);
             fns[0][0] = accel__coll_op_f16_sum; fns[0][1] = accel__coll_op_f16_prod;
             fns[0][2] = accel__coll_op_f16_max; fns[0][3] = accel__coll_op_f16_min;
             fns[1][0] = accel__coll_op_bf16_sum; fns[1][1] = accel__coll_op_bf16_prod;
@@ -2570,7 +2659,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
             c->nccl = NULL;
             rc = ncclCommSplit(parent->nccl, r == ACCEL_OK ? color : NCCL_SPLIT_NOCOLOR, key, &c->nccl, &cfg);
             if (r == ACCEL_OK) {
-                if (rc != ncclSuccess && rc != ncclInProgress) r = accel__coll_nccl_fail(parent, rc, "ncclCommSplit (mesh)", __LINE__);
+                if (rc != ncclSuccess && rc != ncclInProgress)
+                    r = accel__coll_nccl_fail(parent, rc, "ncclCommSplit (mesh)", __LINE__);
                 else if (!c->nccl) r = ACCEL__FAIL(acc, ACCEL_ERR_NCCL, "ncclCommSplit (mesh) gave no communicator");
                 else {
                     c->nccl_valid = 1;
@@ -2583,7 +2673,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
         }
 #else
         { /* a fresh init: each group's rank 0 publishes its unique id in an all-gather over parent */
-            ncclUniqueId *ids = (ncclUniqueId *)accel_host_alloc(acc, sizeof(ncclUniqueId) * (size_t)parent->size), mine;
+            ncclUniqueId *ids = (ncclUniqueId *)accel_host_alloc(acc, sizeof(ncclUniqueId) * (size_t)parent->size),
+                         mine;
             int *keys = (int *)accel_host_alloc(acc, sizeof(int) * 2 * (size_t)parent->size), two[2], i, root = -1;
             accel_result xr;
             memset(&mine, 0, sizeof mine);
@@ -2600,7 +2691,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
                 if (keys[2 * i] == color && keys[2 * i + 1] == 0) root = i;
             if (xr == ACCEL_OK && root >= 0) {
                 rc = ncclCommInitRankConfig(&c->nccl, size, ids[root], key, &cfg);
-                if (rc != ncclSuccess && rc != ncclInProgress) xr = accel__coll_nccl_fail(parent, rc, "ncclCommInitRankConfig (mesh)", __LINE__);
+                if (rc != ncclSuccess && rc != ncclInProgress)
+                    xr = accel__coll_nccl_fail(parent, rc, "ncclCommInitRankConfig (mesh)", __LINE__);
                 else {
                     c->nccl_valid = 1;
                     xr = accel__coll_nccl_settle(c, rc, "ncclCommInitRankConfig (mesh)", __LINE__);
@@ -2614,7 +2706,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
         if (r == ACCEL_OK) {
             c->scratch = accel_device_alloc(acc, 8);
             if (!c->scratch) r = ACCEL_ERR_OUT_OF_MEMORY;
-            else if (cudaMemset(c->scratch, 0, 8) != cudaSuccess) r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMemset (mesh scratch) failed");
+            else if (cudaMemset(c->scratch, 0, 8) != cudaSuccess)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMemset (mesh scratch) failed");
         }
     }
 #endif
@@ -2638,16 +2731,19 @@ static accel_result accel__coll_mesh_resolve(accel *acc, int v, const char *env,
     x = strtol(e, &end, 10);
     if (errno || !end || *end || x > INT_MAX || x < INT_MIN)
         return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "mesh: %s=\"%s\" is not an integer (for %s)", env, e, field);
-    if (x < 1) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: %s=%ld: %s must be at least 1", env, x, field);
+    if (x < 1)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: %s=%ld: %s must be at least 1", env, x, field);
     *out = x;
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_coll_mesh_create(accel_coll *parent, const accel_coll_mesh_desc *desc, accel_coll_mesh **out) {
-    static const char *const names[ACCEL_COLL_MESH_NDIMS] = {"pp_size", "dp_replicate_size", "dp_shard_size", "cp_size", "tp_size"};
+ACCEL__DEF accel_result accel_coll_mesh_create(accel_coll *parent, const accel_coll_mesh_desc *desc,
+                                               accel_coll_mesh **out) {
+    static const char *const names[ACCEL_COLL_MESH_NDIMS] = {"pp_size", "dp_replicate_size", "dp_shard_size", "cp_size",
+                                                             "tp_size"};
     static const char *const envs[ACCEL_COLL_MESH_NDIMS] = {"ACCEL_PP_SIZE", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE",
-                                                           "PARALLELISM_CONFIG_DP_SHARD_SIZE", "PARALLELISM_CONFIG_CP_SIZE",
-                                                           "PARALLELISM_CONFIG_TP_SIZE"};
+                                                            "PARALLELISM_CONFIG_DP_SHARD_SIZE",
+                                                            "PARALLELISM_CONFIG_CP_SIZE", "PARALLELISM_CONFIG_TP_SIZE"};
     accel_coll_mesh_desc d;
     accel_coll_mesh *m = NULL;
     accel *acc;
@@ -2661,38 +2757,48 @@ ACCEL__DEF accel_result accel_coll_mesh_create(accel_coll *parent, const accel_c
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
     r = accel__coll_check_broken(parent);
-    given[0] = d.pp_size; given[1] = d.dp_replicate_size; given[2] = d.dp_shard_size; given[3] = d.cp_size; given[4] = d.tp_size;
+    given[0] = d.pp_size;
+    given[1] = d.dp_replicate_size;
+    given[2] = d.dp_shard_size;
+    given[3] = d.cp_size;
+    given[4] = d.tp_size;
     for (i = 0; i < ACCEL_COLL_MESH_NDIMS; ++i) v[i] = 0;
     for (i = 0; r == ACCEL_OK && i < ACCEL_COLL_MESH_NDIMS; ++i) {
         if (given[i] < 0) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: %s=%d must be at least 1 (0 = the environment or 1)",
-                            names[i], given[i]);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "mesh: %s=%d must be at least 1 (0 = the environment or 1)", names[i], given[i]);
             break;
         }
         r = accel__coll_mesh_resolve(acc, given[i], envs[i], names[i], &v[i]);
     }
     if (r == ACCEL_OK) {
-        for (i = 0; i < ACCEL_COLL_MESH_NDIMS; ++i) prod *= v[i]; /* each <= INT_MAX: the product of 5 fits unless huge */
+        for (i = 0; i < ACCEL_COLL_MESH_NDIMS; ++i)
+            prod *= v[i]; /* each <= INT_MAX: the product of 5 fits unless huge */
         if (prod == 1 && parent->size > 1) { v[1] = parent->size; prod = parent->size; } /* Accelerate: plain DDP */
         for (i = 0, prod = 1; i < ACCEL_COLL_MESH_NDIMS && prod <= (int64_t)INT_MAX; ++i) prod *= v[i];
         if (prod != (int64_t)parent->size)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: pp %lld x dp_replicate %lld x dp_shard %lld x cp %lld x "
-                            "tp %lld = %lld does not match the %d processes of the group", (long long)v[0], (long long)v[1],
-                            (long long)v[2], (long long)v[3], (long long)v[4], (long long)prod, parent->size);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "mesh: pp %lld x dp_replicate %lld x dp_shard %lld x cp %lld x "
+                            "tp %lld = %lld does not match the %d processes of the group",
+                            (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3], (long long)v[4],
+                            (long long)prod, parent->size);
     }
     /* every rank must build the same mesh: a difference fails on every rank, naming the dimension */
     if (parent->on_host_group) {
         r = accel__agree_values(acc, r, "accel_coll_mesh_create", names, v, ACCEL_COLL_MESH_NDIMS);
     } else {
         int64_t *all = (int64_t *)accel_host_alloc(acc, sizeof v * (size_t)parent->size);
-        accel_result x = accel__coll_agree(parent, r == ACCEL_OK && !all ? ACCEL_ERR_OUT_OF_MEMORY : r, "accel_coll_mesh_create");
+        accel_result x =
+            accel__coll_agree(parent, r == ACCEL_OK && !all ? ACCEL_ERR_OUT_OF_MEMORY : r, "accel_coll_mesh_create");
         if (x == ACCEL_OK) x = accel__coll_host_op(parent, ACCEL__K_ALLGATHER, v, all, sizeof v, 0, NULL);
         for (i = 0; x == ACCEL_OK && i < ACCEL_COLL_MESH_NDIMS; ++i) {
             int k;
             for (k = 1; k < parent->size; ++k)
                 if (all[k * ACCEL_COLL_MESH_NDIMS + i] != all[i]) {
-                    x = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "accel_coll_mesh_create: processes disagree on %s: rank 0=%lld, "
-                                    "rank %d=%lld", names[i], (long long)all[i], k, (long long)all[k * ACCEL_COLL_MESH_NDIMS + i]);
+                    x = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
+                                    "accel_coll_mesh_create: processes disagree on %s: rank 0=%lld, "
+                                    "rank %d=%lld",
+                                    names[i], (long long)all[i], k, (long long)all[k * ACCEL_COLL_MESH_NDIMS + i]);
                     break;
                 }
         }
@@ -2720,7 +2826,8 @@ ACCEL__DEF accel_result accel_coll_mesh_create(accel_coll *parent, const accel_c
         if (r != ACCEL_OK) accel__fail_wrap(acc, r, "mesh group %s", accel_coll_mesh_dim_name((accel_coll_mesh_dim)g));
     }
     if (r != ACCEL_OK) { accel_coll_mesh_destroy(m); return r; }
-    accel_log(acc, ACCEL_LOG_DEBUG, "mesh: pp %d x dp_replicate %d x dp_shard %d x cp %d x tp %d; rank %d at (%d, %d, %d, %d, %d)",
+    accel_log(acc, ACCEL_LOG_DEBUG,
+              "mesh: pp %d x dp_replicate %d x dp_shard %d x cp %d x tp %d; rank %d at (%d, %d, %d, %d, %d)",
               m->size[0], m->size[1], m->size[2], m->size[3], m->size[4], parent->rank, m->coord[0], m->coord[1],
               m->coord[2], m->coord[3], m->coord[4]);
     *out = m;
@@ -2743,9 +2850,12 @@ ACCEL__DEF int accel_coll_mesh_coord(const accel_coll_mesh *m, accel_coll_mesh_d
     return m && (int)d >= 0 && (int)d < ACCEL_COLL_MESH_COUNT ? m->comm[d]->rank : -1;
 }
 ACCEL__DEF accel_result accel_coll_mesh_coords(const accel_coll_mesh *m, int rank, int coords[ACCEL_COLL_MESH_NDIMS]) {
-    if (!m || !coords) return accel__fail(m ? m->parent->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "mesh_coords: NULL argument");
+    if (!m || !coords)
+        return accel__fail(m ? m->parent->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "mesh_coords: NULL argument");
     if (rank < 0 || rank >= m->parent->size)
-        return ACCEL__FAIL(m->parent->acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh_coords: rank %d is not in [0, %d)", rank, m->parent->size);
+        return ACCEL__FAIL(m->parent->acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh_coords: rank %d is not in [0, %d)", rank,
+                           m->parent->size);
     accel__coll_mesh_coords_of(m->size, rank, coords);
     return ACCEL_OK;
 }

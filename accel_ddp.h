@@ -30,7 +30,7 @@ extern "C" {
 typedef struct accel_ddp_desc {
     double bucket_cap_mb;   /* 0 → 25 (DDP); MiB */
     double first_bucket_mb; /* 0 → 1 (DDP); MiB */
-    int no_average;         /* nonzero: sum the gradients (default: DDP's average, see GRADIENT REDUCER) */
+    int no_average;         /* nonzero: sum the gradients (default: DDP's average, see AVERAGING ORDER) */
     accel_toggle flat;      /* ACCEL_DEFAULT: one all-reduce in place when the grads are one contiguous buffer of one
                                dtype, else buckets; ACCEL_OFF: always bucket; ACCEL_ON: require contiguity (error
                                otherwise) */
@@ -87,12 +87,12 @@ ACCEL_API int accel_ddp_join_active(const accel_ddp *r);
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__DDP_IMPL_DONE)
 #define ACCEL__DDP_IMPL_DONE
 #include "accel_collectives.h" /* its implementation first, when this TU included the header before */
-/* CONTENTS (the core's private services come from accel.h's implementation section, the communicator's internals —
-   accel_coll's fields, accel__coll_copy_same / _prescale_by / _fill / _alloc_mem / _host_op / _agree /
-   _check_broken / _orphan / _null / _reducible — from accel_collectives.h's; both precede this one in the same TU)
+/* CONTENTS (the core's private services come from accel.h's implementation section, the communicator's lent
+   internals — struct accel_coll's fields, accel__coll_copy_same / _prescale_by / _fill / _alloc_mem / _host_op /
+   _agree / _check_broken / _orphan / _null / _reducible — from accel_collectives.h's; both precede this one)
      1. the reducer: registration, DDP's buckets, pre-scaled packing, launch and finish
      2. join for uneven inputs (rounds, zero shadows, the final broadcast)
-   LENT to accel_zero.h (same TU, after this section): struct accel_ddp's fields (ZeRO-1 runs an internal reducer). */
+   accel_zero.h (stage 1) uses the reducer through its public functions only. */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,8 +141,8 @@ struct accel_ddp {
     int next_launch;
     int flat;
     int prescale; /* averaging over > 1 process: each gradient is multiplied by 1/P before the sum (DDP) */
-    /* join (uneven inputs; section 13b) */
-    double div;   /* the pre-scaling divisor: P, or in join mode with no_divide_by_initial_world_size the ranks active */
+    /* join (uneven inputs; section 2) */
+    double div; /* the pre-scaling divisor: P, or in join mode with no_divide_by_initial_world_size the ranks active */
     int join, join_by_active, round_open, active;
     void *join_zero; /* a zero buffer as large as the largest all-reduce of a step (context memory) */
     size_t join_zero_bytes;
@@ -227,15 +227,19 @@ ACCEL__DEF accel_result accel_ddp_add(accel_ddp *r, const accel_tensor *grads, i
         const char *nm = t->name ? t->name : "";
         int64_t numel = accel_tensor_numel(t);
         if (!accel_dtype_is_float(t->dtype) || !accel__coll_reducible(t->dtype))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s'): gradients must be "
-                               "F64/F32/F16/BF16, not %s", i, nm, accel_dtype_name(t->dtype) ? accel_dtype_name(t->dtype) : "invalid");
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "reducer_add: tensor %d ('%s'): gradients must be "
+                               "F64/F32/F16/BF16, not %s",
+                               i, nm, accel_dtype_name(t->dtype) ? accel_dtype_name(t->dtype) : "invalid");
         if (numel < 0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has an invalid shape (ndim %d)",
-                               i, nm, t->ndim);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "reducer_add: tensor %d ('%s') has an invalid shape (ndim %d)", i, nm, t->ndim);
         if (numel > 0 && !t->ptr)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has no data pointer", i, nm);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has no data pointer", i,
+                               nm);
         if (numel > (int64_t)INT_MAX)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has more than INT_MAX elements", i, nm);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "reducer_add: tensor %d ('%s') has more than INT_MAX elements", i, nm);
     }
     res = accel__ddp_grads_reserve(r, (size_t)first + (size_t)n);
     if (res != ACCEL_OK) return res;
@@ -274,14 +278,17 @@ ACCEL__DEF accel_result accel_ddp_finalize(accel_ddp *r) {
         h = (h ^ (uint64_t)g->count) * 1099511628211ull;
         h = (h ^ (uint64_t)g->dt) * 1099511628211ull;
         if (g->dt != r->grads[0].dt) flat_ok = 0;
-        if (i > 0 && (const unsigned char *)r->grads[i - 1].ptr + r->grads[i - 1].count * accel_dtype_size(r->grads[i - 1].dt) !=
-                         (const unsigned char *)g->ptr)
+        if (i > 0 &&
+            (const unsigned char *)r->grads[i - 1].ptr + r->grads[i - 1].count * accel_dtype_size(r->grads[i - 1].dt) !=
+                (const unsigned char *)g->ptr)
             flat_ok = 0;
     }
     if (accel__ddp_ngrads(r) == 0 || total > (size_t)INT_MAX || r->d.flat == ACCEL_OFF) flat_ok = 0;
     if (r->d.flat == ACCEL_ON && !flat_ok)
-        res = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat mode requested but the %d gradients are not one "
-                          "contiguous buffer of one dtype (in registration order)", accel__ddp_ngrads(r));
+        res = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                          "reducer: flat mode requested but the %d gradients are not one "
+                          "contiguous buffer of one dtype (in registration order)",
+                          accel__ddp_ngrads(r));
     res = accel__coll_agree(c, res, "reducer finalize");
     if (res != ACCEL_OK) return res;
     /* every rank must build the same buckets; flat only when every rank can */
@@ -299,8 +306,9 @@ ACCEL__DEF accel_result accel_ddp_finalize(accel_ddp *r) {
             size_t off = (size_t)snprintf(msg, sizeof msg, "reducer: ranks registered different gradients:");
             int k;
             for (k = 0; k < c->size && off < sizeof msg - 8; ++k)
-                off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d: %lld tensors, %lld elements, layout hash %llx;", k,
-                                        (long long)all[4 * k], (long long)all[4 * k + 1], (unsigned long long)all[4 * k + 2]);
+                off += (size_t)snprintf(
+                    msg + off, sizeof msg - off, " rank %d: %lld tensors, %lld elements, layout hash %llx;", k,
+                    (long long)all[4 * k], (long long)all[4 * k + 1], (unsigned long long)all[4 * k + 2]);
             accel_host_free(acc, all);
             return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s", msg);
         }
@@ -356,7 +364,12 @@ ACCEL__DEF accel_result accel_ddp_finalize(accel_ddp *r) {
                 used_first[dt] = 1;
             }
         }
-        for (b = 0, i = 0; b < nb; ++b) { r->buckets[b].first = i; r->buckets[b].n = counts[b]; fill[b] = 0; i += counts[b]; }
+        for (b = 0, i = 0; b < nb; ++b) {
+            r->buckets[b].first = i;
+            r->buckets[b].n = counts[b];
+            fill[b] = 0;
+            i += counts[b];
+        }
         for (i = accel__ddp_ngrads(r) - 1; i >= 0; --i) {
             b = r->grads[i].bucket;
             r->order[r->buckets[b].first + fill[b]++] = i;
@@ -389,7 +402,8 @@ ACCEL__DEF accel_result accel_ddp_finalize(accel_ddp *r) {
     for (b = 0; b < nb; ++b) r->buckets[b].pending = r->buckets[b].n;
     r->next_launch = 0;
     r->finalized = 1;
-    accel_log(acc, ACCEL_LOG_DEBUG, "reducer: %d gradients in %d bucket(s)%s", accel__ddp_ngrads(r), nb, flat_ok ? " (flat)" : "");
+    accel_log(acc, ACCEL_LOG_DEBUG, "reducer: %d gradients in %d bucket(s)%s", accel__ddp_ngrads(r), nb,
+              flat_ok ? " (flat)" : "");
     return ACCEL_OK;
 }
 
@@ -424,7 +438,8 @@ static accel_result accel__ddp_bucket_finish(accel_ddp *r, int b) {
             res = accel_coll_wait(g->req);
             g->req = NULL;
         } else if (first == ACCEL_OK && !k->inplace && !g->direct) {
-            res = accel__coll_copy_same(r->c, g->ptr, (unsigned char *)k->flat + g->offset * es, g->count * es, r->c->device_mem);
+            res = accel__coll_copy_same(r->c, g->ptr, (unsigned char *)k->flat + g->offset * es, g->count * es,
+                                        r->c->device_mem);
         }
         if (res != ACCEL_OK && first == ACCEL_OK) first = res;
     }
@@ -451,7 +466,8 @@ static accel_result accel__ddp_bucket_launch(accel_ddp *r, int b) {
         void *slot = (unsigned char *)k->flat + g->offset * es;
         if (g->direct) {
             res = r->prescale ? accel__coll_prescale_by(c, g->ptr, g->ptr, g->count, g->dt, r->div) : ACCEL_OK;
-            if (res == ACCEL_OK) res = accel_coll_all_reduce_async(c, g->ptr, g->ptr, g->count, g->dt, ACCEL_COLL_SUM, &g->req);
+            if (res == ACCEL_OK)
+                res = accel_coll_all_reduce_async(c, g->ptr, g->ptr, g->count, g->dt, ACCEL_COLL_SUM, &g->req);
         } else if (r->prescale) {
             res = accel__coll_prescale_by(c, slot, g->ptr, g->count, g->dt, r->div);
         } else {
@@ -463,7 +479,8 @@ static accel_result accel__ddp_bucket_launch(accel_ddp *r, int b) {
         res = accel__coll_prescale_by(c, k->flat, k->flat, k->count, k->dt, r->div);
         if (res != ACCEL_OK) return res;
     }
-    if (k->inplace || k->count > 0) return accel_coll_all_reduce_async(c, k->flat, k->flat, k->count, k->dt, ACCEL_COLL_SUM, &k->req);
+    if (k->inplace || k->count > 0)
+        return accel_coll_all_reduce_async(c, k->flat, k->flat, k->count, k->dt, ACCEL_COLL_SUM, &k->req);
     return ACCEL_OK;
 }
 
@@ -543,7 +560,9 @@ ACCEL__DEF accel_result accel_ddp_grad_ready(accel_ddp *r, int index) {
     accel__ddp_grad *g;
     if (!r) return accel__coll_null();
     if (index < 0 || index >= accel__ddp_ngrads(r))
-        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "grad_ready: index %d is not a registered gradient (0..%d)", index, accel__ddp_ngrads(r) - 1);
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "grad_ready: index %d is not a registered gradient (0..%d)", index,
+                           accel__ddp_ngrads(r) - 1);
     if (!accel_should_reduce(r->c->acc)) return ACCEL_OK; /* accumulation step / no_sync: nothing to reduce */
     res = accel_ddp_finalize(r);
     if (res != ACCEL_OK) return res;
@@ -553,7 +572,8 @@ ACCEL__DEF accel_result accel_ddp_grad_ready(accel_ddp *r, int index) {
     }
     g = &r->grads[index];
     if (g->ready)
-        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_STATE, "grad_ready: gradient %d ('%s') was already marked ready in this step", index, g->name);
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_STATE,
+                           "grad_ready: gradient %d ('%s') was already marked ready in this step", index, g->name);
     g->ready = 1;
     r->buckets[g->bucket].pending--;
     res = accel__ddp_poll(r);
@@ -629,11 +649,13 @@ static accel_result accel__ddp_join_shadow(accel_ddp *r) {
             const accel__ddp_grad *g = &r->grads[r->order[k->first + i]];
             if (!g->direct) continue;
             res = accel__coll_fill(c, r->join_zero, g->count, g->dt, 0.0);
-            if (res == ACCEL_OK) res = accel_coll_all_reduce(c, r->join_zero, r->join_zero, g->count, g->dt, ACCEL_COLL_SUM);
+            if (res == ACCEL_OK)
+                res = accel_coll_all_reduce(c, r->join_zero, r->join_zero, g->count, g->dt, ACCEL_COLL_SUM);
         }
         if (res == ACCEL_OK && (k->inplace || k->count > 0)) {
             res = accel__coll_fill(c, r->join_zero, k->count, k->dt, 0.0);
-            if (res == ACCEL_OK) res = accel_coll_all_reduce(c, r->join_zero, r->join_zero, k->count, k->dt, ACCEL_COLL_SUM);
+            if (res == ACCEL_OK)
+                res = accel_coll_all_reduce(c, r->join_zero, r->join_zero, k->count, k->dt, ACCEL_COLL_SUM);
         }
     }
     return res;
@@ -687,7 +709,9 @@ ACCEL__DEF accel_result accel_ddp_join_begin(accel_ddp *r, const accel_ddp_join_
         accel_coll_free(c, r->join_zero);
         r->join_zero_bytes = 0;
         r->join_zero = accel__coll_alloc_mem(c, most);
-        if (!r->join_zero) local = ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "join_begin: no memory for a %zu-byte zero buffer", most);
+        if (!r->join_zero)
+            local =
+                ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "join_begin: no memory for a %zu-byte zero buffer", most);
         else r->join_zero_bytes = most;
     }
     v = c->size <= 64 ? stack_v : (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
@@ -695,8 +719,10 @@ ACCEL__DEF accel_result accel_ddp_join_begin(accel_ddp *r, const accel_ddp_join_
     res = accel__ddp_join_agree(r, local, by_active, v, "accel_ddp_join_begin");
     for (i = 1; res == ACCEL_OK && i < c->size; ++i)
         if (v[i] != v[0])
-            res = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "join_begin: processes disagree on no_divide_by_initial_world_size "
-                              "(rank 0=%lld, rank %d=%lld)", (long long)v[0], i, (long long)v[i]);
+            res = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH,
+                              "join_begin: processes disagree on no_divide_by_initial_world_size "
+                              "(rank 0=%lld, rank %d=%lld)",
+                              (long long)v[0], i, (long long)v[i]);
     if (v && v != stack_v) accel_host_free(c->acc, v);
     if (res != ACCEL_OK) return res;
     r->join = 1;
@@ -720,12 +746,15 @@ ACCEL__DEF accel_result accel_ddp_join_end(accel_ddp *r, const accel_tensor *par
         return ACCEL__FAIL(c->acc, ACCEL_ERR_STATE, "join_end: called in the middle of a reduction (grad_ready without "
                            "accel_ddp_wait)");
     /* bad params: still shadow (the others must finish their steps), then fail every rank before the broadcast */
-    if (n < 0 || (n > 0 && !params)) local = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "join_end: %d tensors at %p", n, (const void *)params);
+    if (n < 0 || (n > 0 && !params))
+        local = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "join_end: %d tensors at %p", n, (const void *)params);
     for (i = 0; local == ACCEL_OK && i < n; ++i)
         if (accel_tensor_numel(&params[i]) < 0 || accel_dtype_size(params[i].dtype) == 0 ||
             (accel_tensor_numel(&params[i]) > 0 && !params[i].ptr))
-            local = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "join_end: parameter %d ('%s') has no data, an invalid "
-                                "shape or dtype", i, params[i].name ? params[i].name : "");
+            local = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                "join_end: parameter %d ('%s') has no data, an invalid "
+                                "shape or dtype",
+                                i, params[i].name ? params[i].name : "");
     for (;;) {
         res = accel__ddp_join_round(r, 0, &na);
         if (res != ACCEL_OK || na == 0) break;

@@ -148,7 +148,13 @@ ACCEL_API uint64_t accel_st_xxh64(const void *data, size_t n, uint64_t seed);
      4. safetensors writer
      5. safetensors reader (accel_st_file)
      6. sharded models: plan, save_model, the index, load_model
-   LENT to accel_ckpt.h and accel_bigmodel.h, whose implementations follow in the same TU: @LENT@ */
+   LENT to accel_ckpt.h and accel_bigmodel.h, whose implementations follow in the same TU: accel__st_strndup /
+   _zalloc / _strp_cmp / _shape_str / _safe_file_name / _sb_u64; XXH64 (accel__st_xxh64 state, _init / _update /
+   _final); the JSON reader (accel__st_json, _json_parse / _json_free / _json_failed, _jget / _jkeyp / _jstr / _ju64,
+   ACCEL__ST_J_*); the staging (accel__st_stage, _stage_begin / _stage_end, _is_device_ptr, _write_from_device,
+   _stage_to_device with its convert step); the writer (accel__st_save, _check_tensors, _name_file / _name_file_cmp)
+   and the reader (struct accel_st_file's fields, accel__st_piece, _new / _map / _parse, _check_dst, _copy /
+   _copy_mapped, _entryp_name_cmp). */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -255,7 +261,8 @@ static uint64_t accel__st_xxh64_final(const accel__st_xxh64 *h) {
     uint64_t r;
     const unsigned char *p = h->buf, *end = h->buf + h->nbuf;
     if (h->total >= 32) {
-        r = accel__st_rotl64(h->v[0], 1) + accel__st_rotl64(h->v[1], 7) + accel__st_rotl64(h->v[2], 12) + accel__st_rotl64(h->v[3], 18);
+        r = accel__st_rotl64(h->v[0], 1) + accel__st_rotl64(h->v[1], 7) + accel__st_rotl64(h->v[2], 12) +
+            accel__st_rotl64(h->v[3], 18);
         r = accel__st_xmerge(r, h->v[0]);
         r = accel__st_xmerge(r, h->v[1]);
         r = accel__st_xmerge(r, h->v[2]);
@@ -297,7 +304,15 @@ ACCEL__DEF uint64_t accel_st_xxh64(const void *data, size_t n, uint64_t seed) {
 /* (JSON is written with the core's accel__sb; this is the one number format it needs.) */
 static void accel__st_sb_u64(accel__sb *b, uint64_t v) { accel__sb_printf(b, "%llu", (unsigned long long)v); }
 
-enum { ACCEL__ST_J_NULL = 1, ACCEL__ST_J_FALSE, ACCEL__ST_J_TRUE, ACCEL__ST_J_NUM, ACCEL__ST_J_STR, ACCEL__ST_J_ARR, ACCEL__ST_J_OBJ };
+enum {
+    ACCEL__ST_J_NULL = 1,
+    ACCEL__ST_J_FALSE,
+    ACCEL__ST_J_TRUE,
+    ACCEL__ST_J_NUM,
+    ACCEL__ST_J_STR,
+    ACCEL__ST_J_ARR,
+    ACCEL__ST_J_OBJ
+};
 #define ACCEL__ST_JSON_MAX_DEPTH 64
 
 typedef struct accel__st_jnode {
@@ -411,7 +426,8 @@ static int accel__st_json_string(accel__st_json *j, size_t *off, size_t *len) {
                         return accel__st_json_error(j, "high surrogate not followed by a low surrogate");
                     j->p += 2;
                     if (accel__st_json_hex4(j, &lo)) return -1;
-                    if (lo < 0xDC00 || lo > 0xDFFF) return accel__st_json_error(j, "high surrogate not followed by a low surrogate");
+                    if (lo < 0xDC00 || lo > 0xDFFF)
+                        return accel__st_json_error(j, "high surrogate not followed by a low surrogate");
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 }
                 accel__st_json_put_cp(j, cp);
@@ -800,8 +816,8 @@ static accel_result accel__st_stage_init(accel *acc, accel__st_stage *s) {
 #endif
 
 /* Device → file, double-buffered: the copy of chunk i+1 overlaps the hash + write of chunk i. */
-static accel_result accel__st_write_from_device(accel *acc, accel__st_stage *s, int fd, const char *path, const void *src,
-                                             uint64_t n, accel__st_xxh64 *h) {
+static accel_result accel__st_write_from_device(accel *acc, accel__st_stage *s, int fd, const char *path,
+                                                const void *src, uint64_t n, accel__st_xxh64 *h) {
 #ifdef ACCEL_WITH_CUDA
     cudaStream_t st = acc ? (cudaStream_t)acc->stream : (cudaStream_t)0;
     uint64_t off = 0, nchunks = (n + ACCEL__ST_STAGE_BYTES - 1) / ACCEL__ST_STAGE_BYTES, i;
@@ -809,9 +825,11 @@ static accel_result accel__st_write_from_device(accel *acc, accel__st_stage *s, 
     accel_result r = accel__st_stage_init(acc, s);
     if (r != ACCEL_OK) return r;
     if (n == 0) return ACCEL_OK;
-    e = cudaMemcpyAsync(s->buf[0], src, (size_t)(n < ACCEL__ST_STAGE_BYTES ? n : ACCEL__ST_STAGE_BYTES), cudaMemcpyDeviceToHost, st);
+    e = cudaMemcpyAsync(s->buf[0], src, (size_t)(n < ACCEL__ST_STAGE_BYTES ? n : ACCEL__ST_STAGE_BYTES),
+                        cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[0], st);
-    if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
     for (i = 0; i < nchunks; ++i) {
         size_t len = (size_t)((n - off) < ACCEL__ST_STAGE_BYTES ? (n - off) : ACCEL__ST_STAGE_BYTES);
         int b = (int)(i & 1);
@@ -820,10 +838,13 @@ static accel_result accel__st_write_from_device(accel *acc, accel__st_stage *s, 
             size_t nlen = (size_t)((n - noff) < ACCEL__ST_STAGE_BYTES ? (n - noff) : ACCEL__ST_STAGE_BYTES);
             e = cudaMemcpyAsync(s->buf[b ^ 1], (const char *)src + noff, nlen, cudaMemcpyDeviceToHost, st);
             if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[b ^ 1], st);
-            if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
+            if (e != cudaSuccess)
+                return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path,
+                                   cudaGetErrorString(e));
         }
         e = cudaEventSynchronize((cudaEvent_t)s->ev[b]);
-        if (e != cudaSuccess) return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
+        if (e != cudaSuccess)
+            return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "device-to-host copy for %.300s: %s", path, cudaGetErrorString(e));
         if (h) accel__st_xxh64_update(h, s->buf[b], len);
         if (accel__write_all(fd, s->buf[b], len) != 0) {
             (void)cudaStreamSynchronize(st);
@@ -834,7 +855,9 @@ static accel_result accel__st_write_from_device(accel *acc, accel__st_stage *s, 
     return ACCEL_OK;
 #else
     (void)s; (void)fd; (void)src; (void)n; (void)h;
-    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "writing %.300s from a device buffer needs CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc", path);
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                       "writing %.300s from a device buffer needs CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc",
+                       path);
 #endif
 }
 
@@ -861,7 +884,8 @@ static accel_result accel__st_stage_to_device(accel *acc, accel__st_stage *s, cu
         if (used[b]) {
             e = cudaEventSynchronize((cudaEvent_t)s->ev[b]);
             if (e != cudaSuccess)
-                return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what, cudaGetErrorString(e));
+                return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "host-to-device copy of %.300s: %s", what,
+                                   cudaGetErrorString(e));
         }
         if (convert) {
             convert(s->buf[b], to, mem + off0 + off * si, from, cnt);
@@ -906,7 +930,8 @@ static void accel__st_shape_str(char *out, size_t cap, int ndim, const int64_t *
     size_t o = 0;
     int i;
     o += (size_t)accel__fmt(out + o, cap - o, "[");
-    for (i = 0; i < ndim && o < cap; ++i) o += (size_t)accel__fmt(out + o, cap - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    for (i = 0; i < ndim && o < cap; ++i)
+        o += (size_t)accel__fmt(out + o, cap - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
     if (o < cap) accel__fmt(out + o, cap - o, "]");
 }
 
@@ -940,26 +965,36 @@ static int accel__st_item_cmp(const void *a, const void *b) {
     return strcmp(x->t->name, y->t->name);
 }
 
-static int accel__st_strp_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+static int accel__st_strp_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 static accel_result accel__st_check_tensors(accel *acc, const accel_tensor *t, int n, const char *what) {
     int i;
     const char **names;
     accel_result r = ACCEL_OK;
-    if (n < 0 || (n > 0 && !t)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: bad tensor list (n=%d)", what, n);
+    if (n < 0 || (n > 0 && !t))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: bad tensor list (n=%d)", what, n);
     for (i = 0; i < n; ++i) {
         int64_t nb;
         size_t bad = 0;
         if (!t[i].name) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has no name", what, i);
         if (!strcmp(t[i].name, "__metadata__")) /* "" is a valid name, as for the reference writer */
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d has the reserved name \"__metadata__\"", what, i);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%.300s: tensor %d has the reserved name \"__metadata__\"", what, i);
         if (!accel__utf8_valid((const unsigned char *)t[i].name, strlen(t[i].name), &bad))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor %d's name is not valid UTF-8 (byte %lu)", what, i, (unsigned long)bad);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%.300s: tensor %d's name is not valid UTF-8 (byte %lu)", what, i, (unsigned long)bad);
         if (!accel_dtype_name(t[i].dtype))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has an invalid dtype %d", what, t[i].name, (int)t[i].dtype);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has an invalid dtype %d", what,
+                               t[i].name, (int)t[i].dtype);
         nb = accel_tensor_nbytes(&t[i]);
-        if (nb < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has an invalid shape (ndim %d)", what, t[i].name, t[i].ndim);
-        if (nb > 0 && !t[i].ptr) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has no data pointer", what, t[i].name);
+        if (nb < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%.300s: tensor '%.200s' has an invalid shape (ndim %d)", what, t[i].name, t[i].ndim);
+        if (nb > 0 && !t[i].ptr)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: tensor '%.200s' has no data pointer", what,
+                               t[i].name);
     }
     if (n < 2) return ACCEL_OK;
     /* duplicates: the names sorted, neighbours compared */
@@ -968,7 +1003,8 @@ static accel_result accel__st_check_tensors(accel *acc, const accel_tensor *t, i
     for (i = 0; i < n; ++i) names[i] = t[i].name;
     qsort(names, (size_t)n, sizeof *names, accel__st_strp_cmp);
     for (i = 1; i < n && r == ACCEL_OK; ++i)
-        if (!strcmp(names[i - 1], names[i])) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: duplicate tensor name '%.200s'", what, names[i]);
+        if (!strcmp(names[i - 1], names[i]))
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s: duplicate tensor name '%.200s'", what, names[i]);
     accel_host_free(acc, names);
     return r;
 }
@@ -1052,7 +1088,8 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
     accel__st_xxh64_init(&h, 0);
     accel__st_xxh64_update(&h, len8, 8);
     accel__st_xxh64_update(&h, hb.p, hb.n);
-    if (accel__write_all(fd, len8, 8) != 0 || accel__write_all(fd, hb.p, hb.n) != 0) r = accel__io_fail(acc, "cannot write", path);
+    if (accel__write_all(fd, len8, 8) != 0 || accel__write_all(fd, hb.p, hb.n) != 0)
+        r = accel__io_fail(acc, "cannot write", path);
     accel__sb_free(&hb);
     /* The checksum of host data is computed by a second thread while this one writes (hashing runs at about memcpy
        speed: done inline it would cost as much as the write itself). Device data is hashed from the staging buffer. */
@@ -1094,13 +1131,15 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
 
 static accel_result accel__st_check_meta(accel *acc, const char *const *meta, int nmeta) {
     int i, k;
-    if (nmeta < 0 || (nmeta > 0 && !meta)) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "metadata: bad list (n=%d)", nmeta);
+    if (nmeta < 0 || (nmeta > 0 && !meta))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "metadata: bad list (n=%d)", nmeta);
     for (i = 0; i < 2 * nmeta; ++i)
         if (!meta[i] || !accel__utf8_valid((const unsigned char *)meta[i], strlen(meta[i]), NULL))
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "metadata entry %d is NULL or not valid UTF-8", i / 2);
     for (i = 0; i < nmeta; ++i)
         for (k = 0; k < i; ++k)
-            if (!strcmp(meta[2 * i], meta[2 * k])) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "duplicate metadata key '%.200s'", meta[2 * i]);
+            if (!strcmp(meta[2 * i], meta[2 * k]))
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "duplicate metadata key '%.200s'", meta[2 * i]);
     return ACCEL_OK;
 }
 
@@ -1147,7 +1186,7 @@ struct accel_st_file {
     int mapped;
     uint64_t data_start;
     accel_st_entry *entries; /* stb_ds array, sorted by offset */
-    char **meta;               /* stb_ds array: key, value, key, value … (strings from acc's allocator, NUL-terminated) */
+    char **meta; /* stb_ds array: key, value, key, value … (strings from acc's allocator, NUL-terminated) */
     size_t *meta_len;          /* stb_ds array: their lengths (a key or value may contain U+0000) */
     char *names;               /* the JSON arena (entry names point into it) */
     const accel_st_entry **by_name; /* the entries sorted by name (acc's allocator), for binary search */
@@ -1195,14 +1234,18 @@ static accel_result accel__st_parse(accel_st_file *f) {
     int root, c, i, cnt;
     accel_result r = ACCEL_OK;
     if (f->size < 8)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: truncated: %lu bytes, shorter than the 8-byte header length", path, (unsigned long)f->size);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: truncated: %lu bytes, shorter than the 8-byte header length",
+                           path, (unsigned long)f->size);
     n = accel__get_u64(f->map);
     if (n > 100000000u)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu exceeds the 100000000-byte limit", path, (unsigned long long)n);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu exceeds the 100000000-byte limit", path,
+                           (unsigned long long)n);
     if (n > (uint64_t)f->size - 8)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu is larger than the file (%lu bytes)", path, (unsigned long long)n, (unsigned long)f->size);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header size %llu is larger than the file (%lu bytes)", path,
+                           (unsigned long long)n, (unsigned long)f->size);
     if (!accel__utf8_valid(f->map + 8, (size_t)n, &bad))
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not valid UTF-8 (byte %lu)", path, (unsigned long)bad);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: header is not valid UTF-8 (byte %lu)", path,
+                           (unsigned long)bad);
     root = accel__st_json_parse(&j, acc, f->map + 8, (size_t)n);
     if (root < 0) {
         char what[400];
@@ -1222,11 +1265,15 @@ static accel_result accel__st_parse(accel_st_file *f) {
         accel_st_entry e;
         int dt, sh, off, m, d;
         if (j.nodes[c].keylen == 12 && !strcmp(key, "__metadata__")) {
-            if (j.nodes[c].type != ACCEL__ST_J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ is not an object", path); break; }
+            if (j.nodes[c].type != ACCEL__ST_J_OBJ) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ is not an object", path);
+                break;
+            }
             for (m = j.nodes[c].first; m >= 0; m = j.nodes[m].next) {
                 char *k2, *v2;
                 if (j.nodes[m].type != ACCEL__ST_J_STR) {
-                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ value of '%.200s' is not a string", path, accel__st_jkeyp(&j, m));
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: __metadata__ value of '%.200s' is not a string",
+                                    path, accel__st_jkeyp(&j, m));
                     break;
                 }
                 k2 = (char *)accel_host_alloc(acc, j.nodes[m].keylen + 1);
@@ -1254,48 +1301,70 @@ static accel_result accel__st_parse(accel_st_file *f) {
             continue;
         }
         memset(&e, 0, sizeof e);
-        if (strlen(key) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains a NUL character", path); break; }
-        if (j.nodes[c].type != ACCEL__ST_J_OBJ) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: entry '%.200s' is not an object", path, key); break; }
+        if (strlen(key) != j.nodes[c].keylen) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains a NUL character", path);
+            break;
+        }
+        if (j.nodes[c].type != ACCEL__ST_J_OBJ) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: entry '%.200s' is not an object", path, key);
+            break;
+        }
         dt = accel__st_jget(&j, c, "dtype");
         sh = accel__st_jget(&j, c, "shape");
         off = accel__st_jget(&j, c, "data_offsets");
         if (j.nodes[c].count != 3 || dt < 0 || sh < 0 || off < 0) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s' must have exactly dtype, shape and data_offsets", path, key);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                            "%.300s: tensor '%.200s' must have exactly dtype, shape and data_offsets", path, key);
             break;
         }
-        if (j.nodes[dt].type != ACCEL__ST_J_STR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': dtype is not a string", path, key); break; }
+        if (j.nodes[dt].type != ACCEL__ST_J_STR) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': dtype is not a string", path, key);
+            break;
+        }
         e.dtype = accel_dtype_from_name(accel__st_jstr(&j, dt));
         if (e.dtype == ACCEL_DTYPE_INVALID) {
-            static const char *other[] = {"C64", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4", "F6_E2M3", "F6_E3M2", NULL};
+            static const char *other[] = {"C64", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ",
+                                          "F4",  "F6_E2M3", "F6_E3M2",     NULL};
             int k, known = 0;
             for (k = 0; other[k]; ++k)
                 if (!strcmp(other[k], accel__st_jstr(&j, dt))) known = 1;
-            r = ACCEL__FAIL(acc, known ? ACCEL_ERR_UNSUPPORTED : ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': %s dtype \"%.40s\"", path, key,
+            r = ACCEL__FAIL(acc, known ? ACCEL_ERR_UNSUPPORTED : ACCEL_ERR_FORMAT,
+                            "%.300s: tensor '%.200s': %s dtype \"%.40s\"", path, key,
                             known ? "accel does not support the" : "bad", accel__st_jstr(&j, dt));
             break;
         }
-        if (j.nodes[sh].type != ACCEL__ST_J_ARR) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape is not an array", path, key); break; }
+        if (j.nodes[sh].type != ACCEL__ST_J_ARR) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape is not an array", path, key);
+            break;
+        }
         if (j.nodes[sh].count > ACCEL_MAX_DIMS) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "%.300s: tensor '%.200s' has %d dimensions (accel supports %d)", path, key, j.nodes[sh].count, ACCEL_MAX_DIMS);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "%.300s: tensor '%.200s' has %d dimensions (accel supports %d)",
+                            path, key, j.nodes[sh].count, ACCEL_MAX_DIMS);
             break;
         }
         e.ndim = j.nodes[sh].count;
         for (d = 0, m = j.nodes[sh].first; m >= 0; m = j.nodes[m].next, ++d) {
             uint64_t v;
             if (accel__st_ju64(&j, m, &v) || v > (uint64_t)INT64_MAX) {
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape entries must be non-negative integers", path, key);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                                "%.300s: tensor '%.200s': shape entries must be non-negative integers", path, key);
                 break;
             }
             e.shape[d] = (int64_t)v;
         }
         if (r != ACCEL_OK) break;
-        if (j.nodes[off].type != ACCEL__ST_J_ARR || j.nodes[off].count != 2 || accel__st_ju64(&j, j.nodes[off].first, &e.begin) ||
+        if (j.nodes[off].type != ACCEL__ST_J_ARR || j.nodes[off].count != 2 ||
+            accel__st_ju64(&j, j.nodes[off].first, &e.begin) ||
             accel__st_ju64(&j, j.nodes[j.nodes[off].first].next, &e.end)) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': data_offsets must be two non-negative integers", path, key);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                            "%.300s: tensor '%.200s': data_offsets must be two non-negative integers", path, key);
             break;
         }
         e.name = (const char *)(uintptr_t)j.nodes[c].key; /* an arena offset until the arena is final */
-        if (ACCEL__ARR_PUT(f->entries, e) != 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s: out of memory", path); break; }
+        if (ACCEL__ARR_PUT(f->entries, e) != 0) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s: out of memory", path);
+            break;
+        }
     }
     if (r != ACCEL_OK) { accel__st_json_free(&j); return r; }
     f->names = j.arena; /* the arena is final: offsets become pointers */
@@ -1310,29 +1379,36 @@ static accel_result accel__st_parse(accel_st_file *f) {
         int64_t nb;
         if (e->begin != cursor || e->end < e->begin) {
             if (e->begin == cursor)
-                return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': data_offsets [%llu, %llu] end before they begin", path,
+                return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                                   "%.300s: tensor '%.200s': data_offsets [%llu, %llu] end before they begin", path,
                                    e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
             return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
-                               "%.300s: tensor '%.200s': data_offsets [%llu, %llu] %s (expected to begin at %llu): offsets must tile the data section",
+                               "%.300s: tensor '%.200s': data_offsets [%llu, %llu] %s (expected to begin at %llu): "
+                               "offsets must tile the data section",
                                path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
-                               e->begin < cursor ? "overlap the previous tensor" : "leave a hole", (unsigned long long)cursor);
+                               e->begin < cursor ? "overlap the previous tensor" : "leave a hole",
+                               (unsigned long long)cursor);
         }
         memset(&t, 0, sizeof t);
         t.dtype = e->dtype;
         t.ndim = e->ndim;
         memcpy(t.shape, e->shape, sizeof t.shape);
         nb = accel_tensor_nbytes(&t);
-        if (nb < 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape product overflows", path, e->name);
+        if (nb < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': shape product overflows", path,
+                               e->name);
         if ((uint64_t)nb != e->end - e->begin) {
             char s[200];
             accel__st_shape_str(s, sizeof s, e->ndim, e->shape);
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': %s %s needs %lld bytes but data_offsets span %llu", path,
-                               e->name, accel_dtype_name(e->dtype), s, (long long)nb, (unsigned long long)(e->end - e->begin));
+            return ACCEL__FAIL(
+                acc, ACCEL_ERR_FORMAT, "%.300s: tensor '%.200s': %s %s needs %lld bytes but data_offsets span %llu",
+                path, e->name, accel_dtype_name(e->dtype), s, (long long)nb, (unsigned long long)(e->end - e->begin));
         }
         cursor = e->end;
     }
     if (cursor != data_len)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: the data section is %llu bytes but the tensors cover %llu (%s)", path,
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                           "%.300s: the data section is %llu bytes but the tensors cover %llu (%s)", path,
                            (unsigned long long)data_len, (unsigned long long)cursor,
                            cursor > data_len ? "offsets point past the end of the file: truncated?" : "trailing bytes");
     f->by_name = (const accel_st_entry **)accel_host_alloc(acc, sizeof(accel_st_entry *) * (size_t)(cnt ? cnt : 1));
@@ -1366,7 +1442,8 @@ static accel_result accel__st_map(accel *acc, const char *path, accel_st_file **
     if (r != ACCEL_OK) return r;
     f->fd = open(path, O_RDONLY);
     if (f->fd < 0) {
-        r = errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path) : accel__io_fail(acc, "cannot open", path);
+        r = errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path)
+                            : accel__io_fail(acc, "cannot open", path);
         accel_st_file_destroy(f);
         return r;
     }
@@ -1406,7 +1483,8 @@ ACCEL__DEF accel_result accel_st_file_open(accel *acc, const char *path, accel_s
 ACCEL__DEF accel_result accel_st_file_open_memory(accel *acc, const void *bytes, size_t size, accel_st_file **out) {
     accel_st_file *f = NULL;
     accel_result r;
-    if ((!bytes && size) || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_st_file_open_memory: NULL argument");
+    if ((!bytes && size) || !out)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_st_file_open_memory: NULL argument");
     *out = NULL;
     r = accel__st_new(acc, "<memory>", &f);
     if (r != ACCEL_OK) return r;
@@ -1461,7 +1539,8 @@ ACCEL__DEF const char *accel_st_file_metadata_get(const accel_st_file *f, const 
 static accel_result accel__st_check_dst(accel_st_file *f, const accel_tensor *dst, int *idx) {
     const accel_st_entry *e;
     int k, same;
-    if (!dst || !dst->name) return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "load: destination tensor or its name is NULL");
+    if (!dst || !dst->name)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "load: destination tensor or its name is NULL");
     k = accel_st_file_find(f, dst->name);
     if (k < 0) return ACCEL__FAIL(f->acc, ACCEL_ERR_NOT_FOUND, "tensor '%.200s' is not in %.300s", dst->name, f->path);
     e = &f->entries[k];
@@ -1472,10 +1551,12 @@ static accel_result accel__st_check_dst(accel_st_file *f, const accel_tensor *ds
         const char *dn = accel_dtype_name(dst->dtype);
         accel__st_shape_str(se, sizeof se, dst->ndim < 0 || dst->ndim > ACCEL_MAX_DIMS ? 0 : dst->ndim, dst->shape);
         accel__st_shape_str(sf, sizeof sf, e->ndim, e->shape);
-        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "tensor '%.200s': expected %s %s, found %s %s in %.300s", dst->name,
-                           dn ? dn : "?", se, accel_dtype_name(e->dtype), sf, f->path);
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "tensor '%.200s': expected %s %s, found %s %s in %.300s",
+                           dst->name, dn ? dn : "?", se, accel_dtype_name(e->dtype), sf, f->path);
     }
-    if (e->end > e->begin && !dst->ptr) return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "tensor '%.200s': destination pointer is NULL", dst->name);
+    if (e->end > e->begin && !dst->ptr)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "tensor '%.200s': destination pointer is NULL",
+                           dst->name);
     *idx = k;
     return ACCEL_OK;
 }
@@ -1487,7 +1568,8 @@ static accel_result accel__st_copy(accel_st_file *f, int k, void *dst, accel__st
         return accel__st_read_to_device(f->acc, stage, f->fd, f->fd >= 0 ? f->map : (const unsigned char *)e->data,
                                           f->fd >= 0 ? f->data_start + e->begin : 0, dst, nb, e->name);
     if (f->fd >= 0) {
-        if (accel__pread_all(f->fd, dst, (size_t)nb, f->data_start + e->begin) != 0) return accel__io_fail(f->acc, "cannot read", f->path);
+        if (accel__pread_all(f->fd, dst, (size_t)nb, f->data_start + e->begin) != 0)
+            return accel__io_fail(f->acc, "cannot read", f->path);
     } else {
         memcpy(dst, e->data, (size_t)nb);
     }
@@ -1498,16 +1580,20 @@ ACCEL__PRIVATE accel_result accel__st_copy_mapped(accel_st_file *f, int k, void 
     const accel_st_entry *e = &f->entries[k];
     uint64_t nb = e->end - e->begin;
     if (nb == 0) return ACCEL_OK;
-    if (accel__st_is_device_ptr(dst)) return accel__st_read_to_device(f->acc, stage, -1, (const unsigned char *)e->data, 0, dst, nb, e->name);
+    if (accel__st_is_device_ptr(dst))
+        return accel__st_read_to_device(f->acc, stage, -1, (const unsigned char *)e->data, 0, dst, nb, e->name);
     memcpy(dst, e->data, (size_t)nb);
     return ACCEL_OK;
 }
-ACCEL__DEF accel_result accel_st_file_load(accel_st_file *f, const accel_tensor *dst) { return accel_st_file_load_all(f, dst, 1); }
+ACCEL__DEF accel_result accel_st_file_load(accel_st_file *f, const accel_tensor *dst) {
+    return accel_st_file_load_all(f, dst, 1);
+}
 ACCEL__DEF accel_result accel_st_file_load_all(accel_st_file *f, const accel_tensor *dst, int n) {
     int i, *idx;
     accel__st_stage stage;
     accel_result r = ACCEL_OK;
-    if (!f || n < 0 || (n > 0 && !dst)) return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "load: bad arguments");
+    if (!f || n < 0 || (n > 0 && !dst))
+        return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "load: bad arguments");
     if (n == 0) return ACCEL_OK;
     idx = (int *)accel_host_alloc(f->acc, sizeof(int) * (size_t)n);
     if (!idx) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "load from %.300s", f->path);
@@ -1577,8 +1663,10 @@ static int accel__st_name_file_cmp(const void *a, const void *b) {
     return strcmp(((const accel__st_name_file *)a)->name, ((const accel__st_name_file *)b)->name);
 }
 /* The index exactly as json.dumps(obj, indent=2, sort_keys=True) + "\n". */
-static void accel__st_index_json(accel__sb *b, const accel_tensor *t, int n, const int *shard_of, int ns, uint64_t total) {
-    accel__st_name_file *nf = (accel__st_name_file *)accel_host_alloc(b->acc, sizeof(accel__st_name_file) * (size_t)(n ? n : 1));
+static void accel__st_index_json(accel__sb *b, const accel_tensor *t, int n, const int *shard_of, int ns,
+                                 uint64_t total) {
+    accel__st_name_file *nf =
+        (accel__st_name_file *)accel_host_alloc(b->acc, sizeof(accel__st_name_file) * (size_t)(n ? n : 1));
     int i;
     char fname[64];
     if (!nf) { b->oom = 1; return; }
@@ -1598,8 +1686,8 @@ static void accel__st_index_json(accel__sb *b, const accel_tensor *t, int n, con
     accel_host_free(b->acc, nf);
 }
 
-
-static accel_result accel__st_save_model_local(accel *acc, const char *dir, const accel_tensor *t, int n, uint64_t max) {
+static accel_result accel__st_save_model_local(accel *acc, const char *dir, const accel_tensor *t, int n,
+                                               uint64_t max) {
     int *shard_of = NULL, ns = 0, s, i;
     uint64_t *sizes = NULL, *shard_bytes = NULL, total = 0;
     accel_tensor *sub = NULL;
@@ -1615,7 +1703,10 @@ static accel_result accel__st_save_model_local(accel *acc, const char *dir, cons
     shard_bytes = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)n);
     shard_of = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)n);
     sub = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)n);
-    if (!sizes || !shard_bytes || !shard_of || !sub) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_model"); goto done; }
+    if (!sizes || !shard_bytes || !shard_of || !sub) {
+        r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_model");
+        goto done;
+    }
     for (i = 0; i < n; ++i) { sizes[i] = (uint64_t)accel_tensor_nbytes(&t[i]); total += sizes[i]; }
     r = accel_st_plan_shards(acc, sizes, n, max, shard_of, shard_bytes, &ns);
     for (s = 0; s < ns && r == ACCEL_OK; ++s) {
@@ -1653,7 +1744,10 @@ static accel_result accel__st_save_model_local(accel *acc, const char *dir, cons
             }
         if (keep) continue;
         accel__fmt(path, sizeof path, "%s/%s", dir, de->d_name);
-        if (accel__is_file(path) && unlink(path) != 0) { r = accel__io_fail(acc, "cannot remove stale shard", path); break; }
+        if (accel__is_file(path) && unlink(path) != 0) {
+            r = accel__io_fail(acc, "cannot remove stale shard", path);
+            break;
+        }
     }
     closedir(d);
     if (r == ACCEL_OK && accel__fsync_dir(dir) != 0) r = accel__io_fail(acc, "cannot fsync directory", dir);
@@ -1668,7 +1762,8 @@ done:
 ACCEL__DEF accel_result accel_st_save_model_bytes(accel *acc, const char *dir, const accel_tensor *tensors, int n,
                                                     uint64_t max_shard_size, int save_on_each_node) {
     accel_result r = ACCEL_OK;
-    int writer = !acc || acc->num_processes <= 1 || (save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
+    int writer =
+        !acc || acc->num_processes <= 1 || (save_on_each_node ? acc->is_local_main_process : acc->is_main_process);
     if (!dir) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "save_model: dir is NULL");
     else if (writer) r = accel__st_save_model_local(acc, dir, tensors, n, max_shard_size);
     return accel__agree(acc, r, "save_model");
@@ -1696,7 +1791,8 @@ static void accel__st_index_free(accel__st_index *x) {
 static int accel__st_safe_file_name(const char *s) {
     return *s && strcmp(s, ".") && strcmp(s, "..") && !strchr(s, '/') && strlen(s) <= 255;
 }
-static accel_result accel__st_index_parse(accel *acc, const char *what, const void *data, size_t n, accel__st_index *out) {
+static accel_result accel__st_index_parse(accel *acc, const char *what, const void *data, size_t n,
+                                          accel__st_index *out) {
     accel__st_json j;
     int root, wm, md, c;
     size_t bad = 0;
@@ -1709,17 +1805,25 @@ static accel_result accel__st_index_parse(accel *acc, const char *what, const vo
     if (root < 0) { r = accel__st_json_failed(acc, &j, what); accel__st_json_free(&j); return r; }
     wm = accel__st_jget(&j, root, "weight_map");
     md = accel__st_jget(&j, root, "metadata");
-    if (j.nodes[root].type != ACCEL__ST_J_OBJ || wm < 0 || j.nodes[wm].type != ACCEL__ST_J_OBJ || (md >= 0 && j.nodes[md].type != ACCEL__ST_J_OBJ)) {
+    if (j.nodes[root].type != ACCEL__ST_J_OBJ || wm < 0 || j.nodes[wm].type != ACCEL__ST_J_OBJ ||
+        (md >= 0 && j.nodes[md].type != ACCEL__ST_J_OBJ)) {
         accel__st_json_free(&j);
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: expected an object with a \"weight_map\" object (and an optional \"metadata\" object)", what);
+        return ACCEL__FAIL(
+            acc, ACCEL_ERR_FORMAT,
+            "%.300s: expected an object with a \"weight_map\" object (and an optional \"metadata\" object)", what);
     }
     for (c = j.nodes[wm].first; c >= 0; c = j.nodes[c].next) {
         char *a, *b;
-        if (j.nodes[c].type != ACCEL__ST_J_STR || strlen(accel__st_jstr(&j, c)) != j.nodes[c].len || !accel__st_safe_file_name(accel__st_jstr(&j, c))) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: weight_map entry '%.200s' is not a plain file name", what, accel__st_jkeyp(&j, c));
+        if (j.nodes[c].type != ACCEL__ST_J_STR || strlen(accel__st_jstr(&j, c)) != j.nodes[c].len ||
+            !accel__st_safe_file_name(accel__st_jstr(&j, c))) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: weight_map entry '%.200s' is not a plain file name", what,
+                            accel__st_jkeyp(&j, c));
             break;
         }
-        if (strlen(accel__st_jkeyp(&j, c)) != j.nodes[c].keylen) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains NUL", what); break; }
+        if (strlen(accel__st_jkeyp(&j, c)) != j.nodes[c].keylen) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: a tensor name contains NUL", what);
+            break;
+        }
         a = accel__st_strndup(acc, accel__st_jkeyp(&j, c), j.nodes[c].keylen);
         b = accel__st_strndup(acc, accel__st_jstr(&j, c), j.nodes[c].len);
         if (!a || !b) {
@@ -1770,12 +1874,18 @@ ACCEL__DEF accel_result accel_st_load_model(accel *acc, const char *dir, const a
             for (k = 0; k < nf; ++k)
                 if (!strcmp(fnames[k], ix.files[i])) break;
             if (k == nf) {
-                if (ACCEL__ARR_PUT(fnames, ix.files[i]) != 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model: out of memory"); goto done; }
+                if (ACCEL__ARR_PUT(fnames, ix.files[i]) != 0) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model: out of memory");
+                    goto done;
+                }
                 ++nf;
             }
         }
     } else {
-        if (ACCEL__ARR_PUT(fnames, (char *)"model.safetensors") != 0) { r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model: out of memory"); goto done; }
+        if (ACCEL__ARR_PUT(fnames, (char *)"model.safetensors") != 0) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_model: out of memory");
+            goto done;
+        }
         nf = 1;
     }
     files = (accel_st_file **)accel__st_zalloc(acc, (size_t)nf, sizeof *files);
@@ -1794,16 +1904,23 @@ ACCEL__DEF accel_result accel_st_load_model(accel *acc, const char *dir, const a
             int w, nw = (int)stbds_arrlen(ix.names);
             for (w = 0; w < nw; ++w)
                 if (!strcmp(ix.names[w], t[i].name)) break;
-            if (w == nw) { r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "tensor '%.200s' is not in the weight_map of %.300s", t[i].name, dir); break; }
+            if (w == nw) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "tensor '%.200s' is not in the weight_map of %.300s",
+                                t[i].name, dir);
+                break;
+            }
             for (k = 0; k < nf; ++k)
                 if (!strcmp(fnames[k], ix.files[w])) file_of[i] = k;
         }
         r = accel__st_check_dst(files[file_of[i]], &t[i], &idx[i]);
     }
     if (r == ACCEL_OK && total != n)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%.300s holds %d tensors but %d were requested (unexpected tensors in the checkpoint)", dir, total, n);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                        "%.300s holds %d tensors but %d were requested (unexpected tensors in the checkpoint)", dir,
+                        total, n);
     if (r == ACCEL_OK && sharded && (int)stbds_arrlen(ix.names) != n)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: the weight_map lists %d tensors but the shards hold %d", dir, (int)stbds_arrlen(ix.names), n);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.300s: the weight_map lists %d tensors but the shards hold %d", dir,
+                        (int)stbds_arrlen(ix.names), n);
     for (i = 0; i < n && r == ACCEL_OK; ++i) r = accel__st_copy(files[file_of[i]], idx[i], t[i].ptr, &stage);
 done:
     accel__st_stage_end(&stage);

@@ -116,7 +116,8 @@ ACCEL_API accel_result accel_zero_partition_list(accel *acc, const accel_tensor 
 /* The n views of this rank's shard of list t (tensors with the partitioned numels, any dtype): view i is the 1-D
    piece of t[i] inside [begin, end) (name and dtype of t[i]); a tensor outside the shard gives an empty view
    (shape {0}, ptr = t[i].ptr). Returns the number of non-empty views, or -1 when t does not match the partition. */
-ACCEL_API int accel_zero_partition_views(const accel_zero_partition *p, const accel_tensor *t, int n, accel_tensor *views);
+ACCEL_API int accel_zero_partition_views(const accel_zero_partition *p, const accel_tensor *t, int n,
+                                         accel_tensor *views);
 
 /* ---------------------------------------------------------------------------------------------------- ZeRO-1/2 */
 typedef struct accel_zero_desc {
@@ -181,9 +182,10 @@ ACCEL_API accel_result accel_zero_state_load_all(void *state, const void *const 
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__ZERO_IMPL_DONE)
 #define ACCEL__ZERO_IMPL_DONE
 #include "accel_ddp.h" /* its implementation (and the communicator's) first, when included before */
-/* CONTENTS (the core's private services come from accel.h's implementation section, the communicator's internals —
-   accel_coll's fields, accel__coll_copy / _copy_same / _prescale / _alloc_mem / _host_op / _agree / _orphan / _null /
-   _reducible — from accel_collectives.h's; both precede this one in the same TU)
+/* CONTENTS (the core's private services come from accel.h's implementation section, the communicator's lent
+   internals — struct accel_coll's fields, accel__coll_copy / _copy_same / _prescale / _alloc_mem / _host_op / _agree /
+   _orphan / _null / _reducible — from accel_collectives.h's; both precede this one in the same TU, as does
+   accel_ddp.h's, whose reducer stage 1 uses through its public functions)
      1. the partition and shard views
      2. ZeRO-1/2: creation, stage-2 reduce-to-owner buckets, the chunked all-gather
      3. state export / import, per-rank state files (accel_zero_state_save / _load_all) */
@@ -206,7 +208,8 @@ ACCEL__DEF accel_result accel_zero_partition_list(accel *acc, const accel_tensor
     for (i = 0; i < n; ++i) {
         int64_t k = accel_tensor_numel(&t[i]);
         if (k < 0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "partition: tensor %d ('%s') has an invalid shape (ndim %d)", i,
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "partition: tensor %d ('%s') has an invalid shape (ndim %d)", i,
                                t[i].name ? t[i].name : "", t[i].ndim);
         if (total > INT64_MAX / 2 - k)
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "partition: the list has more than 2^62 elements");
@@ -221,7 +224,8 @@ ACCEL__DEF accel_result accel_zero_partition_list(accel *acc, const accel_tensor
     return ACCEL_OK;
 }
 
-ACCEL__DEF int accel_zero_partition_views(const accel_zero_partition *p, const accel_tensor *t, int n, accel_tensor *views) {
+ACCEL__DEF int accel_zero_partition_views(const accel_zero_partition *p, const accel_tensor *t, int n,
+                                          accel_tensor *views) {
     int64_t off = 0;
     int i, cnt = 0;
     if (!p || n < 0 || (n > 0 && (!t || !views))) return -1;
@@ -364,7 +368,8 @@ static accel_result accel__zero_check_layout(accel_zero *z) {
                 accel__sb_printf(&b, " rank %d: stage %lld, %s, %lld tensors, %lld elements, layout hash %llx;", k,
                                  (long long)all[5 * k], all[5 * k + 1] ? "average" : "sum", (long long)all[5 * k + 2],
                                  (long long)all[5 * k + 3], (unsigned long long)all[5 * k + 4]);
-            r = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s", b.oom ? "accel_zero_create: ranks gave different lists" : b.p);
+            r = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s",
+                            b.oom ? "accel_zero_create: ranks gave different lists" : b.p);
             accel__sb_free(&b);
         }
     accel_host_free(c->acc, all);
@@ -378,7 +383,8 @@ static accel_result accel__zero_buckets(accel_zero *z) {
     int i, b;
     z->buckets = (accel__zero_bucket *)accel_host_alloc(acc, sizeof(accel__zero_bucket) * (size_t)(z->n + 1));
     z->bucket_of = (int *)accel_host_alloc(acc, sizeof(int) * 2 * (size_t)(z->n + 1));
-    if (!z->buckets || !z->bucket_of) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_create (buckets)");
+    if (!z->buckets || !z->bucket_of)
+        return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_create (buckets)");
     memset(z->bucket_of, 0, sizeof(int) * 2 * (size_t)(z->n + 1));
     z->ready = z->bucket_of + z->n + 1;
     z->nb = 0;
@@ -430,7 +436,8 @@ ACCEL__DEF accel_result accel_zero_create(accel_coll *c, const accel_zero_desc *
     else if (d.stage != 1 && d.stage != 2)
         r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_create: stage %d (1 or 2)", d.stage);
     else if (!(d.bucket_cap_mb >= 0.0 && d.bucket_cap_mb < 1e9))
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_create: bucket_cap_mb %g (0 = 25)", d.bucket_cap_mb);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_create: bucket_cap_mb %g (0 = 25)",
+                        d.bucket_cap_mb);
     else if (d.n < 0 || (d.n > 0 && (!d.params || !d.grads)))
         r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_create: n %d with params %p, grads %p", d.n,
                         (const void *)d.params, (const void *)d.grads);
@@ -459,16 +466,22 @@ ACCEL__DEF accel_result accel_zero_create(accel_coll *c, const accel_zero_desc *
         z->grads[i] = *g;
         z->grads[i].name = NULL;
         if (gk != pk)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_create: grads[%d] has %lld elements, its parameter "
-                            "'%s' has %lld", i, (long long)gk, nm, (long long)pk);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "accel_zero_create: grads[%d] has %lld elements, its parameter "
+                            "'%s' has %lld",
+                            i, (long long)gk, nm, (long long)pk);
         else if (!accel_dtype_is_float(g->dtype) || !accel__coll_reducible(g->dtype))
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_create: grads[%d] ('%s') is %s (F64/F32/F16/BF16)", i,
-                            nm, accel_dtype_name(g->dtype) ? accel_dtype_name(g->dtype) : "invalid");
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "accel_zero_create: grads[%d] ('%s') is %s (F64/F32/F16/BF16)", i, nm,
+                            accel_dtype_name(g->dtype) ? accel_dtype_name(g->dtype) : "invalid");
         else if (gk > 0 && !g->ptr)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_create: grads[%d] ('%s') has no data pointer", i, nm);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_create: grads[%d] ('%s') has no data pointer",
+                            i, nm);
         else if (d.stage == 2 && g->dtype != d.grads[0].dtype)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_create: stage 2 needs one gradient dtype (grads[0] is "
-                            "%s, grads[%d] ('%s') %s)", accel_dtype_name(d.grads[0].dtype), i, nm, accel_dtype_name(g->dtype));
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "accel_zero_create: stage 2 needs one gradient dtype (grads[0] is "
+                            "%s, grads[%d] ('%s') %s)",
+                            accel_dtype_name(d.grads[0].dtype), i, nm, accel_dtype_name(g->dtype));
     }
     if (r == ACCEL_OK) z->off[d.n] = z->part.total;
     /* a bad list on one rank fails every rank; then the layouts must agree */
@@ -493,9 +506,9 @@ ACCEL__DEF accel_result accel_zero_create(accel_coll *c, const accel_zero_desc *
         accel_zero_destroy(z);
         return r;
     }
-    accel_log(acc, ACCEL_LOG_DEBUG, "zero: stage %d, %d tensors, %lld elements, shard [%lld, %lld) of %lld per rank%s", z->stage,
-              z->n, (long long)z->part.total, (long long)z->part.begin, (long long)z->part.end, (long long)z->part.shard,
-              z->stage == 2 ? "" : " (gradients: the reducer)");
+    accel_log(acc, ACCEL_LOG_DEBUG, "zero: stage %d, %d tensors, %lld elements, shard [%lld, %lld) of %lld per rank%s",
+              z->stage, z->n, (long long)z->part.total, (long long)z->part.begin, (long long)z->part.end,
+              (long long)z->part.shard, z->stage == 2 ? "" : " (gradients: the reducer)");
     *out = z;
     return ACCEL_OK;
 }
@@ -506,11 +519,14 @@ ACCEL__DEF accel_result accel_zero_views(accel_zero *z, const accel_tensor *t, i
     int i;
     if (!z) return accel__zero_null();
     if (n != z->n || (n > 0 && (!t || !views)))
-        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_views: %d tensors for a partition of %d", n, z->n);
+        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_views: %d tensors for a partition of %d",
+                           n, z->n);
     for (i = 0; i < n; ++i)
         if (accel_tensor_numel(&t[i]) != z->off[i + 1] - z->off[i])
-            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_views: tensor %d ('%s') has %lld elements, the "
-                               "partitioned one %lld", i, t[i].name ? t[i].name : "", (long long)accel_tensor_numel(&t[i]),
+            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_zero_views: tensor %d ('%s') has %lld elements, the "
+                               "partitioned one %lld",
+                               i, t[i].name ? t[i].name : "", (long long)accel_tensor_numel(&t[i]),
                                (long long)(z->off[i + 1] - z->off[i]));
     (void)accel_zero_partition_views(&z->part, t, n, views);
     return ACCEL_OK;
@@ -521,7 +537,8 @@ ACCEL__DEF accel_result accel_zero_grad_views(accel_zero *z, accel_tensor *views
     if (!z) return accel__zero_null();
     if (z->stage == 1 || !z->shard_grad) return accel_zero_views(z, z->grads, n, views);
     if (n != z->n || (n > 0 && !views))
-        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_grad_views: %d views for a partition of %d", n, z->n);
+        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_zero_grad_views: %d views for a partition of %d", n, z->n);
     for (i = 0; i < n; ++i) {
         int64_t lo = z->off[i] > z->part.begin ? z->off[i] : z->part.begin;
         int64_t hi = z->off[i + 1] < z->part.end ? z->off[i + 1] : z->part.end;
@@ -553,12 +570,12 @@ static accel_result accel__zero_finish(accel_zero *z, int k) {
         int64_t lo = q->lo > z->part.begin ? q->lo : z->part.begin, hi = q->hi < z->part.end ? q->hi : z->part.end;
         size_t es = accel_dtype_size(z->gdt);
         if (hi > lo && z->direct) /* the sums landed in this rank's own gradient buffers */
-            r = accel__zero_copy(z, z->grads, lo, hi, (unsigned char *)z->shard_grad + (size_t)(lo - z->part.begin) * es,
-                                      es, 1);
+            r = accel__zero_copy(z, z->grads, lo, hi,
+                                 (unsigned char *)z->shard_grad + (size_t)(lo - z->part.begin) * es, es, 1);
         else if (hi > lo)
             r = accel__coll_copy_same(z->c, (unsigned char *)z->shard_grad + (size_t)(lo - z->part.begin) * es,
-                                      (const unsigned char *)z->slot[k] + (size_t)(lo - q->lo) * es, (size_t)(hi - lo) * es,
-                                      z->c->device_mem);
+                                      (const unsigned char *)z->slot[k] + (size_t)(lo - q->lo) * es,
+                                      (size_t)(hi - lo) * es, z->c->device_mem);
     }
     return r;
 }
@@ -641,11 +658,12 @@ ACCEL__DEF accel_result accel_zero_grad_ready(accel_zero *z, int index) {
     if (!z) return accel__zero_null();
     if (z->stage == 1) return accel_ddp_grad_ready(z->red, index);
     if (index < 0 || index >= z->n)
-        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_grad_ready: index %d is not a gradient (0..%d)",
-                           index, z->n - 1);
+        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_zero_grad_ready: index %d is not a gradient (0..%d)", index, z->n - 1);
     if (!accel_should_reduce(z->c->acc) || !z->shard_grad) return ACCEL_OK;
     if (z->ready[index])
-        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_STATE, "accel_zero_grad_ready: gradient %d was already marked ready in this step", index);
+        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_STATE,
+                           "accel_zero_grad_ready: gradient %d was already marked ready in this step", index);
     z->ready[index] = 1;
     z->buckets[z->bucket_of[index]].pending--;
     return accel__zero_launch_ready(z);
@@ -677,19 +695,25 @@ ACCEL__DEF accel_result accel_zero_wait(accel_zero *z) {
 static accel_result accel__zero_check_list(accel_zero *z, const accel_tensor *t, int n, const char *what) {
     int i;
     if (n != z->n || (n > 0 && !t))
-        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d tensors for a partition of %d", what, n, z->n);
+        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d tensors for a partition of %d", what, n,
+                           z->n);
     for (i = 0; i < n; ++i) {
         int64_t k = accel_tensor_numel(&t[i]);
         if (k != z->off[i + 1] - z->off[i])
-            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor %d ('%s') has %lld elements, the partitioned one "
-                               "%lld", what, i, t[i].name ? t[i].name : "", (long long)k, (long long)(z->off[i + 1] - z->off[i]));
+            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: tensor %d ('%s') has %lld elements, the partitioned one "
+                               "%lld",
+                               what, i, t[i].name ? t[i].name : "", (long long)k,
+                               (long long)(z->off[i + 1] - z->off[i]));
         if (t[i].dtype != t[0].dtype || accel_dtype_size(t[i].dtype) == 0)
-            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor %d ('%s') is %s, tensor 0 %s (one dtype per list)",
-                               what, i, t[i].name ? t[i].name : "", accel_dtype_name(t[i].dtype) ? accel_dtype_name(t[i].dtype) : "invalid",
+            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: tensor %d ('%s') is %s, tensor 0 %s (one dtype per list)", what, i,
+                               t[i].name ? t[i].name : "",
+                               accel_dtype_name(t[i].dtype) ? accel_dtype_name(t[i].dtype) : "invalid",
                                accel_dtype_name(t[0].dtype) ? accel_dtype_name(t[0].dtype) : "invalid");
         if (k > 0 && !t[i].ptr)
-            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor %d ('%s') has no data pointer", what, i,
-                               t[i].name ? t[i].name : "");
+            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor %d ('%s') has no data pointer", what,
+                               i, t[i].name ? t[i].name : "");
     }
     return ACCEL_OK;
 }
@@ -715,7 +739,8 @@ static accel_result accel__zero_gather_list(accel_zero *z, const accel_tensor *t
         accel_coll_free(c, z->gbuf);
         z->gbuf_bytes = 0;
         z->gbuf = accel__coll_alloc_mem(c, need);
-        if (!z->gbuf) return accel__fail_wrap(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_gather: %zu bytes of staging", need);
+        if (!z->gbuf)
+            return accel__fail_wrap(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_gather: %zu bytes of staging", need);
         z->gbuf_bytes = need;
     }
     for (at = 0;; at += (int64_t)B, k ^= 1) {
@@ -726,7 +751,8 @@ static accel_result accel__zero_gather_list(accel_zero *z, const accel_tensor *t
             for (j = 0; e == ACCEL_OK && j < P; ++j) {
                 int64_t lo = (int64_t)j * S + start[k], hi = lo + cnt[k];
                 if (hi > z->part.total) hi = z->part.total;
-                if (j != c->rank && lo < hi) e = accel__zero_copy(z, t, lo, hi, recv + (size_t)j * (size_t)cnt[k] * es, es, 0);
+                if (j != c->rank && lo < hi)
+                    e = accel__zero_copy(z, t, lo, hi, recv + (size_t)j * (size_t)cnt[k] * es, es, 0);
             }
             if (e != ACCEL_OK && r == ACCEL_OK) r = e;
         }
@@ -762,8 +788,8 @@ static accel_result accel__zero_state_lists(accel_zero *z, const accel_tensor *s
     int i, s, k;
     *sh = *fl = NULL;
     if (m < 0 || (m > 0 && (!shard || !full)) || (z->n == 0 ? m != 0 : m % z->n != 0))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d state tensors for %d parameters (k per parameter, param-major)",
-                           what, m, z->n);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "%s: %d state tensors for %d parameters (k per parameter, param-major)", what, m, z->n);
     k = z->n ? m / z->n : 0;
     *kk = k;
     *sh = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)(m + 1));
@@ -783,9 +809,11 @@ static accel_result accel__zero_state_lists(accel_zero *z, const accel_tensor *s
             int64_t hi = z->off[i + 1] < z->part.end ? z->off[i + 1] : z->part.end;
             int64_t want = hi > lo ? hi - lo : 0;
             if (accel_tensor_numel(a) != want || a->dtype != b->dtype || (want > 0 && !a->ptr))
-                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: shard tensor %d ('%s') has %lld elements of %s, this rank's "
-                                   "shard of '%s' is %lld elements of %s", what, i * k + s, a->name ? a->name : "",
-                                   (long long)accel_tensor_numel(a), accel_dtype_name(a->dtype) ? accel_dtype_name(a->dtype) : "invalid",
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                   "%s: shard tensor %d ('%s') has %lld elements of %s, this rank's "
+                                   "shard of '%s' is %lld elements of %s",
+                                   what, i * k + s, a->name ? a->name : "", (long long)accel_tensor_numel(a),
+                                   accel_dtype_name(a->dtype) ? accel_dtype_name(a->dtype) : "invalid",
                                    b->name ? b->name : "", (long long)want, accel_dtype_name(b->dtype));
         }
     }
@@ -842,10 +870,12 @@ ACCEL__DEF accel_result accel_zero_import(accel_zero *z, const accel_tensor *ful
 #define ACCEL__ZERO_STATE_MAGIC 0x535a4341u /* "ACZS" */
 static accel_result accel__zero_state_need(const accel_zero_state *zs, const char *what, int *k) {
     int i;
-    if (!zs || !zs->zero) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: NULL state or zero", what);
+    if (!zs || !zs->zero)
+        return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: NULL state or zero", what);
     if (zs->m < 0 || (zs->m > 0 && !zs->shard) || (zs->zero->n == 0 ? zs->m != 0 : zs->m % zs->zero->n != 0))
-        return ACCEL__FAIL(zs->zero->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d state tensors for %d parameters (k per parameter, param-major)",
-                           what, zs->m, zs->zero->n);
+        return ACCEL__FAIL(zs->zero->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "%s: %d state tensors for %d parameters (k per parameter, param-major)", what, zs->m,
+                           zs->zero->n);
     *k = zs->zero->n ? zs->m / zs->zero->n : 0;
     for (i = 0; i < zs->m; ++i) {
         const accel_zero *z = zs->zero;
@@ -853,8 +883,10 @@ static accel_result accel__zero_state_need(const accel_zero_state *zs, const cha
         int64_t lo = z->off[p] > z->part.begin ? z->off[p] : z->part.begin;
         int64_t hi = z->off[p + 1] < z->part.end ? z->off[p + 1] : z->part.end;
         if (accel_tensor_numel(&zs->shard[i]) != (hi > lo ? hi - lo : 0) || accel_dtype_size(zs->shard[i].dtype) == 0)
-            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: state tensor %d has %lld elements, this rank's shard of "
-                               "parameter %d is %lld", what, i, (long long)accel_tensor_numel(&zs->shard[i]), p,
+            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: state tensor %d has %lld elements, this rank's shard of "
+                               "parameter %d is %lld",
+                               what, i, (long long)accel_tensor_numel(&zs->shard[i]), p,
                                (long long)(hi > lo ? hi - lo : 0));
     }
     return ACCEL_OK;
@@ -867,11 +899,13 @@ ACCEL__DEF accel_result accel_zero_state_save(void *state, void *buf, size_t cap
     unsigned char *b = (unsigned char *)buf;
     accel_result r;
     int k = 0, i;
-    if (!size) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_zero_state_save: size is NULL");
+    if (!size)
+        return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_zero_state_save: size is NULL");
     if ((r = accel__zero_state_need(zs, "accel_zero_state_save", &k)) != ACCEL_OK) return r;
     z = zs->zero;
     need = 4 * 4 + 3 * 8 + 2 * 4 + (size_t)(z->n + 1) * 8;
-    for (i = 0; i < zs->m; ++i) need += 12 + (size_t)accel_tensor_numel(&zs->shard[i]) * accel_dtype_size(zs->shard[i].dtype);
+    for (i = 0; i < zs->m; ++i)
+        need += 12 + (size_t)accel_tensor_numel(&zs->shard[i]) * accel_dtype_size(zs->shard[i].dtype);
     *size = need;
     if (!buf || cap < need) return ACCEL_OK;
     accel__put_u32(b, ACCEL__ZERO_STATE_MAGIC); accel__put_u32(b + 4, 1);
@@ -886,7 +920,8 @@ ACCEL__DEF accel_result accel_zero_state_save(void *state, void *buf, size_t cap
         accel__put_u32(b + at, (uint32_t)zs->shard[i].dtype);
         accel__put_u64(b + at + 4, (uint64_t)accel_tensor_numel(&zs->shard[i]));
         at += 12;
-        if (bytes && (r = accel__coll_copy(z->c, b + at, zs->shard[i].ptr, bytes, z->c->device_mem ? 2 : 0)) != ACCEL_OK)
+        if (bytes &&
+            (r = accel__coll_copy(z->c, b + at, zs->shard[i].ptr, bytes, z->c->device_mem ? 2 : 0)) != ACCEL_OK)
             return accel__fail_wrap(z->c->acc, r, "accel_zero_state_save");
         at += bytes;
     }
@@ -894,9 +929,14 @@ ACCEL__DEF accel_result accel_zero_state_save(void *state, void *buf, size_t cap
 }
 
 /* Where state tensor i's bytes start in saved rank q's buffer (validated: every size checked). */
-typedef struct accel__zero_state_file { const unsigned char *b; int64_t begin, end; size_t *data; } accel__zero_state_file;
+typedef struct accel__zero_state_file {
+    const unsigned char *b;
+    int64_t begin, end;
+    size_t *data;
+} accel__zero_state_file;
 
-ACCEL__DEF accel_result accel_zero_state_load_all(void *state, const void *const *bufs, const size_t *sizes, int count) {
+ACCEL__DEF accel_result accel_zero_state_load_all(void *state, const void *const *bufs, const size_t *sizes,
+                                                  int count) {
     accel_zero_state *zs = (accel_zero_state *)state;
     accel_zero *z;
     accel *acc;
@@ -907,7 +947,8 @@ ACCEL__DEF accel_result accel_zero_state_load_all(void *state, const void *const
     if ((r = accel__zero_state_need(zs, what, &k)) != ACCEL_OK) return r;
     z = zs->zero;
     acc = z->c->acc;
-    if (count < 1 || !bufs || !sizes) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d saved ranks", what, count);
+    if (count < 1 || !bufs || !sizes)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d saved ranks", what, count);
     f = (accel__zero_state_file *)accel_host_alloc(acc, sizeof *f * (size_t)count);
     if (!f) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
     for (q = 0; q < count; ++q) f[q].data = NULL;
@@ -922,60 +963,77 @@ ACCEL__DEF accel_result accel_zero_state_load_all(void *state, const void *const
             break;
         }
         if ((int)accel__get_u32(b + 8) != count || (int)accel__get_u32(b + 12) != q) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: file %d says it is rank %u of %u, the checkpoint has %d ranks", what, q,
-                            accel__get_u32(b + 12), accel__get_u32(b + 8), count);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: file %d says it is rank %u of %u, the checkpoint has %d ranks",
+                            what, q, accel__get_u32(b + 12), accel__get_u32(b + 8), count);
             break;
         }
-        if ((int64_t)accel__get_u64(b + 16) != z->part.total || (int)accel__get_u32(b + 40) != z->n || (int)accel__get_u32(b + 44) != k) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: saved with %llu elements in %u parameters, %u states each; this "
-                            "optimizer has %lld in %d, %d each", what, (unsigned long long)accel__get_u64(b + 16),
-                            accel__get_u32(b + 40), accel__get_u32(b + 44), (long long)z->part.total, z->n, k);
+        if ((int64_t)accel__get_u64(b + 16) != z->part.total || (int)accel__get_u32(b + 40) != z->n ||
+            (int)accel__get_u32(b + 44) != k) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "%s: saved with %llu elements in %u parameters, %u states each; this "
+                            "optimizer has %lld in %d, %d each",
+                            what, (unsigned long long)accel__get_u64(b + 16), accel__get_u32(b + 40),
+                            accel__get_u32(b + 44), (long long)z->part.total, z->n, k);
             break;
         }
         S = (z->part.total + count - 1) / count;
         f[q].begin = (int64_t)accel__get_u64(b + 24);
         f[q].end = (int64_t)accel__get_u64(b + 32);
-        if (f[q].begin != (int64_t)q * S || f[q].end != ((int64_t)(q + 1) * S < z->part.total ? (int64_t)(q + 1) * S : z->part.total)) {
+        if (f[q].begin != (int64_t)q * S ||
+            f[q].end != ((int64_t)(q + 1) * S < z->part.total ? (int64_t)(q + 1) * S : z->part.total)) {
             if (!(S * q >= z->part.total && f[q].begin == f[q].end)) {
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's range [%lld, %lld) is not its partition of %lld elements over %d",
-                                what, q, (long long)f[q].begin, (long long)f[q].end, (long long)z->part.total, count);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                                "%s: rank %d's range [%lld, %lld) is not its partition of %lld elements over %d", what,
+                                q, (long long)f[q].begin, (long long)f[q].end, (long long)z->part.total, count);
                 break;
             }
         }
         at = 48;
-        if (n < at + (size_t)(z->n + 1) * 8) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q); break; }
+        if (n < at + (size_t)(z->n + 1) * 8) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q);
+            break;
+        }
         for (i = 0; i <= z->n; ++i, at += 8)
             if ((int64_t)accel__get_u64(b + at) != z->off[i]) break;
         if (i <= z->n) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: rank %d's file: parameter %d starts at element %llu, here at %lld "
-                            "(a different parameter list)", what, q, i, (unsigned long long)accel__get_u64(b + at), (long long)z->off[i]);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "%s: rank %d's file: parameter %d starts at element %llu, here at %lld "
+                            "(a different parameter list)",
+                            what, q, i, (unsigned long long)accel__get_u64(b + at), (long long)z->off[i]);
             break;
         }
         f[q].data = (size_t *)accel_host_alloc(acc, sizeof(size_t) * (size_t)(zs->m + 1));
         if (!f[q].data) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what); break; }
         for (i = 0; i < zs->m && r == ACCEL_OK; ++i) {
             int p = i / (k ? k : 1);
-            int64_t lo = z->off[p] > f[q].begin ? z->off[p] : f[q].begin, hi = z->off[p + 1] < f[q].end ? z->off[p + 1] : f[q].end;
+            int64_t lo = z->off[p] > f[q].begin ? z->off[p] : f[q].begin,
+                    hi = z->off[p + 1] < f[q].end ? z->off[p + 1] : f[q].end;
             uint64_t cnt;
             size_t es;
-            if (n < at + 12) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q); break; }
+            if (n < at + 12) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q);
+                break;
+            }
             es = accel_dtype_size((accel_dtype)accel__get_u32(b + at));
             cnt = accel__get_u64(b + at + 4);
             if ((accel_dtype)accel__get_u32(b + at) != zs->shard[i].dtype || cnt != (uint64_t)(hi > lo ? hi - lo : 0))
-                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: rank %d's state tensor %d: %llu elements of dtype %u, expected %lld of %s",
-                                what, q, i, (unsigned long long)cnt, accel__get_u32(b + at), (long long)(hi > lo ? hi - lo : 0),
-                                accel_dtype_name(zs->shard[i].dtype));
+                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                "%s: rank %d's state tensor %d: %llu elements of dtype %u, expected %lld of %s", what,
+                                q, i, (unsigned long long)cnt, accel__get_u32(b + at),
+                                (long long)(hi > lo ? hi - lo : 0), accel_dtype_name(zs->shard[i].dtype));
             else if (n - at - 12 < cnt * es)
                 r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q);
             f[q].data[i] = at + 12;
             at += 12 + (size_t)cnt * es;
         }
-        if (r == ACCEL_OK && at != n) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file has %zu trailing bytes", what, q, n - at);
+        if (r == ACCEL_OK && at != n)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file has %zu trailing bytes", what, q, n - at);
     }
     /* 2. this rank's new shard of every state tensor, from the saved ranks that hold its pieces */
     for (i = 0; i < zs->m && r == ACCEL_OK; ++i) {
         int p = i / (k ? k : 1);
-        int64_t lo = z->off[p] > z->part.begin ? z->off[p] : z->part.begin, hi = z->off[p + 1] < z->part.end ? z->off[p + 1] : z->part.end;
+        int64_t lo = z->off[p] > z->part.begin ? z->off[p] : z->part.begin,
+                hi = z->off[p + 1] < z->part.end ? z->off[p + 1] : z->part.end;
         size_t es = accel_dtype_size(zs->shard[i].dtype);
         for (q = 0; q < count && r == ACCEL_OK && hi > lo; ++q) {
             int64_t qlo = z->off[p] > f[q].begin ? z->off[p] : f[q].begin; /* saved rank q's piece of parameter p */
@@ -983,7 +1041,8 @@ ACCEL__DEF accel_result accel_zero_state_load_all(void *state, const void *const
             if (e > z->off[p + 1]) e = z->off[p + 1];
             if (e <= a) continue;
             r = accel__coll_copy(z->c, (unsigned char *)zs->shard[i].ptr + (size_t)(a - lo) * es,
-                                 f[q].b + f[q].data[i] + (size_t)(a - qlo) * es, (size_t)(e - a) * es, z->c->device_mem ? 1 : 0);
+                                 f[q].b + f[q].data[i] + (size_t)(a - qlo) * es, (size_t)(e - a) * es,
+                                 z->c->device_mem ? 1 : 0);
         }
     }
     for (q = 0; q < count; ++q) accel_host_free(acc, f[q].data);
