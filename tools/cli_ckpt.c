@@ -1,4 +1,4 @@
-/* `accel ckpt ls|verify|plan` and `accel size` (accel_ckpt.h).
+/* `accel ckpt ls|verify|plan` and `accel size` (accel_safetensors.h, accel_ckpt.h).
      accel ckpt ls FILE|DIR        tensors (name, dtype, shape, bytes, offsets) and metadata of a safetensors file;
                                    for a directory: its index, its completion marker and every .safetensors in it
      accel ckpt verify DIR         completeness (marker, sizes) and XXH64 checksums of a checkpoint directory

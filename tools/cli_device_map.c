@@ -1,5 +1,5 @@
-/* `accel device-map` (accel_ckpt.h, docs/semantics.md §9): Accelerate's compute_module_sizes, get_balanced_memory and
-   infer_auto_device_map on a model description.
+/* `accel device-map` (accel_bigmodel.h, docs/semantics.md §9): Accelerate's compute_module_sizes,
+   get_balanced_memory and infer_auto_device_map on a model description.
      accel device-map --structure MODEL.json --max-memory 0=10GiB,1=10GiB,cpu=30GiB [--no-split Block,...]
                       [--dtype float16] [--balanced [--low-zero]] [--fallback-allocation] [--no-clean]
    prints one JSON object, as json.dumps prints it:

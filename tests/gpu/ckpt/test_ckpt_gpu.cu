@@ -1,8 +1,8 @@
-/* GPU paths of accel_ckpt.h against the CPU path: a safetensors file written from device buffers (staged through
-   pinned memory, double-buffered, chunks larger than the staging buffer) must be byte-identical to the file written
-   from the same data on the host; loading into device buffers must give back the bytes; save_state/load_state with
-   device-resident model tensors round-trips; the staging buffers come from desc.pinned_allocator (a counting one
-   here) and all go back to it. Exits 77 (skip) without a CUDA device. */
+/* GPU paths of accel_safetensors.h and accel_ckpt.h against the CPU path: a safetensors file written from device
+   buffers (staged through pinned memory, double-buffered, chunks larger than the staging buffer) must be byte-identical
+   to the file written from the same data on the host; loading into device buffers must give back the bytes;
+   save_state/load_state with device-resident model tensors round-trips; the staging buffers come from
+   desc.pinned_allocator (a counting one here) and all go back to it. Exits 77 (skip) without a CUDA device. */
 #include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_test.h"

@@ -1,4 +1,4 @@
-/* accel_ckpt.h allocates through the Accelerator's host allocator (accel.h "MEMORY"):
+/* accel_safetensors.h and accel_ckpt.h allocate through the Accelerator's host allocator (accel.h "MEMORY"):
      - a counting allocator sees the allocations of every call that must allocate, every block it hands out comes
        back to it (none freed elsewhere, none freed by it that it did not make), and nothing leaks;
      - an allocator that fails at the k-th call, for every k up to the last allocation of a whole save/load cycle,
