@@ -87,6 +87,14 @@ static inline accel_coll *at_gpu_comm(accel *acc, accel_coll_backend be) {
     if (c) AT_EQ_INT(accel_coll_uses_device_buffers(c), 1);
     return c;
 }
+/* Ends what at_gpu_comm began: a barrier, the communicator destroyed, and every device (dev) and pinned (pin) block
+   the counting allocators handed out given back. */
+static inline void at_gpu_comm_end(accel_coll *c, const at_gpu_count *dev, const at_gpu_count *pin) {
+    AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
+    accel_coll_destroy(c);
+    AT_EQ_INT(dev->allocs, dev->frees);
+    AT_EQ_INT(pin->allocs, pin->frees);
+}
 #endif
 
 /* A device copy of bytes of host memory (at least one byte is allocated); free it with cudaFree. */

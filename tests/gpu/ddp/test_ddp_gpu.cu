@@ -125,10 +125,7 @@ static void run(accel_coll_backend be) {
     if (!c) return;
     if (be == ACCEL_COLL_BACKEND_AUTO) join_device(c);
     else reducer(c);
-    AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
-    accel_coll_destroy(c);
-    AT_EQ_INT(g_dev.allocs, g_dev.frees);
-    AT_EQ_INT(g_pin.allocs, g_pin.frees);
+    at_gpu_comm_end(c, &g_dev, &g_pin);
 }
 
 int main(void) {
