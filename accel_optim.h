@@ -172,7 +172,7 @@
      thread. On CUDA the launches run on acc->stream with the tensor list in the core's device scratch; nothing
      synchronizes. The buffers must not be used by other streams during the step.
 
-   DESIGN FOR ZeRO (accel_collectives.h partitions and communicates: accel_coll_zero_*): an optimizer over a shard
+   DESIGN FOR ZeRO (accel_zero.h partitions and communicates: accel_zero_*): an optimizer over a shard
    is an optimizer over views — params/grads/model are the shard's contiguous pieces (1-D accel_tensors, one per
    parameter, empty outside the shard, so groups and state keys keep their indices), and index_offset is the
    shard's first element in the whole flattened list, so stochastic rounding draws the same bits as the unsharded
@@ -180,7 +180,7 @@
    tensors and step counts are per view. For checkpoints that load on another partition,
    accel_optim_shard_state_save/_load (obj: accel_optim_shard_state {opt, full}) write the state bytes with the
    whole parameters' element counts (full[i]) instead of the views' and put this optimizer's back on load; the
-   moments go through accel_coll_zero_export/_import (see accel_collectives.h ZeRO).
+   moments go through accel_zero_export/_import (see accel_zero.h CHECKPOINTS).
 
    DIFFERENCES FROM TORCH (deliberate)
      - weight_decay defaults to 0 (torch AdamW: 1e-2), so zero-initialized descriptors mean "no decay".

@@ -48,7 +48,7 @@ fi
 export PATH="/usr/local/cuda/bin:$PATH"
 command -v nvcc >/dev/null || echo "install-deps: note: nvcc not found; CUDA parts will be skipped"
 if [ $want_oracles = 1 ]; then
-  # Accelerate's own placement/offload functions are the oracle for accel_ckpt.h's big-model code. Accelerate 1.15
+  # Accelerate's own placement/offload functions are the oracle for accel_bigmodel.h. Accelerate 1.15
   # declares torch >= 2, but the functions the tests call run on Debian's torch 1.13: --no-deps keeps pip from
   # pulling a second torch. A failure here (no network) leaves those tests skipping with the reason.
   venv="${ACCEL_REFVENV:-$HOME/.cache/accel/refvenv}"

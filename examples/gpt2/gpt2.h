@@ -59,7 +59,9 @@
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_ckpt.h"
+#include "accel_safetensors.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_data.h"
 #include "accel_optim.h"
 #include "accel_profile.h"
@@ -319,7 +321,7 @@ static inline accel_result gpt2_export(accel *acc, const gpt2_config *c, const f
         return accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "gpt2_export: out of host memory");
     }
     n = gpt2_to_hf(c, params, hf, e, t);
-    r = accel_ckpt_save_model(acc, dir, t, n, NULL);
+    r = accel_st_save_model(acc, dir, t, n, NULL);
     if (r == ACCEL_OK && acc->is_main_process && gpt2_write_hf_config(c, dir) != 0)
         r = accel_set_error(acc, ACCEL_ERR_IO, "gpt2_export: cannot write %s/config.json", dir);
     accel_host_free(acc, e); accel_host_free(acc, t); accel_host_free(acc, hf);
@@ -335,7 +337,7 @@ static inline accel_result gpt2_save_hf_file(accel *acc, const gpt2_config *c, c
     accel_result r = ACCEL_ERR_OUT_OF_MEMORY;
     if (e && t && hf) {
         n = gpt2_to_hf(c, params, hf, e, t);
-        r = accel_ckpt_save_safetensors(acc, path, t, n, NULL, 0);
+        r = accel_st_save(acc, path, t, n, NULL, 0);
     } else {
         accel_set_error(acc, r, "gpt2_save_hf_file: out of host memory");
     }
@@ -345,22 +347,22 @@ static inline accel_result gpt2_save_hf_file(accel *acc, const gpt2_config *c, c
 
 /* Reads the model shape of an HF GPT-2 file: V, C (wte), maxT (wpe), L (h.<l>.* present); the heads come from the
    caller (the file does not say; config.json does). prefix receives "" or "transformer.". */
-static inline accel_result gpt2_hf_probe(accel *acc, accel_ckpt_file *f, gpt2_config *c, char prefix[16]) {
+static inline accel_result gpt2_hf_probe(accel *acc, accel_st_file *f, gpt2_config *c, char prefix[16]) {
     const char *pre[2] = {"", "transformer."};
     char nm[80];
     int p, i;
     for (p = 0; p < 2; ++p) {
         snprintf(nm, sizeof nm, "%swte.weight", pre[p]);
-        if ((i = accel_ckpt_file_find(f, nm)) >= 0) break;
+        if ((i = accel_st_file_find(f, nm)) >= 0) break;
     }
     if (p == 2) return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: no wte.weight: not a GPT-2 file");
     snprintf(prefix, 16, "%s", pre[p]);
     {
-        const accel_ckpt_entry *wte = accel_ckpt_file_entry(f, i), *wpe;
+        const accel_st_entry *wte = accel_st_file_entry(f, i), *wpe;
         snprintf(nm, sizeof nm, "%swpe.weight", prefix);
-        if ((i = accel_ckpt_file_find(f, nm)) < 0)
+        if ((i = accel_st_file_find(f, nm)) < 0)
             return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: no wpe.weight");
-        wpe = accel_ckpt_file_entry(f, i);
+        wpe = accel_st_file_entry(f, i);
         if (wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1])
             return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: wte.weight / wpe.weight have unexpected shapes");
         c->vocab_size = (int)wte->shape[0];
@@ -369,14 +371,14 @@ static inline accel_result gpt2_hf_probe(accel *acc, accel_ckpt_file *f, gpt2_co
     }
     for (c->num_layers = 0; c->num_layers < GPT2_HF_MAX_LAYERS; ++c->num_layers) {
         snprintf(nm, sizeof nm, "%sh.%d.ln_1.weight", prefix, c->num_layers);
-        if (accel_ckpt_file_find(f, nm) < 0) break;
+        if (accel_st_file_find(f, nm) < 0) break;
     }
     c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
     return ACCEL_OK;
 }
 
 /* Loads an HF GPT-2 file into our flat buffer (every tensor checked: F32, shape; padded wte rows zeroed). */
-static inline accel_result gpt2_hf_load(accel *acc, accel_ckpt_file *f, const gpt2_config *c, const char *prefix,
+static inline accel_result gpt2_hf_load(accel *acc, accel_st_file *f, const gpt2_config *c, const char *prefix,
                                  float *params) {
     int nmax = 4 + 12 * c->num_layers, n, k;
     gpt2_hf_tensor *e = (gpt2_hf_tensor *)accel_host_alloc(acc, (size_t)nmax * sizeof *e);
@@ -389,15 +391,15 @@ static inline accel_result gpt2_hf_load(accel *acc, accel_ckpt_file *f, const gp
         char nm[80];
         int i, row, col, R = e[k].rows, Cn = e[k].cols;
         int64_t want0 = R == 1 ? Cn : (e[k].transpose ? Cn : R), want1 = e[k].transpose ? R : Cn;
-        const accel_ckpt_entry *en;
+        const accel_st_entry *en;
         const unsigned char *src;
         float *dst = params + gpt2_hf_block(c, &e[k]);
         snprintf(nm, sizeof nm, "%s%s", prefix, e[k].name);
-        if ((i = accel_ckpt_file_find(f, nm)) < 0) {
+        if ((i = accel_st_file_find(f, nm)) < 0) {
             r = accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: tensor %s is missing", nm);
             break;
         }
-        en = accel_ckpt_file_entry(f, i);
+        en = accel_st_file_entry(f, i);
         if (en->dtype != ACCEL_F32 || en->ndim != (R == 1 ? 1 : 2) || en->shape[0] != want0 ||
             (R != 1 && en->shape[1] != want1)) {
             r = accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s has dtype %s and shape [%lld%s%lld], expected F32 "
@@ -861,15 +863,15 @@ static inline accel_result gpt2_hf_config_read(accel *acc, const char *path, gpt
 }
 
 /* 1 when the file holds an lm_head.weight that is not bit-equal to its wte.weight (an untied head). */
-static inline int gpt2_hf_untied_head(accel_ckpt_file *f, const char *prefix) {
+static inline int gpt2_hf_untied_head(accel_st_file *f, const char *prefix) {
     char nm[80];
-    int i = accel_ckpt_file_find(f, "lm_head.weight"), k;
-    const accel_ckpt_entry *head, *wte;
+    int i = accel_st_file_find(f, "lm_head.weight"), k;
+    const accel_st_entry *head, *wte;
     if (i < 0) return 0;
-    head = accel_ckpt_file_entry(f, i);
+    head = accel_st_file_entry(f, i);
     snprintf(nm, sizeof nm, "%swte.weight", prefix);
-    if ((k = accel_ckpt_file_find(f, nm)) < 0) return 1;
-    wte = accel_ckpt_file_entry(f, k);
+    if ((k = accel_st_file_find(f, nm)) < 0) return 1;
+    wte = accel_st_file_entry(f, k);
     return head->dtype != wte->dtype || head->ndim != wte->ndim || head->shape[0] != wte->shape[0] ||
            head->shape[1] != wte->shape[1] || head->end - head->begin != wte->end - wte->begin ||
            memcmp(head->data, wte->data, (size_t)(wte->end - wte->begin)) != 0;
@@ -1098,7 +1100,7 @@ static inline void gpt2_init_paths(const char *init, char weights[4096], char co
 
 /* The model configuration: from --init's tensors (f, open) and its config.json (checked: it must describe this
    model), else from the command line, whose sizes must then agree with --init's. */
-static inline accel_result gpt2_resolve_config(accel *acc, const gpt2_opts *o, accel_ckpt_file *f,
+static inline accel_result gpt2_resolve_config(accel *acc, const gpt2_opts *o, accel_st_file *f,
                                                const char *config_path, gpt2_config *c, char prefix[16]) {
     accel_result r;
     gpt2_config_default(c);
@@ -1205,7 +1207,7 @@ typedef struct gpt2_run {
     accel_tensor params[GPT2_NUM_TENSORS], grads[GPT2_NUM_TENSORS]; /* fp32, the trainer's buffers */
     accel_data_seq_loader loader;
     accel_coll *coll;
-    accel_coll_reducer *reducer;
+    accel_ddp *reducer;
     accel_optim *opt;
     accel_optim_schedule sched;
     accel_ckpt *ckpt;                    /* NULL without --checkpoint-dir */
@@ -1213,7 +1215,7 @@ typedef struct gpt2_run {
     int tracking, inited;
     accel_prof *prof;
     FILE *loss_file;
-    accel_ckpt_file *init;               /* --init's weights, open from gpt2_run_init to gpt2_run_weights */
+    accel_st_file *init;               /* --init's weights, open from gpt2_run_init to gpt2_run_weights */
     char init_prefix[16];
     gpt2_to_host_fn to_host;             /* NULL: the buffers are host memory */
     float *host;                         /* with to_host: a host buffer of the parameters' size */
@@ -1299,7 +1301,7 @@ static inline accel_result gpt2_run_init(gpt2_run *r, accel *acc, const accel_de
     r->inited = 1;
     if (o->init) {
         gpt2_init_paths(o->init, weights, config);
-        if ((res = accel_ckpt_file_open(acc, weights, &r->init)) != ACCEL_OK) return res;
+        if ((res = accel_st_file_open(acc, weights, &r->init)) != ACCEL_OK) return res;
     }
     return gpt2_resolve_config(acc, o, r->init, config, &r->cfg, r->init_prefix);
 }
@@ -1309,7 +1311,7 @@ static inline accel_result gpt2_run_weights(gpt2_run *r, float *params) {
     accel_result res = ACCEL_OK;
     if (r->init) {
         res = gpt2_hf_load(r->acc, r->init, &r->cfg, r->init_prefix, params);
-        accel_ckpt_file_destroy(r->init);
+        accel_st_file_destroy(r->init);
         r->init = NULL;
     } else {
         gpt2_init_params(&r->cfg, params, r->o->seed);
@@ -1353,9 +1355,9 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
        all-reduce (averaged) after backward (NCCL between GPUs, MPI between CPU processes, nothing on one). A trainer
        that overlaps communication with backward would register them in the order backward finishes them. */
     if ((res = accel_coll_create(acc, NULL, &r->coll)) != ACCEL_OK ||
-        (res = accel_coll_reducer_create(r->coll, NULL, &r->reducer)) != ACCEL_OK ||
-        (res = accel_coll_reducer_add(r->reducer, r->grads, GPT2_NUM_TENSORS)) != ACCEL_OK ||
-        (res = accel_coll_reducer_finalize(r->reducer)) != ACCEL_OK)
+        (res = accel_ddp_create(r->coll, NULL, &r->reducer)) != ACCEL_OK ||
+        (res = accel_ddp_add(r->reducer, r->grads, GPT2_NUM_TENSORS)) != ACCEL_OK ||
+        (res = accel_ddp_finalize(r->reducer)) != ACCEL_OK)
         return res;
 
     /* checkpoints: the fp32 weights and AdamW moments (device buffers are staged by accel), the optimizer's step
@@ -1416,7 +1418,7 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
                 gpt2_num_parameters(c), P, acc->device >= 0 ? "GPU(s)" : "process(es)", o->batch, o->seq,
                 acc->gradient_accumulation_steps, !model16 ? "float32" : o->sr ? "bf16 (stochastic rounding)" : "bf16",
                 (long long)accel_data_seq_len(&r->loader),
-                accel_coll_reducer_is_flat(r->reducer) ? "one in-place all-reduce" : "buckets",
+                accel_ddp_is_flat(r->reducer) ? "one in-place all-reduce" : "buckets",
                 o->hooks.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
     /* the profiler last: its first step starts here (the loop's first step) */
     memset(&pd, 0, sizeof pd);
@@ -1443,8 +1445,8 @@ static inline accel_result gpt2_run_reduce(gpt2_run *r) {
     accel_result res;
     int k;
     for (k = 0; k < GPT2_NUM_TENSORS; ++k)
-        if ((res = accel_coll_grad_ready(r->reducer, k)) != ACCEL_OK) return res;
-    return accel_coll_reducer_wait(r->reducer);
+        if ((res = accel_ddp_grad_ready(r->reducer, k)) != ACCEL_OK) return res;
+    return accel_ddp_wait(r->reducer);
 }
 
 /* The optimizer step (on a sync micro-batch): clip_grad_norm_ (the norm here, the coefficient applied inside the
@@ -1556,11 +1558,11 @@ static inline void gpt2_run_release(gpt2_run *r) {
     r->loss_file = NULL;
     if (r->tracking) accel_track_deinit(&r->trk);
     r->tracking = 0;
-    accel_ckpt_file_destroy(r->init);
+    accel_st_file_destroy(r->init);
     accel_ckpt_destroy(r->ckpt);
     accel_optim_destroy(r->opt);
     accel_prof_destroy(r->prof);
-    accel_coll_reducer_destroy(r->reducer);
+    accel_ddp_destroy(r->reducer);
     accel_coll_destroy(r->coll);
     accel_data_seq_deinit(&r->loader);
     r->init = NULL;

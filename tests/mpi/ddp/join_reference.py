@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Join for uneven inputs against DDP's rule, written out here in float64.
 
-Runs `MPIRUN_SH 3 EXE join` (test_coll_mesh.c), which trains three ranks with 3, 5 and 7 batches (and, in the loader
+Runs `MPIRUN_SH 3 EXE join` (test_ddp_join.c), which trains three ranks with 3, 5 and 7 batches (and, in the loader
 cases, an even_batches=False shard of N=10, B=2: 2, 2 and 1 batches) and writes each rank's final weights. The
 reference: in step s the ranks with a batch compute grad_r = 0.5 w + c(r, s, t, i) (+ their batch's term); a rank
 without one contributes zeros (torch's Join + DDP's join hook); every active rank pre-scales by 1/D before the sum
@@ -134,7 +134,7 @@ def main():
         env = dict(os.environ, ACCEL_JOIN_OUT=out)
         proc = subprocess.run([mpirun, str(P), exe, "join"], env=env, timeout=200)
         if proc.returncode != 0:
-            print(f"test_coll_mesh join failed with exit code {proc.returncode}")
+            print(f"test_ddp_join join failed with exit code {proc.returncode}")
             return 1
         got = {}
         for r in range(P):

@@ -18,7 +18,7 @@ dtype / low_zero / fallback_allocation / clean_result:
     clean_device_map did not produce in the same relative order (Accelerate walks a Python set there: its order of
     collapsed entries changes from run to run, accel's is first appearance), or both raise.
 A case where Accelerate raises AttributeError from fallback_allocate's size parser (a fractional limit: one of the
-deliberate differences in accel_ckpt.h) is counted, not compared.
+deliberate differences in accel_bigmodel.h) is counted, not compared.
 """
 import json
 import logging

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Interop of accel_ckpt.h with an independent reader/writer (json + struct only; no torch, no safetensors package).
+"""Interop of accel_safetensors.h and accel_ckpt.h with an independent reader/writer (json + struct only; no torch, no safetensors package).
 
 usage: check_interop.py CKPT_FIXTURE ACCEL_CLI
 
-1. ckpt_fixture writes safetensors files, a sharded model and a save_state checkpoint; this script reads them by the
+1. format_fixture writes safetensors files, a sharded model and a save_state checkpoint; this script reads them by the
    format rules (REFERENCE.md): header length, padding, offsets tiling the data, dtype sizes, the reference writer's
    order, the bytes; the index file against json.dumps(indent=2, sort_keys=True); the checkpoint marker against an
    independent XXH64.
-2. This script writes files by the reference layout (its own writer) and ckpt_fixture / `accel ckpt ls` read them.
+2. This script writes files by the reference layout (its own writer) and format_fixture / `accel ckpt ls` read them.
 """
 import json
 import os

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Accelerate's offload folder (utils/offload.py) both ways: an offload folder written by Accelerate's
-offload_state_dict is read by accel (ckpt_fixture read-offload: every name, dtype, shape and XXH64 of the bytes), and
-one written by accel (accel_ckpt_offload_save through ckpt_fixture write-offload) is loaded by Accelerate's
+offload_state_dict is read by accel (format_fixture read-offload: every name, dtype, shape and XXH64 of the bytes), and
+one written by accel (accel_bm_offload_save through format_fixture write-offload) is loaded by Accelerate's
 load_offloaded_weight (every tensor's dtype, shape and bytes) and its index.json is byte-identical to the one
 Accelerate's save_offload_index writes for the same tensors.
 
@@ -93,7 +93,7 @@ def pattern(n, k):
     return bytes(((i * 131 + k * 17 + (i >> 8)) & 255) for i in range(n))
 
 
-# the set of ckpt_fixture.c's OFFLOAD_T, in order: name, torch dtype, accel's name, shape
+# the set of format_fixture.c's OFFLOAD_T, in order: name, torch dtype, accel's name, shape
 SET = [("embed.weight", torch.float32, "F32", [2, 3]), ("h.0.attn.bias", torch.float16, "F16", [5]),
        ("h.0.mlp.w", torch.bfloat16, "BF16", [2, 2]), ("d", torch.float64, "F64", [3]),
        ("pos_ids", torch.int64, "I64", [1, 4]), ("i32", torch.int32, "I32", [2]), ("i16", torch.int16, "I16", [2]),

@@ -1,4 +1,4 @@
-/* The checkpoint loader's parallel reads (accel_ckpt.h: a device load preads each 8 MiB staging chunk with up to 4
+/* The checkpoint loader's parallel reads (accel_safetensors.h: a device load preads each 8 MiB staging chunk with up to 4
    threads, each a 4 KiB-aligned slice). Driven here on the CPU through the private helpers:
      - every length/offset pair (slice edges, sub-MiB chunks read by the caller alone, unaligned offsets) gives the
        bytes the generator wrote, checked against the generator itself (not against another read);
@@ -8,7 +8,7 @@
 #define ACCEL_IMPLEMENTATION
 #define ACCEL_STATIC
 #include "accel.h"
-#include "accel_ckpt.h"
+#include "accel_safetensors.h"
 #include "accel_test.h"
 #include <fcntl.h>
 #include <stdint.h>
@@ -44,10 +44,10 @@ int main(void) {
     fd = open(path, O_RDONLY);
     AT_CHECK(fd >= 0);
     for (readers = 1; readers <= 4; ++readers) {
-        accel__ckpt_stage s;
+        accel__st_stage s;
         size_t li, oi;
-        accel__ckpt_stage_begin(&s, NULL);
-        accel__ckpt_readers_start(&s, readers);
+        accel__st_stage_begin(&s, NULL);
+        accel__st_readers_start(&s, readers);
         AT_EQ_INT(s.nhelp, readers - 1);
         for (li = 0; li < sizeof lens / sizeof lens[0]; ++li)
             for (oi = 0; oi < sizeof offs / sizeof offs[0]; ++oi) {
@@ -55,7 +55,7 @@ int main(void) {
                 uint64_t off = offs[oi];
                 if (off + len > FILE_BYTES) continue;
                 memset(buf, 0xA5, len + 64);
-                AT_EQ_INT(accel__ckpt_stage_pread(&s, fd, buf, len, off), 0);
+                AT_EQ_INT(accel__st_stage_pread(&s, fd, buf, len, off), 0);
                 if (memcmp(buf, data + off, len) != 0) {
                     size_t k = 0;
                     while (buf[k] == data[off + k]) ++k;
@@ -67,26 +67,26 @@ int main(void) {
             }
         /* past the end of the file: an error, and the readers still work afterwards */
         errno = 0;
-        AT_EQ_INT(accel__ckpt_stage_pread(&s, fd, buf, (size_t)8 << 20, FILE_BYTES - ((size_t)4 << 20)), -1);
+        AT_EQ_INT(accel__st_stage_pread(&s, fd, buf, (size_t)8 << 20, FILE_BYTES - ((size_t)4 << 20)), -1);
         AT_CHECK(errno != 0);
-        AT_EQ_INT(accel__ckpt_stage_pread(&s, fd, buf, (size_t)2 << 20, 777), 0);
+        AT_EQ_INT(accel__st_stage_pread(&s, fd, buf, (size_t)2 << 20, 777), 0);
         AT_CHECK(memcmp(buf, data + 777, (size_t)2 << 20) == 0);
         {
             int bad = open(path, O_RDONLY);
             close(bad); /* a descriptor that is no longer open */
             errno = 0;
-            AT_EQ_INT(accel__ckpt_stage_pread(&s, bad, buf, (size_t)4 << 20, 0), -1);
+            AT_EQ_INT(accel__st_stage_pread(&s, bad, buf, (size_t)4 << 20, 0), -1);
             AT_EQ_INT(errno, EBADF);
         }
-        accel__ckpt_readers_stop(&s);
+        accel__st_readers_stop(&s);
         AT_EQ_INT(s.nhelp, 0);
-        accel__ckpt_readers_stop(&s); /* idempotent */
-        accel__ckpt_stage_end(&s);    /* stops nothing more, frees nothing it does not own */
+        accel__st_readers_stop(&s); /* idempotent */
+        accel__st_stage_end(&s);    /* stops nothing more, frees nothing it does not own */
     }
     close(fd);
     unlink(path);
     rmdir(dir);
     free(data);
     free(buf);
-    return at_finish("ckpt-readers");
+    return at_finish("safetensors-readers");
 }

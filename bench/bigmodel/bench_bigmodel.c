@@ -1,5 +1,5 @@
 /* Big-model placement throughput, every figure against a peer measured in this run (best of REPS):
-     dispatch-cpu       accel_ckpt_dispatch_create of a sharded F32 checkpoint onto a cpu map (new host buffers,
+     dispatch-cpu       accel_bm_dispatch_create of a sharded F32 checkpoint onto a cpu map (new host buffers,
                         pread) vs read() of the same shard files into as many newly malloc'd buffers (warm cache)
      dispatch-cpu-bf16  the same with dtype conversion to bf16 on load vs read() + a plain f32→bf16 loop (round to
                         nearest even, no NaN handling) over the same bytes
@@ -11,7 +11,8 @@
    Prints one JSON line per measurement.
      bench_bigmodel [LAYERS] [HIDDEN]   default 32 layers of 2048×2048 F32 (512 MiB); files under $ACCEL_BENCH_DIR
                                         (default: the cwd) */
-#include "accel_ckpt.h"
+#include "accel_safetensors.h"
+#include "accel_bigmodel.h"
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,9 +71,9 @@ int main(int argc, char **argv) {
     char dir[1024], lname[256][24], tname[256][32];
     const char *layers[256];
     accel_tensor t[256];
-    accel_ckpt_model *m = NULL;
-    accel_ckpt_placement all;
-    accel_ckpt_dispatch_desc dd;
+    accel_bm_model *m = NULL;
+    accel_bm_placement all;
+    accel_bm_dispatch_desc dd;
     size_t each, nb;
     void **bufs;
     float *x, *y;
@@ -91,8 +92,8 @@ int main(int argc, char **argv) {
     bufs = (void **)malloc(sizeof(void *) * (size_t)g_l);
     x = (float *)malloc(sizeof(float) * (size_t)g_h);
     y = (float *)malloc(sizeof(float) * (size_t)g_h);
-    if (accel_ckpt_model_create(NULL, NULL, &m) != ACCEL_OK) die("model");
-    if (accel_ckpt_model_add_module(m, "layers", "ModuleList") != ACCEL_OK) die("model");
+    if (accel_bm_model_create(NULL, NULL, &m) != ACCEL_OK) die("model");
+    if (accel_bm_model_add_module(m, "layers", "ModuleList") != ACCEL_OK) die("model");
     for (i = 0; i < g_l; ++i) {
         size_t k;
         g_w[i] = (float *)malloc(each);
@@ -107,15 +108,15 @@ int main(int argc, char **argv) {
         t[i].ndim = 2;
         t[i].shape[0] = t[i].shape[1] = g_h;
         t[i].ptr = g_w[i];
-        if (accel_ckpt_model_add_module(m, lname[i], "Linear") != ACCEL_OK || accel_ckpt_model_add_tensor(m, &t[i], 0) != ACCEL_OK) die("model");
+        if (accel_bm_model_add_module(m, lname[i], "Linear") != ACCEL_OK || accel_bm_model_add_tensor(m, &t[i], 0) != ACCEL_OK) die("model");
     }
     {   /* one tensor per shard */
         char max[32];
         snprintf(max, sizeof max, "%zu", each);
-        if (accel_ckpt_save_model(NULL, dir, t, g_l, max) != ACCEL_OK) die("save_model");
+        if (accel_st_save_model(NULL, dir, t, g_l, max) != ACCEL_OK) die("save_model");
     }
     all.name = "";
-    all.device = ACCEL_CKPT_CPU;
+    all.device = ACCEL_BM_CPU;
     memset(&dd, 0, sizeof dd);
     dd.checkpoint = dir;
     dd.device_map = &all;
@@ -123,7 +124,7 @@ int main(int argc, char **argv) {
     for (i = 0; i < 8; ++i) best[i] = 1e30;
     (void)read_files(dir, bufs, each + 4096); /* warm the page cache */
     for (r = 0; r < REPS; ++r) {
-        accel_ckpt_dispatch *xd = NULL;
+        accel_bm_dispatch *xd = NULL;
         double t0, tt;
         size_t k;
         int l;
@@ -131,10 +132,10 @@ int main(int argc, char **argv) {
         if (tt < best[0]) best[0] = tt;
         t0 = accel_now();
         dd.dtype = ACCEL_DTYPE_INVALID;
-        if (accel_ckpt_dispatch_create(m, &dd, &xd) != ACCEL_OK) die("dispatch");
+        if (accel_bm_dispatch_create(m, &dd, &xd) != ACCEL_OK) die("dispatch");
         tt = accel_now() - t0;
         if (tt < best[1]) best[1] = tt;
-        accel_ckpt_dispatch_destroy(xd);
+        accel_bm_dispatch_destroy(xd);
         /* bf16 on load vs read + convert */
         t0 = accel_now();
         (void)read_files(dir, bufs, each + 4096);
@@ -147,56 +148,56 @@ int main(int argc, char **argv) {
         if (tt < best[2]) best[2] = tt;
         t0 = accel_now();
         dd.dtype = ACCEL_BF16;
-        if (accel_ckpt_dispatch_create(m, &dd, &xd) != ACCEL_OK) die("dispatch bf16");
+        if (accel_bm_dispatch_create(m, &dd, &xd) != ACCEL_OK) die("dispatch bf16");
         tt = accel_now() - t0;
         if (tt < best[3]) best[3] = tt;
-        accel_ckpt_dispatch_destroy(xd);
+        accel_bm_dispatch_destroy(xd);
     }
     /* layer by layer: weights in memory vs all on disk through the fetch */
     {
-        accel_ckpt_placement disk;
-        accel_ckpt_dispatch *xd = NULL;
+        accel_bm_placement disk;
+        accel_bm_dispatch *xd = NULL;
         int mode;
         for (i = 0; i < g_l; ++i) { /* restore the weights the bf16 scratch overwrote */
             size_t k;
             for (k = 0; k < (size_t)g_h * g_h; ++k) g_w[i][k] = (float)((k * 2654435761u + (size_t)i) % 1000) / 1000.0f - 0.5f;
         }
         disk.name = "";
-        disk.device = ACCEL_CKPT_DISK;
+        disk.device = ACCEL_BM_DISK;
         dd.device_map = &disk;
         dd.dtype = ACCEL_DTYPE_INVALID;
-        if (accel_ckpt_dispatch_create(m, &dd, &xd) != ACCEL_OK) die("dispatch disk");
+        if (accel_bm_dispatch_create(m, &dd, &xd) != ACCEL_OK) die("dispatch disk");
         for (r = 0; r < REPS; ++r)
             for (mode = 0; mode < 3; ++mode) {
                 double t0 = accel_now(), tt;
-                accel_ckpt_fetch *f = NULL;
-                accel_ckpt_fetch_desc fd;
+                accel_bm_fetch *f = NULL;
+                accel_bm_fetch_desc fd;
                 for (i = 0; i < g_h; ++i) x[i] = 1.0f;
                 if (mode > 0) {
                     memset(&fd, 0, sizeof fd);
                     fd.layers = layers;
                     fd.n_layers = g_l;
-                    fd.device = ACCEL_CKPT_CPU;
+                    fd.device = ACCEL_BM_CPU;
                     fd.no_prefetch = mode == 2;
-                    if (accel_ckpt_fetch_create(xd, &fd, &f) != ACCEL_OK) die("fetch");
+                    if (accel_bm_fetch_create(xd, &fd, &f) != ACCEL_OK) die("fetch");
                 }
                 for (i = 0; i < g_l; ++i) {
                     const float *w = g_w[i];
                     if (f) {
                         const accel_tensor *lt;
                         int n;
-                        if (accel_ckpt_fetch_begin(f, i, &lt, &n) != ACCEL_OK) die("fetch_begin");
+                        if (accel_bm_fetch_begin(f, i, &lt, &n) != ACCEL_OK) die("fetch_begin");
                         w = (const float *)lt[0].ptr;
                     }
                     matvec(w, x, y);
                     memcpy(x, y, sizeof(float) * (size_t)g_h);
-                    if (f && accel_ckpt_fetch_end(f, i) != ACCEL_OK) die("fetch_end");
+                    if (f && accel_bm_fetch_end(f, i) != ACCEL_OK) die("fetch_end");
                 }
-                accel_ckpt_fetch_destroy(f);
+                accel_bm_fetch_destroy(f);
                 tt = accel_now() - t0;
                 if (tt < best[4 + mode]) best[4 + mode] = tt;
             }
-        accel_ckpt_dispatch_destroy(xd);
+        accel_bm_dispatch_destroy(xd);
     }
     printf("{\"bench\": \"dispatch-cpu\", \"bytes\": %zu, \"accel_s\": %.4f, \"read_s\": %.4f, \"accel_GBps\": %.2f, \"ratio_vs_read\": %.2f}\n",
            nb, best[1], best[0], nb / best[1] / 1e9, best[0] / best[1]);
@@ -210,7 +211,7 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         if (system(cmd) != 0) fprintf(stderr, "rm failed\n");
     }
-    accel_ckpt_model_destroy(m);
+    accel_bm_model_destroy(m);
     for (i = 0; i < g_l; ++i) { free(g_w[i]); free(bufs[i]); }
     free(g_w); free(bufs); free(x); free(y);
     return 0;

@@ -6,6 +6,8 @@
    usage: mpirun -np P bench_zero [steps]   (prints a table on rank 0 and JSON lines, DESIGN.md → Testing) */
 #include "accel.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
+#include "accel_zero.h"
 #include "accel_optim.h"
 #include <math.h>
 #include <stdio.h>
@@ -48,8 +50,8 @@ static int cmp_d(const void *a, const void *b) {
 
 /* median seconds per step of `mode` (0 unsharded, 1 ZeRO-1, 2 ZeRO-2) and the bytes it allocated */
 static double run(accel_coll *c, int mode, int steps, long long *bytes) {
-    accel_coll_reducer *red = NULL;
-    accel_coll_zero *z = NULL;
+    accel_ddp *red = NULL;
+    accel_zero *z = NULL;
     accel_optim *opt = NULL;
     accel_optim_desc od;
     accel_tensor vp[NT], vg[NT];
@@ -60,18 +62,18 @@ static double run(accel_coll *c, int mode, int steps, long long *bytes) {
     od.lr = 1e-4;
     od.nparams = NT;
     if (mode == 0) {
-        CK(accel_coll_reducer_create(c, NULL, &red));
-        CK(accel_coll_reducer_add(red, grads, NT));
-        CK(accel_coll_reducer_finalize(red));
+        CK(accel_ddp_create(c, NULL, &red));
+        CK(accel_ddp_add(red, grads, NT));
+        CK(accel_ddp_finalize(red));
         od.params = params; od.grads = grads;
     } else {
-        accel_coll_zero_desc zd;
+        accel_zero_desc zd;
         memset(&zd, 0, sizeof zd);
         zd.stage = mode; zd.params = params; zd.grads = grads; zd.n = NT;
-        CK(accel_coll_zero_create(c, &zd, &z));
-        CK(accel_coll_zero_views(z, params, NT, vp));
-        CK(accel_coll_zero_grad_views(z, vg, NT));
-        od.params = vp; od.grads = vg; od.index_offset = (uint64_t)accel_coll_zero_partition(z)->begin;
+        CK(accel_zero_create(c, &zd, &z));
+        CK(accel_zero_views(z, params, NT, vp));
+        CK(accel_zero_grad_views(z, vg, NT));
+        od.params = vp; od.grads = vg; od.index_offset = (uint64_t)accel_zero_get_partition(z)->begin;
     }
     CK(accel_optim_create(&acc, &od, &opt));
     for (s = -2; s < steps; ++s) { /* two warm-up steps (the gather staging is allocated by the first) */
@@ -79,10 +81,10 @@ static double run(accel_coll *c, int mode, int steps, long long *bytes) {
         fill_grads(s);
         accel_wait_for_everyone(&acc);
         t0 = accel_now();
-        for (i = NT - 1; i >= 0; --i) CK(mode == 0 ? accel_coll_grad_ready(red, i) : accel_coll_zero_grad_ready(z, i));
-        CK(mode == 0 ? accel_coll_reducer_wait(red) : accel_coll_zero_wait(z));
+        for (i = NT - 1; i >= 0; --i) CK(mode == 0 ? accel_ddp_grad_ready(red, i) : accel_zero_grad_ready(z, i));
+        CK(mode == 0 ? accel_ddp_wait(red) : accel_zero_wait(z));
         CK(accel_optim_step(opt, NULL));
-        if (mode) CK(accel_coll_zero_gather(z, params, NT));
+        if (mode) CK(accel_zero_gather(z, params, NT));
         if (s >= 0) t[s] = accel_now() - t0;
     }
     *bytes = live_bytes - before;
@@ -90,8 +92,8 @@ static double run(accel_coll *c, int mode, int steps, long long *bytes) {
     qsort(t, (size_t)steps, sizeof(double), cmp_d);
     med = t[steps / 2];
     accel_optim_destroy(opt);
-    accel_coll_zero_destroy(z);
-    accel_coll_reducer_destroy(red);
+    accel_zero_destroy(z);
+    accel_ddp_destroy(red);
     free(t);
     return med;
 }

@@ -1,16 +1,19 @@
-/* Fixture for the Python interop checks (check_interop.py, check_safetensors_ref.py):
-     ckpt_fixture write DIR       writes DIR/all.safetensors (every dtype, 0-rank, empty, Unicode/escaped names,
-                                  metadata), DIR/model (sharded save_model) and DIR/state (save_state)
-     ckpt_fixture write-ref DIR   writes DIR/ref.safetensors: w_<dtype> [2, 3+i] for 12 dtypes, "" (U8 [3]), scalar
-                                  (F32 []), z_BF16 [2, 2], pattern(i) each, metadata {"format": "pt"}
-     ckpt_fixture read FILE       loads every tensor of FILE through accel and prints, per tensor:
-                                  hex(name) dtype dims… nbytes xxh64(bytes) — then "meta hex(key) hex(value)" lines
-                                  (whole keys and values, U+0000 included)
-     ckpt_fixture meta-get FILE KEY   hex of accel_ckpt_file_metadata_get(KEY), exit 1 when absent
-     ckpt_fixture write-offload DIR   accel_ckpt_offload_save of the OFFLOAD_* tensors below (pattern(i) each) into DIR
-     ckpt_fixture read-offload DIR    as read, of an offload folder (index.json + .dat) through accel_ckpt_file_open_offload
+/* Fixture for the Python interop checks of the file formats (safetensors: check_interop.py, check_safetensors_ref.py;
+   bigmodel: check_offload.py):
+     format_fixture write DIR       writes DIR/all.safetensors (every dtype, 0-rank, empty, Unicode/escaped names,
+                                    metadata), DIR/model (sharded save_model) and DIR/state (save_state)
+     format_fixture write-ref DIR   writes DIR/ref.safetensors: w_<dtype> [2, 3+i] for 12 dtypes, "" (U8 [3]), scalar
+                                    (F32 []), z_BF16 [2, 2], pattern(i) each, metadata {"format": "pt"}
+     format_fixture read FILE       loads every tensor of FILE through accel and prints, per tensor:
+                                    hex(name) dtype dims… nbytes xxh64(bytes) — then "meta hex(key) hex(value)" lines
+                                    (whole keys and values, U+0000 included)
+     format_fixture meta-get FILE KEY   hex of accel_st_file_metadata_get(KEY), exit 1 when absent
+     format_fixture write-offload DIR   accel_bm_offload_save of the OFFLOAD_* tensors below (pattern(i) each) into DIR
+     format_fixture read-offload DIR    as read, of an offload folder (index.json + .dat) through accel_bm_offload_open
    (check_offload.py: both directions against Accelerate's offload_state_dict / load_offloaded_weight) */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
+#include "accel_bigmodel.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,9 +54,9 @@ static int do_write(const char *dir) {
     snprintf(names[n], sizeof names[n], "\xce\xb1\xce\xb2/\"x\"\\y\t\x01\xf0\x9f\x98\x80");
     t[n].name = names[n]; t[n].dtype = ACCEL_U8; t[n].ndim = 1; t[n].shape[0] = 3; bufs[n] = malloc(3); pattern((unsigned char *)bufs[n], 3, (unsigned)n); t[n].ptr = bufs[n]; ++n;
     snprintf(path, sizeof path, "%s/all.safetensors", dir);
-    if (accel_ckpt_save_safetensors(NULL, path, t, n, meta, 2) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+    if (accel_st_save(NULL, path, t, n, meta, 2) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
     snprintf(path, sizeof path, "%s/model", dir);
-    if (accel_ckpt_save_model(NULL, path, t, n, "150") != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+    if (accel_st_save_model(NULL, path, t, n, "150") != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
     memset(&ad, 0, sizeof ad);
     ad.no_mpi = 1;
     if (accel_init(&acc, &ad) != ACCEL_OK) return 1;
@@ -71,11 +74,11 @@ static int do_write(const char *dir) {
 }
 
 static int do_read_any(const char *file, int offload) {
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     int i, k;
-    if ((offload ? accel_ckpt_file_open_offload(NULL, file, &f) : accel_ckpt_file_open(NULL, file, &f)) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
-    for (i = 0; i < accel_ckpt_file_count(f); ++i) {
-        const accel_ckpt_entry *e = accel_ckpt_file_entry(f, i);
+    if ((offload ? accel_bm_offload_open(NULL, file, &f) : accel_st_file_open(NULL, file, &f)) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+    for (i = 0; i < accel_st_file_count(f); ++i) {
+        const accel_st_entry *e = accel_st_file_entry(f, i);
         accel_tensor t;
         uint64_t nb = e->end - e->begin;
         void *buf = malloc(nb ? nb : 1);
@@ -83,24 +86,24 @@ static int do_read_any(const char *file, int offload) {
         t.name = e->name; t.dtype = e->dtype; t.ndim = e->ndim;
         memcpy(t.shape, e->shape, sizeof t.shape);
         t.ptr = buf;
-        if (accel_ckpt_file_load(f, &t) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
+        if (accel_st_file_load(f, &t) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 1; }
         hex(e->name);
         printf(" %s %d", accel_dtype_name(e->dtype), e->ndim);
         for (k = 0; k < e->ndim; ++k) printf(" %lld", (long long)e->shape[k]);
-        printf(" %llu %016llx\n", (unsigned long long)nb, (unsigned long long)accel_ckpt_xxh64(buf, (size_t)nb, 0));
+        printf(" %llu %016llx\n", (unsigned long long)nb, (unsigned long long)accel_st_xxh64(buf, (size_t)nb, 0));
         free(buf);
     }
-    for (i = 0; i < accel_ckpt_file_metadata_count(f); ++i) {
+    for (i = 0; i < accel_st_file_metadata_count(f); ++i) {
         const char *key, *val;
         size_t kn = 0, vn = 0;
-        accel_ckpt_file_metadata(f, i, &key, &kn, &val, &vn);
+        accel_st_file_metadata(f, i, &key, &kn, &val, &vn);
         printf("meta ");
         hexn(key, kn);
         printf(" ");
         hexn(val, vn);
         printf("\n");
     }
-    accel_ckpt_file_destroy(f);
+    accel_st_file_destroy(f);
     return 0;
 }
 
@@ -128,7 +131,7 @@ static int do_write_offload(const char *dir) {
         if (OFFLOAD_T[i].dt == ACCEL_BOOL) for (k = 0; k < (int)nb; ++k) ((unsigned char *)bufs[i])[k] &= 1;
         t[i].ptr = bufs[i];
     }
-    if (accel_ckpt_offload_save(NULL, dir, t, n) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); rc = 1; }
+    if (accel_bm_offload_save(NULL, dir, t, n) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); rc = 1; }
     for (i = 0; i < n; ++i) free(bufs[i]);
     return rc;
 }
@@ -159,7 +162,7 @@ static int do_write_ref(const char *dir) {
         t[i].ptr = bufs[i];
     }
     snprintf(path, sizeof path, "%s/ref.safetensors", dir);
-    if (accel_ckpt_save_safetensors(NULL, path, t, n, meta, 1) != ACCEL_OK) {
+    if (accel_st_save(NULL, path, t, n, meta, 1) != ACCEL_OK) {
         fprintf(stderr, "%s\n", accel_last_error(NULL));
         rc = 1;
     }
@@ -168,12 +171,12 @@ static int do_write_ref(const char *dir) {
 }
 
 static int do_meta_get(const char *file, const char *key) {
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     const char *v;
-    if (accel_ckpt_file_open(NULL, file, &f) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 2; }
-    v = accel_ckpt_file_metadata_get(f, key);
+    if (accel_st_file_open(NULL, file, &f) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(NULL)); return 2; }
+    v = accel_st_file_metadata_get(f, key);
     if (v) { hex(v); printf("\n"); }
-    accel_ckpt_file_destroy(f);
+    accel_st_file_destroy(f);
     return v ? 0 : 1;
 }
 
@@ -184,6 +187,6 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "read-offload")) return do_read_any(argv[2], 1);
     if (argc == 3 && !strcmp(argv[1], "write-offload")) return do_write_offload(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "meta-get")) return do_meta_get(argv[2], argv[3]);
-    fprintf(stderr, "usage: ckpt_fixture write DIR | write-ref DIR | read FILE | meta-get FILE KEY\n");
+    fprintf(stderr, "usage: format_fixture write DIR | write-ref DIR | read FILE | meta-get FILE KEY\n");
     return 2;
 }

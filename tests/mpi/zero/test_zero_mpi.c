@@ -6,9 +6,11 @@
    saved on one P continues bit for bit on another (modes save DIR / load DIR, driven by zero_save_load.sh).
    usage: test_zero_mpi [basic | save DIR | load DIR] */
 #include "accel.h"
-#include "accel_collectives.h"
-#include "accel_optim.h"
 #include "accel_ckpt.h"
+#include "accel_collectives.h"
+#include "accel_ddp.h"
+#include "accel_zero.h"
+#include "accel_optim.h"
 #include "accel_test.h"
 #include <sys/stat.h>
 #include <math.h>
@@ -104,29 +106,29 @@ static accel_optim *make_opt(const accel_tensor *p, const accel_tensor *g, const
 /* a ZeRO run: the object, the shard optimizer and the views */
 typedef struct zrun {
     model md;
-    accel_coll_zero *z;
+    accel_zero *z;
     accel_optim *opt;
     accel_tensor vp[NP], vg[NP], vm[NP];
 } zrun;
 
 static int zrun_make(zrun *zr, accel_coll *c, int stage, double cap_mb, int no_average) {
-    accel_coll_zero_desc zd;
+    accel_zero_desc zd;
     model_make(&zr->md);
     memset(&zd, 0, sizeof zd);
     zd.stage = stage;
     zd.params = zr->md.tp; zd.grads = zr->md.tg; zd.n = NP;
     zd.bucket_cap_mb = cap_mb;
     zd.no_average = no_average;
-    if (accel_coll_zero_create(c, &zd, &zr->z) != ACCEL_OK) { fprintf(stderr, "zero_create: %s\n", accel_last_error(&acc)); return 0; }
-    if (accel_coll_zero_views(zr->z, zr->md.tp, NP, zr->vp) != ACCEL_OK) return 0;
-    if (accel_coll_zero_views(zr->z, zr->md.tm, NP, zr->vm) != ACCEL_OK) return 0;
-    if (accel_coll_zero_grad_views(zr->z, zr->vg, NP) != ACCEL_OK) return 0;
-    zr->opt = make_opt(zr->vp, zr->vg, zr->vm, (uint64_t)accel_coll_zero_partition(zr->z)->begin);
+    if (accel_zero_create(c, &zd, &zr->z) != ACCEL_OK) { fprintf(stderr, "zero_create: %s\n", accel_last_error(&acc)); return 0; }
+    if (accel_zero_views(zr->z, zr->md.tp, NP, zr->vp) != ACCEL_OK) return 0;
+    if (accel_zero_views(zr->z, zr->md.tm, NP, zr->vm) != ACCEL_OK) return 0;
+    if (accel_zero_grad_views(zr->z, zr->vg, NP) != ACCEL_OK) return 0;
+    zr->opt = make_opt(zr->vp, zr->vg, zr->vm, (uint64_t)accel_zero_get_partition(zr->z)->begin);
     return zr->opt != NULL;
 }
 static void zrun_free(zrun *zr) {
     accel_optim_destroy(zr->opt);
-    accel_coll_zero_destroy(zr->z);
+    accel_zero_destroy(zr->z);
     model_free(&zr->md);
 }
 /* one micro-batch of a ZeRO run (backward order: last parameter first) */
@@ -134,12 +136,12 @@ static accel_result zrun_micro(zrun *zr, int micro, int only_rank0) {
     int i;
     accel_result r = ACCEL_OK;
     add_grads(&zr->md, micro, only_rank0);
-    for (i = NP - 1; i >= 0 && r == ACCEL_OK; --i) r = accel_coll_zero_grad_ready(zr->z, i);
-    if (r == ACCEL_OK) r = accel_coll_zero_wait(zr->z);
+    for (i = NP - 1; i >= 0 && r == ACCEL_OK; --i) r = accel_zero_grad_ready(zr->z, i);
+    if (r == ACCEL_OK) r = accel_zero_wait(zr->z);
     if (r == ACCEL_OK && acc.sync_gradients) {
         r = accel_optim_step(zr->opt, NULL);
-        if (r == ACCEL_OK) r = accel_coll_zero_gather(zr->z, zr->md.tp, NP);
-        if (r == ACCEL_OK) r = accel_coll_zero_gather(zr->z, zr->md.tm, NP);
+        if (r == ACCEL_OK) r = accel_zero_gather(zr->z, zr->md.tp, NP);
+        if (r == ACCEL_OK) r = accel_zero_gather(zr->z, zr->md.tm, NP);
         zero_grads(&zr->md);
     }
     return r;
@@ -177,8 +179,8 @@ static int models_equal_bf16(const model *a, const model *b) {
 static void equivalence(accel_coll *c, double cap_mb) {
     model ref;
     zrun z1, z2;
-    accel_coll_reducer *red = NULL;
-    accel_coll_reducer_desc rd;
+    accel_ddp *red = NULL;
+    accel_ddp_desc rd;
     accel_optim *ropt;
     int mb, i, bw;
     int64_t steps = -1;
@@ -189,21 +191,21 @@ static void equivalence(accel_coll *c, double cap_mb) {
     model_make(&ref);
     memset(&rd, 0, sizeof rd);
     rd.bucket_cap_mb = cap_mb;
-    AT_EQ_INT(accel_coll_reducer_create(c, &rd, &red), ACCEL_OK);
-    AT_EQ_INT(accel_coll_reducer_add(red, ref.tg, NP), ACCEL_OK);
+    AT_EQ_INT(accel_ddp_create(c, &rd, &red), ACCEL_OK);
+    AT_EQ_INT(accel_ddp_add(red, ref.tg, NP), ACCEL_OK);
     ropt = make_opt(ref.tp, ref.tg, ref.tm, 0);
     AT_CHECK(zrun_make(&z1, c, 1, cap_mb, 0));
     AT_CHECK(zrun_make(&z2, c, 2, cap_mb, 0));
     for (mb = 0; mb < 100; ++mb) { /* gradient_accumulation_steps 2: 50 optimizer steps */
         accel_accumulate_begin(&acc);
         add_grads(&ref, mb, 0);
-        for (i = NP - 1; i >= 0; --i) AT_EQ_INT(accel_coll_grad_ready(red, i), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
+        for (i = NP - 1; i >= 0; --i) AT_EQ_INT(accel_ddp_grad_ready(red, i), ACCEL_OK);
+        AT_EQ_INT(accel_ddp_wait(red), ACCEL_OK);
         AT_EQ_INT(zrun_micro(&z1, mb, 0), ACCEL_OK);
         AT_EQ_INT(zrun_micro(&z2, mb, 0), ACCEL_OK);
         if (acc.sync_gradients) {
             if (mb == 1 && P == 2) { /* ZeRO-2's shard gradients equal the reducer's average there (P 1: no copy) */
-                const accel_coll_partition *pt = accel_coll_zero_partition(z2.z);
+                const accel_zero_partition *pt = accel_zero_get_partition(z2.z);
                 int ok = 1;
                 for (i = 0; i < NP; ++i)
                     if (z2.vg[i].shape[0] > 0 &&
@@ -233,7 +235,7 @@ static void equivalence(accel_coll *c, double cap_mb) {
     zrun_free(&z1);
     zrun_free(&z2);
     accel_optim_destroy(ropt);
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     model_free(&ref);
 }
 
@@ -243,11 +245,11 @@ static void memory(accel_coll *c) {
     static const int64_t sizes[K] = {300007, 1 << 18, 77, 500000};
     float *buf[K];
     accel_tensor t[K], v[K];
-    accel_coll_zero *z = NULL;
-    accel_coll_zero_desc zd;
+    accel_zero *z = NULL;
+    accel_zero_desc zd;
     accel_optim_desc od;
     accel_optim *o = NULL;
-    const accel_coll_partition *pt;
+    const accel_zero_partition *pt;
     long long before, sharded, full;
     int64_t N = 0, mine;
     int i;
@@ -260,11 +262,11 @@ static void memory(accel_coll *c) {
     }
     memset(&zd, 0, sizeof zd);
     zd.stage = 2; zd.params = t; zd.grads = t; zd.n = K;
-    AT_EQ_INT(accel_coll_zero_create(c, &zd, &z), ACCEL_OK);
-    pt = accel_coll_zero_partition(z);
+    AT_EQ_INT(accel_zero_create(c, &zd, &z), ACCEL_OK);
+    pt = accel_zero_get_partition(z);
     AT_EQ_INT((long long)pt->shard, (long long)((N + P - 1) / P));
     AT_CHECK(pt->end - pt->begin <= pt->shard);
-    AT_EQ_INT(accel_coll_zero_views(z, t, K, v), ACCEL_OK);
+    AT_EQ_INT(accel_zero_views(z, t, K, v), ACCEL_OK);
     mine = pt->end - pt->begin;
     memset(&od, 0, sizeof od);
     od.params = v; od.nparams = K; od.index_offset = (uint64_t)pt->begin;
@@ -283,15 +285,15 @@ static void memory(accel_coll *c) {
     AT_CHECK(full >= 8LL * N);
     if (R == 0) printf("zero np%d memory: N %lld, shard %lld; AdamW state bytes per rank %lld sharded vs %lld unsharded (%.3f)\n", P,
                        (long long)N, (long long)pt->shard, sharded, full, (double)sharded / (double)full);
-    accel_coll_zero_destroy(z);
+    accel_zero_destroy(z);
     for (i = 0; i < K; ++i) free(buf[i]);
 }
 
 /* a bad or a different list on one rank fails every rank, without a hang */
 static void mismatches(accel_coll *c) {
     model md;
-    accel_coll_zero_desc zd;
-    accel_coll_zero *z = NULL;
+    accel_zero_desc zd;
+    accel_zero *z = NULL;
     accel_tensor bad[NP];
     accel_result r;
     at_context = "mismatches";
@@ -301,20 +303,20 @@ static void mismatches(accel_coll *c) {
     zd.stage = 2; zd.params = md.tp; zd.grads = md.tg; zd.n = NP;
     /* a different shape on the last rank */
     if (R == P - 1) { bad[4].shape[0] = 49; zd.params = bad; zd.grads = bad; }
-    r = accel_coll_zero_create(c, &zd, &z);
+    r = accel_zero_create(c, &zd, &z);
     if (P > 1) {
         AT_EQ_INT(r, ACCEL_ERR_MISMATCH);
         AT_CONTAINS(accel_last_error(&acc), "ranks gave different lists");
         AT_CHECK(z == NULL);
     } else {
         AT_EQ_INT(r, ACCEL_OK);
-        accel_coll_zero_destroy(z);
+        accel_zero_destroy(z);
         z = NULL;
     }
     /* a bad list on the last rank (a gradient of the wrong size): that rank names it, the others ACCEL_ERR_REMOTE */
     zd.params = md.tp; zd.grads = md.tg;
     if (R == P - 1) { memcpy(bad, md.tg, sizeof bad); bad[1].shape[1] = 8; zd.grads = bad; }
-    r = accel_coll_zero_create(c, &zd, &z);
+    r = accel_zero_create(c, &zd, &z);
     if (R == P - 1) {
         AT_EQ_INT(r, ACCEL_ERR_INVALID_ARGUMENT);
         AT_CONTAINS(accel_last_error(&acc), "grads[1] has 64 elements");
@@ -324,47 +326,47 @@ static void mismatches(accel_coll *c) {
     /* a stage that differs */
     zd.grads = md.tg;
     zd.stage = R == P - 1 ? 1 : 2;
-    r = accel_coll_zero_create(c, &zd, &z);
+    r = accel_zero_create(c, &zd, &z);
     AT_EQ_INT(r, P > 1 ? ACCEL_ERR_MISMATCH : ACCEL_OK);
-    accel_coll_zero_destroy(z);
+    accel_zero_destroy(z);
     z = NULL;
     /* gather with a wrong list on one rank */
     zd.stage = 2;
-    AT_EQ_INT(accel_coll_zero_create(c, &zd, &z), ACCEL_OK);
+    AT_EQ_INT(accel_zero_create(c, &zd, &z), ACCEL_OK);
     memcpy(bad, md.tp, sizeof bad);
     if (R == P - 1) bad[0].shape[0] = 36;
-    r = accel_coll_zero_gather(z, bad, NP);
+    r = accel_zero_gather(z, bad, NP);
     AT_EQ_INT(r, R == P - 1 ? ACCEL_ERR_INVALID_ARGUMENT : (P > 1 ? ACCEL_ERR_REMOTE : ACCEL_ERR_INVALID_ARGUMENT));
     /* the object still works afterwards; a reducing step first thing (outside accumulate: sync) */
-    AT_EQ_INT(accel_coll_zero_gather(z, md.tp, NP), ACCEL_OK);
+    AT_EQ_INT(accel_zero_gather(z, md.tp, NP), ACCEL_OK);
     AT_CHECK(accel_should_reduce(&acc) || P == 1);
     {
         int i;
-        for (i = NP - 1; i >= 0; --i) AT_EQ_INT(accel_coll_zero_grad_ready(z, i), ACCEL_OK);
-        AT_EQ_INT(accel_coll_zero_wait(z), ACCEL_OK);
-        AT_EQ_INT(accel_coll_zero_grad_ready(z, NP - 1), ACCEL_OK);
-        AT_EQ_INT(accel_coll_zero_grad_ready(z, NP - 1), P > 1 && accel_should_reduce(&acc) ? ACCEL_ERR_STATE : ACCEL_OK); /* P 1: nothing to track */
-        AT_EQ_INT(accel_coll_zero_wait(z), ACCEL_OK);
+        for (i = NP - 1; i >= 0; --i) AT_EQ_INT(accel_zero_grad_ready(z, i), ACCEL_OK);
+        AT_EQ_INT(accel_zero_wait(z), ACCEL_OK);
+        AT_EQ_INT(accel_zero_grad_ready(z, NP - 1), ACCEL_OK);
+        AT_EQ_INT(accel_zero_grad_ready(z, NP - 1), P > 1 && accel_should_reduce(&acc) ? ACCEL_ERR_STATE : ACCEL_OK); /* P 1: nothing to track */
+        AT_EQ_INT(accel_zero_wait(z), ACCEL_OK);
     }
     /* partition: argument errors */
     {
-        accel_coll_partition pt;
-        AT_EQ_INT(accel_coll_partition_list(&acc, md.tp, NP, 0, 0, &pt), ACCEL_ERR_INVALID_ARGUMENT);
-        AT_EQ_INT(accel_coll_partition_list(&acc, md.tp, NP, 3, 3, &pt), ACCEL_ERR_INVALID_ARGUMENT);
-        AT_EQ_INT(accel_coll_partition_list(&acc, md.tp, NP, 7, 6, &pt), ACCEL_OK);
+        accel_zero_partition pt;
+        AT_EQ_INT(accel_zero_partition_list(&acc, md.tp, NP, 0, 0, &pt), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_zero_partition_list(&acc, md.tp, NP, 3, 3, &pt), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_zero_partition_list(&acc, md.tp, NP, 7, 6, &pt), ACCEL_OK);
         /* N = 199 over 7: S = 29; rank 6 owns [174, 199) */
         AT_EQ_INT((int)pt.total, 199);
         AT_EQ_INT((int)pt.shard, 29);
         AT_EQ_INT((int)pt.begin, 174);
         AT_EQ_INT((int)pt.end, 199);
-        AT_EQ_INT(accel_coll_partition_list(&acc, md.tp, 2, 200, 199, &pt), ACCEL_OK); /* 109 elements over 200 */
+        AT_EQ_INT(accel_zero_partition_list(&acc, md.tp, 2, 200, 199, &pt), ACCEL_OK); /* 109 elements over 200 */
         AT_EQ_INT((int)pt.shard, 1);
         AT_EQ_INT((int)pt.begin, 109);
         AT_EQ_INT((int)pt.end, 109);
         {
             accel_tensor v[NP];
-            AT_EQ_INT(accel_coll_partition_list(&acc, md.tp, NP, 4, 1, &pt), ACCEL_OK); /* S = 50: [50, 100) */
-            AT_EQ_INT(accel_coll_partition_views(&pt, md.tp, NP, v), 1);   /* w1 [37, 109): its elements [13, 63) */
+            AT_EQ_INT(accel_zero_partition_list(&acc, md.tp, NP, 4, 1, &pt), ACCEL_OK); /* S = 50: [50, 100) */
+            AT_EQ_INT(accel_zero_partition_views(&pt, md.tp, NP, v), 1);   /* w1 [37, 109): its elements [13, 63) */
             AT_EQ_INT((int)v[0].shape[0], 0);
             AT_EQ_INT((int)v[1].shape[0], 50);
             AT_CHECK(v[1].ptr == (void *)(md.p[1] + 13));
@@ -373,7 +375,7 @@ static void mismatches(accel_coll *c) {
             AT_EQ_INT((int)v[4].shape[0], 0);
         }
     }
-    accel_coll_zero_destroy(z);
+    accel_zero_destroy(z);
     model_free(&md);
 }
 
@@ -381,7 +383,7 @@ static void mismatches(accel_coll *c) {
    saves, runs 10 more and writes the final parameters; mode load continues from the checkpoint on this P. */
 static void ckpt_mode(accel_coll *c, const char *mode, const char *dir, int sharded) {
     zrun zr;
-    accel_coll_zero_state zs;
+    accel_zero_state zs;
     accel_ckpt *ck = NULL;
     accel_ckpt_desc cd;
     const accel_tensor *st;
@@ -410,7 +412,7 @@ static void ckpt_mode(accel_coll *c, const char *mode, const char *dir, int shar
         zs.zero = zr.z;
         zs.shard = st;
         zs.m = nst;
-        AT_EQ_INT(accel_ckpt_register_sharded(ck, "zero_state", accel_coll_zero_state_save, accel_coll_zero_state_load_all, &zs),
+        AT_EQ_INT(accel_ckpt_register_sharded(ck, "zero_state", accel_zero_state_save, accel_zero_state_load_all, &zs),
                   ACCEL_OK);
     } else {          /* consolidated: full-size moments in optimizer.safetensors */
         AT_EQ_INT(accel_ckpt_register_optimizer(ck, full, nst), ACCEL_OK);
@@ -420,7 +422,7 @@ static void ckpt_mode(accel_coll *c, const char *mode, const char *dir, int shar
     first_mb = 0;
     if (!strcmp(mode, "load")) {
         AT_EQ_INT(accel_ckpt_load_state(ck, path), ACCEL_OK);
-        if (!sharded) AT_EQ_INT(accel_coll_zero_import(zr.z, full, st, nst), ACCEL_OK);
+        if (!sharded) AT_EQ_INT(accel_zero_import(zr.z, full, st, nst), ACCEL_OK);
         first_mb = 40;
     }
     for (mb = first_mb; mb < 60; ++mb) {
@@ -428,7 +430,7 @@ static void ckpt_mode(accel_coll *c, const char *mode, const char *dir, int shar
         AT_EQ_INT(zrun_micro(&zr, mb, 1), ACCEL_OK);
         accel_accumulate_end(&acc);
         if (mb == 39 && !strcmp(mode, "save")) {
-            if (!sharded) AT_EQ_INT(accel_coll_zero_export(zr.z, st, full, nst), ACCEL_OK);
+            if (!sharded) AT_EQ_INT(accel_zero_export(zr.z, st, full, nst), ACCEL_OK);
             AT_EQ_INT(accel_ckpt_save_state(ck, path, NULL, 0), ACCEL_OK);
             if (sharded) { /* this rank's file holds its shard only: about 1/P of the moments, never all of them */
                 char f[600];

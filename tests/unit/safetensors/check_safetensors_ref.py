@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""accel_ckpt.h against the reference `safetensors` package (huggingface/safetensors), both directions.
+"""accel_safetensors.h against the reference `safetensors` package (huggingface/safetensors), both directions.
 
 usage: check_safetensors_ref.py CKPT_FIXTURE
 
@@ -50,11 +50,11 @@ def check(cond, what):
 
 
 def pattern(n, k):
-    """ckpt_fixture's pattern()."""
+    """format_fixture's pattern()."""
     return bytes(((i * 131 + k * 17 + (i >> 8)) & 255) for i in range(n))
 
 
-# ckpt_fixture write-ref: (name, dtype, shape), pattern index = position in this list
+# format_fixture write-ref: (name, dtype, shape), pattern index = position in this list
 NP = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32, "I16": np.int16,
       "I8": np.int8, "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
 SPEC = [("w_%s" % d, d, [2, 3 + i]) for i, d in enumerate(["F64", "F32", "F16", "I64", "I32", "I16", "I8", "U64",
@@ -94,7 +94,7 @@ def ref_serialize(items, metadata):
 with tempfile.TemporaryDirectory() as tmp:
     # ------------------------------------------------------------------ 1. accel writes, the reference reads
     out = subprocess.run([FIXTURE, "write-ref", tmp], capture_output=True, text=True)
-    check(out.returncode == 0, "ckpt_fixture write-ref: " + out.stderr)
+    check(out.returncode == 0, "format_fixture write-ref: " + out.stderr)
     path = os.path.join(tmp, "ref.safetensors")
     raw = open(path, "rb").read() if out.returncode == 0 else b""
     items = {name: (dt, shape, payload(k, dt, shape)) for k, (name, dt, shape) in enumerate(SPEC)}
