@@ -17,7 +17,10 @@
    cuBLASLt descriptors and the heuristic's algorithm are made once per shape (plan cache) and reused. cuBLAS is
    deterministic on one stream, so the step's bits depend only on the inputs. When the GELU epilogues are off
    (fuse_gelu 0: before Hopper they are slower than the separate kernels) or the heuristic finds no algorithm for
-   them, the unfused GEMM + gelu.cuh kernel runs instead. scratch: matmul_scratch_floats(OC) floats. */
+   a call's plan, that call runs as the unfused GEMM + gelu.cuh kernel. The choice is per plan, never a switch
+   flipped mid-run: a plan's support is a function of its key, so a resumed run takes the same path for every call
+   as the uninterrupted one (the epilogue's GELU and gelu.cuh's differ in the last bits). scratch:
+   matmul_scratch_floats(OC) floats. */
 #ifndef GPT2_KERNELS_MATMUL_CUH
 #define GPT2_KERNELS_MATMUL_CUH
 #include "common.cuh"
@@ -102,7 +105,8 @@ typedef struct matmul_ctx {
     cublasLtHandle_t lt;
     void *ws;
     size_t ws_size;
-    int fuse_gelu; /* the GELU epilogues are used (cleared if cuBLASLt has no algorithm for them) */
+    int fuse_gelu;      /* the GELU epilogues are tried (a plan cuBLASLt has no algorithm for runs unfused) */
+    int gelu_fallbacks; /* calls that asked for a GELU epilogue and ran unfused (cuBLASLt had no algorithm) */
     int nplans;
     matmul_plan plans[MATMUL_MAX_PLANS];
 } matmul_ctx;
@@ -332,7 +336,7 @@ static cudaError_t matmul_forward(matmul_ctx *mc, bf16 *out, const bf16 *inp, co
         cudaError_t e;
         g = matmul_forward_call(out, pre_gelu, inp, weight, bias, N, C, OC);
         if ((e = gemm_run(mc, &g, st)) != cudaErrorNotSupported) return e;
-        mc->fuse_gelu = 0; /* no GELU epilogue for this shape: the separate kernels from here on */
+        mc->gelu_fallbacks++; /* no GELU epilogue for this plan: this call unfused (not a global switch: resume) */
     }
     g = matmul_forward_call(pre_gelu ? pre_gelu : out, NULL, inp, weight, bias, N, C, OC);
     GPT2_TRY(gemm_must(mc, &g, st));
@@ -350,7 +354,7 @@ static cudaError_t matmul_backward(matmul_ctx *mc, bf16 *dinp, float *dweight, f
         cudaError_t e;
         g = matmul_backward_dinp_call(dinp, dout, weight, pre_gelu, N, C, OC);
         if ((e = gemm_run(mc, &g, st)) != cudaErrorNotSupported) return e;
-        mc->fuse_gelu = 0;
+        mc->gelu_fallbacks++;
     }
     g = matmul_backward_dinp_call(dinp, dout, weight, NULL, N, C, OC);
     GPT2_TRY(gemm_must(mc, &g, st));

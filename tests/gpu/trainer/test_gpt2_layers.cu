@@ -15,7 +15,9 @@
                                parameters, embeddings; mean/rstd; the losses)
        rtol 2^-5, atol 2^-6    attention out (the probabilities are bf16 before P·V), and relative L2 <= 2^-6
        rtol 2^-3, atol 2^-5    attention dq, dk, dv (bf16 scores and score gradients in between), relative L2 <= 2^-5
-   A wrong layout, offset, scale, mask or missing bias is off by O(1) of M and fails these by far.
+   A wrong layout, offset, scale, mask or missing bias is off by O(1) of M and fails these by far. The GELU epilogues
+   are also run at the trainer's MLP shape (N = 16384 rows, C = 768), against the plain GEMM + gelu kernels there:
+   cuBLASLt picks its algorithm per shape.
    Determinism: every backward layer with a reduction (layernorm_backward, matmul_backward, both attentions, also at
    T = 1024, NH = 12, HS = 64 with B = 16 for cuDNN's and B = 4 for the own) runs twice on the same inputs and must give
    the same bits. */
@@ -323,6 +325,50 @@ static void test_matmul(matmul_ctx *mm, const char *tag, int N, int C, int OC, i
         });
 }
 
+/* The GELU epilogues at the trainer's own MLP shapes (N = B·T rows): cuBLASLt picks its algorithm per shape, so the
+   small cases above do not vouch for the one a real step runs. Reference: the plain context's GEMM + gelu.cuh kernels
+   on the same inputs (checked against gpt2_cpu.c above). pre_gelu: both round the same fp32 sum once, so they differ
+   by at most one bf16 ulp (<= 2^-7 relative: BF_R). out and dinp: the fused path rounds once (<= 2^-8 relative), the
+   plain one rounds the GEMM to bf16 and then the GELU (or its derivative's product) again (<= ~2.3·2^-8 through
+   gelu' x / gelu <= 1.3), so the two may differ by up to ~1.6·2^-7: rtol 2^-6. A wrong aux pointer, leading
+   dimension or epilogue is off by O(1). */
+static void test_gelu_fusion_at_scale(matmul_ctx *fused, matmul_ctx *plain, int N, int C, cudaStream_t st) {
+    char what[200];
+    size_t nc = (size_t)N * C, n4 = 4 * nc;
+    int before = fused->gelu_fallbacks;
+    dbuf inp(nc * 2), w(8 * (size_t)C * C), b(8 * (size_t)C), w2(8 * (size_t)C * C), dout(nc * 2); /* bf16 */
+    dbuf pre_f(n4 * 2), out_f(n4 * 2), pre_p(n4 * 2), out_p(n4 * 2), dinp_f(n4 * 2), dinp_p(n4 * 2);
+    dbuf dw_f(16 * (size_t)C * C), dw_p(16 * (size_t)C * C), scratch(matmul_scratch_floats(4 * C) * 4);
+    if (!dinp_p.p || !dw_p.p || !scratch.p) {
+        check(0, "GELU epilogues at N=%d C=%d: out of device memory", N, C);
+        return;
+    }
+    put_bf16(inp, randb(nc));
+    put_bf16(w, randb(4 * (size_t)C * C, 1.0f / sqrtf((float)C)));
+    put_bf16(b, randb(4 * (size_t)C, 0.5f));
+    put_bf16(w2, randb(4 * (size_t)C * C, 1.0f / sqrtf(4.0f * C)));
+    put_bf16(dout, randb(nc));
+    CU(cudaMemset(dw_f.p, 0, dw_f.bytes));
+    CU(cudaMemset(dw_p.p, 0, dw_p.bytes));
+    /* fc: (N, C) -> (N, 4C), bias + GELU; fc_proj's backward: dinp (N, 4C) with gelu' of fc's pre-activation */
+    CU(matmul_forward(fused, out_f.b(), inp.b(), w.b(), b.b(), N, C, 4 * C, st, pre_f.b()));
+    CU(matmul_forward(plain, out_p.b(), inp.b(), w.b(), b.b(), N, C, 4 * C, st, pre_p.b()));
+    CU(matmul_backward(fused, dinp_f.b(), dw_f.f(), NULL, dout.b(), out_p.b(), w2.b(), N, 4 * C, C, scratch.f(), st,
+                       pre_p.b()));
+    CU(matmul_backward(plain, dinp_p.b(), dw_p.f(), NULL, dout.b(), out_p.b(), w2.b(), N, 4 * C, C, scratch.f(), st,
+                       pre_p.b()));
+    CU(cudaStreamSynchronize(st));
+    const char *how = fused->gelu_fallbacks == before ? "epilogues ran" : "no epilogue algorithm: both unfused";
+    snprintf(what, sizeof what, "GELU_AUX_BIAS epilogue at the trainer's shape (N=%d C=%d OC=%d; %s) pre_gelu vs GEMM",
+             N, C, 4 * C, how);
+    close(what, get_bf16(pre_f, n4), get_bf16(pre_p, n4), BF_R, BF_A);
+    snprintf(what, sizeof what, "GELU_AUX_BIAS epilogue (N=%d C=%d OC=%d; %s) out vs GEMM + gelu_forward", N, C, 4 * C,
+             how);
+    close(what, get_bf16(out_f, n4), get_bf16(out_p, n4), 2 * BF_R, BF_A);
+    snprintf(what, sizeof what, "DGELU epilogue (N=%d C=%d OC=%d; %s) dinp vs GEMM + gelu_backward", N, 4 * C, C, how);
+    close(what, get_bf16(dinp_f, n4), get_bf16(dinp_p, n4), 2 * BF_R, BF_A);
+}
+
 /* the bias gradient alone over many rows (several row splits): float64 column sums as the reference */
 static void test_bias_backward(int N, int OC, cudaStream_t st) {
     char what[160];
@@ -525,17 +571,20 @@ int main(void) {
     test_matmul(fused, "GELU epilogues", 128, 3072, 768, 1, 1, st);
     test_bias_backward(4099, 3072, st);
     test_bias_backward(16384, 768, st);
-    printf("info: cuBLASLt's GELU epilogues %s on this device\n", fused->fuse_gelu ? "ran" : "are unavailable (the "
-           "trainer falls back to GEMM + kernels)");
+    test_gelu_fusion_at_scale(fused, plain, 16 * 1024, 768, st); /* GPT-2 124M's MLP at B = 16, T = 1024 */
+    printf("info: cuBLASLt's GELU epilogues: %d of the fused calls had no algorithm on this device and ran as GEMM + "
+           "kernels\n", fused->gelu_fallbacks);
     test_classifier(2, 5, 67, 128, st);
     test_classifier(2, 32, 50257, 50304, st);
     test_attention(0, 2, 37, 64, 4, 1, blas, st); /* T not a multiple of 8: the scalar softmax */
     test_attention(0, 2, 32, 64, 4, 1, blas, st);
+    test_attention(0, 4, 32, 128, 8, 1, blas, st); /* 320 pointers: attention_pointers_kernel's second block too */
     test_attention(0, 1, 1024, 768, 12, 1, blas, st);
     test_attention(0, 4, 1024, 768, 12, 0, blas, st);
 #ifdef GPT2_WITH_CUDNN
     test_attention(1, 2, 37, 64, 4, 1, blas, st);
     test_attention(1, 2, 32, 64, 4, 1, blas, st);
+    test_attention(1, 4, 32, 128, 8, 1, blas, st); /* the batch and head strides with B, NH > 2 */
     test_attention(1, 1, 1024, 768, 12, 1, blas, st);
     test_attention(1, 16, 1024, 768, 12, 0, blas, st);
 #else
