@@ -129,6 +129,10 @@ static int resolve_attention(const model *m) {
 }
 
 /* Carves the activations out of base (NULL: only sizes them, and resolves m->attention); returns the bytes needed. */
+/* One layer's slice of the cuDNN stats, rounded up to 64 floats so that every layer's slice starts 256-byte aligned
+   (B·NH·T need not be a multiple of 4). */
+static size_t stats_stride(int B, int NH, int T) { return ((size_t)B * NH * T + 63) & ~(size_t)63; }
+
 static size_t carve_activations(char *base, model *m) {
     const gpt2_config *c = &m->cfg;
     activations *a = &m->a;
@@ -149,7 +153,8 @@ static size_t carve_activations(char *base, model *m) {
     CARVE(res3, bf16, L * BT * C); CARVE(lnf, bf16, BT * C); CARVE(logits, bf16, BT * c->padded_vocab_size);
     CARVE(ln1_mean, float, L * BT); CARVE(ln1_rstd, float, L * BT); CARVE(ln2_mean, float, L * BT);
     CARVE(ln2_rstd, float, L * BT); CARVE(lnf_mean, float, BT); CARVE(lnf_rstd, float, BT); CARVE(losses, float, BT);
-    CARVE(loss_acc, float, 1); CARVE(stats, float, (1 - own) * L * B * NH * T); CARVE(scratch, float, scratch);
+    CARVE(loss_acc, float, 1); CARVE(stats, float, (1 - own) * L * stats_stride(B, NH, T));
+    CARVE(scratch, float, scratch);
     CARVE(tmp, bf16, BT * C); CARVE(dres, bf16, BT * C); CARVE(dc, bf16, BT * C); CARVE(d4c, bf16, BT * 4 * C);
     CARVE(dqkv, bf16, BT * 3 * C); CARVE(datt, bf16, own * B * NH * T * T);
     CARVE(att_ptrs, const bf16 *, own * attention_ptr_count((int)B, (int)NH));
@@ -194,7 +199,7 @@ static cudaError_t forward(model *m, const int32_t *win, float loss_mult) {
     matmul_ctx *mm = &m->mm;
     cudaStream_t st = m->st;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, L = c->num_layers, BT = B * T;
-    size_t btc = (size_t)BT * C, att_n = (size_t)B * NH * T * T, stats_n = (size_t)B * NH * T;
+    size_t btc = (size_t)BT * C, att_n = (size_t)B * NH * T * T, stats_n = stats_stride(B, NH, T);
     if (!m->ready) GPT2_TRY(model_setup(m));
     GPT2_TRY(encoder_forward(a->encoded, win, W_(m, GPT2_WTE), W_(m, GPT2_WPE), B, T, C, st));
     /* the first block's LN1; every later LayerNorm comes fused with the residual add before it */
@@ -249,7 +254,7 @@ static cudaError_t backward(model *m, const int32_t *sorted_pos, const int32_t *
     matmul_ctx *mm = &m->mm;
     cudaStream_t st = m->st;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, L = c->num_layers, BT = B * T;
-    size_t btc = (size_t)BT * C, att_n = (size_t)B * NH * T * T, stats_n = (size_t)B * NH * T;
+    size_t btc = (size_t)BT * C, att_n = (size_t)B * NH * T * T, stats_n = stats_stride(B, NH, T);
     float *scr = a->scratch;
     /* LM head (tied): dlnf = dlogits · wte, dwte += dlogitsᵀ · lnf */
     GPT2_TRY(matmul_backward(mm, a->dc, G_(m, GPT2_WTE), NULL, a->logits, a->lnf, W_(m, GPT2_WTE), BT, C,
