@@ -1241,6 +1241,7 @@ typedef struct gpt2_run {
     double peak_flops;                   /* peak FLOP/s for MFU: --peak-tflops, else the trainer's; 0: MFU n/a */
     int64_t first_step, step;            /* the step the run started at (after a resume), the last step taken */
     double t0, lr, norm;                 /* loop start; the last step's LR and gradient norm */
+    const char *banner_note;             /* the trainer's words for the banner (e.g. which attention); NULL: none */
     gpt2_fetch_loss_fn fetch_loss;       /* NULL: gpt2_run_log_later's loss_sum is the loss */
     void *fetch_ctx;
     gpt2_late_log late;                  /* the step whose log line waits */
@@ -1436,12 +1437,13 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
     }
 
     accel_print(acc, "%s: L=%d H=%d C=%d V=%d (padded %d) block %d: %zu parameters | %d %s x batch %d x seq %d x "
-                "accum %d | %s | %lld global batches per epoch | reducer: %s%s\n", r->name, c->num_layers,
+                "accum %d | %s | %lld global batches per epoch | reducer: %s%s%s%s\n", r->name, c->num_layers,
                 c->num_heads, c->channels, c->vocab_size, c->padded_vocab_size, c->max_seq_len,
                 gpt2_num_parameters(c), P, acc->device >= 0 ? "GPU(s)" : "process(es)", o->batch, o->seq,
                 acc->gradient_accumulation_steps, !model16 ? "float32" : o->sr ? "bf16 (stochastic rounding)" : "bf16",
                 (long long)accel_data_seq_len(&r->loader),
                 accel_ddp_is_flat(r->reducer) ? "one in-place all-reduce" : "buckets",
+                r->banner_note ? " | " : "", r->banner_note ? r->banner_note : "",
                 o->hooks.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
     /* the profiler last: its first step starts here (the loop's first step) */
     memset(&pd, 0, sizeof pd);

@@ -543,6 +543,8 @@ int main(int argc, char **argv) {
     }
     CHECK(gpt2_run_weights(&run, run.host));
     CHECK(model_create(&M, &run));
+    /* the banner names the attention that runs (model_create resolved --attention auto) */
+    run.banner_note = M.attention == GPT2_ATTENTION_CUDNN ? "attention: cudnn" : "attention: own";
 
     CHECK(staging_init(&stage, &run));
     CHECK(readback_init(&rb, &acc));
