@@ -2464,6 +2464,88 @@ ACCEL__PRIVATE int accel__admit_check_welcome(const accel__admit *a, const unsig
     return 0;
 }
 
+/* ---- a sealed blob: what rank 0 leaves for the others on a shared filesystem (the NCCL file bootstrap): "ACCELNB2",
+   u32 flags (1: keyed), nonce, proof, u32 run id length, run id, u64 size, the bytes. The proof is rank 0's MAC over
+   the nonce, the run id and the bytes: a file that someone without the secret wrote, or one of another run, is
+   not this job's. The writer also makes it readable by its own user only (0600). */
+#define ACCEL__SEAL_MAGIC "ACCELNB2"
+#define ACCEL__SEAL_FIXED (8 + 4 + ACCEL__ADMIT_NONCE + ACCEL__ADMIT_MAC + 4)
+ACCEL__PRIVATE accel_result accel__admit_seal(accel *acc, const accel__admit *a, const void *data, size_t n,
+                                              unsigned char **out, size_t *len) {
+    unsigned char *b, *p;
+    size_t total = ACCEL__SEAL_FIXED + a->run_len + 8 + n;
+    *out = NULL;
+    *len = 0;
+    b = (unsigned char *)accel_host_alloc(acc, total);
+    if (!b) return ACCEL_ERR_OUT_OF_MEMORY;
+    memcpy(b, ACCEL__SEAL_MAGIC, 8);
+    accel__put_u32(b + 8, (uint32_t)a->keyed);
+    p = b + 12;
+    if (accel__random_bytes(p, ACCEL__ADMIT_NONCE) != 0) {
+        accel_host_free(acc, b);
+        return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s: cannot read /dev/urandom", a->label);
+    }
+    memset(p + ACCEL__ADMIT_NONCE, 0, ACCEL__ADMIT_MAC);
+    if (a->keyed && accel__admit_mac(a, "server", p, NULL, 0, 0, (const unsigned char *)a->run_id, a->run_len, data, n,
+                                     p + ACCEL__ADMIT_NONCE) != 0) {
+        accel_host_free(acc, b);
+        return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s: the MAC failed", a->label);
+    }
+    p += ACCEL__ADMIT_NONCE + ACCEL__ADMIT_MAC;
+    accel__put_u32(p, (uint32_t)a->run_len);
+    memcpy(p + 4, a->run_id, a->run_len);
+    p += 4 + a->run_len;
+    accel__put_u64(p, (uint64_t)n);
+    if (n) memcpy(p + 8, data, n);
+    *out = b;
+    *len = total;
+    return ACCEL_OK;
+}
+/* Reads a sealed blob (untrusted bytes, fuzzed): 0 with its bytes in *body, *blen; -1 and why when it is not this
+   job's (not a sealed blob, another run's, sealed without this job's secret). */
+ACCEL__PRIVATE int accel__admit_unseal(const accel__admit *a, const unsigned char *b, size_t n,
+                                       const unsigned char **body, size_t *blen, char *why, size_t cap) {
+    const unsigned char *nonce, *proof, *p;
+    uint32_t flags, rl;
+    uint64_t sz;
+    if (n < ACCEL__SEAL_FIXED + 8 || memcmp(b, ACCEL__SEAL_MAGIC, 8) != 0) {
+        accel__fmt(why, cap, "not an accel bootstrap file");
+        return -1;
+    }
+    flags = accel__get_u32(b + 8);
+    nonce = b + 12;
+    proof = nonce + ACCEL__ADMIT_NONCE;
+    rl = accel__get_u32(proof + ACCEL__ADMIT_MAC);
+    if (flags > 1 || rl > ACCEL__ST_MAX_TOKEN || (size_t)rl > n - ACCEL__SEAL_FIXED - 8) {
+        accel__fmt(why, cap, "a malformed accel bootstrap file");
+        return -1;
+    }
+    p = b + ACCEL__SEAL_FIXED;
+    sz = accel__get_u64(p + rl);
+    if (sz != (uint64_t)(n - ACCEL__SEAL_FIXED - rl - 8)) {
+        accel__fmt(why, cap, "an accel bootstrap file of %zu bytes that says it holds %llu", n, (unsigned long long)sz);
+        return -1;
+    }
+    if ((size_t)rl != a->run_len || memcmp(p, a->run_id, rl) != 0) {
+        accel__fmt(why, cap, "a file of another run (its TORCHELASTIC_RUN_ID / ACCEL_RUN_ID differs from this job's)");
+        return -1;
+    }
+    if (a->keyed) {
+        unsigned char want[ACCEL__ADMIT_MAC];
+        if (!flags || accel__admit_mac(a, "server", nonce, NULL, 0, 0, p, rl, p + rl + 8, (size_t)sz, want) != 0 ||
+            !accel__admit_same(want, proof)) {
+            accel__fmt(why, cap, "a file not written with this job's secret (ACCEL_STORE_SECRET)");
+            return -1;
+        }
+    } else if (flags) {
+        accel__fmt(why, cap, "a file sealed with a secret, and this process has none (ACCEL_STORE_SECRET)");
+        return -1;
+    }
+    *body = p + rl + 8;
+    *blen = (size_t)sz;
+    return 0;
+}
+
 /* Rank 0's side of one connection: the HELLO arrives in pieces (bytes are fed as they come, never waited for). */
 typedef struct accel__admit_conn {
     int fd;

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
@@ -98,6 +99,165 @@ static int file_fn(int rank, void *a) {
     return child_file(rank, t->path, t->timeout_ms, rank == 0 ? t->delay0 : 0, t->bytes);
 }
 
+/* ---- strangers (issue 26): the job's ranks have a secret; strays try to get the id or to stall the bootstrap */
+static const char *job_secret = "bootstrap-secret";
+static int tcp_secret_fn(int rank, void *a) {
+    setenv("ACCEL_STORE_SECRET", job_secret, 1);
+    return tcp_fn(rank, a);
+}
+/* a stray calling the bootstrap as rank 1 with the wrong secret (or none): refused, and its buffer never holds the
+   id; exit 0 when so */
+static int tcp_stray_fn(int kind, void *a) {
+    targ *t = (targ *)a;
+    unsigned char buf[IDBYTES], want[IDBYTES];
+    accel_result r;
+    if (kind == 0) setenv("ACCEL_STORE_SECRET", "wrong", 1);
+    else unsetenv("ACCEL_STORE_SECRET");
+    pattern(want, 5);
+    memset(buf, 0, sizeof buf);
+    r = accel_coll_tcp_broadcast(NULL, "127.0.0.1", t->port, 1, t->size, buf, IDBYTES, 3000);
+    if (memcmp(buf, want, IDBYTES) == 0) return 7; /* it read the id */
+    return r == ACCEL_ERR_ENVIRONMENT && strstr(accel_last_error(NULL), "not admitted: wrong secret") ? 0 : 10 + (int)r;
+}
+/* a raw stray: speaks the protocol with a guessed proof, then reads everything rank 0 sends; the id must not be in it */
+static int tcp_raw_stray_fn(int unused, void *a) {
+    targ *t = (targ *)a;
+    struct sockaddr_in sa;
+    unsigned char hello[24 + 84], got[4096], want[IDBYTES];
+    size_t n = 0;
+    ssize_t k;
+    int fd, tries = 0, i;
+    (void)unused;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((unsigned short)t->port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    while (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 && tries++ < 400) {
+        close(fd);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        usleep(5000);
+    }
+    memset(hello, 0, sizeof hello);
+    hello[0] = 0x41; hello[1] = 0x43; hello[2] = 0x53; hello[3] = 0x31; hello[4] = 1; /* "ACS1", HELLO */
+    hello[16] = 84;
+    hello[24] = 2; hello[28] = (unsigned char)t->size; hello[32] = 1; hello[36] = 1; /* v2, world, rank 1, keyed */
+    for (i = 0; i < 64; ++i) hello[44 + i] = (unsigned char)(i * 13); /* nonce and a guessed proof */
+    if (write(fd, hello, sizeof hello) != (ssize_t)sizeof hello) return 3;
+    while (n < sizeof got && (k = read(fd, got + n, sizeof got - n)) > 0) n += (size_t)k;
+    close(fd);
+    pattern(want, 5);
+    for (i = 0; i + IDBYTES <= (int)n; ++i)
+        if (memcmp(got + i, want, IDBYTES) == 0) return 7;
+    return n > 60 && strstr((const char *)got + 60 + 24, "not admitted: wrong secret") ? 0 : 4;
+}
+/* 20 connections that say nothing, held for 3 s */
+static int tcp_idle_fn(int unused, void *a) {
+    targ *t = (targ *)a;
+    struct sockaddr_in sa;
+    int fds[20], i, n = 0;
+    (void)unused;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((unsigned short)t->port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (i = 0; i < 20; ++i) {
+        int tries = 0;
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        while (connect(fds[i], (struct sockaddr *)&sa, sizeof sa) != 0 && tries++ < 400) {
+            close(fds[i]);
+            fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+            usleep(5000);
+        }
+        n += tries <= 400;
+    }
+    sleep(3);
+    for (i = 0; i < 20; ++i) close(fds[i]);
+    return n == 20 ? 0 : 5;
+}
+static int file_secret_fn(int rank, void *a) {
+    setenv("ACCEL_STORE_SECRET", job_secret, 1);
+    return file_fn(rank, a);
+}
+static int file_other_secret_fn(int rank, void *a) {
+    setenv("ACCEL_STORE_SECRET", "another-secret", 1);
+    return file_fn(rank, a);
+}
+/* runs the job's ranks and the strays together: codes[0..NPROC) the ranks', codes[NPROC] the stray's */
+typedef struct { child_fn job, stray; targ *t; int stray_arg; } mix;
+static int mix_fn(int i, void *a) {
+    mix *m = (mix *)a;
+    return i < NPROC ? m->job(i, m->t) : m->stray(m->stray_arg, m->t);
+}
+static void strangers(const char *path) {
+    static const child_fn strays[] = {tcp_stray_fn, tcp_stray_fn, tcp_raw_stray_fn, tcp_idle_fn};
+    int codes[NPROC + 1], i, k;
+    targ t;
+    mix m;
+    double dt;
+#ifndef ACCEL_WITH_OPENSSL
+    printf("strangers: skipped (built without ACCEL_WITH_OPENSSL: no secret can be checked)\n");
+    return;
+#endif
+    memset(&t, 0, sizeof t);
+    t.size = NPROC;
+    t.timeout_ms = 8000;
+    t.delay0 = 0;
+    for (k = 0; k < 4; ++k) {
+        pid_t pids[NPROC + 1];
+        char ctx[64];
+        snprintf(ctx, sizeof ctx, "tcp stray %d", k);
+        at_context = ctx;
+        t.port = free_port();
+        m.job = tcp_secret_fn;
+        m.stray = strays[k];
+        m.t = &t;
+        m.stray_arg = k; /* tcp_stray_fn: 0 wrong secret, 1 none */
+        /* the stray first, the job's peers 200 ms later (rank 0 at once) */
+        pids[NPROC] = fork();
+        if (pids[NPROC] == 0) _exit(mix_fn(NPROC, &m));
+        usleep(200000);
+        (void)pids;
+        dt = run_children(0, NPROC, tcp_secret_fn, &t, codes);
+        for (i = 0; i < NPROC; ++i) AT_EQ_INT(codes[i], 0);
+        AT_CHECK(dt < (k == 3 ? 1.5 : 4.0)); /* idle strays delay nobody */
+        {
+            int st;
+            waitpid(pids[NPROC], &st, 0);
+            AT_EQ_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 99, 0);
+        }
+    }
+    /* file: garbage and a file sealed with another secret are there before rank 0 writes; the readers ignore them and
+       read rank 0's, which only its user may read */
+    for (k = 0; k < 2; ++k) {
+        struct stat sb;
+        at_context = k ? "file, another secret's file first" : "file, garbage first";
+        remove(path);
+        t.path = path;
+        t.bytes = IDBYTES;
+        t.timeout_ms = 8000;
+        if (k == 0) {
+            FILE *f = fopen(path, "wb");
+            if (f) { fputs("ACCELNB2 but garbage after it", f); fclose(f); }
+        } else {
+            t.timeout_ms = 2000;
+            run_children(0, 1, file_other_secret_fn, &t, codes); /* "rank 0" of someone else */
+            AT_EQ_INT(codes[0], 0);
+            t.timeout_ms = 600; /* alone, a reader of this job must not take it */
+            run_children(1, 1, file_secret_fn, &t, codes);
+            AT_EQ_INT(codes[0], 10 + ACCEL_ERR_TIMEOUT);
+            t.timeout_ms = 8000;
+        }
+        t.delay0 = 300;
+        dt = run_children(0, NPROC, file_secret_fn, &t, codes);
+        for (i = 0; i < NPROC; ++i) AT_EQ_INT(codes[i], 0);
+        AT_CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+        t.delay0 = 0;
+    }
+    remove(path);
+    at_context = "";
+}
+
 int main(void) {
     int codes[NPROC], i;
     double dt;
@@ -153,13 +313,15 @@ int main(void) {
     dt = run_children(1, NPROC - 1, file_fn, &t, codes);
     for (i = 0; i < NPROC - 1; ++i) AT_EQ_INT(codes[i], 10 + ACCEL_ERR_TIMEOUT);
     AT_CHECK(dt < 3.0);
-    /* a file that is not ours */
+    /* a file that is not ours is ignored (whoever can write there cannot fail the job): the readers wait for rank
+       0's and time out without it */
     {
         FILE *f = fopen(path, "wb");
         if (f) { fputs("not a bootstrap file at all", f); fclose(f); }
         dt = run_children(1, 1, file_fn, &t, codes);
-        AT_EQ_INT(codes[0], 10 + ACCEL_ERR_FORMAT);
+        AT_EQ_INT(codes[0], 10 + ACCEL_ERR_TIMEOUT);
         remove(path);
     }
+    strangers(path);
     return at_finish("collectives_bootstrap");
 }
