@@ -3441,9 +3441,16 @@ static accel_result accel__need_acc(const accel *acc, const char *what) {
     if (acc) return ACCEL_OK;
     return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: accel is NULL", what);
 }
+/* A host collective needs an initialized Accelerator: a zeroed one would "succeed" as a single process. */
+static accel_result accel__need_group(accel *acc, const char *what) {
+    accel_result r = accel__need_acc(acc, what);
+    if (r != ACCEL_OK || acc->impl) return r;
+    return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%s: the Accelerator is not initialized (accel_init) or was shut down",
+                       what);
+}
 
 ACCEL__DEF accel_result accel_wait_for_everyone(accel *acc) {
-    accel_result r = accel__need_acc(acc, "wait_for_everyone");
+    accel_result r = accel__need_group(acc, "wait_for_everyone");
     if (r != ACCEL_OK) return r;
     return accel__group_begin(acc, ACCEL__G_BARRIER, ACCEL_OK, 0, 0, 0, "barrier", accel__deadline(acc));
 }
@@ -3455,7 +3462,7 @@ static accel_result accel__host_allreduce(accel *acc, void *values, int count, a
     int P, i, k;
     unsigned char *all = NULL;
     double deadline;
-    if ((r = accel__need_acc(acc, "host all-reduce")) != ACCEL_OK) return r;
+    if ((r = accel__need_group(acc, "host all-reduce")) != ACCEL_OK) return r;
     P = acc->num_processes;
     if (count < 0 || (count > 0 && !values) || count > (1 << 20))
         local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "host all-reduce: bad buffer (count %d)", count);
@@ -3514,7 +3521,7 @@ ACCEL__DEF accel_result accel_host_allreduce_f64(accel *acc, double *values, int
 ACCEL__DEF accel_result accel_host_broadcast(accel *acc, void *data, size_t bytes, int root) {
     accel_result local = ACCEL_OK, r;
     double deadline;
-    if ((r = accel__need_acc(acc, "host broadcast")) != ACCEL_OK) return r;
+    if ((r = accel__need_group(acc, "host broadcast")) != ACCEL_OK) return r;
     if (root < 0 || root >= acc->num_processes)
         local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast root %d is not a rank of %d", root, acc->num_processes);
     else if (bytes > 0 && !data) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast: data is NULL");
@@ -3534,7 +3541,7 @@ ACCEL__DEF accel_result accel_host_broadcast(accel *acc, void *data, size_t byte
 ACCEL__DEF accel_result accel_host_allgather(accel *acc, const void *in, void *out, size_t bytes) {
     accel_result local = ACCEL_OK, r;
     double deadline;
-    if ((r = accel__need_acc(acc, "host all-gather")) != ACCEL_OK) return r;
+    if ((r = accel__need_group(acc, "host all-gather")) != ACCEL_OK) return r;
     if (bytes > 0 && (!in || !out)) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "allgather: NULL buffer");
     else if (bytes > (size_t)INT_MAX / (size_t)acc->num_processes)
         local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "allgather: %zu bytes per rank is too large", bytes);
@@ -3651,7 +3658,7 @@ ACCEL__DEF accel_result accel_blobs_set(accel *acc, accel_blobs *b, int count, c
 }
 
 ACCEL__DEF accel_result accel_gather_object(accel *acc, const void *data, size_t bytes, accel_blobs *out) {
-    accel_result r = accel__need_acc(acc, "gather_object"), local = ACCEL_OK;
+    accel_result r = accel__need_group(acc, "gather_object"), local = ACCEL_OK;
     size_t *counts = NULL, *off = NULL;
     void *all = NULL;
     int P, i;
@@ -3678,7 +3685,7 @@ ACCEL__DEF accel_result accel_gather_object(accel *acc, const void *data, size_t
 }
 
 ACCEL__DEF accel_result accel_broadcast_object_list(accel *acc, accel_blobs *list, int from) {
-    accel_result r = accel__need_acc(acc, "broadcast_object_list"), local = ACCEL_OK;
+    accel_result r = accel__need_group(acc, "broadcast_object_list"), local = ACCEL_OK;
     int64_t head[2] = {0, 0}, *sizes = NULL; /* count, total bytes */
     size_t *off = NULL;
     unsigned char *data = NULL;
@@ -4058,7 +4065,7 @@ ACCEL__DEF void accel_set_trigger(accel *acc) {
 }
 ACCEL__DEF accel_result accel_check_trigger(accel *acc, int *fired) {
     int64_t v;
-    accel_result r = accel__need_acc(acc, "check_trigger");
+    accel_result r = accel__need_group(acc, "check_trigger");
     if (r != ACCEL_OK) return r;
     if (!fired) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "check_trigger: fired is NULL");
     v = acc->trigger;
@@ -4182,7 +4189,7 @@ ACCEL__DEF void accel_set_rng_state(accel *acc, accel_rng_state state) {
 }
 ACCEL__DEF accel_result accel_synchronize_rng_state(accel *acc) {
     accel_rng_state s;
-    accel_result r = accel__need_acc(acc, "synchronize_rng_state");
+    accel_result r = accel__need_group(acc, "synchronize_rng_state");
     if (r != ACCEL_OK) return r;
     s = acc->rng;
     r = accel_host_broadcast(acc, &s, sizeof s, 0);

@@ -267,6 +267,29 @@ static void test_errors(void) {
     AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_OK);
     AT_EQ_INT(sh.desc.no_even_batches, 1);
     AT_EQ_INT(accel_data_shard_batch_len(&sh, 1), 1);
+    {   /* issue 26: the sampler's range and a zeroed shard are errors (were: a NULL dereference, an endless loop for
+           indices past n, an empty epoch forever) */
+        accel_data_sampler smp;
+        accel_data_shard zero;
+        int64_t idx[16], cnt = -1;
+        int64_t i;
+        AT_EQ_INT(accel_data_sampler_init(NULL, &smp, 5, 1, 42), ACCEL_OK);
+        AT_EQ_INT(accel_data_sampler_fill(NULL, 0, 1, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CONTAINS(accel_last_error(NULL), "sampler is NULL");
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 0, 1, NULL), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 3, 10, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CONTAINS(accel_last_error(NULL), "not within the dataset's [0, 5)");
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 5, 1, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_data_sampler_fill(&smp, -1, 2, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 2, -1, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 2, INT64_MAX, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 5, 0, idx), ACCEL_OK); /* an empty range at the end */
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 0, 5, idx), ACCEL_OK);
+        for (i = 0; i < 5; ++i) AT_EQ_INT(idx[i], accel_data_sampler_index(&smp, i));
+        memset(&zero, 0, sizeof zero);
+        AT_EQ_INT(accel_data_shard_next(&zero, idx, &cnt), ACCEL_ERR_STATE);
+        AT_CONTAINS(accel_last_error(NULL), "not initialized");
+    }
     {   /* a failed init changes nothing */
         accel_data_shard before;
         d = mk(10, 3, 2, 1, 0, 1, 0, 0);
