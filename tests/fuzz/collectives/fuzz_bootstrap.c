@@ -9,6 +9,7 @@
 #include "accel.h"
 #include "accel_collectives.h"
 #include <fcntl.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,7 @@ static int sv[2] = {-1, -1};
 static char path[128];
 static const unsigned char secret_id[16] = {0x5e, 0xc7, 0xe7, 0x1d, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0xaa, 0xbb};
 
+static void cleanup(void) { unlink(path); }
 static void make_admit(accel__admit *a, const char *label, int keyed) {
     memset(a, 0, sizeof *a);
     a->label = label;
@@ -179,6 +181,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (sv[0] < 0) {
         if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 0;
         snprintf(path, sizeof path, "/dev/shm/accel_fuzz_boot_%d", (int)getpid());
+        atexit(cleanup);
         setenv("ACCEL_RUN_ID", "fuzz-run", 1);
         unsetenv("TORCHELASTIC_RUN_ID");
     }
