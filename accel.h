@@ -137,14 +137,32 @@
      agreement checks): MPI when accel was launched under MPI (or MPI was initialized by the program); otherwise,
      under torchrun / `accel launch` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), a TCP store: rank 0 listens on
      MASTER_PORT (MASTER_PORT + 1 when torchrun's agent serves its own store there, TORCHELASTIC_USE_AGENT_STORE;
-     ACCEL_STORE_PORT overrides) and the others connect, retrying until the deadline; a process of another run
-     (TORCHELASTIC_RUN_ID / ACCEL_RUN_ID differ), a wrong WORLD_SIZE or a duplicate RANK is an error for every rank.
+     ACCEL_STORE_PORT overrides) of MASTER_ADDR's interface — of loopback when every rank is on this node
+     (LOCAL_WORLD_SIZE == WORLD_SIZE) — and the others connect, retrying until the deadline. A process joins only
+     after the admission in SECURITY; one that is refused (wrong secret, another run's TORCHELASTIC_RUN_ID /
+     ACCEL_RUN_ID, a wrong WORLD_SIZE, a RANK that has joined already: "the job is full") gets the reason and the job
+     goes on (rank 0's timeout message names the last refusal).
      accel_host_group_name says which ("mpi", "tcp", or a collectives backend that installed itself). Every host
      collective: (1) has a deadline (desc.collective_timeout_ms, default 1800000 = Accelerate's 30 min): a peer that
      never arrives gives ACCEL_ERR_TIMEOUT, after which the group refuses further calls (shut down); (2) first
      all-gathers a small header (what the call is, its size, root and this rank's status), so ranks calling
      different collectives or sizes get ACCEL_ERR_MISMATCH listing each rank's call, and a rank whose arguments were
      bad makes every rank fail (ACCEL_ERR_REMOTE with that rank's message) instead of a hang.
+
+   SECURITY (who may join a job: the TCP store, and accel_collectives.h's NCCL TCP and file bootstraps)
+     ACCEL_STORE_SECRET            the job's secret, the same for every process (`accel launch` makes a random one
+                                   per single-node job and hands it to its processes in the environment; torchrun and
+                                   Slurm users set it, e.g. to `openssl rand -hex 32`; at most 1024 bytes)
+     ACCEL_STORE_TRUSTED_NETWORK   boolean: a store that cannot check a secret may use a non-loopback address
+     Rank 0 sends each connection a fresh nonce; a peer answers with HMAC-SHA256(secret, both nonces, its world size,
+     rank and run id) and rank 0 answers with its own proof, so a stray — no secret, a wrong one, a replayed handshake
+     — is refused ("not admitted: wrong secret") before anything it says counts, never takes a rank or sees the NCCL
+     unique id, and cannot fail or stall setup: connections are served at once, each with its own 5 s deadline.
+     The MAC is OpenSSL's libcrypto (ACCEL_WITH_OPENSSL; link -lcrypto). Without a secret, or without the MAC in this
+     build, nobody can be checked: only the run id is compared, and the store and the TCP bootstrap refuse a
+     non-loopback address unless ACCEL_STORE_TRUSTED_NETWORK=1. Not protected: the traffic after admission is neither
+     encrypted nor authenticated (an on-path attacker can read and change it, as with PyTorch's and NCCL's own
+     traffic): run multi-node jobs on a network only the job's hosts use.
 
    DIFFERENCES FROM ACCELERATE (deliberate, see docs/semantics.md "Policies")
      - Multi-process CPU runs are MULTI_CPU whenever P > 1 and no GPU is used; Accelerate additionally requires
