@@ -129,11 +129,15 @@ static void seal(unsigned char **b, size_t *n) {
     int i, j, order[MAXF], k = 0;
     for (i = 0; i < nfiles; ++i) if (i != marker_ix) order[k++] = i;
     for (i = 1; i < k; ++i)
-        for (j = i; j > 0 && strcmp(names[order[j - 1]], names[order[j]]) > 0; --j) { int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t; }
+        for (j = i; j > 0 && strcmp(names[order[j - 1]], names[order[j]]) > 0; --j) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
     o = m + sprintf(m, "{\"files\": {");
     for (i = 0; i < k; ++i)
-        o += sprintf(o, "%s\"%s\": {\"bytes\": %zu, \"xxh64\": \"%016llx\"}", i ? ", " : "", names[order[i]], sizes[order[i]],
-                     (unsigned long long)accel_ckpt_xxh64(bytes[order[i]], sizes[order[i]], 0));
+        o += sprintf(o, "%s\"%s\": {\"bytes\": %zu, \"xxh64\": \"%016llx\"}", i ? ", " : "", names[order[i]],
+                     sizes[order[i]], (unsigned long long)accel_ckpt_xxh64(bytes[order[i]], sizes[order[i]], 0));
     o += sprintf(o, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
     *b = (unsigned char *)m;
     *n = (size_t)(o - m);
@@ -193,7 +197,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pos_before = sh.position;
     ep_before = sh.epoch;
     r = accel_ckpt_load_state(ck, work);
-    if (!changed && !(mode & 2) && r != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); __builtin_trap(); }
+    if (!changed && !(mode & 2) && r != ACCEL_OK) {
+        fprintf(stderr, "%s\n", accel_last_error(&acc));
+        __builtin_trap();
+    }
     /* nothing half-applied — except where a registered object's own load callback refuses its blob: load_state
        calls those after it has copied the tensors (the callbacks validate, then apply, but only when called), so a
        bad object blob leaves the tensors loaded (reported on issue 26; the check stays for every other file) */

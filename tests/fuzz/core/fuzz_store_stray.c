@@ -82,7 +82,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             b.keyed = 0;
             ps[i].n = accel__admit_put_hello(&b, 3, 1 + take(&in) % 2, ps[i].c.nonce, cli, ps[i].out);
             ps[i].out[ACCEL__ST_HDR + 12] = (unsigned char)(take(&in) & 1);
-            for (k = 0; k < ACCEL__ADMIT_MAC; ++k) ps[i].out[ACCEL__ST_HDR + 20 + ACCEL__ADMIT_NONCE + k] = (unsigned char)take(&in);
+            for (k = 0; k < ACCEL__ADMIT_MAC; ++k)
+                ps[i].out[ACCEL__ST_HDR + 20 + ACCEL__ADMIT_NONCE + k] = (unsigned char)take(&in);
         } else { /* anything */
             size_t k, n = take(&in) * 2;
             if (n > sizeof ps[i].out) n = sizeof ps[i].out;
@@ -104,8 +105,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         k = 1 + (in.n ? take(&in) % 40 : 40);
         if (k > (size_t)need) k = (size_t)need;
         if (k > ps[who].n - ps[who].sent) k = ps[who].n - ps[who].sent;
-        ps[who].verdict = accel__admit_step(&a, &ps[who].c, ps[who].out + ps[who].sent, k, accel__store_admit, &su, why,
-                                            sizeof why);
+        ps[who].verdict = accel__admit_step(&a, &ps[who].c, ps[who].out + ps[who].sent, k, accel__store_admit, &su,
+                                            why, sizeof why);
         ps[who].sent += k;
     }
     for (i = NREAL; i < np; ++i)
@@ -139,7 +140,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         bufs[r] = (unsigned char *)accel_host_alloc(NULL, 8);
         memcpy(bufs[r], frame + ACCEL__ST_HDR, 8);
     }
-    res = (unsigned char *)accel_host_alloc(NULL, accel__store_combine(ACCEL__ST_OP_ALLGATHER, 3, 0, mine, 8, bufs, want, NULL));
+    res = (unsigned char *)accel_host_alloc(NULL, accel__store_combine(ACCEL__ST_OP_ALLGATHER, 3, 0, mine, 8, bufs,
+                                                                       want, NULL));
     (void)accel__store_combine(ACCEL__ST_OP_ALLGATHER, 3, 0, mine, 8, bufs, want, res);
     for (i = 0; i < 24; ++i)
         if (res[i] != (i < 8 ? 0xA0 : i < 16 ? 0x10 : 0x20)) __builtin_trap(); /* the result is the ranks' alone */
