@@ -40,4 +40,15 @@ static inline unsigned char *at_read_file(const char *path, size_t *n) {
     *n = b ? (size_t)sz : 0;
     return b;
 }
+
+/* Writes dir/name with n bytes (best effort: the callers check what they read back). */
+static inline void at_write_file(const char *dir, const char *name, const void *b, size_t n) {
+    char p[4096];
+    FILE *f;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    f = fopen(p, "wb");
+    if (!f) return;
+    if (n) (void)fwrite(b, 1, n, f);
+    fclose(f);
+}
 #endif

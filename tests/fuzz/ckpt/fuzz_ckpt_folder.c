@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "../../accel_test_fs.h"
 
 #define MAXF 16
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
@@ -33,27 +34,6 @@ static char *names[MAXF];
 static unsigned char *bytes[MAXF];
 static size_t sizes[MAXF];
 static int nfiles, marker_ix = -1;
-
-static unsigned char *slurp(const char *p, size_t *n) {
-    FILE *f = fopen(p, "rb");
-    unsigned char *b;
-    long k;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    k = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b = (unsigned char *)malloc((size_t)k + 1);
-    *n = fread(b, 1, (size_t)k, f);
-    fclose(f);
-    return b;
-}
-static void put(const char *dir, const char *name, const unsigned char *b, size_t n) {
-    char p[600];
-    FILE *f;
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    f = fopen(p, "wb");
-    if (f) { if (n) fwrite(b, 1, n, f); fclose(f); }
-}
 
 static int setup(void) {
     accel_desc d;
@@ -108,7 +88,7 @@ static int setup(void) {
         if (e->d_name[0] == '.') continue;
         snprintf(pth, sizeof pth, "%s/%s", good, e->d_name);
         names[nfiles] = strdup(e->d_name);
-        bytes[nfiles] = slurp(pth, &sizes[nfiles]);
+        bytes[nfiles] = at_read_file(pth, &sizes[nfiles]);
         if (!strcmp(e->d_name, "checkpoint_complete.json")) marker_ix = nfiles;
         ++nfiles;
     }
@@ -185,9 +165,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     accel__rmtree(work);
     mkdir(work, 0755);
     for (i = 0; i < nfiles; ++i)
-        if (i != marker_ix) put(work, names[i], bytes[i], sizes[i]);
-    if (which == marker_ix || (mode & 2)) put(work, names[marker_ix], bytes[marker_ix], sizes[marker_ix]);
-    else { seal(&mk, &mk_n); put(work, names[marker_ix], mk, mk_n); }
+        if (i != marker_ix) at_write_file(work, names[i], bytes[i], sizes[i]);
+    if (which == marker_ix || (mode & 2)) at_write_file(work, names[marker_ix], bytes[marker_ix], sizes[marker_ix]);
+    else { seal(&mk, &mk_n); at_write_file(work, names[marker_ix], mk, mk_n); }
     /* the state before */
     memcpy(w_before, w, sizeof w);
     accel_optim_state_tensors(opt, &st, &nst);

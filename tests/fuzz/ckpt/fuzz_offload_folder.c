@@ -13,17 +13,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "../../accel_test_fs.h"
 
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 static char dir[200];
 static void cleanup(void) { accel__rmtree(dir); }
-static void put(const char *name, const void *b, size_t n) {
-    char p[400];
-    FILE *f;
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    f = fopen(p, "wb");
-    if (f) { if (n) fwrite(b, 1, n, f); fclose(f); }
-}
 static int setup(void) {
     float x[6] = {1, 2, 3, 4, 5, 6};
     uint16_t h[3] = {0x3c00, 0x4000, 0x4200};
@@ -32,8 +26,8 @@ static int setup(void) {
     snprintf(dir, sizeof dir, "/dev/shm/accel_fuzz_offload_%d", (int)getpid());
     accel__rmtree(dir);
     if (mkdir(dir, 0755) != 0) return -1;
-    put("a.dat", x, sizeof x);
-    put("b.dat", "", 0);
+    at_write_file(dir, "a.dat", x, sizeof x);
+    at_write_file(dir, "b.dat", "", 0);
     memset(t, 0, sizeof t);
     t[0].name = "w1"; t[0].dtype = ACCEL_F32; t[0].ndim = 2; t[0].shape[0] = 2; t[0].shape[1] = 3; t[0].ptr = x;
     t[1].name = "w2"; t[1].dtype = ACCEL_F16; t[1].ndim = 1; t[1].shape[0] = 3; t[1].ptr = h;
@@ -87,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(idx, data, size);
         n = size;
     }
-    put("index.json", idx, n);
+    at_write_file(dir, "index.json", idx, n);
     free(idx);
     if (accel_ckpt_file_open_offload(NULL, dir, &f) == ACCEL_OK) {
         int i, cnt = accel_ckpt_file_count(f);

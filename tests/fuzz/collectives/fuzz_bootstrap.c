@@ -15,28 +15,14 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "../fuzz_admit.h"
 
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
-typedef struct { const uint8_t *p; size_t n; } rd;
-static unsigned take(rd *r) { unsigned v = 0; if (r->n) { v = r->p[0]; r->p++; r->n--; } return v; }
 static int sv[2] = {-1, -1};
 static char path[128];
 static const unsigned char secret_id[16] = {0x5e, 0xc7, 0xe7, 0x1d, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0xaa, 0xbb};
 
 static void cleanup(void) { unlink(path); }
-static void make_admit(accel__admit *a, const char *label, int keyed) {
-    memset(a, 0, sizeof *a);
-    a->label = label;
-    strcpy(a->secret, "fuzz-secret");
-    a->secret_len = strlen(a->secret);
-    strcpy(a->run_id, "fuzz-run");
-    a->run_len = strlen(a->run_id);
-#ifdef ACCEL_WITH_OPENSSL
-    a->keyed = keyed;
-#else
-    (void)keyed;
-#endif
-}
 /* XORs bytes of buf[0..n) where the input says; 1 when a byte in [from, n) ended up different (skip: a range of
    bytes the proof does not cover, [skip0, skip1)) */
 static int mutate(rd *in, unsigned char *buf, size_t n, size_t from, size_t skip0, size_t skip1) {
@@ -76,7 +62,7 @@ static void tcp_server(rd *in, int keyed, int legit) {
     size_t n, off = 0;
     int verdict = ACCEL__ADMIT_MORE, changed = 0, i;
     char why[400];
-    make_admit(&a, "nccl-tcp", keyed);
+    fuzz_admit(&a, "nccl-tcp", keyed);
     memset(&c, 0, sizeof c);
     for (i = 0; i < ACCEL__ADMIT_NONCE; ++i) c.nonce[i] = (unsigned char)(i + 100);
     c.fd = dup(sv[0]); /* the callback closes it */
@@ -119,7 +105,7 @@ static void tcp_client(rd *in, int keyed, int legit) {
     size_t blen = 0, n, i;
     int ok, changed = 0;
     char why[400];
-    make_admit(&a, "nccl-tcp", keyed);
+    fuzz_admit(&a, "nccl-tcp", keyed);
     for (i = 0; i < ACCEL__ADMIT_NONCE; ++i) { srv[i] = (unsigned char)take(in); cli[i] = (unsigned char)(i * 3); }
     if (legit) {
         size_t pre = accel__admit_put_welcome(&a, 4, 3, srv, cli, secret_id, sizeof secret_id, msg);
@@ -143,7 +129,7 @@ static void file_reader(rd *in, int keyed, int legit) {
     size_t n = 0, blen = 0;
     int changed = 0, fd, ok;
     char why[400];
-    make_admit(&a, "nccl-file", keyed);
+    fuzz_admit(&a, "nccl-file", keyed);
     if (legit) {
         if (accel__admit_seal(NULL, &a, secret_id, sizeof secret_id, &sealed, &n) != ACCEL_OK || n > sizeof buf) return;
         memcpy(buf, sealed, n);

@@ -10,25 +10,9 @@
 #include "accel.h"
 #include <stdint.h>
 #include <string.h>
+#include "../fuzz_admit.h"
 
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
-
-typedef struct { const uint8_t *p; size_t n; } rd;
-static unsigned take(rd *r) { unsigned v = 0; if (r->n) { v = r->p[0]; r->p++; r->n--; } return v; }
-
-static void make_admit(accel__admit *a, int keyed) {
-    memset(a, 0, sizeof *a);
-    a->label = "store";
-    strcpy(a->secret, "fuzz-secret");
-    a->secret_len = strlen(a->secret);
-    strcpy(a->run_id, "fuzz-run");
-    a->run_len = strlen(a->run_id);
-#ifdef ACCEL_WITH_OPENSSL
-    a->keyed = keyed;
-#else
-    (void)keyed;
-#endif
-}
 
 /* applies "XOR at offset" pairs from the input to buf[0..n); changed[i] = 1 where the byte ends up different */
 static void mutate(rd *in, unsigned char *buf, size_t n, unsigned char *changed) {
@@ -54,7 +38,7 @@ static void server_side(rd *in, int keyed, int legit) {
     uint32_t world = 4, rank = 1;
     size_t n, off = 0;
     char why[400];
-    make_admit(&a, keyed);
+    fuzz_admit(&a, "store", keyed);
     memset(&c, 0, sizeof c);
     c.fd = 77;
     for (i = 0; i < ACCEL__ADMIT_NONCE; ++i) c.nonce[i] = (unsigned char)(i * 7 + 1);
@@ -114,7 +98,7 @@ static void client_side(rd *in, int keyed, int legit) {
     char why[400];
     accel__st_frame f;
     int auth_changed = 0, ok;
-    make_admit(&a, keyed);
+    fuzz_admit(&a, "store", keyed);
     /* a CHALLENGE from whoever holds the port */
     if (in->n >= ACCEL__ST_HDR && accel__store_parse_header(in->p, in->n, &f, why, sizeof why) == 0 &&
         f.kind == ACCEL__ST_CHALLENGE && in->n >= ACCEL__ST_HDR + f.len)

@@ -10,13 +10,12 @@
 #include "accel.h"
 #include <stdint.h>
 #include <string.h>
+#include "../fuzz_admit.h"
 
 #define NREAL 2
 #define MAXSTRAY 4
 
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
-typedef struct { const uint8_t *p; size_t n; } rd;
-static unsigned take(rd *r) { unsigned v = 0; if (r->n) { v = r->p[0]; r->p++; r->n--; } return v; }
 
 typedef struct {
     accel__admit_conn c;
@@ -39,15 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     accel_set_default_logger(quiet, NULL);
     in.p = data;
     in.n = size;
-    memset(&a, 0, sizeof a);
-    a.label = "store";
-    strcpy(a.secret, "the-job-secret");
-    a.secret_len = strlen(a.secret);
-    strcpy(a.run_id, "run-7");
-    a.run_len = strlen(a.run_id);
-#ifdef ACCEL_WITH_OPENSSL
-    a.keyed = 1;
-#endif
+    fuzz_admit(&a, "store", 1);
     memset(&st, 0, sizeof st);
     st.size = 3;
     st.fd = fds;

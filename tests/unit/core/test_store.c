@@ -248,39 +248,6 @@ static int sc_other_run(int rank, int P, char *msg, size_t cap) {
     return r != ACCEL_OK && strstr(msg, "another run") ? 0 : 1;
 }
 
-/* a stranger connects to the store's port and sends garbage: dropped, the job goes on */
-static int sc_stranger(int rank, int P, char *msg, size_t cap) {
-    accel acc;
-    int bad = 0;
-    if (rank == P - 1) { /* send junk first, then join normally */
-        struct sockaddr_in a;
-        int fd = socket(AF_INET, SOCK_STREAM, 0), port = atoi(getenv("MASTER_PORT")) + 1, tries = 0;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_port = htons((unsigned short)port);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        while (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && tries++ < 200) {
-            close(fd);
-            fd = socket(AF_INET, SOCK_STREAM, 0);
-            usleep(20000);
-        }
-        if (write(fd, "GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 46) < 0) bad |= 1;
-        close(fd);
-    }
-    if (init(&acc, 20000) != ACCEL_OK) { snprintf(msg, cap, "init: %s", accel_last_error(&acc)); return 1; }
-    if (accel_wait_for_everyone(&acc) != ACCEL_OK) bad |= 2;
-    snprintf(msg, cap, "bad=%d %s", bad, bad ? accel_last_error(&acc) : "");
-    accel_shutdown(&acc);
-    return bad ? 1 : 0;
-}
-
-/* rank 2 is an impostor speaking the protocol (no secret is set in this job, so it is admitted like any rank): a
-   correct handshake, then garbage in the first collective. The store names rank 2 and every other rank fails with
-   that message. */
-static void put32(unsigned char *p, uint32_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24); }
-static uint32_t get32(const unsigned char *p) {
-    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 /* reads exactly n bytes (2 s at most); 0 ok */
 static int read_n(int fd, unsigned char *b, size_t n) {
     double t0 = accel_now();
@@ -308,6 +275,30 @@ static int connect_store(int port) {
     return fd;
 }
 static int store_port(void) { return atoi(getenv("MASTER_PORT")) + 1; }
+
+/* a stranger connects to the store's port and sends garbage: dropped, the job goes on */
+static int sc_stranger(int rank, int P, char *msg, size_t cap) {
+    accel acc;
+    int bad = 0;
+    if (rank == P - 1) { /* send junk first, then join normally */
+        int fd = connect_store(store_port());
+        if (write(fd, "GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 46) < 0) bad |= 1;
+        close(fd);
+    }
+    if (init(&acc, 20000) != ACCEL_OK) { snprintf(msg, cap, "init: %s", accel_last_error(&acc)); return 1; }
+    if (accel_wait_for_everyone(&acc) != ACCEL_OK) bad |= 2;
+    snprintf(msg, cap, "bad=%d %s", bad, bad ? accel_last_error(&acc) : "");
+    accel_shutdown(&acc);
+    return bad ? 1 : 0;
+}
+
+/* rank 2 is an impostor speaking the protocol (no secret is set in this job, so it is admitted like any rank): a
+   correct handshake, then garbage in the first collective. The store names rank 2 and every other rank fails with
+   that message. */
+static void put32(unsigned char *p, uint32_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24); }
+static uint32_t get32(const unsigned char *p) {
+    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 static int sc_garbage(int rank, int P, char *msg, size_t cap) {
     accel acc;
     accel_result r;
