@@ -3167,12 +3167,11 @@ static int accel__store_admit(void *ctx, int fd, const accel__admit_hello *h, co
     accel__store *st = su->st;
     int r, joined = 0;
     if (h->world != (uint32_t)st->size) {
-        accel__fmt(why, cap, "not admitted: this rank has WORLD_SIZE=%u, the job has %d", (unsigned)h->world, st->size);
+        accel__fmt(why, cap, "not admitted: WORLD_SIZE=%u is not the job's", (unsigned)h->world);
         return 1;
     }
     if (h->rank == 0 || h->rank >= (uint32_t)st->size) {
-        accel__fmt(why, cap, "not admitted: RANK=%u is not a rank this store serves (1..%d)", (unsigned)h->rank,
-                   st->size - 1);
+        accel__fmt(why, cap, "not admitted: RANK=%u is not a rank of this job", (unsigned)h->rank);
         return 1;
     }
     if (st->fd[h->rank] >= 0) {

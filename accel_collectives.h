@@ -3631,8 +3631,8 @@ static int accel__coll_tcp_admit(void *ctx, int fd, const accel__admit_hello *h,
     unsigned char pre[4 + ACCEL__ADMIT_MAC];
     size_t pn;
     if (h->world != (uint32_t)s->size || h->rank == 0 || h->rank >= (uint32_t)s->size) {
-        accel__fmt(why, cap, "not admitted: rank %u of %u is not a peer of this bootstrap (1..%d of %d)",
-                   (unsigned)h->rank, (unsigned)h->world, s->size - 1, s->size);
+        accel__fmt(why, cap, "not admitted: rank %u of %u is not a peer of this bootstrap", (unsigned)h->rank,
+                   (unsigned)h->world);
         return 1;
     }
     if (s->done[h->rank]) {

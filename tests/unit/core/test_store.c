@@ -382,6 +382,15 @@ static int st_nothing(int k, int P, char *msg, size_t cap) { /* neither the secr
     setenv("TORCHELASTIC_RUN_ID", "a-guess", 1);
     return stray_init("not admitted", msg, cap);
 }
+/* a process claiming WORLD_SIZE=99 (the job has no secret: the run id is all it needs to know): refused, the job
+   goes on (it used to fail rank 0 at once and the others after the deadline) */
+static int st_world99(int k, int P, char *msg, size_t cap) {
+    (void)k; (void)P;
+    setenv("WORLD_SIZE", "99", 1);
+    setenv("LOCAL_WORLD_SIZE", "99", 1);
+    setenv("ROLE_WORLD_SIZE", "99", 1);
+    return stray_init("not admitted: WORLD_SIZE=99 is not the job's", msg, cap);
+}
 /* A recorded handshake replayed: the stray plays rank 0 to a real rank-1 process of the job (its secret, on another
    port), records the HELLO it answers with, then replays those bytes to the real store. Refused: the store's
    challenge differs from the one the recording answered. */
@@ -601,6 +610,7 @@ int main(void) {
         {"stray-no-secret", sc_secret_sum, 3, secret, st_no_secret, 0},
         {"stray-nothing", sc_secret_sum, 3, secret, st_nothing, 0},
         {"stray-replay", sc_late_ranks, 3, secret, st_replay, 0},
+        {"stray-world-99", sc_secret_sum, 3, NULL, st_world99, 0},
         {"twin-rank", sc_twin_job, 3, secret, st_twin, 0},
         {"idle-baseline", sc_idle_base, 3, secret, NULL, 0},
         {"idle-strays", sc_idle_strays, 3, secret, st_idle, 0},
