@@ -2679,10 +2679,11 @@ static int accel__store_send(int fd, int kind, int op, uint32_t rank, uint32_t s
 static const char *accel__store_rc_text(int rc) {
     return rc == -2 ? "the deadline passed" : errno ? strerror(errno) : "the connection was closed (the process exited?)";
 }
-/* Reads one frame: header checked, payload (len bytes) into *payload from acc's allocator. what (where): who reads,
-   for messages ("host store", "127.0.0.1:29500"). */
-static accel_result accel__store_recv(accel *acc, const char *what, const char *where, int fd, int from,
-                                      accel__st_frame *f, unsigned char **payload, double deadline) {
+/* Reads one frame: header checked, payload (len bytes, at most max) into *payload from acc's allocator. what
+   (where): who reads, for messages ("host store", "127.0.0.1:29500"). */
+static accel_result accel__store_recv_max(accel *acc, const char *what, const char *where, int fd, int from,
+                                          accel__st_frame *f, unsigned char **payload, double deadline,
+                                          uint64_t max) {
     unsigned char h[ACCEL__ST_HDR];
     char why[160];
     int rc = accel__sock_io(fd, h, sizeof h, 0, deadline);
@@ -2693,6 +2694,9 @@ static accel_result accel__store_recv(accel *acc, const char *what, const char *
     }
     if (accel__store_parse_header(h, sizeof h, f, why, sizeof why) != 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s (%s): rank %d sent %s", what, where, from, why);
+    if (f->len > max) /* before admission: whoever holds the port must not make us allocate a GiB */
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s (%s): rank %d sent a frame of %llu bytes, at most %llu expected",
+                           what, where, from, (unsigned long long)f->len, (unsigned long long)max);
     *payload = (unsigned char *)accel_host_alloc(acc, (size_t)f->len + 1);
     if (!*payload) return ACCEL_ERR_OUT_OF_MEMORY;
     if (f->len && (rc = accel__sock_io(fd, *payload, (size_t)f->len, 0, deadline)) != 0) {
@@ -2703,6 +2707,10 @@ static accel_result accel__store_recv(accel *acc, const char *what, const char *
     }
     (*payload)[f->len] = 0;
     return ACCEL_OK;
+}
+static accel_result accel__store_recv(accel *acc, const char *what, const char *where, int fd, int from,
+                                      accel__st_frame *f, unsigned char **payload, double deadline) {
+    return accel__store_recv_max(acc, what, where, fd, from, f, payload, deadline, ACCEL__ST_MAX_PAYLOAD);
 }
 /* The hub tells every other rank why the collective failed (best effort: a dead peer does not delay the rest). */
 static void accel__store_broadcast_error(accel__store *st, const char *msg) {
@@ -3095,12 +3103,13 @@ ACCEL__PRIVATE accel_result accel__admit_serve(accel *acc, const accel__admit *a
 
 /* A peer's side: connects to ss (retrying until the deadline), answers rank 0's CHALLENGE and waits until
    reply_deadline for its answer. ACCEL_OK: *fd is admitted and *payload (acc's allocator) holds the WELCOME, whose
-   body (after rank 0's proof, checked) is *body, *blen. A connection that rank 0 closes without a word (it evicted
+   body (after rank 0's proof, checked; at most max_body bytes) is *body, *blen. A connection that rank 0 closes without a word (it evicted
    us during a flood, or restarted) is tried again; a refusal ("not admitted: ...") is final. */
 ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a, const struct sockaddr_storage *ss,
                                               socklen_t sl, const char *what, const char *where, uint32_t world,
-                                              uint32_t rank, double deadline, double reply_deadline, int *fd,
-                                              unsigned char **payload, const unsigned char **body, size_t *blen) {
+                                              uint32_t rank, double deadline, double reply_deadline, size_t max_body,
+                                              int *fd, unsigned char **payload, const unsigned char **body,
+                                              size_t *blen) {
     *fd = -1;
     *payload = NULL;
     for (;;) {
@@ -3115,7 +3124,7 @@ ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a,
             return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "%s (%s): rank %u could not connect to rank 0 before the "
                                "deadline (rank 0 not started, or the address/port is wrong)", what, where,
                                (unsigned)rank);
-        r = accel__store_recv(acc, what, where, s, 0, &f, &p, deadline);
+        r = accel__store_recv_max(acc, what, where, s, 0, &f, &p, deadline, 4 + ACCEL__ADMIT_NONCE);
         if (r == ACCEL_OK && f.kind == ACCEL__ST_CHALLENGE) {
             if (accel__admit_parse_challenge(p, f.len, srv, why, sizeof why) != 0)
                 r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s (%s): rank 0 sent %s", what, where, why);
@@ -3126,7 +3135,8 @@ ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a,
             if (r == ACCEL_OK) {
                 n = accel__admit_put_hello(a, world, rank, srv, cli, hello);
                 rc = accel__sock_io(s, hello, n, 1, deadline);
-                r = rc == 0 ? accel__store_recv(acc, what, where, s, 0, &f, &p, reply_deadline)
+                r = rc == 0 ? accel__store_recv_max(acc, what, where, s, 0, &f, &p, reply_deadline,
+                                                    4 + ACCEL__ADMIT_MAC + (uint64_t)max_body + 1024)
                             : ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "%s (%s): cannot greet "
                                           "rank 0: %s", what, where, accel__store_rc_text(rc));
             }
@@ -3222,7 +3232,7 @@ static accel_result accel__store_open(accel *acc, const char *addr, int port, do
         const unsigned char *body;
         size_t blen;
         res = accel__admit_join(acc, &adm, &ss, sl, "host store", st->where, (uint32_t)P, (uint32_t)me, deadline,
-                                deadline + ACCEL__ST_GRACE, &st->fd[0], &p, &body, &blen);
+                                deadline + ACCEL__ST_GRACE, 0, &st->fd[0], &p, &body, &blen);
         accel_host_free(acc, p);
     } else {
         accel__store_setup su;

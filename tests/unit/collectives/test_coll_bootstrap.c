@@ -185,6 +185,52 @@ static int file_other_secret_fn(int rank, void *a) {
     setenv("ACCEL_STORE_SECRET", "another-secret", 1);
     return file_fn(rank, a);
 }
+/* A process squatting rank 0's port (kind 0: it sends a challenge, then a WELCOME with a made-up id and no valid
+   proof; kind 1: a header announcing a 1 GiB frame). The real rank 1 must refuse both at once, keep its buffer,
+   and say why. Returns 0 when so. */
+static int squatter_case(int kind) {
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), cfd, port, st;
+    unsigned char buf[IDBYTES], fake[24 + 4 + 32 + IDBYTES], ch[60];
+    pid_t pid;
+    double t0;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 4) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&a, &al) != 0)
+        return 1;
+    port = ntohs(a.sin_port);
+    pid = fork();
+    if (pid == 0) { /* the squatter */
+        cfd = accept(lfd, NULL, NULL);
+        memset(ch, 0, sizeof ch);
+        ch[0] = 0x41; ch[1] = 0x43; ch[2] = 0x53; ch[3] = 0x31; ch[4] = 6; ch[16] = 36; ch[24] = 2; /* CHALLENGE */
+        if (kind == 0 && write(cfd, ch, sizeof ch) != (ssize_t)sizeof ch) _exit(1);
+        memset(fake, 0x77, sizeof fake);
+        memcpy(fake, ch, 24);
+        fake[4] = 2; /* WELCOME */
+        memset(fake + 8, 0, 16);
+        if (kind == 0) { fake[16] = (unsigned char)(4 + 32 + IDBYTES); fake[24] = 1; fake[25] = fake[26] = fake[27] = 0; }
+        else { fake[16] = 0; fake[19] = 0x40; } /* a WELCOME of 2^30 bytes, before any challenge */
+        if (write(cfd, fake, kind == 0 ? sizeof fake : 24) < 0) _exit(1);
+        sleep(3);
+        _exit(0);
+    }
+    close(lfd);
+    setenv("ACCEL_STORE_SECRET", job_secret, 1);
+    memset(buf, 0, sizeof buf);
+    t0 = accel_now();
+    st = (int)accel_coll_tcp_broadcast(NULL, "127.0.0.1", port, 1, 2, buf, IDBYTES, 3000);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (accel_now() - t0 > 1.5) return 2;
+    if (buf[0] == 0x77) return 3; /* took the squatter's bytes */
+    if (kind == 0) return st == ACCEL_ERR_ENVIRONMENT && strstr(accel_last_error(NULL), "could not prove") ? 0 : 4;
+    return st == ACCEL_ERR_FORMAT ? 0 : 5;
+}
+
 /* runs the job's ranks and the strays together: codes[0..NPROC) the ranks', codes[NPROC] the stray's */
 typedef struct { child_fn job, stray; targ *t; int stray_arg; } mix;
 static int mix_fn(int i, void *a) {
@@ -229,6 +275,9 @@ static void strangers(const char *path) {
             AT_EQ_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 99, 0);
         }
     }
+    at_context = "squatter on rank 0's port";
+    AT_EQ_INT(squatter_case(0), 0);
+    AT_EQ_INT(squatter_case(1), 0);
     /* file: garbage and a file sealed with another secret are there before rank 0 writes; the readers ignore them and
        read rank 0's, which only its user may read */
     for (k = 0; k < 2; ++k) {
