@@ -3961,6 +3961,8 @@ static int accel__ckpt_class_in(const char *cls, const char *const *list, int n)
 }
 /* compute_module_sizes: named_parameters (storages deduplicated, depth-first) then named_buffers; each tensor's size is
    added to every prefix of its name, "" included. */
+/* The largest model the sizing accepts, in bits (2^57 bytes = 128 PiB): its sums and margins then fit in int64. */
+#define ACCEL__CKPT_MAX_MODEL_BITS ((int64_t)1 << 60)
 static accel_result accel__ckpt_sizes(accel_ckpt_model *m, const accel_ckpt_map_desc *d, accel__ckpt_sz *s) {
     accel *acc = m->acc;
     int nm = (int)stbds_arrlen(m->mods), nt = (int)stbds_arrlen(m->tens), pass, i, k;
@@ -3997,13 +3999,15 @@ static accel_result accel__ckpt_sizes(accel_ckpt_model *m, const accel_ckpt_map_
                 if (d && k < d->n_special_dtypes) per = accel__ckpt_dtype_bits(d->special_dtypes[k].dtype);
                 else if (!d || d->dtype == ACCEL_DTYPE_INVALID || accel__ckpt_dtype_is_int(t->dtype)) per = bits;
                 else per = accel__ckpt_dtype_bits(d->dtype) < bits ? accel__ckpt_dtype_bits(d->dtype) : bits;
-                if (numel < 0 || (per && numel > INT64_MAX / per)) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "module sizes: \"%.200s\" is too large", t->name); break; }
+                /* sizes are bits in int64: a model is kept under 2^60 bits (128 PiB) so that the placement's sums
+                   and 1.25x margins of them stay in range (a description could claim exabytes) */
+                if (numel < 0 || (per && numel > ACCEL__CKPT_MAX_MODEL_BITS / per)) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "module sizes: \"%.200s\" is too large (more than 2^57 bytes)", t->name); break; }
                 bits = numel * per;
                 s->ten_bits[ti] = bits;
                 for (c = m->tens[ti].module; c >= 0; c = m->mods[c].parent) chain[nc++] = c;
                 while (nc > 0) {
                     c = chain[--nc];
-                    if (s->mod_bits[c] > INT64_MAX - bits) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "module sizes: the total overflows"); break; }
+                    if (s->mod_bits[c] > ACCEL__CKPT_MAX_MODEL_BITS - bits) { r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "module sizes: the total is more than 2^57 bytes"); break; }
                     s->mod_bits[c] += bits;
                     if (!mseen[c]) {
                         mseen[c] = 1;
