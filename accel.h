@@ -4,6 +4,22 @@
    distributed setup, sharded sampling, loss scaling, gradient accumulation, collectives and checkpoints, with
    Accelerate's semantics. It is tensor-agnostic: it describes memory; your kernels do the math.
 
+   CONTENTS
+     USAGE                        the implementation TU; a run from init to shutdown
+     THE TRAINING STEP            Accelerate's five changes, in C
+     COLLECTIVE CALLS             what every process must call, module by module
+     COMPILE-TIME OPTIONS
+     ENVIRONMENT                  launcher detection; Accelerate's variables
+     THE HOST PROCESS GROUP       MPI or a TCP store, with deadlines and agreement checks
+     SECURITY                     who may join a job (the store's admission, ACCEL_STORE_SECRET)
+     DIFFERENCES FROM ACCELERATE
+     THREADS AND STREAMS
+     ERRORS AND LOGGING
+     MEMORY                       the allocator hooks
+   The modules, one concern each: accel_collectives.h (the communicator), accel_ddp.h (DDP's reducer, join),
+   accel_zero.h (ZeRO), accel_data.h, accel_amp.h, accel_optim.h, accel_safetensors.h (the file format),
+   accel_ckpt.h (save_state/load_state), accel_bigmodel.h (device maps, dispatch), accel_trackers.h, accel_profile.h.
+
    USAGE
      In exactly one translation unit (a .cu file when you want GPU kernels):
          #define ACCEL_IMPLEMENTATION
@@ -28,7 +44,7 @@
    in full, with the same math as examples/train_digits_raw.c which has none of them)
      1. accel_init(&acc, &desc)                         ~ accelerator = Accelerator(...)
      2. shard the data (accel_data.h)                   ~ accelerator.prepare(dataloader)
-     3. register gradients with the reducer (accel_collectives.h), create the loss scaler (accel_amp.h) and register
+     3. register gradients with the reducer (accel_ddp.h), create the loss scaler (accel_amp.h) and register
         everything that must survive a restart with the checkpointer (accel_ckpt.h)
                                                         ~ accelerator.prepare(model, optimizer, scheduler)
      4. multiply the loss by scale / accumulation steps ~ accelerator.backward(loss)
@@ -41,8 +57,8 @@
          accel_data_shard sh;  accel_data_shard_desc dd = {0};   dd.dataset_len = N; dd.batch_size = B; dd.shuffle = 1;
          accel_data_shard_init(&acc, &sh, &dd);                   // collective: ranks must agree on the config
          accel_coll *coll;     accel_coll_create(&acc, NULL, &coll);
-         accel_coll_reducer *red;  accel_coll_reducer_create(coll, NULL, &red);
-         accel_coll_reducer_add(red, grads, ngrads);              // accel_tensor[]
+         accel_ddp *red;       accel_ddp_create(coll, NULL, &red);
+         accel_ddp_add(red, grads, ngrads);                       // accel_tensor[]
          accel_amp_scaler sc;  accel_amp_scaler_init(&acc, &sc, NULL);   // scales only in fp16
          accel_ckpt *ck;       accel_ckpt_create(&acc, &cd, &ck);        // cd.automatic_checkpoint_naming = 1
          accel_ckpt_register_model(ck, params, nparams);
@@ -55,7 +71,7 @@
              while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) {   // n == 0: epoch over, next epoch
                  accel_accumulate_begin(&acc);                    // acc.sync_gradients
                  forward_backward(idx, n, accel_amp_loss_scale(&sc) / accel_loss_divisor(&acc));
-                 if (accel_should_reduce(&acc)) accel_coll_reducer_wait(red);   // or grad_ready per bucket
+                 if (accel_should_reduce(&acc)) accel_ddp_wait(red);   // or grad_ready per bucket
                  if (acc.sync_gradients) {
                      int found_inf = 0;
                      accel_amp_unscale_and_check(&sc, grads, ngrads, &found_inf);
@@ -76,12 +92,15 @@
      core          accel_init, accel_wait_for_everyone, accel_host_* , accel_check_trigger,
                    accel_main_process_first_begin/_end, accel_local_main_process_first_begin/_end,
                    accel_synchronize_rng_state, accel_gather_object, accel_broadcast_object_list
-     collectives   accel_coll_create, every accel_coll_* data operation, accel_coll_reducer_finalize (or the
-                   first grad_ready/wait), accel_coll_reducer_wait on a step that reduces
+     collectives   accel_coll_create, every accel_coll_* data operation, accel_coll_mesh_create/_destroy
+     ddp           accel_ddp_finalize (or the first grad_ready/wait), accel_ddp_wait on a step that reduces,
+                   accel_ddp_join_begin/_end
+     zero          accel_zero_create, accel_zero_wait on a step that reduces, accel_zero_gather, accel_zero_export
      data          accel_data_shard_init, accel_data_seq_init (their configuration agreement check)
      amp           accel_amp_unscale_and_check (found_inf is OR-ed), accel_amp_clip_grad_norm/_grad_norm with
                    ACCEL_AMP_CLIP_SHARDED
-     ckpt          accel_ckpt_save_state, accel_ckpt_load_state, accel_ckpt_save_model
+     safetensors   accel_st_save_model
+     ckpt          accel_ckpt_save_state, accel_ckpt_load_state
      trackers      accel_track_init_trackers
      profile       accel_prof_merge_trace
    Everything else is local.
@@ -169,6 +188,8 @@
        cpu=True and otherwise silently runs P independent single-process jobs.
      - Conflicting launcher environments are an error instead of "first wins".
      - adjust_scheduler is honoured (policy 3); Accelerate drops the setting.
+     - find_executable_batch_size retries on ACCEL_ERR_OUT_OF_MEMORY returned by the step (accel_attempt_*_alloc
+       report it), not on a matched exception message; the default reduction is Accelerate 1.x's int(0.9 * size).
 
    THREADS AND STREAMS
      An accel is used by one thread at a time. Device work is enqueued on acc.stream (user-settable; NULL = the
@@ -350,6 +371,9 @@ typedef enum accel_dtype {
 ACCEL_API size_t accel_dtype_size(accel_dtype t);            /* bytes per element; 0 for invalid */
 ACCEL_API const char *accel_dtype_name(accel_dtype t);       /* "F32"; NULL for invalid */
 ACCEL_API accel_dtype accel_dtype_from_name(const char *name); /* exact, case-sensitive; INVALID if unknown */
+/* PyTorch's names ("torch.float16", "float16", "half", "bfloat16", "long", "bool", ...) or safetensors' ("F16");
+   INVALID if unknown. */
+ACCEL_API accel_dtype accel_dtype_from_torch(const char *name);
 ACCEL_API int accel_dtype_is_float(accel_dtype t);
 
 #define ACCEL_MAX_DIMS 8
@@ -746,6 +770,36 @@ ACCEL_API accel_result accel_state_load(accel *acc, const void *buf, size_t size
 ACCEL_API accel_result accel_state_load_resharded(accel *acc, const void *const *states, const size_t *sizes,
                                                   int count);
 
+/* ------------------------------------------------------------------------------------------------------ sizes */
+/* docs/semantics.md policy 6: a plain unsigned integer (bytes), or a decimal number, optional spaces and a unit
+   KB/MB/GB/TB (10^3..10^12) or KiB/MiB/GiB/TiB (2^10..2^40), case-insensitive, truncated toward zero.
+   acc may be NULL (the message then goes to accel_last_error(NULL)). */
+ACCEL_API accel_result accel_parse_size(accel *acc, const char *s, uint64_t *out);
+
+/* ---------------------------------------------------------------------------------- find_executable_batch_size */
+/* step(user, batch_size, attempt) runs with starting_batch_size, and again with a smaller one while it returns
+   ACCEL_ERR_OUT_OF_MEMORY; memory it took through the attempt's allocators is freed when it returns.
+   ACCEL_ERR_OUT_OF_MEMORY with "No executable batch size found, reached zero." when the size reaches 0; any other
+   error ends the search. *batch_size (may be NULL) receives the size that succeeded. Local. */
+typedef struct accel_attempt accel_attempt;
+typedef accel_result (*accel_batch_step_fn)(void *user, int64_t batch_size, accel_attempt *attempt);
+typedef struct accel_batch_size_desc {
+    int64_t starting_batch_size;                       /* 0 → 128 */
+    int64_t (*reduce)(int64_t batch_size, void *user); /* NULL → int(batch_size * 0.9), Accelerate's default */
+    void *reduce_user;
+} accel_batch_size_desc;
+ACCEL_API accel_result accel_find_executable_batch_size(accel *acc, const accel_batch_size_desc *desc,
+                                                        accel_batch_step_fn step, void *user, int64_t *batch_size);
+/* The attempt's allocations (acc's allocators), freed when step returns. NULL: ACCEL_ERR_OUT_OF_MEMORY. */
+ACCEL_API void *accel_attempt_host_alloc(accel_attempt *a, size_t size);
+ACCEL_API void *accel_attempt_device_alloc(accel_attempt *a, size_t size);
+ACCEL_API void *accel_attempt_pinned_alloc(accel_attempt *a, size_t size);
+
+/* ------------------------------------------------------------------------------------------------- free ports */
+/* A TCP port of the loopback interface that was free a moment ago (the kernel's choice), for a launcher's
+   MASTER_PORT or a test's store; 0 when none could be had. Another process may take it before it is used. */
+ACCEL_API int accel_free_port(void);
+
 #ifdef __cplusplus
 }
 #endif
@@ -766,7 +820,9 @@ ACCEL_API accel_result accel_state_load_resharded(accel *acc, const void *const 
      7. accel_init / accel_shutdown
      8. process helpers, triggers
      9. gradient accumulation, scheduler bookkeeping, the dataloader stack
-    10. RNG and the saved training state */
+    10. RNG and the saved training state
+    11. sizes (policy 6), PyTorch dtype names, find_executable_batch_size
+    12. free ports */
 
 /* ------------------------------------------------------------------------------------ 1. platform, macros */
 #include <stdarg.h>
@@ -4392,6 +4448,179 @@ ACCEL__DEF accel_result accel_state_load_resharded(accel *acc, const void *const
                   acc->process_index);
     accel__state_apply(acc, &base, rng);
     return ACCEL_OK;
+}
+
+
+/* ------------------------------------------------- 11. sizes (policy 6), PyTorch dtype names, find_executable_batch_size */
+/* Locale-independent on purpose (isspace/tolower follow setlocale). */
+static int accel__ascii_isspace(int c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static int accel__ascii_lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+
+ACCEL__DEF accel_result accel_parse_size(accel *acc, const char *s, uint64_t *out) {
+    static const char *units[] = {"kb", "mb", "gb", "tb", "kib", "mib", "gib", "tib"};
+    static const uint64_t mult[] = {1000ull, 1000000ull, 1000000000ull, 1000000000000ull,
+                                    1ull << 10, 1ull << 20, 1ull << 30, 1ull << 40};
+    const char *b, *e, *p, *ip, *fp = NULL, *ue;
+    size_t ni = 0, nf = 0, nu, k;
+    uint64_t unit = 0, ival = 0, fval = 0;
+    int u;
+    if (!s || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "parse_size: NULL argument");
+    b = s;
+    e = s + strlen(s);
+    while (b < e && accel__ascii_isspace((unsigned char)*b)) ++b;
+    while (e > b && accel__ascii_isspace((unsigned char)e[-1])) --e;
+    p = b;
+    ip = p;
+    while (p < e && *p >= '0' && *p <= '9') ++p, ++ni;
+    if (p < e && *p == '.') {
+        fp = ++p;
+        while (p < e && *p >= '0' && *p <= '9') ++p, ++nf;
+    }
+    if (ni == 0 && nf == 0) goto bad;
+    for (k = 0; k < ni; ++k) {
+        unsigned d = (unsigned)(ip[k] - '0');
+        if (ival > (UINT64_MAX - d) / 10) goto big;
+        ival = ival * 10 + d;
+    }
+    if (p == e) {
+        if (fp) goto bad; /* a decimal needs a unit */
+        *out = ival;
+        return ACCEL_OK;
+    }
+    while (p < e && *p == ' ') ++p;
+    nu = (size_t)(e - p);
+    ue = p;
+    for (u = 0; u < 8; ++u) {
+        if (strlen(units[u]) != nu) continue;
+        for (k = 0; k < nu; ++k)
+            if (accel__ascii_lower((unsigned char)ue[k]) != units[u][k]) break;
+        if (k == nu) { unit = mult[u]; break; }
+    }
+    if (!unit) goto bad;
+    if (ival != 0 && ival > UINT64_MAX / unit) goto big;
+    /* exact floor(unit * 0.f1f2...fk): multiply the decimal digit string by unit, drop the last k digits */
+    if (nf > 0) {
+        unsigned char *dig;
+        size_t len, i;
+        uint64_t carry = 0;
+        if (nf > 4096) goto bad;
+        len = nf + 24;
+        dig = (unsigned char *)accel_host_alloc(acc, len);
+        if (!dig) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "parse_size");
+        memset(dig, 0, len);
+        for (i = 0; i < nf; ++i) dig[i] = (unsigned char)(fp[nf - 1 - i] - '0'); /* little-endian base 10 */
+        for (i = 0; i < len; ++i) {
+            uint64_t v = (uint64_t)dig[i] * unit + carry;
+            dig[i] = (unsigned char)(v % 10);
+            carry = v / 10;
+        }
+        for (i = len; i > nf; --i) fval = fval * 10 + dig[i - 1];
+        accel_host_free(acc, dig);
+    }
+    if (ival * unit > UINT64_MAX - fval) goto big;
+    *out = ival * unit + fval;
+    return ACCEL_OK;
+bad:
+    return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                       "invalid size \"%.200s\": expected an unsigned integer (bytes) or a number with a unit "
+                       "KB/MB/GB/TB or KiB/MiB/GiB/TiB (e.g. \"10GB\", \"5MiB\", \"1.5GB\")",
+                       s);
+big:
+    return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "size \"%.200s\" does not fit in 64 bits", s);
+}
+
+ACCEL__DEF accel_dtype accel_dtype_from_torch(const char *s) {
+    static const struct { const char *name; accel_dtype d; } map[] = {
+        {"float32", ACCEL_F32}, {"float", ACCEL_F32}, {"float64", ACCEL_F64}, {"double", ACCEL_F64},
+        {"float16", ACCEL_F16}, {"half", ACCEL_F16}, {"bfloat16", ACCEL_BF16}, {"int64", ACCEL_I64},
+        {"long", ACCEL_I64}, {"int32", ACCEL_I32}, {"int", ACCEL_I32}, {"int16", ACCEL_I16}, {"short", ACCEL_I16},
+        {"int8", ACCEL_I8}, {"uint8", ACCEL_U8}, {"uint16", ACCEL_U16}, {"uint32", ACCEL_U32}, {"uint64", ACCEL_U64},
+        {"bool", ACCEL_BOOL}, {"float8_e4m3fn", ACCEL_F8_E4M3}, {"float8_e5m2", ACCEL_F8_E5M2}};
+    size_t i;
+    if (!s) return ACCEL_DTYPE_INVALID;
+    if (accel_dtype_from_name(s) != ACCEL_DTYPE_INVALID) return accel_dtype_from_name(s);
+    if (!strncmp(s, "torch.", 6)) s += 6;
+    for (i = 0; i < sizeof map / sizeof map[0]; ++i)
+        if (!strcmp(map[i].name, s)) return map[i].d;
+    return ACCEL_DTYPE_INVALID;
+}
+
+struct accel_attempt {
+    accel *acc;
+    void **mem; /* stb_ds: what the attempt allocated */
+    int *kind;  /* stb_ds: 1 host, 2 device, 3 pinned */
+};
+static void *accel__attempt_alloc(accel_attempt *a, size_t size, int kind) {
+    void *p;
+    if (!a) return NULL;
+    if (accel__arr_reserve((void **)&a->mem, sizeof(void *), 1) != 0 || accel__arr_reserve((void **)&a->kind, sizeof(int), 1) != 0) {
+        ACCEL__FAIL(a->acc, ACCEL_ERR_OUT_OF_MEMORY, "find_executable_batch_size: out of memory");
+        return NULL;
+    }
+    p = kind == 1 ? accel_host_alloc(a->acc, size) : kind == 2 ? accel_device_alloc(a->acc, size) : accel_pinned_alloc(a->acc, size);
+    if (!p) return NULL;
+    (void)ACCEL__ARR_PUT(a->mem, p); /* reserved above */
+    (void)ACCEL__ARR_PUT(a->kind, kind);
+    return p;
+}
+ACCEL__DEF void *accel_attempt_host_alloc(accel_attempt *a, size_t size) { return accel__attempt_alloc(a, size, 1); }
+ACCEL__DEF void *accel_attempt_device_alloc(accel_attempt *a, size_t size) { return accel__attempt_alloc(a, size, 2); }
+ACCEL__DEF void *accel_attempt_pinned_alloc(accel_attempt *a, size_t size) { return accel__attempt_alloc(a, size, 3); }
+static void accel__attempt_free(accel_attempt *a) {
+    int i;
+    for (i = (int)stbds_arrlen(a->mem) - 1; i >= 0; --i) {
+        if (a->kind[i] == 1) accel_host_free(a->acc, a->mem[i]);
+        else if (a->kind[i] == 2) accel_device_free(a->acc, a->mem[i]);
+        else accel_pinned_free(a->acc, a->mem[i]);
+    }
+    stbds_arrfree(a->mem);
+    stbds_arrfree(a->kind);
+    a->mem = NULL;
+    a->kind = NULL;
+}
+ACCEL__DEF accel_result accel_find_executable_batch_size(accel *acc, const accel_batch_size_desc *desc, accel_batch_step_fn step,
+                                                              void *user, int64_t *batch_size) {
+    int64_t bs = desc && desc->starting_batch_size ? desc->starting_batch_size : 128;
+    if (!step || bs < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "find_executable_batch_size: no step function or a negative batch size");
+    for (;;) {
+        accel_attempt a;
+        accel_result r;
+        int64_t next;
+        if (bs == 0) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "No executable batch size found, reached zero. The last attempt");
+        memset(&a, 0, sizeof a);
+        a.acc = acc;
+        r = step(user, bs, &a);
+        accel__attempt_free(&a);
+        if (r == ACCEL_OK) {
+            if (batch_size) *batch_size = bs;
+            return ACCEL_OK;
+        }
+        if (r != ACCEL_ERR_OUT_OF_MEMORY) return r;
+        next = desc && desc->reduce ? desc->reduce(bs, desc->reduce_user) : (int64_t)((double)bs * 0.9);
+        if (next < 0 || next >= bs)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "find_executable_batch_size: the reduce function turned %lld into %lld "
+                               "(it must give a smaller size, >= 0)", (long long)bs, (long long)next);
+        accel_log(acc, ACCEL_LOG_INFO, "find_executable_batch_size: batch size %lld ran out of memory, trying %lld", (long long)bs, (long long)next);
+        bs = next;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ 12. free ports */
+ACCEL__DEF int accel_free_port(void) {
+#if !defined(_WIN32)
+    struct sockaddr_in a;
+    socklen_t l = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+#else
+    return 0;
+#endif
 }
 
 #endif /* ACCEL_IMPLEMENTATION */

@@ -4,6 +4,19 @@
    fused cast + amax, and Transformer Engine's delayed-scaling recipe (mixed_precision="fp8"). CPU and CUDA, same
    per-element math.
 
+   CONTENTS
+       USAGE                     an fp16 training step
+       PRECISION POLICY          accel_amp_get_policy
+       CONVERSIONS               accel_amp_convert, _convert_to_fp32, _master_to_model, _model_to_master; stochastic
+                                 rounding (accel_amp_sr)
+       LOSS SCALER               accel_amp_scaler_init / _deinit, _loss_scale, _unscale_and_check, _update, state
+       CLIPPING                  accel_amp_clip_grad_norm, _grad_norm, _clip_grad_value
+       FP8                       accel_amp_fp8_init / _deinit, _quantize, _dequantize, _record_amax, _update, state;
+                                 the E4M3 / E5M2 codecs
+       OPTIONS / MACROS          ACCEL_AMP_CUDA_BLOCK, ACCEL_AMP_NO_DISPATCH
+       THREADS AND STREAMS       where the work runs, what synchronizes
+       DIFFERENCES FROM ACCELERATE / PYTORCH
+
    USAGE (fp16 training step; the same code runs on the CPU and, with the implementation TU built by nvcc, on CUDA)
        accel_amp_scaler sc;
        accel_amp_scaler_desc sd = {0};                   // zero = Accelerate's defaults (65536, 2, 0.5, 2000); C++: {}
@@ -89,8 +102,8 @@
        accel_amp_fp8_to_f32 and their e4m3/e5m2 forms) is bit-exact with cuda_fp8.h's __nv_cvt_float_to_fp8
        (__NV_SATFINITE and __NV_NOSAT), __nv_cvt_halfraw_to_fp8, __nv_cvt_bfloat16raw_to_fp8 and the conversions back,
        for every input (all 2^32 fp32 patterns; tests/unit/amp/test_fp8_cuda_host.cu --all-fp32): round to nearest
-       even; NaN → 0x7F (sign dropped); overflow and ±Inf → ±largest (satfinite) or E4M3 sign|0x7F (NaN), E5M2 ±Inf;
-       fp8 → fp32 exact, NaN → 0x7FFFFFFF. Casts saturate (TE's choice) unless desc.no_saturate.
+       even; NaN → 0x7F (sign dropped); overflow and ±Inf → ±largest (satfinite) or E4M3 sign|0x7F (NaN), E5M2
+       ±Inf; fp8 → fp32 exact, NaN → 0x7FFFFFFF. Casts saturate (TE's choice) unless desc.no_saturate.
        The recipe, as Transformer Engine's main branch (2.x: pytorch/quantization.py reduce_and_update_fp8_tensors →
        common/recipe/delayed_scaling.cu, the kernel_bulk of amax_and_scale_update_after_reduction; read for this
        header at delayed_scaling.cu commit 6b71a0a) runs it, per slot, in float32, with `last` = this step's amax after
@@ -109,34 +122,31 @@
        Checkpoints: accel_amp_fp8_state_save / _load implement the core's state contract (scales, scale_invs, history).
 
    OPTIONS / MACROS
-       ACCEL_AMP_CUDA_BLOCK    threads per block of the kernels (default 256; a power of two)
-       ACCEL_AMP_CHUNK         elements per multi-tensor chunk, one CUDA block each (default 4096; a multiple of 8, keeps
-                               vector alignment; small, so the last blocks of a launch leave little of the GPU idle)
-       ACCEL_AMP_NO_DISPATCH   x86-64 with GCC/clang: the CPU hot loops (fp32 → bf16 / fp16 / fp8 casts, fp32
-                               unscale_and_check) have AVX2 kernels (bf16/fp16 outputs of 4 MiB or more are written
-                               with streaming stores: they bypass the caches) (target attributes; fp16 also uses F16C) chosen at
-                               run time (__builtin_cpu_supports), so a default -O2 build gets 256-bit vectors on an
-                               AVX2 CPU whatever the user's -O/-march; define this to turn the run-time choice off (an
-                               AVX2 build, e.g. -march=native, always uses them; the same bits either way)
+       ACCEL_AMP_CUDA_BLOCK    threads per block of the CUDA kernels (default 256; a power of two in [32, 1024])
+       ACCEL_AMP_NO_DISPATCH   x86-64, GCC/clang: do not choose the AVX2 (+F16C) CPU loops at run time; then only an
+                               AVX2 build (-mavx2, -march=native) uses them. The same bits either way.
 
    THREADS AND STREAMS
-       Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream; a list of
-       buffers is one kernel launch (its descriptor array is copied into the Accelerator's device scratch buffer,
-       which comes from the device allocator and is reused in stream order: keep amp's work on acc->stream).
-       unscale_and_check synchronizes once to read found_inf (one 4-byte copy); clip_grad_norm reads back the total
-       (8 bytes; the per-block partials are summed on the device in a fixed order). Conversions and clip_grad_value do not synchronize. A scaler is used by one
-       thread at a time. fp8: a quantize or dequantize list is one launch and does not synchronize (the step's amax
-       stays on the device, raised with atomicMax); accel_amp_fp8_update reads it back (one synchronization). The
-       scales live on the host and travel in the launch's descriptors, so the quantize of the next step sees them.
-       An accel_amp_fp8 is used by one thread at a time.
+       Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream: a list of
+       up to 160 buffers (64 when built with CUDA < 12.1) is one kernel launch (the buffers' descriptors are the
+       kernel's parameter); longer lists take one launch per 160. On CUDA every buffer must be aligned to its element
+       size (else ACCEL_ERR_INVALID_ARGUMENT, nothing changed); any element offset is fine. Per-block results
+       (found_inf, norm partial sums) go to the Accelerator's device scratch, which comes from the device allocator
+       and is reused in stream order: keep amp's work on acc->stream. unscale_and_check synchronizes once to read
+       found_inf back, clip_grad_norm / grad_norm once to read the partial sums (summed on the host in a fixed
+       order); conversions and clip_grad_value do not synchronize. fp8: a quantize or dequantize list does not
+       synchronize (the step's amax stays on the device, raised with atomicMax); accel_amp_fp8_update reads it back
+       (one synchronization). The scales live on the host and travel in the launch's descriptors, so the quantize of
+       the next step sees them. A scaler, and an accel_amp_fp8, is used by one thread at a time.
 
    DIFFERENCES FROM ACCELERATE / PYTORCH (deliberate)
      - Accelerate creates a GradScaler only for fp16 on a non-CPU device (docs/semantics.md §4); accel also scales
        in fp16 mode on the CPU (the CPU trainer trains in fp16 with dynamic scaling).
        accel_amp_policy.accelerate_would_scale says what Accelerate would do. desc.enabled = ACCEL_ON / ACCEL_OFF
        overrides the policy.
-     - Norms are accumulated in float64 (torch: in the gradient's dtype / float32), so the returned norm is more
-       accurate; the clip coefficient is then rounded to float32 as torch's is.
+     - Norms are more accurate than torch's (which sums in the gradient's dtype / float32): the CPU sums in float64,
+       the GPU in compensated fp32 pairs folded into float64 (again in float64 where a sum leaves the fp32 range),
+       both within 1e-12 relative of the exact sum; the clip coefficient is then rounded to float32 as torch's is.
      - The scale lives on the host (torch keeps it on the device); the values and the rule are the same.
      - A static-scale mode (DeepSpeed's static loss scale) exists; GradScaler has none.
      - fp32 -> fp16/bf16 NaN gives 0x7FFF (CUDA's canonical NaN) on the CPU too, so CPU and GPU agree bit for bit.
@@ -200,8 +210,9 @@ static ACCEL_INLINE ACCEL_HD uint16_t accel_amp_f32_to_bf16_sr(float f, uint32_t
 /* The random bits stochastic rounding uses for element `index` (see the top comment). */
 static ACCEL_INLINE ACCEL_HD uint32_t accel_amp_sr_bits(uint64_t seed, uint64_t step, uint64_t index) {
     uint32_t out[4];
+    unsigned m = (unsigned)(index & 3u);
     accel_rng_draw4(seed, step, index >> 2, out);
-    return out[index & 3u];
+    return m == 0 ? out[0] : m == 1 ? out[1] : m == 2 ? out[2] : out[3]; /* no indexed local array in kernels */
 }
 
 /* torch's unscale of one element: inv == 1 leaves the value untouched. */
@@ -244,9 +255,9 @@ static ACCEL_INLINE ACCEL_HD void accel_amp_update_scale_rule(float *scale, int3
        not (__NV_NOSAT):           E4M3 → sign|0x7F (NaN: E4M3 has no Inf), E5M2 → ±Inf.
    fp16 / bf16 → fp8: widen exactly (accel_f16_to_f32 / accel_bf16_to_f32), then as fp32: bit-exact with
    __nv_cvt_halfraw_to_fp8 / __nv_cvt_bfloat16raw_to_fp8.
-   fp8 → fp32 is exact; every NaN becomes 0x7FFFFFFF (what cuda_fp8.h's conversion to float gives). fp8 → bf16 / fp16:
-   accel_f32_to_bf16 / accel_f32_to_f16 of that (exact; NaN → 0x7FFF, as __nv_cvt_fp8_to_halfraw and the
-   __nv_fp8_e4m3 → __nv_bfloat16 conversion).
+   fp8 → fp32 is exact; every NaN becomes 0x7FFFFFFF (what cuda_fp8.h's conversion to float gives).
+   fp8 → bf16 / fp16: accel_f32_to_bf16 / accel_f32_to_f16 of that (exact; NaN → 0x7FFF, as __nv_cvt_fp8_to_halfraw
+   and the __nv_fp8_e4m3 → __nv_bfloat16 conversion).
    The encode is integer math and one float add whose operands and result are normal floats (a float-subnormal
    input gives 0 either way), so it gives the same bits under -ffast-math / FTZ / DAZ, on the CPU and in your own
    kernels; it assumes the default rounding mode (to nearest even). */
@@ -285,7 +296,8 @@ static ACCEL_INLINE ACCEL_HD float accel_amp_fp8_to_f32(uint8_t x, int e5m2) {
     uint32_t v = (uint32_t)x & 0x7fu;
     uint32_t mb = e5m2 ? 2u : 3u;
     uint32_t normal = s | ((v << (23u - mb)) + (e5m2 ? 0x38000000u : 0x3c000000u));
-    uint32_t sub = s | accel_f32_bits((float)(int32_t)(v & ((1u << mb) - 1u)) * (e5m2 ? 1.52587890625e-05f : 0.001953125f));
+    uint32_t sub =
+        s | accel_f32_bits((float)(int32_t)(v & ((1u << mb) - 1u)) * (e5m2 ? 1.52587890625e-05f : 0.001953125f));
     uint32_t k = 0u - (uint32_t)((v >> mb) == 0u); /* masks, for branch-free (vectorizable) loops */
     uint32_t r = (sub & k) | (normal & ~k);
     k = 0u - (uint32_t)(e5m2 && v == 0x7cu);
@@ -293,8 +305,12 @@ static ACCEL_INLINE ACCEL_HD float accel_amp_fp8_to_f32(uint8_t x, int e5m2) {
     k = 0u - (uint32_t)(e5m2 ? v > 0x7cu : v == 0x7fu);
     return accel_bits_f32((0x7fffffffu & k) | (r & ~k));
 }
-static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_e4m3(float f, int satfinite) { return accel_amp_f32_to_fp8(f, 0, satfinite); }
-static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_e5m2(float f, int satfinite) { return accel_amp_f32_to_fp8(f, 1, satfinite); }
+static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_e4m3(float f, int satfinite) {
+    return accel_amp_f32_to_fp8(f, 0, satfinite);
+}
+static ACCEL_INLINE ACCEL_HD uint8_t accel_amp_f32_to_e5m2(float f, int satfinite) {
+    return accel_amp_f32_to_fp8(f, 1, satfinite);
+}
 static ACCEL_INLINE ACCEL_HD float accel_amp_e4m3_to_f32(uint8_t x) { return accel_amp_fp8_to_f32(x, 0); }
 static ACCEL_INLINE ACCEL_HD float accel_amp_e5m2_to_f32(uint8_t x) { return accel_amp_fp8_to_f32(x, 1); }
 
@@ -429,7 +445,8 @@ typedef struct accel_amp_fp8 {
     int no_saturate;
     float *scale;                     /* [num_tensors], host: what quantize multiplies by (starts at 1) */
     float *scale_inv;                 /* [num_tensors], host: 1 / scale, what dequantize and GEMMs multiply by */
-    float *amax_history;              /* [amax_history_len][num_tensors], host; row 0 = this step's amax (TE's layout) */
+    float *amax_history;              /* [amax_history_len][num_tensors], host; row 0 = this step's amax (TE's
+                                         layout) */
     void *amax_device;                /* [num_tensors] floats on acc's CUDA device: this step's amax, until update */
     int64_t updates;                  /* accel_amp_fp8_update calls so far */
 } accel_amp_fp8;
@@ -484,6 +501,15 @@ ACCEL_API accel_result accel_amp_fp8_state_load(void *f, const void *buf, size_t
 /* ========================================================================================== implementation */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__AMP_IMPL_DONE)
 #define ACCEL__AMP_IMPL_DONE
+/* CONTENTS
+     1. policy
+     2. CPU loops (and their AVX2 twins chosen at run time), fp8 CPU loops, norms
+     3. list kernels: the per-thread code (ACCEL_HD: units, even shares, steps, element work), the host plan, then
+        (CUDA) the kernel, its instances and the launcher
+     4. conversions
+     5. loss scaler
+     6. clipping
+     7. fp8 delayed scaling */
 
 #include <ctype.h>
 #include <errno.h>
@@ -494,13 +520,6 @@ ACCEL_API accel_result accel_amp_fp8_state_load(void *f, const void *buf, size_t
 
 #ifndef ACCEL_AMP_CUDA_BLOCK
 #define ACCEL_AMP_CUDA_BLOCK 256
-#endif
-#ifndef ACCEL_AMP_CHUNK
-#define ACCEL_AMP_CHUNK 4096
-#endif
-#define ACCEL__AMP_MAX_BLOCKS 65536 /* past this many chunks, blocks loop (keeps the norm's partials ≤ 512 KiB) */
-#if (ACCEL_AMP_CHUNK % 8) != 0 || ACCEL_AMP_CHUNK <= 0
-#error "ACCEL_AMP_CHUNK must be a positive multiple of 8"
 #endif
 #if (ACCEL_AMP_CUDA_BLOCK & (ACCEL_AMP_CUDA_BLOCK - 1)) != 0 || ACCEL_AMP_CUDA_BLOCK < 32 || ACCEL_AMP_CUDA_BLOCK > 1024
 #error "ACCEL_AMP_CUDA_BLOCK must be a power of two in [32, 1024]"
@@ -520,7 +539,8 @@ ACCEL__DEF accel_result accel_amp_get_policy(accel *acc, accel_amp_policy *out) 
     case ACCEL_PRECISION_FP8: /* Accelerate: GEMMs in fp8 (TE), the rest under bf16 autocast, no GradScaler */
         out->precision = ACCEL_PRECISION_FP8; out->compute_dtype = ACCEL_BF16; break;
     default:
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mixed_precision=%d is not an accel_precision", (int)acc->mixed_precision);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mixed_precision=%d is not an accel_precision",
+                           (int)acc->mixed_precision);
     }
     return ACCEL_OK;
 }
@@ -626,8 +646,10 @@ ACCEL__AMP_TARGET_AVX2 static void accel__amp_cpu_f32_to_bf16_avx2(const float *
     for (; i + 16 <= n; i += 16) {
         __m256i u0 = _mm256_loadu_si256((const __m256i *)(const void *)(s + i));
         __m256i u1 = _mm256_loadu_si256((const __m256i *)(const void *)(s + i + 8));
-        __m256i r0 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u0, rb), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one)), 16);
-        __m256i r1 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u1, rb), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one)), 16);
+        __m256i r0 = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(u0, rb), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one)), 16);
+        __m256i r1 = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(u1, rb), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one)), 16);
         __m256i o;
         r0 = _mm256_blendv_epi8(r0, rb, _mm256_cmpgt_epi32(_mm256_and_si256(u0, absm), inf));
         r1 = _mm256_blendv_epi8(r1, rb, _mm256_cmpgt_epi32(_mm256_and_si256(u1, absm), inf));
@@ -732,7 +754,11 @@ static void accel__amp_cpu_f32_to_bf16_sr(const float *ACCEL_RESTRICT s, uint16_
     uint64_t idx = sr->index_offset;
     uint32_t r[4];
     /* leading elements up to a multiple of 4 in index space, then one Philox block per 4 elements */
-    while (i < n && (idx & 3u)) { d[i] = accel_amp_f32_to_bf16_sr(s[i], accel_amp_sr_bits(sr->seed, sr->step, idx)); ++i; ++idx; }
+    while (i < n && (idx & 3u)) {
+        d[i] = accel_amp_f32_to_bf16_sr(s[i], accel_amp_sr_bits(sr->seed, sr->step, idx));
+        ++i;
+        ++idx;
+    }
     for (; i + 4 <= n; i += 4, idx += 4) {
         accel_rng_draw4(sr->seed, sr->step, idx >> 2, r);
         d[i] = accel_amp_f32_to_bf16_sr(s[i], r[0]);
@@ -746,14 +772,16 @@ static void accel__amp_cpu_f32_to_bf16_sr(const float *ACCEL_RESTRICT s, uint16_
 static float accel__amp_load(const void *p, accel_dtype t, size_t i) {
     if (t == ACCEL_F32) return ((const float *)p)[i];
     if (t == ACCEL_BF16) return accel_bf16_to_f32(((const uint16_t *)p)[i]);
-    if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2) return accel_amp_fp8_to_f32(((const uint8_t *)p)[i], t == ACCEL_F8_E5M2);
+    if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2)
+        return accel_amp_fp8_to_f32(((const uint8_t *)p)[i], t == ACCEL_F8_E5M2);
     return accel_f16_to_f32(((const uint16_t *)p)[i]);
 }
 /* fp8 destinations saturate (accel_amp_convert's rule) */
 static void accel__amp_store(void *p, accel_dtype t, size_t i, float v) {
     if (t == ACCEL_F32) ((float *)p)[i] = v;
     else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_f32_to_bf16(v);
-    else if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2) ((uint8_t *)p)[i] = accel_amp_f32_to_fp8(v, t == ACCEL_F8_E5M2, 1);
+    else if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2)
+        ((uint8_t *)p)[i] = accel_amp_f32_to_fp8(v, t == ACCEL_F8_E5M2, 1);
     else ((uint16_t *)p)[i] = accel_f32_to_f16(v);
 }
 
@@ -797,9 +825,13 @@ static int accel__amp_is_fp8(accel_dtype t) { return t == ACCEL_F8_E4M3 || t == 
     ACCEL__AMP_FP8Q_F32(ATTR, accel__amp_cpu_fp8q_e4m3_nosat##SFX, 0, 0)                                               \
     ACCEL__AMP_FP8Q_F32(ATTR, accel__amp_cpu_fp8q_e5m2_sat##SFX, 1, 1)                                                 \
     ACCEL__AMP_FP8Q_F32(ATTR, accel__amp_cpu_fp8q_e5m2_nosat##SFX, 1, 0)                                               \
-    static uint32_t accel__amp_cpu_fp8q_f32##SFX(const float *s, uint8_t *d, size_t n, float scale, int e5m2, int sat) { \
-        if (e5m2) return sat ? accel__amp_cpu_fp8q_e5m2_sat##SFX(s, d, n, scale) : accel__amp_cpu_fp8q_e5m2_nosat##SFX(s, d, n, scale); \
-        return sat ? accel__amp_cpu_fp8q_e4m3_sat##SFX(s, d, n, scale) : accel__amp_cpu_fp8q_e4m3_nosat##SFX(s, d, n, scale); \
+    static uint32_t accel__amp_cpu_fp8q_f32##SFX(const float *s, uint8_t *d, size_t n, float scale, int e5m2,         \
+                                                 int sat) {                                                           \
+        if (e5m2)                                                                                                      \
+            return sat ? accel__amp_cpu_fp8q_e5m2_sat##SFX(s, d, n, scale)                                             \
+                       : accel__amp_cpu_fp8q_e5m2_nosat##SFX(s, d, n, scale);                                          \
+        return sat ? accel__amp_cpu_fp8q_e4m3_sat##SFX(s, d, n, scale)                                                 \
+                   : accel__amp_cpu_fp8q_e4m3_nosat##SFX(s, d, n, scale);                                              \
     }
 ACCEL__AMP_FP8Q_SET(, )
 /* x86-64 with GCC or clang: an AVX2 kernel (the same element rule as accel_amp_fp8_encode_bits, lane for lane, and
@@ -812,7 +844,8 @@ ACCEL__AMP_TARGET_AVX2 static uint32_t accel__amp_cpu_fp8q_f32_avx2(const float 
     const int sh = e5m2 ? 21 : 20;
     const __m128i shc = _mm_cvtsi32_si128(sh);
     const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-    const __m256i lim = _mm256_set1_epi32((int)(e5m2 ? (sat ? 0x47600000u : 0x47800000u) : (sat ? 0x43e00000u : 0x43f00000u)));
+    const __m256i lim =
+        _mm256_set1_epi32((int)(e5m2 ? (sat ? 0x47600000u : 0x47800000u) : (sat ? 0x43e00000u : 0x43f00000u)));
     const __m256i bias = _mm256_set1_epi32(e5m2 ? 0x38000000 : 0x3c000000);
     const __m256i half = _mm256_set1_epi32((1 << (sh - 1)) - 1), one = _mm256_set1_epi32(1);
     const __m256 addf = _mm256_set1_ps(e5m2 ? 128.0f : 16384.0f);
@@ -916,9 +949,18 @@ static void accel__amp_cpu_convert(const void *src, accel_dtype st, void *dst, a
         else accel__amp_cpu_f32_to_bf16((const float *)src, (uint16_t *)dst, n);
         return;
     }
-    if (st == ACCEL_F32 && dt == ACCEL_F16) { accel__amp_cpu_f32_to_f16((const float *)src, (uint16_t *)dst, n); return; }
-    if (st == ACCEL_BF16 && dt == ACCEL_F32) { accel__amp_cpu_bf16_to_f32((const uint16_t *)src, (float *)dst, n); return; }
-    if (st == ACCEL_F16 && dt == ACCEL_F32) { accel__amp_cpu_f16_to_f32((const uint16_t *)src, (float *)dst, n); return; }
+    if (st == ACCEL_F32 && dt == ACCEL_F16) {
+        accel__amp_cpu_f32_to_f16((const float *)src, (uint16_t *)dst, n);
+        return;
+    }
+    if (st == ACCEL_BF16 && dt == ACCEL_F32) {
+        accel__amp_cpu_bf16_to_f32((const uint16_t *)src, (float *)dst, n);
+        return;
+    }
+    if (st == ACCEL_F16 && dt == ACCEL_F32) {
+        accel__amp_cpu_f16_to_f32((const uint16_t *)src, (float *)dst, n);
+        return;
+    }
     if (accel__amp_is_fp8(dt) && !accel__amp_is_fp8(st)) {
         (void)accel__amp_cpu_fp8q(src, st, (uint8_t *)dst, n, 1.0f, dt == ACCEL_F8_E5M2, 1);
         return;
@@ -978,380 +1020,890 @@ static void accel__amp_cpu_clamp(void *p, accel_dtype t, size_t n, float lo, flo
     for (i = 0; i < n; ++i) accel__amp_store(p, t, i, accel_amp_clamp1(accel__amp_load(p, t, i), lo, hi));
 }
 
-/* ------------------------------------------------------------------------------------------ CUDA kernels */
-enum { ACCEL__AMP_K_UNSCALE = 0, ACCEL__AMP_K_CONVERT, ACCEL__AMP_K_NORM, ACCEL__AMP_K_SCALE, ACCEL__AMP_K_CLAMP,
-       ACCEL__AMP_K_FP8Q, ACCEL__AMP_K_FP8D };
+/* ------------------------------------------------------------------------------------------ list kernels */
+/* How a buffer list runs on the GPU. Everything here but the kernel's epilogue and the launcher is plain C with
+   ACCEL_HD functions: tests/unit/amp/test_amp_grid.c runs the very same per-thread code on the CPU over every
+   (block, thread) of small grids and compares it with the CPU path.
+   - Units. Each buffer is cut into units of 16 bytes of its wider stream (vw = 4 elements when fp32 is involved, 8
+     for 16-bit ones, 16 for fp8 to fp8). First come the body units, where every stream is aligned to a whole unit
+     (16 bytes, or vw * size for the narrower stream), then the head (the elements before the first aligned unit)
+     and the tail as element-wise units. A buffer whose streams cannot be aligned together (source and destination
+     at different element phases; stochastic rounding also needs the Philox index at a multiple of 4) keeps the same
+     cut with element-wise body units.
+   - Even shares. The grid is twice what is resident at once (SM count x the occupancy calculator's blocks per SM),
+     and block b takes the contiguous units [N*b/G, N*(b+1)/G): every block has the same work to +-1 unit, so the
+     rounds start and end together (one block per chunk left a start-up cost per chunk, a grid walking fixed chunks
+     left a partly empty last round). Two rounds, not one: blocks kept waiting by another stream's kernels carry
+     half a share. The buffer of a block's first unit is found once (binary search); later ones by
+     walking forward.
+   - Bytes in flight. Thread i takes the units first + i + k*B of each step (k < U, B threads): U 16-byte loads are
+     issued before anything is computed or stored (the compiler cannot prove the streams disjoint, so it would not
+     hoist them itself). The norm keeps 96 KiB of loads in flight per SM (U = 8, 3 blocks of 256), the read + write
+     kinds 64 KiB (U = 4, 4 blocks): about twice what HBM3e needs (bandwidth x latency / SM count, counting only the
+     loads), so blocks that end a little early do not starve the memory.
+   - Descriptors travel as the kernel's parameter (__grid_constant__: no copy, no stream work before the launch), up
+     to ACCEL__AMP_CAP buffers a launch; longer lists take several launches.
+   - Results (norm partial sums, found_inf) are one double per block, written unconditionally (no memset first) and
+     folded on the host in block order after one read-back: deterministic for a given device. The fp8
+     amax goes to the device slot with atomicMax, once per block and slot.
+   - Element math: the same ACCEL_HD helpers as the CPU loops; the specialised instances (fp32 lists) get their
+     dtypes as compile-time constants, the generic one dispatches on each buffer's dtypes. */
+enum { ACCEL__AMP_K_UNSCALE = 0, ACCEL__AMP_K_CONVERT, ACCEL__AMP_K_SR, ACCEL__AMP_K_NORM, ACCEL__AMP_K_SCALE,
+       ACCEL__AMP_K_CLAMP, ACCEL__AMP_K_FP8Q, ACCEL__AMP_K_FP8D };
+/* Norm modes: fp32 compensated sums of squares / of |x| (the host reruns in float64 when a sum left the fp32
+   range), the max of |x| (exact as bits), or float64 terms (other p, and the rerun). */
+enum { ACCEL__AMP_NORM_P2 = 0, ACCEL__AMP_NORM_P1, ACCEL__AMP_NORM_INF, ACCEL__AMP_NORM_F64 };
+
+#define ACCEL__AMP_U 8          /* units (16-byte loads) per thread per step, the most any instance takes */
+#define ACCEL__AMP_U_NORM 8     /* read only: 8 x 16 B x 768 threads (3 blocks) = 96 KiB in flight per SM */
+#define ACCEL__AMP_U_FAST 4     /* read + write: half the traffic is loads, 64 KiB in flight per SM is plenty */
+#define ACCEL__AMP_U_ANY 2      /* the generic instance (mixed or 16-bit / fp8 lists): code size over depth */
+#if defined(__CUDACC__) && defined(CUDART_VERSION) && CUDART_VERSION < 12010
+#define ACCEL__AMP_CAP 64       /* before CUDA 12.1 kernel parameters were limited to 4 KiB */
+#else
+#define ACCEL__AMP_CAP 160      /* 7.7 KiB of kernel parameters (CUDA >= 12.1 takes 32 KiB on Volta and later) */
+#endif
+
+typedef struct accel__amp_v16 { uint32_t w[4]; } accel__amp_v16; /* 16 bytes of one stream, as loaded */
 
 typedef struct accel__amp_mt {
-    void *a;                 /* the buffer (source for convert) */
-    void *b;                 /* destination for convert */
+    void *a;                 /* the buffer (in place) or the source */
+    void *b;                 /* the destination (conversions, fp8) */
     long long n;             /* elements */
-    long long chunk_begin;   /* first global chunk of this buffer */
-    int ta, tb;              /* accel_dtype of a and b */
-    float scale;             /* fp8 quantize: scale; dequantize: scale_inv */
+    float scale;             /* fp8 quantize: the slot's scale; dequantize: its scale_inv */
     int slot;                /* fp8 quantize: where the amax goes */
+    unsigned char ta, tb;    /* accel_dtype of a and b (in place: tb = ta) */
+    unsigned char head;      /* elements before the first body unit (< vw) */
+    unsigned char vwl;       /* log2 of the elements per unit (2, 3 or 4); | 0x80: body units are aligned vectors */
 } accel__amp_mt;
 
-typedef struct accel__amp_kparams {
+/* A list's result, folded on the host from one double per block (the kernel's record: unscale 1 or 0 for a
+   non-finite value; norm the block's partial sum, or its max |x| as fp32 bits for p = inf). An fp32 norm sum that
+   left its range makes its block's double, and so the total, Inf or NaN. */
+typedef struct accel__amp_part {
+    double sum;              /* norm: the total of the partial sums */
+    uint32_t bits;           /* norm inf: max |x| as fp32 bits */
+    uint32_t flag;           /* unscale: found a non-finite value */
+} accel__amp_part;
+
+/* A launch's scalar arguments. */
+typedef struct accel__amp_kp {
+    int mode;                /* norm: ACCEL__AMP_NORM_*; fp8 quantize: satfinite */
     float f0, f1;            /* inv_scale | coef | clamp lo, hi */
-    double p;                /* norm type */
-    int is_inf;
-    int use_sr;
-    unsigned long long seed, step, index_offset;
-    int fp8_sat;             /* fp8 quantize: satfinite */
-    unsigned int *amax;      /* fp8 quantize: per-slot amax as fp32 bits (device), raised with atomicMax */
-} accel__amp_kparams;
+    double p;                /* norm type (float64 mode) */
+    unsigned long long seed, step, index_offset; /* stochastic rounding */
+    unsigned int *amax;      /* fp8 quantize: per-slot amax as fp32 bits, raised with atomicMax */
+} accel__amp_kp;
+
+/* A launch: the kernel's one parameter. */
+typedef struct accel__amp_args {
+    accel__amp_kp k;
+    long long units;         /* units of this launch */
+    int nt;                  /* buffers (<= ACCEL__AMP_CAP) */
+    double *part;            /* per-block records of this launch (accel__amp_part) */
+    long long ub[ACCEL__AMP_CAP + 1]; /* first unit of each buffer; ub[nt] = units */
+    accel__amp_mt t[ACCEL__AMP_CAP];
+} accel__amp_args;
+
+/* One thread's running state. */
+typedef struct accel__amp_acc {
+    double sum;              /* norm: float64 fold of the thread's fp32 steps (float64 mode: the sum itself) */
+    float hi, lo;            /* norm P2 / P1: this step's compensated fp32 sum, hi + lo */
+    uint32_t bits;           /* unscale: max exponent field; norm inf / fp8 quantize: max |x| as bits */
+    int slot;                /* fp8 quantize: the slot `bits` belongs to (-1: none yet) */
+} accel__amp_acc;
 
 #ifdef __CUDACC__
-static __device__ int accel__amp_find(const accel__amp_mt *d, int nt, long long c) {
-    int lo = 0, hi = nt - 1;
+#define ACCEL__AMP_FI static __forceinline__ ACCEL_HD
+#else
+#define ACCEL__AMP_FI static ACCEL_INLINE ACCEL_HD
+#endif
+#ifdef __CUDA_ARCH__ /* the device pass only (host compilers warn about the pragma) */
+#define ACCEL__AMP_UNROLL _Pragma("unroll")
+#else
+#define ACCEL__AMP_UNROLL
+#endif
+/* IEEE operations the device compiler must not fuse into FMAs (the compensated sums rely on each rounding) */
+#ifdef __CUDA_ARCH__
+#define ACCEL__AMP_ADD(x, y) __fadd_rn((x), (y))
+#define ACCEL__AMP_SUB(x, y) __fsub_rn((x), (y))
+#define ACCEL__AMP_MUL(x, y) __fmul_rn((x), (y))
+#else
+#define ACCEL__AMP_ADD(x, y) ((x) + (y))
+#define ACCEL__AMP_SUB(x, y) ((x) - (y))
+#define ACCEL__AMP_MUL(x, y) ((x) * (y))
+#endif
+
+ACCEL__AMP_FI int accel__amp_esz(int dt) { return dt == ACCEL_F32 ? 4 : (dt == ACCEL_F16 || dt == ACCEL_BF16) ? 2 : 1; }
+
+/* Block b's share of n units among g blocks. */
+ACCEL__AMP_FI void accel__amp_range(long long n, long long g, long long b, long long *u0, long long *u1) {
+    *u0 = n * b / g;
+    *u1 = n * (b + 1) / g;
+}
+/* The buffer holding unit u: the last t with ub[t] <= u (the launch's buffers all have units). */
+ACCEL__AMP_FI int accel__amp_find(const accel__amp_args *A, long long u) {
+    int lo = 0, hi = A->nt - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) >> 1;
-        if (d[mid].chunk_begin <= c) lo = mid;
+        if (A->ub[mid] <= u) lo = mid;
         else hi = mid - 1;
     }
     return lo;
 }
-static __device__ float accel__amp_dload(const void *p, int t, long long i) {
-    if (t == ACCEL_F32) return ((const float *)p)[i];
-    if (t == ACCEL_BF16) return accel_bf16_to_f32(((const uint16_t *)p)[i]);
-    if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2) return accel_amp_fp8_to_f32(((const uint8_t *)p)[i], t == ACCEL_F8_E5M2);
-    return accel_f16_to_f32(((const uint16_t *)p)[i]);
+
+/* Unit q of a buffer: its first element and element count (body units: 1 << vwl elements). */
+ACCEL__AMP_FI long long accel__amp_nv(const accel__amp_mt *d, int vwl) { return (d->n - d->head) >> vwl; }
+ACCEL__AMP_FI void accel__amp_unit(const accel__amp_mt *d, int vwl, long long q, long long *e, int *c) {
+    const long long nv = accel__amp_nv(d, vwl);
+    if (q < nv) { *e = d->head + (q << vwl); *c = 1 << vwl; }
+    else if (q == nv && d->head) { *e = 0; *c = d->head; }
+    else { *e = d->head + (nv << vwl); *c = (int)(d->n - *e); }
 }
-static __device__ void accel__amp_dstore(void *p, int t, long long i, float v) {
-    if (t == ACCEL_F32) ((float *)p)[i] = v;
-    else if (t == ACCEL_BF16) ((uint16_t *)p)[i] = accel_f32_to_bf16(v);
-    else if (t == ACCEL_F8_E4M3 || t == ACCEL_F8_E5M2) ((uint8_t *)p)[i] = accel_amp_f32_to_fp8(v, t == ACCEL_F8_E5M2, 1);
-    else ((uint16_t *)p)[i] = accel_f32_to_f16(v);
+
+/* One unit of nb bytes (16, 8 or 4) as one vector access; p is nb-aligned. */
+ACCEL__AMP_FI void accel__amp_ldv(const unsigned char *p, int nb, accel__amp_v16 *v) {
+#ifdef __CUDA_ARCH__
+    if (nb == 16) { uint4 x = *(const uint4 *)p; v->w[0] = x.x; v->w[1] = x.y; v->w[2] = x.z; v->w[3] = x.w; }
+    else if (nb == 8) { uint2 x = *(const uint2 *)p; v->w[0] = x.x; v->w[1] = x.y; v->w[2] = v->w[3] = 0; }
+    else { v->w[0] = *(const uint32_t *)p; v->w[1] = v->w[2] = v->w[3] = 0; }
+#else
+    v->w[0] = v->w[1] = v->w[2] = v->w[3] = 0;
+    memcpy(v->w, p, (size_t)nb);
+#endif
 }
-/* |x| as bits for the amax, NaN left out (TE's fmaxf does not see NaN) */
-static __device__ __forceinline__ unsigned accel__amp_absbits(float x) {
-    unsigned a = __float_as_uint(x) & 0x7fffffffu;
+ACCEL__AMP_FI void accel__amp_stv(unsigned char *p, int nb, const accel__amp_v16 *v) {
+#ifdef __CUDA_ARCH__
+    if (nb == 16) *(uint4 *)p = make_uint4(v->w[0], v->w[1], v->w[2], v->w[3]);
+    else if (nb == 8) *(uint2 *)p = make_uint2(v->w[0], v->w[1]);
+    else *(uint32_t *)p = v->w[0];
+#else
+    memcpy(p, v->w, (size_t)nb);
+#endif
+}
+/* c elements of size es, one access each, into lanes [0, c) (the others zero). */
+ACCEL__AMP_FI void accel__amp_lds(const unsigned char *p, int es, int c, accel__amp_v16 *v) {
+    int i;
+    v->w[0] = v->w[1] = v->w[2] = v->w[3] = 0;
+    ACCEL__AMP_UNROLL /* constant lane numbers keep v in registers */
+    for (i = 0; i < 16; ++i) {
+        uint32_t x;
+        if (i >= c || i >= 16 / es) continue;
+#ifdef __CUDA_ARCH__
+        x = es == 4 ? ((const uint32_t *)p)[i] : es == 2 ? ((const uint16_t *)p)[i] : p[i];
+#else
+        {
+            uint16_t x16;
+            x = p[i];
+            if (es == 4) memcpy(&x, p + 4 * i, 4);
+            else if (es == 2) { memcpy(&x16, p + 2 * i, 2); x = x16; }
+        }
+#endif
+        if (es == 4) v->w[i & 3] = x;
+        else if (es == 2) v->w[(i >> 1) & 3] |= x << (16 * (i & 1));
+        else v->w[(i >> 2) & 3] |= x << (8 * (i & 3));
+    }
+}
+ACCEL__AMP_FI void accel__amp_sts(unsigned char *p, int es, int c, const accel__amp_v16 *v) {
+    int i;
+    ACCEL__AMP_UNROLL
+    for (i = 0; i < 16; ++i) {
+        uint32_t x;
+        if (i >= c || i >= 16 / es) continue;
+        x = es == 4 ? v->w[i & 3] : es == 2 ? (v->w[(i >> 1) & 3] >> (16 * (i & 1))) & 0xffffu
+                                            : (v->w[(i >> 2) & 3] >> (8 * (i & 3))) & 0xffu;
+#ifdef __CUDA_ARCH__
+        if (es == 4) ((uint32_t *)p)[i] = x;
+        else if (es == 2) ((uint16_t *)p)[i] = (uint16_t)x;
+        else p[i] = (unsigned char)x;
+#else
+        {
+            uint16_t x16 = (uint16_t)x;
+            if (es == 4) memcpy(p + 4 * i, &x, 4);
+            else if (es == 2) memcpy(p + 2 * i, &x16, 2);
+            else p[i] = (unsigned char)x;
+        }
+#endif
+    }
+}
+
+/* A pair of floats as packed 16-bit codes (lo in the low half): the core's codec (round to nearest even, NaN →
+   0x7FFF). sm_80+: one cvt.rn.{bf16,f16}x2.f32, the same bits (the GPU tests compare with the CPU codec). */
+ACCEL__AMP_FI uint32_t accel__amp_pair(int dt, float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t r;
+    if (dt == ACCEL_BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    if (dt == ACCEL_BF16) return (uint32_t)accel_f32_to_bf16(lo) | ((uint32_t)accel_f32_to_bf16(hi) << 16);
+    return (uint32_t)accel_f32_to_f16(lo) | ((uint32_t)accel_f32_to_f16(hi) << 16);
+#endif
+}
+/* Lanes f[0, lanes) encoded into o (dtype dt; fp8 with the satfinite rule sat). */
+ACCEL__AMP_FI void accel__amp_put(accel__amp_v16 *o, int dt, const float *f, int lanes, int sat) {
+    int j;
+    o->w[0] = o->w[1] = o->w[2] = o->w[3] = 0;
+    if (dt == ACCEL_F32) {
+        ACCEL__AMP_UNROLL
+        for (j = 0; j < 4; ++j) if (j < lanes) o->w[j] = accel_f32_bits(f[j]);
+    } else if (dt == ACCEL_BF16 || dt == ACCEL_F16) {
+        ACCEL__AMP_UNROLL
+        for (j = 0; j < 4; ++j) if (2 * j < lanes) o->w[j] = accel__amp_pair(dt, f[2 * j], f[2 * j + 1]);
+    } else {
+        const int e5 = dt == ACCEL_F8_E5M2;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        /* sm_89+: cvt.rn.satfinite.{e4m3,e5m2}x2.f32, the bits of accel_amp_fp8_encode_bits(.., 1): cuda_fp8.h uses
+           the instruction and tests/gpu/amp/test_fp8_gpu.cu sweeps all 2^32 inputs through both */
+        if (sat) {
+            ACCEL__AMP_UNROLL
+            for (j = 0; j < 8; ++j)
+                if (2 * j < lanes) {
+                    unsigned short r;
+                    if (e5) asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(f[2 * j + 1]), "f"(f[2 * j]));
+                    else asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(f[2 * j + 1]), "f"(f[2 * j]));
+                    o->w[j >> 1] |= (uint32_t)r << (16 * (j & 1));
+                }
+            return;
+        }
+#endif
+        ACCEL__AMP_UNROLL
+        for (j = 0; j < 16; ++j)
+            if (j < lanes) o->w[j >> 2] |= accel_amp_fp8_encode_bits(accel_f32_bits(f[j]), e5, sat) << (8 * (j & 3));
+    }
+}
+
+/* |x| as fp32 bits, NaN left out (TE's fmaxf does not see NaN); non-negative floats order like their bits. */
+ACCEL__AMP_FI uint32_t accel__amp_absbits(float x) {
+    uint32_t a = accel_f32_bits(x) & 0x7fffffffu;
     return a > 0x7f800000u ? 0u : a;
 }
-static __device__ __forceinline__ unsigned accel__amp_q4(float4 v, float sc, int e5, int sat) {
-    return (unsigned)accel_amp_f32_to_fp8(v.x * sc, e5, sat) | ((unsigned)accel_amp_f32_to_fp8(v.y * sc, e5, sat) << 8) |
-           ((unsigned)accel_amp_f32_to_fp8(v.z * sc, e5, sat) << 16) |
-           ((unsigned)accel_amp_f32_to_fp8(v.w * sc, e5, sat) << 24);
+/* Adds v (exactly) to the compensated pair (hi, lo): Knuth's TwoSum, so hi + lo carries the sum to about 2^-48
+   relative per step (the thread folds the pair into float64 after every step). */
+ACCEL__AMP_FI void accel__amp_two_sum(float *hi, float *lo, float v) {
+    float t = ACCEL__AMP_ADD(*hi, v), z = ACCEL__AMP_SUB(t, *hi);
+    float err = ACCEL__AMP_ADD(ACCEL__AMP_SUB(*hi, ACCEL__AMP_SUB(t, z)), ACCEL__AMP_SUB(v, z));
+    *hi = t;
+    *lo = ACCEL__AMP_ADD(*lo, err);
 }
-
-/* fp32 pairs → packed 16-bit (lo in the low half). sm_80+: one cvt.rn.{bf16,f16}x2.f32, the same bits as
-   accel_f32_to_bf16 / accel_f32_to_f16 (round to nearest even, overflow to ±Inf, correct subnormals, NaN → 0x7FFF). */
-static __device__ __forceinline__ unsigned accel__amp_pack_bf16x2(float lo, float hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-#else
-    return (unsigned)accel_f32_to_bf16(lo) | ((unsigned)accel_f32_to_bf16(hi) << 16);
-#endif
-}
-static __device__ __forceinline__ unsigned accel__amp_pack_f16x2(float lo, float hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-#else
-    return (unsigned)accel_f32_to_f16(lo) | ((unsigned)accel_f32_to_f16(hi) << 16);
-#endif
-}
-
-/* The vector loop of one chunk: each thread takes vectors threadIdx.x, +blockDim.x, ... and issues ACCEL__AMP_U
-   loads before any of their stores. The compiler cannot prove a source and a destination disjoint, so without the
-   two phases it would not hoist the loads itself, and one 16-byte load per thread in flight does not cover the
-   memory latency. */
-#define ACCEL__AMP_U 4
-template <typename V, typename Load, typename Work>
-static __device__ __forceinline__ void accel__amp_vloop(int nv, Load load, Work work) {
-    const int bd = (int)blockDim.x;
-    int i;
-    for (i = threadIdx.x; i < nv; i += ACCEL__AMP_U * bd) {
-        V v[ACCEL__AMP_U];
-        int k;
-#pragma unroll
-        for (k = 0; k < ACCEL__AMP_U; ++k)
-            if (i + k * bd < nv) v[k] = load(i + k * bd);
-#pragma unroll
-        for (k = 0; k < ACCEL__AMP_U; ++k)
-            if (i + k * bd < nv) work(i + k * bd, v[k]);
+/* One element into a norm accumulator. P2: x*x is split exactly into sq + e (an FMA), both summed. */
+ACCEL__AMP_FI void accel__amp_norm1(accel__amp_acc *s, int mode, double p, float x) {
+    if (mode == ACCEL__AMP_NORM_P2) {
+        float sq = ACCEL__AMP_MUL(x, x), e = fmaf(x, x, -sq);
+        accel__amp_two_sum(&s->hi, &s->lo, sq);
+        s->lo = ACCEL__AMP_ADD(s->lo, e);
+    } else if (mode == ACCEL__AMP_NORM_P1) {
+        accel__amp_two_sum(&s->hi, &s->lo, fabsf(x));
+    } else if (mode == ACCEL__AMP_NORM_INF) {
+        uint32_t a = accel_f32_bits(x) & 0x7fffffffu; /* NaN's bits lie above Inf's: NaN wins, as on the CPU */
+        s->bits = a > s->bits ? a : s->bits;
+    } else {
+        s->sum += accel__amp_pow_term(x, p);
     }
 }
+/* The fp32 pair into the thread's float64 sum (after every step). A pair that is not finite (Inf/NaN among the
+   values, an fp32 overflow) makes the sum, and the total, Inf or NaN: the host then reruns the norm in float64
+   (where the CPU's rule decides between a finite total, Inf and NaN). */
+ACCEL__AMP_FI void accel__amp_norm_fold(accel__amp_acc *s) {
+    s->sum += (double)s->hi + (double)s->lo;
+    s->hi = 0.0f;
+    s->lo = 0.0f;
+}
+/* fp8 quantize: the thread's amax goes to its slot (device: an atomic only when it can raise the slot, which only
+   grows during a launch; host emulation: a plain max). */
+ACCEL__AMP_FI void accel__amp_amax_flush(unsigned int *amax, int slot, uint32_t m) {
+    if (slot < 0 || !m) return;
+#ifdef __CUDA_ARCH__
+    if (m > __ldcg(amax + slot)) atomicMax(amax + slot, m);
+#else
+    if (m > amax[slot]) amax[slot] = m;
+#endif
+}
 
-/* One kernel for every multi-tensor operation. A block per chunk of ACCEL_AMP_CHUNK elements (a grid-stride loop only
-   past ACCEL__AMP_MAX_BLOCKS chunks): the hardware hands blocks to SMs as they free up, so the work stays balanced to
-   the last block. A grid of "what fits at once" walking chunks left a partly empty last round (1024 blocks of
-   256 threads were 1.55 rounds on an H100 and left 11 % of the bandwidth unused; even a resident-sized grid loses
-   one chunk in 15 to the round-off). In each chunk the threads stride over 16-byte vectors where the pointers allow,
-   scalars otherwise. One instance per kind (a template argument): each gets its own register count, so the plain
-   element-wise kinds keep more blocks resident than the stochastic-rounding and fp8 ones need. The launch bound
-   keeps every instance at ≤ 64 registers (half occupancy at 256 threads or better). */
-template <int kind>
-static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, 2048 / ACCEL_AMP_CUDA_BLOCK / 2)
-accel__amp_kernel(const accel__amp_mt *d, int nt, long long nchunks, accel__amp_kparams kp, int *found,
-                  double *partials) {
-    __shared__ double red[ACCEL_AMP_CUDA_BLOCK / 32];
-    unsigned bad = 0;
-    double acc = 0.0;
-    long long c;
-    for (c = blockIdx.x; c < nchunks; c += gridDim.x) {
-        long long start, len, i;
-        int ta, t;
-        if (nt == 1) t = 0;
-        else if (nt <= (int)blockDim.x) /* one round of loads instead of log2(nt) dependent ones: t = #{begin <= c} - 1 */
-            t = __syncthreads_count((int)threadIdx.x < nt && d[threadIdx.x].chunk_begin <= c) - 1;
-        else t = accel__amp_find(d, nt, c);
-        start = (c - d[t].chunk_begin) * (long long)ACCEL_AMP_CHUNK;
-        len = d[t].n - start;
-        ta = d[t].ta;
-        if (len > ACCEL_AMP_CHUNK) len = ACCEL_AMP_CHUNK;
-        if (kind == ACCEL__AMP_K_UNSCALE) {
-            if (ta == ACCEL_F32) {
-                float *p = (float *)d[t].a + start;
-                int nv = (((size_t)p & 15u) == 0) ? (int)(len / 4) : 0;
-                float4 *p4 = (float4 *)p;
-                const float inv = kp.f0;
-                accel__amp_vloop<float4>(nv, [&](int j) { return p4[j]; }, [&](int j, float4 v) {
-                    bad |= accel_amp_nonfinite(v.x) | accel_amp_nonfinite(v.y) | accel_amp_nonfinite(v.z) |
-                           accel_amp_nonfinite(v.w);
-                    v.x = accel_amp_unscale1(v.x, inv); v.y = accel_amp_unscale1(v.y, inv);
-                    v.z = accel_amp_unscale1(v.z, inv); v.w = accel_amp_unscale1(v.w, inv);
-                    p4[j] = v;
-                });
-                for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) {
-                    float v = p[i];
-                    bad |= accel_amp_nonfinite(v);
-                    p[i] = accel_amp_unscale1(v, inv);
-                }
-            } else {
-                for (i = threadIdx.x; i < len; i += blockDim.x) {
-                    float v = accel__amp_dload(d[t].a, ta, start + i);
-                    bad |= accel_amp_nonfinite(v);
-                    accel__amp_dstore(d[t].a, ta, start + i, accel_amp_unscale1(v, kp.f0));
-                }
-            }
-        } else if (kind == ACCEL__AMP_K_CONVERT) {
-            int tb = d[t].tb;
-            const float *s = (const float *)d[t].a + start;
-            uint16_t *o = (uint16_t *)d[t].b + start;
-            int vec = ta == ACCEL_F32 && (tb == ACCEL_BF16 || tb == ACCEL_F16) && ((size_t)s & 15u) == 0 &&
-                      ((size_t)o & 7u) == 0;
-            int nv;
-            if (kp.use_sr) { /* F32 → BF16 stochastic: one Philox block per 4 elements when they share one */
-                unsigned long long base = kp.index_offset + (unsigned long long)start;
-                nv = (vec && (base & 3u) == 0) ? (int)(len / 4) : 0;
-                accel__amp_vloop<float4>(nv, [&](int j) { return ((const float4 *)s)[j]; },
-                                         [&](int j, float4 v) {
-                    uint32_t r[4];
-                    uint2 w;
-                    accel_rng_draw4(kp.seed, kp.step, (base >> 2) + (unsigned long long)j, r);
-                    w.x = (unsigned)accel_amp_f32_to_bf16_sr(v.x, r[0]) | ((unsigned)accel_amp_f32_to_bf16_sr(v.y, r[1]) << 16);
-                    w.y = (unsigned)accel_amp_f32_to_bf16_sr(v.z, r[2]) | ((unsigned)accel_amp_f32_to_bf16_sr(v.w, r[3]) << 16);
-                    ((uint2 *)o)[j] = w;
-                });
-                for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x)
-                    o[i] = accel_amp_f32_to_bf16_sr(s[i], accel_amp_sr_bits(kp.seed, kp.step, base + (unsigned long long)i));
-            } else if (vec) {
-                nv = (int)(len / 4);
-                if (tb == ACCEL_BF16)
-                    accel__amp_vloop<float4>(nv, [&](int j) { return ((const float4 *)s)[j]; },
-                                             [&](int j, float4 v) {
-                        ((uint2 *)o)[j] = make_uint2(accel__amp_pack_bf16x2(v.x, v.y), accel__amp_pack_bf16x2(v.z, v.w));
-                    });
-                else
-                    accel__amp_vloop<float4>(nv, [&](int j) { return ((const float4 *)s)[j]; },
-                                             [&](int j, float4 v) {
-                        ((uint2 *)o)[j] = make_uint2(accel__amp_pack_f16x2(v.x, v.y), accel__amp_pack_f16x2(v.z, v.w));
-                    });
-                for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) accel__amp_dstore(o, tb, i, s[i]);
-            } else {
-                for (i = threadIdx.x; i < len; i += blockDim.x)
-                    accel__amp_dstore(d[t].b, tb, start + i, accel__amp_dload(d[t].a, ta, start + i));
-            }
-        } else if (kind == ACCEL__AMP_K_NORM) {
-            /* float64 accumulation: the total must agree with the CPU's float64 sum to ~1e-12 (torch accumulates
-               fp32 norms in fp32; ours is the more accurate one, at no cost in bandwidth) */
-            const float *p = (const float *)d[t].a + start;
-            int nv = (ta == ACCEL_F32 && ((size_t)p & 15u) == 0) ? (int)(len / 4) : 0;
-            if (nv && !kp.is_inf && kp.p == 2.0) {
-                accel__amp_vloop<float4>(nv, [&](int j) { return ((const float4 *)p)[j]; },
-                                         [&](int j, float4 v) {
-                    (void)j;
-                    acc += (double)v.x * (double)v.x + (double)v.y * (double)v.y +
-                           ((double)v.z * (double)v.z + (double)v.w * (double)v.w);
-                });
-            } else if (nv) {
-                accel__amp_vloop<float4>(nv, [&](int j) { return ((const float4 *)p)[j]; },
-                                         [&](int j, float4 v) {
-                    (void)j;
-                    if (kp.is_inf) {
-                        acc = accel__amp_max_nan(acc, fabs((double)v.x)); acc = accel__amp_max_nan(acc, fabs((double)v.y));
-                        acc = accel__amp_max_nan(acc, fabs((double)v.z)); acc = accel__amp_max_nan(acc, fabs((double)v.w));
-                    } else {
-                        acc += accel__amp_pow_term(v.x, kp.p) + accel__amp_pow_term(v.y, kp.p) +
-                               (accel__amp_pow_term(v.z, kp.p) + accel__amp_pow_term(v.w, kp.p));
+/* The kinds that write back into their buffer. */
+ACCEL__AMP_FI int accel__amp_in_place(int kind) {
+    return kind == ACCEL__AMP_K_UNSCALE || kind == ACCEL__AMP_K_SCALE || kind == ACCEL__AMP_K_CLAMP ||
+           kind == ACCEL__AMP_K_NORM;
+}
+/* The dtypes a kind reads and writes; the fp8 side of a quantize / dequantize is either fp8 format, which the
+   specialised kernels leave open: written so that the compiler still knows its size and decoder. */
+ACCEL__AMP_FI int accel__amp_dt_in(int kind, int ta) {
+    return kind == ACCEL__AMP_K_FP8D ? (ta == ACCEL_F8_E5M2 ? ACCEL_F8_E5M2 : ACCEL_F8_E4M3) : ta;
+}
+ACCEL__AMP_FI int accel__amp_dt_out(int kind, int ta, int tb) {
+    return accel__amp_in_place(kind)   ? ta
+           : kind == ACCEL__AMP_K_FP8Q ? (tb == ACCEL_F8_E5M2 ? ACCEL_F8_E5M2 : ACCEL_F8_E4M3)
+                                       : tb;
+}
+
+/* The unit's lanes as floats: f[i] for i < 16 / size (dtype dt; the others untouched). One switch per unit. */
+ACCEL__AMP_FI void accel__amp_decode(const accel__amp_v16 *v, int dt, float *f) {
+    int i;
+    if (dt == ACCEL_F32) {
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 4; ++i) f[i] = accel_bits_f32(v->w[i]);
+    } else if (dt == ACCEL_BF16) {
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 8; ++i) f[i] = accel_bf16_to_f32((uint16_t)(v->w[i >> 1] >> (16 * (i & 1))));
+    } else if (dt == ACCEL_F16) {
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 8; ++i) f[i] = accel_f16_to_f32((uint16_t)(v->w[i >> 1] >> (16 * (i & 1))));
+    } else {
+        const int e5 = dt == ACCEL_F8_E5M2;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        /* sm_89+: cvt.rn.f16x2.{e4m3,e5m2}x2 (exact: both formats fit fp16), then fp16 -> fp32 (exact); NaN made the
+           CPU's 0x7FFFFFFF whatever the conversions keep of it */
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 8; ++i) {
+            unsigned short p2 = (unsigned short)(v->w[i >> 1] >> (16 * (i & 1))), lo, hi;
+            uint32_t h2;
+            float a, b;
+            if (e5) asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(p2));
+            else asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(p2));
+            lo = (unsigned short)h2;
+            hi = (unsigned short)(h2 >> 16);
+            asm("cvt.f32.f16 %0, %1;" : "=f"(a) : "h"(lo));
+            asm("cvt.f32.f16 %0, %1;" : "=f"(b) : "h"(hi));
+            f[2 * i] = a == a ? a : accel_bits_f32(0x7fffffffu);
+            f[2 * i + 1] = b == b ? b : accel_bits_f32(0x7fffffffu);
+        }
+#else
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 16; ++i) f[i] = accel_amp_fp8_to_f32((uint8_t)(v->w[i >> 2] >> (8 * (i & 3))), e5);
+#endif
+    }
+}
+/* The exponent field: all ones (0x7F800000, the largest value it takes) exactly for Inf and NaN, so the max of it
+   over a buffer says whether accel_amp_nonfinite was true for any element. */
+ACCEL__AMP_FI uint32_t accel__amp_expo(float x) { return accel_f32_bits(x) & 0x7f800000u; }
+
+/* The element work on unit v of buffer d: c valid lanes from element e, dtypes ta -> tb, 1 << vwl lanes, vec: an
+   aligned body unit. Results into s; returns 1 when o is to be stored (in place: into a as ta, else into b as tb).
+   Every branch on kind / dtype / mode is a constant in the specialised kernels, and once per unit in the generic
+   one. */
+ACCEL__AMP_FI int accel__amp_work(const accel__amp_args *A, const accel__amp_mt *d, int kind, int ta, int tb,
+                                  int vwl, int mode, long long e, int c, int vec, const accel__amp_v16 *v,
+                                  accel__amp_v16 *o, accel__amp_acc *s) {
+    float f[16];
+    int i;
+    const int lanes = 1 << vwl, n = c < lanes ? c : lanes;
+    if (kind == ACCEL__AMP_K_SR) { /* F32 -> BF16: one Philox block per aligned unit of 4, the CPU's stream */
+        unsigned long long idx = A->k.index_offset + (unsigned long long)e;
+        uint32_t r[4], q[4];
+        if (vec) accel_rng_draw4(A->k.seed, A->k.step, idx >> 2, r);
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 4; ++i)
+            q[i] = accel_amp_f32_to_bf16_sr(accel_bits_f32(v->w[i]),
+                                            vec ? r[i] : accel_amp_sr_bits(A->k.seed, A->k.step, idx + (unsigned)i));
+        o->w[0] = q[0] | (q[1] << 16);
+        o->w[1] = q[2] | (q[3] << 16);
+        o->w[2] = o->w[3] = 0;
+        return 1;
+    }
+    for (i = 0; i < 16; ++i) f[i] = 0.0f;
+    accel__amp_decode(v, accel__amp_dt_in(kind, ta), f);
+    if (kind == ACCEL__AMP_K_NORM) {
+        if (mode == ACCEL__AMP_NORM_P2) {
+            ACCEL__AMP_UNROLL
+            for (i = 0; i < 16; ++i) if (i < n) accel__amp_norm1(s, ACCEL__AMP_NORM_P2, 0.0, f[i]);
+        } else if (mode == ACCEL__AMP_NORM_P1) {
+            ACCEL__AMP_UNROLL
+            for (i = 0; i < 16; ++i) if (i < n) accel__amp_norm1(s, ACCEL__AMP_NORM_P1, 0.0, f[i]);
+        } else if (mode == ACCEL__AMP_NORM_INF) {
+            ACCEL__AMP_UNROLL
+            for (i = 0; i < 16; ++i) if (i < n) accel__amp_norm1(s, ACCEL__AMP_NORM_INF, 0.0, f[i]);
+        } else { /* (unrolled too: an indexed f would live in local memory for every mode) */
+            ACCEL__AMP_UNROLL
+            for (i = 0; i < 16; ++i) if (i < n) accel__amp_norm1(s, ACCEL__AMP_NORM_F64, A->k.p, f[i]);
+        }
+        return 0;
+    }
+    if (kind == ACCEL__AMP_K_FP8Q) { /* fused cast + amax */
+        if (s->slot != d->slot) {
+            accel__amp_amax_flush(A->k.amax, s->slot, s->bits);
+            s->slot = d->slot;
+            s->bits = 0;
+        }
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 16; ++i) {
+            uint32_t a = i < n ? accel__amp_absbits(f[i]) : 0u;
+            s->bits = a > s->bits ? a : s->bits;
+            f[i] = f[i] * d->scale;
+        }
+        accel__amp_put(o, accel__amp_dt_out(kind, ta, tb), f, lanes, A->k.mode);
+        return 1;
+    }
+    if (kind == ACCEL__AMP_K_UNSCALE) {
+        const float inv = A->k.f0;
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 16; ++i) {
+            uint32_t x = i < n ? accel__amp_expo(f[i]) : 0u;
+            s->bits = x > s->bits ? x : s->bits;
+            f[i] = accel_amp_unscale1(f[i], inv);
+        }
+        if (ta == ACCEL_F32 && inv == 1.0f) return 0; /* fp32 by 1 writes nothing, as the CPU loop */
+    } else if (kind == ACCEL__AMP_K_SCALE) {
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 16; ++i) f[i] = f[i] * A->k.f0;
+    } else if (kind == ACCEL__AMP_K_CLAMP) {
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 16; ++i) f[i] = accel_amp_clamp1(f[i], A->k.f0, A->k.f1);
+    } else if (kind == ACCEL__AMP_K_FP8D) {
+        ACCEL__AMP_UNROLL
+        for (i = 0; i < 16; ++i) f[i] = f[i] * d->scale;
+    } /* convert: the values as they are; fp8 destinations saturate (accel_amp_convert's rule) */
+    accel__amp_put(o, accel__amp_dt_out(kind, ta, tb), f, lanes, 1);
+    return 1;
+}
+
+/* One aligned body unit of buffer d (unit q, element e) from v: the work, then the store. */
+ACCEL__AMP_FI void accel__amp_body(const accel__amp_args *A, const accel__amp_mt *d, int kind, int ta, int tb, int vwl,
+                                   int mode, long long e, const accel__amp_v16 *v, unsigned char *out,
+                                   accel__amp_acc *s) {
+    accel__amp_v16 o;
+    const int es = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
+    if (accel__amp_work(A, d, kind, ta, tb, vwl, mode, e, 1 << vwl, 1, v, &o, s)) accel__amp_stv(out, es << vwl, &o);
+}
+
+/* Unit u when it is an aligned body unit (walking *t forward to its buffer): its buffer, with its width (*vwl) and
+   first element (*e); NULL when u is element-wise. */
+ACCEL__AMP_FI const accel__amp_mt *accel__amp_locate(const accel__amp_args *A, int *t, long long u, int vwl_c, int *vwl,
+                                                     long long *e) {
+    const accel__amp_mt *d;
+    long long q;
+    while (u >= A->ub[*t + 1]) ++*t;
+    d = &A->t[*t];
+    *vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f);
+    q = u - A->ub[*t];
+    if (!(d->vwl & 0x80) || q >= accel__amp_nv(d, *vwl)) return NULL;
+    *e = d->head + (q << *vwl);
+    return d;
+}
+
+/* Everything one thread does in a launch: the units u of block range [u0, u1) with (u - u0) % nthreads == tid
+   (t0: the buffer of u0), in steps of U units. A step whose units are all aligned body units of one buffer (nearly
+   all of them) issues its U 16-byte loads at a fixed stride before any work; a step that crosses a buffer boundary
+   resolves each unit (4 loads in flight). The element-wise units (heads, tails, bodies that cannot be aligned) come
+   last, one at a time: a few per buffer. kind, ta, tb, vwl, mode < 0: each buffer's own / the launch's value. */
+ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta_c, int tb_c, int vwl_c, int mode_c,
+                                     int U, long long u0, long long u1, int t0, long long tid, long long nthreads,
+                                     accel__amp_acc *s) {
+    const int mode = mode_c >= 0 ? mode_c : A->k.mode, fold = kind == ACCEL__AMP_K_NORM &&
+                     (mode == ACCEL__AMP_NORM_P2 || mode == ACCEL__AMP_NORM_P1);
+    const int ip = accel__amp_in_place(kind);
+    int tl = t0, t, k, k0;
+    long long first;
+    for (first = u0 + tid; first < u1; first += nthreads * U) {
+        const accel__amp_mt *d;
+        long long q0, last = first + (U - 1) * nthreads;
+        int vwl;
+        accel__amp_v16 v[ACCEL__AMP_U];
+        while (first >= A->ub[tl + 1]) ++tl;
+        d = &A->t[tl];
+        vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f);
+        q0 = first - A->ub[tl];
+        if (last >= u1) last = u1 - 1;
+        if ((d->vwl & 0x80) && last - A->ub[tl] < accel__amp_nv(d, vwl)) {
+            const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
+            const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta)),
+                      eo = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
+            const long long e0 = d->head + (q0 << vwl), de = nthreads << vwl;
+            const unsigned char *pa = (const unsigned char *)d->a + e0 * ea;
+            unsigned char *po = (unsigned char *)(ip ? d->a : d->b) + e0 * eo;
+            ACCEL__AMP_UNROLL /* past the range's end: unit 0 again (not used; no predicated loads to merge) */
+            for (k = 0; k < ACCEL__AMP_U; ++k)
+                if (k < U) accel__amp_ldv(pa + (first + k * nthreads < u1 ? k : 0) * de * ea, ea << vwl, &v[k]);
+            ACCEL__AMP_UNROLL
+            for (k = 0; k < ACCEL__AMP_U; ++k)
+                if (k < U && first + k * nthreads < u1)
+                    accel__amp_body(A, d, kind, ta, tb, vwl, mode, e0 + k * de, &v[k], po + k * de * eo, s);
+        } else {
+            accel__amp_v16 w[4];
+            long long e = 0;
+            int tw;
+            for (k0 = 0; k0 < U; k0 += 4) {
+                tw = tl;
+                ACCEL__AMP_UNROLL
+                for (k = 0; k < 4; ++k) {
+                    const long long u = first + (k0 + k) * nthreads;
+                    if (k0 + k < U && u < u1 && (d = accel__amp_locate(A, &tw, u, vwl_c, &vwl, &e)) != NULL) {
+                        const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta_c >= 0 ? ta_c : d->ta));
+                        accel__amp_ldv((const unsigned char *)d->a + e * ea, ea << vwl, &w[k]);
                     }
-                });
+                }
+                tw = tl;
+                ACCEL__AMP_UNROLL
+                for (k = 0; k < 4; ++k) {
+                    const long long u = first + (k0 + k) * nthreads;
+                    if (k0 + k < U && u < u1 && (d = accel__amp_locate(A, &tw, u, vwl_c, &vwl, &e)) != NULL) {
+                        const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
+                        const int eo = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
+                        accel__amp_body(A, d, kind, ta, tb, vwl, mode, e, &w[k],
+                                        (unsigned char *)(ip ? d->a : d->b) + e * eo, s);
+                    }
+                }
             }
-            for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) {
-                float v = accel__amp_dload(d[t].a, ta, start + i);
-                if (kp.is_inf) acc = accel__amp_max_nan(acc, v < 0 ? -(double)v : (double)v);
-                else acc += accel__amp_pow_term(v, kp.p);
-            }
-        } else if (kind == ACCEL__AMP_K_SCALE) {
-            if (ta == ACCEL_F32) {
-                float *p = (float *)d[t].a + start;
-                int nv = (((size_t)p & 15u) == 0) ? (int)(len / 4) : 0;
-                float4 *p4 = (float4 *)p;
-                const float f = kp.f0;
-                accel__amp_vloop<float4>(nv, [&](int j) { return p4[j]; }, [&](int j, float4 v) {
-                    v.x *= f; v.y *= f; v.z *= f; v.w *= f;
-                    p4[j] = v;
-                });
-                for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) p[i] *= f;
-            } else {
-                for (i = threadIdx.x; i < len; i += blockDim.x)
-                    accel__amp_dstore(d[t].a, ta, start + i, accel__amp_dload(d[t].a, ta, start + i) * kp.f0);
-            }
-        } else if (kind == ACCEL__AMP_K_FP8Q) {
-            /* fused cast + amax: 16-byte loads, 4-byte stores when aligned; the chunk's amax goes to its slot with
-               one atomicMax per warp (fp32 bits of non-negative values order like the values) */
-            int e5 = d[t].tb == ACCEL_F8_E5M2, sat = kp.fp8_sat;
-            float sc = d[t].scale;
-            unsigned m = 0;
-            const float *p = (const float *)d[t].a + start;
-            unsigned char *q = (unsigned char *)d[t].b + start;
-            int nv = (ta == ACCEL_F32 && ((size_t)p & 15u) == 0 && ((size_t)q & 3u) == 0) ? (int)(len / 4) : 0;
-            const float4 *p4 = (const float4 *)p;
-            unsigned *q4 = (unsigned *)q;
-            accel__amp_vloop<float4>(nv, [&](int j) { return p4[j]; }, [&](int j, float4 v) {
-                m = max(m, max(max(accel__amp_absbits(v.x), accel__amp_absbits(v.y)),
-                               max(accel__amp_absbits(v.z), accel__amp_absbits(v.w))));
-                q4[j] = accel__amp_q4(v, sc, e5, sat);
-            });
-            for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x) {
-                float v = accel__amp_dload(d[t].a, ta, start + i);
-                m = max(m, accel__amp_absbits(v));
-                q[i] = accel_amp_f32_to_fp8(v * sc, e5, sat);
-            }
-            m = max(m, __shfl_xor_sync(0xffffffffu, m, 16));
-            m = max(m, __shfl_xor_sync(0xffffffffu, m, 8));
-            m = max(m, __shfl_xor_sync(0xffffffffu, m, 4));
-            m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
-            m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            /* an atomic only when it can raise the slot: the slot only grows during the launch, so a value read
-               from L2 that is already >= m means the atomic would change nothing (thousands of blocks queueing on
-               one address otherwise) */
-            if ((threadIdx.x & 31u) == 0 && m && m > __ldcg(kp.amax + d[t].slot)) atomicMax(kp.amax + d[t].slot, m);
-        } else if (kind == ACCEL__AMP_K_FP8D) {
-            int e5 = ta == ACCEL_F8_E5M2, tb = d[t].tb;
-            float sc = d[t].scale;
-            const unsigned char *p = (const unsigned char *)d[t].a + start;
-            float *q = (float *)d[t].b + start;
-            int nv = (tb == ACCEL_F32 && ((size_t)p & 3u) == 0 && ((size_t)q & 15u) == 0) ? (int)(len / 4) : 0;
-            accel__amp_vloop<unsigned>(nv, [&](int j) { return ((const unsigned *)p)[j]; },
-                                       [&](int j, unsigned w) {
-                float4 o;
-                o.x = accel_amp_fp8_to_f32((uint8_t)w, e5) * sc;
-                o.y = accel_amp_fp8_to_f32((uint8_t)(w >> 8), e5) * sc;
-                o.z = accel_amp_fp8_to_f32((uint8_t)(w >> 16), e5) * sc;
-                o.w = accel_amp_fp8_to_f32((uint8_t)(w >> 24), e5) * sc;
-                ((float4 *)q)[j] = o;
-            });
-            for (i = nv * 4 + threadIdx.x; i < len; i += blockDim.x)
-                accel__amp_dstore(d[t].b, tb, start + i, accel_amp_fp8_to_f32(p[i], e5) * sc);
-        } else { /* clamp */
-            for (i = threadIdx.x; i < len; i += blockDim.x)
-                accel__amp_dstore(d[t].a, ta, start + i,
-                                  accel_amp_clamp1(accel__amp_dload(d[t].a, ta, start + i), kp.f0, kp.f1));
+        }
+        if (fold) accel__amp_norm_fold(s);
+    }
+    for (t = t0; t < A->nt && A->ub[t] < u1; ++t) {
+        const accel__amp_mt *d = &A->t[t];
+        const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
+        const int vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f), out = ip ? ta : tb;
+        long long lo = A->ub[t] + ((d->vwl & 0x80) ? accel__amp_nv(d, vwl) : 0), hi = A->ub[t + 1], u;
+        if (lo < u0) lo = u0;
+        if (hi > u1) hi = u1;
+        if (lo >= hi) continue;
+        for (u = lo + ((tid - (lo - u0) % nthreads) + nthreads) % nthreads; u < hi; u += nthreads) {
+            accel__amp_v16 v, o;
+            long long e;
+            int c;
+            accel__amp_unit(d, vwl, u - A->ub[t], &e, &c);
+            accel__amp_lds((const unsigned char *)d->a + e * accel__amp_esz(ta), accel__amp_esz(ta), c, &v);
+            if (accel__amp_work(A, d, kind, ta, tb, vwl, mode, e, c, 0, &v, &o, s))
+                accel__amp_sts((unsigned char *)(ip ? d->a : d->b) + e * accel__amp_esz(out), accel__amp_esz(out), c,
+                               &o);
         }
     }
-    if (kind == ACCEL__AMP_K_UNSCALE && bad) *found = 1;
-    if (kind == ACCEL__AMP_K_NORM) { /* warp shuffles, then the warps' values in a fixed order: one barrier */
-        int o;
-        for (o = 16; o > 0; o >>= 1) {
-            double v = __shfl_xor_sync(0xffffffffu, acc, o);
-            acc = kp.is_inf ? accel__amp_max_nan(acc, v) : acc + v;
-        }
-        if ((threadIdx.x & 31u) == 0) red[threadIdx.x >> 5] = acc;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned w;
-            for (w = 1; w < blockDim.x / 32u; ++w) acc = kp.is_inf ? accel__amp_max_nan(acc, red[w]) : acc + red[w];
-            partials[blockIdx.x] = acc;
-        }
-    }
+    if (fold) accel__amp_norm_fold(s);
 }
 
-/* The norm's last step: the per-block partials summed (or maxed) in a fixed order by one block, so the total does
-   not depend on which SM finished first; the host reads back one double. */
-static __global__ void accel__amp_norm_final(const double *partials, int n, int is_inf, double *out) {
-    __shared__ double red[1024];
-    double a = 0.0;
-    int i;
-    unsigned s;
-    for (i = (int)threadIdx.x; i < n; i += (int)blockDim.x) a = is_inf ? accel__amp_max_nan(a, partials[i]) : a + partials[i];
-    red[threadIdx.x] = a;
-    __syncthreads();
-    for (s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) red[threadIdx.x] = is_inf ? accel__amp_max_nan(red[threadIdx.x], red[threadIdx.x + s])
-                                                       : red[threadIdx.x] + red[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) *out = red[0];
+ACCEL__AMP_FI void accel__amp_acc_init(accel__amp_acc *s) {
+    s->sum = 0.0;
+    s->hi = s->lo = 0.0f;
+    s->bits = 0u;
+    s->slot = -1;
 }
 
-/* Copies the descriptors into the Accelerator's device scratch (persistent, from the device allocator; reused in
-   stream order, so everything here stays on acc->stream), runs one launch over every buffer, and reads back
-   found_inf / the norm's total (only when asked: one synchronization, 4 or 8 bytes). The host table may be freed on
-   return (a pageable host-to-device cudaMemcpyAsync has staged it by then). */
-static accel_result accel__amp_launch(accel *acc, int kind, const accel__amp_mt *h, int nt, long long nchunks,
-                                      const accel__amp_kparams *kp, int *found_out, double *norm_out) {
-    cudaStream_t st = (cudaStream_t)acc->stream;
-    unsigned char *scratch;
-    size_t dbytes = sizeof(accel__amp_mt) * (size_t)nt;
-    size_t off_found = (dbytes + 15u) & ~(size_t)15u;
-    size_t off_part = off_found + 16u;
-    int blocks = (int)(nchunks < ACCEL__AMP_MAX_BLOCKS ? nchunks : ACCEL__AMP_MAX_BLOCKS), dev_found = 0;
-    size_t total = off_part + (norm_out ? sizeof(double) * ((size_t)blocks + 1) : 0);
-    double dev_norm = 0.0;
-    if (found_out) *found_out = 0;
-    if (norm_out) *norm_out = 0.0;
-    if (nchunks <= 0) return ACCEL_OK;
-    scratch = (unsigned char *)accel__device_scratch(acc, total);
-    if (!scratch) return accel__fail_wrap(acc, acc->last_result, "amp kernel arguments (%zu bytes)", total);
-    ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(scratch, h, dbytes, cudaMemcpyHostToDevice, st));
-    if (found_out) ACCEL__CUDA_CHECK(acc, cudaMemsetAsync(scratch + off_found, 0, 4, st));
+/* ---- host side of a launch (also what the CPU grid test builds) */
+/* A kernel instance: which template arguments run a launch. The specialised ones (every buffer fp32, the hot
+   paths) take their dtypes as constants and U = 8; the generic one reads each buffer's dtypes and takes U = 4. */
+typedef struct accel__amp_cfg { int id, ta, tb, vwl, mode, u; } accel__amp_cfg;
+enum { ACCEL__AMP_I_GENERIC = 0, ACCEL__AMP_I_F32, ACCEL__AMP_I_F32_BF16, ACCEL__AMP_I_F32_F16, ACCEL__AMP_I_F32_F8,
+       ACCEL__AMP_I_F8_F32 };
+ACCEL__PRIVATE void accel__amp_pick(int kind, int mode, int ta, int tb, accel__amp_cfg *c) {
+    /* ta / tb: the dtype every buffer of the launch has, or -1 */
+    c->id = ACCEL__AMP_I_GENERIC; c->ta = c->tb = c->vwl = c->mode = -1; c->u = ACCEL__AMP_U_ANY;
     switch (kind) {
-#define ACCEL__AMP_LAUNCH(K)                                                                                           \
-    case K:                                                                                                            \
-        accel__amp_kernel<K><<<blocks, ACCEL_AMP_CUDA_BLOCK, 0, st>>>((const accel__amp_mt *)scratch, nt, nchunks, *kp,  \
-                                                                      (int *)(scratch + off_found),                    \
-                                                                      (double *)(scratch + off_part));                 \
+    case ACCEL__AMP_K_UNSCALE: case ACCEL__AMP_K_SCALE:
+        if (ta == ACCEL_F32) c->id = ACCEL__AMP_I_F32;
         break;
-    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_UNSCALE)
-    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_CONVERT)
-    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_NORM)
-    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_SCALE)
-    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_CLAMP)
-    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_FP8Q)
-    ACCEL__AMP_LAUNCH(ACCEL__AMP_K_FP8D)
-#undef ACCEL__AMP_LAUNCH
-    default: return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "amp: unknown kernel kind %d", kind);
+    case ACCEL__AMP_K_NORM:
+        if (ta == ACCEL_F32 && mode == ACCEL__AMP_NORM_P2) { c->id = ACCEL__AMP_I_F32; c->mode = mode; }
+        break;
+    case ACCEL__AMP_K_CONVERT:
+        if (ta == ACCEL_F32 && tb == ACCEL_BF16) c->id = ACCEL__AMP_I_F32_BF16;
+        if (ta == ACCEL_F32 && tb == ACCEL_F16) c->id = ACCEL__AMP_I_F32_F16;
+        break;
+    case ACCEL__AMP_K_SR: /* only F32 -> BF16 exists */
+        c->id = ACCEL__AMP_I_F32_BF16;
+        break;
+    case ACCEL__AMP_K_FP8Q:
+        if (ta == ACCEL_F32) c->id = ACCEL__AMP_I_F32_F8;
+        break;
+    case ACCEL__AMP_K_FP8D:
+        if (tb == ACCEL_F32) c->id = ACCEL__AMP_I_F8_F32;
+        break;
+    default: break;
     }
-    ACCEL__CUDA_CHECK(acc, cudaGetLastError());
-    if (norm_out) {
-        double *part = (double *)(scratch + off_part);
-        accel__amp_norm_final<<<1, 1024, 0, st>>>(part, blocks, kp->is_inf, part + blocks);
-        ACCEL__CUDA_CHECK(acc, cudaGetLastError());
-        ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(&dev_norm, part + blocks, sizeof(double), cudaMemcpyDeviceToHost, st));
+    switch (c->id) {
+    case ACCEL__AMP_I_F32: c->ta = c->tb = ACCEL_F32; c->vwl = 2; break;
+    case ACCEL__AMP_I_F32_BF16: c->ta = ACCEL_F32; c->tb = ACCEL_BF16; c->vwl = 2; break;
+    case ACCEL__AMP_I_F32_F16: c->ta = ACCEL_F32; c->tb = ACCEL_F16; c->vwl = 2; break;
+    case ACCEL__AMP_I_F32_F8: c->ta = ACCEL_F32; c->vwl = 2; break;
+    case ACCEL__AMP_I_F8_F32: c->tb = ACCEL_F32; c->vwl = 2; break;
+    default: break;
     }
-    if (found_out) ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(&dev_found, scratch + off_found, 4, cudaMemcpyDeviceToHost, st));
-    if (found_out || norm_out) ACCEL__CUDA_CHECK(acc, cudaStreamSynchronize(st));
-    if (found_out) *found_out = dev_found != 0;
-    if (norm_out) *norm_out = dev_norm;
+    if (c->id != ACCEL__AMP_I_GENERIC) c->u = kind == ACCEL__AMP_K_NORM ? ACCEL__AMP_U_NORM : ACCEL__AMP_U_FAST;
+}
+
+/* Plans buffer d (a, b, n, ta, tb set) for a kind: its unit width, its head and whether its body units are aligned
+   vectors. Returns its unit count (0 for an empty buffer). sr: stochastic rounding (index phase index_offset). */
+ACCEL__PRIVATE long long accel__amp_plan(accel__amp_mt *d, int in_place, int sr, unsigned long long index_offset) {
+    int ea = accel__amp_esz(d->ta), eb = in_place ? ea : accel__amp_esz(d->tb), w = ea > eb ? ea : eb;
+    int vwl = w == 4 ? 2 : w == 2 ? 3 : 4, vw = 1 << vwl, h, head = -1;
+    uintptr_t pa = (uintptr_t)d->a, pb = (uintptr_t)d->b;
+    long long nv, tail;
+    for (h = 0; h < vw && head < 0; ++h) { /* (vector sizes are powers of two: masks, no divisions per call) */
+        if ((pa + (uintptr_t)(h * ea)) & (uintptr_t)(vw * ea - 1)) continue;
+        if (!in_place && ((pb + (uintptr_t)(h * eb)) & (uintptr_t)(vw * eb - 1))) continue;
+        if (sr && ((index_offset + (unsigned long long)h) & 3u)) continue;
+        head = h;
+    }
+    d->vwl = (unsigned char)(vwl | (head >= 0 ? 0x80 : 0));
+    if (head < 0) head = 0;
+    if (head > d->n) head = (int)d->n;
+    d->head = (unsigned char)head;
+    nv = (d->n - head) >> vwl;
+    tail = d->n - head - (nv << vwl);
+    return nv + (head > 0) + (tail > 0);
+}
+
+/* Fills launch A (its scalar fields already set) with buffers h[0, nt) (planned, unit counts in units[]); returns the
+   dtypes they share (-1 where they differ) through ta / tb. */
+ACCEL__PRIVATE void accel__amp_fill(accel__amp_args *A, const accel__amp_mt *h, const long long *units, int nt, int *ta,
+                                    int *tb) {
+    long long u = 0;
+    int i;
+    *ta = nt ? h[0].ta : -1;
+    *tb = nt ? h[0].tb : -1;
+    for (i = 0; i < nt; ++i) {
+        A->t[i] = h[i];
+        A->ub[i] = u;
+        u += units[i];
+        if (h[i].ta != *ta) *ta = -1;
+        if (h[i].tb != *tb) *tb = -1;
+    }
+    A->ub[nt] = u;
+    A->units = u;
+    A->nt = nt;
+}
+
+/* Folds n per-block records (kind, norm mode) in block order into out. */
+ACCEL__PRIVATE void accel__amp_fold(int kind, int mode, const double *p, int n, accel__amp_part *out) {
+    int i;
+    for (i = 0; i < n; ++i) {
+        if (kind == ACCEL__AMP_K_UNSCALE) out->flag |= p[i] != 0.0;
+        else if (mode == ACCEL__AMP_NORM_INF) out->bits = (uint32_t)p[i] > out->bits ? (uint32_t)p[i] : out->bits;
+        else out->sum += p[i];
+    }
+}
+
+/* Plans the buffers h[0, count) (a, b, n, ta, tb, scale, slot filled; in place: b and tb unused) for kind: the
+   empty ones are left out (h is compacted to *k entries, units[i] their unit counts). A buffer not aligned to its
+   element size is refused before anything runs (the GPU would fault on it). */
+ACCEL__PRIVATE accel_result accel__amp_prepare(accel *acc, int kind, accel__amp_mt *h, int count,
+                                               const accel__amp_kp *kp, long long *units, int *k, const char *what) {
+    const int in_place = accel__amp_in_place(kind);
+    int i;
+    *k = 0;
+    for (i = 0; i < count; ++i) {
+        int ea = accel__amp_esz(h[i].ta), eb = accel__amp_esz(h[i].tb);
+        if (h[i].n == 0) continue;
+        if ((uintptr_t)h[i].a % (uintptr_t)ea || (!in_place && (uintptr_t)h[i].b % (uintptr_t)eb))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: buffer %d (%p -> %p) is not aligned to its element "
+                               "size (%d -> %d bytes); nothing was changed",
+                               what, i, h[i].a, in_place ? h[i].a : h[i].b, ea, in_place ? ea : eb);
+    }
+    for (i = 0; i < count; ++i) {
+        if (h[i].n == 0) continue;
+        h[*k] = h[i];
+        if (in_place) { h[*k].b = h[*k].a; h[*k].tb = h[*k].ta; }
+        units[*k] = accel__amp_plan(&h[*k], in_place, kind == ACCEL__AMP_K_SR, kp->index_offset);
+        ++*k;
+    }
     return ACCEL_OK;
 }
-#endif /* __CUDACC__ */
+
+/* The norm's second pass: an fp32 sum (P2 / P1) that left the fp32 range — not finite (Inf or NaN among the values,
+   an overflow) or, for squares, a total below n * 2^-100, where squares that underflowed could show — is computed
+   again with float64 terms, the CPU path's arithmetic. */
+ACCEL__PRIVATE int accel__amp_norm_again(int mode, const accel__amp_part *res, double n) {
+    if (mode != ACCEL__AMP_NORM_P2 && mode != ACCEL__AMP_NORM_P1) return 0;
+    if (!(res->sum <= DBL_MAX)) return 1; /* Inf or NaN */
+    return mode == ACCEL__AMP_NORM_P2 && !(res->sum >= n * ldexp(1.0, -100));
+}
+
+#ifdef __CUDACC__
+/* the launch must fit the kernel-parameter limit (4 KiB before CUDA 12.1, 32764 bytes since) */
+typedef char accel__amp_args_fit[sizeof(accel__amp_args) <= (ACCEL__AMP_CAP > 64 ? 32764 : 4096) ? 1 : -1];
+/* The kernel: the even share, the thread's work, then the block's result. */
+/* MINB: blocks of 256 threads to keep resident per SM (the register budget: 4 -> 64 registers a thread) */
+#define ACCEL__AMP_MINB(m) ((m) * 256 / ACCEL_AMP_CUDA_BLOCK > 0 ? (m) * 256 / ACCEL_AMP_CUDA_BLOCK : 1)
+template <int K, int ID, int TA, int TB, int VWL, int MODE, int U, int MINB>
+static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, ACCEL__AMP_MINB(MINB))
+    accel__amp_kernel(const __grid_constant__ accel__amp_args A) {
+    __shared__ double rsum[ACCEL_AMP_CUDA_BLOCK / 32];
+    __shared__ uint32_t rbits[ACCEL_AMP_CUDA_BLOCK / 32];
+    __shared__ int rslot[ACCEL_AMP_CUDA_BLOCK / 32];
+    long long u0, u1;
+    accel__amp_acc s;
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    accel__amp_range(A.units, gridDim.x, blockIdx.x, &u0, &u1);
+    accel__amp_acc_init(&s);
+    if (u0 < u1)
+        accel__amp_thread(&A, K, TA, TB, VWL, MODE, U, u0, u1, accel__amp_find(&A, u0), threadIdx.x,
+                          ACCEL_AMP_CUDA_BLOCK, &s);
+    if (K == ACCEL__AMP_K_UNSCALE) {
+        int any = __syncthreads_or(s.bits == 0x7f800000u);
+        if (threadIdx.x == 0) A.part[blockIdx.x] = any ? 1.0 : 0.0;
+    } else if (K == ACCEL__AMP_K_NORM) { /* warp butterflies, then the warps in order: a fixed order */
+        const int mode = MODE >= 0 ? MODE : A.k.mode;
+        int o;
+        unsigned w;
+        for (o = 16; o > 0; o >>= 1) {
+            uint32_t b = __shfl_xor_sync(0xffffffffu, s.bits, o);
+            s.sum += __shfl_xor_sync(0xffffffffu, s.sum, o);
+            s.bits = b > s.bits ? b : s.bits;
+        }
+        if (lane == 0) { rsum[warp] = s.sum; rbits[warp] = s.bits; }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (w = 1; w < nw; ++w) {
+                s.sum += rsum[w];
+                s.bits = rbits[w] > s.bits ? rbits[w] : s.bits;
+            }
+            A.part[blockIdx.x] = mode == ACCEL__AMP_NORM_INF ? (double)s.bits : s.sum;
+        }
+    } else if (K == ACCEL__AMP_K_FP8Q) { /* one atomic per block and slot where the warps agree on the slot */
+        int o, same = __all_sync(0xffffffffu, s.slot == __shfl_sync(0xffffffffu, s.slot, 0));
+        unsigned w;
+        if (!same) { accel__amp_amax_flush(A.k.amax, s.slot, s.bits); s.slot = -1; s.bits = 0; }
+        for (o = 16; o > 0; o >>= 1) {
+            uint32_t b = __shfl_xor_sync(0xffffffffu, s.bits, o);
+            s.bits = b > s.bits ? b : s.bits;
+        }
+        if (lane == 0) { rbits[warp] = s.bits; rslot[warp] = same ? s.slot : -1; }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int slot = rslot[0];
+            uint32_t m = rbits[0];
+            for (w = 1; w < nw; ++w) {
+                if (rslot[w] != slot) { accel__amp_amax_flush(A.k.amax, slot, m); slot = rslot[w]; m = 0; }
+                m = rbits[w] > m ? rbits[w] : m;
+            }
+            accel__amp_amax_flush(A.k.amax, slot, m);
+        }
+    }
+}
+
+/* Launches one instance over A: the grid is what is resident at once (cached per device), capped by gcap and by one
+   unit per thread. *g: the blocks launched. */
+#define ACCEL__AMP_NDEV 64
+/* Blocks launched: ROUNDS x what is resident at once. Two rounds of even shares: when another stream's kernels
+   (NCCL's, say) hold some SMs, the blocks that wait carry half a share, not a whole one. */
+#define ACCEL__AMP_ROUNDS 2
+template <int K, int ID, int TA, int TB, int VWL, int MODE, int U, int MINB>
+static accel_result accel__amp_go(accel *acc, const accel__amp_args *A, int sms, int gcap, int *g) {
+    static int occ[ACCEL__AMP_NDEV]; /* blocks per SM (a race only writes the same value twice) */
+    int dev = acc->device, per_sm = dev >= 0 && dev < ACCEL__AMP_NDEV ? occ[dev] : 0;
+    long long want = (A->units + ACCEL_AMP_CUDA_BLOCK - 1) / ACCEL_AMP_CUDA_BLOCK;
+    if (per_sm <= 0) {
+        ACCEL__CUDA_CHECK(acc,
+                          cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                              &per_sm, accel__amp_kernel<K, ID, TA, TB, VWL, MODE, U, MINB>, ACCEL_AMP_CUDA_BLOCK, 0));
+        if (per_sm < 1) per_sm = 1;
+        if (dev >= 0 && dev < ACCEL__AMP_NDEV) occ[dev] = per_sm;
+    }
+    *g = sms * per_sm * ACCEL__AMP_ROUNDS;
+    if (*g > gcap) *g = gcap;
+    if (*g > want) *g = (int)want;
+    if (*g < 1) *g = 1;
+    accel__amp_kernel<K, ID, TA, TB, VWL, MODE, U, MINB>
+        <<<*g, ACCEL_AMP_CUDA_BLOCK, 0, (cudaStream_t)acc->stream>>>(*A);
+    ACCEL__CUDA_CHECK(acc, cudaGetLastError());
+    return ACCEL_OK;
+}
+
+/* The instance for kind / cfg (accel__amp_pick chose it). */
+static accel_result accel__amp_dispatch(accel *acc, int kind, const accel__amp_cfg *c, const accel__amp_args *A,
+                                        int sms, int gcap, int *g) {
+    enum { F32 = ACCEL_F32, BF = ACCEL_BF16, H = ACCEL_F16, P2 = ACCEL__AMP_NORM_P2 };
+    switch (kind * 8 + c->id) {
+#define ACCEL__AMP_GO(K, ID, TA, TB, VWL, MODE, U, MINB)                                                               \
+    case K * 8 + ID:                                                                                                   \
+        if (c->ta != TA || c->tb != TB || c->vwl != VWL || c->mode != MODE || c->u != U) break;                        \
+        return accel__amp_go<K, ID, TA, TB, VWL, MODE, U, MINB>(acc, A, sms, gcap, g);
+    ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, ACCEL__AMP_U_FAST, 4)
+    ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
+    ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_F32, F32, F32, 2, P2, ACCEL__AMP_U_NORM, 3)
+    ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
+    ACCEL__AMP_GO(ACCEL__AMP_K_SCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, ACCEL__AMP_U_FAST, 4)
+    ACCEL__AMP_GO(ACCEL__AMP_K_SCALE, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
+    ACCEL__AMP_GO(ACCEL__AMP_K_CLAMP, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
+    ACCEL__AMP_GO(ACCEL__AMP_K_CONVERT, ACCEL__AMP_I_F32_BF16, F32, BF, 2, -1, ACCEL__AMP_U_FAST, 4)
+    ACCEL__AMP_GO(ACCEL__AMP_K_CONVERT, ACCEL__AMP_I_F32_F16, F32, H, 2, -1, ACCEL__AMP_U_FAST, 4)
+    ACCEL__AMP_GO(ACCEL__AMP_K_CONVERT, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
+    ACCEL__AMP_GO(ACCEL__AMP_K_SR, ACCEL__AMP_I_F32_BF16, F32, BF, 2, -1, ACCEL__AMP_U_FAST, 4)
+    ACCEL__AMP_GO(ACCEL__AMP_K_FP8Q, ACCEL__AMP_I_F32_F8, F32, -1, 2, -1, ACCEL__AMP_U_FAST, 4)
+    ACCEL__AMP_GO(ACCEL__AMP_K_FP8Q, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
+    ACCEL__AMP_GO(ACCEL__AMP_K_FP8D, ACCEL__AMP_I_F8_F32, -1, F32, 2, -1, ACCEL__AMP_U_FAST, 4)
+    ACCEL__AMP_GO(ACCEL__AMP_K_FP8D, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
+#undef ACCEL__AMP_GO
+    default: break;
+    }
+    return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "amp: no kernel instance for kind %d as chosen (%d: %d -> %d, "
+                       "vwl %d, mode %d, U %d)", kind, c->id, c->ta, c->tb, c->vwl, c->mode, c->u);
+}
+
+/* SM count per device (cached; a race only writes the same value twice). */
+static int accel__amp_sms(accel *acc) {
+    static int sms[ACCEL__AMP_NDEV];
+    int dev = acc->device, n = dev >= 0 && dev < ACCEL__AMP_NDEV ? sms[dev] : 0;
+    if (n <= 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 0;
+    if (n <= 0) n = 1;
+    if (dev >= 0 && dev < ACCEL__AMP_NDEV) sms[dev] = n;
+    return n;
+}
+
+/* Runs kind over the planned buffers h[0, n) (units[]: their unit counts, none 0) in launches of up to
+   ACCEL__AMP_CAP buffers. res != NULL: every block's record is read back (one synchronization, G x 16 bytes a launch)
+   and folded in block order into *res. */
+static accel_result accel__amp_run(accel *acc, int kind, const accel__amp_mt *h, const long long *units, int n,
+                                   const accel__amp_kp *kp, accel__amp_part *res) {
+    const int per_sm = 2048 / ACCEL_AMP_CUDA_BLOCK < 32 ? 2048 / ACCEL_AMP_CUDA_BLOCK : 32; /* resident at most */
+    const int nl = (n + ACCEL__AMP_CAP - 1) / ACCEL__AMP_CAP, sms = accel__amp_sms(acc);
+    const int gcap = sms * per_sm * ACCEL__AMP_ROUNDS;
+    accel__amp_args *A = NULL;
+    double *dev = NULL, *host = NULL;
+    int j, *gs = NULL;
+    accel_result r = ACCEL_OK;
+    if (res) memset(res, 0, sizeof *res);
+    if (n <= 0) return ACCEL_OK;
+    A = (accel__amp_args *)accel_host_alloc(acc, sizeof *A);
+    gs = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)nl);
+    if (!A || !gs) { r = ACCEL_ERR_OUT_OF_MEMORY; goto done; }
+    if (res) {
+        size_t bytes = sizeof(double) * (size_t)nl * (size_t)gcap;
+        dev = (double *)accel__device_scratch(acc, bytes);
+        host = (double *)accel_host_alloc(acc, bytes);
+        if (!dev) {
+            r = accel__fail_wrap(acc, acc->last_result, "amp: per-block results (%zu bytes)", bytes);
+            goto done;
+        }
+        if (!host) { r = ACCEL_ERR_OUT_OF_MEMORY; goto done; }
+    }
+    for (j = 0; j < nl && r == ACCEL_OK; ++j) {
+        int nt = n - j * ACCEL__AMP_CAP < ACCEL__AMP_CAP ? n - j * ACCEL__AMP_CAP : ACCEL__AMP_CAP, ta, tb;
+        accel__amp_cfg c;
+        A->k = *kp;
+        A->part = dev ? dev + (size_t)j * (size_t)gcap : NULL;
+        accel__amp_fill(A, h + (size_t)j * ACCEL__AMP_CAP, units + (size_t)j * ACCEL__AMP_CAP, nt, &ta, &tb);
+        accel__amp_pick(kind, kp->mode, ta, tb, &c);
+        r = accel__amp_dispatch(acc, kind, &c, A, sms, gcap, &gs[j]);
+    }
+    if (r == ACCEL_OK && res) {
+        size_t got = (size_t)(nl - 1) * (size_t)gcap + (size_t)gs[nl - 1];
+        cudaStream_t st = (cudaStream_t)acc->stream;
+        cudaError_t e = cudaMemcpyAsync(host, dev, sizeof(double) * got, cudaMemcpyDeviceToHost, st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+        if (e != cudaSuccess)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "amp: reading the per-block results back: %s", cudaGetErrorString(e));
+        for (j = 0; r == ACCEL_OK && j < nl; ++j)
+            accel__amp_fold(kind, kp->mode, host + (size_t)j * (size_t)gcap, gs[j], res);
+    }
+done:
+    accel_host_free(acc, A);
+    accel_host_free(acc, gs);
+    accel_host_free(acc, host);
+    return r;
+}
+
+/* Plans the buffers h[0, count) for kind (see accel__amp_prepare) and runs them. */
+static accel_result accel__amp_exec(accel *acc, int kind, accel__amp_mt *h, int count, const accel__amp_kp *kp,
+                                    accel__amp_part *res, const char *what) {
+    long long *units = (long long *)accel_host_alloc(acc, sizeof(long long) * (size_t)(count > 0 ? count : 1));
+    accel_result r;
+    int k = 0;
+    if (res) memset(res, 0, sizeof *res);
+    if (!units) return ACCEL_ERR_OUT_OF_MEMORY;
+    r = accel__amp_prepare(acc, kind, h, count, kp, units, &k, what);
+    if (r == ACCEL_OK) r = accel__amp_run(acc, kind, h, units, k, kp, res);
+    accel_host_free(acc, units);
+    return r;
+}
+#endif
 
 #ifndef __CUDACC__
 static accel_result accel__amp_no_cuda(accel *acc, const char *what) {
@@ -1362,25 +1914,18 @@ static accel_result accel__amp_no_cuda(accel *acc, const char *what) {
 #endif
 
 #ifdef __CUDACC__
-/* Builds the descriptor table of a list (empty buffers left out). */
-static accel_result accel__amp_table(accel *acc, const accel_tensor *ts, int count, accel__amp_mt **out, int *nt,
-                                     long long *nchunks) {
-    int i, k = 0;
-    long long c = 0;
-    accel__amp_mt *h;
-    *out = NULL; *nt = 0; *nchunks = 0;
-    h = (accel__amp_mt *)accel_host_alloc(acc, sizeof(accel__amp_mt) * (size_t)(count > 0 ? count : 1));
+/* A gradient list as in-place buffer descriptors (the caller frees *out). */
+static accel_result accel__amp_from_tensors(accel *acc, const accel_tensor *ts, int count, accel__amp_mt **out) {
+    accel__amp_mt *h = (accel__amp_mt *)accel_host_alloc(acc, sizeof(accel__amp_mt) * (size_t)(count > 0 ? count : 1));
+    int i;
+    *out = h;
     if (!h) return ACCEL_ERR_OUT_OF_MEMORY;
     for (i = 0; i < count; ++i) {
-        int64_t n = accel_tensor_numel(&ts[i]);
-        if (n == 0) continue;
-        memset(&h[k], 0, sizeof h[k]);
-        h[k].a = ts[i].ptr; h[k].b = NULL; h[k].n = (long long)n; h[k].chunk_begin = c;
-        h[k].ta = (int)ts[i].dtype; h[k].tb = 0;
-        c += (n + ACCEL_AMP_CHUNK - 1) / ACCEL_AMP_CHUNK;
-        ++k;
+        memset(&h[i], 0, sizeof h[i]);
+        h[i].a = ts[i].ptr;
+        h[i].n = (long long)accel_tensor_numel(&ts[i]);
+        h[i].ta = h[i].tb = (unsigned char)ts[i].dtype;
     }
-    *out = h; *nt = k; *nchunks = c;
     return ACCEL_OK;
 }
 #endif
@@ -1393,10 +1938,13 @@ static accel_result accel__amp_check_list(accel *acc, const accel_tensor *ts, in
     for (i = 0; i < count; ++i) {
         int64_t n = accel_tensor_numel(&ts[i]);
         const char *nm = ts[i].name ? ts[i].name : "(unnamed)";
-        if (n < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has an invalid shape", what, i, nm);
+        if (n < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has an invalid shape", what, i,
+                               nm);
         if (!accel__amp_is16or32(ts[i].dtype))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has dtype %s (need F32, F16 or BF16)",
-                               what, i, nm, accel_dtype_name(ts[i].dtype) ? accel_dtype_name(ts[i].dtype) : "invalid");
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: buffer %d \"%s\" has dtype %s (need F32, F16 or BF16)", what, i, nm,
+                               accel_dtype_name(ts[i].dtype) ? accel_dtype_name(ts[i].dtype) : "invalid");
         if (n > 0 && !ts[i].ptr)
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has NULL data", what, i, nm);
     }
@@ -1413,34 +1961,31 @@ static accel_result accel__amp_convert_list(accel *acc, const void *const *src, 
     }
 #ifdef __CUDACC__
     {
-        accel__amp_mt *h = (accel__amp_mt *)accel_host_alloc(acc, sizeof(accel__amp_mt) * (size_t)(count > 0 ? count : 1));
-        accel__amp_kparams kp;
+        accel__amp_mt *h =
+            (accel__amp_mt *)accel_host_alloc(acc, sizeof(accel__amp_mt) * (size_t)(count > 0 ? count : 1));
+        accel__amp_kp kp;
         accel_result r;
-        long long c = 0;
         int k = 0;
         if (!h) return ACCEL_ERR_OUT_OF_MEMORY;
         memset(&kp, 0, sizeof kp);
-        if (sr) { kp.use_sr = 1; kp.seed = sr->seed; kp.step = sr->step; kp.index_offset = sr->index_offset; }
+        if (sr) { kp.seed = sr->seed; kp.step = sr->step; kp.index_offset = sr->index_offset; }
         for (i = 0; i < count; ++i) {
-            if (n[i] == 0) continue;
-            if (st[i] == dt[i]) { /* a copy: the copy engine does it */
-                cudaError_t e = src[i] == dst[i] ? cudaSuccess
-                                                 : cudaMemcpyAsync(dst[i], src[i], n[i] * accel_dtype_size(st[i]),
-                                                                   cudaMemcpyDeviceToDevice, (cudaStream_t)acc->stream);
-                if (e != cudaSuccess) {
-                    accel_host_free(acc, h);
-                    return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMemcpyAsync failed: %s", cudaGetErrorString(e));
-                }
-                continue;
-            }
+            if (n[i] == 0 || st[i] == dt[i]) continue;
             memset(&h[k], 0, sizeof h[k]);
-            h[k].a = (void *)src[i]; h[k].b = dst[i]; h[k].n = (long long)n[i]; h[k].chunk_begin = c;
-            h[k].ta = (int)st[i]; h[k].tb = (int)dt[i];
-            c += ((long long)n[i] + ACCEL_AMP_CHUNK - 1) / ACCEL_AMP_CHUNK;
+            h[k].a = (void *)src[i]; h[k].b = dst[i]; h[k].n = (long long)n[i];
+            h[k].ta = (unsigned char)st[i]; h[k].tb = (unsigned char)dt[i];
             ++k;
         }
-        r = accel__amp_launch(acc, ACCEL__AMP_K_CONVERT, h, k, c, &kp, NULL, NULL);
+        r = accel__amp_exec(acc, sr ? ACCEL__AMP_K_SR : ACCEL__AMP_K_CONVERT, h, k, &kp, NULL, "conversion");
         accel_host_free(acc, h);
+        for (i = 0; r == ACCEL_OK && i < count; ++i) { /* same dtype: a copy, the copy engine does it */
+            cudaError_t e;
+            if (n[i] == 0 || st[i] != dt[i] || src[i] == dst[i]) continue;
+            e = cudaMemcpyAsync(dst[i], src[i], n[i] * accel_dtype_size(st[i]), cudaMemcpyDeviceToDevice,
+                                (cudaStream_t)acc->stream);
+            if (e != cudaSuccess)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMemcpyAsync failed: %s", cudaGetErrorString(e));
+        }
         return r;
     }
 #else
@@ -1461,13 +2006,16 @@ ACCEL__DEF accel_result accel_amp_convert(accel *acc, const void *src, accel_dty
                            accel_dtype_name(src_dtype) ? accel_dtype_name(src_dtype) : "invalid",
                            accel_dtype_name(dst_dtype) ? accel_dtype_name(dst_dtype) : "invalid");
     if (sr && !(src_dtype == ACCEL_F32 && dst_dtype == ACCEL_BF16))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: stochastic rounding is only F32 -> BF16 (got %s -> %s)",
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_convert: stochastic rounding is only F32 -> BF16 (got %s -> %s)",
                            accel_dtype_name(src_dtype), accel_dtype_name(dst_dtype));
     if (n == 0) return ACCEL_OK;
     if (!src || !dst) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: NULL buffer");
-    if (n > (size_t)INT64_MAX / 4) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: n=%zu is too large", n);
+    if (n > (size_t)INT64_MAX / 4)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: n=%zu is too large", n);
     if (src == dst && accel_dtype_size(src_dtype) != accel_dtype_size(dst_dtype))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert: in-place conversion between sizes %zu and %zu",
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_convert: in-place conversion between sizes %zu and %zu",
                            accel_dtype_size(src_dtype), accel_dtype_size(dst_dtype));
     s1[0] = src; d1[0] = dst;
     return accel__amp_convert_list(acc, s1, &src_dtype, d1, &dst_dtype, &n, 1, sr);
@@ -1483,7 +2031,8 @@ ACCEL__DEF accel_result accel_amp_convert_to_fp32(accel *acc, const accel_tensor
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: acc is NULL");
     r = accel__amp_check_list(acc, in, count, "accel_amp_convert_to_fp32");
     if (r != ACCEL_OK) return r;
-    if (count > 0 && !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: out is NULL");
+    if (count > 0 && !out)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: out is NULL");
     for (i = 0; i < count; ++i)
         if (accel_tensor_numel(&in[i]) > 0 && !out[i])
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_convert_to_fp32: out[%d] is NULL", i);
@@ -1531,16 +2080,20 @@ ACCEL__DEF accel_result accel_amp_scaler_init(accel *acc, accel_amp_scaler *s, c
     if (d.backoff_factor == 0.0) d.backoff_factor = 0.5;
     if (d.growth_interval == 0) d.growth_interval = 2000;
     if (!(d.init_scale > 0.0f) || accel_amp_nonfinite(d.init_scale))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: init_scale=%g must be finite and > 0", (double)d.init_scale);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: init_scale=%g must be finite and > 0",
+                           (double)d.init_scale);
     if (!(d.growth_factor > 1.0) || d.growth_factor != d.growth_factor || d.growth_factor > 1e30)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_factor=%g must be > 1 (as torch)", d.growth_factor);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_factor=%g must be > 1 (as torch)",
+                           d.growth_factor);
     if (!(d.backoff_factor > 0.0 && d.backoff_factor < 1.0))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: backoff_factor=%g must be in (0, 1)", d.backoff_factor);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: backoff_factor=%g must be in (0, 1)",
+                           d.backoff_factor);
     if (d.growth_interval < 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_interval=%d must be > 0", d.growth_interval);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: growth_interval=%d must be > 0",
+                           d.growth_interval);
     if (d.enabled != ACCEL_DEFAULT && d.enabled != ACCEL_ON && d.enabled != ACCEL_OFF)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "scaler: enabled=%d must be ACCEL_DEFAULT, ACCEL_ON or ACCEL_OFF",
-                           (int)d.enabled);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "scaler: enabled=%d must be ACCEL_DEFAULT, ACCEL_ON or ACCEL_OFF", (int)d.enabled);
     s->acc = acc;
     s->enabled = d.enabled == ACCEL_ON ? 1 : d.enabled == ACCEL_OFF ? 0 : pol.loss_scaling;
     s->dynamic = d.static_scale ? 0 : 1;
@@ -1564,8 +2117,10 @@ ACCEL__DEF int accel_amp_step_was_skipped(const accel_amp_scaler *s) { return s 
 static accel_result accel__amp_scaler_acc(const accel_amp_scaler *s, const char *what) {
     if (!s) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: scaler is NULL", what);
     if (!s->acc)
-        return ACCEL__FAIL(NULL, ACCEL_ERR_STATE, "%s: the scaler is not initialized (accel_amp_scaler_init failed, was "
-                           "not called, or accel_amp_scaler_deinit was)", what);
+        return ACCEL__FAIL(NULL, ACCEL_ERR_STATE,
+                           "%s: the scaler is not initialized (accel_amp_scaler_init failed, was "
+                           "not called, or accel_amp_scaler_deinit was)",
+                           what);
     return ACCEL_OK;
 }
 
@@ -1583,16 +2138,19 @@ ACCEL__DEF accel_result accel_amp_unscale_and_check(accel_amp_scaler *s, const a
     if (!s->enabled) return ACCEL_OK;
     collective = !s->local_found_inf && acc->num_processes > 1;
     if (collective && !strcmp(accel_host_group_name(acc), "none"))
-        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
-                           "%s: found_inf must be OR-ed across %d processes, but there is no host process group (launched "
-                           "by %s without MPI, and no collectives context installed itself yet): build with MPI, create "
-                           "the accel_coll first, or set accel_amp_scaler_desc.local_found_inf when every rank holds the "
-                           "same (already reduced) gradients (nothing was changed)",
-                           what, acc->num_processes, accel_launcher_name(acc->launcher));
+        return ACCEL__FAIL(
+            acc, ACCEL_ERR_UNSUPPORTED,
+            "%s: found_inf must be OR-ed across %d processes, but there is no host process group (launched "
+            "by %s without MPI, and no collectives context installed itself yet): build with MPI, create "
+            "the accel_coll first, or set accel_amp_scaler_desc.local_found_inf when every rank holds the "
+            "same (already reduced) gradients (nothing was changed)",
+            what, acc->num_processes, accel_launcher_name(acc->launcher));
     if (s->unscaled)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE,
-                        "%s was already called since the last update (torch: \"unscale_() has already been called on this "
-                        "optimizer since the last update()\")", what);
+        r = ACCEL__FAIL(
+            acc, ACCEL_ERR_STATE,
+            "%s was already called since the last update (torch: \"unscale_() has already been called on this "
+            "optimizer since the last update()\")",
+            what);
     else
         r = accel__amp_check_list(acc, grads, count, what);
     /* every rank's call must be valid before any rank changes its gradients: a failure on one fails all (the others
@@ -1609,17 +2167,15 @@ ACCEL__DEF accel_result accel_amp_unscale_and_check(accel_amp_scaler *s, const a
     } else {
 #ifdef __CUDACC__
         accel__amp_mt *h;
-        int nt, f = 0;
-        long long nc;
-        accel__amp_kparams kp;
-        r = accel__amp_table(acc, grads, count, &h, &nt, &nc);
-        if (r == ACCEL_OK) {
-            memset(&kp, 0, sizeof kp);
-            kp.f0 = inv;
-            r = accel__amp_launch(acc, ACCEL__AMP_K_UNSCALE, h, nt, nc, &kp, &f, NULL);
-            accel_host_free(acc, h);
-        }
-        bad = (uint32_t)f;
+        accel__amp_kp kp;
+        accel__amp_part res;
+        memset(&kp, 0, sizeof kp);
+        memset(&res, 0, sizeof res);
+        kp.f0 = inv;
+        r = accel__amp_from_tensors(acc, grads, count, &h);
+        if (r == ACCEL_OK) r = accel__amp_exec(acc, ACCEL__AMP_K_UNSCALE, h, count, &kp, &res, what);
+        accel_host_free(acc, h);
+        bad = res.flag;
 #else
         r = accel__amp_no_cuda(acc, what);
 #endif
@@ -1630,7 +2186,9 @@ ACCEL__DEF accel_result accel_amp_unscale_and_check(accel_amp_scaler *s, const a
         int64_t v = r != ACCEL_OK ? 2 + (int64_t)acc->process_index : bad ? 1 : 0;
         accel_result r2 = accel_host_allreduce_i64(acc, &v, 1, ACCEL_HOST_MAX);
         if (r != ACCEL_OK) return r;
-        if (r2 != ACCEL_OK) return accel__fail_wrap(acc, r2, "%s: OR of found_inf across ranks (this rank's gradients were unscaled)", what);
+        if (r2 != ACCEL_OK)
+            return accel__fail_wrap(acc, r2, "%s: OR of found_inf across ranks (this rank's gradients were unscaled)",
+                                    what);
         if (v >= 2)
             return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s failed on rank %lld (see its accel_last_error); this rank's "
                                "gradients were unscaled", what, (long long)(v - 2));
@@ -1648,12 +2206,13 @@ ACCEL__DEF accel_result accel_amp_update(accel_amp_scaler *s) {
     if (r != ACCEL_OK) return r;
     if (s->enabled) {
         if (!s->unscaled)
-            return ACCEL__FAIL(s->acc, ACCEL_ERR_STATE,
-                               "accel_amp_update: no accel_amp_unscale_and_check in this step (torch: \"No inf checks were "
-                               "recorded prior to update.\")");
+            return ACCEL__FAIL(
+                s->acc, ACCEL_ERR_STATE,
+                "accel_amp_update: no accel_amp_unscale_and_check in this step (torch: \"No inf checks were "
+                "recorded prior to update.\")");
         if (s->dynamic)
-            accel_amp_update_scale_rule(&s->scale, &s->growth_tracker, s->found_inf, s->growth_factor, s->backoff_factor,
-                                        s->growth_interval);
+            accel_amp_update_scale_rule(&s->scale, &s->growth_tracker, s->found_inf, s->growth_factor,
+                                        s->backoff_factor, s->growth_interval);
         s->step_was_skipped = s->found_inf;
     } else {
         s->step_was_skipped = 0;
@@ -1697,12 +2256,15 @@ ACCEL__DEF accel_result accel_amp_scaler_state_load(void *scaler, const void *bu
     int32_t interval, tracker;
     uint32_t ver;
     if (!s || (!buf && size))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_load: NULL %s", s ? "buffer" : "scaler");
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_load: NULL %s",
+                           s ? "buffer" : "scaler");
     if (size != ACCEL_AMP_SCALER_STATE_BYTES)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: %zu bytes, expected %d", size, ACCEL_AMP_SCALER_STATE_BYTES);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: %zu bytes, expected %d", size,
+                           ACCEL_AMP_SCALER_STATE_BYTES);
     if (memcmp(p, "AMPS", 4) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: bad magic (not \"AMPS\")");
     ver = accel__get_u32(p + 4);
-    if (ver != 1u) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: version %u is not supported (1)", (unsigned)ver);
+    if (ver != 1u)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: version %u is not supported (1)", (unsigned)ver);
     scale = accel_bits_f32(accel__get_u32(p + 8));
     u = accel__get_u64(p + 12);
     memcpy(&g, &u, 8);
@@ -1712,11 +2274,15 @@ ACCEL__DEF accel_result accel_amp_scaler_state_load(void *scaler, const void *bu
     tracker = (int32_t)accel__get_u32(p + 32);
     if (!(scale >= 0.0f) || accel_amp_nonfinite(scale))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: scale %g is not finite and >= 0", (double)scale);
-    if (!(g > 1.0) || g > 1e30) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_factor %g is not > 1", g);
-    if (!(b > 0.0 && b < 1.0)) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: backoff_factor %g is not in (0, 1)", b);
-    if (interval <= 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_interval %d is not > 0", (int)interval);
+    if (!(g > 1.0) || g > 1e30)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_factor %g is not > 1", g);
+    if (!(b > 0.0 && b < 1.0))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: backoff_factor %g is not in (0, 1)", b);
+    if (interval <= 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_interval %d is not > 0", (int)interval);
     if (tracker < 0 || tracker >= interval)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_tracker %d is not in [0, %d)", (int)tracker, (int)interval);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_tracker %d is not in [0, %d)", (int)tracker,
+                           (int)interval);
     s->scale = scale;
     s->growth_factor = g;
     s->backoff_factor = b;
@@ -1739,28 +2305,42 @@ static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int c
     if (pre != ACCEL_OK)
         r = pre;
     else if (!(norm_type > 0.0))
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "clip_grad_norm: norm_type=%g must be > 0 (or HUGE_VAL for inf)", norm_type);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                        "clip_grad_norm: norm_type=%g must be > 0 (or HUGE_VAL for inf)", norm_type);
     else r = accel__amp_check_list(acc, grads, count, "clip_grad_norm");
-    /* sharded: a bad call on one rank fails every rank with its message (ACCEL_ERR_REMOTE elsewhere), nothing changed */
+    /* sharded: a bad call on one rank fails every rank with its message (ACCEL_ERR_REMOTE elsewhere), nothing
+       changed */
     if (sharded) r = accel__agree(acc, r, "clip_grad_norm (sharded; argument check)");
     if (r != ACCEL_OK) return r;
     if (acc->device < 0) {
         for (i = 0; i < count; ++i)
-            accel__amp_cpu_norm(grads[i].ptr, grads[i].dtype, (size_t)accel_tensor_numel(&grads[i]), norm_type, is_inf, &sum);
+            accel__amp_cpu_norm(grads[i].ptr, grads[i].dtype, (size_t)accel_tensor_numel(&grads[i]), norm_type, is_inf,
+                                &sum);
     } else {
 #ifdef __CUDACC__
-        accel__amp_mt *h;
-        int nt;
-        long long nc = 0;
-        accel__amp_kparams kp;
-        r = accel__amp_table(acc, grads, count, &h, &nt, &nc);
-        if (r == ACCEL_OK) {
-            memset(&kp, 0, sizeof kp);
-            kp.p = norm_type;
-            kp.is_inf = is_inf;
-            r = accel__amp_launch(acc, ACCEL__AMP_K_NORM, h, nt, nc, &kp, NULL, &sum);
+        /* fp32 compensated sums (accel__amp_norm1), and a float64 pass where they left the fp32 range */
+        accel__amp_mt *h = NULL;
+        accel__amp_kp kp;
+        accel__amp_part res;
+        double n_all = 0.0;
+        int pass;
+        memset(&kp, 0, sizeof kp);
+        memset(&res, 0, sizeof res);
+        kp.p = norm_type;
+        kp.mode = is_inf ? ACCEL__AMP_NORM_INF : norm_type == 2.0 ? ACCEL__AMP_NORM_P2
+                : norm_type == 1.0 ? ACCEL__AMP_NORM_P1 : ACCEL__AMP_NORM_F64;
+        for (i = 0; i < count; ++i) n_all += (double)accel_tensor_numel(&grads[i]);
+        for (pass = 0; pass < 2 && r == ACCEL_OK; ++pass) {
+            if (pass == 1) {
+                if (!accel__amp_norm_again(kp.mode, &res, n_all)) break;
+                kp.mode = ACCEL__AMP_NORM_F64;
+            }
+            r = accel__amp_from_tensors(acc, grads, count, &h);
+            if (r == ACCEL_OK) r = accel__amp_exec(acc, ACCEL__AMP_K_NORM, h, count, &kp, &res, "clip_grad_norm");
             accel_host_free(acc, h);
+            h = NULL;
         }
+        sum = kp.mode == ACCEL__AMP_NORM_INF ? (double)accel_bits_f32(res.bits) : res.sum;
 #else
         r = accel__amp_no_cuda(acc, "clip_grad_norm");
 #endif
@@ -1777,7 +2357,8 @@ static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int c
         if (r != ACCEL_OK) return r;
         if (r2 != ACCEL_OK) return accel__fail_wrap(acc, r2, "clip_grad_norm: all-reduce of the sharded norm");
         if (v[2] != 0.0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "clip_grad_norm: computing the local norm failed on another rank (see "
+            return ACCEL__FAIL(acc, ACCEL_ERR_REMOTE,
+                               "clip_grad_norm: computing the local norm failed on another rank (see "
                                "its accel_last_error); nothing was changed");
         sum = v[1] != 0.0 ? (double)NAN : v[0];
     }
@@ -1789,8 +2370,8 @@ static accel_result accel__amp_norm(accel *acc, const accel_tensor *grads, int c
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_amp_grad_norm(accel *acc, const accel_tensor *grads, int count, double norm_type, int flags,
-                                            double *total_norm) {
+ACCEL__DEF accel_result accel_amp_grad_norm(accel *acc, const accel_tensor *grads, int count, double norm_type,
+                                            int flags, double *total_norm) {
     double t = 0.0;
     accel_result r;
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_grad_norm: acc is NULL");
@@ -1812,15 +2393,15 @@ static accel_result accel__amp_apply(accel *acc, const accel_tensor *grads, int 
 #ifdef __CUDACC__
     {
         accel__amp_mt *h;
-        int nt;
-        long long nc;
-        accel__amp_kparams kp;
-        accel_result r = accel__amp_table(acc, grads, count, &h, &nt, &nc);
-        if (r != ACCEL_OK) return r;
+        accel__amp_kp kp;
+        accel_result r;
         memset(&kp, 0, sizeof kp);
         kp.f0 = f0;
         kp.f1 = f1;
-        r = accel__amp_launch(acc, kind, h, nt, nc, &kp, NULL, NULL);
+        r = accel__amp_from_tensors(acc, grads, count, &h);
+        if (r == ACCEL_OK)
+            r = accel__amp_exec(acc, kind, h, count, &kp, NULL,
+                                kind == ACCEL__AMP_K_SCALE ? "clip_grad_norm" : "clip_grad_value");
         accel_host_free(acc, h);
         return r;
     }
@@ -1860,7 +2441,8 @@ ACCEL__DEF accel_result accel_amp_clip_grad_value(accel *acc, const accel_tensor
     float v;
     if (!acc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_value: acc is NULL");
     if (clip_value != clip_value || clip_value < 0.0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_value: clip_value=%g must be >= 0", clip_value);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_clip_grad_value: clip_value=%g must be >= 0",
+                           clip_value);
     r = accel__amp_check_list(acc, grads, count, "clip_grad_value");
     if (r != ACCEL_OK) return r;
     v = (float)clip_value;
@@ -1902,7 +2484,8 @@ ACCEL__DEF accel_result accel_amp_fp8_init(accel *acc, accel_amp_fp8 *f, const a
     int k;
     if (f) memset(f, 0, sizeof *f); /* a failed init leaves a zeroed object (deinit-safe, refused by the methods) */
     if (!acc || !f) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: NULL argument");
-    if (!desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: desc is NULL (it names the slots)");
+    if (!desc)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: desc is NULL (it names the slots)");
     d = *desc;
     /* Accelerate's FP8RecipeKwargs: ACCELERATE_FP8_* fill the fields left at their zero default */
     if (d.fp8_format == ACCEL_AMP_FP8_FORMAT_DEFAULT) {
@@ -1910,7 +2493,9 @@ ACCEL__DEF accel_result accel_amp_fp8_init(accel *acc, accel_amp_fp8 *f, const a
         if ((s = accel__amp_fp8_env("ACCELERATE_FP8_FORMAT")) != NULL) {
             if (accel__amp_ieq(s, "HYBRID")) d.fp8_format = ACCEL_AMP_FP8_HYBRID;
             else if (accel__amp_ieq(s, "E4M3")) d.fp8_format = ACCEL_AMP_FP8_E4M3;
-            else return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCELERATE_FP8_FORMAT=\"%s\" is not one of HYBRID, E4M3", s);
+            else
+                return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                                   "ACCELERATE_FP8_FORMAT=\"%s\" is not one of HYBRID, E4M3", s);
         }
     }
     if (d.amax_compute_algo == ACCEL_AMP_AMAX_DEFAULT) {
@@ -1926,32 +2511,41 @@ ACCEL__DEF accel_result accel_amp_fp8_init(accel *acc, accel_amp_fp8 *f, const a
         d.amax_history_len = 1024;
         if ((s = accel__amp_fp8_env("ACCELERATE_FP8_AMAX_HISTORY_LEN")) != NULL &&
             !accel__amp_parse_int(s, 1, ACCEL__AMP_FP8_MAX_HISTORY, &d.amax_history_len))
-            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCELERATE_FP8_AMAX_HISTORY_LEN=\"%s\" is not an integer in "
-                               "[1, %d]", s, ACCEL__AMP_FP8_MAX_HISTORY);
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                               "ACCELERATE_FP8_AMAX_HISTORY_LEN=\"%s\" is not an integer in "
+                               "[1, %d]",
+                               s, ACCEL__AMP_FP8_MAX_HISTORY);
     }
     if (d.margin == 0 && (s = accel__amp_fp8_env("ACCELERATE_FP8_MARGIN")) != NULL &&
         !accel__amp_parse_int(s, -1000, 1000, &d.margin))
-        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCELERATE_FP8_MARGIN=\"%s\" is not an integer in [-1000, 1000]", s);
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                           "ACCELERATE_FP8_MARGIN=\"%s\" is not an integer in [-1000, 1000]", s);
     if (d.num_forward < 0 || d.num_backward < 0 || d.num_forward + 0LL + d.num_backward < 1 ||
         d.num_forward + 0LL + d.num_backward > ACCEL__AMP_FP8_MAX_SLOTS)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: num_forward=%d, num_backward=%d: need "
-                           ">= 0 each and 1 .. %d slots in all", d.num_forward, d.num_backward, ACCEL__AMP_FP8_MAX_SLOTS);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_fp8_init: num_forward=%d, num_backward=%d: need "
+                           ">= 0 each and 1 .. %d slots in all",
+                           d.num_forward, d.num_backward, ACCEL__AMP_FP8_MAX_SLOTS);
     if (d.fp8_format != ACCEL_AMP_FP8_HYBRID && d.fp8_format != ACCEL_AMP_FP8_E4M3)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: fp8_format=%d is not an accel_amp_fp8_format "
-                           "(TE refuses pure E5M2 training too)", (int)d.fp8_format);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_fp8_init: fp8_format=%d is not an accel_amp_fp8_format "
+                           "(TE refuses pure E5M2 training too)",
+                           (int)d.fp8_format);
     if (d.amax_compute_algo != ACCEL_AMP_AMAX_MOST_RECENT && d.amax_compute_algo != ACCEL_AMP_AMAX_MAX)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: amax_compute_algo=%d is not an "
                            "accel_amp_amax_algo", (int)d.amax_compute_algo);
     if (d.amax_history_len < 1 || d.amax_history_len > ACCEL__AMP_FP8_MAX_HISTORY)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: amax_history_len=%d must be in [1, %d]",
-                           d.amax_history_len, ACCEL__AMP_FP8_MAX_HISTORY);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_amp_fp8_init: amax_history_len=%d must be in [1, %d]", d.amax_history_len,
+                           ACCEL__AMP_FP8_MAX_HISTORY);
     if (d.margin < -1000 || d.margin > 1000)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: margin=%d must be in [-1000, 1000]", d.margin);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: margin=%d must be in [-1000, 1000]",
+                           d.margin);
     n = (size_t)d.num_forward + (size_t)d.num_backward;
     cells = n * (size_t)d.amax_history_len;
     if (cells > ((size_t)1 << 28))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: %zu slots x history %d is too large", n,
-                           d.amax_history_len);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_fp8_init: %zu slots x history %d is too large",
+                           n, d.amax_history_len);
     f->scale = (float *)accel_host_alloc(acc, sizeof(float) * (2 * n + cells));
     if (!f->scale) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_amp_fp8_init: %zu slots", n);
     f->scale_inv = f->scale + n;
@@ -1987,8 +2581,10 @@ ACCEL__DEF accel_dtype accel_amp_fp8_dtype(const accel_amp_fp8 *f, int slot) {
 static accel_result accel__amp_fp8_obj(const accel_amp_fp8 *f, const char *what) {
     if (!f) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: the fp8 object is NULL", what);
     if (!f->acc)
-        return ACCEL__FAIL(NULL, ACCEL_ERR_STATE, "%s: the fp8 object is not initialized (accel_amp_fp8_init failed, was "
-                           "not called, or accel_amp_fp8_deinit was)", what);
+        return ACCEL__FAIL(NULL, ACCEL_ERR_STATE,
+                           "%s: the fp8 object is not initialized (accel_amp_fp8_init failed, was "
+                           "not called, or accel_amp_fp8_deinit was)",
+                           what);
     return ACCEL_OK;
 }
 
@@ -2006,20 +2602,26 @@ static accel_result accel__amp_fp8_check(const accel_amp_fp8 *f, const int *slot
         const char *nm = hp[i].name ? hp[i].name : f8[i].name ? f8[i].name : "(unnamed)";
         accel_dtype want;
         if (slot < 0 || slot >= f->num_tensors)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": slot %d is not in [0, %d)", what, i,
-                               nm, slot, f->num_tensors);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": slot %d is not in [0, %d)", what,
+                               i, nm, slot, f->num_tensors);
         want = accel_amp_fp8_dtype(f, slot);
         if (a < 0 || b < 0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has an invalid shape", what, i, nm);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has an invalid shape", what, i,
+                               nm);
         if (a != b)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": %lld elements vs %lld in its fp8 "
-                               "buffer", what, i, nm, (long long)a, (long long)b);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: buffer %d \"%s\": %lld elements vs %lld in its fp8 "
+                               "buffer",
+                               what, i, nm, (long long)a, (long long)b);
         if (!accel__amp_is16or32(hp[i].dtype))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\" has dtype %s (need F32, F16 or BF16)",
-                               what, i, nm, accel_dtype_name(hp[i].dtype) ? accel_dtype_name(hp[i].dtype) : "invalid");
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: buffer %d \"%s\" has dtype %s (need F32, F16 or BF16)", what, i, nm,
+                               accel_dtype_name(hp[i].dtype) ? accel_dtype_name(hp[i].dtype) : "invalid");
         if (f8[i].dtype != want)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: buffer %d \"%s\": slot %d is %s (a %s slot of a %s "
-                               "recipe), the fp8 buffer is %s", what, i, nm, slot, accel_dtype_name(want),
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: buffer %d \"%s\": slot %d is %s (a %s slot of a %s "
+                               "recipe), the fp8 buffer is %s",
+                               what, i, nm, slot, accel_dtype_name(want),
                                slot < f->num_forward ? "forward" : "backward",
                                f->fp8_format == ACCEL_AMP_FP8_HYBRID ? "HYBRID" : "E4M3",
                                accel_dtype_name(f8[i].dtype) ? accel_dtype_name(f8[i].dtype) : "invalid");
@@ -2035,10 +2637,9 @@ static accel_result accel__amp_fp8_launch(accel_amp_fp8 *f, int q, const int *sl
                                           const accel_tensor *dst, int n) {
     accel *acc = f->acc;
     accel__amp_mt *h;
-    accel__amp_kparams kp;
+    accel__amp_kp kp;
     accel_result r;
-    long long c = 0;
-    int i, k = 0;
+    int i;
     if (q && !f->amax_device) {
         f->amax_device = accel_device_alloc(acc, sizeof(float) * (size_t)f->num_tensors);
         if (!f->amax_device) return accel__fail_wrap(acc, acc->last_result, "accel_amp_fp8_quantize: the device amax");
@@ -2049,20 +2650,17 @@ static accel_result accel__amp_fp8_launch(accel_amp_fp8 *f, int q, const int *sl
     if (!h) return ACCEL_ERR_OUT_OF_MEMORY;
     for (i = 0; i < n; ++i) {
         int slot = slots ? slots[i] : i;
-        int64_t m = accel_tensor_numel(&src[i]);
-        if (m == 0) continue;
-        memset(&h[k], 0, sizeof h[k]);
-        h[k].a = src[i].ptr; h[k].b = dst[i].ptr; h[k].n = (long long)m; h[k].chunk_begin = c;
-        h[k].ta = (int)src[i].dtype; h[k].tb = (int)dst[i].dtype;
-        h[k].scale = q ? f->scale[slot] : f->scale_inv[slot];
-        h[k].slot = slot;
-        c += (m + ACCEL_AMP_CHUNK - 1) / ACCEL_AMP_CHUNK;
-        ++k;
+        memset(&h[i], 0, sizeof h[i]);
+        h[i].a = src[i].ptr; h[i].b = dst[i].ptr; h[i].n = (long long)accel_tensor_numel(&src[i]);
+        h[i].ta = (unsigned char)src[i].dtype; h[i].tb = (unsigned char)dst[i].dtype;
+        h[i].scale = q ? f->scale[slot] : f->scale_inv[slot];
+        h[i].slot = slot;
     }
     memset(&kp, 0, sizeof kp);
-    kp.fp8_sat = !f->no_saturate;
+    kp.mode = !f->no_saturate;
     kp.amax = (unsigned int *)f->amax_device;
-    r = accel__amp_launch(acc, q ? ACCEL__AMP_K_FP8Q : ACCEL__AMP_K_FP8D, h, k, c, &kp, NULL, NULL);
+    r = accel__amp_exec(acc, q ? ACCEL__AMP_K_FP8Q : ACCEL__AMP_K_FP8D, h, n, &kp, NULL, q ? "accel_amp_fp8_quantize"
+                                                                                       : "accel_amp_fp8_dequantize");
     accel_host_free(acc, h);
     return r;
 }
@@ -2122,7 +2720,8 @@ ACCEL__DEF accel_result accel_amp_fp8_record_amax(accel_amp_fp8 *f, int slot, fl
     float *row0;
     if ((r = accel__amp_fp8_obj(f, what)) != ACCEL_OK) return r;
     if (slot < 0 || slot >= f->num_tensors)
-        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: slot %d is not in [0, %d)", what, slot, f->num_tensors);
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: slot %d is not in [0, %d)", what, slot,
+                           f->num_tensors);
     if (amax < 0.0f)
         return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: amax %g is negative", what, (double)amax);
     row0 = &f->amax_history[slot];
@@ -2132,8 +2731,8 @@ ACCEL__DEF accel_result accel_amp_fp8_record_amax(accel_amp_fp8 *f, int slot, fl
 
 /* TE's delayed-scaling update of one slot (transformer_engine/common/recipe/delayed_scaling.cu, kernel_bulk), on the
    host: `last` is this step's amax after the cross-rank reduction. */
-static void accel__amp_fp8_rule(float *hist, int len, int n, int k, float last, int algo, float scaled_max, float *scale,
-                                float *scale_inv) {
+static void accel__amp_fp8_rule(float *hist, int len, int n, int k, float last, int algo, float scaled_max,
+                                float *scale, float *scale_inv) {
     float amax = 0.0f, s;
     int i;
     if (last != 0.0f) { /* a zero step leaves the history as it is (NaN is not zero) */
@@ -2161,11 +2760,12 @@ ACCEL__DEF accel_result accel_amp_fp8_update(accel_amp_fp8 *f) {
     n = f->num_tensors;
     collective = !f->local_amax && acc->num_processes > 1;
     if (collective && !strcmp(accel_host_group_name(acc), "none"))
-        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
-                           "%s: the amaxes must be reduced across %d processes, but there is no host process group "
-                           "(launched by %s without MPI, and no collectives context installed itself yet): build with "
-                           "MPI, create the accel_coll first, or set accel_amp_fp8_desc.local_amax (nothing was changed)",
-                           what, acc->num_processes, accel_launcher_name(acc->launcher));
+        return ACCEL__FAIL(
+            acc, ACCEL_ERR_UNSUPPORTED,
+            "%s: the amaxes must be reduced across %d processes, but there is no host process group "
+            "(launched by %s without MPI, and no collectives context installed itself yet): build with "
+            "MPI, create the accel_coll first, or set accel_amp_fp8_desc.local_amax (nothing was changed)",
+            what, acc->num_processes, accel_launcher_name(acc->launcher));
     v = (double *)accel_host_alloc(acc, sizeof(double) * ((size_t)n + 1));
     if (!v) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
     for (k = 0; r == ACCEL_OK && k < n; ++k) v[k] = (double)f->amax_history[k];
@@ -2176,7 +2776,8 @@ ACCEL__DEF accel_result accel_amp_fp8_update(accel_amp_fp8 *f) {
         uint32_t *dev = (uint32_t *)accel_host_alloc(acc, sizeof(uint32_t) * (size_t)n);
         cudaError_t e = cudaSuccess;
         if (!dev) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
-        if (r == ACCEL_OK) e = cudaMemcpyAsync(dev, f->amax_device, sizeof(uint32_t) * (size_t)n, cudaMemcpyDeviceToHost, st);
+        if (r == ACCEL_OK)
+            e = cudaMemcpyAsync(dev, f->amax_device, sizeof(uint32_t) * (size_t)n, cudaMemcpyDeviceToHost, st);
         if (r == ACCEL_OK && e == cudaSuccess) e = cudaStreamSynchronize(st);
         if (r == ACCEL_OK && e != cudaSuccess)
             r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "%s: reading the amax back: %s", what, cudaGetErrorString(e));
@@ -2199,10 +2800,11 @@ ACCEL__DEF accel_result accel_amp_fp8_update(accel_amp_fp8 *f) {
         if (r != ACCEL_OK) for (k = 0; k < n; ++k) v[k] = 0.0;
         v[n] = r != ACCEL_OK ? 1.0 + (double)acc->process_index : 0.0;
         r2 = accel_host_allreduce_f64(acc, v, n + 1, ACCEL_HOST_MAX);
-        if (r == ACCEL_OK && r2 != ACCEL_OK) r = accel__fail_wrap(acc, r2, "%s: MAX of the amaxes across ranks (nothing changed)", what);
+        if (r == ACCEL_OK && r2 != ACCEL_OK)
+            r = accel__fail_wrap(acc, r2, "%s: MAX of the amaxes across ranks (nothing changed)", what);
         else if (r == ACCEL_OK && v[n] != 0.0)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s failed on rank %d (see its accel_last_error); nothing changed", what,
-                            (int)v[n] - 1);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s failed on rank %d (see its accel_last_error); nothing changed",
+                            what, (int)v[n] - 1);
     }
     if (r == ACCEL_OK) {
         for (k = 0; k < n; ++k) {
@@ -2245,7 +2847,8 @@ ACCEL__DEF accel_result accel_amp_fp8_state_save(void *obj, void *buf, size_t ca
     accel__put_u32(p + 28, (uint32_t)f->amax_compute_algo);
     accel__put_u64(p + 32, (uint64_t)f->updates);
     p += ACCEL_AMP_FP8_STATE_HEADER_BYTES;
-    for (i = 0; i < 2 * n + cells; ++i) accel__put_u32(p + 4 * i, accel_f32_bits(f->scale[i])); /* scale, scale_inv, history */
+    for (i = 0; i < 2 * n + cells; ++i)
+        accel__put_u32(p + 4 * i, accel_f32_bits(f->scale[i])); /* scale, scale_inv, history */
     return ACCEL_OK;
 }
 
@@ -2268,32 +2871,39 @@ ACCEL__DEF accel_result accel_amp_fp8_state_load(void *obj, const void *buf, siz
                            ACCEL_AMP_FP8_STATE_HEADER_BYTES);
     if (memcmp(p, "AF8S", 4) != 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: bad magic (not \"AF8S\")");
     ver = accel__get_u32(p + 4);
-    if (ver != 1u) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: version %u is not supported (1)", (unsigned)ver);
+    if (ver != 1u)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: version %u is not supported (1)", (unsigned)ver);
     nf = accel__get_u32(p + 8);
     nb = accel__get_u32(p + 12);
     fmt = accel__get_u32(p + 16);
     len = accel__get_u32(p + 20);
     updates = (int64_t)accel__get_u64(p + 32);
     if (nf != (uint32_t)f->num_forward || nb != (uint32_t)(f->num_tensors - f->num_forward))
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: saved with %u forward + %u backward slots, this object has %d + %d",
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                           "fp8 state: saved with %u forward + %u backward slots, this object has %d + %d",
                            (unsigned)nf, (unsigned)nb, f->num_forward, f->num_tensors - f->num_forward);
     if (fmt != (uint32_t)f->fp8_format)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: saved with fp8_format %s, this object is %s",
-                           fmt == (uint32_t)ACCEL_AMP_FP8_HYBRID ? "HYBRID" : fmt == (uint32_t)ACCEL_AMP_FP8_E4M3 ? "E4M3" : "invalid",
+                           fmt == (uint32_t)ACCEL_AMP_FP8_HYBRID ? "HYBRID"
+                           : fmt == (uint32_t)ACCEL_AMP_FP8_E4M3 ? "E4M3"
+                                                                 : "invalid",
                            f->fp8_format == ACCEL_AMP_FP8_HYBRID ? "HYBRID" : "E4M3");
     if (len != (uint32_t)f->amax_history_len)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: saved with amax_history_len %u, this object has %d",
                            (unsigned)len, f->amax_history_len);
     if (size != need)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: %zu bytes, expected %zu", size, need);
-    if (updates < 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: update count %lld is negative", (long long)updates);
+    if (updates < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: update count %lld is negative", (long long)updates);
     p += ACCEL_AMP_FP8_STATE_HEADER_BYTES;
     for (i = 0; i < n; ++i) {
         float s = accel_bits_f32(accel__get_u32(p + 4 * i)), si = accel_bits_f32(accel__get_u32(p + 4 * (n + i)));
         float want = 1.0f / s;
         if (!(s > 0.0f) || !isfinite(s) || accel_f32_bits(si) != accel_f32_bits(want))
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "fp8 state: slot %zu has scale %g and scale_inv %g (need a finite "
-                               "scale > 0 and scale_inv = 1/scale)", i, (double)s, (double)si);
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                               "fp8 state: slot %zu has scale %g and scale_inv %g (need a finite "
+                               "scale > 0 and scale_inv = 1/scale)",
+                               i, (double)s, (double)si);
     }
     for (i = 0; i < cells; ++i) {
         uint32_t b = accel__get_u32(p + 4 * (2 * n + i));
@@ -2305,7 +2915,8 @@ ACCEL__DEF accel_result accel_amp_fp8_state_load(void *obj, const void *buf, siz
     for (i = 0; i < 2 * n + cells; ++i) f->scale[i] = accel_bits_f32(accel__get_u32(p + 4 * i));
     f->updates = updates;
 #ifdef __CUDACC__
-    if (f->amax_device && cudaMemsetAsync(f->amax_device, 0, sizeof(float) * n, (cudaStream_t)acc->stream) != cudaSuccess)
+    if (f->amax_device &&
+        cudaMemsetAsync(f->amax_device, 0, sizeof(float) * n, (cudaStream_t)acc->stream) != cudaSuccess)
         return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "fp8 state: clearing the device amax (the state was loaded)");
 #endif
     return ACCEL_OK;

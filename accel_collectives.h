@@ -1,26 +1,32 @@
-/* accel_collectives.h — collectives for accel: one API over NONE / MPI / NCCL, Accelerate's gather/reduce/pad/object
-   helpers, asynchronous handles, a DDP-style bucketed gradient reducer, ZeRO-1/2 optimizer-state sharding, NCCL
-   bootstrap, timeouts and debug checks.
+/* accel_collectives.h — the communicator of accel: one API over NONE / MPI / NCCL with deadlines and debug checks,
+   typed and asynchronous operations, Accelerate's gather/reduce/pad/split helpers, the host-group adapter, the
+   process mesh and NCCL bootstrap. Builds on accel.h alone; accel_ddp.h (DDP's gradient reducer, join) and
+   accel_zero.h (ZeRO) run on its communicators. One translation unit defines ACCEL_IMPLEMENTATION before including
+   it (compile that TU with nvcc to get device buffers, CUDA-aware MPI and NCCL; with a C compiler only host buffers
+   work).
 
-   Depends only on accel.h. One translation unit defines ACCEL_IMPLEMENTATION before including it (compile that TU
-   with nvcc to get device buffers, CUDA-aware MPI and NCCL; with a C compiler only host buffers work).
+   CONTENTS
+     USAGE
+     BACKENDS                     NONE, MPI, NCCL; what AUTO picks; NCCL bootstrap
+     THE HOST PROCESS GROUP       an NCCL communicator serving accel.h's host collectives
+     OPTIONS                      accel_coll_desc
+     ALL-REDUCE ON MPI            the polled point-to-point algorithms and their summation order
+     PROCESS MESH                 Accelerate's ParallelismConfig groups as communicators
+     COLLECTIVE CALLS AND ERRORS
+     THREADS AND STREAMS
+     DIFFERENCES FROM ACCELERATE
 
    USAGE
        accel_coll *coll;
-       accel_coll_desc cd = {0};        // zero = defaults: backend, timeout, debug from acc (C++: accel_coll_desc cd = {};)
+       accel_coll_desc cd = {0};   // zero = defaults: backend, timeout, debug from acc (C++: accel_coll_desc cd = {};)
        if (accel_coll_create(&acc, &cd, &coll) != ACCEL_OK) fail(accel_last_error(&acc));
-       accel_coll_all_reduce(coll, loss, loss, 1, ACCEL_F32, ACCEL_COLL_AVG);   // in place: send == recv; sum, then / P
+       accel_coll_all_reduce(coll, loss, loss, 1, ACCEL_F32, ACCEL_COLL_AVG);   // in place: send == recv; sum, / P
        accel_coll_all_gather(coll, preds, all_preds, n, ACCEL_I64);             // equal sizes; gather_rows for ragged
-       // DDP-style gradient sync: register once, then every step
-       accel_tensor grads[NPARAMS];     // name, ptr, dtype (F64/F32/F16/BF16), shape: one per gradient buffer
-       accel_coll_reducer *red;
-       accel_coll_reducer_create(coll, NULL, &red);      // NULL: DDP's defaults (1 MiB first bucket, 25 MiB, average)
-       accel_coll_reducer_add(red, grads, NPARAMS);      // grad i of the list is index i (later calls continue)
-       ... backward: as soon as grad i is final:  accel_coll_grad_ready(red, i);   // launches every full bucket
-       accel_coll_reducer_wait(red);    // every bucket reduced and unpacked; no-op unless accel_should_reduce(&acc)
-                                        // (a sync step, or sync_each_batch with several processes)
-       accel_coll_reducer_destroy(red);
+       accel_coll_request *req;
+       accel_coll_all_reduce_async(coll, buf, buf, n, ACCEL_F32, ACCEL_COLL_SUM, &req);   // ... other work ...
+       accel_coll_wait(req);                                                    // or accel_coll_test until done
        accel_coll_destroy(coll);
+     A data-parallel trainer's gradients go through accel_ddp.h's reducer on this communicator.
 
    BACKENDS (accel_coll_desc.backend; ACCEL_COLL_BACKEND_AUTO = 0: NCCL when the group has > 1 process, the buffers
    are device memory and the TU was built by nvcc with ACCEL_WITH_NCCL; else NONE for one process; else MPI — an
@@ -50,172 +56,66 @@
      context until the end of training. A group the core already has (MPI, the TCP store) is never replaced.
 
    OPTIONS (accel_coll_desc, zero = default)
-     backend       see BACKENDS.
-     mpi_comm      const MPI_Comm * to use (e.g. from MPI_Comm_split, for a process mesh); NULL = acc's group. dup'ed.
-     host_buffers  nonzero: buffers are host memory even when acc.device >= 0 (then MPI, never NCCL).
-     timeout_ms    deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s). A peer that
-                   never arrives gives ACCEL_ERR_TIMEOUT instead of a hang; the context is then unusable (every
-                   later call fails fast) — destroy it and stop, as torch's watchdog does.
-     no_watchdog   0 (default): blocking MPI ops run as MPI_I* + polling with the deadline. An all-reduce of host
-                   memory (or staged device memory) runs on point-to-point messages + MPI_Reduce_local instead of
-                   MPI_Iallreduce, whose libnbc forms ran at 0.63-0.87x the blocking call: on 2 ranks a ring from
-                   64 KiB and one exchange below (sums bitwise MPI's); on 3-64 ranks a direct reduce-scatter +
-                   all-gather (one round up to the eager limit) in which every element is the rank-order sum
-                   (x0 + x1) + x2 + ... — the same bits whatever the buffer's length or the element's position, so a
-                   tensor summed in a bucket equals the tensor summed alone (MPI's own 3+-rank algorithms give no
-                   such order). The ranks always hold the same bits. Out of place, the send buffer is read where it
-                   is (no copy into recv first: 1.2-1.7x MPI_Allreduce, which copies). From 8 MiB the 2-rank ring
-                   reduces in 256 KiB segments as they arrive. Scratch: about the buffer's size on 3+ ranks, half
-                   of it on 2 (512 KiB from 8 MiB); one buffer is kept for the next call. More than 64 ranks:
-                   MPI_Iallreduce;
-                   nonzero: plain blocking MPI calls (no deadline, the MPI library's own algorithms). Async ops always
-                   have the deadline.
-     debug         accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). When on, before each collective
-                   every rank's (op, dtype, count, root) are all-gathered; a difference fails on every rank with
-                   ACCEL_ERR_MISMATCH listing them.
+     backend         ACCEL_COLL_BACKEND_AUTO (see BACKENDS), or NONE / MPI / NCCL.
+     mpi_comm        const MPI_Comm * to use (dup'ed; e.g. from MPI_Comm_split); NULL = acc's group.
+     host_buffers    nonzero: buffers are host memory even when acc.device >= 0 (then MPI, never NCCL).
+     timeout_ms      the deadline of every collective (0 → acc.desc.collective_timeout_ms, Accelerate's 1800 s): a
+                     peer that never arrives gives ACCEL_ERR_TIMEOUT, and the communicator then fails every later call
+                     at once — destroy it and stop, as torch's watchdog does.
+     no_watchdog     nonzero: blocking MPI ops are plain blocking MPI calls (no deadline, the MPI library's own
+                     algorithms; see ALL-REDUCE ON MPI); async ops always have the deadline.
+     debug           accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). On: every rank's (op, dtype,
+                     count, root) are all-gathered before each collective; a difference is ACCEL_ERR_MISMATCH on all.
      cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
 
-   GRADIENT REDUCER (accel_coll_reducer_desc, zero = default)
-     bucket_cap_mb, first_bucket_mb  DDP's 25 and 1 MiB.
-     no_average    nonzero: the gradients are summed, not averaged.
-     flat          accel_toggle; ACCEL_DEFAULT: one in-place all-reduce when the gradients (in registration order)
-                   are one contiguous buffer of one dtype on every rank, else buckets; ACCEL_OFF: always buckets;
-                   ACCEL_ON: require the contiguous buffer (error otherwise).
-     After a failed reduction (ACCEL_ERR_TIMEOUT, a dead peer) the gradients are not a valid step: a packed bucket
-     unpacks nothing (its gradients keep this rank's values), but whatever is all-reduced in place — flat mode, and
-     host gradients >= 1 MiB on MPI (below) — may hold partial sums, with nothing to restore them from. Do not apply
-     the step; the context refuses further work anyway (timeout_ms).
-     DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at
-     first_bucket_mb and the others at bucket_cap_mb (a bucket closes at the first gradient that reaches the cap);
-     buckets launch strictly in bucket order on every rank. Device gradients are packed into flat staging buffers on
-     acc.stream (a scaling kernel when averaging, else D2D copies). On MPI with host memory, gradients >= 1 MiB are all-reduced in place (in bucket order) instead of
-     being copied in and out, and at most 2 buckets are in flight (measured faster on CPUs). MPI moves a nonblocking
-     operation only inside MPI calls, so every grad_ready also tests the buckets in flight (one MPI_Test each, never
-     waits) and unpacks finished ones: communication advances between layers of backward. There is no progress
-     thread (accel initializes MPI with MPI_THREAD_FUNNELED), so a rank whose core is busy with backward still pays
-     the copies of shared-memory MPI on that core; bench_coll's overlap part measures both cases.
-     Averaging order — DDP's, not reduce("mean")'s: every rank's gradient is multiplied by 1/P, rounded to the compute
-     type (double for F64, float for F32/F16/BF16), while it is packed into its bucket (in place for gradients reduced
-     where they are), and the buckets are all-reduced with SUM. That is what torch's Reducer does with DDP's default
-     gradient_as_bucket_view=False (it copies grad * (1.0 / world_size) into the bucket), so where the summation order
-     matches (always for P <= 2) the result is PyTorch's bit for bit; the tests compare with torch's DDP. (With
-     gradient_as_bucket_view=True, torch divides the bucket instead from its second step on.) accel_coll_all_reduce
-     with ACCEL_COLL_AVG and accel_coll_reduce_tensor(..., "mean") keep Accelerate's reduce("mean") order: the sum,
-     then a division by P (docs/semantics.md §7). The orders can differ in the last bit when P is not a power of two.
-
-   JOIN — uneven inputs (Accelerate's join_uneven_inputs = torch's Join with DDP's join hook)
-       accel_coll_reducer_join_begin(red, NULL);        // collective; finalizes the reducer (register first)
-       while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) { ...; accel_coll_reducer_wait(red); ... }
-       accel_coll_reducer_join_end(red, params, NPARAMS); // out of batches: shadow the others, then sync params
-     For loaders with even_batches off (no_even_batches), where ranks run out of batches at different steps. In join
-     mode every reducing step (accel_should_reduce) starts with one round: an 8-byte all-gather in which each rank
-     says whether it reduces (its first grad_ready/wait of the step) or has joined (join_end). Let A be the ranks that
-     reduce in that step and D = the group size P (default: DDP's divide_by_initial_world_size=True) or |A|
-     (accel_coll_join_desc.no_divide_by_initial_world_size). Then:
-       - a rank in A ends the step with  g_i = sum over q in A of fl(g_q,i * fl(1/D))  (each rank's gradient
-         pre-scaled in its compute type, then summed by the backend, as torch's Reducer with div_factor D); with
-         no_average, the plain sum over A. accel_coll_reducer_join_active(red) says |A|;
-       - a rank in join_end issues the same all-reduces (same buckets, order, counts) with zeros; its own gradient
-         buffers are not touched and its parameters not updated;
-       - when a round finds A empty every rank leaves join_end; the highest-ranked of the ranks that joined last (those
-         that shadowed no step; DDP's authoritative rank) broadcasts the n params of join_end to every rank (DDP's
-         _sync_final_model). Optimizer state and anything else stay per rank, as in DDP.
-     Steps that do not reduce (accumulation) have no round: joined ranks shadow reductions only. A rank that neither
-     reduces nor joins (dead, stuck) makes the others' round end in ACCEL_ERR_TIMEOUT at the context's deadline; a
-     rank in any other collective of the context makes the round fail with ACCEL_ERR_MISMATCH. join_end with bad
-     params still shadows, then fails every rank before the broadcast. Accelerate enables Join only when
-     even_batches is off; with even batches every rank runs out at the same step and join_end costs one round.
+   ALL-REDUCE ON MPI (with the deadline, no_watchdog 0)
+     Blocking MPI ops run as MPI_I* + polling. An all-reduce of host memory (or staged device memory) runs on
+     point-to-point messages + MPI_Reduce_local instead of MPI_Iallreduce: on 2 ranks a ring from 64 KiB and one
+     exchange below (sums bitwise MPI's); on 3-64 ranks a direct reduce-scatter + all-gather (one round up to the
+     eager limit) in which every element is the rank-order sum (x0 + x1) + x2 + ... — the same bits whatever the
+     buffer's length or the element's position, so a tensor summed in a bucket equals the tensor summed alone (MPI's
+     own 3+-rank algorithms give no such order). The ranks always hold the same bits. Out of place, the send buffer
+     is read where it is (no copy into recv first). From 8 MiB the 2-rank ring reduces in 256 KiB segments as they
+     arrive. Scratch: about the buffer's size on 3+ ranks, half of it on 2 (512 KiB from 8 MiB); one buffer is kept
+     for the next call. More than 64 ranks: MPI_Iallreduce. Why these algorithms, and their speed against
+     MPI_Allreduce: the implementation's section 6 and bench/collectives (bench_coll).
 
    PROCESS MESH (Accelerate's ParallelismConfig + the DeviceMesh it builds)
        accel_coll_mesh *mesh;
        accel_coll_mesh_desc md = {0};
        md.dp_shard_size = 2; md.tp_size = 2;            // 4 processes; 0 = PARALLELISM_CONFIG_*_SIZE or 1
        accel_coll_mesh_create(world, &md, &mesh);        // collective over world's group
-       accel_coll *dp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_DP), *tp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_TP);
-       accel_coll_reducer_create(dp, NULL, &red);        // gradients averaged over the data-parallel group
+       accel_coll *dp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_DP);
+       accel_coll *tp = accel_coll_mesh_comm(mesh, ACCEL_COLL_MESH_TP);
+       accel_ddp_create(dp, NULL, &red);                 // accel_ddp.h: gradients averaged over the dp group
        accel_coll_all_reduce(tp, part, part, n, ACCEL_F32, ACCEL_COLL_SUM); // a row-parallel layer's partial sums
        accel_coll_mesh_destroy(mesh);                    // before world
-     Dimensions in mesh order pp, dp_replicate, dp_shard, cp, tp (Accelerate's order with pipeline stages outermost,
-     as torchtitan): rank = (((pp*R + dp_replicate)*S + dp_shard)*C + cp)*T + tp, so tp peers are consecutive ranks.
+     Dimensions in mesh order pp, dp_replicate, dp_shard, cp, tp (Accelerate's order with pipeline stages outermost, as
+     torchtitan): rank = (((pp*R + dp_replicate)*S + dp_shard)*C + cp)*T + tp, so tp peers are consecutive ranks.
      Groups: one per dimension and Accelerate's flattened dp (dp_replicate x dp_shard), dp_shard_cp and dp_cp; a group
      holds the ranks whose other coordinates equal this rank's, and this rank's rank in it is its coordinate along the
-     group (row-major over the group's dimensions, torch's _flatten). Every group is a full accel_coll (every op,
-     async, the reducer, join) with the parent's backend, buffers, timeout, debug and CUDA-aware settings; a group of
-     one process is a NONE context. MPI: MPI_Comm_split of the parent's communicator; NCCL: ncclCommSplit of the
+     group (row-major over the group's dimensions, torch's _flatten). Every group is a full accel_coll (every op, async,
+     accel_ddp.h's reducer and join) with the parent's backend, buffers, timeout, debug and CUDA-aware settings; a group
+     of one process is a NONE context. MPI: MPI_Comm_split of the parent's communicator; NCCL: ncclCommSplit of the
      parent's (NCCL >= 2.18; before, a fresh ncclCommInitRankConfig whose unique id travels in an all-gather over the
      parent). Creation is collective over the parent: the sizes are checked on every rank (negative, an environment
-     value < 1 or not a number, a product != the parent's size) and then compared across ranks (accel.h's agreement:
-     a rank with another mesh fails every rank with ACCEL_ERR_MISMATCH naming the dimension and each rank's value;
-     a rank with a bad desc fails every rank, the others with ACCEL_ERR_REMOTE). Only then are the communicators
-     split (MPI_Comm_split itself blocks without a deadline: every rank reached it after agreeing). Every size
-     0 on a group of P > 1: dp_replicate = P (Accelerate's plain DDP). Shard the data by the dp group (accel_data.h,
-     PROCESS MESH). Differences from Accelerate: no tp_handler/cp_handler (accel does no model math); Accelerate's
-     refusal of tp/cp > 1 with dp_replicate > 1 and dp_shard == 1 (an FSDP2 composition limit) is not made — the mesh
-     is only communicators; pp is an extra dimension (ACCEL_PP_SIZE).
-
-   ZeRO-1/2 (optimizer-state sharding: DeepSpeed's stages 1 and 2, FSDP's SHARD_GRAD_OP; communication only — the
-   update is accel_optim.h's, run over this rank's shard views, see its DESIGN FOR ZeRO)
-       accel_coll_zero_desc zd = {0};
-       zd.stage = 2; zd.params = params; zd.grads = grads; zd.n = N;   // the whole lists, the same on every rank
-       accel_coll_zero *z;
-       accel_coll_zero_create(coll, &zd, &z);                          // collective: partition + agreement
-       accel_tensor vp[N], vg[N], vm[N];                                // this rank's shard: one view per parameter
-       accel_coll_zero_views(z, params, N, vp);
-       accel_coll_zero_views(z, model, N, vm);                          // BF16/F16 model copies (optional)
-       accel_coll_zero_grad_views(z, vg, N);
-       od.params = vp; od.grads = vg; od.model = vm; od.nparams = N;    // the unsharded groups still apply
-       od.index_offset = (uint64_t)accel_coll_zero_partition(z)->begin; // stochastic rounding as unsharded
-       accel_optim_create(&acc, &od, &opt);                              // moments: ceil(N/P) elements per rank
-       each micro-batch: backward, accel_coll_zero_grad_ready(z, i) as gradient i is final, accel_coll_zero_wait(z);
-       on a sync step: accel_optim_step(opt, NULL); accel_coll_zero_gather(z, params, N); and (z, model, N)
-     Partition: the list flattened in order (N elements), padded to P*S with S = ceil(N/P); rank r owns the
-     contiguous [r*S, min((r+1)*S, N)) (the padding is never stored; the last ranks may own fewer or no elements).
-     Views keep the list's indices (a parameter outside the shard is an empty view), so parameter groups, state keys
-     ("state.<i>.exp_avg") and step counts are those of the unsharded optimizer.
-     Stage 1: the gradients are all-reduced by an internal reducer (DDP's buckets and averaging order); each rank's
-     optimizer reads its shard of them. Stage 2: buckets of whole gradients in reverse list order (bucket_cap_mb,
-     as DDP) are pre-scaled by fl(1/P) as the reducer does and each rank's part of a bucket is reduced to its owner
-     (accel_coll_reduce_async, root = owner; two buckets in flight, launched in bucket order as backward marks them
-     ready); the owner copies its part into the shard gradient buffer (S elements), the only gradient memory the
-     optimizer reads. Host buffers on MPI are reduced where they are (pre-scaled in place, as the reducer's direct
-     mode: no staging); device buffers are packed into two bucket-sized staging buffers first. Stage 2 consumes
-     the gradient buffers: after a reducing wait their contents are unspecified (zero them before accumulating
-     again, as every trainer's zero_grad does). One process: no buckets, the gradient views are the caller's
-     gradients. Gather: this rank's shard of a list reaches every rank in all_gathers of min(bucket_cap_mb, 4 MiB)
-     in total (two in flight; the staging, 2 (P+1)/P chunks, is kept by the object).
-     Results: every element's update is the unsharded one, so ZeRO-1 equals the unsharded run (reducer + one
-     optimizer over the whole list) bit for bit; ZeRO-2 too where the reduce sums in the all-reduce's order (always
-     at P <= 2; Open MPI on one node at 3 and 4 in the tests), else within rounding (<= 1e-6 relative after 50 steps).
-     Accumulation: as the reducer, grad_ready/wait do nothing unless accel_should_reduce(acc); micro-batches
-     accumulate in the full local gradients and the sync step reduces (DeepSpeed reduces every micro-batch).
-     Checkpoints, sharded (each rank writes only its shard, loadable on any number of processes):
-       accel_coll_zero_state zs = {z, moments, nmoments};              // accel_optim_state_tensors(opt, ...)
-       accel_ckpt_register_sharded(ck, "zero_state", accel_coll_zero_state_save, accel_coll_zero_state_load_all, &zs);
-     writes zero_state_<rank>.bin on every rank (the partition recorded: size, rank, range, parameter offsets);
-     load_state hands every saved rank's bytes to load_all, which checks them all (same parameter list, dtypes, each
-     file its rank's partition) and copies the pieces of this rank's new shard. Plus the step counts through
-     accel_optim_shard_state (below).
-     Checkpoints, consolidated (any number of processes; interop): accel_coll_zero_export gathers the shard moments
-     (accel_optim_state_tensors) into full-size tensors named by the same keys → accel_ckpt_register_optimizer;
-     the step counts and hyperparameters go through accel_ckpt_register(ck, "optim_state",
-     accel_optim_shard_state_save, accel_optim_shard_state_load, &ss) with ss = {opt, params}; after
-     accel_ckpt_load_state on another P, accel_coll_zero_import copies this rank's part back. The full-size buffers
-     are needed around save/load only.
-     CUDA: the same code with device buffers (packing on acc.stream with the reducer's pre-scaling kernel, NCCL or
-     CUDA-aware/staged MPI for the reduces and all-gathers); compiled by the nvcc build, tested on the CPU only.
-     Collective calls: create, wait (on reducing steps), gather, export; grad_ready as the reducer's; views,
-     import and the state functions are local (save_state/load_state are collective).
+     value < 1 or not a number, a product != the parent's size) and then compared across ranks (accel.h's agreement: a
+     rank with another mesh fails every rank with ACCEL_ERR_MISMATCH naming the dimension and each rank's value; a rank
+     with a bad desc fails every rank, the others with ACCEL_ERR_REMOTE). Only then are the communicators split
+     (MPI_Comm_split itself blocks without a deadline: every rank reached it after agreeing). Every size 0 on a group of
+     P > 1: dp_replicate = P (Accelerate's plain DDP). Shard the data by the dp group (accel_data.h, PROCESS MESH).
+     Differences from Accelerate: no tp_handler/cp_handler (accel does no model math); Accelerate's refusal of tp/cp > 1
+     with dp_replicate > 1 and dp_shard == 1 (an FSDP2 composition limit) is not made — the mesh is only communicators;
+     pp is an extra dimension (ACCEL_PP_SIZE).
 
    COLLECTIVE CALLS AND ERRORS
-     Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation,
-     the Accelerate helpers (not split_between_processes), accel_coll_reducer_finalize (or the
-     first grad_ready/wait) and accel_coll_reducer_wait on a step that reduces, accel_coll_reducer_join_begin and
-     accel_coll_reducer_join_end (see JOIN); accel_coll_mesh_create and accel_coll_mesh_destroy over the parent. A local failure (a bad argument, an
-     allocation) fails every rank at once: that rank returns its error,
-     the others ACCEL_ERR_REMOTE naming it. That holds for create, pad_across_processes, gather_rows,
-     gather_for_metrics and finalize; argument errors of the typed ops
-     (reduce_tensor included) are local — checking them on every rank would cost a round trip per call — so the other
-     ranks then reach the deadline.
+     Every rank of the group makes the same calls in the same order: accel_coll_create, every data operation, the
+     Accelerate helpers (not split_between_processes), accel_coll_mesh_create and accel_coll_mesh_destroy over the
+     parent (and accel_ddp.h's / accel_zero.h's collective calls on the communicator). A local failure (a bad
+     argument, an allocation) fails every rank at once: that rank returns its error, the others ACCEL_ERR_REMOTE
+     naming it. That holds for create, pad_across_processes, gather_rows and gather_for_metrics; argument errors of
+     the typed ops (reduce_tensor included) are local — checking them on every rank would cost a round trip per call
+     — so the other ranks then reach the deadline.
 
    THREADS AND STREAMS
      A context is used by one thread at a time — including the core's host collectives while it is the host process
@@ -358,71 +258,19 @@ typedef struct accel_coll_range {
 ACCEL_API accel_result accel_coll_split_between_processes(int64_t n, int num_processes, int process_index,
                                                           int apply_padding, accel_coll_range *out);
 
-/* -------------------------------------------------------------------------------------- gradient reducer */
-typedef struct accel_coll_reducer_desc {
-    double bucket_cap_mb;   /* 0 → 25 (DDP); MiB */
-    double first_bucket_mb; /* 0 → 1 (DDP); MiB */
-    int no_average;         /* nonzero: sum the gradients (default: DDP's average, see GRADIENT REDUCER) */
-    accel_toggle flat;      /* ACCEL_DEFAULT: one all-reduce in place when the grads are one contiguous buffer of one
-                               dtype, else buckets; ACCEL_OFF: always bucket; ACCEL_ON: require contiguity (error
-                               otherwise) */
-} accel_coll_reducer_desc;
-typedef struct accel_coll_reducer accel_coll_reducer;
-
-ACCEL_API accel_result accel_coll_reducer_create(accel_coll *c, const accel_coll_reducer_desc *desc,
-                                                 accel_coll_reducer **out);
-ACCEL_API void accel_coll_reducer_destroy(accel_coll_reducer *r);
-/* Registers n gradients (floating dtypes, any shape: numel elements at ptr) before the first step. Their indices, for
-   grad_ready, are the registration order across calls: the first call's tensors are 0..n-1, the next call's follow.
-   All n are checked first: on an error none is registered. */
-ACCEL_API accel_result accel_coll_reducer_add(accel_coll_reducer *r, const accel_tensor *grads, int n);
-/* Builds the buckets and checks that every rank registered the same list (collective). Called by the first
-   grad_ready/wait when not called explicitly. */
-ACCEL_API accel_result accel_coll_reducer_finalize(accel_coll_reducer *r);
-/* Grad i holds its final local value; a bucket whose grads are all ready is launched (in bucket order). */
-ACCEL_API accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index);
-/* Launches what is left (grads never marked ready count as ready now), waits for every bucket and unpacks: the
-   gradients then hold the sum of every rank's gradient times 1/P (DDP's average; the sum with no_average). No-op
-   unless accel_should_reduce(acc): a sync step, or sync_each_batch with several processes (Accelerate skips DDP's
-   no_sync then). */
-ACCEL_API accel_result accel_coll_reducer_wait(accel_coll_reducer *r);
-ACCEL_API int accel_coll_reducer_num_buckets(const accel_coll_reducer *r); /* -1 before finalize */
-/* Bucket b's registration indices (in bucket order) → idx (capacity cap); returns the count (or -1). */
-ACCEL_API int accel_coll_reducer_bucket(const accel_coll_reducer *r, int b, int *idx, int cap);
-ACCEL_API int accel_coll_reducer_is_flat(const accel_coll_reducer *r);
-
-/* ------------------------------------------------------------------------------ join (uneven inputs, DDP's Join) */
-/* Accelerate's join_uneven_inputs over the reducer (torch's Join + DDP's join hook). Between join_begin and join_end a
-   rank that has run out of batches calls join_end, which shadows the reductions of the ranks still training with
-   zeros until every rank is in join_end. See JOIN in the manual for the exact gradients. */
-typedef struct accel_coll_join_desc {
-    int no_divide_by_initial_world_size; /* nonzero: DDP's divide_by_initial_world_size=False (average over the ranks
-                                            still training in that step); default: divide by the group size */
-} accel_coll_join_desc;
-/* Collective over the reducer's group: finalizes the reducer (register every gradient first) and checks that every
-   rank gave the same desc (NULL = defaults). */
-ACCEL_API accel_result accel_coll_reducer_join_begin(accel_coll_reducer *r, const accel_coll_join_desc *desc);
-/* Collective: this rank is out of batches. Shadows the others' reductions with zeros until every rank has called it,
-   then (n > 0) broadcasts params (n tensors in the context's memory, the same list on every rank) from the
-   authoritative rank: the highest rank among the last to join (DDP's _sync_final_model). Leaves join mode. */
-ACCEL_API accel_result accel_coll_reducer_join_end(accel_coll_reducer *r, const accel_tensor *params, int n);
-/* Ranks that took part in the last reduction in join mode (the divisor with no_divide_by_initial_world_size);
-   the group size outside join mode; -1 for NULL. */
-ACCEL_API int accel_coll_reducer_join_active(const accel_coll_reducer *r);
-
 /* ---------------------------------------------------------------------------------------------- process mesh */
 /* Accelerate's ParallelismConfig / torch's DeviceMesh over a context's group (see PROCESS MESH in the manual). The
    dimensions in mesh order (row-major, tp fastest: consecutive ranks share everything but tp), then the flattened
    groups Accelerate's build_device_mesh adds. Each is a full accel_coll (every op, the reducer). */
 typedef enum accel_coll_mesh_dim {
-    ACCEL_COLL_MESH_PP = 0,           /* pipeline stages (an extra outermost dimension; not in Accelerate) */
-    ACCEL_COLL_MESH_DP_REPLICATE,     /* "dp_replicate" */
-    ACCEL_COLL_MESH_DP_SHARD,         /* "dp_shard" */
-    ACCEL_COLL_MESH_CP,               /* "cp" */
-    ACCEL_COLL_MESH_TP,               /* "tp" (innermost) */
-    ACCEL_COLL_MESH_DP,               /* "dp" = dp_replicate x dp_shard: the data-parallel group (shard the data by it) */
-    ACCEL_COLL_MESH_DP_SHARD_CP,      /* "dp_shard_cp" = dp_shard x cp: where FSDP shards the model */
-    ACCEL_COLL_MESH_DP_CP,            /* "dp_cp" = dp_replicate x dp_shard x cp: where the loss is averaged */
+    ACCEL_COLL_MESH_PP = 0, /* pipeline stages (an extra outermost dimension; not in Accelerate) */
+    ACCEL_COLL_MESH_DP_REPLICATE, /* "dp_replicate" */
+    ACCEL_COLL_MESH_DP_SHARD, /* "dp_shard" */
+    ACCEL_COLL_MESH_CP, /* "cp" */
+    ACCEL_COLL_MESH_TP, /* "tp" (innermost) */
+    ACCEL_COLL_MESH_DP, /* "dp" = dp_replicate x dp_shard: the data-parallel group (shard the data by it) */
+    ACCEL_COLL_MESH_DP_SHARD_CP, /* "dp_shard_cp" = dp_shard x cp: where FSDP shards the model */
+    ACCEL_COLL_MESH_DP_CP, /* "dp_cp" = dp_replicate x dp_shard x cp: where the loss is averaged */
     ACCEL_COLL_MESH_COUNT
 } accel_coll_mesh_dim;
 #define ACCEL_COLL_MESH_NDIMS 5 /* the real dimensions: PP .. TP; coordinates are int[5] in that order */
@@ -443,7 +291,8 @@ typedef struct accel_coll_mesh accel_coll_mesh;
 /* Collective over parent's group: validates desc, checks that every rank resolved the same sizes (a difference fails
    on every rank, naming the dimension and every rank's value), then builds the 8 sub-communicators (MPI_Comm_split,
    ncclCommSplit). Each inherits parent's backend, buffers, timeout, debug and CUDA-aware settings. */
-ACCEL_API accel_result accel_coll_mesh_create(accel_coll *parent, const accel_coll_mesh_desc *desc, accel_coll_mesh **out);
+ACCEL_API accel_result accel_coll_mesh_create(accel_coll *parent, const accel_coll_mesh_desc *desc,
+                                              accel_coll_mesh **out);
 ACCEL_API void accel_coll_mesh_destroy(accel_coll_mesh *m); /* destroys the sub-communicators; NULL ok */
 /* The communicator of d (owned by the mesh); its rank is this process's coordinate along d. NULL for a bad d. */
 ACCEL_API accel_coll *accel_coll_mesh_comm(const accel_coll_mesh *m, accel_coll_mesh_dim d);
@@ -466,78 +315,6 @@ ACCEL_API accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, in
                                                 size_t bytes, int timeout_ms);
 ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, int rank, void *data, size_t bytes,
                                                  int timeout_ms);
-
-/* -------------------------------------------------------------------------------- ZeRO-1/2 (optimizer sharding) */
-/* docs/semantics.md has no ZeRO section: this is DeepSpeed's ZeRO stages 1 and 2 (FSDP's SHARD_GRAD_OP), see ZeRO in
-   the manual above. The partition of a list of n tensors over `size` ranks: the tensors are flattened in list order
-   (total elements N), the flat vector is padded to size * S elements with S = ceil(N / size), and rank r owns the
-   contiguous elements [r*S, min((r+1)*S, N)) — the padding is the tail of the last rank(s), never stored. */
-typedef struct accel_coll_partition {
-    int size, rank;
-    int64_t total;      /* N: elements of the flattened list */
-    int64_t shard;      /* S = ceil(N / size): each rank's slot (size * S >= N is the padded length) */
-    int64_t begin, end; /* this rank's elements [begin, end) of the flattened list */
-} accel_coll_partition;
-/* Local (no communication): the partition of list t over `size` ranks as seen by `rank` (acc: errors; may be NULL). */
-ACCEL_API accel_result accel_coll_partition_list(accel *acc, const accel_tensor *t, int n, int size, int rank,
-                                                 accel_coll_partition *out);
-/* The n views of this rank's shard of list t (tensors with the partitioned numels, any dtype): view i is the 1-D
-   piece of t[i] inside [begin, end) (name and dtype of t[i]); a tensor outside the shard gives an empty view
-   (shape {0}, ptr = t[i].ptr). Returns the number of non-empty views, or -1 when t does not match the partition. */
-ACCEL_API int accel_coll_partition_views(const accel_coll_partition *p, const accel_tensor *t, int n, accel_tensor *views);
-
-typedef struct accel_coll_zero_desc {
-    int stage;                  /* 1 or 2 (0 → 1) */
-    const accel_tensor *params; /* the parameter list that is partitioned (n entries; any dtype, shapes matter) */
-    const accel_tensor *grads;  /* its gradients (numel equal; F64/F32/F16/BF16; stage 2: one dtype) */
-    int n;
-    double bucket_cap_mb;       /* 0 → 25: reduce buckets (stage 1: the reducer's) and all-gather chunks, MiB */
-    int no_average;             /* nonzero: gradients are summed (default: DDP's average, as the reducer) */
-} accel_coll_zero_desc;
-typedef struct accel_coll_zero accel_coll_zero;
-
-/* Collective over c's group: validates the lists and that every rank gave the same stage and layout (a bad list
-   or a different one on any rank fails every rank: the bad rank with its error, the others with ACCEL_ERR_REMOTE
-   or ACCEL_ERR_MISMATCH listing every rank's layout). */
-ACCEL_API accel_result accel_coll_zero_create(accel_coll *c, const accel_coll_zero_desc *desc, accel_coll_zero **out);
-ACCEL_API void accel_coll_zero_destroy(accel_coll_zero *z); /* NULL ok */
-ACCEL_API const accel_coll_partition *accel_coll_zero_partition(const accel_coll_zero *z);
-/* This rank's shard of list t (accel_coll_partition_views): n views for accel_optim_desc.params / .model, with
-   accel_optim_desc.index_offset = partition begin. */
-ACCEL_API accel_result accel_coll_zero_views(accel_coll_zero *z, const accel_tensor *t, int n, accel_tensor *views);
-/* The n gradient views the shard's optimizer reads after accel_coll_zero_wait: stage 1 views of desc.grads, stage 2
-   views of the shard gradient buffer this object owns (shard elements, the gradients' dtype). */
-ACCEL_API accel_result accel_coll_zero_grad_views(accel_coll_zero *z, accel_tensor *views, int n);
-/* Gradient i holds its final local value (backward order is the overlap order); no-op unless accel_should_reduce. */
-ACCEL_API accel_result accel_coll_zero_grad_ready(accel_coll_zero *z, int index);
-/* Reduces what is left and waits: stage 1 every gradient holds the average (the reducer), stage 2 the shard buffer
-   holds this rank's part of it (and the gradient buffers' contents are unspecified: zero them before the next
-   accumulation). No-op unless accel_should_reduce(acc) (accumulation steps). Collective. */
-ACCEL_API accel_result accel_coll_zero_wait(accel_coll_zero *z);
-/* Every rank's shard of list t (n tensors of one dtype, the partitioned numels: the parameters, or their BF16/F16
-   model copies) reaches every rank, in chunks of bucket_cap_mb (two in flight). Collective. */
-ACCEL_API accel_result accel_coll_zero_gather(accel_coll_zero *z, const accel_tensor *t, int n);
-/* Optimizer state across partitions (param-major lists of m = n*k tensors, k per parameter, as
-   accel_optim_state_tensors gives them): export writes every rank's shard views `shard` into the full-size tensors
-   `full` on every rank (collective; the consolidated, unsharded state), import copies this rank's part of `full`
-   into `shard` (local: full may come from a checkpoint saved with any number of ranks). */
-ACCEL_API accel_result accel_coll_zero_export(accel_coll_zero *z, const accel_tensor *shard, const accel_tensor *full, int m);
-ACCEL_API accel_result accel_coll_zero_import(accel_coll_zero *z, const accel_tensor *full, const accel_tensor *shard, int m);
-/* Sharded checkpoints of the shard's optimizer state: each rank saves only its shard with the partition recorded,
-   and a load on any number of ranks re-partitions. obj: an accel_coll_zero_state; register it with
-     accel_ckpt_register_sharded(ck, "zero_state", accel_coll_zero_state_save, accel_coll_zero_state_load_all, &zs);
-   (→ zero_state_<rank>.bin on every rank), next to the step counts (accel_optim_shard_state, a global file).
-   The bytes (little-endian): "ACZS", u32 version 1, u32 size, u32 rank, u64 total, u64 begin, u64 end, u32 n, u32 k,
-   (n + 1) u64 flat offsets of the parameters, then per state tensor (param-major, m = n * k): u32 dtype, u64
-   elements, its bytes. load_all validates every saved rank's bytes (same parameter layout, k and dtypes; each file
-   the partition of its rank) before copying this rank's new shard out of them. */
-typedef struct accel_coll_zero_state {
-    accel_coll_zero *zero;
-    const accel_tensor *shard; /* the m state tensors of the shard's optimizer (accel_optim_state_tensors) */
-    int m;
-} accel_coll_zero_state;
-ACCEL_API accel_result accel_coll_zero_state_save(void *state, void *buf, size_t cap, size_t *size);
-ACCEL_API accel_result accel_coll_zero_state_load_all(void *state, const void *const *bufs, const size_t *sizes, int count);
 
 #ifdef __cplusplus
 }
@@ -563,12 +340,12 @@ ACCEL_API accel_result accel_coll_zero_state_load_all(void *state, const void *c
     10. the host process group over a context (accel.h's transport, installed for NCCL)
     11. Accelerate helpers: reduce, pad_across_processes, gather(_for_metrics)
     12. split_between_processes (objects are the core's: accel_gather_object, accel_broadcast_object_list)
-    13. the gradient reducer: registration, DDP's buckets, pre-scaled packing, launch and finish
-    13b. join for uneven inputs (rounds, zero shadows, the final broadcast); the process mesh (sub-communicators)
+    13. the process mesh (sub-communicators)
     14. bootstrap byte exchanges: TCP (the core's sockets), file (the core's atomic write)
     15. NCCL init (the unique id over the host group / MPI / TCP / file)
-    16. ZeRO: the partition, shard views, stage-2 reduce-to-owner buckets, the chunked all-gather, state export,
-        per-rank state files (accel_coll_zero_state_save / _load_all) */
+   LENT to accel_ddp.h and accel_zero.h, whose implementations follow in the same TU: struct accel_coll's fields (acc,
+   size, rank, device_mem), accel__coll_null, _check_broken, _reducible, _agree, _host_op, _alloc_mem, _fill, _copy,
+   _copy_same, _prescale, _prescale_by, _orphan. */
 
 /* ------------------------------------------------------------------------------------------------------ 0. includes */
 #include <stdio.h>
@@ -589,28 +366,16 @@ ACCEL_API accel_result accel_coll_zero_state_load_all(void *state, const void *c
 #include <netdb.h>
 #include <poll.h>
 
-#if defined(__CUDACC__) && !defined(ACCEL_WITH_CUDA)
-#define ACCEL_WITH_CUDA 1
-#endif
+/* ACCEL_WITH_CUDA, cuda_runtime_api.h and mpi.h (its C API) come from accel.h's implementation preamble. */
 #ifdef __CUDACC__
-#include <cuda_runtime_api.h>
 #define ACCEL__COLL_DEVICE 1
 #endif
 #if defined(ACCEL_WITH_NCCL) && defined(__CUDACC__)
 #include <nccl.h>
 #define ACCEL__COLL_NCCL 1
 #endif
-#ifdef ACCEL_WITH_MPI
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
-#if defined(ACCEL__COLL_DEVICE) && defined(OPEN_MPI) && OPEN_MPI
+#if defined(ACCEL_WITH_MPI) && defined(ACCEL__COLL_DEVICE) && defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
-#endif
 #endif
 
 /* --------------------------------------------------------------------------------- 1. element-wise math (CPU + GPU) */
@@ -639,8 +404,12 @@ static ACCEL_INLINE ACCEL_HD void accel__coll_prescale_elem(void *dst, const voi
     switch (dt) {
     case ACCEL_F64: ((double *)dst)[i] = ((const double *)src)[i] * (1.0 / n); break;
     case ACCEL_F32: ((float *)dst)[i] = ((const float *)src)[i] * (float)(1.0 / n); break;
-    case ACCEL_F16: ((uint16_t *)dst)[i] = accel_f32_to_f16(accel_f16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n)); break;
-    case ACCEL_BF16: ((uint16_t *)dst)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n)); break;
+    case ACCEL_F16:
+        ((uint16_t *)dst)[i] = accel_f32_to_f16(accel_f16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n));
+        break;
+    case ACCEL_BF16:
+        ((uint16_t *)dst)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((const uint16_t *)src)[i]) * (float)(1.0 / n));
+        break;
     default: break;
     }
 }
@@ -651,7 +420,9 @@ static ACCEL_INLINE ACCEL_HD void accel__coll_div_elem(void *buf, size_t i, int 
     case ACCEL_F64: ((double *)buf)[i] /= n; break;
     case ACCEL_F32: ((float *)buf)[i] = (float)(((float *)buf)[i] / (float)n); break;
     case ACCEL_F16: ((uint16_t *)buf)[i] = accel_f32_to_f16(accel_f16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
-    case ACCEL_BF16: ((uint16_t *)buf)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((uint16_t *)buf)[i]) / (float)n); break;
+    case ACCEL_BF16:
+        ((uint16_t *)buf)[i] = accel_f32_to_bf16(accel_bf16_to_f32(((uint16_t *)buf)[i]) / (float)n);
+        break;
     default: break;
     }
 }
@@ -798,7 +569,9 @@ ACCEL__DEF const char *accel_coll_op_name(accel_coll_op op) {
 }
 ACCEL__DEF int accel_coll_rank(const accel_coll *c) { return c ? c->rank : -1; }
 ACCEL__DEF int accel_coll_size(const accel_coll *c) { return c ? c->size : 0; }
-ACCEL__DEF accel_coll_backend accel_coll_get_backend(const accel_coll *c) { return c ? c->backend : ACCEL_COLL_BACKEND_AUTO; }
+ACCEL__DEF accel_coll_backend accel_coll_get_backend(const accel_coll *c) {
+    return c ? c->backend : ACCEL_COLL_BACKEND_AUTO;
+}
 ACCEL__DEF int accel_coll_uses_device_buffers(const accel_coll *c) { return c ? c->device_mem : 0; }
 ACCEL__DEF accel *accel_coll_accel(const accel_coll *c) { return c ? c->acc : NULL; }
 
@@ -815,7 +588,9 @@ static int accel__coll_reducible(accel_dtype dt) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #endif
-static int accel__mpi_testall(int n, MPI_Request *reqs, int *done) { return MPI_Testall(n, reqs, done, MPI_STATUSES_IGNORE); }
+static int accel__mpi_testall(int n, MPI_Request *reqs, int *done) {
+    return MPI_Testall(n, reqs, done, MPI_STATUSES_IGNORE);
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -906,8 +681,8 @@ static accel_result accel__coll_nccl_settle(accel_coll *c, ncclResult_t rc, cons
             ncclCommAbort(c->nccl);
             c->nccl_valid = 0;
             c->broken = ACCEL_ERR_TIMEOUT;
-            return accel__fail(c->acc, ACCEL_ERR_TIMEOUT, __FILE__, line, "%s did not complete within %.1f s; NCCL communicator aborted",
-                               what, c->timeout_s);
+            return accel__fail(c->acc, ACCEL_ERR_TIMEOUT, __FILE__, line,
+                               "%s did not complete within %.1f s; NCCL communicator aborted", what, c->timeout_s);
         }
         sched_yield();
     }
@@ -939,7 +714,8 @@ static void accel__coll_host_group_install(accel_coll *c);
    core (accel__agree: the failed rank's message travels along); a context on its own MPI communicator
    (desc.mpi_comm) exchanges the statuses on that communicator, with the deadline. */
 #ifdef ACCEL_WITH_MPI
-static accel_result accel__coll_agree_mpi(accel *acc, MPI_Comm comm, accel_result local, const char *what, double deadline) {
+static accel_result accel__coll_agree_mpi(accel *acc, MPI_Comm comm, accel_result local, const char *what,
+                                          double deadline) {
     int P = 1, mine = (int)local, stack_all[64], *all, i, failed = -1;
     MPI_Request q;
     accel_result r;
@@ -985,15 +761,19 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
     accel_result r = ACCEL_OK;
     void *mcomm = NULL;
     double timeout_s;
-    if (!acc || !out) return accel__fail(acc, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_create: NULL argument");
+    if (!acc || !out)
+        return accel__fail(acc, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_create: NULL argument");
     *out = NULL;
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
-    timeout_s = 1e-3 * (double)(d.timeout_ms > 0 ? d.timeout_ms : acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms : 1800000);
+    timeout_s = 1e-3 * (double)(d.timeout_ms > 0                      ? d.timeout_ms
+                                : acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms
+                                                                      : 1800000);
     /* local checks first; then one agreement before anything collective (MPI_Comm_dup, the NCCL bootstrap), so a rank
        whose arguments were bad fails every rank instead of leaving the others blocked in MPI_Comm_dup */
     if ((int)d.backend < 0 || (int)d.backend > (int)ACCEL_COLL_BACKEND_NCCL)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.backend=%d is not an accel_coll_backend", (int)d.backend);
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.backend=%d is not an accel_coll_backend",
+                        (int)d.backend);
     else if (d.timeout_ms < 0)
         r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_desc.timeout_ms=%d must be >= 0", d.timeout_ms);
     else if ((int)d.debug < (int)ACCEL_OFF || (int)d.debug > (int)ACCEL_ON || (int)d.cuda_aware_mpi < (int)ACCEL_OFF ||
@@ -1002,7 +782,8 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
                         "accel_toggle (ACCEL_DEFAULT, ACCEL_ON, ACCEL_OFF)", (int)d.debug, (int)d.cuda_aware_mpi);
 #ifndef ACCEL_WITH_MPI
     else if (d.mpi_comm)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_coll_desc.mpi_comm given but the implementation was built without ACCEL_WITH_MPI");
+        r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                        "accel_coll_desc.mpi_comm given but the implementation was built without ACCEL_WITH_MPI");
 #endif
     if (r == ACCEL_OK) {
         c = (accel_coll *)accel_host_alloc(acc, sizeof *c);
@@ -1042,23 +823,33 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
 #endif
             if (c->size <= 1) c->backend = ACCEL_COLL_BACKEND_NONE;
             else if (mcomm) c->backend = ACCEL_COLL_BACKEND_MPI;
-            else r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
-                                 "collectives across %d processes need MPI (mpirun/srun and ACCEL_WITH_MPI) or NCCL (an nvcc-built "
-                                 "implementation TU with ACCEL_WITH_NCCL and a GPU)", c->size);
+            else
+                r = ACCEL__FAIL(
+                    acc, ACCEL_ERR_UNSUPPORTED,
+                    "collectives across %d processes need MPI (mpirun/srun and ACCEL_WITH_MPI) or NCCL (an nvcc-built "
+                    "implementation TU with ACCEL_WITH_NCCL and a GPU)",
+                    c->size);
         } else if (c->backend == ACCEL_COLL_BACKEND_NONE && c->size > 1) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend none cannot serve a group of %d processes", c->size);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend none cannot serve a group of %d processes",
+                            c->size);
         } else if (c->backend == ACCEL_COLL_BACKEND_MPI && !mcomm) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend mpi requested but MPI is not the process group (build with ACCEL_WITH_MPI and launch with mpirun/srun)");
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                            "backend mpi requested but MPI is not the process group (build with ACCEL_WITH_MPI and "
+                            "launch with mpirun/srun)");
         } else if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
 #ifndef ACCEL__COLL_NCCL
-            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "backend nccl needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                            "backend nccl needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
 #else
-            if (!c->device_mem) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "backend nccl needs a CUDA device (acc.device >= 0) and device buffers");
+            if (!c->device_mem)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                "backend nccl needs a CUDA device (acc.device >= 0) and device buffers");
 #endif
         }
 #ifndef ACCEL__COLL_DEVICE
         if (r == ACCEL_OK && c->device_mem)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc "
+            r = ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                            "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc "
                             "(or set accel_coll_desc.host_buffers)");
 #endif
     }
@@ -1067,7 +858,8 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
     else {
         int inited = 0;
         MPI_Initialized(&inited);
-        if (inited) r = accel__coll_agree_mpi(acc, *(MPI_Comm *)d.mpi_comm, r, "accel_coll_create", accel_now() + timeout_s);
+        if (inited)
+            r = accel__coll_agree_mpi(acc, *(MPI_Comm *)d.mpi_comm, r, "accel_coll_create", accel_now() + timeout_s);
     }
 #endif
     if (r != ACCEL_OK) { accel_host_free(acc, c); return r; }
@@ -1075,7 +867,11 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
 #ifdef ACCEL_WITH_MPI
     if (mcomm && c->backend != ACCEL_COLL_BACKEND_NONE) {
         int mrc = MPI_Comm_dup(*(MPI_Comm *)mcomm, &c->comm);
-        if (mrc != MPI_SUCCESS) { r = accel__mpi_fail(c->acc, mrc, "MPI_Comm_dup", __FILE__, __LINE__); accel_host_free(acc, c); return r; }
+        if (mrc != MPI_SUCCESS) {
+            r = accel__mpi_fail(c->acc, mrc, "MPI_Comm_dup", __FILE__, __LINE__);
+            accel_host_free(acc, c);
+            return r;
+        }
         c->comm_valid = 1;
         MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
         {
@@ -1099,7 +895,8 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
             else {
 #if defined(ACCEL__COLL_DEVICE) && defined(MPIX_CUDA_AWARE_SUPPORT)
                 c->cuda_aware = MPIX_Query_cuda_support() ? 1 : 0;
-#elif defined(ACCEL__COLL_DEVICE) && defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 40000000 && defined(MPIX_GPU_SUPPORT_CUDA)
+#elif defined(ACCEL__COLL_DEVICE) && defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 40000000 &&                      \
+    defined(MPIX_GPU_SUPPORT_CUDA)
                 {
                     int ok = 0;
                     if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &ok) == MPI_SUCCESS) c->cuda_aware = ok ? 1 : 0;
@@ -1108,7 +905,8 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
                 c->cuda_aware = 0;
 #endif
             }
-            accel_log(acc, ACCEL_LOG_INFO, "MPI device buffers: %s", c->cuda_aware ? "CUDA-aware MPI" : "staged through pinned host memory");
+            accel_log(acc, ACCEL_LOG_INFO, "MPI device buffers: %s",
+                      c->cuda_aware ? "CUDA-aware MPI" : "staged through pinned host memory");
         }
     }
 #endif
@@ -1155,7 +953,9 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
             accel__coll_release(q);
         }
     }
-    if (pending) accel_log(acc, ACCEL_LOG_WARN, "accel_coll_destroy: %d timed-out operation(s) never completed; their buffers are leaked", pending);
+    if (pending)
+        accel_log(acc, ACCEL_LOG_WARN,
+                  "accel_coll_destroy: %d timed-out operation(s) never completed; their buffers are leaked", pending);
 #ifdef ACCEL__COLL_NCCL
     if (c->nccl_valid) {
         if (c->broken) ncclCommAbort(c->nccl);
@@ -1201,13 +1001,16 @@ static accel_result accel__coll_copy(accel_coll *c, void *dst, const void *src, 
     if (dir == 0) { memmove(dst, src, bytes); return ACCEL_OK; }
 #ifdef ACCEL__COLL_DEVICE
     {
-        cudaMemcpyKind k = dir == 1 ? cudaMemcpyHostToDevice : dir == 2 ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+        cudaMemcpyKind k = dir == 1   ? cudaMemcpyHostToDevice
+                           : dir == 2 ? cudaMemcpyDeviceToHost
+                                      : cudaMemcpyDeviceToDevice;
         ACCEL__CUDA_CHECK(c->acc, cudaMemcpyAsync(dst, src, bytes, k, accel__coll_stream(c)));
         if (dir != 3) ACCEL__CUDA_CHECK(c->acc, cudaStreamSynchronize(accel__coll_stream(c)));
         return ACCEL_OK;
     }
 #else
-    return accel__fail(c->acc, ACCEL_ERR_UNSUPPORTED, __FILE__, __LINE__, "device copies need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+    return accel__fail(c->acc, ACCEL_ERR_UNSUPPORTED, __FILE__, __LINE__,
+                       "device copies need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
 }
 /* copy within the user's memory kind */
@@ -1227,7 +1030,8 @@ static void accel__coll_divide_host(void *buf, size_t n, accel_dtype dt, double 
 
 /* dst[0..n) = src[0..n) * fl(1/by) in the context's memory (DDP's pre-scaling; by = the group size, or with join the
    ranks still training; dst may equal src): a host loop, or a kernel on acc.stream. */
-static accel_result accel__coll_prescale_by(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt, double by) {
+static accel_result accel__coll_prescale_by(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt,
+                                            double by) {
     size_t i;
     if (n == 0) return ACCEL_OK;
     if (!c->device_mem) {
@@ -1245,10 +1049,11 @@ static accel_result accel__coll_prescale_by(accel_coll *c, void *dst, const void
     ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
     return ACCEL_OK;
 #else
-    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device gradients need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED,
+                       "device gradients need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
 }
-static accel_result accel__coll_prescale(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt) {
+ACCEL__PRIVATE accel_result accel__coll_prescale(accel_coll *c, void *dst, const void *src, size_t n, accel_dtype dt) {
     return accel__coll_prescale_by(c, dst, src, n, dt, (double)c->size);
 }
 
@@ -1320,8 +1125,8 @@ static int accel__coll_ring_post(accel_coll_request *q) {
         mrc = MPI_Irecv(q->ring_direct ? q->ring_buf : q->ring_tmp, (int)q->count, q->ring_t, 1 - c->rank, q->ring_tag,
                         c->comm, &q->rreq[1]);
         if (mrc == MPI_SUCCESS)
-            mrc = MPI_Isend(q->ring_direct ? q->ring_src : q->ring_buf, (int)q->count, q->ring_t, 1 - c->rank, q->ring_tag,
-                            c->comm, &q->rreq[0]);
+            mrc = MPI_Isend(q->ring_direct ? q->ring_src : q->ring_buf, (int)q->count, q->ring_t, 1 - c->rank,
+                            q->ring_tag, c->comm, &q->rreq[0]);
         return mrc;
     }
     accel__coll_ring_chunks(q, q->ring_step, &sk, &rk);
@@ -1331,8 +1136,8 @@ static int accel__coll_ring_post(accel_coll_request *q) {
     mrc = MPI_Irecv(q->ring_step < P - 1 && !direct ? (void *)q->ring_tmp : (void *)(q->ring_buf + roff * es), rcnt,
                     q->ring_t, (c->rank + P - 1) % P, q->ring_tag, c->comm, &q->rreq[1]);
     if (mrc == MPI_SUCCESS)
-        mrc = MPI_Isend((direct ? q->ring_src : q->ring_buf) + soff * es, scnt, q->ring_t, (c->rank + 1) % P, q->ring_tag,
-                        c->comm, &q->rreq[0]);
+        mrc = MPI_Isend((direct ? q->ring_src : q->ring_buf) + soff * es, scnt, q->ring_t, (c->rank + 1) % P,
+                        q->ring_tag, c->comm, &q->rreq[0]);
     return mrc;
 }
 
@@ -1479,7 +1284,8 @@ static int accel__coll_seg_test(accel_coll_request *q, int *flag) {
 
 static accel_result accel__coll_seg_start(accel_coll *c, accel_coll_request *q, int direct) {
     int r = c->rank, ns = accel__coll_seg_n(q, r), nm = accel__coll_seg_n(q, 1 - r), i, mrc = MPI_SUCCESS;
-    size_t reqb = ((size_t)(ns + 2) * sizeof(MPI_Request) + 63) & ~(size_t)63, tmp = reqb + (direct ? 0 : 2 * ACCEL__COLL_SEG_BYTES);
+    size_t reqb = ((size_t)(ns + 2) * sizeof(MPI_Request) + 63) & ~(size_t)63,
+           tmp = reqb + (direct ? 0 : 2 * ACCEL__COLL_SEG_BYTES);
     accel_result ar = accel__coll_scratch(c, q, tmp);
     if (ar != ACCEL_OK) return ar;
     q->ring = 5;
@@ -1494,14 +1300,15 @@ static accel_result accel__coll_seg_start(accel_coll *c, accel_coll_request *q, 
         size_t off;
         int cnt;
         accel__coll_seg_at(q, r, i, &off, &cnt);
-        mrc = MPI_Isend(q->ring_src + off * accel_dtype_size(q->dt), cnt, q->ring_t, 1 - r, q->ring_tag, c->comm, &q->rq[i]);
+        mrc = MPI_Isend(q->ring_src + off * accel_dtype_size(q->dt), cnt, q->ring_t, 1 - r, q->ring_tag, c->comm,
+                        &q->rq[i]);
     }
     if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "all_reduce (ring step 0)", __FILE__, __LINE__);
     return ACCEL_OK;
 }
 
-static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv, size_t es,
-                                           MPI_Datatype t, MPI_Op op) {
+static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv,
+                                           size_t es, MPI_Datatype t, MPI_Op op) {
     int exchange = accel__coll_exchange(c, q->count * es); /* 2 ranks, small: one exchange */
     int inplace = send == MPI_IN_PLACE || send == recv;
     /* Not in place, the send buffer is read where it is instead of being copied to recv first (that copy cost ~10 %
@@ -1516,7 +1323,8 @@ static accel_result accel__coll_ring_start(accel_coll *c, accel_coll_request *q,
     q->ring_tmp = NULL;
     q->ring_tmp_bytes = 0;
     accel__coll_p2p_init(c, q, send, recv, t, op, direct);
-    if (!exchange && c->size == 2 && (q->count / 2) * es >= ACCEL__COLL_SEG_MIN_CHUNK) return accel__coll_seg_start(c, q, direct);
+    if (!exchange && c->size == 2 && (q->count / 2) * es >= ACCEL__COLL_SEG_MIN_CHUNK)
+        return accel__coll_seg_start(c, q, direct);
     if (tmp > 0 && (ar = accel__coll_scratch(c, q, tmp)) != ACCEL_OK) return ar;
     q->ring = exchange ? 2 : 1;
     q->rreq[0] = q->rreq[1] = MPI_REQUEST_NULL;
@@ -1573,18 +1381,21 @@ static int accel__coll_direct_post(accel_coll_request *q) {
         if (q->ring == 4) { /* whole buffers: mine to rank k, rank k's into slot j */
             mrc = MPI_Irecv(q->dslots + (size_t)j * q->dslot_bytes, (int)q->count, q->ring_t, k, q->ring_tag, c->comm,
                             &q->rq[P - 1 + j]);
-            if (mrc == MPI_SUCCESS) mrc = MPI_Isend(q->ring_src, (int)q->count, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
+            if (mrc == MPI_SUCCESS)
+                mrc = MPI_Isend(q->ring_src, (int)q->count, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
             ++j;
             continue;
         }
         accel__coll_ring_chunk(q, k, &koff, &kcnt);
         if (q->ring_step == 0) { /* chunk k to rank k; my chunk from rank k (empty chunks are not sent) */
             if (mcnt > 0)
-                mrc = MPI_Irecv(accel__coll_direct_slot(q, k), mcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
+                mrc = MPI_Irecv(accel__coll_direct_slot(q, k), mcnt, q->ring_t, k, q->ring_tag, c->comm,
+                                &q->rq[P - 1 + j]);
             if (mrc == MPI_SUCCESS && kcnt > 0)
                 mrc = MPI_Isend(q->ring_src + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
         } else { /* my folded chunk to rank k; chunk k from rank k */
-            if (kcnt > 0) mrc = MPI_Irecv(q->ring_buf + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
+            if (kcnt > 0)
+                mrc = MPI_Irecv(q->ring_buf + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
             if (mrc == MPI_SUCCESS && mcnt > 0)
                 mrc = MPI_Isend(q->ring_buf + moff * es, mcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
         }
@@ -1711,7 +1522,8 @@ static accel_result accel__coll_complete(accel_coll_request *q) {
             accel__coll_div_kernel<<<accel__coll_blocks(q->avg_count), 256, 0, accel__coll_stream(c)>>>(
                 q->avg_buf, q->avg_count, (int)q->dt, (double)c->size);
             e = cudaGetLastError();
-            if (e != cudaSuccess) r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "average kernel launch: %s", cudaGetErrorString(e));
+            if (e != cudaSuccess)
+                r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "average kernel launch: %s", cudaGetErrorString(e));
         }
 #endif
     }
@@ -1733,7 +1545,8 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
     if (q->has_mreq) {
         int flag = 0, mrc = accel__coll_mpi_test(q, &flag);
         if (mrc != MPI_SUCCESS) {
-            accel_result r = accel__mpi_fail(c->acc, mrc, q->ring ? "all_reduce (ring step)" : "MPI_Test", __FILE__, __LINE__);
+            accel_result r =
+                accel__mpi_fail(c->acc, mrc, q->ring ? "all_reduce (ring step)" : "MPI_Test", __FILE__, __LINE__);
             c->broken = ACCEL_ERR_MPI;
             accel__coll_orphan(q);
             return r;
@@ -1747,7 +1560,8 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
         cudaError_t e = cudaEventQuery(q->ev);
         if (e == cudaErrorNotReady) {
             ncclResult_t st = ncclSuccess;
-            if (c->nccl_valid && ncclCommGetAsyncError(c->nccl, &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress) {
+            if (c->nccl_valid && ncclCommGetAsyncError(c->nccl, &st) == ncclSuccess && st != ncclSuccess &&
+                st != ncclInProgress) {
                 accel_result r = accel__coll_nccl_fail(c, st, "NCCL asynchronous error", __LINE__);
                 ncclCommAbort(c->nccl);
                 c->nccl_valid = 0;
@@ -1758,7 +1572,8 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
             goto not_yet;
         }
         if (e != cudaSuccess) {
-            accel_result r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "%s: %s", accel__coll_kind_name(q->kind), cudaGetErrorString(e));
+            accel_result r =
+                ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "%s: %s", accel__coll_kind_name(q->kind), cudaGetErrorString(e));
             c->broken = ACCEL_ERR_CUDA;
             accel__coll_orphan(q);
             return r;
@@ -1777,11 +1592,12 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
 #if defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL)
 not_yet:
     if (accel_now() > q->deadline) {
-        accel_result r = ACCEL__FAIL(c->acc, ACCEL_ERR_TIMEOUT,
-                                     "%s (%s, %zu elements) did not complete within %.1f s on rank %d of %d: a peer is "
-                                     "dead, stuck, or not calling the same collective; this context is now unusable",
-                                     accel__coll_kind_name(q->kind), accel_dtype_name(q->dt) ? accel_dtype_name(q->dt) : "-",
-                                     q->count, q->deadline - q->start, c->rank, c->size);
+        accel_result r =
+            ACCEL__FAIL(c->acc, ACCEL_ERR_TIMEOUT,
+                        "%s (%s, %zu elements) did not complete within %.1f s on rank %d of %d: a peer is "
+                        "dead, stuck, or not calling the same collective; this context is now unusable",
+                        accel__coll_kind_name(q->kind), accel_dtype_name(q->dt) ? accel_dtype_name(q->dt) : "-",
+                        q->count, q->deadline - q->start, c->rank, c->size);
         c->broken = ACCEL_ERR_TIMEOUT;
 #ifdef ACCEL__COLL_NCCL
         if (c->nccl_valid) { ncclCommAbort(c->nccl); c->nccl_valid = 0; }
@@ -1794,14 +1610,17 @@ not_yet:
 }
 
 ACCEL__DEF accel_result accel_coll_test(accel_coll_request *q, int *done) {
-    if (!q || !done) return accel__fail(q ? q->c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_test: NULL argument");
+    if (!q || !done)
+        return accel__fail(q ? q->c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "accel_coll_test: NULL argument");
     return accel__coll_progress(q, done);
 }
 
 ACCEL__DEF accel_result accel_coll_wait(accel_coll_request *q) {
     int done = 0, spins = 0;
     accel_result r;
-    if (!q) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_wait: request is NULL");
+    if (!q)
+        return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_wait: request is NULL");
     for (;;) {
         r = accel__coll_progress(q, &done);
         if (r != ACCEL_OK || done) return r;
@@ -1841,7 +1660,11 @@ static size_t accel__coll_recv_elems(const accel_coll *c, const accel__coll_args
 static accel_result accel__coll_post_none(accel_coll *c, const accel__coll_args *a) {
     size_t es = accel_dtype_size(a->dt), bytes = a->count * es;
     switch (a->kind) {
-    case ACCEL__K_ALLREDUCE: case ACCEL__K_REDUCE: case ACCEL__K_ALLGATHER: case ACCEL__K_GATHER: case ACCEL__K_REDUCE_SCATTER:
+    case ACCEL__K_ALLREDUCE:
+    case ACCEL__K_REDUCE:
+    case ACCEL__K_ALLGATHER:
+    case ACCEL__K_GATHER:
+    case ACCEL__K_REDUCE_SCATTER:
         return accel__coll_copy_same(c, a->recv, a->send, bytes, a->dev);
     case ACCEL__K_ALLGATHERV:
         return accel__coll_copy_same(c, a->recv, a->send, a->vcounts[0], a->dev);
@@ -1851,8 +1674,9 @@ static accel_result accel__coll_post_none(accel_coll *c, const accel__coll_args 
 
 #ifdef ACCEL_WITH_MPI
 static int accel__coll_is_reduction_result(const accel_coll *c, const accel__coll_args *a) {
-    return a->op == ACCEL_COLL_AVG && (a->kind == ACCEL__K_ALLREDUCE || (a->kind == ACCEL__K_REDUCE && c->rank == a->root) ||
-                                       a->kind == ACCEL__K_REDUCE_SCATTER);
+    return a->op == ACCEL_COLL_AVG &&
+           (a->kind == ACCEL__K_ALLREDUCE || (a->kind == ACCEL__K_REDUCE && c->rank == a->root) ||
+            a->kind == ACCEL__K_REDUCE_SCATTER);
 }
 
 /* MPI backend. Device buffers without CUDA-aware MPI (or with F16/BF16 user ops, which run on the host) are staged
@@ -1871,9 +1695,11 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->dev) {
 #ifdef ACCEL__COLL_DEVICE
         stage = !c->cuda_aware || a->dt == ACCEL_F16 || a->dt == ACCEL_BF16;
-        ACCEL__CUDA_CHECK(c->acc, cudaStreamSynchronize(accel__coll_stream(c))); /* inputs produced by earlier kernels */
+        ACCEL__CUDA_CHECK(c->acc,
+                          cudaStreamSynchronize(accel__coll_stream(c))); /* inputs produced by earlier kernels */
 #else
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED,
+                           "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
     }
     if (a->kind == ACCEL__K_ALLGATHERV) {
@@ -1882,7 +1708,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         if (!q->ivec) return ACCEL_ERR_OUT_OF_MEMORY;
         for (i = 0; i < P; ++i) {
             if (a->vcounts[i] > (size_t)INT_MAX || total > (size_t)INT_MAX - a->vcounts[i])
-                return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "all_gather_v: %zu bytes in total is too large for MPI", total + a->vcounts[i]);
+                return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                   "all_gather_v: %zu bytes in total is too large for MPI", total + a->vcounts[i]);
             q->ivec[i] = (int)a->vcounts[i];
             q->ivec[P + i] = (int)total;
             total += a->vcounts[i];
@@ -1900,14 +1727,21 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
             if (a->kind == ACCEL__K_BCAST) { has_in = me == a->root; out_bytes = me == a->root ? 0 : sbytes; }
             break;
         case ACCEL__K_ALLGATHER:
-            sbytes = a->count * es * (size_t)P; in_off = (size_t)me * a->count * es; in_bytes = a->count * es; out_bytes = sbytes;
+            sbytes = a->count * es * (size_t)P;
+            in_off = (size_t)me * a->count * es;
+            in_bytes = a->count * es;
+            out_bytes = sbytes;
             break;
         case ACCEL__K_GATHER:
-            sbytes = a->count * es * (me == a->root ? (size_t)P : 1u); in_off = me == a->root ? (size_t)me * a->count * es : 0;
+            sbytes = a->count * es * (me == a->root ? (size_t)P : 1u);
+            in_off = me == a->root ? (size_t)me * a->count * es : 0;
             in_bytes = a->count * es; out_bytes = me == a->root ? sbytes : 0;
             break;
         case ACCEL__K_REDUCE_SCATTER:
-            sbytes = a->count * es * (size_t)(P + 1); in_bytes = a->count * es * (size_t)P; out_off = in_bytes; out_bytes = a->count * es;
+            sbytes = a->count * es * (size_t)(P + 1);
+            in_bytes = a->count * es * (size_t)P;
+            out_off = in_bytes;
+            out_bytes = a->count * es;
             break;
         case ACCEL__K_ALLGATHERV:
             sbytes = q->count; in_off = (size_t)q->ivec[P + me]; in_bytes = a->vcounts[me]; out_bytes = sbytes;
@@ -1933,7 +1767,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         send = q->stage;
         recv = q->stage;
         if (a->kind == ACCEL__K_REDUCE_SCATTER) recv = (unsigned char *)q->stage + out_off;
-        else if (a->kind == ACCEL__K_ALLGATHER || a->kind == ACCEL__K_ALLGATHERV || (a->kind == ACCEL__K_GATHER && me == a->root))
+        else if (a->kind == ACCEL__K_ALLGATHER || a->kind == ACCEL__K_ALLGATHERV ||
+                 (a->kind == ACCEL__K_GATHER && me == a->root))
             send = MPI_IN_PLACE;
         else if (a->kind == ACCEL__K_ALLREDUCE || (a->kind == ACCEL__K_REDUCE && me == a->root)) send = MPI_IN_PLACE;
         if (accel__coll_is_reduction_result(c, a)) { q->avg_buf = recv; q->avg_count = a->count; q->avg_dev = 0; }
@@ -1969,7 +1804,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->kind == ACCEL__K_ALLREDUCE && P == 2 && (a->count >= 2 || (a->count == 1 && accel__coll_exchange(c, es))) &&
         (!a->dev || stage))
         return accel__coll_ring_start(c, q, send, recv, es, t, op);
-    if (a->kind == ACCEL__K_ALLREDUCE && P >= 3 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 && (!a->dev || stage))
+    if (a->kind == ACCEL__K_ALLREDUCE && P >= 3 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
+        (!a->dev || stage))
         return accel__coll_direct_start(c, q, send, recv, es, t, op);
     switch (a->kind) {
     case ACCEL__K_ALLREDUCE: mrc = MPI_Iallreduce(send, recv, n, t, op, c->comm, &q->mreq); break;
@@ -2005,14 +1841,20 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         switch (a->kind) {
         case ACCEL__K_ALLREDUCE: case ACCEL__K_REDUCE: case ACCEL__K_BCAST:
             sbytes = a->count * es; in_bytes = sbytes; out_bytes = accel__coll_recv_elems(c, a) * es;
-            if (a->kind == ACCEL__K_BCAST) { in_bytes = me == a->root ? sbytes : 0; out_bytes = me == a->root ? 0 : sbytes; }
+            if (a->kind == ACCEL__K_BCAST) {
+                in_bytes = me == a->root ? sbytes : 0;
+                out_bytes = me == a->root ? 0 : sbytes;
+            }
             break;
         case ACCEL__K_ALLGATHER: case ACCEL__K_GATHER:
             sbytes = a->count * es * (size_t)P; in_off = (size_t)me * a->count * es; in_bytes = a->count * es;
             out_bytes = accel__coll_recv_elems(c, a) * es;
             break;
         case ACCEL__K_REDUCE_SCATTER:
-            sbytes = a->count * es * (size_t)(P + 1); in_bytes = a->count * es * (size_t)P; out_off = in_bytes; out_bytes = a->count * es;
+            sbytes = a->count * es * (size_t)(P + 1);
+            in_bytes = a->count * es * (size_t)P;
+            out_off = in_bytes;
+            out_bytes = a->count * es;
             break;
         case ACCEL__K_ALLGATHERV:
             for (i = 0; i < P; ++i) { if (i == me) in_off = total; total += a->vcounts[i]; }
@@ -2041,7 +1883,8 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         if (a->kind == ACCEL__K_REDUCE_SCATTER || a->kind == ACCEL__K_BCAST) send = q->stage;
     }
     if (a->async) {
-        if (!c->comm_stream) ACCEL__CUDA_CHECK(c->acc, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
+        if (!c->comm_stream)
+            ACCEL__CUDA_CHECK(c->acc, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
         ACCEL__CUDA_CHECK(c->acc, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
         q->has_ev = 1;
         ACCEL__CUDA_CHECK(c->acc, cudaEventRecord(q->ev, user));
@@ -2052,16 +1895,22 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
     switch (a->kind) {
     case ACCEL__K_ALLREDUCE: ACCEL__COLL_NCCL_CALL(c, ncclAllReduce(send, recv, a->count, t, op, c->nccl, s)); break;
     case ACCEL__K_REDUCE: ACCEL__COLL_NCCL_CALL(c, ncclReduce(send, recv, a->count, t, op, a->root, c->nccl, s)); break;
-    case ACCEL__K_BCAST: ACCEL__COLL_NCCL_CALL(c, ncclBroadcast(send, (void *)send, a->count, t, a->root, c->nccl, s)); break;
+    case ACCEL__K_BCAST:
+        ACCEL__COLL_NCCL_CALL(c, ncclBroadcast(send, (void *)send, a->count, t, a->root, c->nccl, s));
+        break;
     case ACCEL__K_ALLGATHER: ACCEL__COLL_NCCL_CALL(c, ncclAllGather(send, recv, a->count, t, c->nccl, s)); break;
-    case ACCEL__K_REDUCE_SCATTER: ACCEL__COLL_NCCL_CALL(c, ncclReduceScatter(send, recv, a->count, t, op, c->nccl, s)); break;
+    case ACCEL__K_REDUCE_SCATTER:
+        ACCEL__COLL_NCCL_CALL(c, ncclReduceScatter(send, recv, a->count, t, op, c->nccl, s));
+        break;
     case ACCEL__K_GATHER:
         ACCEL__COLL_NCCL_CALL(c, ncclGroupStart());
         if (me == a->root) {
             for (i = 0; i < P; ++i) {
                 void *dst = (unsigned char *)recv + (size_t)i * a->count * es;
                 if (i == me) {
-                    if (dst != send) ACCEL__CUDA_CHECK(c->acc, cudaMemcpyAsync(dst, send, a->count * es, cudaMemcpyDeviceToDevice, s));
+                    if (dst != send)
+                        ACCEL__CUDA_CHECK(c->acc,
+                                          cudaMemcpyAsync(dst, send, a->count * es, cudaMemcpyDeviceToDevice, s));
                 } else ACCEL__COLL_NCCL_CALL(c, ncclRecv(dst, a->count, t, i, c->nccl, s));
             }
         } else ACCEL__COLL_NCCL_CALL(c, ncclSend(send, a->count, t, a->root, c->nccl, s));
@@ -2073,7 +1922,8 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
         for (i = 0; i < P; ++i) {
             void *dst = (unsigned char *)recv + off;
             if (a->vcounts[i])
-                ACCEL__COLL_NCCL_CALL(c, ncclBroadcast(i == me ? send : dst, dst, a->vcounts[i], ncclUint8, i, c->nccl, s));
+                ACCEL__COLL_NCCL_CALL(
+                    c, ncclBroadcast(i == me ? send : dst, dst, a->vcounts[i], ncclUint8, i, c->nccl, s));
             off += a->vcounts[i];
         }
         ACCEL__COLL_NCCL_CALL(c, ncclGroupEnd());
@@ -2085,7 +1935,8 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
     }
     /* AVG: the sum, then the division on the same stream (Accelerate's reduce("mean") order) */
     if (a->op == ACCEL_COLL_AVG && a->count > 0 &&
-        (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE_SCATTER || (a->kind == ACCEL__K_REDUCE && me == a->root))) {
+        (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE_SCATTER ||
+         (a->kind == ACCEL__K_REDUCE && me == a->root))) {
         accel__coll_div_kernel<<<accel__coll_blocks(a->count), 256, 0, s>>>(recv, a->count, (int)a->dt, (double)P);
         ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
     }
@@ -2154,7 +2005,9 @@ static accel_result accel__coll_debug_check(accel_coll *c, const accel__coll_arg
     mine.magic = 0x6163636f6c6cLL;
     mine.kind = a->kind;
     mine.dtype = a->kind == ACCEL__K_BARRIER ? 0 : (int64_t)a->dt;
-    mine.op = (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_REDUCE_SCATTER) ? (int64_t)a->op : -1;
+    mine.op = (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_REDUCE_SCATTER)
+                  ? (int64_t)a->op
+                  : -1;
     mine.count = a->kind == ACCEL__K_BARRIER || a->kind == ACCEL__K_ALLGATHERV ? -1 : (int64_t)a->count;
     mine.root = (a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_BCAST || a->kind == ACCEL__K_GATHER) ? a->root : -1;
     all = (accel__coll_sig *)accel_host_alloc(c->acc, sizeof(accel__coll_sig) * (size_t)c->size);
@@ -2176,10 +2029,11 @@ static accel_result accel__coll_debug_check(accel_coll *c, const accel__coll_arg
         for (i = 0; i < c->size && off < sizeof msg - 8; ++i) {
             const accel__coll_sig *s = &all[i];
             const char *dn = accel_dtype_name((accel_dtype)s->dtype);
-            off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d: %s(dtype=%s, op=%s, count=%lld, root=%lld)%s", i,
-                                    s->magic == mine.magic ? accel__coll_kind_name((int)s->kind) : "<not a collective check>",
-                                    dn ? dn : "-", s->op >= 0 ? accel_coll_op_name((accel_coll_op)s->op) : "-",
-                                    (long long)s->count, (long long)s->root, i + 1 < c->size ? ";" : "");
+            off += (size_t)snprintf(
+                msg + off, sizeof msg - off, " rank %d: %s(dtype=%s, op=%s, count=%lld, root=%lld)%s", i,
+                s->magic == mine.magic ? accel__coll_kind_name((int)s->kind) : "<not a collective check>",
+                dn ? dn : "-", s->op >= 0 ? accel_coll_op_name((accel_coll_op)s->op) : "-", (long long)s->count,
+                (long long)s->root, i + 1 < c->size ? ";" : "");
         }
         accel_host_free(c->acc, all);
         return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s", msg);
@@ -2208,22 +2062,29 @@ static accel_result accel__coll_validate(accel_coll *c, accel__coll_args *a, con
     a->dev = c->device_mem;
     if (a->kind == ACCEL__K_BARRIER) return ACCEL_OK;
     es = accel_dtype_size(a->dt);
-    if (es == 0) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: dtype %d is not an accel_dtype", what, (int)a->dt);
+    if (es == 0)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: dtype %d is not an accel_dtype", what, (int)a->dt);
     if ((int)a->op < 0 || (int)a->op >= ACCEL_COLL_OP_COUNT)
         return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: op %d is not an accel_coll_op", what, (int)a->op);
     if (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_REDUCE_SCATTER) {
         if (!accel__coll_reducible(a->dt))
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "%s: reductions support F64 F32 F16 BF16 I64 I32 U8, not %s", what,
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED,
+                               "%s: reductions support F64 F32 F16 BF16 I64 I32 U8, not %s", what,
                                accel_dtype_name(a->dt));
         if (a->op == ACCEL_COLL_AVG && !accel_dtype_is_float(a->dt))
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: mean/avg of an integer dtype (%s) is not defined "
-                               "(Accelerate raises too); use sum", what, accel_dtype_name(a->dt));
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: mean/avg of an integer dtype (%s) is not defined "
+                               "(Accelerate raises too); use sum",
+                               what, accel_dtype_name(a->dt));
     }
     if (a->root < 0 || a->root >= c->size)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: root %d is not a rank of this group of %d", what, a->root, c->size);
-    if (a->count > (size_t)INT_MAX || ((a->kind == ACCEL__K_ALLGATHER || a->kind == ACCEL__K_GATHER || a->kind == ACCEL__K_REDUCE_SCATTER) &&
-                                       a->count > (size_t)INT_MAX / (size_t)c->size))
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %zu elements is more than one call can move (INT_MAX)", what, a->count);
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: root %d is not a rank of this group of %d", what,
+                           a->root, c->size);
+    if (a->count > (size_t)INT_MAX ||
+        ((a->kind == ACCEL__K_ALLGATHER || a->kind == ACCEL__K_GATHER || a->kind == ACCEL__K_REDUCE_SCATTER) &&
+         a->count > (size_t)INT_MAX / (size_t)c->size))
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "%s: %zu elements is more than one call can move (INT_MAX)", what, a->count);
     if (a->count > 0) {
         int need_recv = a->kind != ACCEL__K_BCAST &&
                         !((a->kind == ACCEL__K_REDUCE || a->kind == ACCEL__K_GATHER) && c->rank != a->root);
@@ -2233,7 +2094,8 @@ static accel_result accel__coll_validate(accel_coll *c, accel__coll_args *a, con
             const unsigned char *s0 = (const unsigned char *)a->send, *r0 = (const unsigned char *)a->recv;
             size_t sb = a->count * es * (size_t)c->size, rb = a->count * es;
             if (r0 < s0 + sb && s0 < r0 + rb)
-                return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: send and recv overlap (not supported)", what);
+                return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: send and recv overlap (not supported)",
+                                   what);
         }
     }
     return ACCEL_OK;
@@ -2253,18 +2115,20 @@ static accel_result accel__coll_do(accel_coll *c, accel__coll_args *a, const cha
     return accel__coll_post(c, a, req);
 }
 
-static void accel__coll_args_init(accel__coll_args *a, int kind, const void *send, void *recv, size_t count, accel_dtype dt,
-                                  accel_coll_op op, int root) {
+static void accel__coll_args_init(accel__coll_args *a, int kind, const void *send, void *recv, size_t count,
+                                  accel_dtype dt, accel_coll_op op, int root) {
     memset(a, 0, sizeof *a);
     a->kind = kind; a->send = send; a->recv = recv; a->count = count; a->dt = dt; a->op = op; a->root = root;
 }
 
-ACCEL__DEF accel_result accel_coll_all_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt, accel_coll_op op) {
+ACCEL__DEF accel_result accel_coll_all_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                              accel_coll_op op) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_ALLREDUCE, send, recv, count, dt, op, 0);
     return accel__coll_do(c, &a, "all_reduce", NULL);
 }
-ACCEL__DEF accel_result accel_coll_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt, accel_coll_op op, int root) {
+ACCEL__DEF accel_result accel_coll_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                          accel_coll_op op, int root) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_REDUCE, send, recv, count, dt, op, root);
     return accel__coll_do(c, &a, "reduce", NULL);
@@ -2274,17 +2138,20 @@ ACCEL__DEF accel_result accel_coll_broadcast(accel_coll *c, void *buf, size_t co
     accel__coll_args_init(&a, ACCEL__K_BCAST, buf, buf, count, dt, ACCEL_COLL_SUM, root);
     return accel__coll_do(c, &a, "broadcast", NULL);
 }
-ACCEL__DEF accel_result accel_coll_all_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt) {
+ACCEL__DEF accel_result accel_coll_all_gather(accel_coll *c, const void *send, void *recv, size_t count,
+                                              accel_dtype dt) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_ALLGATHER, send, recv, count, dt, ACCEL_COLL_SUM, 0);
     return accel__coll_do(c, &a, "all_gather", NULL);
 }
-ACCEL__DEF accel_result accel_coll_reduce_scatter(accel_coll *c, const void *send, void *recv, size_t recv_count, accel_dtype dt, accel_coll_op op) {
+ACCEL__DEF accel_result accel_coll_reduce_scatter(accel_coll *c, const void *send, void *recv, size_t recv_count,
+                                                  accel_dtype dt, accel_coll_op op) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_REDUCE_SCATTER, send, recv, recv_count, dt, op, 0);
     return accel__coll_do(c, &a, "reduce_scatter", NULL);
 }
-ACCEL__DEF accel_result accel_coll_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt, int root) {
+ACCEL__DEF accel_result accel_coll_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+                                          int root) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_GATHER, send, recv, count, dt, ACCEL_COLL_SUM, root);
     return accel__coll_do(c, &a, "gather", NULL);
@@ -2322,38 +2189,48 @@ ACCEL__DEF accel_result accel_coll_synchronize(accel_coll *c) {
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_coll_all_reduce_async(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
-                                                    accel_coll_op op, accel_coll_request **req) {
+ACCEL__DEF accel_result accel_coll_all_reduce_async(accel_coll *c, const void *send, void *recv, size_t count,
+                                                    accel_dtype dt, accel_coll_op op, accel_coll_request **req) {
     accel__coll_args a;
-    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "all_reduce_async: req is NULL");
+    if (!req)
+        return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "all_reduce_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_ALLREDUCE, send, recv, count, dt, op, 0);
     return accel__coll_do(c, &a, "all_reduce_async", req);
 }
-ACCEL__DEF accel_result accel_coll_reduce_async(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
-                                                accel_coll_op op, int root, accel_coll_request **req) {
+ACCEL__DEF accel_result accel_coll_reduce_async(accel_coll *c, const void *send, void *recv, size_t count,
+                                                accel_dtype dt, accel_coll_op op, int root, accel_coll_request **req) {
     accel__coll_args a;
-    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "reduce_async: req is NULL");
+    if (!req)
+        return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "reduce_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_REDUCE, send, recv, count, dt, op, root);
     return accel__coll_do(c, &a, "reduce_async", req);
 }
 ACCEL__DEF accel_result accel_coll_broadcast_async(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root,
                                                    accel_coll_request **req) {
     accel__coll_args a;
-    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "broadcast_async: req is NULL");
+    if (!req)
+        return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "broadcast_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_BCAST, buf, buf, count, dt, ACCEL_COLL_SUM, root);
     return accel__coll_do(c, &a, "broadcast_async", req);
 }
-ACCEL__DEF accel_result accel_coll_all_gather_async(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
-                                                    accel_coll_request **req) {
+ACCEL__DEF accel_result accel_coll_all_gather_async(accel_coll *c, const void *send, void *recv, size_t count,
+                                                    accel_dtype dt, accel_coll_request **req) {
     accel__coll_args a;
-    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "all_gather_async: req is NULL");
+    if (!req)
+        return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "all_gather_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_ALLGATHER, send, recv, count, dt, ACCEL_COLL_SUM, 0);
     return accel__coll_do(c, &a, "all_gather_async", req);
 }
 ACCEL__DEF accel_result accel_coll_reduce_scatter_async(accel_coll *c, const void *send, void *recv, size_t recv_count,
                                                         accel_dtype dt, accel_coll_op op, accel_coll_request **req) {
     accel__coll_args a;
-    if (!req) return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "reduce_scatter_async: req is NULL");
+    if (!req)
+        return accel__fail(c ? c->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "reduce_scatter_async: req is NULL");
     accel__coll_args_init(&a, ACCEL__K_REDUCE_SCATTER, send, recv, recv_count, dt, op, 0);
     return accel__coll_do(c, &a, "reduce_scatter_async", req);
 }
@@ -2364,14 +2241,15 @@ ACCEL__DEF accel_result accel_coll_reduce_scatter_async(accel_coll *c, const voi
    collectives (barrier, broadcast, all-gather, small all-reduces, agreement checks — what amp, ckpt and trackers use)
    then move their bytes through these functions: host memory, staged through the device by the NCCL backend, each
    call with the deadline the core passes (accel__transport in accel.h). */
-static accel_result accel__coll_tp_run(void *ctx, accel *acc, int kind, const void *in, void *out, size_t bytes, int root,
-                                       const size_t *vcounts, double deadline) {
+static accel_result accel__coll_tp_run(void *ctx, accel *acc, int kind, const void *in, void *out, size_t bytes,
+                                       int root, const size_t *vcounts, double deadline) {
     accel_coll *c = (accel_coll *)ctx;
     accel__coll_args a;
     accel_result r = accel__coll_check_broken(c);
     (void)acc; /* c->acc: the core passes the Accelerator this context belongs to */
     if (r != ACCEL_OK) return r;
-    if (bytes > (size_t)INT_MAX) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "host group: %zu bytes is too large", bytes);
+    if (bytes > (size_t)INT_MAX)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "host group: %zu bytes is too large", bytes);
     if (kind != ACCEL__K_ALLGATHERV && bytes == 0) return ACCEL_OK;
     accel__coll_args_init(&a, kind, in, out, bytes, ACCEL_U8, ACCEL_COLL_SUM, root);
     a.vcounts = vcounts;
@@ -2379,7 +2257,8 @@ static accel_result accel__coll_tp_run(void *ctx, accel *acc, int kind, const vo
     a.deadline = deadline;
     return accel__coll_run(c, &a);
 }
-static accel_result accel__coll_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes, double deadline) {
+static accel_result accel__coll_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes,
+                                             double deadline) {
     return accel__coll_tp_run(ctx, acc, ACCEL__K_ALLGATHER, in, out, bytes, 0, NULL, deadline);
 }
 static accel_result accel__coll_tp_allgatherv(void *ctx, accel *acc, const void *in, void *out, const size_t *counts,
@@ -2402,7 +2281,8 @@ static void accel__coll_host_group_install(accel_coll *c) {
 }
 
 /* ------------------------------------------------------------------------------------------- 11. Accelerate helpers */
-ACCEL__DEF accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_t count, accel_dtype dt, const char *reduction) {
+ACCEL__DEF accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_t count, accel_dtype dt,
+                                                 const char *reduction) {
     accel_coll_op op;
     if (!c) return accel__coll_null();
     if (!reduction || !strcmp(reduction, "sum") || !strcmp(reduction, "none")) op = ACCEL_COLL_SUM;
@@ -2410,7 +2290,9 @@ ACCEL__DEF accel_result accel_coll_reduce_tensor(accel_coll *c, void *buf, size_
     else if (!strcmp(reduction, "max")) op = ACCEL_COLL_MAX;
     else if (!strcmp(reduction, "min")) op = ACCEL_COLL_MIN;
     else if (!strcmp(reduction, "prod")) op = ACCEL_COLL_PROD;
-    else return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reduce: reduction \"%s\" is not one of sum, mean, max, none, min, prod", reduction);
+    else
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "reduce: reduction \"%s\" is not one of sum, mean, max, none, min, prod", reduction);
     return accel_coll_all_reduce(c, buf, buf, count, dt, op);
 }
 
@@ -2423,7 +2305,8 @@ static accel_result accel__coll_host_op(accel_coll *c, int kind, const void *sen
     accel__coll_args_init(&a, kind, send, recv, count, ACCEL_U8, ACCEL_COLL_SUM, root);
     a.vcounts = vcounts;
     a.dev = 0;
-    if (count > (size_t)INT_MAX) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%zu bytes is too large for one collective", count);
+    if (count > (size_t)INT_MAX)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%zu bytes is too large for one collective", count);
     if (kind != ACCEL__K_ALLGATHERV && count == 0) return ACCEL_OK;
     return accel__coll_run(c, &a);
 }
@@ -2441,8 +2324,12 @@ static accel_result accel__coll_check_tensor(accel_coll *c, const accel_tensor *
     int64_t nb;
     if (!t) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", what);
     nb = accel_tensor_nbytes(t);
-    if (nb < 0) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has an invalid dtype/shape", what, t->name ? t->name : "");
-    if (nb > 0 && !t->ptr) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has no data pointer", what, t->name ? t->name : "");
+    if (nb < 0)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has an invalid dtype/shape", what,
+                           t->name ? t->name : "");
+    if (nb > 0 && !t->ptr)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has no data pointer", what,
+                           t->name ? t->name : "");
     *nbytes = nb;
     return ACCEL_OK;
 }
@@ -2468,7 +2355,8 @@ static accel_result accel__coll_gather_shapes(accel_coll *c, const accel_tensor 
 
 static accel_result accel__coll_shape_mismatch(accel_coll *c, const char *what, const int64_t *all, int skip_dim) {
     char msg[ACCEL_ERROR_CAPACITY];
-    size_t off = (size_t)snprintf(msg, sizeof msg, "%s: ranks disagree on dtype/rank/shape (dim %d may differ):", what, skip_dim);
+    size_t off = (size_t)snprintf(msg, sizeof msg, "%s: ranks disagree on dtype/rank/shape (dim %d may differ):", what,
+                                  skip_dim);
     int i, k;
     for (i = 0; i < c->size && off < sizeof msg - 16; ++i) {
         const int64_t *s = all + (size_t)i * (2 + ACCEL_MAX_DIMS);
@@ -2494,17 +2382,19 @@ static accel_result accel__coll_fill(accel_coll *c, void *dst, size_t n, accel_d
     {
         uint64_t p = 0;
         for (i = 0; i < 8; ++i) p |= (uint64_t)pat[i] << (8 * i);
-        accel__coll_fill_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(c)>>>((unsigned char *)dst, n, es, p);
+        accel__coll_fill_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(c)>>>((unsigned char *)dst, n, es,
+                                                                                          p);
         ACCEL__CUDA_CHECK(c->acc, cudaGetLastError());
         return ACCEL_OK;
     }
 #else
-    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "device fill needs the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED,
+                       "device fill needs the ACCEL_IMPLEMENTATION TU compiled with nvcc");
 #endif
 }
 
-ACCEL__DEF accel_result accel_coll_pad_across_processes(accel_coll *c, const accel_tensor *in, int dim, double pad_value,
-                                                        int pad_first, accel_tensor *out) {
+ACCEL__DEF accel_result accel_coll_pad_across_processes(accel_coll *c, const accel_tensor *in, int dim,
+                                                        double pad_value, int pad_first, accel_tensor *out) {
     int64_t nb, *all = NULL, maxd, old, outer = 1, inner;
     int nd, i, k;
     size_t es, obytes;
@@ -2564,13 +2454,15 @@ ACCEL__DEF accel_result accel_coll_pad_across_processes(accel_coll *c, const acc
             if (!c->device_mem) {
                 int64_t o;
                 for (o = 0; o < outer; ++o)
-                    memcpy((unsigned char *)buf + (size_t)(o * maxd * inner) + off, (const unsigned char *)in->ptr + (size_t)o * blk, blk);
+                    memcpy((unsigned char *)buf + (size_t)(o * maxd * inner) + off,
+                           (const unsigned char *)in->ptr + (size_t)o * blk, blk);
             }
 #ifdef ACCEL__COLL_DEVICE
             else {
-                cudaError_t e = cudaMemcpy2DAsync((unsigned char *)buf + off, (size_t)(maxd * inner), in->ptr, blk, blk, (size_t)outer,
-                                                  cudaMemcpyDeviceToDevice, accel__coll_stream(c));
-                if (e != cudaSuccess) r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaMemcpy2DAsync: %s", cudaGetErrorString(e));
+                cudaError_t e = cudaMemcpy2DAsync((unsigned char *)buf + off, (size_t)(maxd * inner), in->ptr, blk, blk,
+                                                  (size_t)outer, cudaMemcpyDeviceToDevice, accel__coll_stream(c));
+                if (e != cudaSuccess)
+                    r = ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaMemcpy2DAsync: %s", cudaGetErrorString(e));
             }
 #endif
         }
@@ -2592,7 +2484,8 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
     if (!c) return accel__coll_null();
     r = accel__coll_check_broken(c);
     if (r != ACCEL_OK) return r;
-    r = out ? accel__coll_check_tensor(c, in, "gather", &nb) : ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: out is NULL");
+    r = out ? accel__coll_check_tensor(c, in, "gather", &nb)
+            : ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: out is NULL");
     r = accel__coll_agree(c, r, "gather"); /* a bad tensor on one rank fails every rank, before any exchange */
     if (r != ACCEL_OK) return r;
     if (in->ndim == 0 && c->size == 1 && !c->acc->use_distributed) {
@@ -2635,8 +2528,9 @@ ACCEL__DEF accel_result accel_coll_gather_rows(accel_coll *c, const accel_tensor
     accel__coll_args_init(&a, ACCEL__K_ALLGATHERV, in->ptr, buf, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
     a.vcounts = vcounts;
     a.dev = c->device_mem;
-    r = total > (size_t)INT_MAX ? ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: %zu bytes in total is too large", total)
-                                : accel__coll_run(c, &a);
+    r = total > (size_t)INT_MAX
+            ? ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "gather: %zu bytes in total is too large", total)
+            : accel__coll_run(c, &a);
     accel_host_free(c->acc, vcounts);
     if (r != ACCEL_OK) { accel_coll_free(c, buf); return r; }
     *out = *in;
@@ -2656,11 +2550,13 @@ ACCEL__DEF accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel
 }
 
 /* ------------------------------------------------------------------------------- 12. split_between_processes */
-ACCEL__DEF accel_result accel_coll_split_between_processes(int64_t n, int P, int p, int apply_padding, accel_coll_range *out) {
+ACCEL__DEF accel_result accel_coll_split_between_processes(int64_t n, int P, int p, int apply_padding,
+                                                           accel_coll_range *out) {
     int64_t q, rem;
     if (!out || n < 0 || P < 1 || p < 0 || p >= P)
         return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
-                           "split_between_processes: bad arguments (n=%lld, num_processes=%d, process_index=%d)", (long long)n, P, p);
+                           "split_between_processes: bad arguments (n=%lld, num_processes=%d, process_index=%d)",
+                           (long long)n, P, p);
     memset(out, 0, sizeof *out);
     if (P == 1) { out->end = n; out->pad_index = n - 1; return ACCEL_OK; }
     if (apply_padding && n == 0)
@@ -2675,665 +2571,7 @@ ACCEL__DEF accel_result accel_coll_split_between_processes(int64_t n, int P, int
     return ACCEL_OK;
 }
 
-/* --------------------------------------------------------------------------------------------- 13. gradient reducer */
-typedef struct accel__coll_grad {
-    void *ptr;
-    size_t count;
-    accel_dtype dt;
-    char name[64];
-    int bucket;
-    size_t offset; /* elements into the bucket's flat buffer */
-    int ready;
-    int direct;    /* reduced in place by its own request instead of being packed (large host tensors on MPI) */
-    accel_coll_request *req;
-} accel__coll_grad;
-
-typedef struct accel__coll_bucket {
-    accel_dtype dt;
-    int first, n;  /* its grads are order[first .. first+n) */
-    size_t count;
-    void *flat;    /* staging buffer, or the grad/contiguous buffer itself when inplace */
-    int inplace;
-    int pending;   /* grads not ready yet */
-    int launched;
-    int inflight;  /* launched and not finished */
-    accel_result err; /* a failure seen while polling (accel__coll_reducer_poll): finish then unpacks nothing */
-    accel_coll_request *req;
-} accel__coll_bucket;
-
-/* Host gradients at least this large are all-reduced in place on their own (still in bucket order) instead of being
-   copied into the bucket's staging buffer and back: on the CPU the two copies cost more than the extra message
-   (GPT-2 list: 0.5x of per-tensor all-reduces with packing). Device gradients are always packed (D2D copies are
-   cheap; fewer NCCL launches matter). */
-#define ACCEL__COLL_DIRECT_BYTES ((size_t)1 << 20)
-
-struct accel_coll_reducer {
-    accel_coll *c;
-    accel_coll_reducer_desc d;
-    accel__coll_grad *grads; /* stb_ds array, registration order (the index of grad_ready) */
-    int *order;
-    accel__coll_bucket *buckets;
-    int nb;
-    int finalized;
-    int next_launch;
-    int flat;
-    int prescale; /* averaging over > 1 process: each gradient is multiplied by 1/P before the sum (DDP) */
-    /* join (uneven inputs; section 13b) */
-    double div;   /* the pre-scaling divisor: P, or in join mode with no_divide_by_initial_world_size the ranks active */
-    int join, join_by_active, round_open, active;
-    void *join_zero; /* a zero buffer as large as the largest all-reduce of a step (context memory) */
-    size_t join_zero_bytes;
-};
-static accel_result accel__coll_join_round(accel_coll_reducer *r, int active, int *n_active);
-
-static int accel__coll_ngrads(const accel_coll_reducer *r) { return (int)stbds_arrlen(r->grads); }
-
-ACCEL__DEF accel_result accel_coll_reducer_create(accel_coll *c, const accel_coll_reducer_desc *desc, accel_coll_reducer **out) {
-    accel_coll_reducer *r;
-    accel_coll_reducer_desc d;
-    if (!c) return accel__coll_null();
-    if (!out) return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_create: out is NULL");
-    *out = NULL;
-    if (desc) d = *desc;
-    else memset(&d, 0, sizeof d);
-    if (!(d.bucket_cap_mb >= 0) || !(d.first_bucket_mb >= 0))
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: bucket sizes must be >= 0 (0 = default)");
-    if ((int)d.flat < (int)ACCEL_OFF || (int)d.flat > (int)ACCEL_ON)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat=%d is not an accel_toggle", (int)d.flat);
-    if (d.bucket_cap_mb == 0) d.bucket_cap_mb = 25.0;
-    if (d.first_bucket_mb == 0) d.first_bucket_mb = 1.0;
-    r = (accel_coll_reducer *)accel_host_alloc(c->acc, sizeof *r);
-    if (!r) return ACCEL_ERR_OUT_OF_MEMORY;
-    memset(r, 0, sizeof *r);
-    r->c = c;
-    r->d = d;
-    r->prescale = !d.no_average && c->size > 1;
-    r->div = (double)c->size;
-    r->active = c->size;
-    *out = r;
-    return ACCEL_OK;
-}
-
-static void accel__coll_reducer_drop_buckets(accel_coll_reducer *r) {
-    int b, i;
-    for (i = 0; i < accel__coll_ngrads(r); ++i)
-        if (r->grads[i].req) { accel__coll_orphan(r->grads[i].req); r->grads[i].req = NULL; }
-    for (b = 0; b < r->nb; ++b) {
-        if (r->buckets[b].req) { accel__coll_orphan(r->buckets[b].req); r->buckets[b].req = NULL; }
-        if (!r->buckets[b].inplace) accel_coll_free(r->c, r->buckets[b].flat);
-    }
-    accel_host_free(r->c->acc, r->buckets);
-    accel_host_free(r->c->acc, r->order);
-    r->buckets = NULL;
-    r->order = NULL;
-    r->nb = 0;
-}
-
-ACCEL__DEF void accel_coll_reducer_destroy(accel_coll_reducer *r) {
-    if (!r) return;
-    accel__coll_reducer_drop_buckets(r);
-    accel_coll_free(r->c, r->join_zero);
-    stbds_arrfree(r->grads);
-    accel_host_free(r->c->acc, r);
-}
-
-/* stb_ds would write through a failed allocation: grow with the core's checked reserve first. */
-static accel_result accel__coll_grads_reserve(accel_coll_reducer *r, size_t n) {
-    size_t have = (size_t)stbds_arrlen(r->grads);
-    if (n <= have) return ACCEL_OK;
-    if (accel__arr_reserve((void **)&r->grads, sizeof *r->grads, n - have) != 0)
-        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_OUT_OF_MEMORY, "reducer_add: no memory for %zu gradient entries", n);
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_reducer_add(accel_coll_reducer *r, const accel_tensor *grads, int n) {
-    accel *acc;
-    accel_result res;
-    int i, first;
-    if (!r) return accel__coll_null();
-    acc = r->c->acc;
-    first = accel__coll_ngrads(r);
-    if (n < 0 || (n > 0 && !grads))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: %d tensors at %p", n, (const void *)grads);
-    if (r->finalized)
-        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "reducer_add: the buckets are already built (register every gradient "
-                           "before the first finalize/grad_ready/wait)");
-    /* everything is checked before anything is registered */
-    for (i = 0; i < n; ++i) {
-        const accel_tensor *t = &grads[i];
-        const char *nm = t->name ? t->name : "";
-        int64_t numel = accel_tensor_numel(t);
-        if (!accel_dtype_is_float(t->dtype) || !accel__coll_reducible(t->dtype))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s'): gradients must be "
-                               "F64/F32/F16/BF16, not %s", i, nm, accel_dtype_name(t->dtype) ? accel_dtype_name(t->dtype) : "invalid");
-        if (numel < 0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has an invalid shape (ndim %d)",
-                               i, nm, t->ndim);
-        if (numel > 0 && !t->ptr)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has no data pointer", i, nm);
-        if (numel > (int64_t)INT_MAX)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer_add: tensor %d ('%s') has more than INT_MAX elements", i, nm);
-    }
-    res = accel__coll_grads_reserve(r, (size_t)first + (size_t)n);
-    if (res != ACCEL_OK) return res;
-    for (i = 0; i < n; ++i) {
-        accel__coll_grad g;
-        memset(&g, 0, sizeof g);
-        g.ptr = grads[i].ptr;
-        g.count = (size_t)accel_tensor_numel(&grads[i]);
-        g.dt = grads[i].dtype;
-        accel__fmt(g.name, sizeof g.name, "%s", grads[i].name ? grads[i].name : "");
-        stbds_arrput(r->grads, g); /* within the reserved capacity: no allocation */
-    }
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_reducer_finalize(accel_coll_reducer *r) {
-    accel_coll *c;
-    accel *acc;
-    int i, b, flat_ok = 1, nb = 0, *counts = NULL, *fill = NULL, direct_ok;
-    int open[ACCEL_DTYPE_COUNT], used_first[ACCEL_DTYPE_COUNT];
-    size_t bytes[ACCEL_DTYPE_COUNT];
-    size_t total = 0;
-    uint64_t h = 1469598103934665603ull;
-    int64_t mine[4], *all;
-    accel_result res;
-    if (!r) return accel__coll_null();
-    c = r->c;
-    acc = c->acc;
-    if (r->finalized) return ACCEL_OK;
-    res = accel__coll_check_broken(c);
-    if (res != ACCEL_OK) return res;
-    direct_ok = !c->device_mem && c->backend == ACCEL_COLL_BACKEND_MPI;
-    for (i = 0; i < accel__coll_ngrads(r); ++i) {
-        const accel__coll_grad *g = &r->grads[i];
-        total += g->count;
-        h = (h ^ (uint64_t)g->count) * 1099511628211ull;
-        h = (h ^ (uint64_t)g->dt) * 1099511628211ull;
-        if (g->dt != r->grads[0].dt) flat_ok = 0;
-        if (i > 0 && (const unsigned char *)r->grads[i - 1].ptr + r->grads[i - 1].count * accel_dtype_size(r->grads[i - 1].dt) !=
-                         (const unsigned char *)g->ptr)
-            flat_ok = 0;
-    }
-    if (accel__coll_ngrads(r) == 0 || total > (size_t)INT_MAX || r->d.flat == ACCEL_OFF) flat_ok = 0;
-    if (r->d.flat == ACCEL_ON && !flat_ok)
-        res = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat mode requested but the %d gradients are not one "
-                          "contiguous buffer of one dtype (in registration order)", accel__coll_ngrads(r));
-    res = accel__coll_agree(c, res, "reducer finalize");
-    if (res != ACCEL_OK) return res;
-    /* every rank must build the same buckets; flat only when every rank can */
-    mine[0] = accel__coll_ngrads(r);
-    mine[1] = (int64_t)total;
-    mine[2] = (int64_t)(h >> 1);
-    mine[3] = flat_ok;
-    all = (int64_t *)accel_host_alloc(acc, sizeof mine * (size_t)c->size);
-    if (!all) return ACCEL_ERR_OUT_OF_MEMORY;
-    res = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, all, sizeof mine, 0, NULL);
-    if (res != ACCEL_OK) { accel_host_free(acc, all); return res; }
-    for (i = 0; i < c->size; ++i) {
-        if (all[4 * i] != mine[0] || all[4 * i + 1] != mine[1] || all[4 * i + 2] != mine[2]) {
-            char msg[ACCEL_ERROR_CAPACITY];
-            size_t off = (size_t)snprintf(msg, sizeof msg, "reducer: ranks registered different gradients:");
-            int k;
-            for (k = 0; k < c->size && off < sizeof msg - 8; ++k)
-                off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d: %lld tensors, %lld elements, layout hash %llx;", k,
-                                        (long long)all[4 * k], (long long)all[4 * k + 1], (unsigned long long)all[4 * k + 2]);
-            accel_host_free(acc, all);
-            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s", msg);
-        }
-        if (!all[4 * i + 3]) flat_ok = 0;
-    }
-    accel_host_free(acc, all);
-    r->flat = flat_ok;
-    if (accel__coll_ngrads(r) == 0) { r->finalized = 1; return ACCEL_OK; }
-
-    r->order = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
-    r->buckets = (accel__coll_bucket *)accel_host_alloc(acc, sizeof(accel__coll_bucket) * (size_t)accel__coll_ngrads(r));
-    counts = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
-    fill = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)accel__coll_ngrads(r));
-    if (!r->order || !r->buckets || !counts || !fill) res = ACCEL_ERR_OUT_OF_MEMORY;
-    else memset(r->buckets, 0, sizeof(accel__coll_bucket) * (size_t)accel__coll_ngrads(r));
-    if (res != ACCEL_OK) {
-        /* nothing to build */
-    } else if (flat_ok) {
-        nb = 1;
-        r->buckets[0].dt = r->grads[0].dt;
-        r->buckets[0].first = 0;
-        r->buckets[0].n = accel__coll_ngrads(r);
-        r->buckets[0].count = total;
-        r->buckets[0].flat = r->grads[0].ptr;
-        r->buckets[0].inplace = 1;
-        for (i = 0; i < accel__coll_ngrads(r); ++i) {
-            r->order[i] = i;
-            r->grads[i].bucket = 0;
-        }
-    } else {
-        /* DDP's assignment: reverse registration order, one open bucket per dtype, closed once it reaches its cap
-           (the first bucket of each dtype is capped at first_bucket_mb) */
-        for (i = 0; i < ACCEL_DTYPE_COUNT; ++i) { open[i] = -1; used_first[i] = 0; bytes[i] = 0; }
-        for (i = accel__coll_ngrads(r) - 1; i >= 0; --i) {
-            accel__coll_grad *g = &r->grads[i];
-            int dt = (int)g->dt;
-            double cap = (used_first[dt] ? r->d.bucket_cap_mb : r->d.first_bucket_mb) * 1048576.0;
-            if (open[dt] < 0) {
-                open[dt] = nb++;
-                r->buckets[open[dt]].dt = g->dt;
-                bytes[dt] = 0;
-                counts[open[dt]] = 0;
-            }
-            b = open[dt];
-            g->bucket = b;
-            g->direct = direct_ok && g->count * accel_dtype_size(g->dt) >= ACCEL__COLL_DIRECT_BYTES;
-            g->offset = g->direct ? 0 : r->buckets[b].count;
-            if (!g->direct) r->buckets[b].count += g->count;
-            counts[b]++;
-            bytes[dt] += g->count * accel_dtype_size(g->dt);
-            if ((double)bytes[dt] >= cap || r->buckets[b].count > (size_t)INT_MAX / 2) {
-                open[dt] = -1;
-                used_first[dt] = 1;
-            }
-        }
-        for (b = 0, i = 0; b < nb; ++b) { r->buckets[b].first = i; r->buckets[b].n = counts[b]; fill[b] = 0; i += counts[b]; }
-        for (i = accel__coll_ngrads(r) - 1; i >= 0; --i) {
-            b = r->grads[i].bucket;
-            r->order[r->buckets[b].first + fill[b]++] = i;
-        }
-        for (b = 0; b < nb; ++b) {
-            accel__coll_bucket *k = &r->buckets[b];
-            if (k->n == 1) {
-                accel__coll_grad *g = &r->grads[r->order[k->first]];
-                k->inplace = 1;
-                k->flat = g->ptr;
-                k->count = g->count;
-                g->direct = 0;
-                g->offset = 0;
-                continue;
-            }
-            if (k->count == 0) { k->flat = NULL; continue; } /* every grad of the bucket is reduced directly */
-            k->flat = accel__coll_alloc_mem(c, k->count * accel_dtype_size(k->dt));
-            if (!k->flat) { res = ACCEL_ERR_OUT_OF_MEMORY; break; }
-        }
-    }
-    accel_host_free(acc, counts);
-    accel_host_free(acc, fill);
-    r->nb = nb;
-    /* a rank that could not build its buckets fails every rank (the others would wait in the first all-reduce) */
-    res = accel__coll_agree(c, res, "reducer finalize (buckets)");
-    if (res != ACCEL_OK) {
-        accel__coll_reducer_drop_buckets(r);
-        return res;
-    }
-    for (b = 0; b < nb; ++b) r->buckets[b].pending = r->buckets[b].n;
-    r->next_launch = 0;
-    r->finalized = 1;
-    accel_log(acc, ACCEL_LOG_DEBUG, "reducer: %d gradients in %d bucket(s)%s", accel__coll_ngrads(r), nb, flat_ok ? " (flat)" : "");
-    return ACCEL_OK;
-}
-
-ACCEL__DEF int accel_coll_reducer_num_buckets(const accel_coll_reducer *r) { return r && r->finalized ? r->nb : -1; }
-ACCEL__DEF int accel_coll_reducer_is_flat(const accel_coll_reducer *r) { return r && r->finalized ? r->flat : 0; }
-ACCEL__DEF int accel_coll_reducer_bucket(const accel_coll_reducer *r, int b, int *idx, int cap) {
-    int i;
-    if (!r || !r->finalized || b < 0 || b >= r->nb) return -1;
-    for (i = 0; i < r->buckets[b].n && i < cap; ++i)
-        if (idx) idx[i] = r->order[r->buckets[b].first + i];
-    return r->buckets[b].n;
-}
-
-/* Waits for bucket b's all-reduces and unpacks the packed gradients. */
-static accel_result accel__coll_bucket_finish(accel_coll_reducer *r, int b) {
-    accel__coll_bucket *k = &r->buckets[b];
-    accel_result res = ACCEL_OK, first = k->err;
-    int i;
-    if (!k->inflight) return ACCEL_OK;
-    k->inflight = 0;
-    k->err = ACCEL_OK;
-    if (k->req) {
-        res = accel_coll_wait(k->req);
-        k->req = NULL;
-        if (first == ACCEL_OK) first = res;
-        res = ACCEL_OK;
-    }
-    for (i = 0; i < k->n; ++i) {
-        accel__coll_grad *g = &r->grads[r->order[k->first + i]];
-        size_t es = accel_dtype_size(g->dt);
-        if (g->req) {
-            res = accel_coll_wait(g->req);
-            g->req = NULL;
-        } else if (first == ACCEL_OK && !k->inplace && !g->direct) {
-            res = accel__coll_copy_same(r->c, g->ptr, (unsigned char *)k->flat + g->offset * es, g->count * es, r->c->device_mem);
-        }
-        if (res != ACCEL_OK && first == ACCEL_OK) first = res;
-    }
-    return first;
-}
-
-/* MPI on the host has no separate engine: many large nonblocking collectives in flight at once progress worse than
-   a couple (measured with the GPT-2 list), so at most this many buckets are outstanding; NCCL queues on a stream. */
-#define ACCEL__COLL_MPI_INFLIGHT 2
-
-/* Packs bucket b (pre-scaled while packing when averaging) and launches its all-reduce(s) with SUM: DDP's order, every
-   rank's gradient times fl(1/P), then the sum. Gradients reduced where they are (a bucket of one, flat mode, direct
-   host gradients) are pre-scaled in place first. */
-static accel_result accel__coll_bucket_launch(accel_coll_reducer *r, int b) {
-    accel__coll_bucket *k = &r->buckets[b];
-    accel_coll *c = r->c;
-    size_t es = accel_dtype_size(k->dt);
-    accel_result res;
-    int i;
-    k->launched = 1;
-    k->inflight = 1;
-    for (i = 0; i < k->n && !k->inplace; ++i) {
-        accel__coll_grad *g = &r->grads[r->order[k->first + i]];
-        void *slot = (unsigned char *)k->flat + g->offset * es;
-        if (g->direct) {
-            res = r->prescale ? accel__coll_prescale_by(c, g->ptr, g->ptr, g->count, g->dt, r->div) : ACCEL_OK;
-            if (res == ACCEL_OK) res = accel_coll_all_reduce_async(c, g->ptr, g->ptr, g->count, g->dt, ACCEL_COLL_SUM, &g->req);
-        } else if (r->prescale) {
-            res = accel__coll_prescale_by(c, slot, g->ptr, g->count, g->dt, r->div);
-        } else {
-            res = accel__coll_copy_same(c, slot, g->ptr, g->count * es, c->device_mem);
-        }
-        if (res != ACCEL_OK) return res;
-    }
-    if (k->inplace && r->prescale) {
-        res = accel__coll_prescale_by(c, k->flat, k->flat, k->count, k->dt, r->div);
-        if (res != ACCEL_OK) return res;
-    }
-    if (k->inplace || k->count > 0) return accel_coll_all_reduce_async(c, k->flat, k->flat, k->count, k->dt, ACCEL_COLL_SUM, &k->req);
-    return ACCEL_OK;
-}
-
-/* MPI progresses a nonblocking operation only inside MPI calls (Open MPI's shared-memory rendezvous, libnbc, our
-   2-rank ring all post their next step from a test). Without this, a bucket launched early in backward would sit
-   until the next launch or reducer_wait, and "overlap" would be a queue. Each grad_ready therefore tests every
-   in-flight bucket once (one MPI_Test per request, no waiting) and finishes (unpacks) the ones that are done. */
-static accel_result accel__coll_reducer_poll(accel_coll_reducer *r) {
-    int b, i;
-    if (r->c->backend != ACCEL_COLL_BACKEND_MPI) return ACCEL_OK; /* NCCL runs on its stream by itself */
-    for (b = 0; b < r->next_launch; ++b) {
-        accel__coll_bucket *k = &r->buckets[b];
-        int busy = 0, done;
-        accel_result res;
-        if (!k->inflight) continue;
-        for (i = 0; i < k->n; ++i) {
-            accel__coll_grad *g = &r->grads[r->order[k->first + i]];
-            if (!g->req) continue;
-            res = accel_coll_test(g->req, &done);
-            if (res != ACCEL_OK) { g->req = NULL; k->err = res; return res; } /* released or orphaned by the test */
-            if (done) g->req = NULL;
-            else busy = 1;
-        }
-        if (k->req) {
-            res = accel_coll_test(k->req, &done);
-            if (res != ACCEL_OK) { k->req = NULL; k->err = res; return res; }
-            if (done) k->req = NULL;
-            else busy = 1;
-        }
-        if (!busy) {
-            res = accel__coll_bucket_finish(r, b); /* nothing left to wait for: unpacks */
-            if (res != ACCEL_OK) return res;
-        }
-    }
-    return ACCEL_OK;
-}
-
-/* Launches the ready buckets in bucket order. On MPI at most ACCEL__COLL_MPI_INFLIGHT are in flight: from grad_ready
-   (may_block 0) a ready bucket beyond that waits for a later grad_ready's poll to free a slot, because blocking there
-   on the oldest bucket means waiting for a peer that is still computing (its MPI only moves when it calls in), which
-   measured slower than reducing after backward; from reducer_wait (may_block 1) the oldest is finished first. */
-static accel_result accel__coll_launch_ready(accel_coll_reducer *r, int may_block) {
-    while (r->next_launch < r->nb && r->buckets[r->next_launch].pending == 0) {
-        accel_result res;
-        if (r->c->backend == ACCEL_COLL_BACKEND_MPI) {
-            int i, outstanding = 0, oldest = -1;
-            for (i = 0; i < r->next_launch; ++i)
-                if (r->buckets[i].inflight) { if (oldest < 0) oldest = i; ++outstanding; }
-            if (outstanding >= ACCEL__COLL_MPI_INFLIGHT) {
-                if (!may_block) return ACCEL_OK;
-                res = accel__coll_bucket_finish(r, oldest);
-                if (res != ACCEL_OK) return res;
-            }
-        }
-        res = accel__coll_bucket_launch(r, r->next_launch);
-        r->next_launch++;
-        if (res != ACCEL_OK) return res;
-    }
-    return ACCEL_OK;
-}
-
-static void accel__coll_reducer_reset(accel_coll_reducer *r) {
-    int b, i;
-    for (i = 0; i < accel__coll_ngrads(r); ++i) r->grads[i].ready = 0;
-    for (b = 0; b < r->nb; ++b) {
-        r->buckets[b].pending = r->buckets[b].n;
-        r->buckets[b].launched = 0;
-        r->buckets[b].inflight = 0;
-        r->buckets[b].err = ACCEL_OK;
-    }
-    r->next_launch = 0;
-    r->round_open = 0;
-}
-
-ACCEL__DEF accel_result accel_coll_grad_ready(accel_coll_reducer *r, int index) {
-    accel_result res;
-    accel__coll_grad *g;
-    if (!r) return accel__coll_null();
-    if (index < 0 || index >= accel__coll_ngrads(r))
-        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "grad_ready: index %d is not a registered gradient (0..%d)", index, accel__coll_ngrads(r) - 1);
-    if (!accel_should_reduce(r->c->acc)) return ACCEL_OK; /* accumulation step / no_sync: nothing to reduce */
-    res = accel_coll_reducer_finalize(r);
-    if (res != ACCEL_OK) return res;
-    if (r->join && !r->round_open) { /* join: the step's first reduction counts the ranks still training */
-        res = accel__coll_join_round(r, 1, NULL);
-        if (res != ACCEL_OK) return res;
-    }
-    g = &r->grads[index];
-    if (g->ready)
-        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_STATE, "grad_ready: gradient %d ('%s') was already marked ready in this step", index, g->name);
-    g->ready = 1;
-    r->buckets[g->bucket].pending--;
-    res = accel__coll_reducer_poll(r);
-    return res != ACCEL_OK ? res : accel__coll_launch_ready(r, 0);
-}
-
-ACCEL__DEF accel_result accel_coll_reducer_wait(accel_coll_reducer *r) {
-    accel_result res, first = ACCEL_OK;
-    int b;
-    if (!r) return accel__coll_null();
-    if (!accel_should_reduce(r->c->acc)) {
-        if (r->finalized) accel__coll_reducer_reset(r);
-        return ACCEL_OK;
-    }
-    res = accel_coll_reducer_finalize(r);
-    if (res != ACCEL_OK) return res;
-    if (r->join && !r->round_open) {
-        res = accel__coll_join_round(r, 1, NULL);
-        if (res != ACCEL_OK) return res;
-    }
-    /* grads never marked ready are taken as ready now (a trainer may call only wait: no overlap) */
-    for (b = 0; b < r->nb; ++b) r->buckets[b].pending = 0;
-    res = accel__coll_launch_ready(r, 1);
-    if (res != ACCEL_OK) first = res;
-    for (b = 0; b < r->nb; ++b) {
-        res = accel__coll_bucket_finish(r, b);
-        if (res != ACCEL_OK && first == ACCEL_OK) first = res;
-    }
-    accel__coll_reducer_reset(r);
-    return first;
-}
-
-/* ---------------------------------------------------------------------------- 13b. join (uneven inputs), process mesh */
-/* Join: one round per reduction. Every rank of the reducer's group all-gathers one word: ACCEL__COLL_JOIN_MAGIC | 1
-   from a rank that reduces (its first grad_ready/wait of a sync step), | 0 from a rank in join_end. Zero ranks
-   active ends the join everywhere; otherwise the ranks in join_end issue the same all-reduces as a reducing rank
-   (accel__coll_join_shadow: same order, counts and dtypes) with zeros. A word without the magic is a rank in some
-   other collective: ACCEL_ERR_MISMATCH. A dead rank: the round's deadline (ACCEL_ERR_TIMEOUT). */
-#define ACCEL__COLL_JOIN_MAGIC ((int64_t)0x4a4f494e0000LL) /* "JOIN" */
-
-static accel_result accel__coll_join_round(accel_coll_reducer *r, int active, int *n_active) {
-    accel_coll *c = r->c;
-    int64_t mine = ACCEL__COLL_JOIN_MAGIC | (active ? 1 : 0), stack_all[64], *all;
-    accel_result res;
-    int i, n = 0, bad = -1;
-    all = c->size <= 64 ? stack_all : (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
-    if (!all) return ACCEL_ERR_OUT_OF_MEMORY; /* the peers then reach their deadline */
-    res = accel__coll_host_op(c, ACCEL__K_ALLGATHER, &mine, all, sizeof mine, 0, NULL);
-    for (i = 0; res == ACCEL_OK && i < c->size; ++i) {
-        if ((all[i] & ~(int64_t)1) != ACCEL__COLL_JOIN_MAGIC) { if (bad < 0) bad = i; }
-        else n += (int)(all[i] & 1);
-    }
-    if (all != stack_all) accel_host_free(c->acc, all);
-    if (res != ACCEL_OK) return accel__fail_wrap(c->acc, res, "join (counting the ranks still training)");
-    if (bad >= 0)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "join: rank %d of the reducer's group is in another collective "
-                           "(every rank must reduce or be in accel_coll_reducer_join_end)", bad);
-    r->active = n;
-    r->div = r->join_by_active && n > 0 ? (double)n : (double)c->size;
-    r->round_open = active;
-    if (n_active) *n_active = n;
-    return ACCEL_OK;
-}
-
-/* The all-reduces one reducing step issues (accel__coll_bucket_launch), in its order, with zeros. */
-static accel_result accel__coll_join_shadow(accel_coll_reducer *r) {
-    accel_coll *c = r->c;
-    accel_result res = ACCEL_OK;
-    int b, i;
-    for (b = 0; b < r->nb && res == ACCEL_OK; ++b) {
-        const accel__coll_bucket *k = &r->buckets[b];
-        for (i = 0; i < k->n && !k->inplace && res == ACCEL_OK; ++i) {
-            const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
-            if (!g->direct) continue;
-            res = accel__coll_fill(c, r->join_zero, g->count, g->dt, 0.0);
-            if (res == ACCEL_OK) res = accel_coll_all_reduce(c, r->join_zero, r->join_zero, g->count, g->dt, ACCEL_COLL_SUM);
-        }
-        if (res == ACCEL_OK && (k->inplace || k->count > 0)) {
-            res = accel__coll_fill(c, r->join_zero, k->count, k->dt, 0.0);
-            if (res == ACCEL_OK) res = accel_coll_all_reduce(c, r->join_zero, r->join_zero, k->count, k->dt, ACCEL_COLL_SUM);
-        }
-    }
-    return res;
-}
-
-/* statuses (and one more value) of every rank of the reducer's group; the first failure fails every rank */
-static accel_result accel__coll_join_agree(accel_coll_reducer *r, accel_result local, int64_t value, int64_t *values,
-                                           const char *what) {
-    accel_coll *c = r->c;
-    int64_t mine[2], stack_all[128], *all;
-    accel_result res;
-    int i, failed = -1;
-    mine[0] = (int64_t)local;
-    mine[1] = value;
-    all = c->size <= 64 ? stack_all : (int64_t *)accel_host_alloc(c->acc, sizeof mine * (size_t)c->size);
-    if (!all) return local != ACCEL_OK ? local : ACCEL_ERR_OUT_OF_MEMORY;
-    res = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, all, sizeof mine, 0, NULL);
-    for (i = 0; res == ACCEL_OK && i < c->size; ++i) {
-        if (all[2 * i] != ACCEL_OK && failed < 0) failed = i;
-        if (values) values[i] = all[2 * i + 1];
-    }
-    if (res == ACCEL_OK && local == ACCEL_OK && failed >= 0)
-        res = ACCEL__FAIL(c->acc, ACCEL_ERR_REMOTE, "rank %d of the reducer's group failed in %s (%s)", failed, what,
-                          accel_result_string((accel_result)all[2 * failed]));
-    if (all != stack_all) accel_host_free(c->acc, all);
-    return local != ACCEL_OK ? local : res;
-}
-
-ACCEL__DEF accel_result accel_coll_reducer_join_begin(accel_coll_reducer *r, const accel_coll_join_desc *desc) {
-    accel_coll *c;
-    accel_result res, local = ACCEL_OK;
-    int64_t stack_v[64], *v;
-    size_t most = 0, es;
-    int i, b, by_active = desc && desc->no_divide_by_initial_world_size ? 1 : 0;
-    if (!r) return accel__coll_null();
-    c = r->c;
-    res = accel_coll_reducer_finalize(r); /* collective; fails every rank itself */
-    if (res != ACCEL_OK) return res;
-    if (r->join) local = ACCEL__FAIL(c->acc, ACCEL_ERR_STATE, "join_begin: the reducer is already in join mode (call "
-                                     "accel_coll_reducer_join_end first)");
-    for (b = 0; local == ACCEL_OK && b < r->nb; ++b) {
-        const accel__coll_bucket *k = &r->buckets[b];
-        es = accel_dtype_size(k->dt);
-        if (k->count * es > most) most = k->count * es;
-        for (i = 0; i < k->n; ++i) {
-            const accel__coll_grad *g = &r->grads[r->order[k->first + i]];
-            if (g->direct && g->count * es > most) most = g->count * es;
-        }
-    }
-    if (local == ACCEL_OK && most > r->join_zero_bytes) {
-        accel_coll_free(c, r->join_zero);
-        r->join_zero_bytes = 0;
-        r->join_zero = accel__coll_alloc_mem(c, most);
-        if (!r->join_zero) local = ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "join_begin: no memory for a %zu-byte zero buffer", most);
-        else r->join_zero_bytes = most;
-    }
-    v = c->size <= 64 ? stack_v : (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
-    if (!v && local == ACCEL_OK) local = ACCEL_ERR_OUT_OF_MEMORY;
-    res = accel__coll_join_agree(r, local, by_active, v, "accel_coll_reducer_join_begin");
-    for (i = 1; res == ACCEL_OK && i < c->size; ++i)
-        if (v[i] != v[0])
-            res = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "join_begin: processes disagree on no_divide_by_initial_world_size "
-                              "(rank 0=%lld, rank %d=%lld)", (long long)v[0], i, (long long)v[i]);
-    if (v && v != stack_v) accel_host_free(c->acc, v);
-    if (res != ACCEL_OK) return res;
-    r->join = 1;
-    r->join_by_active = by_active;
-    r->round_open = 0;
-    r->active = c->size;
-    r->div = (double)c->size;
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_reducer_join_end(accel_coll_reducer *r, const accel_tensor *params, int n) {
-    accel_coll *c;
-    accel_result res = ACCEL_OK, local = ACCEL_OK;
-    int64_t stack_v[64], *v;
-    int i, na = 0, last = 1, root = -1;
-    if (!r) return accel__coll_null();
-    c = r->c;
-    if (!r->join)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_STATE, "join_end: the reducer is not in join mode (accel_coll_reducer_join_begin)");
-    if (r->round_open)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_STATE, "join_end: called in the middle of a reduction (grad_ready without "
-                           "accel_coll_reducer_wait)");
-    /* bad params: still shadow (the others must finish their steps), then fail every rank before the broadcast */
-    if (n < 0 || (n > 0 && !params)) local = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "join_end: %d tensors at %p", n, (const void *)params);
-    for (i = 0; local == ACCEL_OK && i < n; ++i)
-        if (accel_tensor_numel(&params[i]) < 0 || accel_dtype_size(params[i].dtype) == 0 ||
-            (accel_tensor_numel(&params[i]) > 0 && !params[i].ptr))
-            local = ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "join_end: parameter %d ('%s') has no data, an invalid "
-                                "shape or dtype", i, params[i].name ? params[i].name : "");
-    for (;;) {
-        res = accel__coll_join_round(r, 0, &na);
-        if (res != ACCEL_OK || na == 0) break;
-        last = 0; /* torch's Join: a rank that shadowed a step is not a last joiner */
-        res = accel__coll_join_shadow(r);
-        if (res != ACCEL_OK) break;
-    }
-    r->round_open = 0;
-    if (res != ACCEL_OK) return res; /* a timeout or a broken context: the join cannot finish */
-    r->join = 0;
-    r->active = c->size;
-    r->div = (double)c->size;
-    /* DDP's _sync_final_model: the highest rank among the last joiners is authoritative */
-    v = c->size <= 64 ? stack_v : (int64_t *)accel_host_alloc(c->acc, sizeof(int64_t) * (size_t)c->size);
-    if (!v && local == ACCEL_OK) local = ACCEL_ERR_OUT_OF_MEMORY;
-    res = accel__coll_join_agree(r, local, last ? c->rank : -1, v, "accel_coll_reducer_join_end");
-    for (i = 0; res == ACCEL_OK && i < c->size; ++i)
-        if (v[i] > root) root = (int)v[i];
-    if (v && v != stack_v) accel_host_free(c->acc, v);
-    if (res != ACCEL_OK) return res;
-    if (root < 0) root = 0; /* cannot happen: the ranks of the final round are last joiners */
-    for (i = 0; i < n && res == ACCEL_OK; ++i) {
-        int64_t cnt = accel_tensor_numel(&params[i]);
-        if (cnt > 0) res = accel_coll_broadcast(c, params[i].ptr, (size_t)cnt, params[i].dtype, root);
-    }
-    accel_log(c->acc, ACCEL_LOG_DEBUG, "join: every rank done; %d parameter tensor(s) broadcast from rank %d", n, root);
-    return res;
-}
-
-ACCEL__DEF int accel_coll_reducer_join_active(const accel_coll_reducer *r) { return r ? r->active : -1; }
-
+/* ------------------------------------------------------------------------------------------- 13. process mesh */
 /* Process mesh. Coordinates are row-major over (pp, dp_replicate, dp_shard, cp, tp): rank = ((((pp * R + rep) * S +
    shard) * C + cp) * T + tp), torch's init_device_mesh(arange(world).view(shape)) with Accelerate's order and pp
    outermost (torchtitan's). A group over a set of dimensions holds the ranks whose other coordinates equal this
@@ -3351,7 +2589,8 @@ static unsigned accel__coll_mesh_mask(int d) {
 }
 
 ACCEL__DEF const char *accel_coll_mesh_dim_name(accel_coll_mesh_dim d) {
-    static const char *n[ACCEL_COLL_MESH_COUNT] = {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp"};
+    static const char *n[ACCEL_COLL_MESH_COUNT] = {"pp", "dp_replicate", "dp_shard",    "cp",
+                                                   "tp", "dp",           "dp_shard_cp", "dp_cp"};
     return (int)d >= 0 && (int)d < ACCEL_COLL_MESH_COUNT ? n[d] : "?";
 }
 
@@ -3389,7 +2628,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
     if (parent->comm_valid) { /* collective over parent: every rank takes part, even after a local failure */
         MPI_Comm nc = MPI_COMM_NULL;
         int mrc = MPI_Comm_split(parent->comm, r == ACCEL_OK && size > 1 ? color : MPI_UNDEFINED, key, &nc);
-        if (mrc != MPI_SUCCESS && r == ACCEL_OK) r = accel__mpi_fail(acc, mrc, "MPI_Comm_split (mesh)", __FILE__, __LINE__);
+        if (mrc != MPI_SUCCESS && r == ACCEL_OK)
+            r = accel__mpi_fail(acc, mrc, "MPI_Comm_split (mesh)", __FILE__, __LINE__);
         if (r == ACCEL_OK && nc != MPI_COMM_NULL) {
             int i, j, chk_rank = -1, chk_size = 0;
             MPI_User_function *fns[2][4];
@@ -3399,8 +2639,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
             MPI_Comm_rank(nc, &chk_rank);
             MPI_Comm_size(nc, &chk_size);
             if (chk_rank != key || chk_size != size)
-                r = ACCEL__FAIL(acc, ACCEL_ERR_MPI, "mesh: MPI_Comm_split gave rank %d of %d, expected %d of %d", chk_rank,
-                                chk_size, key, size);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_MPI, "mesh: MPI_Comm_split gave rank %d of %d, expected %d of %d",
+                                chk_rank, chk_size, key, size);
             fns[0][0] = accel__coll_op_f16_sum; fns[0][1] = accel__coll_op_f16_prod;
             fns[0][2] = accel__coll_op_f16_max; fns[0][3] = accel__coll_op_f16_min;
             fns[1][0] = accel__coll_op_bf16_sum; fns[1][1] = accel__coll_op_bf16_prod;
@@ -3423,7 +2663,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
             c->nccl = NULL;
             rc = ncclCommSplit(parent->nccl, r == ACCEL_OK ? color : NCCL_SPLIT_NOCOLOR, key, &c->nccl, &cfg);
             if (r == ACCEL_OK) {
-                if (rc != ncclSuccess && rc != ncclInProgress) r = accel__coll_nccl_fail(parent, rc, "ncclCommSplit (mesh)", __LINE__);
+                if (rc != ncclSuccess && rc != ncclInProgress)
+                    r = accel__coll_nccl_fail(parent, rc, "ncclCommSplit (mesh)", __LINE__);
                 else if (!c->nccl) r = ACCEL__FAIL(acc, ACCEL_ERR_NCCL, "ncclCommSplit (mesh) gave no communicator");
                 else {
                     c->nccl_valid = 1;
@@ -3436,7 +2677,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
         }
 #else
         { /* a fresh init: each group's rank 0 publishes its unique id in an all-gather over parent */
-            ncclUniqueId *ids = (ncclUniqueId *)accel_host_alloc(acc, sizeof(ncclUniqueId) * (size_t)parent->size), mine;
+            ncclUniqueId *ids = (ncclUniqueId *)accel_host_alloc(acc, sizeof(ncclUniqueId) * (size_t)parent->size),
+                         mine;
             int *keys = (int *)accel_host_alloc(acc, sizeof(int) * 2 * (size_t)parent->size), two[2], i, root = -1;
             accel_result xr;
             memset(&mine, 0, sizeof mine);
@@ -3453,7 +2695,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
                 if (keys[2 * i] == color && keys[2 * i + 1] == 0) root = i;
             if (xr == ACCEL_OK && root >= 0) {
                 rc = ncclCommInitRankConfig(&c->nccl, size, ids[root], key, &cfg);
-                if (rc != ncclSuccess && rc != ncclInProgress) xr = accel__coll_nccl_fail(parent, rc, "ncclCommInitRankConfig (mesh)", __LINE__);
+                if (rc != ncclSuccess && rc != ncclInProgress)
+                    xr = accel__coll_nccl_fail(parent, rc, "ncclCommInitRankConfig (mesh)", __LINE__);
                 else {
                     c->nccl_valid = 1;
                     xr = accel__coll_nccl_settle(c, rc, "ncclCommInitRankConfig (mesh)", __LINE__);
@@ -3467,7 +2710,8 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
         if (r == ACCEL_OK) {
             c->scratch = accel_device_alloc(acc, 8);
             if (!c->scratch) r = ACCEL_ERR_OUT_OF_MEMORY;
-            else if (cudaMemset(c->scratch, 0, 8) != cudaSuccess) r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMemset (mesh scratch) failed");
+            else if (cudaMemset(c->scratch, 0, 8) != cudaSuccess)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaMemset (mesh scratch) failed");
         }
     }
 #endif
@@ -3491,16 +2735,19 @@ static accel_result accel__coll_mesh_resolve(accel *acc, int v, const char *env,
     x = strtol(e, &end, 10);
     if (errno || !end || *end || x > INT_MAX || x < INT_MIN)
         return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "mesh: %s=\"%s\" is not an integer (for %s)", env, e, field);
-    if (x < 1) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: %s=%ld: %s must be at least 1", env, x, field);
+    if (x < 1)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: %s=%ld: %s must be at least 1", env, x, field);
     *out = x;
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_coll_mesh_create(accel_coll *parent, const accel_coll_mesh_desc *desc, accel_coll_mesh **out) {
-    static const char *const names[ACCEL_COLL_MESH_NDIMS] = {"pp_size", "dp_replicate_size", "dp_shard_size", "cp_size", "tp_size"};
+ACCEL__DEF accel_result accel_coll_mesh_create(accel_coll *parent, const accel_coll_mesh_desc *desc,
+                                               accel_coll_mesh **out) {
+    static const char *const names[ACCEL_COLL_MESH_NDIMS] = {"pp_size", "dp_replicate_size", "dp_shard_size", "cp_size",
+                                                             "tp_size"};
     static const char *const envs[ACCEL_COLL_MESH_NDIMS] = {"ACCEL_PP_SIZE", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE",
-                                                           "PARALLELISM_CONFIG_DP_SHARD_SIZE", "PARALLELISM_CONFIG_CP_SIZE",
-                                                           "PARALLELISM_CONFIG_TP_SIZE"};
+                                                            "PARALLELISM_CONFIG_DP_SHARD_SIZE",
+                                                            "PARALLELISM_CONFIG_CP_SIZE", "PARALLELISM_CONFIG_TP_SIZE"};
     accel_coll_mesh_desc d;
     accel_coll_mesh *m = NULL;
     accel *acc;
@@ -3514,38 +2761,48 @@ ACCEL__DEF accel_result accel_coll_mesh_create(accel_coll *parent, const accel_c
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
     r = accel__coll_check_broken(parent);
-    given[0] = d.pp_size; given[1] = d.dp_replicate_size; given[2] = d.dp_shard_size; given[3] = d.cp_size; given[4] = d.tp_size;
+    given[0] = d.pp_size;
+    given[1] = d.dp_replicate_size;
+    given[2] = d.dp_shard_size;
+    given[3] = d.cp_size;
+    given[4] = d.tp_size;
     for (i = 0; i < ACCEL_COLL_MESH_NDIMS; ++i) v[i] = 0;
     for (i = 0; r == ACCEL_OK && i < ACCEL_COLL_MESH_NDIMS; ++i) {
         if (given[i] < 0) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: %s=%d must be at least 1 (0 = the environment or 1)",
-                            names[i], given[i]);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "mesh: %s=%d must be at least 1 (0 = the environment or 1)", names[i], given[i]);
             break;
         }
         r = accel__coll_mesh_resolve(acc, given[i], envs[i], names[i], &v[i]);
     }
     if (r == ACCEL_OK) {
-        for (i = 0; i < ACCEL_COLL_MESH_NDIMS; ++i) prod *= v[i]; /* each <= INT_MAX: the product of 5 fits unless huge */
+        for (i = 0; i < ACCEL_COLL_MESH_NDIMS; ++i)
+            prod *= v[i]; /* each <= INT_MAX: the product of 5 fits unless huge */
         if (prod == 1 && parent->size > 1) { v[1] = parent->size; prod = parent->size; } /* Accelerate: plain DDP */
         for (i = 0, prod = 1; i < ACCEL_COLL_MESH_NDIMS && prod <= (int64_t)INT_MAX; ++i) prod *= v[i];
         if (prod != (int64_t)parent->size)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh: pp %lld x dp_replicate %lld x dp_shard %lld x cp %lld x "
-                            "tp %lld = %lld does not match the %d processes of the group", (long long)v[0], (long long)v[1],
-                            (long long)v[2], (long long)v[3], (long long)v[4], (long long)prod, parent->size);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "mesh: pp %lld x dp_replicate %lld x dp_shard %lld x cp %lld x "
+                            "tp %lld = %lld does not match the %d processes of the group",
+                            (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3], (long long)v[4],
+                            (long long)prod, parent->size);
     }
     /* every rank must build the same mesh: a difference fails on every rank, naming the dimension */
     if (parent->on_host_group) {
         r = accel__agree_values(acc, r, "accel_coll_mesh_create", names, v, ACCEL_COLL_MESH_NDIMS);
     } else {
         int64_t *all = (int64_t *)accel_host_alloc(acc, sizeof v * (size_t)parent->size);
-        accel_result x = accel__coll_agree(parent, r == ACCEL_OK && !all ? ACCEL_ERR_OUT_OF_MEMORY : r, "accel_coll_mesh_create");
+        accel_result x =
+            accel__coll_agree(parent, r == ACCEL_OK && !all ? ACCEL_ERR_OUT_OF_MEMORY : r, "accel_coll_mesh_create");
         if (x == ACCEL_OK) x = accel__coll_host_op(parent, ACCEL__K_ALLGATHER, v, all, sizeof v, 0, NULL);
         for (i = 0; x == ACCEL_OK && i < ACCEL_COLL_MESH_NDIMS; ++i) {
             int k;
             for (k = 1; k < parent->size; ++k)
                 if (all[k * ACCEL_COLL_MESH_NDIMS + i] != all[i]) {
-                    x = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "accel_coll_mesh_create: processes disagree on %s: rank 0=%lld, "
-                                    "rank %d=%lld", names[i], (long long)all[i], k, (long long)all[k * ACCEL_COLL_MESH_NDIMS + i]);
+                    x = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
+                                    "accel_coll_mesh_create: processes disagree on %s: rank 0=%lld, "
+                                    "rank %d=%lld",
+                                    names[i], (long long)all[i], k, (long long)all[k * ACCEL_COLL_MESH_NDIMS + i]);
                     break;
                 }
         }
@@ -3573,7 +2830,8 @@ ACCEL__DEF accel_result accel_coll_mesh_create(accel_coll *parent, const accel_c
         if (r != ACCEL_OK) accel__fail_wrap(acc, r, "mesh group %s", accel_coll_mesh_dim_name((accel_coll_mesh_dim)g));
     }
     if (r != ACCEL_OK) { accel_coll_mesh_destroy(m); return r; }
-    accel_log(acc, ACCEL_LOG_DEBUG, "mesh: pp %d x dp_replicate %d x dp_shard %d x cp %d x tp %d; rank %d at (%d, %d, %d, %d, %d)",
+    accel_log(acc, ACCEL_LOG_DEBUG,
+              "mesh: pp %d x dp_replicate %d x dp_shard %d x cp %d x tp %d; rank %d at (%d, %d, %d, %d, %d)",
               m->size[0], m->size[1], m->size[2], m->size[3], m->size[4], parent->rank, m->coord[0], m->coord[1],
               m->coord[2], m->coord[3], m->coord[4]);
     *out = m;
@@ -3596,9 +2854,12 @@ ACCEL__DEF int accel_coll_mesh_coord(const accel_coll_mesh *m, accel_coll_mesh_d
     return m && (int)d >= 0 && (int)d < ACCEL_COLL_MESH_COUNT ? m->comm[d]->rank : -1;
 }
 ACCEL__DEF accel_result accel_coll_mesh_coords(const accel_coll_mesh *m, int rank, int coords[ACCEL_COLL_MESH_NDIMS]) {
-    if (!m || !coords) return accel__fail(m ? m->parent->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "mesh_coords: NULL argument");
+    if (!m || !coords)
+        return accel__fail(m ? m->parent->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__,
+                           "mesh_coords: NULL argument");
     if (rank < 0 || rank >= m->parent->size)
-        return ACCEL__FAIL(m->parent->acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh_coords: rank %d is not in [0, %d)", rank, m->parent->size);
+        return ACCEL__FAIL(m->parent->acc, ACCEL_ERR_INVALID_ARGUMENT, "mesh_coords: rank %d is not in [0, %d)", rank,
+                           m->parent->size);
     accel__coll_mesh_coords_of(m->size, rank, coords);
     return ACCEL_OK;
 }
@@ -3842,805 +3103,6 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
 #endif
 }
 
-
-/* ------------------------------------------------------------------------------------------------------- 16. ZeRO */
-ACCEL__DEF accel_result accel_coll_partition_list(accel *acc, const accel_tensor *t, int n, int size, int rank,
-                                                  accel_coll_partition *out) {
-    int64_t total = 0;
-    int i;
-    if (!out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_partition_list: out is NULL");
-    memset(out, 0, sizeof *out);
-    if (n < 0 || (n > 0 && !t))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "partition: %d tensors at %p", n, (const void *)t);
-    if (size < 1 || rank < 0 || rank >= size)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "partition: rank %d of %d ranks", rank, size);
-    for (i = 0; i < n; ++i) {
-        int64_t k = accel_tensor_numel(&t[i]);
-        if (k < 0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "partition: tensor %d ('%s') has an invalid shape (ndim %d)", i,
-                               t[i].name ? t[i].name : "", t[i].ndim);
-        if (total > INT64_MAX / 2 - k)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "partition: the list has more than 2^62 elements");
-        total += k;
-    }
-    out->size = size;
-    out->rank = rank;
-    out->total = total;
-    out->shard = total / size + (total % size != 0);
-    out->begin = (int64_t)rank * out->shard < total ? (int64_t)rank * out->shard : total;
-    out->end = out->begin + out->shard < total ? out->begin + out->shard : total;
-    return ACCEL_OK;
-}
-
-ACCEL__DEF int accel_coll_partition_views(const accel_coll_partition *p, const accel_tensor *t, int n, accel_tensor *views) {
-    int64_t off = 0;
-    int i, cnt = 0;
-    if (!p || n < 0 || (n > 0 && (!t || !views))) return -1;
-    for (i = 0; i < n; ++i) {
-        int64_t k = accel_tensor_numel(&t[i]), lo, hi;
-        accel_tensor v;
-        if (k < 0) return -1;
-        lo = off > p->begin ? off : p->begin;
-        hi = off + k < p->end ? off + k : p->end;
-        memset(&v, 0, sizeof v);
-        v.name = t[i].name;
-        v.dtype = t[i].dtype;
-        v.ndim = 1;
-        v.ptr = t[i].ptr;
-        if (hi > lo) {
-            v.ptr = (unsigned char *)t[i].ptr + (size_t)(lo - off) * accel_dtype_size(t[i].dtype);
-            v.shape[0] = hi - lo;
-            ++cnt;
-        }
-        views[i] = v;
-        off += k;
-    }
-    return off == p->total ? cnt : -1;
-}
-
-/* All-gather chunks: at most this many bytes in total per all_gather (or bucket_cap_mb if smaller); larger chunks
-   gained nothing on MPI over shared memory and cost staging memory. */
-#define ACCEL__COLL_ZERO_CHUNK ((size_t)4 << 20)
-
-/* ZeRO-2 bucket: parameters [first, last] (reverse registration order across buckets, as DDP), flat range [lo, hi) */
-typedef struct accel__coll_zbucket {
-    int first, last, pending;
-    int64_t lo, hi;
-} accel__coll_zbucket;
-
-struct accel_coll_zero {
-    accel_coll *c;
-    int stage, n, average;
-    size_t cap_bytes;
-    accel_coll_partition part;
-    int64_t *off;            /* n + 1 flat offsets */
-    accel_tensor *grads;     /* copies of desc.grads (no names) */
-    accel_dtype gdt;         /* stage 2: the gradients' dtype */
-    accel_coll_reducer *red; /* stage 1 */
-    /* stage 2 */
-    void *shard_grad;        /* part.shard elements of gdt (at least 1) */
-    accel__coll_zbucket *buckets;
-    int nb, next_launch;
-    int *bucket_of, *ready;
-    int direct;              /* host MPI: gradients reduced where they are (pre-scaled in place), no staging */
-    void *slot[2];           /* staging of two buckets in flight (device buffers) */
-    int slot_bucket[2];      /* -1: free */
-    accel_coll_request **slot_req[2]; /* stb_ds arrays: the reduces of the bucket in the slot */
-    size_t slot_elems;
-    /* gather staging (grown on demand) */
-    void *gbuf;
-    size_t gbuf_bytes;
-};
-
-static accel_result accel__coll_zero_null(void) {
-    return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_zero: object is NULL");
-}
-
-/* Copies the flat elements [lo, hi) of list t (offsets z->off, element size es) to buf (to_buf) or back. */
-static accel_result accel__coll_zero_copy(accel_coll_zero *z, const accel_tensor *t, int64_t lo, int64_t hi, void *buf,
-                                          size_t es, int to_buf) {
-    int a = 0, b = z->n, i;
-    while (a < b) { /* first tensor that ends after lo */
-        int mid = (a + b) / 2;
-        if (z->off[mid + 1] <= lo) a = mid + 1;
-        else b = mid;
-    }
-    for (i = a; i < z->n && z->off[i] < hi; ++i) {
-        int64_t s = z->off[i] > lo ? z->off[i] : lo, e = z->off[i + 1] < hi ? z->off[i + 1] : hi;
-        unsigned char *tp, *bp;
-        accel_result r;
-        if (s >= e) continue;
-        tp = (unsigned char *)t[i].ptr + (size_t)(s - z->off[i]) * es;
-        bp = (unsigned char *)buf + (size_t)(s - lo) * es;
-        r = accel__coll_copy_same(z->c, to_buf ? (void *)bp : (void *)tp, to_buf ? (const void *)tp : (const void *)bp,
-                                  (size_t)(e - s) * es, z->c->device_mem);
-        if (r != ACCEL_OK) return r;
-    }
-    return ACCEL_OK;
-}
-
-ACCEL__DEF void accel_coll_zero_destroy(accel_coll_zero *z) {
-    accel *acc;
-    int k;
-    if (!z) return;
-    acc = z->c->acc;
-    for (k = 0; k < 2; ++k) {
-        int i;
-        for (i = 0; i < (int)stbds_arrlen(z->slot_req[k]); ++i)
-            if (z->slot_req[k][i]) accel__coll_orphan(z->slot_req[k][i]);
-        stbds_arrfree(z->slot_req[k]);
-        accel_coll_free(z->c, z->slot[k]);
-    }
-    accel_coll_reducer_destroy(z->red);
-    accel_coll_free(z->c, z->shard_grad);
-    accel_coll_free(z->c, z->gbuf);
-    accel_host_free(acc, z->off);
-    accel_host_free(acc, z->grads);
-    accel_host_free(acc, z->buckets);
-    accel_host_free(acc, z->bucket_of);
-    accel_host_free(acc, z);
-}
-
-/* What every rank must agree on: stage, averaging, count, total, and a hash of every numel and gradient dtype. */
-static accel_result accel__coll_zero_check_layout(accel_coll_zero *z) {
-    accel_coll *c = z->c;
-    int64_t mine[5], *all;
-    uint64_t h = ACCEL__FNV_INIT;
-    accel_result r;
-    int i;
-    if (c->size <= 1) return ACCEL_OK;
-    for (i = 0; i < z->n; ++i) {
-        unsigned char b[12];
-        accel__put_u64(b, (uint64_t)(z->off[i + 1] - z->off[i]));
-        accel__put_u32(b + 8, (uint32_t)z->grads[i].dtype);
-        h = accel__fnv1a(h, b, sizeof b);
-    }
-    mine[0] = z->stage;
-    mine[1] = z->average;
-    mine[2] = z->n;
-    mine[3] = z->part.total;
-    mine[4] = (int64_t)(h >> 1);
-    all = (int64_t *)accel_host_alloc(c->acc, sizeof mine * (size_t)c->size);
-    r = accel__coll_agree(c, all ? ACCEL_OK : accel__fail_wrap(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_coll_zero_create"),
-                          "accel_coll_zero_create (layout)");
-    if (r == ACCEL_OK) r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, all, sizeof mine, 0, NULL);
-    for (i = 0; r == ACCEL_OK && i < c->size; ++i)
-        if (memcmp(all + 5 * i, mine, sizeof mine) != 0) {
-            accel__sb b;
-            int k;
-            accel__sb_init(&b, c->acc);
-            accel__sb_printf(&b, "accel_coll_zero_create: ranks gave different lists:");
-            for (k = 0; k < c->size; ++k)
-                accel__sb_printf(&b, " rank %d: stage %lld, %s, %lld tensors, %lld elements, layout hash %llx;", k,
-                                 (long long)all[5 * k], all[5 * k + 1] ? "average" : "sum", (long long)all[5 * k + 2],
-                                 (long long)all[5 * k + 3], (unsigned long long)all[5 * k + 4]);
-            r = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s", b.oom ? "accel_coll_zero_create: ranks gave different lists" : b.p);
-            accel__sb_free(&b);
-        }
-    accel_host_free(c->acc, all);
-    return r;
-}
-
-/* Stage 2: DDP's bucket assignment over whole tensors in reverse order (a bucket closes once it reaches the cap). */
-static accel_result accel__coll_zero_buckets(accel_coll_zero *z) {
-    accel *acc = z->c->acc;
-    size_t es = accel_dtype_size(z->gdt), bytes = 0, most = 1;
-    int i, b;
-    z->buckets = (accel__coll_zbucket *)accel_host_alloc(acc, sizeof(accel__coll_zbucket) * (size_t)(z->n + 1));
-    z->bucket_of = (int *)accel_host_alloc(acc, sizeof(int) * 2 * (size_t)(z->n + 1));
-    if (!z->buckets || !z->bucket_of) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_coll_zero_create (buckets)");
-    memset(z->bucket_of, 0, sizeof(int) * 2 * (size_t)(z->n + 1));
-    z->ready = z->bucket_of + z->n + 1;
-    z->nb = 0;
-    for (i = z->n - 1; i >= 0; --i) {
-        int64_t k = z->off[i + 1] - z->off[i];
-        if (bytes == 0) {
-            z->buckets[z->nb].last = i;
-            z->buckets[z->nb].hi = z->off[i + 1];
-            ++z->nb;
-        }
-        b = z->nb - 1;
-        z->buckets[b].first = i;
-        z->buckets[b].lo = z->off[i];
-        z->bucket_of[i] = b;
-        bytes += (size_t)k * es + 1; /* + 1: empty tensors still fill a bucket eventually */
-        if (bytes >= z->cap_bytes || i == 0 || (size_t)(z->buckets[b].hi - z->off[i - 1]) > (size_t)INT_MAX) bytes = 0;
-    }
-    for (b = 0; b < z->nb; ++b) {
-        size_t e = (size_t)(z->buckets[b].hi - z->buckets[b].lo);
-        if (e > most) most = e;
-        z->buckets[b].pending = z->buckets[b].last - z->buckets[b].first + 1;
-    }
-    z->slot_elems = most;
-    z->direct = !z->c->device_mem && z->c->backend == ACCEL_COLL_BACKEND_MPI;
-    for (i = 0; i < 2; ++i) {
-        z->slot_bucket[i] = -1;
-        if (z->direct) continue;
-        z->slot[i] = accel__coll_alloc_mem(z->c, most * es);
-        if (!z->slot[i]) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_coll_zero_create (staging)");
-    }
-    z->shard_grad = accel__coll_alloc_mem(z->c, (size_t)(z->part.shard > 0 ? z->part.shard : 1) * es);
-    if (!z->shard_grad) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_coll_zero_create (shard gradients)");
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_zero_create(accel_coll *c, const accel_coll_zero_desc *desc, accel_coll_zero **out) {
-    accel *acc;
-    accel_coll_zero_desc d;
-    accel_coll_zero *z = NULL;
-    accel_result r = ACCEL_OK;
-    int i;
-    if (!c) return accel__coll_null();
-    acc = c->acc;
-    if (out) *out = NULL;
-    if (desc) d = *desc;
-    else memset(&d, 0, sizeof d);
-    if (d.stage == 0) d.stage = 1;
-    if (!out) r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_create: out is NULL");
-    else if (d.stage != 1 && d.stage != 2)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_create: stage %d (1 or 2)", d.stage);
-    else if (!(d.bucket_cap_mb >= 0.0 && d.bucket_cap_mb < 1e9))
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_create: bucket_cap_mb %g (0 = 25)", d.bucket_cap_mb);
-    else if (d.n < 0 || (d.n > 0 && (!d.params || !d.grads)))
-        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_create: n %d with params %p, grads %p", d.n,
-                        (const void *)d.params, (const void *)d.grads);
-    if (r == ACCEL_OK) {
-        z = (accel_coll_zero *)accel_host_alloc(acc, sizeof *z);
-        if (!z) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_coll_zero_create");
-    }
-    if (r == ACCEL_OK) {
-        memset(z, 0, sizeof *z);
-        z->c = c;
-        z->stage = d.stage;
-        z->n = d.n;
-        z->average = !d.no_average;
-        z->cap_bytes = (size_t)((d.bucket_cap_mb > 0.0 ? d.bucket_cap_mb : 25.0) * 1048576.0);
-        if (z->cap_bytes == 0) z->cap_bytes = 1;
-        z->off = (int64_t *)accel_host_alloc(acc, sizeof(int64_t) * (size_t)(d.n + 1));
-        z->grads = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)(d.n + 1));
-        if (!z->off || !z->grads) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_coll_zero_create");
-    }
-    if (r == ACCEL_OK) r = accel_coll_partition_list(acc, d.params, d.n, c->size, c->rank, &z->part);
-    for (i = 0; r == ACCEL_OK && i < d.n; ++i) {
-        const accel_tensor *g = &d.grads[i];
-        int64_t pk = accel_tensor_numel(&d.params[i]), gk = accel_tensor_numel(g);
-        const char *nm = d.params[i].name ? d.params[i].name : "";
-        z->off[i] = i == 0 ? 0 : z->off[i - 1] + accel_tensor_numel(&d.params[i - 1]);
-        z->grads[i] = *g;
-        z->grads[i].name = NULL;
-        if (gk != pk)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_create: grads[%d] has %lld elements, its parameter "
-                            "'%s' has %lld", i, (long long)gk, nm, (long long)pk);
-        else if (!accel_dtype_is_float(g->dtype) || !accel__coll_reducible(g->dtype))
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_create: grads[%d] ('%s') is %s (F64/F32/F16/BF16)", i,
-                            nm, accel_dtype_name(g->dtype) ? accel_dtype_name(g->dtype) : "invalid");
-        else if (gk > 0 && !g->ptr)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_create: grads[%d] ('%s') has no data pointer", i, nm);
-        else if (d.stage == 2 && g->dtype != d.grads[0].dtype)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_create: stage 2 needs one gradient dtype (grads[0] is "
-                            "%s, grads[%d] ('%s') %s)", accel_dtype_name(d.grads[0].dtype), i, nm, accel_dtype_name(g->dtype));
-    }
-    if (r == ACCEL_OK) z->off[d.n] = z->part.total;
-    /* a bad list on one rank fails every rank; then the layouts must agree */
-    r = accel__coll_agree(c, r, "accel_coll_zero_create");
-    if (r == ACCEL_OK) r = accel__coll_zero_check_layout(z);
-    if (r == ACCEL_OK && z->stage == 1) {
-        accel_coll_reducer_desc rd;
-        memset(&rd, 0, sizeof rd);
-        rd.bucket_cap_mb = d.bucket_cap_mb;
-        rd.no_average = d.no_average;
-        r = accel_coll_reducer_create(c, &rd, &z->red);
-        if (r == ACCEL_OK) r = accel_coll_reducer_add(z->red, d.grads, d.n);
-        r = accel__coll_agree(c, r, "accel_coll_zero_create (reducer)");
-        if (r == ACCEL_OK) r = accel_coll_reducer_finalize(z->red); /* collective, agrees itself */
-    } else if (r == ACCEL_OK) {
-        if (d.n > 0) z->gdt = d.grads[0].dtype;
-        else z->gdt = ACCEL_F32;
-        /* one process: the gradients are final where they are (no buckets, no shard copy) */
-        if (c->size > 1) r = accel__coll_agree(c, accel__coll_zero_buckets(z), "accel_coll_zero_create (buckets)");
-    }
-    if (r != ACCEL_OK) {
-        accel_coll_zero_destroy(z);
-        return r;
-    }
-    accel_log(acc, ACCEL_LOG_DEBUG, "zero: stage %d, %d tensors, %lld elements, shard [%lld, %lld) of %lld per rank%s", z->stage,
-              z->n, (long long)z->part.total, (long long)z->part.begin, (long long)z->part.end, (long long)z->part.shard,
-              z->stage == 2 ? "" : " (gradients: the reducer)");
-    *out = z;
-    return ACCEL_OK;
-}
-
-ACCEL__DEF const accel_coll_partition *accel_coll_zero_partition(const accel_coll_zero *z) { return z ? &z->part : NULL; }
-
-ACCEL__DEF accel_result accel_coll_zero_views(accel_coll_zero *z, const accel_tensor *t, int n, accel_tensor *views) {
-    int i;
-    if (!z) return accel__coll_zero_null();
-    if (n != z->n || (n > 0 && (!t || !views)))
-        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_views: %d tensors for a partition of %d", n, z->n);
-    for (i = 0; i < n; ++i)
-        if (accel_tensor_numel(&t[i]) != z->off[i + 1] - z->off[i])
-            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_views: tensor %d ('%s') has %lld elements, the "
-                               "partitioned one %lld", i, t[i].name ? t[i].name : "", (long long)accel_tensor_numel(&t[i]),
-                               (long long)(z->off[i + 1] - z->off[i]));
-    (void)accel_coll_partition_views(&z->part, t, n, views);
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_zero_grad_views(accel_coll_zero *z, accel_tensor *views, int n) {
-    int i;
-    if (!z) return accel__coll_zero_null();
-    if (z->stage == 1 || !z->shard_grad) return accel_coll_zero_views(z, z->grads, n, views);
-    if (n != z->n || (n > 0 && !views))
-        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_grad_views: %d views for a partition of %d", n, z->n);
-    for (i = 0; i < n; ++i) {
-        int64_t lo = z->off[i] > z->part.begin ? z->off[i] : z->part.begin;
-        int64_t hi = z->off[i + 1] < z->part.end ? z->off[i + 1] : z->part.end;
-        memset(&views[i], 0, sizeof views[i]);
-        views[i].dtype = z->gdt;
-        views[i].ndim = 1;
-        views[i].ptr = z->shard_grad;
-        if (hi > lo) {
-            views[i].ptr = (unsigned char *)z->shard_grad + (size_t)(lo - z->part.begin) * accel_dtype_size(z->gdt);
-            views[i].shape[0] = hi - lo;
-        }
-    }
-    return ACCEL_OK;
-}
-
-/* Stage 2: waits for the reduces of the bucket in slot k and copies this rank's part into the shard buffer. */
-static accel_result accel__coll_zero_finish(accel_coll_zero *z, int k) {
-    accel_result r = ACCEL_OK, e;
-    int i, b = z->slot_bucket[k];
-    if (b < 0) return ACCEL_OK;
-    for (i = 0; i < (int)stbds_arrlen(z->slot_req[k]); ++i) {
-        e = accel_coll_wait(z->slot_req[k][i]);
-        if (e != ACCEL_OK && r == ACCEL_OK) r = e;
-    }
-    if (z->slot_req[k]) stbds_header(z->slot_req[k])->length = 0;
-    z->slot_bucket[k] = -1;
-    if (r == ACCEL_OK) {
-        const accel__coll_zbucket *q = &z->buckets[b];
-        int64_t lo = q->lo > z->part.begin ? q->lo : z->part.begin, hi = q->hi < z->part.end ? q->hi : z->part.end;
-        size_t es = accel_dtype_size(z->gdt);
-        if (hi > lo && z->direct) /* the sums landed in this rank's own gradient buffers */
-            r = accel__coll_zero_copy(z, z->grads, lo, hi, (unsigned char *)z->shard_grad + (size_t)(lo - z->part.begin) * es,
-                                      es, 1);
-        else if (hi > lo)
-            r = accel__coll_copy_same(z->c, (unsigned char *)z->shard_grad + (size_t)(lo - z->part.begin) * es,
-                                      (const unsigned char *)z->slot[k] + (size_t)(lo - q->lo) * es, (size_t)(hi - lo) * es,
-                                      z->c->device_mem);
-    }
-    return r;
-}
-
-/* Stage 2: packs bucket b (pre-scaled by 1/P when averaging: DDP's order) and reduces each rank's part to that rank. */
-static accel_result accel__coll_zero_launch(accel_coll_zero *z, int b) {
-    accel_coll *c = z->c;
-    const accel__coll_zbucket *q = &z->buckets[b];
-    size_t es = accel_dtype_size(z->gdt);
-    int k = b & 1, i, rk;
-    accel_result r = accel__coll_zero_finish(z, k);
-    if (r != ACCEL_OK) return r;
-    if (z->direct) { /* each gradient piece is reduced in place to its owner (the reducer's direct mode) */
-        z->slot_bucket[k] = b;
-        for (i = q->first; i <= q->last; ++i) {
-            int64_t n = z->off[i + 1] - z->off[i];
-            if (n == 0) continue;
-            if (z->average && c->size > 1) {
-                r = accel__coll_prescale(c, z->grads[i].ptr, z->grads[i].ptr, (size_t)n, z->gdt);
-                if (r != ACCEL_OK) return r;
-            }
-            for (rk = 0; rk < c->size; ++rk) {
-                int64_t s0 = (int64_t)rk * z->part.shard, lo = z->off[i] > s0 ? z->off[i] : s0;
-                int64_t hi = z->off[i + 1] < s0 + z->part.shard ? z->off[i + 1] : s0 + z->part.shard;
-                accel_coll_request *req = NULL;
-                void *p = (unsigned char *)z->grads[i].ptr + (size_t)(lo - z->off[i]) * es;
-                if (hi <= lo) continue;
-                r = accel_coll_reduce_async(c, p, p, (size_t)(hi - lo), z->gdt, ACCEL_COLL_SUM, rk, &req);
-                if (r != ACCEL_OK) return r;
-                if (accel__arr_reserve((void **)&z->slot_req[k], sizeof req, 1) != 0) {
-                    accel_coll_wait(req);
-                    return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "zero: request list");
-                }
-                stbds_arrput(z->slot_req[k], req);
-            }
-        }
-        return ACCEL_OK;
-    }
-    for (i = q->first; i <= q->last; ++i) {
-        size_t cnt = (size_t)(z->off[i + 1] - z->off[i]);
-        void *dst = (unsigned char *)z->slot[k] + (size_t)(z->off[i] - q->lo) * es;
-        r = z->average && c->size > 1 ? accel__coll_prescale(c, dst, z->grads[i].ptr, cnt, z->gdt)
-                                      : accel__coll_copy_same(c, dst, z->grads[i].ptr, cnt * es, c->device_mem);
-        if (r != ACCEL_OK) return r;
-    }
-    z->slot_bucket[k] = b;
-    for (rk = 0; rk < c->size; ++rk) {
-        int64_t s0 = (int64_t)rk * z->part.shard, lo = q->lo > s0 ? q->lo : s0;
-        int64_t hi = q->hi < s0 + z->part.shard ? q->hi : s0 + z->part.shard;
-        accel_coll_request *req = NULL;
-        void *p = (unsigned char *)z->slot[k] + (size_t)(lo - q->lo) * es;
-        if (hi <= lo) continue;
-        if (c->size == 1) continue; /* the bucket already holds the result */
-        r = accel_coll_reduce_async(c, p, p, (size_t)(hi - lo), z->gdt, ACCEL_COLL_SUM, rk, &req);
-        if (r != ACCEL_OK) return r;
-        if (accel__arr_reserve((void **)&z->slot_req[k], sizeof req, 1) != 0) {
-            accel_coll_wait(req);
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "zero: request list");
-        }
-        stbds_arrput(z->slot_req[k], req);
-    }
-    return ACCEL_OK;
-}
-
-static accel_result accel__coll_zero_launch_ready(accel_coll_zero *z) {
-    while (z->next_launch < z->nb && z->buckets[z->next_launch].pending == 0) {
-        accel_result r = accel__coll_zero_launch(z, z->next_launch);
-        z->next_launch++;
-        if (r != ACCEL_OK) return r;
-    }
-    return ACCEL_OK;
-}
-
-static void accel__coll_zero_reset(accel_coll_zero *z) {
-    int b, i;
-    for (i = 0; i < z->n; ++i) z->ready[i] = 0;
-    for (b = 0; b < z->nb; ++b) z->buckets[b].pending = z->buckets[b].last - z->buckets[b].first + 1;
-    z->next_launch = 0;
-}
-
-ACCEL__DEF accel_result accel_coll_zero_grad_ready(accel_coll_zero *z, int index) {
-    if (!z) return accel__coll_zero_null();
-    if (z->stage == 1) return accel_coll_grad_ready(z->red, index);
-    if (index < 0 || index >= z->n)
-        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_coll_zero_grad_ready: index %d is not a gradient (0..%d)",
-                           index, z->n - 1);
-    if (!accel_should_reduce(z->c->acc) || !z->shard_grad) return ACCEL_OK;
-    if (z->ready[index])
-        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_STATE, "accel_coll_zero_grad_ready: gradient %d was already marked ready in this step", index);
-    z->ready[index] = 1;
-    z->buckets[z->bucket_of[index]].pending--;
-    return accel__coll_zero_launch_ready(z);
-}
-
-ACCEL__DEF accel_result accel_coll_zero_wait(accel_coll_zero *z) {
-    accel_result r, first = ACCEL_OK;
-    int b, k;
-    if (!z) return accel__coll_zero_null();
-    if (z->stage == 1) return accel_coll_reducer_wait(z->red);
-    if (!z->shard_grad) return ACCEL_OK; /* one process */
-    if (!accel_should_reduce(z->c->acc)) {
-        accel__coll_zero_reset(z);
-        return ACCEL_OK;
-    }
-    for (b = 0; b < z->nb; ++b) z->buckets[b].pending = 0;
-    first = accel__coll_zero_launch_ready(z);
-    /* the older bucket first (same order on every rank) */
-    k = z->slot_bucket[0] >= 0 && (z->slot_bucket[1] < 0 || z->slot_bucket[0] < z->slot_bucket[1]) ? 0 : 1;
-    r = accel__coll_zero_finish(z, k);
-    if (r != ACCEL_OK && first == ACCEL_OK) first = r;
-    r = accel__coll_zero_finish(z, 1 - k);
-    if (r != ACCEL_OK && first == ACCEL_OK) first = r;
-    accel__coll_zero_reset(z);
-    return first;
-}
-
-/* Local check of a list against the partition: n tensors, the partitioned numels, one dtype, data present. */
-static accel_result accel__coll_zero_check_list(accel_coll_zero *z, const accel_tensor *t, int n, const char *what) {
-    int i;
-    if (n != z->n || (n > 0 && !t))
-        return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d tensors for a partition of %d", what, n, z->n);
-    for (i = 0; i < n; ++i) {
-        int64_t k = accel_tensor_numel(&t[i]);
-        if (k != z->off[i + 1] - z->off[i])
-            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor %d ('%s') has %lld elements, the partitioned one "
-                               "%lld", what, i, t[i].name ? t[i].name : "", (long long)k, (long long)(z->off[i + 1] - z->off[i]));
-        if (t[i].dtype != t[0].dtype || accel_dtype_size(t[i].dtype) == 0)
-            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor %d ('%s') is %s, tensor 0 %s (one dtype per list)",
-                               what, i, t[i].name ? t[i].name : "", accel_dtype_name(t[i].dtype) ? accel_dtype_name(t[i].dtype) : "invalid",
-                               accel_dtype_name(t[0].dtype) ? accel_dtype_name(t[0].dtype) : "invalid");
-        if (k > 0 && !t[i].ptr)
-            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: tensor %d ('%s') has no data pointer", what, i,
-                               t[i].name ? t[i].name : "");
-    }
-    return ACCEL_OK;
-}
-
-/* The all-gather of every shard of t, in chunks of the bucket size, two in flight. */
-static accel_result accel__coll_zero_gather_list(accel_coll_zero *z, const accel_tensor *t) {
-    accel_coll *c = z->c;
-    const int P = c->size;
-    const int64_t S = z->part.shard;
-    size_t es = z->n > 0 ? accel_dtype_size(t[0].dtype) : 1, B, need;
-    accel_dtype dt = z->n > 0 ? t[0].dtype : ACCEL_U8;
-    accel_coll_request *req[2] = {NULL, NULL};
-    int64_t start[2] = {0, 0}, cnt[2] = {0, 0}, at;
-    accel_result r = ACCEL_OK, e;
-    int k = 0, j;
-    if (P <= 1 || S == 0) return ACCEL_OK;
-    B = (z->cap_bytes < ACCEL__COLL_ZERO_CHUNK ? z->cap_bytes : ACCEL__COLL_ZERO_CHUNK) / es / (size_t)P;
-    if (B < 1) B = 1;
-    if (B > (size_t)S) B = (size_t)S;
-    if (B > (size_t)INT_MAX / (size_t)P) B = (size_t)INT_MAX / (size_t)P;
-    need = 2 * B * es * (size_t)(P + 1);
-    if (z->gbuf_bytes < need) {
-        accel_coll_free(c, z->gbuf);
-        z->gbuf_bytes = 0;
-        z->gbuf = accel__coll_alloc_mem(c, need);
-        if (!z->gbuf) return accel__fail_wrap(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_coll_zero_gather: %zu bytes of staging", need);
-        z->gbuf_bytes = need;
-    }
-    for (at = 0;; at += (int64_t)B, k ^= 1) {
-        unsigned char *send = (unsigned char *)z->gbuf + (size_t)k * B * es * (size_t)(P + 1), *recv = send + B * es;
-        if (req[k]) { /* the chunk that used this staging: finish and unpack every other rank's piece */
-            e = accel_coll_wait(req[k]);
-            req[k] = NULL;
-            for (j = 0; e == ACCEL_OK && j < P; ++j) {
-                int64_t lo = (int64_t)j * S + start[k], hi = lo + cnt[k];
-                if (hi > z->part.total) hi = z->part.total;
-                if (j != c->rank && lo < hi) e = accel__coll_zero_copy(z, t, lo, hi, recv + (size_t)j * (size_t)cnt[k] * es, es, 0);
-            }
-            if (e != ACCEL_OK && r == ACCEL_OK) r = e;
-        }
-        if (at >= S || r != ACCEL_OK) {
-            if (req[k ^ 1]) continue; /* drain the other one */
-            break;
-        }
-        start[k] = at;
-        cnt[k] = S - at < (int64_t)B ? S - at : (int64_t)B;
-        {
-            int64_t lo = z->part.begin + at, hi = lo + cnt[k];
-            if (hi > z->part.end) hi = z->part.end;
-            if (lo < hi) r = accel__coll_zero_copy(z, t, lo, hi, send, es, 1);
-        }
-        if (r == ACCEL_OK) r = accel_coll_all_gather_async(c, send, recv, (size_t)cnt[k], dt, &req[k]);
-    }
-    return r;
-}
-
-ACCEL__DEF accel_result accel_coll_zero_gather(accel_coll_zero *z, const accel_tensor *t, int n) {
-    accel_result r;
-    if (!z) return accel__coll_zero_null();
-    r = accel__coll_agree(z->c, accel__coll_zero_check_list(z, t, n, "accel_coll_zero_gather"), "accel_coll_zero_gather");
-    if (r != ACCEL_OK) return r;
-    return accel__coll_zero_gather_list(z, t);
-}
-
-/* The state list's kind s as n tensors (param-major lists of n*k). */
-static accel_result accel__coll_zero_state_lists(accel_coll_zero *z, const accel_tensor *shard, const accel_tensor *full, int m,
-                                                 const char *what, accel_tensor **sh, accel_tensor **fl, int *kk) {
-    accel *acc = z->c->acc;
-    int i, s, k;
-    *sh = *fl = NULL;
-    if (m < 0 || (m > 0 && (!shard || !full)) || (z->n == 0 ? m != 0 : m % z->n != 0))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d state tensors for %d parameters (k per parameter, param-major)",
-                           what, m, z->n);
-    k = z->n ? m / z->n : 0;
-    *kk = k;
-    *sh = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)(m + 1));
-    *fl = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)(m + 1));
-    if (!*sh || !*fl) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
-    for (s = 0; s < k; ++s)
-        for (i = 0; i < z->n; ++i) {
-            (*sh)[s * z->n + i] = shard[i * k + s];
-            (*fl)[s * z->n + i] = full[i * k + s];
-        }
-    for (s = 0; s < k; ++s) {
-        accel_result r = accel__coll_zero_check_list(z, *fl + s * z->n, z->n, what);
-        if (r != ACCEL_OK) return r;
-        for (i = 0; i < z->n; ++i) {
-            const accel_tensor *a = &(*sh)[s * z->n + i], *b = &(*fl)[s * z->n + i];
-            int64_t lo = z->off[i] > z->part.begin ? z->off[i] : z->part.begin;
-            int64_t hi = z->off[i + 1] < z->part.end ? z->off[i + 1] : z->part.end;
-            int64_t want = hi > lo ? hi - lo : 0;
-            if (accel_tensor_numel(a) != want || a->dtype != b->dtype || (want > 0 && !a->ptr))
-                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: shard tensor %d ('%s') has %lld elements of %s, this rank's "
-                                   "shard of '%s' is %lld elements of %s", what, i * k + s, a->name ? a->name : "",
-                                   (long long)accel_tensor_numel(a), accel_dtype_name(a->dtype) ? accel_dtype_name(a->dtype) : "invalid",
-                                   b->name ? b->name : "", (long long)want, accel_dtype_name(b->dtype));
-        }
-    }
-    return ACCEL_OK;
-}
-
-/* Copies this rank's shard between the full tensors of one kind and the shard views (to_full or back). */
-static accel_result accel__coll_zero_local(accel_coll_zero *z, const accel_tensor *sh, const accel_tensor *fl, int to_full) {
-    int i;
-    for (i = 0; i < z->n; ++i) {
-        int64_t lo = z->off[i] > z->part.begin ? z->off[i] : z->part.begin;
-        int64_t hi = z->off[i + 1] < z->part.end ? z->off[i + 1] : z->part.end;
-        size_t es = accel_dtype_size(fl[i].dtype);
-        unsigned char *f;
-        accel_result r;
-        if (hi <= lo) continue;
-        f = (unsigned char *)fl[i].ptr + (size_t)(lo - z->off[i]) * es;
-        r = accel__coll_copy_same(z->c, to_full ? (void *)f : sh[i].ptr, to_full ? sh[i].ptr : (const void *)f,
-                                  (size_t)(hi - lo) * es, z->c->device_mem);
-        if (r != ACCEL_OK) return r;
-    }
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_zero_export(accel_coll_zero *z, const accel_tensor *shard, const accel_tensor *full, int m) {
-    accel_tensor *sh, *fl;
-    accel_result r;
-    int k = 0, s;
-    if (!z) return accel__coll_zero_null();
-    r = accel__coll_zero_state_lists(z, shard, full, m, "accel_coll_zero_export", &sh, &fl, &k);
-    r = accel__coll_agree(z->c, r, "accel_coll_zero_export");
-    for (s = 0; r == ACCEL_OK && s < k; ++s) {
-        r = accel__coll_agree(z->c, accel__coll_zero_local(z, sh + s * z->n, fl + s * z->n, 1), "accel_coll_zero_export");
-        if (r == ACCEL_OK) r = accel__coll_zero_gather_list(z, fl + s * z->n);
-    }
-    accel_host_free(z->c->acc, sh);
-    accel_host_free(z->c->acc, fl);
-    return r;
-}
-
-ACCEL__DEF accel_result accel_coll_zero_import(accel_coll_zero *z, const accel_tensor *full, const accel_tensor *shard, int m) {
-    accel_tensor *sh, *fl;
-    accel_result r;
-    int k = 0, s;
-    if (!z) return accel__coll_zero_null();
-    r = accel__coll_zero_state_lists(z, shard, full, m, "accel_coll_zero_import", &sh, &fl, &k);
-    for (s = 0; r == ACCEL_OK && s < k; ++s) r = accel__coll_zero_local(z, sh + s * z->n, fl + s * z->n, 0);
-    accel_host_free(z->c->acc, sh);
-    accel_host_free(z->c->acc, fl);
-    return r;
-}
-
-/* Sharded checkpoint bytes (layout in the declaration's comment). */
-#define ACCEL__ZS_MAGIC 0x535a4341u /* "ACZS" */
-static accel_result accel__coll_zs_need(const accel_coll_zero_state *zs, const char *what, int *k) {
-    int i;
-    if (!zs || !zs->zero) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: NULL state or zero", what);
-    if (zs->m < 0 || (zs->m > 0 && !zs->shard) || (zs->zero->n == 0 ? zs->m != 0 : zs->m % zs->zero->n != 0))
-        return ACCEL__FAIL(zs->zero->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d state tensors for %d parameters (k per parameter, param-major)",
-                           what, zs->m, zs->zero->n);
-    *k = zs->zero->n ? zs->m / zs->zero->n : 0;
-    for (i = 0; i < zs->m; ++i) {
-        const accel_coll_zero *z = zs->zero;
-        int p = i / *k;
-        int64_t lo = z->off[p] > z->part.begin ? z->off[p] : z->part.begin;
-        int64_t hi = z->off[p + 1] < z->part.end ? z->off[p + 1] : z->part.end;
-        if (accel_tensor_numel(&zs->shard[i]) != (hi > lo ? hi - lo : 0) || accel_dtype_size(zs->shard[i].dtype) == 0)
-            return ACCEL__FAIL(z->c->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: state tensor %d has %lld elements, this rank's shard of "
-                               "parameter %d is %lld", what, i, (long long)accel_tensor_numel(&zs->shard[i]), p,
-                               (long long)(hi > lo ? hi - lo : 0));
-    }
-    return ACCEL_OK;
-}
-
-ACCEL__DEF accel_result accel_coll_zero_state_save(void *state, void *buf, size_t cap, size_t *size) {
-    accel_coll_zero_state *zs = (accel_coll_zero_state *)state;
-    accel_coll_zero *z;
-    size_t need, at;
-    unsigned char *b = (unsigned char *)buf;
-    accel_result r;
-    int k = 0, i;
-    if (!size) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_zero_state_save: size is NULL");
-    if ((r = accel__coll_zs_need(zs, "accel_coll_zero_state_save", &k)) != ACCEL_OK) return r;
-    z = zs->zero;
-    need = 4 * 4 + 3 * 8 + 2 * 4 + (size_t)(z->n + 1) * 8;
-    for (i = 0; i < zs->m; ++i) need += 12 + (size_t)accel_tensor_numel(&zs->shard[i]) * accel_dtype_size(zs->shard[i].dtype);
-    *size = need;
-    if (!buf || cap < need) return ACCEL_OK;
-    accel__put_u32(b, ACCEL__ZS_MAGIC); accel__put_u32(b + 4, 1);
-    accel__put_u32(b + 8, (uint32_t)z->part.size); accel__put_u32(b + 12, (uint32_t)z->part.rank);
-    accel__put_u64(b + 16, (uint64_t)z->part.total); accel__put_u64(b + 24, (uint64_t)z->part.begin);
-    accel__put_u64(b + 32, (uint64_t)z->part.end);
-    accel__put_u32(b + 40, (uint32_t)z->n); accel__put_u32(b + 44, (uint32_t)k);
-    at = 48;
-    for (i = 0; i <= z->n; ++i, at += 8) accel__put_u64(b + at, (uint64_t)z->off[i]);
-    for (i = 0; i < zs->m; ++i) {
-        size_t bytes = (size_t)accel_tensor_numel(&zs->shard[i]) * accel_dtype_size(zs->shard[i].dtype);
-        accel__put_u32(b + at, (uint32_t)zs->shard[i].dtype);
-        accel__put_u64(b + at + 4, (uint64_t)accel_tensor_numel(&zs->shard[i]));
-        at += 12;
-        if (bytes && (r = accel__coll_copy(z->c, b + at, zs->shard[i].ptr, bytes, z->c->device_mem ? 2 : 0)) != ACCEL_OK)
-            return accel__fail_wrap(z->c->acc, r, "accel_coll_zero_state_save");
-        at += bytes;
-    }
-    return ACCEL_OK;
-}
-
-/* Where state tensor i's bytes start in saved rank q's buffer (validated: every size checked). */
-typedef struct accel__coll_zs_file { const unsigned char *b; int64_t begin, end; size_t *data; } accel__coll_zs_file;
-
-ACCEL__DEF accel_result accel_coll_zero_state_load_all(void *state, const void *const *bufs, const size_t *sizes, int count) {
-    accel_coll_zero_state *zs = (accel_coll_zero_state *)state;
-    accel_coll_zero *z;
-    accel *acc;
-    accel__coll_zs_file *f = NULL;
-    accel_result r;
-    int k = 0, q, i;
-    const char *what = "accel_coll_zero_state_load_all";
-    if ((r = accel__coll_zs_need(zs, what, &k)) != ACCEL_OK) return r;
-    z = zs->zero;
-    acc = z->c->acc;
-    if (count < 1 || !bufs || !sizes) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d saved ranks", what, count);
-    f = (accel__coll_zs_file *)accel_host_alloc(acc, sizeof *f * (size_t)count);
-    if (!f) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
-    for (q = 0; q < count; ++q) f[q].data = NULL;
-    /* 1. validate every saved rank's bytes */
-    for (q = 0; q < count && r == ACCEL_OK; ++q) {
-        const unsigned char *b = (const unsigned char *)bufs[q];
-        size_t n = sizes[q], at;
-        int64_t S;
-        f[q].b = b;
-        if (!b || n < 48 || accel__get_u32(b) != ACCEL__ZS_MAGIC || accel__get_u32(b + 4) != 1) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: not a ZeRO shard state (%zu bytes)", what, q, n);
-            break;
-        }
-        if ((int)accel__get_u32(b + 8) != count || (int)accel__get_u32(b + 12) != q) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: file %d says it is rank %u of %u, the checkpoint has %d ranks", what, q,
-                            accel__get_u32(b + 12), accel__get_u32(b + 8), count);
-            break;
-        }
-        if ((int64_t)accel__get_u64(b + 16) != z->part.total || (int)accel__get_u32(b + 40) != z->n || (int)accel__get_u32(b + 44) != k) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: saved with %llu elements in %u parameters, %u states each; this "
-                            "optimizer has %lld in %d, %d each", what, (unsigned long long)accel__get_u64(b + 16),
-                            accel__get_u32(b + 40), accel__get_u32(b + 44), (long long)z->part.total, z->n, k);
-            break;
-        }
-        S = (z->part.total + count - 1) / count;
-        f[q].begin = (int64_t)accel__get_u64(b + 24);
-        f[q].end = (int64_t)accel__get_u64(b + 32);
-        if (f[q].begin != (int64_t)q * S || f[q].end != ((int64_t)(q + 1) * S < z->part.total ? (int64_t)(q + 1) * S : z->part.total)) {
-            if (!(S * q >= z->part.total && f[q].begin == f[q].end)) {
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's range [%lld, %lld) is not its partition of %lld elements over %d",
-                                what, q, (long long)f[q].begin, (long long)f[q].end, (long long)z->part.total, count);
-                break;
-            }
-        }
-        at = 48;
-        if (n < at + (size_t)(z->n + 1) * 8) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q); break; }
-        for (i = 0; i <= z->n; ++i, at += 8)
-            if ((int64_t)accel__get_u64(b + at) != z->off[i]) break;
-        if (i <= z->n) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: rank %d's file: parameter %d starts at element %llu, here at %lld "
-                            "(a different parameter list)", what, q, i, (unsigned long long)accel__get_u64(b + at), (long long)z->off[i]);
-            break;
-        }
-        f[q].data = (size_t *)accel_host_alloc(acc, sizeof(size_t) * (size_t)(zs->m + 1));
-        if (!f[q].data) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what); break; }
-        for (i = 0; i < zs->m && r == ACCEL_OK; ++i) {
-            int p = i / (k ? k : 1);
-            int64_t lo = z->off[p] > f[q].begin ? z->off[p] : f[q].begin, hi = z->off[p + 1] < f[q].end ? z->off[p + 1] : f[q].end;
-            uint64_t cnt;
-            size_t es;
-            if (n < at + 12) { r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q); break; }
-            es = accel_dtype_size((accel_dtype)accel__get_u32(b + at));
-            cnt = accel__get_u64(b + at + 4);
-            if ((accel_dtype)accel__get_u32(b + at) != zs->shard[i].dtype || cnt != (uint64_t)(hi > lo ? hi - lo : 0))
-                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: rank %d's state tensor %d: %llu elements of dtype %u, expected %lld of %s",
-                                what, q, i, (unsigned long long)cnt, accel__get_u32(b + at), (long long)(hi > lo ? hi - lo : 0),
-                                accel_dtype_name(zs->shard[i].dtype));
-            else if (n - at - 12 < cnt * es)
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file is truncated", what, q);
-            f[q].data[i] = at + 12;
-            at += 12 + (size_t)cnt * es;
-        }
-        if (r == ACCEL_OK && at != n) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: rank %d's file has %zu trailing bytes", what, q, n - at);
-    }
-    /* 2. this rank's new shard of every state tensor, from the saved ranks that hold its pieces */
-    for (i = 0; i < zs->m && r == ACCEL_OK; ++i) {
-        int p = i / (k ? k : 1);
-        int64_t lo = z->off[p] > z->part.begin ? z->off[p] : z->part.begin, hi = z->off[p + 1] < z->part.end ? z->off[p + 1] : z->part.end;
-        size_t es = accel_dtype_size(zs->shard[i].dtype);
-        for (q = 0; q < count && r == ACCEL_OK && hi > lo; ++q) {
-            int64_t qlo = z->off[p] > f[q].begin ? z->off[p] : f[q].begin; /* saved rank q's piece of parameter p */
-            int64_t a = lo > qlo ? lo : qlo, e = hi < f[q].end ? hi : f[q].end;
-            if (e > z->off[p + 1]) e = z->off[p + 1];
-            if (e <= a) continue;
-            r = accel__coll_copy(z->c, (unsigned char *)zs->shard[i].ptr + (size_t)(a - lo) * es,
-                                 f[q].b + f[q].data[i] + (size_t)(a - qlo) * es, (size_t)(e - a) * es, z->c->device_mem ? 1 : 0);
-        }
-    }
-    for (q = 0; q < count; ++q) accel_host_free(acc, f[q].data);
-    accel_host_free(acc, f);
-    return r;
-}
 
 #endif /* ACCEL_IMPLEMENTATION */
 

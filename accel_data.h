@@ -1,6 +1,21 @@
 /* accel_data.h — which samples each process sees, with Hugging Face Accelerate's exact sharding semantics, plus
    llm.c token-shard files and batch staging to the device. Depends only on accel.h.
 
+   CONTENTS
+     WHAT IT DOES
+     USAGE                        the resume-safe loop
+     ONE PROCESS
+     SHARDING                     the closed form of Accelerate's samplers
+     CONFIGURATION AGREEMENT
+     PROCESS MESH                 sharding by a mesh's dp group
+     EPOCHS AND RESUME
+     RANDOM SAMPLER               the algorithm
+     GRADIENTSTATE BOOKKEEPING
+     FILES                        llm.c token shards
+     MEMORY
+     THREADS AND STREAMS
+     DIFFERENCES FROM ACCELERATE
+
    WHAT IT DOES
      accel never loads your samples: it hands each process the dataset *indices* of its batches (your code reads
      the samples), computed lazily in O(1) memory — batch k of process p is a closed form, so a 10^9-sample dataset
@@ -176,7 +191,8 @@ typedef struct accel_data_sampler {
 } accel_data_sampler;
 
 /* 0 <= n <= 2^62; shuffle 0 = sequential. Epoch starts at 0. A value object (nothing to release). */
-ACCEL_API accel_result accel_data_sampler_init(accel *acc, accel_data_sampler *s, int64_t n, int shuffle, uint64_t seed);
+ACCEL_API accel_result accel_data_sampler_init(accel *acc, accel_data_sampler *s, int64_t n, int shuffle,
+                                               uint64_t seed);
 ACCEL_API void accel_data_sampler_set_epoch(accel_data_sampler *s, int64_t epoch);
 
 /* The round function F: one multiply (the high half folded down). */
@@ -223,7 +239,7 @@ typedef struct accel_data_shard_desc {
     int batch_sampler_shard;   /* nonzero: model BatchSamplerShard / IterableDatasetShard even with P = 1 (they pad
                                   the last batch) and only their checks; default: prepare()'s behaviour */
     uint64_t seed;             /* the sampler's seed (the same on every rank) */
-    int collective;            /* nonzero with num_processes > 0 and acc: init is still collective over acc's whole group
+    int collective; /* nonzero with num_processes > 0 and acc: init is still collective over acc's whole group
                                   (the agreement) — for a process mesh's data-parallel group (see PROCESS MESH) */
 } accel_data_shard_desc;
 
@@ -407,12 +423,7 @@ ACCEL_API accel_result accel_data_stager_submit(accel_data_stager *st, void **de
 #include <sys/types.h>
 #include <unistd.h>
 #endif
-#if defined(__CUDACC__) && !defined(ACCEL_WITH_CUDA)
-#define ACCEL_WITH_CUDA 1
-#endif
-#ifdef ACCEL_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
+/* ACCEL_WITH_CUDA and cuda_runtime_api.h come from accel.h's implementation preamble. */
 #if defined(__SSE2__) && !defined(__CUDACC__)
 #include <emmintrin.h>
 #endif
@@ -427,11 +438,13 @@ static void accel__data_sampler_key(accel_data_sampler *s) {
     }
 }
 
-ACCEL__DEF accel_result accel_data_sampler_init(accel *acc, accel_data_sampler *s, int64_t n, int shuffle, uint64_t seed) {
+ACCEL__DEF accel_result accel_data_sampler_init(accel *acc, accel_data_sampler *s, int64_t n, int shuffle,
+                                                uint64_t seed) {
     int bits = 0;
     if (!s) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_sampler_init: sampler is NULL");
     if (n < 0 || n > ((int64_t)1 << 62))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "sampler: dataset length %lld out of range [0, 2^62]", (long long)n);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "sampler: dataset length %lld out of range [0, 2^62]",
+                           (long long)n);
     memset(s, 0, sizeof *s);
     s->n = n;
     s->shuffle = shuffle ? 1 : 0;
@@ -533,24 +546,34 @@ static accel_result accel__data_shard_make(accel *acc, accel_data_shard *t, cons
     accel_result r;
     int P, p, split, even, sharded;
     int64_t N, B, b, G;
-    if (!t || !desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_init: shard or desc is NULL");
+    if (!t || !desc)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_init: shard or desc is NULL");
     N = desc->dataset_len;
     B = desc->batch_size;
     if (desc->num_processes > 0) { P = desc->num_processes; p = desc->process_index; }
-    else if (desc->num_processes == 0) { P = acc ? acc->num_processes : 1; p = acc ? acc->process_index : 0; }
-    else return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: num_processes (%d) must be >= 1 (or 0 for acc's)", desc->num_processes);
+    else if (desc->num_processes == 0) { P = acc ? acc->num_processes : 1; p = acc ? acc->process_index : 0;
+    } else
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: num_processes (%d) must be >= 1 (or 0 for acc's)",
+                           desc->num_processes);
     if (P < 1 || p < 0 || p >= P)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: process_index %d is not in [0, num_processes=%d)", p, P);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: process_index %d is not in [0, num_processes=%d)",
+                           p, P);
     if (desc->split_batches == ACCEL_DEFAULT) split = acc ? (acc->desc.split_batches ? 1 : 0) : 0;
-    else if (desc->split_batches == ACCEL_ON || desc->split_batches == ACCEL_OFF) split = desc->split_batches == ACCEL_ON;
-    else return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: split_batches %d is not ACCEL_DEFAULT, ACCEL_ON or "
-                            "ACCEL_OFF", (int)desc->split_batches);
+    else if (desc->split_batches == ACCEL_ON || desc->split_batches == ACCEL_OFF)
+        split = desc->split_batches == ACCEL_ON;
+    else
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "shard: split_batches %d is not ACCEL_DEFAULT, ACCEL_ON or "
+                           "ACCEL_OFF",
+                           (int)desc->split_batches);
     even = desc->no_even_batches ? 0 : 1;
     sharded = P > 1 || desc->batch_sampler_shard; /* prepare() does not shard with one process */
     if (N < 0 || N > ((int64_t)1 << 62))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: dataset_len %lld out of range [0, 2^62]", (long long)N);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: dataset_len %lld out of range [0, 2^62]",
+                           (long long)N);
     if (B < 1 || B > ACCEL__DATA_MAX_BATCH)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: batch_size %lld must be in [1, 2^40]", (long long)B);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: batch_size %lld must be in [1, 2^40]",
+                           (long long)B);
     if (!split && B * (int64_t)P > ((int64_t)1 << 61))
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "shard: batch_size * num_processes overflows");
     if (split && !desc->batch_sampler_shard && B > 1 && B % P != 0) /* prepare_data_loader's sanity check */
@@ -559,18 +582,24 @@ static accel_result accel__data_shard_make(accel *acc, accel_data_shard *t, cons
                            "multiple of the number of processes (%d).", (long long)B, P);
     if (split && sharded && desc->iterable) {
         if (B > 1 && B % P != 0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
-                               "To use `IterableDatasetShard` in `split_batches` mode, the batch size (%lld) needs to be a "
-                               "round multiple of the number of processes (%d).", (long long)B, P);
+            return ACCEL__FAIL(
+                acc, ACCEL_ERR_INVALID_ARGUMENT,
+                "To use `IterableDatasetShard` in `split_batches` mode, the batch size (%lld) needs to be a "
+                "round multiple of the number of processes (%d).",
+                (long long)B, P);
         if (B == 1 && P > 1)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
-                               "IterableDatasetShard in `split_batches` mode with batch size 1 and %d processes would give "
-                               "every process batches of 1 // %d = 0 samples (Accelerate silently yields nothing); use "
-                               "split_batches=False or a batch size that is a multiple of the number of processes", P, P);
+            return ACCEL__FAIL(
+                acc, ACCEL_ERR_INVALID_ARGUMENT,
+                "IterableDatasetShard in `split_batches` mode with batch size 1 and %d processes would give "
+                "every process batches of 1 // %d = 0 samples (Accelerate silently yields nothing); use "
+                "split_batches=False or a batch size that is a multiple of the number of processes",
+                P, P);
     } else if (split && sharded && B % P != 0) {
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
-                           "To use `BatchSamplerShard` in `split_batches` mode, the batch size (%lld) needs to be a round "
-                           "multiple of the number of processes (%d).", (long long)B, P);
+        return ACCEL__FAIL(
+            acc, ACCEL_ERR_INVALID_ARGUMENT,
+            "To use `BatchSamplerShard` in `split_batches` mode, the batch size (%lld) needs to be a round "
+            "multiple of the number of processes (%d).",
+            (long long)B, P);
     }
     memset(t, 0, sizeof *t);
     t->desc = *desc;
@@ -604,11 +633,15 @@ ACCEL__DEF accel_result accel_data_shard_init(accel *acc, accel_data_shard *s, c
     accel_result r;
     memset(&t, 0, sizeof t);
     r = accel__data_shard_make(acc, s ? &t : NULL, desc);
-    if (acc && (!desc || desc->num_processes == 0 || desc->collective)) { /* every rank takes part, even after a failure */
+    if (acc &&
+        (!desc || desc->num_processes == 0 || desc->collective)) { /* every rank takes part, even after a failure */
         int64_t v[8];
         memset(v, 0, sizeof v);
         if (r == ACCEL_OK) {
-            v[0] = t.n; v[1] = t.desc.batch_size; v[2] = t.desc.split_batches == ACCEL_ON; v[3] = !t.desc.no_even_batches;
+            v[0] = t.n;
+            v[1] = t.desc.batch_size;
+            v[2] = t.desc.split_batches == ACCEL_ON;
+            v[3] = !t.desc.no_even_batches;
             v[4] = t.desc.drop_last; v[5] = t.desc.iterable; v[6] = t.desc.shuffle; v[7] = (int64_t)t.desc.seed;
         }
         r = accel__agree_values(acc, r, "accel_data_shard_init", names, v, 8);
@@ -754,10 +787,12 @@ ACCEL__DEF accel_result accel_data_shard_state_load(void *shard, const void *buf
     int64_t n, B, epoch, position;
     int32_t P;
     uint32_t flags, mine;
-    if (!s || !buf) return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "shard state_load: NULL argument");
+    if (!s || !buf)
+        return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "shard state_load: NULL argument");
     if (size != ACCEL_DATA_SHARD_STATE_BYTES || memcmp(p, "ACDS", 4) != 0)
-        return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: not a sampler state (%zu bytes, want %d starting \"ACDS\")",
-                           size, ACCEL_DATA_SHARD_STATE_BYTES);
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT,
+                           "shard state: not a sampler state (%zu bytes, want %d starting \"ACDS\")", size,
+                           ACCEL_DATA_SHARD_STATE_BYTES);
     if (accel__get_u32(p + 4) != 1)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: unsupported version %u (this build reads 1)",
                            (unsigned)accel__get_u32(p + 4));
@@ -781,7 +816,8 @@ ACCEL__DEF accel_result accel_data_shard_state_load(void *shard, const void *buf
         return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved with num_processes %d, this run has %d "
                            "(batch positions are per process)", (int)P, s->num_processes);
     if (flags != mine)
-        return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved with flags 0x%x (1 split_batches, 2 even_batches, "
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH,
+                           "shard state: saved with flags 0x%x (1 split_batches, 2 even_batches, "
                            "4 drop_last, 8 iterable, 16 shuffle, 32 batch_sampler_shard), this shard has 0x%x",
                            (unsigned)flags, (unsigned)mine);
     accel__data_end(s->acc, s, &s->active);
@@ -906,8 +942,8 @@ ACCEL__DEF accel_result accel_data_token_file_open(accel *acc, accel_data_token_
     }
     map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "token shard %s: mmap of %llu bytes: %s", path, (unsigned long long)sb.st_size,
-                        strerror(errno));
+        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "token shard %s: mmap of %llu bytes: %s", path,
+                        (unsigned long long)sb.st_size, strerror(errno));
         close(fd);
         return r;
     }
@@ -1009,7 +1045,8 @@ static void accel__data_tokens_to_i32(const accel_data_token_file *f, int64_t fi
 ACCEL__DEF accel_result accel_data_token_file_read(const accel_data_token_file *f, int64_t first, int64_t count,
                                                   int32_t *dst) {
     if (!f || !f->map || (!dst && count > 0))
-        return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "token_file_read: file not open or NULL buffer");
+        return ACCEL__FAIL(f ? f->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT,
+                           "token_file_read: file not open or NULL buffer");
     if (first < 0 || count < 0 || first > f->info.num_tokens || count > f->info.num_tokens - first)
         return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_read: tokens [%lld, %lld) outside [0, %lld)",
                            (long long)first, (long long)(first + count), (long long)f->info.num_tokens);
@@ -1073,7 +1110,8 @@ static accel_result accel__data_seq_make(accel *acc, accel_data_seq_loader *t, c
     t->num_windows = t->first_window[t->num_files];
     per_batch = (int64_t)P * desc->batch_size;
     t->num_batches = t->num_windows / per_batch;
-    if ((r = accel_data_sampler_init(acc, &t->sampler, t->num_windows, desc->shuffle, desc->seed)) != ACCEL_OK) return r;
+    if ((r = accel_data_sampler_init(acc, &t->sampler, t->num_windows, desc->shuffle, desc->seed)) != ACCEL_OK)
+        return r;
     if (t->num_batches == 0)
         accel_log(acc, ACCEL_LOG_WARN, "seq loader: %lld windows of %d+1 tokens are fewer than one global batch (%lld "
                   "rows): the epoch is empty", (long long)t->num_windows, desc->seq_len, (long long)per_batch);
@@ -1087,7 +1125,8 @@ ACCEL__DEF accel_result accel_data_seq_init(accel *acc, accel_data_seq_loader *l
     memset(&t, 0, sizeof t);
     r = ld ? accel__data_seq_make(acc, &t, desc)
            : ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_seq_init: loader is NULL");
-    if (acc && (!desc || desc->num_processes == 0 || desc->collective)) { /* every rank takes part, even after a failure */
+    if (acc &&
+        (!desc || desc->num_processes == 0 || desc->collective)) { /* every rank takes part, even after a failure */
         int64_t v[6];
         memset(v, 0, sizeof v);
         if (r == ACCEL_OK) {
@@ -1122,7 +1161,8 @@ static const accel_data_token_file *accel__data_seq_window(const accel_data_seq_
 ACCEL__DEF accel_result accel_data_seq_get_batch(const accel_data_seq_loader *ld, int64_t k, int32_t *dst) {
     const accel_data_token_file *f, *nf = NULL;
     int64_t row, base, first, nfirst = 0, n;
-    if (!ld || !dst) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq get_batch: NULL argument");
+    if (!ld || !dst)
+        return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq get_batch: NULL argument");
     if (k < 0 || k >= ld->num_batches)
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: batch %lld out of range [0, %lld)",
                            (long long)k, (long long)ld->num_batches);
@@ -1132,8 +1172,9 @@ ACCEL__DEF accel_result accel_data_seq_get_batch(const accel_data_seq_loader *ld
     for (row = 0; row < ld->batch_size; ++row) {
         /* the row read next: this batch's next row, after the last one this rank's first row of batch k + 1 */
         int64_t next = row + 1 < ld->batch_size ? base + row + 1
-                     : k + 1 < ld->num_batches ? ((k + 1) * ld->num_processes + ld->process_index) * (int64_t)ld->batch_size
-                     : -1;
+                       : k + 1 < ld->num_batches
+                           ? ((k + 1) * ld->num_processes + ld->process_index) * (int64_t)ld->batch_size
+                           : -1;
         if (next >= 0) nf = accel__data_seq_window(ld, accel_data_sampler_index(&ld->sampler, next), &nfirst);
         else nf = NULL;
         accel__data_tokens_to_i32(f, first, n, dst + row * n, nf ? nf->tokens + nfirst * nf->info.token_bytes : NULL,
@@ -1146,7 +1187,8 @@ ACCEL__DEF accel_result accel_data_seq_get_batch(const accel_data_seq_loader *ld
 
 ACCEL__DEF accel_result accel_data_seq_next(accel_data_seq_loader *ld, int32_t *dst, int *got) {
     accel_result r;
-    if (!ld || !dst || !got) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq next: NULL argument");
+    if (!ld || !dst || !got)
+        return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq next: NULL argument");
     *got = 0;
     if ((r = accel__data_begin(ld->acc, ld, &ld->active, -1)) != ACCEL_OK) return r;
     if (ld->position >= ld->num_batches) {
@@ -1167,7 +1209,8 @@ ACCEL__DEF accel_result accel_data_seq_next(accel_data_seq_loader *ld, int32_t *
 ACCEL__DEF accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int64_t epoch) {
     if (!ld) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq set_epoch: NULL loader");
     if (epoch < 0 || epoch > ((int64_t)1 << 62))
-        return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: epoch %lld not in [0, 2^62]", (long long)epoch);
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq loader: epoch %lld not in [0, 2^62]",
+                           (long long)epoch);
     if (epoch == ld->epoch && !ld->active) return ACCEL_OK; /* keeps a restored or skipped position */
     accel__data_end(ld->acc, ld, &ld->active);
     ld->epoch = epoch;
@@ -1178,8 +1221,10 @@ ACCEL__DEF accel_result accel_data_seq_set_epoch(accel_data_seq_loader *ld, int6
 
 ACCEL__DEF accel_result accel_data_seq_skip_first_batches(accel_data_seq_loader *ld, int64_t n) {
     if (!ld) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq skip_first_batches: NULL loader");
-    if (n < 0) return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq skip_first_batches: n = %lld < 0", (long long)n);
-    if (ld->active) return ACCEL__FAIL(ld->acc, ACCEL_ERR_STATE, "seq skip_first_batches: the epoch is already being iterated");
+    if (n < 0)
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_INVALID_ARGUMENT, "seq skip_first_batches: n = %lld < 0", (long long)n);
+    if (ld->active)
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_STATE, "seq skip_first_batches: the epoch is already being iterated");
     ld->position = n;
     return ACCEL_OK;
 }
@@ -1210,21 +1255,26 @@ ACCEL__DEF accel_result accel_data_seq_state_load(void *loader, const void *buf,
     accel_data_seq_loader *ld = (accel_data_seq_loader *)loader;
     const unsigned char *p = (const unsigned char *)buf;
     int64_t epoch, position;
-    if (!ld || !buf) return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq state_load: NULL argument");
+    if (!ld || !buf)
+        return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq state_load: NULL argument");
     if (size != ACCEL_DATA_SEQ_STATE_BYTES || memcmp(p, "ACSQ", 4) != 0 || accel__get_u32(p + 4) != 1)
-        return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: not a version-1 sequence loader state (%zu bytes)", size);
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: not a version-1 sequence loader state (%zu bytes)",
+                           size);
     epoch = (int64_t)accel__get_u64(p + 48);
     position = (int64_t)accel__get_u64(p + 56);
     if (epoch < 0 || epoch > ((int64_t)1 << 62) || position < 0 || (accel__get_u32(p + 36) & ~16u))
-        return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: corrupt (epoch %lld, position %lld)", (long long)epoch,
-                           (long long)position);
-    if ((int64_t)accel__get_u64(p + 8) != accel__data_seq_total_tokens(ld) || (int)accel__get_u32(p + 16) != ld->num_files)
-        return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: saved for %d files / %lld tokens, this loader has %d / %lld",
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: corrupt (epoch %lld, position %lld)",
+                           (long long)epoch, (long long)position);
+    if ((int64_t)accel__get_u64(p + 8) != accel__data_seq_total_tokens(ld) ||
+        (int)accel__get_u32(p + 16) != ld->num_files)
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH,
+                           "seq state: saved for %d files / %lld tokens, this loader has %d / %lld",
                            (int)accel__get_u32(p + 16), (long long)accel__get_u64(p + 8), ld->num_files,
                            (long long)accel__data_seq_total_tokens(ld));
     if ((int)accel__get_u32(p + 20) != ld->batch_size || (int)accel__get_u32(p + 24) != ld->seq_len ||
         (int)accel__get_u32(p + 28) != ld->num_processes)
-        return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: saved for B=%d T=%d P=%d, this loader has B=%d T=%d P=%d",
+        return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH,
+                           "seq state: saved for B=%d T=%d P=%d, this loader has B=%d T=%d P=%d",
                            (int)accel__get_u32(p + 20), (int)accel__get_u32(p + 24), (int)accel__get_u32(p + 28),
                            ld->batch_size, ld->seq_len, ld->num_processes);
     if (((accel__get_u32(p + 36) & 16u) != 0) != (ld->sampler.shuffle != 0))
@@ -1243,7 +1293,8 @@ ACCEL__DEF void accel_data_stager_deinit(accel_data_stager *st) {
     int i;
     if (!st) return;
 #ifdef ACCEL_WITH_CUDA
-    if (st->on_device && st->unrecorded && st->event[0] && st->acc) /* copies of a partly submitted group: wait for them too */
+    if (st->on_device && st->unrecorded && st->event[0] &&
+        st->acc) /* copies of a partly submitted group: wait for them too */
         (void)cudaEventRecord((cudaEvent_t)st->event[0], (cudaStream_t)st->acc->stream);
 #endif
     for (i = 0; i < st->nslots && i < ACCEL_DATA_STAGER_MAX_SLOTS; ++i) {
@@ -1311,8 +1362,10 @@ ACCEL__DEF accel_result accel_data_stager_init(accel *acc, accel_data_stager *st
     }
     return ACCEL_OK;
 #else
-    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "stager: the Accelerator uses CUDA device %d but this implementation was "
-                       "compiled without CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc", acc->device);
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                       "stager: the Accelerator uses CUDA device %d but this implementation was "
+                       "compiled without CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc",
+                       acc->device);
 #endif
 }
 
@@ -1324,7 +1377,8 @@ ACCEL__DEF accel_result accel_data_stager_host(accel_data_stager *st, void **hos
         /* the group's event follows the copies out of all its slots (stream order) */
         cudaError_t e = cudaEventSynchronize((cudaEvent_t)st->event[st->slot]);
         if (e != cudaSuccess)
-            return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaEventSynchronize failed: %s", cudaGetErrorString(e));
+            return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaEventSynchronize failed: %s",
+                               cudaGetErrorString(e));
         st->in_flight[st->slot] = 0;
     }
 #endif
@@ -1349,7 +1403,8 @@ ACCEL__DEF accel_result accel_data_stager_submit(accel_data_stager *st, void **d
         if (s + 1 == g0 + st->group) { /* the group's last slot: one event after its copies */
             e = cudaEventRecord((cudaEvent_t)st->event[g0], stream);
             if (e != cudaSuccess)
-                return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaEventRecord failed: %s", cudaGetErrorString(e));
+                return ACCEL__FAIL(st->acc, ACCEL_ERR_CUDA, "stager: cudaEventRecord failed: %s",
+                                   cudaGetErrorString(e));
             st->in_flight[g0] = 1;
             st->unrecorded = 0;
         }

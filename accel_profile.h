@@ -5,6 +5,18 @@
    Depends only on accel.h. One translation unit defines ACCEL_IMPLEMENTATION before including it (compile that TU
    with nvcc, or define ACCEL_WITH_CUDA, to get CUDA events and NVTX ranges; a C build times the host only).
 
+   CONTENTS
+     USAGE
+     RANGES                       phases and named ranges; host, CUDA events, NVTX
+     STEPS AND THE SCHEDULE       torch.profiler.schedule's wait/warmup/active/repeat
+     THE PHASE TABLE
+     THE TRACE FILE               Chrome trace / Perfetto, merged across ranks
+     OPTIONS                      accel_prof_desc
+     NVTX
+     ERRORS
+     THREADS AND MEMORY
+     DIFFERENCES FROM ACCELERATE / torch.profiler
+
    USAGE
        accel_prof *prof;
        accel_prof_desc pd = {0};                    // C++: accel_prof_desc pd = {};
@@ -14,10 +26,10 @@
        if (accel_prof_create(&acc, &pd, &prof) != ACCEL_OK) die(accel_last_error(&acc));
        int fb;  accel_prof_range_id(prof, "forward_backward", &fb);   // user-named ranges next to the phases
        for (step = 0; step < steps; ++step) {
-           accel_prof_begin(prof, ACCEL_PROF_DATA);       next_batch();        accel_prof_end(prof, ACCEL_PROF_DATA);
-           accel_prof_begin(prof, fb);                    forward_backward();  accel_prof_end(prof, fb);
-           accel_prof_begin(prof, ACCEL_PROF_GRAD_SYNC);  reduce();            accel_prof_end(prof, ACCEL_PROF_GRAD_SYNC);
-           accel_prof_begin(prof, ACCEL_PROF_OPTIMIZER);  optimizer_step();    accel_prof_end(prof, ACCEL_PROF_OPTIMIZER);
+           accel_prof_begin(prof, ACCEL_PROF_DATA);      next_batch();       accel_prof_end(prof, ACCEL_PROF_DATA);
+           accel_prof_begin(prof, fb);                   forward_backward(); accel_prof_end(prof, fb);
+           accel_prof_begin(prof, ACCEL_PROF_GRAD_SYNC); reduce();           accel_prof_end(prof, ACCEL_PROF_GRAD_SYNC);
+           accel_prof_begin(prof, ACCEL_PROF_OPTIMIZER); optimizer_step();   accel_prof_end(prof, ACCEL_PROF_OPTIMIZER);
            accel_prof_step(prof);                         // torch's prof.step(): the step boundary
        }
        if (acc.is_main_process) accel_prof_print_table(prof, stdout);     // this rank's phase table
@@ -41,10 +53,10 @@
        NVTX     nvtxRangePushA(name) / nvtxRangePop() when the implementation TU has NVTX (below), plus one
                 "ProfilerStep#<k>" range per recorded step, so Nsight Systems shows the same ranges.
      accel_prof_begin/_end are static inline: a disabled profiler answers ACCEL_OK after a NULL test, one load and one
-     branch (bench/profile measures it); otherwise they call accel_prof_range_begin/_end. On steps the schedule does
-     not record, ranges are only checked for balance (no clock, no events). The first ACCEL_PROF_DEFAULT_MAX_RANGES ranges (desc.max_ranges) are kept
-     for the trace and for device timing; later ones still count in the phase table (host time) and are dropped
-     from the trace (dropped_ranges counts them; one warning is logged).
+     branch (bench/profile measures it); otherwise they call accel_prof_range_begin/_end. On steps the schedule does not
+     record, ranges are only checked for balance (no clock, no events). The first ACCEL_PROF_DEFAULT_MAX_RANGES ranges
+     (desc.max_ranges) are kept for the trace and for device timing; later ones still count in the phase table (host
+     time) and are dropped from the trace (dropped_ranges counts them; one warning is logged).
 
    STEPS AND THE SCHEDULE (Accelerate's ProfileKwargs.schedule_option = torch.profiler.schedule's arguments)
      Steps are numbered from 0: step k is everything between the k-th call of accel_prof_step (accel_prof_create for
@@ -471,8 +483,8 @@ ACCEL__DEF accel_result accel_prof_create(accel *acc, const accel_prof_desc *des
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_prof_desc.max_ranges = %lld is negative",
                            (long long)d.max_ranges);
     if (d.trace_dir && (!*d.trace_dir || strlen(d.trace_dir) > ACCEL_PROF_PATH_CAPACITY - 64))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_prof_desc.trace_dir is empty or longer than %d bytes",
-                           ACCEL_PROF_PATH_CAPACITY - 64);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_prof_desc.trace_dir is empty or longer than %d bytes", ACCEL_PROF_PATH_CAPACITY - 64);
     p = (accel_prof *)accel_host_alloc(acc, sizeof *p);
     if (!p) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_prof_create");
     memset(p, 0, sizeof *p);
@@ -516,8 +528,9 @@ ACCEL__DEF accel_result accel_prof_create(accel *acc, const accel_prof_desc *des
         char failed[512];
         if (accel__mkdir_p(im->dir, failed, sizeof failed) != 0) {
             int e = errno;
-            r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "accel_prof_create: cannot create trace_dir %.400s (%.300s: %s)", im->dir,
-                            failed[0] ? failed : im->dir, e == ENOTDIR ? "exists and is not a directory" : strerror(e));
+            r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "accel_prof_create: cannot create trace_dir %.400s (%.300s: %s)",
+                            im->dir, failed[0] ? failed : im->dir,
+                            e == ENOTDIR ? "exists and is not a directory" : strerror(e));
             accel_prof_destroy(p);
             return r;
         }
@@ -585,9 +598,11 @@ ACCEL__DEF accel_result accel_prof_range_id(accel_prof *p, const char *name, int
     if (!name || !id) return ACCEL__FAIL(p->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_prof_range_id: name or id is NULL");
     n = strlen(name);
     if (n == 0 || n > 200)
-        return ACCEL__FAIL(p->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_prof_range_id: a name is 1..200 bytes (got %zu)", n);
+        return ACCEL__FAIL(p->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_prof_range_id: a name is 1..200 bytes (got %zu)",
+                           n);
     if (!accel__utf8_valid((const unsigned char *)name, n, &bad))
-        return ACCEL__FAIL(p->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_prof_range_id: name is not UTF-8 (byte %zu)", bad);
+        return ACCEL__FAIL(p->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_prof_range_id: name is not UTF-8 (byte %zu)",
+                           bad);
     for (i = 0; i < p->impl->nnames; ++i)
         if (!strcmp(p->impl->names[i], name)) { *id = i; return ACCEL_OK; }
     return accel__prof_add_name(p, name, id);
@@ -942,7 +957,13 @@ static void accel__prof_stats_of(accel_prof *p, int id, accel_prof_stats *s) {
         else if (id == ACCEL_PROF_OTHER) { v = step_us - row->top; if (v < 0) v = 0; seen = 1; calls = 1; }
         else {
             for (k = row->first; k < row->first + row->n; ++k)
-                if (im->ents[k].id == id) { v = im->ents[k].host; dv = im->ents[k].dev; calls = im->ents[k].calls; seen = 1; break; }
+                if (im->ents[k].id == id) {
+                    v = im->ents[k].host;
+                    dv = im->ents[k].dev;
+                    calls = im->ents[k].calls;
+                    seen = 1;
+                    break;
+                }
         }
         s->total_ms += v * 1e-3;
         dev_total += dv * 1e-3;
@@ -993,7 +1014,8 @@ ACCEL__DEF accel_result accel_prof_print_table(accel_prof *p, FILE *out) {
     accel__prof_settle(p);
     accel__prof_dev_sums(p);
     accel__sb_init(&b, p->acc);
-    accel__sb_printf(&b, "accel profile (rank %d): %lld recorded steps (", p->acc->process_index, (long long)p->recorded_steps);
+    accel__sb_printf(&b, "accel profile (rank %d): %lld recorded steps (", p->acc->process_index,
+                     (long long)p->recorded_steps);
     if (p->step > 0) accel__sb_printf(&b, "steps 0-%lld", (long long)(p->step - 1));
     else accel__sb_printf(&b, "no step ended yet"); /* not "steps 0-0": that would claim one step */
     if (im->desc.active > 0)
@@ -1028,8 +1050,9 @@ static void accel__prof_event(accel__sb *b, const char *name, const char *cat, d
                               int64_t step) {
     accel__sb_puts(b, ",\n{\"name\":");
     accel__sb_json_str(b, name, strlen(name), 0);
-    accel__sb_printf(b, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{\"step\":%lld}}",
-                     cat, ts, dur < 0 ? 0.0 : dur, pid, tid, (long long)step);
+    accel__sb_printf(
+        b, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{\"step\":%lld}}", cat,
+        ts, dur < 0 ? 0.0 : dur, pid, tid, (long long)step);
 }
 
 /* This rank's events (each preceded by ",\n"), times shifted by offset_us. */
@@ -1038,14 +1061,18 @@ static void accel__prof_events_json(accel_prof *p, accel__sb *b, double offset_u
     int pid = p->acc->process_index;
     size_t i, row = 0, nrecs = ACCEL__PROF_N(im->recs), nrows = ACCEL__PROF_N(im->rows);
     char nm[48];
-    accel__sb_printf(b, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}",
+    accel__sb_printf(b,
+                     ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}",
                      pid, pid);
-    accel__sb_printf(b, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
-                     pid, pid);
-    accel__sb_printf(b, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"host\"}}", pid);
+    accel__sb_printf(
+        b, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}", pid,
+        pid);
+    accel__sb_printf(b, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"host\"}}",
+                     pid);
     if (p->device_timing)
-        accel__sb_printf(b, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"cuda stream\"}}",
-                         pid);
+        accel__sb_printf(
+            b, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"cuda stream\"}}",
+            pid);
     /* host: the step spans and the ranges, merged in begin order (a step starts before its ranges) */
     for (i = 0; i <= nrecs; ++i) {
         const accel__prof_rec *R = i < nrecs ? &im->recs[i] : NULL;
@@ -1067,12 +1094,14 @@ static void accel__prof_events_json(accel_prof *p, accel__sb *b, double offset_u
 
 static void accel__prof_other_data(accel_prof *p, accel__sb *b, int merged, int nprocs, double start_us) {
     const accel_prof_desc *d = &p->impl->desc;
-    accel__sb_printf(b, "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"accel_version\":\"%s\",", accel_version_string());
+    accel__sb_printf(b, "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"accel_version\":\"%s\",",
+                     accel_version_string());
     if (merged) accel__sb_printf(b, "\"merged\":true,\"num_processes\":%d,", nprocs);
     else
-        accel__sb_printf(b, "\"rank\":%d,\"num_processes\":%d,\"steps\":%lld,\"recorded_steps\":%lld,\"dropped_ranges\":%lld,",
-                         p->acc->process_index, p->acc->num_processes, (long long)p->step, (long long)p->recorded_steps,
-                         (long long)p->dropped_ranges);
+        accel__sb_printf(
+            b, "\"rank\":%d,\"num_processes\":%d,\"steps\":%lld,\"recorded_steps\":%lld,\"dropped_ranges\":%lld,",
+            p->acc->process_index, p->acc->num_processes, (long long)p->step, (long long)p->recorded_steps,
+            (long long)p->dropped_ranges);
     accel__sb_printf(b, "\"start_unix_us\":%.3f,\"schedule\":{\"wait\":%d,\"warmup\":%d,\"active\":%d,\"repeat\":%d,"
                      "\"skip_first\":%d}}}\n", start_us, d->wait, d->warmup, d->active, d->repeat, d->skip_first);
 }
@@ -1124,8 +1153,8 @@ ACCEL__DEF accel_result accel_prof_merge_trace(accel_prof *p, const char *path) 
     if (acc->process_index == 0) {
         if (path && *path) {
             if (strlen(path) >= ACCEL_PROF_PATH_CAPACITY)
-                local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_prof_merge_trace: path longer than %d bytes",
-                                    ACCEL_PROF_PATH_CAPACITY - 1);
+                local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                    "accel_prof_merge_trace: path longer than %d bytes", ACCEL_PROF_PATH_CAPACITY - 1);
             else accel__fmt(target, sizeof target, "%s", path);
         } else if (p->impl->desc.trace_dir) {
             accel__fmt(target, sizeof target, "%s/profile_merged.json", p->impl->desc.trace_dir);

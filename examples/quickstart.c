@@ -15,6 +15,7 @@
 #include "accel_amp.h"
 #include "accel_ckpt.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_data.h"
 #include "accel_optim.h"
 
@@ -84,7 +85,7 @@ static int run(int argc, char **argv, model *m) {
     accel_data_shard sh;
     accel_data_shard_desc dd = {0};
     accel_coll *coll = NULL;
-    accel_coll_reducer *red = NULL;
+    accel_ddp *red = NULL;
     accel_amp_scaler sc;
     accel_amp_scaler_desc scd = {0};
     accel_optim *opt = NULL;
@@ -130,8 +131,8 @@ static int run(int argc, char **argv, model *m) {
     dd.dataset_len = N; dd.batch_size = B; dd.shuffle = 1; dd.seed = 42;
     CHECK(accel_data_shard_init(&acc, &sh, &dd));          /* collective: ranks must agree on the config */
     CHECK(accel_coll_create(&acc, NULL, &coll));
-    CHECK(accel_coll_reducer_create(coll, NULL, &red));
-    CHECK(accel_coll_reducer_add(red, grads, 1));
+    CHECK(accel_ddp_create(coll, NULL, &red));
+    CHECK(accel_ddp_add(red, grads, 1));
     scd.growth_interval = 7;                                /* let the scale move, so its state matters */
     CHECK(accel_amp_scaler_init(&acc, &sc, &scd));          /* scales only in fp16 */
     od.algorithm = ACCEL_OPTIM_ADAMW; od.lr = 0.2; od.weight_decay = 0.01;
@@ -162,7 +163,7 @@ static int run(int argc, char **argv, model *m) {
         while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) {    /* n == 0: the epoch is over */
             accel_accumulate_begin(&acc);                                     /* sets acc.sync_gradients */
             loss = forward_backward(m, idx, n, accel_amp_loss_scale(&sc) / accel_loss_divisor(&acc));
-            if (accel_should_reduce(&acc)) CHECK(accel_coll_reducer_wait(red));    /* DDP all-reduce (average) */
+            if (accel_should_reduce(&acc)) CHECK(accel_ddp_wait(red));    /* DDP all-reduce (average) */
             if (acc.sync_gradients) {
                 int found_inf = 0;
                 CHECK(accel_amp_unscale_and_check(&sc, grads, 1, &found_inf));   /* every rank agrees */
@@ -194,7 +195,7 @@ static int run(int argc, char **argv, model *m) {
     }
     accel_ckpt_destroy(ck);
     accel_optim_destroy(opt);
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     accel_coll_destroy(coll);
     accel_data_shard_deinit(&sh);
     accel_shutdown(&acc);

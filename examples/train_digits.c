@@ -29,10 +29,12 @@
      Accelerate's examples.
 */
 #include "accel.h"
+#include "accel_ckpt.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
+#include "accel_zero.h"
 #include "accel_data.h"
 #include "accel_amp.h"
-#include "accel_ckpt.h"
 #include "accel_trackers.h"
 #include "accel_profile.h"
 #include "accel_optim.h"
@@ -252,20 +254,20 @@ static accel_result log_scalars(accel *acc, const opts *o, int64_t step, double 
 /* DDP's reducer: the four gradients are registered once; after backward each is marked ready in the order backward
    finishes them (fc2 first) and full buckets are all-reduced (averaged) right away. By default the reducer sees
    one contiguous fp32 buffer and does a single in-place all-reduce; --bucket-kb N forces N-KiB buckets. */
-static accel_result reduce_gradients(accel_coll_reducer *red) {
+static accel_result reduce_gradients(accel_ddp *red) {
     accel_result r;
     int k;
     for (k = 3; k >= 0; --k)
-        if ((r = accel_coll_grad_ready(red, k)) != ACCEL_OK) return r;
-    return accel_coll_reducer_wait(red);
+        if ((r = accel_ddp_grad_ready(red, k)) != ACCEL_OK) return r;
+    return accel_ddp_wait(red);
 }
 /* ZeRO: the same hand-over; stage 2 leaves each rank only its shard of the averaged gradients */
-static accel_result reduce_gradients_zero(accel_coll_zero *z) {
+static accel_result reduce_gradients_zero(accel_zero *z) {
     accel_result r;
     int k;
     for (k = 3; k >= 0; --k)
-        if ((r = accel_coll_zero_grad_ready(z, k)) != ACCEL_OK) return r;
-    return accel_coll_zero_wait(z);
+        if ((r = accel_zero_grad_ready(z, k)) != ACCEL_OK) return r;
+    return accel_zero_wait(z);
 }
 
 /* --------------------------------------------------------------------------------------------- evaluation */
@@ -382,8 +384,8 @@ int main(int argc, char **argv) {
     accel_tensor grads[4], params[4], moms[4];
     progress pg;
     accel_coll *coll = NULL;
-    accel_coll_reducer *red = NULL;
-    accel_coll_zero *zero = NULL;        /* --zero: the partition and its communication */
+    accel_ddp *red = NULL;
+    accel_zero *zero = NULL;        /* --zero: the partition and its communication */
     accel_optim *zopt = NULL;            /* --zero: SGD over this rank's shard */
     accel_tensor zgrads[4];              /* --zero: the gradients the optimizer reads (stage 2: the shard's) */
     accel_ckpt *ck = NULL;
@@ -489,7 +491,7 @@ int main(int argc, char **argv) {
     /* 3. collectives: the process group's communicator and the gradient reducer */
     {
         accel_coll_desc cdesc;
-        accel_coll_reducer_desc rd;
+        accel_ddp_desc rd;
         memset(&cdesc, 0, sizeof cdesc);
         cdesc.no_watchdog = o.no_watchdog;
         CHECK(accel_coll_create(&acc, &cdesc, &coll));
@@ -499,28 +501,28 @@ int main(int argc, char **argv) {
             rd.bucket_cap_mb = rd.first_bucket_mb = o.bucket_kb / 1024.0;
         }
         if (o.zero) {
-            accel_coll_zero_desc zd;
+            accel_zero_desc zd;
             accel_optim_desc od;
             accel_tensor zparams[4];
             memset(&zd, 0, sizeof zd);
             zd.stage = o.zero;
             zd.params = params; zd.grads = grads; zd.n = 4;
             zd.bucket_cap_mb = o.bucket_kb > 0 ? o.bucket_kb / 1024.0 : 0.0;
-            CHECK(accel_coll_zero_create(coll, &zd, &zero));
-            CHECK(accel_coll_zero_views(zero, params, 4, zparams));
-            CHECK(accel_coll_zero_grad_views(zero, zgrads, 4));
+            CHECK(accel_zero_create(coll, &zd, &zero));
+            CHECK(accel_zero_views(zero, params, 4, zparams));
+            CHECK(accel_zero_grad_views(zero, zgrads, 4));
             memset(&od, 0, sizeof od);
             od.algorithm = ACCEL_OPTIM_SGD;
             od.lr = o.lr > 0 ? o.lr : ACCEL_OPTIM_ZERO;
             od.momentum = o.momentum;
             od.weight_decay = o.weight_decay;
             od.params = zparams; od.grads = zgrads; od.nparams = 4;
-            od.index_offset = (uint64_t)accel_coll_zero_partition(zero)->begin;
+            od.index_offset = (uint64_t)accel_zero_get_partition(zero)->begin;
             CHECK(accel_optim_create(&acc, &od, &zopt));
         } else {
-            CHECK(accel_coll_reducer_create(coll, &rd, &red));
-            CHECK(accel_coll_reducer_add(red, grads, 4));
-            CHECK(accel_coll_reducer_finalize(red));
+            CHECK(accel_ddp_create(coll, &rd, &red));
+            CHECK(accel_ddp_add(red, grads, 4));
+            CHECK(accel_ddp_finalize(red));
         }
     }
 
@@ -607,7 +609,7 @@ int main(int argc, char **argv) {
             if (!found_inf && zero) { /* this rank's shard, then every rank's shard to every rank */
                 CHECK(accel_optim_set_lr(zopt, -1, lr));
                 CHECK(accel_optim_step(zopt, NULL));
-                CHECK(accel_coll_zero_gather(zero, params, 4));
+                CHECK(accel_zero_gather(zero, params, 4));
                 if (model_dtype != ACCEL_F32) {
                     CHECK(accel_amp_master_to_model(&acc, master, model16, model_dtype, shape.count, NULL));
                     CHECK(accel_amp_convert(&acc, model16, model_dtype, model, ACCEL_F32, shape.count, NULL));
@@ -705,9 +707,9 @@ fail:
     if (have_scaler) accel_amp_scaler_deinit(&scaler);
     accel_prof_destroy(prof);
     accel_ckpt_destroy(ck);
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     accel_optim_destroy(zopt);
-    accel_coll_zero_destroy(zero);
+    accel_zero_destroy(zero);
     accel_coll_destroy(coll);
     if (have_work) mlp_work_free(&work);
     if (model && model != master) accel_host_free(&acc, model);

@@ -61,8 +61,8 @@ def main():
     for e in range(E_MIN, E_MAX + 1):
         g = g_of(e)
         rows.append("{0x%016XU, 0x%016XU}" % (g >> 63, g & ((1 << 63) - 1)))
-    for i in range(0, len(rows), 3):
-        print("    " + ", ".join(rows[i:i + 3]) + ",")
+    for i in range(0, len(rows), 2):
+        print("    " + ", ".join(rows[i:i + 2]) + ",")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 #ifndef ACCEL_TEST_FS_H
 #define ACCEL_TEST_FS_H
 #include <dirent.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,14 +42,13 @@ static inline unsigned char *at_read_file(const char *path, size_t *n) {
     return b;
 }
 
-/* Writes dir/name with n bytes (best effort: the callers check what they read back). */
-static inline void at_write_file(const char *dir, const char *name, const void *b, size_t n) {
-    char p[4096];
-    FILE *f;
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    f = fopen(p, "wb");
-    if (!f) return;
-    if (n) (void)fwrite(b, 1, n, f);
+static inline int at_exists(const char *p) { struct stat st; return stat(p, &st) == 0; }
+static inline long at_file_size(const char *p) { struct stat st; return stat(p, &st) == 0 ? (long)st.st_size : -1; }
+/* Writes n bytes to path (created or truncated); reports a failure on stderr (the checks that follow then fail). */
+static inline void at_write_file(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) { perror(path); return; }
+    if (fwrite(b, 1, n, f) != n) perror(path);
     fclose(f);
 }
 #endif

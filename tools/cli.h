@@ -8,9 +8,9 @@
 void cli_put_json_str(FILE *f, const char *s);
 int cli_env(int argc, char **argv);
 int cli_shards(int argc, char **argv); /* cli_shards.c (accel_data.h) */
-int cli_ckpt(int argc, char **argv);   /* cli_ckpt.c (accel_ckpt.h): ls | verify | plan */
+int cli_ckpt(int argc, char **argv);   /* cli_ckpt.c (accel_safetensors.h, accel_ckpt.h): ls | verify | plan */
 int cli_size(int argc, char **argv);   /* cli_ckpt.c: size string → bytes */
-int cli_device_map(int argc, char **argv); /* cli_device_map.c (accel_ckpt.h): module sizes and device maps */
+int cli_device_map(int argc, char **argv); /* cli_device_map.c (accel_bigmodel.h): module sizes and device maps */
 int cli_launch(int argc, char **argv); /* cli_launch.c: torchrun-style launcher */
 int cli_config(int argc, char **argv); /* cli_launch.c: Accelerate's write_basic_config */
 #endif

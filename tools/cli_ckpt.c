@@ -1,4 +1,4 @@
-/* `accel ckpt ls|verify|plan` and `accel size` (accel_ckpt.h).
+/* `accel ckpt ls|verify|plan` and `accel size` (accel_safetensors.h, accel_ckpt.h).
      accel ckpt ls FILE|DIR        tensors (name, dtype, shape, bytes, offsets) and metadata of a safetensors file;
                                    for a directory: its index, its completion marker and every .safetensors in it
      accel ckpt verify DIR         completeness (marker, sizes) and XXH64 checksums of a checkpoint directory
@@ -6,6 +6,7 @@
                                    the save_model sharding plan as one JSON object, writing nothing
      accel size STRING             the byte count of a size string (docs/semantics.md policy 6)
    Exit codes: 0 ok, 1 failure (bad file, failed check), 2 usage error (including an invalid size). */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "cli.h"
 #include <dirent.h>
@@ -53,7 +54,7 @@ static void put_bytes(const char *s, size_t n) {
     }
 }
 
-static void print_shape(const accel_ckpt_entry *e) {
+static void print_shape(const accel_st_entry *e) {
     int d;
     printf("[");
     for (d = 0; d < e->ndim; ++d) printf("%s%lld", d ? ", " : "", (long long)e->shape[d]);
@@ -61,26 +62,26 @@ static void print_shape(const accel_ckpt_entry *e) {
 }
 
 static int ls_file(const char *path) {
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     int i;
     unsigned long long total = 0;
-    if (accel_ckpt_file_open(NULL, path, &f) != ACCEL_OK) {
+    if (accel_st_file_open(NULL, path, &f) != ACCEL_OK) {
         fprintf(stderr, "accel ckpt ls: %s\n", accel_last_error(NULL));
         return 1;
     }
-    printf("%s: %d tensors\n", path, accel_ckpt_file_count(f));
-    for (i = 0; i < accel_ckpt_file_metadata_count(f); ++i) {
+    printf("%s: %d tensors\n", path, accel_st_file_count(f));
+    for (i = 0; i < accel_st_file_metadata_count(f); ++i) {
         const char *k, *v;
         size_t kn = 0, vn = 0;
-        accel_ckpt_file_metadata(f, i, &k, &kn, &v, &vn);
+        accel_st_file_metadata(f, i, &k, &kn, &v, &vn);
         printf("  metadata ");
         put_bytes(k, kn);
         printf(" = ");
         put_bytes(v, vn);
         printf("\n");
     }
-    for (i = 0; i < accel_ckpt_file_count(f); ++i) {
-        const accel_ckpt_entry *e = accel_ckpt_file_entry(f, i);
+    for (i = 0; i < accel_st_file_count(f); ++i) {
+        const accel_st_entry *e = accel_st_file_entry(f, i);
         printf("  %-40s %-8s ", e->name, accel_dtype_name(e->dtype));
         print_shape(e);
         printf(" %llu bytes [%llu, %llu)\n", (unsigned long long)(e->end - e->begin), (unsigned long long)e->begin,
@@ -88,7 +89,7 @@ static int ls_file(const char *path) {
         total += e->end - e->begin;
     }
     printf("  total %llu bytes\n", total);
-    accel_ckpt_file_destroy(f);
+    accel_st_file_destroy(f);
     return 0;
 }
 
@@ -191,7 +192,7 @@ static int cmd_plan(int argc, char **argv) {
                 goto out;
             }
             *colon = 0;
-            if (accel_ckpt_parse_size(NULL, colon + 1, &sizes[n]) != ACCEL_OK) {
+            if (accel_parse_size(NULL, colon + 1, &sizes[n]) != ACCEL_OK) {
                 fprintf(stderr, "accel ckpt plan: tensor %s: %s\n", argv[i], accel_last_error(NULL));
                 goto out;
             }
@@ -201,11 +202,11 @@ static int cmd_plan(int argc, char **argv) {
         }
     }
     if (!size_str) { fprintf(stderr, "usage: accel ckpt plan --max-shard-size SIZE name:bytes ...\n"); goto out; }
-    if (accel_ckpt_parse_size(NULL, size_str, &max) != ACCEL_OK) {
+    if (accel_parse_size(NULL, size_str, &max) != ACCEL_OK) {
         fprintf(stderr, "accel ckpt plan: --max-shard-size: %s\n", accel_last_error(NULL));
         goto out;
     }
-    if (accel_ckpt_plan_shards(NULL, sizes, n, max, shard_of, shard_bytes, &ns) != ACCEL_OK) {
+    if (accel_st_plan_shards(NULL, sizes, n, max, shard_of, shard_bytes, &ns) != ACCEL_OK) {
         fprintf(stderr, "accel ckpt plan: %s\n", accel_last_error(NULL));
         rc = 1;
         goto out;
@@ -213,7 +214,7 @@ static int cmd_plan(int argc, char **argv) {
     for (i = 0; i < n; ++i) total += sizes[i];
     printf("{\"shards\": [");
     for (s = 0; s < ns; ++s) {
-        accel_ckpt_shard_name(s, ns, fname, sizeof fname);
+        accel_st_shard_name(s, ns, fname, sizeof fname);
         printf("%s{\"file\": \"%s\", \"tensors\": [", s ? ", " : "", fname);
         for (i = 0, first = 1; i < n; ++i) {
             if (shard_of[i] != s) continue;
@@ -231,7 +232,7 @@ static int cmd_plan(int argc, char **argv) {
         for (i = 0; i < n; ++i) {
             if (i) printf(", ");
             cli_put_json_str(stdout, sorted[i].name);
-            accel_ckpt_shard_name(sorted[i].shard, ns, fname, sizeof fname);
+            accel_st_shard_name(sorted[i].shard, ns, fname, sizeof fname);
             printf(": \"%s\"", fname);
         }
         printf("}}");
@@ -264,7 +265,7 @@ int cli_size(int argc, char **argv) {
     uint64_t v = 0;
     if (argc != 2) { fprintf(stderr, "usage: accel size STRING   (e.g. accel size 10GB)\n"); return 2; }
     accel_set_default_logger(quiet_log, NULL);
-    if (accel_ckpt_parse_size(NULL, argv[1], &v) != ACCEL_OK) {
+    if (accel_parse_size(NULL, argv[1], &v) != ACCEL_OK) {
         fprintf(stderr, "accel size: %s\n", accel_last_error(NULL));
         return 2;
     }

@@ -1,5 +1,5 @@
-/* `accel device-map` (accel_ckpt.h, docs/semantics.md §9): Accelerate's compute_module_sizes, get_balanced_memory and
-   infer_auto_device_map on a model description.
+/* `accel device-map` (accel_bigmodel.h, docs/semantics.md §9): Accelerate's compute_module_sizes,
+   get_balanced_memory and infer_auto_device_map on a model description.
      accel device-map --structure MODEL.json --max-memory 0=10GiB,1=10GiB,cpu=30GiB [--no-split Block,...]
                       [--dtype float16] [--balanced [--low-zero]] [--fallback-allocation] [--no-clean]
    prints one JSON object, as json.dumps prints it:
@@ -8,7 +8,7 @@
    does; --low-zero is "balanced_low_0"). Entries are in Accelerate's order; a device is a GPU number or "cpu",
    "disk", "mps"; sizes are bytes (a bool counts 1/8 byte: a fractional size prints as a decimal).
    Exit codes: 0 ok, 1 the model file cannot be read, 2 invalid input (the message is Accelerate's where it raises). */
-#include "accel_ckpt.h"
+#include "accel_bigmodel.h"
 #include "cli.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +32,7 @@ static void put_bytes(double b) {
 }
 static void put_device(int d, int as_key) {
     char nm[32];
-    accel_ckpt_device_name(d, nm, sizeof nm);
+    accel_bm_device_name(d, nm, sizeof nm);
     if (d >= 0 && !as_key) printf("%d", d);
     else printf("\"%s\"", nm);
 }
@@ -50,11 +50,11 @@ static int fail(int code, const char *what) {
 int cli_device_map(int argc, char **argv) {
     const char *structure = NULL, *max_memory = NULL, *no_split = NULL, *dtype = NULL;
     int balanced = 0, low_zero = 0, fallback = 0, no_clean = 0, i, n = 0, rc = 0;
-    accel_ckpt_model *m = NULL;
-    accel_ckpt_memory *mem = NULL, *bal = NULL;
-    accel_ckpt_size *sizes = NULL;
-    accel_ckpt_placement *map = NULL;
-    accel_ckpt_map_desc d;
+    accel_bm_model *m = NULL;
+    accel_bm_memory *mem = NULL, *bal = NULL;
+    accel_bm_size *sizes = NULL;
+    accel_bm_placement *map = NULL;
+    accel_bm_map_desc d;
     char *classes = NULL;
     const char **cls = NULL;
     int ncls = 0, nmem = 0, nsizes = 0, nmap = 0;
@@ -75,7 +75,7 @@ int cli_device_map(int argc, char **argv) {
     accel_set_default_logger(quiet_log, NULL);
     memset(&d, 0, sizeof d);
     if (dtype) {
-        d.dtype = accel_ckpt_dtype_from_torch(dtype);
+        d.dtype = accel_dtype_from_torch(dtype);
         if (d.dtype == ACCEL_DTYPE_INVALID) {
             const char *t = strncmp(dtype, "torch.", 6) ? dtype : dtype + 6;
             fprintf(stderr, "accel device-map: module 'torch' has no attribute '%s'\n", t);
@@ -99,11 +99,11 @@ int cli_device_map(int argc, char **argv) {
         d.no_split_module_classes = cls;
         d.n_no_split = ncls;
     }
-    r = accel_ckpt_parse_max_memory(NULL, max_memory, NULL, 0, &nmem);
+    r = accel_bm_parse_max_memory(NULL, max_memory, NULL, 0, &nmem);
     if (r != ACCEL_OK) { rc = fail(2, "--max-memory"); goto out; }
-    mem = (accel_ckpt_memory *)malloc(sizeof *mem * (size_t)(nmem + 1));
-    if (!mem || accel_ckpt_parse_max_memory(NULL, max_memory, mem, nmem, &nmem) != ACCEL_OK) { rc = fail(2, "--max-memory"); goto out; }
-    r = accel_ckpt_model_open(NULL, structure, &m);
+    mem = (accel_bm_memory *)malloc(sizeof *mem * (size_t)(nmem + 1));
+    if (!mem || accel_bm_parse_max_memory(NULL, max_memory, mem, nmem, &nmem) != ACCEL_OK) { rc = fail(2, "--max-memory"); goto out; }
+    r = accel_bm_model_open(NULL, structure, &m);
     if (r != ACCEL_OK) { rc = fail(r == ACCEL_ERR_IO || r == ACCEL_ERR_NOT_FOUND ? 1 : 2, NULL); goto out; }
     d.max_memory = mem;
     d.n_max_memory = nmem;
@@ -111,18 +111,18 @@ int cli_device_map(int argc, char **argv) {
     d.fallback_allocation = fallback;
     d.no_clean_result = no_clean;
     /* the sizes (with the dtype) */
-    if (accel_ckpt_module_sizes(m, &d, NULL, 0, &nsizes) != ACCEL_OK) { rc = fail(2, NULL); goto out; }
-    sizes = (accel_ckpt_size *)malloc(sizeof *sizes * (size_t)(nsizes + 1));
-    if (!sizes || accel_ckpt_module_sizes(m, &d, sizes, nsizes, &nsizes) != ACCEL_OK) { rc = fail(2, NULL); goto out; }
+    if (accel_bm_module_sizes(m, &d, NULL, 0, &nsizes) != ACCEL_OK) { rc = fail(2, NULL); goto out; }
+    sizes = (accel_bm_size *)malloc(sizeof *sizes * (size_t)(nsizes + 1));
+    if (!sizes || accel_bm_module_sizes(m, &d, sizes, nsizes, &nsizes) != ACCEL_OK) { rc = fail(2, NULL); goto out; }
     if (balanced) {
-        bal = (accel_ckpt_memory *)malloc(sizeof *bal * (size_t)(nmem + 1));
-        if (!bal || accel_ckpt_balanced_memory(m, &d, bal, nmem, &n) != ACCEL_OK) { rc = fail(2, NULL); goto out; }
+        bal = (accel_bm_memory *)malloc(sizeof *bal * (size_t)(nmem + 1));
+        if (!bal || accel_bm_balanced_memory(m, &d, bal, nmem, &n) != ACCEL_OK) { rc = fail(2, NULL); goto out; }
         d.max_memory = bal; /* device_map="balanced": infer_auto_device_map with the balanced max_memory */
         d.n_max_memory = n;
     }
-    if (accel_ckpt_infer_device_map(m, &d, NULL, 0, &nmap) != ACCEL_OK) { rc = fail(2, NULL); goto out; }
-    map = (accel_ckpt_placement *)malloc(sizeof *map * (size_t)(nmap + 1));
-    if (!map || accel_ckpt_infer_device_map(m, &d, map, nmap, &nmap) != ACCEL_OK) { rc = fail(2, NULL); goto out; }
+    if (accel_bm_infer_device_map(m, &d, NULL, 0, &nmap) != ACCEL_OK) { rc = fail(2, NULL); goto out; }
+    map = (accel_bm_placement *)malloc(sizeof *map * (size_t)(nmap + 1));
+    if (!map || accel_bm_infer_device_map(m, &d, map, nmap, &nmap) != ACCEL_OK) { rc = fail(2, NULL); goto out; }
     printf("{\"module_sizes\": {");
     for (i = 0; i < nsizes; ++i) {
         if (i) printf(", ");
@@ -152,7 +152,7 @@ int cli_device_map(int argc, char **argv) {
     }
     printf("]}\n");
 out:
-    accel_ckpt_model_destroy(m);
+    accel_bm_model_destroy(m);
     free(mem);
     free(bal);
     free(sizes);

@@ -209,19 +209,6 @@ static int launch_make_secret(char *out, size_t cap) {
 static volatile sig_atomic_t launch_signal = 0;
 static void launch_on_signal(int s) { launch_signal = s; }
 
-static int launch_free_port(void) {
-    struct sockaddr_in a;
-    socklen_t l = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 static double launch_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -517,7 +504,7 @@ int cli_launch(int argc, char **argv) {
         if (!c.run_id[0]) snprintf(c.run_id, sizeof c.run_id, "accel-launch-%s:%d", c.master_addr, c.master_port);
     } else {
         if (!c.master_addr[0]) snprintf(c.master_addr, sizeof c.master_addr, "127.0.0.1");
-        if (!c.master_port) c.master_port = launch_free_port();
+        if (!c.master_port) c.master_port = accel_free_port();
         if (!c.master_port) { fprintf(stderr, "accel launch: found no free TCP port\n"); return 1; }
         if (!c.run_id[0]) snprintf(c.run_id, sizeof c.run_id, "accel-launch-%ld-%ld", (long)getpid(), (long)time(NULL));
         /* one node: a fresh secret per job, unless the launcher was given one */

@@ -1,20 +1,24 @@
-/* accel_amp GPU benchmark (issue 13): every amp hot path over the GPT-2 124M gradient list (148 fp32 tensors,
+/* accel_amp GPU benchmark (issues 13, 27): every amp hot path over the GPT-2 124M gradient list (148 fp32 tensors,
    124,439,808 elements, 498 MB) and one flat 1 GiB buffer, timed with CUDA events (best of REPS), against, in the
    same run:
-     - the limit: cudaMemcpyAsync device-to-device (bytes read + written; a copy of B bytes moves 2·B), and for the
-       read-only norm a read-only reduction kernel (sum of squares, 16-byte loads: bytes read);
-     - PyTorch with CUDA when `import torch` works and torch.cuda.is_available() (torch_peer_gpu.py, same shapes):
-       torch._amp_foreach_non_finite_check_and_unscale_, Tensor.copy_ into bf16/fp16, torch.nn.utils.get_total_norm
-       (foreach) and clip_grad_norm_(foreach=True).
-   Bytes counted per element: unscale 8 (read + write fp32), fp32→16-bit 6, stochastic rounding 6, norm 4 (read),
-   clip_grad_norm 12 (norm pass read + scale pass read and write; its limit is the reduction + the copy).
-   Jobs: unscale_and_check (scale 2 and 0.5 alternating, static: the data stays finite), accel_amp_convert F32→BF16
-   and F32→F16, accel_amp_master_to_model BF16 with stochastic rounding, accel_amp_grad_norm (p = 2),
+     - the limits (bench_limits.cuh, each the best of a sweep, printed as limit_* lines next to cudaMemcpyAsync and the
+       nominal peak): read + write = the faster of cudaMemcpyAsync device-to-device and a 16-byte-vector copy kernel
+       (bytes read + written: a copy of B bytes moves 2B); read only = a 16-byte-vector sum-of-squares kernel (bytes
+       read), the limit of the norm; clip_grad_norm's limit is one read-only pass plus one copy pass;
+     - PyTorch with CUDA when `import torch` works with `python3` from PATH (ACCEL_BENCH_PYTHON overrides it) and
+       torch.cuda.is_available() (torch_peer_gpu.py, same shapes): torch._amp_foreach_non_finite_check_and_unscale_,
+       Tensor.copy_ into bf16/fp16, torch.nn.utils.get_total_norm (foreach) and clip_grad_norm_(foreach=True).
+   Bytes counted per element: unscale 8 (read + write fp32), fp32 -> 16-bit 6, stochastic rounding 6, norm 4 (read),
+   clip_grad_norm 12 (norm pass read + scale pass read and write).
+   Jobs: unscale_and_check (scale 2 and 0.5 alternating, static: the data stays finite), accel_amp_convert F32 -> BF16
+   and F32 -> F16, accel_amp_master_to_model BF16 with stochastic rounding, accel_amp_grad_norm (p = 2),
    accel_amp_clip_grad_norm (max_norm 1e30: coef clamps to 1, the data stays unchanged, the work is the same).
-   Exits 77 without a device. usage: bench_amp_gpu [TORCH_PEER_GPU_PY] [REPS] */
+   Every job is one JSON line against its limit with issue 27's goal (and issue 13's 0.97 for the conversions), and
+   one against torch where torch has the job. Exits 77 without a device. usage: bench_amp_gpu [TORCH_PEER_GPU_PY] [REPS] */
 #include "accel.h"
 #include "accel_amp.h"
 #include "../gpu_bench.h"
+#include "bench_limits.cuh"
 
 static accel_tensor tens(const char *name, void *p, accel_dtype dt, int64_t n) {
     accel_tensor t;
@@ -38,7 +42,8 @@ int main(int argc, char **argv) {
     accel_tensor g[GB_NT], flat;
     float *gbuf, *cbuf, *fbuf, *fcopy, *red;
     uint16_t *h16, *hflat;
-    double t_copy, t_copy_f, t_red, t_un, t_un_f, t_bf, t_bf_f, t_fp16, t_sr, t_norm, t_clip, norm = 0;
+    double t_un, t_un_f, t_bf, t_bf_f, t_fp16, t_sr, t_norm, t_clip, norm = 0, memcpy_gbs, memcpy_f_gbs;
+    bl_best copy_best, copy_f_best, read_best, read_f_best;
     char peer[2048], args[64], prm[256];
     int have_peer, found = 0;
     cudaStream_t st;
@@ -83,10 +88,14 @@ int main(int argc, char **argv) {
     ACK(accel_amp_clip_grad_norm(&acc, g, GB_NT, 1e30, 2.0, 0, &norm));
     GB_CK(cudaStreamSynchronize(st));
 
-    /* limits */
-    GB_TIME(t_copy, st, reps, GB_CK(cudaMemcpyAsync(cbuf, gbuf, 4 * (size_t)n, cudaMemcpyDeviceToDevice, st)));
-    GB_TIME(t_copy_f, st, reps, GB_CK(cudaMemcpyAsync(fcopy, fbuf, GB_FLAT_BYTES, cudaMemcpyDeviceToDevice, st)));
-    GB_TIME(t_red, st, reps, gb_sumsq(gbuf, (size_t)n, red, st));
+    /* limits: the best of cudaMemcpyAsync and the swept kernels (bench_limits.cuh) */
+    memcpy_gbs = bl_memcpy_gbs(cbuf, gbuf, 4 * (size_t)n, st, reps);
+    copy_best = bl_copy_best(cbuf, gbuf, 4 * (size_t)n, st, reps);
+    read_best = bl_read_best(gbuf, 4 * (size_t)n, red, st, reps);
+    memcpy_f_gbs = bl_memcpy_gbs(fcopy, fbuf, GB_FLAT_BYTES, st, reps);
+    copy_f_best = bl_copy_best(fcopy, fbuf, GB_FLAT_BYTES, st, reps);
+    read_f_best = bl_read_best(fbuf, GB_FLAT_BYTES, red, st, reps);
+    GB_CK(cudaStreamSynchronize(st));
     /* accel */
     /* unscale: an update between calls (not timed); two scalers alternate 2 and 0.5 so the data stays put */
     t_un = 1e30;
@@ -116,26 +125,33 @@ int main(int argc, char **argv) {
     snprintf(args, sizeof args, "%d", reps);
     have_peer = gb_run_peer(peer_py, args, peer, sizeof peer);
     {
-        double nb = (double)n, copy_gbs = 8.0 * nb * 1e-9 / t_copy, copy_f_gbs = 2.0 * GB_FLAT_BYTES * 1e-9 / t_copy_f;
-        double red_gbs = 4.0 * nb * 1e-9 / t_red;
-        double clip_limit_s = t_red + t_copy; /* one read-only pass + one read-write pass */
+        double nb = (double)n;
+        double copy_gbs = copy_best.gbs > memcpy_gbs ? copy_best.gbs : memcpy_gbs;
+        double copy_f_gbs = copy_f_best.gbs > memcpy_f_gbs ? copy_f_best.gbs : memcpy_f_gbs;
+        double red_gbs = read_best.gbs;
+        double clip_limit_s = 4.0 * nb * 1e-9 / red_gbs + 8.0 * nb * 1e-9 / copy_gbs; /* a read pass + a copy pass */
         const char *ln = "\"tensors\": 148, \"elements\": 124439808, \"shapes\": \"GPT-2 124M gradients\"";
+        const char *cn = "copy limit: max(cudaMemcpyAsync D2D, 16-byte copy kernel)";
+        bl_print_limits("\"bytes\": 497759232, \"shapes\": \"the GPT-2 list's storage\"", gb_device_name(), memcpy_gbs,
+                        copy_best, read_best);
+        bl_print_limits("\"bytes\": 1073741824", gb_device_name(), memcpy_f_gbs, copy_f_best, read_f_best);
         snprintf(prm, sizeof prm, "%s, \"counted\": \"8 B/element; copy 8\"", ln);
-        gb_line("unscale_and_check_gpu", prm, "GB/s", 8.0 * nb * 1e-9 / t_un, copy_gbs, "cudaMemcpyAsync D2D", 0.95);
+        gb_line("unscale_and_check_gpu", prm, "GB/s", 8.0 * nb * 1e-9 / t_un, copy_gbs, cn, 0.95);
         snprintf(prm, sizeof prm, "\"tensors\": 1, \"bytes\": %zu, \"counted\": \"8 B/element; copy 8\"", GB_FLAT_BYTES);
-        gb_line("unscale_and_check_gpu", prm, "GB/s", 8.0 * nf * 1e-9 / t_un_f, copy_f_gbs, "cudaMemcpyAsync D2D", 0.95);
+        gb_line("unscale_and_check_gpu", prm, "GB/s", 8.0 * nf * 1e-9 / t_un_f, copy_f_gbs, cn, 0.95);
         snprintf(prm, sizeof prm, "\"tensors\": 1, \"elements\": %lld, \"counted\": \"6 B/element; copy 8\"", (long long)n);
-        gb_line("fp32_to_bf16_gpu", prm, "GB/s", 6.0 * nb * 1e-9 / t_bf, copy_gbs, "cudaMemcpyAsync D2D", 0.97);
-        gb_line("fp32_to_fp16_gpu", prm, "GB/s", 6.0 * nb * 1e-9 / t_fp16, copy_gbs, "cudaMemcpyAsync D2D", 0.97);
+        gb_line("fp32_to_bf16_gpu", prm, "GB/s", 6.0 * nb * 1e-9 / t_bf, copy_gbs, cn, 0.97);
+        gb_line("fp32_to_fp16_gpu", prm, "GB/s", 6.0 * nb * 1e-9 / t_fp16, copy_gbs, cn, 0.97);
         snprintf(prm, sizeof prm, "\"tensors\": 1, \"bytes\": %zu, \"counted\": \"6 B/element; copy 8\"", GB_FLAT_BYTES);
-        gb_line("fp32_to_bf16_gpu", prm, "GB/s", 6.0 * nf * 1e-9 / t_bf_f, copy_f_gbs, "cudaMemcpyAsync D2D", 0.97);
+        gb_line("fp32_to_bf16_gpu", prm, "GB/s", 6.0 * nf * 1e-9 / t_bf_f, copy_f_gbs, cn, 0.97);
         snprintf(prm, sizeof prm, "\"tensors\": 1, \"elements\": %lld, \"counted\": \"6 B/element; copy 8\"", (long long)n);
-        gb_line("master_to_model_bf16_sr_gpu", prm, "GB/s", 6.0 * nb * 1e-9 / t_sr, copy_gbs, "cudaMemcpyAsync D2D", 0.9);
+        gb_line("master_to_model_bf16_sr_gpu", prm, "GB/s", 6.0 * nb * 1e-9 / t_sr, copy_gbs, cn, 0.95);
         snprintf(prm, sizeof prm, "%s, \"norm_type\": 2, \"counted\": \"4 B/element read\"", ln);
-        gb_line("grad_norm_gpu", prm, "GB/s", 4.0 * nb * 1e-9 / t_norm, red_gbs, "read-only sum-of-squares kernel", 0.85);
-        snprintf(prm, sizeof prm, "%s, \"norm_type\": 2, \"counted\": \"12 B/element; limit = reduction + copy\"", ln);
+        gb_line("grad_norm_gpu", prm, "GB/s", 4.0 * nb * 1e-9 / t_norm, red_gbs,
+                "read limit: 16-byte sum-of-squares kernel", 0.90);
+        snprintf(prm, sizeof prm, "%s, \"norm_type\": 2, \"counted\": \"12 B/element; limit = read pass + copy pass\"", ln);
         gb_line("clip_grad_norm_gpu", prm, "GB/s", 12.0 * nb * 1e-9 / t_clip, 12.0 * nb * 1e-9 / clip_limit_s,
-                "read-only reduction + cudaMemcpyAsync D2D", 0.85);
+                "read limit + copy limit", 0.90);
         if (have_peer) {
             struct { const char *bench, *key, *name; double t, bytes_per; double goal; } rows[] = {
                 {"unscale_and_check_gpu", "unscale_s", "torch._amp_foreach_non_finite_check_and_unscale_", t_un, 8, 1.0},

@@ -1,15 +1,19 @@
-/* accel_amp fp8 GPU benchmark: the fused cast + amax (accel_amp_fp8_quantize, fp32 → E4M3 with a scale, the amax kept
-   on the device) over BYTES of fp32 (default 256 MiB), against a device-to-device copy of the bytes it moves and
-   against PyTorch's x.to(torch.float8_e4m3fn) + x.abs().amax() (torch_fp8_peer.py, when torch has CUDA), all in the
-   same run. Bandwidth counts bytes read + written: the cast reads B and writes B/4; a copy of 0.625·B moves the same.
-   The reverse (dequantize E4M3 → fp32) against the same copy. CUDA events, best of REPS. Exits 77 without a device.
-   usage: bench_fp8_gpu TORCH_PEER_PY [BYTES] [REPS] */
+/* accel_amp fp8 GPU benchmark (issues 17, 27): the fused cast + amax (accel_amp_fp8_quantize, fp32 -> E4M3 with a
+   scale, the amax kept on the device) and the dequantize (E4M3 -> fp32 times scale_inv) over BYTES of fp32 (default
+   256 MiB), in the same run against:
+     - the copy limit of the bytes they move (bench_limits.cuh: the faster of cudaMemcpyAsync device-to-device and a
+       16-byte-vector copy kernel swept over depth and grid; printed as limit_* lines with the nominal peak). Bandwidth
+       counts bytes read + written: the cast reads B and writes B/4, a copy of 0.625 B moves the same;
+     - PyTorch (torch_fp8_peer.py with `python3` from PATH, when torch has CUDA and float8):
+       x.to(torch.float8_e4m3fn) + x.abs().amax() for the cast, y.to(torch.float32) * scale_inv for the dequantize.
+   CUDA events, best of REPS. Exits 77 without a device. usage: bench_fp8_gpu TORCH_PEER_PY [BYTES] [REPS] */
 #include "accel.h"
 #include "accel_amp.h"
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "bench_limits.cuh"
 
 static void line(const char *bench, size_t bytes, const char *dev, double accel_gbs, double ref_gbs, const char *ref_name,
                  double goal, const char *extra) {
@@ -25,7 +29,9 @@ int main(int argc, char **argv) {
     size_t bytes = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : ((size_t)256 << 20);
     int reps = argc > 3 ? atoi(argv[3]) : 20, r, count = 0;
     size_t n = bytes / 4, cbytes = (bytes / 8) * 5;
-    double moved = 1.25 * (double)bytes * 1e-9, best_q = 1e30, best_d = 1e30, best_c = 1e30, t_torch = 0;
+    double moved = 1.25 * (double)bytes * 1e-9, best_q = 1e30, best_d = 1e30, best_c = 1e30, t_torch = 0, t_torch_d = 0;
+    double memcpy_gbs, copy_gbs;
+    bl_best copy_best, read_best;
     float *x, *back, ms;
     unsigned char *q, *c1, *c2;
     accel acc;
@@ -86,6 +92,11 @@ int main(int argc, char **argv) {
         CK(cudaEventElapsedTime(&ms, e0, e1));
         if (r >= 2 && ms * 1e-3 < best_d) best_d = ms * 1e-3;
     }
+    /* the limits: cudaMemcpyAsync (timed with the jobs above) vs the swept copy kernel, and the read limit */
+    memcpy_gbs = moved / best_c;
+    copy_best = bl_copy_best(c2, c1, cbytes, (cudaStream_t)acc.stream, reps);
+    read_best = bl_read_best(x, bytes, back, (cudaStream_t)acc.stream, reps);
+    copy_gbs = copy_best.gbs > memcpy_gbs ? copy_best.gbs : memcpy_gbs;
     if (accel_amp_fp8_update(&f) != ACCEL_OK || f.amax_history[f.amax_history_len - 1] != 2.0f) {
         fprintf(stderr, "amax %g, expected 2 (%s)\n", (double)f.amax_history[f.amax_history_len - 1], accel_last_error(&acc));
         return 1;
@@ -98,19 +109,32 @@ int main(int argc, char **argv) {
         if (p) {
             if (fgets(out, sizeof out, p)) {
                 const char *a = strstr(out, "\"cast_amax_s\": "), *v = strstr(out, "\"torch\": \"");
+                const char *dq = strstr(out, "\"dequantize_s\": ");
                 if (a) t_torch = atof(a + 15);
+                if (dq) t_torch_d = atof(dq + 16);
                 if (v) { size_t k = 0; v += 10; while (v[k] && v[k] != '"' && k < sizeof tv - 1) { tv[k] = v[k]; ++k; } tv[k] = 0; }
             }
             pclose(p);
         }
     }
-    line("fp8_cast_amax_e4m3", bytes, prop.name, moved / best_q, moved / best_c, "device-copy", 0.9, "");
-    line("fp8_dequantize_e4m3", bytes, prop.name, moved / best_d, moved / best_c, "device-copy", 0.9, "");
+    {
+        char what[64];
+        snprintf(what, sizeof what, "\"bytes\": %zu", cbytes);
+        bl_print_limits(what, prop.name, memcpy_gbs, copy_best, read_best);
+    }
+    line("fp8_cast_amax_e4m3", bytes, prop.name, moved / best_q, copy_gbs,
+         "copy limit: max(cudaMemcpyAsync D2D, 16-byte copy kernel)", 0.9, "");
+    line("fp8_dequantize_e4m3", bytes, prop.name, moved / best_d, copy_gbs,
+         "copy limit: max(cudaMemcpyAsync D2D, 16-byte copy kernel)", 0.9, "");
     if (t_torch > 0) {
         snprintf(extra, sizeof extra, ", \"torch\": \"%s\", \"torch_op\": \"x.to(float8_e4m3fn); x.abs().amax()\"", tv);
         line("fp8_cast_amax_e4m3", bytes, prop.name, moved / best_q, moved / t_torch, "torch-cuda", 1.0, extra);
     } else {
-        fprintf(stderr, "bench_fp8_gpu: python3 with CUDA torch and float8 not available: torch line skipped\n");
+        fprintf(stderr, "bench_fp8_gpu: python3 with CUDA torch and float8 not available: torch lines skipped\n");
+    }
+    if (t_torch_d > 0) {
+        snprintf(extra, sizeof extra, ", \"torch\": \"%s\", \"torch_op\": \"y.to(float32) * scale_inv\"", tv);
+        line("fp8_dequantize_e4m3", bytes, prop.name, moved / best_d, moved / t_torch_d, "torch-cuda", 1.0, extra);
     }
     accel_amp_fp8_deinit(&f);
     cudaFree(x); cudaFree(back); cudaFree(q); cudaFree(c1); cudaFree(c2);

@@ -3,6 +3,7 @@
      bench_ckpt [BYTES]   default 1 GiB in 16 F32 tensors; files go to $ACCEL_BENCH_DIR (default: the cwd)
    Load is compared like with like: both read into the same user buffers; "warm" = both files in the page cache,
    "cold" = both dropped from it with posix_fadvise(DONTNEED) after fsync (clean pages) right before reading. */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include <fcntl.h>
 #include <stdio.h>
@@ -56,10 +57,10 @@ static void drop_cache(const char *path) {
 }
 static double acc_load(const char *path, accel_tensor *dst) {
     double t0 = accel_now();
-    accel_ckpt_file *f = NULL;
-    if (accel_ckpt_file_open(NULL, path, &f) != ACCEL_OK) die("accel_ckpt_file_open");
-    if (accel_ckpt_file_load_all(f, dst, NT) != ACCEL_OK) die("load_all");
-    accel_ckpt_file_destroy(f);
+    accel_st_file *f = NULL;
+    if (accel_st_file_open(NULL, path, &f) != ACCEL_OK) die("accel_st_file_open");
+    if (accel_st_file_load_all(f, dst, NT) != ACCEL_OK) die("load_all");
+    accel_st_file_destroy(f);
     return accel_now() - t0;
 }
 static void line(const char *bench, const char *params, double bytes, double t_acc, double t_ref, const char *ref_name, double goal) {
@@ -110,7 +111,7 @@ int main(int argc, char **argv) {
         double t0;
         if (rep & 1) tr_s = mn(tr_s, ref_write(pr, src, each));
         t0 = accel_now();
-        if (accel_ckpt_save_safetensors(NULL, pa, ts, NT, NULL, 0) != ACCEL_OK) die("save");
+        if (accel_st_save(NULL, pa, ts, NT, NULL, 0) != ACCEL_OK) die("save");
         ta_s = mn(ta_s, accel_now() - t0);
         if (!(rep & 1)) tr_s = mn(tr_s, ref_write(pr, src, each));
     }

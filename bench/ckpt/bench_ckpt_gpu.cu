@@ -1,5 +1,5 @@
-/* accel_ckpt GPU benchmark (issue 13): safetensors save from device memory (accel_ckpt_save_safetensors: atomic,
-   fsync'd) and load into device memory (accel_ckpt_file_open + accel_ckpt_file_load_all, page cache warm), for the
+/* accel_ckpt GPU benchmark (issue 13): safetensors save from device memory (accel_st_save: atomic,
+   fsync'd) and load into device memory (accel_st_file_open + accel_st_file_load_all, page cache warm), for the
    GPT-2 124M parameter list (148 fp32 tensors, 497,759,232 bytes) and one flat 1 GiB tensor, timed by the host clock
    (best of REPS, load followed by a device synchronize), against PyTorch in the same run when torch has CUDA
    (torch_peer_gpu.py, same shapes, same directory): safetensors.torch.save_file + fsync and torch.save + fsync;
@@ -8,7 +8,7 @@
    parser reads). Goal: load ≥ 1.0 × safetensors.torch; save is reported against both peers.
    Exits 77 without a device. usage: bench_ckpt_gpu [TORCH_PEER_GPU_PY] [REPS] [DIR] */
 #include "accel.h"
-#include "accel_ckpt.h"
+#include "accel_safetensors.h"
 #include "../gpu_bench.h"
 #include <time.h>
 #include <unistd.h>
@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/accel_%s.safetensors", dir, tag);
         for (r = 0; r < reps; ++r) {
             double t0 = wall();
-            if (accel_ckpt_save_safetensors(&acc, path, ts, nt, NULL, 0) != ACCEL_OK) {
+            if (accel_st_save(&acc, path, ts, nt, NULL, 0) != ACCEL_OK) {
                 fprintf(stderr, "save: %s\n", accel_last_error(&acc));
                 return 1;
             }
@@ -77,14 +77,14 @@ int main(int argc, char **argv) {
             if (t0 < best_save) best_save = t0;
         }
         for (r = 0; r < reps + 1; ++r) { /* the first load warms the page cache and is not counted */
-            accel_ckpt_file *f = NULL;
+            accel_st_file *f = NULL;
             double t0 = wall();
-            if (accel_ckpt_file_open(&acc, path, &f) != ACCEL_OK || accel_ckpt_file_load_all(f, ts, nt) != ACCEL_OK) {
+            if (accel_st_file_open(&acc, path, &f) != ACCEL_OK || accel_st_file_load_all(f, ts, nt) != ACCEL_OK) {
                 fprintf(stderr, "load: %s\n", accel_last_error(&acc));
                 return 1;
             }
             GB_CK(cudaDeviceSynchronize());
-            accel_ckpt_file_destroy(f);
+            accel_st_file_destroy(f);
             t0 = wall() - t0;
             if (r > 0 && t0 < best_load) best_load = t0;
         }

@@ -15,6 +15,7 @@
    0.5, 1 and 2) and ACCEL_BENCH_OVERLAP_REPS (best of, default 3) tune part 4. */
 #include "accel.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,8 +145,8 @@ static void gpt2(void) {
     float *g[160], *flat;
     accel_tensor gt[160];
     accel_coll *c;
-    accel_coll_reducer *red, *redf;
-    accel_coll_reducer_desc rd;
+    accel_ddp *red, *redf;
+    accel_ddp_desc rd;
     double best_b = 1e30, best_t = 1e30, best_f = 1e30, t0, bytes;
     char params[200], extra[160];
     accel_coll_create(&acc, NULL, &c);
@@ -158,18 +159,18 @@ static void gpt2(void) {
     bytes = (double)total * 4;
     memset(&rd, 0, sizeof rd);
     rd.flat = ACCEL_OFF;
-    accel_coll_reducer_create(c, &rd, &red);
+    accel_ddp_create(c, &rd, &red);
     for (t = 0; t < nt; ++t) gt[t] = f32_vector(g[t], sz[t]);
-    accel_coll_reducer_add(red, gt, nt);
-    accel_coll_reducer_finalize(red);
+    accel_ddp_add(red, gt, nt);
+    accel_ddp_finalize(red);
     /* warm-up both paths once */
-    accel_coll_reducer_wait(red);
+    accel_ddp_wait(red);
     for (t = 0; t < nt; ++t) accel_coll_all_reduce(c, g[t], g[t], sz[t], ACCEL_F32, ACCEL_COLL_AVG);
     for (rep = 0; rep < reps; ++rep) {
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = accel_now();
-        for (t = nt - 1; t >= 0; --t) accel_coll_grad_ready(red, t); /* backward order */
-        if (accel_coll_reducer_wait(red) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); MPI_Abort(MPI_COMM_WORLD, 1); }
+        for (t = nt - 1; t >= 0; --t) accel_ddp_grad_ready(red, t); /* backward order */
+        if (accel_ddp_wait(red) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); MPI_Abort(MPI_COMM_WORLD, 1); }
         t0 = max_time(accel_now() - t0);
         if (t0 < best_b) best_b = t0;
         MPI_Barrier(MPI_COMM_WORLD);
@@ -178,8 +179,8 @@ static void gpt2(void) {
         t0 = max_time(accel_now() - t0);
         if (t0 < best_t) best_t = t0;
     }
-    if (R == 0) fprintf(stderr, "gpt2: %d tensors, %zu params, %d buckets\n", nt, total, accel_coll_reducer_num_buckets(red));
-    accel_coll_reducer_destroy(red);
+    if (R == 0) fprintf(stderr, "gpt2: %d tensors, %zu params, %d buckets\n", nt, total, accel_ddp_num_buckets(red));
+    accel_ddp_destroy(red);
     for (t = 0; t < nt; ++t) free(g[t]);
     /* flat: the same tensors as views of one buffer (llm.c layout) */
     flat = (float *)malloc(total * 4);
@@ -187,19 +188,19 @@ static void gpt2(void) {
         size_t i;
         for (i = 0; i < total; ++i) flat[i] = 1.0f;
     }
-    accel_coll_reducer_create(c, NULL, &redf);
+    accel_ddp_create(c, NULL, &redf);
     for (t = 0, off = 0; t < nt; ++t) { gt[t] = f32_vector(flat + off, sz[t]); off += sz[t]; }
-    accel_coll_reducer_add(redf, gt, nt);
-    accel_coll_reducer_wait(redf);
+    accel_ddp_add(redf, gt, nt);
+    accel_ddp_wait(redf);
     for (rep = 0; rep < reps; ++rep) {
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = accel_now();
-        for (t = nt - 1; t >= 0; --t) accel_coll_grad_ready(redf, t);
-        accel_coll_reducer_wait(redf);
+        for (t = nt - 1; t >= 0; --t) accel_ddp_grad_ready(redf, t);
+        accel_ddp_wait(redf);
         t0 = max_time(accel_now() - t0);
         if (t0 < best_f) best_f = t0;
     }
-    accel_coll_reducer_destroy(redf);
+    accel_ddp_destroy(redf);
     free(flat);
     snprintf(params, sizeof params, "\"model\": \"gpt2-124M\", \"tensors\": %d, \"bytes\": %.0f, \"ranks\": %d, \"bucket_cap_mb\": 25", nt, bytes, P);
     snprintf(extra, sizeof extra, ", \"seconds_accel\": %.4f, \"seconds_reference\": %.4f", best_b, best_t);
@@ -259,7 +260,7 @@ typedef struct ovl {
     size_t *sz;
     float **g;
     double total, secs;   /* bytes; offload: seconds of compute per byte */
-    accel_coll_reducer *red;
+    accel_ddp *red;
 } ovl;
 
 /* one step: mode 0 comm, 1 compute, 2 serial, 3 overlap; the slowest rank's seconds */
@@ -275,12 +276,12 @@ static double ovl_step(const ovl *o, int mode) {
                 done += (double)o->sz[t] * 4 * o->secs;
                 sleep_until(t0 + done);
             }
-            if (mode == 3 && accel_coll_grad_ready(o->red, t) != ACCEL_OK) goto fail;
+            if (mode == 3 && accel_ddp_grad_ready(o->red, t) != ACCEL_OK) goto fail;
         }
     if (mode == 0 || mode == 2)
         for (t = o->nt - 1; t >= 0; --t)
-            if (accel_coll_grad_ready(o->red, t) != ACCEL_OK) goto fail;
-    if (mode != 1 && accel_coll_reducer_wait(o->red) != ACCEL_OK) goto fail;
+            if (accel_ddp_grad_ready(o->red, t) != ACCEL_OK) goto fail;
+    if (mode != 1 && accel_ddp_wait(o->red) != ACCEL_OK) goto fail;
     return max_time(accel_now() - t0);
 fail:
     fprintf(stderr, "overlap: %s\n", accel_last_error(&acc));
@@ -316,7 +317,7 @@ static void overlap(const char *model, const size_t *sz, int nt) {
     float *g[160];
     accel_tensor gt[160];
     accel_coll *c;
-    accel_coll_reducer_desc rd;
+    accel_ddp_desc rd;
     ovl o;
     const char *rs = getenv("ACCEL_BENCH_OVERLAP_RHO"), *ks = getenv("ACCEL_BENCH_OVERLAP_REPS");
     double rhos[3] = {0.5, 1.0, 2.0}, comm, comm_cpu;
@@ -337,9 +338,9 @@ static void overlap(const char *model, const size_t *sz, int nt) {
     }
     memset(&rd, 0, sizeof rd);
     rd.flat = ACCEL_OFF; /* separate tensors: DDP's buckets */
-    accel_coll_reducer_create(c, &rd, &o.red);
-    accel_coll_reducer_add(o.red, gt, o.nt);
-    accel_coll_reducer_finalize(o.red);
+    accel_ddp_create(c, &rd, &o.red);
+    accel_ddp_add(o.red, gt, o.nt);
+    accel_ddp_finalize(o.red);
     ovl_step(&o, 0); /* warm-up: scratch buffers, first-touch */
     comm = ovl_best(&o, 0, reps);
     {   /* how much of the communication is CPU work on this rank (shared-memory MPI copies on the calling core) */
@@ -375,7 +376,7 @@ static void overlap(const char *model, const size_t *sz, int nt) {
             snprintf(params, sizeof params,
                      "\"model\": \"%s\", \"tensors\": %d, \"bytes\": %.0f, \"ranks\": %d, \"buckets\": %d, "
                      "\"compute\": \"%s\", \"compute_over_comm_target\": %.2f",
-                     model, o.nt, o.total, P, accel_coll_reducer_num_buckets(o.red), o.cpu ? "cpu" : "offload", rhos[ir]);
+                     model, o.nt, o.total, P, accel_ddp_num_buckets(o.red), o.cpu ? "cpu" : "offload", rhos[ir]);
             snprintf(extra, sizeof extra,
                      ", \"seconds_overlap\": %.4f, \"seconds_compute\": %.4f, \"seconds_comm\": %.4f, "
                      "\"seconds_serial\": %.4f, \"overlap_over_max\": %.3f, \"serial_over_sum\": %.3f, "
@@ -391,7 +392,7 @@ static void overlap(const char *model, const size_t *sz, int nt) {
             }
         }
     }
-    accel_coll_reducer_destroy(o.red);
+    accel_ddp_destroy(o.red);
     for (t = 0; t < o.nt; ++t) free(g[t]);
     accel_coll_destroy(c);
 }

@@ -1,20 +1,31 @@
-/* accel_optim GPU benchmark: fused AdamW over the GPT-2 124M parameter list (148 tensors, 124,439,808 parameters;
-   fp32 master weights, fp32 gradients), timed with CUDA events, against (1) a device-to-device copy in the same run —
-   bytes read + written: the step moves 28 bytes per parameter, a copy of B bytes moves 2B — goal 0.85; (2)
-   torch.optim.AdamW(fused=True) on the same list when the local torch has CUDA (torch_peer_gpu.py) — goal 1.0.
-   A second line times the mixed-precision form (bf16 gradients, bf16 model copy written in the same pass: 26 bytes).
-   Exits 77 without a device. usage: bench_optim_gpu [TORCH_PEER_GPU_PY] [REPS] */
+/* accel_optim GPU benchmark: fused AdamW over the GPT-2 124M parameter list (148 tensors, 124,439,808 parameters,
+   fp32 master weights), timed with CUDA events (best of REPS), in five forms:
+     adamw_step_gpu               F32 gradients                                      28 bytes per parameter
+     adamw_step_gpu_bf16          BF16 gradients, BF16 model copy (nearest)          26
+     adamw_step_gpu_bf16_sr       BF16 gradients, BF16 model copy (stochastic)       26
+     adamw_step_gpu_bf16_moments  F32 gradients, BF16 moments                        20
+     adamw_step_gpu_bf16_all      BF16 gradients, BF16 copy (nearest), BF16 moments  18
+   (bytes read + written). Each against, in the same run: (1) a device-to-device cudaMemcpy moving the same bytes
+   (half of them read, half written), goal 0.90; (2) torch.optim.AdamW(fused=True) on the same list
+   (torch_peer_gpu.py, when the local torch has CUDA): with F32 parameters and gradients for the F32-gradient forms
+   (goal 1.1 for adamw_step_gpu), with BF16 parameters and gradients for the BF16-gradient forms (torch's fused
+   AdamW takes gradients of the parameters' dtype only, so it keeps BF16 weights and moments: 14 bytes per
+   parameter; no goal). The accel lines print without torch. Exits 77 without a device.
+   usage: bench_optim_gpu [TORCH_PEER_GPU_PY] [REPS]; the peer runs under $ACCEL_BENCH_PYTHON, else python3 from
+   PATH. */
 #include "accel.h"
 #include "accel_optim.h"
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NT 148
 static int64_t sizes[NT];
 
-static void gpt2_sizes(void) { /* wte, wpe, 12 × (ln_1 w b, c_attn w b, attn c_proj w b, ln_2 w b, c_fc w b, mlp c_proj w b), ln_f w b */
+static void gpt2_sizes(void) { /* wte, wpe, 12 × (ln_1 w b, c_attn w b, attn c_proj w b, ln_2 w b, c_fc w b,
+                                  mlp c_proj w b), ln_f w b */
     int i = 0, l;
     sizes[i++] = 50257LL * 768; sizes[i++] = 1024LL * 768;
     for (l = 0; l < 12; ++l) {
@@ -28,12 +39,19 @@ static void gpt2_sizes(void) { /* wte, wpe, 12 × (ln_1 w b, c_attn w b, attn c_
     sizes[i++] = 768; sizes[i++] = 768;
 }
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); return 1; } } while (0)
+#define CK(x)                                                                                                          \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); return 1; }                \
+    } while (0)
 
-static double time_steps(accel_optim *opt, cudaStream_t st, int reps) {
+/* Best time of one step (an untimed step first: the moments' first touch, the scratch). 0 on failure. */
+static double time_steps(accel *acc, accel_optim *opt, int reps) {
+    cudaStream_t st = (cudaStream_t)acc->stream;
     cudaEvent_t a, b;
     float ms = 0, best = 1e30f;
     int r;
+    if (accel_optim_step(opt, NULL) != ACCEL_OK || cudaStreamSynchronize(st) != cudaSuccess) return 0;
     cudaEventCreate(&a); cudaEventCreate(&b);
     for (r = 0; r < reps; ++r) {
         cudaEventRecord(a, st);
@@ -44,105 +62,148 @@ static double time_steps(accel_optim *opt, cudaStream_t st, int reps) {
         if (ms < best) best = ms;
     }
     cudaEventDestroy(a); cudaEventDestroy(b);
-    return best * 1e-3;
+    return cudaGetLastError() == cudaSuccess ? best * 1e-3 : 0;
+}
+static double time_copy(cudaStream_t st, void *dst, const void *src, size_t bytes, int reps) {
+    cudaEvent_t a, b;
+    float ms = 0, best = 1e30f;
+    int r;
+    cudaEventCreate(&a); cudaEventCreate(&b);
+    for (r = 0; r < reps + 1; ++r) {
+        cudaEventRecord(a, st);
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st);
+        cudaEventRecord(b, st);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&ms, a, b);
+        if (r > 0 && ms < best) best = ms;
+    }
+    cudaEventDestroy(a); cudaEventDestroy(b);
+    return cudaGetLastError() == cudaSuccess ? best * 1e-3 : 0;
+}
+
+/* The value of "key": in the peer's one-line JSON object, or 0. */
+static double json_num(const char *s, const char *key) {
+    char pat[64];
+    const char *p;
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    p = strstr(s, pat);
+    return p ? atof(p + strlen(pat)) : 0.0;
 }
 
 int main(int argc, char **argv) {
-    int count = 0, reps = argc > 2 ? atoi(argv[2]) : 20, i, r;
+    static const struct {
+        const char *bench, *params;
+        int bf16_grads, copy, sr, bf16_moments;
+        double bytes;
+    } form[5] = {
+        {"adamw_step_gpu", "\"grads\": \"F32\", \"moments\": \"F32\"", 0, 0, 0, 0, 28},
+        {"adamw_step_gpu_bf16", "\"grads\": \"BF16\", \"model_copy\": \"BF16 nearest\", \"moments\": \"F32\"",
+         1, 1, 0, 0, 26},
+        {"adamw_step_gpu_bf16_sr", "\"grads\": \"BF16\", \"model_copy\": \"BF16 stochastic\", \"moments\": \"F32\"",
+         1, 1, 1, 0, 26},
+        {"adamw_step_gpu_bf16_moments", "\"grads\": \"F32\", \"moments\": \"BF16\"", 0, 0, 0, 1, 20},
+        {"adamw_step_gpu_bf16_all", "\"grads\": \"BF16\", \"model_copy\": \"BF16 nearest\", \"moments\": \"BF16\"",
+         1, 1, 0, 1, 18},
+    };
+    int count = 0, reps = argc > 2 ? atoi(argv[2]) : 20, i, f;
     int64_t n = 0;
     accel acc;
     accel_desc d;
-    accel_optim_desc od;
-    accel_optim *o32 = NULL, *o16 = NULL;
-    accel_tensor pt[NT], gt[NT], g16[NT], mt[NT];
-    float *p, *g, *cp;
+    accel_tensor pt[NT], g32[NT], g16[NT], mt[NT];
+    float *p, *g;
     uint16_t *gb, *mb;
-    double t32, t16, tcopy = 1e30, ttorch = 0;
-    char peer[512] = "";
-    cudaEvent_t a, b;
+    unsigned char *c0, *c1;
+    double t[5], tcopy[5], t_f32 = 0, t_bf16 = 0;
+    char peer[1024] = "";
     cudaStream_t st;
+    cudaDeviceProp prop;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { printf("no CUDA device: skipped\n"); return 77; }
     gpt2_sizes();
     for (i = 0; i < NT; ++i) n += sizes[i];
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
-    if (accel_init(&acc, &d) != ACCEL_OK || acc.device < 0) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
+    if (accel_init(&acc, &d) != ACCEL_OK || acc.device < 0) {
+        fprintf(stderr, "%s\n", accel_last_error(&acc));
+        return 1;
+    }
     st = (cudaStream_t)acc.stream;
+    CK(cudaGetDeviceProperties(&prop, acc.device));
     CK(cudaMalloc((void **)&p, 4 * (size_t)n)); CK(cudaMalloc((void **)&g, 4 * (size_t)n));
-    CK(cudaMalloc((void **)&cp, 4 * (size_t)n));
     CK(cudaMalloc((void **)&gb, 2 * (size_t)n)); CK(cudaMalloc((void **)&mb, 2 * (size_t)n));
+    CK(cudaMalloc((void **)&c0, 14 * (size_t)n)); CK(cudaMalloc((void **)&c1, 14 * (size_t)n));
     CK(cudaMemset(p, 0, 4 * (size_t)n)); CK(cudaMemset(g, 0, 4 * (size_t)n)); CK(cudaMemset(gb, 0, 2 * (size_t)n));
+    CK(cudaMemset(c0, 0, 14 * (size_t)n));
     {
         int64_t off = 0;
-        for (i = 0; i < NT; ++i) {
+        for (i = 0; i < NT; ++i) { /* one flat buffer per stream, as llm.c lays out its parameters */
             memset(&pt[i], 0, sizeof pt[i]);
             pt[i].name = "w"; pt[i].ptr = p + off; pt[i].dtype = ACCEL_F32; pt[i].ndim = 1; pt[i].shape[0] = sizes[i];
-            gt[i] = pt[i]; gt[i].ptr = g + off;
+            g32[i] = pt[i]; g32[i].ptr = g + off;
             g16[i] = pt[i]; g16[i].ptr = gb + off; g16[i].dtype = ACCEL_BF16;
             mt[i] = g16[i]; mt[i].ptr = mb + off;
             off += sizes[i];
         }
     }
-    memset(&od, 0, sizeof od);
-    od.lr = 6e-4; od.weight_decay = 0.1;
-    od.params = pt; od.grads = gt; od.nparams = NT;
-    if (accel_optim_create(&acc, &od, &o32) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
-    od.grads = g16; od.model = mt;
-    if (accel_optim_create(&acc, &od, &o16) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
-    accel_optim_step(o32, NULL);
-    accel_optim_step(o16, NULL);
-    CK(cudaStreamSynchronize(st));
-    t32 = time_steps(o32, st, reps);
-    t16 = time_steps(o16, st, reps);
-    cudaEventCreate(&a); cudaEventCreate(&b);
-    for (r = 0; r < reps; ++r) {
-        float ms = 0;
-        cudaEventRecord(a, st);
-        cudaMemcpyAsync(cp, p, 4 * (size_t)n, cudaMemcpyDeviceToDevice, st);
-        cudaEventRecord(b, st);
-        cudaEventSynchronize(b);
-        cudaEventElapsedTime(&ms, a, b);
-        if (ms * 1e-3 < tcopy) tcopy = ms * 1e-3;
-    }
-    CK(cudaGetLastError());
-    if (argc > 1) {
-        char cmd[1024], out[512];
-        FILE *pp;
-        const char *py = getenv("ACCEL_BENCH_PYTHON"); /* a venv with torch + CUDA; default the system python */
-        snprintf(cmd, sizeof cmd, "'%s' '%s' %d 2>/dev/null", py && py[0] ? py : "/usr/bin/python3", argv[1], reps);
-        pp = popen(cmd, "r");
-        if (pp) {
-            if (fgets(out, sizeof out, pp)) {
-                const char *s = strstr(out, "\"step_s\": ");
-                if (s) ttorch = atof(s + 10);
-                snprintf(peer, sizeof peer, "%s", out);
-            }
-            pclose(pp);
+    /* one optimizer at a time (their moments are 0.5 to 1 GB each); the copy of the same bytes right after */
+    for (f = 0; f < 5; ++f) {
+        accel_optim_desc od;
+        accel_optim *o = NULL;
+        memset(&od, 0, sizeof od);
+        od.lr = 6e-4; od.weight_decay = 0.1;
+        od.params = pt; od.nparams = NT;
+        od.grads = form[f].bf16_grads ? g16 : g32;
+        od.model = form[f].copy ? mt : NULL;
+        od.model_rounding = form[f].sr ? ACCEL_OPTIM_ROUND_STOCHASTIC : ACCEL_OPTIM_ROUND_NEAREST;
+        od.moment_dtype = form[f].bf16_moments ? ACCEL_BF16 : ACCEL_F32;
+        if (accel_optim_create(&acc, &od, &o) != ACCEL_OK) {
+            fprintf(stderr, "%s\n", accel_last_error(&acc));
+            return 1;
+        }
+        t[f] = time_steps(&acc, o, reps);
+        accel_optim_destroy(o);
+        tcopy[f] = time_copy(st, c1, c0, (size_t)(form[f].bytes / 2 * (double)n), reps);
+        if (t[f] <= 0 || tcopy[f] <= 0) {
+            fprintf(stderr, "%s: the step or the copy failed\n", form[f].bench);
+            return 1;
         }
     }
-    {
-        cudaDeviceProp prop;
-        double copy_gbs = 8.0 * (double)n * 1e-9 / tcopy;
-        cudaGetDeviceProperties(&prop, acc.device);
-        printf("{\"bench\": \"adamw_step_gpu\", \"params\": {\"parameters\": %lld, \"tensors\": %d, \"grads\": \"F32\", "
-               "\"device\": \"%s\", \"counted\": \"28 bytes per parameter; copy 8\"}, \"unit\": \"GB/s\", \"accel\": %.1f, "
-               "\"reference\": %.1f, \"reference_name\": \"cudaMemcpy D2D\", \"ratio\": %.3f, \"goal\": 0.85}\n",
-               (long long)n, NT, prop.name, 28.0 * (double)n * 1e-9 / t32, copy_gbs, 28.0 * (double)n * 1e-9 / t32 / copy_gbs);
-        printf("{\"bench\": \"adamw_step_gpu_bf16\", \"params\": {\"parameters\": %lld, \"tensors\": %d, \"grads\": \"BF16\", "
-               "\"model_copy\": \"BF16\", \"device\": \"%s\", \"counted\": \"26 bytes per parameter; copy 8\"}, \"unit\": \"GB/s\", "
-               "\"accel\": %.1f, \"reference\": %.1f, \"reference_name\": \"cudaMemcpy D2D\", \"ratio\": %.3f, \"goal\": 0.85}\n",
-               (long long)n, NT, prop.name, 26.0 * (double)n * 1e-9 / t16, copy_gbs, 26.0 * (double)n * 1e-9 / t16 / copy_gbs);
-        if (ttorch > 0)
-            printf("{\"bench\": \"adamw_step_gpu\", \"params\": {\"parameters\": %lld, \"tensors\": %d, \"device\": \"%s\"}, "
-                   "\"unit\": \"steps/s\", \"accel\": %.2f, \"reference\": %.2f, \"reference_name\": "
-                   "\"torch.optim.AdamW(fused=True)\", \"ratio\": %.3f, \"goal\": 1.0}\n",
-                   (long long)n, NT, prop.name, 1.0 / t32, 1.0 / ttorch, ttorch / t32);
-        else
-            fprintf(stderr, "bench_optim_gpu: no torch with CUDA here (%s): the torch line is skipped\n", peer[0] ? peer : "no output");
+    cudaFree(c0); cudaFree(c1); /* room for the peer */
+    if (argc > 1) {
+        char cmd[1200];
+        FILE *pp;
+        const char *py = getenv("ACCEL_BENCH_PYTHON"); /* a venv with CUDA torch; else python3 from PATH */
+        snprintf(cmd, sizeof cmd, "%s'%s' '%s' %d 2>&1",
+                 access("/usr/bin/timeout", X_OK) == 0 ? "/usr/bin/timeout 300 " : "", py && py[0] ? py : "python3",
+                 argv[1], reps);
+        pp = popen(cmd, "r");
+        if (pp) {
+            char line[1024];
+            while (fgets(line, sizeof line, pp))
+                if (line[0] == '{') snprintf(peer, sizeof peer, "%s", line);
+            pclose(pp);
+        }
+        t_f32 = json_num(peer, "f32_step_s");
+        t_bf16 = json_num(peer, "bf16_step_s");
     }
-    accel_optim_destroy(o32);
-    accel_optim_destroy(o16);
-    cudaFree(p); cudaFree(g); cudaFree(cp); cudaFree(gb); cudaFree(mb);
+    for (f = 0; f < 5; ++f) {
+        double gbs = form[f].bytes * (double)n * 1e-9 / t[f], copy_gbs = form[f].bytes * (double)n * 1e-9 / tcopy[f];
+        double tt = form[f].bf16_grads ? t_bf16 : t_f32;
+        printf("{\"bench\": \"%s\", \"params\": {\"parameters\": %lld, \"tensors\": %d, %s, \"device\": \"%s\", "
+               "\"counted\": \"%.0f bytes per parameter\"}, \"unit\": \"GB/s\", \"accel\": %.1f, \"reference\": %.1f, "
+               "\"reference_name\": \"cudaMemcpy D2D of the same bytes\", \"ratio\": %.3f, \"goal\": 0.90}\n",
+               form[f].bench, (long long)n, NT, form[f].params, prop.name, form[f].bytes, gbs, copy_gbs,
+               gbs / copy_gbs);
+        if (tt > 0)
+            printf("{\"bench\": \"%s\", \"params\": {\"parameters\": %lld, \"tensors\": %d, %s, \"device\": \"%s\"}, "
+                   "\"unit\": \"steps/s\", \"accel\": %.2f, \"reference\": %.2f, \"reference_name\": "
+                   "\"torch.optim.AdamW(fused=True), %s parameters and gradients\", \"ratio\": %.3f, \"goal\": %s}\n",
+                   form[f].bench, (long long)n, NT, form[f].params, prop.name, 1.0 / t[f], 1.0 / tt,
+                   form[f].bf16_grads ? "BF16" : "F32", tt / t[f], f == 0 ? "1.1" : "null");
+    }
+    if (t_f32 <= 0 || t_bf16 <= 0)
+        fprintf(stderr, "bench_optim_gpu: torch lines skipped where the peer gave no time (%s)\n",
+                peer[0] ? peer : argc > 1 ? "no output" : "no peer script given");
+    cudaFree(p); cudaFree(g); cudaFree(gb); cudaFree(mb);
     accel_shutdown(&acc);
     return 0;
 }

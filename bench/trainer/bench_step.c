@@ -13,6 +13,7 @@
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_data.h"
 #include "digits_mlp.h"
 #include <mpi.h>
@@ -41,7 +42,7 @@ int main(int argc, char **argv) {
     accel_data_shard sh;
     accel_data_shard_desc sd;
     accel_coll *coll = NULL;
-    accel_coll_reducer *red = NULL;
+    accel_ddp *red = NULL;
     accel_amp_scaler sc;
     accel_amp_scaler_desc scd;
     accel_tensor grads[4];
@@ -78,7 +79,7 @@ int main(int argc, char **argv) {
         size_t offs[5];
         memset(&cd, 0, sizeof cd);
         cd.no_watchdog = 1; /* blocking MPI, like the raw step */
-        if (accel_coll_create(&acc, &cd, &coll) != ACCEL_OK || accel_coll_reducer_create(coll, NULL, &red) != ACCEL_OK)
+        if (accel_coll_create(&acc, &cd, &coll) != ACCEL_OK || accel_ddp_create(coll, NULL, &red) != ACCEL_OK)
             goto out;
         offs[0] = s.off_w1; offs[1] = s.off_b1; offs[2] = s.off_w2; offs[3] = s.off_b2; offs[4] = s.count;
         for (k = 0; k < 4; ++k) {
@@ -89,8 +90,8 @@ int main(int argc, char **argv) {
             grads[k].ndim = 1;
             grads[k].shape[0] = (int64_t)(offs[k + 1] - offs[k]);
         }
-        if (accel_coll_reducer_add(red, grads, 4) != ACCEL_OK) goto out;
-        if (accel_coll_reducer_finalize(red) != ACCEL_OK) goto out;
+        if (accel_ddp_add(red, grads, 4) != ACCEL_OK) goto out;
+        if (accel_ddp_finalize(red) != ACCEL_OK) goto out;
     }
     memset(&scd, 0, sizeof scd);
     if (accel_amp_scaler_init(&acc, &sc, &scd) != ACCEL_OK) goto out; /* disabled in fp32, as in the trainer */
@@ -115,8 +116,8 @@ int main(int argc, char **argv) {
                               (double)count / accel_loss_divisor(&acc);
                     if (accel_should_reduce(&acc)) {
                         for (k = 3; k >= 0; --k)
-                            if (accel_coll_grad_ready(red, k) != ACCEL_OK) goto out;
-                        if (accel_coll_reducer_wait(red) != ACCEL_OK) goto out;
+                            if (accel_ddp_grad_ready(red, k) != ACCEL_OK) goto out;
+                        if (accel_ddp_wait(red) != ACCEL_OK) goto out;
                     }
                     if (acc.sync_gradients) {
                         int inf = 0;
@@ -184,7 +185,7 @@ int main(int argc, char **argv) {
     rc = 0;
 out:
     if (rc) fprintf(stderr, "bench_step: %s\n", accel_last_error(&acc));
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     accel_coll_destroy(coll);
     accel_shutdown(&acc);
     if (!mpi_was_up) MPI_Finalize();

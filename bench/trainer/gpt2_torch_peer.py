@@ -8,10 +8,11 @@ With --cpu (the peer of examples/gpt2/gpt2_cpu.c for bench_gpt2_cpu.py): float32
 threads (default 1, as gpt2_cpu), AdamW's foreach implementation (fused=True is CUDA-only), the same clip 1.0, and
 SDPA where the torch has it (2.0+), else the causal softmax attention written out (torch 1.13).
 
-usage: gpt2_torch_peer.py --batch B --seq T [--compile] [--steps N] [--warmup N] [--layers L --heads H --channels C]
-                          [--vocab V] [--cpu [--threads N]]
-prints one JSON line: {"tokens_per_s": ..., "step_ms": ..., "compile": 0|1, "torch": version}; exit 77 without CUDA
-(without --cpu).
+usage: gpt2_torch_peer.py --batch B[,B2...] --seq T [--compile] [--steps N] [--warmup N] [--layers L --heads H
+                          --channels C] [--vocab V] [--cpu [--threads N]]
+prints one JSON line per batch size, in order: {"batch": B, "tokens_per_s": ..., "step_ms": ..., "compile": 0|1,
+"torch": version}; exit 77 without CUDA (without --cpu). Several batch sizes share the process (one model, one
+optimizer; torch.compile with static shapes compiles each batch size once, in its warmup).
 """
 import argparse
 import json
@@ -74,7 +75,7 @@ class GPT2(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", default="16")
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
@@ -104,33 +105,34 @@ def main():
     nodecay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, **({"foreach": True} if a.cpu else {"fused": True}))
-    step_fn = torch.compile(model) if a.compile else model
-    x = torch.randint(0, min(50257, a.vocab), (a.batch, a.seq + 1), device=dev)
-    inp, tgt = x[:, :-1].contiguous(), x[:, 1:].contiguous()
+    step_fn = torch.compile(model, dynamic=False) if a.compile else model
+    for batch in [int(b) for b in a.batch.split(",")]:
+        x = torch.randint(0, min(50257, a.vocab), (batch, a.seq + 1), device=dev)
+        inp, tgt = x[:, :-1].contiguous(), x[:, 1:].contiguous()
 
-    def step():
-        if a.cpu:
-            loss = step_fn(inp, tgt)
-        else:
-            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        def step():
+            if a.cpu:
                 loss = step_fn(inp, tgt)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+            else:
+                with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                    loss = step_fn(inp, tgt)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
 
-    for _ in range(a.warmup):
-        step()
-    sync()
-    t = time.perf_counter()
-    for _ in range(a.steps):
-        loss = step()
-    loss.item()
-    sync()
-    el = time.perf_counter() - t
-    print(json.dumps({"tokens_per_s": a.steps * a.batch * a.seq / el, "step_ms": 1000 * el / a.steps,
-                      "compile": int(a.compile), "torch": torch.__version__}))
+        for _ in range(a.warmup):
+            step()
+        sync()
+        t = time.perf_counter()
+        for _ in range(a.steps):
+            loss = step()
+        loss.item()
+        sync()
+        el = time.perf_counter() - t
+        print(json.dumps({"batch": batch, "tokens_per_s": a.steps * batch * a.seq / el, "step_ms": 1000 * el / a.steps,
+                          "compile": int(a.compile), "torch": torch.__version__}), flush=True)
     return 0
 
 

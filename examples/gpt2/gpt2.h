@@ -1,12 +1,13 @@
-/* gpt2.h — the GPT-2 model description shared by gpt2_cpu.c (float32 reference) and train_gpt2.cu (CUDA, bf16):
-   the configuration, the parameter layout, the initialization, the Hugging Face names and layout for import and
-   export, the learning-rate schedule, the command line, and small file helpers. The math lives in the trainers.
+/* gpt2.h — what the two GPT-2 trainers share: gpt2_cpu.c (float32 reference) and train_gpt2.cu (CUDA, bf16). The
+   model description (configuration, parameter layout, initialization), the Hugging Face names, layout and config.json
+   for import and export, the learning-rate schedule, the command line, and the run around the model (accel's setup,
+   the step's bookkeeping, logs, checkpoints, the test hooks). The model's math lives in the trainers.
 
    THE MODEL (GPT-2, Radford et al. 2019; the layout of karpathy/llm.c)
      tokens → wte[token] + wpe[position] → L pre-LN blocks → LayerNorm → logits = x · wteᵀ (tied LM head)
      block:  x = x + attn_proj(causal_self_attention(qkv(LN1(x))));  x = x + fc_proj(GELU_tanh(fc(LN2(x))))
-     LayerNorm eps 1e-5, 4C hidden units, heads of C/H channels, softmax scale 1/sqrt(C/H). The vocabulary is padded to
-     Vp (a multiple of 128) for aligned GEMMs: the padded rows of wte stay zero and the padded logits are ignored.
+     LayerNorm eps 1e-5, 4C hidden units, heads of C/H channels, softmax scale 1/sqrt(C/H), no dropout. The vocabulary
+     is padded to Vp (a multiple of 128) for aligned GEMMs: the padded rows of wte stay zero, padded logits are ignored.
 
    PARAMETERS — 16 tensors, one contiguous float buffer, in this order (llm.c's; weights are [out, in] = nn.Linear):
      wte [Vp,C]  wpe [maxT,C]  ln1w ln1b [L,C]  qkvw [L,3C,C] qkvb [L,3C]  attprojw [L,C,C] attprojb [L,C]
@@ -18,21 +19,55 @@
      h.<l>.attn.c_attn.bias, h.<l>.attn.c_proj.weight [C,C], h.<l>.attn.c_proj.bias, h.<l>.ln_2.weight/.bias,
      h.<l>.mlp.c_fc.weight [C,4C], h.<l>.mlp.c_fc.bias, h.<l>.mlp.c_proj.weight [4C,C], h.<l>.mlp.c_proj.bias,
      ln_f.weight, ln_f.bias — F32. Conv1D weights are stored [in, out], the transpose of ours. A "transformer." prefix
-     (GPT2LMHeadModel.save_pretrained) is accepted on import; other tensors (attn.bias buffers, lm_head.weight) are
-     ignored. The export also writes a config.json (GPT2Config), so transformers' from_pretrained(dir) loads it.
+     (GPT2LMHeadModel.save_pretrained) is accepted on import; other tensors (attn.bias buffers, a tied lm_head.weight)
+     are ignored. --init takes a folder (model.safetensors + config.json) or a .safetensors file (config.json beside
+     it, optional): the tensors give L, C, V and the block size, config.json gives H and must describe this model —
+     every GPT2Config field that changes the math is checked and a refusal names it (activation_function a tanh GELU,
+     layer_norm_epsilon 1e-5, tie_word_embeddings, scale_attn_weights, scale_attn_by_inverse_layer_idx, n_inner,
+     add_cross_attention, pruned_heads, model_type, the sizes against the tensors; see gpt2_hf_config_check). Without
+     config.json, an lm_head.weight that differs from wte.weight is refused. The export writes model.safetensors and a
+     config.json that transformers' from_pretrained(dir) loads (bos/eos token ids inside the vocabulary, or null).
 
    THE OPTIMIZER: accel_optim.h's AdamW (torch.optim.AdamW's update, betas 0.9/0.95 and eps 1e-8 as llm.c), one
    parameter group per tensor so the list keeps this layout (stochastic-rounding indices are flat offsets) and only the
    2-D weights decay; transformers' cosine schedule with warmup on Accelerate's scheduler count.
 
-   Both trainers include this file after accel.h, accel_ckpt.h, accel_data.h and accel_optim.h (C99 and C++). */
+   THE RUN (gpt2_run): a trainer's main is its model plus these calls, and its loop reads like README.md's:
+       CHECK(gpt2_run_init(&run, &acc, &desc, &o, "gpt2_cpu"));      // accel_init, --init, the model's shape
+       ... allocate the model ...; CHECK(gpt2_run_weights(&run, host_params));
+       CHECK(gpt2_run_setup(&run, params, grads, NULL));              // AdamW, loader, reducer, checkpoints, logs
+       while (acc.optimizer_steps < o.steps) {
+           CHECK(gpt2_run_next(&run, win, &got)); if (!got) continue;
+           accel_accumulate_begin(&acc);
+           forward; backward(1 / accel_loss_divisor(&acc));
+           if (accel_should_reduce(&acc)) CHECK(gpt2_run_reduce(&run));
+           if (acc.sync_gradients) { CHECK(gpt2_run_optimizer_step(&run)); zero_grad; }
+           accel_scheduler_steps(&acc, 0);
+           accel_accumulate_end(&acc);
+           if (acc.sync_gradients) { CHECK(gpt2_run_log_step(&run, loss)); CHECK(gpt2_run_step_end(&run)); }
+       }
+       CHECK(gpt2_run_finish(&run));                                  // summary line, profile, export
+     fail: gpt2_run_release(&run); ... free the model ...; return gpt2_run_end(&run, rc);
+   The test and benchmark options (--dump-grads, --kill-at, --bench-noop-accel: gpt2_hooks) are parsed with the others
+   and run inside these calls at named points (gpt2_hooks_grads_reduced, _step_end, _run_end); --bench-noop-accel
+   makes main run its bench_noop_loop (the loop with accel's calls taken out) instead of the loop.
+
+   Both trainers include this file after accel.h and the module headers (it includes them itself: C99 and C++). Not
+   thread-safe (one run per process); errors are accel_result codes with accel_last_error's message. */
 #ifndef GPT2_H_INCLUDED
 #define GPT2_H_INCLUDED
 #include "accel.h"
+#include "accel_amp.h"
 #include "accel_ckpt.h"
+#include "accel_safetensors.h"
+#include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_data.h"
 #include "accel_optim.h"
+#include "accel_profile.h"
+#include "accel_trackers.h"
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,7 +253,8 @@ static inline size_t gpt2_hf_block(const gpt2_config *c, const gpt2_hf_tensor *e
 }
 
 /* Our flat buffer → HF tensors in `hf` (sum of rows*cols floats), descriptors in out[] (names point into e[]). */
-static inline int gpt2_to_hf(const gpt2_config *c, const float *params, float *hf, gpt2_hf_tensor *e, accel_tensor *out) {
+static inline int gpt2_to_hf(const gpt2_config *c, const float *params, float *hf, gpt2_hf_tensor *e,
+                             accel_tensor *out) {
     int n = gpt2_hf_tensors(c, e), k;
     size_t pos = 0;
     for (k = 0; k < n; ++k) {
@@ -227,7 +263,8 @@ static inline int gpt2_to_hf(const gpt2_config *c, const float *params, float *h
         int r, col;
         if (e[k].transpose) {
             for (r = 0; r < e[k].rows; ++r)
-                for (col = 0; col < e[k].cols; ++col) dst[(size_t)col * e[k].rows + r] = src[(size_t)r * e[k].cols + col];
+                for (col = 0; col < e[k].cols; ++col)
+                    dst[(size_t)col * e[k].rows + r] = src[(size_t)r * e[k].cols + col];
         } else {
             memcpy(dst, src, (size_t)e[k].rows * e[k].cols * sizeof(float));
         }
@@ -248,18 +285,28 @@ static inline int gpt2_to_hf(const gpt2_config *c, const float *params, float *h
     return n;
 }
 
-/* Writes an HF config.json for the model into dir (main process only; C string, no accel needed). */
+/* Writes an HF config.json for the model into dir (main process only; C string, no accel needed): every GPT2Config
+   field that decides the math, spelled out (what --init checks), and bos/eos token ids that exist in the vocabulary:
+   GPT-2's <|endoftext|> (50256) for its 50257-token vocabulary, else null (transformers' default, 50256, would lie
+   outside a smaller vocabulary, and it warns about that on every load). */
 static inline int gpt2_write_hf_config(const gpt2_config *c, const char *dir) {
-    char path[4096];
+    char path[4096], tok[16] = "null";
     FILE *f;
+    int ok;
+    if (c->vocab_size == 50257) snprintf(tok, sizeof tok, "50256");
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!(f = fopen(path, "w"))) return -1;
     fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-               "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-               "  \"n_ctx\": %d,\n  \"n_positions\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n  \"n_layer\": %d,\n"
-               "  \"vocab_size\": %d,\n  \"tie_word_embeddings\": true\n}\n",
-            c->max_seq_len, c->max_seq_len, c->channels, c->num_heads, c->num_layers, c->vocab_size);
-    return fclose(f) == 0 ? 0 : -1;
+               "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
+               "  \"n_layer\": %d,\n"
+               "  \"n_head\": %d,\n  \"n_inner\": null,\n  \"activation_function\": \"gelu_new\",\n"
+               "  \"layer_norm_epsilon\": 1e-05,\n  \"scale_attn_weights\": true,\n"
+               "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n"
+               "  \"add_cross_attention\": false,\n  \"tie_word_embeddings\": true,\n  \"bos_token_id\": %s,\n"
+               "  \"eos_token_id\": %s\n}\n",
+            c->vocab_size, c->max_seq_len, c->max_seq_len, c->channels, c->num_layers, c->num_heads, tok, tok);
+    ok = !ferror(f);
+    return fclose(f) == 0 && ok ? 0 : -1;
 }
 
 /* save_model with HF names (collective): params is a host copy of the fp32 weights. */
@@ -274,7 +321,7 @@ static inline accel_result gpt2_export(accel *acc, const gpt2_config *c, const f
         return accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "gpt2_export: out of host memory");
     }
     n = gpt2_to_hf(c, params, hf, e, t);
-    r = accel_ckpt_save_model(acc, dir, t, n, NULL);
+    r = accel_st_save_model(acc, dir, t, n, NULL);
     if (r == ACCEL_OK && acc->is_main_process && gpt2_write_hf_config(c, dir) != 0)
         r = accel_set_error(acc, ACCEL_ERR_IO, "gpt2_export: cannot write %s/config.json", dir);
     accel_host_free(acc, e); accel_host_free(acc, t); accel_host_free(acc, hf);
@@ -290,7 +337,7 @@ static inline accel_result gpt2_save_hf_file(accel *acc, const gpt2_config *c, c
     accel_result r = ACCEL_ERR_OUT_OF_MEMORY;
     if (e && t && hf) {
         n = gpt2_to_hf(c, params, hf, e, t);
-        r = accel_ckpt_save_safetensors(acc, path, t, n, NULL, 0);
+        r = accel_st_save(acc, path, t, n, NULL, 0);
     } else {
         accel_set_error(acc, r, "gpt2_save_hf_file: out of host memory");
     }
@@ -300,21 +347,22 @@ static inline accel_result gpt2_save_hf_file(accel *acc, const gpt2_config *c, c
 
 /* Reads the model shape of an HF GPT-2 file: V, C (wte), maxT (wpe), L (h.<l>.* present); the heads come from the
    caller (the file does not say; config.json does). prefix receives "" or "transformer.". */
-static inline accel_result gpt2_hf_probe(accel *acc, accel_ckpt_file *f, gpt2_config *c, char prefix[16]) {
+static inline accel_result gpt2_hf_probe(accel *acc, accel_st_file *f, gpt2_config *c, char prefix[16]) {
     const char *pre[2] = {"", "transformer."};
     char nm[80];
     int p, i;
     for (p = 0; p < 2; ++p) {
         snprintf(nm, sizeof nm, "%swte.weight", pre[p]);
-        if ((i = accel_ckpt_file_find(f, nm)) >= 0) break;
+        if ((i = accel_st_file_find(f, nm)) >= 0) break;
     }
     if (p == 2) return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: no wte.weight: not a GPT-2 file");
     snprintf(prefix, 16, "%s", pre[p]);
     {
-        const accel_ckpt_entry *wte = accel_ckpt_file_entry(f, i), *wpe;
+        const accel_st_entry *wte = accel_st_file_entry(f, i), *wpe;
         snprintf(nm, sizeof nm, "%swpe.weight", prefix);
-        if ((i = accel_ckpt_file_find(f, nm)) < 0) return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: no wpe.weight");
-        wpe = accel_ckpt_file_entry(f, i);
+        if ((i = accel_st_file_find(f, nm)) < 0)
+            return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: no wpe.weight");
+        wpe = accel_st_file_entry(f, i);
         if (wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1])
             return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: wte.weight / wpe.weight have unexpected shapes");
         c->vocab_size = (int)wte->shape[0];
@@ -323,14 +371,14 @@ static inline accel_result gpt2_hf_probe(accel *acc, accel_ckpt_file *f, gpt2_co
     }
     for (c->num_layers = 0; c->num_layers < GPT2_HF_MAX_LAYERS; ++c->num_layers) {
         snprintf(nm, sizeof nm, "%sh.%d.ln_1.weight", prefix, c->num_layers);
-        if (accel_ckpt_file_find(f, nm) < 0) break;
+        if (accel_st_file_find(f, nm) < 0) break;
     }
     c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
     return ACCEL_OK;
 }
 
 /* Loads an HF GPT-2 file into our flat buffer (every tensor checked: F32, shape; padded wte rows zeroed). */
-static inline accel_result gpt2_hf_load(accel *acc, accel_ckpt_file *f, const gpt2_config *c, const char *prefix,
+static inline accel_result gpt2_hf_load(accel *acc, accel_st_file *f, const gpt2_config *c, const char *prefix,
                                  float *params) {
     int nmax = 4 + 12 * c->num_layers, n, k;
     gpt2_hf_tensor *e = (gpt2_hf_tensor *)accel_host_alloc(acc, (size_t)nmax * sizeof *e);
@@ -343,15 +391,15 @@ static inline accel_result gpt2_hf_load(accel *acc, accel_ckpt_file *f, const gp
         char nm[80];
         int i, row, col, R = e[k].rows, Cn = e[k].cols;
         int64_t want0 = R == 1 ? Cn : (e[k].transpose ? Cn : R), want1 = e[k].transpose ? R : Cn;
-        const accel_ckpt_entry *en;
+        const accel_st_entry *en;
         const unsigned char *src;
         float *dst = params + gpt2_hf_block(c, &e[k]);
         snprintf(nm, sizeof nm, "%s%s", prefix, e[k].name);
-        if ((i = accel_ckpt_file_find(f, nm)) < 0) {
+        if ((i = accel_st_file_find(f, nm)) < 0) {
             r = accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: tensor %s is missing", nm);
             break;
         }
-        en = accel_ckpt_file_entry(f, i);
+        en = accel_st_file_entry(f, i);
         if (en->dtype != ACCEL_F32 || en->ndim != (R == 1 ? 1 : 2) || en->shape[0] != want0 ||
             (R != 1 && en->shape[1] != want1)) {
             r = accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s has dtype %s and shape [%lld%s%lld], expected F32 "
@@ -374,21 +422,459 @@ static inline accel_result gpt2_hf_load(accel *acc, accel_ckpt_file *f, const gp
     return r;
 }
 
-/* n_head from a config.json next to an HF weights file (0 if there is none). */
-static inline int gpt2_hf_config_heads(const char *weights_path) {
-    char path[4096], buf[8192];
-    const char *slash = strrchr(weights_path, '/'), *p;
+/* ---------------------------------------------------------------------------------- Hugging Face config.json */
+/* --init reads the config.json beside the weights and refuses one that describes another model. The fields below are
+   those of transformers' GPT2Config (configuration_gpt2.py) that change what modeling_gpt2.py computes, plus the
+   attribute_map aliases (hidden_size, max_position_embeddings, num_attention_heads, num_hidden_layers; an alias wins
+   over its field in transformers, and both present must agree here). Everything else is read over: dropouts (the
+   trainers train without dropout, as llm.c), summary_* (GPT2DoubleHeadsModel), token ids, use_cache,
+   task_specific_params, reorder_and_upcast_attn (the same scores computed in float32 under autocast: the same math),
+   initializer_range, dtype, unknown keys. */
+enum {
+    GPT2_HF_VOCAB_SIZE, GPT2_HF_N_POSITIONS, GPT2_HF_MAX_POSITION_EMBEDDINGS, GPT2_HF_N_CTX, GPT2_HF_N_EMBD,
+    GPT2_HF_HIDDEN_SIZE, GPT2_HF_N_LAYER, GPT2_HF_NUM_HIDDEN_LAYERS, GPT2_HF_N_HEAD, GPT2_HF_NUM_ATTENTION_HEADS,
+    GPT2_HF_N_INNER, GPT2_HF_ACTIVATION_FUNCTION, GPT2_HF_LAYER_NORM_EPSILON, GPT2_HF_TIE_WORD_EMBEDDINGS,
+    GPT2_HF_SCALE_ATTN_WEIGHTS, GPT2_HF_SCALE_ATTN_BY_INVERSE_LAYER_IDX, GPT2_HF_ADD_CROSS_ATTENTION,
+    GPT2_HF_MODEL_TYPE, GPT2_HF_PRUNED_HEADS, GPT2_HF_NUM_KEYS
+};
+static const char *const gpt2_hf_keys[GPT2_HF_NUM_KEYS] = {
+    "vocab_size", "n_positions", "max_position_embeddings", "n_ctx", "n_embd", "hidden_size", "n_layer",
+    "num_hidden_layers", "n_head", "num_attention_heads", "n_inner", "activation_function", "layer_norm_epsilon",
+    "tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention",
+    "model_type", "pruned_heads"};
+
+/* JSON types; GPT2_JSON_INT is a number written without a fraction or an exponent (Python's int). */
+enum { GPT2_JSON_ABSENT, GPT2_JSON_NULL, GPT2_JSON_FALSE, GPT2_JSON_TRUE, GPT2_JSON_INT, GPT2_JSON_REAL,
+       GPT2_JSON_STRING, GPT2_JSON_ARRAY, GPT2_JSON_OBJECT };
+static const char *const gpt2_json_type_names[] = {"absent", "null", "false", "true", "an integer", "a real number",
+                                                   "a string", "an array", "an object"};
+
+typedef struct gpt2_json_value {
+    int type;         /* GPT2_JSON_* */
+    double number;    /* INT, REAL (NaN and ±Infinity as Python's json reads them) */
+    int count;        /* ARRAY, OBJECT: elements or members */
+    char str[64];     /* STRING: the first 63 bytes (UTF-8), NUL-terminated */
+    size_t len;       /* STRING: its full length in bytes */
+} gpt2_json_value;
+
+typedef struct gpt2_hf_config {
+    gpt2_json_value v[GPT2_HF_NUM_KEYS]; /* indexed by GPT2_HF_*; a repeated key keeps its last value (Python's) */
+} gpt2_hf_config;
+
+#define GPT2_JSON_MAX_DEPTH 64
+#define GPT2_HF_CONFIG_MAX_BYTES (1 << 20)
+
+/* A strict JSON reader for config.json (RFC 8259 plus NaN/Infinity, which Python's json accepts; the text must be
+   UTF-8, as transformers opens it). Untrusted bytes: every read is bounds-checked (tests/fuzz/trainer). */
+typedef struct gpt2__json {
+    const unsigned char *beg, *p, *end;
+    int depth;
+    char *err;
+    size_t errcap;
+} gpt2__json;
+
+static inline int gpt2__json_fail(gpt2__json *j, const char *what) {
+    if (!j->err[0]) snprintf(j->err, j->errcap, "%s at byte %lu", what, (unsigned long)(j->p - j->beg));
+    return -1;
+}
+static inline void gpt2__json_ws(gpt2__json *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) ++j->p;
+}
+static inline int gpt2__json_hex4(gpt2__json *j, uint32_t *out) {
+    uint32_t v = 0;
+    int i;
+    if (j->end - j->p < 4) return gpt2__json_fail(j, "truncated \\u escape");
+    for (i = 0; i < 4; ++i) {
+        unsigned c = j->p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= c - '0';
+        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+        else return gpt2__json_fail(j, "bad \\u escape");
+    }
+    j->p += 4;
+    *out = v;
+    return 0;
+}
+/* The length of the well-formed UTF-8 sequence at p (Python's strict decoder: no overlong forms, no surrogates,
+   nothing above U+10FFFF), 0 if there is none. */
+static inline int gpt2__utf8_len(const unsigned char *p, const unsigned char *end) {
+    unsigned c = p[0], lo = 0x80, hi = 0xBF;
+    int n, i;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else return 0;
+    if (end - p < n) return 0;
+    for (i = 1; i < n; ++i) {
+        if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF)) return 0;
+    }
+    return n;
+}
+/* A string at j->p (its opening quote), decoded into out (cap bytes, NUL-terminated, cut short if longer); *len
+   receives the decoded length. Lone surrogate escapes decode as their 3-byte form (Python keeps them in a str). */
+static inline int gpt2__json_string(gpt2__json *j, char *out, size_t cap, size_t *len) {
+    size_t n = 0;
+    ++j->p;
+    for (;;) {
+        unsigned char b[4];
+        int nb = 1, k;
+        unsigned c;
+        if (j->p >= j->end) return gpt2__json_fail(j, "unterminated string");
+        c = *j->p;
+        if (c == '"') {
+            ++j->p;
+            break;
+        }
+        if (c < 0x20) return gpt2__json_fail(j, "control character in a string");
+        if (c == '\\') {
+            uint32_t cp;
+            if (++j->p >= j->end) return gpt2__json_fail(j, "unterminated string");
+            c = *j->p++;
+            switch (c) {
+            case '"': case '\\': case '/': cp = c; break;
+            case 'b': cp = 8; break;
+            case 'f': cp = 12; break;
+            case 'n': cp = 10; break;
+            case 'r': cp = 13; break;
+            case 't': cp = 9; break;
+            case 'u':
+                if (gpt2__json_hex4(j, &cp) != 0) return -1;
+                if (cp >= 0xD800 && cp <= 0xDBFF && j->end - j->p >= 6 && j->p[0] == '\\' && j->p[1] == 'u') {
+                    const unsigned char *save = j->p;
+                    uint32_t lo;
+                    j->p += 2;
+                    if (gpt2__json_hex4(j, &lo) != 0) return -1;
+                    if (lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    else j->p = save; /* two code points: the lone high surrogate, then whatever follows */
+                }
+                break;
+            default: return gpt2__json_fail(j, "bad escape in a string");
+            }
+            if (cp < 0x80) b[0] = (unsigned char)cp;
+            else if (cp < 0x800) {
+                b[0] = (unsigned char)(0xC0 | (cp >> 6));
+                b[1] = (unsigned char)(0x80 | (cp & 0x3F));
+                nb = 2;
+            } else if (cp < 0x10000) {
+                b[0] = (unsigned char)(0xE0 | (cp >> 12));
+                b[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                b[2] = (unsigned char)(0x80 | (cp & 0x3F));
+                nb = 3;
+            } else {
+                b[0] = (unsigned char)(0xF0 | (cp >> 18));
+                b[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+                b[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                b[3] = (unsigned char)(0x80 | (cp & 0x3F));
+                nb = 4;
+            }
+        } else {
+            if (!(nb = gpt2__utf8_len(j->p, j->end))) return gpt2__json_fail(j, "invalid UTF-8");
+            memcpy(b, j->p, (size_t)nb);
+            j->p += nb;
+        }
+        for (k = 0; k < nb; ++k, ++n)
+            if (n + 1 < cap) out[n] = (char)b[k];
+    }
+    if (cap) out[n < cap ? n : cap - 1] = 0;
+    *len = n;
+    return 0;
+}
+static inline int gpt2__json_literal(gpt2__json *j, const char *word) {
+    size_t n = strlen(word);
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, word, n) != 0) return 0;
+    j->p += n;
+    return 1;
+}
+static inline int gpt2__json_digits(gpt2__json *j) {
+    const unsigned char *s = j->p;
+    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') ++j->p;
+    return j->p > s;
+}
+static inline int gpt2__json_number(gpt2__json *j, gpt2_json_value *v) {
+    const unsigned char *s = j->p;
+    char small[64], *text;
     size_t n;
-    FILE *f;
-    if (slash) snprintf(path, sizeof path, "%.*s/config.json", (int)(slash - weights_path), weights_path);
-    else snprintf(path, sizeof path, "config.json");
-    if (!(f = fopen(path, "rb"))) return 0;
-    n = fread(buf, 1, sizeof buf - 1, f);
+    v->type = GPT2_JSON_INT;
+    if (j->p < j->end && *j->p == '-') ++j->p;
+    if (gpt2__json_literal(j, "Infinity")) {
+        v->type = GPT2_JSON_REAL;
+        v->number = *s == '-' ? -INFINITY : INFINITY;
+        return 0;
+    }
+    if (j->p < j->end && *j->p == '0') ++j->p;
+    else if (!gpt2__json_digits(j)) return gpt2__json_fail(j, "bad number");
+    if (j->p < j->end && *j->p == '.') {
+        ++j->p;
+        if (!gpt2__json_digits(j)) return gpt2__json_fail(j, "bad number");
+        v->type = GPT2_JSON_REAL;
+    }
+    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+        ++j->p;
+        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) ++j->p;
+        if (!gpt2__json_digits(j)) return gpt2__json_fail(j, "bad number");
+        v->type = GPT2_JSON_REAL;
+    }
+    n = (size_t)(j->p - s); /* strtod on a NUL-terminated copy: its grammar is wider than JSON's (hex, "inf") */
+    text = n < sizeof small ? small : (char *)malloc(n + 1);
+    if (!text) return gpt2__json_fail(j, "out of memory");
+    memcpy(text, s, n);
+    text[n] = 0;
+    v->number = strtod(text, NULL);
+    if (text != small) free(text);
+    return 0;
+}
+
+/* The slot a member's value goes to (NULL: read over). */
+typedef gpt2_json_value *(*gpt2__json_slot_fn)(void *ctx, const char *key, size_t keylen);
+
+/* Any value at j->p into v (v NULL: read over); the members of an object go where slot says (slot NULL: nowhere). */
+static inline int gpt2__json_value(gpt2__json *j, gpt2_json_value *v, gpt2__json_slot_fn slot, void *ctx) {
+    gpt2_json_value scratch;
+    if (!v) v = &scratch;
+    memset(v, 0, sizeof *v);
+    gpt2__json_ws(j);
+    if (j->p >= j->end) return gpt2__json_fail(j, "unexpected end");
+    if (*j->p == '"') {
+        v->type = GPT2_JSON_STRING;
+        return gpt2__json_string(j, v->str, sizeof v->str, &v->len);
+    }
+    if (*j->p == '{' || *j->p == '[') {
+        int obj = *j->p == '{';
+        unsigned char close = obj ? '}' : ']';
+        if (++j->depth > GPT2_JSON_MAX_DEPTH) return gpt2__json_fail(j, "nested too deeply");
+        v->type = obj ? GPT2_JSON_OBJECT : GPT2_JSON_ARRAY;
+        ++j->p;
+        gpt2__json_ws(j);
+        if (j->p < j->end && *j->p == close) {
+            ++j->p;
+            --j->depth;
+            return 0;
+        }
+        for (;;) {
+            gpt2_json_value *dst = NULL;
+            if (obj) {
+                char key[64];
+                size_t keylen;
+                gpt2__json_ws(j);
+                if (j->p >= j->end || *j->p != '"') return gpt2__json_fail(j, "expected a member name");
+                if (gpt2__json_string(j, key, sizeof key, &keylen) != 0) return -1;
+                if (slot && keylen < sizeof key) dst = slot(ctx, key, keylen);
+                gpt2__json_ws(j);
+                if (j->p >= j->end || *j->p != ':') return gpt2__json_fail(j, "expected ':'");
+                ++j->p;
+            }
+            if (gpt2__json_value(j, dst, NULL, NULL) != 0) return -1;
+            ++v->count;
+            gpt2__json_ws(j);
+            if (j->p < j->end && *j->p == ',') {
+                ++j->p;
+                continue;
+            }
+            if (j->p < j->end && *j->p == close) {
+                ++j->p;
+                --j->depth;
+                return 0;
+            }
+            return gpt2__json_fail(j, obj ? "expected ',' or '}'" : "expected ',' or ']'");
+        }
+    }
+    if (gpt2__json_literal(j, "null")) v->type = GPT2_JSON_NULL;
+    else if (gpt2__json_literal(j, "true")) v->type = GPT2_JSON_TRUE;
+    else if (gpt2__json_literal(j, "false")) v->type = GPT2_JSON_FALSE;
+    else if (gpt2__json_literal(j, "NaN")) {
+        v->type = GPT2_JSON_REAL;
+        v->number = NAN;
+    } else if (gpt2__json_literal(j, "Infinity")) {
+        v->type = GPT2_JSON_REAL;
+        v->number = INFINITY;
+    } else if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return gpt2__json_number(j, v);
+    else return gpt2__json_fail(j, "unexpected character");
+    return 0;
+}
+
+static inline gpt2_json_value *gpt2__hf_config_slot(void *ctx, const char *key, size_t keylen) {
+    gpt2_hf_config *h = (gpt2_hf_config *)ctx;
+    int i;
+    for (i = 0; i < GPT2_HF_NUM_KEYS; ++i)
+        if (strlen(gpt2_hf_keys[i]) == keylen && !memcmp(gpt2_hf_keys[i], key, keylen)) return &h->v[i];
+    return NULL;
+}
+
+/* Parses config.json's text (n bytes, no NUL needed): 0, or -1 with err (errcap bytes) saying what and where. */
+static inline int gpt2_hf_config_parse(const void *text, size_t n, gpt2_hf_config *h, char *err, size_t errcap) {
+    gpt2__json j;
+    gpt2_json_value top;
+    char scratch[8];
+    memset(h, 0, sizeof *h);
+    if (!err || !errcap) {
+        err = scratch;
+        errcap = sizeof scratch;
+    }
+    err[0] = 0;
+    j.beg = j.p = (const unsigned char *)text;
+    j.end = j.beg + n;
+    j.depth = 0;
+    j.err = err;
+    j.errcap = errcap;
+    gpt2__json_ws(&j);
+    if (j.p >= j.end || *j.p != '{') return gpt2__json_fail(&j, "expected an object");
+    if (gpt2__json_value(&j, &top, gpt2__hf_config_slot, h) != 0) {
+        memset(h, 0, sizeof *h);
+        return -1;
+    }
+    gpt2__json_ws(&j);
+    if (j.p != j.end) {
+        memset(h, 0, sizeof *h);
+        return gpt2__json_fail(&j, "extra data after the object");
+    }
+    return 0;
+}
+
+/* Checks a parsed config.json against the model the weights hold (c: V, C, block size and L from the tensors) and
+   sets c->num_heads from it. heads_opt: --heads (0: none). untied: the file has an lm_head.weight that differs from
+   wte.weight. Every refusal names the field. */
+static inline accel_result gpt2_hf_config_check(accel *acc, const char *path, const gpt2_hf_config *h,
+                                                gpt2_config *c, int heads_opt, int untied) {
+    static const struct { int field, alias; } ints[] = {
+        {GPT2_HF_VOCAB_SIZE, -1}, {GPT2_HF_N_POSITIONS, GPT2_HF_MAX_POSITION_EMBEDDINGS}, {GPT2_HF_N_CTX, -1},
+        {GPT2_HF_N_EMBD, GPT2_HF_HIDDEN_SIZE}, {GPT2_HF_N_LAYER, GPT2_HF_NUM_HIDDEN_LAYERS},
+        {GPT2_HF_N_HEAD, GPT2_HF_NUM_ATTENTION_HEADS}};
+    static const char *const tanh_gelus[] = {"gelu_new", "gelu_pytorch_tanh", "gelu_python_tanh", "gelu_fast",
+                                             "gelu_accurate"};
+    const gpt2_json_value *v = h->v;
+    int64_t want[6];
+    int i, heads = 0;
+    /* each size field (or its alias) is an integer and equals what the tensors say */
+    want[0] = c->vocab_size;
+    want[1] = want[2] = c->max_seq_len;
+    want[3] = c->channels;
+    want[4] = c->num_layers;
+    want[5] = -1; /* n_head: not in the tensors */
+    for (i = 0; i < 6; ++i) {
+        int f = ints[i].field, a = ints[i].alias, use = a >= 0 && v[a].type ? a : f;
+        const char *name = gpt2_hf_keys[use];
+        if (a >= 0 && v[a].type && v[f].type && (v[a].type != v[f].type || v[a].number != v[f].number))
+            return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: %s and %s disagree", path, gpt2_hf_keys[a],
+                                   gpt2_hf_keys[f]);
+        if (f == GPT2_HF_N_CTX && v[use].type <= GPT2_JSON_NULL) continue; /* legacy, unread by transformers */
+        if (!v[use].type) {
+            return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: no %s (transformers would take its GPT-2 "
+                                   "124M default)", path, name);
+        }
+        if (v[use].type != GPT2_JSON_INT || v[use].number < 1 || v[use].number > 1e9)
+            return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: %s must be a positive integer, not %s", path,
+                                   name, gpt2_json_type_names[v[use].type]);
+        if (want[i] >= 0 && (int64_t)v[use].number != want[i])
+            return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: %s is %lld but the weights have %lld (%s)",
+                                   path, name, (long long)v[use].number, (long long)want[i],
+                                   i == 0 ? "rows of wte.weight" : i <= 2 ? "rows of wpe.weight: the block size"
+                                   : i == 3 ? "columns of wte.weight" : "layers h.<l>.*");
+        if (i == 5) heads = (int)v[use].number;
+    }
+    if (c->channels % heads)
+        return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: n_head %d does not divide n_embd %d", path,
+                               heads, c->channels);
+    if (heads_opt && heads_opt != heads)
+        return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: n_head is %d; --heads %d disagrees", path, heads,
+                               heads_opt);
+    c->num_heads = heads;
+    /* the MLP: 4C hidden units, the tanh GELU */
+    if (v[GPT2_HF_N_INNER].type > GPT2_JSON_NULL &&
+        (v[GPT2_HF_N_INNER].type != GPT2_JSON_INT || v[GPT2_HF_N_INNER].number != 4.0 * c->channels))
+        return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: n_inner must be null or 4 x n_embd = %d (the "
+                               "trainers' MLP width)", path, 4 * c->channels);
+    if (v[GPT2_HF_ACTIVATION_FUNCTION].type) {
+        const gpt2_json_value *a = &v[GPT2_HF_ACTIVATION_FUNCTION];
+        int ok = 0, is_str = a->type == GPT2_JSON_STRING;
+        for (i = 0; i < (int)(sizeof tanh_gelus / sizeof *tanh_gelus); ++i)
+            ok |= is_str && a->len == strlen(tanh_gelus[i]) && !strcmp(a->str, tanh_gelus[i]);
+        if (!ok)
+            return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: activation_function is %s%s%s; the trainers "
+                                   "compute GPT-2's tanh GELU (gelu_new)", path, is_str ? "\"" : "",
+                                   is_str ? a->str : gpt2_json_type_names[a->type], is_str ? "\"" : "");
+    }
+    /* LayerNorm */
+    if (v[GPT2_HF_LAYER_NORM_EPSILON].type && ((v[GPT2_HF_LAYER_NORM_EPSILON].type != GPT2_JSON_INT &&
+                                                v[GPT2_HF_LAYER_NORM_EPSILON].type != GPT2_JSON_REAL) ||
+                                               v[GPT2_HF_LAYER_NORM_EPSILON].number != 1e-5))
+        return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: layer_norm_epsilon must be 1e-05 (the trainers' "
+                               "LayerNorm)", path);
+    /* attention: scores scaled by 1/sqrt(C/H), in every layer alike */
+    if (v[GPT2_HF_SCALE_ATTN_WEIGHTS].type && v[GPT2_HF_SCALE_ATTN_WEIGHTS].type != GPT2_JSON_TRUE)
+        return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: scale_attn_weights must be true (the trainers scale "
+                               "attention scores by 1/sqrt(n_embd/n_head))", path);
+    if (v[GPT2_HF_SCALE_ATTN_BY_INVERSE_LAYER_IDX].type &&
+        v[GPT2_HF_SCALE_ATTN_BY_INVERSE_LAYER_IDX].type != GPT2_JSON_FALSE)
+        return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: scale_attn_by_inverse_layer_idx must be false (the "
+                               "trainers do not divide layer l's scores by l+1)", path);
+    if (v[GPT2_HF_ADD_CROSS_ATTENTION].type && v[GPT2_HF_ADD_CROSS_ATTENTION].type != GPT2_JSON_FALSE)
+        return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: add_cross_attention must be false (the decoder of "
+                               "an encoder-decoder model has cross-attention layers the trainers do not have)", path);
+    if (v[GPT2_HF_PRUNED_HEADS].type > GPT2_JSON_NULL &&
+        (v[GPT2_HF_PRUNED_HEADS].type != GPT2_JSON_OBJECT || v[GPT2_HF_PRUNED_HEADS].count))
+        return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: pruned_heads must be empty (pruned attention heads "
+                               "change the layers' shapes)", path);
+    /* the LM head: tied to wte */
+    if (v[GPT2_HF_TIE_WORD_EMBEDDINGS].type && v[GPT2_HF_TIE_WORD_EMBEDDINGS].type != GPT2_JSON_TRUE)
+        return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: tie_word_embeddings must be true: %s; the trainers' "
+                               "LM head is wte", path, untied ? "the file's lm_head.weight is a head of its own"
+                               : "transformers would give the model an LM head of its own");
+    if (v[GPT2_HF_MODEL_TYPE].type &&
+        (v[GPT2_HF_MODEL_TYPE].type != GPT2_JSON_STRING || v[GPT2_HF_MODEL_TYPE].len != 4 ||
+         strcmp(v[GPT2_HF_MODEL_TYPE].str, "gpt2") != 0))
+        return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: model_type must be \"gpt2\"", path);
+    return ACCEL_OK;
+}
+
+/* Reads config.json into h; *found = 0 (and ACCEL_OK) when there is no such file. */
+static inline accel_result gpt2_hf_config_read(accel *acc, const char *path, gpt2_hf_config *h, int *found) {
+    FILE *f = fopen(path, "rb");
+    char *buf, err[160];
+    size_t n;
+    int bad;
+    memset(h, 0, sizeof *h);
+    *found = f != NULL;
+    if (!f) return ACCEL_OK;
+    buf = (char *)accel_host_alloc(acc, GPT2_HF_CONFIG_MAX_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        return accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "--init: out of host memory");
+    }
+    n = fread(buf, 1, GPT2_HF_CONFIG_MAX_BYTES + 1, f);
+    bad = ferror(f);
     fclose(f);
-    buf[n] = 0;
-    if (!(p = strstr(buf, "\"n_head\""))) return 0;
-    p = strchr(p + 8, ':');
-    return p ? atoi(p + 1) : 0;
+    if (bad || n > GPT2_HF_CONFIG_MAX_BYTES) {
+        accel_host_free(acc, buf);
+        return accel_set_error(acc, bad ? ACCEL_ERR_IO : ACCEL_ERR_FORMAT, "--init: %s: %s", path,
+                               bad ? "read error" : "larger than 1 MiB: not a model configuration");
+    }
+    bad = gpt2_hf_config_parse(buf, n, h, err, sizeof err);
+    accel_host_free(acc, buf);
+    if (bad) return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: %s: not JSON: %s", path, err);
+    return ACCEL_OK;
+}
+
+/* 1 when the file holds an lm_head.weight that is not bit-equal to its wte.weight (an untied head). */
+static inline int gpt2_hf_untied_head(accel_st_file *f, const char *prefix) {
+    char nm[80];
+    int i = accel_st_file_find(f, "lm_head.weight"), k;
+    const accel_st_entry *head, *wte;
+    if (i < 0) return 0;
+    head = accel_st_file_entry(f, i);
+    snprintf(nm, sizeof nm, "%swte.weight", prefix);
+    if ((k = accel_st_file_find(f, nm)) < 0) return 1;
+    wte = accel_st_file_entry(f, k);
+    return head->dtype != wte->dtype || head->ndim != wte->ndim || head->shape[0] != wte->shape[0] ||
+           head->shape[1] != wte->shape[1] || head->end - head->begin != wte->end - wte->begin ||
+           memcmp(head->data, wte->data, (size_t)(wte->end - wte->begin)) != 0;
 }
 
 /* ----------------------------------------------------------------------------------------------- optimizer */
@@ -435,12 +921,23 @@ static inline accel_optim_schedule gpt2_schedule(int64_t warmup, int64_t steps, 
 
 /* ------------------------------------------------------------------------------------------- command line */
 #define GPT2_MAX_FILES 64
+/* The test and benchmark hooks ("testing" in --help): parsed with the options, called by the run at named points
+   (gpt2_hooks_grads_reduced, gpt2_hooks_step_end, gpt2_hooks_run_end below), never from a trainer's loop. */
+typedef struct gpt2_hooks {
+    const char *dump_grads; /* --dump-grads FILE: the first step's reduced gradients, before clipping, as HF names */
+    int kill_at;            /* --kill-at N: SIGKILL on every rank at the end of step N, after its checkpoint */
+    int bench_noop;         /* --bench-noop-accel: main runs its no-op loop (accel's calls removed) instead */
+} gpt2_hooks;
+
+/* --attention (CUDA trainer): cuDNN's fused attention or the trainer's own kernels; AUTO = cuDNN when built */
+enum { GPT2_ATTENTION_AUTO, GPT2_ATTENTION_CUDNN, GPT2_ATTENTION_OWN };
 typedef struct gpt2_opts {
-    const char *init, *data[GPT2_MAX_FILES], *loss_file, *export_dir, *ckpt_dir, *log_dir, *dump_grads, *profile_dir;
+    const char *init, *data[GPT2_MAX_FILES], *loss_file, *export_dir, *ckpt_dir, *log_dir, *profile_dir;
     int ndata, steps, batch, seq, accum, warmup, layers, heads, channels, vocab, block_size, ckpt_every, resume;
-    int print_every, kill_at, shuffle, sr, bench_noop;
+    int print_every, shuffle, sr, attention;
     double lr, weight_decay, clip, peak_tflops;
     uint64_t seed;
+    gpt2_hooks hooks;
 } gpt2_opts;
 
 static inline void gpt2_usage(const char *prog) {
@@ -448,8 +945,10 @@ static inline void gpt2_usage(const char *prog) {
             "usage: %s --data SHARD [SHARD ...] [options]       (llm.c token shards, e.g. --data fineweb_train_*.bin)\n"
             "       %s --gen-shard PATH NTOKENS VOCAB      (a synthetic llm.c uint16 shard: a Markov chain)\n"
             "model (default GPT-2 124M: --layers 12 --heads 12 --channels 768 --vocab 50257 --block-size 1024)\n"
-            "  --init FILE.safetensors  start from these weights (Hugging Face GPT-2 names; sets L, C, V, block size;\n"
-            "                           heads from a config.json beside it, else --heads)\n"
+            "  --init PATH              start from Hugging Face GPT-2 weights: a folder with model.safetensors and\n"
+            "                           config.json, or FILE.safetensors (config.json beside it, if any); sets L, C,\n"
+            "                           V, the block size and H (else --heads); refuses a config.json that\n"
+            "                           describes another model (activation, LayerNorm eps, untied head, ...)\n"
             "  --layers L --heads H --channels C --vocab V --block-size N\n"
             "training\n"
             "  --batch B                per-process micro-batch (default 4)\n"
@@ -462,20 +961,22 @@ static inline void gpt2_usage(const char *prog) {
             "  --seed S                 initialization seed (default 1337)\n"
             "  --shuffle                shuffle the token windows per epoch (default: llm.c's sequential order)\n"
             "  --sr                     (CUDA) stochastic rounding of the bf16 weights\n"
+            "  --attention cudnn|own    (CUDA) cuDNN's flash attention (default when built) or the trainer's own\n"
             "output\n"
             "  --loss-file F            one line per optimizer step: step loss lr\n"
             "  --export DIR             save_model at the end: DIR/model.safetensors (HF names) + config.json\n"
             "  --checkpoint-dir D --checkpoint-every N --resume   save_state / load_state (D/checkpoints/...)\n"
             "  --log-dir DIR            TensorBoard + JSONL logs\n"
             "  --print-every N          progress line every N steps (default 1)\n"
-            "  --profile DIR            phase table at the end + Chrome traces DIR/profile_<rank>.json (accel_profile.h;\n"
-            "                           several ranks: DIR/profile_merged.json too; open in ui.perfetto.dev)\n"
-            "  --peak-tflops X          peak FLOP/s for MFU (default: H100/H200 989, A100 312, else none)\n"
-            "testing\n"
+            "  --profile DIR            the phase table at the end, Chrome traces DIR/profile_<rank>.json\n"
+            "                           and on several ranks DIR/profile_merged.json (accel_profile.h; Perfetto)\n"
+            "  --peak-tflops X          peak TFLOP/s for MFU (CUDA default: the device's bf16 dense peak; CPU: none)\n"
+            "testing (the hooks: gpt2_hooks)\n"
             "  --kill-at N              SIGKILL every rank after step N (resume tests)\n"
             "  --dump-grads FILE        the first step's reduced gradients (before clipping) as HF safetensors\n"
-            "  --bench-noop-accel       benchmark: accel's calls in the step replaced by no-ops (one batch, no accumulation,\n"
-            "                           sync, clipping, schedule or logs); both trainers print a summary: JSON line\n",
+            "  --bench-noop-accel       benchmark: the loop with accel's calls taken out (one batch, no accumulation,\n"
+            "                           sync, clipping, schedule or logs). Every run ends with a summary: JSON line\n"
+            "                           (tokens/s over the steps after the 3rd)\n",
             prog, prog);
 }
 
@@ -552,50 +1053,78 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
         else if (GPT2_ARG("--profile")) o->profile_dir = v;
         else if (GPT2_ARG("--print-every")) o->print_every = atoi(v);
         else if (GPT2_ARG("--seed")) o->seed = strtoull(v, NULL, 10);
-        else if (GPT2_ARG("--kill-at")) o->kill_at = atoi(v);
-        else if (GPT2_ARG("--dump-grads")) o->dump_grads = v;
+        else if (GPT2_ARG("--kill-at")) o->hooks.kill_at = atoi(v);
+        else if (GPT2_ARG("--dump-grads")) o->hooks.dump_grads = v;
         else if (GPT2_ARG("--peak-tflops")) o->peak_tflops = atof(v);
+        else if (GPT2_ARG("--attention")) {
+            if (!strcmp(v, "cudnn")) o->attention = GPT2_ATTENTION_CUDNN;
+            else if (!strcmp(v, "own")) o->attention = GPT2_ATTENTION_OWN;
+            else if (!strcmp(v, "auto")) o->attention = GPT2_ATTENTION_AUTO;
+            else { fprintf(stderr, "%s: --attention %s: cudnn, own or auto\n", prog, v); return 2; }
+        }
         else if (!strcmp(a, "--resume")) o->resume = 1;
         else if (!strcmp(a, "--shuffle")) o->shuffle = 1;
         else if (!strcmp(a, "--sr")) o->sr = 1;
-        else if (!strcmp(a, "--bench-noop-accel")) o->bench_noop = 1;
+        else if (!strcmp(a, "--bench-noop-accel")) o->hooks.bench_noop = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { gpt2_usage(prog); return 0; }
         else { fprintf(stderr, "%s: unknown or incomplete option %s\n", prog, a); gpt2_usage(prog); return 2; }
 #undef GPT2_ARG
     }
     if (o->ndata == 0 || o->steps < 0 || o->batch < 1 || o->seq < 1 || o->accum < 1 || o->warmup < 0 ||
         o->layers < 0 || o->heads < 0 || o->channels < 0 || o->vocab < 0 || o->block_size < 0 || o->ckpt_every < 0 ||
-        o->print_every < 0 || o->kill_at < 0 || o->lr < 0 || o->clip < 0) {
+        o->print_every < 0 || o->hooks.kill_at < 0 || o->lr < 0 || o->clip < 0) {
         fprintf(stderr, "%s: need --data and non-negative sizes (see --help)\n", prog);
         return 2;
     }
-    if ((o->resume || o->kill_at) && !o->ckpt_dir) {
+    if ((o->resume || o->hooks.kill_at) && !o->ckpt_dir) {
         fprintf(stderr, "%s: --resume and --kill-at need --checkpoint-dir\n", prog);
         return 2;
     }
     return -1;
 }
 
-/* The model configuration from --init (its shapes) and the command line; 0 or an error printed. f may be NULL. */
-static inline int gpt2_resolve_config(accel *acc, const gpt2_opts *o, accel_ckpt_file *f, gpt2_config *c, char prefix[16]) {
-    const char *prog = "gpt2";
+/* --init's two files: a folder holding model.safetensors and config.json, or a .safetensors file (config.json is
+   looked for beside it). */
+static inline void gpt2_init_paths(const char *init, char weights[4096], char config[4096]) {
+    size_t n = strlen(init);
+    if (n >= 12 && !strcmp(init + n - 12, ".safetensors")) {
+        const char *slash = strrchr(init, '/');
+        snprintf(weights, 4096, "%s", init);
+        if (slash) snprintf(config, 4096, "%.*s/config.json", (int)(slash - init), init);
+        else snprintf(config, 4096, "config.json");
+    } else {
+        snprintf(weights, 4096, "%s/model.safetensors", init);
+        snprintf(config, 4096, "%s/config.json", init);
+    }
+}
+
+/* The model configuration: from --init's tensors (f, open) and its config.json (checked: it must describe this
+   model), else from the command line, whose sizes must then agree with --init's. */
+static inline accel_result gpt2_resolve_config(accel *acc, const gpt2_opts *o, accel_st_file *f,
+                                               const char *config_path, gpt2_config *c, char prefix[16]) {
+    accel_result r;
     gpt2_config_default(c);
     prefix[0] = 0;
     if (f) {
-        int heads = gpt2_hf_config_heads(o->init);
-        if (gpt2_hf_probe(acc, f, c, prefix) != ACCEL_OK) {
-            fprintf(stderr, "%s: %s\n", prog, accel_last_error(acc));
-            return -1;
-        }
-        if (heads > 0) c->num_heads = heads;
+        gpt2_hf_config h;
+        int found;
+        if ((r = gpt2_hf_probe(acc, f, c, prefix)) != ACCEL_OK) return r;
         if ((o->layers && o->layers != c->num_layers) || (o->channels && o->channels != c->channels) ||
-            (o->vocab && o->vocab != c->vocab_size) || (o->block_size && o->block_size != c->max_seq_len) ||
-            (o->heads && heads > 0 && o->heads != heads)) {
-            fprintf(stderr, "%s: --init %s holds L=%d H=%d C=%d V=%d block %d; the command line disagrees\n", prog,
-                    o->init, c->num_layers, c->num_heads, c->channels, c->vocab_size, c->max_seq_len);
-            return -1;
+            (o->vocab && o->vocab != c->vocab_size) || (o->block_size && o->block_size != c->max_seq_len))
+            return accel_set_error(acc, ACCEL_ERR_INVALID_ARGUMENT, "--init %s holds L=%d C=%d V=%d block %d; the "
+                                   "command line disagrees", o->init, c->num_layers, c->channels, c->vocab_size,
+                                   c->max_seq_len);
+        if ((r = gpt2_hf_config_read(acc, config_path, &h, &found)) != ACCEL_OK) return r;
+        if (found) {
+            r = gpt2_hf_config_check(acc, config_path, &h, c, o->heads, gpt2_hf_untied_head(f, prefix));
+            if (r != ACCEL_OK) return r;
+        } else if (gpt2_hf_untied_head(f, prefix)) {
+            return accel_set_error(acc, ACCEL_ERR_FORMAT, "--init: lm_head.weight differs from wte.weight (an LM head "
+                                   "of its own) and no %s says the head is tied; the trainers' LM head is wte",
+                                   config_path);
+        } else if (o->heads) {
+            c->num_heads = o->heads;
         }
-        if (o->heads) c->num_heads = o->heads;
     } else {
         if (o->layers) c->num_layers = o->layers;
         if (o->heads) c->num_heads = o->heads;
@@ -606,13 +1135,11 @@ static inline int gpt2_resolve_config(accel *acc, const gpt2_opts *o, accel_ckpt
         c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
     }
     if (c->num_layers < 1 || c->num_heads < 1 || c->channels < 1 || c->channels % c->num_heads || c->vocab_size < 2 ||
-        c->max_seq_len < 1 || o->seq > c->max_seq_len) {
-        fprintf(stderr, "%s: bad model: L=%d H=%d C=%d (C must be a multiple of H) V=%d block %d, seq %d (at most the "
-                        "block size)\n", prog, c->num_layers, c->num_heads, c->channels, c->vocab_size,
-                c->max_seq_len, o->seq);
-        return -1;
-    }
-    return 0;
+        c->max_seq_len < 1 || o->seq > c->max_seq_len)
+        return accel_set_error(acc, ACCEL_ERR_INVALID_ARGUMENT, "bad model: L=%d H=%d C=%d (C must be a multiple of "
+                               "H) V=%d block %d, seq %d (at most the block size)", c->num_layers, c->num_heads,
+                               c->channels, c->vocab_size, c->max_seq_len, o->seq);
+    return ACCEL_OK;
 }
 
 /* ------------------------------------------------------------------------------------------------ helpers */
@@ -650,6 +1177,412 @@ static inline int gpt2_check_tokens(const int32_t *tok, size_t n, int V, int32_t
     for (i = 0; i < n; ++i)
         if (tok[i] < 0 || tok[i] >= V) { *bad = tok[i]; return -1; }
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------- the run */
+/* Everything both trainers do around their model, in the order of their main:
+     gpt2_run_init           accel_init; --init's weights and config.json (checked); the model's shape (run.cfg)
+     gpt2_run_weights        the initial weights (--init's, else GPT-2's initialization) into a host buffer
+     gpt2_run_setup          AdamW and its schedule, the loader, the reducer, checkpoints (and --resume), the loss
+                             file, trackers, the profiler, the banner
+   in the loop, around the trainer's forward and backward:
+     gpt2_run_next           the next (B, T+1) token windows of this rank (*got = 0 at an epoch's end)
+     gpt2_run_reduce         the gradients averaged over ranks
+     gpt2_run_optimizer_step clip_grad_norm_, the schedule, AdamW (then the trainer zeroes its gradients)
+     gpt2_run_log_step       the step's loss averaged over ranks, the loss file, the progress line, trackers
+     gpt2_run_step_end       a checkpoint when one is due, the profiler's step
+   and after it gpt2_run_finish (the summary line, the profile, the export), gpt2_run_release (accel's objects, before
+   the trainer frees its buffers) and gpt2_run_end (accel_shutdown; returns the exit status). The hooks (gpt2_hooks)
+   are called from these at the points their names say. Parameters and gradients are the trainer's flat buffers (host
+   or device); to_host copies from a device buffer. */
+typedef accel_result (*gpt2_to_host_fn)(accel *acc, void *dst, const void *src, size_t bytes);
+
+#define GPT2_UNTIMED_STEPS 3 /* the summary line times the steps after these (caches, cuBLAS, allocator warm up) */
+
+typedef struct gpt2_run {
+    accel *acc;
+    const gpt2_opts *o;
+    const char *name;                    /* the program: messages, the trackers' project */
+    gpt2_config cfg;
+    accel_tensor params[GPT2_NUM_TENSORS], grads[GPT2_NUM_TENSORS]; /* fp32, the trainer's buffers */
+    accel_data_seq_loader loader;
+    accel_coll *coll;
+    accel_ddp *reducer;
+    accel_optim *opt;
+    accel_optim_schedule sched;
+    accel_ckpt *ckpt;                    /* NULL without --checkpoint-dir */
+    accel_track trk;
+    int tracking, inited;
+    accel_prof *prof;
+    FILE *loss_file;
+    accel_st_file *init;               /* --init's weights, open from gpt2_run_init to gpt2_run_weights */
+    char init_prefix[16];
+    gpt2_to_host_fn to_host;             /* NULL: the buffers are host memory */
+    float *host;                         /* with to_host: a host buffer of the parameters' size */
+    double peak_flops;                   /* peak FLOP/s for MFU: --peak-tflops, else the trainer's; 0: MFU n/a */
+    int64_t first_step, step;            /* the step the run started at (after a resume), the last step taken */
+    double t0, lr, norm;                 /* loop start; the last step's LR and gradient norm */
+    int64_t timed_from;                  /* the summary line's clock: steps after timed_from, from timed_t0 */
+    double timed_t0;
+} gpt2_run;
+
+/* One phase of a step in the profiler's table and trace (accel_profile.h; one flag test without --profile), around
+   the statements that follow id. CHECK is the trainer's: it reports a failure and jumps to main's cleanup. */
+#define GPT2_PHASE(run, id, ...)                                                                                     \
+    do {                                                                                                             \
+        CHECK(accel_prof_begin((run).prof, (id)));                                                                   \
+        __VA_ARGS__;                                                                                                 \
+        CHECK(accel_prof_end((run).prof, (id)));                                                                     \
+    } while (0)
+
+/* ----- hooks, at their named points */
+/* Starts the summary line's clock after the run's GPT2_UNTIMED_STEPS-th step (the step's work must be done: the
+   CUDA trainer's loop synchronizes each step; its no-op loop synchronizes before this call). */
+static inline void gpt2_hooks_step_timed(gpt2_run *r, int64_t step) {
+    if (step == r->first_step + GPT2_UNTIMED_STEPS) {
+        r->timed_from = step;
+        r->timed_t0 = accel_now();
+    }
+}
+
+/* After the first step's reduction, before clipping: --dump-grads (main process). */
+static inline accel_result gpt2_hooks_grads_reduced(gpt2_run *r) {
+    const void *src = r->grads[0].ptr; /* the flat buffer (wte first) */
+    accel_result res;
+    if (!r->o->hooks.dump_grads || r->step != 1 || !r->acc->is_main_process) return ACCEL_OK;
+    if (r->to_host) {
+        if ((res = r->to_host(r->acc, r->host, src, gpt2_num_parameters(&r->cfg) * sizeof(float))) != ACCEL_OK)
+            return res;
+        src = r->host;
+    }
+    return gpt2_save_hf_file(r->acc, &r->cfg, (const float *)src, r->o->hooks.dump_grads);
+}
+
+/* At the end of a step (after its checkpoint): the summary clock; --kill-at (a crash: nothing after it is written;
+   the ranks meet first so that none is killed while a peer still writes the checkpoint). */
+static inline void gpt2_hooks_step_end(gpt2_run *r) {
+    gpt2_hooks_step_timed(r, r->step);
+    if (r->o->hooks.kill_at && r->step == r->o->hooks.kill_at) {
+        if (r->loss_file) fclose(r->loss_file);
+        r->loss_file = NULL;
+        fflush(stdout);
+        accel_wait_for_everyone(r->acc);
+        raise(SIGKILL);
+    }
+}
+
+/* After the loop: the summary line bench/trainer/bench_gpt2*.py read (tokens/s over the timed steps). */
+static inline void gpt2_hooks_run_end(gpt2_run *r) {
+    const gpt2_opts *o = r->o;
+    double el, tps;
+    if (r->timed_from < 0 || r->step <= r->timed_from) return;
+    el = accel_now() - r->timed_t0;
+    tps = (double)(r->step - r->timed_from) * o->batch * o->seq *
+          (o->hooks.bench_noop ? 1 : r->acc->gradient_accumulation_steps) * r->acc->num_processes / el;
+    accel_print(r->acc, "summary: {\"steps\": %lld, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"mfu\": %.4f, "
+                "\"noop_accel\": %d}\n", (long long)(r->step - r->timed_from), tps,
+                1000.0 * el / (double)(r->step - r->timed_from),
+                r->peak_flops > 0 ? gpt2_flops_per_token(&r->cfg, o->seq) * tps / (r->peak_flops *
+                r->acc->num_processes) : 0.0, o->hooks.bench_noop);
+}
+
+/* ----- the run */
+static inline accel_result gpt2_run_init(gpt2_run *r, accel *acc, const accel_desc *desc, const gpt2_opts *o,
+                                         const char *name) {
+    char weights[4096], config[4096] = "";
+    accel_result res;
+    memset(r, 0, sizeof *r);
+    r->acc = acc;
+    r->o = o;
+    r->name = name;
+    r->timed_from = -1;
+    r->peak_flops = o->peak_tflops * 1e12; /* 0: the trainer may know the device's */
+    if ((res = accel_init(acc, desc)) != ACCEL_OK) return res;
+    r->inited = 1;
+    if (o->init) {
+        gpt2_init_paths(o->init, weights, config);
+        if ((res = accel_st_file_open(acc, weights, &r->init)) != ACCEL_OK) return res;
+    }
+    return gpt2_resolve_config(acc, o, r->init, config, &r->cfg, r->init_prefix);
+}
+
+/* The initial weights into params (a host buffer of gpt2_num_parameters floats). */
+static inline accel_result gpt2_run_weights(gpt2_run *r, float *params) {
+    accel_result res = ACCEL_OK;
+    if (r->init) {
+        res = gpt2_hf_load(r->acc, r->init, &r->cfg, r->init_prefix, params);
+        accel_st_file_destroy(r->init);
+        r->init = NULL;
+    } else {
+        gpt2_init_params(&r->cfg, params, r->o->seed);
+    }
+    return res;
+}
+
+/* params, grads: the fp32 flat buffers; model16: the bf16 copy AdamW writes (NULL: none; --sr applies to it). */
+static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads, void *model16) {
+    accel *acc = r->acc;
+    const gpt2_opts *o = r->o;
+    const gpt2_config *c = &r->cfg;
+    accel_tensor model[GPT2_NUM_TENSORS];
+    accel_data_seq_desc sd;
+    accel_prof_desc pd;
+    accel_result res;
+    int P = acc->num_processes;
+    gpt2_describe(c, params, ACCEL_F32, r->params);
+    gpt2_describe(c, grads, ACCEL_F32, r->grads);
+    if (model16) gpt2_describe(c, model16, ACCEL_BF16, model);
+    /* AdamW (decay on the 2-D weights), cosine schedule with warmup on the scheduler count */
+    res = gpt2_optim_create(acc, r->params, r->grads, model16 ? model : NULL, o->lr, o->weight_decay,
+                            o->sr && model16, o->seed, &r->opt);
+    if (res != ACCEL_OK) return res;
+    r->sched = gpt2_schedule(o->warmup, o->steps, P);
+
+    /* data: rank r gets rows r*B .. r*B+B-1 of every global batch of P*B windows of T+1 tokens */
+    memset(&sd, 0, sizeof sd);
+    sd.files = o->data;
+    sd.num_files = o->ndata;
+    sd.batch_size = o->batch;
+    sd.seq_len = o->seq;
+    sd.shuffle = o->shuffle;
+    sd.seed = o->seed;
+    if ((res = accel_data_seq_init(acc, &r->loader, &sd)) != ACCEL_OK) return res;
+    if (accel_data_seq_len(&r->loader) < 1)
+        return accel_set_error(acc, ACCEL_ERR_INVALID_ARGUMENT, "the shards hold less than one global batch of %d x %d "
+                               "tokens", P * o->batch, o->seq + 1);
+
+    /* the reducer: the 16 gradients are one contiguous buffer in registration order, so it does one in-place
+       all-reduce (averaged) after backward (NCCL between GPUs, MPI between CPU processes, nothing on one). A trainer
+       that overlaps communication with backward would register them in the order backward finishes them. */
+    if ((res = accel_coll_create(acc, NULL, &r->coll)) != ACCEL_OK ||
+        (res = accel_ddp_create(r->coll, NULL, &r->reducer)) != ACCEL_OK ||
+        (res = accel_ddp_add(r->reducer, r->grads, GPT2_NUM_TENSORS)) != ACCEL_OK ||
+        (res = accel_ddp_finalize(r->reducer)) != ACCEL_OK)
+        return res;
+
+    /* checkpoints: the fp32 weights and AdamW moments (device buffers are staged by accel), the optimizer's step
+       counts and the loader's position; accel's own state (step counters, RNG) comes with every checkpoint */
+    if (o->ckpt_dir) {
+        accel_ckpt_desc kd;
+        const accel_tensor *moments;
+        int nmoments;
+        memset(&kd, 0, sizeof kd);
+        kd.project_dir = o->ckpt_dir;
+        kd.automatic_checkpoint_naming = 1;
+        kd.total_limit = 2;
+        if ((res = accel_ckpt_create(acc, &kd, &r->ckpt)) != ACCEL_OK ||
+            (res = accel_ckpt_register_model(r->ckpt, r->params, GPT2_NUM_TENSORS)) != ACCEL_OK ||
+            (res = accel_optim_state_tensors(r->opt, &moments, &nmoments)) != ACCEL_OK ||
+            (res = accel_ckpt_register_optimizer(r->ckpt, moments, nmoments)) != ACCEL_OK ||
+            (res = accel_ckpt_register(r->ckpt, "optim_state", accel_optim_state_save, accel_optim_state_load,
+                                       r->opt)) != ACCEL_OK ||
+            (res = accel_ckpt_register(r->ckpt, "loader", accel_data_seq_state_save, accel_data_seq_state_load,
+                                       &r->loader)) != ACCEL_OK)
+            return res;
+        if (o->resume) {
+            res = accel_ckpt_load_state(r->ckpt, NULL);
+            if (res == ACCEL_ERR_NOT_FOUND) accel_print(acc, "no checkpoint in %s: starting fresh\n", o->ckpt_dir);
+            else if (res != ACCEL_OK) return res;
+            else accel_print(acc, "resumed at step %lld\n", (long long)acc->optimizer_steps);
+        }
+    }
+    r->first_step = r->step = acc->optimizer_steps;
+
+    /* logs: the loss file (main process), TensorBoard + JSONL; the profiler (disabled without --profile: then every
+       begin/end is one flag test; device times are CUDA events on acc->stream, read without synchronizing) */
+    if (o->loss_file && acc->is_main_process && !(r->loss_file = gpt2_open_loss_file(o->loss_file, o->resume,
+                                                                                       r->first_step)))
+        return accel_set_error(acc, ACCEL_ERR_IO, "cannot write %s", o->loss_file);
+    if (o->log_dir) {
+        accel_track_desc td;
+        accel_track_param hp[8];
+        memset(&td, 0, sizeof td);
+        td.log_with = ACCEL_TRACK_ALL;
+        td.logging_dir = o->log_dir;
+        if ((res = accel_track_init(acc, &r->trk, &td)) != ACCEL_OK) return res;
+        r->tracking = 1;
+        hp[0] = accel_track_param_int("layers", c->num_layers);
+        hp[1] = accel_track_param_int("heads", c->num_heads);
+        hp[2] = accel_track_param_int("channels", c->channels);
+        hp[3] = accel_track_param_int("vocab", c->vocab_size);
+        hp[4] = accel_track_param_int("batch", o->batch);
+        hp[5] = accel_track_param_int("seq", o->seq);
+        hp[6] = accel_track_param_int("accum", acc->gradient_accumulation_steps);
+        hp[7] = accel_track_param_number("lr", o->lr);
+        if ((res = accel_track_init_trackers(&r->trk, r->name, hp, 8)) != ACCEL_OK) return res;
+    }
+
+    accel_print(acc, "%s: L=%d H=%d C=%d V=%d (padded %d) block %d: %zu parameters | %d %s x batch %d x seq %d x "
+                "accum %d | %s | %lld global batches per epoch | reducer: %s%s\n", r->name, c->num_layers,
+                c->num_heads, c->channels, c->vocab_size, c->padded_vocab_size, c->max_seq_len,
+                gpt2_num_parameters(c), P, acc->device >= 0 ? "GPU(s)" : "process(es)", o->batch, o->seq,
+                acc->gradient_accumulation_steps, !model16 ? "float32" : o->sr ? "bf16 (stochastic rounding)" : "bf16",
+                (long long)accel_data_seq_len(&r->loader),
+                accel_ddp_is_flat(r->reducer) ? "one in-place all-reduce" : "buckets",
+                o->hooks.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
+    /* the profiler last: its first step starts here (the loop's first step) */
+    memset(&pd, 0, sizeof pd);
+    pd.disabled = !o->profile_dir;
+    pd.trace_dir = o->profile_dir;
+    if ((res = accel_prof_create(acc, &pd, &r->prof)) != ACCEL_OK) return res;
+    r->t0 = accel_now();
+    return ACCEL_OK;
+}
+
+/* The next (B, T+1) windows of this rank into win; *got = 0 at the end of an epoch (the loader advanced it). */
+static inline accel_result gpt2_run_next(gpt2_run *r, int32_t *win, int *got) {
+    int32_t bad;
+    accel_result res = accel_data_seq_next(&r->loader, win, got);
+    if (res != ACCEL_OK || !*got) return res;
+    if (gpt2_check_tokens(win, (size_t)r->o->batch * (r->o->seq + 1), r->cfg.vocab_size, &bad) != 0)
+        return accel_set_error(r->acc, ACCEL_ERR_FORMAT, "token %d in the data is outside the vocabulary (%d)",
+                               (int)bad, r->cfg.vocab_size);
+    return ACCEL_OK;
+}
+
+/* The gradients averaged over ranks (in place; NCCL on acc->stream, MPI on the CPU). */
+static inline accel_result gpt2_run_reduce(gpt2_run *r) {
+    accel_result res;
+    int k;
+    for (k = 0; k < GPT2_NUM_TENSORS; ++k)
+        if ((res = accel_ddp_grad_ready(r->reducer, k)) != ACCEL_OK) return res;
+    return accel_ddp_wait(r->reducer);
+}
+
+/* The optimizer step (on a sync micro-batch): clip_grad_norm_ (the norm here, the coefficient applied inside the
+   fused step), the schedule at Accelerate's scheduler count, AdamW (parameters, moments and the bf16 copy in one
+   pass). Sets r->step, r->lr, r->norm. */
+static inline accel_result gpt2_run_optimizer_step(gpt2_run *r) {
+    accel *acc = r->acc;
+    accel_optim_step_args sa;
+    float coef = 1.0f;
+    accel_result res;
+    r->step = acc->optimizer_steps + 1; /* the 1-based number of this step */
+    if ((res = gpt2_hooks_grads_reduced(r)) != ACCEL_OK) return res;
+    if ((res = accel_amp_grad_norm(acc, r->grads, GPT2_NUM_TENSORS, 2.0, 0, &r->norm)) != ACCEL_OK) return res;
+    if (r->o->clip > 0) coef = accel_optim_clip_coef(r->norm, r->o->clip);
+    memset(&sa, 0, sizeof sa);
+    sa.clip_coef = r->o->clip > 0 ? &coef : NULL;
+    if ((res = accel_optim_apply_schedule(r->opt, &r->sched, acc->scheduler_steps)) != ACCEL_OK) return res;
+    r->lr = accel_optim_lr(r->opt, 0);
+    if ((res = accel_optim_step(r->opt, &sa)) != ACCEL_OK) return res;
+    accel_optimizer_step_done(acc, 0);
+    return ACCEL_OK;
+}
+
+/* After a step: loss = this rank's mean loss over the step's micro-batches; the mean over ranks goes to the loss
+   file (step loss lr), the progress line (every --print-every steps and the last) and the trackers. */
+static inline accel_result gpt2_run_log_step(gpt2_run *r, double loss) {
+    accel *acc = r->acc;
+    const gpt2_opts *o = r->o;
+    int P = acc->num_processes;
+    double el, tps, mfu;
+    accel_result res;
+    if ((res = accel_host_allreduce_f64(acc, &loss, 1, ACCEL_HOST_SUM)) != ACCEL_OK) return res;
+    loss /= P;
+    if (r->loss_file) {
+        fprintf(r->loss_file, "%lld %.9g %.9g\n", (long long)r->step, loss, r->lr);
+        fflush(r->loss_file);
+    }
+    el = accel_now() - r->t0;
+    tps = (double)(r->step - r->first_step) * o->batch * o->seq * acc->gradient_accumulation_steps * P /
+          (el > 0 ? el : 1e-9);
+    mfu = r->peak_flops > 0 ? gpt2_flops_per_token(&r->cfg, o->seq) * tps / (r->peak_flops * P) : 0.0;
+    if (o->print_every && (r->step % o->print_every == 0 || r->step == o->steps)) {
+        char mfus[32] = "n/a";
+        if (r->peak_flops > 0) snprintf(mfus, sizeof mfus, "%.1f%%", 100.0 * mfu);
+        accel_print(acc, "step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms/step | %.0f tok/s | MFU %s\n",
+                    (long long)r->step, o->steps, loss, r->lr, r->norm,
+                    1000.0 * el / (double)(r->step - r->first_step), tps, mfus);
+    }
+    if (r->tracking) {
+        accel_track_value tv[5];
+        tv[0] = accel_track_scalar("train/loss", loss);
+        tv[1] = accel_track_scalar("train/lr", r->lr);
+        tv[2] = accel_track_scalar("train/grad_norm", r->norm);
+        tv[3] = accel_track_scalar("perf/tokens_per_s", tps);
+        tv[4] = accel_track_scalar("perf/mfu", mfu);
+        if ((res = accel_track_log(&r->trk, tv, 5, r->step)) != ACCEL_OK) return res;
+    }
+    return ACCEL_OK;
+}
+
+/* The end of a step: save_state every --checkpoint-every steps and after the last (after accumulate_end: the
+   counters are final), the profiler's step, then the step-end hooks. */
+static inline accel_result gpt2_run_step_end(gpt2_run *r) {
+    const gpt2_opts *o = r->o;
+    accel_result res;
+    if (r->ckpt && ((o->ckpt_every && r->step % o->ckpt_every == 0) || r->step == o->steps)) {
+        if ((res = accel_prof_begin(r->prof, ACCEL_PROF_CHECKPOINT)) != ACCEL_OK ||
+            (res = accel_ckpt_save_state(r->ckpt, NULL, NULL, 0)) != ACCEL_OK ||
+            (res = accel_prof_end(r->prof, ACCEL_PROF_CHECKPOINT)) != ACCEL_OK)
+            return res;
+    }
+    if ((res = accel_prof_step(r->prof)) != ACCEL_OK) return res;
+    gpt2_hooks_step_end(r);
+    return ACCEL_OK;
+}
+
+/* After the loop (device work finished): the summary line, this rank's phase table and traces (and on several
+   ranks their merge), save_model with Hugging Face names (collective), the trackers' last write. */
+static inline accel_result gpt2_run_finish(gpt2_run *r) {
+    accel *acc = r->acc;
+    const gpt2_opts *o = r->o;
+    accel_result res;
+    gpt2_hooks_run_end(r);
+    if (o->profile_dir) {
+        if (acc->is_main_process && (res = accel_prof_print_table(r->prof, stdout)) != ACCEL_OK) return res;
+        if ((res = accel_prof_write_trace(r->prof)) != ACCEL_OK) return res;
+        if (acc->num_processes > 1 && (res = accel_prof_merge_trace(r->prof, NULL)) != ACCEL_OK) return res;
+    }
+    if (o->export_dir) {
+        const void *params = r->params[0].ptr;
+        if (r->to_host) {
+            if ((res = r->to_host(acc, r->host, params, gpt2_num_parameters(&r->cfg) * sizeof(float))) != ACCEL_OK)
+                return res;
+            params = r->host;
+        }
+        if ((res = gpt2_export(acc, &r->cfg, (const float *)params, o->export_dir)) != ACCEL_OK) return res;
+        accel_print(acc, "exported %s/model.safetensors (Hugging Face GPT-2 names) and config.json\n", o->export_dir);
+    }
+    if (r->tracking) {
+        r->tracking = 0;
+        if ((res = accel_track_deinit(&r->trk)) != ACCEL_OK) return res;
+    }
+    return ACCEL_OK;
+}
+
+/* Destroys accel's objects (before the trainer frees the buffers they hold; safe after any failure). */
+static inline void gpt2_run_release(gpt2_run *r) {
+    if (r->loss_file) fclose(r->loss_file);
+    r->loss_file = NULL;
+    if (r->tracking) accel_track_deinit(&r->trk);
+    r->tracking = 0;
+    accel_st_file_destroy(r->init);
+    accel_ckpt_destroy(r->ckpt);
+    accel_optim_destroy(r->opt);
+    accel_prof_destroy(r->prof);
+    accel_ddp_destroy(r->reducer);
+    accel_coll_destroy(r->coll);
+    accel_data_seq_deinit(&r->loader);
+    r->init = NULL;
+    r->ckpt = NULL;
+    r->opt = NULL;
+    r->prof = NULL;
+    r->reducer = NULL;
+    r->coll = NULL;
+}
+
+/* The end of main (after gpt2_run_release and the trainer's frees): accel_shutdown; returns rc. On a failure with
+   several ranks the process exits here instead: peers may wait in a collective, and the launcher ends the job. */
+static inline int gpt2_run_end(gpt2_run *r, int rc) {
+    if (rc && r->inited && r->acc->num_processes > 1) {
+        fflush(stdout);
+        fflush(stderr);
+        exit(rc);
+    }
+    accel_shutdown(r->acc);
+    return rc;
 }
 
 #endif /* GPT2_H_INCLUDED */

@@ -2,7 +2,8 @@
 
    The model math follows karpathy/llm.c's train_gpt2.c (same layers, same parameter layout: see gpt2.h); it is
    checked against the same model written in PyTorch (tests/unit/trainer/test_gpt2_torch.py) and is the oracle of the
-   CUDA trainer (train_gpt2.cu). Everything around the model is accel, exactly as in the CUDA trainer:
+   CUDA trainer (train_gpt2.cu). Everything around the model is accel, exactly as in the CUDA trainer (set up and
+   driven through gpt2.h's gpt2_run; main below is the model, the loop, and those calls):
 
      accel.h              process group (mpirun / srun / torchrun), gradient accumulation, scheduler bookkeeping
      accel_data.h         llm.c token shards: each rank's (B, T+1) windows of every global batch, resumable
@@ -26,13 +27,14 @@
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_ckpt.h"
+#include "accel_safetensors.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
 #include "accel_data.h"
 #include "accel_optim.h"
 #include "accel_profile.h"
 #include "accel_trackers.h"
 #include "gpt2.h"
-#include <signal.h>
 
 /* ------------------------------------------------------------------------------------------------- layers */
 /* Shapes: B batch, T time, C channels, OC output channels, NH heads; activations are row-major (B, T, ...). */
@@ -378,6 +380,36 @@ static void gpt2_backward(gpt2 *m, float loss_mult) {
     encoder_backward(G_(m, GPT2_WTE), G_(m, GPT2_WPE), m->dres, m->inputs, B, T, C);
 }
 
+/* The (B, T+1) token windows → inputs (each window's first T tokens) and targets (its last T). */
+static void gpt2_set_batch(gpt2 *m, const int32_t *win) {
+    int B = m->B, T = m->T, i;
+    for (i = 0; i < B * T; ++i) {
+        m->inputs[i] = win[(i / T) * (T + 1) + i % T];
+        m->targets[i] = win[(i / T) * (T + 1) + i % T + 1];
+    }
+}
+
+/* --bench-noop-accel (bench/trainer/bench_gpt2_cpu.py): main's loop with accel's calls taken out — one batch, loaded
+   once; one micro-batch a step; no accumulation, reduction, clipping, schedule, logs or checkpoints. The optimizer
+   (the model's math) still steps. The training loop's tokens/s over this one's is accel's share of the step. */
+static accel_result bench_noop_loop(gpt2_run *run, gpt2 *m, int32_t *win) {
+    int64_t step;
+    int got = 0;
+    accel_result r;
+    while (!got)
+        if ((r = gpt2_run_next(run, win, &got)) != ACCEL_OK) return r;
+    gpt2_set_batch(m, win);
+    for (step = run->first_step + 1; step <= run->o->steps; ++step) {
+        gpt2_forward(m);
+        gpt2_backward(m, 1.0f);
+        if ((r = accel_optim_step(run->opt, NULL)) != ACCEL_OK) return r;
+        memset(m->grads, 0, m->nparams * sizeof(float));
+        run->step = step;
+        gpt2_hooks_step_timed(run, step);
+    }
+    return ACCEL_OK;
+}
+
 /* ------------------------------------------------------------------------------------------------- main */
 #define CHECK(call)                                                                                                  \
     do {                                                                                                            \
@@ -386,309 +418,65 @@ static void gpt2_backward(gpt2 *m, float loss_mult) {
             goto fail;                                                                                              \
         }                                                                                                           \
     } while (0)
+#define PHASE(id, ...) GPT2_PHASE(run, id, __VA_ARGS__) /* a phase of the step in the profiler */
 
 int main(int argc, char **argv) {
     gpt2_opts o;
-    gpt2_config cfg;
+    gpt2_run run; /* accel and everything around the model: gpt2.h */
     gpt2 model;
     accel acc;
     accel_desc desc;
-    accel_data_seq_loader ld;
-    accel_data_seq_desc sd;
-    accel_coll *coll = NULL;
-    accel_coll_reducer *red = NULL;
-    accel_ckpt *ck = NULL;
-    accel_ckpt_file *initf = NULL;
-    accel_optim *opt = NULL;
-    accel_prof *prof = NULL;
-    accel_prof_desc pfd;
-    accel_optim_schedule sched;
-    accel_track trk;
-    accel_tensor params[GPT2_NUM_TENSORS], grads[GPT2_NUM_TENSORS];
     int32_t *win = NULL;
-    char prefix[16];
-    FILE *lf = NULL;
-    int rc = 1, inited = 0, have_model = 0, tracking = 0, k, B, T, P;
-    double t0, t_bench = 0.0, loss_sum = 0.0, lr = 0.0, norm = 0.0, lossv;
-    int64_t first_step, step = 0, bench_from = -1;
-    int micro = 0;
-    int pr = gpt2_parse_args(argc, argv, &o);
+    double loss_sum = 0.0;
+    int rc = 1, micro = 0, pr = gpt2_parse_args(argc, argv, &o);
     if (pr >= 0) return pr;
-    memset(&ld, 0, sizeof ld);
-    memset(&trk, 0, sizeof trk);
-
+    memset(&model, 0, sizeof model);
     memset(&desc, 0, sizeof desc);
     desc.cpu = 1;
     desc.gradient_accumulation_steps = o.accum;
     desc.collective_timeout_ms = 300000; /* a lost peer ends the run in 5 minutes */
-    if (accel_init(&acc, &desc) != ACCEL_OK) {
-        fprintf(stderr, "gpt2_cpu: accel_init: %s\n", accel_last_error(&acc));
-        accel_shutdown(&acc);
-        return 1;
-    }
-    inited = 1;
-    B = o.batch;
-    T = o.seq;
-    P = acc.num_processes;
+    CHECK(gpt2_run_init(&run, &acc, &desc, &o, "gpt2_cpu"));
 
-    /* 1. the model: from --init (Hugging Face names) or GPT-2's initialization */
-    if (o.init) CHECK(accel_ckpt_file_open(&acc, o.init, &initf));
-    if (gpt2_resolve_config(&acc, &o, initf, &cfg, prefix) != 0) goto fail;
-    if (gpt2_alloc(&acc, &model, &cfg, B, T) != 0) {
+    /* the model: --init's weights (Hugging Face names) or GPT-2's initialization; AdamW, data, checkpoints, logs */
+    win = (int32_t *)accel_host_alloc(&acc, (size_t)o.batch * (o.seq + 1) * sizeof(int32_t));
+    if (!win || gpt2_alloc(&acc, &model, &run.cfg, o.batch, o.seq) != 0) {
         fprintf(stderr, "gpt2_cpu: out of memory\n");
         goto fail;
     }
-    have_model = 1;
-    if (initf) {
-        CHECK(gpt2_hf_load(&acc, initf, &cfg, prefix, model.params));
-        accel_ckpt_file_destroy(initf);
-        initf = NULL;
+    CHECK(gpt2_run_weights(&run, model.params));
+    CHECK(gpt2_run_setup(&run, model.params, model.grads, NULL));
+
+    if (o.hooks.bench_noop) {
+        CHECK(bench_noop_loop(&run, &model, win));
     } else {
-        gpt2_init_params(&cfg, model.params, o.seed);
-    }
-    gpt2_describe(&cfg, model.params, ACCEL_F32, params);
-    gpt2_describe(&cfg, model.grads, ACCEL_F32, grads);
-    /* AdamW (decay on the 2-D weights), cosine schedule with warmup on the scheduler count */
-    CHECK(gpt2_optim_create(&acc, params, grads, NULL, o.lr, o.weight_decay, 0, o.seed, &opt));
-    sched = gpt2_schedule(o.warmup, o.steps, P);
-
-    /* 2. data: rank r gets rows r*B .. r*B+B-1 of every global batch of P*B windows of T+1 tokens */
-    memset(&sd, 0, sizeof sd);
-    sd.files = o.data;
-    sd.num_files = o.ndata;
-    sd.batch_size = B;
-    sd.seq_len = T;
-    sd.shuffle = o.shuffle;
-    sd.seed = o.seed;
-    CHECK(accel_data_seq_init(&acc, &ld, &sd));
-    if (accel_data_seq_len(&ld) < 1) {
-        fprintf(stderr, "gpt2_cpu: the shards hold less than one global batch of %d x %d tokens\n", P * B, T + 1);
-        goto fail;
-    }
-    win = (int32_t *)accel_host_alloc(&acc, (size_t)B * (T + 1) * sizeof(int32_t));
-    if (!win) goto fail;
-
-    /* 3. gradient reducer: the 16 gradients are one contiguous buffer in registration order, so the reducer does one
-          in-place all-reduce (averaged) after backward. (A trainer that overlaps communication with backward would
-          register them in the order backward finishes them and call grad_ready as each is done.) */
-    CHECK(accel_coll_create(&acc, NULL, &coll));
-    CHECK(accel_coll_reducer_create(coll, NULL, &red));
-    CHECK(accel_coll_reducer_add(red, grads, GPT2_NUM_TENSORS));
-    CHECK(accel_coll_reducer_finalize(red));
-
-    /* 4. checkpoints: weights + AdamW moments as safetensors, the optimizer's step counts and the loader's position as
-          bytes, the step counters and RNG in accel's own state; load_state resumes all of it */
-    if (o.ckpt_dir) {
-        accel_ckpt_desc kd;
-        const accel_tensor *moments;
-        int nmoments;
-        memset(&kd, 0, sizeof kd);
-        kd.project_dir = o.ckpt_dir;
-        kd.automatic_checkpoint_naming = 1;
-        kd.total_limit = 2;
-        CHECK(accel_ckpt_create(&acc, &kd, &ck));
-        CHECK(accel_ckpt_register_model(ck, params, GPT2_NUM_TENSORS));
-        CHECK(accel_optim_state_tensors(opt, &moments, &nmoments));
-        CHECK(accel_ckpt_register_optimizer(ck, moments, nmoments));
-        CHECK(accel_ckpt_register(ck, "optim_state", accel_optim_state_save, accel_optim_state_load, opt));
-        CHECK(accel_ckpt_register(ck, "loader", accel_data_seq_state_save, accel_data_seq_state_load, &ld));
-        if (o.resume) {
-            accel_result r = accel_ckpt_load_state(ck, NULL);
-            if (r == ACCEL_ERR_NOT_FOUND) accel_print(&acc, "no checkpoint in %s: starting fresh\n", o.ckpt_dir);
-            else CHECK(r);
-            if (r == ACCEL_OK) accel_print(&acc, "resumed at step %lld\n", (long long)acc.optimizer_steps);
-        }
-    }
-    first_step = acc.optimizer_steps;
-    if (o.loss_file && acc.is_main_process && !(lf = gpt2_open_loss_file(o.loss_file, o.resume, first_step))) {
-        fprintf(stderr, "gpt2_cpu: cannot write %s\n", o.loss_file);
-        goto fail;
-    }
-    if (o.log_dir) {
-        accel_track_desc td;
-        accel_track_param hp[8];
-        memset(&td, 0, sizeof td);
-        td.log_with = ACCEL_TRACK_ALL;
-        td.logging_dir = o.log_dir;
-        CHECK(accel_track_init(&acc, &trk, &td));
-        tracking = 1;
-        hp[0] = accel_track_param_int("layers", cfg.num_layers);
-        hp[1] = accel_track_param_int("heads", cfg.num_heads);
-        hp[2] = accel_track_param_int("channels", cfg.channels);
-        hp[3] = accel_track_param_int("vocab", cfg.vocab_size);
-        hp[4] = accel_track_param_int("batch", B);
-        hp[5] = accel_track_param_int("seq", T);
-        hp[6] = accel_track_param_int("accum", acc.gradient_accumulation_steps);
-        hp[7] = accel_track_param_number("lr", o.lr);
-        CHECK(accel_track_init_trackers(&trk, "gpt2_cpu", hp, 8));
-    }
-    accel_print(&acc, "gpt2_cpu: L=%d H=%d C=%d V=%d (padded %d) block %d: %zu parameters | %d process(es) x batch %d "
-                "x seq %d x accum %d | %lld global batches per epoch | reducer: %s\n", cfg.num_layers, cfg.num_heads,
-                cfg.channels, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, model.nparams, P, B, T,
-                acc.gradient_accumulation_steps, (long long)accel_data_seq_len(&ld),
-                accel_coll_reducer_is_flat(red) ? "one in-place all-reduce" : "buckets");
-    if (o.bench_noop) accel_print(&acc, "BENCHMARK: accel's calls are no-ops\n");
-
-    /* the profiler: disabled without --profile (then every begin/end below is one flag test); one profiler step per
-       optimizer step */
-    memset(&pfd, 0, sizeof pfd);
-    pfd.disabled = !o.profile_dir;
-    pfd.trace_dir = o.profile_dir;
-    CHECK(accel_prof_create(&acc, &pfd, &prof));
-#define PROF_BEGIN(id) CHECK(accel_prof_begin(prof, (id)))
-#define PROF_END(id) CHECK(accel_prof_end(prof, (id)))
-
-    /* 5. the loop: one micro-batch per iteration; the optimizer steps on sync micro-batches */
-    t0 = accel_now();
-    while (acc.optimizer_steps < o.steps) {
-        int got = 0, i;
-        int32_t bad;
-        float loss;
-        if (!o.bench_noop || step == 0) {
-            PROF_BEGIN(ACCEL_PROF_DATA);
-            CHECK(accel_data_seq_next(&ld, win, &got));
-            PROF_END(ACCEL_PROF_DATA);
+        /* the loop: one micro-batch per iteration; the optimizer steps on sync micro-batches */
+        while (acc.optimizer_steps < o.steps) {
+            int got = 0;
+            PHASE(ACCEL_PROF_DATA, CHECK(gpt2_run_next(&run, win, &got)));
             if (!got) continue; /* end of an epoch: the loader advanced it */
-            for (i = 0; i < B * T; ++i) {
-                model.inputs[i] = win[(i / T) * (T + 1) + i % T];
-                model.targets[i] = win[(i / T) * (T + 1) + i % T + 1];
-            }
-            if (gpt2_check_tokens(win, (size_t)B * (T + 1), cfg.vocab_size, &bad) != 0) {
-                fprintf(stderr, "gpt2_cpu: token %d in the data is outside the vocabulary (%d)\n", (int)bad,
-                        cfg.vocab_size);
-                goto fail;
-            }
-        }
-        if (!o.bench_noop) accel_accumulate_begin(&acc);
-        PROF_BEGIN(ACCEL_PROF_FORWARD);
-        loss = gpt2_forward(&model);
-        PROF_END(ACCEL_PROF_FORWARD);
-        PROF_BEGIN(ACCEL_PROF_BACKWARD);
-        /* accelerator.backward(loss): loss / accum */
-        gpt2_backward(&model, o.bench_noop ? 1.0f : 1.0f / accel_loss_divisor(&acc));
-        PROF_END(ACCEL_PROF_BACKWARD);
-        loss_sum += loss;
-        micro++;
-        if (o.bench_noop) { /* as train_gpt2.cu's: the same math without accel's bookkeeping (one batch, loaded once;
-                               one micro-batch per step; no accumulation, sync, clipping, schedule or logs); the
-                               optimizer (the model's math) still steps */
-            step++;
-            CHECK(accel_optim_step(opt, NULL));
-            memset(model.grads, 0, model.nparams * sizeof(float));
-            if (step == 3) {
-                t_bench = accel_now();
-                bench_from = step;
-            }
-            if (step == o.steps) break;
-            continue;
-        }
-        if (accel_should_reduce(&acc)) {
-            PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
-            for (k = 0; k < GPT2_NUM_TENSORS; ++k) CHECK(accel_coll_grad_ready(red, k));
-            CHECK(accel_coll_reducer_wait(red)); /* average over ranks */
-            PROF_END(ACCEL_PROF_GRAD_SYNC);
-        }
-        if (acc.sync_gradients) {
-            accel_optim_step_args sa;
-            float coef = 1.0f;
-            PROF_BEGIN(ACCEL_PROF_OPTIMIZER);
-            step = acc.optimizer_steps + 1; /* 1-based number of this step */
-            if (o.dump_grads && step == 1 && acc.is_main_process)
-                CHECK(gpt2_save_hf_file(&acc, &cfg, model.grads, o.dump_grads));
-            /* clip_grad_norm_: the norm here, the coefficient applied inside the fused step */
-            CHECK(accel_amp_grad_norm(&acc, grads, GPT2_NUM_TENSORS, 2.0, 0, &norm));
-            if (o.clip > 0) coef = accel_optim_clip_coef(norm, o.clip);
-            memset(&sa, 0, sizeof sa);
-            sa.clip_coef = o.clip > 0 ? &coef : NULL;
-            CHECK(accel_optim_apply_schedule(opt, &sched, acc.scheduler_steps));
-            lr = accel_optim_lr(opt, 0);
-            CHECK(accel_optim_step(opt, &sa));
-            accel_optimizer_step_done(&acc, 0);
-            memset(model.grads, 0, model.nparams * sizeof(float)); /* zero_grad */
-            PROF_END(ACCEL_PROF_OPTIMIZER);
-        }
-        accel_scheduler_steps(&acc, 0); /* every micro-batch: P on a taken step, 0 otherwise */
-        accel_accumulate_end(&acc);
-        if (!acc.sync_gradients) continue;
-
-        /* after the step: the mean loss of the step's micro-batches over all ranks, logs, checkpoint */
-        PROF_BEGIN(ACCEL_PROF_LOGGING);
-        lossv = loss_sum / micro;
-        loss_sum = 0.0;
-        micro = 0;
-        CHECK(accel_host_allreduce_f64(&acc, &lossv, 1, ACCEL_HOST_SUM));
-        lossv /= P;
-        if (step == first_step + 3) { /* steady state from here (bench/trainer/bench_gpt2_cpu.py) */
-            t_bench = accel_now();
-            bench_from = step;
-        }
-        if (lf) {
-            fprintf(lf, "%lld %.9g %.9g\n", (long long)step, lossv, lr);
-            fflush(lf);
-        }
-        if (o.print_every && (step % o.print_every == 0 || step == o.steps)) {
-            double el = accel_now() - t0;
-            double tok = (double)(step - first_step) * B * T * acc.gradient_accumulation_steps * P;
-            accel_print(&acc, "step %4lld/%d | loss %.6f | lr %.3e | norm %.4f | %.0f tok/s\n", (long long)step,
-                        o.steps, lossv, lr, norm, tok / (el > 0 ? el : 1e-9));
-        }
-        if (tracking) {
-            accel_track_value tv[3];
-            tv[0] = accel_track_scalar("train/loss", lossv);
-            tv[1] = accel_track_scalar("train/lr", lr);
-            tv[2] = accel_track_scalar("train/grad_norm", norm);
-            CHECK(accel_track_log(&trk, tv, 3, step));
-        }
-        PROF_END(ACCEL_PROF_LOGGING);
-        if (ck && ((o.ckpt_every && step % o.ckpt_every == 0) || step == o.steps)) {
-            PROF_BEGIN(ACCEL_PROF_CHECKPOINT);
-            CHECK(accel_ckpt_save_state(ck, NULL, NULL, 0)); /* after accumulate_end: the counters are final */
-            PROF_END(ACCEL_PROF_CHECKPOINT);
-        }
-        CHECK(accel_prof_step(prof));
-        if (o.kill_at && step == o.kill_at) { /* a crash: nothing after this point is written */
-            if (lf) fclose(lf);
-            lf = NULL;
-            fflush(stdout);
-            accel_wait_for_everyone(&acc);
-            raise(SIGKILL);
+            gpt2_set_batch(&model, win);
+            accel_accumulate_begin(&acc); /* sets acc.sync_gradients */
+            PHASE(ACCEL_PROF_FORWARD, loss_sum += gpt2_forward(&model));
+            PHASE(ACCEL_PROF_BACKWARD, gpt2_backward(&model, 1.0f / accel_loss_divisor(&acc))); /* loss / accum */
+            micro++;
+            if (accel_should_reduce(&acc)) PHASE(ACCEL_PROF_GRAD_SYNC, CHECK(gpt2_run_reduce(&run)));
+            if (acc.sync_gradients) /* clip, schedule, AdamW; zero_grad */
+                PHASE(ACCEL_PROF_OPTIMIZER, CHECK(gpt2_run_optimizer_step(&run));
+                      memset(model.grads, 0, model.nparams * sizeof(float)));
+            accel_scheduler_steps(&acc, 0); /* every micro-batch: P on a taken step, 0 otherwise */
+            accel_accumulate_end(&acc);
+            if (!acc.sync_gradients) continue;
+            PHASE(ACCEL_PROF_LOGGING, CHECK(gpt2_run_log_step(&run, loss_sum / micro)));
+            loss_sum = 0.0;
+            micro = 0;
+            CHECK(gpt2_run_step_end(&run)); /* a checkpoint when due, the profiler's step */
         }
     }
-    if (bench_from >= 0 && step > bench_from) { /* one line for bench/trainer/bench_gpt2_cpu.py */
-        double el = accel_now() - t_bench;
-        double tps = (double)(step - bench_from) * B * T * (o.bench_noop ? 1 : acc.gradient_accumulation_steps) * P / el;
-        accel_print(&acc, "summary: {\"steps\": %lld, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"noop_accel\": %d}\n",
-                    (long long)(step - bench_from), tps, 1000.0 * el / (double)(step - bench_from), o.bench_noop);
-    }
-    if (o.profile_dir) { /* this rank's phase table, the per-rank traces and, on several ranks, the merge */
-        if (acc.is_main_process) CHECK(accel_prof_print_table(prof, stdout));
-        CHECK(accel_prof_write_trace(prof));
-        if (P > 1) CHECK(accel_prof_merge_trace(prof, NULL));
-    }
-    if (o.export_dir) {
-        CHECK(gpt2_export(&acc, &cfg, model.params, o.export_dir));
-        accel_print(&acc, "exported %s/model.safetensors (Hugging Face GPT-2 names) and config.json\n", o.export_dir);
-    }
-    if (tracking) CHECK(accel_track_deinit(&trk));
-    tracking = 0;
+    CHECK(gpt2_run_finish(&run)); /* summary line, profile, export */
     rc = 0;
 fail:
-    if (lf) fclose(lf);
-    if (tracking) accel_track_deinit(&trk);
-    accel_ckpt_file_destroy(initf);
-    accel_ckpt_destroy(ck);
-    accel_optim_destroy(opt);
-    accel_prof_destroy(prof);
-    accel_coll_reducer_destroy(red);
-    accel_coll_destroy(coll);
-    accel_data_seq_deinit(&ld);
+    gpt2_run_release(&run); /* before the buffers it uses */
     accel_host_free(&acc, win);
-    if (have_model) gpt2_free(&acc, &model);
-    if (rc && inited && acc.num_processes > 1) { /* peers may wait in a collective: let the launcher end the job */
-        fflush(stdout);
-        fflush(stderr);
-        exit(rc);
-    }
-    if (inited) accel_shutdown(&acc);
-    return rc;
+    gpt2_free(&acc, &model);
+    return gpt2_run_end(&run, rc);
 }

@@ -11,7 +11,7 @@ src=$tmp/t.$ext
 if [ "$mode" = header ]; then
   printf '#include "%s"\nint accel_compile_probe;\n' "$header" > "$src"
 else
-  { echo '#define ACCEL_IMPLEMENTATION'; for h in accel.h accel_collectives.h accel_data.h accel_amp.h accel_optim.h accel_ckpt.h accel_trackers.h accel_profile.h; do echo "#include \"$h\""; done; } > "$src"
+  { echo '#define ACCEL_IMPLEMENTATION'; for h in accel.h accel_collectives.h accel_ddp.h accel_zero.h accel_data.h accel_amp.h accel_optim.h accel_safetensors.h accel_ckpt.h accel_bigmodel.h accel_trackers.h accel_profile.h; do echo "#include \"$h\""; done; } > "$src"
 fi
 stb=$(pkg-config --cflags stb 2>/dev/null || echo -I/usr/include/stb)
 "$@" -I"$dir" $stb -c "$src" -o "$tmp/t.o"

@@ -117,7 +117,7 @@ static void seal(unsigned char **b, size_t *n) {
     o = m + sprintf(m, "{\"files\": {");
     for (i = 0; i < k; ++i)
         o += sprintf(o, "%s\"%s\": {\"bytes\": %zu, \"xxh64\": \"%016llx\"}", i ? ", " : "", names[order[i]],
-                     sizes[order[i]], (unsigned long long)accel_ckpt_xxh64(bytes[order[i]], sizes[order[i]], 0));
+                     sizes[order[i]], (unsigned long long)accel_st_xxh64(bytes[order[i]], sizes[order[i]], 0));
     o += sprintf(o, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
     *b = (unsigned char *)m;
     *n = (size_t)(o - m);
@@ -126,6 +126,7 @@ static void seal(unsigned char **b, size_t *n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int ready = 0;
     unsigned char *orig = NULL, *mk = NULL;
+    char pth[600];
     size_t orig_n = 0, mk_n = 0;
     int which, mode, i, changed = 0;
     float w_before[6], m_before[64];
@@ -164,10 +165,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     accel__rmtree(work);
     mkdir(work, 0755);
-    for (i = 0; i < nfiles; ++i)
-        if (i != marker_ix) at_write_file(work, names[i], bytes[i], sizes[i]);
-    if (which == marker_ix || (mode & 2)) at_write_file(work, names[marker_ix], bytes[marker_ix], sizes[marker_ix]);
-    else { seal(&mk, &mk_n); at_write_file(work, names[marker_ix], mk, mk_n); }
+    for (i = 0; i < nfiles; ++i) {
+        snprintf(pth, sizeof pth, "%s/%s", work, names[i]);
+        if (i != marker_ix) at_write_file(pth, bytes[i], sizes[i]);
+        else if (which == marker_ix || (mode & 2)) at_write_file(pth, bytes[i], sizes[i]);
+        else {
+            seal(&mk, &mk_n);
+            at_write_file(pth, mk, mk_n);
+        }
+    }
     /* the state before */
     memcpy(w_before, w, sizeof w);
     accel_optim_state_tensors(opt, &st, &nst);

@@ -6,7 +6,10 @@
    - The kernels against the CPU path, bit for bit: fused cast + amax on a list (one launch; F32 / BF16 / F16
      sources, aligned and misaligned, empty, two buffers into one slot, satfinite and not), the amax that
      accel_amp_fp8_update reads back and the scales it makes, dequantize to F32 / BF16 / F16, accel_amp_convert
-     between every fp8 and 16/32-bit dtype, state save after an update. */
+     between every fp8 and 16/32-bit dtype, state save after an update;
+   - the same casts of one buffer at every element phase 0..7 of the high-precision and the fp8 side and sizes 0..33
+     and tails of larger ones (the kernels' heads, aligned bodies and element-wise bodies), E4M3 and E5M2, satfinite
+     and not, then the scales the device amax gives. */
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_test.h"
@@ -251,6 +254,86 @@ static void test_convert(void) {
         }
 }
 
+/* ------------------------------------------------------------------------------------------ phases, tails */
+static void test_phases(void) {
+    static const size_t sizes[] = {0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 4097, 65539};
+    static const accel_dtype hps[3] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
+    size_t si;
+    int hi, nosat, slot, pa, pb;
+    for (nosat = 0; nosat < 2; ++nosat) {
+        accel_amp_fp8 fc, fg;
+        accel_amp_fp8_desc d;
+        memset(&d, 0, sizeof d);
+        d.num_forward = 1; d.num_backward = 1; d.no_saturate = nosat; d.amax_history_len = 2;
+        AT_EQ_INT(accel_amp_fp8_init(&cpu, &fc, &d), ACCEL_OK);
+        AT_EQ_INT(accel_amp_fp8_init(&gpu, &fg, &d), ACCEL_OK);
+        fc.scale[0] = fg.scale[0] = 37.5f; fc.scale_inv[0] = fg.scale_inv[0] = 1.0f / 37.5f;
+        fc.scale[1] = fg.scale[1] = 2048.0f; fc.scale_inv[1] = fg.scale_inv[1] = 1.0f / 2048.0f;
+        for (si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
+            for (hi = 0; hi < 3; ++hi)
+                for (slot = 0; slot < 2; ++slot) {
+                    accel_dtype ht = hps[hi], ft = accel_amp_fp8_dtype(&fc, slot);
+                    size_t n = sizes[si], es = accel_dtype_size(ht), hb = (n + 8) * es + 64, qb = n + 64;
+                    unsigned char *hh = (unsigned char *)malloc(hb), *qc = (unsigned char *)malloc(qb);
+                    unsigned char *qg = (unsigned char *)malloc(qb), *bc = (unsigned char *)malloc(hb);
+                    unsigned char *bg = (unsigned char *)malloc(hb);
+                    void *dh, *dq, *db;
+                    AT_CHECK(cudaMalloc(&dh, hb) == cudaSuccess);
+                    AT_CHECK(cudaMalloc(&dq, qb) == cudaSuccess);
+                    AT_CHECK(cudaMalloc(&db, hb) == cudaSuccess);
+                    for (pa = 0; pa < 8; ++pa)
+                        for (pb = 0; pb < 8; ++pb) {
+                            accel_tensor th, tq, gh, gq, tb, gb;
+                            size_t i;
+                            if (n > 5000 && (pa + pb) % 3) continue;
+                            memset(qc, 0x5A, qb); memset(bc, 0x5A, hb);
+                            for (i = 0; i < n; ++i) {
+                                float v = rndf(-4.0f, 4.0f) * (slot ? 1e-3f : 1.0f);
+                                uint32_t r = rnd32() % 53;
+                                unsigned char *q = hh + 32 + (pa + i) * es;
+                                if (r == 0) v = accel_bits_f32(0x7fffffffu);
+                                if (r == 1) v = (i & 1) ? INFINITY : -3e38f;
+                                if (r == 2) v = rndf(-1e-6f, 1e-6f);
+                                if (ht == ACCEL_F32) memcpy(q, &v, 4);
+                                else { uint16_t h16 = ht == ACCEL_F16 ? accel_f32_to_f16(v) : accel_f32_to_bf16(v); memcpy(q, &h16, 2); }
+                            }
+                            AT_CHECK(cudaMemcpy(dh, hh, hb, cudaMemcpyHostToDevice) == cudaSuccess);
+                            AT_CHECK(cudaMemcpy(dq, qc, qb, cudaMemcpyHostToDevice) == cudaSuccess);
+                            AT_CHECK(cudaMemcpy(db, bc, hb, cudaMemcpyHostToDevice) == cudaSuccess);
+                            memset(&th, 0, sizeof th);
+                            th.dtype = ht; th.ndim = 1; th.shape[0] = (int64_t)n; th.ptr = hh + 32 + pa * es;
+                            tq = th; tq.dtype = ft; tq.ptr = qc + 32 + pb;
+                            gh = th; gh.ptr = (unsigned char *)dh + 32 + pa * es;
+                            gq = tq; gq.ptr = (unsigned char *)dq + 32 + pb;
+                            AT_EQ_INT(accel_amp_fp8_quantize(&fc, &slot, &th, &tq, 1), ACCEL_OK);
+                            AT_EQ_INT(accel_amp_fp8_quantize(&fg, &slot, &gh, &gq, 1), ACCEL_OK);
+                            host_copy(qg, dq, qb);
+                            if (diff_bytes(qc, qg, qb))
+                                fprintf(stderr, "quantize %s -> %s n=%zu phases %d/%d nosat %d: %zu bytes differ\n",
+                                        accel_dtype_name(ht), accel_dtype_name(ft), n, pa, pb, nosat,
+                                        diff_bytes(qc, qg, qb));
+                            AT_EQ_INT(diff_bytes(qc, qg, qb), 0);
+                            /* back from the same codes into the high-precision dtype at the fp8 side's phase */
+                            tb = th; tb.ptr = bc + 32 + pb * es;
+                            gb = tb; gb.ptr = (unsigned char *)db + 32 + pb * es;
+                            AT_EQ_INT(accel_amp_fp8_dequantize(&fc, &slot, &tq, &tb, 1), ACCEL_OK);
+                            AT_EQ_INT(accel_amp_fp8_dequantize(&fg, &slot, &gq, &gb, 1), ACCEL_OK);
+                            host_copy(bg, db, hb);
+                            AT_EQ_INT(diff_bytes(bc, bg, hb), 0);
+                        }
+                    free(hh); free(qc); free(qg); free(bc); free(bg);
+                    cudaFree(dh); cudaFree(dq); cudaFree(db);
+                }
+            /* the amaxes of everything cast at this size: the device's give the CPU's scales and history */
+            AT_EQ_INT(accel_amp_fp8_update(&fc), ACCEL_OK);
+            AT_EQ_INT(accel_amp_fp8_update(&fg), ACCEL_OK);
+            AT_CHECK(memcmp(fc.scale, fg.scale, sizeof(float) * 2 * (2 + 2)) == 0);
+        }
+        accel_amp_fp8_deinit(&fc);
+        accel_amp_fp8_deinit(&fg);
+    }
+}
+
 int main(void) {
     int count = 0;
     accel_desc d;
@@ -269,6 +352,7 @@ int main(void) {
     test_kernels(0);
     test_kernels(1);
     test_convert();
+    test_phases();
     AT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
     accel_shutdown(&cpu);
     accel_shutdown(&gpu);

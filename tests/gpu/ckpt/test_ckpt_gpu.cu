@@ -1,27 +1,16 @@
-/* GPU paths of accel_ckpt.h against the CPU path: a safetensors file written from device buffers (staged through
-   pinned memory, double-buffered, chunks larger than the staging buffer) must be byte-identical to the file written
-   from the same data on the host; loading into device buffers must give back the bytes; save_state/load_state with
-   device-resident model tensors round-trips; the staging buffers come from desc.pinned_allocator (a counting one
-   here) and all go back to it. Exits 77 (skip) without a CUDA device. */
+/* GPU paths of accel_safetensors.h and accel_ckpt.h against the CPU path: a safetensors file written from device
+   buffers (staged through pinned memory, double-buffered, chunks larger than the staging buffer) must be byte-identical
+   to the file written from the same data on the host; loading into device buffers must give back the bytes;
+   save_state/load_state with device-resident model tensors round-trips; the staging buffers come from
+   desc.pinned_allocator (a counting one here) and all go back to it. Exits 77 (skip) without a CUDA device. */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_test.h"
+#include "accel_test_gpu.h"
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* desc.pinned_allocator: page-locked memory, counted */
-typedef struct { long allocs, frees; } pinned_count;
-static void *pinned_alloc(size_t n, void *u) {
-    void *p = NULL;
-    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) return NULL;
-    ((pinned_count *)u)->allocs++;
-    return p;
-}
-static void pinned_free(void *p, void *u) {
-    ((pinned_count *)u)->frees++;
-    cudaFreeHost(p);
-}
 
 static unsigned char *slurp(const char *p, size_t *n) {
     FILE *f = fopen(p, "rb");
@@ -47,17 +36,11 @@ int main(void) {
     accel_tensor th[2], td[2];
     size_t nh = 0, nd = 0;
     unsigned char *bh, *bd;
-    accel_ckpt_file *f = NULL;
-    pinned_count pc = {0, 0};
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
-    memset(&d, 0, sizeof d);
+    accel_st_file *f = NULL;
+    at_gpu_count pc = {0, 0};
+    AT_SKIP_WITHOUT_GPU(count);
+    at_gpu_counting_desc(&d, NULL, &pc);
     d.no_mpi = 1;
-    d.pinned_allocator.alloc = pinned_alloc;
-    d.pinned_allocator.free = pinned_free;
-    d.pinned_allocator.user_data = &pc;
     if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
     if (!mkdtemp(tmpl)) return 1;
     hbig = (float *)malloc(n_big * sizeof(float));
@@ -75,8 +58,8 @@ int main(void) {
     td[0].ptr = dbig; td[1].ptr = dsmall;
     snprintf(ph, sizeof ph, "%s/host.safetensors", tmpl);
     snprintf(pd, sizeof pd, "%s/device.safetensors", tmpl);
-    AT_EQ_INT(accel_ckpt_save_safetensors(&acc, ph, th, 2, NULL, 0), ACCEL_OK);
-    AT_EQ_INT(accel_ckpt_save_safetensors(&acc, pd, td, 2, NULL, 0), ACCEL_OK);
+    AT_EQ_INT(accel_st_save(&acc, ph, th, 2, NULL, 0), ACCEL_OK);
+    AT_EQ_INT(accel_st_save(&acc, pd, td, 2, NULL, 0), ACCEL_OK);
     bh = slurp(ph, &nh);
     bd = slurp(pd, &nd);
     AT_CHECK(bh && bd && nh == nd && !memcmp(bh, bd, nh));
@@ -85,9 +68,9 @@ int main(void) {
     /* load into device buffers (zeroed first), compare on the host */
     cudaMemset(dbig, 0, n_big * sizeof(float));
     cudaMemset(dsmall, 0, sizeof hsmall);
-    AT_EQ_INT(accel_ckpt_file_open(&acc, ph, &f), ACCEL_OK);
-    AT_EQ_INT(accel_ckpt_file_load_all(f, td, 2), ACCEL_OK);
-    accel_ckpt_file_destroy(f);
+    AT_EQ_INT(accel_st_file_open(&acc, ph, &f), ACCEL_OK);
+    AT_EQ_INT(accel_st_file_load_all(f, td, 2), ACCEL_OK);
+    accel_st_file_destroy(f);
     cudaMemcpy(back, dbig, n_big * sizeof(float), cudaMemcpyDeviceToHost);
     AT_CHECK(!memcmp(back, hbig, n_big * sizeof(float)));
     {

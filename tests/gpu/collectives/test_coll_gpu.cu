@@ -5,6 +5,7 @@
 #include "accel.h"
 #include "accel_collectives.h"
 #include "accel_test.h"
+#include "accel_test_gpu.h"
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -151,137 +152,35 @@ static void helpers(accel_coll *c) {
         AT_EQ_INT(b.count, P);
         accel_blobs_deinit(&b);
     }
-    /* reducer with device grads (packing by D2D copies, average) */
-    {
-        enum { NT = 6 };
-        float *g[NT], hg[5000];
-        accel_tensor gt[NT];
-        accel_coll_reducer *red;
-        int k, bad = 0;
-        AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
-        for (k = 0; k < NT; ++k) {
-            for (i = 0; i < 5000; ++i) hg[i] = (float)((k + 1) * (R + 1));
-            cudaMalloc((void **)&g[k], sizeof hg);
-            cudaMemcpy(g[k], hg, sizeof hg, cudaMemcpyHostToDevice);
-            memset(&gt[k], 0, sizeof gt[k]);
-            gt[k].name = "g";
-            gt[k].ptr = g[k];
-            gt[k].dtype = ACCEL_F32;
-            gt[k].ndim = 2;
-            gt[k].shape[0] = 50;
-            gt[k].shape[1] = 100;
-        }
-        AT_EQ_INT(accel_coll_reducer_add(red, gt, NT), ACCEL_OK);
-        for (k = NT - 1; k >= 0; --k) AT_EQ_INT(accel_coll_grad_ready(red, k), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
-        AT_EQ_INT(accel_coll_synchronize(c), ACCEL_OK);
-        for (k = 0; k < NT; ++k) {
-            /* DDP's average: each rank's value times fl(1/P), then the sum (exact for P <= 2) */
-            double want = (k + 1) * (P + 1) / 2.0;
-            cudaMemcpy(hg, g[k], sizeof hg, cudaMemcpyDeviceToHost);
-            for (i = 0; i < 5000; ++i) bad += P <= 2 ? hg[i] != (float)want : fabs(hg[i] - want) > 1e-6 * want * P;
-            cudaFree(g[k]);
-        }
-        AT_EQ_INT(bad, 0);
-        accel_coll_reducer_destroy(red);
-    }
-    /* the pre-scaling on the device, bit for bit: every rank holds x = 0x3fc4aa2f; PyTorch's DDP gives 0x3fc4aa30 at
-       P = 3 (tests/mpi/collectives: DDP_REF), the old sum-then-divide gave 0x3fc4aa2f */
-    if (P <= 3) {
-        uint32_t xb = 0x3fc4aa2fu, want = P == 3 ? 0x3fc4aa30u : xb, got[3];
-        float hx[3], *dx = NULL;
-        accel_tensor gt;
-        accel_coll_reducer *red;
-        memcpy(&hx[0], &xb, 4);
-        hx[1] = hx[2] = hx[0];
-        cudaMalloc((void **)&dx, sizeof hx);
-        cudaMemcpy(dx, hx, sizeof hx, cudaMemcpyHostToDevice);
-        memset(&gt, 0, sizeof gt);
-        gt.ptr = dx; gt.dtype = ACCEL_F32; gt.ndim = 1; gt.shape[0] = 3;
-        AT_EQ_INT(accel_coll_reducer_create(c, NULL, &red), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_add(red, &gt, 1), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_wait(red), ACCEL_OK);
-        AT_EQ_INT(accel_coll_synchronize(c), ACCEL_OK);
-        cudaMemcpy(got, dx, sizeof got, cudaMemcpyDeviceToHost);
-        for (i = 0; i < 3; ++i) AT_EQ_INT(got[i], want);
-        accel_coll_reducer_destroy(red);
-        cudaFree(dx);
-    }
 }
 
-/* The module's staging and scratch buffers go through the Accelerator's allocators: count them. */
-static long g_dev_allocs, g_dev_frees, g_pin_allocs, g_pin_frees;
-static void *dev_alloc(size_t n, void *u) {
-    void *p = NULL;
-    (void)u;
-    if (cudaMalloc(&p, n) != cudaSuccess) return NULL;
-    ++g_dev_allocs;
-    return p;
-}
-static void dev_free(void *p, void *u) { (void)u; ++g_dev_frees; cudaFree(p); }
-static void *pin_alloc(size_t n, void *u) {
-    void *p = NULL;
-    (void)u;
-    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) return NULL;
-    ++g_pin_allocs;
-    return p;
-}
-static void pin_free(void *p, void *u) { (void)u; ++g_pin_frees; cudaFreeHost(p); }
+/* The module's staging and scratch buffers go through the Accelerator's allocators: counted. */
+static at_gpu_count g_dev, g_pin;
 
 static void run(accel_coll_backend be) {
     static const accel_dtype dts[] = {ACCEL_F64, ACCEL_F32, ACCEL_F16, ACCEL_BF16, ACCEL_I64, ACCEL_I32, ACCEL_U8};
-    accel_coll *c = NULL;
-    accel_coll_desc cd;
-    memset(&cd, 0, sizeof cd);
-    cd.backend = be;
-    cd.timeout_ms = 60000;
-    AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
-    AT_CHECK_MSG(c != NULL, accel_last_error(&acc));
+    accel_coll *c = at_gpu_comm(&acc, be);
     if (!c) return;
-    AT_EQ_INT(accel_coll_uses_device_buffers(c), 1);
     for (int k = 0; k < 7; ++k) {
         check_ops(c, dts[k], 1);
         check_ops(c, dts[k], 1031);
         check_ops(c, dts[k], (size_t)1048576 / accel_dtype_size(dts[k]) + 1);
     }
     helpers(c);
-    AT_EQ_INT(accel_coll_barrier(c), ACCEL_OK);
-    accel_coll_destroy(c);
     /* NCCL stages host data (objects, shapes) in device memory and keeps a device scratch; MPI without CUDA-aware
        support stages device data in pinned host memory: all of it through acc's allocators, all of it freed */
-    if (be == ACCEL_COLL_BACKEND_NCCL) AT_CHECK(g_dev_allocs > 0);
-    AT_EQ_INT(g_dev_allocs, g_dev_frees);
-    AT_EQ_INT(g_pin_allocs, g_pin_frees);
+    if (be == ACCEL_COLL_BACKEND_NCCL) AT_CHECK(g_dev.allocs > 0);
+    at_gpu_comm_end(c, &g_dev, &g_pin);
 }
 
 int main(void) {
     accel_desc d;
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
-    memset(&d, 0, sizeof d);
-    d.device_allocator.alloc = dev_alloc;
-    d.device_allocator.free = dev_free;
-    d.pinned_allocator.alloc = pin_alloc;
-    d.pinned_allocator.free = pin_free;
-    if (accel_init(&acc, &d) != ACCEL_OK) {
-        fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
-        return 1;
-    }
-    P = acc.num_processes;
-    R = acc.process_index;
-    if (count < acc.local_num_processes) {
-        printf("%d devices for %d local ranks: skipped\n", count, acc.local_num_processes);
-        accel_shutdown(&acc);
-        return 77;
-    }
-#ifdef ACCEL_WITH_NCCL
-    run(ACCEL_COLL_BACKEND_NCCL);
-#endif
-    if (P > 1 && acc.mpi_active) run(ACCEL_COLL_BACKEND_MPI); /* device buffers through MPI (CUDA-aware or staged) */
-    int rc = at_finish("collectives_gpu");
+    int rc, count = 0;
+    AT_SKIP_WITHOUT_GPU(count);
+    at_gpu_counting_desc(&d, &g_dev, &g_pin);
+    if ((rc = at_gpu_init(&acc, &d, count, &P, &R)) != 0) return rc;
+    at_gpu_each_backend(&acc, run);
+    rc = at_finish("collectives_gpu");
     accel_shutdown(&acc);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* The Philox helpers on the GPU draw exactly what the CPU draws (same ACCEL_HD code). Exit 77 without a device. */
 #include "accel.h"
 #include "accel_test.h"
+#include "accel_test_gpu.h"
 #include <cuda_runtime_api.h>
 
 static __global__ void draw_kernel(uint64_t seed, uint64_t stream, uint32_t *out, int n) {
@@ -11,10 +12,7 @@ static __global__ void draw_kernel(uint64_t seed, uint64_t stream, uint32_t *out
 int main(void) {
     int count = 0, n = 4096, i, bad = 0;
     uint32_t *d_out = NULL, *h = NULL;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
+    AT_SKIP_WITHOUT_GPU(count);
     h = (uint32_t *)malloc(sizeof(uint32_t) * 4 * (size_t)n);
     AT_CHECK(cudaMalloc((void **)&d_out, sizeof(uint32_t) * 4 * (size_t)n) == cudaSuccess);
     draw_kernel<<<(n + 255) / 256, 256>>>(0x0123456789abcdefull, 17, d_out, n);

@@ -5,23 +5,8 @@
    allocators (counting ones here, which see every buffer come back). Exits 77 (meson skip) without a device. */
 #include "accel_data.h"
 #include "accel_test.h"
+#include "accel_test_gpu.h"
 #include <cuda_runtime.h>
-
-typedef struct counting { int allocs, frees; } counting;
-static void *pinned_alloc(size_t n, void *u) {
-    void *p = NULL;
-    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) return NULL;
-    ((counting *)u)->allocs++;
-    return p;
-}
-static void pinned_free(void *p, void *u) { ((counting *)u)->frees++; cudaFreeHost(p); }
-static void *device_alloc(size_t n, void *u) {
-    void *p = NULL;
-    if (cudaMalloc(&p, n) != cudaSuccess) return NULL;
-    ((counting *)u)->allocs++;
-    return p;
-}
-static void device_free(void *p, void *u) { ((counting *)u)->frees++; cudaFree(p); }
 
 static __global__ void perm_kernel(accel_data_sampler s, int64_t n, int64_t *out) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -30,10 +15,7 @@ static __global__ void perm_kernel(accel_data_sampler s, int64_t n, int64_t *out
 
 int main(void) {
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("no CUDA device: skipping\n");
-        return 77;
-    }
+    AT_SKIP_WITHOUT_GPU(count);
     {
         accel_data_sampler s;
         int64_t n = 1000003, i, *d_out = NULL;
@@ -58,11 +40,9 @@ int main(void) {
         const size_t bytes = (size_t)8 << 20;
         unsigned char *check = (unsigned char *)malloc(bytes);
         int step, ok = 1;
-        counting pc = {0, 0}, dc = {0, 0};
-        memset(&d, 0, sizeof d);
+        at_gpu_count pc = {0, 0}, dc = {0, 0};
+        at_gpu_counting_desc(&d, &dc, &pc);
         d.no_mpi = 1;
-        d.pinned_allocator.alloc = pinned_alloc; d.pinned_allocator.free = pinned_free; d.pinned_allocator.user_data = &pc;
-        d.device_allocator.alloc = device_alloc; d.device_allocator.free = device_free; d.device_allocator.user_data = &dc;
         AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
         AT_CHECK(acc.device >= 0);
         AT_EQ_INT(accel_data_stager_init(&acc, &st, bytes), ACCEL_OK);

@@ -9,6 +9,7 @@
 #include "accel.h"
 #include "accel_profile.h"
 #include "accel_test.h"
+#include "accel_test_gpu.h"
 #include "accel_test_fs.h"
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -32,10 +33,7 @@ int main(void) {
     accel_prof_stats fwd, opt, st;
     char dir[256];
     long long ms_cycles;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
+    AT_SKIP_WITHOUT_GPU(count);
     memset(&d, 0, sizeof d);
     d.log_fn = quiet;
     if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }

@@ -2,20 +2,24 @@
 """GPU tests of examples/gpt2/train_gpt2.cu (suite trainer, kind gpu). Exits 77 (skip) when the trainer reports no
 CUDA device.
 
-usage: test_gpt2.py TRAIN_GPT2_EXE GPT2_CPU_EXE
+usage: test_gpt2.py CHECK TRAIN_GPT2_EXE GPT2_CPU_EXE [cudnn|no-cudnn]
+  (cudnn: the build has the cuDNN attention, and vs-cpu and resume run it too: --attention cudnn and --attention own)
 
   vs-cpu    the CUDA trainer (bf16 weights and activations, fp32 master weights and gradients) against the float32
             reference gpt2_cpu.c on a tiny model (L2 H4 C64 V64, T32 B4, the same initialization and windows),
-            20 AdamW steps. bf16 tolerances: the first loss within 1% relative, every step's loss within 3% relative,
-            and the first step's gradient of every tensor within 5% (relative L2 error). bf16 rounds to 2^-9 = 0.2%
-            per operation; the loss averages 128 positions, so a correct kernel set lands well inside these (a wrong
-            kernel, e.g. a missing bias or scale, is off by far more).
+            20 AdamW steps, with each attention the build has. bf16 tolerances: the first loss within 1% relative,
+            every step's loss within 3% relative, and the first step's gradient of every tensor within 5% (relative L2
+            error). bf16 rounds to 2^-9 = 0.2% per operation; the loss averages 128 positions, so a correct kernel set
+            lands well inside these (a wrong kernel, e.g. a missing bias or scale, is off by far more; the layer
+            test, test_gpt2_layers.cu, names the layer). In a build without cuDNN, --attention cudnn must fail
+            with a message saying so.
   learns    60 steps with accumulation 2 on a generated shard (a Markov chain over 64 tokens, best loss ln 2): the
             loss starts near ln 64 and falls toward ln 2; the exported model loads back: model.safetensors has the
             Hugging Face names and shapes, and gpt2_cpu --init and train_gpt2 --init both start from it with a loss
             near the trained one.
   resume    stochastic rounding, accumulation 2, shuffled windows: a run killed at a random step and resumed from its
-            last checkpoint ends bit-identical to an uninterrupted run (exported weights and loss file).
+            last checkpoint ends bit-identical to an uninterrupted run (exported weights and loss file), with each
+            attention the build has.
   profile   --profile DIR (accumulation 2, a checkpoint): the phase table has the "device ms" column (CUDA events on
             the trainer's stream) and a row per phase; DIR/profile_0.json passes tests/unit/profile/check_trace.py's
             reader with a device event (tid 1) for every host forward/backward range; the loss file is bit-identical
@@ -31,6 +35,7 @@ import sys
 import tempfile
 
 failures = checks = 0
+ATTENTION = ["own"]  # plus "cudnn" when the build has it (main)
 TINY = ["--layers", "2", "--heads", "4", "--channels", "64", "--vocab", "64", "--block-size", "32", "--seq", "32"]
 
 
@@ -76,27 +81,34 @@ def vs_cpu(gpu, cpu, tmp):
     common = TINY + ["--data", shard, "--batch", 4, "--steps", 20, "--lr", 1e-3, "--warmup", 2, "--weight-decay", 0.1,
                      "--seed", 5, "--print-every", 0]
     res = {}
-    for name, exe in (("cuda", gpu), ("cpu", cpu)):
+    for name, exe, extra in [("cuda-" + a, gpu, ["--attention", a]) for a in ATTENTION] + [("cpu", cpu, [])]:
         lf, gf = os.path.join(tmp, name + ".loss"), os.path.join(tmp, name + ".grads")
-        run([exe] + common + ["--loss-file", lf, "--dump-grads", gf])
+        run([exe] + common + extra + ["--loss-file", lf, "--dump-grads", gf])
         res[name] = (losses(lf), read_safetensors(gf)[0])
-    (lg, gg), (lc, gc) = res["cuda"], res["cpu"]
-    d0 = abs(lg[0] - lc[0]) / lc[0]
-    check(d0 <= 0.01, "first loss: CUDA %.5f vs CPU %.5f (relative difference %.2e <= 1e-2)" % (lg[0], lc[0], d0))
-    dmax = max(abs(a - b) / b for a, b in zip(lg, lc)) if len(lg) == len(lc) == 20 else float("inf")
-    check(dmax <= 0.03, "20-step loss trajectory within 3%% (max relative difference %.2e): CUDA %s vs CPU %s" %
-          (dmax, ["%.4f" % x for x in lg[::4]], ["%.4f" % x for x in lc[::4]]))
-    worst, worst_name = 0.0, ""
-    for k, (shape, ref) in gc.items():
-        got = gg[k][1]
-        nr = math.sqrt(sum(x * x for x in ref))
-        if nr == 0.0:
-            continue
-        err = math.sqrt(sum((a - b) ** 2 for a, b in zip(got, ref))) / nr
-        if err > worst:
-            worst, worst_name = err, k
-    check(worst <= 0.05, "first-step gradients: every tensor within 5%% relative L2 error (worst %.2e, %s)" %
-          (worst, worst_name))
+    lc, gc = res["cpu"]
+    for a in ATTENTION:
+        lg, gg = res["cuda-" + a]
+        d0 = abs(lg[0] - lc[0]) / lc[0]
+        check(d0 <= 0.01, "attention %s: first loss: CUDA %.5f vs CPU %.5f (relative difference %.2e <= 1e-2)" %
+              (a, lg[0], lc[0], d0))
+        dmax = max(abs(x - y) / y for x, y in zip(lg, lc)) if len(lg) == len(lc) == 20 else float("inf")
+        check(dmax <= 0.03, "attention %s: 20-step loss trajectory within 3%% (max relative difference %.2e): CUDA %s "
+              "vs CPU %s" % (a, dmax, ["%.4f" % x for x in lg[::4]], ["%.4f" % x for x in lc[::4]]))
+        worst, worst_name = 0.0, ""
+        for k, (shape, ref) in gc.items():
+            got = gg[k][1]
+            nr = math.sqrt(sum(x * x for x in ref))
+            if nr == 0.0:
+                continue
+            err = math.sqrt(sum((x - y) ** 2 for x, y in zip(got, ref))) / nr
+            if err > worst:
+                worst, worst_name = err, k
+        check(worst <= 0.05, "attention %s: first-step gradients: every tensor within 5%% relative L2 error (worst "
+              "%.2e, %s)" % (a, worst, worst_name))
+    if "cudnn" not in ATTENTION:
+        r = run([gpu] + common + ["--attention", "cudnn"], expect_ok=False)
+        check(r.returncode != 0 and "no cuDNN" in r.stderr, "a build without cuDNN refuses --attention cudnn, saying "
+              "so (exit %d: %s)" % (r.returncode, r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else ""))
 
 
 def learns(gpu, cpu, tmp):
@@ -132,32 +144,40 @@ def learns(gpu, cpu, tmp):
 
 
 def resume(gpu, cpu, tmp):
+    for a in ATTENTION:
+        resume_with(gpu, os.path.join(tmp, a), a)
+
+
+def resume_with(gpu, tmp, attention):
+    os.makedirs(tmp)
     shard = os.path.join(tmp, "small.bin")
     run([gpu, "--gen-shard", shard, 9 * 4 * 32 + 1, 64])  # 36 windows: 9 micro-batches of 4 per epoch
     steps = 16
     common = TINY + ["--data", shard, "--batch", 4, "--accum", 2, "--steps", steps, "--shuffle", "--sr", "--lr", 3e-3,
-                     "--warmup", 3, "--weight-decay", 0.1, "--seed", 9, "--print-every", 0]
+                     "--warmup", 3, "--weight-decay", 0.1, "--seed", 9, "--print-every", 0, "--attention", attention]
     slf, sex = os.path.join(tmp, "straight.loss"), os.path.join(tmp, "straight")
     run([gpu] + common + ["--loss-file", slf, "--export", sex])
     seed = int(os.environ.get("GPT2_KILL_SEED", random.randrange(1 << 30)))
     kill_at = random.Random(seed).randint(4, steps - 2)
-    print("kill at step %d (GPT2_KILL_SEED=%d reproduces it)" % (kill_at, seed), flush=True)
+    print("attention %s: kill at step %d (GPT2_KILL_SEED=%d reproduces it)" % (attention, kill_at, seed), flush=True)
     ck, lf, ex = os.path.join(tmp, "ck"), os.path.join(tmp, "resumed.loss"), os.path.join(tmp, "resumed")
     r = run([gpu] + common + ["--checkpoint-dir", ck, "--checkpoint-every", 3, "--kill-at", kill_at, "--loss-file", lf,
                               "--export", ex], expect_ok=False)
-    check(r.returncode != 0 and not os.path.exists(ex), "killed at step %d (exit %d)" % (kill_at, r.returncode))
+    check(r.returncode != 0 and not os.path.exists(ex), "attention %s: killed at step %d (exit %d)" %
+          (attention, kill_at, r.returncode))
     r = run([gpu] + common + ["--checkpoint-dir", ck, "--checkpoint-every", 3, "--resume", "--loss-file", lf,
                               "--export", ex])
-    check("resumed at step %d" % (kill_at // 3 * 3) in r.stdout, "resumed from the step-%d checkpoint" % (kill_at // 3 * 3))
+    check("resumed at step %d" % (kill_at // 3 * 3) in r.stdout, "attention %s: resumed from the step-%d checkpoint" %
+          (attention, kill_at // 3 * 3))
     _, a = read_safetensors(os.path.join(sex, "model.safetensors"))
     _, b = read_safetensors(os.path.join(ex, "model.safetensors"))
-    check(a == b, "straight vs killed + resumed: bit-identical exported weights")
-    check(open(slf).read() == open(lf).read(), "identical loss files")
+    check(a == b, "attention %s: straight vs killed + resumed: bit-identical exported weights" % attention)
+    check(open(slf).read() == open(lf).read(), "attention %s: identical loss files" % attention)
     # control: the comparison sees a different run (another seed)
     cex = os.path.join(tmp, "ctrl")
     run([gpu] + [x if x != 9 else 10 for x in common] + ["--export", cex])
     _, c = read_safetensors(os.path.join(cex, "model.safetensors"))
-    check(c != a, "control: another seed gives other weights")
+    check(c != a, "attention %s: control: another seed gives other weights" % attention)
 
 
 def profile(gpu, cpu, tmp):
@@ -195,9 +215,12 @@ def profile(gpu, cpu, tmp):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("vs-cpu", "learns", "resume", "profile"):
+    if len(sys.argv) not in (4, 5) or sys.argv[1] not in ("vs-cpu", "learns", "resume", "profile") or \
+            sys.argv[4:] not in ([], ["cudnn"], ["no-cudnn"]):
         print(__doc__)
         return 2
+    if sys.argv[4:] == ["cudnn"]:
+        ATTENTION.append("cudnn")
     with tempfile.TemporaryDirectory(prefix="gpt2-gpu-") as tmp:
         {"vs-cpu": vs_cpu, "learns": learns, "resume": resume, "profile": profile}[sys.argv[1]](
             os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3]), tmp)

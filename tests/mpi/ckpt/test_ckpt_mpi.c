@@ -8,6 +8,7 @@
                                   else seed0 + rank (accel_state_load_resharded's re-derivation)
      test_ckpt_mpi loadbad DIR    rank 1 registers a wrong shape: every rank fails, nothing is applied anywhere (the
                                   counters and RNG included) */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include <stdlib.h>
@@ -144,7 +145,7 @@ int main(int argc, char **argv) {
         AT_EQ_INT(accel_ckpt_save_state(ck, sdir, NULL, 0), ACCEL_OK);
         AT_EQ_INT(accel_ckpt_iteration(ck), 1);
         tensors(t, 0);
-        AT_EQ_INT(accel_ckpt_save_model(&acc, mdir, t, 3, "4KB"), ACCEL_OK); /* 4000 + 34 + 1200 bytes: 2 shards */
+        AT_EQ_INT(accel_st_save_model(&acc, mdir, t, 3, "4KB"), ACCEL_OK); /* 4000 + 34 + 1200 bytes: 2 shards */
         accel_ckpt_destroy(ck);
         AT_EQ_INT(accel_ckpt_verify(&acc, sdir), ACCEL_OK);
     } else if (!strcmp(mode, "load") || !strcmp(mode, "loadbad")) {
@@ -180,8 +181,8 @@ int main(int argc, char **argv) {
             AT_EQ_INT((long long)acc.rng.offset, 5);
             counters_are(&acc, 7, 0, 1, 1, 1, 5); /* from rank 0's state, whatever the number of processes */
             /* identical on every rank */
-            sums[0] = accel_ckpt_xxh64(w, sizeof w, 0) ^ accel_ckpt_xxh64(o, sizeof o, 1);
-            sums[1] = accel_ckpt_xxh64(&ss, sizeof ss, 2);
+            sums[0] = accel_st_xxh64(w, sizeof w, 0) ^ accel_st_xxh64(o, sizeof o, 1);
+            sums[1] = accel_st_xxh64(&ss, sizeof ss, 2);
             all = (uint64_t *)calloc((size_t)acc.num_processes * 2, sizeof(uint64_t));
             AT_EQ_INT(accel_host_allgather(&acc, sums, all, sizeof sums), ACCEL_OK);
             for (i = 1; i < acc.num_processes; ++i) AT_CHECK(all[2 * i] == all[0] && all[2 * i + 1] == all[1]);
@@ -189,7 +190,7 @@ int main(int argc, char **argv) {
             /* the sharded model loads on any number of ranks */
             memset(w, 0, sizeof w); memset(o, 0, sizeof o); memset(h, 0, sizeof h);
             tensors(t, 0);
-            AT_EQ_INT(accel_ckpt_load_model(&acc, mdir, t, 3), ACCEL_OK);
+            AT_EQ_INT(accel_st_load_model(&acc, mdir, t, 3), ACCEL_OK);
             AT_CHECK(!memcmp(w, ew, sizeof w) && !memcmp(o, eo, sizeof o) && !memcmp(h, eh, sizeof h));
         }
         accel_ckpt_destroy(ck);

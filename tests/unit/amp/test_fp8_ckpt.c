@@ -1,12 +1,12 @@
 /* F8_E4M3 / F8_E5M2 tensors through the checkpoint module (which handles dtypes by their safetensors names) and the
-   CLI: accel_ckpt_save_safetensors writes them, accel_ckpt_file_open lists them with their dtype and byte ranges,
-   accel_ckpt_file_load reads them back (a wrong destination dtype is refused), `accel ckpt ls` prints them, and a
+   CLI: accel_st_save writes them, accel_st_file_open lists them with their dtype and byte ranges,
+   accel_st_file_load reads them back (a wrong destination dtype is refused), `accel ckpt ls` prints them, and a
    second parser (Python's json + a long-hand fp8 decode written in the script from the format definitions) reads
    the file and decodes every value to what accel_amp_fp8_to_f32 gives.
    usage: test_fp8_ckpt ACCEL_CLI PYTHON3 */
 #include "accel.h"
 #include "accel_amp.h"
-#include "accel_ckpt.h"
+#include "accel_safetensors.h"
 #include "accel_test.h"
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     float src[48];
     uint8_t q4[48], q5[48], back[48];
     accel_tensor t[2], dst;
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     FILE *p;
     int i, seen = 0, bad = 0;
     if (argc < 3) { fprintf(stderr, "usage: test_fp8_ckpt ACCEL_CLI PYTHON3\n"); return 2; }
@@ -57,15 +57,15 @@ int main(int argc, char **argv) {
     memset(t, 0, sizeof t);
     t[0].name = "w_e4m3"; t[0].ptr = q4; t[0].dtype = ACCEL_F8_E4M3; t[0].ndim = 2; t[0].shape[0] = 6; t[0].shape[1] = 8;
     t[1].name = "g_e5m2"; t[1].ptr = q5; t[1].dtype = ACCEL_F8_E5M2; t[1].ndim = 1; t[1].shape[0] = 48;
-    AT_EQ_INT(accel_ckpt_save_safetensors(&acc, path, t, 2, NULL, 0), ACCEL_OK);
+    AT_EQ_INT(accel_st_save(&acc, path, t, 2, NULL, 0), ACCEL_OK);
     /* the module's own reader */
-    AT_EQ_INT(accel_ckpt_file_open(&acc, path, &f), ACCEL_OK);
+    AT_EQ_INT(accel_st_file_open(&acc, path, &f), ACCEL_OK);
     if (f) {
-        int k = accel_ckpt_file_find(f, "w_e4m3"), k5 = accel_ckpt_file_find(f, "g_e5m2");
-        AT_EQ_INT(accel_ckpt_file_count(f), 2);
+        int k = accel_st_file_find(f, "w_e4m3"), k5 = accel_st_file_find(f, "g_e5m2");
+        AT_EQ_INT(accel_st_file_count(f), 2);
         AT_CHECK(k >= 0 && k5 >= 0);
         if (k >= 0 && k5 >= 0) {
-            const accel_ckpt_entry *e = accel_ckpt_file_entry(f, k), *e5 = accel_ckpt_file_entry(f, k5);
+            const accel_st_entry *e = accel_st_file_entry(f, k), *e5 = accel_st_file_entry(f, k5);
             AT_EQ_INT(e->dtype, ACCEL_F8_E4M3);
             AT_EQ_INT(e5->dtype, ACCEL_F8_E5M2);
             AT_EQ_INT(e->end - e->begin, 48);
@@ -73,15 +73,15 @@ int main(int argc, char **argv) {
         }
         dst = t[0]; dst.ptr = back;
         memset(back, 0, sizeof back);
-        AT_EQ_INT(accel_ckpt_file_load(f, &dst), ACCEL_OK);
+        AT_EQ_INT(accel_st_file_load(f, &dst), ACCEL_OK);
         AT_CHECK(memcmp(back, q4, 48) == 0);
         dst = t[1]; dst.ptr = back;
-        AT_EQ_INT(accel_ckpt_file_load(f, &dst), ACCEL_OK);
+        AT_EQ_INT(accel_st_file_load(f, &dst), ACCEL_OK);
         AT_CHECK(memcmp(back, q5, 48) == 0);
         dst.dtype = ACCEL_F8_E4M3; /* E5M2 bytes into an E4M3 tensor: refused */
-        AT_CHECK(accel_ckpt_file_load(f, &dst) != ACCEL_OK);
+        AT_CHECK(accel_st_file_load(f, &dst) != ACCEL_OK);
         AT_CONTAINS(accel_last_error(&acc), "F8_E5M2");
-        accel_ckpt_file_destroy(f);
+        accel_st_file_destroy(f);
     }
     /* the CLI */
     snprintf(cmd, sizeof cmd, "'%s' ckpt ls '%s' 2>&1", argv[1], path);

@@ -1,4 +1,4 @@
-/* accel_ckpt.h allocates through the Accelerator's host allocator (accel.h "MEMORY"):
+/* accel_safetensors.h and accel_ckpt.h allocate through the Accelerator's host allocator (accel.h "MEMORY"):
      - a counting allocator sees the allocations of every call that must allocate, every block it hands out comes
        back to it (none freed elsewhere, none freed by it that it did not make), and nothing leaks;
      - an allocator that fails at the k-th call, for every k up to the last allocation of a whole save/load cycle,
@@ -8,6 +8,7 @@
    stb_ds follows the host allocator of the Accelerator initialized last (accel.h "MEMORY"), so the failing one
    also fails stb_ds's growth: the module grows its arrays through the core's checked ACCEL__ARR_PUT and uses no
    stb_ds hash map (whose growth cannot be checked), so those failures are errors too. */
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include "accel_test_fs.h"
@@ -15,35 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAGIC 0x41434b4c4c4f4341ull /* "ACALLOCK" */
-typedef struct {
-    long calls, allocs, frees, live, foreign;
-    long fail_at; /* 0: never; else the call number that returns NULL */
-    long failed;  /* how many calls returned NULL */
-} counter;
-
-static void *c_alloc(size_t n, void *u) {
-    counter *c = (counter *)u;
-    uint64_t *h;
-    c->calls++;
-    if (c->fail_at && c->calls == c->fail_at) { c->failed++; return NULL; }
-    h = (uint64_t *)malloc(n + 16);
-    if (!h) return NULL;
-    h[0] = MAGIC;
-    h[1] = (uint64_t)(uintptr_t)c;
-    c->allocs++;
-    c->live++;
-    return h + 2;
-}
-static void c_free(void *p, void *u) {
-    counter *c = (counter *)u;
-    uint64_t *h = (uint64_t *)p - 2;
-    if (h[0] != MAGIC || h[1] != (uint64_t)(uintptr_t)c) { c->foreign++; return; } /* not ours: leak it, count it */
-    h[0] = 0;
-    c->frees++;
-    c->live--;
-    free(h);
-}
+typedef at_counter counter;
 
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 /* counts warnings that report a failed rotation (the one failure save_state cannot return: the save is done) */
@@ -55,16 +28,7 @@ static void count_warnings(void *u, accel_log_level l, const char *m) {
     else g_other_warnings++;
 }
 
-static void init_with(accel *acc, counter *c) {
-    accel_desc d;
-    memset(&d, 0, sizeof d);
-    d.no_mpi = 1;
-    d.log_fn = count_warnings;
-    d.host_allocator.alloc = c_alloc;
-    d.host_allocator.free = c_free;
-    d.host_allocator.user_data = c;
-    AT_EQ_INT(accel_init(acc, &d), ACCEL_OK);
-}
+static void init_with(accel *acc, counter *c) { AT_EQ_INT(at_init_counting(acc, c, count_warnings), ACCEL_OK); }
 
 static float g_w[64], g_m[32];
 static int64_t g_pos;
@@ -89,7 +53,7 @@ static void test_counting(const char *root) {
     accel acc;
     counter c;
     accel_ckpt *ck = NULL;
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     accel_tensor t[2];
     accel_ckpt_desc cd;
     char proj[400], dir[600], path[700];
@@ -113,20 +77,20 @@ static void test_counting(const char *root) {
     ALLOCATES(accel_ckpt_register_optimizer(ck, t + 1, 1), "register_optimizer");
     ALLOCATES(accel_ckpt_register(ck, "sampler", pos_save, pos_load, &g_pos), "register");
     before = c.live;
-    ALLOCATES(accel_ckpt_parse_size(&acc, "1.5GB", &v), "parse_size of a decimal");
+    ALLOCATES(accel_parse_size(&acc, "1.5GB", &v), "parse_size of a decimal");
     AT_CHECK(v == 1500000000ull);
     snprintf(path, sizeof path, "%s/one.safetensors", root);
-    ALLOCATES(accel_ckpt_save_safetensors(&acc, path, t, 2, NULL, 0), "save_safetensors");
-    ALLOCATES(accel_ckpt_file_open(&acc, path, &f), "file_open");
-    ALLOCATES(accel_ckpt_file_load_all(f, t, 2), "file_load_all");
-    accel_ckpt_file_destroy(f);
+    ALLOCATES(accel_st_save(&acc, path, t, 2, NULL, 0), "save_safetensors");
+    ALLOCATES(accel_st_file_open(&acc, path, &f), "file_open");
+    ALLOCATES(accel_st_file_load_all(f, t, 2), "file_load_all");
+    accel_st_file_destroy(f);
     snprintf(dir, sizeof dir, "%s/state", proj);
     ALLOCATES(accel_ckpt_save_state(ck, dir, NULL, 0), "save_state");
     ALLOCATES(accel_ckpt_load_state(ck, dir), "load_state");
     ALLOCATES(accel_ckpt_verify(&acc, dir), "verify");
     snprintf(dir, sizeof dir, "%s/model", proj);
-    ALLOCATES(accel_ckpt_save_model(&acc, dir, t, 2, "300"), "save_model (sharded)");
-    ALLOCATES(accel_ckpt_load_model(&acc, dir, t, 2), "load_model (sharded)");
+    ALLOCATES(accel_st_save_model(&acc, dir, t, 2, "300"), "save_model (sharded)");
+    ALLOCATES(accel_st_load_model(&acc, dir, t, 2), "load_model (sharded)");
     AT_EQ_INT(c.live, before); /* every call freed what it allocated */
     accel_ckpt_destroy(ck);
     AT_EQ_INT(c.live, base);
@@ -140,7 +104,7 @@ static void test_counting(const char *root) {
 /* One whole cycle on acc; returns the first error (and stops there), ACCEL_OK when everything worked. */
 static accel_result cycle(accel *acc, const char *root, int k) {
     accel_ckpt *ck = NULL;
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     accel_tensor t[2];
     accel_ckpt_desc cd;
     char proj[400], dir[600], path[700];
@@ -161,15 +125,15 @@ static accel_result cycle(accel *acc, const char *root, int k) {
     if ((r = accel_ckpt_save_state(ck, NULL, NULL, 0)) != ACCEL_OK) goto out;
     if ((r = accel_ckpt_save_state(ck, NULL, dir, sizeof dir)) != ACCEL_OK) goto out; /* rotation */
     if ((r = accel_ckpt_load_state(ck, NULL)) != ACCEL_OK) goto out;
-    if ((r = accel_ckpt_parse_size(acc, "2.5KiB", &v)) != ACCEL_OK) goto out;
+    if ((r = accel_parse_size(acc, "2.5KiB", &v)) != ACCEL_OK) goto out;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if ((r = accel_ckpt_file_open(acc, path, &f)) != ACCEL_OK) goto out;
-    r = accel_ckpt_file_load_all(f, t, 1);
-    accel_ckpt_file_destroy(f);
+    if ((r = accel_st_file_open(acc, path, &f)) != ACCEL_OK) goto out;
+    r = accel_st_file_load_all(f, t, 1);
+    accel_st_file_destroy(f);
     if (r != ACCEL_OK) goto out;
     snprintf(path, sizeof path, "%s/model", proj);
-    if ((r = accel_ckpt_save_model(acc, path, t, 2, "300")) != ACCEL_OK) goto out;
-    r = accel_ckpt_load_model(acc, path, t, 2);
+    if ((r = accel_st_save_model(acc, path, t, 2, "300")) != ACCEL_OK) goto out;
+    r = accel_st_load_model(acc, path, t, 2);
 out:
     accel_ckpt_destroy(ck);
     return r;

@@ -24,20 +24,6 @@ static void pattern(unsigned char *b, int seed) {
     for (i = 0; i < IDBYTES; ++i) b[i] = (unsigned char)(i * 31 + seed * 7 + 1);
 }
 
-/* a port that was free a moment ago */
-static int free_port(void) {
-    struct sockaddr_in a;
-    socklen_t l = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* child exit codes: 0 ok (data matched), 10 + accel_result otherwise */
 static int child_tcp(int rank, int size, int port, int timeout_ms, int delay_ms) {
     unsigned char buf[IDBYTES], want[IDBYTES];
@@ -256,7 +242,7 @@ static void strangers(const char *path) {
         char ctx[64];
         snprintf(ctx, sizeof ctx, "tcp stray %d", k);
         at_context = ctx;
-        t.port = free_port();
+        t.port = accel_free_port();
         m.job = tcp_secret_fn;
         m.stray = strays[k];
         m.t = &t;
@@ -319,7 +305,7 @@ int main(void) {
 
     /* TCP: 4 processes, rank 0 starts late (the others retry connecting) */
     memset(&t, 0, sizeof t);
-    t.port = free_port();
+    t.port = accel_free_port();
     t.size = NPROC;
     t.timeout_ms = 8000;
     t.delay0 = 300;
@@ -329,7 +315,7 @@ int main(void) {
     AT_CHECK(dt < 8.0);
 
     /* wrong port: nobody listens → the 3 peers time out after ~0.5 s */
-    t.port = free_port();
+    t.port = accel_free_port();
     t.timeout_ms = 500;
     t.delay0 = 0;
     dt = run_children(1, NPROC - 1, tcp_fn, &t, codes);

@@ -1,7 +1,6 @@
 /* accel_collectives.h on one process: the 16-bit math of the MPI user ops, AVG and pad values (the core's codec,
    against double arithmetic), the NONE backend, split_between_processes (docs/semantics.md §7), pad/gather/objects on
-   one rank, the reducer's bookkeeping and argument errors. The implementation is compiled into this TU (ACCEL_STATIC)
-   so the private ACCEL_HD helpers are visible. */
+   one rank. The implementation is compiled into this TU (ACCEL_STATIC) so the private ACCEL_HD helpers are visible. */
 #define ACCEL_IMPLEMENTATION
 #define ACCEL_STATIC
 #include "accel.h"
@@ -130,17 +129,6 @@ static void split(void) {
     AT_EQ_INT(accel_coll_split_between_processes(5, 2, 2, 0, &r), ACCEL_ERR_INVALID_ARGUMENT);
 }
 
-static accel_tensor vec(const char *name, void *p, int64_t n, accel_dtype dt) {
-    accel_tensor t;
-    memset(&t, 0, sizeof t);
-    t.name = name;
-    t.ptr = p;
-    t.dtype = dt;
-    t.ndim = 1;
-    t.shape[0] = n;
-    return t;
-}
-
 static void none_backend(void) {
     accel acc;
     accel_desc d;
@@ -232,69 +220,6 @@ static void none_backend(void) {
         AT_EQ_INT(accel_broadcast_object_list(&acc, &l, 0), ACCEL_OK); /* an empty list is a list */
         AT_EQ_INT(l.count, 0);
         AT_EQ_INT(accel_broadcast_object_list(&acc, &l, 1), ACCEL_ERR_INVALID_ARGUMENT);
-    }
-    /* reducer on one process: average over one rank leaves the grads as they are; errors */
-    {
-        accel_coll_reducer *r;
-        float g1[300], g2[7], g3[6];
-        int i, idx[4];
-        accel_tensor t[3];
-        for (i = 0; i < 300; ++i) g1[i] = (float)i;
-        for (i = 0; i < 7; ++i) g2[i] = (float)-i;
-        for (i = 0; i < 6; ++i) g3[i] = 0.5f * (float)i;
-        t[0] = vec("w", g1, 300, ACCEL_F32);
-        t[1] = vec("b", g2, 7, ACCEL_F32);
-        t[2] = vec("i", iv, 3, ACCEL_I32);
-        AT_EQ_INT(accel_coll_reducer_create(c, NULL, &r), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_num_buckets(r), -1);
-        AT_EQ_INT(accel_coll_reducer_add(r, t, 1), ACCEL_OK);     /* index 0 */
-        AT_EQ_INT(accel_coll_reducer_add(r, t, 0), ACCEL_OK);     /* nothing */
-        /* a bad tensor anywhere in the list: an error naming it, and none of the list is registered */
-        AT_EQ_INT(accel_coll_reducer_add(r, t + 1, 2), ACCEL_ERR_INVALID_ARGUMENT);
-        AT_CONTAINS(accel_last_error(&acc), "tensor 1 ('i')");
-        AT_EQ_INT(accel_coll_reducer_add(r, t, -1), ACCEL_ERR_INVALID_ARGUMENT);
-        AT_EQ_INT(accel_coll_reducer_add(r, NULL, 2), ACCEL_ERR_INVALID_ARGUMENT);
-        t[2] = vec(NULL, NULL, 6, ACCEL_F32);
-        AT_EQ_INT(accel_coll_reducer_add(r, t + 2, 1), ACCEL_ERR_INVALID_ARGUMENT); /* no data pointer */
-        t[2].ptr = g3;
-        t[2].ndim = 2; t[2].shape[0] = 2; t[2].shape[1] = 3;             /* any shape: numel elements */
-        AT_EQ_INT(accel_coll_reducer_add(r, t + 1, 2), ACCEL_OK);         /* indices 1 and 2 */
-        AT_EQ_INT(accel_coll_grad_ready(r, 3), ACCEL_ERR_INVALID_ARGUMENT);
-        AT_CONTAINS(accel_last_error(&acc), "0..2");
-        AT_EQ_INT(accel_coll_grad_ready(r, 1), ACCEL_OK);
-        AT_EQ_INT(accel_coll_reducer_add(r, t, 1), ACCEL_ERR_STATE); /* the buckets are built */
-        AT_EQ_INT(accel_coll_reducer_num_buckets(r), 1);
-        AT_EQ_INT(accel_coll_reducer_bucket(r, 0, idx, 4), 3);
-        AT_EQ_INT(idx[0], 2); /* reverse registration order */
-        AT_EQ_INT(idx[1], 1);
-        AT_EQ_INT(idx[2], 0);
-        AT_EQ_INT(accel_coll_reducer_wait(r), ACCEL_OK);
-        AT_EQ_INT((int)g1[299], 299);
-        AT_EQ_INT((int)g2[6], -6);
-        AT_CHECK(g3[5] == 2.5f);
-        accel_coll_reducer_destroy(r);
-        /* many single-tensor calls: indices keep counting (the stb_ds array grows) */
-        AT_EQ_INT(accel_coll_reducer_create(c, NULL, &r), ACCEL_OK);
-        for (i = 0; i < 100; ++i) AT_EQ_INT(accel_coll_reducer_add(r, t + (i % 2), 1), ACCEL_OK);
-        AT_EQ_INT(accel_coll_grad_ready(r, 99), ACCEL_OK);
-        AT_EQ_INT(accel_coll_grad_ready(r, 100), ACCEL_ERR_INVALID_ARGUMENT);
-        accel_coll_reducer_destroy(r);
-        /* flat requested but not contiguous */
-        {
-            accel_coll_reducer_desc rd;
-            memset(&rd, 0, sizeof rd);
-            rd.flat = ACCEL_ON;
-            AT_EQ_INT(accel_coll_reducer_create(c, &rd, &r), ACCEL_OK);
-            AT_EQ_INT(accel_coll_reducer_add(r, t, 2), ACCEL_OK);
-            AT_EQ_INT(accel_coll_reducer_finalize(r), ACCEL_ERR_INVALID_ARGUMENT);
-            accel_coll_reducer_destroy(r);
-            rd.flat = (accel_toggle)2; /* not a toggle */
-            AT_EQ_INT(accel_coll_reducer_create(c, &rd, &r), ACCEL_ERR_INVALID_ARGUMENT);
-            AT_CONTAINS(accel_last_error(&acc), "flat=2");
-            rd.flat = ACCEL_DEFAULT;
-            rd.bucket_cap_mb = -1;
-            AT_EQ_INT(accel_coll_reducer_create(c, &rd, &r), ACCEL_ERR_INVALID_ARGUMENT);
-        }
     }
     accel_coll_destroy(c);
     /* bad desc values; backend mpi without MPI */

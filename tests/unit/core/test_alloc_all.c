@@ -17,13 +17,16 @@
 #define ACCEL_IMPLEMENTATION
 #include "accel.h"
 #include "accel_amp.h"
+#include "accel_safetensors.h"
 #include "accel_ckpt.h"
+#include "accel_bigmodel.h"
 #include "accel_collectives.h"
+#include "accel_ddp.h"
+#include "accel_zero.h"
 #include "accel_data.h"
 #include "accel_optim.h"
 #include "accel_profile.h"
 #include "accel_trackers.h"
-#include "accel_test.h"
 #include "accel_test_fs.h"
 
 #include <stdint.h>
@@ -56,45 +59,14 @@ char *__wrap_strndup(const char *s, size_t n) { g_raw[5]++; return __real_strndu
 static long raw_total(void) { return g_raw[0] + g_raw[1] + g_raw[2] + g_raw[3] + g_raw[4] + g_raw[5]; }
 
 /* ------------------------------------------------------------------------------------------ the allocator */
-#define MAGIC 0x4c4c4143434c4c41ull
-typedef struct counter {
-    long calls, allocs, frees, live, foreign, failed;
-    long fail_at; /* 0: never; else the call number that returns NULL */
-} counter;
-
-static void *c_alloc(size_t n, void *u) {
-    counter *c = (counter *)u;
-    uint64_t *h;
-    c->calls++;
-    if (c->fail_at && c->calls == c->fail_at) { c->failed++; return NULL; }
-    if (!(h = (uint64_t *)__real_malloc(n + 16))) return NULL;
-    h[0] = MAGIC;
-    h[1] = (uint64_t)(uintptr_t)c;
-    c->allocs++;
-    c->live++;
-    return h + 2;
-}
-static void c_free(void *p, void *u) {
-    counter *c = (counter *)u;
-    uint64_t *h = (uint64_t *)p - 2;
-    if (h[0] != MAGIC || h[1] != (uint64_t)(uintptr_t)c) { c->foreign++; return; } /* not ours: count, leak */
-    h[0] = 0;
-    c->frees++;
-    c->live--;
-    __real_free(h);
-}
+/* accel_test.h's counting allocator over the real malloc/free (the wrapped ones would count it as raw calls) */
+#define AT_RAW_MALLOC __real_malloc
+#define AT_RAW_FREE __real_free
+#include "accel_test.h"
+typedef at_counter counter;
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
-static accel_result init_with(accel *acc, counter *c) {
-    accel_desc d;
-    memset(&d, 0, sizeof d);
-    d.no_mpi = 1;
-    d.log_fn = quiet;
-    d.host_allocator.alloc = c_alloc;
-    d.host_allocator.free = c_free;
-    d.host_allocator.user_data = c;
-    return accel_init(acc, &d);
-}
+static accel_result init_with(accel *acc, counter *c) { return at_init_counting(acc, c, quiet); }
 
 /* ------------------------------------------------------------------------------------------- the scenario */
 #define NPHASE 7
@@ -110,13 +82,13 @@ static accel_result scenario(accel *acc, counter *c, const char *root, int recor
     accel_data_shard sh;
     accel_data_shard_desc dd;
     accel_coll *coll = NULL;
-    accel_coll_reducer *red = NULL;
+    accel_ddp *red = NULL;
     accel_amp_scaler sc;
     accel_optim *opt = NULL;
     accel_optim_desc od;
     accel_ckpt *ck = NULL;
     accel_ckpt_desc cd;
-    accel_ckpt_file *f = NULL;
+    accel_st_file *f = NULL;
     accel_track trk;
     accel_track_desc td;
     accel_track_value v[2];
@@ -146,9 +118,9 @@ static accel_result scenario(accel *acc, counter *c, const char *root, int recor
     TRY(accel_data_shard_next(&sh, idx, &n));
     PHASE(1);
     TRY(accel_coll_create(acc, NULL, &coll));
-    TRY(accel_coll_reducer_create(coll, NULL, &red));
-    TRY(accel_coll_reducer_add(red, g, 1));
-    TRY(accel_coll_reducer_wait(red));
+    TRY(accel_ddp_create(coll, NULL, &red));
+    TRY(accel_ddp_add(red, g, 1));
+    TRY(accel_ddp_wait(red));
     PHASE(2);
     TRY(accel_amp_scaler_init(acc, &sc, NULL));
     scaler_ok = 1;
@@ -174,10 +146,10 @@ static accel_result scenario(accel *acc, counter *c, const char *root, int recor
     TRY(accel_ckpt_save_state(ck, dir, NULL, 0));
     TRY(accel_ckpt_load_state(ck, dir));
     snprintf(dir, sizeof dir, "%s/model", root);
-    TRY(accel_ckpt_save_model(acc, dir, p, 1, "10GB"));
+    TRY(accel_st_save_model(acc, dir, p, 1, "10GB"));
     snprintf(dir, sizeof dir, "%s/model/model.safetensors", root);
-    TRY(accel_ckpt_file_open(acc, dir, &f));
-    TRY(accel_ckpt_file_load(f, p));
+    TRY(accel_st_file_open(acc, dir, &f));
+    TRY(accel_st_file_load(f, p));
     PHASE(5);
     memset(&td, 0, sizeof td);
     td.log_with = ACCEL_TRACK_ALL;
@@ -202,11 +174,11 @@ done:
     if (r != ACCEL_OK) snprintf(g_msg, sizeof g_msg, "%s", accel_last_error(acc));
     accel_prof_destroy(prof);
     if (track_ok) accel_track_deinit(&trk);
-    accel_ckpt_file_destroy(f);
+    accel_st_file_destroy(f);
     accel_ckpt_destroy(ck);
     accel_optim_destroy(opt);
     if (scaler_ok) accel_amp_scaler_deinit(&sc);
-    accel_coll_reducer_destroy(red);
+    accel_ddp_destroy(red);
     accel_coll_destroy(coll);
     if (shard_ok) accel_data_shard_deinit(&sh);
     return r;

@@ -10,6 +10,10 @@ static void set_loader(accel *acc, int last, int remainder) {
     if (last) accel_dataloader_last_batch(acc, &test_loader_key);
 }
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static const char *all_vars[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
@@ -524,6 +528,20 @@ static void test_zeroed_accel(void) {
     AT_CHECK(v == 1.5 && w == 3);
 }
 
+/* accel_free_port: a loopback port that this process can then listen on (and not 0). */
+static void test_free_port(void) {
+    struct sockaddr_in a;
+    int port = accel_free_port(), fd = socket(AF_INET, SOCK_STREAM, 0);
+    AT_CHECK(port > 0 && port < 65536);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    AT_CHECK(fd >= 0);
+    AT_CHECK_MSG(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0, "the port is free");
+    if (fd >= 0) close(fd);
+}
+
 int main(void) {
     test_version();
     test_zeroed_accel();
@@ -535,5 +553,6 @@ int main(void) {
     test_philox();
     test_accelerator_single();
     test_accumulation();
+    test_free_port();
     return at_finish("core");
 }

@@ -23,19 +23,6 @@
 
 #define MAXP 6
 
-static int free_port(void) {
-    struct sockaddr_in a;
-    socklen_t l = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 static void set_int(const char *k, int v) {
     char b[32];
     snprintf(b, sizeof b, "%d", v);
@@ -631,7 +618,7 @@ int main(void) {
             printf("%s: skipped (this host has no non-loopback IPv4 address)\n", jobs[i].name);
             continue;
         }
-        while (port < 2) port = free_port(); /* accel's store listens on MASTER_PORT + 1 = this port */
+        while (port < 2) port = accel_free_port(); /* accel's store listens on MASTER_PORT + 1 = this port */
         snprintf(run_id, sizeof run_id, "run%d-%zu", (int)getpid(), i);
         run(&jobs[i], port, run_id);
     }
