@@ -1628,14 +1628,37 @@ ACCEL__PRIVATE int accel__rmtree(const char *path) {
     if (rmdir(path) != 0) rc = -1;
     return rc;
 }
-/* Reads a whole file of at most `limit` bytes into *out (NUL-terminated, acc's allocator). */
+/* Opens a file that must be a regular file for reading (close-on-exec), st its fstat. O_NONBLOCK because open() of
+   a FIFO waits for a writer: a folder or an index from elsewhere can put one where a file is expected, and the
+   load would hang; a FIFO, device or directory is refused after the open, which then cannot block. Returns the
+   descriptor, or -1 with errno: the open's, or EINVAL for "not a regular file". Records nothing (thread-safe). */
+ACCEL__PRIVATE int accel__open_regular_fd(const char *path, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), flags;
+    if (fd < 0) return -1;
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    flags = fcntl(fd, F_GETFL, 0);
+    if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+/* The same with the message recorded: ACCEL_ERR_NOT_FOUND, ACCEL_ERR_IO (cannot open, not a regular file). */
+ACCEL__PRIVATE accel_result accel__open_regular(accel *acc, const char *path, struct stat *st, int *fd) {
+    *fd = accel__open_regular_fd(path, st);
+    if (*fd >= 0) return ACCEL_OK;
+    if (errno == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path);
+    if (errno == EINVAL) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%.400s is not a regular file", path);
+    return accel__io_fail(acc, "cannot open", path);
+}
+/* Reads a whole regular file of at most `limit` bytes into *out (NUL-terminated, acc's allocator). */
 ACCEL__PRIVATE accel_result accel__read_file(accel *acc, const char *path, char **out, size_t *n, size_t limit) {
-    int fd = open(path, O_RDONLY);
+    int fd;
     struct stat st;
     char *buf;
-    if (fd < 0) return errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path)
-                                       : accel__io_fail(acc, "cannot open", path);
-    if (fstat(fd, &st) != 0) { close(fd); return accel__io_fail(acc, "cannot stat", path); }
+    accel_result r = accel__open_regular(acc, path, &st, &fd);
+    if (r != ACCEL_OK) return r;
     if ((uint64_t)st.st_size > (uint64_t)limit) {
         close(fd);
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is %llu bytes, more than the %llu allowed", path,

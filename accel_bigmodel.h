@@ -57,7 +57,9 @@
 
    OFFLOAD FOLDER
      accel_bm_offload_save / accel_bm_offload_open write and read Accelerate's offload folder (index.json +
-     <name>.dat, byte-identical to offload_state_dict's); an opened folder is an accel_st_file.
+     <name>.dat, byte-identical to offload_state_dict's); an opened folder is an accel_st_file. index.json, every
+     .dat and every safetensors_file it names must be regular files: a FIFO or device there is refused at once
+     ("is not a regular file"), never opened blocking.
 
    OPTIONS (zero = Accelerate's default)
      accel_bm_map_desc
@@ -2923,13 +2925,9 @@ ACCEL__DEF accel_result accel_bm_offload_open(accel *acc, const char *folder, ac
             }
             e.end = (uint64_t)accel_tensor_nbytes(&t);
             accel__fmt(path, sizeof path, "%s/%s.dat", folder, key);
-            fd = open(path, O_RDONLY);
-            if (fd < 0) {
-                r = errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path)
-                                    : accel__io_fail(acc, "cannot open", path);
-                break;
-            }
-            if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != e.end) {
+            r = accel__open_regular(acc, path, &st, &fd); /* a FIFO as <name>.dat must not hang the open */
+            if (r != ACCEL_OK) break;
+            if ((uint64_t)st.st_size != e.end) {
                 close(fd);
                 r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is %lld bytes, its index entry (%s %d dims) needs %llu",
                                 path, (long long)st.st_size, accel_dtype_name(e.dtype), e.ndim,

@@ -907,19 +907,11 @@ ACCEL__DEF accel_result accel_data_token_file_open(accel *acc, accel_data_token_
     int fd;
     if (!f || !path) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_open: NULL argument");
     memset(f, 0, sizeof *f);
-    fd = open(path, O_RDONLY);
+    fd = accel__open_regular_fd(path, &sb); /* a FIFO must not hang the open */
     if (fd < 0) {
         if (errno == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "token shard %s: no such file", path);
+        if (errno == EINVAL) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "token shard %s: not a regular file", path);
         return accel__io_fail(acc, "token shard: cannot open", path);
-    }
-    if (fstat(fd, &sb) != 0) {
-        r = accel__io_fail(acc, "token shard: cannot stat", path);
-        close(fd);
-        return r;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "token shard %s: not a regular file", path);
     }
     got = (uint64_t)sb.st_size < sizeof hdr ? (size_t)sb.st_size : sizeof hdr;
     if (accel__pread_all(fd, hdr, got, 0) != 0) {

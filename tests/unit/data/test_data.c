@@ -9,6 +9,7 @@
    generators (ref_shards.py). */
 #include "accel_data.h"
 #include "accel_test.h"
+#include "accel_test_fs.h"
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -867,6 +868,14 @@ static void write_shard(const char *path, int32_t magic, int32_t version, int32_
     fclose(f);
 }
 
+/* a FIFO as a token shard: refused as not a regular file at once (opened blocking it would wait for a writer) */
+static int token_fifo_child(void *arg) {
+    accel_data_token_file tf;
+    accel_result r = accel_data_token_file_open(NULL, &tf, (const char *)arg);
+    if (r == ACCEL_ERR_FORMAT && strstr(accel_last_error(NULL), "not a regular file")) return 0;
+    fprintf(stderr, "token shard FIFO: %d: %s\n", (int)r, accel_last_error(NULL));
+    return 1;
+}
 static void test_token_files(void) {
     char p1[512], p2[512], pbad[512];
     accel_data_token_file tf;
@@ -948,6 +957,13 @@ static void test_token_files(void) {
     accel_data_token_file_deinit(&tf);
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, "/nonexistent/accel/x.bin"), ACCEL_ERR_NOT_FOUND);
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, tmpdir), ACCEL_ERR_FORMAT); /* a directory */
+    {
+        char pfifo[512];
+        snprintf(pfifo, sizeof pfifo, "%s/fifo.bin", tmpdir);
+        AT_CHECK(mkfifo(pfifo, 0600) == 0);
+        AT_EQ_INT(at_bounded(token_fifo_child, pfifo, 10), 0);
+        unlink(pfifo);
+    }
     {   /* > 4 GiB (sparse): Llama-3 with 2^30 + 3 tokens = 4 GiB + 1036 bytes; 64-bit offsets throughout */
         char pbig[512];
         int fd;
