@@ -181,7 +181,8 @@
      build, nobody can be checked: only the run id is compared, and the store and the TCP bootstrap refuse a
      non-loopback address unless ACCEL_STORE_TRUSTED_NETWORK=1. Not protected: the traffic after admission is neither
      encrypted nor authenticated (an on-path attacker can read and change it, as with PyTorch's and NCCL's own
-     traffic): run multi-node jobs on a network only the job's hosts use.
+     traffic): run multi-node jobs on a network only the job's hosts use. The sockets of the store and the bootstraps
+     are close-on-exec: a program the trainer runs (system(), fork + exec) inherits none of them.
 
    DIFFERENCES FROM ACCELERATE (deliberate, see docs/semantics.md "Policies")
      - Multi-process CPU runs are MULTI_CPU whenever P > 1 and no GPU is used; Accelerate additionally requires
@@ -1792,12 +1793,34 @@ ACCEL__PRIVATE int accel__sock_resolve(const char *addr, int port, struct sockad
     freeaddrinfo(res);
     return 0;
 }
+/* Every socket of the store and the bootstraps is close-on-exec: a program the trainer runs (a data tool, a shell)
+   must not inherit the store's listener or a rank's connection (it would keep the port and the job's stream open
+   after the trainer is gone, and could talk on them). */
+ACCEL__PRIVATE int accel__sock_new(int family) {
+#ifdef SOCK_CLOEXEC
+    return socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+#else
+    int fd = socket(family, SOCK_STREAM, 0);
+    if (fd >= 0) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+#endif
+}
+/* accept, close-on-exec (atomically with accept4 where it is declared; otherwise at once after accept). */
+ACCEL__PRIVATE int accel__sock_accept(int lfd) {
+#if defined(_GNU_SOURCE) && defined(SOCK_CLOEXEC)
+    return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+#else
+    int fd = accept(lfd, NULL, NULL);
+    if (fd >= 0) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+#endif
+}
 /* A listening socket on exactly ss (address and port: the interface MASTER_ADDR names, not every interface, so a
    network the job does not use cannot reach it). -1 with errno on failure. */
 ACCEL__PRIVATE int accel__sock_listen(const struct sockaddr_storage *ss, int backlog) {
     socklen_t len = ss->ss_family == AF_INET6 ? (socklen_t)sizeof(struct sockaddr_in6)
                                               : (socklen_t)sizeof(struct sockaddr_in);
-    int fd = socket(ss->ss_family, SOCK_STREAM, 0), one = 1;
+    int fd = accel__sock_new(ss->ss_family), one = 1;
     if (fd < 0) return -1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, backlog) != 0) {
@@ -1824,7 +1847,7 @@ ACCEL__PRIVATE int accel__sock_connect(const struct sockaddr_storage *ss, sockle
         socklen_t el = sizeof err;
         struct pollfd pfd;
         if (left == 0) return -1;
-        fd = socket(ss->ss_family, SOCK_STREAM, 0);
+        fd = accel__sock_new(ss->ss_family);
         if (fd < 0) return -1;
         flags = fcntl(fd, F_GETFL, 0);
         fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -3145,7 +3168,7 @@ ACCEL__PRIVATE accel_result accel__admit_serve(accel *acc, const accel__admit *a
         /* new connections: each gets its challenge at once; when too many are pending, the oldest goes */
         while (!done && (pfd[0].revents & POLLIN) && accepted < 64) {
             unsigned char ch[ACCEL__ST_HDR + 4 + ACCEL__ADMIT_NONCE];
-            int one = 1, cfd = accept(lfd, NULL, NULL);
+            int one = 1, cfd = accel__sock_accept(lfd);
             size_t chn;
             if (cfd < 0) break;
             ++accepted;
@@ -4633,7 +4656,7 @@ ACCEL__DEF int accel_free_port(void) {
 #if !defined(_WIN32)
     struct sockaddr_in a;
     socklen_t l = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    int fd = accel__sock_new(AF_INET), port = 0;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -8,6 +8,7 @@
    deadline. Children are bounded by alarm(); the parent kills stragglers. */
 #include "accel.h"
 #include "accel_test.h"
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -315,6 +316,51 @@ static int sc_garbage(int rank, int P, char *msg, size_t cap) {
     return r != ACCEL_OK && strstr(msg, "rank 2") && strstr(msg, "not an accel store frame") ? 0 : 1;
 }
 
+/* ---- close-on-exec: a program the trainer runs (fork + exec, as system() does) inherits none of the store's
+   sockets (the listener, rank 0's accepted connections, a rank's connection to rank 0). The exec'd program is this
+   test again with --count-sockets: its exit status is the number of sockets it has open, compared with what a
+   child exec'd before accel_init has (sockets the test harness itself passes down are not the store's). */
+static int count_sockets(void) {
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    char p[300], l[300];
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) {
+        ssize_t k;
+        snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+        k = readlink(p, l, sizeof l - 1);
+        if (k > 0 && (l[k] = 0, !strncmp(l, "socket:", 7))) ++n;
+    }
+    closedir(d);
+    return n;
+}
+static int exec_count_sockets(void) {
+    int st = -1;
+    pid_t c = fork();
+    if (c == 0) {
+        execl("/proc/self/exe", "test_store", "--count-sockets", (char *)NULL);
+        _exit(200);
+    }
+    if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
+}
+static int sc_cloexec(int rank, int P, char *msg, size_t cap) {
+    accel acc;
+    int before = count_sockets(), child_before = exec_count_sockets(), mine, child, bad = 0;
+    (void)P;
+    if (init(&acc, 15000) != ACCEL_OK) { snprintf(msg, cap, "init: %s", accel_last_error(&acc)); return 1; }
+    mine = count_sockets(); /* the store's sockets are open here now... */
+    child = exec_count_sockets(); /* ...and must not be in the exec'd child */
+    if (child_before < 0 || child_before > 99 || child != child_before) bad |= 1;
+    if (mine <= before) bad |= 2; /* the check would prove nothing */
+    if (accel_wait_for_everyone(&acc) != ACCEL_OK) bad |= 4;
+    snprintf(msg, cap, "rank %d: bad=%d: sockets here %d (before init %d), in an exec'd child %d (before init %d)",
+             rank, bad, mine, before, child, child_before);
+    accel_shutdown(&acc);
+    return bad ? 1 : 0;
+}
+
 /* ---- strangers (issue 26). The job has a secret (ACCEL_STORE_SECRET); strays run beside it. */
 /* every rank: an all-reduce whose result a stray would change, then a barrier; the ranks other than 0 start
    delay_us late so that the strays are first in line */
@@ -583,7 +629,7 @@ static void find_host_ip(void) {
     freeifaddrs(ifs);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     static char secret[64];
     static const job jobs[] = {
         {"helpers-3", sc_helpers, 3, NULL, NULL, 0},      {"helpers-5", sc_helpers, 5, NULL, NULL, 0},
@@ -605,8 +651,13 @@ int main(void) {
         {"multinode-no-secret", sc_policy_refused, 2, NULL, NULL, 1},
         {"multinode-trusted", sc_secret_sum, 2, NULL, NULL, 2},
         {"multinode-secret", sc_secret_sum, 2, secret, NULL, 1},
+        {"cloexec", sc_cloexec, 3, secret, NULL, 0},
     };
     size_t i;
+    if (argc == 2 && !strcmp(argv[1], "--count-sockets")) { /* sc_cloexec's exec'd child */
+        int n = count_sockets();
+        return n < 0 ? 255 : n > 100 ? 100 : n;
+    }
     signal(SIGPIPE, SIG_IGN);
     snprintf(secret, sizeof secret, "test-secret-%d-%ld", (int)getpid(), (long)time(NULL));
     snprintf(idle_file, sizeof idle_file, "/tmp/accel_store_idle_%d", (int)getpid());
