@@ -7,15 +7,17 @@
 # for bit against the CPU path) runs with the best shape while the budget lasts. Every shape's launch is also
 # simulated on the CPU by tests/unit/optim (optim-unit-impl-<shape>), so the winner is a tested one.
 # usage (from the project root, on the GPU machine; CUDA's nvcc in PATH or /usr/local/cuda; no MPI, NCCL, cuBLAS):
-#   bash bench/optim/sweep_gpu.sh [OUT_DIR]           (default $OUT, else /tmp/optim-sweep)
+#   bash bench/optim/sweep_gpu.sh [RESULT_DIR]        (default $OUT, else only the work folder)
 # env: SM (90), REPS (timed steps per form, best of: 20), BUDGET (seconds for all of it: 90), NVCC, STB_INCLUDE
 # (the folder of stb_ds.h; else pkg-config stb, .gpu/stb/include/stb, /usr/include/stb), VARIANTS (another list in
-# variants.txt's format; two nvcc per shape run at once).
-# OUT_DIR: sweep.jsonl (every benchmark line), table.txt, <shape>.build.log (ptxas registers and spills),
-# <shape>.run.log, test.log.
+# variants.txt's format; two nvcc per shape run at once), SWEEP_WORK (the work folder: /tmp/optim-sweep).
+# The work folder holds the programs and every log; RESULT_DIR gets three files (a device run brings back few):
+# optim-sweep-table.txt, optim-sweep.jsonl (every benchmark line), optim-sweep-logs.txt (each shape's ptxas
+# registers and spills, build errors, benchmark output, and the GPU test's output).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${1:-${OUT:-/tmp/optim-sweep}}
+out=${SWEEP_WORK:-/tmp/optim-sweep}
+res=${1:-${OUT:-}}
 sm=${SM:-90}
 reps=${REPS:-20}
 budget=${BUDGET:-90}
@@ -47,7 +49,7 @@ common=(-O3 "-arch=sm_$sm" -std=c++17 "-Xcompiler=-fno-math-errno,-pthread" -I"$
 link=(-cudart static -lm -lrt) # static: no libcudart.so to find at run time
 echo "sweep_gpu: ${#names[@]} shapes, sm_$sm, $(basename "$nvcc") $("$nvcc" --version | grep -o 'release [0-9.]*')," \
   "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-rm -f "$out"/*.rc "$out/winner"
+rm -f "$out"/*.rc "$out/winner" "$out/test.log"
 for n in "${names[@]}"; do
   # shellcheck disable=SC2086 # the macros are separate words
   ( timeout "$budget" "$nvcc" "${common[@]}" -Xptxas -v -DBENCH_OWN_IMPL -DBENCH_VARIANT="\"$n\"" ${flags[$n]} \
@@ -126,6 +128,7 @@ if score:
 PY
 
 win=$(cat "$out/winner" 2>/dev/null)
+[ -n "$win" ] || win=${names[0]} # no complete row: the GPU test of the first shape (the defaults)
 if [ -n "$win" ]; then
   while [ ! -f "$out/$win.test-build.rc" ] && [ "$(left)" -gt 30 ]; do sleep 1; done
   l=$(left)
@@ -140,4 +143,16 @@ if [ -n "$win" ]; then
   fi
 fi
 wait
+if [ -n "$res" ]; then
+  mkdir -p "$res" && cp "$out/table.txt" "$res/optim-sweep-table.txt" && cp "$out/sweep.jsonl" "$res/optim-sweep.jsonl"
+  for n in "${names[@]}"; do
+    echo "== $n (${flags[$n]:-defaults}): benchmark build rc $(cat "$out/$n.build.rc" 2>/dev/null)," \
+      "test build rc $(cat "$out/$n.test-build.rc" 2>/dev/null)"
+    grep -E "Compiling entry|registers|spill|error" "$out/$n.build.log" 2>/dev/null | grep -v "Compile time"
+    grep -E "error" "$out/$n.test-build.log" 2>/dev/null | head -20
+    cat "$out/$n.run.log" 2>/dev/null
+  done > "$res/optim-sweep-logs.txt"
+  [ -f "$out/test.log" ] && { echo "== GPU test ($win)"; cat "$out/test.log"; } >> "$res/optim-sweep-logs.txt"
+  echo "sweep_gpu: results in $res/optim-sweep-{table.txt,.jsonl,logs.txt}"
+fi
 echo "sweep_gpu: done at $(( $(date +%s) - t0 ))s; the best shape becomes the default by its macros in accel_optim.h"
