@@ -919,6 +919,8 @@ struct accel__impl {
     void *store;                /* the TCP store (accel__store) when it is the host group */
     void *scratch;              /* device scratch for kernel arguments (accel__device_scratch) */
     size_t scratch_bytes;
+    void *pinned_scratch;       /* page-locked host scratch for small read-backs (accel__pinned_scratch) */
+    size_t pinned_scratch_bytes;
 };
 
 /* ------------------------------------------------------------------------------------- 2. errors, logging */
@@ -1232,6 +1234,28 @@ ACCEL__PRIVATE void *accel__device_scratch(accel *acc, size_t bytes) {
         acc->impl->scratch_bytes = want;
     }
     return acc->impl->scratch;
+}
+
+/* Page-locked host memory of at least `bytes` that lives as long as acc (through the pinned allocator, freed by
+   accel_shutdown), the destination of small device-to-host read-backs: a copy into page-locked memory is one DMA,
+   into pageable memory a staged copy with its own wait. The caller synchronizes before reading it and before the
+   next call reuses it. NULL (error set) on failure. */
+ACCEL__PRIVATE void *accel__pinned_scratch(accel *acc, size_t bytes) {
+    if (!acc || !acc->impl) {
+        ACCEL__FAIL(acc, ACCEL_ERR_STATE, "pinned scratch: the Accelerator is not initialized");
+        return NULL;
+    }
+    if (acc->impl->pinned_scratch_bytes < bytes) {
+        size_t want = acc->impl->pinned_scratch_bytes ? acc->impl->pinned_scratch_bytes : 4096;
+        void *p;
+        while (want < bytes) want *= 2;
+        p = accel_pinned_alloc(acc, want);
+        if (!p) return NULL;
+        accel_pinned_free(acc, acc->impl->pinned_scratch); /* (its last reader synchronized) */
+        acc->impl->pinned_scratch = p;
+        acc->impl->pinned_scratch_bytes = want;
+    }
+    return acc->impl->pinned_scratch;
 }
 
 /* stb_ds reallocs without the old size and without a context: every block carries its size and the allocator that
@@ -4132,6 +4156,10 @@ ACCEL__DEF void accel_shutdown(accel *acc) {
 #endif
         accel_device_free(acc, acc->impl->scratch);
         acc->impl->scratch = NULL;
+    }
+    if (acc->impl->pinned_scratch) {
+        accel_pinned_free(acc, acc->impl->pinned_scratch);
+        acc->impl->pinned_scratch = NULL;
     }
     if (accel__g_stbds_owner == acc) {
         accel__g_stbds_owner = NULL;
