@@ -27,23 +27,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NT 148
-static int64_t sizes[NT];
+#include "../gpu_bench.h"
 
-static void gpt2_sizes(void) { /* wte, wpe, 12 × (ln_1 w b, c_attn w b, attn c_proj w b, ln_2 w b, c_fc w b,
-                                  mlp c_proj w b), ln_f w b */
-    int i = 0, l;
-    sizes[i++] = 50257LL * 768; sizes[i++] = 1024LL * 768;
-    for (l = 0; l < 12; ++l) {
-        sizes[i++] = 768; sizes[i++] = 768;
-        sizes[i++] = 768LL * 2304; sizes[i++] = 2304;
-        sizes[i++] = 768LL * 768; sizes[i++] = 768;
-        sizes[i++] = 768; sizes[i++] = 768;
-        sizes[i++] = 768LL * 3072; sizes[i++] = 3072;
-        sizes[i++] = 3072LL * 768; sizes[i++] = 768;
-    }
-    sizes[i++] = 768; sizes[i++] = 768;
-}
+#define NT GB_NT
+static int64_t sizes[NT];
 
 #define CK(x)                                                                                                          \
     do {                                                                                                               \
@@ -139,8 +126,7 @@ int main(int argc, char **argv) {
     cudaStream_t st;
     cudaDeviceProp prop;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { printf("no CUDA device: skipped\n"); return 77; }
-    gpt2_sizes();
-    for (i = 0; i < NT; ++i) n += sizes[i];
+    n = gb_gpt2_sizes(sizes);
     if (reps < 1) reps = 1;
 #ifdef BENCH_OWN_IMPL
 #ifndef BENCH_VARIANT
