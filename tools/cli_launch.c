@@ -16,10 +16,13 @@
      random value on every node), or the store refuses a non-loopback address unless ACCEL_STORE_TRUSTED_NETWORK=1.
      Counts are bounded before anything is allocated or started: at most 1024 processes a node (-n or the config's
      num_processes / num_machines), at most 65536 nodes.
-     SIGINT / SIGTERM are forwarded to every process (each runs in its own process group, so their children get
-     them too). When one process fails, the others get SIGTERM (SIGKILL 5 s later) and accel launch exits with the
-     failed process's code (128 + signal number when it was killed), naming its rank. --tee prefixes every output
-     line with "[rank<R>]: " (torchrun's format).
+     SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every process, as torchrun does; each process runs in a
+     session of its own (torchrun's start_new_session: their children get the signals too, and a process reading the
+     terminal is not stopped by SIGTTIN) and dies with the launcher if the launcher is killed (PR_SET_PDEATHSIG,
+     Linux). When one process fails, the others get SIGTERM (SIGKILL 5 s later) and accel launch exits with the
+     failed process's code (128 + signal number when it was killed), naming its rank — a rank killed by a signal
+     rather than one that then failed in a collective, when both have ended by the time the launcher looks.
+     --tee prefixes every output line with "[rank<R>]: " (torchrun's format).
      --config-file reads the keys of an Accelerate config file that apply here (YAML or JSON, parsed with libyaml):
      num_processes (all machines), num_machines, machine_rank, main_process_ip, main_process_port, mixed_precision,
      gradient_accumulation_steps, use_cpu, debug; others are ignored. Without --config-file, Accelerate's default
@@ -48,6 +51,9 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #ifndef ACCEL_CLI_NO_YAML
@@ -207,7 +213,13 @@ static int launch_make_secret(char *out, size_t cap) {
 
 /* ------------------------------------------------------------------------------------------ processes */
 static volatile sig_atomic_t launch_signal = 0;
-static void launch_on_signal(int s) { launch_signal = s; }
+static int launch_wake[2] = {-1, -1}; /* self-pipe: a signal (SIGCHLD too) wakes the poll loop at once */
+static void launch_on_signal(int s) {
+    int e = errno;
+    if (s != SIGCHLD) launch_signal = s;
+    if (launch_wake[1] >= 0) (void)!write(launch_wake[1], "", 1);
+    errno = e;
+}
 
 static double launch_now(void) {
     struct timespec ts;
@@ -286,9 +298,10 @@ static void launch_kill_all(launch_proc *ps, int n, int sig) {
 
 static int launch_run(const launch_cfg *c, char **prog) {
     launch_proc *ps = (launch_proc *)calloc((size_t)c->nproc, sizeof *ps);
-    int i, alive = 0, failed = -1, code = 0, forwarded = 0;
+    int i, alive = 0, failed = -1, code = 0, forwarded = 0, stopped = 0;
     double stop_at = 0;
     struct sigaction sa;
+    pid_t launcher = getpid();
     if (c->nproc < 1 || c->nproc > LAUNCH_MAX) { /* cli_launch bounds it; the poll set below is sized by it */
         free(ps);
         fprintf(stderr, "accel launch: %d processes a node (1..%d)\n", c->nproc, LAUNCH_MAX);
@@ -298,8 +311,19 @@ static int launch_run(const launch_cfg *c, char **prog) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = launch_on_signal;
     sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* SIGCHLD must not cut the --tee writes short */
+    /* torchrun's set: SIGINT, SIGTERM, SIGHUP (terminal or ssh closed), SIGQUIT are forwarded */
+    if (pipe(launch_wake) == 0) {
+        fcntl(launch_wake[0], F_SETFL, fcntl(launch_wake[0], F_GETFL, 0) | O_NONBLOCK);
+        fcntl(launch_wake[1], F_SETFL, fcntl(launch_wake[1], F_GETFL, 0) | O_NONBLOCK);
+        fcntl(launch_wake[0], F_SETFD, FD_CLOEXEC);
+        fcntl(launch_wake[1], F_SETFD, FD_CLOEXEC);
+    }
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGQUIT, &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     fflush(stdout);
     fflush(stderr);
@@ -311,8 +335,18 @@ static int launch_run(const launch_cfg *c, char **prog) {
         if (ps[i].pid == 0) {
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
+            signal(SIGHUP, SIG_DFL);
+            signal(SIGQUIT, SIG_DFL);
+            signal(SIGCHLD, SIG_DFL);
             signal(SIGPIPE, SIG_DFL);
-            setpgid(0, 0);
+            /* a session of its own, as torchrun's workers: a worker that reads the terminal is not stopped by
+               SIGTTIN (it is in no job-control group of the terminal), and kill(-pid) reaches its children */
+            (void)setsid();
+#ifdef __linux__
+            /* the launcher killed by SIGKILL (or dying any way) takes its workers with it */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != launcher) _exit(128 + SIGKILL); /* it died before the prctl */
+#endif
             if (c->tee) {
                 dup2(out[1], 1);
                 dup2(err[1], 2);
@@ -323,7 +357,6 @@ static int launch_run(const launch_cfg *c, char **prog) {
             fprintf(stderr, "accel launch: cannot run %s: %s\n", prog[0], strerror(errno));
             _exit(127);
         }
-        setpgid(ps[i].pid, ps[i].pid); /* also from here: no race with an early kill */
         ps[i].alive = 1;
         ++alive;
         if (c->tee) {
@@ -345,10 +378,11 @@ static int launch_run(const launch_cfg *c, char **prog) {
         stop_at = launch_now() + 5.0;
     }
     while (alive > 0) {
-        struct pollfd pf[2 * LAUNCH_MAX];
-        int who[2 * LAUNCH_MAX], np = 0, k;
+        struct pollfd pf[2 * LAUNCH_MAX + 1];
+        int who[2 * LAUNCH_MAX + 1], np = 0, k, cand = -1;
         pid_t pid;
         int st;
+        if (launch_wake[0] >= 0) { pf[np].fd = launch_wake[0]; pf[np].events = POLLIN; pf[np].revents = 0; who[np++] = -1; }
         for (k = 0; c->tee && k < c->nproc; ++k) {
             int s;
             for (s = 0; s < 2; ++s)
@@ -360,6 +394,7 @@ static int launch_run(const launch_cfg *c, char **prog) {
                 ssize_t n;
                 int r = who[k] / 2, s = who[k] % 2;
                 if (!pf[k].revents) continue;
+                if (who[k] < 0) { while (read(pf[k].fd, buf, sizeof buf) > 0) {} continue; }
                 n = read(pf[k].fd, buf, sizeof buf);
                 if (n > 0) launch_tee(&ps[r], c->node_rank * c->nproc + r, s, buf, (size_t)n, 0);
                 else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
@@ -376,20 +411,27 @@ static int launch_run(const launch_cfg *c, char **prog) {
             if (!stop_at) stop_at = launch_now() + 10.0;
             if (!code) code = 128 + (int)launch_signal;
         }
+        /* reap everything that has ended, then name the failure: waitpid returns children in fork order, so when
+           rank 1 is killed and rank 0 exits 1 on noticing, both may be here at once — a rank killed by a signal is
+           the cause rather than one that exited with an error after it */
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
             for (k = 0; k < c->nproc; ++k) {
                 if (ps[k].pid != pid || !ps[k].alive) continue;
                 ps[k].alive = 0;
                 ps[k].status = st;
                 --alive;
-                if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && failed == -1 && !forwarded) {
-                    failed = k;
-                    code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-                    if (alive > 0) {
-                        launch_kill_all(ps, c->nproc, SIGTERM);
-                        stop_at = launch_now() + 5.0;
-                    }
-                }
+                if (failed != -1 || forwarded || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) continue;
+                if (cand < 0 || (WIFSIGNALED(st) && !WIFSIGNALED(ps[cand].status))) cand = k;
+            }
+        }
+        if (cand >= 0) {
+            failed = cand;
+            st = ps[cand].status;
+            code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            stopped = alive;
+            if (alive > 0) {
+                launch_kill_all(ps, c->nproc, SIGTERM);
+                stop_at = launch_now() + 5.0;
             }
         }
         if (stop_at && launch_now() > stop_at && alive > 0) {
@@ -412,14 +454,17 @@ static int launch_run(const launch_cfg *c, char **prog) {
     if (failed >= 0) {
         int st = ps[failed].status;
         if (WIFEXITED(st))
-            fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) exited with code %d; stopped the other %d process(es)\n",
-                    c->node_rank * c->nproc + failed, failed, (long)ps[failed].pid, WEXITSTATUS(st), c->nproc - 1);
+            fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) exited with code %d; stopped the other %d "
+                    "process(es) still running\n", c->node_rank * c->nproc + failed, failed, (long)ps[failed].pid,
+                    WEXITSTATUS(st), stopped);
         else
-            fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) was killed by signal %d; stopped the other %d process(es)\n",
-                    c->node_rank * c->nproc + failed, failed, (long)ps[failed].pid, WTERMSIG(st), c->nproc - 1);
+            fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) was killed by signal %d (%s); stopped the "
+                    "other %d process(es) still running\n", c->node_rank * c->nproc + failed, failed,
+                    (long)ps[failed].pid, WTERMSIG(st), strsignal(WTERMSIG(st)), stopped);
     }
     for (i = 0; i < c->nproc; ++i) { free(ps[i].line[0]); free(ps[i].line[1]); }
     free(ps);
+    if (launch_wake[0] >= 0) { close(launch_wake[0]); close(launch_wake[1]); launch_wake[0] = launch_wake[1] = -1; }
     return code;
 }
 

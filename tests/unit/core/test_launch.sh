@@ -2,10 +2,12 @@
 # `accel launch` and `accel config` end to end: the environment the children get (checked by launch_child, which
 # also forms the host group over the TCP store), config files in YAML and in the JSON `accel config --default`
 # writes, command-line overrides, --tee, two "nodes" on one host, a failing rank (its exit code is propagated, the
-# rank is named, the others are stopped) and SIGTERM forwarding — and after every run, no process is left behind.
+# rank is named, the others are stopped), signal forwarding (SIGTERM, SIGHUP, SIGQUIT), the launcher killed by SIGKILL,
+# a worker reading the terminal (pty_run.py) — and after every run, no process is left behind.
 # usage: test_launch.sh ACCEL_EXE LAUNCH_CHILD_EXE
 set -u
 accel=$1 child=$2
+here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export HF_HOME="$tmp/hf" # never read the user's default config
 unset OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE SLURM_STEP_ID RANK WORLD_SIZE
@@ -110,6 +112,45 @@ wait $lp; rc=$?
 check '[ $rc = 143 ]' "SIGTERM: launcher exit $rc: $(cat "$tmp/sig.out")"
 sleep 0.3
 check '[ "$(leftovers "$marker")" = no ]' "no process left behind after SIGTERM"
+
+# 7b. SIGHUP (terminal or ssh closed) and SIGQUIT are forwarded as torchrun does: exit 128+signal, nothing left
+#     (a background job of this script starts with SIGQUIT ignored: the launcher installs its own handler anyway)
+for sig in HUP QUIT; do
+  marker="sig$sig-$$"
+  "$accel" launch -n 2 -- "$child" sleep "$marker" > "$tmp/sig.out" 2>&1 &
+  lp=$!
+  for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
+  kill -$sig $lp
+  for i in $(seq 1 100); do kill -0 $lp 2>/dev/null || break; sleep 0.1; done
+  kill -0 $lp 2>/dev/null && kill -KILL $lp # not ended in 10 s: fail below, do not hang
+  wait $lp; rc=$?
+  sleep 0.3
+  check '[ $rc = $((128 + $(kill -l $sig))) ] && [ "$(leftovers "$marker")" = no ]' \
+    "SIG$sig: launcher exit $rc, left behind: $(leftovers "$marker"): $(cat "$tmp/sig.out")"
+  for p in $(pgrep -f "launch_child.*$marker"); do kill -KILL "$p"; done # the failing case: clean up this run's own
+done
+# 7c. the launcher killed by SIGKILL (it cannot forward anything): its workers die with it (PR_SET_PDEATHSIG)
+marker="sigKILL-$$"
+"$accel" launch -n 2 -- "$child" sleep "$marker" > "$tmp/sig.out" 2>&1 &
+lp=$!
+for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
+kill -KILL $lp
+wait $lp 2>/dev/null
+for i in $(seq 1 30); do [ "$(leftovers "$marker")" = no ] && break; sleep 0.1; done
+check '[ "$(leftovers "$marker")" = no ]' "workers left behind after the launcher's SIGKILL: $(cat "$tmp/sig.out")"
+for p in $(pgrep -f "launch_child.*$marker"); do kill -KILL "$p"; done # the failing case: clean up this run's own
+
+# 7d. a worker that reads the terminal is not stopped by SIGTTIN (each worker has a session of its own, as torchrun's):
+#     under a pseudo-terminal it reads the typed line and the launch ends
+out=$(python3 "$here/pty_run.py" "$accel" launch -n 1 -- sh -c 'cat; echo "cat-exit=$?"' 2>&1)
+check 'echo "$out" | grep -q "cat-exit=0" && ! echo "$out" | grep -q TIMEOUT' "a worker reading the terminal: $out"
+
+# 7e. the rank that was killed is named, not the rank that then failed in a collective (waitpid's fork order)
+for try in 1 2 3; do
+  out=$("$accel" launch -n 3 -- "$child" sigkill 1 2>&1); rc=$?
+  check '[ $rc = 137 ] && echo "$out" | grep -q "rank 1 (local rank 1, pid [0-9]*) was killed by signal 9"' \
+    "rank 1 killed by SIGKILL (try $try): exit $rc: $out"
+done
 
 # 8. bounds (issue 26): a config asking for more processes than a node may start is refused before any fork, with
 #    --tee (its poll set is sized for 1024) and without
