@@ -382,7 +382,9 @@ static int launch_run(const launch_cfg *c, char **prog) {
         int who[2 * LAUNCH_MAX + 1], np = 0, k, cand = -1;
         pid_t pid;
         int st;
-        if (launch_wake[0] >= 0) { pf[np].fd = launch_wake[0]; pf[np].events = POLLIN; pf[np].revents = 0; who[np++] = -1; }
+        if (launch_wake[0] >= 0) {
+            pf[np].fd = launch_wake[0]; pf[np].events = POLLIN; pf[np].revents = 0; who[np++] = -1;
+        }
         for (k = 0; c->tee && k < c->nproc; ++k) {
             int s;
             for (s = 0; s < 2; ++s)
