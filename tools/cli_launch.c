@@ -3,7 +3,8 @@
 
    accel launch [-n|--nproc-per-node N] [--nnodes K --node-rank R --master-addr A --master-port P]
                 [--mixed-precision no|fp16|bf16|fp8] [--gradient-accumulation-steps S] [--cpu] [--debug]
-                [--run-id ID] [--config-file F] [--tee] [--] PROGRAM ARGS...
+                [--run-id ID] [--config-file F] [--gpu-ids LIST] [--num-cpu-threads-per-process T] [--tee]
+                [--] PROGRAM ARGS...
      Starts N copies of PROGRAM with the environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE,
      LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT)
      plus Accelerate's (ACCELERATE_MIXED_PRECISION, ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_USE_CPU,
@@ -23,12 +24,21 @@
      failed process's code (128 + signal number when it was killed), naming its rank — a rank killed by a signal
      rather than one that then failed in a collective, when both have ended by the time the launcher looks.
      --tee prefixes every output line with "[rank<R>]: " (torchrun's format).
-     --config-file reads the keys of an Accelerate config file that apply here (YAML or JSON, parsed with libyaml):
-     num_processes (all machines), num_machines, machine_rank, main_process_ip, main_process_port, mixed_precision,
-     gradient_accumulation_steps, use_cpu, debug; others are ignored. Without --config-file, Accelerate's default
-     config file is read when it exists ($HF_HOME/accelerate/default_config.yaml, else
-     ${XDG_CACHE_HOME:-~/.cache}/huggingface/accelerate/default_config.yaml). Command-line options override the
-     file.
+     --gpu-ids 0,1 sets CUDA_VISIBLE_DEVICES ("all": left alone), --num-cpu-threads-per-process T sets
+     OMP_NUM_THREADS (otherwise 1 when a node runs several processes and it is unset, as torchrun), as accelerate
+     launch does.
+     --config-file reads an Accelerate config file (YAML or JSON, parsed with libyaml). Applied: num_processes (all
+     machines: divided by num_machines or --nnodes, unless -n gives the count a node), num_machines, machine_rank,
+     main_process_ip, main_process_port, mixed_precision (and the older fp16: true), gpu_ids, use_cpu, debug, and
+     accel's own gradient_accumulation_steps. Accepted with no effect: compute_environment LOCAL_MACHINE,
+     distributed_type NO / MULTI_CPU / MULTI_GPU, rdzv_backend static / c10d, same_network, main_training_function,
+     downcast_bf16 and the TPU keys. Refused, naming the key and what to use instead, when they ask for something:
+     distributed_type DEEPSPEED / FSDP / ..., deepspeed_config, fsdp_config, megatron_lm_config,
+     parallelism_config, fp8_config, mpirun_config, dynamo_config (dynamo_backend other than NO),
+     enable_cpu_affinity: true. Any other key is refused as Accelerate refuses it (a typo would otherwise launch
+     without the setting). Without --config-file, Accelerate's default config file is read when it exists
+     ($HF_HOME/accelerate/default_config.yaml, else ${XDG_CACHE_HOME:-~/.cache}/huggingface/accelerate/
+     default_config.yaml). Command-line options override the file; errors name the flag or the file's key.
 
    accel config --default [--mixed-precision no|fp16|bf16] [FILE]
      Writes Accelerate's basic config (write_basic_config: this machine, every CUDA device or the CPU) as JSON to
@@ -66,10 +76,13 @@
 #define LAUNCH_MAX 1024        /* processes a node (the --tee poll set is sized by it) */
 #define LAUNCH_MAX_NODES 65536
 #define LAUNCH_MAX_CONFIG (1 << 20) /* bytes of a config file */
+#define LAUNCH_BLAME_S 0.5          /* how long a failure by exit code waits for a rank killed by a signal */
 
 typedef struct launch_cfg {
     int nproc, nnodes, node_rank, master_port, accum, use_cpu, debug, tee, total; /* -1 / 0: unset */
+    int threads;                 /* --num-cpu-threads-per-process: OMP_NUM_THREADS (0: torchrun's default) */
     char master_addr[256], precision[16], run_id[320];
+    char gpu_ids[256];           /* the config's gpu_ids (or --gpu-ids): CUDA_VISIBLE_DEVICES, "" = all */
     char secret[72]; /* ACCEL_STORE_SECRET made for this job ("" when the launcher's own environment has one) */
 } launch_cfg;
 
@@ -77,7 +90,8 @@ static void launch_usage(FILE *f) {
     fprintf(f,
             "usage: accel launch [-n|--nproc-per-node N] [--nnodes K --node-rank R --master-addr A --master-port P]\n"
             "                    [--mixed-precision no|fp16|bf16|fp8] [--gradient-accumulation-steps S] [--cpu] [--debug]\n"
-            "                    [--run-id ID] [--config-file F] [--tee] [--] PROGRAM ARGS...\n"
+            "                    [--run-id ID] [--config-file F] [--gpu-ids LIST] [--num-cpu-threads-per-process T]\n"
+            "                    [--tee] [--] PROGRAM ARGS...\n"
             "       accel config --default [--mixed-precision no|fp16|bf16] [FILE]\n");
 }
 
@@ -107,6 +121,26 @@ static void launch_default_config(char *out, size_t cap) {
     else snprintf(out, cap, "%s/.cache/huggingface/accelerate/default_config.yaml", home ? home : ".");
 }
 
+/* gpu_ids: "all" or a comma-separated list of device numbers (Accelerate passes it to CUDA_VISIBLE_DEVICES). */
+static int config_gpu_ids(const char *where, const char *v, char *out, size_t cap) {
+    const char *p = v;
+    if (!strcmp(v, "all")) { out[0] = 0; return 1; }
+    while (*p) {
+        if (!((*p >= '0' && *p <= '9') || (*p == ',' && p != v && p[1] && p[-1] != ','))) {
+            fprintf(stderr, "accel launch: %s gpu_ids '%s' is not \"all\" or a list of device numbers (\"0,1\")\n",
+                    where, v);
+            return 0;
+        }
+        ++p;
+    }
+    if (!*v || strlen(v) >= cap) {
+        fprintf(stderr, "accel launch: %s gpu_ids '%s' is not valid\n", where, v);
+        return 0;
+    }
+    snprintf(out, cap, "%s", v);
+    return 1;
+}
+
 /* ------------------------------------------------------------------------------------------ config files */
 #ifdef ACCEL_CLI_NO_YAML
 /* Built without libyaml: a config file that would be read is an error, never silently skipped (its keys would change
@@ -126,14 +160,84 @@ static int config_bool(const char *key, const char *v, int *out) {
     return 1;
 }
 
-/* The applicable keys of an Accelerate config file (YAML, or JSON which libyaml reads as YAML flow syntax), from its
-   n bytes (untrusted: fuzzed by tests/fuzz/tools). path names it in messages. */
+/* Edit distance of two short keys (for "did you mean"); capped at 9. */
+static int config_distance(const char *a, const char *b) {
+    int d[40][40];
+    size_t i, j, n = strlen(a), m = strlen(b);
+    if (n >= 40 || m >= 40) return 9;
+    for (i = 0; i <= n; ++i) d[i][0] = (int)i;
+    for (j = 0; j <= m; ++j) d[0][j] = (int)j;
+    for (i = 1; i <= n; ++i)
+        for (j = 1; j <= m; ++j) {
+            int x = d[i - 1][j] + 1, y = d[i][j - 1] + 1, z = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            d[i][j] = x < y ? (x < z ? x : z) : (y < z ? y : z);
+        }
+    return d[n][m] < 9 ? d[n][m] : 9;
+}
+
+/* 1 when a nested section is empty or says nothing (null, {}, [], or, for dynamo_config, only dynamo_backend: NO) */
+static int config_empty(yaml_document_t *doc, yaml_node_t *v, const char *key) {
+    yaml_node_pair_t *q;
+    if (v->type == YAML_SCALAR_NODE) {
+        const char *x = (const char *)v->data.scalar.value;
+        return !*x || !strcmp(x, "null") || !strcmp(x, "~") || (!strcmp(key, "dynamo_backend") && !strcmp(x, "NO"));
+    }
+    if (v->type == YAML_SEQUENCE_NODE) return v->data.sequence.items.start == v->data.sequence.items.top;
+    if (v->type != YAML_MAPPING_NODE) return 0;
+    for (q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top; ++q) {
+        yaml_node_t *k = yaml_document_get_node(doc, q->key), *x = yaml_document_get_node(doc, q->value);
+        const char *ks = k && k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
+        if (!strcmp(key, "dynamo_config") && !strcmp(ks, "dynamo_backend") && x && x->type == YAML_SCALAR_NODE &&
+            (!strcmp((const char *)x->data.scalar.value, "NO") || !strcmp((const char *)x->data.scalar.value, "no")))
+            continue;
+        return 0;
+    }
+    return 1;
+}
+
+/* Every key of Accelerate's ClusterConfig (commands/config/config_args.py, 1.15) and what accel launch does with it:
+   applied, accepted with no effect here (TPU pods, SageMaker-only or informational keys), or refused when it asks for
+   something accel cannot do — then the message names the key and what to use. Accelerate refuses keys it does not
+   know, and so does accel launch (a typo such as num_proceses would otherwise launch without the setting). */
+static const char *const config_keys[] = {
+    "compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes",
+    "machine_rank", "num_machines", "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend", "same_network",
+    "main_training_function", "enable_cpu_affinity", "fp8_config", "deepspeed_config", "fsdp_config",
+    "parallelism_config", "megatron_lm_config", "mpirun_config", "downcast_bf16", "tpu_name", "tpu_zone",
+    "tpu_use_cluster", "tpu_use_sudo", "command_file", "commands", "tpu_vm", "tpu_env", "dynamo_config",
+    "fp16", "dynamo_backend",            /* older files: Accelerate converts them (process_config) */
+    "gradient_accumulation_steps",       /* accel's own key (accelerate launch takes it on the command line) */
+    NULL};
+
+/* Keys whose non-empty value asks for what accel does not have, and what to use instead. */
+static const char *config_refusal(const char *key) {
+    static const char *const r[][2] = {
+        {"deepspeed_config", "accel has no DeepSpeed: shard optimizer states and gradients with accel_zero.h in "
+                             "the program (its gradient_accumulation_steps: --gradient-accumulation-steps)"},
+        {"fsdp_config", "accel has no FSDP: shard optimizer states and gradients with accel_zero.h in the program"},
+        {"megatron_lm_config", "accel has no Megatron-LM tensor/pipeline parallelism"},
+        {"parallelism_config", "accel has data parallelism only (accel_ddp.h, accel_zero.h)"},
+        {"fp8_config", "accel's fp8 recipe is chosen in the program (accel_amp.h); mixed_precision: fp8 selects it"},
+        {"dynamo_config", "torch.compile (dynamo) has no counterpart in a C program"},
+        {"dynamo_backend", "torch.compile (dynamo) has no counterpart in a C program"},
+        {"mpirun_config", "accel launch does not run mpirun: start the program with mpirun yourself"},
+    };
+    size_t i;
+    for (i = 0; i < sizeof r / sizeof r[0]; ++i)
+        if (!strcmp(key, r[i][0])) return r[i][1];
+    return NULL;
+}
+
+/* The keys of an Accelerate config file (YAML, or JSON which libyaml reads as YAML flow syntax), from its n bytes
+   (untrusted: fuzzed by tests/fuzz/core). path names it in messages. */
 static int config_parse(const unsigned char *buf, size_t n, const char *path, launch_cfg *c) {
     yaml_parser_t p;
     yaml_document_t doc;
     yaml_node_t *root;
     yaml_node_pair_t *pair;
-    int ok = 1, machines = -1;
+    int ok = 1, machines = -1, fp16 = -1;
+    char where[1100];
+    snprintf(where, sizeof where, "%s:", path);
     if (!yaml_parser_initialize(&p)) { fprintf(stderr, "accel launch: libyaml init failed\n"); return 0; }
     yaml_parser_set_input_string(&p, buf, n);
     if (!yaml_parser_load(&p, &doc)) {
@@ -149,15 +253,54 @@ static int config_parse(const unsigned char *buf, size_t n, const char *path, la
     }
     for (pair = root && ok ? root->data.mapping.pairs.start : NULL; ok && pair && pair < root->data.mapping.pairs.top; ++pair) {
         yaml_node_t *k = yaml_document_get_node(&doc, pair->key), *v = yaml_document_get_node(&doc, pair->value);
-        const char *key, *val;
-        if (!k || k->type != YAML_SCALAR_NODE || !v) continue;
+        const char *key, *val, *why;
+        size_t i;
+        if (!k || k->type != YAML_SCALAR_NODE || !v) {
+            fprintf(stderr, "accel launch: %s a key that is not a plain name\n", where);
+            ok = 0;
+            break;
+        }
         key = (const char *)k->data.scalar.value;
-        if (v->type != YAML_SCALAR_NODE) continue; /* nested sections (deepspeed_config, ...) do not apply */
+        for (i = 0; config_keys[i] && strcmp(config_keys[i], key); ++i) {}
+        if (!config_keys[i]) {
+            const char *best = NULL;
+            int bd = 3;
+            for (i = 0; config_keys[i]; ++i) {
+                int d = config_distance(key, config_keys[i]);
+                if (d < bd) { bd = d; best = config_keys[i]; }
+            }
+            if (!strcmp(key, "num_cpu_threads_per_process"))
+                fprintf(stderr, "accel launch: %s unknown key 'num_cpu_threads_per_process': it is an option of "
+                        "accelerate launch, not a config key (use --num-cpu-threads-per-process N)\n", where);
+            else
+                fprintf(stderr, "accel launch: %s unknown key '%.100s' (not one of Accelerate's config keys)%s%s%s\n",
+                        where, key, best ? "; did you mean " : "", best ? best : "", best ? "?" : "");
+            ok = 0;
+            break;
+        }
+        why = config_refusal(key);
+        if (why) {
+            if (!config_empty(&doc, v, key)) {
+                fprintf(stderr, "accel launch: %s %s is not supported: %s (remove the key)\n", where, key, why);
+                ok = 0;
+            }
+            continue;
+        }
+        if (v->type != YAML_SCALAR_NODE) {
+            if (!config_empty(&doc, v, key) && strcmp(key, "commands") && strcmp(key, "tpu_vm") &&
+                strcmp(key, "tpu_env")) {
+                fprintf(stderr, "accel launch: %s %s must be a single value\n", where, key);
+                ok = 0;
+            }
+            continue;
+        }
         val = (const char *)v->data.scalar.value;
         if (!strcmp(val, "null") || !strcmp(val, "~")) continue;
-        if (!strcmp(key, "num_processes"))
-            ok = launch_int("num_processes", val, 1, (long)LAUNCH_MAX * LAUNCH_MAX_NODES, &c->total);
-        else if (!strcmp(key, "num_machines")) ok = launch_int("num_machines", val, 1, LAUNCH_MAX_NODES, &machines);
+        if (!strcmp(key, "num_processes")) {
+            /* -1: Accelerate's "not set" (the dataclass default, e.g. under SLURM) */
+            if (strcmp(val, "-1") != 0)
+                ok = launch_int("num_processes", val, 1, (long)LAUNCH_MAX * LAUNCH_MAX_NODES, &c->total);
+        } else if (!strcmp(key, "num_machines")) ok = launch_int("num_machines", val, 1, LAUNCH_MAX_NODES, &machines);
         else if (!strcmp(key, "machine_rank"))
             ok = launch_int("machine_rank", val, 0, LAUNCH_MAX_NODES - 1, &c->node_rank);
         else if (!strcmp(key, "main_process_ip")) snprintf(c->master_addr, sizeof c->master_addr, "%s", val);
@@ -165,12 +308,43 @@ static int config_parse(const unsigned char *buf, size_t n, const char *path, la
         else if (!strcmp(key, "gradient_accumulation_steps")) ok = launch_int("gradient_accumulation_steps", val, 1, 1 << 30, &c->accum);
         else if (!strcmp(key, "use_cpu")) ok = config_bool(key, val, &c->use_cpu);
         else if (!strcmp(key, "debug")) ok = config_bool(key, val, &c->debug);
+        else if (!strcmp(key, "fp16")) ok = config_bool(key, val, &fp16);
+        else if (!strcmp(key, "gpu_ids")) ok = config_gpu_ids(where, val, c->gpu_ids, sizeof c->gpu_ids);
         else if (!strcmp(key, "mixed_precision")) {
             if (!launch_precision_ok(val)) { fprintf(stderr, "accel launch: config mixed_precision '%s' is not no|fp16|bf16|fp8\n", val); ok = 0; }
             else snprintf(c->precision, sizeof c->precision, "%s", val);
+        } else if (!strcmp(key, "distributed_type")) {
+            if (strcmp(val, "NO") && strcmp(val, "MULTI_CPU") && strcmp(val, "MULTI_GPU")) {
+                fprintf(stderr, "accel launch: %s distributed_type %.40s is not supported: accel runs data parallel "
+                        "(NO, MULTI_CPU, MULTI_GPU)%s\n", where, val,
+                        !strcmp(val, "DEEPSPEED") || !strcmp(val, "FSDP")
+                            ? "; shard optimizer states and gradients with accel_zero.h in the program" : "");
+                ok = 0;
+            }
+        } else if (!strcmp(key, "compute_environment")) {
+            if (strcmp(val, "LOCAL_MACHINE")) {
+                fprintf(stderr, "accel launch: %s compute_environment %.40s is not supported (LOCAL_MACHINE)\n", where,
+                        val);
+                ok = 0;
+            }
+        } else if (!strcmp(key, "enable_cpu_affinity")) {
+            int b = 0;
+            ok = config_bool(key, val, &b);
+            if (ok && b) {
+                fprintf(stderr, "accel launch: %s enable_cpu_affinity is not supported: accel launch does not bind "
+                        "processes to CPUs (start them under numactl or taskset)\n", where);
+                ok = 0;
+            }
+        } else if (!strcmp(key, "rdzv_backend")) {
+            if (strcmp(val, "static") && strcmp(val, "c10d")) {
+                fprintf(stderr, "accel launch: %s rdzv_backend %.40s is not supported (static, c10d)\n", where, val);
+                ok = 0;
+            }
         }
+        /* same_network, main_training_function, downcast_bf16, tpu_*, command_file: nothing to do off a TPU pod */
     }
     if (ok && machines > 0) c->nnodes = machines;
+    if (ok && fp16 == 1 && !c->precision[0]) snprintf(c->precision, sizeof c->precision, "fp16");
     yaml_document_delete(&doc);
     yaml_parser_delete(&p);
     return ok;
@@ -260,7 +434,9 @@ static void launch_child_env(const launch_cfg *c, int local) {
     if (c->accum > 0) launch_setenv_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", c->accum);
     if (c->use_cpu >= 0) setenv("ACCELERATE_USE_CPU", c->use_cpu ? "true" : "false", 1);
     if (c->debug >= 0) setenv("ACCELERATE_DEBUG_MODE", c->debug ? "true" : "false", 1);
-    if (c->nproc > 1 && !getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", "1", 1); /* as torchrun */
+    if (c->gpu_ids[0]) setenv("CUDA_VISIBLE_DEVICES", c->gpu_ids, 1); /* as accelerate launch does with gpu_ids */
+    if (c->threads > 0) launch_setenv_int("OMP_NUM_THREADS", c->threads); /* --num_cpu_threads_per_process */
+    else if (c->nproc > 1 && !getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", "1", 1); /* as torchrun */
 }
 
 typedef struct launch_proc {
@@ -298,7 +474,8 @@ static void launch_kill_all(launch_proc *ps, int n, int sig) {
 
 static int launch_run(const launch_cfg *c, char **prog) {
     launch_proc *ps = (launch_proc *)calloc((size_t)c->nproc, sizeof *ps);
-    int i, alive = 0, failed = -1, code = 0, forwarded = 0, stopped = 0;
+    int i, alive = 0, failed = -1, code = 0, forwarded = 0, stopped = 0, cand = -1;
+    double cand_until = 0;
     double stop_at = 0;
     struct sigaction sa;
     pid_t launcher = getpid();
@@ -379,7 +556,7 @@ static int launch_run(const launch_cfg *c, char **prog) {
     }
     while (alive > 0) {
         struct pollfd pf[2 * LAUNCH_MAX + 1];
-        int who[2 * LAUNCH_MAX + 1], np = 0, k, cand = -1;
+        int who[2 * LAUNCH_MAX + 1], np = 0, k;
         pid_t pid;
         int st;
         if (launch_wake[0] >= 0) {
@@ -413,9 +590,11 @@ static int launch_run(const launch_cfg *c, char **prog) {
             if (!stop_at) stop_at = launch_now() + 10.0;
             if (!code) code = 128 + (int)launch_signal;
         }
-        /* reap everything that has ended, then name the failure: waitpid returns children in fork order, so when
-           rank 1 is killed and rank 0 exits 1 on noticing, both may be here at once — a rank killed by a signal is
-           the cause rather than one that exited with an error after it */
+        /* reap everything that has ended, then name the failure. A rank killed by a signal is the cause rather than
+           one that exited with an error after it: waitpid returns children in fork order, so when rank 1 is killed
+           and rank 0 exits 1 on noticing, both may be here at once — or rank 0 even first (a killed process closes
+           its sockets before it becomes a zombie). So a failure by exit code waits up to LAUNCH_BLAME_S for a
+           killed rank before it is named and the others are stopped. */
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
             for (k = 0; k < c->nproc; ++k) {
                 if (ps[k].pid != pid || !ps[k].alive) continue;
@@ -423,10 +602,12 @@ static int launch_run(const launch_cfg *c, char **prog) {
                 ps[k].status = st;
                 --alive;
                 if (failed != -1 || forwarded || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) continue;
+                if (cand < 0) cand_until = launch_now() + LAUNCH_BLAME_S;
                 if (cand < 0 || (WIFSIGNALED(st) && !WIFSIGNALED(ps[cand].status))) cand = k;
             }
         }
-        if (cand >= 0) {
+        if (cand >= 0 && failed == -1 && !forwarded &&
+            (WIFSIGNALED(ps[cand].status) || alive == 0 || launch_now() >= cand_until)) {
             failed = cand;
             st = ps[cand].status;
             code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -474,7 +655,7 @@ int cli_launch(int argc, char **argv) {
     launch_cfg c, cli;
     char cfgpath[1024] = "";
     char **prog = NULL;
-    int i, explicit_config = 0;
+    int i, explicit_config = 0, file_nnodes, file_rank;
     memset(&c, 0, sizeof c);
     c.use_cpu = c.debug = -1;
     c.node_rank = -1;
@@ -506,6 +687,12 @@ int cli_launch(int argc, char **argv) {
             snprintf(cli.precision, sizeof cli.precision, "%s", v);
         } else if (!strcmp(name, "--run-id")) snprintf(cli.run_id, sizeof cli.run_id, "%s", v);
         else if (!strcmp(name, "--config-file")) { snprintf(cfgpath, sizeof cfgpath, "%s", v); explicit_config = 1; }
+        else if (!strcmp(name, "--num-cpu-threads-per-process")) {
+            if (!launch_int(name, v, 1, 1 << 16, &cli.threads)) return 2;
+        } else if (!strcmp(name, "--gpu-ids")) {
+            if (!config_gpu_ids("--gpu-ids:", v, cli.gpu_ids, sizeof cli.gpu_ids)) return 2;
+            if (!cli.gpu_ids[0]) snprintf(cli.gpu_ids, sizeof cli.gpu_ids, "all");
+        }
         else { fprintf(stderr, "accel launch: unknown option %s\n", name); launch_usage(stderr); return 2; }
     }
     if (!prog || !prog[0]) { fprintf(stderr, "accel launch: no program given\n"); launch_usage(stderr); return 2; }
@@ -514,17 +701,24 @@ int cli_launch(int argc, char **argv) {
     if (explicit_config || access(cfgpath, R_OK) == 0) {
         if (!config_read(cfgpath, &c)) return 2;
     }
-    if (c.total > 0) { /* num_processes counts every machine */
+    /* the file's num_processes counts every machine (Accelerate): divided by the number of machines in the end,
+       --nnodes included, unless -n gives the count a node */
+    file_nnodes = c.nnodes > 0;
+    file_rank = c.node_rank >= 0;
+    if (cli.nnodes) c.nnodes = cli.nnodes;
+    if (cli.node_rank >= 0) c.node_rank = cli.node_rank;
+    if (cli.nproc) c.nproc = cli.nproc;
+    else if (c.total > 0) {
         int machines = c.nnodes > 0 ? c.nnodes : 1;
         if (c.total % machines) {
-            fprintf(stderr, "accel launch: %s: num_processes %d is not a multiple of num_machines %d\n", cfgpath, c.total, machines);
+            fprintf(stderr, "accel launch: %s: num_processes %d (all machines) is not a multiple of %s %d\n", cfgpath,
+                    c.total, cli.nnodes ? "--nnodes" : "num_machines", machines);
             return 2;
         }
         c.nproc = c.total / machines;
     }
-    if (cli.nproc) c.nproc = cli.nproc;
-    if (cli.nnodes) c.nnodes = cli.nnodes;
-    if (cli.node_rank >= 0) c.node_rank = cli.node_rank;
+    if (cli.threads) c.threads = cli.threads;
+    if (cli.gpu_ids[0]) snprintf(c.gpu_ids, sizeof c.gpu_ids, "%s", strcmp(cli.gpu_ids, "all") ? cli.gpu_ids : "");
     if (cli.master_addr[0]) snprintf(c.master_addr, sizeof c.master_addr, "%s", cli.master_addr);
     if (cli.master_port) c.master_port = cli.master_port;
     if (cli.accum) c.accum = cli.accum;
@@ -542,11 +736,21 @@ int cli_launch(int argc, char **argv) {
     }
     if (c.node_rank < 0) c.node_rank = 0;
     if (c.node_rank >= c.nnodes) {
-        fprintf(stderr, "accel launch: --node-rank %d is not below --nnodes %d\n", c.node_rank, c.nnodes);
+        /* name where each value came from: the command line's flag or the config file's key */
+        fprintf(stderr, "accel launch: %s %d is not below %s %d%s%s\n",
+                cli.node_rank >= 0 ? "--node-rank" : "machine_rank", c.node_rank,
+                cli.nnodes ? "--nnodes" : file_nnodes ? "num_machines" : "the number of nodes", c.nnodes,
+                (cli.node_rank < 0 && file_rank) || (!cli.nnodes && file_nnodes) ? " in " : "",
+                (cli.node_rank < 0 && file_rank) || (!cli.nnodes && file_nnodes) ? cfgpath : "");
         return 2;
     }
     if (c.nnodes > 1) {
-        if (!c.master_addr[0]) { fprintf(stderr, "accel launch: --nnodes %d needs --master-addr (node 0's address)\n", c.nnodes); return 2; }
+        if (!c.master_addr[0]) {
+            fprintf(stderr, "accel launch: %s %d needs %s (node 0's address)\n",
+                    cli.nnodes ? "--nnodes" : "num_machines", c.nnodes,
+                    cli.nnodes ? "--master-addr" : "--master-addr or main_process_ip");
+            return 2;
+        }
         if (!c.master_port) c.master_port = 29500;
         if (!c.run_id[0]) snprintf(c.run_id, sizeof c.run_id, "accel-launch-%s:%d", c.master_addr, c.master_port);
     } else {

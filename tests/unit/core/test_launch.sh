@@ -79,6 +79,52 @@ out=$("$accel" launch --config-file "$tmp/broken.yaml" -- "$child" ok 2>&1); rc=
 check '[ $rc = 2 ] && echo "$out" | grep -q "not valid YAML"' "broken config file: $out"
 fi
 
+# 3b. strict config keys, as Accelerate (issue 30 item 5): an unknown key (a typo) and a key asking for what accel
+#     cannot do are refused naming the key, before anything starts; empty sections and dynamo_backend NO are fine
+if [ $noyaml = 0 ]; then
+while IFS='|' read -r body want; do
+  printf "$body\n" > "$tmp/strict.yaml"
+  rm -f "$tmp/forked"
+  out=$("$accel" launch --config-file "$tmp/strict.yaml" -- sh -c "touch '$tmp/forked'" 2>&1); rc=$?
+  check '[ $rc = 2 ] && [ ! -e "$tmp/forked" ] && echo "$out" | grep -q -- "$want"' "config '$body': exit $rc: $out"
+done <<'CASES'
+num_proceses: 2|unknown key 'num_proceses'.*did you mean num_processes
+num_cpu_threads_per_process: 4|--num-cpu-threads-per-process
+distributed_type: DEEPSPEED|distributed_type DEEPSPEED is not supported
+distributed_type: FSDP|distributed_type FSDP is not supported
+deepspeed_config:\n  gradient_accumulation_steps: 4\n  zero_stage: 3|deepspeed_config is not supported
+fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD|fsdp_config is not supported
+dynamo_config:\n  dynamo_backend: INDUCTOR|dynamo_config is not supported
+fp8_config:\n  backend: TE|fp8_config is not supported
+mpirun_config:\n  mpirun_hostfile: hosts|mpirun_config is not supported
+enable_cpu_affinity: true|enable_cpu_affinity is not supported
+compute_environment: AMAZON_SAGEMAKER|compute_environment AMAZON_SAGEMAKER
+gpu_ids: 0,x|gpu_ids '0,x'
+CASES
+printf 'distributed_type: MULTI_CPU\nnum_processes: 2\ndynamo_config:\n  dynamo_backend: NO\nfsdp_config: {}\nfp16: true\nsame_network: true\n' > "$tmp/fine.yaml"
+out=$("$accel" launch --config-file "$tmp/fine.yaml" -- "$child" config fp16 1 2>&1); rc=$?
+check '[ $rc = 0 ] && [ "$(echo "$out" | grep -c "of 2: ok")" = 2 ]' "empty sections, dynamo NO, legacy fp16: $out"
+# gpu_ids → CUDA_VISIBLE_DEVICES (accelerate launch's rule); --num-cpu-threads-per-process → OMP_NUM_THREADS
+printf 'num_processes: 2\ngpu_ids: 1,0\n' > "$tmp/gpus.yaml"
+out=$(env -u CUDA_VISIBLE_DEVICES -u OMP_NUM_THREADS "$accel" launch --config-file "$tmp/gpus.yaml" \
+  --num-cpu-threads-per-process 3 -- sh -c 'echo "r$RANK cvd=${CUDA_VISIBLE_DEVICES-unset} omp=$OMP_NUM_THREADS"' 2>&1)
+check '[ "$(echo "$out" | sort)" = "$(printf "r0 cvd=1,0 omp=3\nr1 cvd=1,0 omp=3")" ]' "gpu_ids / threads: $out"
+printf 'num_processes: 1\ngpu_ids: all\n' > "$tmp/gpus.yaml"
+out=$(env -u CUDA_VISIBLE_DEVICES "$accel" launch --config-file "$tmp/gpus.yaml" -- sh -c 'echo "cvd=${CUDA_VISIBLE_DEVICES-unset}"' 2>&1)
+check '[ "$out" = "cvd=unset" ]' "gpu_ids all: $out"
+
+# 3c. num_processes counts all machines, --nnodes from the command line included (Accelerate keeps the total:
+#     item 7); errors about the file's values name its keys
+printf 'num_processes: 4\nnum_machines: 1\n' > "$tmp/total.yaml"
+out=$("$accel" launch --config-file "$tmp/total.yaml" --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 \
+  -- sh -c 'echo "$RANK/$WORLD_SIZE/$LOCAL_WORLD_SIZE"' 2>&1)
+check '[ "$(echo "$out" | sort | tr "\n" " ")" = "2/4/2 3/4/2 " ]' "num_processes 4 with --nnodes 2: $out"
+printf 'num_processes: 4\nnum_machines: 2\nmachine_rank: 2\nmain_process_ip: 127.0.0.1\n' > "$tmp/rank.yaml"
+out=$("$accel" launch --config-file "$tmp/rank.yaml" -- true 2>&1); rc=$?
+check '[ $rc = 2 ] && echo "$out" | grep -q "machine_rank 2 is not below num_machines 2 in $tmp/rank.yaml"' \
+  "machine_rank from the file named as such: $out"
+fi
+
 # 4. --tee: every line prefixed with its rank, partial last lines too
 out=$("$accel" launch --tee -n 2 -- "$child" echo 2>&1); rc=$?
 check '[ $rc = 0 ] && echo "$out" | grep -qx "\[rank0\]: hello from 0" && echo "$out" | grep -qx "\[rank1\]: err from 1" && echo "$out" | grep -qx "\[rank1\]: partial line without newline"' "tee: $out"
