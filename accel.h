@@ -2764,7 +2764,8 @@ ACCEL__PRIVATE int accel__admit_check(const accel__admit *a, const accel__admit_
     }
     if ((size_t)tlen != a->run_len || memcmp(p + ACCEL__ADMIT_HELLO_FIXED, a->run_id, tlen) != 0) {
         accel__fmt(why, cap, "not admitted: the connection belongs to another run (its TORCHELASTIC_RUN_ID / "
-                   "ACCEL_RUN_ID differs from this job's)");
+                   "ACCEL_RUN_ID differs from this job's; accel launch --nnodes: pass the same --run-id to every "
+                   "node)");
         return ACCEL__ADMIT_REFUSE;
     }
     return ACCEL__ADMIT_OK;

@@ -66,6 +66,7 @@
 #endif
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <netdb.h>
 #ifndef ACCEL_CLI_NO_YAML
 #include <yaml.h>
 #endif
@@ -372,6 +373,32 @@ static int config_read(const char *path, launch_cfg *c) {
     ok = config_parse(buf, n, path, c);
     free(buf);
     return ok;
+}
+
+/* The master address as every node names it the same way, for the default run id: its first IPv4 address (else
+   IPv6) numerically, and "loopback" for any loopback address — so "localhost" on one node and "127.0.0.1" on another
+   make one run, as torchrun canonicalises the rendezvous host. Unresolvable: the text as given. */
+static void launch_canonical_host(const char *addr, char *out, size_t cap) {
+    struct addrinfo hints, *res = NULL;
+    int fam;
+    snprintf(out, cap, "%s", addr);
+    for (fam = 0; fam < 2; ++fam) {
+        memset(&hints, 0, sizeof hints);
+        hints.ai_family = fam == 0 ? AF_INET : AF_INET6;
+        hints.ai_socktype = SOCK_STREAM;
+        if (getaddrinfo(addr, NULL, &hints, &res) != 0 || !res) continue;
+        if (res->ai_family == AF_INET) {
+            const struct sockaddr_in *in = (const struct sockaddr_in *)res->ai_addr;
+            if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) snprintf(out, cap, "loopback");
+            else inet_ntop(AF_INET, &in->sin_addr, out, (socklen_t)cap);
+        } else {
+            const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)res->ai_addr;
+            if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) snprintf(out, cap, "loopback");
+            else inet_ntop(AF_INET6, &in6->sin6_addr, out, (socklen_t)cap);
+        }
+        freeaddrinfo(res);
+        return;
+    }
 }
 
 /* The job's secret: 32 bytes from the kernel, as hex (the store's MAC key; accel.h SECURITY). 1 ok. */
@@ -752,7 +779,11 @@ int cli_launch(int argc, char **argv) {
             return 2;
         }
         if (!c.master_port) c.master_port = 29500;
-        if (!c.run_id[0]) snprintf(c.run_id, sizeof c.run_id, "accel-launch-%s:%d", c.master_addr, c.master_port);
+        if (!c.run_id[0]) {
+            char host[256];
+            launch_canonical_host(c.master_addr, host, sizeof host);
+            snprintf(c.run_id, sizeof c.run_id, "accel-launch-%s:%d", host, c.master_port);
+        }
     } else {
         if (!c.master_addr[0]) snprintf(c.master_addr, sizeof c.master_addr, "127.0.0.1");
         if (!c.master_port) c.master_port = accel_free_port();

@@ -137,6 +137,14 @@ out=$("$accel" launch --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-
 wait $n1; rc1=$?
 check '[ $rc = 0 ] && [ $rc1 = 0 ] && [ "$(cat "$tmp/n1.out"; echo "$out")" != "" ] && [ "$( (cat "$tmp/n1.out"; echo "$out") | grep -c "of 4: ok")" = 4 ]' "two nodes: $out / $(cat "$tmp/n1.out")"
 
+# 5b. the nodes name the master differently (localhost / 127.0.0.1): the default run id is the same (item 6)
+port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+"$accel" launch --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" -n 1 -- "$child" ok > "$tmp/n1.out" 2>&1 &
+n1=$!
+out=$("$accel" launch --nnodes 2 --node-rank 0 --master-addr localhost --master-port "$port" -n 1 -- "$child" ok 2>&1); rc=$?
+wait $n1; rc1=$?
+check '[ $rc = 0 ] && [ $rc1 = 0 ]' "localhost / 127.0.0.1: $out / $(cat "$tmp/n1.out")"
+
 # 6. a rank fails: its code comes back, it is named, the others are stopped, nothing is left
 marker="fail-$$"
 t0=$(date +%s)
