@@ -118,7 +118,7 @@ static int run(int argc, char **argv, model *m) {
     make_data(m);
 
     desc.gradient_accumulation_steps = accum;
-    desc.mixed_precision = fp16 ? ACCEL_PRECISION_FP16 : ACCEL_PRECISION_NO;
+    desc.mixed_precision = fp16 ? ACCEL_PRECISION_FP16 : ACCEL_PRECISION_DEFAULT; /* default: the launcher's */
     desc.project_dir = dir;
     if (accel_init(&acc, &desc) != ACCEL_OK) { die(&acc); accel_shutdown(&acc); return 1; }
 
