@@ -3299,7 +3299,9 @@ static int accel__store_admit(void *ctx, int fd, const accel__admit_hello *h, co
     accel__store *st = su->st;
     int r, joined = 0;
     if (h->world != (uint32_t)st->size) {
-        accel__fmt(why, cap, "not admitted: WORLD_SIZE=%u is not the job's", (unsigned)h->world);
+        accel__fmt(why, cap, "not admitted: WORLD_SIZE=%u is not the job's (%d): the nodes' launchers were given "
+                   "different process counts per node or node counts (accel launch: the same -n and --nnodes on every "
+                   "node)", (unsigned)h->world, st->size);
         return 1;
     }
     if (h->rank == 0 || h->rank >= (uint32_t)st->size) {

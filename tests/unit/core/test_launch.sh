@@ -145,6 +145,16 @@ out=$("$accel" launch --nnodes 2 --node-rank 0 --master-addr localhost --master-
 wait $n1; rc1=$?
 check '[ $rc = 0 ] && [ $rc1 = 0 ]' "localhost / 127.0.0.1: $out / $(cat "$tmp/n1.out")"
 
+# 5c. different process counts per node: the refused rank says so (issue 30 item 9; accel launch's nodes all start
+#     -n processes, unlike torchrun's c10d rendezvous)
+port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+"$accel" launch --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" -n 2 -- "$child" ok > "$tmp/n0.out" 2>&1 &
+n0=$!
+out=$("$accel" launch --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" -n 1 -- "$child" ok 2>&1); rc=$?
+kill -TERM $n0; wait $n0
+check '[ $rc != 0 ] && echo "$out" | grep -q "WORLD_SIZE=2 is not the job.s (4).*the same -n and --nnodes on every node"' \
+  "uneven -n per node: $out"
+
 # 6. a rank fails: its code comes back, it is named, the others are stopped, nothing is left
 marker="fail-$$"
 t0=$(date +%s)
