@@ -3232,6 +3232,8 @@ ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a,
                                               uint32_t rank, double deadline, double reply_deadline, size_t max_body,
                                               int *fd, unsigned char **payload, const unsigned char **body,
                                               size_t *blen) {
+    /* say so once when rank 0 is not there yet after a while (the deadline may be Accelerate's 30 min) */
+    double quiet_until = accel_now() + (deadline - accel_now() > 240.0 ? 30.0 : (deadline - accel_now()) / 8.0);
     *fd = -1;
     *payload = NULL;
     for (;;) {
@@ -3240,8 +3242,14 @@ ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a,
         accel__st_frame f;
         char why[300];
         size_t n;
-        int s = accel__sock_connect(ss, sl, deadline), rc;
+        int s = accel__sock_connect(ss, sl, quiet_until < deadline ? quiet_until : deadline), rc;
         accel_result r;
+        if (s < 0 && quiet_until < deadline) {
+            accel_log(acc, ACCEL_LOG_WARN, "%s (%s): rank %u is waiting for rank 0 to listen; it goes on trying for "
+                      "%.0f s more (desc.collective_timeout_ms)", what, where, (unsigned)rank, deadline - accel_now());
+            quiet_until = deadline;
+            s = accel__sock_connect(ss, sl, deadline);
+        }
         if (s < 0)
             return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "%s (%s): rank %u could not connect to rank 0 before the "
                                "deadline (rank 0 not started, or the address/port is wrong)", what, where,

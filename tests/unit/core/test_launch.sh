@@ -155,6 +155,10 @@ kill -TERM $n0; wait $n0
 check '[ $rc != 0 ] && echo "$out" | grep -q "WORLD_SIZE=2 is not the job.s (4).*the same -n and --nnodes on every node"' \
   "uneven -n per node: $out"
 
+# 5d. accel env under accel launch names accel launch, not torchrun (item 14)
+out=$("$accel" launch -n 1 -- "$accel" env 2>&1)
+check 'echo "$out" | grep -q "launcher: accel launch"' "accel env under accel launch: $out"
+
 # 6. a rank fails: its code comes back, it is named, the others are stopped, nothing is left
 marker="fail-$$"
 t0=$(date +%s)
