@@ -3,8 +3,8 @@
 
    accel launch [-n|--nproc-per-node N] [--nnodes K --node-rank R --master-addr A --master-port P]
                 [--mixed-precision no|fp16|bf16|fp8] [--gradient-accumulation-steps S] [--cpu] [--debug]
-                [--run-id ID] [--config-file F] [--gpu-ids LIST] [--num-cpu-threads-per-process T] [--tee]
-                [--] PROGRAM ARGS...
+                [--run-id ID] [--config-file F] [--gpu-ids LIST] [--num-cpu-threads-per-process T]
+                [--max-restarts N] [--tee] [--] PROGRAM ARGS...
      Starts N copies of PROGRAM with the environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE,
      LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT)
      plus Accelerate's (ACCELERATE_MIXED_PRECISION, ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_USE_CPU,
@@ -23,6 +23,11 @@
      Linux). When one process fails, the others get SIGTERM (SIGKILL 5 s later) and accel launch exits with the
      failed process's code (128 + signal number when it was killed), naming its rank — a rank killed by a signal
      rather than one that then failed in a collective, when both have ended by the time the launcher looks.
+     --max-restarts N (torchrun's, default 0): after a failure the node's processes are all stopped and started
+     again, up to N times, with TORCHELASTIC_RESTART_COUNT / ACCEL_RESTART_COUNT = the attempt (0 first) and
+     TORCHELASTIC_MAX_RESTARTS = N; a trainer resumes from its newest complete checkpoint (examples/quickstart.c).
+     A signal to the launcher ends the job instead. Across nodes each node's launcher restarts its own processes
+     (the others fail on the broken store and restart too, given the same N).
      --tee prefixes every output line with "[rank<R>]: " (torchrun's format).
      --gpu-ids 0,1 sets CUDA_VISIBLE_DEVICES ("all": left alone), --num-cpu-threads-per-process T sets
      OMP_NUM_THREADS (otherwise 1 when a node runs several processes and it is unset, as torchrun), as accelerate
@@ -82,6 +87,7 @@
 typedef struct launch_cfg {
     int nproc, nnodes, node_rank, master_port, accum, use_cpu, debug, tee, total; /* -1 / 0: unset */
     int threads;                 /* --num-cpu-threads-per-process: OMP_NUM_THREADS (0: torchrun's default) */
+    int max_restarts, restart;   /* --max-restarts, and which attempt this is (0 = the first) */
     char master_addr[256], precision[16], run_id[320];
     char gpu_ids[256];           /* the config's gpu_ids (or --gpu-ids): CUDA_VISIBLE_DEVICES, "" = all */
     char secret[72]; /* ACCEL_STORE_SECRET made for this job ("" when the launcher's own environment has one) */
@@ -92,7 +98,7 @@ static void launch_usage(FILE *f) {
             "usage: accel launch [-n|--nproc-per-node N] [--nnodes K --node-rank R --master-addr A --master-port P]\n"
             "                    [--mixed-precision no|fp16|bf16|fp8] [--gradient-accumulation-steps S] [--cpu] [--debug]\n"
             "                    [--run-id ID] [--config-file F] [--gpu-ids LIST] [--num-cpu-threads-per-process T]\n"
-            "                    [--tee] [--] PROGRAM ARGS...\n"
+            "                    [--max-restarts N] [--tee] [--] PROGRAM ARGS...\n"
             "       accel config --default [--mixed-precision no|fp16|bf16] [FILE]\n");
 }
 
@@ -444,6 +450,9 @@ static void launch_child_env(const launch_cfg *c, int local) {
     int rank = c->node_rank * c->nproc + local, world = c->nnodes * c->nproc;
     size_t i;
     for (i = 0; i < sizeof drop / sizeof drop[0]; ++i) unsetenv(drop[i]);
+    launch_setenv_int("TORCHELASTIC_RESTART_COUNT", c->restart); /* torchrun's names, and accel's */
+    launch_setenv_int("TORCHELASTIC_MAX_RESTARTS", c->max_restarts);
+    launch_setenv_int("ACCEL_RESTART_COUNT", c->restart);
     launch_setenv_int("RANK", rank);
     launch_setenv_int("LOCAL_RANK", local);
     launch_setenv_int("WORLD_SIZE", world);
@@ -716,6 +725,8 @@ int cli_launch(int argc, char **argv) {
         else if (!strcmp(name, "--config-file")) { snprintf(cfgpath, sizeof cfgpath, "%s", v); explicit_config = 1; }
         else if (!strcmp(name, "--num-cpu-threads-per-process")) {
             if (!launch_int(name, v, 1, 1 << 16, &cli.threads)) return 2;
+        } else if (!strcmp(name, "--max-restarts")) {
+            if (!launch_int(name, v, 0, 1 << 20, &cli.max_restarts)) return 2;
         } else if (!strcmp(name, "--gpu-ids")) {
             if (!config_gpu_ids("--gpu-ids:", v, cli.gpu_ids, sizeof cli.gpu_ids)) return 2;
             if (!cli.gpu_ids[0]) snprintf(cli.gpu_ids, sizeof cli.gpu_ids, "all");
@@ -745,6 +756,7 @@ int cli_launch(int argc, char **argv) {
         c.nproc = c.total / machines;
     }
     if (cli.threads) c.threads = cli.threads;
+    c.max_restarts = cli.max_restarts;
     if (cli.gpu_ids[0]) snprintf(c.gpu_ids, sizeof c.gpu_ids, "%s", strcmp(cli.gpu_ids, "all") ? cli.gpu_ids : "");
     if (cli.master_addr[0]) snprintf(c.master_addr, sizeof c.master_addr, "%s", cli.master_addr);
     if (cli.master_port) c.master_port = cli.master_port;
@@ -797,7 +809,15 @@ int cli_launch(int argc, char **argv) {
             }
         }
     }
-    return launch_run(&c, prog);
+    /* torchrun's --max-restarts: after a failure every process is stopped and all are started again, up to N times;
+       a signal to the launcher (forwarded) ends the job instead */
+    for (;;) {
+        int code = launch_run(&c, prog);
+        if (code == 0 || launch_signal || c.restart >= c.max_restarts) return code;
+        ++c.restart;
+        fprintf(stderr, "accel launch: restarting all %d process(es) of this node (restart %d of %d)\n", c.nproc,
+                c.restart, c.max_restarts);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ accel config */

@@ -159,6 +159,17 @@ check '[ $rc != 0 ] && echo "$out" | grep -q "WORLD_SIZE=2 is not the job.s (4).
 out=$("$accel" launch -n 1 -- "$accel" env 2>&1)
 check 'echo "$out" | grep -q "launcher: accel launch"' "accel env under accel launch: $out"
 
+# 5e. --max-restarts (torchrun's rule): every process of the node is started again after a failure, with the attempt
+#     in TORCHELASTIC_RESTART_COUNT / ACCEL_RESTART_COUNT; when they run out, the failure's code comes back
+prog='echo "r$RANK c$ACCEL_RESTART_COUNT t$TORCHELASTIC_RESTART_COUNT m$TORCHELASTIC_MAX_RESTARTS"
+  [ "$ACCEL_RESTART_COUNT" = 2 ] || exit 3'
+want="r0 c0 t0 m2 r0 c1 t1 m2 r0 c2 t2 m2 r1 c0 t0 m2 r1 c1 t1 m2 r1 c2 t2 m2 "
+out=$("$accel" launch -n 2 --max-restarts 2 -- sh -c "$prog" 2>&1); rc=$?
+check '[ $rc = 0 ] && [ "$(echo "$out" | grep "^r" | sort | tr "\n" " ")" = "$want" ]' \
+  "--max-restarts 2, succeeding in the third attempt: exit $rc: $out"
+out=$("$accel" launch -n 2 --max-restarts 1 -- sh -c "$prog" 2>&1); rc=$?
+check '[ $rc = 3 ] && [ "$(echo "$out" | grep -c "^r")" = 4 ]' "--max-restarts 1 runs out: exit $rc: $out"
+
 # 6. a rank fails: its code comes back, it is named, the others are stopped, nothing is left
 marker="fail-$$"
 t0=$(date +%s)
