@@ -15,16 +15,8 @@ import subprocess
 import sys
 import tempfile
 
-EVERY = 7
-failures = checks = 0
-
-
-def check(ok, what):
-    global failures, checks
-    checks += 1
-    if not ok:
-        failures += 1
-    print(("ok: " if ok else "FAIL: ") + what, flush=True)
+import quickstart_resume as qr  # its check() and counters, and its checkpoint interval
+from quickstart_resume import EVERY, check
 
 
 def run(cmd):
@@ -68,8 +60,8 @@ def main():
               "control: without --max-restarts the kill ends the job (exit %d)" % r.returncode)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("launch-restart: %d passed, %d failed" % (checks - failures, failures))
-    return 1 if failures or not checks else 0
+    print("launch-restart: %d passed, %d failed" % (qr.checks - qr.failures, qr.failures))
+    return 1 if qr.failures or not qr.checks else 0
 
 
 if __name__ == "__main__":
