@@ -3952,12 +3952,12 @@ static accel_result accel__store_start(accel *acc) {
                                "the step's first node, but SLURM_STEP_NODELIST=\"%.200s\" does not name one (set "
                                "MASTER_ADDR)", acc->num_processes, nl ? nl : "");
         addr = first;
-        if (!getenv("MASTER_PORT") || !*getenv("MASTER_PORT")) {
-            long job = 0, step = 0;
-            (void)accel__parse_nonneg(getenv("SLURM_JOB_ID"), &job);
-            (void)accel__parse_nonneg(getenv("SLURM_STEP_ID"), &step);
-            port = 15000 + (int)((16 * (job % 100000) + step % 16) % 20000);
-        }
+    }
+    if (acc->launcher == ACCEL_LAUNCHER_SLURM && (!getenv("MASTER_PORT") || !*getenv("MASTER_PORT"))) {
+        long job = 0, step = 0;
+        (void)accel__parse_nonneg(getenv("SLURM_JOB_ID"), &job);
+        (void)accel__parse_nonneg(getenv("SLURM_STEP_ID"), &step);
+        port = 15000 + (int)((16 * (job % 100000) + step % 16) % 20000);
     }
     if (!addr || !*addr)
         return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "%d processes launched by %s without MPI need MASTER_ADDR (and "

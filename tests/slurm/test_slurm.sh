@@ -70,6 +70,18 @@ out=$(cl run timeout 120 srun -N 2 -n 3 "$probe" nompi 2>&1); rc=$?
 check '[ $rc = 0 ] && [ "$(echo "$out" | grep -c "of 3 local [01] of [12] launcher slurm group tcp sum 3")" = 3 ]' \
   "srun without MPI, two nodes: $out"
 
+# 2g. the same across nodes on a non-loopback address (as on a real cluster; MASTER_ADDR points at this host's
+#     address): refused without the job's secret, naming ACCEL_STORE_SECRET; admitted with it
+ip=$(hostname -I 2>/dev/null | awk '{print $1}')
+if [ -n "$ip" ]; then
+  out=$(MASTER_ADDR=$ip cl run timeout 120 srun -N 2 -n 3 "$probe" nompi 2>&1); rc=$?
+  check '[ $rc != 0 ] && [ "$(echo "$out" | grep -c "ACCEL_STORE_SECRET")" -ge 3 ]' "srun without MPI, $ip, no secret: $out"
+  out=$(MASTER_ADDR=$ip ACCEL_STORE_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n') \
+        cl run timeout 120 srun -N 2 -n 3 "$probe" nompi 2>&1); rc=$?
+  check '[ $rc = 0 ] && [ "$(echo "$out" | grep -c "of 3 local [01] of [12] launcher slurm group tcp sum 3")" = 3 ]' \
+    "srun without MPI, $ip, with ACCEL_STORE_SECRET: $out"
+fi
+
 # 3. mpirun inside a salloc shell (SLURM_NTASKS without a step)
 out=$(cl run timeout 120 salloc -N 1 -n 2 "$mpirun" -np 2 $mpiflags "$probe" 2>&1); rc=$?
 check '[ $rc = 0 ] && [ "$(echo "$out" | grep -c "of 2 local [01] of 2 launcher [a-z]* group mpi sum 1")" = 2 ]' \
