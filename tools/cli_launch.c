@@ -28,6 +28,10 @@
      TORCHELASTIC_MAX_RESTARTS = N; a trainer resumes from its newest complete checkpoint (examples/quickstart.c).
      A signal to the launcher ends the job instead. Across nodes each node's launcher restarts its own processes
      (the others fail on the broken store and restart too, given the same N).
+     --cpu (or use_cpu: true) with several processes on one node, in an accel built with MPI: the node's processes
+     are started by this build's mpirun (accelerate launch --multi_cpu's rule: CPU data collectives need MPI) — one
+     child, mpirun -np N PROGRAM, under the same signals, session and restarts, with Accelerate's variables and no
+     torchrun ones; --tee is not applied there.
      --tee prefixes every output line with "[rank<R>]: " (torchrun's format).
      --gpu-ids 0,1 sets CUDA_VISIBLE_DEVICES ("all": left alone), --num-cpu-threads-per-process T sets
      OMP_NUM_THREADS (otherwise 1 when a node runs several processes and it is unset, as torchrun), as accelerate
@@ -88,6 +92,7 @@ typedef struct launch_cfg {
     int nproc, nnodes, node_rank, master_port, accum, use_cpu, debug, tee, total; /* -1 / 0: unset */
     int threads;                 /* --num-cpu-threads-per-process: OMP_NUM_THREADS (0: torchrun's default) */
     int max_restarts, restart;   /* --max-restarts, and which attempt this is (0 = the first) */
+    int mpirun_np;               /* > 0: the one process started is mpirun, starting this many (--cpu, MPI built in) */
     char master_addr[256], precision[16], run_id[320];
     char gpu_ids[256];           /* the config's gpu_ids (or --gpu-ids): CUDA_VISIBLE_DEVICES, "" = all */
     char secret[72]; /* ACCEL_STORE_SECRET made for this job ("" when the launcher's own environment has one) */
@@ -440,6 +445,7 @@ static void launch_setenv_int(const char *k, int v) {
     setenv(k, b, 1);
 }
 
+static void launch_accelerate_env(const launch_cfg *c, int nproc);
 /* In the child, before exec: torchrun's worker variables, Accelerate's, and no other launcher's. */
 static void launch_child_env(const launch_cfg *c, int local) {
     static const char *drop[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -449,10 +455,17 @@ static void launch_child_env(const launch_cfg *c, int local) {
                                  "TORCHELASTIC_RUN_ID", "ACCEL_STORE_PORT"};
     int rank = c->node_rank * c->nproc + local, world = c->nnodes * c->nproc;
     size_t i;
+    static const char *torchrun[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                     "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME"};
     for (i = 0; i < sizeof drop / sizeof drop[0]; ++i) unsetenv(drop[i]);
     launch_setenv_int("TORCHELASTIC_RESTART_COUNT", c->restart); /* torchrun's names, and accel's */
     launch_setenv_int("TORCHELASTIC_MAX_RESTARTS", c->max_restarts);
     launch_setenv_int("ACCEL_RESTART_COUNT", c->restart);
+    if (c->mpirun_np > 0) { /* mpirun gives the layout: no torchrun variables that would contradict it */
+        for (i = 0; i < sizeof torchrun / sizeof torchrun[0]; ++i) unsetenv(torchrun[i]);
+        launch_accelerate_env(c, c->mpirun_np);
+        return;
+    }
     launch_setenv_int("RANK", rank);
     launch_setenv_int("LOCAL_RANK", local);
     launch_setenv_int("WORLD_SIZE", world);
@@ -466,13 +479,18 @@ static void launch_child_env(const launch_cfg *c, int local) {
     launch_setenv_int("MASTER_PORT", c->master_port);
     setenv("ACCEL_RUN_ID", c->run_id, 1);
     if (c->secret[0]) setenv("ACCEL_STORE_SECRET", c->secret, 1); /* the environment: never a command line */
+    launch_accelerate_env(c, c->nproc);
+}
+
+/* Accelerate's variables and the thread count, for nproc processes on this node. */
+static void launch_accelerate_env(const launch_cfg *c, int nproc) {
     if (c->precision[0]) setenv("ACCELERATE_MIXED_PRECISION", c->precision, 1);
     if (c->accum > 0) launch_setenv_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", c->accum);
     if (c->use_cpu >= 0) setenv("ACCELERATE_USE_CPU", c->use_cpu ? "true" : "false", 1);
     if (c->debug >= 0) setenv("ACCELERATE_DEBUG_MODE", c->debug ? "true" : "false", 1);
     if (c->gpu_ids[0]) setenv("CUDA_VISIBLE_DEVICES", c->gpu_ids, 1); /* as accelerate launch does with gpu_ids */
     if (c->threads > 0) launch_setenv_int("OMP_NUM_THREADS", c->threads); /* --num_cpu_threads_per_process */
-    else if (c->nproc > 1 && !getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", "1", 1); /* as torchrun */
+    else if (nproc > 1 && !getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", "1", 1); /* as torchrun */
 }
 
 typedef struct launch_proc {
@@ -670,7 +688,12 @@ static int launch_run(const launch_cfg *c, char **prog) {
             close(ps[i].fd[s]);
         }
     }
-    if (failed >= 0) {
+    if (failed >= 0 && c->mpirun_np > 0) {
+        int st = ps[failed].status;
+        fprintf(stderr, "accel launch: mpirun (%d processes) %s %d\n", c->mpirun_np,
+                WIFEXITED(st) ? "exited with code" : "was killed by signal",
+                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    } else if (failed >= 0) {
         int st = ps[failed].status;
         if (WIFEXITED(st))
             fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) exited with code %d; stopped the other %d "
@@ -809,6 +832,30 @@ int cli_launch(int argc, char **argv) {
             }
         }
     }
+#ifdef ACCEL_WITH_MPI
+#ifndef ACCEL_CLI_MPIRUN
+#define ACCEL_CLI_MPIRUN "mpirun"
+#endif
+    if (c.use_cpu == 1 && c.nnodes == 1 && c.nproc > 1) {
+        /* accelerate launch --multi_cpu runs mpirun: CPU data collectives (accel_coll_* on host buffers) need MPI,
+           which this accel is built with. One child, mpirun, under the same signals, session and restarts. */
+        static char np[16];
+        char **argv2;
+        int n = 0;
+        while (prog[n]) ++n;
+        argv2 = (char **)calloc((size_t)n + 4, sizeof *argv2);
+        if (!argv2) { fprintf(stderr, "accel launch: out of memory\n"); return 1; }
+        snprintf(np, sizeof np, "%d", c.nproc);
+        argv2[0] = (char *)ACCEL_CLI_MPIRUN;
+        argv2[1] = (char *)"-np";
+        argv2[2] = np;
+        memcpy(argv2 + 3, prog, sizeof *argv2 * (size_t)n);
+        prog = argv2; /* freed at exit */
+        c.mpirun_np = c.nproc;
+        c.nproc = 1;
+        c.tee = 0; /* one pipe for every rank: the prefixes would all say rank 0 */
+    }
+#endif
     /* torchrun's --max-restarts: after a failure every process is stopped and all are started again, up to N times;
        a signal to the launcher (forwarded) ends the job instead */
     for (;;) {

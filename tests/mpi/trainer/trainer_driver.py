@@ -245,6 +245,11 @@ def launch(exe, tmp):
     launched = go([accel, "launch", "-n", 1, "--mixed-precision", "bf16", "--", exe] + common + ["--precision", "no"],
                   "launched_override")
     check(launched == direct_no, "the program's own --precision no wins over the launcher's bf16 (as Accelerate)")
+    # --cpu with 2 processes runs mpirun (accelerate launch --multi_cpu's rule): the same weights as mpirun itself
+    ref = os.path.join(tmp, "mpirun2.w")
+    run(exe, 2, common[4:] + ["--precision", "bf16", "--dump-weights", ref])
+    launched = go([accel, "launch", "--cpu", "-n", 2, "--mixed-precision", "bf16", "--", exe] + common, "cpu2")
+    check(launched == weights(ref)[1], "accel launch --cpu -n 2 == mpirun -np 2 (bit-identical)")
 
 
 def main():

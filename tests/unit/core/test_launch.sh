@@ -32,7 +32,7 @@ num_machines: 1
 machine_rank: 0
 mixed_precision: bf16
 gradient_accumulation_steps: 4
-use_cpu: true
+use_cpu: false
 deepspeed_config: {}
 main_process_port: null
 Y
@@ -158,6 +158,17 @@ check '[ $rc != 0 ] && echo "$out" | grep -q "WORLD_SIZE=2 is not the job.s (4).
 # 5d. accel env under accel launch names accel launch, not torchrun (item 14)
 out=$("$accel" launch -n 1 -- "$accel" env 2>&1)
 check 'echo "$out" | grep -q "launcher: accel launch"' "accel env under accel launch: $out"
+
+# 5f. --cpu with several processes runs this build's mpirun, as accelerate launch --multi_cpu does (CPU data
+#     collectives need MPI); a build without MPI keeps torchrun's variables
+if "$accel" env 2>&1 | grep -q "MPI: not compiled in"; then
+  out=$("$accel" launch --cpu -n 2 -- "$accel" env 2>&1)
+  check '[ "$(echo "$out" | grep -c "launcher: accel launch")" = 2 ]' "--cpu without MPI: $out"
+else
+  out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$accel" launch --cpu -n 2 -- "$accel" env 2>&1)
+  check '[ "$(echo "$out" | grep -c "host process group: mpi")" = 2 ] && echo "$out" | grep -q "process: 1 of 2"' \
+    "--cpu -n 2 under mpirun: $out"
+fi
 
 # 5e. --max-restarts (torchrun's rule): every process of the node is started again after a failure, with the attempt
 #     in TORCHELASTIC_RESTART_COUNT / ACCEL_RESTART_COUNT; when they run out, the failure's code comes back
