@@ -59,7 +59,8 @@ static void usage(void) {
             "  --epochs E             train E epochs instead of --steps\n"
             "  --batch B              per-process micro-batch size (default 16)\n"
             "  --accum A              gradient accumulation steps (default 1)\n"
-            "  --precision P          no | fp16 | bf16 (default no)\n"
+            "  --precision P          no | fp16 | bf16 (default: the launcher's, e.g. accel launch --mixed-precision;\n"
+            "                         else no)\n"
             "  --init-scale S         fp16 initial loss scale (default 65536)\n"
             "  --growth-interval N    fp16 scaler growth interval (default 2000)\n"
             "  --hidden H             hidden units (default 64)\n"
@@ -85,7 +86,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
     int i;
     memset(o, 0, sizeof *o);
     o->data = "data/digits.csv";
-    o->precision = "no";
+    o->precision = NULL; /* the launcher's (ACCELERATE_MIXED_PRECISION), else no */
     o->steps = 500; o->batch = 16; o->accum = 1; o->hidden = 64; o->shuffle = 1; o->print_every = 50;
     o->eval_batch = 32; o->lr = 0.05f; o->momentum = 0.9f; o->clip = 1.0f; o->warmup = 0.05f;
     o->init_scale = 65536.0f; o->growth_interval = 2000; o->seed = 42;
@@ -131,7 +132,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         fprintf(stderr, "train_digits: sizes and counts must be positive\n");
         return 2;
     }
-    if (strcmp(o->precision, "no") && strcmp(o->precision, "fp16") && strcmp(o->precision, "bf16")) {
+    if (o->precision && strcmp(o->precision, "no") && strcmp(o->precision, "fp16") && strcmp(o->precision, "bf16")) {
         fprintf(stderr, "train_digits: --precision must be no, fp16 or bf16\n");
         return 2;
     }
@@ -406,7 +407,8 @@ int main(int argc, char **argv) {
 
     memset(&desc, 0, sizeof desc);
     desc.gradient_accumulation_steps = o.accum;
-    desc.mixed_precision = !strcmp(o.precision, "fp16")   ? ACCEL_PRECISION_FP16
+    desc.mixed_precision = !o.precision                   ? ACCEL_PRECISION_DEFAULT
+                           : !strcmp(o.precision, "fp16") ? ACCEL_PRECISION_FP16
                            : !strcmp(o.precision, "bf16") ? ACCEL_PRECISION_BF16
                                                           : ACCEL_PRECISION_NO;
     desc.cpu = 1;
@@ -418,6 +420,11 @@ int main(int argc, char **argv) {
     }
     inited = 1;
     if (acc.gradient_accumulation_steps != o.accum) o.accum = acc.gradient_accumulation_steps; /* env override */
+    if (acc.mixed_precision == ACCEL_PRECISION_FP8) {
+        fprintf(stderr, "train_digits: mixed precision fp8 (from the launcher) is not one this trainer runs (no, fp16, "
+                "bf16)\n");
+        goto fail;
+    }
 
     /* 1. data: every rank reads the CSV (small); the sampler shards it */
     if (digits_load(o.data, &data)) goto fail;

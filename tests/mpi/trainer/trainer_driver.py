@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Multi-run checks of examples/train_digits.c (suite trainer): the modules composed in a real trainer.
 
-usage: trainer_driver.py CHECK TRAIN_DIGITS_EXE
-  CHECK: equivalence | resume | skip | accuracy | zero
+usage: trainer_driver.py CHECK TRAIN_DIGITS_EXE [ACCEL_EXE]
+  CHECK: equivalence | resume | skip | accuracy | zero | launch (needs ACCEL_EXE: the trainer under `accel launch`)
 Runs the trainer through tests/mpi/mpirun.sh (ACCEL_SOURCE_ROOT), reads its --loss-file / --dump-weights outputs and
 compares them. The data (data/digits.csv) is fetched with scripts/fetch-digits.sh when missing; if that is not
 possible the test is skipped (exit 77) with the reason.
@@ -222,8 +222,39 @@ def zero(exe, tmp):
     check(r.returncode != 0 and "--zero takes 1 or 2" in r.stderr, "--zero 3 is refused")
 
 
+def launch(exe, tmp):
+    """The trainer under `accel launch`: the launcher's settings reach it (issue 30 item 11)."""
+    accel = os.path.abspath(sys.argv[3])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_")}
+    env["HF_HOME"] = os.path.join(tmp, "hf")  # no default config file of the user's
+    common = ["--data", DATA, "--print-every", "0", "--steps", 30, "--batch", 16, "--seed", 3]
+
+    def go(cmd, name):
+        w = os.path.join(tmp, name + ".w")
+        r = subprocess.run([str(a) for a in cmd + ["--dump-weights", w]], capture_output=True, text=True, env=env,
+                           timeout=120)
+        if r.returncode != 0:
+            print("command failed (%d): %s\n%s%s" % (r.returncode, " ".join(map(str, cmd)), r.stdout, r.stderr))
+            sys.exit(1)
+        return weights(w)[1]
+    direct_bf16 = go([exe] + common + ["--precision", "bf16"], "direct_bf16")
+    direct_no = go([exe] + common, "direct_no")
+    launched = go([accel, "launch", "-n", 1, "--mixed-precision", "bf16", "--", exe] + common, "launched_bf16")
+    check(direct_bf16 != direct_no, "control: bf16 and no give different weights")
+    check(launched == direct_bf16, "accel launch --mixed-precision bf16 == --precision bf16 (bit-identical)")
+    launched = go([accel, "launch", "-n", 1, "--mixed-precision", "bf16", "--", exe] + common + ["--precision", "no"],
+                  "launched_override")
+    check(launched == direct_no, "the program's own --precision no wins over the launcher's bf16 (as Accelerate)")
+    # --cpu with 2 processes runs mpirun (accelerate launch --multi_cpu's rule): the same weights as mpirun itself
+    ref = os.path.join(tmp, "mpirun2.w")
+    run(exe, 2, common[4:] + ["--precision", "bf16", "--dump-weights", ref])
+    launched = go([accel, "launch", "--cpu", "-n", 2, "--mixed-precision", "bf16", "--", exe] + common, "cpu2")
+    check(launched == weights(ref)[1], "accel launch --cpu -n 2 == mpirun -np 2 (bit-identical)")
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume", "skip", "accuracy", "zero"):
+    checks_ = ("equivalence", "resume", "skip", "accuracy", "zero", "launch")
+    if len(sys.argv) != 3 + (sys.argv[1:2] == ["launch"]) or sys.argv[1] not in checks_:
         print(__doc__)
         return 2
     ensure_data()

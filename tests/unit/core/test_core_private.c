@@ -3,7 +3,8 @@
      exactly as it was (stbds_arrput alone would write through NULL);
    - accel__error_seq moves with every recorded failure, also accel_set_error's;
    - accel__atomic_open/_commit: a committed file appears whole, an abandoned one leaves nothing behind;
-   - accel__state_check validates like accel_state_load_resharded without changing anything. */
+   - accel__state_check validates like accel_state_load_resharded without changing anything;
+   - accel__slurm_first_host reads the first host of a Slurm host list (where srun without MPI puts the store). */
 #define ACCEL_IMPLEMENTATION
 #define ACCEL_STATIC
 #include "accel.h"
@@ -158,7 +159,29 @@ static void test_state_check(void) {
     accel_shutdown(&acc);
 }
 
+/* expected values written by hand from Slurm's hostlist syntax (scontrol show hostnames gives the same first name) */
+static void test_slurm_first_host(void) {
+    static const char *cases[][2] = {
+        {"vm", "vm"}, {"vm,vm2", "vm"}, {"node[01-04,07]", "node01"}, {"gpu[3,5-7],cpu1", "gpu3"},
+        {"a[009-010]-ib,b1", "a009-ib"}, {"n[2]", "n2"}, {"", NULL}, {"[1-2]", NULL}, {"n[", NULL}, {"n[x-y]", NULL},
+        {"n[1-2", NULL}, {",n1", NULL},
+    };
+    char out[16];
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        int rc = accel__slurm_first_host(cases[i][0], out, sizeof out);
+        at_context = cases[i][0];
+        AT_EQ_INT(rc, cases[i][1] ? 0 : -1);
+        if (cases[i][1] && rc == 0) AT_EQ_STR(out, cases[i][1]);
+    }
+    at_context = "too long for the buffer";
+    AT_EQ_INT(accel__slurm_first_host("averyveryverylongname", out, sizeof out), -1);
+    AT_EQ_INT(accel__slurm_first_host("n[00000000000000001-2]", out, sizeof out), -1);
+    at_context = NULL;
+}
+
 int main(void) {
+    test_slurm_first_host();
     test_arr_put();
     test_error_seq();
     test_atomic();
