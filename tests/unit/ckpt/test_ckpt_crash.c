@@ -14,6 +14,7 @@
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include "accel_test_fs.h"
+#include "ckpt_workers.h"
 #include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
@@ -124,26 +125,6 @@ static accel_ckpt *make(accel *acc, const char *project, int async) {
     accel_ckpt_register(ck, NULL, c_save, c_load, &g.c);
     accel_ckpt_register_sharded(ck, "shard", sh_save, sh_load_all, &g);
     return ck;
-}
-
-/* What a worker of a two-process job sees (the TCP store: rank 0 listens on MASTER_PORT). */
-static void worker_env(int rank, int P, int port, const char *run_id) {
-    static const char *mpi[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                                "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-                                "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE", "ACCEL_STORE_PORT"};
-    char v[32];
-    size_t i;
-    for (i = 0; i < sizeof mpi / sizeof mpi[0]; ++i) unsetenv(mpi[i]);
-    snprintf(v, sizeof v, "%d", rank);
-    setenv("RANK", v, 1);
-    setenv("LOCAL_RANK", v, 1);
-    snprintf(v, sizeof v, "%d", P);
-    setenv("WORLD_SIZE", v, 1);
-    setenv("LOCAL_WORLD_SIZE", v, 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    snprintf(v, sizeof v, "%d", port);
-    setenv("MASTER_PORT", v, 1);
-    setenv("ACCEL_RUN_ID", run_id, 1);
 }
 
 /* A child: resume, then step + save forever; after each save_state it reports the newest iteration that is
@@ -266,7 +247,7 @@ int main(int argc, char **argv) {
             pid[r0] = fork();
             if (pid[r0] == 0) {
                 close(fds[0]);
-                if (P > 1) worker_env(r0, P, port, run_id);
+                if (P > 1) ckpt_worker_env(r0, P, port, run_id);
                 child(project, fds[1], async, P, r0);
                 _exit(7);
             }
