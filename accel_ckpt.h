@@ -880,7 +880,7 @@ typedef struct accel__ckpt_job {
     accel__ckpt_file *files;
     int nfiles;
     int bg;                       /* the steps run on the writer thread */
-    int peers;                    /* async owner: the other processes writing into sp.tmp (it waits for their .done_*) */
+    int peers;                    /* async owner: the other processes writing into sp.tmp (it awaits their .done_*) */
     int sentinel;                 /* async, not the owner: create .done_<rank> once this process's files are written */
     int bg_file;                  /* the writer thread starts at this file (at its span `next`) */
     int device_copy;              /* the snapshot holds device data: the writer thread waits for the event first */
@@ -1030,8 +1030,8 @@ static accel_result accel__ckpt_job_build(accel_ckpt *ck, const accel__ckpt_save
         }
         for (i = 0; i < nobj && r == ACCEL_OK; ++i, ++f) {
             accel__fmt(job->files[f].name, sizeof job->files[f].name, "%s", ck->objs[i].name);
-            r = accel__ckpt_capture(acc, "save_state", ck->objs[i].save, ck->objs[i].obj, ck->objs[i].name, &job->files[f].head,
-                                    &job->files[f].head_n);
+            r = accel__ckpt_capture(acc, "save_state", ck->objs[i].save, ck->objs[i].obj, ck->objs[i].name,
+                                    &job->files[f].head, &job->files[f].head_n);
         }
         if (r == ACCEL_OK) { /* ckpt's own fields only: the counters are in random_states_<rank>.bin */
             accel__sb b;
@@ -1047,14 +1047,14 @@ static accel_result accel__ckpt_job_build(accel_ckpt *ck, const accel__ckpt_save
     }
     if (r == ACCEL_OK) {
         accel__fmt(job->files[f].name, sizeof job->files[f].name, "random_states_%d.bin", acc->process_index);
-        r = accel__ckpt_capture(acc, "save_state", accel__ckpt_core_state_save, acc, job->files[f].name, &job->files[f].head,
-                                &job->files[f].head_n);
+        r = accel__ckpt_capture(acc, "save_state", accel__ckpt_core_state_save, acc, job->files[f].name,
+                                &job->files[f].head, &job->files[f].head_n);
         ++f;
     }
     for (i = 0; i < ns && r == ACCEL_OK; ++i, ++f) { /* per-rank state: every process */
         accel__fmt(job->files[f].name, sizeof job->files[f].name, "%s_%d.bin", ck->sobjs[i].name, acc->process_index);
-        r = accel__ckpt_capture(acc, "save_state", ck->sobjs[i].save, ck->sobjs[i].obj, job->files[f].name, &job->files[f].head,
-                                &job->files[f].head_n);
+        r = accel__ckpt_capture(acc, "save_state", ck->sobjs[i].save, ck->sobjs[i].obj, job->files[f].name,
+                                &job->files[f].head, &job->files[f].head_n);
     }
     /* the marker lists every process's files: room for this one's and (1 + ns) per process */
     job->cap_written = job->nfiles + acc->num_processes * (1 + ns) + 16;

@@ -153,8 +153,8 @@ ACCEL_API uint64_t accel_st_xxh64(const void *data, size_t n, uint64_t seed);
    _final); the JSON reader (accel__st_json, _json_parse / _json_free / _json_failed, _jget / _jkeyp / _jstr / _ju64,
    ACCEL__ST_J_*); the staging (accel__st_stage, _stage_begin / _stage_end, _is_device_ptr, _write_from_device,
    _stage_to_device with its convert step); the writer (accel__st_save, _layout with accel__st_item, _check_tensors,
-   _name_file / _name_file_cmp) and the reader (struct accel_st_file's fields, accel__st_piece, _new / _map / _parse, _check_dst, _copy /
-   _copy_mapped, _entryp_name_cmp). */
+   _name_file / _name_file_cmp, ACCEL__ST_IO_CHUNK) and the reader (struct accel_st_file's fields, accel__st_piece,
+   _new / _map / _parse, _check_dst, _copy / _copy_mapped, _entryp_name_cmp). */
 
 #include <stdarg.h>
 #include <stdio.h>
