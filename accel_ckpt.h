@@ -477,14 +477,14 @@ static int accel__ckpt_number(const char *name, long *num) { /* "checkpoint_<dig
 /* Hashes a whole file through a read-only mapping (no copy out of the page cache), read() into a stack buffer as a
    fallback. Returns 0 or an errno. Runs in verification threads: it neither allocates nor records errors. */
 static int accel__ckpt_hash_file_raw(const char *path, uint64_t *bytes, uint64_t *hash) {
-    int fd = open(path, O_RDONLY), e;
+    struct stat st;
+    int fd = accel__open_regular_fd(path, &st), e; /* EINVAL: not a regular file (a FIFO would hang the open) */
     accel__st_xxh64 h;
     unsigned char buf[64 * 1024];
     uint64_t total = 0;
-    struct stat st;
     if (fd < 0) return errno ? errno : EIO;
     accel__st_xxh64_init(&h, 0);
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+    if (st.st_size > 0) {
         void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
         if (m != MAP_FAILED) {
 #ifdef MADV_SEQUENTIAL
@@ -648,7 +648,9 @@ static accel_result accel__ckpt_verify_files(accel *acc, const char *dir, const 
         for (i = 0; i < nf && r == ACCEL_OK; ++i) {
             char path[4200];
             accel__fmt(path, sizeof path, "%s/%s", dir, m->files[i].name);
-            if (j.err[i]) {
+            if (j.err[i] == EINVAL) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "%.400s is not a regular file", path);
+            } else if (j.err[i]) {
                 errno = j.err[i];
                 r = accel__io_fail(acc, "cannot verify", path);
             } else if (j.bytes[i] != m->files[i].bytes) {
@@ -1101,7 +1103,7 @@ static accel_result accel__ckpt_file_write(accel__ckpt_job *job, accel__ckpt_fil
     if (f->done) return ACCEL_OK;
     accel__fmt(path, sizeof path, "%s/%s", job->sp.tmp, f->name);
     if (f->fd < 0) {
-        f->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        f->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (f->fd < 0) return accel__ckpt_job_io(job, "cannot create", path);
         accel__st_xxh64_init(&f->h, 0);
         accel__st_xxh64_update(&f->h, f->head, f->head_n);
@@ -1224,7 +1226,7 @@ static accel_result accel__ckpt_job_seal(accel__ckpt_job *job) {
     accel__sb_puts(b, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
     if (b->oom) return accel__ckpt_job_fail(job, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER);
     accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, tmp);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return accel__ckpt_job_io(job, "cannot create", path);
     if (accel__write_all(fd, b->p, b->n) != 0 || fsync(fd) != 0) {
         r = accel__ckpt_job_io(job, "cannot write", path);
@@ -1347,7 +1349,7 @@ static void accel__ckpt_background(accel_ckpt *ck) {
         char path[2600];
         int fd;
         accel__fmt(path, sizeof path, "%s/.done_%d", job->sp.tmp, ck->acc->process_index);
-        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0 || close(fd) != 0) accel__ckpt_job_io(job, "cannot create", path);
     }
     accel__ckpt_async_state(as, ACCEL__CKPT_LOCAL_DONE);
