@@ -8,6 +8,8 @@
      STATE OF OTHER OBJECTS           the core's contract; your own objects
      FILES OF A CHECKPOINT DIRECTORY  Accelerate's names
      CRASH SAFETY
+     FALLBACK                         a damaged newest checkpoint: the one before it, with a WARN
+     ASYNC SAVES                      desc.async: the loop stalls for the snapshot only
      OPTIONS                          accel_ckpt_desc
      ERRORS
      THREADS AND STREAMS
@@ -80,12 +82,60 @@
      Rotation renames a victim to a hidden name before deleting it. Stale hidden directories are removed by the next
      automatic save. accel_ckpt_latest() returns the newest complete checkpoint.
 
+   FALLBACK (load_state(ck, NULL), one policy)
+     The candidates are every checkpoint_<N> directory under project_dir/checkpoints, newest first. When the newest
+     is damaged — no completion marker or an unreadable one, a file of the marker missing, truncated or grown, a
+     checksum mismatch (all ACCEL_ERR_FORMAT, on any process) — load_state logs a WARN on the main process naming
+     the directory and why ("load_state: skipping <dir> (<the verification's message>); loading the newest complete
+     checkpoint before it") and tries the next older one, until one verifies (it is loaded, ACCEL_OK) or none is
+     left (ACCEL_ERR_NOT_FOUND, "starting fresh" as without checkpoints). Nothing is modified on disk: the skipped
+     directories stay for inspection (`accel ckpt ls` marks them), and the iteration continues past the newest
+     skipped one, so the next automatic save never collides with it. Failures that are not the checkpoint's damage —
+     a registration that does not match it (a tensor's dtype, a missing object file), I/O errors such as EACCES,
+     memory — are returned at once, without fallback. desc.no_fallback makes a damaged newest checkpoint an error
+     (its verification message, ACCEL_ERR_FORMAT) instead. An explicit input_dir is never substituted.
+
+   ASYNC SAVES (desc.async = ACCEL_ON)
+       cd.async = ACCEL_ON;                   // optional: cd.async_max_bytes = 2ull << 30; cd.on_range = ...
+       accel_ckpt_save_state(ck, NULL, NULL, 0);   // returns after the snapshot; a writer thread does the rest
+       ... train ...
+       accel_ckpt_wait(ck);                   // optional: the next save / load_state / destroy wait anyway
+     save_state takes a snapshot and returns: every registered tensor is copied into one pinned host buffer
+     (desc.pinned_allocator; device tensors by cudaMemcpyAsync on acc->stream, then one event the writer waits for,
+     host tensors by memcpy) and every object's state is captured (its save callback runs in save_state, as in a
+     synchronous save). A writer thread (one per accel_ckpt, started by the first async save) then writes, hashes,
+     fsyncs, seals, renames and rotates exactly as a synchronous save does: the files are byte-identical, and the
+     CRASH SAFETY above holds (a kill during the background write leaves the previous checkpoint the newest complete
+     one). The tensors may change as soon as save_state returns.
+     - One write in flight: the next save_state, load_state, accel_ckpt_wait and accel_ckpt_destroy first wait for it
+       (collectives, as save_state is). Two saves never interleave.
+     - Errors of the background write (ENOSPC, EIO, a failed rename, another process's failure) are kept and returned
+       by that next call on every process ("save_state: the background write of <dir> failed: ..."), once; that
+       checkpoint was not published, so the previous one stays the newest. The iteration has advanced (the next
+       automatic save does not reuse the failed name). destroy logs such an error at error level.
+     - Memory: the snapshot is allocated by the first save and reused (grown when the state grows).
+       desc.async_max_bytes bounds it: the longest tail of the state, in file order, that fits is snapshotted, and
+       save_state writes the part before it synchronously from the live tensors before returning — the stall grows,
+       the memory never exceeds the budget. 0: the whole state.
+     - Several processes: each process's writer writes its own files (random_states_<rank>.bin, sharded state such as
+       ZeRO shards) into the shared temporary directory and leaves a .done_<rank> there; the owner's writer seals and
+       publishes once every process's .done_ is present (or the calling threads agree that one failed).
+     - desc.on_range (accel.h's accel_range_fn; accel_prof_record_range with range_user = the profiler) is told
+       "checkpoint_snapshot" (the time save_state stalled) on the calling thread and "checkpoint_write" (the
+       background work, which spans training steps) on the writer thread.
+     - The writer thread neither allocates nor records errors (its first failure waits in the job); the calling
+       thread must not call accel_ckpt functions concurrently, as everywhere (THREADS AND STREAMS).
+
    OPTIONS (accel_ckpt_desc, zero = default)
      project_dir                  NULL → acc->desc.project_dir; automatic names go to project_dir/checkpoints.
      automatic_checkpoint_naming  nonzero: save_state(ck, NULL) writes checkpoint_<iteration>.
      total_limit                  keep this many newest complete checkpoints (0: all; automatic naming only).
      iteration                    the first iteration number (ProjectConfiguration.iteration).
      save_on_each_node            nonzero: each node's local main process writes the global files.
+     no_fallback                  nonzero: a damaged newest checkpoint fails load_state(NULL) instead (FALLBACK).
+     async                        ACCEL_ON: save_state snapshots and a writer thread writes (ASYNC SAVES).
+     async_max_bytes              async: the snapshot's budget in bytes (0: the whole state).
+     on_range, range_user         NULL, or a range callback told about the snapshot and the background write.
      Memory: every allocation goes through the Accelerator's allocators (accel.h "MEMORY"), staging buffers of device
      tensors through desc.pinned_allocator.
 
@@ -100,8 +150,9 @@
      RNG before custom objects).
      accel_ckpt_load_state(ck, NULL) returns ACCEL_ERR_NOT_FOUND only when there is no complete checkpoint yet: an
      expected outcome, logged once at info level by the main process ("no checkpoint under <dir>: starting
-     fresh"); a checkpoint that exists but lacks something registered is ACCEL_ERR_INVALID_ARGUMENT or
-     ACCEL_ERR_FORMAT. A failed callback's own message stays in accel_last_error (see above). An explicit
+     fresh"); damaged ones were skipped with a WARN each (FALLBACK). A checkpoint that exists but lacks something
+     registered is ACCEL_ERR_INVALID_ARGUMENT or ACCEL_ERR_FORMAT. A failed callback's own message stays in
+     accel_last_error (see above). An explicit
      save_state directory that exists is replaced (atomically swapped) only when it is empty or an accel checkpoint.
      A completed save whose rotation (total_limit) fails still succeeds; the failure is logged at warn level.
 
@@ -109,7 +160,8 @@
      One thread at a time per accel / accel_ckpt. save_state hashes host data in a helper pthread while the calling
      thread writes, and verification hashes two files at a time (link with -pthread where libc needs it); the helper
      threads neither allocate nor record errors. Device tensors are staged as accel_safetensors.h stages them (on
-     acc->stream); a call returns when the data is on disk / in the destination. save_state and load_state are
+     acc->stream); a call returns when the data is on disk / in the destination (async saves: when the snapshot is
+     taken, ASYNC SAVES). save_state and load_state are
      collectives: every process calls them. Everything else is local.
 
    DIFFERENCES FROM ACCELERATE (deliberate; docs/semantics.md §5 and "Policies")
@@ -144,6 +196,7 @@ typedef struct accel_ckpt_desc {
     uint64_t async_max_bytes;         /* async: the snapshot's budget (0: the whole state); the rest is written first */
     accel_range_fn on_range;          /* NULL, or told "checkpoint_snapshot" / "checkpoint_write" and their times */
     void *range_user;                 /* on_range's first argument (accel_prof_record_range: the accel_prof *) */
+    int no_fallback;                  /* nonzero: load_state(NULL) fails on a damaged newest checkpoint (FALLBACK) */
 } accel_ckpt_desc;
 
 typedef struct accel_ckpt accel_ckpt;
@@ -174,8 +227,9 @@ ACCEL_API accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_
 /* Collective. Waits for the async save in flight (ASYNC SAVES): ACCEL_OK once it is published, else its error, on
    every process (returned once; that checkpoint was not published). ACCEL_OK at once when none is in flight. */
 ACCEL_API accel_result accel_ckpt_wait(accel_ckpt *ck);
-/* Collective. input_dir NULL → the newest complete checkpoint under project_dir/checkpoints; ACCEL_ERR_NOT_FOUND
-   (logged at info level, not an error to print) when there is none yet. Verifies everything (marker, sizes,
+/* Collective. input_dir NULL → the newest complete checkpoint under project_dir/checkpoints, skipping damaged newer
+   ones with a WARN (FALLBACK; desc.no_fallback: an error instead); ACCEL_ERR_NOT_FOUND (logged at info level, not
+   an error to print) when there is none yet. Verifies everything (marker, sizes,
    checksums, tensor names/dtypes/shapes, object files, training states) on every process before applying; restores
    the Accelerator's training state with accel_state_load (accel_state_load_resharded on another number of
    processes), the registered objects and the iteration (policy 5). */
@@ -711,9 +765,10 @@ static int accel__ckpt_ent_cmp(const void *a, const void *b) {
     long x = ((const accel__ckpt_ent *)a)->num, y = ((const accel__ckpt_ent *)b)->num;
     return x < y ? -1 : x > y;
 }
-/* *out: stb_ds array of the complete checkpoint_<N> directories (empty when dir does not exist). Incomplete ones are
-   skipped silently; anything else that goes wrong (an unreadable directory or marker, memory) is an error. */
-static accel_result accel__ckpt_list_ckpts(accel *acc, const char *dir, accel__ckpt_ent **out) {
+/* *out: stb_ds array of the complete checkpoint_<N> directories (empty when dir does not exist), or with `all` of
+   every checkpoint_<N> directory (load_state's candidates: it checks them itself). Incomplete ones are skipped
+   silently; anything else that goes wrong (an unreadable directory or marker, memory) is an error. */
+static accel_result accel__ckpt_list(accel *acc, const char *dir, int all, accel__ckpt_ent **out) {
     DIR *d = opendir(dir);
     struct dirent *de;
     accel__ckpt_ent *list = NULL;
@@ -726,7 +781,7 @@ static accel_result accel__ckpt_list_ckpts(accel *acc, const char *dir, accel__c
         if (!accel__ckpt_number(de->d_name, &e.num) || strlen(de->d_name) >= sizeof e.name) continue;
         accel__fmt(path, sizeof path, "%s/%s", dir, de->d_name);
         if (!accel__is_dir(path)) continue;
-        r = accel__ckpt_check_complete(acc, path, 0, 1, NULL);
+        if (!all) r = accel__ckpt_check_complete(acc, path, 0, 1, NULL);
         if (r == ACCEL_ERR_FORMAT) { r = ACCEL_OK; continue; } /* incomplete: not a checkpoint (yet) */
         if (r != ACCEL_OK) break;
         accel__fmt(e.name, sizeof e.name, "%s", de->d_name);
@@ -747,7 +802,7 @@ ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out
     int n;
     if (!dir || !out || cap == 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: NULL argument");
     out[0] = 0;
-    r = accel__ckpt_list_ckpts(acc, dir, &list);
+    r = accel__ckpt_list(acc, dir, 0, &list);
     if (r != ACCEL_OK) return r;
     n = (int)stbds_arrlen(list);
     if (n == 0) r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint under %.400s", dir);
@@ -992,7 +1047,7 @@ static void accel__ckpt_job_victims(accel_ckpt *ck, accel__ckpt_job *job) {
     accel *acc = ck->acc;
     int n, k, limit = ck->d.total_limit;
     if (!job->sp.owner || !job->sp.automatic || limit <= 0) return;
-    if (accel__ckpt_list_ckpts(acc, job->sp.parent, &job->victims) != ACCEL_OK) {
+    if (accel__ckpt_list(acc, job->sp.parent, 0, &job->victims) != ACCEL_OK) {
         accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) skipped: %s", limit,
                   accel_last_error(acc));
         job->victims = NULL;
@@ -2011,55 +2066,117 @@ static accel_result accel__ckpt_load_apply_tensors(accel_ckpt *ck, accel__ckpt_l
     return r;
 }
 
+/* load_state's step 2 on this process for ld->dir: marker and sizes; read (small files) or map (safetensors) what is
+   applied; verify every checksum on those bytes (files not used here: from disk); then parse and check everything
+   against the registration. *damaged: the failure is the checkpoint's own (no or a bad marker, a missing or
+   truncated file, a checksum mismatch), which load_state(NULL) falls back from; any other failure (the registration,
+   I/O, memory) is not. */
+static accel_result accel__ckpt_load_check(accel_ckpt *ck, accel__ckpt_load *ld, int *damaged) {
+    accel *acc = ck->acc;
+    accel_result r = accel__ckpt_check_complete(acc, ld->dir, 0, 0, &ld->marker);
+    *damaged = r == ACCEL_ERR_FORMAT;
+    if (r == ACCEL_OK) {
+        size_t nf = (size_t)stbds_arrlen(ld->marker.files);
+        ld->mf = (accel_st_file **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->models), sizeof *ld->mf);
+        ld->of = (accel_st_file **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->optims), sizeof *ld->of);
+        ld->blobs = (const char **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld->blobs);
+        ld->blob_n = (size_t *)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld->blob_n);
+        ld->read = (char **)accel__st_zalloc(acc, nf, sizeof *ld->read);
+        ld->mem = (const unsigned char **)accel__st_zalloc(acc, nf, sizeof *ld->mem);
+        ld->mem_n = (size_t *)accel__st_zalloc(acc, nf, sizeof *ld->mem_n);
+        if (!ld->mf || !ld->of || !ld->blobs || !ld->blob_n || !ld->read || !ld->mem || !ld->mem_n)
+            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
+    }
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(ld, "model", (int)stbds_arrlen(ck->models), ld->mf);
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(ld, "optimizer", (int)stbds_arrlen(ck->optims), ld->of);
+    if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_read_state_files(ck, ld);
+    if (r == ACCEL_OK) {
+        r = accel__ckpt_verify_files(acc, ld->dir, &ld->marker, ld->mem, ld->mem_n);
+        *damaged = r == ACCEL_ERR_FORMAT;
+    }
+    if (r == ACCEL_OK)
+        r = accel__ckpt_load_groups_check(ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld->mf, 0);
+    if (r == ACCEL_OK)
+        r = accel__ckpt_load_groups_check(ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld->of, 1);
+    if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_training_state(ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_sharded(ck, ld);
+    return r;
+}
+
+/* load_state(NULL)'s choice (FALLBACK): after the candidate ld->dir failed verification on some process, whether that
+   was damage anywhere (agreed), and then either the error (desc.no_fallback) or a WARN and the candidate before it.
+   Returns ACCEL_OK with ld reset to the next candidate, or the result to return (the agreed error, NOT_FOUND when
+   none is left). */
+static accel_result accel__ckpt_load_fallback(accel_ckpt *ck, accel__ckpt_load *ld, accel_result r, int damaged,
+                                              const char *cdir, const accel__ckpt_ent *cands, int *ci,
+                                              long *skipped_num, int *none_left) {
+    accel *acc = ck->acc;
+    char why[ACCEL_ERROR_CAPACITY];
+    int64_t any = damaged;
+    accel_result r2 = accel_host_allreduce_i64(acc, &any, 1, ACCEL_HOST_MAX);
+    if (r2 != ACCEL_OK) return r2;
+    if (!any) return r; /* the registration, I/O, memory: not the checkpoint's damage */
+    accel__fmt(why, sizeof why, "%s", accel_last_error(acc));
+    if (ck->d.no_fallback)
+        return ACCEL__FAIL(acc, r, "load_state: the newest checkpoint %.400s failed verification and "
+                           "desc.no_fallback is set: %.600s", ld->dir, why);
+    if (acc->is_main_process)
+        accel_log(acc, ACCEL_LOG_WARN, "load_state: skipping %s (%s); loading the newest complete checkpoint before it",
+                  ld->dir, why);
+    if (cands[*ci].num > *skipped_num) *skipped_num = cands[*ci].num;
+    accel__ckpt_load_free(ck, ld);
+    memset(ld, 0, sizeof *ld);
+    ld->acc = acc;
+    if (--*ci < 0) {
+        *none_left = 1;
+        return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint under %.400s (damaged ones skipped)",
+                           cdir);
+    }
+    accel__fmt(ld->dir, sizeof ld->dir, "%s/%s", cdir, cands[*ci].name);
+    return ACCEL_OK;
+}
+
 ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_dir) {
     accel *acc;
     accel__ckpt_load ld;
+    accel__ckpt_ent *cands = NULL;
     char cdir[2200];
     accel_result r = ACCEL_OK;
-    int none_yet = 0;
+    int none_yet = 0, ci = -1, damaged = 0;
+    long skipped_num = -1;
     if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "load_state: ck is NULL");
     acc = ck->acc;
     if ((r = accel__ckpt_collect(ck)) != ACCEL_OK) return r; /* an async save in flight first */
     memset(&ld, 0, sizeof ld);
     ld.acc = acc;
     accel__fmt(cdir, sizeof cdir, "%s/checkpoints", ck->project_dir);
-    /* 1. which checkpoint */
+    /* 1. which checkpoint: the given one, or the newest checkpoint_<N> (FALLBACK: older ones when it is damaged) */
     if (input_dir) {
         if (strlen(input_dir) >= 2000)
             r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state: input_dir is too long");
         else accel__fmt(ld.dir, sizeof ld.dir, "%s", input_dir);
     } else {
-        r = accel_ckpt_latest(acc, cdir, ld.dir, sizeof ld.dir);
-        none_yet = r == ACCEL_ERR_NOT_FOUND;
+        r = accel__ckpt_list(acc, cdir, 1, &cands);
+        if (r == ACCEL_OK) ci = (int)stbds_arrlen(cands) - 1;
+        if (r == ACCEL_OK && ci < 0) {
+            none_yet = 1;
+            r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint under %.400s", cdir);
+        } else if (r == ACCEL_OK) {
+            accel__fmt(ld.dir, sizeof ld.dir, "%s/%s", cdir, cands[ci].name);
+        }
     }
-    /* 2. marker and sizes; read (small files) or map (safetensors) what is applied; verify every checksum on those
-       bytes (files not used here: from disk); then parse and check everything against the registration */
-    if (r == ACCEL_OK) r = accel__ckpt_check_complete(acc, ld.dir, 0, 0, &ld.marker);
-    if (r == ACCEL_OK) {
-        size_t nf = (size_t)stbds_arrlen(ld.marker.files);
-        ld.mf = (accel_st_file **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->models), sizeof *ld.mf);
-        ld.of = (accel_st_file **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->optims), sizeof *ld.of);
-        ld.blobs = (const char **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blobs);
-        ld.blob_n = (size_t *)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blob_n);
-        ld.read = (char **)accel__st_zalloc(acc, nf, sizeof *ld.read);
-        ld.mem = (const unsigned char **)accel__st_zalloc(acc, nf, sizeof *ld.mem);
-        ld.mem_n = (size_t *)accel__st_zalloc(acc, nf, sizeof *ld.mem_n);
-        if (!ld.mf || !ld.of || !ld.blobs || !ld.blob_n || !ld.read || !ld.mem || !ld.mem_n)
-            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
+    /* 2. check the candidate on every process (accel__ckpt_load_check); agree; fall back while it is damaged */
+    for (;;) {
+        if (r == ACCEL_OK) r = accel__ckpt_load_check(ck, &ld, &damaged);
+        r = accel__agree(acc, r, "load_state (verify)");
+        if (r == ACCEL_OK || ci < 0 || none_yet) break;
+        r = accel__ckpt_load_fallback(ck, &ld, r, damaged, cdir, cands, &ci, &skipped_num, &none_yet);
+        if (r != ACCEL_OK) break;
+        damaged = 0;
     }
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(&ld, "model", (int)stbds_arrlen(ck->models), ld.mf);
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(&ld, "optimizer", (int)stbds_arrlen(ck->optims), ld.of);
-    if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, &ld);
-    if (r == ACCEL_OK) r = accel__ckpt_load_read_state_files(ck, &ld);
-    if (r == ACCEL_OK) r = accel__ckpt_verify_files(acc, ld.dir, &ld.marker, ld.mem, ld.mem_n);
-    if (r == ACCEL_OK)
-        r = accel__ckpt_load_groups_check(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf, 0);
-    if (r == ACCEL_OK)
-        r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of, 1);
-    if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(&ld);
-    if (r == ACCEL_OK) r = accel__ckpt_load_training_state(&ld);
-    if (r == ACCEL_OK) r = accel__ckpt_load_sharded(ck, &ld);
-    r = accel__agree(acc, r, "load_state (verify)");
+    stbds_arrfree(cands);
     /* 3. apply (every process got this far): the objects as a transaction (all of them on every process, or none
        anywhere), then the tensors, then — once every process applied those — the Accelerator's training state,
        which was checked in step 2 and cannot fail */
@@ -2078,6 +2195,7 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
     }
     if (r == ACCEL_OK) r = accel__ckpt_load_training_state_apply(&ld);
     if (r == ACCEL_OK) ck->iteration = (int)ld.iteration + 1; /* policy 5: the next save does not collide */
+    if (skipped_num >= ck->iteration && skipped_num < INT_MAX) ck->iteration = (int)skipped_num + 1; /* nor skipped */
     accel__ckpt_load_free(ck, &ld);
     if (none_yet && r == ACCEL_ERR_NOT_FOUND && acc->is_main_process)
         accel_log(acc, ACCEL_LOG_INFO, "no checkpoint under %s: starting fresh", cdir);
