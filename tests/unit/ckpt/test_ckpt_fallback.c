@@ -10,7 +10,9 @@
    desc.no_fallback the damaged newest checkpoint is an error (ACCEL_ERR_FORMAT naming it) and nothing is applied.
    Controls: every checkpoint damaged → ACCEL_ERR_NOT_FOUND after a WARN per directory, nothing applied, the next
    save goes past them; a registration that does not match the (intact) newest checkpoint is an error, not a
-   fallback to an older one; an explicit input_dir that is damaged is an error. */
+   fallback to an older one; an explicit input_dir that is damaged is an error.
+     test_ckpt_fallback make PROJ   writes PROJ/checkpoints with checkpoint_8 and _9 intact, _10 with a bad checksum
+                                    and an empty _11 (check_ckpt_ls.py runs `accel ckpt ls` on it) */
 #include "accel_ckpt.h"
 #include "accel_test.h"
 #include "accel_test_fs.h"
@@ -217,11 +219,45 @@ static void test_controls(accel *acc) {
     accel_ckpt_destroy(r.ck);
 }
 
-int main(void) {
+static int make_folder(const char *proj) {
+    accel acc;
+    accel_desc d;
+    accel_ckpt_desc cd;
+    accel_ckpt *ck = NULL;
+    run r;
+    char p[1200];
+    int i;
+    memset(&d, 0, sizeof d);
+    d.no_mpi = 1;
+    if (accel_init(&acc, &d) != ACCEL_OK) return 1;
+    run_open(&acc, &r, proj, 0, ACCEL_F32);
+    accel_ckpt_destroy(r.ck);
+    memset(&cd, 0, sizeof cd);
+    cd.project_dir = proj;
+    cd.automatic_checkpoint_naming = 1;
+    cd.iteration = 8;
+    if (accel_ckpt_create(&acc, &cd, &ck) != ACCEL_OK || accel_ckpt_register_model(ck, &r.t, 1) != ACCEL_OK ||
+        accel_ckpt_register(ck, "sampler", s_save, s_load, &r.s) != ACCEL_OK)
+        return 1;
+    for (i = 0; i < 3; ++i) {
+        r.w[0] = (float)i;
+        if (accel_ckpt_save_state(ck, NULL, NULL, 0) != ACCEL_OK) return 1;
+    }
+    accel_ckpt_destroy(ck);
+    snprintf(p, sizeof p, "%s/checkpoints/checkpoint_10", proj);
+    damage(p, BAD_CHECKSUM);
+    snprintf(p, sizeof p, "%s/checkpoints/checkpoint_11", proj);
+    if (mkdir(p, 0777) != 0) return 1;
+    accel_shutdown(&acc);
+    return at_failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
     char tmpl[] = "/tmp/accel_ckpt_fallback_XXXXXX";
     accel acc;
     accel_desc d;
     int k;
+    if (argc == 3 && !strcmp(argv[1], "make")) return make_folder(argv[2]);
     if (!mkdtemp(tmpl)) { perror("mkdtemp"); return 1; }
     snprintf(g_root, sizeof g_root, "%s", tmpl);
     memset(&d, 0, sizeof d);
