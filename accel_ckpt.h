@@ -6,6 +6,7 @@
    CONTENTS
      USAGE
      STATE OF OTHER OBJECTS           the core's contract; your own objects
+     PRE-HOOKS                        extra files of your own (a tokenizer, a config) in every checkpoint
      FILES OF A CHECKPOINT DIRECTORY  Accelerate's names
      CRASH SAFETY
      FALLBACK                         a damaged newest checkpoint: the one before it, with a WARN
@@ -51,6 +52,24 @@
      and save_state keep that message and put the file in front of it: "load_state: my.bin: my_state: 12 bytes, …".
      State that every rank saves separately (a ZeRO shard: accel_zero.h) registers with accel_ckpt_register_sharded.
 
+   PRE-HOOKS (Accelerate's register_save_state_pre_hook / register_load_state_pre_hook)
+       static accel_result save_tok(void *user, const char *dir) {   // dir: where the checkpoint is being written
+           char p[4096]; snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+           return write_my_file(p, user) ? ACCEL_OK : accel_set_error(NULL, ACCEL_ERR_IO, "cannot write %s", p);
+       }
+       accel_ckpt_register_save_pre_hook(ck, save_tok, &tok);   // and _load_pre_hook(ck, load_tok, &tok)
+     A save pre-hook runs on every process in save_state, after the temporary directory exists and before accel's
+     own files are written (an async save: before the snapshot, so it adds to the stall). The files it writes there
+     (any process's, on a shared filesystem) become part of the checkpoint: listed with their size and checksum in
+     the marker, fsync'd before it, renamed into place with the rest, removed by rotation with the rest, verified by
+     load_state (a damaged one makes the checkpoint damaged: FALLBACK). They must be regular files whose names accel's
+     own files do not use and that do not start with '.' (else save_state fails with ACCEL_ERR_INVALID_ARGUMENT). A
+     load pre-hook runs on every process in load_state with the chosen checkpoint directory, after every file of it
+     was verified and before anything is applied (Accelerate calls it before loading too), so it reads verified
+     files. A failing hook fails save_state / load_state on every process: no checkpoint is published, nothing is
+     loaded; its message is kept ("save_state: save pre-hook 0: <its message>"). Accelerate's hooks also receive
+     the models and their state dicts; here the hook's user pointer carries whatever it needs.
+
    FILES OF A CHECKPOINT DIRECTORY (Accelerate's names, safetensors/JSON/bytes instead of pickles)
      model.safetensors, model_1.safetensors, …   registered models (metadata {"format":"pt"})        main process
      optimizer.safetensors, optimizer_1…          registered optimizer tensors (Accelerate: optimizer.bin)   main
@@ -60,6 +79,7 @@
                                                   (Accelerate: custom_checkpoint_<i>.pkl)                       main
      <name>_<rank>.bin                            every process: accel_ckpt_register_sharded objects (e.g. a ZeRO
                                                   shard of the optimizer state, accel_zero_state_save)
+     any other name                               files of save pre-hooks (PRE-HOOKS)
      random_states_<rank>.bin                     every process: its accel_state_save() bytes (ACCEL_STATE_BYTES:
                                                   step and optimizer/scheduler counters, sync flags, RNG seed and
                                                   offset; Accelerate: random_states_<rank>.pkl)
@@ -221,6 +241,15 @@ typedef accel_result (*accel_ckpt_load_all_fn)(void *obj, const void *const *buf
    (required). */
 ACCEL_API accel_result accel_ckpt_register_sharded(accel_ckpt *ck, const char *name, accel_state_save_fn save,
                                                    accel_ckpt_load_all_fn load, void *obj);
+/* Accelerate's register_save_state_pre_hook / register_load_state_pre_hook (PRE-HOOKS): hook(user, dir) runs on
+   every process in save_state before accel's files are written, dir = the checkpoint's temporary directory (files it
+   writes there become part of the checkpoint: in the marker, verified on load, renamed into place with the rest), and
+   in load_state once the checkpoint dir is chosen and verified, before anything is applied. A failure (recorded with
+   accel_set_error) fails the call on every process. Hooks run in registration order; every process registers the
+   same ones. */
+typedef accel_result (*accel_ckpt_hook_fn)(void *user, const char *dir);
+ACCEL_API accel_result accel_ckpt_register_save_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user);
+ACCEL_API accel_result accel_ckpt_register_load_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user);
 /* Collective. output_dir NULL → automatic naming (an existing target is an error). out_dir (may be NULL)
    receives the final directory. iteration += 1 after a successful save (as Accelerate). */
 ACCEL_API accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap);
@@ -290,6 +319,7 @@ typedef struct accel__ckpt_sobj {
     void *obj;
 } accel__ckpt_sobj;
 
+struct accel__ckpt_hook { accel_ckpt_hook_fn fn; void *user; };
 struct accel_ckpt {
     accel *acc;
     accel_ckpt_desc d;
@@ -299,6 +329,8 @@ struct accel_ckpt {
     accel__ckpt_sobj *sobjs;            /* accel_ckpt_register_sharded */
     int n_custom;
     int iteration;
+    struct accel__ckpt_hook *save_hooks, *load_hooks; /* stb_ds arrays: pre-hooks (PRE-HOOKS) */
+    int hook_files;                     /* save_state, owner: the files the save pre-hooks wrote (the marker's room) */
     struct accel__ckpt_async *as;       /* async saves: the writer thread and the snapshot (4. save_state) */
 };
 typedef struct accel__ckpt_async accel__ckpt_async;
@@ -325,6 +357,8 @@ ACCEL__DEF void accel_ckpt_destroy(accel_ckpt *ck) {
     stbds_arrfree(ck->optims);
     stbds_arrfree(ck->objs);
     stbds_arrfree(ck->sobjs);
+    stbds_arrfree(ck->save_hooks);
+    stbds_arrfree(ck->load_hooks);
     accel_host_free(ck->acc, ck);
 }
 ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc, accel_ckpt **out) {
@@ -483,6 +517,22 @@ ACCEL__DEF accel_result accel_ckpt_register_sharded(accel_ckpt *ck, const char *
 /* Root causes of registered callbacks. Whether a callback recorded a message at all is the core's error sequence
    (accel__error_seq: it moves with every failure recorded anywhere); where: on its object's Accelerator (normally
    ck->acc: its buffer changed) or, for an object without one, in the process-wide buffer (the manual's two places). */
+static accel_result accel__ckpt_add_hook(accel_ckpt *ck, struct accel__ckpt_hook **arr, accel_ckpt_hook_fn fn,
+                                         void *user, const char *what) {
+    struct accel__ckpt_hook h;
+    if (!ck || !fn) return ACCEL__FAIL(ck ? ck->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL argument", what);
+    h.fn = fn;
+    h.user = user;
+    if (ACCEL__ARR_PUT(*arr, h) != 0) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_ckpt_register_save_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user) {
+    return accel__ckpt_add_hook(ck, ck ? &ck->save_hooks : NULL, hook, user, "register_save_pre_hook");
+}
+ACCEL__DEF accel_result accel_ckpt_register_load_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user) {
+    return accel__ckpt_add_hook(ck, ck ? &ck->load_hooks : NULL, hook, user, "register_load_pre_hook");
+}
+
 typedef struct accel__ckpt_errmark { unsigned long seq; char own[ACCEL_ERROR_CAPACITY]; } accel__ckpt_errmark;
 static void accel__ckpt_errmark_now(const accel *acc, accel__ckpt_errmark *m) {
     m->seq = accel__error_seq();
@@ -500,6 +550,25 @@ static accel_result accel__ckpt_callback_failed(accel *acc, accel_result r, cons
     m = accel_last_error(NULL);
     if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
     return ACCEL__FAIL(acc, r, "%s: %s: %.700s", what, file, m);
+}
+
+/* Runs the pre-hooks of save_state or load_state (what) on dir, in registration order; the first failure is the
+   result, its message kept as a callback's ("save_state: save pre-hook 1: <its message>"). */
+static accel_result accel__ckpt_run_hooks(accel_ckpt *ck, const struct accel__ckpt_hook *hooks, const char *dir,
+                                          const char *what, const char *kind) {
+    int i;
+    for (i = 0; i < (int)stbds_arrlen(hooks); ++i) {
+        accel__ckpt_errmark mark;
+        accel_result r;
+        char which[48];
+        accel__ckpt_errmark_now(ck->acc, &mark);
+        r = hooks[i].fn(hooks[i].user, dir);
+        if (r != ACCEL_OK) {
+            accel__fmt(which, sizeof which, "%s pre-hook %d", kind, i);
+            return accel__ckpt_callback_failed(ck->acc, r, &mark, what, which);
+        }
+    }
+    return ACCEL_OK;
 }
 
 /* The Accelerator's own training state as a registered-like object (accel_state_save has the contract's shape). */
@@ -892,6 +961,45 @@ static int accel__ckpt_exists_not_dir(const char *p) {
     return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
+/* A name accel's own files of a checkpoint use (or may use on another process): a pre-hook must not write it. */
+static int accel__ckpt_reserved_name(const accel_ckpt *ck, const char *n) {
+    size_t l = strlen(n);
+    int i, st = l > 12 && !strcmp(n + l - 12, ".safetensors");
+    if (!strcmp(n, ACCEL__CKPT_MARKER) || !strcmp(n, "accelerator_state.json") || !strncmp(n, "random_states_", 14))
+        return 1;
+    if (st && (!strncmp(n, "model", 5) || !strncmp(n, "optimizer", 9))) return 1;
+    for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i)
+        if (!strcmp(n, ck->objs[i].name)) return 1;
+    for (i = 0; i < (int)stbds_arrlen(ck->sobjs); ++i)
+        if (accel__ckpt_is_sharded_file(n, ck->sobjs[i].name)) return 1;
+    return !strncmp(n, "custom_checkpoint_", 18);
+}
+/* Owner, after every process's save pre-hooks ran: what they wrote into tmp must be plain files with names accel's
+   own files do not use (those would be overwritten); their count makes room in the marker (ck->hook_files). */
+static accel_result accel__ckpt_hook_files(accel_ckpt *ck, const char *tmp) {
+    DIR *d = opendir(tmp);
+    struct dirent *de;
+    accel_result r = ACCEL_OK;
+    ck->hook_files = 0;
+    if (!d) return accel__io_fail(ck->acc, "cannot list", tmp);
+    while (r == ACCEL_OK && (de = readdir(d)) != NULL) {
+        char path[4200];
+        struct stat st;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
+        if (de->d_name[0] == '.' || lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || strlen(de->d_name) >= 96)
+            r = ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: a save pre-hook left %.400s: only "
+                            "regular files with names of < 96 bytes not starting with '.' can be part of a checkpoint",
+                            path);
+        else if (accel__ckpt_reserved_name(ck, de->d_name))
+            r = ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: a save pre-hook wrote %s, a name the "
+                            "checkpoint's own files use", de->d_name);
+        else ck->hook_files++;
+    }
+    closedir(d);
+    return r;
+}
+
 /* The owner checks the target and creates the empty temporary sibling. */
 static accel_result accel__ckpt_save_prepare(accel_ckpt *ck, const accel__ckpt_save_paths *sp) {
     accel *acc = ck->acc;
@@ -1114,7 +1222,7 @@ static accel_result accel__ckpt_job_build(accel_ckpt *ck, const accel__ckpt_save
                                 &job->files[f].head, &job->files[f].head_n);
     }
     /* the marker lists every process's files: room for this one's and (1 + ns) per process */
-    job->cap_written = job->nfiles + acc->num_processes * (1 + ns) + 16;
+    job->cap_written = job->nfiles + acc->num_processes * (1 + ns) + 16 + ck->hook_files;
     if (r == ACCEL_OK) {
         job->written = (accel__ckpt_written *)accel__st_zalloc(acc, (size_t)job->cap_written, sizeof *job->written);
         if (!job->written) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state");
@@ -1254,6 +1362,11 @@ static accel_result accel__ckpt_job_seal(accel__ckpt_job *job) {
         accel__fmt(w->name, sizeof w->name, "%s", de->d_name);
         accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
         e = accel__ckpt_hash_file_raw(path, &w->bytes, &w->hash);
+        if (e == 0) { /* another process's file (durable already) or a pre-hook's (maybe not): fsync it first */
+            int f = open(path, O_RDONLY | O_CLOEXEC);
+            e = f < 0 ? errno : fsync(f) != 0 ? errno : 0;
+            if (f >= 0) close(f);
+        }
         if (e != 0) {
             errno = e;
             r = accel__ckpt_job_io(job, "cannot read", path);
@@ -1644,6 +1757,15 @@ ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output
                         "checkpoint directory %.400s is not visible on this process (save_state needs a shared "
                         "filesystem, or save_on_each_node)",
                         sp.tmp);
+    /* 1b. save pre-hooks (every process) write into tmp; once all ran, the owner checks what they wrote */
+    ck->hook_files = 0;
+    if (stbds_arrlen(ck->save_hooks)) {
+        if (r == ACCEL_OK) r = accel__ckpt_run_hooks(ck, ck->save_hooks, sp.tmp, "save_state", "save");
+        r = accel__agree(acc, r, "save_state (pre-hooks)");
+        if (r == ACCEL_OK && sp.owner) r = accel__ckpt_hook_files(ck, sp.tmp);
+        r = accel__agree(acc, r, "save_state (pre-hook files)");
+        if (r != ACCEL_OK) return r;
+    }
     /* 2. the files: written now, or snapshotted and handed to the writer thread */
     job = async ? &ck->as->job : &sync_job;
     if (r == ACCEL_OK) r = accel__ckpt_job_build(ck, &sp, async, job);
@@ -2177,6 +2299,11 @@ ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_
         damaged = 0;
     }
     stbds_arrfree(cands);
+    /* 2b. load pre-hooks (every process), on the verified checkpoint, before anything is applied */
+    if (r == ACCEL_OK && stbds_arrlen(ck->load_hooks)) {
+        r = accel__ckpt_run_hooks(ck, ck->load_hooks, ld.dir, "load_state", "load");
+        r = accel__agree(acc, r, "load_state (pre-hooks)");
+    }
     /* 3. apply (every process got this far): the objects as a transaction (all of them on every process, or none
        anywhere), then the tensors, then — once every process applied those — the Accelerator's training state,
        which was checked in step 2 and cannot fail */
