@@ -759,6 +759,11 @@ ACCEL_API void accel_rng_next4(accel *acc, uint32_t out[4]);
 typedef accel_result (*accel_state_save_fn)(void *obj, void *buf, size_t cap, size_t *size);
 typedef accel_result (*accel_state_load_fn)(void *obj, const void *buf, size_t size);
 
+/* A finished span of work one module reports for another to record (accel_ckpt.h: an async save's snapshot and its
+   background write, for accel_profile.h's accel_prof_record_range): begin and end are accel_now() seconds. It may be
+   called from a module's helper thread, so an implementation must be thread-safe. */
+typedef void (*accel_range_fn)(void *user, const char *name, double begin, double end);
+
 /* The Accelerator's own training state — every counter above (step, sync_gradients, optimizer_step_was_skipped,
    optimizer_steps, scheduler_steps, scheduler_adjusted_steps) and this rank's RNG — as 80 little-endian bytes:
    "ACST", u32 version 1, i32 num_processes, i32 process_index, i32 step, i32 sync_gradients,
