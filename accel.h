@@ -11,6 +11,7 @@
      COMPILE-TIME OPTIONS
      ENVIRONMENT                  launcher detection; Accelerate's variables
      THE HOST PROCESS GROUP       MPI or a TCP store, with deadlines and agreement checks
+     SECURITY                     who may join a job (the store's admission, ACCEL_STORE_SECRET)
      DIFFERENCES FROM ACCELERATE
      THREADS AND STREAMS
      ERRORS AND LOGGING
@@ -111,6 +112,9 @@
      ACCEL_WITH_CUDA        the implementation TU may call the CUDA runtime even when compiled by a C compiler
                             (nvcc, i.e. __CUDACC__, implies it); kernels need nvcc
      ACCEL_WITH_NCCL        NCCL is available (used by accel_collectives.h)
+     ACCEL_WITH_OPENSSL     the implementation TU may call OpenSSL's libcrypto (link -lcrypto; meson defines it when
+                            libcrypto is found): the store and the NCCL bootstraps then admit peers by a secret
+                            (SECURITY below); without it they cannot check one
      ACCEL_NO_STB_DS_IMPLEMENTATION  your program compiles stb_ds's implementation itself (then accel's containers
                             use your STBDS_REALLOC/FREE); otherwise accel emits it once, routed to the allocator hooks
      ACCEL_ASSERT(x)        programmer-bug checks (default: assert); never used for runtime errors
@@ -152,14 +156,33 @@
      agreement checks): MPI when accel was launched under MPI (or MPI was initialized by the program); otherwise,
      under torchrun / `accel launch` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), a TCP store: rank 0 listens on
      MASTER_PORT (MASTER_PORT + 1 when torchrun's agent serves its own store there, TORCHELASTIC_USE_AGENT_STORE;
-     ACCEL_STORE_PORT overrides) and the others connect, retrying until the deadline; a process of another run
-     (TORCHELASTIC_RUN_ID / ACCEL_RUN_ID differ), a wrong WORLD_SIZE or a duplicate RANK is an error for every rank.
+     ACCEL_STORE_PORT overrides) of MASTER_ADDR's interface — of loopback when every rank is on this node
+     (LOCAL_WORLD_SIZE == WORLD_SIZE) — and the others connect, retrying until the deadline. A process joins only
+     after the admission in SECURITY; one that is refused (wrong secret, another run's TORCHELASTIC_RUN_ID /
+     ACCEL_RUN_ID, a wrong WORLD_SIZE, a RANK that has joined already: "the job is full") gets the reason and the job
+     goes on (rank 0's timeout message names the last refusal).
      accel_host_group_name says which ("mpi", "tcp", or a collectives backend that installed itself). Every host
      collective: (1) has a deadline (desc.collective_timeout_ms, default 1800000 = Accelerate's 30 min): a peer that
      never arrives gives ACCEL_ERR_TIMEOUT, after which the group refuses further calls (shut down); (2) first
      all-gathers a small header (what the call is, its size, root and this rank's status), so ranks calling
      different collectives or sizes get ACCEL_ERR_MISMATCH listing each rank's call, and a rank whose arguments were
      bad makes every rank fail (ACCEL_ERR_REMOTE with that rank's message) instead of a hang.
+
+   SECURITY (who may join a job: the TCP store, and accel_collectives.h's NCCL TCP and file bootstraps)
+     ACCEL_STORE_SECRET            the job's secret, the same for every process (`accel launch` makes a random one
+                                   per single-node job and hands it to its processes in the environment; torchrun and
+                                   Slurm users set it, e.g. to `openssl rand -hex 32`; at most 1024 bytes)
+     ACCEL_STORE_TRUSTED_NETWORK   boolean: a store that cannot check a secret may use a non-loopback address
+     Rank 0 sends each connection a fresh nonce; a peer answers with HMAC-SHA256(secret, both nonces, its world size,
+     rank and run id) and rank 0 answers with its own proof, so a stray — no secret, a wrong one, a replayed handshake
+     — is refused ("not admitted: wrong secret") before anything it says counts, never takes a rank or sees the NCCL
+     unique id, and cannot fail or stall setup: connections are served at once, each with its own 5 s deadline.
+     The MAC is OpenSSL's libcrypto (ACCEL_WITH_OPENSSL; link -lcrypto). Without a secret, or without the MAC in this
+     build, nobody can be checked: only the run id is compared, and the store and the TCP bootstrap refuse a
+     non-loopback address unless ACCEL_STORE_TRUSTED_NETWORK=1. Not protected: the traffic after admission is neither
+     encrypted nor authenticated (an on-path attacker can read and change it, as with PyTorch's and NCCL's own
+     traffic): run multi-node jobs on a network only the job's hosts use. The sockets of the store and the bootstraps
+     are close-on-exec: a program the trainer runs (system(), fork + exec) inherits none of them.
 
    DIFFERENCES FROM ACCELERATE (deliberate, see docs/semantics.md "Policies")
      - Multi-process CPU runs are MULTI_CPU whenever P > 1 and no GPU is used; Accelerate additionally requires
@@ -831,6 +854,12 @@ ACCEL_API int accel_free_port(void);
 #endif
 #ifdef ACCEL_WITH_CUDA
 #include <cuda_runtime_api.h>
+#endif
+#ifdef ACCEL_WITH_OPENSSL
+/* the MAC of the store's admission (HMAC-SHA256, CRYPTO_memcmp): libcrypto's one-shot calls, in 1.1 and 3.x */
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #endif
 #ifdef ACCEL_WITH_MPI
 /* the C API only: Open MPI's / MPICH's C++ bindings don't build warning-free as C++17/CUDA */
@@ -1600,14 +1629,37 @@ ACCEL__PRIVATE int accel__rmtree(const char *path) {
     if (rmdir(path) != 0) rc = -1;
     return rc;
 }
-/* Reads a whole file of at most `limit` bytes into *out (NUL-terminated, acc's allocator). */
+/* Opens a file that must be a regular file for reading (close-on-exec), st its fstat. O_NONBLOCK because open() of
+   a FIFO waits for a writer: a folder or an index from elsewhere can put one where a file is expected, and the
+   load would hang; a FIFO, device or directory is refused after the open, which then cannot block. Returns the
+   descriptor, or -1 with errno: the open's, or EINVAL for "not a regular file". Records nothing (thread-safe). */
+ACCEL__PRIVATE int accel__open_regular_fd(const char *path, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), flags;
+    if (fd < 0) return -1;
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    flags = fcntl(fd, F_GETFL, 0);
+    if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+/* The same with the message recorded: ACCEL_ERR_NOT_FOUND, ACCEL_ERR_IO (cannot open, not a regular file). */
+ACCEL__PRIVATE accel_result accel__open_regular(accel *acc, const char *path, struct stat *st, int *fd) {
+    *fd = accel__open_regular_fd(path, st);
+    if (*fd >= 0) return ACCEL_OK;
+    if (errno == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path);
+    if (errno == EINVAL) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%.400s is not a regular file", path);
+    return accel__io_fail(acc, "cannot open", path);
+}
+/* Reads a whole regular file of at most `limit` bytes into *out (NUL-terminated, acc's allocator). */
 ACCEL__PRIVATE accel_result accel__read_file(accel *acc, const char *path, char **out, size_t *n, size_t limit) {
-    int fd = open(path, O_RDONLY);
+    int fd;
     struct stat st;
     char *buf;
-    if (fd < 0) return errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path)
-                                       : accel__io_fail(acc, "cannot open", path);
-    if (fstat(fd, &st) != 0) { close(fd); return accel__io_fail(acc, "cannot stat", path); }
+    accel_result r = accel__open_regular(acc, path, &st, &fd);
+    if (r != ACCEL_OK) return r;
     if ((uint64_t)st.st_size > (uint64_t)limit) {
         close(fd);
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is %llu bytes, more than the %llu allowed", path,
@@ -1741,34 +1793,52 @@ ACCEL__PRIVATE int accel__sock_resolve(const char *addr, int port, struct sockad
     freeaddrinfo(res);
     return 0;
 }
-/* A listening socket on every interface of addr's family at port. -1 with errno on failure. */
+/* Every socket of the store and the bootstraps is close-on-exec: a program the trainer runs (a data tool, a shell)
+   must not inherit the store's listener or a rank's connection (it would keep the port and the job's stream open
+   after the trainer is gone, and could talk on them). */
+ACCEL__PRIVATE int accel__sock_new(int family) {
+#ifdef SOCK_CLOEXEC
+    return socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+#else
+    int fd = socket(family, SOCK_STREAM, 0);
+    if (fd >= 0) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+#endif
+}
+/* accept, close-on-exec (atomically with accept4 where it is declared; otherwise at once after accept). */
+ACCEL__PRIVATE int accel__sock_accept(int lfd) {
+#if defined(_GNU_SOURCE) && defined(SOCK_CLOEXEC)
+    return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+#else
+    int fd = accept(lfd, NULL, NULL);
+    if (fd >= 0) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+#endif
+}
+/* A listening socket on exactly ss (address and port: the interface MASTER_ADDR names, not every interface, so a
+   network the job does not use cannot reach it). -1 with errno on failure. */
 ACCEL__PRIVATE int accel__sock_listen(const struct sockaddr_storage *ss, int backlog) {
-    struct sockaddr_storage any;
-    socklen_t len;
-    int fd = socket(ss->ss_family, SOCK_STREAM, 0), one = 1;
+    socklen_t len = ss->ss_family == AF_INET6 ? (socklen_t)sizeof(struct sockaddr_in6)
+                                              : (socklen_t)sizeof(struct sockaddr_in);
+    int fd = accel__sock_new(ss->ss_family), one = 1;
     if (fd < 0) return -1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    memset(&any, 0, sizeof any);
-    if (ss->ss_family == AF_INET6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&any;
-        a->sin6_family = AF_INET6;
-        a->sin6_addr = in6addr_any;
-        a->sin6_port = ((const struct sockaddr_in6 *)ss)->sin6_port;
-        len = sizeof *a;
-    } else {
-        struct sockaddr_in *a = (struct sockaddr_in *)&any;
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_ANY);
-        a->sin_port = ((const struct sockaddr_in *)ss)->sin_port;
-        len = sizeof *a;
-    }
-    if (bind(fd, (struct sockaddr *)&any, len) != 0 || listen(fd, backlog) != 0) {
+    if (bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, backlog) != 0) {
         int e = errno;
         close(fd);
         errno = e;
         return -1;
     }
     return fd;
+}
+/* 1 when ss is a loopback address (127.0.0.0/8, ::1, ::ffff:127.x): reachable from this host only. */
+ACCEL__PRIVATE int accel__sock_is_loopback(const struct sockaddr_storage *ss) {
+    if (ss->ss_family == AF_INET) return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
 }
 /* Connects, retrying every 50 ms until the deadline (the listener may start later). -1 at the deadline. */
 ACCEL__PRIVATE int accel__sock_connect(const struct sockaddr_storage *ss, socklen_t sl, double deadline) {
@@ -1777,7 +1847,7 @@ ACCEL__PRIVATE int accel__sock_connect(const struct sockaddr_storage *ss, sockle
         socklen_t el = sizeof err;
         struct pollfd pfd;
         if (left == 0) return -1;
-        fd = socket(ss->ss_family, SOCK_STREAM, 0);
+        fd = accel__sock_new(ss->ss_family);
         if (fd < 0) return -1;
         flags = fcntl(fd, F_GETFL, 0);
         fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -2223,16 +2293,39 @@ static const accel__transport accel__mpi_transport = {"mpi", accel__mpi_tp_allga
    (u32 magic "ACS1", u16 kind, u16 op, u32 rank, u32 seq, u64 len) and len payload bytes. A collective: every rank
    sends its contribution (an OP frame) to the hub; the hub checks each frame (kind, op, sender, sequence number,
    length) and answers every rank with the RESULT, or with an ERROR frame naming the rank that failed (closed its
-   connection, sent garbage, missed the deadline) so every rank fails with the same cause. Setup: each rank sends a
-   HELLO (version, world size, rank, run id) and waits for the hub's WELCOME; a stray connection that is not an
-   accel rank is dropped, a wrong rank, world size or run id is an error for the whole job. */
+   connection, sent garbage, missed the deadline) so every rank fails with the same cause. Setup is the admission
+   below: a rank joins only after it proved that it knows the job's secret; anyone else is refused and the job goes
+   on. */
 #define ACCEL__ST_MAGIC 0x31534341u /* "ACS1" */
 #define ACCEL__ST_HDR 24
-#define ACCEL__ST_VERSION 1u
+#define ACCEL__ST_VERSION 2u        /* 2: the challenge-response admission */
 #define ACCEL__ST_MAX_PAYLOAD ((uint64_t)1 << 30)
 #define ACCEL__ST_MAX_TOKEN 256u
-enum { ACCEL__ST_HELLO = 1, ACCEL__ST_WELCOME, ACCEL__ST_OP, ACCEL__ST_RESULT, ACCEL__ST_ERROR };
+enum { ACCEL__ST_HELLO = 1, ACCEL__ST_WELCOME, ACCEL__ST_OP, ACCEL__ST_RESULT, ACCEL__ST_ERROR, ACCEL__ST_CHALLENGE };
 enum { ACCEL__ST_OP_ALLGATHER = 1, ACCEL__ST_OP_ALLGATHERV, ACCEL__ST_OP_BCAST };
+#define ACCEL__ST_ERR_REFUSED 1     /* op of an ERROR frame that refuses admission (the other ERRORs fail a job) */
+
+/* ---- admission: who may join a rendezvous (the store; accel_collectives.h's NCCL TCP and file bootstraps).
+   The processes of a job share a secret (ACCEL_STORE_SECRET: `accel launch` makes one per job; torchrun/Slurm users
+   set it) and a run id. Rank 0 sends every connection a CHALLENGE (a fresh 32-byte nonce); the peer answers with a
+   HELLO (version, world size, rank, its own nonce, run id and a proof: HMAC-SHA256(secret, "client", label, both
+   nonces, world size, rank, run id)); rank 0 checks the proof before anything else the peer says, and its WELCOME
+   carries rank 0's own proof ("server", the same values and the payload) so a process squatting rank 0's port can
+   neither pose as rank 0 nor learn anything. A fresh nonce per connection makes a recorded handshake worthless; the
+   label keeps a store proof from opening a bootstrap. Rank 0 serves all connections at once (poll), each with its
+   own deadline, so idle or slow strays delay nobody; a refused peer is told why ("not admitted: wrong secret", "the
+   job is full") and the job goes on. Without a secret, or in a build without ACCEL_WITH_OPENSSL, peers cannot be
+   checked: only the run id is compared (a peer of another run is refused), and only a loopback address may be used
+   unless ACCEL_STORE_TRUSTED_NETWORK declares the network trusted. Not protected: the traffic after admission is
+   neither encrypted nor authenticated — an on-path attacker can read and change it (as with PyTorch's and NCCL's own
+   traffic: use a trusted network). */
+#define ACCEL__ADMIT_NONCE 32
+#define ACCEL__ADMIT_MAC 32
+#define ACCEL__ADMIT_MAX_SECRET 1024
+#define ACCEL__ADMIT_HELLO_FIXED (20 + 2 * ACCEL__ADMIT_NONCE) /* 5 u32, nonce, proof; then the run id */
+#define ACCEL__ADMIT_GREET 5.0    /* seconds a connection has for its HELLO (real ranks answer in microseconds) */
+#define ACCEL__ADMIT_PENDING 256  /* handshakes at once; a newer connection evicts the oldest (floods cannot starve) */
+#define ACCEL__ADMIT_BACKLOG 4096 /* the listen queue (the kernel caps it at net.core.somaxconn) */
 
 typedef struct accel__st_frame {
     uint32_t magic;
@@ -2251,7 +2344,10 @@ ACCEL__PRIVATE int accel__store_parse_header(const unsigned char *b, size_t n, a
     f->seq = accel__get_u32(b + 12);
     f->len = accel__get_u64(b + 16);
     if (f->magic != ACCEL__ST_MAGIC) { accel__fmt(why, cap, "bytes that are not an accel store frame (magic 0x%08x)", (unsigned)f->magic); return -1; }
-    if (f->kind < ACCEL__ST_HELLO || f->kind > ACCEL__ST_ERROR) { accel__fmt(why, cap, "an unknown frame kind %u", (unsigned)f->kind); return -1; }
+    if (f->kind < ACCEL__ST_HELLO || f->kind > ACCEL__ST_CHALLENGE) {
+        accel__fmt(why, cap, "an unknown frame kind %u", (unsigned)f->kind);
+        return -1;
+    }
     if (f->len > ACCEL__ST_MAX_PAYLOAD) {
         accel__fmt(why, cap, "a frame of %llu bytes (the limit is 1 GiB)", (unsigned long long)f->len);
         return -1;
@@ -2260,26 +2356,13 @@ ACCEL__PRIVATE int accel__store_parse_header(const unsigned char *b, size_t n, a
         accel__fmt(why, cap, "an unknown operation %u", (unsigned)f->op);
         return -1;
     }
-    if (f->kind == ACCEL__ST_HELLO && (f->len < 16 || f->len > 16 + ACCEL__ST_MAX_TOKEN)) {
+    if (f->kind == ACCEL__ST_HELLO &&
+        (f->len < ACCEL__ADMIT_HELLO_FIXED || f->len > ACCEL__ADMIT_HELLO_FIXED + ACCEL__ST_MAX_TOKEN)) {
         accel__fmt(why, cap, "a HELLO of %llu bytes", (unsigned long long)f->len);
         return -1;
     }
-    return 0;
-}
-/* HELLO payload: u32 version, u32 world size, u32 rank, u32 token length, token. Untrusted (fuzzed). */
-ACCEL__PRIVATE int accel__store_parse_hello(const unsigned char *p, uint64_t len, uint32_t *world, uint32_t *rank,
-                                            const unsigned char **token, uint32_t *token_len, char *why, size_t cap) {
-    uint32_t v;
-    if (len < 16) { accel__fmt(why, cap, "a HELLO of %llu bytes", (unsigned long long)len); return -1; }
-    v = accel__get_u32(p);
-    *world = accel__get_u32(p + 4);
-    *rank = accel__get_u32(p + 8);
-    *token_len = accel__get_u32(p + 12);
-    *token = p + 16;
-    if (v != ACCEL__ST_VERSION) { accel__fmt(why, cap, "store protocol version %u (this build speaks %u)", (unsigned)v, ACCEL__ST_VERSION); return -1; }
-    if (*token_len > ACCEL__ST_MAX_TOKEN || (uint64_t)*token_len != len - 16) {
-        accel__fmt(why, cap, "a HELLO whose run id length %u does not match its %llu bytes", (unsigned)*token_len,
-                   (unsigned long long)len);
+    if (f->kind == ACCEL__ST_CHALLENGE && f->len != 4 + ACCEL__ADMIT_NONCE) {
+        accel__fmt(why, cap, "a CHALLENGE of %llu bytes", (unsigned long long)f->len);
         return -1;
     }
     return 0;
@@ -2293,6 +2376,381 @@ static void accel__store_put_header(unsigned char *b, int kind, int op, uint32_t
     accel__put_u64(b + 16, len);
 }
 
+/* The run id both sides must share: a process of another job (on the same port, with the same secret) is refused. */
+static const char *accel__store_run_id(void) {
+    const char *s = getenv("TORCHELASTIC_RUN_ID");
+    if (!s || !*s) s = getenv("ACCEL_RUN_ID");
+    return s ? s : "";
+}
+
+typedef struct accel__admit {
+    const char *label;                       /* "store", "nccl-tcp", "nccl-file": a proof is valid for one only */
+    char secret[ACCEL__ADMIT_MAX_SECRET + 1]; /* ACCEL_STORE_SECRET, copied (the program may change its environment) */
+    size_t secret_len;
+    char run_id[ACCEL__ST_MAX_TOKEN + 1];
+    size_t run_len;
+    int keyed;   /* a secret is set and this build has the MAC: peers are checked */
+    int trusted; /* ACCEL_STORE_TRUSTED_NETWORK: an unchecked rendezvous may use a non-loopback address */
+} accel__admit;
+
+/* The job's secret, run id and trust setting, from the environment. */
+ACCEL__PRIVATE accel_result accel__admit_init(accel *acc, accel__admit *a, const char *label) {
+    const char *s = getenv("ACCEL_STORE_SECRET"), *run = accel__store_run_id();
+    const char *t = getenv("ACCEL_STORE_TRUSTED_NETWORK");
+    memset(a, 0, sizeof *a);
+    a->label = label;
+    if (strlen(run) > ACCEL__ST_MAX_TOKEN)
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "the run id (TORCHELASTIC_RUN_ID / ACCEL_RUN_ID) is longer than "
+                           "%u bytes", ACCEL__ST_MAX_TOKEN);
+    a->run_len = strlen(run);
+    memcpy(a->run_id, run, a->run_len + 1);
+    if (t && *t) {
+        int b = accel_parse_bool(t);
+        if (b < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_STORE_TRUSTED_NETWORK=\"%.100s\" is not a boolean",
+                               t);
+        a->trusted = b;
+    }
+    if (s && *s) {
+        if (strlen(s) > ACCEL__ADMIT_MAX_SECRET)
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_STORE_SECRET is longer than %d bytes",
+                               ACCEL__ADMIT_MAX_SECRET);
+        a->secret_len = strlen(s);
+        memcpy(a->secret, s, a->secret_len + 1);
+#ifdef ACCEL_WITH_OPENSSL
+        a->keyed = 1;
+#else
+        accel_log(acc, ACCEL_LOG_DEBUG, "ACCEL_STORE_SECRET is set but this build has no MAC library "
+                  "(ACCEL_WITH_OPENSSL): peers are not checked");
+#endif
+    }
+    return ACCEL_OK;
+}
+
+/* An unchecked rendezvous (no secret, or no MAC in this build) stays on loopback unless the network is trusted. */
+ACCEL__PRIVATE accel_result accel__admit_policy(accel *acc, const accel__admit *a, const struct sockaddr_storage *ss,
+                                                const char *what, const char *where) {
+    if (a->keyed || a->trusted || accel__sock_is_loopback(ss)) return ACCEL_OK;
+    return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "%s (%s): refusing a non-loopback address without admission "
+                       "control: %s, or set ACCEL_STORE_TRUSTED_NETWORK=1 if only trusted hosts can reach this network "
+                       "(README: Security)", what, where,
+                       a->secret_len ? "ACCEL_STORE_SECRET is set but this build cannot check it (compile the "
+                                       "ACCEL_IMPLEMENTATION TU with -DACCEL_WITH_OPENSSL and link -lcrypto)"
+                                     : "set ACCEL_STORE_SECRET to the same random value for every process of the job");
+}
+
+/* Nonces: the kernel's random bytes. 0 ok. */
+ACCEL__PRIVATE int accel__random_bytes(void *buf, size_t n) {
+    unsigned char *p = (unsigned char *)buf;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    while (n > 0) {
+        ssize_t k = read(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { close(fd); return -1; }
+        p += k;
+        n -= (size_t)k;
+    }
+    close(fd);
+    return 0;
+}
+
+/* proof = HMAC-SHA256(secret, every field length-prefixed: role, label, n1, n2, world, rank, run id, body); NULL
+   nonces count as zeros. 0 ok, -1 when this build has no MAC (or libcrypto failed). */
+ACCEL__PRIVATE int accel__admit_mac(const accel__admit *a, const char *role, const unsigned char *n1,
+                                    const unsigned char *n2, uint32_t world, uint32_t rank, const unsigned char *run,
+                                    size_t run_len, const void *body, size_t blen,
+                                    unsigned char out[ACCEL__ADMIT_MAC]) {
+#ifdef ACCEL_WITH_OPENSSL
+    unsigned char small[1024], *t = small;
+    size_t rl = strlen(role), ll = strlen(a->label), n = 0;
+    size_t need = 4 + rl + 4 + ll + 2 * ACCEL__ADMIT_NONCE + 8 + 4 + run_len + 8 + blen;
+    unsigned int ol = 0;
+    int ok;
+    if (need > sizeof small) {
+        t = (unsigned char *)accel_host_alloc(NULL, need);
+        if (!t) return -1;
+    }
+    accel__put_u32(t + n, (uint32_t)rl); memcpy(t + n + 4, role, rl); n += 4 + rl;
+    accel__put_u32(t + n, (uint32_t)ll); memcpy(t + n + 4, a->label, ll); n += 4 + ll;
+    if (n1) memcpy(t + n, n1, ACCEL__ADMIT_NONCE); else memset(t + n, 0, ACCEL__ADMIT_NONCE);
+    n += ACCEL__ADMIT_NONCE;
+    if (n2) memcpy(t + n, n2, ACCEL__ADMIT_NONCE); else memset(t + n, 0, ACCEL__ADMIT_NONCE);
+    n += ACCEL__ADMIT_NONCE;
+    accel__put_u32(t + n, world); accel__put_u32(t + n + 4, rank); n += 8;
+    accel__put_u32(t + n, (uint32_t)run_len); if (run_len) memcpy(t + n + 4, run, run_len); n += 4 + run_len;
+    accel__put_u64(t + n, (uint64_t)blen); if (blen) memcpy(t + n + 8, body, blen); n += 8 + blen;
+    ok = HMAC(EVP_sha256(), a->secret, (int)a->secret_len, t, n, out, &ol) != NULL && ol == ACCEL__ADMIT_MAC;
+    if (t != small) accel_host_free(NULL, t);
+    return ok ? 0 : -1;
+#else
+    (void)a; (void)role; (void)n1; (void)n2; (void)world; (void)rank; (void)run; (void)run_len; (void)body; (void)blen;
+    memset(out, 0, ACCEL__ADMIT_MAC);
+    return -1;
+#endif
+}
+/* Constant-time comparison of two proofs. 1 when equal. */
+ACCEL__PRIVATE int accel__admit_same(const unsigned char *x, const unsigned char *y) {
+#ifdef ACCEL_WITH_OPENSSL
+    return CRYPTO_memcmp(x, y, ACCEL__ADMIT_MAC) == 0;
+#else
+    unsigned d = 0;
+    int i;
+    for (i = 0; i < ACCEL__ADMIT_MAC; ++i) d |= (unsigned)(x[i] ^ y[i]);
+    return d == 0;
+#endif
+}
+
+/* Rank 0's CHALLENGE frame for one connection (out: ACCEL__ST_HDR + 4 + nonce bytes). */
+ACCEL__PRIVATE size_t accel__admit_challenge(const unsigned char *nonce, unsigned char *out) {
+    accel__store_put_header(out, ACCEL__ST_CHALLENGE, 0, 0, 0, 4 + ACCEL__ADMIT_NONCE);
+    accel__put_u32(out + ACCEL__ST_HDR, ACCEL__ST_VERSION);
+    memcpy(out + ACCEL__ST_HDR + 4, nonce, ACCEL__ADMIT_NONCE);
+    return ACCEL__ST_HDR + 4 + ACCEL__ADMIT_NONCE;
+}
+/* A peer reads a CHALLENGE payload (untrusted: it may come from whoever holds the port). 0 and the nonce, or -1. */
+ACCEL__PRIVATE int accel__admit_parse_challenge(const unsigned char *p, uint64_t len, unsigned char *nonce, char *why,
+                                                size_t cap) {
+    if (len != 4 + ACCEL__ADMIT_NONCE) {
+        accel__fmt(why, cap, "a CHALLENGE of %llu bytes", (unsigned long long)len);
+        return -1;
+    }
+    if (accel__get_u32(p) != ACCEL__ST_VERSION) {
+        accel__fmt(why, cap, "protocol version %u (this build speaks %u)", (unsigned)accel__get_u32(p),
+                   ACCEL__ST_VERSION);
+        return -1;
+    }
+    memcpy(nonce, p + 4, ACCEL__ADMIT_NONCE);
+    return 0;
+}
+/* The peer's HELLO frame answering srv_nonce (out: ACCEL__ST_HDR + HELLO_FIXED + MAX_TOKEN bytes); its length. */
+ACCEL__PRIVATE size_t accel__admit_put_hello(const accel__admit *a, uint32_t world, uint32_t rank,
+                                             const unsigned char *srv_nonce, const unsigned char *cli_nonce,
+                                             unsigned char *out) {
+    unsigned char *p = out + ACCEL__ST_HDR;
+    size_t len = ACCEL__ADMIT_HELLO_FIXED + a->run_len;
+    accel__store_put_header(out, ACCEL__ST_HELLO, 0, rank, 0, len);
+    accel__put_u32(p, ACCEL__ST_VERSION);
+    accel__put_u32(p + 4, world);
+    accel__put_u32(p + 8, rank);
+    accel__put_u32(p + 12, (uint32_t)a->keyed);
+    accel__put_u32(p + 16, (uint32_t)a->run_len);
+    memcpy(p + 20, cli_nonce, ACCEL__ADMIT_NONCE);
+    memset(p + 20 + ACCEL__ADMIT_NONCE, 0, ACCEL__ADMIT_MAC);
+    if (a->keyed && accel__admit_mac(a, "client", srv_nonce, cli_nonce, world, rank, (const unsigned char *)a->run_id,
+                                     a->run_len, NULL, 0, p + 20 + ACCEL__ADMIT_NONCE) != 0)
+        memset(p + 20 + ACCEL__ADMIT_NONCE, 0, ACCEL__ADMIT_MAC); /* refused by rank 0 as a wrong secret */
+    memcpy(p + ACCEL__ADMIT_HELLO_FIXED, a->run_id, a->run_len);
+    return ACCEL__ST_HDR + len;
+}
+/* Rank 0's WELCOME payload prefix for an admitted peer (u32 flags, then rank 0's proof over body when keyed; out:
+   4 + ACCEL__ADMIT_MAC bytes): its length, or 0 when the MAC failed. The body follows it in the same frame. */
+ACCEL__PRIVATE size_t accel__admit_put_welcome(const accel__admit *a, uint32_t world, uint32_t rank,
+                                           const unsigned char *srv_nonce, const unsigned char *cli_nonce,
+                                           const void *body, size_t blen, unsigned char *out) {
+    accel__put_u32(out, (uint32_t)a->keyed);
+    if (!a->keyed) return 4;
+    if (accel__admit_mac(a, "server", cli_nonce, srv_nonce, world, rank, (const unsigned char *)a->run_id, a->run_len,
+                         body, blen, out + 4) != 0)
+        return 0;
+    return 4 + ACCEL__ADMIT_MAC;
+}
+/* A peer checks rank 0's WELCOME payload (untrusted): 0 with the body that follows the proof, or -1 and why. */
+ACCEL__PRIVATE int accel__admit_check_welcome(const accel__admit *a, const unsigned char *p, uint64_t len,
+                                              const unsigned char *srv_nonce, const unsigned char *cli_nonce,
+                                              uint32_t world, uint32_t rank, const unsigned char **body, size_t *blen,
+                                              char *why, size_t cap) {
+    uint32_t flags;
+    unsigned char want[ACCEL__ADMIT_MAC];
+    size_t off;
+    if (len < 4) { accel__fmt(why, cap, "a WELCOME of %llu bytes", (unsigned long long)len); return -1; }
+    flags = accel__get_u32(p);
+    if (flags > 1 || (flags && len < 4 + ACCEL__ADMIT_MAC)) {
+        accel__fmt(why, cap, "a malformed WELCOME (flags %u, %llu bytes)", (unsigned)flags, (unsigned long long)len);
+        return -1;
+    }
+    off = flags ? 4 + ACCEL__ADMIT_MAC : 4;
+    if (a->keyed) {
+        if (!flags || accel__admit_mac(a, "server", cli_nonce, srv_nonce, world, rank, (const unsigned char *)a->run_id,
+                                       a->run_len, p + off, (size_t)len - off, want) != 0 ||
+            !accel__admit_same(want, p + 4)) {
+            accel__fmt(why, cap, "rank 0 could not prove that it knows the job's secret (not this job's rank 0, or its "
+                       "ACCEL_STORE_SECRET differs)");
+            return -1;
+        }
+    }
+    *body = p + off;
+    *blen = (size_t)len - off;
+    return 0;
+}
+
+/* ---- a sealed blob: what rank 0 leaves for the others on a shared filesystem (the NCCL file bootstrap): "ACCELNB2",
+   u32 flags (1: keyed), nonce, proof, u32 run id length, run id, u64 size, the bytes. The proof is rank 0's MAC over
+   the nonce, the run id and the bytes: a file that someone without the secret wrote, or one of another run, is
+   not this job's. The writer also makes it readable by its own user only (0600). */
+#define ACCEL__SEAL_MAGIC "ACCELNB2"
+#define ACCEL__SEAL_FIXED (8 + 4 + ACCEL__ADMIT_NONCE + ACCEL__ADMIT_MAC + 4)
+ACCEL__PRIVATE accel_result accel__admit_seal(accel *acc, const accel__admit *a, const void *data, size_t n,
+                                              unsigned char **out, size_t *len) {
+    unsigned char *b, *p;
+    size_t total = ACCEL__SEAL_FIXED + a->run_len + 8 + n;
+    *out = NULL;
+    *len = 0;
+    b = (unsigned char *)accel_host_alloc(acc, total);
+    if (!b) return ACCEL_ERR_OUT_OF_MEMORY;
+    memcpy(b, ACCEL__SEAL_MAGIC, 8);
+    accel__put_u32(b + 8, (uint32_t)a->keyed);
+    p = b + 12;
+    if (accel__random_bytes(p, ACCEL__ADMIT_NONCE) != 0) {
+        accel_host_free(acc, b);
+        return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s: cannot read /dev/urandom", a->label);
+    }
+    memset(p + ACCEL__ADMIT_NONCE, 0, ACCEL__ADMIT_MAC);
+    if (a->keyed && accel__admit_mac(a, "server", p, NULL, 0, 0, (const unsigned char *)a->run_id, a->run_len, data, n,
+                                     p + ACCEL__ADMIT_NONCE) != 0) {
+        accel_host_free(acc, b);
+        return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s: the MAC failed", a->label);
+    }
+    p += ACCEL__ADMIT_NONCE + ACCEL__ADMIT_MAC;
+    accel__put_u32(p, (uint32_t)a->run_len);
+    memcpy(p + 4, a->run_id, a->run_len);
+    p += 4 + a->run_len;
+    accel__put_u64(p, (uint64_t)n);
+    if (n) memcpy(p + 8, data, n);
+    *out = b;
+    *len = total;
+    return ACCEL_OK;
+}
+/* Reads a sealed blob (untrusted bytes, fuzzed): 0 with its bytes in *body, *blen; -1 and why when it is not this
+   job's (not a sealed blob, another run's, sealed without this job's secret). */
+ACCEL__PRIVATE int accel__admit_unseal(const accel__admit *a, const unsigned char *b, size_t n,
+                                       const unsigned char **body, size_t *blen, char *why, size_t cap) {
+    const unsigned char *nonce, *proof, *p;
+    uint32_t flags, rl;
+    uint64_t sz;
+    if (n < ACCEL__SEAL_FIXED + 8 || memcmp(b, ACCEL__SEAL_MAGIC, 8) != 0) {
+        accel__fmt(why, cap, "not an accel bootstrap file");
+        return -1;
+    }
+    flags = accel__get_u32(b + 8);
+    nonce = b + 12;
+    proof = nonce + ACCEL__ADMIT_NONCE;
+    rl = accel__get_u32(proof + ACCEL__ADMIT_MAC);
+    if (flags > 1 || rl > ACCEL__ST_MAX_TOKEN || (size_t)rl > n - ACCEL__SEAL_FIXED - 8) {
+        accel__fmt(why, cap, "a malformed accel bootstrap file");
+        return -1;
+    }
+    p = b + ACCEL__SEAL_FIXED;
+    sz = accel__get_u64(p + rl);
+    if (sz != (uint64_t)(n - ACCEL__SEAL_FIXED - rl - 8)) {
+        accel__fmt(why, cap, "an accel bootstrap file of %zu bytes that says it holds %llu", n, (unsigned long long)sz);
+        return -1;
+    }
+    if ((size_t)rl != a->run_len || memcmp(p, a->run_id, rl) != 0) {
+        accel__fmt(why, cap, "a file of another run (its TORCHELASTIC_RUN_ID / ACCEL_RUN_ID differs from this job's)");
+        return -1;
+    }
+    if (a->keyed) {
+        unsigned char want[ACCEL__ADMIT_MAC];
+        if (!flags || accel__admit_mac(a, "server", nonce, NULL, 0, 0, p, rl, p + rl + 8, (size_t)sz, want) != 0 ||
+            !accel__admit_same(want, proof)) {
+            accel__fmt(why, cap, "a file not written with this job's secret (ACCEL_STORE_SECRET)");
+            return -1;
+        }
+    } else if (flags) {
+        accel__fmt(why, cap, "a file sealed with a secret, and this process has none (ACCEL_STORE_SECRET)");
+        return -1;
+    }
+    *body = p + rl + 8;
+    *blen = (size_t)sz;
+    return 0;
+}
+
+/* Rank 0's side of one connection: the HELLO arrives in pieces (bytes are fed as they come, never waited for). */
+typedef struct accel__admit_conn {
+    int fd;
+    double deadline;
+    unsigned char nonce[ACCEL__ADMIT_NONCE]; /* the challenge sent to it */
+    size_t got;
+    unsigned char in[ACCEL__ST_HDR + ACCEL__ADMIT_HELLO_FIXED + ACCEL__ST_MAX_TOKEN];
+} accel__admit_conn;
+typedef struct accel__admit_hello {
+    uint32_t world, rank;
+    const unsigned char *nonce; /* the peer's (inside the connection's buffer) */
+} accel__admit_hello;
+enum { ACCEL__ADMIT_OK = 0, ACCEL__ADMIT_DROP, ACCEL__ADMIT_REFUSE, ACCEL__ADMIT_MORE, ACCEL__ADMIT_KEPT,
+       ACCEL__ADMIT_DONE };
+
+/* Bytes the connection's HELLO still needs (0: complete), or -1 when what came is not a HELLO. */
+ACCEL__PRIVATE long accel__admit_need(const accel__admit_conn *c) {
+    accel__st_frame f;
+    char why[8];
+    if (c->got < ACCEL__ST_HDR) return (long)(ACCEL__ST_HDR - c->got);
+    if (accel__store_parse_header(c->in, ACCEL__ST_HDR, &f, why, sizeof why) != 0 || f.kind != ACCEL__ST_HELLO)
+        return -1;
+    return (long)(ACCEL__ST_HDR + (size_t)f.len - c->got); /* the header check bounds a HELLO's length */
+}
+/* Feeds n received bytes; returns how many it took (never past the HELLO). */
+ACCEL__PRIVATE size_t accel__admit_feed(accel__admit_conn *c, const unsigned char *b, size_t n) {
+    size_t took = 0;
+    for (;;) {
+        long need = accel__admit_need(c);
+        size_t k;
+        if (need <= 0 || took == n) return took;
+        k = (size_t)need < n - took ? (size_t)need : n - took;
+        memcpy(c->in + c->got, b + took, k);
+        c->got += k;
+        took += k;
+    }
+}
+/* A complete HELLO, checked (untrusted bytes, fuzzed). The proof first: nothing else a peer says counts before it.
+   ACCEL__ADMIT_OK (h filled), _DROP (not an accel peer: close silently) or _REFUSE (why goes back to the peer; it
+   never contains what rank 0 expected). */
+ACCEL__PRIVATE int accel__admit_check(const accel__admit *a, const accel__admit_conn *c, accel__admit_hello *h,
+                                      char *why, size_t cap) {
+    const unsigned char *p = c->in + ACCEL__ST_HDR;
+    uint32_t version, flags, tlen;
+    if (accel__admit_need(c) != 0) { accel__fmt(why, cap, "an incomplete HELLO"); return ACCEL__ADMIT_DROP; }
+    version = accel__get_u32(p);
+    h->world = accel__get_u32(p + 4);
+    h->rank = accel__get_u32(p + 8);
+    flags = accel__get_u32(p + 12);
+    tlen = accel__get_u32(p + 16);
+    h->nonce = p + 20;
+    if (version != ACCEL__ST_VERSION) {
+        accel__fmt(why, cap, "not admitted: protocol version %u (this build speaks %u)", (unsigned)version,
+                   ACCEL__ST_VERSION);
+        return ACCEL__ADMIT_REFUSE;
+    }
+    if (flags > 1 || (size_t)tlen != c->got - ACCEL__ST_HDR - ACCEL__ADMIT_HELLO_FIXED) {
+        accel__fmt(why, cap, "a malformed HELLO (flags %u, run id of %u bytes)", (unsigned)flags, (unsigned)tlen);
+        return ACCEL__ADMIT_DROP;
+    }
+    if (a->keyed) {
+        unsigned char want[ACCEL__ADMIT_MAC];
+        if (!flags) {
+            accel__fmt(why, cap, "not admitted: wrong secret (none given: set ACCEL_STORE_SECRET to the job's secret)");
+            return ACCEL__ADMIT_REFUSE;
+        }
+        if (accel__admit_mac(a, "client", c->nonce, h->nonce, h->world, h->rank, p + ACCEL__ADMIT_HELLO_FIXED, tlen,
+                             NULL, 0, want) != 0 ||
+            !accel__admit_same(want, p + 20 + ACCEL__ADMIT_NONCE)) {
+            accel__fmt(why, cap, "not admitted: wrong secret");
+            return ACCEL__ADMIT_REFUSE;
+        }
+    } else if (flags) {
+        accel__fmt(why, cap, "not admitted: this rank has a secret and rank 0 has none (ACCEL_STORE_SECRET set on some "
+                   "processes only%s)", a->secret_len ? ", or rank 0 was built without ACCEL_WITH_OPENSSL" : "");
+        return ACCEL__ADMIT_REFUSE;
+    }
+    if ((size_t)tlen != a->run_len || memcmp(p + ACCEL__ADMIT_HELLO_FIXED, a->run_id, tlen) != 0) {
+        accel__fmt(why, cap, "not admitted: the connection belongs to another run (its TORCHELASTIC_RUN_ID / "
+                   "ACCEL_RUN_ID differs from this job's)");
+        return ACCEL__ADMIT_REFUSE;
+    }
+    return ACCEL__ADMIT_OK;
+}
+
 typedef struct accel__store {
     int rank, size;
     int *fd;       /* hub: fd[r] for r = 1..size-1; other ranks: fd[0] = the hub */
@@ -2300,13 +2758,20 @@ typedef struct accel__store {
     char where[300];
 } accel__store;
 
-static int accel__store_send(int fd, int kind, int op, uint32_t rank, uint32_t seq, const void *data, size_t n, double deadline) {
+/* One frame whose payload is a (an bytes) then b (bn bytes). */
+static int accel__store_send2(int fd, int kind, int op, uint32_t rank, uint32_t seq, const void *a, size_t an,
+                              const void *b, size_t bn, double deadline) {
     unsigned char h[ACCEL__ST_HDR];
     int rc;
-    accel__store_put_header(h, kind, op, rank, seq, n);
+    accel__store_put_header(h, kind, op, rank, seq, an + bn);
     rc = accel__sock_io(fd, h, sizeof h, 1, deadline);
-    if (rc == 0 && n) rc = accel__sock_io(fd, (void *)data, n, 1, deadline);
+    if (rc == 0 && an) rc = accel__sock_io(fd, (void *)a, an, 1, deadline);
+    if (rc == 0 && bn) rc = accel__sock_io(fd, (void *)b, bn, 1, deadline);
     return rc;
+}
+static int accel__store_send(int fd, int kind, int op, uint32_t rank, uint32_t seq, const void *data, size_t n,
+                             double deadline) {
+    return accel__store_send2(fd, kind, op, rank, seq, data, n, NULL, 0, deadline);
 }
 /* Ranks other than the hub wait this much longer than the deadline: when a peer is stuck, the hub's verdict (an
    ERROR frame naming it) arrives just after the hub's own deadline. */
@@ -2316,29 +2781,38 @@ static int accel__store_send(int fd, int kind, int op, uint32_t rank, uint32_t s
 static const char *accel__store_rc_text(int rc) {
     return rc == -2 ? "the deadline passed" : errno ? strerror(errno) : "the connection was closed (the process exited?)";
 }
-/* Reads one frame: header checked, payload (len bytes) into *payload from acc's allocator. */
-static accel_result accel__store_recv(accel *acc, accel__store *st, int fd, int from, accel__st_frame *f,
-                                      unsigned char **payload, double deadline) {
+/* Reads one frame: header checked, payload (len bytes, at most max) into *payload from acc's allocator. what
+   (where): who reads, for messages ("host store", "127.0.0.1:29500"). */
+static accel_result accel__store_recv_max(accel *acc, const char *what, const char *where, int fd, int from,
+                                          accel__st_frame *f, unsigned char **payload, double deadline,
+                                          uint64_t max) {
     unsigned char h[ACCEL__ST_HDR];
     char why[160];
     int rc = accel__sock_io(fd, h, sizeof h, 0, deadline);
     *payload = NULL;
     if (rc != 0) {
-        return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "host store (%s): no frame from rank %d: %s",
-                           st->where, from, accel__store_rc_text(rc));
+        return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "%s (%s): no frame from rank %d: %s",
+                           what, where, from, accel__store_rc_text(rc));
     }
     if (accel__store_parse_header(h, sizeof h, f, why, sizeof why) != 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): rank %d sent %s", st->where, from, why);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s (%s): rank %d sent %s", what, where, from, why);
+    if (f->len > max) /* before admission: whoever holds the port must not make us allocate a GiB */
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s (%s): rank %d sent a frame of %llu bytes, at most %llu expected",
+                           what, where, from, (unsigned long long)f->len, (unsigned long long)max);
     *payload = (unsigned char *)accel_host_alloc(acc, (size_t)f->len + 1);
     if (!*payload) return ACCEL_ERR_OUT_OF_MEMORY;
     if (f->len && (rc = accel__sock_io(fd, *payload, (size_t)f->len, 0, deadline)) != 0) {
         accel_host_free(acc, *payload);
         *payload = NULL;
         return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE,
-                           "host store (%s): rank %d's frame was cut short: %s", st->where, from, accel__store_rc_text(rc));
+                           "%s (%s): rank %d's frame was cut short: %s", what, where, from, accel__store_rc_text(rc));
     }
     (*payload)[f->len] = 0;
     return ACCEL_OK;
+}
+static accel_result accel__store_recv(accel *acc, const char *what, const char *where, int fd, int from,
+                                      accel__st_frame *f, unsigned char **payload, double deadline) {
+    return accel__store_recv_max(acc, what, where, fd, from, f, payload, deadline, ACCEL__ST_MAX_PAYLOAD);
 }
 /* The hub tells every other rank why the collective failed (best effort: a dead peer does not delay the rest). */
 static void accel__store_broadcast_error(accel__store *st, const char *msg) {
@@ -2346,6 +2820,47 @@ static void accel__store_broadcast_error(accel__store *st, const char *msg) {
     double deadline = accel_now() + 2.0;
     for (r = 1; r < st->size; ++r)
         if (st->fd[r] >= 0) (void)accel__store_send(st->fd[r], ACCEL__ST_ERROR, 0, 0, st->seq, msg, strlen(msg), deadline);
+}
+
+/* Hub: is f rank r's contribution to collective st->seq of kind op, want bytes long (UINT64_MAX: any)? Pure (fuzzed):
+   0, or -1 and why. */
+ACCEL__PRIVATE int accel__store_check_op(const accel__store *st, const accel__st_frame *f, int op, int r, uint64_t want,
+                                         char *why, size_t cap) {
+    if (f->kind != ACCEL__ST_OP || f->rank != (uint32_t)r || f->seq != st->seq || f->op != (uint16_t)op) {
+        accel__fmt(why, cap, "rank %d sent frame kind %u op %u from rank %u for collective #%u; expected op %d from "
+                   "rank %d for collective #%u", r, (unsigned)f->kind, (unsigned)f->op, (unsigned)f->rank,
+                   (unsigned)f->seq, op, r, (unsigned)st->seq);
+        return -1;
+    }
+    if (want != UINT64_MAX && f->len != want) {
+        accel__fmt(why, cap, "rank %d contributed %llu bytes, expected %llu", r, (unsigned long long)f->len,
+                   (unsigned long long)want);
+        return -1;
+    }
+    return 0;
+}
+/* Hub: the result of a collective from every rank's contribution (rank 0's is in; the others' bufs[r], want[r]
+   bytes each): all-gathers in rank order, a broadcast the root's bytes. Its size, and the bytes into out when out is
+   not NULL. Pure (fuzzed). */
+ACCEL__PRIVATE size_t accel__store_combine(int op, int P, int root, const void *in, size_t in_len,
+                                           unsigned char *const *bufs, const uint64_t *want, unsigned char *out) {
+    size_t total = 0, off;
+    int r;
+    if (op == ACCEL__ST_OP_BCAST) {
+        total = root == 0 ? in_len : (size_t)want[root];
+        if (out && total) memcpy(out, root == 0 ? (const unsigned char *)in : bufs[root], total);
+        return total;
+    }
+    for (total = in_len, r = 1; r < P; ++r) total += (size_t)want[r];
+    if (!out) return total;
+    if (in_len) memcpy(out, in, in_len);
+    off = in_len;
+    for (r = 1; r < P; ++r) {
+        size_t k = (size_t)want[r];
+        if (k) memcpy(out + off, bufs[r], k);
+        off += k;
+    }
+    return total;
 }
 
 /* Hub: one contribution from every other rank, in any order (a dead rank is noticed whenever it happens).
@@ -2379,17 +2894,13 @@ static accel_result accel__store_collect(accel *acc, accel__store *st, int op, u
         }
         for (i = 0; i < n && res == ACCEL_OK; ++i) {
             accel__st_frame f;
+            char why[300];
             if (!pfd[i].revents) continue;
             r = who[i];
-            res = accel__store_recv(acc, st, st->fd[r], r, &f, &bufs[r], deadline);
+            res = accel__store_recv(acc, "host store", st->where, st->fd[r], r, &f, &bufs[r], deadline);
             if (res != ACCEL_OK) break;
-            if (f.kind != ACCEL__ST_OP || f.rank != (uint32_t)r || f.seq != st->seq || f.op != (uint16_t)op)
-                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): rank %d sent frame kind %u op %u from rank %u "
-                                  "for collective #%u; expected op %d from rank %d for collective #%u", st->where, r,
-                                  (unsigned)f.kind, (unsigned)f.op, (unsigned)f.rank, (unsigned)f.seq, op, r, (unsigned)st->seq);
-            else if (want[r] != UINT64_MAX && f.len != want[r])
-                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): rank %d contributed %llu bytes, expected %llu",
-                                  st->where, r, (unsigned long long)f.len, (unsigned long long)want[r]);
+            if (accel__store_check_op(st, &f, op, r, want[r], why, sizeof why) != 0)
+                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): %s", st->where, why);
             else
                 --pending;
         }
@@ -2416,7 +2927,8 @@ static accel_result accel__store_op(accel *acc, accel__store *st, int op, const 
             /* the hub may have failed this collective and exited before we sent: its verdict can still be waiting in
                our receive buffer — prefer it to "broken pipe" */
             int e = errno;
-            if (rc == -1 && accel__store_recv(acc, st, st->fd[0], 0, &f, &p, accel_now() + 0.5) == ACCEL_OK &&
+            if (rc == -1 &&
+                accel__store_recv(acc, "host store", st->where, st->fd[0], 0, &f, &p, accel_now() + 0.5) == ACCEL_OK &&
                 f.kind == ACCEL__ST_ERROR) {
                 res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%.700s (reported by rank 0, the store)", (const char *)p);
                 accel_host_free(acc, p);
@@ -2427,7 +2939,7 @@ static accel_result accel__store_op(accel *acc, accel__store *st, int op, const 
             return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "host store (%s): cannot reach rank 0: %s",
                                st->where, accel__store_rc_text(rc));
         }
-        res = accel__store_recv(acc, st, st->fd[0], 0, &f, &p, deadline + ACCEL__ST_GRACE);
+        res = accel__store_recv(acc, "host store", st->where, st->fd[0], 0, &f, &p, deadline + ACCEL__ST_GRACE);
         if (res != ACCEL_OK) return res;
         if (f.kind == ACCEL__ST_ERROR) {
             res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%.700s (reported by rank 0, the store)", (const char *)p);
@@ -2445,29 +2957,17 @@ static accel_result accel__store_op(accel *acc, accel__store *st, int op, const 
     } else {
         unsigned char **bufs = (unsigned char **)accel_host_alloc(acc, sizeof(unsigned char *) * (size_t)P);
         unsigned char *result = NULL;
-        size_t total = 0, off = 0;
+        size_t total = 0;
         if (!bufs) return ACCEL_ERR_OUT_OF_MEMORY;
         memset(bufs, 0, sizeof(unsigned char *) * (size_t)P);
         res = accel__store_collect(acc, st, op, bufs, want, deadline);
         if (res == ACCEL_OK) {
-            if (op == ACCEL__ST_OP_BCAST) total = root == 0 ? in_len : (size_t)want[root];
-            else
-                for (total = in_len, r = 1; r < P; ++r) total += (size_t)want[r];
+            total = accel__store_combine(op, P, root, in, in_len, bufs, want, NULL);
             result = (unsigned char *)accel_host_alloc(acc, total + 1);
             if (!result) res = ACCEL_ERR_OUT_OF_MEMORY;
         }
         if (res == ACCEL_OK) {
-            if (op == ACCEL__ST_OP_BCAST) {
-                if (total) memcpy(result, root == 0 ? (const unsigned char *)in : bufs[root], total);
-            } else {
-                if (in_len) memcpy(result, in, in_len);
-                off = in_len;
-                for (r = 1; r < P; ++r) {
-                    size_t k = (size_t)want[r];
-                    if (k) memcpy(result + off, bufs[r], k);
-                    off += k;
-                }
-            }
+            (void)accel__store_combine(op, P, root, in, in_len, bufs, want, result);
             for (r = 1; r < P && res == ACCEL_OK; ++r) {
                 rc = accel__store_send(st->fd[r], ACCEL__ST_RESULT, op, 0, st->seq, result, total, deadline);
                 if (rc != 0)
@@ -2556,131 +3056,325 @@ static void accel__store_close(accel *acc, accel__store *st) {
     accel_host_free(acc, st);
 }
 
-/* The run id both sides must share: a store of another job on the same port is refused. */
-static const char *accel__store_run_id(void) {
-    const char *s = getenv("TORCHELASTIC_RUN_ID");
-    if (!s || !*s) s = getenv("ACCEL_RUN_ID");
-    return s ? s : "";
+/* What a rendezvous does with a peer that passed accel__admit_check: 0 keeps it (fd is now the callback's), 1
+   refuses it (why goes back to the peer), 2 keeps it and ends the serving (everyone is in). */
+typedef int (*accel__admit_fn)(void *ctx, int fd, const accel__admit_hello *h, const accel__admit_conn *c, char *why,
+                               size_t cap);
+
+/* One step of rank 0's side of a handshake, without I/O (the serve loop's path, and the fuzzers'): feeds the n bytes
+   that arrived (what accel__admit_need asked for at most) and, once the HELLO is complete, checks it and asks fn.
+   ACCEL__ADMIT_MORE (wait for bytes), _DROP (close silently), _REFUSE (why goes back, then close), _KEPT (fn owns
+   the connection now) or _DONE (fn owns it and everyone is in). */
+ACCEL__PRIVATE int accel__admit_step(const accel__admit *a, accel__admit_conn *c, const unsigned char *b, size_t n,
+                                     accel__admit_fn fn, void *ctx, char *why, size_t cap) {
+    accel__admit_hello h;
+    long need;
+    int kept, verdict;
+    (void)accel__admit_feed(c, b, n);
+    need = accel__admit_need(c);
+    if (need > 0) return ACCEL__ADMIT_MORE;
+    if (need < 0) { accel__fmt(why, cap, "not an accel peer"); return ACCEL__ADMIT_DROP; }
+    verdict = accel__admit_check(a, c, &h, why, cap);
+    if (verdict != ACCEL__ADMIT_OK) return verdict;
+    kept = fn(ctx, c->fd, &h, c, why, cap);
+    return kept == 2 ? ACCEL__ADMIT_DONE : kept == 0 ? ACCEL__ADMIT_KEPT : ACCEL__ADMIT_REFUSE;
+}
+static void accel__admit_drop(accel__admit_conn *conns, int *n, int i) {
+    close(conns[i].fd);
+    conns[i] = conns[--*n];
+}
+/* Rank 0's side: accepts on lfd and runs every handshake at once until fn returns 2 or the deadline passes.
+   held[0..nheld) are the descriptors kept so far (-1: none): admitted peers send nothing until setup ends, so one
+   that becomes readable has left (or broke the protocol) — it is closed and set to -1, and its rank may join again.
+   refusal receives the last reason a peer was refused (for the caller's timeout message). ACCEL_OK; ACCEL_ERR_TIMEOUT
+   with nothing recorded (the caller names who is missing); or an error. */
+ACCEL__PRIVATE accel_result accel__admit_serve(accel *acc, const accel__admit *a, int lfd, const char *what,
+                                               const char *where, double deadline, int *held, int nheld,
+                                               accel__admit_fn fn, void *ctx, char *refusal, size_t rcap) {
+    accel__admit_conn *conns = (accel__admit_conn *)accel_host_alloc(acc, sizeof *conns * ACCEL__ADMIT_PENDING);
+    size_t npfd = (size_t)(1 + ACCEL__ADMIT_PENDING + nheld);
+    struct pollfd *pfd = (struct pollfd *)accel_host_alloc(acc, sizeof *pfd * npfd);
+    int *hix = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)(nheld + 1));
+    int nconn = 0, done = 0, i;
+    unsigned long refused = 0;
+    accel_result res = ACCEL_OK;
+    if (refusal && rcap) refusal[0] = 0;
+    if (!conns || !pfd || !hix) {
+        accel_host_free(acc, conns); accel_host_free(acc, pfd); accel_host_free(acc, hix);
+        return ACCEL_ERR_OUT_OF_MEMORY;
+    }
+    fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL, 0) | O_NONBLOCK);
+    while (!done) {
+        double now = accel_now(), wake = deadline;
+        int n = 1, nh = 0, pr, left, accepted = 0;
+        if (now >= deadline) { res = ACCEL_ERR_TIMEOUT; break; }
+        pfd[0].fd = lfd; pfd[0].events = POLLIN; pfd[0].revents = 0;
+        for (i = 0; i < nconn; ++i) {
+            pfd[n].fd = conns[i].fd; pfd[n].events = POLLIN; pfd[n].revents = 0; ++n;
+            if (conns[i].deadline < wake) wake = conns[i].deadline;
+        }
+        for (i = 0; i < nheld; ++i)
+            if (held[i] >= 0) { pfd[n].fd = held[i]; pfd[n].events = POLLIN; pfd[n].revents = 0; ++n; hix[nh++] = i; }
+        left = accel__ms_left(wake);
+        pr = poll(pfd, (nfds_t)n, left);
+        if (pr < 0) {
+            if (errno == EINTR) continue;
+            res = ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s (%s): poll: %s", what, where, strerror(errno));
+            break;
+        }
+        now = accel_now();
+        for (i = 0; i < nh; ++i)
+            if (pfd[1 + nconn + i].revents) {
+                close(held[hix[i]]);
+                held[hix[i]] = -1;
+                accel_log(acc, ACCEL_LOG_WARN, "%s (%s): an admitted peer left before setup ended; its rank may join "
+                          "again", what, where);
+            }
+        /* handshakes in progress, from the last: dropping i moves the last one (already seen) into i */
+        for (i = nconn - 1; i >= 0; --i) {
+            accel__admit_conn *c = &conns[i];
+            char why[300];
+            int verdict;
+            long need;
+            if (!pfd[1 + i].revents) {
+                if (now >= c->deadline) accel__admit_drop(conns, &nconn, i); /* too slow to say who it is */
+                continue;
+            }
+            need = accel__admit_need(c);
+            if (need > 0) {
+                unsigned char buf[sizeof c->in];
+                ssize_t k = recv(c->fd, buf, (size_t)need, 0);
+                if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+                if (k <= 0) { accel__admit_drop(conns, &nconn, i); continue; }
+                verdict = accel__admit_step(a, c, buf, (size_t)k, fn, ctx, why, sizeof why);
+            } else {
+                verdict = ACCEL__ADMIT_DROP;
+            }
+            if (verdict == ACCEL__ADMIT_MORE) continue;
+            if (verdict == ACCEL__ADMIT_KEPT || verdict == ACCEL__ADMIT_DONE) {
+                conns[i] = conns[--nconn]; /* the descriptor is the callback's now */
+                if (verdict == ACCEL__ADMIT_DONE) done = 1;
+                continue;
+            }
+            ++refused;
+            if (verdict == ACCEL__ADMIT_REFUSE) {
+                accel_log(acc, ACCEL_LOG_WARN, "%s (%s): refused a connection: %s", what, where, why);
+                if (refusal && rcap) accel__fmt(refusal, rcap, "%s", why);
+                (void)accel__store_send(c->fd, ACCEL__ST_ERROR, ACCEL__ST_ERR_REFUSED, 0, 0, why, strlen(why),
+                                        now + 0.05);
+            }
+            accel__admit_drop(conns, &nconn, i);
+        }
+        /* new connections: each gets its challenge at once; when too many are pending, the oldest goes */
+        while (!done && (pfd[0].revents & POLLIN) && accepted < 64) {
+            unsigned char ch[ACCEL__ST_HDR + 4 + ACCEL__ADMIT_NONCE];
+            int one = 1, cfd = accel__sock_accept(lfd);
+            size_t chn;
+            if (cfd < 0) break;
+            ++accepted;
+            if (nconn == ACCEL__ADMIT_PENDING) {
+                int oldest = 0;
+                for (i = 1; i < nconn; ++i)
+                    if (conns[i].deadline < conns[oldest].deadline) oldest = i;
+                accel__admit_drop(conns, &nconn, oldest);
+            }
+            fcntl(cfd, F_SETFL, fcntl(cfd, F_GETFL, 0) | O_NONBLOCK);
+            setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            memset(&conns[nconn], 0, sizeof conns[nconn]);
+            conns[nconn].fd = cfd;
+            conns[nconn].deadline = now + ACCEL__ADMIT_GREET < deadline ? now + ACCEL__ADMIT_GREET : deadline;
+            if (accel__random_bytes(conns[nconn].nonce, ACCEL__ADMIT_NONCE) != 0) {
+                close(cfd);
+                res = ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s (%s): cannot read /dev/urandom for a challenge", what, where);
+                done = 1;
+                break;
+            }
+            chn = accel__admit_challenge(conns[nconn].nonce, ch);
+            if (send(cfd, ch, chn, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)chn) { close(cfd); continue; }
+            ++nconn;
+        }
+    }
+    for (i = 0; i < nconn; ++i) close(conns[i].fd);
+    if (refused)
+        accel_log(acc, ACCEL_LOG_INFO, "%s (%s): %lu connection(s) refused during setup", what, where, refused);
+    accel_host_free(acc, conns);
+    accel_host_free(acc, pfd);
+    accel_host_free(acc, hix);
+    return res;
 }
 
-/* Rank 0 listens at port on every interface and admits the other ranks; the others connect to addr:port. */
+/* A peer's side: connects to ss (retrying until the deadline), answers rank 0's CHALLENGE and waits until
+   reply_deadline for its answer. ACCEL_OK: *fd is admitted and *payload (acc's allocator) holds the WELCOME, whose
+   body (after rank 0's proof, checked; at most max_body bytes) is *body, *blen. A connection that rank 0 closes without a word (it evicted
+   us during a flood, or restarted) is tried again; a refusal ("not admitted: ...") is final. */
+ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a, const struct sockaddr_storage *ss,
+                                              socklen_t sl, const char *what, const char *where, uint32_t world,
+                                              uint32_t rank, double deadline, double reply_deadline, size_t max_body,
+                                              int *fd, unsigned char **payload, const unsigned char **body,
+                                              size_t *blen) {
+    *fd = -1;
+    *payload = NULL;
+    for (;;) {
+        unsigned char hello[ACCEL__ST_HDR + ACCEL__ADMIT_HELLO_FIXED + ACCEL__ST_MAX_TOKEN];
+        unsigned char srv[ACCEL__ADMIT_NONCE], cli[ACCEL__ADMIT_NONCE], *p = NULL;
+        accel__st_frame f;
+        char why[300];
+        size_t n;
+        int s = accel__sock_connect(ss, sl, deadline), rc;
+        accel_result r;
+        if (s < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "%s (%s): rank %u could not connect to rank 0 before the "
+                               "deadline (rank 0 not started, or the address/port is wrong)", what, where,
+                               (unsigned)rank);
+        r = accel__store_recv_max(acc, what, where, s, 0, &f, &p, deadline, 4 + ACCEL__ADMIT_NONCE);
+        if (r == ACCEL_OK && f.kind == ACCEL__ST_CHALLENGE) {
+            if (accel__admit_parse_challenge(p, f.len, srv, why, sizeof why) != 0)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s (%s): rank 0 sent %s", what, where, why);
+            else if (accel__random_bytes(cli, sizeof cli) != 0)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s (%s): cannot read /dev/urandom", what, where);
+            accel_host_free(acc, p);
+            p = NULL;
+            if (r == ACCEL_OK) {
+                n = accel__admit_put_hello(a, world, rank, srv, cli, hello);
+                rc = accel__sock_io(s, hello, n, 1, deadline);
+                r = rc == 0 ? accel__store_recv_max(acc, what, where, s, 0, &f, &p, reply_deadline,
+                                                    4 + ACCEL__ADMIT_MAC + (uint64_t)max_body + 1024)
+                            : ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "%s (%s): cannot greet "
+                                          "rank 0: %s", what, where, accel__store_rc_text(rc));
+            }
+        }
+        if (r == ACCEL_OK && f.kind == ACCEL__ST_ERROR) {
+            r = ACCEL__FAIL(acc, f.op == ACCEL__ST_ERR_REFUSED ? ACCEL_ERR_ENVIRONMENT : ACCEL_ERR_REMOTE,
+                            "%.700s (reported by rank 0 at %s)", (const char *)p, where);
+        } else if (r == ACCEL_OK && f.kind != ACCEL__ST_WELCOME) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s (%s): rank 0 answered with frame kind %u (not accel's rank 0?)",
+                            what, where, (unsigned)f.kind);
+        } else if (r == ACCEL_OK) {
+            if (accel__admit_check_welcome(a, p, f.len, srv, cli, world, rank, body, blen, why, sizeof why) == 0) {
+                *fd = s;
+                *payload = p;
+                return ACCEL_OK;
+            }
+            r = ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "%s (%s): %s", what, where, why);
+        } else if (r == ACCEL_ERR_REMOTE && accel_now() < deadline) {
+            accel_host_free(acc, p);
+            close(s);
+            accel__sleep_ms(50); /* closed without a word: try again */
+            continue;
+        }
+        accel_host_free(acc, p);
+        close(s);
+        return r;
+    }
+}
+
+/* Rank 0's admission rule for the store: the right world size, a rank of the job, a free slot. */
+typedef struct accel__store_setup {
+    accel__store *st;
+    unsigned char *nonces; /* per rank: rank 0's challenge, then the peer's nonce (for the WELCOME's proof) */
+} accel__store_setup;
+static int accel__store_admit(void *ctx, int fd, const accel__admit_hello *h, const accel__admit_conn *c, char *why,
+                              size_t cap) {
+    accel__store_setup *su = (accel__store_setup *)ctx;
+    accel__store *st = su->st;
+    int r, joined = 0;
+    if (h->world != (uint32_t)st->size) {
+        accel__fmt(why, cap, "not admitted: WORLD_SIZE=%u is not the job's", (unsigned)h->world);
+        return 1;
+    }
+    if (h->rank == 0 || h->rank >= (uint32_t)st->size) {
+        accel__fmt(why, cap, "not admitted: RANK=%u is not a rank of this job", (unsigned)h->rank);
+        return 1;
+    }
+    if (st->fd[h->rank] >= 0) {
+        accel__fmt(why, cap, "not admitted: the job is full (rank %u has already joined)", (unsigned)h->rank);
+        return 1;
+    }
+    st->fd[h->rank] = fd;
+    memcpy(su->nonces + (size_t)h->rank * 2 * ACCEL__ADMIT_NONCE, c->nonce, ACCEL__ADMIT_NONCE);
+    memcpy(su->nonces + ((size_t)h->rank * 2 + 1) * ACCEL__ADMIT_NONCE, h->nonce, ACCEL__ADMIT_NONCE);
+    for (r = 1; r < st->size; ++r) joined += st->fd[r] >= 0;
+    return joined == st->size - 1 ? 2 : 0;
+}
+
+/* Rank 0 listens at addr:port (loopback for a single-node job) and admits the other ranks; they connect to it. */
 static accel_result accel__store_open(accel *acc, const char *addr, int port, double deadline, accel__store **out) {
     accel__store *st;
+    accel__admit adm;
     struct sockaddr_storage ss;
     socklen_t sl = 0;
-    const char *token = accel__store_run_id();
-    uint32_t tlen = (uint32_t)strlen(token);
     int P = acc->num_processes, me = acc->process_index, r;
-    accel_result res = ACCEL_OK;
+    int single = acc->local_num_processes == acc->num_processes;
+    accel_result res;
     *out = NULL;
-    if (tlen > ACCEL__ST_MAX_TOKEN) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "the run id is longer than %u bytes", ACCEL__ST_MAX_TOKEN);
+    res = accel__admit_init(acc, &adm, "store");
+    if (res != ACCEL_OK) return res;
     st = (accel__store *)accel_host_alloc(acc, sizeof *st);
     if (!st) return ACCEL_ERR_OUT_OF_MEMORY;
     memset(st, 0, sizeof *st);
     st->rank = me;
     st->size = P;
-    accel__fmt(st->where, sizeof st->where, "%s:%d", addr, port);
     st->fd = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)P);
     if (!st->fd) { accel_host_free(acc, st); return ACCEL_ERR_OUT_OF_MEMORY; }
     for (r = 0; r < P; ++r) st->fd[r] = -1;
-    if (accel__sock_resolve(addr, port, &ss, &sl) != 0) {
+    /* every rank on this host (LOCAL_WORLD_SIZE == WORLD_SIZE): meet on loopback, whatever MASTER_ADDR names */
+    if (accel__sock_resolve(single ? "127.0.0.1" : addr, port, &ss, &sl) != 0) {
         accel__store_close(acc, st);
         return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "host store: cannot resolve MASTER_ADDR \"%s\"", addr);
     }
+    if (single) accel__fmt(st->where, sizeof st->where, "127.0.0.1:%d, single node", port);
+    else accel__fmt(st->where, sizeof st->where, "%s:%d", addr, port);
+    res = accel__admit_policy(acc, &adm, &ss, "host store", st->where);
+    if (res != ACCEL_OK) {
+        accel__store_close(acc, st);
+        return res;
+    }
     if (me != 0) {
-        unsigned char hello[16 + ACCEL__ST_MAX_TOKEN], *p = NULL;
-        accel__st_frame f;
-        int fd = accel__sock_connect(&ss, sl, deadline), rc;
-        if (fd < 0) {
-            accel__store_close(acc, st);
-            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "host store: rank %d could not connect to rank 0 at %s within %.1f s "
-                               "(rank 0 not started, or the address/port is wrong)", me, addr, 1e-3 * (double)acc->desc.collective_timeout_ms);
-        }
-        st->fd[0] = fd;
-        accel__put_u32(hello, ACCEL__ST_VERSION);
-        accel__put_u32(hello + 4, (uint32_t)P);
-        accel__put_u32(hello + 8, (uint32_t)me);
-        accel__put_u32(hello + 12, tlen);
-        memcpy(hello + 16, token, tlen);
-        rc = accel__store_send(fd, ACCEL__ST_HELLO, 0, (uint32_t)me, 0, hello, 16 + tlen, deadline);
-        if (rc != 0) res = ACCEL__FAIL(acc, ACCEL_ERR_IO, "host store (%s): cannot greet rank 0: %s", st->where, accel__store_rc_text(rc));
-        if (res == ACCEL_OK) res = accel__store_recv(acc, st, fd, 0, &f, &p, deadline + ACCEL__ST_GRACE);
-        if (res == ACCEL_OK && f.kind == ACCEL__ST_ERROR)
-            res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%.700s (reported by rank 0, the store)", (const char *)p);
-        else if (res == ACCEL_OK && f.kind != ACCEL__ST_WELCOME)
-            res = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): rank 0 answered the greeting with frame kind %u",
-                              st->where, (unsigned)f.kind);
+        unsigned char *p = NULL;
+        const unsigned char *body;
+        size_t blen;
+        res = accel__admit_join(acc, &adm, &ss, sl, "host store", st->where, (uint32_t)P, (uint32_t)me, deadline,
+                                deadline + ACCEL__ST_GRACE, 0, &st->fd[0], &p, &body, &blen);
         accel_host_free(acc, p);
     } else {
-        int lfd = accel__sock_listen(&ss, P + 8), joined = 0;
+        accel__store_setup su;
+        char refusal[300];
+        int lfd = accel__sock_listen(&ss, ACCEL__ADMIT_BACKLOG);
         if (lfd < 0) {
             int e = errno;
             accel__store_close(acc, st);
-            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "host store: rank 0 cannot listen on port %d: %s", port, strerror(e));
+            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "host store: rank 0 cannot listen on %s: %s", st->where, strerror(e));
         }
-        while (joined < P - 1 && res == ACCEL_OK) {
-            struct pollfd pfd;
-            int pr, cfd, one = 1, left = accel__ms_left(deadline);
-            accel__st_frame f;
-            unsigned char *p = NULL;
-            uint32_t world = 0, rank = 0, ptlen = 0;
-            const unsigned char *ptok = NULL;
-            char why[200];
-            double greet;
-            pfd.fd = lfd; pfd.events = POLLIN; pfd.revents = 0;
-            pr = left ? poll(&pfd, 1, left) : 0;
-            if (pr < 0 && errno == EINTR) continue;
-            if (pr <= 0) {
-                char list[200];
-                size_t off = 0;
-                list[0] = 0;
-                for (r = 1; r < P && off < sizeof list - 16; ++r)
-                    if (st->fd[r] < 0) off += (size_t)accel__fmt(list + off, sizeof list - off, "%s%d", off ? ", " : "", r);
-                res = ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "host store (%s): rank(s) %s did not connect within %.1f s",
-                                  st->where, list, 1e-3 * (double)acc->desc.collective_timeout_ms);
-                break;
-            }
-            cfd = accept(lfd, NULL, NULL);
-            if (cfd < 0) continue;
-            setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            /* a stray connection gets a few seconds to say who it is, then is dropped */
-            greet = accel_now() + 5.0 < deadline ? accel_now() + 5.0 : deadline;
-            if (accel__store_recv(acc, st, cfd, -1, &f, &p, greet) != ACCEL_OK || f.kind != ACCEL__ST_HELLO ||
-                accel__store_parse_hello(p, f.len, &world, &rank, &ptok, &ptlen, why, sizeof why) != 0) {
-                accel_log(acc, ACCEL_LOG_WARN, "host store (%s): dropped a connection that is not an accel rank", st->where);
-                accel_host_free(acc, p);
-                close(cfd);
-                continue;
-            }
-            if (world != (uint32_t)P)
-                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): rank %u has WORLD_SIZE=%u, rank 0 has %d",
-                                  st->where, (unsigned)rank, (unsigned)world, P);
-            else if (rank == 0 || rank >= (uint32_t)P || st->fd[rank] >= 0)
-                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): a second process claims RANK=%u of %d", st->where,
-                                  (unsigned)rank, P);
-            else if (ptlen != tlen || memcmp(ptok, token, tlen) != 0)
-                res = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "host store (%s): rank %u belongs to another run (run id \"%.*s\", "
-                                  "rank 0 has \"%s\")", st->where, (unsigned)rank, (int)(ptlen > 100 ? 100 : ptlen),
-                                  (const char *)ptok, token);
-            accel_host_free(acc, p);
-            if (res != ACCEL_OK) {
-                const char *m = acc->last_error;
-                if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
-                (void)accel__store_send(cfd, ACCEL__ST_ERROR, 0, 0, 0, m, strlen(m), accel_now() + 2.0);
-                close(cfd);
-                break;
-            }
-            st->fd[rank] = cfd;
-            ++joined;
-        }
+        if (!single && accel__sock_is_loopback(&ss))
+            accel_log(acc, ACCEL_LOG_WARN, "host store: MASTER_ADDR \"%s\" is a loopback address on rank 0 but the job "
+                      "spans several nodes: ranks on other hosts cannot reach it", addr);
+        su.st = st;
+        su.nonces = (unsigned char *)accel_host_alloc(acc, (size_t)P * 2 * ACCEL__ADMIT_NONCE);
+        res = su.nonces ? accel__admit_serve(acc, &adm, lfd, "host store", st->where, deadline, st->fd + 1, P - 1,
+                                             accel__store_admit, &su, refusal, sizeof refusal)
+                        : ACCEL_ERR_OUT_OF_MEMORY;
         close(lfd);
-        if (res == ACCEL_OK) {
-            for (r = 1; r < P && res == ACCEL_OK; ++r) {
-                int rc = accel__store_send(st->fd[r], ACCEL__ST_WELCOME, 0, 0, 0, NULL, 0, deadline);
-                if (rc != 0) res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "host store (%s): rank %d left during setup: %s", st->where,
-                                               r, accel__store_rc_text(rc));
-            }
+        if (res == ACCEL_ERR_TIMEOUT) {
+            char list[200];
+            size_t off = 0;
+            list[0] = 0;
+            for (r = 1; r < P && off < sizeof list - 16; ++r)
+                if (st->fd[r] < 0) off += (size_t)accel__fmt(list + off, sizeof list - off, "%s%d", off ? ", " : "", r);
+            res = ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "host store (%s): rank(s) %s did not connect within %.1f s%s%s",
+                              st->where, list, 1e-3 * (double)acc->desc.collective_timeout_ms,
+                              refusal[0] ? "; the last connection refused: " : "", refusal);
         }
+        for (r = 1; r < P && res == ACCEL_OK; ++r) {
+            unsigned char pre[4 + ACCEL__ADMIT_MAC];
+            const unsigned char *nn = su.nonces + (size_t)r * 2 * ACCEL__ADMIT_NONCE;
+            size_t pn = accel__admit_put_welcome(&adm, (uint32_t)P, (uint32_t)r, nn, nn + ACCEL__ADMIT_NONCE, NULL, 0,
+                                                 pre);
+            int rc = pn ? accel__store_send(st->fd[r], ACCEL__ST_WELCOME, 0, 0, 0, pre, pn, deadline) : -1;
+            if (rc != 0)
+                res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "host store (%s): rank %d left during setup: %s", st->where, r,
+                                  pn ? accel__store_rc_text(rc) : "the MAC failed");
+        }
+        accel_host_free(acc, su.nonces);
         if (res != ACCEL_OK) {
             const char *m = acc->last_error;
             if (!strncmp(m, "[rank ", 6) && strstr(m, "] ")) m = strstr(m, "] ") + 2;
@@ -2876,9 +3570,16 @@ static accel_result accel__need_acc(const accel *acc, const char *what) {
     if (acc) return ACCEL_OK;
     return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: accel is NULL", what);
 }
+/* A host collective needs an initialized Accelerator: a zeroed one would "succeed" as a single process. */
+static accel_result accel__need_group(accel *acc, const char *what) {
+    accel_result r = accel__need_acc(acc, what);
+    if (r != ACCEL_OK || acc->impl) return r;
+    return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "%s: the Accelerator is not initialized (accel_init) or was shut down",
+                       what);
+}
 
 ACCEL__DEF accel_result accel_wait_for_everyone(accel *acc) {
-    accel_result r = accel__need_acc(acc, "wait_for_everyone");
+    accel_result r = accel__need_group(acc, "wait_for_everyone");
     if (r != ACCEL_OK) return r;
     return accel__group_begin(acc, ACCEL__G_BARRIER, ACCEL_OK, 0, 0, 0, "barrier", accel__deadline(acc));
 }
@@ -2890,7 +3591,7 @@ static accel_result accel__host_allreduce(accel *acc, void *values, int count, a
     int P, i, k;
     unsigned char *all = NULL;
     double deadline;
-    if ((r = accel__need_acc(acc, "host all-reduce")) != ACCEL_OK) return r;
+    if ((r = accel__need_group(acc, "host all-reduce")) != ACCEL_OK) return r;
     P = acc->num_processes;
     if (count < 0 || (count > 0 && !values) || count > (1 << 20))
         local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "host all-reduce: bad buffer (count %d)", count);
@@ -2949,7 +3650,7 @@ ACCEL__DEF accel_result accel_host_allreduce_f64(accel *acc, double *values, int
 ACCEL__DEF accel_result accel_host_broadcast(accel *acc, void *data, size_t bytes, int root) {
     accel_result local = ACCEL_OK, r;
     double deadline;
-    if ((r = accel__need_acc(acc, "host broadcast")) != ACCEL_OK) return r;
+    if ((r = accel__need_group(acc, "host broadcast")) != ACCEL_OK) return r;
     if (root < 0 || root >= acc->num_processes)
         local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast root %d is not a rank of %d", root, acc->num_processes);
     else if (bytes > 0 && !data) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast: data is NULL");
@@ -2969,7 +3670,7 @@ ACCEL__DEF accel_result accel_host_broadcast(accel *acc, void *data, size_t byte
 ACCEL__DEF accel_result accel_host_allgather(accel *acc, const void *in, void *out, size_t bytes) {
     accel_result local = ACCEL_OK, r;
     double deadline;
-    if ((r = accel__need_acc(acc, "host all-gather")) != ACCEL_OK) return r;
+    if ((r = accel__need_group(acc, "host all-gather")) != ACCEL_OK) return r;
     if (bytes > 0 && (!in || !out)) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "allgather: NULL buffer");
     else if (bytes > (size_t)INT_MAX / (size_t)acc->num_processes)
         local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "allgather: %zu bytes per rank is too large", bytes);
@@ -3086,7 +3787,7 @@ ACCEL__DEF accel_result accel_blobs_set(accel *acc, accel_blobs *b, int count, c
 }
 
 ACCEL__DEF accel_result accel_gather_object(accel *acc, const void *data, size_t bytes, accel_blobs *out) {
-    accel_result r = accel__need_acc(acc, "gather_object"), local = ACCEL_OK;
+    accel_result r = accel__need_group(acc, "gather_object"), local = ACCEL_OK;
     size_t *counts = NULL, *off = NULL;
     void *all = NULL;
     int P, i;
@@ -3113,7 +3814,7 @@ ACCEL__DEF accel_result accel_gather_object(accel *acc, const void *data, size_t
 }
 
 ACCEL__DEF accel_result accel_broadcast_object_list(accel *acc, accel_blobs *list, int from) {
-    accel_result r = accel__need_acc(acc, "broadcast_object_list"), local = ACCEL_OK;
+    accel_result r = accel__need_group(acc, "broadcast_object_list"), local = ACCEL_OK;
     int64_t head[2] = {0, 0}, *sizes = NULL; /* count, total bytes */
     size_t *off = NULL;
     unsigned char *data = NULL;
@@ -3493,7 +4194,7 @@ ACCEL__DEF void accel_set_trigger(accel *acc) {
 }
 ACCEL__DEF accel_result accel_check_trigger(accel *acc, int *fired) {
     int64_t v;
-    accel_result r = accel__need_acc(acc, "check_trigger");
+    accel_result r = accel__need_group(acc, "check_trigger");
     if (r != ACCEL_OK) return r;
     if (!fired) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "check_trigger: fired is NULL");
     v = acc->trigger;
@@ -3617,7 +4318,7 @@ ACCEL__DEF void accel_set_rng_state(accel *acc, accel_rng_state state) {
 }
 ACCEL__DEF accel_result accel_synchronize_rng_state(accel *acc) {
     accel_rng_state s;
-    accel_result r = accel__need_acc(acc, "synchronize_rng_state");
+    accel_result r = accel__need_group(acc, "synchronize_rng_state");
     if (r != ACCEL_OK) return r;
     s = acc->rng;
     r = accel_host_broadcast(acc, &s, sizeof s, 0);
@@ -3955,7 +4656,7 @@ ACCEL__DEF int accel_free_port(void) {
 #if !defined(_WIN32)
     struct sockaddr_in a;
     socklen_t l = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    int fd = accel__sock_new(AF_INET), port = 0;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

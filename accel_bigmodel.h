@@ -57,7 +57,9 @@
 
    OFFLOAD FOLDER
      accel_bm_offload_save / accel_bm_offload_open write and read Accelerate's offload folder (index.json +
-     <name>.dat, byte-identical to offload_state_dict's); an opened folder is an accel_st_file.
+     <name>.dat, byte-identical to offload_state_dict's); an opened folder is an accel_st_file. index.json, every
+     .dat and every safetensors_file it names must be regular files: a FIFO or device there is refused at once
+     ("is not a regular file"), never opened blocking.
 
    OPTIONS (zero = Accelerate's default)
      accel_bm_map_desc
@@ -925,6 +927,8 @@ static int accel__bm_class_in(const char *cls, const char *const *list, int n) {
 }
 /* compute_module_sizes: named_parameters (storages deduplicated, depth-first) then named_buffers; each tensor's size is
    added to every prefix of its name, "" included. */
+/* The largest model the sizing accepts, in bits (2^57 bytes = 128 PiB): its sums and margins then fit in int64. */
+#define ACCEL__BM_MAX_MODEL_BITS ((int64_t)1 << 60)
 static accel_result accel__bm_sizes(accel_bm_model *m, const accel_bm_map_desc *d, accel__bm_sz *s) {
     accel *acc = m->acc;
     int nm = (int)stbds_arrlen(m->mods), nt = (int)stbds_arrlen(m->tens), pass, i, k;
@@ -962,8 +966,11 @@ static accel_result accel__bm_sizes(accel_bm_model *m, const accel_bm_map_desc *
                 if (d && k < d->n_special_dtypes) per = accel__bm_dtype_bits(d->special_dtypes[k].dtype);
                 else if (!d || d->dtype == ACCEL_DTYPE_INVALID || accel__bm_dtype_is_int(t->dtype)) per = bits;
                 else per = accel__bm_dtype_bits(d->dtype) < bits ? accel__bm_dtype_bits(d->dtype) : bits;
-                if (numel < 0 || (per && numel > INT64_MAX / per)) {
-                    r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "module sizes: \"%.200s\" is too large", t->name);
+                /* sizes are bits in int64: a model is kept under 2^60 bits (128 PiB) so that the placement's sums
+                   and 1.25x margins of them stay in range (a description could claim exabytes) */
+                if (numel < 0 || (per && numel > ACCEL__BM_MAX_MODEL_BITS / per)) {
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                    "module sizes: \"%.200s\" is too large (more than 2^57 bytes)", t->name);
                     break;
                 }
                 bits = numel * per;
@@ -971,8 +978,9 @@ static accel_result accel__bm_sizes(accel_bm_model *m, const accel_bm_map_desc *
                 for (c = m->tens[ti].module; c >= 0; c = m->mods[c].parent) chain[nc++] = c;
                 while (nc > 0) {
                     c = chain[--nc];
-                    if (s->mod_bits[c] > INT64_MAX - bits) {
-                        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "module sizes: the total overflows");
+                    if (s->mod_bits[c] > ACCEL__BM_MAX_MODEL_BITS - bits) {
+                        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                        "module sizes: the total is more than 2^57 bytes");
                         break;
                     }
                     s->mod_bits[c] += bits;
@@ -2917,13 +2925,9 @@ ACCEL__DEF accel_result accel_bm_offload_open(accel *acc, const char *folder, ac
             }
             e.end = (uint64_t)accel_tensor_nbytes(&t);
             accel__fmt(path, sizeof path, "%s/%s.dat", folder, key);
-            fd = open(path, O_RDONLY);
-            if (fd < 0) {
-                r = errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path)
-                                    : accel__io_fail(acc, "cannot open", path);
-                break;
-            }
-            if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != e.end) {
+            r = accel__open_regular(acc, path, &st, &fd); /* a FIFO as <name>.dat must not hang the open */
+            if (r != ACCEL_OK) break;
+            if ((uint64_t)st.st_size != e.end) {
                 close(fd);
                 r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%.400s is %lld bytes, its index entry (%s %d dims) needs %llu",
                                 path, (long long)st.st_size, accel_dtype_name(e.dtype), e.ndim,

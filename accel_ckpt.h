@@ -465,14 +465,14 @@ static int accel__ckpt_number(const char *name, long *num) { /* "checkpoint_<dig
 /* Hashes a whole file through a read-only mapping (no copy out of the page cache), read() into a stack buffer as a
    fallback. Returns 0 or an errno. Runs in verification threads: it neither allocates nor records errors. */
 static int accel__ckpt_hash_file_raw(const char *path, uint64_t *bytes, uint64_t *hash) {
-    int fd = open(path, O_RDONLY), e;
+    struct stat st;
+    int fd = accel__open_regular_fd(path, &st), e; /* EINVAL: not a regular file (a FIFO would hang the open) */
     accel__st_xxh64 h;
     unsigned char buf[64 * 1024];
     uint64_t total = 0;
-    struct stat st;
     if (fd < 0) return errno ? errno : EIO;
     accel__st_xxh64_init(&h, 0);
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+    if (st.st_size > 0) {
         void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
         if (m != MAP_FAILED) {
 #ifdef MADV_SEQUENTIAL
@@ -508,6 +508,7 @@ static accel_result accel__ckpt_hash_file(accel *acc, const char *path, uint64_t
     if (e == 0) return ACCEL_OK;
     errno = e;
     if (e == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path);
+    if (e == EINVAL) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%.400s is not a regular file", path);
     return accel__io_fail(acc, "cannot read", path);
 }
 
@@ -644,7 +645,9 @@ static accel_result accel__ckpt_verify_files(accel *acc, const char *dir, const 
         for (i = 0; i < nf && r == ACCEL_OK; ++i) {
             char path[4200];
             accel__fmt(path, sizeof path, "%s/%s", dir, m->files[i].name);
-            if (j.err[i]) {
+            if (j.err[i] == EINVAL) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "%.400s is not a regular file", path);
+            } else if (j.err[i]) {
                 errno = j.err[i];
                 r = accel__io_fail(acc, "cannot verify", path);
             } else if (j.bytes[i] != m->files[i].bytes) {

@@ -306,10 +306,14 @@ ACCEL_API accel_result accel_coll_mesh_coords(const accel_coll_mesh *m, int rank
 ACCEL_API int accel_coll_mesh_rank_of(const accel_coll_mesh *m, const int coords[ACCEL_COLL_MESH_NDIMS]);
 
 /* ----------------------------------------------------------------------------- bootstrap byte exchanges */
-/* Rank 0's `bytes` bytes reach every rank of `size`. TCP: rank 0 listens at addr:port and serves size-1 peers,
-   the others connect (retrying) and receive. File: rank 0 writes path atomically (temp + rename); the others poll
-   for it. Both end with ACCEL_ERR_TIMEOUT after timeout_ms. acc may be NULL (the process-wide error is set).
-   The file must be unique to the job (a stale file from an earlier job would be read). */
+/* Rank 0's `bytes` bytes reach every rank of `size`, and no one else: both admit by the job's secret and run id, as
+   the core's store does (accel.h: SECURITY; ACCEL_STORE_SECRET, TORCHELASTIC_RUN_ID / ACCEL_RUN_ID). TCP: rank 0
+   listens on addr:port (that interface only; a non-loopback addr needs the secret or ACCEL_STORE_TRUSTED_NETWORK=1)
+   and serves size-1 peers at once; a peer without the secret is refused ("not admitted: wrong secret") and never
+   sees the bytes. File: rank 0 writes path atomically (temp + rename), readable by its user only, with its proof
+   over the bytes; the others poll for it and ignore a file that is not this job's (garbage, another run's, or
+   written without the secret) until rank 0's arrives. Both end with ACCEL_ERR_TIMEOUT after timeout_ms. acc may be
+   NULL (the process-wide error is set). */
 ACCEL_API accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, int port, int rank, int size, void *data,
                                                 size_t bytes, int timeout_ms);
 ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, int rank, void *data, size_t bytes,
@@ -2912,114 +2916,165 @@ ACCEL__DEF int accel_coll_mesh_rank_of(const accel_coll_mesh *m, const int coord
 }
 
 /* ----------------------------------------------------------------------------------------- 14. bootstrap: TCP, file */
-/* TCP: a peer sends u32 magic + u32 rank, rank 0 answers u64 size + the bytes (little-endian). The sockets are the
-   core's (accel__sock_*: every call gives up at the deadline). */
-#define ACCEL__COLL_TCP_MAGIC 0x41434331u /* "ACC1" */
+/* Both use the core's admission (accel.h: accel__admit_*): the job's secret (ACCEL_STORE_SECRET) and run id decide
+   who gets rank 0's bytes — the NCCL unique id never goes to a peer that did not prove the secret. TCP: rank 0
+   listens on addr (its interface only) and answers each admitted peer's HELLO with a WELCOME carrying its proof and
+   the bytes; the sockets are the core's (every call gives up at the deadline). */
+typedef struct accel__coll_tcp_serve {
+    const accel__admit *adm;
+    const void *data;
+    size_t bytes;
+    int size, served;
+    unsigned char *done; /* per rank: received the bytes */
+    double deadline;
+} accel__coll_tcp_serve;
+static int accel__coll_tcp_admit(void *ctx, int fd, const accel__admit_hello *h, const accel__admit_conn *c, char *why,
+                                 size_t cap) {
+    accel__coll_tcp_serve *s = (accel__coll_tcp_serve *)ctx;
+    unsigned char pre[4 + ACCEL__ADMIT_MAC];
+    size_t pn;
+    if (h->world != (uint32_t)s->size || h->rank == 0 || h->rank >= (uint32_t)s->size) {
+        accel__fmt(why, cap, "not admitted: rank %u of %u is not a peer of this bootstrap", (unsigned)h->rank,
+                   (unsigned)h->world);
+        return 1;
+    }
+    if (s->done[h->rank]) {
+        accel__fmt(why, cap, "not admitted: the job is full (rank %u already has the bytes)", (unsigned)h->rank);
+        return 1;
+    }
+    pn = accel__admit_put_welcome(s->adm, h->world, h->rank, c->nonce, h->nonce, s->data, s->bytes, pre);
+    if (pn && accel__store_send2(fd, ACCEL__ST_WELCOME, 0, 0, 0, pre, pn, s->data, s->bytes, s->deadline) == 0) {
+        s->done[h->rank] = 1;
+        s->served++;
+    }
+    close(fd); /* the callback owns it: done with this peer either way (a failed send: the peer retries) */
+    return s->served == s->size - 1 ? 2 : 0;
+}
 
 ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, int port, int rank, int size, void *data,
                                                  size_t bytes, int timeout_ms) {
     struct sockaddr_storage ss;
     socklen_t sl = 0;
     double deadline;
-    if (!addr || !*addr || port < 1 || port > 65535 || size < 1 || rank < 0 || rank >= size || (bytes && !data) || timeout_ms < 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "tcp bootstrap: bad arguments (addr=%s port=%d rank=%d size=%d)",
-                           addr ? addr : "(null)", port, rank, size);
+    accel__admit adm;
+    accel_result r;
+    char where[300];
+    if (!addr || !*addr || port < 1 || port > 65535 || size < 1 || rank < 0 || rank >= size || (bytes && !data) ||
+        timeout_ms < 0 || bytes > ((size_t)1 << 30))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "tcp bootstrap: bad arguments (addr=%s port=%d rank=%d "
+                           "size=%d bytes=%zu)", addr ? addr : "(null)", port, rank, size, bytes);
     if (size == 1) return ACCEL_OK;
     deadline = accel_now() + 1e-3 * (double)timeout_ms;
     if (accel__sock_resolve(addr, port, &ss, &sl) != 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "tcp bootstrap: cannot resolve MASTER_ADDR \"%s\"", addr);
+    accel__fmt(where, sizeof where, "%s:%d", addr, port);
+    r = accel__admit_init(acc, &adm, "nccl-tcp");
+    if (r == ACCEL_OK) r = accel__admit_policy(acc, &adm, &ss, "tcp bootstrap", where);
+    if (r != ACCEL_OK) return r;
     if (rank == 0) {
-        int served = 0, lfd = accel__sock_listen(&ss, size);
-        unsigned char n64[8];
-        if (lfd < 0) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: rank 0 cannot listen on port %d: %s", port, strerror(errno));
-        accel__put_u64(n64, (uint64_t)bytes);
-        while (served < size - 1) {
-            struct pollfd pfd;
-            int left = accel__ms_left(deadline), pr, cfd, rc;
-            unsigned char hello[8];
-            if (left == 0) break;
-            pfd.fd = lfd; pfd.events = POLLIN; pfd.revents = 0;
-            pr = poll(&pfd, 1, left);
-            if (pr < 0 && errno == EINTR) continue;
-            if (pr <= 0) break;
-            cfd = accept(lfd, NULL, NULL);
-            if (cfd < 0) continue;
-            rc = accel__sock_io(cfd, hello, sizeof hello, 0, deadline);
-            if (rc == 0 && accel__get_u32(hello) == ACCEL__COLL_TCP_MAGIC) {
-                rc = accel__sock_io(cfd, n64, sizeof n64, 1, deadline);
-                if (rc == 0 && bytes) rc = accel__sock_io(cfd, data, bytes, 1, deadline);
-                if (rc == 0) served++;
-            }
-            close(cfd); /* a stray connection (not ours) is ignored */
-        }
+        accel__coll_tcp_serve s;
+        int lfd = accel__sock_listen(&ss, ACCEL__ADMIT_BACKLOG);
+        if (lfd < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "tcp bootstrap: rank 0 cannot listen on %s: %s", where,
+                               strerror(errno));
+        memset(&s, 0, sizeof s);
+        s.adm = &adm;
+        s.data = data;
+        s.bytes = bytes;
+        s.size = size;
+        s.deadline = deadline;
+        s.done = (unsigned char *)accel_host_alloc(acc, (size_t)size);
+        if (!s.done) { close(lfd); return ACCEL_ERR_OUT_OF_MEMORY; }
+        memset(s.done, 0, (size_t)size);
+        r = accel__admit_serve(acc, &adm, lfd, "tcp bootstrap", where, deadline, NULL, 0, accel__coll_tcp_admit, &s,
+                               NULL, 0);
         close(lfd);
-        if (served < size - 1)
-            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank 0 listening on port %d served %d of %d peers within %d ms",
-                               port, served, size - 1, timeout_ms);
-        return ACCEL_OK;
+        accel_host_free(acc, s.done);
+        if (r == ACCEL_ERR_TIMEOUT)
+            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank 0 listening on %s served %d of %d peers "
+                               "within %d ms", where, s.served, size - 1, timeout_ms);
+        return r;
+    } else {
+        unsigned char *p = NULL;
+        const unsigned char *body = NULL;
+        size_t blen = 0;
+        int fd = -1;
+        r = accel__admit_join(acc, &adm, &ss, sl, "tcp bootstrap", where, (uint32_t)size, (uint32_t)rank, deadline,
+                              deadline, bytes, &fd, &p, &body, &blen);
+        if (r == ACCEL_OK && blen != bytes)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "tcp bootstrap: rank 0 sends %zu bytes, rank %d expects %zu", blen,
+                            rank, bytes);
+        else if (r == ACCEL_OK && bytes)
+            memcpy(data, body, bytes);
+        if (fd >= 0) close(fd);
+        accel_host_free(acc, p);
+        return r;
     }
-    for (;;) {
-        unsigned char hello[8], n64[8];
-        int rc, fd = accel__sock_connect(&ss, sl, deadline); /* retries until rank 0 listens */
-        if (fd < 0) break;
-        accel__put_u32(hello, ACCEL__COLL_TCP_MAGIC);
-        accel__put_u32(hello + 4, (uint32_t)rank);
-        rc = accel__sock_io(fd, hello, sizeof hello, 1, deadline);
-        if (rc == 0) rc = accel__sock_io(fd, n64, sizeof n64, 0, deadline);
-        if (rc == 0 && accel__get_u64(n64) != (uint64_t)bytes) {
-            close(fd);
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "tcp bootstrap: rank 0 sends %llu bytes, rank %d expects %zu",
-                               (unsigned long long)accel__get_u64(n64), rank, bytes);
-        }
-        if (rc == 0 && bytes) rc = accel__sock_io(fd, data, bytes, 0, deadline);
-        close(fd);
-        if (rc == 0) return ACCEL_OK;
-        if (rc == -2) break;
-        accel__sleep_ms(20); /* connection dropped: rank 0 may have restarted; retry until the deadline */
-    }
-    return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "tcp bootstrap: rank %d could not get %zu bytes from rank 0 at %s:%d within %d ms",
-                       rank, bytes, addr, port, timeout_ms);
 }
 
-#define ACCEL__COLL_FILE_MAGIC "ACCELNB1"
-
-/* File: "ACCELNB1", u64 little-endian size, the bytes; written atomically by the core (temp + fsync + rename). */
-ACCEL__DEF accel_result accel_coll_file_broadcast(accel *acc, const char *path, int rank, void *data, size_t bytes, int timeout_ms) {
+/* File: rank 0 seals the bytes (accel__admit_seal: its proof, the run id; readable by its user only) and writes them
+   atomically (temp + fsync + rename); the others poll. A file that is not this job's (garbage, another run's, one
+   written without the secret) is ignored, not an error: whoever can write to the directory cannot fail the job by
+   writing first, and rank 0's rename replaces it. */
+ACCEL__DEF accel_result accel_coll_file_broadcast(accel *acc, const char *path, int rank, void *data, size_t bytes,
+                                                  int timeout_ms) {
     double deadline;
+    accel__admit adm;
+    accel_result r;
+    char ignored[300];
     if (!path || !*path || rank < 0 || (bytes && !data) || timeout_ms < 0 || bytes > ((size_t)1 << 30))
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "file bootstrap: bad arguments (path=%s rank=%d bytes=%zu)",
                            path ? path : "(null)", rank, bytes);
     deadline = accel_now() + 1e-3 * (double)timeout_ms;
+    r = accel__admit_init(acc, &adm, "nccl-file");
+    if (r != ACCEL_OK) return r;
     if (rank == 0) {
-        unsigned char *buf = (unsigned char *)accel_host_alloc(acc, 16 + bytes);
-        accel_result r;
-        if (!buf) return ACCEL_ERR_OUT_OF_MEMORY;
-        memcpy(buf, ACCEL__COLL_FILE_MAGIC, 8);
-        accel__put_u64(buf + 8, (uint64_t)bytes);
-        if (bytes) memcpy(buf + 16, data, bytes);
-        r = accel__write_file(acc, path, buf, 16 + bytes, 1);
+        unsigned char *buf = NULL;
+        size_t n = 0;
+        char tmp[4200];
+        int fd;
+        r = accel__admit_seal(acc, &adm, data, bytes, &buf, &n);
+        if (r == ACCEL_OK) r = accel__atomic_open(acc, path, tmp, sizeof tmp, &fd);
+        if (r == ACCEL_OK) {
+            int ok = fchmod(fd, 0600) == 0 && accel__write_all(fd, buf, n) == 0; /* 0600 before a byte is in it */
+            accel_result cr;
+            if (!ok) r = accel__io_fail(acc, "cannot write", tmp);
+            cr = accel__atomic_commit(acc, fd, tmp, path, ok);
+            if (r == ACCEL_OK) r = cr;
+        }
         accel_host_free(acc, buf);
         return r == ACCEL_OK ? r : accel__fail_wrap(acc, r, "file bootstrap");
     }
+    ignored[0] = 0;
     for (;;) {
         if (accel__is_file(path)) {
             char *buf = NULL;
-            size_t n = 0;
-            accel_result r = accel__read_file(acc, path, &buf, &n, 16 + bytes + 4096);
-            if (r != ACCEL_OK) return accel__fail_wrap(acc, r, "file bootstrap");
-            if (n < 16 || memcmp(buf, ACCEL__COLL_FILE_MAGIC, 8) != 0) r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s is not an accel bootstrap file", path);
-            else if (accel__get_u64((const unsigned char *)buf + 8) != (uint64_t)bytes || n != 16 + bytes)
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s holds %llu bytes, rank %d expects %zu", path,
-                                (unsigned long long)accel__get_u64((const unsigned char *)buf + 8), rank, bytes);
-            else if (bytes) memcpy(data, buf + 16, bytes);
-            accel_host_free(acc, buf);
-            return r;
+            size_t n = 0, blen = 0;
+            const unsigned char *body = NULL;
+            char why[300];
+            r = accel__read_file(acc, path, &buf, &n, ACCEL__SEAL_FIXED + ACCEL__ST_MAX_TOKEN + 8 + bytes + 4096);
+            if (r == ACCEL_OK &&
+                accel__admit_unseal(&adm, (const unsigned char *)buf, n, &body, &blen, why, sizeof why) == 0) {
+                if (blen != bytes)
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "file bootstrap: %s holds %zu bytes, rank %d expects %zu",
+                                    path, blen, rank, bytes);
+                else if (bytes)
+                    memcpy(data, body, bytes);
+                accel_host_free(acc, buf);
+                return r;
+            }
+            if (r == ACCEL_OK && strcmp(ignored, why) != 0) {
+                accel_log(acc, ACCEL_LOG_WARN, "file bootstrap: ignored %s: %s", path, why);
+                accel__fmt(ignored, sizeof ignored, "%s", why);
+            }
+            accel_host_free(acc, buf); /* unreadable or not ours: rank 0's file may still replace it */
         }
         if (accel__ms_left(deadline) == 0) break;
         accel__sleep_ms(20);
     }
-    return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "file bootstrap: %s did not appear within %d ms (rank 0 not started, or not a shared filesystem?)",
-                       path, timeout_ms);
+    return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "file bootstrap: %s did not appear within %d ms (rank 0 not started, or "
+                       "not a shared filesystem?)%s%s", path, timeout_ms,
+                       ignored[0] ? "; ignored what was there: " : "", ignored);
 }
 
 /* ---------------------------------------------------------------------------------------------------- 15. NCCL init */

@@ -221,8 +221,9 @@ static ACCEL_INLINE ACCEL_HD int64_t accel_data_sampler_index(const accel_data_s
 }
 
 /* Indices first .. first+count-1 of the order into out (8 independent lanes at a time: the round function is
-   latency-bound, so interleaving gives the CPU's multipliers parallel work). */
-ACCEL_API void accel_data_sampler_fill(const accel_data_sampler *s, int64_t first, int64_t count, int64_t *out);
+   latency-bound, so interleaving gives the CPU's multipliers parallel work). ACCEL_ERR_INVALID_ARGUMENT (nothing
+   written) for a NULL sampler or out, or a range outside [0, n): the permutation is only defined there. */
+ACCEL_API accel_result accel_data_sampler_fill(const accel_data_sampler *s, int64_t first, int64_t count, int64_t *out);
 
 /* ------------------------------------------------------------------------------------------------- shards */
 typedef struct accel_data_shard_desc {
@@ -463,13 +464,28 @@ ACCEL__DEF void accel_data_sampler_set_epoch(accel_data_sampler *s, int64_t epoc
 }
 
 #define ACCEL__DATA_LANES 8
-ACCEL__DEF void accel_data_sampler_fill(const accel_data_sampler *s, int64_t first, int64_t count, int64_t *out) {
+ACCEL__DEF accel_result accel_data_sampler_fill(const accel_data_sampler *s, int64_t first, int64_t count,
+                                                int64_t *out) {
     int64_t i = 0;
-    uint64_t keys[ACCEL_DATA_FEISTEL_ROUNDS], lo_mask = s->lo_mask, hi_mask = s->hi_mask, n = (uint64_t)s->n;
-    int lo_bits = s->lo_bits, r;
+    uint64_t keys[ACCEL_DATA_FEISTEL_ROUNDS], lo_mask, hi_mask, n;
+    int lo_bits, r;
+    if (!s || (!out && count > 0))
+        return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_sampler_fill: %s is NULL",
+                           s ? "out" : "sampler");
+    if (s->n < 0 || s->lo_bits < 0 || s->lo_bits > 31)
+        return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_sampler_fill: the sampler is not initialized "
+                           "(accel_data_sampler_init)");
+    if (first < 0 || count < 0 || first > s->n || count > s->n - first)
+        return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_sampler_fill: indices [%lld, %lld + %lld) are "
+                           "not within the dataset's [0, %lld)", (long long)first, (long long)first, (long long)count,
+                           (long long)s->n);
+    lo_mask = s->lo_mask;
+    hi_mask = s->hi_mask;
+    n = (uint64_t)s->n;
+    lo_bits = s->lo_bits;
     if (!s->shuffle || s->n <= 1) {
         for (i = 0; i < count; ++i) out[i] = first + i;
-        return;
+        return ACCEL_OK;
     }
     for (r = 0; r < ACCEL_DATA_FEISTEL_ROUNDS; ++r) keys[r] = s->keys[r];
     for (; i + ACCEL__DATA_LANES <= count; i += ACCEL__DATA_LANES) {
@@ -491,6 +507,7 @@ ACCEL__DEF void accel_data_sampler_fill(const accel_data_sampler *s, int64_t fir
         }
     }
     for (; i < count; ++i) out[i] = accel_data_sampler_index(s, first + i);
+    return ACCEL_OK;
 }
 
 /* ------------------------------------------------------------------------ dataloader bookkeeping (§3) */
@@ -676,7 +693,8 @@ ACCEL__DEF accel_result accel_data_shard_get_batch(const accel_data_shard *s, in
         for (q = start > s->n ? start : s->n; q < end; ++q) out[j++] = (q - s->n) % s->pad_mod;
     } else {
         if (real_end > start) {
-            accel_data_sampler_fill(&s->sampler, start, real_end - start, out);
+            accel_result fr = accel_data_sampler_fill(&s->sampler, start, real_end - start, out);
+            if (fr != ACCEL_OK) return fr; /* unreachable: start < real_end <= n */
             j = real_end - start;
         }
         for (q = start > s->n ? start : s->n; q < end; ++q)
@@ -696,6 +714,9 @@ ACCEL__DEF accel_result accel_data_shard_next(accel_data_shard *s, int64_t *out,
     accel_result r;
     if (!s || !out || !count)
         return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_next: NULL argument");
+    if (s->b < 1) /* a zeroed shard would look like an empty epoch forever */
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_STATE, "accel_data_shard_next: the shard is not initialized "
+                           "(accel_data_shard_init)");
     if ((r = accel__data_begin(s->acc, s, &s->active, accel_data_shard_remainder(s))) != ACCEL_OK) return r;
     if (s->position >= s->num_batches) { /* the loop is over: end(), iteration += 1 */
         accel__data_end(s->acc, s, &s->active);
@@ -886,19 +907,11 @@ ACCEL__DEF accel_result accel_data_token_file_open(accel *acc, accel_data_token_
     int fd;
     if (!f || !path) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "token_file_open: NULL argument");
     memset(f, 0, sizeof *f);
-    fd = open(path, O_RDONLY);
+    fd = accel__open_regular_fd(path, &sb); /* a FIFO must not hang the open */
     if (fd < 0) {
         if (errno == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "token shard %s: no such file", path);
+        if (errno == EINVAL) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "token shard %s: not a regular file", path);
         return accel__io_fail(acc, "token shard: cannot open", path);
-    }
-    if (fstat(fd, &sb) != 0) {
-        r = accel__io_fail(acc, "token shard: cannot stat", path);
-        close(fd);
-        return r;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "token shard %s: not a regular file", path);
     }
     got = (uint64_t)sb.st_size < sizeof hdr ? (size_t)sb.st_size : sizeof hdr;
     if (accel__pread_all(fd, hdr, got, 0) != 0) {

@@ -38,7 +38,8 @@
      Every reader checks everything before it copies a byte (all-or-nothing). accel_st_file_open makes every check
      of the reference reader, in its order: ACCEL_ERR_FORMAT names the problem, ACCEL_ERR_UNSUPPORTED is a valid
      dtype or rank accel does not handle. A destination whose dtype or shape differs is ACCEL_ERR_INVALID_ARGUMENT
-     naming the tensor, expected and found.
+     naming the tensor, expected and found. A path that is not a regular file (a FIFO, a device, a directory) is
+     ACCEL_ERR_IO "is not a regular file", refused at once (a FIFO is never opened blocking).
 
    THREADS AND STREAMS
      One thread at a time per accel / accel_st_file. Device buffers (found with cudaPointerGetAttributes in CUDA
@@ -1440,15 +1441,8 @@ static accel_result accel__st_map(accel *acc, const char *path, accel_st_file **
     *out = NULL;
     r = accel__st_new(acc, path, &f);
     if (r != ACCEL_OK) return r;
-    f->fd = open(path, O_RDONLY);
-    if (f->fd < 0) {
-        r = errno == ENOENT ? ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path)
-                            : accel__io_fail(acc, "cannot open", path);
-        accel_st_file_destroy(f);
-        return r;
-    }
-    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "%.400s is not a regular file", path);
+    r = accel__open_regular(acc, path, &st, &f->fd); /* a FIFO named as a safetensors file must not hang the open */
+    if (r != ACCEL_OK) {
         accel_st_file_destroy(f);
         return r;
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what accel's build, tests and demo need (idempotent: does nothing when everything is there).
-#   scripts/install-deps.sh          build + tests: meson, ninja, pkg-config, Open MPI, MPICH, stb, clang runtimes
+#   scripts/install-deps.sh          build + tests: meson, ninja, pkg-config, Open MPI, MPICH, stb, libyaml, OpenSSL's
+#                                    libcrypto (the TCP store's MAC), clang runtimes
 #   scripts/install-deps.sh --bench  also the benchmark peers (python3-torch)
 #   scripts/install-deps.sh --slurm  also Slurm + munge for tests/slurm (the test starts its own cluster)
 #   scripts/install-deps.sh --cudnn-frontend  also the cuDNN frontend's C++ headers (the nvidia-cudnn-frontend wheel's
@@ -23,7 +24,7 @@ for a in "$@"; do
   esac
 done
 
-pkgs=(meson ninja-build pkg-config libopenmpi-dev openmpi-bin mpich libmpich-dev libstb-dev libyaml-dev clang
+pkgs=(meson ninja-build pkg-config libopenmpi-dev openmpi-bin mpich libmpich-dev libstb-dev libyaml-dev libssl-dev clang
       libclang-rt-14-dev python3 python3-yaml file)
 [ $want_bench = 1 ] && pkgs+=(python3-torch)
 [ $want_oracles = 1 ] && pkgs+=(python3-torch python3-numpy python3-psutil python3-venv python3-pip)

@@ -10,6 +10,12 @@
      ACCELERATE_DEBUG_MODE) and ACCEL_RUN_ID; accel's core then forms its host group over a TCP store on
      MASTER_PORT. Single node: MASTER_ADDR 127.0.0.1 and a free port unless given. Multi-node (--nnodes > 1): run it
      once per node with the same --master-addr / --master-port (default 29500) and that node's --node-rank.
+     The store admits only processes that know the job's secret (accel.h: SECURITY): on one node accel launch makes
+     a random one per job and hands it to its processes in the environment (ACCEL_STORE_SECRET; never on a command
+     line); across nodes every node's launcher passes on the ACCEL_STORE_SECRET it was started with (set the same
+     random value on every node), or the store refuses a non-loopback address unless ACCEL_STORE_TRUSTED_NETWORK=1.
+     Counts are bounded before anything is allocated or started: at most 1024 processes a node (-n or the config's
+     num_processes / num_machines), at most 65536 nodes.
      SIGINT / SIGTERM are forwarded to every process (each runs in its own process group, so their children get
      them too). When one process fails, the others get SIGTERM (SIGKILL 5 s later) and accel launch exits with the
      failed process's code (128 + signal number when it was killed), naming its rank. --tee prefixes every output
@@ -51,11 +57,14 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#define LAUNCH_MAX 1024
+#define LAUNCH_MAX 1024        /* processes a node (the --tee poll set is sized by it) */
+#define LAUNCH_MAX_NODES 65536
+#define LAUNCH_MAX_CONFIG (1 << 20) /* bytes of a config file */
 
 typedef struct launch_cfg {
     int nproc, nnodes, node_rank, master_port, accum, use_cpu, debug, tee, total; /* -1 / 0: unset */
     char master_addr[256], precision[16], run_id[320];
+    char secret[72]; /* ACCEL_STORE_SECRET made for this job ("" when the launcher's own environment has one) */
 } launch_cfg;
 
 static void launch_usage(FILE *f) {
@@ -96,8 +105,8 @@ static void launch_default_config(char *out, size_t cap) {
 #ifdef ACCEL_CLI_NO_YAML
 /* Built without libyaml: a config file that would be read is an error, never silently skipped (its keys would change
    the launch). */
-static int config_read(const char *path, launch_cfg *c) {
-    (void)c;
+static int config_parse(const unsigned char *buf, size_t n, const char *path, launch_cfg *c) {
+    (void)buf; (void)n; (void)c;
     fprintf(stderr, "accel launch: cannot read config file %s: this accel was built without libyaml "
                     "(install libyaml-dev and rebuild)\n", path);
     return 0;
@@ -111,22 +120,20 @@ static int config_bool(const char *key, const char *v, int *out) {
     return 1;
 }
 
-/* The applicable keys of an Accelerate config file (YAML, or JSON which libyaml reads as YAML flow syntax). */
-static int config_read(const char *path, launch_cfg *c) {
-    FILE *f = fopen(path, "rb");
+/* The applicable keys of an Accelerate config file (YAML, or JSON which libyaml reads as YAML flow syntax), from its
+   n bytes (untrusted: fuzzed by tests/fuzz/tools). path names it in messages. */
+static int config_parse(const unsigned char *buf, size_t n, const char *path, launch_cfg *c) {
     yaml_parser_t p;
     yaml_document_t doc;
     yaml_node_t *root;
     yaml_node_pair_t *pair;
     int ok = 1, machines = -1;
-    if (!f) { fprintf(stderr, "accel launch: cannot open config file %s: %s\n", path, strerror(errno)); return 0; }
-    if (!yaml_parser_initialize(&p)) { fclose(f); fprintf(stderr, "accel launch: libyaml init failed\n"); return 0; }
-    yaml_parser_set_input_file(&p, f);
+    if (!yaml_parser_initialize(&p)) { fprintf(stderr, "accel launch: libyaml init failed\n"); return 0; }
+    yaml_parser_set_input_string(&p, buf, n);
     if (!yaml_parser_load(&p, &doc)) {
         fprintf(stderr, "accel launch: %s is not valid YAML/JSON: %s at line %lu\n", path, p.problem ? p.problem : "?",
                 (unsigned long)p.problem_mark.line + 1);
         yaml_parser_delete(&p);
-        fclose(f);
         return 0;
     }
     root = yaml_document_get_root_node(&doc);
@@ -142,9 +149,11 @@ static int config_read(const char *path, launch_cfg *c) {
         if (v->type != YAML_SCALAR_NODE) continue; /* nested sections (deepspeed_config, ...) do not apply */
         val = (const char *)v->data.scalar.value;
         if (!strcmp(val, "null") || !strcmp(val, "~")) continue;
-        if (!strcmp(key, "num_processes")) ok = launch_int("num_processes", val, 1, 1 << 20, &c->total);
-        else if (!strcmp(key, "num_machines")) ok = launch_int("num_machines", val, 1, 1 << 16, &machines);
-        else if (!strcmp(key, "machine_rank")) ok = launch_int("machine_rank", val, 0, 1 << 16, &c->node_rank);
+        if (!strcmp(key, "num_processes"))
+            ok = launch_int("num_processes", val, 1, (long)LAUNCH_MAX * LAUNCH_MAX_NODES, &c->total);
+        else if (!strcmp(key, "num_machines")) ok = launch_int("num_machines", val, 1, LAUNCH_MAX_NODES, &machines);
+        else if (!strcmp(key, "machine_rank"))
+            ok = launch_int("machine_rank", val, 0, LAUNCH_MAX_NODES - 1, &c->node_rank);
         else if (!strcmp(key, "main_process_ip")) snprintf(c->master_addr, sizeof c->master_addr, "%s", val);
         else if (!strcmp(key, "main_process_port")) ok = launch_int("main_process_port", val, 1, 65535, &c->master_port);
         else if (!strcmp(key, "gradient_accumulation_steps")) ok = launch_int("gradient_accumulation_steps", val, 1, 1 << 30, &c->accum);
@@ -158,10 +167,43 @@ static int config_read(const char *path, launch_cfg *c) {
     if (ok && machines > 0) c->nnodes = machines;
     yaml_document_delete(&doc);
     yaml_parser_delete(&p);
-    fclose(f);
     return ok;
 }
 #endif
+
+/* Reads a config file (at most LAUNCH_MAX_CONFIG bytes) and parses it. */
+static int config_read(const char *path, launch_cfg *c) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf;
+    size_t n;
+    int ok;
+    if (!f) { fprintf(stderr, "accel launch: cannot open config file %s: %s\n", path, strerror(errno)); return 0; }
+    buf = (unsigned char *)malloc(LAUNCH_MAX_CONFIG + 1);
+    if (!buf) { fclose(f); fprintf(stderr, "accel launch: out of memory\n"); return 0; }
+    n = fread(buf, 1, LAUNCH_MAX_CONFIG + 1, f);
+    ok = !ferror(f);
+    fclose(f);
+    if (!ok || n > LAUNCH_MAX_CONFIG) {
+        fprintf(stderr, "accel launch: cannot read config file %s: %s\n", path,
+                ok ? "larger than 1 MiB (not an Accelerate config)" : strerror(errno));
+        free(buf);
+        return 0;
+    }
+    ok = config_parse(buf, n, path, c);
+    free(buf);
+    return ok;
+}
+
+/* The job's secret: 32 bytes from the kernel, as hex (the store's MAC key; accel.h SECURITY). 1 ok. */
+static int launch_make_secret(char *out, size_t cap) {
+    unsigned char b[32];
+    size_t i, got = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) { got = fread(b, 1, sizeof b, f); fclose(f); }
+    if (got != sizeof b || cap < 2 * sizeof b + 1) return 0;
+    for (i = 0; i < sizeof b; ++i) snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return 1;
+}
 
 /* ------------------------------------------------------------------------------------------ processes */
 static volatile sig_atomic_t launch_signal = 0;
@@ -201,6 +243,7 @@ static void launch_child_env(const launch_cfg *c, int local) {
     setenv("MASTER_ADDR", c->master_addr, 1);
     launch_setenv_int("MASTER_PORT", c->master_port);
     setenv("ACCEL_RUN_ID", c->run_id, 1);
+    if (c->secret[0]) setenv("ACCEL_STORE_SECRET", c->secret, 1); /* the environment: never a command line */
     if (c->precision[0]) setenv("ACCELERATE_MIXED_PRECISION", c->precision, 1);
     if (c->accum > 0) launch_setenv_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", c->accum);
     if (c->use_cpu >= 0) setenv("ACCELERATE_USE_CPU", c->use_cpu ? "true" : "false", 1);
@@ -246,6 +289,11 @@ static int launch_run(const launch_cfg *c, char **prog) {
     int i, alive = 0, failed = -1, code = 0, forwarded = 0;
     double stop_at = 0;
     struct sigaction sa;
+    if (c->nproc < 1 || c->nproc > LAUNCH_MAX) { /* cli_launch bounds it; the poll set below is sized by it */
+        free(ps);
+        fprintf(stderr, "accel launch: %d processes a node (1..%d)\n", c->nproc, LAUNCH_MAX);
+        return 2;
+    }
     if (!ps) { fprintf(stderr, "accel launch: out of memory\n"); return 1; }
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = launch_on_signal;
@@ -399,8 +447,10 @@ int cli_launch(int argc, char **argv) {
         v = eq && a[1] == '-' ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) { fprintf(stderr, "accel launch: %s needs a value\n", name); return 2; }
         if (!strcmp(name, "-n") || !strcmp(name, "--nproc-per-node")) { if (!launch_int(name, v, 1, LAUNCH_MAX, &cli.nproc)) return 2; }
-        else if (!strcmp(name, "--nnodes")) { if (!launch_int(name, v, 1, 1 << 16, &cli.nnodes)) return 2; }
-        else if (!strcmp(name, "--node-rank")) { if (!launch_int(name, v, 0, 1 << 16, &cli.node_rank)) return 2; }
+        else if (!strcmp(name, "--nnodes")) { if (!launch_int(name, v, 1, LAUNCH_MAX_NODES, &cli.nnodes)) return 2; }
+        else if (!strcmp(name, "--node-rank")) {
+            if (!launch_int(name, v, 0, LAUNCH_MAX_NODES - 1, &cli.node_rank)) return 2;
+        }
         else if (!strcmp(name, "--master-addr")) snprintf(cli.master_addr, sizeof cli.master_addr, "%s", v);
         else if (!strcmp(name, "--master-port")) { if (!launch_int(name, v, 1, 65535, &cli.master_port)) return 2; }
         else if (!strcmp(name, "--gradient-accumulation-steps")) { if (!launch_int(name, v, 1, 1 << 30, &cli.accum)) return 2; }
@@ -438,6 +488,11 @@ int cli_launch(int argc, char **argv) {
     c.tee = cli.tee;
     if (c.nproc < 1) c.nproc = 1;
     if (c.nnodes < 1) c.nnodes = 1;
+    if (c.nproc > LAUNCH_MAX) { /* a config's num_processes / num_machines: bounded before anything is allocated */
+        fprintf(stderr, "accel launch: %s: %d processes a node is more than the %d accel launch starts "
+                        "(num_processes / num_machines)\n", cfgpath, c.nproc, LAUNCH_MAX);
+        return 2;
+    }
     if (c.node_rank < 0) c.node_rank = 0;
     if (c.node_rank >= c.nnodes) {
         fprintf(stderr, "accel launch: --node-rank %d is not below --nnodes %d\n", c.node_rank, c.nnodes);
@@ -452,6 +507,13 @@ int cli_launch(int argc, char **argv) {
         if (!c.master_port) c.master_port = accel_free_port();
         if (!c.master_port) { fprintf(stderr, "accel launch: found no free TCP port\n"); return 1; }
         if (!c.run_id[0]) snprintf(c.run_id, sizeof c.run_id, "accel-launch-%ld-%ld", (long)getpid(), (long)time(NULL));
+        /* one node: a fresh secret per job, unless the launcher was given one */
+        if (!getenv("ACCEL_STORE_SECRET") || !*getenv("ACCEL_STORE_SECRET")) {
+            if (!launch_make_secret(c.secret, sizeof c.secret)) {
+                fprintf(stderr, "accel launch: cannot read /dev/urandom for the job's secret\n");
+                return 1;
+            }
+        }
     }
     return launch_run(&c, prog);
 }

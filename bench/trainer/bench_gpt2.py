@@ -5,28 +5,40 @@ its PyTorch peer (gpt2_torch_peer.py: bf16 autocast, fused AdamW, SDPA, clip 1.0
 accel's own share of the step: the same trainer with accel's calls in the step replaced by no-ops (--bench-noop-accel:
 no loader or stager after the first batch, no accumulation bookkeeping, reducer, clip_grad_norm, scheduler
 bookkeeping, loss all-reduce, logging or per-step synchronization). Everything is measured in this run, one after the
-other on the same GPU; each PyTorch mode runs every batch size in one process (torch.compile compiles once per shape).
-Prints JSON lines (DESIGN.md → Testing); MFU = (6N + 6·L·C·T) · tokens/s ÷ the device's bf16 dense peak.
+other on the same GPU; the PyTorch peer is one process (one torch start-up) that runs every batch size eager, then
+compiled (torch.compile with static shapes compiles once per batch size, in its warmup). Prints JSON lines (DESIGN.md
+→ Testing); MFU = (6N + 6·L·C·T) · tokens/s ÷ the device's bf16 dense peak. When each run ended goes to stderr
+("bench_gpt2: [12.3 s] ...", the peer's warmups with their compile times too), to show where the time goes.
 
-Lines per batch size (params.attention names the trainer's attention), in the order they are printed (as soon as
-their runs are done, so a time limit still leaves the earlier ones):
+Lines per batch size (params.attention names the attention the trainer's banner says ran), in the order they are
+printed (as soon as their runs are done, so a time limit still leaves the earlier ones):
   gpt2_accel_overhead  the default attention, accel's calls vs no-ops   goal 0.99
   gpt2_train           cudnn vs PyTorch eager   goal 1.0
   gpt2_train           own   vs PyTorch eager   goal 1.0      (no cuDNN: PyTorch eager's level)
   gpt2_train           cudnn vs torch.compile   goal 1.05     (the issue's target, llm.c with cuDNN's level)
-  gpt2_train           own   vs torch.compile   goal null     (only when the build has no cuDNN)
+  gpt2_train           own   vs torch.compile   goal null
+(the cudnn lines only when the build has cuDNN's attention).
 
 usage: bench_gpt2.py TRAIN_GPT2_EXE [--batches 16,32] [--steps 20]     (exit 77 without a CUDA device)
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt2_torch_peer.py")
 PEER_NAME = " (bf16 autocast, fused AdamW, SDPA, clip 1.0)"
+T0 = time.monotonic()
+
+
+def note(what):
+    sys.stderr.write("bench_gpt2: [%.1f s] %s\n" % (time.monotonic() - T0, what))
+    sys.stderr.flush()
 
 
 def trainer(exe, shard, B, steps, attention, noop=False):
@@ -43,26 +55,43 @@ def trainer(exe, shard, B, steps, attention, noop=False):
         return None
     if r.returncode != 0:
         raise RuntimeError("train_gpt2 --attention %s failed (%d)" % (attention, r.returncode))
+    ran = re.search(r"\| attention: (\w+)", r.stdout)
+    if not ran or ran.group(1) != attention:  # the lines name the attention that ran
+        raise RuntimeError("train_gpt2 --attention %s: its banner says %s" % (attention, ran and ran.group(0)))
+    note("train_gpt2 B=%d --attention %s%s done" % (B, attention, " --bench-noop-accel" if noop else ""))
     for line in r.stdout.splitlines():
         if line.startswith("summary: "):
             return json.loads(line[len("summary: "):])
     raise RuntimeError("train_gpt2 printed no summary line")
 
 
-def peer(batches, compiled):
-    """{B: the peer's result} for every batch size it ran"""
-    cmd = [sys.executable, PEER, "--batch", ",".join(str(b) for b in batches), "--seq", "1024"] + \
-        (["--compile"] if compiled else [])
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    sys.stderr.write(r.stderr[-4000:])
-    out = {}
-    for line in r.stdout.splitlines():
-        if line.startswith("{"):
-            res = json.loads(line)
-            out[res["batch"]] = res
-    if r.returncode != 0:
-        sys.stderr.write("peer unavailable (%d): %s\n" % (r.returncode, r.stdout.strip()[-500:]))
-    return out
+def peer(batches):
+    """the peer's results (eager for every batch size, then torch.compile), each as soon as the peer prints it"""
+    cmd = [sys.executable, PEER, "--batch", ",".join(str(b) for b in batches), "--seq", "1024",
+           "--modes", "eager,compile"]
+    rest = ""  # the peer's last other stdout line (its reason to skip)
+    with tempfile.TemporaryFile(mode="w+") as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        limit = threading.Timer(1800, p.kill)
+        limit.start()
+        try:
+            for line in p.stdout:
+                if line.startswith("{"):
+                    res = json.loads(line)
+                    note("PyTorch %s B=%d done" % ("torch.compile" if res["compile"] else "eager", res["batch"]))
+                    yield res
+                else:
+                    rest = line
+            p.wait()
+        finally:
+            limit.cancel()
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            err.seek(0)
+            sys.stderr.write(err.read()[-4000:])
+        if p.returncode != 0:
+            sys.stderr.write("peer unavailable (%d)%s\n" % (p.returncode, ": " + rest.strip() if rest else ""))
 
 
 def emit(line):
@@ -105,17 +134,23 @@ def main():
                   "reference_name": "the same trainer with accel's calls replaced by no-ops",
                   "ratio": round(acc["tokens_per_s"] / noop["tokens_per_s"], 4), "goal": 0.99,
                   "accel_share_of_step": round(1.0 - acc["tokens_per_s"] / noop["tokens_per_s"], 4)})
-        eager = peer(batches, False)
-        for B in batches:
+        seen = set()
+        for ref in peer(batches):
+            B, compiled = ref["batch"], ref["compile"]
+            if B not in runs or (B, compiled) in seen:
+                continue
+            seen.add((B, compiled))
+            name, goals = ("torch.compile", (1.05, None)) if compiled else ("PyTorch eager", (1.0, 1.0))
             if runs[B]["cudnn"]:
-                emit(train_line(B, "cudnn", runs[B]["cudnn"], eager.get(B), "PyTorch eager", 1.0))
-            emit(train_line(B, "own", runs[B]["own"], eager.get(B), "PyTorch eager", 1.0))
-        comp = peer(batches, True)
-        for B in batches:
-            if runs[B]["cudnn"]:
-                emit(train_line(B, "cudnn", runs[B]["cudnn"], comp.get(B), "torch.compile", 1.05))
-            else:
-                emit(train_line(B, "own", runs[B]["own"], comp.get(B), "torch.compile", None))
+                emit(train_line(B, "cudnn", runs[B]["cudnn"], ref, name, goals[0]))
+            emit(train_line(B, "own", runs[B]["own"], ref, name, goals[1]))
+        for B in batches:  # a peer that could not run: the lines still come, with reference null
+            for compiled, name, goals in ((0, "PyTorch eager", (1.0, 1.0)), (1, "torch.compile", (1.05, None))):
+                if (B, compiled) not in seen:
+                    if runs[B]["cudnn"]:
+                        emit(train_line(B, "cudnn", runs[B]["cudnn"], None, name, goals[0]))
+                    emit(train_line(B, "own", runs[B]["own"], None, name, goals[1]))
+    note("done")
     return 0
 
 

@@ -8,11 +8,13 @@ With --cpu (the peer of examples/gpt2/gpt2_cpu.c for bench_gpt2_cpu.py): float32
 threads (default 1, as gpt2_cpu), AdamW's foreach implementation (fused=True is CUDA-only), the same clip 1.0, and
 SDPA where the torch has it (2.0+), else the causal softmax attention written out (torch 1.13).
 
-usage: gpt2_torch_peer.py --batch B[,B2...] --seq T [--compile] [--steps N] [--warmup N] [--layers L --heads H
-                          --channels C] [--vocab V] [--cpu [--threads N]]
-prints one JSON line per batch size, in order: {"batch": B, "tokens_per_s": ..., "step_ms": ..., "compile": 0|1,
-"torch": version}; exit 77 without CUDA (without --cpu). Several batch sizes share the process (one model, one
-optimizer; torch.compile with static shapes compiles each batch size once, in its warmup).
+usage: gpt2_torch_peer.py --batch B[,B2...] --seq T [--compile | --modes eager,compile] [--steps N] [--warmup N]
+                          [--layers L --heads H --channels C] [--vocab V] [--cpu [--threads N]]
+prints one JSON line per batch size and mode, in order, as each is measured: {"batch": B, "tokens_per_s": ...,
+"step_ms": ..., "compile": 0|1, "torch": version}; exit 77 without CUDA (without --cpu). Several batch sizes and
+modes share the process (one torch start-up, one model, one optimizer; --modes eager,compile runs every batch size
+eager, then compiled; torch.compile with static shapes compiles each batch size once, in its warmup, whose duration
+goes to stderr).
 """
 import argparse
 import json
@@ -79,7 +81,8 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="the same as --modes compile")
+    ap.add_argument("--modes", help="eager, compile or both (comma-separated, in this order); default eager")
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--channels", type=int, default=768)
@@ -88,6 +91,9 @@ def main():
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
+    modes = a.modes.split(",") if a.modes else ["compile" if a.compile else "eager"]
+    if not modes or any(m not in ("eager", "compile") for m in modes) or (a.modes and a.compile):
+        ap.error("--modes: eager and/or compile, comma-separated (and not with --compile)")
     if not a.cpu and not torch.cuda.is_available():
         print("SKIP: no CUDA device for PyTorch")
         return 77
@@ -105,35 +111,46 @@ def main():
     nodecay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, **({"foreach": True} if a.cpu else {"fused": True}))
-    step_fn = torch.compile(model, dynamic=False) if a.compile else model
-    for batch in [int(b) for b in a.batch.split(",")]:
-        x = torch.randint(0, min(50257, a.vocab), (batch, a.seq + 1), device=dev)
-        inp, tgt = x[:, :-1].contiguous(), x[:, 1:].contiguous()
-
-        def step():
-            if a.cpu:
-                loss = step_fn(inp, tgt)
-            else:
-                with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-                    loss = step_fn(inp, tgt)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss
-
-        for _ in range(a.warmup):
-            step()
-        sync()
-        t = time.perf_counter()
-        for _ in range(a.steps):
-            loss = step()
-        loss.item()
-        sync()
-        el = time.perf_counter() - t
-        print(json.dumps({"batch": batch, "tokens_per_s": a.steps * batch * a.seq / el, "step_ms": 1000 * el / a.steps,
-                          "compile": int(a.compile), "torch": torch.__version__}), flush=True)
+    for mode in modes:
+        step_fn = torch.compile(model, dynamic=False) if mode == "compile" else model
+        for batch in [int(b) for b in a.batch.split(",")]:
+            measure(a, model, opt, step_fn, mode, batch, dev, sync)
+        if dev == "cuda":
+            torch.cuda.empty_cache()  # the next mode starts from the same free memory
     return 0
+
+
+def measure(a, model, opt, step_fn, mode, batch, dev, sync):
+    """one JSON line: the step time of step_fn at this batch size (after a warmup that compiles, in compile mode)"""
+    x = torch.randint(0, min(50257, a.vocab), (batch, a.seq + 1), device=dev)
+    inp, tgt = x[:, :-1].contiguous(), x[:, 1:].contiguous()
+
+    def step():
+        if a.cpu:
+            loss = step_fn(inp, tgt)
+        else:
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                loss = step_fn(inp, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    t = time.perf_counter()
+    for _ in range(a.warmup):
+        step()
+    sync()
+    sys.stderr.write("gpt2_torch_peer: %s B=%d: warmup (%d steps%s) %.1f s\n" % (
+        mode, batch, a.warmup, ", compiling" if mode == "compile" else "", time.perf_counter() - t))
+    t = time.perf_counter()
+    for _ in range(a.steps):
+        loss = step()
+    loss.item()
+    sync()
+    el = time.perf_counter() - t
+    print(json.dumps({"batch": batch, "tokens_per_s": a.steps * batch * a.seq / el, "step_ms": 1000 * el / a.steps,
+                      "compile": int(mode == "compile"), "torch": torch.__version__}), flush=True)
 
 
 if __name__ == "__main__":

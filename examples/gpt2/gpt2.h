@@ -40,11 +40,12 @@
            CHECK(gpt2_run_next(&run, win, &got)); if (!got) continue;
            accel_accumulate_begin(&acc);
            forward; backward(1 / accel_loss_divisor(&acc));
+           CHECK(gpt2_run_log_pending(&run));                         // the previous step's log line
            if (accel_should_reduce(&acc)) CHECK(gpt2_run_reduce(&run));
            if (acc.sync_gradients) { CHECK(gpt2_run_optimizer_step(&run)); zero_grad; }
            accel_scheduler_steps(&acc, 0);
            accel_accumulate_end(&acc);
-           if (acc.sync_gradients) { CHECK(gpt2_run_log_step(&run, loss)); CHECK(gpt2_run_step_end(&run)); }
+           if (acc.sync_gradients) { gpt2_run_log_later(&run, micro, loss_sum); CHECK(gpt2_run_step_end(&run)); }
        }
        CHECK(gpt2_run_finish(&run));                                  // summary line, profile, export
      fail: gpt2_run_release(&run); ... free the model ...; return gpt2_run_end(&run, rc);
@@ -1189,13 +1190,31 @@ static inline int gpt2_check_tokens(const int32_t *tok, size_t n, int V, int32_t
      gpt2_run_next           the next (B, T+1) token windows of this rank (*got = 0 at an epoch's end)
      gpt2_run_reduce         the gradients averaged over ranks
      gpt2_run_optimizer_step clip_grad_norm_, the schedule, AdamW (then the trainer zeroes its gradients)
-     gpt2_run_log_step       the step's loss averaged over ranks, the loss file, the progress line, trackers
-     gpt2_run_step_end       a checkpoint when one is due, the profiler's step
+     gpt2_run_log_pending    the previous step's log line (after a micro-batch's forward and backward)
+     gpt2_run_log_later      a step's log line, to be written later (after gpt2_run_optimizer_step)
+     gpt2_run_step_end       the step's log line at once where the step must be complete (a checkpoint, --kill-at,
+                             the summary clock, the last step), a checkpoint when one is due, the profiler's step
+   A step's log line (its loss averaged over ranks: the loss file, the progress line, the trackers) is written after
+   the next micro-batch's forward and backward: the CUDA trainer reads the loss back from the device without
+   waiting (fetch_loss waits for it then, while the device runs that micro-batch); the CPU trainer knows its loss at
+   once and logs in the same order, so that both trainers' lines and hooks run the same code and the CPU tests
+   check it.
    and after it gpt2_run_finish (the summary line, the profile, the export), gpt2_run_release (accel's objects, before
    the trainer frees its buffers) and gpt2_run_end (accel_shutdown; returns the exit status). The hooks (gpt2_hooks)
    are called from these at the points their names say. Parameters and gradients are the trainer's flat buffers (host
    or device); to_host copies from a device buffer. */
 typedef accel_result (*gpt2_to_host_fn)(accel *acc, void *dst, const void *src, size_t bytes);
+/* The pending step's loss from where the trainer left it at the step's end (the sum over its micro-batches, this
+   rank's); the CUDA trainer waits for its read-back here. */
+typedef accel_result (*gpt2_fetch_loss_fn)(accel *acc, void *ctx, double *loss_sum);
+
+/* A step whose log line is still to be written: what gpt2_run_optimizer_step left (its number, LR, gradient norm),
+   its micro-batches, its loss sum (unless fetched) and the clock reading for the line (when the loss was known). */
+typedef struct gpt2_late_log {
+    int pending, micro;
+    int64_t step;
+    double lr, norm, loss_sum, t;
+} gpt2_late_log;
 
 #define GPT2_UNTIMED_STEPS 3 /* the summary line times the steps after these (caches, cuBLAS, allocator warm up) */
 
@@ -1222,6 +1241,10 @@ typedef struct gpt2_run {
     double peak_flops;                   /* peak FLOP/s for MFU: --peak-tflops, else the trainer's; 0: MFU n/a */
     int64_t first_step, step;            /* the step the run started at (after a resume), the last step taken */
     double t0, lr, norm;                 /* loop start; the last step's LR and gradient norm */
+    const char *banner_note;             /* the trainer's words for the banner (e.g. which attention); NULL: none */
+    gpt2_fetch_loss_fn fetch_loss;       /* NULL: gpt2_run_log_later's loss_sum is the loss */
+    void *fetch_ctx;
+    gpt2_late_log late;                  /* the step whose log line waits */
     int64_t timed_from;                  /* the summary line's clock: steps after timed_from, from timed_t0 */
     double timed_t0;
 } gpt2_run;
@@ -1237,7 +1260,8 @@ typedef struct gpt2_run {
 
 /* ----- hooks, at their named points */
 /* Starts the summary line's clock after the run's GPT2_UNTIMED_STEPS-th step (the step's work must be done: the
-   CUDA trainer's loop synchronizes each step; its no-op loop synchronizes before this call). */
+   CUDA trainer's loop has waited for that step's loss, gpt2_run_step_must_complete; its no-op loop synchronizes
+   before this call). */
 static inline void gpt2_hooks_step_timed(gpt2_run *r, int64_t step) {
     if (step == r->first_step + GPT2_UNTIMED_STEPS) {
         r->timed_from = step;
@@ -1413,12 +1437,13 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
     }
 
     accel_print(acc, "%s: L=%d H=%d C=%d V=%d (padded %d) block %d: %zu parameters | %d %s x batch %d x seq %d x "
-                "accum %d | %s | %lld global batches per epoch | reducer: %s%s\n", r->name, c->num_layers,
+                "accum %d | %s | %lld global batches per epoch | reducer: %s%s%s%s\n", r->name, c->num_layers,
                 c->num_heads, c->channels, c->vocab_size, c->padded_vocab_size, c->max_seq_len,
                 gpt2_num_parameters(c), P, acc->device >= 0 ? "GPU(s)" : "process(es)", o->batch, o->seq,
                 acc->gradient_accumulation_steps, !model16 ? "float32" : o->sr ? "bf16 (stochastic rounding)" : "bf16",
                 (long long)accel_data_seq_len(&r->loader),
                 accel_ddp_is_flat(r->reducer) ? "one in-place all-reduce" : "buckets",
+                r->banner_note ? " | " : "", r->banner_note ? r->banner_note : "",
                 o->hooks.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
     /* the profiler last: its first step starts here (the loop's first step) */
     memset(&pd, 0, sizeof pd);
@@ -1459,6 +1484,11 @@ static inline accel_result gpt2_run_optimizer_step(gpt2_run *r) {
     accel_result res;
     r->step = acc->optimizer_steps + 1; /* the 1-based number of this step */
     if ((res = gpt2_hooks_grads_reduced(r)) != ACCEL_OK) return res;
+    /* DEVICE-SIDE CLIP GOES HERE. On a GPU the norm is the step's one synchronization: accel_amp_grad_norm returns
+       it to the host, which computes the coefficient before AdamW is enqueued, so the device idles while the host
+       launches the optimizer. When accel_optim_step_args takes the norm in device memory (grad_norm, max_norm) and
+       accel_amp can write it there, pass it instead; r->norm (for the log) then comes back with the step's loss
+       (fetch_loss, train_gpt2.cu's step_readback). */
     if ((res = accel_amp_grad_norm(acc, r->grads, GPT2_NUM_TENSORS, 2.0, 0, &r->norm)) != ACCEL_OK) return res;
     if (r->o->clip > 0) coef = accel_optim_clip_coef(r->norm, r->o->clip);
     memset(&sa, 0, sizeof sa);
@@ -1470,9 +1500,10 @@ static inline accel_result gpt2_run_optimizer_step(gpt2_run *r) {
     return ACCEL_OK;
 }
 
-/* After a step: loss = this rank's mean loss over the step's micro-batches; the mean over ranks goes to the loss
-   file (step loss lr), the progress line (every --print-every steps and the last) and the trackers. */
-static inline accel_result gpt2_run_log_step(gpt2_run *r, double loss) {
+/* A step's log line: loss = this rank's mean loss over the step's micro-batches; the mean over ranks goes to the
+   loss file (step loss lr), the progress line (every --print-every steps and the last) and the trackers. Every rank
+   logs the same steps at the same point of its loop (the mean over ranks is a collective). */
+static inline accel_result gpt2_run_log_step(gpt2_run *r, const gpt2_late_log *s, double loss) {
     accel *acc = r->acc;
     const gpt2_opts *o = r->o;
     int P = acc->num_processes;
@@ -1481,38 +1512,84 @@ static inline accel_result gpt2_run_log_step(gpt2_run *r, double loss) {
     if ((res = accel_host_allreduce_f64(acc, &loss, 1, ACCEL_HOST_SUM)) != ACCEL_OK) return res;
     loss /= P;
     if (r->loss_file) {
-        fprintf(r->loss_file, "%lld %.9g %.9g\n", (long long)r->step, loss, r->lr);
+        fprintf(r->loss_file, "%lld %.9g %.9g\n", (long long)s->step, loss, s->lr);
         fflush(r->loss_file);
     }
-    el = accel_now() - r->t0;
-    tps = (double)(r->step - r->first_step) * o->batch * o->seq * acc->gradient_accumulation_steps * P /
+    el = s->t - r->t0;
+    tps = (double)(s->step - r->first_step) * o->batch * o->seq * acc->gradient_accumulation_steps * P /
           (el > 0 ? el : 1e-9);
     mfu = r->peak_flops > 0 ? gpt2_flops_per_token(&r->cfg, o->seq) * tps / (r->peak_flops * P) : 0.0;
-    if (o->print_every && (r->step % o->print_every == 0 || r->step == o->steps)) {
+    if (o->print_every && (s->step % o->print_every == 0 || s->step == o->steps)) {
         char mfus[32] = "n/a";
         if (r->peak_flops > 0) snprintf(mfus, sizeof mfus, "%.1f%%", 100.0 * mfu);
         accel_print(acc, "step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms/step | %.0f tok/s | MFU %s\n",
-                    (long long)r->step, o->steps, loss, r->lr, r->norm,
-                    1000.0 * el / (double)(r->step - r->first_step), tps, mfus);
+                    (long long)s->step, o->steps, loss, s->lr, s->norm,
+                    1000.0 * el / (double)(s->step - r->first_step), tps, mfus);
     }
     if (r->tracking) {
         accel_track_value tv[5];
         tv[0] = accel_track_scalar("train/loss", loss);
-        tv[1] = accel_track_scalar("train/lr", r->lr);
-        tv[2] = accel_track_scalar("train/grad_norm", r->norm);
+        tv[1] = accel_track_scalar("train/lr", s->lr);
+        tv[2] = accel_track_scalar("train/grad_norm", s->norm);
         tv[3] = accel_track_scalar("perf/tokens_per_s", tps);
         tv[4] = accel_track_scalar("perf/mfu", mfu);
-        if ((res = accel_track_log(&r->trk, tv, 5, r->step)) != ACCEL_OK) return res;
+        if ((res = accel_track_log(&r->trk, tv, 5, s->step)) != ACCEL_OK) return res;
     }
     return ACCEL_OK;
 }
 
-/* The end of a step: save_state every --checkpoint-every steps and after the last (after accumulate_end: the
-   counters are final), the profiler's step, then the step-end hooks. */
-static inline accel_result gpt2_run_step_end(gpt2_run *r) {
-    const gpt2_opts *o = r->o;
+/* At the end of a step (after gpt2_run_optimizer_step and accumulate_end): its log line is written later, by
+   gpt2_run_log_pending or gpt2_run_step_end. loss_sum: the sum of its micro-batches' losses (ignored with
+   fetch_loss, which brings it then). */
+static inline void gpt2_run_log_later(gpt2_run *r, int micro, double loss_sum) {
+    gpt2_late_log *s = &r->late;
+    s->pending = 1;
+    s->micro = micro;
+    s->step = r->step;
+    s->lr = r->lr;
+    s->norm = r->norm;
+    s->loss_sum = loss_sum;
+    s->t = accel_now();
+}
+
+/* The pending step's log line, if one waits (a "logging" range in the profiler): fetch_loss first, whose return is
+   when the loss became known. */
+static inline accel_result gpt2_run_log_pending(gpt2_run *r) {
+    gpt2_late_log *s = &r->late;
     accel_result res;
-    if (r->ckpt && ((o->ckpt_every && r->step % o->ckpt_every == 0) || r->step == o->steps)) {
+    if (!s->pending) return ACCEL_OK;
+    s->pending = 0;
+    if ((res = accel_prof_begin(r->prof, ACCEL_PROF_LOGGING)) != ACCEL_OK) return res;
+    if (r->fetch_loss) {
+        if ((res = r->fetch_loss(r->acc, r->fetch_ctx, &s->loss_sum)) != ACCEL_OK) return res;
+        s->t = accel_now();
+    }
+    if ((res = gpt2_run_log_step(r, s, s->loss_sum / s->micro)) != ACCEL_OK) return res;
+    return accel_prof_end(r->prof, ACCEL_PROF_LOGGING);
+}
+
+/* Whether gpt2_run_step_end saves a checkpoint after step r->step: every --checkpoint-every steps and the last. */
+static inline int gpt2_run_ckpt_due(const gpt2_run *r) {
+    const gpt2_opts *o = r->o;
+    return r->ckpt && ((o->ckpt_every && r->step % o->ckpt_every == 0) || r->step == o->steps);
+}
+
+/* Whether step r->step must be complete and logged in gpt2_run_step_end: before a checkpoint (the loss file holds
+   the steps it covers), --kill-at (the killed run's loss file is read back on resume), the summary clock's start
+   (the step's device work done), the run's last step. The same on every rank. */
+static inline int gpt2_run_step_must_complete(const gpt2_run *r) {
+    const gpt2_opts *o = r->o;
+    return gpt2_run_ckpt_due(r) || r->step == o->steps || (o->hooks.kill_at && r->step == o->hooks.kill_at) ||
+           r->step == r->first_step + GPT2_UNTIMED_STEPS;
+}
+
+/* The end of a step (after gpt2_run_log_later): its log line where the step must be complete, save_state every
+   --checkpoint-every steps and after the last (after accumulate_end: the counters are final), the profiler's step,
+   then the step-end hooks. */
+static inline accel_result gpt2_run_step_end(gpt2_run *r) {
+    accel_result res;
+    if (gpt2_run_step_must_complete(r) && (res = gpt2_run_log_pending(r)) != ACCEL_OK) return res;
+    if (gpt2_run_ckpt_due(r)) {
         if ((res = accel_prof_begin(r->prof, ACCEL_PROF_CHECKPOINT)) != ACCEL_OK ||
             (res = accel_ckpt_save_state(r->ckpt, NULL, NULL, 0)) != ACCEL_OK ||
             (res = accel_prof_end(r->prof, ACCEL_PROF_CHECKPOINT)) != ACCEL_OK)
@@ -1529,6 +1606,7 @@ static inline accel_result gpt2_run_finish(gpt2_run *r) {
     accel *acc = r->acc;
     const gpt2_opts *o = r->o;
     accel_result res;
+    if ((res = gpt2_run_log_pending(r)) != ACCEL_OK) return res; /* none after a last step: it logs at once */
     gpt2_hooks_run_end(r);
     if (o->profile_dir) {
         if (acc->is_main_process && (res = accel_prof_print_table(r->prof, stdout)) != ACCEL_OK) return res;

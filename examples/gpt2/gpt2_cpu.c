@@ -459,6 +459,7 @@ int main(int argc, char **argv) {
             PHASE(ACCEL_PROF_FORWARD, loss_sum += gpt2_forward(&model));
             PHASE(ACCEL_PROF_BACKWARD, gpt2_backward(&model, 1.0f / accel_loss_divisor(&acc))); /* loss / accum */
             micro++;
+            CHECK(gpt2_run_log_pending(&run)); /* the previous step's log line (train_gpt2.cu's order, gpt2.h) */
             if (accel_should_reduce(&acc)) PHASE(ACCEL_PROF_GRAD_SYNC, CHECK(gpt2_run_reduce(&run)));
             if (acc.sync_gradients) /* clip, schedule, AdamW; zero_grad */
                 PHASE(ACCEL_PROF_OPTIMIZER, CHECK(gpt2_run_optimizer_step(&run));
@@ -466,10 +467,10 @@ int main(int argc, char **argv) {
             accel_scheduler_steps(&acc, 0); /* every micro-batch: P on a taken step, 0 otherwise */
             accel_accumulate_end(&acc);
             if (!acc.sync_gradients) continue;
-            PHASE(ACCEL_PROF_LOGGING, CHECK(gpt2_run_log_step(&run, loss_sum / micro)));
+            gpt2_run_log_later(&run, micro, loss_sum); /* the step's log line, written after the next backward */
             loss_sum = 0.0;
             micro = 0;
-            CHECK(gpt2_run_step_end(&run)); /* a checkpoint when due, the profiler's step */
+            CHECK(gpt2_run_step_end(&run)); /* its log line when it must be complete, a checkpoint when due, ... */
         }
     }
     CHECK(gpt2_run_finish(&run)); /* summary line, profile, export */

@@ -18,6 +18,10 @@
      kernels/classifier.cuh  fused_classifier: softmax, cross-entropy and its gradient in one pass per row
    Every reduction has a fixed order (no float atomics; cuDNN's deterministic backward), so a run is bit-reproducible
    and a resumed run equals an uninterrupted one.
+   The loop does not wait for the device at the end of a step: the step's loss comes back to pinned memory behind an
+   event, and gpt2.h logs the step after the next micro-batch's forward and backward are enqueued (step_readback),
+   so the host prepares the next batch and launches its kernels while the device still runs AdamW. The one wait left
+   is the gradient norm's (gpt2.h, gpt2_run_optimizer_step), until the clip coefficient is computed on the device.
 
    Everything around the model is accel (the same loop as gpt2_cpu.c):
      accel.h              launcher/ranks, device = local rank, gradient accumulation, scheduler bookkeeping
@@ -422,17 +426,57 @@ static cudaError_t backward_staged(model *m, const int32_t *win, int nseg) {
     return backward(m, win + W, win + W + BT, win + W + 2 * BT + 1, nseg);
 }
 
-/* The mean loss of the step's micro-batches (forward accumulates it on the device), then reset: the step's one
-   read-back, which waits for the step's device work. */
-static cudaError_t step_loss(model *m, int micro, double *loss) {
-    float l = 0.0f;
+/* The step's loss on its way to the host, so that the loop need not wait for the device at the end of a step: the
+   sum of the step's micro-batch losses (forward accumulates it on the device) is copied to pinned memory behind an
+   event. gpt2.h writes the step's log line after the next micro-batch's forward and backward are enqueued (the
+   device has work while the host waits for the event here, in readback_fetch), or at once where the step must be
+   complete (gpt2_run_step_must_complete: a checkpoint, --kill-at, the summary clock, the last step). Meanwhile the
+   host prepares the next batch and enqueues its kernels. The event follows all of the step's work (AdamW, zeroing
+   the gradients): waiting for it waits for the step. With the device-side clip (gpt2.h, gpt2_run_optimizer_step),
+   the gradient norm would come back here too, next to the loss. One slot is enough: a step's line is written (after
+   the next micro-batch's backward) before the next step's read-back is enqueued. */
+typedef struct step_readback {
+    float *loss;      /* pinned: the step's summed loss */
+    cudaEvent_t done; /* recorded after the copy (and after the step's other work: stream order) */
+} step_readback;
+
+static accel_result readback_init(step_readback *rb, accel *acc) {
     cudaError_t e;
-    if ((e = cudaMemcpyAsync(&l, m->a.loss_acc, sizeof l, cudaMemcpyDeviceToHost, m->st)) != cudaSuccess ||
+    if (!(rb->loss = (float *)accel_pinned_alloc(acc, sizeof(float))))
+        return accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "out of pinned host memory");
+    if ((e = cudaEventCreateWithFlags(&rb->done, cudaEventDisableTiming)) != cudaSuccess) {
+        rb->done = NULL;
+        return accel_set_error(acc, ACCEL_ERR_CUDA, "cudaEventCreate: %s", cudaGetErrorString(e));
+    }
+    return ACCEL_OK;
+}
+
+static void readback_deinit(step_readback *rb, accel *acc) {
+    if (rb->done) {
+        (void)cudaEventSynchronize(rb->done); /* a copy into rb->loss may still be in flight */
+        cudaEventDestroy(rb->done);
+    }
+    accel_pinned_free(acc, rb->loss);
+}
+
+/* At the end of a step (after gpt2_run_optimizer_step and zeroing the gradients): the loss's copy, the accumulator
+   reset for the next step, the event. */
+static accel_result readback_enqueue(step_readback *rb, model *m, accel *acc) {
+    cudaError_t e;
+    if ((e = cudaMemcpyAsync(rb->loss, m->a.loss_acc, sizeof(float), cudaMemcpyDeviceToHost, m->st)) != cudaSuccess ||
         (e = cudaMemsetAsync(m->a.loss_acc, 0, sizeof(float), m->st)) != cudaSuccess ||
-        (e = cudaStreamSynchronize(m->st)) != cudaSuccess)
-        return e;
-    *loss = (double)l / micro;
-    return cudaSuccess;
+        (e = cudaEventRecord(rb->done, m->st)) != cudaSuccess)
+        return accel_set_error(acc, ACCEL_ERR_CUDA, "the step's loss read-back: %s", cudaGetErrorString(e));
+    return ACCEL_OK;
+}
+
+/* gpt2_run's fetch_loss: waits for the last enqueued step, then its loss sum. */
+static accel_result readback_fetch(accel *acc, void *ctx, double *loss_sum) {
+    step_readback *rb = (step_readback *)ctx;
+    cudaError_t e = cudaEventSynchronize(rb->done);
+    if (e != cudaSuccess) return accel_set_error(acc, ACCEL_ERR_CUDA, "the step's loss: %s", cudaGetErrorString(e));
+    *loss_sum = (double)*rb->loss;
+    return ACCEL_OK;
 }
 
 /* --bench-noop-accel (bench/trainer/bench_gpt2.py): main's loop with accel's calls taken out — one batch, staged
@@ -469,6 +513,7 @@ int main(int argc, char **argv) {
     accel acc;
     accel_desc desc;
     staging stage;
+    step_readback rb;
     int rc = 1, ndev = 0, micro = 0;
     int pr = gpt2_parse_args(argc, argv, &o);
     if (pr >= 0) return pr;
@@ -479,6 +524,7 @@ int main(int argc, char **argv) {
     }
     memset(&M, 0, sizeof M);
     memset(&stage, 0, sizeof stage);
+    memset(&rb, 0, sizeof rb);
     memset(&desc, 0, sizeof desc);
     desc.mixed_precision = ACCEL_PRECISION_BF16;
     desc.gradient_accumulation_steps = o.accum;
@@ -497,8 +543,13 @@ int main(int argc, char **argv) {
     }
     CHECK(gpt2_run_weights(&run, run.host));
     CHECK(model_create(&M, &run));
+    /* the banner names the attention that runs (model_create resolved --attention auto) */
+    run.banner_note = M.attention == GPT2_ATTENTION_CUDNN ? "attention: cudnn" : "attention: own";
 
     CHECK(staging_init(&stage, &run));
+    CHECK(readback_init(&rb, &acc));
+    run.fetch_loss = readback_fetch;
+    run.fetch_ctx = &rb;
 
     /* 2. AdamW writing the bf16 copy, the loader, the reducer, checkpoints (and --resume), logs: gpt2.h */
     CHECK(gpt2_run_setup(&run, M.master, M.grads, M.w));
@@ -507,17 +558,18 @@ int main(int argc, char **argv) {
     if (o.hooks.bench_noop) {
         CHECK(bench_noop_loop(&run, &M, &stage));
     } else {
-        /* 3. the loop: gpt2_cpu.c's, with the batch staged to the device and the loss read back once a step */
+        /* 3. the loop: gpt2_cpu.c's, with the batch staged to the device and the loss read back without waiting
+           (step_readback): the host prepares and enqueues a step while the device still runs the previous one */
         while (acc.optimizer_steps < o.steps) {
             const int32_t *win = NULL;
             int got = 0, nseg = 0;
-            double loss = 0.0;
             PHASE(ACCEL_PROF_DATA, CHECK(next_batch(&run, &stage, &win, &nseg, &got)));
             if (!got) continue; /* end of an epoch: the loader advanced it */
             accel_accumulate_begin(&acc); /* sets acc.sync_gradients */
             PHASE(ACCEL_PROF_FORWARD, CUDA_OK(forward(&M, win, 1.0f / accel_loss_divisor(&acc)))); /* loss / accum */
             PHASE(ACCEL_PROF_BACKWARD, CUDA_OK(backward_staged(&M, win, nseg)));
             micro++;
+            CHECK(gpt2_run_log_pending(&run)); /* the previous step's log line: waits while the device runs this one */
             if (accel_should_reduce(&acc)) PHASE(ACCEL_PROF_GRAD_SYNC, CHECK(gpt2_run_reduce(&run)));
             if (acc.sync_gradients) /* clip, schedule, AdamW; zero_grad */
                 PHASE(ACCEL_PROF_OPTIMIZER, CHECK(gpt2_run_optimizer_step(&run));
@@ -525,9 +577,10 @@ int main(int argc, char **argv) {
             accel_scheduler_steps(&acc, 0); /* every micro-batch: P on a taken step, 0 otherwise */
             accel_accumulate_end(&acc);
             if (!acc.sync_gradients) continue;
-            PHASE(ACCEL_PROF_LOGGING, CUDA_OK(step_loss(&M, micro, &loss)); CHECK(gpt2_run_log_step(&run, loss)));
+            CHECK(readback_enqueue(&rb, &M, &acc));
+            gpt2_run_log_later(&run, micro, 0.0); /* the step's log line, written when its loss is back */
             micro = 0;
-            CHECK(gpt2_run_step_end(&run)); /* a checkpoint when due, the profiler's step */
+            CHECK(gpt2_run_step_end(&run)); /* its log line when it must be complete, a checkpoint when due, ... */
         }
     }
     CUDA_OK(cudaStreamSynchronize(M.st));
@@ -536,6 +589,7 @@ int main(int argc, char **argv) {
 fail:
     gpt2_run_release(&run); /* before the buffers it uses */
     staging_deinit(&stage, &acc);
+    readback_deinit(&rb, &acc);
     accel_host_free(&acc, run.host);
     model_destroy(&M, &acc);
     return gpt2_run_end(&run, rc);

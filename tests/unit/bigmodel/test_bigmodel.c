@@ -12,6 +12,7 @@
 #include "accel_safetensors.h"
 #include "accel_bigmodel.h"
 #include "accel_test.h"
+#include "accel_test_fs.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -677,6 +678,60 @@ static void test_oom(void) {
     accel_shutdown(&acc);
 }
 
+/* ------------------------------------------------------------------- a FIFO where the offload folder has a file */
+/* A FIFO as <name>.dat, as a safetensors_file or as index.json is refused as not a regular file, at once (opened
+   blocking it would wait forever for a writer). Each open runs in a child bounded by 10 s; its exit status is 0 when
+   the result is what `expect` says (NULL: ACCEL_OK; otherwise ACCEL_ERR_IO, a message with expect in it). */
+typedef struct { const char *dir, *expect; } fifo_case;
+static int offload_open_child(void *arg) {
+    const fifo_case *c = (const fifo_case *)arg;
+    accel acc;
+    counter cnt;
+    accel_st_file *f = NULL;
+    accel_result r;
+    memset(&cnt, 0, sizeof cnt);
+    if (at_init_counting(&acc, &cnt, quiet) != ACCEL_OK) return 2;
+    r = accel_bm_offload_open(&acc, c->dir, &f);
+    if (c->expect ? r == ACCEL_ERR_IO && !f && strstr(accel_last_error(&acc), c->expect) &&
+                        strstr(accel_last_error(&acc), "is not a regular file")
+                  : r == ACCEL_OK && f && accel_st_file_count(f) == 1)
+        return 0;
+    fprintf(stderr, "offload folder %s: result %d: %s\n", c->dir, (int)r, accel_last_error(&acc));
+    return 1;
+}
+static void test_offload_fifo(void) {
+    char dir[400], p[600], idx[1200];
+    const float x[2] = {1, 2};
+    fifo_case c;
+    int k;
+    for (k = 0; k < 4; ++k) {
+        snprintf(dir, sizeof dir, "%s/fifo%d", g_root, k);
+        AT_CHECK(mkdir(dir, 0755) == 0);
+        c.dir = dir;
+        c.expect = NULL;
+        snprintf(p, sizeof p, "%s/index.json", dir);
+        if (k == 0 || k == 1) { /* a.dat: a regular file (the control) or a FIFO */
+            snprintf(idx, sizeof idx, "{\"a\": {\"dtype\": \"float32\", \"shape\": [2]}}");
+            at_write_file(p, idx, strlen(idx));
+            snprintf(p, sizeof p, "%s/a.dat", dir);
+            if (k == 0) at_write_file(p, x, sizeof x);
+            else AT_CHECK(mkfifo(p, 0600) == 0);
+            c.expect = k == 0 ? NULL : "a.dat";
+        } else if (k == 2) { /* the safetensors_file of an entry */
+            snprintf(idx, sizeof idx, "{\"c\": {\"safetensors_file\": \"%s/w.safetensors\", \"weight_name\": \"w\", "
+                     "\"dtype\": \"float32\"}}", dir);
+            at_write_file(p, idx, strlen(idx));
+            snprintf(p, sizeof p, "%s/w.safetensors", dir);
+            AT_CHECK(mkfifo(p, 0600) == 0);
+            c.expect = "w.safetensors";
+        } else { /* index.json itself */
+            AT_CHECK(mkfifo(p, 0600) == 0);
+            c.expect = "index.json";
+        }
+        AT_EQ_INT(at_bounded(offload_open_child, &c, 10), 0);
+    }
+}
+
 int main(void) {
     char tmpl[] = "/tmp/accel_bigmodel_XXXXXX";
     char cmd[300];
@@ -688,6 +743,7 @@ int main(void) {
     test_dispatch();
     test_layer_by_layer();
     test_oom();
+    test_offload_fifo();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd) != 0) fprintf(stderr, "rm failed\n");
     return at_finish("bigmodel-unit");

@@ -13,6 +13,24 @@ static char g_root[256];
 
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
+/* A checkpoint file replaced by a FIFO: load_state and verify refuse it at once, naming it (the marker's size check
+   comes first; a FIFO must never be opened blocking). */
+typedef struct { accel *acc; accel_ckpt *ck; const char *dir; } fifo_load;
+static int fifo_load_child(void *arg) {
+    const fifo_load *f = (const fifo_load *)arg;
+    accel_result r = accel_ckpt_load_state(f->ck, f->dir);
+    if (r == ACCEL_OK || !strstr(accel_last_error(f->acc), "model.safetensors")) {
+        fprintf(stderr, "load_state with a FIFO: %d: %s\n", (int)r, accel_last_error(f->acc));
+        return 1;
+    }
+    r = accel_ckpt_verify(f->acc, f->dir);
+    if (r == ACCEL_OK || !strstr(accel_last_error(f->acc), "model.safetensors")) {
+        fprintf(stderr, "verify with a FIFO: %d: %s\n", (int)r, accel_last_error(f->acc));
+        return 2;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------ save/load state */
 typedef struct { int64_t epoch, position; } sampler_state;
 static accel_result sampler_save(void *user, void *buf, size_t cap, size_t *written) {
@@ -184,6 +202,16 @@ static void test_state(void) {
             AT_EQ_INT(accel_ckpt_load_state(ck2, latest), ACCEL_ERR_FORMAT);
             AT_CONTAINS(accel_last_error(&acc), "model.safetensors is");
             b[n - 1] ^= 0x40;
+            {   /* model.safetensors replaced by a FIFO */
+                fifo_load fl;
+                fl.acc = &acc;
+                fl.ck = ck2;
+                fl.dir = latest;
+                unlink(mp);
+                AT_CHECK(mkfifo(mp, 0600) == 0);
+                AT_EQ_INT(at_bounded(fifo_load_child, &fl, 10), 0);
+                unlink(mp);
+            }
             at_write_file(mp, b, n);
             free(b);
             AT_EQ_INT(accel_ckpt_verify(&acc, latest), ACCEL_OK);

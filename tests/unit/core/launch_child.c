@@ -1,6 +1,6 @@
 /* The program tests/unit/core/test_launch.sh starts under `accel launch`: checks what the launcher promised
    (torchrun's worker environment, accel's host group over the TCP store) and acts out the faults.
-   usage: launch_child ok|fail RANK CODE|sleep|echo|config PRECISION ACCUM */
+   usage: launch_child ok|fail RANK CODE|sleep|echo|config PRECISION ACCUM|secret FILE */
 #define _DEFAULT_SOURCE 1
 #include "accel.h"
 #include <stdio.h>
@@ -9,6 +9,30 @@
 #include <unistd.h>
 
 static int geti(const char *k) { const char *s = getenv(k); return s ? atoi(s) : -1; }
+
+/* 1 when the file (a /proc cmdline: NUL-separated) contains needle */
+static int file_has(const char *path, const char *needle) {
+    char buf[65536];
+    size_t n, i, k = strlen(needle);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    for (i = 0; i + k <= n; ++i)
+        if (!memcmp(buf + i, needle, k)) return 1;
+    return 0;
+}
+/* the job's secret: 64 hex digits in the environment, on no command line (ours, the launcher's) */
+static int secret_ok(void) {
+    const char *s = getenv("ACCEL_STORE_SECRET");
+    char pp[64];
+    size_t i;
+    if (!s || strlen(s) != 64) return 0;
+    for (i = 0; i < 64; ++i)
+        if (!strchr("0123456789abcdef", s[i])) return 0;
+    snprintf(pp, sizeof pp, "/proc/%ld/cmdline", (long)getppid());
+    return !file_has("/proc/self/cmdline", s) && !file_has(pp, s);
+}
 
 int main(int argc, char **argv) {
     accel acc;
@@ -39,6 +63,13 @@ int main(int argc, char **argv) {
         accel_precision want = !strcmp(argv[2], "bf16") ? ACCEL_PRECISION_BF16 : !strcmp(argv[2], "fp16") ? ACCEL_PRECISION_FP16
                                                                                                         : ACCEL_PRECISION_NO;
         if (acc.mixed_precision != want || acc.gradient_accumulation_steps != atoi(argv[3])) bad |= 64;
+    }
+    if (!strcmp(mode, "secret")) {
+        if (!secret_ok()) bad |= 256;
+        if (rank == 0) {
+            FILE *f = fopen(argv[2], "w");
+            if (f) { fputs(getenv("ACCEL_STORE_SECRET") ? getenv("ACCEL_STORE_SECRET") : "", f); fclose(f); }
+        }
     }
     if (!strcmp(mode, "fail") && rank == atoi(argv[2])) {
         fprintf(stderr, "rank %d: failing on purpose with code %s\n", rank, argv[3]);

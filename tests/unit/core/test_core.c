@@ -513,6 +513,21 @@ static void test_version(void) {
     AT_EQ_INT(accel_version(), ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH);
 }
 
+/* issue 26: host collectives on a zeroed, never initialised Accelerator are errors (were: OK, as one process) */
+static void test_zeroed_accel(void) {
+    accel acc;
+    double v = 1.5;
+    int64_t w = 3;
+    unsigned char b[8] = {0};
+    memset(&acc, 0, sizeof acc);
+    AT_EQ_INT(accel_host_allreduce_f64(&acc, &v, 1, ACCEL_HOST_SUM), ACCEL_ERR_STATE);
+    AT_CONTAINS(accel_last_error(&acc), "not initialized");
+    AT_EQ_INT(accel_host_allreduce_i64(&acc, &w, 1, ACCEL_HOST_SUM), ACCEL_ERR_STATE);
+    AT_EQ_INT(accel_host_broadcast(&acc, b, sizeof b, 0), ACCEL_ERR_STATE);
+    AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_ERR_STATE);
+    AT_CHECK(v == 1.5 && w == 3);
+}
+
 /* accel_free_port: a loopback port that this process can then listen on (and not 0). */
 static void test_free_port(void) {
     struct sockaddr_in a;
@@ -529,6 +544,7 @@ static void test_free_port(void) {
 
 int main(void) {
     test_version();
+    test_zeroed_accel();
     test_launchers();
     test_explicit_desc();
     test_accelerate_env();

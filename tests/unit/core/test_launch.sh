@@ -111,5 +111,33 @@ check '[ $rc = 143 ]' "SIGTERM: launcher exit $rc: $(cat "$tmp/sig.out")"
 sleep 0.3
 check '[ "$(leftovers "$marker")" = no ]' "no process left behind after SIGTERM"
 
+# 8. bounds (issue 26): a config asking for more processes than a node may start is refused before any fork, with
+#    --tee (its poll set is sized for 1024) and without
+if [ $noyaml = 0 ]; then
+for n in 1025 1048576; do
+  printf 'num_processes: %s\nnum_machines: 1\n' "$n" > "$tmp/big.yaml"
+  for tee in --tee ""; do
+    rm -f "$tmp/forked"
+    out=$("$accel" launch --config-file "$tmp/big.yaml" $tee -- sh -c "touch '$tmp/forked'" 2>&1); rc=$?
+    check '[ $rc = 2 ] && [ ! -e "$tmp/forked" ] && echo "$out" | grep -q "more than the 1024"' "num_processes $n $tee: exit $rc, forked=$([ -e "$tmp/forked" ] && echo yes || echo no): $out"
+  done
+done
+fi
+out=$("$accel" launch --nnodes 65537 --node-rank 0 --master-addr 127.0.0.1 -- "$child" ok 2>&1); rc=$?
+check '[ $rc = 2 ]' "--nnodes 65537 refused: $out"
+
+# 9. the job's secret: in every process's environment, on no command line, new for every job
+out=$("$accel" launch -n 2 -- "$child" secret "$tmp/s1" 2>&1); rc=$?
+check '[ $rc = 0 ] && [ "$(echo "$out" | grep -c ": ok (bad=0)")" = 2 ]' "secret run 1: $out"
+out=$("$accel" launch -n 2 -- "$child" secret "$tmp/s2" 2>&1); rc=$?
+check '[ $rc = 0 ] && [ -s "$tmp/s1" ] && [ -s "$tmp/s2" ] && ! cmp -s "$tmp/s1" "$tmp/s2"' "a new secret per job: $out"
+# two nodes share the secret their launchers were started with
+port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+ACCEL_STORE_SECRET=shared-node-secret "$accel" launch --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" -n 1 -- "$child" ok > "$tmp/n1s.out" 2>&1 &
+n1=$!
+out=$(ACCEL_STORE_SECRET=shared-node-secret "$accel" launch --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" -n 1 -- "$child" ok 2>&1); rc=$?
+wait $n1; rc1=$?
+check '[ $rc = 0 ] && [ $rc1 = 0 ]' "two nodes with ACCEL_STORE_SECRET: $out / $(cat "$tmp/n1s.out")"
+
 echo "launch: $passed passed, $failed failed"
 [ $failed = 0 ]

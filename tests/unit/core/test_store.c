@@ -8,6 +8,7 @@
    deadline. Children are bounded by alarm(); the parent kills stragglers. */
 #include "accel.h"
 #include "accel_test.h"
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +17,9 @@
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAXP 6
@@ -232,22 +236,40 @@ static int sc_other_run(int rank, int P, char *msg, size_t cap) {
     return r != ACCEL_OK && strstr(msg, "another run") ? 0 : 1;
 }
 
+/* reads exactly n bytes (2 s at most); 0 ok */
+static int read_n(int fd, unsigned char *b, size_t n) {
+    double t0 = accel_now();
+    while (n > 0 && accel_now() - t0 < 2.0) {
+        ssize_t k = read(fd, b, n);
+        if (k <= 0) return -1;
+        b += k;
+        n -= (size_t)k;
+    }
+    return n ? -1 : 0;
+}
+/* a raw connection to the store's port on 127.0.0.1 (retrying while rank 0 starts) */
+static int connect_store(int port) {
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), tries = 0;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((unsigned short)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    while (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && tries++ < 1000) {
+        close(fd);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        usleep(5000);
+    }
+    return fd;
+}
+static int store_port(void) { return atoi(getenv("MASTER_PORT")) + 1; }
+
 /* a stranger connects to the store's port and sends garbage: dropped, the job goes on */
 static int sc_stranger(int rank, int P, char *msg, size_t cap) {
     accel acc;
     int bad = 0;
     if (rank == P - 1) { /* send junk first, then join normally */
-        struct sockaddr_in a;
-        int fd = socket(AF_INET, SOCK_STREAM, 0), port = atoi(getenv("MASTER_PORT")) + 1, tries = 0;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_port = htons((unsigned short)port);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        while (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && tries++ < 200) {
-            close(fd);
-            fd = socket(AF_INET, SOCK_STREAM, 0);
-            usleep(20000);
-        }
+        int fd = connect_store(store_port());
         if (write(fd, "GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 46) < 0) bad |= 1;
         close(fd);
     }
@@ -258,35 +280,31 @@ static int sc_stranger(int rank, int P, char *msg, size_t cap) {
     return bad ? 1 : 0;
 }
 
-/* rank 2 is an impostor speaking the protocol: a correct greeting, then garbage in the first collective. The store
-   names rank 2 and every other rank fails with that message. */
+/* rank 2 is an impostor speaking the protocol (no secret is set in this job, so it is admitted like any rank): a
+   correct handshake, then garbage in the first collective. The store names rank 2 and every other rank fails with
+   that message. */
 static void put32(unsigned char *p, uint32_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24); }
+static uint32_t get32(const unsigned char *p) {
+    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 static int sc_garbage(int rank, int P, char *msg, size_t cap) {
     accel acc;
     accel_result r;
     if (rank == 2) {
-        struct sockaddr_in a;
-        unsigned char frame[24 + 16 + 64], junk[64];
+        unsigned char frame[24 + 84 + 64], junk[64], ch[60];
         const char *run = getenv("TORCHELASTIC_RUN_ID");
         uint32_t tl = (uint32_t)strlen(run);
-        int fd = socket(AF_INET, SOCK_STREAM, 0), tries = 0;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_port = htons((unsigned short)(atoi(getenv("MASTER_PORT")) + 1));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        while (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && tries++ < 200) {
-            close(fd);
-            fd = socket(AF_INET, SOCK_STREAM, 0);
-            usleep(20000);
-        }
+        int fd = connect_store(store_port());
+        if (read_n(fd, ch, sizeof ch) != 0 || get32(ch + 4) != 6) _exit(6); /* the CHALLENGE */
         memset(frame, 0, sizeof frame);
-        put32(frame, 0x31534341u); frame[4] = 1; /* HELLO */
+        /* HELLO v2: version, world, rank, flags = 0, run id length, nonce, proof, run id */
+        put32(frame, 0x31534341u); frame[4] = 1;
         put32(frame + 8, 2);
-        put32(frame + 16, 16 + tl);
-        put32(frame + 24, 1); put32(frame + 28, (uint32_t)P); put32(frame + 32, 2); put32(frame + 36, tl);
-        memcpy(frame + 40, run, tl);
-        if (write(fd, frame, 40 + tl) < 0) _exit(3);
-        if (read(fd, junk, 24) != 24) _exit(4); /* WELCOME */
+        put32(frame + 16, 84 + tl);
+        put32(frame + 24, 2); put32(frame + 28, (uint32_t)P); put32(frame + 32, 2); put32(frame + 40, tl);
+        memcpy(frame + 24 + 84, run, tl);
+        if (write(fd, frame, 24 + 84 + tl) < 0) _exit(3);
+        if (read_n(fd, junk, 28) != 0 || get32(junk + 4) != 2) _exit(4); /* WELCOME (flags 0: no secret) */
         memset(junk, 0x5A, sizeof junk);    /* not a frame */
         if (write(fd, junk, sizeof junk) < 0) _exit(5);
         sleep(2);
@@ -298,15 +316,268 @@ static int sc_garbage(int rank, int P, char *msg, size_t cap) {
     return r != ACCEL_OK && strstr(msg, "rank 2") && strstr(msg, "not an accel store frame") ? 0 : 1;
 }
 
-typedef struct { const char *name; scenario fn; int P; } job;
+/* ---- close-on-exec: a program the trainer runs (fork + exec, as system() does) inherits none of the store's
+   sockets (the listener, rank 0's accepted connections, a rank's connection to rank 0). The exec'd program is this
+   test again with --count-sockets: its exit status is the number of sockets it has open, compared with what a
+   child exec'd before accel_init has (sockets the test harness itself passes down are not the store's). */
+static int count_sockets(void) {
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    char p[300], l[300];
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) {
+        ssize_t k;
+        snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+        k = readlink(p, l, sizeof l - 1);
+        if (k > 0 && (l[k] = 0, !strncmp(l, "socket:", 7))) ++n;
+    }
+    closedir(d);
+    return n;
+}
+static int exec_count_sockets(void) {
+    int st = -1;
+    pid_t c = fork();
+    if (c == 0) {
+        execl("/proc/self/exe", "test_store", "--count-sockets", (char *)NULL);
+        _exit(200);
+    }
+    if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
+}
+static int sc_cloexec(int rank, int P, char *msg, size_t cap) {
+    accel acc;
+    int before = count_sockets(), child_before = exec_count_sockets(), mine, child, bad = 0;
+    (void)P;
+    if (init(&acc, 15000) != ACCEL_OK) { snprintf(msg, cap, "init: %s", accel_last_error(&acc)); return 1; }
+    mine = count_sockets(); /* the store's sockets are open here now... */
+    child = exec_count_sockets(); /* ...and must not be in the exec'd child */
+    if (child_before < 0 || child_before > 99 || child != child_before) bad |= 1;
+    if (mine <= before) bad |= 2; /* the check would prove nothing */
+    if (accel_wait_for_everyone(&acc) != ACCEL_OK) bad |= 4;
+    snprintf(msg, cap, "rank %d: bad=%d: sockets here %d (before init %d), in an exec'd child %d (before init %d)",
+             rank, bad, mine, before, child, child_before);
+    accel_shutdown(&acc);
+    return bad ? 1 : 0;
+}
+
+/* ---- strangers (issue 26). The job has a secret (ACCEL_STORE_SECRET); strays run beside it. */
+/* every rank: an all-reduce whose result a stray would change, then a barrier; the ranks other than 0 start
+   delay_us late so that the strays are first in line */
+static int secret_sum(int rank, int P, int delay_us, char *msg, size_t cap) {
+    accel acc;
+    int64_t v[2];
+    double t0;
+    int bad = 0;
+    if (delay_us) usleep((useconds_t)delay_us);
+    t0 = accel_now();
+    if (init(&acc, 15000) != ACCEL_OK) { snprintf(msg, cap, "init: %s", accel_last_error(&acc)); return 1; }
+    v[0] = rank + 1;
+    v[1] = (int64_t)1 << (rank * 4);
+    if (accel_host_allreduce_i64(&acc, v, 2, ACCEL_HOST_SUM) != ACCEL_OK || v[0] != P * (P + 1) / 2 ||
+        v[1] != (((int64_t)1 << (4 * P)) - 1) / 15)
+        bad |= 1;
+    if (accel_wait_for_everyone(&acc) != ACCEL_OK) bad |= 2;
+    snprintf(msg, cap, "bad=%d init=%.3f %s", bad, accel_now() - t0, bad ? accel_last_error(&acc) : "");
+    accel_shutdown(&acc);
+    return bad ? 1 : 0;
+}
+static int sc_secret_sum(int rank, int P, char *msg, size_t cap) {
+    return secret_sum(rank, P, rank == 0 ? 0 : 800000, msg, cap);
+}
+/* the replaying stray records a handshake first: the ranks come later still */
+static int sc_late_ranks(int rank, int P, char *msg, size_t cap) {
+    return secret_sum(rank, P, rank == 0 ? 0 : 2500000, msg, cap);
+}
+/* a stray runs accel_init as RANK=1 of the job: it must be refused at once with the reason, and never join */
+static int stray_init(const char *expect, char *msg, size_t cap) {
+    accel acc;
+    accel_result r;
+    double t0 = accel_now();
+    r = (accel_result)init(&acc, 8000);
+    snprintf(msg, cap, "stray: %s (%.1f s)", accel_last_error(&acc), accel_now() - t0);
+    accel_shutdown(&acc);
+    return r == ACCEL_ERR_ENVIRONMENT && strstr(msg, expect) && accel_now() - t0 < 5.0 ? 0 : 1;
+}
+static int st_wrong_secret(int k, int P, char *msg, size_t cap) {
+    (void)k; (void)P;
+    setenv("ACCEL_STORE_SECRET", "not-the-secret", 1);
+    return stray_init("not admitted: wrong secret", msg, cap);
+}
+static int st_no_secret(int k, int P, char *msg, size_t cap) { /* the right run id, no secret */
+    (void)k; (void)P;
+    unsetenv("ACCEL_STORE_SECRET");
+    return stray_init("not admitted: wrong secret", msg, cap);
+}
+static int st_nothing(int k, int P, char *msg, size_t cap) { /* neither the secret nor the run id */
+    (void)k; (void)P;
+    unsetenv("ACCEL_STORE_SECRET");
+    setenv("TORCHELASTIC_RUN_ID", "a-guess", 1);
+    return stray_init("not admitted", msg, cap);
+}
+/* a process claiming WORLD_SIZE=99 (the job has no secret: the run id is all it needs to know): refused, the job
+   goes on (it used to fail rank 0 at once and the others after the deadline) */
+static int st_world99(int k, int P, char *msg, size_t cap) {
+    (void)k; (void)P;
+    setenv("WORLD_SIZE", "99", 1);
+    setenv("LOCAL_WORLD_SIZE", "99", 1);
+    setenv("ROLE_WORLD_SIZE", "99", 1);
+    return stray_init("not admitted: WORLD_SIZE=99 is not the job's", msg, cap);
+}
+/* A recorded handshake replayed: the stray plays rank 0 to a real rank-1 process of the job (its secret, on another
+   port), records the HELLO it answers with, then replays those bytes to the real store. Refused: the store's
+   challenge differs from the one the recording answered. */
+static int st_replay(int k, int P, char *msg, size_t cap) {
+    unsigned char rec[24 + 84 + 64], ch[60], reply[24 + 300];
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), cfd, fd, i, fake_port;
+    pid_t child;
+    uint32_t len;
+    (void)k; (void)P;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 4) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&a, &al) != 0) { snprintf(msg, cap, "replay: listen"); return 1; }
+    fake_port = ntohs(a.sin_port);
+    child = fork();
+    if (child == 0) { /* a genuine rank 1 with the job's secret, pointed at the fake rank 0 */
+        accel acc;
+        char p[16];
+        snprintf(p, sizeof p, "%d", fake_port);
+        setenv("ACCEL_STORE_PORT", p, 1);
+        (void)init(&acc, 3000);
+        _exit(0);
+    }
+    cfd = accept(lfd, NULL, NULL);
+    memset(ch, 0, sizeof ch);
+    put32(ch, 0x31534341u); ch[4] = 6; put32(ch + 16, 36); put32(ch + 24, 2);
+    for (i = 0; i < 32; ++i) ch[28 + i] = (unsigned char)(i * 37 + 11); /* the challenge the recording answers */
+    if (cfd < 0 || write(cfd, ch, sizeof ch) != (ssize_t)sizeof ch || read_n(cfd, rec, 24) != 0) {
+        snprintf(msg, cap, "replay: no HELLO recorded"); kill(child, SIGKILL); waitpid(child, NULL, 0); return 1;
+    }
+    len = get32(rec + 16);
+    if (len > sizeof rec - 24 || read_n(cfd, rec + 24, len) != 0 || get32(rec + 24 + 12) != 1) {
+        snprintf(msg, cap, "replay: the recorded HELLO carries no proof");
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        return 1;
+    }
+    close(cfd); close(lfd);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    /* the replay, to the real store */
+    fd = connect_store(store_port());
+    if (read_n(fd, ch, sizeof ch) != 0 || get32(ch + 4) != 6) { snprintf(msg, cap, "replay: no challenge"); return 1; }
+    if (write(fd, rec, 24 + len) != (ssize_t)(24 + len)) { snprintf(msg, cap, "replay: write"); return 1; }
+    memset(reply, 0, sizeof reply);
+    if (read_n(fd, reply, 24) != 0) { snprintf(msg, cap, "replay: no answer"); return 1; }
+    len = get32(reply + 16);
+    if (len > 300 || read_n(fd, reply + 24, len) != 0) { snprintf(msg, cap, "replay: short answer"); return 1; }
+    snprintf(msg, cap, "replay: kind %u: %.200s", (unsigned)reply[4], (const char *)reply + 24);
+    close(fd);
+    return reply[4] == 5 && strstr((const char *)reply + 24, "not admitted: wrong secret") ? 0 : 1; /* ERROR */
+}
+/* 50 connections that never say a word, open before the ranks arrive and held through setup */
+static int st_idle(int k, int P, char *msg, size_t cap) {
+    int fds[50], i, n = 0;
+    (void)k; (void)P;
+    for (i = 0; i < 50; ++i) if ((fds[i] = connect_store(store_port())) >= 0) ++n;
+    snprintf(msg, cap, "idle: %d connected", n);
+    sleep(4);
+    for (i = 0; i < 50; ++i) if (fds[i] >= 0) close(fds[i]);
+    return n == 50 ? 0 : 1;
+}
+/* rank 0 of a single-node job: its store must not be reachable through the host's other addresses. The probe waits
+   until the store listens on loopback, then tries every non-loopback IPv4 address of the host. */
+static char host_ip[64];
+static int st_probe(int k, int P, char *msg, size_t cap) {
+    struct sockaddr_in a;
+    int lo = connect_store(store_port()), fd, rc;
+    (void)k; (void)P;
+    if (lo < 0) { snprintf(msg, cap, "probe: the store never listened on loopback"); return 1; }
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((unsigned short)store_port());
+    inet_pton(AF_INET, host_ip, &a.sin_addr);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+    snprintf(msg, cap, "probe: connect to %s:%d: %s", host_ip, store_port(), rc == 0 ? "reachable" : strerror(errno));
+    close(fd);
+    close(lo);
+    return rc != 0 && errno == ECONNREFUSED ? 0 : 1;
+}
+/* A second process with the job's secret claims RANK=1 first: it is rank 1; the real rank 1, later, is told the job
+   is full (and the job's results are the twin's, a process of the job). */
+static int st_twin(int k, int P, char *msg, size_t cap) {
+    (void)k;
+    return secret_sum(1, P, 0, msg, cap);
+}
+static int sc_twin_job(int rank, int P, char *msg, size_t cap) {
+    if (rank == 1) { /* after the twin, while rank 2 has not arrived yet (setup still open) */
+        usleep(300000);
+        return stray_init("not admitted: the job is full", msg, cap);
+    }
+    return secret_sum(rank, P, rank ? 1000000 : 0, msg, cap);
+}
+
+/* the idle-strays check: rank 0's setup time without strays (the baseline, same shape) and with 50 of them */
+static char idle_file[128];
+static int idle_job(int rank, int P, int with_strays, char *msg, size_t cap) {
+    double t0;
+    int rc;
+    if (rank != 0) return secret_sum(rank, P, 300000, msg, cap);
+    t0 = accel_now();
+    rc = secret_sum(rank, P, 0, msg, cap);
+    if (!with_strays) {
+        FILE *f = fopen(idle_file, "w");
+        if (f) { fprintf(f, "%.6f\n", accel_now() - t0); fclose(f); }
+        return rc;
+    } else {
+        double base = 1e9, t = accel_now() - t0;
+        FILE *f = fopen(idle_file, "r");
+        if (!f || fscanf(f, "%lf", &base) != 1) base = 1e9;
+        if (f) fclose(f);
+        snprintf(msg + strlen(msg), cap - strlen(msg), " setup %.3f s with 50 idle strays, %.3f s without", t, base);
+        return rc == 0 && t <= base + 1.0 ? 0 : 1;
+    }
+}
+static int sc_idle_base(int rank, int P, char *msg, size_t cap) { return idle_job(rank, P, 0, msg, cap); }
+static int sc_idle_strays(int rank, int P, char *msg, size_t cap) { return idle_job(rank, P, 1, msg, cap); }
+/* rank 1 arrives 1.5 s late: the probe looks at the store while it waits */
+static int sc_slow1(int rank, int P, char *msg, size_t cap) {
+    return secret_sum(rank, P, rank ? 1500000 : 0, msg, cap);
+}
+/* a multi-node job on a non-loopback address without a secret: every rank refuses at once */
+static int sc_policy_refused(int rank, int P, char *msg, size_t cap) {
+    accel acc;
+    accel_result r;
+    double t0 = accel_now();
+    (void)rank; (void)P;
+    r = (accel_result)init(&acc, 8000);
+    snprintf(msg, cap, "%s", accel_last_error(&acc));
+    accel_shutdown(&acc);
+    return r == ACCEL_ERR_ENVIRONMENT && strstr(msg, "non-loopback") && strstr(msg, "ACCEL_STORE_SECRET") &&
+           accel_now() - t0 < 2.0 ? 0 : 1;
+}
+
+typedef struct {
+    const char *name;
+    scenario fn;
+    int P;
+    const char *secret; /* the job's ACCEL_STORE_SECRET (NULL: none) */
+    scenario stray;     /* processes started beside the job with rank 1's environment (NULL: none) */
+    int multinode;      /* 1: LOCAL_WORLD_SIZE=1 and MASTER_ADDR = the host's non-loopback address; 2: also trusted */
+} job;
 
 static void run(const job *j, int port, const char *run_id) {
-    pid_t pid[MAXP];
-    int fds[MAXP][2], r, status;
+    pid_t pid[MAXP + 1];
+    int fds[MAXP + 1][2], r, status, n = j->P + (j->stray ? 1 : 0);
     char ctx[64];
     snprintf(ctx, sizeof ctx, "%s", j->name);
     at_context = ctx;
-    for (r = 0; r < j->P; ++r) {
+    for (r = 0; r < n; ++r) {
         if (pipe(fds[r]) != 0) { AT_CHECK(0); return; }
         pid[r] = fork();
         if (pid[r] == 0) {
@@ -314,41 +585,94 @@ static void run(const job *j, int port, const char *run_id) {
             int code;
             close(fds[r][0]);
             alarm(40);
-            torchrun_env(r, j->P, port, run_id);
-            code = j->fn(r, j->P, msg, sizeof msg);
+            torchrun_env(r < j->P ? r : 1, j->P, port, run_id);
+            if (j->secret) setenv("ACCEL_STORE_SECRET", j->secret, 1);
+            else unsetenv("ACCEL_STORE_SECRET");
+            unsetenv("ACCEL_STORE_TRUSTED_NETWORK");
+            if (j->multinode) {
+                setenv("LOCAL_WORLD_SIZE", "1", 1);
+                setenv("LOCAL_RANK", "0", 1);
+                setenv("MASTER_ADDR", host_ip, 1);
+                if (j->multinode == 2) setenv("ACCEL_STORE_TRUSTED_NETWORK", "1", 1);
+            }
+            code = r < j->P ? j->fn(r, j->P, msg, sizeof msg) : j->stray(r - j->P, j->P, msg, sizeof msg);
             if (write(fds[r][1], msg, strlen(msg)) < 0) code = 2;
             _exit(code);
         }
         close(fds[r][1]);
     }
-    for (r = 0; r < j->P; ++r) {
+    for (r = 0; r < n; ++r) {
         char buf[2048];
-        ssize_t n = read(fds[r][0], buf, sizeof buf - 1);
-        buf[n > 0 ? n : 0] = 0;
+        ssize_t k = read(fds[r][0], buf, sizeof buf - 1);
+        buf[k > 0 ? k : 0] = 0;
         close(fds[r][0]);
         waitpid(pid[r], &status, 0);
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            fprintf(stderr, "%s: rank %d status %d: %s\n", j->name, r, WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), buf);
+            fprintf(stderr, "%s: %s %d status %d: %s\n", j->name, r < j->P ? "rank" : "stray", r,
+                    WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), buf);
+        else if (getenv("ACCEL_TEST_VERBOSE"))
+            fprintf(stderr, "%s: %s %d: %s\n", j->name, r < j->P ? "rank" : "stray", r, buf);
         AT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
     at_context = "";
 }
 
-int main(void) {
+/* the first non-loopback IPv4 address of this host ("" when it has none) */
+static void find_host_ip(void) {
+    struct ifaddrs *ifs = NULL, *i;
+    host_ip[0] = 0;
+    if (getifaddrs(&ifs) != 0) return;
+    for (i = ifs; i && !host_ip[0]; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+            !(i->ifa_flags & IFF_LOOPBACK))
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, host_ip, sizeof host_ip);
+    freeifaddrs(ifs);
+}
+
+int main(int argc, char **argv) {
+    static char secret[64];
     static const job jobs[] = {
-        {"helpers-3", sc_helpers, 3},     {"helpers-5", sc_helpers, 5},     {"main-first", sc_main_first, 4},
-        {"mismatch", sc_mismatch, 3},     {"local-error", sc_local_error, 3}, {"exit-early", sc_exit_early, 3},
-        {"never-connects", sc_never, 3},  {"other-run", sc_other_run, 3},   {"stranger", sc_stranger, 3},
-        {"garbage", sc_garbage, 3},
+        {"helpers-3", sc_helpers, 3, NULL, NULL, 0},      {"helpers-5", sc_helpers, 5, NULL, NULL, 0},
+        {"main-first", sc_main_first, 4, NULL, NULL, 0},  {"mismatch", sc_mismatch, 3, NULL, NULL, 0},
+        {"local-error", sc_local_error, 3, NULL, NULL, 0}, {"exit-early", sc_exit_early, 3, NULL, NULL, 0},
+        {"never-connects", sc_never, 3, NULL, NULL, 0},   {"other-run", sc_other_run, 3, NULL, NULL, 0},
+        {"stranger", sc_stranger, 3, NULL, NULL, 0},      {"garbage", sc_garbage, 3, NULL, NULL, 0},
+        /* issue 26: the job has a secret */
+        {"secret-helpers", sc_helpers, 3, secret, NULL, 0},
+        {"stray-wrong-secret", sc_secret_sum, 3, secret, st_wrong_secret, 0},
+        {"stray-no-secret", sc_secret_sum, 3, secret, st_no_secret, 0},
+        {"stray-nothing", sc_secret_sum, 3, secret, st_nothing, 0},
+        {"stray-replay", sc_late_ranks, 3, secret, st_replay, 0},
+        {"stray-world-99", sc_secret_sum, 3, NULL, st_world99, 0},
+        {"twin-rank", sc_twin_job, 3, secret, st_twin, 0},
+        {"idle-baseline", sc_idle_base, 3, secret, NULL, 0},
+        {"idle-strays", sc_idle_strays, 3, secret, st_idle, 0},
+        {"loopback-only", sc_slow1, 2, NULL, st_probe, 0},
+        {"multinode-no-secret", sc_policy_refused, 2, NULL, NULL, 1},
+        {"multinode-trusted", sc_secret_sum, 2, NULL, NULL, 2},
+        {"multinode-secret", sc_secret_sum, 2, secret, NULL, 1},
+        {"cloexec", sc_cloexec, 3, secret, NULL, 0},
     };
     size_t i;
+    if (argc == 2 && !strcmp(argv[1], "--count-sockets")) { /* sc_cloexec's exec'd child */
+        int n = count_sockets();
+        return n < 0 ? 255 : n > 100 ? 100 : n;
+    }
     signal(SIGPIPE, SIG_IGN);
+    snprintf(secret, sizeof secret, "test-secret-%d-%ld", (int)getpid(), (long)time(NULL));
+    snprintf(idle_file, sizeof idle_file, "/tmp/accel_store_idle_%d", (int)getpid());
+    find_host_ip();
     for (i = 0; i < sizeof jobs / sizeof jobs[0]; ++i) {
         char run_id[64];
         int port = 0;
+        if ((jobs[i].multinode || jobs[i].stray == st_probe) && !host_ip[0]) {
+            printf("%s: skipped (this host has no non-loopback IPv4 address)\n", jobs[i].name);
+            continue;
+        }
         while (port < 2) port = accel_free_port(); /* accel's store listens on MASTER_PORT + 1 = this port */
         snprintf(run_id, sizeof run_id, "run%d-%zu", (int)getpid(), i);
         run(&jobs[i], port, run_id);
     }
+    unlink(idle_file);
     return at_finish("core-store");
 }

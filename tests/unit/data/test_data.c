@@ -9,6 +9,7 @@
    generators (ref_shards.py). */
 #include "accel_data.h"
 #include "accel_test.h"
+#include "accel_test_fs.h"
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -267,6 +268,29 @@ static void test_errors(void) {
     AT_EQ_INT(accel_data_shard_init(NULL, &sh, &d), ACCEL_OK);
     AT_EQ_INT(sh.desc.no_even_batches, 1);
     AT_EQ_INT(accel_data_shard_batch_len(&sh, 1), 1);
+    {   /* issue 26: the sampler's range and a zeroed shard are errors (were: a NULL dereference, an endless loop for
+           indices past n, an empty epoch forever) */
+        accel_data_sampler smp;
+        accel_data_shard zero;
+        int64_t idx[16], cnt = -1;
+        int64_t i;
+        AT_EQ_INT(accel_data_sampler_init(NULL, &smp, 5, 1, 42), ACCEL_OK);
+        AT_EQ_INT(accel_data_sampler_fill(NULL, 0, 1, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CONTAINS(accel_last_error(NULL), "sampler is NULL");
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 0, 1, NULL), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 3, 10, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CONTAINS(accel_last_error(NULL), "not within the dataset's [0, 5)");
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 5, 1, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_data_sampler_fill(&smp, -1, 2, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 2, -1, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 2, INT64_MAX, idx), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 5, 0, idx), ACCEL_OK); /* an empty range at the end */
+        AT_EQ_INT(accel_data_sampler_fill(&smp, 0, 5, idx), ACCEL_OK);
+        for (i = 0; i < 5; ++i) AT_EQ_INT(idx[i], accel_data_sampler_index(&smp, i));
+        memset(&zero, 0, sizeof zero);
+        AT_EQ_INT(accel_data_shard_next(&zero, idx, &cnt), ACCEL_ERR_STATE);
+        AT_CONTAINS(accel_last_error(NULL), "not initialized");
+    }
     {   /* a failed init changes nothing */
         accel_data_shard before;
         d = mk(10, 3, 2, 1, 0, 1, 0, 0);
@@ -844,6 +868,14 @@ static void write_shard(const char *path, int32_t magic, int32_t version, int32_
     fclose(f);
 }
 
+/* a FIFO as a token shard: refused as not a regular file at once (opened blocking it would wait for a writer) */
+static int token_fifo_child(void *arg) {
+    accel_data_token_file tf;
+    accel_result r = accel_data_token_file_open(NULL, &tf, (const char *)arg);
+    if (r == ACCEL_ERR_FORMAT && strstr(accel_last_error(NULL), "not a regular file")) return 0;
+    fprintf(stderr, "token shard FIFO: %d: %s\n", (int)r, accel_last_error(NULL));
+    return 1;
+}
 static void test_token_files(void) {
     char p1[512], p2[512], pbad[512];
     accel_data_token_file tf;
@@ -925,6 +957,13 @@ static void test_token_files(void) {
     accel_data_token_file_deinit(&tf);
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, "/nonexistent/accel/x.bin"), ACCEL_ERR_NOT_FOUND);
     AT_EQ_INT(accel_data_token_file_open(&acc, &tf, tmpdir), ACCEL_ERR_FORMAT); /* a directory */
+    {
+        char pfifo[512];
+        snprintf(pfifo, sizeof pfifo, "%s/fifo.bin", tmpdir);
+        AT_CHECK(mkfifo(pfifo, 0600) == 0);
+        AT_EQ_INT(at_bounded(token_fifo_child, pfifo, 10), 0);
+        unlink(pfifo);
+    }
     {   /* > 4 GiB (sparse): Llama-3 with 2^30 + 3 tokens = 4 GiB + 1036 bytes; 64-bit offsets throughout */
         char pbig[512];
         int fd;

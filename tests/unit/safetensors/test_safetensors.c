@@ -554,6 +554,38 @@ static void test_save_model(void) {
     snprintf(p, sizeof p, "%s/model.safetensors", dir); AT_CHECK(!at_exists(p));
 }
 
+/* A FIFO where a safetensors file is expected is refused as not a regular file, at once (opened blocking it would
+   wait forever for a writer): accel_st_file_open, and accel_st_load_model of a folder whose model.safetensors is
+   one. The calls run in a child bounded by 10 s (a hang fails the check). */
+static int fifo_child(void *arg) {
+    const char *dir = (const char *)arg;
+    char p[600];
+    accel_st_file *f = NULL;
+    float w[2] = {0, 0};
+    accel_tensor t = at_vec("w", w, ACCEL_F32, 2);
+    accel_result r;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    r = accel_st_file_open(NULL, p, &f);
+    if (r != ACCEL_ERR_IO || f || !strstr(accel_last_error(NULL), "model.safetensors is not a regular file")) {
+        fprintf(stderr, "file_open of a FIFO: %d: %s\n", (int)r, accel_last_error(NULL));
+        return 1;
+    }
+    r = accel_st_load_model(NULL, dir, &t, 1);
+    if (r != ACCEL_ERR_IO || !strstr(accel_last_error(NULL), "model.safetensors is not a regular file")) {
+        fprintf(stderr, "load_model with a FIFO: %d: %s\n", (int)r, accel_last_error(NULL));
+        return 2;
+    }
+    return 0;
+}
+static void test_fifo(void) {
+    char dir[400], p[600];
+    snprintf(dir, sizeof dir, "%s/fifo", g_root);
+    AT_CHECK(mkdir(dir, 0755) == 0);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    AT_CHECK(mkfifo(p, 0600) == 0);
+    AT_EQ_INT(at_bounded(fifo_child, dir, 10), 0);
+}
+
 int main(void) {
     char tmpl[] = "/tmp/accel_st_unit_XXXXXX";
     if (!mkdtemp(tmpl)) { perror("mkdtemp"); return 1; }
@@ -567,6 +599,7 @@ int main(void) {
     test_malformed();
     test_plans();
     test_save_model();
+    test_fifo();
     at_rm_rf(g_root);
     return at_finish("safetensors-unit");
 }

@@ -10,7 +10,8 @@ train_gpt2, which prints them through the same gpt2.h code):
   - --bench-noop-accel: the banner says so, the summary has noop_accel 1 over the steps after the third, and nothing
     of the bookkeeping runs (no loss-file line, no checkpoint, no progress line);
   - --kill-at N: the process dies by SIGKILL after step N, with N loss lines and step N's checkpoint written, and
-    --resume continues from it to the same final loss file as an uninterrupted run.
+    --resume continues from it to the same final loss file as an uninterrupted run; a kill between checkpoints
+    leaves N loss lines too, and the resume from the last checkpoint ends at the same loss file.
 usage: test_gpt2_hooks.py GPT2_CPU_EXE
 """
 import json
@@ -105,6 +106,18 @@ def main():
         r = run(exe, common + ["--loss-file", lf3, "--checkpoint-dir", ck, "--checkpoint-every", 5, "--resume"])
         check(r.returncode == 0 and "resumed at step 5" in r.stdout and open(lf3).read() == open(straight).read(),
               "--resume: resumed at step 5, the loss file equals the uninterrupted run's")
+        # --kill-at between checkpoints: the loss lines up to the kill are written all the same (the trainers log a
+        # step after the next one's backward, gpt2.h; a killed step logs at once), and the resume drops those after
+        # the checkpoint
+        ck, lf4 = os.path.join(tmp, "ck4"), os.path.join(tmp, "killed4.loss")
+        r = run(exe, common + ["--loss-file", lf4, "--checkpoint-dir", ck, "--checkpoint-every", 3, "--kill-at", 4])
+        first4 = open(straight).read().splitlines()[:4]
+        check(r.returncode == -signal.SIGKILL and open(lf4).read().splitlines() == first4,
+              "--kill-at 4, checkpoints every 3: SIGKILL (exit %d) after the uninterrupted run's first 4 loss lines" %
+              r.returncode)
+        r = run(exe, common + ["--loss-file", lf4, "--checkpoint-dir", ck, "--checkpoint-every", 3, "--resume"])
+        check(r.returncode == 0 and "resumed at step 3" in r.stdout and open(lf4).read() == open(straight).read(),
+              "--resume: resumed at step 3, the loss file equals the uninterrupted run's")
     print("gpt2-hooks: %d passed, %d failed" % (checks - failures, failures))
     return 1 if failures or not checks else 0
 
