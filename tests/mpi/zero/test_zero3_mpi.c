@@ -446,7 +446,10 @@ static void strategies(accel_coll *c) {
     float *a[NP], *b[NP];
     z3cfg k;
     int p, bw;
-    for (p = 0; p < NP; ++p) { a[p] = (float *)malloc((size_t)numel(p) * 4 + 4); b[p] = (float *)malloc((size_t)numel(p) * 4 + 4); }
+    for (p = 0; p < NP; ++p) {
+        a[p] = (float *)malloc((size_t)numel(p) * 4 + 4);
+        b[p] = (float *)malloc((size_t)numel(p) * 4 + 4);
+    }
     k = cfg_of(ACCEL_ZERO_FULL_SHARD, ACCEL_F32, ACCEL_F32);
     equivalence(c, &k, 1, a);
     k.offload = ACCEL_ON; /* offload equals no offload, bit for bit */
@@ -790,6 +793,84 @@ static void errors(accel_coll *c) {
     free(z);
 }
 
+/* Gradients summed over micro-batches in the F32 shard (Accelerate's sync_each_batch, or no accumulation without
+   zero_grad between steps): every micro-batch reduces and the shard adds what it already holds; zero_grad starts
+   over. Unit sizes that P does not divide (padding to P) and a unit smaller than P. Against a float64 long-hand sum
+   over ranks and micro-batches of g/P: within 1e-6 of each tensor's largest gradient (3 micro-batches x 4 ranks of
+   F32 adds, each rounding by 2^-24). */
+static float each_grad(int r, int m, int p, int64_t e) {
+    return (float)(sin(0.11 * (double)e + 0.9 * r + 0.37 * m + (double)p) * (1.0 + p));
+}
+static void accumulate_each(accel_coll *c) {
+    enum { K = 3 };
+    static const int64_t SZ[K] = {13, 2, 29};
+    float *init[K];
+    accel_tensor t[K], w[1], g[1];
+    accel_tensor_piece pc[K];
+    accel_zero_unit units[K];
+    accel_zero_fsdp_desc fd;
+    accel_zero_fsdp *f = NULL;
+    int u, m, rr, round;
+    int64_t e;
+    at_context = "accumulate each micro-batch";
+    AT_CHECK(accel_should_reduce(&acc)); /* outside accumulate: every backward reduces */
+    for (u = 0; u < K; ++u) {
+        init[u] = (float *)calloc((size_t)SZ[u], 4);
+        t[u] = at_vec("w", init[u], ACCEL_F32, SZ[u]);
+        units[u].name = NULL;
+        units[u].params = &t[u];
+        units[u].n = 1;
+    }
+    memset(&fd, 0, sizeof fd);
+    fd.strategy = ACCEL_ZERO_FULL_SHARD;
+    fd.units = units;
+    fd.nunits = K;
+    fd.param_dtype = ACCEL_F32;
+    fd.reduce_dtype = ACCEL_F32;
+    AT_EQ_INT(accel_zero_fsdp_create(c, &fd, &f), ACCEL_OK);
+    /* round 0: three micro-batches summed; round 1: after zero_grad, one micro-batch (m = 3) alone */
+    for (round = 0; round < 2; ++round) {
+        int m0 = round == 0 ? 0 : 3, m1 = round == 0 ? 3 : 4;
+        for (m = m0; m < m1; ++m) {
+            AT_EQ_INT(accel_zero_fsdp_begin_backward(f), ACCEL_OK);
+            for (u = K - 1; u >= 0; --u) {
+                AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
+                AT_EQ_INT(accel_zero_fsdp_grads(f, u, g, 1), ACCEL_OK);
+                for (e = 0; e < SZ[u]; ++e) ((float *)g[0].ptr)[e] += each_grad(R, m, u, e);
+                AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
+                AT_EQ_INT(accel_zero_fsdp_reduce_scatter(f, u), ACCEL_OK);
+            }
+            AT_EQ_INT(accel_zero_fsdp_end_backward(f), ACCEL_OK);
+        }
+        AT_EQ_INT(accel_zero_fsdp_pieces(f, ACCEL_ZERO_VIEW_GRADS, 0, pc, K), ACCEL_OK);
+        for (u = 0; u < K; ++u) {
+            double worst = 0, scale = 1e-30;
+            double *want = (double *)calloc((size_t)SZ[u], sizeof(double));
+            for (e = 0; e < SZ[u]; ++e) {
+                for (m = m0; m < m1; ++m)
+                    for (rr = 0; rr < P; ++rr) want[e] += (double)each_grad(rr, m, u, e) / P;
+                if (fabs(want[e]) > scale) scale = fabs(want[e]);
+            }
+            AT_EQ_INT(pc[u].tensor, u);
+            AT_CHECK(pc[u].offset >= 0 && pc[u].count >= 0 && pc[u].offset + pc[u].count <= SZ[u]);
+            for (e = 0; e < pc[u].count; ++e) {
+                double d = fabs((double)((const float *)pc[u].ptr)[e] - want[pc[u].offset + e]) / scale;
+                if (d > worst) worst = d;
+            }
+            AT_CHECK_MSG(worst <= 1e-6, "the gradient shard is not the sum over micro-batches and ranks");
+            {   /* the pieces of all ranks cover the tensor once */
+                long long cnt = pc[u].count;
+                MPI_Allreduce(MPI_IN_PLACE, &cnt, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+                AT_EQ_INT((int)cnt, (int)SZ[u]);
+            }
+            free(want);
+        }
+        AT_EQ_INT(accel_zero_fsdp_zero_grad(f), ACCEL_OK);
+    }
+    accel_zero_fsdp_destroy(f);
+    for (u = 0; u < K; ++u) free(init[u]);
+}
+
 /* Debug mode (ACCELERATE_DEBUG_MODE): a released buffer is filled with NaN, so a stale view computes NaN instead of
    silently reading the previous unit's weights (the buffer stays allocated in the pool: never freed memory). */
 static void poison(accel_coll *c) {
@@ -853,6 +934,7 @@ int main(int argc, char **argv) {
         strategies(c);
         prefetch_order(c);
         memory(c);
+        accumulate_each(c);
         errors(c);
         poison(c);
     } else {
