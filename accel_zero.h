@@ -1,10 +1,29 @@
 /* accel_zero.h — ZeRO for accel: the optimizer state and the gradients sharded over a communicator's ranks
-   (DeepSpeed's ZeRO stages 1 and 2, FSDP's SHARD_GRAD_OP). Communication only: the update is accel_optim.h's, run
-   over this rank's shard views (see its DESIGN FOR ZeRO). Builds on accel_ddp.h (stage 1 reduces with a DDP
-   reducer), which builds on accel_collectives.h.
+   (DeepSpeed's ZeRO stages 1 and 2, FSDP's SHARD_GRAD_OP), and ZeRO-3 / FSDP (accel_zero_fsdp: the parameters
+   sharded too, gathered unit by unit). Communication only: the update is accel_optim.h's, run over this rank's
+   shard views (see its DESIGN FOR ZeRO). Builds on accel_ddp.h (stage 1 reduces with a DDP reducer), which builds
+   on accel_collectives.h.
 
    CONTENTS
      USAGE
+     OPTIONS                      accel_zero_desc
+     PARTITION                    who owns which elements
+     STAGES                       1: all-reduce; 2: each bucket reduced to its owners
+     RESULTS AND ACCUMULATION
+     CHECKPOINTS                  sharded (loadable on any number of processes) or consolidated
+     COLLECTIVE CALLS AND ERRORS
+     THREADS AND STREAMS
+     DIFFERENCES FROM DEEPSPEED
+     ZeRO-3 / FSDP
+       FSDP USAGE                 units, the forward and backward calls, the step
+       FSDP OPTIONS               accel_zero_fsdp_desc; Accelerate's FullyShardedDataParallelPlugin fields
+       UNITS, SHARDS AND BUFFERS  the per-unit partition, padding, what memory is live
+       PREFETCH                   forward_prefetch, backward_prefetch, the recorded order
+       FSDP RESULTS               equal to DDP + the unsharded optimizer; accumulation and no_sync
+       FSDP CALLS AND ERRORS      the per-call agreement check, lifetime errors
+       DIFFERENCES FROM ACCELERATE / FSDP
+
+   USAGE
      OPTIONS                      accel_zero_desc
      PARTITION                    who owns which elements
      STAGES                       1: all-reduce; 2: each bucket reduced to its owners
@@ -89,7 +108,102 @@
 
    DIFFERENCES FROM DEEPSPEED
      - Micro-batches accumulate locally and only the sync step reduces (DeepSpeed reduces every micro-batch).
-     - Parameters stay whole on every rank (stage 3, sharded parameters, is not here yet).
+     - Stages 1 and 2 keep the parameters whole on every rank; stage 3 is accel_zero_fsdp below.
+
+   ZeRO-3 / FSDP
+   FSDP USAGE (the user's kernels compute; accel moves memory; no autograd hooks: the calls say where a unit starts
+   and ends, as FSDP's pre-/post-forward and pre-/post-backward hooks would)
+       accel_zero_unit units[K] = {{"wte", embed_params, 2}, {"h.0", block0_params, 12}, ...};  // forward order
+       accel_zero_fsdp_desc fd = {0};
+       fd.strategy = ACCEL_ZERO_FULL_SHARD; fd.units = units; fd.nunits = K;
+       fd.param_dtype = ACCEL_BF16; fd.reduce_dtype = ACCEL_F32;           // FSDP's MixedPrecision
+       accel_zero_fsdp *f;
+       accel_zero_fsdp_create(coll, &fd, &f);                  // collective; copies this rank's shard of the init
+       accel_tensor vp[N], vm[N], vg[N], vn[N];                // N = accel_zero_fsdp_num_params(f)
+       accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_PARAMS, vp, N);     // → od.params  (F32 master shard)
+       accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_MODEL, vm, N);      // → od.model   (param_dtype copy; NULL ptrs: F32)
+       accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_GRADS, vg, N);      // → od.grads   (F32 gradient shard)
+       accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_NORM_GRADS, vn, N); // clip_grad_norm with ACCEL_AMP_CLIP_SHARDED
+       accel_optim_create(&acc, &od, &opt);                    // moments: this rank's shard only
+       each micro-batch (inside accel_accumulate_begin/end):
+         accel_zero_fsdp_begin_forward(f);
+         for u in 0..K-1: accel_zero_fsdp_wait(f, u, w, n_u); forward(u, w); accel_zero_fsdp_release(f, u);
+         accel_zero_fsdp_begin_backward(f);
+         for u in K-1..0: accel_zero_fsdp_wait(f, u, w, n_u); accel_zero_fsdp_grads(f, u, g, n_u);
+                          backward(u, w, g) (+= into g); accel_zero_fsdp_release(f, u);
+                          accel_zero_fsdp_reduce_scatter(f, u);
+         accel_zero_fsdp_end_backward(f);
+       on a sync step: accel_amp_unscale_and_check(vg), clip over vn, accel_optim_step(opt),
+                       accel_zero_fsdp_zero_grad(f)
+     The fused step writes the param_dtype copy (od.model) of the shard, which is what the next gathers read.
+     accel_zero_fsdp_gather(f, u) starts a gather by hand (wait starts one if nobody did); _progress drives MPI inside
+     long CPU compute; _pieces gives the shard as accel_tensor_pieces of the whole tensors (checkpoints, export);
+     _get_stats the live/peak buffer bytes and counts; desc.trace an event per gather/wait/release/reduction.
+
+   FSDP OPTIONS (accel_zero_fsdp_desc, zero = default; Accelerate's FullyShardedDataParallelPlugin → accel)
+     strategy          sharding_strategy / FSDP_SHARDING_STRATEGY (a name or 1-5): FULL_SHARD (ZeRO-3, default),
+                       SHARD_GRAD_OP (a unit stays gathered from its forward to its backward), NO_SHARD (DDP),
+                       HYBRID_SHARD / HYBRID_SHARD_ZERO2 (shard over desc.mesh's dp_shard x cp, replicate over
+                       dp_replicate; c is the mesh's DP_CP communicator).
+     units, nunits     auto_wrap_policy: the user groups the parameters (F32 descriptors; ptr the initial value, the
+                       same on every rank, or NULL for zeros).
+     param_dtype       mixed_precision_policy.param_dtype: what units are gathered and computed in (F32/BF16/F16).
+     reduce_dtype      mixed_precision_policy.reduce_dtype (0 → param_dtype): the unit gradients' dtype.
+     forward_prefetch  forward_prefetch / FSDP_FORWARD_PREFETCH (default off).
+     backward_prefetch backward_prefetch / FSDP_BACKWARD_PREFETCH: BACKWARD_PRE (default), BACKWARD_POST, NO_PREFETCH.
+     cpu_offload       cpu_offload / FSDP_OFFLOAD_PARAMS: the shards in pinned host memory, staged per unit.
+     check             the per-call agreement check (FSDP CALLS AND ERRORS).
+     no_average        gradients summed instead of averaged.
+
+   UNITS, SHARDS AND BUFFERS
+     Each unit's parameters, flattened in order (numel E), are padded to Ps * S with S = ceil(E / Ps) (Ps: the shard
+     group's size) and rank r owns slot r: [r*S, (r+1)*S) of the unit (the padding is zeros, gathered and reduced as
+     zeros). A rank keeps, for every unit, its slot of the F32 master, of the F32 gradient and (param_dtype != F32) of
+     the param_dtype copy: 8 or 10 bytes x sum of S over units (the optimizer's moments add theirs). Buffers: a
+     unit's gather buffer (Ps * S of param_dtype) lives from gather to release; its gradient buffer (Ps * S of
+     reduce_dtype, + S for the reduced slot) from grads() to the end of its reduction, or across micro-batches while
+     no_sync holds it. FULL_SHARD / HYBRID_SHARD keep at most two gather buffers live (a third gather is
+     ACCEL_ERR_STATE); one reduction is in flight while the next unit computes. Freed buffers are cached (two per
+     kind) for the next unit of the same size. test_zero3_mpi checks the per-rank peak through the allocator hooks:
+     shards + two gather buffers + two gradient buffers (+ the collective's scratch) when every micro-batch reduces;
+     with no_sync, every unit's gradient buffer is held until the sync step (as FSDP's no_sync).
+
+   PREFETCH
+     The first forward and backward passes record the order in which units are waited on; later passes prefetch by
+     it: forward_prefetch starts the next unit's gather in wait(u), BACKWARD_PRE in the backward wait(u),
+     BACKWARD_POST in reduce_scatter(u); begin_forward / begin_backward start the first unit's gather. A pass that
+     leaves the recorded order stops prefetching for the rest of that pass. On MPI the gathers and reductions are
+     nonblocking requests progressed by every call (and _progress); on CUDA they run on the communicator's stream.
+
+   FSDP RESULTS
+     Gradients are pre-scaled by fl(1/P) (P: the data-parallel size, as DDP's reducer), reduce-scattered over the
+     shard group (accel's reduce-scatter is the all-reduce's first phase: each block is the rank-order sum, bit for
+     bit the all-reduce's), all-reduced over the replicate group (hybrid) and widened into the F32 gradient shard.
+     So FULL_SHARD, SHARD_GRAD_OP, NO_SHARD and hybrid equal the unsharded run (DDP's reducer + one optimizer over
+     the whole parameters) bit for bit in the tests (np 1-4, F32/BF16 gathers, F32/BF16 reductions, offload or not),
+     hybrid with both groups > 1 associates the sum differently and is documented within 1e-6 relative. Outside a
+     sync step reduce_scatter holds the unit's gradients (no_sync: the next micro-batch adds into the same buffer);
+     a reducing micro-batch puts (first since zero_grad) or adds (later: sync_each_batch) into the shard.
+
+   FSDP CALLS AND ERRORS
+     create, begin_forward, begin_backward, gather, wait, reduce_scatter and end_backward are collective over c's
+     group (every rank calls them in the same order); grads, release, zero_grad, views, pieces are local. With check
+     on (default, except NCCL without debug mode), each collective call first all-gathers (call, unit, call number,
+     state hash, local result): a rank whose local checks failed (bad unit, a third live gather, wait twice without
+     release, reduce_scatter without grads) fails every rank (its own error, ACCEL_ERR_REMOTE elsewhere; the object
+     stays usable); ranks that made different calls (a skipped gather, another unit, a release the others did not
+     make) all get ACCEL_ERR_MISMATCH naming every rank's call, and the object is unusable (destroy it). Debug mode
+     (acc.debug) fills a released gather buffer with NaN, so stale views compute NaN instead of reading weights.
+
+   DIFFERENCES FROM ACCELERATE / FSDP
+     - No autograd: the trainer calls wait/release/grads/reduce_scatter where FSDP's hooks would run.
+     - Units are flat per unit and sharded per unit (FSDP1's FlatParameter, not FSDP2's per-parameter DTensor).
+     - The optimizer steps the shard views (accel_optim), so its state keys are the unsharded ones.
+     - limit_all_gathers is always on for FULL_SHARD (two buffers); sync_module_states is implied (every rank
+       copies its shard out of the same initial values); use_orig_params and activation checkpointing are the
+       trainer's business.
+     - Not here yet: sharded / full checkpoints of a ZeRO-3 model (state_dict_type), `accel ckpt merge`, the memory
+       estimate (ZeRO-1/2 checkpoints are above).
 */
 #ifndef ACCEL_ZERO_H_INCLUDED
 #define ACCEL_ZERO_H_INCLUDED
