@@ -421,6 +421,26 @@ typedef struct accel_zero_fsdp_stats {
 } accel_zero_fsdp_stats;
 ACCEL_API accel_result accel_zero_fsdp_get_stats(const accel_zero_fsdp *f, accel_zero_fsdp_stats *out);
 
+/* Sharded checkpoints of a ZeRO-3 model (FSDP's SHARDED_STATE_DICT): every rank saves its pieces of the F32 master
+   parameters and of the optimizer's state, and a load re-partitions onto any number of ranks, any strategy and any
+   grouping into units (the pieces are per tensor). obj: an accel_zero_fsdp_state; register it with
+     accel_ckpt_register_sharded(ck, "fsdp_state", accel_zero_fsdp_state_save, accel_zero_fsdp_state_load_all, &fs);
+   next to the step counts (accel_optim_shard_state with full = accel_zero_fsdp_full_tensors: a global file).
+   The bytes (little-endian): "ASF3", u32 version 1, u32 n, u32 k, n u64 element counts of the whole parameters,
+   n (u64 offset, u64 count) pieces, the pieces' F32 master values, then per state tensor (param-major, m = n * k)
+   u32 dtype and its piece's values. Replicas of hybrid strategies save empty pieces (each element once).
+   load_all checks every saved rank's bytes (magic, sizes, the same parameters and k, the state dtypes, pieces in
+   range) and that the saved pieces tile every parameter exactly once, before it copies anything; then this rank's
+   pieces are copied out and the param_dtype copy is recomputed. Local (no communication). */
+typedef struct accel_zero_fsdp_state {
+    accel_zero_fsdp *fsdp;
+    const accel_tensor *state; /* the m state tensors of the shard's optimizer (accel_optim_state_tensors), or NULL */
+    int m;                     /* a multiple of accel_zero_fsdp_num_params (0: the parameters only) */
+} accel_zero_fsdp_state;
+ACCEL_API accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_t cap, size_t *size);
+ACCEL_API accel_result accel_zero_fsdp_state_load_all(void *state, const void *const *bufs, const size_t *sizes,
+                                                      int count);
+
 #ifdef __cplusplus
 }
 #endif
@@ -2502,6 +2522,237 @@ ACCEL__DEF accel_result accel_zero_fsdp_zero_grad(accel_zero_fsdp *f) {
                            "(end_backward first)");
     for (i = 0; i < f->K; ++i) f->u[i].has_grad = 0;
     return accel__fsdp_fill(f, f->shard_kind, f->grad, 0, (size_t)(f->shard_elems > 0 ? f->shard_elems : 1) * 4);
+}
+
+/* ----- sharded checkpoints (accel_zero_fsdp_state_save / _load_all) */
+#define ACCEL__FSDP_STATE_MAGIC 0x33465341u /* "ASF3" */
+/* Checks the object and its state tensors (k per parameter, each the size of this rank's piece); *pc: the n
+   pieces (owner_only as given), allocated here (the caller frees them). */
+static accel_result accel__fsdp_state_need(accel_zero_fsdp_state *fs, const char *what, int owner_only, int *k,
+                                           accel_tensor_piece **pc) {
+    accel_zero_fsdp *f;
+    accel_tensor_piece *p;
+    accel_result r;
+    int i;
+    *pc = NULL;
+    if (!fs || !fs->fsdp)
+        return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: NULL state or object", what);
+    f = fs->fsdp;
+    if (f->n < 1 || fs->m < 0 || (fs->m > 0 && !fs->state) || fs->m % f->n != 0)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "%s: %d state tensors for %d parameters (a multiple of them, param-major)", what, fs->m,
+                           f->n);
+    *k = fs->m / f->n;
+    p = (accel_tensor_piece *)accel_host_alloc(f->acc, sizeof *p * (size_t)f->n);
+    if (!p) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    r = accel_zero_fsdp_pieces(f, ACCEL_ZERO_VIEW_PARAMS, 0, p, f->n);
+    for (i = 0; r == ACCEL_OK && i < fs->m; ++i)
+        if (accel_tensor_numel(&fs->state[i]) != p[i / *k].count || accel_dtype_size(fs->state[i].dtype) == 0 ||
+            (p[i / *k].count > 0 && !fs->state[i].ptr))
+            r = ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "%s: state tensor %d (%s) has %lld elements of %s, this rank's piece of parameter %d "
+                            "has %lld", what, i, fs->state[i].name ? fs->state[i].name : "?",
+                            (long long)accel_tensor_numel(&fs->state[i]),
+                            accel_dtype_name(fs->state[i].dtype) ? accel_dtype_name(fs->state[i].dtype) : "invalid",
+                            i / *k, (long long)p[i / *k].count);
+    if (r == ACCEL_OK && owner_only && f->rrank > 0)
+        for (i = 0; i < f->n; ++i) p[i].count = 0;
+    if (r != ACCEL_OK) accel_host_free(f->acc, p);
+    else *pc = p;
+    return r;
+}
+/* where this rank's state tensors live: with the shards (the optimizer steps them there) */
+static int accel__fsdp_state_kind(const accel_zero_fsdp *f) { return f->shard_kind; }
+
+ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_t cap, size_t *size) {
+    accel_zero_fsdp_state *fs = (accel_zero_fsdp_state *)state;
+    accel_zero_fsdp *f;
+    accel_tensor_piece *pc = NULL;
+    unsigned char *b = (unsigned char *)buf;
+    size_t need, at;
+    accel_result r;
+    int k = 0, i;
+    const char *what = "accel_zero_fsdp_state_save";
+    if (!size) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: size is NULL", what);
+    if ((r = accel__fsdp_state_need(fs, what, 1, &k, &pc)) != ACCEL_OK) return r;
+    f = fs->fsdp;
+    need = 16 + (size_t)f->n * 24;
+    for (i = 0; i < f->n; ++i) need += (size_t)pc[i].count * 4;
+    for (i = 0; i < fs->m; ++i) need += 4 + (size_t)pc[i / k].count * accel_dtype_size(fs->state[i].dtype);
+    *size = need;
+    if (!buf || cap < need) {
+        accel_host_free(f->acc, pc);
+        return ACCEL_OK;
+    }
+    accel__put_u32(b, ACCEL__FSDP_STATE_MAGIC);
+    accel__put_u32(b + 4, 1);
+    accel__put_u32(b + 8, (uint32_t)f->n);
+    accel__put_u32(b + 12, (uint32_t)k);
+    at = 16;
+    for (i = 0; i < f->n; ++i, at += 8) accel__put_u64(b + at, (uint64_t)accel_tensor_numel(&f->full[i]));
+    for (i = 0; i < f->n; ++i, at += 16) {
+        accel__put_u64(b + at, (uint64_t)pc[i].offset);
+        accel__put_u64(b + at + 8, (uint64_t)pc[i].count);
+    }
+    for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
+        r = accel__coll_copy(f->c, b + at, pc[i].ptr, (size_t)pc[i].count * 4,
+                             accel__fsdp_dir(f->shard_kind, ACCEL__FSDP_HOST));
+        at += (size_t)pc[i].count * 4;
+    }
+    for (i = 0; i < fs->m && r == ACCEL_OK; ++i) {
+        size_t bytes = (size_t)pc[i / k].count * accel_dtype_size(fs->state[i].dtype);
+        accel__put_u32(b + at, (uint32_t)fs->state[i].dtype);
+        r = accel__coll_copy(f->c, b + at + 4, fs->state[i].ptr, bytes,
+                             accel__fsdp_dir(accel__fsdp_state_kind(f), ACCEL__FSDP_HOST));
+        at += 4 + bytes;
+    }
+    accel_host_free(f->acc, pc);
+    return r == ACCEL_OK ? ACCEL_OK : accel__fail_wrap(f->acc, r, "%s", what);
+}
+
+typedef struct accel__fsdp_span {
+    int64_t lo, hi;
+    int file;
+} accel__fsdp_span;
+static int accel__fsdp_span_cmp(const void *a, const void *b) {
+    const accel__fsdp_span *x = (const accel__fsdp_span *)a, *y = (const accel__fsdp_span *)b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *const *bufs, const size_t *sizes,
+                                                       int count) {
+    accel_zero_fsdp_state *fs = (accel_zero_fsdp_state *)state;
+    accel_zero_fsdp *f;
+    accel *acc;
+    accel_tensor_piece *pc = NULL;
+    size_t *data = NULL; /* per file: n master offsets, then m state offsets (into its bytes) */
+    accel__fsdp_span *sp = NULL;
+    accel_result r;
+    int k = 0, q, i, j, w;
+    const char *what = "accel_zero_fsdp_state_load_all";
+    if ((r = accel__fsdp_state_need(fs, what, 0, &k, &pc)) != ACCEL_OK) return r;
+    f = fs->fsdp;
+    acc = f->acc;
+    w = f->n + fs->m;
+    if (count < 1 || !bufs || !sizes)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d saved ranks", what, count);
+    if (r == ACCEL_OK) {
+        data = (size_t *)accel_host_alloc(acc, sizeof(size_t) * (size_t)w * (size_t)count);
+        sp = (accel__fsdp_span *)accel_host_alloc(acc, sizeof *sp * (size_t)count);
+        if (!data || !sp) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    }
+    /* 1. every saved rank's bytes: header, the same parameters, pieces in range, state dtypes, the exact size */
+    for (q = 0; q < count && r == ACCEL_OK; ++q) {
+        const unsigned char *b = (const unsigned char *)bufs[q];
+        size_t n = sizes[q], at;
+        if (!b || n < 16 || accel__get_u32(b) != ACCEL__FSDP_STATE_MAGIC || accel__get_u32(b + 4) != 1) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: not a ZeRO-3 shard state (%zu bytes)", what, q,
+                            n);
+            break;
+        }
+        if ((int64_t)accel__get_u32(b + 8) != f->n || (int64_t)accel__get_u32(b + 12) != k) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d has %u parameters with %u state tensors "
+                            "each; this model has %d with %d", what, q, accel__get_u32(b + 8),
+                            accel__get_u32(b + 12), f->n, k);
+            break;
+        }
+        if ((n - 16) / 24 < (size_t)f->n) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+            break;
+        }
+        at = 16 + (size_t)f->n * 24;
+        for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
+            uint64_t numel = accel__get_u64(b + 16 + (size_t)i * 8);
+            uint64_t off = accel__get_u64(b + 16 + (size_t)f->n * 8 + (size_t)i * 16);
+            uint64_t cnt = accel__get_u64(b + 24 + (size_t)f->n * 8 + (size_t)i * 16);
+            int64_t mine = accel_tensor_numel(&f->full[i]);
+            if (numel != (uint64_t)mine)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d: parameter %d (%s) has %llu elements, "
+                                "here %lld (a different model)", what, q, i, f->full[i].name,
+                                (unsigned long long)numel, (long long)mine);
+            else if (off > numel || cnt > numel - off)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: piece [%llu, +%llu) of parameter %d "
+                                "is outside its %llu elements", what, q, (unsigned long long)off,
+                                (unsigned long long)cnt, i, (unsigned long long)numel);
+            else if ((n - at) / 4 < cnt)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+            else {
+                data[(size_t)q * (size_t)w + (size_t)i] = at;
+                at += (size_t)cnt * 4;
+            }
+        }
+        for (j = 0; j < fs->m && r == ACCEL_OK; ++j) {
+            uint64_t cnt = accel__get_u64(b + 24 + (size_t)f->n * 8 + (size_t)(j / k) * 16);
+            size_t es = accel_dtype_size(fs->state[j].dtype);
+            if (n - at < 4)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+            else if (accel__get_u32(b + at) != (uint32_t)fs->state[j].dtype)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d: state tensor %d was saved as %s, this "
+                                "optimizer's is %s", what, q, j,
+                                accel_dtype_name((accel_dtype)accel__get_u32(b + at))
+                                    ? accel_dtype_name((accel_dtype)accel__get_u32(b + at)) : "invalid",
+                                accel_dtype_name(fs->state[j].dtype));
+            else if ((n - at - 4) / es < cnt)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+            else {
+                data[(size_t)q * (size_t)w + (size_t)f->n + (size_t)j] = at + 4;
+                at += 4 + (size_t)cnt * es;
+            }
+        }
+        if (r == ACCEL_OK && at != n)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file has %zu bytes after its state", what, q,
+                            n - at);
+    }
+    /* 2. the saved pieces tile every parameter exactly once */
+    for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
+        int ns = 0, t;
+        int64_t next = 0, numel = accel_tensor_numel(&f->full[i]);
+        for (q = 0; q < count; ++q) {
+            const unsigned char *b = (const unsigned char *)bufs[q] + 16 + (size_t)f->n * 8 + (size_t)i * 16;
+            accel__fsdp_span s;
+            s.lo = (int64_t)accel__get_u64(b);
+            s.hi = s.lo + (int64_t)accel__get_u64(b + 8);
+            s.file = q;
+            if (s.hi > s.lo) sp[ns++] = s;
+        }
+        qsort(sp, (size_t)ns, sizeof *sp, accel__fsdp_span_cmp);
+        for (t = 0; t <= ns && r == ACCEL_OK; ++t) {
+            int64_t lo = t < ns ? sp[t].lo : numel;
+            if (lo != next)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: parameter %d (%s): elements [%lld, %lld) are %s", what, i,
+                                f->full[i].name, (long long)(lo < next ? lo : next),
+                                (long long)(lo < next ? next : lo),
+                                lo < next ? "in two saved ranks' files" : "in no saved rank's file");
+            if (t < ns) next = sp[t].hi;
+        }
+    }
+    /* 3. this rank's pieces out of the files that hold them */
+    for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
+        int64_t mlo = pc[i].offset, mhi = pc[i].offset + pc[i].count;
+        for (q = 0; q < count && r == ACCEL_OK && mhi > mlo; ++q) {
+            const unsigned char *b = (const unsigned char *)bufs[q];
+            int64_t slo = (int64_t)accel__get_u64(b + 16 + (size_t)f->n * 8 + (size_t)i * 16);
+            int64_t shi = slo + (int64_t)accel__get_u64(b + 24 + (size_t)f->n * 8 + (size_t)i * 16);
+            int64_t lo = slo > mlo ? slo : mlo, hi = shi < mhi ? shi : mhi;
+            if (hi <= lo) continue;
+            r = accel__coll_copy(f->c, (float *)pc[i].ptr + (lo - mlo),
+                                 b + data[(size_t)q * (size_t)w + (size_t)i] + (size_t)(lo - slo) * 4,
+                                 (size_t)(hi - lo) * 4, accel__fsdp_dir(ACCEL__FSDP_HOST, f->shard_kind));
+            for (j = i * k; j < (i + 1) * k && r == ACCEL_OK; ++j) {
+                size_t es = accel_dtype_size(fs->state[j].dtype);
+                r = accel__coll_copy(f->c, (unsigned char *)fs->state[j].ptr + (size_t)(lo - mlo) * es,
+                                     b + data[(size_t)q * (size_t)w + (size_t)f->n + (size_t)j] +
+                                         (size_t)(lo - slo) * es,
+                                     (size_t)(hi - lo) * es,
+                                     accel__fsdp_dir(ACCEL__FSDP_HOST, accel__fsdp_state_kind(f)));
+            }
+        }
+    }
+    if (r == ACCEL_OK) r = accel__fsdp_refresh_model(f);
+    accel_host_free(acc, pc);
+    accel_host_free(acc, data);
+    accel_host_free(acc, sp);
+    return r;
 }
 
 #endif /* ACCEL_IMPLEMENTATION && !ACCEL__ZERO_IMPL_DONE */

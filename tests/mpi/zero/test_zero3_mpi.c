@@ -871,6 +871,191 @@ static void accumulate_each(accel_coll *c) {
     for (u = 0; u < K; ++u) free(init[u]);
 }
 
+/* Sharded checkpoints: this rank's bytes and every rank's, as accel_ckpt's load_all gets them */
+static unsigned char **all_bytes(const unsigned char *mine, size_t n, size_t *sizes) {
+    unsigned char **b = (unsigned char **)calloc((size_t)P, sizeof *b);
+    long long me = (long long)n, *all = (long long *)calloc((size_t)P, sizeof(long long));
+    int q;
+    MPI_Allgather(&me, 1, MPI_LONG_LONG, all, 1, MPI_LONG_LONG, MPI_COMM_WORLD);
+    for (q = 0; q < P; ++q) {
+        int root = q;
+        sizes[q] = (size_t)all[q];
+        b[q] = (unsigned char *)malloc(sizes[q] + 1);
+        if (q == R) memcpy(b[q], mine, n);
+        MPI_Bcast(b[q], (int)sizes[q], MPI_BYTE, root, MPI_COMM_WORLD);
+    }
+    free(all);
+    return b;
+}
+static unsigned char *save_bytes(z3run *z, size_t *n) {
+    const accel_tensor *mom = NULL;
+    int nm = 0;
+    accel_zero_fsdp_state fs;
+    unsigned char *b;
+    AT_EQ_INT(accel_optim_state_tensors(z->opt, &mom, &nm), ACCEL_OK);
+    fs.fsdp = z->f;
+    fs.state = mom;
+    fs.m = nm;
+    *n = 0;
+    AT_EQ_INT(accel_zero_fsdp_state_save(&fs, NULL, 0, n), ACCEL_OK);
+    b = (unsigned char *)malloc(*n + 1);
+    AT_EQ_INT(accel_zero_fsdp_state_save(&fs, b, *n, n), ACCEL_OK);
+    return b;
+}
+static accel_result load_bytes(z3run *z, unsigned char **b, const size_t *sizes, int count) {
+    const accel_tensor *mom = NULL;
+    int nm = 0;
+    accel_zero_fsdp_state fs;
+    AT_EQ_INT(accel_optim_state_tensors(z->opt, &mom, &nm), ACCEL_OK);
+    fs.fsdp = z->f;
+    fs.state = mom;
+    fs.m = nm;
+    return accel_zero_fsdp_state_load_all(&fs, (const void *const *)b, sizes, count);
+}
+/* the step counts and hyperparameters (a global file: the whole parameters' sizes), saved from one run and loaded
+   into another */
+static unsigned char *save_optim(z3run *z, size_t *n) {
+    accel_tensor full[NP];
+    accel_optim_shard_state ss;
+    unsigned char *b;
+    AT_EQ_INT(accel_zero_fsdp_full_tensors(z->f, full, NP), ACCEL_OK);
+    ss.opt = z->opt;
+    ss.full = full;
+    *n = 0;
+    AT_EQ_INT(accel_optim_shard_state_save(&ss, NULL, 0, n), ACCEL_OK);
+    b = (unsigned char *)malloc(*n + 1);
+    AT_EQ_INT(accel_optim_shard_state_save(&ss, b, *n, n), ACCEL_OK);
+    return b;
+}
+static void load_optim(z3run *z, const unsigned char *b, size_t n) {
+    accel_tensor full[NP];
+    accel_optim_shard_state ss;
+    AT_EQ_INT(accel_zero_fsdp_full_tensors(z->f, full, NP), ACCEL_OK);
+    ss.opt = z->opt;
+    ss.full = full;
+    AT_EQ_INT(accel_optim_shard_state_load(&ss, b, n), ACCEL_OK);
+}
+static void free_all(unsigned char **b) {
+    int q;
+    for (q = 0; q < P; ++q) free(b[q]);
+    free(b);
+}
+
+/* Save a FULL_SHARD run after 10 steps, load it into NO_SHARD (each rank the whole model; P pieces per tensor
+   re-partitioned into one) and from there (replicas save nothing) back into FULL_SHARD: both continuations equal
+   the original's 10 further steps bit for bit. Bad checkpoints fail before anything is copied. */
+static void checkpoint(accel_coll *c) {
+    z3run *a = (z3run *)calloc(1, sizeof *a), *b = (z3run *)calloc(1, sizeof *b), *d = (z3run *)calloc(1, sizeof *d);
+    z3cfg ka = cfg_of(ACCEL_ZERO_FULL_SHARD, ACCEL_BF16, ACCEL_F32), kb = ka;
+    float *fa[NP], *fb[NP];
+    unsigned char *mine, **all, **allb, *ob;
+    size_t n, on, *sizes = (size_t *)calloc((size_t)P, sizeof(size_t)), *sizesb = (size_t *)calloc((size_t)P, 8);
+    accel_amp_scaler snap;
+    int mb, p, bw;
+    double rel;
+    at_context = "checkpoint";
+    kb.strategy = ACCEL_ZERO_NO_SHARD;
+    for (p = 0; p < NP; ++p) {
+        fa[p] = (float *)malloc((size_t)numel(p) * 4 + 4);
+        fb[p] = (float *)malloc((size_t)numel(p) * 4 + 4);
+    }
+    AT_CHECK(z3_make(a, c, &ka));
+    for (mb = 0; mb < 20; ++mb) {
+        accel_accumulate_begin(&acc);
+        AT_EQ_INT(z3_micro(a, mb), ACCEL_OK);
+        accel_accumulate_end(&acc);
+    }
+    mine = save_bytes(a, &n);
+    all = all_bytes(mine, n, sizes);
+    free(mine);
+    ob = save_optim(a, &on);
+    snap = a->sc;
+    AT_CHECK(z3_make(b, c, &kb));
+    load_optim(b, ob, on);
+    for (mb = 20; mb < 40; ++mb) {
+        accel_accumulate_begin(&acc);
+        AT_EQ_INT(z3_micro(a, mb), ACCEL_OK);
+        accel_accumulate_end(&acc);
+    }
+    z3_full(a, fa);
+    /* bad checkpoints first: each fails with its message and leaves b's parameters as they were (the initial ones) */
+    {
+        float *before[NP];
+        unsigned char *keep;
+        size_t ks;
+        for (p = 0; p < NP; ++p) before[p] = (float *)malloc((size_t)numel(p) * 4 + 4);
+        z3_full(b, before);
+        AT_EQ_INT(load_bytes(b, all, sizes, P - 1 > 0 ? P - 1 : 1), P > 1 ? ACCEL_ERR_FORMAT : ACCEL_OK);
+        if (P > 1) AT_CONTAINS(accel_last_error(&acc), "in no saved rank's file");
+        ks = sizes[0];
+        sizes[0] = ks - 1; /* truncated */
+        AT_EQ_INT(load_bytes(b, all, sizes, P), ACCEL_ERR_FORMAT);
+        AT_CONTAINS(accel_last_error(&acc), "truncated");
+        sizes[0] = ks;
+        keep = all[P - 1];
+        ks = sizes[P - 1];
+        all[P - 1] = all[0]; /* rank 0's file twice: its pieces overlap, the last rank's are missing */
+        sizes[P - 1] = sizes[0];
+        AT_EQ_INT(load_bytes(b, all, sizes, P), P > 1 ? ACCEL_ERR_FORMAT : ACCEL_OK);
+        if (P > 1) AT_CONTAINS(accel_last_error(&acc), "two saved ranks' files");
+        all[P - 1] = keep;
+        sizes[P - 1] = ks;
+        all[0][8] ^= 1; /* another parameter count */
+        AT_EQ_INT(load_bytes(b, all, sizes, P), ACCEL_ERR_MISMATCH);
+        AT_CONTAINS(accel_last_error(&acc), "parameters");
+        all[0][8] ^= 1;
+        all[0][0] ^= 0x20; /* not the magic */
+        AT_EQ_INT(load_bytes(b, all, sizes, P), ACCEL_ERR_FORMAT);
+        AT_CONTAINS(accel_last_error(&acc), "not a ZeRO-3 shard state");
+        all[0][0] ^= 0x20;
+        if (P == 1) { /* the one-rank loads above succeeded: start again from a fresh object */
+            z3_free(b);
+            AT_CHECK(z3_make(b, c, &kb));
+            load_optim(b, ob, on);
+        }
+        z3_full(b, fb);
+        for (p = 0; p < NP; ++p)
+            AT_CHECK_MSG(!memcmp(before[p], fb[p], (size_t)numel(p) * 4), "a failed load changed the parameters");
+        for (p = 0; p < NP; ++p) free(before[p]);
+    }
+    AT_EQ_INT(load_bytes(b, all, sizes, P), ACCEL_OK);
+    b->sc = snap;
+    /* NO_SHARD's bytes (replicas save empty pieces) into a new FULL_SHARD run, before b continues */
+    mine = save_bytes(b, &n);
+    allb = all_bytes(mine, n, sizesb);
+    free(mine);
+    AT_CHECK(z3_make(d, c, &ka));
+    load_optim(d, ob, on);
+    AT_EQ_INT(load_bytes(d, allb, sizesb, P), ACCEL_OK);
+    d->sc = snap;
+    for (mb = 20; mb < 40; ++mb) {
+        accel_accumulate_begin(&acc);
+        AT_EQ_INT(z3_micro(b, mb), ACCEL_OK);
+        accel_accumulate_end(&acc);
+    }
+    z3_full(b, fb);
+    rel = compare(fb, fa, &bw);
+    AT_CHECK_MSG(bw, "FULL_SHARD saved, NO_SHARD loaded: the continuation differs from the original's");
+    for (mb = 20; mb < 40; ++mb) {
+        accel_accumulate_begin(&acc);
+        AT_EQ_INT(z3_micro(d, mb), ACCEL_OK);
+        accel_accumulate_end(&acc);
+    }
+    z3_full(d, fb);
+    rel += compare(fb, fa, &bw);
+    AT_CHECK_MSG(bw, "NO_SHARD saved, FULL_SHARD loaded: the continuation differs from the original's");
+    if (R == 0) printf("zero3 np%d checkpoint: FULL_SHARD -> NO_SHARD -> FULL_SHARD continuations max rel %.3g (%s)\n",
+                       P, rel, rel == 0 ? "bit-identical" : "differ");
+    free_all(all);
+    free_all(allb);
+    free(ob);
+    free(sizes);
+    free(sizesb);
+    for (p = 0; p < NP; ++p) { free(fa[p]); free(fb[p]); }
+    z3_free(a); z3_free(b); z3_free(d);
+    free(a); free(b); free(d);
+}
+
 /* Debug mode (ACCELERATE_DEBUG_MODE): a released buffer is filled with NaN, so a stale view computes NaN instead of
    silently reading the previous unit's weights (the buffer stays allocated in the pool: never freed memory). */
 static void poison(accel_coll *c) {
@@ -935,6 +1120,7 @@ int main(int argc, char **argv) {
         prefetch_order(c);
         memory(c);
         accumulate_each(c);
+        checkpoint(c);
         errors(c);
         poison(c);
     } else {
