@@ -21,6 +21,7 @@
        PREFETCH                   forward_prefetch, backward_prefetch, the recorded order
        FSDP RESULTS               equal to DDP + the unsharded optimizer; accumulation and no_sync
        FSDP CALLS AND ERRORS      the per-call agreement check, lifetime errors
+       FSDP CHECKPOINTS           sharded (any world size / strategy on load) and consolidated
        DIFFERENCES FROM ACCELERATE / FSDP
 
    USAGE
@@ -195,6 +196,17 @@
      make) all get ACCEL_ERR_MISMATCH naming every rank's call, and the object is unusable (destroy it). Debug mode
      (acc.debug) fills a released gather buffer with NaN, so stale views compute NaN instead of reading weights.
 
+   FSDP CHECKPOINTS
+     Sharded (Accelerate's SHARDED_STATE_DICT; every rank writes only its pieces, loadable on any number of ranks,
+     any strategy):
+       accel_zero_fsdp_state fs = {f, moments, nmoments};              // accel_optim_state_tensors(opt, ...)
+       accel_ckpt_register_sharded(ck, "fsdp_state", accel_zero_fsdp_state_save, accel_zero_fsdp_state_load_all, &fs);
+       accel_zero_fsdp_full_tensors(f, full, N); accel_optim_shard_state ss = {opt, full};   // step counts
+       accel_ckpt_register(ck, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load, &ss);
+     Consolidated (FULL_STATE_DICT, interop): accel_zero_fsdp_export(f, whole, N) fills whole F32 tensors on every
+     rank (accel_ckpt_register_model / accel_st_save with the model's names); accel_zero_fsdp_import(f, whole, N)
+     takes this rank's shard back out of them (after accel_ckpt_load_state, on any number of processes).
+
    DIFFERENCES FROM ACCELERATE / FSDP
      - No autograd: the trainer calls wait/release/grads/reduce_scatter where FSDP's hooks would run.
      - Units are flat per unit and sharded per unit (FSDP1's FlatParameter, not FSDP2's per-parameter DTensor).
@@ -202,8 +214,9 @@
      - limit_all_gathers is always on for FULL_SHARD (two buffers); sync_module_states is implied (every rank
        copies its shard out of the same initial values); use_orig_params and activation checkpointing are the
        trainer's business.
-     - Not here yet: sharded / full checkpoints of a ZeRO-3 model (state_dict_type), `accel ckpt merge`, the memory
-       estimate (ZeRO-1/2 checkpoints are above).
+     - state_dict_type: SHARDED_STATE_DICT is accel_zero_fsdp_state_save/_load_all (FSDP CHECKPOINTS), FULL_STATE_DICT
+       is accel_zero_fsdp_export into whole tensors (every rank holds the whole F32 model for the save: not yet
+       streamed slice by slice to a writer); `accel ckpt merge` (a sharded checkpoint → safetensors) is not here yet.
 */
 #ifndef ACCEL_ZERO_H_INCLUDED
 #define ACCEL_ZERO_H_INCLUDED
@@ -357,6 +370,14 @@ ACCEL_API accel_result accel_zero_fsdp_get_desc(const accel_zero_fsdp *f, accel_
 ACCEL_API int accel_zero_fsdp_num_params(const accel_zero_fsdp *f); /* the parameters of every unit, in unit order */
 /* The whole parameters' descriptors in unit order (name, F32, shape; ptr NULL): accel_optim_shard_state.full. */
 ACCEL_API accel_result accel_zero_fsdp_full_tensors(const accel_zero_fsdp *f, accel_tensor *out, int n);
+/* Consolidated parameters (FSDP's FULL_STATE_DICT: accel_ckpt_register_model / accel_st_save with the model's
+   names). export all-gathers the F32 master unit by unit (staging: one unit's Ps * S floats at a time) into the n
+   whole tensors `full` on every rank (F32, the model's shapes, in the communicator's memory: device memory with a
+   device communicator); collective, between steps (no unit gathered or reducing), and a bad `full` on any rank fails
+   every rank before anything moves. import copies this rank's shard out of whole tensors (a consolidated file read
+   on any number of processes, with any strategy) and recomputes the param_dtype copy; local. */
+ACCEL_API accel_result accel_zero_fsdp_export(accel_zero_fsdp *f, const accel_tensor *full, int n);
+ACCEL_API accel_result accel_zero_fsdp_import(accel_zero_fsdp *f, const accel_tensor *full, int n);
 
 /* This rank's shard as one view per parameter (n = accel_zero_fsdp_num_params), for accel_optim_desc:
    PARAMS the F32 master shard (od.params), MODEL the param_dtype copy the gathers read (od.model: the fused step
@@ -2522,6 +2543,86 @@ ACCEL__DEF accel_result accel_zero_fsdp_zero_grad(accel_zero_fsdp *f) {
                            "(end_backward first)");
     for (i = 0; i < f->K; ++i) f->u[i].has_grad = 0;
     return accel__fsdp_fill(f, f->shard_kind, f->grad, 0, (size_t)(f->shard_elems > 0 ? f->shard_elems : 1) * 4);
+}
+
+/* ----- consolidated parameters (accel_zero_fsdp_export / _import) */
+static accel_result accel__fsdp_full_arg(accel_zero_fsdp *f, const accel_tensor *full, int n, const char *what) {
+    int i;
+    if (n != f->n || (n > 0 && !full))
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d tensors for %d parameters", what, n, f->n);
+    for (i = 0; i < n; ++i)
+        if (full[i].dtype != ACCEL_F32 || accel_tensor_numel(&full[i]) != accel_tensor_numel(&f->full[i]) ||
+            (accel_tensor_numel(&full[i]) > 0 && !full[i].ptr))
+            return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: tensor %d is %s with %lld elements%s; parameter %d (%s) is F32 with %lld", what,
+                               i, accel_dtype_name(full[i].dtype) ? accel_dtype_name(full[i].dtype) : "invalid",
+                               (long long)accel_tensor_numel(&full[i]), full[i].ptr ? "" : " and no memory", i,
+                               f->full[i].name, (long long)accel_tensor_numel(&f->full[i]));
+    return ACCEL_OK;
+}
+static accel_result accel__fsdp_between_steps(accel_zero_fsdp *f, const char *what) {
+    int i;
+    for (i = 0; i < f->K; ++i)
+        if (f->u[i].gstate != 0 || f->u[i].rstate != 0)
+            return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "%s: %s is %s (call it between steps)", what, f->u[i].name,
+                               f->u[i].gstate ? "gathered" : "holding gradients");
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_zero_fsdp_export(accel_zero_fsdp *f, const accel_tensor *full, int n) {
+    const char *what = "accel_zero_fsdp_export";
+    accel_result r = accel__fsdp_usable(f), local;
+    int64_t maxS = 1;
+    float *tmp = NULL;
+    int i, j, p, kind;
+    if (r != ACCEL_OK) return r;
+    kind = f->gpool.kind;
+    local = accel__fsdp_full_arg(f, full, n, what);
+    if (local == ACCEL_OK) local = accel__fsdp_between_steps(f, what);
+    for (i = 0; i < f->K; ++i)
+        if (f->u[i].S > maxS) maxS = f->u[i].S;
+    if (local == ACCEL_OK) {
+        tmp = (float *)accel__fsdp_alloc(f->acc, kind, (size_t)maxS * (size_t)f->Ps * 4);
+        if (!tmp) local = accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s (staging)", what);
+    }
+    if ((r = accel__coll_agree(f->c, local, what)) != ACCEL_OK) {
+        accel__fsdp_free(f->acc, kind, tmp);
+        return r;
+    }
+    for (i = 0, p = 0; i < f->K && r == ACCEL_OK; ++i) {
+        accel__fsdp_unit *u = &f->u[i];
+        int64_t off = 0;
+        float *mine = tmp + (size_t)u->S * (size_t)f->srank;
+        /* this rank's slot into its place of the staging, then gathered in place (the shards may be pinned host
+           memory under offload, the collective's memory is the communicator's) */
+        r = accel__coll_copy(f->c, mine, f->master + u->soff, (size_t)u->S * 4, accel__fsdp_dir(f->shard_kind, kind));
+        if (r == ACCEL_OK && f->sc && u->S > 0) r = accel_coll_all_gather(f->sc, mine, tmp, (size_t)u->S, ACCEL_F32);
+        for (j = 0; j < u->n && r == ACCEL_OK; ++j, ++p) {
+            int64_t k = accel_tensor_numel(&f->full[p]);
+            r = accel__coll_copy(f->c, full[p].ptr, tmp + off, (size_t)k * 4, accel__fsdp_dir(kind, kind));
+            off += k;
+        }
+    }
+    accel__fsdp_free(f->acc, kind, tmp);
+    if (r != ACCEL_OK) f->broken = 1; /* the ranks may have stopped at different units */
+    return r;
+}
+ACCEL__DEF accel_result accel_zero_fsdp_import(accel_zero_fsdp *f, const accel_tensor *full, int n) {
+    const char *what = "accel_zero_fsdp_import";
+    accel_tensor_piece *pc;
+    accel_result r = accel__fsdp_usable(f);
+    int i;
+    if (r != ACCEL_OK) return r;
+    if ((r = accel__fsdp_full_arg(f, full, n, what)) != ACCEL_OK) return r;
+    if ((r = accel__fsdp_between_steps(f, what)) != ACCEL_OK) return r;
+    pc = (accel_tensor_piece *)accel_host_alloc(f->acc, sizeof *pc * (size_t)f->n);
+    if (!pc) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    r = accel_zero_fsdp_pieces(f, ACCEL_ZERO_VIEW_PARAMS, 0, pc, f->n);
+    for (i = 0; i < f->n && r == ACCEL_OK; ++i)
+        r = accel__coll_copy(f->c, pc[i].ptr, (const float *)full[i].ptr + pc[i].offset, (size_t)pc[i].count * 4,
+                             accel__fsdp_dir(f->gpool.kind, f->shard_kind));
+    accel_host_free(f->acc, pc);
+    if (r == ACCEL_OK) r = accel__fsdp_refresh_model(f);
+    return r;
 }
 
 /* ----- sharded checkpoints (accel_zero_fsdp_state_save / _load_all) */

@@ -978,6 +978,33 @@ static void checkpoint(accel_coll *c) {
         accel_accumulate_end(&acc);
     }
     z3_full(a, fa);
+    {   /* consolidated: export A's whole parameters on every rank (equal to its pieces put together), import them
+           into a SHARD_GRAD_OP object; a bad tensor on the last rank fails every rank */
+        float *ex[NP];
+        accel_tensor full[NP];
+        z3run *e = (z3run *)calloc(1, sizeof *e);
+        z3cfg ke = cfg_of(ACCEL_ZERO_SHARD_GRAD_OP, ACCEL_BF16, ACCEL_F32);
+        int ok = 1;
+        for (p = 0; p < NP; ++p) {
+            ex[p] = (float *)malloc((size_t)numel(p) * 4 + 4);
+            full[p] = tensor(p, ex[p], ACCEL_F32);
+        }
+        if (R == P - 1) full[3].dtype = ACCEL_BF16;
+        AT_EQ_INT(accel_zero_fsdp_export(a->f, full, NP), R == P - 1 ? ACCEL_ERR_INVALID_ARGUMENT : ACCEL_ERR_REMOTE);
+        if (R == P - 1) AT_CONTAINS(accel_last_error(&acc), "tensor 3 is BF16");
+        full[3].dtype = ACCEL_F32;
+        AT_EQ_INT(accel_zero_fsdp_export(a->f, full, NP), ACCEL_OK);
+        for (p = 0; p < NP; ++p) ok &= !memcmp(ex[p], fa[p], (size_t)numel(p) * 4);
+        AT_CHECK_MSG(ok, "export differs from the shards put together");
+        AT_CHECK(z3_make(e, c, &ke));
+        AT_EQ_INT(accel_zero_fsdp_import(e->f, full, NP), ACCEL_OK);
+        z3_full(e, fb);
+        for (p = 0; p < NP; ++p) ok &= !memcmp(ex[p], fb[p], (size_t)numel(p) * 4);
+        AT_CHECK_MSG(ok, "import of the exported parameters differs");
+        z3_free(e);
+        free(e);
+        for (p = 0; p < NP; ++p) free(ex[p]);
+    }
     /* bad checkpoints first: each fails with its message and leaves b's parameters as they were (the initial ones) */
     {
         float *before[NP];
