@@ -168,6 +168,8 @@
      kind) for the next unit of the same size. test_zero3_mpi checks the per-rank peak through the allocator hooks:
      shards + two gather buffers + two gradient buffers (+ the collective's scratch) when every micro-batch reduces;
      with no_sync, every unit's gradient buffer is held until the sync step (as FSDP's no_sync).
+     accel_zero_fsdp_estimate states these bytes before create (the same slot sizing), with the optimizer's state
+     and the unsharded (DDP) figure beside them: Accelerate's estimate-memory for what accel will allocate.
 
    PREFETCH
      The first forward and backward passes record the order in which units are waited on; later passes prefetch by
@@ -441,6 +443,24 @@ typedef struct accel_zero_fsdp_stats {
     int64_t gathers, prefetches, reductions; /* all-gathers started (prefetches among them), reductions started */
 } accel_zero_fsdp_stats;
 ACCEL_API accel_result accel_zero_fsdp_get_stats(const accel_zero_fsdp *f, accel_zero_fsdp_stats *out);
+/* Per-rank bytes of a ZeRO-3 model before creating it (Accelerate's estimate-memory, stated as what accel
+   allocates): desc as for create (strategy DEFAULT → FULL_SHARD; the environment is not read; only the units'
+   shapes matter), dp_shard the shard group's size (the data-parallel size; hybrid: dp_shard x cp; NO_SHARD: any,
+   counted as 1), optim_states state tensors of state_dtype per element (AdamW: 2, F32), no_sync nonzero when
+   micro-batches accumulate (every unit's gradient buffer is held until the sync step). The sizing is create's. */
+typedef struct accel_zero_fsdp_memory {
+    uint64_t shards;         /* F32 master + F32 gradient (+ the param_dtype copy unless F32): stats.shard_bytes */
+    uint64_t optimizer;      /* the optimizer's state over the shard */
+    uint64_t gather_buffers; /* at most live: the two largest units (FULL_SHARD, HYBRID_SHARD) or every unit
+                                (SHARD_GRAD_OP, HYBRID_SHARD_ZERO2 keep them from forward to backward); none when
+                                the shard group is one process (wait hands out the shard itself) */
+    uint64_t grad_buffers;   /* the two largest units' gradient buffers, every unit's under no_sync */
+    uint64_t total;          /* the sum (add the trainer's activations and the collective's scratch) */
+    uint64_t unsharded;      /* the same model replicated (DDP): whole F32 weights, gradients, copy and state */
+} accel_zero_fsdp_memory;
+ACCEL_API accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fsdp_desc *desc, int dp_shard,
+                                                int optim_states, accel_dtype state_dtype, int no_sync,
+                                                accel_zero_fsdp_memory *out);
 
 /* Sharded checkpoints of a ZeRO-3 model (FSDP's SHARDED_STATE_DICT): every rank saves its pieces of the F32 master
    parameters and of the optimizer's state, and a load re-partitions onto any number of ranks, any strategy and any
@@ -1460,6 +1480,8 @@ struct accel_zero_fsdp {
 #ifndef ACCEL__COLL_DEVICE
 static accel_result accel__fsdp_no_device(accel_zero_fsdp *f);
 #endif
+/* create's slot size: a unit of `numel` elements over Ps ranks (padding to Ps) */
+static int64_t accel__fsdp_slot(int64_t numel, int Ps) { return (numel + Ps - 1) / Ps; }
 static accel_result accel__fsdp_null(void) {
     return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_zero_fsdp: object is NULL");
 }
@@ -1923,7 +1945,7 @@ static accel_result accel__fsdp_build(accel_zero_fsdp *f, const accel_zero_fsdp_
             if (!f->full[p].name) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp_create");
             u->numel += k;
         }
-        u->S = (u->numel + f->Ps - 1) / f->Ps;
+        u->S = accel__fsdp_slot(u->numel, f->Ps);
         if (u->S * (int64_t)f->Ps > (int64_t)INT_MAX)
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
                                "accel_zero_fsdp_create: %s has %lld elements; one collective carries at most INT_MAX",
@@ -2543,6 +2565,60 @@ ACCEL__DEF accel_result accel_zero_fsdp_zero_grad(accel_zero_fsdp *f) {
                            "(end_backward first)");
     for (i = 0; i < f->K; ++i) f->u[i].has_grad = 0;
     return accel__fsdp_fill(f, f->shard_kind, f->grad, 0, (size_t)(f->shard_elems > 0 ? f->shard_elems : 1) * 4);
+}
+
+/* ----- the memory estimate */
+ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fsdp_desc *desc, int dp_shard,
+                                                 int optim_states, accel_dtype state_dtype, int no_sync,
+                                                 accel_zero_fsdp_memory *out) {
+    const char *what = "accel_zero_fsdp_estimate";
+    accel_zero_strategy s;
+    uint64_t pes, res, ses, g1 = 0, g2 = 0, r1 = 0, r2 = 0, gall = 0, rall = 0, elems = 0, whole = 0;
+    int i, j, Ps;
+    if (!desc || !out || (desc->nunits > 0 && !desc->units) || desc->nunits < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL desc, out or units", what);
+    s = desc->strategy == ACCEL_ZERO_STRATEGY_DEFAULT ? ACCEL_ZERO_FULL_SHARD : desc->strategy;
+    pes = accel_dtype_size(desc->param_dtype ? desc->param_dtype : ACCEL_F32);
+    res = accel_dtype_size(desc->reduce_dtype ? desc->reduce_dtype : desc->param_dtype ? desc->param_dtype
+                                                                                     : ACCEL_F32);
+    ses = optim_states > 0 ? accel_dtype_size(state_dtype) : 0;
+    if ((int)s < 0 || s >= ACCEL_ZERO_STRATEGY_COUNT || dp_shard < 1 || optim_states < 0 || !pes || !res ||
+        (optim_states > 0 && !ses))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: strategy %d, dp_shard %d, %d optimizer states of %s",
+                           what, (int)s, dp_shard, optim_states,
+                           accel_dtype_name(state_dtype) ? accel_dtype_name(state_dtype) : "invalid");
+    Ps = s == ACCEL_ZERO_NO_SHARD ? 1 : dp_shard;
+    for (i = 0; i < desc->nunits; ++i) {
+        const accel_zero_unit *u = &desc->units[i];
+        int64_t numel = 0, S;
+        uint64_t gb, rb;
+        if (u->n < 0 || (u->n > 0 && !u->params))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: unit %d has %d parameters", what, i, u->n);
+        for (j = 0; j < u->n; ++j) {
+            int64_t k = accel_tensor_numel(&u->params[j]);
+            if (k < 0 || numel > INT64_MAX / 4 - k)
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: unit %d parameter %d has a bad shape", what,
+                                   i, j);
+            numel += k;
+        }
+        S = accel__fsdp_slot(numel, Ps);
+        elems += (uint64_t)S;
+        whole += (uint64_t)numel;
+        gb = Ps > 1 ? (uint64_t)S * (uint64_t)Ps * pes : 0;
+        rb = (uint64_t)S * (uint64_t)Ps * res + (Ps > 1 ? (uint64_t)S * res : 0);
+        gall += gb;
+        rall += rb;
+        if (gb > g1) { g2 = g1; g1 = gb; } else if (gb > g2) g2 = gb;
+        if (rb > r1) { r2 = r1; r1 = rb; } else if (rb > r2) r2 = rb;
+    }
+    memset(out, 0, sizeof *out);
+    out->shards = elems * (8 + (pes == 4 ? 0 : pes));
+    out->optimizer = elems * (uint64_t)optim_states * ses;
+    out->gather_buffers = s == ACCEL_ZERO_SHARD_GRAD_OP || s == ACCEL_ZERO_HYBRID_SHARD_ZERO2 ? gall : g1 + g2;
+    out->grad_buffers = no_sync ? rall : r1 + r2;
+    out->total = out->shards + out->optimizer + out->gather_buffers + out->grad_buffers;
+    out->unsharded = whole * (8 + (pes == 4 ? 0 : pes) + (uint64_t)optim_states * ses);
+    return ACCEL_OK;
 }
 
 /* ----- consolidated parameters (accel_zero_fsdp_export / _import) */

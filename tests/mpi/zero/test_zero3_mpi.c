@@ -687,9 +687,23 @@ static void memory(accel_coll *c) {
     /* no_sync (gradient_accumulation_steps 2) holds every unit's gradients between micro-batches: FSDP's no_sync
        memory; the sync micro-batches then reduce them one at a time */
     AT_EQ_INT(st.peak_grads, K);
-    bound = shards + 2 * unit_gather + (long long)K * (P > 1 ? unit_grad : (long long)S * 4);
+    bound = shards + (P > 1 ? 2 * unit_gather : 0) + (long long)K * (P > 1 ? unit_grad : (long long)S * 4);
     /* + the reduce-scatter's scratch (P - 1 blocks of S) and the collective's bookkeeping */
     AT_CHECK_MSG(peak <= bound + (long long)(P - 1) * (S + 1) * 4 + 65536, "more than the shards + two units");
+    {   /* the estimate states the same bytes: the shards as allocated, the bound computed by hand above */
+        accel_zero_fsdp_memory em;
+        AT_EQ_INT(accel_zero_fsdp_estimate(&acc, &fd, P, 2, ACCEL_F32, 1, &em), ACCEL_OK);
+        AT_EQ_INT((long long)em.shards, (long long)st.shard_bytes);
+        AT_EQ_INT((long long)em.optimizer, (long long)K * S * 8);
+        AT_EQ_INT((long long)(em.shards + em.gather_buffers + em.grad_buffers), bound);
+        AT_EQ_INT((long long)em.unsharded, (long long)K * E * (4 + 4 + 2 + 8));
+        fd.strategy = ACCEL_ZERO_SHARD_GRAD_OP; /* every unit stays gathered from forward to backward */
+        AT_EQ_INT(accel_zero_fsdp_estimate(&acc, &fd, P, 0, ACCEL_F32, 0, &em), ACCEL_OK);
+        AT_EQ_INT((long long)em.gather_buffers, P > 1 ? (long long)K * unit_gather : 0);
+        fd.strategy = ACCEL_ZERO_FULL_SHARD;
+        AT_EQ_INT(accel_zero_fsdp_estimate(&acc, &fd, 0, 0, ACCEL_F32, 0, &em), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CONTAINS(accel_last_error(&acc), "dp_shard 0");
+    }
     if (R == 0)
         printf("zero3 np%d memory (accumulation, no_sync): peak %lld bytes, shards %lld, bound %lld (%.3f)\n", P, peak,
                shards, bound, (double)peak / (double)bound);
@@ -722,6 +736,11 @@ static void memory(accel_coll *c) {
     bound = shards + (P > 1 ? 2 * unit_gather + 2 * unit_grad : 2LL * S * 4);
     AT_CHECK_MSG(peak <= bound + (long long)(P - 1) * (S + 1) * 4 + 65536, "more than the shards + two units");
     AT_CHECK(peak >= shards);
+    {
+        accel_zero_fsdp_memory em;
+        AT_EQ_INT(accel_zero_fsdp_estimate(&acc, &fd, P, 0, ACCEL_F32, 0, &em), ACCEL_OK);
+        AT_EQ_INT((long long)em.total, bound);
+    }
     if (R == 0)
         printf("zero3 np%d memory (every micro-batch reduces): peak %lld bytes = shards %lld + buffers %lld; bound "
                "shards + two units %lld (%.3f)\n", P, peak, shards, peak - shards, bound, (double)peak / (double)bound);
