@@ -627,6 +627,26 @@ static void prefetch_order(accel_coll *c) {
     free(z);
 }
 
+/* One micro-batch of a model of K one-tensor units without compute: forward (wait, release), backward (wait, grads,
+   release, reduce_scatter), end_backward. */
+static void one_pass(accel_zero_fsdp *f, int K) {
+    accel_tensor w[1], g[1];
+    int u;
+    AT_EQ_INT(accel_zero_fsdp_begin_forward(f), ACCEL_OK);
+    for (u = 0; u < K; ++u) {
+        AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
+    }
+    AT_EQ_INT(accel_zero_fsdp_begin_backward(f), ACCEL_OK);
+    for (u = K - 1; u >= 0; --u) {
+        AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_grads(f, u, g, 1), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_reduce_scatter(f, u), ACCEL_OK);
+    }
+    AT_EQ_INT(accel_zero_fsdp_end_backward(f), ACCEL_OK);
+}
+
 /* Per-rank memory through the host allocator: the shards plus at most two units' buffers. A model of 12 equal
    blocks (the case the bound is about) with BF16 gathers and F32 reductions. */
 static void memory(accel_coll *c) {
@@ -637,7 +657,6 @@ static void memory(accel_coll *c) {
     accel_zero_fsdp_desc fd;
     accel_zero_fsdp *f = NULL;
     accel_zero_fsdp_stats st;
-    accel_tensor w[1], g[1];
     long long base, after_create, peak, S = (E + P - 1) / P;
     long long shards, unit_gather = (long long)P * S * 2, unit_grad = (long long)P * S * 4 + S * 4, bound;
     int u, mb;
@@ -666,19 +685,7 @@ static void memory(accel_coll *c) {
     peak_bytes = live_bytes;
     for (mb = 0; mb < 4 || !acc.sync_gradients; ++mb) { /* ends after a reducing micro-batch */
         accel_accumulate_begin(&acc);
-        AT_EQ_INT(accel_zero_fsdp_begin_forward(f), ACCEL_OK);
-        for (u = 0; u < K; ++u) {
-            AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
-            AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
-        }
-        AT_EQ_INT(accel_zero_fsdp_begin_backward(f), ACCEL_OK);
-        for (u = K - 1; u >= 0; --u) {
-            AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
-            AT_EQ_INT(accel_zero_fsdp_grads(f, u, g, 1), ACCEL_OK);
-            AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
-            AT_EQ_INT(accel_zero_fsdp_reduce_scatter(f, u), ACCEL_OK);
-        }
-        AT_EQ_INT(accel_zero_fsdp_end_backward(f), ACCEL_OK);
+        one_pass(f, K);
         accel_accumulate_end(&acc);
     }
     peak = peak_bytes - base;
@@ -714,19 +721,7 @@ static void memory(accel_coll *c) {
     AT_EQ_INT(accel_zero_fsdp_create(c, &fd, &f), ACCEL_OK);
     peak_bytes = live_bytes;
     for (mb = 0; mb < 2; ++mb) { /* outside accumulate: every micro-batch reduces */
-        AT_EQ_INT(accel_zero_fsdp_begin_forward(f), ACCEL_OK);
-        for (u = 0; u < K; ++u) {
-            AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
-            AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
-        }
-        AT_EQ_INT(accel_zero_fsdp_begin_backward(f), ACCEL_OK);
-        for (u = K - 1; u >= 0; --u) {
-            AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
-            AT_EQ_INT(accel_zero_fsdp_grads(f, u, g, 1), ACCEL_OK);
-            AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
-            AT_EQ_INT(accel_zero_fsdp_reduce_scatter(f, u), ACCEL_OK);
-        }
-        AT_EQ_INT(accel_zero_fsdp_end_backward(f), ACCEL_OK);
+        one_pass(f, K);
         AT_EQ_INT(accel_zero_fsdp_zero_grad(f), ACCEL_OK);
     }
     peak = peak_bytes - base;
