@@ -645,13 +645,29 @@ ACCEL__DEF void accel_zero_destroy(accel_zero *z) {
     accel_host_free(acc, z);
 }
 
+/* Every rank's k layout words, all-gathered once no rank failed before (create's agreement): *all (k x size words;
+   the caller frees it with accel_host_free, also on failure) and *differ nonzero when a rank's words are not ours. */
+static accel_result accel__zero_gather_layouts(accel_coll *c, const int64_t *mine, int k, const char *what,
+                                               int64_t **all, int *differ) {
+    size_t bytes = sizeof(int64_t) * (size_t)k;
+    accel_result r;
+    int i;
+    *differ = 0;
+    *all = (int64_t *)accel_host_alloc(c->acc, bytes * (size_t)c->size);
+    r = accel__coll_agree(c, *all ? ACCEL_OK : accel__fail_wrap(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what), what);
+    if (r == ACCEL_OK) r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, *all, bytes, 0, NULL);
+    for (i = 0; r == ACCEL_OK && i < c->size; ++i)
+        if (memcmp(*all + (size_t)k * (size_t)i, mine, bytes) != 0) *differ = 1;
+    return r;
+}
+
 /* What every rank must agree on: stage, averaging, count, total, and a hash of every numel and gradient dtype. */
 static accel_result accel__zero_check_layout(accel_zero *z) {
     accel_coll *c = z->c;
     int64_t mine[5], *all;
     uint64_t h = ACCEL__FNV_INIT;
     accel_result r;
-    int i;
+    int i, differ;
     if (c->size <= 1) return ACCEL_OK;
     for (i = 0; i < z->n; ++i) {
         unsigned char b[12];
@@ -664,24 +680,19 @@ static accel_result accel__zero_check_layout(accel_zero *z) {
     mine[2] = z->n;
     mine[3] = z->part.total;
     mine[4] = (int64_t)(h >> 1);
-    all = (int64_t *)accel_host_alloc(c->acc, sizeof mine * (size_t)c->size);
-    r = accel__coll_agree(c, all ? ACCEL_OK : accel__fail_wrap(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_create"),
-                          "accel_zero_create (layout)");
-    if (r == ACCEL_OK) r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, all, sizeof mine, 0, NULL);
-    for (i = 0; r == ACCEL_OK && i < c->size; ++i)
-        if (memcmp(all + 5 * i, mine, sizeof mine) != 0) {
-            accel__sb b;
-            int k;
-            accel__sb_init(&b, c->acc);
-            accel__sb_printf(&b, "accel_zero_create: ranks gave different lists:");
-            for (k = 0; k < c->size; ++k)
-                accel__sb_printf(&b, " rank %d: stage %lld, %s, %lld tensors, %lld elements, layout hash %llx;", k,
-                                 (long long)all[5 * k], all[5 * k + 1] ? "average" : "sum", (long long)all[5 * k + 2],
-                                 (long long)all[5 * k + 3], (unsigned long long)all[5 * k + 4]);
-            r = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s",
-                            b.oom ? "accel_zero_create: ranks gave different lists" : b.p);
-            accel__sb_free(&b);
-        }
+    r = accel__zero_gather_layouts(c, mine, 5, "accel_zero_create (layout)", &all, &differ);
+    if (r == ACCEL_OK && differ) {
+        accel__sb b;
+        accel__sb_init(&b, c->acc);
+        accel__sb_printf(&b, "accel_zero_create: ranks gave different lists:");
+        for (i = 0; i < c->size; ++i)
+            accel__sb_printf(&b, " rank %d: stage %lld, %s, %lld tensors, %lld elements, layout hash %llx;", i,
+                             (long long)all[5 * i], all[5 * i + 1] ? "average" : "sum", (long long)all[5 * i + 2],
+                             (long long)all[5 * i + 3], (unsigned long long)all[5 * i + 4]);
+        r = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s",
+                        b.oom ? "accel_zero_create: ranks gave different lists" : b.p);
+        accel__sb_free(&b);
+    }
     accel_host_free(c->acc, all);
     return r;
 }
@@ -1840,7 +1851,7 @@ static accel_result accel__fsdp_check_layout(accel_zero_fsdp *f) {
     int64_t mine[8], *all;
     uint64_t h = ACCEL__FNV_INIT;
     accel_result r;
-    int i;
+    int i, differ;
     if (c->size <= 1) return ACCEL_OK;
     for (i = 0; i < f->n; ++i) {
         unsigned char b[8];
@@ -1860,33 +1871,27 @@ static accel_result accel__fsdp_check_layout(accel_zero_fsdp *f) {
     mine[5] = (int64_t)(h >> 1);
     mine[6] = f->Ps;
     mine[7] = f->check;
-    all = (int64_t *)accel_host_alloc(c->acc, sizeof mine * (size_t)c->size);
-    r = accel__coll_agree(c, all ? ACCEL_OK : accel__fail_wrap(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp"),
-                          "accel_zero_fsdp_create (layout)");
-    if (r == ACCEL_OK) r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, all, sizeof mine, 0, NULL);
-    for (i = 0; r == ACCEL_OK && i < c->size; ++i)
-        if (memcmp(all + 8 * i, mine, sizeof mine) != 0) {
-            accel__sb b;
-            int k;
-            accel__sb_init(&b, c->acc);
-            accel__sb_printf(&b, "accel_zero_fsdp_create: ranks gave different models or settings:");
-            for (k = 0; k < c->size; ++k) {
-                const int64_t *s = all + 8 * k;
-                accel__sb_printf(&b, " rank %d: %s, param %s, reduce %s, offload %d, %s, %lld units, %lld "
-                                     "parameters, layout %llx, shard group %lld, check %lld;", k,
-                                 accel_zero_strategy_name((accel_zero_strategy)s[0]),
-                                 accel_dtype_name((accel_dtype)(s[1] / 64)) ? accel_dtype_name((accel_dtype)(s[1] / 64))
-                                                                              : "?",
-                                 accel_dtype_name((accel_dtype)(s[1] % 64)) ? accel_dtype_name((accel_dtype)(s[1] % 64))
-                                                                              : "?",
-                                 (int)(s[2] / 2), s[2] % 2 ? "sum" : "average", (long long)s[3], (long long)s[4],
-                                 (unsigned long long)s[5], (long long)s[6], (long long)s[7]);
-            }
-            r = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s",
-                            b.oom ? "accel_zero_fsdp_create: ranks gave different models" : b.p);
-            accel__sb_free(&b);
-            break;
+    r = accel__zero_gather_layouts(c, mine, 8, "accel_zero_fsdp_create (layout)", &all, &differ);
+    if (r == ACCEL_OK && differ) {
+        accel__sb b;
+        accel__sb_init(&b, c->acc);
+        accel__sb_printf(&b, "accel_zero_fsdp_create: ranks gave different models or settings:");
+        for (i = 0; i < c->size; ++i) {
+            const int64_t *s = all + 8 * i;
+            accel__sb_printf(&b, " rank %d: %s, param %s, reduce %s, offload %d, %s, %lld units, %lld "
+                                 "parameters, layout %llx, shard group %lld, check %lld;", i,
+                             accel_zero_strategy_name((accel_zero_strategy)s[0]),
+                             accel_dtype_name((accel_dtype)(s[1] / 64)) ? accel_dtype_name((accel_dtype)(s[1] / 64))
+                                                                          : "?",
+                             accel_dtype_name((accel_dtype)(s[1] % 64)) ? accel_dtype_name((accel_dtype)(s[1] % 64))
+                                                                          : "?",
+                             (int)(s[2] / 2), s[2] % 2 ? "sum" : "average", (long long)s[3], (long long)s[4],
+                             (unsigned long long)s[5], (long long)s[6], (long long)s[7]);
         }
+        r = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s",
+                        b.oom ? "accel_zero_fsdp_create: ranks gave different models" : b.p);
+        accel__sb_free(&b);
+    }
     accel_host_free(c->acc, all);
     return r;
 }

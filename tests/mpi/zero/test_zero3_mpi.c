@@ -795,6 +795,17 @@ static void errors(accel_coll *c) {
         if (R != 0) AT_EQ_INT(accel_zero_fsdp_gather(z->f, 0), ACCEL_ERR_MISMATCH);
         else AT_EQ_INT(accel_zero_fsdp_wait(z->f, 4, w, 2), ACCEL_ERR_MISMATCH);
         z3_free(z);
+        /* a rank that creates with another param_dtype: every rank fails create, naming each rank's settings */
+        {
+            z3cfg k2 = k;
+            int p;
+            if (R == P - 1) k2.pdt = ACCEL_F16;
+            AT_CHECK(!z3_make(z, c, &k2));
+            AT_CONTAINS(accel_last_error(&acc), "ranks gave different models or settings");
+            AT_CONTAINS(accel_last_error(&acc), "param F16");
+            for (p = 0; p < NP; ++p) free(z->init[p]);
+            z3_free(z);
+        }
         /* a rank that released a unit the others kept: the next collective call sees different states */
         AT_CHECK(z3_make(z, c, &k));
         AT_EQ_INT(accel_zero_fsdp_wait(z->f, 0, w, 2), ACCEL_OK);
