@@ -13,9 +13,11 @@
    buffers (+ the communicator's scratch). Errors: a unit waited on twice, released unused, a third gather, a rank
    that skips a gather or names another unit (same size or not), a bad unit on one rank: an error on every rank,
    no hang; debug mode fills a released buffer with NaN.
-   usage: test_zero3_mpi [basic] */
+   Checkpoints through accel_ckpt: saved on 4 ranks, continued bit for bit on 2, 3 and 1 (modes save DIR / load DIR).
+   usage: test_zero3_mpi [basic | save DIR | load DIR] */
 #include "accel.h"
 #include "accel_amp.h"
+#include "accel_ckpt.h"
 #include "accel_collectives.h"
 #include "accel_ddp.h"
 #include "accel_optim.h"
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <mpi.h>
 
 static accel acc;
@@ -105,12 +108,14 @@ static float unit_forward(const accel_tensor *w, int n) {
         for (e = 0; e < accel_tensor_numel(&w[j]); ++e) s += elem(w[j].ptr, w[j].dtype, e);
     return (float)s;
 }
+static int solo_grads;
 /* "backward" of unit u: gradients (× the loss scale) that depend on the backward's parameters and the forward's
    activation; inf_at: rank 0 writes an Inf into its first element (an overflow) */
 static void unit_backward(const accel_tensor *w, const accel_tensor *g, int first, int n, float act, int micro,
                           float scale, int inf) {
     int j;
     int64_t e;
+    if (solo_grads && R != 0) return; /* checkpoint modes: rank 0's gradients alone, summed (P-independent sums) */
     for (j = 0; j < n; ++j) {
         int p = first + j;
         for (e = 0; e < accel_tensor_numel(&w[j]); ++e) {
@@ -264,6 +269,7 @@ typedef struct z3cfg {
     accel_toggle offload, fwd_prefetch;
     accel_zero_prefetch bwd_prefetch;
     accel_coll_mesh *mesh;
+    int no_average;
 } z3cfg;
 
 static int z3_make(z3run *z, accel_coll *c, const z3cfg *cfg) {
@@ -293,6 +299,7 @@ static int z3_make(z3run *z, accel_coll *c, const z3cfg *cfg) {
     fd.cpu_offload = cfg->offload;
     fd.forward_prefetch = cfg->fwd_prefetch;
     fd.backward_prefetch = cfg->bwd_prefetch;
+    fd.no_average = cfg->no_average;
     fd.trace = on_event;
     fd.trace_user = z;
     if (accel_zero_fsdp_create(c, &fd, &z->f) != ACCEL_OK) {
@@ -1146,6 +1153,93 @@ static void poison(accel_coll *c) {
     free(init);
 }
 
+/* Checkpoints through accel_ckpt at another world size (modes save DIR / load DIR, driven by zero_save_load.sh):
+   save runs 10 steps of FULL_SHARD (rank 0's gradients alone, summed: the sums do not depend on P), saves its
+   shard pieces (fsdp_state_<rank>.bin), the step counts and the scaler, runs 10 more and writes the final
+   parameters; load re-partitions the pieces onto this P, continues, and must end bit for bit the same. */
+static void ckpt_mode(accel_coll *c, const char *mode, const char *dir) {
+    z3run *z = (z3run *)calloc(1, sizeof *z);
+    z3cfg k = cfg_of(ACCEL_ZERO_FULL_SHARD, ACCEL_BF16, ACCEL_F32);
+    accel_ckpt *ck = NULL;
+    accel_ckpt_desc cd;
+    accel_zero_fsdp_state fs;
+    accel_optim_shard_state ss;
+    accel_tensor full[NP];
+    const accel_tensor *mom = NULL;
+    float *fin[NP];
+    char path[512];
+    int nm = 0, mb, first = 0, p, load = !strcmp(mode, "load");
+    at_context = mode;
+    solo_grads = 1;
+    k.no_average = 1;
+    AT_CHECK(z3_make(z, c, &k));
+    AT_EQ_INT(accel_optim_state_tensors(z->opt, &mom, &nm), ACCEL_OK);
+    AT_EQ_INT(accel_zero_fsdp_full_tensors(z->f, full, NP), ACCEL_OK);
+    fs.fsdp = z->f;
+    fs.state = mom;
+    fs.m = nm;
+    ss.opt = z->opt;
+    ss.full = full;
+    memset(&cd, 0, sizeof cd);
+    cd.project_dir = dir;
+    AT_EQ_INT(accel_ckpt_create(&acc, &cd, &ck), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_sharded(ck, "fsdp_state", accel_zero_fsdp_state_save,
+                                          accel_zero_fsdp_state_load_all, &fs), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(ck, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load, &ss),
+              ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(ck, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &z->sc),
+              ACCEL_OK);
+    snprintf(path, sizeof path, "%s/ckpt", dir);
+    if (load) {
+        AT_EQ_INT(accel_ckpt_load_state(ck, path), ACCEL_OK);
+        first = 20;
+    }
+    for (mb = first; mb < 40; ++mb) {
+        accel_accumulate_begin(&acc);
+        AT_EQ_INT(z3_micro(z, mb), ACCEL_OK);
+        accel_accumulate_end(&acc);
+        if (mb == 19 && !load) {
+            char f[600];
+            struct stat sb;
+            int64_t whole = 0;
+            AT_EQ_INT(accel_ckpt_save_state(ck, path, NULL, 0), ACCEL_OK);
+            for (p = 0; p < NP; ++p) whole += numel(p);
+            snprintf(f, sizeof f, "%s/fsdp_state_%d.bin", path, R);
+            AT_CHECK_MSG(stat(f, &sb) == 0, "every rank wrote its fsdp_state_<rank>.bin");
+            /* master + two moments of this rank's pieces: never the whole model's 12 bytes per element */
+            AT_CHECK_MSG(P == 1 || (int64_t)sb.st_size < whole * 12, "a rank's file holds its pieces only");
+        }
+    }
+    for (p = 0; p < NP; ++p) fin[p] = (float *)calloc((size_t)numel(p) + 1, 4);
+    z3_full(z, fin);
+    snprintf(path, sizeof path, "%s/final_params.bin", dir);
+    if (!load) {
+        if (R == 0) {
+            FILE *f = fopen(path, "wb");
+            AT_CHECK(f != NULL);
+            for (p = 0; f && p < NP; ++p) fwrite(fin[p], 4, (size_t)numel(p), f);
+            if (f) fclose(f);
+        }
+    } else {
+        FILE *f = fopen(path, "rb");
+        int same = f != NULL;
+        for (p = 0; f && p < NP; ++p) {
+            float *x = (float *)calloc((size_t)numel(p) + 1, 4);
+            if (fread(x, 4, (size_t)numel(p), f) != (size_t)numel(p) || memcmp(x, fin[p], (size_t)numel(p) * 4))
+                same = 0;
+            free(x);
+        }
+        if (f) fclose(f);
+        AT_CHECK_MSG(same, "the continuation after loading differs from the saving run's");
+        if (R == 0 && same) printf("zero3 np%d: continued a checkpoint bit for bit\n", P);
+    }
+    for (p = 0; p < NP; ++p) free(fin[p]);
+    accel_ckpt_destroy(ck);
+    z3_free(z);
+    free(z);
+    solo_grads = 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     accel_desc d;
@@ -1175,8 +1269,10 @@ int main(int argc, char **argv) {
         checkpoint(c);
         errors(c);
         poison(c);
+    } else if (argc > 2 && (!strcmp(mode, "save") || !strcmp(mode, "load"))) {
+        ckpt_mode(c, mode, argv[2]);
     } else {
-        fprintf(stderr, "usage: test_zero3_mpi [basic]\n");
+        fprintf(stderr, "usage: test_zero3_mpi [basic | save DIR | load DIR]\n");
         return 2;
     }
     accel_coll_destroy(c);
