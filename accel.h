@@ -394,6 +394,15 @@ typedef struct accel_tensor {
 
 ACCEL_API int64_t accel_tensor_numel(const accel_tensor *t);  /* product of shape; 1 for ndim 0; -1 if invalid */
 ACCEL_API int64_t accel_tensor_nbytes(const accel_tensor *t); /* -1 if invalid or overflowing */
+/* A piece of a tensor of a list: elements [offset, offset + count) of tensor `tensor` (flattened, row-major), held at
+   ptr in the tensor's dtype (acc's memory). What a rank holds of a sharded model (accel_zero.h gives them, and its
+   sharded checkpoints are written as pieces): the form in which a writer of one consolidated file can take a
+   model that no rank holds whole. */
+typedef struct accel_tensor_piece {
+    int tensor;
+    int64_t offset, count;
+    void *ptr;
+} accel_tensor_piece;
 
 /* ------------------------------------------------------------------------------- 16-bit floats (CPU and GPU) */
 /* One codec for every module and for your kernels. fp32 → fp16/bf16 round to nearest even, bit-exact with the host
