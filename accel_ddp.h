@@ -237,7 +237,8 @@ static accel_result accel__ddp_compress(accel_ddp *r, uint16_t *dst, const void 
     size_t i;
     if (n == 0) return ACCEL_OK;
     if (!r->c->device_mem) {
-        for (i = 0; i < n; ++i) dst[i] = accel__ddp_compress_elem(src, i, (int)sdt, (int)r->wrap_dt, (int)r->hook_dt, p);
+        for (i = 0; i < n; ++i)
+            dst[i] = accel__ddp_compress_elem(src, i, (int)sdt, (int)r->wrap_dt, (int)r->hook_dt, p);
         return ACCEL_OK;
     }
 #ifdef ACCEL__COLL_DEVICE
@@ -285,8 +286,8 @@ ACCEL__DEF accel_result accel_ddp_create(accel_coll *c, const accel_ddp_desc *de
         return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: comm_hook=%d / comm_wrapper=%d is not an "
                            "accel_ddp_comm_hook", (int)d.comm_hook, (int)d.comm_wrapper);
     if (d.comm_hook != ACCEL_DDP_COMM_HOOK_NONE && d.no_average)
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: a comm_hook divides by the world size (torch's "
-                           "compress hooks); it cannot be combined with no_average");
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: a comm_hook divides by the world size "
+                           "(torch's compress hooks); it cannot be combined with no_average");
     if (d.comm_hook == ACCEL_DDP_COMM_HOOK_NONE && d.comm_wrapper != ACCEL_DDP_COMM_HOOK_NONE) {
         accel_log(c->acc, ACCEL_LOG_WARN, "reducer: comm_wrapper without a comm_hook is ignored (as in Accelerate)");
         d.comm_wrapper = ACCEL_DDP_COMM_HOOK_NONE;

@@ -88,7 +88,8 @@ static double hook_gval(int k, size_t i, int r) {
     return ((double)((i * 37 + (size_t)k * 11) % 2001) - 1000.0) * 0.001237 * (r + 1) + (i % 97 == 0 ? 1e-6 : 0.0);
 }
 static void hooks_device(accel_coll *c) {
-    static const int pairs[2][2] = {{ACCEL_DDP_COMM_HOOK_FP16, 0}, {ACCEL_DDP_COMM_HOOK_BF16, ACCEL_DDP_COMM_HOOK_FP16}};
+    static const int pairs[2][2] = {{ACCEL_DDP_COMM_HOOK_FP16, 0},
+                                    {ACCEL_DDP_COMM_HOOK_BF16, ACCEL_DDP_COMM_HOOK_FP16}};
     enum { NT = 3, N = 3000 };
     int p, k, r, bad = 0;
     size_t i;
