@@ -11,6 +11,7 @@
      AFTER A FAILURE
      JOIN                         uneven inputs: the exact gradients
      COMMUNICATION HOOKS          comm_hook / comm_wrapper: torch's fp16/bf16 compress hooks, bit for bit
+     LOCAL SGD                    accel_ddp_local_sgd_*: Accelerate's LocalSGD
      COLLECTIVE CALLS AND ERRORS
      THREADS AND STREAMS
      DIFFERENCES FROM ACCELERATE / PYTORCH
@@ -31,6 +32,28 @@
      (gloo) bit for bit; on 3+ the 16-bit sum's association order is the communicator's (gloo's ring and NCCL's
      choose theirs per chunk), so an element may differ from torch's in the last bit (tests/mpi/ddp/
      hooks_reference.py). POWER_SGD / BATCHED_POWER_SGD are not provided.
+
+   LOCAL SGD
+     accelerate.local_sgd.LocalSGD(accelerator, model, local_sgd_steps=K, enabled) as a begin/step/end triple:
+         accel_ddp_local_sgd_desc ld = {0}; ld.local_sgd_steps = 8;
+         accel_ddp_local_sgd *l;
+         accel_ddp_local_sgd_begin(red, params, n_params, &ld, &l);       // with LocalSGD(...) as local_sgd:
+         for (each micro-batch) {                                          //   for batch in dl:
+             accel_accumulate_begin(&acc); ... backward ...;
+             accel_ddp_wait(red);                 // reduces nothing while l is open and enabled (model.no_sync)
+             if (acc.sync_gradients) { optimizer step; zero grads }
+             accel_accumulate_end(&acc);
+             accel_ddp_local_sgd_step(l);                                  //       local_sgd.step()
+         }
+         accel_ddp_local_sgd_end(l);                                       // __exit__: the final average
+     Accelerate's rule: enabled = enabled && distributed_type != NO (one process: off). step() adds 1 to a counter
+     on every call, enabled or not, and when enabled and counter % K == 0 replaces every parameter by
+     reduce(p, "mean") after a wait_for_everyone: the sum over the reducer's group, then divided by its size
+     (ACCEL_COLL_AVG's order). Leaving averages once more when enabled (also right after a step's average). The
+     counter counts step() calls, not optimizer steps: with gradient accumulation Accelerate's loop calls step()
+     every micro-batch, so K counts micro-batches. "Parameters" are all of model.parameters(), frozen ones too (not
+     buffers): pass them all. Disabled, the reducer keeps synchronising gradients as usual. End the LocalSGD before
+     destroying its reducer. tests/mpi/ddp/test_ddp_local_sgd.c: a long-hand reference on 1-4 ranks.
 
    DIFFERENCES FROM ACCELERATE / PYTORCH
      - No autograd hooks: the trainer registers its gradient buffers and calls grad_ready as each becomes final (DDP's
@@ -109,6 +132,28 @@ ACCEL_API accel_result accel_ddp_join_end(accel_ddp *r, const accel_tensor *para
    the group size outside join mode; -1 for NULL. */
 ACCEL_API int accel_ddp_join_active(const accel_ddp *r);
 
+/* ------------------------------------------------------------------------ LocalSGD (accelerate.local_sgd.LocalSGD) */
+/* No gradient synchronisation while it is open; the parameters averaged every local_sgd_steps steps and at the end.
+   See LOCAL SGD in the manual. */
+typedef struct accel_ddp_local_sgd_desc {
+    int local_sgd_steps;  /* K >= 1: average after every K-th accel_ddp_local_sgd_step */
+    accel_toggle enabled; /* ACCEL_DEFAULT / ACCEL_ON: on when acc->distributed_type != NO; ACCEL_OFF: off */
+} accel_ddp_local_sgd_desc;
+typedef struct accel_ddp_local_sgd accel_ddp_local_sgd;
+/* LocalSGD's __enter__ over the reducer r: params (n tensors, floating dtypes, in the reducer's memory: every
+   parameter of the model, frozen ones too, the same list on every rank) are remembered; when enabled the reducer
+   stops reducing (DDP's no_sync) until local_sgd_end. Local: nothing is communicated. */
+ACCEL_API accel_result accel_ddp_local_sgd_begin(accel_ddp *r, const accel_tensor *params, int n,
+                                                 const accel_ddp_local_sgd_desc *desc, accel_ddp_local_sgd **out);
+/* LocalSGD.step(): counts the step; when enabled and the count is a multiple of K, averages the parameters
+   (collective then). Call it where Accelerate's loop calls local_sgd.step(): after every micro-batch. */
+ACCEL_API accel_result accel_ddp_local_sgd_step(accel_ddp_local_sgd *l);
+/* LocalSGD's __exit__: averages the parameters once more when enabled (collective), gives the reducer its
+   synchronisation back and frees l (also on an error). NULL: no-op. */
+ACCEL_API accel_result accel_ddp_local_sgd_end(accel_ddp_local_sgd *l);
+ACCEL_API int64_t accel_ddp_local_sgd_num_steps(const accel_ddp_local_sgd *l); /* steps counted; -1 for NULL */
+ACCEL_API int accel_ddp_local_sgd_enabled(const accel_ddp_local_sgd *l);       /* resolved enabled flag */
+
 #ifdef __cplusplus
 }
 #endif
@@ -123,6 +168,7 @@ ACCEL_API int accel_ddp_join_active(const accel_ddp *r);
    _agree / _check_broken / _orphan / _null / _reducible — from accel_collectives.h's; both precede this one)
      1. the reducer: registration, DDP's buckets, pre-scaled packing, launch and finish
      2. join for uneven inputs (rounds, zero shadows, the final broadcast)
+     3. LocalSGD (no_sync while open, parameter averaging)
    accel_zero.h (stage 1) uses the reducer through its public functions only. */
 
 #include <stdio.h>
@@ -224,6 +270,7 @@ struct accel_ddp {
     /* join (uneven inputs; section 2) */
     double div; /* the pre-scaling divisor: P, or in join mode with no_divide_by_initial_world_size the ranks active */
     int join, join_by_active, round_open, active;
+    int no_sync; /* an enabled LocalSGD is open: nothing is reduced */
     void *join_zero; /* a zero buffer as large as the largest all-reduce of a step (context memory) */
     size_t join_zero_bytes;
 };
@@ -717,7 +764,7 @@ ACCEL__DEF accel_result accel_ddp_grad_ready(accel_ddp *r, int index) {
         return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
                            "grad_ready: index %d is not a registered gradient (0..%d)", index,
                            accel__ddp_ngrads(r) - 1);
-    if (!accel_should_reduce(r->c->acc)) return ACCEL_OK; /* accumulation step / no_sync: nothing to reduce */
+    if (!accel_should_reduce(r->c->acc) || r->no_sync) return ACCEL_OK; /* accumulation step / no_sync */
     res = accel_ddp_finalize(r);
     if (res != ACCEL_OK) return res;
     if (r->join && !r->round_open) { /* join: the step's first reduction counts the ranks still training */
@@ -738,7 +785,7 @@ ACCEL__DEF accel_result accel_ddp_wait(accel_ddp *r) {
     accel_result res, first = ACCEL_OK;
     int b;
     if (!r) return accel__coll_null();
-    if (!accel_should_reduce(r->c->acc)) {
+    if (!accel_should_reduce(r->c->acc) || r->no_sync) {
         if (r->finalized) accel__ddp_reset(r);
         return ACCEL_OK;
     }
@@ -946,6 +993,103 @@ ACCEL__DEF accel_result accel_ddp_join_end(accel_ddp *r, const accel_tensor *par
 }
 
 ACCEL__DEF int accel_ddp_join_active(const accel_ddp *r) { return r ? r->active : -1; }
+
+/* ------------------------------------------------------------------------------------------------ 3. LocalSGD */
+struct accel_ddp_local_sgd {
+    accel_ddp *r;
+    accel_tensor *params; /* copies of the descriptions (names are not kept) */
+    int n, k, enabled;
+    int64_t steps;
+};
+
+ACCEL__DEF accel_result accel_ddp_local_sgd_begin(accel_ddp *r, const accel_tensor *params, int n,
+                                                  const accel_ddp_local_sgd_desc *desc, accel_ddp_local_sgd **out) {
+    accel *acc;
+    accel_ddp_local_sgd *l;
+    int i;
+    if (!r) return accel__coll_null();
+    acc = r->c->acc;
+    if (!out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "local_sgd_begin: out is NULL");
+    *out = NULL;
+    if (!desc || desc->local_sgd_steps < 1)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "local_sgd_begin: local_sgd_steps must be >= 1 (got %d)",
+                           desc ? desc->local_sgd_steps : 0);
+    if ((int)desc->enabled < (int)ACCEL_OFF || (int)desc->enabled > (int)ACCEL_ON)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "local_sgd_begin: enabled=%d is not an accel_toggle",
+                           (int)desc->enabled);
+    if (n < 0 || (n > 0 && !params))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "local_sgd_begin: %d tensors at %p", n,
+                           (const void *)params);
+    for (i = 0; i < n; ++i) {
+        const accel_tensor *t = &params[i];
+        int64_t numel = accel_tensor_numel(t);
+        if (!accel_dtype_is_float(t->dtype) || !accel__coll_reducible(t->dtype) || numel < 0 ||
+            (numel > 0 && !t->ptr))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "local_sgd_begin: parameter %d ('%s') needs data, a valid shape and a dtype "
+                               "F64/F32/F16/BF16 (the average divides)", i, t->name ? t->name : "");
+    }
+    if (r->no_sync)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "local_sgd_begin: a LocalSGD is already open on this reducer");
+    if (r->join)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "local_sgd_begin: the reducer is in join mode");
+    l = (accel_ddp_local_sgd *)accel_host_alloc(acc, sizeof *l);
+    if (!l) return ACCEL_ERR_OUT_OF_MEMORY;
+    memset(l, 0, sizeof *l);
+    if (n > 0) {
+        l->params = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)n);
+        if (!l->params) { accel_host_free(acc, l); return ACCEL_ERR_OUT_OF_MEMORY; }
+        memcpy(l->params, params, sizeof(accel_tensor) * (size_t)n);
+        for (i = 0; i < n; ++i) l->params[i].name = NULL;
+    }
+    l->r = r;
+    l->n = n;
+    l->k = desc->local_sgd_steps;
+    /* Accelerate: enabled and distributed_type != NO; only then does it enter model.no_sync() */
+    l->enabled = desc->enabled != ACCEL_OFF && acc->distributed_type != ACCEL_DISTRIBUTED_NO;
+    if (l->enabled) r->no_sync = 1;
+    *out = l;
+    return ACCEL_OK;
+}
+
+/* _sync_and_avg_model_params: wait_for_everyone, then every parameter replaced by reduce(p, "mean") (the sum, then
+   divided by the number of processes: ACCEL_COLL_AVG's order) */
+static accel_result accel__ddp_local_sgd_average(accel_ddp_local_sgd *l) {
+    accel_coll *c = l->r->c;
+    accel_result res = accel_coll_barrier(c);
+    int i;
+    for (i = 0; i < l->n && res == ACCEL_OK; ++i) {
+        int64_t cnt = accel_tensor_numel(&l->params[i]);
+        if (cnt > 0)
+            res = accel_coll_all_reduce(c, l->params[i].ptr, l->params[i].ptr, (size_t)cnt, l->params[i].dtype,
+                                        ACCEL_COLL_AVG);
+    }
+    return res != ACCEL_OK ? accel__fail_wrap(c->acc, res, "LocalSGD (averaging the parameters)") : ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_ddp_local_sgd_step(accel_ddp_local_sgd *l) {
+    if (!l) return ACCEL_ERR_INVALID_ARGUMENT;
+    l->steps++;
+    if (!l->enabled || l->steps % l->k != 0) return ACCEL_OK;
+    return accel__ddp_local_sgd_average(l);
+}
+
+ACCEL__DEF accel_result accel_ddp_local_sgd_end(accel_ddp_local_sgd *l) {
+    accel_result res = ACCEL_OK;
+    accel *acc;
+    if (!l) return ACCEL_OK;
+    acc = l->r->c->acc;
+    if (l->enabled) {
+        res = accel__ddp_local_sgd_average(l);
+        l->r->no_sync = 0;
+    }
+    accel_host_free(acc, l->params);
+    accel_host_free(acc, l);
+    return res;
+}
+
+ACCEL__DEF int64_t accel_ddp_local_sgd_num_steps(const accel_ddp_local_sgd *l) { return l ? l->steps : -1; }
+ACCEL__DEF int accel_ddp_local_sgd_enabled(const accel_ddp_local_sgd *l) { return l ? l->enabled : 0; }
 
 #endif /* ACCEL_IMPLEMENTATION && !ACCEL__DDP_IMPL_DONE */
 
