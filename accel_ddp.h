@@ -12,6 +12,7 @@
      JOIN                         uneven inputs: the exact gradients
      COMMUNICATION HOOKS          comm_hook / comm_wrapper: torch's fp16/bf16 compress hooks, bit for bit
      LOCAL SGD                    accel_ddp_local_sgd_*: Accelerate's LocalSGD
+     trigger_sync_in_backward     accel_ddp_trigger_sync_in_backward_begin/_end (at its declaration)
      COLLECTIVE CALLS AND ERRORS
      THREADS AND STREAMS
      DIFFERENCES FROM ACCELERATE / PYTORCH
@@ -109,6 +110,12 @@ ACCEL_API accel_result accel_ddp_grad_ready(accel_ddp *r, int index);
    no_sync then). */
 ACCEL_API accel_result accel_ddp_wait(accel_ddp *r);
 ACCEL_API int accel_ddp_num_buckets(const accel_ddp *r); /* -1 before finalize */
+/* Accelerate's `with accelerator.trigger_sync_in_backward(model):` — between begin and end the reducer reduces on
+   every grad_ready/wait, also on a step that accumulate (or an open LocalSGD, model.no_sync) would not sync. Only
+   when acc->use_distributed (Accelerate does nothing otherwise). acc->sync_gradients is not changed. Nests (end
+   restores what begin found). Local: nothing is communicated; every rank must use it on the same steps. */
+ACCEL_API accel_result accel_ddp_trigger_sync_in_backward_begin(accel_ddp *r);
+ACCEL_API accel_result accel_ddp_trigger_sync_in_backward_end(accel_ddp *r);
 /* Bucket b's registration indices (in bucket order) → idx (capacity cap); returns the count (or -1). */
 ACCEL_API int accel_ddp_bucket(const accel_ddp *r, int b, int *idx, int cap);
 ACCEL_API int accel_ddp_is_flat(const accel_ddp *r);
@@ -271,6 +278,7 @@ struct accel_ddp {
     double div; /* the pre-scaling divisor: P, or in join mode with no_divide_by_initial_world_size the ranks active */
     int join, join_by_active, round_open, active;
     int no_sync; /* an enabled LocalSGD is open: nothing is reduced */
+    int force_sync; /* trigger_sync_in_backward depth: reduce whatever the step */
     void *join_zero; /* a zero buffer as large as the largest all-reduce of a step (context memory) */
     size_t join_zero_bytes;
 };
@@ -756,6 +764,27 @@ static void accel__ddp_reset(accel_ddp *r) {
     r->round_open = 0;
 }
 
+/* DDP's require_backward_grad_sync: a sync step outside no_sync, or forced by trigger_sync_in_backward */
+static int accel__ddp_reduces(const accel_ddp *r) {
+    return (accel_should_reduce(r->c->acc) && !r->no_sync) || (r->force_sync > 0 && r->c->acc->use_distributed);
+}
+
+ACCEL__DEF accel_result accel_ddp_trigger_sync_in_backward_begin(accel_ddp *r) {
+    if (!r) return accel__coll_null();
+    if (r->force_sync >= 1 << 20)
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_STATE, "trigger_sync_in_backward_begin: nested too deep (an end is "
+                           "missing)");
+    r->force_sync++;
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_ddp_trigger_sync_in_backward_end(accel_ddp *r) {
+    if (!r) return accel__coll_null();
+    if (r->force_sync <= 0)
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_STATE, "trigger_sync_in_backward_end without a begin");
+    r->force_sync--;
+    return ACCEL_OK;
+}
+
 ACCEL__DEF accel_result accel_ddp_grad_ready(accel_ddp *r, int index) {
     accel_result res;
     accel__ddp_grad *g;
@@ -764,7 +793,7 @@ ACCEL__DEF accel_result accel_ddp_grad_ready(accel_ddp *r, int index) {
         return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
                            "grad_ready: index %d is not a registered gradient (0..%d)", index,
                            accel__ddp_ngrads(r) - 1);
-    if (!accel_should_reduce(r->c->acc) || r->no_sync) return ACCEL_OK; /* accumulation step / no_sync */
+    if (!accel__ddp_reduces(r)) return ACCEL_OK; /* accumulation step / no_sync */
     res = accel_ddp_finalize(r);
     if (res != ACCEL_OK) return res;
     if (r->join && !r->round_open) { /* join: the step's first reduction counts the ranks still training */
@@ -785,7 +814,7 @@ ACCEL__DEF accel_result accel_ddp_wait(accel_ddp *r) {
     accel_result res, first = ACCEL_OK;
     int b;
     if (!r) return accel__coll_null();
-    if (!accel_should_reduce(r->c->acc) || r->no_sync) {
+    if (!accel__ddp_reduces(r)) {
         if (r->finalized) accel__ddp_reset(r);
         return ACCEL_OK;
     }

@@ -4,7 +4,9 @@
    every ACC micro-batches and at the last), local_sgd_step after every micro-batch; while LocalSGD is open and
    enabled the reducer does not reduce (model.no_sync) even on sync steps; the parameters are replaced by their mean
    (sum, then / P) after every K-th step and at the end. Disabled (enabled=OFF, or one process: distributed_type NO)
-   nothing is averaged and DDP's gradient average runs on every sync step. The reference simulates every rank. */
+   nothing is averaged and DDP's gradient average runs on every sync step. The reference simulates every rank.
+   Also trigger_sync_in_backward: the reducer reduces on a micro-batch accumulate does not sync, only when
+   distributed, nested, and inside an open LocalSGD. */
 #include "accel.h"
 #include "accel_collectives.h"
 #include "accel_ddp.h"
@@ -18,7 +20,7 @@
 static accel acc;
 static int P, R;
 
-enum { NA = 37, NB = 5, STEPS = 11, ACC = 2, K = 3, MAXP = 8 };
+enum { NA = 37, NB = 5, STEPS = 12, ACC = 2, K = 5, MAXP = 8 }; /* ACC: the Accelerator's accumulation steps */
 static const int sizes[2] = {NA, NB};
 
 static double coef(int r, int s, int t, int i) { return (r + 1) * 0.25 + s * 0.125 + (i % 7) * 0.0625 - t * 0.5; }
@@ -32,7 +34,7 @@ static void reference(int enabled, double w[MAXP][2][NA]) {
         for (t = 0; t < 2; ++t)
             for (i = 0; i < sizes[t]; ++i) { w[r][t][i] = winit(r, t, i); g[r][t][i] = 0; }
     for (s = 0; s < STEPS; ++s) {
-        int sync = (s + 1) % ACC == 0 || s == STEPS - 1;
+        int sync = (s + 1) % ACC == 0;
         for (t = 0; t < 2; ++t)
             for (i = 0; i < sizes[t]; ++i) {
                 double avg = 0;
@@ -81,12 +83,13 @@ static void train(accel_coll *c, accel_toggle enabled) {
     AT_EQ_INT(accel_ddp_local_sgd_begin(red, pt, 2, &ld, &l), ACCEL_OK);
     AT_EQ_INT(accel_ddp_local_sgd_enabled(l), on);
     for (s = 0; s < STEPS; ++s) {
-        int sync = (s + 1) % ACC == 0 || s == STEPS - 1;
+        int sync;
         for (t = 0; t < 2; ++t)
             for (i = 0; i < sizes[t]; ++i) g[t][i] += 0.25 * w[t][i] * w[t][i] + coef(R, s, t, i);
-        accel_accumulate_begin(&acc); /* gradient_accumulation_steps 1: every micro-batch is a sync step */
-        AT_CHECK(accel_should_reduce(&acc));
-        if (sync) AT_EQ_INT(accel_ddp_wait(red), ACCEL_OK); /* reduces only when LocalSGD is off */
+        accel_accumulate_begin(&acc);
+        sync = acc.sync_gradients;
+        AT_EQ_INT(sync, (s + 1) % ACC == 0);
+        AT_EQ_INT(accel_ddp_wait(red), ACCEL_OK); /* reduces only on sync steps, and only when LocalSGD is off */
         if (sync)
             for (t = 0; t < 2; ++t)
                 for (i = 0; i < sizes[t]; ++i) { w[t][i] -= 0.1 * g[t][i]; g[t][i] = 0; }
@@ -111,6 +114,48 @@ static void train(accel_coll *c, accel_toggle enabled) {
     for (t = 0; t < 2; ++t)
         for (i = 0; i < sizes[t]; ++i) bad += fabs(g[t][i] - (P + 1) / 2.0) > 1e-12;
     AT_EQ_INT(bad, 0);
+    accel_ddp_destroy(red);
+}
+
+/* trigger_sync_in_backward: a step accumulate would not sync is reduced (distributed only), also under LocalSGD */
+static void trigger_sync(accel_coll *c) {
+    enum { N = 6 };
+    double g[N], w[N];
+    accel_tensor gt = at_vec("g", g, ACCEL_F64, N), wt = at_vec("w", w, ACCEL_F64, N);
+    accel_ddp *red;
+    accel_ddp_local_sgd *l;
+    accel_ddp_local_sgd_desc ld;
+    int i, round, bad = 0;
+    AT_EQ_INT(accel_ddp_create(c, NULL, &red), ACCEL_OK);
+    AT_EQ_INT(accel_ddp_add(red, &gt, 1), ACCEL_OK);
+    AT_EQ_INT(accel_ddp_trigger_sync_in_backward_end(red), ACCEL_ERR_STATE);
+    AT_CONTAINS(accel_last_error(&acc), "without a begin");
+    memset(&ld, 0, sizeof ld);
+    ld.local_sgd_steps = 100;
+    for (i = 0; i < N; ++i) w[i] = R;
+    for (round = 0; round < 5; ++round) {
+        /* 0: no trigger; 1: trigger; 2: nested, inner end (still forced); 3: after the outer end; 4: in a LocalSGD */
+        int forced = (round == 1 || round == 2 || round == 4) && P > 1;
+        do accel_accumulate_begin(&acc);
+        while (acc.sync_gradients); /* a micro-batch accumulate does not sync */
+        for (i = 0; i < N; ++i) g[i] = R + 1 + i;
+        if (round == 4) AT_EQ_INT(accel_ddp_local_sgd_begin(red, &wt, 1, &ld, &l), ACCEL_OK);
+        if (round == 1 || round == 4) AT_EQ_INT(accel_ddp_trigger_sync_in_backward_begin(red), ACCEL_OK);
+        if (round == 2) {
+            AT_EQ_INT(accel_ddp_trigger_sync_in_backward_begin(red), ACCEL_OK);
+            AT_EQ_INT(accel_ddp_trigger_sync_in_backward_begin(red), ACCEL_OK);
+            AT_EQ_INT(accel_ddp_trigger_sync_in_backward_end(red), ACCEL_OK);
+        }
+        AT_EQ_INT(accel_ddp_grad_ready(red, 0), ACCEL_OK);
+        AT_EQ_INT(accel_ddp_wait(red), ACCEL_OK);
+        AT_CHECK(!acc.sync_gradients); /* trigger_sync_in_backward leaves GradientState alone */
+        if (round == 1 || round == 2 || round == 4) AT_EQ_INT(accel_ddp_trigger_sync_in_backward_end(red), ACCEL_OK);
+        if (round == 4) AT_EQ_INT(accel_ddp_local_sgd_end(l), ACCEL_OK);
+        for (i = 0; i < N; ++i) bad += g[i] != (forced ? (P + 1) / 2.0 + i : R + 1 + i) && (P <= 2 || !forced);
+        for (i = 0; i < N; ++i) bad += forced && fabs(g[i] - ((P + 1) / 2.0 + i)) > 1e-12;
+        AT_EQ_INT(bad, 0);
+        accel_accumulate_end(&acc);
+    }
     accel_ddp_destroy(red);
 }
 
@@ -144,12 +189,20 @@ static void bad_input(accel_coll *c) {
 int main(void) {
     accel_coll *c;
     int rc;
-    if (at_init_cpu(&acc, 0, &P, &R) != 0) return 1;
+    accel_desc d;
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    d.log_fn = at_quiet_log;
+    d.gradient_accumulation_steps = ACC;
+    if (accel_init(&acc, &d) != ACCEL_OK) { fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc)); return 1; }
+    P = acc.num_processes;
+    R = acc.process_index;
     if (P > MAXP) return 77;
     AT_EQ_INT(accel_coll_create(&acc, NULL, &c), ACCEL_OK);
     train(c, ACCEL_DEFAULT);
     train(c, ACCEL_OFF);
     bad_input(c);
+    trigger_sync(c);
     accel_coll_destroy(c);
     rc = at_finish("ddp_local_sgd");
     accel_shutdown(&acc);
