@@ -242,16 +242,17 @@ static ACCEL_INLINE ACCEL_HD void accel__ddp_decompress_elem(void *dst, const ui
     if (ddt == (int)ACCEL_F32) ((float *)dst)[i] = x;
     else ((uint16_t *)dst)[i] = ddt == (int)ACCEL_BF16 ? accel_f32_to_bf16(x) : accel_f32_to_f16(x);
 }
-#ifdef ACCEL__COLL_DEVICE
-static __global__ void accel__ddp_compress_kernel(uint16_t *dst, const void *src, size_t n, int sdt, int wdt, int hdt,
-                                                  float p) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) dst[i] = accel__ddp_compress_elem(src, i, sdt, wdt, hdt, p);
+/* element i in one direction: compress (gradient → comp) or decompress (comp → gradient) */
+static ACCEL_INLINE ACCEL_HD void accel__ddp_hook_elem(void *grad, uint16_t *comp, size_t i, int gdt, int wdt, int hdt,
+                                                       float p, int compress) {
+    if (compress) comp[i] = accel__ddp_compress_elem(grad, i, gdt, wdt, hdt, p);
+    else accel__ddp_decompress_elem(grad, comp, i, gdt, wdt, hdt);
 }
-static __global__ void accel__ddp_decompress_kernel(void *dst, const uint16_t *src, size_t n, int ddt, int wdt,
-                                                    int hdt) {
+#ifdef ACCEL__COLL_DEVICE
+static __global__ void accel__ddp_hook_kernel(void *grad, uint16_t *comp, size_t n, int gdt, int wdt, int hdt, float p,
+                                              int compress) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) accel__ddp_decompress_elem(dst, src, i, ddt, wdt, hdt);
+    for (; i < n; i += stride) accel__ddp_hook_elem(grad, comp, i, gdt, wdt, hdt, p, compress);
 }
 #endif
 
@@ -286,36 +287,21 @@ static accel_result accel__ddp_join_round(accel_ddp *r, int active, int *n_activ
 
 static int accel__ddp_ngrads(const accel_ddp *r) { return (int)stbds_arrlen(r->grads); }
 
-/* a gradient into its bucket's compressed copy, and back: a host loop or a kernel on acc.stream */
-static accel_result accel__ddp_compress(accel_ddp *r, uint16_t *dst, const void *src, size_t n, accel_dtype sdt) {
+/* a gradient into its bucket's compressed copy (compress) or the reduced copy back into the gradient: a host loop or
+   a kernel on acc.stream */
+static accel_result accel__ddp_hook_convert(accel_ddp *r, int compress, void *grad, uint16_t *comp, size_t n,
+                                            accel_dtype gdt) {
     float p = (float)r->c->size; /* torch divides by the group's size, also while joining */
     size_t i;
     if (n == 0) return ACCEL_OK;
     if (!r->c->device_mem) {
-        for (i = 0; i < n; ++i)
-            dst[i] = accel__ddp_compress_elem(src, i, (int)sdt, (int)r->wrap_dt, (int)r->hook_dt, p);
+        for (i = 0; i < n; ++i) accel__ddp_hook_elem(grad, comp, i, (int)gdt, (int)r->wrap_dt, (int)r->hook_dt, p,
+                                                     compress);
         return ACCEL_OK;
     }
 #ifdef ACCEL__COLL_DEVICE
-    accel__ddp_compress_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(r->c)>>>(
-        dst, src, n, (int)sdt, (int)r->wrap_dt, (int)r->hook_dt, p);
-    ACCEL__CUDA_CHECK(r->c->acc, cudaGetLastError());
-    return ACCEL_OK;
-#else
-    return ACCEL__FAIL(r->c->acc, ACCEL_ERR_UNSUPPORTED,
-                       "device gradients need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
-#endif
-}
-static accel_result accel__ddp_decompress(accel_ddp *r, void *dst, const uint16_t *src, size_t n, accel_dtype ddt) {
-    size_t i;
-    if (n == 0) return ACCEL_OK;
-    if (!r->c->device_mem) {
-        for (i = 0; i < n; ++i) accel__ddp_decompress_elem(dst, src, i, (int)ddt, (int)r->wrap_dt, (int)r->hook_dt);
-        return ACCEL_OK;
-    }
-#ifdef ACCEL__COLL_DEVICE
-    accel__ddp_decompress_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(r->c)>>>(
-        dst, src, n, (int)ddt, (int)r->wrap_dt, (int)r->hook_dt);
+    accel__ddp_hook_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(r->c)>>>(
+        grad, comp, n, (int)gdt, (int)r->wrap_dt, (int)r->hook_dt, p, compress);
     ACCEL__CUDA_CHECK(r->c->acc, cudaGetLastError());
     return ACCEL_OK;
 #else
@@ -635,7 +621,7 @@ static accel_result accel__ddp_bucket_finish(accel_ddp *r, int b) {
             res = accel_coll_wait(g->req);
             g->req = NULL;
         } else if (first == ACCEL_OK && r->hook) {
-            res = accel__ddp_decompress(r, g->ptr, k->comp + g->offset, g->count, g->dt);
+            res = accel__ddp_hook_convert(r, 0, g->ptr, k->comp + g->offset, g->count, g->dt);
         } else if (first == ACCEL_OK && !k->inplace && !g->direct) {
             res = accel__coll_copy_same(r->c, g->ptr, (unsigned char *)k->flat + g->offset * es, g->count * es,
                                         r->c->device_mem);
@@ -663,7 +649,7 @@ static accel_result accel__ddp_bucket_launch(accel_ddp *r, int b) {
     if (r->hook) { /* torch's compress hook: every gradient cast and divided into the 16-bit copy, which is summed */
         for (i = 0; i < k->n; ++i) {
             accel__ddp_grad *g = &r->grads[r->order[k->first + i]];
-            res = accel__ddp_compress(r, k->comp + g->offset, g->ptr, g->count, g->dt);
+            res = accel__ddp_hook_convert(r, 1, g->ptr, k->comp + g->offset, g->count, g->dt);
             if (res != ACCEL_OK) return res;
         }
         return k->count > 0 ? accel_coll_all_reduce_async(c, k->comp, k->comp, k->count, r->hook_dt, ACCEL_COLL_SUM,
