@@ -46,6 +46,46 @@ static const int L8[] = {5};
 static const struct { const int *l; int n; } LENS[] = {{L0, 3}, {L1, 3}, {L2, 3}, {L3, 5}, {L4, 5}, {L5, 1},
                                                        {L6, 4}, {L7, 3}, {L8, 1}};
 
+/* the main process's loader fails at its third batch: that process gets the error, the others ACCEL_ERR_REMOTE */
+static accel_result failing_fetch(void *user, const void **rows, int64_t *nrows, int *end) {
+    static int64_t r[2] = {7, 8};
+    int *calls = (int *)user;
+    (void)end;
+    if (++*calls == 3) return ACCEL_ERR_IO;
+    *rows = r;
+    *nrows = 2;
+    return ACCEL_OK;
+}
+
+static void failures(accel *acc) {
+    accel_data_dispatcher *d = NULL;
+    accel_data_dispatcher_desc desc;
+    int64_t ids[16], n;
+    int end, calls = 0, got = 0;
+    accel_result r = ACCEL_OK;
+    memset(&desc, 0, sizeof desc);
+    desc.fetch = failing_fetch;
+    desc.user = &calls;
+    AT_EQ_INT(accel_data_dispatcher_create(acc, &desc, &d), ACCEL_ERR_INVALID_ARGUMENT); /* row_bytes 0 */
+    AT_CONTAINS(accel_last_error(acc), "row_bytes");
+    AT_CHECK(d == NULL);
+    desc.row_bytes = 8;
+    desc.fetch = NULL;
+    if (acc->process_index == 0) {
+        AT_EQ_INT(accel_data_dispatcher_create(acc, &desc, &d), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_CONTAINS(accel_last_error(acc), "desc.fetch");
+    }
+    desc.fetch = failing_fetch;
+    desc.split_batches = ACCEL_ON;
+    AT_EQ_INT(accel_data_dispatcher_create(acc, &desc, &d), ACCEL_OK);
+    AT_EQ_INT(accel_data_dispatcher_next(d, ids, 16, NULL, &end), ACCEL_ERR_INVALID_ARGUMENT);
+    while (got < 5 && (r = accel_data_dispatcher_next(d, ids, 16, &n, &end)) == ACCEL_OK && !end) ++got;
+    AT_EQ_INT(got, 1); /* batch 1 is handed out; reading batch 3 ahead of batch 2 fails */
+    AT_EQ_INT(r, acc->process_index == 0 ? ACCEL_ERR_IO : ACCEL_ERR_REMOTE);
+    AT_CHECK(acc->end_of_dataloader == 0);
+    accel_data_dispatcher_destroy(d);
+}
+
 int main(void) {
     accel acc;
     accel_desc dd;
@@ -95,6 +135,7 @@ int main(void) {
                     accel_data_dispatcher_destroy(d);
                 }
     AT_CHECK(acc.end_of_dataloader == 0); /* no loader left in acc's list */
+    failures(&acc);
     fclose(out);
     rc = at_finish("data_dispatcher");
     accel_shutdown(&acc);
