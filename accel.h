@@ -216,7 +216,8 @@
      (staging for device copies) through desc.pinned_allocator (default cudaHostAlloc/cudaFreeHost). stb_ds has no
      per-call context, so accel's stb_ds containers use the host allocator of the most recently initialized
      Accelerator that set one (process-wide: set it before starting threads); every block remembers the allocator
-     that made it, so it is always freed by the same one.
+     that made it, so it is always freed by the same one. accel_free_memory (Accelerate's free_memory / clear)
+     returns the Accelerator's own scratch between two trainings and restarts acc->step.
 */
 #ifndef ACCEL_H_INCLUDED
 #define ACCEL_H_INCLUDED
@@ -736,6 +737,13 @@ ACCEL_API void accel_optimizer_step_done(accel *acc, int skipped);
    stays <= total_steps); as in Accelerate the cap is not applied with no_step_scheduler_with_optimizer. A schedule
    that is a function of acc->scheduler_steps resumes correctly (load_state restores it). */
 ACCEL_API int accel_scheduler_steps(accel *acc, int64_t total_steps);
+/* Accelerate's free_memory() / clear(), between two trainings: waits for acc->stream, frees the Accelerator's own
+   scratch (the device buffer kernels' argument lists are staged in; the next use allocates it again) and sets
+   acc->step to 0 (Accelerator.step; sync_gradients and the optimizer/scheduler counters stay). What Accelerate drops
+   by reference (prepared models, optimizers, loaders) is the caller's: destroy those objects; objects still alive
+   keep working. ACCEL_ERR_STATE on an Accelerator that is not initialized. accel_clear is the same call. */
+ACCEL_API accel_result accel_free_memory(accel *acc);
+ACCEL_API accel_result accel_clear(accel *acc);
 
 /* GradientState.dataloader_references: the dataloaders being iterated, innermost last, kept in acc. `loader`
    identifies one (any stable address, e.g. the loader object); acc->end_of_dataloader and acc->remainder mirror the
@@ -4384,6 +4392,26 @@ ACCEL__DEF int accel_scheduler_steps(accel *acc, int64_t total_steps) {
     }
     return taken;
 }
+
+ACCEL__DEF accel_result accel_free_memory(accel *acc) {
+    if (!acc || !acc->impl) return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "free_memory: the Accelerator is not initialized");
+    if (acc->impl->scratch) {
+#ifdef ACCEL_WITH_CUDA
+        if (acc->device >= 0) {
+            cudaError_t e = cudaStreamSynchronize((cudaStream_t)acc->stream); /* kernels may still read it */
+            if (e != cudaSuccess)
+                return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "free_memory: cudaStreamSynchronize: %s (nothing freed)",
+                                   cudaGetErrorString(e));
+        }
+#endif
+        accel_device_free(acc, acc->impl->scratch);
+        acc->impl->scratch = NULL;
+        acc->impl->scratch_bytes = 0;
+    }
+    acc->step = 0;
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_clear(accel *acc) { return accel_free_memory(acc); }
 
 static void accel__loaders_mirror(accel *acc) {
     struct accel__impl *im = acc->impl;
