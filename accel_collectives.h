@@ -66,6 +66,9 @@
                      algorithms; see ALL-REDUCE ON MPI); async ops always have the deadline.
      debug           accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). On: every rank's (op, dtype,
                      count, root) are all-gathered before each collective; a difference is ACCEL_ERR_MISMATCH on all.
+                     Off, an all-reduce of host (or staged) memory on 2-64 ranks is still checked at no cost: its
+                     messages' tags carry (op, dtype, count), and a difference is ACCEL_ERR_MISMATCH on every rank
+                     within about a millisecond, naming the rank and what differs (the context is then unusable).
      cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
 
    ALL-REDUCE ON MPI (with the deadline, no_watchdog 0)
@@ -488,6 +491,7 @@ struct accel_coll {
     MPI_Op op16[2][4];    /* [bf16][sum,prod,max,min] user ops */
     int ops_valid;
     unsigned ring_seq;    /* ring all-reduces posted (their message tag): the same on every rank */
+    int tag_sig_bits;     /* bits of the call's signature above the sequence in a tag (0: not yet queried) */
     void *ring_cache;     /* one idle ring scratch buffer kept for the next operation */
     size_t ring_cache_bytes;
 #endif
@@ -539,6 +543,7 @@ struct accel_coll_request {
     MPI_Datatype ring_t;
     MPI_Op ring_op;
     int ring_tag;
+    double probe_at;      /* next look for a peer's message of another signature (accel__coll_p2p_mismatch) */
 #endif
 #ifdef ACCEL__COLL_NCCL
     cudaEvent_t ev;
@@ -1191,17 +1196,82 @@ static accel_result accel__coll_scratch(accel_coll *c, accel_coll_request *q, si
     return ACCEL_OK;
 }
 
+/* The message tag of a point-to-point all-reduce carries the call's signature, so that ranks calling it with another
+   count, dtype or op fail instead of computing a wrong result (an Irecv accepts a shorter message: 4 elements against
+   3 gave rank 0 ACCEL_OK and a wrong sum). Bits 0-11: the context's call counter (every rank posts the same
+   collectives in the same order; concurrent async all-reduces don't mix). Above, as many bits as MPI_TAG_UB leaves
+   (19 with Open MPI's and MPICH's 2^31 - 1; at least 3 in MPI's minimum 32767): op (3), dtype (5), then a hash of
+   the count. A message of another signature never matches the receive; the waiting rank finds it with MPI_Iprobe
+   (accel__coll_p2p_mismatch, from 1 ms into the wait: nothing on the fast path) and every rank fails with
+   ACCEL_ERR_MISMATCH, since in both algorithms every rank receives from every peer. */
+#define ACCEL__COLL_TAG_SEQ_BITS 12
+static int accel__coll_tag_sig_bits(accel_coll *c) {
+    if (!c->tag_sig_bits) {
+        void *v = NULL;
+        int flag = 0, ub = 32767, bits = 0;
+        if (MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &v, &flag) == MPI_SUCCESS && flag && v) ub = *(int *)v;
+        while (bits < 31 && ((long long)1 << (bits + 1)) - 1 <= (long long)ub) ++bits;
+        bits -= ACCEL__COLL_TAG_SEQ_BITS;
+        c->tag_sig_bits = bits > 19 ? 19 : bits < 1 ? -1 : bits; /* -1: no room (never with a conforming MPI) */
+    }
+    return c->tag_sig_bits > 0 ? c->tag_sig_bits : 0;
+}
+static unsigned accel__coll_tag_sig(size_t count, accel_dtype dt, accel_coll_op op, int bits) {
+    uint64_t h = (uint64_t)count * 0x9E3779B97F4A7C15ull;
+    unsigned sig = ((unsigned)op & 7u) | (((unsigned)dt & 31u) << 3) | ((unsigned)(h >> 40) << 8);
+    return bits >= 32 ? sig : sig & ((1u << bits) - 1u);
+}
+
 /* what every point-to-point all-reduce records: buffers (direct: the send buffer is read where it is), type, op, and
-   the message tag (the context's counter: every rank posts the same collectives in the same order) */
+   the message tag (above) */
 static void accel__coll_p2p_init(accel_coll *c, accel_coll_request *q, const void *send, void *recv, MPI_Datatype t,
                                  MPI_Op op, int direct) {
+    int bits = accel__coll_tag_sig_bits(c);
     q->ring_step = 0;
     q->ring_direct = direct;
     q->ring_src = direct ? (const unsigned char *)send : (const unsigned char *)recv;
     q->ring_buf = (unsigned char *)recv;
     q->ring_t = t;
     q->ring_op = op;
-    q->ring_tag = (int)(c->ring_seq++ % 32767u);
+    q->ring_tag = (int)((c->ring_seq++ % (1u << ACCEL__COLL_TAG_SEQ_BITS)) |
+                        (accel__coll_tag_sig(q->count, q->dt, q->op, bits) << ACCEL__COLL_TAG_SEQ_BITS));
+    q->probe_at = q->start + 1e-3;
+}
+
+/* A pending point-to-point all-reduce: is a peer's message of this call (same counter) waiting with another
+   signature? Then records ACCEL_ERR_MISMATCH naming the peer and what differs, and returns it. */
+static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
+    accel_coll *c = q->c;
+    int k, bits = accel__coll_tag_sig_bits(c);
+    unsigned seq_mask = (1u << ACCEL__COLL_TAG_SEQ_BITS) - 1u, mine = (unsigned)q->ring_tag;
+    if (!bits) return ACCEL_OK;
+    for (k = 0; k < c->size; ++k) {
+        MPI_Status st;
+        int flag = 0, nbytes = 0;
+        unsigned theirs, sig, msig;
+        if (k == c->rank || MPI_Iprobe(k, MPI_ANY_TAG, c->comm, &flag, &st) != MPI_SUCCESS || !flag) continue;
+        theirs = (unsigned)st.MPI_TAG;
+        if ((theirs & seq_mask) != (mine & seq_mask) || theirs == mine) continue;
+        sig = theirs >> ACCEL__COLL_TAG_SEQ_BITS;
+        msig = mine >> ACCEL__COLL_TAG_SEQ_BITS;
+        (void)MPI_Get_count(&st, MPI_BYTE, &nbytes);
+        if ((sig & 7u) != (msig & 7u) && bits >= 3)
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with op %s, rank %d with op %s",
+                               k, accel_coll_op_name((accel_coll_op)(sig & 7u)), c->rank, accel_coll_op_name(q->op));
+        if (((sig >> 3) & 31u) != ((msig >> 3) & 31u) && bits >= 8) {
+            const char *dn = accel_dtype_name((accel_dtype)((sig >> 3) & 31u));
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with dtype %s, rank %d with "
+                               "%s (%zu elements)", k, dn ? dn : "?", c->rank, accel_dtype_name(q->dt), q->count);
+        }
+        if (q->ring == 2 || q->ring == 4) /* whole buffers: the peer's count is its message's length */
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with %zu elements, rank %d "
+                               "with %zu (%s)", k, (size_t)nbytes / accel_dtype_size(q->dt), c->rank, q->count,
+                               accel_dtype_name(q->dt));
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with another element count than "
+                           "rank %d (%zu %s; its message holds %d bytes)", k, c->rank, q->count,
+                           accel_dtype_name(q->dt), nbytes);
+    }
+    return ACCEL_OK;
 }
 
 /* The 2-rank ring for chunks over 2 segments (q->ring == 5): step 0 sends the peer's chunk as segments of
@@ -1591,6 +1661,17 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
     return accel__coll_complete(q);
 #if defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL)
 not_yet:
+#ifdef ACCEL_WITH_MPI
+    if (q->ring && accel_now() >= q->probe_at) {
+        accel_result r = accel__coll_p2p_mismatch(q);
+        q->probe_at = accel_now() + 1e-3;
+        if (r != ACCEL_OK) {
+            c->broken = r;
+            accel__coll_orphan(q);
+            return r;
+        }
+    }
+#endif
     if (accel_now() > q->deadline) {
         accel_result r =
             ACCEL__FAIL(c->acc, ACCEL_ERR_TIMEOUT,
