@@ -150,6 +150,14 @@
                                                       anything else is an error (not a silent default)
      ACCEL_LOG_LEVEL (error|warn|info|debug|0..3)     the log level when desc.log_level is ACCEL_LOG_DEFAULT
                                                       (default warn)
+     ACCEL_COLLECTIVE_TIMEOUT, ACCEL_TRAIN_TIMEOUT    seconds (decimals allowed) when desc.collective_timeout_ms /
+                                                      train_timeout_ms are 0; the train deadline applies from this
+                                                      process's first completed optimizer step (default: off)
+     ACCEL_FLIGHT_RECORDER_SIZE                       collective calls the flight recorder keeps (default 2000,
+                                                      0 = off; accel_collectives.h: FLIGHT RECORDER)
+   A wait of 30 s or more logs one WARN line a minute naming the call and whom it waits for. accel_shutdown after a
+   failure (an error recorded since the last successful collective) meets the other ranks in a barrier for 10 s at
+   most and then calls MPI_Abort instead of blocking in MPI_Finalize while they wait out their deadline.
 
    THE HOST PROCESS GROUP
      The core owns the one host process group every module uses (barrier, broadcast, all-gather, small all-reduce,
@@ -1787,8 +1795,7 @@ static accel__fr_group_info accel__g_fr_groups[ACCEL__FR_MAX_GROUPS];
 static int accel__g_fr_ngroups;
 static const char *accel__g_fr_file;            /* the pending call site (ACCEL_FR_SITE), outermost call only */
 static int accel__g_fr_line, accel__g_fr_depth;
-static double accel__g_fr_note_at;              /* the next "waiting for" line (accel__fr_tick) */
-static uint64_t accel__g_fr_note_id;
+static uint64_t accel__g_fr_note_id, accel__g_fr_note_n; /* "waiting for" lines printed for call note_id */
 /* the dump writer (accel_collectives.h installs it; it is async-signal-safe, so SIGUSR1 calls it too) */
 static void (*accel__g_fr_dump)(const char *reason);
 
@@ -1802,15 +1809,25 @@ ACCEL__DEF accel_result accel_fr_site_leave(accel_result r) {
 static int accel__parse_nonneg(const char *s, long *out);
 /* ACCEL_FLIGHT_RECORDER_SIZE (calls kept, default 2000, 0 = off) is read once per process. */
 static void accel__fr_setup(accel *acc) {
-    const char *e = getenv("ACCEL_FLIGHT_RECORDER_SIZE");
+    const char *e;
     long v = 2000;
     if (accel__g_fr || accel__g_fr_cap) return;
+    e = getenv("ACCEL_FLIGHT_RECORDER_SIZE");
     if (e && *e && (accel__parse_nonneg(e, &v) != 0 || v > 1000000)) {
         accel_log(acc, ACCEL_LOG_WARN, "ACCEL_FLIGHT_RECORDER_SIZE=\"%.40s\" is not a count in [0, 1000000]: 2000", e);
         v = 2000;
     }
     if (v > 0) accel__g_fr = (accel__fr_entry *)calloc((size_t)v, sizeof *accel__g_fr); /* process-wide, never freed */
     accel__g_fr_cap = accel__g_fr ? (uint64_t)v : 0;
+}
+/* The recorder's clock: Linux's coarse monotonic clock (a few ns to read, a few ms of resolution — enough to say how
+   long a call has waited), else accel_now. */
+static double accel__fr_now(void) {
+#if defined(CLOCK_MONOTONIC_COARSE)
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+    return accel_now();
 }
 /* A group's number in the dump (0 is the host group): its name ([A-Za-z0-9_:.,()-] kept), this rank and size. */
 ACCEL__PRIVATE int accel__fr_group(const char *name, int rank, int size) {
@@ -1841,7 +1858,7 @@ ACCEL__PRIVATE uint64_t accel__fr_post(int group, uint64_t seq, const char *what
     e = &accel__g_fr[accel__g_fr_n % accel__g_fr_cap];
     e->id = 0; /* a dump from a signal handler skips the slot while it is rewritten */
     e->seq = seq;
-    e->posted = accel_now();
+    e->posted = accel__fr_now();
     e->done = 0;
     e->count = count;
     e->bytes = bytes;
@@ -1862,7 +1879,7 @@ ACCEL__PRIVATE uint64_t accel__fr_post(int group, uint64_t seq, const char *what
 ACCEL__PRIVATE void accel__fr_done(accel *acc, uint64_t id, accel_result r) {
     accel__fr_entry *e = id && accel__g_fr_cap ? &accel__g_fr[(id - 1) % accel__g_fr_cap] : NULL;
     if (e && e->id == id) {
-        e->done = accel_now();
+        e->done = accel__fr_now();
         e->state = r == ACCEL_OK ? ACCEL__FR_DONE : ACCEL__FR_FAILED;
     }
     if (id && id == accel__g_fr_waiting) accel__g_fr_waiting = 0;
@@ -1882,10 +1899,10 @@ ACCEL__PRIVATE void accel__fr_tick(accel *acc, const char *peer) {
     if (!accel__g_fr_waiting || !accel__g_fr_cap) return;
     e = &accel__g_fr[(accel__g_fr_waiting - 1) % accel__g_fr_cap];
     if (e->id != accel__g_fr_waiting) return;
-    now = accel_now();
-    if (accel__g_fr_note_id != e->id) { accel__g_fr_note_id = e->id; accel__g_fr_note_at = e->posted + 30.0; }
-    if (now < accel__g_fr_note_at) return;
-    accel__g_fr_note_at += 60.0;
+    now = accel__fr_now();
+    if (accel__g_fr_note_id != e->id) { accel__g_fr_note_id = e->id; accel__g_fr_note_n = 0; }
+    if (now - e->posted < 30.0 + 60.0 * (double)accel__g_fr_note_n) return; /* at 30 s, then once a minute */
+    ++accel__g_fr_note_n;
     accel_log(acc, ACCEL_LOG_WARN, "[rank %d] waiting for %s in %s #%llu (%s, %lld elements, group %s) at %s:%d for "
               "%.0f s", accel__g_fr_ngroups ? accel__g_fr_groups[0].rank : -1, peer ? peer : "the other ranks",
               e->what, (unsigned long long)e->seq,

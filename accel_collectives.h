@@ -13,6 +13,7 @@
      ALL-REDUCE ON MPI            the polled point-to-point algorithms and their summation order
      PROCESS MESH                 Accelerate's ParallelismConfig groups as communicators
      COLLECTIVE CALLS AND ERRORS
+     FLIGHT RECORDER              the last calls of every group, dumped per rank; `accel fr`
      THREADS AND STREAMS
      DIFFERENCES FROM ACCELERATE
 
@@ -119,6 +120,26 @@
      naming it. That holds for create, pad_across_processes, gather_rows and gather_for_metrics; argument errors of
      the typed ops (reduce_tensor included) are local — checking them on every rank would cost a round trip per call
      — so the other ranks then reach the deadline.
+
+   FLIGHT RECORDER
+     Every process keeps its last ACCEL_FLIGHT_RECORDER_SIZE (2000; 0 = off) collective calls in a ring written where
+     the calls are issued: the host group (group 0 of the dump: accel.h's host collectives and agreement checks) and
+     every operation of every context (groups 1.., in creation order, which is the same on every rank), so
+     accel_ddp.h's buckets and accel_zero.h's operations too. An entry: the call's number in its group, what, op,
+     dtype, count, bytes, root, call site (__FILE__:__LINE__ of the outermost wrapped call: the accel_coll_* data
+     operations and accel.h's host collectives are macros around the functions; ACCEL_NO_CALL_SITES drops them),
+     posted and completed times (a coarse monotonic clock, ms resolution) and state (posted, completed, failed). NCCL
+     operations count as completed once enqueued. Cost: about 20 ns a call (bench/collectives/bench_fr.c).
+     Dump: <ACCEL_FLIGHT_DIR, default <project_dir>/flight>/rank<R>.json (temp + rename), written by each rank when a
+     deadline passes, on ACCEL_ERR_MISMATCH or an MPI/NCCL failure, when accel_shutdown aborts the job, on SIGUSR1
+     (installed by the first context when SIGUSR1 has the default disposition; the handler writes with
+     async-signal-safe calls only, so a rank stuck in its own work dumps too) and on accel_coll_fr_dump. Format:
+       {"format":"accel-flight-recorder","version":1,"rank":R,"world_size":P,"pid":..,"reason":"..","now_us":..,
+        "capacity":N,"recorded":M,"groups":[{"id":G,"name":"coll1:mpi","rank":r,"size":n},..],
+        "calls":[{"seq":k,"group":G,"what":"all_reduce","op":"sum","dtype":"F32","count":..,"bytes":..,"root":..,
+                  "file":"train.c","line":88,"posted_us":..,"completed_us":..,"state":"completed"},..]}
+     `accel fr DIR` (tools/) reads every rank's dump and names the first divergence of each group: the rank that
+     never made call #k, the rank that made a different call, or the rank still inside #k, with the call sites.
 
    THREADS AND STREAMS
      A context is used by one thread at a time — including the core's host collectives while it is the host process
@@ -3324,7 +3345,7 @@ static int accel__coll_fr_write(const char *reason) {
     accel__coll_fr_key("world_size"); accel__coll_fr_int(accel__coll_fr_world);
     accel__coll_fr_key("pid"); accel__coll_fr_int((int64_t)getpid());
     accel__coll_fr_key("reason"); accel__coll_fr_str(reason);
-    accel__coll_fr_key("now_us"); accel__coll_fr_int(accel__coll_fr_us(accel_now()));
+    accel__coll_fr_key("now_us"); accel__coll_fr_int(accel__coll_fr_us(accel__fr_now()));
     accel__coll_fr_key("capacity"); accel__coll_fr_int((int64_t)accel__g_fr_cap);
     accel__coll_fr_key("recorded"); accel__coll_fr_int((int64_t)accel__g_fr_n);
     accel__coll_fr_raw(",\"groups\":[");
