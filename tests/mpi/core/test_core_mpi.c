@@ -187,37 +187,41 @@ static void different_calls(void) {
     accel_shutdown(&acc);
 }
 
-/* A peer that does not arrive: the others' barrier ends with ACCEL_ERR_TIMEOUT at the deadline (no hang), and the
-   group then refuses work at once. The late rank arrives after 3 s (so that MPI can still finalize). */
+/* A peer that does not arrive: the others' barrier ends with ACCEL_ERR_TIMEOUT at the 1 s deadline (no hang), and
+   the group then refuses work at once. The late rank arrives after 3 s (so that MPI can still finalize). */
+static void stall_round(accel *acc) {
+    double t0, dt;
+    if (acc->process_index == acc->num_processes - 1) {
+        accel_result r;
+        sleep(3);
+        /* Open MPI completes the abandoned exchange; MPICH has no asynchronous progress while the others sleep, so
+           the late rank may reach its own deadline instead — either way it must not hang */
+        r = accel_wait_for_everyone(acc);
+        AT_CHECK(r == ACCEL_OK || r == ACCEL_ERR_TIMEOUT);
+    } else {
+        t0 = accel_now();
+        AT_EQ_INT(accel_wait_for_everyone(acc), ACCEL_ERR_TIMEOUT);
+        dt = accel_now() - t0;
+        AT_CHECK_MSG(dt >= 0.9 && dt < 2.5, "timed out close to the 1 s deadline");
+        AT_CONTAINS(accel_last_error(acc), "did not complete within 1.0 s");
+        t0 = accel_now();
+        AT_EQ_INT(accel_wait_for_everyone(acc), ACCEL_ERR_STATE);
+        AT_CONTAINS(accel_last_error(acc), "failed earlier");
+        AT_CHECK(accel_now() - t0 < 0.5);
+        sleep(3); /* let the late rank complete the exchange before finalizing */
+    }
+}
+
 static void stall(void) {
     accel acc;
     accel_desc d;
-    double t0, dt;
     memset(&d, 0, sizeof d);
     d.cpu = 1;
     d.log_fn = quiet;
     d.collective_timeout_ms = 1000;
     AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
     AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
-    if (acc.process_index == acc.num_processes - 1) {
-        accel_result r;
-        sleep(3);
-        /* Open MPI completes the abandoned exchange; MPICH has no asynchronous progress while the others sleep, so
-           the late rank may reach its own deadline instead — either way it must not hang */
-        r = accel_wait_for_everyone(&acc);
-        AT_CHECK(r == ACCEL_OK || r == ACCEL_ERR_TIMEOUT);
-    } else {
-        t0 = accel_now();
-        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_ERR_TIMEOUT);
-        dt = accel_now() - t0;
-        AT_CHECK_MSG(dt >= 0.9 && dt < 2.5, "timed out close to the 1 s deadline");
-        AT_CONTAINS(accel_last_error(&acc), "did not complete within 1.0 s");
-        t0 = accel_now();
-        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_ERR_STATE);
-        AT_CONTAINS(accel_last_error(&acc), "failed earlier");
-        AT_CHECK(accel_now() - t0 < 0.5);
-        sleep(3); /* let the late rank complete the exchange before finalizing */
-    }
+    stall_round(&acc);
     accel_shutdown(&acc);
 }
 
@@ -226,7 +230,7 @@ static void stall(void) {
 static void train_timeout(void) {
     accel acc;
     accel_desc d;
-    double t0, dt;
+    double t0;
     setenv("ACCEL_COLLECTIVE_TIMEOUT", "8", 1);
     setenv("ACCEL_TRAIN_TIMEOUT", "1", 1);
     memset(&d, 0, sizeof d);
@@ -241,19 +245,7 @@ static void train_timeout(void) {
     AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
     if (acc.process_index != acc.num_processes - 1) AT_CHECK(accel_now() - t0 > 1.5);
     accel_optimizer_step_done(&acc, 0);
-    if (acc.process_index == acc.num_processes - 1) {
-        accel_result r;
-        sleep(3);
-        r = accel_wait_for_everyone(&acc);
-        AT_CHECK(r == ACCEL_OK || r == ACCEL_ERR_TIMEOUT);
-    } else {
-        t0 = accel_now();
-        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_ERR_TIMEOUT);
-        dt = accel_now() - t0;
-        AT_CHECK_MSG(dt >= 0.9 && dt < 2.5, "timed out close to the 1 s train deadline");
-        AT_CONTAINS(accel_last_error(&acc), "did not complete within 1.0 s");
-        sleep(3);
-    }
+    stall_round(&acc); /* now the 1 s train deadline */
     unsetenv("ACCEL_COLLECTIVE_TIMEOUT");
     unsetenv("ACCEL_TRAIN_TIMEOUT");
     accel_shutdown(&acc);
