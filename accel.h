@@ -1779,12 +1779,12 @@ ACCEL__PRIVATE double accel__deadline(const accel *acc) { return accel_now() + a
 #define ACCEL__FR_FAILED 3
 typedef struct accel__fr_entry {
     uint64_t id, seq;      /* id: the process's call index + 1 (0: empty slot); seq: the call's number in its group */
-    double posted, done;   /* accel_now() */
+    double posted, done;   /* accel__fr_now() */
     int64_t count, bytes;  /* elements (-1: none) and bytes of this rank's contribution */
     const char *file;      /* the call site: a string literal from ACCEL_FR_SITE, NULL when unknown */
     int line, group, root;
     signed char op, dtype, state; /* op: accel_coll_op or -1; dtype: accel_dtype or -1 */
-    char what[21];         /* "all_reduce", "barrier", "ddp.bucket", ... */
+    char what[21];         /* "all_reduce", "barrier", an agreement check's name, ... (cut to 20) */
 } accel__fr_entry;
 #define ACCEL__FR_MAX_GROUPS 64
 typedef struct accel__fr_group_info { char name[32]; int rank, size; } accel__fr_group_info;
@@ -1809,15 +1809,20 @@ ACCEL__DEF accel_result accel_fr_site_leave(accel_result r) {
 static int accel__parse_nonneg(const char *s, long *out);
 /* ACCEL_FLIGHT_RECORDER_SIZE (calls kept, default 2000, 0 = off) is read once per process. */
 static void accel__fr_setup(accel *acc) {
+    static int done;
     const char *e;
     long v = 2000;
-    if (accel__g_fr || accel__g_fr_cap) return;
+    if (done) return;
+    done = 1;
     e = getenv("ACCEL_FLIGHT_RECORDER_SIZE");
     if (e && *e && (accel__parse_nonneg(e, &v) != 0 || v > 1000000)) {
         accel_log(acc, ACCEL_LOG_WARN, "ACCEL_FLIGHT_RECORDER_SIZE=\"%.40s\" is not a count in [0, 1000000]: 2000", e);
         v = 2000;
     }
-    if (v > 0) accel__g_fr = (accel__fr_entry *)calloc((size_t)v, sizeof *accel__g_fr); /* process-wide, never freed */
+    /* process-wide and never freed (it outlives every Accelerator, and a signal handler reads it): the hooks'
+       default allocator, not an Accelerator's */
+    if (v > 0) accel__g_fr = (accel__fr_entry *)accel__raw_alloc(NULL, (size_t)v * sizeof *accel__g_fr);
+    if (accel__g_fr) memset(accel__g_fr, 0, (size_t)v * sizeof *accel__g_fr);
     accel__g_fr_cap = accel__g_fr ? (uint64_t)v : 0;
 }
 /* The recorder's clock: Linux's coarse monotonic clock (a few ns to read, a few ms of resolution — enough to say how
