@@ -1807,23 +1807,42 @@ ACCEL__DEF accel_result accel_fr_site_leave(accel_result r) {
     return r;
 }
 static int accel__parse_nonneg(const char *s, long *out);
-/* ACCEL_FLIGHT_RECORDER_SIZE (calls kept, default 2000, 0 = off) is read once per process. */
-static void accel__fr_setup(accel *acc) {
-    static int done;
-    const char *e;
+static int accel__g_fr_ready;   /* the ring is set up (or off) */
+static accel *accel__g_fr_owner; /* whose allocator holds it: freed by that Accelerator's accel_shutdown */
+/* The ring, at accel_init of the first Accelerator (from its allocator; ACCEL_FLIGHT_RECORDER_SIZE calls, default
+   2000, 0 = off). ACCEL_ERR_OUT_OF_MEMORY when it cannot be had. */
+static accel_result accel__fr_setup(accel *acc) {
+    const char *e = getenv("ACCEL_FLIGHT_RECORDER_SIZE");
     long v = 2000;
-    if (done) return;
-    done = 1;
-    e = getenv("ACCEL_FLIGHT_RECORDER_SIZE");
+    if (accel__g_fr_ready) return ACCEL_OK;
     if (e && *e && (accel__parse_nonneg(e, &v) != 0 || v > 1000000)) {
         accel_log(acc, ACCEL_LOG_WARN, "ACCEL_FLIGHT_RECORDER_SIZE=\"%.40s\" is not a count in [0, 1000000]: 2000", e);
         v = 2000;
     }
-    /* process-wide and never freed (it outlives every Accelerator, and a signal handler reads it): the hooks'
-       default allocator, not an Accelerator's */
-    if (v > 0) accel__g_fr = (accel__fr_entry *)accel__raw_alloc(NULL, (size_t)v * sizeof *accel__g_fr);
-    if (accel__g_fr) memset(accel__g_fr, 0, (size_t)v * sizeof *accel__g_fr);
-    accel__g_fr_cap = accel__g_fr ? (uint64_t)v : 0;
+    if (v > 0) {
+        accel__g_fr = (accel__fr_entry *)accel_host_alloc(acc, (size_t)v * sizeof *accel__g_fr);
+        if (!accel__g_fr)
+            return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "flight recorder: %zu bytes for %ld calls "
+                               "(ACCEL_FLIGHT_RECORDER_SIZE)", (size_t)v * sizeof *accel__g_fr, v);
+        memset(accel__g_fr, 0, (size_t)v * sizeof *accel__g_fr);
+    }
+    accel__g_fr_cap = (uint64_t)v;
+    accel__g_fr_owner = acc;
+    accel__g_fr_ready = 1;
+    return ACCEL_OK;
+}
+/* accel_shutdown of the owner: the ring goes (a signal handler sees capacity 0 first); the next accel_init makes a
+   new one. */
+static void accel__fr_release(accel *acc) {
+    accel__fr_entry *ring = accel__g_fr;
+    if (!accel__g_fr_ready || accel__g_fr_owner != acc) return;
+    accel__g_fr_cap = 0;
+    accel__g_fr = NULL;
+    accel__g_fr_n = accel__g_fr_waiting = 0;
+    accel__g_fr_ngroups = 0;
+    accel__g_fr_owner = NULL;
+    accel__g_fr_ready = 0;
+    accel_host_free(acc, ring);
 }
 /* The recorder's clock: Linux's coarse monotonic clock (a few ns to read, a few ms of resolution — enough to say how
    long a call has waited), else accel_now. */
@@ -1849,7 +1868,6 @@ ACCEL__PRIVATE int accel__fr_group(const char *name, int rank, int size) {
 }
 /* The host group is group 0 of the dump (set up by the first host collective or accel_coll context). */
 ACCEL__PRIVATE void accel__fr_host_group(accel *acc) {
-    accel__fr_setup(acc);
     if (!accel__g_fr_ngroups) accel__fr_group("host", acc->process_index, acc->num_processes);
     accel__g_fr_groups[0].rank = acc->process_index;
     accel__g_fr_groups[0].size = acc->num_processes;
@@ -4176,6 +4194,11 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
     acc->impl = (struct accel__impl *)accel_host_alloc(acc, sizeof(struct accel__impl));
     if (!acc->impl) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_init: %zu bytes", sizeof(struct accel__impl));
     memset(acc->impl, 0, sizeof *acc->impl);
+    if (accel__fr_setup(acc) != ACCEL_OK) {
+        accel_host_free(acc, acc->impl);
+        acc->impl = NULL;
+        return ACCEL_ERR_OUT_OF_MEMORY;
+    }
     if (r == ACCEL_OK && d.host_allocator.alloc) { /* stb_ds has no context: the newest Accelerator's allocator */
         accel__g_stbds_alloc = d.host_allocator;
         accel__g_stbds_owner = acc;
@@ -4383,6 +4406,7 @@ ACCEL__DEF void accel_shutdown(accel *acc) {
         accel_device_free(acc, acc->impl->scratch);
         acc->impl->scratch = NULL;
     }
+    accel__fr_release(acc);
     if (accel__g_stbds_owner == acc) {
         accel__g_stbds_owner = NULL;
         memset(&accel__g_stbds_alloc, 0, sizeof accel__g_stbds_alloc);

@@ -83,7 +83,7 @@ static void writer_part(const uint8_t *data, size_t size) {
         accel__coll_fr_world = 2;
         snprintf(accel__coll_fr_dir, sizeof accel__coll_fr_dir, "%s", dir);
         setenv("ACCEL_FLIGHT_RECORDER_SIZE", "8", 1); /* a small ring that wraps: each dump stays small */
-        accel__fr_setup(NULL);
+        (void)accel__fr_setup(NULL);
         (void)accel__fr_group("host", 0, 2);
         atexit(remove_dir);
     }

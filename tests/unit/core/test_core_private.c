@@ -172,7 +172,7 @@ static void test_flight_recorder(void) {
     uint64_t id, first;
     int i;
     setenv("ACCEL_FLIGHT_RECORDER_SIZE", "4", 1);
-    accel__fr_setup(NULL);
+    AT_EQ_INT(accel__fr_setup(NULL), ACCEL_OK);
     unsetenv("ACCEL_FLIGHT_RECORDER_SIZE");
     AT_EQ_INT(accel__g_fr_cap, 4);
     AT_EQ_INT(accel__fr_group("host", 0, 2), 0);
