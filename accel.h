@@ -1809,8 +1809,9 @@ ACCEL__DEF accel_result accel_fr_site_leave(accel_result r) {
 static int accel__parse_nonneg(const char *s, long *out);
 static int accel__g_fr_ready;   /* the ring is set up (or off) */
 static accel *accel__g_fr_owner; /* whose allocator holds it: freed by that Accelerator's accel_shutdown */
-/* The ring, at accel_init of the first Accelerator (from its allocator; ACCEL_FLIGHT_RECORDER_SIZE calls, default
-   2000, 0 = off). ACCEL_ERR_OUT_OF_MEMORY when it cannot be had. */
+/* The ring, at accel_init of the first Accelerator of several processes (from its allocator;
+   ACCEL_FLIGHT_RECORDER_SIZE calls, default 2000, 0 = off; one process has no peer to diverge from). A diagnostic:
+   without the memory it stays off, with a WARN. */
 static accel_result accel__fr_setup(accel *acc) {
     const char *e = getenv("ACCEL_FLIGHT_RECORDER_SIZE");
     long v = 2000;
@@ -1821,10 +1822,13 @@ static accel_result accel__fr_setup(accel *acc) {
     }
     if (v > 0) {
         accel__g_fr = (accel__fr_entry *)accel_host_alloc(acc, (size_t)v * sizeof *accel__g_fr);
-        if (!accel__g_fr)
-            return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "flight recorder: %zu bytes for %ld calls "
-                               "(ACCEL_FLIGHT_RECORDER_SIZE)", (size_t)v * sizeof *accel__g_fr, v);
-        memset(accel__g_fr, 0, (size_t)v * sizeof *accel__g_fr);
+        if (!accel__g_fr) {
+            accel_log(acc, ACCEL_LOG_WARN, "flight recorder off: no memory for %ld calls (%zu bytes)", v,
+                      (size_t)v * sizeof *accel__g_fr);
+            v = 0;
+        } else {
+            memset(accel__g_fr, 0, (size_t)v * sizeof *accel__g_fr);
+        }
     }
     accel__g_fr_cap = (uint64_t)v;
     accel__g_fr_owner = acc;
@@ -4194,11 +4198,6 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
     acc->impl = (struct accel__impl *)accel_host_alloc(acc, sizeof(struct accel__impl));
     if (!acc->impl) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_init: %zu bytes", sizeof(struct accel__impl));
     memset(acc->impl, 0, sizeof *acc->impl);
-    if (accel__fr_setup(acc) != ACCEL_OK) {
-        accel_host_free(acc, acc->impl);
-        acc->impl = NULL;
-        return ACCEL_ERR_OUT_OF_MEMORY;
-    }
     if (r == ACCEL_OK && d.host_allocator.alloc) { /* stb_ds has no context: the newest Accelerator's allocator */
         accel__g_stbds_alloc = d.host_allocator;
         accel__g_stbds_owner = acc;
@@ -4328,6 +4327,7 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
                                                         : ACCEL_DISTRIBUTED_MULTI_CPU;
         acc->use_distributed = acc->distributed_type != ACCEL_DISTRIBUTED_NO && acc->num_processes > 1;
     }
+    if (acc->num_processes > 1) (void)accel__fr_setup(acc); /* before the first host collective (it cannot fail) */
     if (acc->num_processes > 1 && acc->impl->tp) {
         r = accel__init_agreement(acc, r);
         if (r != ACCEL_OK) return r;
