@@ -134,9 +134,12 @@
        → SLURM:    only inside an srun step (SLURM_STEP_ID): SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID,
                    local size = SLURM_STEP_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID. In an sbatch script or a
                    salloc shell the job's variables describe the allocation, not this process, and are ignored; a
-                   launcher started inside a step (mpirun, torchrun, accel launch) wins over the step's layout.
-                   Under srun without an MPI plugin (no PMIx/PMI variables) an MPI build fails before MPI_Init,
-                   naming the plugin it needs (Open MPI: srun --mpi=pmix; MPICH: srun --mpi=pmi2).
+                   launcher started inside a step (mpirun, torchrun, accel launch) wins over the step's layout,
+                   and so over PMI_RANK/PMI_SIZE equal to the step's (set by srun --mpi=pmi2 for the step).
+                   Under srun without an MPI plugin (no PMIx/PMI variables), or with pmi2 for an Open MPI build, an
+                   MPI build fails before MPI_Init, naming the plugin it needs (Open MPI: srun --mpi=pmix; MPICH:
+                   srun --mpi=pmi2) — except for a single task, which runs without MPI. Without MPI (a build
+                   without it, or desc.no_mpi) the tasks of a step form a TCP store (THE HOST PROCESS GROUP).
        → torchrun / accelerate launch: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
        → single process.
      Every source that is present is parsed; a garbage value (non-integer, negative, rank >= size) is an error that
@@ -165,7 +168,10 @@
      under torchrun / `accel launch` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), a TCP store: rank 0 listens on
      MASTER_PORT (MASTER_PORT + 1 when torchrun's agent serves its own store there, TORCHELASTIC_USE_AGENT_STORE;
      ACCEL_STORE_PORT overrides) of MASTER_ADDR's interface — of loopback when every rank is on this node
-     (LOCAL_WORLD_SIZE == WORLD_SIZE) — and the others connect, retrying until the deadline. A process joins only
+     (LOCAL_WORLD_SIZE == WORLD_SIZE) — and the others connect, retrying until the deadline. Under srun without MPI
+     the same store runs at the step's first node (SLURM_STEP_NODELIST; MASTER_ADDR overrides) on a port derived
+     from the job and step ids (15000 + (16 job + step) mod 20000; MASTER_PORT / ACCEL_STORE_PORT override), its run
+     id "slurm-JOB.STEP" unless TORCHELASTIC_RUN_ID / ACCEL_RUN_ID name one. A process joins only
      after the admission in SECURITY; one that is refused (wrong secret, another run's TORCHELASTIC_RUN_ID /
      ACCEL_RUN_ID, a wrong WORLD_SIZE, a RANK that has joined already: "the job is full") gets the reason and the job
      goes on (rank 0's timeout message names the last refusal).
@@ -218,7 +224,8 @@
      (staging for device copies) through desc.pinned_allocator (default cudaHostAlloc/cudaFreeHost). stb_ds has no
      per-call context, so accel's stb_ds containers use the host allocator of the most recently initialized
      Accelerator that set one (process-wide: set it before starting threads); every block remembers the allocator
-     that made it, so it is always freed by the same one.
+     that made it, so it is always freed by the same one. accel_free_memory (Accelerate's free_memory / clear)
+     returns the Accelerator's own scratch between two trainings and restarts acc->step.
 */
 #ifndef ACCEL_H_INCLUDED
 #define ACCEL_H_INCLUDED
@@ -396,6 +403,15 @@ typedef struct accel_tensor {
 
 ACCEL_API int64_t accel_tensor_numel(const accel_tensor *t);  /* product of shape; 1 for ndim 0; -1 if invalid */
 ACCEL_API int64_t accel_tensor_nbytes(const accel_tensor *t); /* -1 if invalid or overflowing */
+/* A piece of a tensor of a list: elements [offset, offset + count) of tensor `tensor` (flattened, row-major), held at
+   ptr in the tensor's dtype (acc's memory). What a rank holds of a sharded model (accel_zero.h gives them, and its
+   sharded checkpoints are written as pieces): the form in which a writer of one consolidated file can take a
+   model that no rank holds whole. */
+typedef struct accel_tensor_piece {
+    int tensor;
+    int64_t offset, count;
+    void *ptr;
+} accel_tensor_piece;
 
 /* ------------------------------------------------------------------------------- 16-bit floats (CPU and GPU) */
 /* One codec for every module and for your kernels. fp32 → fp16/bf16 round to nearest even, bit-exact with the host
@@ -735,6 +751,13 @@ ACCEL_API void accel_optimizer_step_done(accel *acc, int skipped);
    stays <= total_steps); as in Accelerate the cap is not applied with no_step_scheduler_with_optimizer. A schedule
    that is a function of acc->scheduler_steps resumes correctly (load_state restores it). */
 ACCEL_API int accel_scheduler_steps(accel *acc, int64_t total_steps);
+/* Accelerate's free_memory() / clear(), between two trainings: waits for acc->stream, frees the Accelerator's own
+   scratch (the device buffer kernels' argument lists are staged in; the next use allocates it again) and sets
+   acc->step to 0 (Accelerator.step; sync_gradients and the optimizer/scheduler counters stay). What Accelerate drops
+   by reference (prepared models, optimizers, loaders) is the caller's: destroy those objects; objects still alive
+   keep working. ACCEL_ERR_STATE on an Accelerator that is not initialized. accel_clear is the same call. */
+ACCEL_API accel_result accel_free_memory(accel *acc);
+ACCEL_API accel_result accel_clear(accel *acc);
 
 /* GradientState.dataloader_references: the dataloaders being iterated, innermost last, kept in acc. `loader`
    identifies one (any stable address, e.g. the loader object); acc->end_of_dataloader and acc->remainder mirror the
@@ -766,6 +789,11 @@ ACCEL_API void accel_rng_next4(accel *acc, uint32_t out[4]);
            leaves the object unchanged. */
 typedef accel_result (*accel_state_save_fn)(void *obj, void *buf, size_t cap, size_t *size);
 typedef accel_result (*accel_state_load_fn)(void *obj, const void *buf, size_t size);
+
+/* A finished span of work one module reports for another to record (accel_ckpt.h: an async save's snapshot and its
+   background write, for accel_profile.h's accel_prof_record_range): begin and end are accel_now() seconds. It may be
+   called from a module's helper thread, so an implementation must be thread-safe. */
+typedef void (*accel_range_fn)(void *user, const char *name, double begin, double end);
 
 /* The Accelerator's own training state — every counter above (step, sync_gradients, optimizer_step_was_skipped,
    optimizer_steps, scheduler_steps, scheduler_adjusted_steps) and this rank's RNG — as 80 little-endian bytes:
@@ -943,6 +971,8 @@ struct accel__impl {
     unsigned long err_seq_ok;   /* accel__g_error_seq after the last successful collective (accel_shutdown) */
     uint64_t fr_seq;            /* host collectives made (the flight recorder's call numbers of group 0) */
     int stepped;                /* an optimizer step completed in this process: train_timeout_ms applies */
+    void *pinned_scratch;       /* page-locked host scratch for small read-backs (accel__pinned_scratch) */
+    size_t pinned_scratch_bytes;
 };
 
 /* ------------------------------------------------------------------------------------- 2. errors, logging */
@@ -1256,6 +1286,28 @@ ACCEL__PRIVATE void *accel__device_scratch(accel *acc, size_t bytes) {
         acc->impl->scratch_bytes = want;
     }
     return acc->impl->scratch;
+}
+
+/* Page-locked host memory of at least `bytes` that lives as long as acc (through the pinned allocator, freed by
+   accel_shutdown), the destination of small device-to-host read-backs: a copy into page-locked memory is one DMA,
+   into pageable memory a staged copy with its own wait. The caller synchronizes before reading it and before the
+   next call reuses it. NULL (error set) on failure. */
+ACCEL__PRIVATE void *accel__pinned_scratch(accel *acc, size_t bytes) {
+    if (!acc || !acc->impl) {
+        ACCEL__FAIL(acc, ACCEL_ERR_STATE, "pinned scratch: the Accelerator is not initialized");
+        return NULL;
+    }
+    if (acc->impl->pinned_scratch_bytes < bytes) {
+        size_t want = acc->impl->pinned_scratch_bytes ? acc->impl->pinned_scratch_bytes : 4096;
+        void *p;
+        while (want < bytes) want *= 2;
+        p = accel_pinned_alloc(acc, want);
+        if (!p) return NULL;
+        accel_pinned_free(acc, acc->impl->pinned_scratch); /* (its last reader synchronized) */
+        acc->impl->pinned_scratch = p;
+        acc->impl->pinned_scratch_bytes = want;
+    }
+    return acc->impl->pinned_scratch;
 }
 
 /* stb_ds reallocs without the old size and without a context: every block carries its size and the allocator that
@@ -2313,14 +2365,19 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
 
     /* launcher table: every present source is parsed; the first wins; disagreement is an error — except that an
        srun step's layout gives way to a launcher started inside it (mpirun / torchrun / accel launch in an srun
-       step): Slurm is read last and only fills in what agrees */
+       step): Slurm is read first but applied last, and only fills in what agrees. PMI_RANK/PMI_SIZE equal to the
+       step's are Slurm's pmi2 plugin speaking for the step (srun --mpi=pmi2), not a launcher of their own */
     memset(&found, 0, sizeof found);
     memset(&slurm, 0, sizeof slurm);
+    if (accel__read_source(&accel__sources[3], &slurm, err, cap) < 0) return ACCEL_ERR_ENVIRONMENT;
     for (i = 0; i < ACCEL__NSOURCES; ++i) {
-        int rc = accel__read_source(&accel__sources[i], &lay, err, cap);
+        int rc = accel__sources[i].launcher == ACCEL_LAUNCHER_SLURM
+                     ? 0 : accel__read_source(&accel__sources[i], &lay, err, cap);
         if (rc < 0) return ACCEL_ERR_ENVIRONMENT;
         if (rc == 0) continue;
-        if (accel__sources[i].launcher == ACCEL_LAUNCHER_SLURM) { slurm = lay; continue; }
+        if (accel__sources[i].launcher == ACCEL_LAUNCHER_MPICH && slurm.present && lay.rank == slurm.rank &&
+            lay.size == slurm.size)
+            continue;
         if (!found.present) {
             found = lay;
             found_src = &accel__sources[i];
@@ -2597,10 +2654,17 @@ static void accel__store_put_header(unsigned char *b, int kind, int op, uint32_t
     accel__put_u64(b + 16, len);
 }
 
-/* The run id both sides must share: a process of another job (on the same port, with the same secret) is refused. */
-static const char *accel__store_run_id(void) {
-    const char *s = getenv("TORCHELASTIC_RUN_ID");
-    if (!s || !*s) s = getenv("ACCEL_RUN_ID");
+/* The run id both sides must share: a process of another job (on the same port, with the same secret) is refused.
+   TORCHELASTIC_RUN_ID, else ACCEL_RUN_ID, else inside an srun step the step ("slurm-JOB.STEP", the same for every
+   task of it). "none" (what `accelerate launch` always passes as torchrun's run id) names no run: the next applies. */
+static const char *accel__store_run_id(char *buf, size_t cap) {
+    const char *s = getenv("TORCHELASTIC_RUN_ID"), *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    if (s && *s && strcmp(s, "none") != 0) return s;
+    if (getenv("ACCEL_RUN_ID") && *getenv("ACCEL_RUN_ID")) return getenv("ACCEL_RUN_ID");
+    if (job && *job && step && *step && strlen(job) + strlen(step) + 8 < cap) {
+        snprintf(buf, cap, "slurm-%s.%s", job, step);
+        return buf;
+    }
     return s ? s : "";
 }
 
@@ -2616,7 +2680,8 @@ typedef struct accel__admit {
 
 /* The job's secret, run id and trust setting, from the environment. */
 ACCEL__PRIVATE accel_result accel__admit_init(accel *acc, accel__admit *a, const char *label) {
-    const char *s = getenv("ACCEL_STORE_SECRET"), *run = accel__store_run_id();
+    char slurm_run[64];
+    const char *s = getenv("ACCEL_STORE_SECRET"), *run = accel__store_run_id(slurm_run, sizeof slurm_run);
     const char *t = getenv("ACCEL_STORE_TRUSTED_NETWORK");
     memset(a, 0, sizeof *a);
     a->label = label;
@@ -2966,7 +3031,8 @@ ACCEL__PRIVATE int accel__admit_check(const accel__admit *a, const accel__admit_
     }
     if ((size_t)tlen != a->run_len || memcmp(p + ACCEL__ADMIT_HELLO_FIXED, a->run_id, tlen) != 0) {
         accel__fmt(why, cap, "not admitted: the connection belongs to another run (its TORCHELASTIC_RUN_ID / "
-                   "ACCEL_RUN_ID differs from this job's)");
+                   "ACCEL_RUN_ID differs from this job's; accel launch --nnodes: pass the same --run-id to every "
+                   "node)");
         return ACCEL__ADMIT_REFUSE;
     }
     return ACCEL__ADMIT_OK;
@@ -3441,6 +3507,8 @@ ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a,
                                               uint32_t rank, double deadline, double reply_deadline, size_t max_body,
                                               int *fd, unsigned char **payload, const unsigned char **body,
                                               size_t *blen) {
+    /* say so once when rank 0 is not there yet after a while (the deadline may be Accelerate's 30 min) */
+    double quiet_until = accel_now() + (deadline - accel_now() > 240.0 ? 30.0 : (deadline - accel_now()) / 8.0);
     *fd = -1;
     *payload = NULL;
     for (;;) {
@@ -3449,8 +3517,14 @@ ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a,
         accel__st_frame f;
         char why[300];
         size_t n;
-        int s = accel__sock_connect(ss, sl, deadline), rc;
+        int s = accel__sock_connect(ss, sl, quiet_until < deadline ? quiet_until : deadline), rc;
         accel_result r;
+        if (s < 0 && quiet_until < deadline) {
+            accel_log(acc, ACCEL_LOG_WARN, "%s (%s): rank %u is waiting for rank 0 to listen; it goes on trying for "
+                      "%.0f s more (desc.collective_timeout_ms)", what, where, (unsigned)rank, deadline - accel_now());
+            quiet_until = deadline;
+            s = accel__sock_connect(ss, sl, deadline);
+        }
         if (s < 0)
             return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "%s (%s): rank %u could not connect to rank 0 before the "
                                "deadline (rank 0 not started, or the address/port is wrong)", what, where,
@@ -3508,7 +3582,9 @@ static int accel__store_admit(void *ctx, int fd, const accel__admit_hello *h, co
     accel__store *st = su->st;
     int r, joined = 0;
     if (h->world != (uint32_t)st->size) {
-        accel__fmt(why, cap, "not admitted: WORLD_SIZE=%u is not the job's", (unsigned)h->world);
+        accel__fmt(why, cap, "not admitted: WORLD_SIZE=%u is not the job's (%d): the nodes' launchers were given "
+                   "different process counts per node or node counts (accel launch: the same -n and --nnodes on every "
+                   "node)", (unsigned)h->world, st->size);
         return 1;
     }
     if (h->rank == 0 || h->rank >= (uint32_t)st->size) {
@@ -4127,14 +4203,53 @@ static int accel__select_device(accel *acc) {
 }
 
 #if !defined(_WIN32)
-/* torchrun / accel launch without MPI: the TCP store becomes the host group. Rank 0 listens on MASTER_PORT (+1 when
-   torchrun's agent already serves its own store there: TORCHELASTIC_USE_AGENT_STORE), ACCEL_STORE_PORT overrides. */
+/* The first host of a Slurm host list ("gpu[03-05,9],cpu1" → "gpu03"). 0 ok, -1 malformed or too long. */
+static int accel__slurm_first_host(const char *list, char *out, size_t cap) {
+    size_t n = strcspn(list, ",["), k, t;
+    if (n == 0 || n >= cap) return -1;
+    memcpy(out, list, n);
+    out[n] = 0;
+    if (list[n] != '[') return 0;
+    k = strcspn(list + n + 1, ",-]"); /* the first number of the range, as written (zero padding kept) */
+    if (k == 0 || !strchr(list + n + 1, ']')) return -1;
+    for (t = 0; t < k; ++t)
+        if (!isdigit((unsigned char)list[n + 1 + t])) return -1;
+    t = strcspn(strchr(list + n + 1, ']') + 1, ","); /* a suffix after the brackets ("a[1-2]-ib") */
+    if (n + k + t >= cap) return -1;
+    memcpy(out + n, list + n + 1, k);
+    memcpy(out + n + k, strchr(list + n + 1, ']') + 1, t);
+    out[n + k + t] = 0;
+    return 0;
+}
+
+/* torchrun / accel launch without MPI, and srun without MPI (a build without it, or desc.no_mpi): the TCP store
+   becomes the host group. Rank 0 listens on MASTER_PORT (+1 when torchrun's agent already serves its own store
+   there: TORCHELASTIC_USE_AGENT_STORE), ACCEL_STORE_PORT overrides. Under srun, unless MASTER_ADDR/MASTER_PORT are
+   set: at the step's first node (SLURM_STEP_NODELIST, where block and cyclic distributions put task 0) on a port
+   derived from the job and step ids (15000 + (16 job + step) mod 20000, as Lightning derives one from the job id),
+   so every task finds it without being told. */
 static accel_result accel__store_start(accel *acc) {
     const char *addr = getenv("MASTER_ADDR"), *s;
+    char first[256];
     long v = 0;
     int port = 29500;
     accel__store *st = NULL;
     accel_result r;
+    if ((!addr || !*addr) && acc->launcher == ACCEL_LAUNCHER_SLURM) {
+        const char *nl = getenv("SLURM_STEP_NODELIST");
+        if (!nl || !*nl) nl = getenv("SLURM_JOB_NODELIST");
+        if (!nl || accel__slurm_first_host(nl, first, sizeof first) != 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "srun started %d tasks without MPI: the host store needs "
+                               "the step's first node, but SLURM_STEP_NODELIST=\"%.200s\" does not name one (set "
+                               "MASTER_ADDR)", acc->num_processes, nl ? nl : "");
+        addr = first;
+    }
+    if (acc->launcher == ACCEL_LAUNCHER_SLURM && (!getenv("MASTER_PORT") || !*getenv("MASTER_PORT"))) {
+        long job = 0, step = 0;
+        (void)accel__parse_nonneg(getenv("SLURM_JOB_ID"), &job);
+        (void)accel__parse_nonneg(getenv("SLURM_STEP_ID"), &step);
+        port = 15000 + (int)((16 * (job % 100000) + step % 16) % 20000);
+    }
     if (!addr || !*addr)
         return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "%d processes launched by %s without MPI need MASTER_ADDR (and "
                            "MASTER_PORT) for the host store", acc->num_processes, accel_launcher_name(acc->launcher));
@@ -4212,17 +4327,9 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
 #ifdef ACCEL_WITH_MPI
     /* Join MPI even when the local config failed, so the failure can be made collective instead of a hang. */
     {
-        int inited = 0, finalized = 0, want;
+        int inited = 0, finalized = 0, want, mpi_env, slurm_pmi, unfit;
         MPI_Initialized(&inited);
         MPI_Finalized(&finalized);
-        want = !(desc && desc->no_mpi) && !finalized &&
-               (inited || launcher == ACCEL_LAUNCHER_OPENMPI || launcher == ACCEL_LAUNCHER_MPICH ||
-                launcher == ACCEL_LAUNCHER_MVAPICH || launcher == ACCEL_LAUNCHER_SLURM ||
-                (launcher == ACCEL_LAUNCHER_NONE && r != ACCEL_OK));
-        if (want && !inited && launcher == ACCEL_LAUNCHER_SLURM && acc->num_processes > 1 && !getenv("PMIX_RANK") &&
-            !getenv("PMI_RANK") && !getenv("PMI_FD")) {
-            /* srun without an MPI plugin (Slurm's default MpiDefault=none): MPI_Init would die inside the MPI library
-               (Open MPI) or make every task a job of its own (MPICH) — say what to do instead */
 #if defined(OPEN_MPI) && OPEN_MPI
 #define ACCEL__SRUN_MPI "--mpi=pmix (this build's MPI is Open MPI)"
 #elif defined(MPICH_VERSION) || defined(MPICH)
@@ -4230,8 +4337,32 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
 #else
 #define ACCEL__SRUN_MPI "--mpi=pmix or --mpi=pmi2 (whichever this build's MPI supports)"
 #endif
-            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "srun started %d tasks without an MPI plugin (no PMIx/PMI "
-                               "variables: Slurm's MpiDefault=none), so MPI cannot connect them; launch with srun "
+        /* a failed configuration joins MPI (to fail collectively) only where MPI's own variables say MPI started
+           this process: with torchrun's too (launchers that disagree) MPI_Init may abort before the message */
+        mpi_env = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
+                  getenv("MV2_COMM_WORLD_SIZE");
+        /* srun's plugin: none (no PMIx/PMI variables), or PMI-2 (Slurm's pmi2) that Open MPI cannot use (≥ 5 has
+           no PMI-2 at all; Debian's 4.1 and most builds direct-launch through PMIx only) */
+        slurm_pmi = getenv("PMIX_RANK") ? 2 : (getenv("PMI_RANK") || getenv("PMI_FD")) ? 1 : 0;
+        unfit = slurm_pmi == 0;
+#if defined(OPEN_MPI) && OPEN_MPI
+        unfit = slurm_pmi < 2;
+#endif
+        want = !(desc && desc->no_mpi) && !finalized &&
+               (inited || launcher == ACCEL_LAUNCHER_OPENMPI || launcher == ACCEL_LAUNCHER_MPICH ||
+                launcher == ACCEL_LAUNCHER_MVAPICH || launcher == ACCEL_LAUNCHER_SLURM ||
+                (launcher == ACCEL_LAUNCHER_NONE && r != ACCEL_OK && mpi_env && !getenv("WORLD_SIZE")));
+        if (want && !inited && launcher == ACCEL_LAUNCHER_SLURM && unfit && acc->num_processes == 1)
+            want = 0; /* srun -n 1 without a plugin MPI can use: one process needs no MPI (Open MPI would abort) */
+        if (want && !inited && launcher == ACCEL_LAUNCHER_SLURM && unfit) {
+            /* MPI_Init would die inside the MPI library (Open MPI) or make every task a job of its own (MPICH) —
+               say what to do instead */
+            if (slurm_pmi == 0)
+                return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "srun started %d tasks without an MPI plugin (no "
+                                   "PMIx/PMI variables: srun --mpi=none, or Slurm's MpiDefault=none), so MPI cannot "
+                                   "connect them; launch with srun " ACCEL__SRUN_MPI, acc->num_processes);
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "srun started %d tasks with its pmi2 plugin (PMI_RANK, no "
+                               "PMIX_RANK), which this build's Open MPI cannot connect through; launch with srun "
                                ACCEL__SRUN_MPI, acc->num_processes);
         }
         if (want) {
@@ -4257,8 +4388,11 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
                     d.local_num_processes = size;
                     acc->desc = d;
                 } else {
-                    snprintf(err, sizeof err, "MPI says rank %d of %d but the %s environment says rank %d of %d", rank,
-                             size, accel_launcher_name(launcher), d.process_index, d.num_processes);
+                    snprintf(err, sizeof err, "MPI says rank %d of %d but the %s environment says rank %d of %d%s",
+                             rank, size, accel_launcher_name(launcher), d.process_index, d.num_processes,
+                             launcher == ACCEL_LAUNCHER_SLURM && size == 1
+                                 ? ": this MPI did not connect through srun's plugin; launch with srun " ACCEL__SRUN_MPI
+                                 : "");
                     r = ACCEL_ERR_ENVIRONMENT;
                 }
             }
@@ -4290,7 +4424,8 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
     if (r != ACCEL_OK) ACCEL__FAIL(acc, r, "%s", err);
 #if !defined(_WIN32)
     /* joined even when this rank's own setup failed: the init agreement then tells the others */
-    if (acc->num_processes > 1 && !acc->mpi_active && launcher == ACCEL_LAUNCHER_TORCHRUN) {
+    if (acc->num_processes > 1 && !acc->mpi_active &&
+        (launcher == ACCEL_LAUNCHER_TORCHRUN || launcher == ACCEL_LAUNCHER_SLURM)) {
         accel_result sr = accel__store_start(acc);
         if (sr != ACCEL_OK) return r != ACCEL_OK ? r : sr;
     }
@@ -4407,6 +4542,10 @@ ACCEL__DEF void accel_shutdown(accel *acc) {
         acc->impl->scratch = NULL;
     }
     accel__fr_release(acc);
+    if (acc->impl->pinned_scratch) {
+        accel_pinned_free(acc, acc->impl->pinned_scratch);
+        acc->impl->pinned_scratch = NULL;
+    }
     if (accel__g_stbds_owner == acc) {
         accel__g_stbds_owner = NULL;
         memset(&accel__g_stbds_alloc, 0, sizeof accel__g_stbds_alloc);
@@ -4528,6 +4667,26 @@ ACCEL__DEF int accel_scheduler_steps(accel *acc, int64_t total_steps) {
     }
     return taken;
 }
+
+ACCEL__DEF accel_result accel_free_memory(accel *acc) {
+    if (!acc || !acc->impl) return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "free_memory: the Accelerator is not initialized");
+    if (acc->impl->scratch) {
+#ifdef ACCEL_WITH_CUDA
+        if (acc->device >= 0) {
+            cudaError_t e = cudaStreamSynchronize((cudaStream_t)acc->stream); /* kernels may still read it */
+            if (e != cudaSuccess)
+                return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "free_memory: cudaStreamSynchronize: %s (nothing freed)",
+                                   cudaGetErrorString(e));
+        }
+#endif
+        accel_device_free(acc, acc->impl->scratch);
+        acc->impl->scratch = NULL;
+        acc->impl->scratch_bytes = 0;
+    }
+    acc->step = 0;
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_clear(accel *acc) { return accel_free_memory(acc); }
 
 static void accel__loaders_mirror(accel *acc) {
     struct accel__impl *im = acc->impl;

@@ -122,7 +122,9 @@
        Checkpoints: accel_amp_fp8_state_save / _load implement the core's state contract (scales, scale_invs, history).
 
    OPTIONS / MACROS
-       ACCEL_AMP_CUDA_BLOCK    threads per block of the CUDA kernels (default 256; a power of two in [32, 1024])
+       ACCEL_AMP_CUDA_BLOCK    threads per block of the CUDA kernels (default 256; a power of two in [32, 1024]);
+                               the other launch shapes are internal macros (ACCEL__AMP_U_*, _MINB_*, _WAVES_*: "list
+                               kernels" in the implementation; bench/amp/sweep_gpu.sh measures variants)
        ACCEL_AMP_NO_DISPATCH   x86-64, GCC/clang: do not choose the AVX2 (+F16C) CPU loops at run time; then only an
                                AVX2 build (-mavx2, -march=native) uses them. The same bits either way.
 
@@ -130,11 +132,12 @@
        Buffers live on acc's device (acc->device < 0: host memory). CUDA work is enqueued on acc->stream: a list of
        up to 160 buffers (64 when built with CUDA < 12.1) is one kernel launch (the buffers' descriptors are the
        kernel's parameter); longer lists take one launch per 160. On CUDA every buffer must be aligned to its element
-       size (else ACCEL_ERR_INVALID_ARGUMENT, nothing changed); any element offset is fine. Per-block results
-       (found_inf, norm partial sums) go to the Accelerator's device scratch, which comes from the device allocator
-       and is reused in stream order: keep amp's work on acc->stream. unscale_and_check synchronizes once to read
-       found_inf back, clip_grad_norm / grad_norm once to read the partial sums (summed on the host in a fixed
-       order); conversions and clip_grad_value do not synchronize. fp8: a quantize or dequantize list does not
+       size (else ACCEL_ERR_INVALID_ARGUMENT, nothing changed); any element offset is fine. Results (found_inf, the
+       norm's per-block partial sums) go to the Accelerator's device scratch, which comes from the device allocator
+       and is reused in stream order (keep amp's work on acc->stream), and come back into its page-locked scratch
+       (the pinned allocator): unscale_and_check synchronizes once to read found_inf back, clip_grad_norm /
+       grad_norm once to read the partial sums (summed on the host in a fixed order); conversions and
+       clip_grad_value do not synchronize. fp8: a quantize or dequantize list does not
        synchronize (the step's amax stays on the device, raised with atomicMax); accel_amp_fp8_update reads it back
        (one synchronization). The scales live on the host and travel in the launch's descriptors, so the quantize of
        the next step sees them. A scaler, and an accel_amp_fp8, is used by one thread at a time.
@@ -504,7 +507,7 @@ ACCEL_API accel_result accel_amp_fp8_state_load(void *f, const void *buf, size_t
 /* CONTENTS
      1. policy
      2. CPU loops (and their AVX2 twins chosen at run time), fp8 CPU loops, norms
-     3. list kernels: the per-thread code (ACCEL_HD: units, even shares, steps, element work), the host plan, then
+     3. list kernels: the per-thread code (ACCEL_HD: units, chunks, element work), the host plan, then
         (CUDA) the kernel, its instances and the launcher
      4. conversions
      5. loss scaler
@@ -1030,22 +1033,28 @@ static void accel__amp_cpu_clamp(void *p, accel_dtype t, size_t n, float lo, flo
      and the tail as element-wise units. A buffer whose streams cannot be aligned together (source and destination
      at different element phases; stochastic rounding also needs the Philox index at a multiple of 4) keeps the same
      cut with element-wise body units.
-   - Even shares. The grid is twice what is resident at once (SM count x the occupancy calculator's blocks per SM),
-     and block b takes the contiguous units [N*b/G, N*(b+1)/G): every block has the same work to +-1 unit, so the
-     rounds start and end together (one block per chunk left a start-up cost per chunk, a grid walking fixed chunks
-     left a partly empty last round). Two rounds, not one: blocks kept waiting by another stream's kernels carry
-     half a share. The buffer of a block's first unit is found once (binary search); later ones by
-     walking forward.
-   - Bytes in flight. Thread i takes the units first + i + k*B of each step (k < U, B threads): U 16-byte loads are
-     issued before anything is computed or stored (the compiler cannot prove the streams disjoint, so it would not
-     hoist them itself). The norm keeps 96 KiB of loads in flight per SM (U = 8, 3 blocks of 256), the read + write
-     kinds 64 KiB (U = 4, 4 blocks): about twice what HBM3e needs (bandwidth x latency / SM count, counting only the
-     loads), so blocks that end a little early do not starve the memory.
+   - Chunks. A buffer's units are cut into chunks of B x U units (B threads a block, U units a thread), numbered
+     buffer after buffer through the launch (a chunk never spans two buffers: its buffer is looked up once). Thread i
+     takes units i + k*B (k < U) of its chunk, so each of its U loads is part of one contiguous 16*B-byte run of the
+     block, and issues all U before anything is computed or stored (the compiler cannot prove the streams disjoint,
+     so it would not hoist the loads itself). Every chunk but a buffer's last lies in the aligned body and runs
+     without a bound check.
+   - Grid. The read + write kinds launch one block per chunk (ACCEL__AMP_WAVES_FAST = 0): blocks are handed out in
+     order as SMs free up, so the resident blocks hold neighbouring chunks, the whole grid streams through one window
+     of memory (each DRAM page opened is read or written whole, as by torch's element-wise kernels and a plain copy
+     kernel) and there is no partly empty last round. The design before this one gave each of about a thousand
+     blocks one contiguous share of the list: a thousand streams at a thousand places in memory, which measured
+     0.65-0.86 of a copy on an H200. The norm, whose per-block partial sums are read back, launches
+     ACCEL__AMP_WAVES_NORM x the blocks resident at once, each walking the chunks with the grid as its stride (the
+     same moving window).
+   - Launch shapes (U, the launch bound's blocks per SM, the waves) are overridable macros below; bench/amp/
+     sweep_gpu.sh measures variants of them. Their ranges are those test_amp_grid runs the thread code over.
    - Descriptors travel as the kernel's parameter (__grid_constant__: no copy, no stream work before the launch), up
      to ACCEL__AMP_CAP buffers a launch; longer lists take several launches.
-   - Results (norm partial sums, found_inf) are one double per block, written unconditionally (no memset first) and
-     folded on the host in block order after one read-back: deterministic for a given device. The fp8
-     amax goes to the device slot with atomicMax, once per block and slot.
+   - Results: unscale's found_inf is one word of device scratch (cleared before the launch, set by any block that saw
+     Inf or NaN); the norm's partial sums are one double per block, folded on the host in block order (deterministic
+     for a given device). Either comes back with one copy into page-locked memory (accel__pinned_scratch) and one
+     synchronization. The fp8 amax goes to the device slot with atomicMax, once per block and slot.
    - Element math: the same ACCEL_HD helpers as the CPU loops; the specialised instances (fp32 lists) get their
      dtypes as compile-time constants, the generic one dispatches on each buffer's dtypes. */
 enum { ACCEL__AMP_K_UNSCALE = 0, ACCEL__AMP_K_CONVERT, ACCEL__AMP_K_SR, ACCEL__AMP_K_NORM, ACCEL__AMP_K_SCALE,
@@ -1054,14 +1063,58 @@ enum { ACCEL__AMP_K_UNSCALE = 0, ACCEL__AMP_K_CONVERT, ACCEL__AMP_K_SR, ACCEL__A
    range), the max of |x| (exact as bits), or float64 terms (other p, and the rerun). */
 enum { ACCEL__AMP_NORM_P2 = 0, ACCEL__AMP_NORM_P1, ACCEL__AMP_NORM_INF, ACCEL__AMP_NORM_F64 };
 
-#define ACCEL__AMP_U 8          /* units (16-byte loads) per thread per step, the most any instance takes */
-#define ACCEL__AMP_U_NORM 8     /* read only: 8 x 16 B x 768 threads (3 blocks) = 96 KiB in flight per SM */
-#define ACCEL__AMP_U_FAST 4     /* read + write: half the traffic is loads, 64 KiB in flight per SM is plenty */
-#define ACCEL__AMP_U_ANY 2      /* the generic instance (mixed or 16-bit / fp8 lists): code size over depth */
+/* Launch shapes. U: 16-byte units a thread loads before it works on them (1, 2, 4 or 8). MINB: blocks of 256
+   threads the launch bound keeps resident per SM (the register budget: 8 -> 32 registers a thread, 4 -> 64).
+   WAVES: blocks launched as a multiple of those resident at once; 0 = one block per chunk. _FAST: the specialised
+   read + write instances (fp32 unscale / scale, fp32 -> bf16 / fp16 / fp8, fp8 -> fp32, stochastic rounding);
+   _NORM: the norm (always a bounded grid: its partials are read back); _ANY: the generic instance (mixed, 16-bit
+   and fp8-sourced lists; code size over depth), which takes WAVES_FAST (WAVES_NORM for a norm).
+   Defaults: the H200 measured 4 KiB of loads in flight per thread group to be plenty (the copy limit's kernel peaks
+   at 1 in flight with every thread resident); 4 units a thread at <= 64 registers gives 64-96 KiB of loads in flight
+   per SM, so blocks that start late or end early never starve the memory; the read-only norm keeps 4 (as the read
+   limit's best kernel). */
+#ifndef ACCEL__AMP_U_FAST
+#define ACCEL__AMP_U_FAST 4
+#endif
+#ifndef ACCEL__AMP_U_NORM
+#define ACCEL__AMP_U_NORM 4
+#endif
+#ifndef ACCEL__AMP_U_ANY
+#define ACCEL__AMP_U_ANY 2
+#endif
+#ifndef ACCEL__AMP_MINB_FAST
+#define ACCEL__AMP_MINB_FAST 4
+#endif
+#ifndef ACCEL__AMP_MINB_NORM
+#define ACCEL__AMP_MINB_NORM 4
+#endif
+#ifndef ACCEL__AMP_MINB_ANY
+#define ACCEL__AMP_MINB_ANY 2
+#endif
+#ifndef ACCEL__AMP_WAVES_FAST
+#define ACCEL__AMP_WAVES_FAST 0
+#endif
+#ifndef ACCEL__AMP_WAVES_NORM
+#define ACCEL__AMP_WAVES_NORM 1
+#endif
+#define ACCEL__AMP_U_OK(u) ((u) == 1 || (u) == 2 || (u) == 4 || (u) == 8)
+#if !ACCEL__AMP_U_OK(ACCEL__AMP_U_FAST) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_NORM) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_ANY)
+#error "ACCEL__AMP_U_FAST, ACCEL__AMP_U_NORM and ACCEL__AMP_U_ANY must be 1, 2, 4 or 8"
+#endif
+#if ACCEL__AMP_MINB_FAST < 1 || ACCEL__AMP_MINB_FAST > 8 || ACCEL__AMP_MINB_NORM < 1 || ACCEL__AMP_MINB_NORM > 8 || \
+    ACCEL__AMP_MINB_ANY < 1 || ACCEL__AMP_MINB_ANY > 8
+#error "ACCEL__AMP_MINB_FAST, ACCEL__AMP_MINB_NORM and ACCEL__AMP_MINB_ANY must be in [1, 8]"
+#endif
+#if ACCEL__AMP_WAVES_FAST < 0 || ACCEL__AMP_WAVES_FAST > 64 || ACCEL__AMP_WAVES_NORM < 1 || ACCEL__AMP_WAVES_NORM > 64
+#error "ACCEL__AMP_WAVES_FAST must be in [0, 64] and ACCEL__AMP_WAVES_NORM in [1, 64]"
+#endif
+/* stochastic rounding's Philox rounds need about 40 registers: at 32 (MINB 8) they spill */
+#define ACCEL__AMP_MINB_SR (ACCEL__AMP_MINB_FAST < 6 ? ACCEL__AMP_MINB_FAST : 6)
+#define ACCEL__AMP_U 8          /* the most units a thread takes (the register array's size) */
 #if defined(__CUDACC__) && defined(CUDART_VERSION) && CUDART_VERSION < 12010
 #define ACCEL__AMP_CAP 64       /* before CUDA 12.1 kernel parameters were limited to 4 KiB */
 #else
-#define ACCEL__AMP_CAP 160      /* 7.7 KiB of kernel parameters (CUDA >= 12.1 takes 32 KiB on Volta and later) */
+#define ACCEL__AMP_CAP 160      /* 9 KiB of kernel parameters (CUDA >= 12.1 takes 32 KiB on Volta and later) */
 #endif
 
 typedef struct accel__amp_v16 { uint32_t w[4]; } accel__amp_v16; /* 16 bytes of one stream, as loaded */
@@ -1070,6 +1123,7 @@ typedef struct accel__amp_mt {
     void *a;                 /* the buffer (in place) or the source */
     void *b;                 /* the destination (conversions, fp8) */
     long long n;             /* elements */
+    long long nu;            /* units (accel__amp_plan) */
     float scale;             /* fp8 quantize: the slot's scale; dequantize: its scale_inv */
     int slot;                /* fp8 quantize: where the amax goes */
     unsigned char ta, tb;    /* accel_dtype of a and b (in place: tb = ta) */
@@ -1077,9 +1131,9 @@ typedef struct accel__amp_mt {
     unsigned char vwl;       /* log2 of the elements per unit (2, 3 or 4); | 0x80: body units are aligned vectors */
 } accel__amp_mt;
 
-/* A list's result, folded on the host from one double per block (the kernel's record: unscale 1 or 0 for a
-   non-finite value; norm the block's partial sum, or its max |x| as fp32 bits for p = inf). An fp32 norm sum that
-   left its range makes its block's double, and so the total, Inf or NaN. */
+/* A list's result: unscale's flag (read back), or the norm folded on the host from one double per block (its
+   partial sum, or its max |x| as fp32 bits for p = inf). An fp32 norm sum that left its range makes its block's
+   double, and so the total, Inf or NaN. */
 typedef struct accel__amp_part {
     double sum;              /* norm: the total of the partial sums */
     uint32_t bits;           /* norm inf: max |x| as fp32 bits */
@@ -1098,17 +1152,18 @@ typedef struct accel__amp_kp {
 /* A launch: the kernel's one parameter. */
 typedef struct accel__amp_args {
     accel__amp_kp k;
-    long long units;         /* units of this launch */
+    long long chunks;        /* chunks of this launch */
     int nt;                  /* buffers (<= ACCEL__AMP_CAP) */
-    double *part;            /* per-block records of this launch (accel__amp_part) */
-    long long ub[ACCEL__AMP_CAP + 1]; /* first unit of each buffer; ub[nt] = units */
+    double *part;            /* norm: one record per block */
+    unsigned int *flag;      /* unscale: set to 1 by a block that saw Inf or NaN (cleared before the launch) */
+    long long cb[ACCEL__AMP_CAP + 1]; /* first chunk of each buffer; cb[nt] = chunks */
     accel__amp_mt t[ACCEL__AMP_CAP];
 } accel__amp_args;
 
 /* One thread's running state. */
 typedef struct accel__amp_acc {
-    double sum;              /* norm: float64 fold of the thread's fp32 steps (float64 mode: the sum itself) */
-    float hi, lo;            /* norm P2 / P1: this step's compensated fp32 sum, hi + lo */
+    double sum;              /* norm: float64 fold of the thread's fp32 chunks (float64 mode: the sum itself) */
+    float hi, lo;            /* norm P2 / P1: this chunk's compensated fp32 sum, hi + lo */
     uint32_t bits;           /* unscale: max exponent field; norm inf / fp8 quantize: max |x| as bits */
     int slot;                /* fp8 quantize: the slot `bits` belongs to (-1: none yet) */
 } accel__amp_acc;
@@ -1120,8 +1175,10 @@ typedef struct accel__amp_acc {
 #endif
 #ifdef __CUDA_ARCH__ /* the device pass only (host compilers warn about the pragma) */
 #define ACCEL__AMP_UNROLL _Pragma("unroll")
+#define ACCEL__AMP_NO_UNROLL _Pragma("unroll 1")
 #else
 #define ACCEL__AMP_UNROLL
+#define ACCEL__AMP_NO_UNROLL
 #endif
 /* IEEE operations the device compiler must not fuse into FMAs (the compensated sums rely on each rounding) */
 #ifdef __CUDA_ARCH__
@@ -1136,17 +1193,12 @@ typedef struct accel__amp_acc {
 
 ACCEL__AMP_FI int accel__amp_esz(int dt) { return dt == ACCEL_F32 ? 4 : (dt == ACCEL_F16 || dt == ACCEL_BF16) ? 2 : 1; }
 
-/* Block b's share of n units among g blocks. */
-ACCEL__AMP_FI void accel__amp_range(long long n, long long g, long long b, long long *u0, long long *u1) {
-    *u0 = n * b / g;
-    *u1 = n * (b + 1) / g;
-}
-/* The buffer holding unit u: the last t with ub[t] <= u (the launch's buffers all have units). */
-ACCEL__AMP_FI int accel__amp_find(const accel__amp_args *A, long long u) {
+/* The buffer holding chunk c: the last t with cb[t] <= c (the launch's buffers all have chunks). */
+ACCEL__AMP_FI int accel__amp_find(const accel__amp_args *A, long long c) {
     int lo = 0, hi = A->nt - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) >> 1;
-        if (A->ub[mid] <= u) lo = mid;
+        if (A->cb[mid] <= c) lo = mid;
         else hi = mid - 1;
     }
     return lo;
@@ -1161,6 +1213,14 @@ ACCEL__AMP_FI void accel__amp_unit(const accel__amp_mt *d, int vwl, long long q,
     else { *e = d->head + (nv << vwl); *c = (int)(d->n - *e); }
 }
 
+/* Host emulation only: every byte range the thread code reads or writes goes through ACCEL__AMP_ACCESS_HOOK when it
+   is defined (test_amp_grid checks that each lies inside a buffer of the list: a read past the end would fault on the
+   device even where the result is right). */
+#ifdef ACCEL__AMP_ACCESS_HOOK
+#define ACCEL__AMP_ACCESS(p, nb) ACCEL__AMP_ACCESS_HOOK((const void *)(p), (size_t)(nb))
+#else
+#define ACCEL__AMP_ACCESS(p, nb) ((void)0)
+#endif
 /* One unit of nb bytes (16, 8 or 4) as one vector access; p is nb-aligned. */
 ACCEL__AMP_FI void accel__amp_ldv(const unsigned char *p, int nb, accel__amp_v16 *v) {
 #ifdef __CUDA_ARCH__
@@ -1168,6 +1228,7 @@ ACCEL__AMP_FI void accel__amp_ldv(const unsigned char *p, int nb, accel__amp_v16
     else if (nb == 8) { uint2 x = *(const uint2 *)p; v->w[0] = x.x; v->w[1] = x.y; v->w[2] = v->w[3] = 0; }
     else { v->w[0] = *(const uint32_t *)p; v->w[1] = v->w[2] = v->w[3] = 0; }
 #else
+    ACCEL__AMP_ACCESS(p, nb);
     v->w[0] = v->w[1] = v->w[2] = v->w[3] = 0;
     memcpy(v->w, p, (size_t)nb);
 #endif
@@ -1178,6 +1239,7 @@ ACCEL__AMP_FI void accel__amp_stv(unsigned char *p, int nb, const accel__amp_v16
     else if (nb == 8) *(uint2 *)p = make_uint2(v->w[0], v->w[1]);
     else *(uint32_t *)p = v->w[0];
 #else
+    ACCEL__AMP_ACCESS(p, nb);
     memcpy(p, v->w, (size_t)nb);
 #endif
 }
@@ -1194,6 +1256,7 @@ ACCEL__AMP_FI void accel__amp_lds(const unsigned char *p, int es, int c, accel__
 #else
         {
             uint16_t x16;
+            ACCEL__AMP_ACCESS(p + es * i, es);
             x = p[i];
             if (es == 4) memcpy(&x, p + 4 * i, 4);
             else if (es == 2) { memcpy(&x16, p + 2 * i, 2); x = x16; }
@@ -1219,6 +1282,7 @@ ACCEL__AMP_FI void accel__amp_sts(unsigned char *p, int es, int c, const accel__
 #else
         {
             uint16_t x16 = (uint16_t)x;
+            ACCEL__AMP_ACCESS(p + es * i, es);
             if (es == 4) memcpy(p + 4 * i, &x, 4);
             else if (es == 2) memcpy(p + 2 * i, &x16, 2);
             else p[i] = (unsigned char)x;
@@ -1279,7 +1343,7 @@ ACCEL__AMP_FI uint32_t accel__amp_absbits(float x) {
     return a > 0x7f800000u ? 0u : a;
 }
 /* Adds v (exactly) to the compensated pair (hi, lo): Knuth's TwoSum, so hi + lo carries the sum to about 2^-48
-   relative per step (the thread folds the pair into float64 after every step). */
+   relative per chunk (the thread folds the pair into float64 after every chunk). */
 ACCEL__AMP_FI void accel__amp_two_sum(float *hi, float *lo, float v) {
     float t = ACCEL__AMP_ADD(*hi, v), z = ACCEL__AMP_SUB(t, *hi);
     float err = ACCEL__AMP_ADD(ACCEL__AMP_SUB(*hi, ACCEL__AMP_SUB(t, z)), ACCEL__AMP_SUB(v, z));
@@ -1301,7 +1365,7 @@ ACCEL__AMP_FI void accel__amp_norm1(accel__amp_acc *s, int mode, double p, float
         s->sum += accel__amp_pow_term(x, p);
     }
 }
-/* The fp32 pair into the thread's float64 sum (after every step). A pair that is not finite (Inf/NaN among the
+/* The fp32 pair into the thread's float64 sum (after every chunk). A pair that is not finite (Inf/NaN among the
    values, an fp32 overflow) makes the sum, and the total, Inf or NaN: the host then reruns the norm in float64
    (where the CPU's rule decides between a finite total, Inf and NaN). */
 ACCEL__AMP_FI void accel__amp_norm_fold(accel__amp_acc *s) {
@@ -1465,107 +1529,72 @@ ACCEL__AMP_FI void accel__amp_body(const accel__amp_args *A, const accel__amp_mt
     if (accel__amp_work(A, d, kind, ta, tb, vwl, mode, e, 1 << vwl, 1, v, &o, s)) accel__amp_stv(out, es << vwl, &o);
 }
 
-/* Unit u when it is an aligned body unit (walking *t forward to its buffer): its buffer, with its width (*vwl) and
-   first element (*e); NULL when u is element-wise. */
-ACCEL__AMP_FI const accel__amp_mt *accel__amp_locate(const accel__amp_args *A, int *t, long long u, int vwl_c, int *vwl,
-                                                     long long *e) {
-    const accel__amp_mt *d;
-    long long q;
-    while (u >= A->ub[*t + 1]) ++*t;
-    d = &A->t[*t];
-    *vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f);
-    q = u - A->ub[*t];
-    if (!(d->vwl & 0x80) || q >= accel__amp_nv(d, *vwl)) return NULL;
-    *e = d->head + (q << *vwl);
-    return d;
-}
-
-/* Everything one thread does in a launch: the units u of block range [u0, u1) with (u - u0) % nthreads == tid
-   (t0: the buffer of u0), in steps of U units. A step whose units are all aligned body units of one buffer (nearly
-   all of them) issues its U 16-byte loads at a fixed stride before any work; a step that crosses a buffer boundary
-   resolves each unit (4 loads in flight). The element-wise units (heads, tails, bodies that cannot be aligned) come
-   last, one at a time: a few per buffer. kind, ta, tb, vwl, mode < 0: each buffer's own / the launch's value. */
-ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta_c, int tb_c, int vwl_c, int mode_c,
-                                     int U, long long u0, long long u1, int t0, long long tid, long long nthreads,
-                                     accel__amp_acc *s) {
-    const int mode = mode_c >= 0 ? mode_c : A->k.mode, fold = kind == ACCEL__AMP_K_NORM &&
-                     (mode == ACCEL__AMP_NORM_P2 || mode == ACCEL__AMP_NORM_P1);
-    const int ip = accel__amp_in_place(kind);
-    int tl = t0, t, k, k0;
-    long long first;
-    for (first = u0 + tid; first < u1; first += nthreads * U) {
-        const accel__amp_mt *d;
-        long long q0, last = first + (U - 1) * nthreads;
-        int vwl;
-        accel__amp_v16 v[ACCEL__AMP_U];
-        while (first >= A->ub[tl + 1]) ++tl;
-        d = &A->t[tl];
-        vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f);
-        q0 = first - A->ub[tl];
-        if (last >= u1) last = u1 - 1;
-        if ((d->vwl & 0x80) && last - A->ub[tl] < accel__amp_nv(d, vwl)) {
-            const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
-            const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta)),
-                      eo = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
-            const long long e0 = d->head + (q0 << vwl), de = nthreads << vwl;
-            const unsigned char *pa = (const unsigned char *)d->a + e0 * ea;
-            unsigned char *po = (unsigned char *)(ip ? d->a : d->b) + e0 * eo;
-            ACCEL__AMP_UNROLL /* past the range's end: unit 0 again (not used; no predicated loads to merge) */
-            for (k = 0; k < ACCEL__AMP_U; ++k)
-                if (k < U) accel__amp_ldv(pa + (first + k * nthreads < u1 ? k : 0) * de * ea, ea << vwl, &v[k]);
-            ACCEL__AMP_UNROLL
-            for (k = 0; k < ACCEL__AMP_U; ++k)
-                if (k < U && first + k * nthreads < u1)
-                    accel__amp_body(A, d, kind, ta, tb, vwl, mode, e0 + k * de, &v[k], po + k * de * eo, s);
-        } else {
-            accel__amp_v16 w[4];
-            long long e = 0;
-            int tw;
-            for (k0 = 0; k0 < U; k0 += 4) {
-                tw = tl;
-                ACCEL__AMP_UNROLL
-                for (k = 0; k < 4; ++k) {
-                    const long long u = first + (k0 + k) * nthreads;
-                    if (k0 + k < U && u < u1 && (d = accel__amp_locate(A, &tw, u, vwl_c, &vwl, &e)) != NULL) {
-                        const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta_c >= 0 ? ta_c : d->ta));
-                        accel__amp_ldv((const unsigned char *)d->a + e * ea, ea << vwl, &w[k]);
-                    }
-                }
-                tw = tl;
-                ACCEL__AMP_UNROLL
-                for (k = 0; k < 4; ++k) {
-                    const long long u = first + (k0 + k) * nthreads;
-                    if (k0 + k < U && u < u1 && (d = accel__amp_locate(A, &tw, u, vwl_c, &vwl, &e)) != NULL) {
-                        const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
-                        const int eo = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
-                        accel__amp_body(A, d, kind, ta, tb, vwl, mode, e, &w[k],
-                                        (unsigned char *)(ip ? d->a : d->b) + e * eo, s);
-                    }
-                }
-            }
-        }
-        if (fold) accel__amp_norm_fold(s);
+/* Thread tid's part of chunk j of buffer d, with B threads of U units each: its units q = j*B*U + tid + k*B (k < U).
+   A chunk inside the aligned body (every chunk but a buffer's last) issues its U vector loads before any work, with
+   no bound check; a buffer's last chunk loads its body units under a bound, then does its element-wise units (head,
+   tail, bodies that cannot be aligned) one at a time. kind, ta, tb, vwl, mode < 0: the buffer's own / the launch's
+   value. The norm's compensated pair is folded into float64 after every chunk. */
+ACCEL__AMP_FI void accel__amp_chunk(const accel__amp_args *A, const accel__amp_mt *d, int kind, int ta_c, int tb_c,
+                                    int vwl_c, int mode_c, int U, long long j, int tid, int B, accel__amp_acc *s) {
+    const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
+    const int vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f), mode = mode_c >= 0 ? mode_c : A->k.mode;
+    const int ip = accel__amp_in_place(kind), out = ip ? ta : tb;
+    const int ea = accel__amp_esz(accel__amp_dt_in(kind, ta)), eo = accel__amp_esz(accel__amp_dt_out(kind, ta, tb));
+    const long long cu = (long long)B * U, q0 = j * cu + tid, nv = (d->vwl & 0x80) ? accel__amp_nv(d, vwl) : 0;
+    const long long e0 = (long long)d->head + (q0 << vwl), de = (long long)B << vwl;
+    const unsigned char *pa = (const unsigned char *)d->a;
+    unsigned char *po = (unsigned char *)(ip ? d->a : d->b);
+    accel__amp_v16 v[ACCEL__AMP_U];
+    int k;
+    if (kind == ACCEL__AMP_K_FP8Q && s->slot != d->slot) { /* the whole block changes slot together */
+        accel__amp_amax_flush(A->k.amax, s->slot, s->bits);
+        s->slot = d->slot;
+        s->bits = 0;
     }
-    for (t = t0; t < A->nt && A->ub[t] < u1; ++t) {
-        const accel__amp_mt *d = &A->t[t];
-        const int ta = ta_c >= 0 ? ta_c : d->ta, tb = tb_c >= 0 ? tb_c : d->tb;
-        const int vwl = vwl_c >= 0 ? vwl_c : (d->vwl & 0x7f), out = ip ? ta : tb;
-        long long lo = A->ub[t] + ((d->vwl & 0x80) ? accel__amp_nv(d, vwl) : 0), hi = A->ub[t + 1], u;
-        if (lo < u0) lo = u0;
-        if (hi > u1) hi = u1;
-        if (lo >= hi) continue;
-        for (u = lo + ((tid - (lo - u0) % nthreads) + nthreads) % nthreads; u < hi; u += nthreads) {
-            accel__amp_v16 v, o;
+    if ((j + 1) * cu <= nv) {
+        ACCEL__AMP_UNROLL
+        for (k = 0; k < ACCEL__AMP_U; ++k)
+            if (k < U) accel__amp_ldv(pa + (e0 + k * de) * ea, ea << vwl, &v[k]);
+        ACCEL__AMP_UNROLL
+        for (k = 0; k < ACCEL__AMP_U; ++k)
+            if (k < U) accel__amp_body(A, d, kind, ta, tb, vwl, mode, e0 + k * de, &v[k], po + (e0 + k * de) * eo, s);
+    } else {
+        ACCEL__AMP_UNROLL
+        for (k = 0; k < ACCEL__AMP_U; ++k)
+            if (k < U && q0 + k * B < nv) accel__amp_ldv(pa + (e0 + k * de) * ea, ea << vwl, &v[k]);
+        ACCEL__AMP_UNROLL
+        for (k = 0; k < ACCEL__AMP_U; ++k)
+            if (k < U && q0 + k * B < nv)
+                accel__amp_body(A, d, kind, ta, tb, vwl, mode, e0 + k * de, &v[k], po + (e0 + k * de) * eo, s);
+        ACCEL__AMP_NO_UNROLL /* a few per buffer: one copy of the element-wise code */
+        for (k = 0; k < U; ++k) {
+            const long long q = q0 + (long long)k * B;
+            accel__amp_v16 w, o;
             long long e;
             int c;
-            accel__amp_unit(d, vwl, u - A->ub[t], &e, &c);
-            accel__amp_lds((const unsigned char *)d->a + e * accel__amp_esz(ta), accel__amp_esz(ta), c, &v);
-            if (accel__amp_work(A, d, kind, ta, tb, vwl, mode, e, c, 0, &v, &o, s))
-                accel__amp_sts((unsigned char *)(ip ? d->a : d->b) + e * accel__amp_esz(out), accel__amp_esz(out), c,
-                               &o);
+            if (q < nv || q >= d->nu) continue;
+            accel__amp_unit(d, vwl, q, &e, &c);
+            accel__amp_lds(pa + e * accel__amp_esz(ta), accel__amp_esz(ta), c, &w);
+            if (accel__amp_work(A, d, kind, ta, tb, vwl, mode, e, c, 0, &w, &o, s))
+                accel__amp_sts(po + e * accel__amp_esz(out), accel__amp_esz(out), c, &o);
         }
     }
-    if (fold) accel__amp_norm_fold(s);
+    if (kind == ACCEL__AMP_K_NORM && (mode == ACCEL__AMP_NORM_P2 || mode == ACCEL__AMP_NORM_P1))
+        accel__amp_norm_fold(s);
+}
+
+/* Everything thread tid of block b does in a launch of G blocks of B threads: chunks b, b + G, b + 2G, ... (one
+   chunk when the grid has a block per chunk), the buffer found once and then walked forward. */
+ACCEL__AMP_FI void accel__amp_thread(const accel__amp_args *A, int kind, int ta, int tb, int vwl, int mode, int U,
+                                     long long b, long long G, int tid, int B, accel__amp_acc *s) {
+    long long c = b;
+    int t;
+    if (c >= A->chunks) return;
+    t = accel__amp_find(A, c);
+    for (; c < A->chunks; c += G) {
+        while (c >= A->cb[t + 1]) ++t;
+        accel__amp_chunk(A, &A->t[t], kind, ta, tb, vwl, mode, U, c - A->cb[t], tid, B, s);
+    }
 }
 
 ACCEL__AMP_FI void accel__amp_acc_init(accel__amp_acc *s) {
@@ -1577,13 +1606,15 @@ ACCEL__AMP_FI void accel__amp_acc_init(accel__amp_acc *s) {
 
 /* ---- host side of a launch (also what the CPU grid test builds) */
 /* A kernel instance: which template arguments run a launch. The specialised ones (every buffer fp32, the hot
-   paths) take their dtypes as constants and U = 8; the generic one reads each buffer's dtypes and takes U = 4. */
-typedef struct accel__amp_cfg { int id, ta, tb, vwl, mode, u; } accel__amp_cfg;
+   paths) take their dtypes as constants and U = ACCEL__AMP_U_FAST / _NORM; the generic one reads each buffer's
+   dtypes and takes U = ACCEL__AMP_U_ANY. waves: ACCEL__AMP_WAVES_NORM for a norm, else ACCEL__AMP_WAVES_FAST. */
+typedef struct accel__amp_cfg { int id, ta, tb, vwl, mode, u, waves; } accel__amp_cfg;
 enum { ACCEL__AMP_I_GENERIC = 0, ACCEL__AMP_I_F32, ACCEL__AMP_I_F32_BF16, ACCEL__AMP_I_F32_F16, ACCEL__AMP_I_F32_F8,
        ACCEL__AMP_I_F8_F32 };
 ACCEL__PRIVATE void accel__amp_pick(int kind, int mode, int ta, int tb, accel__amp_cfg *c) {
     /* ta / tb: the dtype every buffer of the launch has, or -1 */
     c->id = ACCEL__AMP_I_GENERIC; c->ta = c->tb = c->vwl = c->mode = -1; c->u = ACCEL__AMP_U_ANY;
+    c->waves = kind == ACCEL__AMP_K_NORM ? ACCEL__AMP_WAVES_NORM : ACCEL__AMP_WAVES_FAST;
     switch (kind) {
     case ACCEL__AMP_K_UNSCALE: case ACCEL__AMP_K_SCALE:
         if (ta == ACCEL_F32) c->id = ACCEL__AMP_I_F32;
@@ -1617,8 +1648,9 @@ ACCEL__PRIVATE void accel__amp_pick(int kind, int mode, int ta, int tb, accel__a
     if (c->id != ACCEL__AMP_I_GENERIC) c->u = kind == ACCEL__AMP_K_NORM ? ACCEL__AMP_U_NORM : ACCEL__AMP_U_FAST;
 }
 
-/* Plans buffer d (a, b, n, ta, tb set) for a kind: its unit width, its head and whether its body units are aligned
-   vectors. Returns its unit count (0 for an empty buffer). sr: stochastic rounding (index phase index_offset). */
+/* Plans buffer d (a, b, n, ta, tb set) for a kind: its unit width, its head, whether its body units are aligned
+   vectors, and its unit count d->nu (0 for an empty buffer), which it returns. sr: stochastic rounding (index
+   phase index_offset). */
 ACCEL__PRIVATE long long accel__amp_plan(accel__amp_mt *d, int in_place, int sr, unsigned long long index_offset) {
     int ea = accel__amp_esz(d->ta), eb = in_place ? ea : accel__amp_esz(d->tb), w = ea > eb ? ea : eb;
     int vwl = w == 4 ? 2 : w == 2 ? 3 : 4, vw = 1 << vwl, h, head = -1;
@@ -1636,44 +1668,49 @@ ACCEL__PRIVATE long long accel__amp_plan(accel__amp_mt *d, int in_place, int sr,
     d->head = (unsigned char)head;
     nv = (d->n - head) >> vwl;
     tail = d->n - head - (nv << vwl);
-    return nv + (head > 0) + (tail > 0);
+    d->nu = nv + (head > 0) + (tail > 0);
+    return d->nu;
 }
 
-/* Fills launch A (its scalar fields already set) with buffers h[0, nt) (planned, unit counts in units[]); returns the
-   dtypes they share (-1 where they differ) through ta / tb. */
-ACCEL__PRIVATE void accel__amp_fill(accel__amp_args *A, const accel__amp_mt *h, const long long *units, int nt, int *ta,
-                                    int *tb) {
-    long long u = 0;
+/* The dtypes every buffer of h[0, nt) shares (-1 where they differ). */
+ACCEL__PRIVATE void accel__amp_common(const accel__amp_mt *h, int nt, int *ta, int *tb) {
     int i;
     *ta = nt ? h[0].ta : -1;
     *tb = nt ? h[0].tb : -1;
-    for (i = 0; i < nt; ++i) {
-        A->t[i] = h[i];
-        A->ub[i] = u;
-        u += units[i];
+    for (i = 1; i < nt; ++i) {
         if (h[i].ta != *ta) *ta = -1;
         if (h[i].tb != *tb) *tb = -1;
     }
-    A->ub[nt] = u;
-    A->units = u;
+}
+
+/* Fills launch A (its scalar fields already set) with the planned buffers h[0, nt) in chunks of cu units. */
+ACCEL__PRIVATE void accel__amp_fill(accel__amp_args *A, const accel__amp_mt *h, int nt, long long cu) {
+    long long c = 0;
+    int i;
+    for (i = 0; i < nt; ++i) {
+        A->t[i] = h[i];
+        A->cb[i] = c;
+        c += (h[i].nu + cu - 1) / cu;
+    }
+    A->cb[nt] = c;
+    A->chunks = c;
     A->nt = nt;
 }
 
-/* Folds n per-block records (kind, norm mode) in block order into out. */
-ACCEL__PRIVATE void accel__amp_fold(int kind, int mode, const double *p, int n, accel__amp_part *out) {
+/* Folds n per-block norm records (norm mode) in block order into out. */
+ACCEL__PRIVATE void accel__amp_fold(int mode, const double *p, int n, accel__amp_part *out) {
     int i;
     for (i = 0; i < n; ++i) {
-        if (kind == ACCEL__AMP_K_UNSCALE) out->flag |= p[i] != 0.0;
-        else if (mode == ACCEL__AMP_NORM_INF) out->bits = (uint32_t)p[i] > out->bits ? (uint32_t)p[i] : out->bits;
+        if (mode == ACCEL__AMP_NORM_INF) out->bits = (uint32_t)p[i] > out->bits ? (uint32_t)p[i] : out->bits;
         else out->sum += p[i];
     }
 }
 
 /* Plans the buffers h[0, count) (a, b, n, ta, tb, scale, slot filled; in place: b and tb unused) for kind: the
-   empty ones are left out (h is compacted to *k entries, units[i] their unit counts). A buffer not aligned to its
-   element size is refused before anything runs (the GPU would fault on it). */
+   empty ones are left out (h is compacted to *k entries). A buffer not aligned to its element size is refused
+   before anything runs (the GPU would fault on it). */
 ACCEL__PRIVATE accel_result accel__amp_prepare(accel *acc, int kind, accel__amp_mt *h, int count,
-                                               const accel__amp_kp *kp, long long *units, int *k, const char *what) {
+                                               const accel__amp_kp *kp, int *k, const char *what) {
     const int in_place = accel__amp_in_place(kind);
     int i;
     *k = 0;
@@ -1690,7 +1727,7 @@ ACCEL__PRIVATE accel_result accel__amp_prepare(accel *acc, int kind, accel__amp_
         if (h[i].n == 0) continue;
         h[*k] = h[i];
         if (in_place) { h[*k].b = h[*k].a; h[*k].tb = h[*k].ta; }
-        units[*k] = accel__amp_plan(&h[*k], in_place, kind == ACCEL__AMP_K_SR, kp->index_offset);
+        accel__amp_plan(&h[*k], in_place, kind == ACCEL__AMP_K_SR, kp->index_offset);
         ++*k;
     }
     return ACCEL_OK;
@@ -1708,7 +1745,7 @@ ACCEL__PRIVATE int accel__amp_norm_again(int mode, const accel__amp_part *res, d
 #ifdef __CUDACC__
 /* the launch must fit the kernel-parameter limit (4 KiB before CUDA 12.1, 32764 bytes since) */
 typedef char accel__amp_args_fit[sizeof(accel__amp_args) <= (ACCEL__AMP_CAP > 64 ? 32764 : 4096) ? 1 : -1];
-/* The kernel: the even share, the thread's work, then the block's result. */
+/* The kernel: the thread's chunks, then the block's result. */
 /* MINB: blocks of 256 threads to keep resident per SM (the register budget: 4 -> 64 registers a thread) */
 #define ACCEL__AMP_MINB(m) ((m) * 256 / ACCEL_AMP_CUDA_BLOCK > 0 ? (m) * 256 / ACCEL_AMP_CUDA_BLOCK : 1)
 template <int K, int ID, int TA, int TB, int VWL, int MODE, int U, int MINB>
@@ -1717,17 +1754,13 @@ static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, ACCEL__AMP_MINB(M
     __shared__ double rsum[ACCEL_AMP_CUDA_BLOCK / 32];
     __shared__ uint32_t rbits[ACCEL_AMP_CUDA_BLOCK / 32];
     __shared__ int rslot[ACCEL_AMP_CUDA_BLOCK / 32];
-    long long u0, u1;
     accel__amp_acc s;
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    accel__amp_range(A.units, gridDim.x, blockIdx.x, &u0, &u1);
     accel__amp_acc_init(&s);
-    if (u0 < u1)
-        accel__amp_thread(&A, K, TA, TB, VWL, MODE, U, u0, u1, accel__amp_find(&A, u0), threadIdx.x,
-                          ACCEL_AMP_CUDA_BLOCK, &s);
-    if (K == ACCEL__AMP_K_UNSCALE) {
-        int any = __syncthreads_or(s.bits == 0x7f800000u);
-        if (threadIdx.x == 0) A.part[blockIdx.x] = any ? 1.0 : 0.0;
+    accel__amp_thread(&A, K, TA, TB, VWL, MODE, U, blockIdx.x, gridDim.x, (int)threadIdx.x, ACCEL_AMP_CUDA_BLOCK, &s);
+    if (K == ACCEL__AMP_K_UNSCALE) { /* one store per block that saw Inf / NaN (per warp, an all-Inf list would
+                                         queue millions of stores on one address) */
+        if (__syncthreads_or(s.bits == 0x7f800000u) && threadIdx.x == 0) *A.flag = 1u;
     } else if (K == ACCEL__AMP_K_NORM) { /* warp butterflies, then the warps in order: a fixed order */
         const int mode = MODE >= 0 ? MODE : A.k.mode;
         int o;
@@ -1768,28 +1801,29 @@ static __global__ void __launch_bounds__(ACCEL_AMP_CUDA_BLOCK, ACCEL__AMP_MINB(M
     }
 }
 
-/* Launches one instance over A: the grid is what is resident at once (cached per device), capped by gcap and by one
-   unit per thread. *g: the blocks launched. */
 #define ACCEL__AMP_NDEV 64
-/* Blocks launched: ROUNDS x what is resident at once. Two rounds of even shares: when another stream's kernels
-   (NCCL's, say) hold some SMs, the blocks that wait carry half a share, not a whole one. */
-#define ACCEL__AMP_ROUNDS 2
+/* Launches one instance over A. waves 0: a block per chunk; else waves x the blocks resident at once (the occupancy
+   calculator's count for this instance, cached per device), at most gcap. *g: the blocks launched. */
 template <int K, int ID, int TA, int TB, int VWL, int MODE, int U, int MINB>
-static accel_result accel__amp_go(accel *acc, const accel__amp_args *A, int sms, int gcap, int *g) {
+static accel_result accel__amp_go(accel *acc, const accel__amp_args *A, int sms, int waves, int gcap, int *g) {
     static int occ[ACCEL__AMP_NDEV]; /* blocks per SM (a race only writes the same value twice) */
-    int dev = acc->device, per_sm = dev >= 0 && dev < ACCEL__AMP_NDEV ? occ[dev] : 0;
-    long long want = (A->units + ACCEL_AMP_CUDA_BLOCK - 1) / ACCEL_AMP_CUDA_BLOCK;
-    if (per_sm <= 0) {
-        ACCEL__CUDA_CHECK(acc,
-                          cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                              &per_sm, accel__amp_kernel<K, ID, TA, TB, VWL, MODE, U, MINB>, ACCEL_AMP_CUDA_BLOCK, 0));
-        if (per_sm < 1) per_sm = 1;
-        if (dev >= 0 && dev < ACCEL__AMP_NDEV) occ[dev] = per_sm;
+    long long want = A->chunks;
+    if (want > 0x7fffffffLL) want = 0x7fffffffLL; /* the grid's limit: the blocks then take several chunks */
+    if (waves > 0) {
+        int dev = acc->device, per_sm = dev >= 0 && dev < ACCEL__AMP_NDEV ? occ[dev] : 0;
+        long long gw;
+        if (per_sm <= 0) {
+            ACCEL__CUDA_CHECK(acc, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                       &per_sm, accel__amp_kernel<K, ID, TA, TB, VWL, MODE, U, MINB>,
+                                       ACCEL_AMP_CUDA_BLOCK, 0));
+            if (per_sm < 1) per_sm = 1;
+            if (dev >= 0 && dev < ACCEL__AMP_NDEV) occ[dev] = per_sm;
+        }
+        gw = (long long)sms * per_sm * waves;
+        if (gcap > 0 && gw > gcap) gw = gcap;
+        if (gw < want) want = gw;
     }
-    *g = sms * per_sm * ACCEL__AMP_ROUNDS;
-    if (*g > gcap) *g = gcap;
-    if (*g > want) *g = (int)want;
-    if (*g < 1) *g = 1;
+    *g = want > 0 ? (int)want : 1;
     accel__amp_kernel<K, ID, TA, TB, VWL, MODE, U, MINB>
         <<<*g, ACCEL_AMP_CUDA_BLOCK, 0, (cudaStream_t)acc->stream>>>(*A);
     ACCEL__CUDA_CHECK(acc, cudaGetLastError());
@@ -1800,26 +1834,28 @@ static accel_result accel__amp_go(accel *acc, const accel__amp_args *A, int sms,
 static accel_result accel__amp_dispatch(accel *acc, int kind, const accel__amp_cfg *c, const accel__amp_args *A,
                                         int sms, int gcap, int *g) {
     enum { F32 = ACCEL_F32, BF = ACCEL_BF16, H = ACCEL_F16, P2 = ACCEL__AMP_NORM_P2 };
+    enum { UF = ACCEL__AMP_U_FAST, UN = ACCEL__AMP_U_NORM, UA = ACCEL__AMP_U_ANY };
+    enum { MF = ACCEL__AMP_MINB_FAST, MN = ACCEL__AMP_MINB_NORM, MA = ACCEL__AMP_MINB_ANY };
     switch (kind * 8 + c->id) {
 #define ACCEL__AMP_GO(K, ID, TA, TB, VWL, MODE, U, MINB)                                                               \
     case K * 8 + ID:                                                                                                   \
         if (c->ta != TA || c->tb != TB || c->vwl != VWL || c->mode != MODE || c->u != U) break;                        \
-        return accel__amp_go<K, ID, TA, TB, VWL, MODE, U, MINB>(acc, A, sms, gcap, g);
-    ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, ACCEL__AMP_U_FAST, 4)
-    ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
-    ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_F32, F32, F32, 2, P2, ACCEL__AMP_U_NORM, 3)
-    ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
-    ACCEL__AMP_GO(ACCEL__AMP_K_SCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, ACCEL__AMP_U_FAST, 4)
-    ACCEL__AMP_GO(ACCEL__AMP_K_SCALE, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
-    ACCEL__AMP_GO(ACCEL__AMP_K_CLAMP, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
-    ACCEL__AMP_GO(ACCEL__AMP_K_CONVERT, ACCEL__AMP_I_F32_BF16, F32, BF, 2, -1, ACCEL__AMP_U_FAST, 4)
-    ACCEL__AMP_GO(ACCEL__AMP_K_CONVERT, ACCEL__AMP_I_F32_F16, F32, H, 2, -1, ACCEL__AMP_U_FAST, 4)
-    ACCEL__AMP_GO(ACCEL__AMP_K_CONVERT, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
-    ACCEL__AMP_GO(ACCEL__AMP_K_SR, ACCEL__AMP_I_F32_BF16, F32, BF, 2, -1, ACCEL__AMP_U_FAST, 4)
-    ACCEL__AMP_GO(ACCEL__AMP_K_FP8Q, ACCEL__AMP_I_F32_F8, F32, -1, 2, -1, ACCEL__AMP_U_FAST, 4)
-    ACCEL__AMP_GO(ACCEL__AMP_K_FP8Q, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
-    ACCEL__AMP_GO(ACCEL__AMP_K_FP8D, ACCEL__AMP_I_F8_F32, -1, F32, 2, -1, ACCEL__AMP_U_FAST, 4)
-    ACCEL__AMP_GO(ACCEL__AMP_K_FP8D, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, ACCEL__AMP_U_ANY, 2)
+        return accel__amp_go<K, ID, TA, TB, VWL, MODE, U, MINB>(acc, A, sms, c->waves, gcap, g);
+    ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, UF, MF)
+    ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, UA, MA)
+    ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_F32, F32, F32, 2, P2, UN, MN)
+    ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, UA, MA)
+    ACCEL__AMP_GO(ACCEL__AMP_K_SCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, UF, MF)
+    ACCEL__AMP_GO(ACCEL__AMP_K_SCALE, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, UA, MA)
+    ACCEL__AMP_GO(ACCEL__AMP_K_CLAMP, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, UA, MA)
+    ACCEL__AMP_GO(ACCEL__AMP_K_CONVERT, ACCEL__AMP_I_F32_BF16, F32, BF, 2, -1, UF, MF)
+    ACCEL__AMP_GO(ACCEL__AMP_K_CONVERT, ACCEL__AMP_I_F32_F16, F32, H, 2, -1, UF, MF)
+    ACCEL__AMP_GO(ACCEL__AMP_K_CONVERT, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, UA, MA)
+    ACCEL__AMP_GO(ACCEL__AMP_K_SR, ACCEL__AMP_I_F32_BF16, F32, BF, 2, -1, UF, ACCEL__AMP_MINB_SR)
+    ACCEL__AMP_GO(ACCEL__AMP_K_FP8Q, ACCEL__AMP_I_F32_F8, F32, -1, 2, -1, UF, MF)
+    ACCEL__AMP_GO(ACCEL__AMP_K_FP8Q, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, UA, MA)
+    ACCEL__AMP_GO(ACCEL__AMP_K_FP8D, ACCEL__AMP_I_F8_F32, -1, F32, 2, -1, UF, MF)
+    ACCEL__AMP_GO(ACCEL__AMP_K_FP8D, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, UA, MA)
 #undef ACCEL__AMP_GO
     default: break;
     }
@@ -1837,16 +1873,20 @@ static int accel__amp_sms(accel *acc) {
     return n;
 }
 
-/* Runs kind over the planned buffers h[0, n) (units[]: their unit counts, none 0) in launches of up to
-   ACCEL__AMP_CAP buffers. res != NULL: every block's record is read back (one synchronization, G x 16 bytes a launch)
-   and folded in block order into *res. */
-static accel_result accel__amp_run(accel *acc, int kind, const accel__amp_mt *h, const long long *units, int n,
-                                   const accel__amp_kp *kp, accel__amp_part *res) {
+/* Runs kind over the planned buffers h[0, n) (none empty) in launches of up to ACCEL__AMP_CAP buffers. res != NULL
+   (unscale, norm): the result comes back through page-locked memory with one synchronization: unscale's flag (4
+   bytes), or every norm block's record (G x 8 bytes a launch, G at most WAVES_NORM x the SMs' thread capacity),
+   folded in block order into *res. */
+static accel_result accel__amp_run(accel *acc, int kind, const accel__amp_mt *h, int n, const accel__amp_kp *kp,
+                                   accel__amp_part *res) {
     const int per_sm = 2048 / ACCEL_AMP_CUDA_BLOCK < 32 ? 2048 / ACCEL_AMP_CUDA_BLOCK : 32; /* resident at most */
     const int nl = (n + ACCEL__AMP_CAP - 1) / ACCEL__AMP_CAP, sms = accel__amp_sms(acc);
-    const int gcap = sms * per_sm * ACCEL__AMP_ROUNDS;
+    const int norm = kind == ACCEL__AMP_K_NORM, gnorm = sms * per_sm * ACCEL__AMP_WAVES_NORM, gcap = norm ? gnorm : 0;
+    const size_t off = 16; /* the unscale flag, then the norm records */
+    cudaStream_t st = (cudaStream_t)acc->stream;
     accel__amp_args *A = NULL;
-    double *dev = NULL, *host = NULL;
+    unsigned char *dev = NULL, *host = NULL;
+    size_t bytes = 0;
     int j, *gs = NULL;
     accel_result r = ACCEL_OK;
     if (res) memset(res, 0, sizeof *res);
@@ -1855,53 +1895,63 @@ static accel_result accel__amp_run(accel *acc, int kind, const accel__amp_mt *h,
     gs = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)nl);
     if (!A || !gs) { r = ACCEL_ERR_OUT_OF_MEMORY; goto done; }
     if (res) {
-        size_t bytes = sizeof(double) * (size_t)nl * (size_t)gcap;
-        dev = (double *)accel__device_scratch(acc, bytes);
-        host = (double *)accel_host_alloc(acc, bytes);
-        if (!dev) {
-            r = accel__fail_wrap(acc, acc->last_result, "amp: per-block results (%zu bytes)", bytes);
+        bytes = off + sizeof(double) * (size_t)nl * (size_t)gnorm; /* a norm's size for either: no regrowth */
+        dev = (unsigned char *)accel__device_scratch(acc, bytes);
+        host = dev ? (unsigned char *)accel__pinned_scratch(acc, bytes) : NULL;
+        if (!dev || !host) {
+            r = accel__fail_wrap(acc, acc->last_result, "amp: %s results (%zu bytes)", dev ? "host" : "device", bytes);
             goto done;
         }
-        if (!host) { r = ACCEL_ERR_OUT_OF_MEMORY; goto done; }
+        if (!norm) {
+            cudaError_t e = cudaMemsetAsync(dev, 0, sizeof(unsigned int), st);
+            if (e != cudaSuccess) {
+                r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "amp: clearing the found_inf flag: %s", cudaGetErrorString(e));
+                goto done;
+            }
+        }
     }
     for (j = 0; j < nl && r == ACCEL_OK; ++j) {
         int nt = n - j * ACCEL__AMP_CAP < ACCEL__AMP_CAP ? n - j * ACCEL__AMP_CAP : ACCEL__AMP_CAP, ta, tb;
         accel__amp_cfg c;
-        A->k = *kp;
-        A->part = dev ? dev + (size_t)j * (size_t)gcap : NULL;
-        accel__amp_fill(A, h + (size_t)j * ACCEL__AMP_CAP, units + (size_t)j * ACCEL__AMP_CAP, nt, &ta, &tb);
+        const accel__amp_mt *hj = h + (size_t)j * ACCEL__AMP_CAP;
+        accel__amp_common(hj, nt, &ta, &tb);
         accel__amp_pick(kind, kp->mode, ta, tb, &c);
+        A->k = *kp;
+        A->flag = dev ? (unsigned int *)dev : NULL;
+        A->part = dev && norm ? (double *)(dev + off) + (size_t)j * (size_t)gcap : NULL;
+        accel__amp_fill(A, hj, nt, (long long)c.u * ACCEL_AMP_CUDA_BLOCK);
         r = accel__amp_dispatch(acc, kind, &c, A, sms, gcap, &gs[j]);
     }
     if (r == ACCEL_OK && res) {
-        size_t got = (size_t)(nl - 1) * (size_t)gcap + (size_t)gs[nl - 1];
-        cudaStream_t st = (cudaStream_t)acc->stream;
-        cudaError_t e = cudaMemcpyAsync(host, dev, sizeof(double) * got, cudaMemcpyDeviceToHost, st);
+        size_t got = norm ? off + sizeof(double) * ((size_t)(nl - 1) * (size_t)gcap + (size_t)gs[nl - 1])
+                          : sizeof(unsigned int);
+        cudaError_t e = cudaMemcpyAsync(host, dev, got, cudaMemcpyDeviceToHost, st);
         if (e == cudaSuccess) e = cudaStreamSynchronize(st);
         if (e != cudaSuccess)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "amp: reading the per-block results back: %s", cudaGetErrorString(e));
-        for (j = 0; r == ACCEL_OK && j < nl; ++j)
-            accel__amp_fold(kind, kp->mode, host + (size_t)j * (size_t)gcap, gs[j], res);
+            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "amp: reading the results back: %s", cudaGetErrorString(e));
+        else if (!norm) {
+            unsigned int f;
+            memcpy(&f, host, sizeof f);
+            res->flag = f != 0u;
+        } else {
+            for (j = 0; j < nl; ++j)
+                accel__amp_fold(kp->mode, (const double *)(host + off) + (size_t)j * (size_t)gcap, gs[j], res);
+        }
     }
 done:
     accel_host_free(acc, A);
     accel_host_free(acc, gs);
-    accel_host_free(acc, host);
     return r;
 }
 
 /* Plans the buffers h[0, count) for kind (see accel__amp_prepare) and runs them. */
 static accel_result accel__amp_exec(accel *acc, int kind, accel__amp_mt *h, int count, const accel__amp_kp *kp,
                                     accel__amp_part *res, const char *what) {
-    long long *units = (long long *)accel_host_alloc(acc, sizeof(long long) * (size_t)(count > 0 ? count : 1));
     accel_result r;
     int k = 0;
     if (res) memset(res, 0, sizeof *res);
-    if (!units) return ACCEL_ERR_OUT_OF_MEMORY;
-    r = accel__amp_prepare(acc, kind, h, count, kp, units, &k, what);
-    if (r == ACCEL_OK) r = accel__amp_run(acc, kind, h, units, k, kp, res);
-    accel_host_free(acc, units);
-    return r;
+    r = accel__amp_prepare(acc, kind, h, count, kp, &k, what);
+    return r == ACCEL_OK ? accel__amp_run(acc, kind, h, k, kp, res) : r;
 }
 #endif
 

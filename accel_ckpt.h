@@ -6,8 +6,11 @@
    CONTENTS
      USAGE
      STATE OF OTHER OBJECTS           the core's contract; your own objects
+     PRE-HOOKS                        extra files of your own (a tokenizer, a config) in every checkpoint
      FILES OF A CHECKPOINT DIRECTORY  Accelerate's names
      CRASH SAFETY
+     FALLBACK                         a damaged newest checkpoint: the one before it, with a WARN
+     ASYNC SAVES                      desc.async: the loop stalls for the snapshot only
      OPTIONS                          accel_ckpt_desc
      ERRORS
      THREADS AND STREAMS
@@ -49,6 +52,24 @@
      and save_state keep that message and put the file in front of it: "load_state: my.bin: my_state: 12 bytes, …".
      State that every rank saves separately (a ZeRO shard: accel_zero.h) registers with accel_ckpt_register_sharded.
 
+   PRE-HOOKS (Accelerate's register_save_state_pre_hook / register_load_state_pre_hook)
+       static accel_result save_tok(void *user, const char *dir) {   // dir: where the checkpoint is being written
+           char p[4096]; snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+           return write_my_file(p, user) ? ACCEL_OK : accel_set_error(NULL, ACCEL_ERR_IO, "cannot write %s", p);
+       }
+       accel_ckpt_register_save_pre_hook(ck, save_tok, &tok);   // and _load_pre_hook(ck, load_tok, &tok)
+     A save pre-hook runs on every process in save_state, after the temporary directory exists and before accel's
+     own files are written (an async save: before the snapshot, so it adds to the stall). The files it writes there
+     (any process's, on a shared filesystem) become part of the checkpoint: listed with their size and checksum in
+     the marker, fsync'd before it, renamed into place with the rest, removed by rotation with the rest, verified by
+     load_state (a damaged one makes the checkpoint damaged: FALLBACK). They must be regular files whose names accel's
+     own files do not use and that do not start with '.' (else save_state fails with ACCEL_ERR_INVALID_ARGUMENT). A
+     load pre-hook runs on every process in load_state with the chosen checkpoint directory, after every file of it
+     was verified and before anything is applied (Accelerate calls it before loading too), so it reads verified
+     files. A failing hook fails save_state / load_state on every process: no checkpoint is published, nothing is
+     loaded; its message is kept ("save_state: save pre-hook 0: <its message>"). Accelerate's hooks also receive
+     the models and their state dicts; here the hook's user pointer carries whatever it needs.
+
    FILES OF A CHECKPOINT DIRECTORY (Accelerate's names, safetensors/JSON/bytes instead of pickles)
      model.safetensors, model_1.safetensors, …   registered models (metadata {"format":"pt"})        main process
      optimizer.safetensors, optimizer_1…          registered optimizer tensors (Accelerate: optimizer.bin)   main
@@ -58,6 +79,7 @@
                                                   (Accelerate: custom_checkpoint_<i>.pkl)                       main
      <name>_<rank>.bin                            every process: accel_ckpt_register_sharded objects (e.g. a ZeRO
                                                   shard of the optimizer state, accel_zero_state_save)
+     any other name                               files of save pre-hooks (PRE-HOOKS)
      random_states_<rank>.bin                     every process: its accel_state_save() bytes (ACCEL_STATE_BYTES:
                                                   step and optimizer/scheduler counters, sync flags, RNG seed and
                                                   offset; Accelerate: random_states_<rank>.pkl)
@@ -80,12 +102,60 @@
      Rotation renames a victim to a hidden name before deleting it. Stale hidden directories are removed by the next
      automatic save. accel_ckpt_latest() returns the newest complete checkpoint.
 
+   FALLBACK (load_state(ck, NULL), one policy)
+     The candidates are every checkpoint_<N> directory under project_dir/checkpoints, newest first. When the newest
+     is damaged — no completion marker or an unreadable one, a file of the marker missing, truncated or grown, a
+     checksum mismatch (all ACCEL_ERR_FORMAT, on any process) — load_state logs a WARN on the main process naming
+     the directory and why ("load_state: skipping <dir> (<the verification's message>); loading the newest complete
+     checkpoint before it") and tries the next older one, until one verifies (it is loaded, ACCEL_OK) or none is
+     left (ACCEL_ERR_NOT_FOUND, "starting fresh" as without checkpoints). Nothing is modified on disk: the skipped
+     directories stay for inspection (`accel ckpt ls` marks them), and the iteration continues past the newest
+     skipped one, so the next automatic save never collides with it. Failures that are not the checkpoint's damage —
+     a registration that does not match it (a tensor's dtype, a missing object file), I/O errors such as EACCES,
+     memory — are returned at once, without fallback. desc.no_fallback makes a damaged newest checkpoint an error
+     (its verification message, ACCEL_ERR_FORMAT) instead. An explicit input_dir is never substituted.
+
+   ASYNC SAVES (desc.async = ACCEL_ON)
+       cd.async = ACCEL_ON;                   // optional: cd.async_max_bytes = 2ull << 30; cd.on_range = ...
+       accel_ckpt_save_state(ck, NULL, NULL, 0);   // returns after the snapshot; a writer thread does the rest
+       ... train ...
+       accel_ckpt_wait(ck);                   // optional: the next save / load_state / destroy wait anyway
+     save_state takes a snapshot and returns: every registered tensor is copied into one pinned host buffer
+     (desc.pinned_allocator; device tensors by cudaMemcpyAsync on acc->stream, then one event the writer waits for,
+     host tensors by memcpy) and every object's state is captured (its save callback runs in save_state, as in a
+     synchronous save). A writer thread (one per accel_ckpt, started by the first async save) then writes, hashes,
+     fsyncs, seals, renames and rotates exactly as a synchronous save does: the files are byte-identical, and the
+     CRASH SAFETY above holds (a kill during the background write leaves the previous checkpoint the newest complete
+     one). The tensors may change as soon as save_state returns.
+     - One write in flight: the next save_state, load_state, accel_ckpt_wait and accel_ckpt_destroy first wait for it
+       (collectives, as save_state is). Two saves never interleave.
+     - Errors of the background write (ENOSPC, EIO, a failed rename, another process's failure) are kept and returned
+       by that next call on every process ("save_state: the background write of <dir> failed: ..."), once; that
+       checkpoint was not published, so the previous one stays the newest. The iteration has advanced (the next
+       automatic save does not reuse the failed name). destroy logs such an error at error level.
+     - Memory: the snapshot is allocated by the first save and reused (grown when the state grows).
+       desc.async_max_bytes bounds it: the longest tail of the state, in file order, that fits is snapshotted, and
+       save_state writes the part before it synchronously from the live tensors before returning — the stall grows,
+       the memory never exceeds the budget. 0: the whole state.
+     - Several processes: each process's writer writes its own files (random_states_<rank>.bin, sharded state such as
+       ZeRO shards) into the shared temporary directory and leaves a .done_<rank> there; the owner's writer seals and
+       publishes once every process's .done_ is present (or the calling threads agree that one failed).
+     - desc.on_range (accel.h's accel_range_fn; accel_prof_record_range with range_user = the profiler) is told
+       "checkpoint_snapshot" (the time save_state stalled) on the calling thread and "checkpoint_write" (the
+       background work, which spans training steps) on the writer thread.
+     - The writer thread neither allocates nor records errors (its first failure waits in the job); the calling
+       thread must not call accel_ckpt functions concurrently, as everywhere (THREADS AND STREAMS).
+
    OPTIONS (accel_ckpt_desc, zero = default)
      project_dir                  NULL → acc->desc.project_dir; automatic names go to project_dir/checkpoints.
      automatic_checkpoint_naming  nonzero: save_state(ck, NULL) writes checkpoint_<iteration>.
      total_limit                  keep this many newest complete checkpoints (0: all; automatic naming only).
      iteration                    the first iteration number (ProjectConfiguration.iteration).
      save_on_each_node            nonzero: each node's local main process writes the global files.
+     no_fallback                  nonzero: a damaged newest checkpoint fails load_state(NULL) instead (FALLBACK).
+     async                        ACCEL_ON: save_state snapshots and a writer thread writes (ASYNC SAVES).
+     async_max_bytes              async: the snapshot's budget in bytes (0: the whole state).
+     on_range, range_user         NULL, or a range callback told about the snapshot and the background write.
      Memory: every allocation goes through the Accelerator's allocators (accel.h "MEMORY"), staging buffers of device
      tensors through desc.pinned_allocator.
 
@@ -100,8 +170,9 @@
      RNG before custom objects).
      accel_ckpt_load_state(ck, NULL) returns ACCEL_ERR_NOT_FOUND only when there is no complete checkpoint yet: an
      expected outcome, logged once at info level by the main process ("no checkpoint under <dir>: starting
-     fresh"); a checkpoint that exists but lacks something registered is ACCEL_ERR_INVALID_ARGUMENT or
-     ACCEL_ERR_FORMAT. A failed callback's own message stays in accel_last_error (see above). An explicit
+     fresh"); damaged ones were skipped with a WARN each (FALLBACK). A checkpoint that exists but lacks something
+     registered is ACCEL_ERR_INVALID_ARGUMENT or ACCEL_ERR_FORMAT. A failed callback's own message stays in
+     accel_last_error (see above). An explicit
      save_state directory that exists is replaced (atomically swapped) only when it is empty or an accel checkpoint.
      A completed save whose rotation (total_limit) fails still succeeds; the failure is logged at warn level.
 
@@ -109,7 +180,8 @@
      One thread at a time per accel / accel_ckpt. save_state hashes host data in a helper pthread while the calling
      thread writes, and verification hashes two files at a time (link with -pthread where libc needs it); the helper
      threads neither allocate nor record errors. Device tensors are staged as accel_safetensors.h stages them (on
-     acc->stream); a call returns when the data is on disk / in the destination. save_state and load_state are
+     acc->stream); a call returns when the data is on disk / in the destination (async saves: when the snapshot is
+     taken, ASYNC SAVES). save_state and load_state are
      collectives: every process calls them. Everything else is local.
 
    DIFFERENCES FROM ACCELERATE (deliberate; docs/semantics.md §5 and "Policies")
@@ -140,6 +212,11 @@ typedef struct accel_ckpt_desc {
     int total_limit;                  /* 0 = keep all (automatic naming only) */
     int iteration;                    /* first iteration number (ProjectConfiguration.iteration) */
     int save_on_each_node;            /* nonzero: each node's local main process writes the global files */
+    accel_toggle async;               /* ACCEL_ON: save_state snapshots and returns, a writer thread writes (ASYNC) */
+    uint64_t async_max_bytes;         /* async: the snapshot's budget (0: the whole state); the rest is written first */
+    accel_range_fn on_range;          /* NULL, or told "checkpoint_snapshot" / "checkpoint_write" and their times */
+    void *range_user;                 /* on_range's first argument (accel_prof_record_range: the accel_prof *) */
+    int no_fallback;                  /* nonzero: load_state(NULL) fails on a damaged newest checkpoint (FALLBACK) */
 } accel_ckpt_desc;
 
 typedef struct accel_ckpt accel_ckpt;
@@ -164,11 +241,24 @@ typedef accel_result (*accel_ckpt_load_all_fn)(void *obj, const void *const *buf
    (required). */
 ACCEL_API accel_result accel_ckpt_register_sharded(accel_ckpt *ck, const char *name, accel_state_save_fn save,
                                                    accel_ckpt_load_all_fn load, void *obj);
+/* Accelerate's register_save_state_pre_hook / register_load_state_pre_hook (PRE-HOOKS): hook(user, dir) runs on
+   every process in save_state before accel's files are written, dir = the checkpoint's temporary directory (files it
+   writes there become part of the checkpoint: in the marker, verified on load, renamed into place with the rest), and
+   in load_state once the checkpoint dir is chosen and verified, before anything is applied. A failure (recorded with
+   accel_set_error) fails the call on every process. Hooks run in registration order; every process registers the
+   same ones. */
+typedef accel_result (*accel_ckpt_hook_fn)(void *user, const char *dir);
+ACCEL_API accel_result accel_ckpt_register_save_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user);
+ACCEL_API accel_result accel_ckpt_register_load_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user);
 /* Collective. output_dir NULL → automatic naming (an existing target is an error). out_dir (may be NULL)
    receives the final directory. iteration += 1 after a successful save (as Accelerate). */
 ACCEL_API accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap);
-/* Collective. input_dir NULL → the newest complete checkpoint under project_dir/checkpoints; ACCEL_ERR_NOT_FOUND
-   (logged at info level, not an error to print) when there is none yet. Verifies everything (marker, sizes,
+/* Collective. Waits for the async save in flight (ASYNC SAVES): ACCEL_OK once it is published, else its error, on
+   every process (returned once; that checkpoint was not published). ACCEL_OK at once when none is in flight. */
+ACCEL_API accel_result accel_ckpt_wait(accel_ckpt *ck);
+/* Collective. input_dir NULL → the newest complete checkpoint under project_dir/checkpoints, skipping damaged newer
+   ones with a WARN (FALLBACK; desc.no_fallback: an error instead); ACCEL_ERR_NOT_FOUND (logged at info level, not
+   an error to print) when there is none yet. Verifies everything (marker, sizes,
    checksums, tensor names/dtypes/shapes, object files, training states) on every process before applying; restores
    the Accelerator's training state with accel_state_load (accel_state_load_resharded on another number of
    processes), the registered objects and the iteration (policy 5). */
@@ -198,11 +288,13 @@ ACCEL_API accel_result accel_ckpt_verify(accel *acc, const char *dir);
      4. save_state
      5. load_state */
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
 #include <limits.h>
+#include <time.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <dirent.h>
@@ -227,6 +319,7 @@ typedef struct accel__ckpt_sobj {
     void *obj;
 } accel__ckpt_sobj;
 
+struct accel__ckpt_hook { accel_ckpt_hook_fn fn; void *user; };
 struct accel_ckpt {
     accel *acc;
     accel_ckpt_desc d;
@@ -236,9 +329,16 @@ struct accel_ckpt {
     accel__ckpt_sobj *sobjs;            /* accel_ckpt_register_sharded */
     int n_custom;
     int iteration;
+    struct accel__ckpt_hook *save_hooks, *load_hooks; /* stb_ds arrays: pre-hooks (PRE-HOOKS) */
+    int hook_files;                     /* save_state, owner: the files the save pre-hooks wrote (the marker's room) */
+    struct accel__ckpt_async *as;       /* async saves: the writer thread and the snapshot (4. save_state) */
 };
+typedef struct accel__ckpt_async accel__ckpt_async;
+static void accel__ckpt_async_end(accel_ckpt *ck);
 
 #define ACCEL__CKPT_MARKER "checkpoint_complete.json"
+/* The most bytes one file's entry takes in the marker (a name of < 96 bytes JSON-escaped, its size and checksum). */
+#define ACCEL__CKPT_MARKER_ENTRY 720
 
 static void accel__ckpt_group_free(accel *acc, accel__ckpt_group *g) {
     int i;
@@ -248,6 +348,7 @@ static void accel__ckpt_group_free(accel *acc, accel__ckpt_group *g) {
 ACCEL__DEF void accel_ckpt_destroy(accel_ckpt *ck) {
     int i;
     if (!ck) return;
+    accel__ckpt_async_end(ck); /* the write in flight first (collective then) */
     for (i = 0; i < (int)stbds_arrlen(ck->models); ++i) accel__ckpt_group_free(ck->acc, &ck->models[i]);
     for (i = 0; i < (int)stbds_arrlen(ck->optims); ++i) accel__ckpt_group_free(ck->acc, &ck->optims[i]);
     for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i) accel_host_free(ck->acc, ck->objs[i].name);
@@ -256,6 +357,8 @@ ACCEL__DEF void accel_ckpt_destroy(accel_ckpt *ck) {
     stbds_arrfree(ck->optims);
     stbds_arrfree(ck->objs);
     stbds_arrfree(ck->sobjs);
+    stbds_arrfree(ck->save_hooks);
+    stbds_arrfree(ck->load_hooks);
     accel_host_free(ck->acc, ck);
 }
 ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *desc, accel_ckpt **out) {
@@ -263,6 +366,9 @@ ACCEL__DEF accel_result accel_ckpt_create(accel *acc, const accel_ckpt_desc *des
     const char *pd;
     if (!acc || !out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_create: NULL argument");
     *out = NULL;
+    if (desc && (desc->async < ACCEL_OFF || desc->async > ACCEL_ON))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_desc: async=%d is not an accel_toggle",
+                           (int)desc->async);
     if (desc && (desc->total_limit < 0 || desc->iteration < 0))
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
                            "accel_ckpt_desc: total_limit=%d and iteration=%d must be >= 0", desc->total_limit,
@@ -411,6 +517,22 @@ ACCEL__DEF accel_result accel_ckpt_register_sharded(accel_ckpt *ck, const char *
 /* Root causes of registered callbacks. Whether a callback recorded a message at all is the core's error sequence
    (accel__error_seq: it moves with every failure recorded anywhere); where: on its object's Accelerator (normally
    ck->acc: its buffer changed) or, for an object without one, in the process-wide buffer (the manual's two places). */
+static accel_result accel__ckpt_add_hook(accel_ckpt *ck, struct accel__ckpt_hook **arr, accel_ckpt_hook_fn fn,
+                                         void *user, const char *what) {
+    struct accel__ckpt_hook h;
+    if (!ck || !fn) return ACCEL__FAIL(ck ? ck->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL argument", what);
+    h.fn = fn;
+    h.user = user;
+    if (ACCEL__ARR_PUT(*arr, h) != 0) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_ckpt_register_save_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user) {
+    return accel__ckpt_add_hook(ck, ck ? &ck->save_hooks : NULL, hook, user, "register_save_pre_hook");
+}
+ACCEL__DEF accel_result accel_ckpt_register_load_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user) {
+    return accel__ckpt_add_hook(ck, ck ? &ck->load_hooks : NULL, hook, user, "register_load_pre_hook");
+}
+
 typedef struct accel__ckpt_errmark { unsigned long seq; char own[ACCEL_ERROR_CAPACITY]; } accel__ckpt_errmark;
 static void accel__ckpt_errmark_now(const accel *acc, accel__ckpt_errmark *m) {
     m->seq = accel__error_seq();
@@ -430,18 +552,31 @@ static accel_result accel__ckpt_callback_failed(accel *acc, accel_result r, cons
     return ACCEL__FAIL(acc, r, "%s: %s: %.700s", what, file, m);
 }
 
+/* Runs the pre-hooks of save_state or load_state (what) on dir, in registration order; the first failure is the
+   result, its message kept as a callback's ("save_state: save pre-hook 1: <its message>"). */
+static accel_result accel__ckpt_run_hooks(accel_ckpt *ck, const struct accel__ckpt_hook *hooks, const char *dir,
+                                          const char *what, const char *kind) {
+    int i;
+    for (i = 0; i < (int)stbds_arrlen(hooks); ++i) {
+        accel__ckpt_errmark mark;
+        accel_result r;
+        char which[48];
+        accel__ckpt_errmark_now(ck->acc, &mark);
+        r = hooks[i].fn(hooks[i].user, dir);
+        if (r != ACCEL_OK) {
+            accel__fmt(which, sizeof which, "%s pre-hook %d", kind, i);
+            return accel__ckpt_callback_failed(ck->acc, r, &mark, what, which);
+        }
+    }
+    return ACCEL_OK;
+}
+
 /* The Accelerator's own training state as a registered-like object (accel_state_save has the contract's shape). */
 static accel_result accel__ckpt_core_state_save(void *acc, void *buf, size_t cap, size_t *size) {
     return accel_state_save((accel *)acc, buf, cap, size);
 }
 
 typedef struct accel__ckpt_written { char name[96]; uint64_t bytes, hash; } accel__ckpt_written;
-static accel_result accel__ckpt_put_written(accel *acc, accel__ckpt_written **list, const accel__ckpt_written *w) {
-    if (ACCEL__ARR_PUT(*list, *w) != 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s: out of memory", w->name);
-    return ACCEL_OK;
-}
-
 static void accel__ckpt_group_file(char *out, size_t cap, const char *stem, int i) {
     if (i == 0) accel__fmt(out, cap, "%s.safetensors", stem);
     else accel__fmt(out, cap, "%s_%d.safetensors", stem, i);
@@ -503,15 +638,6 @@ static int accel__ckpt_hash_file_raw(const char *path, uint64_t *bytes, uint64_t
     *hash = accel__st_xxh64_final(&h);
     return 0;
 }
-static accel_result accel__ckpt_hash_file(accel *acc, const char *path, uint64_t *bytes, uint64_t *hash) {
-    int e = accel__ckpt_hash_file_raw(path, bytes, hash);
-    if (e == 0) return ACCEL_OK;
-    errno = e;
-    if (e == ENOENT) return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "%.400s does not exist", path);
-    if (e == EINVAL) return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%.400s is not a regular file", path);
-    return accel__io_fail(acc, "cannot read", path);
-}
-
 /* "Not a complete checkpoint" outcomes: recorded as ACCEL_ERR_FORMAT, or only returned when `quiet` (listing probes
    many directories, most of them legitimately incomplete; real failures — I/O, memory — are always recorded). */
 #define ACCEL__CKPT_INCOMPLETE(acc, quiet, ...)                                                                        \
@@ -701,60 +827,6 @@ ACCEL__DEF accel_result accel_ckpt_verify(accel *acc, const char *dir) {
     return accel__ckpt_check_complete(acc, dir, 1, 0, NULL);
 }
 
-/* The owner's part of sealing a checkpoint: hash the files it did not write, write the marker, fsync. */
-static accel_result accel__ckpt_write_marker(accel *acc, const char *tmp, accel__ckpt_written **written) {
-    DIR *d = opendir(tmp);
-    struct dirent *de;
-    char path[4200];
-    accel_result r = ACCEL_OK;
-    accel__sb b;
-    accel__st_name_file *order;
-    int nw, i;
-    if (!d) return accel__io_fail(acc, "cannot list", tmp);
-    while (r == ACCEL_OK && (de = readdir(d)) != NULL) {
-        accel__ckpt_written w;
-        int k, mine = 0;
-        if (de->d_name[0] == '.' || !strcmp(de->d_name, ACCEL__CKPT_MARKER)) continue;
-        for (k = 0; k < (int)stbds_arrlen(*written); ++k)
-            if (!strcmp((*written)[k].name, de->d_name)) mine = 1;
-        if (mine || strlen(de->d_name) >= sizeof w.name) continue;
-        accel__fmt(w.name, sizeof w.name, "%s", de->d_name);
-        accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
-        r = accel__ckpt_hash_file(acc, path, &w.bytes, &w.hash);
-        if (r == ACCEL_OK && ACCEL__ARR_PUT(*written, w) != 0)
-            r = ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER ": out of memory");
-    }
-    closedir(d);
-    if (r != ACCEL_OK) return r;
-    nw = (int)stbds_arrlen(*written);
-    order = (accel__st_name_file *)accel_host_alloc(acc, sizeof(accel__st_name_file) * (size_t)(nw ? nw : 1));
-    if (!order) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER);
-    for (i = 0; i < nw; ++i) { order[i].name = (*written)[i].name; order[i].shard = i; }
-    qsort(order, (size_t)nw, sizeof *order, accel__st_name_file_cmp);
-    accel__sb_init(&b, acc);
-    accel__sb_puts(&b, "{\"files\": {");
-    for (i = 0; i < nw; ++i) {
-        char hx[24];
-        const accel__ckpt_written *w = &(*written)[order[i].shard];
-        if (i) accel__sb_puts(&b, ", ");
-        accel__sb_json_str(&b, w->name, strlen(w->name), 1);
-        accel__sb_puts(&b, ": {\"bytes\": ");
-        accel__st_sb_u64(&b, w->bytes);
-        accel__fmt(hx, sizeof hx, "%016llx", (unsigned long long)w->hash);
-        accel__sb_puts(&b, ", \"xxh64\": \"");
-        accel__sb_puts(&b, hx);
-        accel__sb_puts(&b, "\"}");
-    }
-    accel__sb_puts(&b, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
-    accel_host_free(acc, order);
-    accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, tmp);
-    r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER)
-              : accel__write_file(acc, path, b.p, b.n, 0);
-    accel__sb_free(&b);
-    if (r == ACCEL_OK && accel__fsync_dir(tmp) != 0) r = accel__io_fail(acc, "cannot fsync directory", tmp);
-    return r;
-}
-
 /* -------------------------------------------------------------------------------------- 3. listing and rotation */
 /* Complete checkpoints under dir, sorted ascending by number. */
 typedef struct accel__ckpt_ent { long num; char name[64]; } accel__ckpt_ent;
@@ -762,9 +834,10 @@ static int accel__ckpt_ent_cmp(const void *a, const void *b) {
     long x = ((const accel__ckpt_ent *)a)->num, y = ((const accel__ckpt_ent *)b)->num;
     return x < y ? -1 : x > y;
 }
-/* *out: stb_ds array of the complete checkpoint_<N> directories (empty when dir does not exist). Incomplete ones are
-   skipped silently; anything else that goes wrong (an unreadable directory or marker, memory) is an error. */
-static accel_result accel__ckpt_list_ckpts(accel *acc, const char *dir, accel__ckpt_ent **out) {
+/* *out: stb_ds array of the complete checkpoint_<N> directories (empty when dir does not exist), or with `all` of
+   every checkpoint_<N> directory (load_state's candidates: it checks them itself). Incomplete ones are skipped
+   silently; anything else that goes wrong (an unreadable directory or marker, memory) is an error. */
+static accel_result accel__ckpt_list(accel *acc, const char *dir, int all, accel__ckpt_ent **out) {
     DIR *d = opendir(dir);
     struct dirent *de;
     accel__ckpt_ent *list = NULL;
@@ -777,7 +850,7 @@ static accel_result accel__ckpt_list_ckpts(accel *acc, const char *dir, accel__c
         if (!accel__ckpt_number(de->d_name, &e.num) || strlen(de->d_name) >= sizeof e.name) continue;
         accel__fmt(path, sizeof path, "%s/%s", dir, de->d_name);
         if (!accel__is_dir(path)) continue;
-        r = accel__ckpt_check_complete(acc, path, 0, 1, NULL);
+        if (!all) r = accel__ckpt_check_complete(acc, path, 0, 1, NULL);
         if (r == ACCEL_ERR_FORMAT) { r = ACCEL_OK; continue; } /* incomplete: not a checkpoint (yet) */
         if (r != ACCEL_OK) break;
         accel__fmt(e.name, sizeof e.name, "%s", de->d_name);
@@ -798,7 +871,7 @@ ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out
     int n;
     if (!dir || !out || cap == 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "latest: NULL argument");
     out[0] = 0;
-    r = accel__ckpt_list_ckpts(acc, dir, &list);
+    r = accel__ckpt_list(acc, dir, 0, &list);
     if (r != ACCEL_OK) return r;
     n = (int)stbds_arrlen(list);
     if (n == 0) r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint under %.400s", dir);
@@ -808,32 +881,6 @@ ACCEL__DEF accel_result accel_ckpt_latest(accel *acc, const char *dir, char *out
     }
     stbds_arrfree(list);
     return r;
-}
-
-/* total_limit: the oldest complete checkpoints beyond the limit go, never the one just written. Each is renamed to
-   a hidden name first, so none is ever half-deleted in view. The new checkpoint is already published: a failure here
-   cannot undo the save, so it is logged (warn) instead of returned. */
-static void accel__ckpt_rotate(accel *acc, const char *parent, const char *keep, int total_limit) {
-    accel__ckpt_ent *list = NULL;
-    int n, k;
-    if (accel__ckpt_list_ckpts(acc, parent, &list) != ACCEL_OK) {
-        accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) skipped: %s", total_limit,
-                  accel_last_error(acc));
-        return;
-    }
-    n = (int)stbds_arrlen(list);
-    for (k = 0; k + total_limit < n; ++k) {
-        char victim[4200], hidden[4200];
-        accel__fmt(victim, sizeof victim, "%s/%s", parent, list[k].name);
-        if (!strcmp(victim, keep)) continue;
-        accel__fmt(hidden, sizeof hidden, "%s/.%s.del", parent, list[k].name);
-        accel__rmtree(hidden);
-        if (rename(victim, hidden) != 0 || accel__rmtree(hidden) != 0)
-            accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) could not remove %s: %s", total_limit,
-                      victim, strerror(errno));
-    }
-    stbds_arrfree(list);
-    accel__fsync_dir(parent);
 }
 
 /* Removes hidden leftovers (.checkpoint_N.tmp/.del/.old) of interrupted saves under parent. */
@@ -914,6 +961,45 @@ static int accel__ckpt_exists_not_dir(const char *p) {
     return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
+/* A name accel's own files of a checkpoint use (or may use on another process): a pre-hook must not write it. */
+static int accel__ckpt_reserved_name(const accel_ckpt *ck, const char *n) {
+    size_t l = strlen(n);
+    int i, st = l > 12 && !strcmp(n + l - 12, ".safetensors");
+    if (!strcmp(n, ACCEL__CKPT_MARKER) || !strcmp(n, "accelerator_state.json") || !strncmp(n, "random_states_", 14))
+        return 1;
+    if (st && (!strncmp(n, "model", 5) || !strncmp(n, "optimizer", 9))) return 1;
+    for (i = 0; i < (int)stbds_arrlen(ck->objs); ++i)
+        if (!strcmp(n, ck->objs[i].name)) return 1;
+    for (i = 0; i < (int)stbds_arrlen(ck->sobjs); ++i)
+        if (accel__ckpt_is_sharded_file(n, ck->sobjs[i].name)) return 1;
+    return !strncmp(n, "custom_checkpoint_", 18);
+}
+/* Owner, after every process's save pre-hooks ran: what they wrote into tmp must be plain files with names accel's
+   own files do not use (those would be overwritten); their count makes room in the marker (ck->hook_files). */
+static accel_result accel__ckpt_hook_files(accel_ckpt *ck, const char *tmp) {
+    DIR *d = opendir(tmp);
+    struct dirent *de;
+    accel_result r = ACCEL_OK;
+    ck->hook_files = 0;
+    if (!d) return accel__io_fail(ck->acc, "cannot list", tmp);
+    while (r == ACCEL_OK && (de = readdir(d)) != NULL) {
+        char path[4200];
+        struct stat st;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
+        if (de->d_name[0] == '.' || lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || strlen(de->d_name) >= 96)
+            r = ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: a save pre-hook left %.400s: only "
+                            "regular files with names of < 96 bytes not starting with '.' can be part of a checkpoint",
+                            path);
+        else if (accel__ckpt_reserved_name(ck, de->d_name))
+            r = ACCEL__FAIL(ck->acc, ACCEL_ERR_INVALID_ARGUMENT, "save_state: a save pre-hook wrote %s, a name the "
+                            "checkpoint's own files use", de->d_name);
+        else ck->hook_files++;
+    }
+    closedir(d);
+    return r;
+}
+
 /* The owner checks the target and creates the empty temporary sibling. */
 static accel_result accel__ckpt_save_prepare(accel_ckpt *ck, const accel__ckpt_save_paths *sp) {
     accel *acc = ck->acc;
@@ -935,130 +1021,734 @@ static accel_result accel__ckpt_save_prepare(accel_ckpt *ck, const accel__ckpt_s
     return ACCEL_OK;
 }
 
-/* Writes one object's bytes through the state contract's two calls (size, then bytes). */
-static accel_result accel__ckpt_save_obj(accel *acc, const accel__ckpt_obj *o, const char *dir,
-                                         accel__ckpt_written *w) {
-    size_t need = 0, got = 0;
-    void *buf;
-    char path[4200];
-    accel__ckpt_errmark mark;
-    accel_result r;
-    accel__ckpt_errmark_now(acc, &mark);
-    r = o->save(o->obj, NULL, 0, &need);
-    if (r != ACCEL_OK) return accel__ckpt_callback_failed(acc, r, &mark, "save_state", o->name);
-    buf = accel_host_alloc(acc, need ? need : 1);
-    if (!buf) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s (%zu bytes)", o->name, need);
-    accel__ckpt_errmark_now(acc, &mark);
-    r = o->save(o->obj, buf, need, &got);
-    if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "save_state", o->name);
-    else if (got > need)
-        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE,
-                        "save_state: %s: the state grew from %zu to %zu bytes between the save callback's "
-                        "two calls",
-                        o->name, need, got);
-    if (r == ACCEL_OK) {
-        accel__fmt(path, sizeof path, "%s/%s", dir, o->name);
-        r = accel__write_file(acc, path, buf, got, 0);
-        accel__fmt(w->name, sizeof w->name, "%s", o->name);
-        w->bytes = got;
-        w->hash = accel_st_xxh64(buf, got, 0);
+/* A save is a job: the files this process writes, in order — each a head (a safetensors header, or an object's
+   whole state) followed by spans of tensor data — built on the calling thread, and the steps that write them, seal
+   the checkpoint (the marker), publish it (the rename) and rotate. A synchronous save runs the steps on the calling
+   thread; an async one copies the spans into its pinned snapshot and runs the same steps on the writer thread. The
+   steps never allocate (the job holds all they need) and, on the writer thread (job->bg), record no error: the first
+   failure waits in the job (res, msg) until the calling thread records it at the next checkpoint call. */
+typedef struct accel__ckpt_span { const void *p; uint64_t n; int dev; } accel__ckpt_span; /* dev: live device data */
+typedef struct accel__ckpt_file {
+    char name[96];
+    char *head;               /* acc's allocator */
+    size_t head_n;
+    accel__ckpt_span *spans;  /* acc's allocator */
+    int nspans, next;         /* next: spans written so far (a file the caller began, the writer thread finishes) */
+    int fd, done;             /* fd >= 0 while the file is open */
+    accel__st_xxh64 h;
+    uint64_t bytes;
+} accel__ckpt_file;
+
+typedef struct accel__ckpt_job {
+    accel_ckpt *ck;
+    accel__ckpt_save_paths sp;
+    accel__ckpt_file *files;
+    int nfiles;
+    int bg;                       /* the steps run on the writer thread */
+    int peers;                    /* async owner: the other processes writing into sp.tmp (it awaits their .done_*) */
+    int sentinel;                 /* async, not the owner: create .done_<rank> once this process's files are written */
+    int bg_file;                  /* the writer thread starts at this file (at its span `next`) */
+    int device_copy;              /* the snapshot holds device data: the writer thread waits for the event first */
+    accel__ckpt_written *written; /* capacity cap_written: this process's files, then (owner) the other processes' */
+    int nwritten, cap_written;
+    accel__sb marker;             /* owner: reserved when the job is built, so sealing never grows it */
+    accel__ckpt_ent *victims;     /* owner: stb_ds list of the complete checkpoints before this save */
+    int nvictims;                 /* the first nvictims of them go once the new one is published (total_limit) */
+    accel_result res;             /* writer thread: the first failure and its message */
+    char msg[ACCEL_ERROR_CAPACITY];
+    char warn[600];               /* writer thread: a rotation failure, logged by the calling thread */
+} accel__ckpt_job;
+
+static accel_result accel__ckpt_job_fail(accel__ckpt_job *job, accel_result r, const char *fmt, ...)
+    ACCEL__PRINTF(3, 4);
+static accel_result accel__ckpt_job_fail(accel__ckpt_job *job, accel_result r, const char *fmt, ...) {
+    char m[ACCEL_ERROR_CAPACITY];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    if (!job->bg) return ACCEL__FAIL(job->ck->acc, r, "%s", m);
+    if (job->res == ACCEL_OK) {
+        job->res = r;
+        accel__fmt(job->msg, sizeof job->msg, "%s", m);
     }
-    accel_host_free(acc, buf);
     return r;
 }
+static accel_result accel__ckpt_job_io(accel__ckpt_job *job, const char *what, const char *path) {
+    int e = errno;
+    return accel__ckpt_job_fail(job, ACCEL_ERR_IO, "%s %.400s: %s", what, path, strerror(e));
+}
 
-/* The files: the global ones by the owner, random_states_<rank>.bin (accel_state_save) by every process. */
-static accel_result accel__ckpt_save_files(accel_ckpt *ck, const char *tmp, int owner, accel__ckpt_written **written) {
-    accel *acc = ck->acc;
-    char path[4200], name[64];
-    accel__ckpt_obj core;
-    accel__ckpt_written w;
-    accel_result r = ACCEL_OK;
+static void accel__ckpt_job_free(accel__ckpt_job *job) {
+    accel *acc = job->ck->acc;
     int i;
-    if (owner) {
-        const char *meta[2] = {"format", "pt"};
-        for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i) {
-            accel__ckpt_group_file(w.name, sizeof w.name, "model", i);
-            accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-            r = accel__st_save(acc, path, ck->models[i].t, ck->models[i].n, meta, 1, 0, &w.bytes, &w.hash);
-            if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
+    for (i = 0; job->files && i < job->nfiles; ++i) {
+        if (job->files[i].fd >= 0) close(job->files[i].fd);
+        accel_host_free(acc, job->files[i].head);
+        accel_host_free(acc, job->files[i].spans);
+    }
+    accel_host_free(acc, job->files);
+    accel_host_free(acc, job->written);
+    accel__sb_free(&job->marker);
+    stbds_arrfree(job->victims);
+    memset(job, 0, sizeof *job);
+}
+
+/* The bytes of an object's state through the contract's two calls (size, then bytes): *buf from acc's allocator. */
+static accel_result accel__ckpt_capture(accel *acc, const char *what, accel_state_save_fn save, void *obj,
+                                        const char *name, char **buf, size_t *n) {
+    size_t need = 0, got = 0;
+    accel__ckpt_errmark mark;
+    accel_result r;
+    *buf = NULL;
+    accel__ckpt_errmark_now(acc, &mark);
+    r = save(obj, NULL, 0, &need);
+    if (r != ACCEL_OK) return accel__ckpt_callback_failed(acc, r, &mark, what, name);
+    *buf = (char *)accel_host_alloc(acc, need ? need : 1);
+    if (!*buf) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s: %s (%zu bytes)", what, name, need);
+    accel__ckpt_errmark_now(acc, &mark);
+    r = save(obj, *buf, need, &got);
+    if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, what, name);
+    else if (got > need)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_STATE,
+                        "%s: %s: the state grew from %zu to %zu bytes between the save callback's two calls", what,
+                        name, need, got);
+    if (r != ACCEL_OK) {
+        accel_host_free(acc, *buf);
+        *buf = NULL;
+        return r;
+    }
+    *n = got;
+    return ACCEL_OK;
+}
+
+/* A registered tensor group as a file: the safetensors layout's head, and one span per tensor in file order. */
+static accel_result accel__ckpt_job_group(accel *acc, accel__ckpt_file *f, const accel__ckpt_group *g, int meta) {
+    static const char *const pt[2] = {"format", "pt"};
+    accel__st_item *items = NULL;
+    accel__sb hb;
+    uint64_t data = 0;
+    int i;
+    accel_result r = accel__st_layout(acc, f->name, g->t, g->n, meta ? pt : NULL, meta ? 1 : 0, &hb, &items, &data);
+    if (r != ACCEL_OK) return r;
+    f->head = hb.p;
+    f->head_n = hb.n;
+    f->spans = (accel__ckpt_span *)accel__st_zalloc(acc, (size_t)g->n, sizeof *f->spans);
+    if (!f->spans) {
+        accel_host_free(acc, items);
+        return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s", f->name);
+    }
+    for (i = 0; i < g->n; ++i) {
+        f->spans[i].p = items[i].t->ptr;
+        f->spans[i].n = items[i].nbytes;
+        f->spans[i].dev = items[i].nbytes && accel__st_is_device_ptr(items[i].t->ptr);
+    }
+    f->nspans = g->n;
+    accel_host_free(acc, items);
+    return ACCEL_OK;
+}
+
+/* total_limit: the complete checkpoints the rotation removes once this save is published, chosen as the listing after
+   the publish would choose them (the oldest beyond the limit, never the new one) from the listing before it — the
+   writer thread cannot list (it would allocate). A failed listing skips the rotation (warn), not the save. */
+static void accel__ckpt_job_victims(accel_ckpt *ck, accel__ckpt_job *job) {
+    accel *acc = ck->acc;
+    int n, k, limit = ck->d.total_limit;
+    if (!job->sp.owner || !job->sp.automatic || limit <= 0) return;
+    if (accel__ckpt_list(acc, job->sp.parent, 0, &job->victims) != ACCEL_OK) {
+        accel_log(acc, ACCEL_LOG_WARN, "save_state: rotation (total_limit %d) skipped: %s", limit,
+                  accel_last_error(acc));
+        job->victims = NULL;
+        return;
+    }
+    n = (int)stbds_arrlen(job->victims); /* after the publish there are n + 1; position = index among those */
+    for (k = 0; k < n; ++k) {
+        int pos = k + (job->victims[k].num > (long)ck->iteration ? 1 : 0);
+        if (pos + limit < n + 1) job->nvictims = k + 1;
+    }
+}
+
+/* The files of this save: the global ones by the owner (models, optimizers, objects, accelerator_state.json), this
+   rank's training state (accel_state_save) and its sharded objects' bytes by every process. Objects' bytes are
+   captured here; tensor data stays where it is (spans) until written or snapshotted. */
+static accel_result accel__ckpt_job_build(accel_ckpt *ck, const accel__ckpt_save_paths *sp, int async,
+                                          accel__ckpt_job *job) {
+    accel *acc = ck->acc;
+    int nm = (int)stbds_arrlen(ck->models), no = (int)stbds_arrlen(ck->optims), nobj = (int)stbds_arrlen(ck->objs);
+    int ns = (int)stbds_arrlen(ck->sobjs), i, f = 0;
+    accel_result r = ACCEL_OK;
+    memset(job, 0, sizeof *job);
+    job->ck = ck;
+    job->sp = *sp;
+    job->nfiles = (sp->owner ? nm + no + nobj + 1 : 0) + 1 + ns;
+    job->files = (accel__ckpt_file *)accel__st_zalloc(acc, (size_t)job->nfiles, sizeof *job->files);
+    if (!job->files) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state");
+    for (i = 0; i < job->nfiles; ++i) job->files[i].fd = -1;
+    if (sp->owner) {
+        for (i = 0; i < nm && r == ACCEL_OK; ++i, ++f) {
+            accel__ckpt_group_file(job->files[f].name, sizeof job->files[f].name, "model", i);
+            r = accel__ckpt_job_group(acc, &job->files[f], &ck->models[i], 1);
         }
-        for (i = 0; i < (int)stbds_arrlen(ck->optims) && r == ACCEL_OK; ++i) {
-            accel__ckpt_group_file(w.name, sizeof w.name, "optimizer", i);
-            accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-            r = accel__st_save(acc, path, ck->optims[i].t, ck->optims[i].n, NULL, 0, 0, &w.bytes, &w.hash);
-            if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
+        for (i = 0; i < no && r == ACCEL_OK; ++i, ++f) {
+            accel__ckpt_group_file(job->files[f].name, sizeof job->files[f].name, "optimizer", i);
+            r = accel__ckpt_job_group(acc, &job->files[f], &ck->optims[i], 0);
         }
-        for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
-            r = accel__ckpt_save_obj(acc, &ck->objs[i], tmp, &w);
-            if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
+        for (i = 0; i < nobj && r == ACCEL_OK; ++i, ++f) {
+            accel__fmt(job->files[f].name, sizeof job->files[f].name, "%s", ck->objs[i].name);
+            r = accel__ckpt_capture(acc, "save_state", ck->objs[i].save, ck->objs[i].obj, ck->objs[i].name,
+                                    &job->files[f].head, &job->files[f].head_n);
         }
         if (r == ACCEL_OK) { /* ckpt's own fields only: the counters are in random_states_<rank>.bin */
             accel__sb b;
             accel__sb_init(&b, acc);
             accel__sb_printf(&b, "{\"format\": \"accel\", \"iteration\": %d, \"num_processes\": %d, \"version\": 1}\n",
                              ck->iteration, acc->num_processes);
-            accel__fmt(w.name, sizeof w.name, "accelerator_state.json");
-            accel__fmt(path, sizeof path, "%s/%s", tmp, w.name);
-            r = b.oom ? accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: %s", w.name)
-                      : accel__write_file(acc, path, b.p, b.n, 0);
-            if (r == ACCEL_OK) {
-                w.bytes = b.n;
-                w.hash = accel_st_xxh64(b.p, b.n, 0);
-                r = accel__ckpt_put_written(acc, written, &w);
-            }
-            accel__sb_free(&b);
+            accel__fmt(job->files[f].name, sizeof job->files[f].name, "accelerator_state.json");
+            if (b.oom) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: accelerator_state.json");
+            job->files[f].head = b.p;
+            job->files[f].head_n = b.n;
+            ++f;
         }
     }
     if (r == ACCEL_OK) {
-        accel__fmt(name, sizeof name, "random_states_%d.bin", acc->process_index);
-        core.name = name;
-        core.save = accel__ckpt_core_state_save;
-        core.load = NULL;
-        core.obj = acc;
-        r = accel__ckpt_save_obj(acc, &core, tmp, &w);
-        if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
+        accel__fmt(job->files[f].name, sizeof job->files[f].name, "random_states_%d.bin", acc->process_index);
+        r = accel__ckpt_capture(acc, "save_state", accel__ckpt_core_state_save, acc, job->files[f].name,
+                                &job->files[f].head, &job->files[f].head_n);
+        ++f;
     }
-    for (i = 0; i < (int)stbds_arrlen(ck->sobjs) && r == ACCEL_OK; ++i) { /* per-rank state: every process */
-        char sname[96];
-        accel__ckpt_obj so;
-        accel__fmt(sname, sizeof sname, "%s_%d.bin", ck->sobjs[i].name, acc->process_index);
-        so.name = sname;
-        so.save = ck->sobjs[i].save;
-        so.load = NULL;
-        so.obj = ck->sobjs[i].obj;
-        r = accel__ckpt_save_obj(acc, &so, tmp, &w);
-        if (r == ACCEL_OK) r = accel__ckpt_put_written(acc, written, &w);
+    for (i = 0; i < ns && r == ACCEL_OK; ++i, ++f) { /* per-rank state: every process */
+        accel__fmt(job->files[f].name, sizeof job->files[f].name, "%s_%d.bin", ck->sobjs[i].name, acc->process_index);
+        r = accel__ckpt_capture(acc, "save_state", ck->sobjs[i].save, ck->sobjs[i].obj, job->files[f].name,
+                                &job->files[f].head, &job->files[f].head_n);
     }
+    /* the marker lists every process's files: room for this one's and (1 + ns) per process */
+    job->cap_written = job->nfiles + acc->num_processes * (1 + ns) + 16 + ck->hook_files;
+    if (r == ACCEL_OK) {
+        job->written = (accel__ckpt_written *)accel__st_zalloc(acc, (size_t)job->cap_written, sizeof *job->written);
+        if (!job->written) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state");
+    }
+    accel__sb_init(&job->marker, acc);
+    if (r == ACCEL_OK && sp->owner &&
+        accel__sb_reserve(&job->marker, 128 + (size_t)job->cap_written * ACCEL__CKPT_MARKER_ENTRY) != 0)
+        r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: " ACCEL__CKPT_MARKER);
+    if (r == ACCEL_OK && async && acc->num_processes > 1) {
+        job->sentinel = !sp->owner;
+        if (sp->owner) job->peers = (ck->d.save_on_each_node ? acc->local_num_processes : acc->num_processes) - 1;
+    }
+    if (r == ACCEL_OK) accel__ckpt_job_victims(ck, job);
+    if (r != ACCEL_OK) accel__ckpt_job_free(job);
     return r;
 }
 
-/* The owner seals and publishes: marker, fsync, rename into place (swapping out a replaced target). */
-static accel_result accel__ckpt_save_publish(accel *acc, const accel__ckpt_save_paths *sp,
-                                             accel__ckpt_written **written) {
-    int had_old = 0;
-    accel_result r = accel__ckpt_write_marker(acc, sp->tmp, written);
+/* Host spans hashed by a helper thread while the calling thread writes them (hashing runs at about memcpy speed:
+   inline it would cost about as much as the write). */
+typedef struct accel__ckpt_hasher { const accel__ckpt_span *s; int n; accel__st_xxh64 *h; } accel__ckpt_hasher;
+static void *accel__ckpt_hash_spans(void *arg) {
+    accel__ckpt_hasher *j = (accel__ckpt_hasher *)arg;
+    int i;
+    for (i = 0; i < j->n; ++i)
+        if (j->s[i].n) accel__st_xxh64_update(j->h, j->s[i].p, (size_t)j->s[i].n);
+    return NULL;
+}
+
+/* Writes file f's head (opening it) and its spans [f->next, upto); after its last span it is fsync'd, closed and
+   listed in job->written. stage: the calling thread's staging for live device spans (NULL on the writer thread,
+   whose spans are host memory). On the calling thread 1 MiB or more of host spans are hashed by a helper thread
+   while this one writes; the writer thread hashes each 1 MiB chunk, then writes it (one core). */
+static accel_result accel__ckpt_file_write(accel__ckpt_job *job, accel__ckpt_file *f, int upto,
+                                           accel__st_stage *stage) {
+    char path[2600];
+    accel__ckpt_hasher hj;
+    pthread_t hasher;
+    uint64_t host = 0;
+    int i, threaded = 0, any_dev = 0;
+    accel_result r = ACCEL_OK;
+    if (f->done) return ACCEL_OK;
+    accel__fmt(path, sizeof path, "%s/%s", job->sp.tmp, f->name);
+    if (f->fd < 0) {
+        f->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (f->fd < 0) return accel__ckpt_job_io(job, "cannot create", path);
+        accel__st_xxh64_init(&f->h, 0);
+        accel__st_xxh64_update(&f->h, f->head, f->head_n);
+        if (accel__write_all(f->fd, f->head, f->head_n) != 0) return accel__ckpt_job_io(job, "cannot write", path);
+        f->bytes = f->head_n;
+    }
+    for (i = f->next; i < upto; ++i) {
+        if (f->spans[i].dev) any_dev = 1;
+        else host += f->spans[i].n;
+    }
+    if (!job->bg && !any_dev && host >= ACCEL__ST_IO_CHUNK) {
+        hj.s = f->spans + f->next;
+        hj.n = upto - f->next;
+        hj.h = &f->h;
+        if (pthread_create(&hasher, NULL, accel__ckpt_hash_spans, &hj) == 0) threaded = 1;
+    }
+    for (i = f->next; i < upto && r == ACCEL_OK; ++i) {
+        const unsigned char *src = (const unsigned char *)f->spans[i].p;
+        uint64_t n = f->spans[i].n, done = 0;
+        if (n == 0) continue;
+        if (f->spans[i].dev) {
+            r = stage ? accel__st_write_from_device(job->ck->acc, stage, f->fd, path, src, n, &f->h)
+                      : accel__ckpt_job_fail(job, ACCEL_ERR_STATE, "%.400s: device data on the writer thread", path);
+        } else if (threaded) {
+            if (accel__write_all(f->fd, src, (size_t)n) != 0) r = accel__ckpt_job_io(job, "cannot write", path);
+        } else {
+            while (done < n && r == ACCEL_OK) { /* hash a cache-sized chunk, then write it while it is still hot */
+                size_t len = (size_t)((n - done) < ACCEL__ST_IO_CHUNK ? (n - done) : ACCEL__ST_IO_CHUNK);
+                accel__st_xxh64_update(&f->h, src + done, len);
+                if (accel__write_all(f->fd, src + done, len) != 0) r = accel__ckpt_job_io(job, "cannot write", path);
+                done += len;
+            }
+        }
+        f->bytes += n;
+    }
+    if (threaded) pthread_join(hasher, NULL);
     if (r != ACCEL_OK) return r;
+    f->next = upto;
+    if (upto < f->nspans) return ACCEL_OK;
+    if (fsync(f->fd) != 0) return accel__ckpt_job_io(job, "cannot fsync", path);
+    i = close(f->fd);
+    f->fd = -1;
+    if (i != 0) return accel__ckpt_job_io(job, "cannot close", path);
+    f->done = 1;
+    accel__fmt(job->written[job->nwritten].name, sizeof job->written[0].name, "%s", f->name);
+    job->written[job->nwritten].bytes = f->bytes;
+    job->written[job->nwritten].hash = accel__st_xxh64_final(&f->h);
+    job->nwritten++;
+    return ACCEL_OK;
+}
+/* Files [from, nfiles), the first one from its span `next` on. */
+static accel_result accel__ckpt_job_write(accel__ckpt_job *job, int from, accel__st_stage *stage) {
+    accel_result r = ACCEL_OK;
+    int i;
+    for (i = from; i < job->nfiles && r == ACCEL_OK; ++i)
+        r = accel__ckpt_file_write(job, &job->files[i], job->files[i].nspans, stage);
+    return r;
+}
+
+/* The owner seals: the other processes' files are hashed from disk, the marker lists every file (sorted by name),
+   is written and fsync'd, then the directory. Async: the processes' .done_<rank> files are removed first. */
+static int accel__ckpt_written_cmp(const void *a, const void *b) {
+    return strcmp(((const accel__ckpt_written *)a)->name, ((const accel__ckpt_written *)b)->name);
+}
+static accel_result accel__ckpt_job_seal(accel__ckpt_job *job) {
+    const char *tmp = job->sp.tmp;
+    char path[2600];
+    DIR *d = opendir(tmp);
+    struct dirent *de;
+    accel__sb *b = &job->marker;
+    accel_result r = ACCEL_OK;
+    int i, own = job->nwritten, fd;
+    if (!d) return accel__ckpt_job_io(job, "cannot list", tmp);
+    while ((de = readdir(d)) != NULL) /* removing entries while listing is allowed (POSIX) */
+        if (!strncmp(de->d_name, ".done_", 6)) {
+            accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
+            if (unlink(path) != 0 && r == ACCEL_OK) r = accel__ckpt_job_io(job, "cannot remove", path);
+        }
+    rewinddir(d);
+    while (r == ACCEL_OK && (de = readdir(d)) != NULL) {
+        accel__ckpt_written *w;
+        int k, mine = 0, e;
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, ACCEL__CKPT_MARKER)) continue;
+        for (k = 0; k < own; ++k)
+            if (!strcmp(job->written[k].name, de->d_name)) mine = 1;
+        if (mine || strlen(de->d_name) >= sizeof job->written[0].name) continue;
+        if (job->nwritten >= job->cap_written) {
+            r = accel__ckpt_job_fail(job, ACCEL_ERR_STATE, "%.400s holds more files than this job's %d processes "
+                                     "write", tmp, job->ck->acc->num_processes);
+            break;
+        }
+        w = &job->written[job->nwritten];
+        accel__fmt(w->name, sizeof w->name, "%s", de->d_name);
+        accel__fmt(path, sizeof path, "%s/%s", tmp, de->d_name);
+        e = accel__ckpt_hash_file_raw(path, &w->bytes, &w->hash);
+        if (e == 0) { /* another process's file (durable already) or a pre-hook's (maybe not): fsync it first */
+            int f = open(path, O_RDONLY | O_CLOEXEC);
+            e = f < 0 ? errno : fsync(f) != 0 ? errno : 0;
+            if (f >= 0) close(f);
+        }
+        if (e != 0) {
+            errno = e;
+            r = accel__ckpt_job_io(job, "cannot read", path);
+        } else {
+            job->nwritten++;
+        }
+    }
+    closedir(d);
+    if (r != ACCEL_OK) return r;
+    qsort(job->written, (size_t)job->nwritten, sizeof *job->written, accel__ckpt_written_cmp);
+    b->n = 0; /* reserved for cap_written entries of at most ACCEL__CKPT_MARKER_ENTRY bytes: never grows */
+    accel__sb_puts(b, "{\"files\": {");
+    for (i = 0; i < job->nwritten; ++i) {
+        char hx[24];
+        const accel__ckpt_written *w = &job->written[i];
+        if (i) accel__sb_puts(b, ", ");
+        accel__sb_json_str(b, w->name, strlen(w->name), 1);
+        accel__sb_puts(b, ": {\"bytes\": ");
+        accel__st_sb_u64(b, w->bytes);
+        accel__fmt(hx, sizeof hx, "%016llx", (unsigned long long)w->hash);
+        accel__sb_puts(b, ", \"xxh64\": \"");
+        accel__sb_puts(b, hx);
+        accel__sb_puts(b, "\"}");
+    }
+    accel__sb_puts(b, "}, \"format\": \"accel-checkpoint\", \"version\": 1}\n");
+    if (b->oom) return accel__ckpt_job_fail(job, ACCEL_ERR_OUT_OF_MEMORY, "writing " ACCEL__CKPT_MARKER);
+    accel__fmt(path, sizeof path, "%s/" ACCEL__CKPT_MARKER, tmp);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return accel__ckpt_job_io(job, "cannot create", path);
+    if (accel__write_all(fd, b->p, b->n) != 0 || fsync(fd) != 0) {
+        r = accel__ckpt_job_io(job, "cannot write", path);
+        close(fd);
+        return r;
+    }
+    if (close(fd) != 0) return accel__ckpt_job_io(job, "cannot close", path);
+    if (accel__fsync_dir(tmp) != 0) return accel__ckpt_job_io(job, "cannot fsync directory", tmp);
+    return ACCEL_OK;
+}
+
+/* The owner publishes: rename into place (swapping out a replaced explicit target), then fsync the parent. */
+static accel_result accel__ckpt_job_publish(accel__ckpt_job *job) {
+    const accel__ckpt_save_paths *sp = &job->sp;
+    int had_old = 0;
     if (accel__is_dir(sp->target)) { /* an explicit directory that exists: swap it out */
         if (accel__rmtree(sp->old) != 0 || rename(sp->target, sp->old) != 0)
-            return accel__io_fail(acc, "cannot move the previous checkpoint aside:", sp->target);
+            return accel__ckpt_job_io(job, "cannot move the previous checkpoint aside:", sp->target);
         had_old = 1;
     }
-    if (rename(sp->tmp, sp->target) != 0) return accel__io_fail(acc, "cannot rename the checkpoint into", sp->target);
-    if (accel__fsync_dir(sp->parent) != 0) return accel__io_fail(acc, "cannot fsync directory", sp->parent);
+    if (rename(sp->tmp, sp->target) != 0)
+        return accel__ckpt_job_io(job, "cannot rename the checkpoint into", sp->target);
+    if (accel__fsync_dir(sp->parent) != 0) return accel__ckpt_job_io(job, "cannot fsync directory", sp->parent);
     if (had_old) accel__rmtree(sp->old);
     return ACCEL_OK;
+}
+
+/* After the publish: total_limit rotation — each victim renamed to a hidden name first, so none is ever half-deleted
+   in view — and the hidden leftovers of interrupted saves. The checkpoint is published: a failure cannot undo it, so
+   it is a warning (logged at once, or from the writer thread's job by the next checkpoint call). */
+static void accel__ckpt_job_rotate(accel__ckpt_job *job) {
+    const char *parent = job->sp.parent;
+    int k;
+    for (k = 0; k < job->nvictims; ++k) {
+        char victim[2400], hidden[2400];
+        accel__fmt(victim, sizeof victim, "%s/%s", parent, job->victims[k].name);
+        if (!strcmp(victim, job->sp.target)) continue;
+        accel__fmt(hidden, sizeof hidden, "%s/.%s.del", parent, job->victims[k].name);
+        accel__rmtree(hidden);
+        if (rename(victim, hidden) != 0 || accel__rmtree(hidden) != 0) {
+            char w[600];
+            accel__fmt(w, sizeof w, "save_state: rotation (total_limit %d) could not remove %.400s: %s",
+                       job->ck->d.total_limit, victim, strerror(errno));
+            if (!job->bg) accel_log(job->ck->acc, ACCEL_LOG_WARN, "%s", w);
+            else if (!job->warn[0]) accel__fmt(job->warn, sizeof job->warn, "%s", w);
+        }
+    }
+    if (job->nvictims) accel__fsync_dir(parent);
+    if (job->sp.automatic) accel__ckpt_clean_hidden(parent);
+}
+
+/* ------------------------------------------------------------------------------------- async: the writer thread */
+enum { ACCEL__CKPT_IDLE, ACCEL__CKPT_QUEUED, ACCEL__CKPT_RUNNING, ACCEL__CKPT_LOCAL_DONE, ACCEL__CKPT_DONE };
+/* The writer thread and the pinned snapshot of async saves (made by the first one). The job is the calling thread's
+   until it is queued, the writer thread's until DONE (the mutex orders the hand-overs). */
+struct accel__ckpt_async {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state;        /* ACCEL__CKPT_*: LOCAL_DONE = this process's files are written (the owner then waits for the
+                         others' before it seals) */
+    int abort_, quit; /* abort_: another process failed, the owner stops waiting for it */
+    int active;       /* a job was queued and its result not yet collected */
+    accel__ckpt_job job;
+    void *arena;      /* the snapshot (desc.pinned_allocator), reused by the next save */
+    size_t arena_cap;
+    void *ev;         /* cudaEvent_t recorded after the device-to-host copies */
+};
+
+static void accel__ckpt_async_state(accel__ckpt_async *as, int state) {
+    pthread_mutex_lock(&as->mu);
+    as->state = state;
+    pthread_cond_broadcast(&as->cv);
+    pthread_mutex_unlock(&as->mu);
+}
+
+/* Owner, several processes: wait until every other process writing into tmp has created its .done_<rank> (its files
+   are written and fsync'd), or until the calling thread reports that one of them failed (abort_). */
+static accel_result accel__ckpt_job_wait_peers(accel__ckpt_job *job, accel__ckpt_async *as) {
+    long pause_ns = 1000000;
+    for (;;) {
+        DIR *d = opendir(job->sp.tmp);
+        struct dirent *de;
+        struct timespec ts;
+        int n = 0, ab;
+        if (!d) return accel__ckpt_job_io(job, "cannot list", job->sp.tmp);
+        while ((de = readdir(d)) != NULL) n += !strncmp(de->d_name, ".done_", 6);
+        closedir(d);
+        if (n >= job->peers) return ACCEL_OK;
+        pthread_mutex_lock(&as->mu);
+        ab = as->abort_;
+        pthread_mutex_unlock(&as->mu);
+        if (ab)
+            return accel__ckpt_job_fail(job, ACCEL_ERR_REMOTE, "another process failed to write its files of %.400s",
+                                        job->sp.target);
+        ts.tv_sec = 0;
+        ts.tv_nsec = pause_ns;
+        nanosleep(&ts, NULL);
+        if (pause_ns < 16000000) pause_ns *= 2;
+    }
+}
+
+/* The writer thread's part of a job: the snapshot's files, then the .done_<rank> (not the owner), or — once every
+   process's files are there — seal, publish, rotate (the owner). */
+static void accel__ckpt_background(accel_ckpt *ck) {
+    accel__ckpt_async *as = ck->as;
+    accel__ckpt_job *job = &as->job;
+    double t0 = accel_now();
+#ifdef ACCEL_WITH_CUDA
+    if (job->device_copy) {
+        cudaError_t e = ck->acc->device >= 0 ? cudaSetDevice(ck->acc->device) : cudaSuccess;
+        if (e == cudaSuccess) e = cudaEventSynchronize((cudaEvent_t)as->ev);
+        if (e != cudaSuccess)
+            accel__ckpt_job_fail(job, ACCEL_ERR_CUDA, "the snapshot's device-to-host copy failed: %s",
+                                 cudaGetErrorString(e));
+    }
+#endif
+    if (job->res == ACCEL_OK) accel__ckpt_job_write(job, job->bg_file, NULL);
+    if (job->res == ACCEL_OK && job->sentinel) {
+        char path[2600];
+        int fd;
+        accel__fmt(path, sizeof path, "%s/.done_%d", job->sp.tmp, ck->acc->process_index);
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0 || close(fd) != 0) accel__ckpt_job_io(job, "cannot create", path);
+    }
+    accel__ckpt_async_state(as, ACCEL__CKPT_LOCAL_DONE);
+    if (job->res == ACCEL_OK && job->sp.owner) {
+        if (job->peers == 0 || accel__ckpt_job_wait_peers(job, as) == ACCEL_OK)
+            if (accel__ckpt_job_seal(job) == ACCEL_OK && accel__ckpt_job_publish(job) == ACCEL_OK)
+                accel__ckpt_job_rotate(job);
+    }
+    if (ck->d.on_range) ck->d.on_range(ck->d.range_user, "checkpoint_write", t0, accel_now());
+    accel__ckpt_async_state(as, ACCEL__CKPT_DONE);
+}
+
+static void *accel__ckpt_writer_main(void *arg) {
+    accel_ckpt *ck = (accel_ckpt *)arg;
+    accel__ckpt_async *as = ck->as;
+    pthread_mutex_lock(&as->mu);
+    for (;;) {
+        while (!as->quit && as->state != ACCEL__CKPT_QUEUED) pthread_cond_wait(&as->cv, &as->mu);
+        if (as->quit) break;
+        as->state = ACCEL__CKPT_RUNNING;
+        pthread_mutex_unlock(&as->mu);
+        accel__ckpt_background(ck);
+        pthread_mutex_lock(&as->mu);
+    }
+    pthread_mutex_unlock(&as->mu);
+    return NULL;
+}
+
+/* The writer thread, started by the first async save. */
+static accel_result accel__ckpt_async_start(accel_ckpt *ck) {
+    accel *acc = ck->acc;
+    accel__ckpt_async *as;
+    if (ck->as) return ACCEL_OK;
+    as = (accel__ckpt_async *)accel__st_zalloc(acc, 1, sizeof *as);
+    if (!as) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: the async writer");
+    if (pthread_mutex_init(&as->mu, NULL) != 0) {
+        accel_host_free(acc, as);
+        return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: the async writer's mutex");
+    }
+    if (pthread_cond_init(&as->cv, NULL) != 0) {
+        pthread_mutex_destroy(&as->mu);
+        accel_host_free(acc, as);
+        return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: the async writer's condition variable");
+    }
+    ck->as = as;
+    if (pthread_create(&as->th, NULL, accel__ckpt_writer_main, ck) != 0) {
+        int e = errno;
+        pthread_cond_destroy(&as->cv);
+        pthread_mutex_destroy(&as->mu);
+        accel_host_free(acc, as);
+        ck->as = NULL;
+        return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: cannot start the async writer thread: %s",
+                           strerror(e));
+    }
+    return ACCEL_OK;
+}
+
+/* The next checkpoint call's first step (save_state, load_state, wait; destroy): wait for the write in flight and
+   agree on its outcome. Every process first waits until its own files are written and the processes agree on that
+   (a failure anywhere stops the owner, which may be waiting for the failed process's files), then until the owner has
+   published, and they agree again. A failure is returned (once) on every process; the checkpoint was not published. */
+static accel_result accel__ckpt_collect(accel_ckpt *ck) {
+    accel *acc = ck->acc;
+    accel__ckpt_async *as = ck->as;
+    accel__ckpt_job *job;
+    accel_result r, local;
+    if (!as || !as->active) return ACCEL_OK;
+    job = &as->job;
+    pthread_mutex_lock(&as->mu);
+    while (as->state < ACCEL__CKPT_LOCAL_DONE) pthread_cond_wait(&as->cv, &as->mu);
+    local = job->res;
+    pthread_mutex_unlock(&as->mu);
+    if (local != ACCEL_OK)
+        ACCEL__FAIL(acc, local, "save_state: the background write of %.400s failed: %s", job->sp.target, job->msg);
+    r = accel__agree(acc, local, "save_state (background write)");
+    pthread_mutex_lock(&as->mu);
+    if (r != ACCEL_OK) as->abort_ = 1;
+    while (as->state < ACCEL__CKPT_DONE) pthread_cond_wait(&as->cv, &as->mu);
+    local = job->res;
+    as->state = ACCEL__CKPT_IDLE;
+    as->abort_ = 0;
+    as->active = 0;
+    pthread_mutex_unlock(&as->mu);
+    if (r == ACCEL_OK) {
+        if (local != ACCEL_OK)
+            ACCEL__FAIL(acc, local, "save_state: the background write of %.400s failed: %s", job->sp.target,
+                        job->msg);
+        r = accel__agree(acc, local, "save_state (background commit)");
+    }
+    if (job->warn[0]) accel_log(acc, ACCEL_LOG_WARN, "%s", job->warn);
+    accel__ckpt_job_free(job);
+    return r;
+}
+
+/* The snapshot of an async save. The budget (async_max_bytes) keeps the longest tail of the job's bytes (objects'
+   states and tensor spans, in write order) that fits; the calling thread writes the rest first, from the live
+   tensors. The tail's tensor spans are copied into the reused pinned arena: host data by memcpy, device data on
+   acc's stream followed by one event the writer thread waits for; objects' bytes were captured when the job was
+   built. */
+static accel_result accel__ckpt_snapshot(accel_ckpt *ck, accel__ckpt_job *job, accel__st_stage *stage) {
+    accel *acc = ck->acc;
+    accel__ckpt_async *as = ck->as;
+    uint64_t budget = ck->d.async_max_bytes, total = 0, pre = 0, need = 0;
+    int fi, si, bf = job->nfiles, bs = 0, found = 0, any_dev = 0;
+    size_t off = 0;
+    accel_result r = ACCEL_OK;
+    for (fi = 0; fi < job->nfiles; ++fi) {
+        total += job->files[fi].nspans ? 0 : job->files[fi].head_n;
+        for (si = 0; si < job->files[fi].nspans; ++si) total += job->files[fi].spans[si].n;
+    }
+    if (budget == 0 || total <= budget) { bf = 0; found = 1; }
+    for (fi = 0; fi < job->nfiles && !found; ++fi) { /* the boundary: the first element after `total - budget` bytes */
+        const accel__ckpt_file *f = &job->files[fi];
+        if (f->nspans == 0) {
+            if (pre >= total - budget) { bf = fi; found = 1; }
+            pre += f->head_n;
+        }
+        for (si = 0; si < f->nspans && !found; ++si) {
+            if (pre >= total - budget) { bf = fi; bs = si; found = 1; }
+            pre += f->spans[si].n;
+        }
+    }
+    /* the part beyond the budget: written now */
+    for (fi = 0; fi < bf && r == ACCEL_OK; ++fi) {
+        r = accel__ckpt_file_write(job, &job->files[fi], job->files[fi].nspans, stage);
+        accel_host_free(acc, job->files[fi].head); /* its bytes are on disk: not held during the background write */
+        job->files[fi].head = NULL;
+    }
+    if (r == ACCEL_OK && bf < job->nfiles && bs > 0) r = accel__ckpt_file_write(job, &job->files[bf], bs, stage);
+    job->bg_file = bf;
+    if (r != ACCEL_OK) return r;
+    /* the rest: into the arena (each span 64-byte aligned) */
+    for (fi = bf; fi < job->nfiles; ++fi)
+        for (si = fi == bf ? bs : 0; si < job->files[fi].nspans; ++si)
+            need += (job->files[fi].spans[si].n + 63) & ~(uint64_t)63;
+    if (need > (uint64_t)(size_t)-1)
+        return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "save_state: a snapshot of %llu bytes",
+                           (unsigned long long)need);
+    if (need > as->arena_cap) {
+        accel_pinned_free(acc, as->arena);
+        as->arena_cap = 0;
+        as->arena = accel_pinned_alloc(acc, (size_t)need);
+        if (!as->arena)
+            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY,
+                                    "save_state: the async snapshot (%llu bytes; desc.async_max_bytes bounds it)",
+                                    (unsigned long long)need);
+        as->arena_cap = (size_t)need;
+    }
+    for (fi = bf; fi < job->nfiles && r == ACCEL_OK; ++fi)
+        for (si = fi == bf ? bs : 0; si < job->files[fi].nspans && r == ACCEL_OK; ++si) {
+            accel__ckpt_span *s = &job->files[fi].spans[si];
+            unsigned char *dst = (unsigned char *)as->arena + off;
+            if (s->dev) {
+#ifdef ACCEL_WITH_CUDA
+                cudaError_t e = cudaMemcpyAsync(dst, s->p, (size_t)s->n, cudaMemcpyDeviceToHost,
+                                                (cudaStream_t)acc->stream);
+                if (e != cudaSuccess)
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "save_state: snapshot of %s: cudaMemcpyAsync: %s",
+                                    job->files[fi].name, cudaGetErrorString(e));
+                any_dev = 1;
+#endif
+            } else if (s->n) {
+                memcpy(dst, s->p, (size_t)s->n);
+            }
+            s->p = dst;
+            s->dev = 0;
+            off += (size_t)((s->n + 63) & ~(uint64_t)63);
+        }
+#ifdef ACCEL_WITH_CUDA
+    if (r == ACCEL_OK && any_dev) {
+        cudaError_t e = cudaSuccess;
+        if (!as->ev) {
+            cudaEvent_t ev;
+            e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+            if (e == cudaSuccess) as->ev = (void *)ev;
+        }
+        if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)as->ev, (cudaStream_t)acc->stream);
+        if (e != cudaSuccess)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "save_state: the snapshot's event: %s", cudaGetErrorString(e));
+        job->device_copy = 1;
+    }
+#endif
+    (void)any_dev;
+    return r;
+}
+
+/* Stops the writer thread (after collecting the write in flight) and frees the snapshot. */
+static void accel__ckpt_async_end(accel_ckpt *ck) {
+    accel *acc = ck->acc;
+    accel__ckpt_async *as = ck->as;
+    if (!as) return;
+    if (as->active && accel__ckpt_collect(ck) != ACCEL_OK)
+        accel_log(acc, ACCEL_LOG_ERROR, "accel_ckpt_destroy: %s", accel_last_error(acc));
+    pthread_mutex_lock(&as->mu);
+    as->quit = 1;
+    pthread_cond_broadcast(&as->cv);
+    pthread_mutex_unlock(&as->mu);
+    pthread_join(as->th, NULL);
+    pthread_cond_destroy(&as->cv);
+    pthread_mutex_destroy(&as->mu);
+    accel_pinned_free(acc, as->arena);
+#ifdef ACCEL_WITH_CUDA
+    if (as->ev) cudaEventDestroy((cudaEvent_t)as->ev);
+#endif
+    accel_host_free(acc, as);
+    ck->as = NULL;
+}
+
+ACCEL__DEF accel_result accel_ckpt_wait(accel_ckpt *ck) {
+    if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_ckpt_wait: ck is NULL");
+    return accel__ckpt_collect(ck);
 }
 
 ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap) {
     accel *acc;
     accel__ckpt_save_paths sp;
-    accel__ckpt_written *written = NULL;
+    accel__ckpt_job sync_job, *job;
+    accel__st_stage stage;
     accel_result r;
+    int async;
+    double t0;
     if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "save_state: ck is NULL");
     acc = ck->acc;
-    r = accel__ckpt_save_resolve(ck, output_dir, &sp);
+    async = ck->d.async == ACCEL_ON;
+    /* 0. the write in flight (async): its failure is this call's result */
+    r = accel__ckpt_collect(ck);
+    if (r != ACCEL_OK) return r;
+    t0 = accel_now();
     /* 1. the owner prepares the temporary sibling directory */
+    r = accel__ckpt_save_resolve(ck, output_dir, &sp);
+    if (r == ACCEL_OK && async) r = accel__ckpt_async_start(ck);
     if (r == ACCEL_OK && sp.owner) r = accel__ckpt_save_prepare(ck, &sp);
     r = accel__agree(acc, r, "save_state (prepare)");
     if (r != ACCEL_OK) return r;
@@ -1067,19 +1757,46 @@ ACCEL__DEF accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output
                         "checkpoint directory %.400s is not visible on this process (save_state needs a shared "
                         "filesystem, or save_on_each_node)",
                         sp.tmp);
-    /* 2. the files */
-    if (r == ACCEL_OK) r = accel__ckpt_save_files(ck, sp.tmp, sp.owner, &written);
-    r = accel__agree(acc, r, "save_state (write)");
-    /* 3. the owner seals and publishes, then rotates */
-    if (r == ACCEL_OK) {
-        if (sp.owner) r = accel__ckpt_save_publish(acc, &sp, &written);
-        if (r == ACCEL_OK && sp.owner && sp.automatic && ck->d.total_limit > 0)
-            accel__ckpt_rotate(acc, sp.parent, sp.target, ck->d.total_limit);
-        if (r == ACCEL_OK && sp.owner && sp.automatic) accel__ckpt_clean_hidden(sp.parent);
-        r = accel__agree(acc, r, "save_state (commit)");
+    /* 1b. save pre-hooks (every process) write into tmp; once all ran, the owner checks what they wrote */
+    ck->hook_files = 0;
+    if (stbds_arrlen(ck->save_hooks)) {
+        if (r == ACCEL_OK) r = accel__ckpt_run_hooks(ck, ck->save_hooks, sp.tmp, "save_state", "save");
+        r = accel__agree(acc, r, "save_state (pre-hooks)");
+        if (r == ACCEL_OK && sp.owner) r = accel__ckpt_hook_files(ck, sp.tmp);
+        r = accel__agree(acc, r, "save_state (pre-hook files)");
+        if (r != ACCEL_OK) return r;
     }
-    stbds_arrfree(written);
-    if (r != ACCEL_OK) return r;
+    /* 2. the files: written now, or snapshotted and handed to the writer thread */
+    job = async ? &ck->as->job : &sync_job;
+    if (r == ACCEL_OK) r = accel__ckpt_job_build(ck, &sp, async, job);
+    else memset(job, 0, sizeof *job);
+    accel__st_stage_begin(&stage, acc);
+    if (async) {
+        if (r == ACCEL_OK) r = accel__ckpt_snapshot(ck, job, &stage);
+        accel__st_stage_end(&stage);
+        r = accel__agree(acc, r, "save_state (snapshot)");
+        if (r != ACCEL_OK) {
+            if (job->ck) accel__ckpt_job_free(job);
+            return r;
+        }
+        job->bg = 1;
+        ck->as->active = 1;
+        accel__ckpt_async_state(ck->as, ACCEL__CKPT_QUEUED);
+        if (ck->d.on_range) ck->d.on_range(ck->d.range_user, "checkpoint_snapshot", t0, accel_now());
+    } else {
+        if (r == ACCEL_OK) r = accel__ckpt_job_write(job, 0, &stage);
+        accel__st_stage_end(&stage);
+        r = accel__agree(acc, r, "save_state (write)");
+        /* 3. the owner seals and publishes, then rotates */
+        if (r == ACCEL_OK) {
+            if (sp.owner) r = accel__ckpt_job_seal(job);
+            if (r == ACCEL_OK && sp.owner) r = accel__ckpt_job_publish(job);
+            if (r == ACCEL_OK && sp.owner) accel__ckpt_job_rotate(job);
+            r = accel__agree(acc, r, "save_state (commit)");
+        }
+        if (job->ck) accel__ckpt_job_free(job);
+        if (r != ACCEL_OK) return r;
+    }
     if (out_dir && cap) accel__fmt(out_dir, cap, "%s", sp.target);
     ck->iteration += 1;
     return ACCEL_OK;
@@ -1106,6 +1823,9 @@ typedef struct accel__ckpt_load {
     const char **sblobs;        /* per sharded object s, saved rank i: sblobs[s * saved_np + i] (in read[]) */
     size_t *sblob_n;
     int nsobj;
+    char **undo;                 /* per object, then per sharded object: its state before the load (save's bytes) */
+    size_t *undo_n, *undo_counts; /* undo_counts: a sharded object's states of every process (num_processes) */
+    int applied, sapplied;       /* objects, sharded objects whose load callback succeeded */
 } accel__ckpt_load;
 
 static void accel__ckpt_load_free(accel_ckpt *ck, accel__ckpt_load *ld) {
@@ -1124,6 +1844,11 @@ static void accel__ckpt_load_free(accel_ckpt *ck, accel__ckpt_load *ld) {
     accel_host_free(ld->acc, ld->state_n);
     accel_host_free(ld->acc, (void *)ld->sblobs);
     accel_host_free(ld->acc, ld->sblob_n);
+    for (i = 0; ld->undo && i < (int)(stbds_arrlen(ck->objs) + stbds_arrlen(ck->sobjs)); ++i)
+        accel_host_free(ld->acc, ld->undo[i]);
+    accel_host_free(ld->acc, ld->undo);
+    accel_host_free(ld->acc, ld->undo_n);
+    accel_host_free(ld->acc, ld->undo_counts);
     stbds_arrfree(ld->marker.files);
 }
 
@@ -1351,14 +2076,103 @@ static accel_result accel__ckpt_load_training_state_apply(accel__ckpt_load *ld) 
     return r == ACCEL_OK ? r : accel__fail_wrap(acc, r, "load_state: random_states_*.bin");
 }
 
-/* Copies the tensors (from the verified mappings) and hands each object its bytes (the verified buffers). */
-static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld) {
+/* The registered objects are applied first and as a transaction: their load callbacks validate their bytes (a
+   checkpoint's checksums prove the bytes are what was saved, not that this object accepts them), so before any is
+   called every object's current state is kept (its save callback's bytes), and when any callback fails on any
+   process every process puts those back: nothing of the checkpoint stays applied. Only then are tensors copied. */
+static accel_result accel__ckpt_load_backup(accel_ckpt *ck, accel__ckpt_load *ld) {
+    accel *acc = ld->acc;
+    int nobj = (int)stbds_arrlen(ck->objs), ns = (int)stbds_arrlen(ck->sobjs), i;
+    accel_result r = ACCEL_OK;
+    ld->undo = (char **)accel__st_zalloc(acc, (size_t)(nobj + ns), sizeof *ld->undo);
+    ld->undo_n = (size_t *)accel__st_zalloc(acc, (size_t)(nobj + ns), sizeof *ld->undo_n);
+    ld->undo_counts = (size_t *)accel__st_zalloc(acc, (size_t)acc->num_processes, sizeof *ld->undo_counts);
+    if (!ld->undo || !ld->undo_n || !ld->undo_counts)
+        return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state: the objects' current state");
+    for (i = 0; i < nobj && r == ACCEL_OK; ++i)
+        r = accel__ckpt_capture(acc, "load_state (keeping the current state)", ck->objs[i].save, ck->objs[i].obj,
+                                ck->objs[i].name, &ld->undo[i], &ld->undo_n[i]);
+    for (i = 0; i < ns && r == ACCEL_OK; ++i)
+        r = accel__ckpt_capture(acc, "load_state (keeping the current state)", ck->sobjs[i].save, ck->sobjs[i].obj,
+                                ck->sobjs[i].name, &ld->undo[nobj + i], &ld->undo_n[nobj + i]);
+    return r;
+}
+/* Hands each object its verified bytes, in registration order, then each sharded object every saved rank's. */
+static accel_result accel__ckpt_load_apply_objects(accel_ckpt *ck, accel__ckpt_load *ld) {
     accel *acc = ld->acc;
     accel__ckpt_errmark mark;
+    accel_result r = ACCEL_OK;
+    int i;
+    for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
+        const accel__ckpt_obj *o = &ck->objs[i];
+        accel__ckpt_errmark_now(acc, &mark);
+        r = o->load(o->obj, ld->blobs[i], ld->blob_n[i]);
+        if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "load_state", o->name);
+        else ld->applied = i + 1;
+    }
+    for (i = 0; i < ld->nsobj && r == ACCEL_OK; ++i) {
+        const accel__ckpt_sobj *o = &ck->sobjs[i];
+        int count = (int)ld->saved_np;
+        char what[96];
+        accel__ckpt_errmark_now(acc, &mark);
+        r = o->load(o->obj, (const void *const *)(ld->sblobs + (size_t)i * (size_t)count),
+                    ld->sblob_n + (size_t)i * (size_t)count, count);
+        accel__fmt(what, sizeof what, "%s_*.bin", o->name);
+        if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "load_state", what);
+        else ld->sapplied = i + 1;
+    }
+    return r;
+}
+/* After a failure on any process (every process calls it): the objects applied here get their kept state back. A
+   sharded object takes every process's state (load_all), so those are gathered first, on every process. r: the
+   failure; its message stays, extended when putting something back fails too. */
+static void accel__ckpt_load_undo(accel_ckpt *ck, accel__ckpt_load *ld, accel_result r) {
+    accel *acc = ld->acc;
+    int nobj = (int)stbds_arrlen(ck->objs), ns = (int)stbds_arrlen(ck->sobjs), P = acc->num_processes, i, q;
+    char cause[ACCEL_ERROR_CAPACITY], back[ACCEL_ERROR_CAPACITY];
+    const char *c = cause;
+    accel_result e, first = ACCEL_OK;
+    accel__fmt(cause, sizeof cause, "%s", accel_last_error(acc));
+    back[0] = 0;
+    for (i = 0; i < ns; ++i) {
+        void *all = NULL;
+        const void *bufs[64], **bp = P <= 64 ? bufs : NULL;
+        size_t off = 0;
+        e = accel__host_allgatherv(acc, ld->undo[nobj + i], ld->undo_n[nobj + i], &all, ld->undo_counts);
+        if (e == ACCEL_OK && i < ld->sapplied) {
+            if (!bp) bp = (const void **)accel__st_zalloc(acc, (size_t)P, sizeof *bp);
+            if (!bp) e = ACCEL_ERR_OUT_OF_MEMORY;
+            for (q = 0; bp && q < P; ++q) {
+                bp[q] = (const char *)all + off;
+                off += ld->undo_counts[q];
+            }
+            if (bp) e = ck->sobjs[i].load(ck->sobjs[i].obj, bp, ld->undo_counts, P);
+            if (bp != bufs) accel_host_free(acc, (void *)bp);
+        }
+        accel_host_free(acc, all);
+        if (e != ACCEL_OK && first == ACCEL_OK) {
+            first = e;
+            accel__fmt(back, sizeof back, "%s: %s", ck->sobjs[i].name, accel_last_error(acc));
+        }
+    }
+    for (i = ld->applied - 1; i >= 0; --i) {
+        e = ck->objs[i].load(ck->objs[i].obj, ld->undo[i], ld->undo_n[i]);
+        if (e != ACCEL_OK && first == ACCEL_OK) {
+            first = e;
+            accel__fmt(back, sizeof back, "%s: %s", ck->objs[i].name, accel_last_error(acc));
+        }
+    }
+    if (first == ACCEL_OK) return;
+    if (!strncmp(c, "[rank ", 6) && strstr(c, "] ")) c = strstr(c, "] ") + 2;
+    ACCEL__FAIL(acc, r, "%.500s; putting the previous state back failed too (%.400s)", c, back);
+}
+
+/* Copies the tensors from the verified mappings. */
+static accel_result accel__ckpt_load_apply_tensors(accel_ckpt *ck, accel__ckpt_load *ld) {
     accel__st_stage stage;
     accel_result r = ACCEL_OK;
     int i, k;
-    accel__st_stage_begin(&stage, acc);
+    accel__st_stage_begin(&stage, ld->acc);
     for (i = 0; i < (int)stbds_arrlen(ck->models) && r == ACCEL_OK; ++i)
         for (k = 0; k < ck->models[i].n && r == ACCEL_OK; ++k)
             r = accel__st_copy_mapped(ld->mf[i], accel_st_file_find(ld->mf[i], ck->models[i].t[k].name),
@@ -1371,81 +2185,144 @@ static accel_result accel__ckpt_load_apply(accel_ckpt *ck, accel__ckpt_load *ld)
                     : accel__st_copy_mapped(ld->of[i], ix, ck->optims[i].t[k].ptr, &stage);
         }
     accel__st_stage_end(&stage);
-    for (i = 0; i < (int)stbds_arrlen(ck->objs) && r == ACCEL_OK; ++i) {
-        const accel__ckpt_obj *o = &ck->objs[i];
-        accel__ckpt_errmark_now(acc, &mark);
-        r = o->load(o->obj, ld->blobs[i], ld->blob_n[i]);
-        if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "load_state", o->name);
-    }
-    for (i = 0; i < ld->nsobj && r == ACCEL_OK; ++i) {
-        const accel__ckpt_sobj *o = &ck->sobjs[i];
-        int count = (int)ld->saved_np;
-        char what[96];
-        accel__ckpt_errmark_now(acc, &mark);
-        r = o->load(o->obj, (const void *const *)(ld->sblobs + (size_t)i * (size_t)count),
-                    ld->sblob_n + (size_t)i * (size_t)count, count);
-        accel__fmt(what, sizeof what, "%s_*.bin", o->name);
-        if (r != ACCEL_OK) r = accel__ckpt_callback_failed(acc, r, &mark, "load_state", what);
-    }
     return r;
+}
+
+/* load_state's step 2 on this process for ld->dir: marker and sizes; read (small files) or map (safetensors) what is
+   applied; verify every checksum on those bytes (files not used here: from disk); then parse and check everything
+   against the registration. *damaged: the failure is the checkpoint's own (no or a bad marker, a missing or
+   truncated file, a checksum mismatch), which load_state(NULL) falls back from; any other failure (the registration,
+   I/O, memory) is not. */
+static accel_result accel__ckpt_load_check(accel_ckpt *ck, accel__ckpt_load *ld, int *damaged) {
+    accel *acc = ck->acc;
+    accel_result r = accel__ckpt_check_complete(acc, ld->dir, 0, 0, &ld->marker);
+    *damaged = r == ACCEL_ERR_FORMAT;
+    if (r == ACCEL_OK) {
+        size_t nf = (size_t)stbds_arrlen(ld->marker.files);
+        ld->mf = (accel_st_file **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->models), sizeof *ld->mf);
+        ld->of = (accel_st_file **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->optims), sizeof *ld->of);
+        ld->blobs = (const char **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld->blobs);
+        ld->blob_n = (size_t *)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld->blob_n);
+        ld->read = (char **)accel__st_zalloc(acc, nf, sizeof *ld->read);
+        ld->mem = (const unsigned char **)accel__st_zalloc(acc, nf, sizeof *ld->mem);
+        ld->mem_n = (size_t *)accel__st_zalloc(acc, nf, sizeof *ld->mem_n);
+        if (!ld->mf || !ld->of || !ld->blobs || !ld->blob_n || !ld->read || !ld->mem || !ld->mem_n)
+            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
+    }
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(ld, "model", (int)stbds_arrlen(ck->models), ld->mf);
+    if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(ld, "optimizer", (int)stbds_arrlen(ck->optims), ld->of);
+    if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_read_state_files(ck, ld);
+    if (r == ACCEL_OK) {
+        r = accel__ckpt_verify_files(acc, ld->dir, &ld->marker, ld->mem, ld->mem_n);
+        *damaged = r == ACCEL_ERR_FORMAT;
+    }
+    if (r == ACCEL_OK)
+        r = accel__ckpt_load_groups_check(ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld->mf, 0);
+    if (r == ACCEL_OK)
+        r = accel__ckpt_load_groups_check(ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld->of, 1);
+    if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_training_state(ld);
+    if (r == ACCEL_OK) r = accel__ckpt_load_sharded(ck, ld);
+    return r;
+}
+
+/* load_state(NULL)'s choice (FALLBACK): after the candidate ld->dir failed verification on some process, whether that
+   was damage anywhere (agreed), and then either the error (desc.no_fallback) or a WARN and the candidate before it.
+   Returns ACCEL_OK with ld reset to the next candidate, or the result to return (the agreed error, NOT_FOUND when
+   none is left). */
+static accel_result accel__ckpt_load_fallback(accel_ckpt *ck, accel__ckpt_load *ld, accel_result r, int damaged,
+                                              const char *cdir, const accel__ckpt_ent *cands, int *ci,
+                                              long *skipped_num, int *none_left) {
+    accel *acc = ck->acc;
+    char why[ACCEL_ERROR_CAPACITY];
+    int64_t any = damaged;
+    accel_result r2 = accel_host_allreduce_i64(acc, &any, 1, ACCEL_HOST_MAX);
+    if (r2 != ACCEL_OK) return r2;
+    if (!any) return r; /* the registration, I/O, memory: not the checkpoint's damage */
+    accel__fmt(why, sizeof why, "%s", accel_last_error(acc));
+    if (ck->d.no_fallback)
+        return ACCEL__FAIL(acc, r, "load_state: the newest checkpoint %.400s failed verification and "
+                           "desc.no_fallback is set: %.600s", ld->dir, why);
+    if (acc->is_main_process)
+        accel_log(acc, ACCEL_LOG_WARN, "load_state: skipping %s (%s); loading the newest complete checkpoint before it",
+                  ld->dir, why);
+    if (cands[*ci].num > *skipped_num) *skipped_num = cands[*ci].num;
+    accel__ckpt_load_free(ck, ld);
+    memset(ld, 0, sizeof *ld);
+    ld->acc = acc;
+    if (--*ci < 0) {
+        *none_left = 1;
+        return ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint under %.400s (damaged ones skipped)",
+                           cdir);
+    }
+    accel__fmt(ld->dir, sizeof ld->dir, "%s/%s", cdir, cands[*ci].name);
+    return ACCEL_OK;
 }
 
 ACCEL__DEF accel_result accel_ckpt_load_state(accel_ckpt *ck, const char *input_dir) {
     accel *acc;
     accel__ckpt_load ld;
+    accel__ckpt_ent *cands = NULL;
     char cdir[2200];
     accel_result r = ACCEL_OK;
-    int none_yet = 0;
+    int none_yet = 0, ci = -1, damaged = 0;
+    long skipped_num = -1;
     if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "load_state: ck is NULL");
     acc = ck->acc;
+    if ((r = accel__ckpt_collect(ck)) != ACCEL_OK) return r; /* an async save in flight first */
     memset(&ld, 0, sizeof ld);
     ld.acc = acc;
     accel__fmt(cdir, sizeof cdir, "%s/checkpoints", ck->project_dir);
-    /* 1. which checkpoint */
+    /* 1. which checkpoint: the given one, or the newest checkpoint_<N> (FALLBACK: older ones when it is damaged) */
     if (input_dir) {
         if (strlen(input_dir) >= 2000)
             r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "load_state: input_dir is too long");
         else accel__fmt(ld.dir, sizeof ld.dir, "%s", input_dir);
     } else {
-        r = accel_ckpt_latest(acc, cdir, ld.dir, sizeof ld.dir);
-        none_yet = r == ACCEL_ERR_NOT_FOUND;
+        r = accel__ckpt_list(acc, cdir, 1, &cands);
+        if (r == ACCEL_OK) ci = (int)stbds_arrlen(cands) - 1;
+        if (r == ACCEL_OK && ci < 0) {
+            none_yet = 1;
+            r = ACCEL__FAIL(acc, ACCEL_ERR_NOT_FOUND, "no complete checkpoint under %.400s", cdir);
+        } else if (r == ACCEL_OK) {
+            accel__fmt(ld.dir, sizeof ld.dir, "%s/%s", cdir, cands[ci].name);
+        }
     }
-    /* 2. marker and sizes; read (small files) or map (safetensors) what is applied; verify every checksum on those
-       bytes (files not used here: from disk); then parse and check everything against the registration */
-    if (r == ACCEL_OK) r = accel__ckpt_check_complete(acc, ld.dir, 0, 0, &ld.marker);
-    if (r == ACCEL_OK) {
-        size_t nf = (size_t)stbds_arrlen(ld.marker.files);
-        ld.mf = (accel_st_file **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->models), sizeof *ld.mf);
-        ld.of = (accel_st_file **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->optims), sizeof *ld.of);
-        ld.blobs = (const char **)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blobs);
-        ld.blob_n = (size_t *)accel__st_zalloc(acc, (size_t)stbds_arrlen(ck->objs), sizeof *ld.blob_n);
-        ld.read = (char **)accel__st_zalloc(acc, nf, sizeof *ld.read);
-        ld.mem = (const unsigned char **)accel__st_zalloc(acc, nf, sizeof *ld.mem);
-        ld.mem_n = (size_t *)accel__st_zalloc(acc, nf, sizeof *ld.mem_n);
-        if (!ld.mf || !ld.of || !ld.blobs || !ld.blob_n || !ld.read || !ld.mem || !ld.mem_n)
-            r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "load_state");
+    /* 2. check the candidate on every process (accel__ckpt_load_check); agree; fall back while it is damaged */
+    for (;;) {
+        if (r == ACCEL_OK) r = accel__ckpt_load_check(ck, &ld, &damaged);
+        r = accel__agree(acc, r, "load_state (verify)");
+        if (r == ACCEL_OK || ci < 0 || none_yet) break;
+        r = accel__ckpt_load_fallback(ck, &ld, r, damaged, cdir, cands, &ci, &skipped_num, &none_yet);
+        if (r != ACCEL_OK) break;
+        damaged = 0;
     }
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(&ld, "model", (int)stbds_arrlen(ck->models), ld.mf);
-    if (r == ACCEL_OK) r = accel__ckpt_load_groups_map(&ld, "optimizer", (int)stbds_arrlen(ck->optims), ld.of);
-    if (r == ACCEL_OK) r = accel__ckpt_load_objects(ck, &ld);
-    if (r == ACCEL_OK) r = accel__ckpt_load_read_state_files(ck, &ld);
-    if (r == ACCEL_OK) r = accel__ckpt_verify_files(acc, ld.dir, &ld.marker, ld.mem, ld.mem_n);
-    if (r == ACCEL_OK)
-        r = accel__ckpt_load_groups_check(&ld, "model", ck->models, (int)stbds_arrlen(ck->models), ld.mf, 0);
-    if (r == ACCEL_OK)
-        r = accel__ckpt_load_groups_check(&ld, "optimizer", ck->optims, (int)stbds_arrlen(ck->optims), ld.of, 1);
-    if (r == ACCEL_OK) r = accel__ckpt_load_accelerator_json(&ld);
-    if (r == ACCEL_OK) r = accel__ckpt_load_training_state(&ld);
-    if (r == ACCEL_OK) r = accel__ckpt_load_sharded(ck, &ld);
-    r = accel__agree(acc, r, "load_state (verify)");
-    /* 3. apply (every process got this far): tensors and objects, then — once every process applied those — the
-       Accelerator's training state, which was checked in step 2 and cannot fail */
+    stbds_arrfree(cands);
+    /* 2b. load pre-hooks (every process), on the verified checkpoint, before anything is applied */
+    if (r == ACCEL_OK && stbds_arrlen(ck->load_hooks)) {
+        r = accel__ckpt_run_hooks(ck, ck->load_hooks, ld.dir, "load_state", "load");
+        r = accel__agree(acc, r, "load_state (pre-hooks)");
+    }
+    /* 3. apply (every process got this far): the objects as a transaction (all of them on every process, or none
+       anywhere), then the tensors, then — once every process applied those — the Accelerator's training state,
+       which was checked in step 2 and cannot fail */
     if (r == ACCEL_OK) {
-        r = accel__ckpt_load_apply(ck, &ld);
+        r = accel__ckpt_load_backup(ck, &ld);
+        r = accel__agree(acc, r, "load_state (keep)");
+    }
+    if (r == ACCEL_OK) {
+        r = accel__ckpt_load_apply_objects(ck, &ld);
+        r = accel__agree(acc, r, "load_state (apply objects)");
+        if (r != ACCEL_OK) accel__ckpt_load_undo(ck, &ld, r);
+    }
+    if (r == ACCEL_OK) {
+        r = accel__ckpt_load_apply_tensors(ck, &ld);
         r = accel__agree(acc, r, "load_state (apply)");
     }
     if (r == ACCEL_OK) r = accel__ckpt_load_training_state_apply(&ld);
     if (r == ACCEL_OK) ck->iteration = (int)ld.iteration + 1; /* policy 5: the next save does not collide */
+    if (skipped_num >= ck->iteration && skipped_num < INT_MAX) ck->iteration = (int)skipped_num + 1; /* nor skipped */
     accel__ckpt_load_free(ck, &ld);
     if (none_yet && r == ACCEL_ERR_NOT_FOUND && acc->is_main_process)
         accel_log(acc, ACCEL_LOG_INFO, "no checkpoint under %s: starting fresh", cdir);

@@ -83,6 +83,9 @@
      arrive. Scratch: about the buffer's size on 3+ ranks, half of it on 2 (512 KiB from 8 MiB); one buffer is kept
      for the next call. More than 64 ranks: MPI_Iallreduce. Why these algorithms, and their speed against
      MPI_Allreduce: the implementation's section 6 and bench/collectives (bench_coll).
+     A reduce-scatter (2-64 ranks, same conditions) is the first phase of that direct algorithm: each block is
+     folded in rank order on its owner, so it equals the matching block of the all-reduce bit for bit (ZeRO-3's
+     reduce-scatter of a unit therefore equals DDP's all-reduce of it). Scratch: P-1 blocks.
 
    PROCESS MESH (Accelerate's ParallelismConfig + the DeviceMesh it builds)
        accel_coll_mesh *mesh;
@@ -583,6 +586,7 @@ struct accel_coll_request {
     int fold_k;           /* direct: the next rank whose contribution is folded in (rank order) */
     unsigned char *fold_acc; /* direct: where the running fold is (ring_buf's own chunk once it got there) */
     unsigned char *dslots;   /* direct: P-1 receive slots of dslot_bytes, after the requests in ring_tmp */
+    unsigned char *rs_own;   /* direct reduce-scatter: this rank's block (the user's recv); NULL for an all-reduce */
     size_t dslot_bytes;
     size_t ring_tmp_bytes;
     MPI_Datatype ring_t;
@@ -1488,7 +1492,8 @@ static unsigned char *accel__coll_direct_slot(const accel_coll_request *q, int k
     size_t roff;
     int rcnt;
     accel__coll_ring_chunk(q, r, &roff, &rcnt);
-    if (q->ring_direct && k == (r == 0 ? 1 : 0)) return q->ring_buf + roff * accel_dtype_size(q->dt);
+    if (q->ring_direct && k == (r == 0 ? 1 : 0))
+        return q->rs_own ? q->rs_own : q->ring_buf + roff * accel_dtype_size(q->dt);
     return q->dslots + (size_t)(k < r ? k : k - 1) * q->dslot_bytes;
 }
 
@@ -1554,7 +1559,7 @@ static int accel__coll_direct_test(accel_coll_request *q, int *flag) {
         return MPI_SUCCESS;
     }
     accel__coll_ring_chunk(q, r, &moff, &mcnt);
-    own = q->ring_buf + moff * es;
+    own = q->rs_own ? q->rs_own : q->ring_buf + moff * es;
     if (q->ring_step == 0) {
         /* fold the contributions that arrived, in rank order */
         while (mcnt > 0 && q->fold_k < P) {
@@ -1588,6 +1593,11 @@ static int accel__coll_direct_test(accel_coll_request *q, int *flag) {
         done = 0;
         mrc = accel__mpi_testall(q->nrq, q->rq, &done); /* the sends (recv's chunks are rewritten next) */
         if (mrc != MPI_SUCCESS || !done) return mrc;
+        if (q->rs_own) { /* reduce-scatter: phase 1 alone; the fold ended in own (the first other rank's block was
+                            received there, or x0 was, and every later contribution folded into it) */
+            *flag = 1;
+            return MPI_SUCCESS;
+        }
         q->ring_step = 1;
         mrc = accel__coll_direct_post(q);
         if (mrc != MPI_SUCCESS) return mrc;
@@ -1616,6 +1626,35 @@ static accel_result accel__coll_direct_start(accel_coll *c, accel_coll_request *
     q->has_mreq = 1;
     mrc = accel__coll_direct_post(q);
     if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "all_reduce (direct, first round)", __FILE__, __LINE__);
+    return ACCEL_OK;
+}
+
+/* Reduce-scatter as phase 1 of the direct all-reduce (q->ring == 3 with rs_own = recv): block k of send (recv_count
+   elements) goes to rank k, which folds the P contributions in rank order into its recv — the same sum, in the same
+   order, as the all-reduce gives that element, so a reduce-scatter of a buffer equals the matching block of its
+   all-reduce bit for bit (ZeRO-3 reduces with it). send and recv must not overlap (the collective's contract), so
+   the send buffer is always read where it is and the first other rank's block lands in recv. q->count is set to the
+   whole send buffer's elements (P * recv_count): the chunking of the all-reduce then gives the blocks exactly. */
+static accel_result accel__coll_direct_rs_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv,
+                                                size_t es, MPI_Datatype t, MPI_Op op) {
+    int P = c->size, mrc;
+    size_t reqb = ((size_t)(2 * (P - 1)) * sizeof(MPI_Request) + 63) & ~(size_t)63;
+    size_t slot = (q->count + 1) * es, tmp = reqb + (size_t)(P - 1) * slot;
+    accel_result ar = accel__coll_scratch(c, q, tmp);
+    if (ar != ACCEL_OK) return ar;
+    q->count *= (size_t)P;
+    accel__coll_p2p_init(c, q, send, recv, t, op, 1);
+    q->rs_own = (unsigned char *)recv;
+    q->ring = 3;
+    q->rq = (MPI_Request *)(void *)q->ring_tmp;
+    q->nrq = 2 * (P - 1);
+    q->dslots = q->ring_tmp + reqb;
+    q->dslot_bytes = slot;
+    q->fold_k = 0;
+    q->fold_acc = NULL;
+    q->has_mreq = 1;
+    mrc = accel__coll_direct_post(q);
+    if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "reduce_scatter (direct)", __FILE__, __LINE__);
     return ACCEL_OK;
 }
 
@@ -1954,6 +1993,9 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->kind == ACCEL__K_ALLREDUCE && P >= 3 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
         (!a->dev || stage))
         return accel__coll_direct_start(c, q, send, recv, es, t, op);
+    if (a->kind == ACCEL__K_REDUCE_SCATTER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
+        (!a->dev || stage))
+        return accel__coll_direct_rs_start(c, q, send, recv, es, t, op);
     switch (a->kind) {
     case ACCEL__K_ALLREDUCE: mrc = MPI_Iallreduce(send, recv, n, t, op, c->comm, &q->mreq); break;
     case ACCEL__K_REDUCE: mrc = MPI_Ireduce(send, recv, n, t, op, a->root, c->comm, &q->mreq); break;

@@ -12,6 +12,7 @@
      RANDOM SAMPLER               the algorithm
      GRADIENTSTATE BOOKKEEPING
      FILES                        llm.c token shards
+     DISPATCHER                   dispatch_batches=True: the main process reads, every process gets its slice
      MEMORY
      THREADS AND STREAMS
      DIFFERENCES FROM ACCELERATE
@@ -146,6 +147,27 @@
      sampler above for (seed, epoch). Without shuffle the layout is llm.c's (rank r reads at r*B*T in its chunk).
      Each row is widened to int32 in one pass straight from the mapping (no staging copy), requesting the bytes
      2 KiB ahead — the next row's first ones near a row's end — so the loader reads at about `cat` speed.
+
+   DISPATCHER
+     DataLoaderConfiguration(dispatch_batches=True) / DataLoaderDispatcher. Only the main process reads the
+     underlying loader (desc.fetch: batches of any number of rows of row_bytes, e.g. variable-length or streaming
+     sources); each global batch is broadcast over the host group and every process takes its slice. Accelerate's
+     rule (data_loader.py), which tests/mpi/data/dispatcher_reference.py transcribes literally:
+       - a global batch is one loader batch (split_batches) or P consecutive loader batches concatenated; when the
+         loader ends inside a group of P, the batches read so far are still a global batch unless drop_last;
+       - of a global batch of n rows, process p gets rows [p*b, (p+1)*b) with b = n / P (rounded down: in a middle
+         batch with n % P != 0 the last n % P rows go to nobody, as in Accelerate);
+       - the last global batch, when n % P != 0 and not drop_last, is extended by the first min(P, n0) rows of the
+         epoch's first global batch and b grows by 1 (a slice past the end is shorter);
+       - the last batch is known one batch ahead (the next global batch is read before this one is handed out):
+         acc->end_of_dataloader is 1 with it and acc->remainder = its n (the real rows of what gather collects);
+       - skip_batches global batches are read and not handed out at the start of every epoch;
+       - a loader that ends before a first global batch (empty, or a dropped partial group) is Accelerate's
+         ValueError "Batch does not contain any data": ACCEL_ERR_STATE on every process.
+     A main-process fetch error fails every process (ACCEL_ERR_REMOTE elsewhere); a process that dies is the host
+     group's deadline. Differences: host memory only (stage the slice to the device yourself: accel_data_stager);
+     one contiguous row per sample instead of a nested structure of tensors; the rows need no structure broadcast
+     first (the header carries the row count).
 
    MEMORY
      The sequence loader's tables go through acc's host allocator; the stager's buffers through accel_pinned_alloc
@@ -305,6 +327,31 @@ ACCEL_API accel_result accel_data_shard_state_load(void *shard, const void *buf,
 /* gather_for_metrics: of `gathered_rows` rows all-gathered in rank order, how many are real samples. */
 ACCEL_API int64_t accel_data_real_rows(int end_of_dataloader, int remainder, int64_t gathered_rows);
 ACCEL_API int64_t accel_data_gather_real_rows(const accel *acc, int64_t gathered_rows); /* uses acc's fields */
+
+/* ---------------------------------------------------------------------------- dispatcher (dispatch_batches=True) */
+/* The main process's loader: the next batch of the underlying DataLoader as *nrows rows of desc.row_bytes at *rows
+   (valid until the next call), or *end = 1 when it is exhausted. Called on the main process only. */
+typedef accel_result (*accel_data_fetch_fn)(void *user, const void **rows, int64_t *nrows, int *end);
+typedef struct accel_data_dispatcher_desc {
+    size_t row_bytes;            /* bytes of one sample (every field of the batch, packed): >= 1 */
+    accel_toggle split_batches;  /* ACCEL_DEFAULT → acc->desc.split_batches */
+    int drop_last;               /* the DataLoader's drop_last */
+    int64_t skip_batches;        /* batches not handed out at the start of every epoch (skip_first_batches) */
+    accel_data_fetch_fn fetch;   /* the main process's loader (ignored on the others) */
+    void *user;
+} accel_data_dispatcher_desc;
+typedef struct accel_data_dispatcher accel_data_dispatcher;
+/* Local (nothing is communicated); every process must then call next on the same steps. */
+ACCEL_API accel_result accel_data_dispatcher_create(accel *acc, const accel_data_dispatcher_desc *desc,
+                                                    accel_data_dispatcher **out);
+ACCEL_API void accel_data_dispatcher_destroy(accel_data_dispatcher *d); /* ends an epoch in progress */
+/* Collective: this process's slice of the next global batch into out (cap_rows rows of row_bytes): *nrows rows
+   (0 is possible), *end = 0; or *end = 1 and *nrows = 0 at the end of the epoch (the next call starts the next
+   one). Reports begin / last batch (remainder = the last global batch's rows) / end to acc's list of loaders. */
+ACCEL_API accel_result accel_data_dispatcher_next(accel_data_dispatcher *d, void *out, int64_t cap_rows,
+                                                  int64_t *nrows, int *end);
+/* len(DataLoaderDispatcher) from the underlying loader's len: split_batches → L; drop_last → L / P; else ceil. */
+ACCEL_API int64_t accel_data_dispatcher_len(const accel_data_dispatcher *d, int64_t loader_len);
 
 /* ------------------------------------------------------------------------------------------- token files */
 #define ACCEL_DATA_TOKEN_HEADER_BYTES 1024
@@ -547,6 +594,230 @@ ACCEL__DEF int64_t accel_data_gather_real_rows(const accel *acc, int64_t gathere
 
 /* ------------------------------------------------------------------------------------------------- shards */
 #define ACCEL__DATA_MAX_BATCH ((int64_t)1 << 40)
+
+/* ---------------------------------------------------------------------------------------------- dispatcher */
+/* accelerate.data_loader.DataLoaderDispatcher, step by step (see DISPATCHER in the manual). Every global batch is
+   broadcast whole from the main process (a header, then the rows); each process slices its part. */
+typedef struct accel__dbuf {
+    unsigned char *p;
+    int64_t rows;
+    size_t cap; /* bytes */
+} accel__dbuf;
+
+struct accel_data_dispatcher {
+    accel *acc;
+    accel_data_dispatcher_desc d;
+    int P, p;
+    accel__dbuf cur, nxt, first;
+    int nxt_has, have_first, stop_flag; /* stop_flag: Accelerate's self._stop_iteration */
+    int in_epoch, done;
+    int64_t batch_index, iteration;
+};
+
+static accel_result accel__dbuf_room(accel *acc, accel__dbuf *b, int64_t rows, size_t row_bytes) {
+    size_t need;
+    if (rows < 0 || (uint64_t)rows > (uint64_t)(SIZE_MAX / 2) / row_bytes)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatcher: a batch of %lld rows is too large",
+                           (long long)rows);
+    need = (size_t)rows * row_bytes;
+    if (need > b->cap) {
+        unsigned char *q = (unsigned char *)accel_host_alloc(acc, need);
+        if (!q) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "dispatcher: no memory for %zu bytes", need);
+        if (b->rows > 0) memcpy(q, b->p, (size_t)b->rows * row_bytes);
+        accel_host_free(acc, b->p);
+        b->p = q;
+        b->cap = need;
+    }
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_dispatcher_create(accel *acc, const accel_data_dispatcher_desc *desc,
+                                                     accel_data_dispatcher **out) {
+    accel_data_dispatcher *d;
+    if (!acc || !acc->impl) return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "dispatcher_create: the Accelerator is not "
+                                               "initialized");
+    if (!out || !desc) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatcher_create: desc or out is NULL");
+    *out = NULL;
+    if (desc->row_bytes == 0 || desc->skip_batches < 0 || (int)desc->split_batches < (int)ACCEL_OFF ||
+        (int)desc->split_batches > (int)ACCEL_ON)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatcher_create: row_bytes must be >= 1, skip_batches "
+                           ">= 0 and split_batches an accel_toggle (got %zu, %lld, %d)", desc->row_bytes,
+                           (long long)desc->skip_batches, (int)desc->split_batches);
+    if (acc->process_index == 0 && !desc->fetch)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatcher_create: the main process needs desc.fetch");
+    d = (accel_data_dispatcher *)accel_host_alloc(acc, sizeof *d);
+    if (!d) return ACCEL_ERR_OUT_OF_MEMORY;
+    memset(d, 0, sizeof *d);
+    d->acc = acc;
+    d->d = *desc;
+    if (d->d.split_batches == ACCEL_DEFAULT) d->d.split_batches = acc->desc.split_batches ? ACCEL_ON : ACCEL_OFF;
+    d->P = acc->num_processes > 0 ? acc->num_processes : 1;
+    d->p = acc->process_index;
+    *out = d;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF void accel_data_dispatcher_destroy(accel_data_dispatcher *d) {
+    if (!d) return;
+    if (d->in_epoch) accel_dataloader_end(d->acc, d);
+    accel_host_free(d->acc, d->cur.p);
+    accel_host_free(d->acc, d->nxt.p);
+    accel_host_free(d->acc, d->first.p);
+    accel_host_free(d->acc, d);
+}
+
+ACCEL__DEF int64_t accel_data_dispatcher_len(const accel_data_dispatcher *d, int64_t loader_len) {
+    if (!d || loader_len < 0) return -1;
+    if (d->d.split_batches == ACCEL_ON) return loader_len;
+    return d->d.drop_last ? loader_len / d->P : (loader_len + d->P - 1) / d->P;
+}
+
+/* _fetch_batches: the main process reads one batch (split_batches) or P batches concatenated; at the loader's end a
+   partial group (at least one batch) is still dispatched unless drop_last. Then header {status, has, stop, rows}
+   and the rows are broadcast; a failure on the main process fails every process. */
+static accel_result accel__dispatch_fetch(accel_data_dispatcher *d) {
+    accel *acc = d->acc;
+    size_t rb = d->d.row_bytes;
+    int64_t h[4] = {ACCEL_OK, 0, 0, 0};
+    accel_result res = ACCEL_OK;
+    if (d->p == 0) {
+        int k, nb = 0, want = d->d.split_batches == ACCEL_ON ? 1 : d->P, end = 0;
+        d->nxt.rows = 0;
+        for (k = 0; k < want && res == ACCEL_OK; ++k) {
+            const void *rows = NULL;
+            int64_t n = 0;
+            end = 0;
+            res = d->d.fetch(d->d.user, &rows, &n, &end);
+            if (res != ACCEL_OK) break;
+            if (end) break;
+            if (n < 0 || (n > 0 && !rows)) {
+                res = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatcher: fetch gave %lld rows at %p",
+                                  (long long)n, rows);
+                break;
+            }
+            res = accel__dbuf_room(acc, &d->nxt, d->nxt.rows + n, rb);
+            if (res != ACCEL_OK) break;
+            if (n > 0) memcpy(d->nxt.p + (size_t)d->nxt.rows * rb, rows, (size_t)n * rb);
+            d->nxt.rows += n;
+            nb++;
+        }
+        h[0] = res;
+        h[2] = end;
+        h[1] = !end || (d->d.split_batches != ACCEL_ON && !d->d.drop_last && nb > 0);
+        h[3] = h[1] ? d->nxt.rows : 0;
+    }
+    res = accel_host_broadcast(acc, h, sizeof h, 0);
+    if (res != ACCEL_OK) return accel__fail_wrap(acc, res, "dispatcher (the batch header from the main process)");
+    if (h[0] != ACCEL_OK)
+        return d->p == 0 ? (accel_result)h[0]
+                         : ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "dispatcher: the main process failed to fetch a batch "
+                                       "(%s)", accel_result_string((accel_result)h[0]));
+    d->stop_flag = (int)h[2];
+    d->nxt_has = (int)h[1];
+    if (!d->nxt_has) { d->nxt.rows = 0; return ACCEL_OK; }
+    if (d->p != 0) {
+        d->nxt.rows = 0;
+        res = accel__dbuf_room(acc, &d->nxt, h[3], rb);
+        if (res != ACCEL_OK) return res; /* the main process then waits out its deadline */
+        d->nxt.rows = h[3];
+    }
+    if (h[3] > 0) res = accel_host_broadcast(acc, d->nxt.p, (size_t)h[3] * rb, 0);
+    return res != ACCEL_OK ? accel__fail_wrap(acc, res, "dispatcher (the batch from the main process)") : ACCEL_OK;
+}
+
+static void accel__dispatch_end_epoch(accel_data_dispatcher *d) {
+    d->in_epoch = 0;
+    d->iteration++;
+    accel_dataloader_end(d->acc, d);
+}
+
+ACCEL__DEF accel_result accel_data_dispatcher_next(accel_data_dispatcher *d, void *out, int64_t cap_rows,
+                                                   int64_t *nrows, int *end) {
+    accel *acc;
+    size_t rb;
+    accel_result res;
+    if (!d) return ACCEL_ERR_INVALID_ARGUMENT;
+    acc = d->acc;
+    rb = d->d.row_bytes;
+    if (!nrows || !end || cap_rows < 0 || (cap_rows > 0 && !out))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatcher_next: out %p (capacity %lld rows), nrows "
+                           "%p, end %p", out, (long long)cap_rows, (void *)nrows, (void *)end);
+    *nrows = 0;
+    *end = 0;
+    if (!d->in_epoch) { /* __iter__: begin, the first fetch */
+        res = accel_dataloader_begin(acc, d, -1);
+        if (res != ACCEL_OK) return res;
+        d->in_epoch = 1;
+        d->done = 0;
+        d->have_first = 0;
+        d->stop_flag = 0;
+        d->batch_index = 0;
+        d->first.rows = 0;
+        res = accel__dispatch_fetch(d);
+        if (res != ACCEL_OK) { accel__dispatch_end_epoch(d); return res; }
+    }
+    for (;;) {
+        accel__dbuf t;
+        int64_t observed, bs, lo, hi, avail;
+        int stop;
+        if (d->done) {
+            accel__dispatch_end_epoch(d);
+            *end = 1;
+            return ACCEL_OK;
+        }
+        if (!d->nxt_has) { /* Accelerate raises ValueError here (an empty loader, or only a dropped partial group) */
+            accel__dispatch_end_epoch(d);
+            return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "dispatcher: the batch has no data (the loader ended before a "
+                               "first full batch: Accelerate's \"Batch does not contain any data\")");
+        }
+        t = d->cur; /* batch = next_batch */
+        d->cur = d->nxt;
+        d->nxt = t;
+        d->nxt.rows = 0;
+        if (!d->d.drop_last && !d->have_first) { /* first_batch = batch[0:P] */
+            int64_t n = d->cur.rows < d->P ? d->cur.rows : d->P;
+            res = accel__dbuf_room(acc, &d->first, n, rb);
+            if (res != ACCEL_OK) { accel__dispatch_end_epoch(d); return res; }
+            if (n > 0) memcpy(d->first.p, d->cur.p, (size_t)n * rb);
+            d->first.rows = n;
+            d->have_first = 1;
+        }
+        observed = d->cur.rows;
+        bs = observed / d->P;
+        stop = d->stop_flag;
+        if (!stop) {
+            res = accel__dispatch_fetch(d);
+            if (res != ACCEL_OK) { accel__dispatch_end_epoch(d); return res; }
+            if (d->stop_flag && !d->nxt_has) stop = 1;
+        }
+        avail = observed;
+        if (!d->d.drop_last && stop && observed % d->P != 0) { /* batch = concatenate([batch, first_batch]) */
+            res = accel__dbuf_room(acc, &d->cur, observed + d->first.rows, rb);
+            if (res != ACCEL_OK) { accel__dispatch_end_epoch(d); return res; }
+            if (d->first.rows > 0)
+                memcpy(d->cur.p + (size_t)observed * rb, d->first.p, (size_t)d->first.rows * rb);
+            avail += d->first.rows;
+            bs += 1;
+        }
+        lo = (int64_t)d->p * bs;
+        hi = lo + bs;
+        if (hi > avail) hi = avail; /* a Python slice past the end is shorter */
+        if (lo > hi) lo = hi;
+        if (stop) {
+            d->done = 1;
+            res = accel_dataloader_begin(acc, d, observed > INT_MAX ? INT_MAX : (int)observed); /* remainder */
+            if (res != ACCEL_OK) { d->in_epoch = 0; return res; }
+            accel_dataloader_last_batch(acc, d);
+        }
+        if (d->batch_index++ < d->d.skip_batches) continue;
+        if (hi - lo > cap_rows)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatcher_next: this process's slice has %lld rows, "
+                               "out holds %lld", (long long)(hi - lo), (long long)cap_rows);
+        if (hi > lo) memcpy(out, d->cur.p + (size_t)lo * rb, (size_t)(hi - lo) * rb);
+        *nrows = hi - lo;
+        return ACCEL_OK;
+    }
+}
 
 /* The local part of init: validates desc and fills *t (nothing else changes). Checks in prepare_data_loader's
    order (docs/semantics.md §1-§2), or the shard classes' alone with batch_sampler_shard. */

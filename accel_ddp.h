@@ -10,9 +10,53 @@
      AVERAGING ORDER              DDP's, bit for bit
      AFTER A FAILURE
      JOIN                         uneven inputs: the exact gradients
+     COMMUNICATION HOOKS          comm_hook / comm_wrapper: torch's fp16/bf16 compress hooks, bit for bit
+     LOCAL SGD                    accel_ddp_local_sgd_*: Accelerate's LocalSGD
+     trigger_sync_in_backward     accel_ddp_trigger_sync_in_backward_begin/_end (at its declaration)
      COLLECTIVE CALLS AND ERRORS
      THREADS AND STREAMS
      DIFFERENCES FROM ACCELERATE / PYTORCH
+
+   COMMUNICATION HOOKS
+     DistributedDataParallelKwargs(comm_hook=DDPCommunicationHookType.FP16 / BF16, comm_wrapper=...) is
+     desc.comm_hook / desc.comm_wrapper. Each bucket goes out as a 16-bit copy (half the bytes of F32 on the wire),
+     element by element exactly as torch's default_hooks.py computes it:
+         w = wrapper ? round_W(g) : g             fp16/bf16_compress_wrapper: bucket.set_buffer(buffer.to(W))
+         c = round_H(round_H(w) / P)              fp16/bf16_compress_hook: buffer.to(H).div_(world_size)
+         s = c_0 + c_1 + ... (all-reduce SUM in H, each addition in float rounded to H)
+         g = round_grad(wrapper ? round_W(s) : s) the decompress copies back into the buffer, then into the gradient
+     round_X is round to nearest even; P the communicator's size (also while joining, as torch's hook). torch's
+     CUDA division multiplies by fl(1/P) instead; for a 16-bit c the two give the same bits. With the wrapper equal
+     to the hook the wrapper changes nothing. Gradients F32, F16 or BF16 (torch casts F64 through float: a second
+     rounding, refused); no_average is refused (the hook divides); comm_wrapper without comm_hook is ignored with a
+     warning (Accelerate applies a wrapper only to a hook). On 2 ranks the results equal torch's DDP with the hook
+     (gloo) bit for bit; on 3+ the 16-bit sum's association order is the communicator's (gloo's ring and NCCL's
+     choose theirs per chunk), so an element may differ from torch's in the last bit (tests/mpi/ddp/
+     hooks_reference.py). POWER_SGD / BATCHED_POWER_SGD are not provided.
+
+   LOCAL SGD
+     accelerate.local_sgd.LocalSGD(accelerator, model, local_sgd_steps=K, enabled) as a begin/step/end triple:
+         accel_ddp_local_sgd_desc ld = {0}; ld.local_sgd_steps = 8;
+         accel_ddp_local_sgd *l;
+         accel_ddp_local_sgd_begin(red, params, n_params, &ld, &l);       // with LocalSGD(...) as local_sgd:
+         for (each micro-batch) {                                          //   for batch in dl:
+             accel_accumulate_begin(&acc); ... backward ...;
+             accel_ddp_wait(red);                 // reduces nothing while l is open and enabled (model.no_sync)
+             if (acc.sync_gradients) { optimizer step; zero grads }
+             accel_accumulate_end(&acc);
+             accel_ddp_local_sgd_step(l);                                  //       local_sgd.step()
+         }
+         accel_ddp_local_sgd_end(l);                                       // __exit__: the final average
+     Accelerate's rule: enabled = enabled && distributed_type != NO (one process: off). step() adds 1 to a counter
+     on every call, enabled or not, and when enabled and counter % K == 0 replaces every parameter by
+     reduce(p, "mean") after a wait_for_everyone: the sum over the reducer's group, then divided by its size
+     (ACCEL_COLL_AVG's order). Leaving averages once more when enabled (also right after a step's average). The
+     counter counts step() calls, not optimizer steps: with gradient accumulation Accelerate's loop calls step()
+     every micro-batch, so K counts micro-batches. "Parameters" are all of model.parameters(), frozen ones too (not
+     buffers): pass them all. Disabled, the reducer keeps synchronising gradients as usual. End the LocalSGD before
+     destroying its reducer. tests/mpi/ddp/test_ddp_local_sgd.c: a long-hand reference on 1-4 ranks.
+
+   DIFFERENCES FROM ACCELERATE / PYTORCH
      - No autograd hooks: the trainer registers its gradient buffers and calls grad_ready as each becomes final (DDP's
        hooks do that); a gradient never marked ready counts as ready at wait.
      - Gradients are averaged as DDP averages them (AVERAGING ORDER); accel_coll_all_reduce with ACCEL_COLL_AVG keeps
@@ -27,6 +71,13 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------- the reducer */
+/* Accelerate's DDPCommunicationHookType (POWER_SGD / BATCHED_POWER_SGD are not provided). */
+typedef enum accel_ddp_comm_hook {
+    ACCEL_DDP_COMM_HOOK_NONE = 0,
+    ACCEL_DDP_COMM_HOOK_FP16, /* gradients all-reduced as IEEE half */
+    ACCEL_DDP_COMM_HOOK_BF16, /* gradients all-reduced as bfloat16 */
+    ACCEL_DDP_COMM_HOOK_COUNT
+} accel_ddp_comm_hook;
 typedef struct accel_ddp_desc {
     double bucket_cap_mb;   /* 0 → 25 (DDP); MiB */
     double first_bucket_mb; /* 0 → 1 (DDP); MiB */
@@ -34,6 +85,10 @@ typedef struct accel_ddp_desc {
     accel_toggle flat;      /* ACCEL_DEFAULT: one all-reduce in place when the grads are one contiguous buffer of one
                                dtype, else buckets; ACCEL_OFF: always bucket; ACCEL_ON: require contiguity (error
                                otherwise) */
+    accel_ddp_comm_hook comm_hook;    /* DistributedDataParallelKwargs.comm_hook: NONE, or FP16/BF16 (torch's
+                                         fp16/bf16_compress_hook; see COMMUNICATION HOOKS) */
+    accel_ddp_comm_hook comm_wrapper; /* DistributedDataParallelKwargs.comm_wrapper: torch's fp16/bf16_compress_wrapper
+                                         around comm_hook; ignored without a comm_hook (as in Accelerate) */
 } accel_ddp_desc;
 typedef struct accel_ddp accel_ddp;
 
@@ -55,6 +110,12 @@ ACCEL_API accel_result accel_ddp_grad_ready(accel_ddp *r, int index);
    no_sync then). */
 ACCEL_API accel_result accel_ddp_wait(accel_ddp *r);
 ACCEL_API int accel_ddp_num_buckets(const accel_ddp *r); /* -1 before finalize */
+/* Accelerate's `with accelerator.trigger_sync_in_backward(model):` — between begin and end the reducer reduces on
+   every grad_ready/wait, also on a step that accumulate (or an open LocalSGD, model.no_sync) would not sync. Only
+   when acc->use_distributed (Accelerate does nothing otherwise). acc->sync_gradients is not changed. Nests (end
+   restores what begin found). Local: nothing is communicated; every rank must use it on the same steps. */
+ACCEL_API accel_result accel_ddp_trigger_sync_in_backward_begin(accel_ddp *r);
+ACCEL_API accel_result accel_ddp_trigger_sync_in_backward_end(accel_ddp *r);
 /* Bucket b's registration indices (in bucket order) → idx (capacity cap); returns the count (or -1). */
 ACCEL_API int accel_ddp_bucket(const accel_ddp *r, int b, int *idx, int cap);
 ACCEL_API int accel_ddp_is_flat(const accel_ddp *r);
@@ -78,6 +139,28 @@ ACCEL_API accel_result accel_ddp_join_end(accel_ddp *r, const accel_tensor *para
    the group size outside join mode; -1 for NULL. */
 ACCEL_API int accel_ddp_join_active(const accel_ddp *r);
 
+/* ------------------------------------------------------------------------ LocalSGD (accelerate.local_sgd.LocalSGD) */
+/* No gradient synchronisation while it is open; the parameters averaged every local_sgd_steps steps and at the end.
+   See LOCAL SGD in the manual. */
+typedef struct accel_ddp_local_sgd_desc {
+    int local_sgd_steps;  /* K >= 1: average after every K-th accel_ddp_local_sgd_step */
+    accel_toggle enabled; /* ACCEL_DEFAULT / ACCEL_ON: on when acc->distributed_type != NO; ACCEL_OFF: off */
+} accel_ddp_local_sgd_desc;
+typedef struct accel_ddp_local_sgd accel_ddp_local_sgd;
+/* LocalSGD's __enter__ over the reducer r: params (n tensors, floating dtypes, in the reducer's memory: every
+   parameter of the model, frozen ones too, the same list on every rank) are remembered; when enabled the reducer
+   stops reducing (DDP's no_sync) until local_sgd_end. Local: nothing is communicated. */
+ACCEL_API accel_result accel_ddp_local_sgd_begin(accel_ddp *r, const accel_tensor *params, int n,
+                                                 const accel_ddp_local_sgd_desc *desc, accel_ddp_local_sgd **out);
+/* LocalSGD.step(): counts the step; when enabled and the count is a multiple of K, averages the parameters
+   (collective then). Call it where Accelerate's loop calls local_sgd.step(): after every micro-batch. */
+ACCEL_API accel_result accel_ddp_local_sgd_step(accel_ddp_local_sgd *l);
+/* LocalSGD's __exit__: averages the parameters once more when enabled (collective), gives the reducer its
+   synchronisation back and frees l (also on an error). NULL: no-op. */
+ACCEL_API accel_result accel_ddp_local_sgd_end(accel_ddp_local_sgd *l);
+ACCEL_API int64_t accel_ddp_local_sgd_num_steps(const accel_ddp_local_sgd *l); /* steps counted; -1 for NULL */
+ACCEL_API int accel_ddp_local_sgd_enabled(const accel_ddp_local_sgd *l);       /* resolved enabled flag */
+
 #ifdef __cplusplus
 }
 #endif
@@ -92,6 +175,7 @@ ACCEL_API int accel_ddp_join_active(const accel_ddp *r);
    _agree / _check_broken / _orphan / _null / _reducible — from accel_collectives.h's; both precede this one)
      1. the reducer: registration, DDP's buckets, pre-scaled packing, launch and finish
      2. join for uneven inputs (rounds, zero shadows, the final broadcast)
+     3. LocalSGD (no_sync while open, parameter averaging)
    accel_zero.h (stage 1) uses the reducer through its public functions only. */
 
 #include <stdio.h>
@@ -122,7 +206,55 @@ typedef struct accel__ddp_bucket {
     int inflight;  /* launched and not finished */
     accel_result err; /* a failure seen while polling (accel__ddp_poll): finish then unpacks nothing */
     accel_coll_request *req;
+    uint16_t *comp;   /* with a comm hook: the bucket compressed to the hook's 16-bit dtype (context memory) */
 } accel__ddp_bucket;
+
+/* Communication hooks (torch's default_hooks.py). fp16_compress_hook is buffer.to(float16).div_(world_size), an
+   all-reduce SUM in float16, then the sum copied back into the gradient's dtype; bf16 the same with bfloat16.
+   A wrapper (fp16/bf16_compress_wrapper) first sets the bucket to its own dtype, runs the hook on it and copies
+   the hook's result back into that dtype. Every step is one rounding to nearest even through float (torch's casts
+   and CPU division; fp32's 24 bits make the float quotient's second rounding to 11 or 8 bits harmless). */
+static accel_dtype accel__ddp_hook_dtype(accel_ddp_comm_hook h) {
+    return h == ACCEL_DDP_COMM_HOOK_FP16   ? ACCEL_F16
+           : h == ACCEL_DDP_COMM_HOOK_BF16 ? ACCEL_BF16
+                                           : ACCEL_DTYPE_COUNT;
+}
+static ACCEL_INLINE ACCEL_HD float accel__ddp_round16(float x, int dt) { /* x rounded to dt (F16/BF16; else x) */
+    return dt == (int)ACCEL_F16 ? accel_f16_to_f32(accel_f32_to_f16(x))
+           : dt == (int)ACCEL_BF16 ? accel_bf16_to_f32(accel_f32_to_bf16(x))
+                                   : x;
+}
+static ACCEL_INLINE ACCEL_HD float accel__ddp_load(const void *p, size_t i, int dt) {
+    return dt == (int)ACCEL_F16 ? accel_f16_to_f32(((const uint16_t *)p)[i])
+           : dt == (int)ACCEL_BF16 ? accel_bf16_to_f32(((const uint16_t *)p)[i])
+                                   : ((const float *)p)[i];
+}
+/* element i of a gradient (F32/F16/BF16) → the wrapper's dtype (wdt) → the hook's (hdt), divided by p there */
+static ACCEL_INLINE ACCEL_HD uint16_t accel__ddp_compress_elem(const void *src, size_t i, int sdt, int wdt, int hdt,
+                                                               float p) {
+    float x = accel__ddp_round16(accel__ddp_round16(accel__ddp_load(src, i, sdt), wdt), hdt) / p;
+    return hdt == (int)ACCEL_BF16 ? accel_f32_to_bf16(x) : accel_f32_to_f16(x);
+}
+/* the reduced element back: hook dtype → the wrapper's → the gradient's */
+static ACCEL_INLINE ACCEL_HD void accel__ddp_decompress_elem(void *dst, const uint16_t *src, size_t i, int ddt,
+                                                             int wdt, int hdt) {
+    float x = accel__ddp_round16(accel__ddp_load(src, i, hdt), wdt);
+    if (ddt == (int)ACCEL_F32) ((float *)dst)[i] = x;
+    else ((uint16_t *)dst)[i] = ddt == (int)ACCEL_BF16 ? accel_f32_to_bf16(x) : accel_f32_to_f16(x);
+}
+/* element i in one direction: compress (gradient → comp) or decompress (comp → gradient) */
+static ACCEL_INLINE ACCEL_HD void accel__ddp_hook_elem(void *grad, uint16_t *comp, size_t i, int gdt, int wdt, int hdt,
+                                                       float p, int compress) {
+    if (compress) comp[i] = accel__ddp_compress_elem(grad, i, gdt, wdt, hdt, p);
+    else accel__ddp_decompress_elem(grad, comp, i, gdt, wdt, hdt);
+}
+#ifdef ACCEL__COLL_DEVICE
+static __global__ void accel__ddp_hook_kernel(void *grad, uint16_t *comp, size_t n, int gdt, int wdt, int hdt, float p,
+                                              int compress) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) accel__ddp_hook_elem(grad, comp, i, gdt, wdt, hdt, p, compress);
+}
+#endif
 
 /* Host gradients at least this large are all-reduced in place on their own (still in bucket order) instead of being
    copied into the bucket's staging buffer and back: on the CPU the two copies cost more than the extra message
@@ -141,15 +273,42 @@ struct accel_ddp {
     int next_launch;
     int flat;
     int prescale; /* averaging over > 1 process: each gradient is multiplied by 1/P before the sum (DDP) */
+    accel_dtype hook_dt, wrap_dt; /* comm hook: the dtype on the wire and the wrapper's (ACCEL_DTYPE_COUNT: none) */
+    int hook;
     /* join (uneven inputs; section 2) */
     double div; /* the pre-scaling divisor: P, or in join mode with no_divide_by_initial_world_size the ranks active */
     int join, join_by_active, round_open, active;
+    int no_sync; /* an enabled LocalSGD is open: nothing is reduced */
+    int force_sync; /* trigger_sync_in_backward depth: reduce whatever the step */
     void *join_zero; /* a zero buffer as large as the largest all-reduce of a step (context memory) */
     size_t join_zero_bytes;
 };
 static accel_result accel__ddp_join_round(accel_ddp *r, int active, int *n_active);
 
 static int accel__ddp_ngrads(const accel_ddp *r) { return (int)stbds_arrlen(r->grads); }
+
+/* a gradient into its bucket's compressed copy (compress) or the reduced copy back into the gradient: a host loop or
+   a kernel on acc.stream */
+static accel_result accel__ddp_hook_convert(accel_ddp *r, int compress, void *grad, uint16_t *comp, size_t n,
+                                            accel_dtype gdt) {
+    float p = (float)r->c->size; /* torch divides by the group's size, also while joining */
+    size_t i;
+    if (n == 0) return ACCEL_OK;
+    if (!r->c->device_mem) {
+        for (i = 0; i < n; ++i) accel__ddp_hook_elem(grad, comp, i, (int)gdt, (int)r->wrap_dt, (int)r->hook_dt, p,
+                                                     compress);
+        return ACCEL_OK;
+    }
+#ifdef ACCEL__COLL_DEVICE
+    accel__ddp_hook_kernel<<<accel__coll_blocks(n), 256, 0, accel__coll_stream(r->c)>>>(
+        grad, comp, n, (int)gdt, (int)r->wrap_dt, (int)r->hook_dt, p, compress);
+    ACCEL__CUDA_CHECK(r->c->acc, cudaGetLastError());
+    return ACCEL_OK;
+#else
+    return ACCEL__FAIL(r->c->acc, ACCEL_ERR_UNSUPPORTED,
+                       "device gradients need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+#endif
+}
 
 ACCEL__DEF accel_result accel_ddp_create(accel_coll *c, const accel_ddp_desc *desc, accel_ddp **out) {
     accel_ddp *r;
@@ -163,6 +322,17 @@ ACCEL__DEF accel_result accel_ddp_create(accel_coll *c, const accel_ddp_desc *de
         return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: bucket sizes must be >= 0 (0 = default)");
     if ((int)d.flat < (int)ACCEL_OFF || (int)d.flat > (int)ACCEL_ON)
         return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: flat=%d is not an accel_toggle", (int)d.flat);
+    if ((int)d.comm_hook < 0 || (int)d.comm_hook >= (int)ACCEL_DDP_COMM_HOOK_COUNT || (int)d.comm_wrapper < 0 ||
+        (int)d.comm_wrapper >= (int)ACCEL_DDP_COMM_HOOK_COUNT)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: comm_hook=%d / comm_wrapper=%d is not an "
+                           "accel_ddp_comm_hook", (int)d.comm_hook, (int)d.comm_wrapper);
+    if (d.comm_hook != ACCEL_DDP_COMM_HOOK_NONE && d.no_average)
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_INVALID_ARGUMENT, "reducer: a comm_hook divides by the world size "
+                           "(torch's compress hooks); it cannot be combined with no_average");
+    if (d.comm_hook == ACCEL_DDP_COMM_HOOK_NONE && d.comm_wrapper != ACCEL_DDP_COMM_HOOK_NONE) {
+        accel_log(c->acc, ACCEL_LOG_WARN, "reducer: comm_wrapper without a comm_hook is ignored (as in Accelerate)");
+        d.comm_wrapper = ACCEL_DDP_COMM_HOOK_NONE;
+    }
     if (d.bucket_cap_mb == 0) d.bucket_cap_mb = 25.0;
     if (d.first_bucket_mb == 0) d.first_bucket_mb = 1.0;
     r = (accel_ddp *)accel_host_alloc(c->acc, sizeof *r);
@@ -170,7 +340,10 @@ ACCEL__DEF accel_result accel_ddp_create(accel_coll *c, const accel_ddp_desc *de
     memset(r, 0, sizeof *r);
     r->c = c;
     r->d = d;
-    r->prescale = !d.no_average && c->size > 1;
+    r->hook = d.comm_hook != ACCEL_DDP_COMM_HOOK_NONE;
+    r->hook_dt = accel__ddp_hook_dtype(d.comm_hook);
+    r->wrap_dt = accel__ddp_hook_dtype(d.comm_wrapper);
+    r->prescale = !d.no_average && c->size > 1 && !r->hook;
     r->div = (double)c->size;
     r->active = c->size;
     *out = r;
@@ -184,6 +357,7 @@ static void accel__ddp_drop_buckets(accel_ddp *r) {
     for (b = 0; b < r->nb; ++b) {
         if (r->buckets[b].req) { accel__coll_orphan(r->buckets[b].req); r->buckets[b].req = NULL; }
         if (!r->buckets[b].inplace) accel_coll_free(r->c, r->buckets[b].flat);
+        accel_coll_free(r->c, r->buckets[b].comp);
     }
     accel_host_free(r->c->acc, r->buckets);
     accel_host_free(r->c->acc, r->order);
@@ -240,6 +414,10 @@ ACCEL__DEF accel_result accel_ddp_add(accel_ddp *r, const accel_tensor *grads, i
         if (numel > (int64_t)INT_MAX)
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
                                "reducer_add: tensor %d ('%s') has more than INT_MAX elements", i, nm);
+        if (r->hook && t->dtype != ACCEL_F32 && t->dtype != ACCEL_F16 && t->dtype != ACCEL_BF16)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "reducer_add: tensor %d ('%s') is %s: a comm_hook takes F32/F16/BF16 gradients (torch "
+                               "casts F64 through float, a second rounding)", i, nm, accel_dtype_name(t->dtype));
     }
     res = accel__ddp_grads_reserve(r, (size_t)first + (size_t)n);
     if (res != ACCEL_OK) return res;
@@ -271,7 +449,7 @@ ACCEL__DEF accel_result accel_ddp_finalize(accel_ddp *r) {
     if (r->finalized) return ACCEL_OK;
     res = accel__coll_check_broken(c);
     if (res != ACCEL_OK) return res;
-    direct_ok = !c->device_mem && c->backend == ACCEL_COLL_BACKEND_MPI;
+    direct_ok = !c->device_mem && c->backend == ACCEL_COLL_BACKEND_MPI && !r->hook;
     for (i = 0; i < accel__ddp_ngrads(r); ++i) {
         const accel__ddp_grad *g = &r->grads[i];
         total += g->count;
@@ -337,6 +515,7 @@ ACCEL__DEF accel_result accel_ddp_finalize(accel_ddp *r) {
         for (i = 0; i < accel__ddp_ngrads(r); ++i) {
             r->order[i] = i;
             r->grads[i].bucket = 0;
+            r->grads[i].offset = i == 0 ? 0 : r->grads[i - 1].offset + r->grads[i - 1].count; /* a hook packs */
         }
     } else {
         /* DDP's assignment: reverse registration order, one open bucket per dtype, closed once it reaches its cap
@@ -390,6 +569,10 @@ ACCEL__DEF accel_result accel_ddp_finalize(accel_ddp *r) {
             if (!k->flat) { res = ACCEL_ERR_OUT_OF_MEMORY; break; }
         }
     }
+    for (b = 0; b < nb && res == ACCEL_OK && r->hook; ++b) { /* the compressed copy each bucket goes out as */
+        r->buckets[b].comp = (uint16_t *)accel__coll_alloc_mem(c, r->buckets[b].count * 2);
+        if (!r->buckets[b].comp && r->buckets[b].count > 0) res = ACCEL_ERR_OUT_OF_MEMORY;
+    }
     accel_host_free(acc, counts);
     accel_host_free(acc, fill);
     r->nb = nb;
@@ -437,6 +620,8 @@ static accel_result accel__ddp_bucket_finish(accel_ddp *r, int b) {
         if (g->req) {
             res = accel_coll_wait(g->req);
             g->req = NULL;
+        } else if (first == ACCEL_OK && r->hook) {
+            res = accel__ddp_hook_convert(r, 0, g->ptr, k->comp + g->offset, g->count, g->dt);
         } else if (first == ACCEL_OK && !k->inplace && !g->direct) {
             res = accel__coll_copy_same(r->c, g->ptr, (unsigned char *)k->flat + g->offset * es, g->count * es,
                                         r->c->device_mem);
@@ -461,6 +646,16 @@ static accel_result accel__ddp_bucket_launch(accel_ddp *r, int b) {
     int i;
     k->launched = 1;
     k->inflight = 1;
+    if (r->hook) { /* torch's compress hook: every gradient cast and divided into the 16-bit copy, which is summed */
+        for (i = 0; i < k->n; ++i) {
+            accel__ddp_grad *g = &r->grads[r->order[k->first + i]];
+            res = accel__ddp_hook_convert(r, 1, g->ptr, k->comp + g->offset, g->count, g->dt);
+            if (res != ACCEL_OK) return res;
+        }
+        return k->count > 0 ? accel_coll_all_reduce_async(c, k->comp, k->comp, k->count, r->hook_dt, ACCEL_COLL_SUM,
+                                                          &k->req)
+                            : ACCEL_OK;
+    }
     for (i = 0; i < k->n && !k->inplace; ++i) {
         accel__ddp_grad *g = &r->grads[r->order[k->first + i]];
         void *slot = (unsigned char *)k->flat + g->offset * es;
@@ -555,6 +750,27 @@ static void accel__ddp_reset(accel_ddp *r) {
     r->round_open = 0;
 }
 
+/* DDP's require_backward_grad_sync: a sync step outside no_sync, or forced by trigger_sync_in_backward */
+static int accel__ddp_reduces(const accel_ddp *r) {
+    return (accel_should_reduce(r->c->acc) && !r->no_sync) || (r->force_sync > 0 && r->c->acc->use_distributed);
+}
+
+ACCEL__DEF accel_result accel_ddp_trigger_sync_in_backward_begin(accel_ddp *r) {
+    if (!r) return accel__coll_null();
+    if (r->force_sync >= 1 << 20)
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_STATE, "trigger_sync_in_backward_begin: nested too deep (an end is "
+                           "missing)");
+    r->force_sync++;
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_ddp_trigger_sync_in_backward_end(accel_ddp *r) {
+    if (!r) return accel__coll_null();
+    if (r->force_sync <= 0)
+        return ACCEL__FAIL(r->c->acc, ACCEL_ERR_STATE, "trigger_sync_in_backward_end without a begin");
+    r->force_sync--;
+    return ACCEL_OK;
+}
+
 ACCEL__DEF accel_result accel_ddp_grad_ready(accel_ddp *r, int index) {
     accel_result res;
     accel__ddp_grad *g;
@@ -563,7 +779,7 @@ ACCEL__DEF accel_result accel_ddp_grad_ready(accel_ddp *r, int index) {
         return ACCEL__FAIL(r->c->acc, ACCEL_ERR_INVALID_ARGUMENT,
                            "grad_ready: index %d is not a registered gradient (0..%d)", index,
                            accel__ddp_ngrads(r) - 1);
-    if (!accel_should_reduce(r->c->acc)) return ACCEL_OK; /* accumulation step / no_sync: nothing to reduce */
+    if (!accel__ddp_reduces(r)) return ACCEL_OK; /* accumulation step / no_sync */
     res = accel_ddp_finalize(r);
     if (res != ACCEL_OK) return res;
     if (r->join && !r->round_open) { /* join: the step's first reduction counts the ranks still training */
@@ -584,7 +800,7 @@ ACCEL__DEF accel_result accel_ddp_wait(accel_ddp *r) {
     accel_result res, first = ACCEL_OK;
     int b;
     if (!r) return accel__coll_null();
-    if (!accel_should_reduce(r->c->acc)) {
+    if (!accel__ddp_reduces(r)) {
         if (r->finalized) accel__ddp_reset(r);
         return ACCEL_OK;
     }
@@ -645,6 +861,13 @@ static accel_result accel__ddp_join_shadow(accel_ddp *r) {
     int b, i;
     for (b = 0; b < r->nb && res == ACCEL_OK; ++b) {
         const accel__ddp_bucket *k = &r->buckets[b];
+        if (r->hook) { /* one all-reduce of the compressed bucket */
+            if (k->count == 0) continue;
+            res = accel__coll_fill(c, r->join_zero, k->count, r->hook_dt, 0.0);
+            if (res == ACCEL_OK)
+                res = accel_coll_all_reduce(c, r->join_zero, r->join_zero, k->count, r->hook_dt, ACCEL_COLL_SUM);
+            continue;
+        }
         for (i = 0; i < k->n && !k->inplace && res == ACCEL_OK; ++i) {
             const accel__ddp_grad *g = &r->grads[r->order[k->first + i]];
             if (!g->direct) continue;
@@ -785,6 +1008,103 @@ ACCEL__DEF accel_result accel_ddp_join_end(accel_ddp *r, const accel_tensor *par
 }
 
 ACCEL__DEF int accel_ddp_join_active(const accel_ddp *r) { return r ? r->active : -1; }
+
+/* ------------------------------------------------------------------------------------------------ 3. LocalSGD */
+struct accel_ddp_local_sgd {
+    accel_ddp *r;
+    accel_tensor *params; /* copies of the descriptions (names are not kept) */
+    int n, k, enabled;
+    int64_t steps;
+};
+
+ACCEL__DEF accel_result accel_ddp_local_sgd_begin(accel_ddp *r, const accel_tensor *params, int n,
+                                                  const accel_ddp_local_sgd_desc *desc, accel_ddp_local_sgd **out) {
+    accel *acc;
+    accel_ddp_local_sgd *l;
+    int i;
+    if (!r) return accel__coll_null();
+    acc = r->c->acc;
+    if (!out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "local_sgd_begin: out is NULL");
+    *out = NULL;
+    if (!desc || desc->local_sgd_steps < 1)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "local_sgd_begin: local_sgd_steps must be >= 1 (got %d)",
+                           desc ? desc->local_sgd_steps : 0);
+    if ((int)desc->enabled < (int)ACCEL_OFF || (int)desc->enabled > (int)ACCEL_ON)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "local_sgd_begin: enabled=%d is not an accel_toggle",
+                           (int)desc->enabled);
+    if (n < 0 || (n > 0 && !params))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "local_sgd_begin: %d tensors at %p", n,
+                           (const void *)params);
+    for (i = 0; i < n; ++i) {
+        const accel_tensor *t = &params[i];
+        int64_t numel = accel_tensor_numel(t);
+        if (!accel_dtype_is_float(t->dtype) || !accel__coll_reducible(t->dtype) || numel < 0 ||
+            (numel > 0 && !t->ptr))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "local_sgd_begin: parameter %d ('%s') needs data, a valid shape and a dtype "
+                               "F64/F32/F16/BF16 (the average divides)", i, t->name ? t->name : "");
+    }
+    if (r->no_sync)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "local_sgd_begin: a LocalSGD is already open on this reducer");
+    if (r->join)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "local_sgd_begin: the reducer is in join mode");
+    l = (accel_ddp_local_sgd *)accel_host_alloc(acc, sizeof *l);
+    if (!l) return ACCEL_ERR_OUT_OF_MEMORY;
+    memset(l, 0, sizeof *l);
+    if (n > 0) {
+        l->params = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)n);
+        if (!l->params) { accel_host_free(acc, l); return ACCEL_ERR_OUT_OF_MEMORY; }
+        memcpy(l->params, params, sizeof(accel_tensor) * (size_t)n);
+        for (i = 0; i < n; ++i) l->params[i].name = NULL;
+    }
+    l->r = r;
+    l->n = n;
+    l->k = desc->local_sgd_steps;
+    /* Accelerate: enabled and distributed_type != NO; only then does it enter model.no_sync() */
+    l->enabled = desc->enabled != ACCEL_OFF && acc->distributed_type != ACCEL_DISTRIBUTED_NO;
+    if (l->enabled) r->no_sync = 1;
+    *out = l;
+    return ACCEL_OK;
+}
+
+/* _sync_and_avg_model_params: wait_for_everyone, then every parameter replaced by reduce(p, "mean") (the sum, then
+   divided by the number of processes: ACCEL_COLL_AVG's order) */
+static accel_result accel__ddp_local_sgd_average(accel_ddp_local_sgd *l) {
+    accel_coll *c = l->r->c;
+    accel_result res = accel_coll_barrier(c);
+    int i;
+    for (i = 0; i < l->n && res == ACCEL_OK; ++i) {
+        int64_t cnt = accel_tensor_numel(&l->params[i]);
+        if (cnt > 0)
+            res = accel_coll_all_reduce(c, l->params[i].ptr, l->params[i].ptr, (size_t)cnt, l->params[i].dtype,
+                                        ACCEL_COLL_AVG);
+    }
+    return res != ACCEL_OK ? accel__fail_wrap(c->acc, res, "LocalSGD (averaging the parameters)") : ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_ddp_local_sgd_step(accel_ddp_local_sgd *l) {
+    if (!l) return ACCEL_ERR_INVALID_ARGUMENT;
+    l->steps++;
+    if (!l->enabled || l->steps % l->k != 0) return ACCEL_OK;
+    return accel__ddp_local_sgd_average(l);
+}
+
+ACCEL__DEF accel_result accel_ddp_local_sgd_end(accel_ddp_local_sgd *l) {
+    accel_result res = ACCEL_OK;
+    accel *acc;
+    if (!l) return ACCEL_OK;
+    acc = l->r->c->acc;
+    if (l->enabled) {
+        res = accel__ddp_local_sgd_average(l);
+        l->r->no_sync = 0;
+    }
+    accel_host_free(acc, l->params);
+    accel_host_free(acc, l);
+    return res;
+}
+
+ACCEL__DEF int64_t accel_ddp_local_sgd_num_steps(const accel_ddp_local_sgd *l) { return l ? l->steps : -1; }
+ACCEL__DEF int accel_ddp_local_sgd_enabled(const accel_ddp_local_sgd *l) { return l ? l->enabled : 0; }
 
 #endif /* ACCEL_IMPLEMENTATION && !ACCEL__DDP_IMPL_DONE */
 

@@ -43,7 +43,9 @@
      Fused inputs (all optional; what torch's fused AdamW takes as grad_scale / found_inf, plus clipping):
        accel_optim_step_args sa = {0};
        sa.inv_scale = (float)(1.0 / loss_scale);         // unscale inside the step (amp's rule: float(1 / scale))
-       sa.clip_coef = &coef;                             // coef = accel_optim_clip_coef(total_norm, max_norm)
+       sa.clip_coef = &coef;                             // coef = accel_optim_clip_coef(total_norm, max_norm), or:
+       sa.grad_norm = d_norm; sa.max_norm = 1.0;         // the total norm where it lies (device memory on CUDA):
+                                                         // the step computes that coefficient itself, no host read
        sa.found_inf = d_found_inf;                       // int32 that your kernels set on overflow (device memory on
        accel_optim_step(opt, &sa);                       // CUDA): nonzero skips the step without a host round trip
      With accel_amp.h's scaler, which unscales the gradients in place and returns found_inf on the host, leave
@@ -89,11 +91,13 @@
      per parameter with F32 gradients instead of 28). Each step widens them exactly, runs the update above in
      float32 (d and the parameter use the new moments before rounding), then stores them with stochastic rounding
      (accel_optim_f32_to_bf16_sr): element index (as for the model copy) draws r = accel_optim_sr_bits(sr_seed,
-     t | 2^63, index); exp_avg takes the low 16 bits of r, exp_avg_sq the high 16 (r >> 16). The same bits on CPU
-     and GPU, independent of the model copy's draws (stream t). Accuracy (tests/unit/optim test_bf16_accuracy):
-     after 1000 steps on the quadratic 1/2 sum a_i (x_i - c_i)^2 (a_i from 0.01 to 10, x_0 = 0, lr 1e-2 with a cosine
-     decay to 0, weight_decay 0.01) every parameter is within 1e-3 * max|x_0 - c| of a float64 AdamW run's, and the
-     loss within 3e-8 * the initial loss of that run's (F32 moments: 1e-5 and 1e-8).
+     t | 2^63, index), word index % 4 of the Philox4x32-10 block (sr_seed, stream t | 2^63, counter index / 4) —
+     one block serves 4 elements, 32 bits each — and exp_avg takes the low 16 bits of r, exp_avg_sq the high 16
+     (r >> 16). The same bits on CPU and GPU, independent of the model copy's draws (stream t). Accuracy
+     (tests/unit/optim test_bf16_accuracy): after 1000 steps on the quadratic 1/2 sum a_i (x_i - c_i)^2 (a_i from
+     0.01 to 10, x_0 = 0, lr 1e-2 with a cosine decay to 0, weight_decay 0.01) every parameter is within
+     1e-3 * max|x_0 - c| of a float64 AdamW run's, and the loss within 3e-8 * the initial loss of that run's (F32
+     moments: 1e-5 and 1e-8).
 
    STEP COUNTS AND SKIPPED STEPS (torch keeps state["step"] per parameter; accel too)
      Each parameter has its own step count t, incremented by every step in which it had a gradient (grad ptr
@@ -145,8 +149,16 @@
      index_offset      0                                 element index of params[0] in the whole model (shards)
      moment_dtype      ACCEL_F32                         ACCEL_BF16: AdamW without amsgrad (BF16 MOMENTS)
      An empty list (nparams 0) is an error, as torch's "optimizer got an empty parameter list".
-     Macros: ACCEL_OPTIM_CUDA_BLOCK (threads per block, 256), ACCEL_OPTIM_CHUNK (elements per CUDA block, 4096; a
-     multiple of 8), ACCEL_OPTIM_NO_DISPATCH (no run-time choice of the AVX2+FMA loop).
+     step_args: clip_coef or grad_norm + max_norm (both: an error naming them; max_norm NaN, or nonzero without
+     grad_norm: an error). The coefficient from grad_norm is accel_optim_clip_coef(*grad_norm, max_norm) bit for bit.
+     Macros (the CUDA launch shape; speed, never results — bench/optim/sweep_gpu.sh times bench/optim/variants.txt):
+       ACCEL_OPTIM_CHUNK          elements per CUDA block (8192; a multiple of 8)
+       ACCEL_OPTIM_CUDA_BLOCK     threads per block (256; a power of two, 32 to 1024)
+       ACCEL_OPTIM_CUDA_U         vectors of 8 elements a thread loads before its first store (1; 1 to 4)
+       ACCEL_OPTIM_CUDA_FAST      1: the vector path's square root and divisions without a branch (below), 0: nvcc's
+       ACCEL_OPTIM_CUDA_MINB      blocks of 256 threads per SM the launch bound keeps (3: 80 registers a thread)
+       ACCEL_OPTIM_CUDA_MINB_SR   the same for the kernels with a Philox stream (BF16 moments, SR copy; 2: 128)
+     ACCEL_OPTIM_NO_DISPATCH: no run-time choice of the AVX2+FMA loop.
      Speed (never results): compile the ACCEL_IMPLEMENTATION TU with -fno-math-errno (the project's build does), or
      sqrtf stays a libm call per element and the CPU loop does not vectorize; on x86 GCC/Clang builds without FMA
      in -march the step picks an AVX2+FMA loop at run time when the CPU has it; elsewhere without hardware FMA
@@ -156,16 +168,24 @@
      function.
 
    CUDA
-     A step is a one-block kernel that reads found_inf, counts the step and computes each parameter's constants,
-     then one multi-tensor kernel per kind of parameter present (a block per ACCEL_OPTIM_CHUNK elements of one
-     parameter), chosen on the host per step, never per element. The vector path reads and writes every stream in
-     16-byte vectors of 8 elements; it takes AdamW (either moment rule) without amsgrad, F32 or BF16 gradients, no
-     copy or a BF16 one (nearest or stochastic), F32 or BF16 moments, when the parameter, its gradient and its copy
-     reach 16-byte alignment at the same element (the moments are laid out to follow the parameter): e.g.
-     buffers from cudaMalloc, or one flat buffer per stream with the same element offsets. Everything else (SGD,
-     amsgrad, F16 gradients or copies, buffers misaligned against each other) goes through the generic kernel,
-     element by element. Both give the same bits as the CPU (unscale, clip coefficient, maximize, found_inf
-     included); the few elements before the first aligned one and after the last whole vector go one by one.
+     A step is a one-block kernel that reads found_inf (and grad_norm), counts the step and computes each
+     parameter's constants and the clip coefficient, then one multi-tensor kernel per kind of parameter present
+     (a block per ACCEL_OPTIM_CHUNK elements of one parameter; up to 160 parameters a launch, whose buffers travel
+     as the kernel parameter: CUDA 12.1 or later), chosen on the host per step, never per element. The vector path
+     reads and writes every stream in 16-byte vectors of 8 elements; it takes AdamW (either moment rule) without
+     amsgrad, F32 or BF16 gradients, no copy or a BF16 one (nearest or stochastic), F32 or BF16 moments, when the
+     parameter, its gradient and its copy reach 16-byte alignment at the same element (the moments are laid out to
+     follow the parameter): e.g. buffers from cudaMalloc, or one flat buffer per stream with the same element
+     offsets. Everything else (SGD, amsgrad, F16 gradients or copies, buffers misaligned against each other) goes
+     through the generic kernel, element by element. Both give the same bits as the CPU (unscale, clip coefficient,
+     maximize, found_inf included); the few elements before the first aligned one and after the last whole vector
+     go one by one. With ACCEL_OPTIM_CUDA_FAST the vector path computes sqrt(v) and the two divisions of AdamW with
+     the fast sequences of nvcc's own correctly rounded __fsqrt_rn / __fdiv_rn (the multi-function unit's
+     approximation, a Newton step, a residual correction), without their per-element branch to the slow path, on
+     operands where those sequences are exact (sqrt: v in [2^-101, FLT_MAX] as nvcc tests it; a / b: 2^-60 <=
+     |a|, b < 2^60); a vector with an operand outside (zero moments aside: exact zeros are handled) is computed
+     again with __fsqrt_rn / __fdiv_rn. tests/gpu/optim (optim-fast-gpu) checks the square root for every float in
+     range and the division and the update on 2^30 operands against nvcc's operations on the device.
 
    THREADS AND STREAMS
      An optimizer is used by one thread at a time; accel_optim_step is local (not a collective). CPU runs are one
@@ -260,6 +280,10 @@ typedef struct accel_optim_step_args {
     float inv_scale;          /* 0 → no unscaling; else gradients are multiplied by it (1 / loss scale) */
     const float *clip_coef;   /* host pointer or NULL: gradients are multiplied by *clip_coef (0 is a valid value) */
     const int32_t *found_inf; /* NULL, or a flag in acc's device memory (host memory on a CPU run): nonzero skips */
+    const double *grad_norm;  /* NULL, or the total gradient norm in acc's device memory (host memory on a CPU run):
+                                 the step clips with accel_optim_clip_coef(*grad_norm, max_norm), computed on the
+                                 device without a host read; not together with clip_coef */
+    double max_norm;          /* with grad_norm (NaN refused; nonzero without grad_norm refused) */
 } accel_optim_step_args;
 
 typedef struct accel_optim accel_optim;
@@ -365,7 +389,7 @@ static ACCEL_INLINE ACCEL_HD uint16_t accel_optim_f32_to_bf16_sr(float f, uint32
 #define ACCEL_OPTIM_CUDA_BLOCK 256
 #endif
 #ifndef ACCEL_OPTIM_CHUNK
-#define ACCEL_OPTIM_CHUNK 4096 /* two rounds of a vector of 8 per thread of a 256-thread block */
+#define ACCEL_OPTIM_CHUNK 8192 /* four rounds of a vector of 8 per thread of a 256-thread block */
 #endif
 #if ACCEL_OPTIM_CHUNK <= 0
 #error "ACCEL_OPTIM_CHUNK must be positive"
@@ -507,13 +531,16 @@ typedef struct accel__optim_coefs {
     float decay, beta1, omb1, beta2, omb2, bc2s, eps, nss; /* AdamW */
     float lerp_w;                                          /* AdamW lerp: w, or w - 1 when |w| >= 0.5 */
     float wd, mom, omd, nlr;                               /* SGD */
-    int lerp_small, has_wd, first, pad;
+    float clip;                                            /* the clip coefficient (used with in.has_coef) */
+    int lerp_small, has_wd, first;
+    int skip;                                              /* found_inf: the step changes nothing (CUDA: the
+                                                              coefficient kernel's verdict, read by every block) */
     unsigned long long t;                                  /* the step count after this step */
 } accel__optim_coefs;
 
 /* The doubles are combined as Python combines them (lr * weight_decay, 1 - beta ** t, lr / bc1, sqrt(bc2)). */
 ACCEL__OPTIM_HDI void accel__optim_make_coefs(const accel__optim_hyper *hy, double lr, double wd, unsigned long long t,
-                                               accel__optim_coefs *k) {
+                                               float clip, accel__optim_coefs *k) {
     double bc1 = 1.0 - accel__optim_powi(hy->beta1, t);
     double bc2 = 1.0 - accel__optim_powi(hy->beta2, t);
     float w = (float)(1.0 - hy->beta1);
@@ -538,8 +565,16 @@ ACCEL__OPTIM_HDI void accel__optim_make_coefs(const accel__optim_hyper *hy, doub
     k->omd = (float)(1.0 - hy->dampening);
     k->nlr = (float)(-lr);
     k->first = t == 1u;
-    k->pad = 0;
+    k->clip = clip;
+    k->skip = 0;
     k->t = t;
+}
+
+/* torch.nn.utils.clip_grad_norm_'s coefficient from the total norm (accel_optim_clip_coef, and the step's own when
+   it is given the norm): min(1, reciprocal(float(total) + 1e-6f) * float(max_norm)), NaN kept. */
+ACCEL__OPTIM_HDI float accel__optim_clip_coef(double total_norm, double max_norm) {
+    float c = accel__optim_mul(accel__optim_div(1.0f, accel__optim_add((float)total_norm, 1e-6f)), (float)max_norm);
+    return c != c ? c : (c > 1.0f ? 1.0f : c);
 }
 
 /* x rounded to the gradient's dtype (what storing it back into the gradient buffer does). */
@@ -549,37 +584,49 @@ ACCEL__OPTIM_HDI float accel__optim_round_to(float x, int dt) {
     return x;
 }
 
-/* Gradient preprocessing of one step: unscale, clip (each rounded to the gradient's dtype), maximize. */
+/* Gradient preprocessing of one step: unscale, clip (each rounded to the gradient's dtype), maximize. The clip
+   coefficient itself is in the coefficients (clip), as the CUDA step may compute it on the device. */
 typedef struct accel__optim_in {
-    float inv, coef;
-    int has_inv, has_coef, neg, pad;
+    float inv;
+    int has_inv, has_coef, neg;
 } accel__optim_in;
 
-ACCEL__OPTIM_HDI float accel__optim_grad_in(float g, int dt, const accel__optim_in *in) {
+ACCEL__OPTIM_HDI float accel__optim_grad_in(float g, int dt, const accel__optim_in *in, float clip) {
     if (in->has_inv) g = accel__optim_round_to(accel__optim_mul(g, in->inv), dt);
-    if (in->has_coef) g = accel__optim_round_to(accel__optim_mul(g, in->coef), dt);
+    if (in->has_coef) g = accel__optim_round_to(accel__optim_mul(g, clip), dt);
     return in->neg ? -g : g;
 }
 
 /* torch.maximum: NaN if either is NaN. */
 ACCEL__OPTIM_HDI float accel__optim_max(float a, float b) { return (a > b || a != a) ? a : b; }
 
-/* AdamW on one element; returns the new parameter (the manual's formula, in its order). */
-ACCEL__OPTIM_HDI float accel__optim_adamw1(const accel__optim_coefs *k, float g, float p, float *m, float *v,
-                                           float *vmax, const int ams, const int lerp, const int hw) {
-    float mm = *m, vv, d;
-    p = accel__optim_mul(p, k->decay);
+/* AdamW's moments of one element from the preprocessed gradient g (the manual's formula, in its order). */
+ACCEL__OPTIM_HDI void accel__optim_moments(const accel__optim_coefs *k, float g, float *m, float *v, const int lerp,
+                                           const int hw) {
+    float mm = *m;
     if (lerp) mm = accel__optim_fma(k->lerp_w, g - mm, k->lerp_small ? mm : g, hw);
     else mm = accel__optim_fma(g, k->omb1, accel__optim_mul(mm, k->beta1), hw);
-    vv = accel__optim_fma(accel__optim_mul(k->omb2, g), g, accel__optim_mul(*v, k->beta2), hw);
+    *v = accel__optim_fma(accel__optim_mul(k->omb2, g), g, accel__optim_mul(*v, k->beta2), hw);
     *m = mm;
-    *v = vv;
+}
+/* The rest of AdamW from the decayed parameter p and the new moments (v: max_exp_avg_sq with amsgrad):
+   p + (nss * m) / (sqrt(v) / bc2s + eps), every operation rounded once. */
+ACCEL__OPTIM_HDI float accel__optim_adamw_tail(const accel__optim_coefs *k, float p, float m, float v) {
+    const float d = accel__optim_add(accel__optim_div(accel__optim_sqrt(v), k->bc2s), k->eps);
+    return accel__optim_add(p, accel__optim_div(accel__optim_mul(k->nss, m), d));
+}
+/* AdamW on one element; returns the new parameter. */
+ACCEL__OPTIM_HDI float accel__optim_adamw1(const accel__optim_coefs *k, float g, float p, float *m, float *v,
+                                           float *vmax, const int ams, const int lerp, const int hw) {
+    float vv;
+    p = accel__optim_mul(p, k->decay);
+    accel__optim_moments(k, g, m, v, lerp, hw);
+    vv = *v;
     if (ams) {
         vv = accel__optim_max(*vmax, vv);
         *vmax = vv;
     }
-    d = accel__optim_add(accel__optim_div(accel__optim_sqrt(vv), k->bc2s), k->eps);
-    return accel__optim_add(p, accel__optim_div(accel__optim_mul(k->nss, mm), d));
+    return accel__optim_adamw_tail(k, p, *m, vv);
 }
 
 /* SGD on one element (buf is only touched with momentum; has_wd and first are the coefficients' flags, passed
@@ -612,19 +659,27 @@ ACCEL__OPTIM_HDI uint32_t accel__optim_moment_bits(unsigned long long seed, unsi
     return accel_optim_sr_bits(seed, t | ACCEL__OPTIM_MOMENT_STREAM, index);
 }
 
-/* One parameter's work in one step (the CUDA kernels read an array of these from the device scratch). */
-typedef struct accel__optim_job {
+/* One parameter's buffers in one step: what the element functions and the CUDA kernels read (the kernels from their
+   launch's parameter, accel__optim_largs). */
+typedef struct accel__optim_dj {
     float *p;
     const void *g;
     void *m, *v;             /* exp_avg, exp_avg_sq (F32, or BF16 with hy.mom_bf16) | SGD: momentum_buffer in m (F32) */
     float *vmax;             /* max_exp_avg_sq (amsgrad) */
     void *model;             /* NULL: no copy */
     long long n;             /* elements */
-    long long chunk_begin;   /* first global chunk (CUDA) */
-    double lr, wd;
     unsigned long long index; /* global element index of element 0 (stochastic rounding) */
-    int param, gt, mt;
+    int gt, mt;
     int head;                /* CUDA: first element of the vector path (0..7), -1: the generic path (_vec_head) */
+    int kj;                  /* CUDA: this job's place in the step's device job array (its coefficients) */
+} accel__optim_dj;
+
+/* One parameter's work in one step (the CUDA step copies the array to the device for the coefficient kernel). */
+typedef struct accel__optim_job {
+    accel__optim_dj d;
+    long long chunk_begin;   /* CUDA: first chunk, counted within the job's class */
+    double lr, wd;
+    int param, pad;
     accel__optim_coefs k;    /* filled on the host (CPU) or by the coefficient kernel (CUDA) */
 } accel__optim_job;
 
@@ -637,7 +692,7 @@ ACCEL__OPTIM_HDI float accel__optim_ldx(const void *s, int dt, long long e) {
 
 /* One element in three parts, x = {p, g, m, v, vmax}: the loads, the update, the stores. The generic CUDA path issues
    the loads of several elements before their updates; accel__optim_elem is the three in a row. */
-ACCEL__OPTIM_HDI void accel__optim_load1(const accel__optim_job *jb, const accel__optim_hyper *hy, long long e,
+ACCEL__OPTIM_HDI void accel__optim_load1(const accel__optim_dj *jb, const accel__optim_hyper *hy, long long e,
                                          float x[5]) {
     const int st = hy->mom_bf16 ? (int)ACCEL_BF16 : (int)ACCEL_F32;
     x[0] = jb->p[e];
@@ -648,7 +703,7 @@ ACCEL__OPTIM_HDI void accel__optim_load1(const accel__optim_job *jb, const accel
 }
 ACCEL__OPTIM_HDI void accel__optim_update1(const accel__optim_coefs *k, const accel__optim_hyper *hy,
                                            const accel__optim_in *in, int gt, float x[5], const int hw) {
-    float g = accel__optim_grad_in(x[1], gt, in);
+    float g = accel__optim_grad_in(x[1], gt, in, k->clip);
     if (hy->kind == ACCEL__OPTIM_K_ADAMW || hy->kind == ACCEL__OPTIM_K_ADAMW_LERP)
         x[0] = accel__optim_adamw1(k, g, x[0], &x[2], &x[3], &x[4], hy->amsgrad, hy->kind == ACCEL__OPTIM_K_ADAMW_LERP,
                                    hw);
@@ -657,7 +712,7 @@ ACCEL__OPTIM_HDI void accel__optim_update1(const accel__optim_coefs *k, const ac
     else
         x[0] = accel__optim_sgd1(k, g, x[0], NULL, 0, 0, k->has_wd, 0, hw);
 }
-ACCEL__OPTIM_HDI void accel__optim_store1(const accel__optim_job *jb, const accel__optim_coefs *k,
+ACCEL__OPTIM_HDI void accel__optim_store1(const accel__optim_dj *jb, const accel__optim_coefs *k,
                                           const accel__optim_hyper *hy, long long e, const float x[5]) {
     const unsigned long long ix = jb->index + (unsigned long long)e;
     jb->p[e] = x[0];
@@ -676,7 +731,7 @@ ACCEL__OPTIM_HDI void accel__optim_store1(const accel__optim_job *jb, const acce
 
 /* Element e of one job, everything in one place: the reference that tests run against the blocked CPU loops below,
    and what the CUDA kernels do with the few elements outside their vectors. */
-ACCEL__OPTIM_HDI void accel__optim_elem(const accel__optim_job *jb, const accel__optim_coefs *k,
+ACCEL__OPTIM_HDI void accel__optim_elem(const accel__optim_dj *jb, const accel__optim_coefs *k,
                                         const accel__optim_hyper *hy, const accel__optim_in *in, long long e,
                                         const int hw) {
     float x[5];
@@ -692,19 +747,19 @@ ACCEL__OPTIM_HDI void accel__optim_elem(const accel__optim_job *jb, const accel_
 #define ACCEL__OPTIM_BLK 256
 
 ACCEL__OPTIM_HI void accel__optim_cpu_grads(float *ACCEL_RESTRICT g, const void *ACCEL_RESTRICT src, int gt, size_t cnt,
-                                            const accel__optim_in *in) {
+                                            const accel__optim_in *in, float clip) {
     size_t j;
     if (gt == (int)ACCEL_F32) {
         const float *s = (const float *)src;
         for (j = 0; j < cnt; ++j) g[j] = s[j];
         if (in->has_inv) for (j = 0; j < cnt; ++j) g[j] = accel__optim_mul(g[j], in->inv);
-        if (in->has_coef) for (j = 0; j < cnt; ++j) g[j] = accel__optim_mul(g[j], in->coef);
+        if (in->has_coef) for (j = 0; j < cnt; ++j) g[j] = accel__optim_mul(g[j], clip);
     } else {
         const uint16_t *s = (const uint16_t *)src;
         if (gt == (int)ACCEL_BF16) for (j = 0; j < cnt; ++j) g[j] = accel_bf16_to_f32(s[j]);
         else for (j = 0; j < cnt; ++j) g[j] = accel_f16_to_f32(s[j]);
         if (in->has_inv) for (j = 0; j < cnt; ++j) g[j] = accel__optim_round_to(accel__optim_mul(g[j], in->inv), gt);
-        if (in->has_coef) for (j = 0; j < cnt; ++j) g[j] = accel__optim_round_to(accel__optim_mul(g[j], in->coef), gt);
+        if (in->has_coef) for (j = 0; j < cnt; ++j) g[j] = accel__optim_round_to(accel__optim_mul(g[j], clip), gt);
     }
     if (in->neg) for (j = 0; j < cnt; ++j) g[j] = -g[j];
 }
@@ -782,21 +837,24 @@ ACCEL__OPTIM_HI void accel__optim_cpu_block(const accel__optim_job *jb, const ac
                                             const accel__optim_in *in, size_t i, size_t cnt, const int kind,
                                             const int ams, const int hw) {
     float g[ACCEL__OPTIM_BLK];
-    size_t es = jb->gt == (int)ACCEL_F32 ? 4u : 2u;
-    accel__optim_cpu_grads(g, (const unsigned char *)jb->g + i * es, jb->gt, cnt, in);
+    size_t es = jb->d.gt == (int)ACCEL_F32 ? 4u : 2u;
+    accel__optim_cpu_grads(g, (const unsigned char *)jb->d.g + i * es, jb->d.gt, cnt, in, jb->k.clip);
     if (hy->mom_bf16) {
         float mf[ACCEL__OPTIM_BLK], vf[ACCEL__OPTIM_BLK];
-        uint16_t *m16 = (uint16_t *)jb->m + i, *v16 = (uint16_t *)jb->v + i;
+        uint16_t *m16 = (uint16_t *)jb->d.m + i, *v16 = (uint16_t *)jb->d.v + i;
         size_t j;
         for (j = 0; j < cnt; ++j) mf[j] = accel_bf16_to_f32(m16[j]);
         for (j = 0; j < cnt; ++j) vf[j] = accel_bf16_to_f32(v16[j]);
-        accel__optim_cpu_math(jb->p + i, g, mf, vf, NULL, cnt, &jb->k, kind, 0, hy->nesterov, hw);
-        accel__optim_cpu_sr(m16, mf, v16, vf, cnt, hy->sr_seed, jb->k.t | ACCEL__OPTIM_MOMENT_STREAM, jb->index + i);
+        accel__optim_cpu_math(jb->d.p + i, g, mf, vf, NULL, cnt, &jb->k, kind, 0, hy->nesterov, hw);
+        accel__optim_cpu_sr(m16, mf, v16, vf, cnt, hy->sr_seed, jb->k.t | ACCEL__OPTIM_MOMENT_STREAM,
+                            jb->d.index + i);
     } else {
-        accel__optim_cpu_math(jb->p + i, g, jb->m ? (float *)jb->m + i : NULL, jb->v ? (float *)jb->v + i : NULL,
-                              jb->vmax ? jb->vmax + i : NULL, cnt, &jb->k, kind, ams, hy->nesterov, hw);
+        accel__optim_cpu_math(jb->d.p + i, g, jb->d.m ? (float *)jb->d.m + i : NULL,
+                              jb->d.v ? (float *)jb->d.v + i : NULL, jb->d.vmax ? jb->d.vmax + i : NULL, cnt, &jb->k,
+                              kind, ams, hy->nesterov, hw);
     }
-    if (jb->model) accel__optim_cpu_model((uint16_t *)jb->model + i, jb->mt, jb->p + i, cnt, hy, jb->k.t, jb->index + i);
+    if (jb->d.model)
+        accel__optim_cpu_model((uint16_t *)jb->d.model + i, jb->d.mt, jb->d.p + i, cnt, hy, jb->k.t, jb->d.index + i);
 }
 
 ACCEL__OPTIM_HI void accel__optim_cpu_jobs(const accel__optim_job *jobs, int njobs, const accel__optim_hyper *hy,
@@ -804,7 +862,7 @@ ACCEL__OPTIM_HI void accel__optim_cpu_jobs(const accel__optim_job *jobs, int njo
     int q;
     for (q = 0; q < njobs; ++q) {
         const accel__optim_job *jb = &jobs[q];
-        size_t n = (size_t)jb->n, i = 0;
+        size_t n = (size_t)jb->d.n, i = 0;
         for (; i + ACCEL__OPTIM_BLK <= n; i += ACCEL__OPTIM_BLK)
             accel__optim_cpu_block(jb, hy, in, i, ACCEL__OPTIM_BLK, kind, ams, hw);
         if (i < n) accel__optim_cpu_block(jb, hy, in, i, n - i, kind, ams, hw);
@@ -853,54 +911,81 @@ static void accel__optim_cpu_run(const accel__optim_job *jobs, int njobs, const 
 
 /* Host side of the per-parameter constants (no contraction: 1 - lr*wd and 1 - b^t must round as Python's do). */
 static ACCEL__OPTIM_NOCONTRACT void accel__optim_host_coefs(const accel__optim_hyper *hy, double lr, double wd,
-                                                            unsigned long long t, accel__optim_coefs *k) {
-    accel__optim_make_coefs(hy, lr, wd, t, k);
+                                                            unsigned long long t, float clip, accel__optim_coefs *k) {
+    accel__optim_make_coefs(hy, lr, wd, t, clip, k);
 }
 
 
 /* ------------------------------------------------------------------------ 3. CUDA: per-thread work, kernels */
-/* A step launches one kernel per class of jobs (accel__optim_class); each block takes one chunk of
-   ACCEL_OPTIM_CHUNK elements of one job, looked up once per block. The vector path (accel__optim_vec_head: AdamW
-   without amsgrad, F32 or BF16 gradients, no copy or a BF16 one, and streams that all reach 16-byte alignment at
-   the same element `head` < 8) moves vectors of 8 elements (two float4 per F32 stream, one uint4 per 16-bit
-   stream): a thread issues every load of its ACCEL__OPTIM_U vectors (6 to 8 loads of 16 bytes for one) before any
-   update or store, since the compiler cannot prove the streams disjoint and would not hoist the loads itself; the
-   head and the tail (fewer than 8 elements each) go element by element. The generic path takes every dtype and
-   option, ACCEL__OPTIM_UG elements per thread loaded before any store. Both are the ACCEL_HD functions below,
-   called by the kernels with compile-time flags and by tests/unit/optim on the CPU for every (block, thread) of a
-   grid; the element-wise math is section 1's in both.
-   Measured on an H200 before this structure (one element per thread through accel__optim_elem, 64 Ki-element
-   chunks, the job found by a binary search per chunk): 0.39x of a device copy for the GPT-2 124M list. */
+/* A step is the coefficient kernel (one block: found_inf, the step counts, each job's constants and the clip
+   coefficient, written to the step's job array in device memory), then one launch per class of jobs
+   (accel__optim_class) and per ACCEL__OPTIM_CAP jobs of a class. A launch carries its jobs' buffers and first
+   chunks as its kernel parameter (accel__optim_largs, read through the constant cache, which the step's streams do
+   not evict): a block finds its job by a binary search there and issues its first loads at once, the coefficients
+   (from the device job array) in the same round as the data. A block takes one chunk of ACCEL_OPTIM_CHUNK elements
+   of one job; the hardware hands blocks to SMs as they free up, so the last round stays balanced.
+   The vector path (accel__optim_vec_head: AdamW without amsgrad, F32 or BF16 gradients, no copy or a BF16 one, and
+   streams that all reach 16-byte alignment at the same element `head` < 8) moves vectors of 8 elements (two float4
+   per F32 stream, one uint4 per 16-bit stream): a thread issues every load of its ACCEL_OPTIM_CUDA_U vectors before
+   any update or store, as volatile loads that the compiler can neither sink below the found_inf test (which waits
+   for the coefficients) nor drop; the head and the tail (fewer than 8 elements each) go element by element. With
+   ACCEL_OPTIM_CUDA_FAST the square root and the two divisions of the 8 elements run without a branch
+   (accel__optim_update_fast) and a vector with an operand outside their exact range is computed again with the IEEE
+   operations: nvcc's __fsqrt_rn and __fdiv_rn branch per element to their slow paths, which kept each element's
+   chain of dependent steps (three multi-function unit results, about 40 instructions) from overlapping the next
+   element's. The generic path takes every dtype and option, ACCEL__OPTIM_UG elements per thread loaded before any
+   store. Both are the ACCEL_HD functions below, called by the kernels with compile-time flags and by
+   tests/unit/optim on the CPU for every (block, thread) of a grid; the element-wise math is section 1's in both.
+   Measured on an H200, GPT-2 124M list: one element per thread through accel__optim_elem, 64 Ki-element chunks,
+   a binary search per chunk in device memory: 0.39x of a device copy; vectors of 8 in 4096-element chunks with the
+   job table in device memory and nvcc's division per element: 0.90x (F32 gradients, 28 bytes a parameter) down to
+   0.56x (BF16 gradients, moments and copy, 18 bytes) — about 133 G parameters/s in every form: a bound of latency
+   per element, not of bandwidth. bench/optim/sweep_gpu.sh measures the launch shapes below against each other. */
 #define ACCEL__OPTIM_VEC 8
-#ifndef ACCEL__OPTIM_U
-#define ACCEL__OPTIM_U 1
+#ifndef ACCEL_OPTIM_CUDA_U
+#define ACCEL_OPTIM_CUDA_U 1
 #endif
 #ifndef ACCEL__OPTIM_UG
 #define ACCEL__OPTIM_UG 2
 #endif
+#ifndef ACCEL_OPTIM_CUDA_FAST
+#define ACCEL_OPTIM_CUDA_FAST 1
+#endif
+#ifndef ACCEL__OPTIM_CAP
+#define ACCEL__OPTIM_CAP 160 /* jobs per launch: 88 bytes each of the kernel parameter (CUDA >= 12.1: 32764 bytes) */
+#endif
 #if (ACCEL_OPTIM_CHUNK % ACCEL__OPTIM_VEC) != 0
 #error "ACCEL_OPTIM_CHUNK must be a multiple of 8"
+#endif
+#if ACCEL_OPTIM_CUDA_U < 1 || ACCEL_OPTIM_CUDA_U > 4
+#error "ACCEL_OPTIM_CUDA_U must be 1 to 4"
+#endif
+#if ACCEL__OPTIM_CAP < 1
+#error "ACCEL__OPTIM_CAP must be positive"
 #endif
 #ifdef __CUDA_ARCH__
 #define ACCEL__OPTIM_UNROLL _Pragma("unroll")
 #else
 #define ACCEL__OPTIM_UNROLL
 #endif
-/* Tests define this to check, on the CPU, that every vector access of the vector path is 16-byte aligned. */
+/* Tests define these to check, on the CPU, that every vector access of the vector path is 16-byte aligned, and to
+   count the vectors that the fast sequences leave to the IEEE operations. */
 #ifndef ACCEL__OPTIM_VEC_CHECK
 #define ACCEL__OPTIM_VEC_CHECK(ptr) ((void)0)
 #endif
-
-/* 8 consecutive elements as 16-byte vectors (the caller guarantees the alignment). The pointers come from the job
-   table, so the compiler would emit generic loads and stores: the assumption makes them global ones (LDG/STG). */
-#ifdef __CUDA_ARCH__
-#define ACCEL__OPTIM_GLOBAL(p) __builtin_assume(__isGlobal(p))
+#ifndef ACCEL__OPTIM_FALLBACK_NOTE
+#define ACCEL__OPTIM_FALLBACK_NOTE() ((void)0)
 #endif
+
+/* 8 consecutive elements as 16-byte vectors (the caller guarantees the alignment), as global loads and stores in
+   inline PTX: volatile, so that the compiler issues the loads where they are written (see above) and keeps each
+   vector whole (from C, the stores of the vector path came out as 32-bit ones). */
 ACCEL__OPTIM_HDI void accel__optim_ld8f(float o[8], const float *s) {
 #ifdef __CUDA_ARCH__
-    ACCEL__OPTIM_GLOBAL(s);
-    float4 a = ((const float4 *)s)[0], b = ((const float4 *)s)[1];
-    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+    const size_t a = __cvta_generic_to_global(s);
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(o[0]), "=f"(o[1]), "=f"(o[2]), "=f"(o[3]) : "l"(a));
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4+16];" : "=f"(o[4]), "=f"(o[5]), "=f"(o[6]), "=f"(o[7])
+                 : "l"(a));
 #else
     ACCEL__OPTIM_VEC_CHECK(s);
     memcpy(o, s, 8 * sizeof(float));
@@ -908,9 +993,9 @@ ACCEL__OPTIM_HDI void accel__optim_ld8f(float o[8], const float *s) {
 }
 ACCEL__OPTIM_HDI void accel__optim_st8f(float *d, const float x[8]) {
 #ifdef __CUDA_ARCH__
-    ACCEL__OPTIM_GLOBAL(d);
-    ((float4 *)d)[0] = make_float4(x[0], x[1], x[2], x[3]);
-    ((float4 *)d)[1] = make_float4(x[4], x[5], x[6], x[7]);
+    const size_t a = __cvta_generic_to_global(d);
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(a), "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3]));
+    asm volatile("st.global.v4.f32 [%0+16], {%1, %2, %3, %4};" ::"l"(a), "f"(x[4]), "f"(x[5]), "f"(x[6]), "f"(x[7]));
 #else
     ACCEL__OPTIM_VEC_CHECK(d);
     memcpy(d, x, 8 * sizeof(float));
@@ -918,11 +1003,11 @@ ACCEL__OPTIM_HDI void accel__optim_st8f(float *d, const float x[8]) {
 }
 ACCEL__OPTIM_HDI void accel__optim_ld8h(uint16_t o[8], const uint16_t *s) {
 #ifdef __CUDA_ARCH__
-    uint4 w;
-    ACCEL__OPTIM_GLOBAL(s);
-    w = *(const uint4 *)s;
-    o[0] = (uint16_t)w.x; o[1] = (uint16_t)(w.x >> 16); o[2] = (uint16_t)w.y; o[3] = (uint16_t)(w.y >> 16);
-    o[4] = (uint16_t)w.z; o[5] = (uint16_t)(w.z >> 16); o[6] = (uint16_t)w.w; o[7] = (uint16_t)(w.w >> 16);
+    unsigned w0, w1, w2, w3;
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3)
+                 : "l"(__cvta_generic_to_global(s)));
+    o[0] = (uint16_t)w0; o[1] = (uint16_t)(w0 >> 16); o[2] = (uint16_t)w1; o[3] = (uint16_t)(w1 >> 16);
+    o[4] = (uint16_t)w2; o[5] = (uint16_t)(w2 >> 16); o[6] = (uint16_t)w3; o[7] = (uint16_t)(w3 >> 16);
 #else
     ACCEL__OPTIM_VEC_CHECK(s);
     memcpy(o, s, 8 * sizeof(uint16_t));
@@ -930,9 +1015,9 @@ ACCEL__OPTIM_HDI void accel__optim_ld8h(uint16_t o[8], const uint16_t *s) {
 }
 ACCEL__OPTIM_HDI void accel__optim_st8h(uint16_t *d, const uint16_t h[8]) {
 #ifdef __CUDA_ARCH__
-    ACCEL__OPTIM_GLOBAL(d);
-    *(uint4 *)d = make_uint4((unsigned)h[0] | ((unsigned)h[1] << 16), (unsigned)h[2] | ((unsigned)h[3] << 16),
-                             (unsigned)h[4] | ((unsigned)h[5] << 16), (unsigned)h[6] | ((unsigned)h[7] << 16));
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(d)),
+                 "r"((unsigned)h[0] | ((unsigned)h[1] << 16)), "r"((unsigned)h[2] | ((unsigned)h[3] << 16)),
+                 "r"((unsigned)h[4] | ((unsigned)h[5] << 16)), "r"((unsigned)h[6] | ((unsigned)h[7] << 16)));
 #else
     ACCEL__OPTIM_VEC_CHECK(d);
     memcpy(d, h, 8 * sizeof(uint16_t));
@@ -965,11 +1050,84 @@ ACCEL__OPTIM_HDI void accel__optim_bits8(unsigned long long seed, unsigned long 
     for (i = 0; i < 8; ++i) r[i] = w[i];
 }
 
+/* The square root and divisions of the vector path without a branch (device), each the fast sequence of nvcc's own
+   correctly rounded operation — the multi-function unit's approximate reciprocal (square root), one Newton step,
+   a residual correction — used only on operands where that sequence is exact:
+     sqrt(v): v in [2^-101, FLT_MAX], nvcc's own test for its fast path (and v = 0: v itself);
+     a / b:   2^-60 <= |a|, b < 2^60, b > 0 (and a = 0: a itself), well inside what nvcc's FCHK passes to the same
+              sequence (quotients and residuals stay normal).
+   Host: the IEEE operations (the device sequences are exact where they are used, so both give the same bits). */
+#ifdef __CUDA_ARCH__
+ACCEL__OPTIM_HDI float accel__optim_rcp_approx(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+ACCEL__OPTIM_HDI float accel__optim_rsqrt_approx(float x) {
+    float y;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+/* v in [2^-101, FLT_MAX]: where nvcc's own square root takes its fast sequence */
+ACCEL__OPTIM_HDI int accel__optim_sqrt_in(float v) { return accel_f32_bits(v) - 0x0d000000u <= 0x727fffffu; }
+/* 2^-60 <= |x| < 2^60; _pos: and x > 0 */
+ACCEL__OPTIM_HDI int accel__optim_mid(float x) {
+    return (accel_f32_bits(x) & 0x7fffffffu) - 0x21800000u < 0x3c000000u;
+}
+ACCEL__OPTIM_HDI int accel__optim_mid_pos(float x) { return accel_f32_bits(x) - 0x21800000u < 0x3c000000u; }
+/* 1/b refined once (the first half of the division; the vector path hoists it for b = bc2s) */
+ACCEL__OPTIM_HDI float accel__optim_rcp1(float b) {
+#ifdef __CUDA_ARCH__
+    const float y = accel__optim_rcp_approx(b);
+    return __fmaf_rn(y, __fmaf_rn(-b, y, 1.0f), y);
+#else
+    return 1.0f / b;
+#endif
+}
+/* a / b from y = accel__optim_rcp1(b) (the second half) */
+ACCEL__OPTIM_HDI float accel__optim_div_y(float a, float b, float y) {
+#ifdef __CUDA_ARCH__
+    const float q = __fmaf_rn(y, a, 0.0f);
+    return __fmaf_rn(y, __fmaf_rn(-b, q, a), q);
+#else
+    (void)y;
+    return a / b;
+#endif
+}
+ACCEL__OPTIM_HDI float accel__optim_sqrt_fast(float v) {
+#ifdef __CUDA_ARCH__
+    const float y = accel__optim_rsqrt_approx(v), s = __fmul_rn(v, y);
+    return __fmaf_rn(__fmaf_rn(-s, s, v), __fmul_rn(y, 0.5f), s);
+#else
+    return sqrtf(v);
+#endif
+}
+/* accel__optim_adamw_tail(k, p, m, v) by those sequences (rb = accel__optim_rcp1(k->bc2s), whose range the caller
+   checks). *ok is cleared where an operand is out of range; the result is then wrong (on the host deliberately, so
+   that the CPU tests catch a caller that keeps it), and the caller computes it again with accel__optim_adamw_tail. */
+ACCEL__OPTIM_HDI float accel__optim_update_fast(const accel__optim_coefs *k, float rb, float p, float m, float v,
+                                                int *ok) {
+    const float s = v == 0.0f ? v : accel__optim_sqrt_fast(v);
+    const float q1 = s == 0.0f ? s : accel__optim_div_y(s, k->bc2s, rb);
+    const float d = accel__optim_add(q1, k->eps), a = accel__optim_mul(k->nss, m);
+    const float q2 = a == 0.0f ? a : accel__optim_div_y(a, d, accel__optim_rcp1(d));
+    const int good = (accel__optim_sqrt_in(v) | (v == 0.0f)) &
+                     (accel__optim_mid(s) | (s == 0.0f)) & accel__optim_mid_pos(d) &
+                     (accel__optim_mid(a) | (a == 0.0f));
+    *ok &= good;
+#ifdef __CUDA_ARCH__
+    return accel__optim_add(p, q2);
+#else
+    return good ? accel__optim_add(p, q2) : 12345.0f;
+#endif
+}
+
 /* The first element from which every stream of the job can be read in 16-byte vectors, or -1 (the generic path):
    also -1 for what the vector path does not do (SGD, amsgrad, F16 gradients or model copies). The state slabs are
    laid out so that a parameter's moments share its address modulo 32 bytes (accel_optim_create), so an aligned
    parameter, gradient and model copy are enough. Host only: the pointers are known when the step is enqueued. */
-static int accel__optim_vec_head(const accel__optim_job *jb, const accel__optim_hyper *hy) {
+static int accel__optim_vec_head(const accel__optim_dj *jb, const accel__optim_hyper *hy) {
     const uintptr_t gs = jb->gt == (int)ACCEL_F32 ? 4u : 2u, ms = hy->mom_bf16 ? 2u : 4u;
     uintptr_t h;
     if ((hy->kind != ACCEL__OPTIM_K_ADAMW && hy->kind != ACCEL__OPTIM_K_ADAMW_LERP) || hy->amsgrad ||
@@ -984,31 +1142,73 @@ static int accel__optim_vec_head(const accel__optim_job *jb, const accel__optim_
 }
 
 /* The CUDA launch that takes a job: 0..3 the vector path (bit 1: BF16 gradients, bit 0: a model copy), 4 the
-   generic one. */
+   generic one; accel__optim_class_args: the kernel instance's flags. */
 #define ACCEL__OPTIM_CLASSES 5
-static ACCEL_INLINE int accel__optim_class(const accel__optim_job *jb) {
+static ACCEL_INLINE int accel__optim_class(const accel__optim_dj *jb) {
     return jb->head < 0 ? 4 : (jb->gt == (int)ACCEL_BF16 ? 2 : 0) | (jb->model ? 1 : 0);
 }
+static ACCEL_INLINE void accel__optim_class_args(int q, const accel__optim_hyper *hy, int *vec, int *gt, int *model,
+                                                 int *sr) {
+    *vec = q < 4;
+    *gt = (q & 2) ? (int)ACCEL_BF16 : (int)ACCEL_F32;
+    *model = q < 4 && (q & 1);
+    *sr = *model && hy->stochastic;
+}
 /* The jobs grouped by class, in order within each: class q is out[first[q] .. first[q + 1]), its chunks numbered
-   from 0 (chunk_begin, copied to begins[] for the kernels' lookup), nchunks[q] in all. */
+   from 0 (chunk_begin), nchunks[q] in all; d.kj = the job's place in out (the device copy of out holds its
+   coefficients). */
 static ACCEL_INLINE void accel__optim_classify(const accel__optim_job *jobs, int nj, accel__optim_job *out,
-                                               long long *begins, int first[ACCEL__OPTIM_CLASSES + 1],
+                                               int first[ACCEL__OPTIM_CLASSES + 1],
                                                long long nchunks[ACCEL__OPTIM_CLASSES]) {
     int q, i, at[ACCEL__OPTIM_CLASSES];
     for (q = 0; q <= ACCEL__OPTIM_CLASSES; ++q) first[q] = 0;
-    for (i = 0; i < nj; ++i) ++first[accel__optim_class(&jobs[i]) + 1];
+    for (i = 0; i < nj; ++i) ++first[accel__optim_class(&jobs[i].d) + 1];
     for (q = 0; q < ACCEL__OPTIM_CLASSES; ++q) {
         first[q + 1] += first[q];
         at[q] = first[q];
         nchunks[q] = 0;
     }
     for (i = 0; i < nj; ++i) {
-        q = accel__optim_class(&jobs[i]);
+        q = accel__optim_class(&jobs[i].d);
         out[at[q]] = jobs[i];
         out[at[q]].chunk_begin = nchunks[q];
-        begins[at[q]++] = nchunks[q];
-        nchunks[q] += (jobs[i].n + ACCEL_OPTIM_CHUNK - 1) / ACCEL_OPTIM_CHUNK;
+        out[at[q]].d.kj = at[q];
+        ++at[q];
+        nchunks[q] += (jobs[i].d.n + ACCEL_OPTIM_CHUNK - 1) / ACCEL_OPTIM_CHUNK;
     }
+}
+
+/* One launch: its kernel parameter. */
+typedef struct accel__optim_largs {
+    const accel__optim_job *jobs;        /* the step's jobs in device memory: job kj's coefficients in jobs[kj].k */
+    long long nchunks;                   /* chunks of this launch: its grid (a grid-stride loop past 65536) */
+    int nj, pad;
+    accel__optim_hyper hy;
+    accel__optim_in in;
+    long long begins[ACCEL__OPTIM_CAP];  /* each job's first chunk, from 0 */
+    accel__optim_dj d[ACCEL__OPTIM_CAP];
+} accel__optim_largs;
+
+/* Fills L with the launch of class q that starts at job a of the grouped jobs (at most ACCEL__OPTIM_CAP of them);
+   returns the job after its last. djobs: the device copy of `sorted`. */
+static ACCEL_INLINE int accel__optim_launch_fill(accel__optim_largs *L, const accel__optim_job *sorted,
+                                                 const int *first, const long long *nchunks, int q, int a,
+                                                 const accel__optim_job *djobs, const accel__optim_hyper *hy,
+                                                 const accel__optim_in *in) {
+    const int b = first[q + 1] - a > ACCEL__OPTIM_CAP ? a + ACCEL__OPTIM_CAP : first[q + 1];
+    const long long c0 = sorted[a].chunk_begin;
+    int i;
+    L->jobs = djobs;
+    L->nj = b - a;
+    L->pad = 0;
+    L->nchunks = (b < first[q + 1] ? sorted[b].chunk_begin : nchunks[q]) - c0;
+    L->hy = *hy;
+    L->in = *in;
+    for (i = 0; i < b - a; ++i) {
+        L->begins[i] = sorted[a + i].chunk_begin - c0;
+        L->d[i] = sorted[a + i].d;
+    }
+    return b;
 }
 
 /* What the block on chunk c (counted from the job's first) does on the vector path. */
@@ -1031,8 +1231,8 @@ ACCEL__OPTIM_HDI void accel__optim_span_of(long long n, int head, long long c, a
     s->t1 = c == last ? n : s->t0;
 }
 
-/* The job of global chunk c: the last one whose first chunk is c or before (an empty job shares its successor's
-   first chunk). The kernel counts the same with one barrier when the list fits in a block. */
+/* The job of chunk c: the last one whose first chunk is c or before (an empty job shares its successor's first
+   chunk). */
 ACCEL__OPTIM_HDI int accel__optim_find(const long long *begins, int nj, long long c) {
     int lo = 0, hi = nj - 1;
     while (lo < hi) {
@@ -1043,92 +1243,151 @@ ACCEL__OPTIM_HDI int accel__optim_find(const long long *begins, int nj, long lon
     return lo;
 }
 
-/* The vector path of thread tid (of bd) on one chunk. gt (ACCEL_F32 / ACCEL_BF16), model (a BF16 copy), sr (its
-   stochastic rounding) and mom16 (BF16 moments) are compile-time constants in the kernel. */
-ACCEL__OPTIM_HDI void accel__optim_vec_thread(const accel__optim_job *jb, const accel__optim_hyper *hy,
-                                              const accel__optim_in *in, const accel__optim_span *s, int tid, int bd,
-                                              const int gt, const int model, const int sr, const int mom16,
-                                              const int hw) {
-    const accel__optim_coefs *k = &jb->k;
-    const int lerp = hy->kind == ACCEL__OPTIM_K_ADAMW_LERP;
-    long long i, e;
-    for (i = s->v0 + tid; i < s->v1; i += (long long)ACCEL__OPTIM_U * bd) {
-        float p[ACCEL__OPTIM_U][8], g[ACCEL__OPTIM_U][8], m[ACCEL__OPTIM_U][8], v[ACCEL__OPTIM_U][8];
-        int u, q;
+/* The loads of one round of the vector path: the vectors i, i + bd, ... (ACCEL_OPTIM_CUDA_U of them, those below v1),
+   widened to float. */
+ACCEL__OPTIM_HDI void accel__optim_vec_load(const accel__optim_dj *jb, long long i, int bd, long long v1, const int gt,
+                                            const int mom16, float p[][8], float g[][8], float m[][8], float v[][8]) {
+    int u, q;
+    ACCEL__OPTIM_UNROLL
+    for (u = 0; u < ACCEL_OPTIM_CUDA_U; ++u) {
+        const long long j = i + (long long)u * bd, e0 = jb->head + ACCEL__OPTIM_VEC * j;
+        uint16_t h[8];
         ACCEL__OPTIM_UNROLL
-        for (u = 0; u < ACCEL__OPTIM_U; ++u) {
-            const long long j = i + (long long)u * bd, e0 = jb->head + ACCEL__OPTIM_VEC * j;
-            uint16_t h[8];
+        for (q = 0; q < 8; ++q) p[u][q] = g[u][q] = m[u][q] = v[u][q] = 0.0f;
+        if (j >= v1) continue;
+        accel__optim_ld8f(p[u], jb->p + e0);
+        if (gt == (int)ACCEL_F32) {
+            accel__optim_ld8f(g[u], (const float *)jb->g + e0);
+        } else {
+            accel__optim_ld8h(h, (const uint16_t *)jb->g + e0);
             ACCEL__OPTIM_UNROLL
-            for (q = 0; q < 8; ++q) p[u][q] = g[u][q] = m[u][q] = v[u][q] = 0.0f;
-            if (j >= s->v1) continue;
-            accel__optim_ld8f(p[u], jb->p + e0);
-            if (gt == (int)ACCEL_F32) {
-                accel__optim_ld8f(g[u], (const float *)jb->g + e0);
-            } else {
-                accel__optim_ld8h(h, (const uint16_t *)jb->g + e0);
-                ACCEL__OPTIM_UNROLL
-                for (q = 0; q < 8; ++q) g[u][q] = accel_bf16_to_f32(h[q]);
-            }
-            if (mom16) {
-                accel__optim_ld8h(h, (const uint16_t *)jb->m + e0);
-                ACCEL__OPTIM_UNROLL
-                for (q = 0; q < 8; ++q) m[u][q] = accel_bf16_to_f32(h[q]);
-                accel__optim_ld8h(h, (const uint16_t *)jb->v + e0);
-                ACCEL__OPTIM_UNROLL
-                for (q = 0; q < 8; ++q) v[u][q] = accel_bf16_to_f32(h[q]);
-            } else {
-                accel__optim_ld8f(m[u], (const float *)jb->m + e0);
-                accel__optim_ld8f(v[u], (const float *)jb->v + e0);
-            }
+            for (q = 0; q < 8; ++q) g[u][q] = accel_bf16_to_f32(h[q]);
         }
-        ACCEL__OPTIM_UNROLL
-        for (u = 0; u < ACCEL__OPTIM_U; ++u) {
-            const long long j = i + (long long)u * bd, e0 = jb->head + ACCEL__OPTIM_VEC * j;
-            const unsigned long long ix = jb->index + (unsigned long long)e0;
-            uint32_t r[8];
-            uint16_t h[8], h2[8];
-            if (j >= s->v1) continue;
+        if (mom16) {
+            accel__optim_ld8h(h, (const uint16_t *)jb->m + e0);
             ACCEL__OPTIM_UNROLL
-            for (q = 0; q < 8; ++q)
-                p[u][q] = accel__optim_adamw1(k, accel__optim_grad_in(g[u][q], gt, in), p[u][q], &m[u][q], &v[u][q],
-                                              NULL, 0, lerp, hw);
-            accel__optim_st8f(jb->p + e0, p[u]);
-            if (mom16) {
-                accel__optim_bits8(hy->sr_seed, k->t | ACCEL__OPTIM_MOMENT_STREAM, ix, r);
-                ACCEL__OPTIM_UNROLL
-                for (q = 0; q < 8; ++q) {
-                    h[q] = accel_optim_f32_to_bf16_sr(m[u][q], r[q]);
-                    h2[q] = accel_optim_f32_to_bf16_sr(v[u][q], r[q] >> 16);
-                }
-                accel__optim_st8h((uint16_t *)jb->m + e0, h);
-                accel__optim_st8h((uint16_t *)jb->v + e0, h2);
-            } else {
-                accel__optim_st8f((float *)jb->m + e0, m[u]);
-                accel__optim_st8f((float *)jb->v + e0, v[u]);
-            }
-            if (model) {
-                if (sr) {
-                    accel__optim_bits8(hy->sr_seed, k->t, ix, r);
-                    ACCEL__OPTIM_UNROLL
-                    for (q = 0; q < 8; ++q) h[q] = accel_optim_f32_to_bf16_sr(p[u][q], r[q]);
-                } else {
-                    ACCEL__OPTIM_UNROLL
-                    for (q = 0; q < 8; ++q) h[q] = accel_f32_to_bf16(p[u][q]);
-                }
-                accel__optim_st8h((uint16_t *)jb->model + e0, h);
-            }
+            for (q = 0; q < 8; ++q) m[u][q] = accel_bf16_to_f32(h[q]);
+            accel__optim_ld8h(h, (const uint16_t *)jb->v + e0);
+            ACCEL__OPTIM_UNROLL
+            for (q = 0; q < 8; ++q) v[u][q] = accel_bf16_to_f32(h[q]);
+        } else {
+            accel__optim_ld8f(m[u], (const float *)jb->m + e0);
+            accel__optim_ld8f(v[u], (const float *)jb->v + e0);
         }
     }
-    for (e = s->s0 + tid; e < s->s1; e += bd) accel__optim_elem(jb, k, hy, in, e, hw);
-    for (e = s->t0 + tid; e < s->t1; e += bd) accel__optim_elem(jb, k, hy, in, e, hw);
+}
+
+/* The updates and stores of one round (rb, ok0: accel__optim_update_fast's reciprocal and range of bc2s). */
+ACCEL__OPTIM_HDI void accel__optim_vec_store(const accel__optim_dj *jb, const accel__optim_coefs *k,
+                                             const accel__optim_hyper *hy, const accel__optim_in *in, long long i,
+                                             int bd, long long v1, const int gt, const int model, const int sr,
+                                             const int mom16, float rb, int ok0, float p[][8], float g[][8],
+                                             float m[][8], float v[][8]) {
+    const int lerp = hy->kind == ACCEL__OPTIM_K_ADAMW_LERP;
+    int u, q;
+    (void)rb; /* without ACCEL_OPTIM_CUDA_FAST */
+    ACCEL__OPTIM_UNROLL
+    for (u = 0; u < ACCEL_OPTIM_CUDA_U; ++u) {
+        const long long j = i + (long long)u * bd, e0 = jb->head + ACCEL__OPTIM_VEC * j;
+        const unsigned long long ix = jb->index + (unsigned long long)e0;
+        uint32_t r[8];
+        uint16_t h[8], h2[8];
+        float pn[8];
+        int ok = ok0;
+        if (j >= v1) continue;
+        ACCEL__OPTIM_UNROLL
+        for (q = 0; q < 8; ++q) {
+            p[u][q] = accel__optim_mul(p[u][q], k->decay);
+            accel__optim_moments(k, accel__optim_grad_in(g[u][q], gt, in, k->clip), &m[u][q], &v[u][q], lerp, 1);
+#if ACCEL_OPTIM_CUDA_FAST
+            pn[q] = accel__optim_update_fast(k, rb, p[u][q], m[u][q], v[u][q], &ok);
+#else
+            pn[q] = accel__optim_adamw_tail(k, p[u][q], m[u][q], v[u][q]);
+#endif
+        }
+        if (!ok) { /* an operand out of the fast sequences' range (zero or tiny moments, Inf, NaN): all 8 again */
+            ACCEL__OPTIM_FALLBACK_NOTE();
+            ACCEL__OPTIM_UNROLL
+            for (q = 0; q < 8; ++q) pn[q] = accel__optim_adamw_tail(k, p[u][q], m[u][q], v[u][q]);
+        }
+        accel__optim_st8f(jb->p + e0, pn);
+        if (mom16) {
+            accel__optim_bits8(hy->sr_seed, k->t | ACCEL__OPTIM_MOMENT_STREAM, ix, r);
+            ACCEL__OPTIM_UNROLL
+            for (q = 0; q < 8; ++q) {
+                h[q] = accel_optim_f32_to_bf16_sr(m[u][q], r[q]);
+                h2[q] = accel_optim_f32_to_bf16_sr(v[u][q], r[q] >> 16);
+            }
+            accel__optim_st8h((uint16_t *)jb->m + e0, h);
+            accel__optim_st8h((uint16_t *)jb->v + e0, h2);
+        } else {
+            accel__optim_st8f((float *)jb->m + e0, m[u]);
+            accel__optim_st8f((float *)jb->v + e0, v[u]);
+        }
+        if (model) {
+            if (sr) {
+                accel__optim_bits8(hy->sr_seed, k->t, ix, r);
+                ACCEL__OPTIM_UNROLL
+                for (q = 0; q < 8; ++q) h[q] = accel_optim_f32_to_bf16_sr(pn[q], r[q]);
+            } else {
+                ACCEL__OPTIM_UNROLL
+                for (q = 0; q < 8; ++q) h[q] = accel_f32_to_bf16(pn[q]);
+            }
+            accel__optim_st8h((uint16_t *)jb->model + e0, h);
+        }
+    }
+}
+
+/* The coefficients of a block's job, for its threads: on the device staged in shared memory (stage) by the first
+   threads after every thread has issued its first loads, so that no block waits for them before its data is on
+   the way and the compiler can neither sink those loads below the found_inf test nor keep 20 more values in
+   registers; on the host (stage NULL) the array itself. */
+ACCEL__OPTIM_HDI const accel__optim_coefs *accel__optim_stage(const accel__optim_coefs *kp, accel__optim_coefs *stage,
+                                                              int tid) {
+#ifdef __CUDA_ARCH__
+    if (tid < (int)(sizeof(accel__optim_coefs) / 4)) ((uint32_t *)stage)[tid] = ((const uint32_t *)kp)[tid];
+    __syncthreads();
+    return stage;
+#else
+    (void)stage;
+    (void)tid;
+    return kp;
+#endif
+}
+
+/* The vector path of thread tid (of bd) on one chunk: the rounds of vectors i = v0 + tid, i + U * bd, ..., then the
+   head and tail elements (kp: the job's coefficients in device memory, stage: accel__optim_stage's). gt (ACCEL_F32
+   / ACCEL_BF16), model (a BF16 copy), sr (its stochastic rounding) and mom16 (BF16 moments) are compile-time
+   constants in the kernel. */
+ACCEL__OPTIM_HDI void accel__optim_vec_thread(const accel__optim_dj *jb, const accel__optim_coefs *kp,
+                                              accel__optim_coefs *stage, const accel__optim_hyper *hy,
+                                              const accel__optim_in *in, const accel__optim_span *s, int tid, int bd,
+                                              const int gt, const int model, const int sr, const int mom16) {
+    float p[ACCEL_OPTIM_CUDA_U][8], g[ACCEL_OPTIM_CUDA_U][8], m[ACCEL_OPTIM_CUDA_U][8], v[ACCEL_OPTIM_CUDA_U][8];
+    long long i = s->v0 + tid, e;
+    const accel__optim_coefs *k;
+    float rb;
+    int ok0;
+    if (i < s->v1) accel__optim_vec_load(jb, i, bd, s->v1, gt, mom16, p, g, m, v);
+    k = accel__optim_stage(kp, stage, tid);
+    if (k->skip) return; /* found_inf: nothing is written */
+    rb = accel__optim_rcp1(k->bc2s);
+    ok0 = ACCEL_OPTIM_CUDA_FAST ? accel__optim_mid_pos(k->bc2s) : 1;
+    while (i < s->v1) {
+        accel__optim_vec_store(jb, k, hy, in, i, bd, s->v1, gt, model, sr, mom16, rb, ok0, p, g, m, v);
+        i += (long long)ACCEL_OPTIM_CUDA_U * bd;
+        if (i < s->v1) accel__optim_vec_load(jb, i, bd, s->v1, gt, mom16, p, g, m, v);
+    }
+    for (e = s->s0 + tid; e < s->s1; e += bd) accel__optim_elem(jb, k, hy, in, e, 1);
+    for (e = s->t0 + tid; e < s->t1; e += bd) accel__optim_elem(jb, k, hy, in, e, 1);
 }
 
 /* The generic path of thread tid (of bd) on elements [start, start + len) of one job. */
-ACCEL__OPTIM_HDI void accel__optim_gen_thread(const accel__optim_job *jb, const accel__optim_hyper *hy,
-                                              const accel__optim_in *in, long long start, long long len, int tid,
-                                              int bd, const int hw) {
+ACCEL__OPTIM_HDI void accel__optim_gen_thread(const accel__optim_dj *jb, const accel__optim_coefs *k,
+                                              const accel__optim_hyper *hy, const accel__optim_in *in,
+                                              long long start, long long len, int tid, int bd, const int hw) {
     long long i;
+    if (k->skip) return;
     for (i = tid; i < len; i += (long long)ACCEL__OPTIM_UG * bd) {
         float x[ACCEL__OPTIM_UG][5];
         int u, q;
@@ -1141,116 +1400,136 @@ ACCEL__OPTIM_HDI void accel__optim_gen_thread(const accel__optim_job *jb, const 
         ACCEL__OPTIM_UNROLL
         for (u = 0; u < ACCEL__OPTIM_UG; ++u) {
             if (i + (long long)u * bd >= len) continue;
-            accel__optim_update1(&jb->k, hy, in, jb->gt, x[u], hw);
-            accel__optim_store1(jb, &jb->k, hy, start + i + (long long)u * bd, x[u]);
+            accel__optim_update1(k, hy, in, jb->gt, x[u], hw);
+            accel__optim_store1(jb, k, hy, start + i + (long long)u * bd, x[u]);
         }
     }
 }
 
-#ifdef __CUDACC__
-/* Reads found_inf, counts the step (each parameter with a gradient, and the optimizer) and computes each
-   parameter's constants. One block: the lists are short (a GPT-2 has 148 tensors). */
-static __global__ void accel__optim_coef_kernel(accel__optim_job *jobs, int njobs, accel__optim_hyper hy,
-                                                long long *counters, int nparams, const int32_t *found) {
-    int i;
-    if (found && *found) return;
-    for (i = (int)threadIdx.x; i < njobs; i += (int)blockDim.x) {
-        long long t = counters[jobs[i].param] + 1;
-        counters[jobs[i].param] = t;
-        accel__optim_make_coefs(&hy, jobs[i].lr, jobs[i].wd, (unsigned long long)t, &jobs[i].k);
+/* Block work on chunk c of launch A: the job lookup, then the thread's path (vec: the vector path; compile-time
+   flags; stage: shared memory for its coefficients on the device, NULL on the host) or the generic path (on a
+   copy of the coefficients: the compiler could not otherwise keep them in registers across the stores). */
+ACCEL__OPTIM_HDI void accel__optim_chunk(const accel__optim_largs *A, long long c, int tid, int bd, const int vec,
+                                         const int gt, const int model, const int sr, const int mom16,
+                                         accel__optim_coefs *stage) {
+    const int j = accel__optim_find(A->begins, A->nj, c);
+    const accel__optim_dj *d = &A->d[j];
+    if (vec) {
+        accel__optim_span s;
+        accel__optim_span_of(d->n, d->head, c - A->begins[j], &s);
+        accel__optim_vec_thread(d, &A->jobs[d->kj].k, stage, &A->hy, &A->in, &s, tid, bd, gt, model, sr, mom16);
+    } else {
+        const long long start = (c - A->begins[j]) * ACCEL_OPTIM_CHUNK;
+        const long long len = d->n - start < ACCEL_OPTIM_CHUNK ? d->n - start : ACCEL_OPTIM_CHUNK;
+        const accel__optim_coefs k = A->jobs[d->kj].k;
+        accel__optim_gen_thread(d, &k, &A->hy, &A->in, start, len, tid, bd, 1);
     }
-    if (threadIdx.x == 0) counters[nparams] += 1;
 }
 
+#ifdef __CUDACC__
+/* Reads found_inf, counts the step (each parameter with a gradient, and the optimizer), computes each job's
+   constants and the clip coefficient (from the device norm, without a host read, or the host's value); with
+   found_inf set it only marks every job skipped. One block: the lists are short (a GPT-2 has 148 tensors). */
+static __global__ void accel__optim_coef_kernel(accel__optim_job *jobs, int njobs, accel__optim_hyper hy,
+                                                long long *counters, int nparams, const int32_t *found,
+                                                const double *norm, double max_norm, float clip) {
+    const int skip = found && *found;
+    const float c = norm ? accel__optim_clip_coef(*norm, max_norm) : clip;
+    int i;
+    for (i = (int)threadIdx.x; i < njobs; i += (int)blockDim.x) {
+        long long t;
+        if (skip) {
+            jobs[i].k.skip = 1;
+            continue;
+        }
+        t = counters[jobs[i].param] + 1;
+        counters[jobs[i].param] = t;
+        accel__optim_make_coefs(&hy, jobs[i].lr, jobs[i].wd, (unsigned long long)t, c, &jobs[i].k);
+    }
+    if (threadIdx.x == 0 && !skip) counters[nparams] += 1;
+}
 
-/* The step is one launch per class of jobs that the step has (accel__optim_class): the vector path in one instance
-   per (gradient dtype, copy, its rounding, moment dtype), the generic path in one more, so that each instance holds
-   one path and gets the registers of that path alone (in one kernel, the compiler kept the fields of every path
-   live at the branch and spilled at the occupancy below). A block per chunk (a grid-stride loop only past
-   ACCEL__OPTIM_MAX_BLOCKS chunks): the hardware hands blocks to SMs as they free up, so the work stays balanced to
-   the last block (accel_amp.h's kernels measured the alternatives). The launch bound keeps 4 blocks of 256 threads
-   per SM: 64 registers, which the vector path fits without spills with one vector per thread in flight per round
-   (8 loads of 16 bytes); two vectors needed 128 registers, and half the threads carried the same bytes. */
-#ifndef ACCEL__OPTIM_MIN_BLOCKS
-#define ACCEL__OPTIM_MIN_BLOCKS (2048 / ACCEL_OPTIM_CUDA_BLOCK / 2)
+/* One instance of the vector path per (gradient dtype, copy, its rounding, moment dtype) and one of the generic
+   path, so that each holds one path and gets the registers of that path alone (in one kernel, the compiler kept the
+   fields of every path live at the branch and spilled). The launch bounds: ACCEL_OPTIM_CUDA_MINB (instances without
+   a Philox stream) and ACCEL_OPTIM_CUDA_MINB_SR (BF16 moments or a stochastic copy) blocks of 256 threads per SM:
+   4 leave 64 registers a thread, 3 leave 80, 2 leave 128 (sm_90 with nvcc 13: the vector path with F32 moments
+   fits 80 without spills, with a Philox stream 128). */
+#ifndef ACCEL_OPTIM_CUDA_MINB
+#define ACCEL_OPTIM_CUDA_MINB 3
 #endif
+#ifndef ACCEL_OPTIM_CUDA_MINB_SR
+#define ACCEL_OPTIM_CUDA_MINB_SR 2
+#endif
+#if ACCEL_OPTIM_CUDA_MINB < 1 || ACCEL_OPTIM_CUDA_MINB_SR < 1
+#error "ACCEL_OPTIM_CUDA_MINB and ACCEL_OPTIM_CUDA_MINB_SR must be positive"
+#endif
+#define ACCEL__OPTIM_MINB(m) ((m) * 256 / ACCEL_OPTIM_CUDA_BLOCK > 0 ? (m) * 256 / ACCEL_OPTIM_CUDA_BLOCK : 1)
+typedef char accel__optim_largs_fit[sizeof(accel__optim_largs) <= 32764 ? 1 : -1];
 template <int gt, int model, int sr, int mom16>
 static __global__ void __launch_bounds__(ACCEL_OPTIM_CUDA_BLOCK,
-                                         sr && mom16 ? ACCEL__OPTIM_MIN_BLOCKS * 3 / 4 : ACCEL__OPTIM_MIN_BLOCKS)
-accel__optim_vec_kernel(const accel__optim_job *jobs, const long long *begins, int nj, long long nchunks,
-                        accel__optim_hyper hy, accel__optim_in in, const int32_t *found) {
+                                         ACCEL__OPTIM_MINB(sr || mom16 ? ACCEL_OPTIM_CUDA_MINB_SR
+                                                                       : ACCEL_OPTIM_CUDA_MINB))
+accel__optim_vec_kernel(const __grid_constant__ accel__optim_largs A) {
+    __shared__ accel__optim_coefs stage;
     long long c;
-    if (found && *found) return;
-    for (c = blockIdx.x; c < nchunks; c += gridDim.x) {
-        const accel__optim_job jb = jobs[accel__optim_find(begins, nj, c)];
-        accel__optim_span s;
-        accel__optim_span_of(jb.n, jb.head, c - jb.chunk_begin, &s);
-        accel__optim_vec_thread(&jb, &hy, &in, &s, (int)threadIdx.x, (int)blockDim.x, gt, model, sr, mom16, 1);
+    for (c = blockIdx.x; c < A.nchunks; c += gridDim.x) {
+        if (c != blockIdx.x) __syncthreads(); /* every thread is done with the stage of the last chunk */
+        accel__optim_chunk(&A, c, (int)threadIdx.x, (int)blockDim.x, 1, gt, model, sr, mom16, &stage);
     }
 }
-static __global__ void __launch_bounds__(ACCEL_OPTIM_CUDA_BLOCK, ACCEL__OPTIM_MIN_BLOCKS)
-accel__optim_gen_kernel(const accel__optim_job *jobs, const long long *begins, int nj, long long nchunks,
-                        accel__optim_hyper hy, accel__optim_in in, const int32_t *found) {
+static __global__ void __launch_bounds__(ACCEL_OPTIM_CUDA_BLOCK, ACCEL__OPTIM_MINB(ACCEL_OPTIM_CUDA_MINB))
+accel__optim_gen_kernel(const __grid_constant__ accel__optim_largs A) {
     long long c;
-    if (found && *found) return;
-    for (c = blockIdx.x; c < nchunks; c += gridDim.x) {
-        const accel__optim_job jb = jobs[accel__optim_find(begins, nj, c)];
-        const long long start = (c - jb.chunk_begin) * ACCEL_OPTIM_CHUNK;
-        const long long len = jb.n - start < ACCEL_OPTIM_CHUNK ? jb.n - start : ACCEL_OPTIM_CHUNK;
-        accel__optim_gen_thread(&jb, &hy, &in, start, len, (int)threadIdx.x, (int)blockDim.x, 1);
-    }
+    for (c = blockIdx.x; c < A.nchunks; c += gridDim.x)
+        accel__optim_chunk(&A, c, (int)threadIdx.x, (int)blockDim.x, 0, 0, 0, 0, 0, NULL);
 }
 
-/* jobs: njobs descriptors grouped by class (class q is [first[q], first[q + 1]), its chunks counted from 0 with
-   nchunks[q] in all), followed by their first chunks (njobs long longs); copied to the device scratch in one go. */
-static accel_result accel__optim_cuda_step(accel *acc, accel__optim_job *jobs, int njobs, const int *first,
+/* jobs: njobs descriptors grouped by class (accel__optim_classify), copied to the device scratch in one go for the
+   coefficient kernel, then the launches (L: the host's room for one kernel parameter). */
+static accel_result accel__optim_cuda_step(accel *acc, const accel__optim_job *jobs, int njobs, const int *first,
                                            const long long *nchunks, const accel__optim_hyper *hy,
                                            const accel__optim_in *in, long long *counters, int nparams,
-                                           const int32_t *found) {
+                                           const int32_t *found, const double *norm, double max_norm, float clip,
+                                           accel__optim_largs *L) {
     cudaStream_t st = (cudaStream_t)acc->stream;
-    size_t bytes = (sizeof(accel__optim_job) + sizeof(long long)) * (size_t)(njobs > 0 ? njobs : 1);
+    size_t bytes = sizeof(accel__optim_job) * (size_t)(njobs > 0 ? njobs : 1);
     accel__optim_job *d = (accel__optim_job *)accel__device_scratch(acc, bytes);
-    int q;
+    int q, a, b;
     if (!d) return accel__fail_wrap(acc, acc->last_result != ACCEL_OK ? acc->last_result : ACCEL_ERR_OUT_OF_MEMORY,
                                     "accel_optim_step: the device tensor list");
     /* jobs is pageable (the host allocator): cudaMemcpyAsync returns once the bytes are staged, so the next step may
        rewrite it while this one is still queued */
     if (njobs > 0) ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(d, jobs, bytes, cudaMemcpyHostToDevice, st));
-    accel__optim_coef_kernel<<<1, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(d, njobs, *hy, counters, nparams, found);
+    accel__optim_coef_kernel<<<1, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(d, njobs, *hy, counters, nparams, found, norm,
+                                                                   max_norm, clip);
     ACCEL__CUDA_CHECK(acc, cudaGetLastError());
-    for (q = 0; q < ACCEL__OPTIM_CLASSES; ++q) {
-        const accel__optim_job *dj = d + first[q];
-        const long long *db = (const long long *)(d + njobs) + first[q];
-        const int nj = first[q + 1] - first[q], sr = hy->stochastic, m16 = hy->mom_bf16;
-        const int blocks = (int)(nchunks[q] < ACCEL__OPTIM_MAX_BLOCKS ? nchunks[q] : ACCEL__OPTIM_MAX_BLOCKS);
-        if (blocks <= 0) continue;
+    for (q = 0; q < ACCEL__OPTIM_CLASSES; ++q)
+        for (a = first[q]; a < first[q + 1]; a = b) {
+            int vec, gt, model, sr, blocks;
+            const int m16 = hy->mom_bf16;
+            b = accel__optim_launch_fill(L, jobs, first, nchunks, q, a, d, hy, in);
+            blocks = (int)(L->nchunks < ACCEL__OPTIM_MAX_BLOCKS ? L->nchunks : ACCEL__OPTIM_MAX_BLOCKS);
+            if (blocks <= 0) continue;
+            accel__optim_class_args(q, hy, &vec, &gt, &model, &sr);
 #define ACCEL__OPTIM_VEC_LAUNCH(G, M, S, B)                                                                            \
-    accel__optim_vec_kernel<G, M, S, B><<<blocks, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(dj, db, nj, nchunks[q], *hy, *in,   \
-                                                                                  found)
+    accel__optim_vec_kernel<G, M, S, B><<<blocks, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(*L)
 #define ACCEL__OPTIM_VEC_LAUNCH2(G, M, S)                                                                              \
     do {                                                                                                               \
         if (m16) ACCEL__OPTIM_VEC_LAUNCH(G, M, S, 1);                                                                  \
         else ACCEL__OPTIM_VEC_LAUNCH(G, M, S, 0);                                                                      \
     } while (0)
-        switch (q) {
-        case 0: ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 0, 0); break;
-        case 1:
-            if (sr) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 1, 1);
-            else ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 1, 0);
-            break;
-        case 2: ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 0, 0); break;
-        case 3:
-            if (sr) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 1, 1);
-            else ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 1, 0);
-            break;
-        default:
-            accel__optim_gen_kernel<<<blocks, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(dj, db, nj, nchunks[q], *hy, *in, found);
-            break;
-        }
+            if (!vec) accel__optim_gen_kernel<<<blocks, ACCEL_OPTIM_CUDA_BLOCK, 0, st>>>(*L);
+            else if (gt == (int)ACCEL_F32 && !model) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 0, 0);
+            else if (gt == (int)ACCEL_F32 && !sr) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 1, 0);
+            else if (gt == (int)ACCEL_F32) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_F32, 1, 1);
+            else if (!model) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 0, 0);
+            else if (!sr) ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 1, 0);
+            else ACCEL__OPTIM_VEC_LAUNCH2((int)ACCEL_BF16, 1, 1);
 #undef ACCEL__OPTIM_VEC_LAUNCH2
 #undef ACCEL__OPTIM_VEC_LAUNCH
-        ACCEL__CUDA_CHECK(acc, cudaGetLastError());
-    }
+            ACCEL__CUDA_CHECK(acc, cudaGetLastError());
+        }
     return ACCEL_OK;
 }
 #endif /* __CUDACC__ */
@@ -1277,6 +1556,7 @@ struct accel_optim {
     void *slab_mem;
     long long *counters;        /* acc's device memory (host on a CPU run): nparams per-param steps + 1 */
     accel__optim_job *jobs;     /* host scratch for one step */
+    void *largs;                /* CUDA: the host's room for one launch's kernel parameter (accel__optim_largs) */
 };
 
 static const char *accel__optim_state_key(const accel_optim *o, int s) {
@@ -1423,6 +1703,7 @@ ACCEL__DEF void accel_optim_destroy(accel_optim *o) {
     accel_host_free(acc, o->lr);
     accel_host_free(acc, o->numel);
     accel_host_free(acc, o->jobs);
+    accel_host_free(acc, o->largs);
     accel_host_free(acc, o);
 }
 
@@ -1473,10 +1754,11 @@ ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *d
     o->group_of = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)(n + ng + 1));
     o->lr = (double *)accel_host_alloc(acc, sizeof(double) * (size_t)(3 * ng));
     o->numel = (long long *)accel_host_alloc(acc, (sizeof(long long) + sizeof(unsigned long long) + sizeof(size_t)) * (size_t)(n + 1));
-    /* the jobs in parameter order, then grouped by class for CUDA, then their first chunks */
-    o->jobs = (accel__optim_job *)accel_host_alloc(acc, (2 * sizeof(accel__optim_job) + sizeof(long long)) *
-                                                            (size_t)(n + 1));
-    if (!o->params || !o->names || !o->group_of || !o->lr || !o->numel || !o->jobs) {
+    /* the jobs in parameter order, then grouped by class for CUDA */
+    o->jobs = (accel__optim_job *)accel_host_alloc(acc, 2 * sizeof(accel__optim_job) * (size_t)(n + 1));
+    if (acc->device >= 0) o->largs = accel_host_alloc(acc, sizeof(accel__optim_largs));
+    if (!o->params || !o->names || !o->group_of || !o->lr || !o->numel || !o->jobs ||
+        (acc->device >= 0 && !o->largs)) {
         accel_optim_destroy(o);
         return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create (%d parameters)", n);
     }
@@ -1575,41 +1857,53 @@ ACCEL__DEF accel_result accel_optim_set_grads(accel_optim *o, const accel_tensor
 ACCEL__DEF accel_result accel_optim_step(accel_optim *o, const accel_optim_step_args *args) {
     accel *acc;
     accel__optim_in in;
+    const double *norm = args ? args->grad_norm : NULL;
+    float clip = 1.0f;
     int i, nj = 0;
     if (!o) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_step: opt is NULL");
     acc = o->acc;
+    if (args && args->clip_coef && norm)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_step: clip_coef and grad_norm are both given "
+                           "(one clip coefficient: pass either)");
+    if (norm && args->max_norm != args->max_norm)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_step: max_norm is NaN");
+    if (args && !norm && args->max_norm != 0.0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_step: max_norm %g without grad_norm",
+                           args->max_norm);
     memset(&in, 0, sizeof in);
     if (args && args->inv_scale != 0.0f) { in.has_inv = 1; in.inv = args->inv_scale; }
-    if (args && args->clip_coef) { in.has_coef = 1; in.coef = *args->clip_coef; }
+    if (args && args->clip_coef) { in.has_coef = 1; clip = *args->clip_coef; }
+    if (norm) in.has_coef = 1;
     in.neg = o->hy.maximize;
     if (acc->device < 0 && args && args->found_inf && *args->found_inf) return ACCEL_OK; /* skipped: nothing changes */
+    if (acc->device < 0 && norm) clip = accel__optim_clip_coef(*norm, args->max_norm);
     for (i = 0; i < o->nparams; ++i) {
         accel__optim_job *jb;
         int s = o->group_of[i];
         if (!o->grads[i].ptr) continue; /* no gradient (torch: p.grad is None): the parameter is skipped */
         jb = &o->jobs[nj++];
         memset(jb, 0, sizeof *jb);
-        jb->p = (float *)o->params[i].ptr;
-        jb->g = o->grads[i].ptr;
-        jb->gt = o->grads[i].ptr ? (int)o->grads[i].dtype : (int)ACCEL_F32;
-        jb->m = o->nstate >= 1 ? o->state[i * o->nstate].ptr : NULL;
-        jb->v = o->nstate >= 2 ? o->state[i * o->nstate + 1].ptr : NULL;
-        jb->vmax = o->nstate >= 3 ? (float *)o->state[i * o->nstate + 2].ptr : NULL;
-        jb->model = o->model[i].ptr;
-        jb->mt = o->model[i].ptr ? (int)o->model[i].dtype : 0;
-        jb->n = o->numel[i];
+        jb->d.p = (float *)o->params[i].ptr;
+        jb->d.g = o->grads[i].ptr;
+        jb->d.gt = (int)o->grads[i].dtype;
+        jb->d.m = o->nstate >= 1 ? o->state[i * o->nstate].ptr : NULL;
+        jb->d.v = o->nstate >= 2 ? o->state[i * o->nstate + 1].ptr : NULL;
+        jb->d.vmax = o->nstate >= 3 ? (float *)o->state[i * o->nstate + 2].ptr : NULL;
+        jb->d.model = o->model[i].ptr;
+        jb->d.mt = o->model[i].ptr ? (int)o->model[i].dtype : 0;
+        jb->d.n = o->numel[i];
+        jb->d.index = o->index_offset + o->eoff[i];
+        jb->d.head = acc->device < 0 ? -1 : accel__optim_vec_head(&jb->d, &o->hy);
         jb->lr = o->lr[s];
         jb->wd = o->wd[s];
-        jb->index = o->index_offset + o->eoff[i];
         jb->param = i;
-        jb->head = acc->device < 0 ? -1 : accel__optim_vec_head(jb, &o->hy);
     }
     if (acc->device < 0) {
         for (i = 0; i < nj; ++i) {
             accel__optim_job *jb = &o->jobs[i];
             long long t = o->counters[jb->param] + 1;
             o->counters[jb->param] = t;
-            accel__optim_host_coefs(&o->hy, jb->lr, jb->wd, (unsigned long long)t, &jb->k);
+            accel__optim_host_coefs(&o->hy, jb->lr, jb->wd, (unsigned long long)t, clip, &jb->k);
         }
         o->counters[o->nparams] += 1;
         accel__optim_cpu_run(o->jobs, nj, &o->hy, &in);
@@ -1620,9 +1914,10 @@ ACCEL__DEF accel_result accel_optim_step(accel_optim *o, const accel_optim_step_
         int first[ACCEL__OPTIM_CLASSES + 1];
         long long nchunks[ACCEL__OPTIM_CLASSES];
         accel__optim_job *sorted = o->jobs + o->nparams + 1;
-        accel__optim_classify(o->jobs, nj, sorted, (long long *)(sorted + nj), first, nchunks);
+        accel__optim_classify(o->jobs, nj, sorted, first, nchunks);
         return accel__optim_cuda_step(acc, sorted, nj, first, nchunks, &o->hy, &in, o->counters, o->nparams,
-                                      args ? args->found_inf : NULL);
+                                      args ? args->found_inf : NULL, norm, norm ? args->max_norm : 0.0, clip,
+                                      (accel__optim_largs *)o->largs);
     }
 #else
     return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_optim_step on CUDA device %d needs the kernels: compile the "
@@ -1688,9 +1983,7 @@ ACCEL__DEF accel_result accel_optim_apply_schedule(accel_optim *o, const accel_o
 }
 
 ACCEL__DEF float accel_optim_clip_coef(double total_norm, double max_norm) {
-    float t = (float)total_norm;
-    float c = (1.0f / (t + 1e-6f)) * (float)max_norm;
-    return c != c ? c : (c > 1.0f ? 1.0f : c);
+    return accel__optim_clip_coef(total_norm, max_norm);
 }
 
 /* Copies the step counts (nparams + 1) to host memory; synchronizes acc->stream on CUDA. */

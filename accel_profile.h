@@ -8,6 +8,7 @@
    CONTENTS
      USAGE
      RANGES                       phases and named ranges; host, CUDA events, NVTX
+     REPORTED RANGES              ranges other modules report from their threads (async checkpoints)
      STEPS AND THE SCHEDULE       torch.profiler.schedule's wait/warmup/active/repeat
      THE PHASE TABLE
      THE TRACE FILE               Chrome trace / Perfetto, merged across ranks
@@ -103,13 +104,23 @@
        the range's name    cat "phase" (the enum) or "range" (user names), tid 0, args {"step": k};
        the same name       cat "device", tid 1: the range's CUDA event interval on acc->stream.
      ts counts from the profiler's creation on that rank; otherData holds "rank", "num_processes", "start_unix_us"
-     (CLOCK_REALTIME at creation), "steps", "recorded_steps", "dropped_ranges", "schedule" and "accel_version".
+     (CLOCK_REALTIME at creation), "steps", "recorded_steps", "dropped_ranges", "dropped_reported", "schedule" and
+     "accel_version".
      Events of one thread appear in begin order (ts non-decreasing), nested ranges inside their parents.
      accel_prof_merge_trace (collective: every rank calls it, enabled or not) gathers every rank's events over the
      host process group and rank 0 writes one file (path, NULL → <trace_dir>/profile_merged.json) with each rank's
      events under pid = rank, shifted by that rank's start_unix_us minus the earliest one (exact on one host; across
      hosts as good as their clock sync). A failure anywhere (no path, unwritable file) fails every rank; it has the
      collective deadline.
+
+   REPORTED RANGES
+     accel_prof_record_range(prof, name, begin, end) implements accel.h's accel_range_fn, the contract through which
+     another module reports a finished range from any thread: accel_ckpt.h's async saves report "checkpoint_snapshot"
+     (the stall in save_state) and "checkpoint_write" (the writer thread's work, which spans steps) when
+     accel_ckpt_desc.on_range = accel_prof_record_range and .range_user = prof. Such ranges go to the trace only, as
+     complete events on their own track (tid 2, "reported", cat "reported", in begin order), not to the phase table
+     and not to NVTX (they are reported after the fact); the first ACCEL_PROF_MAX_REPORTED are kept (otherData's
+     "dropped_reported" counts the rest). Recording takes a mutex and copies the name (at most 39 bytes kept).
 
    OPTIONS (accel_prof_desc, zero = default)
      disabled          nonzero: the profiler records nothing and writes nothing (begin/end/step are flag tests)
@@ -138,8 +149,9 @@
      timing off with a warning; the host figures stay.
 
    THREADS AND MEMORY
-     A profiler is used by the thread that uses its accel, one at a time (tid 0 is that thread). Every allocation
-     goes through the host allocator: acc's for the object, names and files' text; the records are stb_ds arrays
+     A profiler is used by the thread that uses its accel, one at a time (tid 0 is that thread), except
+     accel_prof_record_range, which any thread may call until accel_prof_destroy. Every allocation goes through the
+     host allocator: acc's for the object, names and files' text; the records are stb_ds arrays
      (the allocator accel.h's MEMORY section describes), grown with the core's checked growth, so an allocation
      failure is ACCEL_ERR_OUT_OF_MEMORY, never a crash. CUDA events are created with cudaEventCreate and destroyed
      by accel_prof_destroy.
@@ -165,6 +177,7 @@
 #define ACCEL_PROF_MAX_DEPTH 64                  /* open ranges at once */
 #define ACCEL_PROF_DEFAULT_MAX_RANGES 262144     /* ranges kept for the trace (about 56 bytes each) */
 #define ACCEL_PROF_PATH_CAPACITY 1024
+#define ACCEL_PROF_MAX_REPORTED 4096             /* ranges reported by other modules, kept for the trace */
 #define ACCEL_PROF_STEP (-1)                     /* accel_prof_phase_stats: the step itself */
 #define ACCEL_PROF_OTHER (-2)                    /* accel_prof_phase_stats: step time outside top-level ranges */
 
@@ -283,6 +296,10 @@ ACCEL_API accel_result accel_prof_write_trace(accel_prof *prof);
 /* Collective: every rank calls it (enabled or not); rank 0 writes the merged trace to path (NULL:
    <trace_dir>/profile_merged.json, trace_dir of rank 0). Every rank returns the same verdict. */
 ACCEL_API accel_result accel_prof_merge_trace(accel_prof *prof, const char *path);
+/* accel.h's accel_range_fn (prof = an accel_prof *): a finished range that another module reports, from any thread —
+   accel_ckpt.h's async saves report "checkpoint_snapshot" and "checkpoint_write" through accel_ckpt_desc.on_range.
+   begin/end are accel_now() seconds. Kept for the trace only (REPORTED RANGES); thread-safe; disabled: nothing. */
+ACCEL_API void accel_prof_record_range(void *prof, const char *name, double begin, double end);
 
 #ifdef __cplusplus
 }
@@ -306,6 +323,7 @@ ACCEL_API accel_result accel_prof_merge_trace(accel_prof *prof, const char *path
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 
 /* ------------------------------------------------------------------- 1. NVTX, clocks, state, checked growth */
 #if defined(ACCEL_WITH_CUDA) && !defined(ACCEL_NO_NVTX) && !defined(ACCEL_WITH_NVTX)
@@ -363,6 +381,7 @@ typedef struct accel__prof_evq {  /* a recorded CUDA event not read yet */
 } accel__prof_evq;
 #endif
 
+struct accel__prof_rep { double t0, t1; char name[40]; }; /* a reported range: µs since creation */
 struct accel__prof_impl {
     accel_prof_desc desc;         /* resolved; trace_dir points into dir */
     char dir[ACCEL_PROF_PATH_CAPACITY];
@@ -387,6 +406,13 @@ struct accel__prof_impl {
     accel__prof_ent *ents;
     int dev_dirty;                /* device sums of the entries need recomputing */
     int nvtx_step_open;
+    /* ranges reported by other modules (accel_prof_record_range, any thread): a fixed array under a mutex, so the
+       reporting thread neither allocates nor waits for more than a copy */
+    pthread_mutex_t rep_mu;
+    int rep_mu_ok;
+    struct accel__prof_rep *rep;  /* ACCEL_PROF_MAX_REPORTED of them, acc's allocator */
+    int nrep;
+    int64_t rep_dropped;
 #ifdef ACCEL_WITH_CUDA
     cudaEvent_t *pool;            /* stb_ds: events ready for reuse */
     accel__prof_evq *q;           /* stb_ds: recorded events, read from qhead on, in record order */
@@ -523,6 +549,16 @@ ACCEL__DEF accel_result accel_prof_create(accel *acc, const accel_prof_desc *des
             accel_prof_destroy(p);
             return r;
         }
+        im->rep = (struct accel__prof_rep *)accel_host_alloc(acc, sizeof *im->rep * ACCEL_PROF_MAX_REPORTED);
+        if (!im->rep) {
+            accel_prof_destroy(p);
+            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_prof_create");
+        }
+        if (pthread_mutex_init(&im->rep_mu, NULL) != 0) {
+            accel_prof_destroy(p);
+            return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_prof_create: a mutex");
+        }
+        im->rep_mu_ok = 1;
     }
     if (p->enabled && d.trace_dir) {
         char failed[512];
@@ -582,6 +618,8 @@ ACCEL__DEF void accel_prof_destroy(accel_prof *p) {
         accel__prof_cuda_free(p);
 #endif
         for (i = 0; i < im->nnames; ++i) accel_host_free(acc, im->names[i]);
+        if (im->rep_mu_ok) pthread_mutex_destroy(&im->rep_mu);
+        accel_host_free(acc, im->rep);
         stbds_arrfree(im->recs);
         stbds_arrfree(im->rows);
         stbds_arrfree(im->ents);
@@ -1055,6 +1093,10 @@ static void accel__prof_event(accel__sb *b, const char *name, const char *cat, d
         ts, dur < 0 ? 0.0 : dur, pid, tid, (long long)step);
 }
 
+static int accel__prof_rep_cmp(const void *a, const void *b) {
+    double x = ((const struct accel__prof_rep *)a)->t0, y = ((const struct accel__prof_rep *)b)->t0;
+    return x < y ? -1 : x > y;
+}
 /* This rank's events (each preceded by ",\n"), times shifted by offset_us. */
 static void accel__prof_events_json(accel_prof *p, accel__sb *b, double offset_us) {
     struct accel__prof_impl *im = p->impl;
@@ -1090,6 +1132,40 @@ static void accel__prof_events_json(accel_prof *p, accel__sb *b, double offset_u
         if (R->d0 < 0 || R->d1 < 0) continue;
         accel__prof_event(b, im->names[R->id], "device", R->d0 + offset_us, R->d1 - R->d0, pid, 1, R->step);
     }
+    if (im->rep_mu_ok) { /* reported ranges: their own track, in begin order */
+        pthread_mutex_lock(&im->rep_mu);
+        if (im->nrep > 1) qsort(im->rep, (size_t)im->nrep, sizeof *im->rep, accel__prof_rep_cmp);
+        if (im->nrep)
+            accel__sb_printf(
+                b, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":2,\"args\":{\"name\":\"reported\"}}",
+                pid);
+        for (i = 0; i < (size_t)im->nrep; ++i) {
+            const struct accel__prof_rep *R = &im->rep[i];
+            accel__sb_puts(b, ",\n{\"name\":");
+            accel__sb_json_str(b, R->name, strlen(R->name), 0);
+            accel__sb_printf(b, ",\"cat\":\"reported\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":2}",
+                             R->t0 + offset_us, R->t1 > R->t0 ? R->t1 - R->t0 : 0.0, pid);
+        }
+        pthread_mutex_unlock(&im->rep_mu);
+    }
+}
+
+/* ------------------------------------------------------------------------------------- reported ranges */
+ACCEL__DEF void accel_prof_record_range(void *prof, const char *name, double begin, double end) {
+    accel_prof *p = (accel_prof *)prof;
+    struct accel__prof_impl *im;
+    if (!p || !p->enabled || !p->impl || !p->impl->rep_mu_ok || !name) return;
+    im = p->impl;
+    pthread_mutex_lock(&im->rep_mu);
+    if (im->nrep < ACCEL_PROF_MAX_REPORTED) {
+        struct accel__prof_rep *R = &im->rep[im->nrep++];
+        R->t0 = begin * 1e6 - im->mono0_us; /* accel_now's clock, µs since creation */
+        R->t1 = end * 1e6 - im->mono0_us;
+        accel__fmt(R->name, sizeof R->name, "%s", name);
+    } else {
+        im->rep_dropped++;
+    }
+    pthread_mutex_unlock(&im->rep_mu);
 }
 
 static void accel__prof_other_data(accel_prof *p, accel__sb *b, int merged, int nprocs, double start_us) {
@@ -1099,9 +1175,10 @@ static void accel__prof_other_data(accel_prof *p, accel__sb *b, int merged, int 
     if (merged) accel__sb_printf(b, "\"merged\":true,\"num_processes\":%d,", nprocs);
     else
         accel__sb_printf(
-            b, "\"rank\":%d,\"num_processes\":%d,\"steps\":%lld,\"recorded_steps\":%lld,\"dropped_ranges\":%lld,",
+            b, "\"rank\":%d,\"num_processes\":%d,\"steps\":%lld,\"recorded_steps\":%lld,\"dropped_ranges\":%lld,"
+            "\"dropped_reported\":%lld,",
             p->acc->process_index, p->acc->num_processes, (long long)p->step, (long long)p->recorded_steps,
-            (long long)p->dropped_ranges);
+            (long long)p->dropped_ranges, (long long)p->impl->rep_dropped);
     accel__sb_printf(b, "\"start_unix_us\":%.3f,\"schedule\":{\"wait\":%d,\"warmup\":%d,\"active\":%d,\"repeat\":%d,"
                      "\"skip_first\":%d}}}\n", start_us, d->wait, d->warmup, d->active, d->repeat, d->skip_first);
 }

@@ -153,9 +153,9 @@ ACCEL_API uint64_t accel_st_xxh64(const void *data, size_t n, uint64_t seed);
    _zalloc / _strp_cmp / _shape_str / _safe_file_name / _sb_u64; XXH64 (accel__st_xxh64 state, _init / _update /
    _final); the JSON reader (accel__st_json, _json_parse / _json_free / _json_failed, _jget / _jkeyp / _jstr / _ju64,
    ACCEL__ST_J_*); the staging (accel__st_stage, _stage_begin / _stage_end, _is_device_ptr, _write_from_device,
-   _stage_to_device with its convert step); the writer (accel__st_save, _check_tensors, _name_file / _name_file_cmp)
-   and the reader (struct accel_st_file's fields, accel__st_piece, _new / _map / _parse, _check_dst, _copy /
-   _copy_mapped, _entryp_name_cmp). */
+   _stage_to_device with its convert step); the writer (accel__st_save, _layout with accel__st_item, _check_tensors,
+   _name_file / _name_file_cmp, ACCEL__ST_IO_CHUNK) and the reader (struct accel_st_file's fields, accel__st_piece,
+   _new / _map / _parse, _check_dst, _copy / _copy_mapped, _entryp_name_cmp). */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -1019,22 +1019,19 @@ static void *accel__st_hash_items(void *arg) {
     return NULL;
 }
 
-/* Writes a complete safetensors file to fd; *out_bytes / *out_hash (when not NULL: computed) describe it. */
-static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, const accel_tensor *t, int n,
-                                       const char *const *meta, int nmeta, uint64_t *out_bytes, uint64_t *out_hash) {
+/* The layout of a safetensors file: its tensors in the reference writer's order (*items, n entries, acc's
+   allocator; NULL when n == 0), and its first bytes — the 8-byte header length, then the header padded so the data
+   section starts 8-byte aligned — in hb (initialized here; free it with accel__sb_free). *data_bytes: the size of
+   the data section. The file is those bytes, then each item's nbytes in order. */
+static accel_result accel__st_layout(accel *acc, const char *path, const accel_tensor *t, int n,
+                                     const char *const *meta, int nmeta, accel__sb *hb, accel__st_item **out_items,
+                                     uint64_t *data_bytes) {
     accel__st_item *items = NULL;
-    accel__sb hb;
-    accel__st_xxh64 h;
-    accel__st_stage stage;
-    uint64_t off = 0, hlen;
+    uint64_t off = 0;
     unsigned char len8[8];
-    accel_result r = ACCEL_OK;
-    int i, first = 1, any_device = 0, threaded = 0;
-    pthread_t hasher;
-    accel__st_hash_job hj;
-    accel__sb_init(&hb, acc);
-    accel__st_stage_begin(&stage, acc);
-    memset(&hj, 0, sizeof hj);
+    int i, first = 1;
+    accel__sb_init(hb, acc);
+    *out_items = NULL;
     if (n > 0) {
         items = (accel__st_item *)accel_host_alloc(acc, sizeof(accel__st_item) * (size_t)n);
         if (!items) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "writing %.300s", path);
@@ -1045,52 +1042,73 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
         items[i].rank = accel__st_rank(t[i].dtype);
     }
     if (n > 1) qsort(items, (size_t)n, sizeof *items, accel__st_item_cmp);
-    accel__sb_puts(&hb, "{");
+    accel__sb_add(hb, "\0\0\0\0\0\0\0\0", 8); /* the length, filled in below */
+    accel__sb_puts(hb, "{");
     if (nmeta > 0) {
-        accel__sb_puts(&hb, "\"__metadata__\":{");
+        accel__sb_puts(hb, "\"__metadata__\":{");
         for (i = 0; i < nmeta; ++i) {
-            if (i) accel__sb_puts(&hb, ",");
-            accel__sb_json_str(&hb, meta[2 * i], strlen(meta[2 * i]), 1);
-            accel__sb_puts(&hb, ":");
-            accel__sb_json_str(&hb, meta[2 * i + 1], strlen(meta[2 * i + 1]), 1);
+            if (i) accel__sb_puts(hb, ",");
+            accel__sb_json_str(hb, meta[2 * i], strlen(meta[2 * i]), 1);
+            accel__sb_puts(hb, ":");
+            accel__sb_json_str(hb, meta[2 * i + 1], strlen(meta[2 * i + 1]), 1);
         }
-        accel__sb_puts(&hb, "}");
+        accel__sb_puts(hb, "}");
         first = 0;
     }
     for (i = 0; i < n; ++i) {
         const accel_tensor *x = items[i].t;
         int d;
-        if (!first) accel__sb_puts(&hb, ",");
+        if (!first) accel__sb_puts(hb, ",");
         first = 0;
-        accel__sb_json_str(&hb, x->name, strlen(x->name), 1);
-        accel__sb_puts(&hb, ":{\"dtype\":\"");
-        accel__sb_puts(&hb, accel_dtype_name(x->dtype));
-        accel__sb_puts(&hb, "\",\"shape\":[");
+        accel__sb_json_str(hb, x->name, strlen(x->name), 1);
+        accel__sb_puts(hb, ":{\"dtype\":\"");
+        accel__sb_puts(hb, accel_dtype_name(x->dtype));
+        accel__sb_puts(hb, "\",\"shape\":[");
         for (d = 0; d < x->ndim; ++d) {
-            if (d) accel__sb_puts(&hb, ",");
-            accel__st_sb_u64(&hb, (uint64_t)x->shape[d]);
+            if (d) accel__sb_puts(hb, ",");
+            accel__st_sb_u64(hb, (uint64_t)x->shape[d]);
         }
-        accel__sb_puts(&hb, "],\"data_offsets\":[");
-        accel__st_sb_u64(&hb, off);
-        accel__sb_puts(&hb, ",");
+        accel__sb_puts(hb, "],\"data_offsets\":[");
+        accel__st_sb_u64(hb, off);
+        accel__sb_puts(hb, ",");
         off += items[i].nbytes;
-        accel__st_sb_u64(&hb, off);
-        accel__sb_puts(&hb, "]}");
+        accel__st_sb_u64(hb, off);
+        accel__sb_puts(hb, "]}");
     }
-    accel__sb_puts(&hb, "}");
-    while (hb.n % 8) accel__sb_puts(&hb, " "); /* the data section starts 8-byte aligned */
-    if (hb.oom) {
+    accel__sb_puts(hb, "}");
+    while ((hb->n - 8) % 8) accel__sb_puts(hb, " "); /* the data section starts 8-byte aligned */
+    if (hb->oom) {
         accel_host_free(acc, items);
-        accel__sb_free(&hb);
+        accel__sb_free(hb);
         return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "header of %.300s", path);
     }
-    hlen = hb.n;
-    accel__put_u64(len8, hlen);
+    accel__put_u64(len8, (uint64_t)(hb->n - 8));
+    memcpy(hb->p, len8, 8);
+    *out_items = items;
+    *data_bytes = off;
+    return ACCEL_OK;
+}
+
+/* Writes a complete safetensors file to fd; *out_bytes / *out_hash (when not NULL: computed) describe it. */
+static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, const accel_tensor *t, int n,
+                                       const char *const *meta, int nmeta, uint64_t *out_bytes, uint64_t *out_hash) {
+    accel__st_item *items = NULL;
+    accel__sb hb;
+    accel__st_xxh64 h;
+    accel__st_stage stage;
+    uint64_t off = 0, head;
+    accel_result r;
+    int i, any_device = 0, threaded = 0;
+    pthread_t hasher;
+    accel__st_hash_job hj;
+    memset(&hj, 0, sizeof hj);
+    r = accel__st_layout(acc, path, t, n, meta, nmeta, &hb, &items, &off);
+    if (r != ACCEL_OK) return r;
+    accel__st_stage_begin(&stage, acc);
+    head = hb.n;
     accel__st_xxh64_init(&h, 0);
-    accel__st_xxh64_update(&h, len8, 8);
     accel__st_xxh64_update(&h, hb.p, hb.n);
-    if (accel__write_all(fd, len8, 8) != 0 || accel__write_all(fd, hb.p, hb.n) != 0)
-        r = accel__io_fail(acc, "cannot write", path);
+    if (accel__write_all(fd, hb.p, hb.n) != 0) r = accel__io_fail(acc, "cannot write", path);
     accel__sb_free(&hb);
     /* The checksum of host data is computed by a second thread while this one writes (hashing runs at about memcpy
        speed: done inline it would cost as much as the write itself). Device data is hashed from the staging buffer. */
@@ -1125,7 +1143,7 @@ static accel_result accel__st_write_fd(accel *acc, int fd, const char *path, con
     accel__st_stage_end(&stage);
     accel_host_free(acc, items);
     if (r != ACCEL_OK) return r;
-    if (out_bytes) *out_bytes = 8 + hlen + off;
+    if (out_bytes) *out_bytes = head + off;
     if (out_hash) *out_hash = accel__st_xxh64_final(&h);
     return ACCEL_OK;
 }

@@ -1,10 +1,30 @@
 /* accel_zero.h — ZeRO for accel: the optimizer state and the gradients sharded over a communicator's ranks
-   (DeepSpeed's ZeRO stages 1 and 2, FSDP's SHARD_GRAD_OP). Communication only: the update is accel_optim.h's, run
-   over this rank's shard views (see its DESIGN FOR ZeRO). Builds on accel_ddp.h (stage 1 reduces with a DDP
-   reducer), which builds on accel_collectives.h.
+   (DeepSpeed's ZeRO stages 1 and 2, FSDP's SHARD_GRAD_OP), and ZeRO-3 / FSDP (accel_zero_fsdp: the parameters
+   sharded too, gathered unit by unit). Communication only: the update is accel_optim.h's, run over this rank's
+   shard views (see its DESIGN FOR ZeRO). Builds on accel_ddp.h (stage 1 reduces with a DDP reducer), which builds
+   on accel_collectives.h.
 
    CONTENTS
      USAGE
+     OPTIONS                      accel_zero_desc
+     PARTITION                    who owns which elements
+     STAGES                       1: all-reduce; 2: each bucket reduced to its owners
+     RESULTS AND ACCUMULATION
+     CHECKPOINTS                  sharded (loadable on any number of processes) or consolidated
+     COLLECTIVE CALLS AND ERRORS
+     THREADS AND STREAMS
+     DIFFERENCES FROM DEEPSPEED
+     ZeRO-3 / FSDP
+       FSDP USAGE                 units, the forward and backward calls, the step
+       FSDP OPTIONS               accel_zero_fsdp_desc; Accelerate's FullyShardedDataParallelPlugin fields
+       UNITS, SHARDS AND BUFFERS  the per-unit partition, padding, what memory is live
+       PREFETCH                   forward_prefetch, backward_prefetch, the recorded order
+       FSDP RESULTS               equal to DDP + the unsharded optimizer; accumulation and no_sync
+       FSDP CALLS AND ERRORS      the per-call agreement check, lifetime errors
+       FSDP CHECKPOINTS           sharded (any world size / strategy on load) and consolidated
+       DIFFERENCES FROM ACCELERATE / FSDP
+
+   USAGE
      OPTIONS                      accel_zero_desc
      PARTITION                    who owns which elements
      STAGES                       1: all-reduce; 2: each bucket reduced to its owners
@@ -89,7 +109,116 @@
 
    DIFFERENCES FROM DEEPSPEED
      - Micro-batches accumulate locally and only the sync step reduces (DeepSpeed reduces every micro-batch).
-     - Parameters stay whole on every rank (stage 3, sharded parameters, is not here yet).
+     - Stages 1 and 2 keep the parameters whole on every rank; stage 3 is accel_zero_fsdp below.
+
+   ZeRO-3 / FSDP
+   FSDP USAGE (the user's kernels compute; accel moves memory; no autograd hooks: the calls say where a unit starts
+   and ends, as FSDP's pre-/post-forward and pre-/post-backward hooks would)
+       accel_zero_unit units[K] = {{"wte", embed_params, 2}, {"h.0", block0_params, 12}, ...};  // forward order
+       accel_zero_fsdp_desc fd = {0};
+       fd.strategy = ACCEL_ZERO_FULL_SHARD; fd.units = units; fd.nunits = K;
+       fd.param_dtype = ACCEL_BF16; fd.reduce_dtype = ACCEL_F32;           // FSDP's MixedPrecision
+       accel_zero_fsdp *f;
+       accel_zero_fsdp_create(coll, &fd, &f);                  // collective; copies this rank's shard of the init
+       accel_tensor vp[N], vm[N], vg[N], vn[N];                // N = accel_zero_fsdp_num_params(f)
+       accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_PARAMS, vp, N);     // → od.params  (F32 master shard)
+       accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_MODEL, vm, N);      // → od.model   (param_dtype copy; NULL ptrs: F32)
+       accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_GRADS, vg, N);      // → od.grads   (F32 gradient shard)
+       accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_NORM_GRADS, vn, N); // clip_grad_norm with ACCEL_AMP_CLIP_SHARDED
+       accel_optim_create(&acc, &od, &opt);                    // moments: this rank's shard only
+       each micro-batch (inside accel_accumulate_begin/end):
+         accel_zero_fsdp_begin_forward(f);
+         for u in 0..K-1: accel_zero_fsdp_wait(f, u, w, n_u); forward(u, w); accel_zero_fsdp_release(f, u);
+         accel_zero_fsdp_begin_backward(f);
+         for u in K-1..0: accel_zero_fsdp_wait(f, u, w, n_u); accel_zero_fsdp_grads(f, u, g, n_u);
+                          backward(u, w, g) (+= into g); accel_zero_fsdp_release(f, u);
+                          accel_zero_fsdp_reduce_scatter(f, u);
+         accel_zero_fsdp_end_backward(f);
+       on a sync step: accel_amp_unscale_and_check(vg), clip over vn, accel_optim_step(opt),
+                       accel_zero_fsdp_zero_grad(f)
+     The fused step writes the param_dtype copy (od.model) of the shard, which is what the next gathers read.
+     accel_zero_fsdp_gather(f, u) starts a gather by hand (wait starts one if nobody did); _progress drives MPI inside
+     long CPU compute; _pieces gives the shard as accel_tensor_pieces of the whole tensors (checkpoints, export);
+     _get_stats the live/peak buffer bytes and counts; desc.trace an event per gather/wait/release/reduction.
+
+   FSDP OPTIONS (accel_zero_fsdp_desc, zero = default; Accelerate's FullyShardedDataParallelPlugin → accel)
+     strategy          sharding_strategy / FSDP_SHARDING_STRATEGY (a name or 1-5): FULL_SHARD (ZeRO-3, default),
+                       SHARD_GRAD_OP (a unit stays gathered from its forward to its backward), NO_SHARD (DDP),
+                       HYBRID_SHARD / HYBRID_SHARD_ZERO2 (shard over desc.mesh's dp_shard x cp, replicate over
+                       dp_replicate; c is the mesh's DP_CP communicator).
+     units, nunits     auto_wrap_policy: the user groups the parameters (F32 descriptors; ptr the initial value, the
+                       same on every rank, or NULL for zeros).
+     param_dtype       mixed_precision_policy.param_dtype: what units are gathered and computed in (F32/BF16/F16).
+     reduce_dtype      mixed_precision_policy.reduce_dtype (0 → param_dtype): the unit gradients' dtype.
+     forward_prefetch  forward_prefetch / FSDP_FORWARD_PREFETCH (default off).
+     backward_prefetch backward_prefetch / FSDP_BACKWARD_PREFETCH: BACKWARD_PRE (default), BACKWARD_POST, NO_PREFETCH.
+     cpu_offload       cpu_offload / FSDP_OFFLOAD_PARAMS: the shards in pinned host memory, staged per unit.
+     check             the per-call agreement check (FSDP CALLS AND ERRORS).
+     no_average        gradients summed instead of averaged.
+
+   UNITS, SHARDS AND BUFFERS
+     Each unit's parameters, flattened in order (numel E), are padded to Ps * S with S = ceil(E / Ps) (Ps: the shard
+     group's size) and rank r owns slot r: [r*S, (r+1)*S) of the unit (the padding is zeros, gathered and reduced as
+     zeros). A rank keeps, for every unit, its slot of the F32 master, of the F32 gradient and (param_dtype != F32) of
+     the param_dtype copy: 8 or 10 bytes x sum of S over units (the optimizer's moments add theirs). Buffers: a
+     unit's gather buffer (Ps * S of param_dtype) lives from gather to release; its gradient buffer (Ps * S of
+     reduce_dtype, + S for the reduced slot) from grads() to the end of its reduction, or across micro-batches while
+     no_sync holds it. FULL_SHARD / HYBRID_SHARD keep at most two gather buffers live (a third gather is
+     ACCEL_ERR_STATE); one reduction is in flight while the next unit computes. Freed buffers are cached (two per
+     kind) for the next unit of the same size. test_zero3_mpi checks the per-rank peak through the allocator hooks:
+     shards + two gather buffers + two gradient buffers (+ the collective's scratch) when every micro-batch reduces;
+     with no_sync, every unit's gradient buffer is held until the sync step (as FSDP's no_sync).
+     accel_zero_fsdp_estimate states these bytes before create (the same slot sizing), with the optimizer's state
+     and the unsharded (DDP) figure beside them: Accelerate's estimate-memory for what accel will allocate.
+
+   PREFETCH
+     The first forward and backward passes record the order in which units are waited on; later passes prefetch by
+     it: forward_prefetch starts the next unit's gather in wait(u), BACKWARD_PRE in the backward wait(u),
+     BACKWARD_POST in reduce_scatter(u); begin_forward / begin_backward start the first unit's gather. A pass that
+     leaves the recorded order stops prefetching for the rest of that pass. On MPI the gathers and reductions are
+     nonblocking requests progressed by every call (and _progress); on CUDA they run on the communicator's stream.
+
+   FSDP RESULTS
+     Gradients are pre-scaled by fl(1/P) (P: the data-parallel size, as DDP's reducer), reduce-scattered over the
+     shard group (accel's reduce-scatter is the all-reduce's first phase: each block is the rank-order sum, bit for
+     bit the all-reduce's), all-reduced over the replicate group (hybrid) and widened into the F32 gradient shard.
+     So FULL_SHARD, SHARD_GRAD_OP, NO_SHARD and hybrid equal the unsharded run (DDP's reducer + one optimizer over
+     the whole parameters) bit for bit in the tests (np 1-4, F32/BF16 gathers, F32/BF16 reductions, offload or not),
+     hybrid with both groups > 1 associates the sum differently and is documented within 1e-6 relative. Outside a
+     sync step reduce_scatter holds the unit's gradients (no_sync: the next micro-batch adds into the same buffer);
+     a reducing micro-batch puts (first since zero_grad) or adds (later: sync_each_batch) into the shard.
+
+   FSDP CALLS AND ERRORS
+     create, begin_forward, begin_backward, gather, wait, reduce_scatter and end_backward are collective over c's
+     group (every rank calls them in the same order); grads, release, zero_grad, views, pieces are local. With check
+     on (default, except NCCL without debug mode), each collective call first all-gathers (call, unit, call number,
+     state hash, local result): a rank whose local checks failed (bad unit, a third live gather, wait twice without
+     release, reduce_scatter without grads) fails every rank (its own error, ACCEL_ERR_REMOTE elsewhere; the object
+     stays usable); ranks that made different calls (a skipped gather, another unit, a release the others did not
+     make) all get ACCEL_ERR_MISMATCH naming every rank's call, and the object is unusable (destroy it). Debug mode
+     (acc.debug) fills a released gather buffer with NaN, so stale views compute NaN instead of reading weights.
+
+   FSDP CHECKPOINTS
+     Sharded (Accelerate's SHARDED_STATE_DICT; every rank writes only its pieces, loadable on any number of ranks,
+     any strategy):
+       accel_zero_fsdp_state fs = {f, moments, nmoments};              // accel_optim_state_tensors(opt, ...)
+       accel_ckpt_register_sharded(ck, "fsdp_state", accel_zero_fsdp_state_save, accel_zero_fsdp_state_load_all, &fs);
+       accel_zero_fsdp_full_tensors(f, full, N); accel_optim_shard_state ss = {opt, full};   // step counts
+       accel_ckpt_register(ck, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load, &ss);
+     Consolidated (FULL_STATE_DICT, interop): accel_zero_fsdp_export(f, whole, N) fills whole F32 tensors on every
+     rank (accel_ckpt_register_model / accel_st_save with the model's names); accel_zero_fsdp_import(f, whole, N)
+     takes this rank's shard back out of them (after accel_ckpt_load_state, on any number of processes).
+
+   DIFFERENCES FROM ACCELERATE / FSDP
+     - No autograd: the trainer calls wait/release/grads/reduce_scatter where FSDP's hooks would run.
+     - Units are flat per unit and sharded per unit (FSDP1's FlatParameter, not FSDP2's per-parameter DTensor).
+     - The optimizer steps the shard views (accel_optim), so its state keys are the unsharded ones.
+     - limit_all_gathers is always on for FULL_SHARD (two buffers); sync_module_states is implied (every rank
+       copies its shard out of the same initial values); use_orig_params and activation checkpointing are the
+       trainer's business.
+     - state_dict_type: SHARDED_STATE_DICT is accel_zero_fsdp_state_save/_load_all (FSDP CHECKPOINTS), FULL_STATE_DICT
+       is accel_zero_fsdp_export into whole tensors (every rank holds the whole F32 model for the save: not yet
+       streamed slice by slice to a writer); `accel ckpt merge` (a sharded checkpoint → safetensors) is not here yet.
 */
 #ifndef ACCEL_ZERO_H_INCLUDED
 #define ACCEL_ZERO_H_INCLUDED
@@ -173,6 +302,186 @@ typedef struct accel_zero_state {
 ACCEL_API accel_result accel_zero_state_save(void *state, void *buf, size_t cap, size_t *size);
 ACCEL_API accel_result accel_zero_state_load_all(void *state, const void *const *bufs, const size_t *sizes, int count);
 
+/* ----------------------------------------------------------------------------------------- ZeRO-3 / FSDP */
+/* FSDP's sharding strategies, numbered as torch's ShardingStrategy (and FSDP_SHARDING_STRATEGY's digits). */
+typedef enum accel_zero_strategy {
+    ACCEL_ZERO_STRATEGY_DEFAULT = 0, /* FSDP_SHARDING_STRATEGY (a name or 1-5), else FULL_SHARD */
+    ACCEL_ZERO_FULL_SHARD,           /* ZeRO-3: parameters, gradients and optimizer state sharded */
+    ACCEL_ZERO_SHARD_GRAD_OP,        /* ZeRO-2: a unit stays gathered from its forward to its backward */
+    ACCEL_ZERO_NO_SHARD,             /* DDP: everything replicated, gradients all-reduced */
+    ACCEL_ZERO_HYBRID_SHARD,         /* FULL_SHARD within the mesh's dp_shard x cp group, replicas over dp_replicate */
+    ACCEL_ZERO_HYBRID_SHARD_ZERO2,   /* SHARD_GRAD_OP within it, replicated over dp_replicate */
+    ACCEL_ZERO_STRATEGY_COUNT
+} accel_zero_strategy;
+ACCEL_API const char *accel_zero_strategy_name(accel_zero_strategy s); /* "FULL_SHARD" ...; "?" for others */
+/* A name (any case) or Accelerate's digit "1".."5"; ACCEL_ZERO_STRATEGY_DEFAULT when it is neither. */
+ACCEL_API accel_zero_strategy accel_zero_strategy_from_name(const char *s);
+
+/* FSDP's BackwardPrefetch (FSDP_BACKWARD_PREFETCH). */
+typedef enum accel_zero_prefetch {
+    ACCEL_ZERO_PREFETCH_DEFAULT = 0, /* FSDP_BACKWARD_PREFETCH, else BACKWARD_PRE (torch's default) */
+    ACCEL_ZERO_BACKWARD_PRE,         /* wait(u) in backward starts the gather of the unit before u */
+    ACCEL_ZERO_BACKWARD_POST,        /* reduce_scatter(u) starts it (after u's gradients, before their reduction) */
+    ACCEL_ZERO_NO_PREFETCH
+} accel_zero_prefetch;
+
+/* A unit (FSDP's wrapped module): its parameters form one flat buffer sharded evenly over the shard group. */
+typedef struct accel_zero_unit {
+    const char *name;           /* for messages (NULL: "unit <i>") */
+    const accel_tensor *params; /* n parameters: name, F32, shape; ptr: the initial value (the whole tensor, the same
+                                   on every rank: this rank copies its shard out of it) or NULL (zeros) */
+    int n;
+} accel_zero_unit;
+
+/* What happened, for traces and tests (desc.trace). */
+typedef enum accel_zero_event {
+    ACCEL_ZERO_EV_GATHER = 0,   /* an all-gather was started by gather(u) or wait(u) */
+    ACCEL_ZERO_EV_PREFETCH,     /* an all-gather was started ahead of use (forward_prefetch / backward_prefetch) */
+    ACCEL_ZERO_EV_WAIT,         /* wait(u) returned the gathered parameters */
+    ACCEL_ZERO_EV_RELEASE,      /* u's gather buffer went back (not when the strategy keeps it until backward) */
+    ACCEL_ZERO_EV_REDUCE,       /* reduce_scatter(u) started the reduction */
+    ACCEL_ZERO_EV_REDUCED,      /* u's reduction finished and its gradient buffer went back */
+    ACCEL_ZERO_EV_HOLD          /* reduce_scatter(u) on an accumulation step: u's gradients stay (no_sync) */
+} accel_zero_event;
+typedef void (*accel_zero_trace_fn)(void *user, accel_zero_event ev, int unit);
+
+typedef struct accel_zero_fsdp_desc {
+    accel_zero_strategy strategy;
+    const accel_zero_unit *units;  /* in forward order (backward runs them in reverse) */
+    int nunits;
+    accel_dtype param_dtype;       /* 0 → F32: the dtype units are gathered and computed in (F32, BF16, F16) */
+    accel_dtype reduce_dtype;      /* 0 → param_dtype: the unit gradients' dtype, reduced in it (F32, BF16, F16) */
+    accel_coll_mesh *mesh;         /* HYBRID_*: shard over its dp_shard x cp group, replicate over dp_replicate */
+    accel_toggle forward_prefetch; /* DEFAULT → FSDP_FORWARD_PREFETCH, else off: wait(u) in forward gathers u+1 */
+    accel_zero_prefetch backward_prefetch;
+    accel_toggle cpu_offload;      /* DEFAULT → FSDP_OFFLOAD_PARAMS, else off: shards in pinned host memory */
+    accel_toggle check;            /* DEFAULT: on, except NCCL without debug mode (see COLLECTIVE CALLS AND ERRORS) */
+    int no_average;                /* nonzero: gradients are summed (default: DDP's average) */
+    accel_zero_trace_fn trace;     /* optional */
+    void *trace_user;
+} accel_zero_fsdp_desc;
+typedef struct accel_zero_fsdp accel_zero_fsdp;
+
+/* Collective over c's group (the data-parallel group: every rank that holds this model; with a mesh, its DP_CP
+   communicator). Validates the units, agrees on the layout (a difference on any rank fails every rank), allocates
+   this rank's shards and copies the initial values in. */
+ACCEL_API accel_result accel_zero_fsdp_create(accel_coll *c, const accel_zero_fsdp_desc *desc, accel_zero_fsdp **out);
+ACCEL_API void accel_zero_fsdp_destroy(accel_zero_fsdp *f); /* NULL ok */
+/* The resolved settings (strategy, prefetch, offload, dtypes: defaults and the environment applied). */
+ACCEL_API accel_result accel_zero_fsdp_get_desc(const accel_zero_fsdp *f, accel_zero_fsdp_desc *out);
+ACCEL_API int accel_zero_fsdp_num_params(const accel_zero_fsdp *f); /* the parameters of every unit, in unit order */
+/* The whole parameters' descriptors in unit order (name, F32, shape; ptr NULL): accel_optim_shard_state.full. */
+ACCEL_API accel_result accel_zero_fsdp_full_tensors(const accel_zero_fsdp *f, accel_tensor *out, int n);
+/* Consolidated parameters (FSDP's FULL_STATE_DICT: accel_ckpt_register_model / accel_st_save with the model's
+   names). export all-gathers the F32 master unit by unit (staging: one unit's Ps * S floats at a time) into the n
+   whole tensors `full` on every rank (F32, the model's shapes, in the communicator's memory: device memory with a
+   device communicator); collective, between steps (no unit gathered or reducing), and a bad `full` on any rank fails
+   every rank before anything moves. import copies this rank's shard out of whole tensors (a consolidated file read
+   on any number of processes, with any strategy) and recomputes the param_dtype copy; local. */
+ACCEL_API accel_result accel_zero_fsdp_export(accel_zero_fsdp *f, const accel_tensor *full, int n);
+ACCEL_API accel_result accel_zero_fsdp_import(accel_zero_fsdp *f, const accel_tensor *full, int n);
+
+/* This rank's shard as one view per parameter (n = accel_zero_fsdp_num_params), for accel_optim_desc:
+   PARAMS the F32 master shard (od.params), MODEL the param_dtype copy the gathers read (od.model: the fused step
+   keeps it current; its ptrs are NULL when param_dtype is F32 — no copy), GRADS the F32 gradient shard (od.grads,
+   accel_amp_unscale_and_check), NORM_GRADS the gradient views whose norm is reduced over all ranks
+   (accel_amp_clip_grad_norm / _grad_norm with ACCEL_AMP_CLIP_SHARDED): GRADS, except empty views on the
+   replicas of hybrid strategies (dp_replicate coordinate > 0), so that each shard counts once. */
+typedef enum accel_zero_view {
+    ACCEL_ZERO_VIEW_PARAMS = 0,
+    ACCEL_ZERO_VIEW_MODEL,
+    ACCEL_ZERO_VIEW_GRADS,
+    ACCEL_ZERO_VIEW_NORM_GRADS
+} accel_zero_view;
+ACCEL_API accel_result accel_zero_fsdp_views(accel_zero_fsdp *f, accel_zero_view kind, accel_tensor *views, int n);
+/* The same shard as pieces of the whole tensors (accel.h's accel_tensor_piece: tensor i's elements [offset, offset +
+   count) at ptr), one per parameter (count 0 outside the shard). NORM_GRADS pieces are empty on replicas, and so
+   are PARAMS pieces with owner_only: each element then appears on exactly one rank (what a consolidated file needs). */
+ACCEL_API accel_result accel_zero_fsdp_pieces(accel_zero_fsdp *f, accel_zero_view kind, int owner_only,
+                                              accel_tensor_piece *pieces, int n);
+
+/* The pass in progress (FSDP's training state): prefetch direction, and whether a strategy that keeps units gathered
+   after forward (SHARD_GRAD_OP, HYBRID_SHARD_ZERO2) keeps them. begin_forward starts the first unit's gather;
+   begin_backward the last unit's (unless NO_PREFETCH). Collective. */
+ACCEL_API accel_result accel_zero_fsdp_begin_forward(accel_zero_fsdp *f);
+ACCEL_API accel_result accel_zero_fsdp_begin_backward(accel_zero_fsdp *f);
+/* Starts the all-gather of unit u (nothing if it is gathered or under way). Collective over the shard group (every
+   rank of the data-parallel group calls it, in the same order). FULL_SHARD / HYBRID_SHARD: ACCEL_ERR_STATE when two
+   units' buffers are live already (release one first). */
+ACCEL_API accel_result accel_zero_fsdp_gather(accel_zero_fsdp *f, int unit);
+/* Finishes u's gather (starting it first if nobody did) and writes its n parameters as views of the gathered buffer
+   in param_dtype (the model's names and shapes); then starts the next unit's gather when prefetch says so.
+   Collective. The views stay valid until release(u). */
+ACCEL_API accel_result accel_zero_fsdp_wait(accel_zero_fsdp *f, int unit, accel_tensor *params, int n);
+/* Done with u's parameters: its buffer goes back (in forward, SHARD_GRAD_OP keeps it until u's backward). Using the
+   views afterwards is a bug: wait(u) again. With debug mode (acc.debug) the buffer is filled with NaN. Local. */
+ACCEL_API accel_result accel_zero_fsdp_release(accel_zero_fsdp *f, int unit);
+/* u's gradient buffer (reduce_dtype, the model's names and shapes), for backward to accumulate into (+=): zeros, or
+   the sums of the micro-batches held since the last reducing step. Local. */
+ACCEL_API accel_result accel_zero_fsdp_grads(accel_zero_fsdp *f, int unit, accel_tensor *grads, int n);
+/* u's gradients are final for this micro-batch. On a reducing step (accel_should_reduce) starts their reduction:
+   pre-scaled by fl(1/P) (DDP's order, P = the data-parallel size), reduce-scattered over the shard group, all-reduced
+   over the replicate group (hybrid), and put into (first reduction since zero_grad) or added to (later ones) this
+   rank's F32 gradient shard; otherwise u's buffer is held for the next micro-batch (no_sync). Collective. */
+ACCEL_API accel_result accel_zero_fsdp_reduce_scatter(accel_zero_fsdp *f, int unit);
+/* End of backward: every reduction finished (the gradient shard is complete on a reducing step), the units that
+   SHARD_GRAD_OP kept are released. A unit whose grads() was taken but not reduce_scattered is ACCEL_ERR_STATE.
+   Collective. */
+ACCEL_API accel_result accel_zero_fsdp_end_backward(accel_zero_fsdp *f);
+/* optimizer.zero_grad(): the gradient shard becomes zeros (the next reduction puts instead of adding). Local. */
+ACCEL_API accel_result accel_zero_fsdp_zero_grad(accel_zero_fsdp *f);
+/* Drives the operations in flight (MPI progresses only inside MPI calls): call it inside long CPU compute. Local. */
+ACCEL_API accel_result accel_zero_fsdp_progress(accel_zero_fsdp *f);
+
+/* Live and peak memory of the object, in bytes through acc's allocators (host, device, pinned together). */
+typedef struct accel_zero_fsdp_stats {
+    uint64_t shard_bytes;         /* master, model copy and gradient shards (fixed from create) */
+    uint64_t buffer_bytes;        /* gather and gradient buffers live now (including the cached free ones) */
+    uint64_t peak_buffer_bytes;   /* the most buffer_bytes ever */
+    int live_gathers, peak_gathers;   /* units whose gather buffer is in use, now / at most */
+    int live_grads, peak_grads;       /* units whose gradient buffer is in use (open, reducing or held) */
+    int64_t gathers, prefetches, reductions; /* all-gathers started (prefetches among them), reductions started */
+} accel_zero_fsdp_stats;
+ACCEL_API accel_result accel_zero_fsdp_get_stats(const accel_zero_fsdp *f, accel_zero_fsdp_stats *out);
+/* Per-rank bytes of a ZeRO-3 model before creating it (Accelerate's estimate-memory, stated as what accel
+   allocates): desc as for create (strategy DEFAULT → FULL_SHARD; the environment is not read; only the units'
+   shapes matter), dp_shard the shard group's size (the data-parallel size; hybrid: dp_shard x cp; NO_SHARD: any,
+   counted as 1), optim_states state tensors of state_dtype per element (AdamW: 2, F32), no_sync nonzero when
+   micro-batches accumulate (every unit's gradient buffer is held until the sync step). The sizing is create's. */
+typedef struct accel_zero_fsdp_memory {
+    uint64_t shards;         /* F32 master + F32 gradient (+ the param_dtype copy unless F32): stats.shard_bytes */
+    uint64_t optimizer;      /* the optimizer's state over the shard */
+    uint64_t gather_buffers; /* at most live: the two largest units (FULL_SHARD, HYBRID_SHARD) or every unit
+                                (SHARD_GRAD_OP, HYBRID_SHARD_ZERO2 keep them from forward to backward); none when
+                                the shard group is one process (wait hands out the shard itself) */
+    uint64_t grad_buffers;   /* the two largest units' gradient buffers, every unit's under no_sync */
+    uint64_t total;          /* the sum (add the trainer's activations and the collective's scratch) */
+    uint64_t unsharded;      /* the same model replicated (DDP): whole F32 weights, gradients, copy and state */
+} accel_zero_fsdp_memory;
+ACCEL_API accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fsdp_desc *desc, int dp_shard,
+                                                int optim_states, accel_dtype state_dtype, int no_sync,
+                                                accel_zero_fsdp_memory *out);
+
+/* Sharded checkpoints of a ZeRO-3 model (FSDP's SHARDED_STATE_DICT): every rank saves its pieces of the F32 master
+   parameters and of the optimizer's state, and a load re-partitions onto any number of ranks, any strategy and any
+   grouping into units (the pieces are per tensor). obj: an accel_zero_fsdp_state; register it with
+     accel_ckpt_register_sharded(ck, "fsdp_state", accel_zero_fsdp_state_save, accel_zero_fsdp_state_load_all, &fs);
+   next to the step counts (accel_optim_shard_state with full = accel_zero_fsdp_full_tensors: a global file).
+   The bytes (little-endian): "ASF3", u32 version 1, u32 n, u32 k, n u64 element counts of the whole parameters,
+   n (u64 offset, u64 count) pieces, the pieces' F32 master values, then per state tensor (param-major, m = n * k)
+   u32 dtype and its piece's values. Replicas of hybrid strategies save empty pieces (each element once).
+   load_all checks every saved rank's bytes (magic, sizes, the same parameters and k, the state dtypes, pieces in
+   range) and that the saved pieces tile every parameter exactly once, before it copies anything; then this rank's
+   pieces are copied out and the param_dtype copy is recomputed. Local (no communication). */
+typedef struct accel_zero_fsdp_state {
+    accel_zero_fsdp *fsdp;
+    const accel_tensor *state; /* the m state tensors of the shard's optimizer (accel_optim_state_tensors), or NULL */
+    int m;                     /* a multiple of accel_zero_fsdp_num_params (0: the parameters only) */
+} accel_zero_fsdp_state;
+ACCEL_API accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_t cap, size_t *size);
+ACCEL_API accel_result accel_zero_fsdp_state_load_all(void *state, const void *const *bufs, const size_t *sizes,
+                                                      int count);
+
 #ifdef __cplusplus
 }
 #endif
@@ -183,12 +492,13 @@ ACCEL_API accel_result accel_zero_state_load_all(void *state, const void *const 
 #define ACCEL__ZERO_IMPL_DONE
 #include "accel_ddp.h" /* its implementation (and the communicator's) first, when included before */
 /* CONTENTS (the core's private services come from accel.h's implementation section, the communicator's lent
-   internals — struct accel_coll's fields, accel__coll_copy / _copy_same / _prescale / _alloc_mem / _host_op / _agree /
-   _orphan / _null / _reducible — from accel_collectives.h's; both precede this one in the same TU, as does
-   accel_ddp.h's, whose reducer stage 1 uses through its public functions)
+   internals — struct accel_coll's fields, accel__coll_copy / _copy_same / _prescale / _prescale_by / _alloc_mem /
+   _host_op / _agree / _orphan / _null / _reducible / _blocks — from accel_collectives.h's; both precede this one in
+   the same TU, as does accel_ddp.h's, whose reducer stage 1 uses through its public functions)
      1. the partition and shard views
      2. ZeRO-1/2: creation, stage-2 reduce-to-owner buckets, the chunked all-gather
-     3. state export / import, per-rank state files (accel_zero_state_save / _load_all) */
+     3. state export / import, per-rank state files (accel_zero_state_save / _load_all)
+     4. ZeRO-3 / FSDP: units, buffer pools, the call check, gathers with prefetch, reductions, the pass functions */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -335,13 +645,29 @@ ACCEL__DEF void accel_zero_destroy(accel_zero *z) {
     accel_host_free(acc, z);
 }
 
+/* Every rank's k layout words, all-gathered once no rank failed before (create's agreement): *all (k x size words;
+   the caller frees it with accel_host_free, also on failure) and *differ nonzero when a rank's words are not ours. */
+static accel_result accel__zero_gather_layouts(accel_coll *c, const int64_t *mine, int k, const char *what,
+                                               int64_t **all, int *differ) {
+    size_t bytes = sizeof(int64_t) * (size_t)k;
+    accel_result r;
+    int i;
+    *differ = 0;
+    *all = (int64_t *)accel_host_alloc(c->acc, bytes * (size_t)c->size);
+    r = accel__coll_agree(c, *all ? ACCEL_OK : accel__fail_wrap(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what), what);
+    if (r == ACCEL_OK) r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, *all, bytes, 0, NULL);
+    for (i = 0; r == ACCEL_OK && i < c->size; ++i)
+        if (memcmp(*all + (size_t)k * (size_t)i, mine, bytes) != 0) *differ = 1;
+    return r;
+}
+
 /* What every rank must agree on: stage, averaging, count, total, and a hash of every numel and gradient dtype. */
 static accel_result accel__zero_check_layout(accel_zero *z) {
     accel_coll *c = z->c;
     int64_t mine[5], *all;
     uint64_t h = ACCEL__FNV_INIT;
     accel_result r;
-    int i;
+    int i, differ;
     if (c->size <= 1) return ACCEL_OK;
     for (i = 0; i < z->n; ++i) {
         unsigned char b[12];
@@ -354,24 +680,19 @@ static accel_result accel__zero_check_layout(accel_zero *z) {
     mine[2] = z->n;
     mine[3] = z->part.total;
     mine[4] = (int64_t)(h >> 1);
-    all = (int64_t *)accel_host_alloc(c->acc, sizeof mine * (size_t)c->size);
-    r = accel__coll_agree(c, all ? ACCEL_OK : accel__fail_wrap(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_create"),
-                          "accel_zero_create (layout)");
-    if (r == ACCEL_OK) r = accel__coll_host_op(c, ACCEL__K_ALLGATHER, mine, all, sizeof mine, 0, NULL);
-    for (i = 0; r == ACCEL_OK && i < c->size; ++i)
-        if (memcmp(all + 5 * i, mine, sizeof mine) != 0) {
-            accel__sb b;
-            int k;
-            accel__sb_init(&b, c->acc);
-            accel__sb_printf(&b, "accel_zero_create: ranks gave different lists:");
-            for (k = 0; k < c->size; ++k)
-                accel__sb_printf(&b, " rank %d: stage %lld, %s, %lld tensors, %lld elements, layout hash %llx;", k,
-                                 (long long)all[5 * k], all[5 * k + 1] ? "average" : "sum", (long long)all[5 * k + 2],
-                                 (long long)all[5 * k + 3], (unsigned long long)all[5 * k + 4]);
-            r = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s",
-                            b.oom ? "accel_zero_create: ranks gave different lists" : b.p);
-            accel__sb_free(&b);
-        }
+    r = accel__zero_gather_layouts(c, mine, 5, "accel_zero_create (layout)", &all, &differ);
+    if (r == ACCEL_OK && differ) {
+        accel__sb b;
+        accel__sb_init(&b, c->acc);
+        accel__sb_printf(&b, "accel_zero_create: ranks gave different lists:");
+        for (i = 0; i < c->size; ++i)
+            accel__sb_printf(&b, " rank %d: stage %lld, %s, %lld tensors, %lld elements, layout hash %llx;", i,
+                             (long long)all[5 * i], all[5 * i + 1] ? "average" : "sum", (long long)all[5 * i + 2],
+                             (long long)all[5 * i + 3], (unsigned long long)all[5 * i + 4]);
+        r = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s",
+                        b.oom ? "accel_zero_create: ranks gave different lists" : b.p);
+        accel__sb_free(&b);
+    }
     accel_host_free(c->acc, all);
     return r;
 }
@@ -1047,6 +1368,1572 @@ ACCEL__DEF accel_result accel_zero_state_load_all(void *state, const void *const
     }
     for (q = 0; q < count; ++q) accel_host_free(acc, f[q].data);
     accel_host_free(acc, f);
+    return r;
+}
+
+/* ----------------------------------------------------------------------------------------------- 4. ZeRO-3 / FSDP */
+/* Element-wise math of the shards (CPU loop and CUDA kernel): the master → param_dtype copy (round to nearest even, as
+   accel_optim's model copy), and a reduced gradient widened into the F32 shard (put, or added). */
+static ACCEL_INLINE ACCEL_HD void accel__zero_cast_elem(void *dst, int dt, const float *src, size_t i) {
+    if (dt == ACCEL_BF16) ((uint16_t *)dst)[i] = accel_f32_to_bf16(src[i]);
+    else if (dt == ACCEL_F16) ((uint16_t *)dst)[i] = accel_f32_to_f16(src[i]);
+    else ((float *)dst)[i] = src[i];
+}
+static ACCEL_INLINE ACCEL_HD float accel__zero_widen_elem(const void *src, int dt, size_t i) {
+    if (dt == ACCEL_BF16) return accel_bf16_to_f32(((const uint16_t *)src)[i]);
+    if (dt == ACCEL_F16) return accel_f16_to_f32(((const uint16_t *)src)[i]);
+    return ((const float *)src)[i];
+}
+static ACCEL_INLINE ACCEL_HD void accel__zero_accum_elem(float *dst, const void *src, int dt, size_t i, int put) {
+    float g = accel__zero_widen_elem(src, dt, i);
+    dst[i] = put ? g : dst[i] + g;
+}
+#ifdef ACCEL__COLL_DEVICE
+static __global__ void accel__zero_cast_kernel(void *dst, int dt, const float *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) accel__zero_cast_elem(dst, dt, src, i);
+}
+static __global__ void accel__zero_accum_kernel(float *dst, const void *src, int dt, size_t n, int put) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) accel__zero_accum_elem(dst, src, dt, i, put);
+}
+#endif
+
+ACCEL__DEF const char *accel_zero_strategy_name(accel_zero_strategy s) {
+    static const char *n[] = {"DEFAULT", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
+                              "HYBRID_SHARD_ZERO2"};
+    return (int)s >= 0 && s < ACCEL_ZERO_STRATEGY_COUNT ? n[s] : "?";
+}
+/* case-insensitive equality of ASCII names */
+static int accel__zero_name_eq(const char *a, const char *b) {
+    for (; *a && *b; ++a, ++b) {
+        char x = *a >= 'a' && *a <= 'z' ? (char)(*a - 32) : *a, y = *b >= 'a' && *b <= 'z' ? (char)(*b - 32) : *b;
+        if (x != y) return 0;
+    }
+    return *a == *b;
+}
+ACCEL__DEF accel_zero_strategy accel_zero_strategy_from_name(const char *s) {
+    int k;
+    if (!s) return ACCEL_ZERO_STRATEGY_DEFAULT;
+    if (s[0] >= '1' && s[0] <= '5' && s[1] == 0) return (accel_zero_strategy)(s[0] - '0');
+    for (k = 1; k < ACCEL_ZERO_STRATEGY_COUNT; ++k)
+        if (accel__zero_name_eq(s, accel_zero_strategy_name((accel_zero_strategy)k))) return (accel_zero_strategy)k;
+    return ACCEL_ZERO_STRATEGY_DEFAULT;
+}
+static const char *accel__zero_prefetch_name(accel_zero_prefetch p) {
+    return p == ACCEL_ZERO_BACKWARD_PRE ? "BACKWARD_PRE" : p == ACCEL_ZERO_BACKWARD_POST ? "BACKWARD_POST"
+                                                                                         : "NO_PREFETCH";
+}
+
+/* Memory kinds of the object's allocations: host, acc's device, pinned host. */
+enum { ACCEL__FSDP_HOST = 0, ACCEL__FSDP_DEVICE = 1, ACCEL__FSDP_PINNED = 2 };
+/* Units whose gather buffers may be live at once (FULL_SHARD, HYBRID_SHARD; the issue's "two units"). */
+#define ACCEL__FSDP_LIVE 2
+/* Free buffers kept for reuse, per pool (equal-sized units then allocate once). */
+#define ACCEL__FSDP_CACHE 2
+/* Reductions in flight: one, so that one unit's gradients reduce while the next unit's are computed and at most two
+   gradient buffers are live (an open one and a reducing one; no_sync holds more). */
+#define ACCEL__FSDP_REDUCING 1
+
+typedef struct accel__fsdp_buf {
+    void *p;
+    size_t bytes;
+} accel__fsdp_buf;
+typedef struct accel__fsdp_pool {
+    accel__fsdp_buf cache[ACCEL__FSDP_CACHE];
+    int ncache, kind, live;
+    uint64_t bytes; /* live + cached */
+} accel__fsdp_pool;
+
+typedef struct accel__fsdp_unit {
+    char *name;
+    int first, n;                  /* parameters [first, first + n) of the whole list */
+    int64_t numel, S, begin, end;  /* elements; shard slot ceil(numel / Ps); this rank's [begin, end) of the unit */
+    int64_t soff;                  /* the unit's slot starts at element soff of the shard buffers */
+    int64_t flat;                  /* the unit's first element in the whole flattened list */
+    /* parameters */
+    int gstate;                    /* 0 released, 1 gather started, 2 waited, 3 kept (SHARD_GRAD_OP after forward) */
+    accel__fsdp_buf g;             /* the gathered unit: Ps * S elements of param_dtype */
+    accel_coll_request *greq;      /* the all-gather while unfinished */
+    /* gradients */
+    int rstate;                    /* 0 none, 1 open (grads taken), 2 held (no_sync), 3 reducing */
+    accel__fsdp_buf r;             /* Ps * S elements of reduce_dtype, then S more: the reduce-scatter's result */
+    accel_coll_request *rreq;
+    int rphase;                    /* reducing: 1 reduce-scatter (or Ps == 1: the all-reduce), 2 replicate all-reduce */
+    int has_grad;                  /* the F32 gradient shard holds a reduction since zero_grad */
+} accel__fsdp_unit;
+
+struct accel_zero_fsdp {
+    accel_coll *c;                 /* the data-parallel group (checks, agreement) */
+    accel_coll *sc, *rc;           /* shard group, replicate group (NULL: one process in it) */
+    accel *acc;
+    accel_zero_fsdp_desc d;        /* resolved (units points at nothing after create) */
+    int Ps, Pr, srank, rrank, dp;  /* group sizes, this rank's coordinates, Ps * Pr */
+    int keep_after_forward, limited, offload, check, poison, broken;
+    int K, n;                      /* units, parameters */
+    accel__fsdp_unit *u;
+    accel_tensor *full;            /* n descriptors (names copied, F32, ptr NULL) */
+    int64_t shard_elems;           /* sum of the slots */
+    int shard_kind;                /* where the shards live */
+    float *master, *grad;          /* shard_elems each */
+    void *model;                   /* shard_elems of param_dtype, or NULL (param_dtype F32: the master is gathered) */
+    void *stage;                   /* offload: pinned host staging of one reduced slot (largest S of reduce_dtype) */
+    size_t pes, res;               /* param_dtype and reduce_dtype element sizes */
+    accel__fsdp_pool gpool, rpool;
+    int *fifo;                     /* reducing units in the order their reductions started (stb_ds array) */
+    int phase;                     /* 0 none, 1 forward, 2 backward */
+    int *order[2];                 /* recorded wait order of the first forward / backward pass (stb_ds arrays) */
+    int recorded[2], pos[2];
+    int64_t seq;
+    accel_zero_fsdp_stats st;
+};
+
+#ifndef ACCEL__COLL_DEVICE
+static accel_result accel__fsdp_no_device(accel_zero_fsdp *f);
+#endif
+/* create's slot size: a unit of `numel` elements over Ps ranks (padding to Ps) */
+static int64_t accel__fsdp_slot(int64_t numel, int Ps) { return (numel + Ps - 1) / Ps; }
+static accel_result accel__fsdp_null(void) {
+    return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_zero_fsdp: object is NULL");
+}
+#ifndef ACCEL__COLL_DEVICE
+static accel_result accel__fsdp_no_device(accel_zero_fsdp *f) {
+    return ACCEL__FAIL(f->acc, ACCEL_ERR_UNSUPPORTED,
+                       "device buffers need the ACCEL_IMPLEMENTATION TU compiled with nvcc");
+}
+#endif
+static void accel__fsdp_trace(accel_zero_fsdp *f, accel_zero_event ev, int unit) {
+    if (f->d.trace) f->d.trace(f->d.trace_user, ev, unit);
+}
+
+static void *accel__fsdp_alloc(accel *acc, int kind, size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    return kind == ACCEL__FSDP_DEVICE ? accel_device_alloc(acc, bytes)
+           : kind == ACCEL__FSDP_PINNED ? accel_pinned_alloc(acc, bytes)
+                                        : accel_host_alloc(acc, bytes);
+}
+static void accel__fsdp_free(accel *acc, int kind, void *p) {
+    if (!p) return;
+    if (kind == ACCEL__FSDP_DEVICE) accel_device_free(acc, p);
+    else if (kind == ACCEL__FSDP_PINNED) accel_pinned_free(acc, p);
+    else accel_host_free(acc, p);
+}
+/* accel__coll_copy's direction between two memory kinds */
+static int accel__fsdp_dir(int src_kind, int dst_kind) {
+    int sd = src_kind == ACCEL__FSDP_DEVICE, dd = dst_kind == ACCEL__FSDP_DEVICE;
+    return sd ? (dd ? 3 : 2) : (dd ? 1 : 0);
+}
+static accel_result accel__fsdp_fill(accel_zero_fsdp *f, int kind, void *p, int byte, size_t bytes) {
+    if (bytes == 0) return ACCEL_OK;
+    if (kind != ACCEL__FSDP_DEVICE) {
+        memset(p, byte, bytes);
+        return ACCEL_OK;
+    }
+#ifdef ACCEL__COLL_DEVICE
+    ACCEL__CUDA_CHECK(f->acc, cudaMemsetAsync(p, byte, bytes, (cudaStream_t)f->acc->stream));
+    return ACCEL_OK;
+#else
+    return accel__fsdp_no_device(f);
+#endif
+}
+
+/* A buffer of at least `bytes` from the pool: the smallest cached one that fits, else a new one (a limited pool drops
+   cached buffers first so that live + cached stays within `cap` buffers; cap 0: no limit). */
+static accel_result accel__fsdp_get(accel_zero_fsdp *f, accel__fsdp_pool *pl, size_t bytes, int cap,
+                                    accel__fsdp_buf *out, const char *what) {
+    int i, best = -1;
+    for (i = 0; i < pl->ncache; ++i)
+        if (pl->cache[i].bytes >= bytes && (best < 0 || pl->cache[i].bytes < pl->cache[best].bytes)) best = i;
+    if (best >= 0) {
+        *out = pl->cache[best];
+        pl->cache[best] = pl->cache[--pl->ncache];
+        pl->live++;
+        return ACCEL_OK;
+    }
+    while (pl->ncache > 0 && cap > 0 && pl->live + pl->ncache >= cap) {
+        accel__fsdp_buf *b = &pl->cache[--pl->ncache];
+        accel__fsdp_free(f->acc, pl->kind, b->p);
+        pl->bytes -= b->bytes;
+    }
+    out->p = accel__fsdp_alloc(f->acc, pl->kind, bytes);
+    out->bytes = bytes;
+    if (!out->p) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s: %zu bytes", what, bytes);
+    pl->bytes += bytes;
+    pl->live++;
+    return ACCEL_OK;
+}
+static void accel__fsdp_put(accel_zero_fsdp *f, accel__fsdp_pool *pl, accel__fsdp_buf *b) {
+    if (!b->p) return;
+    pl->live--;
+    if (pl->ncache < ACCEL__FSDP_CACHE) {
+        pl->cache[pl->ncache++] = *b;
+    } else { /* keep the larger ones */
+        int i, small = 0;
+        for (i = 1; i < pl->ncache; ++i)
+            if (pl->cache[i].bytes < pl->cache[small].bytes) small = i;
+        if (pl->cache[small].bytes < b->bytes) {
+            accel__fsdp_buf t = pl->cache[small];
+            pl->cache[small] = *b;
+            *b = t;
+        }
+        accel__fsdp_free(f->acc, pl->kind, b->p);
+        pl->bytes -= b->bytes;
+    }
+    b->p = NULL;
+    b->bytes = 0;
+}
+static void accel__fsdp_pool_free(accel_zero_fsdp *f, accel__fsdp_pool *pl) {
+    int i;
+    for (i = 0; i < pl->ncache; ++i) accel__fsdp_free(f->acc, pl->kind, pl->cache[i].p);
+    pl->ncache = 0;
+}
+static void accel__fsdp_note_buffers(accel_zero_fsdp *f) {
+    int i, lg = 0, lr = 0;
+    for (i = 0; i < f->K; ++i) {
+        lg += f->u[i].g.p != NULL;
+        lr += f->u[i].r.p != NULL;
+    }
+    f->st.live_gathers = lg;
+    f->st.live_grads = lr;
+    if (lg > f->st.peak_gathers) f->st.peak_gathers = lg;
+    if (lr > f->st.peak_grads) f->st.peak_grads = lr;
+    f->st.buffer_bytes = f->gpool.bytes + f->rpool.bytes;
+    if (f->st.buffer_bytes > f->st.peak_buffer_bytes) f->st.peak_buffer_bytes = f->st.buffer_bytes;
+}
+
+/* The state every rank must share before a collective call: which units are gathered, which gradients are open or
+   held, the pass. Reductions finishing in the background are not part of it (they complete at different times). */
+static uint64_t accel__fsdp_state_hash(const accel_zero_fsdp *f) {
+    uint64_t h = ACCEL__FNV_INIT;
+    int i;
+    unsigned char b[3];
+    b[0] = (unsigned char)f->phase;
+    h = accel__fnv1a(h, b, 1);
+    for (i = 0; i < f->K; ++i) {
+        b[0] = (unsigned char)f->u[i].gstate;
+        b[1] = (unsigned char)(f->u[i].rstate == 3 ? 0 : f->u[i].rstate);
+        b[2] = (unsigned char)(f->u[i].r.p != NULL && f->u[i].rstate != 3);
+        h = accel__fnv1a(h, b, 3);
+    }
+    return h;
+}
+
+static const char *accel__fsdp_call_name(int kind) {
+    static const char *n[] = {"?", "begin_forward", "begin_backward", "gather", "wait", "reduce_scatter",
+                              "end_backward"};
+    return kind >= 1 && kind <= 6 ? n[kind] : "?";
+}
+enum { ACCEL__FSDP_C_FWD = 1, ACCEL__FSDP_C_BWD, ACCEL__FSDP_C_GATHER, ACCEL__FSDP_C_WAIT, ACCEL__FSDP_C_RS,
+       ACCEL__FSDP_C_END };
+
+/* Before every collective call: every rank of the data-parallel group must make the same call (kind, unit, call
+   number) from the same state, and none may have failed its local checks (local: ACCEL_OK or this rank's error).
+   One small all-gather over the group, before anything is posted: a rank that failed its checks fails every rank
+   (its own error there, ACCEL_ERR_REMOTE elsewhere; the object stays usable); a different call or state fails every
+   rank with ACCEL_ERR_MISMATCH naming each rank's call, and leaves the object unusable (its ranks no longer agree on
+   what comes next). Without the check (desc.check off) only the local result counts. */
+static accel_result accel__fsdp_sync(accel_zero_fsdp *f, int kind, int unit, accel_result local) {
+    int64_t mine[6], *all = NULL;
+    accel_result r;
+    int i, differ = 0, failed = -1;
+    f->seq++;
+    if (!f->check || f->c->size <= 1) return local;
+    mine[0] = 0x6673647063686bLL; /* "fsdpchk" */
+    mine[1] = kind;
+    mine[2] = unit;
+    mine[3] = f->seq;
+    mine[4] = (int64_t)(accel__fsdp_state_hash(f) >> 1);
+    mine[5] = local;
+    all = (int64_t *)accel_host_alloc(f->acc, sizeof mine * (size_t)f->c->size);
+    if (!all) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp (call check)");
+    r = accel__coll_host_op(f->c, ACCEL__K_ALLGATHER, mine, all, sizeof mine, 0, NULL);
+    if (r != ACCEL_OK) {
+        accel_host_free(f->acc, all);
+        f->broken = 1;
+        return r;
+    }
+    for (i = 0; i < f->c->size; ++i) {
+        if (memcmp(all + 6 * i, mine, 5 * sizeof(int64_t)) != 0) differ = 1;
+        if (all[6 * i + 5] != ACCEL_OK && failed < 0) failed = i;
+    }
+    if (local != ACCEL_OK) {
+        r = local;
+    } else if (failed >= 0) {
+        r = ACCEL__FAIL(f->acc, ACCEL_ERR_REMOTE, "accel_zero_fsdp %s: rank %d failed its checks (%s)",
+                        accel__fsdp_call_name(kind), failed, accel_result_string((accel_result)all[6 * failed + 5]));
+    } else if (differ) {
+        accel__sb b;
+        accel__sb_init(&b, f->acc);
+        accel__sb_printf(&b, "accel_zero_fsdp: ranks made different calls (every rank must call gather, wait, "
+                             "reduce_scatter and the pass functions in the same order, from the same state):");
+        for (i = 0; i < f->c->size; ++i) {
+            const int64_t *s = all + 6 * i;
+            accel__sb_printf(&b, " rank %d: call %lld %s(unit %lld), state %llx;", i, (long long)s[3],
+                             s[0] == mine[0] ? accel__fsdp_call_name((int)s[1]) : "<not a ZeRO-3 call>",
+                             (long long)s[2], (unsigned long long)s[4]);
+        }
+        r = ACCEL__FAIL(f->acc, ACCEL_ERR_MISMATCH, "%s", b.oom ? "accel_zero_fsdp: ranks made different calls" : b.p);
+        accel__sb_free(&b);
+        f->broken = 1;
+    }
+    accel_host_free(f->acc, all);
+    return r;
+}
+
+static accel_result accel__fsdp_usable(accel_zero_fsdp *f) {
+    if (!f) return accel__fsdp_null();
+    if (f->broken)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE,
+                           "accel_zero_fsdp: an earlier call failed on the ranks' agreement or a communication; "
+                           "destroy the object");
+    return ACCEL_OK;
+}
+static accel_result accel__fsdp_unit_arg(accel_zero_fsdp *f, int unit, const char *what) {
+    if (unit < 0 || unit >= f->K)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: unit %d is not a unit (0..%d)", what, unit,
+                           f->K - 1);
+    return ACCEL_OK;
+}
+
+/* ----- the environment and the resolved settings */
+static accel_result accel__fsdp_resolve(accel *acc, accel_zero_fsdp_desc *d) {
+    const char *s;
+    int b;
+    if (d->strategy == ACCEL_ZERO_STRATEGY_DEFAULT) {
+        s = getenv("FSDP_SHARDING_STRATEGY");
+        if (s && *s) {
+            d->strategy = accel_zero_strategy_from_name(s);
+            if (d->strategy == ACCEL_ZERO_STRATEGY_DEFAULT)
+                return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                                   "FSDP_SHARDING_STRATEGY=\"%.60s\" is not FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
+                                   "HYBRID_SHARD, HYBRID_SHARD_ZERO2 or 1-5", s);
+        } else {
+            d->strategy = ACCEL_ZERO_FULL_SHARD;
+        }
+    }
+    if ((int)d->strategy < 0 || d->strategy >= ACCEL_ZERO_STRATEGY_COUNT)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_fsdp: strategy %d", (int)d->strategy);
+    if (d->backward_prefetch == ACCEL_ZERO_PREFETCH_DEFAULT) {
+        s = getenv("FSDP_BACKWARD_PREFETCH");
+        d->backward_prefetch = ACCEL_ZERO_BACKWARD_PRE;
+        if (s && *s) {
+            if (accel__zero_name_eq(s, "BACKWARD_PRE")) d->backward_prefetch = ACCEL_ZERO_BACKWARD_PRE;
+            else if (accel__zero_name_eq(s, "BACKWARD_POST")) d->backward_prefetch = ACCEL_ZERO_BACKWARD_POST;
+            else if (accel__zero_name_eq(s, "NO_PREFETCH")) d->backward_prefetch = ACCEL_ZERO_NO_PREFETCH;
+            else
+                return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                                   "FSDP_BACKWARD_PREFETCH=\"%.60s\" is not BACKWARD_PRE, BACKWARD_POST or "
+                                   "NO_PREFETCH", s);
+        }
+    }
+    if ((int)d->backward_prefetch < 0 || d->backward_prefetch > ACCEL_ZERO_NO_PREFETCH)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_fsdp: backward_prefetch %d",
+                           (int)d->backward_prefetch);
+    if (d->forward_prefetch == ACCEL_DEFAULT) {
+        s = getenv("FSDP_FORWARD_PREFETCH");
+        d->forward_prefetch = ACCEL_OFF;
+        if (s && *s) {
+            if ((b = accel_parse_bool(s)) < 0)
+                return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "FSDP_FORWARD_PREFETCH=\"%.60s\" is not a boolean", s);
+            d->forward_prefetch = b ? ACCEL_ON : ACCEL_OFF;
+        }
+    }
+    if (d->cpu_offload == ACCEL_DEFAULT) {
+        s = getenv("FSDP_OFFLOAD_PARAMS");
+        d->cpu_offload = ACCEL_OFF;
+        if (s && *s) {
+            if ((b = accel_parse_bool(s)) < 0)
+                return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "FSDP_OFFLOAD_PARAMS=\"%.60s\" is not a boolean", s);
+            d->cpu_offload = b ? ACCEL_ON : ACCEL_OFF;
+        }
+    }
+    if (d->param_dtype == ACCEL_DTYPE_INVALID) d->param_dtype = ACCEL_F32;
+    if (d->reduce_dtype == ACCEL_DTYPE_INVALID) d->reduce_dtype = d->param_dtype;
+    if ((d->param_dtype != ACCEL_F32 && d->param_dtype != ACCEL_BF16 && d->param_dtype != ACCEL_F16) ||
+        (d->reduce_dtype != ACCEL_F32 && d->reduce_dtype != ACCEL_BF16 && d->reduce_dtype != ACCEL_F16))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_zero_fsdp: param_dtype %s and reduce_dtype %s (F32, BF16 or F16)",
+                           accel_dtype_name(d->param_dtype) ? accel_dtype_name(d->param_dtype) : "invalid",
+                           accel_dtype_name(d->reduce_dtype) ? accel_dtype_name(d->reduce_dtype) : "invalid");
+    return ACCEL_OK;
+}
+
+ACCEL__DEF void accel_zero_fsdp_destroy(accel_zero_fsdp *f) {
+    int i;
+    accel *acc;
+    if (!f) return;
+    acc = f->acc;
+    for (i = 0; f->u && i < f->K; ++i) {
+        accel__fsdp_unit *u = &f->u[i];
+        /* every rank posted the same operations (unless the ranks disagreed): finish them, so that no MPI request
+           outlives its buffers; a broken object's requests go to the communicator's orphans */
+        if (u->greq) {
+            if (f->broken) accel__coll_orphan(u->greq);
+            else (void)accel_coll_wait(u->greq); /* frees the request either way */
+        }
+        if (u->rreq) {
+            if (f->broken) accel__coll_orphan(u->rreq);
+            else (void)accel_coll_wait(u->rreq);
+        }
+        accel__fsdp_free(acc, f->gpool.kind, u->g.p);
+        accel__fsdp_free(acc, f->rpool.kind, u->r.p);
+        accel_host_free(acc, u->name);
+    }
+    accel__fsdp_pool_free(f, &f->gpool);
+    accel__fsdp_pool_free(f, &f->rpool);
+    for (i = 0; f->full && i < f->n; ++i) accel_host_free(acc, (void *)f->full[i].name);
+    accel_host_free(acc, f->full);
+    accel_host_free(acc, f->u);
+    accel__fsdp_free(acc, f->shard_kind, f->master);
+    accel__fsdp_free(acc, f->shard_kind, f->grad);
+    accel__fsdp_free(acc, f->shard_kind, f->model);
+    accel__fsdp_free(acc, ACCEL__FSDP_PINNED, f->stage);
+    stbds_arrfree(f->fifo);
+    stbds_arrfree(f->order[0]);
+    stbds_arrfree(f->order[1]);
+    accel_host_free(acc, f);
+}
+
+static char *accel__fsdp_strdup(accel *acc, const char *s) {
+    size_t n = strlen(s);
+    char *p = (char *)accel_host_alloc(acc, n + 1);
+    if (p) memcpy(p, s, n + 1);
+    return p;
+}
+
+/* The groups of the strategy: shard group and replicate group (NULL where it is one process). */
+static accel_result accel__fsdp_groups(accel_zero_fsdp *f) {
+    accel_coll *c = f->c;
+    accel_zero_strategy s = f->d.strategy;
+    f->sc = f->rc = NULL;
+    if (s == ACCEL_ZERO_HYBRID_SHARD || s == ACCEL_ZERO_HYBRID_SHARD_ZERO2) {
+        accel_coll *sh, *re;
+        if (!f->d.mesh)
+            return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_zero_fsdp: %s needs desc.mesh (shard over dp_shard x cp, replicate over "
+                               "dp_replicate)", accel_zero_strategy_name(s));
+        sh = accel_coll_mesh_comm(f->d.mesh, ACCEL_COLL_MESH_DP_SHARD_CP);
+        re = accel_coll_mesh_comm(f->d.mesh, ACCEL_COLL_MESH_DP_REPLICATE);
+        if (!sh || !re || sh->size * re->size != c->size)
+            return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_zero_fsdp: the mesh's dp_shard x cp (%d) times dp_replicate (%d) is not the "
+                               "size of the data-parallel group (%d): pass its DP_CP communicator",
+                               sh ? sh->size : 0, re ? re->size : 0, c->size);
+        if (sh->device_mem != c->device_mem || re->device_mem != c->device_mem)
+            return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_zero_fsdp: the mesh's communicators and c use different memory");
+        f->sc = sh->size > 1 ? sh : NULL;
+        f->rc = re->size > 1 ? re : NULL;
+        f->Ps = sh->size;
+        f->Pr = re->size;
+        f->srank = sh->rank;
+        f->rrank = re->rank;
+    } else if (s == ACCEL_ZERO_NO_SHARD) {
+        f->rc = c->size > 1 ? c : NULL;
+        f->Ps = 1;
+        f->Pr = c->size;
+        f->srank = 0;
+        f->rrank = c->rank;
+    } else {
+        f->sc = c->size > 1 ? c : NULL;
+        f->Ps = c->size;
+        f->Pr = 1;
+        f->srank = c->rank;
+        f->rrank = 0;
+    }
+    f->dp = f->Ps * f->Pr;
+    return ACCEL_OK;
+}
+
+/* What every rank must agree on at create: strategy, dtypes, offload, averaging, sizes, and every unit's layout. */
+static accel_result accel__fsdp_check_layout(accel_zero_fsdp *f) {
+    accel_coll *c = f->c;
+    int64_t mine[8], *all;
+    uint64_t h = ACCEL__FNV_INIT;
+    accel_result r;
+    int i, differ;
+    if (c->size <= 1) return ACCEL_OK;
+    for (i = 0; i < f->n; ++i) {
+        unsigned char b[8];
+        accel__put_u64(b, (uint64_t)accel_tensor_numel(&f->full[i]));
+        h = accel__fnv1a(h, b, 8);
+    }
+    for (i = 0; i < f->K; ++i) {
+        unsigned char b[4];
+        accel__put_u32(b, (uint32_t)f->u[i].n);
+        h = accel__fnv1a(h, b, 4);
+    }
+    mine[0] = f->d.strategy;
+    mine[1] = f->d.param_dtype * 64 + f->d.reduce_dtype;
+    mine[2] = f->offload * 2 + (f->d.no_average != 0);
+    mine[3] = f->K;
+    mine[4] = f->n;
+    mine[5] = (int64_t)(h >> 1);
+    mine[6] = f->Ps;
+    mine[7] = f->check;
+    r = accel__zero_gather_layouts(c, mine, 8, "accel_zero_fsdp_create (layout)", &all, &differ);
+    if (r == ACCEL_OK && differ) {
+        accel__sb b;
+        accel__sb_init(&b, c->acc);
+        accel__sb_printf(&b, "accel_zero_fsdp_create: ranks gave different models or settings:");
+        for (i = 0; i < c->size; ++i) {
+            const int64_t *s = all + 8 * i;
+            accel__sb_printf(&b, " rank %d: %s, param %s, reduce %s, offload %d, %s, %lld units, %lld "
+                                 "parameters, layout %llx, shard group %lld, check %lld;", i,
+                             accel_zero_strategy_name((accel_zero_strategy)s[0]),
+                             accel_dtype_name((accel_dtype)(s[1] / 64)) ? accel_dtype_name((accel_dtype)(s[1] / 64))
+                                                                          : "?",
+                             accel_dtype_name((accel_dtype)(s[1] % 64)) ? accel_dtype_name((accel_dtype)(s[1] % 64))
+                                                                          : "?",
+                             (int)(s[2] / 2), s[2] % 2 ? "sum" : "average", (long long)s[3], (long long)s[4],
+                             (unsigned long long)s[5], (long long)s[6], (long long)s[7]);
+        }
+        r = ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s",
+                        b.oom ? "accel_zero_fsdp_create: ranks gave different models" : b.p);
+        accel__sb_free(&b);
+    }
+    accel_host_free(c->acc, all);
+    return r;
+}
+
+/* The local part of create: units, descriptors, layout. */
+static accel_result accel__fsdp_build(accel_zero_fsdp *f, const accel_zero_fsdp_desc *desc) {
+    accel *acc = f->acc;
+    int i, j, p;
+    int64_t soff = 0, flat = 0;
+    if (desc->nunits < 1 || !desc->units)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_fsdp_create: %d units", desc->nunits);
+    f->K = desc->nunits;
+    for (i = 0; i < f->K; ++i) {
+        if (desc->units[i].n < 0 || (desc->units[i].n > 0 && !desc->units[i].params))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_fsdp_create: unit %d has %d parameters",
+                               i, desc->units[i].n);
+        if (f->n > INT_MAX / 2 - desc->units[i].n)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_fsdp_create: too many parameters");
+        f->n += desc->units[i].n;
+    }
+    f->u = (accel__fsdp_unit *)accel_host_alloc(acc, sizeof(accel__fsdp_unit) * (size_t)f->K);
+    f->full = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)(f->n + 1));
+    if (!f->u || !f->full) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp_create");
+    memset(f->u, 0, sizeof(accel__fsdp_unit) * (size_t)f->K);
+    memset(f->full, 0, sizeof(accel_tensor) * (size_t)(f->n + 1));
+    for (i = 0, p = 0; i < f->K; ++i) {
+        accel__fsdp_unit *u = &f->u[i];
+        char nm[32];
+        u->first = p;
+        u->n = desc->units[i].n;
+        if (desc->units[i].name) u->name = accel__fsdp_strdup(acc, desc->units[i].name);
+        else {
+            snprintf(nm, sizeof nm, "unit %d", i);
+            u->name = accel__fsdp_strdup(acc, nm);
+        }
+        if (!u->name) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp_create");
+        for (j = 0; j < u->n; ++j, ++p) {
+            const accel_tensor *t = &desc->units[i].params[j];
+            int64_t k = accel_tensor_numel(t);
+            if (!t->name)
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                   "accel_zero_fsdp_create: parameter %d of %s has no name", j, u->name);
+            if (t->dtype != ACCEL_F32 || k < 0)
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                   "accel_zero_fsdp_create: '%s' (%s) is %s with %d dimensions: the master "
+                                   "parameters are F32 with a valid shape",
+                                   t->name, u->name,
+                                   accel_dtype_name(t->dtype) ? accel_dtype_name(t->dtype) : "invalid",
+                                   t->ndim);
+            if (u->numel > INT64_MAX / 4 - k)
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_fsdp_create: %s is too large",
+                                   u->name);
+            f->full[p] = *t;
+            f->full[p].ptr = NULL;
+            f->full[p].name = accel__fsdp_strdup(acc, t->name);
+            if (!f->full[p].name) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp_create");
+            u->numel += k;
+        }
+        u->S = accel__fsdp_slot(u->numel, f->Ps);
+        if (u->S * (int64_t)f->Ps > (int64_t)INT_MAX)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_zero_fsdp_create: %s has %lld elements; one collective carries at most INT_MAX",
+                               u->name, (long long)u->numel);
+        u->begin = (int64_t)f->srank * u->S < u->numel ? (int64_t)f->srank * u->S : u->numel;
+        u->end = u->begin + u->S < u->numel ? u->begin + u->S : u->numel;
+        u->soff = soff;
+        u->flat = flat;
+        soff += u->S;
+        flat += u->numel;
+    }
+    f->shard_elems = soff;
+    return ACCEL_OK;
+}
+
+/* Allocates the shards and copies this rank's part of the initial values (desc ptrs) into the master shard. */
+static accel_result accel__fsdp_alloc_shards(accel_zero_fsdp *f, const accel_zero_fsdp_desc *desc) {
+    accel *acc = f->acc;
+    size_t n = (size_t)(f->shard_elems > 0 ? f->shard_elems : 1);
+    int64_t maxS = 1;
+    int i, j, ukind = f->c->device_mem ? ACCEL__FSDP_DEVICE : ACCEL__FSDP_HOST;
+    accel_result r = ACCEL_OK;
+    f->master = (float *)accel__fsdp_alloc(acc, f->shard_kind, n * 4);
+    f->grad = (float *)accel__fsdp_alloc(acc, f->shard_kind, n * 4);
+    if (f->d.param_dtype != ACCEL_F32) f->model = accel__fsdp_alloc(acc, f->shard_kind, n * f->pes);
+    for (i = 0; i < f->K; ++i)
+        if (f->u[i].S > maxS) maxS = f->u[i].S;
+    if (f->offload) f->stage = accel__fsdp_alloc(acc, ACCEL__FSDP_PINNED, (size_t)maxS * f->res);
+    if (!f->master || !f->grad || (f->d.param_dtype != ACCEL_F32 && !f->model) || (f->offload && !f->stage))
+        return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp_create: %zu shard elements", n);
+    f->st.shard_bytes = (uint64_t)n * (8 + (f->model ? f->pes : 0));
+    /* zeros: the padding stays zero for good (gathered and reduced as zeros) */
+    if ((r = accel__fsdp_fill(f, f->shard_kind, f->master, 0, n * 4)) != ACCEL_OK) return r;
+    if ((r = accel__fsdp_fill(f, f->shard_kind, f->grad, 0, n * 4)) != ACCEL_OK) return r;
+    if (f->model && (r = accel__fsdp_fill(f, f->shard_kind, f->model, 0, n * f->pes)) != ACCEL_OK) return r;
+    for (i = 0; i < f->K && r == ACCEL_OK; ++i) {
+        accel__fsdp_unit *u = &f->u[i];
+        int64_t off = 0;
+        for (j = 0; j < u->n && r == ACCEL_OK; ++j) {
+            const accel_tensor *t = &desc->units[i].params[j];
+            int64_t k = accel_tensor_numel(t), lo = off > u->begin ? off : u->begin;
+            int64_t hi = off + k < u->end ? off + k : u->end;
+            if (t->ptr && hi > lo)
+                r = accel__coll_copy(f->c, f->master + u->soff + (lo - u->begin),
+                                     (const float *)t->ptr + (lo - off), (size_t)(hi - lo) * 4,
+                                     accel__fsdp_dir(ukind, f->shard_kind));
+            off += k;
+        }
+    }
+    return r;
+}
+
+/* The param_dtype copy of the master shard (create, and after a checkpoint load): round to nearest even. */
+static accel_result accel__fsdp_refresh_model(accel_zero_fsdp *f) {
+    size_t n = (size_t)f->shard_elems, i;
+    if (!f->model || n == 0) return ACCEL_OK;
+    if (f->shard_kind != ACCEL__FSDP_DEVICE) {
+        for (i = 0; i < n; ++i) accel__zero_cast_elem(f->model, (int)f->d.param_dtype, f->master, i);
+        return ACCEL_OK;
+    }
+#ifdef ACCEL__COLL_DEVICE
+    accel__zero_cast_kernel<<<accel__coll_blocks(n), 256, 0, (cudaStream_t)f->acc->stream>>>(
+        f->model, (int)f->d.param_dtype, f->master, n);
+    ACCEL__CUDA_CHECK(f->acc, cudaGetLastError());
+    return ACCEL_OK;
+#else
+    return accel__fsdp_no_device(f);
+#endif
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_create(accel_coll *c, const accel_zero_fsdp_desc *desc,
+                                               accel_zero_fsdp **out) {
+    accel *acc;
+    accel_zero_fsdp *f = NULL;
+    accel_result r = ACCEL_OK;
+    if (!c) return accel__coll_null();
+    acc = c->acc;
+    if (out) *out = NULL;
+    if (!out || !desc)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_fsdp_create: NULL %s", out ? "desc" : "out");
+    if (r == ACCEL_OK) {
+        f = (accel_zero_fsdp *)accel_host_alloc(acc, sizeof *f);
+        if (!f) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp_create");
+    }
+    if (r == ACCEL_OK) {
+        memset(f, 0, sizeof *f);
+        f->c = c;
+        f->acc = acc;
+        f->d = *desc;
+        f->d.units = NULL;
+        r = accel__fsdp_resolve(acc, &f->d);
+    }
+    if (r == ACCEL_OK) r = accel__fsdp_groups(f);
+    if (r == ACCEL_OK) {
+        accel_zero_strategy s = f->d.strategy;
+        f->keep_after_forward = s == ACCEL_ZERO_SHARD_GRAD_OP || s == ACCEL_ZERO_HYBRID_SHARD_ZERO2;
+        f->limited = s == ACCEL_ZERO_FULL_SHARD || s == ACCEL_ZERO_HYBRID_SHARD;
+        f->offload = f->d.cpu_offload == ACCEL_ON;
+        f->check = f->d.check == ACCEL_ON ||
+                   (f->d.check == ACCEL_DEFAULT && (c->backend != ACCEL_COLL_BACKEND_NCCL || c->debug));
+        f->poison = acc->debug;
+        f->pes = accel_dtype_size(f->d.param_dtype);
+        f->res = accel_dtype_size(f->d.reduce_dtype);
+        f->shard_kind = f->offload ? ACCEL__FSDP_PINNED : c->device_mem ? ACCEL__FSDP_DEVICE : ACCEL__FSDP_HOST;
+        f->gpool.kind = f->rpool.kind = c->device_mem ? ACCEL__FSDP_DEVICE : ACCEL__FSDP_HOST;
+        r = accel__fsdp_build(f, desc);
+    }
+    /* a bad description on one rank fails every rank; then the layouts must agree */
+    if (f || c->size > 1) r = accel__coll_agree(c, r, "accel_zero_fsdp_create");
+    if (r == ACCEL_OK) r = accel__fsdp_check_layout(f);
+    if (r == ACCEL_OK) r = accel__coll_agree(c, accel__fsdp_alloc_shards(f, desc), "accel_zero_fsdp_create (shards)");
+    if (r == ACCEL_OK) r = accel__coll_agree(c, accel__fsdp_refresh_model(f), "accel_zero_fsdp_create (model copy)");
+    if (r != ACCEL_OK) {
+        accel_zero_fsdp_destroy(f);
+        return r;
+    }
+    accel__fsdp_note_buffers(f);
+    accel_log(acc, ACCEL_LOG_DEBUG,
+              "zero-3: %s, %d units, %d parameters, shard group %d x replicate %d, %lld shard elements per rank, "
+              "param %s, reduce %s%s, backward prefetch %s%s", accel_zero_strategy_name(f->d.strategy), f->K, f->n,
+              f->Ps, f->Pr, (long long)f->shard_elems, accel_dtype_name(f->d.param_dtype),
+              accel_dtype_name(f->d.reduce_dtype), f->offload ? ", offload" : "",
+              accel__zero_prefetch_name(f->d.backward_prefetch),
+              f->d.forward_prefetch == ACCEL_ON ? ", forward prefetch" : "");
+    *out = f;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_get_desc(const accel_zero_fsdp *f, accel_zero_fsdp_desc *out) {
+    if (!f || !out) return accel__fsdp_null();
+    *out = f->d;
+    return ACCEL_OK;
+}
+ACCEL__DEF int accel_zero_fsdp_num_params(const accel_zero_fsdp *f) { return f ? f->n : -1; }
+ACCEL__DEF accel_result accel_zero_fsdp_full_tensors(const accel_zero_fsdp *f, accel_tensor *out, int n) {
+    if (!f) return accel__fsdp_null();
+    if (n != f->n || !out)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_fsdp_full_tensors: %d tensors for %d", n,
+                           f->n);
+    memcpy(out, f->full, sizeof(accel_tensor) * (size_t)n);
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_zero_fsdp_get_stats(const accel_zero_fsdp *f, accel_zero_fsdp_stats *out) {
+    if (!f || !out) return accel__fsdp_null();
+    *out = f->st;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_views(accel_zero_fsdp *f, accel_zero_view kind, accel_tensor *views, int n) {
+    int i, j, p;
+    unsigned char *base;
+    size_t es;
+    accel_dtype dt;
+    if (!f) return accel__fsdp_null();
+    if (n != f->n || !views || (int)kind < 0 || kind > ACCEL_ZERO_VIEW_NORM_GRADS)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_fsdp_views: kind %d, %d views for %d "
+                           "parameters", (int)kind, n, f->n);
+    base = kind == ACCEL_ZERO_VIEW_PARAMS ? (unsigned char *)f->master
+           : kind == ACCEL_ZERO_VIEW_MODEL ? (unsigned char *)f->model
+                                           : (unsigned char *)f->grad;
+    dt = kind == ACCEL_ZERO_VIEW_MODEL ? f->d.param_dtype : ACCEL_F32;
+    es = accel_dtype_size(dt);
+    for (i = 0, p = 0; i < f->K; ++i) {
+        const accel__fsdp_unit *u = &f->u[i];
+        int64_t off = 0;
+        for (j = 0; j < u->n; ++j, ++p) {
+            int64_t k = accel_tensor_numel(&f->full[p]), lo = off > u->begin ? off : u->begin;
+            int64_t hi = off + k < u->end ? off + k : u->end;
+            accel_tensor *v = &views[p];
+            memset(v, 0, sizeof *v);
+            v->name = f->full[p].name;
+            v->dtype = dt;
+            v->ndim = 1;
+            if (kind == ACCEL_ZERO_VIEW_NORM_GRADS && f->rrank > 0) hi = lo; /* a replica: counted by rank 0 */
+            if (base) v->ptr = base + (size_t)u->soff * es;
+            if (hi > lo) {
+                v->shape[0] = hi - lo;
+                if (base) v->ptr = base + (size_t)(u->soff + lo - u->begin) * es;
+            }
+            off += k;
+        }
+    }
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_pieces(accel_zero_fsdp *f, accel_zero_view kind, int owner_only,
+                                               accel_tensor_piece *pieces, int n) {
+    accel_tensor *v;
+    accel_result r;
+    int i, j, p;
+    if (!f) return accel__fsdp_null();
+    if (!pieces && n > 0)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_zero_fsdp_pieces: pieces is NULL");
+    v = (accel_tensor *)accel_host_alloc(f->acc, sizeof(accel_tensor) * (size_t)(f->n + 1));
+    if (!v) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp_pieces");
+    r = accel_zero_fsdp_views(f, kind, v, n);
+    for (i = 0, p = 0; r == ACCEL_OK && i < f->K; ++i) {
+        const accel__fsdp_unit *u = &f->u[i];
+        int64_t off = 0;
+        for (j = 0; j < u->n; ++j, ++p) {
+            int64_t k = accel_tensor_numel(&f->full[p]), lo = off > u->begin ? off : u->begin;
+            pieces[p].tensor = p;
+            pieces[p].offset = lo > off ? lo - off : 0;
+            pieces[p].count = (owner_only && f->rrank > 0) ? 0 : v[p].shape[0];
+            if (pieces[p].offset > k) pieces[p].offset = k;
+            pieces[p].ptr = v[p].ptr;
+            off += k;
+        }
+    }
+    accel_host_free(f->acc, v);
+    return r;
+}
+
+/* ----- gathers */
+/* Starts u's all-gather into a buffer of the gather pool (the caller checked the limit). Offload: the shard is
+   staged into this rank's slot of the buffer first and gathered in place. */
+static accel_result accel__fsdp_post_gather(accel_zero_fsdp *f, int i, int prefetch) {
+    accel__fsdp_unit *u = &f->u[i];
+    const void *send = f->model ? (const void *)((const unsigned char *)f->model + (size_t)u->soff * f->pes)
+                                : (const void *)(f->master + u->soff);
+    size_t slot = (size_t)u->S * f->pes;
+    accel_result r = accel__fsdp_get(f, &f->gpool, slot * (size_t)f->Ps, f->limited ? ACCEL__FSDP_LIVE : 0, &u->g,
+                                     "accel_zero_fsdp gather buffer");
+    if (r != ACCEL_OK) return r;
+    if (f->offload) {
+        void *mine = (unsigned char *)u->g.p + slot * (size_t)f->srank;
+        r = accel__coll_copy(f->sc, mine, send, slot, accel__fsdp_dir(f->shard_kind, f->gpool.kind));
+        send = mine;
+    }
+    if (r == ACCEL_OK)
+        r = accel_coll_all_gather_async(f->sc, send, u->g.p, (size_t)u->S, f->d.param_dtype, &u->greq);
+    if (r != ACCEL_OK) {
+        accel__fsdp_put(f, &f->gpool, &u->g);
+        f->broken = 1; /* the peers posted theirs */
+        return r;
+    }
+    u->gstate = 1;
+    f->st.gathers++;
+    if (prefetch) f->st.prefetches++;
+    accel__fsdp_note_buffers(f);
+    accel__fsdp_trace(f, prefetch ? ACCEL_ZERO_EV_PREFETCH : ACCEL_ZERO_EV_GATHER, i);
+    return ACCEL_OK;
+}
+static int accel__fsdp_live_gathers(const accel_zero_fsdp *f) {
+    int i, k = 0;
+    for (i = 0; i < f->K; ++i) k += f->u[i].gstate != 0;
+    return k;
+}
+/* Whether gather(u) needs communication: a shard group of more than one process, u not gathered already. */
+static int accel__fsdp_needs_gather(const accel_zero_fsdp *f, int i) {
+    return f->sc && f->u[i].gstate == 0 && f->u[i].S > 0;
+}
+/* Prefetch of unit i (when it is a unit, needs a gather and the limit allows) */
+static accel_result accel__fsdp_prefetch(accel_zero_fsdp *f, int i) {
+    if (i < 0 || i >= f->K || !accel__fsdp_needs_gather(f, i)) return ACCEL_OK;
+    if (f->limited && accel__fsdp_live_gathers(f) >= ACCEL__FSDP_LIVE) return ACCEL_OK;
+    return accel__fsdp_post_gather(f, i, 1);
+}
+/* The unit after position pos of this pass's recorded order (first pass: nothing is known yet) */
+static int accel__fsdp_next_in_order(const accel_zero_fsdp *f, int ph, int pos) {
+    if (!f->recorded[ph] || pos + 1 >= (int)stbds_arrlen(f->order[ph])) return -1;
+    return f->order[ph][pos + 1];
+}
+
+/* ----- reductions */
+/* Widens u's reduced slot (at src, memory kind src_kind) into the F32 gradient shard. */
+static accel_result accel__fsdp_accumulate(accel_zero_fsdp *f, accel__fsdp_unit *u, const void *src, int src_kind) {
+    size_t n = (size_t)u->S, i;
+    float *dst = f->grad + u->soff;
+    int put = !u->has_grad;
+    if (f->offload && src_kind == ACCEL__FSDP_DEVICE) { /* device → pinned staging, then the host loop */
+        accel_result r = accel__coll_copy(f->c, f->stage, src, n * f->res, 2);
+        if (r != ACCEL_OK) return r;
+        src = f->stage;
+        src_kind = ACCEL__FSDP_PINNED;
+    }
+    u->has_grad = 1;
+    if (f->shard_kind != ACCEL__FSDP_DEVICE) {
+        for (i = 0; i < n; ++i) accel__zero_accum_elem(dst, src, (int)f->d.reduce_dtype, i, put);
+        return ACCEL_OK;
+    }
+#ifdef ACCEL__COLL_DEVICE
+    accel__zero_accum_kernel<<<accel__coll_blocks(n), 256, 0, (cudaStream_t)f->acc->stream>>>(
+        dst, src, (int)f->d.reduce_dtype, n, put);
+    ACCEL__CUDA_CHECK(f->acc, cudaGetLastError());
+    return ACCEL_OK;
+#else
+    (void)src_kind;
+    return accel__fsdp_no_device(f);
+#endif
+}
+
+/* Where u's reduced slot is: the receive part after the Ps slots (Ps > 1), or the buffer itself (Ps == 1). */
+static void *accel__fsdp_reduced(const accel_zero_fsdp *f, const accel__fsdp_unit *u) {
+    return f->sc ? (unsigned char *)u->r.p + (size_t)u->S * (size_t)f->Ps * f->res : u->r.p;
+}
+
+/* Advances the oldest reduction (FIFO: every rank posts the replicate all-reduces in the same order); block: wait.
+   *done: the oldest finished (or there is none). */
+static accel_result accel__fsdp_advance(accel_zero_fsdp *f, int block, int *done) {
+    accel__fsdp_unit *u;
+    accel_result r = ACCEL_OK;
+    int i, fin = 1;
+    *done = 1;
+    if (stbds_arrlen(f->fifo) == 0) return ACCEL_OK;
+    i = f->fifo[0];
+    u = &f->u[i];
+    for (;;) {
+        if (u->rreq) {
+            if (block) r = accel_coll_wait(u->rreq);
+            else r = accel_coll_test(u->rreq, &fin);
+            if (r != ACCEL_OK) {
+                u->rreq = NULL;
+                f->broken = 1;
+                return r;
+            }
+            if (!fin) { *done = 0; return ACCEL_OK; }
+            u->rreq = NULL;
+        }
+        if (u->rphase == 1 && f->sc && f->rc) { /* then across the replicas, in place on the reduced slot */
+            u->rphase = 2;
+            r = accel_coll_all_reduce_async(f->rc, accel__fsdp_reduced(f, u), accel__fsdp_reduced(f, u),
+                                            (size_t)u->S, f->d.reduce_dtype, ACCEL_COLL_SUM, &u->rreq);
+            if (r != ACCEL_OK) { f->broken = 1; return r; }
+            continue;
+        }
+        break;
+    }
+    r = accel__fsdp_accumulate(f, u, accel__fsdp_reduced(f, u), f->rpool.kind);
+    accel__fsdp_put(f, &f->rpool, &u->r);
+    u->rstate = 0;
+    u->rphase = 0;
+    stbds_arrdel(f->fifo, 0);
+    accel__fsdp_note_buffers(f);
+    accel__fsdp_trace(f, ACCEL_ZERO_EV_REDUCED, i);
+    return r;
+}
+/* Polls everything in flight once: gathers (MPI progresses only inside MPI calls) and the reductions in order. */
+static accel_result accel__fsdp_poll(accel_zero_fsdp *f) {
+    int i, done = 1;
+    accel_result r = ACCEL_OK;
+    for (i = 0; i < f->K && r == ACCEL_OK; ++i)
+        if (f->u[i].greq) {
+            int fin = 0;
+            r = accel_coll_test(f->u[i].greq, &fin);
+            if (r != ACCEL_OK || fin) f->u[i].greq = NULL;
+            if (r != ACCEL_OK) f->broken = 1;
+        }
+    while (r == ACCEL_OK && done && stbds_arrlen(f->fifo) > 0) r = accel__fsdp_advance(f, 0, &done);
+    return r;
+}
+ACCEL__DEF accel_result accel_zero_fsdp_progress(accel_zero_fsdp *f) {
+    accel_result r = accel__fsdp_usable(f);
+    return r == ACCEL_OK ? accel__fsdp_poll(f) : r;
+}
+
+/* ----- the pass functions */
+static accel_result accel__fsdp_begin(accel_zero_fsdp *f, int ph) {
+    int kind = ph == 1 ? ACCEL__FSDP_C_FWD : ACCEL__FSDP_C_BWD;
+    accel_result r = accel__fsdp_usable(f);
+    if (r != ACCEL_OK) return r;
+    r = accel__fsdp_sync(f, kind, -1, ACCEL_OK);
+    if (r != ACCEL_OK) return r;
+    /* the first pass of each kind records the order in which units are waited on (it ends when another pass
+       begins); the later ones prefetch by it */
+    if (f->phase && stbds_arrlen(f->order[f->phase - 1]) > 0) f->recorded[f->phase - 1] = 1;
+    f->phase = ph;
+    f->pos[ph - 1] = -1;
+    if ((r = accel__fsdp_poll(f)) != ACCEL_OK) return r;
+    if (ph == 1 && f->d.forward_prefetch == ACCEL_ON)
+        return accel__fsdp_prefetch(f, accel__fsdp_next_in_order(f, 0, -1));
+    if (ph == 2 && f->d.backward_prefetch != ACCEL_ZERO_NO_PREFETCH)
+        return accel__fsdp_prefetch(f, accel__fsdp_next_in_order(f, 1, -1));
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_zero_fsdp_begin_forward(accel_zero_fsdp *f) { return accel__fsdp_begin(f, 1); }
+ACCEL__DEF accel_result accel_zero_fsdp_begin_backward(accel_zero_fsdp *f) { return accel__fsdp_begin(f, 2); }
+
+ACCEL__DEF accel_result accel_zero_fsdp_gather(accel_zero_fsdp *f, int unit) {
+    accel_result r = accel__fsdp_usable(f), local;
+    if (r != ACCEL_OK) return r;
+    local = accel__fsdp_unit_arg(f, unit, "accel_zero_fsdp_gather");
+    if (local == ACCEL_OK && f->limited && accel__fsdp_needs_gather(f, unit) &&
+        accel__fsdp_live_gathers(f) >= ACCEL__FSDP_LIVE)
+        local = ACCEL__FAIL(f->acc, ACCEL_ERR_STATE,
+                            "accel_zero_fsdp_gather(%d): %d units are gathered already (%s keeps at most %d live: "
+                            "release one first)", unit, ACCEL__FSDP_LIVE, accel_zero_strategy_name(f->d.strategy),
+                            ACCEL__FSDP_LIVE);
+    r = accel__fsdp_sync(f, ACCEL__FSDP_C_GATHER, unit, local);
+    if (r != ACCEL_OK) return r;
+    if ((r = accel__fsdp_poll(f)) != ACCEL_OK) return r;
+    return accel__fsdp_needs_gather(f, unit) ? accel__fsdp_post_gather(f, unit, 0) : ACCEL_OK;
+}
+
+/* The n parameter views of unit i over base (the gathered buffer, or the shard itself when Ps == 1). */
+static void accel__fsdp_unit_views(const accel_zero_fsdp *f, int i, const void *base, accel_dtype dt,
+                                   accel_tensor *out) {
+    const accel__fsdp_unit *u = &f->u[i];
+    size_t es = accel_dtype_size(dt), off = 0;
+    int j;
+    for (j = 0; j < u->n; ++j) {
+        out[j] = f->full[u->first + j];
+        out[j].dtype = dt;
+        out[j].ptr = base ? (unsigned char *)(uintptr_t)base + off * es : NULL;
+        off += (size_t)accel_tensor_numel(&f->full[u->first + j]);
+    }
+}
+static accel_result accel__fsdp_views_arg(accel_zero_fsdp *f, int unit, const accel_tensor *v, int n,
+                                          const char *what) {
+    accel_result r = accel__fsdp_unit_arg(f, unit, what);
+    if (r == ACCEL_OK && (n != f->u[unit].n || (n > 0 && !v)))
+        r = ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s(%d): %d views for %s's %d parameters", what, unit, n,
+                        f->u[unit].name, f->u[unit].n);
+    return r;
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_wait(accel_zero_fsdp *f, int unit, accel_tensor *params, int n) {
+    accel_result r = accel__fsdp_usable(f), local;
+    accel__fsdp_unit *u;
+    int ph, next = -1;
+    if (r != ACCEL_OK) return r;
+    local = accel__fsdp_views_arg(f, unit, params, n, "accel_zero_fsdp_wait");
+    if (local == ACCEL_OK && f->u[unit].gstate == 2)
+        local = ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "accel_zero_fsdp_wait(%d): %s is in use already (waited, not "
+                            "released)", unit, f->u[unit].name);
+    if (local == ACCEL_OK && f->limited && accel__fsdp_needs_gather(f, unit) &&
+        accel__fsdp_live_gathers(f) >= ACCEL__FSDP_LIVE)
+        local = ACCEL__FAIL(f->acc, ACCEL_ERR_STATE,
+                            "accel_zero_fsdp_wait(%d): %d units are gathered already (%s keeps at most %d live: "
+                            "release one first)", unit, ACCEL__FSDP_LIVE, accel_zero_strategy_name(f->d.strategy),
+                            ACCEL__FSDP_LIVE);
+    r = accel__fsdp_sync(f, ACCEL__FSDP_C_WAIT, unit, local);
+    if (r != ACCEL_OK) return r;
+    u = &f->u[unit];
+    if (accel__fsdp_needs_gather(f, unit) && (r = accel__fsdp_post_gather(f, unit, 0)) != ACCEL_OK) return r;
+    if (u->greq) {
+        r = accel_coll_wait(u->greq);
+        u->greq = NULL;
+        if (r != ACCEL_OK) { f->broken = 1; return r; }
+    }
+    u->gstate = 2;
+    if (f->sc) accel__fsdp_unit_views(f, unit, u->g.p, f->d.param_dtype, params);
+    else accel__fsdp_unit_views(f, unit, f->model ? (const void *)((const unsigned char *)f->model +
+                                                                   (size_t)u->soff * f->pes)
+                                                  : (const void *)(f->master + u->soff),
+                                f->d.param_dtype, params);
+    accel__fsdp_trace(f, ACCEL_ZERO_EV_WAIT, unit);
+    /* the execution order: recorded in the first pass, followed (prefetch) in the later ones */
+    if (f->phase) {
+        ph = f->phase - 1;
+        if (!f->recorded[ph]) {
+            if (accel__arr_reserve((void **)&f->order[ph], sizeof(int), 1) != 0)
+                return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp_wait");
+            stbds_arrput(f->order[ph], unit);
+        } else {
+            int p = f->pos[ph] + 1;
+            if (p < (int)stbds_arrlen(f->order[ph]) && f->order[ph][p] == unit) {
+                f->pos[ph] = p;
+                next = accel__fsdp_next_in_order(f, ph, p);
+            } else {
+                f->pos[ph] = (int)stbds_arrlen(f->order[ph]); /* off the recorded order: no prefetch this pass */
+            }
+        }
+        if (next >= 0 && ((ph == 0 && f->d.forward_prefetch == ACCEL_ON) ||
+                          (ph == 1 && f->d.backward_prefetch == ACCEL_ZERO_BACKWARD_PRE)))
+            if ((r = accel__fsdp_prefetch(f, next)) != ACCEL_OK) return r;
+    }
+    return accel__fsdp_poll(f);
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_release(accel_zero_fsdp *f, int unit) {
+    accel_result r = accel__fsdp_usable(f);
+    accel__fsdp_unit *u;
+    if (r != ACCEL_OK) return r;
+    if ((r = accel__fsdp_unit_arg(f, unit, "accel_zero_fsdp_release")) != ACCEL_OK) return r;
+    u = &f->u[unit];
+    if (u->gstate != 2)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "accel_zero_fsdp_release(%d): %s is not in use (wait on it "
+                           "first)", unit, u->name);
+    if (f->keep_after_forward && f->phase == 1 && f->sc) { /* ZeRO-2: stays gathered for the backward */
+        u->gstate = 3;
+        return accel__fsdp_poll(f);
+    }
+    u->gstate = 0;
+    if (u->g.p) {
+        if (f->poison && (r = accel__fsdp_fill(f, f->gpool.kind, u->g.p, 0xFF, u->g.bytes)) != ACCEL_OK) return r;
+        accel__fsdp_put(f, &f->gpool, &u->g);
+    }
+    accel__fsdp_note_buffers(f);
+    accel__fsdp_trace(f, ACCEL_ZERO_EV_RELEASE, unit);
+    return accel__fsdp_poll(f);
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_grads(accel_zero_fsdp *f, int unit, accel_tensor *grads, int n) {
+    accel_result r = accel__fsdp_usable(f);
+    accel__fsdp_unit *u;
+    if (r != ACCEL_OK) return r;
+    if ((r = accel__fsdp_views_arg(f, unit, grads, n, "accel_zero_fsdp_grads")) != ACCEL_OK) return r;
+    u = &f->u[unit];
+    if (u->rstate == 3)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "accel_zero_fsdp_grads(%d): %s's gradients are being reduced "
+                           "(end_backward first)", unit, u->name);
+    if (u->rstate == 0) {
+        size_t bytes = (size_t)u->S * (size_t)f->Ps * f->res;
+        r = accel__fsdp_get(f, &f->rpool, bytes + (f->sc ? (size_t)u->S * f->res : 0), ACCEL__FSDP_REDUCING + 1,
+                            &u->r, "accel_zero_fsdp gradient buffer");
+        if (r == ACCEL_OK) r = accel__fsdp_fill(f, f->rpool.kind, u->r.p, 0, bytes);
+        if (r != ACCEL_OK) {
+            accel__fsdp_put(f, &f->rpool, &u->r);
+            return r;
+        }
+        accel__fsdp_note_buffers(f);
+    }
+    u->rstate = 1;
+    accel__fsdp_unit_views(f, unit, u->r.p, f->d.reduce_dtype, grads);
+    return ACCEL_OK;
+}
+
+/* Starts u's reduction: pre-scale, reduce-scatter over the shard group (or, Ps == 1, all-reduce over the replicas);
+   at most ACCEL__FSDP_REDUCING in flight (the oldest is finished first). */
+static accel_result accel__fsdp_post_reduce(accel_zero_fsdp *f, int i) {
+    accel__fsdp_unit *u = &f->u[i];
+    size_t n = (size_t)u->S * (size_t)f->Ps;
+    accel_result r = ACCEL_OK;
+    int done = 1;
+    while (r == ACCEL_OK && stbds_arrlen(f->fifo) >= ACCEL__FSDP_REDUCING) r = accel__fsdp_advance(f, 1, &done);
+    if (r != ACCEL_OK) return r;
+    if (accel__arr_reserve((void **)&f->fifo, sizeof(int), 1) != 0)
+        return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_zero_fsdp_reduce_scatter");
+    if (!f->d.no_average && f->dp > 1)
+        r = accel__coll_prescale_by(f->sc ? f->sc : f->rc, u->r.p, u->r.p, n, f->d.reduce_dtype, (double)f->dp);
+    u->rstate = 3;
+    u->rphase = 1;
+    stbds_arrput(f->fifo, i);
+    if (r == ACCEL_OK && f->sc)
+        r = accel_coll_reduce_scatter_async(f->sc, u->r.p, accel__fsdp_reduced(f, u), (size_t)u->S,
+                                            f->d.reduce_dtype, ACCEL_COLL_SUM, &u->rreq);
+    else if (r == ACCEL_OK && f->rc)
+        r = accel_coll_all_reduce_async(f->rc, u->r.p, u->r.p, n, f->d.reduce_dtype, ACCEL_COLL_SUM, &u->rreq);
+    if (r != ACCEL_OK) {
+        f->broken = 1;
+        return r;
+    }
+    f->st.reductions++;
+    accel__fsdp_trace(f, ACCEL_ZERO_EV_REDUCE, i);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_reduce_scatter(accel_zero_fsdp *f, int unit) {
+    accel_result r = accel__fsdp_usable(f), local;
+    if (r != ACCEL_OK) return r;
+    local = accel__fsdp_unit_arg(f, unit, "accel_zero_fsdp_reduce_scatter");
+    if (local == ACCEL_OK && f->u[unit].rstate != 1)
+        local = ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "accel_zero_fsdp_reduce_scatter(%d): %s has no gradients in this "
+                            "micro-batch (grads(%d) first)", unit, f->u[unit].name, unit);
+    r = accel__fsdp_sync(f, ACCEL__FSDP_C_RS, unit, local);
+    if (r != ACCEL_OK) return r;
+    if (f->phase == 2 && f->d.backward_prefetch == ACCEL_ZERO_BACKWARD_POST) {
+        int ph = 1, next = f->recorded[ph] ? accel__fsdp_next_in_order(f, ph, f->pos[ph]) : -1;
+        if ((r = accel__fsdp_prefetch(f, next)) != ACCEL_OK) return r;
+    }
+    if (!accel_should_reduce(f->acc)) { /* no_sync: the sums stay in u's buffer */
+        f->u[unit].rstate = 2;
+        accel__fsdp_trace(f, ACCEL_ZERO_EV_HOLD, unit);
+        return accel__fsdp_poll(f);
+    }
+    if ((!f->sc && !f->rc) || f->u[unit].S == 0) { /* one process, or nothing: final where they are */
+        accel__fsdp_unit *u = &f->u[unit];
+        f->st.reductions++;
+        accel__fsdp_trace(f, ACCEL_ZERO_EV_REDUCE, unit);
+        r = accel__fsdp_accumulate(f, u, u->r.p, f->rpool.kind);
+        accel__fsdp_put(f, &f->rpool, &u->r);
+        u->rstate = 0;
+        accel__fsdp_note_buffers(f);
+        accel__fsdp_trace(f, ACCEL_ZERO_EV_REDUCED, unit);
+        return r;
+    }
+    if ((r = accel__fsdp_post_reduce(f, unit)) != ACCEL_OK) return r;
+    return accel__fsdp_poll(f);
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_end_backward(accel_zero_fsdp *f) {
+    accel_result r = accel__fsdp_usable(f), local = ACCEL_OK;
+    int i, done = 1;
+    if (r != ACCEL_OK) return r;
+    for (i = 0; i < f->K && local == ACCEL_OK; ++i)
+        if (f->u[i].rstate == 1)
+            local = ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "accel_zero_fsdp_end_backward: %s's gradients were taken "
+                                "(grads) but not reduce_scattered", f->u[i].name);
+    r = accel__fsdp_sync(f, ACCEL__FSDP_C_END, -1, local);
+    if (r != ACCEL_OK) return r;
+    while (r == ACCEL_OK && stbds_arrlen(f->fifo) > 0) r = accel__fsdp_advance(f, 1, &done);
+    for (i = 0; r == ACCEL_OK && i < f->K; ++i) {
+        accel__fsdp_unit *u = &f->u[i];
+        if (u->gstate != 3) continue; /* ZeRO-2's units kept since forward and not used in backward */
+        if (u->greq) {
+            r = accel_coll_wait(u->greq);
+            u->greq = NULL;
+        }
+        u->gstate = 0;
+        accel__fsdp_put(f, &f->gpool, &u->g);
+        accel__fsdp_trace(f, ACCEL_ZERO_EV_RELEASE, i);
+    }
+    if (f->phase && stbds_arrlen(f->order[f->phase - 1]) > 0) f->recorded[f->phase - 1] = 1;
+    f->phase = 0;
+    accel__fsdp_note_buffers(f);
+    if (r != ACCEL_OK) f->broken = 1;
+    return r;
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_zero_grad(accel_zero_fsdp *f) {
+    accel_result r = accel__fsdp_usable(f);
+    int i;
+    if (r != ACCEL_OK) return r;
+    if (stbds_arrlen(f->fifo) > 0)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "accel_zero_fsdp_zero_grad: reductions are in flight "
+                           "(end_backward first)");
+    for (i = 0; i < f->K; ++i) f->u[i].has_grad = 0;
+    return accel__fsdp_fill(f, f->shard_kind, f->grad, 0, (size_t)(f->shard_elems > 0 ? f->shard_elems : 1) * 4);
+}
+
+/* ----- the memory estimate */
+ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fsdp_desc *desc, int dp_shard,
+                                                 int optim_states, accel_dtype state_dtype, int no_sync,
+                                                 accel_zero_fsdp_memory *out) {
+    const char *what = "accel_zero_fsdp_estimate";
+    accel_zero_strategy s;
+    uint64_t pes, res, ses, g1 = 0, g2 = 0, r1 = 0, r2 = 0, gall = 0, rall = 0, elems = 0, whole = 0;
+    int i, j, Ps;
+    if (!desc || !out || (desc->nunits > 0 && !desc->units) || desc->nunits < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL desc, out or units", what);
+    s = desc->strategy == ACCEL_ZERO_STRATEGY_DEFAULT ? ACCEL_ZERO_FULL_SHARD : desc->strategy;
+    pes = accel_dtype_size(desc->param_dtype ? desc->param_dtype : ACCEL_F32);
+    res = accel_dtype_size(desc->reduce_dtype ? desc->reduce_dtype : desc->param_dtype ? desc->param_dtype
+                                                                                     : ACCEL_F32);
+    ses = optim_states > 0 ? accel_dtype_size(state_dtype) : 0;
+    if ((int)s < 0 || s >= ACCEL_ZERO_STRATEGY_COUNT || dp_shard < 1 || optim_states < 0 || !pes || !res ||
+        (optim_states > 0 && !ses))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: strategy %d, dp_shard %d, %d optimizer states of %s",
+                           what, (int)s, dp_shard, optim_states,
+                           accel_dtype_name(state_dtype) ? accel_dtype_name(state_dtype) : "invalid");
+    Ps = s == ACCEL_ZERO_NO_SHARD ? 1 : dp_shard;
+    for (i = 0; i < desc->nunits; ++i) {
+        const accel_zero_unit *u = &desc->units[i];
+        int64_t numel = 0, S;
+        uint64_t gb, rb;
+        if (u->n < 0 || (u->n > 0 && !u->params))
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: unit %d has %d parameters", what, i, u->n);
+        for (j = 0; j < u->n; ++j) {
+            int64_t k = accel_tensor_numel(&u->params[j]);
+            if (k < 0 || numel > INT64_MAX / 4 - k)
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: unit %d parameter %d has a bad shape", what,
+                                   i, j);
+            numel += k;
+        }
+        S = accel__fsdp_slot(numel, Ps);
+        elems += (uint64_t)S;
+        whole += (uint64_t)numel;
+        gb = Ps > 1 ? (uint64_t)S * (uint64_t)Ps * pes : 0;
+        rb = (uint64_t)S * (uint64_t)Ps * res + (Ps > 1 ? (uint64_t)S * res : 0);
+        gall += gb;
+        rall += rb;
+        if (gb > g1) { g2 = g1; g1 = gb; } else if (gb > g2) g2 = gb;
+        if (rb > r1) { r2 = r1; r1 = rb; } else if (rb > r2) r2 = rb;
+    }
+    memset(out, 0, sizeof *out);
+    out->shards = elems * (8 + (pes == 4 ? 0 : pes));
+    out->optimizer = elems * (uint64_t)optim_states * ses;
+    out->gather_buffers = s == ACCEL_ZERO_SHARD_GRAD_OP || s == ACCEL_ZERO_HYBRID_SHARD_ZERO2 ? gall : g1 + g2;
+    out->grad_buffers = no_sync ? rall : r1 + r2;
+    out->total = out->shards + out->optimizer + out->gather_buffers + out->grad_buffers;
+    out->unsharded = whole * (8 + (pes == 4 ? 0 : pes) + (uint64_t)optim_states * ses);
+    return ACCEL_OK;
+}
+
+/* ----- consolidated parameters (accel_zero_fsdp_export / _import) */
+static accel_result accel__fsdp_full_arg(accel_zero_fsdp *f, const accel_tensor *full, int n, const char *what) {
+    int i;
+    if (n != f->n || (n > 0 && !full))
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d tensors for %d parameters", what, n, f->n);
+    for (i = 0; i < n; ++i)
+        if (full[i].dtype != ACCEL_F32 || accel_tensor_numel(&full[i]) != accel_tensor_numel(&f->full[i]) ||
+            (accel_tensor_numel(&full[i]) > 0 && !full[i].ptr))
+            return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "%s: tensor %d is %s with %lld elements%s; parameter %d (%s) is F32 with %lld", what,
+                               i, accel_dtype_name(full[i].dtype) ? accel_dtype_name(full[i].dtype) : "invalid",
+                               (long long)accel_tensor_numel(&full[i]), full[i].ptr ? "" : " and no memory", i,
+                               f->full[i].name, (long long)accel_tensor_numel(&f->full[i]));
+    return ACCEL_OK;
+}
+static accel_result accel__fsdp_between_steps(accel_zero_fsdp *f, const char *what) {
+    int i;
+    for (i = 0; i < f->K; ++i)
+        if (f->u[i].gstate != 0 || f->u[i].rstate != 0)
+            return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "%s: %s is %s (call it between steps)", what, f->u[i].name,
+                               f->u[i].gstate ? "gathered" : "holding gradients");
+    return ACCEL_OK;
+}
+ACCEL__DEF accel_result accel_zero_fsdp_export(accel_zero_fsdp *f, const accel_tensor *full, int n) {
+    const char *what = "accel_zero_fsdp_export";
+    accel_result r = accel__fsdp_usable(f), local;
+    int64_t maxS = 1;
+    float *tmp = NULL;
+    int i, j, p, kind;
+    if (r != ACCEL_OK) return r;
+    kind = f->gpool.kind;
+    local = accel__fsdp_full_arg(f, full, n, what);
+    if (local == ACCEL_OK) local = accel__fsdp_between_steps(f, what);
+    for (i = 0; i < f->K; ++i)
+        if (f->u[i].S > maxS) maxS = f->u[i].S;
+    if (local == ACCEL_OK) {
+        tmp = (float *)accel__fsdp_alloc(f->acc, kind, (size_t)maxS * (size_t)f->Ps * 4);
+        if (!tmp) local = accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s (staging)", what);
+    }
+    if ((r = accel__coll_agree(f->c, local, what)) != ACCEL_OK) {
+        accel__fsdp_free(f->acc, kind, tmp);
+        return r;
+    }
+    for (i = 0, p = 0; i < f->K && r == ACCEL_OK; ++i) {
+        accel__fsdp_unit *u = &f->u[i];
+        int64_t off = 0;
+        float *mine = tmp + (size_t)u->S * (size_t)f->srank;
+        /* this rank's slot into its place of the staging, then gathered in place (the shards may be pinned host
+           memory under offload, the collective's memory is the communicator's) */
+        r = accel__coll_copy(f->c, mine, f->master + u->soff, (size_t)u->S * 4, accel__fsdp_dir(f->shard_kind, kind));
+        if (r == ACCEL_OK && f->sc && u->S > 0) r = accel_coll_all_gather(f->sc, mine, tmp, (size_t)u->S, ACCEL_F32);
+        for (j = 0; j < u->n && r == ACCEL_OK; ++j, ++p) {
+            int64_t k = accel_tensor_numel(&f->full[p]);
+            r = accel__coll_copy(f->c, full[p].ptr, tmp + off, (size_t)k * 4, accel__fsdp_dir(kind, kind));
+            off += k;
+        }
+    }
+    accel__fsdp_free(f->acc, kind, tmp);
+    if (r != ACCEL_OK) f->broken = 1; /* the ranks may have stopped at different units */
+    return r;
+}
+ACCEL__DEF accel_result accel_zero_fsdp_import(accel_zero_fsdp *f, const accel_tensor *full, int n) {
+    const char *what = "accel_zero_fsdp_import";
+    accel_tensor_piece *pc;
+    accel_result r = accel__fsdp_usable(f);
+    int i;
+    if (r != ACCEL_OK) return r;
+    if ((r = accel__fsdp_full_arg(f, full, n, what)) != ACCEL_OK) return r;
+    if ((r = accel__fsdp_between_steps(f, what)) != ACCEL_OK) return r;
+    pc = (accel_tensor_piece *)accel_host_alloc(f->acc, sizeof *pc * (size_t)f->n);
+    if (!pc) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    r = accel_zero_fsdp_pieces(f, ACCEL_ZERO_VIEW_PARAMS, 0, pc, f->n);
+    for (i = 0; i < f->n && r == ACCEL_OK; ++i)
+        r = accel__coll_copy(f->c, pc[i].ptr, (const float *)full[i].ptr + pc[i].offset, (size_t)pc[i].count * 4,
+                             accel__fsdp_dir(f->gpool.kind, f->shard_kind));
+    accel_host_free(f->acc, pc);
+    if (r == ACCEL_OK) r = accel__fsdp_refresh_model(f);
+    return r;
+}
+
+/* ----- sharded checkpoints (accel_zero_fsdp_state_save / _load_all) */
+#define ACCEL__FSDP_STATE_MAGIC 0x33465341u /* "ASF3" */
+/* Checks the object and its state tensors (k per parameter, each the size of this rank's piece); *pc: the n
+   pieces (owner_only as given), allocated here (the caller frees them). */
+static accel_result accel__fsdp_state_need(accel_zero_fsdp_state *fs, const char *what, int owner_only, int *k,
+                                           accel_tensor_piece **pc) {
+    accel_zero_fsdp *f;
+    accel_tensor_piece *p;
+    accel_result r;
+    int i;
+    *pc = NULL;
+    if (!fs || !fs->fsdp)
+        return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: NULL state or object", what);
+    f = fs->fsdp;
+    if (f->n < 1 || fs->m < 0 || (fs->m > 0 && !fs->state) || fs->m % f->n != 0)
+        return ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "%s: %d state tensors for %d parameters (a multiple of them, param-major)", what, fs->m,
+                           f->n);
+    *k = fs->m / f->n;
+    p = (accel_tensor_piece *)accel_host_alloc(f->acc, sizeof *p * (size_t)f->n);
+    if (!p) return accel__fail_wrap(f->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    r = accel_zero_fsdp_pieces(f, ACCEL_ZERO_VIEW_PARAMS, 0, p, f->n);
+    for (i = 0; r == ACCEL_OK && i < fs->m; ++i)
+        if (accel_tensor_numel(&fs->state[i]) != p[i / *k].count || accel_dtype_size(fs->state[i].dtype) == 0 ||
+            (p[i / *k].count > 0 && !fs->state[i].ptr))
+            r = ACCEL__FAIL(f->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "%s: state tensor %d (%s) has %lld elements of %s, this rank's piece of parameter %d "
+                            "has %lld", what, i, fs->state[i].name ? fs->state[i].name : "?",
+                            (long long)accel_tensor_numel(&fs->state[i]),
+                            accel_dtype_name(fs->state[i].dtype) ? accel_dtype_name(fs->state[i].dtype) : "invalid",
+                            i / *k, (long long)p[i / *k].count);
+    if (r == ACCEL_OK && owner_only && f->rrank > 0)
+        for (i = 0; i < f->n; ++i) p[i].count = 0;
+    if (r != ACCEL_OK) accel_host_free(f->acc, p);
+    else *pc = p;
+    return r;
+}
+/* where this rank's state tensors live: with the shards (the optimizer steps them there) */
+static int accel__fsdp_state_kind(const accel_zero_fsdp *f) { return f->shard_kind; }
+
+ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_t cap, size_t *size) {
+    accel_zero_fsdp_state *fs = (accel_zero_fsdp_state *)state;
+    accel_zero_fsdp *f;
+    accel_tensor_piece *pc = NULL;
+    unsigned char *b = (unsigned char *)buf;
+    size_t need, at;
+    accel_result r;
+    int k = 0, i;
+    const char *what = "accel_zero_fsdp_state_save";
+    if (!size) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: size is NULL", what);
+    if ((r = accel__fsdp_state_need(fs, what, 1, &k, &pc)) != ACCEL_OK) return r;
+    f = fs->fsdp;
+    need = 16 + (size_t)f->n * 24;
+    for (i = 0; i < f->n; ++i) need += (size_t)pc[i].count * 4;
+    for (i = 0; i < fs->m; ++i) need += 4 + (size_t)pc[i / k].count * accel_dtype_size(fs->state[i].dtype);
+    *size = need;
+    if (!buf || cap < need) {
+        accel_host_free(f->acc, pc);
+        return ACCEL_OK;
+    }
+    accel__put_u32(b, ACCEL__FSDP_STATE_MAGIC);
+    accel__put_u32(b + 4, 1);
+    accel__put_u32(b + 8, (uint32_t)f->n);
+    accel__put_u32(b + 12, (uint32_t)k);
+    at = 16;
+    for (i = 0; i < f->n; ++i, at += 8) accel__put_u64(b + at, (uint64_t)accel_tensor_numel(&f->full[i]));
+    for (i = 0; i < f->n; ++i, at += 16) {
+        accel__put_u64(b + at, (uint64_t)pc[i].offset);
+        accel__put_u64(b + at + 8, (uint64_t)pc[i].count);
+    }
+    for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
+        r = accel__coll_copy(f->c, b + at, pc[i].ptr, (size_t)pc[i].count * 4,
+                             accel__fsdp_dir(f->shard_kind, ACCEL__FSDP_HOST));
+        at += (size_t)pc[i].count * 4;
+    }
+    for (i = 0; i < fs->m && r == ACCEL_OK; ++i) {
+        size_t bytes = (size_t)pc[i / k].count * accel_dtype_size(fs->state[i].dtype);
+        accel__put_u32(b + at, (uint32_t)fs->state[i].dtype);
+        r = accel__coll_copy(f->c, b + at + 4, fs->state[i].ptr, bytes,
+                             accel__fsdp_dir(accel__fsdp_state_kind(f), ACCEL__FSDP_HOST));
+        at += 4 + bytes;
+    }
+    accel_host_free(f->acc, pc);
+    return r == ACCEL_OK ? ACCEL_OK : accel__fail_wrap(f->acc, r, "%s", what);
+}
+
+typedef struct accel__fsdp_span {
+    int64_t lo, hi;
+    int file;
+} accel__fsdp_span;
+static int accel__fsdp_span_cmp(const void *a, const void *b) {
+    const accel__fsdp_span *x = (const accel__fsdp_span *)a, *y = (const accel__fsdp_span *)b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *const *bufs, const size_t *sizes,
+                                                       int count) {
+    accel_zero_fsdp_state *fs = (accel_zero_fsdp_state *)state;
+    accel_zero_fsdp *f;
+    accel *acc;
+    accel_tensor_piece *pc = NULL;
+    size_t *data = NULL; /* per file: n master offsets, then m state offsets (into its bytes) */
+    accel__fsdp_span *sp = NULL;
+    accel_result r;
+    int k = 0, q, i, j, w;
+    const char *what = "accel_zero_fsdp_state_load_all";
+    if ((r = accel__fsdp_state_need(fs, what, 0, &k, &pc)) != ACCEL_OK) return r;
+    f = fs->fsdp;
+    acc = f->acc;
+    w = f->n + fs->m;
+    if (count < 1 || !bufs || !sizes)
+        r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d saved ranks", what, count);
+    if (r == ACCEL_OK) {
+        data = (size_t *)accel_host_alloc(acc, sizeof(size_t) * (size_t)w * (size_t)count);
+        sp = (accel__fsdp_span *)accel_host_alloc(acc, sizeof *sp * (size_t)count);
+        if (!data || !sp) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    }
+    /* 1. every saved rank's bytes: header, the same parameters, pieces in range, state dtypes, the exact size */
+    for (q = 0; q < count && r == ACCEL_OK; ++q) {
+        const unsigned char *b = (const unsigned char *)bufs[q];
+        size_t n = sizes[q], at;
+        if (!b || n < 16 || accel__get_u32(b) != ACCEL__FSDP_STATE_MAGIC || accel__get_u32(b + 4) != 1) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: not a ZeRO-3 shard state (%zu bytes)", what, q,
+                            n);
+            break;
+        }
+        if ((int64_t)accel__get_u32(b + 8) != f->n || (int64_t)accel__get_u32(b + 12) != k) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d has %u parameters with %u state tensors "
+                            "each; this model has %d with %d", what, q, accel__get_u32(b + 8),
+                            accel__get_u32(b + 12), f->n, k);
+            break;
+        }
+        if ((n - 16) / 24 < (size_t)f->n) {
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+            break;
+        }
+        at = 16 + (size_t)f->n * 24;
+        for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
+            uint64_t numel = accel__get_u64(b + 16 + (size_t)i * 8);
+            uint64_t off = accel__get_u64(b + 16 + (size_t)f->n * 8 + (size_t)i * 16);
+            uint64_t cnt = accel__get_u64(b + 24 + (size_t)f->n * 8 + (size_t)i * 16);
+            int64_t mine = accel_tensor_numel(&f->full[i]);
+            if (numel != (uint64_t)mine)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d: parameter %d (%s) has %llu elements, "
+                                "here %lld (a different model)", what, q, i, f->full[i].name,
+                                (unsigned long long)numel, (long long)mine);
+            else if (off > numel || cnt > numel - off)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: piece [%llu, +%llu) of parameter %d "
+                                "is outside its %llu elements", what, q, (unsigned long long)off,
+                                (unsigned long long)cnt, i, (unsigned long long)numel);
+            else if ((n - at) / 4 < cnt)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+            else {
+                data[(size_t)q * (size_t)w + (size_t)i] = at;
+                at += (size_t)cnt * 4;
+            }
+        }
+        for (j = 0; j < fs->m && r == ACCEL_OK; ++j) {
+            uint64_t cnt = accel__get_u64(b + 24 + (size_t)f->n * 8 + (size_t)(j / k) * 16);
+            size_t es = accel_dtype_size(fs->state[j].dtype);
+            if (n - at < 4)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+            else if (accel__get_u32(b + at) != (uint32_t)fs->state[j].dtype)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d: state tensor %d was saved as %s, this "
+                                "optimizer's is %s", what, q, j,
+                                accel_dtype_name((accel_dtype)accel__get_u32(b + at))
+                                    ? accel_dtype_name((accel_dtype)accel__get_u32(b + at)) : "invalid",
+                                accel_dtype_name(fs->state[j].dtype));
+            else if ((n - at - 4) / es < cnt)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+            else {
+                data[(size_t)q * (size_t)w + (size_t)f->n + (size_t)j] = at + 4;
+                at += 4 + (size_t)cnt * es;
+            }
+        }
+        if (r == ACCEL_OK && at != n)
+            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file has %zu bytes after its state", what, q,
+                            n - at);
+    }
+    /* 2. the saved pieces tile every parameter exactly once */
+    for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
+        int ns = 0, t;
+        int64_t next = 0, numel = accel_tensor_numel(&f->full[i]);
+        for (q = 0; q < count; ++q) {
+            const unsigned char *b = (const unsigned char *)bufs[q] + 16 + (size_t)f->n * 8 + (size_t)i * 16;
+            accel__fsdp_span s;
+            s.lo = (int64_t)accel__get_u64(b);
+            s.hi = s.lo + (int64_t)accel__get_u64(b + 8);
+            s.file = q;
+            if (s.hi > s.lo) sp[ns++] = s;
+        }
+        qsort(sp, (size_t)ns, sizeof *sp, accel__fsdp_span_cmp);
+        for (t = 0; t <= ns && r == ACCEL_OK; ++t) {
+            int64_t lo = t < ns ? sp[t].lo : numel;
+            if (lo != next)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: parameter %d (%s): elements [%lld, %lld) are %s", what, i,
+                                f->full[i].name, (long long)(lo < next ? lo : next),
+                                (long long)(lo < next ? next : lo),
+                                lo < next ? "in two saved ranks' files" : "in no saved rank's file");
+            if (t < ns) next = sp[t].hi;
+        }
+    }
+    /* 3. this rank's pieces out of the files that hold them */
+    for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
+        int64_t mlo = pc[i].offset, mhi = pc[i].offset + pc[i].count;
+        for (q = 0; q < count && r == ACCEL_OK && mhi > mlo; ++q) {
+            const unsigned char *b = (const unsigned char *)bufs[q];
+            int64_t slo = (int64_t)accel__get_u64(b + 16 + (size_t)f->n * 8 + (size_t)i * 16);
+            int64_t shi = slo + (int64_t)accel__get_u64(b + 24 + (size_t)f->n * 8 + (size_t)i * 16);
+            int64_t lo = slo > mlo ? slo : mlo, hi = shi < mhi ? shi : mhi;
+            if (hi <= lo) continue;
+            r = accel__coll_copy(f->c, (float *)pc[i].ptr + (lo - mlo),
+                                 b + data[(size_t)q * (size_t)w + (size_t)i] + (size_t)(lo - slo) * 4,
+                                 (size_t)(hi - lo) * 4, accel__fsdp_dir(ACCEL__FSDP_HOST, f->shard_kind));
+            for (j = i * k; j < (i + 1) * k && r == ACCEL_OK; ++j) {
+                size_t es = accel_dtype_size(fs->state[j].dtype);
+                r = accel__coll_copy(f->c, (unsigned char *)fs->state[j].ptr + (size_t)(lo - mlo) * es,
+                                     b + data[(size_t)q * (size_t)w + (size_t)f->n + (size_t)j] +
+                                         (size_t)(lo - slo) * es,
+                                     (size_t)(hi - lo) * es,
+                                     accel__fsdp_dir(ACCEL__FSDP_HOST, accel__fsdp_state_kind(f)));
+            }
+        }
+    }
+    if (r == ACCEL_OK) r = accel__fsdp_refresh_model(f);
+    accel_host_free(acc, pc);
+    accel_host_free(acc, data);
+    accel_host_free(acc, sp);
     return r;
 }
 

@@ -9,7 +9,8 @@
 
    Options: --dir DIR (project_dir; checkpoints under DIR/checkpoints), --epochs E (4), --every K (checkpoint every
    K optimizer steps, 10), --accum A (2), --fp16 (mixed_precision fp16: the scaler scales), --kill-at S (SIGKILL
-   this process after optimizer step S and its checkpoint, if any: for the resume test), --dump FILE (the final
+   this process after optimizer step S and its checkpoint, if any, in the first attempt only — a run restarted by
+   `accel launch --max-restarts`, ACCEL_RESTART_COUNT > 0, goes on: for the resume tests), --dump FILE (the final
    weights as raw float32, main process), --log FILE (one line per optimizer step, main process). */
 #include "accel.h" /* the implementation comes from the library (or vendor: #define ACCEL_IMPLEMENTATION first) */
 #include "accel_amp.h"
@@ -115,10 +116,11 @@ static int run(int argc, char **argv, model *m) {
         ++a;
     }
     if (epochs < 1 || every < 1 || accum < 1) { fprintf(stderr, "quickstart: bad --epochs/--every/--accum\n"); return 2; }
+    if (getenv("ACCEL_RESTART_COUNT") && atoi(getenv("ACCEL_RESTART_COUNT")) > 0) kill_at = 0; /* restarted: go on */
     make_data(m);
 
     desc.gradient_accumulation_steps = accum;
-    desc.mixed_precision = fp16 ? ACCEL_PRECISION_FP16 : ACCEL_PRECISION_NO;
+    desc.mixed_precision = fp16 ? ACCEL_PRECISION_FP16 : ACCEL_PRECISION_DEFAULT; /* default: the launcher's */
     desc.project_dir = dir;
     if (accel_init(&acc, &desc) != ACCEL_OK) { die(&acc); accel_shutdown(&acc); return 1; }
 

@@ -45,7 +45,7 @@
 /* ------------------------------------------------------------------------------------------------ options */
 typedef struct opts {
     const char *data, *precision, *ckpt_dir, *resume, *dump_weights, *loss_file, *log_dir, *profile_dir;
-    int steps, epochs, batch, accum, hidden, shuffle, ckpt_every, kill_at, print_every, eval_batch;
+    int steps, epochs, batch, accum, hidden, shuffle, ckpt_every, kill_at, print_every, eval_batch, async_ckpt;
     float lr, momentum, weight_decay, clip, warmup, init_scale;
     int growth_interval, bucket_kb, no_watchdog, zero;
     uint64_t seed;
@@ -59,7 +59,8 @@ static void usage(void) {
             "  --epochs E             train E epochs instead of --steps\n"
             "  --batch B              per-process micro-batch size (default 16)\n"
             "  --accum A              gradient accumulation steps (default 1)\n"
-            "  --precision P          no | fp16 | bf16 (default no)\n"
+            "  --precision P          no | fp16 | bf16 (default: the launcher's, e.g. accel launch --mixed-precision;\n"
+            "                         else no)\n"
             "  --init-scale S         fp16 initial loss scale (default 65536)\n"
             "  --growth-interval N    fp16 scaler growth interval (default 2000)\n"
             "  --hidden H             hidden units (default 64)\n"
@@ -69,6 +70,7 @@ static void usage(void) {
             "  --no-shuffle           sampler order 0..N-1\n"
             "  --checkpoint-dir DIR   save_state here ...\n"
             "  --checkpoint-every N   ... every N steps (and at the end)\n"
+            "  --async-checkpoint     save_state returns after a snapshot; a writer thread writes (accel_ckpt.h)\n"
             "  --resume               load the latest checkpoint in --checkpoint-dir and continue\n"
             "  --kill-at N            after step N (and its checkpoint) SIGKILL every rank (resume tests)\n"
             "  --dump-weights FILE    final fp32 master weights (raw little-endian float32)\n"
@@ -85,7 +87,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
     int i;
     memset(o, 0, sizeof *o);
     o->data = "data/digits.csv";
-    o->precision = "no";
+    o->precision = NULL; /* the launcher's (ACCELERATE_MIXED_PRECISION), else no */
     o->steps = 500; o->batch = 16; o->accum = 1; o->hidden = 64; o->shuffle = 1; o->print_every = 50;
     o->eval_batch = 32; o->lr = 0.05f; o->momentum = 0.9f; o->clip = 1.0f; o->warmup = 0.05f;
     o->init_scale = 65536.0f; o->growth_interval = 2000; o->seed = 42;
@@ -121,6 +123,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (TD_ARG("--zero")) o->zero = atoi(v);
         else if (!strcmp(a, "--resume")) o->resume = "latest";
         else if (!strcmp(a, "--no-shuffle")) o->shuffle = 0;
+        else if (!strcmp(a, "--async-checkpoint")) o->async_ckpt = 1;
         else if (!strcmp(a, "--no-watchdog")) o->no_watchdog = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 2; }
         else { fprintf(stderr, "train_digits: unknown or incomplete option %s\n", a); usage(); return 2; }
@@ -131,7 +134,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         fprintf(stderr, "train_digits: sizes and counts must be positive\n");
         return 2;
     }
-    if (strcmp(o->precision, "no") && strcmp(o->precision, "fp16") && strcmp(o->precision, "bf16")) {
+    if (o->precision && strcmp(o->precision, "no") && strcmp(o->precision, "fp16") && strcmp(o->precision, "bf16")) {
         fprintf(stderr, "train_digits: --precision must be no, fp16 or bf16\n");
         return 2;
     }
@@ -354,14 +357,22 @@ static accel_result load_trainer(void *user, const void *buf, size_t n) {
     return ACCEL_OK;
 }
 
+/* An async save's snapshot and background write, as ranges of the profiler (created after the checkpointer). */
+static void ckpt_range(void *user, const char *name, double begin, double end) {
+    accel_prof_record_range(*(accel_prof **)user, name, begin, end);
+}
+
 static accel_result setup_checkpoints(accel *acc, const opts *o, ckpt_ctx *cc, accel_ckpt **ck,
-                                      const accel_tensor *params, const accel_tensor *moms) {
+                                      const accel_tensor *params, const accel_tensor *moms, accel_prof **prof) {
     accel_ckpt_desc cd;
     accel_result r;
     memset(&cd, 0, sizeof cd);
     cd.project_dir = o->ckpt_dir;
     cd.automatic_checkpoint_naming = 1; /* <dir>/checkpoints/checkpoint_<i> */
     cd.total_limit = 2;
+    cd.async = o->async_ckpt ? ACCEL_ON : ACCEL_OFF; /* the momenta and weights may change once save_state returns */
+    cd.on_range = ckpt_range;
+    cd.range_user = prof;
     if ((r = accel_ckpt_create(acc, &cd, ck)) != ACCEL_OK) return r;
     if ((r = accel_ckpt_register_model(*ck, params, 4)) != ACCEL_OK) return r;
     if ((r = accel_ckpt_register_optimizer(*ck, moms, 4)) != ACCEL_OK) return r;
@@ -406,7 +417,8 @@ int main(int argc, char **argv) {
 
     memset(&desc, 0, sizeof desc);
     desc.gradient_accumulation_steps = o.accum;
-    desc.mixed_precision = !strcmp(o.precision, "fp16")   ? ACCEL_PRECISION_FP16
+    desc.mixed_precision = !o.precision                   ? ACCEL_PRECISION_DEFAULT
+                           : !strcmp(o.precision, "fp16") ? ACCEL_PRECISION_FP16
                            : !strcmp(o.precision, "bf16") ? ACCEL_PRECISION_BF16
                                                           : ACCEL_PRECISION_NO;
     desc.cpu = 1;
@@ -418,6 +430,11 @@ int main(int argc, char **argv) {
     }
     inited = 1;
     if (acc.gradient_accumulation_steps != o.accum) o.accum = acc.gradient_accumulation_steps; /* env override */
+    if (acc.mixed_precision == ACCEL_PRECISION_FP8) {
+        fprintf(stderr, "train_digits: mixed precision fp8 (from the launcher) is not one this trainer runs (no, fp16, "
+                "bf16)\n");
+        goto fail;
+    }
 
     /* 1. data: every rank reads the CSV (small); the sampler shards it */
     if (digits_load(o.data, &data)) goto fail;
@@ -542,7 +559,7 @@ int main(int argc, char **argv) {
     cc.pg = &pg;
     cc.train = &train;
     cc.scaler = &scaler;
-    if (o.ckpt_dir) CHECK(setup_checkpoints(&acc, &o, &cc, &ck, params, moms));
+    if (o.ckpt_dir) CHECK(setup_checkpoints(&acc, &o, &cc, &ck, params, moms, &prof));
     if (o.resume) {
         CHECK(accel_ckpt_load_state(ck, NULL)); /* the newest complete checkpoint under <dir>/checkpoints */
         if (!cc.have_loaded) {
@@ -663,6 +680,7 @@ int main(int argc, char **argv) {
                 if (loss_f) fclose(loss_f);
                 loss_f = NULL;
                 fflush(stdout);
+                if (ck) CHECK(accel_ckpt_wait(ck)); /* an async save: on disk before the crash */
                 accel_wait_for_everyone(&acc);
                 raise(SIGKILL); /* a crash right after the checkpoint: nothing else is written */
             }
@@ -672,6 +690,7 @@ int main(int argc, char **argv) {
         }
         accel_accumulate_end(&acc);
     }
+    if (ck) CHECK(accel_ckpt_wait(ck)); /* the last async save published (or its error) before the summary */
     accel_wait_for_everyone(&acc);
     {
         double secs = now_s() - t_start;
@@ -705,8 +724,8 @@ int main(int argc, char **argv) {
 fail:
     if (loss_f) fclose(loss_f);
     if (have_scaler) accel_amp_scaler_deinit(&scaler);
+    accel_ckpt_destroy(ck); /* first: an async write in flight reports its range to the profiler */
     accel_prof_destroy(prof);
-    accel_ckpt_destroy(ck);
     accel_ddp_destroy(red);
     accel_optim_destroy(zopt);
     accel_zero_destroy(zero);

@@ -1,6 +1,9 @@
 /* `accel ckpt ls|verify|plan` and `accel size` (accel_safetensors.h, accel_ckpt.h).
      accel ckpt ls FILE|DIR        tensors (name, dtype, shape, bytes, offsets) and metadata of a safetensors file;
-                                   for a directory: its index, its completion marker and every .safetensors in it
+                                   for a directory: its index, its completion marker and every .safetensors in it;
+                                   a checkpoint (or a folder of checkpoint_<N>) is verified: each one is "complete,
+                                   checksums OK", INCOMPLETE or DAMAGED with the reason, the one load_state(NULL)
+                                   loads is marked, and any incomplete or damaged one makes the exit code 1
      accel ckpt verify DIR         completeness (marker, sizes) and XXH64 checksums of a checkpoint directory
      accel ckpt plan --max-shard-size SIZE name:bytes …
                                    the save_model sharding plan as one JSON object, writing nothing
@@ -102,6 +105,72 @@ static char *dup_str(const char *s) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
+/* "checkpoint_<digits>" (automatic naming) → its number, else -1 */
+static long ckpt_number(const char *name) {
+    const char *p = name + 11;
+    long v = 0;
+    if (strncmp(name, "checkpoint_", 11) || !*p) return -1;
+    for (; *p; ++p) {
+        if (*p < '0' || *p > '9' || v > 100000000L) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+/* One checkpoint directory's verdict (accel_ckpt_verify: marker, sizes, every checksum) on one line; 0 = complete. */
+static int ckpt_status(const char *label, const char *dir, const char *mark) {
+    char marker[4200];
+    struct stat st;
+    accel_result r;
+    snprintf(marker, sizeof marker, "%s/checkpoint_complete.json", dir);
+    accel_set_default_logger(quiet_log, NULL);
+    r = accel_ckpt_verify(NULL, dir);
+    accel_set_default_logger(NULL, NULL);
+    if (r == ACCEL_OK) {
+        printf("%s: checkpoint, complete, checksums OK%s\n", label, mark);
+        return 0;
+    }
+    printf("%s: checkpoint, %s: %s\n", label, stat(marker, &st) == 0 ? "DAMAGED" : "INCOMPLETE",
+           accel_last_error(NULL));
+    return 1;
+}
+/* A folder of checkpoint_<N> directories (project_dir/checkpoints): each one's verdict, newest last; the newest
+   complete one is what load_state(NULL) loads (FALLBACK in accel_ckpt.h). */
+static int ls_checkpoints(const char *dir, char **names, int n) {
+    long *num = (long *)malloc(sizeof(long) * (size_t)(n ? n : 1));
+    int *ok = (int *)malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int i, j, rc = 0, newest = -1;
+    char path[4200];
+    if (!num || !ok) { free(num); free(ok); return 1; }
+    for (i = 0; i < n; ++i) num[i] = ckpt_number(names[i]);
+    for (i = 0; i < n; ++i) { /* by number, not by name: checkpoint_10 after checkpoint_9 */
+        for (j = i + 1; j < n; ++j)
+            if (num[j] >= 0 && (num[i] < 0 || num[j] < num[i])) {
+                long t = num[i];
+                char *s = names[i];
+                num[i] = num[j]; num[j] = t;
+                names[i] = names[j]; names[j] = s;
+            }
+    }
+    for (i = 0; i < n; ++i) {
+        ok[i] = 0;
+        if (num[i] < 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        accel_set_default_logger(quiet_log, NULL);
+        ok[i] = accel_ckpt_verify(NULL, path) == ACCEL_OK;
+        accel_set_default_logger(NULL, NULL);
+        if (ok[i]) newest = i;
+    }
+    for (i = 0; i < n; ++i) {
+        if (num[i] < 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (ckpt_status(path, path, i == newest ? " (newest complete: load_state loads it)" : "") != 0) rc = 1;
+    }
+    if (newest < 0) printf("%s: no complete checkpoint\n", dir);
+    free(num);
+    free(ok);
+    return rc;
+}
+
 static int ls_dir(const char *dir) {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -123,11 +192,21 @@ static int ls_dir(const char *dir) {
     }
     closedir(d);
     if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
+    for (i = 0; i < n; ++i) { /* a folder of checkpoints: the verdicts only */
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (ckpt_number(names[i]) >= 0 && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) break;
+    }
+    if (i < n) {
+        rc = ls_checkpoints(dir, names, n);
+        for (i = 0; i < n; ++i) free(names[i]);
+        free(names);
+        return rc;
+    }
     snprintf(path, sizeof path, "%s/checkpoint_complete.json", dir);
-    if (stat(path, &st) == 0) {
-        accel_set_default_logger(quiet_log, NULL);
-        printf("%s: checkpoint, %s\n", dir, accel_ckpt_verify(NULL, dir) == ACCEL_OK ? "complete, checksums OK" : accel_last_error(NULL));
-        accel_set_default_logger(NULL, NULL);
+    {
+        const char *base = strrchr(dir, '/');
+        base = base ? base + 1 : dir;
+        if ((stat(path, &st) == 0 || ckpt_number(base) >= 0) && ckpt_status(dir, dir, "") != 0) rc = 1;
     }
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (stat(path, &st) == 0) printf("%s: sharded model (model.safetensors.index.json)\n", dir);

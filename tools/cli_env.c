@@ -88,7 +88,10 @@ int cli_env(int argc, char **argv) {
                     "- distributed_type: %s\n- device: %s\n"
                     "- mixed_precision: %s\n- gradient_accumulation_steps: %d\n- debug: %s\n- cpu: %s\n"
                     "- master: %s:%d\n- collective_timeout_ms: %d\n",
-                    accel_launcher_name(acc.launcher), accel_host_group_name(&acc), acc.process_index, acc.num_processes, acc.local_process_index,
+                    /* accel launch gives torchrun's variables but no TORCHELASTIC_RUN_ID (it drops an inherited one) */
+                    acc.launcher == ACCEL_LAUNCHER_TORCHRUN && !getenv("TORCHELASTIC_RUN_ID") && getenv("ACCEL_RUN_ID")
+                        ? "accel launch (torchrun's variables)" : accel_launcher_name(acc.launcher),
+                    accel_host_group_name(&acc), acc.process_index, acc.num_processes, acc.local_process_index,
                     acc.local_num_processes, acc.is_main_process ? " main" : "",
                     accel_distributed_type_name(acc.distributed_type), devname, accel_precision_name(acc.mixed_precision),
                     acc.gradient_accumulation_steps, acc.debug ? "yes" : "no", acc.desc.cpu ? "yes" : "no",

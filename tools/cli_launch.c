@@ -3,7 +3,8 @@
 
    accel launch [-n|--nproc-per-node N] [--nnodes K --node-rank R --master-addr A --master-port P]
                 [--mixed-precision no|fp16|bf16|fp8] [--gradient-accumulation-steps S] [--cpu] [--debug]
-                [--run-id ID] [--config-file F] [--tee] [--] PROGRAM ARGS...
+                [--run-id ID] [--config-file F] [--gpu-ids LIST] [--num-cpu-threads-per-process T]
+                [--max-restarts N] [--tee] [--] PROGRAM ARGS...
      Starts N copies of PROGRAM with the environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE,
      LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT)
      plus Accelerate's (ACCELERATE_MIXED_PRECISION, ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_USE_CPU,
@@ -16,16 +17,37 @@
      random value on every node), or the store refuses a non-loopback address unless ACCEL_STORE_TRUSTED_NETWORK=1.
      Counts are bounded before anything is allocated or started: at most 1024 processes a node (-n or the config's
      num_processes / num_machines), at most 65536 nodes.
-     SIGINT / SIGTERM are forwarded to every process (each runs in its own process group, so their children get
-     them too). When one process fails, the others get SIGTERM (SIGKILL 5 s later) and accel launch exits with the
-     failed process's code (128 + signal number when it was killed), naming its rank. --tee prefixes every output
-     line with "[rank<R>]: " (torchrun's format).
-     --config-file reads the keys of an Accelerate config file that apply here (YAML or JSON, parsed with libyaml):
-     num_processes (all machines), num_machines, machine_rank, main_process_ip, main_process_port, mixed_precision,
-     gradient_accumulation_steps, use_cpu, debug; others are ignored. Without --config-file, Accelerate's default
-     config file is read when it exists ($HF_HOME/accelerate/default_config.yaml, else
-     ${XDG_CACHE_HOME:-~/.cache}/huggingface/accelerate/default_config.yaml). Command-line options override the
-     file.
+     SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every process, as torchrun does; each process runs in a
+     session of its own (torchrun's start_new_session: their children get the signals too, and a process reading the
+     terminal is not stopped by SIGTTIN) and dies with the launcher if the launcher is killed (PR_SET_PDEATHSIG,
+     Linux). When one process fails, the others get SIGTERM (SIGKILL 5 s later) and accel launch exits with the
+     failed process's code (128 + signal number when it was killed), naming its rank — a rank killed by a signal
+     rather than one that then failed in a collective, when both have ended by the time the launcher looks.
+     --max-restarts N (torchrun's, default 0): after a failure the node's processes are all stopped and started
+     again, up to N times, with TORCHELASTIC_RESTART_COUNT / ACCEL_RESTART_COUNT = the attempt (0 first) and
+     TORCHELASTIC_MAX_RESTARTS = N; a trainer resumes from its newest complete checkpoint (examples/quickstart.c).
+     A signal to the launcher ends the job instead. Across nodes each node's launcher restarts its own processes
+     (the others fail on the broken store and restart too, given the same N).
+     --cpu (or use_cpu: true) with several processes on one node, in an accel built with MPI: the node's processes
+     are started by this build's mpirun (accelerate launch --multi_cpu's rule: CPU data collectives need MPI) — one
+     child, mpirun -np N PROGRAM, under the same signals, session and restarts, with Accelerate's variables and no
+     torchrun ones; --tee is not applied there.
+     --tee prefixes every output line with "[rank<R>]: " (torchrun's format).
+     --gpu-ids 0,1 sets CUDA_VISIBLE_DEVICES ("all": left alone), --num-cpu-threads-per-process T sets
+     OMP_NUM_THREADS (otherwise 1 when a node runs several processes and it is unset, as torchrun), as accelerate
+     launch does.
+     --config-file reads an Accelerate config file (YAML or JSON, parsed with libyaml). Applied: num_processes (all
+     machines: divided by num_machines or --nnodes, unless -n gives the count a node), num_machines, machine_rank,
+     main_process_ip, main_process_port, mixed_precision (and the older fp16: true), gpu_ids, use_cpu, debug, and
+     accel's own gradient_accumulation_steps. Accepted with no effect: compute_environment LOCAL_MACHINE,
+     distributed_type NO / MULTI_CPU / MULTI_GPU, rdzv_backend static / c10d, same_network, main_training_function,
+     downcast_bf16 and the TPU keys. Refused, naming the key and what to use instead, when they ask for something:
+     distributed_type DEEPSPEED / FSDP / ..., deepspeed_config, fsdp_config, megatron_lm_config,
+     parallelism_config, fp8_config, mpirun_config, dynamo_config (dynamo_backend other than NO),
+     enable_cpu_affinity: true. Any other key is refused as Accelerate refuses it (a typo would otherwise launch
+     without the setting). Without --config-file, Accelerate's default config file is read when it exists
+     ($HF_HOME/accelerate/default_config.yaml, else ${XDG_CACHE_HOME:-~/.cache}/huggingface/accelerate/
+     default_config.yaml). Command-line options override the file; errors name the flag or the file's key.
 
    accel config --default [--mixed-precision no|fp16|bf16] [FILE]
      Writes Accelerate's basic config (write_basic_config: this machine, every CUDA device or the CPU) as JSON to
@@ -48,8 +70,12 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <netdb.h>
 #ifndef ACCEL_CLI_NO_YAML
 #include <yaml.h>
 #endif
@@ -60,10 +86,15 @@
 #define LAUNCH_MAX 1024        /* processes a node (the --tee poll set is sized by it) */
 #define LAUNCH_MAX_NODES 65536
 #define LAUNCH_MAX_CONFIG (1 << 20) /* bytes of a config file */
+#define LAUNCH_BLAME_S 0.5          /* how long a failure by exit code waits for a rank killed by a signal */
 
 typedef struct launch_cfg {
     int nproc, nnodes, node_rank, master_port, accum, use_cpu, debug, tee, total; /* -1 / 0: unset */
+    int threads;                 /* --num-cpu-threads-per-process: OMP_NUM_THREADS (0: torchrun's default) */
+    int max_restarts, restart;   /* --max-restarts, and which attempt this is (0 = the first) */
+    int mpirun_np;               /* > 0: the one process started is mpirun, starting this many (--cpu, MPI built in) */
     char master_addr[256], precision[16], run_id[320];
+    char gpu_ids[256];           /* the config's gpu_ids (or --gpu-ids): CUDA_VISIBLE_DEVICES, "" = all */
     char secret[72]; /* ACCEL_STORE_SECRET made for this job ("" when the launcher's own environment has one) */
 } launch_cfg;
 
@@ -71,7 +102,8 @@ static void launch_usage(FILE *f) {
     fprintf(f,
             "usage: accel launch [-n|--nproc-per-node N] [--nnodes K --node-rank R --master-addr A --master-port P]\n"
             "                    [--mixed-precision no|fp16|bf16|fp8] [--gradient-accumulation-steps S] [--cpu] [--debug]\n"
-            "                    [--run-id ID] [--config-file F] [--tee] [--] PROGRAM ARGS...\n"
+            "                    [--run-id ID] [--config-file F] [--gpu-ids LIST] [--num-cpu-threads-per-process T]\n"
+            "                    [--max-restarts N] [--tee] [--] PROGRAM ARGS...\n"
             "       accel config --default [--mixed-precision no|fp16|bf16] [FILE]\n");
 }
 
@@ -101,6 +133,26 @@ static void launch_default_config(char *out, size_t cap) {
     else snprintf(out, cap, "%s/.cache/huggingface/accelerate/default_config.yaml", home ? home : ".");
 }
 
+/* gpu_ids: "all" or a comma-separated list of device numbers (Accelerate passes it to CUDA_VISIBLE_DEVICES). */
+static int config_gpu_ids(const char *where, const char *v, char *out, size_t cap) {
+    const char *p = v;
+    if (!strcmp(v, "all")) { out[0] = 0; return 1; }
+    while (*p) {
+        if (!((*p >= '0' && *p <= '9') || (*p == ',' && p != v && p[1] && p[-1] != ','))) {
+            fprintf(stderr, "accel launch: %s gpu_ids '%s' is not \"all\" or a list of device numbers (\"0,1\")\n",
+                    where, v);
+            return 0;
+        }
+        ++p;
+    }
+    if (!*v || strlen(v) >= cap) {
+        fprintf(stderr, "accel launch: %s gpu_ids '%s' is not valid\n", where, v);
+        return 0;
+    }
+    snprintf(out, cap, "%s", v);
+    return 1;
+}
+
 /* ------------------------------------------------------------------------------------------ config files */
 #ifdef ACCEL_CLI_NO_YAML
 /* Built without libyaml: a config file that would be read is an error, never silently skipped (its keys would change
@@ -120,14 +172,84 @@ static int config_bool(const char *key, const char *v, int *out) {
     return 1;
 }
 
-/* The applicable keys of an Accelerate config file (YAML, or JSON which libyaml reads as YAML flow syntax), from its
-   n bytes (untrusted: fuzzed by tests/fuzz/tools). path names it in messages. */
+/* Edit distance of two short keys (for "did you mean"); capped at 9. */
+static int config_distance(const char *a, const char *b) {
+    int d[40][40];
+    size_t i, j, n = strlen(a), m = strlen(b);
+    if (n >= 40 || m >= 40) return 9;
+    for (i = 0; i <= n; ++i) d[i][0] = (int)i;
+    for (j = 0; j <= m; ++j) d[0][j] = (int)j;
+    for (i = 1; i <= n; ++i)
+        for (j = 1; j <= m; ++j) {
+            int x = d[i - 1][j] + 1, y = d[i][j - 1] + 1, z = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            d[i][j] = x < y ? (x < z ? x : z) : (y < z ? y : z);
+        }
+    return d[n][m] < 9 ? d[n][m] : 9;
+}
+
+/* 1 when a nested section is empty or says nothing (null, {}, [], or, for dynamo_config, only dynamo_backend: NO) */
+static int config_empty(yaml_document_t *doc, yaml_node_t *v, const char *key) {
+    yaml_node_pair_t *q;
+    if (v->type == YAML_SCALAR_NODE) {
+        const char *x = (const char *)v->data.scalar.value;
+        return !*x || !strcmp(x, "null") || !strcmp(x, "~") || (!strcmp(key, "dynamo_backend") && !strcmp(x, "NO"));
+    }
+    if (v->type == YAML_SEQUENCE_NODE) return v->data.sequence.items.start == v->data.sequence.items.top;
+    if (v->type != YAML_MAPPING_NODE) return 0;
+    for (q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top; ++q) {
+        yaml_node_t *k = yaml_document_get_node(doc, q->key), *x = yaml_document_get_node(doc, q->value);
+        const char *ks = k && k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
+        if (!strcmp(key, "dynamo_config") && !strcmp(ks, "dynamo_backend") && x && x->type == YAML_SCALAR_NODE &&
+            (!strcmp((const char *)x->data.scalar.value, "NO") || !strcmp((const char *)x->data.scalar.value, "no")))
+            continue;
+        return 0;
+    }
+    return 1;
+}
+
+/* Every key of Accelerate's ClusterConfig (commands/config/config_args.py, 1.15) and what accel launch does with it:
+   applied, accepted with no effect here (TPU pods, SageMaker-only or informational keys), or refused when it asks for
+   something accel cannot do — then the message names the key and what to use. Accelerate refuses keys it does not
+   know, and so does accel launch (a typo such as num_proceses would otherwise launch without the setting). */
+static const char *const config_keys[] = {
+    "compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes",
+    "machine_rank", "num_machines", "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend", "same_network",
+    "main_training_function", "enable_cpu_affinity", "fp8_config", "deepspeed_config", "fsdp_config",
+    "parallelism_config", "megatron_lm_config", "mpirun_config", "downcast_bf16", "tpu_name", "tpu_zone",
+    "tpu_use_cluster", "tpu_use_sudo", "command_file", "commands", "tpu_vm", "tpu_env", "dynamo_config",
+    "fp16", "dynamo_backend",            /* older files: Accelerate converts them (process_config) */
+    "gradient_accumulation_steps",       /* accel's own key (accelerate launch takes it on the command line) */
+    NULL};
+
+/* Keys whose non-empty value asks for what accel does not have, and what to use instead. */
+static const char *config_refusal(const char *key) {
+    static const char *const r[][2] = {
+        {"deepspeed_config", "accel has no DeepSpeed: shard optimizer states and gradients with accel_zero.h in "
+                             "the program (its gradient_accumulation_steps: --gradient-accumulation-steps)"},
+        {"fsdp_config", "accel has no FSDP: shard optimizer states and gradients with accel_zero.h in the program"},
+        {"megatron_lm_config", "accel has no Megatron-LM tensor/pipeline parallelism"},
+        {"parallelism_config", "accel has data parallelism only (accel_ddp.h, accel_zero.h)"},
+        {"fp8_config", "accel's fp8 recipe is chosen in the program (accel_amp.h); mixed_precision: fp8 selects it"},
+        {"dynamo_config", "torch.compile (dynamo) has no counterpart in a C program"},
+        {"dynamo_backend", "torch.compile (dynamo) has no counterpart in a C program"},
+        {"mpirun_config", "accel launch does not run mpirun: start the program with mpirun yourself"},
+    };
+    size_t i;
+    for (i = 0; i < sizeof r / sizeof r[0]; ++i)
+        if (!strcmp(key, r[i][0])) return r[i][1];
+    return NULL;
+}
+
+/* The keys of an Accelerate config file (YAML, or JSON which libyaml reads as YAML flow syntax), from its n bytes
+   (untrusted: fuzzed by tests/fuzz/core). path names it in messages. */
 static int config_parse(const unsigned char *buf, size_t n, const char *path, launch_cfg *c) {
     yaml_parser_t p;
     yaml_document_t doc;
     yaml_node_t *root;
     yaml_node_pair_t *pair;
-    int ok = 1, machines = -1;
+    int ok = 1, machines = -1, fp16 = -1;
+    char where[1100];
+    snprintf(where, sizeof where, "%s:", path);
     if (!yaml_parser_initialize(&p)) { fprintf(stderr, "accel launch: libyaml init failed\n"); return 0; }
     yaml_parser_set_input_string(&p, buf, n);
     if (!yaml_parser_load(&p, &doc)) {
@@ -143,15 +265,54 @@ static int config_parse(const unsigned char *buf, size_t n, const char *path, la
     }
     for (pair = root && ok ? root->data.mapping.pairs.start : NULL; ok && pair && pair < root->data.mapping.pairs.top; ++pair) {
         yaml_node_t *k = yaml_document_get_node(&doc, pair->key), *v = yaml_document_get_node(&doc, pair->value);
-        const char *key, *val;
-        if (!k || k->type != YAML_SCALAR_NODE || !v) continue;
+        const char *key, *val, *why;
+        size_t i;
+        if (!k || k->type != YAML_SCALAR_NODE || !v) {
+            fprintf(stderr, "accel launch: %s a key that is not a plain name\n", where);
+            ok = 0;
+            break;
+        }
         key = (const char *)k->data.scalar.value;
-        if (v->type != YAML_SCALAR_NODE) continue; /* nested sections (deepspeed_config, ...) do not apply */
+        for (i = 0; config_keys[i] && strcmp(config_keys[i], key); ++i) {}
+        if (!config_keys[i]) {
+            const char *best = NULL;
+            int bd = 3;
+            for (i = 0; config_keys[i]; ++i) {
+                int d = config_distance(key, config_keys[i]);
+                if (d < bd) { bd = d; best = config_keys[i]; }
+            }
+            if (!strcmp(key, "num_cpu_threads_per_process"))
+                fprintf(stderr, "accel launch: %s unknown key 'num_cpu_threads_per_process': it is an option of "
+                        "accelerate launch, not a config key (use --num-cpu-threads-per-process N)\n", where);
+            else
+                fprintf(stderr, "accel launch: %s unknown key '%.100s' (not one of Accelerate's config keys)%s%s%s\n",
+                        where, key, best ? "; did you mean " : "", best ? best : "", best ? "?" : "");
+            ok = 0;
+            break;
+        }
+        why = config_refusal(key);
+        if (why) {
+            if (!config_empty(&doc, v, key)) {
+                fprintf(stderr, "accel launch: %s %s is not supported: %s (remove the key)\n", where, key, why);
+                ok = 0;
+            }
+            continue;
+        }
+        if (v->type != YAML_SCALAR_NODE) {
+            if (!config_empty(&doc, v, key) && strcmp(key, "commands") && strcmp(key, "tpu_vm") &&
+                strcmp(key, "tpu_env")) {
+                fprintf(stderr, "accel launch: %s %s must be a single value\n", where, key);
+                ok = 0;
+            }
+            continue;
+        }
         val = (const char *)v->data.scalar.value;
         if (!strcmp(val, "null") || !strcmp(val, "~")) continue;
-        if (!strcmp(key, "num_processes"))
-            ok = launch_int("num_processes", val, 1, (long)LAUNCH_MAX * LAUNCH_MAX_NODES, &c->total);
-        else if (!strcmp(key, "num_machines")) ok = launch_int("num_machines", val, 1, LAUNCH_MAX_NODES, &machines);
+        if (!strcmp(key, "num_processes")) {
+            /* -1: Accelerate's "not set" (the dataclass default, e.g. under SLURM) */
+            if (strcmp(val, "-1") != 0)
+                ok = launch_int("num_processes", val, 1, (long)LAUNCH_MAX * LAUNCH_MAX_NODES, &c->total);
+        } else if (!strcmp(key, "num_machines")) ok = launch_int("num_machines", val, 1, LAUNCH_MAX_NODES, &machines);
         else if (!strcmp(key, "machine_rank"))
             ok = launch_int("machine_rank", val, 0, LAUNCH_MAX_NODES - 1, &c->node_rank);
         else if (!strcmp(key, "main_process_ip")) snprintf(c->master_addr, sizeof c->master_addr, "%s", val);
@@ -159,12 +320,43 @@ static int config_parse(const unsigned char *buf, size_t n, const char *path, la
         else if (!strcmp(key, "gradient_accumulation_steps")) ok = launch_int("gradient_accumulation_steps", val, 1, 1 << 30, &c->accum);
         else if (!strcmp(key, "use_cpu")) ok = config_bool(key, val, &c->use_cpu);
         else if (!strcmp(key, "debug")) ok = config_bool(key, val, &c->debug);
+        else if (!strcmp(key, "fp16")) ok = config_bool(key, val, &fp16);
+        else if (!strcmp(key, "gpu_ids")) ok = config_gpu_ids(where, val, c->gpu_ids, sizeof c->gpu_ids);
         else if (!strcmp(key, "mixed_precision")) {
             if (!launch_precision_ok(val)) { fprintf(stderr, "accel launch: config mixed_precision '%s' is not no|fp16|bf16|fp8\n", val); ok = 0; }
             else snprintf(c->precision, sizeof c->precision, "%s", val);
+        } else if (!strcmp(key, "distributed_type")) {
+            if (strcmp(val, "NO") && strcmp(val, "MULTI_CPU") && strcmp(val, "MULTI_GPU")) {
+                fprintf(stderr, "accel launch: %s distributed_type %.40s is not supported: accel runs data parallel "
+                        "(NO, MULTI_CPU, MULTI_GPU)%s\n", where, val,
+                        !strcmp(val, "DEEPSPEED") || !strcmp(val, "FSDP")
+                            ? "; shard optimizer states and gradients with accel_zero.h in the program" : "");
+                ok = 0;
+            }
+        } else if (!strcmp(key, "compute_environment")) {
+            if (strcmp(val, "LOCAL_MACHINE")) {
+                fprintf(stderr, "accel launch: %s compute_environment %.40s is not supported (LOCAL_MACHINE)\n", where,
+                        val);
+                ok = 0;
+            }
+        } else if (!strcmp(key, "enable_cpu_affinity")) {
+            int b = 0;
+            ok = config_bool(key, val, &b);
+            if (ok && b) {
+                fprintf(stderr, "accel launch: %s enable_cpu_affinity is not supported: accel launch does not bind "
+                        "processes to CPUs (start them under numactl or taskset)\n", where);
+                ok = 0;
+            }
+        } else if (!strcmp(key, "rdzv_backend")) {
+            if (strcmp(val, "static") && strcmp(val, "c10d")) {
+                fprintf(stderr, "accel launch: %s rdzv_backend %.40s is not supported (static, c10d)\n", where, val);
+                ok = 0;
+            }
         }
+        /* same_network, main_training_function, downcast_bf16, tpu_*, command_file: nothing to do off a TPU pod */
     }
     if (ok && machines > 0) c->nnodes = machines;
+    if (ok && fp16 == 1 && !c->precision[0]) snprintf(c->precision, sizeof c->precision, "fp16");
     yaml_document_delete(&doc);
     yaml_parser_delete(&p);
     return ok;
@@ -194,6 +386,32 @@ static int config_read(const char *path, launch_cfg *c) {
     return ok;
 }
 
+/* The master address as every node names it the same way, for the default run id: its first IPv4 address (else
+   IPv6) numerically, and "loopback" for any loopback address — so "localhost" on one node and "127.0.0.1" on another
+   make one run, as torchrun canonicalises the rendezvous host. Unresolvable: the text as given. */
+static void launch_canonical_host(const char *addr, char *out, size_t cap) {
+    struct addrinfo hints, *res = NULL;
+    int fam;
+    snprintf(out, cap, "%s", addr);
+    for (fam = 0; fam < 2; ++fam) {
+        memset(&hints, 0, sizeof hints);
+        hints.ai_family = fam == 0 ? AF_INET : AF_INET6;
+        hints.ai_socktype = SOCK_STREAM;
+        if (getaddrinfo(addr, NULL, &hints, &res) != 0 || !res) continue;
+        if (res->ai_family == AF_INET) {
+            const struct sockaddr_in *in = (const struct sockaddr_in *)res->ai_addr;
+            if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) snprintf(out, cap, "loopback");
+            else inet_ntop(AF_INET, &in->sin_addr, out, (socklen_t)cap);
+        } else {
+            const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)res->ai_addr;
+            if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) snprintf(out, cap, "loopback");
+            else inet_ntop(AF_INET6, &in6->sin6_addr, out, (socklen_t)cap);
+        }
+        freeaddrinfo(res);
+        return;
+    }
+}
+
 /* The job's secret: 32 bytes from the kernel, as hex (the store's MAC key; accel.h SECURITY). 1 ok. */
 static int launch_make_secret(char *out, size_t cap) {
     unsigned char b[32];
@@ -207,7 +425,13 @@ static int launch_make_secret(char *out, size_t cap) {
 
 /* ------------------------------------------------------------------------------------------ processes */
 static volatile sig_atomic_t launch_signal = 0;
-static void launch_on_signal(int s) { launch_signal = s; }
+static int launch_wake[2] = {-1, -1}; /* self-pipe: a signal (SIGCHLD too) wakes the poll loop at once */
+static void launch_on_signal(int s) {
+    int e = errno;
+    if (s != SIGCHLD) launch_signal = s;
+    if (launch_wake[1] >= 0) (void)!write(launch_wake[1], "", 1);
+    errno = e;
+}
 
 static double launch_now(void) {
     struct timespec ts;
@@ -221,6 +445,7 @@ static void launch_setenv_int(const char *k, int v) {
     setenv(k, b, 1);
 }
 
+static void launch_accelerate_env(const launch_cfg *c, int nproc);
 /* In the child, before exec: torchrun's worker variables, Accelerate's, and no other launcher's. */
 static void launch_child_env(const launch_cfg *c, int local) {
     static const char *drop[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -230,7 +455,17 @@ static void launch_child_env(const launch_cfg *c, int local) {
                                  "TORCHELASTIC_RUN_ID", "ACCEL_STORE_PORT"};
     int rank = c->node_rank * c->nproc + local, world = c->nnodes * c->nproc;
     size_t i;
+    static const char *torchrun[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                     "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME"};
     for (i = 0; i < sizeof drop / sizeof drop[0]; ++i) unsetenv(drop[i]);
+    launch_setenv_int("TORCHELASTIC_RESTART_COUNT", c->restart); /* torchrun's names, and accel's */
+    launch_setenv_int("TORCHELASTIC_MAX_RESTARTS", c->max_restarts);
+    launch_setenv_int("ACCEL_RESTART_COUNT", c->restart);
+    if (c->mpirun_np > 0) { /* mpirun gives the layout: no torchrun variables that would contradict it */
+        for (i = 0; i < sizeof torchrun / sizeof torchrun[0]; ++i) unsetenv(torchrun[i]);
+        launch_accelerate_env(c, c->mpirun_np);
+        return;
+    }
     launch_setenv_int("RANK", rank);
     launch_setenv_int("LOCAL_RANK", local);
     launch_setenv_int("WORLD_SIZE", world);
@@ -244,11 +479,18 @@ static void launch_child_env(const launch_cfg *c, int local) {
     launch_setenv_int("MASTER_PORT", c->master_port);
     setenv("ACCEL_RUN_ID", c->run_id, 1);
     if (c->secret[0]) setenv("ACCEL_STORE_SECRET", c->secret, 1); /* the environment: never a command line */
+    launch_accelerate_env(c, c->nproc);
+}
+
+/* Accelerate's variables and the thread count, for nproc processes on this node. */
+static void launch_accelerate_env(const launch_cfg *c, int nproc) {
     if (c->precision[0]) setenv("ACCELERATE_MIXED_PRECISION", c->precision, 1);
     if (c->accum > 0) launch_setenv_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", c->accum);
     if (c->use_cpu >= 0) setenv("ACCELERATE_USE_CPU", c->use_cpu ? "true" : "false", 1);
     if (c->debug >= 0) setenv("ACCELERATE_DEBUG_MODE", c->debug ? "true" : "false", 1);
-    if (c->nproc > 1 && !getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", "1", 1); /* as torchrun */
+    if (c->gpu_ids[0]) setenv("CUDA_VISIBLE_DEVICES", c->gpu_ids, 1); /* as accelerate launch does with gpu_ids */
+    if (c->threads > 0) launch_setenv_int("OMP_NUM_THREADS", c->threads); /* --num_cpu_threads_per_process */
+    else if (nproc > 1 && !getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", "1", 1); /* as torchrun */
 }
 
 typedef struct launch_proc {
@@ -286,9 +528,11 @@ static void launch_kill_all(launch_proc *ps, int n, int sig) {
 
 static int launch_run(const launch_cfg *c, char **prog) {
     launch_proc *ps = (launch_proc *)calloc((size_t)c->nproc, sizeof *ps);
-    int i, alive = 0, failed = -1, code = 0, forwarded = 0;
+    int i, alive = 0, failed = -1, code = 0, forwarded = 0, stopped = 0, cand = -1;
+    double cand_until = 0;
     double stop_at = 0;
     struct sigaction sa;
+    pid_t launcher = getpid();
     if (c->nproc < 1 || c->nproc > LAUNCH_MAX) { /* cli_launch bounds it; the poll set below is sized by it */
         free(ps);
         fprintf(stderr, "accel launch: %d processes a node (1..%d)\n", c->nproc, LAUNCH_MAX);
@@ -298,8 +542,19 @@ static int launch_run(const launch_cfg *c, char **prog) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = launch_on_signal;
     sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* SIGCHLD must not cut the --tee writes short */
+    /* torchrun's set: SIGINT, SIGTERM, SIGHUP (terminal or ssh closed), SIGQUIT are forwarded */
+    if (pipe(launch_wake) == 0) {
+        fcntl(launch_wake[0], F_SETFL, fcntl(launch_wake[0], F_GETFL, 0) | O_NONBLOCK);
+        fcntl(launch_wake[1], F_SETFL, fcntl(launch_wake[1], F_GETFL, 0) | O_NONBLOCK);
+        fcntl(launch_wake[0], F_SETFD, FD_CLOEXEC);
+        fcntl(launch_wake[1], F_SETFD, FD_CLOEXEC);
+    }
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGQUIT, &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     fflush(stdout);
     fflush(stderr);
@@ -311,8 +566,18 @@ static int launch_run(const launch_cfg *c, char **prog) {
         if (ps[i].pid == 0) {
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
+            signal(SIGHUP, SIG_DFL);
+            signal(SIGQUIT, SIG_DFL);
+            signal(SIGCHLD, SIG_DFL);
             signal(SIGPIPE, SIG_DFL);
-            setpgid(0, 0);
+            /* a session of its own, as torchrun's workers: a worker that reads the terminal is not stopped by
+               SIGTTIN (it is in no job-control group of the terminal), and kill(-pid) reaches its children */
+            (void)setsid();
+#ifdef __linux__
+            /* the launcher killed by SIGKILL (or dying any way) takes its workers with it */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != launcher) _exit(128 + SIGKILL); /* it died before the prctl */
+#endif
             if (c->tee) {
                 dup2(out[1], 1);
                 dup2(err[1], 2);
@@ -323,7 +588,6 @@ static int launch_run(const launch_cfg *c, char **prog) {
             fprintf(stderr, "accel launch: cannot run %s: %s\n", prog[0], strerror(errno));
             _exit(127);
         }
-        setpgid(ps[i].pid, ps[i].pid); /* also from here: no race with an early kill */
         ps[i].alive = 1;
         ++alive;
         if (c->tee) {
@@ -345,10 +609,13 @@ static int launch_run(const launch_cfg *c, char **prog) {
         stop_at = launch_now() + 5.0;
     }
     while (alive > 0) {
-        struct pollfd pf[2 * LAUNCH_MAX];
-        int who[2 * LAUNCH_MAX], np = 0, k;
+        struct pollfd pf[2 * LAUNCH_MAX + 1];
+        int who[2 * LAUNCH_MAX + 1], np = 0, k;
         pid_t pid;
         int st;
+        if (launch_wake[0] >= 0) {
+            pf[np].fd = launch_wake[0]; pf[np].events = POLLIN; pf[np].revents = 0; who[np++] = -1;
+        }
         for (k = 0; c->tee && k < c->nproc; ++k) {
             int s;
             for (s = 0; s < 2; ++s)
@@ -360,6 +627,7 @@ static int launch_run(const launch_cfg *c, char **prog) {
                 ssize_t n;
                 int r = who[k] / 2, s = who[k] % 2;
                 if (!pf[k].revents) continue;
+                if (who[k] < 0) { while (read(pf[k].fd, buf, sizeof buf) > 0) {} continue; }
                 n = read(pf[k].fd, buf, sizeof buf);
                 if (n > 0) launch_tee(&ps[r], c->node_rank * c->nproc + r, s, buf, (size_t)n, 0);
                 else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
@@ -376,20 +644,31 @@ static int launch_run(const launch_cfg *c, char **prog) {
             if (!stop_at) stop_at = launch_now() + 10.0;
             if (!code) code = 128 + (int)launch_signal;
         }
+        /* reap everything that has ended, then name the failure. A rank killed by a signal is the cause rather than
+           one that exited with an error after it: waitpid returns children in fork order, so when rank 1 is killed
+           and rank 0 exits 1 on noticing, both may be here at once — or rank 0 even first (a killed process closes
+           its sockets before it becomes a zombie). So a failure by exit code waits up to LAUNCH_BLAME_S for a
+           killed rank before it is named and the others are stopped. */
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
             for (k = 0; k < c->nproc; ++k) {
                 if (ps[k].pid != pid || !ps[k].alive) continue;
                 ps[k].alive = 0;
                 ps[k].status = st;
                 --alive;
-                if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && failed == -1 && !forwarded) {
-                    failed = k;
-                    code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-                    if (alive > 0) {
-                        launch_kill_all(ps, c->nproc, SIGTERM);
-                        stop_at = launch_now() + 5.0;
-                    }
-                }
+                if (failed != -1 || forwarded || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) continue;
+                if (cand < 0) cand_until = launch_now() + LAUNCH_BLAME_S;
+                if (cand < 0 || (WIFSIGNALED(st) && !WIFSIGNALED(ps[cand].status))) cand = k;
+            }
+        }
+        if (cand >= 0 && failed == -1 && !forwarded &&
+            (WIFSIGNALED(ps[cand].status) || alive == 0 || launch_now() >= cand_until)) {
+            failed = cand;
+            st = ps[cand].status;
+            code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            stopped = alive;
+            if (alive > 0) {
+                launch_kill_all(ps, c->nproc, SIGTERM);
+                stop_at = launch_now() + 5.0;
             }
         }
         if (stop_at && launch_now() > stop_at && alive > 0) {
@@ -409,17 +688,25 @@ static int launch_run(const launch_cfg *c, char **prog) {
             close(ps[i].fd[s]);
         }
     }
-    if (failed >= 0) {
+    if (failed >= 0 && c->mpirun_np > 0) {
+        int st = ps[failed].status;
+        fprintf(stderr, "accel launch: mpirun (%d processes) %s %d\n", c->mpirun_np,
+                WIFEXITED(st) ? "exited with code" : "was killed by signal",
+                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    } else if (failed >= 0) {
         int st = ps[failed].status;
         if (WIFEXITED(st))
-            fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) exited with code %d; stopped the other %d process(es)\n",
-                    c->node_rank * c->nproc + failed, failed, (long)ps[failed].pid, WEXITSTATUS(st), c->nproc - 1);
+            fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) exited with code %d; stopped the other %d "
+                    "process(es) still running\n", c->node_rank * c->nproc + failed, failed, (long)ps[failed].pid,
+                    WEXITSTATUS(st), stopped);
         else
-            fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) was killed by signal %d; stopped the other %d process(es)\n",
-                    c->node_rank * c->nproc + failed, failed, (long)ps[failed].pid, WTERMSIG(st), c->nproc - 1);
+            fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) was killed by signal %d (%s); stopped the "
+                    "other %d process(es) still running\n", c->node_rank * c->nproc + failed, failed,
+                    (long)ps[failed].pid, WTERMSIG(st), strsignal(WTERMSIG(st)), stopped);
     }
     for (i = 0; i < c->nproc; ++i) { free(ps[i].line[0]); free(ps[i].line[1]); }
     free(ps);
+    if (launch_wake[0] >= 0) { close(launch_wake[0]); close(launch_wake[1]); launch_wake[0] = launch_wake[1] = -1; }
     return code;
 }
 
@@ -427,7 +714,7 @@ int cli_launch(int argc, char **argv) {
     launch_cfg c, cli;
     char cfgpath[1024] = "";
     char **prog = NULL;
-    int i, explicit_config = 0;
+    int i, explicit_config = 0, file_nnodes, file_rank;
     memset(&c, 0, sizeof c);
     c.use_cpu = c.debug = -1;
     c.node_rank = -1;
@@ -459,6 +746,14 @@ int cli_launch(int argc, char **argv) {
             snprintf(cli.precision, sizeof cli.precision, "%s", v);
         } else if (!strcmp(name, "--run-id")) snprintf(cli.run_id, sizeof cli.run_id, "%s", v);
         else if (!strcmp(name, "--config-file")) { snprintf(cfgpath, sizeof cfgpath, "%s", v); explicit_config = 1; }
+        else if (!strcmp(name, "--num-cpu-threads-per-process")) {
+            if (!launch_int(name, v, 1, 1 << 16, &cli.threads)) return 2;
+        } else if (!strcmp(name, "--max-restarts")) {
+            if (!launch_int(name, v, 0, 1 << 20, &cli.max_restarts)) return 2;
+        } else if (!strcmp(name, "--gpu-ids")) {
+            if (!config_gpu_ids("--gpu-ids:", v, cli.gpu_ids, sizeof cli.gpu_ids)) return 2;
+            if (!cli.gpu_ids[0]) snprintf(cli.gpu_ids, sizeof cli.gpu_ids, "all");
+        }
         else { fprintf(stderr, "accel launch: unknown option %s\n", name); launch_usage(stderr); return 2; }
     }
     if (!prog || !prog[0]) { fprintf(stderr, "accel launch: no program given\n"); launch_usage(stderr); return 2; }
@@ -467,17 +762,25 @@ int cli_launch(int argc, char **argv) {
     if (explicit_config || access(cfgpath, R_OK) == 0) {
         if (!config_read(cfgpath, &c)) return 2;
     }
-    if (c.total > 0) { /* num_processes counts every machine */
+    /* the file's num_processes counts every machine (Accelerate): divided by the number of machines in the end,
+       --nnodes included, unless -n gives the count a node */
+    file_nnodes = c.nnodes > 0;
+    file_rank = c.node_rank >= 0;
+    if (cli.nnodes) c.nnodes = cli.nnodes;
+    if (cli.node_rank >= 0) c.node_rank = cli.node_rank;
+    if (cli.nproc) c.nproc = cli.nproc;
+    else if (c.total > 0) {
         int machines = c.nnodes > 0 ? c.nnodes : 1;
         if (c.total % machines) {
-            fprintf(stderr, "accel launch: %s: num_processes %d is not a multiple of num_machines %d\n", cfgpath, c.total, machines);
+            fprintf(stderr, "accel launch: %s: num_processes %d (all machines) is not a multiple of %s %d\n", cfgpath,
+                    c.total, cli.nnodes ? "--nnodes" : "num_machines", machines);
             return 2;
         }
         c.nproc = c.total / machines;
     }
-    if (cli.nproc) c.nproc = cli.nproc;
-    if (cli.nnodes) c.nnodes = cli.nnodes;
-    if (cli.node_rank >= 0) c.node_rank = cli.node_rank;
+    if (cli.threads) c.threads = cli.threads;
+    c.max_restarts = cli.max_restarts;
+    if (cli.gpu_ids[0]) snprintf(c.gpu_ids, sizeof c.gpu_ids, "%s", strcmp(cli.gpu_ids, "all") ? cli.gpu_ids : "");
     if (cli.master_addr[0]) snprintf(c.master_addr, sizeof c.master_addr, "%s", cli.master_addr);
     if (cli.master_port) c.master_port = cli.master_port;
     if (cli.accum) c.accum = cli.accum;
@@ -495,13 +798,27 @@ int cli_launch(int argc, char **argv) {
     }
     if (c.node_rank < 0) c.node_rank = 0;
     if (c.node_rank >= c.nnodes) {
-        fprintf(stderr, "accel launch: --node-rank %d is not below --nnodes %d\n", c.node_rank, c.nnodes);
+        /* name where each value came from: the command line's flag or the config file's key */
+        fprintf(stderr, "accel launch: %s %d is not below %s %d%s%s\n",
+                cli.node_rank >= 0 ? "--node-rank" : "machine_rank", c.node_rank,
+                cli.nnodes ? "--nnodes" : file_nnodes ? "num_machines" : "the number of nodes", c.nnodes,
+                (cli.node_rank < 0 && file_rank) || (!cli.nnodes && file_nnodes) ? " in " : "",
+                (cli.node_rank < 0 && file_rank) || (!cli.nnodes && file_nnodes) ? cfgpath : "");
         return 2;
     }
     if (c.nnodes > 1) {
-        if (!c.master_addr[0]) { fprintf(stderr, "accel launch: --nnodes %d needs --master-addr (node 0's address)\n", c.nnodes); return 2; }
+        if (!c.master_addr[0]) {
+            fprintf(stderr, "accel launch: %s %d needs %s (node 0's address)\n",
+                    cli.nnodes ? "--nnodes" : "num_machines", c.nnodes,
+                    cli.nnodes ? "--master-addr" : "--master-addr or main_process_ip");
+            return 2;
+        }
         if (!c.master_port) c.master_port = 29500;
-        if (!c.run_id[0]) snprintf(c.run_id, sizeof c.run_id, "accel-launch-%s:%d", c.master_addr, c.master_port);
+        if (!c.run_id[0]) {
+            char host[256];
+            launch_canonical_host(c.master_addr, host, sizeof host);
+            snprintf(c.run_id, sizeof c.run_id, "accel-launch-%s:%d", host, c.master_port);
+        }
     } else {
         if (!c.master_addr[0]) snprintf(c.master_addr, sizeof c.master_addr, "127.0.0.1");
         if (!c.master_port) c.master_port = accel_free_port();
@@ -515,7 +832,39 @@ int cli_launch(int argc, char **argv) {
             }
         }
     }
-    return launch_run(&c, prog);
+#ifdef ACCEL_WITH_MPI
+#ifndef ACCEL_CLI_MPIRUN
+#define ACCEL_CLI_MPIRUN "mpirun"
+#endif
+    if (c.use_cpu == 1 && c.nnodes == 1 && c.nproc > 1) {
+        /* accelerate launch --multi_cpu runs mpirun: CPU data collectives (accel_coll_* on host buffers) need MPI,
+           which this accel is built with. One child, mpirun, under the same signals, session and restarts. */
+        static char np[16];
+        char **argv2;
+        int n = 0;
+        while (prog[n]) ++n;
+        argv2 = (char **)calloc((size_t)n + 4, sizeof *argv2);
+        if (!argv2) { fprintf(stderr, "accel launch: out of memory\n"); return 1; }
+        snprintf(np, sizeof np, "%d", c.nproc);
+        argv2[0] = (char *)ACCEL_CLI_MPIRUN;
+        argv2[1] = (char *)"-np";
+        argv2[2] = np;
+        memcpy(argv2 + 3, prog, sizeof *argv2 * (size_t)n);
+        prog = argv2; /* freed at exit */
+        c.mpirun_np = c.nproc;
+        c.nproc = 1;
+        c.tee = 0; /* one pipe for every rank: the prefixes would all say rank 0 */
+    }
+#endif
+    /* torchrun's --max-restarts: after a failure every process is stopped and all are started again, up to N times;
+       a signal to the launcher (forwarded) ends the job instead */
+    for (;;) {
+        int code = launch_run(&c, prog);
+        if (code == 0 || launch_signal || c.restart >= c.max_restarts) return code;
+        ++c.restart;
+        fprintf(stderr, "accel launch: restarting all %d process(es) of this node (restart %d of %d)\n", c.nproc,
+                c.restart, c.max_restarts);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ accel config */

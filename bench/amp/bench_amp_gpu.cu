@@ -1,6 +1,10 @@
 /* accel_amp GPU benchmark (issues 13, 27): every amp hot path over the GPT-2 124M gradient list (148 fp32 tensors,
-   124,439,808 elements, 498 MB) and one flat 1 GiB buffer, timed with CUDA events (best of REPS), against, in the
-   same run:
+   124,439,808 elements, 498 MB) and one flat 1 GiB buffer, timed with CUDA events as a trainer whose host runs ahead
+   of the GPU pays for them: the jobs that synchronize (unscale_and_check reads found_inf back, the norms their sums)
+   one call at a time behind 300 us of other GPU work (gpu_bench.h's GB_TIME_BUSY: the host's preparation is hidden,
+   the GPU work, the read-back and the wake-up are not; best of REPS); the conversions, which do not synchronize, as
+   the GPU time per call of back-to-back calls (best of 3 runs of REPS calls), as the limits' kernels are timed.
+   Against, in the same run:
      - the limits (bench_limits.cuh, each the best of a sweep, printed as limit_* lines next to cudaMemcpyAsync and the
        nominal peak): read + write = the faster of cudaMemcpyAsync device-to-device and a 16-byte-vector copy kernel
        (bytes read + written: a copy of B bytes moves 2B); read only = a 16-byte-vector sum-of-squares kernel (bytes
@@ -102,7 +106,7 @@ int main(int argc, char **argv) {
     for (i = 0; i < 2 * reps; ++i) {
         double t;
         k = i & 1;
-        GB_TIME(t, st, 1, ACK(accel_amp_unscale_and_check(&sc[k], g, GB_NT, &found)));
+        GB_TIME_BUSY(t, st, 1, ACK(accel_amp_unscale_and_check(&sc[k], g, GB_NT, &found)));
         ACK(accel_amp_update(&sc[k]));
         if (found) { fprintf(stderr, "unexpected found_inf\n"); return 1; }
         if (t < t_un) t_un = t;
@@ -111,16 +115,17 @@ int main(int argc, char **argv) {
     for (i = 0; i < 2 * reps; ++i) {
         double t;
         k = i & 1;
-        GB_TIME(t, st, 1, ACK(accel_amp_unscale_and_check(&sc[k], &flat, 1, &found)));
+        GB_TIME_BUSY(t, st, 1, ACK(accel_amp_unscale_and_check(&sc[k], &flat, 1, &found)));
         ACK(accel_amp_update(&sc[k]));
         if (t < t_un_f) t_un_f = t;
     }
-    GB_TIME(t_bf, st, reps, ACK(accel_amp_convert(&acc, gbuf, ACCEL_F32, h16, ACCEL_BF16, (size_t)n, NULL)));
-    GB_TIME(t_bf_f, st, reps, ACK(accel_amp_convert(&acc, fbuf, ACCEL_F32, hflat, ACCEL_BF16, nf, NULL)));
-    GB_TIME(t_fp16, st, reps, ACK(accel_amp_convert(&acc, gbuf, ACCEL_F32, h16, ACCEL_F16, (size_t)n, NULL)));
-    GB_TIME(t_sr, st, reps, { ++sr.step; ACK(accel_amp_master_to_model(&acc, gbuf, h16, ACCEL_BF16, (size_t)n, &sr)); });
-    GB_TIME(t_norm, st, reps, ACK(accel_amp_grad_norm(&acc, g, GB_NT, 2.0, 0, &norm)));
-    GB_TIME(t_clip, st, reps, ACK(accel_amp_clip_grad_norm(&acc, g, GB_NT, 1e30, 2.0, 0, &norm)));
+    GB_TIME_BATCH(t_bf, st, 3, reps, ACK(accel_amp_convert(&acc, gbuf, ACCEL_F32, h16, ACCEL_BF16, (size_t)n, NULL)));
+    GB_TIME_BATCH(t_bf_f, st, 3, reps, ACK(accel_amp_convert(&acc, fbuf, ACCEL_F32, hflat, ACCEL_BF16, nf, NULL)));
+    GB_TIME_BATCH(t_fp16, st, 3, reps, ACK(accel_amp_convert(&acc, gbuf, ACCEL_F32, h16, ACCEL_F16, (size_t)n, NULL)));
+    GB_TIME_BATCH(t_sr, st, 3, reps,
+                  { ++sr.step; ACK(accel_amp_master_to_model(&acc, gbuf, h16, ACCEL_BF16, (size_t)n, &sr)); });
+    GB_TIME_BUSY(t_norm, st, reps, ACK(accel_amp_grad_norm(&acc, g, GB_NT, 2.0, 0, &norm)));
+    GB_TIME_BUSY(t_clip, st, reps, ACK(accel_amp_clip_grad_norm(&acc, g, GB_NT, 1e30, 2.0, 0, &norm)));
 
     snprintf(args, sizeof args, "%d", reps);
     have_peer = gb_run_peer(peer_py, args, peer, sizeof peer);
@@ -135,21 +140,27 @@ int main(int argc, char **argv) {
         bl_print_limits("\"bytes\": 497759232, \"shapes\": \"the GPT-2 list's storage\"", gb_device_name(), memcpy_gbs,
                         copy_best, read_best);
         bl_print_limits("\"bytes\": 1073741824", gb_device_name(), memcpy_f_gbs, copy_f_best, read_f_best);
-        snprintf(prm, sizeof prm, "%s, \"counted\": \"8 B/element; copy 8\"", ln);
+        snprintf(prm, sizeof prm, "%s, \"counted\": \"8 B/element; copy 8\", \"timed\": \"behind GPU work\"", ln);
         gb_line("unscale_and_check_gpu", prm, "GB/s", 8.0 * nb * 1e-9 / t_un, copy_gbs, cn, 0.95);
-        snprintf(prm, sizeof prm, "\"tensors\": 1, \"bytes\": %zu, \"counted\": \"8 B/element; copy 8\"", GB_FLAT_BYTES);
+        snprintf(prm, sizeof prm, "\"tensors\": 1, \"bytes\": %zu, \"counted\": \"8 B/element; copy 8\", "
+                 "\"timed\": \"behind GPU work\"", GB_FLAT_BYTES);
         gb_line("unscale_and_check_gpu", prm, "GB/s", 8.0 * nf * 1e-9 / t_un_f, copy_f_gbs, cn, 0.95);
-        snprintf(prm, sizeof prm, "\"tensors\": 1, \"elements\": %lld, \"counted\": \"6 B/element; copy 8\"", (long long)n);
+        snprintf(prm, sizeof prm, "\"tensors\": 1, \"elements\": %lld, \"counted\": \"6 B/element; copy 8\", "
+                 "\"timed\": \"back to back\"", (long long)n);
         gb_line("fp32_to_bf16_gpu", prm, "GB/s", 6.0 * nb * 1e-9 / t_bf, copy_gbs, cn, 0.97);
         gb_line("fp32_to_fp16_gpu", prm, "GB/s", 6.0 * nb * 1e-9 / t_fp16, copy_gbs, cn, 0.97);
-        snprintf(prm, sizeof prm, "\"tensors\": 1, \"bytes\": %zu, \"counted\": \"6 B/element; copy 8\"", GB_FLAT_BYTES);
+        snprintf(prm, sizeof prm, "\"tensors\": 1, \"bytes\": %zu, \"counted\": \"6 B/element; copy 8\", \"timed\": "
+                 "\"back to back\"", GB_FLAT_BYTES);
         gb_line("fp32_to_bf16_gpu", prm, "GB/s", 6.0 * nf * 1e-9 / t_bf_f, copy_f_gbs, cn, 0.97);
-        snprintf(prm, sizeof prm, "\"tensors\": 1, \"elements\": %lld, \"counted\": \"6 B/element; copy 8\"", (long long)n);
+        snprintf(prm, sizeof prm, "\"tensors\": 1, \"elements\": %lld, \"counted\": \"6 B/element; copy 8\", "
+                 "\"timed\": \"back to back\"", (long long)n);
         gb_line("master_to_model_bf16_sr_gpu", prm, "GB/s", 6.0 * nb * 1e-9 / t_sr, copy_gbs, cn, 0.95);
-        snprintf(prm, sizeof prm, "%s, \"norm_type\": 2, \"counted\": \"4 B/element read\"", ln);
+        snprintf(prm, sizeof prm, "%s, \"norm_type\": 2, \"counted\": \"4 B/element read\", "
+                 "\"timed\": \"behind GPU work\"", ln);
         gb_line("grad_norm_gpu", prm, "GB/s", 4.0 * nb * 1e-9 / t_norm, red_gbs,
                 "read limit: 16-byte sum-of-squares kernel", 0.90);
-        snprintf(prm, sizeof prm, "%s, \"norm_type\": 2, \"counted\": \"12 B/element; limit = read pass + copy pass\"", ln);
+        snprintf(prm, sizeof prm, "%s, \"norm_type\": 2, \"counted\": \"12 B/element; limit = read pass + copy pass\", "
+                 "\"timed\": \"behind GPU work\"", ln);
         gb_line("clip_grad_norm_gpu", prm, "GB/s", 12.0 * nb * 1e-9 / t_clip, 12.0 * nb * 1e-9 / clip_limit_s,
                 "read limit + copy limit", 0.90);
         if (have_peer) {

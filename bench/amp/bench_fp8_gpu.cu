@@ -6,7 +6,8 @@
        counts bytes read + written: the cast reads B and writes B/4, a copy of 0.625 B moves the same;
      - PyTorch (torch_fp8_peer.py with `python3` from PATH, when torch has CUDA and float8):
        x.to(torch.float8_e4m3fn) + x.abs().amax() for the cast, y.to(torch.float32) * scale_inv for the dequantize.
-   CUDA events, best of REPS. Exits 77 without a device. usage: bench_fp8_gpu TORCH_PEER_PY [BYTES] [REPS] */
+   CUDA events around back-to-back calls (neither job synchronizes: the GPU time per call a trainer pays), the best of
+   3 runs of REPS calls. Exits 77 without a device. usage: bench_fp8_gpu TORCH_PEER_PY|"" [BYTES] [REPS] */
 #include "accel.h"
 #include "accel_amp.h"
 #include <cuda_runtime_api.h>
@@ -27,19 +28,18 @@ static void line(const char *bench, size_t bytes, const char *dev, double accel_
 
 int main(int argc, char **argv) {
     size_t bytes = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : ((size_t)256 << 20);
-    int reps = argc > 3 ? atoi(argv[3]) : 20, r, count = 0;
+    int reps = argc > 3 ? atoi(argv[3]) : 20, count = 0;
     size_t n = bytes / 4, cbytes = (bytes / 8) * 5;
     double moved = 1.25 * (double)bytes * 1e-9, best_q = 1e30, best_d = 1e30, best_c = 1e30, t_torch = 0, t_torch_d = 0;
     double memcpy_gbs, copy_gbs;
     bl_best copy_best, read_best;
-    float *x, *back, ms;
+    float *x, *back;
     unsigned char *q, *c1, *c2;
     accel acc;
     accel_desc d;
     accel_amp_fp8 f;
     accel_amp_fp8_desc fd;
     accel_tensor ts, tq, tb;
-    cudaEvent_t e0, e1;
     struct cudaDeviceProp prop;
     char extra[256], tv[64] = "";
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { printf("no CUDA device: skipped\n"); return 77; }
@@ -70,29 +70,18 @@ int main(int argc, char **argv) {
     ts.ptr = x; ts.dtype = ACCEL_F32; ts.ndim = 1; ts.shape[0] = (int64_t)n;
     tq = ts; tq.ptr = q; tq.dtype = ACCEL_F8_E4M3;
     tb = ts; tb.ptr = back;
-    cudaEventCreate(&e0); cudaEventCreate(&e1);
-    for (r = 0; r < reps + 2; ++r) { /* two warm-up rounds */
+    { /* the jobs do not synchronize: GPU time per call of back-to-back calls (bench_limits.cuh's bl_time), as a
+         trainer pays for them and as the limits are timed */
         cudaStream_t s = (cudaStream_t)acc.stream;
-        CK(cudaEventRecord(e0, s));
-        CK(cudaMemcpyAsync(c2, c1, cbytes, cudaMemcpyDeviceToDevice, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 2 && ms * 1e-3 < best_c) best_c = ms * 1e-3;
-        CK(cudaEventRecord(e0, s));
-        if (accel_amp_fp8_quantize(&f, NULL, &ts, &tq, 1) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 2 && ms * 1e-3 < best_q) best_q = ms * 1e-3;
-        CK(cudaEventRecord(e0, s));
-        if (accel_amp_fp8_dequantize(&f, NULL, &tq, &tb, 1) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 2 && ms * 1e-3 < best_d) best_d = ms * 1e-3;
+        int bad = 0;
+        best_q = bl_time(s, reps, [&] { bad |= accel_amp_fp8_quantize(&f, NULL, &ts, &tq, 1) != ACCEL_OK; });
+        best_d = bl_time(s, reps, [&] { bad |= accel_amp_fp8_dequantize(&f, NULL, &tq, &tb, 1) != ACCEL_OK; });
+        best_c = bl_time(s, reps, [&] {
+            bad |= cudaMemcpyAsync(c2, c1, cbytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess;
+        });
+        if (bad) { fprintf(stderr, "%s\n", accel_last_error(&acc)); return 1; }
     }
-    /* the limits: cudaMemcpyAsync (timed with the jobs above) vs the swept copy kernel, and the read limit */
+    /* the limits: cudaMemcpyAsync (timed above) vs the swept copy kernel, and the read limit */
     memcpy_gbs = moved / best_c;
     copy_best = bl_copy_best(c2, c1, cbytes, (cudaStream_t)acc.stream, reps);
     read_best = bl_read_best(x, bytes, back, (cudaStream_t)acc.stream, reps);
@@ -101,7 +90,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "amax %g, expected 2 (%s)\n", (double)f.amax_history[f.amax_history_len - 1], accel_last_error(&acc));
         return 1;
     }
-    if (argc > 1) { /* PyTorch, same sizes, same run */
+    if (argc > 1 && argv[1][0]) { /* PyTorch, same sizes, same run ("" skips it) */
         char cmd[1024], out[512];
         FILE *p;
         snprintf(cmd, sizeof cmd, "python3 '%s' %zu %d 2>/dev/null", argv[1], bytes, reps);

@@ -1,4 +1,5 @@
-"""PyTorch on CUDA doing the fp8 cast + amax, timed with CUDA events: usage torch_fp8_peer.py BYTES REPS.
+"""PyTorch on CUDA doing the fp8 cast + amax, timed with CUDA events (back-to-back calls): usage
+torch_fp8_peer.py BYTES REPS.
 Prints one JSON object: {"torch": version, "device": name, "cast_amax_s": best seconds, "dequantize_s": best seconds}
 for
   y = x.to(torch.float8_e4m3fn); a = x.abs().amax()     (what accel_amp_fp8_quantize does in one pass)
@@ -20,15 +21,18 @@ start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timi
 
 
 def best_of(fn):
+    """seconds per call of back-to-back calls (GPU time, as bench_fp8_gpu times accel): the best of 3 runs of REPS"""
+    out = fn()
+    torch.cuda.synchronize()
     best = float("inf")
-    for r in range(reps + 2):
+    for _ in range(3):
         start.record()
-        out = fn()
+        for _ in range(reps):
+            out = fn()
         stop.record()
         torch.cuda.synchronize()
-        if r >= 2:
-            best = min(best, start.elapsed_time(stop) / 1e3)
-        del out
+        best = min(best, start.elapsed_time(stop) / 1e3 / reps)
+    del out
     return best
 
 

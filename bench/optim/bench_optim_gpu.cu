@@ -5,14 +5,20 @@
      adamw_step_gpu_bf16_sr       BF16 gradients, BF16 model copy (stochastic)       26
      adamw_step_gpu_bf16_moments  F32 gradients, BF16 moments                        20
      adamw_step_gpu_bf16_all      BF16 gradients, BF16 copy (nearest), BF16 moments  18
-   (bytes read + written). Each against, in the same run: (1) a device-to-device cudaMemcpy moving the same bytes
-   (half of them read, half written), goal 0.90; (2) torch.optim.AdamW(fused=True) on the same list
+   (bytes read + written; parameters and gradients random, of ordinary size). Each against, in the same run:
+   (1) a device-to-device cudaMemcpy moving the same bytes (half of them read, half written), goal 0.90;
+   (2) torch.optim.AdamW(fused=True) on the same list
    (torch_peer_gpu.py, when the local torch has CUDA): with F32 parameters and gradients for the F32-gradient forms
    (goal 1.1 for adamw_step_gpu), with BF16 parameters and gradients for the BF16-gradient forms (torch's fused
    AdamW takes gradients of the parameters' dtype only, so it keeps BF16 weights and moments: 14 bytes per
    parameter; no goal). The accel lines print without torch. Exits 77 without a device.
-   usage: bench_optim_gpu [TORCH_PEER_GPU_PY] [REPS]; the peer runs under $ACCEL_BENCH_PYTHON, else python3 from
-   PATH. */
+   usage: bench_optim_gpu [TORCH_PEER_GPU_PY|-] [REPS]; the peer runs under $ACCEL_BENCH_PYTHON, else python3 from
+   PATH ("-": no peer).
+   Built with -DBENCH_OWN_IMPL (bench/optim/sweep_gpu.sh) it holds the implementation itself, compiled with a launch
+   shape's macros (bench/optim/variants.txt; BENCH_VARIANT its name), and names that shape in its lines. */
+#ifdef BENCH_OWN_IMPL
+#define ACCEL_IMPLEMENTATION
+#endif
 #include "accel.h"
 #include "accel_optim.h"
 #include <cuda_runtime_api.h>
@@ -21,29 +27,30 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NT 148
-static int64_t sizes[NT];
+#include "../gpu_bench.h"
 
-static void gpt2_sizes(void) { /* wte, wpe, 12 × (ln_1 w b, c_attn w b, attn c_proj w b, ln_2 w b, c_fc w b,
-                                  mlp c_proj w b), ln_f w b */
-    int i = 0, l;
-    sizes[i++] = 50257LL * 768; sizes[i++] = 1024LL * 768;
-    for (l = 0; l < 12; ++l) {
-        sizes[i++] = 768; sizes[i++] = 768;
-        sizes[i++] = 768LL * 2304; sizes[i++] = 2304;
-        sizes[i++] = 768LL * 768; sizes[i++] = 768;
-        sizes[i++] = 768; sizes[i++] = 768;
-        sizes[i++] = 768LL * 3072; sizes[i++] = 3072;
-        sizes[i++] = 3072LL * 768; sizes[i++] = 768;
-    }
-    sizes[i++] = 768; sizes[i++] = 768;
-}
+#define NT GB_NT
+static int64_t sizes[NT];
 
 #define CK(x)                                                                                                          \
     do {                                                                                                               \
         cudaError_t e_ = (x);                                                                                          \
         if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); return 1; }                \
     } while (0)
+
+/* Parameters and gradients of ordinary size (|p| < 0.05, |g| < 0.01; the BF16 gradients truncated from the F32
+   ones), so that the moments too are ordinary after the first step (all zeros would time the update's zero cases). */
+static __global__ void fill(float *p, float *g, uint16_t *gb, long long n) {
+    long long i;
+    for (i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u;
+        float gv, pv;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+        gv = ((float)(h & 0xffffu) - 32767.5f) * 3e-7f;
+        pv = ((float)(h >> 16) - 32767.5f) * 1.5e-6f;
+        p[i] = pv; g[i] = gv; gb[i] = (uint16_t)(__float_as_uint(gv) >> 16);
+    }
+}
 
 /* Best time of one step (an untimed step first: the moments' first touch, the scratch). 0 on failure. */
 static double time_steps(accel *acc, accel_optim *opt, int reps) {
@@ -106,6 +113,7 @@ int main(int argc, char **argv) {
          1, 1, 0, 1, 18},
     };
     int count = 0, reps = argc > 2 ? atoi(argv[2]) : 20, i, f;
+    char shape[256] = "";
     int64_t n = 0;
     accel acc;
     accel_desc d;
@@ -118,8 +126,16 @@ int main(int argc, char **argv) {
     cudaStream_t st;
     cudaDeviceProp prop;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { printf("no CUDA device: skipped\n"); return 77; }
-    gpt2_sizes();
-    for (i = 0; i < NT; ++i) n += sizes[i];
+    n = gb_gpt2_sizes(sizes);
+    if (reps < 1) reps = 1;
+#ifdef BENCH_OWN_IMPL
+#ifndef BENCH_VARIANT
+#define BENCH_VARIANT "own"
+#endif
+    snprintf(shape, sizeof shape, ", \"shape\": \"%s: chunk %d, block %d, U %d, fast %d, minb %d/%d\"",
+             BENCH_VARIANT, ACCEL_OPTIM_CHUNK, ACCEL_OPTIM_CUDA_BLOCK, ACCEL_OPTIM_CUDA_U, ACCEL_OPTIM_CUDA_FAST,
+             ACCEL_OPTIM_CUDA_MINB, ACCEL_OPTIM_CUDA_MINB_SR);
+#endif
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;
     if (accel_init(&acc, &d) != ACCEL_OK || acc.device < 0) {
@@ -131,7 +147,8 @@ int main(int argc, char **argv) {
     CK(cudaMalloc((void **)&p, 4 * (size_t)n)); CK(cudaMalloc((void **)&g, 4 * (size_t)n));
     CK(cudaMalloc((void **)&gb, 2 * (size_t)n)); CK(cudaMalloc((void **)&mb, 2 * (size_t)n));
     CK(cudaMalloc((void **)&c0, 14 * (size_t)n)); CK(cudaMalloc((void **)&c1, 14 * (size_t)n));
-    CK(cudaMemset(p, 0, 4 * (size_t)n)); CK(cudaMemset(g, 0, 4 * (size_t)n)); CK(cudaMemset(gb, 0, 2 * (size_t)n));
+    fill<<<1024, 256, 0, st>>>(p, g, gb, (long long)n);
+    CK(cudaGetLastError());
     CK(cudaMemset(c0, 0, 14 * (size_t)n));
     {
         int64_t off = 0;
@@ -168,7 +185,7 @@ int main(int argc, char **argv) {
         }
     }
     cudaFree(c0); cudaFree(c1); /* room for the peer */
-    if (argc > 1) {
+    if (argc > 1 && strcmp(argv[1], "-") != 0) {
         char cmd[1200];
         FILE *pp;
         const char *py = getenv("ACCEL_BENCH_PYTHON"); /* a venv with CUDA torch; else python3 from PATH */
@@ -189,9 +206,9 @@ int main(int argc, char **argv) {
         double gbs = form[f].bytes * (double)n * 1e-9 / t[f], copy_gbs = form[f].bytes * (double)n * 1e-9 / tcopy[f];
         double tt = form[f].bf16_grads ? t_bf16 : t_f32;
         printf("{\"bench\": \"%s\", \"params\": {\"parameters\": %lld, \"tensors\": %d, %s, \"device\": \"%s\", "
-               "\"counted\": \"%.0f bytes per parameter\"}, \"unit\": \"GB/s\", \"accel\": %.1f, \"reference\": %.1f, "
-               "\"reference_name\": \"cudaMemcpy D2D of the same bytes\", \"ratio\": %.3f, \"goal\": 0.90}\n",
-               form[f].bench, (long long)n, NT, form[f].params, prop.name, form[f].bytes, gbs, copy_gbs,
+               "\"counted\": \"%.0f bytes per parameter\"%s}, \"unit\": \"GB/s\", \"accel\": %.1f, \"reference\": "
+               "%.1f, \"reference_name\": \"cudaMemcpy D2D of the same bytes\", \"ratio\": %.3f, \"goal\": 0.90}\n",
+               form[f].bench, (long long)n, NT, form[f].params, prop.name, form[f].bytes, shape, gbs, copy_gbs,
                gbs / copy_gbs);
         if (tt > 0)
             printf("{\"bench\": \"%s\", \"params\": {\"parameters\": %lld, \"tensors\": %d, %s, \"device\": \"%s\"}, "
@@ -202,7 +219,7 @@ int main(int argc, char **argv) {
     }
     if (t_f32 <= 0 || t_bf16 <= 0)
         fprintf(stderr, "bench_optim_gpu: torch lines skipped where the peer gave no time (%s)\n",
-                peer[0] ? peer : argc > 1 ? "no output" : "no peer script given");
+                peer[0] ? peer : argc > 1 && strcmp(argv[1], "-") != 0 ? "no output" : "no peer");
     cudaFree(p); cudaFree(g); cudaFree(gb); cudaFree(mb);
     accel_shutdown(&acc);
     return 0;

@@ -935,7 +935,7 @@ enum { GPT2_ATTENTION_AUTO, GPT2_ATTENTION_CUDNN, GPT2_ATTENTION_OWN };
 typedef struct gpt2_opts {
     const char *init, *data[GPT2_MAX_FILES], *loss_file, *export_dir, *ckpt_dir, *log_dir, *profile_dir;
     int ndata, steps, batch, seq, accum, warmup, layers, heads, channels, vocab, block_size, ckpt_every, resume;
-    int print_every, shuffle, sr, attention;
+    int print_every, shuffle, sr, attention, async_ckpt;
     double lr, weight_decay, clip, peak_tflops;
     uint64_t seed;
     gpt2_hooks hooks;
@@ -967,6 +967,7 @@ static inline void gpt2_usage(const char *prog) {
             "  --loss-file F            one line per optimizer step: step loss lr\n"
             "  --export DIR             save_model at the end: DIR/model.safetensors (HF names) + config.json\n"
             "  --checkpoint-dir D --checkpoint-every N --resume   save_state / load_state (D/checkpoints/...)\n"
+            "  --async-checkpoint       save_state returns after a pinned snapshot; a writer thread writes\n"
             "  --log-dir DIR            TensorBoard + JSONL logs\n"
             "  --print-every N          progress line every N steps (default 1)\n"
             "  --profile DIR            the phase table at the end, Chrome traces DIR/profile_<rank>.json\n"
@@ -1065,6 +1066,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
         }
         else if (!strcmp(a, "--resume")) o->resume = 1;
         else if (!strcmp(a, "--shuffle")) o->shuffle = 1;
+        else if (!strcmp(a, "--async-checkpoint")) o->async_ckpt = 1;
         else if (!strcmp(a, "--sr")) o->sr = 1;
         else if (!strcmp(a, "--bench-noop-accel")) o->hooks.bench_noop = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { gpt2_usage(prog); return 0; }
@@ -1330,6 +1332,12 @@ static inline accel_result gpt2_run_init(gpt2_run *r, accel *acc, const accel_de
     return gpt2_resolve_config(acc, o, r->init, config, &r->cfg, r->init_prefix);
 }
 
+/* accel_ckpt's range callback: an async save's snapshot and background write go to the profiler, which is created
+   after the checkpointer (range_user is &r->prof; a NULL profiler records nothing). */
+static inline void gpt2_ckpt_range(void *user, const char *name, double begin, double end) {
+    accel_prof_record_range(*(accel_prof **)user, name, begin, end);
+}
+
 /* The initial weights into params (a host buffer of gpt2_num_parameters floats). */
 static inline accel_result gpt2_run_weights(gpt2_run *r, float *params) {
     accel_result res = ACCEL_OK;
@@ -1394,6 +1402,9 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
         kd.project_dir = o->ckpt_dir;
         kd.automatic_checkpoint_naming = 1;
         kd.total_limit = 2;
+        kd.async = o->async_ckpt ? ACCEL_ON : ACCEL_OFF; /* the step after save_state may update the weights */
+        kd.on_range = gpt2_ckpt_range;                   /* the snapshot and the background write: profiler ranges */
+        kd.range_user = &r->prof;
         if ((res = accel_ckpt_create(acc, &kd, &r->ckpt)) != ACCEL_OK ||
             (res = accel_ckpt_register_model(r->ckpt, r->params, GPT2_NUM_TENSORS)) != ACCEL_OK ||
             (res = accel_optim_state_tensors(r->opt, &moments, &nmoments)) != ACCEL_OK ||
@@ -1595,6 +1606,10 @@ static inline accel_result gpt2_run_step_end(gpt2_run *r) {
             (res = accel_prof_end(r->prof, ACCEL_PROF_CHECKPOINT)) != ACCEL_OK)
             return res;
     }
+    /* --kill-at after an async save: the crash comes once it is on disk (a kill during the write is ckpt-crash's) */
+    if (r->ckpt && r->o->hooks.kill_at && r->step == r->o->hooks.kill_at &&
+        (res = accel_ckpt_wait(r->ckpt)) != ACCEL_OK)
+        return res;
     if ((res = accel_prof_step(r->prof)) != ACCEL_OK) return res;
     gpt2_hooks_step_end(r);
     return ACCEL_OK;
@@ -1607,6 +1622,7 @@ static inline accel_result gpt2_run_finish(gpt2_run *r) {
     const gpt2_opts *o = r->o;
     accel_result res;
     if ((res = gpt2_run_log_pending(r)) != ACCEL_OK) return res; /* none after a last step: it logs at once */
+    if (r->ckpt && (res = accel_ckpt_wait(r->ckpt)) != ACCEL_OK) return res; /* the last async save, or its error */
     gpt2_hooks_run_end(r);
     if (o->profile_dir) {
         if (acc->is_main_process && (res = accel_prof_print_table(r->prof, stdout)) != ACCEL_OK) return res;

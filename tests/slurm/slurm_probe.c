@@ -1,6 +1,7 @@
 /* What tests/slurm/test_slurm.sh runs under srun / salloc / sbatch: accel's view of the launch.
-   usage: slurm_probe [layout | fail RANK]
+   usage: slurm_probe [layout | fail RANK | nompi]
      (none)  accel_init, then one line "rank R of P local L of N launcher X group G sum S" (S = all-reduced ranks)
+     nompi   the same with desc.no_mpi (as a build without MPI: the host group is the TCP store)
      layout  the resolved layout only (no MPI): "rank R of P local L of N launcher X"
      fail R  rank R exits with code 3 after accel_init; the others wait in a barrier (ended by srun -K) */
 #include "accel.h"
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     d.collective_timeout_ms = 120000;
+    d.no_mpi = !strcmp(mode, "nompi");
     if (accel_init(&acc, &d) != ACCEL_OK) {
         printf("error: %s\n", accel_last_error(&acc));
         fflush(stdout);

@@ -14,6 +14,7 @@
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_test.h"
+#include "accel_test_gpu.h"
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -266,9 +267,11 @@ static void test_master(void) {
     free(m); free(back_c); free(back_g); free(wc); free(wg);
 }
 
-/* The kernels' tensor-list descriptors live in the Accelerator's device scratch: allocated through the device
-   allocator (counted here), once, and reused by every later call; accel_shutdown frees it. */
+/* The kernels' results live in the Accelerator's device scratch and come back through its page-locked scratch:
+   allocated through the device and pinned allocators (counted here), once, and reused by every later call;
+   accel_shutdown frees both. */
 static int g_dev_allocs, g_dev_frees;
+static at_gpu_count g_pin;
 static void *count_alloc(size_t n, void *u) {
     void *p = NULL;
     (void)u;
@@ -288,6 +291,7 @@ static void test_scratch(void) {
     accel_tensor t;
     accel_amp_scaler sc;
     int f = -1, i, warm;
+    long pin_warm;
     double norm = 0;
     fill(h, N, 4.0f);
     for (i = 0; i < N; ++i) if (h[i] != h[i] || h[i] - h[i] != 0.0f) h[i] = 1.0f; /* finite */
@@ -301,6 +305,8 @@ static void test_scratch(void) {
     AT_EQ_INT(accel_amp_update(&sc), ACCEL_OK);
     warm = g_dev_allocs;
     AT_CHECK(warm >= 1); /* through the device allocator, not cudaMallocAsync */
+    AT_CHECK(g_pin.allocs >= 1); /* the read-back through the pinned allocator */
+    pin_warm = g_pin.allocs;
     for (i = 0; i < 50; ++i) {
         AT_EQ_INT(accel_amp_unscale_and_check(&sc, &t, 1, &f), ACCEL_OK);
         AT_EQ_INT(f, 0);
@@ -310,6 +316,7 @@ static void test_scratch(void) {
         AT_EQ_INT(accel_amp_clip_grad_value(&gpu, &t, 1, 0.5), ACCEL_OK);
     }
     AT_EQ_INT(g_dev_allocs, warm); /* reused: no allocation per call */
+    AT_EQ_INT(g_pin.allocs, pin_warm);
     AT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
     accel_amp_scaler_deinit(&sc);
     cudaFree(dv); cudaFree(dm); cudaFree(dh);
@@ -657,6 +664,9 @@ int main(void) {
     d.cpu = 0;
     d.device_allocator.alloc = count_alloc;
     d.device_allocator.free = count_free;
+    d.pinned_allocator.alloc = at_pinned_count_alloc;
+    d.pinned_allocator.free = at_pinned_count_free;
+    d.pinned_allocator.user_data = &g_pin;
     if (accel_init(&gpu, &d) != ACCEL_OK) { fprintf(stderr, "%s\n", accel_last_error(&gpu)); return 1; }
     AT_CHECK(gpu.device >= 0);
     if (gpu.device < 0) return at_finish("amp_gpu");
@@ -677,5 +687,6 @@ int main(void) {
     accel_shutdown(&cpu);
     accel_shutdown(&gpu);
     AT_EQ_INT(g_dev_frees, g_dev_allocs); /* the scratch is freed by accel_shutdown */
+    AT_CHECK(g_pin.frees == g_pin.allocs);
     return at_finish("amp_gpu");
 }

@@ -9,9 +9,11 @@
 #include "accel_ddp.h"
 #include "accel_test.h"
 #include "accel_test_gpu.h"
+#include "accel_test_coll.h"
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static accel acc;
@@ -79,6 +81,63 @@ static void reducer(accel_coll *c) {
     }
 }
 
+/* the comm hooks' compress/decompress kernels: device F32 gradients under FP16 and BF16-hook-in-an-FP16-wrapper,
+   against the rule written out with the test's own 16-bit codecs in double arithmetic (bit for bit up to 2 ranks,
+   where the 16-bit sum has one order) */
+static double hook_gval(int k, size_t i, int r) {
+    return ((double)((i * 37 + (size_t)k * 11) % 2001) - 1000.0) * 0.001237 * (r + 1) + (i % 97 == 0 ? 1e-6 : 0.0);
+}
+static void hooks_device(accel_coll *c) {
+    static const int pairs[2][2] = {{ACCEL_DDP_COMM_HOOK_FP16, 0},
+                                    {ACCEL_DDP_COMM_HOOK_BF16, ACCEL_DDP_COMM_HOOK_FP16}};
+    enum { NT = 3, N = 3000 };
+    int p, k, r, bad = 0;
+    size_t i;
+    if (P > 2) return;
+    for (p = 0; p < 2; ++p) {
+        int hbf = pairs[p][0] == ACCEL_DDP_COMM_HOOK_BF16, wrap = pairs[p][1] != 0, wbf = 0;
+        float *g[NT], *h = (float *)malloc(N * 4);
+        accel_tensor gt[NT];
+        accel_ddp_desc rd;
+        accel_ddp *red;
+        memset(&rd, 0, sizeof rd);
+        rd.comm_hook = (accel_ddp_comm_hook)pairs[p][0];
+        rd.comm_wrapper = (accel_ddp_comm_hook)pairs[p][1];
+        rd.first_bucket_mb = 0.005; /* several buckets */
+        rd.bucket_cap_mb = 0.01;
+        for (k = 0; k < NT; ++k) {
+            for (i = 0; i < N; ++i) h[i] = (float)hook_gval(k, i, R);
+            cudaMalloc((void **)&g[k], N * 4);
+            cudaMemcpy(g[k], h, N * 4, cudaMemcpyHostToDevice);
+            memset(&gt[k], 0, sizeof gt[k]);
+            gt[k].ptr = g[k]; gt[k].dtype = ACCEL_F32; gt[k].ndim = 1; gt[k].shape[0] = N;
+        }
+        AT_EQ_INT(accel_ddp_create(c, &rd, &red), ACCEL_OK);
+        AT_EQ_INT(accel_ddp_add(red, gt, NT), ACCEL_OK);
+        for (k = NT - 1; k >= 0; --k) AT_EQ_INT(accel_ddp_grad_ready(red, k), ACCEL_OK);
+        AT_EQ_INT(accel_ddp_wait(red), ACCEL_OK);
+        AT_EQ_INT(accel_coll_synchronize(c), ACCEL_OK);
+        for (k = 0; k < NT; ++k) {
+            cudaMemcpy(h, g[k], N * 4, cudaMemcpyDeviceToHost);
+            for (i = 0; i < N; ++i) {
+                double s = 0, want;
+                for (r = 0; r < P; ++r) {
+                    double w = (float)hook_gval(k, i, r), q;
+                    if (wrap) w = at_dec16(at_enc16(w, wbf), wbf);
+                    q = at_dec16(at_enc16(w, hbf), hbf) / P;
+                    s = at_dec16(at_enc16(s + at_dec16(at_enc16(q, hbf), hbf), hbf), hbf);
+                }
+                want = wrap ? at_dec16(at_enc16(s, wbf), wbf) : s;
+                bad += h[i] != (float)want;
+            }
+            cudaFree(g[k]);
+        }
+        AT_EQ_INT(bad, 0);
+        accel_ddp_destroy(red);
+        free(h);
+    }
+}
+
 /* rank r has r + 1 steps; gradient element i at step s = r + 1 + s + i; DDP's default divisor P */
 static void join_device(accel_coll *world) {
     accel_ddp *red = NULL;
@@ -124,7 +183,7 @@ static void run(accel_coll_backend be) {
     accel_coll *c = at_gpu_comm(&acc, be);
     if (!c) return;
     if (be == ACCEL_COLL_BACKEND_AUTO) join_device(c);
-    else reducer(c);
+    else { reducer(c); hooks_device(c); }
     at_gpu_comm_end(c, &g_dev, &g_pin);
 }
 

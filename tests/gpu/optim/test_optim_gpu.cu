@@ -11,7 +11,10 @@
    3. The GPT-2 124M list (148 tensors, one flat buffer as llm.c lays it out): BF16 gradients with a stochastic BF16
       copy and clipping, and F32 gradients with BF16 moments.
    4. Checkpoints of device moments: F32 moments saved, loaded into BF16 ones (round to nearest even) and back
-      (exact), through accel_ckpt's device staging. */
+      (exact), through accel_ckpt's device staging.
+   Every list also clips from a total norm in device memory (step_args.grad_norm: the coefficient computed on the
+   device) against the CPU's accel_optim_clip_coef of the same norm, and run_clip_norms does so for zero, tiny,
+   huge, Inf and NaN norms. */
 #include "accel.h"
 #include "accel_ckpt.h"
 #include "accel_optim.h"
@@ -206,14 +209,18 @@ static void compare(const plist *l, accel_optim *oc, accel_optim *og) {
 
 /* Runs `steps` steps of the same optimizer on the CPU and on the GPU. Step 3 is skipped by found_inf (the flag in
    device memory for the GPU), parameter nograd (>= 0) has no gradient in step 2, unscale on odd steps, clipping on
-   steps not divisible by 3. Two groups: the first half with weight decay. */
+   every step: by clip_coef on steps not divisible by 3, on the others by the total norm in device memory
+   (grad_norm, max_norm: the coefficient computed on the device) against the CPU's clip_coef =
+   accel_optim_clip_coef(norm, max_norm). Two groups: the first half with weight decay. */
 static void run_list(plist *l, const accel_optim_desc *base, int steps, int nograd, float gscale) {
     accel_optim_group gr[2];
     accel_optim_desc d = *base;
     accel_optim *oc = NULL, *og = NULL;
     int32_t hfound = 0, *dfound = NULL, one = 1, zero = 0;
+    double *dnorm = NULL;
     int step;
     AT_CHECK(cudaMalloc((void **)&dfound, 4) == cudaSuccess);
+    AT_CHECK(cudaMalloc((void **)&dnorm, sizeof(double)) == cudaSuccess);
     memset(gr, 0, sizeof gr);
     gr[0].count = l->np / 2; gr[0].lr = 0.02; gr[0].weight_decay = 0.1;
     gr[1].count = l->np - l->np / 2; gr[1].lr = 0.05;
@@ -226,6 +233,7 @@ static void run_list(plist *l, const accel_optim_desc *base, int steps, int nogr
     for (step = 0; step < steps && oc && og; ++step) {
         accel_optim_step_args sc, sg;
         float coef = 0.8f - 0.05f * (float)step;
+        const double norm = 2.5 + 0.37 * (double)step;
         plist_grads(l, gscale);
         if (nograd >= 0) {
             const pspec *s = &l->ps[nograd];
@@ -237,12 +245,19 @@ static void run_list(plist *l, const accel_optim_desc *base, int steps, int nogr
         }
         memset(&sc, 0, sizeof sc);
         sc.inv_scale = step % 2 ? 0.3f : 0.0f;
-        sc.clip_coef = step % 3 ? &coef : NULL;
+        if (step % 3 == 0) coef = accel_optim_clip_coef(norm, 1.5);
+        sc.clip_coef = &coef;
         hfound = step == 3;
         AT_CHECK(cudaMemcpy(dfound, step == 3 ? &one : &zero, 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        AT_CHECK(cudaMemcpy(dnorm, &norm, sizeof norm, cudaMemcpyHostToDevice) == cudaSuccess);
         sc.found_inf = &hfound;
         sg = sc;
         sg.found_inf = dfound;
+        if (step % 3 == 0) {
+            sg.clip_coef = NULL;
+            sg.grad_norm = dnorm;
+            sg.max_norm = 1.5;
+        }
         AT_EQ_INT(accel_optim_step(oc, &sc), ACCEL_OK);
         AT_EQ_INT(accel_optim_step(og, &sg), ACCEL_OK);
     }
@@ -255,6 +270,48 @@ static void run_list(plist *l, const accel_optim_desc *base, int steps, int nogr
     accel_optim_destroy(oc);
     accel_optim_destroy(og);
     cudaFree(dfound);
+    cudaFree(dnorm);
+}
+
+/* The clip coefficient from a device norm over the norms where its float arithmetic matters (below, at and above
+   max_norm, zero, a double that is Inf as a float, Inf, NaN last): each GPU step (grad_norm in device memory) equals
+   the CPU step given accel_optim_clip_coef(norm, max_norm), F32 gradients (every bit of the coefficient shows). */
+static void run_clip_norms(void) {
+    static const double norms[] = {0.0, 1e-9, 0.3, 1.5, 1.5000001, 2.0, 7.25, 1e10, 1e300, INFINITY, NAN};
+    static const pspec ps[3] = {{5000, ACCEL_F32, ACCEL_BF16, 0, 0, 0}, {77, ACCEL_F32, ACCEL_DTYPE_INVALID, 1, 1, 1},
+                                {4096 * 3 + 8, ACCEL_F32, ACCEL_BF16, 0, 0, 0}};
+    plist l;
+    accel_optim_desc d;
+    accel_optim *oc = NULL, *og = NULL;
+    double *dnorm = NULL;
+    int k;
+    at_context = "clip coefficient from the device norm";
+    AT_CHECK(cudaMalloc((void **)&dnorm, sizeof(double)) == cudaSuccess);
+    plist_make(&l, ps, 3, 0);
+    memset(&d, 0, sizeof d);
+    d.lr = 0.01; d.weight_decay = 0.1; d.nparams = 3;
+    d.params = l.cp; d.grads = l.cg; d.model = l.cm;
+    AT_EQ_INT(accel_optim_create(&cpu, &d, &oc), ACCEL_OK);
+    d.params = l.gp; d.grads = l.gg; d.model = l.gm;
+    AT_EQ_INT(accel_optim_create(&gpu, &d, &og), ACCEL_OK);
+    for (k = 0; k < (int)(sizeof norms / sizeof norms[0]) && oc && og; ++k) {
+        accel_optim_step_args sc, sg;
+        const float coef = accel_optim_clip_coef(norms[k], 1.5);
+        plist_grads(&l, 3.0f);
+        memset(&sc, 0, sizeof sc);
+        memset(&sg, 0, sizeof sg);
+        sc.clip_coef = &coef;
+        AT_CHECK(cudaMemcpy(dnorm, &norms[k], sizeof(double), cudaMemcpyHostToDevice) == cudaSuccess);
+        sg.grad_norm = dnorm;
+        sg.max_norm = 1.5;
+        AT_EQ_INT(accel_optim_step(oc, &sc), ACCEL_OK);
+        AT_EQ_INT(accel_optim_step(og, &sg), ACCEL_OK);
+        compare(&l, oc, og);
+    }
+    accel_optim_destroy(oc);
+    accel_optim_destroy(og);
+    plist_free(&l);
+    cudaFree(dnorm);
 }
 
 /* ----------------------------------------------------------------------------------- 1. the mixed list */
@@ -477,6 +534,7 @@ int main(void) {
     run_alignment(1, 0, 1);
     run_alignment(1, 1, 0);
     run_alignment(0, 1, 1);
+    run_clip_norms();
     run_gpt2(1);
     run_gpt2(0);
     run_ckpt();

@@ -602,6 +602,61 @@ static void ring_concurrent(accel_coll *c) {
     for (k = 0; k < NQ; ++k) { free(x[k]); free(y[k]); free(ref[k]); }
 }
 
+/* Reduce-scatters of the polled path (the first phase of the direct all-reduce on 2+ ranks): block r of the sum lands
+   on rank r as the long-hand rank-order sum (x0 + x1) + x2 + ... in float, bitwise — the same bits the all-reduce
+   gives that element, also checked against the all-reduce itself; BF16 against its float-rounded rank-order sum
+   (accel.h's codec); several in flight, completed in reverse order; the send buffer is not written. */
+static void reduce_scatter_order(accel_coll *c) {
+    enum { NQ = 3 };
+    static const size_t ns[NQ] = {1, 1000, 70001}; /* per rank: one element, one eager round, rendezvous messages */
+    float *x[NQ], *y[NQ], *all;
+    uint16_t *xb, *yb;
+    accel_coll_request *q[NQ];
+    size_t i;
+    int k, r, bad = 0, bad_send = 0, bad_ar = 0, bad_bf = 0;
+    at_context = "reduce_scatter rank order";
+    for (k = 0; k < NQ; ++k) {
+        x[k] = (float *)malloc((size_t)P * ns[k] * 4);
+        y[k] = (float *)malloc(ns[k] * 4);
+        for (i = 0; i < (size_t)P * ns[k]; ++i) x[k][i] = ring_input(i, k + 7, R);
+        AT_EQ_INT(accel_coll_reduce_scatter_async(c, x[k], y[k], ns[k], ACCEL_F32, ACCEL_COLL_SUM, &q[k]), ACCEL_OK);
+    }
+    for (k = NQ - 1; k >= 0; --k) AT_EQ_INT(accel_coll_wait(q[k]), ACCEL_OK);
+    for (k = 0; k < NQ; ++k) {
+        for (i = 0; i < ns[k]; ++i) {
+            size_t g = (size_t)R * ns[k] + i;
+            float sum = ring_input(g, k + 7, 0);
+            for (r = 1; r < P; ++r) sum += ring_input(g, k + 7, r);
+            bad += memcmp(&y[k][i], &sum, 4) != 0;
+        }
+        for (i = 0; i < (size_t)P * ns[k]; ++i) bad_send += x[k][i] != ring_input(i, k + 7, R);
+    }
+    /* the all-reduce of the same buffer: this rank's block equals the reduce-scatter's, bit for bit */
+    all = (float *)malloc((size_t)P * ns[2] * 4);
+    AT_EQ_INT(accel_coll_all_reduce(c, x[2], all, (size_t)P * ns[2], ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK);
+    bad_ar = memcmp(all + (size_t)R * ns[2], y[2], ns[2] * 4) != 0;
+    /* BF16: each addition rounds to bf16, rank order */
+    xb = (uint16_t *)malloc((size_t)P * ns[1] * 2);
+    yb = (uint16_t *)malloc(ns[1] * 2);
+    for (i = 0; i < (size_t)P * ns[1]; ++i) xb[i] = accel_f32_to_bf16(ring_input(i, 3, R) - 60.0f);
+    AT_EQ_INT(accel_coll_reduce_scatter(c, xb, yb, ns[1], ACCEL_BF16, ACCEL_COLL_SUM), ACCEL_OK);
+    for (i = 0; i < ns[1]; ++i) {
+        size_t g = (size_t)R * ns[1] + i;
+        uint16_t s = accel_f32_to_bf16(ring_input(g, 3, 0) - 60.0f);
+        for (r = 1; r < P; ++r)
+            s = accel_f32_to_bf16(accel_bf16_to_f32(s) + accel_bf16_to_f32(accel_f32_to_bf16(ring_input(g, 3, r) - 60.0f)));
+        bad_bf += s != yb[i];
+    }
+    AT_EQ_INT(bad, 0);
+    AT_EQ_INT(bad_send, 0);
+    AT_EQ_INT(bad_ar, 0);
+    AT_EQ_INT(bad_bf, 0);
+    for (k = 0; k < NQ; ++k) { free(x[k]); free(y[k]); }
+    free(all);
+    free(xb);
+    free(yb);
+}
+
 /* Small all-reduces (< 64 KiB: on 2 ranks one exchange, on 3+ the direct all-reduce): sums bitwise equal to
    MPI_Allreduce on 2 ranks and to the long-hand rank-order sum on 3+, several in flight at once; MAX and MIN over NaN, -0.0 and +0.0 (where "a op b" depends on the operand
    order) give every rank the same bits — checked by gathering each rank's result, not by trusting the algorithm. */
@@ -673,6 +728,7 @@ static void basic(void) {
     half_sums(c);
     async_ops(c);
     ring_concurrent(c);
+    reduce_scatter_order(c);
     exchange_small(c);
     accelerate_reduce(c);
     pad_tests(c);

@@ -9,6 +9,9 @@ usage: gpt2_driver.py CHECK GPT2_CPU_EXE
   resume       2 ranks, accumulation 2, shuffled windows, an epoch of 4.5 optimizer steps (the short last window and
                the reshuffle cross the checkpoints): a run killed (SIGKILL) at a random step and resumed from its last
                checkpoint ends bit-identical to a straight run (exported weights, loss file).
+  resume-async the same with --async-checkpoint (save_state returns after a snapshot, a writer thread writes); the
+               resumed run's --profile traces hold one "checkpoint_snapshot" and one "checkpoint_write" range per save
+               on each rank (read back by check_trace.py's reader), each write starting after its snapshot began.
   profile      2 ranks, accumulation 2, checkpoints: --profile DIR prints rank 0's phase table once (a row per phase
                the trainer marks, checkpoint in 2 of the 6 steps), writes DIR/profile_<rank>.json and
                DIR/profile_merged.json, read back by tests/unit/profile/check_trace.py's independent reader (well
@@ -111,7 +114,8 @@ def equivalence(exe, tmp):
     check(d > 1e-3, "control: 2 x batch 2 (global batch 4) differs from 1x8 (max relative difference %.2e)" % d)
 
 
-def resume(exe, tmp):
+def resume(exe, tmp, async_ckpt=False):
+    extra = ["--async-checkpoint"] if async_ckpt else []
     shard = os.path.join(tmp, "small.bin")
     # 72 windows of 17 tokens: 9 global batches of 2 x 4 windows per epoch = 4 optimizer steps + a short last window
     subprocess.run([exe, "--gen-shard", shard, str(72 * 16 + 1), "64"], check=True, capture_output=True)
@@ -124,13 +128,30 @@ def resume(exe, tmp):
     kill_at = random.Random(seed).randint(4, steps - 2)
     print("kill at step %d (GPT2_KILL_SEED=%d reproduces it)" % (kill_at, seed), flush=True)
     ck, lf, ex = os.path.join(tmp, "ck"), os.path.join(tmp, "resumed.loss"), os.path.join(tmp, "resumed.export")
-    r = run(exe, 2, common + ["--checkpoint-dir", ck, "--checkpoint-every", 3, "--kill-at", kill_at, "--loss-file", lf,
-                              "--export", ex], expect_ok=False)
+    r = run(exe, 2, common + extra + ["--checkpoint-dir", ck, "--checkpoint-every", 3, "--kill-at", kill_at,
+                                      "--loss-file", lf, "--export", ex], expect_ok=False)
     check(r.returncode != 0 and not os.path.exists(ex), "the run was killed at step %d (exit %d), nothing exported" %
           (kill_at, r.returncode))
-    r = run(exe, 2, common + ["--checkpoint-dir", ck, "--checkpoint-every", 3, "--resume", "--loss-file", lf,
-                              "--export", ex])
+    prof = os.path.join(tmp, "prof")
+    r = run(exe, 2, common + extra + ["--checkpoint-dir", ck, "--checkpoint-every", 3, "--resume", "--loss-file", lf,
+                                      "--export", ex] + (["--profile", prof] if async_ckpt else []))
     resumed_at = kill_at // 3 * 3
+    if async_ckpt:
+        sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "profile"))
+        import check_trace
+        saves = len([k for k in range(resumed_at + 1, steps + 1) if k % 3 == 0 or k == steps])
+        for rk in (0, 1):
+            try:
+                info = check_trace.validate(check_trace.load(os.path.join(prof, "profile_%d.json" % rk)))
+                rep = [e for e in info[rk]["x"] if e["cat"] == "reported"]
+                sn = [e for e in rep if e["name"] == "checkpoint_snapshot"]
+                wr = [e for e in rep if e["name"] == "checkpoint_write"]
+                check(len(sn) == saves and len(wr) == saves and len(rep) == 2 * saves and
+                      all(w["ts"] >= s["ts"] for s, w in zip(sn, wr)),
+                      "rank %d: %d snapshot and %d write ranges for %d async saves, each write after its snapshot "
+                      "began" % (rk, len(sn), len(wr), saves))
+            except (check_trace.TraceError, ValueError, OSError, KeyError) as e:
+                check(False, "profile_%d.json: %s" % (rk, e))
     check("resumed at step %d" % resumed_at in r.stdout, "resumed from the step-%d checkpoint" % resumed_at)
     a, abytes = read_safetensors(os.path.join(straight_ex, "model.safetensors"))
     b, bbytes = read_safetensors(os.path.join(ex, "model.safetensors"))
@@ -185,11 +206,14 @@ def profile(exe, tmp):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume", "profile"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume", "resume-async", "profile"):
         print(__doc__)
         return 2
     with tempfile.TemporaryDirectory(prefix="gpt2-mpi-") as tmp:
-        globals()[sys.argv[1]](os.path.abspath(sys.argv[2]), tmp)
+        if sys.argv[1] == "resume-async":
+            resume(os.path.abspath(sys.argv[2]), tmp, async_ckpt=True)
+        else:
+            globals()[sys.argv[1]](os.path.abspath(sys.argv[2]), tmp)
     print("gpt2-%s: %d passed, %d failed" % (sys.argv[1], checks - failures, failures))
     return 1 if failures or not checks else 0
 

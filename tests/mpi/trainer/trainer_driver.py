@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Multi-run checks of examples/train_digits.c (suite trainer): the modules composed in a real trainer.
 
-usage: trainer_driver.py CHECK TRAIN_DIGITS_EXE
-  CHECK: equivalence | resume | skip | accuracy | zero
+usage: trainer_driver.py CHECK TRAIN_DIGITS_EXE [ACCEL_EXE]
+  CHECK: equivalence | resume | resume-async | skip | accuracy | zero | launch (needs ACCEL_EXE: the trainer under
+  `accel launch`)
+  (resume-async: --async-checkpoint every 10 steps, killed after step 50, resumed: bit-identical to a straight run)
 Runs the trainer through tests/mpi/mpirun.sh (ACCEL_SOURCE_ROOT), reads its --loss-file / --dump-weights outputs and
 compares them. The data (data/digits.csv) is fetched with scripts/fetch-digits.sh when missing; if that is not
 possible the test is skipped (exit 77) with the reason.
@@ -107,6 +109,24 @@ def equivalence(exe, tmp):
     run(exe, 2, ["--steps", steps, "--batch", B, "--accum", 1, "--seed", 7, "--loss-file", lf, "--lr", 0.05])
     d = max_rel([r[1] for r in ref_l], [r[1] for r in losses(lf)])
     check(d > 1e-2, "control (2 x B, global batch 2B) differs from 1x4B (max rel diff %.2e)" % d)
+
+
+def resume_async(exe, tmp):
+    # async checkpoints every 10 steps (the writer thread works while training goes on), killed after step 50's
+    common = ["--steps", 100, "--batch", 16, "--accum", 2, "--precision", "fp16", "--seed", 3]
+    straight = os.path.join(tmp, "straight.w")
+    run(exe, 2, common + ["--dump-weights", straight, "--loss-file", os.path.join(tmp, "straight.loss")])
+    ck = os.path.join(tmp, "ck")
+    asy = ["--checkpoint-dir", ck, "--checkpoint-every", 10, "--async-checkpoint"]
+    r = run(exe, 2, common + asy + ["--kill-at", 50], expect_ok=False)
+    check(r.returncode != 0, "the async run was killed (exit %d) after its step-50 checkpoint" % r.returncode)
+    resumed = os.path.join(tmp, "resumed.w")
+    r = run(exe, 2, common + asy + ["--resume", "--dump-weights", resumed,
+                                    "--loss-file", os.path.join(tmp, "resumed.loss")])
+    check("resumed at step 50" in r.stdout, "resumed from the async step-50 checkpoint")
+    check(weights(straight)[1] == weights(resumed)[1], "100 straight vs async 50 + kill + resume: bit-identical weights")
+    ls, lr_ = losses(os.path.join(tmp, "straight.loss")), losses(os.path.join(tmp, "resumed.loss"))
+    check(len(lr_) == 50 and all(a == b for a, b in zip(ls[50:], lr_)), "resumed rows equal the straight run's 51..100")
 
 
 def resume(exe, tmp):
@@ -222,13 +242,44 @@ def zero(exe, tmp):
     check(r.returncode != 0 and "--zero takes 1 or 2" in r.stderr, "--zero 3 is refused")
 
 
+def launch(exe, tmp):
+    """The trainer under `accel launch`: the launcher's settings reach it (issue 30 item 11)."""
+    accel = os.path.abspath(sys.argv[3])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_")}
+    env["HF_HOME"] = os.path.join(tmp, "hf")  # no default config file of the user's
+    common = ["--data", DATA, "--print-every", "0", "--steps", 30, "--batch", 16, "--seed", 3]
+
+    def go(cmd, name):
+        w = os.path.join(tmp, name + ".w")
+        r = subprocess.run([str(a) for a in cmd + ["--dump-weights", w]], capture_output=True, text=True, env=env,
+                           timeout=120)
+        if r.returncode != 0:
+            print("command failed (%d): %s\n%s%s" % (r.returncode, " ".join(map(str, cmd)), r.stdout, r.stderr))
+            sys.exit(1)
+        return weights(w)[1]
+    direct_bf16 = go([exe] + common + ["--precision", "bf16"], "direct_bf16")
+    direct_no = go([exe] + common, "direct_no")
+    launched = go([accel, "launch", "-n", 1, "--mixed-precision", "bf16", "--", exe] + common, "launched_bf16")
+    check(direct_bf16 != direct_no, "control: bf16 and no give different weights")
+    check(launched == direct_bf16, "accel launch --mixed-precision bf16 == --precision bf16 (bit-identical)")
+    launched = go([accel, "launch", "-n", 1, "--mixed-precision", "bf16", "--", exe] + common + ["--precision", "no"],
+                  "launched_override")
+    check(launched == direct_no, "the program's own --precision no wins over the launcher's bf16 (as Accelerate)")
+    # --cpu with 2 processes runs mpirun (accelerate launch --multi_cpu's rule): the same weights as mpirun itself
+    ref = os.path.join(tmp, "mpirun2.w")
+    run(exe, 2, common[4:] + ["--precision", "bf16", "--dump-weights", ref])
+    launched = go([accel, "launch", "--cpu", "-n", 2, "--mixed-precision", "bf16", "--", exe] + common, "cpu2")
+    check(launched == weights(ref)[1], "accel launch --cpu -n 2 == mpirun -np 2 (bit-identical)")
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume", "skip", "accuracy", "zero"):
+    checks_ = ("equivalence", "resume", "resume-async", "skip", "accuracy", "zero", "launch")
+    if len(sys.argv) != 3 + (sys.argv[1:2] == ["launch"]) or sys.argv[1] not in checks_:
         print(__doc__)
         return 2
     ensure_data()
     with tempfile.TemporaryDirectory(prefix="trainer-") as tmp:
-        globals()[sys.argv[1]](os.path.abspath(sys.argv[2]), tmp)
+        globals()[sys.argv[1].replace("-", "_")](os.path.abspath(sys.argv[2]), tmp)
     print("trainer-%s: %d passed, %d failed" % (sys.argv[1], checks - failures, failures))
     return 1 if failures or not checks else 0
 

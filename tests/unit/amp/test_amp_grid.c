@@ -1,19 +1,26 @@
 /* The CUDA list kernels of accel_amp.h without a GPU: everything a kernel thread does is ACCEL_HD code (the buffer
-   plan, the even share of a block, the steps of U units with the fixed-stride fast path and the per-unit path at
-   buffer boundaries, the element-wise heads and tails, the element work), so this TU (its own ACCEL_IMPLEMENTATION, to
+   plan, the chunks of B x U units, the block's walk over its chunks, the aligned fast path and the bounded last chunk
+   of a buffer, the element-wise heads and tails, the element work), so this TU (its own ACCEL_IMPLEMENTATION, to
    reach the private functions) runs that code for every (block, thread) of small grids, launch by launch as
    accel__amp_run splits a list, and folds the per-block results as the kernel's epilogue does (warp butterflies, then
-   the warps in order). The results are compared with the CPU path (accel__amp_cpu_*), which the public functions
-   run on the host:
+   the warps in order; unscale's flag from any block). The results are compared with the CPU path (accel__amp_cpu_*),
+   which the public functions run on the host:
    - every kind (unscale, convert, stochastic rounding, norm, scale, clamp, fp8 cast + amax, dequantize) bit for bit,
      and the instance each list would get on the device (fp32 specialised, generic);
    - every element phase 0..7 of source and destination, sizes 0..33 and larger ones with tails, mixed dtypes in one
      list, empty buffers, more buffers than one launch takes (ACCEL__AMP_CAP), a 148-buffer GPT-2-shaped list;
-   - grids of 1..13 blocks of 32..256 threads, including more blocks than units;
+   - every launch shape the macros can select (bench/amp/sweep_gpu.sh's variants among them): U = 1, 2, 4, 8 units a
+     thread (ACCEL__AMP_U_* only take these), blocks of 32..1024 threads (ACCEL_AMP_CUDA_BLOCK: powers of two in
+     [32, 1024]; 96 too), a block per chunk (ACCEL__AMP_WAVES_* = 0) and grids of 1..13 blocks walking the chunks
+     (WAVES > 0: any grid size), including more blocks than chunks;
    - guard bytes around every buffer (nothing written outside);
    - norms against a long-double reference: the fp32 compensated sums within 1e-12 relative (the bound the GPU test
      holds the device to), p = inf exactly, and the float64 rerun where the fp32 sums leave their range (Inf, NaN,
      squares past 2^128, totals below n * 2^-100, all zeros). */
+#include <stddef.h>
+/* every access of the emulated thread code must lie inside a buffer of the case (ACCEL__AMP_ACCESS_HOOK) */
+static void grid_access(const void *p, size_t nb);
+#define ACCEL__AMP_ACCESS_HOOK(p, nb) grid_access((p), (nb))
 #define ACCEL_IMPLEMENTATION
 #include "accel.h"
 #include "accel_amp.h"
@@ -71,11 +78,31 @@ static void tb_fill(tbuf *t, int dt, long long n, float range, int specials) {
     }
 }
 
+/* the byte ranges of the case's buffers (g_nreg of them; 0: no check), and the accesses that fell outside */
+enum { MAXREG = 700 };
+static const unsigned char *g_lo[MAXREG], *g_hi[MAXREG];
+static int g_nreg;
+static long long g_outside;
+static void grid_access(const void *p, size_t nb) {
+    const unsigned char *q = (const unsigned char *)p;
+    int i;
+    if (!g_nreg) return;
+    for (i = 0; i < g_nreg; ++i)
+        if (q >= g_lo[i] && q + nb <= g_hi[i]) return;
+    ++g_outside;
+}
+static void reg_add(const void *p, size_t bytes) {
+    g_lo[g_nreg] = (const unsigned char *)p;
+    g_hi[g_nreg] = (const unsigned char *)p + bytes;
+    ++g_nreg;
+}
+
 /* ------------------------------------------------------------------------------------------ the emulation */
-/* What accel__amp_run does on a device, with G blocks of B threads a launch (the device takes G from the SM count) */
+/* What accel__amp_run does on a device, with G blocks of B threads a launch (G = 0: a block per chunk, as the read +
+   write kinds launch) and U units a thread (0: the instance's, ACCEL__AMP_U_*) */
 static int g_launches; /* launches of the last emulate() */
-/* the kernel's epilogue: the block's one record (unscale 1 / 0; norm its sum, or max |x| bits for p = inf) */
-static double block_fold(int kind, int mode, const accel__amp_acc *s, int B) {
+/* the kernel's epilogue: the block's norm record (its sum, or max |x| bits for p = inf) */
+static double block_fold(int mode, const accel__amp_acc *s, int B) {
     double w[32], sum = 0.0;
     uint32_t bits = 0;
     int wp, l, o;
@@ -89,46 +116,48 @@ static double block_fold(int kind, int mode, const accel__amp_acc *s, int B) {
         sum = wp == 0 ? w[0] : sum + w[0];
         for (l = 0; l < 32; ++l) bits = s[wp * 32 + l].bits > bits ? s[wp * 32 + l].bits : bits;
     }
-    if (kind == ACCEL__AMP_K_UNSCALE) return bits == 0x7f800000u ? 1.0 : 0.0;
     return mode == ACCEL__AMP_NORM_INF ? (double)bits : sum;
 }
-static accel_result emulate(int kind, const accel__amp_mt *h0, int count, const accel__amp_kp *kp, int G, int B,
+static accel_result emulate(int kind, const accel__amp_mt *h0, int count, const accel__amp_kp *kp, int G, int B, int U,
                             accel__amp_part *res, int *instance) {
     accel__amp_mt *h = (accel__amp_mt *)malloc(sizeof *h * (size_t)(count + 1)); /* prepare compacts its list */
-    long long *units = (long long *)malloc(sizeof(long long) * (size_t)(count + 1));
     accel__amp_args *A = (accel__amp_args *)malloc(sizeof *A);
     accel__amp_acc *s = (accel__amp_acc *)malloc(sizeof(accel__amp_acc) * (size_t)B);
-    double *parts = (double *)malloc(sizeof(double) * (size_t)G);
     accel_result r;
-    int n = 0, j, b, tid;
+    int n = 0, j, tid;
     memset(res, 0, sizeof *res);
     g_launches = 0;
     memcpy(h, h0, sizeof *h * (size_t)count);
-    r = accel__amp_prepare(&cpu, kind, h, count, kp, units, &n, "emulate");
+    r = accel__amp_prepare(&cpu, kind, h, count, kp, &n, "emulate");
     for (j = 0; r == ACCEL_OK && j * ACCEL__AMP_CAP < n; ++j) {
-        int nt = n - j * ACCEL__AMP_CAP < ACCEL__AMP_CAP ? n - j * ACCEL__AMP_CAP : ACCEL__AMP_CAP, ta, tb;
+        int nt = n - j * ACCEL__AMP_CAP < ACCEL__AMP_CAP ? n - j * ACCEL__AMP_CAP : ACCEL__AMP_CAP, ta, tb, u;
         accel__amp_cfg c;
+        long long g, b;
+        double *parts;
+        accel__amp_common(h + j * ACCEL__AMP_CAP, nt, &ta, &tb);
+        accel__amp_pick(kind, kp->mode, ta, tb, &c);
+        u = U > 0 ? U : c.u;
         A->k = *kp;
         A->part = NULL;
-        accel__amp_fill(A, h + j * ACCEL__AMP_CAP, units + j * ACCEL__AMP_CAP, nt, &ta, &tb);
-        accel__amp_pick(kind, kp->mode, ta, tb, &c);
+        A->flag = NULL;
+        accel__amp_fill(A, h + j * ACCEL__AMP_CAP, nt, (long long)u * B);
         if (instance) *instance = c.id;
-        for (b = 0; b < G; ++b) {
-            long long u0, u1;
-            accel__amp_range(A->units, G, b, &u0, &u1);
+        g = G > 0 ? G : A->chunks;
+        parts = (double *)malloc(sizeof(double) * (size_t)g);
+        for (b = 0; b < g; ++b) {
             for (tid = 0; tid < B; ++tid) {
                 accel__amp_acc_init(&s[tid]);
-                if (u0 < u1)
-                    accel__amp_thread(A, kind, c.ta, c.tb, c.vwl, c.mode, c.u, u0, u1, accel__amp_find(A, u0), tid, B,
-                                      &s[tid]);
+                accel__amp_thread(A, kind, c.ta, c.tb, c.vwl, c.mode, u, b, g, tid, B, &s[tid]);
                 if (kind == ACCEL__AMP_K_FP8Q) accel__amp_amax_flush(kp->amax, s[tid].slot, s[tid].bits);
+                if (kind == ACCEL__AMP_K_UNSCALE && s[tid].bits == 0x7f800000u) res->flag = 1;
             }
-            parts[b] = block_fold(kind, c.mode >= 0 ? c.mode : kp->mode, s, B);
+            parts[b] = block_fold(c.mode >= 0 ? c.mode : kp->mode, s, B);
         }
-        accel__amp_fold(kind, kp->mode, parts, G, res);
+        if (kind == ACCEL__AMP_K_NORM) accel__amp_fold(kp->mode, parts, (int)g, res);
+        free(parts);
         ++g_launches;
     }
-    free(h); free(units); free(A); free(s); free(parts);
+    free(h); free(A); free(s);
     return r;
 }
 
@@ -156,7 +185,7 @@ static const char *kind_name(int k) {
 
 /* Runs job j over list L on both sides: the emulated kernels (grid G x B) and the CPU path; compares every byte of
    every buffer (guards included), found_inf, the norm, the fp8 amaxes. Returns the instance the list got. */
-static int run_case(const job *jb, const list *L, int G, int B, int specials, float range) {
+static int run_case(const job *jb, const list *L, int G, int B, int U, int specials, float range) {
     static tbuf ra[MAXT], rb[MAXT], ea[MAXT], eb[MAXT];
     accel__amp_mt *h = (accel__amp_mt *)calloc((size_t)L->n + 1, sizeof *h);
     const int in_place = accel__amp_in_place(jb->kind);
@@ -170,7 +199,8 @@ static int run_case(const job *jb, const list *L, int G, int B, int specials, fl
     uint32_t cpu_bad = 0;
     int i, inst = -1, fails0 = at_failed;
     char ctx[160];
-    snprintf(ctx, sizeof ctx, "%s mode %d, %d buffers, grid %d x %d", kind_name(jb->kind), jb->mode, L->n, G, B);
+    snprintf(ctx, sizeof ctx, "%s mode %d, %d buffers, grid %d x %d, U %d", kind_name(jb->kind), jb->mode, L->n, G, B,
+             U);
     at_context = ctx;
     memset(&kp, 0, sizeof kp);
     kp.mode = jb->kind == ACCEL__AMP_K_FP8Q ? jb->sat : jb->mode;
@@ -226,13 +256,21 @@ static int run_case(const job *jb, const list *L, int G, int B, int specials, fl
         default: break;
         }
     }
-    /* the kernels */
-    AT_EQ_INT(emulate(jb->kind, h, L->n, &kp, G, B, &res, &inst), ACCEL_OK);
+    /* the kernels, every access inside a buffer */
+    g_nreg = 0;
+    g_outside = 0;
+    for (i = 0; i < L->n; ++i) {
+        reg_add(ea[i].p, (size_t)L->len[i] * (size_t)esz(L->ta[i]));
+        if (!in_place) reg_add(eb[i].p, (size_t)L->len[i] * (size_t)esz(L->tb[i]));
+    }
+    AT_EQ_INT(emulate(jb->kind, h, L->n, &kp, G, B, U, &res, &inst), ACCEL_OK);
     if (jb->kind == ACCEL__AMP_K_NORM && accel__amp_norm_again(kp.mode, &res, (double)n_all)) {
         kp.mode = ACCEL__AMP_NORM_F64;
         kp.p = jb->mode == ACCEL__AMP_NORM_P1 ? 1.0 : 2.0;
-        AT_EQ_INT(emulate(jb->kind, h, L->n, &kp, G, B, &res, NULL), ACCEL_OK);
+        AT_EQ_INT(emulate(jb->kind, h, L->n, &kp, G, B, U, &res, NULL), ACCEL_OK);
     }
+    AT_EQ_INT(g_outside, 0);
+    g_nreg = 0;
     for (i = 0; i < L->n; ++i) {
         AT_CHECK(memcmp(ra[i].mem, ea[i].mem, ra[i].bytes) == 0);
         if (!in_place) AT_CHECK(memcmp(rb[i].mem, eb[i].mem, rb[i].bytes) == 0);
@@ -265,8 +303,12 @@ static int run_case(const job *jb, const list *L, int G, int B, int specials, fl
 }
 
 /* ------------------------------------------------------------------------------------------ the cases */
-static const int grids[][2] = {{1, 32}, {2, 32}, {3, 64}, {7, 32}, {5, 96}, {13, 64}, {4, 256}};
+/* launch shapes: {G, B} (G = 0: a block per chunk) and U (0: the instance's) */
+static const int grids[][2] = {{1, 32}, {2, 32}, {3, 64}, {7, 32}, {5, 96}, {13, 64}, {4, 256}, {0, 32}, {0, 64},
+                               {0, 128}, {0, 256}};
 enum { NGRID = (int)(sizeof grids / sizeof grids[0]) };
+static const int us[] = {0, 1, 2, 4, 8};
+enum { NU = (int)(sizeof us / sizeof us[0]) };
 static const long long small_sizes[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 257, 1000, 4097};
 enum { NSMALL = (int)(sizeof small_sizes / sizeof small_sizes[0]) };
 
@@ -327,7 +369,8 @@ static void sweep_single(void) {
                             pick_types(kind, &L.ta[0], &L.tb[0]);
                         }
                         gi = (si + pa + pb) % NGRID;
-                        run_case(&jb, &L, grids[gi][0], grids[gi][1], (pa + pb + si) % 3 == 0, 3.0f);
+                        run_case(&jb, &L, grids[gi][0], grids[gi][1], us[(si + 2 * pa + pb + pass) % NU],
+                                 (pa + pb + si) % 3 == 0, 3.0f);
                     }
 }
 
@@ -348,7 +391,7 @@ static void random_lists(int trials) {
             L.pb[i] = (rnd32() & 1) ? L.pa[i] : (int)(rnd32() % 8);
             L.slot[i] = (int)(rnd32() % 3);
         }
-        run_case(&jb, &L, grids[gi][0], grids[gi][1], (int)(rnd32() % 3 == 0), 1000.0f);
+        run_case(&jb, &L, grids[gi][0], grids[gi][1], us[rnd32() % NU], (int)(rnd32() % 3 == 0), 1000.0f);
     }
 }
 
@@ -368,7 +411,7 @@ static void many_buffers(void) {
             L.pa[i] = (int)(rnd32() % 8); L.pb[i] = L.pa[i];
             L.slot[i] = i % 5;
         }
-        run_case(&jb, &L, 3, 64, 0, 2.0f);
+        run_case(&jb, &L, kind & 1 ? 3 : 0, 64, us[kind % NU], 0, 2.0f);
         AT_EQ_INT(g_launches, 3);
     }
 }
@@ -398,7 +441,7 @@ static void gpt2_list(void) {
             L.tb[i] = kind == ACCEL__AMP_K_FP8Q ? ACCEL_F8_E4M3 : kind == ACCEL__AMP_K_CONVERT || kind == ACCEL__AMP_K_SR
                                                                       ? ACCEL_BF16 : ACCEL_F32;
         }
-        inst = run_case(&jb, &L, 5, 256, 0, 1.0f);
+        inst = run_case(&jb, &L, kind & 1 ? 5 : 0, 256, 0, 0, 1.0f);
         AT_CHECK(inst != ACCEL__AMP_I_GENERIC || kind == ACCEL__AMP_K_CLAMP);
         AT_EQ_INT(g_launches, 1);
     }
@@ -420,7 +463,7 @@ static void norm_ranges(void) {
                 L.ta[0] = L.tb[0] = ACCEL_F32; L.ta[1] = L.tb[1] = ACCEL_F32;
                 L.len[0] = 5000; L.len[1] = 301;
                 L.pa[0] = L.pb[0] = 1; L.pa[1] = L.pb[1] = 0; L.slot[0] = L.slot[1] = 0;
-                run_case(&jb, &L, 7, 64, sp, scales[si]);
+                run_case(&jb, &L, 7, 64, us[(si + sp) % NU], sp, scales[si]);
             }
     { /* all zeros: the total is below n * 2^-100, so the float64 pass runs, and gives 0 */
         accel__amp_mt h;
@@ -431,7 +474,7 @@ static void norm_ranges(void) {
         memset(&kp, 0, sizeof kp);
         h.a = z; h.n = 1000; h.ta = h.tb = ACCEL_F32;
         kp.mode = ACCEL__AMP_NORM_P2;
-        AT_EQ_INT(emulate(ACCEL__AMP_K_NORM, &h, 1, &kp, 2, 32, &res, NULL), ACCEL_OK);
+        AT_EQ_INT(emulate(ACCEL__AMP_K_NORM, &h, 1, &kp, 2, 32, 0, &res, NULL), ACCEL_OK);
         AT_CHECK(res.sum == 0.0 && accel__amp_norm_again(ACCEL__AMP_NORM_P2, &res, 1000.0));
         free(z);
     }
@@ -448,11 +491,38 @@ static void norm_ranges(void) {
         memset(&kp, 0, sizeof kp);
         h.a = x; h.n = N; h.ta = h.tb = ACCEL_F32;
         kp.mode = ACCEL__AMP_NORM_P2;
-        AT_EQ_INT(emulate(ACCEL__AMP_K_NORM, &h, 1, &kp, 3, 64, &res, NULL), ACCEL_OK);
+        AT_EQ_INT(emulate(ACCEL__AMP_K_NORM, &h, 1, &kp, 3, 64, 0, &res, NULL), ACCEL_OK);
         AT_CHECK(!accel__amp_norm_again(ACCEL__AMP_NORM_P2, &res, (double)N));
         AT_NEAR(res.sum, (double)want, 1e-13 * (double)want);
         free(x);
     }
+}
+
+/* every launch shape the macros can select: U in {1, 2, 4, 8} x blocks of 32..1024 threads x (a block per chunk,
+   grids of 1, 3 and 7 blocks), each over random lists whose buffers span up to three chunks of that shape (so the
+   unchecked fast path, the bounded last chunk and the walk across buffers all run) */
+static void shapes(void) {
+    static const int uu[] = {1, 2, 4, 8}, bb[] = {32, 64, 128, 256, 512, 1024}, gg[] = {0, 1, 3, 7};
+    int ui, bi, gi;
+    for (ui = 0; ui < 4; ++ui)
+        for (bi = 0; bi < 6; ++bi)
+            for (gi = 0; gi < 4; ++gi) {
+                int kind = (int)(rnd32() % 8), uniform = (int)(rnd32() & 1), i;
+                long long span = 3LL * uu[ui] * bb[bi] * 4 + 50; /* three chunks of fp32 units, and a bit */
+                job jb;
+                list L;
+                make_job(&jb, kind);
+                L.n = 1 + (int)(rnd32() % 6);
+                for (i = 0; i < L.n; ++i) {
+                    if (i == 0 || !uniform) pick_types(kind, &L.ta[i], &L.tb[i]);
+                    else { L.ta[i] = L.ta[0]; L.tb[i] = L.tb[0]; }
+                    L.len[i] = (rnd32() % 6 == 0) ? (long long)(rnd32() % 40) : (long long)(rnd32() % span);
+                    L.pa[i] = (rnd32() & 1) ? 0 : (int)(rnd32() % 8);
+                    L.pb[i] = (rnd32() & 1) ? L.pa[i] : (int)(rnd32() % 8);
+                    L.slot[i] = (int)(rnd32() % 3);
+                }
+                run_case(&jb, &L, gg[gi], bb[bi], uu[ui], (int)(rnd32() % 3 == 0), 100.0f);
+            }
 }
 
 /* the plan: heads, vector flags, unit counts, and every element in exactly one unit */
@@ -510,18 +580,18 @@ int main(int argc, char **argv) {
     sweep_single();
     random_lists(trials);
     many_buffers();
+    shapes();
     gpt2_list();
     norm_ranges();
     { /* a buffer not aligned to its element size is refused, and nothing is planned */
         accel__amp_mt h;
         accel__amp_kp kp;
-        long long units[1];
         int k = -1;
         float f[4];
         memset(&h, 0, sizeof h);
         memset(&kp, 0, sizeof kp);
         h.a = (unsigned char *)f + 2; h.n = 1; h.ta = h.tb = ACCEL_F32;
-        AT_EQ_INT(accel__amp_prepare(&cpu, ACCEL__AMP_K_SCALE, &h, 1, &kp, units, &k, "x"), ACCEL_ERR_INVALID_ARGUMENT);
+        AT_EQ_INT(accel__amp_prepare(&cpu, ACCEL__AMP_K_SCALE, &h, 1, &kp, &k, "x"), ACCEL_ERR_INVALID_ARGUMENT);
         AT_CONTAINS(accel_last_error(&cpu), "not aligned to its element size");
         AT_EQ_INT(k, 0);
     }

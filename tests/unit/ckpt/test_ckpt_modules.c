@@ -82,9 +82,20 @@ int main(void) {
         accel_ckpt_register_model(ck3, &t, 1);
         accel_ckpt_register(ck3, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, &sc2);
         accel_ckpt_register(ck3, "sampler", accel_data_shard_state_save, accel_data_shard_state_load, &sh3);
+        /* state before the load: everything must still be this afterwards (the scaler is registered first, so its
+           bytes are applied before the sampler refuses its own: they must be put back; the tensor untouched) */
+        w3[2] = -5.0f;
+        sc2.scale = 8.0f;
+        sc2.growth_tracker = 1;
+        acc.step = 4;
         AT_EQ_INT(accel_ckpt_load_state(ck3, dir), ACCEL_ERR_MISMATCH);
         /* the shard's own message (the root cause) behind the file it came from */
         AT_CONTAINS(accel_last_error(&acc), "load_state: sampler.bin: shard state: saved for dataset_len 103, this shard has 104");
+        AT_CHECK(w3[0] == 0.0f && w3[1] == 0.0f && w3[2] == -5.0f && w3[3] == 0.0f);
+        AT_NEAR(sc2.scale, 8.0, 0);
+        AT_EQ_INT(sc2.growth_tracker, 1);
+        AT_EQ_INT(sh3.position, 0);
+        AT_EQ_INT(acc.step, 4);
         accel_ckpt_destroy(ck3);
     }
     accel_ckpt_destroy(ck);

@@ -1,10 +1,11 @@
 /* The program tests/unit/core/test_launch.sh starts under `accel launch`: checks what the launcher promised
    (torchrun's worker environment, accel's host group over the TCP store) and acts out the faults.
-   usage: launch_child ok|fail RANK CODE|sleep|echo|config PRECISION ACCUM|secret FILE */
+   usage: launch_child ok|fail RANK CODE|sigkill RANK|sleep|echo|config PRECISION ACCUM|secret FILE */
 #define _DEFAULT_SOURCE 1
 #include "accel.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -75,6 +76,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rank %d: failing on purpose with code %s\n", rank, argv[3]);
         return atoi(argv[3]);
     }
+    if (!strcmp(mode, "sigkill") && rank == atoi(argv[2])) raise(SIGKILL); /* the others fail in the barrier */
+    if (!strcmp(mode, "sigkill")) return accel_wait_for_everyone(&acc) == ACCEL_OK ? 0 : 1;
     if (!strcmp(mode, "fail") || !strcmp(mode, "sleep")) {
         printf("rank %d: waiting\n", rank);
         fflush(stdout);

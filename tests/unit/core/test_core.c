@@ -17,7 +17,7 @@ static void set_loader(accel *acc, int last, int remainder) {
 
 static const char *all_vars[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
+    "PMI_RANK", "PMI_SIZE", "PMI_FD", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
     "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
     "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS",
     "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
@@ -86,10 +86,18 @@ static void test_launchers(void) {
          ACCEL_ERR_ENVIRONMENT, 0, 0, 0, 0, 0, "no entry for SLURM_NODEID"},
         {"RANK=1 WORLD_SIZE=4 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=1234", ACCEL_OK,
          ACCEL_LAUNCHER_TORCHRUN, 1, 4, 1, 2, NULL},
-        /* srun --mpi=pmi2 (what a real step sets, two nodes): SLURM and PMI agree → MPI source wins, Slurm fills in
-           the local layout PMI does not give */
+        /* srun --mpi=pmi2 (what a real step sets, two nodes): PMI equal to the step's is Slurm's plugin speaking for
+           the step — the launcher is slurm, as under --mpi=pmix (issue 30 item 14) */
         {"PMI_RANK=1 PMI_SIZE=2 SLURM_STEP_ID=0 SLURM_PROCID=1 SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 SLURM_LOCALID=0 "
-         "SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=1(x2)", ACCEL_OK, ACCEL_LAUNCHER_MPICH, 1, 2, 0, 1, NULL},
+         "SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE=1(x2)", ACCEL_OK, ACCEL_LAUNCHER_SLURM, 1, 2, 0, 1, NULL},
+        /* torchrun inside an srun --mpi=pmi2 step: its workers inherit the step's PMI_RANK=0 PMI_SIZE=1, and the
+           launcher started inside the step wins over both (item 2) */
+        {"PMI_RANK=0 PMI_SIZE=1 PMI_FD=11 SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_STEP_NUM_TASKS=1 SLURM_LOCALID=0 "
+         "SLURM_NODEID=0 SLURM_STEP_TASKS_PER_NODE=1 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2", ACCEL_OK,
+         ACCEL_LAUNCHER_TORCHRUN, 1, 2, 1, 2, NULL},
+        /* mpiexec (Hydra) inside a one-task step: its PMI layout is not the step's, and wins */
+        {"PMI_RANK=2 PMI_SIZE=4 SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_STEP_NUM_TASKS=1 SLURM_LOCALID=0 SLURM_NODEID=0 "
+         "SLURM_STEP_TASKS_PER_NODE=1", ACCEL_OK, ACCEL_LAUNCHER_MPICH, 2, 4, 2, 4, NULL},
         /* accelerate launch under mpirun sets RANK too: agreeing is fine */
         {"OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 RANK=1 WORLD_SIZE=2", ACCEL_OK, ACCEL_LAUNCHER_OPENMPI, 1, 2, 1, 2,
          NULL},

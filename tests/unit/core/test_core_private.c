@@ -7,7 +7,8 @@
    - the flight recorder's ring (wraps, keeps the call site of the outermost wrapped call, states) and its "waiting
      for" lines: one after 30 s in flight, then one a minute, none once the call completed;
    - ACCEL_COLLECTIVE_TIMEOUT / ACCEL_TRAIN_TIMEOUT: parsed, the desc wins, garbage is an error naming the variable,
-     and the train deadline applies once an optimizer step completed. */
+     and the train deadline applies once an optimizer step completed;
+   - accel__slurm_first_host reads the first host of a Slurm host list (where srun without MPI puts the store). */
 #define ACCEL_IMPLEMENTATION
 #define ACCEL_STATIC
 #include "accel.h"
@@ -266,9 +267,31 @@ static void test_timeouts_env(void) {
     }
 }
 
+/* expected values written by hand from Slurm's hostlist syntax (scontrol show hostnames gives the same first name) */
+static void test_slurm_first_host(void) {
+    static const char *cases[][2] = {
+        {"vm", "vm"}, {"vm,vm2", "vm"}, {"node[01-04,07]", "node01"}, {"gpu[3,5-7],cpu1", "gpu3"},
+        {"a[009-010]-ib,b1", "a009-ib"}, {"n[2]", "n2"}, {"", NULL}, {"[1-2]", NULL}, {"n[", NULL}, {"n[x-y]", NULL},
+        {"n[1-2", NULL}, {",n1", NULL},
+    };
+    char out[16];
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        int rc = accel__slurm_first_host(cases[i][0], out, sizeof out);
+        at_context = cases[i][0];
+        AT_EQ_INT(rc, cases[i][1] ? 0 : -1);
+        if (cases[i][1] && rc == 0) AT_EQ_STR(out, cases[i][1]);
+    }
+    at_context = "too long for the buffer";
+    AT_EQ_INT(accel__slurm_first_host("averyveryverylongname", out, sizeof out), -1);
+    AT_EQ_INT(accel__slurm_first_host("n[00000000000000001-2]", out, sizeof out), -1);
+    at_context = NULL;
+}
+
 int main(void) {
     test_flight_recorder();
     test_timeouts_env();
+    test_slurm_first_host();
     test_arr_put();
     test_error_seq();
     test_atomic();

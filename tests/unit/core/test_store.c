@@ -223,6 +223,30 @@ static int sc_never(int rank, int P, char *msg, size_t cap) {
     return r != ACCEL_OK && strstr(msg, "rank(s) 2") ? 0 : 1; /* rank 1 hears it from the store */
 }
 
+/* rank 0 starts late: the others say once, while they wait, where they wait (the store's address and port) */
+static char late_log[512];
+static void keep_wait(void *u, accel_log_level l, const char *m) {
+    (void)u;
+    if (l == ACCEL_LOG_WARN && strstr(m, "waiting for rank 0")) snprintf(late_log, sizeof late_log, "%s", m);
+}
+static int sc_late0(int rank, int P, char *msg, size_t cap) {
+    accel acc;
+    accel_desc d;
+    accel_result r;
+    char where[32];
+    (void)P;
+    snprintf(where, sizeof where, "127.0.0.1:%d", atoi(getenv("MASTER_PORT")) + 1); /* TORCHELASTIC_USE_AGENT_STORE */
+    if (rank == 0) usleep(2500000);
+    memset(&d, 0, sizeof d);
+    d.collective_timeout_ms = 12000; /* the note comes after an eighth of it */
+    d.log_fn = keep_wait;
+    r = accel_init(&acc, &d);
+    snprintf(msg, cap, "%s | %s", accel_last_error(&acc), late_log);
+    accel_shutdown(&acc);
+    if (rank == 0) return r == ACCEL_OK ? 0 : 1;
+    return r == ACCEL_OK && strstr(late_log, "waiting for rank 0") && strstr(late_log, where) ? 0 : 1;
+}
+
 /* rank 1 belongs to another run (torchrun's run id): refused on every rank */
 static int sc_other_run(int rank, int P, char *msg, size_t cap) {
     accel acc;
@@ -636,6 +660,7 @@ int main(int argc, char **argv) {
         {"main-first", sc_main_first, 4, NULL, NULL, 0},  {"mismatch", sc_mismatch, 3, NULL, NULL, 0},
         {"local-error", sc_local_error, 3, NULL, NULL, 0}, {"exit-early", sc_exit_early, 3, NULL, NULL, 0},
         {"never-connects", sc_never, 3, NULL, NULL, 0},   {"other-run", sc_other_run, 3, NULL, NULL, 0},
+        {"rank0-late", sc_late0, 3, NULL, NULL, 0},
         {"stranger", sc_stranger, 3, NULL, NULL, 0},      {"garbage", sc_garbage, 3, NULL, NULL, 0},
         /* issue 26: the job has a secret */
         {"secret-helpers", sc_helpers, 3, secret, NULL, 0},

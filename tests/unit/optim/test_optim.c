@@ -194,10 +194,86 @@ static void test_fused(accel_optim_algorithm algo, int stochastic) {
     plist_free(&b);
 }
 
+/* Two equal lists (seed 11, model copies) and an AdamW (amsgrad) on each: runs that must stay equal. */
+static void adamw_pair(plist *a, plist *b, accel_optim **oa, accel_optim **ob) {
+    accel_optim_desc da, db;
+    plist_make(a, 11, 1);
+    plist_make(b, 11, 1);
+    base_desc(&da, a, ACCEL_OPTIM_ADAMW, 1);
+    base_desc(&db, b, ACCEL_OPTIM_ADAMW, 1);
+    AT_EQ_INT(accel_optim_create(&acc, &da, oa), ACCEL_OK);
+    AT_EQ_INT(accel_optim_create(&acc, &db, ob), ACCEL_OK);
+}
+
+/* The clip coefficient computed inside the step from the total norm (step_args.grad_norm, max_norm: the trainer that
+   does not read the norm back) equals the step given clip_coef = accel_optim_clip_coef(norm, max_norm), bit for bit:
+   norms below, at and above max_norm, zero, huge (Inf as a float), Inf and NaN, with and without unscaling, a BF16
+   and an F16 gradient (rounded after the clip) among F32 ones. Misuse is refused with nothing changed. */
+static void test_grad_norm(void) {
+    static const double norms[] = {0.0, 1e-9, 0.3, 1.5, 1.5000001, 2.0, 7.25, 1e10, 1e300, INFINITY, NAN};
+    const int nn = (int)(sizeof norms / sizeof norms[0]);
+    plist a, b;
+    accel_optim *oa = NULL, *ob = NULL;
+    accel_optim_step_args sa, sb;
+    float coef = 0.5f, *keep;
+    double norm = 2.0;
+    int64_t steps = -1;
+    int k, i;
+    at_context = "clip from the norm inside the step";
+    adamw_pair(&a, &b, &oa, &ob);
+    for (k = 0; k < nn && oa && ob; ++k) {
+        for (i = 0; i < NP; ++i) {
+            int64_t j;
+            for (j = 0; j < psz[i]; ++j) {
+                float g = rndu() * 3.0f;
+                if (gdt[i] == ACCEL_F32) ((float *)a.g[i])[j] = g;
+                else if (gdt[i] == ACCEL_BF16) ((uint16_t *)a.g[i])[j] = accel_f32_to_bf16(g);
+                else ((uint16_t *)a.g[i])[j] = accel_f32_to_f16(g);
+            }
+            memcpy(b.g[i], a.g[i], gbytes(i));
+        }
+        memset(&sa, 0, sizeof sa);
+        memset(&sb, 0, sizeof sb);
+        norm = norms[k];
+        sa.grad_norm = &norm;
+        sa.max_norm = 1.5;
+        sa.inv_scale = sb.inv_scale = k % 2 ? 0.25f : 0.0f;
+        coef = accel_optim_clip_coef(norm, 1.5);
+        sb.clip_coef = &coef;
+        AT_EQ_INT(accel_optim_step(oa, &sa), ACCEL_OK);
+        AT_EQ_INT(accel_optim_step(ob, &sb), ACCEL_OK);
+        AT_CHECK_MSG(plist_same(&a, &b, 1) && state_same(oa, ob), "step with grad_norm != step with its coefficient");
+    }
+    /* misuse: an error naming the problem, and no change (parameters and step count) */
+    keep = (float *)malloc(4 * (size_t)psz[3]);
+    memcpy(keep, a.p[3], 4 * (size_t)psz[3]);
+    memset(&sa, 0, sizeof sa);
+    sa.grad_norm = &norm;
+    sa.max_norm = 1.0;
+    sa.clip_coef = &coef;
+    AT_EQ_INT(accel_optim_step(oa, &sa), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(&acc), "clip_coef and grad_norm");
+    sa.clip_coef = NULL;
+    sa.max_norm = NAN;
+    AT_EQ_INT(accel_optim_step(oa, &sa), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(&acc), "max_norm is NaN");
+    sa.grad_norm = NULL;
+    sa.max_norm = 1.0;
+    AT_EQ_INT(accel_optim_step(oa, &sa), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(&acc), "without grad_norm");
+    AT_CHECK(!memcmp(keep, a.p[3], 4 * (size_t)psz[3]));
+    AT_EQ_INT(accel_optim_step_count(oa, &steps), ACCEL_OK);
+    AT_EQ_INT(steps, nn);
+    free(keep);
+    accel_optim_destroy(oa);
+    accel_optim_destroy(ob);
+    plist_free(&a);
+    plist_free(&b);
+}
+
 /* found_inf skips everything, counts included; the next step continues as if the skipped one never happened */
 static void test_found_inf(void) {
     plist a, b;
-    accel_optim_desc da, db;
     accel_optim *oa = NULL, *ob = NULL;
     int32_t found = 1, clear = 0;
     accel_optim_step_args sa;
@@ -205,12 +281,7 @@ static void test_found_inf(void) {
     size_t sza = 0, szb = 0;
     unsigned char *sta, *stb;
     at_context = "found_inf";
-    plist_make(&a, 11, 1);
-    plist_make(&b, 11, 1);
-    base_desc(&da, &a, ACCEL_OPTIM_ADAMW, 1);
-    base_desc(&db, &b, ACCEL_OPTIM_ADAMW, 1);
-    AT_EQ_INT(accel_optim_create(&acc, &da, &oa), ACCEL_OK);
-    AT_EQ_INT(accel_optim_create(&acc, &db, &ob), ACCEL_OK);
+    adamw_pair(&a, &b, &oa, &ob);
     memset(&sa, 0, sizeof sa);
     AT_EQ_INT(accel_optim_step(oa, NULL), ACCEL_OK);
     AT_EQ_INT(accel_optim_step(ob, NULL), ACCEL_OK);
@@ -906,6 +977,7 @@ int main(void) {
     test_fused(ACCEL_OPTIM_ADAMW, 1);
     test_fused(ACCEL_OPTIM_SGD, 0);
     test_found_inf();
+    test_grad_norm();
     test_no_grad();
     test_schedules();
     test_state();

@@ -7,7 +7,10 @@
     inside the enclosing one, or after it);
   - every host range lies inside its step's "ProfilerStep#<k>" event when that step was recorded;
   - with cover=True (a loop whose phases fill the step): the phases directly under each step add up to the step's
-    duration within 5 %.
+    duration within 5 %;
+  - ranges reported by other modules (cat "reported") are on tid 2, have no step, and are in begin order; the trace
+    mode's "checkpoint_snapshot" ranges enclose their step's checkpoint phase (one clock), its writer thread's
+    "checkpoint_write" ranges are all there, 2 ms long, one after the other.
 
 usage: check_trace.py TEST_PROFILE_EXE SCRATCH_DIR   (runs `TEST_PROFILE_EXE trace ...` and checks its file)
 As a module: validate(doc, cover) -> {pid: {"steps": [k...], "x": [events], "other": otherData}}."""
@@ -87,7 +90,10 @@ def validate(doc, cover=False):
         need(is_num(e.get("ts")) and is_num(e.get("dur")), f"event {i}: ts/dur are not numbers")
         need(e["dur"] >= 0 and e["ts"] >= 0, f"event {i}: negative ts or dur: {e}")
         need(isinstance(e.get("cat"), str), f"event {i}: no cat")
-        need(isinstance(e.get("args"), dict) and isinstance(e["args"].get("step"), int), f"event {i}: no args.step")
+        if e.get("cat") == "reported":
+            need(e["tid"] == 2 and "args" not in e, f"event {i}: a reported range off tid 2 or with args: {e}")
+        else:
+            need(isinstance(e.get("args"), dict) and isinstance(e["args"].get("step"), int), f"event {i}: no args.step")
         key = (e["pid"], e["tid"])
         need(e["ts"] >= order.get(key, -1.0), f"event {i} ({e['name']}): ts {e['ts']} goes back in time on {key}")
         order[key] = e["ts"]
@@ -96,7 +102,7 @@ def validate(doc, cover=False):
     for e in xs:
         need(procs.get(e["pid"]) == f"rank {e['pid']}", f"pid {e['pid']} has no process_name 'rank {e['pid']}'")
         need(isinstance(threads.get((e["pid"], e["tid"])), str), f"thread {(e['pid'], e['tid'])} has no thread_name")
-        need(e["cat"] in ("step", "phase", "range", "device"), f"unknown cat {e['cat']}")
+        need(e["cat"] in ("step", "phase", "range", "device", "reported"), f"unknown cat {e['cat']}")
         need((e["cat"] == "device") == (e["tid"] == 1), f"{e['name']}: device events are on tid 1, host on tid 0")
         out.setdefault(e["pid"], {"steps": [], "x": [], "other": doc["otherData"]})["x"].append(e)
     for pid, info in out.items():
@@ -149,7 +155,8 @@ def main():
     check = tally.check
 
     # wait 1, warmup 1, active 3, repeat 2, skip_first 2 over 16 steps: steps 4-6 and 9-11 are recorded
-    subprocess.run([exe, "trace", scratch, "1", "1", "3", "2", "2", "16"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([exe, "trace", scratch, "1", "1", "3", "2", "2", "16", "report"], check=True,
+                   stdout=subprocess.DEVNULL)
     try:
         doc = load(os.path.join(scratch, "profile_0.json"))
         info = validate(doc, cover=True)
@@ -174,7 +181,20 @@ def main():
         check(o.get("schedule") == {"wait": 1, "warmup": 1, "active": 3, "repeat": 2, "skip_first": 2},
               f"otherData.schedule {o.get('schedule')}")
         # the range after the last boundary falls on step 16, which the schedule does not record (NONE)
-        check(not any(e["args"]["step"] == 16 for e in r0["x"]), "a range of the unrecorded step 16")
+        check(not any(e["tid"] != 2 and e["args"]["step"] == 16 for e in r0["x"]), "a range of the unrecorded step 16")
+        # reported ranges: every one kept (the schedule does not filter them), on accel_now's clock
+        rep = [e for e in r0["x"] if e["cat"] == "reported"]
+        snaps = [e for e in rep if e["name"] == "checkpoint_snapshot"]
+        writes = [e for e in rep if e["name"] == "checkpoint_write"]
+        check(len(snaps) == 5 and len(writes) == 8 and len(rep) == 13,
+              f"reported ranges: {len(snaps)} snapshots (5), {len(writes)} writes (8), {len(rep)} in all")
+        check(all(abs(w["dur"] - 2000) <= EPS for w in writes), f"a checkpoint_write is not 2 ms long: {writes}")
+        check(all(a["ts"] + a["dur"] <= b["ts"] + EPS for a, b in zip(writes, writes[1:])),
+              "the writer thread's ranges overlap")
+        for e in (e for e in r0["x"] if e["name"] == "checkpoint"):
+            enc = [s for s in snaps if s["ts"] <= e["ts"] + EPS and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + EPS]
+            check(len(enc) == 1, f"checkpoint phase at {e['ts']} is not inside one reported checkpoint_snapshot")
+        check(o.get("dropped_reported") == 0, f"otherData.dropped_reported {o.get('dropped_reported')}")
     # a file that breaks the rules must fail the reader (the checks can fail)
     bad = {"traceEvents": [{"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "rank 0"}},
                            {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "host"}},

@@ -5,15 +5,20 @@
                                         allocator sees every block freed; a failing one gives errors, never a crash)
      test_profile schedule              prints "wait warmup active repeat skip_first step action" for a grid of
                                         schedules (check_schedule_torch.py compares every line with torch)
-     test_profile trace DIR W WU A R SF STEPS
+     test_profile trace DIR W WU A R SF STEPS [report]
                                         a synthetic training loop (phases that spin, a nested user range, a
                                         checkpoint every 3rd step) profiled with that schedule; writes
-                                        DIR/profile_0.json and prints "ready <step>" for each on_trace_ready call */
+                                        DIR/profile_0.json and prints "ready <step>" for each on_trace_ready call.
+                                        With "report", ranges are reported too (accel_prof_record_range, as async
+                                        checkpoints do): "checkpoint_snapshot" around each checkpoint phase from this
+                                        thread, and REPORTED_WRITES "checkpoint_write" ranges of 2 ms, 3 ms apart,
+                                        from a second thread while the loop runs */
 #include "accel.h"
 #include "accel_profile.h"
 #include "accel_test.h"
 #include "accel_test_fs.h"
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -49,13 +54,25 @@ static void on_ready(accel_prof *p, void *user) {
     printf("ready %lld\n", (long long)p->step);
 }
 
+#define REPORTED_WRITES 8
+/* a writer thread's ranges, reported after the fact while the loop runs (the async checkpoint's pattern); their
+   times are set, not spun, so that the thread takes no CPU time from the loop's timed phases */
+static void *report_writes(void *arg) {
+    double t = accel_now();
+    int i;
+    for (i = 0; i < REPORTED_WRITES; ++i)
+        accel_prof_record_range(arg, "checkpoint_write", t + 3e-3 * i, t + 3e-3 * i + 2e-3);
+    return NULL;
+}
+
 static int run_trace(int argc, char **argv) {
     accel acc;
     accel_prof *p = NULL;
     accel_prof_desc pd;
-    int steps, k, attn = -1;
+    pthread_t writer;
+    int steps, k, attn = -1, report = argc > 9 && !strcmp(argv[9], "report");
     if (argc < 9) {
-        fprintf(stderr, "usage: test_profile trace DIR WAIT WARMUP ACTIVE REPEAT SKIP_FIRST STEPS\n");
+        fprintf(stderr, "usage: test_profile trace DIR WAIT WARMUP ACTIVE REPEAT SKIP_FIRST STEPS [report]\n");
         return 2;
     }
     if (init_acc(&acc, NULL)) return 1;
@@ -70,6 +87,7 @@ static int run_trace(int argc, char **argv) {
     pd.on_trace_ready = on_ready;
     ACCEL_CHECK(&acc, accel_prof_create(&acc, &pd, &p));
     ACCEL_CHECK(&acc, accel_prof_range_id(p, "attention", &attn));
+    if (report && pthread_create(&writer, NULL, report_writes, p) != 0) return 1;
     for (k = 0; k < steps; ++k) {
         ACCEL_CHECK(&acc, accel_prof_begin(p, ACCEL_PROF_DATA));
         spin_us(300);
@@ -90,10 +108,12 @@ static int run_trace(int argc, char **argv) {
         ACCEL_CHECK(&acc, accel_prof_begin(p, ACCEL_PROF_OPTIMIZER));
         spin_us(400);
         ACCEL_CHECK(&acc, accel_prof_end(p, ACCEL_PROF_OPTIMIZER));
-        if (k % 3 == 2) {
+        if (k % 3 == 2) { /* a reported range encloses the phase: check_trace.py sees both on one clock */
+            double t0 = accel_now();
             ACCEL_CHECK(&acc, accel_prof_begin(p, ACCEL_PROF_CHECKPOINT));
             spin_us(700);
             ACCEL_CHECK(&acc, accel_prof_end(p, ACCEL_PROF_CHECKPOINT));
+            if (report) accel_prof_record_range(p, "checkpoint_snapshot", t0, accel_now());
         }
         ACCEL_CHECK(&acc, accel_prof_begin(p, ACCEL_PROF_LOGGING));
         spin_us(100);
@@ -103,6 +123,7 @@ static int run_trace(int argc, char **argv) {
     /* the step after the last boundary never completes: its ranges are in the trace, not in the table */
     ACCEL_CHECK(&acc, accel_prof_begin(p, ACCEL_PROF_LOGGING));
     ACCEL_CHECK(&acc, accel_prof_end(p, ACCEL_PROF_LOGGING));
+    if (report && pthread_join(writer, NULL) != 0) return 1;
     ACCEL_CHECK(&acc, accel_prof_write_trace(p));
     fflush(stdout);
     accel_prof_destroy(p);
