@@ -153,6 +153,14 @@
                                                       anything else is an error (not a silent default)
      ACCEL_LOG_LEVEL (error|warn|info|debug|0..3)     the log level when desc.log_level is ACCEL_LOG_DEFAULT
                                                       (default warn)
+     ACCEL_COLLECTIVE_TIMEOUT, ACCEL_TRAIN_TIMEOUT    seconds (decimals allowed) when desc.collective_timeout_ms /
+                                                      train_timeout_ms are 0; the train deadline applies from this
+                                                      process's first completed optimizer step (default: off)
+     ACCEL_FLIGHT_RECORDER_SIZE                       collective calls the flight recorder keeps (default 2000,
+                                                      0 = off; accel_collectives.h: FLIGHT RECORDER)
+   A wait of 30 s or more logs one WARN line a minute naming the call and whom it waits for. accel_shutdown after a
+   failure (an error recorded since the last successful collective) meets the other ranks in a barrier for 10 s at
+   most and then calls MPI_Abort instead of blocking in MPI_Finalize while they wait out their deadline.
 
    THE HOST PROCESS GROUP
      The core owns the one host process group every module uses (barrier, broadcast, all-gather, small all-reduce,
@@ -563,7 +571,8 @@ typedef struct accel_desc {
     int no_step_scheduler_with_optimizer; /* nonzero: the scheduler steps once per call, not with the optimizer */
     int split_batches;                 /* nonzero: the loader batch size is the global batch size */
 
-    int collective_timeout_ms;         /* 0 → 1800000 (Accelerate's 30 min); deadline of every collective */
+    int collective_timeout_ms;         /* 0 → ACCEL_COLLECTIVE_TIMEOUT (s) → 1800000 (Accelerate's 30 min) */
+    int train_timeout_ms;              /* 0 → ACCEL_TRAIN_TIMEOUT (s) → off; the deadline after the first step */
     struct CUstream_st *stream;        /* device work goes here; NULL = default stream */
 
     accel_log_fn log_fn;               /* NULL → the default logger (stderr) */
@@ -658,15 +667,20 @@ typedef enum accel_host_op { ACCEL_HOST_SUM = 0, ACCEL_HOST_MAX, ACCEL_HOST_MIN 
 
 /* "mpi", a collectives backend that installed itself ("nccl", ...), or "none" (one process, or no group). */
 ACCEL_API const char *accel_host_group_name(const accel *acc);
-ACCEL_API accel_result accel_wait_for_everyone(accel *acc);  /* barrier; no-op for one process */
+ACCEL_API accel_result (accel_wait_for_everyone)(accel *acc);  /* barrier; no-op for one process */
 /* In-place all-reduce of a few values (flags, counters, norms), reduced in rank order on every rank (so the
    result is bit-identical everywhere). */
-ACCEL_API accel_result accel_host_allreduce_i64(accel *acc, int64_t *values, int count, accel_host_op op);
-ACCEL_API accel_result accel_host_allreduce_f64(accel *acc, double *values, int count, accel_host_op op);
+ACCEL_API accel_result (accel_host_allreduce_i64)(accel *acc, int64_t *values, int count, accel_host_op op);
+ACCEL_API accel_result (accel_host_allreduce_f64)(accel *acc, double *values, int count, accel_host_op op);
 /* Broadcast bytes from root to all. */
-ACCEL_API accel_result accel_host_broadcast(accel *acc, void *data, size_t bytes, int root);
+ACCEL_API accel_result (accel_host_broadcast)(accel *acc, void *data, size_t bytes, int root);
 /* Every rank contributes `bytes` bytes; out receives num_processes * bytes in rank order. */
-ACCEL_API accel_result accel_host_allgather(accel *acc, const void *in, void *out, size_t bytes);
+ACCEL_API accel_result (accel_host_allgather)(accel *acc, const void *in, void *out, size_t bytes);
+/* The flight recorder's call sites (accel_collectives.h, FLIGHT RECORDER): the collectives are also macros that
+   note __FILE__:__LINE__ of the outermost call around the function (define ACCEL_NO_CALL_SITES to drop them). */
+ACCEL_API void accel_fr_site_enter(const char *file, int line);
+ACCEL_API accel_result accel_fr_site_leave(accel_result r);
+#define ACCEL_FR_SITE(call) (accel_fr_site_enter(__FILE__, __LINE__), accel_fr_site_leave(call))
 
 /* Objects — Accelerate's gather_object / broadcast_object_list — as byte blobs the caller serializes. A list of
    `count` objects: object i is data[offsets[i] .. offsets[i+1]). Blobs live in acc's host allocator. */
@@ -832,6 +846,13 @@ ACCEL_API int accel_free_port(void);
 #ifdef __cplusplus
 }
 #endif
+#ifndef ACCEL_NO_CALL_SITES
+#define accel_wait_for_everyone(acc) ACCEL_FR_SITE((accel_wait_for_everyone)(acc))
+#define accel_host_allreduce_i64(...) ACCEL_FR_SITE((accel_host_allreduce_i64)(__VA_ARGS__))
+#define accel_host_allreduce_f64(...) ACCEL_FR_SITE((accel_host_allreduce_f64)(__VA_ARGS__))
+#define accel_host_broadcast(...) ACCEL_FR_SITE((accel_host_broadcast)(__VA_ARGS__))
+#define accel_host_allgather(...) ACCEL_FR_SITE((accel_host_allgather)(__VA_ARGS__))
+#endif
 #endif /* ACCEL_H_INCLUDED */
 
 /* ========================================================================================== implementation */
@@ -947,6 +968,9 @@ struct accel__impl {
     void *store;                /* the TCP store (accel__store) when it is the host group */
     void *scratch;              /* device scratch for kernel arguments (accel__device_scratch) */
     size_t scratch_bytes;
+    unsigned long err_seq_ok;   /* accel__g_error_seq after the last successful collective (accel_shutdown) */
+    uint64_t fr_seq;            /* host collectives made (the flight recorder's call numbers of group 0) */
+    int stepped;                /* an optimizer step completed in this process: train_timeout_ms applies */
     void *pinned_scratch;       /* page-locked host scratch for small read-backs (accel__pinned_scratch) */
     size_t pinned_scratch_bytes;
 };
@@ -1791,10 +1815,181 @@ ACCEL__PRIVATE accel_result accel__write_file(accel *acc, const char *path, cons
 #endif /* !_WIN32 */
 
 /* ---- deadlines */
-ACCEL__PRIVATE double accel__deadline(const accel *acc) {
+/* The deadline of a collective starting now: collective_timeout_ms, or train_timeout_ms once this process completed
+   an optimizer step (torchtitan's init / train timeouts). */
+ACCEL__PRIVATE double accel__timeout_s(const accel *acc) {
     int ms = acc && acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms : 1800000;
-    return accel_now() + 1e-3 * (double)ms;
+    if (acc && acc->impl && acc->impl->stepped && acc->desc.train_timeout_ms > 0) ms = acc->desc.train_timeout_ms;
+    return 1e-3 * (double)ms;
 }
+ACCEL__PRIVATE double accel__deadline(const accel *acc) { return accel_now() + accel__timeout_s(acc); }
+/* ---- the flight recorder's ring (accel_collectives.h: its manual, the dump; tools/cli_fr.c: `accel fr`). One per
+   process: the last accel__g_fr_cap collective calls of every group (0 = the host group, then each accel_coll
+   context), written where the calls are issued. Recording costs a slot write and two clock reads per call. */
+#define ACCEL__FR_POSTED 1
+#define ACCEL__FR_DONE 2
+#define ACCEL__FR_FAILED 3
+typedef struct accel__fr_entry {
+    uint64_t id, seq;      /* id: the process's call index + 1 (0: empty slot); seq: the call's number in its group */
+    double posted, done;   /* accel__fr_now() */
+    int64_t count, bytes;  /* elements (-1: none) and bytes of this rank's contribution */
+    const char *file;      /* the call site: a string literal from ACCEL_FR_SITE, NULL when unknown */
+    int line, group, root;
+    signed char op, dtype, state; /* op: accel_coll_op or -1; dtype: accel_dtype or -1 */
+    char what[21];         /* "all_reduce", "barrier", an agreement check's name, ... (cut to 20) */
+} accel__fr_entry;
+#define ACCEL__FR_MAX_GROUPS 64
+typedef struct accel__fr_group_info { char name[32]; int rank, size; } accel__fr_group_info;
+static accel__fr_entry *accel__g_fr;
+static uint64_t accel__g_fr_cap, accel__g_fr_n; /* capacity (0: not set up / off), calls recorded */
+static uint64_t accel__g_fr_waiting;            /* id of the newest call still in flight (0: none) */
+static accel__fr_group_info accel__g_fr_groups[ACCEL__FR_MAX_GROUPS];
+static int accel__g_fr_ngroups;
+static const char *accel__g_fr_file;            /* the pending call site (ACCEL_FR_SITE), outermost call only */
+static int accel__g_fr_line, accel__g_fr_depth;
+static uint64_t accel__g_fr_note_id, accel__g_fr_note_n; /* "waiting for" lines printed for call note_id */
+/* the dump writer (accel_collectives.h installs it; it is async-signal-safe, so SIGUSR1 calls it too) */
+static void (*accel__g_fr_dump)(const char *reason);
+
+ACCEL__DEF void accel_fr_site_enter(const char *file, int line) {
+    if (accel__g_fr_depth++ == 0) { accel__g_fr_file = file; accel__g_fr_line = line; }
+}
+ACCEL__DEF accel_result accel_fr_site_leave(accel_result r) {
+    if (accel__g_fr_depth > 0 && --accel__g_fr_depth == 0) accel__g_fr_file = NULL;
+    return r;
+}
+static int accel__parse_nonneg(const char *s, long *out);
+static int accel__g_fr_ready;   /* the ring is set up (or off) */
+static accel *accel__g_fr_owner; /* whose allocator holds it: freed by that Accelerator's accel_shutdown */
+/* The ring, at accel_init of the first Accelerator of several processes (from its allocator;
+   ACCEL_FLIGHT_RECORDER_SIZE calls, default 2000, 0 = off; one process has no peer to diverge from). A diagnostic:
+   without the memory it stays off, with a WARN. */
+static accel_result accel__fr_setup(accel *acc) {
+    const char *e = getenv("ACCEL_FLIGHT_RECORDER_SIZE");
+    long v = 2000;
+    if (accel__g_fr_ready) return ACCEL_OK;
+    if (e && *e && (accel__parse_nonneg(e, &v) != 0 || v > 1000000)) {
+        accel_log(acc, ACCEL_LOG_WARN, "ACCEL_FLIGHT_RECORDER_SIZE=\"%.40s\" is not a count in [0, 1000000]: 2000", e);
+        v = 2000;
+    }
+    if (v > 0) {
+        accel__g_fr = (accel__fr_entry *)accel_host_alloc(acc, (size_t)v * sizeof *accel__g_fr);
+        if (!accel__g_fr) {
+            accel_log(acc, ACCEL_LOG_WARN, "flight recorder off: no memory for %ld calls (%zu bytes)", v,
+                      (size_t)v * sizeof *accel__g_fr);
+            v = 0;
+        } else {
+            memset(accel__g_fr, 0, (size_t)v * sizeof *accel__g_fr);
+        }
+    }
+    accel__g_fr_cap = (uint64_t)v;
+    accel__g_fr_owner = acc;
+    accel__g_fr_ready = 1;
+    return ACCEL_OK;
+}
+/* accel_shutdown of the owner: the ring goes (a signal handler sees capacity 0 first); the next accel_init makes a
+   new one. */
+static void accel__fr_release(accel *acc) {
+    accel__fr_entry *ring = accel__g_fr;
+    if (!accel__g_fr_ready || accel__g_fr_owner != acc) return;
+    accel__g_fr_cap = 0;
+    accel__g_fr = NULL;
+    accel__g_fr_n = accel__g_fr_waiting = 0;
+    accel__g_fr_ngroups = 0;
+    accel__g_fr_owner = NULL;
+    accel__g_fr_ready = 0;
+    accel_host_free(acc, ring);
+}
+/* The recorder's clock: Linux's coarse monotonic clock (a few ns to read, a few ms of resolution — enough to say how
+   long a call has waited), else accel_now. */
+static double accel__fr_now(void) {
+#if defined(CLOCK_MONOTONIC_COARSE)
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+    return accel_now();
+}
+/* A group's number in the dump (0 is the host group): its name ([A-Za-z0-9_:.,()-] kept), this rank and size. */
+ACCEL__PRIVATE int accel__fr_group(const char *name, int rank, int size) {
+    accel__fr_group_info *g;
+    size_t i, k = 0;
+    if (accel__g_fr_ngroups >= ACCEL__FR_MAX_GROUPS) return ACCEL__FR_MAX_GROUPS - 1; /* shares the last slot */
+    g = &accel__g_fr_groups[accel__g_fr_ngroups];
+    for (i = 0; name[i] && k + 1 < sizeof g->name; ++i)
+        g->name[k++] = (isalnum((unsigned char)name[i]) || strchr("_:.,()-", name[i])) ? name[i] : '_';
+    g->name[k] = 0;
+    g->rank = rank;
+    g->size = size;
+    return accel__g_fr_ngroups++;
+}
+/* The host group is group 0 of the dump (set up by the first host collective or accel_coll context). */
+ACCEL__PRIVATE void accel__fr_host_group(accel *acc) {
+    if (!accel__g_fr_ngroups) accel__fr_group("host", acc->process_index, acc->num_processes);
+    accel__g_fr_groups[0].rank = acc->process_index;
+    accel__g_fr_groups[0].size = acc->num_processes;
+}
+/* Records a call as posted; returns its id for accel__fr_done (0 when the recorder is off). */
+ACCEL__PRIVATE uint64_t accel__fr_post(int group, uint64_t seq, const char *what, int op, int dtype, int64_t count,
+                                       int64_t bytes, int root) {
+    accel__fr_entry *e;
+    size_t i;
+    if (!accel__g_fr_cap) return 0;
+    e = &accel__g_fr[accel__g_fr_n % accel__g_fr_cap];
+    e->id = 0; /* a dump from a signal handler skips the slot while it is rewritten */
+    e->seq = seq;
+    e->posted = accel__fr_now();
+    e->done = 0;
+    e->count = count;
+    e->bytes = bytes;
+    e->file = accel__g_fr_file;
+    e->line = accel__g_fr_line;
+    e->group = group;
+    e->root = root;
+    e->op = (signed char)op;
+    e->dtype = (signed char)dtype;
+    e->state = ACCEL__FR_POSTED;
+    for (i = 0; what[i] && i + 1 < sizeof e->what; ++i) e->what[i] = what[i];
+    e->what[i] = 0;
+    e->id = ++accel__g_fr_n;
+    accel__g_fr_waiting = e->id;
+    return e->id;
+}
+/* Ends a call: completed (r == ACCEL_OK) or failed. A deadline, a mismatch or an MPI/NCCL failure dumps the ring. */
+ACCEL__PRIVATE void accel__fr_done(accel *acc, uint64_t id, accel_result r) {
+    accel__fr_entry *e = id && accel__g_fr_cap ? &accel__g_fr[(id - 1) % accel__g_fr_cap] : NULL;
+    if (e && e->id == id) {
+        e->done = accel__fr_now();
+        e->state = r == ACCEL_OK ? ACCEL__FR_DONE : ACCEL__FR_FAILED;
+    }
+    if (id && id == accel__g_fr_waiting) accel__g_fr_waiting = 0;
+    if (r == ACCEL_OK) {
+        if (acc && acc->impl) acc->impl->err_seq_ok = accel__g_error_seq;
+    } else if ((r == ACCEL_ERR_TIMEOUT || r == ACCEL_ERR_MISMATCH || r == ACCEL_ERR_MPI || r == ACCEL_ERR_NCCL) &&
+               accel__g_fr_dump) {
+        accel__g_fr_dump(accel_result_string(r));
+    }
+}
+/* Called by every wait loop at least once a second: a call in flight for 30 s or more gets one WARN line a minute
+   naming it ("waiting for rank 3 in all_reduce #1042 (F32, 31000000 elements) at train.c:88 for 90 s"). `peer`
+   names whom this rank waits for when the loop knows (NULL: the other ranks). */
+ACCEL__PRIVATE void accel__fr_tick(accel *acc, const char *peer) {
+    const accel__fr_entry *e;
+    double now;
+    if (!accel__g_fr_waiting || !accel__g_fr_cap) return;
+    e = &accel__g_fr[(accel__g_fr_waiting - 1) % accel__g_fr_cap];
+    if (e->id != accel__g_fr_waiting) return;
+    now = accel__fr_now();
+    if (accel__g_fr_note_id != e->id) { accel__g_fr_note_id = e->id; accel__g_fr_note_n = 0; }
+    if (now - e->posted < 30.0 + 60.0 * (double)accel__g_fr_note_n) return; /* at 30 s, then once a minute */
+    ++accel__g_fr_note_n;
+    accel_log(acc, ACCEL_LOG_WARN, "[rank %d] waiting for %s in %s #%llu (%s, %lld elements, group %s) at %s:%d for "
+              "%.0f s", accel__g_fr_ngroups ? accel__g_fr_groups[0].rank : -1, peer ? peer : "the other ranks",
+              e->what, (unsigned long long)e->seq,
+              e->dtype > 0 ? accel_dtype_name((accel_dtype)e->dtype) : "-", (long long)e->count,
+              e->group < accel__g_fr_ngroups ? accel__g_fr_groups[e->group].name : "?", e->file ? e->file : "?",
+              e->line, now - e->posted);
+}
+
 ACCEL__PRIVATE int accel__ms_left(double deadline) {
     double left = (deadline - accel_now()) * 1000.0;
     return left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left;
@@ -1819,9 +2014,10 @@ ACCEL__PRIVATE int accel__sock_io(int fd, void *buf, size_t n, int sending, doub
         pfd.fd = fd;
         pfd.events = sending ? POLLOUT : POLLIN;
         pfd.revents = 0;
-        pr = poll(&pfd, 1, left);
+        pr = poll(&pfd, 1, left > 1000 ? 1000 : left); /* a second at most: the flight recorder's wait lines */
         if (pr < 0 && errno == EINTR) continue;
         if (pr < 0) return -1;
+        if (pr == 0 && left > 1000) { accel__fr_tick(NULL, "rank 0 (the host store's hub)"); continue; }
         if (pr == 0) return -2;
         k = sending ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
         if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
@@ -2277,6 +2473,30 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
     if (d.sync_each_batch) d.sync_each_batch = 1;
     if (d.split_batches) d.split_batches = 1;
     if (d.no_mpi) d.no_mpi = 1;
+    {
+        static const char *const tenv[2] = {"ACCEL_COLLECTIVE_TIMEOUT", "ACCEL_TRAIN_TIMEOUT"};
+        int *field[2], i;
+        field[0] = &d.collective_timeout_ms;
+        field[1] = &d.train_timeout_ms;
+        for (i = 0; i < 2; ++i) {
+            char *end = NULL;
+            double v;
+            if (*field[i] < 0) {
+                snprintf(err, cap, "desc.%s=%d must be >= 0", i ? "train_timeout_ms" : "collective_timeout_ms",
+                         *field[i]);
+                { *out = d; if (out_launcher) *out_launcher = launcher; return ACCEL_ERR_INVALID_ARGUMENT; }
+            }
+            s = getenv(tenv[i]);
+            if (*field[i] || !s || !*s) continue; /* the desc wins over the environment */
+            errno = 0;
+            v = strtod(s, &end);
+            if (end == s || *end || errno || !(v > 0) || v > 2e6) {
+                snprintf(err, cap, "%s=\"%.100s\" is not a number of seconds in (0, 2000000]", tenv[i], s);
+                { *out = d; if (out_launcher) *out_launcher = launcher; return ACCEL_ERR_ENVIRONMENT; }
+            }
+            *field[i] = v * 1000.0 < 1.0 ? 1 : (int)(v * 1000.0 + 0.5);
+        }
+    }
     if (d.collective_timeout_ms == 0) d.collective_timeout_ms = 1800000;
     if (d.log_level == ACCEL_LOG_DEFAULT) d.log_level = accel__env_log_level();
     if (!d.project_dir) d.project_dir = ".";
@@ -2304,10 +2524,11 @@ static accel_result accel__mpi_wait(accel *acc, MPI_Request *q, double deadline,
         int rc = MPI_Test(q, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return accel__mpi_fail(acc, rc, what, __FILE__, __LINE__);
         if (done) return ACCEL_OK;
+        if ((spins & 1023) == 0) accel__fr_tick(acc, NULL);
         if (accel_now() > deadline)
             return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "host %s did not complete within %.1f s on rank %d of %d: a peer is "
                                "dead, stuck, or not making the same call", what,
-                               1e-3 * (double)acc->desc.collective_timeout_ms, acc->process_index, acc->num_processes);
+                               accel__timeout_s(acc), acc->process_index, acc->num_processes);
         if (++spins > 64) sched_yield(); /* oversubscribed ranks: let the peer run */
     }
 }
@@ -2946,8 +3167,16 @@ static accel_result accel__store_collect(accel *acc, accel__store *st, int op, u
         int n = 0, pr, left = accel__ms_left(deadline);
         for (r = 1; r < P; ++r)
             if (!bufs[r]) { pfd[n].fd = st->fd[r]; pfd[n].events = POLLIN; pfd[n].revents = 0; who[n++] = r; }
-        pr = left ? poll(pfd, (nfds_t)n, left) : 0;
+        pr = left ? poll(pfd, (nfds_t)n, left > 1000 ? 1000 : left) : 0;
         if (pr < 0 && errno == EINTR) continue;
+        if (pr == 0 && left > 1000) {
+            char list[120];
+            size_t off = (size_t)accel__fmt(list, sizeof list, "rank(s)");
+            for (i = 0; i < n && off < sizeof list - 16; ++i)
+                off += (size_t)accel__fmt(list + off, sizeof list - off, " %d", who[i]);
+            accel__fr_tick(acc, list);
+            continue;
+        }
         if (pr <= 0) {
             char list[200];
             size_t off = 0;
@@ -2955,7 +3184,7 @@ static accel_result accel__store_collect(accel *acc, accel__store *st, int op, u
             for (i = 0; i < n && off < sizeof list - 16; ++i) off += (size_t)accel__fmt(list + off, sizeof list - off, "%s%d", i ? ", " : "", who[i]);
             res = ACCEL__FAIL(acc, pr < 0 ? ACCEL_ERR_IO : ACCEL_ERR_TIMEOUT, "host store (%s): rank(s) %s did not reach the "
                               "collective within %.1f s (dead, stuck, or not making the same call)", st->where, list,
-                              1e-3 * (double)acc->desc.collective_timeout_ms);
+                              accel__timeout_s(acc));
             break;
         }
         for (i = 0; i < n && res == ACCEL_OK; ++i) {
@@ -3437,7 +3666,7 @@ static accel_result accel__store_open(accel *acc, const char *addr, int port, do
             for (r = 1; r < P && off < sizeof list - 16; ++r)
                 if (st->fd[r] < 0) off += (size_t)accel__fmt(list + off, sizeof list - off, "%s%d", off ? ", " : "", r);
             res = ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "host store (%s): rank(s) %s did not connect within %.1f s%s%s",
-                              st->where, list, 1e-3 * (double)acc->desc.collective_timeout_ms,
+                              st->where, list, accel__timeout_s(acc),
                               refusal[0] ? "; the last connection refused: " : "", refusal);
         }
         for (r = 1; r < P && res == ACCEL_OK; ++r) {
@@ -3515,8 +3744,24 @@ typedef struct accel__ghdr {
 
 /* Runs the header exchange. Returns ACCEL_OK when every rank is OK and made the same call; local when this rank
    failed; ACCEL_ERR_REMOTE naming a failed rank (with its message); ACCEL_ERR_MISMATCH; or a transport error. */
+static accel_result accel__group_begin_x(accel *acc, int kind, accel_result local, int64_t size, int root,
+                                         int64_t aux, const char *what, double deadline);
+/* The recorded form: every host collective is one flight-recorder call of group 0, from its header exchange. */
 static accel_result accel__group_begin(accel *acc, int kind, accel_result local, int64_t size, int root, int64_t aux,
                                        const char *what, double deadline) {
+    uint64_t id = 0;
+    accel_result r;
+    int rec = acc->num_processes > 1 && acc->impl && acc->impl->tp;
+    if (rec) {
+        accel__fr_host_group(acc);
+        id = accel__fr_post(0, acc->impl->fr_seq++, what, -1, -1, size, kind == ACCEL__G_BARRIER ? 0 : size, root);
+    }
+    r = accel__group_begin_x(acc, kind, local, size, root, aux, what, deadline);
+    if (rec) accel__fr_done(acc, id, r);
+    return r;
+}
+static accel_result accel__group_begin_x(accel *acc, int kind, accel_result local, int64_t size, int root,
+                                         int64_t aux, const char *what, double deadline) {
     struct accel__impl *im = acc->impl;
     accel__ghdr mine, stack_all[16], *all;
     accel_result r = ACCEL_OK;
@@ -3654,7 +3899,7 @@ static accel_result accel__need_group(accel *acc, const char *what) {
                        what);
 }
 
-ACCEL__DEF accel_result accel_wait_for_everyone(accel *acc) {
+ACCEL__DEF accel_result (accel_wait_for_everyone)(accel *acc) {
     accel_result r = accel__need_group(acc, "wait_for_everyone");
     if (r != ACCEL_OK) return r;
     return accel__group_begin(acc, ACCEL__G_BARRIER, ACCEL_OK, 0, 0, 0, "barrier", accel__deadline(acc));
@@ -3716,14 +3961,14 @@ static accel_result accel__host_allreduce(accel *acc, void *values, int count, a
     return r;
 }
 
-ACCEL__DEF accel_result accel_host_allreduce_i64(accel *acc, int64_t *values, int count, accel_host_op op) {
+ACCEL__DEF accel_result (accel_host_allreduce_i64)(accel *acc, int64_t *values, int count, accel_host_op op) {
     return accel__host_allreduce(acc, values, count, op, 0);
 }
-ACCEL__DEF accel_result accel_host_allreduce_f64(accel *acc, double *values, int count, accel_host_op op) {
+ACCEL__DEF accel_result (accel_host_allreduce_f64)(accel *acc, double *values, int count, accel_host_op op) {
     return accel__host_allreduce(acc, values, count, op, 1);
 }
 
-ACCEL__DEF accel_result accel_host_broadcast(accel *acc, void *data, size_t bytes, int root) {
+ACCEL__DEF accel_result (accel_host_broadcast)(accel *acc, void *data, size_t bytes, int root) {
     accel_result local = ACCEL_OK, r;
     double deadline;
     if ((r = accel__need_group(acc, "host broadcast")) != ACCEL_OK) return r;
@@ -3743,7 +3988,7 @@ ACCEL__DEF accel_result accel_host_broadcast(accel *acc, void *data, size_t byte
     return r;
 }
 
-ACCEL__DEF accel_result accel_host_allgather(accel *acc, const void *in, void *out, size_t bytes) {
+ACCEL__DEF accel_result (accel_host_allgather)(accel *acc, const void *in, void *out, size_t bytes) {
     accel_result local = ACCEL_OK, r;
     double deadline;
     if ((r = accel__need_group(acc, "host all-gather")) != ACCEL_OK) return r;
@@ -4217,6 +4462,7 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
                                                         : ACCEL_DISTRIBUTED_MULTI_CPU;
         acc->use_distributed = acc->distributed_type != ACCEL_DISTRIBUTED_NO && acc->num_processes > 1;
     }
+    if (acc->num_processes > 1) (void)accel__fr_setup(acc); /* before the first host collective (it cannot fail) */
     if (acc->num_processes > 1 && acc->impl->tp) {
         r = accel__init_agreement(acc, r);
         if (r != ACCEL_OK) return r;
@@ -4227,12 +4473,21 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
     if (r == ACCEL_OK) {
         acc->last_result = ACCEL_OK;
         acc->last_error[0] = 0;
+        acc->impl->err_seq_ok = accel__g_error_seq;
         accel_log(acc, ACCEL_LOG_DEBUG, "rank %d/%d local %d/%d launcher %s device %d host group %s", acc->process_index,
                   acc->num_processes, acc->local_process_index, acc->local_num_processes, accel_launcher_name(launcher),
                   acc->device, accel_host_group_name(acc));
     }
     return r;
 }
+
+/* accel_shutdown "after a failure": the host group failed, or this process recorded an error after its last
+   successful collective (a trainer that fails on its own records it with accel_set_error first). */
+#ifdef ACCEL_WITH_MPI
+static int accel__shutdown_failed(const accel *acc) {
+    return acc->impl->broken || accel__g_error_seq != acc->impl->err_seq_ok;
+}
+#endif
 
 ACCEL__DEF void accel_shutdown(accel *acc) {
     if (!acc || !acc->impl) return;
@@ -4247,11 +4502,29 @@ ACCEL__DEF void accel_shutdown(accel *acc) {
     if (acc->impl->we_initialized_mpi) {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (!finalized) {
-            if (acc->impl->broken) accel_log(acc, ACCEL_LOG_WARN, "finalizing MPI after a failed host collective (%s): "
-                                             "this may not return if a peer is stuck", acc->impl->broken_why);
-            MPI_Finalize();
+        if (!finalized && acc->num_processes > 1) {
+            /* MPI_Finalize waits for every rank to reach it: after a failure the peers may be waiting for this rank in
+               a collective until their deadline (30 min), and this rank in MPI_Finalize for them. So every rank meets
+               the others in a barrier first: a healthy rank waits as MPI_Finalize would, one after a failure 10 s at
+               most (the peers may have failed too and be on their way) and then ends the job (mpirun kills every
+               rank, and says so) instead of hanging. */
+            MPI_Request q;
+            int done = 0, failed = accel__shutdown_failed(acc);
+            double until = accel_now() + 10.0;
+            if (MPI_Ibarrier(MPI_COMM_WORLD, &q) == MPI_SUCCESS)
+                while (!done && (!failed || accel_now() < until) &&
+                       MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS)
+                    if (!done) accel__sleep_ms(1);
+            if (!done && failed) {
+                accel_log(acc, ACCEL_LOG_ERROR, "[rank %d] accel_shutdown after a failure (%.300s): the other ranks "
+                          "did not reach accel_shutdown within 10 s; aborting the MPI job (MPI_Abort) instead of "
+                          "blocking in MPI_Finalize", acc->process_index,
+                          acc->impl->broken ? acc->impl->broken_why : acc->last_error);
+                if (accel__g_fr_dump) accel__g_fr_dump("accel_shutdown after a failure");
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
         }
+        if (!finalized) MPI_Finalize();
     }
 #endif
 #if !defined(_WIN32)
@@ -4268,6 +4541,7 @@ ACCEL__DEF void accel_shutdown(accel *acc) {
         accel_device_free(acc, acc->impl->scratch);
         acc->impl->scratch = NULL;
     }
+    accel__fr_release(acc);
     if (acc->impl->pinned_scratch) {
         accel_pinned_free(acc, acc->impl->pinned_scratch);
         acc->impl->pinned_scratch = NULL;
@@ -4368,6 +4642,7 @@ ACCEL__DEF void accel_optimizer_step_done(accel *acc, int skipped) {
     if (!acc || !acc->sync_gradients) return;
     acc->optimizer_step_was_skipped = skipped ? 1 : 0;
     if (!skipped) acc->optimizer_steps++;
+    if (acc->impl) acc->impl->stepped = 1; /* train_timeout_ms from now on */
 }
 ACCEL__DEF int accel_scheduler_steps(accel *acc, int64_t total_steps) {
     int n, i, taken = 0;

@@ -13,6 +13,7 @@
      ALL-REDUCE ON MPI            the polled point-to-point algorithms and their summation order
      PROCESS MESH                 Accelerate's ParallelismConfig groups as communicators
      COLLECTIVE CALLS AND ERRORS
+     FLIGHT RECORDER              the last calls of every group, dumped per rank; `accel fr`
      THREADS AND STREAMS
      DIFFERENCES FROM ACCELERATE
 
@@ -66,6 +67,9 @@
                      algorithms; see ALL-REDUCE ON MPI); async ops always have the deadline.
      debug           accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). On: every rank's (op, dtype,
                      count, root) are all-gathered before each collective; a difference is ACCEL_ERR_MISMATCH on all.
+                     Off, an all-reduce of host (or staged) memory on 2-64 ranks is still checked at no cost: its
+                     messages' tags carry (op, dtype, count), and a difference is ACCEL_ERR_MISMATCH on every rank
+                     within about a millisecond, naming the rank and what differs (the context is then unusable).
      cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
 
    ALL-REDUCE ON MPI (with the deadline, no_watchdog 0)
@@ -119,6 +123,26 @@
      naming it. That holds for create, pad_across_processes, gather_rows and gather_for_metrics; argument errors of
      the typed ops (reduce_tensor included) are local — checking them on every rank would cost a round trip per call
      — so the other ranks then reach the deadline.
+
+   FLIGHT RECORDER
+     Every process keeps its last ACCEL_FLIGHT_RECORDER_SIZE (2000; 0 = off) collective calls in a ring written where
+     the calls are issued: the host group (group 0 of the dump: accel.h's host collectives and agreement checks) and
+     every operation of every context (groups 1.., in creation order, which is the same on every rank), so
+     accel_ddp.h's buckets and accel_zero.h's operations too. An entry: the call's number in its group, what, op,
+     dtype, count, bytes, root, call site (__FILE__:__LINE__ of the outermost wrapped call: the accel_coll_* data
+     operations and accel.h's host collectives are macros around the functions; ACCEL_NO_CALL_SITES drops them),
+     posted and completed times (a coarse monotonic clock, ms resolution) and state (posted, completed, failed). NCCL
+     operations count as completed once enqueued. Cost: about 20 ns a call (bench/collectives/bench_fr.c).
+     Dump: <ACCEL_FLIGHT_DIR, default <project_dir>/flight>/rank<R>.json (temp + rename), written by each rank when a
+     deadline passes, on ACCEL_ERR_MISMATCH or an MPI/NCCL failure, when accel_shutdown aborts the job, on SIGUSR1
+     (installed by the first context when SIGUSR1 has the default disposition; the handler writes with
+     async-signal-safe calls only, so a rank stuck in its own work dumps too) and on accel_coll_fr_dump. Format:
+       {"format":"accel-flight-recorder","version":1,"rank":R,"world_size":P,"pid":..,"reason":"..","now_us":..,
+        "capacity":N,"recorded":M,"groups":[{"id":G,"name":"coll1:mpi","rank":r,"size":n},..],
+        "calls":[{"seq":k,"group":G,"what":"all_reduce","op":"sum","dtype":"F32","count":..,"bytes":..,"root":..,
+                  "file":"train.c","line":88,"posted_us":..,"completed_us":..,"state":"completed"},..]}
+     `accel fr DIR` (tools/) reads every rank's dump and names the first divergence of each group: the rank that
+     never made call #k, the rank that made a different call, or the rank still inside #k, with the call sites.
 
    THREADS AND STREAMS
      A context is used by one thread at a time — including the core's host collectives while it is the host process
@@ -190,34 +214,36 @@ ACCEL_API accel *accel_coll_accel(const accel_coll *c);
 /* Reductions support F64 F32 F16 BF16 I64 I32 U8 (AVG floating only); data movement supports every dtype.
    count = elements per rank. In place: all_reduce/reduce with send == recv; all_gather/gather with
    send == recv + rank*count. recv of reduce/gather is used on the root only (may be NULL elsewhere). */
-ACCEL_API accel_result accel_coll_all_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+ACCEL_API accel_result (accel_coll_all_reduce)(accel_coll *c, const void *send, void *recv, size_t count,
+                                               accel_dtype dt,
                                              accel_coll_op op);
-ACCEL_API accel_result accel_coll_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+ACCEL_API accel_result (accel_coll_reduce)(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
                                          accel_coll_op op, int root);
-ACCEL_API accel_result accel_coll_broadcast(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root);
+ACCEL_API accel_result (accel_coll_broadcast)(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root);
 /* recv holds size*count elements, rank order (Accelerate's gather: concatenation on dim 0). */
-ACCEL_API accel_result accel_coll_all_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt);
+ACCEL_API accel_result (accel_coll_all_gather)(accel_coll *c, const void *send, void *recv, size_t count,
+                                               accel_dtype dt);
 /* send holds size*recv_count elements; rank r receives the reduction of block r. send and recv must not overlap. */
-ACCEL_API accel_result accel_coll_reduce_scatter(accel_coll *c, const void *send, void *recv, size_t recv_count,
+ACCEL_API accel_result (accel_coll_reduce_scatter)(accel_coll *c, const void *send, void *recv, size_t recv_count,
                                                  accel_dtype dt, accel_coll_op op);
-ACCEL_API accel_result accel_coll_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+ACCEL_API accel_result (accel_coll_gather)(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
                                          int root);
-ACCEL_API accel_result accel_coll_barrier(accel_coll *c);
+ACCEL_API accel_result (accel_coll_barrier)(accel_coll *c);
 /* NCCL: wait (with the deadline) for everything enqueued on acc.stream; MPI/NONE: nothing to do. */
 ACCEL_API accel_result accel_coll_synchronize(accel_coll *c);
 
 /* ---------------------------------------------------------------------------------------------- async ops */
 /* Same arguments; *req receives a handle that accel_coll_wait or accel_coll_test finishes and frees. Buffers must
    stay untouched until then. */
-ACCEL_API accel_result accel_coll_all_reduce_async(accel_coll *c, const void *send, void *recv, size_t count,
+ACCEL_API accel_result (accel_coll_all_reduce_async)(accel_coll *c, const void *send, void *recv, size_t count,
                                                    accel_dtype dt, accel_coll_op op, accel_coll_request **req);
-ACCEL_API accel_result accel_coll_reduce_async(accel_coll *c, const void *send, void *recv, size_t count,
+ACCEL_API accel_result (accel_coll_reduce_async)(accel_coll *c, const void *send, void *recv, size_t count,
                                                accel_dtype dt, accel_coll_op op, int root, accel_coll_request **req);
-ACCEL_API accel_result accel_coll_broadcast_async(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root,
+ACCEL_API accel_result (accel_coll_broadcast_async)(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root,
                                                   accel_coll_request **req);
-ACCEL_API accel_result accel_coll_all_gather_async(accel_coll *c, const void *send, void *recv, size_t count,
+ACCEL_API accel_result (accel_coll_all_gather_async)(accel_coll *c, const void *send, void *recv, size_t count,
                                                    accel_dtype dt, accel_coll_request **req);
-ACCEL_API accel_result accel_coll_reduce_scatter_async(accel_coll *c, const void *send, void *recv, size_t recv_count,
+ACCEL_API accel_result (accel_coll_reduce_scatter_async)(accel_coll *c, const void *send, void *recv, size_t recv_count,
                                                        accel_dtype dt, accel_coll_op op, accel_coll_request **req);
 /* Blocks until done or the deadline; frees req either way. NCCL: afterwards acc.stream is ordered after the op. */
 ACCEL_API accel_result accel_coll_wait(accel_coll_request *req);
@@ -319,8 +345,26 @@ ACCEL_API accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, in
 ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, int rank, void *data, size_t bytes,
                                                  int timeout_ms);
 
+/* ----------------------------------------------------------------------------------------------- flight recorder */
+/* Writes this rank's flight recorder dump now (FLIGHT RECORDER); reason goes into the file. */
+ACCEL_API accel_result accel_coll_fr_dump(accel *acc, const char *reason);
+
 #ifdef __cplusplus
 }
+#endif
+#ifndef ACCEL_NO_CALL_SITES /* the call site of each data operation for the flight recorder (accel.h: ACCEL_FR_SITE) */
+#define accel_coll_all_reduce(...) ACCEL_FR_SITE((accel_coll_all_reduce)(__VA_ARGS__))
+#define accel_coll_reduce(...) ACCEL_FR_SITE((accel_coll_reduce)(__VA_ARGS__))
+#define accel_coll_broadcast(...) ACCEL_FR_SITE((accel_coll_broadcast)(__VA_ARGS__))
+#define accel_coll_all_gather(...) ACCEL_FR_SITE((accel_coll_all_gather)(__VA_ARGS__))
+#define accel_coll_reduce_scatter(...) ACCEL_FR_SITE((accel_coll_reduce_scatter)(__VA_ARGS__))
+#define accel_coll_gather(...) ACCEL_FR_SITE((accel_coll_gather)(__VA_ARGS__))
+#define accel_coll_barrier(...) ACCEL_FR_SITE((accel_coll_barrier)(__VA_ARGS__))
+#define accel_coll_all_reduce_async(...) ACCEL_FR_SITE((accel_coll_all_reduce_async)(__VA_ARGS__))
+#define accel_coll_reduce_async(...) ACCEL_FR_SITE((accel_coll_reduce_async)(__VA_ARGS__))
+#define accel_coll_broadcast_async(...) ACCEL_FR_SITE((accel_coll_broadcast_async)(__VA_ARGS__))
+#define accel_coll_all_gather_async(...) ACCEL_FR_SITE((accel_coll_all_gather_async)(__VA_ARGS__))
+#define accel_coll_reduce_scatter_async(...) ACCEL_FR_SITE((accel_coll_reduce_scatter_async)(__VA_ARGS__))
 #endif
 #endif /* ACCEL_COLLECTIVES_H_INCLUDED */
 
@@ -368,6 +412,7 @@ ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, i
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 
 /* ACCEL_WITH_CUDA, cuda_runtime_api.h and mpi.h (its C API) come from accel.h's implementation preamble. */
 #ifdef __CUDACC__
@@ -482,8 +527,10 @@ struct accel_coll {
     int on_host_group;    /* the group is acc's process group (no desc.mpi_comm) */
     int host_group;       /* installed as acc's host process group (accel__coll_host_group_install) */
     accel__transport tp;  /* its transport table */
-    double timeout_s;
+    double timeout_s;     /* desc.timeout_ms; 0: the Accelerator's deadline at each call (accel__timeout_s) */
     accel_result broken;  /* nonzero after a timeout/fatal error: every later call fails fast */
+    int fr_group;         /* this context's group number in the flight recorder's dump */
+    uint64_t fr_seq;      /* calls posted (the recorder's call numbers) */
     accel_coll_request *orphans;
 #ifdef ACCEL_WITH_MPI
     MPI_Comm comm;
@@ -491,6 +538,7 @@ struct accel_coll {
     MPI_Op op16[2][4];    /* [bf16][sum,prod,max,min] user ops */
     int ops_valid;
     unsigned ring_seq;    /* ring all-reduces posted (their message tag): the same on every rank */
+    int tag_sig_bits;     /* bits of the call's signature above the sequence in a tag (0: not yet queried) */
     void *ring_cache;     /* one idle ring scratch buffer kept for the next operation */
     size_t ring_cache_bytes;
 #endif
@@ -511,6 +559,7 @@ struct accel_coll_request {
     size_t count;
     int root;
     double start, deadline;
+    uint64_t fr_id;         /* the flight recorder's record of this call */
     /* post-processing once the transfer is complete */
     void *avg_buf;          /* divide avg_count elements here by size (host memory, or device with avg_dev) */
     size_t avg_count;
@@ -543,6 +592,7 @@ struct accel_coll_request {
     MPI_Datatype ring_t;
     MPI_Op ring_op;
     int ring_tag;
+    double probe_at;      /* next look for a peer's message of another signature (accel__coll_p2p_mismatch) */
 #endif
 #ifdef ACCEL__COLL_NCCL
     cudaEvent_t ev;
@@ -553,7 +603,14 @@ struct accel_coll_request {
 };
 
 /* this context's deadline for an operation starting now (desc.timeout_ms, else the Accelerator's collective timeout) */
-ACCEL__PRIVATE double accel__coll_deadline(const accel_coll *c) { return accel_now() + c->timeout_s; }
+ACCEL__PRIVATE double accel__coll_timeout_s(const accel_coll *c) {
+    return c->timeout_s > 0 ? c->timeout_s : accel__timeout_s(c->acc);
+}
+ACCEL__PRIVATE double accel__coll_deadline(const accel_coll *c) { return accel_now() + accel__coll_timeout_s(c); }
+static void accel__coll_fr_register(accel_coll *c, const char *kind); /* 16. flight recorder */
+#if defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL)
+static void accel__coll_fr_tick(const accel_coll_request *q);
+#endif
 
 static accel_result accel__coll_null(void) {
     return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll: context is NULL");
@@ -686,7 +743,8 @@ static accel_result accel__coll_nccl_settle(accel_coll *c, ncclResult_t rc, cons
             c->nccl_valid = 0;
             c->broken = ACCEL_ERR_TIMEOUT;
             return accel__fail(c->acc, ACCEL_ERR_TIMEOUT, __FILE__, line,
-                               "%s did not complete within %.1f s; NCCL communicator aborted", what, c->timeout_s);
+                               "%s did not complete within %.1f s; NCCL communicator aborted", what,
+                               accel__coll_timeout_s(c));
         }
         sched_yield();
     }
@@ -770,9 +828,7 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
     *out = NULL;
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
-    timeout_s = 1e-3 * (double)(d.timeout_ms > 0                      ? d.timeout_ms
-                                : acc->desc.collective_timeout_ms > 0 ? acc->desc.collective_timeout_ms
-                                                                      : 1800000);
+    timeout_s = 1e-3 * (double)(d.timeout_ms > 0 ? d.timeout_ms : 0); /* 0: the Accelerator's, call by call */
     /* local checks first; then one agreement before anything collective (MPI_Comm_dup, the NCCL bootstrap), so a rank
        whose arguments were bad fails every rank instead of leaving the others blocked in MPI_Comm_dup */
     if ((int)d.backend < 0 || (int)d.backend > (int)ACCEL_COLL_BACKEND_NCCL)
@@ -863,7 +919,8 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
         int inited = 0;
         MPI_Initialized(&inited);
         if (inited)
-            r = accel__coll_agree_mpi(acc, *(MPI_Comm *)d.mpi_comm, r, "accel_coll_create", accel_now() + timeout_s);
+            r = accel__coll_agree_mpi(acc, *(MPI_Comm *)d.mpi_comm, r, "accel_coll_create",
+                                      accel_now() + (timeout_s > 0 ? timeout_s : accel__timeout_s(acc)));
     }
 #endif
     if (r != ACCEL_OK) { accel_host_free(acc, c); return r; }
@@ -922,7 +979,9 @@ ACCEL__DEF accel_result accel_coll_create(accel *acc, const accel_coll_desc *des
        becomes it, so amp, ckpt and trackers work too */
     if (c->backend == ACCEL_COLL_BACKEND_NCCL && c->on_host_group) accel__coll_host_group_install(c);
     accel_log(acc, ACCEL_LOG_DEBUG, "accel_coll: backend %s, rank %d of %d, %s buffers, timeout %.1f s",
-               accel_coll_backend_name(c->backend), c->rank, c->size, c->device_mem ? "device" : "host", c->timeout_s);
+              accel_coll_backend_name(c->backend), c->rank, c->size, c->device_mem ? "device" : "host",
+              accel__coll_timeout_s(c));
+    accel__coll_fr_register(c, "coll");
     *out = c;
     return ACCEL_OK;
 }
@@ -1195,17 +1254,82 @@ static accel_result accel__coll_scratch(accel_coll *c, accel_coll_request *q, si
     return ACCEL_OK;
 }
 
+/* The message tag of a point-to-point all-reduce carries the call's signature, so that ranks calling it with another
+   count, dtype or op fail instead of computing a wrong result (an Irecv accepts a shorter message: 4 elements against
+   3 gave rank 0 ACCEL_OK and a wrong sum). Bits 0-11: the context's call counter (every rank posts the same
+   collectives in the same order; concurrent async all-reduces don't mix). Above, as many bits as MPI_TAG_UB leaves
+   (19 with Open MPI's and MPICH's 2^31 - 1; at least 3 in MPI's minimum 32767): op (3), dtype (5), then a hash of
+   the count. A message of another signature never matches the receive; the waiting rank finds it with MPI_Iprobe
+   (accel__coll_p2p_mismatch, from 1 ms into the wait: nothing on the fast path) and every rank fails with
+   ACCEL_ERR_MISMATCH, since in both algorithms every rank receives from every peer. */
+#define ACCEL__COLL_TAG_SEQ_BITS 12
+static int accel__coll_tag_sig_bits(accel_coll *c) {
+    if (!c->tag_sig_bits) {
+        void *v = NULL;
+        int flag = 0, ub = 32767, bits = 0;
+        if (MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &v, &flag) == MPI_SUCCESS && flag && v) ub = *(int *)v;
+        while (bits < 31 && ((long long)1 << (bits + 1)) - 1 <= (long long)ub) ++bits;
+        bits -= ACCEL__COLL_TAG_SEQ_BITS;
+        c->tag_sig_bits = bits > 19 ? 19 : bits < 1 ? -1 : bits; /* -1: no room (never with a conforming MPI) */
+    }
+    return c->tag_sig_bits > 0 ? c->tag_sig_bits : 0;
+}
+static unsigned accel__coll_tag_sig(size_t count, accel_dtype dt, accel_coll_op op, int bits) {
+    uint64_t h = (uint64_t)count * 0x9E3779B97F4A7C15ull;
+    unsigned sig = ((unsigned)op & 7u) | (((unsigned)dt & 31u) << 3) | ((unsigned)(h >> 40) << 8);
+    return bits >= 32 ? sig : sig & ((1u << bits) - 1u);
+}
+
 /* what every point-to-point all-reduce records: buffers (direct: the send buffer is read where it is), type, op, and
-   the message tag (the context's counter: every rank posts the same collectives in the same order) */
+   the message tag (above) */
 static void accel__coll_p2p_init(accel_coll *c, accel_coll_request *q, const void *send, void *recv, MPI_Datatype t,
                                  MPI_Op op, int direct) {
+    int bits = accel__coll_tag_sig_bits(c);
     q->ring_step = 0;
     q->ring_direct = direct;
     q->ring_src = direct ? (const unsigned char *)send : (const unsigned char *)recv;
     q->ring_buf = (unsigned char *)recv;
     q->ring_t = t;
     q->ring_op = op;
-    q->ring_tag = (int)(c->ring_seq++ % 32767u);
+    q->ring_tag = (int)((c->ring_seq++ % (1u << ACCEL__COLL_TAG_SEQ_BITS)) |
+                        (accel__coll_tag_sig(q->count, q->dt, q->op, bits) << ACCEL__COLL_TAG_SEQ_BITS));
+    q->probe_at = q->start + 1e-3;
+}
+
+/* A pending point-to-point all-reduce: is a peer's message of this call (same counter) waiting with another
+   signature? Then records ACCEL_ERR_MISMATCH naming the peer and what differs, and returns it. */
+static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
+    accel_coll *c = q->c;
+    int k, bits = accel__coll_tag_sig_bits(c);
+    unsigned seq_mask = (1u << ACCEL__COLL_TAG_SEQ_BITS) - 1u, mine = (unsigned)q->ring_tag;
+    if (!bits) return ACCEL_OK;
+    for (k = 0; k < c->size; ++k) {
+        MPI_Status st;
+        int flag = 0, nbytes = 0;
+        unsigned theirs, sig, msig;
+        if (k == c->rank || MPI_Iprobe(k, MPI_ANY_TAG, c->comm, &flag, &st) != MPI_SUCCESS || !flag) continue;
+        theirs = (unsigned)st.MPI_TAG;
+        if ((theirs & seq_mask) != (mine & seq_mask) || theirs == mine) continue;
+        sig = theirs >> ACCEL__COLL_TAG_SEQ_BITS;
+        msig = mine >> ACCEL__COLL_TAG_SEQ_BITS;
+        (void)MPI_Get_count(&st, MPI_BYTE, &nbytes);
+        if ((sig & 7u) != (msig & 7u) && bits >= 3)
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with op %s, rank %d with op %s",
+                               k, accel_coll_op_name((accel_coll_op)(sig & 7u)), c->rank, accel_coll_op_name(q->op));
+        if (((sig >> 3) & 31u) != ((msig >> 3) & 31u) && bits >= 8) {
+            const char *dn = accel_dtype_name((accel_dtype)((sig >> 3) & 31u));
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with dtype %s, rank %d with "
+                               "%s (%zu elements)", k, dn ? dn : "?", c->rank, accel_dtype_name(q->dt), q->count);
+        }
+        if (q->ring == 2 || q->ring == 4) /* whole buffers: the peer's count is its message's length */
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with %zu elements, rank %d "
+                               "with %zu (%s)", k, (size_t)nbytes / accel_dtype_size(q->dt), c->rank, q->count,
+                               accel_dtype_name(q->dt));
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with another element count than "
+                           "rank %d (%zu %s; its message holds %d bytes)", k, c->rank, q->count,
+                           accel_dtype_name(q->dt), nbytes);
+    }
+    return ACCEL_OK;
 }
 
 /* The 2-rank ring for chunks over 2 segments (q->ring == 5): step 0 sends the peer's chunk as segments of
@@ -1571,8 +1695,17 @@ static accel_result accel__coll_complete(accel_coll_request *q) {
     return r;
 }
 
-/* One step of progress. Returns ACCEL_OK with *done, or an error (the request is then released or orphaned). */
+static accel_result accel__coll_progress_x(accel_coll_request *q, int *done);
+/* One step of progress. Returns ACCEL_OK with *done, or an error (the request is then released or orphaned). The
+   flight recorder's record ends here. */
 static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
+    accel *acc = q->c->acc;
+    uint64_t id = q->fr_id;
+    accel_result r = accel__coll_progress_x(q, done);
+    if (r != ACCEL_OK || *done) accel__fr_done(acc, id, r);
+    return r;
+}
+static accel_result accel__coll_progress_x(accel_coll_request *q, int *done) {
     accel_coll *c = q->c;
     *done = 0;
     if (c->broken) { /* another operation of this context failed: don't wait for this one's deadline too */
@@ -1630,6 +1763,18 @@ static accel_result accel__coll_progress(accel_coll_request *q, int *done) {
     return accel__coll_complete(q);
 #if defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL)
 not_yet:
+    if (accel_now() - q->start >= 30.0) accel__coll_fr_tick(q);
+#ifdef ACCEL_WITH_MPI
+    if (q->ring && accel_now() >= q->probe_at) {
+        accel_result r = accel__coll_p2p_mismatch(q);
+        q->probe_at = accel_now() + 1e-3;
+        if (r != ACCEL_OK) {
+            c->broken = r;
+            accel__coll_orphan(q);
+            return r;
+        }
+    }
+#endif
     if (accel_now() > q->deadline) {
         accel_result r =
             ACCEL__FAIL(c->acc, ACCEL_ERR_TIMEOUT,
@@ -1637,6 +1782,8 @@ not_yet:
                         "dead, stuck, or not calling the same collective; this context is now unusable",
                         accel__coll_kind_name(q->kind), accel_dtype_name(q->dt) ? accel_dtype_name(q->dt) : "-",
                         q->count, q->deadline - q->start, c->rank, c->size);
+        accel__fr_done(c->acc, q->fr_id, ACCEL_ERR_TIMEOUT); /* the dump shows this call failed, the others' state */
+        q->fr_id = 0;
         c->broken = ACCEL_ERR_TIMEOUT;
 #ifdef ACCEL__COLL_NCCL
         if (c->nccl_valid) { ncclCommAbort(c->nccl); c->nccl_valid = 0; }
@@ -2007,7 +2154,12 @@ static accel_result accel__coll_post(accel_coll *c, accel__coll_args *a, accel_c
     q->count = a->count;
     q->root = a->root;
     q->start = accel_now();
-    q->deadline = a->deadline > 0 ? a->deadline : q->start + c->timeout_s;
+    q->deadline = a->deadline > 0 ? a->deadline : q->start + accel__coll_timeout_s(c);
+    q->fr_id = accel__fr_post(c->fr_group, c->fr_seq++, accel__coll_kind_name(a->kind),
+                              (a->kind == ACCEL__K_ALLREDUCE || a->kind == ACCEL__K_REDUCE ||
+                               a->kind == ACCEL__K_REDUCE_SCATTER) ? (int)a->op : -1,
+                              a->kind == ACCEL__K_BARRIER ? -1 : (int)a->dt, (int64_t)a->count,
+                              (int64_t)(a->count * accel_dtype_size(a->dt)), a->root);
     switch (c->backend) {
     case ACCEL_COLL_BACKEND_MPI:
 #ifdef ACCEL_WITH_MPI
@@ -2022,6 +2174,7 @@ static accel_result accel__coll_post(accel_coll *c, accel__coll_args *a, accel_c
     default: r = accel__coll_post_none(c, a); break;
     }
     if (r != ACCEL_OK) {
+        accel__fr_done(c->acc, q->fr_id, r);
 #ifdef ACCEL_WITH_MPI
         if (q->has_mreq) { accel__coll_orphan(q); return r; }
 #endif
@@ -2091,7 +2244,12 @@ static accel_result accel__coll_run(accel_coll *c, accel__coll_args *a) {
     if (r != ACCEL_OK || !q) return r;
 #ifdef ACCEL__COLL_NCCL
     /* device results of a blocking NCCL op stay on acc.stream: no host wait (accel_coll_synchronize) */
-    if (c->backend == ACCEL_COLL_BACKEND_NCCL && !q->has_ev) return accel__coll_complete(q);
+    if (c->backend == ACCEL_COLL_BACKEND_NCCL && !q->has_ev) {
+        uint64_t id = q->fr_id; /* enqueued on acc.stream: the recorder counts it done on the host */
+        r = accel__coll_complete(q);
+        accel__fr_done(c->acc, id, r);
+        return r;
+    }
 #endif
     return accel_coll_wait(q);
 }
@@ -2163,42 +2321,43 @@ static void accel__coll_args_init(accel__coll_args *a, int kind, const void *sen
     a->kind = kind; a->send = send; a->recv = recv; a->count = count; a->dt = dt; a->op = op; a->root = root;
 }
 
-ACCEL__DEF accel_result accel_coll_all_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+ACCEL__DEF accel_result (accel_coll_all_reduce)(accel_coll *c, const void *send, void *recv, size_t count,
+                                                accel_dtype dt,
                                               accel_coll_op op) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_ALLREDUCE, send, recv, count, dt, op, 0);
     return accel__coll_do(c, &a, "all_reduce", NULL);
 }
-ACCEL__DEF accel_result accel_coll_reduce(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+ACCEL__DEF accel_result (accel_coll_reduce)(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
                                           accel_coll_op op, int root) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_REDUCE, send, recv, count, dt, op, root);
     return accel__coll_do(c, &a, "reduce", NULL);
 }
-ACCEL__DEF accel_result accel_coll_broadcast(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root) {
+ACCEL__DEF accel_result (accel_coll_broadcast)(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_BCAST, buf, buf, count, dt, ACCEL_COLL_SUM, root);
     return accel__coll_do(c, &a, "broadcast", NULL);
 }
-ACCEL__DEF accel_result accel_coll_all_gather(accel_coll *c, const void *send, void *recv, size_t count,
+ACCEL__DEF accel_result (accel_coll_all_gather)(accel_coll *c, const void *send, void *recv, size_t count,
                                               accel_dtype dt) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_ALLGATHER, send, recv, count, dt, ACCEL_COLL_SUM, 0);
     return accel__coll_do(c, &a, "all_gather", NULL);
 }
-ACCEL__DEF accel_result accel_coll_reduce_scatter(accel_coll *c, const void *send, void *recv, size_t recv_count,
+ACCEL__DEF accel_result (accel_coll_reduce_scatter)(accel_coll *c, const void *send, void *recv, size_t recv_count,
                                                   accel_dtype dt, accel_coll_op op) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_REDUCE_SCATTER, send, recv, recv_count, dt, op, 0);
     return accel__coll_do(c, &a, "reduce_scatter", NULL);
 }
-ACCEL__DEF accel_result accel_coll_gather(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
+ACCEL__DEF accel_result (accel_coll_gather)(accel_coll *c, const void *send, void *recv, size_t count, accel_dtype dt,
                                           int root) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_GATHER, send, recv, count, dt, ACCEL_COLL_SUM, root);
     return accel__coll_do(c, &a, "gather", NULL);
 }
-ACCEL__DEF accel_result accel_coll_barrier(accel_coll *c) {
+ACCEL__DEF accel_result (accel_coll_barrier)(accel_coll *c) {
     accel__coll_args a;
     accel__coll_args_init(&a, ACCEL__K_BARRIER, NULL, NULL, 0, ACCEL_U8, ACCEL_COLL_SUM, 0);
     if (c && c->size <= 1) return accel__coll_check_broken(c);
@@ -2215,7 +2374,7 @@ ACCEL__DEF accel_result accel_coll_synchronize(accel_coll *c) {
         q->c = c;
         q->kind = ACCEL__K_BARRIER;
         q->start = accel_now();
-        q->deadline = q->start + c->timeout_s;
+        q->deadline = q->start + accel__coll_timeout_s(c);
         if (cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming) != cudaSuccess) {
             accel__coll_release(q);
             return ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaEventCreate failed");
@@ -2231,7 +2390,7 @@ ACCEL__DEF accel_result accel_coll_synchronize(accel_coll *c) {
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_coll_all_reduce_async(accel_coll *c, const void *send, void *recv, size_t count,
+ACCEL__DEF accel_result (accel_coll_all_reduce_async)(accel_coll *c, const void *send, void *recv, size_t count,
                                                     accel_dtype dt, accel_coll_op op, accel_coll_request **req) {
     accel__coll_args a;
     if (!req)
@@ -2240,7 +2399,7 @@ ACCEL__DEF accel_result accel_coll_all_reduce_async(accel_coll *c, const void *s
     accel__coll_args_init(&a, ACCEL__K_ALLREDUCE, send, recv, count, dt, op, 0);
     return accel__coll_do(c, &a, "all_reduce_async", req);
 }
-ACCEL__DEF accel_result accel_coll_reduce_async(accel_coll *c, const void *send, void *recv, size_t count,
+ACCEL__DEF accel_result (accel_coll_reduce_async)(accel_coll *c, const void *send, void *recv, size_t count,
                                                 accel_dtype dt, accel_coll_op op, int root, accel_coll_request **req) {
     accel__coll_args a;
     if (!req)
@@ -2249,7 +2408,7 @@ ACCEL__DEF accel_result accel_coll_reduce_async(accel_coll *c, const void *send,
     accel__coll_args_init(&a, ACCEL__K_REDUCE, send, recv, count, dt, op, root);
     return accel__coll_do(c, &a, "reduce_async", req);
 }
-ACCEL__DEF accel_result accel_coll_broadcast_async(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root,
+ACCEL__DEF accel_result (accel_coll_broadcast_async)(accel_coll *c, void *buf, size_t count, accel_dtype dt, int root,
                                                    accel_coll_request **req) {
     accel__coll_args a;
     if (!req)
@@ -2258,7 +2417,7 @@ ACCEL__DEF accel_result accel_coll_broadcast_async(accel_coll *c, void *buf, siz
     accel__coll_args_init(&a, ACCEL__K_BCAST, buf, buf, count, dt, ACCEL_COLL_SUM, root);
     return accel__coll_do(c, &a, "broadcast_async", req);
 }
-ACCEL__DEF accel_result accel_coll_all_gather_async(accel_coll *c, const void *send, void *recv, size_t count,
+ACCEL__DEF accel_result (accel_coll_all_gather_async)(accel_coll *c, const void *send, void *recv, size_t count,
                                                     accel_dtype dt, accel_coll_request **req) {
     accel__coll_args a;
     if (!req)
@@ -2267,7 +2426,8 @@ ACCEL__DEF accel_result accel_coll_all_gather_async(accel_coll *c, const void *s
     accel__coll_args_init(&a, ACCEL__K_ALLGATHER, send, recv, count, dt, ACCEL_COLL_SUM, 0);
     return accel__coll_do(c, &a, "all_gather_async", req);
 }
-ACCEL__DEF accel_result accel_coll_reduce_scatter_async(accel_coll *c, const void *send, void *recv, size_t recv_count,
+ACCEL__DEF accel_result (accel_coll_reduce_scatter_async)(accel_coll *c, const void *send, void *recv,
+                                                          size_t recv_count,
                                                         accel_dtype dt, accel_coll_op op, accel_coll_request **req) {
     accel__coll_args a;
     if (!req)
@@ -2759,6 +2919,7 @@ static accel_result accel__coll_sub_create(accel_coll *parent, int color, int ke
 #endif
     (void)color;
     if (r != ACCEL_OK) { accel_coll_destroy(c); return r; }
+    accel__coll_fr_register(c, "mesh");
     *out = c;
     return ACCEL_OK;
 }
@@ -3087,7 +3248,7 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
     accel_result r = ACCEL_OK;
     const char *how = getenv("ACCEL_NCCL_INIT");
     const char *file = getenv("ACCEL_NCCL_INIT_FILE");
-    int tmo = (int)(c->timeout_s * 1000.0 > 2e9 ? 2e9 : c->timeout_s * 1000.0);
+    int tmo = (int)(accel__coll_timeout_s(c) * 1000.0 > 2e9 ? 2e9 : accel__coll_timeout_s(c) * 1000.0);
     /* the host process group (MPI or the TCP store) carries the id when this context spans it */
     int group = c->on_host_group && strcmp(accel_host_group_name(acc), "none") != 0;
     memset(&id, 0, sizeof id);
@@ -3143,6 +3304,199 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
 #else
     return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "NCCL needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
 #endif
+}
+
+/* ------------------------------------------------------------------------------------------ 16. flight recorder */
+/* The dump: one JSON file per rank, <dir>/rank<R>.json (temp + rename), written by accel__coll_fr_write with
+   async-signal-safe calls only (open, write, rename, close, mkdir; numbers and strings formatted here), so SIGUSR1
+   dumps a rank even while it computes or waits. It reads the ring while the process may be writing a slot: a slot
+   being rewritten has id 0 and is skipped. */
+static char accel__coll_fr_dir[512];          /* ACCEL_FLIGHT_DIR, else <project_dir>/flight */
+static int accel__coll_fr_rank = -1, accel__coll_fr_world;
+static volatile sig_atomic_t accel__coll_fr_busy;
+static char accel__coll_fr_buf[4096];
+static size_t accel__coll_fr_len;
+static int accel__coll_fr_fd = -1, accel__coll_fr_err;
+
+static void accel__coll_fr_flush(void) {
+    size_t off = 0;
+    while (off < accel__coll_fr_len && !accel__coll_fr_err) {
+        ssize_t k = write(accel__coll_fr_fd, accel__coll_fr_buf + off, accel__coll_fr_len - off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) accel__coll_fr_err = 1;
+        else off += (size_t)k;
+    }
+    accel__coll_fr_len = 0;
+}
+static void accel__coll_fr_raw(const char *t) {
+    for (; *t; ++t) {
+        if (accel__coll_fr_len == sizeof accel__coll_fr_buf) accel__coll_fr_flush();
+        accel__coll_fr_buf[accel__coll_fr_len++] = *t;
+    }
+}
+static void accel__coll_fr_str(const char *t) { /* a JSON string: printable ASCII kept, the rest escaped or '?' */
+    char e[8];
+    accel__coll_fr_raw("\"");
+    for (; t && *t; ++t) {
+        unsigned char ch = (unsigned char)*t;
+        if (ch == '"' || ch == '\\') { e[0] = '\\'; e[1] = (char)ch; e[2] = 0; }
+        else if (ch < 0x20 || ch > 0x7e) { e[0] = '?'; e[1] = 0; }
+        else { e[0] = (char)ch; e[1] = 0; }
+        accel__coll_fr_raw(e);
+    }
+    accel__coll_fr_raw("\"");
+}
+static void accel__coll_fr_int(int64_t v) {
+    char d[24];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do { d[n++] = (char)('0' + (int)(u % 10)); u /= 10; } while (u);
+    if (v < 0) accel__coll_fr_raw("-");
+    while (n > 0) { char one[2]; one[0] = d[--n]; one[1] = 0; accel__coll_fr_raw(one); }
+}
+static void accel__coll_fr_key(const char *k) {
+    accel__coll_fr_raw(",\"");
+    accel__coll_fr_raw(k);
+    accel__coll_fr_raw("\":");
+}
+static int64_t accel__coll_fr_us(double t) { return t > 0 ? (int64_t)(t * 1e6) : 0; }
+
+/* Writes this rank's dump; 0 ok, -1 when the file could not be written (or a dump is in progress). */
+static int accel__coll_fr_write(const char *reason) {
+    char path[600], tmp[620], num[16];
+    uint64_t i, first;
+    int k, n = 0;
+    if (accel__coll_fr_busy || accel__coll_fr_rank < 0) return -1;
+    accel__coll_fr_busy = 1;
+    k = accel__coll_fr_rank;
+    do { num[n++] = (char)('0' + k % 10); k /= 10; } while (k && n < 15);
+    for (k = 0; accel__coll_fr_dir[k] && k < 560; ++k) path[k] = accel__coll_fr_dir[k];
+    memcpy(path + k, "/rank", 5);
+    k += 5;
+    while (n > 0) path[k++] = num[--n];
+    memcpy(path + k, ".json", 6);
+    memcpy(tmp, path, (size_t)k + 6);
+    memcpy(tmp + k + 5, ".tmp", 5);
+    (void)mkdir(accel__coll_fr_dir, 0755);
+    accel__coll_fr_fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (accel__coll_fr_fd < 0) { accel__coll_fr_busy = 0; return -1; }
+    accel__coll_fr_err = 0;
+    accel__coll_fr_len = 0;
+    accel__coll_fr_raw("{\"format\":\"accel-flight-recorder\",\"version\":1");
+    accel__coll_fr_key("rank"); accel__coll_fr_int(accel__coll_fr_rank);
+    accel__coll_fr_key("world_size"); accel__coll_fr_int(accel__coll_fr_world);
+    accel__coll_fr_key("pid"); accel__coll_fr_int((int64_t)getpid());
+    accel__coll_fr_key("reason"); accel__coll_fr_str(reason);
+    accel__coll_fr_key("now_us"); accel__coll_fr_int(accel__coll_fr_us(accel__fr_now()));
+    accel__coll_fr_key("capacity"); accel__coll_fr_int((int64_t)accel__g_fr_cap);
+    accel__coll_fr_key("recorded"); accel__coll_fr_int((int64_t)accel__g_fr_n);
+    accel__coll_fr_raw(",\"groups\":[");
+    for (k = 0; k < accel__g_fr_ngroups; ++k) {
+        accel__coll_fr_raw(k ? ",{\"id\":" : "{\"id\":");
+        accel__coll_fr_int(k);
+        accel__coll_fr_key("name"); accel__coll_fr_str(accel__g_fr_groups[k].name);
+        accel__coll_fr_key("rank"); accel__coll_fr_int(accel__g_fr_groups[k].rank);
+        accel__coll_fr_key("size"); accel__coll_fr_int(accel__g_fr_groups[k].size);
+        accel__coll_fr_raw("}");
+    }
+    accel__coll_fr_raw("],\"calls\":[");
+    first = accel__g_fr_n > accel__g_fr_cap ? accel__g_fr_n - accel__g_fr_cap + 1 : 1;
+    for (i = first, n = 0; accel__g_fr_cap && i <= accel__g_fr_n; ++i) {
+        const accel__fr_entry *e = &accel__g_fr[(i - 1) % accel__g_fr_cap];
+        const char *dn = e->dtype > 0 ? accel_dtype_name((accel_dtype)e->dtype) : "";
+        if (e->id != i) continue;
+        accel__coll_fr_raw(n++ ? ",\n{\"seq\":" : "\n{\"seq\":");
+        accel__coll_fr_int((int64_t)e->seq);
+        accel__coll_fr_key("group"); accel__coll_fr_int(e->group);
+        accel__coll_fr_key("what"); accel__coll_fr_str(e->what);
+        accel__coll_fr_key("op"); accel__coll_fr_str(e->op >= 0 ? accel_coll_op_name((accel_coll_op)e->op) : "");
+        accel__coll_fr_key("dtype"); accel__coll_fr_str(dn ? dn : "");
+        accel__coll_fr_key("count"); accel__coll_fr_int(e->count);
+        accel__coll_fr_key("bytes"); accel__coll_fr_int(e->bytes);
+        accel__coll_fr_key("root"); accel__coll_fr_int(e->root);
+        accel__coll_fr_key("file"); accel__coll_fr_str(e->file ? e->file : "");
+        accel__coll_fr_key("line"); accel__coll_fr_int(e->line);
+        accel__coll_fr_key("posted_us"); accel__coll_fr_int(accel__coll_fr_us(e->posted));
+        accel__coll_fr_key("completed_us"); accel__coll_fr_int(accel__coll_fr_us(e->done));
+        accel__coll_fr_key("state");
+        accel__coll_fr_str(e->state == ACCEL__FR_DONE     ? "completed"
+                           : e->state == ACCEL__FR_FAILED ? "failed"
+                                                          : "posted");
+        accel__coll_fr_raw("}");
+    }
+    accel__coll_fr_raw("\n]}\n");
+    accel__coll_fr_flush();
+    if (close(accel__coll_fr_fd) != 0) accel__coll_fr_err = 1;
+    accel__coll_fr_fd = -1;
+    if (!accel__coll_fr_err && rename(tmp, path) != 0) accel__coll_fr_err = 1;
+    if (accel__coll_fr_err) (void)unlink(tmp);
+    accel__coll_fr_busy = 0;
+    return accel__coll_fr_err ? -1 : 0;
+}
+static void accel__coll_fr_dump_hook(const char *reason) { (void)accel__coll_fr_write(reason); }
+static void accel__coll_fr_on_signal(int sig) {
+    int saved = errno;
+    (void)sig;
+    (void)accel__coll_fr_write("SIGUSR1");
+    errno = saved;
+}
+
+/* A context joins the recorder: group number (the same on every rank: contexts are created collectively), the
+   dump's directory, the dump hook, and SIGUSR1 when nobody else handles it. */
+static void accel__coll_fr_register(accel_coll *c, const char *kind) {
+    char name[32];
+    const char *dir = getenv("ACCEL_FLIGHT_DIR");
+    accel__fr_host_group(c->acc);
+    accel__fmt(name, sizeof name, "%s%d:%s", kind, accel__g_fr_ngroups, accel_coll_backend_name(c->backend));
+    c->fr_group = accel__fr_group(name, c->rank, c->size);
+    if (dir && *dir) accel__fmt(accel__coll_fr_dir, sizeof accel__coll_fr_dir, "%s", dir);
+    else accel__fmt(accel__coll_fr_dir, sizeof accel__coll_fr_dir, "%s/flight", c->acc->desc.project_dir);
+    accel__coll_fr_rank = c->acc->process_index;
+    accel__coll_fr_world = c->acc->num_processes;
+    if (!accel__g_fr_dump) {
+        struct sigaction old;
+        accel__g_fr_dump = accel__coll_fr_dump_hook;
+        if (!accel__g_fr_cap) return;
+        if (sigaction(SIGUSR1, NULL, &old) == 0 && old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO)) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = accel__coll_fr_on_signal;
+            sigemptyset(&sa.sa_mask);
+            sa.sa_flags = SA_RESTART;
+            (void)sigaction(SIGUSR1, &sa, NULL);
+        }
+    }
+}
+
+#if defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL)
+/* The "waiting for" line of a request in flight for 30 s or more, naming a peer whose message has not arrived. */
+static void accel__coll_fr_tick(const accel_coll_request *q) {
+    char peer[48];
+    int k = -1;
+#ifdef ACCEL_WITH_MPI
+    int P = q->c->size, j;
+    if (q->ring == 2 && q->rreq[1] != MPI_REQUEST_NULL) k = 1 - q->c->rank;
+    else if ((q->ring == 1 || q->ring == 5) && P > 1) k = (q->c->rank + P - 1) % P;
+    else if ((q->ring == 3 || q->ring == 4) && q->rq)
+        for (j = 0; j < P - 1 && k < 0; ++j)
+            if (q->rq[P - 1 + j] != MPI_REQUEST_NULL) k = j < q->c->rank ? j : j + 1;
+#endif
+    if (k >= 0) accel__fmt(peer, sizeof peer, "rank %d", k);
+    accel__fr_tick(q->c->acc, k >= 0 ? peer : NULL);
+}
+#endif
+
+ACCEL__DEF accel_result accel_coll_fr_dump(accel *acc, const char *reason) {
+    if (!acc)
+        return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "accel_coll_fr_dump: acc is NULL");
+    if (accel__coll_fr_rank < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "flight recorder: no accel_coll context was created in this process");
+    if (!accel__g_fr_cap)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "flight recorder: off (ACCEL_FLIGHT_RECORDER_SIZE=0)");
+    if (accel__coll_fr_write(reason ? reason : "on request") != 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_IO, "flight recorder: cannot write %s/rank%d.json: %s", accel__coll_fr_dir,
+                           acc->process_index, strerror(errno));
+    return ACCEL_OK;
 }
 
 

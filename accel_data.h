@@ -104,8 +104,16 @@
      the position (the one state_load or skip_first_batches set); any other e, or the current one once the epoch
      is being iterated, starts epoch e at its first batch. state_save/state_load store (epoch, position) and
      implement accel.h's accel_state_save_fn / accel_state_load_fn, so the shard registers with the checkpointer
-     as it is; a state of another configuration is refused with the reason in the shard's acc ("shard state:
-     saved with num_processes 2, this run has 1"). The sequence loader works the same way (accel_data_seq_epoch).
+     as it is; a state of another configuration (dataset_len, batch_size, the flags) is refused with both values in
+     the shard's acc ("shard state: saved for batch_size 8, this shard has 4"). The sequence loader works the same
+     way (accel_data_seq_epoch).
+     Another number of processes resumes by global samples consumed: the saved (rank 0's) position k on P0
+     processes means S = k*G0 samples of the epoch's stream were consumed (G0 = the global batch then); this run
+     starts at global batch floor(S / G), G its own global batch — the count a user of Accelerate's
+     skip_first_batches computes, rounded down so that no sample of the epoch is skipped: up to G - 1 samples of
+     the saving run's last global batch are seen again (logged at info). The stream is the same (the permutation
+     depends on seed and epoch only), so the remaining samples are exactly those an uninterrupted run would see.
+     A saved epoch that was complete stays complete. (With split_batches G = batch_size on any P.)
 
    RANDOM SAMPLER — the algorithm (any implementation can reproduce it)
      n <= 1: identity. Else k = ceil(log2 n) bits, split into lo = floor(k/2) bits and hi = k - lo bits. Round keys
@@ -1083,14 +1091,38 @@ ACCEL__DEF accel_result accel_data_shard_state_load(void *shard, const void *buf
     if (B != s->desc.batch_size)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved for batch_size %lld, this shard has %lld",
                            (long long)B, (long long)s->desc.batch_size);
-    if (P != s->num_processes)
-        return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved with num_processes %d, this run has %d "
-                           "(batch positions are per process)", (int)P, s->num_processes);
+    if (P < 1 || P > (1 << 24))
+        return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: corrupt (num_processes %d)", (int)P);
     if (flags != mine)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH,
                            "shard state: saved with flags 0x%x (1 split_batches, 2 even_batches, "
                            "4 drop_last, 8 iterable, 16 shuffle, 32 batch_sampler_shard), this shard has 0x%x",
                            (unsigned)flags, (unsigned)mine);
+    if (P != s->num_processes) { /* another world size: resume by global samples consumed (EPOCHS AND RESUME) */
+        accel_data_shard old;
+        accel_data_shard_desc od = s->desc;
+        int64_t consumed, resumed;
+        od.num_processes = P;
+        od.process_index = 0; /* the state of the main process (ckpt writes global objects once) */
+        od.collective = 0;
+        if (accel__data_shard_make(NULL, &old, &od) != ACCEL_OK)
+            return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved with num_processes %d, which this "
+                               "configuration does not allow (batch_size %lld, split_batches)", (int)P, (long long)B);
+        if (position >= old.num_batches) { /* the saved epoch was consumed: so is this one */
+            consumed = old.num_batches * old.g;
+            resumed = s->num_batches;
+        } else {
+            consumed = position * old.g;
+            resumed = consumed / s->g;
+            if (resumed > s->num_batches) resumed = s->num_batches;
+        }
+        accel_log(s->acc, ACCEL_LOG_INFO, "shard state: saved with num_processes %d at batch %lld of epoch %lld (%lld "
+                  "samples consumed); this run has %d: it resumes at batch %lld (sample %lld; %lld seen again)",
+                  (int)P, (long long)position, (long long)epoch, (long long)consumed, s->num_processes,
+                  (long long)resumed, (long long)(resumed * s->g),
+                  (long long)(consumed > resumed * s->g ? consumed - resumed * s->g : 0));
+        position = resumed;
+    }
     accel__data_end(s->acc, s, &s->active);
     s->sampler.seed = accel__get_u64(p + 40);
     s->desc.seed = s->sampler.seed;

@@ -13,4 +13,5 @@ int cli_size(int argc, char **argv);   /* cli_ckpt.c: size string → bytes */
 int cli_device_map(int argc, char **argv); /* cli_device_map.c (accel_bigmodel.h): module sizes and device maps */
 int cli_launch(int argc, char **argv); /* cli_launch.c: torchrun-style launcher */
 int cli_config(int argc, char **argv); /* cli_launch.c: Accelerate's write_basic_config */
+int cli_fr(int argc, char **argv);     /* cli_fr.c: the flight recorder's dumps, first divergence between ranks */
 #endif

@@ -14,6 +14,7 @@ static const cli_cmd cmds[] = {
     {"size", cli_size, "parse a size string (\"10GB\", \"5MiB\") and print the byte count"},
     {"device-map", cli_device_map, "Accelerate's module sizes, balanced memory and device map of a model (JSON)"},
     {"launch", cli_launch, "start N processes of a program the way torchrun does (accel launch -n N -- PROGRAM ARGS)"},
+    {"fr", cli_fr, "read every rank's flight recorder dump in DIR and name the first divergence (accel fr DIR)"},
     {"config", cli_config, "write Accelerate's default config file (accel config --default [--mixed-precision M] [FILE])"},
 };
 

@@ -1,8 +1,9 @@
 /* accel_collectives.h under mpirun (np 1..4): every op x dtype x size against a reference each rank computes
    itself from every rank's deterministic inputs; 16-bit float sums against fp64; async handles; Accelerate helpers
    (pad_across_processes, gather_for_metrics, objects); debug-mode mismatches; sub-communicators; local failures.
-   usage: test_coll_mpi [basic|fault|fault-large|fault-seg] (fault-large: the stall in a 256 KiB all-reduce;
-   fault-seg: in a 10 MiB one (the 2-rank ring in segments)) */
+   usage: test_coll_mpi [basic|fault|fault-large|fault-seg|mismatch] (fault-large: the stall in a 256 KiB
+   all-reduce; fault-seg: in a 10 MiB one (the 2-rank ring in segments); mismatch: another count, dtype or op on the
+   last rank without debug mode) */
 #include "accel.h"
 #include "accel_collectives.h"
 #include "accel_test.h"
@@ -790,6 +791,49 @@ static void fault(size_t n) {
     /* x is not freed: the abandoned operation's requests may still name it until MPI_Finalize */
 }
 
+/* The last rank calls an all-reduce with another count, dtype or op than the others, without debug mode: every rank
+   must get ACCEL_ERR_MISMATCH at once (before the tag carried the call's signature, rank 0 of 2 got ACCEL_OK and a
+   wrong sum for counts 4 vs 3, and the others an MPI error or the deadline). Each case on a fresh context (a
+   mismatch breaks it); whole-buffer sizes (4 elements), the 2-rank ring / 3+-rank direct chunks (64 Ki elements). */
+static void mismatch(void) {
+    static const struct { size_t n, n_last; accel_dtype dt, dt_last; accel_coll_op op, op_last; const char *says; }
+        cases[] = {{4, 3, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, "elements"},
+                   {65536, 65530, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, "element"},
+                   {16, 16, ACCEL_F32, ACCEL_I32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, "dtype"},
+                   {16, 16, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_MAX, "op"}};
+    size_t i, k;
+    float *x = (float *)malloc(65536 * sizeof(float));
+    AT_CHECK(x != NULL);
+    if (!x || P < 2) { free(x); return; }
+    for (i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        accel_coll *c;
+        accel_coll_desc cd;
+        int last = R == P - 1;
+        double t0;
+        accel_result r;
+        memset(&cd, 0, sizeof cd);
+        cd.timeout_ms = 20000; /* a missed mismatch would end in ACCEL_ERR_TIMEOUT after 20 s */
+        AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+        for (k = 0; k < 65536; ++k) x[k] = 1;
+        AT_EQ_INT(accel_coll_all_reduce(c, x, x, 8, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK); /* healthy first */
+        t0 = accel_now();
+        r = accel_coll_all_reduce(c, x, x, last ? cases[i].n_last : cases[i].n, last ? cases[i].dt_last : cases[i].dt,
+                                  last ? cases[i].op_last : cases[i].op);
+        AT_EQ_INT(r, ACCEL_ERR_MISMATCH);
+        AT_CHECK_MSG(accel_now() - t0 < 5.0, "the mismatch was found at once, not at the deadline");
+        AT_CONTAINS(accel_last_error(&acc), cases[i].says);
+        if (r == ACCEL_ERR_MISMATCH && cases[i].n != cases[i].n_last && cases[i].n < 64 && !last) {
+            char want[64];
+            snprintf(want, sizeof want, "rank %d called it with %zu elements", P - 1, cases[i].n_last);
+            AT_CONTAINS(accel_last_error(&acc), want);
+        }
+        AT_EQ_INT(accel_coll_all_reduce(c, x, x, 4, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_ERR_STATE); /* broken now */
+        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+        accel_coll_destroy(c);
+    }
+    /* x is not freed: the unmatched messages' requests may still name it until MPI_Finalize */
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     int rc;
@@ -798,6 +842,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "fault")) fault(1024);
     else if (!strcmp(mode, "fault-large")) fault(65536);
     else if (!strcmp(mode, "fault-seg")) fault(2621440);
+    else if (!strcmp(mode, "mismatch")) mismatch();
     else basic();
     rc = at_finish("collectives_mpi");
     accel_shutdown(&acc);

@@ -1,6 +1,7 @@
 /* accel.h under mpirun: ranks, local ranks, helpers, barrier, triggers, RNG sync, and the init agreement check.
-   usage: test_core_mpi [basic|mismatch|env_error] */
+   usage: test_core_mpi [basic|mismatch|env_error|precedence|different_calls|stall|train_timeout|missing_file] */
 #include "accel.h"
+#include "accel_data.h"
 #include "accel_test.h"
 #include <stdlib.h>
 #include <unistd.h>
@@ -186,36 +187,89 @@ static void different_calls(void) {
     accel_shutdown(&acc);
 }
 
-/* A peer that does not arrive: the others' barrier ends with ACCEL_ERR_TIMEOUT at the deadline (no hang), and the
-   group then refuses work at once. The late rank arrives after 3 s (so that MPI can still finalize). */
+/* A peer that does not arrive: the others' barrier ends with ACCEL_ERR_TIMEOUT at the 1 s deadline (no hang), and
+   the group then refuses work at once. The late rank arrives after 3 s (so that MPI can still finalize). */
+static void stall_round(accel *acc) {
+    double t0, dt;
+    if (acc->process_index == acc->num_processes - 1) {
+        accel_result r;
+        sleep(3);
+        /* Open MPI completes the abandoned exchange; MPICH has no asynchronous progress while the others sleep, so
+           the late rank may reach its own deadline instead — either way it must not hang */
+        r = accel_wait_for_everyone(acc);
+        AT_CHECK(r == ACCEL_OK || r == ACCEL_ERR_TIMEOUT);
+    } else {
+        t0 = accel_now();
+        AT_EQ_INT(accel_wait_for_everyone(acc), ACCEL_ERR_TIMEOUT);
+        dt = accel_now() - t0;
+        AT_CHECK_MSG(dt >= 0.9 && dt < 2.5, "timed out close to the 1 s deadline");
+        AT_CONTAINS(accel_last_error(acc), "did not complete within 1.0 s");
+        t0 = accel_now();
+        AT_EQ_INT(accel_wait_for_everyone(acc), ACCEL_ERR_STATE);
+        AT_CONTAINS(accel_last_error(acc), "failed earlier");
+        AT_CHECK(accel_now() - t0 < 0.5);
+        sleep(3); /* let the late rank complete the exchange before finalizing */
+    }
+}
+
 static void stall(void) {
     accel acc;
     accel_desc d;
-    double t0, dt;
     memset(&d, 0, sizeof d);
     d.cpu = 1;
     d.log_fn = quiet;
     d.collective_timeout_ms = 1000;
     AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
     AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+    stall_round(&acc);
+    accel_shutdown(&acc);
+}
+
+/* ACCEL_TRAIN_TIMEOUT: the deadline is collective_timeout_ms (ACCEL_COLLECTIVE_TIMEOUT=8 s from the environment)
+   until this process completes an optimizer step, then 1 s: the same stall fails after ~1 s instead of ~8 s. */
+static void train_timeout(void) {
+    accel acc;
+    accel_desc d;
+    double t0;
+    setenv("ACCEL_COLLECTIVE_TIMEOUT", "8", 1);
+    setenv("ACCEL_TRAIN_TIMEOUT", "1", 1);
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    d.log_fn = quiet;
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    AT_EQ_INT(acc.desc.collective_timeout_ms, 8000);
+    AT_EQ_INT(acc.desc.train_timeout_ms, 1000);
+    AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+    if (acc.process_index == acc.num_processes - 1) sleep(2); /* before the first step: within the 8 s deadline */
+    t0 = accel_now();
+    AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+    if (acc.process_index != acc.num_processes - 1) AT_CHECK(accel_now() - t0 > 1.5);
+    accel_optimizer_step_done(&acc, 0);
+    stall_round(&acc); /* now the 1 s train deadline */
+    unsetenv("ACCEL_COLLECTIVE_TIMEOUT");
+    unsetenv("ACCEL_TRAIN_TIMEOUT");
+    accel_shutdown(&acc);
+}
+
+/* A data file missing on the last rank (issue 29): that rank fails and calls accel_shutdown while the others wait in
+   a barrier with a 300 s deadline (ACCEL_COLLECTIVE_TIMEOUT, set by the test). accel_shutdown must end the job
+   (MPI_Abort after 10 s, with a message) instead of blocking in MPI_Finalize while the others wait out their
+   deadline. Run by expect_abort.sh, which checks the time, the exit status and the message. */
+static void missing_file(void) {
+    accel acc;
+    accel_desc d;
+    memset(&d, 0, sizeof d);
+    d.cpu = 1;
+    AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+    AT_EQ_INT(acc.desc.collective_timeout_ms, 300000);
     if (acc.process_index == acc.num_processes - 1) {
-        accel_result r;
-        sleep(3);
-        /* Open MPI completes the abandoned exchange; MPICH has no asynchronous progress while the others sleep, so
-           the late rank may reach its own deadline instead — either way it must not hang */
-        r = accel_wait_for_everyone(&acc);
-        AT_CHECK(r == ACCEL_OK || r == ACCEL_ERR_TIMEOUT);
+        accel_data_token_file f;
+        accel_result r = accel_data_token_file_open(&acc, &f, "/nonexistent/accel-test/train_000.bin");
+        AT_CHECK(r != ACCEL_OK);
+        fprintf(stderr, "rank %d: %s\n", acc.process_index, accel_last_error(&acc));
     } else {
-        t0 = accel_now();
-        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_ERR_TIMEOUT);
-        dt = accel_now() - t0;
-        AT_CHECK_MSG(dt >= 0.9 && dt < 2.5, "timed out close to the 1 s deadline");
-        AT_CONTAINS(accel_last_error(&acc), "did not complete within 1.0 s");
-        t0 = accel_now();
-        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_ERR_STATE);
-        AT_CONTAINS(accel_last_error(&acc), "failed earlier");
-        AT_CHECK(accel_now() - t0 < 0.5);
-        sleep(3); /* let the late rank complete the exchange before finalizing */
+        accel_result r = accel_wait_for_everyone(&acc); /* never returns: MPI_Abort ends it */
+        fprintf(stderr, "rank %d: wait_for_everyone returned %d\n", acc.process_index, (int)r);
     }
     accel_shutdown(&acc);
 }
@@ -227,6 +281,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "precedence")) precedence();
     else if (!strcmp(mode, "different_calls")) different_calls();
     else if (!strcmp(mode, "stall")) stall();
+    else if (!strcmp(mode, "train_timeout")) train_timeout();
+    else if (!strcmp(mode, "missing_file")) missing_file();
     else basic();
     return at_finish("core_mpi");
 }

@@ -4,6 +4,10 @@
    - accel__error_seq moves with every recorded failure, also accel_set_error's;
    - accel__atomic_open/_commit: a committed file appears whole, an abandoned one leaves nothing behind;
    - accel__state_check validates like accel_state_load_resharded without changing anything;
+   - the flight recorder's ring (wraps, keeps the call site of the outermost wrapped call, states) and its "waiting
+     for" lines: one after 30 s in flight, then one a minute, none once the call completed;
+   - ACCEL_COLLECTIVE_TIMEOUT / ACCEL_TRAIN_TIMEOUT: parsed, the desc wins, garbage is an error naming the variable,
+     and the train deadline applies once an optimizer step completed;
    - accel__slurm_first_host reads the first host of a Slurm host list (where srun without MPI puts the store). */
 #define ACCEL_IMPLEMENTATION
 #define ACCEL_STATIC
@@ -159,6 +163,110 @@ static void test_state_check(void) {
     accel_shutdown(&acc);
 }
 
+static char note[512];
+static int notes;
+static void note_log(void *u, accel_log_level l, const char *m) {
+    (void)u;
+    if (l == ACCEL_LOG_WARN) { snprintf(note, sizeof note, "%s", m); ++notes; }
+}
+static void test_flight_recorder(void) {
+    uint64_t id, first;
+    int i;
+    setenv("ACCEL_FLIGHT_RECORDER_SIZE", "4", 1);
+    AT_EQ_INT(accel__fr_setup(NULL), ACCEL_OK);
+    unsetenv("ACCEL_FLIGHT_RECORDER_SIZE");
+    AT_EQ_INT(accel__g_fr_cap, 4);
+    AT_EQ_INT(accel__fr_group("host", 0, 2), 0);
+    AT_EQ_INT(accel__fr_group("coll1:mpi \"x\"", 0, 2), 1); /* names keep only safe characters */
+    AT_CHECK(!strcmp(accel__g_fr_groups[1].name, "coll1:mpi__x_"));
+    /* the outermost call site wins; none outside a wrapped call */
+    accel_fr_site_enter("user.c", 10);
+    accel_fr_site_enter("accel_ddp.h", 500);
+    first = accel__fr_post(1, 0, "all_reduce", 0, (int)ACCEL_F32, 4, 16, 0);
+    (void)accel_fr_site_leave(ACCEL_OK);
+    AT_EQ_INT(accel_fr_site_leave(ACCEL_ERR_TIMEOUT), ACCEL_ERR_TIMEOUT);
+    AT_CHECK(accel__g_fr[(first - 1) % 4].file && !strcmp(accel__g_fr[(first - 1) % 4].file, "user.c"));
+    AT_EQ_INT(accel__g_fr[(first - 1) % 4].line, 10);
+    accel__fr_done(NULL, first, ACCEL_OK);
+    AT_EQ_INT(accel__g_fr[(first - 1) % 4].state, ACCEL__FR_DONE);
+    id = accel__fr_post(1, 1, "a_name_longer_than_twenty_chars", -1, -1, 0, 0, 0);
+    AT_CHECK(accel__g_fr[(id - 1) % 4].file == NULL);
+    AT_EQ_INT((int)strlen(accel__g_fr[(id - 1) % 4].what), 20);
+    accel__fr_done(NULL, id, ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel__g_fr[(id - 1) % 4].state, ACCEL__FR_FAILED);
+    for (i = 0; i < 4; ++i) accel__fr_done(NULL, accel__fr_post(1, 2 + (uint64_t)i, "x", -1, -1, 0, 0, 0), ACCEL_OK);
+    AT_CHECK(accel__g_fr[(first - 1) % 4].id != first); /* wrapped: the oldest slot was reused */
+    accel__fr_done(NULL, first, ACCEL_ERR_TIMEOUT);      /* a stale id changes nothing */
+    AT_EQ_INT(accel__g_fr[(first - 1) % 4].state, ACCEL__FR_DONE);
+    /* the waiting lines: a call in flight since 31 s ago gets one now, the next one a minute later */
+    {
+        accel acc;
+        accel_desc d;
+        memset(&d, 0, sizeof d);
+        d.log_fn = note_log;
+        d.log_level = ACCEL_LOG_WARN;
+        AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+        accel_fr_site_enter("train.c", 88);
+        id = accel__fr_post(1, 1042, "all_reduce", 0, (int)ACCEL_F32, 31000000, 124000000, 0);
+        (void)accel_fr_site_leave(ACCEL_OK);
+        notes = 0;
+        accel__fr_tick(&acc, "rank 3");
+        AT_EQ_INT(notes, 0); /* just posted */
+        accel__g_fr[(id - 1) % 4].posted -= 31.0;
+        accel__fr_tick(&acc, "rank 3");
+        AT_EQ_INT(notes, 1);
+        AT_CONTAINS(note, "waiting for rank 3 in all_reduce #1042 (F32, 31000000 elements, group coll1:mpi__x_) at "
+                          "train.c:88 for 31 s");
+        accel__fr_tick(&acc, "rank 3");
+        AT_EQ_INT(notes, 1); /* once a minute */
+        accel__g_fr[(id - 1) % 4].posted -= 60.0;
+        accel__fr_tick(&acc, NULL);
+        AT_EQ_INT(notes, 2);
+        AT_CONTAINS(note, "waiting for the other ranks in all_reduce #1042");
+        accel__fr_done(&acc, id, ACCEL_OK);
+        accel__g_fr[(id - 1) % 4].posted -= 60.0;
+        accel__fr_tick(&acc, NULL);
+        AT_EQ_INT(notes, 2); /* completed: no line */
+        accel_shutdown(&acc);
+    }
+}
+
+static void test_timeouts_env(void) {
+    accel_desc d, out;
+    char err[256];
+    memset(&d, 0, sizeof d);
+    setenv("ACCEL_COLLECTIVE_TIMEOUT", "2.5", 1);
+    setenv("ACCEL_TRAIN_TIMEOUT", "100", 1);
+    AT_EQ_INT(accel_resolve_config(&d, &out, NULL, err, sizeof err), ACCEL_OK);
+    AT_EQ_INT(out.collective_timeout_ms, 2500);
+    AT_EQ_INT(out.train_timeout_ms, 100000);
+    d.collective_timeout_ms = 7000; /* the desc wins */
+    AT_EQ_INT(accel_resolve_config(&d, &out, NULL, err, sizeof err), ACCEL_OK);
+    AT_EQ_INT(out.collective_timeout_ms, 7000);
+    d.collective_timeout_ms = 0;
+    setenv("ACCEL_COLLECTIVE_TIMEOUT", "30min", 1);
+    AT_EQ_INT(accel_resolve_config(&d, &out, NULL, err, sizeof err), ACCEL_ERR_ENVIRONMENT);
+    AT_CONTAINS(err, "ACCEL_COLLECTIVE_TIMEOUT=\"30min\" is not a number of seconds");
+    setenv("ACCEL_COLLECTIVE_TIMEOUT", "-1", 1);
+    AT_EQ_INT(accel_resolve_config(&d, &out, NULL, err, sizeof err), ACCEL_ERR_ENVIRONMENT);
+    unsetenv("ACCEL_COLLECTIVE_TIMEOUT");
+    unsetenv("ACCEL_TRAIN_TIMEOUT");
+    AT_EQ_INT(accel_resolve_config(&d, &out, NULL, err, sizeof err), ACCEL_OK);
+    AT_EQ_INT(out.collective_timeout_ms, 1800000);
+    AT_EQ_INT(out.train_timeout_ms, 0);
+    /* the train deadline from the first completed optimizer step on */
+    {
+        accel acc;
+        d.collective_timeout_ms = 60000;
+        d.train_timeout_ms = 5000;
+        AT_EQ_INT(accel_init(&acc, &d), ACCEL_OK);
+        AT_CHECK(accel__timeout_s(&acc) == 60.0);
+        accel_optimizer_step_done(&acc, 1); /* a skipped step is still a completed step */
+        AT_CHECK(accel__timeout_s(&acc) == 5.0);
+        accel_shutdown(&acc);
+    }
+}
+
 /* expected values written by hand from Slurm's hostlist syntax (scontrol show hostnames gives the same first name) */
 static void test_slurm_first_host(void) {
     static const char *cases[][2] = {
@@ -181,6 +289,8 @@ static void test_slurm_first_host(void) {
 }
 
 int main(void) {
+    test_flight_recorder();
+    test_timeouts_env();
     test_slurm_first_host();
     test_arr_put();
     test_error_seq();

@@ -606,11 +606,12 @@ static void test_bookkeeping(void) {
             AT_EQ_INT(accel_data_shard_state_load(&c, st, w), ACCEL_ERR_MISMATCH);
             AT_CONTAINS(accel_last_error(&acc), "batch_size");
             AT_EQ_INT(c.position, 0);
-            d2 = d; d2.num_processes = 4;
+            AT_CONTAINS(accel_last_error(&acc), "shard state: saved for batch_size 4, this shard has 5");
+            d2 = d; d2.dataset_len = 104;
             accel_data_shard_init(&acc, &c, &d2);
             AT_EQ_INT(accel_data_shard_state_load(&c, st, w), ACCEL_ERR_MISMATCH);
-            /* the root cause stays in the shard's acc */
-            AT_CONTAINS(accel_last_error(&acc), "shard state: saved with num_processes 3, this run has 4");
+            /* the root cause stays in the shard's acc, with both values */
+            AT_CONTAINS(accel_last_error(&acc), "shard state: saved for dataset_len 103, this shard has 104");
             d2 = d; d2.batch_sampler_shard = 1;
             accel_data_shard_init(&acc, &c, &d2);
             AT_EQ_INT(accel_data_shard_state_load(&c, st, w), ACCEL_ERR_MISMATCH);
@@ -1282,6 +1283,101 @@ static void test_allocators(void) {
     unlink(p1);
 }
 
+/* Resume on another number of processes (issue 29): the saving run's position becomes global samples consumed, and
+   the new run starts at global batch floor(consumed / its global batch). Checked long-hand against the epoch's
+   stream, taken from an uninterrupted one-process run: global position q is stream[q] below N and the padding
+   stream[(q - N) mod min(N, G)] past it (the SHARDING closed form). */
+static void stream_of(int64_t n, int64_t b, uint64_t seed, int64_t epoch, int64_t *stream) {
+    accel_data_shard one;
+    accel_data_shard_desc d = mk_prepare(n, b, 1, 0, 0, 1, 0, 0);
+    int64_t buf[64], cnt = 0, at = 0;
+    d.shuffle = 1;
+    d.seed = seed;
+    AT_EQ_INT(accel_data_shard_init(NULL, &one, &d), ACCEL_OK);
+    AT_EQ_INT(accel_data_shard_set_epoch(&one, epoch), ACCEL_OK);
+    while (accel_data_shard_next(&one, buf, &cnt) == ACCEL_OK && cnt > 0) {
+        memcpy(stream + at, buf, sizeof(int64_t) * (size_t)cnt);
+        at += cnt;
+    }
+    AT_EQ_INT(at, n);
+}
+static void test_resume_world_size(void) {
+    enum { N = 50, B = 4 };
+    int64_t stream[N], buf[64], cnt;
+    uint8_t st[ACCEL_DATA_SHARD_STATE_BYTES];
+    size_t w = 0;
+    int r, k, j;
+    /* 2 processes -> 1: each of the 2 consumed 3 batches (global positions 0..23); 1 process resumes at 24/4 = 6 */
+    {
+        accel_data_shard old[2], neu;
+        accel_data_shard_desc d;
+        int64_t seen = 0;
+        stream_of(N, B, 9, 1, stream);
+        for (r = 0; r < 2; ++r) {
+            d = mk_prepare(N, B, 2, r, 0, 1, 0, 0);
+            d.shuffle = 1; d.seed = 9;
+            AT_EQ_INT(accel_data_shard_init(NULL, &old[r], &d), ACCEL_OK);
+            AT_EQ_INT(accel_data_shard_set_epoch(&old[r], 1), ACCEL_OK);
+        }
+        for (k = 0; k < 3; ++k)
+            for (r = 0; r < 2; ++r) { /* the saving run saw stream[k*8 + r*4 ..] (its own sharding, long-hand) */
+                AT_EQ_INT(accel_data_shard_next(&old[r], buf, &cnt), ACCEL_OK);
+                AT_EQ_INT(cnt, B);
+                for (j = 0; j < B; ++j) AT_EQ_INT(buf[j], stream[k * 8 + r * 4 + j]);
+            }
+        AT_EQ_INT(accel_data_shard_state_save(&old[0], st, sizeof st, &w), ACCEL_OK);
+        d = mk_prepare(N, B, 1, 0, 0, 1, 0, 0);
+        d.shuffle = 1; d.seed = 9;
+        AT_EQ_INT(accel_data_shard_init(NULL, &neu, &d), ACCEL_OK);
+        AT_EQ_INT(accel_data_shard_state_load(&neu, st, w), ACCEL_OK);
+        AT_EQ_INT(accel_data_shard_epoch(&neu), 1);
+        AT_EQ_INT(neu.position, 6);
+        seen = 24;
+        while (accel_data_shard_next(&neu, buf, &cnt) == ACCEL_OK && cnt > 0) {
+            for (j = 0; j < cnt; ++j) AT_EQ_INT(buf[j], stream[seen + j]);
+            seen += cnt;
+        }
+        AT_EQ_INT(seen, N); /* the rest of the epoch, nothing skipped, nothing twice */
+        AT_EQ_INT(accel_data_shard_epoch(&neu), 2);
+        /* a complete saved epoch stays complete */
+        for (r = 0; r < 2; ++r)
+            while (accel_data_shard_next(&old[r], buf, &cnt) == ACCEL_OK && cnt > 0 && old[r].position < 7) {}
+        AT_EQ_INT(old[0].position, old[0].num_batches);
+        AT_EQ_INT(accel_data_shard_state_save(&old[0], st, sizeof st, &w), ACCEL_OK);
+        AT_EQ_INT(accel_data_shard_init(NULL, &neu, &d), ACCEL_OK);
+        AT_EQ_INT(accel_data_shard_state_load(&neu, st, w), ACCEL_OK);
+        AT_EQ_INT(accel_data_shard_next(&neu, buf, &cnt), ACCEL_OK);
+        AT_EQ_INT(cnt, 0); /* the epoch ends at once */
+    }
+    /* 1 process -> 3: 5 batches consumed (positions 0..19); 3 processes (global batch 12) resume at floor(20/12) = 1,
+       so positions 12..19 are seen again and none is skipped; every batch checked to the end (padding included) */
+    {
+        accel_data_shard old, neu[3];
+        accel_data_shard_desc d = mk_prepare(N, B, 1, 0, 0, 1, 0, 0);
+        stream_of(N, B, 5, 0, stream);
+        d.shuffle = 1; d.seed = 5;
+        AT_EQ_INT(accel_data_shard_init(NULL, &old, &d), ACCEL_OK);
+        for (k = 0; k < 5; ++k) AT_EQ_INT(accel_data_shard_next(&old, buf, &cnt), ACCEL_OK);
+        AT_EQ_INT(accel_data_shard_state_save(&old, st, sizeof st, &w), ACCEL_OK);
+        for (r = 0; r < 3; ++r) {
+            int64_t kk = 1;
+            d = mk_prepare(N, B, 3, r, 0, 1, 0, 0);
+            d.shuffle = 1; d.seed = 5;
+            AT_EQ_INT(accel_data_shard_init(NULL, &neu[r], &d), ACCEL_OK);
+            AT_EQ_INT(accel_data_shard_state_load(&neu[r], st, w), ACCEL_OK);
+            while (accel_data_shard_next(&neu[r], buf, &cnt) == ACCEL_OK && cnt > 0) {
+                AT_EQ_INT(cnt, B); /* even_batches: every batch full */
+                for (j = 0; j < B; ++j) {
+                    int64_t q = kk * 12 + r * 4 + j;
+                    AT_EQ_INT(buf[j], q < N ? stream[q] : stream[(q - N) % 12]);
+                }
+                ++kk;
+            }
+            AT_EQ_INT(kk, 5); /* batches 1..4 of ceil(50/12) = 5 */
+        }
+    }
+}
+
 int main(void) {
     const char *t = getenv("TMPDIR");
     accel_set_default_logger(quiet_log, NULL);
@@ -1295,6 +1391,7 @@ int main(void) {
     test_bookkeeping();
     test_loader_list();
     test_epochs_resume();
+    test_resume_world_size();
     test_token_files();
     test_seq_loader();
     test_seq_long_rows();
