@@ -566,7 +566,7 @@ typedef struct accel_desc {
 
     /* gradient accumulation plugin (Accelerate's GradientAccumulationPlugin; all default on, as Accelerate) */
     int no_sync_with_dataloader;       /* nonzero: the step counter runs across epochs (no sync at a loader's end) */
-    int no_adjust_scheduler;           /* nonzero: non-sync steps do not count toward the scheduler's total (policy 3) */
+    int no_adjust_scheduler;           /* nonzero: non-sync steps are not counted in the scheduler (policy 3) */
     int sync_each_batch;               /* nonzero: reduce on every micro-batch */
     int no_step_scheduler_with_optimizer; /* nonzero: the scheduler steps once per call, not with the optimizer */
     int split_batches;                 /* nonzero: the loader batch size is the global batch size */
@@ -577,7 +577,7 @@ typedef struct accel_desc {
 
     accel_log_fn log_fn;               /* NULL → the default logger (stderr) */
     void *log_user_data;
-    accel_log_level log_level;         /* messages above it are dropped; ACCEL_LOG_DEFAULT → ACCEL_LOG_LEVEL → warn */
+    accel_log_level log_level;         /* above it: dropped; ACCEL_LOG_DEFAULT → ACCEL_LOG_LEVEL → warn */
 
     accel_allocator host_allocator;    /* zero → malloc/free */
     accel_allocator device_allocator;  /* zero → cudaMalloc/cudaFree */
@@ -1007,7 +1007,8 @@ static void accel__vlog(const accel *acc, accel_log_level level, const char *fmt
     char buf[ACCEL_ERROR_CAPACITY + 64];
     accel_log_fn fn = accel__g_log_fn;
     void *user = accel__g_log_user;
-    accel_log_level limit = acc && acc->desc.log_level != ACCEL_LOG_DEFAULT ? acc->desc.log_level : accel__env_log_level();
+    accel_log_level limit =
+            acc && acc->desc.log_level != ACCEL_LOG_DEFAULT ? acc->desc.log_level : accel__env_log_level();
     if ((int)level > (int)limit) return;
     if (acc && acc->desc.log_fn) {
         fn = acc->desc.log_fn;
@@ -1196,7 +1197,8 @@ ACCEL__DEF void *accel_device_alloc(accel *acc, size_t size) {
     if (!acc || acc->device < 0) return accel_host_alloc(acc, size);
     if (acc->desc.device_allocator.alloc) {
         p = acc->desc.device_allocator.alloc(size ? size : 1, acc->desc.device_allocator.user_data);
-        if (!p) ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "device allocation of %zu bytes failed (user allocator)", size);
+        if (!p)
+            ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "device allocation of %zu bytes failed (user allocator)", size);
         return p;
     }
 #ifdef ACCEL_WITH_CUDA
@@ -1210,14 +1212,18 @@ ACCEL__DEF void *accel_device_alloc(accel *acc, size_t size) {
     }
     return p;
 #else
-    ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "device allocation needs CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc");
+    ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                "device allocation needs CUDA: compile the ACCEL_IMPLEMENTATION TU with nvcc");
     return NULL;
 #endif
 }
 ACCEL__DEF void accel_device_free(accel *acc, void *ptr) {
     if (!ptr) return;
     if (!acc || acc->device < 0) { accel_host_free(acc, ptr); return; }
-    if (acc->desc.device_allocator.free) { acc->desc.device_allocator.free(ptr, acc->desc.device_allocator.user_data); return; }
+    if (acc->desc.device_allocator.free) {
+        acc->desc.device_allocator.free(ptr, acc->desc.device_allocator.user_data);
+        return;
+    }
 #ifdef ACCEL_WITH_CUDA
     (void)cudaFree(ptr);
 #endif
@@ -1237,7 +1243,8 @@ ACCEL__DEF void *accel_pinned_alloc(accel *acc, size_t size) {
     void *p = NULL;
     if (acc && acc->desc.pinned_allocator.alloc) {
         p = acc->desc.pinned_allocator.alloc(size ? size : 1, acc->desc.pinned_allocator.user_data);
-        if (!p) ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "pinned allocation of %zu bytes failed (user allocator)", size);
+        if (!p)
+            ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "pinned allocation of %zu bytes failed (user allocator)", size);
         return p;
     }
     if (!accel__pinned_uses_cuda(acc)) return accel_host_alloc(acc, size);
@@ -1255,7 +1262,10 @@ ACCEL__DEF void *accel_pinned_alloc(accel *acc, size_t size) {
 }
 ACCEL__DEF void accel_pinned_free(accel *acc, void *ptr) {
     if (!ptr) return;
-    if (acc && acc->desc.pinned_allocator.free) { acc->desc.pinned_allocator.free(ptr, acc->desc.pinned_allocator.user_data); return; }
+    if (acc && acc->desc.pinned_allocator.free) {
+        acc->desc.pinned_allocator.free(ptr, acc->desc.pinned_allocator.user_data);
+        return;
+    }
     if (!accel__pinned_uses_cuda(acc)) { accel_host_free(acc, ptr); return; }
 #ifdef ACCEL_WITH_CUDA
     (void)cudaFreeHost(ptr);
@@ -1278,7 +1288,8 @@ ACCEL__PRIVATE void *accel__device_scratch(accel *acc, size_t bytes) {
         if (!p) return NULL;
         if (acc->impl->scratch) {
 #ifdef ACCEL_WITH_CUDA
-            if (acc->device >= 0) (void)cudaStreamSynchronize((cudaStream_t)acc->stream); /* the old one may be in use */
+            if (acc->device >= 0)
+                (void)cudaStreamSynchronize((cudaStream_t)acc->stream); /* the old one may be in use */
 #endif
             accel_device_free(acc, acc->impl->scratch);
         }
@@ -1363,10 +1374,12 @@ static ACCEL__UNUSED void *stbds_arrgrowf(void *a, size_t elemsize, size_t addle
 static ACCEL__UNUSED void stbds_arrfreef(void *a);
 static ACCEL__UNUSED void stbds_hmfree_func(void *p, size_t elemsize);
 static ACCEL__UNUSED void *stbds_hmget_key(void *a, size_t elemsize, void *key, size_t keysize, int mode);
-static ACCEL__UNUSED void *stbds_hmget_key_ts(void *a, size_t elemsize, void *key, size_t keysize, ptrdiff_t *temp, int mode);
+static ACCEL__UNUSED void *stbds_hmget_key_ts(void *a, size_t elemsize, void *key, size_t keysize, ptrdiff_t *temp,
+                                              int mode);
 static ACCEL__UNUSED void *stbds_hmput_default(void *a, size_t elemsize);
 static ACCEL__UNUSED void *stbds_hmput_key(void *a, size_t elemsize, void *key, size_t keysize, int mode);
-static ACCEL__UNUSED void *stbds_hmdel_key(void *a, size_t elemsize, void *key, size_t keysize, size_t keyoffset, int mode);
+static ACCEL__UNUSED void *stbds_hmdel_key(void *a, size_t elemsize, void *key, size_t keysize, size_t keyoffset,
+                                           int mode);
 static ACCEL__UNUSED void *stbds_shmode_func(size_t elemsize, int mode);
 #ifdef __cplusplus
 }
@@ -1409,7 +1422,8 @@ ACCEL__PRIVATE int accel__arr_reserve(void **arr, size_t elem, size_t add) {
     ncap = cap ? 2 * cap : 4;
     if (ncap < need) ncap = need;
     if (ncap > ((size_t)-1 - sizeof(stbds_array_header)) / (elem ? elem : 1)) return -1;
-    b = (stbds_array_header *)STBDS_REALLOC(NULL, a ? (void *)stbds_header(a) : NULL, elem * ncap + sizeof(stbds_array_header));
+    b = (stbds_array_header *)STBDS_REALLOC(NULL, a ? (void *)stbds_header(a) : NULL,
+                                            elem * ncap + sizeof(stbds_array_header));
     if (!b) return -1;
     if (!a) {
         b->length = 0;
@@ -1424,9 +1438,15 @@ ACCEL__PRIVATE int accel__arr_reserve(void **arr, size_t elem, size_t add) {
 
 /* ------------------------------------------------------------------------------------- 4. shared helpers */
 /* byte order: every file and state format of accel is little-endian, whatever the host */
-static ACCEL_INLINE void accel__put_u16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
+static ACCEL_INLINE void accel__put_u16(unsigned char *p, uint16_t v) {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
 static ACCEL_INLINE void accel__put_u32(unsigned char *p, uint32_t v) {
-    p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
 }
 static ACCEL_INLINE void accel__put_u64(unsigned char *p, uint64_t v) {
     accel__put_u32(p, (uint32_t)v);
@@ -1574,12 +1594,22 @@ ACCEL__PRIVATE void accel__sb_json_str(accel__sb *b, const char *str, size_t n, 
         }
         if (cp >= 0x10000) {
             uint32_t v = cp - 0x10000, hi = 0xD800 + (v >> 10), lo = 0xDC00 + (v & 0x3FF);
-            t[0] = '\\'; t[1] = 'u'; t[2] = hex[(hi >> 12) & 15]; t[3] = hex[(hi >> 8) & 15]; t[4] = hex[(hi >> 4) & 15]; t[5] = hex[hi & 15];
+            t[0] = '\\';
+            t[1] = 'u';
+            t[2] = hex[(hi >> 12) & 15];
+            t[3] = hex[(hi >> 8) & 15];
+            t[4] = hex[(hi >> 4) & 15];
+            t[5] = hex[hi & 15];
             accel__sb_add(b, t, 6);
             t[2] = hex[(lo >> 12) & 15]; t[3] = hex[(lo >> 8) & 15]; t[4] = hex[(lo >> 4) & 15]; t[5] = hex[lo & 15];
             accel__sb_add(b, t, 6);
         } else {
-            t[0] = '\\'; t[1] = 'u'; t[2] = hex[(cp >> 12) & 15]; t[3] = hex[(cp >> 8) & 15]; t[4] = hex[(cp >> 4) & 15]; t[5] = hex[cp & 15];
+            t[0] = '\\';
+            t[1] = 'u';
+            t[2] = hex[(cp >> 12) & 15];
+            t[3] = hex[(cp >> 8) & 15];
+            t[4] = hex[(cp >> 4) & 15];
+            t[5] = hex[cp & 15];
             accel__sb_add(b, t, 6);
         }
     }
@@ -2273,7 +2303,8 @@ static int accel__read_source(const accel__source *s, accel__layout *out, char *
         if (slurm && i == 3) continue;
         rc = accel__parse_nonneg(getenv(names[i]), &vals[i]);
         if (rc == -2) {
-            snprintf(err, cap, "environment variable %s=\"%s\" is not a non-negative integer", names[i], getenv(names[i]));
+            snprintf(err, cap, "environment variable %s=\"%s\" is not a non-negative integer", names[i],
+                     getenv(names[i]));
             return -1;
         }
     }
@@ -2289,14 +2320,16 @@ static int accel__read_source(const accel__source *s, accel__layout *out, char *
             int k = accel__slurm_tasks_on_node(t, node, &vals[3]);
             if (k != 0) {
                 snprintf(err, cap, "%s=\"%s\" %s", names[3], t,
-                         k == -1 ? "is not a Slurm task count list (e.g. \"2(x3),1\")" : "has no entry for SLURM_NODEID");
+                         k == -1 ? "is not a Slurm task count list (e.g. \"2(x3),1\")"
+                                 : "has no entry for SLURM_NODEID");
                 return -1;
             }
         }
     }
     if (vals[0] < 0 && vals[1] < 0) return 0;
     if (vals[0] < 0 || vals[1] < 0) {
-        snprintf(err, cap, "%s is set but %s is not", vals[0] < 0 ? names[1] : names[0], vals[0] < 0 ? names[0] : names[1]);
+        snprintf(err, cap, "%s is set but %s is not", vals[0] < 0 ? names[1] : names[0],
+                 vals[0] < 0 ? names[0] : names[1]);
         return -1;
     }
     if (vals[1] < 1 || vals[0] >= vals[1]) {
@@ -2336,11 +2369,13 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
 
     /* validate the desc itself */
     if (d.num_processes < 0 || (d.num_processes > 0 && (d.process_index < 0 || d.process_index >= d.num_processes))) {
-        snprintf(err, cap, "desc.process_index=%d is not valid for desc.num_processes=%d", d.process_index, d.num_processes);
+        snprintf(err, cap, "desc.process_index=%d is not valid for desc.num_processes=%d", d.process_index,
+                 d.num_processes);
         return ACCEL_ERR_INVALID_ARGUMENT;
     }
     if (d.gradient_accumulation_steps < 0) {
-        snprintf(err, cap, "desc.gradient_accumulation_steps=%d must be >= 1 (0 = default)", d.gradient_accumulation_steps);
+        snprintf(err, cap, "desc.gradient_accumulation_steps=%d must be >= 1 (0 = default)",
+                 d.gradient_accumulation_steps);
         return ACCEL_ERR_INVALID_ARGUMENT;
     }
     if ((int)d.log_level < 0 || (int)d.log_level > (int)ACCEL_LOG_DEBUG) {
@@ -2351,7 +2386,8 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
         snprintf(err, cap, "desc.mixed_precision=%d is not an accel_precision", (int)d.mixed_precision);
         return ACCEL_ERR_INVALID_ARGUMENT;
     }
-    if ((!d.host_allocator.alloc) != (!d.host_allocator.free) || (!d.device_allocator.alloc) != (!d.device_allocator.free) ||
+    if ((!d.host_allocator.alloc) != (!d.host_allocator.free) ||
+        (!d.device_allocator.alloc) != (!d.device_allocator.free) ||
         (!d.pinned_allocator.alloc) != (!d.pinned_allocator.free)) {
         snprintf(err, cap, "desc.%s_allocator needs both alloc and free (or neither)",
                  (!d.host_allocator.alloc) != (!d.host_allocator.free) ? "host"
@@ -2404,14 +2440,17 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
     if (d.num_processes > 0) {
         if (found.present && (found.rank != d.process_index || found.size != d.num_processes)) {
             snprintf(err, cap, "desc says rank %d of %d but the %s environment says %s=%d %s=%d", d.process_index,
-                     d.num_processes, accel_launcher_name(launcher), found_src->rank, found.rank, found_src->size, found.size);
+                     d.num_processes, accel_launcher_name(launcher), found_src->rank, found.rank, found_src->size,
+                     found.size);
             return ACCEL_ERR_ENVIRONMENT;
         }
         launcher = ACCEL_LAUNCHER_EXPLICIT;
     } else if (found.present) {
         d.num_processes = found.size;
         d.process_index = found.rank;
-        d.local_process_index = found.local_rank >= 0 ? found.local_rank : (found.local_size > 0 ? found.rank % found.local_size : found.rank);
+        d.local_process_index = found.local_rank >= 0
+                                        ? found.local_rank
+                                        : (found.local_size > 0 ? found.rank % found.local_size : found.rank);
         d.local_num_processes = found.local_size > 0 ? found.local_size : found.size;
     } else {
         d.num_processes = 1;
@@ -2456,13 +2495,29 @@ ACCEL__DEF accel_result accel_resolve_config(const accel_desc *desc, accel_desc 
     s = getenv("ACCELERATE_USE_CPU");
     if (s && *s) {
         b = accel_parse_bool(s);
-        if (b < 0) { snprintf(err, cap, "ACCELERATE_USE_CPU=\"%s\" is not a boolean (y/yes/t/true/on/1 or n/no/f/false/off/0)", s); { *out = d; if (out_launcher) *out_launcher = launcher; return ACCEL_ERR_ENVIRONMENT; } }
+        if (b < 0) {
+            snprintf(err, cap, "ACCELERATE_USE_CPU=\"%s\" is not a boolean (y/yes/t/true/on/1 or n/no/f/false/off/0)",
+                     s);
+            {
+                *out = d;
+                if (out_launcher) *out_launcher = launcher;
+                return ACCEL_ERR_ENVIRONMENT;
+            }
+        }
         if (b) d.cpu = 1;
     }
     s = getenv("ACCELERATE_DEBUG_MODE");
     if (s && *s) {
         b = accel_parse_bool(s);
-        if (b < 0) { snprintf(err, cap, "ACCELERATE_DEBUG_MODE=\"%s\" is not a boolean (y/yes/t/true/on/1 or n/no/f/false/off/0)", s); { *out = d; if (out_launcher) *out_launcher = launcher; return ACCEL_ERR_ENVIRONMENT; } }
+        if (b < 0) {
+            snprintf(err, cap,
+                     "ACCELERATE_DEBUG_MODE=\"%s\" is not a boolean (y/yes/t/true/on/1 or n/no/f/false/off/0)", s);
+            {
+                *out = d;
+                if (out_launcher) *out_launcher = launcher;
+                return ACCEL_ERR_ENVIRONMENT;
+            }
+        }
         if (b) d.debug = 1;
     }
     if (d.cpu) d.cpu = 1;
@@ -2526,13 +2581,15 @@ static accel_result accel__mpi_wait(accel *acc, MPI_Request *q, double deadline,
         if (done) return ACCEL_OK;
         if ((spins & 1023) == 0) accel__fr_tick(acc, NULL);
         if (accel_now() > deadline)
-            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "host %s did not complete within %.1f s on rank %d of %d: a peer is "
-                               "dead, stuck, or not making the same call", what,
-                               accel__timeout_s(acc), acc->process_index, acc->num_processes);
+            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT,
+                               "host %s did not complete within %.1f s on rank %d of %d: a peer is "
+                               "dead, stuck, or not making the same call",
+                               what, accel__timeout_s(acc), acc->process_index, acc->num_processes);
         if (++spins > 64) sched_yield(); /* oversubscribed ranks: let the peer run */
     }
 }
-static accel_result accel__mpi_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes, double deadline) {
+static accel_result accel__mpi_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes,
+                                            double deadline) {
     MPI_Request q;
     ACCEL__MPI_CHECK(acc, MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, *(MPI_Comm *)ctx, &q));
     return accel__mpi_wait(acc, &q, deadline, "all-gather");
@@ -2613,15 +2670,22 @@ typedef struct accel__st_frame {
 } accel__st_frame;
 
 /* Untrusted bytes (fuzzed): 0 when b[0..n) starts with a well-formed header, else -1 and the reason in why. */
-ACCEL__PRIVATE int accel__store_parse_header(const unsigned char *b, size_t n, accel__st_frame *f, char *why, size_t cap) {
-    if (n < ACCEL__ST_HDR) { accel__fmt(why, cap, "a truncated frame header (%zu of %d bytes)", n, ACCEL__ST_HDR); return -1; }
+ACCEL__PRIVATE int accel__store_parse_header(const unsigned char *b, size_t n, accel__st_frame *f, char *why,
+                                             size_t cap) {
+    if (n < ACCEL__ST_HDR) {
+        accel__fmt(why, cap, "a truncated frame header (%zu of %d bytes)", n, ACCEL__ST_HDR);
+        return -1;
+    }
     f->magic = accel__get_u32(b);
     f->kind = accel__get_u16(b + 4);
     f->op = accel__get_u16(b + 6);
     f->rank = accel__get_u32(b + 8);
     f->seq = accel__get_u32(b + 12);
     f->len = accel__get_u64(b + 16);
-    if (f->magic != ACCEL__ST_MAGIC) { accel__fmt(why, cap, "bytes that are not an accel store frame (magic 0x%08x)", (unsigned)f->magic); return -1; }
+    if (f->magic != ACCEL__ST_MAGIC) {
+        accel__fmt(why, cap, "bytes that are not an accel store frame (magic 0x%08x)", (unsigned)f->magic);
+        return -1;
+    }
     if (f->kind < ACCEL__ST_HELLO || f->kind > ACCEL__ST_CHALLENGE) {
         accel__fmt(why, cap, "an unknown frame kind %u", (unsigned)f->kind);
         return -1;
@@ -3066,7 +3130,9 @@ static int accel__store_send(int fd, int kind, int op, uint32_t rank, uint32_t s
 
 /* The reason a receive failed, for messages. */
 static const char *accel__store_rc_text(int rc) {
-    return rc == -2 ? "the deadline passed" : errno ? strerror(errno) : "the connection was closed (the process exited?)";
+    return rc == -2 ? "the deadline passed"
+           : errno  ? strerror(errno)
+                    : "the connection was closed (the process exited?)";
 }
 /* Reads one frame: header checked, payload (len bytes, at most max) into *payload from acc's allocator. what
    (where): who reads, for messages ("host store", "127.0.0.1:29500"). */
@@ -3106,7 +3172,8 @@ static void accel__store_broadcast_error(accel__store *st, const char *msg) {
     int r;
     double deadline = accel_now() + 2.0;
     for (r = 1; r < st->size; ++r)
-        if (st->fd[r] >= 0) (void)accel__store_send(st->fd[r], ACCEL__ST_ERROR, 0, 0, st->seq, msg, strlen(msg), deadline);
+        if (st->fd[r] >= 0)
+            (void)accel__store_send(st->fd[r], ACCEL__ST_ERROR, 0, 0, st->seq, msg, strlen(msg), deadline);
 }
 
 /* Hub: is f rank r's contribution to collective st->seq of kind op, want bytes long (UINT64_MAX: any)? Pure (fuzzed):
@@ -3152,8 +3219,8 @@ ACCEL__PRIVATE size_t accel__store_combine(int op, int P, int root, const void *
 
 /* Hub: one contribution from every other rank, in any order (a dead rank is noticed whenever it happens).
    want[r] is the expected length (UINT64_MAX: any). */
-static accel_result accel__store_collect(accel *acc, accel__store *st, int op, unsigned char **bufs, const uint64_t *want,
-                                         double deadline) {
+static accel_result accel__store_collect(accel *acc, accel__store *st, int op, unsigned char **bufs,
+                                         const uint64_t *want, double deadline) {
     struct pollfd stack_pfd[64], *pfd = stack_pfd;
     int *who, P = st->size, pending = P - 1, i, r;
     accel_result res = ACCEL_OK;
@@ -3181,10 +3248,12 @@ static accel_result accel__store_collect(accel *acc, accel__store *st, int op, u
             char list[200];
             size_t off = 0;
             list[0] = 0;
-            for (i = 0; i < n && off < sizeof list - 16; ++i) off += (size_t)accel__fmt(list + off, sizeof list - off, "%s%d", i ? ", " : "", who[i]);
-            res = ACCEL__FAIL(acc, pr < 0 ? ACCEL_ERR_IO : ACCEL_ERR_TIMEOUT, "host store (%s): rank(s) %s did not reach the "
-                              "collective within %.1f s (dead, stuck, or not making the same call)", st->where, list,
-                              accel__timeout_s(acc));
+            for (i = 0; i < n && off < sizeof list - 16; ++i)
+                off += (size_t)accel__fmt(list + off, sizeof list - off, "%s%d", i ? ", " : "", who[i]);
+            res = ACCEL__FAIL(acc, pr < 0 ? ACCEL_ERR_IO : ACCEL_ERR_TIMEOUT,
+                              "host store (%s): rank(s) %s did not reach the "
+                              "collective within %.1f s (dead, stuck, or not making the same call)",
+                              st->where, list, accel__timeout_s(acc));
             break;
         }
         for (i = 0; i < n && res == ACCEL_OK; ++i) {
@@ -3207,8 +3276,9 @@ static accel_result accel__store_collect(accel *acc, accel__store *st, int op, u
 
 /* One collective through the hub: this rank's contribution `in` (in_len bytes) and, on return, *out (acc's
    allocator) = the result the hub computed: allgather/allgatherv: everything in rank order; bcast: the root's bytes. */
-static accel_result accel__store_op(accel *acc, accel__store *st, int op, const void *in, size_t in_len, const uint64_t *want,
-                                    int root, unsigned char **out, size_t *out_len, double deadline) {
+static accel_result accel__store_op(accel *acc, accel__store *st, int op, const void *in, size_t in_len,
+                                    const uint64_t *want, int root, unsigned char **out, size_t *out_len,
+                                    double deadline) {
     accel_result res = ACCEL_OK;
     int P = st->size, r, rc;
     *out = NULL;
@@ -3231,8 +3301,8 @@ static accel_result accel__store_op(accel *acc, accel__store *st, int op, const 
             }
             accel_host_free(acc, p);
             errno = e;
-            return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "host store (%s): cannot reach rank 0: %s",
-                               st->where, accel__store_rc_text(rc));
+            return ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE,
+                               "host store (%s): cannot reach rank 0: %s", st->where, accel__store_rc_text(rc));
         }
         res = accel__store_recv(acc, "host store", st->where, st->fd[0], 0, &f, &p, deadline + ACCEL__ST_GRACE);
         if (res != ACCEL_OK) return res;
@@ -3243,8 +3313,10 @@ static accel_result accel__store_op(accel *acc, accel__store *st, int op, const 
         }
         if (f.kind != ACCEL__ST_RESULT || f.seq != st->seq) {
             accel_host_free(acc, p);
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): rank 0 answered collective #%u with frame kind %u "
-                               "for #%u", st->where, (unsigned)st->seq, (unsigned)f.kind, (unsigned)f.seq);
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                               "host store (%s): rank 0 answered collective #%u with frame kind %u "
+                               "for #%u",
+                               st->where, (unsigned)st->seq, (unsigned)f.kind, (unsigned)f.seq);
         }
         *out = p;
         *out_len = (size_t)f.len;
@@ -3266,8 +3338,10 @@ static accel_result accel__store_op(accel *acc, accel__store *st, int op, const 
             for (r = 1; r < P && res == ACCEL_OK; ++r) {
                 rc = accel__store_send(st->fd[r], ACCEL__ST_RESULT, op, 0, st->seq, result, total, deadline);
                 if (rc != 0)
-                    res = ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE, "host store (%s): cannot send "
-                                      "the result to rank %d: %s", st->where, r, accel__store_rc_text(rc));
+                    res = ACCEL__FAIL(acc, rc == -2 ? ACCEL_ERR_TIMEOUT : ACCEL_ERR_REMOTE,
+                                      "host store (%s): cannot send "
+                                      "the result to rank %d: %s",
+                                      st->where, r, accel__store_rc_text(rc));
             }
         }
         if (res != ACCEL_OK) {
@@ -3285,7 +3359,8 @@ static accel_result accel__store_op(accel *acc, accel__store *st, int op, const 
     }
 }
 
-static accel_result accel__store_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes, double deadline) {
+static accel_result accel__store_tp_allgather(void *ctx, accel *acc, const void *in, void *out, size_t bytes,
+                                              double deadline) {
     accel__store *st = (accel__store *)ctx;
     uint64_t *want = (uint64_t *)accel_host_alloc(acc, sizeof(uint64_t) * (size_t)st->size);
     unsigned char *res = NULL;
@@ -3297,8 +3372,8 @@ static accel_result accel__store_tp_allgather(void *ctx, accel *acc, const void 
     rr = accel__store_op(acc, st, ACCEL__ST_OP_ALLGATHER, in, bytes, want, 0, &res, &n, deadline);
     accel_host_free(acc, want);
     if (rr == ACCEL_OK && n != bytes * (size_t)st->size)
-        rr = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): an all-gather result of %zu bytes, expected %zu", st->where,
-                         n, bytes * (size_t)st->size);
+        rr = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): an all-gather result of %zu bytes, expected %zu",
+                         st->where, n, bytes * (size_t)st->size);
     if (rr == ACCEL_OK && n) memcpy(out, res, n);
     accel_host_free(acc, res);
     return rr;
@@ -3316,7 +3391,8 @@ static accel_result accel__store_tp_allgatherv(void *ctx, accel *acc, const void
     rr = accel__store_op(acc, st, ACCEL__ST_OP_ALLGATHERV, in, counts[st->rank], want, 0, &res, &n, deadline);
     accel_host_free(acc, want);
     if (rr == ACCEL_OK && n != total)
-        rr = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): an all-gather-v result of %zu bytes, expected %zu", st->where, n, total);
+        rr = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): an all-gather-v result of %zu bytes, expected %zu",
+                         st->where, n, total);
     if (rr == ACCEL_OK && n) memcpy(out, res, n);
     accel_host_free(acc, res);
     return rr;
@@ -3330,10 +3406,12 @@ static accel_result accel__store_tp_bcast(void *ctx, accel *acc, void *buf, size
     accel_result rr;
     if (!want) return ACCEL_ERR_OUT_OF_MEMORY;
     for (r = 0; r < st->size; ++r) want[r] = r == root ? bytes : 0;
-    rr = accel__store_op(acc, st, ACCEL__ST_OP_BCAST, buf, st->rank == root ? bytes : 0, want, root, &res, &n, deadline);
+    rr = accel__store_op(acc, st, ACCEL__ST_OP_BCAST, buf, st->rank == root ? bytes : 0, want, root, &res, &n,
+                         deadline);
     accel_host_free(acc, want);
     if (rr == ACCEL_OK && n != bytes)
-        rr = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): a broadcast of %zu bytes, expected %zu", st->where, n, bytes);
+        rr = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "host store (%s): a broadcast of %zu bytes, expected %zu", st->where, n,
+                         bytes);
     if (rr == ACCEL_OK && n && st->rank != root) memcpy(buf, res, n);
     accel_host_free(acc, res);
     return rr;
@@ -3500,8 +3578,8 @@ ACCEL__PRIVATE accel_result accel__admit_serve(accel *acc, const accel__admit *a
 
 /* A peer's side: connects to ss (retrying until the deadline), answers rank 0's CHALLENGE and waits until
    reply_deadline for its answer. ACCEL_OK: *fd is admitted and *payload (acc's allocator) holds the WELCOME, whose
-   body (after rank 0's proof, checked; at most max_body bytes) is *body, *blen. A connection that rank 0 closes without a word (it evicted
-   us during a flood, or restarted) is tried again; a refusal ("not admitted: ...") is final. */
+   body (after rank 0's proof, checked; at most max_body bytes) is *body, *blen. A connection that rank 0 closes without
+   a word (it evicted us during a flood, or restarted) is tried again; a refusal ("not admitted: ...") is final. */
 ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a, const struct sockaddr_storage *ss,
                                               socklen_t sl, const char *what, const char *where, uint32_t world,
                                               uint32_t rank, double deadline, double reply_deadline, size_t max_body,
@@ -3816,14 +3894,16 @@ static accel_result accel__group_begin_x(accel *acc, int kind, accel_result loca
         if (local != ACCEL_OK) r = local;
         else if (r == ACCEL_OK || !msgs)
             r = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "rank %d failed in %s: %.600s", failed, what,
-                            msgs ? msgs + (size_t)ACCEL__G_MSG * (size_t)failed : accel_result_string((accel_result)all[failed].status));
+                            msgs ? msgs + (size_t)ACCEL__G_MSG * (size_t)failed
+                                 : accel_result_string((accel_result)all[failed].status));
         accel_host_free(acc, msgs);
         if (all != stack_all) accel_host_free(acc, all);
         return r;
     }
     if (mismatch) {
         char msg[ACCEL_ERROR_CAPACITY];
-        size_t off = (size_t)accel__fmt(msg, sizeof msg, "processes made different host collective calls (this rank: %s):", what);
+        size_t off = (size_t)accel__fmt(msg, sizeof msg,
+                                        "processes made different host collective calls (this rank: %s):", what);
         for (i = 0; i < P && off < sizeof msg - 64; ++i) {
             if (all[i].magic != ACCEL__G_MAGIC)
                 off += (size_t)accel__fmt(msg + off, sizeof msg - off, " rank %d: garbage;", i);
@@ -3853,8 +3933,8 @@ ACCEL__PRIVATE accel_result accel__agree(accel *acc, accel_result local, const c
 
 /* Every rank must hold the same n values (a configuration): a difference fails on every rank with
    "<what>: processes disagree on <names[f]>: rank 0=.., rank 1=..". local as in accel__agree. */
-ACCEL__PRIVATE accel_result accel__agree_values(accel *acc, accel_result local, const char *what, const char *const *names,
-                                                const int64_t *values, int n) {
+ACCEL__PRIVATE accel_result accel__agree_values(accel *acc, accel_result local, const char *what,
+                                                const char *const *names, const int64_t *values, int n) {
     int P, i, f;
     int64_t *all;
     double deadline;
@@ -3973,10 +4053,12 @@ ACCEL__DEF accel_result (accel_host_broadcast)(accel *acc, void *data, size_t by
     double deadline;
     if ((r = accel__need_group(acc, "host broadcast")) != ACCEL_OK) return r;
     if (root < 0 || root >= acc->num_processes)
-        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast root %d is not a rank of %d", root, acc->num_processes);
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast root %d is not a rank of %d", root,
+                            acc->num_processes);
     else if (bytes > 0 && !data) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast: data is NULL");
     else if (bytes > (size_t)INT_MAX)
-        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast: %zu bytes is too large for a host broadcast", bytes);
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast: %zu bytes is too large for a host broadcast",
+                            bytes);
     if (acc->num_processes <= 1) return local;
     deadline = accel__deadline(acc);
     r = accel__group_begin(acc, ACCEL__G_BCAST, local, local == ACCEL_OK ? (int64_t)bytes : -1,
@@ -4011,7 +4093,8 @@ ACCEL__DEF accel_result (accel_host_allgather)(accel *acc, const void *in, void 
 
 /* Variable-size all-gather for modules (objects, messages): every rank contributes in_bytes; *out (acc's
    allocator, free with accel_host_free) receives the concatenation in rank order and counts[P] each rank's size. */
-ACCEL__PRIVATE accel_result accel__host_allgatherv(accel *acc, const void *in, size_t in_bytes, void **out, size_t *counts) {
+ACCEL__PRIVATE accel_result accel__host_allgatherv(accel *acc, const void *in, size_t in_bytes, void **out,
+                                                   size_t *counts) {
     accel_result local = ACCEL_OK, r;
     int P, i;
     int64_t *sizes = NULL, mine = (int64_t)in_bytes;
@@ -4038,8 +4121,9 @@ ACCEL__PRIVATE accel_result accel__host_allgatherv(accel *acc, const void *in, s
     }
     for (i = 0; r == ACCEL_OK && i < P; ++i) {
         if (sizes[i] < 0 || (uint64_t)sizes[i] > (uint64_t)INT_MAX - total)
-            r = accel__group_failed(acc, ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
-                                                     "all_gather_v: %lld bytes in total is too large", (long long)sizes[i]));
+            r = accel__group_failed(acc,
+                                    ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                                "all_gather_v: %lld bytes in total is too large", (long long)sizes[i]));
         else {
             counts[i] = (size_t)sizes[i];
             total += counts[i];
@@ -4079,7 +4163,8 @@ static void accel__blobs_adopt(accel *acc, accel_blobs *b, int count, size_t *of
     b->data = data;
 }
 
-ACCEL__DEF accel_result accel_blobs_set(accel *acc, accel_blobs *b, int count, const void *const *items, const size_t *sizes) {
+ACCEL__DEF accel_result accel_blobs_set(accel *acc, accel_blobs *b, int count, const void *const *items,
+                                        const size_t *sizes) {
     size_t total = 0, *off;
     unsigned char *data;
     int i;
@@ -4115,7 +4200,8 @@ ACCEL__DEF accel_result accel_gather_object(accel *acc, const void *data, size_t
     if (r != ACCEL_OK) return r;
     P = acc->num_processes;
     if (!out || (bytes && !data)) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: NULL argument");
-    else if (bytes > (size_t)INT_MAX) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: %zu bytes", bytes);
+    else if (bytes > (size_t)INT_MAX)
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "gather_object: %zu bytes", bytes);
     if (local == ACCEL_OK) {
         counts = (size_t *)accel_host_alloc(acc, sizeof(size_t) * (size_t)P);
         off = (size_t *)accel_host_alloc(acc, sizeof(size_t) * ((size_t)P + 1));
@@ -4144,8 +4230,8 @@ ACCEL__DEF accel_result accel_broadcast_object_list(accel *acc, accel_blobs *lis
     me = acc->process_index;
     if (!list) local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: list is NULL");
     else if (from < 0 || from >= acc->num_processes)
-        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: from_process %d is not a rank of %d",
-                            from, acc->num_processes);
+        local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                            "broadcast_object_list: from_process %d is not a rank of %d", from, acc->num_processes);
     else if (me == from && (list->count < 0 || (list->count > 0 && !list->offsets)))
         local = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "broadcast_object_list: the list on rank %d is invalid "
                             "(negative count or no offsets)", from);
@@ -4169,7 +4255,8 @@ ACCEL__DEF accel_result accel_broadcast_object_list(accel *acc, accel_blobs *lis
     if (r == ACCEL_OK && me == from)
         for (i = 0; i < (int)head[0]; ++i) sizes[i] = (int64_t)(list->offsets[i + 1] - list->offsets[i]);
     if (r == ACCEL_OK && head[0] > 0) r = accel_host_broadcast(acc, sizes, sizeof(int64_t) * (size_t)head[0], from);
-    if (r == ACCEL_OK && head[1] > 0) r = accel_host_broadcast(acc, me == from ? list->data : data, (size_t)head[1], from);
+    if (r == ACCEL_OK && head[1] > 0)
+        r = accel_host_broadcast(acc, me == from ? list->data : data, (size_t)head[1], from);
     if (r == ACCEL_OK && me != from) {
         off[0] = 0;
         for (i = 0; i < (int)head[0]; ++i) off[i + 1] = off[i] + (size_t)sizes[i];
@@ -4192,7 +4279,8 @@ static int accel__select_device(accel *acc) {
     e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count <= 0) {
         (void)cudaGetLastError();
-        accel_log(acc, ACCEL_LOG_INFO, "no CUDA device (%s): using the CPU", e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
+        accel_log(acc, ACCEL_LOG_INFO, "no CUDA device (%s): using the CPU",
+                  e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
         return -1;
     }
     return acc->local_process_index % count;
@@ -4305,13 +4393,16 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
     if (desc) { /* enough of the desc to report a failed configuration through the user's logger */
         acc->desc.log_fn = desc->log_fn;
         acc->desc.log_user_data = desc->log_user_data;
-        acc->desc.log_level = ((int)desc->log_level >= 0 && (int)desc->log_level <= (int)ACCEL_LOG_DEBUG) ? desc->log_level
-                                                                                                       : ACCEL_LOG_DEFAULT;
-        if ((!desc->host_allocator.alloc) == (!desc->host_allocator.free)) acc->desc.host_allocator = desc->host_allocator;
+        acc->desc.log_level = ((int)desc->log_level >= 0 && (int)desc->log_level <= (int)ACCEL_LOG_DEBUG)
+                                      ? desc->log_level
+                                      : ACCEL_LOG_DEFAULT;
+        if ((!desc->host_allocator.alloc) == (!desc->host_allocator.free))
+            acc->desc.host_allocator = desc->host_allocator;
     }
     if (r == ACCEL_OK) acc->desc = d;
     acc->impl = (struct accel__impl *)accel_host_alloc(acc, sizeof(struct accel__impl));
-    if (!acc->impl) return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_init: %zu bytes", sizeof(struct accel__impl));
+    if (!acc->impl)
+        return ACCEL__FAIL(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_init: %zu bytes", sizeof(struct accel__impl));
     memset(acc->impl, 0, sizeof *acc->impl);
     if (r == ACCEL_OK && d.host_allocator.alloc) { /* stb_ds has no context: the newest Accelerator's allocator */
         accel__g_stbds_alloc = d.host_allocator;
@@ -4454,7 +4545,9 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
 #ifdef ACCEL_WITH_CUDA
         if (acc->device >= 0) {
             cudaError_t e = cudaSetDevice(acc->device);
-            if (e != cudaSuccess) r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaSetDevice(%d) failed: %s", acc->device, cudaGetErrorString(e));
+            if (e != cudaSuccess)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "cudaSetDevice(%d) failed: %s", acc->device,
+                                cudaGetErrorString(e));
         }
 #endif
         acc->distributed_type = acc->num_processes <= 1 ? ACCEL_DISTRIBUTED_NO
@@ -4467,16 +4560,18 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
         r = accel__init_agreement(acc, r);
         if (r != ACCEL_OK) return r;
     } else if (r == ACCEL_OK && acc->num_processes > 1) {
-        accel_log(acc, ACCEL_LOG_WARN, "%d processes without a host process group (no MPI): the init agreement check is "
-                  "skipped", acc->num_processes);
+        accel_log(acc, ACCEL_LOG_WARN,
+                  "%d processes without a host process group (no MPI): the init agreement check is "
+                  "skipped",
+                  acc->num_processes);
     }
     if (r == ACCEL_OK) {
         acc->last_result = ACCEL_OK;
         acc->last_error[0] = 0;
         acc->impl->err_seq_ok = accel__g_error_seq;
-        accel_log(acc, ACCEL_LOG_DEBUG, "rank %d/%d local %d/%d launcher %s device %d host group %s", acc->process_index,
-                  acc->num_processes, acc->local_process_index, acc->local_num_processes, accel_launcher_name(launcher),
-                  acc->device, accel_host_group_name(acc));
+        accel_log(acc, ACCEL_LOG_DEBUG, "rank %d/%d local %d/%d launcher %s device %d host group %s",
+                  acc->process_index, acc->num_processes, acc->local_process_index, acc->local_num_processes,
+                  accel_launcher_name(launcher), acc->device, accel_host_group_name(acc));
     }
     return r;
 }
@@ -4588,7 +4683,9 @@ ACCEL__DEF accel_result accel_local_main_process_first_end(accel *acc) {
     return acc->is_local_main_process ? accel_wait_for_everyone(acc) : ACCEL_OK;
 }
 
-ACCEL__DEF int accel_on_main_process(const accel *acc) { return acc && (acc->is_main_process || !acc->use_distributed); }
+ACCEL__DEF int accel_on_main_process(const accel *acc) {
+    return acc && (acc->is_main_process || !acc->use_distributed);
+}
 ACCEL__DEF int accel_on_local_main_process(const accel *acc) {
     return acc && (acc->is_local_main_process || !acc->use_distributed);
 }
@@ -4721,8 +4818,10 @@ ACCEL__DEF accel_result accel_dataloader_begin(accel *acc, const void *loader, i
     if (!loader) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dataloader_begin: loader is NULL");
     accel_dataloader_end(acc, loader);
     if (acc->impl->nloaders >= ACCEL__MAX_LOADERS)
-        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "more than %d dataloaders are being iterated at once (end abandoned ones: "
-                           "accel_data_shard_end / accel_dataloader_end)", ACCEL__MAX_LOADERS);
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE,
+                           "more than %d dataloaders are being iterated at once (end abandoned ones: "
+                           "accel_data_shard_end / accel_dataloader_end)",
+                           ACCEL__MAX_LOADERS);
     e = &acc->impl->loaders[acc->impl->nloaders++];
     e->key = loader;
     e->end_of_dataloader = 0;
@@ -4799,11 +4898,12 @@ static accel_result accel__state_parse(accel *acc, const void *buf, size_t size,
     const unsigned char *p = (const unsigned char *)buf;
     int k;
     if (!buf || size != ACCEL_STATE_BYTES || memcmp(p, "ACST", 4) != 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: not an accel state (%zu bytes, want %d starting \"ACST\")",
-                           which, size, ACCEL_STATE_BYTES);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                           "training state %d: not an accel state (%zu bytes, want %d starting \"ACST\")", which, size,
+                           ACCEL_STATE_BYTES);
     if (accel__get_u32(p + 4) != 1)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: unsupported version %u (this build reads 1)", which,
-                           (unsigned)accel__get_u32(p + 4));
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: unsupported version %u (this build reads 1)",
+                           which, (unsigned)accel__get_u32(p + 4));
     out->num_processes = (int32_t)accel__get_u32(p + 8);
     out->process_index = (int32_t)accel__get_u32(p + 12);
     out->step = (int32_t)accel__get_u32(p + 16);
@@ -4816,12 +4916,15 @@ static accel_result accel__state_parse(accel *acc, const void *buf, size_t size,
     out->rng.seed = accel__get_u64(p + 56);
     out->rng.offset = accel__get_u64(p + 64);
     for (k = 72; k < ACCEL_STATE_BYTES; ++k)
-        if (p[k]) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: corrupt (reserved bytes are not zero)", which);
+        if (p[k])
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: corrupt (reserved bytes are not zero)",
+                               which);
     if (out->num_processes < 1 || out->process_index < 0 || out->process_index >= out->num_processes || out->step < 0 ||
         (out->sync_gradients & ~1) || (out->skipped & ~1) || out->accum < 1 || out->optimizer_steps < 0 ||
         out->scheduler_steps < 0 || out->scheduler_adjusted_steps < 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: corrupt (rank %d of %d, step %d, counters %lld/%lld/%lld)",
-                           which, (int)out->process_index, (int)out->num_processes, (int)out->step,
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                           "training state %d: corrupt (rank %d of %d, step %d, counters %lld/%lld/%lld)", which,
+                           (int)out->process_index, (int)out->num_processes, (int)out->step,
                            (long long)out->optimizer_steps, (long long)out->scheduler_steps,
                            (long long)out->scheduler_adjusted_steps);
     return ACCEL_OK;
@@ -4836,8 +4939,10 @@ static void accel__state_apply(accel *acc, const accel__saved *s, accel_rng_stat
     acc->scheduler_adjusted_steps = s->scheduler_adjusted_steps;
     acc->rng = rng;
     if (s->accum != acc->gradient_accumulation_steps)
-        accel_log(acc, ACCEL_LOG_WARN, "the training state was saved with gradient_accumulation_steps=%d, this run uses %d "
-                  "(the step counter inside the window is kept)", (int)s->accum, acc->gradient_accumulation_steps);
+        accel_log(acc, ACCEL_LOG_WARN,
+                  "the training state was saved with gradient_accumulation_steps=%d, this run uses %d "
+                  "(the step counter inside the window is kept)",
+                  (int)s->accum, acc->gradient_accumulation_steps);
 }
 
 ACCEL__DEF accel_result accel_state_load(accel *acc, const void *buf, size_t size) {
@@ -4874,7 +4979,8 @@ static accel_result accel__state_prepare(accel *acc, const void *const *states, 
     r = accel__state_parse(acc, states[0], sizes[0], 0, base);
     if (r != ACCEL_OK) return r;
     if (base->num_processes != count || base->process_index != 0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "training state 0 was saved by rank %d of %d, but %d states were given",
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
+                           "training state 0 was saved by rank %d of %d, but %d states were given",
                            (int)base->process_index, (int)base->num_processes, count);
     *rng = base->rng;
     for (i = 1; i < count; ++i) {
@@ -4915,7 +5021,8 @@ ACCEL__PRIVATE accel_result accel__state_check(accel *acc, const void *const *st
     return accel__state_prepare(acc, states, sizes, count, &base, &rng, &derived);
 }
 
-ACCEL__DEF accel_result accel_state_load_resharded(accel *acc, const void *const *states, const size_t *sizes, int count) {
+ACCEL__DEF accel_result accel_state_load_resharded(accel *acc, const void *const *states, const size_t *sizes,
+                                                   int count) {
     accel__saved base;
     accel_rng_state rng = {0, 0};
     int derived = 0;
@@ -4930,10 +5037,12 @@ ACCEL__DEF accel_result accel_state_load_resharded(accel *acc, const void *const
     return ACCEL_OK;
 }
 
-
-/* ------------------------------------------------- 11. sizes (policy 6), PyTorch dtype names, find_executable_batch_size */
+/* ------------------------------------------------- 11. sizes (policy 6), PyTorch dtype names,
+ * find_executable_batch_size */
 /* Locale-independent on purpose (isspace/tolower follow setlocale). */
-static int accel__ascii_isspace(int c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static int accel__ascii_isspace(int c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 static int accel__ascii_lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
 ACCEL__DEF accel_result accel_parse_size(accel *acc, const char *s, uint64_t *out) {
@@ -5033,11 +5142,14 @@ struct accel_attempt {
 static void *accel__attempt_alloc(accel_attempt *a, size_t size, int kind) {
     void *p;
     if (!a) return NULL;
-    if (accel__arr_reserve((void **)&a->mem, sizeof(void *), 1) != 0 || accel__arr_reserve((void **)&a->kind, sizeof(int), 1) != 0) {
+    if (accel__arr_reserve((void **)&a->mem, sizeof(void *), 1) != 0 ||
+        accel__arr_reserve((void **)&a->kind, sizeof(int), 1) != 0) {
         ACCEL__FAIL(a->acc, ACCEL_ERR_OUT_OF_MEMORY, "find_executable_batch_size: out of memory");
         return NULL;
     }
-    p = kind == 1 ? accel_host_alloc(a->acc, size) : kind == 2 ? accel_device_alloc(a->acc, size) : accel_pinned_alloc(a->acc, size);
+    p = kind == 1   ? accel_host_alloc(a->acc, size)
+        : kind == 2 ? accel_device_alloc(a->acc, size)
+                    : accel_pinned_alloc(a->acc, size);
     if (!p) return NULL;
     (void)ACCEL__ARR_PUT(a->mem, p); /* reserved above */
     (void)ACCEL__ARR_PUT(a->kind, kind);
@@ -5058,15 +5170,19 @@ static void accel__attempt_free(accel_attempt *a) {
     a->mem = NULL;
     a->kind = NULL;
 }
-ACCEL__DEF accel_result accel_find_executable_batch_size(accel *acc, const accel_batch_size_desc *desc, accel_batch_step_fn step,
-                                                              void *user, int64_t *batch_size) {
+ACCEL__DEF accel_result accel_find_executable_batch_size(accel *acc, const accel_batch_size_desc *desc,
+                                                         accel_batch_step_fn step, void *user, int64_t *batch_size) {
     int64_t bs = desc && desc->starting_batch_size ? desc->starting_batch_size : 128;
-    if (!step || bs < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "find_executable_batch_size: no step function or a negative batch size");
+    if (!step || bs < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "find_executable_batch_size: no step function or a negative batch size");
     for (;;) {
         accel_attempt a;
         accel_result r;
         int64_t next;
-        if (bs == 0) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "No executable batch size found, reached zero. The last attempt");
+        if (bs == 0)
+            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY,
+                                    "No executable batch size found, reached zero. The last attempt");
         memset(&a, 0, sizeof a);
         a.acc = acc;
         r = step(user, bs, &a);
@@ -5078,9 +5194,12 @@ ACCEL__DEF accel_result accel_find_executable_batch_size(accel *acc, const accel
         if (r != ACCEL_ERR_OUT_OF_MEMORY) return r;
         next = desc && desc->reduce ? desc->reduce(bs, desc->reduce_user) : (int64_t)((double)bs * 0.9);
         if (next < 0 || next >= bs)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "find_executable_batch_size: the reduce function turned %lld into %lld "
-                               "(it must give a smaller size, >= 0)", (long long)bs, (long long)next);
-        accel_log(acc, ACCEL_LOG_INFO, "find_executable_batch_size: batch size %lld ran out of memory, trying %lld", (long long)bs, (long long)next);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "find_executable_batch_size: the reduce function turned %lld into %lld "
+                               "(it must give a smaller size, >= 0)",
+                               (long long)bs, (long long)next);
+        accel_log(acc, ACCEL_LOG_INFO, "find_executable_batch_size: batch size %lld ran out of memory, trying %lld",
+                  (long long)bs, (long long)next);
         bs = next;
     }
 }

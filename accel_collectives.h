@@ -1314,8 +1314,9 @@ static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
         msig = mine >> ACCEL__COLL_TAG_SEQ_BITS;
         (void)MPI_Get_count(&st, MPI_BYTE, &nbytes);
         if ((sig & 7u) != (msig & 7u) && bits >= 3)
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with op %s, rank %d with op %s",
-                               k, accel_coll_op_name((accel_coll_op)(sig & 7u)), c->rank, accel_coll_op_name(q->op));
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH,
+                               "all_reduce: rank %d called it with op %s, rank %d with op %s", k,
+                               accel_coll_op_name((accel_coll_op)(sig & 7u)), c->rank, accel_coll_op_name(q->op));
         if (((sig >> 3) & 31u) != ((msig >> 3) & 31u) && bits >= 8) {
             const char *dn = accel_dtype_name((accel_dtype)((sig >> 3) & 31u));
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with dtype %s, rank %d with "
@@ -3253,7 +3254,8 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
     int group = c->on_host_group && strcmp(accel_host_group_name(acc), "none") != 0;
     memset(&id, 0, sizeof id);
 #ifdef ACCEL_WITH_MPI
-    if (!how || !*how) how = group ? "host" : c->comm_valid ? "mpi" : acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
+    if (!how || !*how)
+        how = group ? "host" : c->comm_valid ? "mpi" : acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
 #else
     if (!how || !*how) how = group ? "host" : acc->master_addr[0] ? "tcp" : (file && *file) ? "file" : "";
 #endif
@@ -3266,11 +3268,14 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
     if (c->size == 1) {
         /* nothing to exchange */
     } else if (!strcmp(how, "host")) {
-        if (!group) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=host but this context has no host process group to use");
+        if (!group)
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                               "ACCEL_NCCL_INIT=host but this context has no host process group to use");
         r = accel_host_broadcast(acc, &id, sizeof id, 0);
     } else if (!strcmp(how, "mpi")) {
 #ifdef ACCEL_WITH_MPI
-        if (!c->comm_valid) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=mpi but MPI is not the process group");
+        if (!c->comm_valid)
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=mpi but MPI is not the process group");
         {
             MPI_Request q;
             ACCEL__MPI_CHECK(acc, MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm, &q));
@@ -3278,22 +3283,29 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
             if (r == ACCEL_ERR_TIMEOUT) c->broken = r; /* the request stays in flight: the communicator is unusable */
         }
 #else
-        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "ACCEL_NCCL_INIT=mpi but the implementation was built without MPI");
+        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                           "ACCEL_NCCL_INIT=mpi but the implementation was built without MPI");
 #endif
     } else if (!strcmp(how, "tcp")) {
-        if (!acc->master_addr[0]) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=tcp needs MASTER_ADDR (and MASTER_PORT)");
+        if (!acc->master_addr[0])
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=tcp needs MASTER_ADDR (and MASTER_PORT)");
         r = accel_coll_tcp_broadcast(acc, acc->master_addr, acc->master_port, c->rank, c->size, &id, sizeof id, tmo);
     } else if (!strcmp(how, "file")) {
-        if (!file || !*file) return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_NCCL_INIT=file needs ACCEL_NCCL_INIT_FILE=<path on a shared filesystem>");
+        if (!file || !*file)
+            return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                               "ACCEL_NCCL_INIT=file needs ACCEL_NCCL_INIT_FILE=<path on a shared filesystem>");
         r = accel_coll_file_broadcast(acc, file, c->rank, &id, sizeof id, tmo);
     } else {
-        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "NCCL bootstrap: ACCEL_NCCL_INIT=\"%s\" is not host|mpi|tcp|file (and no "
-                           "default applies: no host process group, MPI, MASTER_ADDR or ACCEL_NCCL_INIT_FILE)", how);
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT,
+                           "NCCL bootstrap: ACCEL_NCCL_INIT=\"%s\" is not host|mpi|tcp|file (and no "
+                           "default applies: no host process group, MPI, MASTER_ADDR or ACCEL_NCCL_INIT_FILE)",
+                           how);
     }
     if (r != ACCEL_OK) return r;
     cfg.blocking = 0;
     rc = ncclCommInitRankConfig(&c->nccl, c->size, id, c->rank, &cfg);
-    if (rc != ncclSuccess && rc != ncclInProgress) return accel__coll_nccl_fail(c, rc, "ncclCommInitRankConfig", __LINE__);
+    if (rc != ncclSuccess && rc != ncclInProgress)
+        return accel__coll_nccl_fail(c, rc, "ncclCommInitRankConfig", __LINE__);
     c->nccl_valid = 1;
     r = accel__coll_nccl_settle(c, rc, "ncclCommInitRankConfig", __LINE__);
     if (r != ACCEL_OK) return r;
@@ -3302,7 +3314,8 @@ static accel_result accel__coll_nccl_init(accel_coll *c) {
     ACCEL__CUDA_CHECK(c->acc, cudaMemset(c->scratch, 0, 8));
     return ACCEL_OK;
 #else
-    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED, "NCCL needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
+    return ACCEL__FAIL(c->acc, ACCEL_ERR_UNSUPPORTED,
+                       "NCCL needs the ACCEL_IMPLEMENTATION TU compiled with nvcc and ACCEL_WITH_NCCL");
 #endif
 }
 

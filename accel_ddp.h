@@ -17,6 +17,74 @@
      THREADS AND STREAMS
      DIFFERENCES FROM ACCELERATE / PYTORCH
 
+   USAGE
+       accel_coll *coll;  accel_coll_create(&acc, NULL, &coll);       // the world (or a mesh's dp group)
+       accel_ddp *red;    accel_ddp_create(coll, NULL, &red);         // DDP's 25 MiB buckets, averaging
+       accel_ddp_add(red, grads, ngrads);                              // accel_tensor[], registration order
+       for (each micro-batch) {
+           accel_accumulate_begin(&acc);
+           backward: after layer i's gradient is final, accel_ddp_grad_ready(red, i) (optional: overlap)
+           if (accel_should_reduce(&acc)) accel_ddp_wait(red);          // the step's gradients are averaged
+           ... optimizer step on sync steps ...
+           accel_accumulate_end(&acc);
+       }
+       accel_ddp_destroy(red);  accel_coll_destroy(coll);
+
+   OPTIONS (accel_ddp_desc, zero = default)
+     bucket_cap_mb, first_bucket_mb  DDP's 25 and 1 MiB.
+     no_average    nonzero: the gradients are summed, not averaged.
+     flat          accel_toggle; ACCEL_DEFAULT: one in-place all-reduce when the gradients (in registration order)
+                   are one contiguous buffer of one dtype on every rank, else buckets; ACCEL_OFF: always buckets;
+                   ACCEL_ON: require the contiguous buffer (error otherwise).
+     comm_hook, comm_wrapper  COMMUNICATION HOOKS below.
+     accel_ddp_join_desc.no_divide_by_initial_world_size  JOIN below.
+
+   BUCKETS AND OVERLAP
+     DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at
+     first_bucket_mb and the others at bucket_cap_mb (a bucket closes at the first gradient that reaches the cap);
+     buckets launch strictly in bucket order on every rank. Device gradients are packed into flat staging buffers
+     on acc.stream (a scaling kernel when averaging, else D2D copies). On MPI with host memory, gradients >= 1 MiB
+     are all-reduced in place (in bucket order) instead of being copied in and out, and at most 2 buckets are in
+     flight. MPI moves a nonblocking operation only inside MPI calls, so every grad_ready also tests the buckets in
+     flight (one MPI_Test each, never waits) and unpacks finished ones: communication advances between layers of
+     backward. There is no progress thread (MPI_THREAD_FUNNELED), so a rank whose core is busy with backward still
+     pays the copies of shared-memory MPI on that core.
+
+   AVERAGING ORDER
+     DDP's, not reduce("mean")'s: every rank's gradient is multiplied by 1/P, rounded to the compute type (double
+     for F64, float for F32/F16/BF16), while it is packed into its bucket (in place for gradients reduced where they
+     are), and the buckets are all-reduced with SUM. That is what torch's Reducer does with DDP's default
+     gradient_as_bucket_view=False, so where the summation order matches (always for P <= 2) the result is
+     PyTorch's bit for bit; the tests compare with torch's DDP. accel_coll_all_reduce with ACCEL_COLL_AVG and
+     accel_coll_reduce_tensor(..., "mean") keep Accelerate's reduce("mean") order: the sum, then a division by P
+     (docs/semantics.md §7). The two orders can differ in the last bit when P is not a power of two.
+
+   AFTER A FAILURE
+     After a failed reduction (ACCEL_ERR_TIMEOUT, a dead peer) the gradients are not a valid step: a packed bucket
+     unpacks nothing (its gradients keep this rank's values), but whatever is all-reduced in place (flat mode, host
+     gradients >= 1 MiB on MPI) may hold partial sums, with nothing to restore them from. Do not apply the step; the
+     communicator refuses further work anyway.
+
+   JOIN (Accelerate's join_uneven_inputs = torch's Join with DDP's join hook)
+       accel_ddp_join_begin(red, NULL);               // collective; finalizes the reducer (add first)
+       while (accel_data_shard_next(&sh, idx, &n) == ACCEL_OK && n > 0) { ...; accel_ddp_wait(red); ... }
+       accel_ddp_join_end(red, params, NPARAMS);      // out of batches: shadow the others, then sync params
+     For loaders with even_batches off, where ranks run out of batches at different steps. In join mode every
+     reducing step starts with one round: an 8-byte all-gather in which each rank says whether it reduces or has
+     joined. Let A be the ranks that reduce in that step and D = the group size P (DDP's
+     divide_by_initial_world_size=True) or |A| (no_divide_by_initial_world_size). Then:
+       - a rank in A ends the step with g_i = sum over q in A of fl(g_q,i * fl(1/D)) (no_average: the plain sum over
+         A); accel_ddp_join_active(red) says |A|;
+       - a rank in join_end issues the same all-reduces (same buckets, order, counts) with zeros; its own gradients
+         are not touched and its parameters not updated;
+       - when a round finds A empty every rank leaves join_end; the highest-ranked of the ranks that joined last
+         (DDP's authoritative rank) broadcasts the n params of join_end to every rank (DDP's _sync_final_model).
+         Optimizer state and anything else stay per rank, as in DDP.
+     Steps that do not reduce (accumulation) have no round. A rank that neither reduces nor joins (dead, stuck)
+     makes the others' round end in ACCEL_ERR_TIMEOUT at the deadline; a rank in any other collective makes the
+     round fail with ACCEL_ERR_MISMATCH. join_end with bad params still shadows, then fails every rank before the
+     broadcast.
+
    COMMUNICATION HOOKS
      DistributedDataParallelKwargs(comm_hook=DDPCommunicationHookType.FP16 / BF16, comm_wrapper=...) is
      desc.comm_hook / desc.comm_wrapper. Each bucket goes out as a 16-bit copy (half the bytes of F32 on the wire),
@@ -55,6 +123,18 @@
      every micro-batch, so K counts micro-batches. "Parameters" are all of model.parameters(), frozen ones too (not
      buffers): pass them all. Disabled, the reducer keeps synchronising gradients as usual. End the LocalSGD before
      destroying its reducer. tests/mpi/ddp/test_ddp_local_sgd.c: a long-hand reference on 1-4 ranks.
+
+   COLLECTIVE CALLS AND ERRORS
+     Every rank of the communicator's group makes the same calls in the same order: accel_ddp_create,
+     accel_ddp_finalize (or the first grad_ready/wait), accel_ddp_wait on a step that reduces, accel_ddp_join_begin
+     and accel_ddp_join_end, accel_ddp_local_sgd_begin/_step/_end. A local failure of create or finalize (a bad
+     argument, an allocation) fails every rank at once: that rank returns its error, the others ACCEL_ERR_REMOTE
+     naming it.
+
+   THREADS AND STREAMS
+     A reducer is used by one thread at a time, the thread of its communicator. Device gradients are packed and
+     unpacked on acc.stream; NCCL reductions are enqueued there and accel_ddp_wait returns once they are enqueued
+     and (MPI) complete on the host.
 
    DIFFERENCES FROM ACCELERATE / PYTORCH
      - No autograd hooks: the trainer registers its gradient buffers and calls grad_ready as each becomes final (DDP's

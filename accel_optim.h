@@ -394,7 +394,8 @@ static ACCEL_INLINE ACCEL_HD uint16_t accel_optim_f32_to_bf16_sr(float f, uint32
 #if ACCEL_OPTIM_CHUNK <= 0
 #error "ACCEL_OPTIM_CHUNK must be positive"
 #endif
-#if (ACCEL_OPTIM_CUDA_BLOCK & (ACCEL_OPTIM_CUDA_BLOCK - 1)) != 0 || ACCEL_OPTIM_CUDA_BLOCK < 32 || ACCEL_OPTIM_CUDA_BLOCK > 1024
+#if (ACCEL_OPTIM_CUDA_BLOCK & (ACCEL_OPTIM_CUDA_BLOCK - 1)) != 0 || ACCEL_OPTIM_CUDA_BLOCK < 32 ||                     \
+        ACCEL_OPTIM_CUDA_BLOCK > 1024
 #error "ACCEL_OPTIM_CUDA_BLOCK must be a power of two in [32, 1024]"
 #endif
 #define ACCEL__OPTIM_MAX_BLOCKS 65536
@@ -772,7 +773,8 @@ ACCEL__OPTIM_HI void accel__optim_cpu_math(float *ACCEL_RESTRICT p, const float 
     size_t j;
     if (kind == ACCEL__OPTIM_K_ADAMW || kind == ACCEL__OPTIM_K_ADAMW_LERP) {
         const int lerp = kind == ACCEL__OPTIM_K_ADAMW_LERP;
-        if (ams) for (j = 0; j < cnt; ++j) p[j] = accel__optim_adamw1(&k, g[j], p[j], &m[j], &v[j], &vmax[j], 1, lerp, hw);
+        if (ams)
+            for (j = 0; j < cnt; ++j) p[j] = accel__optim_adamw1(&k, g[j], p[j], &m[j], &v[j], &vmax[j], 1, lerp, hw);
         else for (j = 0; j < cnt; ++j) p[j] = accel__optim_adamw1(&k, g[j], p[j], &m[j], &v[j], NULL, 0, lerp, hw);
     } else if (kind == ACCEL__OPTIM_K_SGD_MOM) {
 #define ACCEL__OPTIM_SGD_LOOP(N, W, F)                                                                                 \
@@ -870,23 +872,41 @@ ACCEL__OPTIM_HI void accel__optim_cpu_jobs(const accel__optim_job *jobs, int njo
 }
 
 /* One instantiation per (kind, amsgrad): the compile-time flags are what lets each loop vectorize. */
-#define ACCEL__OPTIM_CPU_VARIANTS(PREFIX, ATTR, HW)                                                                   \
+#define ACCEL__OPTIM_CPU_VARIANTS(PREFIX, ATTR, HW)                                                                    \
     static ATTR void PREFIX##_adamw(const accel__optim_job *j, int n, const accel__optim_hyper *h,                     \
-                                    const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW, 0, HW); } \
+                                    const accel__optim_in *in) {                                                       \
+        accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW, 0, HW);                                               \
+    }                                                                                                                  \
     static ATTR void PREFIX##_adamw_ams(const accel__optim_job *j, int n, const accel__optim_hyper *h,                 \
-                                        const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW, 1, HW); } \
+                                        const accel__optim_in *in) {                                                   \
+        accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW, 1, HW);                                               \
+    }                                                                                                                  \
     static ATTR void PREFIX##_lerp(const accel__optim_job *j, int n, const accel__optim_hyper *h,                      \
-                                   const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW_LERP, 0, HW); } \
+                                   const accel__optim_in *in) {                                                        \
+        accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW_LERP, 0, HW);                                          \
+    }                                                                                                                  \
     static ATTR void PREFIX##_lerp_ams(const accel__optim_job *j, int n, const accel__optim_hyper *h,                  \
-                                       const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW_LERP, 1, HW); } \
+                                       const accel__optim_in *in) {                                                    \
+        accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_ADAMW_LERP, 1, HW);                                          \
+    }                                                                                                                  \
     static ATTR void PREFIX##_sgd(const accel__optim_job *j, int n, const accel__optim_hyper *h,                       \
-                                  const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_SGD, 0, HW); } \
+                                  const accel__optim_in *in) {                                                         \
+        accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_SGD, 0, HW);                                                 \
+    }                                                                                                                  \
     static ATTR void PREFIX##_sgd_mom(const accel__optim_job *j, int n, const accel__optim_hyper *h,                   \
-                                      const accel__optim_in *in) { accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_SGD_MOM, 0, HW); } \
+                                      const accel__optim_in *in) {                                                     \
+        accel__optim_cpu_jobs(j, n, h, in, ACCEL__OPTIM_K_SGD_MOM, 0, HW);                                             \
+    }                                                                                                                  \
     static void PREFIX(const accel__optim_job *j, int n, const accel__optim_hyper *h, const accel__optim_in *in) {     \
         switch (h->kind) {                                                                                             \
-        case ACCEL__OPTIM_K_ADAMW: if (h->amsgrad) PREFIX##_adamw_ams(j, n, h, in); else PREFIX##_adamw(j, n, h, in); break; \
-        case ACCEL__OPTIM_K_ADAMW_LERP: if (h->amsgrad) PREFIX##_lerp_ams(j, n, h, in); else PREFIX##_lerp(j, n, h, in); break; \
+        case ACCEL__OPTIM_K_ADAMW:                                                                                     \
+            if (h->amsgrad) PREFIX##_adamw_ams(j, n, h, in);                                                           \
+            else PREFIX##_adamw(j, n, h, in);                                                                          \
+            break;                                                                                                     \
+        case ACCEL__OPTIM_K_ADAMW_LERP:                                                                                \
+            if (h->amsgrad) PREFIX##_lerp_ams(j, n, h, in);                                                            \
+            else PREFIX##_lerp(j, n, h, in);                                                                           \
+            break;                                                                                                     \
         case ACCEL__OPTIM_K_SGD_MOM: PREFIX##_sgd_mom(j, n, h, in); break;                                             \
         default: PREFIX##_sgd(j, n, h, in); break;                                                                     \
         }                                                                                                              \
@@ -1572,26 +1592,31 @@ static int accel__optim_finite(double v) { return v == v && v < 1.79769313486231
 
 /* Validates one list against the params: n entries, numel equal, dtypes allowed, ptr present when numel > 0
    (allow_null: a NULL ptr means "none"). */
-static accel_result accel__optim_check_list(accel *acc, const char *what, const accel_tensor *t, const accel_tensor *params,
-                                            int n, int want_mask, int allow_null) {
+static accel_result accel__optim_check_list(accel *acc, const char *what, const accel_tensor *t,
+                                            const accel_tensor *params, int n, int want_mask, int allow_null) {
     int i;
     for (i = 0; i < n; ++i) {
         int64_t pn = accel_tensor_numel(&params[i]), tn = accel_tensor_numel(&t[i]);
         if (!t[i].ptr && allow_null) continue;
-        if (tn < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has an invalid shape",
-                                       what, i, accel__optim_tname(&t[i]));
+        if (tn < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has an invalid shape",
+                               what, i, accel__optim_tname(&t[i]));
         if (tn != pn)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has %lld elements, its parameter "
-                               "\"%.100s\" has %lld", what, i, accel__optim_tname(&t[i]), (long long)tn,
-                               accel__optim_tname(&params[i]), (long long)pn);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_optim: %s[%d] \"%.100s\" has %lld elements, its parameter "
+                               "\"%.100s\" has %lld",
+                               what, i, accel__optim_tname(&t[i]), (long long)tn, accel__optim_tname(&params[i]),
+                               (long long)pn);
         if ((int)t[i].dtype <= 0 || (int)t[i].dtype >= (int)ACCEL_DTYPE_COUNT || !((1 << (int)t[i].dtype) & want_mask))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has dtype %s (%s)", what, i,
-                               accel__optim_tname(&t[i]), accel_dtype_name(t[i].dtype) ? accel_dtype_name(t[i].dtype) : "invalid",
-                               want_mask == (1 << ACCEL_F32) ? "need F32"
-                               : (want_mask & (1 << ACCEL_F32)) ? "need F32, BF16 or F16" : "need BF16 or F16");
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has dtype %s (%s)",
+                               what, i, accel__optim_tname(&t[i]),
+                               accel_dtype_name(t[i].dtype) ? accel_dtype_name(t[i].dtype) : "invalid",
+                               want_mask == (1 << ACCEL_F32)    ? "need F32"
+                               : (want_mask & (1 << ACCEL_F32)) ? "need F32, BF16 or F16"
+                                                                : "need BF16 or F16");
         if (tn > 0 && !t[i].ptr)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has no data pointer", what, i,
-                               accel__optim_tname(&t[i]));
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim: %s[%d] \"%.100s\" has no data pointer",
+                               what, i, accel__optim_tname(&t[i]));
     }
     return ACCEL_OK;
 }
@@ -1604,8 +1629,8 @@ static accel_result accel__optim_check_desc(accel *acc, const accel_optim_desc *
     accel_result r;
     int i, sum = 0;
     if (d->algorithm != ACCEL_OPTIM_ADAMW && d->algorithm != ACCEL_OPTIM_SGD)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: algorithm %d is not ACCEL_OPTIM_ADAMW or _SGD",
-                           (int)d->algorithm);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_create: algorithm %d is not ACCEL_OPTIM_ADAMW or _SGD", (int)d->algorithm);
     if (d->nparams == 0) /* torch: "optimizer got an empty parameter list" */
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
                            "accel_optim_create: optimizer got an empty parameter list (nparams 0)");
@@ -1614,29 +1639,41 @@ static accel_result accel__optim_check_desc(accel *acc, const accel_optim_desc *
                            "accel_optim_create: bad parameter list (nparams %d, params %s)", d->nparams,
                            d->params ? "given" : "NULL");
     if (!accel__optim_finite(lr) || lr < 0.0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: lr=%g must be finite and >= 0 (torch: Invalid learning rate)", lr);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_create: lr=%g must be finite and >= 0 (torch: Invalid learning rate)", lr);
     if (!accel__optim_finite(d->weight_decay) || d->weight_decay < 0.0)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: weight_decay=%g must be finite and >= 0", d->weight_decay);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_create: weight_decay=%g must be finite and >= 0", d->weight_decay);
     if (d->algorithm == ACCEL_OPTIM_ADAMW) {
         if (!(b1 >= 0.0 && b1 < 1.0) || !(b2 >= 0.0 && b2 < 1.0))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: betas (%g, %g) must be in [0, 1) (as torch)", b1, b2);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_optim_create: betas (%g, %g) must be in [0, 1) (as torch)", b1, b2);
         if (!accel__optim_finite(eps) || eps < 0.0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: eps=%g must be finite and >= 0", eps);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: eps=%g must be finite and >= 0",
+                               eps);
         if (d->moment_rule != ACCEL_OPTIM_MOMENT_DEFAULT && d->moment_rule != ACCEL_OPTIM_MOMENT_MUL_ADD &&
             d->moment_rule != ACCEL_OPTIM_MOMENT_LERP)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: moment_rule %d is not an accel_optim_moment_rule",
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_optim_create: moment_rule %d is not an accel_optim_moment_rule",
                                (int)d->moment_rule);
         if (d->momentum != 0.0 || d->dampening != 0.0 || d->nesterov)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: momentum, dampening and nesterov are SGD options");
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_optim_create: momentum, dampening and nesterov are SGD options");
     } else {
         if (!accel__optim_finite(d->momentum) || d->momentum < 0.0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: momentum=%g must be finite and >= 0", d->momentum);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_optim_create: momentum=%g must be finite and >= 0", d->momentum);
         if (!accel__optim_finite(d->dampening))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: dampening=%g must be finite", d->dampening);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: dampening=%g must be finite",
+                               d->dampening);
         if (d->nesterov && (d->momentum <= 0.0 || d->dampening != 0.0))
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: Nesterov momentum requires a momentum and zero dampening (as torch)");
-        if (d->amsgrad || d->moment_rule != ACCEL_OPTIM_MOMENT_DEFAULT || d->beta1 != 0.0 || d->beta2 != 0.0 || d->eps != 0.0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: betas, eps, amsgrad and moment_rule are AdamW options");
+            return ACCEL__FAIL(
+                    acc, ACCEL_ERR_INVALID_ARGUMENT,
+                    "accel_optim_create: Nesterov momentum requires a momentum and zero dampening (as torch)");
+        if (d->amsgrad || d->moment_rule != ACCEL_OPTIM_MOMENT_DEFAULT || d->beta1 != 0.0 || d->beta2 != 0.0 ||
+            d->eps != 0.0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_optim_create: betas, eps, amsgrad and moment_rule are AdamW options");
     }
     if (d->moment_dtype != ACCEL_DTYPE_INVALID && d->moment_dtype != ACCEL_F32 && d->moment_dtype != ACCEL_BF16)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: moment_dtype %s (need F32 or BF16)",
@@ -1645,7 +1682,8 @@ static accel_result accel__optim_check_desc(accel *acc, const accel_optim_desc *
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
                            "accel_optim_create: moment_dtype BF16 is for AdamW without amsgrad (exp_avg, exp_avg_sq)");
     if (d->model_rounding != ACCEL_OPTIM_ROUND_NEAREST && d->model_rounding != ACCEL_OPTIM_ROUND_STOCHASTIC)
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: model_rounding %d is not an accel_optim_rounding",
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_create: model_rounding %d is not an accel_optim_rounding",
                            (int)d->model_rounding);
     r = accel__optim_check_list(acc, "params", d->params, d->params, d->nparams, f32, 0);
     if (r == ACCEL_OK && d->grads) r = accel__optim_check_list(acc, "grads", d->grads, d->params, d->nparams, any, 1);
@@ -1654,26 +1692,37 @@ static accel_result accel__optim_check_desc(accel *acc, const accel_optim_desc *
     if (d->model && d->model_rounding == ACCEL_OPTIM_ROUND_STOCHASTIC)
         for (i = 0; i < d->nparams; ++i)
             if (d->model[i].ptr && d->model[i].dtype != ACCEL_BF16)
-                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: model[%d] \"%.100s\" is %s; stochastic "
-                                   "rounding writes BF16 only", i, accel__optim_tname(&d->model[i]), accel_dtype_name(d->model[i].dtype));
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                   "accel_optim_create: model[%d] \"%.100s\" is %s; stochastic "
+                                   "rounding writes BF16 only",
+                                   i, accel__optim_tname(&d->model[i]), accel_dtype_name(d->model[i].dtype));
     if (d->groups) {
-        if (d->ngroups <= 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: groups given with ngroups %d", d->ngroups);
+        if (d->ngroups <= 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: groups given with ngroups %d",
+                               d->ngroups);
         for (i = 0; i < d->ngroups; ++i) {
             double glr = accel__optim_dflt(d->groups[i].lr, lr);
-            if (d->groups[i].count < 0) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: group %d has count %d", i, d->groups[i].count);
+            if (d->groups[i].count < 0)
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: group %d has count %d", i,
+                                   d->groups[i].count);
             if (!accel__optim_finite(glr) || glr < 0.0)
-                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: group %d lr=%g must be finite and >= 0", i, glr);
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                   "accel_optim_create: group %d lr=%g must be finite and >= 0", i, glr);
             if (!accel__optim_finite(d->groups[i].weight_decay) || d->groups[i].weight_decay < 0.0)
-                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: group %d weight_decay=%g must be finite and >= 0",
-                                   i, d->groups[i].weight_decay);
+                return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                                   "accel_optim_create: group %d weight_decay=%g must be finite and >= 0", i,
+                                   d->groups[i].weight_decay);
             sum += d->groups[i].count;
             if (sum > d->nparams) break;
         }
         if (sum != d->nparams)
-            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: the groups' counts add up to %s%d, the list has %d "
-                               "parameters", sum > d->nparams ? "more than " : "", sum, d->nparams);
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT,
+                               "accel_optim_create: the groups' counts add up to %s%d, the list has %d "
+                               "parameters",
+                               sum > d->nparams ? "more than " : "", sum, d->nparams);
     } else if (d->ngroups != 0) {
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: ngroups %d without groups", d->ngroups);
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_create: ngroups %d without groups",
+                           d->ngroups);
     }
     return ACCEL_OK;
 }
@@ -1687,7 +1736,8 @@ static accel_result accel__optim_zero_device(accel_optim *o, void *p, size_t byt
     ACCEL__CUDA_CHECK(acc, cudaMemsetAsync(p, 0, bytes, (cudaStream_t)acc->stream));
     return ACCEL_OK;
 #else
-    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_optim: CUDA device %d needs an implementation built with CUDA", acc->device);
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                       "accel_optim: CUDA device %d needs an implementation built with CUDA", acc->device);
 #endif
 }
 
@@ -1753,7 +1803,8 @@ ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *d
     o->names = (char *)accel_host_alloc(acc, name_bytes + 1);
     o->group_of = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)(n + ng + 1));
     o->lr = (double *)accel_host_alloc(acc, sizeof(double) * (size_t)(3 * ng));
-    o->numel = (long long *)accel_host_alloc(acc, (sizeof(long long) + sizeof(unsigned long long) + sizeof(size_t)) * (size_t)(n + 1));
+    o->numel = (long long *)accel_host_alloc(acc, (sizeof(long long) + sizeof(unsigned long long) + sizeof(size_t)) *
+                                                          (size_t)(n + 1));
     /* the jobs in parameter order, then grouped by class for CUDA */
     o->jobs = (accel__optim_job *)accel_host_alloc(acc, 2 * sizeof(accel__optim_job) * (size_t)(n + 1));
     if (acc->device >= 0) o->largs = accel_host_alloc(acc, sizeof(accel__optim_largs));
@@ -1774,7 +1825,11 @@ ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *d
     for (i = 0; i < n; ++i) {
         o->params[i] = d.params[i];
         o->params[i].name = o->names + pos;
-        if (d.params[i].name) { size_t l = strlen(d.params[i].name); memcpy(o->names + pos, d.params[i].name, l); pos += l; }
+        if (d.params[i].name) {
+            size_t l = strlen(d.params[i].name);
+            memcpy(o->names + pos, d.params[i].name, l);
+            pos += l;
+        }
         o->names[pos++] = 0;
         if (d.grads) { o->grads[i] = d.grads[i]; o->grads[i].name = NULL; }
         if (d.model) { o->model[i] = d.model[i]; o->model[i].name = NULL; }
@@ -1808,7 +1863,8 @@ ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *d
         o->slab = o->slab_mem ? (unsigned char *)o->slab_mem + ((64u - ((uintptr_t)o->slab_mem & 63u)) & 63u) : NULL;
         if (!o->slab) {
             accel_optim_destroy(o);
-            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create: optimizer state of %zu bytes", bytes);
+            return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create: optimizer state of %zu bytes",
+                                    bytes);
         }
     }
     o->counters = (long long *)accel_device_alloc(acc, sizeof(long long) * (size_t)(n + 1));
@@ -1843,7 +1899,8 @@ ACCEL__DEF accel_result accel_optim_set_grads(accel_optim *o, const accel_tensor
     int i;
     if (!o) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_set_grads: opt is NULL");
     if (n != o->nparams || (n > 0 && !grads))
-        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_set_grads: %d gradients for %d parameters", n, o->nparams);
+        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_set_grads: %d gradients for %d parameters",
+                           n, o->nparams);
     r = accel__optim_check_list(o->acc, "grads", grads, o->params, n, any, 1);
     if (r != ACCEL_OK) return r;
     for (i = 0; i < n; ++i) {
@@ -1975,9 +2032,11 @@ ACCEL__DEF accel_result accel_optim_apply_schedule(accel_optim *o, const accel_o
     int g;
     if (!o) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_apply_schedule: opt is NULL");
     if (f != f)
-        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_apply_schedule: invalid schedule or step %lld "
-                           "(kind %d, warmup %lld, total %lld)", (long long)step, s ? (int)s->kind : -1,
-                           s ? (long long)s->warmup_steps : -1LL, s ? (long long)s->total_steps : -1LL);
+        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_apply_schedule: invalid schedule or step %lld "
+                           "(kind %d, warmup %lld, total %lld)",
+                           (long long)step, s ? (int)s->kind : -1, s ? (long long)s->warmup_steps : -1LL,
+                           s ? (long long)s->total_steps : -1LL);
     for (g = 0; g < o->ngroups; ++g) o->lr[g] = o->base_lr[g] * f;
     return ACCEL_OK;
 }
@@ -1997,7 +2056,8 @@ static accel_result accel__optim_read_counts(accel_optim *o, long long *out) {
     return ACCEL_OK;
 #else
     (void)bytes;
-    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_optim: CUDA device %d needs an implementation built with CUDA", acc->device);
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                       "accel_optim: CUDA device %d needs an implementation built with CUDA", acc->device);
 #endif
 }
 static accel_result accel__optim_write_counts(accel_optim *o, const long long *in) {
@@ -2010,14 +2070,16 @@ static accel_result accel__optim_write_counts(accel_optim *o, const long long *i
     return ACCEL_OK;
 #else
     (void)bytes;
-    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "accel_optim: CUDA device %d needs an implementation built with CUDA", acc->device);
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED,
+                       "accel_optim: CUDA device %d needs an implementation built with CUDA", acc->device);
 #endif
 }
 
 ACCEL__DEF accel_result accel_optim_step_count(accel_optim *o, int64_t *steps) {
     long long *c;
     accel_result r;
-    if (!o || !steps) return ACCEL__FAIL(o ? o->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_step_count: NULL argument");
+    if (!o || !steps)
+        return ACCEL__FAIL(o ? o->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_step_count: NULL argument");
     c = (long long *)accel_host_alloc(o->acc, sizeof(long long) * (size_t)(o->nparams + 1));
     if (!c) return accel__fail_wrap(o->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_step_count");
     r = accel__optim_read_counts(o, c);
@@ -2029,10 +2091,13 @@ ACCEL__DEF accel_result accel_optim_param_steps(accel_optim *o, int64_t *steps, 
     long long *c;
     accel_result r;
     int i;
-    if (!o || (n > 0 && !steps)) return ACCEL__FAIL(o ? o->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_param_steps: NULL argument");
+    if (!o || (n > 0 && !steps))
+        return ACCEL__FAIL(o ? o->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_param_steps: NULL argument");
     if (n != o->nparams)
-        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_param_steps: room for %d counts, the optimizer has %d "
-                           "parameters", n, o->nparams);
+        return ACCEL__FAIL(o->acc, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_param_steps: room for %d counts, the optimizer has %d "
+                           "parameters",
+                           n, o->nparams);
     c = (long long *)accel_host_alloc(o->acc, sizeof(long long) * (size_t)(o->nparams + 1));
     if (!c) return accel__fail_wrap(o->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_param_steps");
     r = accel__optim_read_counts(o, c);
@@ -2082,7 +2147,8 @@ ACCEL__DEF accel_result accel_optim_state_save(void *obj, void *buf, size_t cap,
     long long *c;
     accel_result r;
     int i, g;
-    if (!o || !size) return ACCEL__FAIL(o ? o->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_save: NULL argument");
+    if (!o || !size)
+        return ACCEL__FAIL(o ? o->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_save: NULL argument");
     need = ACCEL_OPTIM_STATE_BYTES(o->ngroups, o->nparams);
     *size = need;
     if (!buf || cap < need) return ACCEL_OK;
@@ -2145,8 +2211,8 @@ ACCEL__DEF accel_result accel_optim_state_load(void *obj, const void *buf, size_
     ng = (int32_t)accel__get_u32(b + 16);
     np = (int32_t)accel__get_u32(b + 20);
     if (ng < 1 || np < 0 || ng > (1 << 24) || np > (1 << 26) || size != ACCEL_OPTIM_STATE_BYTES(ng, np))
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: %zu bytes do not hold %d groups and %d parameters", size,
-                           (int)ng, (int)np);
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: %zu bytes do not hold %d groups and %d parameters",
+                           size, (int)ng, (int)np);
     if (accel__get_u64(b + size - 8) != accel__fnv1a(ACCEL__FNV_INIT, b, size - 8))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: checksum mismatch (corrupt bytes)");
     algo = accel__get_u32(b + 8);
@@ -2156,42 +2222,58 @@ ACCEL__DEF accel_result accel_optim_state_load(void *obj, const void *buf, size_
         return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: saved by %s, this optimizer is %s",
                            algo == 0 ? "AdamW" : algo == 1 ? "SGD" : "an unknown algorithm",
                            o->algorithm == ACCEL_OPTIM_ADAMW ? "AdamW" : "SGD");
-    if ((flags & ~31u) || (o->algorithm == ACCEL_OPTIM_SGD && (flags & (ACCEL__OPTIM_F_AMSGRAD | ACCEL__OPTIM_F_LERP))) ||
+    if ((flags & ~31u) ||
+        (o->algorithm == ACCEL_OPTIM_SGD && (flags & (ACCEL__OPTIM_F_AMSGRAD | ACCEL__OPTIM_F_LERP))) ||
         (o->algorithm == ACCEL_OPTIM_ADAMW && (flags & ACCEL__OPTIM_F_NESTEROV)))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: flags 0x%x are not valid for %s", (unsigned)flags,
                            o->algorithm == ACCEL_OPTIM_ADAMW ? "AdamW" : "SGD");
     if ((flags ^ want_flags) & (ACCEL__OPTIM_F_AMSGRAD | ACCEL__OPTIM_F_MOMENTUM))
-        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: saved %s, this optimizer %s (the state tensors differ)",
-                           (flags & ACCEL__OPTIM_F_AMSGRAD) ? "with amsgrad" : (flags & ACCEL__OPTIM_F_MOMENTUM) ? "with momentum"
-                           : o->algorithm == ACCEL_OPTIM_ADAMW ? "without amsgrad" : "without momentum",
-                           (want_flags & ACCEL__OPTIM_F_AMSGRAD) ? "has amsgrad" : (want_flags & ACCEL__OPTIM_F_MOMENTUM) ? "has momentum"
-                           : o->algorithm == ACCEL_OPTIM_ADAMW ? "has no amsgrad" : "has no momentum");
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
+                           "optimizer state: saved %s, this optimizer %s (the state tensors differ)",
+                           (flags & ACCEL__OPTIM_F_AMSGRAD)    ? "with amsgrad"
+                           : (flags & ACCEL__OPTIM_F_MOMENTUM) ? "with momentum"
+                           : o->algorithm == ACCEL_OPTIM_ADAMW ? "without amsgrad"
+                                                               : "without momentum",
+                           (want_flags & ACCEL__OPTIM_F_AMSGRAD)    ? "has amsgrad"
+                           : (want_flags & ACCEL__OPTIM_F_MOMENTUM) ? "has momentum"
+                           : o->algorithm == ACCEL_OPTIM_ADAMW      ? "has no amsgrad"
+                                                                    : "has no momentum");
     if (ng != o->ngroups || np != o->nparams)
-        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: saved with %d groups and %d parameters, this optimizer has %d "
-                           "and %d", (int)ng, (int)np, o->ngroups, o->nparams);
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
+                           "optimizer state: saved with %d groups and %d parameters, this optimizer has %d "
+                           "and %d",
+                           (int)ng, (int)np, o->ngroups, o->nparams);
     beta1 = accel__optim_get_f64(b + 24);
     beta2 = accel__optim_get_f64(b + 32);
     eps = accel__optim_get_f64(b + 40);
     mom = accel__optim_get_f64(b + 48);
     damp = accel__optim_get_f64(b + 56);
     if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0) || !accel__optim_finite(eps) || eps < 0.0 ||
-        !accel__optim_finite(mom) || mom < 0.0 || !accel__optim_finite(damp) || ((mom != 0.0) != ((flags & ACCEL__OPTIM_F_MOMENTUM) != 0)) ||
+        !accel__optim_finite(mom) || mom < 0.0 || !accel__optim_finite(damp) ||
+        ((mom != 0.0) != ((flags & ACCEL__OPTIM_F_MOMENTUM) != 0)) ||
         ((flags & ACCEL__OPTIM_F_NESTEROV) && (mom <= 0.0 || damp != 0.0)))
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: hyperparameters out of range (betas %g %g, eps %g, momentum %g, "
-                           "dampening %g)", beta1, beta2, eps, mom, damp);
-    if ((int64_t)accel__get_u64(b + 64) < 0) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: negative step count");
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                           "optimizer state: hyperparameters out of range (betas %g %g, eps %g, momentum %g, "
+                           "dampening %g)",
+                           beta1, beta2, eps, mom, damp);
+    if ((int64_t)accel__get_u64(b + 64) < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: negative step count");
     for (g = 0, at = 72; g < ng; ++g, at += 32) {
-        double lr = accel__optim_get_f64(b + at + 8), base = accel__optim_get_f64(b + at + 16), wd = accel__optim_get_f64(b + at + 24);
+        double lr = accel__optim_get_f64(b + at + 8), base = accel__optim_get_f64(b + at + 16),
+               wd = accel__optim_get_f64(b + at + 24);
         if ((int)accel__get_u32(b + at) != o->group_count[g] || accel__get_u32(b + at + 4) != 0u)
             return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: group %d has %d parameters there, %d here", g,
                                (int)accel__get_u32(b + at), o->group_count[g]);
-        if (!accel__optim_finite(lr) || lr < 0.0 || !accel__optim_finite(base) || base < 0.0 || !accel__optim_finite(wd) || wd < 0.0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: group %d has lr %g, base lr %g, weight_decay %g", g, lr, base, wd);
+        if (!accel__optim_finite(lr) || lr < 0.0 || !accel__optim_finite(base) || base < 0.0 ||
+            !accel__optim_finite(wd) || wd < 0.0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                               "optimizer state: group %d has lr %g, base lr %g, weight_decay %g", g, lr, base, wd);
     }
     for (i = 0; i < np; ++i, at += 16) {
         if ((long long)accel__get_u64(b + at) != o->numel[i])
-            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: parameter %d (\"%.100s\") has %lld elements there, %lld here",
-                               i, o->params[i].name, (long long)accel__get_u64(b + at), o->numel[i]);
+            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
+                               "optimizer state: parameter %d (\"%.100s\") has %lld elements there, %lld here", i,
+                               o->params[i].name, (long long)accel__get_u64(b + at), o->numel[i]);
         if ((int64_t)accel__get_u64(b + at + 8) < 0)
             return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: parameter %d has a negative step count", i);
     }
@@ -2229,7 +2311,8 @@ ACCEL__DEF accel_result accel_optim_shard_state_save(void *state, void *buf, siz
     size_t at;
     int i;
     if (!ss || !ss->opt || !ss->full || !size)
-        return ACCEL__FAIL(ss && ss->opt ? ss->opt->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_shard_state_save: NULL argument");
+        return ACCEL__FAIL(ss && ss->opt ? ss->opt->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_shard_state_save: NULL argument");
     r = accel_optim_state_save(ss->opt, buf, cap, size);
     if (r != ACCEL_OK || !buf || cap < *size) return r;
     for (i = 0, at = 72 + 32u * (size_t)ss->opt->ngroups; i < ss->opt->nparams; ++i, at += 16)
@@ -2246,7 +2329,8 @@ ACCEL__DEF accel_result accel_optim_shard_state_load(void *state, const void *bu
     size_t at;
     int i;
     if (!ss || !ss->opt || !ss->full)
-        return ACCEL__FAIL(ss && ss->opt ? ss->opt->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_shard_state_load: NULL argument");
+        return ACCEL__FAIL(ss && ss->opt ? ss->opt->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT,
+                           "accel_optim_shard_state_load: NULL argument");
     o = ss->opt;
     /* anything that is not this optimizer's layout: the plain load names the problem */
     if (!buf || size != ACCEL_OPTIM_STATE_BYTES(o->ngroups, o->nparams) || memcmp(buf, "AOPT", 4) != 0 ||
@@ -2254,13 +2338,17 @@ ACCEL__DEF accel_result accel_optim_shard_state_load(void *state, const void *bu
         return accel_optim_state_load(o, buf, size);
     for (i = 0, at = 72 + 32u * (size_t)o->ngroups; i < o->nparams; ++i, at += 16)
         if ((int64_t)accel__get_u64((const unsigned char *)buf + at) != accel_tensor_numel(&ss->full[i]))
-            return ACCEL__FAIL(o->acc, ACCEL_ERR_MISMATCH, "optimizer shard state: parameter %d (\"%.100s\") has %lld elements there, "
-                               "%lld here", i, accel__optim_tname(&ss->full[i]), (long long)accel__get_u64((const unsigned char *)buf + at),
+            return ACCEL__FAIL(o->acc, ACCEL_ERR_MISMATCH,
+                               "optimizer shard state: parameter %d (\"%.100s\") has %lld elements there, "
+                               "%lld here",
+                               i, accel__optim_tname(&ss->full[i]),
+                               (long long)accel__get_u64((const unsigned char *)buf + at),
                                (long long)accel_tensor_numel(&ss->full[i]));
     t = (unsigned char *)accel_host_alloc(o->acc, size);
     if (!t) return accel__fail_wrap(o->acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_shard_state_load");
     memcpy(t, buf, size);
-    for (i = 0, at = 72 + 32u * (size_t)o->ngroups; i < o->nparams; ++i, at += 16) accel__put_u64(t + at, (uint64_t)o->numel[i]);
+    for (i = 0, at = 72 + 32u * (size_t)o->ngroups; i < o->nparams; ++i, at += 16)
+        accel__put_u64(t + at, (uint64_t)o->numel[i]);
     accel__put_u64(t + at, accel__fnv1a(ACCEL__FNV_INIT, t, at));
     r = accel_optim_state_load(o, t, size);
     accel_host_free(o->acc, t);
