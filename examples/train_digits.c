@@ -513,6 +513,20 @@ static accel_result setup_checkpoints(accel *acc, const opts *o, ckpt_ctx *cc, a
     return accel_ckpt_register(*ck, "trainer", save_trainer, load_trainer, cc);
 }
 
+/* --zero 1|2|3: accel_optim's SGD (torch.optim.SGD's rule) over this rank's shard */
+static accel_result shard_sgd(accel *acc, const opts *o, const accel_tensor *params, const accel_tensor *grads,
+                              const accel_tensor *model, uint64_t index_offset, accel_optim **out) {
+    accel_optim_desc od;
+    memset(&od, 0, sizeof od);
+    od.algorithm = ACCEL_OPTIM_SGD;
+    od.lr = o->lr > 0 ? o->lr : ACCEL_OPTIM_ZERO;
+    od.momentum = o->momentum;
+    od.weight_decay = o->weight_decay;
+    od.params = params; od.grads = grads; od.model = model; od.nparams = 4;
+    od.index_offset = index_offset;
+    return accel_optim_create(acc, &od, out);
+}
+
 /* --zero 3: each rank saves its shards of the weights and momenta (accel_zero_fsdp_state, Accelerate's
    SHARDED_STATE_DICT, loadable on any number of ranks) and the optimizer's step counts; the rest as above. */
 static accel_result setup_checkpoints_z3(accel_ckpt *ck, accel_zero_fsdp_state *fs, accel_optim_shard_state *ss) {
@@ -666,7 +680,6 @@ int main(int argc, char **argv) {
         if (o.zero == 3) {
             accel_zero_unit units[2];
             accel_zero_fsdp_desc fd;
-            accel_optim_desc od;
             const accel_tensor *zmom = NULL;
             int nmom = 0;
             size_t wide = shape.off_w2 > shape.count - shape.off_w2 ? shape.off_w2 : shape.count - shape.off_w2;
@@ -693,20 +706,13 @@ int main(int argc, char **argv) {
             z3.dlog = z3.dh + (size_t)o.batch * o.hidden;
             if (model_dtype != ACCEL_F32 && !(z3.wide = (float *)accel_host_alloc(&acc, wide * sizeof(float))))
                 goto fail;
-            memset(&od, 0, sizeof od);
-            od.algorithm = ACCEL_OPTIM_SGD;
-            od.lr = o.lr > 0 ? o.lr : ACCEL_OPTIM_ZERO;
-            od.momentum = o.momentum;
-            od.weight_decay = o.weight_decay;
-            od.params = vp; od.grads = vg; od.nparams = 4;
-            od.model = model_dtype != ACCEL_F32 ? vm : NULL; /* the copy the next gathers read */
-            CHECK(accel_optim_create(&acc, &od, &zopt));
+            /* the param_dtype copy (vm) is what the next gathers read: the step keeps it current */
+            CHECK(shard_sgd(&acc, &o, vp, vg, model_dtype != ACCEL_F32 ? vm : NULL, 0, &zopt));
             CHECK(accel_optim_state_tensors(zopt, &zmom, &nmom));
             z3fs.fsdp = z3.f; z3fs.state = zmom; z3fs.m = nmom;
             z3ss.opt = zopt; z3ss.full = vfull;
         } else if (o.zero) {
             accel_zero_desc zd;
-            accel_optim_desc od;
             accel_tensor zparams[4];
             memset(&zd, 0, sizeof zd);
             zd.stage = o.zero;
@@ -715,14 +721,7 @@ int main(int argc, char **argv) {
             CHECK(accel_zero_create(coll, &zd, &zero));
             CHECK(accel_zero_views(zero, params, 4, zparams));
             CHECK(accel_zero_grad_views(zero, zgrads, 4));
-            memset(&od, 0, sizeof od);
-            od.algorithm = ACCEL_OPTIM_SGD;
-            od.lr = o.lr > 0 ? o.lr : ACCEL_OPTIM_ZERO;
-            od.momentum = o.momentum;
-            od.weight_decay = o.weight_decay;
-            od.params = zparams; od.grads = zgrads; od.nparams = 4;
-            od.index_offset = (uint64_t)accel_zero_get_partition(zero)->begin;
-            CHECK(accel_optim_create(&acc, &od, &zopt));
+            CHECK(shard_sgd(&acc, &o, zparams, zgrads, NULL, (uint64_t)accel_zero_get_partition(zero)->begin, &zopt));
         } else {
             CHECK(accel_ddp_create(coll, &rd, &red));
             CHECK(accel_ddp_add(red, grads, 4));
