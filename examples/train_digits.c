@@ -7,8 +7,15 @@
    gather_for_metrics (accel_collectives.h), fp16 loss scaling / bf16 rounding / unscale+check / clip_grad_norm
    (accel_amp.h), save_state/load_state (accel_ckpt.h) and TensorBoard/JSONL logging (accel_trackers.h);
    --profile DIR adds the step profiler (accel_profile.h: a phase table at the end and Chrome traces in DIR).
-   --zero 1|2 shards the optimizer (ZeRO-1/2, accel_collectives.h) and steps accel_optim.h's SGD over this rank's
+   --zero 1|2 shards the optimizer (ZeRO-1/2, accel_zero.h) and steps accel_optim.h's SGD over this rank's
    shard (torch.optim.SGD's rule), then all-gathers the weights; without checkpoints in this example.
+   --zero 3 is FSDP's FULL_SHARD (accel_zero_fsdp): one unit per layer, every rank keeps only its shard of each
+   layer's weights, gradients and momenta; a layer is all-gathered (in the training precision) for its forward and
+   again for its backward, its gradients are reduce-scattered, and the SGD steps the shard. Checkpoints are sharded
+   (fsdp_state_<rank>.bin; loadable on another number of processes); the final weights are exported whole for
+   --dump-weights and the evaluation. Bit-identical to --zero 1 (trainer tests).
+
+     mpirun -np 2 build/examples/train_digits --zero 3 --checkpoint-dir ck --checkpoint-every 50
 
      scripts/fetch-digits.sh
      mpirun -np 2 build/examples/train_digits --steps 500 --batch 16 --precision fp16
@@ -80,7 +87,10 @@ static void usage(void) {
             "  --print-every N        progress line every N steps (default 50)\n"
             "  --bucket-kb N          all-reduce gradients in N-KiB buckets (default: one flat all-reduce)\n"
             "  --no-watchdog          plain blocking MPI calls (no collective deadline)\n"
-            "  --zero 1|2             ZeRO-1/2: shard the optimizer state (and with 2 the gradients) over the ranks\n");
+            "  --zero 1|2             ZeRO-1/2: shard the optimizer state (and with 2 the gradients) over the ranks\n"
+            "  --zero 3               ZeRO-3 / FSDP FULL_SHARD: the weights too, one unit per layer (gathered for\n"
+            "                         its forward and its backward, gradients reduce-scattered); checkpoints: sharded\n"
+            "                         (one file per rank, loadable on another number of processes)\n");
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
@@ -138,8 +148,12 @@ static int parse_opts(int argc, char **argv, opts *o) {
         fprintf(stderr, "train_digits: --precision must be no, fp16 or bf16\n");
         return 2;
     }
-    if (o->zero < 0 || o->zero > 2 || (o->zero && o->ckpt_dir)) {
-        fprintf(stderr, "train_digits: --zero takes 1 or 2 and does not combine with --checkpoint-dir here\n");
+    if (o->zero < 0 || o->zero > 3) {
+        fprintf(stderr, "train_digits: --zero takes 1, 2 or 3\n");
+        return 2;
+    }
+    if ((o->zero == 1 || o->zero == 2) && o->ckpt_dir) {
+        fprintf(stderr, "train_digits: --zero 1|2 does not combine with --checkpoint-dir here (--zero 3 does)\n");
         return 2;
     }
     if ((o->resume || o->kill_at) && !o->ckpt_dir) {
@@ -273,6 +287,124 @@ static accel_result reduce_gradients_zero(accel_zero *z) {
     return accel_zero_wait(z);
 }
 
+/* ------------------------------------------------------------------------------------------- ZeRO-3 (--zero 3) */
+/* The model as two FSDP units, one per layer ("fc1": W1, b1; "fc2": W2, b2). Each rank keeps its shard of every
+   unit (master, gradient, momentum); a layer's weights exist whole only between wait and release. So the micro-batch
+   runs layer by layer over the whole batch (digits_mlp.h's mlp_forward_backward runs sample by sample over both
+   layers): the same operations on the same values in the same order per element — the gradient sums still add the
+   samples in order — so the result is that function's bit for bit, with the batch's activations kept in between. */
+typedef struct z3_model {
+    accel_zero_fsdp *f;
+    accel_tensor w[2][2];  /* the units' parameters as wait() hands them out (param_dtype) */
+    accel_tensor g[2][2];  /* the units' gradient buffers (F32) */
+    float *wide;           /* a gathered F16/BF16 unit widened to F32 for the CPU kernels (NULL: F32 gathers) */
+    float *hpre, *h, *dh, *dlog; /* the micro-batch's activations: batch x H (x 10 for dlog) */
+} z3_model;
+
+/* wait(u), and the unit's weights as F32 (the gathered buffer itself, or widened into z->wide) */
+static accel_result z3_weights(accel *acc, z3_model *z, int u, const float **W, const float **B) {
+    accel_result r = accel_zero_fsdp_wait(z->f, u, z->w[u], 2);
+    size_t nw = (size_t)accel_tensor_numel(&z->w[u][0]), nb = (size_t)accel_tensor_numel(&z->w[u][1]);
+    if (r != ACCEL_OK) return r;
+    if (!z->wide) {
+        *W = (const float *)z->w[u][0].ptr;
+        *B = (const float *)z->w[u][1].ptr;
+        return ACCEL_OK;
+    }
+    if ((r = accel_amp_convert(acc, z->w[u][0].ptr, z->w[u][0].dtype, z->wide, ACCEL_F32, nw, NULL)) != ACCEL_OK ||
+        (r = accel_amp_convert(acc, z->w[u][1].ptr, z->w[u][1].dtype, z->wide + nw, ACCEL_F32, nb, NULL)) != ACCEL_OK)
+        return r;
+    *W = z->wide;
+    *B = z->wide + nw;
+    return ACCEL_OK;
+}
+
+/* One micro-batch: forward fc1, fc2 (gather/wait/release), backward fc2, fc1 (wait, grads, release,
+   reduce_scatter). Returns the summed per-sample loss in *total (unscaled), as mlp_forward_backward. */
+static accel_result z3_forward_backward(accel *acc, z3_model *z, const mlp_shape *s, const float *X, const int *Y,
+                                        const int64_t *idx, int n, float mult, mlp_round_fn rnd, double *total) {
+    const int H = s->hidden;
+    const float *W, *B;
+    float g = n > 0 ? mult / (float)n : 0.0f;
+    accel_result r;
+    int i, j, k, c, u;
+    *total = 0.0;
+    if ((r = accel_zero_fsdp_begin_forward(z->f)) != ACCEL_OK) return r;
+    if ((r = z3_weights(acc, z, 0, &W, &B)) != ACCEL_OK) return r; /* fc1 */
+    for (i = 0; i < n; ++i) {
+        const float *x = X + (size_t)idx[i] * DIGITS_FEATURES;
+        float *hp = z->hpre + (size_t)i * H, *h = z->h + (size_t)i * H;
+        for (j = 0; j < H; ++j) {
+            const float *row = W + (size_t)j * DIGITS_FEATURES;
+            float a = B[j];
+            for (k = 0; k < DIGITS_FEATURES; ++k) a += row[k] * x[k];
+            hp[j] = a;
+            h[j] = a > 0.0f ? a : 0.0f;
+        }
+        if (rnd) rnd(h, (size_t)H);
+    }
+    if ((r = accel_zero_fsdp_release(z->f, 0)) != ACCEL_OK) return r;
+    if ((r = z3_weights(acc, z, 1, &W, &B)) != ACCEL_OK) return r; /* fc2 and the loss */
+    for (i = 0; i < n; ++i) {
+        float *lg = z->dlog + (size_t)i * DIGITS_CLASSES, *h = z->h + (size_t)i * H, p[DIGITS_CLASSES], mx, sum = 0.0f;
+        int y = Y[idx[i]];
+        for (c = 0; c < DIGITS_CLASSES; ++c) {
+            const float *row = W + (size_t)c * H;
+            float a = B[c];
+            for (j = 0; j < H; ++j) a += row[j] * h[j];
+            lg[c] = a;
+        }
+        if (rnd) rnd(lg, DIGITS_CLASSES);
+        mx = lg[0];
+        for (c = 1; c < DIGITS_CLASSES; ++c)
+            if (lg[c] > mx) mx = lg[c];
+        for (c = 0; c < DIGITS_CLASSES; ++c) { p[c] = expf(lg[c] - mx); sum += p[c]; }
+        *total += -(lg[y] - mx - logf(sum)); /* a float, summed in double (mlp_forward1's return) */
+        for (c = 0; c < DIGITS_CLASSES; ++c) lg[c] = (p[c] / sum - (c == y ? 1.0f : 0.0f)) * g;
+        if (rnd) rnd(lg, DIGITS_CLASSES);
+    }
+    if ((r = accel_zero_fsdp_release(z->f, 1)) != ACCEL_OK) return r;
+    if ((r = accel_zero_fsdp_begin_backward(z->f)) != ACCEL_OK) return r;
+    for (u = 1; u >= 0; --u) {
+        float *gW, *gB;
+        if ((r = z3_weights(acc, z, u, &W, &B)) != ACCEL_OK) return r;
+        if ((r = accel_zero_fsdp_grads(z->f, u, z->g[u], 2)) != ACCEL_OK) return r;
+        gW = (float *)z->g[u][0].ptr;
+        gB = (float *)z->g[u][1].ptr;
+        for (i = 0; i < n; ++i) {
+            if (u == 1) { /* fc2: its gradients and the hidden layer's */
+                const float *lg = z->dlog + (size_t)i * DIGITS_CLASSES, *h = z->h + (size_t)i * H;
+                const float *hp = z->hpre + (size_t)i * H;
+                float *dh = z->dh + (size_t)i * H;
+                for (j = 0; j < H; ++j) dh[j] = 0.0f;
+                for (c = 0; c < DIGITS_CLASSES; ++c) {
+                    const float *row = W + (size_t)c * H;
+                    float *grow = gW + (size_t)c * H, d = lg[c];
+                    for (j = 0; j < H; ++j) { grow[j] += d * h[j]; dh[j] += d * row[j]; }
+                    gB[c] += d;
+                }
+                for (j = 0; j < H; ++j) dh[j] = hp[j] > 0.0f ? dh[j] : 0.0f;
+                if (rnd) rnd(dh, (size_t)H);
+            } else { /* fc1 */
+                const float *x = X + (size_t)idx[i] * DIGITS_FEATURES, *dh = z->dh + (size_t)i * H;
+                for (j = 0; j < H; ++j) {
+                    float *grow = gW + (size_t)j * DIGITS_FEATURES, d = dh[j];
+                    if (d == 0.0f) continue;
+                    for (k = 0; k < DIGITS_FEATURES; ++k) grow[k] += d * x[k];
+                    gB[j] += d;
+                }
+            }
+        }
+        if (rnd) { /* the gradient buffer in the training precision, as mlp_forward_backward's */
+            rnd(gW, (size_t)accel_tensor_numel(&z->g[u][0]));
+            rnd(gB, (size_t)accel_tensor_numel(&z->g[u][1]));
+        }
+        if ((r = accel_zero_fsdp_release(z->f, u)) != ACCEL_OK) return r;
+        if ((r = accel_zero_fsdp_reduce_scatter(z->f, u)) != ACCEL_OK) return r;
+    }
+    return accel_zero_fsdp_end_backward(z->f);
+}
+
 /* --------------------------------------------------------------------------------------------- evaluation */
 /* Accelerate's eval loop: every process predicts its (padded, even_batches) shard of the test set; the
    (prediction, label) rows go through gather_for_metrics, which drops the padding duplicates of the last batch. */
@@ -374,11 +506,34 @@ static accel_result setup_checkpoints(accel *acc, const opts *o, ckpt_ctx *cc, a
     cd.on_range = ckpt_range;
     cd.range_user = prof;
     if ((r = accel_ckpt_create(acc, &cd, ck)) != ACCEL_OK) return r;
-    if ((r = accel_ckpt_register_model(*ck, params, 4)) != ACCEL_OK) return r;
-    if ((r = accel_ckpt_register_optimizer(*ck, moms, 4)) != ACCEL_OK) return r;
+    if (params && (r = accel_ckpt_register_model(*ck, params, 4)) != ACCEL_OK) return r;
+    if (moms && (r = accel_ckpt_register_optimizer(*ck, moms, 4)) != ACCEL_OK) return r;
     r = accel_ckpt_register(*ck, "scaler", accel_amp_scaler_state_save, accel_amp_scaler_state_load, cc->scaler);
     if (r != ACCEL_OK) return r;
     return accel_ckpt_register(*ck, "trainer", save_trainer, load_trainer, cc);
+}
+
+/* --zero 1|2|3: accel_optim's SGD (torch.optim.SGD's rule) over this rank's shard */
+static accel_result shard_sgd(accel *acc, const opts *o, const accel_tensor *params, const accel_tensor *grads,
+                              const accel_tensor *model, uint64_t index_offset, accel_optim **out) {
+    accel_optim_desc od;
+    memset(&od, 0, sizeof od);
+    od.algorithm = ACCEL_OPTIM_SGD;
+    od.lr = o->lr > 0 ? o->lr : ACCEL_OPTIM_ZERO;
+    od.momentum = o->momentum;
+    od.weight_decay = o->weight_decay;
+    od.params = params; od.grads = grads; od.model = model; od.nparams = 4;
+    od.index_offset = index_offset;
+    return accel_optim_create(acc, &od, out);
+}
+
+/* --zero 3: each rank saves its shards of the weights and momenta (accel_zero_fsdp_state, Accelerate's
+   SHARDED_STATE_DICT, loadable on any number of ranks) and the optimizer's step counts; the rest as above. */
+static accel_result setup_checkpoints_z3(accel_ckpt *ck, accel_zero_fsdp_state *fs, accel_optim_shard_state *ss) {
+    accel_result r = accel_ckpt_register_sharded(ck, "fsdp_state", accel_zero_fsdp_state_save,
+                                                 accel_zero_fsdp_state_load_all, fs);
+    if (r != ACCEL_OK) return r;
+    return accel_ckpt_register(ck, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load, ss);
 }
 
 int main(int argc, char **argv) {
@@ -399,6 +554,10 @@ int main(int argc, char **argv) {
     accel_zero *zero = NULL;        /* --zero: the partition and its communication */
     accel_optim *zopt = NULL;            /* --zero: SGD over this rank's shard */
     accel_tensor zgrads[4];              /* --zero: the gradients the optimizer reads (stage 2: the shard's) */
+    z3_model z3;                         /* --zero 3: the FSDP object, its views and the batch's activations */
+    accel_tensor vp[4], vm[4], vg[4], vn[4], vfull[4]; /* --zero 3: shard views (accel_zero_fsdp_views) */
+    accel_zero_fsdp_state z3fs;
+    accel_optim_shard_state z3ss;
     accel_ckpt *ck = NULL;
     accel_prof *prof = NULL;
     accel_prof_desc pfd;
@@ -414,6 +573,7 @@ int main(int argc, char **argv) {
     int rc = 1, inited = 0, have_data = 0, have_work = 0, have_scaler = 0;
     int pr = parse_opts(argc, argv, &o);
     if (pr) return pr;
+    memset(&z3, 0, sizeof z3);
 
     memset(&desc, 0, sizeof desc);
     desc.gradient_accumulation_steps = o.accum;
@@ -517,9 +677,42 @@ int main(int argc, char **argv) {
             rd.flat = ACCEL_OFF;
             rd.bucket_cap_mb = rd.first_bucket_mb = o.bucket_kb / 1024.0;
         }
-        if (o.zero) {
+        if (o.zero == 3) {
+            accel_zero_unit units[2];
+            accel_zero_fsdp_desc fd;
+            const accel_tensor *zmom = NULL;
+            int nmom = 0;
+            size_t wide = shape.off_w2 > shape.count - shape.off_w2 ? shape.off_w2 : shape.count - shape.off_w2;
+            memset(units, 0, sizeof units);
+            units[0].name = "fc1"; units[0].params = params; units[0].n = 2;
+            units[1].name = "fc2"; units[1].params = params + 2; units[1].n = 2;
+            memset(&fd, 0, sizeof fd);
+            fd.strategy = ACCEL_ZERO_FULL_SHARD;
+            fd.units = units; fd.nunits = 2;
+            fd.param_dtype = model_dtype; /* gathered in the training precision; gradients reduced in F32 */
+            fd.reduce_dtype = ACCEL_F32;
+            fd.forward_prefetch = ACCEL_ON;
+            CHECK(accel_zero_fsdp_create(coll, &fd, &z3.f));
+            CHECK(accel_zero_fsdp_views(z3.f, ACCEL_ZERO_VIEW_PARAMS, vp, 4));
+            CHECK(accel_zero_fsdp_views(z3.f, ACCEL_ZERO_VIEW_MODEL, vm, 4));
+            CHECK(accel_zero_fsdp_views(z3.f, ACCEL_ZERO_VIEW_GRADS, vg, 4));
+            CHECK(accel_zero_fsdp_views(z3.f, ACCEL_ZERO_VIEW_NORM_GRADS, vn, 4));
+            CHECK(accel_zero_fsdp_full_tensors(z3.f, vfull, 4));
+            z3.hpre = (float *)accel_host_alloc(&acc, (size_t)o.batch * (3 * (size_t)o.hidden + DIGITS_CLASSES) *
+                                                          sizeof(float));
+            if (!z3.hpre) goto fail;
+            z3.h = z3.hpre + (size_t)o.batch * o.hidden;
+            z3.dh = z3.h + (size_t)o.batch * o.hidden;
+            z3.dlog = z3.dh + (size_t)o.batch * o.hidden;
+            if (model_dtype != ACCEL_F32 && !(z3.wide = (float *)accel_host_alloc(&acc, wide * sizeof(float))))
+                goto fail;
+            /* the param_dtype copy (vm) is what the next gathers read: the step keeps it current */
+            CHECK(shard_sgd(&acc, &o, vp, vg, model_dtype != ACCEL_F32 ? vm : NULL, 0, &zopt));
+            CHECK(accel_optim_state_tensors(zopt, &zmom, &nmom));
+            z3fs.fsdp = z3.f; z3fs.state = zmom; z3fs.m = nmom;
+            z3ss.opt = zopt; z3ss.full = vfull;
+        } else if (o.zero) {
             accel_zero_desc zd;
-            accel_optim_desc od;
             accel_tensor zparams[4];
             memset(&zd, 0, sizeof zd);
             zd.stage = o.zero;
@@ -528,14 +721,7 @@ int main(int argc, char **argv) {
             CHECK(accel_zero_create(coll, &zd, &zero));
             CHECK(accel_zero_views(zero, params, 4, zparams));
             CHECK(accel_zero_grad_views(zero, zgrads, 4));
-            memset(&od, 0, sizeof od);
-            od.algorithm = ACCEL_OPTIM_SGD;
-            od.lr = o.lr > 0 ? o.lr : ACCEL_OPTIM_ZERO;
-            od.momentum = o.momentum;
-            od.weight_decay = o.weight_decay;
-            od.params = zparams; od.grads = zgrads; od.nparams = 4;
-            od.index_offset = (uint64_t)accel_zero_get_partition(zero)->begin;
-            CHECK(accel_optim_create(&acc, &od, &zopt));
+            CHECK(shard_sgd(&acc, &o, zparams, zgrads, NULL, (uint64_t)accel_zero_get_partition(zero)->begin, &zopt));
         } else {
             CHECK(accel_ddp_create(coll, &rd, &red));
             CHECK(accel_ddp_add(red, grads, 4));
@@ -547,7 +733,7 @@ int main(int argc, char **argv) {
     memset(&scd, 0, sizeof scd);
     scd.init_scale = o.init_scale;
     scd.growth_interval = o.growth_interval;
-    scd.local_found_inf = o.zero != 2; /* all-reduced gradients: every rank sees the same Inf (ZeRO-2: only a shard) */
+    scd.local_found_inf = o.zero < 2; /* all-reduced gradients: every rank sees the same Inf (ZeRO-2/3: a shard) */
     CHECK(accel_amp_scaler_init(&acc, &scaler, &scd));
     have_scaler = 1;
 
@@ -559,7 +745,9 @@ int main(int argc, char **argv) {
     cc.pg = &pg;
     cc.train = &train;
     cc.scaler = &scaler;
-    if (o.ckpt_dir) CHECK(setup_checkpoints(&acc, &o, &cc, &ck, params, moms, &prof));
+    if (o.ckpt_dir) CHECK(setup_checkpoints(&acc, &o, &cc, &ck, o.zero == 3 ? NULL : params, o.zero == 3 ? NULL : moms,
+                                            &prof));
+    if (o.ckpt_dir && o.zero == 3) CHECK(setup_checkpoints_z3(ck, &z3fs, &z3ss));
     if (o.resume) {
         CHECK(accel_ckpt_load_state(ck, NULL)); /* the newest complete checkpoint under <dir>/checkpoints */
         if (!cc.have_loaded) {
@@ -606,24 +794,34 @@ int main(int argc, char **argv) {
         }
         accel_accumulate_begin(&acc); /* sync_gradients for this micro-batch (end_of_dataloader set by next()) */
         PROF_BEGIN(fwd_bwd);
-        loss_local += mlp_forward_backward(&shape, model, grad, data.x, data.y, idx, (int)count,
-                                           accel_amp_loss_scale(&scaler) / accel_loss_divisor(&acc), &work, rnd) /
-                      (double)count / accel_loss_divisor(&acc);
+        if (z3.f) { /* gathers, releases and reduce-scatters inside (accel_should_reduce: hold or reduce) */
+            double tot = 0.0;
+            CHECK(z3_forward_backward(&acc, &z3, &shape, data.x, data.y, idx, (int)count,
+                                      accel_amp_loss_scale(&scaler) / accel_loss_divisor(&acc), rnd, &tot));
+            loss_local += tot / (double)count / accel_loss_divisor(&acc);
+        } else {
+            loss_local += mlp_forward_backward(&shape, model, grad, data.x, data.y, idx, (int)count,
+                                               accel_amp_loss_scale(&scaler) / accel_loss_divisor(&acc), &work, rnd) /
+                          (double)count / accel_loss_divisor(&acc);
+        }
         PROF_END(fwd_bwd);
         pg.samples_in_epoch += (int64_t)acc.num_processes * count;
         PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
-        if (accel_should_reduce(&acc)) CHECK(zero ? reduce_gradients_zero(zero) : reduce_gradients(red));
+        if (accel_should_reduce(&acc) && !z3.f) CHECK(zero ? reduce_gradients_zero(zero) : reduce_gradients(red));
         PROF_END(ACCEL_PROF_GRAD_SYNC);
         if (acc.sync_gradients) {
             int found_inf = 0, nsched;
             double norm = 0.0, lossv = loss_local;
             float lr = lr_at(o.lr, pg.scheduler_steps, sched_total, o.warmup), scale = accel_amp_loss_scale(&scaler);
             PROF_BEGIN(ACCEL_PROF_OPTIMIZER);
-            CHECK(accel_amp_unscale_and_check(&scaler, o.zero == 2 ? zgrads : grads, 4, &found_inf));
-            if (!found_inf && o.clip > 0) /* ZeRO-2: the norm of the shards, reduced over the ranks */
-                CHECK(accel_amp_clip_grad_norm(&acc, o.zero == 2 ? zgrads : grads, 4, o.clip, 2.0,
-                                               o.zero == 2 ? ACCEL_AMP_CLIP_SHARDED : 0, &norm));
-            if (!found_inf && zero) { /* this rank's shard, then every rank's shard to every rank */
+            CHECK(accel_amp_unscale_and_check(&scaler, o.zero == 3 ? vg : o.zero == 2 ? zgrads : grads, 4, &found_inf));
+            if (!found_inf && o.clip > 0) /* ZeRO-2/3: the norm of the shards, reduced over the ranks */
+                CHECK(accel_amp_clip_grad_norm(&acc, o.zero == 3 ? vn : o.zero == 2 ? zgrads : grads, 4, o.clip, 2.0,
+                                               o.zero >= 2 ? ACCEL_AMP_CLIP_SHARDED : 0, &norm));
+            if (!found_inf && z3.f) { /* the shard (and its param_dtype copy, which the next gathers read) */
+                CHECK(accel_optim_set_lr(zopt, -1, lr));
+                CHECK(accel_optim_step(zopt, NULL));
+            } else if (!found_inf && zero) { /* this rank's shard, then every rank's shard to every rank */
                 CHECK(accel_optim_set_lr(zopt, -1, lr));
                 CHECK(accel_optim_step(zopt, NULL));
                 CHECK(accel_zero_gather(zero, params, 4));
@@ -646,6 +844,7 @@ int main(int argc, char **argv) {
             pg.scheduler_steps += nsched;
             if (!found_inf) pg.optimizer_steps++;
             memset(grad, 0, shape.count * sizeof(float)); /* zero_grad */
+            if (z3.f) CHECK(accel_zero_fsdp_zero_grad(z3.f));
             PROF_END(ACCEL_PROF_OPTIMIZER);
             PROF_BEGIN(ACCEL_PROF_LOGGING);
             CHECK(accel_coll_all_reduce(coll, &lossv, &lossv, 1, ACCEL_F64, ACCEL_COLL_AVG));
@@ -702,6 +901,13 @@ int main(int argc, char **argv) {
         CHECK(accel_prof_write_trace(prof));
         if (acc.num_processes > 1) CHECK(accel_prof_merge_trace(prof, NULL));
     }
+    if (z3.f) { /* the whole weights on every rank for the dump and the evaluation (FULL_STATE_DICT's export) */
+        CHECK(accel_zero_fsdp_export(z3.f, params, 4));
+        if (model_dtype != ACCEL_F32) {
+            CHECK(accel_amp_master_to_model(&acc, master, model16, model_dtype, shape.count, NULL));
+            CHECK(accel_amp_convert(&acc, model16, model_dtype, model, ACCEL_F32, shape.count, NULL));
+        }
+    }
     if (o.dump_weights && acc.is_main_process) {
         FILE *f = fopen(o.dump_weights, "wb");
         if (!f || fwrite(master, sizeof(float), shape.count, f) != shape.count) {
@@ -729,6 +935,9 @@ fail:
     accel_ddp_destroy(red);
     accel_optim_destroy(zopt);
     accel_zero_destroy(zero);
+    accel_zero_fsdp_destroy(z3.f);
+    accel_host_free(&acc, z3.hpre);
+    accel_host_free(&acc, z3.wide);
     accel_coll_destroy(coll);
     if (have_work) mlp_work_free(&work);
     if (model && model != master) accel_host_free(&acc, model);
