@@ -51,7 +51,7 @@
 
 /* ------------------------------------------------------------------------------------------------ options */
 typedef struct opts {
-    const char *data, *precision, *ckpt_dir, *resume, *dump_weights, *loss_file, *log_dir, *profile_dir;
+    const char *data, *precision, *comm_hook, *ckpt_dir, *resume, *dump_weights, *loss_file, *log_dir, *profile_dir;
     int steps, epochs, batch, accum, hidden, shuffle, ckpt_every, kill_at, print_every, eval_batch, async_ckpt;
     float lr, momentum, weight_decay, clip, warmup, init_scale;
     int growth_interval, bucket_kb, no_watchdog, zero;
@@ -87,6 +87,8 @@ static void usage(void) {
             "  --print-every N        progress line every N steps (default 50)\n"
             "  --bucket-kb N          all-reduce gradients in N-KiB buckets (default: one flat all-reduce)\n"
             "  --no-watchdog          plain blocking MPI calls (no collective deadline)\n"
+            "  --comm-hook H          none | fp16 | bf16: all-reduce gradients in 16 bits (Accelerate's\n"
+            "                         DDPCommunicationHookType; half the bytes on the wire; not with --zero)\n"
             "  --zero 1|2             ZeRO-1/2: shard the optimizer state (and with 2 the gradients) over the ranks\n"
             "  --zero 3               ZeRO-3 / FSDP FULL_SHARD: the weights too, one unit per layer (gathered for\n"
             "                         its forward and its backward, gradients reduce-scattered); checkpoints: sharded\n"
@@ -131,6 +133,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (TD_ARG("--eval-batch")) o->eval_batch = atoi(v);
         else if (TD_ARG("--bucket-kb")) o->bucket_kb = atoi(v);
         else if (TD_ARG("--zero")) o->zero = atoi(v);
+        else if (TD_ARG("--comm-hook")) o->comm_hook = v;
         else if (!strcmp(a, "--resume")) o->resume = "latest";
         else if (!strcmp(a, "--no-shuffle")) o->shuffle = 0;
         else if (!strcmp(a, "--async-checkpoint")) o->async_ckpt = 1;
@@ -146,6 +149,14 @@ static int parse_opts(int argc, char **argv, opts *o) {
     }
     if (o->precision && strcmp(o->precision, "no") && strcmp(o->precision, "fp16") && strcmp(o->precision, "bf16")) {
         fprintf(stderr, "train_digits: --precision must be no, fp16 or bf16\n");
+        return 2;
+    }
+    if (o->comm_hook && strcmp(o->comm_hook, "none") && strcmp(o->comm_hook, "fp16") && strcmp(o->comm_hook, "bf16")) {
+        fprintf(stderr, "train_digits: --comm-hook must be none, fp16 or bf16\n");
+        return 2;
+    }
+    if (o->zero && o->comm_hook && strcmp(o->comm_hook, "none")) { /* ZeRO reduce-scatters; the hook is DDP's */
+        fprintf(stderr, "train_digits: --comm-hook is the DDP reducer's and does not combine with --zero\n");
         return 2;
     }
     if (o->zero < 0 || o->zero > 3) {
@@ -677,6 +688,10 @@ int main(int argc, char **argv) {
             rd.flat = ACCEL_OFF;
             rd.bucket_cap_mb = rd.first_bucket_mb = o.bucket_kb / 1024.0;
         }
+        if (o.comm_hook) /* DistributedDataParallelKwargs(comm_hook=...) */
+            rd.comm_hook = !strcmp(o.comm_hook, "fp16")   ? ACCEL_DDP_COMM_HOOK_FP16
+                           : !strcmp(o.comm_hook, "bf16") ? ACCEL_DDP_COMM_HOOK_BF16
+                                                          : ACCEL_DDP_COMM_HOOK_NONE;
         if (o.zero == 3) {
             accel_zero_unit units[2];
             accel_zero_fsdp_desc fd;
