@@ -6,7 +6,9 @@
      collectives     accel_collectives.h on host buffers: F32 sum all-reduce (80 KB: the ring on 2 ranks), F64 avg,
                      I64 max, I32 all-gather, F32 reduce-scatter, U8 broadcast from the last rank, each against the
                      long-hand result (integer-valued floats: exact whatever the summation order); SKIP without MPI
-     device-collectives  SKIP: this CLI links accel's CPU implementation (the CUDA one is for nvcc programs)
+     device-collectives  with CUDA and NCCL and a device per local process: NCCL all_reduce, all_gather and broadcast
+                     of F32 against long-hand results; SKIP otherwise (no device, a cpu run, more processes than
+                     devices on a node, a build without them)
      rng             accel_set_seed(s, 0) gives every rank the same draws; (s, device_specific) the draws of seed
                      s + rank; accel_synchronize_rng_state makes them agree again
      shards          accel_data.h shuffled shards: with even_batches off every index of the dataset exactly once over
@@ -34,6 +36,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(ACCEL_WITH_CUDA) && defined(ACCEL_WITH_NCCL)
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
 
 enum { T_PASS = 0, T_SKIP = 1, T_FAIL = 2 };
 #define T_MSG 240
@@ -339,6 +345,135 @@ done:
                           accel_coll_backend_name(accel_coll_get_backend(c)));
     accel_coll_destroy(c);
 }
+
+/* ------------------------------------------------------------------------------------------- device collectives */
+#if defined(ACCEL_WITH_CUDA) && defined(ACCEL_WITH_NCCL)
+/* NCCL on this job's devices, straight through the CUDA runtime and NCCL (the CLI links accel's CPU implementation,
+   whose communicator has no device path): one device per local process, the unique id over accel's host group, then
+   all_reduce (sum), all_gather (in place) and broadcast (from the last rank) of F32 against long-hand results. Every
+   local step that can fail (device, stream, memory, copies) is agreed on before the communicator is made, so a rank
+   that cannot take part makes every rank fail instead of leaving the others inside ncclCommInitRank. */
+static void test_device(test_ctx *t) {
+    accel *acc = t->acc;
+    int P = acc->num_processes, me = acc->process_index, ndev = 0, r;
+    double t0 = accel_now();
+    const size_t n = 4096;
+    size_t i;
+    int64_t v[2];
+    float *d = NULL, *h = NULL;
+    cudaStream_t st = NULL;
+    ncclComm_t comm = NULL;
+    ncclResult_t nr = ncclSuccess;
+    struct { int64_t ok; ncclUniqueId id; } boot;
+    char why[T_MSG] = "", where[32] = "";
+    accel_result res;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 0;
+    (void)cudaGetLastError();
+    v[0] = acc->desc.cpu ? 0 : ndev;                                /* the fewest devices of any rank */
+    v[1] = acc->desc.cpu || ndev == 0 ? 1 : acc->local_num_processes > ndev; /* more processes than devices */
+    if (test_host_failed(t, res = accel_host_allreduce_i64(acc, v, 1, ACCEL_HOST_MIN)) ||
+        test_host_failed(t, res = accel_host_allreduce_i64(acc, v + 1, 1, ACCEL_HOST_MAX))) {
+        test_verdict_line(t, "device-collectives", T_FAIL, accel_now() - t0, "all-reduce: %s", accel_last_error(acc));
+        return;
+    }
+    if (v[0] == 0) {
+        test_verdict_line(t, "device-collectives", T_SKIP, accel_now() - t0, "skipped: %s",
+                          acc->desc.cpu ? "cpu run (ACCELERATE_USE_CPU)" : "no CUDA device on some rank");
+        return;
+    }
+    if (v[1]) {
+        test_verdict_line(t, "device-collectives", T_SKIP, accel_now() - t0, "skipped: more processes than CUDA "
+                          "devices on a node (NCCL needs one device per process)");
+        return;
+    }
+    snprintf(where, sizeof where, "cuda:%d", acc->local_process_index);
+    h = (float *)malloc((size_t)P * n * sizeof *h);
+    if (!h) snprintf(why, sizeof why, "out of memory");
+    else if (cudaSetDevice(acc->local_process_index) != cudaSuccess || cudaStreamCreate(&st) != cudaSuccess ||
+             cudaMalloc((void **)&d, (size_t)P * n * sizeof *d) != cudaSuccess)
+        snprintf(why, sizeof why, "%s: %s", where, cudaGetErrorString(cudaGetLastError()));
+    if (!why[0]) {
+        for (i = 0; i < n; ++i) h[i] = test_x(me, i);
+        if (cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess)
+            snprintf(why, sizeof why, "%s: copy to the device: %s", where, cudaGetErrorString(cudaGetLastError()));
+    }
+    memset(&boot, 0, sizeof boot);
+    boot.ok = !why[0];
+    if (me == 0 && boot.ok && (nr = ncclGetUniqueId(&boot.id)) != ncclSuccess) {
+        snprintf(why, sizeof why, "ncclGetUniqueId: %s", ncclGetErrorString(nr));
+        boot.ok = 0;
+    }
+    v[0] = boot.ok;
+    if (test_host_failed(t, res = accel_host_allreduce_i64(acc, v, 1, ACCEL_HOST_MIN)) ||
+        test_host_failed(t, res = accel_host_broadcast(acc, &boot, sizeof boot, 0))) {
+        snprintf(why, sizeof why, "host group: %s", accel_last_error(acc));
+        goto done;
+    }
+    if (!v[0]) {
+        if (!why[0]) snprintf(why, sizeof why, "another rank could not set up its device");
+        goto done;
+    }
+    if ((nr = ncclCommInitRank(&comm, P, boot.id, me)) != ncclSuccess) {
+        snprintf(why, sizeof why, "ncclCommInitRank on %s: %s", where, ncclGetErrorString(nr));
+        comm = NULL;
+        goto done;
+    }
+    /* all_reduce sum (integer-valued floats: exact in any order) */
+    if ((nr = ncclAllReduce(d, d, n, ncclFloat, ncclSum, comm, st)) != ncclSuccess ||
+        cudaStreamSynchronize(st) != cudaSuccess ||
+        cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        snprintf(why, sizeof why, "all_reduce on %s: %s", where,
+                 nr != ncclSuccess ? ncclGetErrorString(nr) : cudaGetErrorString(cudaGetLastError()));
+        goto done;
+    }
+    for (i = 0; i < n && !why[0]; ++i) {
+        double e = 0;
+        for (r = 0; r < P; ++r) e += test_x(r, i);
+        if (h[i] != (float)e)
+            snprintf(why, sizeof why, "all_reduce F32 sum [%zu]: %.9g, long-hand %.9g", i, (double)h[i], e);
+    }
+    if (why[0]) goto done;
+    /* all_gather in place: this rank's block at d + me * n */
+    for (i = 0; i < n; ++i) h[i] = (float)(me * 10000 + (int)(i % 9973));
+    if (cudaMemcpy(d + (size_t)me * n, h, n * sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess ||
+        (nr = ncclAllGather(d + (size_t)me * n, d, n, ncclFloat, comm, st)) != ncclSuccess ||
+        cudaStreamSynchronize(st) != cudaSuccess ||
+        cudaMemcpy(h, d, (size_t)P * n * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        snprintf(why, sizeof why, "all_gather on %s: %s", where,
+                 nr != ncclSuccess ? ncclGetErrorString(nr) : cudaGetErrorString(cudaGetLastError()));
+        goto done;
+    }
+    for (r = 0; r < P && !why[0]; ++r)
+        for (i = 0; i < n && !why[0]; ++i)
+            if (h[(size_t)r * n + i] != (float)(r * 10000 + (int)(i % 9973)))
+                snprintf(why, sizeof why, "all_gather F32: rank %d's element %zu is %.9g", r, i,
+                         (double)h[(size_t)r * n + i]);
+    if (why[0]) goto done;
+    /* broadcast from the last rank */
+    for (i = 0; i < n; ++i) h[i] = me == P - 1 ? (float)(i * 3 + 1) : -1.0f;
+    if (cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess ||
+        (nr = ncclBroadcast(d, d, n, ncclFloat, P - 1, comm, st)) != ncclSuccess ||
+        cudaStreamSynchronize(st) != cudaSuccess ||
+        cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        snprintf(why, sizeof why, "broadcast on %s: %s", where,
+                 nr != ncclSuccess ? ncclGetErrorString(nr) : cudaGetErrorString(cudaGetLastError()));
+        goto done;
+    }
+    for (i = 0; i < n && !why[0]; ++i)
+        if (h[i] != (float)(i * 3 + 1))
+            snprintf(why, sizeof why, "broadcast F32 from rank %d: element %zu differs", P - 1, i);
+done:
+    if (comm) ncclCommDestroy(comm);
+    if (d) cudaFree(d);
+    if (st) cudaStreamDestroy(st);
+    free(h);
+    if (why[0])
+        test_verdict_line(t, "device-collectives", T_FAIL, accel_now() - t0, "%s", why);
+    else
+        test_verdict_line(t, "device-collectives", T_PASS, accel_now() - t0,
+                          "NCCL all_reduce, all_gather, broadcast on one device per process match long-hand");
+}
+#endif
 
 /* ------------------------------------------------------------------------------------------------------- rng */
 static void test_rng(test_ctx *t) {
@@ -714,13 +849,10 @@ int cli_test(int argc, char **argv) {
     test_host_group(&t);
     if (t.group_ok) test_collectives(&t);
     if (t.group_ok) {
-        double t0 = accel_now();
-#if defined(ACCEL_WITH_CUDA)
-        test_verdict_line(&t, "device-collectives", T_SKIP, accel_now() - t0,
-                          "skipped: the accel CLI links accel's CPU implementation (device collectives need an "
-                          "nvcc-built program)");
+#if defined(ACCEL_WITH_CUDA) && defined(ACCEL_WITH_NCCL)
+        test_device(&t);
 #else
-        test_verdict_line(&t, "device-collectives", T_SKIP, accel_now() - t0, "skipped: built without CUDA");
+        test_verdict_line(&t, "device-collectives", T_SKIP, 0, "skipped: built without CUDA and NCCL");
 #endif
     }
     if (t.group_ok) test_rng(&t);
