@@ -223,6 +223,17 @@ done:
 /* ----------------------------------------------------------------------------------------------- collectives */
 static float test_x(int r, size_t i) { return (float)((r + 1) * (int)(i % 101) - (int)(i % 7)); }
 
+/* got[i] against the long-hand sum over ranks of test_x(r, first + i); the first difference goes into why */
+static void test_sum_f32(const float *got, size_t n, int P, size_t first, const char *what, char *why, size_t cap) {
+    size_t i;
+    int r;
+    for (i = 0; i < n && !why[0]; ++i) {
+        double e = 0;
+        for (r = 0; r < P; ++r) e += test_x(r, first + i);
+        if (got[i] != (float)e) snprintf(why, cap, "%s [%zu]: %.9g, long-hand %.9g", what, i, (double)got[i], e);
+    }
+}
+
 static void test_collectives(test_ctx *t) {
     accel *acc = t->acc;
     int P = acc->num_processes, me = acc->process_index, r;
@@ -262,12 +273,7 @@ static void test_collectives(test_ctx *t) {
         snprintf(why, sizeof why, "all_reduce F32 sum: %s", accel_last_error(acc));
         goto done;
     }
-    for (i = 0; i < n && !why[0]; ++i) {
-        double s = 0;
-        for (r = 0; r < P; ++r) s += test_x(r, i);
-        if (x[i] != (float)s)
-            snprintf(why, sizeof why, "all_reduce F32 sum [%zu]: %.9g, long-hand %.9g", i, (double)x[i], s);
-    }
+    test_sum_f32(x, n, P, 0, "all_reduce F32 sum", why, sizeof why);
     if (why[0]) goto done;
     /* F64 avg: the sum / P */
     for (i = 0; i < m; ++i) a[i] = (double)test_x(me, i * 3) * 0.5;
@@ -315,12 +321,7 @@ static void test_collectives(test_ctx *t) {
         snprintf(why, sizeof why, "reduce_scatter F32 sum: %s", accel_last_error(acc));
         goto done;
     }
-    for (i = 0; i < m && !why[0]; ++i) {
-        double s = 0;
-        for (r = 0; r < P; ++r) s += test_x(r, (size_t)me * m + i + 17);
-        if (rs[i] != (float)s)
-            snprintf(why, sizeof why, "reduce_scatter F32 sum [%zu]: %.9g, long-hand %.9g", i, (double)rs[i], s);
-    }
+    test_sum_f32(rs, m, P, (size_t)me * m + 17, "reduce_scatter F32 sum", why, sizeof why);
     if (why[0]) goto done;
     /* U8 broadcast from the last rank */
     for (i = 0; i < sizeof bc; ++i) bc[i] = me == P - 1 ? (unsigned char)(i * 13 + 5) : 0xEE;
@@ -426,12 +427,7 @@ static void test_device(test_ctx *t) {
                  nr != ncclSuccess ? ncclGetErrorString(nr) : cudaGetErrorString(cudaGetLastError()));
         goto done;
     }
-    for (i = 0; i < n && !why[0]; ++i) {
-        double e = 0;
-        for (r = 0; r < P; ++r) e += test_x(r, i);
-        if (h[i] != (float)e)
-            snprintf(why, sizeof why, "all_reduce F32 sum [%zu]: %.9g, long-hand %.9g", i, (double)h[i], e);
-    }
+    test_sum_f32(h, n, P, 0, "NCCL all_reduce F32 sum", why, sizeof why);
     if (why[0]) goto done;
     /* all_gather in place: this rank's block at d + me * n */
     for (i = 0; i < n; ++i) h[i] = (float)(me * 10000 + (int)(i % 9973));
