@@ -14,4 +14,5 @@ int cli_device_map(int argc, char **argv); /* cli_device_map.c (accel_bigmodel.h
 int cli_launch(int argc, char **argv); /* cli_launch.c: torchrun-style launcher */
 int cli_config(int argc, char **argv); /* cli_launch.c: Accelerate's write_basic_config */
 int cli_fr(int argc, char **argv);     /* cli_fr.c: the flight recorder's dumps, first divergence between ranks */
+int cli_test(int argc, char **argv);   /* cli_test.c: Accelerate's `accelerate test`, under any launcher */
 #endif
