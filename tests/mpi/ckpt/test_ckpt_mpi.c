@@ -34,7 +34,7 @@ static accel_result s_load(void *u, const void *buf, size_t n) {
 }
 static accel_result c_save(void *u, void *buf, size_t cap, size_t *n) {
     *n = strlen((const char *)u);
-    if (cap >= *n) memcpy(buf, u, *n);
+    if (buf && cap >= *n) memcpy(buf, u, *n); /* the contract: buf NULL asks for the size */
     return ACCEL_OK;
 }
 static accel_result c_load(void *u, const void *buf, size_t n) {

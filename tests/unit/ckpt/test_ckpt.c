@@ -47,7 +47,7 @@ typedef struct { char text[32]; } custom_obj;
 static accel_result custom_save(void *user, void *buf, size_t cap, size_t *written) {
     size_t n = strlen(((custom_obj *)user)->text);
     *written = n;
-    if (cap >= n) memcpy(buf, ((custom_obj *)user)->text, n);
+    if (buf && cap >= n) memcpy(buf, ((custom_obj *)user)->text, n); /* buf NULL asks for the size */
     return ACCEL_OK;
 }
 static accel_result custom_load(void *user, const void *buf, size_t n) {
