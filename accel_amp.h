@@ -1097,6 +1097,11 @@ enum { ACCEL__AMP_NORM_P2 = 0, ACCEL__AMP_NORM_P1, ACCEL__AMP_NORM_INF, ACCEL__A
 #ifndef ACCEL__AMP_WAVES_NORM
 #define ACCEL__AMP_WAVES_NORM 1
 #endif
+/* The fp8 cast with amax: a bounded grid, whose blocks each fold the amax of many chunks before their one atomicMax
+   per slot (a block per chunk: 0.88x of a copy on an H200, a grid of the resident blocks: 0.95-0.98x). */
+#ifndef ACCEL__AMP_WAVES_FP8Q
+#define ACCEL__AMP_WAVES_FP8Q 1
+#endif
 #define ACCEL__AMP_U_OK(u) ((u) == 1 || (u) == 2 || (u) == 4 || (u) == 8)
 #if !ACCEL__AMP_U_OK(ACCEL__AMP_U_FAST) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_NORM) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_ANY)
 #error "ACCEL__AMP_U_FAST, ACCEL__AMP_U_NORM and ACCEL__AMP_U_ANY must be 1, 2, 4 or 8"
@@ -1105,8 +1110,9 @@ enum { ACCEL__AMP_NORM_P2 = 0, ACCEL__AMP_NORM_P1, ACCEL__AMP_NORM_INF, ACCEL__A
     ACCEL__AMP_MINB_ANY < 1 || ACCEL__AMP_MINB_ANY > 8
 #error "ACCEL__AMP_MINB_FAST, ACCEL__AMP_MINB_NORM and ACCEL__AMP_MINB_ANY must be in [1, 8]"
 #endif
-#if ACCEL__AMP_WAVES_FAST < 0 || ACCEL__AMP_WAVES_FAST > 64 || ACCEL__AMP_WAVES_NORM < 1 || ACCEL__AMP_WAVES_NORM > 64
-#error "ACCEL__AMP_WAVES_FAST must be in [0, 64] and ACCEL__AMP_WAVES_NORM in [1, 64]"
+#if ACCEL__AMP_WAVES_FAST < 0 || ACCEL__AMP_WAVES_FAST > 64 || ACCEL__AMP_WAVES_NORM < 1 ||                          \
+    ACCEL__AMP_WAVES_NORM > 64 || ACCEL__AMP_WAVES_FP8Q < 0 || ACCEL__AMP_WAVES_FP8Q > 64
+#error "ACCEL__AMP_WAVES_FAST and ACCEL__AMP_WAVES_FP8Q must be in [0, 64] and ACCEL__AMP_WAVES_NORM in [1, 64]"
 #endif
 /* stochastic rounding's Philox rounds need about 40 registers: at 32 (MINB 8) they spill */
 #define ACCEL__AMP_MINB_SR (ACCEL__AMP_MINB_FAST < 6 ? ACCEL__AMP_MINB_FAST : 6)
@@ -1607,14 +1613,17 @@ ACCEL__AMP_FI void accel__amp_acc_init(accel__amp_acc *s) {
 /* ---- host side of a launch (also what the CPU grid test builds) */
 /* A kernel instance: which template arguments run a launch. The specialised ones (every buffer fp32, the hot
    paths) take their dtypes as constants and U = ACCEL__AMP_U_FAST / _NORM; the generic one reads each buffer's
-   dtypes and takes U = ACCEL__AMP_U_ANY. waves: ACCEL__AMP_WAVES_NORM for a norm, else ACCEL__AMP_WAVES_FAST. */
+   dtypes and takes U = ACCEL__AMP_U_ANY. waves: ACCEL__AMP_WAVES_NORM for a norm, ACCEL__AMP_WAVES_FP8Q for the fp8
+   cast with amax, else ACCEL__AMP_WAVES_FAST. */
 typedef struct accel__amp_cfg { int id, ta, tb, vwl, mode, u, waves; } accel__amp_cfg;
 enum { ACCEL__AMP_I_GENERIC = 0, ACCEL__AMP_I_F32, ACCEL__AMP_I_F32_BF16, ACCEL__AMP_I_F32_F16, ACCEL__AMP_I_F32_F8,
        ACCEL__AMP_I_F8_F32 };
 ACCEL__PRIVATE void accel__amp_pick(int kind, int mode, int ta, int tb, accel__amp_cfg *c) {
     /* ta / tb: the dtype every buffer of the launch has, or -1 */
     c->id = ACCEL__AMP_I_GENERIC; c->ta = c->tb = c->vwl = c->mode = -1; c->u = ACCEL__AMP_U_ANY;
-    c->waves = kind == ACCEL__AMP_K_NORM ? ACCEL__AMP_WAVES_NORM : ACCEL__AMP_WAVES_FAST;
+    c->waves = kind == ACCEL__AMP_K_NORM   ? ACCEL__AMP_WAVES_NORM
+               : kind == ACCEL__AMP_K_FP8Q ? ACCEL__AMP_WAVES_FP8Q
+                                           : ACCEL__AMP_WAVES_FAST;
     switch (kind) {
     case ACCEL__AMP_K_UNSCALE: case ACCEL__AMP_K_SCALE:
         if (ta == ACCEL_F32) c->id = ACCEL__AMP_I_F32;

@@ -152,12 +152,14 @@
      step_args: clip_coef or grad_norm + max_norm (both: an error naming them; max_norm NaN, or nonzero without
      grad_norm: an error). The coefficient from grad_norm is accel_optim_clip_coef(*grad_norm, max_norm) bit for bit.
      Macros (the CUDA launch shape; speed, never results — bench/optim/sweep_gpu.sh times bench/optim/variants.txt):
-       ACCEL_OPTIM_CHUNK          elements per CUDA block (8192; a multiple of 8)
+       ACCEL_OPTIM_CHUNK          elements per CUDA block (2048; a multiple of 8) of the kernels without a Philox stream
+       ACCEL_OPTIM_CHUNK_SR       the same for the kernels with one (BF16 moments or a stochastic copy; 8192)
        ACCEL_OPTIM_CUDA_BLOCK     threads per block (256; a power of two, 32 to 1024)
        ACCEL_OPTIM_CUDA_U         vectors of 8 elements a thread loads before its first store (1; 1 to 4)
        ACCEL_OPTIM_CUDA_FAST      1: the vector path's square root and divisions without a branch (below), 0: nvcc's
        ACCEL_OPTIM_CUDA_MINB      blocks of 256 threads per SM the launch bound keeps (3: 80 registers a thread)
-       ACCEL_OPTIM_CUDA_MINB_SR   the same for the kernels with a Philox stream (BF16 moments, SR copy; 2: 128)
+       ACCEL_OPTIM_CUDA_MINB_SR   the same for a stochastic copy with F32 moments (2: 128 registers)
+       ACCEL_OPTIM_CUDA_MINB_MOM16  the same for BF16 moments (3)
      ACCEL_OPTIM_NO_DISPATCH: no run-time choice of the AVX2+FMA loop.
      Speed (never results): compile the ACCEL_IMPLEMENTATION TU with -fno-math-errno (the project's build does), or
      sqrtf stays a libm call per element and the CPU loop does not vectorize; on x86 GCC/Clang builds without FMA
@@ -388,11 +390,18 @@ static ACCEL_INLINE ACCEL_HD uint16_t accel_optim_f32_to_bf16_sr(float f, uint32
 #ifndef ACCEL_OPTIM_CUDA_BLOCK
 #define ACCEL_OPTIM_CUDA_BLOCK 256
 #endif
+/* Chunk sizes as measured on an H200 (bench/optim/sweep_gpu.sh, GPT-2 124M list): the kernels without a Philox
+   stream ran best with 2048 elements a block (F32 gradients 0.95x of a copy against 0.89x with 8192), those with
+   one (BF16 moments, a stochastic copy) with 8192 (2048: 0.52-0.73x against 0.66-0.81x): each block sets up its
+   stream once per chunk. */
 #ifndef ACCEL_OPTIM_CHUNK
-#define ACCEL_OPTIM_CHUNK 8192 /* four rounds of a vector of 8 per thread of a 256-thread block */
+#define ACCEL_OPTIM_CHUNK 2048 /* one round of a vector of 8 per thread of a 256-thread block */
 #endif
-#if ACCEL_OPTIM_CHUNK <= 0
-#error "ACCEL_OPTIM_CHUNK must be positive"
+#ifndef ACCEL_OPTIM_CHUNK_SR
+#define ACCEL_OPTIM_CHUNK_SR 8192 /* four rounds */
+#endif
+#if ACCEL_OPTIM_CHUNK <= 0 || ACCEL_OPTIM_CHUNK_SR <= 0
+#error "ACCEL_OPTIM_CHUNK and ACCEL_OPTIM_CHUNK_SR must be positive"
 #endif
 #if (ACCEL_OPTIM_CUDA_BLOCK & (ACCEL_OPTIM_CUDA_BLOCK - 1)) != 0 || ACCEL_OPTIM_CUDA_BLOCK < 32 ||                     \
         ACCEL_OPTIM_CUDA_BLOCK > 1024
@@ -943,7 +952,8 @@ static ACCEL__OPTIM_NOCONTRACT void accel__optim_host_coefs(const accel__optim_h
    chunks as its kernel parameter (accel__optim_largs, read through the constant cache, which the step's streams do
    not evict): a block finds its job by a binary search there and issues its first loads at once, the coefficients
    (from the device job array) in the same round as the data. A block takes one chunk of ACCEL_OPTIM_CHUNK elements
-   of one job; the hardware hands blocks to SMs as they free up, so the last round stays balanced.
+   (ACCEL_OPTIM_CHUNK_SR for a class whose instance draws from a Philox stream: the launch's `chunk`) of one job;
+   the hardware hands blocks to SMs as they free up, so the last round stays balanced.
    The vector path (accel__optim_vec_head: AdamW without amsgrad, F32 or BF16 gradients, no copy or a BF16 one, and
    streams that all reach 16-byte alignment at the same element `head` < 8) moves vectors of 8 elements (two float4
    per F32 stream, one uint4 per 16-bit stream): a thread issues every load of its ACCEL_OPTIM_CUDA_U vectors before
@@ -974,8 +984,8 @@ static ACCEL__OPTIM_NOCONTRACT void accel__optim_host_coefs(const accel__optim_h
 #ifndef ACCEL__OPTIM_CAP
 #define ACCEL__OPTIM_CAP 160 /* jobs per launch: 88 bytes each of the kernel parameter (CUDA >= 12.1: 32764 bytes) */
 #endif
-#if (ACCEL_OPTIM_CHUNK % ACCEL__OPTIM_VEC) != 0
-#error "ACCEL_OPTIM_CHUNK must be a multiple of 8"
+#if (ACCEL_OPTIM_CHUNK % ACCEL__OPTIM_VEC) != 0 || (ACCEL_OPTIM_CHUNK_SR % ACCEL__OPTIM_VEC) != 0
+#error "ACCEL_OPTIM_CHUNK and ACCEL_OPTIM_CHUNK_SR must be multiples of 8"
 #endif
 #if ACCEL_OPTIM_CUDA_U < 1 || ACCEL_OPTIM_CUDA_U > 4
 #error "ACCEL_OPTIM_CUDA_U must be 1 to 4"
@@ -1177,8 +1187,13 @@ static ACCEL_INLINE void accel__optim_class_args(int q, const accel__optim_hyper
 /* The jobs grouped by class, in order within each: class q is out[first[q] .. first[q + 1]), its chunks numbered
    from 0 (chunk_begin), nchunks[q] in all; d.kj = the job's place in out (the device copy of out holds its
    coefficients). */
-static ACCEL_INLINE void accel__optim_classify(const accel__optim_job *jobs, int nj, accel__optim_job *out,
-                                               int first[ACCEL__OPTIM_CLASSES + 1],
+static ACCEL_INLINE int accel__optim_chunk_elems(int q, const accel__optim_hyper *hy) {
+    int vec, gt, model, sr;
+    accel__optim_class_args(q, hy, &vec, &gt, &model, &sr);
+    return sr || hy->mom_bf16 ? ACCEL_OPTIM_CHUNK_SR : ACCEL_OPTIM_CHUNK;
+}
+static ACCEL_INLINE void accel__optim_classify(const accel__optim_job *jobs, int nj, const accel__optim_hyper *hy,
+                                               accel__optim_job *out, int first[ACCEL__OPTIM_CLASSES + 1],
                                                long long nchunks[ACCEL__OPTIM_CLASSES]) {
     int q, i, at[ACCEL__OPTIM_CLASSES];
     for (q = 0; q <= ACCEL__OPTIM_CLASSES; ++q) first[q] = 0;
@@ -1194,7 +1209,7 @@ static ACCEL_INLINE void accel__optim_classify(const accel__optim_job *jobs, int
         out[at[q]].chunk_begin = nchunks[q];
         out[at[q]].d.kj = at[q];
         ++at[q];
-        nchunks[q] += (jobs[i].d.n + ACCEL_OPTIM_CHUNK - 1) / ACCEL_OPTIM_CHUNK;
+        nchunks[q] += (jobs[i].d.n + accel__optim_chunk_elems(q, hy) - 1) / accel__optim_chunk_elems(q, hy);
     }
 }
 
@@ -1202,7 +1217,7 @@ static ACCEL_INLINE void accel__optim_classify(const accel__optim_job *jobs, int
 typedef struct accel__optim_largs {
     const accel__optim_job *jobs;        /* the step's jobs in device memory: job kj's coefficients in jobs[kj].k */
     long long nchunks;                   /* chunks of this launch: its grid (a grid-stride loop past 65536) */
-    int nj, pad;
+    int nj, chunk;                       /* chunk: elements a block (accel__optim_chunk_elems of the class) */
     accel__optim_hyper hy;
     accel__optim_in in;
     long long begins[ACCEL__OPTIM_CAP];  /* each job's first chunk, from 0 */
@@ -1220,7 +1235,7 @@ static ACCEL_INLINE int accel__optim_launch_fill(accel__optim_largs *L, const ac
     int i;
     L->jobs = djobs;
     L->nj = b - a;
-    L->pad = 0;
+    L->chunk = accel__optim_chunk_elems(q, hy);
     L->nchunks = (b < first[q + 1] ? sorted[b].chunk_begin : nchunks[q]) - c0;
     L->hy = *hy;
     L->in = *in;
@@ -1238,10 +1253,10 @@ typedef struct accel__optim_span {
     long long t0, t1; /* single elements [t0, t1): the tail, on the job's last chunk */
 } accel__optim_span;
 
-ACCEL__OPTIM_HDI void accel__optim_span_of(long long n, int head, long long c, accel__optim_span *s) {
-    const long long cv = ACCEL_OPTIM_CHUNK / ACCEL__OPTIM_VEC;
+ACCEL__OPTIM_HDI void accel__optim_span_of(long long n, int head, long long c, int chunk, accel__optim_span *s) {
+    const long long cv = chunk / ACCEL__OPTIM_VEC;
     const long long nvec = n > head ? (n - head) / ACCEL__OPTIM_VEC : 0;
-    const long long last = (n + ACCEL_OPTIM_CHUNK - 1) / ACCEL_OPTIM_CHUNK - 1;
+    const long long last = (n + chunk - 1) / chunk - 1;
     const long long tail = head + ACCEL__OPTIM_VEC * nvec;
     s->v0 = c * cv < nvec ? c * cv : nvec;
     s->v1 = (c + 1) * cv < nvec ? (c + 1) * cv : nvec;
@@ -1436,11 +1451,11 @@ ACCEL__OPTIM_HDI void accel__optim_chunk(const accel__optim_largs *A, long long 
     const accel__optim_dj *d = &A->d[j];
     if (vec) {
         accel__optim_span s;
-        accel__optim_span_of(d->n, d->head, c - A->begins[j], &s);
+        accel__optim_span_of(d->n, d->head, c - A->begins[j], A->chunk, &s);
         accel__optim_vec_thread(d, &A->jobs[d->kj].k, stage, &A->hy, &A->in, &s, tid, bd, gt, model, sr, mom16);
     } else {
-        const long long start = (c - A->begins[j]) * ACCEL_OPTIM_CHUNK;
-        const long long len = d->n - start < ACCEL_OPTIM_CHUNK ? d->n - start : ACCEL_OPTIM_CHUNK;
+        const long long start = (c - A->begins[j]) * A->chunk;
+        const long long len = d->n - start < A->chunk ? d->n - start : A->chunk;
         const accel__optim_coefs k = A->jobs[d->kj].k;
         accel__optim_gen_thread(d, &k, &A->hy, &A->in, start, len, tid, bd, 1);
     }
@@ -1472,24 +1487,30 @@ static __global__ void accel__optim_coef_kernel(accel__optim_job *jobs, int njob
 /* One instance of the vector path per (gradient dtype, copy, its rounding, moment dtype) and one of the generic
    path, so that each holds one path and gets the registers of that path alone (in one kernel, the compiler kept the
    fields of every path live at the branch and spilled). The launch bounds: ACCEL_OPTIM_CUDA_MINB (instances without
-   a Philox stream) and ACCEL_OPTIM_CUDA_MINB_SR (BF16 moments or a stochastic copy) blocks of 256 threads per SM:
-   4 leave 64 registers a thread, 3 leave 80, 2 leave 128 (sm_90 with nvcc 13: the vector path with F32 moments
-   fits 80 without spills, with a Philox stream 128). */
+   a Philox stream), ACCEL_OPTIM_CUDA_MINB_SR (a stochastic copy with F32 moments) and ACCEL_OPTIM_CUDA_MINB_MOM16
+   (BF16 moments) blocks of 256 threads per SM: 4 leave 64 registers a thread, 3 leave 80, 2 leave 128 (sm_90 with
+   nvcc 13: the vector path with F32 moments fits 80 without spills, with a Philox stream 128). Measured on an H200:
+   the BF16-moment instances ran faster at 3 despite spilling (0.86x of a copy against 0.80x at 2), the stochastic
+   copy slower (0.75x against 0.81x). */
 #ifndef ACCEL_OPTIM_CUDA_MINB
 #define ACCEL_OPTIM_CUDA_MINB 3
 #endif
 #ifndef ACCEL_OPTIM_CUDA_MINB_SR
 #define ACCEL_OPTIM_CUDA_MINB_SR 2
 #endif
-#if ACCEL_OPTIM_CUDA_MINB < 1 || ACCEL_OPTIM_CUDA_MINB_SR < 1
-#error "ACCEL_OPTIM_CUDA_MINB and ACCEL_OPTIM_CUDA_MINB_SR must be positive"
+#ifndef ACCEL_OPTIM_CUDA_MINB_MOM16
+#define ACCEL_OPTIM_CUDA_MINB_MOM16 3
+#endif
+#if ACCEL_OPTIM_CUDA_MINB < 1 || ACCEL_OPTIM_CUDA_MINB_SR < 1 || ACCEL_OPTIM_CUDA_MINB_MOM16 < 1
+#error "ACCEL_OPTIM_CUDA_MINB, ACCEL_OPTIM_CUDA_MINB_SR and ACCEL_OPTIM_CUDA_MINB_MOM16 must be positive"
 #endif
 #define ACCEL__OPTIM_MINB(m) ((m) * 256 / ACCEL_OPTIM_CUDA_BLOCK > 0 ? (m) * 256 / ACCEL_OPTIM_CUDA_BLOCK : 1)
 typedef char accel__optim_largs_fit[sizeof(accel__optim_largs) <= 32764 ? 1 : -1];
 template <int gt, int model, int sr, int mom16>
 static __global__ void __launch_bounds__(ACCEL_OPTIM_CUDA_BLOCK,
-                                         ACCEL__OPTIM_MINB(sr || mom16 ? ACCEL_OPTIM_CUDA_MINB_SR
-                                                                       : ACCEL_OPTIM_CUDA_MINB))
+                                         ACCEL__OPTIM_MINB(mom16  ? ACCEL_OPTIM_CUDA_MINB_MOM16
+                                                           : sr ? ACCEL_OPTIM_CUDA_MINB_SR
+                                                                : ACCEL_OPTIM_CUDA_MINB))
 accel__optim_vec_kernel(const __grid_constant__ accel__optim_largs A) {
     __shared__ accel__optim_coefs stage;
     long long c;
@@ -1971,7 +1992,7 @@ ACCEL__DEF accel_result accel_optim_step(accel_optim *o, const accel_optim_step_
         int first[ACCEL__OPTIM_CLASSES + 1];
         long long nchunks[ACCEL__OPTIM_CLASSES];
         accel__optim_job *sorted = o->jobs + o->nparams + 1;
-        accel__optim_classify(o->jobs, nj, sorted, first, nchunks);
+        accel__optim_classify(o->jobs, nj, &o->hy, sorted, first, nchunks);
         return accel__optim_cuda_step(acc, sorted, nj, first, nchunks, &o->hy, &in, o->counters, o->nparams,
                                       args ? args->found_inf : NULL, norm, norm ? args->max_norm : 0.0, clip,
                                       (accel__optim_largs *)o->largs);

@@ -132,9 +132,9 @@ int main(int argc, char **argv) {
 #ifndef BENCH_VARIANT
 #define BENCH_VARIANT "own"
 #endif
-    snprintf(shape, sizeof shape, ", \"shape\": \"%s: chunk %d, block %d, U %d, fast %d, minb %d/%d\"",
-             BENCH_VARIANT, ACCEL_OPTIM_CHUNK, ACCEL_OPTIM_CUDA_BLOCK, ACCEL_OPTIM_CUDA_U, ACCEL_OPTIM_CUDA_FAST,
-             ACCEL_OPTIM_CUDA_MINB, ACCEL_OPTIM_CUDA_MINB_SR);
+    snprintf(shape, sizeof shape, ", \"shape\": \"%s: chunk %d/%d, block %d, U %d, fast %d, minb %d/%d/%d\"",
+             BENCH_VARIANT, ACCEL_OPTIM_CHUNK, ACCEL_OPTIM_CHUNK_SR, ACCEL_OPTIM_CUDA_BLOCK, ACCEL_OPTIM_CUDA_U,
+             ACCEL_OPTIM_CUDA_FAST, ACCEL_OPTIM_CUDA_MINB, ACCEL_OPTIM_CUDA_MINB_SR, ACCEL_OPTIM_CUDA_MINB_MOM16);
 #endif
     memset(&d, 0, sizeof d);
     d.no_mpi = 1;

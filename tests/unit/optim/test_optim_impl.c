@@ -80,7 +80,7 @@ static void sim_launch(const accel__optim_job *jobs, int nj, const accel__optim_
     accel__optim_largs *L = (accel__optim_largs *)malloc(sizeof *L);
     int first[ACCEL__OPTIM_CLASSES + 1], q, a, b, i, tid, bad_lookup = 0;
     long long nch[ACCEL__OPTIM_CLASSES], c;
-    accel__optim_classify(jobs, nj, sorted, first, nch);
+    accel__optim_classify(jobs, nj, hy, sorted, first, nch);
     AT_EQ_INT(first[ACCEL__OPTIM_CLASSES], nj);
     for (i = 0; i < nj; ++i) {
         AT_EQ_INT(sorted[i].d.kj, i);
@@ -100,7 +100,8 @@ static void sim_launch(const accel__optim_job *jobs, int nj, const accel__optim_
                 const accel__optim_dj *d = &L->d[t];
                 for (k = 0; k < L->nj; ++k) count += L->begins[k] <= c; /* the lookup's definition */
                 bad_lookup += t != count - 1 || accel__optim_class(d) != q || d->kj != a + t || c < L->begins[t] ||
-                              c >= L->begins[t] + (d->n + ACCEL_OPTIM_CHUNK - 1) / ACCEL_OPTIM_CHUNK;
+                              L->chunk != (sr || hy->mom_bf16 ? ACCEL_OPTIM_CHUNK_SR : ACCEL_OPTIM_CHUNK) ||
+                              c >= L->begins[t] + (d->n + L->chunk - 1) / L->chunk;
                 for (tid = 0; tid < bd; ++tid)
                     accel__optim_chunk(L, c, tid, bd, vec, gt, model, sr, hy->mom_bf16, NULL);
             }
@@ -294,13 +295,14 @@ static void test_paths(void) {
 /* ------------------------------------------------------------------ alignments, lengths, mixed lists */
 /* A list of AdamW jobs in one launch: each job's parameter, gradient and copy start at offsets 0..7 elements from
    a 64-byte boundary (mostly the same offset, sometimes not), its moments at the parameter's offset modulo 8
-   (accel_optim_create's layout), lengths 0 and around the vector (8) and chunk (ACCEL_OPTIM_CHUNK) sizes; F32/BF16/F16
-   gradients, BF16/F16/no copies, F32 or BF16 moments, with and without unscale, clip, maximize, stochastic
+   (accel_optim_create's layout), lengths 0 and around the vector (8) and chunk (ACCEL_OPTIM_CHUNK, _SR) sizes;
+   F32/BF16/F16 gradients, BF16/F16/no copies, F32 or BF16 moments, with and without unscale, clip, maximize, stochastic
    rounding. The launch with 256 and with 32 threads per block, each against accel__optim_elem on every element. */
 enum { NJ = 24, NCOPY = 5 }; /* copies: the element function, the launch with 256 and with 32 threads, the launch
                                  of a skipped step (found_inf), the untouched values */
 static const size_t align_lens[] = {0, 1, 5, 7, 8, 9, 15, 16, 23, 100, ACCEL_OPTIM_CHUNK - 3, ACCEL_OPTIM_CHUNK,
-                                    ACCEL_OPTIM_CHUNK + 5, ACCEL_OPTIM_CHUNK + 11, 2 * ACCEL_OPTIM_CHUNK + 1};
+                                    ACCEL_OPTIM_CHUNK + 5, ACCEL_OPTIM_CHUNK + 11, 2 * ACCEL_OPTIM_CHUNK + 1,
+                                    ACCEL_OPTIM_CHUNK_SR - 3, ACCEL_OPTIM_CHUNK_SR + 5, 2 * ACCEL_OPTIM_CHUNK_SR + 1};
 typedef struct {
     int op, og, om;                 /* element offsets of the parameter, gradient and copy from a 64-byte boundary */
     unsigned char *mem[NCOPY][5];   /* per copy: p, m, v, model, g */
@@ -330,7 +332,7 @@ static void test_alignment(void) {
     long vec_jobs = 0, gen_jobs = 0;
     at_context = "alignment";
     vec_misaligned = 0;
-    for (round = 0; round < (ACCEL_OPTIM_CHUNK > 8192 ? 32 : 64); ++round) /* rounds & 31: every flag combination */
+    for (round = 0; round < (ACCEL_OPTIM_CHUNK_SR > 8192 ? 32 : 64); ++round) /* rounds & 31: every flag combination */
         for (mom16 = 0; mom16 < 2; ++mom16) {
             ajob aj[NJ];
             accel__optim_job jobs[NCOPY][NJ];
@@ -449,9 +451,9 @@ static void test_bits8(void) {
 int main(int argc, char **argv) {
     const int launch_only = argc > 1 && strcmp(argv[1], "--launch-only") == 0;
     AT_CHECK(same_f(NAN, -NAN) && !same_f(0.0f, -0.0f));
-    printf("launch shape %s: chunk %d, block %d, %d vector(s) in flight, fast sequences %d, %d jobs per launch\n",
-           OPTIM_VARIANT, ACCEL_OPTIM_CHUNK, ACCEL_OPTIM_CUDA_BLOCK, ACCEL_OPTIM_CUDA_U, ACCEL_OPTIM_CUDA_FAST,
-           ACCEL__OPTIM_CAP);
+    printf("launch shape %s: chunk %d (%d with a Philox stream), block %d, %d vector(s) in flight, fast sequences %d, "
+           "%d jobs per launch\n", OPTIM_VARIANT, ACCEL_OPTIM_CHUNK, ACCEL_OPTIM_CHUNK_SR, ACCEL_OPTIM_CUDA_BLOCK,
+           ACCEL_OPTIM_CUDA_U, ACCEL_OPTIM_CUDA_FAST, ACCEL__OPTIM_CAP);
     if (!launch_only) test_fma();
     test_bits8();
     test_paths();
