@@ -532,6 +532,7 @@ struct accel_coll {
     int fr_group;         /* this context's group number in the flight recorder's dump */
     uint64_t fr_seq;      /* calls posted (the recorder's call numbers) */
     accel_coll_request *orphans;
+    accel_coll_request *req_cache; /* one released request kept for the next call (no allocation per call) */
 #ifdef ACCEL_WITH_MPI
     MPI_Comm comm;
     int comm_valid;
@@ -548,6 +549,8 @@ struct accel_coll {
     int nccl_valid;
     cudaStream_t comm_stream;
     void *scratch;        /* 8 device bytes for the barrier */
+    cudaEvent_t ev_cache; /* one released request's event kept for the next one that needs an event */
+    int has_ev_cache;
 #endif
 };
 
@@ -1053,6 +1056,10 @@ ACCEL__DEF void accel_coll_destroy(accel_coll *c) {
     }
     accel_host_free(acc, c->ring_cache);
 #endif
+#ifdef ACCEL__COLL_NCCL
+    if (c->has_ev_cache) cudaEventDestroy(c->ev_cache);
+#endif
+    accel_host_free(acc, c->req_cache);
     accel_host_free(acc, c);
 }
 
@@ -1131,11 +1138,42 @@ static void accel__coll_release(accel_coll_request *q) {
     if (q->stage_kind == 1) accel_pinned_free(c->acc, q->stage);
     else if (q->stage_kind == 2) accel_device_free(c->acc, q->stage);
 #ifdef ACCEL__COLL_NCCL
-    if (q->has_ev) cudaEventDestroy(q->ev);
+    if (q->has_ev && !c->has_ev_cache) { c->ev_cache = q->ev; c->has_ev_cache = 1; }
+    else if (q->has_ev) cudaEventDestroy(q->ev);
 #endif
     accel_host_free(c->acc, q->ivec);
-    accel_host_free(c->acc, q);
+    if (!c->req_cache) c->req_cache = q;
+    else accel_host_free(c->acc, q);
 }
+
+/* A zeroed request for c: the one kept by the last release, else a new one. An accel_coll is used by one thread at a
+   time (the manual), so the one-slot caches need no lock. */
+static accel_coll_request *accel__coll_req_new(accel_coll *c) {
+    accel_coll_request *q = c->req_cache;
+    if (q) c->req_cache = NULL;
+    else q = (accel_coll_request *)accel_host_alloc(c->acc, sizeof *q);
+    if (q) {
+        memset(q, 0, sizeof *q);
+        q->c = c;
+    }
+    return q;
+}
+
+#ifdef ACCEL__COLL_NCCL
+/* q's event: the one kept by an earlier release, else a new one (re-recording an event is how CUDA reuses it). */
+static cudaError_t accel__coll_ev_new(accel_coll_request *q) {
+    accel_coll *c = q->c;
+    cudaError_t e = cudaSuccess;
+    if (c->has_ev_cache) {
+        q->ev = c->ev_cache;
+        c->has_ev_cache = 0;
+    } else {
+        e = cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming);
+    }
+    if (e == cudaSuccess) q->has_ev = 1;
+    return e;
+}
+#endif
 
 static void accel__coll_orphan(accel_coll_request *q) {
     q->next = q->c->orphans;
@@ -2075,8 +2113,7 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
     if (a->async) {
         if (!c->comm_stream)
             ACCEL__CUDA_CHECK(c->acc, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
-        ACCEL__CUDA_CHECK(c->acc, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
-        q->has_ev = 1;
+        ACCEL__CUDA_CHECK(c->acc, accel__coll_ev_new(q));
         ACCEL__CUDA_CHECK(c->acc, cudaEventRecord(q->ev, user));
         ACCEL__CUDA_CHECK(c->acc, cudaStreamWaitEvent(c->comm_stream, q->ev, 0));
         s = c->comm_stream;
@@ -2132,8 +2169,7 @@ static accel_result accel__coll_post_nccl(accel_coll *c, accel__coll_args *a, ac
     }
     if (!q->has_ev && (q->stage || a->kind == ACCEL__K_BARRIER)) {
         /* host results or a barrier: the host must wait for the stream */
-        ACCEL__CUDA_CHECK(c->acc, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
-        q->has_ev = 1;
+        ACCEL__CUDA_CHECK(c->acc, accel__coll_ev_new(q));
     }
     if (q->has_ev) ACCEL__CUDA_CHECK(c->acc, cudaEventRecord(q->ev, s));
     return ACCEL_OK;
@@ -2145,10 +2181,8 @@ static accel_result accel__coll_post(accel_coll *c, accel__coll_args *a, accel_c
     accel_coll_request *q;
     accel_result r = ACCEL_OK;
     *out = NULL;
-    q = (accel_coll_request *)accel_host_alloc(c->acc, sizeof *q);
+    q = accel__coll_req_new(c);
     if (!q) return ACCEL_ERR_OUT_OF_MEMORY;
-    memset(q, 0, sizeof *q);
-    q->c = c;
     q->kind = a->kind;
     q->dt = a->dt;
     q->op = a->op;
@@ -2369,18 +2403,15 @@ ACCEL__DEF accel_result accel_coll_synchronize(accel_coll *c) {
     if (r != ACCEL_OK) return r;
 #ifdef ACCEL__COLL_NCCL
     if (c->backend == ACCEL_COLL_BACKEND_NCCL) {
-        accel_coll_request *q = (accel_coll_request *)accel_host_alloc(c->acc, sizeof *q);
+        accel_coll_request *q = accel__coll_req_new(c);
         if (!q) return ACCEL_ERR_OUT_OF_MEMORY;
-        memset(q, 0, sizeof *q);
-        q->c = c;
         q->kind = ACCEL__K_BARRIER;
         q->start = accel_now();
         q->deadline = q->start + accel__coll_timeout_s(c);
-        if (cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming) != cudaSuccess) {
+        if (accel__coll_ev_new(q) != cudaSuccess) {
             accel__coll_release(q);
             return ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaEventCreate failed");
         }
-        q->has_ev = 1;
         if (cudaEventRecord(q->ev, accel__coll_stream(c)) != cudaSuccess) {
             accel__coll_release(q);
             return ACCEL__FAIL(c->acc, ACCEL_ERR_CUDA, "cudaEventRecord failed");
