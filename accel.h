@@ -912,7 +912,7 @@ ACCEL_API int accel_free_port(void);
      5. dtypes, names, environment, accel_resolve_config
      6. the host process group: transports (MPI), the header protocol, host collectives, agreement checks
      7. accel_init / accel_shutdown
-     8. process helpers, triggers
+     8. process helpers, triggers, preemption (the signal handler, accel_should_stop)
      9. gradient accumulation, scheduler bookkeeping, the dataloader stack
     10. RNG and the saved training state
     11. sizes (policy 6), PyTorch dtype names, find_executable_batch_size
