@@ -116,14 +116,19 @@ def equivalence(exe, tmp):
     check(d > 1e-3, "control: 2 x batch 2 (global batch 4) differs from 1x8 (max relative difference %.2e)" % d)
 
 
+def small_run(exe, tmp, steps):
+    """The resume and preempt runs' options: 2 ranks, accumulation 2, shuffled windows of a small shard (72 windows
+    of 17 tokens: 9 global batches of 2 x 4 windows per epoch = 4 optimizer steps + a short last window)."""
+    shard = os.path.join(tmp, "small.bin")
+    subprocess.run([exe, "--gen-shard", shard, str(72 * 16 + 1), "64"], check=True, capture_output=True)
+    return ["--data", shard, "--steps", steps, "--batch", 4, "--accum", 2, "--shuffle", "--lr", 3e-3, "--warmup", 3,
+            "--weight-decay", 0.1, "--seed", 11]
+
+
 def resume(exe, tmp, async_ckpt=False):
     extra = ["--async-checkpoint"] if async_ckpt else []
-    shard = os.path.join(tmp, "small.bin")
-    # 72 windows of 17 tokens: 9 global batches of 2 x 4 windows per epoch = 4 optimizer steps + a short last window
-    subprocess.run([exe, "--gen-shard", shard, str(72 * 16 + 1), "64"], check=True, capture_output=True)
     steps = 16
-    common = ["--data", shard, "--steps", steps, "--batch", 4, "--accum", 2, "--shuffle", "--lr", 3e-3, "--warmup", 3,
-              "--weight-decay", 0.1, "--seed", 11]
+    common = small_run(exe, tmp, steps)
     straight_lf, straight_ex = os.path.join(tmp, "straight.loss"), os.path.join(tmp, "straight.export")
     run(exe, 2, common + ["--loss-file", straight_lf, "--export", straight_ex])
     seed = int(os.environ.get("GPT2_KILL_SEED", random.randrange(1 << 30)))
@@ -171,11 +176,8 @@ def preempt(exe, tmp):
     # Preemption (issue 29): the last rank raises SIGUSR1 after step 7 (--signal-at; not a --checkpoint-every 3 step):
     # every rank stops there, saves, exits with ACCEL_EXIT_REQUEUE (75) without exporting; --resume continues to
     # weights and a loss file bit-identical to a straight run. Sync and async saves.
-    shard = os.path.join(tmp, "small.bin")
-    subprocess.run([exe, "--gen-shard", shard, str(72 * 16 + 1), "64"], check=True, capture_output=True)
     steps = 12
-    common = ["--data", shard, "--steps", steps, "--batch", 4, "--accum", 2, "--shuffle", "--lr", 3e-3, "--warmup", 3,
-              "--weight-decay", 0.1, "--seed", 11]
+    common = small_run(exe, tmp, steps)
     straight_lf, straight_ex = os.path.join(tmp, "straight.loss"), os.path.join(tmp, "straight.export")
     run(exe, 2, common + ["--loss-file", straight_lf, "--export", straight_ex])
     a, abytes = read_safetensors(os.path.join(straight_ex, "model.safetensors"))

@@ -206,15 +206,22 @@ check '[ "$(leftovers "$marker")" = no ]' "no process left behind after SIGTERM"
 # 7a. preemption (issue 29): SIGUSR1 to the launcher (Slurm's --signal=USR1@90 notice) is passed on without ending
 #     anything; the preemptible workers agree on one step, exit 75 (ACCEL_EXIT_REQUEUE), and so does the launcher —
 #     not restarted under --max-restarts. SIGTERM to the launcher with preemptible workers: 75 as well.
-for sig in USR1 TERM; do
-  marker="preempt$sig-$$"
-  "$accel" launch -n 2 --max-restarts 2 -- "$child" preempt "$marker" > "$tmp/sig.out" 2>&1 &
+# launch_signalled SIG MARKER LAUNCH-OPTIONS... -- CHILD-MODE: two workers under accel launch (output in $tmp/sig.out)
+# waiting, then SIG to the launcher; rc = the launcher's exit (killed if not ended in 10 s: the check fails, no hang)
+launch_signalled() {
+  local sig=$1 marker=$2 lp i
+  shift 2
+  "$accel" launch -n 2 "$@" "$marker" > "$tmp/sig.out" 2>&1 &
   lp=$!
   for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
-  kill -$sig $lp
+  kill -"$sig" $lp
   for i in $(seq 1 100); do kill -0 $lp 2>/dev/null || break; sleep 0.1; done
-  kill -0 $lp 2>/dev/null && kill -KILL $lp # not ended in 10 s: fail below, do not hang
+  kill -0 $lp 2>/dev/null && kill -KILL $lp
   wait $lp; rc=$?
+}
+for sig in USR1 TERM; do
+  marker="preempt$sig-$$"
+  launch_signalled $sig "$marker" --max-restarts 2 -- "$child" preempt
   steps=$(sed -n "s/^rank [01]: stopped at step \([0-9]*\) by signal $(kill -l $sig) (bad=0)$/\1/p" "$tmp/sig.out" | sort -u)
   check '[ $rc = 75 ] && [ "$(grep -c "stopped at step" "$tmp/sig.out")" = 2 ] && [ "$(echo "$steps" | wc -l)" = 1 ] &&
          [ -n "$steps" ] && ! grep -q "restarting" "$tmp/sig.out"' \
@@ -228,13 +235,7 @@ done
 #     (a background job of this script starts with SIGQUIT ignored: the launcher installs its own handler anyway)
 for sig in HUP QUIT; do
   marker="sig$sig-$$"
-  "$accel" launch -n 2 -- "$child" sleep "$marker" > "$tmp/sig.out" 2>&1 &
-  lp=$!
-  for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
-  kill -$sig $lp
-  for i in $(seq 1 100); do kill -0 $lp 2>/dev/null || break; sleep 0.1; done
-  kill -0 $lp 2>/dev/null && kill -KILL $lp # not ended in 10 s: fail below, do not hang
-  wait $lp; rc=$?
+  launch_signalled $sig "$marker" -- "$child" sleep
   sleep 0.3
   check '[ $rc = $((128 + $(kill -l $sig))) ] && [ "$(leftovers "$marker")" = no ]' \
     "SIG$sig: launcher exit $rc, left behind: $(leftovers "$marker"): $(cat "$tmp/sig.out")"
