@@ -222,10 +222,12 @@ launch_signalled() {
 for sig in USR1 TERM; do
   marker="preempt$sig-$$"
   launch_signalled $sig "$marker" --max-restarts 2 -- "$child" preempt
-  steps=$(sed -n "s/^rank [01]: stopped at step \([0-9]*\) by signal $(kill -l $sig) (bad=0)$/\1/p" "$tmp/sig.out" | sort -u)
+  num=$(kill -l $sig)
+  steps=$(sed -n "s/^rank [01]: stopped at step \([0-9]*\) by signal $num (bad=0)$/\1/p" "$tmp/sig.out" | sort -u)
   check '[ $rc = 75 ] && [ "$(grep -c "stopped at step" "$tmp/sig.out")" = 2 ] && [ "$(echo "$steps" | wc -l)" = 1 ] &&
          [ -n "$steps" ] && ! grep -q "restarting" "$tmp/sig.out"' \
-    "SIG$sig to the launcher of preemptible workers: exit $rc (want 75), both stopped at one step, no restart: $(cat "$tmp/sig.out")"
+    "SIG$sig to the launcher of preemptible workers: exit $rc (want 75), both stopped at one step, no restart:
+    $(cat "$tmp/sig.out")"
   sleep 0.3
   check '[ "$(leftovers "$marker")" = no ]' "no process left behind after SIG$sig (preempt)"
   for p in $(pgrep -f "launch_child.*$marker"); do kill -KILL "$p"; done
