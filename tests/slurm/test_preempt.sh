@@ -44,29 +44,16 @@ cl up 1 || { echo "FAIL: the test cluster did not start"; tail -20 "$dir"/log/*.
 passed=0 failed=0
 check() { if eval "$1"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $2"; fi; }
 
-# The README's script ("Preemption and requeue under Slurm"), with this test's paths. 60 steps of 150 ms (the
-# throttle gives the test time to signal mid-run); a checkpoint every 25 steps, so the preempted one is extra.
-# shellcheck disable=SC2016
-cat > "$dir/job.sh" <<J
-#!/bin/bash
-#SBATCH --nodes=1 --ntasks=2
-#SBATCH --requeue
-#SBATCH --signal=USR1@90
-#SBATCH --open-mode=append
-run=\$1
-resume=""
-if [ "\${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then resume=--resume; fi
-srun --mpi=$plugin -K "$trainer" --data "$data" --steps 60 --batch 16 --hidden 32 --seed 3 --print-every 1 \\
-  --throttle-ms 150 --checkpoint-dir "$dir/\$run.ck" --checkpoint-every 25 \$resume \\
-  --loss-file "$dir/\$run.loss" --dump-weights "$dir/\$run.w"
-rc=\$?
-echo "job \$SLURM_JOB_ID restart \${SLURM_RESTART_COUNT:-0} exit \$rc"
-if [ \$rc -eq 75 ]; then scontrol requeue "\$SLURM_JOB_ID"; fi
-exit \$rc
-J
-chmod +x "$dir/job.sh"
+# The job script is README.md's (readme_job.py takes it from there: the test's sizes and trainer options
+# substituted, a line printing the exit code added; a README whose script changed fails here). The
+# trainer: 60 steps of 150 ms (--throttle-ms gives the test time to signal mid-run), a checkpoint every 25 steps (so
+# the preempted one is extra).
+make_job() { python3 "$here/readme_job.py" "$root/README.md" "$1" "$plugin" "$trainer" "$data" "$dir" > "$dir/$1.sh"; }
+for run in straight preempt_USR1 preempt_TERM; do
+  make_job $run || { echo "FAIL: the job script could not be taken from README.md"; exit 1; }
+done
 
-submit() { cl run sbatch --parsable -D "$dir" -o "$dir/$1.out" "$dir/job.sh" "$1" 2>&1 | cut -d";" -f1; }
+submit() { cl run sbatch --parsable -D "$dir" -o "$dir/$1.out" "$dir/$1.sh" 2>&1 | cut -d";" -f1; }
 state() { cl run scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 # wait until the job ends for good (not a requeue's pass through COMPLETING/PENDING), at most $2 s
 wait_done() {

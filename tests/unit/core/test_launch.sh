@@ -207,13 +207,16 @@ check '[ "$(leftovers "$marker")" = no ]' "no process left behind after SIGTERM"
 #     anything; the preemptible workers agree on one step, exit 75 (ACCEL_EXIT_REQUEUE), and so does the launcher —
 #     not restarted under --max-restarts. SIGTERM to the launcher with preemptible workers: 75 as well.
 # launch_signalled SIG MARKER LAUNCH-OPTIONS... -- CHILD-MODE: two workers under accel launch (output in $tmp/sig.out)
-# waiting, then SIG to the launcher; rc = the launcher's exit (killed if not ended in 10 s: the check fails, no hang)
+# waiting, then SIG to the launcher; rc = the launcher's exit (killed if not ended in 10 s: the check fails, no hang).
+# Workers not up in 60 s (a loaded machine): SIGKILL instead — a catchable signal could reach this script's forked
+# child before it became the launcher and run its copy of the EXIT trap (rm -rf $tmp)
 launch_signalled() {
   local sig=$1 marker=$2 lp i
   shift 2
   "$accel" launch -n 2 "$@" "$marker" > "$tmp/sig.out" 2>&1 &
   lp=$!
-  for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
+  for i in $(seq 1 600); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
+  [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] || sig=KILL
   kill -"$sig" $lp
   for i in $(seq 1 100); do kill -0 $lp 2>/dev/null || break; sleep 0.1; done
   kill -0 $lp 2>/dev/null && kill -KILL $lp
