@@ -240,7 +240,13 @@ done
 #     (a background job of this script starts with SIGQUIT ignored: the launcher installs its own handler anyway)
 for sig in HUP QUIT; do
   marker="sig$sig-$$"
-  launch_signalled $sig "$marker" -- "$child" sleep
+  "$accel" launch -n 2 -- "$child" sleep "$marker" > "$tmp/sig.out" 2>&1 &
+  lp=$!
+  for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
+  kill -$sig $lp
+  for i in $(seq 1 100); do kill -0 $lp 2>/dev/null || break; sleep 0.1; done
+  kill -0 $lp 2>/dev/null && kill -KILL $lp # not ended in 10 s: fail below, do not hang
+  wait $lp; rc=$?
   sleep 0.3
   check '[ $rc = $((128 + $(kill -l $sig))) ] && [ "$(leftovers "$marker")" = no ]' \
     "SIG$sig: launcher exit $rc, left behind: $(leftovers "$marker"): $(cat "$tmp/sig.out")"
