@@ -12,6 +12,7 @@
      ENVIRONMENT                  launcher detection; Accelerate's variables
      THE HOST PROCESS GROUP       MPI or a TCP store, with deadlines and agreement checks
      SECURITY                     who may join a job (the store's admission, ACCEL_STORE_SECRET)
+     PREEMPTION                   SIGTERM / SIGUSR1 → every rank stops at one step, saves, exits for a requeue
      DIFFERENCES FROM ACCELERATE
      THREADS AND STREAMS
      ERRORS AND LOGGING
@@ -89,7 +90,7 @@
 
    COLLECTIVE CALLS — every process must make these calls, in the same order (a missing one is caught by the
    deadline, collective_timeout_ms, default 30 min, then ACCEL_ERR_TIMEOUT):
-     core          accel_init, accel_wait_for_everyone, accel_host_* , accel_check_trigger,
+     core          accel_init, accel_wait_for_everyone, accel_host_* , accel_check_trigger, accel_should_stop,
                    accel_main_process_first_begin/_end, accel_local_main_process_first_begin/_end,
                    accel_synchronize_rng_state, accel_gather_object, accel_broadcast_object_list
      collectives   accel_coll_create, every accel_coll_* data operation, accel_coll_mesh_create/_destroy
@@ -197,6 +198,33 @@
      encrypted nor authenticated (an on-path attacker can read and change it, as with PyTorch's and NCCL's own
      traffic): run multi-node jobs on a network only the job's hosts use. The sockets of the store and the bootstraps
      are close-on-exec: a program the trainer runs (system(), fork + exec) inherits none of them.
+
+   PREEMPTION (Slurm's notice before the time limit, sbatch --signal=USR1@90; SIGTERM from scancel, a preempting job
+   or the node's shutdown)
+     accel_preemption_install(&acc, ACCEL_PREEMPT_SIGNALS) after accel_init, on every rank: from then until
+     accel_shutdown, SIGTERM and SIGUSR1 no longer end the process but set its stop flag. At each step boundary
+     accel_should_stop(&acc, &stop) — a collective: one small host all-reduce, accel_check_trigger's — tells every
+     rank, at the same step, whether any rank got one (*stop: 0, or the signal's number). Then save (synchronously,
+     or accel_ckpt_wait for an async save), print a line and return ACCEL_EXIT_REQUEUE (75) from main; the job script
+     requeues on that code and the next run resumes (README.md: "Preemption and requeue under Slurm"). The flag
+     stays set: later calls agree on stopping too.
+         if (acc.sync_gradients) {                              // after the step's optimizer step and counters
+             int stop = 0;
+             if (accel_should_stop(&acc, &stop) != ACCEL_OK) goto fail;
+             if (stop) { save(ck); accel_ckpt_wait(ck); printf("preempted: saved, exiting for a requeue\n");
+                         rc = ACCEL_EXIT_REQUEUE; goto done; }  // done: the normal cleanup and accel_shutdown
+         }
+     A call rather than a desc field: a signal's disposition is the process's, not an Accelerator's — the program
+     chooses whether (a run without checkpoints has nothing to save and should still die on SIGTERM) and when (after
+     its own handlers, so that accel's chains to them).
+     The handler stores the signal's number (a volatile sig_atomic_t, nothing else), then on SIGUSR1 writes the flight
+     recorder's dump where one is set up (accel_collectives.h: FLIGHT RECORDER; the same handler serves both, in
+     either order of setup), then calls the handler it replaced when that was the program's own (plain or
+     SA_SIGINFO; SIG_DFL's action, ending the process, and SIG_IGN are not taken). It is installed with SA_RESTART;
+     accel's own waits retry on EINTR, and a rank blocked in a collective when its signal arrives completes it and
+     stops at the next boundary with the others. accel_shutdown restores the replaced dispositions (unless a handler
+     installed later has replaced accel's: that one is left in place, with a WARN). One Accelerator at a time may
+     install them (another gets ACCEL_ERR_STATE). Library code never exits: the program returns the code.
 
    DIFFERENCES FROM ACCELERATE (deliberate, see docs/semantics.md "Policies")
      - Multi-process CPU runs are MULTI_CPU whenever P > 1 and no GPU is used; Accelerate additionally requires
@@ -722,6 +750,22 @@ ACCEL_API int accel_on_last_process(const accel *acc);
 ACCEL_API void accel_set_trigger(accel *acc);
 ACCEL_API accel_result accel_check_trigger(accel *acc, int *fired);
 
+/* Preemption (PREEMPTION in the manual above). install: from now until acc's accel_shutdown, the chosen signals set
+   this process's stop flag instead of ending it (local; call it on every rank). should_stop: every rank learns
+   whether any rank's flag is set (a collective, one small all-reduce) and *stop gets 0 or the signal's number. */
+#define ACCEL_PREEMPT_SIGTERM 1 /* scancel, a preempting job (PreemptMode=REQUEUE), the node's shutdown */
+#define ACCEL_PREEMPT_SIGUSR1 2 /* Slurm's notice before the time limit: sbatch --signal=USR1@90 */
+#define ACCEL_PREEMPT_SIGNALS (ACCEL_PREEMPT_SIGTERM | ACCEL_PREEMPT_SIGUSR1)
+/* The exit status of a trainer that saved and stopped because it was preempted: the job script requeues on it.
+   75 is sysexits.h's EX_TEMPFAIL ("temporary failure; the user is invited to retry"): not 1/2 (errors, usage), not
+   126/127 (the shell's), not 128 + n (killed by signal n), and what mail systems already mean by "queue it again". */
+#define ACCEL_EXIT_REQUEUE 75
+ACCEL_API accel_result accel_preemption_install(accel *acc, int signals);
+ACCEL_API accel_result (accel_should_stop)(accel *acc, int *stop);
+#ifndef ACCEL_NO_CALL_SITES
+#define accel_should_stop(...) ACCEL_FR_SITE((accel_should_stop)(__VA_ARGS__))
+#endif
+
 /* ------------------------------------------------------------------- gradient accumulation (GradientState) */
 /* Call at the start of every micro-batch (Accelerate's `with accelerator.accumulate(model):` entry, _do_sync):
      sync_with_dataloader && end_of_dataloader → step = 0, sync_gradients = 1
@@ -868,7 +912,7 @@ ACCEL_API int accel_free_port(void);
      5. dtypes, names, environment, accel_resolve_config
      6. the host process group: transports (MPI), the header protocol, host collectives, agreement checks
      7. accel_init / accel_shutdown
-     8. process helpers, triggers
+     8. process helpers, triggers, preemption (the signal handler, accel_should_stop)
      9. gradient accumulation, scheduler bookkeeping, the dataloader stack
     10. RNG and the saved training state
     11. sizes (policy 6), PyTorch dtype names, find_executable_batch_size
@@ -4584,8 +4628,10 @@ static int accel__shutdown_failed(const accel *acc) {
 }
 #endif
 
+static void accel__signals_release(accel *acc); /* section 8 */
 ACCEL__DEF void accel_shutdown(accel *acc) {
     if (!acc || !acc->impl) return;
+    accel__signals_release(acc); /* first: this run's preemption handlers go back to what they replaced */
 #ifdef ACCEL_WITH_MPI
     if (acc->impl->comm_valid) {
         int finalized = 0;
@@ -4702,16 +4748,170 @@ ACCEL__DEF int accel_on_last_process(const accel *acc) {
 ACCEL__DEF void accel_set_trigger(accel *acc) {
     if (acc) acc->trigger = 1;
 }
-ACCEL__DEF accel_result accel_check_trigger(accel *acc, int *fired) {
-    int64_t v;
-    accel_result r = accel__need_group(acc, "check_trigger");
+/* A flag of some rank made every rank's: *v (this rank's) becomes op over the ranks, with one small host all-reduce.
+   check_trigger and should_stop are this call. */
+static accel_result accel__agree_flag(accel *acc, const char *what, const void *out, int64_t *v, accel_host_op op) {
+    accel_result r = accel__need_group(acc, what);
     if (r != ACCEL_OK) return r;
-    if (!fired) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "check_trigger: fired is NULL");
-    v = acc->trigger;
-    r = accel_host_allreduce_i64(acc, &v, 1, ACCEL_HOST_SUM);
+    if (!out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: the output pointer is NULL", what);
+    return accel_host_allreduce_i64(acc, v, 1, op);
+}
+ACCEL__DEF accel_result accel_check_trigger(accel *acc, int *fired) {
+    int64_t v = acc ? acc->trigger : 0;
+    accel_result r = accel__agree_flag(acc, "check_trigger", fired, &v, ACCEL_HOST_SUM);
     if (r != ACCEL_OK) return r;
     *fired = v >= 1;
     if (*fired) acc->trigger = 0;
+    return ACCEL_OK;
+}
+
+/* Preemption. A signal's disposition belongs to the process, so this state is process-wide: slot 0 is SIGTERM, slot 1
+   SIGUSR1. accel's one handler serves both uses of SIGUSR1 — the stop flag (accel_preemption_install) and the flight
+   recorder's dump (accel_collectives.h, through accel__signal_dump) — so neither hides the other, whichever is set up
+   first. The handler, in this order: (1) stores the signal in the stop flag when the slot stops (a volatile
+   sig_atomic_t: the only thing a handler may portably write), (2) SIGUSR1: the flight recorder's dump (its writer
+   uses async-signal-safe calls only), (3) calls the handler it replaced (a program's own, plain or SA_SIGINFO; not
+   SIG_DFL, whose action — ending the process — is what it replaces, nor SIG_IGN). accel_shutdown of the Accelerator
+   that installed a use removes it; with no use left the replaced disposition is restored. */
+#if !defined(_WIN32)
+#include <signal.h>
+static volatile sig_atomic_t accel__g_stop_sig;                /* the stopping signal that arrived; 0: none */
+static volatile sig_atomic_t accel__g_sig_stops[2];            /* the slot's signal sets accel__g_stop_sig */
+static void (*volatile accel__g_sig_dump)(const char *reason); /* SIGUSR1's flight recorder dump; NULL: none */
+static struct sigaction accel__g_sig_prev[2];                  /* what accel's handler replaced (chained, restored) */
+static int accel__g_sig_ours[2];                               /* accel's handler is (or was left) installed */
+static accel *accel__g_sig_stop_owner, *accel__g_sig_dump_owner;
+static int accel__g_stop_logged;
+static const int accel__g_sig_num[2] = {SIGTERM, SIGUSR1};
+static const char *const accel__g_sig_name[2] = {"SIGTERM", "SIGUSR1"};
+
+static void accel__on_signal(int sig, siginfo_t *info, void *uc) {
+    int saved = errno, k = sig == SIGUSR1;
+    void (*dump)(const char *) = accel__g_sig_dump;
+    const struct sigaction *prev = &accel__g_sig_prev[k];
+    if (accel__g_sig_stops[k]) accel__g_stop_sig = sig;
+    if (k && dump) dump("SIGUSR1");
+    if (prev->sa_flags & SA_SIGINFO) {
+        if (prev->sa_sigaction) prev->sa_sigaction(sig, info, uc);
+    } else if (prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+        prev->sa_handler(sig);
+    }
+    errno = saved;
+}
+static int accel__sig_is_ours(const struct sigaction *a) {
+    return (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == accel__on_signal;
+}
+/* accel's handler on slot k (0, or -1 with errno). The replaced disposition is read before ours goes in, so a signal
+   arriving in between never sees a half-written one. */
+static int accel__sig_claim(int k) {
+    struct sigaction sa;
+    if (accel__g_sig_ours[k]) return 0;
+    if (sigaction(accel__g_sig_num[k], NULL, &accel__g_sig_prev[k]) != 0) return -1;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = accel__on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_SIGINFO | SA_RESTART; /* accel's own waits retry on EINTR; SA_RESTART spares the program's */
+    if (sigaction(accel__g_sig_num[k], &sa, NULL) != 0) return -1;
+    accel__g_sig_ours[k] = 1;
+    return 0;
+}
+/* Slot k without a use: the replaced disposition back — unless another handler has since replaced accel's (it may
+   chain to accel's, which then only passes the signal on: left in place, with a WARN). */
+static void accel__sig_unclaim(accel *acc, int k) {
+    struct sigaction cur;
+    if (!accel__g_sig_ours[k] || accel__g_sig_stops[k] || (k == 1 && accel__g_sig_dump)) return;
+    if (sigaction(accel__g_sig_num[k], NULL, &cur) == 0 && !accel__sig_is_ours(&cur)) {
+        accel_log(acc, ACCEL_LOG_WARN, "%s: its handler was replaced after accel installed its own; left as it is (a "
+                  "handler installed over accel's should chain to it)", accel__g_sig_name[k]);
+        return;
+    }
+    if (sigaction(accel__g_sig_num[k], &accel__g_sig_prev[k], NULL) == 0) accel__g_sig_ours[k] = 0;
+    else accel_log(acc, ACCEL_LOG_WARN, "%s: restoring its handler failed: %s", accel__g_sig_name[k], strerror(errno));
+}
+/* The flight recorder's SIGUSR1 dump (accel_collectives.h), until acc's accel_shutdown: through accel's handler when
+   SIGUSR1 has the default disposition or accel's handler already; a program's own SIGUSR1 handler is left alone. */
+ACCEL__PRIVATE void accel__signal_dump(accel *acc, void (*fn)(const char *reason)) {
+    struct sigaction cur;
+    if (!accel__g_sig_ours[1]) {
+        if (sigaction(SIGUSR1, NULL, &cur) != 0 || cur.sa_handler != SIG_DFL || (cur.sa_flags & SA_SIGINFO)) return;
+        if (accel__sig_claim(1) != 0) return;
+    }
+    accel__g_sig_dump = fn;
+    accel__g_sig_dump_owner = acc;
+}
+/* accel_shutdown: the uses acc installed go, and the dispositions nobody uses any more are restored. */
+static void accel__signals_release(accel *acc) {
+    int k;
+    if (accel__g_sig_stop_owner == acc) { /* its stop was this run's: the next Accelerator starts unstopped */
+        accel__g_sig_stops[0] = accel__g_sig_stops[1] = 0;
+        accel__g_stop_sig = 0;
+        accel__g_stop_logged = 0;
+        accel__g_sig_stop_owner = NULL;
+    }
+    if (accel__g_sig_dump_owner == acc) {
+        accel__g_sig_dump = NULL;
+        accel__g_sig_dump_owner = NULL;
+    }
+    for (k = 0; k < 2; ++k) accel__sig_unclaim(acc, k);
+}
+#else
+static void accel__signals_release(accel *acc) { (void)acc; }
+#endif
+
+ACCEL__DEF accel_result accel_preemption_install(accel *acc, int signals) {
+    accel_result r = accel__need_acc(acc, "preemption_install");
+    if (r != ACCEL_OK) return r;
+    if (!acc->impl)
+        return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "preemption_install: the Accelerator is not initialized (accel_init) "
+                           "or was shut down");
+    if (signals <= 0 || (signals & ~ACCEL_PREEMPT_SIGNALS))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "preemption_install: signals %d is not a nonempty set of "
+                           "ACCEL_PREEMPT_SIGTERM (1) and ACCEL_PREEMPT_SIGUSR1 (2)", signals);
+#if defined(_WIN32)
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "preemption_install: no POSIX signals on this platform");
+#else
+    {
+        int k, claimed[2] = {0, 0};
+        if (accel__g_sig_stop_owner && accel__g_sig_stop_owner != acc)
+            return ACCEL__FAIL(acc, ACCEL_ERR_STATE, "preemption_install: another Accelerator of this process "
+                               "installed them (signals belong to the process); shut it down first");
+        for (k = 0; k < 2; ++k) {
+            if (!(signals & (1 << k)) || accel__g_sig_ours[k]) continue;
+            if (accel__sig_claim(k) != 0) {
+                int e = errno;
+                if (claimed[0]) accel__sig_unclaim(acc, 0); /* nothing half-applied */
+                return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "preemption_install: sigaction(%s): %s",
+                                   accel__g_sig_name[k], strerror(e));
+            }
+            claimed[k] = 1;
+        }
+        accel__g_sig_stop_owner = acc;
+        for (k = 0; k < 2; ++k)
+            if (signals & (1 << k)) accel__g_sig_stops[k] = 1;
+        accel_log(acc, ACCEL_LOG_INFO, "preemption: %s%s%s stop the run at the next accel_should_stop",
+                  (signals & 1) ? "SIGTERM" : "", signals == 3 ? " and " : "", (signals & 2) ? "SIGUSR1" : "");
+        return ACCEL_OK;
+    }
+#endif
+}
+
+ACCEL__DEF accel_result (accel_should_stop)(accel *acc, int *stop) {
+    int64_t v = 0;
+    accel_result r;
+#if !defined(_WIN32)
+    v = accel__g_stop_sig; /* sticky: once set, every later call agrees on stopping too */
+#endif
+    r = accel__agree_flag(acc, "should_stop", stop, &v, ACCEL_HOST_MAX);
+    if (r != ACCEL_OK) return r;
+    *stop = (int)v;
+#if !defined(_WIN32)
+    if (v && !accel__g_stop_logged) {
+        accel__g_stop_logged = 1;
+        accel_log(acc, ACCEL_LOG_INFO, "[rank %d] stopping: %s reached %s", acc->process_index,
+                  v == SIGTERM ? "SIGTERM" : v == SIGUSR1 ? "SIGUSR1" : "a signal",
+                  accel__g_stop_sig ? "this process" : "another rank");
+    }
+#endif
     return ACCEL_OK;
 }
 

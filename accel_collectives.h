@@ -135,8 +135,10 @@
      operations count as completed once enqueued. Cost: about 20 ns a call (bench/collectives/bench_fr.c).
      Dump: <ACCEL_FLIGHT_DIR, default <project_dir>/flight>/rank<R>.json (temp + rename), written by each rank when a
      deadline passes, on ACCEL_ERR_MISMATCH or an MPI/NCCL failure, when accel_shutdown aborts the job, on SIGUSR1
-     (installed by the first context when SIGUSR1 has the default disposition; the handler writes with
-     async-signal-safe calls only, so a rank stuck in its own work dumps too) and on accel_coll_fr_dump. Format:
+     (from a context's creation until its Accelerator's accel_shutdown, when SIGUSR1 has the default disposition or
+     accel's handler already — accel_preemption_install's: one handler then stops and dumps, accel.h PREEMPTION; a
+     program's own SIGUSR1 handler is left alone; the writer uses async-signal-safe calls only, so a rank stuck in
+     its own work dumps too) and on accel_coll_fr_dump. Format:
        {"format":"accel-flight-recorder","version":1,"rank":R,"world_size":P,"pid":..,"reason":"..","now_us":..,
         "capacity":N,"recorded":M,"groups":[{"id":G,"name":"coll1:mpi","rank":r,"size":n},..],
         "calls":[{"seq":k,"group":G,"what":"all_reduce","op":"sum","dtype":"F32","count":..,"bytes":..,"root":..,
@@ -3478,15 +3480,9 @@ static int accel__coll_fr_write(const char *reason) {
     return accel__coll_fr_err ? -1 : 0;
 }
 static void accel__coll_fr_dump_hook(const char *reason) { (void)accel__coll_fr_write(reason); }
-static void accel__coll_fr_on_signal(int sig) {
-    int saved = errno;
-    (void)sig;
-    (void)accel__coll_fr_write("SIGUSR1");
-    errno = saved;
-}
 
 /* A context joins the recorder: group number (the same on every rank: contexts are created collectively), the
-   dump's directory, the dump hook, and SIGUSR1 when nobody else handles it. */
+   dump's directory, the dump hook, and SIGUSR1 (accel__signal_dump). */
 static void accel__coll_fr_register(accel_coll *c, const char *kind) {
     char name[32];
     const char *dir = getenv("ACCEL_FLIGHT_DIR");
@@ -3497,19 +3493,10 @@ static void accel__coll_fr_register(accel_coll *c, const char *kind) {
     else accel__fmt(accel__coll_fr_dir, sizeof accel__coll_fr_dir, "%s/flight", c->acc->desc.project_dir);
     accel__coll_fr_rank = c->acc->process_index;
     accel__coll_fr_world = c->acc->num_processes;
-    if (!accel__g_fr_dump) {
-        struct sigaction old;
-        accel__g_fr_dump = accel__coll_fr_dump_hook;
-        if (!accel__g_fr_cap) return;
-        if (sigaction(SIGUSR1, NULL, &old) == 0 && old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO)) {
-            struct sigaction sa;
-            memset(&sa, 0, sizeof sa);
-            sa.sa_handler = accel__coll_fr_on_signal;
-            sigemptyset(&sa.sa_mask);
-            sa.sa_flags = SA_RESTART;
-            (void)sigaction(SIGUSR1, &sa, NULL);
-        }
-    }
+    if (!accel__g_fr_dump) accel__g_fr_dump = accel__coll_fr_dump_hook;
+    /* SIGUSR1 dumps through the core's handler, which also serves accel_preemption_install's stop flag on SIGUSR1
+       (accel.h: PREEMPTION); until this Accelerator's accel_shutdown */
+    if (accel__g_fr_cap) accel__signal_dump(c->acc, accel__coll_fr_dump_hook);
 }
 
 #if defined(ACCEL_WITH_MPI) || defined(ACCEL__COLL_NCCL)

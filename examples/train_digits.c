@@ -17,6 +17,11 @@
 
      mpirun -np 2 build/examples/train_digits --zero 3 --checkpoint-dir ck --checkpoint-every 50
 
+   With --checkpoint-dir the run is preemptible (accel.h: PREEMPTION): SIGTERM or SIGUSR1 to any rank (Slurm's
+   --signal=USR1@90, scancel, a preempting job) makes every rank stop after the same step, save a checkpoint there
+   and exit with ACCEL_EXIT_REQUEUE (75); the job script requeues and the next run continues with --resume,
+   bit-identical to a run never stopped (README.md: "Preemption and requeue under Slurm").
+
      scripts/fetch-digits.sh
      mpirun -np 2 build/examples/train_digits --steps 500 --batch 16 --precision fp16
      → ... test accuracy: 97.64%
@@ -35,6 +40,9 @@
    - --steps counts sync steps (optimizer step attempts), skipped ones included, like `completed_steps` in
      Accelerate's examples.
 */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* nanosleep (--throttle-ms) under -std=c99 */
+#endif
 #include "accel.h"
 #include "accel_ckpt.h"
 #include "accel_collectives.h"
@@ -48,11 +56,13 @@
 #include "digits_mlp.h"
 #include <signal.h>
 #include <stdarg.h>
+#include <time.h>
 
 /* ------------------------------------------------------------------------------------------------ options */
 typedef struct opts {
     const char *data, *precision, *comm_hook, *ckpt_dir, *resume, *dump_weights, *loss_file, *log_dir, *profile_dir;
     int steps, epochs, batch, accum, hidden, shuffle, ckpt_every, kill_at, print_every, eval_batch, async_ckpt;
+    int signal_at, throttle_ms;
     float lr, momentum, weight_decay, clip, warmup, init_scale;
     int growth_interval, bucket_kb, no_watchdog, zero;
     uint64_t seed;
@@ -80,6 +90,8 @@ static void usage(void) {
             "  --async-checkpoint     save_state returns after a snapshot; a writer thread writes (accel_ckpt.h)\n"
             "  --resume               load the latest checkpoint in --checkpoint-dir and continue\n"
             "  --kill-at N            after step N (and its checkpoint) SIGKILL every rank (resume tests)\n"
+            "  --signal-at N          the last rank raises SIGUSR1 in step N (preemption tests)\n"
+            "  --throttle-ms N        sleep N ms after every step (preemption tests: time to signal mid-run)\n"
             "  --dump-weights FILE    final fp32 master weights (raw little-endian float32)\n"
             "  --loss-file FILE       one line per step: step loss lr scale skipped scheduler_steps\n"
             "  --log-dir DIR          TensorBoard + JSONL logs (accel_trackers)\n"
@@ -125,6 +137,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (TD_ARG("--checkpoint-dir")) o->ckpt_dir = v;
         else if (TD_ARG("--checkpoint-every")) o->ckpt_every = atoi(v);
         else if (TD_ARG("--kill-at")) o->kill_at = atoi(v);
+        else if (TD_ARG("--signal-at")) o->signal_at = atoi(v);
+        else if (TD_ARG("--throttle-ms")) o->throttle_ms = atoi(v);
         else if (TD_ARG("--dump-weights")) o->dump_weights = v;
         else if (TD_ARG("--loss-file")) o->loss_file = v;
         else if (TD_ARG("--log-dir")) o->log_dir = v;
@@ -143,7 +157,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
 #undef TD_ARG
     }
     if (o->batch < 1 || o->accum < 1 || o->hidden < 1 || o->eval_batch < 1 || (o->steps < 1 && o->epochs < 1) ||
-        o->ckpt_every < 0 || o->print_every < 0) {
+        o->ckpt_every < 0 || o->print_every < 0 || o->signal_at < 0 || o->throttle_ms < 0) {
         fprintf(stderr, "train_digits: sizes and counts must be positive\n");
         return 2;
     }
@@ -167,8 +181,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
         fprintf(stderr, "train_digits: --zero 1|2 does not combine with --checkpoint-dir here (--zero 3 does)\n");
         return 2;
     }
-    if ((o->resume || o->kill_at) && !o->ckpt_dir) {
-        fprintf(stderr, "train_digits: --resume and --kill-at need --checkpoint-dir\n");
+    if ((o->resume || o->kill_at || o->signal_at) && !o->ckpt_dir) {
+        fprintf(stderr, "train_digits: --resume, --kill-at and --signal-at need --checkpoint-dir\n");
         return 2;
     }
     return 0;
@@ -581,7 +595,7 @@ int main(int argc, char **argv) {
     int64_t *idx = NULL, count, total_steps, sched_total, global_batch;
     FILE *loss_f = NULL;
     double t_start, loss_local = 0.0, last_loss = 0.0, samples_done = 0.0;
-    int rc = 1, inited = 0, have_data = 0, have_work = 0, have_scaler = 0;
+    int rc = 1, inited = 0, have_data = 0, have_work = 0, have_scaler = 0, stop = 0, last_rank;
     int pr = parse_opts(argc, argv, &o);
     if (pr) return pr;
     memset(&z3, 0, sizeof z3);
@@ -600,6 +614,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     inited = 1;
+    last_rank = acc.num_processes - 1;
     if (acc.gradient_accumulation_steps != o.accum) o.accum = acc.gradient_accumulation_steps; /* env override */
     if (acc.mixed_precision == ACCEL_PRECISION_FP8) {
         fprintf(stderr, "train_digits: mixed precision fp8 (from the launcher) is not one this trainer runs (no, fp16, "
@@ -763,6 +778,8 @@ int main(int argc, char **argv) {
     if (o.ckpt_dir) CHECK(setup_checkpoints(&acc, &o, &cc, &ck, o.zero == 3 ? NULL : params, o.zero == 3 ? NULL : moms,
                                             &prof));
     if (o.ckpt_dir && o.zero == 3) CHECK(setup_checkpoints_z3(ck, &z3fs, &z3ss));
+    /* preemptible: SIGTERM / SIGUSR1 now set a stop flag the ranks agree on after a step (accel_should_stop below) */
+    if (o.ckpt_dir) CHECK(accel_preemption_install(&acc, ACCEL_PREEMPT_SIGNALS));
     if (o.resume) {
         CHECK(accel_ckpt_load_state(ck, NULL)); /* the newest complete checkpoint under <dir>/checkpoints */
         if (!cc.have_loaded) {
@@ -820,6 +837,8 @@ int main(int argc, char **argv) {
                           (double)count / accel_loss_divisor(&acc);
         }
         PROF_END(fwd_bwd);
+        if (o.signal_at && acc.sync_gradients && pg.step + 1 == o.signal_at && acc.process_index == last_rank)
+            raise(SIGUSR1); /* --signal-at: a preemption notice reaching one rank inside step N */
         pg.samples_in_epoch += (int64_t)acc.num_processes * count;
         PROF_BEGIN(ACCEL_PROF_GRAD_SYNC);
         if (accel_should_reduce(&acc) && !z3.f) CHECK(zero ? reduce_gradients_zero(zero) : reduce_gradients(red));
@@ -881,7 +900,11 @@ int main(int argc, char **argv) {
             }
             CHECK(log_scalars(&acc, &o, pg.step, last_loss, lr, scaler.enabled ? scale : -1.0f, norm));
             PROF_END(ACCEL_PROF_LOGGING);
-            if (o.ckpt_dir && ((o.ckpt_every && pg.step % o.ckpt_every == 0) || pg.step == total_steps)) {
+            /* preemption: every rank learns at this step whether any rank got SIGTERM / SIGUSR1 (one small
+               all-reduce); then the step's checkpoint is saved below and the run ends with the requeue code. A
+               signal after the last step changes nothing: the run is complete. */
+            if (ck && pg.step < total_steps) CHECK(accel_should_stop(&acc, &stop));
+            if (o.ckpt_dir && ((o.ckpt_every && pg.step % o.ckpt_every == 0) || pg.step == total_steps || stop)) {
                 pg.scheduler_total = sched_total;
                 pg.num_processes = acc.num_processes;
                 pg.batch = o.batch;
@@ -898,11 +921,28 @@ int main(int argc, char **argv) {
                 accel_wait_for_everyone(&acc);
                 raise(SIGKILL); /* a crash right after the checkpoint: nothing else is written */
             }
+            if (stop) {
+                CHECK(accel_ckpt_wait(ck)); /* an async save: on disk before the exit */
+                accel_print(&acc, "preempted (signal %d) after step %lld: checkpoint saved; exiting with %d to be "
+                            "requeued (then --resume)\n", stop, (long long)pg.step, ACCEL_EXIT_REQUEUE);
+                break;
+            }
+            if (o.throttle_ms) {
+                struct timespec ts;
+                ts.tv_sec = o.throttle_ms / 1000;
+                ts.tv_nsec = (long)(o.throttle_ms % 1000) * 1000000L;
+                nanosleep(&ts, NULL); /* cut short by a signal: fine, a test's pacing only */
+            }
         } else {
             /* Accelerate's loop calls lr_scheduler.step() on every batch: 0 steps here (adjust_scheduler counts) */
             pg.scheduler_steps += accel_scheduler_steps(&acc, 0);
         }
         accel_accumulate_end(&acc);
+    }
+    if (stop) { /* preempted: saved; no summary, weights or evaluation (the requeued run gives them) */
+        if (g_track_on) CHECK(accel_track_deinit(&g_track));
+        rc = ACCEL_EXIT_REQUEUE;
+        goto fail;
     }
     if (ck) CHECK(accel_ckpt_wait(ck)); /* the last async save published (or its error) before the summary */
     accel_wait_for_everyone(&acc);
@@ -962,8 +1002,9 @@ fail:
     accel_host_free(&acc, mom);
     accel_host_free(&acc, idx);
     if (have_data) digits_free(&data);
-    if (rc && inited && acc.num_processes > 1) {
-        /* the other ranks may be waiting in a collective: leave without MPI_Finalize so the launcher ends the job */
+    if (rc && rc != ACCEL_EXIT_REQUEUE && inited && acc.num_processes > 1) {
+        /* the other ranks may be waiting in a collective: leave without MPI_Finalize so the launcher ends the job
+           (a preempted run instead stopped on every rank at the same step: accel_shutdown as usual) */
         fflush(stdout);
         fflush(stderr);
         exit(rc);

@@ -26,7 +26,9 @@
      --max-restarts N (torchrun's, default 0): after a failure the node's processes are all stopped and started
      again, up to N times, with TORCHELASTIC_RESTART_COUNT / ACCEL_RESTART_COUNT = the attempt (0 first) and
      TORCHELASTIC_MAX_RESTARTS = N; a trainer resumes from its newest complete checkpoint (examples/quickstart.c).
-     A signal to the launcher ends the job instead. Across nodes each node's launcher restarts its own processes
+     A signal to the launcher ends the job instead, and so does a preemption (every process exiting with
+     ACCEL_EXIT_REQUEUE: accel launch exits with it, for the job script to requeue). SIGUSR1 (Slurm's
+     --signal=USR1@90) is passed on to every process without ending anything. Across nodes each node's launcher restarts its own processes
      (the others fail on the broken store and restart too, given the same N).
      --cpu (or use_cpu: true) with several processes on one node, in an accel built with MPI: the node's processes
      are started by this build's mpirun (accelerate launch --multi_cpu's rule: CPU data collectives need MPI) — one
@@ -425,10 +427,12 @@ static int launch_make_secret(char *out, size_t cap) {
 
 /* ------------------------------------------------------------------------------------------ processes */
 static volatile sig_atomic_t launch_signal = 0;
+static volatile sig_atomic_t launch_usr1 = 0; /* SIGUSR1s to pass on (Slurm's preemption notice) */
 static int launch_wake[2] = {-1, -1}; /* self-pipe: a signal (SIGCHLD too) wakes the poll loop at once */
 static void launch_on_signal(int s) {
     int e = errno;
-    if (s != SIGCHLD) launch_signal = s;
+    if (s == SIGUSR1) launch_usr1 = 1;
+    else if (s != SIGCHLD) launch_signal = s;
     if (launch_wake[1] >= 0) (void)!write(launch_wake[1], "", 1);
     errno = e;
 }
@@ -554,6 +558,9 @@ static int launch_run(const launch_cfg *c, char **prog) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     sigaction(SIGQUIT, &sa, NULL);
+    /* SIGUSR1 (Slurm's --signal=USR1@90 notice reaches every process of the step, the launcher too): passed on
+       without ending the job — preemptible workers stop at a step, save and exit ACCEL_EXIT_REQUEUE */
+    sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGCHLD, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     fflush(stdout);
@@ -568,6 +575,7 @@ static int launch_run(const launch_cfg *c, char **prog) {
             signal(SIGTERM, SIG_DFL);
             signal(SIGHUP, SIG_DFL);
             signal(SIGQUIT, SIG_DFL);
+            signal(SIGUSR1, SIG_DFL);
             signal(SIGCHLD, SIG_DFL);
             signal(SIGPIPE, SIG_DFL);
             /* a session of its own, as torchrun's workers: a worker that reads the terminal is not stopped by
@@ -637,6 +645,11 @@ static int launch_run(const launch_cfg *c, char **prog) {
                 }
             }
         }
+        if (launch_usr1) {
+            launch_usr1 = 0;
+            fprintf(stderr, "accel launch: got SIGUSR1, passing it on to %d process(es)\n", alive);
+            launch_kill_all(ps, c->nproc, SIGUSR1);
+        }
         if (launch_signal && !forwarded) {
             forwarded = 1;
             fprintf(stderr, "accel launch: got signal %d, forwarding it to %d process(es)\n", (int)launch_signal, alive);
@@ -703,6 +716,14 @@ static int launch_run(const launch_cfg *c, char **prog) {
             fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) was killed by signal %d (%s); stopped the "
                     "other %d process(es) still running\n", c->node_rank * c->nproc + failed, failed,
                     (long)ps[failed].pid, WTERMSIG(st), strsignal(WTERMSIG(st)), stopped);
+    }
+    /* every process stopped for a requeue (preempted: saved at one step, accel.h PREEMPTION), also after a forwarded
+       SIGTERM: the job's code is theirs, so that the job script requeues */
+    for (i = 0; i < c->nproc && ps[i].pid > 0 && WIFEXITED(ps[i].status) &&
+                WEXITSTATUS(ps[i].status) == ACCEL_EXIT_REQUEUE; ++i) {}
+    if (i == c->nproc && failed != -2) {
+        code = ACCEL_EXIT_REQUEUE;
+        fprintf(stderr, "accel launch: every process stopped for a requeue (exit %d)\n", ACCEL_EXIT_REQUEUE);
     }
     for (i = 0; i < c->nproc; ++i) { free(ps[i].line[0]); free(ps[i].line[1]); }
     free(ps);
@@ -860,7 +881,7 @@ int cli_launch(int argc, char **argv) {
        a signal to the launcher (forwarded) ends the job instead */
     for (;;) {
         int code = launch_run(&c, prog);
-        if (code == 0 || launch_signal || c.restart >= c.max_restarts) return code;
+        if (code == 0 || code == ACCEL_EXIT_REQUEUE || launch_signal || c.restart >= c.max_restarts) return code;
         ++c.restart;
         fprintf(stderr, "accel launch: restarting all %d process(es) of this node (restart %d of %d)\n", c.nproc,
                 c.restart, c.max_restarts);

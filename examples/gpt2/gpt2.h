@@ -36,7 +36,7 @@
        CHECK(gpt2_run_init(&run, &acc, &desc, &o, "gpt2_cpu"));      // accel_init, --init, the model's shape
        ... allocate the model ...; CHECK(gpt2_run_weights(&run, host_params));
        CHECK(gpt2_run_setup(&run, params, grads, NULL));              // AdamW, loader, reducer, checkpoints, logs
-       while (acc.optimizer_steps < o.steps) {
+       while (acc.optimizer_steps < o.steps && !run.stop) {         // run.stop: preempted, saved (step_end)
            CHECK(gpt2_run_next(&run, win, &got)); if (!got) continue;
            accel_accumulate_begin(&acc);
            forward; backward(1 / accel_loss_divisor(&acc));
@@ -47,7 +47,8 @@
            accel_accumulate_end(&acc);
            if (acc.sync_gradients) { gpt2_run_log_later(&run, micro, loss_sum); CHECK(gpt2_run_step_end(&run)); }
        }
-       CHECK(gpt2_run_finish(&run));                                  // summary line, profile, export
+       if (!run.stop) CHECK(gpt2_run_finish(&run));                   // summary line, profile, export
+       rc = run.stop ? ACCEL_EXIT_REQUEUE : 0;
      fail: gpt2_run_release(&run); ... free the model ...; return gpt2_run_end(&run, rc);
    The test and benchmark options (--dump-grads, --kill-at, --bench-noop-accel: gpt2_hooks) are parsed with the others
    and run inside these calls at named points (gpt2_hooks_grads_reduced, _step_end, _run_end); --bench-noop-accel
@@ -927,6 +928,7 @@ static inline accel_optim_schedule gpt2_schedule(int64_t warmup, int64_t steps, 
 typedef struct gpt2_hooks {
     const char *dump_grads; /* --dump-grads FILE: the first step's reduced gradients, before clipping, as HF names */
     int kill_at;            /* --kill-at N: SIGKILL on every rank at the end of step N, after its checkpoint */
+    int signal_at;          /* --signal-at N: the last rank raises SIGUSR1 at the end of step N (preemption) */
     int bench_noop;         /* --bench-noop-accel: main runs its no-op loop (accel's calls removed) instead */
 } gpt2_hooks;
 
@@ -975,6 +977,7 @@ static inline void gpt2_usage(const char *prog) {
             "  --peak-tflops X          peak TFLOP/s for MFU (CUDA default: the device's bf16 dense peak; CPU: none)\n"
             "testing (the hooks: gpt2_hooks)\n"
             "  --kill-at N              SIGKILL every rank after step N (resume tests)\n"
+            "  --signal-at N            the last rank raises SIGUSR1 after step N (preemption tests)\n"
             "  --dump-grads FILE        the first step's reduced gradients (before clipping) as HF safetensors\n"
             "  --bench-noop-accel       benchmark: the loop with accel's calls taken out (one batch, no accumulation,\n"
             "                           sync, clipping, schedule or logs). Every run ends with a summary: JSON line\n"
@@ -1056,6 +1059,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
         else if (GPT2_ARG("--print-every")) o->print_every = atoi(v);
         else if (GPT2_ARG("--seed")) o->seed = strtoull(v, NULL, 10);
         else if (GPT2_ARG("--kill-at")) o->hooks.kill_at = atoi(v);
+        else if (GPT2_ARG("--signal-at")) o->hooks.signal_at = atoi(v);
         else if (GPT2_ARG("--dump-grads")) o->hooks.dump_grads = v;
         else if (GPT2_ARG("--peak-tflops")) o->peak_tflops = atof(v);
         else if (GPT2_ARG("--attention")) {
@@ -1075,12 +1079,12 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
     }
     if (o->ndata == 0 || o->steps < 0 || o->batch < 1 || o->seq < 1 || o->accum < 1 || o->warmup < 0 ||
         o->layers < 0 || o->heads < 0 || o->channels < 0 || o->vocab < 0 || o->block_size < 0 || o->ckpt_every < 0 ||
-        o->print_every < 0 || o->hooks.kill_at < 0 || o->lr < 0 || o->clip < 0) {
+        o->print_every < 0 || o->hooks.kill_at < 0 || o->hooks.signal_at < 0 || o->lr < 0 || o->clip < 0) {
         fprintf(stderr, "%s: need --data and non-negative sizes (see --help)\n", prog);
         return 2;
     }
-    if ((o->resume || o->hooks.kill_at) && !o->ckpt_dir) {
-        fprintf(stderr, "%s: --resume and --kill-at need --checkpoint-dir\n", prog);
+    if ((o->resume || o->hooks.kill_at || o->hooks.signal_at) && !o->ckpt_dir) {
+        fprintf(stderr, "%s: --resume, --kill-at and --signal-at need --checkpoint-dir\n", prog);
         return 2;
     }
     return -1;
@@ -1249,6 +1253,7 @@ typedef struct gpt2_run {
     gpt2_late_log late;                  /* the step whose log line waits */
     int64_t timed_from;                  /* the summary line's clock: steps after timed_from, from timed_t0 */
     double timed_t0;
+    int stop;                            /* preempted: the signal every rank agreed on after r->step (0: none) */
 } gpt2_run;
 
 /* One phase of a step in the profiler's table and trace (accel_profile.h; one flag test without --profile), around
@@ -1420,6 +1425,8 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
             else if (res != ACCEL_OK) return res;
             else accel_print(acc, "resumed at step %lld\n", (long long)acc->optimizer_steps);
         }
+        /* preemptible: SIGTERM / SIGUSR1 set a stop flag, agreed on in gpt2_run_step_end (accel.h: PREEMPTION) */
+        if ((res = accel_preemption_install(acc, ACCEL_PREEMPT_SIGNALS)) != ACCEL_OK) return res;
     }
     r->first_step = r->step = acc->optimizer_steps;
 
@@ -1579,10 +1586,11 @@ static inline accel_result gpt2_run_log_pending(gpt2_run *r) {
     return accel_prof_end(r->prof, ACCEL_PROF_LOGGING);
 }
 
-/* Whether gpt2_run_step_end saves a checkpoint after step r->step: every --checkpoint-every steps and the last. */
+/* Whether gpt2_run_step_end saves a checkpoint after step r->step: every --checkpoint-every steps, the last, and
+   the step a preemption stops at. */
 static inline int gpt2_run_ckpt_due(const gpt2_run *r) {
     const gpt2_opts *o = r->o;
-    return r->ckpt && ((o->ckpt_every && r->step % o->ckpt_every == 0) || r->step == o->steps);
+    return r->ckpt && ((o->ckpt_every && r->step % o->ckpt_every == 0) || r->step == o->steps || r->stop);
 }
 
 /* Whether step r->step must be complete and logged in gpt2_run_step_end: before a checkpoint (the loss file holds
@@ -1594,11 +1602,17 @@ static inline int gpt2_run_step_must_complete(const gpt2_run *r) {
            r->step == r->first_step + GPT2_UNTIMED_STEPS;
 }
 
-/* The end of a step (after gpt2_run_log_later): its log line where the step must be complete, save_state every
-   --checkpoint-every steps and after the last (after accumulate_end: the counters are final), the profiler's step,
+/* The end of a step (after gpt2_run_log_later): with checkpoints, whether any rank was preempted (SIGTERM/SIGUSR1,
+   accel_should_stop: every rank the same answer at the same step; r->stop, and the trainer's loop ends); its log line
+   where the step must be complete, save_state every --checkpoint-every steps, after the last and when stopping
+   (after accumulate_end: the counters are final; an async save is waited for when stopping), the profiler's step,
    then the step-end hooks. */
 static inline accel_result gpt2_run_step_end(gpt2_run *r) {
     accel_result res;
+    if (r->o->hooks.signal_at && r->step == r->o->hooks.signal_at &&
+        r->acc->process_index == r->acc->num_processes - 1)
+        raise(SIGUSR1); /* --signal-at: a preemption notice reaching one rank */
+    if (r->ckpt && r->step < r->o->steps && (res = accel_should_stop(r->acc, &r->stop)) != ACCEL_OK) return res;
     if (gpt2_run_step_must_complete(r) && (res = gpt2_run_log_pending(r)) != ACCEL_OK) return res;
     if (gpt2_run_ckpt_due(r)) {
         if ((res = accel_prof_begin(r->prof, ACCEL_PROF_CHECKPOINT)) != ACCEL_OK ||
@@ -1610,6 +1624,11 @@ static inline accel_result gpt2_run_step_end(gpt2_run *r) {
     if (r->ckpt && r->o->hooks.kill_at && r->step == r->o->hooks.kill_at &&
         (res = accel_ckpt_wait(r->ckpt)) != ACCEL_OK)
         return res;
+    if (r->stop) {
+        if ((res = accel_ckpt_wait(r->ckpt)) != ACCEL_OK) return res;
+        accel_print(r->acc, "preempted (signal %d) after step %lld: checkpoint saved; exiting with %d to be requeued "
+                    "(then --resume)\n", r->stop, (long long)r->step, ACCEL_EXIT_REQUEUE);
+    }
     if ((res = accel_prof_step(r->prof)) != ACCEL_OK) return res;
     gpt2_hooks_step_end(r);
     return ACCEL_OK;
@@ -1668,9 +1687,10 @@ static inline void gpt2_run_release(gpt2_run *r) {
 }
 
 /* The end of main (after gpt2_run_release and the trainer's frees): accel_shutdown; returns rc. On a failure with
-   several ranks the process exits here instead: peers may wait in a collective, and the launcher ends the job. */
+   several ranks the process exits here instead: peers may wait in a collective, and the launcher ends the job (not
+   after a preemption, ACCEL_EXIT_REQUEUE: every rank stopped at the same step). */
 static inline int gpt2_run_end(gpt2_run *r, int rc) {
-    if (rc && r->inited && r->acc->num_processes > 1) {
+    if (rc && rc != ACCEL_EXIT_REQUEUE && r->inited && r->acc->num_processes > 1) {
         fflush(stdout);
         fflush(stderr);
         exit(rc);

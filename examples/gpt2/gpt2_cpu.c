@@ -450,7 +450,7 @@ int main(int argc, char **argv) {
         CHECK(bench_noop_loop(&run, &model, win));
     } else {
         /* the loop: one micro-batch per iteration; the optimizer steps on sync micro-batches */
-        while (acc.optimizer_steps < o.steps) {
+        while (acc.optimizer_steps < o.steps && !run.stop) { /* run.stop: preempted and saved (gpt2_run_step_end) */
             int got = 0;
             PHASE(ACCEL_PROF_DATA, CHECK(gpt2_run_next(&run, win, &got)));
             if (!got) continue; /* end of an epoch: the loader advanced it */
@@ -473,8 +473,8 @@ int main(int argc, char **argv) {
             CHECK(gpt2_run_step_end(&run)); /* its log line when it must be complete, a checkpoint when due, ... */
         }
     }
-    CHECK(gpt2_run_finish(&run)); /* summary line, profile, export */
-    rc = 0;
+    if (!run.stop) CHECK(gpt2_run_finish(&run)); /* summary line, profile, export (not when preempted) */
+    rc = run.stop ? ACCEL_EXIT_REQUEUE : 0; /* preempted: the job script requeues on it (README.md) */
 fail:
     gpt2_run_release(&run); /* before the buffers it uses */
     accel_host_free(&acc, win);

@@ -560,7 +560,7 @@ int main(int argc, char **argv) {
     } else {
         /* 3. the loop: gpt2_cpu.c's, with the batch staged to the device and the loss read back without waiting
            (step_readback): the host prepares and enqueues a step while the device still runs the previous one */
-        while (acc.optimizer_steps < o.steps) {
+        while (acc.optimizer_steps < o.steps && !run.stop) { /* run.stop: preempted and saved (gpt2_run_step_end) */
             const int32_t *win = NULL;
             int got = 0, nseg = 0;
             PHASE(ACCEL_PROF_DATA, CHECK(next_batch(&run, &stage, &win, &nseg, &got)));
@@ -584,8 +584,8 @@ int main(int argc, char **argv) {
         }
     }
     CUDA_OK(cudaStreamSynchronize(M.st));
-    CHECK(gpt2_run_finish(&run)); /* summary line, profile, export */
-    rc = 0;
+    if (!run.stop) CHECK(gpt2_run_finish(&run)); /* summary line, profile, export (not when preempted) */
+    rc = run.stop ? ACCEL_EXIT_REQUEUE : 0; /* preempted: the job script requeues on it (README.md) */
 fail:
     gpt2_run_release(&run); /* before the buffers it uses */
     staging_deinit(&stage, &acc);

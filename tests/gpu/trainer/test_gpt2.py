@@ -20,6 +20,8 @@ usage: test_gpt2.py CHECK TRAIN_GPT2_EXE GPT2_CPU_EXE [cudnn|no-cudnn]
   resume    stochastic rounding, accumulation 2, shuffled windows: a run killed at a random step and resumed from its
             last checkpoint ends bit-identical to an uninterrupted run (exported weights and loss file), with each
             attention the build has.
+  preempt   SIGUSR1 after step 7 (--signal-at): saved there (sync and async), exit 75, nothing exported; --resume ends
+            bit-identical to an uninterrupted run (exported weights and loss file).
   profile   --profile DIR (accumulation 2, a checkpoint): the phase table has the "device ms" column (CUDA events on
             the trainer's stream) and a row per phase; DIR/profile_0.json passes tests/unit/profile/check_trace.py's
             reader with a device event (tid 1) for every host forward/backward range; the loss file is bit-identical
@@ -214,15 +216,42 @@ def profile(gpu, cpu, tmp):
     check(open(lf).read() == open(lf2).read(), "the loss file is bit-identical with and without --profile")
 
 
+def preempt(gpu, cpu, tmp):
+    # Preemption (issue 29): SIGUSR1 raised after step 7 (--signal-at; not a --checkpoint-every 3 step): the trainer
+    # waits for the step's loss, saves there (sync, then async: the pinned snapshot's write waited for), exits with
+    # ACCEL_EXIT_REQUEUE (75) without exporting; --resume ends bit-identical to an uninterrupted run.
+    shard = os.path.join(tmp, "small.bin")
+    run([gpu, "--gen-shard", shard, 9 * 4 * 32 + 1, 64])
+    common = TINY + ["--data", shard, "--batch", 4, "--accum", 2, "--steps", 12, "--shuffle", "--sr", "--lr", 3e-3,
+                     "--warmup", 3, "--weight-decay", 0.1, "--seed", 9, "--print-every", 0]
+    slf, sex = os.path.join(tmp, "straight.loss"), os.path.join(tmp, "straight")
+    run([gpu] + common + ["--loss-file", slf, "--export", sex])
+    _, a = read_safetensors(os.path.join(sex, "model.safetensors"))
+    for extra in ([], ["--async-checkpoint"]):
+        tag = "async" if extra else "sync"
+        ck, lf, ex = (os.path.join(tmp, tag + x) for x in (".ck", ".loss", ".export"))
+        cka = ["--checkpoint-dir", ck, "--checkpoint-every", 3] + extra
+        r = run([gpu] + common + cka + ["--signal-at", 7, "--loss-file", lf, "--export", ex], expect_ok=False)
+        check(r.returncode == 75 and not os.path.exists(ex) and
+              "preempted (signal 10) after step 7: checkpoint saved" in r.stdout,
+              "%s: preempted after step 7, exit %d (want 75), nothing exported" % (tag, r.returncode))
+        check(len(open(lf).read().splitlines()) == 7, "%s: the loss file holds steps 1..7" % tag)
+        r = run([gpu] + common + cka + ["--resume", "--loss-file", lf, "--export", ex])
+        check("resumed at step 7" in r.stdout, "%s: resumed at step 7" % tag)
+        _, b = read_safetensors(os.path.join(ex, "model.safetensors"))
+        check(a == b, "%s: straight vs preempted + resumed: bit-identical exported weights" % tag)
+        check(open(slf).read() == open(lf).read(), "%s: identical loss files" % tag)
+
+
 def main():
-    if len(sys.argv) not in (4, 5) or sys.argv[1] not in ("vs-cpu", "learns", "resume", "profile") or \
+    if len(sys.argv) not in (4, 5) or sys.argv[1] not in ("vs-cpu", "learns", "resume", "profile", "preempt") or \
             sys.argv[4:] not in ([], ["cudnn"], ["no-cudnn"]):
         print(__doc__)
         return 2
     if sys.argv[4:] == ["cudnn"]:
         ATTENTION.append("cudnn")
     with tempfile.TemporaryDirectory(prefix="gpt2-gpu-") as tmp:
-        {"vs-cpu": vs_cpu, "learns": learns, "resume": resume, "profile": profile}[sys.argv[1]](
+        {"vs-cpu": vs_cpu, "learns": learns, "resume": resume, "profile": profile, "preempt": preempt}[sys.argv[1]](
             os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3]), tmp)
     print("gpt2-%s: %d passed, %d failed" % (sys.argv[1], checks - failures, failures))
     return 1 if failures or not checks else 0

@@ -12,6 +12,8 @@ usage: gpt2_driver.py CHECK GPT2_CPU_EXE
   resume-async the same with --async-checkpoint (save_state returns after a snapshot, a writer thread writes); the
                resumed run's --profile traces hold one "checkpoint_snapshot" and one "checkpoint_write" range per save
                on each rank (read back by check_trace.py's reader), each write starting after its snapshot began.
+  preempt      SIGUSR1 on the last rank after step 7 (--signal-at): every rank saves there and exits with 75 (nothing
+               exported); --resume ends bit-identical to a straight run; sync and async saves.
   profile      2 ranks, accumulation 2, checkpoints: --profile DIR prints rank 0's phase table once (a row per phase
                the trainer marks, checkpoint in 2 of the 6 steps), writes DIR/profile_<rank>.json and
                DIR/profile_merged.json, read back by tests/unit/profile/check_trace.py's independent reader (well
@@ -114,14 +116,19 @@ def equivalence(exe, tmp):
     check(d > 1e-3, "control: 2 x batch 2 (global batch 4) differs from 1x8 (max relative difference %.2e)" % d)
 
 
+def small_run(exe, tmp, steps):
+    """The resume and preempt runs' options: 2 ranks, accumulation 2, shuffled windows of a small shard (72 windows
+    of 17 tokens: 9 global batches of 2 x 4 windows per epoch = 4 optimizer steps + a short last window)."""
+    shard = os.path.join(tmp, "small.bin")
+    subprocess.run([exe, "--gen-shard", shard, str(72 * 16 + 1), "64"], check=True, capture_output=True)
+    return ["--data", shard, "--steps", steps, "--batch", 4, "--accum", 2, "--shuffle", "--lr", 3e-3, "--warmup", 3,
+            "--weight-decay", 0.1, "--seed", 11]
+
+
 def resume(exe, tmp, async_ckpt=False):
     extra = ["--async-checkpoint"] if async_ckpt else []
-    shard = os.path.join(tmp, "small.bin")
-    # 72 windows of 17 tokens: 9 global batches of 2 x 4 windows per epoch = 4 optimizer steps + a short last window
-    subprocess.run([exe, "--gen-shard", shard, str(72 * 16 + 1), "64"], check=True, capture_output=True)
     steps = 16
-    common = ["--data", shard, "--steps", steps, "--batch", 4, "--accum", 2, "--shuffle", "--lr", 3e-3, "--warmup", 3,
-              "--weight-decay", 0.1, "--seed", 11]
+    common = small_run(exe, tmp, steps)
     straight_lf, straight_ex = os.path.join(tmp, "straight.loss"), os.path.join(tmp, "straight.export")
     run(exe, 2, common + ["--loss-file", straight_lf, "--export", straight_ex])
     seed = int(os.environ.get("GPT2_KILL_SEED", random.randrange(1 << 30)))
@@ -165,6 +172,31 @@ def resume(exe, tmp, async_ckpt=False):
     check(cbytes != abytes and weight_diff(a, c)[0] > 1e-5, "control: 15 instead of 16 steps gives other weights")
 
 
+def preempt(exe, tmp):
+    # Preemption (issue 29): the last rank raises SIGUSR1 after step 7 (--signal-at; not a --checkpoint-every 3 step):
+    # every rank stops there, saves, exits with ACCEL_EXIT_REQUEUE (75) without exporting; --resume continues to
+    # weights and a loss file bit-identical to a straight run. Sync and async saves.
+    steps = 12
+    common = small_run(exe, tmp, steps)
+    straight_lf, straight_ex = os.path.join(tmp, "straight.loss"), os.path.join(tmp, "straight.export")
+    run(exe, 2, common + ["--loss-file", straight_lf, "--export", straight_ex])
+    a, abytes = read_safetensors(os.path.join(straight_ex, "model.safetensors"))
+    for extra in ([], ["--async-checkpoint"]):
+        tag = "async" if extra else "sync"
+        ck, lf, ex = (os.path.join(tmp, tag + x) for x in (".ck", ".loss", ".export"))
+        cka = ["--checkpoint-dir", ck, "--checkpoint-every", 3] + extra
+        r = run(exe, 2, common + cka + ["--signal-at", 7, "--loss-file", lf, "--export", ex], expect_ok=False)
+        check(r.returncode == 75 and not os.path.exists(ex), "%s: preempted after step 7: exit %d (want 75), nothing "
+              "exported" % (tag, r.returncode))
+        check(r.stdout.count("preempted (signal 10) after step 7: checkpoint saved") == 1, "%s: says so once" % tag)
+        check(len(open(lf).read().splitlines()) == 7, "%s: the loss file holds steps 1..7" % tag)
+        r = run(exe, 2, common + cka + ["--resume", "--loss-file", lf, "--export", ex])
+        check("resumed at step 7" in r.stdout, "%s: resumed at step 7" % tag)
+        b, bbytes = read_safetensors(os.path.join(ex, "model.safetensors"))
+        check(abytes == bbytes, "%s: straight vs preempted + resumed: bit-identical exported weights" % tag)
+        check(open(straight_lf).read() == open(lf).read(), "%s: the loss files are identical" % tag)
+
+
 def profile(exe, tmp):
     sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "profile"))
     import check_trace
@@ -206,7 +238,7 @@ def profile(exe, tmp):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume", "resume-async", "profile"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("equivalence", "resume", "resume-async", "profile", "preempt"):
         print(__doc__)
         return 2
     with tempfile.TemporaryDirectory(prefix="gpt2-mpi-") as tmp:

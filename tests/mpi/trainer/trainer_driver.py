@@ -3,7 +3,7 @@
 
 usage: trainer_driver.py CHECK TRAIN_DIGITS_EXE [ACCEL_EXE]
   CHECK: equivalence | resume | resume-async | skip | accuracy | zero | comm-hook | launch (needs ACCEL_EXE: the
-  trainer under `accel launch`)
+  trainer under `accel launch`) | preempt (SIGUSR1 on one rank: save, exit 75, --resume bit-identical)
   (resume-async: --async-checkpoint every 10 steps, killed after step 50, resumed: bit-identical to a straight run)
 Runs the trainer through tests/mpi/mpirun.sh (ACCEL_SOURCE_ROOT), reads its --loss-file / --dump-weights outputs and
 compares them. The data (data/digits.csv) is fetched with scripts/fetch-digits.sh when missing; if that is not
@@ -169,6 +169,43 @@ def resume(exe, tmp):
     run(exe, 2, ["--steps", 99] + common[2:] + ["--dump-weights", ctrl])
     dc = max(abs(x - y) for x, y in zip(ws, weights(ctrl)[0]))
     check(dc > 10 * max(d, 1e-6), "control: 99 vs 100 steps differs far more (%.2e)" % dc)
+
+
+def preempt(exe, tmp):
+    # Preemption (issue 29): SIGUSR1 raised by the last rank inside step 37 (--signal-at; not a checkpoint step of
+    # --checkpoint-every 10): every rank stops after step 37, saves there and exits with ACCEL_EXIT_REQUEUE (75);
+    # --resume continues bit-identically. 3 ranks; then 2 ranks with --async-checkpoint (the save waited for).
+    for np_, extra in ((3, []), (2, ["--async-checkpoint"])):
+        common = ["--steps", 80, "--batch", 8, "--accum", 2, "--precision", "fp16", "--seed", 5]
+        tag = "np%d%s" % (np_, " async" if extra else "")
+        d = os.path.join(tmp, "p%d%s" % (np_, "a" if extra else ""))
+        os.makedirs(d)
+        straight = os.path.join(d, "straight.w")
+        run(exe, np_, common + ["--dump-weights", straight, "--loss-file", os.path.join(d, "straight.loss")])
+        ck, got, lf = os.path.join(d, "ck"), os.path.join(d, "resumed.w"), os.path.join(d, "resumed.loss")
+        cka = ["--checkpoint-dir", ck, "--checkpoint-every", 10] + extra
+        r = run(exe, np_, common + cka + ["--signal-at", 37, "--dump-weights", got, "--loss-file", lf],
+                expect_ok=False)
+        check(r.returncode == 75, "%s: the preempted run exits with ACCEL_EXIT_REQUEUE 75 (got %d): %s" %
+              (tag, r.returncode, r.stdout[-300:] + r.stderr[-300:]))
+        check("preempted (signal 10) after step 37: checkpoint saved" in r.stdout,
+              "%s: it says it was preempted after step 37 (SIGUSR1)" % tag)
+        check(not os.path.exists(got), "%s: the preempted run wrote no final weights" % tag)
+        ckpts = sorted(os.listdir(os.path.join(ck, "checkpoints")))
+        check(ckpts[-1:] == ["checkpoint_3"], "%s: 4 saves (steps 10, 20, 30, 37; the newest kept): %s" % (tag, ckpts))
+        rows = losses(lf)
+        check(len(rows) == 37 and rows[-1][0] == 37, "%s: the preempted run's loss file ends at step 37" % tag)
+        r = run(exe, np_, common + cka + ["--resume", "--dump-weights", got, "--loss-file", lf])
+        check("resumed at step 37 " in r.stdout, "%s: resumed at step 37" % tag)
+        check(weights(straight)[1] == weights(got)[1], "%s: 80 straight vs 37 + preempt + resume: bit-identical "
+              "weights" % tag)
+        check(losses(os.path.join(d, "straight.loss")) == losses(lf), "%s: loss/lr/scale rows 1..80 equal" % tag)
+    # no signal: the same preemptible run is never stopped (exit 0, 80 steps)
+    d = os.path.join(tmp, "none")
+    r = run(exe, 2, ["--steps", 80, "--batch", 8, "--seed", 5, "--checkpoint-dir", d, "--checkpoint-every", 40,
+                     "--loss-file", os.path.join(tmp, "none.loss")])
+    check(r.returncode == 0 and "preempted" not in r.stdout and len(losses(os.path.join(tmp, "none.loss"))) == 80,
+          "unsignalled preemptible run: 80 steps, never stopped")
 
 
 def skip(exe, tmp):
@@ -387,7 +424,7 @@ def launch(exe, tmp):
 
 
 def main():
-    checks_ = ("equivalence", "resume", "resume-async", "skip", "accuracy", "zero", "comm-hook", "launch")
+    checks_ = ("equivalence", "resume", "resume-async", "skip", "accuracy", "zero", "comm-hook", "launch", "preempt")
     if len(sys.argv) != 3 + (sys.argv[1:2] == ["launch"]) or sys.argv[1] not in checks_:
         print(__doc__)
         return 2

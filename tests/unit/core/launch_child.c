@@ -1,6 +1,6 @@
 /* The program tests/unit/core/test_launch.sh starts under `accel launch`: checks what the launcher promised
    (torchrun's worker environment, accel's host group over the TCP store) and acts out the faults.
-   usage: launch_child ok|fail RANK CODE|sigkill RANK|sleep|echo|config PRECISION ACCUM|secret FILE */
+   usage: launch_child ok|fail RANK CODE|sigkill RANK|sleep|preempt|echo|config PRECISION ACCUM|secret FILE */
 #define _DEFAULT_SOURCE 1
 #include "accel.h"
 #include <stdio.h>
@@ -78,6 +78,20 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "sigkill") && rank == atoi(argv[2])) raise(SIGKILL); /* the others fail in the barrier */
     if (!strcmp(mode, "sigkill")) return accel_wait_for_everyone(&acc) == ACCEL_OK ? 0 : 1;
+    if (!strcmp(mode, "preempt")) { /* preemptible steps of 20 ms until every rank agrees to stop: exit 75 */
+        int stop = 0, step = 0;
+        if (accel_preemption_install(&acc, ACCEL_PREEMPT_SIGNALS) != ACCEL_OK) bad |= 512;
+        printf("rank %d: waiting\n", rank);
+        fflush(stdout);
+        while (!bad && !stop && step < 3000) {
+            usleep(20000);
+            ++step;
+            if (accel_should_stop(&acc, &stop) != ACCEL_OK) bad |= 1024;
+        }
+        printf("rank %d: stopped at step %d by signal %d (bad=%d)\n", rank, step, stop, bad);
+        accel_shutdown(&acc);
+        return bad ? 1 : stop ? ACCEL_EXIT_REQUEUE : 0;
+    }
     if (!strcmp(mode, "fail") || !strcmp(mode, "sleep")) {
         printf("rank %d: waiting\n", rank);
         fflush(stdout);

@@ -203,6 +203,39 @@ check '[ $rc = 143 ]' "SIGTERM: launcher exit $rc: $(cat "$tmp/sig.out")"
 sleep 0.3
 check '[ "$(leftovers "$marker")" = no ]' "no process left behind after SIGTERM"
 
+# 7a. preemption (issue 29): SIGUSR1 to the launcher (Slurm's --signal=USR1@90 notice) is passed on without ending
+#     anything; the preemptible workers agree on one step, exit 75 (ACCEL_EXIT_REQUEUE), and so does the launcher —
+#     not restarted under --max-restarts. SIGTERM to the launcher with preemptible workers: 75 as well.
+# launch_signalled SIG MARKER LAUNCH-OPTIONS... -- CHILD-MODE: two workers under accel launch (output in $tmp/sig.out)
+# waiting, then SIG to the launcher; rc = the launcher's exit (killed if not ended in 10 s: the check fails, no hang).
+# Workers not up in 60 s (a loaded machine): SIGKILL instead — a catchable signal could reach this script's forked
+# child before it became the launcher and run its copy of the EXIT trap (rm -rf $tmp)
+launch_signalled() {
+  local sig=$1 marker=$2 lp i
+  shift 2
+  "$accel" launch -n 2 "$@" "$marker" > "$tmp/sig.out" 2>&1 &
+  lp=$!
+  for i in $(seq 1 600); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
+  [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] || sig=KILL
+  kill -"$sig" $lp
+  for i in $(seq 1 100); do kill -0 $lp 2>/dev/null || break; sleep 0.1; done
+  kill -0 $lp 2>/dev/null && kill -KILL $lp
+  wait $lp; rc=$?
+}
+for sig in USR1 TERM; do
+  marker="preempt$sig-$$"
+  launch_signalled $sig "$marker" --max-restarts 2 -- "$child" preempt
+  num=$(kill -l $sig)
+  steps=$(sed -n "s/^rank [01]: stopped at step \([0-9]*\) by signal $num (bad=0)$/\1/p" "$tmp/sig.out" | sort -u)
+  check '[ $rc = 75 ] && [ "$(grep -c "stopped at step" "$tmp/sig.out")" = 2 ] && [ "$(echo "$steps" | wc -l)" = 1 ] &&
+         [ -n "$steps" ] && ! grep -q "restarting" "$tmp/sig.out"' \
+    "SIG$sig to the launcher of preemptible workers: exit $rc (want 75), both stopped at one step, no restart:
+    $(cat "$tmp/sig.out")"
+  sleep 0.3
+  check '[ "$(leftovers "$marker")" = no ]' "no process left behind after SIG$sig (preempt)"
+  for p in $(pgrep -f "launch_child.*$marker"); do kill -KILL "$p"; done
+done
+
 # 7b. SIGHUP (terminal or ssh closed) and SIGQUIT are forwarded as torchrun does: exit 128+signal, nothing left
 #     (a background job of this script starts with SIGQUIT ignored: the launcher installs its own handler anyway)
 for sig in HUP QUIT; do
