@@ -164,8 +164,15 @@
        - skip_batches global batches are read and not handed out at the start of every epoch;
        - a loader that ends before a first global batch (empty, or a dropped partial group) is Accelerate's
          ValueError "Batch does not contain any data": ACCEL_ERR_STATE on every process.
-     A main-process fetch error fails every process (ACCEL_ERR_REMOTE elsewhere); a process that dies is the host
-     group's deadline. Differences: host memory only (stage the slice to the device yourself: accel_data_stager);
+     A main-process fetch error fails every process (ACCEL_ERR_REMOTE elsewhere). A process that dies or hangs in
+     the middle of an epoch (the main one included) fails next() on every other process, never a short epoch:
+     over the TCP store (torchrun, accel launch) with an error naming it — at once when it died ("no frame from
+     rank 1: the connection was closed"), at the deadline (ACCEL_COLLECTIVE_TIMEOUT / ACCEL_TRAIN_TIMEOUT) when it
+     hangs ("rank(s) 1 did not reach the collective within 5.0 s"). Under mpirun, Open MPI and MPICH end the whole
+     job as soon as a process is killed and their launcher names it (Open MPI: "process rank 1 ... exited on signal
+     9"; MPICH: by pid); a launcher that keeps the others running (Open MPI's --enable-recovery) leaves them the
+     deadline's ACCEL_ERR_TIMEOUT, which cannot name the rank (MPI without ULFM does not say who is missing).
+     Differences: host memory only (stage the slice to the device yourself: accel_data_stager);
      one contiguous row per sample instead of a nested structure of tensors; the rows need no structure broadcast
      first (the header carries the row count).
 
