@@ -103,6 +103,9 @@
      hooks_reference.py). POWER_SGD / BATCHED_POWER_SGD are not provided. Training with a hook converges like fp32:
      examples/train_digits --comm-hook fp16|bf16 on 2 ranks ends within 2 % of the fp32 run's loss and 1 point of
      its accuracy (tests/mpi/trainer, trainer-comm-hook). Cost: bench/ddp (ddp-bench-hooks-np2/np4).
+     No registration handle: the hook is part of the reducer's desc, fixed for its life. Accelerate sets it once, in
+     prepare() (model.register_comm_hook); torch allows one register_comm_hook per DDP model and offers no removal
+     (a second call raises), so there is nothing to remove — a reducer with another hook is a new reducer.
 
    LOCAL SGD
      accelerate.local_sgd.LocalSGD(accelerator, model, local_sgd_steps=K, enabled) as a begin/step/end triple:
