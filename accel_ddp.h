@@ -38,6 +38,8 @@
                    ACCEL_ON: require the contiguous buffer (error otherwise).
      comm_hook, comm_wrapper  COMMUNICATION HOOKS below.
      accel_ddp_join_desc.no_divide_by_initial_world_size  JOIN below.
+     ACCEL_DDP_NO_DISPATCH (macro, in the ACCEL_IMPLEMENTATION TU): no run-time choice of the AVX2 + F16C host loop of
+                   the comm hooks (then only an AVX2 + F16C build uses it). The same bits either way.
 
    BUCKETS AND OVERLAP
      DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at
@@ -102,7 +104,10 @@
      choose theirs per chunk), so an element may differ from torch's in the last bit (tests/mpi/ddp/
      hooks_reference.py). POWER_SGD / BATCHED_POWER_SGD are not provided. Training with a hook converges like fp32:
      examples/train_digits --comm-hook fp16|bf16 on 2 ranks ends within 2 % of the fp32 run's loss and 1 point of
-     its accuracy (tests/mpi/trainer, trainer-comm-hook). Cost: bench/ddp (ddp-bench-hooks-np2/np4).
+     its accuracy (tests/mpi/trainer, trainer-comm-hook). Cost: bench/ddp (ddp-bench-hooks-np2/np4). On host
+     gradients the cast, division and cast back are one pass per gradient each way (AVX2 + F16C on x86-64, the scalar
+     bits); what remains of a hook step on one host is the 16-bit all-reduce itself, whose MPI user operation
+     (accel_collectives.h) converts element by element.
      No registration handle: the hook is part of the reducer's desc, fixed for its life. Accelerate sets it once, in
      prepare() (model.register_comm_hook); torch allows one register_comm_hook per DDP model and offers no removal
      (a second call raises), so there is nothing to remove — a reducer with another hook is a new reducer.
