@@ -341,7 +341,7 @@ static ACCEL_INLINE ACCEL_HD void accel__ddp_hook_elem(void *grad, uint16_t *com
 /* The host loops of the hooks: one pass per gradient that loads, casts, divides and casts again (compress), or loads
    and casts back (decompress) — the scalar elements above, or 8 lanes at a time with AVX2 + F16C (x86-64 GCC/clang,
    chosen at run time like accel_amp.h's and accel_optim.h's loops; ACCEL_DDP_NO_DISPATCH: only an AVX2+F16C build
-   uses them). The lanes give the scalar bits: every step is an IEEE operation rounded to nearest even (F16C's
+   uses them; not in an nvcc-compiled TU, whose host passes stay scalar). The lanes give the scalar bits: every step is an IEEE operation rounded to nearest even (F16C's
    conversions, the bf16 rule (u + 0x7fff + lsb) >> 16 on integer lanes, divps), NaN is 0x7FFF wherever the scalar
    codec makes it so (F16C keeps a NaN's payload: such lanes are replaced), and the division is the scalar's division
    (the loop is memory-bound: a multiplication by fl(1/p) would save nothing). tests/unit/ddp/test_ddp_vec.c checks
