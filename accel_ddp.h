@@ -341,11 +341,11 @@ static ACCEL_INLINE ACCEL_HD void accel__ddp_hook_elem(void *grad, uint16_t *com
 /* The host loops of the hooks: one pass per gradient that loads, casts, divides and casts again (compress), or loads
    and casts back (decompress) — the scalar elements above, or 8 lanes at a time with AVX2 + F16C (x86-64 GCC/clang,
    chosen at run time like accel_amp.h's and accel_optim.h's loops; ACCEL_DDP_NO_DISPATCH: only an AVX2+F16C build
-   uses them; not in an nvcc-compiled TU, whose host passes stay scalar). The lanes give the scalar bits: every step is an IEEE operation rounded to nearest even (F16C's
-   conversions, the bf16 rule (u + 0x7fff + lsb) >> 16 on integer lanes, divps), NaN is 0x7FFF wherever the scalar
-   codec makes it so (F16C keeps a NaN's payload: such lanes are replaced), and the division is the scalar's division
-   (the loop is memory-bound: a multiplication by fl(1/p) would save nothing). tests/unit/ddp/test_ddp_vec.c checks
-   every fp32 input. */
+   uses them; not in an nvcc-compiled TU, whose host passes stay scalar). The lanes give the scalar bits: every step
+   is an IEEE operation rounded to nearest even (F16C's conversions, the bf16 rule (u + 0x7fff + lsb) >> 16 on
+   integer lanes, divps), NaN is 0x7FFF wherever the scalar codec makes it so (F16C keeps a NaN's payload: such lanes
+   are replaced), and the division is the scalar's division (the loop is memory-bound: a multiplication by fl(1/p)
+   would save nothing). tests/unit/ddp/test_ddp_vec.c checks every fp32 input. */
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
     ((defined(__AVX2__) && defined(__F16C__)) || !defined(ACCEL_DDP_NO_DISPATCH))
 #define ACCEL__DDP_AVX2 1
@@ -372,9 +372,8 @@ ACCEL__DDP_TARGET static ACCEL_INLINE __m128i accel__ddp_v_pack(__m256 x, int dt
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                            _mm256_set1_epi32(0x7f800000));
     if (dt == (int)ACCEL_BF16) {
-        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
-                                                       _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))),
-                                      16);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
         r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fff), nan);
         return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)); /* lanes <= 0xffff */
     } else {

@@ -105,8 +105,10 @@ static void combos_compress(host_fn f, const char *name) {
             for (h = 0; h < 2; ++h)
                 for (k = 0; k < 5; ++k) {
                     int wdt = w == 0 ? NONE : hdts[w - 1];
-                    if (gdts[g] == (int)ACCEL_F32) bad += cmp_compress(f, s32, n, gdts[g], wdt, hdts[h], ps[k], d, name);
-                    else bad += cmp_compress(f, s16, 65536, gdts[g], wdt, hdts[h], ps[k], d, name);
+                    if (gdts[g] == (int)ACCEL_F32)
+                        bad += cmp_compress(f, s32, n, gdts[g], wdt, hdts[h], ps[k], d, name);
+                    else
+                        bad += cmp_compress(f, s16, 65536, gdts[g], wdt, hdts[h], ps[k], d, name);
                 }
     AT_EQ_INT(bad, 0);
     free(s32);
