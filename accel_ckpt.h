@@ -588,8 +588,7 @@ ACCEL__DEF accel_result accel_ckpt_hook_remove(accel_ckpt *ck, accel_ckpt_hook_h
     if (i == n)
         return ACCEL__FAIL(ck->acc, ACCEL_ERR_NOT_FOUND, "hook_remove: %s #%llu %s", kind, (unsigned long long)h.id,
                            h.id <= ck->hook_ids ? "was removed already" : "was never registered on this checkpointer");
-    memmove(arr + i, arr + i + 1, (size_t)(n - i - 1) * sizeof *arr); /* keep the registration order */
-    stbds_arrsetlen(arr, (size_t)(n - 1));
+    stbds_arrdel(arr, i); /* keeps the registration order; shrinking never allocates */
     return ACCEL_OK;
 }
 
