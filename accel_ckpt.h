@@ -57,7 +57,9 @@
            char p[4096]; snprintf(p, sizeof p, "%s/tokenizer.json", dir);
            return write_my_file(p, user) ? ACCEL_OK : accel_set_error(NULL, ACCEL_ERR_IO, "cannot write %s", p);
        }
-       accel_ckpt_register_save_pre_hook(ck, save_tok, &tok);   // and _load_pre_hook(ck, load_tok, &tok)
+       accel_ckpt_hook_handle h;                                 // Accelerate's RemovableHandle
+       accel_ckpt_register_save_pre_hook(ck, save_tok, &tok, &h); // and _load_pre_hook(ck, load_tok, &tok, NULL)
+       ... accel_ckpt_hook_remove(ck, h);                        // handle.remove(): the next saves run without it
      A save pre-hook runs on every process in save_state, after the temporary directory exists and before accel's
      own files are written (an async save: before the snapshot, so it adds to the stall). The files it writes there
      (any process's, on a shared filesystem) become part of the checkpoint: listed with their size and checksum in
@@ -69,6 +71,12 @@
      files. A failing hook fails save_state / load_state on every process: no checkpoint is published, nothing is
      loaded; its message is kept ("save_state: save pre-hook 0: <its message>"). Accelerate's hooks also receive
      the models and their state dicts; here the hook's user pointer carries whatever it needs.
+     Removal: each registration gives a handle (Accelerate's RemovableHandle); accel_ckpt_hook_remove(ck, h) takes
+     the hook out before the next save_state / load_state. A second removal, or a stale or foreign handle, is
+     ACCEL_ERR_NOT_FOUND naming the hook (Accelerate silently does nothing); registering or removing from inside a
+     running pre-hook is ACCEL_ERR_STATE (the pass runs the hooks it started with — Python would raise "OrderedDict
+     mutated during iteration"); an async save in flight is not affected (its pre-hooks ran before save_state
+     returned).
 
    FILES OF A CHECKPOINT DIRECTORY (Accelerate's names, safetensors/JSON/bytes instead of pickles)
      model.safetensors, model_1.safetensors, …   registered models (metadata {"format":"pt"})        main process
@@ -246,10 +254,25 @@ ACCEL_API accel_result accel_ckpt_register_sharded(accel_ckpt *ck, const char *n
    writes there become part of the checkpoint: in the marker, verified on load, renamed into place with the rest), and
    in load_state once the checkpoint dir is chosen and verified, before anything is applied. A failure (recorded with
    accel_set_error) fails the call on every process. Hooks run in registration order; every process registers the
-   same ones. */
+   same ones. *out (may be NULL) receives the hook's handle, Accelerate's RemovableHandle: pass it to
+   accel_ckpt_hook_remove. Registering or removing from inside a running pre-hook is refused (ACCEL_ERR_STATE). */
 typedef accel_result (*accel_ckpt_hook_fn)(void *user, const char *dir);
-ACCEL_API accel_result accel_ckpt_register_save_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user);
-ACCEL_API accel_result accel_ckpt_register_load_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user);
+typedef struct accel_ckpt_hook_handle {
+    const accel_ckpt *ck; /* the checkpointer it was registered on */
+    uint64_t id;          /* 1, 2, ... per checkpointer, never reused; 0: no hook (a zeroed handle) */
+    int kind;             /* 1 save pre-hook, 2 load pre-hook */
+} accel_ckpt_hook_handle;
+ACCEL_API accel_result accel_ckpt_register_save_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user,
+                                                         accel_ckpt_hook_handle *out);
+ACCEL_API accel_result accel_ckpt_register_load_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user,
+                                                         accel_ckpt_hook_handle *out);
+/* RemovableHandle.remove(): the hook no longer runs; the others keep their order. A handle removed already, a zeroed
+   one or another checkpointer's is ACCEL_ERR_NOT_FOUND naming it ("save pre-hook #2 was removed already"), where
+   Accelerate's second remove() is silently nothing. Local: every process removes the same hooks before the next
+   save_state / load_state. During save_state / load_state: from inside a running pre-hook ACCEL_ERR_STATE (the pass
+   in progress runs the hooks it started with); after save_state returned, an async save in flight is not affected
+   (its pre-hooks ran before the snapshot). */
+ACCEL_API accel_result accel_ckpt_hook_remove(accel_ckpt *ck, accel_ckpt_hook_handle handle);
 /* Collective. output_dir NULL → automatic naming (an existing target is an error). out_dir (may be NULL)
    receives the final directory. iteration += 1 after a successful save (as Accelerate). */
 ACCEL_API accel_result accel_ckpt_save_state(accel_ckpt *ck, const char *output_dir, char *out_dir, size_t cap);
@@ -319,7 +342,7 @@ typedef struct accel__ckpt_sobj {
     void *obj;
 } accel__ckpt_sobj;
 
-struct accel__ckpt_hook { accel_ckpt_hook_fn fn; void *user; };
+struct accel__ckpt_hook { accel_ckpt_hook_fn fn; void *user; uint64_t id; };
 struct accel_ckpt {
     accel *acc;
     accel_ckpt_desc d;
@@ -330,6 +353,8 @@ struct accel_ckpt {
     int n_custom;
     int iteration;
     struct accel__ckpt_hook *save_hooks, *load_hooks; /* stb_ds arrays: pre-hooks (PRE-HOOKS) */
+    uint64_t hook_ids;                  /* the last handle id given (ids are never reused) */
+    int hooks_running;                  /* inside accel__ckpt_run_hooks: the arrays must not change */
     int hook_files;                     /* save_state, owner: the files the save pre-hooks wrote (the marker's room) */
     struct accel__ckpt_async *as;       /* async saves: the writer thread and the snapshot (4. save_state) */
 };
@@ -517,20 +542,54 @@ ACCEL__DEF accel_result accel_ckpt_register_sharded(accel_ckpt *ck, const char *
 /* Root causes of registered callbacks. Whether a callback recorded a message at all is the core's error sequence
    (accel__error_seq: it moves with every failure recorded anywhere); where: on its object's Accelerator (normally
    ck->acc: its buffer changed) or, for an object without one, in the process-wide buffer (the manual's two places). */
-static accel_result accel__ckpt_add_hook(accel_ckpt *ck, struct accel__ckpt_hook **arr, accel_ckpt_hook_fn fn,
-                                         void *user, const char *what) {
-    struct accel__ckpt_hook h;
+static accel_result accel__ckpt_add_hook(accel_ckpt *ck, int kind, accel_ckpt_hook_fn fn, void *user,
+                                         accel_ckpt_hook_handle *out, const char *what) {
+    struct accel__ckpt_hook h, **arr;
+    if (out) memset(out, 0, sizeof *out);
     if (!ck || !fn) return ACCEL__FAIL(ck ? ck->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL argument", what);
+    arr = kind == 1 ? &ck->save_hooks : &ck->load_hooks;
+    if (ck->hooks_running) /* the running pass iterates the array: growing it would move it under the loop */
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_STATE, "%s: called from inside a running pre-hook (register before "
+                           "save_state / load_state)", what);
     h.fn = fn;
     h.user = user;
-    if (ACCEL__ARR_PUT(*arr, h) != 0) return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+    h.id = ck->hook_ids + 1;
+    if (ACCEL__ARR_PUT(*arr, h) != 0)
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+    ck->hook_ids = h.id;
+    if (out) { out->ck = ck; out->id = h.id; out->kind = kind; }
     return ACCEL_OK;
 }
-ACCEL__DEF accel_result accel_ckpt_register_save_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user) {
-    return accel__ckpt_add_hook(ck, ck ? &ck->save_hooks : NULL, hook, user, "register_save_pre_hook");
+ACCEL__DEF accel_result accel_ckpt_register_save_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user,
+                                                          accel_ckpt_hook_handle *out) {
+    return accel__ckpt_add_hook(ck, 1, hook, user, out, "register_save_pre_hook");
 }
-ACCEL__DEF accel_result accel_ckpt_register_load_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user) {
-    return accel__ckpt_add_hook(ck, ck ? &ck->load_hooks : NULL, hook, user, "register_load_pre_hook");
+ACCEL__DEF accel_result accel_ckpt_register_load_pre_hook(accel_ckpt *ck, accel_ckpt_hook_fn hook, void *user,
+                                                          accel_ckpt_hook_handle *out) {
+    return accel__ckpt_add_hook(ck, 2, hook, user, out, "register_load_pre_hook");
+}
+ACCEL__DEF accel_result accel_ckpt_hook_remove(accel_ckpt *ck, accel_ckpt_hook_handle h) {
+    struct accel__ckpt_hook *arr;
+    const char *kind = h.kind == 1 ? "save pre-hook" : h.kind == 2 ? "load pre-hook" : "pre-hook";
+    ptrdiff_t i, n;
+    if (!ck) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "hook_remove: ck is NULL");
+    if (h.id == 0 || (h.kind != 1 && h.kind != 2))
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_NOT_FOUND, "hook_remove: the handle (id %llu, kind %d) names no hook "
+                           "(zeroed, or not from a register_*_pre_hook)", (unsigned long long)h.id, h.kind);
+    if (h.ck != ck)
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_NOT_FOUND, "hook_remove: %s #%llu was registered on another "
+                           "checkpointer", kind, (unsigned long long)h.id);
+    if (ck->hooks_running)
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_STATE, "hook_remove: %s #%llu: called from inside a running pre-hook "
+                           "(remove it after save_state / load_state returns)", kind, (unsigned long long)h.id);
+    arr = h.kind == 1 ? ck->save_hooks : ck->load_hooks;
+    n = (ptrdiff_t)stbds_arrlen(arr);
+    for (i = 0; i < n && arr[i].id != h.id; ++i) {}
+    if (i == n)
+        return ACCEL__FAIL(ck->acc, ACCEL_ERR_NOT_FOUND, "hook_remove: %s #%llu %s", kind, (unsigned long long)h.id,
+                           h.id <= ck->hook_ids ? "was removed already" : "was never registered on this checkpointer");
+    stbds_arrdel(arr, i); /* keeps the registration order; shrinking never allocates */
+    return ACCEL_OK;
 }
 
 typedef struct accel__ckpt_errmark { unsigned long seq; char own[ACCEL_ERROR_CAPACITY]; } accel__ckpt_errmark;
@@ -557,6 +616,7 @@ static accel_result accel__ckpt_callback_failed(accel *acc, accel_result r, cons
 static accel_result accel__ckpt_run_hooks(accel_ckpt *ck, const struct accel__ckpt_hook *hooks, const char *dir,
                                           const char *what, const char *kind) {
     int i;
+    ck->hooks_running = 1;
     for (i = 0; i < (int)stbds_arrlen(hooks); ++i) {
         accel__ckpt_errmark mark;
         accel_result r;
@@ -564,10 +624,12 @@ static accel_result accel__ckpt_run_hooks(accel_ckpt *ck, const struct accel__ck
         accel__ckpt_errmark_now(ck->acc, &mark);
         r = hooks[i].fn(hooks[i].user, dir);
         if (r != ACCEL_OK) {
+            ck->hooks_running = 0;
             accel__fmt(which, sizeof which, "%s pre-hook %d", kind, i);
             return accel__ckpt_callback_failed(ck->acc, r, &mark, what, which);
         }
     }
+    ck->hooks_running = 0;
     return ACCEL_OK;
 }
 

@@ -164,10 +164,21 @@
        - skip_batches global batches are read and not handed out at the start of every epoch;
        - a loader that ends before a first global batch (empty, or a dropped partial group) is Accelerate's
          ValueError "Batch does not contain any data": ACCEL_ERR_STATE on every process.
-     A main-process fetch error fails every process (ACCEL_ERR_REMOTE elsewhere); a process that dies is the host
-     group's deadline. Differences: host memory only (stage the slice to the device yourself: accel_data_stager);
-     one contiguous row per sample instead of a nested structure of tensors; the rows need no structure broadcast
-     first (the header carries the row count).
+     A main-process fetch error fails every process (ACCEL_ERR_REMOTE elsewhere). A process that dies or hangs in
+     the middle of an epoch (the main one included) fails next() on every other process, never a short epoch:
+     over the TCP store (torchrun, accel launch) with an error naming it — at once when it died ("no frame from
+     rank 1: the connection was closed"), at the deadline (ACCEL_COLLECTIVE_TIMEOUT / ACCEL_TRAIN_TIMEOUT) when it
+     hangs ("rank(s) 1 did not reach the collective within 5.0 s"). Under mpirun, Open MPI and MPICH end the whole
+     job as soon as a process is killed and their launcher names it (Open MPI: "process rank 1 ... exited on signal
+     9"; MPICH: by pid); a launcher that keeps the others running (Open MPI's --enable-recovery) leaves them the
+     deadline's ACCEL_ERR_TIMEOUT, which cannot name the rank (MPI without ULFM does not say who is missing).
+     Device buffers (a CUDA build, acc on a GPU; else create fails: ACCEL_ERR_INVALID_ARGUMENT on a CPU run,
+     ACCEL_ERR_UNSUPPORTED without nvcc): desc.device_rows — the loader's rows are device memory, copied to the main
+     process's host buffer before its next fetch (the batch travels over the host group); desc.device_out — next()
+     copies the slice into device memory on acc->stream and returns without waiting: kernels on acc->stream see it,
+     other streams wait for acc->stream first; the host buffer is not touched again until that copy is done.
+     Differences: the global batch travels over the host group, not NCCL; one contiguous row per sample instead of
+     a nested structure of tensors; the rows need no structure broadcast first (the header carries the row count).
 
    MEMORY
      The sequence loader's tables go through acc's host allocator; the stager's buffers through accel_pinned_alloc
@@ -339,6 +350,8 @@ typedef struct accel_data_dispatcher_desc {
     int64_t skip_batches;        /* batches not handed out at the start of every epoch (skip_first_batches) */
     accel_data_fetch_fn fetch;   /* the main process's loader (ignored on the others) */
     void *user;
+    int device_rows;             /* nonzero: fetch's rows are device memory of acc's device (see DISPATCHER) */
+    int device_out;              /* nonzero: next()'s out is device memory of acc's device */
 } accel_data_dispatcher_desc;
 typedef struct accel_data_dispatcher accel_data_dispatcher;
 /* Local (nothing is communicated); every process must then call next on the same steps. */
@@ -612,7 +625,19 @@ struct accel_data_dispatcher {
     int nxt_has, have_first, stop_flag; /* stop_flag: Accelerate's self._stop_iteration */
     int in_epoch, done;
     int64_t batch_index, iteration;
+    void *copy_event; /* device_out: a cudaEvent_t recorded after the slice's copy out of cur */
+    int copy_pending; /* that copy may still read the host buffer */
 };
+
+/* device_out: before a host buffer that the last slice was copied from is written or freed */
+static accel_result accel__dispatch_copy_wait(accel_data_dispatcher *d) {
+    if (!d->copy_pending) return ACCEL_OK;
+    d->copy_pending = 0;
+#ifdef ACCEL_WITH_CUDA
+    ACCEL__CUDA_CHECK(d->acc, cudaEventSynchronize((cudaEvent_t)d->copy_event));
+#endif
+    return ACCEL_OK;
+}
 
 static accel_result accel__dbuf_room(accel *acc, accel__dbuf *b, int64_t rows, size_t row_bytes) {
     size_t need;
@@ -645,9 +670,29 @@ ACCEL__DEF accel_result accel_data_dispatcher_create(accel *acc, const accel_dat
                            (long long)desc->skip_batches, (int)desc->split_batches);
     if (acc->process_index == 0 && !desc->fetch)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatcher_create: the main process needs desc.fetch");
+    if ((desc->device_rows || desc->device_out) && acc->device < 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatcher_create: device_rows / device_out need the "
+                           "Accelerator on a CUDA device (this one runs on the CPU)");
+#ifndef ACCEL_WITH_CUDA
+    if (desc->device_rows || desc->device_out)
+        return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "dispatcher_create: device_rows / device_out need CUDA: compile "
+                           "the ACCEL_IMPLEMENTATION TU with nvcc");
+#endif
     d = (accel_data_dispatcher *)accel_host_alloc(acc, sizeof *d);
     if (!d) return ACCEL_ERR_OUT_OF_MEMORY;
     memset(d, 0, sizeof *d);
+#ifdef ACCEL_WITH_CUDA
+    if (desc->device_out) {
+        cudaEvent_t ev;
+        cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            accel_host_free(acc, d);
+            return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "dispatcher_create: cudaEventCreate failed: %s",
+                               cudaGetErrorString(e));
+        }
+        d->copy_event = (void *)ev;
+    }
+#endif
     d->acc = acc;
     d->d = *desc;
     if (d->d.split_batches == ACCEL_DEFAULT) d->d.split_batches = acc->desc.split_batches ? ACCEL_ON : ACCEL_OFF;
@@ -660,6 +705,10 @@ ACCEL__DEF accel_result accel_data_dispatcher_create(accel *acc, const accel_dat
 ACCEL__DEF void accel_data_dispatcher_destroy(accel_data_dispatcher *d) {
     if (!d) return;
     if (d->in_epoch) accel_dataloader_end(d->acc, d);
+    (void)accel__dispatch_copy_wait(d); /* the buffers are freed next */
+#ifdef ACCEL_WITH_CUDA
+    if (d->copy_event) (void)cudaEventDestroy((cudaEvent_t)d->copy_event);
+#endif
     accel_host_free(d->acc, d->cur.p);
     accel_host_free(d->acc, d->nxt.p);
     accel_host_free(d->acc, d->first.p);
@@ -679,7 +728,8 @@ static accel_result accel__dispatch_fetch(accel_data_dispatcher *d) {
     accel *acc = d->acc;
     size_t rb = d->d.row_bytes;
     int64_t h[4] = {ACCEL_OK, 0, 0, 0};
-    accel_result res = ACCEL_OK;
+    accel_result res = accel__dispatch_copy_wait(d); /* nxt was the last slice's source */
+    if (res != ACCEL_OK) return res;
     if (d->p == 0) {
         int k, nb = 0, want = d->d.split_batches == ACCEL_ON ? 1 : d->P, end = 0;
         d->nxt.rows = 0;
@@ -697,7 +747,19 @@ static accel_result accel__dispatch_fetch(accel_data_dispatcher *d) {
             }
             res = accel__dbuf_room(acc, &d->nxt, d->nxt.rows + n, rb);
             if (res != ACCEL_OK) break;
-            if (n > 0) memcpy(d->nxt.p + (size_t)d->nxt.rows * rb, rows, (size_t)n * rb);
+            if (n > 0 && !d->d.device_rows) memcpy(d->nxt.p + (size_t)d->nxt.rows * rb, rows, (size_t)n * rb);
+#ifdef ACCEL_WITH_CUDA
+            if (n > 0 && d->d.device_rows) { /* before the loader's next call reuses its rows */
+                cudaError_t e = cudaMemcpyAsync(d->nxt.p + (size_t)d->nxt.rows * rb, rows, (size_t)n * rb,
+                                                cudaMemcpyDeviceToHost, (cudaStream_t)acc->stream);
+                if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)acc->stream);
+                if (e != cudaSuccess) {
+                    res = ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "dispatcher: copying %lld device rows to the host failed: "
+                                      "%s", (long long)n, cudaGetErrorString(e));
+                    break;
+                }
+            }
+#endif
             d->nxt.rows += n;
             nb++;
         }
@@ -813,7 +875,18 @@ ACCEL__DEF accel_result accel_data_dispatcher_next(accel_data_dispatcher *d, voi
         if (hi - lo > cap_rows)
             return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "dispatcher_next: this process's slice has %lld rows, "
                                "out holds %lld", (long long)(hi - lo), (long long)cap_rows);
-        if (hi > lo) memcpy(out, d->cur.p + (size_t)lo * rb, (size_t)(hi - lo) * rb);
+        if (hi > lo && !d->d.device_out) memcpy(out, d->cur.p + (size_t)lo * rb, (size_t)(hi - lo) * rb);
+#ifdef ACCEL_WITH_CUDA
+        if (hi > lo && d->d.device_out) { /* asynchronous: the event guards cur until the copy has read it */
+            cudaError_t e = cudaMemcpyAsync(out, d->cur.p + (size_t)lo * rb, (size_t)(hi - lo) * rb,
+                                            cudaMemcpyHostToDevice, (cudaStream_t)acc->stream);
+            if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)d->copy_event, (cudaStream_t)acc->stream);
+            d->copy_pending = 1; /* also after a failed record: the next wait then reports the stream's error */
+            if (e != cudaSuccess)
+                return ACCEL__FAIL(acc, ACCEL_ERR_CUDA, "dispatcher_next: copying %lld rows to the device failed: %s",
+                                   (long long)(hi - lo), cudaGetErrorString(e));
+        }
+#endif
         *nrows = hi - lo;
         return ACCEL_OK;
     }

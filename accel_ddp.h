@@ -38,6 +38,8 @@
                    ACCEL_ON: require the contiguous buffer (error otherwise).
      comm_hook, comm_wrapper  COMMUNICATION HOOKS below.
      accel_ddp_join_desc.no_divide_by_initial_world_size  JOIN below.
+     ACCEL_DDP_NO_DISPATCH (macro, in the ACCEL_IMPLEMENTATION TU): no run-time choice of the AVX2 + F16C host loop of
+                   the comm hooks (then only an AVX2 + F16C build uses it). The same bits either way.
 
    BUCKETS AND OVERLAP
      DDP's bucketing: reverse registration order, one bucket list per dtype, the first bucket closes at
@@ -102,7 +104,13 @@
      choose theirs per chunk), so an element may differ from torch's in the last bit (tests/mpi/ddp/
      hooks_reference.py). POWER_SGD / BATCHED_POWER_SGD are not provided. Training with a hook converges like fp32:
      examples/train_digits --comm-hook fp16|bf16 on 2 ranks ends within 2 % of the fp32 run's loss and 1 point of
-     its accuracy (tests/mpi/trainer, trainer-comm-hook). Cost: bench/ddp (ddp-bench-hooks-np2/np4).
+     its accuracy (tests/mpi/trainer, trainer-comm-hook). Cost: bench/ddp (ddp-bench-hooks-np2/np4). On host
+     gradients the cast, division and cast back are one pass per gradient each way (AVX2 + F16C on x86-64, the scalar
+     bits); what remains of a hook step on one host is the 16-bit all-reduce itself, whose MPI user operation
+     (accel_collectives.h) converts element by element.
+     No registration handle: the hook is part of the reducer's desc, fixed for its life. Accelerate sets it once, in
+     prepare() (model.register_comm_hook); torch allows one register_comm_hook per DDP model and offers no removal
+     (a second call raises), so there is nothing to remove — a reducer with another hook is a new reducer.
 
    LOCAL SGD
      accelerate.local_sgd.LocalSGD(accelerator, model, local_sgd_steps=K, enabled) as a begin/step/end triple:
@@ -330,6 +338,95 @@ static ACCEL_INLINE ACCEL_HD void accel__ddp_hook_elem(void *grad, uint16_t *com
     if (compress) comp[i] = accel__ddp_compress_elem(grad, i, gdt, wdt, hdt, p);
     else accel__ddp_decompress_elem(grad, comp, i, gdt, wdt, hdt);
 }
+/* The host loops of the hooks: one pass per gradient that loads, casts, divides and casts again (compress), or loads
+   and casts back (decompress) — the scalar elements above, or 8 lanes at a time with AVX2 + F16C (x86-64 GCC/clang,
+   chosen at run time like accel_amp.h's and accel_optim.h's loops; ACCEL_DDP_NO_DISPATCH: only an AVX2+F16C build
+   uses them; not in an nvcc-compiled TU, whose host passes stay scalar). The lanes give the scalar bits: every step
+   is an IEEE operation rounded to nearest even (F16C's conversions, the bf16 rule (u + 0x7fff + lsb) >> 16 on
+   integer lanes, divps), NaN is 0x7FFF wherever the scalar codec makes it so (F16C keeps a NaN's payload: such lanes
+   are replaced), and the division is the scalar's division (the loop is memory-bound: a multiplication by fl(1/p)
+   would save nothing). tests/unit/ddp/test_ddp_vec.c checks every fp32 input. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
+    ((defined(__AVX2__) && defined(__F16C__)) || !defined(ACCEL_DDP_NO_DISPATCH))
+#define ACCEL__DDP_AVX2 1
+#include <immintrin.h>
+#if !(defined(__AVX2__) && defined(__F16C__))
+#include <cpuid.h>
+#endif
+#define ACCEL__DDP_TARGET __attribute__((target("avx2,f16c")))
+static int accel__ddp_has_avx2_f16c(void) {
+#if defined(__AVX2__) && defined(__F16C__)
+    return 1;
+#else /* F16C is CPUID.1:ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c"); asked once */
+    static int known; /* 0 not asked yet, 1 no, 2 yes (a race only writes the same value twice) */
+    if (!known) {
+        unsigned a, b, c = 0, d;
+        known = __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 2 : 1;
+    }
+    return known == 2;
+#endif
+}
+/* 8 floats → 8 halves or bfloat16s (accel_f32_to_f16 / accel_f32_to_bf16, NaN → 0x7FFF) */
+ACCEL__DDP_TARGET static ACCEL_INLINE __m128i accel__ddp_v_pack(__m256 x, int dt) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    if (dt == (int)ACCEL_BF16) {
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+        r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fff), nan);
+        return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)); /* lanes <= 0xffff */
+    } else {
+        __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+        __m128i m = _mm_packs_epi32(_mm256_castsi256_si128(nan), _mm256_extracti128_si256(nan, 1));
+        return _mm_blendv_epi8(h, _mm_set1_epi16(0x7fff), m);
+    }
+}
+/* 8 halves or bfloat16s → 8 floats, exact (accel_f16_to_f32 is F16C's rule, NaN payloads included) */
+ACCEL__DDP_TARGET static ACCEL_INLINE __m256 accel__ddp_v_unpack(__m128i h, int dt) {
+    if (dt == (int)ACCEL_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+/* accel__ddp_round16 on 8 lanes */
+ACCEL__DDP_TARGET static ACCEL_INLINE __m256 accel__ddp_v_round(__m256 x, int dt) {
+    return dt == (int)ACCEL_F16 || dt == (int)ACCEL_BF16 ? accel__ddp_v_unpack(accel__ddp_v_pack(x, dt), dt) : x;
+}
+ACCEL__DDP_TARGET static ACCEL_INLINE __m256 accel__ddp_v_load(const void *p, size_t i, int dt) {
+    if (dt == (int)ACCEL_F32) return _mm256_loadu_ps((const float *)p + i);
+    return accel__ddp_v_unpack(_mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)p + i)), dt);
+}
+/* n elements of one gradient: compress (grad → comp) or decompress (comp → grad); the scalar tail */
+ACCEL__DDP_TARGET static void accel__ddp_hook_host_avx2(void *grad, uint16_t *comp, size_t n, int gdt, int wdt,
+                                                        int hdt, float p, int compress) {
+    const __m256 vp = _mm256_set1_ps(p);
+    size_t i = 0;
+    if (compress) {
+        for (; i + 8 <= n; i += 8) {
+            __m256 x = accel__ddp_v_round(accel__ddp_v_round(accel__ddp_v_load(grad, i, gdt), wdt), hdt);
+            _mm_storeu_si128((__m128i *)(void *)(comp + i), accel__ddp_v_pack(_mm256_div_ps(x, vp), hdt));
+        }
+    } else {
+        for (; i + 8 <= n; i += 8) {
+            __m256 x = accel__ddp_v_round(accel__ddp_v_load(comp, i, hdt), wdt);
+            if (gdt == (int)ACCEL_F32) _mm256_storeu_ps((float *)grad + i, x);
+            else _mm_storeu_si128((__m128i *)(void *)((uint16_t *)grad + i), accel__ddp_v_pack(x, gdt));
+        }
+    }
+    for (; i < n; ++i) accel__ddp_hook_elem(grad, comp, i, gdt, wdt, hdt, p, compress);
+}
+#endif
+/* the host pass over n elements: the AVX2 loop when the CPU has it, else the scalar elements */
+static void accel__ddp_hook_host(void *grad, uint16_t *comp, size_t n, int gdt, int wdt, int hdt, float p,
+                                 int compress) {
+    size_t i;
+#ifdef ACCEL__DDP_AVX2
+    if (accel__ddp_has_avx2_f16c()) {
+        accel__ddp_hook_host_avx2(grad, comp, n, gdt, wdt, hdt, p, compress);
+        return;
+    }
+#endif
+    for (i = 0; i < n; ++i) accel__ddp_hook_elem(grad, comp, i, gdt, wdt, hdt, p, compress);
+}
 #ifdef ACCEL__COLL_DEVICE
 static __global__ void accel__ddp_hook_kernel(void *grad, uint16_t *comp, size_t n, int gdt, int wdt, int hdt, float p,
                                               int compress) {
@@ -374,11 +471,9 @@ static int accel__ddp_ngrads(const accel_ddp *r) { return (int)stbds_arrlen(r->g
 static accel_result accel__ddp_hook_convert(accel_ddp *r, int compress, void *grad, uint16_t *comp, size_t n,
                                             accel_dtype gdt) {
     float p = (float)r->c->size; /* torch divides by the group's size, also while joining */
-    size_t i;
     if (n == 0) return ACCEL_OK;
     if (!r->c->device_mem) {
-        for (i = 0; i < n; ++i) accel__ddp_hook_elem(grad, comp, i, (int)gdt, (int)r->wrap_dt, (int)r->hook_dt, p,
-                                                     compress);
+        accel__ddp_hook_host(grad, comp, n, (int)gdt, (int)r->wrap_dt, (int)r->hook_dt, p, compress);
         return ACCEL_OK;
     }
 #ifdef ACCEL__COLL_DEVICE

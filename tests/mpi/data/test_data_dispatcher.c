@@ -76,6 +76,14 @@ static void failures(accel *acc) {
         AT_CONTAINS(accel_last_error(acc), "desc.fetch");
     }
     desc.fetch = failing_fetch;
+    desc.device_out = 1; /* device buffers on a CPU run */
+    AT_EQ_INT(accel_data_dispatcher_create(acc, &desc, &d), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(acc), "CUDA device");
+    desc.device_out = 0;
+    desc.device_rows = 1;
+    AT_EQ_INT(accel_data_dispatcher_create(acc, &desc, &d), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CHECK(d == NULL);
+    desc.device_rows = 0;
     desc.split_batches = ACCEL_ON;
     AT_EQ_INT(accel_data_dispatcher_create(acc, &desc, &d), ACCEL_OK);
     AT_EQ_INT(accel_data_dispatcher_next(d, ids, 16, NULL, &end), ACCEL_ERR_INVALID_ARGUMENT);

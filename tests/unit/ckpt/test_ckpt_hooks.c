@@ -9,6 +9,9 @@
      - a failing save hook fails save_state with its message, publishes nothing and leaves the iteration; a hook that
        writes a name accel uses (model.safetensors), a hidden file or a directory is refused; a failing load hook
        fails load_state with nothing applied;
+     - removal by handle (Accelerate's RemovableHandle): a removed hook no longer runs and its file is not in the
+       next checkpoint, the others keep their order; a second removal, a zeroed, unknown or foreign handle fail
+       naming the hook; registering or removing from inside a running hook is refused and the pass goes on;
      - kill -9 at random moments of a child saving in a loop (20 trials): the newest complete checkpoint always loads,
        and its hook file holds exactly what the hook wrote for that checkpoint. */
 #include "accel_ckpt.h"
@@ -104,8 +107,8 @@ static void open_run(accel *acc, run *r, const char *proj, int async, int limit)
     cd.async = async ? ACCEL_ON : ACCEL_OFF;
     AT_EQ_INT(accel_ckpt_create(acc, &cd, &r->ck), ACCEL_OK);
     AT_EQ_INT(accel_ckpt_register_model(r->ck, &r->t, 1), ACCEL_OK);
-    AT_EQ_INT(accel_ckpt_register_save_pre_hook(r->ck, save_hook, r), ACCEL_OK);
-    AT_EQ_INT(accel_ckpt_register_load_pre_hook(r->ck, load_hook, r), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_save_pre_hook(r->ck, save_hook, r, NULL), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_load_pre_hook(r->ck, load_hook, r, NULL), ACCEL_OK);
 }
 
 static void test_files(accel *acc, int async) {
@@ -115,7 +118,7 @@ static void test_files(accel *acc, int async) {
     run r, q;
     snprintf(proj, sizeof proj, "%s/files%d", g_root, async);
     open_run(acc, &r, proj, async, 2);
-    AT_EQ_INT(accel_ckpt_register_save_pre_hook(r.ck, NULL, NULL), ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_ckpt_register_save_pre_hook(r.ck, NULL, NULL, NULL), ACCEL_ERR_INVALID_ARGUMENT);
     r.w[0] = 100;
     AT_EQ_INT(accel_ckpt_save_state(r.ck, NULL, NULL, 0), ACCEL_OK);
     r.w[0] = 101;
@@ -211,6 +214,121 @@ static void test_refusals(accel *acc) {
     accel_ckpt_destroy(r.ck);
 }
 
+/* ---- removal handles */
+typedef struct {
+    char log[64];             /* which hooks ran, in order */
+    accel_ckpt *ck;
+    accel_ckpt_hook_handle self, other;
+    accel_result inside_remove, inside_register;
+    char inside_msg[ACCEL_ERROR_CAPACITY];
+    accel *acc;
+} hooklog;
+static hooklog g_hl;
+static accel_result hook_letter(const char *dir, char c) {
+    char p[1200], name[8];
+    size_t n = strlen(g_hl.log);
+    if (n + 1 < sizeof g_hl.log) { g_hl.log[n] = c; g_hl.log[n + 1] = 0; }
+    snprintf(name, sizeof name, "%c.txt", c);
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    at_write_file(p, name, 1);
+    return ACCEL_OK;
+}
+static accel_result hook_a(void *u, const char *dir) { (void)u; return hook_letter(dir, 'a'); }
+static accel_result hook_b(void *u, const char *dir) { (void)u; return hook_letter(dir, 'b'); }
+static accel_result hook_c(void *u, const char *dir) { (void)u; return hook_letter(dir, 'c'); }
+static accel_result hook_l(void *u, const char *dir) { (void)u; (void)dir; strcat(g_hl.log, "L"); return ACCEL_OK; }
+/* tries to remove itself and to register another hook while the pass runs: both refused, the pass goes on */
+static accel_result hook_meddler(void *u, const char *dir) {
+    (void)u;
+    g_hl.inside_remove = accel_ckpt_hook_remove(g_hl.ck, g_hl.self);
+    snprintf(g_hl.inside_msg, sizeof g_hl.inside_msg, "%s", accel_last_error(g_hl.acc));
+    g_hl.inside_register = accel_ckpt_register_save_pre_hook(g_hl.ck, hook_c, NULL, NULL);
+    return hook_letter(dir, 'm');
+}
+
+static void test_removal(accel *acc) {
+    char proj[400], p[800];
+    accel_ckpt_desc cd;
+    accel_ckpt *ck2 = NULL;
+    accel_ckpt_hook_handle ha, hb, hc, hl, zero, bogus, foreign;
+    float w = 1;
+    accel_tensor t;
+    memset(&g_hl, 0, sizeof g_hl);
+    memset(&zero, 0, sizeof zero);
+    memset(&t, 0, sizeof t);
+    t.name = "w"; t.dtype = ACCEL_F32; t.ndim = 1; t.shape[0] = 1; t.ptr = &w;
+    snprintf(proj, sizeof proj, "%s/remove", g_root);
+    memset(&cd, 0, sizeof cd);
+    cd.project_dir = proj;
+    cd.automatic_checkpoint_naming = 1;
+    AT_EQ_INT(accel_ckpt_create(acc, &cd, &g_hl.ck), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_create(acc, &cd, &ck2), ACCEL_OK);
+    g_hl.acc = acc;
+    AT_EQ_INT(accel_ckpt_register_model(g_hl.ck, &t, 1), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_save_pre_hook(g_hl.ck, hook_a, NULL, &ha), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_save_pre_hook(g_hl.ck, hook_b, NULL, &hb), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_save_pre_hook(g_hl.ck, hook_c, NULL, &hc), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_load_pre_hook(g_hl.ck, hook_l, NULL, &hl), ACCEL_OK);
+    AT_CHECK(ha.id != hb.id && hb.id != hc.id && hc.id != hl.id && ha.kind == 1 && hl.kind == 2);
+    AT_EQ_INT(accel_ckpt_save_state(g_hl.ck, NULL, NULL, 0), ACCEL_OK);
+    AT_EQ_STR(g_hl.log, "abc");
+    /* b out: a and c still run, in order; b's file is not in the next checkpoint, which verifies */
+    AT_EQ_INT(accel_ckpt_hook_remove(g_hl.ck, hb), ACCEL_OK);
+    g_hl.log[0] = 0;
+    AT_EQ_INT(accel_ckpt_save_state(g_hl.ck, NULL, NULL, 0), ACCEL_OK);
+    AT_EQ_STR(g_hl.log, "ac");
+    snprintf(p, sizeof p, "%s/checkpoints/checkpoint_1/b.txt", proj);
+    AT_CHECK(!at_exists(p));
+    snprintf(p, sizeof p, "%s/checkpoints/checkpoint_1/c.txt", proj);
+    AT_CHECK(at_exists(p));
+    snprintf(p, sizeof p, "%s/checkpoints/checkpoint_1", proj);
+    AT_EQ_INT(accel_ckpt_verify(acc, p), ACCEL_OK);
+    /* bad handles: each names the hook and changes nothing */
+    AT_EQ_INT(accel_ckpt_hook_remove(g_hl.ck, hb), ACCEL_ERR_NOT_FOUND);
+    AT_CONTAINS(accel_last_error(acc), "save pre-hook #2 was removed already");
+    AT_EQ_INT(accel_ckpt_hook_remove(g_hl.ck, zero), ACCEL_ERR_NOT_FOUND);
+    AT_CONTAINS(accel_last_error(acc), "names no hook");
+    bogus = hc;
+    bogus.id = 99;
+    AT_EQ_INT(accel_ckpt_hook_remove(g_hl.ck, bogus), ACCEL_ERR_NOT_FOUND);
+    AT_CONTAINS(accel_last_error(acc), "save pre-hook #99 was never registered");
+    AT_EQ_INT(accel_ckpt_register_save_pre_hook(ck2, hook_b, NULL, &foreign), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_hook_remove(g_hl.ck, foreign), ACCEL_ERR_NOT_FOUND);
+    AT_CONTAINS(accel_last_error(acc), "another checkpointer");
+    AT_EQ_INT(accel_ckpt_hook_remove(NULL, ha), ACCEL_ERR_INVALID_ARGUMENT);
+    /* the load pre-hook: runs, then removed does not */
+    g_hl.log[0] = 0;
+    AT_EQ_INT(accel_ckpt_load_state(g_hl.ck, NULL), ACCEL_OK);
+    AT_EQ_STR(g_hl.log, "L");
+    AT_EQ_INT(accel_ckpt_hook_remove(g_hl.ck, hl), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_hook_remove(g_hl.ck, hl), ACCEL_ERR_NOT_FOUND);
+    AT_CONTAINS(accel_last_error(acc), "load pre-hook #4 was removed already");
+    g_hl.log[0] = 0;
+    AT_EQ_INT(accel_ckpt_load_state(g_hl.ck, NULL), ACCEL_OK);
+    AT_EQ_STR(g_hl.log, "");
+    /* from inside a running hook: refused, the pass runs what it started with and the save succeeds */
+    AT_EQ_INT(accel_ckpt_hook_remove(g_hl.ck, ha), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_save_pre_hook(g_hl.ck, hook_meddler, NULL, &g_hl.self), ACCEL_OK);
+    g_hl.log[0] = 0;
+    AT_EQ_INT(accel_ckpt_save_state(g_hl.ck, NULL, NULL, 0), ACCEL_OK);
+    AT_EQ_STR(g_hl.log, "cm");
+    AT_EQ_INT(g_hl.inside_remove, ACCEL_ERR_STATE);
+    AT_CONTAINS(g_hl.inside_msg, "inside a running pre-hook");
+    AT_EQ_INT(g_hl.inside_register, ACCEL_ERR_STATE);
+    /* afterwards both removals work and a save runs no hook at all */
+    AT_EQ_INT(accel_ckpt_hook_remove(g_hl.ck, g_hl.self), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_hook_remove(g_hl.ck, hc), ACCEL_OK);
+    g_hl.log[0] = 0;
+    AT_EQ_INT(accel_ckpt_save_state(g_hl.ck, NULL, NULL, 0), ACCEL_OK);
+    AT_EQ_STR(g_hl.log, "");
+    snprintf(p, sizeof p, "%s/checkpoints/checkpoint_3", proj);
+    AT_EQ_INT(accel_ckpt_verify(acc, p), ACCEL_OK);
+    snprintf(p, sizeof p, "%s/checkpoints/checkpoint_3/c.txt", proj);
+    AT_CHECK(!at_exists(p));
+    accel_ckpt_destroy(ck2);
+    accel_ckpt_destroy(g_hl.ck);
+}
+
 /* kill -9 while a child saves in a loop (async, a 2 MiB hook file whose bytes depend on w[0] = the save's number) */
 static void test_crash(void) {
     int trial, loaded = 0;
@@ -282,6 +400,7 @@ int main(void) {
     test_files(&acc, 0);
     test_files(&acc, 1);
     test_refusals(&acc);
+    test_removal(&acc);
     accel_shutdown(&acc);
     test_crash();
     at_rm_rf(g_root);
