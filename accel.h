@@ -779,8 +779,8 @@ ACCEL_API void *accel_attempt_pinned_alloc(accel_attempt *a, size_t size);
 #endif /* ACCEL_H_INCLUDED */
 
 /* ========================================================================================== implementation */
-/* Waits for accel_hostgroup.h's declarations: when that header is included first, this one is read while they are
-   not in yet, and the implementation then comes at the end of them (accel_hostgroup.h: HOW IT IS INCLUDED). */
+/* Only once accel_hostgroup.h's declarations are in: that header includes this one at its top, before them, and the
+   implementation must not start there (accel_hostgroup.h: HOW IT IS INCLUDED). */
 #if defined(ACCEL_IMPLEMENTATION) && !defined(ACCEL__CORE_IMPL_DONE) && defined(ACCEL_HOSTGROUP_H_INCLUDED)
 #define ACCEL__CORE_IMPL_DONE
 /* CONTENTS — the core is also the private services layer of every module (they follow it in the same TU, so what

@@ -34,10 +34,12 @@
      synchronize_rng_state, the init agreement) run on it, while the group uses the core's errors, allocators,
      environment and deadlines: the two are one module in two files. So they include each other. accel.h includes
      this header at the end of its declarations and again at §6 of its implementation, between the environment and
-     accel_init; this header includes accel.h first. Either may come first in a TU, with or without
-     ACCEL_IMPLEMENTATION, and either emits the implementation of both. The cycle ends after one turn: accel.h's
+     accel_init; this header includes accel.h before anything else (so accel.h's POSIX feature macros still precede
+     every system header). Either may come first in a TU, with or without ACCEL_IMPLEMENTATION, and either emits the
+     implementation of both. Whichever comes first, every declaration precedes every definition: accel.h's
      implementation waits until this header's declarations are in (it is gated on ACCEL_HOSTGROUP_H_INCLUDED), and
-     this header's implementation is emitted only from inside accel.h's (gated on ACCEL__CORE_IMPL_DONE).
+     this header's implementation is emitted only from inside accel.h's, at §6 (gated on ACCEL__CORE_IMPL_DONE); the
+     include guards end the cycle after one turn.
 
    THE HOST PROCESS GROUP
      The core owns the one host process group every module uses (barrier, broadcast, all-gather, small all-reduce,
