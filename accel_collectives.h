@@ -8,7 +8,7 @@
    CONTENTS
      USAGE
      BACKENDS                     NONE, MPI, NCCL; what AUTO picks; NCCL bootstrap
-     THE HOST PROCESS GROUP       an NCCL communicator serving accel.h's host collectives
+     THE HOST PROCESS GROUP       an NCCL communicator serving the core's host collectives
      OPTIONS                      accel_coll_desc
      ALL-REDUCE ON MPI            the polled point-to-point algorithms and their summation order
      PROCESS MESH                 Accelerate's ParallelismConfig groups as communicators
@@ -51,7 +51,7 @@
    THE HOST PROCESS GROUP
      When accel has no host process group — several processes without MPI and without torchrun's TCP store, e.g. an
      explicit desc.num_processes or srun without an MPI plugin — a context with the NCCL backend over the whole group
-     becomes it: accel.h's host collectives (accel_wait_for_everyone, accel_host_*, the agreement checks amp, ckpt,
+     becomes it: the core's host collectives (accel_wait_for_everyone, accel_host_*, the agreement checks amp, ckpt,
      data and trackers make) then run through this context with their deadline, and accel_host_group_name(&acc) says
      "nccl". accel_coll_destroy removes it (host collectives then fail with ACCEL_ERR_UNSUPPORTED again): keep the
      context until the end of training. A group the core already has (MPI, the TCP store) is never replaced.
@@ -126,11 +126,11 @@
 
    FLIGHT RECORDER
      Every process keeps its last ACCEL_FLIGHT_RECORDER_SIZE (2000; 0 = off) collective calls in a ring written where
-     the calls are issued: the host group (group 0 of the dump: accel.h's host collectives and agreement checks) and
+     the calls are issued: the host group (group 0 of the dump: the core's host collectives and agreement checks) and
      every operation of every context (groups 1.., in creation order, which is the same on every rank), so
      accel_ddp.h's buckets and accel_zero.h's operations too. An entry: the call's number in its group, what, op,
      dtype, count, bytes, root, call site (__FILE__:__LINE__ of the outermost wrapped call: the accel_coll_* data
-     operations and accel.h's host collectives are macros around the functions; ACCEL_NO_CALL_SITES drops them),
+     operations and the core's host collectives are macros around the functions; ACCEL_NO_CALL_SITES drops them),
      posted and completed times (a coarse monotonic clock, ms resolution) and state (posted, completed, failed). NCCL
      operations count as completed once enqueued. Cost: about 20 ns a call (bench/collectives/bench_fr.c).
      Dump: <ACCEL_FLIGHT_DIR, default <project_dir>/flight>/rank<R>.json (temp + rename), written by each rank when a
@@ -276,7 +276,7 @@ ACCEL_API accel_result accel_coll_gather_for_metrics(accel_coll *c, const accel_
 ACCEL_API void accel_coll_free(accel_coll *c, void *ptr);
 
 /* Objects (gather_object, broadcast_object_list) are host bookkeeping: the core's accel_gather_object and
-   accel_broadcast_object_list (accel.h) serve every launcher, including torchrun's TCP store. */
+   accel_broadcast_object_list (accel_hostgroup.h) serve every launcher, including torchrun's TCP store. */
 
 /* split_between_processes on [0, n): process p gets [start, end); with apply_padding the slice is extended to
    q + (r > 0) items by repeating item n - 1 (pad_count times), as Accelerate pads lists/tensors. num_processes == 1
@@ -334,14 +334,14 @@ ACCEL_API accel_result accel_coll_mesh_coords(const accel_coll_mesh *m, int rank
 ACCEL_API int accel_coll_mesh_rank_of(const accel_coll_mesh *m, const int coords[ACCEL_COLL_MESH_NDIMS]);
 
 /* ----------------------------------------------------------------------------- bootstrap byte exchanges */
-/* Rank 0's `bytes` bytes reach every rank of `size`, and no one else: both admit by the job's secret and run id, as
-   the core's store does (accel.h: SECURITY; ACCEL_STORE_SECRET, TORCHELASTIC_RUN_ID / ACCEL_RUN_ID). TCP: rank 0
-   listens on addr:port (that interface only; a non-loopback addr needs the secret or ACCEL_STORE_TRUSTED_NETWORK=1)
-   and serves size-1 peers at once; a peer without the secret is refused ("not admitted: wrong secret") and never
-   sees the bytes. File: rank 0 writes path atomically (temp + rename), readable by its user only, with its proof
-   over the bytes; the others poll for it and ignore a file that is not this job's (garbage, another run's, or
-   written without the secret) until rank 0's arrives. Both end with ACCEL_ERR_TIMEOUT after timeout_ms. acc may be
-   NULL (the process-wide error is set). */
+/* Rank 0's `bytes` bytes reach every rank of `size`, and no one else: both admit by the job's secret and run id, as the
+   core's store does (accel_hostgroup.h: SECURITY; ACCEL_STORE_SECRET, TORCHELASTIC_RUN_ID / ACCEL_RUN_ID). TCP: rank 0
+   listens on addr:port (that interface only; a non-loopback addr needs the secret or ACCEL_STORE_TRUSTED_NETWORK=1) and
+   serves size-1 peers at once; a peer without the secret is refused ("not admitted: wrong secret") and never sees the
+   bytes. File: rank 0 writes path atomically (temp + rename), readable by its user only, with its proof over the bytes;
+   the others poll for it and ignore a file that is not this job's (garbage, another run's, or written without the
+   secret) until rank 0's arrives. Both end with ACCEL_ERR_TIMEOUT after timeout_ms. acc may be NULL (the process-wide
+   error is set). */
 ACCEL_API accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, int port, int rank, int size, void *data,
                                                 size_t bytes, int timeout_ms);
 ACCEL_API accel_result accel_coll_file_broadcast(accel *acc, const char *path, int rank, void *data, size_t bytes,
@@ -354,7 +354,7 @@ ACCEL_API accel_result accel_coll_fr_dump(accel *acc, const char *reason);
 #ifdef __cplusplus
 }
 #endif
-#ifndef ACCEL_NO_CALL_SITES /* the call site of each data operation for the flight recorder (accel.h: ACCEL_FR_SITE) */
+#ifndef ACCEL_NO_CALL_SITES /* the call site of each data operation for the flight recorder (accel_hostgroup.h) */
 #define accel_coll_all_reduce(...) ACCEL_FR_SITE((accel_coll_all_reduce)(__VA_ARGS__))
 #define accel_coll_reduce(...) ACCEL_FR_SITE((accel_coll_reduce)(__VA_ARGS__))
 #define accel_coll_broadcast(...) ACCEL_FR_SITE((accel_coll_broadcast)(__VA_ARGS__))
@@ -3111,10 +3111,10 @@ ACCEL__DEF int accel_coll_mesh_rank_of(const accel_coll_mesh *m, const int coord
 }
 
 /* ----------------------------------------------------------------------------------------- 14. bootstrap: TCP, file */
-/* Both use the core's admission (accel.h: accel__admit_*): the job's secret (ACCEL_STORE_SECRET) and run id decide
-   who gets rank 0's bytes — the NCCL unique id never goes to a peer that did not prove the secret. TCP: rank 0
-   listens on addr (its interface only) and answers each admitted peer's HELLO with a WELCOME carrying its proof and
-   the bytes; the sockets are the core's (every call gives up at the deadline). */
+/* Both use the core's admission (accel_hostgroup.h: accel__admit_*): the job's secret (ACCEL_STORE_SECRET) and run id
+   decide who gets rank 0's bytes — the NCCL unique id never goes to a peer that did not prove the secret. TCP: rank 0
+   listens on addr (its interface only) and answers each admitted peer's HELLO with a WELCOME carrying its proof and the
+   bytes; the sockets are the core's (every call gives up at the deadline). */
 typedef struct accel__coll_tcp_serve {
     const accel__admit *adm;
     const void *data;

@@ -2,6 +2,7 @@
    its POSIX feature macros precede every system header. */
 #define ACCEL_IMPLEMENTATION
 #include "accel.h"
+#include "accel_hostgroup.h"
 #include "accel_collectives.h"
 #include "accel_ddp.h"
 #include "accel_zero.h"

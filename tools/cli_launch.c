@@ -11,10 +11,10 @@
      ACCELERATE_DEBUG_MODE) and ACCEL_RUN_ID; accel's core then forms its host group over a TCP store on
      MASTER_PORT. Single node: MASTER_ADDR 127.0.0.1 and a free port unless given. Multi-node (--nnodes > 1): run it
      once per node with the same --master-addr / --master-port (default 29500) and that node's --node-rank.
-     The store admits only processes that know the job's secret (accel.h: SECURITY): on one node accel launch makes
-     a random one per job and hands it to its processes in the environment (ACCEL_STORE_SECRET; never on a command
-     line); across nodes every node's launcher passes on the ACCEL_STORE_SECRET it was started with (set the same
-     random value on every node), or the store refuses a non-loopback address unless ACCEL_STORE_TRUSTED_NETWORK=1.
+     The store admits only processes that know the job's secret (accel_hostgroup.h: SECURITY): on one node accel launch
+     makes a random one per job and hands it to its processes in the environment (ACCEL_STORE_SECRET; never on a command
+     line); across nodes every node's launcher passes on the ACCEL_STORE_SECRET it was started with (set the same random
+     value on every node), or the store refuses a non-loopback address unless ACCEL_STORE_TRUSTED_NETWORK=1.
      Counts are bounded before anything is allocated or started: at most 1024 processes a node (-n or the config's
      num_processes / num_machines), at most 65536 nodes.
      SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every process, as torchrun does; each process runs in a
@@ -414,7 +414,7 @@ static void launch_canonical_host(const char *addr, char *out, size_t cap) {
     }
 }
 
-/* The job's secret: 32 bytes from the kernel, as hex (the store's MAC key; accel.h SECURITY). 1 ok. */
+/* The job's secret: 32 bytes from the kernel, as hex (the store's MAC key; accel_hostgroup.h SECURITY). 1 ok. */
 static int launch_make_secret(char *out, size_t cap) {
     unsigned char b[32];
     size_t i, got = 0;

@@ -1,5 +1,6 @@
 /* A user TU: every header, no implementation. */
 #include "accel.h"
+#include "accel_hostgroup.h"
 #include "accel_collectives.h"
 #include "accel_ddp.h"
 #include "accel_zero.h"

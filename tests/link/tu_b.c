@@ -9,6 +9,7 @@
 #include "accel_zero.h"
 #include "accel_ddp.h"
 #include "accel_collectives.h"
+#include "accel_hostgroup.h"
 #include "accel.h"
 #include <stdio.h>
 #include <string.h>
