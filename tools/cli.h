@@ -8,7 +8,7 @@
 void cli_put_json_str(FILE *f, const char *s);
 int cli_env(int argc, char **argv);
 int cli_shards(int argc, char **argv); /* cli_shards.c (accel_data.h) */
-int cli_ckpt(int argc, char **argv);   /* cli_ckpt.c (accel_safetensors.h, accel_ckpt.h): ls | verify | plan */
+int cli_ckpt(int argc, char **argv);   /* cli_ckpt.c: ls | verify | plan | merge */
 int cli_size(int argc, char **argv);   /* cli_ckpt.c: size string → bytes */
 int cli_device_map(int argc, char **argv); /* cli_device_map.c (accel_bigmodel.h): module sizes and device maps */
 int cli_launch(int argc, char **argv); /* cli_launch.c: torchrun-style launcher */

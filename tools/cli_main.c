@@ -11,7 +11,7 @@ typedef struct { const char *name; int (*fn)(int, char **); const char *help; } 
 static const cli_cmd cmds[] = {
     {"env", cli_env, "report version, toolchain, CUDA/NCCL/MPI, launcher and the resolved configuration"},
     {"shards", cli_shards, "print which dataset indices each process sees (JSON)"},
-    {"ckpt", cli_ckpt, "inspect, verify or plan checkpoints: ls FILE|DIR, verify DIR, plan --max-shard-size SIZE name:bytes..."},
+    {"ckpt", cli_ckpt, "inspect, verify, plan or merge checkpoints: ls FILE|DIR, verify DIR, plan ..., merge DIR OUT"},
     {"size", cli_size, "parse a size string (\"10GB\", \"5MiB\") and print the byte count"},
     {"device-map", cli_device_map, "Accelerate's module sizes, balanced memory and device map of a model (JSON)"},
     {"launch", cli_launch, "start N processes of a program the way torchrun does (accel launch -n N -- PROGRAM ARGS)"},
