@@ -152,7 +152,8 @@
      reduce_dtype      mixed_precision_policy.reduce_dtype (0 → param_dtype): the unit gradients' dtype.
      forward_prefetch  forward_prefetch / FSDP_FORWARD_PREFETCH (default off).
      backward_prefetch backward_prefetch / FSDP_BACKWARD_PREFETCH: BACKWARD_PRE (default), BACKWARD_POST, NO_PREFETCH.
-     cpu_offload       cpu_offload / FSDP_OFFLOAD_PARAMS: the shards in pinned host memory, staged per unit.
+     cpu_offload       cpu_offload / FSDP_OFFLOAD_PARAMS: the shards in pinned host memory, staged per unit into
+                       a gather buffer (the communicator's memory) — also when the shard group is one process.
      check             the per-call agreement check (FSDP CALLS AND ERRORS).
      no_average        gradients summed instead of averaged.
 
@@ -457,7 +458,7 @@ typedef struct accel_zero_fsdp_memory {
     uint64_t optimizer;      /* the optimizer's state over the shard */
     uint64_t gather_buffers; /* at most live: the two largest units (FULL_SHARD, HYBRID_SHARD) or every unit
                                 (SHARD_GRAD_OP, HYBRID_SHARD_ZERO2 keep them from forward to backward); none when
-                                the shard group is one process (wait hands out the shard itself) */
+                                the shard group is one process without offload (wait hands out the shard itself) */
     uint64_t grad_buffers;   /* the two largest units' gradient buffers, every unit's under no_sync */
     uint64_t total;          /* the sum (add the trainer's activations and the collective's scratch) */
     uint64_t unsharded;      /* the same model replicated (DDP): whole F32 weights, gradients, copy and state */
@@ -2205,10 +2206,10 @@ static accel_result accel__fsdp_post_gather(accel_zero_fsdp *f, int i, int prefe
     if (r != ACCEL_OK) return r;
     if (f->offload) {
         void *mine = (unsigned char *)u->g.p + slot * (size_t)f->srank;
-        r = accel__coll_copy(f->sc, mine, send, slot, accel__fsdp_dir(f->shard_kind, f->gpool.kind));
+        r = accel__coll_copy(f->sc ? f->sc : f->c, mine, send, slot, accel__fsdp_dir(f->shard_kind, f->gpool.kind));
         send = mine;
     }
-    if (r == ACCEL_OK)
+    if (r == ACCEL_OK && f->sc) /* a shard group of one (offload): the staged slot is the unit */
         r = accel_coll_all_gather_async(f->sc, send, u->g.p, (size_t)u->S, f->d.param_dtype, &u->greq);
     if (r != ACCEL_OK) {
         accel__fsdp_put(f, &f->gpool, &u->g);
@@ -2227,9 +2228,13 @@ static int accel__fsdp_live_gathers(const accel_zero_fsdp *f) {
     for (i = 0; i < f->K; ++i) k += f->u[i].gstate != 0;
     return k;
 }
-/* Whether gather(u) needs communication: a shard group of more than one process, u not gathered already. */
+/* Whether units live in gather buffers: a shard group of more than one process, or offload (the pinned host shard
+   is staged into the gather pool's memory — the device's with a device communicator — even when there is nothing to
+   gather: compute never reads the pinned shard). */
+static int accel__fsdp_buffered(const accel_zero_fsdp *f) { return f->sc || f->offload; }
+/* Whether gather(u) needs a buffer (and, with a shard group, communication): u not gathered already. */
 static int accel__fsdp_needs_gather(const accel_zero_fsdp *f, int i) {
-    return f->sc && f->u[i].gstate == 0 && f->u[i].S > 0;
+    return accel__fsdp_buffered(f) && f->u[i].gstate == 0 && f->u[i].S > 0;
 }
 /* Prefetch of unit i (when it is a unit, needs a gather and the limit allows) */
 static accel_result accel__fsdp_prefetch(accel_zero_fsdp *f, int i) {
@@ -2420,7 +2425,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_wait(accel_zero_fsdp *f, int unit, accel
         if (r != ACCEL_OK) { f->broken = 1; return r; }
     }
     u->gstate = 2;
-    if (f->sc) accel__fsdp_unit_views(f, unit, u->g.p, f->d.param_dtype, params);
+    if (accel__fsdp_buffered(f)) accel__fsdp_unit_views(f, unit, u->g.p, f->d.param_dtype, params);
     else accel__fsdp_unit_views(f, unit, f->model ? (const void *)((const unsigned char *)f->model +
                                                                    (size_t)u->soff * f->pes)
                                                   : (const void *)(f->master + u->soff),
@@ -2458,7 +2463,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_release(accel_zero_fsdp *f, int unit) {
     if (u->gstate != 2)
         return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "accel_zero_fsdp_release(%d): %s is not in use (wait on it "
                            "first)", unit, u->name);
-    if (f->keep_after_forward && f->phase == 1 && f->sc) { /* ZeRO-2: stays gathered for the backward */
+    if (f->keep_after_forward && f->phase == 1 && accel__fsdp_buffered(f)) { /* ZeRO-2: stays for the backward */
         u->gstate = 3;
         return accel__fsdp_poll(f);
     }
@@ -2637,7 +2642,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
         S = accel__fsdp_slot(numel, Ps);
         elems += (uint64_t)S;
         whole += (uint64_t)numel;
-        gb = Ps > 1 ? (uint64_t)S * (uint64_t)Ps * pes : 0;
+        gb = Ps > 1 || desc->cpu_offload == ACCEL_ON ? (uint64_t)S * (uint64_t)Ps * pes : 0; /* _buffered */
         rb = (uint64_t)S * (uint64_t)Ps * res + (Ps > 1 ? (uint64_t)S * res : 0);
         gall += gb;
         rall += rb;

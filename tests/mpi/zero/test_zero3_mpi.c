@@ -55,6 +55,31 @@ static void count_free(void *q, void *u) {
     free(p);
 }
 static void quiet_log(void *user, accel_log_level level, const char *msg) { (void)level; (void)msg; (void)user; }
+/* pinned allocator hooks that remember the blocks, so that a view can be told to point into pinned memory */
+#define MAX_PINNED 64
+static unsigned char *pinned_lo[MAX_PINNED], *pinned_hi[MAX_PINNED];
+static void *pinned_alloc(size_t n, void *u) {
+    unsigned char *p = (unsigned char *)malloc(n);
+    int i;
+    (void)u;
+    for (i = 0; p && i < MAX_PINNED; ++i)
+        if (!pinned_lo[i]) { pinned_lo[i] = p; pinned_hi[i] = p + n; break; }
+    return p;
+}
+static void pinned_free(void *q, void *u) {
+    int i;
+    (void)u;
+    for (i = 0; q && i < MAX_PINNED; ++i)
+        if (pinned_lo[i] == (unsigned char *)q) pinned_lo[i] = pinned_hi[i] = NULL;
+    free(q);
+}
+static int in_pinned(const void *q) {
+    int i;
+    for (i = 0; i < MAX_PINNED; ++i)
+        if (pinned_lo[i] && (const unsigned char *)q >= pinned_lo[i] && (const unsigned char *)q < pinned_hi[i])
+            return 1;
+    return 0;
+}
 
 /* ------------------------------------------------------------------------------------------------- the model */
 #define NU 7
@@ -1153,6 +1178,80 @@ static void poison(accel_coll *c) {
     free(init);
 }
 
+/* CPU offload hands the compute what a gather hands it: wait's views are the gather pool's memory (the device's
+   with a device communicator, the host's here), never the pinned host shard — also when the shard group is one
+   process (np 1, NO_SHARD at any np), where there is nothing to gather but the shard must still be staged; the
+   views hold the weights, and release returns the buffer. */
+static void offload_views(accel_coll *c) {
+    static const accel_zero_strategy strat[2] = {ACCEL_ZERO_FULL_SHARD, ACCEL_ZERO_NO_SHARD};
+    static const accel_dtype pdt[2] = {ACCEL_F32, ACCEL_BF16};
+    float *init = (float *)calloc(64, 4);
+    accel_tensor t[2], w[1], g[1];
+    accel_zero_unit units[2];
+    int i, s, k, u;
+    at_context = "offload views";
+    for (i = 0; i < 64; ++i) init[i] = 1.0f + (float)i;
+    for (i = 0; i < 2; ++i) {
+        t[i] = at_vec("w", init, ACCEL_F32, 64);
+        units[i].name = NULL;
+        units[i].params = &t[i];
+        units[i].n = 1;
+    }
+    for (s = 0; s < 2; ++s)
+        for (k = 0; k < 2; ++k) {
+            accel_zero_fsdp *f = NULL;
+            accel_zero_fsdp_desc fd;
+            accel_zero_fsdp_stats st;
+            accel_tensor vp[2];
+            memset(&fd, 0, sizeof fd);
+            fd.strategy = strat[s];
+            fd.units = units;
+            fd.nunits = 2;
+            fd.param_dtype = pdt[k];
+            fd.cpu_offload = ACCEL_ON;
+            AT_EQ_INT(accel_zero_fsdp_create(c, &fd, &f), ACCEL_OK);
+            if (!f) continue;
+            AT_EQ_INT(accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_PARAMS, vp, 2), ACCEL_OK);
+            AT_CHECK_MSG(accel_tensor_numel(&vp[0]) == 0 || in_pinned(vp[0].ptr), "the offloaded shard is pinned");
+            AT_EQ_INT(accel_zero_fsdp_begin_forward(f), ACCEL_OK);
+            for (u = 0; u < 2; ++u) {
+                int ok = 1;
+                AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
+                AT_CHECK_MSG(!in_pinned(w[0].ptr), "wait's view points into the pinned shard (offload)");
+                for (i = 0; i < 64; ++i)
+                    ok &= (pdt[k] == ACCEL_F32 ? ((const float *)w[0].ptr)[i]
+                                               : accel_bf16_to_f32(((const uint16_t *)w[0].ptr)[i])) == init[i];
+                AT_CHECK_MSG(ok, "wait's view holds the weights");
+                AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
+            }
+            AT_EQ_INT(accel_zero_fsdp_begin_backward(f), ACCEL_OK);
+            for (u = 1; u >= 0; --u) {
+                AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
+                AT_CHECK(!in_pinned(w[0].ptr));
+                AT_EQ_INT(accel_zero_fsdp_grads(f, u, g, 1), ACCEL_OK);
+                AT_CHECK_MSG(!in_pinned(g[0].ptr), "grads' view points into pinned memory (offload)");
+                AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
+                AT_EQ_INT(accel_zero_fsdp_reduce_scatter(f, u), ACCEL_OK);
+            }
+            AT_EQ_INT(accel_zero_fsdp_end_backward(f), ACCEL_OK);
+            AT_EQ_INT(accel_zero_fsdp_get_stats(f, &st), ACCEL_OK);
+            AT_EQ_INT(st.live_gathers, 0);
+            AT_CHECK(st.peak_gathers >= 1 && st.peak_gathers <= 2);
+            {   /* the estimate counts the staging buffers offload uses */
+                accel_zero_fsdp_memory em;
+                accel_zero_fsdp_desc rd;
+                AT_EQ_INT(accel_zero_fsdp_get_desc(f, &rd), ACCEL_OK);
+                rd.units = units;
+                AT_EQ_INT(accel_zero_fsdp_estimate(&acc, &rd, P, 0, ACCEL_F32, 0, &em), ACCEL_OK);
+                AT_EQ_INT((long long)em.shards, (long long)st.shard_bytes);
+                AT_CHECK_MSG(em.gather_buffers > 0, "offload stages every unit into a gather buffer");
+            }
+            accel_zero_fsdp_destroy(f);
+        }
+    at_context = "";
+    free(init);
+}
+
 /* Checkpoints through accel_ckpt at another world size (modes save DIR / load DIR, driven by zero_save_load.sh):
    save runs 10 steps of FULL_SHARD (rank 0's gradients alone, summed: the sums do not depend on P), saves its
    shard pieces (fsdp_state_<rank>.bin), the step counts and the scaler, runs 10 more and writes the final
@@ -1251,6 +1350,8 @@ int main(int argc, char **argv) {
     d.gradient_accumulation_steps = 2;
     d.host_allocator.alloc = count_alloc;
     d.host_allocator.free = count_free;
+    d.pinned_allocator.alloc = pinned_alloc;
+    d.pinned_allocator.free = pinned_free;
     if (accel_init(&acc, &d) != ACCEL_OK) {
         fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
         return 1;
@@ -1269,6 +1370,7 @@ int main(int argc, char **argv) {
         checkpoint(c);
         errors(c);
         poison(c);
+        offload_views(c);
     } else if (argc > 2 && (!strcmp(mode, "save") || !strcmp(mode, "load"))) {
         ckpt_mode(c, mode, argv[2]);
     } else {
