@@ -170,7 +170,10 @@
      shards + two gather buffers + two gradient buffers (+ the collective's scratch) when every micro-batch reduces;
      with no_sync, every unit's gradient buffer is held until the sync step (as FSDP's no_sync).
      accel_zero_fsdp_estimate states these bytes before create (the same slot sizing), with the optimizer's state
-     and the unsharded (DDP) figure beside them: Accelerate's estimate-memory for what accel will allocate.
+     and the unsharded (DDP) figure beside them: Accelerate's estimate-memory for what accel will allocate (the
+     `accel estimate` CLI prints it per strategy). test_zero3_mpi checks it against the allocator hooks: exact for
+     units of one size in the worst case (two gathers live, every gradient buffer held); units of different sizes
+     can add the pools' cached buffers (its `cache` field) on top.
 
    PREFETCH
      The first forward and backward passes record the order in which units are waited on; later passes prefetch by
@@ -460,7 +463,14 @@ typedef struct accel_zero_fsdp_memory {
                                 (SHARD_GRAD_OP, HYBRID_SHARD_ZERO2 keep them from forward to backward); none when
                                 the shard group is one process without offload (wait hands out the shard itself) */
     uint64_t grad_buffers;   /* the two largest units' gradient buffers, every unit's under no_sync */
+    uint64_t staging;        /* cpu_offload: the pinned slot a reduced unit is widened through (largest S of
+                                reduce_dtype); else 0 */
+    uint64_t cache;          /* not in total: when the units differ in size, the buffers the pools keep cached for
+                                reuse (two per pool) can add up to this much (2 x the largest gather and gradient
+                                buffers); 0 when every unit has the same size (total is then exact) */
     uint64_t total;          /* the sum (add the trainer's activations and the collective's scratch) */
+    uint64_t offloaded;      /* the part of total in pinned host memory (cpu_offload ACCEL_ON: shards, optimizer,
+                                staging); the rest is the communicator's memory (the device's on a GPU) */
     uint64_t unsharded;      /* the same model replicated (DDP): whole F32 weights, gradients, copy and state */
 } accel_zero_fsdp_memory;
 ACCEL_API accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fsdp_desc *desc, int dp_shard,
@@ -2611,8 +2621,9 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
                                                  accel_zero_fsdp_memory *out) {
     const char *what = "accel_zero_fsdp_estimate";
     accel_zero_strategy s;
-    uint64_t pes, res, ses, g1 = 0, g2 = 0, r1 = 0, r2 = 0, gall = 0, rall = 0, elems = 0, whole = 0;
-    int i, j, Ps;
+    uint64_t pes, res, ses, g1 = 0, g2 = 0, r1 = 0, r2 = 0, gall = 0, rall = 0, elems = 0, whole = 0, maxS = 1;
+    int i, j, Ps, same = 1;
+    int64_t S0 = -1;
     if (!desc || !out || (desc->nunits > 0 && !desc->units) || desc->nunits < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL desc, out or units", what);
     s = desc->strategy == ACCEL_ZERO_STRATEGY_DEFAULT ? ACCEL_ZERO_FULL_SHARD : desc->strategy;
@@ -2640,6 +2651,9 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
             numel += k;
         }
         S = accel__fsdp_slot(numel, Ps);
+        if ((uint64_t)S > maxS) maxS = (uint64_t)S;
+        if (S0 >= 0 && S != S0) same = 0;
+        S0 = S;
         elems += (uint64_t)S;
         whole += (uint64_t)numel;
         gb = Ps > 1 || desc->cpu_offload == ACCEL_ON ? (uint64_t)S * (uint64_t)Ps * pes : 0; /* _buffered */
@@ -2654,7 +2668,10 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
     out->optimizer = elems * (uint64_t)optim_states * ses;
     out->gather_buffers = s == ACCEL_ZERO_SHARD_GRAD_OP || s == ACCEL_ZERO_HYBRID_SHARD_ZERO2 ? gall : g1 + g2;
     out->grad_buffers = no_sync ? rall : r1 + r2;
-    out->total = out->shards + out->optimizer + out->gather_buffers + out->grad_buffers;
+    out->staging = desc->cpu_offload == ACCEL_ON ? maxS * res : 0; /* create's f->stage */
+    out->cache = same ? 0 : ACCEL__FSDP_CACHE * (g1 + r1);
+    out->total = out->shards + out->optimizer + out->gather_buffers + out->grad_buffers + out->staging;
+    out->offloaded = desc->cpu_offload == ACCEL_ON ? out->shards + out->optimizer + out->staging : 0;
     out->unsharded = whole * (8 + (pes == 4 ? 0 : pes) + (uint64_t)optim_states * ses);
     return ACCEL_OK;
 }
