@@ -102,7 +102,7 @@ static int ls_file(const char *path) {
     return 0;
 }
 
-static char *dup_str(const char *s) {
+char *cli_dup_str(const char *s) {
     size_t n = strlen(s) + 1;
     char *p = (char *)malloc(n);
     if (p) memcpy(p, s, n);
@@ -193,7 +193,7 @@ static int ls_dir(const char *dir) {
             if (!nn) { closedir(d); return 1; }
             names = nn;
         }
-        names[n] = dup_str(de->d_name);
+        names[n] = cli_dup_str(de->d_name);
         if (names[n]) ++n;
     }
     closedir(d);

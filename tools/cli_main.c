@@ -1,6 +1,6 @@
 /* accel — command-line companion: `accel env`, `accel shards …`, `accel ckpt …`, `accel size …`, `accel device-map …`,
    `accel launch …`, `accel config …`,
-   `accel fr DIR`, `accel test`. */
+   `accel fr DIR`, `accel test`, `accel estimate MODEL`. */
 #include "accel.h"
 #include "cli.h"
 #include <stdio.h>
@@ -17,6 +17,7 @@ static const cli_cmd cmds[] = {
     {"launch", cli_launch, "start N processes of a program the way torchrun does (accel launch -n N -- PROGRAM ARGS)"},
     {"fr", cli_fr, "read every rank's flight recorder dump in DIR and name the first divergence (accel fr DIR)"},
     {"test", cli_test, "check the job end to end under its launcher (host group, collectives, RNG, shards, ckpt)"},
+    {"estimate", cli_estimate, "per-rank bytes of a model under DDP, ZeRO-1/2/3, hybrid, offload (estimate-memory)"},
     {"config", cli_config, "write Accelerate's default config file (accel config --default [--mixed-precision M] [FILE])"},
 };
 
