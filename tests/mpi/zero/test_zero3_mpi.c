@@ -1154,6 +1154,18 @@ static void checkpoint(accel_coll *c) {
 
 /* Debug mode (ACCELERATE_DEBUG_MODE): a released buffer is filled with NaN, so a stale view computes NaN instead of
    silently reading the previous unit's weights (the buffer stays allocated in the pool: never freed memory). */
+/* Two one-tensor units of 64 floats each, initial values 1..64 (init: 64 floats). */
+static void two_units(float *init, accel_tensor t[2], accel_zero_unit units[2]) {
+    int i;
+    for (i = 0; i < 64; ++i) init[i] = 1.0f + (float)i;
+    for (i = 0; i < 2; ++i) {
+        t[i] = at_vec("w", init, ACCEL_F32, 64);
+        units[i].name = NULL;
+        units[i].params = &t[i];
+        units[i].n = 1;
+    }
+}
+
 static void poison(accel_coll *c) {
     accel_zero_fsdp *f = NULL;
     accel_zero_fsdp_desc fd;
@@ -1162,13 +1174,7 @@ static void poison(accel_coll *c) {
     accel_tensor t[2], w[1];
     int i, nan = 1;
     at_context = "poison";
-    for (i = 0; i < 64; ++i) init[i] = 1.0f + (float)i;
-    for (i = 0; i < 2; ++i) {
-        t[i] = at_vec("w", init, ACCEL_F32, 64);
-        units[i].name = NULL;
-        units[i].params = &t[i];
-        units[i].n = 1;
-    }
+    two_units(init, t, units);
     memset(&fd, 0, sizeof fd);
     fd.units = units;
     fd.nunits = 2;
@@ -1287,13 +1293,7 @@ static void offload_views(accel_coll *c) {
     accel_zero_unit units[2];
     int i, s, k, u;
     at_context = "offload views";
-    for (i = 0; i < 64; ++i) init[i] = 1.0f + (float)i;
-    for (i = 0; i < 2; ++i) {
-        t[i] = at_vec("w", init, ACCEL_F32, 64);
-        units[i].name = NULL;
-        units[i].params = &t[i];
-        units[i].n = 1;
-    }
+    two_units(init, t, units);
     for (s = 0; s < 2; ++s)
         for (k = 0; k < 2; ++k) {
             accel_zero_fsdp *f = NULL;
