@@ -3,7 +3,8 @@
    block, values, state) — not by the library's writer — with known values:
    - a 4.2 MB model over 3 ranks merges into model.safetensors whose tensors are the known values, while the host
      memory the merge holds (a byte-counting allocator: live bytes at their peak) stays under 1.2 MiB: streaming;
-   - --max-shard-size: shards + index, loadable by accel_st_load_model, the same values;
+   - --max-shard-size: shards + index, loadable by accel_st_load_model, the same values; a replica's file (empty
+     pieces, as hybrid strategies save) adds nothing;
    - refused, nothing written: pieces that overlap (another partition), a rank missing, another model in one file,
      a version-1 file (no names), a truncated file, trailing bytes, a shape that is not the element count,
      duplicate names, an output directory that holds a model. */
@@ -256,6 +257,19 @@ int main(void) {
     AT_CHECK(exists(out2, "model.safetensors.index.json") && exists(out2, "model-00001-of-00002.safetensors") &&
              exists(out2, "model-00002-of-00002.safetensors") && !exists(out2, "model.safetensors"));
     check_model(&acc, out2);
+
+    /* a hybrid strategy's replica saves empty pieces (each element once): a fourth file with none merges the same */
+    {
+        spec t[4];
+        for (q = 0; q < 3; ++q) t[q] = rank_spec(q, 3);
+        t[3] = rank_spec(0, 3);
+        for (q = 0; q < NP; ++q) t[3].off[q] = t[3].cnt[q] = 0;
+        files = write_ranks(t, 4);
+        snprintf(out2, sizeof out2, "%s/out_replica", g_dir);
+        AT_EQ_INT(accel_zero_fsdp_merge(&acc, files, 4, out2, 0, &info), ACCEL_OK);
+        AT_EQ_INT(info.saved_ranks, 4);
+        check_model(&acc, out2);
+    }
 
     /* 3. refused */
     {
