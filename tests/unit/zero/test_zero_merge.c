@@ -5,11 +5,15 @@
      memory the merge holds (a byte-counting allocator: live bytes at their peak) stays under 1.2 MiB: streaming;
    - --max-shard-size: shards + index, loadable by accel_st_load_model, the same values; a replica's file (empty
      pieces, as hybrid strategies save) adds nothing;
+   - the files written here load through accel_zero_fsdp_state_load_all into a one-process model, version 2 and
+     version 1 (no names: what accel wrote before merge existed) alike: the loader reads this layout, and old
+     checkpoints still load;
    - refused, nothing written: pieces that overlap (another partition), a rank missing, another model in one file,
      a version-1 file (no names), a truncated file, trailing bytes, a shape that is not the element count,
      duplicate names, an output directory that holds a model. */
 #define ACCEL_IMPLEMENTATION
 #include "accel.h"
+#include "accel_collectives.h"
 #include "accel_zero.h"
 #include "accel_safetensors.h"
 #include "accel_test.h"
@@ -191,6 +195,81 @@ static void refused(accel *acc, const spec *specs, int count, const char *what, 
     at_context = "";
 }
 
+/* The three rank files (version 2, then version 1) loaded into a one-process FULL_SHARD model of the same
+   parameters: its master shard (the whole model here) holds the known values, its state tensor the -1s. */
+static void load_back(accel *acc) {
+    accel_coll *coll = NULL;
+    accel_zero_fsdp *f = NULL;
+    accel_zero_fsdp_desc fd;
+    accel_zero_unit units[2];
+    accel_tensor t[NP], st[NP], vp[NP];
+    float *mom[NP];
+    int i, v, q;
+    AT_EQ_INT(accel_coll_create(acc, NULL, &coll), ACCEL_OK);
+    for (i = 0; i < NP; ++i) {
+        memset(&t[i], 0, sizeof t[i]);
+        t[i].name = g_names[i];
+        t[i].dtype = ACCEL_F32;
+        t[i].ndim = g_ndim[i];
+        t[i].shape[0] = g_shape[i][0];
+        t[i].shape[1] = g_shape[i][1];
+        st[i] = at_vec("m", NULL, ACCEL_F32, numel(i));
+        mom[i] = (float *)calloc((size_t)numel(i), 4);
+        st[i].ptr = mom[i];
+    }
+    units[0].name = "h.0"; units[0].params = t; units[0].n = 2;
+    units[1].name = "root"; units[1].params = t + 2; units[1].n = 1;
+    memset(&fd, 0, sizeof fd);
+    fd.strategy = ACCEL_ZERO_FULL_SHARD;
+    fd.units = units;
+    fd.nunits = 2;
+    AT_EQ_INT(accel_zero_fsdp_create(coll, &fd, &f), ACCEL_OK);
+    for (v = 2; f && v >= 1; --v) {
+        spec sp[3];
+        void *bufs[3];
+        size_t sizes[3];
+        accel_zero_fsdp_state fs;
+        int ok = 1;
+        for (q = 0; q < 3; ++q) {
+            sp[q] = rank_spec(q, 3);
+            sp[q].version = v;
+        }
+        write_ranks(sp, 3);
+        for (q = 0; q < 3; ++q) { /* the bytes, as accel_ckpt hands them to load_all */
+            FILE *fp = fopen(g_path[q], "rb");
+            long n;
+            if (!fp) { AT_CHECK(0); return; }
+            fseek(fp, 0, SEEK_END);
+            n = ftell(fp);
+            fseek(fp, 0, SEEK_SET);
+            bufs[q] = malloc((size_t)n);
+            sizes[q] = fread(bufs[q], 1, (size_t)n, fp);
+            fclose(fp);
+        }
+        fs.fsdp = f;
+        fs.state = st;
+        fs.m = NP;
+        at_context = v == 2 ? "load version 2" : "load version 1";
+        AT_EQ_INT(accel_zero_fsdp_state_load_all(&fs, (const void *const *)bufs, sizes, 3), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_PARAMS, vp, NP), ACCEL_OK);
+        for (i = 0; i < NP; ++i) {
+            int64_t e;
+            for (e = 0; e < numel(i) && ok; ++e)
+                ok = ((const float *)vp[i].ptr)[e] == value(i, e) && mom[i][e] == -1.0f;
+            for (e = 0; e < numel(i); ++e) { /* the next version must write them again */
+                mom[i][e] = 0;
+                ((float *)vp[i].ptr)[e] = 0;
+            }
+        }
+        AT_CHECK_MSG(ok, "the loaded shard holds the files' values and moments");
+        for (q = 0; q < 3; ++q) free(bufs[q]);
+        at_context = "";
+    }
+    accel_zero_fsdp_destroy(f);
+    accel_coll_destroy(coll);
+    for (i = 0; i < NP; ++i) free(mom[i]);
+}
+
 int main(void) {
     accel acc;
     accel_desc d;
@@ -270,6 +349,8 @@ int main(void) {
         AT_EQ_INT(info.saved_ranks, 4);
         check_model(&acc, out2);
     }
+
+    load_back(&acc);
 
     /* 3. refused */
     {
