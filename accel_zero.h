@@ -152,7 +152,8 @@
      reduce_dtype      mixed_precision_policy.reduce_dtype (0 → param_dtype): the unit gradients' dtype.
      forward_prefetch  forward_prefetch / FSDP_FORWARD_PREFETCH (default off).
      backward_prefetch backward_prefetch / FSDP_BACKWARD_PREFETCH: BACKWARD_PRE (default), BACKWARD_POST, NO_PREFETCH.
-     cpu_offload       cpu_offload / FSDP_OFFLOAD_PARAMS: the shards in pinned host memory, staged per unit.
+     cpu_offload       cpu_offload / FSDP_OFFLOAD_PARAMS: the shards in pinned host memory, staged per unit into
+                       a gather buffer (the communicator's memory) — also when the shard group is one process.
      check             the per-call agreement check (FSDP CALLS AND ERRORS).
      no_average        gradients summed instead of averaged.
 
@@ -169,7 +170,10 @@
      shards + two gather buffers + two gradient buffers (+ the collective's scratch) when every micro-batch reduces;
      with no_sync, every unit's gradient buffer is held until the sync step (as FSDP's no_sync).
      accel_zero_fsdp_estimate states these bytes before create (the same slot sizing), with the optimizer's state
-     and the unsharded (DDP) figure beside them: Accelerate's estimate-memory for what accel will allocate.
+     and the unsharded (DDP) figure beside them: Accelerate's estimate-memory for what accel will allocate (the
+     `accel estimate` CLI prints it per strategy). test_zero3_mpi checks it against the allocator hooks: exact for
+     units of one size in the worst case (two gathers live, every gradient buffer held); units of different sizes
+     can add the pools' cached buffers (its `cache` field) on top.
 
    PREFETCH
      The first forward and backward passes record the order in which units are waited on; later passes prefetch by
@@ -208,6 +212,9 @@
      Consolidated (FULL_STATE_DICT, interop): accel_zero_fsdp_export(f, whole, N) fills whole F32 tensors on every
      rank (accel_ckpt_register_model / accel_st_save with the model's names); accel_zero_fsdp_import(f, whole, N)
      takes this rank's shard back out of them (after accel_ckpt_load_state, on any number of processes).
+     Offline (Accelerate's merge-weights): `accel ckpt merge CKPT_DIR OUT` verifies a sharded checkpoint (marker,
+     checksums) and accel_zero_fsdp_merge streams every rank's fsdp_state_<rank>.bin into OUT/model.safetensors
+     (or shards + index with --max-shard-size) with the model's names, holding about 1 MiB + the headers.
 
    DIFFERENCES FROM ACCELERATE / FSDP
      - No autograd: the trainer calls wait/release/grads/reduce_scatter where FSDP's hooks would run.
@@ -218,7 +225,8 @@
        trainer's business.
      - state_dict_type: SHARDED_STATE_DICT is accel_zero_fsdp_state_save/_load_all (FSDP CHECKPOINTS), FULL_STATE_DICT
        is accel_zero_fsdp_export into whole tensors (every rank holds the whole F32 model for the save: not yet
-       streamed slice by slice to a writer); `accel ckpt merge` (a sharded checkpoint → safetensors) is not here yet.
+       streamed slice by slice to a writer); `accel ckpt merge` (accel_zero_fsdp_merge) turns a sharded checkpoint
+       into safetensors offline, streaming (merge-weights).
 */
 #ifndef ACCEL_ZERO_H_INCLUDED
 #define ACCEL_ZERO_H_INCLUDED
@@ -453,9 +461,16 @@ typedef struct accel_zero_fsdp_memory {
     uint64_t optimizer;      /* the optimizer's state over the shard */
     uint64_t gather_buffers; /* at most live: the two largest units (FULL_SHARD, HYBRID_SHARD) or every unit
                                 (SHARD_GRAD_OP, HYBRID_SHARD_ZERO2 keep them from forward to backward); none when
-                                the shard group is one process (wait hands out the shard itself) */
+                                the shard group is one process without offload (wait hands out the shard itself) */
     uint64_t grad_buffers;   /* the two largest units' gradient buffers, every unit's under no_sync */
+    uint64_t staging;        /* cpu_offload: the pinned slot a reduced unit is widened through (largest S of
+                                reduce_dtype); else 0 */
+    uint64_t cache;          /* not in total: when the units differ in size, the buffers the pools keep cached for
+                                reuse (two per pool) can add up to this much (2 x the largest gather and gradient
+                                buffers); 0 when every unit has the same size (total is then exact) */
     uint64_t total;          /* the sum (add the trainer's activations and the collective's scratch) */
+    uint64_t offloaded;      /* the part of total in pinned host memory (cpu_offload ACCEL_ON: shards, optimizer,
+                                staging); the rest is the communicator's memory (the device's on a GPU) */
     uint64_t unsharded;      /* the same model replicated (DDP): whole F32 weights, gradients, copy and state */
 } accel_zero_fsdp_memory;
 ACCEL_API accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fsdp_desc *desc, int dp_shard,
@@ -467,9 +482,11 @@ ACCEL_API accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fsd
    grouping into units (the pieces are per tensor). obj: an accel_zero_fsdp_state; register it with
      accel_ckpt_register_sharded(ck, "fsdp_state", accel_zero_fsdp_state_save, accel_zero_fsdp_state_load_all, &fs);
    next to the step counts (accel_optim_shard_state with full = accel_zero_fsdp_full_tensors: a global file).
-   The bytes (little-endian): "ASF3", u32 version 1, u32 n, u32 k, n u64 element counts of the whole parameters,
-   n (u64 offset, u64 count) pieces, the pieces' F32 master values, then per state tensor (param-major, m = n * k)
-   u32 dtype and its piece's values. Replicas of hybrid strategies save empty pieces (each element once).
+   The bytes (little-endian): "ASF3", u32 version 2, u32 n, u32 k, n u64 element counts of the whole parameters,
+   n (u64 offset, u64 count) pieces, u64 L and L bytes of names and shapes (per parameter: u32 ndim, ndim u64 dims,
+   u32 name length, the name, a NUL), the pieces' F32 master values, then per state tensor (param-major, m = n * k)
+   u32 dtype and its piece's values. Replicas of hybrid strategies save empty pieces (each element once). Version 1
+   (no names block) still loads; only `accel ckpt merge` needs the names.
    load_all checks every saved rank's bytes (magic, sizes, the same parameters and k, the state dtypes, pieces in
    range) and that the saved pieces tile every parameter exactly once, before it copies anything; then this rank's
    pieces are copied out and the param_dtype copy is recomputed. Local (no communication). */
@@ -481,6 +498,28 @@ typedef struct accel_zero_fsdp_state {
 ACCEL_API accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_t cap, size_t *size);
 ACCEL_API accel_result accel_zero_fsdp_state_load_all(void *state, const void *const *bufs, const size_t *sizes,
                                                       int count);
+/* A sharded checkpoint's parameters as one consolidated model (Accelerate's `accelerate merge-weights`; the CLI's
+   `accel ckpt merge DIR OUT` verifies the checkpoint's marker and checksums first and finds the files): files[0..
+   count) are every saved rank's bytes (accel_zero_fsdp_state_save, version 2: with the parameters' names and
+   shapes), in rank order. Every file's header and layout is checked as load_all checks it (the same model in each,
+   pieces in range, the exact size, the pieces tiling every parameter once: a missing rank or another partition is
+   named) before anything is written; then out_dir/model.safetensors — or, above max_shard_size bytes (0: no
+   limit), model-0000i-of-0000N.safetensors + model.safetensors.index.json, huggingface_hub's plan as
+   accel_st_save_model — is written with the model's own names, F32, in accel_safetensors.h's layout, each file
+   atomically. Streaming: the values go from file to file through one 1 MiB buffer, so the memory held is the
+   files' headers (16 + 24 n bytes + the names each), per file n descriptors and value offsets, the output header
+   and that buffer: independent of the parameters' sizes (info->memory reports it). out_dir must not hold a model
+   yet (model.safetensors, an index or shards: ACCEL_ERR_INVALID_ARGUMENT); on failure the files this call wrote
+   are removed. Local; acc may be NULL. */
+typedef struct accel_zero_fsdp_merge_info {
+    int saved_ranks;  /* files read */
+    int tensors;      /* parameters written */
+    int files;        /* safetensors files written (1: model.safetensors) */
+    uint64_t bytes;   /* tensor bytes written */
+    uint64_t memory;  /* host bytes the merge held (the bound above) */
+} accel_zero_fsdp_merge_info;
+ACCEL_API accel_result accel_zero_fsdp_merge(accel *acc, const char *const *files, int count, const char *out_dir,
+                                             uint64_t max_shard_size, accel_zero_fsdp_merge_info *info);
 
 #ifdef __cplusplus
 }
@@ -2177,10 +2216,10 @@ static accel_result accel__fsdp_post_gather(accel_zero_fsdp *f, int i, int prefe
     if (r != ACCEL_OK) return r;
     if (f->offload) {
         void *mine = (unsigned char *)u->g.p + slot * (size_t)f->srank;
-        r = accel__coll_copy(f->sc, mine, send, slot, accel__fsdp_dir(f->shard_kind, f->gpool.kind));
+        r = accel__coll_copy(f->sc ? f->sc : f->c, mine, send, slot, accel__fsdp_dir(f->shard_kind, f->gpool.kind));
         send = mine;
     }
-    if (r == ACCEL_OK)
+    if (r == ACCEL_OK && f->sc) /* a shard group of one (offload): the staged slot is the unit */
         r = accel_coll_all_gather_async(f->sc, send, u->g.p, (size_t)u->S, f->d.param_dtype, &u->greq);
     if (r != ACCEL_OK) {
         accel__fsdp_put(f, &f->gpool, &u->g);
@@ -2199,9 +2238,13 @@ static int accel__fsdp_live_gathers(const accel_zero_fsdp *f) {
     for (i = 0; i < f->K; ++i) k += f->u[i].gstate != 0;
     return k;
 }
-/* Whether gather(u) needs communication: a shard group of more than one process, u not gathered already. */
+/* Whether units live in gather buffers: a shard group of more than one process, or offload (the pinned host shard
+   is staged into the gather pool's memory — the device's with a device communicator — even when there is nothing to
+   gather: compute never reads the pinned shard). */
+static int accel__fsdp_buffered(const accel_zero_fsdp *f) { return f->sc || f->offload; }
+/* Whether gather(u) needs a buffer (and, with a shard group, communication): u not gathered already. */
 static int accel__fsdp_needs_gather(const accel_zero_fsdp *f, int i) {
-    return f->sc && f->u[i].gstate == 0 && f->u[i].S > 0;
+    return accel__fsdp_buffered(f) && f->u[i].gstate == 0 && f->u[i].S > 0;
 }
 /* Prefetch of unit i (when it is a unit, needs a gather and the limit allows) */
 static accel_result accel__fsdp_prefetch(accel_zero_fsdp *f, int i) {
@@ -2392,7 +2435,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_wait(accel_zero_fsdp *f, int unit, accel
         if (r != ACCEL_OK) { f->broken = 1; return r; }
     }
     u->gstate = 2;
-    if (f->sc) accel__fsdp_unit_views(f, unit, u->g.p, f->d.param_dtype, params);
+    if (accel__fsdp_buffered(f)) accel__fsdp_unit_views(f, unit, u->g.p, f->d.param_dtype, params);
     else accel__fsdp_unit_views(f, unit, f->model ? (const void *)((const unsigned char *)f->model +
                                                                    (size_t)u->soff * f->pes)
                                                   : (const void *)(f->master + u->soff),
@@ -2430,7 +2473,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_release(accel_zero_fsdp *f, int unit) {
     if (u->gstate != 2)
         return ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "accel_zero_fsdp_release(%d): %s is not in use (wait on it "
                            "first)", unit, u->name);
-    if (f->keep_after_forward && f->phase == 1 && f->sc) { /* ZeRO-2: stays gathered for the backward */
+    if (f->keep_after_forward && f->phase == 1 && accel__fsdp_buffered(f)) { /* ZeRO-2: stays for the backward */
         u->gstate = 3;
         return accel__fsdp_poll(f);
     }
@@ -2578,8 +2621,9 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
                                                  accel_zero_fsdp_memory *out) {
     const char *what = "accel_zero_fsdp_estimate";
     accel_zero_strategy s;
-    uint64_t pes, res, ses, g1 = 0, g2 = 0, r1 = 0, r2 = 0, gall = 0, rall = 0, elems = 0, whole = 0;
-    int i, j, Ps;
+    uint64_t pes, res, ses, g1 = 0, g2 = 0, r1 = 0, r2 = 0, gall = 0, rall = 0, elems = 0, whole = 0, maxS = 1;
+    int i, j, Ps, same = 1;
+    int64_t S0 = -1;
     if (!desc || !out || (desc->nunits > 0 && !desc->units) || desc->nunits < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL desc, out or units", what);
     s = desc->strategy == ACCEL_ZERO_STRATEGY_DEFAULT ? ACCEL_ZERO_FULL_SHARD : desc->strategy;
@@ -2607,9 +2651,12 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
             numel += k;
         }
         S = accel__fsdp_slot(numel, Ps);
+        if ((uint64_t)S > maxS) maxS = (uint64_t)S;
+        if (S0 >= 0 && S != S0) same = 0;
+        S0 = S;
         elems += (uint64_t)S;
         whole += (uint64_t)numel;
-        gb = Ps > 1 ? (uint64_t)S * (uint64_t)Ps * pes : 0;
+        gb = Ps > 1 || desc->cpu_offload == ACCEL_ON ? (uint64_t)S * (uint64_t)Ps * pes : 0; /* _buffered */
         rb = (uint64_t)S * (uint64_t)Ps * res + (Ps > 1 ? (uint64_t)S * res : 0);
         gall += gb;
         rall += rb;
@@ -2621,7 +2668,10 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
     out->optimizer = elems * (uint64_t)optim_states * ses;
     out->gather_buffers = s == ACCEL_ZERO_SHARD_GRAD_OP || s == ACCEL_ZERO_HYBRID_SHARD_ZERO2 ? gall : g1 + g2;
     out->grad_buffers = no_sync ? rall : r1 + r2;
-    out->total = out->shards + out->optimizer + out->gather_buffers + out->grad_buffers;
+    out->staging = desc->cpu_offload == ACCEL_ON ? maxS * res : 0; /* create's f->stage */
+    out->cache = same ? 0 : ACCEL__FSDP_CACHE * (g1 + r1);
+    out->total = out->shards + out->optimizer + out->gather_buffers + out->grad_buffers + out->staging;
+    out->offloaded = desc->cpu_offload == ACCEL_ON ? out->shards + out->optimizer + out->staging : 0;
     out->unsharded = whole * (8 + (pes == 4 ? 0 : pes) + (uint64_t)optim_states * ses);
     return ACCEL_OK;
 }
@@ -2708,6 +2758,128 @@ ACCEL__DEF accel_result accel_zero_fsdp_import(accel_zero_fsdp *f, const accel_t
 
 /* ----- sharded checkpoints (accel_zero_fsdp_state_save / _load_all) */
 #define ACCEL__FSDP_STATE_MAGIC 0x33465341u /* "ASF3" */
+typedef struct accel__fsdp_span {
+    int64_t lo, hi;
+    int file;
+} accel__fsdp_span;
+static int accel__fsdp_span_cmp(const void *a, const void *b) {
+    const accel__fsdp_span *x = (const accel__fsdp_span *)a, *y = (const accel__fsdp_span *)b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Version 2's names block: u64 its length L, then per parameter u32 ndim, ndim u64 dims, u32 name length, the
+   name and a NUL (8 + L bytes). */
+static size_t accel__fsdp_names_bytes(const accel_zero_fsdp *f) {
+    size_t b = 8;
+    int i;
+    for (i = 0; i < f->n; ++i) b += 4 + 8 * (size_t)f->full[i].ndim + 4 + strlen(f->full[i].name) + 1;
+    return b;
+}
+/* A saved rank's header, shared by load_all (the whole file in memory) and merge (read from disk as far as
+   needed): b holds the file's first `have` bytes, the file has `total`. Checks the magic, the version (1, or 2 with
+   names) and the lengths; h->need is how many bytes the caller must hold before calling again (have < need: call
+   again with more), h->data_at where the master values start (known once have >= need). */
+typedef struct accel__fsdp_head {
+    uint32_t ver, n, k;
+    uint64_t need, data_at;
+} accel__fsdp_head;
+static accel_result accel__fsdp_state_head(accel *acc, const char *what, int q, const unsigned char *b, uint64_t have,
+                                           uint64_t total, accel__fsdp_head *h) {
+    uint64_t t;
+    memset(h, 0, sizeof *h);
+    if (!b || have < 16 || total < 16 || accel__get_u32(b) != ACCEL__FSDP_STATE_MAGIC ||
+        (accel__get_u32(b + 4) != 1 && accel__get_u32(b + 4) != 2))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: not a ZeRO-3 shard state (%llu bytes)", what, q,
+                           (unsigned long long)total);
+    h->ver = accel__get_u32(b + 4);
+    h->n = accel__get_u32(b + 8);
+    h->k = accel__get_u32(b + 12);
+    t = 16 + (uint64_t)h->n * 24;
+    if (total < t + (h->ver == 2 ? 8 : 0))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+    h->need = h->data_at = t;
+    if (h->ver == 1) return ACCEL_OK;
+    h->need = t + 8;
+    h->data_at = 0;
+    if (have < h->need) return ACCEL_OK;
+    if (accel__get_u64(b + t) > total - t - 8)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated (names)", what, q);
+    h->need = h->data_at = t + 8 + accel__get_u64(b + t);
+    return ACCEL_OK;
+}
+/* Version 2's names and shapes (b: the header, h complete) into out[0..n) (F32; names point into b; ptr NULL),
+   each shape's product checked against the element count of the table. */
+static accel_result accel__fsdp_state_names(accel *acc, const char *what, int q, const unsigned char *b,
+                                            const accel__fsdp_head *h, accel_tensor *out) {
+    uint64_t at = 16 + (uint64_t)h->n * 24 + 8, end = h->data_at;
+    uint32_t i, d;
+    if (h->ver != 2)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d was written by an older accel (version 1: no "
+                           "parameter names); load it into the model and save it again", what, q);
+    for (i = 0; i < h->n; ++i) {
+        uint64_t numel = accel__get_u64(b + 16 + (size_t)i * 8), prod = 1, len;
+        accel_tensor *t = &out[i];
+        memset(t, 0, sizeof *t);
+        if (end - at < 4 || accel__get_u32(b + at) > ACCEL_MAX_DIMS || (end - at - 4) / 8 < accel__get_u32(b + at))
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: parameter %u's shape is malformed", what,
+                               q, i);
+        t->ndim = (int)accel__get_u32(b + at);
+        at += 4;
+        for (d = 0; d < (uint32_t)t->ndim; ++d, at += 8) {
+            uint64_t v = accel__get_u64(b + at);
+            if (v > (uint64_t)INT64_MAX || (v && prod > (uint64_t)INT64_MAX / v))
+                return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: parameter %u's shape overflows", what,
+                                   q, i);
+            t->shape[d] = (int64_t)v;
+            prod *= v;
+        }
+        if (prod != numel)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: parameter %u's shape has %llu elements, "
+                               "its table %llu", what, q, i, (unsigned long long)prod, (unsigned long long)numel);
+        if (end - at < 4 || (len = accel__get_u32(b + at)) >= end - at - 4 || b[at + 4 + len] != 0 ||
+            memchr(b + at + 4, 0, (size_t)len) != NULL)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: parameter %u's name is malformed", what, q,
+                               i);
+        t->name = (const char *)(b + at + 4);
+        t->dtype = ACCEL_F32;
+        at += 4 + len + 1;
+    }
+    if (at != end)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: %llu stray bytes after the names", what, q,
+                           (unsigned long long)(end - at));
+    return ACCEL_OK;
+}
+/* The saved pieces tile every parameter exactly once (heads[q]: rank q's header; numels from heads[0], equal in
+   all of them; names for messages); sp: count spans of scratch. */
+static accel_result accel__fsdp_state_tiles(accel *acc, const char *what, const unsigned char *const *heads,
+                                            int count, int n, const accel_tensor *names, accel__fsdp_span *sp) {
+    accel_result r = ACCEL_OK;
+    int i, q;
+    for (i = 0; i < n && r == ACCEL_OK; ++i) {
+        int ns = 0, t;
+        int64_t next = 0, numel = (int64_t)accel__get_u64(heads[0] + 16 + (size_t)i * 8);
+        for (q = 0; q < count; ++q) {
+            const unsigned char *b = heads[q] + 16 + (size_t)n * 8 + (size_t)i * 16;
+            accel__fsdp_span s;
+            s.lo = (int64_t)accel__get_u64(b);
+            s.hi = s.lo + (int64_t)accel__get_u64(b + 8);
+            s.file = q;
+            if (s.hi > s.lo) sp[ns++] = s;
+        }
+        qsort(sp, (size_t)ns, sizeof *sp, accel__fsdp_span_cmp);
+        for (t = 0; t <= ns && r == ACCEL_OK; ++t) {
+            int64_t lo = t < ns ? sp[t].lo : numel;
+            if (lo != next)
+                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: parameter %d (%s): elements [%lld, %lld) are %s", what, i,
+                                names && names[i].name ? names[i].name : "?", (long long)(lo < next ? lo : next),
+                                (long long)(lo < next ? next : lo),
+                                lo < next ? "in two saved ranks' files (the partitions do not match)"
+                                          : "in no saved rank's file (a shard is missing)");
+            if (t < ns) next = sp[t].hi;
+        }
+    }
+    return r;
+}
 /* Checks the object and its state tensors (k per parameter, each the size of this rank's piece); *pc: the n
    pieces (owner_only as given), allocated here (the caller frees them). */
 static accel_result accel__fsdp_state_need(accel_zero_fsdp_state *fs, const char *what, int owner_only, int *k,
@@ -2758,7 +2930,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_
     if (!size) return accel__fail(NULL, ACCEL_ERR_INVALID_ARGUMENT, __FILE__, __LINE__, "%s: size is NULL", what);
     if ((r = accel__fsdp_state_need(fs, what, 1, &k, &pc)) != ACCEL_OK) return r;
     f = fs->fsdp;
-    need = 16 + (size_t)f->n * 24;
+    need = 16 + (size_t)f->n * 24 + accel__fsdp_names_bytes(f);
     for (i = 0; i < f->n; ++i) need += (size_t)pc[i].count * 4;
     for (i = 0; i < fs->m; ++i) need += 4 + (size_t)pc[i / k].count * accel_dtype_size(fs->state[i].dtype);
     *size = need;
@@ -2767,7 +2939,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_
         return ACCEL_OK;
     }
     accel__put_u32(b, ACCEL__FSDP_STATE_MAGIC);
-    accel__put_u32(b + 4, 1);
+    accel__put_u32(b + 4, 2);
     accel__put_u32(b + 8, (uint32_t)f->n);
     accel__put_u32(b + 12, (uint32_t)k);
     at = 16;
@@ -2775,6 +2947,19 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_
     for (i = 0; i < f->n; ++i, at += 16) {
         accel__put_u64(b + at, (uint64_t)pc[i].offset);
         accel__put_u64(b + at + 8, (uint64_t)pc[i].count);
+    }
+    /* version 2: the names and shapes, so that `accel ckpt merge` can write the model without the program */
+    accel__put_u64(b + at, (uint64_t)(accel__fsdp_names_bytes(f) - 8));
+    at += 8;
+    for (i = 0; i < f->n; ++i) {
+        size_t len = strlen(f->full[i].name);
+        int d;
+        accel__put_u32(b + at, (uint32_t)f->full[i].ndim);
+        at += 4;
+        for (d = 0; d < f->full[i].ndim; ++d, at += 8) accel__put_u64(b + at, (uint64_t)f->full[i].shape[d]);
+        accel__put_u32(b + at, (uint32_t)len);
+        memcpy(b + at + 4, f->full[i].name, len + 1);
+        at += 4 + len + 1;
     }
     for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
         r = accel__coll_copy(f->c, b + at, pc[i].ptr, (size_t)pc[i].count * 4,
@@ -2792,15 +2977,6 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_
     return r == ACCEL_OK ? ACCEL_OK : accel__fail_wrap(f->acc, r, "%s", what);
 }
 
-typedef struct accel__fsdp_span {
-    int64_t lo, hi;
-    int file;
-} accel__fsdp_span;
-static int accel__fsdp_span_cmp(const void *a, const void *b) {
-    const accel__fsdp_span *x = (const accel__fsdp_span *)a, *y = (const accel__fsdp_span *)b;
-    return x->lo < y->lo ? -1 : x->lo > y->lo;
-}
-
 ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *const *bufs, const size_t *sizes,
                                                        int count) {
     accel_zero_fsdp_state *fs = (accel_zero_fsdp_state *)state;
@@ -2809,6 +2985,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
     accel_tensor_piece *pc = NULL;
     size_t *data = NULL; /* per file: n master offsets, then m state offsets (into its bytes) */
     accel__fsdp_span *sp = NULL;
+    accel_tensor *nm = NULL; /* a version-2 file's names and shapes (validated, not used) */
     accel_result r;
     int k = 0, q, i, j, w;
     const char *what = "accel_zero_fsdp_state_load_all";
@@ -2821,28 +2998,22 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
     if (r == ACCEL_OK) {
         data = (size_t *)accel_host_alloc(acc, sizeof(size_t) * (size_t)w * (size_t)count);
         sp = (accel__fsdp_span *)accel_host_alloc(acc, sizeof *sp * (size_t)count);
-        if (!data || !sp) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+        nm = (accel_tensor *)accel_host_alloc(acc, sizeof *nm * (size_t)f->n);
+        if (!data || !sp || !nm) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
     }
     /* 1. every saved rank's bytes: header, the same parameters, pieces in range, state dtypes, the exact size */
     for (q = 0; q < count && r == ACCEL_OK; ++q) {
         const unsigned char *b = (const unsigned char *)bufs[q];
         size_t n = sizes[q], at;
-        if (!b || n < 16 || accel__get_u32(b) != ACCEL__FSDP_STATE_MAGIC || accel__get_u32(b + 4) != 1) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: not a ZeRO-3 shard state (%zu bytes)", what, q,
-                            n);
-            break;
-        }
-        if ((int64_t)accel__get_u32(b + 8) != f->n || (int64_t)accel__get_u32(b + 12) != k) {
+        accel__fsdp_head h;
+        if ((r = accel__fsdp_state_head(acc, what, q, b, b ? n : 0, n, &h)) != ACCEL_OK) break;
+        if ((int64_t)h.n != f->n || (int64_t)h.k != k) {
             r = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d has %u parameters with %u state tensors "
-                            "each; this model has %d with %d", what, q, accel__get_u32(b + 8),
-                            accel__get_u32(b + 12), f->n, k);
+                            "each; this model has %d with %d", what, q, h.n, h.k, f->n, k);
             break;
         }
-        if ((n - 16) / 24 < (size_t)f->n) {
-            r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
-            break;
-        }
-        at = 16 + (size_t)f->n * 24;
+        if (h.ver == 2 && (r = accel__fsdp_state_names(acc, what, q, b, &h, nm)) != ACCEL_OK) break;
+        at = (size_t)h.data_at;
         for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
             uint64_t numel = accel__get_u64(b + 16 + (size_t)i * 8);
             uint64_t off = accel__get_u64(b + 16 + (size_t)f->n * 8 + (size_t)i * 16);
@@ -2886,28 +3057,8 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
                             n - at);
     }
     /* 2. the saved pieces tile every parameter exactly once */
-    for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
-        int ns = 0, t;
-        int64_t next = 0, numel = accel_tensor_numel(&f->full[i]);
-        for (q = 0; q < count; ++q) {
-            const unsigned char *b = (const unsigned char *)bufs[q] + 16 + (size_t)f->n * 8 + (size_t)i * 16;
-            accel__fsdp_span s;
-            s.lo = (int64_t)accel__get_u64(b);
-            s.hi = s.lo + (int64_t)accel__get_u64(b + 8);
-            s.file = q;
-            if (s.hi > s.lo) sp[ns++] = s;
-        }
-        qsort(sp, (size_t)ns, sizeof *sp, accel__fsdp_span_cmp);
-        for (t = 0; t <= ns && r == ACCEL_OK; ++t) {
-            int64_t lo = t < ns ? sp[t].lo : numel;
-            if (lo != next)
-                r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: parameter %d (%s): elements [%lld, %lld) are %s", what, i,
-                                f->full[i].name, (long long)(lo < next ? lo : next),
-                                (long long)(lo < next ? next : lo),
-                                lo < next ? "in two saved ranks' files" : "in no saved rank's file");
-            if (t < ns) next = sp[t].hi;
-        }
-    }
+    if (r == ACCEL_OK)
+        r = accel__fsdp_state_tiles(acc, what, (const unsigned char *const *)bufs, count, f->n, f->full, sp);
     /* 3. this rank's pieces out of the files that hold them */
     for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
         int64_t mlo = pc[i].offset, mhi = pc[i].offset + pc[i].count;
@@ -2934,6 +3085,282 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
     accel_host_free(acc, pc);
     accel_host_free(acc, data);
     accel_host_free(acc, sp);
+    accel_host_free(acc, nm);
+    return r;
+}
+
+
+/* ----- `accel ckpt merge`: saved ranks' files → a consolidated safetensors model (accel_zero_fsdp_merge) */
+#include "accel_safetensors.h" /* its implementation first (the writer's layout, the shard plan, the index) */
+
+typedef struct accel__fsdp_mfile {
+    int fd;
+    uint64_t size;
+    unsigned char *hb;  /* the header: data_at bytes */
+    accel__fsdp_head h;
+    accel_tensor *nm;   /* n: names (into hb) and shapes */
+    uint64_t *voff;     /* n: where each parameter's piece of master values starts in the file */
+} accel__fsdp_mfile;
+
+#define ACCEL__FSDP_MERGE_BUF ((size_t)1 << 20)
+
+/* Reads and checks file q's header, its names and the layout of everything behind it (the optimizer state is not
+   merged, but its dtypes and lengths are checked, so the file's size must be exact). */
+static accel_result accel__fsdp_merge_open(accel *acc, const char *what, const char *path, int q,
+                                           accel__fsdp_mfile *m, uint64_t *mem) {
+    struct stat st;
+    uint64_t have = 0, need = 16, at;
+    accel_result r = accel__open_regular(acc, path, &st, &m->fd);
+    uint32_t i, j;
+    if (r != ACCEL_OK) return r;
+    m->size = (uint64_t)st.st_size;
+    while (have < need) {
+        unsigned char *nb;
+        if (need > m->size)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: not a ZeRO-3 shard state (%llu bytes)",
+                               what, q, (unsigned long long)m->size);
+        nb = (unsigned char *)accel_host_alloc(acc, (size_t)need);
+        if (!nb) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s: header of %.300s", what, path);
+        if (have) memcpy(nb, m->hb, (size_t)have);
+        accel_host_free(acc, m->hb);
+        m->hb = nb;
+        if (accel__pread_all(m->fd, m->hb + have, (size_t)(need - have), have) != 0)
+            return accel__io_fail(acc, "cannot read", path);
+        have = need;
+        if ((r = accel__fsdp_state_head(acc, what, q, m->hb, have, m->size, &m->h)) != ACCEL_OK) return r;
+        need = m->h.need;
+    }
+    if (m->h.n < 1) return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d holds no parameters", what, q);
+    m->nm = (accel_tensor *)accel_host_alloc(acc, sizeof *m->nm * (size_t)m->h.n);
+    m->voff = (uint64_t *)accel_host_alloc(acc, sizeof *m->voff * (size_t)m->h.n);
+    if (!m->nm || !m->voff) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+    *mem += have + (sizeof *m->nm + sizeof *m->voff) * (size_t)m->h.n;
+    if ((r = accel__fsdp_state_names(acc, what, q, m->hb, &m->h, m->nm)) != ACCEL_OK) return r;
+    at = m->h.data_at;
+    for (i = 0; i < m->h.n; ++i) {
+        uint64_t numel = accel__get_u64(m->hb + 16 + (size_t)i * 8);
+        uint64_t off = accel__get_u64(m->hb + 16 + (size_t)m->h.n * 8 + (size_t)i * 16);
+        uint64_t cnt = accel__get_u64(m->hb + 24 + (size_t)m->h.n * 8 + (size_t)i * 16);
+        if (off > numel || cnt > numel - off)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: piece [%llu, +%llu) of parameter %u (%s) "
+                               "is outside its %llu elements", what, q, (unsigned long long)off,
+                               (unsigned long long)cnt, i, m->nm[i].name, (unsigned long long)numel);
+        if ((m->size - at) / 4 < cnt)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+        m->voff[i] = at;
+        at += cnt * 4;
+    }
+    for (j = 0; j < m->h.n * m->h.k; ++j) {
+        uint64_t cnt = accel__get_u64(m->hb + 24 + (size_t)m->h.n * 8 + (size_t)(j / m->h.k) * 16);
+        unsigned char d4[4];
+        accel_dtype dt;
+        size_t es;
+        if (m->size - at < 4 || accel__pread_all(m->fd, d4, 4, at) != 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+        dt = (accel_dtype)accel__get_u32(d4);
+        es = accel_dtype_name(dt) ? accel_dtype_size(dt) : 0;
+        if (es == 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d: state tensor %u has an invalid dtype %u",
+                               what, q, j, accel__get_u32(d4));
+        if ((m->size - at - 4) / es < cnt)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file is truncated", what, q);
+        at += 4 + cnt * es;
+    }
+    if (at != m->size)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: saved rank %d's file has %llu bytes after its state", what, q,
+                           (unsigned long long)(m->size - at));
+    return ACCEL_OK;
+}
+
+/* The same model in file q as in file 0: parameter count, state tensors per parameter, names and shapes. */
+static accel_result accel__fsdp_merge_same(accel *acc, const char *what, int q, const accel__fsdp_mfile *m0,
+                                           const accel__fsdp_mfile *m) {
+    uint32_t i;
+    if (m->h.n != m0->h.n || m->h.k != m0->h.k)
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d has %u parameters with %u state tensors "
+                           "each, saved rank 0 %u with %u (not one checkpoint)", what, q, m->h.n, m->h.k, m0->h.n,
+                           m0->h.k);
+    for (i = 0; i < m->h.n; ++i)
+        if (strcmp(m->nm[i].name, m0->nm[i].name) || m->nm[i].ndim != m0->nm[i].ndim ||
+            memcmp(m->nm[i].shape, m0->nm[i].shape, sizeof(int64_t) * (size_t)m->nm[i].ndim))
+            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d's parameter %u (%.200s) differs from "
+                               "saved rank 0's (%.200s) in name or shape (not one checkpoint)", what, q, i,
+                               m->nm[i].name, m0->nm[i].name);
+    return ACCEL_OK;
+}
+
+/* Shard file s of the plan: its tensors' header (the writer's layout), then each tensor's pieces in element order,
+   file to file through buf. Written to a temporary and renamed (accel__atomic_open / _commit). */
+static accel_result accel__fsdp_merge_write(accel *acc, const char *what, const char *path, accel__fsdp_mfile *mf,
+                                            int count, const accel_tensor *sub, const int *idx, int m,
+                                            accel__fsdp_span *sp, unsigned char *buf, uint64_t *mem) {
+    const char *meta[2] = {"format", "pt"};
+    accel__st_item *items = NULL;
+    accel__sb hb;
+    uint64_t dbytes = 0;
+    char tmp[4200];
+    int fd = -1, x, q, t;
+    accel_result r = accel__st_layout(acc, path, sub, m, meta, 1, &hb, &items, &dbytes);
+    if (r != ACCEL_OK) return r;
+    *mem += hb.n + sizeof *items * (size_t)m;
+    r = accel__atomic_open(acc, path, tmp, sizeof tmp, &fd);
+    if (r == ACCEL_OK && accel__write_all(fd, hb.p, hb.n) != 0) r = accel__io_fail(acc, "cannot write", tmp);
+    for (x = 0; x < m && r == ACCEL_OK; ++x) {
+        int i = idx[items[x].t - sub], k = 0;
+        uint32_t n = mf[0].h.n;
+        for (q = 0; q < count; ++q) {
+            const unsigned char *b = mf[q].hb + 16 + (size_t)n * 8 + (size_t)i * 16;
+            sp[k].lo = (int64_t)accel__get_u64(b);
+            sp[k].hi = sp[k].lo + (int64_t)accel__get_u64(b + 8);
+            sp[k].file = q;
+            if (sp[k].hi > sp[k].lo) ++k;
+        }
+        qsort(sp, (size_t)k, sizeof *sp, accel__fsdp_span_cmp);
+        for (t = 0; t < k && r == ACCEL_OK; ++t) {
+            uint64_t left = (uint64_t)(sp[t].hi - sp[t].lo) * 4, at = mf[sp[t].file].voff[i];
+            while (left > 0 && r == ACCEL_OK) {
+                size_t len = left < ACCEL__FSDP_MERGE_BUF ? (size_t)left : ACCEL__FSDP_MERGE_BUF;
+                if (accel__pread_all(mf[sp[t].file].fd, buf, len, at) != 0)
+                    r = ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s: cannot read saved rank %d's values", what, sp[t].file);
+                else if (accel__write_all(fd, buf, len) != 0)
+                    r = accel__io_fail(acc, "cannot write", tmp);
+                at += len;
+                left -= len;
+            }
+        }
+    }
+    if (fd >= 0) { /* publish, or remove the temporary (r is the cause) */
+        accel_result c = accel__atomic_commit(acc, fd, tmp, path, r == ACCEL_OK);
+        if (r == ACCEL_OK) r = c;
+    }
+    accel__sb_free(&hb);
+    accel_host_free(acc, items);
+    return r;
+}
+
+ACCEL__DEF accel_result accel_zero_fsdp_merge(accel *acc, const char *const *files, int count, const char *out_dir,
+                                              uint64_t max_shard_size, accel_zero_fsdp_merge_info *info) {
+    const char *what = "accel_zero_fsdp_merge";
+    accel__fsdp_mfile *mf = NULL;
+    accel_tensor *sub = NULL;
+    const unsigned char **heads = NULL;
+    accel__fsdp_span *sp = NULL;
+    uint64_t *sizes = NULL, *shard_bytes = NULL, mem = 0, total = 0, max = max_shard_size ? max_shard_size : UINT64_MAX;
+    int *shard_of = NULL, *idx = NULL, ns = 0, written = 0, q, s, n = 0, i;
+    unsigned char *buf = NULL;
+    char path[4200], fname[64];
+    accel_result r = ACCEL_OK;
+    DIR *d;
+    struct dirent *de;
+    if (info) memset(info, 0, sizeof *info);
+    if (count < 1 || !files || !out_dir)
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %d files, out_dir %s", what, count,
+                           out_dir ? out_dir : "NULL");
+    for (q = 0; q < count; ++q)
+        if (!files[q]) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: file %d is NULL", what, q);
+    /* out_dir must not hold a model: a merge never mixes with (or silently replaces) another one */
+    d = opendir(out_dir);
+    if (d) {
+        while ((de = readdir(d)) != NULL && r == ACCEL_OK)
+            if (!strcmp(de->d_name, "model.safetensors") || !strcmp(de->d_name, "model.safetensors.index.json") ||
+                accel__st_is_shard_name(de->d_name))
+                r = ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %.300s already holds %.200s (merge into a "
+                                "new or empty directory)", what, out_dir, de->d_name);
+        closedir(d);
+        if (r != ACCEL_OK) return r;
+    }
+    mf = (accel__fsdp_mfile *)accel_host_alloc(acc, sizeof *mf * (size_t)count);
+    heads = (const unsigned char **)accel_host_alloc(acc, sizeof *heads * (size_t)count);
+    sp = (accel__fsdp_span *)accel_host_alloc(acc, sizeof *sp * (size_t)count);
+    if (!mf || !heads || !sp) { r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what); goto done; }
+    mem += (sizeof *mf + sizeof *heads + sizeof *sp) * (size_t)count;
+    memset(mf, 0, sizeof *mf * (size_t)count);
+    for (q = 0; q < count; ++q) mf[q].fd = -1;
+    /* 1. every file's header and layout, the same model in each, the pieces tiling every parameter once */
+    for (q = 0; q < count && r == ACCEL_OK; ++q) {
+        r = accel__fsdp_merge_open(acc, what, files[q], q, &mf[q], &mem);
+        if (r == ACCEL_OK && q > 0) r = accel__fsdp_merge_same(acc, what, q, &mf[0], &mf[q]);
+        heads[q] = mf[q].hb;
+    }
+    if (r != ACCEL_OK) goto done;
+    n = (int)mf[0].h.n;
+    if (n < 0 || (uint32_t)n != mf[0].h.n) {
+        r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: %u parameters", what, mf[0].h.n);
+        goto done;
+    }
+    if ((r = accel__fsdp_state_tiles(acc, what, heads, count, n, mf[0].nm, sp)) != ACCEL_OK) goto done;
+    for (i = 0; i < n; ++i) mf[0].nm[i].ptr = mf[0].hb; /* the writer's checks want memory; the values stream */
+    if ((r = accel__st_check_tensors(acc, mf[0].nm, n, what)) != ACCEL_OK) goto done;
+    /* 2. the plan (save_model's), then each output file */
+    sizes = (uint64_t *)accel_host_alloc(acc, sizeof *sizes * (size_t)n);
+    shard_bytes = (uint64_t *)accel_host_alloc(acc, sizeof *shard_bytes * (size_t)n);
+    shard_of = (int *)accel_host_alloc(acc, sizeof *shard_of * (size_t)n);
+    idx = (int *)accel_host_alloc(acc, sizeof *idx * (size_t)n);
+    sub = (accel_tensor *)accel_host_alloc(acc, sizeof *sub * (size_t)n);
+    buf = (unsigned char *)accel_host_alloc(acc, ACCEL__FSDP_MERGE_BUF);
+    if (!sizes || !shard_bytes || !shard_of || !idx || !sub || !buf) {
+        r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%s", what);
+        goto done;
+    }
+    mem += (sizeof *sizes * 2 + sizeof *shard_of * 2 + sizeof *sub) * (size_t)n + ACCEL__FSDP_MERGE_BUF;
+    for (i = 0; i < n; ++i) {
+        sizes[i] = (uint64_t)accel_tensor_numel(&mf[0].nm[i]) * 4;
+        total += sizes[i];
+    }
+    if ((r = accel_st_plan_shards(acc, sizes, n, max, shard_of, shard_bytes, &ns)) != ACCEL_OK) goto done;
+    if (accel__mkdir_p(out_dir, NULL, 0) != 0) {
+        r = accel__io_fail(acc, "cannot create directory", out_dir);
+        goto done;
+    }
+    for (s = 0; s < ns && r == ACCEL_OK; ++s) {
+        int m = 0;
+        for (i = 0; i < n; ++i)
+            if (shard_of[i] == s) { idx[m] = i; sub[m++] = mf[0].nm[i]; }
+        accel_st_shard_name(s, ns, fname, sizeof fname);
+        accel__fmt(path, sizeof path, "%s/%s", out_dir, fname);
+        r = accel__fsdp_merge_write(acc, what, path, mf, count, sub, idx, m, sp, buf, &mem);
+        if (r == ACCEL_OK) written = s + 1;
+    }
+    if (r == ACCEL_OK && ns > 1) {
+        accel__sb b;
+        accel__sb_init(&b, acc);
+        accel__st_index_json(&b, mf[0].nm, n, shard_of, ns, total);
+        accel__fmt(path, sizeof path, "%s/model.safetensors.index.json", out_dir);
+        if (b.oom) r = accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "%.300s", path);
+        else r = accel__write_file(acc, path, b.p, b.n, 1);
+        mem += b.cap;
+        accel__sb_free(&b);
+    }
+    if (r == ACCEL_OK && accel__fsync_dir(out_dir) != 0) r = accel__io_fail(acc, "cannot fsync directory", out_dir);
+    if (r != ACCEL_OK) /* nothing half-applied: the files this call published go again */
+        for (s = 0; s < written; ++s) {
+            accel_st_shard_name(s, ns, fname, sizeof fname);
+            accel__fmt(path, sizeof path, "%s/%s", out_dir, fname);
+            (void)unlink(path);
+        }
+    if (r == ACCEL_OK && info) {
+        info->saved_ranks = count;
+        info->tensors = n;
+        info->files = ns;
+        info->bytes = total;
+        info->memory = mem;
+    }
+done:
+    for (q = 0; mf && q < count; ++q) {
+        if (mf[q].fd >= 0) close(mf[q].fd);
+        accel_host_free(acc, mf[q].hb);
+        accel_host_free(acc, mf[q].nm);
+        accel_host_free(acc, mf[q].voff);
+    }
+    accel_host_free(acc, mf);
+    accel_host_free(acc, heads);
+    accel_host_free(acc, sp);
+    accel_host_free(acc, sizes);
+    accel_host_free(acc, shard_bytes);
+    accel_host_free(acc, shard_of);
+    accel_host_free(acc, idx);
+    accel_host_free(acc, sub);
+    accel_host_free(acc, buf);
     return r;
 }
 

@@ -7,10 +7,16 @@
      accel ckpt verify DIR         completeness (marker, sizes) and XXH64 checksums of a checkpoint directory
      accel ckpt plan --max-shard-size SIZE name:bytes …
                                    the save_model sharding plan as one JSON object, writing nothing
+     accel ckpt merge DIR OUT [--name NAME] [--max-shard-size SIZE]
+                                   a sharded ZeRO-3 checkpoint (every rank's NAME_<rank>.bin, NAME fsdp_state by
+                                   default) → OUT/model.safetensors, or shards + index above SIZE (Accelerate's
+                                   merge-weights): the checkpoint verified first (marker, sizes, checksums), then
+                                   accel_zero_fsdp_merge (accel_zero.h) streams the values with bounded memory
      accel size STRING             the byte count of a size string (docs/semantics.md policy 6)
    Exit codes: 0 ok, 1 failure (bad file, failed check), 2 usage error (including an invalid size). */
 #include "accel_safetensors.h"
 #include "accel_ckpt.h"
+#include "accel_zero.h"
 #include "cli.h"
 #include <dirent.h>
 #include <stdio.h>
@@ -96,7 +102,7 @@ static int ls_file(const char *path) {
     return 0;
 }
 
-static char *dup_str(const char *s) {
+char *cli_dup_str(const char *s) {
     size_t n = strlen(s) + 1;
     char *p = (char *)malloc(n);
     if (p) memcpy(p, s, n);
@@ -187,7 +193,7 @@ static int ls_dir(const char *dir) {
             if (!nn) { closedir(d); return 1; }
             names = nn;
         }
-        names[n] = dup_str(de->d_name);
+        names[n] = cli_dup_str(de->d_name);
         if (names[n]) ++n;
     }
     closedir(d);
@@ -325,18 +331,110 @@ out:
     return rc;
 }
 
+
+/* "<prefix><digits>.bin" → the number, else -1 */
+static long rank_of(const char *name, const char *prefix) {
+    size_t l = strlen(prefix), n = strlen(name);
+    const char *p;
+    long v = 0;
+    if (n <= l + 4 || strncmp(name, prefix, l) || strcmp(name + n - 4, ".bin")) return -1;
+    for (p = name + l; p < name + n - 4; ++p) {
+        if (*p < '0' || *p > '9' || v > 1000000L) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static int cmd_merge(int argc, char **argv) {
+    const char *dir = NULL, *out = NULL, *name = "fsdp_state", *size_str = NULL;
+    char prefix[300], **paths = NULL;
+    uint64_t max = 0;
+    long nsaved = 0, nstate = 0, r_;
+    int i, rc = 1;
+    DIR *d;
+    struct dirent *de;
+    accel_zero_fsdp_merge_info info;
+    for (i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--name") && i + 1 < argc) name = argv[++i];
+        else if (!strcmp(argv[i], "--max-shard-size") && i + 1 < argc) size_str = argv[++i];
+        else if (argv[i][0] == '-' && argv[i][1]) { dir = NULL; break; }
+        else if (!dir) dir = argv[i];
+        else if (!out) out = argv[i];
+        else { dir = NULL; break; }
+    }
+    if (!dir || !out || !*name || strlen(name) > 200) {
+        fprintf(stderr, "usage: accel ckpt merge DIR OUT [--name NAME] [--max-shard-size SIZE]\n");
+        return 2;
+    }
+    accel_set_default_logger(quiet_log, NULL);
+    if (size_str && accel_parse_size(NULL, size_str, &max) != ACCEL_OK) {
+        fprintf(stderr, "accel ckpt merge: --max-shard-size: %s\n", accel_last_error(NULL));
+        return 2;
+    }
+    /* 1. the checkpoint as load_state verifies it: marker, every file's size and checksum */
+    if (accel_ckpt_verify(NULL, dir) != ACCEL_OK) {
+        fprintf(stderr, "accel ckpt merge: %s: %s\n", dir, accel_last_error(NULL));
+        return 1;
+    }
+    /* 2. the saving processes (random_states_<rank>.bin: one each) and their NAME_<rank>.bin */
+    snprintf(prefix, sizeof prefix, "%s_", name);
+    d = opendir(dir);
+    if (!d) { perror(dir); return 1; }
+    while ((de = readdir(d)) != NULL) {
+        if ((r_ = rank_of(de->d_name, "random_states_")) >= 0 && r_ + 1 > nsaved) nsaved = r_ + 1;
+        if ((r_ = rank_of(de->d_name, prefix)) >= 0 && r_ + 1 > nstate) nstate = r_ + 1;
+    }
+    closedir(d);
+    if (nstate == 0) {
+        fprintf(stderr, "accel ckpt merge: %s holds no %s<rank>.bin: not a sharded ZeRO-3 checkpoint (one saved "
+                "with accel_zero_fsdp_state under another name: --name; a whole model is in model.safetensors "
+                "already)\n", dir, prefix);
+        return 1;
+    }
+    if (nsaved < nstate) nsaved = nstate;
+    paths = (char **)calloc((size_t)nsaved, sizeof *paths);
+    if (!paths) return 1;
+    for (i = 0; i < nsaved; ++i) {
+        struct stat st;
+        size_t l = strlen(dir) + strlen(prefix) + 32;
+        paths[i] = (char *)malloc(l);
+        if (!paths[i]) goto out;
+        snprintf(paths[i], l, "%s/%s%d.bin", dir, prefix, i);
+        if (stat(paths[i], &st) != 0) {
+            fprintf(stderr, "accel ckpt merge: %s: %s%d.bin is missing (the checkpoint was saved by %ld processes): "
+                    "a shard of the model is not there\n", dir, prefix, i, nsaved);
+            goto out;
+        }
+    }
+    /* 3. headers checked (one model, pieces tiling every parameter), then streamed into safetensors */
+    if (accel_zero_fsdp_merge(NULL, (const char *const *)paths, (int)nsaved, out, max, &info) != ACCEL_OK) {
+        fprintf(stderr, "accel ckpt merge: %s: %s\n", dir, accel_last_error(NULL));
+        goto out;
+    }
+    printf("%s: %d tensors, %llu bytes from %d ranks' shards into %d file%s in %s (held %llu bytes)\n", dir,
+           info.tensors, (unsigned long long)info.bytes, info.saved_ranks, info.files, info.files == 1 ? "" : "s",
+           out, (unsigned long long)info.memory);
+    rc = 0;
+out:
+    for (i = 0; i < nsaved; ++i) free(paths[i]);
+    free(paths);
+    return rc;
+}
+
 int cli_ckpt(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: accel ckpt ls FILE|DIR\n"
                 "       accel ckpt verify DIR\n"
-                "       accel ckpt plan --max-shard-size SIZE name:bytes ...\n");
+                "       accel ckpt plan --max-shard-size SIZE name:bytes ...\n"
+                "       accel ckpt merge DIR OUT [--name NAME] [--max-shard-size SIZE]\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "ls")) return cmd_ls(argc - 1, argv + 1);
     if (!strcmp(argv[1], "verify")) return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan")) return cmd_plan(argc - 1, argv + 1);
-    fprintf(stderr, "accel ckpt: unknown subcommand '%s' (ls, verify, plan)\n", argv[1]);
+    if (!strcmp(argv[1], "merge")) return cmd_merge(argc - 1, argv + 1);
+    fprintf(stderr, "accel ckpt: unknown subcommand '%s' (ls, verify, plan, merge)\n", argv[1]);
     return 2;
 }
 

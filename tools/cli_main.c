@@ -1,6 +1,6 @@
 /* accel — command-line companion: `accel env`, `accel shards …`, `accel ckpt …`, `accel size …`, `accel device-map …`,
    `accel launch …`, `accel config …`,
-   `accel fr DIR`, `accel test`. */
+   `accel fr DIR`, `accel test`, `accel estimate MODEL`. */
 #include "accel.h"
 #include "cli.h"
 #include <stdio.h>
@@ -11,12 +11,13 @@ typedef struct { const char *name; int (*fn)(int, char **); const char *help; } 
 static const cli_cmd cmds[] = {
     {"env", cli_env, "report version, toolchain, CUDA/NCCL/MPI, launcher and the resolved configuration"},
     {"shards", cli_shards, "print which dataset indices each process sees (JSON)"},
-    {"ckpt", cli_ckpt, "inspect, verify or plan checkpoints: ls FILE|DIR, verify DIR, plan --max-shard-size SIZE name:bytes..."},
+    {"ckpt", cli_ckpt, "inspect, verify, plan or merge checkpoints: ls FILE|DIR, verify DIR, plan ..., merge DIR OUT"},
     {"size", cli_size, "parse a size string (\"10GB\", \"5MiB\") and print the byte count"},
     {"device-map", cli_device_map, "Accelerate's module sizes, balanced memory and device map of a model (JSON)"},
     {"launch", cli_launch, "start N processes of a program the way torchrun does (accel launch -n N -- PROGRAM ARGS)"},
     {"fr", cli_fr, "read every rank's flight recorder dump in DIR and name the first divergence (accel fr DIR)"},
     {"test", cli_test, "check the job end to end under its launcher (host group, collectives, RNG, shards, ckpt)"},
+    {"estimate", cli_estimate, "per-rank bytes of a model under DDP, ZeRO-1/2/3, hybrid, offload (estimate-memory)"},
     {"config", cli_config, "write Accelerate's default config file (accel config --default [--mixed-precision M] [FILE])"},
 };
 

@@ -54,6 +54,10 @@
    and run inside these calls at named points (gpt2_hooks_grads_reduced, _step_end, _run_end); --bench-noop-accel
    makes main run its bench_noop_loop (the loop with accel's calls taken out) instead of the loop.
 
+   --zero 3 (gpt2_cpu; a trainer sets run.zero3_capable): gpt2_run_setup builds the FSDP object over the flat buffer
+   (gpt2_z3: unit 0 = wte, wpe, lnfw, lnfb; unit 1 + l = block l), AdamW over its shards, sharded checkpoints; the
+   trainer's forward and backward take each unit's tensors from gpt2_z3_unit and give them back with gpt2_z3_done.
+
    Both trainers include this file after accel.h and the module headers (it includes them itself: C99 and C++). Not
    thread-safe (one run per process); errors are accel_result codes with accel_last_error's message. */
 #ifndef GPT2_H_INCLUDED
@@ -68,6 +72,7 @@
 #include "accel_optim.h"
 #include "accel_profile.h"
 #include "accel_trackers.h"
+#include "accel_zero.h"
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -881,32 +886,42 @@ static inline int gpt2_hf_untied_head(accel_st_file *f, const char *prefix) {
 
 /* ----------------------------------------------------------------------------------------------- optimizer */
 /* AdamW over the 16 tensors (model: the BF16 copies the step writes, or NULL), lr 0 allowed (--lr 0). */
-static inline accel_result gpt2_optim_create(accel *acc, const accel_tensor *params, const accel_tensor *grads,
-                                             const accel_tensor *model, double lr, double weight_decay, int sr,
-                                             uint64_t seed, accel_optim **out) {
-    accel_optim_group g[GPT2_NUM_TENSORS];
+static inline accel_result gpt2_optim_create_list(accel *acc, const accel_tensor *params, const accel_tensor *grads,
+                                                  const accel_tensor *model, int n, const int *tensor_of, double lr,
+                                                  double weight_decay, int sr, uint64_t seed, accel_optim **out) {
+    accel_optim_group *g = (accel_optim_group *)accel_host_alloc(acc, sizeof *g * (size_t)(n > 0 ? n : 1));
     accel_optim_desc d;
+    accel_result res;
     int k;
-    memset(g, 0, sizeof g);
+    if (!g) return accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "AdamW: %d groups", n);
+    memset(g, 0, sizeof *g * (size_t)n);
     memset(&d, 0, sizeof d);
-    for (k = 0; k < GPT2_NUM_TENSORS; ++k) {
+    for (k = 0; k < n; ++k) {
         g[k].count = 1;
-        g[k].weight_decay = gpt2_decays(k) ? weight_decay : 0.0;
+        g[k].weight_decay = gpt2_decays(tensor_of ? tensor_of[k] : k) ? weight_decay : 0.0;
     }
     d.algorithm = ACCEL_OPTIM_ADAMW;
     d.params = params;
     d.grads = grads;
     d.model = model;
-    d.nparams = GPT2_NUM_TENSORS;
+    d.nparams = n;
     d.groups = g;
-    d.ngroups = GPT2_NUM_TENSORS;
+    d.ngroups = n;
     d.lr = lr > 0 ? lr : ACCEL_OPTIM_ZERO;
     d.beta1 = 0.9;
     d.beta2 = 0.95;
     d.eps = 1e-8;
     d.model_rounding = sr ? ACCEL_OPTIM_ROUND_STOCHASTIC : ACCEL_OPTIM_ROUND_NEAREST;
     d.sr_seed = seed;
-    return accel_optim_create(acc, &d, out);
+    res = accel_optim_create(acc, &d, out);
+    accel_host_free(acc, g);
+    return res;
+}
+/* AdamW over the 16 tensors, one group each (the 2-D weights decay). */
+static inline accel_result gpt2_optim_create(accel *acc, const accel_tensor *params, const accel_tensor *grads,
+                                             const accel_tensor *model, double lr, double weight_decay, int sr,
+                                             uint64_t seed, accel_optim **out) {
+    return gpt2_optim_create_list(acc, params, grads, model, GPT2_NUM_TENSORS, NULL, lr, weight_decay, sr, seed, out);
 }
 
 /* transformers' get_cosine_schedule_with_warmup (warmup and length in optimizer steps), read at Accelerate's
@@ -937,7 +952,7 @@ enum { GPT2_ATTENTION_AUTO, GPT2_ATTENTION_CUDNN, GPT2_ATTENTION_OWN };
 typedef struct gpt2_opts {
     const char *init, *data[GPT2_MAX_FILES], *loss_file, *export_dir, *ckpt_dir, *log_dir, *profile_dir;
     int ndata, steps, batch, seq, accum, warmup, layers, heads, channels, vocab, block_size, ckpt_every, resume;
-    int print_every, shuffle, sr, attention, async_ckpt;
+    int print_every, shuffle, sr, attention, async_ckpt, zero;
     double lr, weight_decay, clip, peak_tflops;
     uint64_t seed;
     gpt2_hooks hooks;
@@ -964,6 +979,8 @@ static inline void gpt2_usage(const char *prog) {
             "  --seed S                 initialization seed (default 1337)\n"
             "  --shuffle                shuffle the token windows per epoch (default: llm.c's sequential order)\n"
             "  --sr                     (CUDA) stochastic rounding of the bf16 weights\n"
+            "  --zero 0|3               (CPU) 3: ZeRO-3 / FSDP FULL_SHARD, units = the embeddings (+ final norm) and\n"
+            "                           each block: every rank keeps its shard of weights, gradients and AdamW state\n"
             "  --attention cudnn|own    (CUDA) cuDNN's flash attention (default when built) or the trainer's own\n"
             "output\n"
             "  --loss-file F            one line per optimizer step: step loss lr\n"
@@ -1062,6 +1079,10 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
         else if (GPT2_ARG("--signal-at")) o->hooks.signal_at = atoi(v);
         else if (GPT2_ARG("--dump-grads")) o->hooks.dump_grads = v;
         else if (GPT2_ARG("--peak-tflops")) o->peak_tflops = atof(v);
+        else if (GPT2_ARG("--zero")) {
+            o->zero = atoi(v);
+            if (strcmp(v, "0") && strcmp(v, "3")) { fprintf(stderr, "%s: --zero takes 0 or 3\n", prog); return 2; }
+        }
         else if (GPT2_ARG("--attention")) {
             if (!strcmp(v, "cudnn")) o->attention = GPT2_ATTENTION_CUDNN;
             else if (!strcmp(v, "own")) o->attention = GPT2_ATTENTION_OWN;
@@ -1224,6 +1245,27 @@ typedef struct gpt2_late_log {
 
 #define GPT2_UNTIMED_STEPS 3 /* the summary line times the steps after these (caches, cuBLAS, allocator warm up) */
 
+/* ----- ZeRO-3 (--zero 3): FSDP FULL_SHARD (accel_zero.h) over the model's units — unit 0 the embeddings and the
+   final norm (wte, wpe, lnfw, lnfb: used first and last in forward, so held through the pass), unit 1 + l block l
+   (its 12 tensors: layer l's slices of the stacked ones). Every rank keeps its shard of each unit's F32 weights,
+   gradients and AdamW moments; the trainer's forward and backward wait for a unit's whole weights, compute, and
+   release it (backward: reduce-scatter its gradients). Gathers are F32 (FSDP's param_dtype float32), so the run
+   equals --zero 0 (DDP) where the reductions sum in the same order (always at 2 ranks; tests/mpi/trainer). */
+#define GPT2_Z3_ROOT 4 /* unit 0's tensors */
+#define GPT2_Z3_BLOCK 12
+typedef struct gpt2_z3 {
+    accel_zero_fsdp *f;
+    int n, nunits;
+    accel_tensor *list;     /* n: the parameters in unit order, views of the trainer's flat buffer (the initial
+                               values at create; the export's destination) */
+    int *tensor_of;         /* n: each one's GPT2_* tensor (AdamW's decay) */
+    accel_zero_unit *units; /* nunits */
+    accel_tensor *vp, *vg, *vn, *full; /* n each: the shard's views (params, grads, norm grads); whole descriptors */
+    char (*names)[32];      /* n: wte, wpe, lnfw, lnfb, h.<l>.<tensor> (the sharded checkpoint's and its merge's) */
+    accel_zero_fsdp_state fs;   /* checkpoints: this rank's shard of weights and moments (fsdp_state_<rank>.bin) */
+    accel_optim_shard_state ss; /* and AdamW's step counts and hyperparameters (optim_state.bin) */
+} gpt2_z3;
+
 typedef struct gpt2_run {
     accel *acc;
     const gpt2_opts *o;
@@ -1254,6 +1296,8 @@ typedef struct gpt2_run {
     int64_t timed_from;                  /* the summary line's clock: steps after timed_from, from timed_t0 */
     double timed_t0;
     int stop;                            /* preempted: the signal every rank agreed on after r->step (0: none) */
+    int zero3_capable;                   /* the trainer drives gpt2_z3_* in its forward and backward (gpt2_cpu) */
+    gpt2_z3 z3;                          /* --zero 3 */
 } gpt2_run;
 
 /* One phase of a step in the profiler's table and trace (accel_profile.h; one flag test without --profile), around
@@ -1356,6 +1400,119 @@ static inline accel_result gpt2_run_weights(gpt2_run *r, float *params) {
     return res;
 }
 
+/* ----- ZeRO-3 (gpt2_z3, above): the units over the flat buffer, the FSDP object and its shard views */
+static inline accel_result gpt2_z3_create(gpt2_run *r, float *params) {
+    accel *acc = r->acc;
+    const gpt2_config *c = &r->cfg;
+    gpt2_z3 *z = &r->z3;
+    int ndim[GPT2_NUM_TENSORS], L = c->num_layers, i, l, k, t, d;
+    int64_t shape[GPT2_NUM_TENSORS][3];
+    size_t off[GPT2_NUM_TENSORS + 1], numel[GPT2_NUM_TENSORS];
+    static const int root[GPT2_Z3_ROOT] = {GPT2_WTE, GPT2_WPE, GPT2_LNFW, GPT2_LNFB};
+    accel_zero_fsdp_desc fd;
+    accel_result res;
+    gpt2_shapes(c, ndim, shape, numel);
+    gpt2_offsets(c, off);
+    z->nunits = 1 + L;
+    z->n = GPT2_Z3_ROOT + GPT2_Z3_BLOCK * L;
+    z->list = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)z->n * 5);
+    z->tensor_of = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)z->n);
+    z->units = (accel_zero_unit *)accel_host_alloc(acc, sizeof(accel_zero_unit) * (size_t)z->nunits);
+    z->names = (char (*)[32])accel_host_alloc(acc, sizeof *z->names * (size_t)z->n);
+    if (!z->list || !z->tensor_of || !z->units || !z->names)
+        return accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "--zero 3: %d parameters", z->n);
+    memset(z->list, 0, sizeof(accel_tensor) * (size_t)z->n * 5);
+    z->vp = z->list + z->n;
+    z->vg = z->vp + z->n;
+    z->vn = z->vg + z->n;
+    z->full = z->vn + z->n;
+    for (i = 0, k = 0; i < z->nunits; ++i) {
+        int nt = i == 0 ? GPT2_Z3_ROOT : GPT2_Z3_BLOCK;
+        z->units[i].name = NULL;
+        z->units[i].params = z->list + k;
+        z->units[i].n = nt;
+        for (t = 0; t < nt; ++t, ++k) {
+            int tt = i == 0 ? root[t] : GPT2_LN1W + t;
+            accel_tensor *x = &z->list[k];
+            l = i - 1;
+            z->tensor_of[k] = tt;
+            if (i == 0) snprintf(z->names[k], sizeof z->names[k], "%s", gpt2_tensor_names[tt]);
+            else snprintf(z->names[k], sizeof z->names[k], "h.%d.%s", l, gpt2_tensor_names[tt]);
+            x->name = z->names[k];
+            x->dtype = ACCEL_F32;
+            if (i == 0) { /* whole */
+                x->ptr = params + off[tt];
+                x->ndim = ndim[tt];
+                for (d = 0; d < ndim[tt]; ++d) x->shape[d] = shape[tt][d];
+            } else {      /* layer l's slice of a stacked [L, ...] tensor */
+                x->ptr = params + off[tt] + (size_t)l * (numel[tt] / (size_t)L);
+                x->ndim = ndim[tt] - 1;
+                for (d = 1; d < ndim[tt]; ++d) x->shape[d - 1] = shape[tt][d];
+            }
+        }
+    }
+    memset(&fd, 0, sizeof fd);
+    fd.strategy = ACCEL_ZERO_FULL_SHARD;
+    fd.units = z->units;
+    fd.nunits = z->nunits;
+    fd.param_dtype = ACCEL_F32;
+    fd.reduce_dtype = ACCEL_F32;
+    fd.forward_prefetch = ACCEL_ON;
+    if ((res = accel_zero_fsdp_create(r->coll, &fd, &z->f)) != ACCEL_OK ||
+        (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_PARAMS, z->vp, z->n)) != ACCEL_OK ||
+        (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_GRADS, z->vg, z->n)) != ACCEL_OK ||
+        (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_NORM_GRADS, z->vn, z->n)) != ACCEL_OK ||
+        (res = accel_zero_fsdp_full_tensors(z->f, z->full, z->n)) != ACCEL_OK)
+        return res;
+    return ACCEL_OK;
+}
+/* --zero 3's checkpoint (FSDP's SHARDED_STATE_DICT): every rank's shard of weights and moments, loadable on any
+   number of processes; `accel ckpt merge` turns it into model.safetensors with the names above. */
+static inline accel_result gpt2_z3_register(gpt2_run *r) {
+    gpt2_z3 *z = &r->z3;
+    const accel_tensor *moments;
+    int nmoments;
+    accel_result res = accel_optim_state_tensors(r->opt, &moments, &nmoments);
+    if (res != ACCEL_OK) return res;
+    z->fs.fsdp = z->f;
+    z->fs.state = moments;
+    z->fs.m = nmoments;
+    z->ss.opt = r->opt;
+    z->ss.full = z->full;
+    if ((res = accel_ckpt_register_sharded(r->ckpt, "fsdp_state", accel_zero_fsdp_state_save,
+                                           accel_zero_fsdp_state_load_all, &z->fs)) != ACCEL_OK)
+        return res;
+    return accel_ckpt_register(r->ckpt, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load,
+                               &z->ss);
+}
+/* Unit u's whole weights (wait) into w[tensor] (the unit's tensors; a block's are layer u-1's slices), and with g its
+   gradient buffer (to += into) into g[tensor]. */
+static inline accel_result gpt2_z3_unit(gpt2_run *r, int u, float *w[GPT2_NUM_TENSORS], float *g[GPT2_NUM_TENSORS]) {
+    gpt2_z3 *z = &r->z3;
+    accel_tensor v[GPT2_Z3_BLOCK];
+    const int first = u == 0 ? 0 : GPT2_Z3_ROOT + GPT2_Z3_BLOCK * (u - 1);
+    int n = u == 0 ? GPT2_Z3_ROOT : GPT2_Z3_BLOCK, k;
+    accel_result res = accel_zero_fsdp_wait(z->f, u, v, n);
+    for (k = 0; k < n && res == ACCEL_OK; ++k) w[z->tensor_of[first + k]] = (float *)v[k].ptr;
+    if (res == ACCEL_OK && g) res = accel_zero_fsdp_grads(z->f, u, v, n);
+    for (k = 0; g && k < n && res == ACCEL_OK; ++k) g[z->tensor_of[first + k]] = (float *)v[k].ptr;
+    return res;
+}
+/* Done with unit u: release its weights; in backward (grads taken), its gradients are final: reduce-scatter. */
+static inline accel_result gpt2_z3_done(gpt2_run *r, int u, int backward) {
+    accel_result res = accel_zero_fsdp_release(r->z3.f, u);
+    if (res == ACCEL_OK && backward) res = accel_zero_fsdp_reduce_scatter(r->z3.f, u);
+    return res;
+}
+static inline void gpt2_z3_destroy(gpt2_run *r) {
+    accel_zero_fsdp_destroy(r->z3.f);
+    accel_host_free(r->acc, r->z3.list);
+    accel_host_free(r->acc, r->z3.tensor_of);
+    accel_host_free(r->acc, r->z3.units);
+    accel_host_free(r->acc, r->z3.names);
+    memset(&r->z3, 0, sizeof r->z3);
+}
+
 /* params, grads: the fp32 flat buffers; model16: the bf16 copy AdamW writes (NULL: none; --sr applies to it). */
 static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads, void *model16) {
     accel *acc = r->acc;
@@ -1367,11 +1524,25 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
     accel_result res;
     int P = acc->num_processes;
     gpt2_describe(c, params, ACCEL_F32, r->params);
-    gpt2_describe(c, grads, ACCEL_F32, r->grads);
+    if (grads) gpt2_describe(c, grads, ACCEL_F32, r->grads); /* --zero 3: FSDP's buffers instead */
     if (model16) gpt2_describe(c, model16, ACCEL_BF16, model);
-    /* AdamW (decay on the 2-D weights), cosine schedule with warmup on the scheduler count */
-    res = gpt2_optim_create(acc, r->params, r->grads, model16 ? model : NULL, o->lr, o->weight_decay,
-                            o->sr && model16, o->seed, &r->opt);
+    if (o->zero == 3) { /* what --zero 3 takes over, and what it does not combine with */
+        const char *no = !r->zero3_capable ? "this trainer (gpt2_cpu has it)" : r->to_host || model16 ? "device "
+                         "buffers" : o->hooks.dump_grads ? "--dump-grads"
+                         : o->hooks.bench_noop ? "--bench-noop-accel" : NULL;
+        if (no) return accel_set_error(acc, ACCEL_ERR_INVALID_ARGUMENT, "--zero 3 is not supported with %s", no);
+        if ((res = accel_coll_create(acc, NULL, &r->coll)) != ACCEL_OK ||
+            (res = gpt2_z3_create(r, (float *)params)) != ACCEL_OK)
+            return res;
+        res = gpt2_optim_create_list(acc, r->z3.vp, r->z3.vg, NULL, r->z3.n, r->z3.tensor_of, o->lr,
+                                     o->weight_decay, 0, o->seed, &r->opt);
+    } else if (!grads) {
+        return accel_set_error(acc, ACCEL_ERR_INVALID_ARGUMENT, "gpt2_run_setup: no gradient buffer");
+    } else {
+        /* AdamW (decay on the 2-D weights), cosine schedule with warmup on the scheduler count */
+        res = gpt2_optim_create(acc, r->params, r->grads, model16 ? model : NULL, o->lr, o->weight_decay,
+                                o->sr && model16, o->seed, &r->opt);
+    }
     if (res != ACCEL_OK) return res;
     r->sched = gpt2_schedule(o->warmup, o->steps, P);
 
@@ -1391,10 +1562,10 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
     /* the reducer: the 16 gradients are one contiguous buffer in registration order, so it does one in-place
        all-reduce (averaged) after backward (NCCL between GPUs, MPI between CPU processes, nothing on one). A trainer
        that overlaps communication with backward would register them in the order backward finishes them. */
-    if ((res = accel_coll_create(acc, NULL, &r->coll)) != ACCEL_OK ||
-        (res = accel_ddp_create(r->coll, NULL, &r->reducer)) != ACCEL_OK ||
-        (res = accel_ddp_add(r->reducer, r->grads, GPT2_NUM_TENSORS)) != ACCEL_OK ||
-        (res = accel_ddp_finalize(r->reducer)) != ACCEL_OK)
+    if (!r->z3.f && ((res = accel_coll_create(acc, NULL, &r->coll)) != ACCEL_OK ||
+                     (res = accel_ddp_create(r->coll, NULL, &r->reducer)) != ACCEL_OK ||
+                     (res = accel_ddp_add(r->reducer, r->grads, GPT2_NUM_TENSORS)) != ACCEL_OK ||
+                     (res = accel_ddp_finalize(r->reducer)) != ACCEL_OK))
         return res;
 
     /* checkpoints: the fp32 weights and AdamW moments (device buffers are staged by accel), the optimizer's step
@@ -1410,12 +1581,14 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
         kd.async = o->async_ckpt ? ACCEL_ON : ACCEL_OFF; /* the step after save_state may update the weights */
         kd.on_range = gpt2_ckpt_range;                   /* the snapshot and the background write: profiler ranges */
         kd.range_user = &r->prof;
-        if ((res = accel_ckpt_create(acc, &kd, &r->ckpt)) != ACCEL_OK ||
-            (res = accel_ckpt_register_model(r->ckpt, r->params, GPT2_NUM_TENSORS)) != ACCEL_OK ||
-            (res = accel_optim_state_tensors(r->opt, &moments, &nmoments)) != ACCEL_OK ||
-            (res = accel_ckpt_register_optimizer(r->ckpt, moments, nmoments)) != ACCEL_OK ||
-            (res = accel_ckpt_register(r->ckpt, "optim_state", accel_optim_state_save, accel_optim_state_load,
-                                       r->opt)) != ACCEL_OK ||
+        if ((res = accel_ckpt_create(acc, &kd, &r->ckpt)) != ACCEL_OK) return res;
+        if (r->z3.f) res = gpt2_z3_register(r); /* --zero 3: sharded, no whole model on any rank */
+        else if ((res = accel_ckpt_register_model(r->ckpt, r->params, GPT2_NUM_TENSORS)) != ACCEL_OK ||
+                 (res = accel_optim_state_tensors(r->opt, &moments, &nmoments)) != ACCEL_OK ||
+                 (res = accel_ckpt_register_optimizer(r->ckpt, moments, nmoments)) != ACCEL_OK)
+            return res;
+        else res = accel_ckpt_register(r->ckpt, "optim_state", accel_optim_state_save, accel_optim_state_load, r->opt);
+        if (res != ACCEL_OK ||
             (res = accel_ckpt_register(r->ckpt, "loader", accel_data_seq_state_save, accel_data_seq_state_load,
                                        &r->loader)) != ACCEL_OK)
             return res;
@@ -1460,7 +1633,8 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
                 gpt2_num_parameters(c), P, acc->device >= 0 ? "GPU(s)" : "process(es)", o->batch, o->seq,
                 acc->gradient_accumulation_steps, !model16 ? "float32" : o->sr ? "bf16 (stochastic rounding)" : "bf16",
                 (long long)accel_data_seq_len(&r->loader),
-                accel_ddp_is_flat(r->reducer) ? "one in-place all-reduce" : "buckets",
+                r->z3.f ? "ZeRO-3 (FULL_SHARD: embeddings + one unit per block)"
+                : accel_ddp_is_flat(r->reducer) ? "one in-place all-reduce" : "buckets",
                 r->banner_note ? " | " : "", r->banner_note ? r->banner_note : "",
                 o->hooks.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
     /* the profiler last: its first step starts here (the loop's first step) */
@@ -1487,6 +1661,7 @@ static inline accel_result gpt2_run_next(gpt2_run *r, int32_t *win, int *got) {
 static inline accel_result gpt2_run_reduce(gpt2_run *r) {
     accel_result res;
     int k;
+    if (r->z3.f) return ACCEL_OK; /* --zero 3: reduce-scattered unit by unit in backward (gpt2_z3_done) */
     for (k = 0; k < GPT2_NUM_TENSORS; ++k)
         if ((res = accel_ddp_grad_ready(r->reducer, k)) != ACCEL_OK) return res;
     return accel_ddp_wait(r->reducer);
@@ -1507,7 +1682,9 @@ static inline accel_result gpt2_run_optimizer_step(gpt2_run *r) {
        launches the optimizer. When accel_optim_step_args takes the norm in device memory (grad_norm, max_norm) and
        accel_amp can write it there, pass it instead; r->norm (for the log) then comes back with the step's loss
        (fetch_loss, train_gpt2.cu's step_readback). */
-    if ((res = accel_amp_grad_norm(acc, r->grads, GPT2_NUM_TENSORS, 2.0, 0, &r->norm)) != ACCEL_OK) return res;
+    res = r->z3.f ? accel_amp_grad_norm(acc, r->z3.vn, r->z3.n, 2.0, ACCEL_AMP_CLIP_SHARDED, &r->norm) /* collective */
+                  : accel_amp_grad_norm(acc, r->grads, GPT2_NUM_TENSORS, 2.0, 0, &r->norm);
+    if (res != ACCEL_OK) return res;
     if (r->o->clip > 0) coef = accel_optim_clip_coef(r->norm, r->o->clip);
     memset(&sa, 0, sizeof sa);
     sa.clip_coef = r->o->clip > 0 ? &coef : NULL;
@@ -1650,6 +1827,8 @@ static inline accel_result gpt2_run_finish(gpt2_run *r) {
     }
     if (o->export_dir) {
         const void *params = r->params[0].ptr;
+        /* --zero 3: the shards gathered into the flat buffer (collective; FSDP's FULL_STATE_DICT) */
+        if (r->z3.f && (res = accel_zero_fsdp_export(r->z3.f, r->z3.list, r->z3.n)) != ACCEL_OK) return res;
         if (r->to_host) {
             if ((res = r->to_host(acc, r->host, params, gpt2_num_parameters(&r->cfg) * sizeof(float))) != ACCEL_OK)
                 return res;
@@ -1675,6 +1854,7 @@ static inline void gpt2_run_release(gpt2_run *r) {
     accel_ckpt_destroy(r->ckpt);
     accel_optim_destroy(r->opt);
     accel_prof_destroy(r->prof);
+    gpt2_z3_destroy(r);
     accel_ddp_destroy(r->reducer);
     accel_coll_destroy(r->coll);
     accel_data_seq_deinit(&r->loader);

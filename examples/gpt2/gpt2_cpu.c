@@ -8,6 +8,9 @@
      accel.h              process group (mpirun / srun / torchrun), gradient accumulation, scheduler bookkeeping
      accel_data.h         llm.c token shards: each rank's (B, T+1) windows of every global batch, resumable
      accel_collectives.h  the gradient reducer (averages the gradients over ranks; MPI on the CPU)
+     accel_zero.h         --zero 3: ZeRO-3 / FSDP FULL_SHARD, units = the embeddings (+ final norm) and each block;
+                          forward and backward wait for a unit's weights and release them (unit_get / unit_done),
+                          backward reduce-scatters each unit's gradients; AdamW steps this rank's shards
      accel_amp.h          the global gradient norm (clip_grad_norm's)
      accel_optim.h        AdamW (torch.optim.AdamW's update; the clip coefficient fused into the step), the schedule
      accel_ckpt.h         save_state / load_state (weights, AdamW moments, loader and step counters), save_model
@@ -20,6 +23,7 @@
      build/examples/gpt2/gpt2_cpu --data /tmp/tiny.bin --layers 2 --heads 2 --channels 32 --vocab 64 --seq 32 \
          --batch 8 --steps 200 --lr 1e-3
      mpirun -np 2 build/examples/gpt2/gpt2_cpu ... (the same run: --batch is per process, the loader shards)
+     mpirun -np 2 build/examples/gpt2/gpt2_cpu ... --zero 3 (the same run again, each rank holding half the model)
 
    Semantics (Accelerate's): --batch is per process; a step sees P × batch × accum windows; the loss is divided by
    accum and the reducer averages over ranks, so the gradient is the mean over the global batch whatever P and accum
@@ -34,6 +38,7 @@
 #include "accel_optim.h"
 #include "accel_profile.h"
 #include "accel_trackers.h"
+#include "accel_zero.h"
 #include "gpt2.h"
 
 /* ------------------------------------------------------------------------------------------------- layers */
@@ -262,12 +267,13 @@ typedef struct gpt2 {
     float *tmp, *dres, *dc, *d4c, *dqkv, *datt;
     int *inputs, *targets;
     float *mem;
+    gpt2_run *z3; /* --zero 3: the run whose FSDP object holds the weights and gradients (NULL: the flat buffers) */
 } gpt2;
 
 #define P_(m, t) ((m)->params + (m)->off[t])
 #define G_(m, t) ((m)->grads + (m)->off[t])
 
-static int gpt2_alloc(accel *acc, gpt2 *m, const gpt2_config *cfg, int B, int T) {
+static int gpt2_alloc(accel *acc, gpt2 *m, const gpt2_config *cfg, int B, int T, int zero3) {
     size_t L = (size_t)cfg->num_layers, C = (size_t)cfg->channels, NH = (size_t)cfg->num_heads, BT = (size_t)B * T;
     size_t sizes[25], total = 0;
     float **ptrs[25];
@@ -278,7 +284,7 @@ static int gpt2_alloc(accel *acc, gpt2 *m, const gpt2_config *cfg, int B, int T)
     m->T = T;
     m->nparams = gpt2_offsets(cfg, m->off);
 #define A_(p, n) (ptrs[k] = &m->p, sizes[k++] = (n))
-    A_(params, m->nparams); A_(grads, m->nparams);
+    A_(params, m->nparams); A_(grads, zero3 ? 0 : m->nparams); /* --zero 3: FSDP's gradient buffers and shards */
     A_(encoded, BT * C); A_(ln1, L * BT * C); A_(ln1_mean, L * BT); A_(ln1_rstd, L * BT); A_(qkv, L * BT * 3 * C);
     A_(atty, L * BT * C); A_(att, L * B * NH * T * T); A_(residual2, L * BT * C); A_(ln2, L * BT * C);
     A_(ln2_mean, L * BT); A_(ln2_rstd, L * BT); A_(fch, L * BT * 4 * C); A_(fch_gelu, L * BT * 4 * C);
@@ -303,81 +309,122 @@ static int gpt2_alloc(accel *acc, gpt2 *m, const gpt2_config *cfg, int B, int T)
     m->dqkv = m->mem + total; total += BT * 3 * C;
     m->datt = m->mem + total;
     m->targets = m->inputs + BT;
+    if (zero3) m->grads = NULL;
     return 0;
 }
+
+/* Unit u's tensors (u = 0: wte, wpe, lnfw, lnfb; u = 1 + l: block l's twelve) as pointers w[tensor] (and with g the
+   gradients to += into): slices of the flat buffers, or under --zero 3 the gathered unit and its gradient buffer
+   (gpt2_z3_unit: FSDP's wait / grads). unit_done releases it (and in backward reduce-scatters its gradients). */
+static accel_result unit_get(gpt2 *m, int u, float *w[GPT2_NUM_TENSORS], float *g[GPT2_NUM_TENSORS]) {
+    static const int root[4] = {GPT2_WTE, GPT2_WPE, GPT2_LNFW, GPT2_LNFB};
+    size_t L = (size_t)m->cfg.num_layers;
+    int t;
+    if (m->z3) return gpt2_z3_unit(m->z3, u, w, g);
+    if (u == 0) {
+        for (t = 0; t < 4; ++t) {
+            w[root[t]] = P_(m, root[t]);
+            if (g) g[root[t]] = G_(m, root[t]);
+        }
+        return ACCEL_OK;
+    }
+    for (t = GPT2_LN1W; t <= GPT2_FCPROJB; ++t) {
+        size_t at = (size_t)(u - 1) * ((m->off[t + 1] - m->off[t]) / L);
+        w[t] = P_(m, t) + at;
+        if (g) g[t] = G_(m, t) + at;
+    }
+    return ACCEL_OK;
+}
+static accel_result unit_done(gpt2 *m, int u, int backward) {
+    return m->z3 ? gpt2_z3_done(m->z3, u, backward) : ACCEL_OK;
+}
+#define TRY(call)                                                                                                    \
+    do {                                                                                                            \
+        accel_result try_r_ = (call);                                                                               \
+        if (try_r_ != ACCEL_OK) return try_r_;                                                                      \
+    } while (0)
 
 static void gpt2_free(accel *acc, gpt2 *m) {
     accel_host_free(acc, m->mem);
     accel_host_free(acc, m->inputs);
 }
 
-/* Forward over m->inputs / m->targets (B, T); returns the mean loss. */
-static float gpt2_forward(gpt2 *m) {
+/* Forward over m->inputs / m->targets (B, T): *loss = the mean loss. Unit by unit (unit_get / unit_done): the
+   embeddings and final norm (unit 0) are held through the pass, each block's weights only while it computes. */
+static accel_result gpt2_forward(gpt2 *m, float *loss) {
     const gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, L = c->num_layers, l, BT = B * T;
     size_t btc = (size_t)BT * C;
+    float *e[GPT2_NUM_TENSORS], *w[GPT2_NUM_TENSORS];
     double sum = 0.0;
     int n;
-    encoder_forward(m->encoded, m->inputs, P_(m, GPT2_WTE), P_(m, GPT2_WPE), B, T, C);
+    if (m->z3) TRY(accel_zero_fsdp_begin_forward(m->z3->z3.f));
+    TRY(unit_get(m, 0, e, NULL));
+    encoder_forward(m->encoded, m->inputs, e[GPT2_WTE], e[GPT2_WPE], B, T, C);
     for (l = 0; l < L; ++l) {
         const float *res = l == 0 ? m->encoded : m->residual3 + (l - 1) * btc;
         float *ln1 = m->ln1 + l * btc, *qkv = m->qkv + l * 3 * btc, *atty = m->atty + l * btc;
         float *att = m->att + (size_t)l * B * NH * T * T, *res2 = m->residual2 + l * btc, *ln2 = m->ln2 + l * btc;
         float *fch = m->fch + l * 4 * btc, *fch_gelu = m->fch_gelu + l * 4 * btc, *res3 = m->residual3 + l * btc;
-        layernorm_forward(ln1, m->ln1_mean + l * BT, m->ln1_rstd + l * BT, res, P_(m, GPT2_LN1W) + l * C,
-                          P_(m, GPT2_LN1B) + l * C, BT, C);
-        matmul_forward(qkv, ln1, P_(m, GPT2_QKVW) + (size_t)l * 3 * C * C, P_(m, GPT2_QKVB) + l * 3 * C, BT, C, 3 * C);
+        TRY(unit_get(m, 1 + l, w, NULL));
+        layernorm_forward(ln1, m->ln1_mean + l * BT, m->ln1_rstd + l * BT, res, w[GPT2_LN1W], w[GPT2_LN1B], BT, C);
+        matmul_forward(qkv, ln1, w[GPT2_QKVW], w[GPT2_QKVB], BT, C, 3 * C);
         attention_forward(atty, att, qkv, B, T, C, NH);
-        matmul_forward(m->tmp, atty, P_(m, GPT2_ATTPROJW) + (size_t)l * C * C, P_(m, GPT2_ATTPROJB) + l * C, BT, C, C);
+        matmul_forward(m->tmp, atty, w[GPT2_ATTPROJW], w[GPT2_ATTPROJB], BT, C, C);
         residual_forward(res2, res, m->tmp, btc);
-        layernorm_forward(ln2, m->ln2_mean + l * BT, m->ln2_rstd + l * BT, res2, P_(m, GPT2_LN2W) + l * C,
-                          P_(m, GPT2_LN2B) + l * C, BT, C);
-        matmul_forward(fch, ln2, P_(m, GPT2_FCW) + (size_t)l * 4 * C * C, P_(m, GPT2_FCB) + l * 4 * C, BT, C, 4 * C);
+        layernorm_forward(ln2, m->ln2_mean + l * BT, m->ln2_rstd + l * BT, res2, w[GPT2_LN2W], w[GPT2_LN2B], BT, C);
+        matmul_forward(fch, ln2, w[GPT2_FCW], w[GPT2_FCB], BT, C, 4 * C);
         gelu_forward(fch_gelu, fch, 4 * btc);
-        matmul_forward(m->tmp, fch_gelu, P_(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C, P_(m, GPT2_FCPROJB) + l * C, BT,
-                       4 * C, C);
+        matmul_forward(m->tmp, fch_gelu, w[GPT2_FCPROJW], w[GPT2_FCPROJB], BT, 4 * C, C);
         residual_forward(res3, res2, m->tmp, btc);
+        TRY(unit_done(m, 1 + l, 0));
     }
-    layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->residual3 + (L - 1) * btc, P_(m, GPT2_LNFW),
-                      P_(m, GPT2_LNFB), BT, C);
-    matmul_forward(m->logits, m->lnf, P_(m, GPT2_WTE), NULL, BT, C, c->padded_vocab_size);
+    layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->residual3 + (L - 1) * btc, e[GPT2_LNFW], e[GPT2_LNFB], BT,
+                      C);
+    matmul_forward(m->logits, m->lnf, e[GPT2_WTE], NULL, BT, C, c->padded_vocab_size);
+    TRY(unit_done(m, 0, 0));
     crossentropy_forward(m->losses, m->logits, m->targets, BT, c->vocab_size, c->padded_vocab_size);
     for (n = 0; n < BT; ++n) sum += m->losses[n];
-    return (float)(sum / BT);
+    *loss = (float)(sum / BT);
+    return ACCEL_OK;
 }
 
-/* Backward of (mean loss) × loss_mult; gradients accumulate into m->grads (zeroed by the caller after a step). */
-static void gpt2_backward(gpt2 *m, float loss_mult) {
+/* Backward of (mean loss) × loss_mult; gradients accumulate into the units' gradients (the flat buffer, zeroed by
+   the caller after a step; --zero 3: FSDP's buffers, reduce-scattered as each unit is done on a reducing step). */
+static accel_result gpt2_backward(gpt2 *m, float loss_mult) {
     const gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, L = c->num_layers, l, BT = B * T;
     size_t btc = (size_t)BT * C;
+    float *e[GPT2_NUM_TENSORS], *ge[GPT2_NUM_TENSORS], *w[GPT2_NUM_TENSORS], *g[GPT2_NUM_TENSORS];
+    if (m->z3) TRY(accel_zero_fsdp_begin_backward(m->z3->z3.f));
+    TRY(unit_get(m, 0, e, ge));
     crossentropy_softmax_backward(m->logits, m->targets, loss_mult / (float)BT, BT, c->vocab_size,
                                   c->padded_vocab_size);
-    matmul_backward(m->dc, G_(m, GPT2_WTE), NULL, m->logits, m->lnf, P_(m, GPT2_WTE), BT, C, c->padded_vocab_size);
+    matmul_backward(m->dc, ge[GPT2_WTE], NULL, m->logits, m->lnf, e[GPT2_WTE], BT, C, c->padded_vocab_size);
     memset(m->dres, 0, btc * sizeof(float));
-    layernorm_backward(m->dres, G_(m, GPT2_LNFW), G_(m, GPT2_LNFB), m->dc, m->residual3 + (L - 1) * btc,
-                       P_(m, GPT2_LNFW), m->lnf_mean, m->lnf_rstd, BT, C);
+    layernorm_backward(m->dres, ge[GPT2_LNFW], ge[GPT2_LNFB], m->dc, m->residual3 + (L - 1) * btc, e[GPT2_LNFW],
+                       m->lnf_mean, m->lnf_rstd, BT, C);
     for (l = L - 1; l >= 0; --l) { /* m->dres = d(residual3 of layer l) */
         const float *res = l == 0 ? m->encoded : m->residual3 + (l - 1) * btc;
         const float *ln1 = m->ln1 + l * btc, *qkv = m->qkv + l * 3 * btc, *atty = m->atty + l * btc;
         const float *att = m->att + (size_t)l * B * NH * T * T, *res2 = m->residual2 + l * btc;
         const float *ln2 = m->ln2 + l * btc, *fch = m->fch + l * 4 * btc, *fch_gelu = m->fch_gelu + l * 4 * btc;
-        matmul_backward(m->d4c, G_(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C, G_(m, GPT2_FCPROJB) + l * C, m->dres,
-                        fch_gelu, P_(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C, BT, 4 * C, C);
+        TRY(unit_get(m, 1 + l, w, g));
+        matmul_backward(m->d4c, g[GPT2_FCPROJW], g[GPT2_FCPROJB], m->dres, fch_gelu, w[GPT2_FCPROJW], BT, 4 * C, C);
         gelu_backward(m->d4c, fch, 4 * btc);
-        matmul_backward(m->dc, G_(m, GPT2_FCW) + (size_t)l * 4 * C * C, G_(m, GPT2_FCB) + l * 4 * C, m->d4c, ln2,
-                        P_(m, GPT2_FCW) + (size_t)l * 4 * C * C, BT, C, 4 * C);
-        layernorm_backward(m->dres, G_(m, GPT2_LN2W) + l * C, G_(m, GPT2_LN2B) + l * C, m->dc, res2,
-                           P_(m, GPT2_LN2W) + l * C, m->ln2_mean + l * BT, m->ln2_rstd + l * BT, BT, C);
-        matmul_backward(m->dc, G_(m, GPT2_ATTPROJW) + (size_t)l * C * C, G_(m, GPT2_ATTPROJB) + l * C, m->dres, atty,
-                        P_(m, GPT2_ATTPROJW) + (size_t)l * C * C, BT, C, C);
+        matmul_backward(m->dc, g[GPT2_FCW], g[GPT2_FCB], m->d4c, ln2, w[GPT2_FCW], BT, C, 4 * C);
+        layernorm_backward(m->dres, g[GPT2_LN2W], g[GPT2_LN2B], m->dc, res2, w[GPT2_LN2W], m->ln2_mean + l * BT,
+                           m->ln2_rstd + l * BT, BT, C);
+        matmul_backward(m->dc, g[GPT2_ATTPROJW], g[GPT2_ATTPROJB], m->dres, atty, w[GPT2_ATTPROJW], BT, C, C);
         attention_backward(m->dqkv, m->datt, m->dc, qkv, att, B, T, C, NH);
-        matmul_backward(m->dc, G_(m, GPT2_QKVW) + (size_t)l * 3 * C * C, G_(m, GPT2_QKVB) + l * 3 * C, m->dqkv, ln1,
-                        P_(m, GPT2_QKVW) + (size_t)l * 3 * C * C, BT, C, 3 * C);
-        layernorm_backward(m->dres, G_(m, GPT2_LN1W) + l * C, G_(m, GPT2_LN1B) + l * C, m->dc, res,
-                           P_(m, GPT2_LN1W) + l * C, m->ln1_mean + l * BT, m->ln1_rstd + l * BT, BT, C);
+        matmul_backward(m->dc, g[GPT2_QKVW], g[GPT2_QKVB], m->dqkv, ln1, w[GPT2_QKVW], BT, C, 3 * C);
+        layernorm_backward(m->dres, g[GPT2_LN1W], g[GPT2_LN1B], m->dc, res, w[GPT2_LN1W], m->ln1_mean + l * BT,
+                           m->ln1_rstd + l * BT, BT, C);
+        TRY(unit_done(m, 1 + l, 1));
     }
-    encoder_backward(G_(m, GPT2_WTE), G_(m, GPT2_WPE), m->dres, m->inputs, B, T, C);
+    encoder_backward(ge[GPT2_WTE], ge[GPT2_WPE], m->dres, m->inputs, B, T, C);
+    TRY(unit_done(m, 0, 1));
+    return m->z3 ? accel_zero_fsdp_end_backward(m->z3->z3.f) : ACCEL_OK;
 }
 
 /* The (B, T+1) token windows → inputs (each window's first T tokens) and targets (its last T). */
@@ -400,8 +447,8 @@ static accel_result bench_noop_loop(gpt2_run *run, gpt2 *m, int32_t *win) {
         if ((r = gpt2_run_next(run, win, &got)) != ACCEL_OK) return r;
     gpt2_set_batch(m, win);
     for (step = run->first_step + 1; step <= run->o->steps; ++step) {
-        gpt2_forward(m);
-        gpt2_backward(m, 1.0f);
+        float loss;
+        if ((r = gpt2_forward(m, &loss)) != ACCEL_OK || (r = gpt2_backward(m, 1.0f)) != ACCEL_OK) return r;
         if ((r = accel_optim_step(run->opt, NULL)) != ACCEL_OK) return r;
         memset(m->grads, 0, m->nparams * sizeof(float));
         run->step = step;
@@ -428,6 +475,7 @@ int main(int argc, char **argv) {
     accel_desc desc;
     int32_t *win = NULL;
     double loss_sum = 0.0;
+    float loss = 0.0f;
     int rc = 1, micro = 0, pr = gpt2_parse_args(argc, argv, &o);
     if (pr >= 0) return pr;
     memset(&model, 0, sizeof model);
@@ -436,15 +484,17 @@ int main(int argc, char **argv) {
     desc.gradient_accumulation_steps = o.accum;
     desc.collective_timeout_ms = 300000; /* a lost peer ends the run in 5 minutes */
     CHECK(gpt2_run_init(&run, &acc, &desc, &o, "gpt2_cpu"));
+    run.zero3_capable = 1; /* forward and backward go unit by unit (unit_get / unit_done) */
 
     /* the model: --init's weights (Hugging Face names) or GPT-2's initialization; AdamW, data, checkpoints, logs */
     win = (int32_t *)accel_host_alloc(&acc, (size_t)o.batch * (o.seq + 1) * sizeof(int32_t));
-    if (!win || gpt2_alloc(&acc, &model, &run.cfg, o.batch, o.seq) != 0) {
+    if (!win || gpt2_alloc(&acc, &model, &run.cfg, o.batch, o.seq, o.zero == 3) != 0) {
         fprintf(stderr, "gpt2_cpu: out of memory\n");
         goto fail;
     }
     CHECK(gpt2_run_weights(&run, model.params));
     CHECK(gpt2_run_setup(&run, model.params, model.grads, NULL));
+    if (run.z3.f) model.z3 = &run; /* --zero 3: the weights live in the FSDP object's shards from here on */
 
     if (o.hooks.bench_noop) {
         CHECK(bench_noop_loop(&run, &model, win));
@@ -456,14 +506,15 @@ int main(int argc, char **argv) {
             if (!got) continue; /* end of an epoch: the loader advanced it */
             gpt2_set_batch(&model, win);
             accel_accumulate_begin(&acc); /* sets acc.sync_gradients */
-            PHASE(ACCEL_PROF_FORWARD, loss_sum += gpt2_forward(&model));
-            PHASE(ACCEL_PROF_BACKWARD, gpt2_backward(&model, 1.0f / accel_loss_divisor(&acc))); /* loss / accum */
+            PHASE(ACCEL_PROF_FORWARD, CHECK(gpt2_forward(&model, &loss)); loss_sum += loss);
+            PHASE(ACCEL_PROF_BACKWARD, CHECK(gpt2_backward(&model, 1.0f / accel_loss_divisor(&acc)))); /* / accum */
             micro++;
             CHECK(gpt2_run_log_pending(&run)); /* the previous step's log line (train_gpt2.cu's order, gpt2.h) */
             if (accel_should_reduce(&acc)) PHASE(ACCEL_PROF_GRAD_SYNC, CHECK(gpt2_run_reduce(&run)));
             if (acc.sync_gradients) /* clip, schedule, AdamW; zero_grad */
                 PHASE(ACCEL_PROF_OPTIMIZER, CHECK(gpt2_run_optimizer_step(&run));
-                      memset(model.grads, 0, model.nparams * sizeof(float)));
+                      if (model.z3) CHECK(accel_zero_fsdp_zero_grad(run.z3.f));
+                      else memset(model.grads, 0, model.nparams * sizeof(float)));
             accel_scheduler_steps(&acc, 0); /* every micro-batch: P on a taken step, 0 otherwise */
             accel_accumulate_end(&acc);
             if (!acc.sync_gradients) continue;

@@ -3,12 +3,18 @@
    files are handed over (1: the edited file alone; 2: it and the valid one, overlapping; 3: the valid one and the
    edited one as another rank), bytes 1-2 change the edited file's length (signed, bytes), then (u16 offset, byte)
    pairs XOR into it. Anything may come back but a crash, a sanitizer report, or a success where the pieces cannot
-   tile the parameters (two whole files). */
+   tile the parameters (two whole files). The same files, written to disk, go through accel_zero_fsdp_merge (`accel
+   ckpt merge`: its own reads of the header and layout); a merge that succeeds must have written a safetensors file
+   that accel_st_file_open accepts, with the three parameters. */
 #define ACCEL_IMPLEMENTATION
 #include "accel.h"
 #include "accel_collectives.h"
 #include "accel_zero.h"
+#include "accel_safetensors.h"
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,11 +27,21 @@ static accel_tensor st[3];
 static float stbuf[3][64];
 static unsigned char *valid;
 static size_t valid_n;
+static char dir[64], paths[2][96], outp[96], model[128];
+
+static void cleanup(void) { /* the merge's scratch files, at exit */
+    (void)unlink(model);
+    (void)rmdir(outp);
+    (void)unlink(paths[0]);
+    (void)unlink(paths[1]);
+    (void)rmdir(dir);
+}
 
 static int setup(void) {
     static float init[64];
     static accel_tensor t[3];
     static const int64_t n[3] = {13, 0, 40};
+    static const char *names[3] = {"a.w", "a.b", "b.w"}; /* distinct: a merge can write them */
     accel_zero_unit units[2];
     accel_zero_fsdp_desc fd;
     accel_desc d;
@@ -39,7 +55,7 @@ static int setup(void) {
     for (i = 0; i < 64; ++i) init[i] = (float)i;
     for (i = 0; i < 3; ++i) {
         memset(&t[i], 0, sizeof t[i]);
-        t[i].name = "w";
+        t[i].name = names[i];
         t[i].ptr = init;
         t[i].dtype = ACCEL_F32;
         t[i].ndim = 1;
@@ -62,6 +78,12 @@ static int setup(void) {
     fs.fsdp = fsdp;
     fs.state = st;
     fs.m = 3;
+    snprintf(dir, sizeof dir, "/tmp/fuzz_zero_%ld", (long)getpid());
+    snprintf(paths[0], sizeof paths[0], "%s/r0.bin", dir);
+    snprintf(paths[1], sizeof paths[1], "%s/r1.bin", dir);
+    snprintf(outp, sizeof outp, "%s/out", dir);
+    snprintf(model, sizeof model, "%s/model.safetensors", outp);
+    atexit(cleanup);
     if (accel_zero_fsdp_state_save(&fs, NULL, 0, &valid_n) != ACCEL_OK) return 0;
     valid = (unsigned char *)malloc(valid_n);
     return valid && accel_zero_fsdp_state_save(&fs, valid, valid_n, &valid_n) == ACCEL_OK;
@@ -105,6 +127,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             total += c;
         }
         if (total != 0) __builtin_trap();
+    }
+    {   /* the same bytes as saved ranks' files, merged */
+        const char *fl[2] = {paths[0], paths[1]};
+        accel_zero_fsdp_merge_info info;
+        int k;
+        FILE *f;
+        (void)mkdir(dir, 0700);
+        for (k = 0; k < (files == 1 ? 1 : 2); ++k) {
+            f = fopen(paths[k], "wb");
+            if (!f) __builtin_trap();
+            if (sizes[k] && fwrite(bufs[k], 1, sizes[k], f) != sizes[k]) __builtin_trap();
+            fclose(f);
+        }
+        if (accel_zero_fsdp_merge(NULL, fl, files == 1 ? 1 : 2, outp, 0, &info) == ACCEL_OK) {
+            accel_st_file *sf = NULL;
+            if (accel_st_file_open(NULL, model, &sf) != ACCEL_OK || accel_st_file_count(sf) != 3 || info.tensors != 3)
+                __builtin_trap();
+            accel_st_file_destroy(sf);
+            (void)unlink(model);
+        }
     }
     free(e);
     return 0;

@@ -74,7 +74,12 @@ static void fsdp(accel_coll *c, accel_toggle offload) {
         AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
         AT_EQ_INT((int)w[0].dtype, (int)ACCEL_BF16);
         AT_EQ_INT((long long)accel_tensor_numel(&w[0]), (long long)SZ[u]);
-        /* a gather buffer on the device, or (one process, offload) the pinned shard itself: cudaMemcpyDefault */
+        /* a gather buffer on the device, also with offload on one process (the pinned shard staged into it):
+           the compute's kernels get device memory */
+        {
+            cudaPointerAttributes pa;
+            AT_CHECK(cudaPointerGetAttributes(&pa, w[0].ptr) == cudaSuccess && pa.type == cudaMemoryTypeDevice);
+        }
         AT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
         AT_CHECK(cudaMemcpy(hb, w[0].ptr, (size_t)SZ[u] * 2, cudaMemcpyDefault) == cudaSuccess);
         for (e = 0; e < SZ[u]; ++e) bad += hb[e] != accel_f32_to_bf16(init_value(u, e));

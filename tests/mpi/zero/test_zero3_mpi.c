@@ -34,8 +34,8 @@
 static accel acc;
 static int P, R;
 
-/* host allocator hooks that count live bytes, keep the peak, and poison new blocks (0xA5) */
-static long long live_bytes, peak_bytes;
+/* host allocator hooks that count live bytes, keep the peak, and poison new blocks (0xA5); all_*: host and pinned */
+static long long live_bytes, peak_bytes, all_live, all_peak, pinned_live;
 static void *count_alloc(size_t n, void *u) {
     size_t *p = (size_t *)malloc(n + 16);
     (void)u;
@@ -43,6 +43,8 @@ static void *count_alloc(size_t n, void *u) {
     p[0] = n;
     live_bytes += (long long)n;
     if (live_bytes > peak_bytes) peak_bytes = live_bytes;
+    all_live += (long long)n;
+    if (all_live > all_peak) all_peak = all_live;
     memset((unsigned char *)p + 16, 0xA5, n);
     return (unsigned char *)p + 16;
 }
@@ -52,9 +54,44 @@ static void count_free(void *q, void *u) {
     if (!q) return;
     p = (size_t *)((unsigned char *)q - 16);
     live_bytes -= (long long)p[0];
+    all_live -= (long long)p[0];
     free(p);
 }
 static void quiet_log(void *user, accel_log_level level, const char *msg) { (void)level; (void)msg; (void)user; }
+/* pinned allocator hooks that remember the blocks, so that a view can be told to point into pinned memory */
+#define MAX_PINNED 64
+static unsigned char *pinned_lo[MAX_PINNED], *pinned_hi[MAX_PINNED];
+static void *pinned_alloc(size_t n, void *u) {
+    unsigned char *p = (unsigned char *)malloc(n);
+    int i;
+    (void)u;
+    for (i = 0; p && i < MAX_PINNED; ++i)
+        if (!pinned_lo[i]) { pinned_lo[i] = p; pinned_hi[i] = p + n; break; }
+    if (p) {
+        pinned_live += (long long)n;
+        all_live += (long long)n;
+        if (all_live > all_peak) all_peak = all_live;
+    }
+    return p;
+}
+static void pinned_free(void *q, void *u) {
+    int i;
+    (void)u;
+    for (i = 0; q && i < MAX_PINNED; ++i)
+        if (pinned_lo[i] == (unsigned char *)q) {
+            pinned_live -= (long long)(pinned_hi[i] - pinned_lo[i]);
+            all_live -= (long long)(pinned_hi[i] - pinned_lo[i]);
+            pinned_lo[i] = pinned_hi[i] = NULL;
+        }
+    free(q);
+}
+static int in_pinned(const void *q) {
+    int i;
+    for (i = 0; i < MAX_PINNED; ++i)
+        if (pinned_lo[i] && (const unsigned char *)q >= pinned_lo[i] && (const unsigned char *)q < pinned_hi[i])
+            return 1;
+    return 0;
+}
 
 /* ------------------------------------------------------------------------------------------------- the model */
 #define NU 7
@@ -1117,6 +1154,18 @@ static void checkpoint(accel_coll *c) {
 
 /* Debug mode (ACCELERATE_DEBUG_MODE): a released buffer is filled with NaN, so a stale view computes NaN instead of
    silently reading the previous unit's weights (the buffer stays allocated in the pool: never freed memory). */
+/* Two one-tensor units of 64 floats each, initial values 1..64 (init: 64 floats). */
+static void two_units(float *init, accel_tensor t[2], accel_zero_unit units[2]) {
+    int i;
+    for (i = 0; i < 64; ++i) init[i] = 1.0f + (float)i;
+    for (i = 0; i < 2; ++i) {
+        t[i] = at_vec("w", init, ACCEL_F32, 64);
+        units[i].name = NULL;
+        units[i].params = &t[i];
+        units[i].n = 1;
+    }
+}
+
 static void poison(accel_coll *c) {
     accel_zero_fsdp *f = NULL;
     accel_zero_fsdp_desc fd;
@@ -1125,13 +1174,7 @@ static void poison(accel_coll *c) {
     accel_tensor t[2], w[1];
     int i, nan = 1;
     at_context = "poison";
-    for (i = 0; i < 64; ++i) init[i] = 1.0f + (float)i;
-    for (i = 0; i < 2; ++i) {
-        t[i] = at_vec("w", init, ACCEL_F32, 64);
-        units[i].name = NULL;
-        units[i].params = &t[i];
-        units[i].n = 1;
-    }
+    two_units(init, t, units);
     memset(&fd, 0, sizeof fd);
     fd.units = units;
     fd.nunits = 2;
@@ -1150,6 +1193,159 @@ static void poison(accel_coll *c) {
         AT_CHECK_MSG(nan, "a released buffer still holds the weights in debug mode");
     }
     accel_zero_fsdp_destroy(f);
+    free(init);
+}
+
+/* accel_zero_fsdp_estimate (what `accel estimate` prints) against what the allocator hooks count in real runs of
+   FULL_SHARD, SHARD_GRAD_OP, NO_SHARD and FULL_SHARD with offload (BF16 gathers, F32 reductions), driven into the
+   estimate's worst case: forward_prefetch keeps two gathers live, accumulation (no_sync) holds every unit's
+   gradient buffer. Equal units (a transformer's blocks): after create the pinned bytes are exactly `offloaded` and
+   all bytes the shards (+ staging) plus the object's bookkeeping (< 16 KiB); the object's peak of buffers (counted
+   through the same allocators) is exactly gather_buffers + grad_buffers; the peak of all bytes is the total plus at
+   most the collective's scratch ((P - 1) blocks of ceil(E / P) elements) and bookkeeping. Units of different sizes
+   (FULL_SHARD): the pools' cached buffers can add to that, and the estimate + its `cache` bounds the peaks. */
+static void estimate_vs_hooks(accel_coll *c) {
+    enum { K = 5 };
+    static const int EQ[K] = {40000, 40000, 40000, 40000, 40000}, UNEQ[K] = {30000, 41000, 52000, 63000, 24000};
+    static const accel_zero_strategy strat[4] = {ACCEL_ZERO_FULL_SHARD, ACCEL_ZERO_SHARD_GRAD_OP, ACCEL_ZERO_NO_SHARD,
+                                                 ACCEL_ZERO_FULL_SHARD};
+    float *init = (float *)calloc(63000, 4);
+    accel_tensor t[K];
+    accel_zero_unit units[K];
+    int u, s, mb, eq;
+    for (eq = 1; eq >= 0; --eq)
+        for (s = 0; s < 4; ++s) {
+            const int *E = eq ? EQ : UNEQ;
+            accel_zero_fsdp *f = NULL;
+            accel_zero_fsdp_desc fd;
+            accel_zero_fsdp_memory em;
+            accel_zero_fsdp_stats st;
+            long long base = all_live, pbase = pinned_live, created, peak, slack;
+            char ctx[80];
+            if (!eq && s != 0 && s != 3) continue;
+            for (u = 0; u < K; ++u) {
+                t[u] = at_vec("w", init, ACCEL_F32, E[u]);
+                units[u].name = NULL;
+                units[u].params = &t[u];
+                units[u].n = 1;
+            }
+            snprintf(ctx, sizeof ctx, "estimate vs hooks, %s units: %s%s", eq ? "equal" : "unequal",
+                     accel_zero_strategy_name(strat[s]), s == 3 ? " + offload" : "");
+            at_context = ctx;
+            memset(&fd, 0, sizeof fd);
+            fd.strategy = strat[s];
+            fd.units = units;
+            fd.nunits = K;
+            fd.param_dtype = ACCEL_BF16;
+            fd.reduce_dtype = ACCEL_F32;
+            fd.forward_prefetch = ACCEL_ON;
+            fd.cpu_offload = s == 3 ? ACCEL_ON : ACCEL_OFF;
+            AT_EQ_INT(accel_zero_fsdp_estimate(&acc, &fd, P, 0, ACCEL_F32, 1, &em), ACCEL_OK);
+            all_peak = all_live;
+            AT_EQ_INT(accel_zero_fsdp_create(c, &fd, &f), ACCEL_OK);
+            if (!f) continue;
+            created = all_live - base;
+            AT_EQ_INT(pinned_live - pbase, (long long)em.offloaded);
+            AT_CHECK_MSG(created >= (long long)(em.shards + em.staging) &&
+                         created <= (long long)(em.shards + em.staging) + 16384, "after create: shards + bookkeeping");
+            for (mb = 0; mb < 4 || !acc.sync_gradients; ++mb) { /* accumulation 2: no_sync, then the sync step */
+                accel_accumulate_begin(&acc);
+                one_pass(f, K);
+                accel_accumulate_end(&acc);
+                if (acc.sync_gradients) AT_EQ_INT(accel_zero_fsdp_zero_grad(f), ACCEL_OK);
+            }
+            peak = all_peak - base;
+            AT_EQ_INT(accel_zero_fsdp_get_stats(f, &st), ACCEL_OK);
+            AT_EQ_INT((long long)st.shard_bytes, (long long)em.shards);
+            slack = (long long)(P - 1) * ((E[3] + P - 1) / P + 1) * 4 + 65536;
+            if (eq) {
+                AT_EQ_INT((long long)st.peak_buffer_bytes, (long long)(em.gather_buffers + em.grad_buffers));
+                AT_CHECK_MSG(peak >= (long long)em.total && peak <= (long long)em.total + slack,
+                             "the peak is the estimate's total (+ the collective's scratch and bookkeeping)");
+            } else { /* the pools' cached buffers of other sizes come on top: em.cache */
+                AT_CHECK(em.cache > 0);
+                AT_CHECK((long long)st.peak_buffer_bytes <=
+                         (long long)(em.gather_buffers + em.grad_buffers + em.cache));
+                AT_CHECK_MSG(peak <= (long long)(em.total + em.cache) + slack, "the estimate bounds the peak");
+            }
+            if (eq) AT_EQ_INT((long long)em.cache, 0);
+            if (R == 0)
+                printf("zero3 np%d %s: estimate %llu (offloaded %llu), allocator peak %lld (%+lld), object's buffers "
+                       "%llu, estimated %llu\n", P, ctx, (unsigned long long)em.total,
+                       (unsigned long long)em.offloaded, peak, peak - (long long)em.total,
+                       (unsigned long long)st.peak_buffer_bytes,
+                       (unsigned long long)(em.gather_buffers + em.grad_buffers));
+            accel_zero_fsdp_destroy(f);
+        }
+    at_context = "";
+    free(init);
+}
+
+/* CPU offload hands the compute what a gather hands it: wait's views are the gather pool's memory (the device's
+   with a device communicator, the host's here), never the pinned host shard — also when the shard group is one
+   process (np 1, NO_SHARD at any np), where there is nothing to gather but the shard must still be staged; the
+   views hold the weights, and release returns the buffer. */
+static void offload_views(accel_coll *c) {
+    static const accel_zero_strategy strat[2] = {ACCEL_ZERO_FULL_SHARD, ACCEL_ZERO_NO_SHARD};
+    static const accel_dtype pdt[2] = {ACCEL_F32, ACCEL_BF16};
+    float *init = (float *)calloc(64, 4);
+    accel_tensor t[2], w[1], g[1];
+    accel_zero_unit units[2];
+    int i, s, k, u;
+    at_context = "offload views";
+    two_units(init, t, units);
+    for (s = 0; s < 2; ++s)
+        for (k = 0; k < 2; ++k) {
+            accel_zero_fsdp *f = NULL;
+            accel_zero_fsdp_desc fd;
+            accel_zero_fsdp_stats st;
+            accel_tensor vp[2];
+            memset(&fd, 0, sizeof fd);
+            fd.strategy = strat[s];
+            fd.units = units;
+            fd.nunits = 2;
+            fd.param_dtype = pdt[k];
+            fd.cpu_offload = ACCEL_ON;
+            AT_EQ_INT(accel_zero_fsdp_create(c, &fd, &f), ACCEL_OK);
+            if (!f) continue;
+            AT_EQ_INT(accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_PARAMS, vp, 2), ACCEL_OK);
+            AT_CHECK_MSG(accel_tensor_numel(&vp[0]) == 0 || in_pinned(vp[0].ptr), "the offloaded shard is pinned");
+            AT_EQ_INT(accel_zero_fsdp_begin_forward(f), ACCEL_OK);
+            for (u = 0; u < 2; ++u) {
+                int ok = 1;
+                AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
+                AT_CHECK_MSG(!in_pinned(w[0].ptr), "wait's view points into the pinned shard (offload)");
+                for (i = 0; i < 64; ++i)
+                    ok &= (pdt[k] == ACCEL_F32 ? ((const float *)w[0].ptr)[i]
+                                               : accel_bf16_to_f32(((const uint16_t *)w[0].ptr)[i])) == init[i];
+                AT_CHECK_MSG(ok, "wait's view holds the weights");
+                AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
+            }
+            AT_EQ_INT(accel_zero_fsdp_begin_backward(f), ACCEL_OK);
+            for (u = 1; u >= 0; --u) {
+                AT_EQ_INT(accel_zero_fsdp_wait(f, u, w, 1), ACCEL_OK);
+                AT_CHECK(!in_pinned(w[0].ptr));
+                AT_EQ_INT(accel_zero_fsdp_grads(f, u, g, 1), ACCEL_OK);
+                AT_CHECK_MSG(!in_pinned(g[0].ptr), "grads' view points into pinned memory (offload)");
+                AT_EQ_INT(accel_zero_fsdp_release(f, u), ACCEL_OK);
+                AT_EQ_INT(accel_zero_fsdp_reduce_scatter(f, u), ACCEL_OK);
+            }
+            AT_EQ_INT(accel_zero_fsdp_end_backward(f), ACCEL_OK);
+            AT_EQ_INT(accel_zero_fsdp_get_stats(f, &st), ACCEL_OK);
+            AT_EQ_INT(st.live_gathers, 0);
+            AT_CHECK(st.peak_gathers >= 1 && st.peak_gathers <= 2);
+            {   /* the estimate counts the staging buffers offload uses */
+                accel_zero_fsdp_memory em;
+                accel_zero_fsdp_desc rd;
+                AT_EQ_INT(accel_zero_fsdp_get_desc(f, &rd), ACCEL_OK);
+                rd.units = units;
+                AT_EQ_INT(accel_zero_fsdp_estimate(&acc, &rd, P, 0, ACCEL_F32, 0, &em), ACCEL_OK);
+                AT_EQ_INT((long long)em.shards, (long long)st.shard_bytes);
+                AT_CHECK_MSG(em.gather_buffers > 0, "offload stages every unit into a gather buffer");
+            }
+            accel_zero_fsdp_destroy(f);
+        }
+    at_context = "";
     free(init);
 }
 
@@ -1251,6 +1447,8 @@ int main(int argc, char **argv) {
     d.gradient_accumulation_steps = 2;
     d.host_allocator.alloc = count_alloc;
     d.host_allocator.free = count_free;
+    d.pinned_allocator.alloc = pinned_alloc;
+    d.pinned_allocator.free = pinned_free;
     if (accel_init(&acc, &d) != ACCEL_OK) {
         fprintf(stderr, "accel_init: %s\n", accel_last_error(&acc));
         return 1;
@@ -1269,6 +1467,8 @@ int main(int argc, char **argv) {
         checkpoint(c);
         errors(c);
         poison(c);
+        offload_views(c);
+        estimate_vs_hooks(c);
     } else if (argc > 2 && (!strcmp(mode, "save") || !strcmp(mode, "load"))) {
         ckpt_mode(c, mode, argv[2]);
     } else {

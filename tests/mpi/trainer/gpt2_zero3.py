@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""examples/gpt2/gpt2_cpu.c --zero 3 (ZeRO-3 / FSDP FULL_SHARD, units = embeddings + final norm and each block).
+
+usage: gpt2_zero3.py GPT2_CPU_EXE ACCEL_EXE
+- np 2 and np 4, accumulation 2, clipping on: --zero 3 equals --zero 0 (DDP's reducer + AdamW over the whole
+  weights) bit for bit — the loss file and the exported model.safetensors bytes. The gathers are F32 and accel's
+  reduce-scatter sums each block in the all-reduce's rank order, AdamW is element-wise, and the sharded gradient
+  norm came out equal here (were it to differ in its last bit with clipping active, the weights would differ at
+  rounding level: then this check would say so).
+- checkpoints are sharded (fsdp_state_<rank>.bin, no model.safetensors); a run killed after step 6 and resumed from
+  its step-4 checkpoint ends bit-identical to the straight run.
+- `accel ckpt merge` of the last checkpoint gives the model's own tensors (wte, h.<l>.qkvw, ...), equal bit for bit
+  to the export's (Hugging Face names and layout: Conv1D weights transposed, wte's padded rows dropped).
+- --zero 3 with --dump-grads is refused with the reason.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_driver as gd  # noqa: E402  (run, check, read_safetensors, MODEL)
+
+C, V = 32, 64
+HF = {"ln1w": "ln_1.weight", "ln1b": "ln_1.bias", "qkvw": "attn.c_attn.weight", "qkvb": "attn.c_attn.bias",
+      "attprojw": "attn.c_proj.weight", "attprojb": "attn.c_proj.bias", "ln2w": "ln_2.weight", "ln2b": "ln_2.bias",
+      "fcw": "mlp.c_fc.weight", "fcb": "mlp.c_fc.bias", "fcprojw": "mlp.c_proj.weight", "fcprojb": "mlp.c_proj.bias"}
+ROWS = {"qkvw": 3 * C, "attprojw": C, "fcw": 4 * C, "fcprojw": C}  # ours [out, in]; HF's Conv1D [in, out]
+
+
+def as_hf(name, vals):
+    """One merged tensor (llm.c layout) → (HF name, values in HF's layout)."""
+    top = {"wte": "wte.weight", "wpe": "wpe.weight", "lnfw": "ln_f.weight", "lnfb": "ln_f.bias"}
+    if name in top:
+        return top[name], vals[:V * C] if name == "wte" else vals
+    _, layer, t = name.split(".")
+    hf = "h.%s.%s" % (layer, HF[t])
+    if t in ROWS:
+        rows = ROWS[t]
+        cols = len(vals) // rows
+        vals = tuple(vals[r * cols + c] for c in range(cols) for r in range(rows))
+    return hf, vals
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__)
+        return 2
+    exe, accel = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    with tempfile.TemporaryDirectory(prefix="gpt2-zero3-") as tmp:
+        shard = os.path.join(tmp, "tiny.bin")
+        subprocess.run([exe, "--gen-shard", shard, "20000", "64"], check=True, capture_output=True)
+        common = ["--data", shard, "--steps", 12, "--lr", 2e-3, "--warmup", 2, "--weight-decay", 0.1, "--seed", 7,
+                  "--accum", 2, "--clip", 1.0]
+        for np_, b in ((2, 4), (4, 2)):
+            out = {}
+            for z in (0, 3):
+                lf, ex = os.path.join(tmp, "z%d_np%d.loss" % (z, np_)), os.path.join(tmp, "z%d_np%d" % (z, np_))
+                r = gd.run(exe, np_, common + ["--batch", b, "--zero", z, "--loss-file", lf, "--export", ex])
+                if z == 3:
+                    gd.check("ZeRO-3 (FULL_SHARD" in r.stdout, "np %d: the banner names ZeRO-3" % np_)
+                out[z] = (open(lf).read(), gd.read_safetensors(os.path.join(ex, "model.safetensors"))[1])
+            gd.check(out[3][0] == out[0][0] and len(out[0][0].splitlines()) == 12,
+                     "np %d: --zero 3 loss file == --zero 0's (12 steps, accumulation 2, clipping)" % np_)
+            gd.check(out[3][1] == out[0][1], "np %d: --zero 3 exported weights == --zero 0's, bit for bit" % np_)
+        # sharded checkpoints, kill + resume
+        z3 = common + ["--batch", 4, "--zero", 3]
+        straight = os.path.join(tmp, "z3_straight")
+        gd.run(exe, 2, z3 + ["--export", straight])
+        ck = os.path.join(tmp, "ck")
+        r = gd.run(exe, 2, z3 + ["--checkpoint-dir", ck, "--checkpoint-every", 4, "--kill-at", 6], expect_ok=False)
+        gd.check(r.returncode != 0, "--zero 3 --kill-at 6 ended the run")
+        c0 = os.path.join(ck, "checkpoints", "checkpoint_0")
+        names = sorted(os.listdir(c0)) if os.path.isdir(c0) else []
+        gd.check("fsdp_state_0.bin" in names and "fsdp_state_1.bin" in names and "model.safetensors" not in names,
+                 "--zero 3 checkpoints are sharded: %s" % names)
+        resumed = os.path.join(tmp, "z3_resumed")
+        r = gd.run(exe, 2, z3 + ["--checkpoint-dir", ck, "--checkpoint-every", 4, "--resume", "--export", resumed])
+        a = gd.read_safetensors(os.path.join(straight, "model.safetensors"))
+        b_ = gd.read_safetensors(os.path.join(resumed, "model.safetensors"))
+        gd.check("resumed at step 4" in r.stdout and a[1] == b_[1],
+                 "--zero 3 killed after step 6, resumed from step 4 == straight, bit for bit")
+        # the last checkpoint (step 12) merged: the model's own tensors == the export's
+        merged = os.path.join(tmp, "merged")
+        r = subprocess.run([accel, "ckpt", "merge", os.path.join(ck, "checkpoints", "checkpoint_2"), merged],
+                           capture_output=True, text=True, timeout=60)
+        gd.check(r.returncode == 0, "accel ckpt merge of the step-12 checkpoint (%s)" % r.stderr.strip())
+        if r.returncode == 0:
+            m = gd.read_safetensors(os.path.join(merged, "model.safetensors"))[0]
+            hf = dict(as_hf(k, v) for k, v in m.items())
+            gd.check(len(m) == 4 + 12 * 2 and set(hf) == set(a[0]) and all(hf[k] == a[0][k] for k in a[0]),
+                     "merged (%d tensors, llm.c layout) == the export (HF layout), bit for bit" % len(m))
+        r = gd.run(exe, 2, common + ["--batch", 4, "--zero", 3, "--dump-grads", os.path.join(tmp, "g")],
+                   expect_ok=False)
+        gd.check(r.returncode != 0 and "--zero 3 is not supported with --dump-grads" in r.stderr,
+                 "--zero 3 --dump-grads is refused with the reason")
+    print("gpt2-zero3: %d passed, %d failed" % (gd.checks - gd.failures, gd.failures))
+    return 1 if gd.failures or not gd.checks else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
