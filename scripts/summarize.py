@@ -19,6 +19,8 @@ def reason(t):
 
 
 for line in open(sys.argv[1]):
+    if not line.strip():
+        continue
     t = json.loads(line)
     res = t["result"]
     kind = "passed" if res == "OK" else "skipped" if res == "SKIP" else "failed"
