@@ -1789,7 +1789,13 @@ static inline accel_result gpt2_run_step_end(gpt2_run *r) {
     if (r->o->hooks.signal_at && r->step == r->o->hooks.signal_at &&
         r->acc->process_index == r->acc->num_processes - 1)
         raise(SIGUSR1); /* --signal-at: a preemption notice reaching one rank */
-    if (r->ckpt && r->step < r->o->steps && (res = accel_should_stop(r->acc, &r->stop)) != ACCEL_OK) return res;
+    /* the stop agreement is a small host all-reduce, counted with the step's other host reductions (logging) so that
+       the profiler's phases still cover the step */
+    if (r->ckpt && r->step < r->o->steps &&
+        ((res = accel_prof_begin(r->prof, ACCEL_PROF_LOGGING)) != ACCEL_OK ||
+         (res = accel_should_stop(r->acc, &r->stop)) != ACCEL_OK ||
+         (res = accel_prof_end(r->prof, ACCEL_PROF_LOGGING)) != ACCEL_OK))
+        return res;
     if (gpt2_run_step_must_complete(r) && (res = gpt2_run_log_pending(r)) != ACCEL_OK) return res;
     if (gpt2_run_ckpt_due(r)) {
         if ((res = accel_prof_begin(r->prof, ACCEL_PROF_CHECKPOINT)) != ACCEL_OK ||
