@@ -1097,14 +1097,34 @@ enum { ACCEL__AMP_NORM_P2 = 0, ACCEL__AMP_NORM_P1, ACCEL__AMP_NORM_INF, ACCEL__A
 #ifndef ACCEL__AMP_WAVES_NORM
 #define ACCEL__AMP_WAVES_NORM 1
 #endif
+/* Unscale (in place, the most used of them) takes its own U and launch bound: 2 units a thread measured 0.95-0.96 x a
+   copy on the GPT-2 list (H200, three runs) against 0.92-0.93 with 4. */
+#ifndef ACCEL__AMP_U_UNSCALE
+#define ACCEL__AMP_U_UNSCALE 2
+#endif
+#ifndef ACCEL__AMP_MINB_UNSCALE
+#define ACCEL__AMP_MINB_UNSCALE ACCEL__AMP_MINB_FAST
+#endif
+/* Cache qualifiers of the 16-byte unit accesses on the device (bench/amp/sweep_gpu.sh measures them): 0 = none, 1 =
+   streaming loads and stores (evict first: __ldcs / __stcs), 2 = loads that ask L2 for the whole 256-byte block. */
+#ifndef ACCEL__AMP_CACHE
+#define ACCEL__AMP_CACHE 0
+#endif
+#if ACCEL__AMP_CACHE < 0 || ACCEL__AMP_CACHE > 2
+#error "ACCEL__AMP_CACHE must be 0, 1 or 2"
+#endif
 /* The fp8 cast with amax: a bounded grid, whose blocks each fold the amax of many chunks before their one atomicMax
    per slot (a block per chunk: 0.88x of a copy on an H200, a grid of the resident blocks: 0.95-0.98x). */
 #ifndef ACCEL__AMP_WAVES_FP8Q
 #define ACCEL__AMP_WAVES_FP8Q 1
 #endif
 #define ACCEL__AMP_U_OK(u) ((u) == 1 || (u) == 2 || (u) == 4 || (u) == 8)
-#if !ACCEL__AMP_U_OK(ACCEL__AMP_U_FAST) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_NORM) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_ANY)
-#error "ACCEL__AMP_U_FAST, ACCEL__AMP_U_NORM and ACCEL__AMP_U_ANY must be 1, 2, 4 or 8"
+#if !ACCEL__AMP_U_OK(ACCEL__AMP_U_FAST) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_NORM) ||                                 \
+    !ACCEL__AMP_U_OK(ACCEL__AMP_U_ANY) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_UNSCALE)
+#error "ACCEL__AMP_U_FAST, ACCEL__AMP_U_NORM, ACCEL__AMP_U_ANY and ACCEL__AMP_U_UNSCALE must be 1, 2, 4 or 8"
+#endif
+#if ACCEL__AMP_MINB_UNSCALE < 1 || ACCEL__AMP_MINB_UNSCALE > 8
+#error "ACCEL__AMP_MINB_UNSCALE must be in [1, 8]"
 #endif
 #if ACCEL__AMP_MINB_FAST < 1 || ACCEL__AMP_MINB_FAST > 8 || ACCEL__AMP_MINB_NORM < 1 || ACCEL__AMP_MINB_NORM > 8 || \
     ACCEL__AMP_MINB_ANY < 1 || ACCEL__AMP_MINB_ANY > 8
@@ -1230,7 +1250,18 @@ ACCEL__AMP_FI void accel__amp_unit(const accel__amp_mt *d, int vwl, long long q,
 /* One unit of nb bytes (16, 8 or 4) as one vector access; p is nb-aligned. */
 ACCEL__AMP_FI void accel__amp_ldv(const unsigned char *p, int nb, accel__amp_v16 *v) {
 #ifdef __CUDA_ARCH__
-    if (nb == 16) { uint4 x = *(const uint4 *)p; v->w[0] = x.x; v->w[1] = x.y; v->w[2] = x.z; v->w[3] = x.w; }
+    if (nb == 16) {
+#if ACCEL__AMP_CACHE == 1
+        uint4 x = __ldcs((const uint4 *)p);
+#elif ACCEL__AMP_CACHE == 2
+        uint4 x;
+        asm volatile("ld.global.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w) : "l"(__cvta_generic_to_global(p)));
+#else
+        uint4 x = *(const uint4 *)p;
+#endif
+        v->w[0] = x.x; v->w[1] = x.y; v->w[2] = x.z; v->w[3] = x.w;
+    }
     else if (nb == 8) { uint2 x = *(const uint2 *)p; v->w[0] = x.x; v->w[1] = x.y; v->w[2] = v->w[3] = 0; }
     else { v->w[0] = *(const uint32_t *)p; v->w[1] = v->w[2] = v->w[3] = 0; }
 #else
@@ -1241,7 +1272,11 @@ ACCEL__AMP_FI void accel__amp_ldv(const unsigned char *p, int nb, accel__amp_v16
 }
 ACCEL__AMP_FI void accel__amp_stv(unsigned char *p, int nb, const accel__amp_v16 *v) {
 #ifdef __CUDA_ARCH__
+#if ACCEL__AMP_CACHE == 1
+    if (nb == 16) __stcs((uint4 *)p, make_uint4(v->w[0], v->w[1], v->w[2], v->w[3]));
+#else
     if (nb == 16) *(uint4 *)p = make_uint4(v->w[0], v->w[1], v->w[2], v->w[3]);
+#endif
     else if (nb == 8) *(uint2 *)p = make_uint2(v->w[0], v->w[1]);
     else *(uint32_t *)p = v->w[0];
 #else
@@ -1654,7 +1689,9 @@ ACCEL__PRIVATE void accel__amp_pick(int kind, int mode, int ta, int tb, accel__a
     case ACCEL__AMP_I_F8_F32: c->tb = ACCEL_F32; c->vwl = 2; break;
     default: break;
     }
-    if (c->id != ACCEL__AMP_I_GENERIC) c->u = kind == ACCEL__AMP_K_NORM ? ACCEL__AMP_U_NORM : ACCEL__AMP_U_FAST;
+    if (c->id != ACCEL__AMP_I_GENERIC)
+        c->u = kind == ACCEL__AMP_K_NORM ? ACCEL__AMP_U_NORM : kind == ACCEL__AMP_K_UNSCALE ? ACCEL__AMP_U_UNSCALE
+                                                                                          : ACCEL__AMP_U_FAST;
 }
 
 /* Plans buffer d (a, b, n, ta, tb set) for a kind: its unit width, its head, whether its body units are aligned
@@ -1843,14 +1880,15 @@ static accel_result accel__amp_go(accel *acc, const accel__amp_args *A, int sms,
 static accel_result accel__amp_dispatch(accel *acc, int kind, const accel__amp_cfg *c, const accel__amp_args *A,
                                         int sms, int gcap, int *g) {
     enum { F32 = ACCEL_F32, BF = ACCEL_BF16, H = ACCEL_F16, P2 = ACCEL__AMP_NORM_P2 };
-    enum { UF = ACCEL__AMP_U_FAST, UN = ACCEL__AMP_U_NORM, UA = ACCEL__AMP_U_ANY };
+    enum { UF = ACCEL__AMP_U_FAST, UN = ACCEL__AMP_U_NORM, UA = ACCEL__AMP_U_ANY, UU = ACCEL__AMP_U_UNSCALE };
     enum { MF = ACCEL__AMP_MINB_FAST, MN = ACCEL__AMP_MINB_NORM, MA = ACCEL__AMP_MINB_ANY };
+    enum { MU = ACCEL__AMP_MINB_UNSCALE };
     switch (kind * 8 + c->id) {
 #define ACCEL__AMP_GO(K, ID, TA, TB, VWL, MODE, U, MINB)                                                               \
     case K * 8 + ID:                                                                                                   \
         if (c->ta != TA || c->tb != TB || c->vwl != VWL || c->mode != MODE || c->u != U) break;                        \
         return accel__amp_go<K, ID, TA, TB, VWL, MODE, U, MINB>(acc, A, sms, c->waves, gcap, g);
-    ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, UF, MF)
+    ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, UU, MU)
     ACCEL__AMP_GO(ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, UA, MA)
     ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_F32, F32, F32, 2, P2, UN, MN)
     ACCEL__AMP_GO(ACCEL__AMP_K_NORM, ACCEL__AMP_I_GENERIC, -1, -1, -1, -1, UA, MA)

@@ -1005,38 +1005,82 @@ static ACCEL__OPTIM_NOCONTRACT void accel__optim_host_coefs(const accel__optim_h
 #ifndef ACCEL__OPTIM_VEC_CHECK
 #define ACCEL__OPTIM_VEC_CHECK(ptr) ((void)0)
 #endif
+#ifndef ACCEL__OPTIM_VEC_CHECK8 /* the same for the 8-byte accesses of 16-bit streams in the split layout */
+#define ACCEL__OPTIM_VEC_CHECK8(ptr) ((void)0)
+#endif
 #ifndef ACCEL__OPTIM_FALLBACK_NOTE
 #define ACCEL__OPTIM_FALLBACK_NOTE() ((void)0)
+#endif
+
+/* Cache qualifiers of the vector path's loads and stores (bench/optim/sweep_gpu.sh measures them): 0 = none (the
+   default), 1 = streaming (.cs: evict first) loads and stores, 2 = loads that ask L2 for the whole 256-byte block
+   (.L2::256B), 3 = both of 2's loads and 1's stores. Every form computes the same values. */
+#ifndef ACCEL__OPTIM_CACHE
+#define ACCEL__OPTIM_CACHE 0
+#endif
+#if ACCEL__OPTIM_CACHE == 1
+#define ACCEL__OPTIM_LDQ ".cs"
+#define ACCEL__OPTIM_STQ ".cs"
+#elif ACCEL__OPTIM_CACHE == 2
+#define ACCEL__OPTIM_LDQ ".L2::256B"
+#define ACCEL__OPTIM_STQ ""
+#elif ACCEL__OPTIM_CACHE == 3
+#define ACCEL__OPTIM_LDQ ".L2::256B"
+#define ACCEL__OPTIM_STQ ".cs"
+#elif ACCEL__OPTIM_CACHE == 0
+#define ACCEL__OPTIM_LDQ ""
+#define ACCEL__OPTIM_STQ ""
+#else
+#error "ACCEL__OPTIM_CACHE must be 0 to 3"
 #endif
 
 /* 8 consecutive elements as 16-byte vectors (the caller guarantees the alignment), as global loads and stores in
    inline PTX: volatile, so that the compiler issues the loads where they are written (see above) and keeps each
    vector whole (from C, the stores of the vector path came out as 32-bit ones). */
-ACCEL__OPTIM_HDI void accel__optim_ld8f(float o[8], const float *s) {
+ACCEL__OPTIM_HDI void accel__optim_ld4f(float o[4], const float *s) {
 #ifdef __CUDA_ARCH__
-    const size_t a = __cvta_generic_to_global(s);
-    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(o[0]), "=f"(o[1]), "=f"(o[2]), "=f"(o[3]) : "l"(a));
-    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4+16];" : "=f"(o[4]), "=f"(o[5]), "=f"(o[6]), "=f"(o[7])
-                 : "l"(a));
+    asm volatile("ld.global" ACCEL__OPTIM_LDQ ".v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(o[0]), "=f"(o[1]), "=f"(o[2]), "=f"(o[3]) : "l"(__cvta_generic_to_global(s)));
 #else
     ACCEL__OPTIM_VEC_CHECK(s);
-    memcpy(o, s, 8 * sizeof(float));
+    memcpy(o, s, 4 * sizeof(float));
 #endif
 }
-ACCEL__OPTIM_HDI void accel__optim_st8f(float *d, const float x[8]) {
+ACCEL__OPTIM_HDI void accel__optim_st4f(float *d, const float x[4]) {
 #ifdef __CUDA_ARCH__
-    const size_t a = __cvta_generic_to_global(d);
-    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(a), "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3]));
-    asm volatile("st.global.v4.f32 [%0+16], {%1, %2, %3, %4};" ::"l"(a), "f"(x[4]), "f"(x[5]), "f"(x[6]), "f"(x[7]));
+    asm volatile("st.global" ACCEL__OPTIM_STQ ".v4.f32 [%0], {%1, %2, %3, %4};"
+                 ::"l"(__cvta_generic_to_global(d)), "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3]));
 #else
     ACCEL__OPTIM_VEC_CHECK(d);
-    memcpy(d, x, 8 * sizeof(float));
+    memcpy(d, x, 4 * sizeof(float));
+#endif
+}
+/* 4 16-bit elements as one 8-byte access (the split layout's halves; p is 8-byte aligned) */
+ACCEL__OPTIM_HDI void accel__optim_ld4h(uint16_t o[4], const uint16_t *s) {
+#ifdef __CUDA_ARCH__
+    unsigned w0, w1;
+    asm volatile("ld.global" ACCEL__OPTIM_LDQ ".v2.u32 {%0, %1}, [%2];"
+                 : "=r"(w0), "=r"(w1) : "l"(__cvta_generic_to_global(s)));
+    o[0] = (uint16_t)w0; o[1] = (uint16_t)(w0 >> 16); o[2] = (uint16_t)w1; o[3] = (uint16_t)(w1 >> 16);
+#else
+    ACCEL__OPTIM_VEC_CHECK8(s);
+    memcpy(o, s, 4 * sizeof(uint16_t));
+#endif
+}
+ACCEL__OPTIM_HDI void accel__optim_st4h(uint16_t *d, const uint16_t h[4]) {
+#ifdef __CUDA_ARCH__
+    asm volatile("st.global" ACCEL__OPTIM_STQ ".v2.u32 [%0], {%1, %2};" ::"l"(__cvta_generic_to_global(d)),
+                 "r"((unsigned)h[0] | ((unsigned)h[1] << 16)), "r"((unsigned)h[2] | ((unsigned)h[3] << 16)));
+#else
+    ACCEL__OPTIM_VEC_CHECK8(d);
+    memcpy(d, h, 4 * sizeof(uint16_t));
 #endif
 }
 ACCEL__OPTIM_HDI void accel__optim_ld8h(uint16_t o[8], const uint16_t *s) {
 #ifdef __CUDA_ARCH__
     unsigned w0, w1, w2, w3;
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3)
+    asm volatile("ld.global" ACCEL__OPTIM_LDQ ".v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3)
                  : "l"(__cvta_generic_to_global(s)));
     o[0] = (uint16_t)w0; o[1] = (uint16_t)(w0 >> 16); o[2] = (uint16_t)w1; o[3] = (uint16_t)(w1 >> 16);
     o[4] = (uint16_t)w2; o[5] = (uint16_t)(w2 >> 16); o[6] = (uint16_t)w3; o[7] = (uint16_t)(w3 >> 16);
@@ -1047,7 +1091,7 @@ ACCEL__OPTIM_HDI void accel__optim_ld8h(uint16_t o[8], const uint16_t *s) {
 }
 ACCEL__OPTIM_HDI void accel__optim_st8h(uint16_t *d, const uint16_t h[8]) {
 #ifdef __CUDA_ARCH__
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(d)),
+    asm volatile("st.global" ACCEL__OPTIM_STQ ".v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(d)),
                  "r"((unsigned)h[0] | ((unsigned)h[1] << 16)), "r"((unsigned)h[2] | ((unsigned)h[3] << 16)),
                  "r"((unsigned)h[4] | ((unsigned)h[5] << 16)), "r"((unsigned)h[6] | ((unsigned)h[7] << 16)));
 #else
@@ -1080,6 +1124,28 @@ ACCEL__OPTIM_HDI void accel__optim_bits8(unsigned long long seed, unsigned long 
     }
     ACCEL__OPTIM_UNROLL
     for (i = 0; i < 8; ++i) r[i] = w[i];
+}
+/* The draws of the 4 elements index .. index + 3: one Philox block when index is a multiple of 4, else two. */
+ACCEL__OPTIM_HDI void accel__optim_bits4(unsigned long long seed, unsigned long long stream, unsigned long long index,
+                                         uint32_t r[4]) {
+    uint32_t w[8];
+    const unsigned o = (unsigned)(index & 3u);
+    int i;
+    accel_rng_draw4(seed, stream, index >> 2, w);
+    w[4] = w[5] = w[6] = w[7] = 0u;
+    if (o) {
+        accel_rng_draw4(seed, stream, (index >> 2) + 1u, w + 4);
+        if (o & 1u) {
+            ACCEL__OPTIM_UNROLL
+            for (i = 0; i < 7; ++i) w[i] = w[i + 1];
+        }
+        if (o & 2u) {
+            ACCEL__OPTIM_UNROLL
+            for (i = 0; i < 6; ++i) w[i] = w[i + 2];
+        }
+    }
+    ACCEL__OPTIM_UNROLL
+    for (i = 0; i < 4; ++i) r[i] = w[i];
 }
 
 /* The square root and divisions of the vector path without a branch (device), each the fast sequence of nvcc's own
@@ -1280,36 +1346,94 @@ ACCEL__OPTIM_HDI int accel__optim_find(const long long *begins, int nj, long lon
     return lo;
 }
 
-/* The loads of one round of the vector path: the vectors i, i + bd, ... (ACCEL_OPTIM_CUDA_U of them, those below v1),
-   widened to float. */
-ACCEL__OPTIM_HDI void accel__optim_vec_load(const accel__optim_dj *jb, long long i, int bd, long long v1, const int gt,
-                                            const int mom16, float p[][8], float g[][8], float m[][8], float v[][8]) {
+/* Which elements vector j (of thread lane `lane` of its warp) holds: its two halves of 4 start at *ea and *eb.
+   Split layout (ACCEL__OPTIM_SPLIT; where the warp's 32 vectors g0 = j - lane .. g0 + 31 all lie below v1 and the
+   block's threads come in whole warps): the 256 elements of the group are laid out so that each 16-byte access of
+   the warp covers 512 contiguous bytes of an F32 stream (256 of a 16-bit one) — lane l holds elements 4l..4l+3 and
+   128+4l..128+4l+3 of the group. With 8 consecutive elements a lane (the layout of the other vectors), each of a
+   warp's F32 accesses covers half of every 32-byte sector it touches: L1 merges the loads, but every store reaches
+   L2 as two half-sector writes (ncu on an H200, bf16 grads + bf16 copy: L2 89 % busy, DRAM 76 %; split: 83 % and
+   78 %, the step 0.853 -> 0.867 x a copy). BF16-moment instances keep 8 consecutive elements: their 16-bit
+   streams are whole 16-byte accesses either way, and the split's extra instructions measured slower there (0.856
+   -> 0.838). Returns 1 for the split layout, 0 for 8 consecutive elements (*eb = *ea + 4). */
+#ifndef ACCEL__OPTIM_SPLIT
+#define ACCEL__OPTIM_SPLIT 1
+#endif
+ACCEL__OPTIM_HDI int accel__optim_halves(int head, long long j, int lane, int bd, long long v1, const int mom16,
+                                         long long *ea, long long *eb) {
+    const long long g0 = j - lane;
+    if (ACCEL__OPTIM_SPLIT && !mom16 && (bd & 31) == 0 && g0 + 32 <= v1) {
+        *ea = head + ACCEL__OPTIM_VEC * g0 + 4 * lane;
+        *eb = *ea + 128;
+        return 1;
+    }
+    *ea = head + ACCEL__OPTIM_VEC * j;
+    *eb = *ea + 4;
+    return 0;
+}
+/* A 16-bit stream's 8 elements of a vector, widened to float (split: two 8-byte halves). */
+ACCEL__OPTIM_HDI void accel__optim_ld8w(float o[8], const uint16_t *s, long long ea, long long eb, int split) {
+    uint16_t h[8];
+    int q;
+    if (split) {
+        accel__optim_ld4h(h, s + ea);
+        accel__optim_ld4h(h + 4, s + eb);
+    } else {
+        accel__optim_ld8h(h, s + ea);
+    }
+    ACCEL__OPTIM_UNROLL
+    for (q = 0; q < 8; ++q) o[q] = accel_bf16_to_f32(h[q]);
+}
+ACCEL__OPTIM_HDI void accel__optim_st8n(uint16_t *d, const uint16_t h[8], long long ea, long long eb, int split) {
+    if (split) {
+        accel__optim_st4h(d + ea, h);
+        accel__optim_st4h(d + eb, h + 4);
+    } else {
+        accel__optim_st8h(d + ea, h);
+    }
+}
+/* The draws of a vector's 8 elements (element indices index + ea .. + 3, index + eb .. + 3). */
+ACCEL__OPTIM_HDI void accel__optim_bits_v(unsigned long long seed, unsigned long long stream, unsigned long long index,
+                                          long long ea, long long eb, int split, uint32_t r[8]) {
+    if (split) {
+        accel__optim_bits4(seed, stream, index + (unsigned long long)ea, r);
+        accel__optim_bits4(seed, stream, index + (unsigned long long)eb, r + 4);
+    } else {
+        accel__optim_bits8(seed, stream, index + (unsigned long long)ea, r);
+    }
+}
+
+/* The loads of one round of the vector path: the vectors i, i + bd, ... (ACCEL_OPTIM_CUDA_U of them, those below v1;
+   lane: the thread's lane in its warp), widened to float. */
+ACCEL__OPTIM_HDI void accel__optim_vec_load(const accel__optim_dj *jb, long long i, int lane, int bd, long long v1,
+                                            const int gt, const int mom16, float p[][8], float g[][8], float m[][8],
+                                            float v[][8]) {
     int u, q;
     ACCEL__OPTIM_UNROLL
     for (u = 0; u < ACCEL_OPTIM_CUDA_U; ++u) {
-        const long long j = i + (long long)u * bd, e0 = jb->head + ACCEL__OPTIM_VEC * j;
-        uint16_t h[8];
+        const long long j = i + (long long)u * bd;
+        long long ea, eb;
+        int split;
         ACCEL__OPTIM_UNROLL
         for (q = 0; q < 8; ++q) p[u][q] = g[u][q] = m[u][q] = v[u][q] = 0.0f;
         if (j >= v1) continue;
-        accel__optim_ld8f(p[u], jb->p + e0);
+        split = accel__optim_halves(jb->head, j, lane, bd, v1, mom16, &ea, &eb);
+        accel__optim_ld4f(p[u], jb->p + ea);
+        accel__optim_ld4f(p[u] + 4, jb->p + eb);
         if (gt == (int)ACCEL_F32) {
-            accel__optim_ld8f(g[u], (const float *)jb->g + e0);
+            accel__optim_ld4f(g[u], (const float *)jb->g + ea);
+            accel__optim_ld4f(g[u] + 4, (const float *)jb->g + eb);
         } else {
-            accel__optim_ld8h(h, (const uint16_t *)jb->g + e0);
-            ACCEL__OPTIM_UNROLL
-            for (q = 0; q < 8; ++q) g[u][q] = accel_bf16_to_f32(h[q]);
+            accel__optim_ld8w(g[u], (const uint16_t *)jb->g, ea, eb, split);
         }
         if (mom16) {
-            accel__optim_ld8h(h, (const uint16_t *)jb->m + e0);
-            ACCEL__OPTIM_UNROLL
-            for (q = 0; q < 8; ++q) m[u][q] = accel_bf16_to_f32(h[q]);
-            accel__optim_ld8h(h, (const uint16_t *)jb->v + e0);
-            ACCEL__OPTIM_UNROLL
-            for (q = 0; q < 8; ++q) v[u][q] = accel_bf16_to_f32(h[q]);
+            accel__optim_ld8w(m[u], (const uint16_t *)jb->m, ea, eb, split);
+            accel__optim_ld8w(v[u], (const uint16_t *)jb->v, ea, eb, split);
         } else {
-            accel__optim_ld8f(m[u], (const float *)jb->m + e0);
-            accel__optim_ld8f(v[u], (const float *)jb->v + e0);
+            accel__optim_ld4f(m[u], (const float *)jb->m + ea);
+            accel__optim_ld4f(m[u] + 4, (const float *)jb->m + eb);
+            accel__optim_ld4f(v[u], (const float *)jb->v + ea);
+            accel__optim_ld4f(v[u] + 4, (const float *)jb->v + eb);
         }
     }
 }
@@ -1317,7 +1441,7 @@ ACCEL__OPTIM_HDI void accel__optim_vec_load(const accel__optim_dj *jb, long long
 /* The updates and stores of one round (rb, ok0: accel__optim_update_fast's reciprocal and range of bc2s). */
 ACCEL__OPTIM_HDI void accel__optim_vec_store(const accel__optim_dj *jb, const accel__optim_coefs *k,
                                              const accel__optim_hyper *hy, const accel__optim_in *in, long long i,
-                                             int bd, long long v1, const int gt, const int model, const int sr,
+                                             int lane, int bd, long long v1, const int gt, const int model, const int sr,
                                              const int mom16, float rb, int ok0, float p[][8], float g[][8],
                                              float m[][8], float v[][8]) {
     const int lerp = hy->kind == ACCEL__OPTIM_K_ADAMW_LERP;
@@ -1325,13 +1449,14 @@ ACCEL__OPTIM_HDI void accel__optim_vec_store(const accel__optim_dj *jb, const ac
     (void)rb; /* without ACCEL_OPTIM_CUDA_FAST */
     ACCEL__OPTIM_UNROLL
     for (u = 0; u < ACCEL_OPTIM_CUDA_U; ++u) {
-        const long long j = i + (long long)u * bd, e0 = jb->head + ACCEL__OPTIM_VEC * j;
-        const unsigned long long ix = jb->index + (unsigned long long)e0;
+        const long long j = i + (long long)u * bd;
+        long long ea, eb;
         uint32_t r[8];
         uint16_t h[8], h2[8];
         float pn[8];
-        int ok = ok0;
+        int ok = ok0, split;
         if (j >= v1) continue;
+        split = accel__optim_halves(jb->head, j, lane, bd, v1, mom16, &ea, &eb);
         ACCEL__OPTIM_UNROLL
         for (q = 0; q < 8; ++q) {
             p[u][q] = accel__optim_mul(p[u][q], k->decay);
@@ -1347,30 +1472,33 @@ ACCEL__OPTIM_HDI void accel__optim_vec_store(const accel__optim_dj *jb, const ac
             ACCEL__OPTIM_UNROLL
             for (q = 0; q < 8; ++q) pn[q] = accel__optim_adamw_tail(k, p[u][q], m[u][q], v[u][q]);
         }
-        accel__optim_st8f(jb->p + e0, pn);
+        accel__optim_st4f(jb->p + ea, pn);
+        accel__optim_st4f(jb->p + eb, pn + 4);
         if (mom16) {
-            accel__optim_bits8(hy->sr_seed, k->t | ACCEL__OPTIM_MOMENT_STREAM, ix, r);
+            accel__optim_bits_v(hy->sr_seed, k->t | ACCEL__OPTIM_MOMENT_STREAM, jb->index, ea, eb, split, r);
             ACCEL__OPTIM_UNROLL
             for (q = 0; q < 8; ++q) {
                 h[q] = accel_optim_f32_to_bf16_sr(m[u][q], r[q]);
                 h2[q] = accel_optim_f32_to_bf16_sr(v[u][q], r[q] >> 16);
             }
-            accel__optim_st8h((uint16_t *)jb->m + e0, h);
-            accel__optim_st8h((uint16_t *)jb->v + e0, h2);
+            accel__optim_st8n((uint16_t *)jb->m, h, ea, eb, split);
+            accel__optim_st8n((uint16_t *)jb->v, h2, ea, eb, split);
         } else {
-            accel__optim_st8f((float *)jb->m + e0, m[u]);
-            accel__optim_st8f((float *)jb->v + e0, v[u]);
+            accel__optim_st4f((float *)jb->m + ea, m[u]);
+            accel__optim_st4f((float *)jb->m + eb, m[u] + 4);
+            accel__optim_st4f((float *)jb->v + ea, v[u]);
+            accel__optim_st4f((float *)jb->v + eb, v[u] + 4);
         }
         if (model) {
             if (sr) {
-                accel__optim_bits8(hy->sr_seed, k->t, ix, r);
+                accel__optim_bits_v(hy->sr_seed, k->t, jb->index, ea, eb, split, r);
                 ACCEL__OPTIM_UNROLL
                 for (q = 0; q < 8; ++q) h[q] = accel_optim_f32_to_bf16_sr(pn[q], r[q]);
             } else {
                 ACCEL__OPTIM_UNROLL
                 for (q = 0; q < 8; ++q) h[q] = accel_f32_to_bf16(pn[q]);
             }
-            accel__optim_st8h((uint16_t *)jb->model + e0, h);
+            accel__optim_st8n((uint16_t *)jb->model, h, ea, eb, split);
         }
     }
 }
@@ -1405,15 +1533,16 @@ ACCEL__OPTIM_HDI void accel__optim_vec_thread(const accel__optim_dj *jb, const a
     const accel__optim_coefs *k;
     float rb;
     int ok0;
-    if (i < s->v1) accel__optim_vec_load(jb, i, bd, s->v1, gt, mom16, p, g, m, v);
+    const int lane = tid & 31;
+    if (i < s->v1) accel__optim_vec_load(jb, i, lane, bd, s->v1, gt, mom16, p, g, m, v);
     k = accel__optim_stage(kp, stage, tid);
     if (k->skip) return; /* found_inf: nothing is written */
     rb = accel__optim_rcp1(k->bc2s);
     ok0 = ACCEL_OPTIM_CUDA_FAST ? accel__optim_mid_pos(k->bc2s) : 1;
     while (i < s->v1) {
-        accel__optim_vec_store(jb, k, hy, in, i, bd, s->v1, gt, model, sr, mom16, rb, ok0, p, g, m, v);
+        accel__optim_vec_store(jb, k, hy, in, i, lane, bd, s->v1, gt, model, sr, mom16, rb, ok0, p, g, m, v);
         i += (long long)ACCEL_OPTIM_CUDA_U * bd;
-        if (i < s->v1) accel__optim_vec_load(jb, i, bd, s->v1, gt, mom16, p, g, m, v);
+        if (i < s->v1) accel__optim_vec_load(jb, i, lane, bd, s->v1, gt, mom16, p, g, m, v);
     }
     for (e = s->s0 + tid; e < s->s1; e += bd) accel__optim_elem(jb, k, hy, in, e, 1);
     for (e = s->t0 + tid; e < s->t1; e += bd) accel__optim_elem(jb, k, hy, in, e, 1);

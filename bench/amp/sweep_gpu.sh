@@ -41,7 +41,8 @@ T0=$(date +%s)
 # One variant a line: name, then B = ACCEL_AMP_CUDA_BLOCK, and for the read + write kinds (unscale, conversions,
 # stochastic rounding, fp8 cast / dequantize: FAST) and the norm (NORM): U = 16-byte units a thread loads before it
 # works, MINB = blocks of 256 threads per SM in the launch bound (8 -> 32 registers), WAVES = 0: a block per chunk,
-# k: k x the resident blocks walking the chunks. v0 is the committed default, written out.
+# k: k x the resident blocks walking the chunks; anything after the eighth column is passed on as further macros
+# (e.g. -DACCEL__AMP_U_UNSCALE=2 -DACCEL__AMP_CACHE=1). v0 is the committed default, written out.
 default_variants() {
 cat <<'EOF'
 #  name          B    U_FAST MINB_FAST WAVES_FAST  U_NORM MINB_NORM WAVES_NORM
@@ -56,10 +57,10 @@ v7-b512         512   2      4         0           4      4         4
 EOF
 }
 if [ -n "${VARIANTS:-}" ]; then cat "$VARIANTS"; else default_variants; fi | grep -v '^\s*\(#\|$\)' |
-  while read -r name B uf mf wf un mn wn; do
+  while read -r name B uf mf wf un mn wn extra; do
     echo "$name|-DACCEL_AMP_CUDA_BLOCK=$B" \
          "-DACCEL__AMP_U_FAST=$uf -DACCEL__AMP_MINB_FAST=$mf -DACCEL__AMP_WAVES_FAST=$wf" \
-         "-DACCEL__AMP_U_NORM=$un -DACCEL__AMP_MINB_NORM=$mn -DACCEL__AMP_WAVES_NORM=$wn"
+         "-DACCEL__AMP_U_NORM=$un -DACCEL__AMP_MINB_NORM=$mn -DACCEL__AMP_WAVES_NORM=$wn${extra:+ $extra}"
   done > "$OUT/variants.txt"
 n=$(wc -l < "$OUT/variants.txt")
 ver=$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')

@@ -9,15 +9,18 @@
      first step), F32/BF16/F16 gradients, unscale and clip coefficients, maximize, and BF16/F16 model copies (nearest
      and stochastic). NaN compares equal to NaN (payloads may differ);
    - the vector path at every alignment (parameter, gradient and copy offsets of 0..7 elements, mutually aligned or
-     not), lengths around the vector and chunk sizes, and a mixed list in one step: every 16-byte vector access is
-     aligned (counted through the ACCEL__OPTIM_VEC_CHECK hook), the vector path is taken where the streams allow it,
-     and the bits equal the per-element function's;
-   - the draws of 8 elements (accel__optim_bits8) at every index modulo 4 equal accel_optim_sr_bits, and the job
+     not), lengths around the vector and chunk sizes, and a mixed list in one step: every 16-byte vector access (and
+     8-byte half of a 16-bit stream in the split layout) is aligned (counted through the ACCEL__OPTIM_VEC_CHECK
+     hooks), the vector path is taken where the streams allow it, and the bits equal the per-element function's (the
+     split layout's permutation included: an element updated twice or never differs);
+   - the draws of 8 and of 4 elements (accel__optim_bits8, _bits4) at every index modulo 4 equal
+     accel_optim_sr_bits, and the job
      lookup equals a linear count. So the kernels' index, tail and alignment logic is checked on the CPU before any
      GPU runs it. */
 #include <stdint.h>
 static long vec_access, vec_misaligned, fallbacks;
 #define ACCEL__OPTIM_VEC_CHECK(ptr) (++vec_access, vec_misaligned += ((uintptr_t)(ptr) & 15u) != 0)
+#define ACCEL__OPTIM_VEC_CHECK8(ptr) (++vec_access, vec_misaligned += ((uintptr_t)(ptr) & 7u) != 0)
 #define ACCEL__OPTIM_FALLBACK_NOTE() (++fallbacks)
 #ifndef OPTIM_VARIANT
 #define OPTIM_VARIANT "default"
@@ -431,7 +434,7 @@ static void test_alignment(void) {
            vec_misaligned, fallbacks, sim_launches);
 }
 
-/* The draws of 8 consecutive elements against the documented per-element rule, at every index modulo 4. */
+/* The draws of 8 and of 4 consecutive elements against the documented per-element rule, at every index modulo 4. */
 static void test_bits8(void) {
     long bad = 0;
     int i, q;
@@ -439,10 +442,12 @@ static void test_bits8(void) {
     for (i = 0; i < 4000; ++i) {
         unsigned long long seed = ((unsigned long long)rnd32() << 32) | rnd32(), stream = rnd32() % 1000;
         unsigned long long index = (((unsigned long long)rnd32() << 24) ^ rnd32()) + (unsigned long long)(i % 4);
-        uint32_t r[8];
+        uint32_t r[8], r4[4];
         if (i % 3 == 0) stream |= ACCEL__OPTIM_MOMENT_STREAM;
         accel__optim_bits8(seed, stream, index, r);
         for (q = 0; q < 8; ++q) bad += r[q] != accel_optim_sr_bits(seed, stream, index + (unsigned long long)q);
+        accel__optim_bits4(seed, stream, index, r4);
+        for (q = 0; q < 4; ++q) bad += r4[q] != accel_optim_sr_bits(seed, stream, index + (unsigned long long)q);
     }
     AT_EQ_INT(bad, 0);
 }
