@@ -69,9 +69,13 @@
                      algorithms; see ALL-REDUCE ON MPI); async ops always have the deadline.
      debug           accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). On: every rank's (op, dtype,
                      count, root) are all-gathered before each collective; a difference is ACCEL_ERR_MISMATCH on all.
-                     Off, an all-reduce of host (or staged) memory on 2-64 ranks is still checked at no cost: its
-                     messages' tags carry (op, dtype, count), and a difference is ACCEL_ERR_MISMATCH on every rank
-                     within about a millisecond, naming the rank and what differs (the context is then unusable).
+                     Off, an all-reduce or reduce-scatter of host (or staged) memory on 2-64 ranks is still checked
+                     at no cost: its messages' tags carry (op, dtype, count), and a difference is ACCEL_ERR_MISMATCH
+                     on every rank within about a millisecond, naming the rank and what differs (the context is then
+                     unusable). broadcast, all_gather, gather and reduce run on MPI's own algorithms and are not
+                     checked off debug mode: another count there can give ACCEL_OK and a wrong result (gather,
+                     reduce), or Open MPI's MPI_ERR_TRUNCATE, which its non-blocking collectives raise on
+                     MPI_COMM_WORLD (by default fatal to the job).
      cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
 
    ALL-REDUCE ON MPI (with the deadline, no_watchdog 0)
@@ -467,36 +471,31 @@ ACCEL__TARGET_AVX2 static ACCEL_INLINE __m256 accel__coll_v8_combine(__m256 x, _
     default: return _mm256_add_ps(x, y);
     }
 }
-/* returns the elements done (a multiple of 8) */
-ACCEL__TARGET_AVX2 static size_t accel__coll_reduce_bf16_avx2(const uint16_t *in, uint16_t *inout, size_t n, int op) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 x = accel__v8_bf16_to_f32(_mm_loadu_si128((const __m128i *)(const void *)(in + i)));
-        __m256 y = accel__v8_bf16_to_f32(_mm_loadu_si128((const __m128i *)(const void *)(inout + i)));
-        _mm_storeu_si128((__m128i *)(void *)(inout + i), accel__v8_f32_to_bf16(accel__coll_v8_combine(x, y, op)));
+/* the lanes of one type: returns the elements done (a multiple of 8) */
+#define ACCEL__COLL_REDUCE16_LANES(NAME, TARGET, WIDEN, ROUND)                                                         \
+    TARGET static size_t NAME(const uint16_t *in, uint16_t *inout, size_t n, int op) {                                \
+        size_t i = 0;                                                                                                  \
+        for (; i + 8 <= n; i += 8) {                                                                                   \
+            __m256 x = WIDEN(_mm_loadu_si128((const __m128i *)(const void *)(in + i)));                                \
+            __m256 y = WIDEN(_mm_loadu_si128((const __m128i *)(const void *)(inout + i)));                             \
+            _mm_storeu_si128((__m128i *)(void *)(inout + i), ROUND(accel__coll_v8_combine(x, y, op)));                 \
+        }                                                                                                              \
+        return i;                                                                                                      \
     }
-    return i;
-}
-ACCEL__TARGET_F16C static size_t accel__coll_reduce_f16_avx2(const uint16_t *in, uint16_t *inout, size_t n, int op) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 x = accel__v8_f16_to_f32(_mm_loadu_si128((const __m128i *)(const void *)(in + i)));
-        __m256 y = accel__v8_f16_to_f32(_mm_loadu_si128((const __m128i *)(const void *)(inout + i)));
-        _mm_storeu_si128((__m128i *)(void *)(inout + i), accel__v8_f32_to_f16(accel__coll_v8_combine(x, y, op)));
-    }
-    return i;
-}
+ACCEL__COLL_REDUCE16_LANES(accel__coll_reduce_bf16_avx2, ACCEL__TARGET_AVX2, accel__v8_bf16_to_f32,
+                           accel__v8_f32_to_bf16)
+#if defined(__F16C__) || !defined(ACCEL_COLL_NO_DISPATCH)
+#define ACCEL__COLL_F16_LANES 1
+ACCEL__COLL_REDUCE16_LANES(accel__coll_reduce_f16_avx2, ACCEL__TARGET_F16C, accel__v8_f16_to_f32, accel__v8_f32_to_f16)
+#endif
 #endif
 ACCEL__PRIVATE void accel__coll_reduce16(const uint16_t *in, uint16_t *inout, size_t n, int op, int bf16) {
     size_t i = 0;
 #ifdef ACCEL__COLL_AVX2
-    if (bf16) {
-        if (accel__cpu_has(ACCEL__CPU_AVX2)) i = accel__coll_reduce_bf16_avx2(in, inout, n, op);
-    } else {
-#if defined(__F16C__) || !defined(ACCEL_COLL_NO_DISPATCH)
-        if (accel__cpu_has(ACCEL__CPU_AVX2 | ACCEL__CPU_F16C)) i = accel__coll_reduce_f16_avx2(in, inout, n, op);
+    if (bf16 && accel__cpu_has(ACCEL__CPU_AVX2)) i = accel__coll_reduce_bf16_avx2(in, inout, n, op);
 #endif
-    }
+#ifdef ACCEL__COLL_F16_LANES
+    if (!bf16 && accel__cpu_has(ACCEL__CPU_AVX2 | ACCEL__CPU_F16C)) i = accel__coll_reduce_f16_avx2(in, inout, n, op);
 #endif
     for (; i < n; ++i) inout[i] = accel__coll_combine16(in[i], inout[i], op, bf16);
 }
@@ -1392,6 +1391,7 @@ static void accel__coll_p2p_init(accel_coll *c, accel_coll_request *q, const voi
    signature? Then records ACCEL_ERR_MISMATCH naming the peer and what differs, and returns it. */
 static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
     accel_coll *c = q->c;
+    const char *what = accel__coll_kind_name(q->kind); /* all_reduce or reduce_scatter */
     int k, bits = accel__coll_tag_sig_bits(c);
     unsigned seq_mask = (1u << ACCEL__COLL_TAG_SEQ_BITS) - 1u, mine = (unsigned)q->ring_tag;
     if (!bits) return ACCEL_OK;
@@ -1407,19 +1407,19 @@ static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
         (void)MPI_Get_count(&st, MPI_BYTE, &nbytes);
         if ((sig & 7u) != (msig & 7u) && bits >= 3)
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH,
-                               "all_reduce: rank %d called it with op %s, rank %d with op %s", k,
+                               "%s: rank %d called it with op %s, rank %d with op %s", what, k,
                                accel_coll_op_name((accel_coll_op)(sig & 7u)), c->rank, accel_coll_op_name(q->op));
         if (((sig >> 3) & 31u) != ((msig >> 3) & 31u) && bits >= 8) {
             const char *dn = accel_dtype_name((accel_dtype)((sig >> 3) & 31u));
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with dtype %s, rank %d with "
-                               "%s (%zu elements)", k, dn ? dn : "?", c->rank, accel_dtype_name(q->dt), q->count);
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with dtype %s, rank %d with %s (%zu "
+                               "elements)", what, k, dn ? dn : "?", c->rank, accel_dtype_name(q->dt), q->count);
         }
         if (q->ring == 2 || q->ring == 4) /* whole buffers: the peer's count is its message's length */
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with %zu elements, rank %d "
-                               "with %zu (%s)", k, (size_t)nbytes / accel_dtype_size(q->dt), c->rank, q->count,
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with %zu elements, rank %d with %zu "
+                               "(%s)", what, k, (size_t)nbytes / accel_dtype_size(q->dt), c->rank, q->count,
                                accel_dtype_name(q->dt));
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with another element count than "
-                           "rank %d (%zu %s; its message holds %d bytes)", k, c->rank, q->count,
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with another element count than rank %d "
+                           "(%zu %s; its message holds %d bytes)", what, k, c->rank, q->count,
                            accel_dtype_name(q->dt), nbytes);
     }
     return ACCEL_OK;

@@ -211,9 +211,9 @@ int main(void) {
     AT_CHECK(judge(1.0f + 0x1p-8f, 0x3f80, 1) && judge(1.0f + 3 * 0x1p-8f, 0x3f82, 1));
 #ifdef ACCEL__COLL_AVX2
     lanes_bf16 = accel__cpu_has(ACCEL__CPU_AVX2);
-#if defined(__F16C__) || !defined(ACCEL_COLL_NO_DISPATCH)
-    lanes16 = accel__cpu_has(ACCEL__CPU_AVX2 | ACCEL__CPU_F16C);
 #endif
+#ifdef ACCEL__COLL_F16_LANES
+    lanes16 = accel__cpu_has(ACCEL__CPU_AVX2 | ACCEL__CPU_F16C);
 #endif
     for (bf = 0; bf < 2; ++bf) {
         tails(bf);
