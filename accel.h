@@ -833,7 +833,7 @@ ACCEL_API void *accel_attempt_pinned_alloc(accel_attempt *a, size_t size);
      2. errors and logging
      3. allocation (the only calls to malloc/free/cudaMalloc/cudaHostAlloc) and stb_ds
      4. shared helpers: byte order, UTF-8, string builder + JSON strings, files (mkdir -p, atomic writes, rmtree),
-        deadlines
+        deadlines, x86 CPU features (accel__cpu_has) and the 8-lane AVX2 16-bit codec (accel__v8_*)
      5. dtypes, names, environment, accel_resolve_config
      6. the host process group: accel_hostgroup.h's implementation, included here (the MPI transport, the TCP store
         and its admission, sockets, the flight recorder's ring, host collectives, agreement checks, free ports); what
@@ -1826,6 +1826,73 @@ ACCEL__PRIVATE void accel__sleep_ms(int ms) {
     ts.tv_nsec = (long)(ms % 1000) * 1000000L;
     nanosleep(&ts, NULL);
 }
+
+/* ---- x86 CPU features and the 8-lane 16-bit codec (the modules' run-time chosen AVX2 loops) */
+/* The modules' hot host loops have AVX2 twins compiled with target attributes and chosen at run time, so a baseline
+   -O2 build runs 256-bit code on a machine that has it (each module keeps its own ..._NO_DISPATCH macro: then only a
+   build whose -march has the features uses them). accel__cpu_has(ACCEL__CPU_AVX2 | ACCEL__CPU_F16C) is 1 when the CPU
+   has every feature asked: at compile time when -march has them, else asked once (__builtin_cpu_supports("avx2"),
+   which also checks that the OS saves the YMM registers; F16C and FMA from CPUID.1:ECX bits 29 and 12, because
+   clang 14's __builtin_cpu_supports does not know "f16c"). */
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && !defined(__CUDACC__)
+#define ACCEL__X86 1
+#include <immintrin.h>
+#include <cpuid.h>
+#define ACCEL__CPU_AVX2 1
+#define ACCEL__CPU_F16C 2
+#define ACCEL__CPU_FMA 4
+#define ACCEL__TARGET_AVX2 __attribute__((target("avx2")))
+#define ACCEL__TARGET_F16C __attribute__((target("avx2,f16c")))
+ACCEL__PRIVATE int accel__cpu_has(int want) {
+    static int known; /* 0: not asked yet, else 8 | the features (a race only writes the same value twice) */
+    int built = 0;
+#ifdef __AVX2__
+    built |= ACCEL__CPU_AVX2;
+#endif
+#ifdef __F16C__
+    built |= ACCEL__CPU_F16C;
+#endif
+#ifdef __FMA__
+    built |= ACCEL__CPU_FMA;
+#endif
+    if ((built & want) == want) return 1;
+    if (!known) {
+        unsigned a, b, c = 0, d;
+        int k = 8 | (__builtin_cpu_supports("avx2") ? ACCEL__CPU_AVX2 : 0);
+        if (__get_cpuid(1, &a, &b, &c, &d))
+            k |= (c & bit_F16C ? ACCEL__CPU_F16C : 0) | (c & bit_FMA ? ACCEL__CPU_FMA : 0);
+        known = k;
+    }
+    return (known & want) == want;
+}
+/* The core's 16-bit codec on 8 lanes, lane for lane the same bits (every fp32 input: tests/unit/ddp/test_ddp_vec.c).
+   fp32 → bf16: the rule (u + 0x7fff + lsb) >> 16 on integer lanes (AVX2 only), NaN → 0x7FFF. */
+ACCEL__TARGET_AVX2 static ACCEL_INLINE __m128i accel__v8_f32_to_bf16(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fff), nan);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)); /* lanes <= 0xffff */
+}
+/* bf16 → fp32, exact (a NaN's payload kept, as accel_bf16_to_f32) */
+ACCEL__TARGET_AVX2 static ACCEL_INLINE __m256 accel__v8_bf16_to_f32(__m128i h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+/* fp32 → fp16: F16C's round-to-nearest-even conversion (the codec's rounding, overflow and subnormals), then every
+   NaN lane replaced by 0x7FFF (F16C keeps the payload; the codec does not) */
+ACCEL__TARGET_F16C static ACCEL_INLINE __m128i accel__v8_f32_to_f16(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+    const __m128i m = _mm_packs_epi32(_mm256_castsi256_si128(nan), _mm256_extracti128_si256(nan, 1));
+    return _mm_blendv_epi8(h, _mm_set1_epi16(0x7fff), m);
+}
+/* fp16 → fp32, exact (accel_f16_to_f32 is F16C's rule, a NaN quieted with sign and payload kept) */
+ACCEL__TARGET_F16C static ACCEL_INLINE __m256 accel__v8_f16_to_f32(__m128i h) { return _mm256_cvtph_ps(h); }
+#endif
 
 /* ------------------------------------------------------------------- 5. dtypes, names, environment */
 static const struct { const char *name; size_t size; int is_float; } accel__dtypes[ACCEL_DTYPE_COUNT] = {

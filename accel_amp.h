@@ -557,40 +557,21 @@ static int accel__amp_is16or32(accel_dtype t) { return t == ACCEL_F32 || t == AC
 
 /* Vector width independent of the user's flags (the one dispatch point): on x86-64 with GCC or clang the CPU hot loops
    (fp32 → bf16 / fp16, fp32 unscale_and_check, the fp32 → fp8 cast) have AVX2 twins compiled with target attributes
-   and chosen at run time (__builtin_cpu_supports), so a baseline -O2 build runs 256-bit code on an AVX2 machine. An
+   and chosen at run time (the core's accel__cpu_has), so a baseline -O2 build runs 256-bit code on an AVX2 machine. An
    AVX2 build (-mavx2 / -march=native) takes them unconditionally; ACCEL_AMP_NO_DISPATCH turns the run-time check off
    (then only an AVX2 build uses them). Every twin gives the same bits as its scalar loop (tests/unit/amp/
    test_amp_vec.c checks all 2^32 fp32 inputs of the conversions and the unscale results and found_inf). */
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
-    (defined(__AVX2__) || !defined(ACCEL_AMP_NO_DISPATCH))
+#if defined(ACCEL__X86) && defined(__x86_64__) && (defined(__AVX2__) || !defined(ACCEL_AMP_NO_DISPATCH))
 #define ACCEL__AMP_AVX2 1
-#include <immintrin.h>
-#if defined(__clang__) && !(defined(__AVX2__) && defined(__F16C__)) && !defined(ACCEL_AMP_NO_DISPATCH)
-#include <cpuid.h>
-#endif
-#define ACCEL__AMP_TARGET_AVX2 __attribute__((target("avx2")))
-#define ACCEL__AMP_TARGET_F16C __attribute__((target("avx2,f16c")))
-static int accel__amp_has_avx2(void) {
-#if defined(__AVX2__)
-    return 1;
-#else
-    return __builtin_cpu_supports("avx2");
-#endif
-}
+#define ACCEL__AMP_TARGET_AVX2 ACCEL__TARGET_AVX2
+#define ACCEL__AMP_TARGET_F16C ACCEL__TARGET_F16C
+/* the core's CPU check (accel__cpu_has); ACCEL_AMP_NO_DISPATCH: only what the build's -march has */
+static int accel__amp_has_avx2(void) { return accel__cpu_has(ACCEL__CPU_AVX2); }
 static int accel__amp_has_f16c(void) {
-#if defined(__AVX2__) && defined(__F16C__)
-    return 1;
-#elif defined(ACCEL_AMP_NO_DISPATCH)
+#if defined(ACCEL_AMP_NO_DISPATCH) && !(defined(__AVX2__) && defined(__F16C__))
     return 0;
-#elif defined(__clang__) /* clang 14 has no "f16c" for __builtin_cpu_supports: CPUID.1:ECX bit 29, asked once */
-    static int known; /* 0 not asked yet, 1 no, 2 yes (a race only writes the same value twice) */
-    if (!known) {
-        unsigned a, b, c = 0, d;
-        known = __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 2 : 1;
-    }
-    return known == 2;
 #else
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return accel__cpu_has(ACCEL__CPU_AVX2 | ACCEL__CPU_F16C);
 #endif
 }
 

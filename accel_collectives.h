@@ -36,7 +36,9 @@
      MPI   host buffers. Device buffers (acc.device >= 0, nvcc TU) go straight to MPI when it is CUDA-aware
            (MPIX_Query_cuda_support / MPIX_GPU_query_support, or ACCEL_CUDA_AWARE_MPI=0|1), otherwise through pinned
            host staging (acc's pinned allocator). F16/BF16 reductions use user-defined MPI ops that compute in float
-           and round to nearest even (accel.h's codec: a NaN result is 0x7FFF).
+           and round to nearest even (accel.h's codec: a NaN result is 0x7FFF); on x86-64 8 lanes at a time when the
+           CPU has AVX2 (+ F16C for F16), the same bits (ACCEL_COLL_NO_DISPATCH, a macro in the ACCEL_IMPLEMENTATION
+           TU: only a build whose -march has them uses the lanes).
      NCCL  device buffers, enqueued on acc.stream (async variants on a private comm stream). Non-blocking communicator
            (config.blocking = 0); errors and deadlines poll ncclCommGetAsyncError and end in ncclCommAbort. AVG is
            ncclSum followed by a division kernel (ncclAvg would scale before the sum). Bootstrap: rank 0's
@@ -67,9 +69,13 @@
                      algorithms; see ALL-REDUCE ON MPI); async ops always have the deadline.
      debug           accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). On: every rank's (op, dtype,
                      count, root) are all-gathered before each collective; a difference is ACCEL_ERR_MISMATCH on all.
-                     Off, an all-reduce of host (or staged) memory on 2-64 ranks is still checked at no cost: its
-                     messages' tags carry (op, dtype, count), and a difference is ACCEL_ERR_MISMATCH on every rank
-                     within about a millisecond, naming the rank and what differs (the context is then unusable).
+                     Off, an all-reduce or reduce-scatter of host (or staged) memory on 2-64 ranks is still checked
+                     at no cost: its messages' tags carry (op, dtype, count), and a difference is ACCEL_ERR_MISMATCH
+                     on every rank within about a millisecond, naming the rank and what differs (the context is then
+                     unusable). broadcast, all_gather, gather and reduce run on MPI's own algorithms and are not
+                     checked off debug mode: another count there can give ACCEL_OK and a wrong result (gather,
+                     reduce), or Open MPI's MPI_ERR_TRUNCATE, which its non-blocking collectives raise on
+                     MPI_COMM_WORLD (by default fatal to the job).
      cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
 
    ALL-REDUCE ON MPI (with the deadline, no_watchdog 0)
@@ -445,6 +451,54 @@ static ACCEL_INLINE ACCEL_HD uint16_t accel__coll_combine16(uint16_t a, uint16_t
     float z = accel__coll_combine_f32(x, y, op);
     return bf16 ? accel_f32_to_bf16(z) : accel_f32_to_f16(z);
 }
+/* The F16/BF16 reductions of the MPI user ops (also the point-to-point all-reduce's MPI_Reduce_local) over n
+   elements: inout[i] = accel__coll_combine16(in[i], inout[i], op, bf16). On x86-64 GCC/clang 8 lanes at a time when
+   the CPU has AVX2 (bf16: the widening is a shift, the rounding integer lanes) or AVX2 + F16C (fp16), chosen at run
+   time by the core's accel__cpu_has (ACCEL_COLL_NO_DISPATCH: only a build whose -march has them uses the lanes); the
+   scalar elements on other CPUs and for the tail. Lane for lane the scalar bits: widening is exact, addps / mulps
+   round to nearest even as the scalar float operation, maxps(x, y) / minps(x, y) are x > y ? x : y / x < y ? x : y
+   (the scalar's choice for NaN and signed zeros), and the core's 8-lane codec rounds back (NaN → 0x7FFF).
+   tests/unit/collectives/test_coll_vec.c checks every pair of 16-bit inputs of the sum against a long-hand float64
+   reference. At 124 M elements the scalar loop made the 16-bit all-reduce slower than MPI's fp32 one of twice the
+   bytes (bench/ddp). */
+#if defined(ACCEL__X86) && defined(__x86_64__) && (defined(__AVX2__) || !defined(ACCEL_COLL_NO_DISPATCH))
+#define ACCEL__COLL_AVX2 1
+ACCEL__TARGET_AVX2 static ACCEL_INLINE __m256 accel__coll_v8_combine(__m256 x, __m256 y, int op) {
+    switch (op) {
+    case ACCEL_COLL_MAX: return _mm256_max_ps(x, y);
+    case ACCEL_COLL_MIN: return _mm256_min_ps(x, y);
+    case ACCEL_COLL_PROD: return _mm256_mul_ps(x, y);
+    default: return _mm256_add_ps(x, y);
+    }
+}
+/* the lanes of one type: returns the elements done (a multiple of 8) */
+#define ACCEL__COLL_REDUCE16_LANES(NAME, TARGET, WIDEN, ROUND)                                                         \
+    TARGET static size_t NAME(const uint16_t *in, uint16_t *inout, size_t n, int op) {                                \
+        size_t i = 0;                                                                                                  \
+        for (; i + 8 <= n; i += 8) {                                                                                   \
+            __m256 x = WIDEN(_mm_loadu_si128((const __m128i *)(const void *)(in + i)));                                \
+            __m256 y = WIDEN(_mm_loadu_si128((const __m128i *)(const void *)(inout + i)));                             \
+            _mm_storeu_si128((__m128i *)(void *)(inout + i), ROUND(accel__coll_v8_combine(x, y, op)));                 \
+        }                                                                                                              \
+        return i;                                                                                                      \
+    }
+ACCEL__COLL_REDUCE16_LANES(accel__coll_reduce_bf16_avx2, ACCEL__TARGET_AVX2, accel__v8_bf16_to_f32,
+                           accel__v8_f32_to_bf16)
+#if defined(__F16C__) || !defined(ACCEL_COLL_NO_DISPATCH)
+#define ACCEL__COLL_F16_LANES 1
+ACCEL__COLL_REDUCE16_LANES(accel__coll_reduce_f16_avx2, ACCEL__TARGET_F16C, accel__v8_f16_to_f32, accel__v8_f32_to_f16)
+#endif
+#endif
+ACCEL__PRIVATE void accel__coll_reduce16(const uint16_t *in, uint16_t *inout, size_t n, int op, int bf16) {
+    size_t i = 0;
+#ifdef ACCEL__COLL_AVX2
+    if (bf16 && accel__cpu_has(ACCEL__CPU_AVX2)) i = accel__coll_reduce_bf16_avx2(in, inout, n, op);
+#endif
+#ifdef ACCEL__COLL_F16_LANES
+    if (!bf16 && accel__cpu_has(ACCEL__CPU_AVX2 | ACCEL__CPU_F16C)) i = accel__coll_reduce_f16_avx2(in, inout, n, op);
+#endif
+    for (; i < n; ++i) inout[i] = accel__coll_combine16(in[i], inout[i], op, bf16);
+}
 /* DDP's pre-scaling of one element: dst[i] = src[i] * fl(1/n), dst may equal src. torch's Reducer copies each gradient
    into its bucket as grad * (1.0 / world_size) (a wrapped double scalar, so the product is taken in the tensor's
    compute type: double for F64, float for F32/F16/BF16, then rounded to the 16-bit type), before an all-reduce SUM.
@@ -662,11 +716,8 @@ static int accel__mpi_testall(int n, MPI_Request *reqs, int *done) {
 #endif
 #define ACCEL__COLL_USER_OP(NAME, OP, BF)                                                                              \
     static void NAME(void *in, void *inout, int *len, MPI_Datatype *dtp) {                                             \
-        const uint16_t *a = (const uint16_t *)in;                                                                      \
-        uint16_t *b = (uint16_t *)inout;                                                                               \
-        int i;                                                                                                         \
         (void)dtp;                                                                                                     \
-        for (i = 0; i < *len; ++i) b[i] = accel__coll_combine16(a[i], b[i], OP, BF);                                   \
+        if (*len > 0) accel__coll_reduce16((const uint16_t *)in, (uint16_t *)inout, (size_t)*len, OP, BF);             \
     }
 ACCEL__COLL_USER_OP(accel__coll_op_f16_sum, ACCEL_COLL_SUM, 0)
 ACCEL__COLL_USER_OP(accel__coll_op_f16_prod, ACCEL_COLL_PROD, 0)
@@ -1340,6 +1391,7 @@ static void accel__coll_p2p_init(accel_coll *c, accel_coll_request *q, const voi
    signature? Then records ACCEL_ERR_MISMATCH naming the peer and what differs, and returns it. */
 static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
     accel_coll *c = q->c;
+    const char *what = accel__coll_kind_name(q->kind); /* all_reduce or reduce_scatter */
     int k, bits = accel__coll_tag_sig_bits(c);
     unsigned seq_mask = (1u << ACCEL__COLL_TAG_SEQ_BITS) - 1u, mine = (unsigned)q->ring_tag;
     if (!bits) return ACCEL_OK;
@@ -1355,19 +1407,19 @@ static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
         (void)MPI_Get_count(&st, MPI_BYTE, &nbytes);
         if ((sig & 7u) != (msig & 7u) && bits >= 3)
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH,
-                               "all_reduce: rank %d called it with op %s, rank %d with op %s", k,
+                               "%s: rank %d called it with op %s, rank %d with op %s", what, k,
                                accel_coll_op_name((accel_coll_op)(sig & 7u)), c->rank, accel_coll_op_name(q->op));
         if (((sig >> 3) & 31u) != ((msig >> 3) & 31u) && bits >= 8) {
             const char *dn = accel_dtype_name((accel_dtype)((sig >> 3) & 31u));
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with dtype %s, rank %d with "
-                               "%s (%zu elements)", k, dn ? dn : "?", c->rank, accel_dtype_name(q->dt), q->count);
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with dtype %s, rank %d with %s (%zu "
+                               "elements)", what, k, dn ? dn : "?", c->rank, accel_dtype_name(q->dt), q->count);
         }
         if (q->ring == 2 || q->ring == 4) /* whole buffers: the peer's count is its message's length */
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with %zu elements, rank %d "
-                               "with %zu (%s)", k, (size_t)nbytes / accel_dtype_size(q->dt), c->rank, q->count,
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with %zu elements, rank %d with %zu "
+                               "(%s)", what, k, (size_t)nbytes / accel_dtype_size(q->dt), c->rank, q->count,
                                accel_dtype_name(q->dt));
-        return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "all_reduce: rank %d called it with another element count than "
-                           "rank %d (%zu %s; its message holds %d bytes)", k, c->rank, q->count,
+        return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with another element count than rank %d "
+                           "(%zu %s; its message holds %d bytes)", what, k, c->rank, q->count,
                            accel_dtype_name(q->dt), nbytes);
     }
     return ACCEL_OK;

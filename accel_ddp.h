@@ -339,53 +339,22 @@ static ACCEL_INLINE ACCEL_HD void accel__ddp_hook_elem(void *grad, uint16_t *com
     else accel__ddp_decompress_elem(grad, comp, i, gdt, wdt, hdt);
 }
 /* The host loops of the hooks: one pass per gradient that loads, casts, divides and casts again (compress), or loads
-   and casts back (decompress) — the scalar elements above, or 8 lanes at a time with AVX2 + F16C (x86-64 GCC/clang,
-   chosen at run time like accel_amp.h's and accel_optim.h's loops; ACCEL_DDP_NO_DISPATCH: only an AVX2+F16C build
-   uses them; not in an nvcc-compiled TU, whose host passes stay scalar). The lanes give the scalar bits: every step
-   is an IEEE operation rounded to nearest even (F16C's conversions, the bf16 rule (u + 0x7fff + lsb) >> 16 on
-   integer lanes, divps), NaN is 0x7FFF wherever the scalar codec makes it so (F16C keeps a NaN's payload: such lanes
-   are replaced), and the division is the scalar's division (the loop is memory-bound: a multiplication by fl(1/p)
-   would save nothing). tests/unit/ddp/test_ddp_vec.c checks every fp32 input. */
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
+   and casts back (decompress) — the scalar elements above, or 8 lanes at a time with AVX2 + F16C (x86 GCC/clang,
+   chosen at run time by the core's accel__cpu_has, as accel_amp.h's, accel_optim.h's and the 16-bit all-reduce's
+   loops; ACCEL_DDP_NO_DISPATCH: only an AVX2+F16C build uses them; not in an nvcc-compiled TU, whose host passes
+   stay scalar). The lanes give the scalar bits: every step is an IEEE operation rounded to nearest even (the core's
+   8-lane codec, divps), and the division is the scalar's division (the loop is memory-bound: a multiplication by
+   fl(1/p) would save nothing). tests/unit/ddp/test_ddp_vec.c checks every fp32 input. */
+#if defined(ACCEL__X86) && defined(__x86_64__) && \
     ((defined(__AVX2__) && defined(__F16C__)) || !defined(ACCEL_DDP_NO_DISPATCH))
 #define ACCEL__DDP_AVX2 1
-#include <immintrin.h>
-#if !(defined(__AVX2__) && defined(__F16C__))
-#include <cpuid.h>
-#endif
-#define ACCEL__DDP_TARGET __attribute__((target("avx2,f16c")))
-static int accel__ddp_has_avx2_f16c(void) {
-#if defined(__AVX2__) && defined(__F16C__)
-    return 1;
-#else /* F16C is CPUID.1:ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c"); asked once */
-    static int known; /* 0 not asked yet, 1 no, 2 yes (a race only writes the same value twice) */
-    if (!known) {
-        unsigned a, b, c = 0, d;
-        known = __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 2 : 1;
-    }
-    return known == 2;
-#endif
-}
-/* 8 floats → 8 halves or bfloat16s (accel_f32_to_f16 / accel_f32_to_bf16, NaN → 0x7FFF) */
+#define ACCEL__DDP_TARGET ACCEL__TARGET_F16C
+/* 8 floats ↔ 8 halves or bfloat16s: the core's 8-lane codec (NaN → 0x7FFF; widening exact) */
 ACCEL__DDP_TARGET static ACCEL_INLINE __m128i accel__ddp_v_pack(__m256 x, int dt) {
-    const __m256i u = _mm256_castps_si256(x);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                           _mm256_set1_epi32(0x7f800000));
-    if (dt == (int)ACCEL_BF16) {
-        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-        r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fff), nan);
-        return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)); /* lanes <= 0xffff */
-    } else {
-        __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
-        __m128i m = _mm_packs_epi32(_mm256_castsi256_si128(nan), _mm256_extracti128_si256(nan, 1));
-        return _mm_blendv_epi8(h, _mm_set1_epi16(0x7fff), m);
-    }
+    return dt == (int)ACCEL_BF16 ? accel__v8_f32_to_bf16(x) : accel__v8_f32_to_f16(x);
 }
-/* 8 halves or bfloat16s → 8 floats, exact (accel_f16_to_f32 is F16C's rule, NaN payloads included) */
 ACCEL__DDP_TARGET static ACCEL_INLINE __m256 accel__ddp_v_unpack(__m128i h, int dt) {
-    if (dt == (int)ACCEL_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    return _mm256_cvtph_ps(h);
+    return dt == (int)ACCEL_BF16 ? accel__v8_bf16_to_f32(h) : accel__v8_f16_to_f32(h);
 }
 /* accel__ddp_round16 on 8 lanes */
 ACCEL__DDP_TARGET static ACCEL_INLINE __m256 accel__ddp_v_round(__m256 x, int dt) {
@@ -420,7 +389,7 @@ static void accel__ddp_hook_host(void *grad, uint16_t *comp, size_t n, int gdt, 
                                  int compress) {
     size_t i;
 #ifdef ACCEL__DDP_AVX2
-    if (accel__ddp_has_avx2_f16c()) {
+    if (accel__cpu_has(ACCEL__CPU_AVX2 | ACCEL__CPU_F16C)) {
         accel__ddp_hook_host_avx2(grad, comp, n, gdt, wdt, hdt, p, compress);
         return;
     }

@@ -429,9 +429,9 @@ static ACCEL_INLINE ACCEL_HD uint16_t accel_optim_f32_to_bf16_sr(float f, uint32
 #else
 #define ACCEL__OPTIM_NOCONTRACT
 #endif
-/* Run-time dispatch to an AVX2+FMA twin of the CPU loop on x86 GCC/Clang builds whose -march has no FMA. */
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && !defined(__CUDACC__) && \
-    !defined(__FP_FAST_FMAF) && !defined(ACCEL_OPTIM_NO_DISPATCH)
+/* Run-time dispatch (the core's accel__cpu_has) to an AVX2+FMA twin of the CPU loop on x86 GCC/Clang builds whose
+   -march has no FMA. */
+#if defined(ACCEL__X86) && !defined(__FP_FAST_FMAF) && !defined(ACCEL_OPTIM_NO_DISPATCH)
 #define ACCEL__OPTIM_X86_DISPATCH 1
 #endif
 #ifdef __FP_FAST_FMAF
@@ -930,7 +930,7 @@ ACCEL__OPTIM_CPU_VARIANTS(accel__optim_cpu_avx2, ACCEL__OPTIM_NOCONTRACT __attri
 static void accel__optim_cpu_run(const accel__optim_job *jobs, int njobs, const accel__optim_hyper *hy,
                                  const accel__optim_in *in) {
 #ifdef ACCEL__OPTIM_X86_DISPATCH
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (accel__cpu_has(ACCEL__CPU_AVX2 | ACCEL__CPU_FMA)) {
         accel__optim_cpu_avx2(jobs, njobs, hy, in);
         return;
     }

@@ -6,8 +6,8 @@
      goal       the issue's: >= 1.6x the fp32 all-reduce's throughput where the link is the bottleneck. On one host
                 (shared-memory MPI, CPU conversion on the same cores) the link is memory bandwidth. The hook's
                 cast/divide/cast-back passes are one AVX2 pass each way (seconds_accel - seconds_allreduce16_alone);
-                most of a hook step is the 16-bit all-reduce, whose MPI user op (accel_collectives.h) converts each
-                element in scalar code: compare seconds_allreduce16_alone with seconds_mpi_half_bytes.
+                the rest is the 16-bit all-reduce, whose MPI user op (accel_collectives.h) adds in AVX2 lanes on such
+                a CPU (scalar elsewhere): compare seconds_allreduce16_alone with seconds_mpi_half_bytes.
      wire_bytes the bytes each rank hands to the all-reduce per step (the hook's are half of fp32's).
    Also: seconds of an MPI_Allreduce of half the fp32 bytes (the ideal of halving the wire, the hook's bound here)
    and of accel_coll_all_reduce of the hook's 16-bit copy alone (the wire part of a hook step; the rest of the step

@@ -831,6 +831,20 @@ static void mismatch(void) {
         AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
         accel_coll_destroy(c);
     }
+    { /* a reduce-scatter (the direct algorithm's first phase) with another count names itself, not all_reduce */
+        static float y[64];
+        accel_coll *c;
+        accel_coll_desc cd;
+        accel_result r;
+        memset(&cd, 0, sizeof cd);
+        cd.timeout_ms = 20000;
+        AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+        r = accel_coll_reduce_scatter(c, x, y, R == P - 1 ? 15 : 16, ACCEL_F32, ACCEL_COLL_SUM);
+        AT_EQ_INT(r, ACCEL_ERR_MISMATCH);
+        AT_CONTAINS(accel_last_error(&acc), "reduce_scatter: rank");
+        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+        accel_coll_destroy(c);
+    }
     /* x is not freed: the unmatched messages' requests may still name it until MPI_Finalize */
 }
 

@@ -206,7 +206,7 @@ int main(void) {
     int vec = 0;
     (void)bitsf;
 #ifdef ACCEL__DDP_AVX2
-    vec = accel__ddp_has_avx2_f16c();
+    vec = accel__cpu_has(ACCEL__CPU_AVX2 | ACCEL__CPU_F16C);
     if (vec) {
         exhaustive_f32(accel__ddp_hook_host_avx2, ACCEL_F16, "compress f32->f16 / 3 AVX2, all 2^32 inputs");
         exhaustive_f32(accel__ddp_hook_host_avx2, ACCEL_BF16, "compress f32->bf16 / 3 AVX2, all 2^32 inputs");
