@@ -13,8 +13,9 @@
    buffers (+ the communicator's scratch). Errors: a unit waited on twice, released unused, a third gather, a rank
    that skips a gather or names another unit (same size or not), a bad unit on one rank: an error on every rank,
    no hang; debug mode fills a released buffer with NaN.
-   Checkpoints through accel_ckpt: saved on 4 ranks, continued bit for bit on 2, 3 and 1 (modes save DIR / load DIR).
-   usage: test_zero3_mpi [basic | save DIR | load DIR] */
+   Checkpoints through accel_ckpt: saved on 4 ranks, continued bit for bit on 2, 3 and 1 (modes save DIR / load DIR);
+   the consolidated export through an async save equals the synchronous one (mode export DIR).
+   usage: test_zero3_mpi [basic | save DIR | load DIR | export DIR] */
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_ckpt.h"
@@ -1436,6 +1437,86 @@ static void ckpt_mode(accel_coll *c, const char *mode, const char *dir) {
     solo_grads = 0;
 }
 
+/* The consolidated export (FSDP's FULL_STATE_DICT) through an async save (mode export DIR, driven by
+   zero_export_async.sh): after 20 steps of FULL_SHARD, accel_zero_fsdp_export fills whole tensors on every rank and
+   two checkpointers with the same registrations save them, one synchronously (DIR/sync), one with desc.async
+   (DIR/async). As soon as the async save_state returns, poison is written over the whole tensors and the run goes
+   on as a trainer would — two more micro-batches, a new export into the same whole tensors — and only then waits. The
+   script compares both directories byte for byte and reads model.safetensors with a second parser against
+   DIR/expected.f32: the parameters put together from every rank's pieces (z3_full, not the export). */
+static void export_mode(accel_coll *c, const char *dir) {
+    z3run *z = (z3run *)calloc(1, sizeof *z);
+    z3cfg k = cfg_of(ACCEL_ZERO_FULL_SHARD, ACCEL_BF16, ACCEL_F32);
+    accel_ckpt *cks = NULL, *cka = NULL;
+    accel_ckpt_desc cd;
+    accel_optim_shard_state ss;
+    accel_tensor whole[NP], desc_full[NP];
+    float *wbuf[NP], *fin[NP];
+    char path[512];
+    int mb, p;
+    int64_t e;
+    at_context = "export";
+    solo_grads = 1;
+    k.no_average = 1;
+    AT_CHECK(z3_make(z, c, &k));
+    AT_EQ_INT(accel_zero_fsdp_full_tensors(z->f, desc_full, NP), ACCEL_OK);
+    for (p = 0; p < NP; ++p) {
+        whole[p] = desc_full[p];
+        wbuf[p] = (float *)calloc((size_t)numel(p) + 1, 4);
+        fin[p] = (float *)calloc((size_t)numel(p) + 1, 4);
+        whole[p].ptr = wbuf[p];
+    }
+    ss.opt = z->opt;
+    ss.full = desc_full;
+    memset(&cd, 0, sizeof cd);
+    cd.project_dir = dir;
+    AT_EQ_INT(accel_ckpt_create(&acc, &cd, &cks), ACCEL_OK);
+    cd.async = ACCEL_ON;
+    AT_EQ_INT(accel_ckpt_create(&acc, &cd, &cka), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_model(cks, whole, NP), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_model(cka, whole, NP), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(cks, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load, &ss),
+              ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(cka, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load, &ss),
+              ACCEL_OK);
+    for (mb = 0; mb < 20; ++mb) {
+        accel_accumulate_begin(&acc);
+        AT_EQ_INT(z3_micro(z, mb), ACCEL_OK);
+        accel_accumulate_end(&acc);
+    }
+    z3_full(z, fin);
+    if (R == 0) { /* the expected values, from the pieces */
+        FILE *f;
+        snprintf(path, sizeof path, "%s/expected.f32", dir);
+        f = fopen(path, "wb");
+        AT_CHECK(f != NULL);
+        for (p = 0; f && p < NP; ++p) fwrite(fin[p], 4, (size_t)numel(p), f);
+        if (f) fclose(f);
+    }
+    AT_EQ_INT(accel_zero_fsdp_export(z->f, whole, NP), ACCEL_OK);
+    snprintf(path, sizeof path, "%s/sync", dir);
+    AT_EQ_INT(accel_ckpt_save_state(cks, path, NULL, 0), ACCEL_OK);
+    snprintf(path, sizeof path, "%s/async", dir);
+    AT_EQ_INT(accel_ckpt_save_state(cka, path, NULL, 0), ACCEL_OK);
+    /* at once, before the writer thread (woken by a condition variable) reaches the tensors: a save that read the
+       live tensors instead of its snapshot writes the poison */
+    for (p = 0; p < NP; ++p)
+        for (e = 0; e < numel(p); ++e) wbuf[p][e] = -1e30f;
+    for (mb = 20; mb < 22; ++mb) { /* the write may be in flight: training and the next export go on */
+        accel_accumulate_begin(&acc);
+        AT_EQ_INT(z3_micro(z, mb), ACCEL_OK);
+        accel_accumulate_end(&acc);
+    }
+    AT_EQ_INT(accel_zero_fsdp_export(z->f, whole, NP), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_wait(cka), ACCEL_OK);
+    accel_ckpt_destroy(cka);
+    accel_ckpt_destroy(cks);
+    for (p = 0; p < NP; ++p) { free(wbuf[p]); free(fin[p]); }
+    z3_free(z);
+    free(z);
+    solo_grads = 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     accel_desc d;
@@ -1471,8 +1552,10 @@ int main(int argc, char **argv) {
         estimate_vs_hooks(c);
     } else if (argc > 2 && (!strcmp(mode, "save") || !strcmp(mode, "load"))) {
         ckpt_mode(c, mode, argv[2]);
+    } else if (argc > 2 && !strcmp(mode, "export")) {
+        export_mode(c, argv[2]);
     } else {
-        fprintf(stderr, "usage: test_zero3_mpi [basic | save DIR | load DIR]\n");
+        fprintf(stderr, "usage: test_zero3_mpi [basic | save DIR | load DIR | export DIR]\n");
         return 2;
     }
     accel_coll_destroy(c);
