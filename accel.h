@@ -788,6 +788,15 @@ ACCEL_API accel_result accel_state_load(accel *acc, const void *buf, size_t size
    All states are validated before anything changes. */
 ACCEL_API accel_result accel_state_load_resharded(accel *acc, const void *const *states, const size_t *sizes,
                                                   int count);
+/* The bytes decoded without applying them (tools: `accel ckpt ls`): the same parser and checks as accel_state_load
+   (magic, version, sizes, reserved bytes, ranges), ACCEL_ERR_FORMAT naming the problem. acc may be NULL. */
+typedef struct accel_state_info {
+    int32_t num_processes, process_index, step, sync_gradients, optimizer_step_was_skipped;
+    int32_t gradient_accumulation_steps;
+    int64_t optimizer_steps, scheduler_steps, scheduler_adjusted_steps;
+    uint64_t rng_seed, rng_offset;
+} accel_state_info;
+ACCEL_API accel_result accel_state_decode(accel *acc, const void *buf, size_t size, accel_state_info *out);
 
 /* ------------------------------------------------------------------------------------------------------ sizes */
 /* docs/semantics.md policy 6: a plain unsigned integer (bytes), or a decimal number, optional spaces and a unit
@@ -2955,14 +2964,17 @@ ACCEL__DEF accel_result accel_state_save(accel *acc, void *buf, size_t cap, size
 
 static accel_result accel__state_parse(accel *acc, const void *buf, size_t size, int which, accel__saved *out) {
     const unsigned char *p = (const unsigned char *)buf;
+    char tag[40]; /* "training state <which>", or without a number (which < 0: accel_state_decode) */
     int k;
+    if (which >= 0) snprintf(tag, sizeof tag, "training state %d", which);
+    else snprintf(tag, sizeof tag, "training state");
     if (!buf || size != ACCEL_STATE_BYTES || memcmp(p, "ACST", 4) != 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
-                           "training state %d: not an accel state (%zu bytes, want %d starting \"ACST\")", which, size,
+                           "%s: not an accel state (%zu bytes, want %d starting \"ACST\")", tag, size,
                            ACCEL_STATE_BYTES);
     if (accel__get_u32(p + 4) != 1)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: unsupported version %u (this build reads 1)",
-                           which, (unsigned)accel__get_u32(p + 4));
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: unsupported version %u (this build reads 1)",
+                           tag, (unsigned)accel__get_u32(p + 4));
     out->num_processes = (int32_t)accel__get_u32(p + 8);
     out->process_index = (int32_t)accel__get_u32(p + 12);
     out->step = (int32_t)accel__get_u32(p + 16);
@@ -2976,13 +2988,12 @@ static accel_result accel__state_parse(accel *acc, const void *buf, size_t size,
     out->rng.offset = accel__get_u64(p + 64);
     for (k = 72; k < ACCEL_STATE_BYTES; ++k)
         if (p[k])
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: corrupt (reserved bytes are not zero)",
-                               which);
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: corrupt (reserved bytes are not zero)", tag);
     if (out->num_processes < 1 || out->process_index < 0 || out->process_index >= out->num_processes || out->step < 0 ||
         (out->sync_gradients & ~1) || (out->skipped & ~1) || out->accum < 1 || out->optimizer_steps < 0 ||
         out->scheduler_steps < 0 || out->scheduler_adjusted_steps < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
-                           "training state %d: corrupt (rank %d of %d, step %d, counters %lld/%lld/%lld)", which,
+                           "%s: corrupt (rank %d of %d, step %d, counters %lld/%lld/%lld)", tag,
                            (int)out->process_index, (int)out->num_processes, (int)out->step,
                            (long long)out->optimizer_steps, (long long)out->scheduler_steps,
                            (long long)out->scheduler_adjusted_steps);
@@ -3015,6 +3026,26 @@ ACCEL__DEF accel_result accel_state_load(accel *acc, const void *buf, size_t siz
                            "accel_state_load_resharded to resume on another number of processes)", (int)s.process_index,
                            (int)s.num_processes, acc->process_index, acc->num_processes);
     accel__state_apply(acc, &s, s.rng);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_state_decode(accel *acc, const void *buf, size_t size, accel_state_info *out) {
+    accel__saved s;
+    accel_result r;
+    if (!out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_state_decode: out is NULL");
+    r = accel__state_parse(acc, buf, size, -1, &s);
+    if (r != ACCEL_OK) return r;
+    out->num_processes = s.num_processes;
+    out->process_index = s.process_index;
+    out->step = s.step;
+    out->sync_gradients = s.sync_gradients;
+    out->optimizer_step_was_skipped = s.skipped;
+    out->gradient_accumulation_steps = s.accum;
+    out->optimizer_steps = s.optimizer_steps;
+    out->scheduler_steps = s.scheduler_steps;
+    out->scheduler_adjusted_steps = s.scheduler_adjusted_steps;
+    out->rng_seed = s.rng.seed;
+    out->rng_offset = s.rng.offset;
     return ACCEL_OK;
 }
 
