@@ -2289,6 +2289,10 @@ static accel_result accel__init_agreement(accel *acc, accel_result local) {
     return accel__agree_values(acc, local, "accel_init", names, v, 5);
 }
 
+#if defined(ACCEL_WITH_MPI) && !defined(_WIN32)
+#include <signal.h>
+static void accel__sig_note_mpi(const struct sigaction *before); /* PREEMPTION's state, below */
+#endif
 ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
     char err[ACCEL_ERROR_CAPACITY];
     accel_desc d;
@@ -2372,9 +2376,16 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
             int mrc, rank = 0, size = 1;
             if (!inited) {
                 int provided = 0;
+#if !defined(_WIN32)
+                struct sigaction usr1; /* SIGUSR1 before MPI_Init: a change is the MPI library's (MPICH's) */
+                int usr1_ok = sigaction(SIGUSR1, NULL, &usr1) == 0;
+#endif
                 mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
                 if (mrc != MPI_SUCCESS) return accel__mpi_fail(acc, mrc, "MPI_Init_thread", __FILE__, __LINE__);
                 acc->impl->we_initialized_mpi = 1;
+#if !defined(_WIN32)
+                if (usr1_ok) accel__sig_note_mpi(&usr1);
+#endif
             }
             mrc = MPI_Comm_dup(MPI_COMM_WORLD, &acc->impl->comm);
             if (mrc != MPI_SUCCESS) return accel__mpi_fail(acc, mrc, "MPI_Comm_dup", __FILE__, __LINE__);
@@ -2650,6 +2661,8 @@ static struct sigaction accel__g_sig_prev[2];                  /* what accel's h
 static int accel__g_sig_ours[2];                               /* accel's handler is (or was left) installed */
 static accel *accel__g_sig_stop_owner, *accel__g_sig_dump_owner;
 static int accel__g_stop_logged;
+static struct sigaction accel__g_sig_mpi_usr1; /* the SIGUSR1 handler MPI_Init installed (accel's call of it) */
+static int accel__g_sig_mpi_usr1_set;
 static const int accel__g_sig_num[2] = {SIGTERM, SIGUSR1};
 static const char *const accel__g_sig_name[2] = {"SIGTERM", "SIGUSR1"};
 
@@ -2696,12 +2709,31 @@ static void accel__sig_unclaim(accel *acc, int k) {
     if (sigaction(accel__g_sig_num[k], &accel__g_sig_prev[k], NULL) == 0) accel__g_sig_ours[k] = 0;
     else accel_log(acc, ACCEL_LOG_WARN, "%s: restoring its handler failed: %s", accel__g_sig_name[k], strerror(errno));
 }
+static int accel__sig_same(const struct sigaction *a, const struct sigaction *b) {
+    if ((a->sa_flags & SA_SIGINFO) != (b->sa_flags & SA_SIGINFO)) return 0;
+    return (a->sa_flags & SA_SIGINFO) ? a->sa_sigaction == b->sa_sigaction : a->sa_handler == b->sa_handler;
+}
+/* accel_init, right after its own MPI_Init: a SIGUSR1 disposition that MPI_Init changed is the MPI library's, not the
+   program's (MPICH 4 installs a plain handler for its failure notices and MPI_Finalize leaves it). */
+#if defined(ACCEL_WITH_MPI)
+static void accel__sig_note_mpi(const struct sigaction *before) {
+    struct sigaction cur;
+    if (sigaction(SIGUSR1, NULL, &cur) != 0 || accel__sig_same(&cur, before) || accel__sig_is_ours(&cur)) return;
+    accel__g_sig_mpi_usr1 = cur;
+    accel__g_sig_mpi_usr1_set = 1;
+}
+#endif
 /* The flight recorder's SIGUSR1 dump (accel_collectives.h), until acc's accel_shutdown: through accel's handler when
-   SIGUSR1 has the default disposition or accel's handler already; a program's own SIGUSR1 handler is left alone. */
+   SIGUSR1 has the default disposition, accel's handler already, or the MPI library's from the MPI_Init accel called
+   (accel's handler then chains to it, as to any handler it replaces); a program's own SIGUSR1 handler is left alone.
+   Without the MPI library's case a recorder set up under MPICH never dumped on SIGUSR1. */
 ACCEL__PRIVATE void accel__signal_dump(accel *acc, void (*fn)(const char *reason)) {
     struct sigaction cur;
     if (!accel__g_sig_ours[1]) {
-        if (sigaction(SIGUSR1, NULL, &cur) != 0 || cur.sa_handler != SIG_DFL || (cur.sa_flags & SA_SIGINFO)) return;
+        int free_ = 0;
+        if (sigaction(SIGUSR1, NULL, &cur) != 0) return;
+        free_ = !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL;
+        if (!free_ && !(accel__g_sig_mpi_usr1_set && accel__sig_same(&cur, &accel__g_sig_mpi_usr1))) return;
         if (accel__sig_claim(1) != 0) return;
     }
     accel__g_sig_dump = fn;
