@@ -14,8 +14,9 @@
    that skips a gather or names another unit (same size or not), a bad unit on one rank: an error on every rank,
    no hang; debug mode fills a released buffer with NaN.
    Checkpoints through accel_ckpt: saved on 4 ranks, continued bit for bit on 2, 3 and 1 (modes save DIR / load DIR);
-   the consolidated export through an async save equals the synchronous one (mode export DIR).
-   usage: test_zero3_mpi [basic | save DIR | load DIR | export DIR] */
+   the consolidated export through an async save equals the synchronous one (mode export DIR) and survives kill -9
+   during the background writes (mode exportloop DIR).
+   usage: test_zero3_mpi [basic | save DIR | load DIR | export DIR | exportloop DIR] */
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_ckpt.h"
@@ -30,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <mpi.h>
 
 static accel acc;
@@ -1517,6 +1519,71 @@ static void export_mode(accel_coll *c, const char *dir) {
     solo_grads = 0;
 }
 
+/* kill -9 during async saves of the export (mode exportloop DIR, driven by zero_export_async.sh --kill): every rank
+   writes its pid to DIR/pid_<rank>; then, step after step, rank 0 writes the parameters put together from the pieces
+   (z3_full) to DIR/expected_<iteration>.f32 (temp + rename), the export fills the whole tensors, an async save_state
+   writes checkpoint_<iteration> (automatic naming, total_limit 3) and poison goes over the whole tensors at once.
+   The script kills both ranks at a random moment; the newest complete checkpoint must hold expected_<N>.f32. */
+static void exportloop_mode(accel_coll *c, const char *dir) {
+    z3run *z = (z3run *)calloc(1, sizeof *z);
+    z3cfg k = cfg_of(ACCEL_ZERO_FULL_SHARD, ACCEL_BF16, ACCEL_F32);
+    accel_ckpt *ck = NULL;
+    accel_ckpt_desc cd;
+    accel_tensor whole[NP];
+    float *wbuf[NP], *fin[NP];
+    char path[600], tmp[640];
+    int mb, p, it;
+    int64_t e;
+    FILE *f;
+    at_context = "exportloop";
+    solo_grads = 1;
+    k.no_average = 1;
+    snprintf(path, sizeof path, "%s/pid_%d", dir, R);
+    f = fopen(path, "w");
+    AT_CHECK(f != NULL);
+    if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+    AT_CHECK(z3_make(z, c, &k));
+    AT_EQ_INT(accel_zero_fsdp_full_tensors(z->f, whole, NP), ACCEL_OK);
+    for (p = 0; p < NP; ++p) {
+        wbuf[p] = (float *)calloc((size_t)numel(p) + 1, 4);
+        fin[p] = (float *)calloc((size_t)numel(p) + 1, 4);
+        whole[p].ptr = wbuf[p];
+    }
+    memset(&cd, 0, sizeof cd);
+    cd.project_dir = dir;
+    cd.automatic_checkpoint_naming = 1;
+    cd.total_limit = 3;
+    cd.async = ACCEL_ON;
+    AT_EQ_INT(accel_ckpt_create(&acc, &cd, &ck), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_model(ck, whole, NP), ACCEL_OK);
+    for (it = 0, mb = 0; it < 3000 && at_failed == 0; ++it) { /* ends when killed (or after 3000 saves) */
+        for (; mb < 2 * (it + 1); ++mb) {
+            accel_accumulate_begin(&acc);
+            AT_EQ_INT(z3_micro(z, mb), ACCEL_OK);
+            accel_accumulate_end(&acc);
+        }
+        z3_full(z, fin);
+        if (R == 0) {
+            snprintf(tmp, sizeof tmp, "%s/.expected.tmp", dir);
+            snprintf(path, sizeof path, "%s/expected_%d.f32", dir, accel_ckpt_iteration(ck));
+            f = fopen(tmp, "wb");
+            AT_CHECK(f != NULL);
+            for (p = 0; f && p < NP; ++p) fwrite(fin[p], 4, (size_t)numel(p), f);
+            if (f) fclose(f);
+            AT_EQ_INT(rename(tmp, path), 0);
+        }
+        AT_EQ_INT(accel_zero_fsdp_export(z->f, whole, NP), ACCEL_OK);
+        AT_EQ_INT(accel_ckpt_save_state(ck, NULL, NULL, 0), ACCEL_OK);
+        for (p = 0; p < NP; ++p)
+            for (e = 0; e < numel(p); ++e) wbuf[p][e] = -1e30f;
+    }
+    accel_ckpt_destroy(ck);
+    for (p = 0; p < NP; ++p) { free(wbuf[p]); free(fin[p]); }
+    z3_free(z);
+    free(z);
+    solo_grads = 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     accel_desc d;
@@ -1554,8 +1621,10 @@ int main(int argc, char **argv) {
         ckpt_mode(c, mode, argv[2]);
     } else if (argc > 2 && !strcmp(mode, "export")) {
         export_mode(c, argv[2]);
+    } else if (argc > 2 && !strcmp(mode, "exportloop")) {
+        exportloop_mode(c, argv[2]);
     } else {
-        fprintf(stderr, "usage: test_zero3_mpi [basic | save DIR | load DIR | export DIR]\n");
+        fprintf(stderr, "usage: test_zero3_mpi [basic | save DIR | load DIR | export DIR | exportloop DIR]\n");
         return 2;
     }
     accel_coll_destroy(c);
