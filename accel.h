@@ -788,6 +788,15 @@ ACCEL_API accel_result accel_state_load(accel *acc, const void *buf, size_t size
    All states are validated before anything changes. */
 ACCEL_API accel_result accel_state_load_resharded(accel *acc, const void *const *states, const size_t *sizes,
                                                   int count);
+/* The bytes decoded without applying them (tools: `accel ckpt ls`): the same parser and checks as accel_state_load
+   (magic, version, sizes, reserved bytes, ranges), ACCEL_ERR_FORMAT naming the problem. acc may be NULL. */
+typedef struct accel_state_info {
+    int32_t num_processes, process_index, step, sync_gradients, optimizer_step_was_skipped;
+    int32_t gradient_accumulation_steps;
+    int64_t optimizer_steps, scheduler_steps, scheduler_adjusted_steps;
+    uint64_t rng_seed, rng_offset;
+} accel_state_info;
+ACCEL_API accel_result accel_state_decode(accel *acc, const void *buf, size_t size, accel_state_info *out);
 
 /* ------------------------------------------------------------------------------------------------------ sizes */
 /* docs/semantics.md policy 6: a plain unsigned integer (bytes), or a decimal number, optional spaces and a unit
@@ -2347,6 +2356,10 @@ static accel_result accel__init_agreement(accel *acc, accel_result local) {
     return accel__agree_values(acc, local, "accel_init", names, v, 5);
 }
 
+#if defined(ACCEL_WITH_MPI) && !defined(_WIN32)
+#include <signal.h>
+static void accel__sig_note_mpi(const struct sigaction *before); /* PREEMPTION's state, below */
+#endif
 ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
     char err[ACCEL_ERROR_CAPACITY];
     accel_desc d;
@@ -2430,9 +2443,16 @@ ACCEL__DEF accel_result accel_init(accel *acc, const accel_desc *desc) {
             int mrc, rank = 0, size = 1;
             if (!inited) {
                 int provided = 0;
+#if !defined(_WIN32)
+                struct sigaction usr1; /* SIGUSR1 before MPI_Init: a change is the MPI library's (MPICH's) */
+                int usr1_ok = sigaction(SIGUSR1, NULL, &usr1) == 0;
+#endif
                 mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
                 if (mrc != MPI_SUCCESS) return accel__mpi_fail(acc, mrc, "MPI_Init_thread", __FILE__, __LINE__);
                 acc->impl->we_initialized_mpi = 1;
+#if !defined(_WIN32)
+                if (usr1_ok) accel__sig_note_mpi(&usr1);
+#endif
             }
             mrc = MPI_Comm_dup(MPI_COMM_WORLD, &acc->impl->comm);
             if (mrc != MPI_SUCCESS) return accel__mpi_fail(acc, mrc, "MPI_Comm_dup", __FILE__, __LINE__);
@@ -2708,6 +2728,8 @@ static struct sigaction accel__g_sig_prev[2];                  /* what accel's h
 static int accel__g_sig_ours[2];                               /* accel's handler is (or was left) installed */
 static accel *accel__g_sig_stop_owner, *accel__g_sig_dump_owner;
 static int accel__g_stop_logged;
+static struct sigaction accel__g_sig_mpi_usr1; /* the SIGUSR1 handler MPI_Init installed (accel's call of it) */
+static int accel__g_sig_mpi_usr1_set;
 static const int accel__g_sig_num[2] = {SIGTERM, SIGUSR1};
 static const char *const accel__g_sig_name[2] = {"SIGTERM", "SIGUSR1"};
 
@@ -2754,12 +2776,31 @@ static void accel__sig_unclaim(accel *acc, int k) {
     if (sigaction(accel__g_sig_num[k], &accel__g_sig_prev[k], NULL) == 0) accel__g_sig_ours[k] = 0;
     else accel_log(acc, ACCEL_LOG_WARN, "%s: restoring its handler failed: %s", accel__g_sig_name[k], strerror(errno));
 }
+static int accel__sig_same(const struct sigaction *a, const struct sigaction *b) {
+    if ((a->sa_flags & SA_SIGINFO) != (b->sa_flags & SA_SIGINFO)) return 0;
+    return (a->sa_flags & SA_SIGINFO) ? a->sa_sigaction == b->sa_sigaction : a->sa_handler == b->sa_handler;
+}
+/* accel_init, right after its own MPI_Init: a SIGUSR1 disposition that MPI_Init changed is the MPI library's, not the
+   program's (MPICH 4 installs a plain handler for its failure notices and MPI_Finalize leaves it). */
+#if defined(ACCEL_WITH_MPI)
+static void accel__sig_note_mpi(const struct sigaction *before) {
+    struct sigaction cur;
+    if (sigaction(SIGUSR1, NULL, &cur) != 0 || accel__sig_same(&cur, before) || accel__sig_is_ours(&cur)) return;
+    accel__g_sig_mpi_usr1 = cur;
+    accel__g_sig_mpi_usr1_set = 1;
+}
+#endif
 /* The flight recorder's SIGUSR1 dump (accel_collectives.h), until acc's accel_shutdown: through accel's handler when
-   SIGUSR1 has the default disposition or accel's handler already; a program's own SIGUSR1 handler is left alone. */
+   SIGUSR1 has the default disposition, accel's handler already, or the MPI library's from the MPI_Init accel called
+   (accel's handler then chains to it, as to any handler it replaces); a program's own SIGUSR1 handler is left alone.
+   Without the MPI library's case a recorder set up under MPICH never dumped on SIGUSR1. */
 ACCEL__PRIVATE void accel__signal_dump(accel *acc, void (*fn)(const char *reason)) {
     struct sigaction cur;
     if (!accel__g_sig_ours[1]) {
-        if (sigaction(SIGUSR1, NULL, &cur) != 0 || cur.sa_handler != SIG_DFL || (cur.sa_flags & SA_SIGINFO)) return;
+        int free_ = 0;
+        if (sigaction(SIGUSR1, NULL, &cur) != 0) return;
+        free_ = !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL;
+        if (!free_ && !(accel__g_sig_mpi_usr1_set && accel__sig_same(&cur, &accel__g_sig_mpi_usr1))) return;
         if (accel__sig_claim(1) != 0) return;
     }
     accel__g_sig_dump = fn;
@@ -3022,14 +3063,17 @@ ACCEL__DEF accel_result accel_state_save(accel *acc, void *buf, size_t cap, size
 
 static accel_result accel__state_parse(accel *acc, const void *buf, size_t size, int which, accel__saved *out) {
     const unsigned char *p = (const unsigned char *)buf;
+    char tag[40]; /* "training state <which>", or without a number (which < 0: accel_state_decode) */
     int k;
+    if (which >= 0) snprintf(tag, sizeof tag, "training state %d", which);
+    else snprintf(tag, sizeof tag, "training state");
     if (!buf || size != ACCEL_STATE_BYTES || memcmp(p, "ACST", 4) != 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
-                           "training state %d: not an accel state (%zu bytes, want %d starting \"ACST\")", which, size,
+                           "%s: not an accel state (%zu bytes, want %d starting \"ACST\")", tag, size,
                            ACCEL_STATE_BYTES);
     if (accel__get_u32(p + 4) != 1)
-        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: unsupported version %u (this build reads 1)",
-                           which, (unsigned)accel__get_u32(p + 4));
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: unsupported version %u (this build reads 1)",
+                           tag, (unsigned)accel__get_u32(p + 4));
     out->num_processes = (int32_t)accel__get_u32(p + 8);
     out->process_index = (int32_t)accel__get_u32(p + 12);
     out->step = (int32_t)accel__get_u32(p + 16);
@@ -3043,13 +3087,12 @@ static accel_result accel__state_parse(accel *acc, const void *buf, size_t size,
     out->rng.offset = accel__get_u64(p + 64);
     for (k = 72; k < ACCEL_STATE_BYTES; ++k)
         if (p[k])
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "training state %d: corrupt (reserved bytes are not zero)",
-                               which);
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s: corrupt (reserved bytes are not zero)", tag);
     if (out->num_processes < 1 || out->process_index < 0 || out->process_index >= out->num_processes || out->step < 0 ||
         (out->sync_gradients & ~1) || (out->skipped & ~1) || out->accum < 1 || out->optimizer_steps < 0 ||
         out->scheduler_steps < 0 || out->scheduler_adjusted_steps < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
-                           "training state %d: corrupt (rank %d of %d, step %d, counters %lld/%lld/%lld)", which,
+                           "%s: corrupt (rank %d of %d, step %d, counters %lld/%lld/%lld)", tag,
                            (int)out->process_index, (int)out->num_processes, (int)out->step,
                            (long long)out->optimizer_steps, (long long)out->scheduler_steps,
                            (long long)out->scheduler_adjusted_steps);
@@ -3082,6 +3125,26 @@ ACCEL__DEF accel_result accel_state_load(accel *acc, const void *buf, size_t siz
                            "accel_state_load_resharded to resume on another number of processes)", (int)s.process_index,
                            (int)s.num_processes, acc->process_index, acc->num_processes);
     accel__state_apply(acc, &s, s.rng);
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_state_decode(accel *acc, const void *buf, size_t size, accel_state_info *out) {
+    accel__saved s;
+    accel_result r;
+    if (!out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_state_decode: out is NULL");
+    r = accel__state_parse(acc, buf, size, -1, &s);
+    if (r != ACCEL_OK) return r;
+    out->num_processes = s.num_processes;
+    out->process_index = s.process_index;
+    out->step = s.step;
+    out->sync_gradients = s.sync_gradients;
+    out->optimizer_step_was_skipped = s.skipped;
+    out->gradient_accumulation_steps = s.accum;
+    out->optimizer_steps = s.optimizer_steps;
+    out->scheduler_steps = s.scheduler_steps;
+    out->scheduler_adjusted_steps = s.scheduler_adjusted_steps;
+    out->rng_seed = s.rng.seed;
+    out->rng_offset = s.rng.offset;
     return ACCEL_OK;
 }
 

@@ -396,6 +396,15 @@ ACCEL_API accel_result accel_amp_scaler_state_save(void *scaler, void *buf, size
 /* accel_state_load_fn: validates all size bytes before changing the scaler (bad bytes: ACCEL_ERR_FORMAT, recorded in
    the scaler's Accelerator); the scaler's enabled/static/local settings are kept. */
 ACCEL_API accel_result accel_amp_scaler_state_load(void *scaler, const void *buf, size_t size);
+/* The bytes decoded without a scaler (tools: `accel ckpt ls`): the parser and checks of accel_amp_scaler_state_load
+   (ACCEL_ERR_FORMAT naming the problem). acc may be NULL. */
+typedef struct accel_amp_scaler_state_info {
+    float scale;
+    double growth_factor, backoff_factor;
+    int32_t growth_interval, growth_tracker; /* tracker: the overflow-free steps since the scale last changed */
+} accel_amp_scaler_state_info;
+ACCEL_API accel_result accel_amp_scaler_state_decode(accel *acc, const void *buf, size_t size,
+                                                     accel_amp_scaler_state_info *out);
 
 /* --------------------------------------------------------------------------------------------- clipping */
 #define ACCEL_AMP_CLIP_ERROR_IF_NONFINITE 1 /* non-finite total norm → ACCEL_ERR_STATE, gradients untouched */
@@ -2324,18 +2333,17 @@ ACCEL__DEF accel_result accel_amp_scaler_state_save(void *scaler, void *buf, siz
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_amp_scaler_state_load(void *scaler, const void *buf, size_t size) {
-    accel_amp_scaler *s = (accel_amp_scaler *)scaler;
+ACCEL__DEF accel_result accel_amp_scaler_state_decode(accel *acc, const void *buf, size_t size,
+                                                     accel_amp_scaler_state_info *out) {
     const unsigned char *p = (const unsigned char *)buf;
-    accel *acc = s ? s->acc : NULL;
     float scale;
     double g, b;
     uint64_t u;
     int32_t interval, tracker;
     uint32_t ver;
-    if (!s || (!buf && size))
-        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_load: NULL %s",
-                           s ? "buffer" : "scaler");
+    if (!out || (!buf && size))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_decode: NULL %s",
+                           out ? "buffer" : "out");
     if (size != ACCEL_AMP_SCALER_STATE_BYTES)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: %zu bytes, expected %d", size,
                            ACCEL_AMP_SCALER_STATE_BYTES);
@@ -2361,11 +2369,27 @@ ACCEL__DEF accel_result accel_amp_scaler_state_load(void *scaler, const void *bu
     if (tracker < 0 || tracker >= interval)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "scaler state: growth_tracker %d is not in [0, %d)", (int)tracker,
                            (int)interval);
-    s->scale = scale;
-    s->growth_factor = g;
-    s->backoff_factor = b;
-    s->growth_interval = interval;
-    s->growth_tracker = tracker;
+    out->scale = scale;
+    out->growth_factor = g;
+    out->backoff_factor = b;
+    out->growth_interval = interval;
+    out->growth_tracker = tracker;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_amp_scaler_state_load(void *scaler, const void *buf, size_t size) {
+    accel_amp_scaler *s = (accel_amp_scaler *)scaler;
+    accel_amp_scaler_state_info d;
+    accel_result r;
+    if (!s || (!buf && size))
+        return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_amp_scaler_state_load: NULL %s",
+                           s ? "buffer" : "scaler");
+    if ((r = accel_amp_scaler_state_decode(s->acc, buf, size, &d)) != ACCEL_OK) return r;
+    s->scale = d.scale;
+    s->growth_factor = d.growth_factor;
+    s->backoff_factor = d.backoff_factor;
+    s->growth_interval = d.growth_interval;
+    s->growth_tracker = d.growth_tracker;
     s->unscaled = 0;
     s->found_inf = 0;
     return ACCEL_OK;

@@ -145,6 +145,12 @@
        desc.async_max_bytes bounds it: the longest tail of the state, in file order, that fits is snapshotted, and
        save_state writes the part before it synchronously from the live tensors before returning — the stall grows,
        the memory never exceeds the budget. 0: the whole state.
+     - Consolidated exports (accel_zero.h: accel_zero_export of the moments, accel_zero_fsdp_export — FSDP's
+       FULL_STATE_DICT — of the parameters, into whole tensors registered here) need nothing else: call the export,
+       then save_state. The export is a collective that ends when the whole tensors are filled (device ones on
+       acc->stream, which the snapshot's copies follow), so the stall is the export plus the snapshot copy of the
+       main process (the other processes' whole tensors are not written, so not copied); the whole tensors may be
+       refilled or freed once save_state returns, and the files are a synchronous save's, byte for byte.
      - Several processes: each process's writer writes its own files (random_states_<rank>.bin, sharded state such as
        ZeRO shards) into the shared temporary directory and leaves a .done_<rank> there; the owner's writer seals and
        publishes once every process's .done_ is present (or the calling threads agree that one failed).

@@ -141,8 +141,9 @@
      operations count as completed once enqueued. Cost: about 20 ns a call (bench/collectives/bench_fr.c).
      Dump: <ACCEL_FLIGHT_DIR, default <project_dir>/flight>/rank<R>.json (temp + rename), written by each rank when a
      deadline passes, on ACCEL_ERR_MISMATCH or an MPI/NCCL failure, when accel_shutdown aborts the job, on SIGUSR1
-     (from a context's creation until its Accelerator's accel_shutdown, when SIGUSR1 has the default disposition or
-     accel's handler already — accel_preemption_install's: one handler then stops and dumps, accel.h PREEMPTION; a
+     (from a context's creation until its Accelerator's accel_shutdown, when SIGUSR1 has the default disposition,
+     accel's handler already — accel_preemption_install's: one handler then stops and dumps, accel.h PREEMPTION — or
+     the MPI library's from the MPI_Init accel_init called (MPICH's, which accel's handler then chains to); a
      program's own SIGUSR1 handler is left alone; the writer uses async-signal-safe calls only, so a rank stuck in
      its own work dumps too) and on accel_coll_fr_dump. Format:
        {"format":"accel-flight-recorder","version":1,"rank":R,"world_size":P,"pid":..,"reason":"..","now_us":..,

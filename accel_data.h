@@ -334,6 +334,19 @@ ACCEL_API accel_result accel_data_shard_skip_first_batches(accel_data_shard *s, 
 #define ACCEL_DATA_SHARD_STATE_BYTES 64
 ACCEL_API accel_result accel_data_shard_state_save(void *shard, void *buf, size_t cap, size_t *size);
 ACCEL_API accel_result accel_data_shard_state_load(void *shard, const void *buf, size_t size);
+/* The bytes decoded without a shard (tools: `accel ckpt ls`): the parser accel_data_shard_state_load uses, with its
+   format checks (size, magic, version, ranges, reserved bits: ACCEL_ERR_FORMAT naming the problem); whether the
+   configuration fits a shard is load's business. acc may be NULL. */
+typedef struct accel_data_shard_state_info {
+    int64_t dataset_len, batch_size;
+    int32_t num_processes, process_index;
+    uint32_t flags;           /* 1 split_batches, 2 even_batches, 4 drop_last, 8 iterable, 16 shuffle,
+                                 32 batch_sampler_shard */
+    uint64_t seed;
+    int64_t epoch, position;  /* the next batch of that epoch (per-process count) */
+} accel_data_shard_state_info;
+ACCEL_API accel_result accel_data_shard_state_decode(accel *acc, const void *buf, size_t size,
+                                                     accel_data_shard_state_info *out);
 
 /* gather_for_metrics: of `gathered_rows` rows all-gathered in rank order, how many are real samples. */
 ACCEL_API int64_t accel_data_real_rows(int end_of_dataloader, int remainder, int64_t gathered_rows);
@@ -1133,39 +1146,59 @@ ACCEL__DEF accel_result accel_data_shard_state_save(void *shard, void *buf, size
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_data_shard_state_load(void *shard, const void *buf, size_t size) {
-    accel_data_shard *s = (accel_data_shard *)shard;
+ACCEL__DEF accel_result accel_data_shard_state_decode(accel *acc, const void *buf, size_t size,
+                                                     accel_data_shard_state_info *out) {
     const unsigned char *p = (const unsigned char *)buf;
-    int64_t n, B, epoch, position;
-    int32_t P;
-    uint32_t flags, mine;
-    if (!s || !buf)
-        return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "shard state_load: NULL argument");
-    if (size != ACCEL_DATA_SHARD_STATE_BYTES || memcmp(p, "ACDS", 4) != 0)
-        return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT,
+    accel_data_shard_state_info d;
+    if (!out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_shard_state_decode: out is NULL");
+    if (!buf || size != ACCEL_DATA_SHARD_STATE_BYTES || memcmp(p, "ACDS", 4) != 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
                            "shard state: not a sampler state (%zu bytes, want %d starting \"ACDS\")", size,
                            ACCEL_DATA_SHARD_STATE_BYTES);
     if (accel__get_u32(p + 4) != 1)
-        return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: unsupported version %u (this build reads 1)",
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "shard state: unsupported version %u (this build reads 1)",
                            (unsigned)accel__get_u32(p + 4));
-    n = (int64_t)accel__get_u64(p + 8);
-    B = (int64_t)accel__get_u64(p + 16);
-    P = (int32_t)accel__get_u32(p + 24);
-    flags = accel__get_u32(p + 32);
-    epoch = (int64_t)accel__get_u64(p + 48);
-    position = (int64_t)accel__get_u64(p + 56);
+    d.dataset_len = (int64_t)accel__get_u64(p + 8);
+    d.batch_size = (int64_t)accel__get_u64(p + 16);
+    d.num_processes = (int32_t)accel__get_u32(p + 24);
+    d.process_index = (int32_t)accel__get_u32(p + 28);
+    d.flags = accel__get_u32(p + 32);
+    d.seed = accel__get_u64(p + 40);
+    d.epoch = (int64_t)accel__get_u64(p + 48);
+    d.position = (int64_t)accel__get_u64(p + 56);
+    if (d.epoch < 0 || d.epoch > ((int64_t)1 << 62) || d.position < 0 || accel__get_u32(p + 36) != 0 ||
+        (d.flags & ~63u))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "shard state: corrupt (epoch %lld, position %lld, flags 0x%x)",
+                           (long long)d.epoch, (long long)d.position, (unsigned)d.flags);
+    if (d.num_processes < 1 || d.num_processes > (1 << 24))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "shard state: corrupt (num_processes %d)", (int)d.num_processes);
+    *out = d;
+    return ACCEL_OK;
+}
+
+ACCEL__DEF accel_result accel_data_shard_state_load(void *shard, const void *buf, size_t size) {
+    accel_data_shard *s = (accel_data_shard *)shard;
+    accel_data_shard_state_info d;
+    int64_t n, B, epoch, position;
+    int32_t P;
+    uint32_t flags, mine;
+    accel_result r;
+    if (!s || !buf)
+        return ACCEL__FAIL(s ? s->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "shard state_load: NULL argument");
+    if ((r = accel_data_shard_state_decode(s->acc, buf, size, &d)) != ACCEL_OK) return r;
+    n = d.dataset_len;
+    B = d.batch_size;
+    P = d.num_processes;
+    flags = d.flags;
+    epoch = d.epoch;
+    position = d.position;
     mine = accel__data_shard_flags(&s->desc);
-    if (epoch < 0 || epoch > ((int64_t)1 << 62) || position < 0 || accel__get_u32(p + 36) != 0 || (flags & ~63u))
-        return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: corrupt (epoch %lld, position %lld, flags 0x%x)",
-                           (long long)epoch, (long long)position, (unsigned)flags);
     if (n != s->n)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved for dataset_len %lld, this shard has %lld",
                            (long long)n, (long long)s->n);
     if (B != s->desc.batch_size)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH, "shard state: saved for batch_size %lld, this shard has %lld",
                            (long long)B, (long long)s->desc.batch_size);
-    if (P < 1 || P > (1 << 24))
-        return ACCEL__FAIL(s->acc, ACCEL_ERR_FORMAT, "shard state: corrupt (num_processes %d)", (int)P);
     if (flags != mine)
         return ACCEL__FAIL(s->acc, ACCEL_ERR_MISMATCH,
                            "shard state: saved with flags 0x%x (1 split_batches, 2 even_batches, "
@@ -1197,7 +1230,7 @@ ACCEL__DEF accel_result accel_data_shard_state_load(void *shard, const void *buf
         position = resumed;
     }
     accel__data_end(s->acc, s, &s->active);
-    s->sampler.seed = accel__get_u64(p + 40);
+    s->sampler.seed = d.seed;
     s->desc.seed = s->sampler.seed;
     s->epoch = epoch;
     accel_data_sampler_set_epoch(&s->sampler, epoch);

@@ -313,6 +313,22 @@ ACCEL_API accel_result accel_optim_state_tensors(accel_optim *opt, const accel_t
 #define ACCEL_OPTIM_STATE_BYTES(ngroups, nparams) (80u + 32u * (size_t)(ngroups) + 16u * (size_t)(nparams))
 ACCEL_API accel_result accel_optim_state_save(void *opt, void *buf, size_t cap, size_t *size);
 ACCEL_API accel_result accel_optim_state_load(void *opt, const void *buf, size_t size);
+/* The bytes decoded without an optimizer (tools: `accel ckpt ls`): the parser and format checks of
+   accel_optim_state_load (header, size, checksum, flags, hyperparameter and counter ranges: ACCEL_ERR_FORMAT naming
+   the problem); whether they fit an optimizer is load's business. Also reads accel_optim_shard_state_save's bytes
+   (the whole parameters' element counts). acc may be NULL. Once decode succeeded, _group and _param read group g's
+   and parameter i's entries of the same bytes. */
+typedef struct accel_optim_state_info {
+    accel_optim_algorithm algorithm;
+    int amsgrad, maximize, nesterov, lerp, momentum_buffer; /* the flags; momentum_buffer: SGD keeps one */
+    int ngroups, nparams;
+    double beta1, beta2, eps, momentum, dampening;
+    int64_t steps; /* the optimizer's taken steps */
+} accel_optim_state_info;
+ACCEL_API accel_result accel_optim_state_decode(accel *acc, const void *buf, size_t size, accel_optim_state_info *out);
+ACCEL_API void accel_optim_state_decode_group(const void *buf, int g, int *nparams, double *lr, double *base_lr,
+                                              double *weight_decay);
+ACCEL_API void accel_optim_state_decode_param(const void *buf, int ngroups, int i, int64_t *numel, int64_t *steps);
 
 /* ZeRO checkpoints (an optimizer over shard views, see DESIGN FOR ZeRO): the state bytes of accel_optim_state_save
    with each whole parameter's element count (numel of full[i]) in place of its view's, the checksum recomputed, so
@@ -2340,20 +2356,15 @@ ACCEL__DEF accel_result accel_optim_state_save(void *obj, void *buf, size_t cap,
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_optim_state_load(void *obj, const void *buf, size_t size) {
-    accel_optim *o = (accel_optim *)obj;
+ACCEL__DEF accel_result accel_optim_state_decode(accel *acc, const void *buf, size_t size, accel_optim_state_info *out) {
     const unsigned char *b = (const unsigned char *)buf;
-    accel *acc;
-    uint32_t ver, algo, flags, want_flags;
+    uint32_t ver, algo, flags;
     int32_t ng, np;
     double beta1, beta2, eps, mom, damp;
-    long long *c;
-    accel_result r;
     size_t at;
     int i, g;
-    if (!o) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_load: opt is NULL");
-    acc = o->acc;
-    if (!b && size) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_load: NULL buffer");
+    if (!out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_decode: out is NULL");
+    if (!b && size) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_decode: NULL buffer");
     if (size < 80 || memcmp(b, "AOPT", 4) != 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: %zu bytes without the \"AOPT\" header", size);
     ver = accel__get_u32(b + 4);
@@ -2369,32 +2380,14 @@ ACCEL__DEF accel_result accel_optim_state_load(void *obj, const void *buf, size_
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: checksum mismatch (corrupt bytes)");
     algo = accel__get_u32(b + 8);
     flags = accel__get_u32(b + 12);
-    want_flags = accel__optim_flags(o);
-    if (algo != (uint32_t)o->algorithm)
-        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: saved by %s, this optimizer is %s",
-                           algo == 0 ? "AdamW" : algo == 1 ? "SGD" : "an unknown algorithm",
-                           o->algorithm == ACCEL_OPTIM_ADAMW ? "AdamW" : "SGD");
+    if (algo != (uint32_t)ACCEL_OPTIM_ADAMW && algo != (uint32_t)ACCEL_OPTIM_SGD)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: saved by an unknown algorithm (%u)",
+                           (unsigned)algo);
     if ((flags & ~31u) ||
-        (o->algorithm == ACCEL_OPTIM_SGD && (flags & (ACCEL__OPTIM_F_AMSGRAD | ACCEL__OPTIM_F_LERP))) ||
-        (o->algorithm == ACCEL_OPTIM_ADAMW && (flags & ACCEL__OPTIM_F_NESTEROV)))
+        (algo == (uint32_t)ACCEL_OPTIM_SGD && (flags & (ACCEL__OPTIM_F_AMSGRAD | ACCEL__OPTIM_F_LERP))) ||
+        (algo == (uint32_t)ACCEL_OPTIM_ADAMW && (flags & (ACCEL__OPTIM_F_NESTEROV | ACCEL__OPTIM_F_MOMENTUM))))
         return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: flags 0x%x are not valid for %s", (unsigned)flags,
-                           o->algorithm == ACCEL_OPTIM_ADAMW ? "AdamW" : "SGD");
-    if ((flags ^ want_flags) & (ACCEL__OPTIM_F_AMSGRAD | ACCEL__OPTIM_F_MOMENTUM))
-        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
-                           "optimizer state: saved %s, this optimizer %s (the state tensors differ)",
-                           (flags & ACCEL__OPTIM_F_AMSGRAD)    ? "with amsgrad"
-                           : (flags & ACCEL__OPTIM_F_MOMENTUM) ? "with momentum"
-                           : o->algorithm == ACCEL_OPTIM_ADAMW ? "without amsgrad"
-                                                               : "without momentum",
-                           (want_flags & ACCEL__OPTIM_F_AMSGRAD)    ? "has amsgrad"
-                           : (want_flags & ACCEL__OPTIM_F_MOMENTUM) ? "has momentum"
-                           : o->algorithm == ACCEL_OPTIM_ADAMW      ? "has no amsgrad"
-                                                                    : "has no momentum");
-    if (ng != o->ngroups || np != o->nparams)
-        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
-                           "optimizer state: saved with %d groups and %d parameters, this optimizer has %d "
-                           "and %d",
-                           (int)ng, (int)np, o->ngroups, o->nparams);
+                           algo == (uint32_t)ACCEL_OPTIM_ADAMW ? "AdamW" : "SGD");
     beta1 = accel__optim_get_f64(b + 24);
     beta2 = accel__optim_get_f64(b + 32);
     eps = accel__optim_get_f64(b + 40);
@@ -2413,22 +2406,96 @@ ACCEL__DEF accel_result accel_optim_state_load(void *obj, const void *buf, size_
     for (g = 0, at = 72; g < ng; ++g, at += 32) {
         double lr = accel__optim_get_f64(b + at + 8), base = accel__optim_get_f64(b + at + 16),
                wd = accel__optim_get_f64(b + at + 24);
-        if ((int)accel__get_u32(b + at) != o->group_count[g] || accel__get_u32(b + at + 4) != 0u)
-            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: group %d has %d parameters there, %d here", g,
-                               (int)accel__get_u32(b + at), o->group_count[g]);
+        if (accel__get_u32(b + at + 4) != 0u || (int32_t)accel__get_u32(b + at) < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: group %d: corrupt (%d parameters, reserved "
+                               "word %u)", g, (int)(int32_t)accel__get_u32(b + at), (unsigned)accel__get_u32(b + at + 4));
         if (!accel__optim_finite(lr) || lr < 0.0 || !accel__optim_finite(base) || base < 0.0 ||
             !accel__optim_finite(wd) || wd < 0.0)
             return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
                                "optimizer state: group %d has lr %g, base lr %g, weight_decay %g", g, lr, base, wd);
     }
-    for (i = 0; i < np; ++i, at += 16) {
+    for (i = 0; i < np; ++i, at += 16)
+        if ((int64_t)accel__get_u64(b + at) < 0 || (int64_t)accel__get_u64(b + at + 8) < 0)
+            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: parameter %d has a negative %s", i,
+                               (int64_t)accel__get_u64(b + at) < 0 ? "element count" : "step count");
+    out->algorithm = (accel_optim_algorithm)algo;
+    out->amsgrad = (flags & ACCEL__OPTIM_F_AMSGRAD) != 0;
+    out->maximize = (flags & ACCEL__OPTIM_F_MAXIMIZE) != 0;
+    out->nesterov = (flags & ACCEL__OPTIM_F_NESTEROV) != 0;
+    out->lerp = (flags & ACCEL__OPTIM_F_LERP) != 0;
+    out->momentum_buffer = (flags & ACCEL__OPTIM_F_MOMENTUM) != 0;
+    out->ngroups = ng;
+    out->nparams = np;
+    out->beta1 = beta1;
+    out->beta2 = beta2;
+    out->eps = eps;
+    out->momentum = mom;
+    out->dampening = damp;
+    out->steps = (int64_t)accel__get_u64(b + 64);
+    return ACCEL_OK;
+}
+ACCEL__DEF void accel_optim_state_decode_group(const void *buf, int g, int *nparams, double *lr, double *base_lr,
+                                               double *weight_decay) {
+    const unsigned char *b = (const unsigned char *)buf + 72 + 32u * (size_t)g;
+    if (nparams) *nparams = (int)(int32_t)accel__get_u32(b);
+    if (lr) *lr = accel__optim_get_f64(b + 8);
+    if (base_lr) *base_lr = accel__optim_get_f64(b + 16);
+    if (weight_decay) *weight_decay = accel__optim_get_f64(b + 24);
+}
+ACCEL__DEF void accel_optim_state_decode_param(const void *buf, int ngroups, int i, int64_t *numel, int64_t *steps) {
+    const unsigned char *b = (const unsigned char *)buf + 72 + 32u * (size_t)ngroups + 16u * (size_t)i;
+    if (numel) *numel = (int64_t)accel__get_u64(b);
+    if (steps) *steps = (int64_t)accel__get_u64(b + 8);
+}
+
+ACCEL__DEF accel_result accel_optim_state_load(void *obj, const void *buf, size_t size) {
+    accel_optim *o = (accel_optim *)obj;
+    const unsigned char *b = (const unsigned char *)buf;
+    accel *acc;
+    accel_optim_state_info d;
+    uint32_t flags, want_flags;
+    int32_t ng, np;
+    long long *c;
+    accel_result r;
+    size_t at;
+    int i, g;
+    if (!o) return ACCEL__FAIL(NULL, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_load: opt is NULL");
+    acc = o->acc;
+    if (!b && size) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_optim_state_load: NULL buffer");
+    if ((r = accel_optim_state_decode(acc, buf, size, &d)) != ACCEL_OK) return r;
+    ng = d.ngroups;
+    np = d.nparams;
+    flags = accel__get_u32(b + 12);
+    want_flags = accel__optim_flags(o);
+    if (d.algorithm != o->algorithm)
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: saved by %s, this optimizer is %s",
+                           d.algorithm == ACCEL_OPTIM_ADAMW ? "AdamW" : "SGD",
+                           o->algorithm == ACCEL_OPTIM_ADAMW ? "AdamW" : "SGD");
+    if ((flags ^ want_flags) & (ACCEL__OPTIM_F_AMSGRAD | ACCEL__OPTIM_F_MOMENTUM))
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
+                           "optimizer state: saved %s, this optimizer %s (the state tensors differ)",
+                           (flags & ACCEL__OPTIM_F_AMSGRAD)    ? "with amsgrad"
+                           : (flags & ACCEL__OPTIM_F_MOMENTUM) ? "with momentum"
+                           : o->algorithm == ACCEL_OPTIM_ADAMW ? "without amsgrad"
+                                                               : "without momentum",
+                           (want_flags & ACCEL__OPTIM_F_AMSGRAD)    ? "has amsgrad"
+                           : (want_flags & ACCEL__OPTIM_F_MOMENTUM) ? "has momentum"
+                           : o->algorithm == ACCEL_OPTIM_ADAMW      ? "has no amsgrad"
+                                                                    : "has no momentum");
+    if (ng != o->ngroups || np != o->nparams)
+        return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
+                           "optimizer state: saved with %d groups and %d parameters, this optimizer has %d "
+                           "and %d",
+                           (int)ng, (int)np, o->ngroups, o->nparams);
+    for (g = 0, at = 72; g < ng; ++g, at += 32)
+        if ((int)accel__get_u32(b + at) != o->group_count[g])
+            return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "optimizer state: group %d has %d parameters there, %d here", g,
+                               (int)accel__get_u32(b + at), o->group_count[g]);
+    for (i = 0; i < np; ++i, at += 16)
         if ((long long)accel__get_u64(b + at) != o->numel[i])
             return ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH,
                                "optimizer state: parameter %d (\"%.100s\") has %lld elements there, %lld here", i,
                                o->params[i].name, (long long)accel__get_u64(b + at), o->numel[i]);
-        if ((int64_t)accel__get_u64(b + at + 8) < 0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: parameter %d has a negative step count", i);
-    }
     /* everything is valid: apply (the step counts first — the only part that can fail) */
     c = (long long *)accel_host_alloc(acc, sizeof(long long) * (size_t)(np + 1));
     if (!c) return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_state_load");
@@ -2437,11 +2504,11 @@ ACCEL__DEF accel_result accel_optim_state_load(void *obj, const void *buf, size_
     r = accel__optim_write_counts(o, c);
     accel_host_free(acc, c);
     if (r != ACCEL_OK) return accel__fail_wrap(acc, r, "accel_optim_state_load: writing the step counts");
-    o->hy.beta1 = beta1;
-    o->hy.beta2 = beta2;
-    o->hy.eps = eps;
-    o->hy.momentum = mom;
-    o->hy.dampening = damp;
+    o->hy.beta1 = d.beta1;
+    o->hy.beta2 = d.beta2;
+    o->hy.eps = d.eps;
+    o->hy.momentum = d.momentum;
+    o->hy.dampening = d.dampening;
     o->hy.maximize = (flags & ACCEL__OPTIM_F_MAXIMIZE) ? 1 : 0;
     o->hy.nesterov = (flags & ACCEL__OPTIM_F_NESTEROV) ? 1 : 0;
     if (o->algorithm == ACCEL_OPTIM_ADAMW) {

@@ -211,7 +211,10 @@
        accel_ckpt_register(ck, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load, &ss);
      Consolidated (FULL_STATE_DICT, interop): accel_zero_fsdp_export(f, whole, N) fills whole F32 tensors on every
      rank (accel_ckpt_register_model / accel_st_save with the model's names); accel_zero_fsdp_import(f, whole, N)
-     takes this rank's shard back out of them (after accel_ckpt_load_state, on any number of processes).
+     takes this rank's shard back out of them (after accel_ckpt_load_state, on any number of processes). With an
+     async checkpointer (accel_ckpt.h ASYNC SAVES) save_state snapshots the whole tensors on the main process and
+     returns: the step stalls for the export and that copy, the whole tensors may be refilled right after, and the
+     files equal a synchronous save's byte for byte (test zero3-mpi-export-async-np2/4).
      Offline (Accelerate's merge-weights): `accel ckpt merge CKPT_DIR OUT` verifies a sharded checkpoint (marker,
      checksums) and accel_zero_fsdp_merge streams every rank's fsdp_state_<rank>.bin into OUT/model.safetensors
      (or shards + index with --max-shard-size) with the model's names, holding about 1 MiB + the headers.

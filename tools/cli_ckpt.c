@@ -15,7 +15,10 @@
      accel size STRING             the byte count of a size string (docs/semantics.md policy 6)
    Exit codes: 0 ok, 1 failure (bad file, failed check), 2 usage error (including an invalid size). */
 #include "accel_safetensors.h"
+#include "accel_amp.h"
 #include "accel_ckpt.h"
+#include "accel_data.h"
+#include "accel_optim.h"
 #include "accel_zero.h"
 #include "cli.h"
 #include <dirent.h>
@@ -177,6 +180,129 @@ static int ls_checkpoints(const char *dir, char **names, int n) {
     return rc;
 }
 
+/* ------------------------------------------------------------------------------- state files decoded in words */
+/* A state file is recognized by its magic, or by the name accel and the examples give it (so that a file whose magic
+   was damaged is still reported as what it should be); the module's own decoder parses it. */
+enum { ST_NONE, ST_TRAINING, ST_SAMPLER, ST_SCALER, ST_OPTIM };
+static int state_kind(const char *name, const unsigned char *b, size_t n) {
+    size_t l = strlen(name);
+    if (n >= 4 && !memcmp(b, "ACST", 4)) return ST_TRAINING;
+    if (n >= 4 && !memcmp(b, "ACDS", 4)) return ST_SAMPLER;
+    if (n >= 4 && !memcmp(b, "AMPS", 4)) return ST_SCALER;
+    if (n >= 4 && !memcmp(b, "AOPT", 4)) return ST_OPTIM;
+    if (!strncmp(name, "random_states_", 14) && l > 18 && !strcmp(name + l - 4, ".bin")) return ST_TRAINING;
+    if (!strcmp(name, "sampler.bin")) return ST_SAMPLER;
+    if (!strcmp(name, "scaler.bin")) return ST_SCALER;
+    if (!strcmp(name, "optim_state.bin")) return ST_OPTIM;
+    return ST_NONE;
+}
+static const char *yes_no(int v) { return v ? "yes" : "no"; }
+static void print_sampler_flags(uint32_t f) {
+    static const char *names[] = {"split_batches", "even_batches", "drop_last", "iterable", "shuffle",
+                                  "batch_sampler_shard"};
+    int i, any = 0;
+    for (i = 0; i < 6; ++i)
+        if (f & (1u << i)) printf("%s%s", any++ ? ", " : "", names[i]);
+    if (!any) printf("none");
+}
+/* Prints the decoded state (indented lines under "<path>: <what>"); returns 0, or 1 when it does not decode. */
+static int ls_state(const char *path, int kind, const unsigned char *b, size_t n) {
+    accel_result r = ACCEL_OK;
+    accel_set_default_logger(quiet_log, NULL);
+    if (kind == ST_TRAINING) {
+        accel_state_info t;
+        if ((r = accel_state_decode(NULL, b, n, &t)) == ACCEL_OK) {
+            printf("%s: training state of process %d of %d\n", path, (int)t.process_index, (int)t.num_processes);
+            printf("  optimizer steps %lld (the last one skipped: %s), scheduler steps %lld (adjusted %lld)\n",
+                   (long long)t.optimizer_steps, yes_no(t.optimizer_step_was_skipped), (long long)t.scheduler_steps,
+                   (long long)t.scheduler_adjusted_steps);
+            printf("  micro-step counter %d, gradient_accumulation_steps %d, sync_gradients %s\n", (int)t.step,
+                   (int)t.gradient_accumulation_steps, yes_no(t.sync_gradients));
+            printf("  RNG seed %llu, offset %llu\n", (unsigned long long)t.rng_seed,
+                   (unsigned long long)t.rng_offset);
+        }
+    } else if (kind == ST_SAMPLER) {
+        accel_data_shard_state_info d;
+        if ((r = accel_data_shard_state_decode(NULL, b, n, &d)) == ACCEL_OK) {
+            printf("%s: sampler state, saved by process %d of %d\n", path, (int)d.process_index,
+                   (int)d.num_processes);
+            printf("  epoch %lld, next batch %lld (per process), seed %llu\n", (long long)d.epoch,
+                   (long long)d.position, (unsigned long long)d.seed);
+            printf("  dataset_len %lld, batch_size %lld, options: ", (long long)d.dataset_len,
+                   (long long)d.batch_size);
+            print_sampler_flags(d.flags);
+            printf("\n");
+        }
+    } else if (kind == ST_SCALER) {
+        accel_amp_scaler_state_info a;
+        if ((r = accel_amp_scaler_state_decode(NULL, b, n, &a)) == ACCEL_OK) {
+            printf("%s: loss scaler state\n", path);
+            printf("  scale %.9g, growth_tracker %d of growth_interval %d, growth_factor %.9g, backoff_factor %.9g\n",
+                   (double)a.scale, (int)a.growth_tracker, (int)a.growth_interval, a.growth_factor, a.backoff_factor);
+        }
+    } else if (kind == ST_OPTIM) {
+        accel_optim_state_info o;
+        int g, i;
+        if ((r = accel_optim_state_decode(NULL, b, n, &o)) == ACCEL_OK) {
+            printf("%s: optimizer state, %s, %lld steps, %d groups, %d parameters\n", path,
+                   o.algorithm == ACCEL_OPTIM_ADAMW ? "AdamW" : "SGD", (long long)o.steps, o.ngroups, o.nparams);
+            if (o.algorithm == ACCEL_OPTIM_ADAMW)
+                printf("  betas (%.9g, %.9g), eps %.9g, amsgrad %s, maximize %s\n", o.beta1, o.beta2, o.eps,
+                       yes_no(o.amsgrad), yes_no(o.maximize));
+            else
+                printf("  momentum %.9g, dampening %.9g, nesterov %s, maximize %s\n", o.momentum, o.dampening,
+                       yes_no(o.nesterov), yes_no(o.maximize));
+            for (g = 0; g < o.ngroups; ++g) {
+                int np;
+                double lr, base, wd;
+                accel_optim_state_decode_group(b, g, &np, &lr, &base, &wd);
+                printf("  group %d: %d parameters, lr %.9g (initial %.9g), weight_decay %.9g\n", g, np, lr, base, wd);
+            }
+            for (i = 0; i < o.nparams; ++i) {
+                int64_t numel, steps;
+                accel_optim_state_decode_param(b, o.ngroups, i, &numel, &steps);
+                printf("  parameter %d: %lld elements, %lld steps\n", i, (long long)numel, (long long)steps);
+            }
+        }
+    }
+    accel_set_default_logger(NULL, NULL);
+    if (r == ACCEL_OK) return 0;
+    printf("%s: CORRUPT %s state: %s\n", path,
+           kind == ST_TRAINING ? "training" : kind == ST_SAMPLER ? "sampler" : kind == ST_SCALER ? "loss scaler"
+                                                                                               : "optimizer",
+           accel_last_error(NULL));
+    return 1;
+}
+/* A regular file of a checkpoint directory: decoded when it is a state file, else its size. */
+static int ls_other_file(const char *path, const char *name, long long size) {
+    unsigned char *b;
+    size_t n = 0;
+    int kind, rc;
+    FILE *f;
+    if (size > (64ll << 20)) { /* no state file is this large */
+        printf("%s: %lld bytes\n", path, size);
+        return 0;
+    }
+    b = (unsigned char *)malloc((size_t)size + 1);
+    f = fopen(path, "rb");
+    if (b && f) n = fread(b, 1, (size_t)size, f);
+    if (f) fclose(f);
+    if (!b || !f || n != (size_t)size) {
+        printf("%s: CANNOT READ (%lld bytes expected, %zu read)\n", path, size, n);
+        free(b);
+        return 1;
+    }
+    kind = state_kind(name, b, n);
+    if (kind == ST_NONE) {
+        printf("%s: %lld bytes\n", path, size);
+        rc = 0;
+    } else {
+        rc = ls_state(path, kind, b, n);
+    }
+    free(b);
+    return rc;
+}
+
 static int ls_dir(const char *dir) {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -222,7 +348,7 @@ static int ls_dir(const char *dir) {
         if (l > 12 && !strcmp(names[i] + l - 12, ".safetensors")) {
             if (ls_file(path) != 0) rc = 1;
         } else if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            printf("%s: %lld bytes\n", path, (long long)st.st_size);
+            if (ls_other_file(path, names[i], (long long)st.st_size) != 0) rc = 1;
         }
         free(names[i]);
     }

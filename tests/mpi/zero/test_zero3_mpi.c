@@ -13,8 +13,10 @@
    buffers (+ the communicator's scratch). Errors: a unit waited on twice, released unused, a third gather, a rank
    that skips a gather or names another unit (same size or not), a bad unit on one rank: an error on every rank,
    no hang; debug mode fills a released buffer with NaN.
-   Checkpoints through accel_ckpt: saved on 4 ranks, continued bit for bit on 2, 3 and 1 (modes save DIR / load DIR).
-   usage: test_zero3_mpi [basic | save DIR | load DIR] */
+   Checkpoints through accel_ckpt: saved on 4 ranks, continued bit for bit on 2, 3 and 1 (modes save DIR / load DIR);
+   the consolidated export through an async save equals the synchronous one (mode export DIR) and survives kill -9
+   during the background writes (mode exportloop DIR).
+   usage: test_zero3_mpi [basic | save DIR | load DIR | export DIR | exportloop DIR] */
 #include "accel.h"
 #include "accel_amp.h"
 #include "accel_ckpt.h"
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <mpi.h>
 
 static accel acc;
@@ -1436,6 +1439,151 @@ static void ckpt_mode(accel_coll *c, const char *mode, const char *dir) {
     solo_grads = 0;
 }
 
+/* The consolidated export (FSDP's FULL_STATE_DICT) through an async save (mode export DIR, driven by
+   zero_export_async.sh): after 20 steps of FULL_SHARD, accel_zero_fsdp_export fills whole tensors on every rank and
+   two checkpointers with the same registrations save them, one synchronously (DIR/sync), one with desc.async
+   (DIR/async). As soon as the async save_state returns, poison is written over the whole tensors and the run goes
+   on as a trainer would — two more micro-batches, a new export into the same whole tensors — and only then waits. The
+   script compares both directories byte for byte and reads model.safetensors with a second parser against
+   DIR/expected.f32: the parameters put together from every rank's pieces (z3_full, not the export). */
+static void export_mode(accel_coll *c, const char *dir) {
+    z3run *z = (z3run *)calloc(1, sizeof *z);
+    z3cfg k = cfg_of(ACCEL_ZERO_FULL_SHARD, ACCEL_BF16, ACCEL_F32);
+    accel_ckpt *cks = NULL, *cka = NULL;
+    accel_ckpt_desc cd;
+    accel_optim_shard_state ss;
+    accel_tensor whole[NP], desc_full[NP];
+    float *wbuf[NP], *fin[NP];
+    char path[512];
+    int mb, p;
+    int64_t e;
+    at_context = "export";
+    solo_grads = 1;
+    k.no_average = 1;
+    AT_CHECK(z3_make(z, c, &k));
+    AT_EQ_INT(accel_zero_fsdp_full_tensors(z->f, desc_full, NP), ACCEL_OK);
+    for (p = 0; p < NP; ++p) {
+        whole[p] = desc_full[p];
+        wbuf[p] = (float *)calloc((size_t)numel(p) + 1, 4);
+        fin[p] = (float *)calloc((size_t)numel(p) + 1, 4);
+        whole[p].ptr = wbuf[p];
+    }
+    ss.opt = z->opt;
+    ss.full = desc_full;
+    memset(&cd, 0, sizeof cd);
+    cd.project_dir = dir;
+    AT_EQ_INT(accel_ckpt_create(&acc, &cd, &cks), ACCEL_OK);
+    cd.async = ACCEL_ON;
+    AT_EQ_INT(accel_ckpt_create(&acc, &cd, &cka), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_model(cks, whole, NP), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_model(cka, whole, NP), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(cks, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load, &ss),
+              ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register(cka, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load, &ss),
+              ACCEL_OK);
+    for (mb = 0; mb < 20; ++mb) {
+        accel_accumulate_begin(&acc);
+        AT_EQ_INT(z3_micro(z, mb), ACCEL_OK);
+        accel_accumulate_end(&acc);
+    }
+    z3_full(z, fin);
+    if (R == 0) { /* the expected values, from the pieces */
+        FILE *f;
+        snprintf(path, sizeof path, "%s/expected.f32", dir);
+        f = fopen(path, "wb");
+        AT_CHECK(f != NULL);
+        for (p = 0; f && p < NP; ++p) fwrite(fin[p], 4, (size_t)numel(p), f);
+        if (f) fclose(f);
+    }
+    AT_EQ_INT(accel_zero_fsdp_export(z->f, whole, NP), ACCEL_OK);
+    snprintf(path, sizeof path, "%s/sync", dir);
+    AT_EQ_INT(accel_ckpt_save_state(cks, path, NULL, 0), ACCEL_OK);
+    snprintf(path, sizeof path, "%s/async", dir);
+    AT_EQ_INT(accel_ckpt_save_state(cka, path, NULL, 0), ACCEL_OK);
+    /* at once, before the writer thread (woken by a condition variable) reaches the tensors: a save that read the
+       live tensors instead of its snapshot writes the poison */
+    for (p = 0; p < NP; ++p)
+        for (e = 0; e < numel(p); ++e) wbuf[p][e] = -1e30f;
+    for (mb = 20; mb < 22; ++mb) { /* the write may be in flight: training and the next export go on */
+        accel_accumulate_begin(&acc);
+        AT_EQ_INT(z3_micro(z, mb), ACCEL_OK);
+        accel_accumulate_end(&acc);
+    }
+    AT_EQ_INT(accel_zero_fsdp_export(z->f, whole, NP), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_wait(cka), ACCEL_OK);
+    accel_ckpt_destroy(cka);
+    accel_ckpt_destroy(cks);
+    for (p = 0; p < NP; ++p) { free(wbuf[p]); free(fin[p]); }
+    z3_free(z);
+    free(z);
+    solo_grads = 0;
+}
+
+/* kill -9 during async saves of the export (mode exportloop DIR, driven by zero_export_async.sh --kill): every rank
+   writes its pid to DIR/pid_<rank>; then, step after step, rank 0 writes the parameters put together from the pieces
+   (z3_full) to DIR/expected_<iteration>.f32 (temp + rename), the export fills the whole tensors, an async save_state
+   writes checkpoint_<iteration> (automatic naming, total_limit 3) and poison goes over the whole tensors at once.
+   The script kills both ranks at a random moment; the newest complete checkpoint must hold expected_<N>.f32. */
+static void exportloop_mode(accel_coll *c, const char *dir) {
+    z3run *z = (z3run *)calloc(1, sizeof *z);
+    z3cfg k = cfg_of(ACCEL_ZERO_FULL_SHARD, ACCEL_BF16, ACCEL_F32);
+    accel_ckpt *ck = NULL;
+    accel_ckpt_desc cd;
+    accel_tensor whole[NP];
+    float *wbuf[NP], *fin[NP];
+    char path[600], tmp[640];
+    int mb, p, it;
+    int64_t e;
+    FILE *f;
+    at_context = "exportloop";
+    solo_grads = 1;
+    k.no_average = 1;
+    snprintf(path, sizeof path, "%s/pid_%d", dir, R);
+    f = fopen(path, "w");
+    AT_CHECK(f != NULL);
+    if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+    AT_CHECK(z3_make(z, c, &k));
+    AT_EQ_INT(accel_zero_fsdp_full_tensors(z->f, whole, NP), ACCEL_OK);
+    for (p = 0; p < NP; ++p) {
+        wbuf[p] = (float *)calloc((size_t)numel(p) + 1, 4);
+        fin[p] = (float *)calloc((size_t)numel(p) + 1, 4);
+        whole[p].ptr = wbuf[p];
+    }
+    memset(&cd, 0, sizeof cd);
+    cd.project_dir = dir;
+    cd.automatic_checkpoint_naming = 1;
+    cd.total_limit = 3;
+    cd.async = ACCEL_ON;
+    AT_EQ_INT(accel_ckpt_create(&acc, &cd, &ck), ACCEL_OK);
+    AT_EQ_INT(accel_ckpt_register_model(ck, whole, NP), ACCEL_OK);
+    for (it = 0, mb = 0; it < 3000 && at_failed == 0; ++it) { /* ends when killed (or after 3000 saves) */
+        for (; mb < 2 * (it + 1); ++mb) {
+            accel_accumulate_begin(&acc);
+            AT_EQ_INT(z3_micro(z, mb), ACCEL_OK);
+            accel_accumulate_end(&acc);
+        }
+        z3_full(z, fin);
+        if (R == 0) {
+            snprintf(tmp, sizeof tmp, "%s/.expected.tmp", dir);
+            snprintf(path, sizeof path, "%s/expected_%d.f32", dir, accel_ckpt_iteration(ck));
+            f = fopen(tmp, "wb");
+            AT_CHECK(f != NULL);
+            for (p = 0; f && p < NP; ++p) fwrite(fin[p], 4, (size_t)numel(p), f);
+            if (f) fclose(f);
+            AT_EQ_INT(rename(tmp, path), 0);
+        }
+        AT_EQ_INT(accel_zero_fsdp_export(z->f, whole, NP), ACCEL_OK);
+        AT_EQ_INT(accel_ckpt_save_state(ck, NULL, NULL, 0), ACCEL_OK);
+        for (p = 0; p < NP; ++p)
+            for (e = 0; e < numel(p); ++e) wbuf[p][e] = -1e30f;
+    }
+    accel_ckpt_destroy(ck);
+    for (p = 0; p < NP; ++p) { free(wbuf[p]); free(fin[p]); }
+    z3_free(z);
+    free(z);
+    solo_grads = 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     accel_desc d;
@@ -1471,8 +1619,12 @@ int main(int argc, char **argv) {
         estimate_vs_hooks(c);
     } else if (argc > 2 && (!strcmp(mode, "save") || !strcmp(mode, "load"))) {
         ckpt_mode(c, mode, argv[2]);
+    } else if (argc > 2 && !strcmp(mode, "export")) {
+        export_mode(c, argv[2]);
+    } else if (argc > 2 && !strcmp(mode, "exportloop")) {
+        exportloop_mode(c, argv[2]);
     } else {
-        fprintf(stderr, "usage: test_zero3_mpi [basic | save DIR | load DIR]\n");
+        fprintf(stderr, "usage: test_zero3_mpi [basic | save DIR | load DIR | export DIR | exportloop DIR]\n");
         return 2;
     }
     accel_coll_destroy(c);
