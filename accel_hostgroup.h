@@ -76,6 +76,8 @@
      encrypted nor authenticated (an on-path attacker can read and change it, as with PyTorch's and NCCL's own
      traffic): run multi-node jobs on a network only the job's hosts use. The sockets of the store and the bootstraps
      are close-on-exec: a program the trainer runs (system(), fork + exec) inherits none of them.
+     accel_host_rendezvous admits the members of a one-off meeting the same way (`accel launch`'s node launchers,
+     before any process starts): its own label in the MAC, so no store or bootstrap proof opens it.
 
    CALL SITES
      accel_wait_for_everyone and the accel_host_* collectives are also macros that pass __FILE__:__LINE__ of the

@@ -10,7 +10,20 @@
      plus Accelerate's (ACCELERATE_MIXED_PRECISION, ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_USE_CPU,
      ACCELERATE_DEBUG_MODE) and ACCEL_RUN_ID; accel's core then forms its host group over a TCP store on
      MASTER_PORT. Single node: MASTER_ADDR 127.0.0.1 and a free port unless given. Multi-node (--nnodes > 1): run it
-     once per node with the same --master-addr / --master-port (default 29500) and that node's --node-rank.
+     once per node with the same --nnodes, --master-addr / --master-port (default 29500) and that node's --node-rank;
+     -n may differ between nodes (torchrun's --nproc-per-node with its c10d rendezvous). Before anything starts, the
+     nodes' launchers meet at --master-addr:--master-port (node 0 listens; accel_host_rendezvous: the store's
+     admission with the job's secret, under the run id + "/launchers") and exchange their process counts and
+     settings; ranks follow node ranks, torchrun's rule (_assign_worker_ranks): node g's processes get RANK
+     offset .. offset + n_g - 1, offset = n_0 + ... + n_(g-1), WORLD_SIZE = the sum over all nodes, LOCAL_WORLD_SIZE =
+     n_g, GROUP_RANK = g, ROLE_RANK = RANK. E.g. -n 1, 2, 3 on nodes 0, 1, 2: ranks 0 | 1 2 | 3 4 5, world 6.
+     Then the port is free again for the job's store. Every launcher exits 1, printing why, when the nodes do not
+     all arrive within --rdzv-timeout S (default 600, torchrun's join timeout: node 0 names the nodes that did not
+     come, and tells those that did; a node that cannot reach node 0 names node 0), when a launcher is refused (a
+     wrong ACCEL_STORE_SECRET: "not admitted: wrong secret"; another --nnodes; a --node-rank already taken; another
+     --run-id) — it says so and the others name it as missing —, or when a setting that every node must share
+     differs (--mixed-precision, --gradient-accumulation-steps, --cpu, --debug, --max-restarts: "node 1 has
+     --mixed-precision bf16 and node 0 has unset"). No process starts on any node in these cases.
      The store admits only processes that know the job's secret (accel_hostgroup.h: SECURITY): on one node accel launch
      makes a random one per job and hands it to its processes in the environment (ACCEL_STORE_SECRET; never on a command
      line); across nodes every node's launcher passes on the ACCEL_STORE_SECRET it was started with (set the same random
@@ -28,8 +41,9 @@
      TORCHELASTIC_MAX_RESTARTS = N; a trainer resumes from its newest complete checkpoint (examples/quickstart.c).
      A signal to the launcher ends the job instead, and so does a preemption (every process exiting with
      ACCEL_EXIT_REQUEUE: accel launch exits with it, for the job script to requeue). SIGUSR1 (Slurm's
-     --signal=USR1@90) is passed on to every process without ending anything. Across nodes each node's launcher restarts its own processes
-     (the others fail on the broken store and restart too, given the same N).
+     --signal=USR1@90) is passed on to every process without ending anything. Across nodes each node's launcher
+     restarts its own processes with the ranks the rendezvous gave (the others fail on the broken store and restart
+     too, given the same N, which the rendezvous checks).
      --cpu (or use_cpu: true) with several processes on one node, in an accel built with MPI: the node's processes
      are started by this build's mpirun (accelerate launch --multi_cpu's rule: CPU data collectives need MPI) — one
      child, mpirun -np N PROGRAM, under the same signals, session and restarts, with Accelerate's variables and no
@@ -434,7 +448,10 @@ static int launch_make_secret(char *out, size_t cap) {
 #define RDZV_BYTES 48
 static void rdzv_put(unsigned char *b, int v) {
     uint32_t u = (uint32_t)v;
-    b[0] = (unsigned char)u; b[1] = (unsigned char)(u >> 8); b[2] = (unsigned char)(u >> 16); b[3] = (unsigned char)(u >> 24);
+    b[0] = (unsigned char)u;
+    b[1] = (unsigned char)(u >> 8);
+    b[2] = (unsigned char)(u >> 16);
+    b[3] = (unsigned char)(u >> 24);
 }
 static int rdzv_get(const unsigned char *b) {
     return (int)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
@@ -493,8 +510,8 @@ static int launch_rendezvous(launch_cfg *c) {
     for (n = 0; n < c->nnodes && ok; ++n) {
         const unsigned char *b = all + (size_t)n * RDZV_BYTES;
         int nproc = rdzv_get(b + RDZV_NPROC);
-        if ((uint32_t)rdzv_get(b) != RDZV_MAGIC || rdzv_get(b + RDZV_NODE) != n || rdzv_get(b + RDZV_NNODES) != c->nnodes ||
-            nproc < 1 || nproc > LAUNCH_MAX) {
+        if ((uint32_t)rdzv_get(b) != RDZV_MAGIC || rdzv_get(b + RDZV_NODE) != n ||
+            rdzv_get(b + RDZV_NNODES) != c->nnodes || nproc < 1 || nproc > LAUNCH_MAX) {
             fprintf(stderr, "accel launch: node %d: node %d's launcher sent a record this one cannot read (another "
                     "accel version?)\n", c->node_rank, n);
             ok = 0;

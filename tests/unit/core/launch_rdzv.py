@@ -133,7 +133,8 @@ for counts, order, secret in (([1, 2, 3], [2, 1, 0], None), ([3, 1, 2], [0, 1, 2
     ok_lines = sum(out.count("of %d: ok (bad=0)" % world) for _, out in res)
     check(all(rc == 0 for rc, _ in res) and ok_lines == world,
           "counts %s: every node exits 0 and every worker's collectives agree: %s" % (counts, res))
-    check(env_rows(res) == want, "counts %s: the workers' variables %s are torchrun's %s" % (counts, env_rows(res), want))
+    check(env_rows(res) == want,
+          "counts %s: the workers' variables %s are torchrun's %s" % (counts, env_rows(res), want))
 
 
 def refused(res, who, pattern, what):
