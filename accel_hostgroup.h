@@ -1684,8 +1684,9 @@ static accel_result accel__store_open_x(accel *acc, const char *label, const cha
                                strerror(e));
         }
         if (!single && accel__sock_is_loopback(&ss))
-            accel_log(acc, ACCEL_LOG_WARN, "%s: \"%s\" (MASTER_ADDR) is a loopback address on %s 0 but the job spans "
-                      "several nodes: %ss on other hosts cannot reach it", what, addr, noun, noun);
+            accel_log(acc, ACCEL_LOG_WARN, "%s: \"%s\"%s is a loopback address on %s 0 but the job spans several "
+                      "nodes: %ss on other hosts cannot reach it", what, addr, member ? "" : " (MASTER_ADDR)", noun,
+                      noun);
         su.st = st;
         su.nonces = (unsigned char *)accel_host_alloc(acc, (size_t)P * 2 * ACCEL__ADMIT_NONCE);
         res = su.nonces ? accel__admit_serve(acc, &adm, lfd, what, st->where, deadline, st->fd + 1, P - 1,

@@ -200,6 +200,7 @@ check '[ "$(leftovers "$marker")" = no ]' "no process left behind after a failur
 
 # 7. SIGTERM to the launcher reaches every process; exit 128+15; nothing left
 marker="sleep-$$"
+: > "$tmp/sig.out" # emptied first: the wait below must not see the last run's "waiting" lines
 "$accel" launch -n 2 -- "$child" sleep "$marker" > "$tmp/sig.out" 2>&1 &
 lp=$!
 for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
@@ -219,6 +220,7 @@ check '[ "$(leftovers "$marker")" = no ]' "no process left behind after SIGTERM"
 launch_signalled() {
   local sig=$1 marker=$2 lp i
   shift 2
+  : > "$tmp/sig.out" # emptied first: the wait below must not see the last run's "waiting" lines
   "$accel" launch -n 2 "$@" "$marker" > "$tmp/sig.out" 2>&1 &
   lp=$!
   for i in $(seq 1 600); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
@@ -246,6 +248,7 @@ done
 #     (a background job of this script starts with SIGQUIT ignored: the launcher installs its own handler anyway)
 for sig in HUP QUIT; do
   marker="sig$sig-$$"
+  : > "$tmp/sig.out" # emptied first: the wait below must not see the last run's "waiting" lines
   "$accel" launch -n 2 -- "$child" sleep "$marker" > "$tmp/sig.out" 2>&1 &
   lp=$!
   for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
@@ -260,6 +263,7 @@ for sig in HUP QUIT; do
 done
 # 7c. the launcher killed by SIGKILL (it cannot forward anything): its workers die with it (PR_SET_PDEATHSIG)
 marker="sigKILL-$$"
+: > "$tmp/sig.out" # emptied first: the wait below must not see the last run's "waiting" lines
 "$accel" launch -n 2 -- "$child" sleep "$marker" > "$tmp/sig.out" 2>&1 &
 lp=$!
 for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
