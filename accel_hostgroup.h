@@ -13,8 +13,8 @@
      CALL SITES                   ACCEL_FR_SITE, ACCEL_NO_CALL_SITES
      THREADS
 
-   USAGE (every call here but accel_host_group_name, accel_blobs_* and accel_free_port is collective: every process
-   makes it, in the same order; one process gets the local result at once)
+   USAGE (every call here but accel_host_group_name, accel_blobs_*, accel_free_port and accel_host_rendezvous is
+   collective: every process makes it, in the same order; one process gets the local result at once)
        accel acc;  accel_desc d = {0};
        if (accel_init(&acc, &d) != ACCEL_OK) die(accel_last_error(&acc));   // joins the group (MPI or the store)
        accel_print(&acc, "host group: %s\n", accel_host_group_name(&acc));   // "mpi", "tcp", "nccl" or "none"
@@ -76,6 +76,8 @@
      encrypted nor authenticated (an on-path attacker can read and change it, as with PyTorch's and NCCL's own
      traffic): run multi-node jobs on a network only the job's hosts use. The sockets of the store and the bootstraps
      are close-on-exec: a program the trainer runs (system(), fork + exec) inherits none of them.
+     accel_host_rendezvous admits the members of a one-off meeting the same way (`accel launch`'s node launchers,
+     before any process starts): its own label in the MAC, so no store or bootstrap proof opens it.
 
    CALL SITES
      accel_wait_for_everyone and the accel_host_* collectives are also macros that pass __FILE__:__LINE__ of the
@@ -139,6 +141,24 @@ ACCEL_API accel_result accel_broadcast_object_list(accel *acc, accel_blobs *list
 /* A TCP port of the loopback interface that was free a moment ago (the kernel's choice), for a launcher's
    MASTER_PORT or a test's store; 0 when none could be had. Another process may take it before it is used. */
 ACCEL_API int accel_free_port(void);
+
+/* ----------------------------------------------------------------------------------------------------- rendezvous */
+/* A one-off meeting of `size` processes that have no host group (launchers: `accel launch`'s node launchers agree on
+   the world size and each node's first rank through it; SECURITY's admission, nothing new): member `rank` of `size`
+   (at most 65536) contributes `bytes` bytes (at most 65536) and `out` receives size * bytes, every member's in rank
+   order. Member 0 listens on addr:port (the address it is reached at; no loopback shortcut) and admits the others
+   exactly as the store admits ranks — ACCEL_STORE_SECRET's challenge-response (its own label, so a store's proof
+   opens no rendezvous), the run id (run_id, or NULL: TORCHELASTIC_RUN_ID / ACCEL_RUN_ID as the store), the
+   member count, a free member number — and refuses anyone else with the reason ("not admitted: wrong secret",
+   "... node 1 has already joined", "it expects 3 nodes, this meeting has 2"). Every connection is closed on return,
+   so the port can serve the job's store next. timeout_s (> 0) bounds it all: member 0 fails naming the members that
+   never came ("node(s) 2 did not connect within 5.0 s") and tells the members that did; a member that cannot reach
+   member 0 fails naming it. `what` and `member` name the meeting and its members in messages ("accel launch
+   rendezvous", "node"). acc: an initialized Accelerator or a zeroed struct (a launcher's: only its error and
+   logging are used); the error is in accel_last_error(acc). Not collective over any group: a group of its own. */
+ACCEL_API accel_result accel_host_rendezvous(accel *acc, const char *what, const char *member, const char *addr,
+                                             int port, int rank, int size, const char *run_id, const void *in,
+                                             void *out, size_t bytes, double timeout_s);
 
 #ifdef __cplusplus
 }
@@ -570,6 +590,8 @@ enum { ACCEL__ST_OP_ALLGATHER = 1, ACCEL__ST_OP_ALLGATHERV, ACCEL__ST_OP_BCAST }
 #define ACCEL__ADMIT_GREET 5.0    /* seconds a connection has for its HELLO (real ranks answer in microseconds) */
 #define ACCEL__ADMIT_PENDING 256  /* handshakes at once; a newer connection evicts the oldest (floods cannot starve) */
 #define ACCEL__ADMIT_BACKLOG 4096 /* the listen queue (the kernel caps it at net.core.somaxconn) */
+#define ACCEL__RDZV_MAX 65536       /* members of an accel_host_rendezvous (accel launch's node limit) */
+#define ACCEL__RDZV_MAX_BYTES 65536 /* bytes each contributes */
 
 typedef struct accel__st_frame {
     uint32_t magic;
@@ -1016,6 +1038,7 @@ typedef struct accel__store {
     int *fd;       /* hub: fd[r] for r = 1..size-1; other ranks: fd[0] = the hub */
     uint32_t seq;  /* collectives so far: every frame of one collective carries the same number */
     char where[300];
+    const char *member; /* what its members are called in setup's messages: NULL = ranks (accel_host_rendezvous) */
 } accel__store;
 
 /* One frame whose payload is a (an bytes) then b (bn bytes). */
@@ -1568,18 +1591,26 @@ static int accel__store_admit(void *ctx, int fd, const accel__admit_hello *h, co
     accel__store_setup *su = (accel__store_setup *)ctx;
     accel__store *st = su->st;
     int r, joined = 0;
+    if (h->world != (uint32_t)st->size && st->member) {
+        accel__fmt(why, cap, "not admitted: it expects %u %ss, this meeting has %d", (unsigned)h->world, st->member,
+                   st->size);
+        return 1;
+    }
     if (h->world != (uint32_t)st->size) {
-        accel__fmt(why, cap, "not admitted: WORLD_SIZE=%u is not the job's (%d): the nodes' launchers were given "
-                   "different process counts per node or node counts (accel launch: the same -n and --nnodes on every "
-                   "node)", (unsigned)h->world, st->size);
+        accel__fmt(why, cap, "not admitted: WORLD_SIZE=%u is not the job's (%d): the processes were started with "
+                   "different world sizes (torchrun: the same --nnodes and --nproc-per-node everywhere; accel launch: "
+                   "the same --nnodes on every node)", (unsigned)h->world, st->size);
         return 1;
     }
     if (h->rank == 0 || h->rank >= (uint32_t)st->size) {
-        accel__fmt(why, cap, "not admitted: RANK=%u is not a rank of this job", (unsigned)h->rank);
+        if (st->member) accel__fmt(why, cap, "not admitted: %s %u is not one of this meeting", st->member,
+                                   (unsigned)h->rank);
+        else accel__fmt(why, cap, "not admitted: RANK=%u is not a rank of this job", (unsigned)h->rank);
         return 1;
     }
     if (st->fd[h->rank] >= 0) {
-        accel__fmt(why, cap, "not admitted: the job is full (rank %u has already joined)", (unsigned)h->rank);
+        accel__fmt(why, cap, "not admitted: the job is full (%s %u has already joined)",
+                   st->member ? st->member : "rank", (unsigned)h->rank);
         return 1;
     }
     st->fd[h->rank] = fd;
@@ -1589,34 +1620,48 @@ static int accel__store_admit(void *ctx, int fd, const accel__admit_hello *h, co
     return joined == st->size - 1 ? 2 : 0;
 }
 
-/* Rank 0 listens at addr:port (loopback for a single-node job) and admits the other ranks; they connect to it. */
-static accel_result accel__store_open(accel *acc, const char *addr, int port, double deadline, accel__store **out) {
+/* Process `me` of P joins the store at addr:port: rank 0 listens there (on loopback when `single`: every member on
+   this host) and admits the others (SECURITY: the proof is bound to `label` and the run id — run_id, or NULL for the
+   environment's); they connect to it. `what` and `member` name it and its members in messages ("host store",
+   NULL = ranks; accel_host_rendezvous's are the caller's). timeout_s bounds the whole setup. */
+static accel_result accel__store_open_x(accel *acc, const char *label, const char *what, const char *member, int me,
+                                        int P, int single, const char *run_id, const char *addr, int port,
+                                        double timeout_s, accel__store **out) {
     accel__store *st;
     accel__admit adm;
     struct sockaddr_storage ss;
     socklen_t sl = 0;
-    int P = acc->num_processes, me = acc->process_index, r;
-    int single = acc->local_num_processes == acc->num_processes;
+    int r;
+    double deadline = accel_now() + timeout_s;
+    const char *noun = member ? member : "rank";
     accel_result res;
     *out = NULL;
-    res = accel__admit_init(acc, &adm, "store");
+    res = accel__admit_init(acc, &adm, label);
     if (res != ACCEL_OK) return res;
+    if (run_id) {
+        if (strlen(run_id) > ACCEL__ST_MAX_TOKEN)
+            return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: the run id is longer than %u bytes", what,
+                               ACCEL__ST_MAX_TOKEN);
+        adm.run_len = strlen(run_id);
+        memcpy(adm.run_id, run_id, adm.run_len + 1);
+    }
     st = (accel__store *)accel_host_alloc(acc, sizeof *st);
     if (!st) return ACCEL_ERR_OUT_OF_MEMORY;
     memset(st, 0, sizeof *st);
     st->rank = me;
     st->size = P;
+    st->member = member;
     st->fd = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)P);
     if (!st->fd) { accel_host_free(acc, st); return ACCEL_ERR_OUT_OF_MEMORY; }
     for (r = 0; r < P; ++r) st->fd[r] = -1;
     /* every rank on this host (LOCAL_WORLD_SIZE == WORLD_SIZE): meet on loopback, whatever MASTER_ADDR names */
     if (accel__sock_resolve(single ? "127.0.0.1" : addr, port, &ss, &sl) != 0) {
         accel__store_close(acc, st);
-        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "host store: cannot resolve MASTER_ADDR \"%s\"", addr);
+        return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "%s: cannot resolve \"%s\"", what, addr);
     }
     if (single) accel__fmt(st->where, sizeof st->where, "127.0.0.1:%d, single node", port);
     else accel__fmt(st->where, sizeof st->where, "%s:%d", addr, port);
-    res = accel__admit_policy(acc, &adm, &ss, "host store", st->where);
+    res = accel__admit_policy(acc, &adm, &ss, what, st->where);
     if (res != ACCEL_OK) {
         accel__store_close(acc, st);
         return res;
@@ -1625,7 +1670,7 @@ static accel_result accel__store_open(accel *acc, const char *addr, int port, do
         unsigned char *p = NULL;
         const unsigned char *body;
         size_t blen;
-        res = accel__admit_join(acc, &adm, &ss, sl, "host store", st->where, (uint32_t)P, (uint32_t)me, deadline,
+        res = accel__admit_join(acc, &adm, &ss, sl, what, st->where, (uint32_t)P, (uint32_t)me, deadline,
                                 deadline + ACCEL__ST_GRACE, 0, &st->fd[0], &p, &body, &blen);
         accel_host_free(acc, p);
     } else {
@@ -1635,14 +1680,16 @@ static accel_result accel__store_open(accel *acc, const char *addr, int port, do
         if (lfd < 0) {
             int e = errno;
             accel__store_close(acc, st);
-            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "host store: rank 0 cannot listen on %s: %s", st->where, strerror(e));
+            return ACCEL__FAIL(acc, ACCEL_ERR_IO, "%s: %s 0 cannot listen on %s: %s", what, noun, st->where,
+                               strerror(e));
         }
         if (!single && accel__sock_is_loopback(&ss))
-            accel_log(acc, ACCEL_LOG_WARN, "host store: MASTER_ADDR \"%s\" is a loopback address on rank 0 but the job "
-                      "spans several nodes: ranks on other hosts cannot reach it", addr);
+            accel_log(acc, ACCEL_LOG_WARN, "%s: \"%s\"%s is a loopback address on %s 0 but the job spans several "
+                      "nodes: %ss on other hosts cannot reach it", what, addr, member ? "" : " (MASTER_ADDR)", noun,
+                      noun);
         su.st = st;
         su.nonces = (unsigned char *)accel_host_alloc(acc, (size_t)P * 2 * ACCEL__ADMIT_NONCE);
-        res = su.nonces ? accel__admit_serve(acc, &adm, lfd, "host store", st->where, deadline, st->fd + 1, P - 1,
+        res = su.nonces ? accel__admit_serve(acc, &adm, lfd, what, st->where, deadline, st->fd + 1, P - 1,
                                              accel__store_admit, &su, refusal, sizeof refusal)
                         : ACCEL_ERR_OUT_OF_MEMORY;
         close(lfd);
@@ -1652,8 +1699,8 @@ static accel_result accel__store_open(accel *acc, const char *addr, int port, do
             list[0] = 0;
             for (r = 1; r < P && off < sizeof list - 16; ++r)
                 if (st->fd[r] < 0) off += (size_t)accel__fmt(list + off, sizeof list - off, "%s%d", off ? ", " : "", r);
-            res = ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "host store (%s): rank(s) %s did not connect within %.1f s%s%s",
-                              st->where, list, accel__timeout_s(acc),
+            res = ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "%s (%s): %s(s) %s did not connect within %.1f s%s%s", what,
+                              st->where, noun, list, timeout_s,
                               refusal[0] ? "; the last connection refused: " : "", refusal);
         }
         for (r = 1; r < P && res == ACCEL_OK; ++r) {
@@ -1663,8 +1710,8 @@ static accel_result accel__store_open(accel *acc, const char *addr, int port, do
                                                  pre);
             int rc = pn ? accel__store_send(st->fd[r], ACCEL__ST_WELCOME, 0, 0, 0, pre, pn, deadline) : -1;
             if (rc != 0)
-                res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "host store (%s): rank %d left during setup: %s", st->where, r,
-                                  pn ? accel__store_rc_text(rc) : "the MAC failed");
+                res = ACCEL__FAIL(acc, ACCEL_ERR_REMOTE, "%s (%s): %s %d left during setup: %s", what, st->where, noun,
+                                  r, pn ? accel__store_rc_text(rc) : "the MAC failed");
         }
         accel_host_free(acc, su.nonces);
         if (res != ACCEL_OK) {
@@ -1680,7 +1727,43 @@ static accel_result accel__store_open(accel *acc, const char *addr, int port, do
     *out = st;
     return ACCEL_OK;
 }
+/* The core's store: this process's rank among WORLD_SIZE, the deadline from desc.collective_timeout_ms. */
+static accel_result accel__store_open(accel *acc, const char *addr, int port, accel__store **out) {
+    return accel__store_open_x(acc, "store", "host store", NULL, acc->process_index, acc->num_processes,
+                               acc->local_num_processes == acc->num_processes, NULL, addr, port, accel__timeout_s(acc),
+                               out);
+}
+
 #endif /* !_WIN32 */
+
+/* The rendezvous of processes without a group (declaration: its manual). */
+ACCEL__DEF accel_result accel_host_rendezvous(accel *acc, const char *what, const char *member, const char *addr,
+                                              int port, int rank, int size, const char *run_id, const void *in,
+                                              void *out, size_t bytes, double timeout_s) {
+    accel__store *st = NULL;
+    accel_result r;
+    if (!what || !*what) what = "rendezvous";
+    if (!member || !*member) member = "member";
+    if (!addr || !*addr || port < 1 || port > 65535 || size < 1 || size > ACCEL__RDZV_MAX || rank < 0 ||
+        rank >= size || (bytes && (!in || !out)) || bytes > ACCEL__RDZV_MAX_BYTES || !(timeout_s > 0))
+        return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: %s %d of %d at \"%s\":%d, %zu bytes, %.1f s: not a "
+                           "valid meeting (1..%d members, a TCP port, at most %d bytes each, a timeout)", what, member,
+                           rank, size, addr ? addr : "(null)", port, bytes, timeout_s, ACCEL__RDZV_MAX,
+                           ACCEL__RDZV_MAX_BYTES);
+    if (size == 1) {
+        if (bytes) memmove(out, in, bytes);
+        return ACCEL_OK;
+    }
+#if defined(_WIN32)
+    (void)st; (void)r; (void)run_id;
+    return ACCEL__FAIL(acc, ACCEL_ERR_UNSUPPORTED, "%s: needs POSIX sockets", what);
+#else
+    r = accel__store_open_x(acc, "rendezvous", what, member, rank, size, 0, run_id, addr, port, timeout_s, &st);
+    if (r == ACCEL_OK) r = accel__store_tp_allgather(st, acc, in, out, bytes, accel_now() + timeout_s);
+    accel__store_close(acc, st);
+    return r;
+#endif
+}
 
 /* The MPI communicator of the host group (a pointer to MPI_Comm), or NULL: accel_collectives.h dups it. */
 ACCEL__PRIVATE void *accel__mpi_comm(accel *acc) {
@@ -2241,7 +2324,7 @@ static accel_result accel__store_start(accel *acc) {
             return ACCEL__FAIL(acc, ACCEL_ERR_ENVIRONMENT, "ACCEL_STORE_PORT=\"%s\" is not a TCP port", s);
         port = (int)v;
     }
-    r = accel__store_open(acc, addr, port, accel__deadline(acc), &st);
+    r = accel__store_open(acc, addr, port, &st);
     if (r != ACCEL_OK) return r;
     acc->impl->store = st;
     acc->impl->tp = &accel__store_transport;

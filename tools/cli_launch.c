@@ -4,13 +4,26 @@
    accel launch [-n|--nproc-per-node N] [--nnodes K --node-rank R --master-addr A --master-port P]
                 [--mixed-precision no|fp16|bf16|fp8] [--gradient-accumulation-steps S] [--cpu] [--debug]
                 [--run-id ID] [--config-file F] [--gpu-ids LIST] [--num-cpu-threads-per-process T]
-                [--max-restarts N] [--tee] [--] PROGRAM ARGS...
+                [--max-restarts N] [--rdzv-timeout S] [--tee] [--] PROGRAM ARGS...
      Starts N copies of PROGRAM with the environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE,
      LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT)
      plus Accelerate's (ACCELERATE_MIXED_PRECISION, ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_USE_CPU,
      ACCELERATE_DEBUG_MODE) and ACCEL_RUN_ID; accel's core then forms its host group over a TCP store on
      MASTER_PORT. Single node: MASTER_ADDR 127.0.0.1 and a free port unless given. Multi-node (--nnodes > 1): run it
-     once per node with the same --master-addr / --master-port (default 29500) and that node's --node-rank.
+     once per node with the same --nnodes, --master-addr / --master-port (default 29500) and that node's --node-rank;
+     -n may differ between nodes (torchrun's --nproc-per-node with its c10d rendezvous). Before anything starts, the
+     nodes' launchers meet at --master-addr:--master-port (node 0 listens; accel_host_rendezvous: the store's
+     admission with the job's secret, under the run id + "/launchers") and exchange their process counts and
+     settings; ranks follow node ranks, torchrun's rule (_assign_worker_ranks): node g's processes get RANK
+     offset .. offset + n_g - 1, offset = n_0 + ... + n_(g-1), WORLD_SIZE = the sum over all nodes, LOCAL_WORLD_SIZE =
+     n_g, GROUP_RANK = g, ROLE_RANK = RANK. E.g. -n 1, 2, 3 on nodes 0, 1, 2: ranks 0 | 1 2 | 3 4 5, world 6.
+     Then the port is free again for the job's store. Every launcher exits 1, printing why, when the nodes do not
+     all arrive within --rdzv-timeout S (default 600, torchrun's join timeout: node 0 names the nodes that did not
+     come, and tells those that did; a node that cannot reach node 0 names node 0), when a launcher is refused (a
+     wrong ACCEL_STORE_SECRET: "not admitted: wrong secret"; another --nnodes; a --node-rank already taken; another
+     --run-id) — it says so and the others name it as missing —, or when a setting that every node must share
+     differs (--mixed-precision, --gradient-accumulation-steps, --cpu, --debug, --max-restarts: "node 1 has
+     --mixed-precision bf16 and node 0 has unset"). No process starts on any node in these cases.
      The store admits only processes that know the job's secret (accel_hostgroup.h: SECURITY): on one node accel launch
      makes a random one per job and hands it to its processes in the environment (ACCEL_STORE_SECRET; never on a command
      line); across nodes every node's launcher passes on the ACCEL_STORE_SECRET it was started with (set the same random
@@ -28,8 +41,9 @@
      TORCHELASTIC_MAX_RESTARTS = N; a trainer resumes from its newest complete checkpoint (examples/quickstart.c).
      A signal to the launcher ends the job instead, and so does a preemption (every process exiting with
      ACCEL_EXIT_REQUEUE: accel launch exits with it, for the job script to requeue). SIGUSR1 (Slurm's
-     --signal=USR1@90) is passed on to every process without ending anything. Across nodes each node's launcher restarts its own processes
-     (the others fail on the broken store and restart too, given the same N).
+     --signal=USR1@90) is passed on to every process without ending anything. Across nodes each node's launcher
+     restarts its own processes with the ranks the rendezvous gave (the others fail on the broken store and restart
+     too, given the same N, which the rendezvous checks).
      --cpu (or use_cpu: true) with several processes on one node, in an accel built with MPI: the node's processes
      are started by this build's mpirun (accelerate launch --multi_cpu's rule: CPU data collectives need MPI) — one
      child, mpirun -np N PROGRAM, under the same signals, session and restarts, with Accelerate's variables and no
@@ -95,6 +109,8 @@ typedef struct launch_cfg {
     int threads;                 /* --num-cpu-threads-per-process: OMP_NUM_THREADS (0: torchrun's default) */
     int max_restarts, restart;   /* --max-restarts, and which attempt this is (0 = the first) */
     int mpirun_np;               /* > 0: the one process started is mpirun, starting this many (--cpu, MPI built in) */
+    int rank_base, world;        /* this node's first RANK and WORLD_SIZE (several nodes: from the rendezvous) */
+    int rdzv_timeout;            /* --rdzv-timeout: seconds the nodes' launchers wait for each other */
     char master_addr[256], precision[16], run_id[320];
     char gpu_ids[256];           /* the config's gpu_ids (or --gpu-ids): CUDA_VISIBLE_DEVICES, "" = all */
     char secret[72]; /* ACCEL_STORE_SECRET made for this job ("" when the launcher's own environment has one) */
@@ -105,7 +121,7 @@ static void launch_usage(FILE *f) {
             "usage: accel launch [-n|--nproc-per-node N] [--nnodes K --node-rank R --master-addr A --master-port P]\n"
             "                    [--mixed-precision no|fp16|bf16|fp8] [--gradient-accumulation-steps S] [--cpu] [--debug]\n"
             "                    [--run-id ID] [--config-file F] [--gpu-ids LIST] [--num-cpu-threads-per-process T]\n"
-            "                    [--max-restarts N] [--tee] [--] PROGRAM ARGS...\n"
+            "                    [--max-restarts N] [--rdzv-timeout S] [--tee] [--] PROGRAM ARGS...\n"
             "       accel config --default [--mixed-precision no|fp16|bf16] [FILE]\n");
 }
 
@@ -425,6 +441,109 @@ static int launch_make_secret(char *out, size_t cap) {
     return 1;
 }
 
+/* ------------------------------------------------------------------------------------------ the nodes' rendezvous */
+/* What a node's launcher tells the others (fixed-size, little-endian): its node rank and count, its process count,
+   and the settings every node must share. */
+#define RDZV_MAGIC 0x31524c41u /* "ALR1" */
+#define RDZV_BYTES 48
+static void rdzv_put(unsigned char *b, int v) {
+    uint32_t u = (uint32_t)v;
+    b[0] = (unsigned char)u;
+    b[1] = (unsigned char)(u >> 8);
+    b[2] = (unsigned char)(u >> 16);
+    b[3] = (unsigned char)(u >> 24);
+}
+static int rdzv_get(const unsigned char *b) {
+    return (int)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+}
+enum { RDZV_MAGIC_AT = 0, RDZV_NODE = 4, RDZV_NNODES = 8, RDZV_NPROC = 12, RDZV_ACCUM = 16, RDZV_CPU = 20,
+       RDZV_DEBUG = 24, RDZV_RESTARTS = 28, RDZV_PRECISION = 32 /* 16 bytes, NUL-padded */ };
+/* A shared setting as the user gave it, for messages. */
+static void rdzv_value(int f, int v, char *out, size_t cap) {
+    if ((f == RDZV_ACCUM && v == 0) || ((f == RDZV_CPU || f == RDZV_DEBUG) && v < 0)) snprintf(out, cap, "unset");
+    else if (f == RDZV_CPU || f == RDZV_DEBUG) snprintf(out, cap, "%s", v ? "true" : "false");
+    else snprintf(out, cap, "%d", v);
+}
+static void rdzv_record(const launch_cfg *c, unsigned char *b) {
+    memset(b, 0, RDZV_BYTES);
+    rdzv_put(b + RDZV_MAGIC_AT, (int)RDZV_MAGIC);
+    rdzv_put(b + RDZV_NODE, c->node_rank);
+    rdzv_put(b + RDZV_NNODES, c->nnodes);
+    rdzv_put(b + RDZV_NPROC, c->nproc);
+    rdzv_put(b + RDZV_ACCUM, c->accum);
+    rdzv_put(b + RDZV_CPU, c->use_cpu);
+    rdzv_put(b + RDZV_DEBUG, c->debug);
+    rdzv_put(b + RDZV_RESTARTS, c->max_restarts);
+    memcpy(b + RDZV_PRECISION, c->precision, strlen(c->precision) < 15 ? strlen(c->precision) : 15);
+}
+
+/* Several nodes: the launchers meet at --master-addr:--master-port before any process starts (accel_host_rendezvous:
+   the store's admission, ACCEL_STORE_SECRET), each with its record; every launcher then reads the same table, so
+   they all reach the same verdict. Ranks follow node ranks (torchrun's rule, _assign_worker_ranks: a node's first
+   rank is the sum of the process counts of the nodes below it), so nodes may run different counts. 1 ok (rank_base,
+   world set), 0 after a message: a node that never came, a launcher refused (wrong secret, another run, a node rank
+   taken twice, another --nnodes), or a setting that differs between nodes — named. */
+static int launch_rendezvous(launch_cfg *c) {
+    static const char *const names[] = {"", "", "", "", "--gradient-accumulation-steps", "--cpu", "--debug",
+                                        "--max-restarts"};
+    unsigned char mine[RDZV_BYTES], *all;
+    char run[sizeof c->run_id + 16], what[400];
+    accel ra; /* no Accelerator here: the rendezvous's error only */
+    long world = 0, base = 0;
+    int n, f, ok = 1;
+    memset(&ra, 0, sizeof ra);
+    all = (unsigned char *)malloc((size_t)c->nnodes * RDZV_BYTES);
+    if (!all) { fprintf(stderr, "accel launch: out of memory\n"); return 0; }
+    rdzv_record(c, mine);
+    /* a run id of their own: a launcher arriving late can never take a worker's place in the job's store */
+    snprintf(run, sizeof run, "%s/launchers", c->run_id);
+    snprintf(what, sizeof what, "accel launch rendezvous of %d nodes", c->nnodes);
+    if (accel_host_rendezvous(&ra, what, "node", c->master_addr, c->master_port, c->node_rank, c->nnodes, run, mine,
+                              all, RDZV_BYTES, (double)c->rdzv_timeout) != ACCEL_OK) {
+        fprintf(stderr, "accel launch: node %d: the nodes' launchers did not meet (--rdzv-timeout %d s): %s%s\n",
+                c->node_rank, c->rdzv_timeout, accel_last_error(&ra),
+                ra.last_result == ACCEL_ERR_TIMEOUT && c->node_rank != 0
+                    ? " [node 0 never answered at --master-addr:--master-port: not started, or another address]" : "");
+        free(all);
+        return 0;
+    }
+    for (n = 0; n < c->nnodes && ok; ++n) {
+        const unsigned char *b = all + (size_t)n * RDZV_BYTES;
+        int nproc = rdzv_get(b + RDZV_NPROC);
+        if ((uint32_t)rdzv_get(b) != RDZV_MAGIC || rdzv_get(b + RDZV_NODE) != n ||
+            rdzv_get(b + RDZV_NNODES) != c->nnodes || nproc < 1 || nproc > LAUNCH_MAX) {
+            fprintf(stderr, "accel launch: node %d: node %d's launcher sent a record this one cannot read (another "
+                    "accel version?)\n", c->node_rank, n);
+            ok = 0;
+            break;
+        }
+        if (n == c->node_rank) base = world;
+        world += nproc;
+        /* the settings every node must share: compared with node 0's, so every launcher names the same node */
+        for (f = RDZV_ACCUM; f <= RDZV_RESTARTS && n > 0; f += 4) {
+            char v[16], v0[16];
+            if (rdzv_get(b + f) == rdzv_get(all + f)) continue;
+            rdzv_value(f, rdzv_get(b + f), v, sizeof v);
+            rdzv_value(f, rdzv_get(all + f), v0, sizeof v0);
+            fprintf(stderr, "accel launch: node %d: node %d has %s %s and node 0 has %s; every node must be given the "
+                    "same settings\n", c->node_rank, n, names[f / 4], v, v0);
+            ok = 0;
+        }
+        if (n > 0 && memcmp(b + RDZV_PRECISION, all + RDZV_PRECISION, 16) != 0) {
+            const char *p = (const char *)b + RDZV_PRECISION, *p0 = (const char *)all + RDZV_PRECISION;
+            fprintf(stderr, "accel launch: node %d: node %d has --mixed-precision %.15s and node 0 has %.15s; every "
+                    "node must be given the same settings\n", c->node_rank, n, *p ? p : "unset", *p0 ? p0 : "unset");
+            ok = 0;
+        }
+    }
+    if (ok) {
+        c->rank_base = (int)base;
+        c->world = (int)world;
+    }
+    free(all);
+    return ok;
+}
+
 /* ------------------------------------------------------------------------------------------ processes */
 static volatile sig_atomic_t launch_signal = 0;
 static volatile sig_atomic_t launch_usr1 = 0; /* SIGUSR1s to pass on (Slurm's preemption notice) */
@@ -457,7 +576,7 @@ static void launch_child_env(const launch_cfg *c, int local) {
                                  "MPI_LOCALNRANKS", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
                                  "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE", "TORCHELASTIC_USE_AGENT_STORE",
                                  "TORCHELASTIC_RUN_ID", "ACCEL_STORE_PORT"};
-    int rank = c->node_rank * c->nproc + local, world = c->nnodes * c->nproc;
+    int rank = c->rank_base + local, world = c->world;
     size_t i;
     static const char *torchrun[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                                      "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME"};
@@ -637,9 +756,9 @@ static int launch_run(const launch_cfg *c, char **prog) {
                 if (!pf[k].revents) continue;
                 if (who[k] < 0) { while (read(pf[k].fd, buf, sizeof buf) > 0) {} continue; }
                 n = read(pf[k].fd, buf, sizeof buf);
-                if (n > 0) launch_tee(&ps[r], c->node_rank * c->nproc + r, s, buf, (size_t)n, 0);
+                if (n > 0) launch_tee(&ps[r], c->rank_base + r, s, buf, (size_t)n, 0);
                 else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-                    launch_tee(&ps[r], c->node_rank * c->nproc + r, s, "", 0, 1);
+                    launch_tee(&ps[r], c->rank_base + r, s, "", 0, 1);
                     close(ps[r].fd[s]);
                     ps[r].fd[s] = -1;
                 }
@@ -696,8 +815,8 @@ static int launch_run(const launch_cfg *c, char **prog) {
             char buf[8192];
             ssize_t n;
             if (ps[i].fd[s] < 0) continue;
-            while ((n = read(ps[i].fd[s], buf, sizeof buf)) > 0) launch_tee(&ps[i], c->node_rank * c->nproc + i, s, buf, (size_t)n, 0);
-            launch_tee(&ps[i], c->node_rank * c->nproc + i, s, "", 0, 1);
+            while ((n = read(ps[i].fd[s], buf, sizeof buf)) > 0) launch_tee(&ps[i], c->rank_base + i, s, buf, (size_t)n, 0);
+            launch_tee(&ps[i], c->rank_base + i, s, "", 0, 1);
             close(ps[i].fd[s]);
         }
     }
@@ -710,11 +829,11 @@ static int launch_run(const launch_cfg *c, char **prog) {
         int st = ps[failed].status;
         if (WIFEXITED(st))
             fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) exited with code %d; stopped the other %d "
-                    "process(es) still running\n", c->node_rank * c->nproc + failed, failed, (long)ps[failed].pid,
+                    "process(es) still running\n", c->rank_base + failed, failed, (long)ps[failed].pid,
                     WEXITSTATUS(st), stopped);
         else
             fprintf(stderr, "accel launch: rank %d (local rank %d, pid %ld) was killed by signal %d (%s); stopped the "
-                    "other %d process(es) still running\n", c->node_rank * c->nproc + failed, failed,
+                    "other %d process(es) still running\n", c->rank_base + failed, failed,
                     (long)ps[failed].pid, WTERMSIG(st), strsignal(WTERMSIG(st)), stopped);
     }
     /* every process stopped for a requeue (preempted: saved at one step, accel.h PREEMPTION), also after a forwarded
@@ -771,6 +890,8 @@ int cli_launch(int argc, char **argv) {
             if (!launch_int(name, v, 1, 1 << 16, &cli.threads)) return 2;
         } else if (!strcmp(name, "--max-restarts")) {
             if (!launch_int(name, v, 0, 1 << 20, &cli.max_restarts)) return 2;
+        } else if (!strcmp(name, "--rdzv-timeout")) {
+            if (!launch_int(name, v, 1, 7 * 86400, &cli.rdzv_timeout)) return 2;
         } else if (!strcmp(name, "--gpu-ids")) {
             if (!config_gpu_ids("--gpu-ids:", v, cli.gpu_ids, sizeof cli.gpu_ids)) return 2;
             if (!cli.gpu_ids[0]) snprintf(cli.gpu_ids, sizeof cli.gpu_ids, "all");
@@ -801,6 +922,7 @@ int cli_launch(int argc, char **argv) {
     }
     if (cli.threads) c.threads = cli.threads;
     c.max_restarts = cli.max_restarts;
+    c.rdzv_timeout = cli.rdzv_timeout ? cli.rdzv_timeout : 600; /* torchrun's c10d join_timeout */
     if (cli.gpu_ids[0]) snprintf(c.gpu_ids, sizeof c.gpu_ids, "%s", strcmp(cli.gpu_ids, "all") ? cli.gpu_ids : "");
     if (cli.master_addr[0]) snprintf(c.master_addr, sizeof c.master_addr, "%s", cli.master_addr);
     if (cli.master_port) c.master_port = cli.master_port;
@@ -853,6 +975,11 @@ int cli_launch(int argc, char **argv) {
             }
         }
     }
+    /* torchrun's layout: one node's ranks follow the other; across nodes the launchers meet first and ranks follow
+       node ranks, so nodes may run different counts (launch_rendezvous) */
+    c.rank_base = 0;
+    c.world = c.nproc;
+    if (c.nnodes > 1 && !launch_rendezvous(&c)) return 1;
 #ifdef ACCEL_WITH_MPI
 #ifndef ACCEL_CLI_MPIRUN
 #define ACCEL_CLI_MPIRUN "mpirun"

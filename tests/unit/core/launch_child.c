@@ -1,6 +1,8 @@
 /* The program tests/unit/core/test_launch.sh starts under `accel launch`: checks what the launcher promised
    (torchrun's worker environment, accel's host group over the TCP store) and acts out the faults.
-   usage: launch_child ok|fail RANK CODE|sigkill RANK|sleep|preempt|echo|config PRECISION ACCUM|secret FILE */
+   usage: launch_child ok|rdzv|fail RANK CODE|sigkill RANK|sleep|preempt|echo|config PRECISION ACCUM|secret FILE
+   rdzv: ok, and first one line "env: RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK
+   ROLE_WORLD_SIZE" for tests/unit/core/launch_rdzv.py to compare with torchrun's assignment. */
 #define _DEFAULT_SOURCE 1
 #include "accel.h"
 #include <stdio.h>
@@ -43,6 +45,11 @@ int main(int argc, char **argv) {
     int64_t v;
     memset(&d, 0, sizeof d);
     d.collective_timeout_ms = 20000;
+    if (!strcmp(mode, "rdzv")) {
+        printf("env: %d %d %d %d %d %d %d %d\n", rank, geti("LOCAL_RANK"), world, geti("LOCAL_WORLD_SIZE"),
+               geti("GROUP_RANK"), geti("GROUP_WORLD_SIZE"), geti("ROLE_RANK"), geti("ROLE_WORLD_SIZE"));
+        fflush(stdout);
+    }
     if (!strcmp(mode, "echo")) {
         printf("hello from %d\npartial line without newline", rank);
         fflush(stdout);
@@ -54,8 +61,22 @@ int main(int argc, char **argv) {
     if (acc.launcher != ACCEL_LAUNCHER_TORCHRUN || acc.process_index != rank || acc.num_processes != world) bad |= 1;
     if (geti("LOCAL_RANK") != acc.local_process_index || geti("LOCAL_WORLD_SIZE") != acc.local_num_processes) bad |= 2;
     if (geti("ROLE_RANK") != rank || geti("ROLE_WORLD_SIZE") != world || !getenv("ROLE_NAME") || geti("GROUP_RANK") < 0 ||
-        geti("GROUP_WORLD_SIZE") < 1 || geti("GROUP_RANK") * geti("LOCAL_WORLD_SIZE") + geti("LOCAL_RANK") != rank)
+        geti("GROUP_WORLD_SIZE") < 1)
         bad |= 4;
+    if (world > 0 && world <= 4096) {
+        /* torchrun's layout, from what every rank was given (nodes may run different counts): a rank is the number
+           of ranks on lower nodes plus its local rank, and a node's LOCAL_WORLD_SIZE is how many ranks it has */
+        int64_t mine[3], *all = (int64_t *)calloc((size_t)world * 3, sizeof *all);
+        int i, below = 0, same = 0;
+        mine[0] = geti("GROUP_RANK"); mine[1] = geti("LOCAL_RANK"); mine[2] = geti("LOCAL_WORLD_SIZE");
+        if (!all || accel_host_allgather(&acc, mine, all, sizeof mine) != ACCEL_OK) bad |= 4;
+        for (i = 0; all && i < world; ++i) {
+            below += all[3 * i] < mine[0];
+            same += all[3 * i] == mine[0] && all[3 * i + 2] == mine[2];
+        }
+        if (below + mine[1] != rank || same != mine[2]) bad |= 4;
+        free(all);
+    }
     if (!getenv("MASTER_ADDR") || geti("MASTER_PORT") < 1 || !getenv("ACCEL_RUN_ID")) bad |= 8;
     if (world > 1 && strcmp(accel_host_group_name(&acc), "tcp") != 0) bad |= 16;
     v = rank;

@@ -26,6 +26,14 @@ while time.time() < end:
     if os.waitpid(pid, os.WNOHANG)[0]:
         done = True
         break
+while done:  # what it wrote before it ended and was not read yet (the loop may see the exit first)
+    try:
+        chunk = os.read(fd, 4096) if select.select([fd], [], [], 0.2)[0] else b""
+    except OSError:
+        chunk = b""
+    if not chunk:
+        break
+    out += chunk
 if not done:
     os.killpg(pid, signal.SIGKILL)
     os.waitpid(pid, 0)

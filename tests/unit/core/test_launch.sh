@@ -115,9 +115,15 @@ check '[ "$out" = "cvd=unset" ]' "gpu_ids all: $out"
 
 # 3c. num_processes counts all machines, --nnodes from the command line included (Accelerate keeps the total:
 #     item 7); errors about the file's values name its keys
+#     (node 0 runs too: the nodes' launchers meet before anything starts)
 printf 'num_processes: 4\nnum_machines: 1\n' > "$tmp/total.yaml"
+port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+"$accel" launch --config-file "$tmp/total.yaml" --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" \
+  -- true > "$tmp/n0.out" 2>&1 &
+n0=$!
 out=$("$accel" launch --config-file "$tmp/total.yaml" --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 \
-  -- sh -c 'echo "$RANK/$WORLD_SIZE/$LOCAL_WORLD_SIZE"' 2>&1)
+  --master-port "$port" -- sh -c 'echo "$RANK/$WORLD_SIZE/$LOCAL_WORLD_SIZE"' 2>&1)
+wait $n0
 check '[ "$(echo "$out" | sort | tr "\n" " ")" = "2/4/2 3/4/2 " ]' "num_processes 4 with --nnodes 2: $out"
 printf 'num_processes: 4\nnum_machines: 2\nmachine_rank: 2\nmain_process_ip: 127.0.0.1\n' > "$tmp/rank.yaml"
 out=$("$accel" launch --config-file "$tmp/rank.yaml" -- true 2>&1); rc=$?
@@ -145,15 +151,15 @@ out=$("$accel" launch --nnodes 2 --node-rank 0 --master-addr localhost --master-
 wait $n1; rc1=$?
 check '[ $rc = 0 ] && [ $rc1 = 0 ]' "localhost / 127.0.0.1: $out / $(cat "$tmp/n1.out")"
 
-# 5c. different process counts per node: the refused rank says so (issue 30 item 9; accel launch's nodes all start
-#     -n processes, unlike torchrun's c10d rendezvous)
+# 5c. different process counts per node run as torchrun's c10d rendezvous runs them (issue 30 item 9; the full
+#     table against torchrun's own assignment and the rendezvous's faults: launch_rdzv.py)
 port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
 "$accel" launch --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" -n 2 -- "$child" ok > "$tmp/n0.out" 2>&1 &
 n0=$!
 out=$("$accel" launch --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" -n 1 -- "$child" ok 2>&1); rc=$?
-kill -TERM $n0; wait $n0
-check '[ $rc != 0 ] && echo "$out" | grep -q "WORLD_SIZE=2 is not the job.s (4).*the same -n and --nnodes on every node"' \
-  "uneven -n per node: $out"
+wait $n0; rc0=$?
+check '[ $rc = 0 ] && [ $rc0 = 0 ] && [ "$( (cat "$tmp/n0.out"; echo "$out") | grep -c "of 3: ok")" = 3 ]' \
+  "2 + 1 processes on two nodes: $out / $(cat "$tmp/n0.out")"
 
 # 5d. accel env under accel launch names accel launch, not torchrun (item 14)
 out=$("$accel" launch -n 1 -- "$accel" env 2>&1)
@@ -194,6 +200,7 @@ check '[ "$(leftovers "$marker")" = no ]' "no process left behind after a failur
 
 # 7. SIGTERM to the launcher reaches every process; exit 128+15; nothing left
 marker="sleep-$$"
+: > "$tmp/sig.out" # emptied first: the wait below must not see the last run's "waiting" lines
 "$accel" launch -n 2 -- "$child" sleep "$marker" > "$tmp/sig.out" 2>&1 &
 lp=$!
 for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
@@ -213,6 +220,7 @@ check '[ "$(leftovers "$marker")" = no ]' "no process left behind after SIGTERM"
 launch_signalled() {
   local sig=$1 marker=$2 lp i
   shift 2
+  : > "$tmp/sig.out" # emptied first: the wait below must not see the last run's "waiting" lines
   "$accel" launch -n 2 "$@" "$marker" > "$tmp/sig.out" 2>&1 &
   lp=$!
   for i in $(seq 1 600); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
@@ -240,6 +248,7 @@ done
 #     (a background job of this script starts with SIGQUIT ignored: the launcher installs its own handler anyway)
 for sig in HUP QUIT; do
   marker="sig$sig-$$"
+  : > "$tmp/sig.out" # emptied first: the wait below must not see the last run's "waiting" lines
   "$accel" launch -n 2 -- "$child" sleep "$marker" > "$tmp/sig.out" 2>&1 &
   lp=$!
   for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done
@@ -254,6 +263,7 @@ for sig in HUP QUIT; do
 done
 # 7c. the launcher killed by SIGKILL (it cannot forward anything): its workers die with it (PR_SET_PDEATHSIG)
 marker="sigKILL-$$"
+: > "$tmp/sig.out" # emptied first: the wait below must not see the last run's "waiting" lines
 "$accel" launch -n 2 -- "$child" sleep "$marker" > "$tmp/sig.out" 2>&1 &
 lp=$!
 for i in $(seq 1 100); do [ "$(grep -c waiting "$tmp/sig.out")" = 2 ] && break; sleep 0.1; done

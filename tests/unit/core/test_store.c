@@ -653,6 +653,46 @@ static void find_host_ip(void) {
     freeifaddrs(ifs);
 }
 
+/* accel_host_rendezvous (accel launch's node launchers; the multi-node cases run in launch_rdzv.py): bad arguments
+   are refused naming the meeting, one member only copies, and a store's proof does not open a rendezvous (its own MAC
+   label): a store rank with the job's secret and run id is refused as a wrong secret and named missing. */
+static void rendezvous_checks(const char *secret) {
+    accel a;
+    unsigned char in[4] = {1, 2, 3, 4}, out[8] = {0};
+    memset(&a, 0, sizeof a);
+    AT_EQ_INT(accel_host_rendezvous(&a, "meet", "node", "127.0.0.1", 1234, 2, 2, NULL, in, out, 4, 1.0),
+              ACCEL_ERR_INVALID_ARGUMENT);
+    AT_CONTAINS(accel_last_error(&a), "meet: node 2 of 2");
+    AT_EQ_INT(accel_host_rendezvous(&a, "meet", "node", "127.0.0.1", 0, 0, 2, NULL, in, out, 4, 1.0),
+              ACCEL_ERR_INVALID_ARGUMENT);
+    AT_EQ_INT(accel_host_rendezvous(&a, "meet", "node", "127.0.0.1", 1234, 0, 1, NULL, in, out, 4, 1.0), ACCEL_OK);
+    AT_CHECK(memcmp(in, out, 4) == 0);
+#ifdef ACCEL_WITH_OPENSSL
+    {
+        int port = accel_free_port(), st = 0;
+        pid_t pid;
+        char run_id[64];
+        snprintf(run_id, sizeof run_id, "rdzv-label-%d", (int)getpid());
+        setenv("ACCEL_STORE_SECRET", secret, 1);
+        pid = fork();
+        if (pid == 0) { /* rank 1 of a 2-rank store aimed at the rendezvous's port: the right secret and run id */
+            accel acc;
+            alarm(30);
+            torchrun_env(1, 2, port, run_id);
+            _exit(init(&acc, 3000) == ACCEL_OK ? 0 : 1);
+        }
+        memset(&a, 0, sizeof a);
+        AT_EQ_INT(accel_host_rendezvous(&a, "meet", "node", "127.0.0.1", port, 0, 2, run_id, in, out, 4, 3.0),
+                  ACCEL_ERR_TIMEOUT);
+        AT_CONTAINS(accel_last_error(&a), "node(s) 1 did not connect within 3.0 s");
+        AT_CONTAINS(accel_last_error(&a), "not admitted: wrong secret");
+        waitpid(pid, &st, 0);
+        AT_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1); /* refused: the store rank fails too */
+        unsetenv("ACCEL_STORE_SECRET");
+    }
+#endif
+}
+
 int main(int argc, char **argv) {
     static char secret[64];
     static const job jobs[] = {
@@ -699,5 +739,6 @@ int main(int argc, char **argv) {
         run(&jobs[i], port, run_id);
     }
     unlink(idle_file);
+    rendezvous_checks(secret);
     return at_finish("core-store");
 }
