@@ -486,10 +486,11 @@ ACCEL_API accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fsd
    n (u64 offset, u64 count) pieces, u64 L and L bytes of names and shapes (per parameter: u32 ndim, ndim u64 dims,
    u32 name length, the name, a NUL), the pieces' F32 master values, then per state tensor (param-major, m = n * k)
    u32 dtype and its piece's values. Replicas of hybrid strategies save empty pieces (each element once). Version 1
-   (no names block) still loads; only `accel ckpt merge` needs the names.
-   load_all checks every saved rank's bytes (magic, sizes, the same parameters and k, the state dtypes, pieces in
-   range) and that the saved pieces tile every parameter exactly once, before it copies anything; then this rank's
-   pieces are copied out and the param_dtype copy is recomputed. Local (no communication). */
+   (no names block) still loads, checked by element counts only; `accel ckpt merge` needs the names.
+   load_all checks every saved rank's bytes (magic, sizes, the same parameters and k — version 2: each parameter's
+   name and shape, so another model with equal counts is ACCEL_ERR_MISMATCH naming the tensor —, the state dtypes,
+   pieces in range) and that the saved pieces tile every parameter exactly once, before it copies anything; then
+   this rank's pieces are copied out and the param_dtype copy is recomputed. Local (no communication). */
 typedef struct accel_zero_fsdp_state {
     accel_zero_fsdp *fsdp;
     const accel_tensor *state; /* the m state tensors of the shard's optimizer (accel_optim_state_tensors), or NULL */
@@ -2977,6 +2978,9 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_
     return r == ACCEL_OK ? ACCEL_OK : accel__fail_wrap(f->acc, r, "%s", what);
 }
 
+/* accel_safetensors.h's implementation first: load_all's messages print shapes as it does, the merge below writes
+   its layout (the shard plan, the index) */
+#include "accel_safetensors.h"
 ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *const *bufs, const size_t *sizes,
                                                        int count) {
     accel_zero_fsdp_state *fs = (accel_zero_fsdp_state *)state;
@@ -2985,7 +2989,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
     accel_tensor_piece *pc = NULL;
     size_t *data = NULL; /* per file: n master offsets, then m state offsets (into its bytes) */
     accel__fsdp_span *sp = NULL;
-    accel_tensor *nm = NULL; /* a version-2 file's names and shapes (validated, not used) */
+    accel_tensor *nm = NULL; /* a version-2 file's names and shapes (each must be this model's) */
     accel_result r;
     int k = 0, q, i, j, w;
     const char *what = "accel_zero_fsdp_state_load_all";
@@ -3013,6 +3017,17 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
             break;
         }
         if (h.ver == 2 && (r = accel__fsdp_state_names(acc, what, q, b, &h, nm)) != ACCEL_OK) break;
+        /* version 2 names its parameters: another model with the same element counts is refused, not loaded */
+        for (i = 0; h.ver == 2 && i < f->n && r == ACCEL_OK; ++i)
+            if (strcmp(nm[i].name, f->full[i].name) || nm[i].ndim != f->full[i].ndim ||
+                memcmp(nm[i].shape, f->full[i].shape, sizeof(int64_t) * (size_t)nm[i].ndim)) {
+                char ss[96], sh[96];
+                accel__st_shape_str(ss, sizeof ss, nm[i].ndim, nm[i].shape);
+                accel__st_shape_str(sh, sizeof sh, f->full[i].ndim, f->full[i].shape);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d: parameter %d is %.200s %s, here %.200s "
+                                "%s (a different model)", what, q, i, nm[i].name, ss, f->full[i].name, sh);
+            }
+        if (r != ACCEL_OK) break;
         at = (size_t)h.data_at;
         for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
             uint64_t numel = accel__get_u64(b + 16 + (size_t)i * 8);
@@ -3091,7 +3106,6 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
 
 
 /* ----- `accel ckpt merge`: saved ranks' files → a consolidated safetensors model (accel_zero_fsdp_merge) */
-#include "accel_safetensors.h" /* its implementation first (the writer's layout, the shard plan, the index) */
 
 typedef struct accel__fsdp_mfile {
     int fd;

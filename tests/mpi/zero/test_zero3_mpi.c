@@ -1104,6 +1104,28 @@ static void checkpoint(accel_coll *c) {
         AT_EQ_INT(load_bytes(b, all, sizes, P), ACCEL_ERR_FORMAT);
         AT_CONTAINS(accel_last_error(&acc), "not a ZeRO-3 shard state");
         all[0][0] ^= 0x20;
+        {   /* another model with the same element counts (version 2 names and shapes every parameter): wte saved as
+               [3, 37], then h.0.w saved as h.0.v, in the last rank's file → refused, naming the tensor */
+            unsigned char *nb = all[P - 1] + 16 + (size_t)NP * 24 + 8, *at = nb;
+            int q;
+            for (q = 0; q < 2; ++q) { /* wte's dims: u32 ndim, then u64 37, u64 3 */
+                unsigned char t[8];
+                memcpy(t, nb + 4, 8);
+                memcpy(nb + 4, nb + 12, 8);
+                memcpy(nb + 12, t, 8);
+                if (q == 1) break;
+                AT_EQ_INT(load_bytes(b, all, sizes, P), ACCEL_ERR_MISMATCH);
+                AT_CONTAINS(accel_last_error(&acc), "parameter 0 is wte [3, 37], here wte [37, 3]");
+            }
+            for (q = 0; q < 2; ++q) /* past wte and wpe: ndim, dims, name length, name, NUL */
+                at += 4 + 8 * (size_t)at[0] + 4 + (size_t)at[4 + 8 * (size_t)at[0]] + 1;
+            at += 4 + 8 * (size_t)at[0] + 4; /* h.0.w's name */
+            AT_CHECK(!memcmp(at, "h.0.w", 6));
+            at[4] = 'v';
+            AT_EQ_INT(load_bytes(b, all, sizes, P), ACCEL_ERR_MISMATCH);
+            AT_CONTAINS(accel_last_error(&acc), "parameter 2 is h.0.v [8, 9], here h.0.w [8, 9] (a different model)");
+            at[4] = 'w';
+        }
         if (P == 1) { /* the one-rank loads above succeeded: start again from a fresh object */
             z3_free(b);
             AT_CHECK(z3_make(b, c, &kb));
