@@ -125,6 +125,7 @@
        accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_MODEL, vm, N);      // → od.model   (param_dtype copy; NULL ptrs: F32)
        accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_GRADS, vg, N);      // → od.grads   (F32 gradient shard)
        accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_NORM_GRADS, vn, N); // clip_grad_norm with ACCEL_AMP_CLIP_SHARDED
+       od.offload = fd.cpu_offload == ACCEL_ON;                // offload: moments pinned, the step on the host
        accel_optim_create(&acc, &od, &opt);                    // moments: this rank's shard only
        each micro-batch (inside accel_accumulate_begin/end):
          accel_zero_fsdp_begin_forward(f);
@@ -154,6 +155,10 @@
      backward_prefetch backward_prefetch / FSDP_BACKWARD_PREFETCH: BACKWARD_PRE (default), BACKWARD_POST, NO_PREFETCH.
      cpu_offload       cpu_offload / FSDP_OFFLOAD_PARAMS: the shards in pinned host memory, staged per unit into
                        a gather buffer (the communicator's memory) — also when the shard group is one process.
+                       With accel_optim_desc.offload the optimizer's state is pinned too and its step runs on the
+                       host over the pinned shard views (ZeRO-Offload, DeepSpeed's offload_optimizer; accel_optim.h
+                       HOST STEP): the updated param_dtype copy is what the next gathers stage to the device.
+                       The state files follow the state tensors wherever they live (asked per pointer).
      check             the per-call agreement check (FSDP CALLS AND ERRORS).
      no_average        gradients summed instead of averaged.
 
@@ -1412,8 +1417,8 @@ ACCEL__DEF accel_result accel_zero_state_load_all(void *state, const void *const
 }
 
 /* ----------------------------------------------------------------------------------------------- 4. ZeRO-3 / FSDP */
-/* Element-wise math of the shards (CPU loop and CUDA kernel): the master → param_dtype copy (round to nearest even, as
-   accel_optim's model copy), and a reduced gradient widened into the F32 shard (put, or added). */
+/* Element-wise math of the shards (CPU loop and CUDA kernel): the master → param_dtype copy (round to nearest even,
+   as accel_optim's model copy), and a reduced gradient widened into the F32 shard (put, or added). */
 static ACCEL_INLINE ACCEL_HD void accel__zero_cast_elem(void *dst, int dt, const float *src, size_t i) {
     if (dt == ACCEL_BF16) ((uint16_t *)dst)[i] = accel_f32_to_bf16(src[i]);
     else if (dt == ACCEL_F16) ((uint16_t *)dst)[i] = accel_f32_to_f16(src[i]);
@@ -2916,8 +2921,15 @@ static accel_result accel__fsdp_state_need(accel_zero_fsdp_state *fs, const char
     else *pc = p;
     return r;
 }
-/* where this rank's state tensors live: with the shards (the optimizer steps them there) */
-static int accel__fsdp_state_kind(const accel_zero_fsdp *f) { return f->shard_kind; }
+/* accel_safetensors.h's implementation first: where a state tensor lives is asked as it asks it, load_all's
+   messages print shapes as it does, and the merge below writes its layout (the shard plan, the index) */
+#include "accel_safetensors.h"
+/* Where a state tensor lives: the optimizer's memory, which is the device's, or pinned host memory when it steps on
+   the host (accel_optim_desc.offload, as with cpu_offload) — asked per pointer, so an offloaded model with a device
+   optimizer saves too. */
+static int accel__fsdp_state_kind(const accel_zero_fsdp *f, const void *p) {
+    return f->c->device_mem && accel__st_is_device_ptr(p) ? ACCEL__FSDP_DEVICE : ACCEL__FSDP_HOST;
+}
 
 ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_t cap, size_t *size) {
     accel_zero_fsdp_state *fs = (accel_zero_fsdp_state *)state;
@@ -2971,16 +2983,13 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_
         size_t bytes = (size_t)pc[i / k].count * accel_dtype_size(fs->state[i].dtype);
         accel__put_u32(b + at, (uint32_t)fs->state[i].dtype);
         r = accel__coll_copy(f->c, b + at + 4, fs->state[i].ptr, bytes,
-                             accel__fsdp_dir(accel__fsdp_state_kind(f), ACCEL__FSDP_HOST));
+                             accel__fsdp_dir(accel__fsdp_state_kind(f, fs->state[i].ptr), ACCEL__FSDP_HOST));
         at += 4 + bytes;
     }
     accel_host_free(f->acc, pc);
     return r == ACCEL_OK ? ACCEL_OK : accel__fail_wrap(f->acc, r, "%s", what);
 }
 
-/* accel_safetensors.h's implementation first: load_all's messages print shapes as it does, the merge below writes
-   its layout (the shard plan, the index) */
-#include "accel_safetensors.h"
 ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *const *bufs, const size_t *sizes,
                                                        int count) {
     accel_zero_fsdp_state *fs = (accel_zero_fsdp_state *)state;
@@ -3092,7 +3101,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
                                      b + data[(size_t)q * (size_t)w + (size_t)f->n + (size_t)j] +
                                          (size_t)(lo - slo) * es,
                                      (size_t)(hi - lo) * es,
-                                     accel__fsdp_dir(ACCEL__FSDP_HOST, accel__fsdp_state_kind(f)));
+                                     accel__fsdp_dir(ACCEL__FSDP_HOST, accel__fsdp_state_kind(f, fs->state[j].ptr)));
             }
         }
     }

@@ -886,9 +886,11 @@ static inline int gpt2_hf_untied_head(accel_st_file *f, const char *prefix) {
 
 /* ----------------------------------------------------------------------------------------------- optimizer */
 /* AdamW over the 16 tensors (model: the BF16 copies the step writes, or NULL), lr 0 allowed (--lr 0). */
+/* offload: the state in pinned host memory and the step on the CPU (accel_optim_desc.offload; --zero 3 --offload) */
 static inline accel_result gpt2_optim_create_list(accel *acc, const accel_tensor *params, const accel_tensor *grads,
                                                   const accel_tensor *model, int n, const int *tensor_of, double lr,
-                                                  double weight_decay, int sr, uint64_t seed, accel_optim **out) {
+                                                  double weight_decay, int sr, uint64_t seed, int offload,
+                                                  accel_optim **out) {
     accel_optim_group *g = (accel_optim_group *)accel_host_alloc(acc, sizeof *g * (size_t)(n > 0 ? n : 1));
     accel_optim_desc d;
     accel_result res;
@@ -913,6 +915,7 @@ static inline accel_result gpt2_optim_create_list(accel *acc, const accel_tensor
     d.eps = 1e-8;
     d.model_rounding = sr ? ACCEL_OPTIM_ROUND_STOCHASTIC : ACCEL_OPTIM_ROUND_NEAREST;
     d.sr_seed = seed;
+    d.offload = offload;
     res = accel_optim_create(acc, &d, out);
     accel_host_free(acc, g);
     return res;
@@ -921,7 +924,8 @@ static inline accel_result gpt2_optim_create_list(accel *acc, const accel_tensor
 static inline accel_result gpt2_optim_create(accel *acc, const accel_tensor *params, const accel_tensor *grads,
                                              const accel_tensor *model, double lr, double weight_decay, int sr,
                                              uint64_t seed, accel_optim **out) {
-    return gpt2_optim_create_list(acc, params, grads, model, GPT2_NUM_TENSORS, NULL, lr, weight_decay, sr, seed, out);
+    return gpt2_optim_create_list(acc, params, grads, model, GPT2_NUM_TENSORS, NULL, lr, weight_decay, sr, seed, 0,
+                                  out);
 }
 
 /* transformers' get_cosine_schedule_with_warmup (warmup and length in optimizer steps), read at Accelerate's
@@ -952,7 +956,7 @@ enum { GPT2_ATTENTION_AUTO, GPT2_ATTENTION_CUDNN, GPT2_ATTENTION_OWN };
 typedef struct gpt2_opts {
     const char *init, *data[GPT2_MAX_FILES], *loss_file, *export_dir, *ckpt_dir, *log_dir, *profile_dir;
     int ndata, steps, batch, seq, accum, warmup, layers, heads, channels, vocab, block_size, ckpt_every, resume;
-    int print_every, shuffle, sr, attention, async_ckpt, zero;
+    int print_every, shuffle, sr, attention, async_ckpt, zero, offload;
     double lr, weight_decay, clip, peak_tflops;
     uint64_t seed;
     gpt2_hooks hooks;
@@ -981,6 +985,8 @@ static inline void gpt2_usage(const char *prog) {
             "  --sr                     (CUDA) stochastic rounding of the bf16 weights\n"
             "  --zero 0|3               (CPU) 3: ZeRO-3 / FSDP FULL_SHARD, units = the embeddings (+ final norm) and\n"
             "                           each block: every rank keeps its shard of weights, gradients and AdamW state\n"
+            "  --offload                with --zero 3: the shards and AdamW state in pinned host memory, AdamW's step\n"
+            "                           on the CPU (FSDP's cpu_offload + DeepSpeed's offload_optimizer)\n"
             "  --attention cudnn|own    (CUDA) cuDNN's flash attention (default when built) or the trainer's own\n"
             "output\n"
             "  --loss-file F            one line per optimizer step: step loss lr\n"
@@ -1093,6 +1099,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
         else if (!strcmp(a, "--shuffle")) o->shuffle = 1;
         else if (!strcmp(a, "--async-checkpoint")) o->async_ckpt = 1;
         else if (!strcmp(a, "--sr")) o->sr = 1;
+        else if (!strcmp(a, "--offload")) o->offload = 1;
         else if (!strcmp(a, "--bench-noop-accel")) o->hooks.bench_noop = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { gpt2_usage(prog); return 0; }
         else { fprintf(stderr, "%s: unknown or incomplete option %s\n", prog, a); gpt2_usage(prog); return 2; }
@@ -1106,6 +1113,10 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
     }
     if ((o->resume || o->hooks.kill_at || o->hooks.signal_at) && !o->ckpt_dir) {
         fprintf(stderr, "%s: --resume, --kill-at and --signal-at need --checkpoint-dir\n", prog);
+        return 2;
+    }
+    if (o->offload && o->zero != 3) {
+        fprintf(stderr, "%s: --offload needs --zero 3 (it offloads the shards and their optimizer)\n", prog);
         return 2;
     }
     return -1;
@@ -1458,6 +1469,7 @@ static inline accel_result gpt2_z3_create(gpt2_run *r, float *params) {
     fd.param_dtype = ACCEL_F32;
     fd.reduce_dtype = ACCEL_F32;
     fd.forward_prefetch = ACCEL_ON;
+    fd.cpu_offload = r->o->offload ? ACCEL_ON : ACCEL_OFF;
     if ((res = accel_zero_fsdp_create(r->coll, &fd, &z->f)) != ACCEL_OK ||
         (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_PARAMS, z->vp, z->n)) != ACCEL_OK ||
         (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_GRADS, z->vg, z->n)) != ACCEL_OK ||
@@ -1535,7 +1547,7 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
             (res = gpt2_z3_create(r, (float *)params)) != ACCEL_OK)
             return res;
         res = gpt2_optim_create_list(acc, r->z3.vp, r->z3.vg, NULL, r->z3.n, r->z3.tensor_of, o->lr,
-                                     o->weight_decay, 0, o->seed, &r->opt);
+                                     o->weight_decay, 0, o->seed, o->offload, &r->opt);
     } else if (!grads) {
         return accel_set_error(acc, ACCEL_ERR_INVALID_ARGUMENT, "gpt2_run_setup: no gradient buffer");
     } else {
@@ -1633,7 +1645,8 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
                 gpt2_num_parameters(c), P, acc->device >= 0 ? "GPU(s)" : "process(es)", o->batch, o->seq,
                 acc->gradient_accumulation_steps, !model16 ? "float32" : o->sr ? "bf16 (stochastic rounding)" : "bf16",
                 (long long)accel_data_seq_len(&r->loader),
-                r->z3.f ? "ZeRO-3 (FULL_SHARD: embeddings + one unit per block)"
+                r->z3.f ? (o->offload ? "ZeRO-3 (FULL_SHARD: embeddings + one unit per block; offload: AdamW on the "
+                                        "host)" : "ZeRO-3 (FULL_SHARD: embeddings + one unit per block)")
                 : accel_ddp_is_flat(r->reducer) ? "one in-place all-reduce" : "buckets",
                 r->banner_note ? " | " : "", r->banner_note ? r->banner_note : "",
                 o->hooks.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");

@@ -10,7 +10,8 @@
      accel_collectives.h  the gradient reducer (averages the gradients over ranks; MPI on the CPU)
      accel_zero.h         --zero 3: ZeRO-3 / FSDP FULL_SHARD, units = the embeddings (+ final norm) and each block;
                           forward and backward wait for a unit's weights and release them (unit_get / unit_done),
-                          backward reduce-scatters each unit's gradients; AdamW steps this rank's shards
+                          backward reduce-scatters each unit's gradients; AdamW steps this rank's shards;
+                          --offload: shards and AdamW state in pinned host memory, the step on the host
      accel_amp.h          the global gradient norm (clip_grad_norm's)
      accel_optim.h        AdamW (torch.optim.AdamW's update; the clip coefficient fused into the step), the schedule
      accel_ckpt.h         save_state / load_state (weights, AdamW moments, loader and step counters), save_model

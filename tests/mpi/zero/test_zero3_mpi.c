@@ -164,7 +164,9 @@ static void unit_backward(const accel_tensor *w, const accel_tensor *g, int firs
 }
 
 static accel_optim_group GROUPS[2] = {{8, 0.0, 0.1}, {5, 0.0, 0.0}};
-static accel_optim *make_opt(const accel_tensor *p, const accel_tensor *g, const accel_tensor *m) {
+/* offload: the optimizer's state in pinned host memory and its step on the CPU (accel_optim_desc.offload), as an
+   offloaded ZeRO-3 model's optimizer is made */
+static accel_optim *make_opt(const accel_tensor *p, const accel_tensor *g, const accel_tensor *m, int offload) {
     accel_optim_desc od;
     accel_optim *o = NULL;
     memset(&od, 0, sizeof od);
@@ -172,6 +174,7 @@ static accel_optim *make_opt(const accel_tensor *p, const accel_tensor *g, const
     od.lr = 1e-2;
     od.params = p; od.grads = g; od.model = m; od.nparams = NP;
     od.groups = GROUPS; od.ngroups = 2;
+    od.offload = offload;
     if (accel_optim_create(&acc, &od, &o) != ACCEL_OK) fprintf(stderr, "optim_create: %s\n", accel_last_error(&acc));
     return o;
 }
@@ -225,7 +228,7 @@ static int ref_make(refrun *rf, accel_coll *c, accel_dtype pdt, accel_dtype rdt)
     if (accel_ddp_create(c, &rd, &rf->red) != ACCEL_OK || accel_ddp_add(rf->red, rf->tg, NP) != ACCEL_OK ||
         accel_ddp_finalize(rf->red) != ACCEL_OK)
         return 0;
-    rf->opt = make_opt(rf->tp, rf->tg32, rf->tm);
+    rf->opt = make_opt(rf->tp, rf->tg32, rf->tm, 0);
     return rf->opt && make_scaler(&rf->sc) == ACCEL_OK;
 }
 static void ref_free(refrun *rf) {
@@ -349,7 +352,17 @@ static int z3_make(z3run *z, accel_coll *c, const z3cfg *cfg) {
         accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_MODEL, z->vm, NP) != ACCEL_OK ||
         accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_NORM_GRADS, z->vn, NP) != ACCEL_OK)
         return 0;
-    z->opt = make_opt(z->vp, z->vg, z->vm);
+    z->opt = make_opt(z->vp, z->vg, z->vm, cfg->offload == ACCEL_ON);
+    if (z->opt) { /* the moments live with the shards: pinned host memory under offload, else the optimizer's */
+        const accel_tensor *mom = NULL;
+        int nm = 0, i;
+        AT_EQ_INT(accel_optim_state_tensors(z->opt, &mom, &nm), ACCEL_OK);
+        AT_EQ_INT(nm, 2 * NP);
+        for (i = 0; i < nm; ++i)
+            if (accel_tensor_numel(&mom[i]) > 0)
+                AT_CHECK_MSG(in_pinned(mom[i].ptr) == (cfg->offload == ACCEL_ON),
+                             "an offloaded model's optimizer state is pinned host memory, else not");
+    }
     return z->opt && make_scaler(&z->sc) == ACCEL_OK;
 }
 static void z3_free(z3run *z) {
@@ -1024,6 +1037,7 @@ static void checkpoint(accel_coll *c) {
     double rel;
     at_context = "checkpoint";
     kb.strategy = ACCEL_ZERO_NO_SHARD;
+    kb.offload = ACCEL_ON; /* B's optimizer steps on the host: its pinned state is loaded, then saved for D */
     for (p = 0; p < NP; ++p) {
         fa[p] = (float *)malloc((size_t)numel(p) * 4 + 4);
         fb[p] = (float *)malloc((size_t)numel(p) * 4 + 4);
