@@ -10,6 +10,9 @@ usage: gpt2_zero3.py GPT2_CPU_EXE ACCEL_EXE
 - --zero 3 --offload (the shards and AdamW's state in pinned host memory, AdamW stepping on the host: FSDP's
   cpu_offload + DeepSpeed's offload_optimizer) equals --zero 0 the same way at np 2 and 4: the host step is the
   same element-wise AdamW as the non-offloaded one. --offload without --zero 3 is refused.
+- the initial weights: --zero 3 draws GPT-2's initialization straight into each rank's shard pieces (no whole
+  model on any rank); at np 3 (a block's slot is odd, so pieces start inside a pair of Box-Muller normals) with
+  --steps 0 its export equals --zero 0's byte for byte; --zero 3 --init of that file exports it unchanged.
 - checkpoints are sharded (fsdp_state_<rank>.bin, no model.safetensors); a run killed after step 6 and resumed from
   its step-4 checkpoint ends bit-identical to the straight run.
 - `accel ckpt merge` of the last checkpoint gives the model's own tensors (wte, h.<l>.qkvw, ...), equal bit for bit
@@ -70,6 +73,17 @@ def main():
                 gd.check(out[z][0] == out[0][0] and len(out[0][0].splitlines()) == 12,
                          "np %d: %s loss file == --zero 0's (12 steps, accumulation 2, clipping)" % (np_, what))
                 gd.check(out[z][1] == out[0][1], "np %d: %s exported weights == --zero 0's, bit for bit" % (np_, what))
+        init = {}
+        for z in (0, 3):
+            ex = os.path.join(tmp, "init_z%d" % z)
+            gd.run(exe, 3, common[:2] + ["--steps", 0, "--seed", 7, "--batch", 2, "--zero", z, "--export", ex])
+            init[z] = open(os.path.join(ex, "model.safetensors"), "rb").read()
+        gd.check(init[3] == init[0], "np 3, --steps 0: --zero 3's initial weights (drawn per shard piece) == --zero 0's")
+        ex = os.path.join(tmp, "init_back")
+        gd.run(exe, 2, common[:2] + ["--steps", 0, "--seed", 8, "--batch", 2, "--zero", 3, "--init",
+                                      os.path.join(tmp, "init_z0"), "--export", ex])
+        gd.check(open(os.path.join(ex, "model.safetensors"), "rb").read() == init[0],
+                 "np 2, --zero 3 --init (another --seed): the file's weights go into the shards and export unchanged")
         # sharded checkpoints, kill + resume
         z3 = common + ["--batch", 4, "--zero", 3]
         straight = os.path.join(tmp, "z3_straight")
