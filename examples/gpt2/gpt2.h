@@ -54,9 +54,10 @@
    and run inside these calls at named points (gpt2_hooks_grads_reduced, _step_end, _run_end); --bench-noop-accel
    makes main run its bench_noop_loop (the loop with accel's calls taken out) instead of the loop.
 
-   --zero 3 (gpt2_cpu; a trainer sets run.zero3_capable): gpt2_run_setup builds the FSDP object over the flat buffer
-   (gpt2_z3: unit 0 = wte, wpe, lnfw, lnfb; unit 1 + l = block l), AdamW over its shards, sharded checkpoints; the
-   trainer's forward and backward take each unit's tensors from gpt2_z3_unit and give them back with gpt2_z3_done.
+   --zero 3 (gpt2_cpu; a trainer sets run.zero3_capable): gpt2_run_setup(r, NULL or --init's whole weights, NULL, NULL)
+   builds the FSDP object (gpt2_z3: unit 0 = wte, wpe, lnfw, lnfb; unit 1 + l = block l; the initialization drawn
+   into the shards), AdamW over its shards (--offload: on the host), sharded checkpoints; the trainer's forward and
+   backward take each unit's tensors from gpt2_z3_unit and give them back with gpt2_z3_done.
 
    Both trainers include this file after accel.h and the module headers (it includes them itself: C99 and C++). Not
    thread-safe (one run per process); errors are accel_result codes with accel_last_error's message. */
