@@ -173,12 +173,15 @@
      ACCEL_ERR_STATE); one reduction is in flight while the next unit computes. Freed buffers are cached (two per
      kind) for the next unit of the same size. test_zero3_mpi checks the per-rank peak through the allocator hooks:
      shards + two gather buffers + two gradient buffers (+ the collective's scratch) when every micro-batch reduces;
-     with no_sync, every unit's gradient buffer is held until the sync step (as FSDP's no_sync).
+     with no_sync, every unit's gradient buffer is held until the sync step (as FSDP's no_sync). A cached buffer is
+     reused only by a unit of its own size (units of another size allocate), so the pools never hold more than the
+     largest units' buffers: a unit of a size of its own (GPT-2's embeddings) is allocated at each use.
      accel_zero_fsdp_estimate states these bytes before create (the same slot sizing), with the optimizer's state
      and the unsharded (DDP) figure beside them: Accelerate's estimate-memory for what accel will allocate (the
-     `accel estimate` CLI prints it per strategy). test_zero3_mpi checks it against the allocator hooks: exact for
-     units of one size in the worst case (two gathers live, every gradient buffer held); units of different sizes
-     can add the pools' cached buffers (its `cache` field) on top.
+     `accel estimate` CLI prints it per strategy). test_zero3_mpi checks it against the allocator hooks, for units
+     of one size and of different sizes: each pool's peak (stats) is exactly the estimate's gather_buffers and
+     grad_buffers, and in its worst case (two gathers live, every gradient buffer held) the allocator's peak is the
+     estimate's total plus the collective's scratch.
 
    PREFETCH
      The first forward and backward passes record the order in which units are waited on; later passes prefetch by
@@ -454,6 +457,9 @@ typedef struct accel_zero_fsdp_stats {
     int live_gathers, peak_gathers;   /* units whose gather buffer is in use, now / at most */
     int live_grads, peak_grads;       /* units whose gradient buffer is in use (open, reducing or held) */
     int64_t gathers, prefetches, reductions; /* all-gathers started (prefetches among them), reductions started */
+    uint64_t peak_gather_bytes;   /* the most bytes the gather buffers' pool held (live + cached): at most the
+                                     estimate's gather_buffers */
+    uint64_t peak_grad_bytes;     /* the same for the gradient buffers' pool: at most its grad_buffers */
 } accel_zero_fsdp_stats;
 ACCEL_API accel_result accel_zero_fsdp_get_stats(const accel_zero_fsdp *f, accel_zero_fsdp_stats *out);
 /* Per-rank bytes of a ZeRO-3 model before creating it (Accelerate's estimate-memory, stated as what accel
@@ -470,9 +476,9 @@ typedef struct accel_zero_fsdp_memory {
     uint64_t grad_buffers;   /* the two largest units' gradient buffers, every unit's under no_sync */
     uint64_t staging;        /* cpu_offload: the pinned slot a reduced unit is widened through (largest S of
                                 reduce_dtype); else 0 */
-    uint64_t cache;          /* not in total: when the units differ in size, the buffers the pools keep cached for
-                                reuse (two per pool) can add up to this much (2 x the largest gather and gradient
-                                buffers); 0 when every unit has the same size (total is then exact) */
+    uint64_t cache;          /* 0: the pools reuse a cached buffer only for a unit of its size, so what they keep
+                                cached is within gather_buffers and grad_buffers (kept for older callers, which
+                                added it on top) */
     uint64_t total;          /* the sum (add the trainer's activations and the collective's scratch) */
     uint64_t offloaded;      /* the part of total in pinned host memory (cpu_offload ACCEL_ON: shards, optimizer,
                                 staging); the rest is the communicator's memory (the device's on a GPU) */
@@ -1582,13 +1588,17 @@ static accel_result accel__fsdp_fill(accel_zero_fsdp *f, int kind, void *p, int 
 #endif
 }
 
-/* A buffer of at least `bytes` from the pool: the smallest cached one that fits, else a new one (a limited pool drops
-   cached buffers first so that live + cached stays within `cap` buffers; cap 0: no limit). */
+/* A buffer of `bytes` from the pool: a cached one of exactly that size, else a new one (a limited pool drops cached
+   buffers first so that live + cached stays within `cap` buffers; cap 0: no limit). Exactly: a unit never holds a
+   larger unit's buffer, so the buffers of one size never outnumber the units of that size and the pool holds at most
+   the largest units' buffers (accel_zero_fsdp_estimate's figures, reached, not exceeded). A larger cached buffer
+   would save an allocation when units differ in size, at the price of a second large one (the largest unit's
+   buffer lent to a smaller unit while the largest is gathered again): up to 2 x the largest unit on top. */
 static accel_result accel__fsdp_get(accel_zero_fsdp *f, accel__fsdp_pool *pl, size_t bytes, int cap,
                                     accel__fsdp_buf *out, const char *what) {
     int i, best = -1;
-    for (i = 0; i < pl->ncache; ++i)
-        if (pl->cache[i].bytes >= bytes && (best < 0 || pl->cache[i].bytes < pl->cache[best].bytes)) best = i;
+    for (i = 0; i < pl->ncache && best < 0; ++i)
+        if (pl->cache[i].bytes == bytes) best = i;
     if (best >= 0) {
         *out = pl->cache[best];
         pl->cache[best] = pl->cache[--pl->ncache];
@@ -1644,6 +1654,8 @@ static void accel__fsdp_note_buffers(accel_zero_fsdp *f) {
     if (lr > f->st.peak_grads) f->st.peak_grads = lr;
     f->st.buffer_bytes = f->gpool.bytes + f->rpool.bytes;
     if (f->st.buffer_bytes > f->st.peak_buffer_bytes) f->st.peak_buffer_bytes = f->st.buffer_bytes;
+    if (f->gpool.bytes > f->st.peak_gather_bytes) f->st.peak_gather_bytes = f->gpool.bytes;
+    if (f->rpool.bytes > f->st.peak_grad_bytes) f->st.peak_grad_bytes = f->rpool.bytes;
 }
 
 /* The state every rank must share before a collective call: which units are gathered, which gradients are open or
@@ -2628,8 +2640,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
     const char *what = "accel_zero_fsdp_estimate";
     accel_zero_strategy s;
     uint64_t pes, res, ses, g1 = 0, g2 = 0, r1 = 0, r2 = 0, gall = 0, rall = 0, elems = 0, whole = 0, maxS = 1;
-    int i, j, Ps, same = 1;
-    int64_t S0 = -1;
+    int i, j, Ps;
     if (!desc || !out || (desc->nunits > 0 && !desc->units) || desc->nunits < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL desc, out or units", what);
     s = desc->strategy == ACCEL_ZERO_STRATEGY_DEFAULT ? ACCEL_ZERO_FULL_SHARD : desc->strategy;
@@ -2658,8 +2669,6 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
         }
         S = accel__fsdp_slot(numel, Ps);
         if ((uint64_t)S > maxS) maxS = (uint64_t)S;
-        if (S0 >= 0 && S != S0) same = 0;
-        S0 = S;
         elems += (uint64_t)S;
         whole += (uint64_t)numel;
         gb = Ps > 1 || desc->cpu_offload == ACCEL_ON ? (uint64_t)S * (uint64_t)Ps * pes : 0; /* _buffered */
@@ -2675,7 +2684,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
     out->gather_buffers = s == ACCEL_ZERO_SHARD_GRAD_OP || s == ACCEL_ZERO_HYBRID_SHARD_ZERO2 ? gall : g1 + g2;
     out->grad_buffers = no_sync ? rall : r1 + r2;
     out->staging = desc->cpu_offload == ACCEL_ON ? maxS * res : 0; /* create's f->stage */
-    out->cache = same ? 0 : ACCEL__FSDP_CACHE * (g1 + r1);
+    out->cache = 0; /* accel__fsdp_get reuses exact sizes only */
     out->total = out->shards + out->optimizer + out->gather_buffers + out->grad_buffers + out->staging;
     out->offloaded = desc->cpu_offload == ACCEL_ON ? out->shards + out->optimizer + out->staging : 0;
     out->unsharded = whole * (8 + (pes == 4 ? 0 : pes) + (uint64_t)optim_states * ses);
