@@ -12,6 +12,7 @@
      CUDA                           the launches, and which parameters take the vector path
      THREADS AND STREAMS
      DESIGN FOR ZeRO                an optimizer over shard views
+     HOST STEP                      desc.offload: pinned host state, the step on the CPU (ZeRO-Offload)
      DIFFERENCES FROM TORCH
 
    USAGE (fp32 master weights, bf16 gradients and a bf16 model copy; on CUDA every buffer lives on acc's device)
@@ -120,7 +121,8 @@
      step unless split_batches, docs/semantics.md §4); accel_optim_step_count gives "per optimizer step".
 
    CHECKPOINTS (the core contract accel_state_save_fn / accel_state_load_fn; docs/semantics.md §5)
-     accel_optim_state_tensors: the moments as F32 tensors (BF16 with moment_dtype BF16) in acc's device memory,
+     accel_optim_state_tensors: the moments as F32 tensors (BF16 with moment_dtype BF16) in acc's device memory
+     (pinned host memory with desc.offload),
      torch's state_dict keys:
        "state.<i>.exp_avg", "state.<i>.exp_avg_sq" (+ "state.<i>.max_exp_avg_sq" with amsgrad) for AdamW,
        "state.<i>.momentum_buffer" for SGD with momentum (none without), i = the parameter's index in desc.params.
@@ -148,6 +150,7 @@
      model_rounding    round to nearest even             ACCEL_OPTIM_ROUND_STOCHASTIC (BF16 copies), sr_seed
      index_offset      0                                 element index of params[0] in the whole model (shards)
      moment_dtype      ACCEL_F32                         ACCEL_BF16: AdamW without amsgrad (BF16 MOMENTS)
+     offload           0: state and step on acc's device  nonzero: pinned host state, the CPU step (HOST STEP)
      An empty list (nparams 0) is an error, as torch's "optimizer got an empty parameter list".
      step_args: clip_coef or grad_norm + max_norm (both: an error naming them; max_norm NaN, or nonzero without
      grad_norm: an error). The coefficient from grad_norm is accel_optim_clip_coef(*grad_norm, max_norm) bit for bit.
@@ -203,6 +206,15 @@
    accel_optim_shard_state_save/_load (obj: accel_optim_shard_state {opt, full}) write the state bytes with the
    whole parameters' element counts (full[i]) instead of the views' and put this optimizer's back on load; the
    moments go through accel_zero_export/_import (see accel_zero.h CHECKPOINTS).
+
+   HOST STEP (desc.offload: DeepSpeed's offload_optimizer, ZeRO-Offload): the moments and step counts live in
+   pinned host memory (acc's pinned allocator) and every step runs the CPU loop, also when acc has a device — over
+   params/grads/model the host can address (pinned or host memory: accel_zero_fsdp's offloaded shard views, whose
+   F32 master, gradient and param_dtype copy are pinned; the next gathers stage the updated copy to the device).
+   found_inf and grad_norm are then host pointers. On CUDA the step first synchronizes acc->stream (the gradients'
+   producers, e.g. unscaling kernels, are enqueued there), then computes on the calling thread; nothing is left
+   enqueued. Same per-element math as the device kernels and the CPU run (fma exact on every target), so an
+   offloaded step gives the same bits as one on the device.
 
    DIFFERENCES FROM TORCH (deliberate)
      - weight_decay defaults to 0 (torch AdamW: 1e-2), so zero-initialized descriptors mean "no decay".
@@ -275,14 +287,17 @@ typedef struct accel_optim_desc {
     uint64_t sr_seed;           /* stochastic rounding key (model copy, BF16 moments) */
     uint64_t index_offset;      /* global element index of params[0] (stochastic rounding; shards) */
     accel_dtype moment_dtype;   /* AdamW: exp_avg, exp_avg_sq as 0/ACCEL_F32 or ACCEL_BF16 (stochastic rounding) */
+    int offload;                /* nonzero: state in pinned host memory, the step on the CPU (HOST STEP) */
 } accel_optim_desc;
 
 /* Optional inputs of one step (NULL args = none of them). */
 typedef struct accel_optim_step_args {
     float inv_scale;          /* 0 → no unscaling; else gradients are multiplied by it (1 / loss scale) */
     const float *clip_coef;   /* host pointer or NULL: gradients are multiplied by *clip_coef (0 is a valid value) */
-    const int32_t *found_inf; /* NULL, or a flag in acc's device memory (host memory on a CPU run): nonzero skips */
-    const double *grad_norm;  /* NULL, or the total gradient norm in acc's device memory (host memory on a CPU run):
+    const int32_t *found_inf; /* NULL, or a flag in acc's device memory (host memory on a CPU run or with
+                                 desc.offload): nonzero skips */
+    const double *grad_norm;  /* NULL, or the total gradient norm in acc's device memory (host memory on a CPU run or
+                                 with desc.offload):
                                  the step clips with accel_optim_clip_coef(*grad_norm, max_norm), computed on the
                                  device without a host read; not together with clip_coef */
     double max_norm;          /* with grad_norm (NaN refused; nonzero without grad_norm refused) */
@@ -1740,9 +1755,12 @@ struct accel_optim {
     size_t slab_elems;          /* elements per slab, staggered (ACCEL__OPTIM_STAGGER_BYTES) */
     size_t state_size;          /* bytes per state element: 4, or 2 with BF16 moments */
     unsigned long long index_offset;
-    unsigned char *slab;        /* nstate slabs, 64-byte aligned, in slab_mem: acc's device memory (host: CPU run) */
+    unsigned char *slab;        /* nstate slabs, 64-byte aligned, in slab_mem: acc's device memory (host: CPU run;
+                                   pinned: offload) */
     void *slab_mem;
-    long long *counters;        /* acc's device memory (host on a CPU run): nparams per-param steps + 1 */
+    long long *counters;        /* where the slabs are: nparams per-param steps + 1 */
+    int host;                   /* the step runs the CPU loop: a CPU run, or desc.offload */
+    int pinned;                 /* desc.offload: slab_mem and counters came from acc's pinned allocator */
     accel__optim_job *jobs;     /* host scratch for one step */
     void *largs;                /* CUDA: the host's room for one launch's kernel parameter (accel__optim_largs) */
 };
@@ -1899,7 +1917,7 @@ static accel_result accel__optim_check_desc(accel *acc, const accel_optim_desc *
 static accel_result accel__optim_zero_device(accel_optim *o, void *p, size_t bytes) {
     accel *acc = o->acc;
     if (!bytes) return ACCEL_OK;
-    if (acc->device < 0) { memset(p, 0, bytes); return ACCEL_OK; }
+    if (o->host) { memset(p, 0, bytes); return ACCEL_OK; }
 #ifdef ACCEL_WITH_CUDA
     ACCEL__CUDA_CHECK(acc, cudaMemsetAsync(p, 0, bytes, (cudaStream_t)acc->stream));
     return ACCEL_OK;
@@ -1913,8 +1931,13 @@ ACCEL__DEF void accel_optim_destroy(accel_optim *o) {
     accel *acc;
     if (!o) return;
     acc = o->acc;
-    if (o->slab_mem) accel_device_free(acc, o->slab_mem);
-    if (o->counters) accel_device_free(acc, o->counters);
+    if (o->pinned) {
+        accel_pinned_free(acc, o->slab_mem);
+        accel_pinned_free(acc, o->counters);
+    } else {
+        if (o->slab_mem) accel_device_free(acc, o->slab_mem);
+        if (o->counters) accel_device_free(acc, o->counters);
+    }
     accel_host_free(acc, o->params);
     accel_host_free(acc, o->names);
     accel_host_free(acc, o->group_of);
@@ -1949,6 +1972,8 @@ ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *d
     o->lerp = d.algorithm == ACCEL_OPTIM_ADAMW && d.moment_rule == ACCEL_OPTIM_MOMENT_LERP;
     o->nstate = d.algorithm == ACCEL_OPTIM_ADAMW ? (d.amsgrad ? 3 : 2) : (d.momentum != 0.0 ? 1 : 0);
     o->index_offset = d.index_offset;
+    o->pinned = d.offload != 0;
+    o->host = acc->device < 0 || o->pinned;
     o->hy.beta1 = d.algorithm == ACCEL_OPTIM_ADAMW ? accel__optim_dflt(d.beta1, 0.9) : 0.0;
     o->hy.beta2 = d.algorithm == ACCEL_OPTIM_ADAMW ? accel__optim_dflt(d.beta2, 0.999) : 0.0;
     o->hy.eps = d.algorithm == ACCEL_OPTIM_ADAMW ? accel__optim_dflt(d.eps, 1e-8) : 0.0;
@@ -1975,9 +2000,8 @@ ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *d
                                                           (size_t)(n + 1));
     /* the jobs in parameter order, then grouped by class for CUDA */
     o->jobs = (accel__optim_job *)accel_host_alloc(acc, 2 * sizeof(accel__optim_job) * (size_t)(n + 1));
-    if (acc->device >= 0) o->largs = accel_host_alloc(acc, sizeof(accel__optim_largs));
-    if (!o->params || !o->names || !o->group_of || !o->lr || !o->numel || !o->jobs ||
-        (acc->device >= 0 && !o->largs)) {
+    if (!o->host) o->largs = accel_host_alloc(acc, sizeof(accel__optim_largs));
+    if (!o->params || !o->names || !o->group_of || !o->lr || !o->numel || !o->jobs || (!o->host && !o->largs)) {
         accel_optim_destroy(o);
         return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create (%d parameters)", n);
     }
@@ -2027,7 +2051,8 @@ ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *d
     /* device state: the moments in nstate slabs, then the step counts */
     if (o->nstate && total) {
         size_t bytes = o->state_size * total * (size_t)o->nstate;
-        o->slab_mem = accel_device_alloc(acc, bytes + 64); /* host allocators give 16 bytes: the layout needs 32 */
+        /* host allocators give 16 bytes: the layout needs 32 */
+        o->slab_mem = o->pinned ? accel_pinned_alloc(acc, bytes + 64) : accel_device_alloc(acc, bytes + 64);
         o->slab = o->slab_mem ? (unsigned char *)o->slab_mem + ((64u - ((uintptr_t)o->slab_mem & 63u)) & 63u) : NULL;
         if (!o->slab) {
             accel_optim_destroy(o);
@@ -2035,7 +2060,8 @@ ACCEL__DEF accel_result accel_optim_create(accel *acc, const accel_optim_desc *d
                                     bytes);
         }
     }
-    o->counters = (long long *)accel_device_alloc(acc, sizeof(long long) * (size_t)(n + 1));
+    o->counters = (long long *)(o->pinned ? accel_pinned_alloc(acc, sizeof(long long) * (size_t)(n + 1))
+                                          : accel_device_alloc(acc, sizeof(long long) * (size_t)(n + 1)));
     if (!o->counters) {
         accel_optim_destroy(o);
         return accel__fail_wrap(acc, ACCEL_ERR_OUT_OF_MEMORY, "accel_optim_create: step counts");
@@ -2100,8 +2126,12 @@ ACCEL__DEF accel_result accel_optim_step(accel_optim *o, const accel_optim_step_
     if (args && args->clip_coef) { in.has_coef = 1; clip = *args->clip_coef; }
     if (norm) in.has_coef = 1;
     in.neg = o->hy.maximize;
-    if (acc->device < 0 && args && args->found_inf && *args->found_inf) return ACCEL_OK; /* skipped: nothing changes */
-    if (acc->device < 0 && norm) clip = accel__optim_clip_coef(*norm, args->max_norm);
+#ifdef ACCEL_WITH_CUDA
+    /* offload on a device: the gradients' producers (and found_inf / grad_norm's) are enqueued on acc->stream */
+    if (o->host && acc->device >= 0) ACCEL__CUDA_CHECK(acc, cudaStreamSynchronize((cudaStream_t)acc->stream));
+#endif
+    if (o->host && args && args->found_inf && *args->found_inf) return ACCEL_OK; /* skipped: nothing changes */
+    if (o->host && norm) clip = accel__optim_clip_coef(*norm, args->max_norm);
     for (i = 0; i < o->nparams; ++i) {
         accel__optim_job *jb;
         int s = o->group_of[i];
@@ -2118,12 +2148,12 @@ ACCEL__DEF accel_result accel_optim_step(accel_optim *o, const accel_optim_step_
         jb->d.mt = o->model[i].ptr ? (int)o->model[i].dtype : 0;
         jb->d.n = o->numel[i];
         jb->d.index = o->index_offset + o->eoff[i];
-        jb->d.head = acc->device < 0 ? -1 : accel__optim_vec_head(&jb->d, &o->hy);
+        jb->d.head = o->host ? -1 : accel__optim_vec_head(&jb->d, &o->hy);
         jb->lr = o->lr[s];
         jb->wd = o->wd[s];
         jb->param = i;
     }
-    if (acc->device < 0) {
+    if (o->host) {
         for (i = 0; i < nj; ++i) {
             accel__optim_job *jb = &o->jobs[i];
             long long t = o->counters[jb->param] + 1;
@@ -2217,7 +2247,7 @@ ACCEL__DEF float accel_optim_clip_coef(double total_norm, double max_norm) {
 static accel_result accel__optim_read_counts(accel_optim *o, long long *out) {
     accel *acc = o->acc;
     size_t bytes = sizeof(long long) * (size_t)(o->nparams + 1);
-    if (acc->device < 0) { memcpy(out, o->counters, bytes); return ACCEL_OK; }
+    if (o->host) { memcpy(out, o->counters, bytes); return ACCEL_OK; }
 #ifdef ACCEL_WITH_CUDA
     ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(out, o->counters, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)acc->stream));
     ACCEL__CUDA_CHECK(acc, cudaStreamSynchronize((cudaStream_t)acc->stream));
@@ -2231,7 +2261,7 @@ static accel_result accel__optim_read_counts(accel_optim *o, long long *out) {
 static accel_result accel__optim_write_counts(accel_optim *o, const long long *in) {
     accel *acc = o->acc;
     size_t bytes = sizeof(long long) * (size_t)(o->nparams + 1);
-    if (acc->device < 0) { memcpy(o->counters, in, bytes); return ACCEL_OK; }
+    if (o->host) { memcpy(o->counters, in, bytes); return ACCEL_OK; }
 #ifdef ACCEL_WITH_CUDA
     ACCEL__CUDA_CHECK(acc, cudaMemcpyAsync(o->counters, in, bytes, cudaMemcpyHostToDevice, (cudaStream_t)acc->stream));
     ACCEL__CUDA_CHECK(acc, cudaStreamSynchronize((cudaStream_t)acc->stream));

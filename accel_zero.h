@@ -125,6 +125,7 @@
        accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_MODEL, vm, N);      // → od.model   (param_dtype copy; NULL ptrs: F32)
        accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_GRADS, vg, N);      // → od.grads   (F32 gradient shard)
        accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_NORM_GRADS, vn, N); // clip_grad_norm with ACCEL_AMP_CLIP_SHARDED
+       od.offload = fd.cpu_offload == ACCEL_ON;                // offload: moments pinned, the step on the host
        accel_optim_create(&acc, &od, &opt);                    // moments: this rank's shard only
        each micro-batch (inside accel_accumulate_begin/end):
          accel_zero_fsdp_begin_forward(f);
@@ -154,6 +155,10 @@
      backward_prefetch backward_prefetch / FSDP_BACKWARD_PREFETCH: BACKWARD_PRE (default), BACKWARD_POST, NO_PREFETCH.
      cpu_offload       cpu_offload / FSDP_OFFLOAD_PARAMS: the shards in pinned host memory, staged per unit into
                        a gather buffer (the communicator's memory) — also when the shard group is one process.
+                       With accel_optim_desc.offload the optimizer's state is pinned too and its step runs on the
+                       host over the pinned shard views (ZeRO-Offload, DeepSpeed's offload_optimizer; accel_optim.h
+                       HOST STEP): the updated param_dtype copy is what the next gathers stage to the device.
+                       The state files follow the state tensors wherever they live (asked per pointer).
      check             the per-call agreement check (FSDP CALLS AND ERRORS).
      no_average        gradients summed instead of averaged.
 
@@ -168,12 +173,15 @@
      ACCEL_ERR_STATE); one reduction is in flight while the next unit computes. Freed buffers are cached (two per
      kind) for the next unit of the same size. test_zero3_mpi checks the per-rank peak through the allocator hooks:
      shards + two gather buffers + two gradient buffers (+ the collective's scratch) when every micro-batch reduces;
-     with no_sync, every unit's gradient buffer is held until the sync step (as FSDP's no_sync).
+     with no_sync, every unit's gradient buffer is held until the sync step (as FSDP's no_sync). A cached buffer is
+     reused only by a unit of its own size (units of another size allocate), so the pools never hold more than the
+     largest units' buffers: a unit of a size of its own (GPT-2's embeddings) is allocated at each use.
      accel_zero_fsdp_estimate states these bytes before create (the same slot sizing), with the optimizer's state
      and the unsharded (DDP) figure beside them: Accelerate's estimate-memory for what accel will allocate (the
-     `accel estimate` CLI prints it per strategy). test_zero3_mpi checks it against the allocator hooks: exact for
-     units of one size in the worst case (two gathers live, every gradient buffer held); units of different sizes
-     can add the pools' cached buffers (its `cache` field) on top.
+     `accel estimate` CLI prints it per strategy). test_zero3_mpi checks it against the allocator hooks, for units
+     of one size and of different sizes: each pool's peak (stats) is exactly the estimate's gather_buffers and
+     grad_buffers, and in its worst case (two gathers live, every gradient buffer held) the allocator's peak is the
+     estimate's total plus the collective's scratch.
 
    PREFETCH
      The first forward and backward passes record the order in which units are waited on; later passes prefetch by
@@ -452,6 +460,9 @@ typedef struct accel_zero_fsdp_stats {
     int live_gathers, peak_gathers;   /* units whose gather buffer is in use, now / at most */
     int live_grads, peak_grads;       /* units whose gradient buffer is in use (open, reducing or held) */
     int64_t gathers, prefetches, reductions; /* all-gathers started (prefetches among them), reductions started */
+    uint64_t peak_gather_bytes;   /* the most bytes the gather buffers' pool held (live + cached): at most the
+                                     estimate's gather_buffers */
+    uint64_t peak_grad_bytes;     /* the same for the gradient buffers' pool: at most its grad_buffers */
 } accel_zero_fsdp_stats;
 ACCEL_API accel_result accel_zero_fsdp_get_stats(const accel_zero_fsdp *f, accel_zero_fsdp_stats *out);
 /* Per-rank bytes of a ZeRO-3 model before creating it (Accelerate's estimate-memory, stated as what accel
@@ -468,9 +479,9 @@ typedef struct accel_zero_fsdp_memory {
     uint64_t grad_buffers;   /* the two largest units' gradient buffers, every unit's under no_sync */
     uint64_t staging;        /* cpu_offload: the pinned slot a reduced unit is widened through (largest S of
                                 reduce_dtype); else 0 */
-    uint64_t cache;          /* not in total: when the units differ in size, the buffers the pools keep cached for
-                                reuse (two per pool) can add up to this much (2 x the largest gather and gradient
-                                buffers); 0 when every unit has the same size (total is then exact) */
+    uint64_t cache;          /* 0: the pools reuse a cached buffer only for a unit of its size, so what they keep
+                                cached is within gather_buffers and grad_buffers (kept for older callers, which
+                                added it on top) */
     uint64_t total;          /* the sum (add the trainer's activations and the collective's scratch) */
     uint64_t offloaded;      /* the part of total in pinned host memory (cpu_offload ACCEL_ON: shards, optimizer,
                                 staging); the rest is the communicator's memory (the device's on a GPU) */
@@ -489,10 +500,11 @@ ACCEL_API accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fsd
    n (u64 offset, u64 count) pieces, u64 L and L bytes of names and shapes (per parameter: u32 ndim, ndim u64 dims,
    u32 name length, the name, a NUL), the pieces' F32 master values, then per state tensor (param-major, m = n * k)
    u32 dtype and its piece's values. Replicas of hybrid strategies save empty pieces (each element once). Version 1
-   (no names block) still loads; only `accel ckpt merge` needs the names.
-   load_all checks every saved rank's bytes (magic, sizes, the same parameters and k, the state dtypes, pieces in
-   range) and that the saved pieces tile every parameter exactly once, before it copies anything; then this rank's
-   pieces are copied out and the param_dtype copy is recomputed. Local (no communication). */
+   (no names block) still loads, checked by element counts only; `accel ckpt merge` needs the names.
+   load_all checks every saved rank's bytes (magic, sizes, the same parameters and k — version 2: each parameter's
+   name and shape, so another model with equal counts is ACCEL_ERR_MISMATCH naming the tensor —, the state dtypes,
+   pieces in range) and that the saved pieces tile every parameter exactly once, before it copies anything; then
+   this rank's pieces are copied out and the param_dtype copy is recomputed. Local (no communication). */
 typedef struct accel_zero_fsdp_state {
     accel_zero_fsdp *fsdp;
     const accel_tensor *state; /* the m state tensors of the shard's optimizer (accel_optim_state_tensors), or NULL */
@@ -1414,8 +1426,8 @@ ACCEL__DEF accel_result accel_zero_state_load_all(void *state, const void *const
 }
 
 /* ----------------------------------------------------------------------------------------------- 4. ZeRO-3 / FSDP */
-/* Element-wise math of the shards (CPU loop and CUDA kernel): the master → param_dtype copy (round to nearest even, as
-   accel_optim's model copy), and a reduced gradient widened into the F32 shard (put, or added). */
+/* Element-wise math of the shards (CPU loop and CUDA kernel): the master → param_dtype copy (round to nearest even,
+   as accel_optim's model copy), and a reduced gradient widened into the F32 shard (put, or added). */
 static ACCEL_INLINE ACCEL_HD void accel__zero_cast_elem(void *dst, int dt, const float *src, size_t i) {
     if (dt == ACCEL_BF16) ((uint16_t *)dst)[i] = accel_f32_to_bf16(src[i]);
     else if (dt == ACCEL_F16) ((uint16_t *)dst)[i] = accel_f32_to_f16(src[i]);
@@ -1579,13 +1591,17 @@ static accel_result accel__fsdp_fill(accel_zero_fsdp *f, int kind, void *p, int 
 #endif
 }
 
-/* A buffer of at least `bytes` from the pool: the smallest cached one that fits, else a new one (a limited pool drops
-   cached buffers first so that live + cached stays within `cap` buffers; cap 0: no limit). */
+/* A buffer of `bytes` from the pool: a cached one of exactly that size, else a new one (a limited pool drops cached
+   buffers first so that live + cached stays within `cap` buffers; cap 0: no limit). Exactly: a unit never holds a
+   larger unit's buffer, so the buffers of one size never outnumber the units of that size and the pool holds at most
+   the largest units' buffers (accel_zero_fsdp_estimate's figures, reached, not exceeded). A larger cached buffer
+   would save an allocation when units differ in size, at the price of a second large one (the largest unit's
+   buffer lent to a smaller unit while the largest is gathered again): up to 2 x the largest unit on top. */
 static accel_result accel__fsdp_get(accel_zero_fsdp *f, accel__fsdp_pool *pl, size_t bytes, int cap,
                                     accel__fsdp_buf *out, const char *what) {
     int i, best = -1;
-    for (i = 0; i < pl->ncache; ++i)
-        if (pl->cache[i].bytes >= bytes && (best < 0 || pl->cache[i].bytes < pl->cache[best].bytes)) best = i;
+    for (i = 0; i < pl->ncache && best < 0; ++i)
+        if (pl->cache[i].bytes == bytes) best = i;
     if (best >= 0) {
         *out = pl->cache[best];
         pl->cache[best] = pl->cache[--pl->ncache];
@@ -1641,6 +1657,8 @@ static void accel__fsdp_note_buffers(accel_zero_fsdp *f) {
     if (lr > f->st.peak_grads) f->st.peak_grads = lr;
     f->st.buffer_bytes = f->gpool.bytes + f->rpool.bytes;
     if (f->st.buffer_bytes > f->st.peak_buffer_bytes) f->st.peak_buffer_bytes = f->st.buffer_bytes;
+    if (f->gpool.bytes > f->st.peak_gather_bytes) f->st.peak_gather_bytes = f->gpool.bytes;
+    if (f->rpool.bytes > f->st.peak_grad_bytes) f->st.peak_grad_bytes = f->rpool.bytes;
 }
 
 /* The state every rank must share before a collective call: which units are gathered, which gradients are open or
@@ -2625,8 +2643,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
     const char *what = "accel_zero_fsdp_estimate";
     accel_zero_strategy s;
     uint64_t pes, res, ses, g1 = 0, g2 = 0, r1 = 0, r2 = 0, gall = 0, rall = 0, elems = 0, whole = 0, maxS = 1;
-    int i, j, Ps, same = 1;
-    int64_t S0 = -1;
+    int i, j, Ps;
     if (!desc || !out || (desc->nunits > 0 && !desc->units) || desc->nunits < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL desc, out or units", what);
     s = desc->strategy == ACCEL_ZERO_STRATEGY_DEFAULT ? ACCEL_ZERO_FULL_SHARD : desc->strategy;
@@ -2655,8 +2672,6 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
         }
         S = accel__fsdp_slot(numel, Ps);
         if ((uint64_t)S > maxS) maxS = (uint64_t)S;
-        if (S0 >= 0 && S != S0) same = 0;
-        S0 = S;
         elems += (uint64_t)S;
         whole += (uint64_t)numel;
         gb = Ps > 1 || desc->cpu_offload == ACCEL_ON ? (uint64_t)S * (uint64_t)Ps * pes : 0; /* _buffered */
@@ -2672,7 +2687,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
     out->gather_buffers = s == ACCEL_ZERO_SHARD_GRAD_OP || s == ACCEL_ZERO_HYBRID_SHARD_ZERO2 ? gall : g1 + g2;
     out->grad_buffers = no_sync ? rall : r1 + r2;
     out->staging = desc->cpu_offload == ACCEL_ON ? maxS * res : 0; /* create's f->stage */
-    out->cache = same ? 0 : ACCEL__FSDP_CACHE * (g1 + r1);
+    out->cache = 0; /* accel__fsdp_get reuses exact sizes only */
     out->total = out->shards + out->optimizer + out->gather_buffers + out->grad_buffers + out->staging;
     out->offloaded = desc->cpu_offload == ACCEL_ON ? out->shards + out->optimizer + out->staging : 0;
     out->unsharded = whole * (8 + (pes == 4 ? 0 : pes) + (uint64_t)optim_states * ses);
@@ -2918,8 +2933,15 @@ static accel_result accel__fsdp_state_need(accel_zero_fsdp_state *fs, const char
     else *pc = p;
     return r;
 }
-/* where this rank's state tensors live: with the shards (the optimizer steps them there) */
-static int accel__fsdp_state_kind(const accel_zero_fsdp *f) { return f->shard_kind; }
+/* accel_safetensors.h's implementation first: where a state tensor lives is asked as it asks it, load_all's
+   messages print shapes as it does, and the merge below writes its layout (the shard plan, the index) */
+#include "accel_safetensors.h"
+/* Where a state tensor lives: the optimizer's memory, which is the device's, or pinned host memory when it steps on
+   the host (accel_optim_desc.offload, as with cpu_offload) — asked per pointer, so an offloaded model with a device
+   optimizer saves too. */
+static int accel__fsdp_state_kind(const accel_zero_fsdp *f, const void *p) {
+    return f->c->device_mem && accel__st_is_device_ptr(p) ? ACCEL__FSDP_DEVICE : ACCEL__FSDP_HOST;
+}
 
 ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_t cap, size_t *size) {
     accel_zero_fsdp_state *fs = (accel_zero_fsdp_state *)state;
@@ -2973,7 +2995,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_save(void *state, void *buf, size_
         size_t bytes = (size_t)pc[i / k].count * accel_dtype_size(fs->state[i].dtype);
         accel__put_u32(b + at, (uint32_t)fs->state[i].dtype);
         r = accel__coll_copy(f->c, b + at + 4, fs->state[i].ptr, bytes,
-                             accel__fsdp_dir(accel__fsdp_state_kind(f), ACCEL__FSDP_HOST));
+                             accel__fsdp_dir(accel__fsdp_state_kind(f, fs->state[i].ptr), ACCEL__FSDP_HOST));
         at += 4 + bytes;
     }
     accel_host_free(f->acc, pc);
@@ -2988,7 +3010,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
     accel_tensor_piece *pc = NULL;
     size_t *data = NULL; /* per file: n master offsets, then m state offsets (into its bytes) */
     accel__fsdp_span *sp = NULL;
-    accel_tensor *nm = NULL; /* a version-2 file's names and shapes (validated, not used) */
+    accel_tensor *nm = NULL; /* a version-2 file's names and shapes (each must be this model's) */
     accel_result r;
     int k = 0, q, i, j, w;
     const char *what = "accel_zero_fsdp_state_load_all";
@@ -3016,6 +3038,17 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
             break;
         }
         if (h.ver == 2 && (r = accel__fsdp_state_names(acc, what, q, b, &h, nm)) != ACCEL_OK) break;
+        /* version 2 names its parameters: another model with the same element counts is refused, not loaded */
+        for (i = 0; h.ver == 2 && i < f->n && r == ACCEL_OK; ++i)
+            if (strcmp(nm[i].name, f->full[i].name) || nm[i].ndim != f->full[i].ndim ||
+                memcmp(nm[i].shape, f->full[i].shape, sizeof(int64_t) * (size_t)nm[i].ndim)) {
+                char ss[96], sh[96];
+                accel__st_shape_str(ss, sizeof ss, nm[i].ndim, nm[i].shape);
+                accel__st_shape_str(sh, sizeof sh, f->full[i].ndim, f->full[i].shape);
+                r = ACCEL__FAIL(acc, ACCEL_ERR_MISMATCH, "%s: saved rank %d: parameter %d is %.200s %s, here %.200s "
+                                "%s (a different model)", what, q, i, nm[i].name, ss, f->full[i].name, sh);
+            }
+        if (r != ACCEL_OK) break;
         at = (size_t)h.data_at;
         for (i = 0; i < f->n && r == ACCEL_OK; ++i) {
             uint64_t numel = accel__get_u64(b + 16 + (size_t)i * 8);
@@ -3080,7 +3113,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
                                      b + data[(size_t)q * (size_t)w + (size_t)f->n + (size_t)j] +
                                          (size_t)(lo - slo) * es,
                                      (size_t)(hi - lo) * es,
-                                     accel__fsdp_dir(ACCEL__FSDP_HOST, accel__fsdp_state_kind(f)));
+                                     accel__fsdp_dir(ACCEL__FSDP_HOST, accel__fsdp_state_kind(f, fs->state[j].ptr)));
             }
         }
     }
@@ -3094,7 +3127,6 @@ ACCEL__DEF accel_result accel_zero_fsdp_state_load_all(void *state, const void *
 
 
 /* ----- `accel ckpt merge`: saved ranks' files → a consolidated safetensors model (accel_zero_fsdp_merge) */
-#include "accel_safetensors.h" /* its implementation first (the writer's layout, the shard plan, the index) */
 
 typedef struct accel__fsdp_mfile {
     int fd;

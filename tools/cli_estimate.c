@@ -16,7 +16,8 @@
    accel_zero's partition of the flattened list: ceil(N / P) elements; its reducer's buckets not counted), ZeRO-2
    (SHARD_GRAD_OP), ZeRO-3 (FULL_SHARD), ZeRO-3 + CPU offload (the shards and optimizer state in pinned host memory:
    the `host` column), and with --replicate R HYBRID_SHARD / HYBRID_SHARD_ZERO2 (sharded over P / R). Bytes are
-   exact for units of one size; units of different sizes may add up to `cache` (the pools' cached buffers).
+   what the runtime allocates at most, for units of one size or of different sizes (its buffer pools reuse a buffer
+   only for a unit of the same size, so they never hold more than the largest units' buffers).
    Exit codes: 0 ok, 1 the model cannot be read, 2 usage. */
 #include "accel_safetensors.h"
 #include "accel_bigmodel.h"
@@ -299,7 +300,7 @@ static void human(char *out, size_t cap, uint64_t b) {
 
 typedef struct est_row {
     const char *name;
-    uint64_t weights, optimizer, buffers, activations, total, host, cache;
+    uint64_t weights, optimizer, buffers, activations, total, host;
 } est_row;
 
 int cli_estimate(int argc, char **argv) {
@@ -382,7 +383,6 @@ int cli_estimate(int argc, char **argv) {
             row->weights = em.shards;
             row->optimizer = em.optimizer;
             row->buffers = em.gather_buffers + em.grad_buffers + em.staging;
-            row->cache = em.cache;
             if (r == 1) { /* ZeRO-1: accel_zero's partition of the flattened list, ceil(N / P) per rank */
                 accel_zero_partition part;
                 if (accel_zero_partition_list(NULL, m.t, m.n, np, 0, &part) != ACCEL_OK) {
@@ -406,11 +406,10 @@ int cli_estimate(int argc, char **argv) {
                accel_dtype_name(rdt), optim_states, no_sync ? "true" : "false");
         for (i = 0; i < nrows; ++i)
             printf("%s{\"strategy\": \"%s\", \"weights_and_grads\": %llu, \"optimizer\": %llu, \"buffers\": %llu, "
-                   "\"activations\": %llu, \"total\": %llu, \"pinned_host\": %llu, \"cache\": %llu}", i ? ", " : "",
+                   "\"activations\": %llu, \"total\": %llu, \"pinned_host\": %llu}", i ? ", " : "",
                    rows[i].name, (unsigned long long)rows[i].weights, (unsigned long long)rows[i].optimizer,
                    (unsigned long long)rows[i].buffers, (unsigned long long)rows[i].activations,
-                   (unsigned long long)rows[i].total, (unsigned long long)rows[i].host,
-                   (unsigned long long)rows[i].cache);
+                   (unsigned long long)rows[i].total, (unsigned long long)rows[i].host);
         printf("]}\n");
     } else {
         char a[32], b[32], c[32], d[32], e[32], f[32];
@@ -429,9 +428,6 @@ int cli_estimate(int argc, char **argv) {
             human(f, sizeof f, rows[i].host);
             printf("%-23s %14s %14s %14s %14s %14s %14s\n", rows[i].name, a, b, c, d, e, f);
         }
-        if (nrows && rows[0].cache)
-            printf("units differ in size: the buffer pools' cache may add up to %llu bytes\n",
-                   (unsigned long long)rows[0].cache);
     }
     rc = 0;
 out:

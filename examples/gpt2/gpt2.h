@@ -54,9 +54,10 @@
    and run inside these calls at named points (gpt2_hooks_grads_reduced, _step_end, _run_end); --bench-noop-accel
    makes main run its bench_noop_loop (the loop with accel's calls taken out) instead of the loop.
 
-   --zero 3 (gpt2_cpu; a trainer sets run.zero3_capable): gpt2_run_setup builds the FSDP object over the flat buffer
-   (gpt2_z3: unit 0 = wte, wpe, lnfw, lnfb; unit 1 + l = block l), AdamW over its shards, sharded checkpoints; the
-   trainer's forward and backward take each unit's tensors from gpt2_z3_unit and give them back with gpt2_z3_done.
+   --zero 3 (gpt2_cpu; a trainer sets run.zero3_capable): gpt2_run_setup(r, NULL or --init's whole weights, NULL, NULL)
+   builds the FSDP object (gpt2_z3: unit 0 = wte, wpe, lnfw, lnfb; unit 1 + l = block l; the initialization drawn
+   into the shards), AdamW over its shards (--offload: on the host), sharded checkpoints; the trainer's forward and
+   backward take each unit's tensors from gpt2_z3_unit and give them back with gpt2_z3_done.
 
    Both trainers include this file after accel.h and the module headers (it includes them itself: C99 and C++). Not
    thread-safe (one run per process); errors are accel_result codes with accel_last_error's message. */
@@ -177,36 +178,38 @@ static inline double gpt2_flops_per_token(const gpt2_config *c, int T) {
 /* GPT-2's initialization: weights N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)), biases 0,
    LayerNorm gains 1. The normals come from the core's Philox stream (accel_rng_draw4(seed, tensor, i/2), Box-Muller
    in double), so every rank, both trainers and any thread count draw the same weights. The padded rows of wte are 0. */
+/* Elements [lo, hi) of tensor t (its whole, stacked layout) into p[0 .. hi - lo): any range of any tensor, so that
+   --zero 3 initializes each rank's shard pieces directly (gpt2_z3_init) with the bits of the whole buffer. */
+static inline void gpt2_init_range(const gpt2_config *c, int t, size_t lo, size_t hi, float *p, uint64_t seed) {
+    size_t n = hi, i;
+    double std = 0.02;
+    if (t == GPT2_LN1W || t == GPT2_LN2W || t == GPT2_LNFW) {
+        for (i = lo; i < hi; ++i) p[i - lo] = 1.0f;
+        return;
+    }
+    if (!gpt2_decays(t)) { /* biases */
+        memset(p, 0, (hi - lo) * sizeof *p);
+        return;
+    }
+    if (t == GPT2_ATTPROJW || t == GPT2_FCPROJW) std = 0.02 / sqrt(2.0 * c->num_layers);
+    if (t == GPT2_WTE && n > (size_t)c->vocab_size * c->channels) n = (size_t)c->vocab_size * c->channels;
+    for (i = lo & ~(size_t)1; i < n; i += 2) { /* a pair of normals per draw: element i is its cos (even) or sin */
+        uint32_t w[4];
+        double u1, u2, r;
+        accel_rng_draw4(seed, (uint64_t)t, (uint64_t)(i / 2), w);
+        u1 = ((double)w[0] + 0.5) / 4294967296.0;
+        u2 = ((double)w[1] + 0.5) / 4294967296.0;
+        r = sqrt(-2.0 * log(u1));
+        if (i >= lo) p[i - lo] = (float)(std * r * cos(6.283185307179586 * u2));
+        if (i + 1 >= lo && i + 1 < n) p[i + 1 - lo] = (float)(std * r * sin(6.283185307179586 * u2));
+    }
+    for (i = n > lo ? n : lo; i < hi; ++i) p[i - lo] = 0.0f; /* wte's padded rows */
+}
 static inline void gpt2_init_params(const gpt2_config *c, float *params, uint64_t seed) {
-    size_t off[GPT2_NUM_TENSORS + 1], i;
+    size_t off[GPT2_NUM_TENSORS + 1];
     int t;
     gpt2_offsets(c, off);
-    for (t = 0; t < GPT2_NUM_TENSORS; ++t) {
-        float *p = params + off[t];
-        size_t n = off[t + 1] - off[t];
-        double std = 0.02;
-        if (t == GPT2_LN1W || t == GPT2_LN2W || t == GPT2_LNFW) {
-            for (i = 0; i < n; ++i) p[i] = 1.0f;
-            continue;
-        }
-        if (!gpt2_decays(t)) { /* biases */
-            memset(p, 0, n * sizeof *p);
-            continue;
-        }
-        if (t == GPT2_ATTPROJW || t == GPT2_FCPROJW) std = 0.02 / sqrt(2.0 * c->num_layers);
-        if (t == GPT2_WTE) n = (size_t)c->vocab_size * c->channels;
-        for (i = 0; i < n; i += 2) {
-            uint32_t w[4];
-            double u1, u2, r;
-            accel_rng_draw4(seed, (uint64_t)t, (uint64_t)(i / 2), w);
-            u1 = ((double)w[0] + 0.5) / 4294967296.0;
-            u2 = ((double)w[1] + 0.5) / 4294967296.0;
-            r = sqrt(-2.0 * log(u1));
-            p[i] = (float)(std * r * cos(6.283185307179586 * u2));
-            if (i + 1 < n) p[i + 1] = (float)(std * r * sin(6.283185307179586 * u2));
-        }
-        if (t == GPT2_WTE) memset(p + n, 0, (off[t + 1] - off[t] - n) * sizeof *p);
-    }
+    for (t = 0; t < GPT2_NUM_TENSORS; ++t) gpt2_init_range(c, t, 0, off[t + 1] - off[t], params + off[t], seed);
 }
 
 /* --------------------------------------------------------------------------------------- Hugging Face names */
@@ -886,9 +889,11 @@ static inline int gpt2_hf_untied_head(accel_st_file *f, const char *prefix) {
 
 /* ----------------------------------------------------------------------------------------------- optimizer */
 /* AdamW over the 16 tensors (model: the BF16 copies the step writes, or NULL), lr 0 allowed (--lr 0). */
+/* offload: the state in pinned host memory and the step on the CPU (accel_optim_desc.offload; --zero 3 --offload) */
 static inline accel_result gpt2_optim_create_list(accel *acc, const accel_tensor *params, const accel_tensor *grads,
                                                   const accel_tensor *model, int n, const int *tensor_of, double lr,
-                                                  double weight_decay, int sr, uint64_t seed, accel_optim **out) {
+                                                  double weight_decay, int sr, uint64_t seed, int offload,
+                                                  accel_optim **out) {
     accel_optim_group *g = (accel_optim_group *)accel_host_alloc(acc, sizeof *g * (size_t)(n > 0 ? n : 1));
     accel_optim_desc d;
     accel_result res;
@@ -913,6 +918,7 @@ static inline accel_result gpt2_optim_create_list(accel *acc, const accel_tensor
     d.eps = 1e-8;
     d.model_rounding = sr ? ACCEL_OPTIM_ROUND_STOCHASTIC : ACCEL_OPTIM_ROUND_NEAREST;
     d.sr_seed = seed;
+    d.offload = offload;
     res = accel_optim_create(acc, &d, out);
     accel_host_free(acc, g);
     return res;
@@ -921,7 +927,8 @@ static inline accel_result gpt2_optim_create_list(accel *acc, const accel_tensor
 static inline accel_result gpt2_optim_create(accel *acc, const accel_tensor *params, const accel_tensor *grads,
                                              const accel_tensor *model, double lr, double weight_decay, int sr,
                                              uint64_t seed, accel_optim **out) {
-    return gpt2_optim_create_list(acc, params, grads, model, GPT2_NUM_TENSORS, NULL, lr, weight_decay, sr, seed, out);
+    return gpt2_optim_create_list(acc, params, grads, model, GPT2_NUM_TENSORS, NULL, lr, weight_decay, sr, seed, 0,
+                                  out);
 }
 
 /* transformers' get_cosine_schedule_with_warmup (warmup and length in optimizer steps), read at Accelerate's
@@ -952,7 +959,7 @@ enum { GPT2_ATTENTION_AUTO, GPT2_ATTENTION_CUDNN, GPT2_ATTENTION_OWN };
 typedef struct gpt2_opts {
     const char *init, *data[GPT2_MAX_FILES], *loss_file, *export_dir, *ckpt_dir, *log_dir, *profile_dir;
     int ndata, steps, batch, seq, accum, warmup, layers, heads, channels, vocab, block_size, ckpt_every, resume;
-    int print_every, shuffle, sr, attention, async_ckpt, zero;
+    int print_every, shuffle, sr, attention, async_ckpt, zero, offload;
     double lr, weight_decay, clip, peak_tflops;
     uint64_t seed;
     gpt2_hooks hooks;
@@ -981,6 +988,8 @@ static inline void gpt2_usage(const char *prog) {
             "  --sr                     (CUDA) stochastic rounding of the bf16 weights\n"
             "  --zero 0|3               (CPU) 3: ZeRO-3 / FSDP FULL_SHARD, units = the embeddings (+ final norm) and\n"
             "                           each block: every rank keeps its shard of weights, gradients and AdamW state\n"
+            "  --offload                with --zero 3: the shards and AdamW state in pinned host memory, AdamW's step\n"
+            "                           on the CPU (FSDP's cpu_offload + DeepSpeed's offload_optimizer)\n"
             "  --attention cudnn|own    (CUDA) cuDNN's flash attention (default when built) or the trainer's own\n"
             "output\n"
             "  --loss-file F            one line per optimizer step: step loss lr\n"
@@ -1093,6 +1102,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
         else if (!strcmp(a, "--shuffle")) o->shuffle = 1;
         else if (!strcmp(a, "--async-checkpoint")) o->async_ckpt = 1;
         else if (!strcmp(a, "--sr")) o->sr = 1;
+        else if (!strcmp(a, "--offload")) o->offload = 1;
         else if (!strcmp(a, "--bench-noop-accel")) o->hooks.bench_noop = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { gpt2_usage(prog); return 0; }
         else { fprintf(stderr, "%s: unknown or incomplete option %s\n", prog, a); gpt2_usage(prog); return 2; }
@@ -1106,6 +1116,10 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o) {
     }
     if ((o->resume || o->hooks.kill_at || o->hooks.signal_at) && !o->ckpt_dir) {
         fprintf(stderr, "%s: --resume, --kill-at and --signal-at need --checkpoint-dir\n", prog);
+        return 2;
+    }
+    if (o->offload && o->zero != 3) {
+        fprintf(stderr, "%s: --offload needs --zero 3 (it offloads the shards and their optimizer)\n", prog);
         return 2;
     }
     return -1;
@@ -1250,14 +1264,18 @@ typedef struct gpt2_late_log {
    (its 12 tensors: layer l's slices of the stacked ones). Every rank keeps its shard of each unit's F32 weights,
    gradients and AdamW moments; the trainer's forward and backward wait for a unit's whole weights, compute, and
    release it (backward: reduce-scatter its gradients). Gathers are F32 (FSDP's param_dtype float32), so the run
-   equals --zero 0 (DDP) where the reductions sum in the same order (always at 2 ranks; tests/mpi/trainer). */
+   equals --zero 0 (DDP) where the reductions sum in the same order (always at 2 ranks; tests/mpi/trainer).
+   No rank holds the whole model while it trains: GPT-2's initialization is drawn straight into each rank's shard
+   pieces (gpt2_init_range: the Philox stream is indexed by tensor and element, so the pieces get the whole buffer's
+   bits), and the export gathers the shards into a whole buffer only at the end. --init reads the file into a whole
+   buffer that lives until create has copied each rank's shard out of it. */
 #define GPT2_Z3_ROOT 4 /* unit 0's tensors */
 #define GPT2_Z3_BLOCK 12
 typedef struct gpt2_z3 {
     accel_zero_fsdp *f;
     int n, nunits;
-    accel_tensor *list;     /* n: the parameters in unit order, views of the trainer's flat buffer (the initial
-                               values at create; the export's destination) */
+    accel_tensor *list;     /* n: the parameters in unit order, views of a whole flat buffer when one is there
+                               (--init's values at create; the export's destination), else ptr NULL */
     int *tensor_of;         /* n: each one's GPT2_* tensor (AdamW's decay) */
     accel_zero_unit *units; /* nunits */
     accel_tensor *vp, *vg, *vn, *full; /* n each: the shard's views (params, grads, norm grads); whole descriptors */
@@ -1401,18 +1419,49 @@ static inline accel_result gpt2_run_weights(gpt2_run *r, float *params) {
 }
 
 /* ----- ZeRO-3 (gpt2_z3, above): the units over the flat buffer, the FSDP object and its shard views */
+/* Points the parameter list into the whole flat buffer `params` (NULL: no buffer, ptr NULL). */
+static inline void gpt2_z3_place(gpt2_run *r, float *params) {
+    gpt2_z3 *z = &r->z3;
+    size_t off[GPT2_NUM_TENSORS + 1], numel[GPT2_NUM_TENSORS];
+    int k, L = r->cfg.num_layers;
+    gpt2_shapes(&r->cfg, NULL, NULL, numel);
+    gpt2_offsets(&r->cfg, off);
+    for (k = 0; k < z->n; ++k) {
+        int tt = z->tensor_of[k], l = k < GPT2_Z3_ROOT ? 0 : (k - GPT2_Z3_ROOT) / GPT2_Z3_BLOCK;
+        z->list[k].ptr = !params ? NULL
+                         : k < GPT2_Z3_ROOT ? (void *)(params + off[tt])
+                                            : (void *)(params + off[tt] + (size_t)l * (numel[tt] / (size_t)L));
+    }
+}
+/* GPT-2's initialization of this rank's pieces of every parameter, from the seed (no whole model anywhere). */
+static inline accel_result gpt2_z3_init(gpt2_run *r) {
+    gpt2_z3 *z = &r->z3;
+    size_t numel[GPT2_NUM_TENSORS];
+    accel_tensor_piece *pc = (accel_tensor_piece *)accel_host_alloc(r->acc, sizeof *pc * (size_t)z->n);
+    accel_result res;
+    int k, L = r->cfg.num_layers;
+    if (!pc) return accel_set_error(r->acc, ACCEL_ERR_OUT_OF_MEMORY, "--zero 3: %d pieces", z->n);
+    gpt2_shapes(&r->cfg, NULL, NULL, numel);
+    res = accel_zero_fsdp_pieces(z->f, ACCEL_ZERO_VIEW_PARAMS, 0, pc, z->n);
+    for (k = 0; res == ACCEL_OK && k < z->n; ++k) {
+        int tt = z->tensor_of[k], l = k < GPT2_Z3_ROOT ? 0 : (k - GPT2_Z3_ROOT) / GPT2_Z3_BLOCK;
+        size_t at = (k < GPT2_Z3_ROOT ? 0 : (size_t)l * (numel[tt] / (size_t)L)) + (size_t)pc[k].offset;
+        if (pc[k].count > 0) gpt2_init_range(&r->cfg, tt, at, at + (size_t)pc[k].count, (float *)pc[k].ptr, r->o->seed);
+    }
+    accel_host_free(r->acc, pc);
+    return res;
+}
+/* params: the whole initial weights (--init), or NULL: GPT-2's initialization drawn into the shards */
 static inline accel_result gpt2_z3_create(gpt2_run *r, float *params) {
     accel *acc = r->acc;
     const gpt2_config *c = &r->cfg;
     gpt2_z3 *z = &r->z3;
     int ndim[GPT2_NUM_TENSORS], L = c->num_layers, i, l, k, t, d;
     int64_t shape[GPT2_NUM_TENSORS][3];
-    size_t off[GPT2_NUM_TENSORS + 1], numel[GPT2_NUM_TENSORS];
     static const int root[GPT2_Z3_ROOT] = {GPT2_WTE, GPT2_WPE, GPT2_LNFW, GPT2_LNFB};
     accel_zero_fsdp_desc fd;
     accel_result res;
-    gpt2_shapes(c, ndim, shape, numel);
-    gpt2_offsets(c, off);
+    gpt2_shapes(c, ndim, shape, NULL);
     z->nunits = 1 + L;
     z->n = GPT2_Z3_ROOT + GPT2_Z3_BLOCK * L;
     z->list = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)z->n * 5);
@@ -1441,16 +1490,15 @@ static inline accel_result gpt2_z3_create(gpt2_run *r, float *params) {
             x->name = z->names[k];
             x->dtype = ACCEL_F32;
             if (i == 0) { /* whole */
-                x->ptr = params + off[tt];
                 x->ndim = ndim[tt];
                 for (d = 0; d < ndim[tt]; ++d) x->shape[d] = shape[tt][d];
             } else {      /* layer l's slice of a stacked [L, ...] tensor */
-                x->ptr = params + off[tt] + (size_t)l * (numel[tt] / (size_t)L);
                 x->ndim = ndim[tt] - 1;
                 for (d = 1; d < ndim[tt]; ++d) x->shape[d - 1] = shape[tt][d];
             }
         }
     }
+    gpt2_z3_place(r, params);
     memset(&fd, 0, sizeof fd);
     fd.strategy = ACCEL_ZERO_FULL_SHARD;
     fd.units = z->units;
@@ -1458,13 +1506,15 @@ static inline accel_result gpt2_z3_create(gpt2_run *r, float *params) {
     fd.param_dtype = ACCEL_F32;
     fd.reduce_dtype = ACCEL_F32;
     fd.forward_prefetch = ACCEL_ON;
+    fd.cpu_offload = r->o->offload ? ACCEL_ON : ACCEL_OFF;
     if ((res = accel_zero_fsdp_create(r->coll, &fd, &z->f)) != ACCEL_OK ||
         (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_PARAMS, z->vp, z->n)) != ACCEL_OK ||
         (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_GRADS, z->vg, z->n)) != ACCEL_OK ||
         (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_NORM_GRADS, z->vn, z->n)) != ACCEL_OK ||
         (res = accel_zero_fsdp_full_tensors(z->f, z->full, z->n)) != ACCEL_OK)
         return res;
-    return ACCEL_OK;
+    gpt2_z3_place(r, NULL); /* the initial values were copied (or there were none) */
+    return params ? ACCEL_OK : gpt2_z3_init(r);
 }
 /* --zero 3's checkpoint (FSDP's SHARDED_STATE_DICT): every rank's shard of weights and moments, loadable on any
    number of processes; `accel ckpt merge` turns it into model.safetensors with the names above. */
@@ -1523,7 +1573,7 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
     accel_prof_desc pd;
     accel_result res;
     int P = acc->num_processes;
-    gpt2_describe(c, params, ACCEL_F32, r->params);
+    if (params) gpt2_describe(c, params, ACCEL_F32, r->params); /* --zero 3: none (the shards, gpt2_z3_init) */
     if (grads) gpt2_describe(c, grads, ACCEL_F32, r->grads); /* --zero 3: FSDP's buffers instead */
     if (model16) gpt2_describe(c, model16, ACCEL_BF16, model);
     if (o->zero == 3) { /* what --zero 3 takes over, and what it does not combine with */
@@ -1535,7 +1585,7 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
             (res = gpt2_z3_create(r, (float *)params)) != ACCEL_OK)
             return res;
         res = gpt2_optim_create_list(acc, r->z3.vp, r->z3.vg, NULL, r->z3.n, r->z3.tensor_of, o->lr,
-                                     o->weight_decay, 0, o->seed, &r->opt);
+                                     o->weight_decay, 0, o->seed, o->offload, &r->opt);
     } else if (!grads) {
         return accel_set_error(acc, ACCEL_ERR_INVALID_ARGUMENT, "gpt2_run_setup: no gradient buffer");
     } else {
@@ -1633,7 +1683,8 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
                 gpt2_num_parameters(c), P, acc->device >= 0 ? "GPU(s)" : "process(es)", o->batch, o->seq,
                 acc->gradient_accumulation_steps, !model16 ? "float32" : o->sr ? "bf16 (stochastic rounding)" : "bf16",
                 (long long)accel_data_seq_len(&r->loader),
-                r->z3.f ? "ZeRO-3 (FULL_SHARD: embeddings + one unit per block)"
+                r->z3.f ? (o->offload ? "ZeRO-3 (FULL_SHARD: embeddings + one unit per block; offload: AdamW on the "
+                                        "host)" : "ZeRO-3 (FULL_SHARD: embeddings + one unit per block)")
                 : accel_ddp_is_flat(r->reducer) ? "one in-place all-reduce" : "buckets",
                 r->banner_note ? " | " : "", r->banner_note ? r->banner_note : "",
                 o->hooks.bench_noop ? " | BENCHMARK: accel's calls are no-ops" : "");
@@ -1831,10 +1882,20 @@ static inline accel_result gpt2_run_finish(gpt2_run *r) {
         if ((res = accel_prof_write_trace(r->prof)) != ACCEL_OK) return res;
         if (acc->num_processes > 1 && (res = accel_prof_merge_trace(r->prof, NULL)) != ACCEL_OK) return res;
     }
-    if (o->export_dir) {
+    if (o->export_dir && r->z3.f) { /* the shards gathered into a whole buffer for the file (FULL_STATE_DICT) */
+        size_t bytes = gpt2_num_parameters(&r->cfg) * sizeof(float);
+        float *whole = (float *)accel_host_alloc(acc, bytes);
+        if (whole) memset(whole, 0, bytes);
+        gpt2_z3_place(r, whole); /* NULL: the export refuses it on every rank (collective: no rank waits) */
+        res = accel_zero_fsdp_export(r->z3.f, r->z3.list, r->z3.n);
+        if (!whole) res = accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "--export: %zu bytes", bytes);
+        if (res == ACCEL_OK) res = gpt2_export(acc, &r->cfg, whole, o->export_dir);
+        gpt2_z3_place(r, NULL);
+        accel_host_free(acc, whole);
+        if (res != ACCEL_OK) return res;
+        accel_print(acc, "exported %s/model.safetensors (Hugging Face GPT-2 names) and config.json\n", o->export_dir);
+    } else if (o->export_dir) {
         const void *params = r->params[0].ptr;
-        /* --zero 3: the shards gathered into the flat buffer (collective; FSDP's FULL_STATE_DICT) */
-        if (r->z3.f && (res = accel_zero_fsdp_export(r->z3.f, r->z3.list, r->z3.n)) != ACCEL_OK) return res;
         if (r->to_host) {
             if ((res = r->to_host(acc, r->host, params, gpt2_num_parameters(&r->cfg) * sizeof(float))) != ACCEL_OK)
                 return res;

@@ -10,7 +10,8 @@
      accel_collectives.h  the gradient reducer (averages the gradients over ranks; MPI on the CPU)
      accel_zero.h         --zero 3: ZeRO-3 / FSDP FULL_SHARD, units = the embeddings (+ final norm) and each block;
                           forward and backward wait for a unit's weights and release them (unit_get / unit_done),
-                          backward reduce-scatters each unit's gradients; AdamW steps this rank's shards
+                          backward reduce-scatters each unit's gradients; AdamW steps this rank's shards;
+                          --offload: shards and AdamW state in pinned host memory, the step on the host
      accel_amp.h          the global gradient norm (clip_grad_norm's)
      accel_optim.h        AdamW (torch.optim.AdamW's update; the clip coefficient fused into the step), the schedule
      accel_ckpt.h         save_state / load_state (weights, AdamW moments, loader and step counters), save_model
@@ -284,7 +285,7 @@ static int gpt2_alloc(accel *acc, gpt2 *m, const gpt2_config *cfg, int B, int T,
     m->T = T;
     m->nparams = gpt2_offsets(cfg, m->off);
 #define A_(p, n) (ptrs[k] = &m->p, sizes[k++] = (n))
-    A_(params, m->nparams); A_(grads, zero3 ? 0 : m->nparams); /* --zero 3: FSDP's gradient buffers and shards */
+    A_(params, zero3 ? 0 : m->nparams); A_(grads, zero3 ? 0 : m->nparams); /* --zero 3: FSDP's shards and buffers */
     A_(encoded, BT * C); A_(ln1, L * BT * C); A_(ln1_mean, L * BT); A_(ln1_rstd, L * BT); A_(qkv, L * BT * 3 * C);
     A_(atty, L * BT * C); A_(att, L * B * NH * T * T); A_(residual2, L * BT * C); A_(ln2, L * BT * C);
     A_(ln2_mean, L * BT); A_(ln2_rstd, L * BT); A_(fch, L * BT * 4 * C); A_(fch_gelu, L * BT * 4 * C);
@@ -309,7 +310,7 @@ static int gpt2_alloc(accel *acc, gpt2 *m, const gpt2_config *cfg, int B, int T,
     m->dqkv = m->mem + total; total += BT * 3 * C;
     m->datt = m->mem + total;
     m->targets = m->inputs + BT;
-    if (zero3) m->grads = NULL;
+    if (zero3) m->params = m->grads = NULL;
     return 0;
 }
 
@@ -492,8 +493,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpt2_cpu: out of memory\n");
         goto fail;
     }
-    CHECK(gpt2_run_weights(&run, model.params));
-    CHECK(gpt2_run_setup(&run, model.params, model.grads, NULL));
+    if (o.zero == 3 && o.init) { /* --zero 3 --init: the file's whole weights until create copied the shards */
+        float *whole = (float *)accel_host_alloc(&acc, model.nparams * sizeof(float));
+        accel_result res = whole ? gpt2_run_weights(&run, whole) : ACCEL_ERR_OUT_OF_MEMORY;
+        if (res == ACCEL_OK) res = gpt2_run_setup(&run, whole, NULL, NULL);
+        accel_host_free(&acc, whole);
+        if (res != ACCEL_OK) {
+            fprintf(stderr, "gpt2_cpu: rank %d: --init: %s\n", acc.process_index,
+                    whole ? accel_last_error(&acc) : "out of memory");
+            goto fail;
+        }
+    } else {
+        if (model.params) CHECK(gpt2_run_weights(&run, model.params)); /* --zero 3: drawn into the shards */
+        CHECK(gpt2_run_setup(&run, model.params, model.grads, NULL));
+    }
     if (run.z3.f) model.z3 = &run; /* --zero 3: the weights live in the FSDP object's shards from here on */
 
     if (o.hooks.bench_noop) {

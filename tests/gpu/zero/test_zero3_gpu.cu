@@ -3,12 +3,16 @@
    (pre-scaling kernel, reduce-scatter, the accumulate kernel: put, then add on a second reducing micro-batch) equal
    a float64 long-hand sum over ranks and micro-batches of g * fl(1/P) within 1e-6 of the largest (F32 reductions;
    NCCL's sum order is its own); export gives back the F32 initial values bit for bit; with and without CPU offload
-   (shards in pinned memory, staged per unit). Every device and pinned block goes back (counting allocators).
+   (shards in pinned memory, staged per unit). Then one AdamW step over the shard views: on the device, or with
+   offload on the host (accel_optim_desc.offload: the moments in pinned memory, the CPU loop over the pinned shard);
+   the offloaded step's F32 master and BF16 copy equal the device step's bit for bit. Every device and pinned block
+   goes back (counting allocators).
    Units of 13, 1 and 1000 elements: padding to P, a unit smaller than P. One process (NCCL of size 1, or NONE) or
    under mpirun. Exits 77 (meson: skipped) without a device, or with fewer devices than local ranks. */
 #include "accel.h"
 #include "accel_collectives.h"
 #include "accel_zero.h"
+#include "accel_optim.h"
 #include "accel_test.h"
 #include "accel_test_gpu.h"
 #include <cuda_runtime_api.h>
@@ -26,6 +30,64 @@ static const int64_t SZ[K] = {13, 1, 1000};
 static float init_value(int u, int64_t e) { return (float)(0.75 * sin(0.21 * (double)e + 1.7 * u) + 0.01 * u); }
 static float grad_value(int r, int m, int u, int64_t e) {
     return (float)(sin(0.13 * (double)e + 0.9 * r + 0.31 * m + (double)u) * (1.0 + u));
+}
+
+/* the device step's results (offload off), which the host step (offload on, same backend) must equal */
+static float ref32[K][1000];
+static uint16_t ref16[K][1000];
+
+/* One AdamW step over f's shard views (after the reductions: the gradient shard holds their sum), on the device or,
+   with offload, on the host; compares the results of the two. */
+static void step(accel_zero_fsdp *f, accel_toggle offload) {
+    accel_tensor vp[K], vg[K], vm[K];
+    accel_tensor_piece pp[K], pm[K];
+    accel_optim_desc od;
+    accel_optim *opt = NULL;
+    const accel_tensor *mom = NULL;
+    int nm = 0, i, u, bad = 0;
+    AT_EQ_INT(accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_PARAMS, vp, K), ACCEL_OK);
+    AT_EQ_INT(accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_GRADS, vg, K), ACCEL_OK);
+    AT_EQ_INT(accel_zero_fsdp_views(f, ACCEL_ZERO_VIEW_MODEL, vm, K), ACCEL_OK);
+    memset(&od, 0, sizeof od);
+    od.algorithm = ACCEL_OPTIM_ADAMW;
+    od.lr = 1e-2;
+    od.weight_decay = 0.1;
+    od.params = vp;
+    od.grads = vg;
+    od.model = vm;
+    od.nparams = K;
+    od.offload = offload == ACCEL_ON;
+    AT_EQ_INT(accel_optim_create(&acc, &od, &opt), ACCEL_OK);
+    if (!opt) return;
+    AT_EQ_INT(accel_optim_state_tensors(opt, &mom, &nm), ACCEL_OK);
+    for (i = 0; i < nm; ++i) { /* the moments: pinned host memory when offloaded, else the device's */
+        cudaPointerAttributes pa;
+        if (accel_tensor_numel(&mom[i]) == 0) continue;
+        AT_CHECK(cudaPointerGetAttributes(&pa, mom[i].ptr) == cudaSuccess);
+        AT_EQ_INT((int)pa.type, offload == ACCEL_ON ? (int)cudaMemoryTypeHost : (int)cudaMemoryTypeDevice);
+    }
+    AT_EQ_INT(accel_optim_step(opt, NULL), ACCEL_OK);
+    AT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    AT_EQ_INT(accel_zero_fsdp_pieces(f, ACCEL_ZERO_VIEW_PARAMS, 0, pp, K), ACCEL_OK);
+    AT_EQ_INT(accel_zero_fsdp_pieces(f, ACCEL_ZERO_VIEW_MODEL, 0, pm, K), ACCEL_OK);
+    for (u = 0; u < K; ++u) {
+        float h32[1000];
+        uint16_t h16[1000];
+        long long cnt = pp[u].count;
+        AT_CHECK(cnt >= 0 && cnt <= 1000 && pm[u].count == cnt);
+        if (cnt <= 0 || cnt > 1000 || pm[u].count != cnt) continue;
+        AT_CHECK(cudaMemcpy(h32, pp[u].ptr, (size_t)cnt * 4, cudaMemcpyDefault) == cudaSuccess);
+        AT_CHECK(cudaMemcpy(h16, pm[u].ptr, (size_t)cnt * 2, cudaMemcpyDefault) == cudaSuccess);
+        if (offload != ACCEL_ON) {
+            memcpy(ref32[u], h32, (size_t)cnt * 4);
+            memcpy(ref16[u], h16, (size_t)cnt * 2);
+        } else {
+            bad += memcmp(ref32[u], h32, (size_t)cnt * 4) != 0 || memcmp(ref16[u], h16, (size_t)cnt * 2) != 0;
+        }
+        if (accel_bf16_to_f32(h16[0]) != accel_bf16_to_f32(accel_f32_to_bf16(h32[0]))) ++bad; /* copy = master */
+    }
+    AT_CHECK_MSG(bad == 0, "the offloaded host step differs from the device step (or the copy from the master)");
+    accel_optim_destroy(opt);
 }
 
 static void fsdp(accel_coll *c, accel_toggle offload) {
@@ -132,6 +194,7 @@ static void fsdp(accel_coll *c, accel_toggle offload) {
         }
     }
     AT_EQ_INT(bad, 0);
+    step(f, offload);
     accel_zero_fsdp_destroy(f);
     for (u = 0; u < K; ++u) {
         cudaFree(dinit[u]);

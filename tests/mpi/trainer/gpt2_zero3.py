@@ -7,6 +7,12 @@ usage: gpt2_zero3.py GPT2_CPU_EXE ACCEL_EXE
   reduce-scatter sums each block in the all-reduce's rank order, AdamW is element-wise, and the sharded gradient
   norm came out equal here (were it to differ in its last bit with clipping active, the weights would differ at
   rounding level: then this check would say so).
+- --zero 3 --offload (the shards and AdamW's state in pinned host memory, AdamW stepping on the host: FSDP's
+  cpu_offload + DeepSpeed's offload_optimizer) equals --zero 0 the same way at np 2 and 4: the host step is the
+  same element-wise AdamW as the non-offloaded one. --offload without --zero 3 is refused.
+- the initial weights: --zero 3 draws GPT-2's initialization straight into each rank's shard pieces (no whole
+  model on any rank); at np 3 (a block's slot is odd, so pieces start inside a pair of Box-Muller normals) with
+  --steps 0 its export equals --zero 0's byte for byte; --zero 3 --init of that file exports it unchanged.
 - checkpoints are sharded (fsdp_state_<rank>.bin, no model.safetensors); a run killed after step 6 and resumed from
   its step-4 checkpoint ends bit-identical to the straight run.
 - `accel ckpt merge` of the last checkpoint gives the model's own tensors (wte, h.<l>.qkvw, ...), equal bit for bit
@@ -54,15 +60,30 @@ def main():
                   "--accum", 2, "--clip", 1.0]
         for np_, b in ((2, 4), (4, 2)):
             out = {}
-            for z in (0, 3):
-                lf, ex = os.path.join(tmp, "z%d_np%d.loss" % (z, np_)), os.path.join(tmp, "z%d_np%d" % (z, np_))
-                r = gd.run(exe, np_, common + ["--batch", b, "--zero", z, "--loss-file", lf, "--export", ex])
-                if z == 3:
+            for z, extra in ((0, []), (3, []), ("3o", ["--offload"])):
+                lf, ex = os.path.join(tmp, "z%s_np%d.loss" % (z, np_)), os.path.join(tmp, "z%s_np%d" % (z, np_))
+                r = gd.run(exe, np_, common + ["--batch", b, "--zero", str(z)[0], "--loss-file", lf, "--export", ex]
+                           + extra)
+                if z != 0:
                     gd.check("ZeRO-3 (FULL_SHARD" in r.stdout, "np %d: the banner names ZeRO-3" % np_)
+                    gd.check(("offload: AdamW on the host" in r.stdout) == (z == "3o"),
+                             "np %d: the banner says offload exactly when --offload is given" % np_)
                 out[z] = (open(lf).read(), gd.read_safetensors(os.path.join(ex, "model.safetensors"))[1])
-            gd.check(out[3][0] == out[0][0] and len(out[0][0].splitlines()) == 12,
-                     "np %d: --zero 3 loss file == --zero 0's (12 steps, accumulation 2, clipping)" % np_)
-            gd.check(out[3][1] == out[0][1], "np %d: --zero 3 exported weights == --zero 0's, bit for bit" % np_)
+            for z, what in ((3, "--zero 3"), ("3o", "--zero 3 --offload")):
+                gd.check(out[z][0] == out[0][0] and len(out[0][0].splitlines()) == 12,
+                         "np %d: %s loss file == --zero 0's (12 steps, accumulation 2, clipping)" % (np_, what))
+                gd.check(out[z][1] == out[0][1], "np %d: %s exported weights == --zero 0's, bit for bit" % (np_, what))
+        init = {}
+        for z in (0, 3):
+            ex = os.path.join(tmp, "init_z%d" % z)
+            gd.run(exe, 3, common[:2] + ["--steps", 0, "--seed", 7, "--batch", 2, "--zero", z, "--export", ex])
+            init[z] = open(os.path.join(ex, "model.safetensors"), "rb").read()
+        gd.check(init[3] == init[0], "np 3, --steps 0: --zero 3's initial weights (drawn per shard piece) == --zero 0's")
+        ex = os.path.join(tmp, "init_back")
+        gd.run(exe, 2, common[:2] + ["--steps", 0, "--seed", 8, "--batch", 2, "--zero", 3, "--init",
+                                      os.path.join(tmp, "init_z0"), "--export", ex])
+        gd.check(open(os.path.join(ex, "model.safetensors"), "rb").read() == init[0],
+                 "np 2, --zero 3 --init (another --seed): the file's weights go into the shards and export unchanged")
         # sharded checkpoints, kill + resume
         z3 = common + ["--batch", 4, "--zero", 3]
         straight = os.path.join(tmp, "z3_straight")
@@ -94,6 +115,8 @@ def main():
                    expect_ok=False)
         gd.check(r.returncode != 0 and "--zero 3 is not supported with --dump-grads" in r.stderr,
                  "--zero 3 --dump-grads is refused with the reason")
+        r = gd.run(exe, 2, common + ["--batch", 4, "--offload"], expect_ok=False)
+        gd.check(r.returncode != 0 and "--offload needs --zero 3" in r.stderr, "--offload without --zero 3 is refused")
     print("gpt2-zero3: %d passed, %d failed" % (gd.checks - gd.failures, gd.failures))
     return 1 if gd.failures or not gd.checks else 0
 

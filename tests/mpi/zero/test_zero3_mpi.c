@@ -167,7 +167,9 @@ static void unit_backward(const accel_tensor *w, const accel_tensor *g, int firs
 }
 
 static accel_optim_group GROUPS[2] = {{8, 0.0, 0.1}, {5, 0.0, 0.0}};
-static accel_optim *make_opt(const accel_tensor *p, const accel_tensor *g, const accel_tensor *m) {
+/* offload: the optimizer's state in pinned host memory and its step on the CPU (accel_optim_desc.offload), as an
+   offloaded ZeRO-3 model's optimizer is made */
+static accel_optim *make_opt(const accel_tensor *p, const accel_tensor *g, const accel_tensor *m, int offload) {
     accel_optim_desc od;
     accel_optim *o = NULL;
     memset(&od, 0, sizeof od);
@@ -175,6 +177,7 @@ static accel_optim *make_opt(const accel_tensor *p, const accel_tensor *g, const
     od.lr = 1e-2;
     od.params = p; od.grads = g; od.model = m; od.nparams = NP;
     od.groups = GROUPS; od.ngroups = 2;
+    od.offload = offload;
     if (accel_optim_create(&acc, &od, &o) != ACCEL_OK) fprintf(stderr, "optim_create: %s\n", accel_last_error(&acc));
     return o;
 }
@@ -228,7 +231,7 @@ static int ref_make(refrun *rf, accel_coll *c, accel_dtype pdt, accel_dtype rdt)
     if (accel_ddp_create(c, &rd, &rf->red) != ACCEL_OK || accel_ddp_add(rf->red, rf->tg, NP) != ACCEL_OK ||
         accel_ddp_finalize(rf->red) != ACCEL_OK)
         return 0;
-    rf->opt = make_opt(rf->tp, rf->tg32, rf->tm);
+    rf->opt = make_opt(rf->tp, rf->tg32, rf->tm, 0);
     return rf->opt && make_scaler(&rf->sc) == ACCEL_OK;
 }
 static void ref_free(refrun *rf) {
@@ -352,7 +355,17 @@ static int z3_make(z3run *z, accel_coll *c, const z3cfg *cfg) {
         accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_MODEL, z->vm, NP) != ACCEL_OK ||
         accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_NORM_GRADS, z->vn, NP) != ACCEL_OK)
         return 0;
-    z->opt = make_opt(z->vp, z->vg, z->vm);
+    z->opt = make_opt(z->vp, z->vg, z->vm, cfg->offload == ACCEL_ON);
+    if (z->opt) { /* the moments live with the shards: pinned host memory under offload, else the optimizer's */
+        const accel_tensor *mom = NULL;
+        int nm = 0, i;
+        AT_EQ_INT(accel_optim_state_tensors(z->opt, &mom, &nm), ACCEL_OK);
+        AT_EQ_INT(nm, 2 * NP);
+        for (i = 0; i < nm; ++i)
+            if (accel_tensor_numel(&mom[i]) > 0)
+                AT_CHECK_MSG(in_pinned(mom[i].ptr) == (cfg->offload == ACCEL_ON),
+                             "an offloaded model's optimizer state is pinned host memory, else not");
+    }
     return z->opt && make_scaler(&z->sc) == ACCEL_OK;
 }
 static void z3_free(z3run *z) {
@@ -1027,6 +1040,7 @@ static void checkpoint(accel_coll *c) {
     double rel;
     at_context = "checkpoint";
     kb.strategy = ACCEL_ZERO_NO_SHARD;
+    kb.offload = ACCEL_ON; /* B's optimizer steps on the host: its pinned state is loaded, then saved for D */
     for (p = 0; p < NP; ++p) {
         fa[p] = (float *)malloc((size_t)numel(p) * 4 + 4);
         fb[p] = (float *)malloc((size_t)numel(p) * 4 + 4);
@@ -1107,6 +1121,28 @@ static void checkpoint(accel_coll *c) {
         AT_EQ_INT(load_bytes(b, all, sizes, P), ACCEL_ERR_FORMAT);
         AT_CONTAINS(accel_last_error(&acc), "not a ZeRO-3 shard state");
         all[0][0] ^= 0x20;
+        {   /* another model with the same element counts (version 2 names and shapes every parameter): wte saved as
+               [3, 37], then h.0.w saved as h.0.v, in the last rank's file → refused, naming the tensor */
+            unsigned char *nb = all[P - 1] + 16 + (size_t)NP * 24 + 8, *at = nb;
+            int q;
+            for (q = 0; q < 2; ++q) { /* wte's dims: u32 ndim, then u64 37, u64 3 */
+                unsigned char t[8];
+                memcpy(t, nb + 4, 8);
+                memcpy(nb + 4, nb + 12, 8);
+                memcpy(nb + 12, t, 8);
+                if (q == 1) break;
+                AT_EQ_INT(load_bytes(b, all, sizes, P), ACCEL_ERR_MISMATCH);
+                AT_CONTAINS(accel_last_error(&acc), "parameter 0 is wte [3, 37], here wte [37, 3]");
+            }
+            for (q = 0; q < 2; ++q) /* past wte and wpe: ndim, dims, name length, name, NUL */
+                at += 4 + 8 * (size_t)at[0] + 4 + (size_t)at[4 + 8 * (size_t)at[0]] + 1;
+            at += 4 + 8 * (size_t)at[0] + 4; /* h.0.w's name */
+            AT_CHECK(!memcmp(at, "h.0.w", 6));
+            at[4] = 'v';
+            AT_EQ_INT(load_bytes(b, all, sizes, P), ACCEL_ERR_MISMATCH);
+            AT_CONTAINS(accel_last_error(&acc), "parameter 2 is h.0.v [8, 9], here h.0.w [8, 9] (a different model)");
+            at[4] = 'w';
+        }
         if (P == 1) { /* the one-rank loads above succeeded: start again from a fresh object */
             z3_free(b);
             AT_CHECK(z3_make(b, c, &kb));
@@ -1206,7 +1242,9 @@ static void poison(accel_coll *c) {
    all bytes the shards (+ staging) plus the object's bookkeeping (< 16 KiB); the object's peak of buffers (counted
    through the same allocators) is exactly gather_buffers + grad_buffers; the peak of all bytes is the total plus at
    most the collective's scratch ((P - 1) blocks of ceil(E / P) elements) and bookkeeping. Units of different sizes
-   (FULL_SHARD): the pools' cached buffers can add to that, and the estimate + its `cache` bounds the peaks. */
+   (FULL_SHARD, with and without offload): the same, exactly — each pool's peak is its figure (gather_buffers: the
+   two largest units, grad_buffers: every unit's) and they coincide — with the collective's scratch sized by the
+   largest unit. */
 static void estimate_vs_hooks(accel_coll *c) {
     enum { K = 5 };
     static const int EQ[K] = {40000, 40000, 40000, 40000, 40000}, UNEQ[K] = {30000, 41000, 52000, 63000, 24000};
@@ -1261,17 +1299,16 @@ static void estimate_vs_hooks(accel_coll *c) {
             AT_EQ_INT(accel_zero_fsdp_get_stats(f, &st), ACCEL_OK);
             AT_EQ_INT((long long)st.shard_bytes, (long long)em.shards);
             slack = (long long)(P - 1) * ((E[3] + P - 1) / P + 1) * 4 + 65536;
-            if (eq) {
-                AT_EQ_INT((long long)st.peak_buffer_bytes, (long long)(em.gather_buffers + em.grad_buffers));
-                AT_CHECK_MSG(peak >= (long long)em.total && peak <= (long long)em.total + slack,
-                             "the peak is the estimate's total (+ the collective's scratch and bookkeeping)");
-            } else { /* the pools' cached buffers of other sizes come on top: em.cache */
-                AT_CHECK(em.cache > 0);
-                AT_CHECK((long long)st.peak_buffer_bytes <=
-                         (long long)(em.gather_buffers + em.grad_buffers + em.cache));
-                AT_CHECK_MSG(peak <= (long long)(em.total + em.cache) + slack, "the estimate bounds the peak");
-            }
-            if (eq) AT_EQ_INT((long long)em.cache, 0);
+            /* each pool's peak is the estimate's figure exactly (units of one size or not: cached buffers are
+               reused by units of their own size only, so a pool never holds more than the largest units') */
+            AT_EQ_INT((long long)st.peak_gather_bytes, (long long)em.gather_buffers);
+            AT_EQ_INT((long long)st.peak_grad_bytes, (long long)em.grad_buffers);
+            AT_EQ_INT((long long)em.cache, 0);
+            /* and together (the backward's prefetch holds the two largest gathers while every gradient buffer is
+               held or cached: deterministic, whenever the reductions finish): the allocator's peak is the total */
+            AT_EQ_INT((long long)st.peak_buffer_bytes, (long long)(em.gather_buffers + em.grad_buffers));
+            AT_CHECK_MSG(peak >= (long long)em.total && peak <= (long long)em.total + slack,
+                         "the peak is the estimate's total (+ the collective's scratch and bookkeeping)");
             if (R == 0)
                 printf("zero3 np%d %s: estimate %llu (offloaded %llu), allocator peak %lld (%+lld), object's buffers "
                        "%llu, estimated %llu\n", P, ctx, (unsigned long long)em.total,
