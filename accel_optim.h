@@ -1472,7 +1472,8 @@ ACCEL__OPTIM_HDI void accel__optim_vec_load(const accel__optim_dj *jb, long long
 /* The updates and stores of one round (rb, ok0: accel__optim_update_fast's reciprocal and range of bc2s). */
 ACCEL__OPTIM_HDI void accel__optim_vec_store(const accel__optim_dj *jb, const accel__optim_coefs *k,
                                              const accel__optim_hyper *hy, const accel__optim_in *in, long long i,
-                                             int lane, int bd, long long v1, const int gt, const int model, const int sr,
+                                             int lane, int bd, long long v1, const int gt, const int model,
+                                             const int sr,
                                              const int mom16, float rb, int ok0, float p[][8], float g[][8],
                                              float m[][8], float v[][8]) {
     const int lerp = hy->kind == ACCEL__OPTIM_K_ADAMW_LERP;
@@ -2386,7 +2387,8 @@ ACCEL__DEF accel_result accel_optim_state_save(void *obj, void *buf, size_t cap,
     return ACCEL_OK;
 }
 
-ACCEL__DEF accel_result accel_optim_state_decode(accel *acc, const void *buf, size_t size, accel_optim_state_info *out) {
+ACCEL__DEF accel_result accel_optim_state_decode(accel *acc, const void *buf, size_t size,
+                                                 accel_optim_state_info *out) {
     const unsigned char *b = (const unsigned char *)buf;
     uint32_t ver, algo, flags;
     int32_t ng, np;
@@ -2438,7 +2440,8 @@ ACCEL__DEF accel_result accel_optim_state_decode(accel *acc, const void *buf, si
                wd = accel__optim_get_f64(b + at + 24);
         if (accel__get_u32(b + at + 4) != 0u || (int32_t)accel__get_u32(b + at) < 0)
             return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "optimizer state: group %d: corrupt (%d parameters, reserved "
-                               "word %u)", g, (int)(int32_t)accel__get_u32(b + at), (unsigned)accel__get_u32(b + at + 4));
+                               "word %u)", g, (int)(int32_t)accel__get_u32(b + at),
+                               (unsigned)accel__get_u32(b + at + 4));
         if (!accel__optim_finite(lr) || lr < 0.0 || !accel__optim_finite(base) || base < 0.0 ||
             !accel__optim_finite(wd) || wd < 0.0)
             return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
