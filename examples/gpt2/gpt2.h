@@ -143,6 +143,18 @@ static inline size_t gpt2_offsets(const gpt2_config *c, size_t offset[GPT2_NUM_T
     return offset[GPT2_NUM_TENSORS];
 }
 
+/* The model's units (--zero 3's, and the trainers' forward and backward walk them either way): unit 0 = wte, wpe,
+   lnfw, lnfb (the embeddings and the final norm, used first and last); unit 1 + l = block l's twelve tensors.
+   gpt2_unit_has: whether tensor t belongs to unit u; gpt2_unit_offset: where u's part of tensor t starts in the
+   flat buffer (offsets from gpt2_offsets): the whole tensor, or layer l's slice of a stacked one. */
+static inline int gpt2_unit_has(int u, int t) {
+    return u == 0 ? (t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB)
+                  : (t >= GPT2_LN1W && t <= GPT2_FCPROJB);
+}
+static inline size_t gpt2_unit_offset(const size_t offset[GPT2_NUM_TENSORS + 1], int num_layers, int u, int t) {
+    return offset[t] + (u == 0 ? 0 : (size_t)(u - 1) * ((offset[t + 1] - offset[t]) / (size_t)num_layers));
+}
+
 /* Weight decay applies to the 2-D weight matrices only. */
 static inline int gpt2_decays(int tensor) {
     return tensor == GPT2_WTE || tensor == GPT2_WPE || tensor == GPT2_QKVW || tensor == GPT2_ATTPROJW ||
@@ -1427,15 +1439,13 @@ static inline accel_result gpt2_run_weights(gpt2_run *r, float *params) {
 /* Points the parameter list into the whole flat buffer `params` (NULL: no buffer, ptr NULL). */
 static inline void gpt2_z3_place(gpt2_run *r, float *params) {
     gpt2_z3 *z = &r->z3;
-    size_t off[GPT2_NUM_TENSORS + 1], numel[GPT2_NUM_TENSORS];
-    int k, L = r->cfg.num_layers;
-    gpt2_shapes(&r->cfg, NULL, NULL, numel);
+    size_t off[GPT2_NUM_TENSORS + 1];
+    int k;
     gpt2_offsets(&r->cfg, off);
     for (k = 0; k < z->n; ++k) {
-        int tt = z->tensor_of[k], l = k < GPT2_Z3_ROOT ? 0 : (k - GPT2_Z3_ROOT) / GPT2_Z3_BLOCK;
-        z->list[k].ptr = !params ? NULL
-                         : k < GPT2_Z3_ROOT ? (void *)(params + off[tt])
-                                            : (void *)(params + off[tt] + (size_t)l * (numel[tt] / (size_t)L));
+        int u = k < GPT2_Z3_ROOT ? 0 : 1 + (k - GPT2_Z3_ROOT) / GPT2_Z3_BLOCK;
+        z->list[k].ptr = params ? (void *)(params + gpt2_unit_offset(off, r->cfg.num_layers, u, z->tensor_of[k]))
+                                : NULL;
     }
 }
 /* GPT-2's initialization of this rank's pieces of every parameter, from the seed (no whole model anywhere). */
@@ -1564,11 +1574,9 @@ static inline accel_result gpt2_z3_unit(gpt2_run *r, int u, float *w[GPT2_NUM_TE
     accel_result res = gpt2_z3_unit_v(r, u, wv, g ? gv : NULL);
     int t;
     for (t = 0; t < GPT2_NUM_TENSORS && res == ACCEL_OK; ++t) {
-        if (u == 0 ? (t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB)
-                   : (t >= GPT2_LN1W && t <= GPT2_FCPROJB)) {
-            w[t] = (float *)wv[t];
-            if (g) g[t] = (float *)gv[t];
-        }
+        if (!gpt2_unit_has(u, t)) continue;
+        w[t] = (float *)wv[t];
+        if (g) g[t] = (float *)gv[t];
     }
     return res;
 }

@@ -203,34 +203,15 @@ static cudaError_t unit_error(const model *m, accel_result r) {
     return gpt2_kernel_error(cudaErrorUnknown, "--zero 3: %s", accel_last_error(m->z3->acc));
 }
 static cudaError_t unit_get(model *m, int u, bf16 *w[GPT2_NUM_TENSORS], float *g[GPT2_NUM_TENSORS]) {
-    static const int root[4] = {GPT2_WTE, GPT2_WPE, GPT2_LNFW, GPT2_LNFB};
-    size_t L = (size_t)m->cfg.num_layers;
-    int t;
-    if (m->z3) {
-        void *wv[GPT2_NUM_TENSORS], *gv[GPT2_NUM_TENSORS];
-        accel_result r = gpt2_z3_unit_v(m->z3, u, wv, g ? gv : NULL);
-        for (t = 0; t < GPT2_NUM_TENSORS && r == ACCEL_OK; ++t) {
-            if (u == 0 ? (t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB)
-                       : (t >= GPT2_LN1W && t <= GPT2_FCPROJB)) {
-                w[t] = (bf16 *)wv[t];
-                if (g) g[t] = (float *)gv[t];
-            }
-        }
-        return unit_error(m, r);
+    void *wv[GPT2_NUM_TENSORS], *gv[GPT2_NUM_TENSORS];
+    accel_result r = m->z3 ? gpt2_z3_unit_v(m->z3, u, wv, g ? gv : NULL) : ACCEL_OK;
+    for (int t = 0; t < GPT2_NUM_TENSORS && r == ACCEL_OK; ++t) {
+        size_t at = gpt2_unit_offset(m->off, m->cfg.num_layers, u, t);
+        if (!gpt2_unit_has(u, t)) continue;
+        w[t] = m->z3 ? (bf16 *)wv[t] : m->w + at;
+        if (g) g[t] = m->z3 ? (float *)gv[t] : m->grads + at;
     }
-    if (u == 0) {
-        for (t = 0; t < 4; ++t) {
-            w[root[t]] = m->w + m->off[root[t]];
-            if (g) g[root[t]] = m->grads + m->off[root[t]];
-        }
-        return cudaSuccess;
-    }
-    for (t = GPT2_LN1W; t <= GPT2_FCPROJB; ++t) {
-        size_t at = m->off[t] + (size_t)(u - 1) * ((m->off[t + 1] - m->off[t]) / L);
-        w[t] = m->w + at;
-        if (g) g[t] = m->grads + at;
-    }
-    return cudaSuccess;
+    return unit_error(m, r);
 }
 static cudaError_t unit_done(model *m, int u, int backward) {
     return m->z3 ? unit_error(m, gpt2_z3_done(m->z3, u, backward)) : cudaSuccess;
