@@ -41,6 +41,13 @@
      mpirun -np 8 build/examples/gpt2/train_gpt2 --data fineweb_train_*.bin --batch 16 --seq 1024 \
          --lr 6e-4 --warmup 700 --weight-decay 0.1 --steps 19000 --checkpoint-dir run --checkpoint-every 1000
 
+   --zero 3 (ZeRO-3 / FSDP FULL_SHARD, gpt2.h's gpt2_z3 as gpt2_cpu.c's): the units are the embeddings with the final
+   norm and each block; forward and backward take a unit's bf16 weights (gathered from the shards' bf16 copy, which
+   AdamW writes) and fp32 gradient buffer from unit_get and give them back with unit_done (backward: reduce-scatter
+   into the fp32 gradient shard). At most unit 0 and one block are live, so forward releases block l before it
+   gathers l + 1 for the fused residual + LN1. Checkpoints are sharded; the export gathers the shards at the end.
+   Not with --sr (its bits are indexed by the flat buffer) or --bench-noop-accel.
+
    Exit status 77 when there is no CUDA device (the test suite's "skip"). */
 #include "accel.h"
 #include "accel_amp.h"
