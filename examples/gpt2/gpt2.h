@@ -54,10 +54,12 @@
    and run inside these calls at named points (gpt2_hooks_grads_reduced, _step_end, _run_end); --bench-noop-accel
    makes main run its bench_noop_loop (the loop with accel's calls taken out) instead of the loop.
 
-   --zero 3 (gpt2_cpu; a trainer sets run.zero3_capable): gpt2_run_setup(r, NULL or --init's whole weights, NULL, NULL)
-   builds the FSDP object (gpt2_z3: unit 0 = wte, wpe, lnfw, lnfb; unit 1 + l = block l; the initialization drawn
-   into the shards), AdamW over its shards (--offload: on the host), sharded checkpoints; the trainer's forward and
-   backward take each unit's tensors from gpt2_z3_unit and give them back with gpt2_z3_done.
+   --zero 3 (a trainer sets run.zero3_capable: gpt2_cpu, train_gpt2): gpt2_run_setup(r, NULL or the whole initial
+   weights, NULL, NULL) builds the FSDP object (gpt2_z3: unit 0 = wte, wpe, lnfw, lnfb; unit 1 + l = block l; without
+   weights the initialization is drawn into the shards — host shards only: a device trainer passes its weights, in
+   device memory), AdamW over its shards (--offload: on the host; with run.z3_param_dtype BF16 it writes the shard's
+   bf16 copy the gathers read), sharded checkpoints; the trainer's forward and backward take each unit's tensors
+   from gpt2_z3_unit (_v: any dtype) and give them back with gpt2_z3_done.
 
    Both trainers include this file after accel.h and the module headers (it includes them itself: C99 and C++). Not
    thread-safe (one run per process); errors are accel_result codes with accel_last_error's message. */
@@ -139,6 +141,18 @@ static inline size_t gpt2_offsets(const gpt2_config *c, size_t offset[GPT2_NUM_T
     offset[0] = 0;
     for (i = 0; i < GPT2_NUM_TENSORS; ++i) offset[i + 1] = offset[i] + numel[i];
     return offset[GPT2_NUM_TENSORS];
+}
+
+/* The model's units (--zero 3's, and the trainers' forward and backward walk them either way): unit 0 = wte, wpe,
+   lnfw, lnfb (the embeddings and the final norm, used first and last); unit 1 + l = block l's twelve tensors.
+   gpt2_unit_has: whether tensor t belongs to unit u; gpt2_unit_offset: where u's part of tensor t starts in the
+   flat buffer (offsets from gpt2_offsets): the whole tensor, or layer l's slice of a stacked one. */
+static inline int gpt2_unit_has(int u, int t) {
+    return u == 0 ? (t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB)
+                  : (t >= GPT2_LN1W && t <= GPT2_FCPROJB);
+}
+static inline size_t gpt2_unit_offset(const size_t offset[GPT2_NUM_TENSORS + 1], int num_layers, int u, int t) {
+    return offset[t] + (u == 0 ? 0 : (size_t)(u - 1) * ((offset[t + 1] - offset[t]) / (size_t)num_layers));
 }
 
 /* Weight decay applies to the 2-D weight matrices only. */
@@ -986,7 +1000,7 @@ static inline void gpt2_usage(const char *prog) {
             "  --seed S                 initialization seed (default 1337)\n"
             "  --shuffle                shuffle the token windows per epoch (default: llm.c's sequential order)\n"
             "  --sr                     (CUDA) stochastic rounding of the bf16 weights\n"
-            "  --zero 0|3               (CPU) 3: ZeRO-3 / FSDP FULL_SHARD, units = the embeddings (+ final norm) and\n"
+            "  --zero 0|3               3: ZeRO-3 / FSDP FULL_SHARD, units = the embeddings (+ final norm) and\n"
             "                           each block: every rank keeps its shard of weights, gradients and AdamW state\n"
             "  --offload                with --zero 3: the shards and AdamW state in pinned host memory, AdamW's step\n"
             "                           on the CPU (FSDP's cpu_offload + DeepSpeed's offload_optimizer)\n"
@@ -1278,7 +1292,8 @@ typedef struct gpt2_z3 {
                                (--init's values at create; the export's destination), else ptr NULL */
     int *tensor_of;         /* n: each one's GPT2_* tensor (AdamW's decay) */
     accel_zero_unit *units; /* nunits */
-    accel_tensor *vp, *vg, *vn, *full; /* n each: the shard's views (params, grads, norm grads); whole descriptors */
+    accel_tensor *vp, *vg, *vn, *vm, *full; /* n each: the shard's views (params, grads, norm grads, the
+                                               param_dtype copy: ptr NULL when F32); whole descriptors */
     char (*names)[32];      /* n: wte, wpe, lnfw, lnfb, h.<l>.<tensor> (the sharded checkpoint's and its merge's) */
     accel_zero_fsdp_state fs;   /* checkpoints: this rank's shard of weights and moments (fsdp_state_<rank>.bin) */
     accel_optim_shard_state ss; /* and AdamW's step counts and hyperparameters (optim_state.bin) */
@@ -1314,7 +1329,9 @@ typedef struct gpt2_run {
     int64_t timed_from;                  /* the summary line's clock: steps after timed_from, from timed_t0 */
     double timed_t0;
     int stop;                            /* preempted: the signal every rank agreed on after r->step (0: none) */
-    int zero3_capable;                   /* the trainer drives gpt2_z3_* in its forward and backward (gpt2_cpu) */
+    int zero3_capable;                   /* the trainer drives gpt2_z3_* in its forward and backward */
+    accel_dtype z3_param_dtype;          /* --zero 3: the dtype its kernels read weights in (0: F32; train_gpt2: BF16,
+                                            the shard's copy AdamW keeps, as the bf16 model copy under --zero 0) */
     gpt2_z3 z3;                          /* --zero 3 */
 } gpt2_run;
 
@@ -1422,15 +1439,13 @@ static inline accel_result gpt2_run_weights(gpt2_run *r, float *params) {
 /* Points the parameter list into the whole flat buffer `params` (NULL: no buffer, ptr NULL). */
 static inline void gpt2_z3_place(gpt2_run *r, float *params) {
     gpt2_z3 *z = &r->z3;
-    size_t off[GPT2_NUM_TENSORS + 1], numel[GPT2_NUM_TENSORS];
-    int k, L = r->cfg.num_layers;
-    gpt2_shapes(&r->cfg, NULL, NULL, numel);
+    size_t off[GPT2_NUM_TENSORS + 1];
+    int k;
     gpt2_offsets(&r->cfg, off);
     for (k = 0; k < z->n; ++k) {
-        int tt = z->tensor_of[k], l = k < GPT2_Z3_ROOT ? 0 : (k - GPT2_Z3_ROOT) / GPT2_Z3_BLOCK;
-        z->list[k].ptr = !params ? NULL
-                         : k < GPT2_Z3_ROOT ? (void *)(params + off[tt])
-                                            : (void *)(params + off[tt] + (size_t)l * (numel[tt] / (size_t)L));
+        int u = k < GPT2_Z3_ROOT ? 0 : 1 + (k - GPT2_Z3_ROOT) / GPT2_Z3_BLOCK;
+        z->list[k].ptr = params ? (void *)(params + gpt2_unit_offset(off, r->cfg.num_layers, u, z->tensor_of[k]))
+                                : NULL;
     }
 }
 /* GPT-2's initialization of this rank's pieces of every parameter, from the seed (no whole model anywhere). */
@@ -1464,17 +1479,18 @@ static inline accel_result gpt2_z3_create(gpt2_run *r, float *params) {
     gpt2_shapes(c, ndim, shape, NULL);
     z->nunits = 1 + L;
     z->n = GPT2_Z3_ROOT + GPT2_Z3_BLOCK * L;
-    z->list = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)z->n * 5);
+    z->list = (accel_tensor *)accel_host_alloc(acc, sizeof(accel_tensor) * (size_t)z->n * 6);
     z->tensor_of = (int *)accel_host_alloc(acc, sizeof(int) * (size_t)z->n);
     z->units = (accel_zero_unit *)accel_host_alloc(acc, sizeof(accel_zero_unit) * (size_t)z->nunits);
     z->names = (char (*)[32])accel_host_alloc(acc, sizeof *z->names * (size_t)z->n);
     if (!z->list || !z->tensor_of || !z->units || !z->names)
         return accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "--zero 3: %d parameters", z->n);
-    memset(z->list, 0, sizeof(accel_tensor) * (size_t)z->n * 5);
+    memset(z->list, 0, sizeof(accel_tensor) * (size_t)z->n * 6);
     z->vp = z->list + z->n;
     z->vg = z->vp + z->n;
     z->vn = z->vg + z->n;
-    z->full = z->vn + z->n;
+    z->vm = z->vn + z->n;
+    z->full = z->vm + z->n;
     for (i = 0, k = 0; i < z->nunits; ++i) {
         int nt = i == 0 ? GPT2_Z3_ROOT : GPT2_Z3_BLOCK;
         z->units[i].name = NULL;
@@ -1503,7 +1519,7 @@ static inline accel_result gpt2_z3_create(gpt2_run *r, float *params) {
     fd.strategy = ACCEL_ZERO_FULL_SHARD;
     fd.units = z->units;
     fd.nunits = z->nunits;
-    fd.param_dtype = ACCEL_F32;
+    fd.param_dtype = r->z3_param_dtype ? r->z3_param_dtype : ACCEL_F32; /* what the trainer's kernels read */
     fd.reduce_dtype = ACCEL_F32;
     fd.forward_prefetch = ACCEL_ON;
     fd.cpu_offload = r->o->offload ? ACCEL_ON : ACCEL_OFF;
@@ -1511,9 +1527,13 @@ static inline accel_result gpt2_z3_create(gpt2_run *r, float *params) {
         (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_PARAMS, z->vp, z->n)) != ACCEL_OK ||
         (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_GRADS, z->vg, z->n)) != ACCEL_OK ||
         (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_NORM_GRADS, z->vn, z->n)) != ACCEL_OK ||
+        (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_MODEL, z->vm, z->n)) != ACCEL_OK ||
         (res = accel_zero_fsdp_full_tensors(z->f, z->full, z->n)) != ACCEL_OK)
         return res;
     gpt2_z3_place(r, NULL); /* the initial values were copied (or there were none) */
+    if (!params && r->to_host) /* device shards: gpt2_init_range writes host memory */
+        return accel_set_error(acc, ACCEL_ERR_INVALID_ARGUMENT, "--zero 3: a trainer with device buffers passes the "
+                               "whole initial weights (in device memory) to gpt2_run_setup");
     return params ? ACCEL_OK : gpt2_z3_init(r);
 }
 /* --zero 3's checkpoint (FSDP's SHARDED_STATE_DICT): every rank's shard of weights and moments, loadable on any
@@ -1535,17 +1555,29 @@ static inline accel_result gpt2_z3_register(gpt2_run *r) {
     return accel_ckpt_register(r->ckpt, "optim_state", accel_optim_shard_state_save, accel_optim_shard_state_load,
                                &z->ss);
 }
-/* Unit u's whole weights (wait) into w[tensor] (the unit's tensors; a block's are layer u-1's slices), and with g its
-   gradient buffer (to += into) into g[tensor]. */
-static inline accel_result gpt2_z3_unit(gpt2_run *r, int u, float *w[GPT2_NUM_TENSORS], float *g[GPT2_NUM_TENSORS]) {
+/* Unit u's whole weights (wait; in z3_param_dtype) into w[tensor] (the unit's tensors; a block's are layer u-1's
+   slices), and with g its F32 gradient buffer (to += into) into g[tensor]. */
+static inline accel_result gpt2_z3_unit_v(gpt2_run *r, int u, void *w[GPT2_NUM_TENSORS], void *g[GPT2_NUM_TENSORS]) {
     gpt2_z3 *z = &r->z3;
     accel_tensor v[GPT2_Z3_BLOCK];
     const int first = u == 0 ? 0 : GPT2_Z3_ROOT + GPT2_Z3_BLOCK * (u - 1);
     int n = u == 0 ? GPT2_Z3_ROOT : GPT2_Z3_BLOCK, k;
     accel_result res = accel_zero_fsdp_wait(z->f, u, v, n);
-    for (k = 0; k < n && res == ACCEL_OK; ++k) w[z->tensor_of[first + k]] = (float *)v[k].ptr;
+    for (k = 0; k < n && res == ACCEL_OK; ++k) w[z->tensor_of[first + k]] = v[k].ptr;
     if (res == ACCEL_OK && g) res = accel_zero_fsdp_grads(z->f, u, v, n);
-    for (k = 0; g && k < n && res == ACCEL_OK; ++k) g[z->tensor_of[first + k]] = (float *)v[k].ptr;
+    for (k = 0; g && k < n && res == ACCEL_OK; ++k) g[z->tensor_of[first + k]] = v[k].ptr;
+    return res;
+}
+/* The same as float pointers (F32 weights: gpt2_cpu). */
+static inline accel_result gpt2_z3_unit(gpt2_run *r, int u, float *w[GPT2_NUM_TENSORS], float *g[GPT2_NUM_TENSORS]) {
+    void *wv[GPT2_NUM_TENSORS], *gv[GPT2_NUM_TENSORS];
+    accel_result res = gpt2_z3_unit_v(r, u, wv, g ? gv : NULL);
+    int t;
+    for (t = 0; t < GPT2_NUM_TENSORS && res == ACCEL_OK; ++t) {
+        if (!gpt2_unit_has(u, t)) continue;
+        w[t] = (float *)wv[t];
+        if (g) g[t] = (float *)gv[t];
+    }
     return res;
 }
 /* Done with unit u: release its weights; in backward (grads taken), its gradients are final: reduce-scatter. */
@@ -1577,15 +1609,19 @@ static inline accel_result gpt2_run_setup(gpt2_run *r, void *params, void *grads
     if (grads) gpt2_describe(c, grads, ACCEL_F32, r->grads); /* --zero 3: FSDP's buffers instead */
     if (model16) gpt2_describe(c, model16, ACCEL_BF16, model);
     if (o->zero == 3) { /* what --zero 3 takes over, and what it does not combine with */
-        const char *no = !r->zero3_capable ? "this trainer (gpt2_cpu has it)" : r->to_host || model16 ? "device "
-                         "buffers" : o->hooks.dump_grads ? "--dump-grads"
-                         : o->hooks.bench_noop ? "--bench-noop-accel" : NULL;
+        const char *no = !r->zero3_capable ? "this trainer" : model16 ? "a model copy of the trainer's (the FSDP "
+                         "object keeps the shard's, z3_param_dtype)" : o->hooks.dump_grads ? "--dump-grads"
+                         : o->hooks.bench_noop ? "--bench-noop-accel"
+                         : o->sr && r->z3_param_dtype == ACCEL_BF16 ? "--sr (its bits are indexed by the flat "
+                         "buffer's offsets; the shard views are not one contiguous range of it)" : NULL;
         if (no) return accel_set_error(acc, ACCEL_ERR_INVALID_ARGUMENT, "--zero 3 is not supported with %s", no);
         if ((res = accel_coll_create(acc, NULL, &r->coll)) != ACCEL_OK ||
             (res = gpt2_z3_create(r, (float *)params)) != ACCEL_OK)
             return res;
-        res = gpt2_optim_create_list(acc, r->z3.vp, r->z3.vg, NULL, r->z3.n, r->z3.tensor_of, o->lr,
-                                     o->weight_decay, 0, o->seed, o->offload, &r->opt);
+        /* the param_dtype copy of the shard (vm; none for F32) is AdamW's model copy: what the next gathers read */
+        res = gpt2_optim_create_list(acc, r->z3.vp, r->z3.vg, r->z3.vm[0].ptr ? r->z3.vm : NULL, r->z3.n,
+                                     r->z3.tensor_of, o->lr, o->weight_decay, 0, o->seed, o->offload, &r->opt);
+        memset(r->params, 0, sizeof r->params); /* the initial weights were copied into the shards */
     } else if (!grads) {
         return accel_set_error(acc, ACCEL_ERR_INVALID_ARGUMENT, "gpt2_run_setup: no gradient buffer");
     } else {
@@ -1884,14 +1920,17 @@ static inline accel_result gpt2_run_finish(gpt2_run *r) {
     }
     if (o->export_dir && r->z3.f) { /* the shards gathered into a whole buffer for the file (FULL_STATE_DICT) */
         size_t bytes = gpt2_num_parameters(&r->cfg) * sizeof(float);
-        float *whole = (float *)accel_host_alloc(acc, bytes);
-        if (whole) memset(whole, 0, bytes);
+        /* in the communicator's memory (the device's with to_host), then through r->host to the file */
+        float *whole = (float *)(r->to_host ? accel_device_alloc(acc, bytes) : accel_host_alloc(acc, bytes));
+        if (whole && !r->to_host) memset(whole, 0, bytes);
         gpt2_z3_place(r, whole); /* NULL: the export refuses it on every rank (collective: no rank waits) */
         res = accel_zero_fsdp_export(r->z3.f, r->z3.list, r->z3.n);
         if (!whole) res = accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "--export: %zu bytes", bytes);
-        if (res == ACCEL_OK) res = gpt2_export(acc, &r->cfg, whole, o->export_dir);
+        if (res == ACCEL_OK && r->to_host) res = r->to_host(acc, r->host, whole, bytes);
+        if (res == ACCEL_OK) res = gpt2_export(acc, &r->cfg, r->to_host ? r->host : whole, o->export_dir);
         gpt2_z3_place(r, NULL);
-        accel_host_free(acc, whole);
+        if (r->to_host) accel_device_free(acc, whole);
+        else accel_host_free(acc, whole);
         if (res != ACCEL_OK) return res;
         accel_print(acc, "exported %s/model.safetensors (Hugging Face GPT-2 names) and config.json\n", o->export_dir);
     } else if (o->export_dir) {

@@ -271,9 +271,6 @@ typedef struct gpt2 {
     gpt2_run *z3; /* --zero 3: the run whose FSDP object holds the weights and gradients (NULL: the flat buffers) */
 } gpt2;
 
-#define P_(m, t) ((m)->params + (m)->off[t])
-#define G_(m, t) ((m)->grads + (m)->off[t])
-
 static int gpt2_alloc(accel *acc, gpt2 *m, const gpt2_config *cfg, int B, int T, int zero3) {
     size_t L = (size_t)cfg->num_layers, C = (size_t)cfg->channels, NH = (size_t)cfg->num_heads, BT = (size_t)B * T;
     size_t sizes[25], total = 0;
@@ -318,21 +315,13 @@ static int gpt2_alloc(accel *acc, gpt2 *m, const gpt2_config *cfg, int B, int T,
    gradients to += into): slices of the flat buffers, or under --zero 3 the gathered unit and its gradient buffer
    (gpt2_z3_unit: FSDP's wait / grads). unit_done releases it (and in backward reduce-scatters its gradients). */
 static accel_result unit_get(gpt2 *m, int u, float *w[GPT2_NUM_TENSORS], float *g[GPT2_NUM_TENSORS]) {
-    static const int root[4] = {GPT2_WTE, GPT2_WPE, GPT2_LNFW, GPT2_LNFB};
-    size_t L = (size_t)m->cfg.num_layers;
     int t;
     if (m->z3) return gpt2_z3_unit(m->z3, u, w, g);
-    if (u == 0) {
-        for (t = 0; t < 4; ++t) {
-            w[root[t]] = P_(m, root[t]);
-            if (g) g[root[t]] = G_(m, root[t]);
-        }
-        return ACCEL_OK;
-    }
-    for (t = GPT2_LN1W; t <= GPT2_FCPROJB; ++t) {
-        size_t at = (size_t)(u - 1) * ((m->off[t + 1] - m->off[t]) / L);
-        w[t] = P_(m, t) + at;
-        if (g) g[t] = G_(m, t) + at;
+    for (t = 0; t < GPT2_NUM_TENSORS; ++t) {
+        size_t at = gpt2_unit_offset(m->off, m->cfg.num_layers, u, t);
+        if (!gpt2_unit_has(u, t)) continue;
+        w[t] = m->params + at;
+        if (g) g[t] = m->grads + at;
     }
     return ACCEL_OK;
 }

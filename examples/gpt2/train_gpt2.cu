@@ -41,6 +41,13 @@
      mpirun -np 8 build/examples/gpt2/train_gpt2 --data fineweb_train_*.bin --batch 16 --seq 1024 \
          --lr 6e-4 --warmup 700 --weight-decay 0.1 --steps 19000 --checkpoint-dir run --checkpoint-every 1000
 
+   --zero 3 (ZeRO-3 / FSDP FULL_SHARD, gpt2.h's gpt2_z3 as gpt2_cpu.c's): the units are the embeddings with the final
+   norm and each block; forward and backward take a unit's bf16 weights (gathered from the shards' bf16 copy, which
+   AdamW writes) and fp32 gradient buffer from unit_get and give them back with unit_done (backward: reduce-scatter
+   into the fp32 gradient shard). At most unit 0 and one block are live, so forward releases block l before it
+   gathers l + 1 for the fused residual + LN1. Checkpoints are sharded; the export gathers the shards at the end.
+   Not with --sr (its bits are indexed by the flat buffer) or --bench-noop-accel.
+
    Exit status 77 when there is no CUDA device (the test suite's "skip"). */
 #include "accel.h"
 #include "accel_amp.h"
@@ -87,8 +94,10 @@ typedef struct model {
     gpt2_config cfg;
     int B, T;
     size_t off[GPT2_NUM_TENSORS + 1], n;
-    float *master, *grads; /* device, fp32, gpt2.h's layout (the AdamW moments belong to accel_optim) */
-    bf16 *w;               /* device, bf16 model copy */
+    float *master, *grads; /* device, fp32, gpt2.h's layout (the AdamW moments belong to accel_optim); --zero 3: the
+                              master only until gpt2_run_setup has copied its shards out, no grads */
+    bf16 *w;               /* device, bf16 model copy (--zero 3: none, the units are gathered) */
+    gpt2_run *z3;          /* --zero 3: the run whose FSDP object holds the weights and gradients (gpt2.h) */
     activations a;
     char *arena;
     cudaStream_t st;
@@ -192,8 +201,28 @@ static void kernels_destroy(model *m) {
 #endif
 }
 
-#define W_(m, t) ((m)->w + (m)->off[t])
-#define G_(m, t) ((m)->grads + (m)->off[t])
+/* Unit u's tensors (u = 0: wte, wpe, lnfw, lnfb; u = 1 + l: block l's twelve) as w[tensor] (bf16) and with g the
+   fp32 gradients to += into: slices of the flat buffers, or under --zero 3 the gathered unit and its gradient buffer
+   (gpt2.h's gpt2_z3_unit_v: FSDP's wait / grads; gpt2_cpu.c's unit_get). unit_done releases it (and in backward
+   reduce-scatters its gradients). Their accel errors come back as cudaErrorUnknown after a line naming them. */
+static cudaError_t unit_error(const model *m, accel_result r) {
+    if (r == ACCEL_OK) return cudaSuccess;
+    return gpt2_kernel_error(cudaErrorUnknown, "--zero 3: %s", accel_last_error(m->z3->acc));
+}
+static cudaError_t unit_get(model *m, int u, bf16 *w[GPT2_NUM_TENSORS], float *g[GPT2_NUM_TENSORS]) {
+    void *wv[GPT2_NUM_TENSORS], *gv[GPT2_NUM_TENSORS];
+    accel_result r = m->z3 ? gpt2_z3_unit_v(m->z3, u, wv, g ? gv : NULL) : ACCEL_OK;
+    for (int t = 0; t < GPT2_NUM_TENSORS && r == ACCEL_OK; ++t) {
+        size_t at = gpt2_unit_offset(m->off, m->cfg.num_layers, u, t);
+        if (!gpt2_unit_has(u, t)) continue;
+        w[t] = m->z3 ? (bf16 *)wv[t] : m->w + at;
+        if (g) g[t] = m->z3 ? (float *)gv[t] : m->grads + at;
+    }
+    return unit_error(m, r);
+}
+static cudaError_t unit_done(model *m, int u, int backward) {
+    return m->z3 ? unit_error(m, gpt2_z3_done(m->z3, u, backward)) : cudaSuccess;
+}
 
 /* Forward of one micro-batch (win: the device copy of the (B, T+1) windows); the classifier leaves dlogits (for a
    loss multiplied by loss_mult) in the logits buffer and adds the mean loss to a.loss_acc. */
@@ -204,12 +233,15 @@ static cudaError_t forward(model *m, const int32_t *win, float loss_mult) {
     cudaStream_t st = m->st;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, L = c->num_layers, BT = B * T;
     size_t btc = (size_t)BT * C, att_n = (size_t)B * NH * T * T, stats_n = stats_stride(B, NH, T);
+    bf16 *e[GPT2_NUM_TENSORS], *w[GPT2_NUM_TENSORS]; /* unit 0 (held through the pass), the block's */
     if (!m->ready) GPT2_TRY(model_setup(m));
-    GPT2_TRY(encoder_forward(a->encoded, win, W_(m, GPT2_WTE), W_(m, GPT2_WPE), B, T, C, st));
+    if (m->z3) GPT2_TRY(unit_error(m, accel_zero_fsdp_begin_forward(m->z3->z3.f)));
+    GPT2_TRY(unit_get(m, 0, e, NULL));
+    GPT2_TRY(encoder_forward(a->encoded, win, e[GPT2_WTE], e[GPT2_WPE], B, T, C, st));
     /* the first block's LN1; every later LayerNorm comes fused with the residual add before it */
-    GPT2_TRY(layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, W_(m, GPT2_LN1W), W_(m, GPT2_LN1B), BT, C,
-                               st));
-    for (int l = 0; l < L; ++l) {
+    GPT2_TRY(unit_get(m, 1, w, NULL));
+    GPT2_TRY(layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, w[GPT2_LN1W], w[GPT2_LN1B], BT, C, st));
+    for (int l = 0; l < L; ++l) { /* w: block l's weights */
         const bf16 *res = l == 0 ? a->encoded : a->res3 + (l - 1) * btc;
         bf16 *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * 3 * btc, *atty = a->atty + l * btc;
         bf16 *res2 = a->res2 + l * btc, *ln2 = a->ln2 + l * btc, *fch = a->fch + l * 4 * btc;
@@ -219,30 +251,29 @@ static cudaError_t forward(model *m, const int32_t *win, float loss_mult) {
         bf16 *next_ln = last ? a->lnf : a->ln1 + (l + 1) * btc;
         float *next_mean = last ? a->lnf_mean : a->ln1_mean + (l + 1) * BT;
         float *next_rstd = last ? a->lnf_rstd : a->ln1_rstd + (l + 1) * BT;
-        const bf16 *next_w = last ? W_(m, GPT2_LNFW) : W_(m, GPT2_LN1W) + (l + 1) * C;
-        const bf16 *next_b = last ? W_(m, GPT2_LNFB) : W_(m, GPT2_LN1B) + (l + 1) * C;
 
-        GPT2_TRY(matmul_forward(mm, qkv, ln1, W_(m, GPT2_QKVW) + (size_t)l * 3 * C * C, W_(m, GPT2_QKVB) + l * 3 * C,
-                                BT, C, 3 * C, st));
+        GPT2_TRY(matmul_forward(mm, qkv, ln1, w[GPT2_QKVW], w[GPT2_QKVB], BT, C, 3 * C, st));
         if (m->attention == GPT2_ATTENTION_CUDNN)
             GPT2_TRY(attention_forward_cudnn(atty, a->stats + l * stats_n, qkv, B, T, C, NH, st));
         else
             GPT2_TRY(attention_forward(atty, a->att + l * att_n, qkv, B, T, C, NH, g_blas, a->att_ptrs, st));
-        GPT2_TRY(matmul_forward(mm, a->tmp, atty, W_(m, GPT2_ATTPROJW) + (size_t)l * C * C,
-                                W_(m, GPT2_ATTPROJB) + l * C, BT, C, C, st));
+        GPT2_TRY(matmul_forward(mm, a->tmp, atty, w[GPT2_ATTPROJW], w[GPT2_ATTPROJB], BT, C, C, st));
         /* residual_forward(res2, res, tmp) + layernorm_forward(ln2, ..., res2, ...) */
         GPT2_TRY(residual_layernorm_forward(res2, ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res, a->tmp,
-                                            W_(m, GPT2_LN2W) + l * C, W_(m, GPT2_LN2B) + l * C, BT, C, st));
+                                            w[GPT2_LN2W], w[GPT2_LN2B], BT, C, st));
         /* matmul_forward(fch, ln2, ...) + gelu_forward(fch_gelu, fch) */
-        GPT2_TRY(matmul_forward(mm, fch_gelu, ln2, W_(m, GPT2_FCW) + (size_t)l * 4 * C * C, W_(m, GPT2_FCB) + l * 4 * C,
-                                BT, C, 4 * C, st, fch));
-        GPT2_TRY(matmul_forward(mm, a->tmp, fch_gelu, W_(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C,
-                                W_(m, GPT2_FCPROJB) + l * C, BT, 4 * C, C, st));
-        /* residual_forward(res3, res2, tmp) + the next layernorm_forward */
-        GPT2_TRY(residual_layernorm_forward(res3, next_ln, next_mean, next_rstd, res2, a->tmp, next_w, next_b, BT, C,
-                                            st));
+        GPT2_TRY(matmul_forward(mm, fch_gelu, ln2, w[GPT2_FCW], w[GPT2_FCB], BT, C, 4 * C, st, fch));
+        GPT2_TRY(matmul_forward(mm, a->tmp, fch_gelu, w[GPT2_FCPROJW], w[GPT2_FCPROJB], BT, 4 * C, C, st));
+        /* block l is done: its unit goes back before the next one is gathered (at most unit 0 and one block live),
+           then residual_forward(res3, res2, tmp) + the next layernorm_forward with the next unit's weights */
+        GPT2_TRY(unit_done(m, 1 + l, 0));
+        if (!last) GPT2_TRY(unit_get(m, 2 + l, w, NULL));
+        GPT2_TRY(residual_layernorm_forward(res3, next_ln, next_mean, next_rstd, res2, a->tmp,
+                                            last ? e[GPT2_LNFW] : w[GPT2_LN1W], last ? e[GPT2_LNFB] : w[GPT2_LN1B],
+                                            BT, C, st));
     }
-    GPT2_TRY(matmul_forward(mm, a->logits, a->lnf, W_(m, GPT2_WTE), NULL, BT, C, c->padded_vocab_size, st));
+    GPT2_TRY(matmul_forward(mm, a->logits, a->lnf, e[GPT2_WTE], NULL, BT, C, c->padded_vocab_size, st));
+    GPT2_TRY(unit_done(m, 0, 0));
     /* crossentropy_forward + crossentropy_softmax_backward */
     GPT2_TRY(fused_classifier(a->logits, a->losses, win, B, T, c->vocab_size, c->padded_vocab_size,
                               loss_mult / (float)BT, st));
@@ -260,41 +291,44 @@ static cudaError_t backward(model *m, const int32_t *sorted_pos, const int32_t *
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, L = c->num_layers, BT = B * T;
     size_t btc = (size_t)BT * C, att_n = (size_t)B * NH * T * T, stats_n = stats_stride(B, NH, T);
     float *scr = a->scratch;
+    bf16 *e[GPT2_NUM_TENSORS], *w[GPT2_NUM_TENSORS];   /* unit 0 (held through the pass), the block's */
+    float *ge[GPT2_NUM_TENSORS], *g[GPT2_NUM_TENSORS]; /* their gradients */
+    if (m->z3) GPT2_TRY(unit_error(m, accel_zero_fsdp_begin_backward(m->z3->z3.f)));
+    GPT2_TRY(unit_get(m, 0, e, ge));
     /* LM head (tied): dlnf = dlogits · wte, dwte += dlogitsᵀ · lnf */
-    GPT2_TRY(matmul_backward(mm, a->dc, G_(m, GPT2_WTE), NULL, a->logits, a->lnf, W_(m, GPT2_WTE), BT, C,
+    GPT2_TRY(matmul_backward(mm, a->dc, ge[GPT2_WTE], NULL, a->logits, a->lnf, e[GPT2_WTE], BT, C,
                              c->padded_vocab_size, scr, st));
     GPT2_TRY(cudaMemsetAsync(a->dres, 0, btc * sizeof(bf16), st));
-    GPT2_TRY(layernorm_backward(a->dres, G_(m, GPT2_LNFW), G_(m, GPT2_LNFB), a->dc, a->res3 + (L - 1) * btc,
-                                W_(m, GPT2_LNFW), a->lnf_mean, a->lnf_rstd, BT, C, scr, st));
+    GPT2_TRY(layernorm_backward(a->dres, ge[GPT2_LNFW], ge[GPT2_LNFB], a->dc, a->res3 + (L - 1) * btc, e[GPT2_LNFW],
+                                a->lnf_mean, a->lnf_rstd, BT, C, scr, st));
     for (int l = L - 1; l >= 0; --l) { /* a->dres = d(residual3 of layer l) */
         const bf16 *res = l == 0 ? a->encoded : a->res3 + (l - 1) * btc;
         const bf16 *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * 3 * btc, *atty = a->atty + l * btc;
         const bf16 *res2 = a->res2 + l * btc, *ln2 = a->ln2 + l * btc, *fch = a->fch + l * 4 * btc;
         const bf16 *fch_gelu = a->fch_gelu + l * 4 * btc;
+        GPT2_TRY(unit_get(m, 1 + l, w, g));
         /* matmul_backward(d4c, ..., fch_gelu, ...) + gelu_backward(d4c, fch) */
-        GPT2_TRY(matmul_backward(mm, a->d4c, G_(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C, G_(m, GPT2_FCPROJB) + l * C,
-                                 a->dres, fch_gelu, W_(m, GPT2_FCPROJW) + (size_t)l * 4 * C * C, BT, 4 * C, C, scr, st,
-                                 fch));
-        GPT2_TRY(matmul_backward(mm, a->dc, G_(m, GPT2_FCW) + (size_t)l * 4 * C * C, G_(m, GPT2_FCB) + l * 4 * C,
-                                 a->d4c, ln2, W_(m, GPT2_FCW) + (size_t)l * 4 * C * C, BT, C, 4 * C, scr, st));
-        GPT2_TRY(layernorm_backward(a->dres, G_(m, GPT2_LN2W) + l * C, G_(m, GPT2_LN2B) + l * C, a->dc, res2,
-                                    W_(m, GPT2_LN2W) + l * C, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C, scr,
-                                    st));
-        GPT2_TRY(matmul_backward(mm, a->dc, G_(m, GPT2_ATTPROJW) + (size_t)l * C * C, G_(m, GPT2_ATTPROJB) + l * C,
-                                 a->dres, atty, W_(m, GPT2_ATTPROJW) + (size_t)l * C * C, BT, C, C, scr, st));
+        GPT2_TRY(matmul_backward(mm, a->d4c, g[GPT2_FCPROJW], g[GPT2_FCPROJB], a->dres, fch_gelu, w[GPT2_FCPROJW], BT,
+                                 4 * C, C, scr, st, fch));
+        GPT2_TRY(matmul_backward(mm, a->dc, g[GPT2_FCW], g[GPT2_FCB], a->d4c, ln2, w[GPT2_FCW], BT, C, 4 * C, scr, st));
+        GPT2_TRY(layernorm_backward(a->dres, g[GPT2_LN2W], g[GPT2_LN2B], a->dc, res2, w[GPT2_LN2W],
+                                    a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C, scr, st));
+        GPT2_TRY(matmul_backward(mm, a->dc, g[GPT2_ATTPROJW], g[GPT2_ATTPROJB], a->dres, atty, w[GPT2_ATTPROJW], BT, C,
+                                 C, scr, st));
         if (m->attention == GPT2_ATTENTION_CUDNN)
             GPT2_TRY(attention_backward_cudnn(a->dqkv, a->dc, qkv, atty, a->stats + l * stats_n, B, T, C, NH, st));
         else
             GPT2_TRY(attention_backward(a->dqkv, a->datt, a->dc, qkv, a->att + l * att_n, B, T, C, NH, g_blas,
                                         a->att_ptrs, st));
-        GPT2_TRY(matmul_backward(mm, a->dc, G_(m, GPT2_QKVW) + (size_t)l * 3 * C * C, G_(m, GPT2_QKVB) + l * 3 * C,
-                                 a->dqkv, ln1, W_(m, GPT2_QKVW) + (size_t)l * 3 * C * C, BT, C, 3 * C, scr, st));
-        GPT2_TRY(layernorm_backward(a->dres, G_(m, GPT2_LN1W) + l * C, G_(m, GPT2_LN1B) + l * C, a->dc, res,
-                                    W_(m, GPT2_LN1W) + l * C, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C, scr,
-                                    st));
+        GPT2_TRY(matmul_backward(mm, a->dc, g[GPT2_QKVW], g[GPT2_QKVB], a->dqkv, ln1, w[GPT2_QKVW], BT, C, 3 * C, scr,
+                                 st));
+        GPT2_TRY(layernorm_backward(a->dres, g[GPT2_LN1W], g[GPT2_LN1B], a->dc, res, w[GPT2_LN1W],
+                                    a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C, scr, st));
+        GPT2_TRY(unit_done(m, 1 + l, 1)); /* --zero 3: the block's gradients are final: reduce-scatter */
     }
-    return encoder_backward(G_(m, GPT2_WTE), G_(m, GPT2_WPE), a->dres, sorted_pos, seg_start, seg_tok, nseg, B, T, C,
-                            st);
+    GPT2_TRY(encoder_backward(ge[GPT2_WTE], ge[GPT2_WPE], a->dres, sorted_pos, seg_start, seg_tok, nseg, B, T, C, st));
+    GPT2_TRY(unit_done(m, 0, 1));
+    return m->z3 ? unit_error(m, accel_zero_fsdp_end_backward(m->z3->z3.f)) : cudaSuccess;
 }
 
 /* ------------------------------------------------------------------------------------------------ main */
@@ -326,7 +360,8 @@ static double peak_flops(int device) {
 }
 
 /* The model on the device: the fp32 master weights from run->host (--init's or GPT-2's initialization), zeroed
-   gradients, room for the bf16 copy and the activations; cuBLAS on accel's stream. */
+   gradients, room for the bf16 copy and the activations; cuBLAS on accel's stream. --zero 3: the master weights only
+   (main frees them once gpt2_run_setup has copied the shards out), no gradients and no bf16 copy. */
 static accel_result model_create(model *m, gpt2_run *run) {
     accel *acc = run->acc;
     size_t act;
@@ -338,16 +373,17 @@ static accel_result model_create(model *m, gpt2_run *run) {
     m->attention = run->o->attention;
     m->n = gpt2_offsets(&m->cfg, m->off);
     act = carve_activations(NULL, m);
+    int z3 = run->o->zero == 3;
     m->master = (float *)accel_device_alloc(acc, m->n * sizeof(float));
-    m->grads = (float *)accel_device_alloc(acc, m->n * sizeof(float));
-    m->w = (bf16 *)accel_device_alloc(acc, m->n * sizeof(bf16));
+    m->grads = z3 ? NULL : (float *)accel_device_alloc(acc, m->n * sizeof(float));
+    m->w = z3 ? NULL : (bf16 *)accel_device_alloc(acc, m->n * sizeof(bf16));
     m->arena = (char *)accel_device_alloc(acc, act);
-    if (!m->master || !m->grads || !m->w || !m->arena)
+    if (!m->master || (!z3 && (!m->grads || !m->w)) || !m->arena)
         return accel_set_error(acc, ACCEL_ERR_OUT_OF_MEMORY, "out of device memory (%zu parameters, %.2f GiB of "
                                "activations)", m->n, act / 1073741824.0);
     carve_activations(m->arena, m);
     if ((e = cudaMemcpy(m->master, run->host, m->n * sizeof(float), cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMemset(m->grads, 0, m->n * sizeof(float))) != cudaSuccess ||
+        (m->grads && (e = cudaMemset(m->grads, 0, m->n * sizeof(float))) != cudaSuccess) ||
         (e = cudaMemset(m->a.loss_acc, 0, sizeof(float))) != cudaSuccess)
         return accel_set_error(acc, ACCEL_ERR_CUDA, "model_create: %s", cudaGetErrorString(e));
     if (cublasCreate(&g_blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(g_blas, m->st) != CUBLAS_STATUS_SUCCESS)
@@ -535,6 +571,8 @@ int main(int argc, char **argv) {
     }
     if (run.peak_flops <= 0) run.peak_flops = peak_flops(acc.device); /* --peak-tflops, else the device's */
     run.to_host = device_to_host;
+    run.zero3_capable = 1;           /* --zero 3: forward and backward go unit by unit (unit_get / unit_done) */
+    run.z3_param_dtype = ACCEL_BF16; /* the kernels read bf16 weights: the shards' bf16 copy, gathered */
 
     /* 1. the model: --init's weights (Hugging Face names) or GPT-2's initialization, on the host, then to the device */
     if (!(run.host = (float *)accel_host_alloc(&acc, gpt2_num_parameters(&run.cfg) * sizeof(float)))) {
@@ -552,8 +590,15 @@ int main(int argc, char **argv) {
     run.fetch_ctx = &rb;
 
     /* 2. AdamW writing the bf16 copy, the loader, the reducer, checkpoints (and --resume), logs: gpt2.h */
-    CHECK(gpt2_run_setup(&run, M.master, M.grads, M.w));
-    CHECK(model_bf16_from_master(&M, &run));
+    if (o.zero == 3) { /* the shards (and their bf16 copy) are copied out of the whole weights, which go */
+        CHECK(gpt2_run_setup(&run, M.master, NULL, NULL));
+        accel_device_free(&acc, M.master);
+        M.master = NULL;
+        M.z3 = &run;
+    } else {
+        CHECK(gpt2_run_setup(&run, M.master, M.grads, M.w));
+        CHECK(model_bf16_from_master(&M, &run));
+    }
 
     if (o.hooks.bench_noop) {
         CHECK(bench_noop_loop(&run, &M, &stage));
@@ -573,7 +618,8 @@ int main(int argc, char **argv) {
             if (accel_should_reduce(&acc)) PHASE(ACCEL_PROF_GRAD_SYNC, CHECK(gpt2_run_reduce(&run)));
             if (acc.sync_gradients) /* clip, schedule, AdamW; zero_grad */
                 PHASE(ACCEL_PROF_OPTIMIZER, CHECK(gpt2_run_optimizer_step(&run));
-                      CUDA_OK(cudaMemsetAsync(M.grads, 0, M.n * sizeof(float), M.st)));
+                      if (M.z3) CHECK(accel_zero_fsdp_zero_grad(run.z3.f));
+                      else CUDA_OK(cudaMemsetAsync(M.grads, 0, M.n * sizeof(float), M.st)));
             accel_scheduler_steps(&acc, 0); /* every micro-batch: P on a taken step, 0 otherwise */
             accel_accumulate_end(&acc);
             if (!acc.sync_gradients) continue;

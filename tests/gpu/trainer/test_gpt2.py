@@ -26,6 +26,21 @@ usage: test_gpt2.py CHECK TRAIN_GPT2_EXE GPT2_CPU_EXE [cudnn|no-cudnn]
             the trainer's stream) and a row per phase; DIR/profile_0.json passes tests/unit/profile/check_trace.py's
             reader with a device event (tid 1) for every host forward/backward range; the loss file is bit-identical
             to the same run's without --profile (the events do not perturb the math), which prints no table.
+  zero3     --zero 3 (ZeRO-3 / FSDP FULL_SHARD: units = embeddings + final norm and each block, bf16 gathers of the
+            shards' bf16 copy, fp32 gradient buffers reduce-scattered into fp32 shards, AdamW over the shards) on one
+            GPU, accumulation 2, shuffled windows, --clip 0, with each attention the build has: the loss file and the
+            exported weights equal --zero 0's bit for bit, and so does --zero 3 --offload (AdamW on the host). Why
+            bit for bit: one GPU runs the same kernels in the same order on the same bf16 weights (nearest-rounded
+            from the same fp32 master) and sums gradients into fp32 in the same order; the one thing the layouts
+            change is where each tensor starts, and the cuBLASLt plans key on operand alignment (matmul.cuh,
+            gemm_alignment), so the model is chosen (C 128, L 2) where every GEMM operand's alignment is the same in
+            the flat, the sharded and the per-unit-buffer layouts (checked here first). With clipping on (--clip 1)
+            the sharded norm is the norm of 4 + 12 L per-unit tensor norms instead of 16 per-tensor ones, so the clip
+            coefficient may differ in its last float bit: then every step's loss must agree within 1e-3 relative and
+            every exported tensor within 1e-2 relative L2 error (a missed unit gradient or a stale gather is off by
+            far more; bit-equality is reported). A run killed at a random step and resumed from its --zero 3 (sharded:
+            fsdp_state files, no model.safetensors) checkpoint ends bit-identical to the straight --zero 3 run.
+            --zero 3 --sr is refused, saying why; control: another seed gives other weights.
 """
 import json
 import math
@@ -243,15 +258,130 @@ def preempt(gpu, cpu, tmp):
         check(open(slf).read() == open(lf).read(), "%s: identical loss files" % tag)
 
 
+ZERO3_MODEL = ["--layers", "2", "--heads", "4", "--channels", "128", "--vocab", "64", "--block-size", "32",
+               "--seq", "32"]
+
+
+def gemm_alignments_agree(C, L, Vp, maxT):
+    """Whether every GEMM operand (wte, qkvw, attprojw, fcw, fcprojw of each layer: bf16 weights and their fp32
+    gradients) starts at the same alignment (power of two up to 256, matmul.cuh's gemm_alignment) in --zero 0's flat
+    buffers and in --zero 3's layouts at one GPU: the shard (units back to back, the bf16 copy the unit views point
+    into) and a unit's own buffer (the gradient buffers; --offload's gather buffers). Allocations are cudaMalloc's
+    (256-byte aligned)."""
+    def al(b):
+        a = 256
+        while a > 1 and b % a:
+            a //= 2
+        return a
+    names = ["ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"]
+    per = dict(ln1w=C, ln1b=C, qkvw=3 * C * C, qkvb=3 * C, attprojw=C * C, attprojb=C, ln2w=C, ln2b=C, fcw=4 * C * C,
+               fcb=4 * C, fcprojw=4 * C * C, fcprojb=C)
+    flat, shard, unit = {("wte", 0): 0}, {("wte", 0): 0}, {("wte", 0): 0}
+    o = Vp * C + maxT * C
+    for n in names:
+        for layer in range(L):
+            flat[n, layer] = o + layer * per[n]
+        o += L * per[n]
+    e0, eb = Vp * C + maxT * C + 2 * C, sum(per.values())
+    for layer in range(L):
+        u = 0
+        for n in names:
+            shard[n, layer], unit[n, layer] = e0 + layer * eb + u, u
+            u += per[n]
+    keys = [k for k in flat if k[0] in ("wte", "qkvw", "attprojw", "fcw", "fcprojw")]
+    w = [[al(lay[k] * 2) for k in keys] for lay in (flat, shard, unit)]
+    g = [[al(lay[k] * 4) for k in keys] for lay in (flat, unit)]
+    return w[0] == w[1] == w[2] and g[0] == g[1]
+
+
+def zero3(gpu, cpu, tmp):
+    check(gemm_alignments_agree(128, 2, 128, 32), "the model's GEMM operands have the same alignments in the flat, "
+          "sharded and per-unit layouts (the precondition of bit-equality)")
+    check(not gemm_alignments_agree(64, 2, 128, 32), "control: the alignment check sees a layout where they differ "
+          "(C 64, L 2)")
+    for a in ATTENTION:
+        zero3_with(gpu, os.path.join(tmp, a), a)
+
+
+def zero3_with(gpu, tmp, attention):
+    os.makedirs(tmp)
+    shard = os.path.join(tmp, "small.bin")
+    run([gpu, "--gen-shard", shard, 9 * 4 * 32 + 1, 64])
+    steps = 12
+    common = ZERO3_MODEL + ["--data", shard, "--batch", 4, "--accum", 2, "--steps", steps, "--shuffle", "--lr", 3e-3,
+                            "--warmup", 3, "--weight-decay", 0.1, "--seed", 9, "--print-every", 0, "--attention",
+                            attention]
+    out = {}
+    for tag, extra in (("z0", ["--zero", 0, "--clip", 0]), ("z3", ["--zero", 3, "--clip", 0]),
+                       ("z3off", ["--zero", 3, "--offload", "--clip", 0]), ("z0clip", ["--zero", 0, "--clip", 1]),
+                       ("z3clip", ["--zero", 3, "--clip", 1])):
+        lf, ex = os.path.join(tmp, tag + ".loss"), os.path.join(tmp, tag)
+        r = run([gpu] + common + extra + ["--loss-file", lf, "--export", ex])
+        if tag == "z3":
+            check("ZeRO-3" in r.stdout, "attention %s: the banner names ZeRO-3" % attention)
+        out[tag] = (open(lf).read(), read_safetensors(os.path.join(ex, "model.safetensors"))[0])
+    z0 = out["z0"]
+    check(len(z0[0].splitlines()) == steps, "attention %s: %d steps logged" % (attention, steps))
+    for tag, what in (("z3", "--zero 3"), ("z3off", "--zero 3 --offload")):
+        check(out[tag][0] == z0[0], "attention %s: %s vs --zero 0: identical loss files" % (attention, what))
+        check(out[tag][1] == z0[1], "attention %s: %s vs --zero 0: bit-identical exported weights" % (attention, what))
+    la = [float(x.split()[1]) for x in out["z0clip"][0].splitlines()]
+    lb = [float(x.split()[1]) for x in out["z3clip"][0].splitlines()]
+    dl = max(abs(x - y) / abs(x) for x, y in zip(la, lb)) if len(la) == len(lb) == steps else float("inf")
+    check(dl <= 1e-3, "attention %s: --clip 1: --zero 3's losses within 1e-3 relative of --zero 0's (max %.2e)" %
+          (attention, dl))
+    worst, worst_name = 0.0, ""
+    for k, (_, ref) in out["z0clip"][1].items():
+        got = out["z3clip"][1][k][1]
+        nr = math.sqrt(sum(x * x for x in ref))
+        err = math.sqrt(sum((x - y) ** 2 for x, y in zip(got, ref))) / (nr if nr else 1.0)
+        if err > worst:
+            worst, worst_name = err, k
+    check(worst <= 1e-2, "attention %s: --clip 1: every exported tensor within 1e-2 relative L2 error (worst %.2e, %s;"
+          " bit-identical: %s)" % (attention, worst, worst_name, out["z0clip"] == out["z3clip"]))
+    # resume from a --zero 3 checkpoint (sharded)
+    seed = int(os.environ.get("GPT2_KILL_SEED", random.randrange(1 << 30)))
+    kill_at = random.Random(seed).randint(4, steps - 2)
+    print("attention %s: --zero 3: kill at step %d (GPT2_KILL_SEED=%d reproduces it)" % (attention, kill_at, seed),
+          flush=True)
+    z3 = common + ["--zero", 3, "--clip", 0]
+    ck, lf, ex = os.path.join(tmp, "ck"), os.path.join(tmp, "resumed.loss"), os.path.join(tmp, "resumed")
+    r = run([gpu] + z3 + ["--checkpoint-dir", ck, "--checkpoint-every", 3, "--kill-at", kill_at, "--loss-file", lf,
+                          "--export", ex], expect_ok=False)
+    check(r.returncode != 0 and not os.path.exists(ex), "attention %s: --zero 3 killed at step %d (exit %d)" %
+          (attention, kill_at, r.returncode))
+    files = [f for _, _, fs in os.walk(ck) for f in fs]
+    check(any(f.startswith("fsdp_state") for f in files) and "model.safetensors" not in files,
+          "attention %s: the checkpoint is sharded (fsdp_state files, no model.safetensors): %s" %
+          (attention, sorted(set(files))))
+    r = run([gpu] + z3 + ["--checkpoint-dir", ck, "--checkpoint-every", 3, "--resume", "--loss-file", lf,
+                          "--export", ex])
+    check("resumed at step %d" % (kill_at // 3 * 3) in r.stdout, "attention %s: resumed from the step-%d checkpoint" %
+          (attention, kill_at // 3 * 3))
+    check(open(lf).read() == out["z3"][0], "attention %s: --zero 3 killed + resumed: identical loss file" % attention)
+    check(read_safetensors(os.path.join(ex, "model.safetensors"))[0] == out["z3"][1],
+          "attention %s: --zero 3 killed + resumed: bit-identical exported weights" % attention)
+    # control: the comparisons see a different run
+    cex = os.path.join(tmp, "ctrl")
+    run([gpu] + [x if x != 9 else 10 for x in z3] + ["--export", cex])
+    check(read_safetensors(os.path.join(cex, "model.safetensors"))[0] != z0[1],
+          "attention %s: control: another seed gives other weights" % attention)
+    r = run([gpu] + z3 + ["--sr"], expect_ok=False)
+    check(r.returncode != 0 and "--sr" in r.stderr, "attention %s: --zero 3 --sr is refused, saying why (%s)" %
+          (attention, r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else ""))
+
+
 def main():
-    if len(sys.argv) not in (4, 5) or sys.argv[1] not in ("vs-cpu", "learns", "resume", "profile", "preempt") or \
+    if len(sys.argv) not in (4, 5) or sys.argv[1] not in ("vs-cpu", "learns", "resume", "profile", "preempt",
+                                                          "zero3") or \
             sys.argv[4:] not in ([], ["cudnn"], ["no-cudnn"]):
         print(__doc__)
         return 2
     if sys.argv[4:] == ["cudnn"]:
         ATTENTION.append("cudnn")
     with tempfile.TemporaryDirectory(prefix="gpt2-gpu-") as tmp:
-        {"vs-cpu": vs_cpu, "learns": learns, "resume": resume, "profile": profile, "preempt": preempt}[sys.argv[1]](
+        {"vs-cpu": vs_cpu, "learns": learns, "resume": resume, "profile": profile, "preempt": preempt,
+         "zero3": zero3}[sys.argv[1]](
             os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3]), tmp)
     print("gpt2-%s: %d passed, %d failed" % (sys.argv[1], checks - failures, failures))
     return 1 if failures or not checks else 0
