@@ -88,6 +88,9 @@ static void step(accel_zero_fsdp *f, accel_toggle offload) {
     }
     AT_CHECK_MSG(bad == 0, "the offloaded host step differs from the device step (or the copy from the master)");
     accel_optim_destroy(opt);
+    /* the device step's tensor list lives in acc's device scratch (kept for the next step) until free_memory:
+       release it so that the allocation count at the end balances */
+    AT_EQ_INT(accel_free_memory(&acc), ACCEL_OK);
 }
 
 static void fsdp(accel_coll *c, accel_toggle offload) {
