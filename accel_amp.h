@@ -1095,6 +1095,18 @@ enum { ACCEL__AMP_NORM_P2 = 0, ACCEL__AMP_NORM_P1, ACCEL__AMP_NORM_INF, ACCEL__A
 #ifndef ACCEL__AMP_MINB_UNSCALE
 #define ACCEL__AMP_MINB_UNSCALE ACCEL__AMP_MINB_FAST
 #endif
+/* ... except for a launch of large buffers (ACCEL__AMP_BIG_UNITS 16-byte units a buffer on average, and more): one
+   unit a thread and 8 blocks an SM reached 0.953 x a copy on one 1 GiB buffer against 0.935-0.942 with the list's
+   shape, and 0.886 on the list (H200, stop 37): the shape is chosen per launch from its buffers' mean size. */
+#ifndef ACCEL__AMP_U_UNSCALE_BIG
+#define ACCEL__AMP_U_UNSCALE_BIG 1
+#endif
+#ifndef ACCEL__AMP_MINB_UNSCALE_BIG
+#define ACCEL__AMP_MINB_UNSCALE_BIG 8
+#endif
+#ifndef ACCEL__AMP_BIG_UNITS
+#define ACCEL__AMP_BIG_UNITS (1LL << 22)
+#endif
 /* Cache qualifiers of the 16-byte unit accesses on the device (bench/amp/sweep_gpu.sh measures them): 0 = none, 1 =
    streaming loads and stores (evict first: __ldcs / __stcs), 2 = loads that ask L2 for the whole 256-byte block. */
 #ifndef ACCEL__AMP_CACHE
@@ -1110,11 +1122,13 @@ enum { ACCEL__AMP_NORM_P2 = 0, ACCEL__AMP_NORM_P1, ACCEL__AMP_NORM_INF, ACCEL__A
 #endif
 #define ACCEL__AMP_U_OK(u) ((u) == 1 || (u) == 2 || (u) == 4 || (u) == 8)
 #if !ACCEL__AMP_U_OK(ACCEL__AMP_U_FAST) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_NORM) ||                                 \
-    !ACCEL__AMP_U_OK(ACCEL__AMP_U_ANY) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_UNSCALE)
-#error "ACCEL__AMP_U_FAST, ACCEL__AMP_U_NORM, ACCEL__AMP_U_ANY and ACCEL__AMP_U_UNSCALE must be 1, 2, 4 or 8"
+    !ACCEL__AMP_U_OK(ACCEL__AMP_U_ANY) || !ACCEL__AMP_U_OK(ACCEL__AMP_U_UNSCALE) ||                                 \
+    !ACCEL__AMP_U_OK(ACCEL__AMP_U_UNSCALE_BIG)
+#error "ACCEL__AMP_U_FAST, _NORM, _ANY, _UNSCALE and _UNSCALE_BIG must be 1, 2, 4 or 8"
 #endif
-#if ACCEL__AMP_MINB_UNSCALE < 1 || ACCEL__AMP_MINB_UNSCALE > 8
-#error "ACCEL__AMP_MINB_UNSCALE must be in [1, 8]"
+#if ACCEL__AMP_MINB_UNSCALE < 1 || ACCEL__AMP_MINB_UNSCALE > 8 || ACCEL__AMP_MINB_UNSCALE_BIG < 1 ||               \
+    ACCEL__AMP_MINB_UNSCALE_BIG > 8
+#error "ACCEL__AMP_MINB_UNSCALE and ACCEL__AMP_MINB_UNSCALE_BIG must be in [1, 8]"
 #endif
 #if ACCEL__AMP_MINB_FAST < 1 || ACCEL__AMP_MINB_FAST > 8 || ACCEL__AMP_MINB_NORM < 1 || ACCEL__AMP_MINB_NORM > 8 || \
     ACCEL__AMP_MINB_ANY < 1 || ACCEL__AMP_MINB_ANY > 8
@@ -1684,6 +1698,16 @@ ACCEL__PRIVATE void accel__amp_pick(int kind, int mode, int ta, int tb, accel__a
                                                                                           : ACCEL__AMP_U_FAST;
 }
 
+/* The unscale shape for a launch of large buffers (h[0, nt), planned): U = ACCEL__AMP_U_UNSCALE_BIG when their mean
+   unit count reaches ACCEL__AMP_BIG_UNITS. The launch's bits do not depend on U (the CPU grid test runs every U). */
+ACCEL__PRIVATE void accel__amp_pick_big(int kind, const accel__amp_mt *h, int nt, accel__amp_cfg *c) {
+    long long units = 0;
+    int i;
+    if (kind != ACCEL__AMP_K_UNSCALE || c->id != ACCEL__AMP_I_F32 || nt <= 0) return;
+    for (i = 0; i < nt; ++i) units += h[i].nu;
+    if (units / nt >= (long long)ACCEL__AMP_BIG_UNITS) c->u = ACCEL__AMP_U_UNSCALE_BIG;
+}
+
 /* Plans buffer d (a, b, n, ta, tb set) for a kind: its unit width, its head, whether its body units are aligned
    vectors, and its unit count d->nu (0 for an empty buffer), which it returns. sr: stochastic rounding (index
    phase index_offset). */
@@ -1873,6 +1897,11 @@ static accel_result accel__amp_dispatch(accel *acc, int kind, const accel__amp_c
     enum { UF = ACCEL__AMP_U_FAST, UN = ACCEL__AMP_U_NORM, UA = ACCEL__AMP_U_ANY, UU = ACCEL__AMP_U_UNSCALE };
     enum { MF = ACCEL__AMP_MINB_FAST, MN = ACCEL__AMP_MINB_NORM, MA = ACCEL__AMP_MINB_ANY };
     enum { MU = ACCEL__AMP_MINB_UNSCALE };
+    enum { UUB = ACCEL__AMP_U_UNSCALE_BIG, MUB = ACCEL__AMP_MINB_UNSCALE_BIG };
+    if (kind == ACCEL__AMP_K_UNSCALE && c->id == ACCEL__AMP_I_F32 && (int)UUB != (int)UU && c->u == UUB &&
+        c->ta == F32 && c->tb == F32 && c->vwl == 2 && c->mode == -1) /* large buffers (accel__amp_pick_big) */
+        return accel__amp_go<ACCEL__AMP_K_UNSCALE, ACCEL__AMP_I_F32, F32, F32, 2, -1, UUB, MUB>(acc, A, sms, c->waves,
+                                                                                              gcap, g);
     switch (kind * 8 + c->id) {
 #define ACCEL__AMP_GO(K, ID, TA, TB, VWL, MODE, U, MINB)                                                               \
     case K * 8 + ID:                                                                                                   \
@@ -1953,6 +1982,7 @@ static accel_result accel__amp_run(accel *acc, int kind, const accel__amp_mt *h,
         const accel__amp_mt *hj = h + (size_t)j * ACCEL__AMP_CAP;
         accel__amp_common(hj, nt, &ta, &tb);
         accel__amp_pick(kind, kp->mode, ta, tb, &c);
+        accel__amp_pick_big(kind, hj, nt, &c);
         A->k = *kp;
         A->flag = dev ? (unsigned int *)dev : NULL;
         A->part = dev && norm ? (double *)(dev + off) + (size_t)j * (size_t)gcap : NULL;

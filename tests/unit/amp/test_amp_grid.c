@@ -136,6 +136,7 @@ static accel_result emulate(int kind, const accel__amp_mt *h0, int count, const 
         double *parts;
         accel__amp_common(h + j * ACCEL__AMP_CAP, nt, &ta, &tb);
         accel__amp_pick(kind, kp->mode, ta, tb, &c);
+        accel__amp_pick_big(kind, h + j * ACCEL__AMP_CAP, nt, &c);
         u = U > 0 ? U : c.u;
         A->k = *kp;
         A->part = NULL;
@@ -594,6 +595,24 @@ int main(int argc, char **argv) {
         AT_EQ_INT(accel__amp_prepare(&cpu, ACCEL__AMP_K_SCALE, &h, 1, &kp, &k, "x"), ACCEL_ERR_INVALID_ARGUMENT);
         AT_CONTAINS(accel_last_error(&cpu), "not aligned to its element size");
         AT_EQ_INT(k, 0);
+    }
+    { /* the unscale shape for large buffers: by the launch's mean unit count, only for the F32 unscale instance */
+        accel__amp_mt h[3];
+        accel__amp_cfg c;
+        memset(h, 0, sizeof h);
+        h[0].nu = 3 * ACCEL__AMP_BIG_UNITS - 2; h[1].nu = 1; h[2].nu = 0; /* mean: BIG_UNITS - 1/3 */
+        accel__amp_pick(ACCEL__AMP_K_UNSCALE, 0, ACCEL_F32, ACCEL_F32, &c);
+        accel__amp_pick_big(ACCEL__AMP_K_UNSCALE, h, 3, &c);
+        AT_EQ_INT(c.u, ACCEL__AMP_U_UNSCALE);
+        h[1].nu = 2;
+        accel__amp_pick_big(ACCEL__AMP_K_UNSCALE, h, 3, &c);
+        AT_EQ_INT(c.u, ACCEL__AMP_U_UNSCALE_BIG);
+        accel__amp_pick(ACCEL__AMP_K_UNSCALE, 0, ACCEL_F16, ACCEL_F16, &c); /* the generic instance keeps its U */
+        accel__amp_pick_big(ACCEL__AMP_K_UNSCALE, h, 3, &c);
+        AT_EQ_INT(c.u, ACCEL__AMP_U_ANY);
+        accel__amp_pick(ACCEL__AMP_K_SCALE, 0, ACCEL_F32, ACCEL_F32, &c);
+        accel__amp_pick_big(ACCEL__AMP_K_SCALE, h, 3, &c);
+        AT_EQ_INT(c.u, ACCEL__AMP_U_FAST);
     }
     accel_shutdown(&cpu);
     return at_finish("amp_grid");
