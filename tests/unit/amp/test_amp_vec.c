@@ -30,6 +30,7 @@ typedef void (*conv_fn)(const float *, uint16_t *, size_t);
 static void conv_bf16_dispatched(const float *s, uint16_t *d, size_t n) { accel__amp_cpu_f32_to_bf16(s, d, n); }
 static void conv_f16_dispatched(const float *s, uint16_t *d, size_t n) { accel__amp_cpu_f32_to_f16(s, d, n); }
 
+#ifdef ACCEL__AMP_AVX2 /* only the AVX2 loops use it (a NO_DISPATCH build without -mavx2 has none) */
 /* all 2^32 inputs, 2^20 per call; reports the first few differences */
 static void exhaustive_conv(conv_fn f, int bf16, const char *name) {
     const size_t chunk = (size_t)1 << 20;
@@ -63,6 +64,7 @@ static void exhaustive_conv(conv_fn f, int bf16, const char *name) {
     free(s);
     free(d);
 }
+#endif
 
 /* every length 0..80 at every offset 0..15, guard elements around the destination untouched */
 static void tails_conv(conv_fn f, int bf16, const char *name) {
@@ -86,6 +88,7 @@ static void tails_conv(conv_fn f, int bf16, const char *name) {
 
 static uint32_t special_bits(uint32_t k);
 
+#ifdef ACCEL__AMP_AVX2 /* only the AVX2 loops use it (a NO_DISPATCH build without -mavx2 has none) */
 /* Outputs of 4 MiB and more take the streaming-store path (an unaligned head converted one by one up to the next
    32-byte boundary, streamed body, scalar tail): every element against the codec at destination offsets 0..17
    (each 32-byte phase of a uint16 pointer, and past it), with a guard element after the end. */
@@ -114,6 +117,7 @@ static void large_conv(conv_fn f, int bf16, const char *name) {
     free(s);
     free(d);
 }
+#endif
 
 typedef uint32_t (*unscale_fn)(float *, size_t, float);
 static uint32_t unscale_dispatched(float *g, size_t n, float inv) { return accel__amp_cpu_unscale_f32(g, n, inv); }

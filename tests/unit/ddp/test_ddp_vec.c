@@ -64,6 +64,7 @@ static long cmp_compress(host_fn f, const void *src, size_t n, int gdt, int wdt,
     return bad;
 }
 
+#ifdef ACCEL__DDP_AVX2 /* only the AVX2 loops use it (a NO_DISPATCH build without -mavx2 has none) */
 static void exhaustive_f32(host_fn f, int hdt, const char *name) {
     const size_t chunk = (size_t)1 << 20;
     uint32_t *s = (uint32_t *)malloc(chunk * 4);
@@ -86,6 +87,7 @@ static void exhaustive_f32(host_fn f, int hdt, const char *name) {
     free(s);
     free(d);
 }
+#endif
 
 static void combos_compress(host_fn f, const char *name) {
     static const int gdts[3] = {ACCEL_F32, ACCEL_F16, ACCEL_BF16}, hdts[2] = {ACCEL_F16, ACCEL_BF16};
