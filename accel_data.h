@@ -451,6 +451,18 @@ ACCEL_API accel_result accel_data_seq_skip_first_batches(accel_data_seq_loader *
 #define ACCEL_DATA_SEQ_STATE_BYTES 64
 ACCEL_API accel_result accel_data_seq_state_save(void *loader, void *buf, size_t cap, size_t *size);
 ACCEL_API accel_result accel_data_seq_state_load(void *loader, const void *buf, size_t size);
+/* The bytes decoded without a loader (tools: `accel ckpt ls`): the parser accel_data_seq_state_load uses, with its
+   format checks (size, magic, version, ranges, flag bits: ACCEL_ERR_FORMAT naming the problem); whether the
+   configuration fits a loader is load's business. acc may be NULL. */
+typedef struct accel_data_seq_state_info {
+    int64_t total_tokens;
+    int32_t num_files, batch_size, seq_len, num_processes, process_index;
+    uint32_t flags;           /* 16 shuffle */
+    uint64_t seed;
+    int64_t epoch, position;  /* the next global batch of that epoch */
+} accel_data_seq_state_info;
+ACCEL_API accel_result accel_data_seq_state_decode(accel *acc, const void *buf, size_t size,
+                                                   accel_data_seq_state_info *out);
 
 /* ------------------------------------------------------------------------------------------------ staging */
 #define ACCEL_DATA_STAGER_MAX_SLOTS 8
@@ -1652,40 +1664,64 @@ ACCEL__DEF accel_result accel_data_seq_state_save(void *loader, void *buf, size_
     return ACCEL_OK;
 }
 
+ACCEL__DEF accel_result accel_data_seq_state_decode(accel *acc, const void *buf, size_t size,
+                                                   accel_data_seq_state_info *out) {
+    const unsigned char *p = (const unsigned char *)buf;
+    accel_data_seq_state_info d;
+    if (!out) return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "accel_data_seq_state_decode: out is NULL");
+    if (!buf || size != ACCEL_DATA_SEQ_STATE_BYTES || memcmp(p, "ACSQ", 4) != 0)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                           "seq state: not a sequence loader state (%zu bytes, want %d starting \"ACSQ\")", size,
+                           ACCEL_DATA_SEQ_STATE_BYTES);
+    if (accel__get_u32(p + 4) != 1)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "seq state: unsupported version %u (this build reads 1)",
+                           (unsigned)accel__get_u32(p + 4));
+    d.total_tokens = (int64_t)accel__get_u64(p + 8);
+    d.num_files = (int32_t)accel__get_u32(p + 16);
+    d.batch_size = (int32_t)accel__get_u32(p + 20);
+    d.seq_len = (int32_t)accel__get_u32(p + 24);
+    d.num_processes = (int32_t)accel__get_u32(p + 28);
+    d.process_index = (int32_t)accel__get_u32(p + 32);
+    d.flags = accel__get_u32(p + 36);
+    d.seed = accel__get_u64(p + 40);
+    d.epoch = (int64_t)accel__get_u64(p + 48);
+    d.position = (int64_t)accel__get_u64(p + 56);
+    if (d.epoch < 0 || d.epoch > ((int64_t)1 << 62) || d.position < 0 || (d.flags & ~16u))
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "seq state: corrupt (epoch %lld, position %lld, flags 0x%x)",
+                           (long long)d.epoch, (long long)d.position, (unsigned)d.flags);
+    if (d.total_tokens < 0 || d.num_files < 1 || d.batch_size < 1 || d.seq_len < 1 || d.num_processes < 1 ||
+        d.num_processes > (1 << 24) || d.process_index < 0 || d.process_index >= d.num_processes)
+        return ACCEL__FAIL(acc, ACCEL_ERR_FORMAT,
+                           "seq state: corrupt (tokens %lld, files %d, B %d, T %d, process %d of %d)",
+                           (long long)d.total_tokens, (int)d.num_files, (int)d.batch_size, (int)d.seq_len,
+                           (int)d.process_index, (int)d.num_processes);
+    *out = d;
+    return ACCEL_OK;
+}
+
 ACCEL__DEF accel_result accel_data_seq_state_load(void *loader, const void *buf, size_t size) {
     accel_data_seq_loader *ld = (accel_data_seq_loader *)loader;
-    const unsigned char *p = (const unsigned char *)buf;
-    int64_t epoch, position;
+    accel_data_seq_state_info d;
+    accel_result r;
     if (!ld || !buf)
         return ACCEL__FAIL(ld ? ld->acc : NULL, ACCEL_ERR_INVALID_ARGUMENT, "seq state_load: NULL argument");
-    if (size != ACCEL_DATA_SEQ_STATE_BYTES || memcmp(p, "ACSQ", 4) != 0 || accel__get_u32(p + 4) != 1)
-        return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: not a version-1 sequence loader state (%zu bytes)",
-                           size);
-    epoch = (int64_t)accel__get_u64(p + 48);
-    position = (int64_t)accel__get_u64(p + 56);
-    if (epoch < 0 || epoch > ((int64_t)1 << 62) || position < 0 || (accel__get_u32(p + 36) & ~16u))
-        return ACCEL__FAIL(ld->acc, ACCEL_ERR_FORMAT, "seq state: corrupt (epoch %lld, position %lld)",
-                           (long long)epoch, (long long)position);
-    if ((int64_t)accel__get_u64(p + 8) != accel__data_seq_total_tokens(ld) ||
-        (int)accel__get_u32(p + 16) != ld->num_files)
+    if ((r = accel_data_seq_state_decode(ld->acc, buf, size, &d)) != ACCEL_OK) return r;
+    if (d.total_tokens != accel__data_seq_total_tokens(ld) || d.num_files != ld->num_files)
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH,
-                           "seq state: saved for %d files / %lld tokens, this loader has %d / %lld",
-                           (int)accel__get_u32(p + 16), (long long)accel__get_u64(p + 8), ld->num_files,
-                           (long long)accel__data_seq_total_tokens(ld));
-    if ((int)accel__get_u32(p + 20) != ld->batch_size || (int)accel__get_u32(p + 24) != ld->seq_len ||
-        (int)accel__get_u32(p + 28) != ld->num_processes)
+                           "seq state: saved for %d files / %lld tokens, this loader has %d / %lld", (int)d.num_files,
+                           (long long)d.total_tokens, ld->num_files, (long long)accel__data_seq_total_tokens(ld));
+    if (d.batch_size != ld->batch_size || d.seq_len != ld->seq_len || d.num_processes != ld->num_processes)
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH,
-                           "seq state: saved for B=%d T=%d P=%d, this loader has B=%d T=%d P=%d",
-                           (int)accel__get_u32(p + 20), (int)accel__get_u32(p + 24), (int)accel__get_u32(p + 28),
-                           ld->batch_size, ld->seq_len, ld->num_processes);
-    if (((accel__get_u32(p + 36) & 16u) != 0) != (ld->sampler.shuffle != 0))
+                           "seq state: saved for B=%d T=%d P=%d, this loader has B=%d T=%d P=%d", (int)d.batch_size,
+                           (int)d.seq_len, (int)d.num_processes, ld->batch_size, ld->seq_len, ld->num_processes);
+    if (((d.flags & 16u) != 0) != (ld->sampler.shuffle != 0))
         return ACCEL__FAIL(ld->acc, ACCEL_ERR_MISMATCH, "seq state: saved with shuffle %d, this loader has %d",
-                           (accel__get_u32(p + 36) & 16u) != 0, ld->sampler.shuffle);
+                           (d.flags & 16u) != 0, ld->sampler.shuffle);
     accel__data_end(ld->acc, ld, &ld->active);
-    ld->sampler.seed = accel__get_u64(p + 40);
-    ld->epoch = epoch;
-    accel_data_sampler_set_epoch(&ld->sampler, epoch);
-    ld->position = position;
+    ld->sampler.seed = d.seed;
+    ld->epoch = d.epoch;
+    accel_data_sampler_set_epoch(&ld->sampler, d.epoch);
+    ld->position = d.position;
     return ACCEL_OK;
 }
 

@@ -3,7 +3,9 @@
                                    for a directory: its index, its completion marker and every .safetensors in it;
                                    a checkpoint (or a folder of checkpoint_<N>) is verified: each one is "complete,
                                    checksums OK", INCOMPLETE or DAMAGED with the reason, the one load_state(NULL)
-                                   loads is marked, and any incomplete or damaged one makes the exit code 1
+                                   loads is marked, and any incomplete or damaged one makes the exit code 1; one
+                                   checkpoint's state files (random_states_<r>.bin, sampler.bin, scaler.bin,
+                                   optim_state.bin, loader.bin) are decoded in words by their modules' decoders
      accel ckpt verify DIR         completeness (marker, sizes) and XXH64 checksums of a checkpoint directory
      accel ckpt plan --max-shard-size SIZE name:bytes …
                                    the save_model sharding plan as one JSON object, writing nothing
@@ -183,17 +185,19 @@ static int ls_checkpoints(const char *dir, char **names, int n) {
 /* ------------------------------------------------------------------------------- state files decoded in words */
 /* A state file is recognized by its magic, or by the name accel and the examples give it (so that a file whose magic
    was damaged is still reported as what it should be); the module's own decoder parses it. */
-enum { ST_NONE, ST_TRAINING, ST_SAMPLER, ST_SCALER, ST_OPTIM };
+enum { ST_NONE, ST_TRAINING, ST_SAMPLER, ST_SCALER, ST_OPTIM, ST_SEQ };
 static int state_kind(const char *name, const unsigned char *b, size_t n) {
     size_t l = strlen(name);
     if (n >= 4 && !memcmp(b, "ACST", 4)) return ST_TRAINING;
     if (n >= 4 && !memcmp(b, "ACDS", 4)) return ST_SAMPLER;
     if (n >= 4 && !memcmp(b, "AMPS", 4)) return ST_SCALER;
     if (n >= 4 && !memcmp(b, "AOPT", 4)) return ST_OPTIM;
+    if (n >= 4 && !memcmp(b, "ACSQ", 4)) return ST_SEQ;
     if (!strncmp(name, "random_states_", 14) && l > 18 && !strcmp(name + l - 4, ".bin")) return ST_TRAINING;
     if (!strcmp(name, "sampler.bin")) return ST_SAMPLER;
     if (!strcmp(name, "scaler.bin")) return ST_SCALER;
     if (!strcmp(name, "optim_state.bin")) return ST_OPTIM;
+    if (!strcmp(name, "loader.bin")) return ST_SEQ; /* the examples' name for their sequence loader */
     return ST_NONE;
 }
 static const char *yes_no(int v) { return v ? "yes" : "no"; }
@@ -233,6 +237,16 @@ static int ls_state(const char *path, int kind, const unsigned char *b, size_t n
             print_sampler_flags(d.flags);
             printf("\n");
         }
+    } else if (kind == ST_SEQ) {
+        accel_data_seq_state_info q;
+        if ((r = accel_data_seq_state_decode(NULL, b, n, &q)) == ACCEL_OK) {
+            printf("%s: sequence loader state, saved by process %d of %d\n", path, (int)q.process_index,
+                   (int)q.num_processes);
+            printf("  epoch %lld, next global batch %lld, seed %llu, shuffle %s\n", (long long)q.epoch,
+                   (long long)q.position, (unsigned long long)q.seed, yes_no(q.flags & 16u));
+            printf("  %d token files, %lld tokens, batch_size %d, seq_len %d\n", (int)q.num_files,
+                   (long long)q.total_tokens, (int)q.batch_size, (int)q.seq_len);
+        }
     } else if (kind == ST_SCALER) {
         accel_amp_scaler_state_info a;
         if ((r = accel_amp_scaler_state_decode(NULL, b, n, &a)) == ACCEL_OK) {
@@ -269,7 +283,8 @@ static int ls_state(const char *path, int kind, const unsigned char *b, size_t n
     if (r == ACCEL_OK) return 0;
     printf("%s: CORRUPT %s state: %s\n", path,
            kind == ST_TRAINING ? "training" : kind == ST_SAMPLER ? "sampler" : kind == ST_SCALER ? "loss scaler"
-                                                                                               : "optimizer",
+                                            : kind == ST_SEQ      ? "sequence loader"
+                                                                  : "optimizer",
            accel_last_error(NULL));
     return 1;
 }

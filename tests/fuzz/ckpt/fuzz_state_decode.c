@@ -1,6 +1,7 @@
 /* libFuzzer target: the state-file decoders `accel ckpt ls` runs on a checkpoint's files (untrusted bytes) —
    accel_state_decode (random_states_<rank>.bin), accel_data_shard_state_decode (sampler), accel_amp_scaler_state_decode
-   (scaler) and accel_optim_state_decode with its group/parameter readers (optimizer). The first byte picks the
+   (scaler), accel_optim_state_decode with its group/parameter readers (optimizer) and accel_data_seq_state_decode
+   (the examples' loader.bin). The first byte picks the
    decoder and, for small inputs, the magic the rest is given, so every decoder gets past its header. Anything may come
    back but a crash, a read out of bounds (ASan) or a success that breaks the format's documented ranges. */
 #define ACCEL_IMPLEMENTATION
@@ -15,18 +16,18 @@
 static void quiet(void *u, accel_log_level l, const char *m) { (void)u; (void)l; (void)m; }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static const char *magic[4] = {"ACST", "ACDS", "AMPS", "AOPT"};
+    static const char *magic[5] = {"ACST", "ACDS", "AMPS", "AOPT", "ACSQ"};
     unsigned char *b;
     size_t n;
     int kind;
     accel_set_default_logger(quiet, NULL);
     if (size < 1) return 0;
-    kind = data[0] & 3;
+    kind = (data[0] & 7) % 5;
     n = size - 1;
     b = (unsigned char *)malloc(n + 1); /* an exact-size copy: ASan sees any read past the end */
     if (!b) return 0;
     memcpy(b, data + 1, n);
-    if ((data[0] & 4) && n >= 4) memcpy(b, magic[kind], 4);
+    if ((data[0] & 8) && n >= 4) memcpy(b, magic[kind], 4);
     if (kind == 0) {
         accel_state_info t;
         if (accel_state_decode(NULL, b, n, &t) == ACCEL_OK &&
@@ -44,6 +45,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (accel_amp_scaler_state_decode(NULL, b, n, &a) == ACCEL_OK &&
             (n != ACCEL_AMP_SCALER_STATE_BYTES || !(a.scale >= 0.0f) || a.growth_interval < 1 ||
              a.growth_tracker < 0 || a.growth_tracker >= a.growth_interval))
+            __builtin_trap();
+    } else if (kind == 4) {
+        accel_data_seq_state_info q;
+        if (accel_data_seq_state_decode(NULL, b, n, &q) == ACCEL_OK &&
+            (n != ACCEL_DATA_SEQ_STATE_BYTES || q.epoch < 0 || q.position < 0 || q.num_processes < 1 ||
+             q.process_index < 0 || q.process_index >= q.num_processes || q.batch_size < 1 || q.seq_len < 1 ||
+             q.num_files < 1 || q.total_tokens < 0 || (q.flags & ~16u)))
             __builtin_trap();
     } else {
         accel_optim_state_info o;

@@ -6,6 +6,7 @@ one is marked as the one load_state loads; a folder of intact checkpoints exits 
 usage: check_ckpt_ls.py TEST_CKPT_FALLBACK_EXE ACCEL_EXE SCRATCH_DIR"""
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -52,6 +53,20 @@ r = subprocess.run([cli, "ckpt", "ls", cdir], capture_output=True, text=True)
 check(r.returncode == 0 and "INCOMPLETE" not in r.stdout and "DAMAGED" not in r.stdout and
       "checkpoint_9: checkpoint, complete, checksums OK (newest" in r.stdout, "intact folder: exit %d\n%s" %
       (r.returncode, r.stdout))
+# the examples' sequence loader state (loader.bin), encoded here from its documented layout (accel_data.h)
+c8 = os.path.join(cdir, "checkpoint_8")
+seq = b"ACSQ" + struct.pack("<IqiiiiiIQqq", 1, 123456789, 3, 16, 1024, 4, 1, 16, 42, 2, 17)
+with open(os.path.join(c8, "loader.bin"), "wb") as f:
+    f.write(seq)
+r = subprocess.run([cli, "ckpt", "ls", c8], capture_output=True, text=True)
+check("loader.bin: sequence loader state, saved by process 1 of 4\n  epoch 2, next global batch 17, seed 42, "
+      "shuffle yes\n  3 token files, 123456789 tokens, batch_size 16, seq_len 1024\n" in r.stdout,
+      "loader.bin decoded:\n%s" % r.stdout)
+with open(os.path.join(c8, "loader.bin"), "wb") as f:
+    f.write(seq[:36] + b"\x03" + seq[37:])  # a flag bit the format does not have
+r = subprocess.run([cli, "ckpt", "ls", c8], capture_output=True, text=True)
+check(r.returncode == 1 and "loader.bin: CORRUPT sequence loader state: seq state: corrupt" in r.stdout,
+      "damaged loader.bin: exit %d\n%s" % (r.returncode, r.stdout))
 shutil.rmtree(scratch, ignore_errors=True)
 print("ckpt-ls: %d passed, %d failed" % (checks - failures, failures))
 sys.exit(1 if failures or not checks else 0)

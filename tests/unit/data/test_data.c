@@ -1072,6 +1072,33 @@ static void test_seq_loader(void) {
         accel_data_seq_set_epoch(&ld[2], 5);
         for (k = 0; k < 3; ++k) accel_data_seq_next(&ld[2], buf, &got);
         AT_EQ_INT(accel_data_seq_state_save(&ld[2], st, sizeof st, &w), ACCEL_OK);
+        { /* the decoder `accel ckpt ls` prints from: the fields as the loader was configured, corruptions refused */
+            accel_data_seq_state_info qi;
+            uint8_t bad[ACCEL_DATA_SEQ_STATE_BYTES];
+            static const struct { int at; uint8_t v; const char *says; } dmg[] = {
+                {0, 'X', "not a sequence loader state"}, {4, 2, "unsupported version 2"},
+                {36, 1, "corrupt (epoch"}, {55, 0x80, "corrupt (epoch"}, {32, 9, "process 9 of"},
+                {20, 0, "B 0"}};
+            int q;
+            AT_EQ_INT(accel_data_seq_state_decode(NULL, st, w, &qi), ACCEL_OK);
+            AT_EQ_INT(qi.epoch, 5);
+            AT_EQ_INT(qi.position, 3);
+            AT_EQ_INT(qi.process_index, 2);
+            AT_EQ_INT(qi.num_processes, d.num_processes);
+            AT_EQ_INT(qi.batch_size, d.batch_size);
+            AT_EQ_INT(qi.seq_len, d.seq_len);
+            AT_EQ_INT(qi.num_files, d.num_files);
+            AT_EQ_INT((long long)qi.seed, (long long)d.seed);
+            AT_EQ_INT((int)qi.flags, d.shuffle ? 16 : 0);
+            AT_EQ_INT(accel_data_seq_state_decode(NULL, st, w - 1, &qi), ACCEL_ERR_FORMAT);
+            for (q = 0; q < (int)(sizeof dmg / sizeof dmg[0]); ++q) {
+                memcpy(bad, st, sizeof bad);
+                bad[dmg[q].at] = dmg[q].v;
+                AT_EQ_INT(accel_data_seq_state_decode(NULL, bad, sizeof bad, &qi), ACCEL_ERR_FORMAT);
+                AT_CONTAINS(accel_last_error(NULL), dmg[q].says);
+                AT_EQ_INT(accel_data_seq_state_load(&ld[2], bad, sizeof bad), ACCEL_ERR_FORMAT);
+            }
+        }
         d.process_index = 2; d.seed = 1;
         AT_EQ_INT(accel_data_seq_init(NULL, &r, &d), ACCEL_OK);
         AT_EQ_INT(accel_data_seq_state_load(&r, st, w), ACCEL_OK);
