@@ -11,7 +11,10 @@
    (torch_peer_gpu.py, when the local torch has CUDA): with F32 parameters and gradients for the F32-gradient forms
    (goal 1.1 for adamw_step_gpu), with BF16 parameters and gradients for the BF16-gradient forms (torch's fused
    AdamW takes gradients of the parameters' dtype only, so it keeps BF16 weights and moments: 14 bytes per
-   parameter; no goal). The accel lines print without torch. Exits 77 without a device.
+   parameter; no goal); (3) for the F32 and BF16 + copy forms, a yardstick kernel that moves the same streams with
+   trivial math (mix_kernel, its best shape; params.yardstick_vs_copy says what that mix of reads and writes reaches
+   against the copy), no goal: it tells the access pattern's cost from the optimizer's own. The accel lines print
+   without torch. Exits 77 without a device.
    usage: bench_optim_gpu [TORCH_PEER_GPU_PY|-] [REPS]; the peer runs under $ACCEL_BENCH_PYTHON, else python3 from
    PATH ("-": no peer).
    Built with -DBENCH_OWN_IMPL (bench/optim/sweep_gpu.sh) it holds the implementation itself, compiled with a launch
@@ -27,6 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../amp/bench_limits.cuh"
 #include "../gpu_bench.h"
 
 #define NT GB_NT
@@ -86,6 +90,67 @@ static double time_copy(cudaStream_t st, void *dst, const void *src, size_t byte
     }
     cudaEventDestroy(a); cudaEventDestroy(b);
     return cudaGetLastError() == cudaSuccess ? best * 1e-3 : 0;
+}
+
+/* The stream-mix yardstick: a kernel that moves exactly the streams of an AdamW form (F32: p, g, m, v in, p, m, v out;
+   BF16 + copy: the gradient read and a model copy written in 16 bits) with trivial math, in the optimizer's access
+   layout (a warp's lanes take 16-byte quads 0..31 and 32..63 of a 64-quad unit; 8-byte quads for the 16-bit
+   streams), U units a thread loaded before any store. Its best shape says what that mix of reads and writes costs on
+   this device, apart from the optimizer's arithmetic and launch structure. Not part of accel. */
+template <int U, bool G16, bool COPY>
+__global__ static void mix_kernel(float4 *p, float4 *m, float4 *v, const float4 *g32, const uint2 *g16, uint2 *model,
+                                  size_t nq) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wpb = blockDim.x >> 5;
+    for (size_t b = blockIdx.x;; b += gridDim.x) {
+        size_t q0 = (b * U * (size_t)wpb + (size_t)warp) * 64u + (size_t)lane;
+        float4 P[U][2], M[U][2], V[U][2], G[U][2];
+        if ((b * U * (size_t)wpb) * 64u >= nq) return;
+#pragma unroll
+        for (int k = 0; k < U; ++k)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                size_t q = q0 + (size_t)k * wpb * 64u + (size_t)h * 32u;
+                if (q < nq) {
+                    P[k][h] = p[q]; M[k][h] = m[q]; V[k][h] = v[q];
+                    if (G16) {
+                        uint2 w = g16[q];
+                        G[k][h] = make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+                                              __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
+                    } else G[k][h] = g32[q];
+                }
+            }
+#pragma unroll
+        for (int k = 0; k < U; ++k)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                size_t q = q0 + (size_t)k * wpb * 64u + (size_t)h * 32u;
+                float4 a = P[k][h], x = M[k][h], y = V[k][h], g = G[k][h];
+                if (q >= nq) continue;
+                a.x += 1e-3f * g.x; a.y += 1e-3f * g.y; a.z += 1e-3f * g.z; a.w += 1e-3f * g.w;
+                x.x += g.x; x.y += g.y; x.z += g.z; x.w += g.w;
+                y.x += g.x * g.x; y.y += g.y * g.y; y.z += g.z * g.z; y.w += g.w * g.w;
+                p[q] = a; m[q] = x; v[q] = y;
+                if (COPY)
+                    model[q] = make_uint2((__float_as_uint(a.x) >> 16) | (__float_as_uint(a.y) & 0xffff0000u),
+                                          (__float_as_uint(a.z) >> 16) | (__float_as_uint(a.w) & 0xffff0000u));
+            }
+    }
+}
+template <bool G16, bool COPY>
+static bl_best mix_best(float *p, float *m, float *v, const float *g32, const uint16_t *g16, uint16_t *model,
+                        int64_t n, double bytes_per_param, cudaStream_t st, int reps) {
+    static const int depths[] = {1, 2, 4}, per_sm[] = {4, 8, 16, 0};
+    const size_t nq = (size_t)n / 4;
+    return bl_sweep(depths, 3, per_sm, 4, bytes_per_param * (double)(nq * 4), st, reps, [&](int u, int g) {
+        if (g == 0) g = (int)((nq + 512u * (size_t)u - 1) / (512u * (size_t)u)); /* a block per tile */
+        float4 *P = (float4 *)p, *M = (float4 *)m, *V = (float4 *)v;
+        const float4 *G = (const float4 *)g32;
+        const uint2 *G2 = (const uint2 *)g16;
+        uint2 *C = (uint2 *)model;
+        if (u == 1) mix_kernel<1, G16, COPY><<<g, 256, 0, st>>>(P, M, V, G, G2, C, nq);
+        else if (u == 2) mix_kernel<2, G16, COPY><<<g, 256, 0, st>>>(P, M, V, G, G2, C, nq);
+        else mix_kernel<4, G16, COPY><<<g, 256, 0, st>>>(P, M, V, G, G2, C, nq);
+    });
 }
 
 /* The value of "key": in the peer's one-line JSON object, or 0. */
@@ -184,6 +249,9 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    /* the stream-mix yardstick of the F32 and the BF16 + copy forms (in c0 / c1's memory: m and v, 8 B/param) */
+    bl_best mix32 = mix_best<false, false>(p, (float *)c0, (float *)c0 + n, g, gb, mb, n, 28, st, reps);
+    bl_best mix16 = mix_best<true, true>(p, (float *)c0, (float *)c0 + n, g, gb, mb, n, 26, st, reps);
     cudaFree(c0); cudaFree(c1); /* room for the peer */
     if (argc > 1 && strcmp(argv[1], "-") != 0) {
         char cmd[1200];
@@ -216,6 +284,16 @@ int main(int argc, char **argv) {
                    "\"torch.optim.AdamW(fused=True), %s parameters and gradients\", \"ratio\": %.3f, \"goal\": %s}\n",
                    form[f].bench, (long long)n, NT, form[f].params, prop.name, 1.0 / t[f], 1.0 / tt,
                    form[f].bf16_grads ? "BF16" : "F32", tt / t[f], f == 0 ? "1.1" : "null");
+    }
+    for (f = 0; f < 2; ++f) {
+        const bl_best *x = f == 0 ? &mix32 : &mix16;
+        double gbs = form[f].bytes * (double)n * 1e-9 / t[f], copy_gbs = form[f].bytes * (double)n * 1e-9 / tcopy[f];
+        printf("{\"bench\": \"%s\", \"params\": {\"parameters\": %lld, %s, \"device\": \"%s\", \"yardstick\": "
+               "\"U %d, %d blocks/SM (0: a block per tile)\", \"yardstick_vs_copy\": %.3f}, \"unit\": \"GB/s\", "
+               "\"accel\": %.1f, \"reference\": %.1f, \"reference_name\": \"a kernel moving the same streams with "
+               "trivial math (bench_optim_gpu.cu mix_kernel, best shape)\", \"ratio\": %.3f, \"goal\": null}\n",
+               form[f].bench, (long long)n, form[f].params, prop.name, x->depth, x->per_sm, x->gbs / copy_gbs, gbs,
+               x->gbs, gbs / x->gbs);
     }
     if (t_f32 <= 0 || t_bf16 <= 0)
         fprintf(stderr, "bench_optim_gpu: torch lines skipped where the peer gave no time (%s)\n",
