@@ -5,7 +5,7 @@
    CPU's float64 sum, and of a long-double reference on the GPT-2 list. Beyond the first tests:
    - every element phase 0..7 of source and destination (the kernels' heads, aligned bodies and element-wise bodies),
      sizes 0..33 and tails of larger ones, for every conversion, stochastic rounding at every index phase, unscale /
-     norm / clip / clamp on F32, BF16 and F16;
+     norm / clip / clamp on F32, BF16 and F16; unscale of buffers large enough for their own launch shape;
    - mixed dtypes in one list with empty buffers at random phases; more buffers than one launch takes;
    - the 148-buffer GPT-2 124M gradient list (unscale with and without a planted Inf, norm, clip, bf16 copies);
    - norms whose fp32 sums leave their range (the float64 pass): Inf, NaN, 3e19, 1e-30, all zeros;
@@ -164,6 +164,46 @@ static void test_unscale(void) {
         AT_EQ_INT(gpu.optimizer_step_was_skipped, trial >= 2);
         list_free(&g);
     }
+}
+
+/* Launches of large buffers take their own shape (ACCEL__AMP_U_UNSCALE_BIG, chosen by the mean size): two F32
+   buffers averaging just over ACCEL__AMP_BIG_UNITS units, the first starting at element 1 (a head), finite, then
+   with an Inf planted in the last element of the second; bit for bit as the CPU, the flag as the CPU's. */
+#ifndef ACCEL__AMP_BIG_UNITS
+#define ACCEL__AMP_BIG_UNITS (1LL << 22) /* accel_amp.h's default (its implementation TU is another one) */
+#endif
+static void test_unscale_big(void) {
+    const size_t n0 = (size_t)ACCEL__AMP_BIG_UNITS * 4 + 1001, n1 = (size_t)ACCEL__AMP_BIG_UNITS * 4 + 13;
+    float *h = (float *)malloc((n0 + 1 + n1) * 4), *back = (float *)malloc((n0 + 1 + n1) * 4), *d;
+    int trial;
+    for (trial = 0; trial < 2; ++trial) {
+        accel_tensor tc[2], tg[2];
+        accel_amp_scaler sc_c, sc_g;
+        int fc = -1, fg = -2;
+        size_t i;
+        for (i = 0; i < n0 + 1 + n1; ++i) h[i] = rndf(-60000.0f, 60000.0f);
+        if (trial == 1) h[n0 + n1] = INFINITY;
+        d = (float *)dev_copy(h, (n0 + 1 + n1) * 4);
+        memset(tc, 0, sizeof tc);
+        tc[0].dtype = tc[1].dtype = ACCEL_F32; tc[0].ndim = tc[1].ndim = 1;
+        tc[0].ptr = h + 1; tc[0].shape[0] = (int64_t)n0;
+        tc[1].ptr = h + 1 + n0; tc[1].shape[0] = (int64_t)n1;
+        tg[0] = tc[0]; tg[1] = tc[1];
+        tg[0].ptr = d + 1; tg[1].ptr = d + 1 + n0;
+        AT_EQ_INT(accel_amp_scaler_init(&cpu, &sc_c, NULL), ACCEL_OK);
+        AT_EQ_INT(accel_amp_scaler_init(&gpu, &sc_g, NULL), ACCEL_OK);
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc_c, tc, 2, &fc), ACCEL_OK);
+        AT_EQ_INT(accel_amp_unscale_and_check(&sc_g, tg, 2, &fg), ACCEL_OK);
+        AT_EQ_INT(fc, trial);
+        AT_EQ_INT(fg, fc);
+        host_copy(back, d, (n0 + 1 + n1) * 4);
+        AT_EQ_INT((long long)diff_bytes(back, h, (n0 + 1 + n1) * 4), 0LL);
+        accel_amp_scaler_deinit(&sc_c);
+        accel_amp_scaler_deinit(&sc_g);
+        cudaFree(d);
+    }
+    free(h);
+    free(back);
 }
 
 static void test_norm_clip(void) {
@@ -672,6 +712,7 @@ int main(void) {
     if (gpu.device < 0) return at_finish("amp_gpu");
     test_convert();
     test_unscale();
+    test_unscale_big();
     test_norm_clip();
     test_lists();
     test_master();
