@@ -3247,7 +3247,7 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
         const unsigned char *body = NULL;
         size_t blen = 0;
         int fd = -1;
-        r = accel__admit_join(acc, &adm, &ss, sl, "tcp bootstrap", where, (uint32_t)size, (uint32_t)rank, deadline,
+        r = accel__admit_join(acc, &adm, NULL, &ss, sl, "tcp bootstrap", where, (uint32_t)size, (uint32_t)rank, deadline,
                               deadline, bytes, &fd, &p, &body, &blen);
         if (r == ACCEL_OK && blen != bytes)
             r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "tcp bootstrap: rank 0 sends %zu bytes, rank %d expects %zu", blen,

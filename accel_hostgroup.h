@@ -1511,14 +1511,18 @@ ACCEL__PRIVATE accel_result accel__admit_serve(accel *acc, const accel__admit *a
 /* A peer's side: connects to ss (retrying until the deadline), answers rank 0's CHALLENGE and waits until
    reply_deadline for its answer. ACCEL_OK: *fd is admitted and *payload (acc's allocator) holds the WELCOME, whose
    body (after rank 0's proof, checked; at most max_body bytes) is *body, *blen. A connection that rank 0 closes without
-   a word (it evicted us during a flood, or restarted) is tried again; a refusal ("not admitted: ...") is final. */
-ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a, const struct sockaddr_storage *ss,
-                                              socklen_t sl, const char *what, const char *where, uint32_t world,
+   a word (it evicted us during a flood, or restarted) is tried again; a refusal ("not admitted: ...") is final.
+   member: what the meeting's members are called in messages (NULL: ranks, the store, whose deadline is
+   desc.collective_timeout_ms; else accel_host_rendezvous's, whose deadline is its caller's timeout). */
+ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a, const char *member,
+                                              const struct sockaddr_storage *ss, socklen_t sl, const char *what,
+                                              const char *where, uint32_t world,
                                               uint32_t rank, double deadline, double reply_deadline, size_t max_body,
                                               int *fd, unsigned char **payload, const unsigned char **body,
                                               size_t *blen) {
     /* say so once when rank 0 is not there yet after a while (the deadline may be Accelerate's 30 min) */
     double quiet_until = accel_now() + (deadline - accel_now() > 240.0 ? 30.0 : (deadline - accel_now()) / 8.0);
+    const char *m = member ? member : "rank";
     *fd = -1;
     *payload = NULL;
     for (;;) {
@@ -1530,15 +1534,16 @@ ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a,
         int s = accel__sock_connect(ss, sl, quiet_until < deadline ? quiet_until : deadline), rc;
         accel_result r;
         if (s < 0 && quiet_until < deadline) {
-            accel_log(acc, ACCEL_LOG_WARN, "%s (%s): rank %u is waiting for rank 0 to listen; it goes on trying for "
-                      "%.0f s more (desc.collective_timeout_ms)", what, where, (unsigned)rank, deadline - accel_now());
+            accel_log(acc, ACCEL_LOG_WARN, "%s (%s): %s %u is waiting for %s 0 to listen; it goes on trying for "
+                      "%.0f s more (%s)", what, where, m, (unsigned)rank, m, deadline - accel_now(),
+                      member ? "the rendezvous timeout" : "desc.collective_timeout_ms");
             quiet_until = deadline;
             s = accel__sock_connect(ss, sl, deadline);
         }
         if (s < 0)
-            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "%s (%s): rank %u could not connect to rank 0 before the "
-                               "deadline (rank 0 not started, or the address/port is wrong)", what, where,
-                               (unsigned)rank);
+            return ACCEL__FAIL(acc, ACCEL_ERR_TIMEOUT, "%s (%s): %s %u could not connect to %s 0 before the "
+                               "deadline (%s 0 not started, or the address/port is wrong)", what, where, m,
+                               (unsigned)rank, m, m);
         r = accel__store_recv_max(acc, what, where, s, 0, &f, &p, deadline, 4 + ACCEL__ADMIT_NONCE);
         if (r == ACCEL_OK && f.kind == ACCEL__ST_CHALLENGE) {
             if (accel__admit_parse_challenge(p, f.len, srv, why, sizeof why) != 0)
@@ -1558,7 +1563,7 @@ ACCEL__PRIVATE accel_result accel__admit_join(accel *acc, const accel__admit *a,
         }
         if (r == ACCEL_OK && f.kind == ACCEL__ST_ERROR) {
             r = ACCEL__FAIL(acc, f.op == ACCEL__ST_ERR_REFUSED ? ACCEL_ERR_ENVIRONMENT : ACCEL_ERR_REMOTE,
-                            "%.700s (reported by rank 0 at %s)", (const char *)p, where);
+                            "%.700s (reported by %s 0 at %s)", (const char *)p, m, where);
         } else if (r == ACCEL_OK && f.kind != ACCEL__ST_WELCOME) {
             r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "%s (%s): rank 0 answered with frame kind %u (not accel's rank 0?)",
                             what, where, (unsigned)f.kind);
@@ -1670,7 +1675,7 @@ static accel_result accel__store_open_x(accel *acc, const char *label, const cha
         unsigned char *p = NULL;
         const unsigned char *body;
         size_t blen;
-        res = accel__admit_join(acc, &adm, &ss, sl, what, st->where, (uint32_t)P, (uint32_t)me, deadline,
+        res = accel__admit_join(acc, &adm, member, &ss, sl, what, st->where, (uint32_t)P, (uint32_t)me, deadline,
                                 deadline + ACCEL__ST_GRACE, 0, &st->fd[0], &p, &body, &blen);
         accel_host_free(acc, p);
     } else {
