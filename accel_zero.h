@@ -135,6 +135,8 @@
                           backward(u, w, g) (+= into g); accel_zero_fsdp_release(f, u);
                           accel_zero_fsdp_reduce_scatter(f, u);
          accel_zero_fsdp_end_backward(f);
+       (unit 0 is the root, FSDP's root module: it may stay waited on through the pass — a transformer's embeddings
+       and final norm, used first and last — while the others rotate: UNITS, SHARDS AND BUFFERS)
        on a sync step: accel_amp_unscale_and_check(vg), clip over vn, accel_optim_step(opt),
                        accel_zero_fsdp_zero_grad(f)
      The fused step writes the param_dtype copy (od.model) of the shard, which is what the next gathers read.
@@ -169,25 +171,33 @@
      the param_dtype copy: 8 or 10 bytes x sum of S over units (the optimizer's moments add theirs). Buffers: a
      unit's gather buffer (Ps * S of param_dtype) lives from gather to release; its gradient buffer (Ps * S of
      reduce_dtype, + S for the reduced slot) from grads() to the end of its reduction, or across micro-batches while
-     no_sync holds it. FULL_SHARD / HYBRID_SHARD keep at most two gather buffers live (a third gather is
-     ACCEL_ERR_STATE); one reduction is in flight while the next unit computes. Freed buffers are cached (two per
-     kind) for the next unit of the same size. test_zero3_mpi checks the per-rank peak through the allocator hooks:
-     shards + two gather buffers + two gradient buffers (+ the collective's scratch) when every micro-batch reduces;
-     with no_sync, every unit's gradient buffer is held until the sync step (as FSDP's no_sync). A cached buffer is
-     reused only by a unit of its own size (units of another size allocate), so the pools never hold more than the
-     largest units' buffers: a unit of a size of its own (GPT-2's embeddings) is allocated at each use.
+     no_sync holds it. FSDP's rule for the gathers (root kept, two units rotate): unit 0 is the root (FSDP's root
+     module, the parameters outside every wrapped unit: list it first), which FSDP keeps unsharded through the pass;
+     its gather buffer is its own (made at its first gather, kept for the next ones, freed by destroy) and does not
+     count against the limit. Of the other units, FULL_SHARD / HYBRID_SHARD keep at most two gather buffers live (a
+     third gather is ACCEL_ERR_STATE): the one computing and the next one's prefetch, so a trainer that holds the
+     root from its first use in forward to its last (the embeddings and the final norm + tied LM head) still has
+     unit u + 1's gather in flight while u computes. One reduction is in flight while the next unit computes. Freed
+     rotating buffers are cached (two per kind) for the next unit of the same size. test_zero3_mpi checks the
+     per-rank peak through the allocator hooks: shards + the root's and two gather buffers + two gradient buffers
+     (+ the collective's scratch) when every micro-batch reduces; with no_sync, every unit's gradient buffer is held
+     until the sync step (as FSDP's no_sync). A cached buffer is reused only by a unit of its own size (units of
+     another size allocate), so the pools never hold more than the largest units' buffers.
      accel_zero_fsdp_estimate states these bytes before create (the same slot sizing), with the optimizer's state
      and the unsharded (DDP) figure beside them: Accelerate's estimate-memory for what accel will allocate (the
      `accel estimate` CLI prints it per strategy). test_zero3_mpi checks it against the allocator hooks, for units
-     of one size and of different sizes: each pool's peak (stats) is exactly the estimate's gather_buffers and
-     grad_buffers, and in its worst case (two gathers live, every gradient buffer held) the allocator's peak is the
-     estimate's total plus the collective's scratch.
+     of one size and of different sizes: each pool's peak (stats) is exactly the estimate's gather_buffers (the
+     root's + the two largest other units') and grad_buffers, and in its worst case (two rotating gathers live,
+     every gradient buffer held) the allocator's peak is the estimate's total plus the collective's scratch.
 
    PREFETCH
      The first forward and backward passes record the order in which units are waited on; later passes prefetch by
      it: forward_prefetch starts the next unit's gather in wait(u), BACKWARD_PRE in the backward wait(u),
      BACKWARD_POST in reduce_scatter(u); begin_forward / begin_backward start the first unit's gather. A pass that
-     leaves the recorded order stops prefetching for the rest of that pass. On MPI the gathers and reductions are
+     leaves the recorded order stops prefetching for the rest of that pass. The root held through the pass does
+     not take a place (UNITS, SHARDS AND BUFFERS): wait(u) can prefetch u + 1 (forward) or u - 1 (BACKWARD_PRE)
+     while the root and u are in use, as FSDP does; with both rotating places taken (u - 1 not yet released),
+     the prefetch is skipped and that unit is gathered on demand by its wait. On MPI the gathers and reductions are
      nonblocking requests progressed by every call (and _progress); on CUDA they run on the communicator's stream.
 
    FSDP RESULTS
@@ -231,7 +241,9 @@
      - No autograd: the trainer calls wait/release/grads/reduce_scatter where FSDP's hooks would run.
      - Units are flat per unit and sharded per unit (FSDP1's FlatParameter, not FSDP2's per-parameter DTensor).
      - The optimizer steps the shard views (accel_optim), so its state keys are the unsharded ones.
-     - limit_all_gathers is always on for FULL_SHARD (two buffers); sync_module_states is implied (every rank
+     - limit_all_gathers is always on for FULL_SHARD (the root's buffer + two rotating ones). FSDP also keeps the
+       root gathered from forward into backward (no reshard after forward); accel releases it when the trainer
+       does (its buffer stays made, the backward gathers it again); sync_module_states is implied (every rank
        copies its shard out of the same initial values); use_orig_params and activation checkpointing are the
        trainer's business.
      - state_dict_type: SHARDED_STATE_DICT is accel_zero_fsdp_state_save/_load_all (FSDP CHECKPOINTS), FULL_STATE_DICT
@@ -426,7 +438,7 @@ ACCEL_API accel_result accel_zero_fsdp_begin_forward(accel_zero_fsdp *f);
 ACCEL_API accel_result accel_zero_fsdp_begin_backward(accel_zero_fsdp *f);
 /* Starts the all-gather of unit u (nothing if it is gathered or under way). Collective over the shard group (every
    rank of the data-parallel group calls it, in the same order). FULL_SHARD / HYBRID_SHARD: ACCEL_ERR_STATE when two
-   units' buffers are live already (release one first). */
+   units' buffers besides the root's (unit 0) are live already (release one first). */
 ACCEL_API accel_result accel_zero_fsdp_gather(accel_zero_fsdp *f, int unit);
 /* Finishes u's gather (starting it first if nobody did) and writes its n parameters as views of the gathered buffer
    in param_dtype (the model's names and shapes); then starts the next unit's gather when prefetch says so.
@@ -457,7 +469,8 @@ typedef struct accel_zero_fsdp_stats {
     uint64_t shard_bytes;         /* master, model copy and gradient shards (fixed from create) */
     uint64_t buffer_bytes;        /* gather and gradient buffers live now (including the cached free ones) */
     uint64_t peak_buffer_bytes;   /* the most buffer_bytes ever */
-    int live_gathers, peak_gathers;   /* units whose gather buffer is in use, now / at most */
+    int live_gathers, peak_gathers;   /* units whose gather buffer is in use, now / at most (the root included:
+                                         FULL_SHARD at most 3, the root + two) */
     int live_grads, peak_grads;       /* units whose gradient buffer is in use (open, reducing or held) */
     int64_t gathers, prefetches, reductions; /* all-gathers started (prefetches among them), reductions started */
     uint64_t peak_gather_bytes;   /* the most bytes the gather buffers' pool held (live + cached): at most the
@@ -473,7 +486,8 @@ ACCEL_API accel_result accel_zero_fsdp_get_stats(const accel_zero_fsdp *f, accel
 typedef struct accel_zero_fsdp_memory {
     uint64_t shards;         /* F32 master + F32 gradient (+ the param_dtype copy unless F32): stats.shard_bytes */
     uint64_t optimizer;      /* the optimizer's state over the shard */
-    uint64_t gather_buffers; /* at most live: the two largest units (FULL_SHARD, HYBRID_SHARD) or every unit
+    uint64_t gather_buffers; /* at most live: the root's (unit 0) + the two largest other units (FULL_SHARD,
+                                HYBRID_SHARD: UNITS, SHARDS AND BUFFERS) or every unit
                                 (SHARD_GRAD_OP, HYBRID_SHARD_ZERO2 keep them from forward to backward); none when
                                 the shard group is one process without offload (wait hands out the shard itself) */
     uint64_t grad_buffers;   /* the two largest units' gradient buffers, every unit's under no_sync */
@@ -1481,7 +1495,9 @@ static const char *accel__zero_prefetch_name(accel_zero_prefetch p) {
 
 /* Memory kinds of the object's allocations: host, acc's device, pinned host. */
 enum { ACCEL__FSDP_HOST = 0, ACCEL__FSDP_DEVICE = 1, ACCEL__FSDP_PINNED = 2 };
-/* Units whose gather buffers may be live at once (FULL_SHARD, HYBRID_SHARD; the "two units"). */
+/* Units besides the root (unit 0) whose gather buffers may be live at once (FULL_SHARD, HYBRID_SHARD; the issue's
+   "two units"): FSDP keeps the root unsharded through the pass and rotates the wrapped units, so the root's buffer
+   is its own (f->groot) and never takes one of these two places. */
 #define ACCEL__FSDP_LIVE 2
 /* Free buffers kept for reuse, per pool (equal-sized units then allocate once). */
 #define ACCEL__FSDP_CACHE 2
@@ -1533,7 +1549,8 @@ struct accel_zero_fsdp {
     void *model;                   /* shard_elems of param_dtype, or NULL (param_dtype F32: the master is gathered) */
     void *stage;                   /* offload: pinned host staging of one reduced slot (largest S of reduce_dtype) */
     size_t pes, res;               /* param_dtype and reduce_dtype element sizes */
-    accel__fsdp_pool gpool, rpool;
+    accel__fsdp_pool gpool, rpool; /* the rotating units' gather buffers (unit 1..K-1), the gradient buffers */
+    accel__fsdp_pool groot;        /* the root's (unit 0's) gather buffer: one, of its size, kept once made */
     int *fifo;                     /* reducing units in the order their reductions started (stb_ds array) */
     int phase;                     /* 0 none, 1 forward, 2 backward */
     int *order[2];                 /* recorded wait order of the first forward / backward pass (stb_ds arrays) */
@@ -1645,6 +1662,8 @@ static void accel__fsdp_pool_free(accel_zero_fsdp *f, accel__fsdp_pool *pl) {
     for (i = 0; i < pl->ncache; ++i) accel__fsdp_free(f->acc, pl->kind, pl->cache[i].p);
     pl->ncache = 0;
 }
+/* The gather pool of unit i: the root's own, or the rotating units' */
+static accel__fsdp_pool *accel__fsdp_gpool(accel_zero_fsdp *f, int i) { return i == 0 ? &f->groot : &f->gpool; }
 static void accel__fsdp_note_buffers(accel_zero_fsdp *f) {
     int i, lg = 0, lr = 0;
     for (i = 0; i < f->K; ++i) {
@@ -1655,9 +1674,10 @@ static void accel__fsdp_note_buffers(accel_zero_fsdp *f) {
     f->st.live_grads = lr;
     if (lg > f->st.peak_gathers) f->st.peak_gathers = lg;
     if (lr > f->st.peak_grads) f->st.peak_grads = lr;
-    f->st.buffer_bytes = f->gpool.bytes + f->rpool.bytes;
+    f->st.buffer_bytes = f->gpool.bytes + f->groot.bytes + f->rpool.bytes;
     if (f->st.buffer_bytes > f->st.peak_buffer_bytes) f->st.peak_buffer_bytes = f->st.buffer_bytes;
-    if (f->gpool.bytes > f->st.peak_gather_bytes) f->st.peak_gather_bytes = f->gpool.bytes;
+    if (f->gpool.bytes + f->groot.bytes > f->st.peak_gather_bytes)
+        f->st.peak_gather_bytes = f->gpool.bytes + f->groot.bytes;
     if (f->rpool.bytes > f->st.peak_grad_bytes) f->st.peak_grad_bytes = f->rpool.bytes;
 }
 
@@ -1840,6 +1860,7 @@ ACCEL__DEF void accel_zero_fsdp_destroy(accel_zero_fsdp *f) {
         accel_host_free(acc, u->name);
     }
     accel__fsdp_pool_free(f, &f->gpool);
+    accel__fsdp_pool_free(f, &f->groot);
     accel__fsdp_pool_free(f, &f->rpool);
     for (i = 0; f->full && i < f->n; ++i) accel_host_free(acc, (void *)f->full[i].name);
     accel_host_free(acc, f->full);
@@ -2115,7 +2136,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_create(accel_coll *c, const accel_zero_f
         f->pes = accel_dtype_size(f->d.param_dtype);
         f->res = accel_dtype_size(f->d.reduce_dtype);
         f->shard_kind = f->offload ? ACCEL__FSDP_PINNED : c->device_mem ? ACCEL__FSDP_DEVICE : ACCEL__FSDP_HOST;
-        f->gpool.kind = f->rpool.kind = c->device_mem ? ACCEL__FSDP_DEVICE : ACCEL__FSDP_HOST;
+        f->gpool.kind = f->groot.kind = f->rpool.kind = c->device_mem ? ACCEL__FSDP_DEVICE : ACCEL__FSDP_HOST;
         r = accel__fsdp_build(f, desc);
     }
     /* a bad description on one rank fails every rank; then the layouts must agree */
@@ -2232,8 +2253,8 @@ static accel_result accel__fsdp_post_gather(accel_zero_fsdp *f, int i, int prefe
     const void *send = f->model ? (const void *)((const unsigned char *)f->model + (size_t)u->soff * f->pes)
                                 : (const void *)(f->master + u->soff);
     size_t slot = (size_t)u->S * f->pes;
-    accel_result r = accel__fsdp_get(f, &f->gpool, slot * (size_t)f->Ps, f->limited ? ACCEL__FSDP_LIVE : 0, &u->g,
-                                     "accel_zero_fsdp gather buffer");
+    accel_result r = accel__fsdp_get(f, accel__fsdp_gpool(f, i), slot * (size_t)f->Ps,
+                                     f->limited ? ACCEL__FSDP_LIVE : 0, &u->g, "accel_zero_fsdp gather buffer");
     if (r != ACCEL_OK) return r;
     if (f->offload) {
         void *mine = (unsigned char *)u->g.p + slot * (size_t)f->srank;
@@ -2243,7 +2264,7 @@ static accel_result accel__fsdp_post_gather(accel_zero_fsdp *f, int i, int prefe
     if (r == ACCEL_OK && f->sc) /* a shard group of one (offload): the staged slot is the unit */
         r = accel_coll_all_gather_async(f->sc, send, u->g.p, (size_t)u->S, f->d.param_dtype, &u->greq);
     if (r != ACCEL_OK) {
-        accel__fsdp_put(f, &f->gpool, &u->g);
+        accel__fsdp_put(f, accel__fsdp_gpool(f, i), &u->g);
         f->broken = 1; /* the peers posted theirs */
         return r;
     }
@@ -2254,9 +2275,10 @@ static accel_result accel__fsdp_post_gather(accel_zero_fsdp *f, int i, int prefe
     accel__fsdp_trace(f, prefetch ? ACCEL_ZERO_EV_PREFETCH : ACCEL_ZERO_EV_GATHER, i);
     return ACCEL_OK;
 }
+/* The rotating units gathered (the root, unit 0, is not counted: ACCEL__FSDP_LIVE) */
 static int accel__fsdp_live_gathers(const accel_zero_fsdp *f) {
     int i, k = 0;
-    for (i = 0; i < f->K; ++i) k += f->u[i].gstate != 0;
+    for (i = 1; i < f->K; ++i) k += f->u[i].gstate != 0;
     return k;
 }
 /* Whether units live in gather buffers: a shard group of more than one process, or offload (the pinned host shard
@@ -2267,10 +2289,14 @@ static int accel__fsdp_buffered(const accel_zero_fsdp *f) { return f->sc || f->o
 static int accel__fsdp_needs_gather(const accel_zero_fsdp *f, int i) {
     return accel__fsdp_buffered(f) && f->u[i].gstate == 0 && f->u[i].S > 0;
 }
+/* Whether gathering unit i now would make a third rotating unit live (FULL_SHARD, HYBRID_SHARD; never the root) */
+static int accel__fsdp_over_limit(const accel_zero_fsdp *f, int i) {
+    return f->limited && i > 0 && accel__fsdp_needs_gather(f, i) && accel__fsdp_live_gathers(f) >= ACCEL__FSDP_LIVE;
+}
 /* Prefetch of unit i (when it is a unit, needs a gather and the limit allows) */
 static accel_result accel__fsdp_prefetch(accel_zero_fsdp *f, int i) {
     if (i < 0 || i >= f->K || !accel__fsdp_needs_gather(f, i)) return ACCEL_OK;
-    if (f->limited && accel__fsdp_live_gathers(f) >= ACCEL__FSDP_LIVE) return ACCEL_OK;
+    if (f->limited && i > 0 && accel__fsdp_live_gathers(f) >= ACCEL__FSDP_LIVE) return ACCEL_OK;
     return accel__fsdp_post_gather(f, i, 1);
 }
 /* The unit after position pos of this pass's recorded order (first pass: nothing is known yet) */
@@ -2397,12 +2423,11 @@ ACCEL__DEF accel_result accel_zero_fsdp_gather(accel_zero_fsdp *f, int unit) {
     accel_result r = accel__fsdp_usable(f), local;
     if (r != ACCEL_OK) return r;
     local = accel__fsdp_unit_arg(f, unit, "accel_zero_fsdp_gather");
-    if (local == ACCEL_OK && f->limited && accel__fsdp_needs_gather(f, unit) &&
-        accel__fsdp_live_gathers(f) >= ACCEL__FSDP_LIVE)
+    if (local == ACCEL_OK && accel__fsdp_over_limit(f, unit))
         local = ACCEL__FAIL(f->acc, ACCEL_ERR_STATE,
-                            "accel_zero_fsdp_gather(%d): %d units are gathered already (%s keeps at most %d live: "
-                            "release one first)", unit, ACCEL__FSDP_LIVE, accel_zero_strategy_name(f->d.strategy),
-                            ACCEL__FSDP_LIVE);
+                            "accel_zero_fsdp_gather(%d): %d units are gathered already (%s keeps at most %d live "
+                            "besides the root, unit 0: release one first)", unit, ACCEL__FSDP_LIVE,
+                            accel_zero_strategy_name(f->d.strategy), ACCEL__FSDP_LIVE);
     r = accel__fsdp_sync(f, ACCEL__FSDP_C_GATHER, unit, local);
     if (r != ACCEL_OK) return r;
     if ((r = accel__fsdp_poll(f)) != ACCEL_OK) return r;
@@ -2440,12 +2465,11 @@ ACCEL__DEF accel_result accel_zero_fsdp_wait(accel_zero_fsdp *f, int unit, accel
     if (local == ACCEL_OK && f->u[unit].gstate == 2)
         local = ACCEL__FAIL(f->acc, ACCEL_ERR_STATE, "accel_zero_fsdp_wait(%d): %s is in use already (waited, not "
                             "released)", unit, f->u[unit].name);
-    if (local == ACCEL_OK && f->limited && accel__fsdp_needs_gather(f, unit) &&
-        accel__fsdp_live_gathers(f) >= ACCEL__FSDP_LIVE)
+    if (local == ACCEL_OK && accel__fsdp_over_limit(f, unit))
         local = ACCEL__FAIL(f->acc, ACCEL_ERR_STATE,
-                            "accel_zero_fsdp_wait(%d): %d units are gathered already (%s keeps at most %d live: "
-                            "release one first)", unit, ACCEL__FSDP_LIVE, accel_zero_strategy_name(f->d.strategy),
-                            ACCEL__FSDP_LIVE);
+                            "accel_zero_fsdp_wait(%d): %d units are gathered already (%s keeps at most %d live "
+                            "besides the root, unit 0: release one first)", unit, ACCEL__FSDP_LIVE,
+                            accel_zero_strategy_name(f->d.strategy), ACCEL__FSDP_LIVE);
     r = accel__fsdp_sync(f, ACCEL__FSDP_C_WAIT, unit, local);
     if (r != ACCEL_OK) return r;
     u = &f->u[unit];
@@ -2501,7 +2525,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_release(accel_zero_fsdp *f, int unit) {
     u->gstate = 0;
     if (u->g.p) {
         if (f->poison && (r = accel__fsdp_fill(f, f->gpool.kind, u->g.p, 0xFF, u->g.bytes)) != ACCEL_OK) return r;
-        accel__fsdp_put(f, &f->gpool, &u->g);
+        accel__fsdp_put(f, accel__fsdp_gpool(f, unit), &u->g);
     }
     accel__fsdp_note_buffers(f);
     accel__fsdp_trace(f, ACCEL_ZERO_EV_RELEASE, unit);
@@ -2615,7 +2639,7 @@ ACCEL__DEF accel_result accel_zero_fsdp_end_backward(accel_zero_fsdp *f) {
             u->greq = NULL;
         }
         u->gstate = 0;
-        accel__fsdp_put(f, &f->gpool, &u->g);
+        accel__fsdp_put(f, accel__fsdp_gpool(f, i), &u->g);
         accel__fsdp_trace(f, ACCEL_ZERO_EV_RELEASE, i);
     }
     if (f->phase && stbds_arrlen(f->order[f->phase - 1]) > 0) f->recorded[f->phase - 1] = 1;
@@ -2642,7 +2666,8 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
                                                  accel_zero_fsdp_memory *out) {
     const char *what = "accel_zero_fsdp_estimate";
     accel_zero_strategy s;
-    uint64_t pes, res, ses, g1 = 0, g2 = 0, r1 = 0, r2 = 0, gall = 0, rall = 0, elems = 0, whole = 0, maxS = 1;
+    uint64_t pes, res, ses, g0 = 0, g1 = 0, g2 = 0, r1 = 0, r2 = 0, gall = 0, rall = 0, elems = 0, whole = 0;
+    uint64_t maxS = 1;
     int i, j, Ps;
     if (!desc || !out || (desc->nunits > 0 && !desc->units) || desc->nunits < 0)
         return ACCEL__FAIL(acc, ACCEL_ERR_INVALID_ARGUMENT, "%s: NULL desc, out or units", what);
@@ -2678,13 +2703,14 @@ ACCEL__DEF accel_result accel_zero_fsdp_estimate(accel *acc, const accel_zero_fs
         rb = (uint64_t)S * (uint64_t)Ps * res + (Ps > 1 ? (uint64_t)S * res : 0);
         gall += gb;
         rall += rb;
-        if (gb > g1) { g2 = g1; g1 = gb; } else if (gb > g2) g2 = gb;
+        if (i == 0) g0 = gb; /* the root's own buffer (ACCEL__FSDP_LIVE) */
+        else if (gb > g1) { g2 = g1; g1 = gb; } else if (gb > g2) g2 = gb;
         if (rb > r1) { r2 = r1; r1 = rb; } else if (rb > r2) r2 = rb;
     }
     memset(out, 0, sizeof *out);
     out->shards = elems * (8 + (pes == 4 ? 0 : pes));
     out->optimizer = elems * (uint64_t)optim_states * ses;
-    out->gather_buffers = s == ACCEL_ZERO_SHARD_GRAD_OP || s == ACCEL_ZERO_HYBRID_SHARD_ZERO2 ? gall : g1 + g2;
+    out->gather_buffers = s == ACCEL_ZERO_SHARD_GRAD_OP || s == ACCEL_ZERO_HYBRID_SHARD_ZERO2 ? gall : g0 + g1 + g2;
     out->grad_buffers = no_sync ? rall : r1 + r2;
     out->staging = desc->cpu_offload == ACCEL_ON ? maxS * res : 0; /* create's f->stage */
     out->cache = 0; /* accel__fsdp_get reuses exact sizes only */

@@ -17,7 +17,8 @@
    (SHARD_GRAD_OP), ZeRO-3 (FULL_SHARD), ZeRO-3 + CPU offload (the shards and optimizer state in pinned host memory:
    the `host` column), and with --replicate R HYBRID_SHARD / HYBRID_SHARD_ZERO2 (sharded over P / R). Bytes are
    what the runtime allocates at most, for units of one size or of different sizes (its buffer pools reuse a buffer
-   only for a unit of the same size, so they never hold more than the largest units' buffers).
+   only for a unit of the same size, so they never hold more than the largest units' buffers; FULL_SHARD gathers
+   the root unit into a buffer of its own beside the two rotating ones: accel_zero.h UNITS, SHARDS AND BUFFERS).
    Exit codes: 0 ok, 1 the model cannot be read, 2 usage. */
 #include "accel_safetensors.h"
 #include "accel_bigmodel.h"

@@ -1297,6 +1297,10 @@ typedef struct gpt2_z3 {
     char (*names)[32];      /* n: wte, wpe, lnfw, lnfb, h.<l>.<tensor> (the sharded checkpoint's and its merge's) */
     accel_zero_fsdp_state fs;   /* checkpoints: this rank's shard of weights and moments (fsdp_state_<rank>.bin) */
     accel_optim_shard_state ss; /* and AdamW's step counts and hyperparameters (optim_state.bin) */
+    /* the overlap, from accel_zero's events (gpt2_z3_trace): the unit waited on and not yet released (computing;
+       -1: none), the blocks' gathers, and those of them started (prefetched) while the unit before computed */
+    int busy;
+    int64_t block_gathers, block_ahead;
 } gpt2_z3;
 
 typedef struct gpt2_run {
@@ -1436,6 +1440,19 @@ static inline accel_result gpt2_run_weights(gpt2_run *r, float *params) {
 }
 
 /* ----- ZeRO-3 (gpt2_z3, above): the units over the flat buffer, the FSDP object and its shard views */
+/* accel_zero's event hook: counts the blocks' gathers, and those issued ahead — a prefetch started while another
+   unit was between its wait and its release, i.e. computing (FSDP's forward_prefetch / BACKWARD_PRE overlap).
+   The summary line of gpt2_run_finish prints them; tests/mpi/trainer/gpt2_zero3.py checks every block gather after
+   the first (recording) pass is ahead. */
+static inline void gpt2_z3_trace(void *user, accel_zero_event ev, int unit) {
+    gpt2_z3 *z = (gpt2_z3 *)user;
+    if (ev == ACCEL_ZERO_EV_WAIT) z->busy = unit;
+    else if (ev == ACCEL_ZERO_EV_RELEASE && z->busy == unit) z->busy = -1;
+    else if ((ev == ACCEL_ZERO_EV_GATHER || ev == ACCEL_ZERO_EV_PREFETCH) && unit > 0) {
+        z->block_gathers++;
+        z->block_ahead += ev == ACCEL_ZERO_EV_PREFETCH && z->busy >= 0 && z->busy != unit;
+    }
+}
 /* Points the parameter list into the whole flat buffer `params` (NULL: no buffer, ptr NULL). */
 static inline void gpt2_z3_place(gpt2_run *r, float *params) {
     gpt2_z3 *z = &r->z3;
@@ -1521,8 +1538,13 @@ static inline accel_result gpt2_z3_create(gpt2_run *r, float *params) {
     fd.nunits = z->nunits;
     fd.param_dtype = r->z3_param_dtype ? r->z3_param_dtype : ACCEL_F32; /* what the trainer's kernels read */
     fd.reduce_dtype = ACCEL_F32;
-    fd.forward_prefetch = ACCEL_ON;
+    fd.forward_prefetch = ACCEL_ON; /* unit 0 (the root) is held through each pass, the blocks rotate: u + 1's gather
+                                       is in flight while u computes (accel_zero.h UNITS, SHARDS AND BUFFERS) */
+    fd.backward_prefetch = ACCEL_ZERO_BACKWARD_PRE;
     fd.cpu_offload = r->o->offload ? ACCEL_ON : ACCEL_OFF;
+    fd.trace = gpt2_z3_trace;
+    fd.trace_user = z;
+    z->busy = -1;
     if ((res = accel_zero_fsdp_create(r->coll, &fd, &z->f)) != ACCEL_OK ||
         (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_PARAMS, z->vp, z->n)) != ACCEL_OK ||
         (res = accel_zero_fsdp_views(z->f, ACCEL_ZERO_VIEW_GRADS, z->vg, z->n)) != ACCEL_OK ||
@@ -1913,6 +1935,21 @@ static inline accel_result gpt2_run_finish(gpt2_run *r) {
     if ((res = gpt2_run_log_pending(r)) != ACCEL_OK) return res; /* none after a last step: it logs at once */
     if (r->ckpt && (res = accel_ckpt_wait(r->ckpt)) != ACCEL_OK) return res; /* the last async save, or its error */
     gpt2_hooks_run_end(r);
+    if (r->z3.f) { /* --zero 3: the gathers' overlap and the gather buffers' peak (per rank: the same on every rank) */
+        accel_zero_fsdp_stats st;
+        accel_zero_fsdp_desc fd;
+        accel_zero_fsdp_memory em;
+        if ((res = accel_zero_fsdp_get_stats(r->z3.f, &st)) != ACCEL_OK ||
+            (res = accel_zero_fsdp_get_desc(r->z3.f, &fd)) != ACCEL_OK)
+            return res;
+        fd.units = r->z3.units;
+        if ((res = accel_zero_fsdp_estimate(acc, &fd, acc->num_processes, 0, ACCEL_F32, 0, &em)) != ACCEL_OK)
+            return res;
+        accel_print(acc, "zero3: %lld block gathers, %lld prefetched while the unit before computed; gather buffers "
+                    "per rank: at most %d live, peak %llu bytes (estimate %llu: the root + two blocks)\n",
+                    (long long)r->z3.block_gathers, (long long)r->z3.block_ahead, st.peak_gathers,
+                    (unsigned long long)st.peak_gather_bytes, (unsigned long long)em.gather_buffers);
+    }
     if (o->profile_dir) {
         if (acc->is_main_process && (res = accel_prof_print_table(r->prof, stdout)) != ACCEL_OK) return res;
         if ((res = accel_prof_write_trace(r->prof)) != ACCEL_OK) return res;

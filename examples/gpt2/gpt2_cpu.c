@@ -328,6 +328,9 @@ static accel_result unit_get(gpt2 *m, int u, float *w[GPT2_NUM_TENSORS], float *
 static accel_result unit_done(gpt2 *m, int u, int backward) {
     return m->z3 ? gpt2_z3_done(m->z3, u, backward) : ACCEL_OK;
 }
+/* Inside a block's compute: MPI moves the next unit's prefetched gather (and the last unit's reduction) only inside
+   MPI calls, so the block's large steps are interleaved with accel_zero_fsdp_progress (local; no-op otherwise). */
+static accel_result unit_progress(gpt2 *m) { return m->z3 ? accel_zero_fsdp_progress(m->z3->z3.f) : ACCEL_OK; }
 #define TRY(call)                                                                                                    \
     do {                                                                                                            \
         accel_result try_r_ = (call);                                                                               \
@@ -340,7 +343,9 @@ static void gpt2_free(accel *acc, gpt2 *m) {
 }
 
 /* Forward over m->inputs / m->targets (B, T): *loss = the mean loss. Unit by unit (unit_get / unit_done): the
-   embeddings and final norm (unit 0) are held through the pass, each block's weights only while it computes. */
+   embeddings and final norm (unit 0, FSDP's root) are held through the pass, each block's weights only while it
+   computes; under --zero 3 the next block's gather is in flight meanwhile (started by unit_get of this block:
+   forward_prefetch; the root does not take one of the two places, accel_zero.h UNITS, SHARDS AND BUFFERS). */
 static accel_result gpt2_forward(gpt2 *m, float *loss) {
     const gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, L = c->num_layers, l, BT = B * T;
@@ -359,11 +364,14 @@ static accel_result gpt2_forward(gpt2 *m, float *loss) {
         TRY(unit_get(m, 1 + l, w, NULL));
         layernorm_forward(ln1, m->ln1_mean + l * BT, m->ln1_rstd + l * BT, res, w[GPT2_LN1W], w[GPT2_LN1B], BT, C);
         matmul_forward(qkv, ln1, w[GPT2_QKVW], w[GPT2_QKVB], BT, C, 3 * C);
+        TRY(unit_progress(m));
         attention_forward(atty, att, qkv, B, T, C, NH);
+        TRY(unit_progress(m));
         matmul_forward(m->tmp, atty, w[GPT2_ATTPROJW], w[GPT2_ATTPROJB], BT, C, C);
         residual_forward(res2, res, m->tmp, btc);
         layernorm_forward(ln2, m->ln2_mean + l * BT, m->ln2_rstd + l * BT, res2, w[GPT2_LN2W], w[GPT2_LN2B], BT, C);
         matmul_forward(fch, ln2, w[GPT2_FCW], w[GPT2_FCB], BT, C, 4 * C);
+        TRY(unit_progress(m));
         gelu_forward(fch_gelu, fch, 4 * btc);
         matmul_forward(m->tmp, fch_gelu, w[GPT2_FCPROJW], w[GPT2_FCPROJB], BT, 4 * C, C);
         residual_forward(res3, res2, m->tmp, btc);
@@ -402,11 +410,14 @@ static accel_result gpt2_backward(gpt2 *m, float loss_mult) {
         TRY(unit_get(m, 1 + l, w, g));
         matmul_backward(m->d4c, g[GPT2_FCPROJW], g[GPT2_FCPROJB], m->dres, fch_gelu, w[GPT2_FCPROJW], BT, 4 * C, C);
         gelu_backward(m->d4c, fch, 4 * btc);
+        TRY(unit_progress(m)); /* the block before's gather (BACKWARD_PRE), the block after's reduction */
         matmul_backward(m->dc, g[GPT2_FCW], g[GPT2_FCB], m->d4c, ln2, w[GPT2_FCW], BT, C, 4 * C);
+        TRY(unit_progress(m));
         layernorm_backward(m->dres, g[GPT2_LN2W], g[GPT2_LN2B], m->dc, res2, w[GPT2_LN2W], m->ln2_mean + l * BT,
                            m->ln2_rstd + l * BT, BT, C);
         matmul_backward(m->dc, g[GPT2_ATTPROJW], g[GPT2_ATTPROJB], m->dres, atty, w[GPT2_ATTPROJW], BT, C, C);
         attention_backward(m->dqkv, m->datt, m->dc, qkv, att, B, T, C, NH);
+        TRY(unit_progress(m));
         matmul_backward(m->dc, g[GPT2_QKVW], g[GPT2_QKVB], m->dqkv, ln1, w[GPT2_QKVW], BT, C, 3 * C);
         layernorm_backward(m->dres, g[GPT2_LN1W], g[GPT2_LN1B], m->dc, res, w[GPT2_LN1W], m->ln1_mean + l * BT,
                            m->ln1_rstd + l * BT, BT, C);

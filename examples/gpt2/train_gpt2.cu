@@ -44,8 +44,11 @@
    --zero 3 (ZeRO-3 / FSDP FULL_SHARD, gpt2.h's gpt2_z3 as gpt2_cpu.c's): the units are the embeddings with the final
    norm and each block; forward and backward take a unit's bf16 weights (gathered from the shards' bf16 copy, which
    AdamW writes) and fp32 gradient buffer from unit_get and give them back with unit_done (backward: reduce-scatter
-   into the fp32 gradient shard). At most unit 0 and one block are live, so forward releases block l before it
-   gathers l + 1 for the fused residual + LN1. Checkpoints are sharded; the export gathers the shards at the end.
+   into the fp32 gradient shard). FSDP's rule (accel_zero.h UNITS, SHARDS AND BUFFERS): unit 0, the root, is held
+   through each pass and has a gather buffer of its own; two blocks rotate, so block l + 1's gather (on the
+   communicator's stream) is in flight while block l computes — started by unit_get(l) (forward_prefetch; in
+   backward BACKWARD_PRE starts l - 1's) — and forward releases block l right before it waits on l + 1 for the
+   fused residual + LN1. The run's last lines include gpt2.h's zero3 line (prefetched gathers, the buffers' peak). Checkpoints are sharded; the export gathers the shards at the end.
    Not with --sr (its bits are indexed by the flat buffer) or --bench-noop-accel.
 
    Exit status 77 when there is no CUDA device (the test suite's "skip"). */
@@ -264,8 +267,9 @@ static cudaError_t forward(model *m, const int32_t *win, float loss_mult) {
         /* matmul_forward(fch, ln2, ...) + gelu_forward(fch_gelu, fch) */
         GPT2_TRY(matmul_forward(mm, fch_gelu, ln2, w[GPT2_FCW], w[GPT2_FCB], BT, C, 4 * C, st, fch));
         GPT2_TRY(matmul_forward(mm, a->tmp, fch_gelu, w[GPT2_FCPROJW], w[GPT2_FCPROJB], BT, 4 * C, C, st));
-        /* block l is done: its unit goes back before the next one is gathered (at most unit 0 and one block live),
-           then residual_forward(res3, res2, tmp) + the next layernorm_forward with the next unit's weights */
+        /* block l is done: its unit goes back, and the next one (its gather started by unit_get of block l, so it
+           overlapped block l's kernels) is waited on for residual_forward(res3, res2, tmp) + the next
+           layernorm_forward with the next unit's weights */
         GPT2_TRY(unit_done(m, 1 + l, 0));
         if (!last) GPT2_TRY(unit_get(m, 2 + l, w, NULL));
         GPT2_TRY(residual_layernorm_forward(res3, next_ln, next_mean, next_rstd, res2, a->tmp,

@@ -40,12 +40,16 @@ usage: test_gpt2.py CHECK TRAIN_GPT2_EXE GPT2_CPU_EXE [cudnn|no-cudnn]
             every exported tensor within 1e-2 relative L2 error (a missed unit gradient or a stale gather is off by
             far more; bit-equality is reported). A run killed at a random step and resumed from its --zero 3 (sharded:
             fsdp_state files, no model.safetensors) checkpoint ends bit-identical to the straight --zero 3 run.
-            --zero 3 --sr is refused, saying why; control: another seed gives other weights.
+            --zero 3 --sr is refused, saying why; control: another seed gives other weights. Prefetch (FSDP's rule:
+            the root held through the pass, two blocks rotate): --zero 3 --offload stages every unit into a device
+            gather buffer, and its zero3 line must show every block's gather after the first micro-batch started
+            while the unit before it computed, at most 3 buffers live, the peak = the root's + two blocks' bytes.
 """
 import json
 import math
 import os
 import random
+import re
 import struct
 import subprocess
 import sys
@@ -303,6 +307,28 @@ def zero3(gpu, cpu, tmp):
         zero3_with(gpu, os.path.join(tmp, a), a)
 
 
+def zero3_prefetch(stdout, attention, micro):
+    """--zero 3 --offload on one GPU stages every unit into a device gather buffer: the zero3 line (gpt2.h, from
+    accel_zero's events) must show every block's staging after the first micro-batch (the recording pass) started
+    while the unit before it computed — the root (embeddings + final norm) held through the pass, two blocks rotating
+    — and the device gather buffers' peak exactly the root's + two blocks' bf16 buffers (computed here from
+    ZERO3_MODEL's layout: C 128, V 64 padded to 128, T 32, L 2)."""
+    L, C, vp, T = 2, 128, 128, 32
+    m = re.search(r"zero3: (\d+) block gathers, (\d+) prefetched while the unit before computed; gather buffers "
+                  r"per rank: at most (\d+) live, peak (\d+) bytes \(estimate (\d+)", stdout)
+    check(m is not None, "attention %s: --zero 3 --offload prints the zero3 line" % attention)
+    if not m:
+        return
+    gathers, ahead, live, peak, est = (int(x) for x in m.groups())
+    check(gathers == 2 * L * micro and ahead == gathers - 2 * L,
+          "attention %s: --zero 3 --offload: %d of %d block gathers prefetched while the unit before computed (all "
+          "but the first micro-batch's %d)" % (attention, ahead, gathers, 2 * L))
+    root, block = (vp * C + T * C + 2 * C) * 2, (12 * C * C + 13 * C) * 2
+    check(live == 3 and peak == root + 2 * block == est,
+          "attention %s: --zero 3 --offload: at most %d gather buffers live, peak %d bytes == root %d + 2 x block %d "
+          "(estimate %d)" % (attention, live, peak, root, block, est))
+
+
 def zero3_with(gpu, tmp, attention):
     os.makedirs(tmp)
     shard = os.path.join(tmp, "small.bin")
@@ -319,6 +345,8 @@ def zero3_with(gpu, tmp, attention):
         r = run([gpu] + common + extra + ["--loss-file", lf, "--export", ex])
         if tag == "z3":
             check("ZeRO-3" in r.stdout, "attention %s: the banner names ZeRO-3" % attention)
+        if tag == "z3off":
+            zero3_prefetch(r.stdout, attention, steps * 2)
         out[tag] = (open(lf).read(), read_safetensors(os.path.join(ex, "model.safetensors"))[0])
     z0 = out["z0"]
     check(len(z0[0].splitlines()) == steps, "attention %s: %d steps logged" % (attention, steps))

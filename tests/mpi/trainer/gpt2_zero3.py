@@ -18,7 +18,14 @@ usage: gpt2_zero3.py GPT2_CPU_EXE ACCEL_EXE
 - `accel ckpt merge` of the last checkpoint gives the model's own tensors (wte, h.<l>.qkvw, ...), equal bit for bit
   to the export's (Hugging Face names and layout: Conv1D weights transposed, wte's padded rows dropped).
 - --zero 3 with --dump-grads is refused with the reason.
+- prefetch (FSDP's rule: the root kept, two blocks rotate): at np 2 and 4 with 4 blocks, the trainer's zero3 line
+  (counted by gpt2.h from accel_zero's events) says every block's gather after the first micro-batch (the pass that
+  records the order) was a prefetch started while the unit before it computed (between its wait and its release),
+  at most 3 gather buffers were live (the root held through the pass + two blocks), and the gather buffers' peak
+  per rank is exactly the root's + two blocks' F32 buffers, computed here from GPT-2's layout (and equal to
+  accel_zero_fsdp_estimate's figure, which the line prints beside it).
 """
+import re
 import os
 import subprocess
 import sys
@@ -48,6 +55,34 @@ def as_hf(name, vals):
     return hf, vals
 
 
+def gather_bytes(P, L, C=32, V=64, T=16):
+    """F32 gather buffers of the root (wte padded to 128 rows, wpe, ln_f) and of a block, over P ranks."""
+    vp = (V + 127) // 128 * 128
+    root, block = vp * C + T * C + 2 * C, 12 * C * C + 13 * C
+    return [P * ((e + P - 1) // P) * 4 for e in (root, block)]
+
+
+def prefetch(exe, shard):
+    L, steps, accum = 4, 3, 2
+    for np_ in (2, 4):
+        r = gd.run(exe, np_, ["--layers", L, "--data", shard, "--steps", steps, "--accum", accum, "--batch", 2,
+                              "--zero", 3])
+        m = re.search(r"zero3: (\d+) block gathers, (\d+) prefetched while the unit before computed; gather buffers "
+                      r"per rank: at most (\d+) live, peak (\d+) bytes \(estimate (\d+)", r.stdout)
+        gd.check(m is not None, "np %d: the zero3 line is printed" % np_)
+        if not m:
+            continue
+        gathers, ahead, live, peak, est = (int(x) for x in m.groups())
+        micro = steps * accum
+        gd.check(gathers == 2 * L * micro and ahead == gathers - 2 * L,
+                 "np %d: %d of %d block gathers prefetched while the unit before computed (all but the first "
+                 "micro-batch's %d)" % (np_, ahead, gathers, 2 * L))
+        root, block = gather_bytes(np_, L)
+        gd.check(live == 3 and peak == root + 2 * block and est == peak,
+                 "np %d: at most %d gather buffers live (the root + two blocks), peak %d bytes per rank == %d + 2 x %d "
+                 "(estimate %d)" % (np_, live, peak, root, block, est))
+
+
 def main():
     if len(sys.argv) != 3:
         print(__doc__)
@@ -56,6 +91,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="gpt2-zero3-") as tmp:
         shard = os.path.join(tmp, "tiny.bin")
         subprocess.run([exe, "--gen-shard", shard, "20000", "64"], check=True, capture_output=True)
+        prefetch(exe, shard)
         common = ["--data", shard, "--steps", 12, "--lr", 2e-3, "--warmup", 2, "--weight-decay", 0.1, "--seed", 7,
                   "--accum", 2, "--clip", 1.0]
         for np_, b in ((2, 4), (4, 2)):

@@ -687,6 +687,101 @@ static void prefetch_order(accel_coll *c) {
     free(z);
 }
 
+/* FSDP's rule (root kept, two units rotate): a trainer that holds the root (unit 0: embeddings and the final norm
+   + tied LM head) from its first use to its last in each pass, as GPT-2's do, still gets every block's gather in
+   flight while the block before it computes (forward_prefetch, BACKWARD_PRE): the root's buffer does not take one
+   of the two places. Checked on the events of a later micro-batch: every unit's gather is a prefetch, each issued
+   before the previous unit's release; at most the root + two units live (a third rotating gather is an error);
+   the gather pool's peak is the estimate's gather_buffers (the root's + the two largest other units'). */
+static accel_result root_held_micro(z3run *z) {
+    accel_tensor w0[4], w[4], g0[4], g[4];
+    accel_result r;
+    int u;
+    if ((r = accel_zero_fsdp_begin_forward(z->f)) != ACCEL_OK) return r;
+    if ((r = accel_zero_fsdp_wait(z->f, 0, w0, unit_n(0))) != ACCEL_OK) return r;
+    for (u = 1; u < NU; ++u) {
+        if ((r = accel_zero_fsdp_wait(z->f, u, w, unit_n(u))) != ACCEL_OK) return r;
+        if ((r = accel_zero_fsdp_release(z->f, u)) != ACCEL_OK) return r;
+    }
+    if ((r = accel_zero_fsdp_release(z->f, 0)) != ACCEL_OK) return r;
+    if ((r = accel_zero_fsdp_begin_backward(z->f)) != ACCEL_OK) return r;
+    if ((r = accel_zero_fsdp_wait(z->f, 0, w0, unit_n(0))) != ACCEL_OK) return r;
+    if ((r = accel_zero_fsdp_grads(z->f, 0, g0, unit_n(0))) != ACCEL_OK) return r;
+    for (u = NU - 1; u >= 1; --u) {
+        if ((r = accel_zero_fsdp_wait(z->f, u, w, unit_n(u))) != ACCEL_OK) return r;
+        if ((r = accel_zero_fsdp_grads(z->f, u, g, unit_n(u))) != ACCEL_OK) return r;
+        if ((r = accel_zero_fsdp_release(z->f, u)) != ACCEL_OK) return r;
+        if ((r = accel_zero_fsdp_reduce_scatter(z->f, u)) != ACCEL_OK) return r;
+    }
+    if ((r = accel_zero_fsdp_release(z->f, 0)) != ACCEL_OK) return r;
+    if ((r = accel_zero_fsdp_reduce_scatter(z->f, 0)) != ACCEL_OK) return r;
+    if ((r = accel_zero_fsdp_end_backward(z->f)) != ACCEL_OK) return r;
+    return accel_zero_fsdp_zero_grad(z->f);
+}
+static void root_held(accel_coll *c) {
+    z3run *z = (z3run *)calloc(1, sizeof *z);
+    z3cfg k = cfg_of(ACCEL_ZERO_FULL_SHARD, ACCEL_BF16, ACCEL_F32);
+    accel_zero_fsdp_stats st;
+    accel_zero_fsdp_memory em;
+    accel_zero_fsdp_desc rd;
+    accel_zero_unit units[NU];
+    accel_tensor t[NP], w0[4], w[4];
+    char got[256];
+    int mb, u, p, pos_ok;
+    at_context = "root held, two units rotate";
+    AT_CHECK(z3_make(z, c, &k));
+    for (mb = 0; mb < 3; ++mb) { /* outside accumulate: every micro-batch reduces; the third one traced */
+        z->tracing = mb == 2;
+        AT_EQ_INT(root_held_micro(z), ACCEL_OK);
+    }
+    AT_EQ_INT(accel_zero_fsdp_get_stats(z->f, &st), ACCEL_OK);
+    if (P > 1) {
+        ev_units(z, ACCEL_ZERO_EV_PREFETCH, 0, z->nev, got, sizeof got);
+        AT_EQ_STR(got, "0 1 2 3 4 5 6 0 6 5 4 3 2 1");
+        AT_EQ_INT(count_ev(z, ACCEL_ZERO_EV_GATHER), 0);
+        pos_ok = 1; /* forward: u + 1's gather issued before u's release (while u computes) */
+        for (u = 0; u + 1 < NU; ++u) {
+            int pf = find_ev(z, ACCEL_ZERO_EV_PREFETCH, u + 1, 0), rel = find_ev(z, ACCEL_ZERO_EV_RELEASE, u, 0);
+            if (!(pf >= 0 && rel >= 0 && pf < rel)) pos_ok = 0;
+        }
+        AT_CHECK_MSG(pos_ok, "a forward prefetch did not overlap the previous unit with the root held");
+        pos_ok = 1; /* backward: u - 1's gather issued before u's release */
+        for (u = NU - 1; u >= 2; --u) {
+            int bw = find_ev(z, ACCEL_ZERO_EV_PREFETCH, 0, 1); /* begin_backward's (the forward's is event 0) */
+            int pf = find_ev(z, ACCEL_ZERO_EV_PREFETCH, u - 1, bw), rel = find_ev(z, ACCEL_ZERO_EV_RELEASE, u, bw);
+            if (!(bw >= 0 && pf >= 0 && rel >= 0 && pf < rel)) pos_ok = 0;
+        }
+        AT_CHECK_MSG(pos_ok, "a backward prefetch did not overlap the previous unit with the root held");
+        AT_EQ_INT(st.peak_gathers, 3); /* the root + two */
+    }
+    AT_EQ_INT(st.live_gathers, 0);
+    /* the gather pool's peak is the estimate's figure: the root's buffer + the two largest other units' */
+    AT_EQ_INT(accel_zero_fsdp_get_desc(z->f, &rd), ACCEL_OK);
+    for (p = 0; p < NP; ++p) t[p] = tensor(p, NULL, ACCEL_F32);
+    for (u = 0; u < NU; ++u) {
+        units[u].name = NULL;
+        units[u].params = t + unit_first(u);
+        units[u].n = unit_n(u);
+    }
+    rd.units = units;
+    AT_EQ_INT(accel_zero_fsdp_estimate(&acc, &rd, P, 0, ACCEL_F32, 0, &em), ACCEL_OK);
+    AT_EQ_INT((long long)st.peak_gather_bytes, (long long)em.gather_buffers);
+    if (P > 1) { /* with the root and two units live, a third unit's gather is refused on every rank */
+        AT_EQ_INT(accel_zero_fsdp_wait(z->f, 0, w0, unit_n(0)), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_wait(z->f, 1, w, unit_n(1)), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_gather(z->f, 2), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_gather(z->f, 3), ACCEL_ERR_STATE);
+        AT_CONTAINS(accel_last_error(&acc), "besides the root");
+        AT_EQ_INT(accel_zero_fsdp_release(z->f, 1), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_wait(z->f, 2, w, unit_n(2)), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_release(z->f, 2), ACCEL_OK);
+        AT_EQ_INT(accel_zero_fsdp_release(z->f, 0), ACCEL_OK);
+    }
+    z3_free(z);
+    free(z);
+    at_context = "";
+}
+
 /* One micro-batch of a model of K one-tensor units without compute: forward (wait, release), backward (wait, grads,
    release, reduce_scatter), end_backward. */
 static void one_pass(accel_zero_fsdp *f, int K) {
@@ -707,8 +802,9 @@ static void one_pass(accel_zero_fsdp *f, int K) {
     AT_EQ_INT(accel_zero_fsdp_end_backward(f), ACCEL_OK);
 }
 
-/* Per-rank memory through the host allocator: the shards plus at most two units' buffers. A model of 12 equal
-   blocks (the case the bound is about) with BF16 gathers and F32 reductions. */
+/* Per-rank memory through the host allocator: the shards plus at most the root's and two units' gather buffers and
+   two gradient buffers. A model of 12 equal blocks (the case the bound is about) with BF16 gathers and F32
+   reductions. */
 static void memory(accel_coll *c) {
     enum { K = 12, E = 40000 };
     float *init = (float *)calloc(E, 4);
@@ -754,9 +850,10 @@ static void memory(accel_coll *c) {
     /* no_sync (gradient_accumulation_steps 2) holds every unit's gradients between micro-batches: FSDP's no_sync
        memory; the sync micro-batches then reduce them one at a time */
     AT_EQ_INT(st.peak_grads, K);
-    bound = shards + (P > 1 ? 2 * unit_gather : 0) + (long long)K * (P > 1 ? unit_grad : (long long)S * 4);
+    /* the root's gather buffer (unit 0, made once and kept) + two rotating ones */
+    bound = shards + (P > 1 ? 3 * unit_gather : 0) + (long long)K * (P > 1 ? unit_grad : (long long)S * 4);
     /* + the reduce-scatter's scratch (P - 1 blocks of S) and the collective's bookkeeping */
-    AT_CHECK_MSG(peak <= bound + (long long)(P - 1) * (S + 1) * 4 + 65536, "more than the shards + two units");
+    AT_CHECK_MSG(peak <= bound + (long long)(P - 1) * (S + 1) * 4 + 65536, "more than the shards + root + two units");
     {   /* the estimate states the same bytes: the shards as allocated, the bound computed by hand above */
         accel_zero_fsdp_memory em;
         AT_EQ_INT(accel_zero_fsdp_estimate(&acc, &fd, P, 2, ACCEL_F32, 1, &em), ACCEL_OK);
@@ -775,8 +872,8 @@ static void memory(accel_coll *c) {
         printf("zero3 np%d memory (accumulation, no_sync): peak %lld bytes, shards %lld, bound %lld (%.3f)\n", P, peak,
                shards, bound, (double)peak / (double)bound);
     accel_zero_fsdp_destroy(f);
-    /* every micro-batch reduces (outside accumulate, after a sync step): two units' gather buffers and two
-       gradient buffers at most */
+    /* every micro-batch reduces (outside accumulate, after a sync step): the root's and two units' gather buffers
+       and two gradient buffers at most */
     AT_CHECK(accel_should_reduce(&acc));
     AT_EQ_INT(accel_zero_fsdp_create(c, &fd, &f), ACCEL_OK);
     peak_bytes = live_bytes;
@@ -788,8 +885,8 @@ static void memory(accel_coll *c) {
     AT_EQ_INT(accel_zero_fsdp_get_stats(f, &st), ACCEL_OK);
     AT_CHECK(st.peak_gathers <= 2);
     AT_CHECK(st.peak_grads <= 2);
-    bound = shards + (P > 1 ? 2 * unit_gather + 2 * unit_grad : 2LL * S * 4);
-    AT_CHECK_MSG(peak <= bound + (long long)(P - 1) * (S + 1) * 4 + 65536, "more than the shards + two units");
+    bound = shards + (P > 1 ? 3 * unit_gather + 2 * unit_grad : 2LL * S * 4);
+    AT_CHECK_MSG(peak <= bound + (long long)(P - 1) * (S + 1) * 4 + 65536, "more than the shards + root + two units");
     AT_CHECK(peak >= shards);
     {
         accel_zero_fsdp_memory em;
@@ -798,7 +895,8 @@ static void memory(accel_coll *c) {
     }
     if (R == 0)
         printf("zero3 np%d memory (every micro-batch reduces): peak %lld bytes = shards %lld + buffers %lld; bound "
-               "shards + two units %lld (%.3f)\n", P, peak, shards, peak - shards, bound, (double)peak / (double)bound);
+               "shards + root + two units %lld (%.3f)\n", P, peak, shards, peak - shards, bound,
+               (double)peak / (double)bound);
     accel_zero_fsdp_destroy(f);
     free(init);
 }
@@ -818,16 +916,20 @@ static void errors(accel_coll *c) {
     AT_EQ_INT(accel_zero_fsdp_release(z->f, 1), ACCEL_OK);
     AT_EQ_INT(accel_zero_fsdp_release(z->f, 1), ACCEL_ERR_STATE);
     AT_CONTAINS(accel_last_error(&acc), "not in use");
-    /* a third unit gathered while two are live: an error on every rank (the state is the same everywhere) */
+    /* a third unit gathered while two besides the root are live: an error on every rank (the state is the same
+       everywhere) */
     AT_EQ_INT(accel_zero_fsdp_wait(z->f, 0, w, 2), ACCEL_OK);
     AT_EQ_INT(accel_zero_fsdp_gather(z->f, 2), ACCEL_OK);
-    r = accel_zero_fsdp_gather(z->f, 4);
+    AT_EQ_INT(accel_zero_fsdp_gather(z->f, 4), ACCEL_OK); /* the root does not take a place */
+    r = accel_zero_fsdp_gather(z->f, 3);
     AT_EQ_INT(r, P > 1 ? ACCEL_ERR_STATE : ACCEL_OK); /* one process: nothing to gather, no buffer */
     r = accel_zero_fsdp_wait(z->f, 5, w, 2);
     AT_EQ_INT(r, P > 1 ? ACCEL_ERR_STATE : ACCEL_OK);
     if (P == 1) AT_EQ_INT(accel_zero_fsdp_release(z->f, 5), ACCEL_OK);
     AT_EQ_INT(accel_zero_fsdp_wait(z->f, 2, w, 2), ACCEL_OK);
     AT_EQ_INT(accel_zero_fsdp_release(z->f, 2), ACCEL_OK);
+    AT_EQ_INT(accel_zero_fsdp_wait(z->f, 4, w, 2), ACCEL_OK);
+    AT_EQ_INT(accel_zero_fsdp_release(z->f, 4), ACCEL_OK);
     AT_EQ_INT(accel_zero_fsdp_release(z->f, 0), ACCEL_OK);
     /* reduce_scatter without gradients */
     r = accel_zero_fsdp_reduce_scatter(z->f, 3);
@@ -1237,14 +1339,14 @@ static void poison(accel_coll *c) {
 
 /* accel_zero_fsdp_estimate (what `accel estimate` prints) against what the allocator hooks count in real runs of
    FULL_SHARD, SHARD_GRAD_OP, NO_SHARD and FULL_SHARD with offload (BF16 gathers, F32 reductions), driven into the
-   estimate's worst case: forward_prefetch keeps two gathers live, accumulation (no_sync) holds every unit's
-   gradient buffer. Equal units (a transformer's blocks): after create the pinned bytes are exactly `offloaded` and
-   all bytes the shards (+ staging) plus the object's bookkeeping (< 16 KiB); the object's peak of buffers (counted
-   through the same allocators) is exactly gather_buffers + grad_buffers; the peak of all bytes is the total plus at
-   most the collective's scratch ((P - 1) blocks of ceil(E / P) elements) and bookkeeping. Units of different sizes
-   (FULL_SHARD, with and without offload): the same, exactly — each pool's peak is its figure (gather_buffers: the
-   two largest units, grad_buffers: every unit's) and they coincide — with the collective's scratch sized by the
-   largest unit. */
+   estimate's worst case: forward_prefetch keeps two gathers live besides the root's kept buffer, accumulation
+   (no_sync) holds every unit's gradient buffer. Equal units (a transformer's blocks): after create the pinned bytes
+   are exactly `offloaded` and all bytes the shards (+ staging) plus the object's bookkeeping (< 16 KiB); the
+   object's peak of buffers (counted through the same allocators) is exactly gather_buffers + grad_buffers; the peak
+   of all bytes is the total plus at most the collective's scratch ((P - 1) blocks of ceil(E / P) elements) and
+   bookkeeping. Units of different sizes (FULL_SHARD, with and without offload): the same, exactly — each pool's peak
+   is its figure (gather_buffers: the root's + the two largest other units, grad_buffers: every unit's) and they
+   coincide — with the collective's scratch sized by the largest unit. */
 static void estimate_vs_hooks(accel_coll *c) {
     enum { K = 5 };
     static const int EQ[K] = {40000, 40000, 40000, 40000, 40000}, UNEQ[K] = {30000, 41000, 52000, 63000, 24000};
@@ -1647,6 +1749,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "basic")) {
         strategies(c);
         prefetch_order(c);
+        root_held(c);
         memory(c);
         accumulate_each(c);
         checkpoint(c);

@@ -6,8 +6,9 @@ usage: check_estimate.py ACCEL_EXE
   wte, wpe, ln_f); every row of the JSON output equals the per-rank bytes computed here from GPT-2's layout
   (written out below from the architecture, not from accel) and accel_zero.h's documented slot sizing: a unit of E
   elements over a shard group of Ps ranks keeps S = ceil(E / Ps) elements of F32 master and gradient (+ the
-  param_dtype copy), gathers Ps * S of param_dtype (two largest live under FULL_SHARD, every unit under
-  SHARD_GRAD_OP, none on one process), reduces through Ps * S (+ S) of reduce_dtype (two largest, every unit under
+  param_dtype copy), gathers Ps * S of param_dtype (under FULL_SHARD the root's — unit 0, kept — and the two
+  largest other units' live: FSDP's root kept, two units rotate; every unit under SHARD_GRAD_OP, none on one
+  process), reduces through Ps * S (+ S) of reduce_dtype (two largest, every unit under
   --accumulation); ZeRO-1: the optimizer over ceil(N / P). (test_zero3_mpi checks that sizing against the
   allocator hooks of real runs.) The printed table has its rows and header.
 - the same through a safetensors file written here (block names h.<i>., any dtype: the master is F32), a sharded
@@ -47,7 +48,7 @@ def expected(units, P, pes, res, states, no_sync, strategy, offload=False):
     gb = [(s * ps * pes if (ps > 1 or offload) else 0) for s in S]
     rb = [s * ps * res + (s * res if ps > 1 else 0) for s in S]
     top2 = lambda xs: sum(sorted(xs)[-2:])
-    gather = sum(gb) if strategy == "SHARD_GRAD_OP" else top2(gb)
+    gather = sum(gb) if strategy == "SHARD_GRAD_OP" else gb[0] + top2(gb[1:])  # units[0]: the root
     grad = sum(rb) if no_sync else top2(rb)
     staging = max(S) * res if offload else 0
     total = shards + opt + gather + grad + staging
