@@ -636,7 +636,7 @@ struct accel_coll_request {
     int has_mreq;         /* an MPI operation is in flight (ring: rreq[0..1] instead of mreq) */
     /* ring all-reduce (accel__coll_ring_*): reduce-scatter then allgather over point-to-point messages */
     int ring, ring_step;  /* ring: 1 ring, 2 two-rank exchange, 3 direct (3+ ranks), 4 direct in one round (small),
-                             5 two-rank ring in segments (large); ring_step: 0 .. 2(P-1) */
+                             5 two-rank ring in segments (large), 6 all-gather; ring_step: 0 .. 2(P-1) */
     int ring_direct;      /* not in place: step 0 reads ring_src and receives straight into ring_buf (no copy) */
     MPI_Request rreq[2];  /* this step's send and receive */
     MPI_Request *rq;      /* the requests in flight: rreq (ring, exchange) or 2(P-1) in ring_tmp (direct) */
@@ -1415,7 +1415,7 @@ static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with dtype %s, rank %d with %s (%zu "
                                "elements)", what, k, dn ? dn : "?", c->rank, accel_dtype_name(q->dt), q->count);
         }
-        if (q->ring == 2 || q->ring == 4) /* whole buffers: the peer's count is its message's length */
+        if (q->ring == 2 || q->ring == 4 || q->ring == 6) /* whole buffers: the peer's count is its message length */
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with %zu elements, rank %d with %zu "
                                "(%s)", what, k, (size_t)nbytes / accel_dtype_size(q->dt), c->rank, q->count,
                                accel_dtype_name(q->dt));
@@ -1752,7 +1752,42 @@ static accel_result accel__coll_direct_rs_start(accel_coll *c, accel_coll_reques
     return ACCEL_OK;
 }
 
+/* All-gather on point-to-point messages (q->ring == 6), 2..ACCEL__COLL_DIRECT_MAX_RANKS ranks, host (or staged)
+   memory: every rank sends its block to every other rank and receives every other rank's block straight into its
+   place in recv, all in one round, under the call's signature tag (accel__coll_p2p_init). Every rank receives from
+   every peer, so another count or dtype on any rank is ACCEL_ERR_MISMATCH on every rank within about a millisecond
+   (accel__coll_p2p_mismatch); MPI_Iallgather instead gave Open MPI's MPI_ERR_TRUNCATE, raised on MPI_COMM_WORLD and
+   fatal to the job, or a short block and ACCEL_OK. It moves what MPI's ring moves ((P-1) blocks in and out per
+   rank) in one round of concurrent messages instead of P-1 dependent steps; the sends go to rank+1, rank+2, ... so
+   that the ranks don't all start with the same peer. Scratch: the 2(P-1) requests. The result is a copy, so it is
+   the same bits whatever the algorithm. */
+static accel_result accel__coll_allgather_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv,
+                                                size_t es, MPI_Datatype t) {
+    int P = c->size, r = c->rank, i, j = 0, mrc = MPI_SUCCESS;
+    size_t blk = q->count * es;
+    unsigned char *own = (unsigned char *)recv + (size_t)r * blk;
+    accel_result ar = accel__coll_scratch(c, q, (size_t)(2 * (P - 1)) * sizeof(MPI_Request));
+    if (ar != ACCEL_OK) return ar;
+    if (send == MPI_IN_PLACE) send = own;
+    accel__coll_p2p_init(c, q, send, recv, t, MPI_OP_NULL, 1);
+    q->ring = 6;
+    q->rq = (MPI_Request *)(void *)q->ring_tmp;
+    q->nrq = 2 * (P - 1);
+    for (i = 0; i < q->nrq; ++i) q->rq[i] = MPI_REQUEST_NULL;
+    q->has_mreq = 1;
+    if (send != own) memcpy(own, send, blk); /* send and recv don't overlap but in place (the call's contract) */
+    for (i = 1; i < P && mrc == MPI_SUCCESS; ++i, ++j) {
+        int from = (r - i + P) % P, to = (r + i) % P;
+        mrc = MPI_Irecv((unsigned char *)recv + (size_t)from * blk, (int)q->count, t, from, q->ring_tag, c->comm,
+                        &q->rq[P - 1 + j]);
+        if (mrc == MPI_SUCCESS) mrc = MPI_Isend(send, (int)q->count, t, to, q->ring_tag, c->comm, &q->rq[j]);
+    }
+    if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "all_gather (point-to-point)", __FILE__, __LINE__);
+    return ACCEL_OK;
+}
+
 static int accel__coll_mpi_test(accel_coll_request *q, int *flag) {
+    if (q->ring == 6) return accel__mpi_testall(q->nrq, q->rq, flag);
     if (q->ring == 5) return accel__coll_seg_test(q, flag);
     if (q->ring >= 3) return accel__coll_direct_test(q, flag);
     return q->ring ? accel__coll_ring_test(q, flag) : MPI_Test(&q->mreq, flag, MPI_STATUS_IGNORE);
@@ -1812,7 +1847,7 @@ static accel_result accel__coll_progress_x(accel_coll_request *q, int *done) {
         int flag = 0, mrc = accel__coll_mpi_test(q, &flag);
         if (mrc != MPI_SUCCESS) {
             accel_result r =
-                accel__mpi_fail(c->acc, mrc, q->ring ? "all_reduce (ring step)" : "MPI_Test", __FILE__, __LINE__);
+                accel__mpi_fail(c->acc, mrc, q->ring ? accel__coll_kind_name(q->kind) : "MPI_Test", __FILE__, __LINE__);
             c->broken = ACCEL_ERR_MPI;
             accel__coll_orphan(q);
             return r;
@@ -2090,6 +2125,9 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->kind == ACCEL__K_REDUCE_SCATTER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
         (!a->dev || stage))
         return accel__coll_direct_rs_start(c, q, send, recv, es, t, op);
+    if (a->kind == ACCEL__K_ALLGATHER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
+        (!a->dev || stage))
+        return accel__coll_allgather_start(c, q, send, recv, es, t);
     switch (a->kind) {
     case ACCEL__K_ALLREDUCE: mrc = MPI_Iallreduce(send, recv, n, t, op, c->comm, &q->mreq); break;
     case ACCEL__K_REDUCE: mrc = MPI_Ireduce(send, recv, n, t, op, a->root, c->comm, &q->mreq); break;

@@ -3,7 +3,7 @@
    (pad_across_processes, gather_for_metrics, objects); debug-mode mismatches; sub-communicators; local failures.
    usage: test_coll_mpi [basic|fault|fault-large|fault-seg|mismatch] (fault-large: the stall in a 256 KiB
    all-reduce; fault-seg: in a 10 MiB one (the 2-rank ring in segments); mismatch: another count, dtype or op on the
-   last rank without debug mode) */
+   last rank without debug mode; all_gather's on the first, middle and last rank) */
 #include "accel.h"
 #include "accel_collectives.h"
 #include "accel_test.h"
@@ -791,6 +791,56 @@ static void fault(size_t n) {
     /* x is not freed: the abandoned operation's requests may still name it until MPI_Finalize */
 }
 
+/* An all-gather with another count or dtype on one rank (the first, the middle, the last) without debug mode:
+   ACCEL_ERR_MISMATCH on every rank at once, naming the peer and what differs (before, Open MPI's MPI_Iallgather
+   raised MPI_ERR_TRUNCATE on MPI_COMM_WORLD and ended the job, or a rank got ACCEL_OK and a short block). Each case
+   on a fresh context (a mismatch breaks it, as the all-reduce's). */
+static void mismatch_all_gather(float *x, float *y) {
+    static const struct { size_t n, n_odd; accel_dtype dt, dt_odd; const char *says; }
+        cases[] = {{4, 3, ACCEL_F32, ACCEL_F32, "elements"}, {16384, 16383, ACCEL_F32, ACCEL_F32, "elements"},
+                   {16, 16, ACCEL_F32, ACCEL_I32, "dtype"}};
+    int odd_ranks[3], w;
+    size_t i;
+    odd_ranks[0] = 0; odd_ranks[1] = P / 2; odd_ranks[2] = P - 1;
+    for (w = 0; w < 3; ++w) {
+        int odd = odd_ranks[w];
+        if (w > 0 && odd == odd_ranks[w - 1]) continue;
+        for (i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+            accel_coll *c;
+            accel_coll_desc cd;
+            double t0;
+            accel_result r;
+            char ctx[96], want[96];
+            snprintf(ctx, sizeof ctx, "all_gather mismatch on rank %d, case %zu", odd, i);
+            at_context = ctx;
+            memset(&cd, 0, sizeof cd);
+            cd.timeout_ms = 20000; /* a missed mismatch would end in ACCEL_ERR_TIMEOUT after 20 s */
+            AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+            AT_EQ_INT(accel_coll_all_gather(c, x, y, 8, ACCEL_F32), ACCEL_OK); /* healthy first */
+            t0 = accel_now();
+            r = accel_coll_all_gather(c, x, y, R == odd ? cases[i].n_odd : cases[i].n,
+                                      R == odd ? cases[i].dt_odd : cases[i].dt);
+            AT_EQ_INT(r, ACCEL_ERR_MISMATCH);
+            AT_CHECK_MSG(accel_now() - t0 < 5.0, "the mismatch was found at once, not at the deadline");
+            AT_CONTAINS(accel_last_error(&acc), "all_gather: rank ");
+            AT_CONTAINS(accel_last_error(&acc), cases[i].says);
+            if (R != odd) { /* the others name the odd rank and its count or dtype */
+                if (cases[i].n != cases[i].n_odd)
+                    snprintf(want, sizeof want, "rank %d called it with %zu elements, rank %d with %zu", odd,
+                             cases[i].n_odd, R, cases[i].n);
+                else
+                    snprintf(want, sizeof want, "rank %d called it with dtype %s, rank %d with %s", odd,
+                             accel_dtype_name(cases[i].dt_odd), R, accel_dtype_name(cases[i].dt));
+                AT_CONTAINS(accel_last_error(&acc), want);
+            }
+            AT_EQ_INT(accel_coll_all_gather(c, x, y, 4, ACCEL_F32), ACCEL_ERR_STATE); /* broken now */
+            AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+            accel_coll_destroy(c);
+        }
+    }
+    at_context = "";
+}
+
 /* The last rank calls an all-reduce with another count, dtype or op than the others, without debug mode: every rank
    must get ACCEL_ERR_MISMATCH at once (before the tag carried the call's signature, rank 0 of 2 got ACCEL_OK and a
    wrong sum for counts 4 vs 3, and the others an MPI error or the deadline). Each case on a fresh context (a
@@ -844,6 +894,11 @@ static void mismatch(void) {
         AT_CONTAINS(accel_last_error(&acc), "reduce_scatter: rank");
         AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
         accel_coll_destroy(c);
+    }
+    { /* all_gather: recv for 4 ranks of 16384 floats; neither buffer is freed (below) */
+        float *y = (float *)malloc((size_t)P * 16384 * sizeof(float));
+        AT_CHECK(y != NULL);
+        if (y) mismatch_all_gather(x, y);
     }
     /* x is not freed: the unmatched messages' requests may still name it until MPI_Finalize */
 }
