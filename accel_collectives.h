@@ -653,6 +653,7 @@ struct accel_coll_request {
     MPI_Op ring_op;
     int ring_tag;
     double probe_at;      /* next look for a peer's message of another signature (accel__coll_p2p_mismatch) */
+    void *red_tmp;        /* a reduce's result off the root (the reduce runs as a point-to-point all-reduce) */
 #endif
 #ifdef ACCEL__COLL_NCCL
     cudaEvent_t ev;
@@ -1188,6 +1189,7 @@ static void accel__coll_release(accel_coll_request *q) {
         if (!c->ring_cache && !q->has_mreq) { c->ring_cache = q->ring_tmp; c->ring_cache_bytes = q->ring_tmp_bytes; }
         else accel_host_free(c->acc, q->ring_tmp);
     }
+    accel_host_free(c->acc, q->red_tmp);
 #endif
     if (q->stage_kind == 1) accel_pinned_free(c->acc, q->stage);
     else if (q->stage_kind == 2) accel_device_free(c->acc, q->stage);
@@ -2115,6 +2117,19 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         }
         if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, accel__coll_kind_name(a->kind), __FILE__, __LINE__);
         return ACCEL_OK;
+    }
+    if (a->kind == ACCEL__K_REDUCE && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
+        (a->count >= 2 || P > 2 || accel__coll_exchange(c, es)) && (!a->dev || stage)) {
+        /* REDUCE ON MPI (the manual): the point-to-point all-reduce, its result kept on the root alone. Staged, the
+           stage is the buffer in place on every rank; else off the root the result goes to scratch. */
+        if (me != a->root && !stage) {
+            q->red_tmp = accel_host_alloc(c->acc, a->count * es);
+            if (!q->red_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "reduce: %zu bytes of scratch",
+                                                a->count * es);
+            recv = q->red_tmp;
+        }
+        return P == 2 ? accel__coll_ring_start(c, q, send, recv, es, t, op)
+                      : accel__coll_direct_start(c, q, send, recv, es, t, op);
     }
     if (a->kind == ACCEL__K_ALLREDUCE && P == 2 && (a->count >= 2 || (a->count == 1 && accel__coll_exchange(c, es))) &&
         (!a->dev || stage))
