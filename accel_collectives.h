@@ -1379,14 +1379,17 @@ static unsigned accel__coll_tag_sig(size_t count, accel_dtype dt, accel_coll_op 
 static void accel__coll_p2p_init(accel_coll *c, accel_coll_request *q, const void *send, void *recv, MPI_Datatype t,
                                  MPI_Op op, int direct) {
     int bits = accel__coll_tag_sig_bits(c);
+    size_t key = q->count;
     q->ring_step = 0;
     q->ring_direct = direct;
     q->ring_src = direct ? (const unsigned char *)send : (const unsigned char *)recv;
     q->ring_buf = (unsigned char *)recv;
     q->ring_t = t;
     q->ring_op = op;
+    if (q->kind == ACCEL__K_GATHER || q->kind == ACCEL__K_BCAST) /* the root too (a reduce's root needs no check) */
+        key ^= (size_t)(q->root + 1) * (size_t)0x9E3779B1u << (sizeof(size_t) > 4 ? 20 : 0);
     q->ring_tag = (int)((c->ring_seq++ % (1u << ACCEL__COLL_TAG_SEQ_BITS)) |
-                        (accel__coll_tag_sig(q->count, q->dt, q->op, bits) << ACCEL__COLL_TAG_SEQ_BITS));
+                        (accel__coll_tag_sig(key, q->dt, q->op, bits) << ACCEL__COLL_TAG_SEQ_BITS));
     q->probe_at = q->start + 1e-3;
 }
 
@@ -1421,6 +1424,10 @@ static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with %zu elements, rank %d with %zu "
                                "(%s)", what, k, (size_t)nbytes / accel_dtype_size(q->dt), c->rank, q->count,
                                accel_dtype_name(q->dt));
+        if (q->ring == 7)
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with another element count or root "
+                               "than rank %d (%zu %s, root %d)", what, k, c->rank, q->count, accel_dtype_name(q->dt),
+                               q->root);
         return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with another element count than rank %d "
                            "(%zu %s; its message holds %d bytes)", what, k, c->rank, q->count,
                            accel_dtype_name(q->dt), nbytes);
@@ -1788,8 +1795,49 @@ static accel_result accel__coll_allgather_start(accel_coll *c, accel_coll_reques
     return ACCEL_OK;
 }
 
+/* Gather and broadcast on point-to-point messages (q->ring == 7), 2..ACCEL__COLL_DIRECT_MAX_RANKS ranks, host (or
+   staged) memory. The data go straight where they belong (gather: every block to the root, into its place in recv;
+   broadcast: the root's buffer to every other rank), and every other pair of ranks exchanges an empty message, all
+   posted at once under the call's signature tag, with the root mixed into the count's hash (accel__coll_p2p_init).
+   So every rank receives one message from every peer, and another count, dtype or root on any rank is
+   ACCEL_ERR_MISMATCH on every rank within about a millisecond (accel__coll_p2p_mismatch) — a gather with a shorter
+   block on one rank gave ACCEL_OK and a wrong result before, a broadcast Open MPI's fatal MPI_ERR_TRUNCATE. The empty
+   messages cost one small-message latency that overlaps the data. A broadcast sends the whole buffer from the root
+   to each rank (no tree, no scatter + all-gather): the root sends P-1 buffers (bench_coll --ops has the figures). */
+static accel_result accel__coll_rooted_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv,
+                                             size_t es, MPI_Datatype t) {
+    int P = c->size, r = c->rank, root = q->root, gather = q->kind == ACCEL__K_GATHER, i, j = 0, mrc = MPI_SUCCESS;
+    size_t blk = q->count * es;
+    accel_result ar = accel__coll_scratch(c, q, (size_t)(2 * (P - 1)) * sizeof(MPI_Request));
+    if (ar != ACCEL_OK) return ar;
+    if (gather && r == root && send == MPI_IN_PLACE) send = (unsigned char *)recv + (size_t)r * blk;
+    accel__coll_p2p_init(c, q, send, recv, t, MPI_OP_NULL, 1);
+    q->ring = 7;
+    q->rq = (MPI_Request *)(void *)q->ring_tmp;
+    q->nrq = 2 * (P - 1);
+    for (i = 0; i < q->nrq; ++i) q->rq[i] = MPI_REQUEST_NULL;
+    q->has_mreq = 1;
+    if (gather && r == root && send != (unsigned char *)recv + (size_t)r * blk)
+        memcpy((unsigned char *)recv + (size_t)r * blk, send, blk);
+    for (i = 1; i < P && mrc == MPI_SUCCESS; ++i, ++j) {
+        int from = (r - i + P) % P, to = (r + i) % P, rn = 0, sn = 0;
+        void *rb = q->ring_tmp;             /* empty messages: any valid address */
+        const void *sb = q->ring_tmp;
+        if (gather ? r == root : from == root) {
+            rb = gather ? (unsigned char *)recv + (size_t)from * blk : recv;
+            rn = 1;
+        }
+        if (gather ? to == root : r == root) { sb = send; sn = 1; }
+        mrc = MPI_Irecv(rb, rn ? (int)q->count : 0, t, from, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
+        if (mrc == MPI_SUCCESS)
+            mrc = MPI_Isend(sb, sn ? (int)q->count : 0, t, to, q->ring_tag, c->comm, &q->rq[j]);
+    }
+    if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, accel__coll_kind_name(q->kind), __FILE__, __LINE__);
+    return ACCEL_OK;
+}
+
 static int accel__coll_mpi_test(accel_coll_request *q, int *flag) {
-    if (q->ring == 6) return accel__mpi_testall(q->nrq, q->rq, flag);
+    if (q->ring >= 6) return accel__mpi_testall(q->nrq, q->rq, flag);
     if (q->ring == 5) return accel__coll_seg_test(q, flag);
     if (q->ring >= 3) return accel__coll_direct_test(q, flag);
     return q->ring ? accel__coll_ring_test(q, flag) : MPI_Test(&q->mreq, flag, MPI_STATUS_IGNORE);
@@ -2140,6 +2188,10 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->kind == ACCEL__K_REDUCE_SCATTER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
         (!a->dev || stage))
         return accel__coll_direct_rs_start(c, q, send, recv, es, t, op);
+    if ((a->kind == ACCEL__K_GATHER || a->kind == ACCEL__K_BCAST) && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS &&
+        a->count >= 1 && (!a->dev || stage))
+        return a->kind == ACCEL__K_BCAST ? accel__coll_rooted_start(c, q, bcast_buf, bcast_buf, es, t)
+                                         : accel__coll_rooted_start(c, q, send, recv, es, t);
     if (a->kind == ACCEL__K_ALLGATHER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
         (!a->dev || stage))
         return accel__coll_allgather_start(c, q, send, recv, es, t);

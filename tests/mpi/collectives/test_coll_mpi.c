@@ -830,20 +830,24 @@ static void fault(size_t n) {
     /* x is not freed: the abandoned operation's requests may still name it until MPI_Finalize */
 }
 
-/* An all-gather or a reduce with another count, dtype or op (reduce) on one rank (the first, the middle, the last)
-   without debug mode: ACCEL_ERR_MISMATCH on every rank at once, naming the peer and what differs (before, Open MPI's
-   MPI_Iallgather raised MPI_ERR_TRUNCATE on MPI_COMM_WORLD and ended the job, and a reduce gave ACCEL_OK and a wrong
-   sum). Each case on a fresh context (a mismatch breaks it, as the all-reduce's). */
+/* An all-gather, reduce, gather or broadcast with another count, dtype, op (reduce) or root (gather, broadcast) on
+   one rank (the first, the middle, the last) without debug mode: ACCEL_ERR_MISMATCH on every rank at once, naming the
+   peer and what differs (before, Open MPI's MPI_Iallgather / MPI_Ibcast raised MPI_ERR_TRUNCATE on MPI_COMM_WORLD and
+   ended the job, and a reduce or gather gave ACCEL_OK and a wrong result). Each case on a fresh context (a mismatch
+   breaks it, as the all-reduce's). */
 static void mismatch_ops(float *x, float *y) {
-    static const struct { size_t n, n_odd; accel_dtype dt, dt_odd; accel_coll_op op, op_odd; const char *says; }
-        cases[] = {{4, 3, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, "elements"},
-                   {16384, 16383, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, "element"},
-                   {16, 16, ACCEL_F32, ACCEL_I32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, "dtype"},
-                   {16, 16, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_MAX, "op"}};
+    static const struct {
+        size_t n, n_odd; accel_dtype dt, dt_odd; accel_coll_op op, op_odd; int root_shift; const char *says;
+    } cases[] = {{4, 3, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, 0, "element"},
+                 {16384, 16383, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, 0, "element"},
+                 {16, 16, ACCEL_F32, ACCEL_I32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, 0, "dtype"},
+                 {16, 16, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_MAX, 0, "op"},
+                 {16, 16, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, 1, "root"}};
+    static const char *whats[] = {"all_gather", "reduce", "gather", "broadcast"};
     int odd_ranks[3], w, kind;
     size_t i;
     odd_ranks[0] = 0; odd_ranks[1] = P / 2; odd_ranks[2] = P - 1;
-    for (kind = 0; kind < 2; ++kind)
+    for (kind = 0; kind < 4; ++kind)
         for (w = 0; w < 3; ++w) {
             int odd = odd_ranks[w];
             if (w > 0 && odd == odd_ranks[w - 1]) continue;
@@ -855,8 +859,11 @@ static void mismatch_ops(float *x, float *y) {
                 char ctx[96], want[96];
                 size_t n = R == odd ? cases[i].n_odd : cases[i].n;
                 accel_dtype dt = R == odd ? cases[i].dt_odd : cases[i].dt;
-                const char *what = kind == 0 ? "all_gather" : "reduce";
-                if (kind == 0 && cases[i].op != cases[i].op_odd) continue; /* all_gather has no op */
+                const char *what = whats[kind];
+                int root = P / 2, rooted = kind >= 2;
+                if (R == odd) root = (root + cases[i].root_shift) % P;
+                if (cases[i].op != cases[i].op_odd && kind != 1) continue; /* an op: reduce alone */
+                if (cases[i].root_shift && !rooted) continue;              /* a root: gather, broadcast */
                 snprintf(ctx, sizeof ctx, "%s mismatch on rank %d, case %zu", what, odd, i);
                 at_context = ctx;
                 memset(&cd, 0, sizeof cd);
@@ -865,8 +872,11 @@ static void mismatch_ops(float *x, float *y) {
                 AT_EQ_INT(accel_coll_all_gather(c, x, y, 8, ACCEL_F32), ACCEL_OK); /* healthy first */
                 t0 = accel_now();
                 if (kind == 0) r = accel_coll_all_gather(c, x, y, n, dt);
-                else r = accel_coll_reduce(c, x, R == P / 2 ? y : NULL, n, dt, R == odd ? cases[i].op_odd : cases[i].op,
-                                           P / 2);
+                else if (kind == 1)
+                    r = accel_coll_reduce(c, x, R == root ? y : NULL, n, dt, R == odd ? cases[i].op_odd : cases[i].op,
+                                          root);
+                else if (kind == 2) r = accel_coll_gather(c, x, R == root ? y : NULL, n, dt, root);
+                else r = accel_coll_broadcast(c, x, n, dt, root);
                 AT_EQ_INT(r, ACCEL_ERR_MISMATCH);
                 AT_CHECK_MSG(accel_now() - t0 < 5.0, "the mismatch was found at once, not at the deadline");
                 snprintf(want, sizeof want, "%s: rank ", what);
@@ -874,7 +884,10 @@ static void mismatch_ops(float *x, float *y) {
                 AT_CONTAINS(accel_last_error(&acc), cases[i].says);
                 if (R != odd) { /* the others name the odd rank and its count, dtype or op */
                     want[0] = 0;
-                    if (cases[i].n != cases[i].n_odd && (kind == 0 || cases[i].n < 64))
+                    if ((cases[i].n != cases[i].n_odd || cases[i].root_shift) && rooted)
+                        snprintf(want, sizeof want, "rank %d called it with another element count or root than rank %d",
+                                 odd, R);
+                    else if (cases[i].n != cases[i].n_odd && (kind == 0 || cases[i].n < 64))
                         snprintf(want, sizeof want, "rank %d called it with %zu elements, rank %d with %zu", odd,
                                  cases[i].n_odd, R, cases[i].n);
                     else if (cases[i].n != cases[i].n_odd)
