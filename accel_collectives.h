@@ -11,6 +11,7 @@
      THE HOST PROCESS GROUP       an NCCL communicator serving the core's host collectives
      OPTIONS                      accel_coll_desc
      ALL-REDUCE ON MPI            the polled point-to-point algorithms and their summation order
+     OTHER OPERATIONS ON MPI      reduce, all_gather, gather, broadcast on point-to-point messages
      PROCESS MESH                 Accelerate's ParallelismConfig groups as communicators
      COLLECTIVE CALLS AND ERRORS
      FLIGHT RECORDER              the last calls of every group, dumped per rank; `accel fr`
@@ -69,13 +70,15 @@
                      algorithms; see ALL-REDUCE ON MPI); async ops always have the deadline.
      debug           accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). On: every rank's (op, dtype,
                      count, root) are all-gathered before each collective; a difference is ACCEL_ERR_MISMATCH on all.
-                     Off, an all-reduce or reduce-scatter of host (or staged) memory on 2-64 ranks is still checked
-                     at no cost: its messages' tags carry (op, dtype, count), and a difference is ACCEL_ERR_MISMATCH
+                     Off, every data operation of host (or staged) memory on 2-64 ranks with the deadline — all-reduce,
+                     reduce-scatter, reduce, all_gather, gather, broadcast — is still checked: they run on accel's
+                     point-to-point algorithms (ALL-REDUCE ON MPI, OTHER OPERATIONS ON MPI) whose messages' tags carry
+                     (op, dtype, count; reduce, gather, broadcast: the root too), and a difference is ACCEL_ERR_MISMATCH
                      on every rank within about a millisecond, naming the rank and what differs (the context is then
-                     unusable). broadcast, all_gather, gather and reduce run on MPI's own algorithms and are not
-                     checked off debug mode: another count there can give ACCEL_OK and a wrong result (gather,
-                     reduce), or Open MPI's MPI_ERR_TRUNCATE, which its non-blocking collectives raise on
-                     MPI_COMM_WORLD (by default fatal to the job).
+                     unusable). Not checked off debug mode: all_gather_v (its byte counts differ by design), a
+                     no_watchdog context's blocking calls (MPI's own), more than 64 ranks, NCCL; there another count
+                     can give a wrong result or Open MPI's MPI_ERR_TRUNCATE, raised on MPI_COMM_WORLD (by default
+                     fatal to the job), and the flight recorder names the difference at the deadline.
      cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
 
    ALL-REDUCE ON MPI (with the deadline, no_watchdog 0)
@@ -92,6 +95,17 @@
      A reduce-scatter (2-64 ranks, same conditions) is the first phase of that direct algorithm: each block is
      folded in rank order on its owner, so it equals the matching block of the all-reduce bit for bit (ZeRO-3's
      reduce-scatter of a unit therefore equals DDP's all-reduce of it). Scratch: P-1 blocks.
+
+   OTHER OPERATIONS ON MPI (host or staged memory, 2-64 ranks, with the deadline; else MPI_I* + polling)
+     reduce      the point-to-point all-reduce above, its result kept on the root (scratch elsewhere); on 3+
+                 ranks above the eager limit the second phase sends the folded chunks to the root alone. The root's
+                 bits are the all-reduce's (the rank-order sum on 3+ ranks), on every root.
+     all_gather  one round: every rank sends its block to every other rank, straight into its place in recv.
+     gather      every block straight to the root's recv, and an empty message between every other pair of ranks;
+     broadcast   the root's buffer to every other rank (no tree), an empty message between every other pair.
+     The empty messages make every rank receive one message of the call from every peer, so that a difference
+     anywhere is found everywhere; they overlap the data. Speed against MPI_Reduce / MPI_Allgather / MPI_Gather /
+     MPI_Bcast: bench/collectives/bench_coll --ops (the implementation's section 6).
 
    PROCESS MESH (Accelerate's ParallelismConfig + the DeviceMesh it builds)
        accel_coll_mesh *mesh;
@@ -1386,7 +1400,7 @@ static void accel__coll_p2p_init(accel_coll *c, accel_coll_request *q, const voi
     q->ring_buf = (unsigned char *)recv;
     q->ring_t = t;
     q->ring_op = op;
-    if (q->kind == ACCEL__K_GATHER || q->kind == ACCEL__K_BCAST) /* the root too (a reduce's root needs no check) */
+    if (q->kind == ACCEL__K_GATHER || q->kind == ACCEL__K_BCAST || q->kind == ACCEL__K_REDUCE) /* the root too */
         key ^= (size_t)(q->root + 1) * (size_t)0x9E3779B1u << (sizeof(size_t) > 4 ? 20 : 0);
     q->ring_tag = (int)((c->ring_seq++ % (1u << ACCEL__COLL_TAG_SEQ_BITS)) |
                         (accel__coll_tag_sig(key, q->dt, q->op, bits) << ACCEL__COLL_TAG_SEQ_BITS));
@@ -1420,14 +1434,18 @@ static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with dtype %s, rank %d with %s (%zu "
                                "elements)", what, k, dn ? dn : "?", c->rank, accel_dtype_name(q->dt), q->count);
         }
+        if ((q->ring == 2 || q->ring == 4) && q->kind == ACCEL__K_REDUCE &&
+            (size_t)nbytes == q->count * accel_dtype_size(q->dt)) /* same length, another signature: the root */
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with another root than rank %d "
+                               "(root %d)", what, k, c->rank, q->root);
+        if (q->ring == 7 || (q->kind == ACCEL__K_REDUCE && q->ring != 2 && q->ring != 4))
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with another element count or root "
+                               "than rank %d (%zu %s, root %d)", what, k, c->rank, q->count, accel_dtype_name(q->dt),
+                               q->root);
         if (q->ring == 2 || q->ring == 4 || q->ring == 6) /* whole buffers: the peer's count is its message length */
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with %zu elements, rank %d with %zu "
                                "(%s)", what, k, (size_t)nbytes / accel_dtype_size(q->dt), c->rank, q->count,
                                accel_dtype_name(q->dt));
-        if (q->ring == 7)
-            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with another element count or root "
-                               "than rank %d (%zu %s, root %d)", what, k, c->rank, q->count, accel_dtype_name(q->dt),
-                               q->root);
         return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with another element count than rank %d "
                            "(%zu %s; its message holds %d bytes)", what, k, c->rank, q->count,
                            accel_dtype_name(q->dt), nbytes);
@@ -1625,10 +1643,11 @@ static int accel__coll_direct_post(accel_coll_request *q) {
                                 &q->rq[P - 1 + j]);
             if (mrc == MPI_SUCCESS && kcnt > 0)
                 mrc = MPI_Isend(q->ring_src + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
-        } else { /* my folded chunk to rank k; chunk k from rank k */
-            if (kcnt > 0)
+        } else { /* my folded chunk to rank k; chunk k from rank k (a reduce: to and on the root alone) */
+            int red = q->kind == ACCEL__K_REDUCE;
+            if (kcnt > 0 && (!red || r == q->root))
                 mrc = MPI_Irecv(q->ring_buf + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
-            if (mrc == MPI_SUCCESS && mcnt > 0)
+            if (mrc == MPI_SUCCESS && mcnt > 0 && (!red || k == q->root))
                 mrc = MPI_Isend(q->ring_buf + moff * es, mcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
         }
         ++j;

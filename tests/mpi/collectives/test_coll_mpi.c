@@ -863,7 +863,7 @@ static void mismatch_ops(float *x, float *y) {
                 int root = P / 2, rooted = kind >= 2;
                 if (R == odd) root = (root + cases[i].root_shift) % P;
                 if (cases[i].op != cases[i].op_odd && kind != 1) continue; /* an op: reduce alone */
-                if (cases[i].root_shift && !rooted) continue;              /* a root: gather, broadcast */
+                if (cases[i].root_shift && kind == 0) continue;            /* a root: reduce, gather, broadcast */
                 snprintf(ctx, sizeof ctx, "%s mismatch on rank %d, case %zu", what, odd, i);
                 at_context = ctx;
                 memset(&cd, 0, sizeof cd);
@@ -884,7 +884,10 @@ static void mismatch_ops(float *x, float *y) {
                 AT_CONTAINS(accel_last_error(&acc), cases[i].says);
                 if (R != odd) { /* the others name the odd rank and its count, dtype or op */
                     want[0] = 0;
-                    if ((cases[i].n != cases[i].n_odd || cases[i].root_shift) && rooted)
+                    if (cases[i].root_shift && kind == 1 && cases[i].n < 64)
+                        snprintf(want, sizeof want, "rank %d called it with another root than rank %d", odd, R);
+                    else if ((cases[i].n != cases[i].n_odd || cases[i].root_shift) &&
+                             (rooted || (kind == 1 && cases[i].n >= 64)))
                         snprintf(want, sizeof want, "rank %d called it with another element count or root than rank %d",
                                  odd, R);
                     else if (cases[i].n != cases[i].n_odd && (kind == 0 || cases[i].n < 64))
