@@ -1388,6 +1388,13 @@ static unsigned accel__coll_tag_sig(size_t count, accel_dtype dt, accel_coll_op 
     return bits >= 32 ? sig : sig & ((1u << bits) - 1u);
 }
 
+/* the signature's op field: the op of a reduction (0-4), else the kind of the call (5 all_gather, 6 gather,
+   7 broadcast), so that ranks calling different collectives at the same point never match each other's messages */
+static accel_coll_op accel__coll_tag_op(const accel_coll_request *q) {
+    return q->kind == ACCEL__K_ALLGATHER ? (accel_coll_op)5 : q->kind == ACCEL__K_GATHER ? (accel_coll_op)6
+         : q->kind == ACCEL__K_BCAST ? (accel_coll_op)7 : q->op;
+}
+
 /* what every point-to-point all-reduce records: buffers (direct: the send buffer is read where it is), type, op, and
    the message tag (above) */
 static void accel__coll_p2p_init(accel_coll *c, accel_coll_request *q, const void *send, void *recv, MPI_Datatype t,
@@ -1403,7 +1410,7 @@ static void accel__coll_p2p_init(accel_coll *c, accel_coll_request *q, const voi
     if (q->kind == ACCEL__K_GATHER || q->kind == ACCEL__K_BCAST || q->kind == ACCEL__K_REDUCE) /* the root too */
         key ^= (size_t)(q->root + 1) * (size_t)0x9E3779B1u << (sizeof(size_t) > 4 ? 20 : 0);
     q->ring_tag = (int)((c->ring_seq++ % (1u << ACCEL__COLL_TAG_SEQ_BITS)) |
-                        (accel__coll_tag_sig(key, q->dt, q->op, bits) << ACCEL__COLL_TAG_SEQ_BITS));
+                        (accel__coll_tag_sig(key, q->dt, accel__coll_tag_op(q), bits) << ACCEL__COLL_TAG_SEQ_BITS));
     q->probe_at = q->start + 1e-3;
 }
 
@@ -1425,6 +1432,11 @@ static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
         sig = theirs >> ACCEL__COLL_TAG_SEQ_BITS;
         msig = mine >> ACCEL__COLL_TAG_SEQ_BITS;
         (void)MPI_Get_count(&st, MPI_BYTE, &nbytes);
+        if ((sig & 7u) != (msig & 7u) && bits >= 3 && ((sig & 7u) >= 5 || (msig & 7u) >= 5)) {
+            static const char *kinds[] = {"all_gather", "gather", "broadcast"};
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called %s at this point, rank %d %s", what, k,
+                               (sig & 7u) >= 5 ? kinds[(sig & 7u) - 5] : "a reduction", c->rank, what);
+        }
         if ((sig & 7u) != (msig & 7u) && bits >= 3)
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH,
                                "%s: rank %d called it with op %s, rank %d with op %s", what, k,
