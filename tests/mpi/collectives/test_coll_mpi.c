@@ -966,6 +966,26 @@ static void mismatch(void) {
         AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
         accel_coll_destroy(c);
     }
+    { /* different collectives at one point with the same count and dtype: an all_gather on the last rank against an
+         all_reduce elsewhere (their messages would match without the kind in the signature) */
+        static float y[64 * 4];
+        accel_coll *c;
+        accel_coll_desc cd;
+        accel_result r;
+        memset(&cd, 0, sizeof cd);
+        cd.timeout_ms = 20000;
+        AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+        r = R == P - 1 ? accel_coll_all_gather(c, x, y, 4, ACCEL_F32)
+                       : accel_coll_all_reduce(c, x, x, 4, ACCEL_F32, ACCEL_COLL_SUM);
+        AT_EQ_INT(r, ACCEL_ERR_MISMATCH);
+        if (R != P - 1) {
+            char want[64];
+            snprintf(want, sizeof want, "rank %d called all_gather at this point", P - 1);
+            AT_CONTAINS(accel_last_error(&acc), want);
+        }
+        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+        accel_coll_destroy(c);
+    }
     { /* all_gather: recv for 4 ranks of 16384 floats; neither buffer is freed (below) */
         float *y = (float *)malloc((size_t)P * 16384 * sizeof(float));
         AT_CHECK(y != NULL);
