@@ -11,6 +11,7 @@
      THE HOST PROCESS GROUP       an NCCL communicator serving the core's host collectives
      OPTIONS                      accel_coll_desc
      ALL-REDUCE ON MPI            the polled point-to-point algorithms and their summation order
+     OTHER OPERATIONS ON MPI      reduce, all_gather, gather, broadcast on point-to-point messages
      PROCESS MESH                 Accelerate's ParallelismConfig groups as communicators
      COLLECTIVE CALLS AND ERRORS
      FLIGHT RECORDER              the last calls of every group, dumped per rank; `accel fr`
@@ -69,13 +70,15 @@
                      algorithms; see ALL-REDUCE ON MPI); async ops always have the deadline.
      debug           accel_toggle; ACCEL_DEFAULT → acc.debug (ACCELERATE_DEBUG_MODE). On: every rank's (op, dtype,
                      count, root) are all-gathered before each collective; a difference is ACCEL_ERR_MISMATCH on all.
-                     Off, an all-reduce or reduce-scatter of host (or staged) memory on 2-64 ranks is still checked
-                     at no cost: its messages' tags carry (op, dtype, count), and a difference is ACCEL_ERR_MISMATCH
+                     Off, every data operation of host (or staged) memory on 2-64 ranks with the deadline — all-reduce,
+                     reduce-scatter, reduce, all_gather, gather, broadcast — is still checked: they run on accel's
+                     point-to-point algorithms (ALL-REDUCE ON MPI, OTHER OPERATIONS ON MPI) whose messages' tags carry
+                     (op, dtype, count; reduce, gather, broadcast: the root too), and a difference is ACCEL_ERR_MISMATCH
                      on every rank within about a millisecond, naming the rank and what differs (the context is then
-                     unusable). broadcast, all_gather, gather and reduce run on MPI's own algorithms and are not
-                     checked off debug mode: another count there can give ACCEL_OK and a wrong result (gather,
-                     reduce), or Open MPI's MPI_ERR_TRUNCATE, which its non-blocking collectives raise on
-                     MPI_COMM_WORLD (by default fatal to the job).
+                     unusable). Not checked off debug mode: all_gather_v (its byte counts differ by design), a
+                     no_watchdog context's blocking calls (MPI's own), more than 64 ranks, NCCL; there another count
+                     can give a wrong result or Open MPI's MPI_ERR_TRUNCATE, raised on MPI_COMM_WORLD (by default
+                     fatal to the job), and the flight recorder names the difference at the deadline.
      cuda_aware_mpi  accel_toggle; ACCEL_DEFAULT → ACCEL_CUDA_AWARE_MPI, else the MPI library's answer (BACKENDS).
 
    ALL-REDUCE ON MPI (with the deadline, no_watchdog 0)
@@ -92,6 +95,17 @@
      A reduce-scatter (2-64 ranks, same conditions) is the first phase of that direct algorithm: each block is
      folded in rank order on its owner, so it equals the matching block of the all-reduce bit for bit (ZeRO-3's
      reduce-scatter of a unit therefore equals DDP's all-reduce of it). Scratch: P-1 blocks.
+
+   OTHER OPERATIONS ON MPI (host or staged memory, 2-64 ranks, with the deadline; else MPI_I* + polling)
+     reduce      the point-to-point all-reduce above, its result kept on the root (scratch elsewhere); on 3+
+                 ranks above the eager limit the second phase sends the folded chunks to the root alone. The root's
+                 bits are the all-reduce's (the rank-order sum on 3+ ranks), on every root.
+     all_gather  one round: every rank sends its block to every other rank, straight into its place in recv.
+     gather      every block straight to the root's recv, and an empty message between every other pair of ranks;
+     broadcast   the root's buffer to every other rank (no tree), an empty message between every other pair.
+     The empty messages make every rank receive one message of the call from every peer, so that a difference
+     anywhere is found everywhere; they overlap the data. Speed against MPI_Reduce / MPI_Allgather / MPI_Gather /
+     MPI_Bcast: bench/collectives/bench_coll --ops (the implementation's section 6).
 
    PROCESS MESH (Accelerate's ParallelismConfig + the DeviceMesh it builds)
        accel_coll_mesh *mesh;
@@ -636,7 +650,7 @@ struct accel_coll_request {
     int has_mreq;         /* an MPI operation is in flight (ring: rreq[0..1] instead of mreq) */
     /* ring all-reduce (accel__coll_ring_*): reduce-scatter then allgather over point-to-point messages */
     int ring, ring_step;  /* ring: 1 ring, 2 two-rank exchange, 3 direct (3+ ranks), 4 direct in one round (small),
-                             5 two-rank ring in segments (large); ring_step: 0 .. 2(P-1) */
+                             5 two-rank ring in segments (large), 6 all-gather; ring_step: 0 .. 2(P-1) */
     int ring_direct;      /* not in place: step 0 reads ring_src and receives straight into ring_buf (no copy) */
     MPI_Request rreq[2];  /* this step's send and receive */
     MPI_Request *rq;      /* the requests in flight: rreq (ring, exchange) or 2(P-1) in ring_tmp (direct) */
@@ -653,6 +667,7 @@ struct accel_coll_request {
     MPI_Op ring_op;
     int ring_tag;
     double probe_at;      /* next look for a peer's message of another signature (accel__coll_p2p_mismatch) */
+    void *red_tmp;        /* a reduce's result off the root (the reduce runs as a point-to-point all-reduce) */
 #endif
 #ifdef ACCEL__COLL_NCCL
     cudaEvent_t ev;
@@ -1188,6 +1203,7 @@ static void accel__coll_release(accel_coll_request *q) {
         if (!c->ring_cache && !q->has_mreq) { c->ring_cache = q->ring_tmp; c->ring_cache_bytes = q->ring_tmp_bytes; }
         else accel_host_free(c->acc, q->ring_tmp);
     }
+    accel_host_free(c->acc, q->red_tmp);
 #endif
     if (q->stage_kind == 1) accel_pinned_free(c->acc, q->stage);
     else if (q->stage_kind == 2) accel_device_free(c->acc, q->stage);
@@ -1372,19 +1388,29 @@ static unsigned accel__coll_tag_sig(size_t count, accel_dtype dt, accel_coll_op 
     return bits >= 32 ? sig : sig & ((1u << bits) - 1u);
 }
 
+/* the signature's op field: the op of a reduction (0-4), else the kind of the call (5 all_gather, 6 gather,
+   7 broadcast), so that ranks calling different collectives at the same point never match each other's messages */
+static accel_coll_op accel__coll_tag_op(const accel_coll_request *q) {
+    return q->kind == ACCEL__K_ALLGATHER ? (accel_coll_op)5 : q->kind == ACCEL__K_GATHER ? (accel_coll_op)6
+         : q->kind == ACCEL__K_BCAST ? (accel_coll_op)7 : q->op;
+}
+
 /* what every point-to-point all-reduce records: buffers (direct: the send buffer is read where it is), type, op, and
    the message tag (above) */
 static void accel__coll_p2p_init(accel_coll *c, accel_coll_request *q, const void *send, void *recv, MPI_Datatype t,
                                  MPI_Op op, int direct) {
     int bits = accel__coll_tag_sig_bits(c);
+    size_t key = q->count;
     q->ring_step = 0;
     q->ring_direct = direct;
     q->ring_src = direct ? (const unsigned char *)send : (const unsigned char *)recv;
     q->ring_buf = (unsigned char *)recv;
     q->ring_t = t;
     q->ring_op = op;
+    if (q->kind == ACCEL__K_GATHER || q->kind == ACCEL__K_BCAST || q->kind == ACCEL__K_REDUCE) /* the root too */
+        key ^= (size_t)(q->root + 1) * (size_t)0x9E3779B1u << (sizeof(size_t) > 4 ? 20 : 0);
     q->ring_tag = (int)((c->ring_seq++ % (1u << ACCEL__COLL_TAG_SEQ_BITS)) |
-                        (accel__coll_tag_sig(q->count, q->dt, q->op, bits) << ACCEL__COLL_TAG_SEQ_BITS));
+                        (accel__coll_tag_sig(key, q->dt, accel__coll_tag_op(q), bits) << ACCEL__COLL_TAG_SEQ_BITS));
     q->probe_at = q->start + 1e-3;
 }
 
@@ -1406,6 +1432,11 @@ static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
         sig = theirs >> ACCEL__COLL_TAG_SEQ_BITS;
         msig = mine >> ACCEL__COLL_TAG_SEQ_BITS;
         (void)MPI_Get_count(&st, MPI_BYTE, &nbytes);
+        if ((sig & 7u) != (msig & 7u) && bits >= 3 && ((sig & 7u) >= 5 || (msig & 7u) >= 5)) {
+            static const char *kinds[] = {"all_gather", "gather", "broadcast"};
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called %s at this point, rank %d %s", what, k,
+                               (sig & 7u) >= 5 ? kinds[(sig & 7u) - 5] : "a reduction", c->rank, what);
+        }
         if ((sig & 7u) != (msig & 7u) && bits >= 3)
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH,
                                "%s: rank %d called it with op %s, rank %d with op %s", what, k,
@@ -1415,7 +1446,15 @@ static accel_result accel__coll_p2p_mismatch(accel_coll_request *q) {
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with dtype %s, rank %d with %s (%zu "
                                "elements)", what, k, dn ? dn : "?", c->rank, accel_dtype_name(q->dt), q->count);
         }
-        if (q->ring == 2 || q->ring == 4) /* whole buffers: the peer's count is its message's length */
+        if ((q->ring == 2 || q->ring == 4) && q->kind == ACCEL__K_REDUCE &&
+            (size_t)nbytes == q->count * accel_dtype_size(q->dt)) /* same length, another signature: the root */
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with another root than rank %d "
+                               "(root %d)", what, k, c->rank, q->root);
+        if (q->ring == 7 || (q->kind == ACCEL__K_REDUCE && q->ring != 2 && q->ring != 4))
+            return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with another element count or root "
+                               "than rank %d (%zu %s, root %d)", what, k, c->rank, q->count, accel_dtype_name(q->dt),
+                               q->root);
+        if (q->ring == 2 || q->ring == 4 || q->ring == 6) /* whole buffers: the peer's count is its message length */
             return ACCEL__FAIL(c->acc, ACCEL_ERR_MISMATCH, "%s: rank %d called it with %zu elements, rank %d with %zu "
                                "(%s)", what, k, (size_t)nbytes / accel_dtype_size(q->dt), c->rank, q->count,
                                accel_dtype_name(q->dt));
@@ -1616,10 +1655,11 @@ static int accel__coll_direct_post(accel_coll_request *q) {
                                 &q->rq[P - 1 + j]);
             if (mrc == MPI_SUCCESS && kcnt > 0)
                 mrc = MPI_Isend(q->ring_src + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
-        } else { /* my folded chunk to rank k; chunk k from rank k */
-            if (kcnt > 0)
+        } else { /* my folded chunk to rank k; chunk k from rank k (a reduce: to and on the root alone) */
+            int red = q->kind == ACCEL__K_REDUCE;
+            if (kcnt > 0 && (!red || r == q->root))
                 mrc = MPI_Irecv(q->ring_buf + koff * es, kcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
-            if (mrc == MPI_SUCCESS && mcnt > 0)
+            if (mrc == MPI_SUCCESS && mcnt > 0 && (!red || k == q->root))
                 mrc = MPI_Isend(q->ring_buf + moff * es, mcnt, q->ring_t, k, q->ring_tag, c->comm, &q->rq[j]);
         }
         ++j;
@@ -1752,7 +1792,83 @@ static accel_result accel__coll_direct_rs_start(accel_coll *c, accel_coll_reques
     return ACCEL_OK;
 }
 
+/* All-gather on point-to-point messages (q->ring == 6), 2..ACCEL__COLL_DIRECT_MAX_RANKS ranks, host (or staged)
+   memory: every rank sends its block to every other rank and receives every other rank's block straight into its
+   place in recv, all in one round, under the call's signature tag (accel__coll_p2p_init). Every rank receives from
+   every peer, so another count or dtype on any rank is ACCEL_ERR_MISMATCH on every rank within about a millisecond
+   (accel__coll_p2p_mismatch); MPI_Iallgather instead gave Open MPI's MPI_ERR_TRUNCATE, raised on MPI_COMM_WORLD and
+   fatal to the job, or a short block and ACCEL_OK. It moves what MPI's ring moves ((P-1) blocks in and out per
+   rank) in one round of concurrent messages instead of P-1 dependent steps; the sends go to rank+1, rank+2, ... so
+   that the ranks don't all start with the same peer. Scratch: the 2(P-1) requests. The result is a copy, so it is
+   the same bits whatever the algorithm. */
+static accel_result accel__coll_allgather_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv,
+                                                size_t es, MPI_Datatype t) {
+    int P = c->size, r = c->rank, i, j = 0, mrc = MPI_SUCCESS;
+    size_t blk = q->count * es;
+    unsigned char *own = (unsigned char *)recv + (size_t)r * blk;
+    accel_result ar = accel__coll_scratch(c, q, (size_t)(2 * (P - 1)) * sizeof(MPI_Request));
+    if (ar != ACCEL_OK) return ar;
+    if (send == MPI_IN_PLACE) send = own;
+    accel__coll_p2p_init(c, q, send, recv, t, MPI_OP_NULL, 1);
+    q->ring = 6;
+    q->rq = (MPI_Request *)(void *)q->ring_tmp;
+    q->nrq = 2 * (P - 1);
+    for (i = 0; i < q->nrq; ++i) q->rq[i] = MPI_REQUEST_NULL;
+    q->has_mreq = 1;
+    if (send != own) memcpy(own, send, blk); /* send and recv don't overlap but in place (the call's contract) */
+    for (i = 1; i < P && mrc == MPI_SUCCESS; ++i, ++j) {
+        int from = (r - i + P) % P, to = (r + i) % P;
+        mrc = MPI_Irecv((unsigned char *)recv + (size_t)from * blk, (int)q->count, t, from, q->ring_tag, c->comm,
+                        &q->rq[P - 1 + j]);
+        if (mrc == MPI_SUCCESS) mrc = MPI_Isend(send, (int)q->count, t, to, q->ring_tag, c->comm, &q->rq[j]);
+    }
+    if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, "all_gather (point-to-point)", __FILE__, __LINE__);
+    return ACCEL_OK;
+}
+
+/* Gather and broadcast on point-to-point messages (q->ring == 7), 2..ACCEL__COLL_DIRECT_MAX_RANKS ranks, host (or
+   staged) memory. The data go straight where they belong (gather: every block to the root, into its place in recv;
+   broadcast: the root's buffer to every other rank), and every other pair of ranks exchanges an empty message, all
+   posted at once under the call's signature tag, with the root mixed into the count's hash (accel__coll_p2p_init).
+   So every rank receives one message from every peer, and another count, dtype or root on any rank is
+   ACCEL_ERR_MISMATCH on every rank within about a millisecond (accel__coll_p2p_mismatch) — a gather with a shorter
+   block on one rank gave ACCEL_OK and a wrong result before, a broadcast Open MPI's fatal MPI_ERR_TRUNCATE. The empty
+   messages cost one small-message latency that overlaps the data. A broadcast sends the whole buffer from the root
+   to each rank (no tree, no scatter + all-gather): the root sends P-1 buffers (bench_coll --ops has the figures). */
+static accel_result accel__coll_rooted_start(accel_coll *c, accel_coll_request *q, const void *send, void *recv,
+                                             size_t es, MPI_Datatype t) {
+    int P = c->size, r = c->rank, root = q->root, gather = q->kind == ACCEL__K_GATHER, i, j = 0, mrc = MPI_SUCCESS;
+    size_t blk = q->count * es;
+    accel_result ar = accel__coll_scratch(c, q, (size_t)(2 * (P - 1)) * sizeof(MPI_Request));
+    if (ar != ACCEL_OK) return ar;
+    if (gather && r == root && send == MPI_IN_PLACE) send = (unsigned char *)recv + (size_t)r * blk;
+    accel__coll_p2p_init(c, q, send, recv, t, MPI_OP_NULL, 1);
+    q->ring = 7;
+    q->rq = (MPI_Request *)(void *)q->ring_tmp;
+    q->nrq = 2 * (P - 1);
+    for (i = 0; i < q->nrq; ++i) q->rq[i] = MPI_REQUEST_NULL;
+    q->has_mreq = 1;
+    if (gather && r == root && send != (unsigned char *)recv + (size_t)r * blk)
+        memcpy((unsigned char *)recv + (size_t)r * blk, send, blk);
+    for (i = 1; i < P && mrc == MPI_SUCCESS; ++i, ++j) {
+        int from = (r - i + P) % P, to = (r + i) % P, rn = 0, sn = 0;
+        void *rb = q->ring_tmp;             /* empty messages: any valid address */
+        const void *sb = q->ring_tmp;
+        if (gather ? r == root : from == root) {
+            rb = gather ? (unsigned char *)recv + (size_t)from * blk : recv;
+            rn = 1;
+        }
+        if (gather ? to == root : r == root) { sb = send; sn = 1; }
+        mrc = MPI_Irecv(rb, rn ? (int)q->count : 0, t, from, q->ring_tag, c->comm, &q->rq[P - 1 + j]);
+        if (mrc == MPI_SUCCESS)
+            mrc = MPI_Isend(sb, sn ? (int)q->count : 0, t, to, q->ring_tag, c->comm, &q->rq[j]);
+    }
+    if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, accel__coll_kind_name(q->kind), __FILE__, __LINE__);
+    return ACCEL_OK;
+}
+
 static int accel__coll_mpi_test(accel_coll_request *q, int *flag) {
+    if (q->ring >= 6) return accel__mpi_testall(q->nrq, q->rq, flag);
     if (q->ring == 5) return accel__coll_seg_test(q, flag);
     if (q->ring >= 3) return accel__coll_direct_test(q, flag);
     return q->ring ? accel__coll_ring_test(q, flag) : MPI_Test(&q->mreq, flag, MPI_STATUS_IGNORE);
@@ -1812,7 +1928,7 @@ static accel_result accel__coll_progress_x(accel_coll_request *q, int *done) {
         int flag = 0, mrc = accel__coll_mpi_test(q, &flag);
         if (mrc != MPI_SUCCESS) {
             accel_result r =
-                accel__mpi_fail(c->acc, mrc, q->ring ? "all_reduce (ring step)" : "MPI_Test", __FILE__, __LINE__);
+                accel__mpi_fail(c->acc, mrc, q->ring ? accel__coll_kind_name(q->kind) : "MPI_Test", __FILE__, __LINE__);
             c->broken = ACCEL_ERR_MPI;
             accel__coll_orphan(q);
             return r;
@@ -2081,6 +2197,19 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
         if (mrc != MPI_SUCCESS) return accel__mpi_fail(c->acc, mrc, accel__coll_kind_name(a->kind), __FILE__, __LINE__);
         return ACCEL_OK;
     }
+    if (a->kind == ACCEL__K_REDUCE && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
+        (a->count >= 2 || P > 2 || accel__coll_exchange(c, es)) && (!a->dev || stage)) {
+        /* REDUCE ON MPI (the manual): the point-to-point all-reduce, its result kept on the root alone. Staged, the
+           stage is the buffer in place on every rank; else off the root the result goes to scratch. */
+        if (me != a->root && !stage) {
+            q->red_tmp = accel_host_alloc(c->acc, a->count * es);
+            if (!q->red_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "reduce: %zu bytes of scratch",
+                                                a->count * es);
+            recv = q->red_tmp;
+        }
+        return P == 2 ? accel__coll_ring_start(c, q, send, recv, es, t, op)
+                      : accel__coll_direct_start(c, q, send, recv, es, t, op);
+    }
     if (a->kind == ACCEL__K_ALLREDUCE && P == 2 && (a->count >= 2 || (a->count == 1 && accel__coll_exchange(c, es))) &&
         (!a->dev || stage))
         return accel__coll_ring_start(c, q, send, recv, es, t, op);
@@ -2090,6 +2219,13 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->kind == ACCEL__K_REDUCE_SCATTER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
         (!a->dev || stage))
         return accel__coll_direct_rs_start(c, q, send, recv, es, t, op);
+    if ((a->kind == ACCEL__K_GATHER || a->kind == ACCEL__K_BCAST) && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS &&
+        a->count >= 1 && (!a->dev || stage))
+        return a->kind == ACCEL__K_BCAST ? accel__coll_rooted_start(c, q, bcast_buf, bcast_buf, es, t)
+                                         : accel__coll_rooted_start(c, q, send, recv, es, t);
+    if (a->kind == ACCEL__K_ALLGATHER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
+        (!a->dev || stage))
+        return accel__coll_allgather_start(c, q, send, recv, es, t);
     switch (a->kind) {
     case ACCEL__K_ALLREDUCE: mrc = MPI_Iallreduce(send, recv, n, t, op, c->comm, &q->mreq); break;
     case ACCEL__K_REDUCE: mrc = MPI_Ireduce(send, recv, n, t, op, a->root, c->comm, &q->mreq); break;

@@ -11,8 +11,9 @@
       on the same sizes and DDP on the GPT-2 list, run from rank 0 while the other rank sleeps.
    4. overlap: a backward pass simulated layer by layer with the reducer fed as gradients become ready, against
       max(compute, communication) (goal: <= 1.1x) and all-reduce after backward (see overlap()).
-   ACCEL_BENCH_ONLY=sweep|overlap runs that part alone; ACCEL_BENCH_OVERLAP_RHO (compute / communication, default
-   0.5, 1 and 2) and ACCEL_BENCH_OVERLAP_REPS (best of, default 3) tune part 4. */
+   5. all_gather, gather, reduce, broadcast against MPI_Allgather/Gather/Reduce/Bcast on 2, 3 and 4 ranks (ops()).
+   ACCEL_BENCH_ONLY=sweep|overlap|ops (or the argument --ops) runs that part alone; ACCEL_BENCH_OVERLAP_RHO
+   (compute / communication, default 0.5, 1 and 2) and ACCEL_BENCH_OVERLAP_REPS (best of, default 3) tune part 4. */
 #include "accel.h"
 #include "accel_collectives.h"
 #include "accel_ddp.h"
@@ -450,6 +451,103 @@ static void torch_peer(const char *script, size_t max_bytes, const double *accel
     }
 }
 
+/* 5. the other host data collectives — all_gather, gather, reduce (F32 sum), broadcast — accel (with its watchdog
+   and, where accel checks the call's signature outside debug mode, that check) against the raw MPI_* call on the same
+   buffers and the same communicator, on sub-communicators of 2, 3 and 4 ranks of this run (ranks outside one wait),
+   4 B .. 16 MiB per rank's block; accel and MPI blocks alternate, best of 5. Ratio: MPI's time / accel's (goal 0.99
+   at 64 KiB). Roots: the last rank of the group. */
+static double ops_block(int kind, int mpi, accel_coll *c, MPI_Comm comm, float *a, float *b, size_t n, int it) {
+    int i, p, root, rc = ACCEL_OK;
+    double t0, t;
+    MPI_Comm_size(comm, &p);
+    root = p - 1;
+    MPI_Barrier(comm);
+    t0 = accel_now();
+    for (i = 0; i < it && rc == ACCEL_OK; ++i) {
+        switch (kind) {
+        case 0:
+            if (mpi) MPI_Allgather(a, (int)n, MPI_FLOAT, b, (int)n, MPI_FLOAT, comm);
+            else rc = accel_coll_all_gather(c, a, b, n, ACCEL_F32);
+            break;
+        case 1:
+            if (mpi) MPI_Gather(a, (int)n, MPI_FLOAT, b, (int)n, MPI_FLOAT, root, comm);
+            else rc = accel_coll_gather(c, a, b, n, ACCEL_F32, root);
+            break;
+        case 2:
+            if (mpi) MPI_Reduce(a, b, (int)n, MPI_FLOAT, MPI_SUM, root, comm);
+            else rc = accel_coll_reduce(c, a, b, n, ACCEL_F32, ACCEL_COLL_SUM, root);
+            break;
+        default:
+            if (mpi) MPI_Bcast(a, (int)n, MPI_FLOAT, root, comm);
+            else rc = accel_coll_broadcast(c, a, n, ACCEL_F32, root);
+            break;
+        }
+    }
+    if (rc != ACCEL_OK) {
+        fprintf(stderr, "%s\n", accel_last_error(&acc));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    t = (accel_now() - t0) / it;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+    return t;
+}
+
+static void ops(void) {
+    static const char *names[] = {"all_gather", "gather", "reduce", "broadcast"};
+    static const size_t bytes[] = {4, 4096, 65536, (size_t)1 << 20, (size_t)16 << 20};
+    int np;
+    for (np = 2; np <= P && np <= 4; ++np) {
+        MPI_Comm sub;
+        MPI_Comm_split(MPI_COMM_WORLD, R < np ? 0 : MPI_UNDEFINED, R, &sub);
+        if (sub != MPI_COMM_NULL) {
+            accel_coll *c;
+            accel_coll_desc cd;
+            int kind, si;
+            memset(&cd, 0, sizeof cd);
+            cd.mpi_comm = &sub;
+            if (accel_coll_create(&acc, &cd, &c) != ACCEL_OK) {
+                fprintf(stderr, "%s\n", accel_last_error(&acc));
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+            for (si = 0; si < (int)(sizeof bytes / sizeof bytes[0]); ++si) {
+                size_t S = bytes[si], n = S / 4;
+                float *a = (float *)calloc(n, 4), *b = (float *)calloc(n * (size_t)np, 4);
+                int it = (int)(((size_t)64 << 20) / S / (size_t)np), rep;
+                if (it > 2000) it = 2000;
+                if (it < 3) it = 3;
+                for (kind = 0; kind < 4; ++kind) {
+                    double best[2] = {1e30, 1e30};
+                    char params[160];
+                    ops_block(kind, 0, c, sub, a, b, n, 2);
+                    ops_block(kind, 1, c, sub, a, b, n, 2);
+                    for (rep = 0; rep < 5; ++rep) {
+                        int m;
+                        for (m = 0; m < 2; ++m) {
+                            double t = ops_block(kind, m, c, sub, a, b, n, it);
+                            if (t < best[m]) best[m] = t;
+                        }
+                    }
+                    snprintf(params, sizeof params, "\"op\": \"%s\", \"np\": %d, \"bytes\": %zu, \"dtype\": \"F32\"",
+                             names[kind], np, S);
+                    if (R == 0) {
+                        printf("{\"bench\": \"coll_host_op\", \"params\": {%s}, \"unit\": \"us\", \"accel\": %.3f, "
+                               "\"reference\": %.3f, \"reference_name\": \"MPI_%s\", \"ratio\": %.4f, \"goal\": %s}\n",
+                               params, best[0] * 1e6, best[1] * 1e6,
+                               kind == 0 ? "Allgather" : kind == 1 ? "Gather" : kind == 2 ? "Reduce" : "Bcast",
+                               best[1] / best[0], S == 65536 ? "0.99" : "null");
+                        fflush(stdout);
+                    }
+                }
+                free(a);
+                free(b);
+            }
+            accel_coll_destroy(c);
+            MPI_Comm_free(&sub);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
 int main(int argc, char **argv) {
     accel_desc d;
     const char *s = getenv("ACCEL_BENCH_MAX_BYTES");
@@ -467,8 +565,13 @@ int main(int argc, char **argv) {
         int nsizes = 0;
         accel_coll *cw;
         size_t S;
-        const char *only = getenv("ACCEL_BENCH_ONLY"); /* "sweep" or "overlap": that part alone */
+        const char *only = getenv("ACCEL_BENCH_ONLY"); /* "sweep", "overlap" or "ops": that part alone */
         int sweep_only = only && strcmp(only, "sweep") == 0, overlap_only = only && strcmp(only, "overlap") == 0;
+        if ((only && strcmp(only, "ops") == 0) || (script && strcmp(script, "--ops") == 0)) {
+            ops();
+            accel_shutdown(&acc);
+            return 0;
+        }
         if (!overlap_only) sweep(max_bytes);
         if (!sweep_only && !overlap_only) gpt2();
         if (!sweep_only) {

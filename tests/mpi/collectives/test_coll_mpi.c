@@ -3,7 +3,7 @@
    (pad_across_processes, gather_for_metrics, objects); debug-mode mismatches; sub-communicators; local failures.
    usage: test_coll_mpi [basic|fault|fault-large|fault-seg|mismatch] (fault-large: the stall in a 256 KiB
    all-reduce; fault-seg: in a 10 MiB one (the 2-rank ring in segments); mismatch: another count, dtype or op on the
-   last rank without debug mode) */
+   last rank without debug mode; all_gather's and reduce's on the first, middle and last rank) */
 #include "accel.h"
 #include "accel_collectives.h"
 #include "accel_test.h"
@@ -164,6 +164,44 @@ static void typed_ops(accel_coll *c, accel_dtype dt, size_t n) {
     at_context = "";
     free(a);
     free(b);
+}
+
+/* A reduce is the point-to-point all-reduce kept on the root (the manual, REDUCE ON MPI): the root's sum has the
+   all-reduce's bits (rank-order sum on 3+ ranks) for values whose float sum depends on the order, at sizes of every
+   algorithm (one round / exchange, two phases / ring, 2-rank segments), in place and out of place, on every root;
+   and it is within P-1 roundings of the float64 sum computed here. */
+static void reduce_bits(accel_coll *c) {
+    static const size_t sizes[] = {1, 5, 1031, 70001, 2621441};
+    size_t si, i;
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
+        size_t n = sizes[si];
+        float *x = (float *)malloc(n * 4), *ar = (float *)malloc(n * 4), *rd = (float *)malloc(n * 4);
+        int root, bad = 0, far = 0, r;
+        for (i = 0; i < n; ++i) x[i] = (float)(sin(0.731 * (double)i + 2.1 * R) * 1e3 / (1.0 + (double)(i % 13)));
+        AT_EQ_INT(accel_coll_all_reduce(c, x, ar, n, ACCEL_F32, ACCEL_COLL_SUM), ACCEL_OK);
+        for (root = 0; root < P; ++root) {
+            int inplace = root % 2;
+            if (inplace) memcpy(rd, x, n * 4);
+            else memset(rd, 0, n * 4);
+            AT_EQ_INT(accel_coll_reduce(c, inplace ? rd : x, R == root ? rd : NULL, n, ACCEL_F32, ACCEL_COLL_SUM, root),
+                      ACCEL_OK);
+            if (R == root) bad += memcmp(rd, ar, n * 4) != 0;
+        }
+        for (i = 0; i < n; ++i) {
+            double ref = 0, mag = 0;
+            for (r = 0; r < P; ++r) {
+                double v = (float)(sin(0.731 * (double)i + 2.1 * r) * 1e3 / (1.0 + (double)(i % 13)));
+                ref += v;
+                mag += fabs(v);
+            }
+            if (fabs((double)ar[i] - ref) > (P - 1) * mag * 6e-8 + 1e-30) far++;
+        }
+        AT_EQ_INT(bad, 0);
+        AT_EQ_INT(far, 0);
+        free(x);
+        free(ar);
+        free(rd);
+    }
 }
 
 /* bf16/fp16 sums of non-integer values: exactly RNE(a + b) for 2 ranks; within P-1 float-add roundings otherwise */
@@ -726,6 +764,7 @@ static void basic(void) {
         for (s = 0; s < 5; ++s) typed_ops(c, dts[k], sizes[s]);
     }
     half_sums(c);
+    reduce_bits(c);
     async_ops(c);
     ring_concurrent(c);
     reduce_scatter_order(c);
@@ -791,6 +830,88 @@ static void fault(size_t n) {
     /* x is not freed: the abandoned operation's requests may still name it until MPI_Finalize */
 }
 
+/* An all-gather, reduce, gather or broadcast with another count, dtype, op (reduce) or root (gather, broadcast) on
+   one rank (the first, the middle, the last) without debug mode: ACCEL_ERR_MISMATCH on every rank at once, naming the
+   peer and what differs (before, Open MPI's MPI_Iallgather / MPI_Ibcast raised MPI_ERR_TRUNCATE on MPI_COMM_WORLD and
+   ended the job, and a reduce or gather gave ACCEL_OK and a wrong result). Each case on a fresh context (a mismatch
+   breaks it, as the all-reduce's). */
+static void mismatch_ops(float *x, float *y) {
+    static const struct {
+        size_t n, n_odd; accel_dtype dt, dt_odd; accel_coll_op op, op_odd; int root_shift; const char *says;
+    } cases[] = {{4, 3, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, 0, "element"},
+                 {16384, 16383, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, 0, "element"},
+                 {16, 16, ACCEL_F32, ACCEL_I32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, 0, "dtype"},
+                 {16, 16, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_MAX, 0, "op"},
+                 {16, 16, ACCEL_F32, ACCEL_F32, ACCEL_COLL_SUM, ACCEL_COLL_SUM, 1, "root"}};
+    static const char *whats[] = {"all_gather", "reduce", "gather", "broadcast"};
+    int odd_ranks[3], w, kind;
+    size_t i;
+    odd_ranks[0] = 0; odd_ranks[1] = P / 2; odd_ranks[2] = P - 1;
+    for (kind = 0; kind < 4; ++kind)
+        for (w = 0; w < 3; ++w) {
+            int odd = odd_ranks[w];
+            if (w > 0 && odd == odd_ranks[w - 1]) continue;
+            for (i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+                accel_coll *c;
+                accel_coll_desc cd;
+                double t0;
+                accel_result r;
+                char ctx[96], want[96];
+                size_t n = R == odd ? cases[i].n_odd : cases[i].n;
+                accel_dtype dt = R == odd ? cases[i].dt_odd : cases[i].dt;
+                const char *what = whats[kind];
+                int root = P / 2, rooted = kind >= 2;
+                if (R == odd) root = (root + cases[i].root_shift) % P;
+                if (cases[i].op != cases[i].op_odd && kind != 1) continue; /* an op: reduce alone */
+                if (cases[i].root_shift && kind == 0) continue;            /* a root: reduce, gather, broadcast */
+                snprintf(ctx, sizeof ctx, "%s mismatch on rank %d, case %zu", what, odd, i);
+                at_context = ctx;
+                memset(&cd, 0, sizeof cd);
+                cd.timeout_ms = 20000; /* a missed mismatch would end in ACCEL_ERR_TIMEOUT after 20 s */
+                AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+                AT_EQ_INT(accel_coll_all_gather(c, x, y, 8, ACCEL_F32), ACCEL_OK); /* healthy first */
+                t0 = accel_now();
+                if (kind == 0) r = accel_coll_all_gather(c, x, y, n, dt);
+                else if (kind == 1)
+                    r = accel_coll_reduce(c, x, R == root ? y : NULL, n, dt, R == odd ? cases[i].op_odd : cases[i].op,
+                                          root);
+                else if (kind == 2) r = accel_coll_gather(c, x, R == root ? y : NULL, n, dt, root);
+                else r = accel_coll_broadcast(c, x, n, dt, root);
+                AT_EQ_INT(r, ACCEL_ERR_MISMATCH);
+                AT_CHECK_MSG(accel_now() - t0 < 5.0, "the mismatch was found at once, not at the deadline");
+                snprintf(want, sizeof want, "%s: rank ", what);
+                AT_CONTAINS(accel_last_error(&acc), want);
+                AT_CONTAINS(accel_last_error(&acc), cases[i].says);
+                if (R != odd) { /* the others name the odd rank and its count, dtype or op */
+                    want[0] = 0;
+                    if (cases[i].root_shift && kind == 1 && cases[i].n < 64)
+                        snprintf(want, sizeof want, "rank %d called it with another root than rank %d", odd, R);
+                    else if ((cases[i].n != cases[i].n_odd || cases[i].root_shift) &&
+                             (rooted || (kind == 1 && cases[i].n >= 64)))
+                        snprintf(want, sizeof want, "rank %d called it with another element count or root than rank %d",
+                                 odd, R);
+                    else if (cases[i].n != cases[i].n_odd && (kind == 0 || cases[i].n < 64))
+                        snprintf(want, sizeof want, "rank %d called it with %zu elements, rank %d with %zu", odd,
+                                 cases[i].n_odd, R, cases[i].n);
+                    else if (cases[i].n != cases[i].n_odd)
+                        snprintf(want, sizeof want, "rank %d called it with another element count than rank %d", odd,
+                                 R);
+                    else if (cases[i].dt != cases[i].dt_odd)
+                        snprintf(want, sizeof want, "rank %d called it with dtype %s, rank %d with %s", odd,
+                                 accel_dtype_name(cases[i].dt_odd), R, accel_dtype_name(cases[i].dt));
+                    else
+                        snprintf(want, sizeof want, "rank %d called it with op %s, rank %d with op %s", odd,
+                                 accel_coll_op_name(cases[i].op_odd), R, accel_coll_op_name(cases[i].op));
+                    AT_CONTAINS(accel_last_error(&acc), want);
+                }
+                AT_EQ_INT(accel_coll_all_gather(c, x, y, 4, ACCEL_F32), ACCEL_ERR_STATE); /* broken now */
+                AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+                accel_coll_destroy(c);
+            }
+        }
+    at_context = "";
+}
+
 /* The last rank calls an all-reduce with another count, dtype or op than the others, without debug mode: every rank
    must get ACCEL_ERR_MISMATCH at once (before the tag carried the call's signature, rank 0 of 2 got ACCEL_OK and a
    wrong sum for counts 4 vs 3, and the others an MPI error or the deadline). Each case on a fresh context (a
@@ -844,6 +965,31 @@ static void mismatch(void) {
         AT_CONTAINS(accel_last_error(&acc), "reduce_scatter: rank");
         AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
         accel_coll_destroy(c);
+    }
+    { /* different collectives at one point with the same count and dtype: an all_gather on the last rank against an
+         all_reduce elsewhere (their messages would match without the kind in the signature) */
+        static float y[64 * 4];
+        accel_coll *c;
+        accel_coll_desc cd;
+        accel_result r;
+        memset(&cd, 0, sizeof cd);
+        cd.timeout_ms = 20000;
+        AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+        r = R == P - 1 ? accel_coll_all_gather(c, x, y, 4, ACCEL_F32)
+                       : accel_coll_all_reduce(c, x, x, 4, ACCEL_F32, ACCEL_COLL_SUM);
+        AT_EQ_INT(r, ACCEL_ERR_MISMATCH);
+        if (R != P - 1) {
+            char want[64];
+            snprintf(want, sizeof want, "rank %d called all_gather at this point", P - 1);
+            AT_CONTAINS(accel_last_error(&acc), want);
+        }
+        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+        accel_coll_destroy(c);
+    }
+    { /* all_gather: recv for 4 ranks of 16384 floats; neither buffer is freed (below) */
+        float *y = (float *)malloc((size_t)P * 16384 * sizeof(float));
+        AT_CHECK(y != NULL);
+        if (y) mismatch_ops(x, y);
     }
     /* x is not freed: the unmatched messages' requests may still name it until MPI_Finalize */
 }
