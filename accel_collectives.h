@@ -102,7 +102,11 @@
                  bits are the all-reduce's (the rank-order sum on 3+ ranks), on every root.
      all_gather  one round: every rank sends its block to every other rank, straight into its place in recv.
      gather      every block straight to the root's recv, and an empty message between every other pair of ranks;
-     broadcast   the root's buffer to every other rank (no tree), an empty message between every other pair.
+     broadcast   the root's buffer to every other rank (no tree), an empty message between every other pair —
+                 while the root sends at most 16 MiB in all ((P-1) x bytes, ACCEL__COLL_BCAST_FANOUT_MAX); a larger
+                 broadcast is MPI_Ibcast (its trees), checked first by debug mode's signature all-gather (48 bytes a
+                 rank; a difference: ACCEL_ERR_MISMATCH "broadcast: ranks called different collectives: ..." on every
+                 rank, before any data moves; the context stays usable).
      The empty messages make every rank receive one message of the call from every peer, so that a difference
      anywhere is found everywhere; they overlap the data. Speed against MPI_Reduce / MPI_Allgather / MPI_Gather /
      MPI_Bcast: bench/collectives/bench_coll --ops (the implementation's section 6).
@@ -624,6 +628,15 @@ struct accel_coll {
     int has_ev_cache;
 #endif
 };
+
+/* A checked broadcast on point-to-point messages has the root send the whole buffer to every other rank: fine while
+   those P-1 copies are small, against MPI's trees and pipelines beyond. Above this many bytes sent by the root
+   the broadcast is MPI's, checked first by the signature all-gather of debug mode (48 bytes a rank: under 1 % of a
+   broadcast that large). */
+#define ACCEL__COLL_BCAST_FANOUT_MAX ((size_t)16 << 20)
+static int accel__coll_bcast_direct(const accel_coll *c, size_t count, accel_dtype dt) {
+    return count * accel_dtype_size(dt) <= ACCEL__COLL_BCAST_FANOUT_MAX / (size_t)(c->size > 1 ? c->size - 1 : 1);
+}
 
 struct accel_coll_request {
     accel_coll *c;
@@ -2219,8 +2232,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->kind == ACCEL__K_REDUCE_SCATTER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
         (!a->dev || stage))
         return accel__coll_direct_rs_start(c, q, send, recv, es, t, op);
-    if ((a->kind == ACCEL__K_GATHER || a->kind == ACCEL__K_BCAST) && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS &&
-        a->count >= 1 && (!a->dev || stage))
+    if ((a->kind == ACCEL__K_GATHER || (a->kind == ACCEL__K_BCAST && accel__coll_bcast_direct(c, a->count, a->dt))) && P >= 2 &&
+        P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 && (!a->dev || stage))
         return a->kind == ACCEL__K_BCAST ? accel__coll_rooted_start(c, q, bcast_buf, bcast_buf, es, t)
                                          : accel__coll_rooted_start(c, q, send, recv, es, t);
     if (a->kind == ACCEL__K_ALLGATHER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
@@ -2416,12 +2429,14 @@ typedef struct accel__coll_sig { int64_t magic, kind, dtype, op, count, root; } 
 
 static accel_result accel__coll_run(accel_coll *c, accel__coll_args *a);
 
-static accel_result accel__coll_debug_check(accel_coll *c, const accel__coll_args *a) {
+/* Debug mode's cross-rank check; also run outside it (force) before a broadcast too large for the checked
+   point-to-point form (accel__coll_bcast_direct). */
+static accel_result accel__coll_debug_check(accel_coll *c, const accel__coll_args *a, int force) {
     accel__coll_sig mine, *all;
     accel__coll_args g;
     accel_result r;
     int i, differ = 0;
-    if (!c->debug || c->size <= 1) return ACCEL_OK;
+    if ((!c->debug && !force) || c->size <= 1) return ACCEL_OK;
     memset(&mine, 0, sizeof mine);
     mine.magic = 0x6163636f6c6cLL;
     mine.kind = a->kind;
@@ -2446,7 +2461,8 @@ static accel_result accel__coll_debug_check(accel_coll *c, const accel__coll_arg
         if (memcmp(&all[i], &all[0], sizeof mine) != 0) differ = 1;
     if (differ) {
         char msg[ACCEL_ERROR_CAPACITY];
-        size_t off = (size_t)snprintf(msg, sizeof msg, "debug mode: ranks called different collectives:");
+        size_t off = (size_t)snprintf(msg, sizeof msg, "%s: ranks called different collectives:",
+                                      c->debug ? "debug mode" : accel__coll_kind_name(a->kind));
         for (i = 0; i < c->size && off < sizeof msg - 8; ++i) {
             const accel__coll_sig *s = &all[i];
             const char *dn = accel_dtype_name((accel_dtype)s->dtype);
@@ -2531,7 +2547,8 @@ static accel_result accel__coll_do(accel_coll *c, accel__coll_args *a, const cha
     accel_result r = accel__coll_validate(c, a, what);
     if (req) *req = NULL;
     if (r != ACCEL_OK) return r;
-    r = accel__coll_debug_check(c, a);
+    r = accel__coll_debug_check(c, a, a->kind == ACCEL__K_BCAST && c->backend == ACCEL_COLL_BACKEND_MPI &&
+                                          a->count > 0 && !accel__coll_bcast_direct(c, a->count, a->dt));
     if (r != ACCEL_OK) return r;
     if (!req) {
         if (a->count == 0 && a->kind != ACCEL__K_BARRIER && a->kind != ACCEL__K_ALLGATHERV) return ACCEL_OK;

@@ -912,6 +912,48 @@ static void mismatch_ops(float *x, float *y) {
     at_context = "";
 }
 
+/* A broadcast whose root would send more than 16 MiB in the checked point-to-point form is MPI's, checked first by
+   the signature all-gather (accel_collectives.h ACCEL__COLL_BCAST_FANOUT_MAX): the values arrive (formula, every
+   element), and a count or root differing on the last rank is ACCEL_ERR_MISMATCH on every rank, naming it. */
+static void big_bcast(void) {
+    const size_t n = ((size_t)16 << 20) / 4 + 1024; /* over the bound for any P >= 2 */
+    float *b = (float *)malloc(n * sizeof(float));
+    int k;
+    AT_CHECK(b != NULL);
+    if (!b || P < 2) { free(b); return; }
+    for (k = 0; k < 3; ++k) {
+        accel_coll *c;
+        accel_coll_desc cd;
+        size_t i, bad = 0, cnt = n;
+        int root = P / 2, last = R == P - 1;
+        accel_result r;
+        at_context = k == 0 ? "big broadcast" : k == 1 ? "big broadcast, count mismatch" : "big broadcast, root";
+        if (k == 1 && last) cnt = n - 1;
+        if (k == 2 && last) root = (root + 1) % P;
+        for (i = 0; i < n; ++i) b[i] = R == P / 2 ? (float)(i % 1000003) * 0.5f : -1.0f;
+        memset(&cd, 0, sizeof cd);
+        cd.timeout_ms = 20000;
+        AT_EQ_INT(accel_coll_create(&acc, &cd, &c), ACCEL_OK);
+        r = accel_coll_broadcast(c, b, cnt, ACCEL_F32, root);
+        if (k == 0) {
+            AT_EQ_INT(r, ACCEL_OK);
+            for (i = 0; i < n; ++i) bad += b[i] != (float)(i % 1000003) * 0.5f;
+            AT_EQ_INT((long long)bad, 0LL);
+        } else {
+            char want[96];
+            AT_EQ_INT(r, ACCEL_ERR_MISMATCH);
+            AT_CONTAINS(accel_last_error(&acc), "broadcast: ranks called different collectives");
+            snprintf(want, sizeof want, "rank %d: broadcast(dtype=F32, op=-, count=%zu, root=%d)", P - 1,
+                     k == 1 ? n - 1 : n, k == 2 ? (P / 2 + 1) % P : P / 2);
+            AT_CONTAINS(accel_last_error(&acc), want);
+        }
+        AT_EQ_INT(accel_wait_for_everyone(&acc), ACCEL_OK);
+        accel_coll_destroy(c);
+    }
+    at_context = "";
+    free(b);
+}
+
 /* The last rank calls an all-reduce with another count, dtype or op than the others, without debug mode: every rank
    must get ACCEL_ERR_MISMATCH at once (before the tag carried the call's signature, rank 0 of 2 got ACCEL_OK and a
    wrong sum for counts 4 vs 3, and the others an MPI error or the deadline). Each case on a fresh context (a
@@ -991,6 +1033,7 @@ static void mismatch(void) {
         AT_CHECK(y != NULL);
         if (y) mismatch_ops(x, y);
     }
+    big_bcast();
     /* x is not freed: the unmatched messages' requests may still name it until MPI_Finalize */
 }
 
