@@ -1362,8 +1362,10 @@ static int accel__coll_ring_test(accel_coll_request *q, int *flag) {
 }
 
 /* the scratch of a point-to-point all-reduce: the context's cached buffer when it is large enough, else a new one */
-static accel_result accel__coll_scratch(accel_coll *c, accel_coll_request *q, size_t bytes) {
-    if (c->ring_cache && c->ring_cache_bytes >= bytes) {
+/* small: only the 2(P-1) request handles of an all-gather, gather or broadcast, which must not take (and, having
+   MPI requests, then free) the cached scratch of the reductions: allocated for the call alone */
+static accel_result accel__coll_scratch_ex(accel_coll *c, accel_coll_request *q, size_t bytes, int small) {
+    if (!small && c->ring_cache && c->ring_cache_bytes >= bytes) {
         q->ring_tmp = (unsigned char *)c->ring_cache;
         q->ring_tmp_bytes = c->ring_cache_bytes;
         c->ring_cache = NULL;
@@ -1373,6 +1375,9 @@ static accel_result accel__coll_scratch(accel_coll *c, accel_coll_request *q, si
     if (!q->ring_tmp) return ACCEL__FAIL(c->acc, ACCEL_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of scratch", bytes);
     q->ring_tmp_bytes = bytes;
     return ACCEL_OK;
+}
+static accel_result accel__coll_scratch(accel_coll *c, accel_coll_request *q, size_t bytes) {
+    return accel__coll_scratch_ex(c, q, bytes, 0);
 }
 
 /* The message tag of a point-to-point all-reduce carries the call's signature, so that ranks calling it with another
@@ -1819,7 +1824,7 @@ static accel_result accel__coll_allgather_start(accel_coll *c, accel_coll_reques
     int P = c->size, r = c->rank, i, j = 0, mrc = MPI_SUCCESS;
     size_t blk = q->count * es;
     unsigned char *own = (unsigned char *)recv + (size_t)r * blk;
-    accel_result ar = accel__coll_scratch(c, q, (size_t)(2 * (P - 1)) * sizeof(MPI_Request));
+    accel_result ar = accel__coll_scratch_ex(c, q, (size_t)(2 * (P - 1)) * sizeof(MPI_Request), 1);
     if (ar != ACCEL_OK) return ar;
     if (send == MPI_IN_PLACE) send = own;
     accel__coll_p2p_init(c, q, send, recv, t, MPI_OP_NULL, 1);
@@ -1852,7 +1857,7 @@ static accel_result accel__coll_rooted_start(accel_coll *c, accel_coll_request *
                                              size_t es, MPI_Datatype t) {
     int P = c->size, r = c->rank, root = q->root, gather = q->kind == ACCEL__K_GATHER, i, j = 0, mrc = MPI_SUCCESS;
     size_t blk = q->count * es;
-    accel_result ar = accel__coll_scratch(c, q, (size_t)(2 * (P - 1)) * sizeof(MPI_Request));
+    accel_result ar = accel__coll_scratch_ex(c, q, (size_t)(2 * (P - 1)) * sizeof(MPI_Request), 1);
     if (ar != ACCEL_OK) return ar;
     if (gather && r == root && send == MPI_IN_PLACE) send = (unsigned char *)recv + (size_t)r * blk;
     accel__coll_p2p_init(c, q, send, recv, t, MPI_OP_NULL, 1);
