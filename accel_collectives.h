@@ -2237,8 +2237,8 @@ static accel_result accel__coll_post_mpi(accel_coll *c, accel__coll_args *a, acc
     if (a->kind == ACCEL__K_REDUCE_SCATTER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
         (!a->dev || stage))
         return accel__coll_direct_rs_start(c, q, send, recv, es, t, op);
-    if ((a->kind == ACCEL__K_GATHER || (a->kind == ACCEL__K_BCAST && accel__coll_bcast_direct(c, a->count, a->dt))) && P >= 2 &&
-        P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 && (!a->dev || stage))
+    if ((a->kind == ACCEL__K_GATHER || (a->kind == ACCEL__K_BCAST && accel__coll_bcast_direct(c, a->count, a->dt))) &&
+        P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 && (!a->dev || stage))
         return a->kind == ACCEL__K_BCAST ? accel__coll_rooted_start(c, q, bcast_buf, bcast_buf, es, t)
                                          : accel__coll_rooted_start(c, q, send, recv, es, t);
     if (a->kind == ACCEL__K_ALLGATHER && P >= 2 && P <= ACCEL__COLL_DIRECT_MAX_RANKS && a->count >= 1 &&
@@ -3405,8 +3405,8 @@ ACCEL__DEF accel_result accel_coll_tcp_broadcast(accel *acc, const char *addr, i
         const unsigned char *body = NULL;
         size_t blen = 0;
         int fd = -1;
-        r = accel__admit_join(acc, &adm, NULL, &ss, sl, "tcp bootstrap", where, (uint32_t)size, (uint32_t)rank, deadline,
-                              deadline, bytes, &fd, &p, &body, &blen);
+        r = accel__admit_join(acc, &adm, NULL, &ss, sl, "tcp bootstrap", where, (uint32_t)size, (uint32_t)rank,
+                              deadline, deadline, bytes, &fd, &p, &body, &blen);
         if (r == ACCEL_OK && blen != bytes)
             r = ACCEL__FAIL(acc, ACCEL_ERR_FORMAT, "tcp bootstrap: rank 0 sends %zu bytes, rank %d expects %zu", blen,
                             rank, bytes);
